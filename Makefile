@@ -1,0 +1,26 @@
+# The two commands a user needs: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+$(VENV)/.installed: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+.PHONY: setup demo test lint bench
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/gemm.py
+
+test: setup
+	$(PY) -m ruff check ember tests benchmarks examples
+	$(PY) -m pytest tests
+
+lint: setup
+	$(PY) -m ruff check ember tests benchmarks examples
+
+bench: setup
+	$(PY) benchmarks/gemm.py

@@ -1,0 +1,51 @@
+"""Every option of ember, declared once: name, default, environment variable, description.
+
+Read an option with `config.get("cc")`; the environment variable, when set, overrides the
+default. Options that change generated code (`cc`, `cflags`) are part of the build cache key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: object
+    env: str
+    description: str
+    kind: type = str
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "ember")
+
+
+OPTIONS = {
+    o.name: o
+    for o in [
+        Option("cache_dir", _default_cache_dir(), "EMBER_CACHE_DIR", "where compiled kernels are cached"),
+        Option("cc", "cc", "EMBER_CC", "the C compiler"),
+        Option("cflags", "-O3 -march=native -fopenmp -shared -fPIC -std=gnu11", "EMBER_CFLAGS",
+               "flags passed to the C compiler"),
+        Option("num_threads", 0, "EMBER_NUM_THREADS", "OpenMP threads per kernel call (0: all cores)", int),
+        Option("print_lower", False, "EMBER_PRINT_LOWER", "print the loop IR after every lowering pass",
+               bool),
+        Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
+               bool),
+    ]
+}
+
+
+def get(name: str):
+    opt = OPTIONS[name]
+    raw = os.environ.get(opt.env)
+    if raw is None:
+        return opt.default
+    if opt.kind is bool:
+        return raw.strip().lower() not in ("", "0", "false", "no", "off")
+    return opt.kind(raw)

@@ -1,0 +1,32 @@
+"""ember's exceptions: each names what is wrong, where, and (when it can) what to do instead."""
+
+from __future__ import annotations
+
+
+class EmberError(Exception):
+    """Base of every error ember raises on purpose."""
+
+
+class ScheduleError(EmberError, ValueError):
+    """An illegal schedule directive: what was asked, and why it cannot be done."""
+
+
+class LowerError(EmberError, ValueError):
+    """A function that cannot be lowered (for example, a region that cannot be bounded)."""
+
+
+class BuildError(EmberError, RuntimeError):
+    """The C compiler failed; carries its message and the generated source lines it points at."""
+
+    def __init__(self, message: str, source: str = "", compiler_output: str = ""):
+        super().__init__(message)
+        self.source = source
+        self.compiler_output = compiler_output
+
+
+class ShapeError(EmberError, ValueError):
+    """An argument whose shape does not match what the kernel or model expects."""
+
+
+class ArgumentTypeError(EmberError, TypeError):
+    """An argument of the wrong kind or dtype (not an array, float64 for float32, ...)."""

@@ -1,0 +1,288 @@
+"""Tensor expressions: what a kernel computes, without saying how (TVM's `te`).
+
+A `Tensor` is an output of an operation: a `PlaceholderOp` (an input) or a `ComputeOp` (each
+element given by an expression of its indices). Every tensor owns the loop-IR `Buffer` it will
+live in, so `A[i, k]` is directly a load from that buffer and `create_prim_func` only has to
+wrap each compute in loops and a block.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..tir import dtype as dt
+from ..tir.expr import Buffer, BufferLoad, PrimExpr, Var, convert
+from ..tir.stmt import IterVar, Range
+
+
+class TEError(ValueError):
+    """A tensor expression that cannot be built as written."""
+
+
+# te IterVars stand for their variable inside expressions: A[i, k], k + 1.
+def _iv_expr(self) -> Var:
+    return self.var
+
+
+IterVar.as_prim_expr = _iv_expr  # type: ignore[attr-defined]
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__lt__", "__le__", "__gt__", "__ge__",
+              "__neg__", "__truediv__"):
+    setattr(IterVar, _name, (lambda n: lambda self, *a: getattr(self.var, n)(*a))(_name))
+
+
+class Operation:
+    name: str
+    outputs: tuple[Tensor, ...]
+
+    def output(self, i: int) -> Tensor:
+        return self.outputs[i]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    @property
+    def input_tensors(self) -> tuple[Tensor, ...]:
+        return ()
+
+
+class PlaceholderOp(Operation):
+    def __init__(self, name: str, shape, dtype: str):
+        self.name = name
+        self.outputs = (Tensor(self, 0, Buffer(name, shape, dtype)),)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Reduce(PrimExpr):
+    """A reduction of `source` over `axis` with `combiner`; only valid at the top of a compute."""
+
+    combiner: CommReducer
+    source: PrimExpr
+    axis: tuple[IterVar, ...]
+    condition: PrimExpr | None
+    dtype: str
+
+
+class ComputeOp(Operation):
+    def __init__(self, name: str, axis: tuple[IterVar, ...], bodies: tuple[PrimExpr, ...],
+                 shape: tuple[PrimExpr, ...], tag: str = "", attrs=None):
+        self.name = name
+        self.axis = axis
+        self.body = bodies
+        self.tag = tag
+        self.attrs = dict(attrs or {})
+        reduces = [b for b in bodies if isinstance(b, Reduce)]
+        if reduces and len(bodies) > 1:
+            raise TEError(f"compute {name!r}: a reduction must be the only output of its compute")
+        self.reduce_axis = reduces[0].axis if reduces else ()
+        names = [name] if len(bodies) == 1 else [f"{name}.v{i}" for i in range(len(bodies))]
+        self.outputs = tuple(
+            Tensor(self, i, Buffer(n, shape, b.dtype)) for i, (n, b) in enumerate(zip(names, bodies))
+        )
+
+    @property
+    def input_tensors(self) -> tuple[Tensor, ...]:
+        from ..tir.functor import visit_expr
+
+        found: dict[Buffer, None] = {}
+
+        def grab(e):
+            if isinstance(e, BufferLoad):
+                found.setdefault(e.buffer)
+
+        for b in self.body:
+            if isinstance(b, Reduce):
+                visit_expr(b.source, grab)
+                if b.condition is not None:
+                    visit_expr(b.condition, grab)
+            else:
+                visit_expr(b, grab)
+        return tuple(tensor_of(buf) for buf in found)
+
+
+_TENSORS: dict[Buffer, Tensor] = {}
+
+
+def tensor_of(buf: Buffer) -> Tensor:
+    return _TENSORS[buf]
+
+
+class Tensor:
+    """One output of an operation; indexing it gives a load of its buffer."""
+
+    def __init__(self, op: Operation, value_index: int, buffer: Buffer):
+        self.op = op
+        self.value_index = value_index
+        self.buffer = buffer
+        _TENSORS[buffer] = self
+
+    shape = property(lambda self: self.buffer.shape)
+    dtype = property(lambda self: self.buffer.dtype)
+    name = property(lambda self: self.buffer.name)
+    ndim = property(lambda self: self.buffer.ndim)
+
+    def __getitem__(self, indices) -> PrimExpr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != self.ndim:
+            raise TEError(f"tensor {self.name} has {self.ndim} dimensions, indexed with {len(indices)}")
+        return self.buffer.load(indices)
+
+    def __repr__(self):
+        shape = ", ".join(str(d) for d in self.shape)
+        return f"Tensor({self.name}, ({shape}), {self.dtype})"
+
+
+def _shape(shape) -> tuple[PrimExpr, ...]:
+    if isinstance(shape, int | PrimExpr):
+        shape = (shape,)
+    return tuple(convert(d) for d in shape)
+
+
+def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    dt.check(dtype)
+    return PlaceholderOp(name, _shape(shape), dtype).output(0)
+
+
+def var(name: str = "n", dtype: str = dt.INDEX_DTYPE) -> Var:
+    """A symbolic size (or scalar parameter); a kernel binds it from its argument shapes."""
+    return Var(name, dtype)
+
+
+size_var = var
+
+
+def reduce_axis(dom, name: str = "rv") -> IterVar:
+    lo, hi = dom
+    lo, hi = convert(lo), convert(hi)
+    return IterVar(Var(name), Range(lo, hi - lo if not (isinstance(lo, PrimExpr) and _is_zero(lo)) else hi),
+                   "reduce")
+
+
+def _is_zero(e) -> bool:
+    from ..tir.expr import Const
+
+    return isinstance(e, Const) and e.value == 0
+
+
+def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", attrs=None):
+    """Define a tensor by the expression of one element, `fcompute(*indices)`.
+
+    Returns one Tensor, or a list when fcompute returns a tuple (several outputs, one loop nest).
+    """
+    shape = _shape(shape)
+    params = list(inspect.signature(fcompute).parameters.values())
+    if len(params) == 1 and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
+        names = [f"i{d}" for d in range(len(shape))]
+    else:
+        names = [p.name for p in params]
+        if len(names) != len(shape):
+            raise TEError(f"compute {name!r}: shape has {len(shape)} dims but fcompute takes {len(names)}")
+    axis = tuple(IterVar(Var(n), Range.from_extent(d), "spatial") for n, d in zip(names, shape))
+    out = fcompute(*[iv.var for iv in axis])
+    multi = isinstance(out, list | tuple)
+    bodies = tuple(_as_body(o, name) for o in (out if multi else (out,)))
+    op = ComputeOp(name, axis, bodies, shape, tag, attrs)
+    return list(op.outputs) if multi else op.output(0)
+
+
+def _as_body(o, name: str) -> PrimExpr:
+    if isinstance(o, Tensor):
+        raise TEError(f"compute {name!r} returned a tensor; index it to return an element")
+    e = convert(o)
+    from ..tir.functor import visit_expr
+
+    def no_nested_reduce(n):
+        if isinstance(n, Reduce):
+            raise TEError(
+                f"compute {name!r}: a reduction (te.sum, te.max, ...) must be the whole body of a "
+                "compute; compute it into its own tensor and use that"
+            )
+
+    if not isinstance(e, Reduce):
+        visit_expr(e, no_nested_reduce)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+
+
+class CommReducer:
+    """A commutative reducer: `combine(x, y)` and the identity element for a dtype."""
+
+    def __init__(self, fcombine: Callable, fidentity: Callable, name: str = "reduce"):
+        self.fcombine, self.fidentity, self.name = fcombine, fidentity, name
+
+    def identity(self, dtype: str) -> PrimExpr:
+        return convert(self.fidentity(dtype), dtype)
+
+    def combine(self, x: PrimExpr, y: PrimExpr) -> PrimExpr:
+        return convert(self.fcombine(x, y))
+
+    def __call__(self, expr, axis=None, where=None, init=None):
+        if axis is None or not _is_axes(axis):
+            if axis is None:
+                raise TEError(f"te.{self.name} needs axis=")
+            return self.combine(convert(expr), convert(axis))  # te.max(a, b): elementwise
+        axes = tuple(axis) if isinstance(axis, list | tuple) else (axis,)
+        src = convert(expr)
+        cond = convert(where) if where is not None else None
+        if init is not None:
+            raise TEError("te reducers take no init=; the identity of the reducer is used")
+        return Reduce(self, src, axes, cond, src.dtype)
+
+
+def _is_axes(a) -> bool:
+    return isinstance(a, IterVar) or (isinstance(a, list | tuple) and all(isinstance(x, IterVar) for x in a))
+
+
+def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
+    return CommReducer(fcombine, fidentity, name)
+
+
+def _lowest(dtype: str):
+    import numpy as np
+
+    d = dt.to_numpy(dtype)
+    return -np.inf if dt.is_float(dtype) else (False if d == bool else np.iinfo(d).min)
+
+
+def _highest(dtype: str):
+    import numpy as np
+
+    d = dt.to_numpy(dtype)
+    return np.inf if dt.is_float(dtype) else (True if d == bool else np.iinfo(d).max)
+
+
+sum = comm_reducer(lambda x, y: x + y, lambda t: 0, "sum")  # noqa: A001
+prod = comm_reducer(lambda x, y: x * y, lambda t: 1, "prod")
+max = comm_reducer(lambda x, y: _bin("max", x, y), _lowest, "max")  # noqa: A001
+min = comm_reducer(lambda x, y: _bin("min", x, y), _highest, "min")  # noqa: A001
+
+
+def _bin(op, x, y):
+    from ..tir.expr import binary
+
+    return binary(op, x, y)
+
+
+def input_tensors_of(outputs: Sequence[Tensor]) -> list[Operation]:
+    """All operations reachable from `outputs`, producers before consumers."""
+    order: list[Operation] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation):
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        order.append(op)
+
+    for t in outputs:
+        visit(t.op)
+    return order

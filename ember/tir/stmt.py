@@ -1,0 +1,178 @@
+"""Statements of the loop IR, and the function that holds them.
+
+The scheduled form is TensorIR's: loops (`For`) around **blocks**. A block computes one element
+of one tensor: its iteration variables (`IterVar`, spatial or reduce) are bound by the
+`BlockRealize` around it to expressions of the enclosing loop variables, and it declares the
+regions it reads and writes. Schedules only move loops and rebind blocks; the block body is
+never rewritten, which is what keeps each primitive easy to check.
+
+Lowering (`tir.lower`) removes blocks: bindings are substituted into the body, reduction
+`init`s become guarded or hoisted stores, and allocations are placed and shrunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .expr import Buffer, PrimExpr, Var, const
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self):
+        from .printer import stmt_to_str
+
+        return stmt_to_str(self)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, eq=False)
+class Range:
+    min: PrimExpr
+    extent: PrimExpr
+
+    @staticmethod
+    def from_extent(extent) -> Range:
+        from .expr import convert
+
+        return Range(const(0), convert(extent))
+
+
+@dataclass(frozen=True, eq=False)
+class IterVar:
+    """A block iteration variable over `dom`; kind is "spatial" or "reduce"."""
+
+    var: Var
+    dom: Range
+    kind: str = "spatial"
+
+
+@dataclass(frozen=True, eq=False)
+class BufferRegion:
+    buffer: Buffer
+    region: tuple[Range, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class For(Stmt):
+    loop_var: Var
+    min: PrimExpr
+    extent: PrimExpr
+    kind: str
+    body: Stmt
+    annotations: tuple[tuple[str, object], ...] = ()
+
+    def annotation(self, key, default=None):
+        return dict(self.annotations).get(key, default)
+
+    def with_body(self, body: Stmt) -> For:
+        return self if body is self.body else replace(self, body=body)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SeqStmt(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BufferStore(Stmt):
+    buffer: Buffer
+    value: PrimExpr
+    indices: tuple[PrimExpr, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class IfThenElse(Stmt):
+    cond: PrimExpr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Evaluate(Stmt):
+    value: PrimExpr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Allocate(Stmt):
+    """Scratch memory for `buffer` (its shape already shrunk to what the body touches)."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Block(Stmt):
+    name: str
+    iter_vars: tuple[IterVar, ...]
+    reads: tuple[BufferRegion, ...]
+    writes: tuple[BufferRegion, ...]
+    body: Stmt
+    init: Stmt | None = None
+    alloc_buffers: tuple[Buffer, ...] = ()
+    annotations: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def is_reduction(self) -> bool:
+        return any(iv.kind == "reduce" for iv in self.iter_vars)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BlockRealize(Stmt):
+    iter_values: tuple[PrimExpr, ...]
+    predicate: PrimExpr
+    block: Block
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PrimFunc:
+    """A kernel: parameters (buffers, in call order) and a body.
+
+    `body` is a BlockRealize of the root block, whose alloc_buffers are the intermediate tensors,
+    until lowering flattens it into plain loops. `size_vars` are the symbolic sizes the kernel
+    takes at run time, bound from the shapes of the arrays passed for `params`.
+    """
+
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    attrs: tuple[tuple[str, object], ...] = field(default=())
+
+    @property
+    def size_vars(self) -> tuple[Var, ...]:
+        seen: dict[Var, None] = {}
+        for buf in self.params:
+            for d in buf.shape:
+                if isinstance(d, Var):
+                    seen.setdefault(d)
+        return tuple(seen)
+
+    def attr(self, key, default=None):
+        return dict(self.attrs).get(key, default)
+
+    def with_body(self, body: Stmt) -> PrimFunc:
+        return self if body is self.body else replace(self, body=body)
+
+    def __str__(self):
+        from .printer import func_to_str
+
+        return func_to_str(self)
+
+    __repr__ = __str__
+
+
+def seq(*stmts) -> Stmt:
+    """A sequence, flattened, with a single statement returned as is."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, SeqStmt):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else SeqStmt(tuple(flat))
