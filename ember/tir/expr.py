@@ -251,8 +251,10 @@ class Buffer:
         return len(self.shape)
 
     def load(self, indices) -> BufferLoad:
+        """A load; a vector index (a Ramp) loads a vector of as many lanes."""
         idx = tuple(convert(i) for i in indices)
-        return BufferLoad(self, idx, self.dtype)
+        lanes = max((dt.lanes_of(i.dtype) for i in idx), default=1)
+        return BufferLoad(self, idx, dt.with_lanes(self.dtype, lanes))
 
     def __getitem__(self, indices):
         if not isinstance(indices, tuple):

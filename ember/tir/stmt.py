@@ -144,11 +144,14 @@ class PrimFunc:
 
     @property
     def size_vars(self) -> tuple[Var, ...]:
+        """Every variable of the parameter shapes (`n` of a dimension `n + 1` too), in order of
+        first appearance: the run-time sizes of the kernel."""
+        from .functor import visit_expr  # functor imports this module
+
         seen: dict[Var, None] = {}
         for buf in self.params:
             for d in buf.shape:
-                if isinstance(d, Var):
-                    seen.setdefault(d)
+                visit_expr(d, lambda n: seen.setdefault(n) if isinstance(n, Var) else None)
         return tuple(seen)
 
     def attr(self, key, default=None):

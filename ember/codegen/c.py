@@ -1,0 +1,442 @@
+"""C code generation: lowered `PrimFunc`s become one readable C translation unit.
+
+The unit is the prelude (includes, vector typedefs and the inline helpers the kernels use; see
+`c_prelude`), then one function per kernel, then `ember_set_num_threads`. A kernel takes its
+buffers as `restrict` pointers (`const` when it never stores to them) to flat row-major data,
+then its size variables as int64:
+
+    void vadd(const float* restrict A, const float* restrict B, float* restrict C, int64_t n)
+
+Loops: "parallel" is an OpenMP `parallel for` (the outermost of a nest only; an inner one is
+serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalars are plain C,
+computed in their own type (narrow integers wrap after each operation, like numpy; float16 is
+stored as `_Float16` and computed as float). Vector expressions use GCC vector extensions.
+Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack array, anything
+else `aligned_alloc`/`free` around its body.
+
+`CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
+functions); a CUDA renderer subclasses it and overrides a few entries. Floating-point
+expressions may be contracted to FMA by the compiler (GCC's default), so results can differ
+from numpy's in the last bit.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import LowerError
+from ..tir import dtype as dt
+from ..tir.expr import (
+    COMPARE_OPS,
+    LOGIC_OPS,
+    Binary,
+    Broadcast,
+    Buffer,
+    BufferLoad,
+    Call,
+    Cast,
+    Const,
+    Not,
+    PrimExpr,
+    Ramp,
+    Select,
+    Var,
+    as_int,
+)
+from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from .c_prelude import SIGNED_INTS, CPrelude
+from .common import Namer, not_lowered, safe_name, single_index, written_buffers
+
+# C operator precedence, higher binds tighter.
+PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 6, 5, 4, 3
+
+# Identifiers of C and of the included headers that a kernel, buffer or variable must not take.
+_C_WORDS_TEXT = """
+auto break case char const continue default do double else enum extern float for goto if inline int
+long register restrict return short signed sizeof static struct switch typedef union unsigned void
+volatile while bool true false int8_t uint8_t int16_t int32_t int64_t uint16_t uint32_t uint64_t
+intptr_t uintptr_t size_t main INFINITY NAN NULL HUGE_VAL HUGE_VALF M_PI M_E EXIT_SUCCESS
+EXIT_FAILURE RAND_MAX errno isnan isinf isfinite signbit fpclassify isnormal
+abort abs aligned_alloc atexit atof atoi atol atoll bsearch calloc div exit free getenv labs ldiv
+llabs lldiv malloc posix_memalign qsort rand random realloc srand srandom strtod strtof strtol
+strtold strtoll strtoul strtoull system
+acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp10 exp2
+expm1 fabs fdim finite floor fma fmax fmin fmod frexp gamma hypot ilogb j0 j1 jn ldexp lgamma llrint
+llround log log10 log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow pow10
+remainder remquo rint round scalb scalbln scalbn significand sin sincos sinh sqrt tan tanh tgamma
+trunc y0 y1 yn
+"""
+_C_WORDS = _C_WORDS_TEXT.split()
+_LIBM = _C_WORDS[_C_WORDS.index("acos"):]
+
+
+def codegen_c(funcs: PrimFunc | Sequence[PrimFunc]) -> str:
+    """The C translation unit of one or several lowered functions."""
+    return CRenderer().render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs))
+
+
+class CRenderer:
+    """Renders lowered functions as C. One instance renders one translation unit."""
+
+    SCALAR_TYPES = {
+        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
+        "int64": "int64_t", "float16": "_Float16", "float32": "float", "float64": "double",
+    }
+    # IR operator -> (C operator, precedence); `//` and `%` only for unsigned ints (C's = floor's).
+    BINARY_OPS = {
+        "+": ("+", ADD), "-": ("-", ADD), "*": ("*", MUL), "/": ("/", MUL), "//": ("/", MUL),
+        "%": ("%", MUL), "<": ("<", REL), "<=": ("<=", REL), ">": (">", REL), ">=": (">=", REL),
+        "==": ("==", EQ), "!=": ("!=", EQ), "&&": ("&&", LAND), "||": ("||", LOR),
+    }
+    MASK_OPS = {"&&": ("&", BAND), "||": ("|", BOR)}  # logic on vector masks
+    # Math intrinsic -> libm function (double); float32 appends MATH_FLOAT_SUFFIX.
+    MATH_FUNCS = {
+        "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
+        "fabs": "fabs", "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint",
+        "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2", "log1p": "log1p",
+        "expm1": "expm1", "trunc": "trunc",
+    }
+    # Intrinsics with no libm function: a template over the argument {0}, and its precedence.
+    MATH_EXPRS = {
+        "rsqrt": ("{one} / sqrt{f}({0})", MUL),
+        "sigmoid": ("{one} / ({one} + exp{f}(-{0}))", MUL),
+    }
+    MATH_FLOAT_SUFFIX = "f"
+    NARROW_INTS = ("int8", "uint8", "int16")  # C computes these in int: wrap after each operation
+    STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
+    ALIGN = 64
+    RESERVED = frozenset(_C_WORDS) | {f + s for f in _LIBM for s in ("f", "l")}
+    # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
+    RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
+
+    def __init__(self):
+        self.lib = CPrelude(self.SCALAR_TYPES)
+
+    @classmethod
+    def symbol(cls, func: PrimFunc) -> str:
+        """The C name of a kernel (its name, made a valid identifier that clashes with nothing)."""
+        return safe_name(func.name, cls.RESERVED, cls.RESERVED_PREFIXES)
+
+    def render_unit(self, funcs: Sequence[PrimFunc]) -> str:
+        seen: dict[str, str] = {}
+        for f in funcs:
+            sym = self.symbol(f)
+            if sym in seen:
+                raise ValueError(f"two kernels in one unit would both be called {sym!r}: "
+                                 f"{seen[sym]!r} and {f.name!r}; rename one")
+            seen[sym] = f.name
+        kernels = [self.render_kernel(f) for f in funcs]
+        names = ", ".join(f.name for f in funcs)
+        return "\n\n".join([f"/* Generated by ember: {names}. */", self.lib.text(), *kernels,
+                            self.render_set_num_threads()]) + "\n"
+
+    def render_set_num_threads(self) -> str:
+        return (
+            "/* The number of OpenMP threads of the parallel loops of later calls. */\n"
+            "void ember_set_num_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n"
+            "#else\n  (void)n;\n#endif\n}"
+        )
+
+    # -- kernels ----------------------------------------------------------------------------
+    def render_kernel(self, func: PrimFunc) -> str:
+        self._name = Namer(self.RESERVED, self.RESERVED_PREFIXES)
+        self._vars: set[Var] = set(func.size_vars)
+        self._buffers: set[Buffer] = set(func.params)
+        self._in_parallel = self._in_simd = False
+        written = written_buffers(func)
+        params = [
+            f"{'' if b in written else 'const '}{self.SCALAR_TYPES[b.dtype]}* restrict {self._name(b)}"
+            for b in func.params
+        ] + [f"int64_t {self._name(v)}" for v in func.size_vars]
+        doc = ", ".join(f"{b.name}: {b.dtype}[{', '.join(str(d) for d in b.shape)}]" for b in func.params)
+        lines = [f"/* {func.name}({doc}) */", f"void {self.symbol(func)}({', '.join(params)}) {{"]
+        self._stmt(func.body, 1, lines)
+        lines.append("}")
+        return "\n".join(lines)
+
+    def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        pad = "  " * depth
+        match s:
+            case SeqStmt(stmts):
+                for x in stmts:
+                    self._stmt(x, depth, out)
+            case For():
+                self._for(s, depth, out)
+            case BufferStore(buf, value, _):
+                out.append(f"{pad}{self._store(buf, single_index(s), value)};")
+            case IfThenElse(cond, then_case, else_case):
+                out.append(f"{pad}if ({self._e(cond)}) {{")
+                self._stmt(then_case, depth + 1, out)
+                if else_case is not None:
+                    out.append(f"{pad}}} else {{")
+                    self._stmt(else_case, depth + 1, out)
+                out.append(f"{pad}}}")
+            case Evaluate(value):
+                out.append(f"{pad}(void){self._e(value, UNARY)};")
+            case Allocate(buf, body):
+                self._allocate(buf, body, depth, out)
+            case _:
+                raise not_lowered(s)
+
+    def _for(self, s: For, depth: int, out: list[str]) -> None:
+        pad = "  " * depth
+        saved = self._in_parallel, self._in_simd
+        if s.kind == "parallel" and not (self._in_parallel or self._in_simd):
+            out.append(f"{pad}#pragma omp parallel for schedule(static)")
+            self._in_parallel = True
+        elif s.kind == "vectorized" and not self._in_simd:
+            out.append(f"{pad}#pragma omp simd")
+            self._in_simd = True
+        elif s.kind == "unrolled":
+            n = as_int(s.extent)
+            out.append(f"{pad}#pragma GCC unroll {8 if n is None else max(1, min(n, 65534))}")
+        v = self._name(s.loop_var)
+        end = s.extent if as_int(s.min) == 0 else s.min + s.extent
+        first = self._e(s.min)  # before the loop variable is in scope
+        self._vars.add(s.loop_var)
+        out.append(f"{pad}for ({self.SCALAR_TYPES[s.loop_var.dtype]} {v} = {first}; {v} < "
+                   f"{self._e(end, REL + 1)}; ++{v}) {{")
+        self._stmt(s.body, depth + 1, out)
+        out.append(f"{pad}}}")
+        self._vars.discard(s.loop_var)
+        self._in_parallel, self._in_simd = saved
+
+    def _allocate(self, buf: Buffer, body: Stmt, depth: int, out: list[str]) -> None:
+        pad, inner = "  " * depth, "  " * (depth + 1)
+        name, ctype = self._name(buf), self.SCALAR_TYPES[buf.dtype]
+        dims = [as_int(d) for d in buf.shape]
+        count = None if None in dims else functools.reduce(operator.mul, dims, 1)
+        small = count is not None and count * dt.bits(buf.dtype) // 8 <= self.STACK_LIMIT
+        on_stack = buf.scope == "local" and small
+        out.append(f"{pad}{{")
+        if on_stack:
+            out.append(f"{inner}{ctype} {name}[{max(count, 1)}] __attribute__((aligned({self.ALIGN})));")
+        else:
+            size = self._e(functools.reduce(operator.mul, buf.shape)) if buf.shape else "1"
+            out.append(f"{inner}{ctype}* restrict {name} = ({ctype}*)aligned_alloc({self.ALIGN}, "
+                       f"{self.lib.padded_bytes()}({size}, sizeof({ctype})));")
+        self._buffers.add(buf)
+        self._stmt(body, depth + 1, out)
+        self._buffers.discard(buf)
+        if not on_stack:
+            out.append(f"{inner}free({name});")
+        out.append(f"{pad}}}")
+
+    def _buffer(self, buf: Buffer) -> str:
+        if buf not in self._buffers:
+            raise LowerError(f"buffer {buf.name} is used but is neither a parameter of the kernel nor "
+                             f"allocated around its use")
+        return self._name(buf)
+
+    def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
+        lanes = dt.lanes_of(index.dtype)
+        if lanes == 1:
+            return f"{self._buffer(buf)}[{self._e(index)}] = {self._e(value)}"
+        if dt.lanes_of(value.dtype) == 1:
+            value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
+        v = self._mask(value, 8) if buf.dtype == "bool" else self._e(value)
+        if _contiguous(index):
+            address = f"{self._buffer(buf)} + {self._e(index.base, ADD + 1)}"
+            return f"{self.lib.store(buf.dtype, lanes)}({address}, {v})"
+        return f"{self.lib.scatter(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {v})"
+
+    # -- expressions -------------------------------------------------------------------------
+    def _e(self, e: PrimExpr, prec: int = 0) -> str:
+        """The C text of e, parenthesized if it binds looser than `prec`."""
+        code, p = self._expr(e)
+        return f"({code})" if p < prec else code
+
+    def _expr(self, e: PrimExpr) -> tuple[str, int]:
+        lanes = dt.lanes_of(e.dtype)
+        match e:
+            case Var():
+                if e not in self._vars:
+                    raise LowerError(f"variable {e.name} is used outside the loop that defines it, or is "
+                                     f"neither a loop variable nor a size of a parameter")
+                return self._name(e), PRIMARY
+            case Const(value, dtype) if lanes > 1:
+                return self._expr(Broadcast(Const(value, dt.element_of(dtype)), lanes, dtype))
+            case Const(value, dtype):
+                return self._const(value, dtype)
+            case Binary():
+                return self._binary(e)
+            case Not(a, _):
+                return f"{'~' if lanes > 1 else '!'}{self._e(a, UNARY)}", UNARY
+            case Select(c, t, f, _) if dt.lanes_of(c.dtype) == 1:
+                return f"{self._e(c, LOR)} ? {self._e(t)} : {self._e(f, COND)}", COND
+            case Select(c, t, f, _):
+                elem, bits = self._lane_type(e)
+                args = f"{self._mask(c, bits)}, {self._value(t, bits)}, {self._value(f, bits)}"
+                return f"{self.lib.select(elem, lanes)}({args})", PRIMARY
+            case Cast(dtype, v):
+                return self._cast(dtype, v)
+            case Call(name, args, dtype):
+                return self._call(name, args, dtype)
+            case BufferLoad(buf, _, _):
+                return self._load(buf, single_index(e))
+            case Ramp(base, stride, _, dtype):
+                elem = dt.element_of(dtype)
+                args = f"{self._scalar(base, elem)}, {self._scalar(stride, elem)}"
+                return f"{self.lib.ramp(elem, lanes)}({args})", PRIMARY
+            case Broadcast(v, _, dtype):
+                elem = dt.element_of(dt.compute_dtype(dtype))
+                return f"{self.lib.broadcast(elem, lanes)}({self._e(v)})", PRIMARY
+        raise TypeError(f"unknown expression node {type(e).__name__}")
+
+    def _const(self, value, dtype: str) -> tuple[str, int]:
+        if dtype == "bool":
+            return ("true" if value else "false"), PRIMARY
+        if dt.is_int(dtype):
+            if value == np.iinfo(dtype).min and dtype in ("int32", "int64"):
+                return f"{dtype.upper()}_MIN", PRIMARY
+            # int64 literals go without a suffix: C widens them to the other operand (see _binary)
+            code = str(value) if dtype in ("int32", "int64") else f"({self.SCALAR_TYPES[dtype]}){value}"
+        elif np.isnan(value):
+            return "NAN", PRIMARY
+        elif np.isinf(value):
+            code = "INFINITY" if value > 0 else "-INFINITY"
+        elif dtype == "float64":
+            code = repr(float(value))
+        else:  # float32, and float16 computed as float: the float nearest the stored value
+            exact = np.float16(value) if dtype == "float16" else np.float32(value)
+            code = repr(float(exact)) + self.MATH_FLOAT_SUFFIX
+        return code, (UNARY if code.startswith(("-", "(")) else PRIMARY)
+
+    def _binary(self, e: Binary) -> tuple[str, int]:
+        op, a, b = e.op, e.a, e.b
+        lanes = dt.lanes_of(a.dtype)
+        elem = dt.element_of(dt.compute_dtype(a.dtype))
+        if op in ("min", "max"):
+            return f"{self.lib.minmax(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
+        if op in ("//", "%") and (lanes > 1 or elem in SIGNED_INTS or dt.is_float(elem)):
+            return f"{self.lib.floordiv(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
+        # Operands bind at least as tight as C requires, and are parenthesized where GCC would
+        # suggest it: comparisons inside comparisons or bitwise operators, && inside ||.
+        if op in COMPARE_OPS:
+            left = right = ADD
+        elif op in LOGIC_OPS:
+            left = right = ADD if lanes > 1 else EQ
+        if lanes > 1 and elem == "bool":  # masks: the same width on both sides
+            cop, p = self.MASK_OPS.get(op) or self.BINARY_OPS[op]
+            return f"{self._e(a, left)} {cop} {self._mask(b, self._mask_bits(a), right)}", p
+        cop, p = self.BINARY_OPS[op]
+        if op not in COMPARE_OPS + LOGIC_OPS:
+            left, right = p, p + 1
+        code_a = self._e(a, left)
+        if isinstance(a, Const) and isinstance(b, Const) and a.dtype == "int64":
+            code_a = f"(int64_t){code_a}"  # two int literals: C would compute in int
+        code = f"{code_a} {cop} {self._e(b, right)}"
+        if lanes == 1 and elem in self.NARROW_INTS and op not in COMPARE_OPS + LOGIC_OPS:
+            return f"({self.SCALAR_TYPES[elem]})({code})", UNARY
+        return code, p
+
+    def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
+        lanes = dt.lanes_of(dtype)
+        src, dst = dt.element_of(v.dtype), dt.element_of(dtype)
+        if lanes == 1:
+            if dst == "float16":  # round to half, compute on in float
+                return f"(float)(_Float16){self._e(v, UNARY)}", UNARY
+            if dt.compute_dtype(src) == dt.compute_dtype(dst):
+                return self._expr(v)
+            return f"({self.SCALAR_TYPES[dst]}){self._e(v, UNARY)}", UNARY
+        if dst == "bool":
+            if src == "bool":
+                return self._expr(v)
+            return f"{self._e(v, EQ)} != 0", EQ
+        target = self.lib.value_vec(dst, lanes)
+        code = f"{self._e(v, ADD)} & 1" if src == "bool" else self._e(v)  # mask lanes -1 -> 1
+        if dst == "float16":
+            code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
+        elif self.lib.value_vec(src, lanes) == target and src != "bool":
+            return self._expr(v)
+        return f"__builtin_convertvector({code}, {target})", PRIMARY
+
+    def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
+        lanes = dt.lanes_of(dtype)
+        elem = dt.element_of(dt.compute_dtype(dtype))
+        if lanes == 1:
+            return self._math(name, elem, [self._e(a, UNARY if name in self.MATH_EXPRS else 0) for a in args])
+        t = self.lib.vec(elem, lanes)
+        params = ", ".join(f"{t} {x}" for x in "xy"[: len(args)])
+        lane_expr, _ = self._math(name, elem, [f"{x}[l]" for x in "xy"[: len(args)]])
+        helper = self.lib.lanewise(f"ember_{name}_{t}", t, params, lanes, lane_expr)
+        return f"{helper}({', '.join(self._e(a) for a in args)})", PRIMARY
+
+    def _math(self, name: str, elem: str, args: list[str]) -> tuple[str, int]:
+        """A scalar math call of type `elem` on argument texts."""
+        if dt.is_int(elem):  # only abs keeps integer arguments
+            if elem.startswith("uint"):
+                return args[0], UNARY
+            fn = "llabs" if elem == "int64" else "abs"
+            code = f"{fn}({args[0]})"
+            if elem in self.NARROW_INTS:
+                return f"({self.SCALAR_TYPES[elem]}){code}", UNARY
+            return code, PRIMARY
+        f = self.MATH_FLOAT_SUFFIX if elem == "float32" else ""
+        if name in self.MATH_EXPRS:
+            template, prec = self.MATH_EXPRS[name]
+            return template.format(*args, f=f, one=self._const(1.0, elem)[0]), prec
+        return f"{self.MATH_FUNCS[name]}{f}({', '.join(args)})", PRIMARY
+
+    def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
+        lanes = dt.lanes_of(index.dtype)
+        name = self._buffer(buf)
+        if lanes == 1:
+            return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
+                f"{name}[{self._e(index)}]", PRIMARY)
+        if _contiguous(index):
+            return f"{self.lib.load(buf.dtype, lanes)}({name} + {self._e(index.base, ADD + 1)})", PRIMARY
+        return f"{self.lib.gather(buf.dtype, lanes)}({name}, {self._index_vector(index)})", PRIMARY
+
+    # -- types of values ------------------------------------------------------------------------
+    def _index_vector(self, index: PrimExpr) -> str:
+        """A vector index as int64 lanes, what gathers and scatters take."""
+        if dt.element_of(index.dtype) == "int64":
+            return self._e(index)
+        return f"__builtin_convertvector({self._e(index)}, {self.lib.vec('int64', dt.lanes_of(index.dtype))})"
+
+    def _scalar(self, e: PrimExpr, elem: str) -> str:
+        """A scalar operand of a vector operation of lanes `elem` (GCC wants the same type)."""
+        if dt.element_of(e.dtype) == elem:
+            return self._e(e)
+        return f"({self.SCALAR_TYPES[elem]}){self._e(e, UNARY)}"
+
+    def _lane_type(self, e: PrimExpr) -> tuple[str, int]:
+        """The element type of e's vector lanes in C, and their width in bits."""
+        if dt.is_bool(e.dtype):
+            bits = self._mask_bits(e)
+            return f"int{bits}", bits
+        elem = dt.element_of(dt.compute_dtype(e.dtype))
+        return elem, dt.bits(elem)
+
+    def _value(self, e: PrimExpr, bits: int) -> str:
+        """e as an operand of a vector select whose lanes are `bits` wide."""
+        return self._mask(e, bits) if dt.is_bool(e.dtype) else self._e(e)
+
+    def _mask(self, e: PrimExpr, bits: int, prec: int = 0) -> str:
+        """A boolean vector as a mask of `bits`-wide lanes."""
+        have = self._mask_bits(e)
+        if have == bits:
+            return self._e(e, prec)
+        return f"__builtin_convertvector({self._e(e)}, {self.lib.mask(bits, dt.lanes_of(e.dtype))})"
+
+    def _mask_bits(self, e: PrimExpr) -> int:
+        """The lane width of the mask a boolean vector expression is rendered as."""
+        match e:
+            case Binary(op, a, _, _) if op in COMPARE_OPS and not dt.is_bool(a.dtype):
+                return dt.bits(dt.compute_dtype(a.dtype))
+            case Binary(_, a, _, _) | Not(a, _) | Select(_, a, _, _):
+                return self._mask_bits(a)
+            case Cast(_, v):
+                return self._mask_bits(v) if dt.is_bool(v.dtype) else dt.bits(dt.compute_dtype(v.dtype))
+            case BufferLoad():
+                return 8
+        return 32  # Broadcast and Const: see CPrelude.broadcast
+
+
+def _contiguous(index: PrimExpr) -> bool:
+    return isinstance(index, Ramp) and as_int(index.stride) == 1

@@ -1,0 +1,248 @@
+"""The top of a C translation unit: includes, GCC vector typedefs and small inline helpers.
+
+Kernels ask for a vector type or a helper by what it does (`load("float16", 8)`); the prelude
+writes its definition once, the first time it is asked, so a unit carries only what its kernels
+use. Helpers are `static inline` functions (GCC inlines them at -O1 and above); they hold the
+operations that C has no operator for, so the kernels stay one readable expression per store:
+
+- contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
+  converted to float on load and back on store; booleans are bytes in memory, masks in registers;
+- gathers, scatters and libm calls lane by lane;
+- floor division and modulo with numpy's rules (integers and floats), min and max that propagate
+  NaN like numpy.maximum, vector selects as mask blends.
+
+A boolean vector is a *mask*: a signed integer vector of -1/0 lanes (what GCC's vector
+comparisons produce), as wide as the values that were compared.
+
+GCC vectors have a power-of-two size, so a vector of 3 lanes is stored in a type of 4: the extra
+lanes hold garbage, which is harmless because memory is only ever touched lane by lane for such
+types, and integer division (which could trap on a garbage 0) is always done lane by lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..tir import dtype as dt
+
+INCLUDES = ("math.h", "stdbool.h", "stdint.h", "stdlib.h")
+
+SIGNED_INTS = ("int8", "int16", "int32", "int64")
+
+# numpy's floor division and modulo of floats (npy_divmod), in float or double.
+_FLOAT_FLOORMOD = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {T} m = fmod{f}(a, b);
+  if (m == 0) return copysign{f}(0, b);
+  return (b < 0) != (m < 0) ? m + b : m;
+}}"""
+
+_FLOAT_FLOORDIV = """\
+static inline {T} {name}({T} a, {T} b) {{
+  if (b == 0) return a / b;
+  {T} m = fmod{f}(a, b), d = (a - m) / b;
+  if (m != 0 && (b < 0) != (m < 0)) d -= 1;
+  if (d == 0) return copysign{f}(0, a / b);
+  {T} q = floor{f}(d);
+  return d - q > 0.5{f} ? q + 1 : q;
+}}"""
+
+# Python's floor division and modulo of integers: C truncates, so fix the sign when the remainder
+# and the divisor disagree. Narrow types compute in int and wrap on return, as numpy does.
+_INT_FLOORDIV = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {T} q = a / b, r = a % b;
+  return r != 0 && (r < 0) != (b < 0) ? q - 1 : q;
+}}"""
+
+_INT_FLOORMOD = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {T} r = a % b;
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}}"""
+
+
+class CPrelude:
+    """Collects the typedefs and helpers of one translation unit; `text()` renders them."""
+
+    def __init__(self, scalar_types: dict[str, str]):
+        self.types = scalar_types
+        self._typedefs: dict[str, str] = {}
+        self._helpers: dict[str, str] = {}
+
+    def text(self) -> str:
+        parts = [f"#include <{h}>" for h in INCLUDES]
+        parts += ["#ifdef _OPENMP", "#include <omp.h>", "#endif"]
+        if self._typedefs:
+            parts += ["", *self._typedefs.values()]
+        for h in self._helpers.values():
+            parts += ["", h]
+        return "\n".join(parts)
+
+    # -- types -----------------------------------------------------------------------------
+    def vec(self, elem: str, lanes: int) -> str:
+        """The vector type of `lanes` values of scalar dtype `elem` ("float32x8")."""
+        name = f"{elem}x{lanes}"
+        if name not in self._typedefs:
+            size = (1 << (lanes - 1).bit_length()) * dt.bits(elem) // 8  # padded to a power of two
+            self._typedefs[name] = f"typedef {self.types[elem]} {name} __attribute__((vector_size({size})));"
+        return name
+
+    def unaligned_vec(self, elem: str, lanes: int) -> str:
+        """The same vector type (of power-of-two lanes), for loads and stores at any address of
+        memory of any type."""
+        name = f"{self.vec(elem, lanes)}_u"
+        if name not in self._typedefs:
+            size = lanes * dt.bits(elem) // 8
+            attributes = f"vector_size({size}), aligned(1), may_alias"
+            self._typedefs[name] = f"typedef {self.types[elem]} {name} __attribute__(({attributes}));"
+        return name
+
+    def mask(self, bits: int, lanes: int) -> str:
+        return self.vec(f"int{bits}", lanes)
+
+    def value_vec(self, elem: str, lanes: int) -> str:
+        """The vector type that lanes of `elem` are computed in (float16 in float, bool as a byte mask)."""
+        if elem == "bool":
+            return self.mask(8, lanes)
+        return self.vec(dt.element_of(dt.compute_dtype(elem)), lanes)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _helper(self, name: str, make: Callable[[], str]) -> str:
+        if name not in self._helpers:
+            self._helpers[name] = make()  # make() may add the helpers it calls first
+        return name
+
+    def lanewise(self, name: str, out: str, params: str, lanes: int, lane_expr: str) -> str:
+        """A helper `out name(params)` whose lane `l` is `lane_expr` (of the params, at lane l)."""
+        return self._helper(name, lambda: (
+            f"static inline {out} {name}({params}) {{\n  {out} r;\n"
+            f"  for (int l = 0; l < {lanes}; ++l) r[l] = {lane_expr};\n  return r;\n}}"
+        ))
+
+    def load(self, elem: str, lanes: int) -> str:
+        """`T ember_load_<elem>x<lanes>(const S* p)`: lanes contiguous elements from p."""
+        t, s = self.value_vec(elem, lanes), self.types[elem]
+        name = f"ember_load_{elem}x{lanes}"
+        if not _power_of_two(lanes):
+            return self.lanewise(name, t, f"const {s}* p", lanes, "-p[l]" if elem == "bool" else "p[l]")
+        u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
+        if elem == "bool":
+            body = f"*(const {u}*)p != 0"
+        elif elem == "float16":
+            body = f"__builtin_convertvector(*(const {u}*)p, {t})"
+        else:
+            body = f"*(const {u}*)p"
+        return self._helper(name, lambda: f"static inline {t} {name}(const {s}* p) {{ return {body}; }}")
+
+    def store(self, elem: str, lanes: int) -> str:
+        """`void ember_store_<elem>x<lanes>(S* p, T v)`: the lanes of v to p, p + 1, ..."""
+        t, s = self.value_vec(elem, lanes), self.types[elem]
+        name = f"ember_store_{elem}x{lanes}"
+        if not _power_of_two(lanes):
+            return self._helper(name, lambda: (
+                f"static inline void {name}({s}* p, {t} v) {{\n"
+                f"  for (int l = 0; l < {lanes}; ++l) p[l] = v[l];\n}}"
+            ))
+        u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
+        if elem == "bool":
+            value = "v & 1"
+        elif elem == "float16":
+            value = f"__builtin_convertvector(v, {self.vec('float16', lanes)})"
+        else:
+            value = "v"
+        return self._helper(name, lambda: (
+            f"static inline void {name}({s}* p, {t} v) {{ *({u}*)p = {value}; }}"
+        ))
+
+    def gather(self, elem: str, lanes: int) -> str:
+        """`T ember_gather_<elem>x<lanes>(const S* p, int64xN i)`: p[i[0]], p[i[1]], ..."""
+        t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
+        lane = "-p[i[l]]" if elem == "bool" else "p[i[l]]"
+        params = f"const {self.types[elem]}* p, {idx} i"
+        return self.lanewise(f"ember_gather_{elem}x{lanes}", t, params, lanes, lane)
+
+    def scatter(self, elem: str, lanes: int) -> str:
+        """`void ember_scatter_<elem>x<lanes>(S* p, int64xN i, T v)`: p[i[l]] = v[l] for each lane."""
+        t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
+        name = f"ember_scatter_{elem}x{lanes}"
+        return self._helper(name, lambda: (
+            f"static inline void {name}({self.types[elem]}* p, {idx} i, {t} v) {{\n"
+            f"  for (int l = 0; l < {lanes}; ++l) p[i[l]] = v[l];\n}}"
+        ))
+
+    def broadcast(self, elem: str, lanes: int) -> str:
+        """`T ember_broadcast_<elem>x<lanes>(E x)`: x in every lane (a bool becomes an int32 mask)."""
+        if elem == "bool":
+            t, arg, x = self.mask(32, lanes), "bool x", "m"
+            pre = "int32_t m = -(int32_t)x; "
+        else:
+            t, arg, x, pre = self.vec(elem, lanes), f"{self.types[elem]} x", "x", ""
+        name = f"ember_broadcast_{elem}x{lanes}"
+        lanes_init = ", ".join([x] * lanes)
+        return self._helper(name, lambda: (
+            f"static inline {t} {name}({arg}) {{ {pre}return ({t}){{{lanes_init}}}; }}"
+        ))
+
+    def ramp(self, elem: str, lanes: int) -> str:
+        """`T ember_ramp_<elem>x<lanes>(E base, E stride)`: base, base + stride, ..."""
+        t, e = self.vec(elem, lanes), self.types[elem]
+        name = f"ember_ramp_{elem}x{lanes}"
+        iota = ", ".join(str(i) for i in range(lanes))
+        return self._helper(name, lambda: (
+            f"static inline {t} {name}({e} base, {e} stride) {{ return ({t}){{{iota}}} * stride + base; }}"
+        ))
+
+    def select(self, elem: str, lanes: int) -> str:
+        """`T ember_select_<elem>x<lanes>(M m, T a, T b)`: a where the mask m is set, else b."""
+        t, m = self.vec(elem, lanes), self.mask(dt.bits(elem), lanes)
+        name = f"ember_select_{t}"
+        return self._helper(name, lambda: (
+            f"static inline {t} {name}({m} m, {t} a, {t} b) {{ return ({t})((({m})a & m) | (({m})b & ~m)); }}"
+        ))
+
+    def minmax(self, op: str, elem: str, lanes: int) -> str:
+        """`ember_max_<type>(a, b)` (or min): numpy.maximum's result, NaN included, scalar or vector."""
+        cmp = ">" if op == "max" else "<"
+        nan = dt.is_float(elem)  # a != a: a is NaN, and NaN wins
+        if lanes == 1:
+            t = self.types[elem]
+            body = f"a {cmp} b || a != a ? a : b" if nan else f"a {cmp} b ? a : b"
+        else:
+            t = self.vec(elem, lanes)
+            take_a = f"(a {cmp} b) | (a != a)" if nan else f"a {cmp} b"
+            body = f"{self.select(elem, lanes)}({take_a}, a, b)"
+        name = f"ember_{op}_{elem if lanes == 1 else t}"
+        return self._helper(name, lambda: f"static inline {t} {name}({t} a, {t} b) {{ return {body}; }}")
+
+    def floordiv(self, op: str, elem: str, lanes: int) -> str:
+        """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules, for
+        scalars of signed or float type and for any vector (C's operators do for unsigned ints)."""
+        kind = "floordiv" if op == "//" else "floormod"
+        if lanes > 1:
+            t = self.vec(elem, lanes)
+            if elem.startswith("uint"):
+                lane = f"x[l] {'/' if op == '//' else '%'} y[l]"
+            else:
+                lane = f"{self.floordiv(op, elem, 1)}(x[l], y[l])"
+            return self.lanewise(f"ember_{kind}_{t}", t, f"{t} x, {t} y", lanes, lane)
+        name = f"ember_{kind}_{elem}"
+        if dt.is_float(elem):
+            template = _FLOAT_FLOORDIV if op == "//" else _FLOAT_FLOORMOD
+        else:
+            template = _INT_FLOORDIV if op == "//" else _INT_FLOORMOD
+        f = "f" if elem == "float32" else ""
+        return self._helper(name, lambda: template.format(T=self.types[elem], name=name, f=f))
+
+    def padded_bytes(self) -> str:
+        """`size_t ember_padded_bytes(int64_t count, size_t size)`: bytes for aligned_alloc."""
+        name = "ember_padded_bytes"
+        return self._helper(name, lambda: (
+            f"static inline size_t {name}(int64_t count, size_t size) {{\n"
+            "  size_t bytes = count > 0 ? (size_t)count * size : 1;\n"
+            "  return (bytes + 63) / 64 * 64;  /* aligned_alloc wants a multiple of the alignment */\n}"
+        ))
+
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0

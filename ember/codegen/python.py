@@ -1,0 +1,222 @@
+"""The loop-IR interpreter (target "python"): a lowered `PrimFunc` becomes Python over NumPy.
+
+`codegen_python(func)` writes `def NAME(A, B, C, n):` taking flat 1-D arrays (views of the
+caller's arrays) then the int sizes; `load_python` compiles it. The function runs the loop IR
+with NumPy's semantics, which makes it the definition of what the IR means (slow and exact: the
+oracle that tells lowering bugs from code generation bugs):
+
+- scalars are NumPy scalars of their dtype, so float32 rounds as float32 and narrow integers
+  wrap; int64 index arithmetic stays in Python ints; `//` and `%` floor (numpy's rules for floats);
+  float16 is computed as float32 (a load converts, a store rounds);
+- vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
+  access a slice and any other a fancy index; Select on vectors is `np.where`;
+- math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
+- every loop kind runs as a plain serial loop; an Allocate is an `np.empty`.
+
+Run it under `np.errstate(all="ignore")`: wrap-around and float overflow are semantics here, not
+errors.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import linecache
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import LowerError
+from ..tir import dtype as dt
+from ..tir.expr import (
+    Binary,
+    Broadcast,
+    Buffer,
+    BufferLoad,
+    Call,
+    Cast,
+    Const,
+    Not,
+    PrimExpr,
+    Ramp,
+    Select,
+    Var,
+    as_int,
+)
+from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from .common import Namer, not_lowered, safe_name, single_index
+
+# dtype -> the name of its NumPy scalar type in the generated code's namespace.
+TYPES = {
+    "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "float16": "f16", "float32": "f32", "float64": "f64",
+}
+
+FUNCS = {
+    "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "tanh": "np.tanh", "erf": "_erf",
+    "pow": "np.power", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
+    "round": "np.rint", "sin": "np.sin", "cos": "np.cos", "exp2": "np.exp2", "log2": "np.log2",
+    "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc",
+}
+EXPRS = {"rsqrt": "(1 / np.sqrt({0}))", "sigmoid": "(1 / (1 + np.exp(-{0})))"}
+OPS = {"&&": "and", "||": "or"}  # on scalars; vectors use & and |
+
+
+def _erf(x):
+    """math.erf, elementwise, in the dtype of x (NumPy has no erf without SciPy)."""
+    if isinstance(x, np.ndarray):
+        return np.vectorize(math.erf, otypes=[x.dtype])(x)
+    return x.dtype.type(math.erf(x))
+
+
+NAMESPACE = {"np": np, "_erf": _erf} | {name: dt.to_numpy(d).type for d, name in TYPES.items()}
+RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
+
+
+def symbol(func: PrimFunc) -> str:
+    """The Python name of a kernel's function."""
+    return safe_name(func.name, RESERVED, ("_",))
+
+
+def codegen_python(func: PrimFunc) -> str:
+    return _PythonRenderer(func).render()
+
+
+def load_python(source: str, func: PrimFunc) -> Callable:
+    """Compile the source from `codegen_python(func)` and return its function. Tracebacks show
+    the generated lines (the source is registered with linecache)."""
+    filename = f"<ember-python {func.name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(NAMESPACE)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[symbol(func)]
+
+
+class _PythonRenderer:
+    def __init__(self, func: PrimFunc):
+        self.func = func
+        self._name = Namer(RESERVED, ("_",))
+        self._vars: set[Var] = set(func.size_vars)
+        self._buffers: set[Buffer] = set(func.params)
+
+    def render(self) -> str:
+        f = self.func
+        params = [self._name(b) for b in f.params] + [self._name(v) for v in f.size_vars]
+        doc = ", ".join(f"{b.name}: {b.dtype}[{', '.join(str(d) for d in b.shape)}]" for b in f.params)
+        lines = [f"def {symbol(f)}({', '.join(params)}):", f'    """{f.name}({doc})"""']
+        self._stmt(f.body, 1, lines)
+        return "\n".join(lines) + "\n"
+
+    def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        pad = "    " * depth
+        match s:
+            case SeqStmt(stmts):
+                for x in stmts:
+                    self._stmt(x, depth, out)
+                if not stmts:
+                    out.append(f"{pad}pass")
+            case For(v, mn, ext, _, body):
+                bounds = self._e(ext) if as_int(mn) == 0 else f"{self._e(mn)}, {self._e(mn + ext)}"
+                self._vars.add(v)
+                out.append(f"{pad}for {self._name(v)} in range({bounds}):")
+                self._stmt(body, depth + 1, out)
+                self._vars.discard(v)
+            case BufferStore(buf, value, _):
+                out.append(f"{pad}{self._access(buf, single_index(s))} = {self._e(value)}")
+            case IfThenElse(cond, then_case, else_case):
+                out.append(f"{pad}if {self._e(cond)}:")
+                self._stmt(then_case, depth + 1, out)
+                if else_case is not None:
+                    out.append(f"{pad}else:")
+                    self._stmt(else_case, depth + 1, out)
+            case Evaluate(value):
+                out.append(f"{pad}{self._e(value)}")
+            case Allocate(buf, body):
+                size = " * ".join(self._e(d) for d in buf.shape) or "1"
+                out.append(f"{pad}{self._name(buf)} = np.empty({size}, dtype={TYPES[buf.dtype]})")
+                self._buffers.add(buf)
+                self._stmt(body, depth, out)
+                self._buffers.discard(buf)
+            case _:
+                raise not_lowered(s)
+
+    def _access(self, buf: Buffer, index: PrimExpr) -> str:
+        """`A[i]`, `A[b:b + 8]` for a stride-1 ramp, or `A[idx]` with an index array."""
+        if buf not in self._buffers:
+            raise LowerError(f"buffer {buf.name} is used but is neither a parameter of the kernel nor "
+                             f"allocated around its use")
+        name = self._name(buf)
+        if isinstance(index, Ramp) and as_int(index.stride) == 1:
+            base = self._e(index.base)
+            return f"{name}[{base}:{base} + {index.lanes}]"
+        return f"{name}[{self._e(index)}]"
+
+    def _e(self, e: PrimExpr) -> str:
+        vector = dt.lanes_of(e.dtype) > 1
+        match e:
+            case Var():
+                if e not in self._vars:
+                    raise LowerError(f"variable {e.name} is used outside the loop that defines it, or is "
+                                     f"neither a loop variable nor a size of a parameter")
+                return self._name(e)
+            case Const(value, dtype) if vector:
+                return f"np.full({dt.lanes_of(dtype)}, {self._const(value, dt.element_of(dtype))}, " \
+                       f"dtype={TYPES[dt.element_of(dt.compute_dtype(dtype))]})"
+            case Const(value, dtype):
+                return self._const(value, dtype)
+            case Binary(("min" | "max") as op, a, b, dtype):
+                fn = f"np.{op}imum" if vector or dt.is_float(dtype) else op
+                return f"{fn}({self._e(a)}, {self._e(b)})"
+            case Binary(op, a, b, _):
+                py = {"&&": "&", "||": "|"}.get(op, op) if vector else OPS.get(op, op)
+                return f"({self._e(a)} {py} {self._e(b)})"
+            case Not(a, _):
+                return f"(~{self._e(a)})" if vector else f"(not {self._e(a)})"
+            case Select(c, t, f, _) if dt.lanes_of(c.dtype) > 1:
+                return f"np.where({self._e(c)}, {self._e(t)}, {self._e(f)})"
+            case Select(c, t, f, _):
+                return f"({self._e(t)} if {self._e(c)} else {self._e(f)})"
+            case Cast(dtype, v):
+                return self._cast(dt.element_of(dtype), v, vector)
+            case Call(name, args, _):
+                if name in EXPRS:
+                    return EXPRS[name].format(self._e(args[0]))
+                return f"{FUNCS[name]}({', '.join(self._e(a) for a in args)})"
+            case BufferLoad(buf, _, _):
+                code = self._access(buf, single_index(e))
+                if buf.dtype == "float16":
+                    return f"{code}.astype(f32)" if vector else f"f32({code})"
+                return code
+            case Ramp(base, stride, lanes, dtype):
+                arange = f"np.arange({lanes}, dtype={TYPES[dt.element_of(dtype)]})"
+                return f"({self._e(base)} + {self._e(stride)} * {arange})"
+            case Broadcast(v, lanes, dtype):
+                elem = dt.element_of(dt.compute_dtype(dtype))
+                return f"np.full({lanes}, {self._e(v)}, dtype={TYPES[elem]})"
+        raise TypeError(f"unknown expression node {type(e).__name__}")
+
+    def _const(self, value, dtype: str) -> str:
+        if dtype == "bool":
+            return repr(bool(value))
+        if dtype == "int64":
+            return repr(value) if value >= 0 else f"({value})"
+        if dt.is_float(dtype):
+            if dtype == "float16":
+                value = float(np.float16(value))
+            text = repr(float(value))
+            return f"{TYPES[dt.compute_dtype(dtype)]}({text if math.isfinite(value) else repr(text)})"
+        return f"{TYPES[dtype]}({value})"
+
+    def _cast(self, dst: str, v: PrimExpr, vector: bool) -> str:
+        src = dt.element_of(v.dtype)
+        x = self._e(v)
+        if dst == "float16":  # round to half, compute on in float32
+            return f"{x}.astype(f16).astype(f32)" if vector else f"f32(f16({x}))"
+        if dt.compute_dtype(src) == dt.compute_dtype(dst):
+            return x
+        if vector:
+            return f"{x}.astype({TYPES[dst]})"
+        if src == "int64" and dt.is_int(dst):  # a Python int: through int64, so it wraps
+            return f"{TYPES[dst]}(i64({x}))"
+        return f"{TYPES[dst]}({x})"

@@ -1,0 +1,127 @@
+"""Compiling C source to a shared library, cached by content.
+
+`build_library(source)` returns the path of a shared library built from `source`. The cache key is
+the sha256 of everything that decides the binary: the source, the compiler, its flags, and the
+compiler's `--version` text (asked once per process and compiler). Libraries live in
+`<cache_dir>/kernels/<key[:2]>/<key>.so`, with the C source next to them when keep_source is on.
+A build compiles in a temporary folder beside its destination and `os.replace`s the results into
+place under a per-key `fcntl` lock, so concurrent processes compile a source once and never load
+a half-written library. `explain_cache_key` returns the parts of a key: diff two of them to see
+why a build missed the cache.
+
+A compiler error raises `BuildError` with the compiler's error lines, each followed by the
+generated source lines it points at.
+
+Options read (ember.config): cc, cflags, cache_dir, keep_source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import config
+from ..errors import BuildError
+
+LIBS = ("-lm",)  # after the source file, where the linker wants libraries
+
+_ERROR = re.compile(r"^(?P<file>[^\s:]+\.c):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: .*$", re.M)
+_MAX_CONTEXTS = 5  # errors shown with their source lines; the rest only as the compiler's line
+
+
+def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> Path:
+    """The shared library of a C translation unit, compiled unless the cache has it."""
+    parts = explain_cache_key(source, cc=cc, cflags=cflags)
+    path = Path(parts["path"])
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.with_suffix(".lock")):
+        if not path.exists():  # another process may have built it while we waited
+            _compile(source, parts["cc"], shlex.split(parts["cflags"]), path)
+    return path
+
+
+def explain_cache_key(source: str, *, cc: str | None = None,
+                      cflags: str | Sequence[str] | None = None) -> dict[str, str]:
+    """The parts of the build cache key of `source`, the key itself and the library's path."""
+    cc = cc or config.get("cc")
+    flags = config.get("cflags") if cflags is None else cflags
+    flags = shlex.split(flags) if isinstance(flags, str) else list(flags)
+    parts = {
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "cc": cc,
+        "cflags": shlex.join(flags),
+        "libs": shlex.join(LIBS),
+        "compiler_version": compiler_version(cc),
+    }
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    path = Path(config.get("cache_dir")) / "kernels" / key[:2] / f"{key}.so"
+    return {**parts, "key": key, "path": str(path)}
+
+
+@functools.cache
+def compiler_version(cc: str) -> str:
+    """The `--version` text of a compiler (cached for the life of the process)."""
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another "
+                         f"with the cc option (EMBER_CC)") from e
+    return out.stdout.strip()
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
+        src, lib = Path(tmp) / f"{path.stem[:16]}.c", Path(tmp) / "lib.so"
+        src.write_text(source)
+        cmd = [cc, *flags, "-o", str(lib), str(src), *LIBS]
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise BuildError(f"cannot run the C compiler {cc!r}: {e}", source=source) from e
+        if result.returncode != 0:
+            raise BuildError(_error_message(cmd, result, source), source=source,
+                             compiler_output=result.stderr)
+        if config.get("keep_source"):
+            os.replace(src, path.with_suffix(".c"))
+        os.replace(lib, path)  # last: a library in the cache is always complete
+
+
+def _error_message(cmd: list[str], result: subprocess.CompletedProcess, source: str) -> str:
+    lines = [f"the C compiler failed (exit status {result.returncode}): {shlex.join(cmd)}"]
+    errors = list(_ERROR.finditer(result.stderr))
+    if not errors:  # not an error in the source (a bad flag, say): show what the compiler said
+        lines.append(result.stderr.strip())
+    source_lines = source.splitlines()
+    for k, m in enumerate(errors):
+        lines.append(m.group(0))
+        if k < _MAX_CONTEXTS:
+            lines += _context(source_lines, int(m["line"]))
+    return "\n".join(lines)
+
+
+def _context(source_lines: list[str], line: int, around: int = 2) -> list[str]:
+    """The generated source around `line` (1-based), numbered, the line itself marked with `>`."""
+    lo, hi = max(1, line - around), min(len(source_lines), line + around)
+    return [f"{'>' if n == line else ' '} {n:5d} | {source_lines[n - 1]}" for n in range(lo, hi + 1)]

@@ -1,0 +1,113 @@
+"""Callable kernels: a lowered `PrimFunc` built for a target, called on NumPy arrays.
+
+`build_c(func)` generates C, builds (or finds in the cache) its shared library and loads it with
+ctypes; `build_c_module(funcs)` puts several kernels in one library; `build_python(func)` runs the
+loop-IR interpreter instead. A `Kernel` is called with one array per parameter, in order; outputs
+are written in place. Every call first checks its arguments (`runtime.args`); `prepare` checks once
+and returns a launcher without checks, which is what `bench` times.
+
+Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0),
+and through `build_library`: cc, cflags, cache_dir, keep_source.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .. import config
+from ..codegen.c import CRenderer, codegen_c
+from ..codegen.python import codegen_python, load_python
+from ..tir.stmt import PrimFunc
+from .args import Signature
+from .bench import BenchResult, bench
+from .build import build_library
+
+
+class Kernel:
+    """A built kernel: `func` (the lowered function), `name`, and the generated `source`."""
+
+    target = ""
+
+    def __init__(self, func: PrimFunc, source: str):
+        self.func = func
+        self.name = func.name
+        self.source = source
+        self.signature = Signature(func)
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        self.prepare(*arrays)()
+
+    def prepare(self, *arrays: np.ndarray) -> Callable[[], None]:
+        """Check the arguments once; return a function that runs the kernel on them."""
+        return self._launcher(arrays, self.signature.bind(arrays))
+
+    def bench(self, *arrays: np.ndarray, **options) -> BenchResult:
+        """Time the kernel on these arrays (options: those of `runtime.bench.bench`)."""
+        return bench(self, *arrays, **options)
+
+    def _launcher(self, arrays: Sequence[np.ndarray], sizes: list[int]) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class CKernel(Kernel):
+    """A kernel compiled to native code; `library` is the loaded shared library."""
+
+    target = "c"
+
+    def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL):
+        super().__init__(func, source)
+        self.library = library  # keeps the library loaded as long as the kernel lives
+        self._cfunc = getattr(library, CRenderer.symbol(func))
+        self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars)
+        self._cfunc.restype = None
+
+    def _launcher(self, arrays, sizes):
+        cfunc, args = self._cfunc, [a.ctypes.data for a in arrays] + sizes
+        return lambda: cfunc(*args)
+
+
+class PythonKernel(Kernel):
+    """A kernel run by the loop-IR interpreter (NumPy): slow, exact, needs no compiler."""
+
+    target = "python"
+
+    def __init__(self, func: PrimFunc):
+        source = codegen_python(func)
+        super().__init__(func, source)
+        self._pyfunc = load_python(source, func)
+
+    def _launcher(self, arrays, sizes):
+        pyfunc, args = self._pyfunc, [a.reshape(-1) for a in arrays] + sizes
+
+        def run():
+            with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors
+                pyfunc(*args)
+
+        return run
+
+
+def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> CKernel:
+    """Compile one lowered function to a native kernel."""
+    return build_c_module([func], cc=cc, cflags=cflags)[func.name]
+
+
+def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
+                   cflags: str | Sequence[str] | None = None) -> dict[str, CKernel]:
+    """Compile several lowered functions into one library; their kernels by function name."""
+    source = codegen_c(funcs)
+    library = ctypes.CDLL(str(build_library(source, cc=cc, cflags=cflags)))
+    threads = config.get("num_threads")
+    if threads > 0:
+        library.ember_set_num_threads(ctypes.c_int(threads))
+    return {f.name: CKernel(f, source, library) for f in funcs}
+
+
+def build_python(func: PrimFunc) -> PythonKernel:
+    """The loop-IR interpreter's kernel for a lowered function."""
+    return PythonKernel(func)
