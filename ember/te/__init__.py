@@ -1,0 +1,121 @@
+"""Tensor expressions: `placeholder`, `compute`, `reduce_axis`, reducers, math, and schedules.
+
+    A = te.placeholder((M, K), name="A")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+"""
+
+from __future__ import annotations
+
+from ..tir.expr import PrimExpr, Var, call, cast, const, convert, select
+from ..tir.expr import all_ as _all
+from ..tir.expr import binary as _binary
+from .schedule import Stage, TESchedule
+from .tensor import (
+    CommReducer,
+    ComputeOp,
+    PlaceholderOp,
+    TEError,
+    Tensor,
+    comm_reducer,
+    compute,
+    placeholder,
+    prod,
+    reduce_axis,
+    size_var,
+    var,
+)
+from .tensor import max as max  # noqa: PLC0414  (te.max/te.min reduce, or combine two values)
+from .tensor import min as min  # noqa: PLC0414
+from .tensor import sum as sum  # noqa: PLC0414
+from .to_tir import create_prim_func
+
+
+def create_schedule(ops) -> TESchedule:
+    if not isinstance(ops, list | tuple):
+        ops = [ops]
+    return TESchedule(list(ops))
+
+
+def if_then_else(cond, t, f) -> PrimExpr:
+    return select(cond, t, f)
+
+
+def all(*conds) -> PrimExpr:  # noqa: A001
+    return _all(*conds)
+
+
+def any(*conds) -> PrimExpr:  # noqa: A001
+    out = convert(False)
+    for c in conds:
+        out = _binary("||", out, c)
+    return out
+
+
+def floordiv(a, b) -> PrimExpr:
+    return _binary("//", a, b)
+
+
+def floormod(a, b) -> PrimExpr:
+    return _binary("%", a, b)
+
+
+def truncdiv(a, b) -> PrimExpr:
+    """Division rounding toward zero (C's `/` on integers)."""
+    a, b = convert(a), convert(b)
+    q = _binary("//", a, b)
+    inexact = _binary("!=", _binary("%", a, b), 0)
+    signs_differ = _binary("!=", a < 0, b < 0)
+    return select(inexact & signs_differ, q + 1, q)
+
+
+def truncmod(a, b) -> PrimExpr:
+    return convert(a) - truncdiv(a, b) * b
+
+
+def _unary(name):
+    def f(x):
+        return call(name, x)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise {name}."
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+erf = _unary("erf")
+sigmoid = _unary("sigmoid")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001
+trunc = _unary("trunc")
+sin = _unary("sin")
+cos = _unary("cos")
+log2 = _unary("log2")
+exp2 = _unary("exp2")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+
+
+def abs(x) -> PrimExpr:  # noqa: A001
+    return call("abs", x)
+
+
+def power(x, y) -> PrimExpr:
+    return call("pow", x, y)
+
+
+pow = power  # noqa: A001
+
+__all__ = [
+    "CommReducer", "ComputeOp", "PlaceholderOp", "PrimExpr", "Stage", "TEError", "TESchedule", "Tensor", "Var",
+    "abs", "all", "any", "cast", "ceil", "comm_reducer", "compute", "const", "cos", "create_prim_func",
+    "create_schedule", "erf", "exp", "exp2", "expm1", "floor", "floordiv", "floormod", "if_then_else", "log",
+    "log1p", "log2", "max", "min", "placeholder", "pow", "power", "prod", "reduce_axis", "round", "rsqrt",
+    "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "trunc", "truncdiv", "truncmod", "var",
+]

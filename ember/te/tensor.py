@@ -247,15 +247,17 @@ def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") 
 def _lowest(dtype: str):
     import numpy as np
 
-    d = dt.to_numpy(dtype)
-    return -np.inf if dt.is_float(dtype) else (False if d == bool else np.iinfo(d).min)
+    if dt.is_float(dtype):
+        return -np.inf
+    return False if dt.is_bool(dtype) else np.iinfo(dt.to_numpy(dtype)).min
 
 
 def _highest(dtype: str):
     import numpy as np
 
-    d = dt.to_numpy(dtype)
-    return np.inf if dt.is_float(dtype) else (True if d == bool else np.iinfo(d).max)
+    if dt.is_float(dtype):
+        return np.inf
+    return True if dt.is_bool(dtype) else np.iinfo(dt.to_numpy(dtype)).max
 
 
 sum = comm_reducer(lambda x, y: x + y, lambda t: 0, "sum")  # noqa: A001

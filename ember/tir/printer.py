@@ -22,10 +22,13 @@ _PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "
 _PY_OP = {"&&": "and", "||": "or"}
 
 
+_block_var_names: dict = {}  # while printing a function: block iteration variables -> "v" + name
+
+
 def expr_to_str(e: PrimExpr, prec: int = 0) -> str:
     match e:
         case Var(name):
-            return name
+            return _block_var_names.get(e, name)
         case Const(value, dtype):
             if dtype in ("int64", "bool"):
                 return str(value)
@@ -56,8 +59,9 @@ def expr_to_str(e: PrimExpr, prec: int = 0) -> str:
 
 
 def _range(r: Range) -> str:
-    return f"{expr_to_str(r.min)}:{expr_to_str(r.min + r.extent)}" if not (
-        isinstance(r.min, Const) and r.min.value == 0) else f"0:{expr_to_str(r.extent)}"
+    if isinstance(r.extent, Const) and r.extent.value == 1:
+        return expr_to_str(r.min)
+    return f"{expr_to_str(r.min)}:{expr_to_str(r.min + r.extent)}"
 
 
 def stmt_to_str(s: Stmt, indent: int = 0) -> str:
@@ -74,7 +78,7 @@ def _emit(s: Stmt, ind: int, out: list[str]) -> None:
                 f"{expr_to_str(mn)}, {expr_to_str(mn + ext)}")
             how = "range" if kind == "serial" else kind
             extra = "".join(f", {k}={v!r}" for k, v in ann)
-            out.append(f"{pad}for {v.name} in {how}({rng}{extra}):")
+            out.append(f"{pad}for {expr_to_str(v)} in {how}({rng}{extra}):")
             _emit(body, ind + 1, out)
         case SeqStmt(stmts):
             for x in stmts:
@@ -111,7 +115,7 @@ def _emit_block(b: Block, vals, pred, ind: int, out: list[str]) -> None:
     if vals is not None:
         for iv, v in zip(b.iter_vars, vals):
             kind = "S" if iv.kind == "spatial" else "R"
-            out.append(f"{inner}{iv.var.name} = axis.{kind}({expr_to_str(iv.dom.extent)}, {expr_to_str(v)})")
+            out.append(f"{inner}{expr_to_str(iv.var)} = axis.{kind}({expr_to_str(iv.dom.extent)}, {expr_to_str(v)})")
         if pred is not None and not (isinstance(pred, Const) and pred.value is True):
             out.append(f"{inner}where({expr_to_str(pred)})")
     if b.reads or b.writes:
@@ -131,4 +135,34 @@ def func_to_str(f: PrimFunc) -> str:
         for b in f.params
     )
     head = f"def {f.name}({params}):"
-    return head + "\n" + stmt_to_str(f.body, 1)
+    from .functor import visit_stmt
+
+    names: dict = {}
+    taken: set[str] = set()
+
+    def name(v: Var, base: str):
+        if v not in names:
+            cand, k = base, 0
+            while cand in taken:
+                k += 1
+                cand = f"{base}_{k}" if not base[-1].isdigit() else f"{base}{chr(96 + k)}"
+            names[v] = cand
+            taken.add(cand)
+
+    def on_stmt(s):
+        if isinstance(s, Block):
+            for iv in s.iter_vars:
+                name(iv.var, "v" + iv.var.name)
+        elif isinstance(s, For):
+            name(s.loop_var, s.loop_var.name)
+
+    for b in f.params:
+        for d in b.shape:
+            if isinstance(d, Var):
+                name(d, d.name)
+    visit_stmt(f.body, on_stmt)
+    _block_var_names.update(names)
+    try:
+        return head + "\n" + stmt_to_str(f.body, 1)
+    finally:
+        _block_var_names.clear()

@@ -1,0 +1,52 @@
+"""The single-kernel path: a TE schedule (or loop-IR schedule or function) to a lowered loop-IR
+function (`lower`) and to a callable kernel (`build`), with the C compiler or the interpreter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .te.schedule import TESchedule, bind_params
+from .tir.lower import lower as lower_func
+from .tir.schedule import Schedule
+from .tir.stmt import PrimFunc
+
+TARGETS = ("c", "python")
+
+
+def _prim_func(sch, args, name: str) -> PrimFunc:
+    if isinstance(sch, TESchedule):
+        if args is None:
+            raise TypeError("lowering a te schedule needs its arguments: lower(s, [A, B, C])")
+        return sch.to_prim_func(args, name)
+    if isinstance(sch, Schedule):
+        sch = sch.mod
+    if not isinstance(sch, PrimFunc):
+        raise TypeError(f"expected a te schedule, a tir Schedule or a PrimFunc, got {type(sch).__name__}")
+    if args is not None:
+        return bind_params(sch, [a.buffer if hasattr(a, "buffer") else a for a in args], name)
+    return sch if sch.name == name or name == "main" else PrimFunc(name, sch.params, sch.body, sch.attrs)
+
+
+def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after: bool | None = None,
+          skip: Sequence[str] = ()) -> PrimFunc:
+    """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops."""
+    return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip)
+
+
+def build(sch, args: Sequence | None = None, target: str = "c", name: str = "main", **options):
+    """A callable kernel: f(*numpy_arrays) computes in place into the output arrays.
+
+    target "c": C compiled by the system compiler (options: cc, cflags); "python": the loop-IR
+    interpreter, no compiler involved. `f.source` is the generated code.
+    """
+    from .runtime.module import build_c, build_python
+
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; targets are {TARGETS}")
+    skip = options.pop("skip", ())
+    func = lower(sch, args, name, skip=skip)
+    if target == "python":
+        if options:
+            raise TypeError(f"target 'python' takes no options, got {sorted(options)}")
+        return build_python(func)
+    return build_c(func, **options)

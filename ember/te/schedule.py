@@ -1,0 +1,271 @@
+"""The stage API of the field's teaching material (`s = te.create_schedule(C.op)`,
+`s[C].split(i, factor=32)`, `s[B].compute_at(s[C], xo)`), as a thin facade over the loop-IR
+schedule: a stage is a block, an axis is a loop, and every directive is a traced primitive.
+
+Axes are either the compute's own iteration variables (`s[C].op.axis[0]`, resolved to the loop
+bound to them right now) or the loop handles that split/fuse/tile returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..errors import ScheduleError
+from ..tir.expr import Buffer
+from ..tir.functor import free_vars, visit_stmt
+from ..tir.schedule import LoopRV, Schedule
+from ..tir.schedule.nest import exclusive_top
+from ..tir.stmt import BlockRealize, BufferStore, For, IterVar, PrimFunc
+from .tensor import ComputeOp, Operation, Tensor, input_tensors_of, tensor_of
+from .to_tir import create_prim_func
+
+
+class StageOp:
+    """What `s[T].op` shows of a stage: its iteration variables, as in te."""
+
+    def __init__(self, name: str, axis: tuple[IterVar, ...], reduce_axis: tuple[IterVar, ...]):
+        self.name, self.axis, self.reduce_axis = name, axis, reduce_axis
+
+
+class Stage:
+    def __init__(self, sched: TESchedule, block_name: str):
+        self.sched = sched
+        self.block = sched.sch.get_block(block_name)
+
+    @property
+    def sch(self) -> Schedule:
+        return self.sched.sch
+
+    @property
+    def name(self) -> str:
+        return self.sch.block_name(self.block)
+
+    @property
+    def op(self) -> StageOp:
+        blk = self.sch.get_realize(self.block).block
+        return StageOp(blk.name, tuple(iv for iv in blk.iter_vars if iv.kind == "spatial"),
+                       tuple(iv for iv in blk.iter_vars if iv.kind == "reduce"))
+
+    def _loop(self, axis) -> LoopRV:
+        """The loop handle for an axis of this stage."""
+        realize = self.sch.get_realize(self.block)
+        loops = self.sch.loops_of(self.block)
+        if isinstance(axis, LoopRV):
+            var = self.sch.loop_var(axis)
+            if not any(f.loop_var is var for f in loops):
+                self.sch.get_for(axis)  # a consumed loop says so
+                raise ScheduleError(f"axis {var.name} is not a loop of stage {self.name!r}")
+            return axis
+        if isinstance(axis, IterVar):
+            axis = self.sched.axis_alias.get((self.name, axis.var), axis)
+            # the loop of this stage's own nest (not shared with a consumer it was computed at)
+            # that the iteration variable is bound to
+            own = self._own_loops()
+            for iv, val in zip(realize.block.iter_vars, realize.iter_values):
+                if iv is axis or iv.var is axis.var:
+                    mine = free_vars(val) & own
+                    if len(mine) == 1:
+                        (var,) = mine
+                        handles = self.sch.get_loops(self.block)
+                        return next(h for h in handles if self.sch.loop_var(h) is var)
+                    raise ScheduleError(
+                        f"axis {axis.var.name} of stage {self.name!r} was already split or fused; "
+                        "use the axes that split/fuse returned"
+                    )
+            raise ScheduleError(f"axis {axis.var.name} is not an axis of stage {self.name!r}")
+        raise ScheduleError(f"expected an axis of stage {self.name!r}, got {axis!r}")
+
+    def _own_loops(self) -> set:
+        """This stage's loops: those below the loop it was computed at (all, if at the root)."""
+        path = self.sch.block_path(self.block)
+        fors = [f for f in path if isinstance(f, For)]
+        attach = self.sched.attach.get(self.name)
+        at = next((k for k, f in enumerate(fors) if f.loop_var is attach), None)
+        if attach is None:
+            return {f.loop_var for f in fors}
+        if at is None:  # the attachment loop was split since: fall back to the block's own nest
+            return {f.loop_var for f in path[path.index(exclusive_top(path)):] if isinstance(f, For)}
+        return {f.loop_var for f in fors[at + 1:]}
+
+    # -- loop directives -------------------------------------------------------------------
+    def split(self, parent, factor: int | None = None, nparts: int | None = None):
+        if (factor is None) == (nparts is None):
+            raise ScheduleError("split takes exactly one of factor= and nparts=")
+        factors = [None, factor] if factor is not None else [nparts, None]
+        outer, inner = self.sch.split(self._loop(parent), factors=factors)
+        return outer, inner
+
+    def tile(self, x_parent, y_parent, x_factor: int, y_factor: int):
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def fuse(self, *axes):
+        return self.sch.fuse(*[self._loop(a) for a in axes])
+
+    def reorder(self, *axes):
+        self.sch.reorder(*[self._loop(a) for a in axes])
+
+    def parallel(self, axis):
+        self.sch.parallel(self._loop(axis))
+
+    def vectorize(self, axis):
+        self.sch.vectorize(self._loop(axis))
+
+    def unroll(self, axis):
+        self.sch.unroll(self._loop(axis))
+
+    def pragma(self, axis, key: str, value=True):
+        """pragma(axis, "auto_unroll_max_step", 16): the unroll limit annotation."""
+        self.sch.annotate(self._loop(axis), key if key.startswith("pragma_") else f"pragma_{key}", value)
+
+    # -- compute location ------------------------------------------------------------------
+    def compute_at(self, parent: Stage, axis):
+        loop = parent._loop(axis)
+        self.sch.compute_at(self.block, loop)
+        self.sched.attach[self.name] = self.sch.loop_var(loop)
+
+    def reverse_compute_at(self, parent: Stage, axis):
+        loop = parent._loop(axis)
+        self.sch.reverse_compute_at(self.block, loop)
+        self.sched.attach[self.name] = self.sch.loop_var(loop)
+
+    def compute_inline(self):
+        self.sch.compute_inline(self.block)
+
+    def reverse_compute_inline(self):
+        self.sch.reverse_compute_inline(self.block)
+
+    def compute_root(self):
+        self.sch.compute_root(self.block)
+        self.sched.attach.pop(self.name, None)
+
+    def decompose_reduction(self, axis) -> Stage:
+        rv = self.sch.decompose_reduction(self.block, self._loop(axis))
+        return self.sched.stage_named(self.sch.block_name(rv))
+
+
+class TESchedule:
+    """`te.create_schedule(ops)`: a loop-IR schedule of the function computing `ops`."""
+
+    def __init__(self, ops: Sequence[Operation]):
+        outputs = [t for op in ops for t in op.outputs]
+        for op in ops:
+            if not isinstance(op, ComputeOp):
+                raise ScheduleError(f"create_schedule takes compute ops, got {type(op).__name__}")
+        placeholders = [op.output(0) for op in input_tensors_of(outputs) if not isinstance(op, ComputeOp)]
+        self.sch = Schedule(create_prim_func(placeholders + outputs))
+        self._block_of: dict[Buffer, str] = {}
+        self._stages: dict[str, Stage] = {}
+        # (block name, te axis variable) -> that block's iteration variable: after cache_write the
+        # compute's original axes name the copy stage's axes, as in te
+        self.axis_alias: dict[tuple[str, object], IterVar] = {}
+        self.attach: dict[str, object] = {}  # block name -> the loop variable it was computed at
+        for op in input_tensors_of(outputs):
+            if isinstance(op, ComputeOp):
+                for t in op.outputs:
+                    self._block_of[t.buffer] = op.name
+
+    def __getitem__(self, t) -> Stage:
+        buf = _buffer_of(t)
+        name = self._block_of.get(buf)
+        if name is None:
+            raise ScheduleError(f"{getattr(t, 'name', t)!r} is not a computed tensor of this schedule")
+        return self.stage_named(name)
+
+    def stage_named(self, name: str) -> Stage:
+        if name not in self._stages:
+            self._stages[name] = Stage(self, name)
+        return self._stages[name]
+
+    @property
+    def trace(self):
+        return self.sch.trace
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute `tensor` into a `scope` buffer; s[result] is that compute, s[tensor] the copy out."""
+        stage = self[tensor]
+        blk = self.sch.get_realize(stage.block).block
+        index = next((k for k, w in enumerate(blk.writes) if w.buffer is tensor.buffer), 0)
+        copy = self.sch.cache_write(stage.block, write_buffer_index=index, storage_scope=scope)
+        cache_buf = self.sch.get_realize(stage.block).block.writes[index].buffer
+        copy_name = self.sch.block_name(copy)
+        self._block_of[tensor.buffer] = copy_name
+        self._block_of[cache_buf] = blk.name
+        copy_ivs = self.sch.get_realize(copy).block.iter_vars
+        spatial = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
+        self.axis_alias.update({(copy_name, iv.var): civ for iv, civ in zip(spatial, copy_ivs)})
+        return _view(cache_buf, tensor.op)
+
+    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
+        """Copy `tensor` into a `scope` buffer that the reader stages read instead."""
+        cache_buf = None
+        for r in readers:
+            stage = self[r]
+            blk = self.sch.get_realize(stage.block).block
+            index = next((k for k, rd in enumerate(blk.reads) if rd.buffer is tensor.buffer), None)
+            if index is None:
+                raise ScheduleError(f"cache_read: stage {stage.name!r} does not read {tensor.name}")
+            copy = self.sch.cache_read(stage.block, read_buffer_index=index, storage_scope=scope)
+            cache_buf = self.sch.get_realize(copy).block.writes[0].buffer
+            self._block_of[cache_buf] = self.sch.block_name(copy)
+        if cache_buf is None:
+            raise ScheduleError("cache_read needs at least one reader")
+        return _view(cache_buf, tensor.op)
+
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
+        stage = self[tensor]
+        rf = self.sch.rfactor(stage._loop(axis), factor_axis=factor_axis)
+        rf_buf = self.sch.get_realize(rf).block.writes[0].buffer
+        self._block_of[rf_buf] = self.sch.block_name(rf)
+        return _view(rf_buf, tensor.op)
+
+    def to_prim_func(self, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
+        """The scheduled function with parameters `args`, in that order."""
+        return bind_params(self.sch.mod, [_buffer_of(a) for a in args], name)
+
+
+def _view(buf: Buffer, op: Operation) -> Tensor:
+    """A te Tensor for a buffer the schedule made (cache, rfactor)."""
+    try:
+        return tensor_of(buf)
+    except KeyError:
+        return Tensor(op, 0, buf)
+
+
+def _buffer_of(t) -> Buffer:
+    if isinstance(t, Tensor):
+        return t.buffer
+    if isinstance(t, Operation):
+        return t.output(0).buffer
+    if isinstance(t, Buffer):
+        return t
+    raise ScheduleError(f"expected a tensor, got {type(t).__name__}")
+
+
+def bind_params(func: PrimFunc, params: list[Buffer], name: str) -> PrimFunc:
+    """Make `params` the function's arguments: those computed inside stop being scratch buffers,
+    computed tensors left out become scratch; every tensor read but never computed must be one."""
+
+    written: set[Buffer] = set()
+    read: dict[Buffer, None] = {}
+
+    def on_stmt(s):
+        if isinstance(s, BufferStore):
+            written.add(s.buffer)
+        if isinstance(s, BlockRealize):
+            for r in s.block.reads:
+                read.setdefault(r.buffer)
+
+    visit_stmt(func.body, on_stmt)
+    top = func.body
+    root = top.block
+    missing = [b.name for b in read if b not in written and b not in params and b not in root.alloc_buffers]
+    if missing:
+        raise ScheduleError(f"tensors {missing} are read by the computation but are not among the arguments")
+    allocs = [b for b in root.alloc_buffers if b not in params]
+    allocs += [b for b in func.params if b not in params and b in written and b not in allocs]
+    new_root = replace(root, alloc_buffers=tuple(allocs))
+    return PrimFunc(name, tuple(params), replace(top, block=new_root), func.attrs)

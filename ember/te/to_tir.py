@@ -1,0 +1,88 @@
+"""Tensor expressions to an unscheduled loop-IR function (`te.create_prim_func`).
+
+Each ComputeOp becomes one block inside a loop nest with one loop per iteration variable
+(spatial first, then reduce), in producer-before-consumer order under the root block. The
+compute's own index variables become the block's iteration variables, so the body is copied
+as written; the loops get fresh variables of the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..tir.expr import BufferLoad, Var, cast, const, is_const
+from ..tir.region import block_regions
+from ..tir.stmt import (
+    Block,
+    BlockRealize,
+    BufferStore,
+    For,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    seq,
+)
+from .tensor import ComputeOp, PlaceholderOp, Reduce, TEError, Tensor, input_tensors_of
+
+
+def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
+    """The loop-IR function computing the compute tensors in `args` from the placeholders in it.
+
+    Every placeholder the computation reads must be in `args`; computed tensors not in `args`
+    become intermediate buffers of the root block.
+    """
+    args = list(args)
+    for a in args:
+        if not isinstance(a, Tensor):
+            raise TEError(f"create_prim_func takes te Tensors, got {type(a).__name__}")
+    arg_bufs = {a.buffer for a in args}
+    outputs = [a for a in args if isinstance(a.op, ComputeOp)]
+    if not outputs:
+        raise TEError("create_prim_func: no computed tensor among the arguments")
+    ops = input_tensors_of(outputs)
+    nests: list[Stmt] = []
+    intermediates = []
+    for op in ops:
+        if isinstance(op, PlaceholderOp):
+            if op.output(0).buffer not in arg_bufs:
+                raise TEError(
+                    f"placeholder {op.name!r} is read by the computation but is not among the arguments"
+                )
+            continue
+        assert isinstance(op, ComputeOp)
+        intermediates += [t.buffer for t in op.outputs if t.buffer not in arg_bufs]
+        nests.append(_loop_nest(op))
+    root = Block("root", (), (), (), seq(*nests), alloc_buffers=tuple(intermediates))
+    return PrimFunc(name, tuple(a.buffer for a in args), BlockRealize((), const(True), root))
+
+
+def _loop_nest(op: ComputeOp) -> Stmt:
+    spatial = tuple(op.axis)
+    reduce = tuple(op.reduce_axis)
+    body0 = op.body[0]
+    idx = tuple(iv.var for iv in spatial)
+    init = None
+    if isinstance(body0, Reduce):
+        out = op.outputs[0].buffer
+        acc = BufferLoad(out, idx, out.dtype)
+        update: Stmt = BufferStore(out, body0.combiner.combine(acc, body0.source), idx)
+        if body0.condition is not None:
+            update = IfThenElse(body0.condition, update)
+        init = BufferStore(out, body0.combiner.identity(out.dtype), idx)
+        body: Stmt = update
+    else:
+        body = seq(*(BufferStore(t.buffer, cast(t.buffer.dtype, b), idx) for t, b in zip(op.outputs, op.body)))
+    iter_vars = spatial + reduce
+    block = Block(op.name, iter_vars, (), (), body, init)
+    reads, writes = block_regions(block)
+    block = Block(op.name, iter_vars, reads, writes, body, init)
+    # Loops start at 0 (what split, fuse and compute_at assume, as in nest_over); an axis with a
+    # nonzero start (te.reduce_axis((2, 10))) is bound to loop + start.
+    loop_vars = [Var(iv.var.name) for iv in iter_vars]
+    values = tuple(lv if is_const(iv.dom.min, 0) else lv + iv.dom.min for iv, lv in zip(iter_vars, loop_vars))
+    stmt: Stmt = BlockRealize(values, const(True), block)
+    for iv, lv in reversed(list(zip(iter_vars, loop_vars))):
+        stmt = For(lv, const(0), iv.dom.extent, "serial", stmt)
+    return stmt
+
+

@@ -1,0 +1,59 @@
+"""Lowering: a scheduled PrimFunc (blocks, annotated loops) to the plain loops that code
+generation reads (one flat index per access, vector expressions, no blocks).
+
+The passes run in the order of PASSES; `lower(func, print_after=True)` (or EMBER_PRINT_LOWER=1)
+prints the function after each one, and `skip=[...]` turns optional ones off to find the pass
+at fault. hoist_init, compact_buffers, unroll and vectorize are optimizations and may be
+skipped; the others are needed for code generation.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from .. import config
+from .simplify import simplify_stmt
+from .stmt import PrimFunc
+from .transform.compact_buffers import compact_buffers
+from .transform.flatten import flatten
+from .transform.hoist_init import hoist_init
+from .transform.lower_blocks import lower_blocks
+from .transform.unroll import unroll
+from .transform.vectorize import vectorize
+
+
+def simplify(func: PrimFunc) -> PrimFunc:
+    return func.with_body(simplify_stmt(func.body))
+
+
+PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
+    ("hoist_init", hoist_init),
+    ("compact_buffers", compact_buffers),
+    ("lower_blocks", lower_blocks),
+    ("flatten", flatten),
+    ("simplify", simplify),
+    ("unroll", unroll),
+    ("simplify_unrolled", simplify),
+    ("vectorize", vectorize),
+    ("simplify_vectors", simplify),
+]
+OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
+
+
+def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = ()) -> PrimFunc:
+    unknown = set(skip) - {name for name, _ in PASSES}
+    if unknown:
+        raise ValueError(f"unknown lowering passes {sorted(unknown)}; the passes are {[n for n, _ in PASSES]}")
+    required = set(skip) - OPTIONAL
+    if required:
+        raise ValueError(f"passes {sorted(required)} are required for code generation and cannot be skipped")
+    show = config.get("print_lower") if print_after is None else print_after
+    for name, fn in PASSES:
+        if name in skip:
+            continue
+        new = fn(func)
+        if show:
+            print(f"# after {name}{' (unchanged)' if new is func else ''}\n{new}\n", file=sys.stderr)
+        func = new
+    return func

@@ -1,0 +1,177 @@
+"""Region analysis: which elements of a buffer a piece of loop IR touches.
+
+Intervals are symbolic: each access index is evaluated over the ranges of the loop variables
+that vary (those inside the loop of interest), while every other variable stays a point. The
+result is a (min, max) pair of expressions per dimension, simplified; that is what compute_at
+needs to know how much of a producer to compute per iteration of a consumer loop (Halide's
+bounds inference, TVM's InferBound), and what buffer compaction needs to shrink an allocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import ScheduleError
+from .expr import Binary, BufferLoad, Const, PrimExpr, Var, as_int, const, max_, min_
+from .functor import free_vars, stmt_children, stmt_exprs, substitute, visit_expr, visit_stmt
+from .simplify import Analyzer
+from .stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, Stmt
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: PrimExpr
+    hi: PrimExpr
+
+
+def interval_of(e: PrimExpr, dom: dict[Var, Interval], ana: Analyzer) -> Interval | None:
+    """Bounds of e when each var in dom ranges over its interval (others are fixed); None if
+    e depends on a varying var in a way these rules cannot bound."""
+    if not (free_vars(e) & dom.keys()):
+        return Interval(e, e)
+    match e:
+        case Var():
+            return dom[e]
+        case Binary("+" | "-" as op, a, b, _):
+            ia, ib = interval_of(a, dom, ana), interval_of(b, dom, ana)
+            if ia is None or ib is None:
+                return None
+            if op == "+":
+                return Interval(ia.lo + ib.lo, ia.hi + ib.hi)
+            return Interval(ia.lo - ib.hi, ia.hi - ib.lo)
+        case Binary("*", a, b, _):
+            c, x = (as_int(b), a) if as_int(b) is not None else (as_int(a), b)
+            if c is None:
+                return None
+            ix = interval_of(x, dom, ana)
+            if ix is None:
+                return None
+            return Interval(ix.lo * c, ix.hi * c) if c >= 0 else Interval(ix.hi * c, ix.lo * c)
+        case Binary("//", a, b, _) if (c := as_int(b)) is not None and c > 0:
+            ia = interval_of(a, dom, ana)
+            return None if ia is None else Interval(ia.lo // c, ia.hi // c)
+        case Binary("%", a, b, _) if (c := as_int(b)) is not None and c > 0:
+            return Interval(const(0), const(c - 1))
+        case Binary("min" | "max" as op, a, b, _):
+            ia, ib = interval_of(a, dom, ana), interval_of(b, dom, ana)
+            if ia is None or ib is None:
+                return None
+            f = min_ if op == "min" else max_
+            return Interval(f(ia.lo, ib.lo), f(ia.hi, ib.hi))
+    lo, hi = ana.const_int_bound(e)
+    if lo is None or hi is None:
+        return None
+    return Interval(const(lo), const(hi))
+
+
+def union(a: Interval, b: Interval, ana: Analyzer) -> Interval:
+    return Interval(ana.simplify(min_(a.lo, b.lo)), ana.simplify(max_(a.hi, b.hi)))
+
+
+def accesses(s: Stmt, buffer, *, loads=True, stores=True) -> list[tuple[PrimExpr, ...]]:
+    """The index tuples of every load and/or store of `buffer` in s (block bodies included)."""
+    found: list[tuple[PrimExpr, ...]] = []
+
+    def on_expr(e):
+        if loads and isinstance(e, BufferLoad) and e.buffer is buffer:
+            found.append(e.indices)
+
+    def on_stmt(st):
+        if stores and isinstance(st, BufferStore) and st.buffer is buffer:
+            found.append(st.indices)
+        for e in stmt_exprs(st):
+            visit_expr(e, on_expr)
+
+    visit_stmt(s, on_stmt)
+    return found
+
+
+def block_regions(block: Block) -> tuple[tuple[BufferRegion, ...], tuple[BufferRegion, ...]]:
+    """Read and write regions of a block, in terms of its iteration variables."""
+    ana = Analyzer()
+    written: dict = {}
+    read: dict = {}
+
+    def collect(st):
+        if isinstance(st, BufferStore):
+            written.setdefault(st.buffer, []).append(st.indices)
+        for e in stmt_exprs(st):
+            visit_expr(e, lambda n: read.setdefault(n.buffer, []).append(n.indices)
+                       if isinstance(n, BufferLoad) else None)
+
+    visit_stmt(block.body, collect)
+    if block.init is not None:
+        visit_stmt(block.init, collect)
+
+    def regions(table, skip=()):
+        out = []
+        for buf, idx_list in table.items():
+            if buf in skip:
+                continue
+            ivs = [merge_indices(idx_list, {}, ana)]
+            out.append(BufferRegion(buf, tuple(
+                Range(i.lo, ana.simplify(i.hi - i.lo + 1)) for i in ivs[0])))
+        return tuple(out)
+
+    return regions(read, skip=written), regions(written)
+
+
+def merge_indices(idx_list: Iterable[tuple[PrimExpr, ...]], dom: dict[Var, Interval],
+                  ana: Analyzer) -> list[Interval]:
+    """Per-dimension union of the intervals of several index tuples."""
+    result: list[Interval] | None = None
+    for idx in idx_list:
+        ivs = []
+        for i in idx:
+            iv = interval_of(i, dom, ana)
+            if iv is None:
+                raise ScheduleError(f"cannot bound the index {i} of an access")
+            ivs.append(Interval(ana.simplify(iv.lo), ana.simplify(iv.hi)))
+        result = ivs if result is None else [union(a, b, ana) for a, b in zip(result, ivs)]
+    assert result is not None
+    return result
+
+
+def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
+                 ana: Analyzer) -> list[Interval] | None:
+    """The region of `buffer` touched by the blocks inside `loop_body`, as intervals in terms of
+    the variables bound outside it: block bindings are substituted and the loops inside
+    loop_body vary over their ranges. None if nothing in loop_body touches the buffer."""
+    dom: dict[Var, Interval] = {}
+    idx_all: list[tuple[PrimExpr, ...]] = []
+
+    def walk(st: Stmt):
+        match st:
+            case For(v, mn, ext, _, body):
+                dom[v] = Interval(mn, ana.simplify(mn + ext - 1))
+                walk(body)
+            case BlockRealize(vals, _, block) if is_leaf(block):
+                bind = {iv.var: val for iv, val in zip(block.iter_vars, vals)}
+                for idx in accesses(block, buffer, loads=loads, stores=stores):
+                    idx_all.append(tuple(substitute(i, bind) for i in idx))
+            case BlockRealize(_, _, block):
+                walk(block.body)
+            case _:
+                for child in stmt_children(st):
+                    walk(child)
+
+    walk(loop_body)
+    if not idx_all:
+        return None
+    return merge_indices(idx_all, dom, ana)
+
+
+def const_extent(iv: Interval, ana: Analyzer) -> int | None:
+    ext = ana.simplify(iv.hi - iv.lo + 1)
+    if isinstance(ext, Const):
+        return int(ext.value)
+    _, hi = ana.const_int_bound(ext)
+    return hi
+
+
+def is_leaf(block: Block) -> bool:
+    """A block whose body holds no other block (every block but the root, before blockize)."""
+    found = []
+    visit_stmt(block.body, lambda st: found.append(st) if isinstance(st, BlockRealize) else None)
+    return not found

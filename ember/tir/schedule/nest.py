@@ -1,0 +1,216 @@
+"""Shared machinery for primitives that move blocks: detaching a block's own loops, building a
+fresh loop nest over a region, and placing a nest before its first reader or after its last
+writer inside a loop body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...errors import ScheduleError
+from ..expr import BufferLoad, PrimExpr, Var, all_, as_int, const
+from ..functor import mutate_stmt, stmt_children, stmt_exprs, visit_expr
+from ..region import Interval
+from ..simplify import Analyzer
+from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
+from .state import BlockRV, Schedule
+
+
+def exclusive_top(path: list[Stmt]) -> Stmt:
+    """The outermost statement on `path` (ending at a BlockRealize) that holds only that block:
+    the block's own loops end there."""
+    top = path[-1]
+    for node in reversed(path[:-1]):
+        if isinstance(node, For) and node.body is top:
+            top = node
+        else:
+            break
+    return top
+
+
+def remove_stmt(root: Stmt, target: Stmt) -> Stmt:
+    """Remove target from the tree, dropping loops left empty."""
+    empty = SeqStmt(())
+
+    def f(s):
+        if s is target:
+            return empty
+        if isinstance(s, SeqStmt):
+            kept = tuple(x for x in s.stmts if not (isinstance(x, SeqStmt) and not x.stmts))
+            if len(kept) != len(s.stmts):
+                return seq(*kept) if kept else empty
+        if isinstance(s, For) and isinstance(s.body, SeqStmt) and not s.body.stmts:
+            return empty
+        return None
+
+    return mutate_stmt(root, f_stmt=f)
+
+
+def detach(sch: Schedule, block: BlockRV) -> BlockRealize:
+    """Take a block out of the function along with its own loops; return its realize."""
+    path = sch.block_path(block)
+    realize = path[-1]
+    assert isinstance(realize, BlockRealize)
+    if realize.block.name == "root":
+        raise ScheduleError("the root block cannot be moved")
+    top = exclusive_top(path)
+    sch.mod = sch.mod.with_body(remove_stmt(sch.mod.body, top))
+    return realize
+
+
+def reads_buffer(s: Stmt, buffers) -> bool:
+    found = []
+
+    def on_expr(e):
+        if isinstance(e, BufferLoad) and e.buffer in buffers:
+            found.append(e)
+
+    def walk(st):
+        for e in stmt_exprs(st):
+            visit_expr(e, on_expr)
+        for c in stmt_children(st):
+            walk(c)
+
+    walk(s)
+    return bool(found)
+
+
+def writes_buffer(s: Stmt, buffers) -> bool:
+    found = []
+
+    def walk(st):
+        if isinstance(st, BufferStore) and st.buffer in buffers:
+            found.append(st)
+        for c in stmt_children(st):
+            walk(c)
+
+    walk(s)
+    return bool(found)
+
+
+def realizes_in(s: Stmt) -> list[BlockRealize]:
+    out: list[BlockRealize] = []
+
+    def walk(st):
+        if isinstance(st, BlockRealize):
+            out.append(st)
+        for c in stmt_children(st):
+            walk(c)
+
+    walk(s)
+    return out
+
+
+def output_buffers(block: Block) -> list:
+    return [w.buffer for w in block.writes]
+
+
+def check_writes_its_point(block: Block, primitive: str) -> None:
+    """The block stores each output at exactly its spatial iteration point (as te.compute does)."""
+    spatial = [iv.var for iv in block.iter_vars if iv.kind == "spatial"]
+    stores: list[BufferStore] = []
+
+    def walk(st):
+        if isinstance(st, BufferStore):
+            stores.append(st)
+        for c in stmt_children(st):
+            walk(c)
+
+    walk(block.body)
+    for st in stores:
+        if len(st.indices) != len(spatial) or any(i is not v for i, v in zip(st.indices, spatial)):
+            raise ScheduleError(
+                f"{primitive}: block {block.name!r} does not write its outputs at its own iteration "
+                "point, so the region it computes cannot be derived"
+            )
+
+
+def loop_analyzer(path: list[Stmt]) -> Analyzer:
+    """An analyzer knowing the ranges of the loops on path."""
+    ana = Analyzer()
+    for s in path:
+        if isinstance(s, For):
+            ana.bind_range(s.loop_var, s.min, s.extent)
+    return ana
+
+
+def nest_over(realize: BlockRealize, ranges: dict[Var, Interval], ana: Analyzer) -> Stmt:
+    """A fresh loop nest for the block: iteration variable v in `ranges` runs over its interval
+    (lo + ax), the others over their whole domain; a predicate keeps v inside its domain where
+    the interval may stick out."""
+    block = realize.block
+    loops: list[tuple[Var, PrimExpr]] = []
+    values: list[PrimExpr] = []
+    conds: list[PrimExpr] = []
+    for iv in block.iter_vars:
+        ax = Var(iv.var.name)
+        if iv.var in ranges:
+            r = ranges[iv.var]
+            ext = ana.simplify(r.hi - r.lo + 1)
+            if as_int(ext) is None:
+                _, bound = ana.const_int_bound(ext)
+                ext = const(bound) if bound is not None else ext
+            val = ana.simplify(r.lo + ax)
+            with ana.scope():
+                ana.bind_range(ax, const(0), ext)
+                for c in (val >= iv.dom.min, val < iv.dom.min + iv.dom.extent):
+                    if not ana.can_prove(c):
+                        conds.append(c)
+        else:
+            ext = iv.dom.extent
+            val = ana.simplify(iv.dom.min + ax)
+        loops.append((ax, ext))
+        values.append(val)
+    pred = ana.simplify(all_(*conds)) if conds else const(True)
+    body: Stmt = BlockRealize(tuple(values), pred, block)
+    for v, ext in reversed(loops):
+        body = For(v, const(0), ext, "serial", body)
+    return body
+
+
+def insert_in_body(loop_body: Stmt, new: Stmt, *, before_reader_of=None, after_writer_of=None) -> Stmt:
+    """Put `new` into a loop body: before the first child that reads `before_reader_of`, or after
+    the last child that writes `after_writer_of`."""
+    children = list(loop_body.stmts) if isinstance(loop_body, SeqStmt) else [loop_body]
+    if before_reader_of is not None:
+        pos = next((k for k, c in enumerate(children) if reads_buffer(c, before_reader_of)), len(children))
+    else:
+        pos = max((k + 1 for k, c in enumerate(children) if writes_buffer(c, after_writer_of)), default=0)
+    children.insert(pos, new)
+    return seq(*children)
+
+
+def replace_loop_body(sch: Schedule, loop: For, body: Stmt) -> None:
+    sch.replace(loop, replace(loop, body=body))
+
+
+def same_nest(sch: Schedule, anchor: BlockRealize, others: list[BlockRealize]) -> list[BlockRealize]:
+    """Those of `others` inside the same top-level loop nest as `anchor`."""
+    root = sch.root_block()
+    tops = list(root.body.stmts) if isinstance(root.body, SeqStmt) else [root.body]
+    top = next(t for t in tops if any(r is anchor for r in realizes_in(t)))
+    return [o for o in others if any(r is o for r in realizes_in(top))]
+
+
+def common_loop(sch: Schedule, realizes: list[BlockRealize]) -> For | None:
+    """The innermost loop enclosing every one of the given blocks, if any."""
+    paths = [[x for x in sch.find_path(lambda st, r=r: st is r) if isinstance(x, For)] for r in realizes]
+    common = None
+    for level in zip(*paths):
+        if all(f is level[0] for f in level):
+            common = level[0]
+        else:
+            break
+    return common
+
+
+def check_sole_writer(sch: Schedule, realize: BlockRealize, primitive: str) -> None:
+    """The block's outputs are written by no other block (an init block shares them with its
+    reduction, and moving or inlining one of the two alone would change the result)."""
+    outs = {w.buffer for w in realize.block.writes}
+    for r in sch.all_realizes():
+        if r is not realize and r.block.name != "root" and writes_buffer(r.block, outs):
+            raise ScheduleError(
+                f"{primitive}: block {realize.block.name!r} is not the only block writing "
+                f"{', '.join(sorted(b.name for b in outs))}; block {r.block.name!r} writes it too"
+            )

@@ -1,0 +1,106 @@
+"""Traces: the list of schedule instructions that turned an unscheduled function into this one.
+
+An instruction is plain data: its kind (a primitive's name), its inputs (names of loop and block
+handles, or lists of them), its attributes (numbers, strings, lists) and its outputs (names of
+the handles it created). A trace serializes to JSON, prints as the Python that a user would write,
+and replays on a fresh schedule of the same function, rebuilding the same function (the tuner
+searches over traces and the tuning database stores them).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Instruction:
+    kind: str
+    inputs: tuple  # handle names, or tuples of handle names
+    attrs: tuple[tuple[str, object], ...]
+    outputs: tuple[str, ...]
+
+    def as_python(self) -> str:
+        args = [_py_input(i) for i in self.inputs]
+        args += [f"{k}={v!r}" for k, v in self.attrs]
+        call = f"sch.{self.kind}({', '.join(args)})"
+        if not self.outputs:
+            return call
+        if len(self.outputs) == 1 and self.kind not in _LIST_RESULTS:
+            return f"{self.outputs[0]} = {call}"
+        lhs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "")
+        return f"{lhs} = {call}"
+
+    def as_json(self) -> list:
+        return [self.kind, [list(i) if isinstance(i, tuple) else i for i in self.inputs],
+                {k: _jsonable(v) for k, v in self.attrs}, list(self.outputs)]
+
+    @staticmethod
+    def from_json(obj) -> Instruction:
+        kind, inputs, attrs, outputs = obj
+        return Instruction(kind, tuple(tuple(i) if isinstance(i, list) else i for i in inputs),
+                           tuple((k, _unjson(v)) for k, v in attrs.items()), tuple(outputs))
+
+
+# primitives that return a list even when it has one element
+_LIST_RESULTS = {"split", "get_loops", "get_blocks"}
+
+
+def _py_input(i) -> str:
+    if isinstance(i, tuple):
+        return "[" + ", ".join(i) + "]"
+    return str(i)
+
+
+def _jsonable(v):
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _unjson(v):
+    if isinstance(v, list):
+        return tuple(_unjson(x) for x in v)
+    return v
+
+
+@dataclass
+class Trace:
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def append(self, inst: Instruction) -> None:
+        self.instructions.append(inst)
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def __iter__(self):
+        return iter(self.instructions)
+
+    def as_python(self) -> str:
+        return "\n".join(i.as_python() for i in self.instructions)
+
+    __str__ = as_python
+
+    def to_json(self) -> str:
+        return json.dumps([i.as_json() for i in self.instructions])
+
+    @staticmethod
+    def from_json(text: str) -> Trace:
+        return Trace([Instruction.from_json(o) for o in json.loads(text)])
+
+    def apply_to(self, sch) -> None:
+        """Replay every instruction on `sch` (a fresh Schedule of the same function)."""
+        names: dict[str, object] = {}
+
+        def resolve(i):
+            if isinstance(i, tuple):
+                return [names[x] for x in i]
+            return names[i]
+
+        for inst in self.instructions:
+            result = sch.apply(inst.kind, [resolve(i) for i in inst.inputs], dict(inst.attrs))
+            outs = result if isinstance(result, list | tuple) else ([] if result is None else [result])
+            if len(outs) != len(inst.outputs):
+                raise ValueError(f"replaying {inst.kind}: expected {len(inst.outputs)} results, got {len(outs)}")
+            names.update(zip(inst.outputs, outs))

@@ -1,0 +1,1 @@
+"""Loop-IR passes, one per file, run in order by `ember.tir.lower.lower`."""

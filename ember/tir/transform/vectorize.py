@@ -1,0 +1,143 @@
+"""Vectorization: a loop marked "vectorized" of constant extent n becomes one iteration over
+n-lane vectors. Its variable becomes ramp(0, 1, n); ramps combine with scalars (ramp + x is
+ramp(x, 1), ramp * c is ramp(0, c)), so a unit-stride access becomes a contiguous vector load
+or store, and everything else becomes vector arithmetic. Loops inside stay loops (their body is
+vectorized: the GEMM's k loop inside a vectorized j loop).
+
+A body that cannot be vectorized safely (a guard that differs per lane, a store whose address
+does not depend on the loop, a lane-dependent select around a load) keeps its loop, marked for
+the C compiler's own vectorizer (`#pragma omp simd`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..dtype import is_int, lanes_of, with_lanes
+from ..expr import (
+    Binary,
+    Broadcast,
+    BufferLoad,
+    Call,
+    Cast,
+    Not,
+    PrimExpr,
+    Ramp,
+    Select,
+    Var,
+    as_int,
+    const,
+)
+from ..functor import mutate_stmt, uses_var
+from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+
+
+class CannotVectorize(Exception):
+    pass
+
+
+def _vec(e: PrimExpr) -> bool:
+    return lanes_of(e.dtype) > 1
+
+
+def _bcast(e: PrimExpr, n: int) -> PrimExpr:
+    return e if _vec(e) else Broadcast(e, n, with_lanes(e.dtype, n))
+
+
+class _Vectorizer:
+    def __init__(self, var: Var, lanes: int):
+        self.var, self.n = var, lanes
+
+    def expr(self, e: PrimExpr) -> PrimExpr:
+        n = self.n
+        if not uses_var(e, [self.var]):
+            return e
+        match e:
+            case Var():
+                return Ramp(const(0, e.dtype), const(1, e.dtype), n, with_lanes(e.dtype, n))
+            case Binary(op, a, b, dtype):
+                va, vb = self.expr(a), self.expr(b)
+                ramp = self._ramp_arith(op, va, vb)
+                if ramp is not None:
+                    return ramp
+                return Binary(op, _bcast(va, n), _bcast(vb, n), with_lanes(dtype, n))
+            case BufferLoad(buf, (idx,), dtype):
+                return BufferLoad(buf, (self.expr(idx),), with_lanes(dtype, n))
+            case Select(c, t, f, dtype):
+                vc, vt, vf = self.expr(c), self.expr(t), self.expr(f)
+                if _vec(vc) and (_has_vector_load(vt) or _has_vector_load(vf)):
+                    raise CannotVectorize("a per-lane select guards a load")
+                return Select(vc, _bcast(vt, n), _bcast(vf, n), with_lanes(dtype, n))
+            case Cast(dtype, v):
+                return Cast(with_lanes(dtype, n), self.expr(v))
+            case Not(a, dtype):
+                return Not(self.expr(a), with_lanes(dtype, n))
+            case Call(name, args, dtype):
+                return Call(name, tuple(_bcast(self.expr(a), n) for a in args), with_lanes(dtype, n))
+        raise CannotVectorize(f"cannot vectorize {type(e).__name__}")
+
+    def _ramp_arith(self, op, a, b):
+        if not is_int(a.dtype):
+            return None
+        if op in ("+", "-"):
+            if isinstance(a, Ramp) and not _vec(b):
+                return Ramp(a.base + b if op == "+" else a.base - b, a.stride, a.lanes, a.dtype)
+            if isinstance(b, Ramp) and not _vec(a):
+                if op == "+":
+                    return Ramp(a + b.base, b.stride, b.lanes, b.dtype)
+                return Ramp(a - b.base, const(0) - b.stride, b.lanes, b.dtype)
+            if isinstance(a, Ramp) and isinstance(b, Ramp):
+                base = a.base + b.base if op == "+" else a.base - b.base
+                stride = a.stride + b.stride if op == "+" else a.stride - b.stride
+                return Ramp(base, stride, a.lanes, a.dtype)
+        if op == "*":
+            if isinstance(a, Ramp) and not _vec(b):
+                return Ramp(a.base * b, a.stride * b, a.lanes, a.dtype)
+            if isinstance(b, Ramp) and not _vec(a):
+                return Ramp(a * b.base, a * b.stride, b.lanes, b.dtype)
+        return None
+
+    def stmt(self, s: Stmt) -> Stmt:
+        match s:
+            case BufferStore(buf, value, (idx,)):
+                vi, vv = self.expr(idx), self.expr(value)
+                if not _vec(vi):
+                    raise CannotVectorize("a store whose address does not depend on the vectorized loop")
+                return BufferStore(buf, _bcast(vv, self.n), (vi,))
+            case SeqStmt(stmts):
+                return SeqStmt(tuple(self.stmt(x) for x in stmts))
+            case For(v, mn, ext, kind, body, ann):
+                if uses_var(mn, [self.var]) or uses_var(ext, [self.var]):
+                    raise CannotVectorize("an inner loop's bounds depend on the vectorized loop")
+                return For(v, mn, ext, "serial" if kind == "vectorized" else kind, self.stmt(body), ann)
+            case IfThenElse(c, t, e):
+                vc = self.expr(c)
+                if _vec(vc):
+                    raise CannotVectorize("a guard that differs per lane")
+                return IfThenElse(vc, self.stmt(t), self.stmt(e) if e is not None else None)
+            case Allocate() | Evaluate():
+                raise CannotVectorize(type(s).__name__)
+        raise CannotVectorize(type(s).__name__)
+
+
+def _has_vector_load(e: PrimExpr) -> bool:
+    from ..functor import visit_expr
+
+    found = []
+    visit_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and _vec(x) else None)
+    return bool(found)
+
+
+def vectorize(func: PrimFunc) -> PrimFunc:
+    def f(s: Stmt):
+        if not (isinstance(s, For) and s.kind == "vectorized"):
+            return None
+        n = as_int(s.extent)
+        if n is None or n < 2:
+            return replace(s, kind="serial")
+        try:
+            return _Vectorizer(s.loop_var, n).stmt(s.body)
+        except CannotVectorize:
+            return s
+
+    return func.with_body(mutate_stmt(func.body, f_stmt=f))

@@ -1,0 +1,533 @@
+"""The arithmetic simplifier: known rewrites, and random expressions checked by evaluation."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ember.tir.expr import (
+    Binary,
+    Broadcast,
+    Buffer,
+    Cast,
+    Const,
+    Not,
+    Ramp,
+    Select,
+    Var,
+    binary,
+    cast,
+    const,
+    max_,
+    min_,
+    select,
+)
+from ember.tir.functor import visit_expr
+from ember.tir.simplify import Analyzer, simplify, simplify_stmt
+from ember.tir.stmt import (
+    Block,
+    BlockRealize,
+    BufferStore,
+    For,
+    IfThenElse,
+    IterVar,
+    Range,
+    SeqStmt,
+    seq,
+)
+
+# -- a reference evaluator: Python ints, floor division -----------------------------------------
+
+_OPS = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
+    "%": operator.mod, "min": min, "max": max, "<": operator.lt, "<=": operator.le,
+    ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+    "&&": lambda a, b: a and b, "||": lambda a, b: a or b,
+}
+
+
+def evaluate(e, env):
+    """The value of e; vectors are lists, one value per lane."""
+    match e:
+        case Var():
+            return env[e]
+        case Const(v):
+            return v
+        case Ramp(base, stride, lanes):
+            b, st_ = evaluate(base, env), evaluate(stride, env)
+            return [b + k * st_ for k in range(lanes)]
+        case Broadcast(v, lanes):
+            return [evaluate(v, env)] * lanes
+        case Binary(op, a, b, _):
+            va, vb = evaluate(a, env), evaluate(b, env)
+            if isinstance(va, list):
+                return [_OPS[op](p, q) for p, q in zip(va, vb)]
+            return _OPS[op](va, vb)
+        case Not(a):
+            return not evaluate(a, env)
+        case Select(c, t, f):
+            return evaluate(t, env) if evaluate(c, env) else evaluate(f, env)
+        case Cast(_, v):
+            return evaluate(v, env)
+    raise TypeError(type(e).__name__)
+
+
+def size(e) -> int:
+    n = []
+    visit_expr(e, n.append)
+    return len(n)
+
+
+def text(e) -> str:
+    return str(e)
+
+
+io, ii, x, y, z, i, j, n = (Var(s) for s in ("io", "ii", "x", "y", "z", "i", "j", "n"))
+
+
+@pytest.fixture
+def ana():
+    a = Analyzer()
+    a.bind(io, 0, 31)
+    a.bind(ii, 0, 31)
+    a.bind(j, 0, 15)
+    a.bind(x, 0, 3)
+    return a
+
+
+# -- constant folding ---------------------------------------------------------------------------
+
+
+def test_fold_floor_semantics():
+    assert simplify(const(-7) // const(2)).value == -4
+    assert simplify(const(-7) % const(2)).value == 1
+    assert simplify(const(7) % const(-2)).value == -1
+    assert simplify(const(-1) // const(4)).value == -1
+
+
+def test_fold_ops():
+    assert simplify(min_(const(3), const(-2))).value == -2
+    assert simplify(const(3) < const(4)).value is True
+    assert simplify(const(3) < const(4)).dtype == "bool"
+    assert simplify(binary("&&", const(True), const(False))).value is False
+    assert simplify(~const(False)).value is True
+    assert simplify(select(const(True), i, j)) is i
+    assert text(simplify(i // const(0))) == "i // 0"  # left for the runtime
+
+
+def test_fold_casts_and_narrow_ints():
+    assert simplify(Cast("int8", const(200))).value == -56
+    assert simplify(cast("int8", const(200))).value == -56  # expr.cast folds without wrapping
+    assert simplify(Cast("uint8", const(-1))).value == 255
+    assert simplify(Cast("int32", const(-2.7, "float32"))).value == -2
+    assert simplify(Cast("float32", const(0.1, "float64"))).value == float.fromhex("0x1.99999ap-4")
+    assert simplify(const(100, "int8") + const(100, "int8")).value == -56
+
+
+def test_fold_float32_like_c():
+    r = simplify(const(0.1, "float32") + const(0.2, "float32"))
+    assert r.dtype == "float32" and r.value == float(np.float32(0.1) + np.float32(0.2)) != 0.1 + 0.2
+    assert isinstance(simplify(const(1.0, "float32") / const(0.0, "float32")), Binary)
+
+
+def test_math_calls_are_not_folded():
+    from ember.tir.expr import call
+
+    e = call("exp", const(1.0, "float32"))
+    assert simplify(e) is e
+
+
+# -- canonical linear form ------------------------------------------------------------------------
+
+
+def test_cancellation(ana):
+    assert simplify((io * 32 + ii + 33) - (io * 32 + ii) + 1).value == 34
+    assert text(simplify(x * 4 - x * 2)) == "x * 2"
+    assert text(simplify(2 * (i + j) - j)) == "i * 2 + j"
+    assert text(simplify(i * 1 + 0)) == "i"
+    assert simplify(i * 0).value == 0
+    assert text(simplify(j + i * 4)) == "i * 4 + j"
+    assert text(simplify(5 - i)) == "5 - i"
+    assert text(simplify(i * j - j * i + n)) == "n"
+
+
+def test_float_is_not_reassociated():
+    a, b = Var("a", "float32"), Var("b", "float32")
+    e = (a + b) - b
+    assert simplify(e) is e
+    assert simplify(a * 1.0) is a
+    assert simplify(a - 0.0) is a
+    z0 = a * 0.0
+    assert simplify(z0) is z0  # a may be inf or nan
+
+
+def test_unchanged_returns_same_object():
+    e = i * 4 + j // 4
+    assert simplify(e) is e
+    assert simplify(i < n) is not None
+
+
+# -- floor division and modulo --------------------------------------------------------------------
+
+
+def test_split_patterns(ana):
+    assert ana.simplify((io * 32 + ii) // 32) is io
+    assert ana.simplify((io * 32 + ii) % 32) is ii
+    assert text(ana.simplify((i * 16 + j) // 4)) == "i * 4 + j // 4"
+    assert text(ana.simplify((i * 16 + j) % 4)) == "j % 4"
+    assert text(ana.simplify((i // 4) // 8)) == "i // 32"
+    assert text(ana.simplify((i * 6) // 4)) == "i * 3 // 2"
+    assert text(ana.simplify((i * 8) // 4)) == "i * 2"
+    assert ana.simplify((i * 8 + 4) % 4).value == 0
+    assert text(ana.simplify((i // 32) * 32 + i % 32)) == "i"
+    assert text(ana.simplify((i % 16) % 4)) == "i % 4"
+
+
+def test_fuse_patterns():
+    a = Analyzer()
+    a.bind(x, 0, 9)
+    a.bind(y, 0, 63)
+    f = x * 64 + y
+    assert a.simplify(f // 64) is x
+    assert a.simplify(f % 64) is y
+    # symbolic extent: y in [0, n)
+    s = Analyzer()
+    s.bind_range(n, 1, 1000)
+    s.bind_range(y, 0, n)
+    s.bind(x, 0, 100)
+    assert s.simplify((x * n + y) // n) is x
+    assert s.simplify((x * n + y) % n) is y
+    assert s.can_prove(y < n)
+    assert not s.can_prove(y < n - 1)
+    assert s.const_int_bound(y) == (0, 999)
+    fv = Var("f")
+    assert s.simplify((fv // n) * n + fv % n) is fv
+
+
+def test_negative_numerators_are_not_folded_wrongly(ana):
+    # x in [0, 3]: x - 1 in [-1, 2], so (x - 1) // 4 is -1 or 0
+    e = ana.simplify((x - 1) // 4)
+    assert not isinstance(e, Const)
+    assert [evaluate(e, {x: v}) for v in range(4)] == [-1, 0, 0, 0]
+    assert ana.simplify((x - 4) // 4).value == -1
+    assert text(ana.simplify((x - 4) % 4)) == "x"
+    assert ana.simplify((x + 8) // 4).value == 2
+
+
+# -- min, max, comparisons, logic -----------------------------------------------------------------
+
+
+def test_min_max(ana):
+    assert ana.simplify(min_(x, 100)) is x
+    assert ana.simplify(max_(x, 100)).value == 100
+    assert ana.simplify(min_(i, i)) is i
+    assert text(ana.simplify(min_(i + 3, i + 5))) == "i + 3"
+    assert text(ana.simplify(max_(i + 3, i + 5))) == "i + 5"
+
+
+def test_comparisons(ana):
+    assert ana.can_prove(io * 32 + ii < 1024)
+    assert not ana.can_prove(io * 32 + ii < 1000)
+    assert ana.simplify(io * 32 + ii >= 1024).value is False
+    assert text(ana.simplify(i + 1 < 10)) == "i < 9"
+    assert text(ana.simplify(binary("<", 10, i))) == "i > 10"
+    assert text(ana.simplify(binary("<", 10, i + j))) == "i + j > 10"
+    assert text(ana.simplify(io * 32 + ii < n)) == "io * 32 + ii < n"
+    assert ana.simplify((i * 4 + 1).__eq__(i * 4 + 3).as_expr()).value is False
+    assert ana.simplify(binary("==", i * 4, 2)).value is False  # i*4 is never 2
+    assert ana.can_prove_equal(i * 4 + j - j, 4 * i)
+    assert not ana.can_prove_equal(i, j)
+
+
+def test_logic(ana):
+    c = i < n
+    assert ana.simplify(binary("&&", x < 10, c)) is c
+    assert ana.simplify(binary("||", x < 10, c)).value is True
+    assert ana.simplify(binary("&&", x > 10, c)).value is False
+    assert text(ana.simplify(~(i < n))) == "i >= n"
+    a = Var("a", "float32")
+    lt = a < 1.0
+    assert isinstance(ana.simplify(~lt), Not)  # not (a < 1) is not a >= 1 when a is nan
+    assert ana.simplify(select(i < n, j, j)) is j
+
+
+def test_const_int_bound(ana):
+    assert ana.const_int_bound(io * 32 + ii) == (0, 1023)
+    assert ana.const_int_bound(n) == (None, None)
+    assert ana.const_int_bound(i % 8) == (0, 7)
+    assert ana.const_int_bound(x % 8) == (0, 3)
+    assert ana.const_int_bound(ii // 8 - 1) == (-1, 2)
+    assert ana.const_int_bound(Buffer("B", (4,), "int8")[0]) == (-128, 127)
+    assert ana.const_int_bound(Buffer("B", (4,), "bool")[0]) == (0, 1)
+
+
+def test_scope_undoes_bindings():
+    a = Analyzer()
+    with a.scope():
+        a.bind(i, 0, 3)
+        assert a.can_prove(i < 4)
+    assert not a.can_prove(i < 4)
+    assert a.const_int_bound(i) == (None, None)
+
+
+def test_bind_range_symbolic_min():
+    a = Analyzer()
+    a.bind(n, 0, 10)
+    a.bind_range(i, n, 4)
+    assert a.const_int_bound(i) == (0, 13)
+    assert a.can_prove(i >= n)
+    assert a.can_prove(i < n + 4)
+    assert not a.can_prove(i < n + 3)
+
+
+# -- vectors ----------------------------------------------------------------------------------------
+
+
+def test_vectors():
+    r = Ramp(i * 4, const(1), 4, "int64x4")
+    b = Broadcast(j, 4, "int64x4")
+    out = simplify(r + b)
+    assert isinstance(out, Ramp) and text(out.base) == "i * 4 + j"
+    out = simplify(r * Broadcast(const(2), 4, "int64x4"))
+    assert isinstance(out, Ramp) and text(out) == "ramp(i * 8, 2, 4)"
+    out = simplify(Broadcast(i, 4, "int64x4") + Broadcast(const(1), 4, "int64x4"))
+    assert isinstance(out, Broadcast) and text(out.value) == "i + 1"
+    c = Broadcast(const(3), 4, "int64x4")
+    assert simplify(c) is c
+    assert text(simplify(r // Broadcast(const(4), 4, "int64x4"))) == "broadcast(i, 4)"
+    assert text(simplify(r % Broadcast(const(4), 4, "int64x4"))) == "ramp(0, 1, 4)"
+
+
+# -- statements ---------------------------------------------------------------------------------------
+
+A = Buffer("A", (1024,), "float32")
+
+
+def store(idx, val=1.0):
+    return BufferStore(A, const(val, "float32"), (idx,))
+
+
+def test_guard_removal():
+    body = IfThenElse(io * 32 + ii < 1024, store(io * 32 + ii))
+    loop = For(io, const(0), const(32), "serial", For(ii, const(0), const(32), "serial", body))
+    out = simplify_stmt(loop)
+    assert isinstance(out.body.body, BufferStore)
+    # a guard that can fail stays
+    body = IfThenElse(io * 32 + ii < 1000, store(io * 32 + ii))
+    loop = For(io, const(0), const(32), "serial", For(ii, const(0), const(32), "serial", body))
+    assert simplify_stmt(loop) is loop
+    # provably false: the else branch, or nothing
+    never = IfThenElse(io > 40, store(io), store(io + 1))
+    out = simplify_stmt(For(io, const(0), const(32), "serial", never))
+    assert text(out.body) == "A[io + 1] = 1.0"
+    assert simplify_stmt(For(io, const(0), const(32), "serial", IfThenElse(io > 40, store(io)))).stmts == ()
+
+
+def test_nested_guard_uses_outer_condition():
+    inner = IfThenElse(i < 20, store(i))
+    out = simplify_stmt(For(i, const(0), n, "serial", IfThenElse(i < 10, inner)))
+    assert text(out) == "for i in range(n):\n    if i < 10:\n        A[i] = 1.0"
+
+
+def test_extent_one_loops():
+    inner = For(ii, const(0), const(1), "serial", store(io * 4 + ii))
+    out = simplify_stmt(For(io, const(0), const(8), "serial", inner))
+    assert text(out) == "for io in range(8):\n    A[io * 4] = 1.0"
+    par = For(ii, const(0), const(1), "parallel", store(ii))
+    assert simplify_stmt(par) is par
+    ann = For(ii, const(0), const(1), "serial", store(ii), (("pragma", 1),))
+    assert simplify_stmt(ann) is ann
+    empty = For(ii, const(0), n - n, "serial", store(ii))
+    assert simplify_stmt(empty).stmts == ()
+
+
+def test_seq_drops_empty_children():
+    dead = For(ii, const(0), const(0), "serial", store(ii))
+    s = seq(store(const(0)), dead, store(const(1)))
+    out = simplify_stmt(s)
+    assert isinstance(out, SeqStmt) and len(out.stmts) == 2
+    assert simplify_stmt(SeqStmt((dead,))).stmts == ()
+
+
+def test_blocks():
+    vi = Var("vi")
+    blk = Block("B", (IterVar(vi, Range(const(0), const(64))),), (), (),
+                IfThenElse(vi < 64, store((vi // 64) * 8 + vi)))
+    real = BlockRealize((io * 32 + ii + 0,), binary("&&", const(True), io < n), blk)
+    out = simplify_stmt(For(io, const(0), const(2), "serial", For(ii, const(0), const(32), "serial", real)))
+    r = out.body.body
+    assert text(r.iter_values[0]) == "io * 32 + ii"
+    assert text(r.predicate) == "io < n"
+    assert text(r.block.body) == "A[vi] = 1.0"
+    unchanged = For(io, const(0), const(2), "serial", BlockRealize((io,), const(True), Block(
+        "C", (IterVar(vi, Range(const(0), const(2))),), (), (), store(vi))))
+    assert simplify_stmt(unchanged) is unchanged
+
+
+# -- random expressions ----------------------------------------------------------------------------------
+
+z32 = Var("z32", "int32")
+VARS = (x, y, z32)  # an int32 variable brings casts to int64 along
+_ARITH = ("+", "-", "*", "//", "%", "min", "max", "select", "split", "fuse")
+_CMPS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def draw_expr(data, vars_, positive, depth):
+    """A random index expression; divisors are nonzero constants or positive variables."""
+    if depth == 0 or data.draw(st.integers(0, 3)) == 0:
+        if data.draw(st.booleans()):
+            return data.draw(st.sampled_from(vars_))
+        return const(data.draw(st.integers(-8, 8)))
+    op = data.draw(st.sampled_from(_ARITH))
+    a = draw_expr(data, vars_, positive, depth - 1)
+    if op in ("//", "%", "split", "fuse"):
+        d = draw_divisor(data, positive)
+    if op in ("//", "%"):
+        return binary(op, a, d)
+    b = draw_expr(data, vars_, positive, depth - 1)
+    if op == "split":  # c*((a // d)*d + a % d), as a split loop indexes
+        c = const(data.draw(st.integers(-3, 3)))
+        return binary("+", binary("*", binary("//", a, d), d * c), binary("%", a, d) * c)
+    if op == "fuse":  # (a*d + b) // d or % d, as a fused loop indexes
+        return binary(data.draw(st.sampled_from(["//", "%"])), a * d + b, d)
+    if op == "*" and data.draw(st.booleans()):
+        b = const(data.draw(st.integers(-4, 8)))
+    if op == "select":
+        return select(draw_cond(data, vars_, positive, depth - 1), a, b)
+    return binary(op, a, b)
+
+
+def draw_divisor(data, positive):
+    """A positive constant or variable, now and then a negative constant."""
+    if positive and data.draw(st.booleans()):
+        return data.draw(st.sampled_from(positive))
+    c = data.draw(st.integers(-9, 9).filter(lambda v: v != 0))
+    return const(c if data.draw(st.integers(0, 4)) == 0 else abs(c))
+
+
+def draw_cond(data, vars_, positive, depth):
+    op = data.draw(st.sampled_from(_CMPS))
+    c = binary(op, draw_expr(data, vars_, positive, depth), draw_expr(data, vars_, positive, depth))
+    match data.draw(st.integers(0, 4)):
+        case 0:
+            return ~c
+        case 1:
+            return binary("&&", c, draw_cond(data, vars_, positive, 0))
+        case 2:
+            return binary("||", c, draw_cond(data, vars_, positive, 0))
+    return c
+
+
+def draw_env(data, ana):
+    bounds = {}
+    for v in VARS:
+        lo = data.draw(st.integers(-12, 12))
+        hi = lo + data.draw(st.integers(0, 24))
+        ana.bind(v, lo, hi)
+        bounds[v] = (lo, hi)
+    points = [{v: lo for v, (lo, _) in bounds.items()}, {v: hi for v, (_, hi) in bounds.items()}]
+    points += [{v: data.draw(st.integers(lo, hi)) for v, (lo, hi) in bounds.items()} for _ in range(6)]
+    return bounds, points
+
+
+def check_same(e, ana, points):
+    s = ana.simplify(e)
+    assert s.dtype == e.dtype
+    for p in points:
+        assert evaluate(s, p) == evaluate(e, p), f"{e}  ->  {s}  at {p}"
+    return s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_random_expressions_keep_their_value(data):
+    ana = Analyzer()
+    bounds, points = draw_env(data, ana)
+    positive = [v for v, (lo, _) in bounds.items() if lo > 0]
+    e = draw_expr(data, VARS, positive, 4)
+    s = check_same(e, ana, points)
+    assert ana.simplify(s) is s or text(ana.simplify(s)) == text(s)  # idempotent
+    lo, hi = ana.const_int_bound(e)
+    for p in points:
+        v = evaluate(e, p)
+        assert (lo is None or lo <= v) and (hi is None or v <= hi), f"{e} = {v} outside [{lo}, {hi}]"
+    c = draw_cond(data, VARS, positive, 3)
+    check_same(c, ana, points)
+    for claim, truth in ((c, True), (~c, False)):
+        if ana.can_prove(claim):
+            assert all(bool(evaluate(c, p)) == truth for p in points), f"can_prove({claim}) is wrong"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_random_symbolic_ranges(data):
+    """y in [0, n) for a symbolic n: fuse/split patterns over a variable extent."""
+    ana = Analyzer()
+    ana.bind_range(n, 1, 12)
+    ana.bind_range(y, 0, n)
+    ana.bind(x, 0, 6)
+    vs = (x, y, n)
+    patterns = [x * n + y, x * n + y + n * 2, y, y + 1, n - y, x]
+    e = binary(
+        data.draw(st.sampled_from(["//", "%", "<", "<=", "min", "max", "=="])),
+        data.draw(st.sampled_from(patterns)) if data.draw(st.booleans()) else draw_expr(data, vs, [n], 2),
+        data.draw(st.sampled_from([n, n * 2, n + 1, y + 1, const(3)])),
+    )
+    points = []
+    for _ in range(8):
+        nv = data.draw(st.integers(1, 12))
+        points.append({n: nv, y: data.draw(st.integers(0, nv - 1)), x: data.draw(st.integers(0, 6))})
+    check_same(e, ana, points)
+
+
+def _linear(data, depth):
+    if depth == 0 or data.draw(st.integers(0, 2)) == 0:
+        match data.draw(st.integers(0, 2)):
+            case 0:
+                return const(data.draw(st.integers(-5, 5)))
+            case 1:
+                return data.draw(st.sampled_from(VARS)) * data.draw(st.integers(-3, 3))
+        return data.draw(st.sampled_from(VARS))
+    op = data.draw(st.sampled_from(["+", "-"]))
+    return binary(op, _linear(data, depth - 1), _linear(data, depth - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_linear_expressions_do_not_grow(data):
+    ana = Analyzer()
+    _, points = draw_env(data, ana)
+    e = _linear(data, 5)
+    s = check_same(e, ana, points)
+    assert size(s) <= size(e), f"{e}  ->  {s}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_random_vector_rules(data):
+    ana = Analyzer()
+    bounds, points = draw_env(data, ana)
+    lanes = data.draw(st.sampled_from([2, 4, 8]))
+    vt = f"int64x{lanes}"
+
+    def vec():
+        scalar = draw_expr(data, (x, y), [], 2)
+        if data.draw(st.booleans()):
+            return Broadcast(scalar, lanes, vt)
+        return Ramp(scalar, const(data.draw(st.integers(-3, 4))), lanes, vt)
+
+    op = data.draw(st.sampled_from(["+", "-", "*", "//", "%", "<", "min"]))
+    a = vec()
+    divisor = op in ("//", "%") or data.draw(st.booleans())
+    b = Broadcast(const(data.draw(st.integers(1, 9))), lanes, vt) if divisor else vec()
+    e = binary(op, a, b)
+    check_same(e, ana, points)
+    # the split-then-vectorize pattern: ramp(i*c, 1, lanes) // c is a broadcast
+    c = lanes * data.draw(st.integers(1, 3))
+    r = Ramp(x * c, const(1), lanes, vt)
+    assert isinstance(check_same(binary("//", r, Broadcast(const(c), lanes, vt)), ana, points), Broadcast)
+    assert isinstance(check_same(binary("%", r, Broadcast(const(c), lanes, vt)), ana, points), Ramp)
