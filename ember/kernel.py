@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .target import host_vector_bytes
 from .te.schedule import TESchedule, bind_params
 from .tir.lower import lower as lower_func
 from .tir.schedule import Schedule
@@ -28,9 +29,10 @@ def _prim_func(sch, args, name: str) -> PrimFunc:
 
 
 def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after: bool | None = None,
-          skip: Sequence[str] = ()) -> PrimFunc:
+          skip: Sequence[str] = (), target: str = "c") -> PrimFunc:
     """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops."""
-    return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip)
+    vector_bytes = host_vector_bytes() if target == "c" else None
+    return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip, vector_bytes=vector_bytes)
 
 
 def build(sch, args: Sequence | None = None, target: str = "c", name: str = "main", **options):
@@ -44,7 +46,7 @@ def build(sch, args: Sequence | None = None, target: str = "c", name: str = "mai
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; targets are {TARGETS}")
     skip = options.pop("skip", ())
-    func = lower(sch, args, name, skip=skip)
+    func = lower(sch, args, name, skip=skip, target=target)
     if target == "python":
         if options:
             raise TypeError(f"target 'python' takes no options, got {sorted(options)}")

@@ -49,6 +49,7 @@ def packed_gemm(m: int, n: int, kk: int, mr: int = 8, nr: int = 32):
     io_, jo_, ii_, ji_ = sch[c_].tile(c_.op.axis[0], c_.op.axis[1], mr, nr)
     sch[c_].reorder(jo_, io_, ii_, ji_)
     sch[c_].parallel(jo_)
+    sch[c_].unroll(ii_)
     sch[c_].vectorize(ji_)
     sch[cc].compute_at(sch[c_], io_)
     mc, nc = sch[cc].op.axis

@@ -50,6 +50,7 @@ from ..tir.expr import (
 from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
 from .c_prelude import SIGNED_INTS, CPrelude
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
+from .registers import register_lanes
 
 # C operator precedence, higher binds tighter.
 PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 6, 5, 4, 3
@@ -146,6 +147,7 @@ class CRenderer:
         self._name = Namer(self.RESERVED, self.RESERVED_PREFIXES)
         self._vars: set[Var] = set(func.size_vars)
         self._buffers: set[Buffer] = set(func.params)
+        self._registers: dict[Buffer, int] = {}  # promoted local buffers -> their vector width
         self._in_parallel = self._in_simd = False
         written = written_buffers(func)
         params = [
@@ -212,8 +214,15 @@ class CRenderer:
         count = None if None in dims else functools.reduce(operator.mul, dims, 1)
         small = count is not None and count * dt.bits(buf.dtype) // 8 <= self.STACK_LIMIT
         on_stack = buf.scope == "local" and small
+        width = register_lanes(buf, body)
         out.append(f"{pad}{{")
-        if on_stack:
+        if width is not None:
+            vtype = self.lib.vec(dt.element_of(buf.dtype), width)
+            regs = ", ".join(f"{name}_{k}" for k in range(count // width))
+            out.append(f"{inner}{vtype} {regs};  /* {name}: in registers */")
+            self._registers[buf] = width
+            on_stack = True
+        elif on_stack:
             out.append(f"{inner}{ctype} {name}[{max(count, 1)}] __attribute__((aligned({self.ALIGN})));")
         else:
             size = self._e(functools.reduce(operator.mul, buf.shape)) if buf.shape else "1"
@@ -232,8 +241,18 @@ class CRenderer:
                              f"allocated around its use")
         return self._name(buf)
 
+    def _register(self, buf: Buffer, index: PrimExpr) -> str:
+        width = self._registers[buf]
+        if isinstance(index, Ramp):
+            return f"{self._buffer(buf)}_{as_int(index.base) // width}"
+        return f"{self._buffer(buf)}_{as_int(index) // width}[{as_int(index) % width}]"
+
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
         lanes = dt.lanes_of(index.dtype)
+        if buf in self._registers:
+            if lanes > 1 and dt.lanes_of(value.dtype) == 1:
+                value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
+            return f"{self._register(buf, index)} = {self._e(value)}"
         if lanes == 1:
             return f"{self._buffer(buf)}[{self._e(index)}] = {self._e(value)}"
         if dt.lanes_of(value.dtype) == 1:
@@ -385,6 +404,8 @@ class CRenderer:
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)
+        if buf in self._registers:
+            return self._register(buf, index), PRIMARY
         if lanes == 1:
             return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
                 f"{name}[{self._e(index)}]", PRIMARY)

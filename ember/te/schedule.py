@@ -201,18 +201,17 @@ class TESchedule:
 
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
         """Copy `tensor` into a `scope` buffer that the reader stages read instead."""
-        cache_buf = None
-        for r in readers:
-            stage = self[r]
-            blk = self.sch.get_realize(stage.block).block
-            index = next((k for k, rd in enumerate(blk.reads) if rd.buffer is tensor.buffer), None)
-            if index is None:
-                raise ScheduleError(f"cache_read: stage {stage.name!r} does not read {tensor.name}")
-            copy = self.sch.cache_read(stage.block, read_buffer_index=index, storage_scope=scope)
-            cache_buf = self.sch.get_realize(copy).block.writes[0].buffer
-            self._block_of[cache_buf] = self.sch.block_name(copy)
-        if cache_buf is None:
+        stages = [self[r] for r in readers]
+        if not stages:
             raise ScheduleError("cache_read needs at least one reader")
+        blk = self.sch.get_realize(stages[0].block).block
+        index = next((k for k, rd in enumerate(blk.reads) if rd.buffer is tensor.buffer), None)
+        if index is None:
+            raise ScheduleError(f"cache_read: stage {stages[0].name!r} does not read {tensor.name}")
+        copy = self.sch.cache_read(stages[0].block, read_buffer_index=index, storage_scope=scope,
+                                   consumer_blocks=[st.block for st in stages[1:]] or None)
+        cache_buf = self.sch.get_realize(copy).block.writes[0].buffer
+        self._block_of[cache_buf] = self.sch.block_name(copy)
         return _view(cache_buf, tensor.op)
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:

@@ -41,7 +41,10 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
 OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
 
 
-def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = ()) -> PrimFunc:
+def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = (),
+          vector_bytes: int | None = None) -> PrimFunc:
+    """Run the lowering passes. `vector_bytes` is the target's SIMD register size (vectorized
+    loops wider than one register are split into several registers); None leaves them whole."""
     unknown = set(skip) - {name for name, _ in PASSES}
     if unknown:
         raise ValueError(f"unknown lowering passes {sorted(unknown)}; the passes are {[n for n, _ in PASSES]}")
@@ -52,7 +55,7 @@ def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str
     for name, fn in PASSES:
         if name in skip:
             continue
-        new = fn(func)
+        new = fn(func, vector_bytes) if fn is vectorize else fn(func)
         if show:
             print(f"# after {name}{' (unchanged)' if new is func else ''}\n{new}\n", file=sys.stderr)
         func = new

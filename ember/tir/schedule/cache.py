@@ -92,9 +92,9 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int = 0,
 
 @primitive
 def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int = 0,
-               storage_scope: str = "local") -> BlockRV:
-    """Copy a tensor that `block` reads into a new buffer first; `block` reads the copy.
-    Returns the copy block."""
+               storage_scope: str = "local", consumer_blocks: list[BlockRV] | None = None) -> BlockRV:
+    """Copy a tensor that `block` reads into a new buffer first; `block` (and the other
+    `consumer_blocks`, which read it too) read the copy. Returns the copy block."""
     _check_scope(storage_scope)
     realize = sch.get_realize(block)
     blk = realize.block
@@ -105,14 +105,22 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int = 0,
     name = f"{buf.name}_{storage_scope}"
     if any(r.block.name == name for r in sch.all_realizes()):
         raise ScheduleError(f"cache_read: a block named {name!r} exists already")
-    sch.replace(realize, replace(realize, block=_redirect(blk, buf, cache, loads=True, stores=False)))
+    consumers = [realize]
+    for rv in consumer_blocks or []:
+        r = sch.get_realize(rv)
+        if not any(rd.buffer is buf for rd in r.block.reads):
+            raise ScheduleError(f"cache_read: block {r.block.name!r} does not read {buf.name}")
+        if all(c is not r for c in consumers):
+            consumers.append(r)
+    for r in consumers:
+        sch.replace(r, replace(r, block=_redirect(r.block, buf, cache, loads=True, stores=False)))
     _add_alloc_and_nest(sch, cache, _copy_nest(name, buf, cache), before_reader_of={cache})
     copy = sch.new_block_rv(name)
-    # a producer sharing a loop with the reader needs the copy inside that loop, after it
-    reader = sch.get_realize(block)
+    # a producer sharing a loop with the readers needs the copy inside that loop, after it
+    readers = [r for r in sch.all_realizes() if r.block.name not in (name, "root") and reads_buffer(r.block, {cache})]
     writers = [r for r in sch.all_realizes() if r.block.name not in (name, "root") and writes_buffer(r.block, {buf})]
-    writers = same_nest(sch, reader, writers)
-    loop = common_loop(sch, [reader, *writers]) if writers else None
+    writers = [w for r in readers for w in same_nest(sch, r, writers)]
+    loop = common_loop(sch, [*readers, *writers]) if writers else None
     if loop is not None:
         sch.compute_at(copy, sch.new_loop_rv(loop.loop_var))
     return copy

@@ -96,6 +96,7 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
             f"reverse_compute_at: block {writers_outside[0]!r} also writes {produced[0].name} outside "
             f"loop {target.loop_var.name}"
         )
+    _check_inputs_ready(sch, realize, target, set(produced))
     kinds = {iv.var: iv for iv in blk.iter_vars}
     ranges: dict = {}
     detach(sch, block)
@@ -122,6 +123,21 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
                     )
     nest = nest_over(realize, ranges, ana)
     replace_loop_body(sch, target, insert_in_body(target.body, nest, after_writer_of=set(produced)))
+
+
+def _check_inputs_ready(sch: Schedule, realize, target, produced: set) -> None:
+    """Everything else the consumer reads must be computed before the loop it moves under."""
+    order = {id(r): k for k, r in enumerate(sch.all_realizes_in_order())}
+    start = min(order[id(r)] for r in realizes_in(target))
+    others = {r.buffer for r in realize.block.reads} - produced
+    for r in sch.all_realizes():
+        if r is realize or r.block.name == "root":
+            continue
+        if writes_buffer(r.block, others) and order[id(r)] >= start:
+            raise ScheduleError(
+                f"reverse_compute_at: block {realize.block.name!r} also reads what block {r.block.name!r} "
+                f"computes, which is not done before loop {target.loop_var.name}"
+            )
 
 
 @primitive

@@ -160,8 +160,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     ana = Analyzer()
     rmap = {iv.var: ana.simplify(substitute(v, loop_to_block))
             for iv, v in zip(blk.iter_vars, realize.iter_values) if iv.kind == "reduce"}
-    sp_idx = [iv.var for iv, _ in spatial]
-    rf_idx = list(sp_idx)
+    rf_idx = list(store.indices)
     rf_idx.insert(factor_axis, v_rf)
     rf_idx_t = tuple(rf_idx)
     acc = BufferLoad(rf_buf, rf_idx_t, rf_buf.dtype)
@@ -188,7 +187,9 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
                               ana.simplify(all_(*kept)) if kept else const(True), rf_block)
     sch.replace(realize, rf_realize)
     # the write-back: out[s] = op(out[s], rf[s, r]) over a fresh nest
-    wb_sp = [IterVar(Var(iv.var.name), iv.dom, "spatial") for iv, _ in spatial]
+    # one spatial variable per dimension of the output, named after the index it replaces
+    wb_sp = [IterVar(Var(i.name if isinstance(i, Var) else f"ax{d}"), Range(const(0), ext_d), "spatial")
+             for d, (i, ext_d) in enumerate(zip(store.indices, out.shape))]
     wb_r = IterVar(Var(f"v{lv.name}"), Range(const(0), ext), "reduce")
     wb_idx = tuple(iv.var for iv in wb_sp)
     wb_rf_idx = list(wb_idx)

@@ -81,11 +81,18 @@ class Schedule:
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(PRIMITIVES))
 
-    def apply(self, kind: str, inputs: list, attrs: dict):
-        """Apply one instruction (used by trace replay)."""
+    def apply(self, kind: str, inputs: list[tuple[str, object]], attrs: dict):
+        """Apply one instruction (used by trace replay): inputs are (parameter, handle or list)."""
         if kind not in PRIMITIVES:
             raise ScheduleError(f"unknown schedule instruction {kind!r}")
-        return self._run(kind, tuple(inputs), attrs)
+        args: list = []
+        kwargs = dict(attrs)
+        for pname, value in inputs:
+            if pname.startswith("*"):
+                args.extend(value)
+            else:
+                kwargs[pname] = value
+        return self._run(kind, tuple(args), kwargs)
 
     def _run(self, kind: str, args: tuple, kwargs: dict):
         fn = PRIMITIVES[kind]
@@ -99,11 +106,12 @@ class Schedule:
             param = fn.__signature_cache__.parameters[pname]
             if param.kind == inspect.Parameter.VAR_POSITIONAL:
                 flat = [x for v in value for x in (v if isinstance(v, list | tuple) else [v])]
-                inputs.append(tuple(h.name for h in flat))
+                inputs.append(("*" + pname, tuple(h.name for h in flat)))
                 continue
             if _is_handle(value):
-                inputs.append(value.name if isinstance(value, LoopRV | BlockRV) else tuple(h.name for h in value))
-            else:
+                names = value.name if isinstance(value, LoopRV | BlockRV) else tuple(h.name for h in value)
+                inputs.append((pname, names))
+            elif not (value is None and param.default is None):  # an optional handle left out
                 attrs.append((pname, _freeze(value)))
         saved = (self.mod, dict(self._consumed))
         self._depth += 1
@@ -214,6 +222,19 @@ class Schedule:
         body = self.mod.body
         assert isinstance(body, BlockRealize)
         self.mod = self.mod.with_body(replace(body, block=block))
+
+    def all_realizes_in_order(self) -> list[BlockRealize]:
+        """Every block, in the order the function runs them."""
+        out: list[BlockRealize] = []
+
+        def walk(s: Stmt):
+            if isinstance(s, BlockRealize):
+                out.append(s)
+            for c in stmt_children(s):
+                walk(c)
+
+        walk(self.root_block().body)
+        return out
 
     def all_realizes(self) -> list[BlockRealize]:
         out: list[BlockRealize] = []

@@ -16,12 +16,17 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Instruction:
     kind: str
-    inputs: tuple  # handle names, or tuples of handle names
+    inputs: tuple[tuple[str, object], ...]  # (parameter, handle name or tuple of names); "*p": varargs
     attrs: tuple[tuple[str, object], ...]
     outputs: tuple[str, ...]
 
     def as_python(self) -> str:
-        args = [_py_input(i) for i in self.inputs]
+        args = []
+        for k, (pname, value) in enumerate(self.inputs):
+            if pname.startswith("*"):
+                args += list(value)
+            else:
+                args.append(_py_input(value) if k == 0 else f"{pname}={_py_input(value)}")
         args += [f"{k}={v!r}" for k, v in self.attrs]
         call = f"sch.{self.kind}({', '.join(args)})"
         if not self.outputs:
@@ -32,13 +37,13 @@ class Instruction:
         return f"{lhs} = {call}"
 
     def as_json(self) -> list:
-        return [self.kind, [list(i) if isinstance(i, tuple) else i for i in self.inputs],
+        return [self.kind, [[p, list(v) if isinstance(v, tuple) else v] for p, v in self.inputs],
                 {k: _jsonable(v) for k, v in self.attrs}, list(self.outputs)]
 
     @staticmethod
     def from_json(obj) -> Instruction:
         kind, inputs, attrs, outputs = obj
-        return Instruction(kind, tuple(tuple(i) if isinstance(i, list) else i for i in inputs),
+        return Instruction(kind, tuple((p, tuple(v) if isinstance(v, list) else v) for p, v in inputs),
                            tuple((k, _unjson(v)) for k, v in attrs.items()), tuple(outputs))
 
 
@@ -99,7 +104,7 @@ class Trace:
             return names[i]
 
         for inst in self.instructions:
-            result = sch.apply(inst.kind, [resolve(i) for i in inst.inputs], dict(inst.attrs))
+            result = sch.apply(inst.kind, [(p, resolve(v)) for p, v in inst.inputs], dict(inst.attrs))
             outs = result if isinstance(result, list | tuple) else ([] if result is None else [result])
             if len(outs) != len(inst.outputs):
                 raise ValueError(f"replaying {inst.kind}: expected {len(inst.outputs)} results, got {len(outs)}")

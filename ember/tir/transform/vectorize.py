@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..dtype import is_int, lanes_of, with_lanes
+from ..dtype import bits, is_int, lanes_of, with_lanes
 from ..expr import (
     Binary,
     Broadcast,
@@ -28,8 +28,8 @@ from ..expr import (
     as_int,
     const,
 )
-from ..functor import mutate_stmt, uses_var
-from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from ..functor import mutate_stmt, substitute_stmt, uses_var, visit_stmt
+from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 
 
 class CannotVectorize(Exception):
@@ -128,15 +128,37 @@ def _has_vector_load(e: PrimExpr) -> bool:
     return bool(found)
 
 
-def vectorize(func: PrimFunc) -> PrimFunc:
+def _widest_element(s: Stmt) -> int:
+    """Bytes of the widest element type stored in s."""
+    widths = [1]
+    visit_stmt(s, lambda x: widths.append(bits(x.buffer.dtype) // 8) if isinstance(x, BufferStore) else None)
+    return max(widths)
+
+
+def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
+    """Vectorize the loops marked "vectorized". With `vector_bytes` (the SIMD register size of
+    the target), a loop wider than one register becomes one vector per register, unrolled:
+    compilers handle vectors of the native width far better than wider ones."""
+
     def f(s: Stmt):
         if not (isinstance(s, For) and s.kind == "vectorized"):
             return None
         n = as_int(s.extent)
         if n is None or n < 2:
             return replace(s, kind="serial")
+        width = n
+        if vector_bytes:
+            per_register = max(1, vector_bytes // _widest_element(s.body))
+            if n > per_register and n % per_register == 0:
+                width = per_register
         try:
-            return _Vectorizer(s.loop_var, n).stmt(s.body)
+            if width == n:
+                return _Vectorizer(s.loop_var, n).stmt(s.body)
+            inner = Var(s.loop_var.name)
+            return seq(*(
+                _Vectorizer(inner, width).stmt(substitute_stmt(s.body, {s.loop_var: inner + k * width}))
+                for k in range(n // width)
+            ))
         except CannotVectorize:
             return s
 
