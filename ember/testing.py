@@ -12,6 +12,7 @@ import numpy as np
 from .kernel import _prim_func, build
 from .te.schedule import TESchedule
 from .tir import dtype as dt
+from .tir.expr import const
 from .tir.schedule import Schedule, Trace
 from .tir.structural import structural_equal
 
@@ -69,19 +70,21 @@ def check_schedule(
     func = _prim_func(sch, args, "main")
     outs = output_positions(func)
     rng = rng or np.random.default_rng()
-    env = {v.name: n for v, n in (sizes or {}).items()} if sizes else {}
+    env = {v.name: const(n) for v, n in (sizes or {}).items()}
 
     def concrete(shape):
-        from .tir.expr import Const, Var
+        from .tir.expr import Const
+        from .tir.functor import free_vars, substitute
+        from .tir.simplify import simplify
 
         out = []
         for d in shape:
-            if isinstance(d, Const):
-                out.append(int(d.value))
-            elif isinstance(d, Var):
-                out.append(env[d.name])
-            else:
-                raise ValueError(f"give the size of dimension {d} in sizes=")
+            missing = [v.name for v in free_vars(d) if v.name not in env]
+            if missing:
+                raise ValueError(f"give the sizes {missing} in sizes=")
+            value = simplify(substitute(d, {v: env[v.name] for v in free_vars(d)}))
+            assert isinstance(value, Const)
+            out.append(int(value.value))
         return tuple(out)
 
     if inputs is None:

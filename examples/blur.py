@@ -11,7 +11,7 @@ import numpy as np
 import ember
 from ember import te
 
-H, W = 64, 512
+H, W = 1024, 1024
 inp = te.placeholder((H + 2, W + 2), name="inp")
 blur_x = te.compute((H + 2, W), lambda y, x: (inp[y, x] + inp[y, x + 1] + inp[y, x + 2]) / 3, name="blur_x")
 blur_y = te.compute((H, W), lambda y, x: (blur_x[y, x] + blur_x[y + 1, x] + blur_x[y + 2, x]) / 3,

@@ -67,6 +67,11 @@ class CKernel(Kernel):
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars)
         self._cfunc.restype = None
 
+    @property
+    def path(self) -> str:
+        """The shared library on disk (in the build cache)."""
+        return self.library._name
+
     def _launcher(self, arrays, sizes):
         cfunc, args = self._cfunc, [a.ctypes.data for a in arrays] + sizes
         return lambda: cfunc(*args)

@@ -156,16 +156,11 @@ size_var = var
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
-    lo, hi = dom
-    lo, hi = convert(lo), convert(hi)
-    return IterVar(Var(name), Range(lo, hi - lo if not (isinstance(lo, PrimExpr) and _is_zero(lo)) else hi),
-                   "reduce")
+    """A reduction variable over [lo, hi)."""
+    from ..tir.simplify import simplify
 
-
-def _is_zero(e) -> bool:
-    from ..tir.expr import Const
-
-    return isinstance(e, Const) and e.value == 0
+    lo, hi = (convert(x) for x in dom)
+    return IterVar(Var(name), Range(lo, simplify(hi - lo)), "reduce")
 
 
 def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", attrs=None):

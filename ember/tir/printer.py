@@ -115,7 +115,9 @@ def _emit_block(b: Block, vals, pred, ind: int, out: list[str]) -> None:
     if vals is not None:
         for iv, v in zip(b.iter_vars, vals):
             kind = "S" if iv.kind == "spatial" else "R"
-            out.append(f"{inner}{expr_to_str(iv.var)} = axis.{kind}({expr_to_str(iv.dom.extent)}, {expr_to_str(v)})")
+            dom = expr_to_str(iv.dom.extent) if isinstance(iv.dom.min, Const) and iv.dom.min.value == 0 else (
+                f"({expr_to_str(iv.dom.min)}, {expr_to_str(iv.dom.min + iv.dom.extent)})")
+            out.append(f"{inner}{expr_to_str(iv.var)} = axis.{kind}({dom}, {expr_to_str(v)})")
         if pred is not None and not (isinstance(pred, Const) and pred.value is True):
             out.append(f"{inner}where({expr_to_str(pred)})")
     if b.reads or b.writes:
