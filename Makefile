@@ -23,4 +23,5 @@ lint: setup
 	$(PY) -m ruff check ember tests benchmarks examples
 
 bench: setup
+	$(PY) -m pip install -q -e ".[test,bench]"
 	$(PY) benchmarks/gemm.py

@@ -21,13 +21,9 @@ import numpy as np
 
 def load_packed_gemm():
     path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "gemm.py"
-    spec = importlib.util.spec_from_file_location("gemm_tutorial_schedules", path)
-    source = path.read_text()
+    spec = importlib.util.spec_from_file_location("examples.gemm", path)
     module = importlib.util.module_from_spec(spec)
-    # only the schedule function: the tutorial's top level builds and prints a kernel
-    exec(compile("import ember\nfrom ember import te\n" + source[source.index("def packed_gemm"):
-                                                                  source.index("if __name__")], path, "exec"),
-         module.__dict__)
+    spec.loader.exec_module(module)
     return module.packed_gemm
 
 

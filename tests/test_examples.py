@@ -1,6 +1,5 @@
 """The tutorials run as written, and the GEMM kernel they build is real SIMD code."""
 
-import pathlib
 import runpy
 import shutil
 import subprocess
@@ -9,36 +8,18 @@ import numpy as np
 import pytest
 
 import ember
-from ember import te
-
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_blur_tutorial_runs_and_checks_itself(capsys):
-    runpy.run_path(str(EXAMPLES / "blur.py"), run_name="__main__")
+def test_blur_tutorial_runs_and_checks_itself(capsys, examples_dir):
+    runpy.run_path(str(examples_dir / "blur.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "blur_x = alloc((34, 256)" in out  # a (32+2) x 256 tile per tile of blur_y
     assert "ms" in out
 
 
-def tutorial_gemm(n):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    i, j = s[C].op.axis
-    io, ii = s[C].split(i, factor=32)
-    jo, ji = s[C].split(j, factor=32)
-    s[C].reorder(io, jo, ii, ji)
-    s[C].parallel(io)
-    s[C].vectorize(ji)
-    return s, [A, B, C]
-
-
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump not installed")
-def test_gemm_kernel_uses_vector_instructions():
-    f = ember.build(*tutorial_gemm(256), target="c")
+def test_gemm_kernel_uses_vector_instructions(load_example):
+    f = ember.build(*load_example("gemm").tutorial_schedule(256, 256, 256), target="c")
     assert "#pragma omp parallel for" in f.source
     asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f.path],
                          capture_output=True, text=True, check=True).stdout
@@ -51,12 +32,12 @@ def test_gemm_kernel_uses_vector_instructions():
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3)
 
 
-def test_second_build_costs_no_compilation(monkeypatch):
+def test_second_build_costs_no_compilation(monkeypatch, load_example):
     import ember.runtime.build as build
 
-    ember.build(*tutorial_gemm(64), target="c")
+    ember.build(*load_example("gemm").tutorial_schedule(64, 64, 64), target="c")
     calls = []
     real_run = build.subprocess.run
     monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
-    ember.build(*tutorial_gemm(64), target="c")
+    ember.build(*load_example("gemm").tutorial_schedule(64, 64, 64), target="c")
     assert calls == []

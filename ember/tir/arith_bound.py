@@ -78,10 +78,6 @@ def ineg(a: Interval) -> Interval:
     return (-a[1], -a[0])
 
 
-def iscale(a: Interval, c: int) -> Interval:
-    return imul(a, (c, c))
-
-
 def imul(a: Interval, b: Interval) -> Interval:
     if a == (0, 0) or b == (0, 0):
         return (0, 0)

@@ -284,10 +284,19 @@ def const(value, dtype: str | None = None) -> Const:
     if elem == "bool":
         value = bool(value)
     elif dt.is_int(elem):
-        value = int(value)
+        value = _wrap(int(value), elem)
     else:
         value = float(value)
     return Const(value, dtype)
+
+
+def _wrap(value: int, dtype: str) -> int:
+    """An integer in the range of `dtype`, wrapped around like a C (and NumPy) conversion."""
+    b = dt.bits(dtype)
+    value &= (1 << b) - 1
+    if not dtype.startswith("u") and value >= 1 << (b - 1):
+        value -= 1 << b
+    return value
 
 
 def convert(value, dtype: str | None = None) -> PrimExpr:

@@ -13,12 +13,12 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .. import config
-from .simplify import simplify_stmt
 from .stmt import PrimFunc
 from .transform.compact_buffers import compact_buffers
 from .transform.flatten import flatten
 from .transform.hoist_init import hoist_init
 from .transform.lower_blocks import lower_blocks
+from .transform.simplify_stmt import simplify_stmt
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
 

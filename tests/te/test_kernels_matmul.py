@@ -152,35 +152,9 @@ def test_symbolic_gemm_check_schedule_sizes():
 # Schedule facade combinations
 
 
-def packed_gemm(m: int, n: int, kk: int, mr: int = 8, nr: int = 32):
-    """examples/gemm.py's fast schedule: B packed into nr-column panels, an mr x nr accumulator
-    tile (cache_write "local") computed at the output's tile, the reduction outside the tile."""
-    a_ = te.placeholder((m, kk), name="A")
-    b_ = te.placeholder((kk, n), name="B")
-    packed = te.compute((n // nr, kk, nr), lambda x, y, z: b_[y, x * nr + z], name="packedB")
-    r = te.reduce_axis((0, kk), name="k")
-    c_ = te.compute((m, n), lambda i, j: te.sum(a_[i, r] * packed[j // nr, r, j % nr], axis=r), name="C")
-    sch = te.create_schedule(c_.op)
-    cc = sch.cache_write(c_, "local")
-    io_, jo_, ii_, ji_ = sch[c_].tile(c_.op.axis[0], c_.op.axis[1], mr, nr)
-    sch[c_].reorder(jo_, io_, ii_, ji_)
-    sch[c_].parallel(jo_)
-    sch[c_].vectorize(ji_)
-    sch[cc].compute_at(sch[c_], io_)
-    mc, nc = sch[cc].op.axis
-    (kc,) = sch[cc].op.reduce_axis
-    sch[cc].reorder(kc, mc, nc)
-    sch[cc].unroll(mc)
-    sch[cc].vectorize(nc)
-    x, _, z = sch[packed].op.axis
-    sch[packed].vectorize(z)
-    sch[packed].parallel(x)
-    return sch, [a_, b_, c_]
-
-
 @pytest.mark.parametrize("m, n, k, targets", [(64, 64, 64, BOTH), (256, 128, 96, ("c",))])
-def test_packed_gemm_cache_write_compute_at(m, n, k, targets):
-    s, args = packed_gemm(m, n, k)
+def test_packed_gemm_cache_write_compute_at(m, n, k, targets, load_example):
+    s, args = load_example("gemm").packed_gemm(m, n, k)
     check_schedule(s, args, lambda a, b: a @ b, targets=targets, rtol=1e-5, atol=1e-4)
 
 

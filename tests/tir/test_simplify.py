@@ -27,7 +27,7 @@ from ember.tir.expr import (
     select,
 )
 from ember.tir.functor import visit_expr
-from ember.tir.simplify import Analyzer, simplify, simplify_stmt
+from ember.tir.simplify import Analyzer, simplify
 from ember.tir.stmt import (
     Block,
     BlockRealize,
@@ -39,6 +39,7 @@ from ember.tir.stmt import (
     SeqStmt,
     seq,
 )
+from ember.tir.transform.simplify_stmt import simplify_stmt
 
 # -- a reference evaluator: Python ints, floor division -----------------------------------------
 
