@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..tir.expr import BufferLoad, Var, cast, const, is_const
-from ..tir.region import block_regions
+from ..tir.region import with_regions
 from ..tir.stmt import (
     Block,
     BlockRealize,
@@ -73,9 +73,7 @@ def _loop_nest(op: ComputeOp) -> Stmt:
     else:
         body = seq(*(BufferStore(t.buffer, cast(t.buffer.dtype, b), idx) for t, b in zip(op.outputs, op.body)))
     iter_vars = spatial + reduce
-    block = Block(op.name, iter_vars, (), (), body, init)
-    reads, writes = block_regions(block)
-    block = Block(op.name, iter_vars, reads, writes, body, init)
+    block = with_regions(Block(op.name, iter_vars, (), (), body, init))
     # Loops start at 0 (what split, fuse and compute_at assume, as in nest_over); an axis with a
     # nonzero start (te.reduce_axis((2, 10))) is bound to loop + start.
     loop_vars = [Var(iv.var.name) for iv in iter_vars]

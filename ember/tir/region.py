@@ -10,7 +10,7 @@ bounds inference, TVM's InferBound), and what buffer compaction needs to shrink 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ScheduleError
 from .expr import Binary, BufferLoad, Const, PrimExpr, Var, as_int, const, max_, min_
@@ -109,12 +109,26 @@ def block_regions(block: Block) -> tuple[tuple[BufferRegion, ...], tuple[BufferR
         for buf, idx_list in table.items():
             if buf in skip:
                 continue
-            ivs = [merge_indices(idx_list, {}, ana)]
-            out.append(BufferRegion(buf, tuple(
-                Range(i.lo, ana.simplify(i.hi - i.lo + 1)) for i in ivs[0])))
+            ivs = merge_indices(idx_list, {}, ana)
+            out.append(BufferRegion(buf, tuple(Range(i.lo, ana.simplify(i.hi - i.lo + 1)) for i in ivs)))
         return tuple(out)
 
     return regions(read, skip=written), regions(written)
+
+
+def with_regions(block: Block) -> Block:
+    """The block with its read and write regions recomputed from its body."""
+    reads, writes = block_regions(block)
+    return replace(block, reads=reads, writes=writes)
+
+
+def reduce_loop_vars(realize: BlockRealize) -> set[Var]:
+    """The loop variables a block's reduction axes are bound to."""
+    out: set[Var] = set()
+    for iv, v in zip(realize.block.iter_vars, realize.iter_values):
+        if iv.kind == "reduce":
+            out |= free_vars(v)
+    return out
 
 
 def merge_indices(idx_list: Iterable[tuple[PrimExpr, ...]], dom: dict[Var, Interval],

@@ -13,7 +13,7 @@ from dataclasses import replace
 from ...errors import ScheduleError
 from ..expr import Buffer, BufferLoad, Var, const
 from ..functor import mutate_stmt
-from ..region import block_regions
+from ..region import with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IterVar, Range, Stmt
 from .nest import common_loop, insert_in_body, reads_buffer, same_nest, writes_buffer
 from .state import BlockRV, Schedule, primitive
@@ -24,9 +24,7 @@ SCOPES = ("global", "local")
 def _copy_nest(name: str, src: Buffer, dst: Buffer) -> Stmt:
     ivs = tuple(IterVar(Var(f"v{d}"), Range(const(0), ext), "spatial") for d, ext in enumerate(dst.shape))
     idx = tuple(iv.var for iv in ivs)
-    block = Block(name, ivs, (), (), BufferStore(dst, BufferLoad(src, idx, src.dtype), idx))
-    reads, writes = block_regions(block)
-    block = replace(block, reads=reads, writes=writes)
+    block = with_regions(Block(name, ivs, (), (), BufferStore(dst, BufferLoad(src, idx, src.dtype), idx)))
     loop_vars = [Var(f"ax{d}") for d in range(len(ivs))]
     body: Stmt = BlockRealize(tuple(loop_vars), const(True), block)
     for v, iv in reversed(list(zip(loop_vars, ivs))):
@@ -45,9 +43,7 @@ def _redirect(block: Block, old: Buffer, new: Buffer, *, loads: bool, stores: bo
             return BufferStore(new, s.value, s.indices)
         return None
 
-    out = mutate_stmt(block, f_stmt=on_stmt, f_expr=on_expr)
-    reads, writes = block_regions(out)
-    return replace(out, reads=reads, writes=writes)
+    return with_regions(mutate_stmt(block, f_stmt=on_stmt, f_expr=on_expr))
 
 
 def _check_scope(scope: str) -> None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ...errors import ScheduleError
 from ..expr import BufferLoad, Var
 from ..functor import mutate_expr, mutate_stmt, substitute, visit_expr
-from ..region import block_regions
+from ..region import with_regions
 from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, Stmt
 from .nest import check_sole_writer, detach, realizes_in
@@ -32,10 +32,6 @@ def _check_intermediate(sch: Schedule, buf, block_name: str, primitive_name: str
             "only intermediate tensors can be inlined"
         )
 
-
-def _with_regions(block: Block) -> Block:
-    reads, writes = block_regions(block)
-    return replace(block, reads=reads, writes=writes)
 
 
 def _drop_alloc(sch: Schedule, buf) -> None:
@@ -69,7 +65,7 @@ def compute_inline(sch: Schedule, block: BlockRV) -> None:
         if isinstance(s, BlockRealize) and s.block.name != "root":
             new_block = mutate_stmt(s.block, f_expr=inline)
             if new_block is not s.block:
-                return replace(s, block=_with_regions(new_block))
+                return replace(s, block=with_regions(new_block))
         return None
 
     sch.mod = sch.mod.with_body(mutate_stmt(sch.mod.body, f_stmt=fix))
@@ -127,7 +123,7 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
 
     new_value = mutate_expr(substitute(store.value, vmap), take_value)
     new_store = BufferStore(store.buffer, new_value, tuple(substitute(i, vmap) for i in store.indices))
-    new_pblk = _with_regions(replace(pblk, body=new_store))
+    new_pblk = with_regions(replace(pblk, body=new_store))
     if any(r is prod_realize for r in realizes_in(sch.mod.body)):
         sch.replace(prod_realize, replace(prod_realize, block=new_pblk))
     detach(sch, block)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from ...errors import ScheduleError
 from ..expr import Binary, Buffer, BufferLoad, PrimExpr, Var, all_, binary, const
 from ..functor import free_vars, substitute, substitute_stmt, uses_var
-from ..region import block_regions
+from ..region import reduce_loop_vars, with_regions
 from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, For, IfThenElse, IterVar, Range, Stmt, seq
 from .nest import common_loop, insert_in_body, reads_buffer, realizes_in, same_nest
@@ -29,18 +29,6 @@ def conjuncts(e: PrimExpr) -> list[PrimExpr]:
         return conjuncts(e.a) + conjuncts(e.b)
     return [e]
 
-
-def _reduce_loop_vars(realize: BlockRealize) -> set[Var]:
-    out: set[Var] = set()
-    for iv, v in zip(realize.block.iter_vars, realize.iter_values):
-        if iv.kind == "reduce":
-            out |= free_vars(v)
-    return out
-
-
-def _with_regions(block: Block) -> Block:
-    reads, writes = block_regions(block)
-    return replace(block, reads=reads, writes=writes)
 
 
 @primitive
@@ -58,7 +46,7 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
             f"decompose_reduction: loop {target.loop_var.name} is not around block {blk.name!r}"
         )
     pos = next(k for k, f in enumerate(fors) if f is target)
-    rvars = _reduce_loop_vars(realize)
+    rvars = reduce_loop_vars(realize)
     for f in fors[:pos]:
         if f.loop_var in rvars:
             raise ScheduleError(
@@ -87,7 +75,7 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
         kept.append(substitute(c, vmap))
     new_ivs = tuple(IterVar(Var(iv.var.name), iv.dom, "spatial") for iv, _ in spatial)
     ivmap = {iv.var: n.var for (iv, _), n in zip(spatial, new_ivs)}
-    init_block = _with_regions(Block(f"{blk.name}_init", new_ivs, (), (), substitute_stmt(blk.init, ivmap)))
+    init_block = with_regions(Block(f"{blk.name}_init", new_ivs, (), (), substitute_stmt(blk.init, ivmap)))
     body: Stmt = BlockRealize(tuple(substitute(v, vmap) for _, v in spatial),
                               Analyzer().simplify(all_(*kept)) if kept else const(True), init_block)
     for f in reversed(copied):
@@ -123,7 +111,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     names the final reduction."""
     target = sch.get_for(loop)
     lv = target.loop_var
-    cands = [r for r in realizes_in(target) if r.block.is_reduction and lv in _reduce_loop_vars(r)]
+    cands = [r for r in realizes_in(target) if r.block.is_reduction and lv in reduce_loop_vars(r)]
     if len(cands) != 1:
         raise ScheduleError(
             f"rfactor: loop {lv.name} must run over the reduction axis of exactly one block, found {len(cands)}"
@@ -136,7 +124,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     identity = blk.init.value if isinstance(blk.init, BufferStore) else None
     path = sch.find_path(lambda s: s is realize)
     fors = [s for s in path if isinstance(s, For)]
-    rvars = _reduce_loop_vars(realize)
+    rvars = reduce_loop_vars(realize)
     spatial = [(iv, v) for iv, v in zip(blk.iter_vars, realize.iter_values) if iv.kind == "spatial"]
     if any(uses_var(v, [lv]) for _, v in spatial):
         raise ScheduleError(f"rfactor: loop {lv.name} also runs over a spatial axis of {blk.name!r}")
@@ -181,7 +169,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     if guards:
         rf_update = IfThenElse(ana.simplify(all_(*guards)), rf_update)
     rf_ivs = tuple(iv for iv, _ in spatial) + (IterVar(v_rf, Range(const(0), ext), "spatial"),) + tuple(reduce_ivs)
-    rf_block = _with_regions(Block(f"{blk.name}_rf", rf_ivs, (), (), rf_update,
+    rf_block = with_regions(Block(f"{blk.name}_rf", rf_ivs, (), (), rf_update,
                                    BufferStore(rf_buf, identity, rf_idx_t)))
     rf_realize = BlockRealize(tuple(v for _, v in spatial) + (lv,) + tuple(reduce_vals),
                               ana.simplify(all_(*kept)) if kept else const(True), rf_block)
@@ -196,7 +184,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     wb_rf_idx.insert(factor_axis, wb_r.var)
     wb_store = BufferStore(out, binary(op, BufferLoad(out, wb_idx, out.dtype),
                                        BufferLoad(rf_buf, tuple(wb_rf_idx), rf_buf.dtype)), wb_idx)
-    wb_block = _with_regions(Block(blk.name, tuple(wb_sp) + (wb_r,), (), (), wb_store,
+    wb_block = with_regions(Block(blk.name, tuple(wb_sp) + (wb_r,), (), (), wb_store,
                                    BufferStore(out, identity, wb_idx)))
     loop_vars = [Var(iv.var.name) for iv in wb_sp] + [Var(lv.name)]
     nest: Stmt = BlockRealize(tuple(loop_vars), const(True), wb_block)

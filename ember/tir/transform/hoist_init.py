@@ -7,12 +7,12 @@ testing `k == 0` on every iteration. A block where that is not legal keeps its i
 from __future__ import annotations
 
 from ...errors import ScheduleError
+from ..region import reduce_loop_vars
 from ..stmt import For, PrimFunc
 
 
 def hoist_init(func: PrimFunc) -> PrimFunc:
     from ..schedule import Schedule
-    from ..schedule.reduction import _reduce_loop_vars
 
     sch = Schedule(func)
     for realize in sch.all_realizes():
@@ -20,7 +20,7 @@ def hoist_init(func: PrimFunc) -> PrimFunc:
             continue
         block = sch.new_block_rv(realize.block.name)
         path = sch.block_path(block)
-        rvars = _reduce_loop_vars(path[-1])
+        rvars = reduce_loop_vars(path[-1])
         outer = next((s for s in path if isinstance(s, For) and s.loop_var in rvars), None)
         if outer is None:
             continue
