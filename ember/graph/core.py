@@ -1,0 +1,214 @@
+"""The graph IR: a typed SSA dataflow graph of tensor operations.
+
+A `Graph` has named inputs, constants (NumPy arrays: the weights), nodes in topological order,
+and outputs. A `Node` applies an operator (by name, see ember/ops) to input values with
+immutable attributes and defines output values; every `Value` has a `TensorType(shape, dtype)`
+whose dimensions are ints or symbol names (str), e.g. ("batch", 3, 224, 224).
+
+Graphs are built with `Graph.add_input`, `add_constant` and `add_node`, and rewritten by passes
+that build new graphs. Values are compared by identity; names are unique within a graph and
+are what the printer, parser and serializer use.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Dim = int | str
+
+
+class GraphError(ValueError):
+    """A malformed graph: a value used before it is defined, a duplicate name, a bad type."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[Dim, ...]
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))
+        for d in self.shape:
+            if not (isinstance(d, str) or (isinstance(d, int | np.integer) and d >= 0)):
+                raise GraphError(f"dimension {d!r} must be a non-negative int or a symbol name")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int | None:
+        return int(np.prod(self.shape)) if self.is_static else None
+
+    def __str__(self):
+        return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+
+class Value:
+    """One tensor in the graph: a graph input, a constant, or an output of a node."""
+
+    __slots__ = ("name", "type", "node", "index")
+
+    def __init__(self, name: str, type: TensorType, node: Node | None = None, index: int = 0):
+        self.name, self.type, self.node, self.index = name, type, node, index
+
+    @property
+    def shape(self) -> tuple[Dim, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    def __repr__(self):
+        return f"%{self.name}: {self.type}"
+
+
+def freeze_attr(v):
+    """Attributes are immutable: lists become tuples, arrays are rejected (use constants)."""
+    if isinstance(v, list | tuple):
+        return tuple(freeze_attr(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, bool | int | float | str) or v is None:
+        return v
+    raise GraphError(f"attribute value {v!r} of type {type(v).__name__} is not allowed; "
+                     "attributes are numbers, strings, None and tuples of them")
+
+
+class Attrs(Mapping):
+    """An immutable, hashable mapping of attribute names to values."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping | Iterable = ()):
+        d = dict(items)
+        self._items = tuple(sorted((k, freeze_attr(v)) for k, v in d.items()))
+
+    def __getitem__(self, k):
+        for key, v in self._items:
+            if key == k:
+                return v
+        raise KeyError(k)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __eq__(self, other):
+        return isinstance(other, Attrs) and self._items == other._items
+
+    def __repr__(self):
+        return "{" + ", ".join(f"{k}={v!r}" for k, v in self._items) + "}"
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    inputs: tuple[Value, ...]
+    attrs: Attrs
+    outputs: tuple[Value, ...] = ()
+    name: str = ""
+
+    def __repr__(self):
+        outs = ", ".join(f"%{o.name}" for o in self.outputs)
+        ins = ", ".join(f"%{i.name}" for i in self.inputs)
+        return f"{outs} = {self.op}({ins}){'' if not self.attrs else ' ' + repr(self.attrs)}"
+
+
+@dataclass(eq=False)
+class Graph:
+    name: str = "main"
+    inputs: list[Value] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # value name -> data
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    _values: dict[str, Value] = field(default_factory=dict, repr=False)
+    _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    # -- building ---------------------------------------------------------------------------
+    def fresh_name(self, hint: str = "v") -> str:
+        hint = hint or "v"
+        if hint not in self._values:
+            return hint
+        while True:
+            name = f"{hint}_{next(self._counter)}"
+            if name not in self._values:
+                return name
+
+    def _define(self, value: Value) -> Value:
+        if value.name in self._values:
+            raise GraphError(f"value name {value.name!r} is defined twice")
+        self._values[value.name] = value
+        return value
+
+    def add_input(self, name: str, type: TensorType) -> Value:
+        v = self._define(Value(name, type))
+        self.inputs.append(v)
+        return v
+
+    def add_constant(self, data, name: str = "const") -> Value:
+        arr = np.ascontiguousarray(data)
+        v = self._define(Value(self.fresh_name(name), TensorType(arr.shape, arr.dtype.name)))
+        self.constants[v.name] = arr
+        return v
+
+    def add_node(self, op: str, inputs: Iterable[Value], attrs: Mapping | None = None,
+                 out_types: Iterable[TensorType] = (), name: str = "", out_names: Iterable[str] = ()) -> Node:
+        """Append a node; its outputs get the given types (type inference is the caller's: see
+        ember.ops.infer_types)."""
+        inputs = tuple(inputs)
+        for v in inputs:
+            if self._values.get(v.name) is not v:
+                raise GraphError(f"node {name or op}: input %{v.name} is not a value of this graph")
+        node = Node(op, inputs, attrs if isinstance(attrs, Attrs) else Attrs(attrs or {}), (), name)
+        names = list(out_names)
+        outs = []
+        for k, t in enumerate(out_types):
+            hint = names[k] if k < len(names) else (name or op)
+            outs.append(self._define(Value(self.fresh_name(hint), t, node, k)))
+        node.outputs = tuple(outs)
+        node.name = name or (outs[0].name if outs else self.fresh_name(op))
+        self.nodes.append(node)
+        return node
+
+    def set_outputs(self, values: Iterable[Value]) -> None:
+        self.outputs = list(values)
+
+    # -- reading ----------------------------------------------------------------------------
+    def value(self, name: str) -> Value:
+        return self._values[name]
+
+    def is_constant(self, v: Value) -> bool:
+        return v.name in self.constants
+
+    def users(self) -> dict[Value, list[Node]]:
+        out: dict[Value, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                out.setdefault(v, []).append(n)
+        return out
+
+    def op_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for n in self.nodes:
+            hist[n.op] = hist.get(n.op, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def __str__(self):
+        from .printer import graph_to_text
+
+        return graph_to_text(self)

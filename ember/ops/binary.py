@@ -1,0 +1,75 @@
+"""Binary elementwise arithmetic with NumPy broadcasting: add, sub, mul, div, pow, maximum,
+minimum, floor_divide, mod.
+
+This module is also the template of an operator family: a table of (name, NumPy function,
+te expression) and one `register(OpDef(...))` per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir.expr import as_int
+from .common import broadcast_index, broadcast_shapes, result_dtype
+from .registry import OpDef, register
+
+
+def _infer(name):
+    def infer(types: list[TensorType], attrs) -> list[TensorType]:
+        return [TensorType(broadcast_shapes(name, types[0].shape, types[1].shape), result_dtype(name, *types))]
+
+    return infer
+
+
+def _compute(fn):
+    def compute(inputs, attrs, out_types):
+        a, b = inputs
+        (out,) = out_types
+        return [te.compute(
+            out_type_shape(a, b),
+            lambda *i: fn(a[broadcast_index(i, a.shape)], b[broadcast_index(i, b.shape)]),
+            name="out",
+        )]
+
+    return compute
+
+
+def out_type_shape(a, b):
+    """The broadcast te shape of two te tensors (symbolic dims compared by identity)."""
+    rank = max(a.ndim, b.ndim)
+    out = []
+    for d in range(rank):
+        da = a.shape[d - rank + a.ndim] if d - rank + a.ndim >= 0 else None
+        db = b.shape[d - rank + b.ndim] if d - rank + b.ndim >= 0 else None
+        out.append(db if da is None or as_int(da) == 1 else da)
+    return out
+
+
+def _py_floor_mod(x, y):
+    return x % y
+
+
+TABLE = [
+    ("add", np.add, lambda x, y: x + y),
+    ("sub", np.subtract, lambda x, y: x - y),
+    ("mul", np.multiply, lambda x, y: x * y),
+    ("div", np.true_divide, lambda x, y: x / y),
+    ("floor_divide", np.floor_divide, lambda x, y: x // y),
+    ("mod", np.mod, _py_floor_mod),
+    ("pow", np.power, lambda x, y: te.power(x, y)),
+    ("maximum", np.maximum, lambda x, y: te.max(x, y)),
+    ("minimum", np.minimum, lambda x, y: te.min(x, y)),
+]
+
+for _name, _np_fn, _te_fn in TABLE:
+    register(OpDef(
+        name=_name,
+        infer=_infer(_name),
+        reference=(lambda f: lambda inputs, attrs: [np.asarray(f(*inputs)).astype(inputs[0].dtype)])(_np_fn),
+        compute=_compute(_te_fn),
+        pattern="broadcast",
+        num_inputs=(2, 2),
+        doc=f"Elementwise {_name} with NumPy broadcasting.",
+    ))

@@ -1,0 +1,45 @@
+"""Helpers shared by the operator families: broadcasting, dimension arithmetic, dtypes."""
+
+from __future__ import annotations
+
+from ..graph.core import Dim, TensorType
+from ..tir import dtype as dt
+from ..tir.expr import as_int
+from .registry import OpTypeError
+
+
+def broadcast_shapes(op: str, *shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """NumPy broadcasting of static or symbolic shapes (a symbol broadcasts only with 1 or itself)."""
+    rank = max(len(s) for s in shapes)
+    out: list[Dim] = []
+    for d in range(rank):
+        dims = {s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise OpTypeError(f"{op}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def broadcast_index(out_index, in_shape: tuple[Dim, ...]):
+    """The index into an input of shape in_shape for an output index (size-1 dims pinned to 0)."""
+    rank = len(out_index)
+    return tuple(0 if as_int(d) == 1 else out_index[rank - len(in_shape) + k] for k, d in enumerate(in_shape))
+
+
+def result_dtype(op: str, *types: TensorType) -> str:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        raise OpTypeError(f"{op}: inputs have different dtypes {sorted(dtypes)}; insert a cast")
+    return dtypes.pop()
+
+
+def check_float(op: str, t: TensorType) -> None:
+    if not dt.is_float(t.dtype):
+        raise OpTypeError(f"{op} needs a floating-point input, got {t.dtype}")
+
+
+def normalize_axis(op: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise OpTypeError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % max(rank, 1)
