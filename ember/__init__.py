@@ -14,6 +14,22 @@ from .kernel import build, lower
 __version__ = "0.1.0"
 
 
+def compile(model, example_inputs=None, **options):
+    """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
+    ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
+    Options: name, num_threads, jobs, cc, cflags (see ember.compiler.compile_graph)."""
+    from .compiler import compile as _compile
+
+    return _compile(model, example_inputs, **options)
+
+
+def load(path, **options):
+    """A compiled model saved with `CompiledModel.save(path)`, loaded without compiling anything."""
+    from .compiler import load as _load
+
+    return _load(path, **options)
+
+
 def bench(f, *args, **kwargs):
     """Time a kernel: warm-up, repeats, median (seconds in `.median`)."""
     from .runtime.bench import bench as _bench
@@ -23,5 +39,5 @@ def bench(f, *args, **kwargs):
 
 __all__ = [
     "ArgumentTypeError", "BuildError", "EmberError", "LowerError", "ScheduleError", "ShapeError",
-    "bench", "build", "lower", "te", "tir",
+    "bench", "build", "compile", "load", "lower", "te", "tir",
 ]

@@ -31,9 +31,9 @@ class TensorType:
     dtype: str = "float32"
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "shape", tuple(int(d) if isinstance(d, np.integer) else d for d in self.shape))
         for d in self.shape:
-            if not (isinstance(d, str) or (isinstance(d, int | np.integer) and d >= 0)):
+            if not (isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)):
                 raise GraphError(f"dimension {d!r} must be a non-negative int or a symbol name")
 
     @property
@@ -161,7 +161,7 @@ class Graph:
         return v
 
     def add_constant(self, data, name: str = "const") -> Value:
-        arr = np.ascontiguousarray(data)
+        arr = np.asarray(data, order="C")  # (np.ascontiguousarray would make a scalar 1-D)
         v = self._define(Value(self.fresh_name(name), TensorType(arr.shape, arr.dtype.name)))
         self.constants[v.name] = arr
         return v

@@ -1,0 +1,283 @@
+"""The driver: a graph (or a model a frontend turns into one) down to a CompiledModel.
+
+`compile_graph(graph)`:
+1. checks the graph: every operator is known (UnsupportedOpError lists all the unknown ones at
+   once), every symbolic dimension is a dimension of some input (so each call can bind it);
+2. makes one kernel per node (fusion is a later pass): `ember.ops.kernel.node_kernel` (the
+   operator's compute and default schedule), lowered by `ember.lower`. Nodes that apply the same
+   operator to the same types with the same attributes share one lowering; lowered functions
+   that are structurally equal (`structural_hash`) share one kernel, so repeated blocks compile
+   once. Distinct kernels are lowered in `jobs` worker processes when there are many of them;
+3. plans the workspace (ember.passes.plan_memory: liveness, greedy by size);
+4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
+   (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
+   content hash: compiling the same model again compiles no C);
+5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase.
+
+`compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
+ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
+compiling anything.
+
+Options read (ember.config): num_threads, and through the build: cc, cflags, cache_dir.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import config
+from .codegen.c import CRenderer
+from .codegen.entry import Copy, KernelCall, Ref, render_entry
+from .errors import ShapeError
+from .graph.core import Graph, TensorType, Value
+from .kernel import lower
+from .ops.kernel import node_kernel
+from .ops.registry import UnsupportedOpError, exists
+from .passes.plan_memory import MemoryPlan, plan_memory
+from .runtime.build import build_library, explain_cache_key
+from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .target import host_vector_bytes
+from .tir.stmt import PrimFunc
+from .tir.structural import structural_hash
+
+PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """Where the compile time went (seconds), and how much was shared or cached."""
+
+    nodes: int
+    kernels: int  # distinct kernels in the library
+    lowered: int  # distinct operator applications lowered
+    jobs: int  # processes that lowered them
+    lower_s: float
+    codegen_s: float
+    build_s: float
+    total_s: float
+    cached: bool  # the library came from the build cache
+
+    def __str__(self):
+        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} lowered in {self.jobs} "
+                f"process(es)): lower {self.lower_s:.2f} s, codegen {self.codegen_s:.2f} s, build "
+                f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
+
+
+# (op, input types, attributes, output types): one operator application
+Workload = tuple[str, tuple[TensorType, ...], object, tuple[TensorType, ...]]
+
+
+def compile_graph(graph: Graph, *, name: str = "model", num_threads: int | None = None, jobs: int | None = None,
+                  cc: str | None = None, cflags: str | Sequence[str] | None = None) -> CompiledModel:
+    """Compile a graph to a CompiledModel (see the module doc).
+
+    num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
+    jobs: processes that lower kernels (default: one per core when there are at least
+        PARALLEL_MIN_KERNELS distinct kernels, else 1; 1 where workers cannot be forked safely).
+    cc, cflags: the C compiler and its flags (default: the options).
+    """
+    start = time.perf_counter()
+    _check(graph)
+    symbols = _symbols(graph)
+
+    node_kernels, kernels, lowered, jobs = _kernels(graph, jobs)
+    users: dict[str, list] = {}
+    for n, _, k in node_kernels:
+        users.setdefault(k.name, []).append(n)
+    lower_s = time.perf_counter() - start
+
+    t = time.perf_counter()
+    plan = plan_memory(graph)
+    refs = _Refs(graph, plan, symbols)
+    calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*n.inputs, *n.outputs)),
+                        tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars), repr(n))
+             for n, own, k in node_kernels]
+    source = CRenderer().render_unit(kernels) + "\n" + render_entry(calls, refs.copies()) + "\n"
+    codegen_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    cached = Path(explain_cache_key(source, cc=cc, cflags=cflags)["path"]).exists()
+    library = build_library(source, cc=cc, cflags=cflags)
+    build_s = time.perf_counter() - t
+
+    spec = ModelSpec(
+        name=name,
+        inputs=tuple(_spec(v) for v in graph.inputs),
+        outputs=tuple(_spec(v) for v in graph.outputs),
+        symbols=tuple(symbols),
+        weights=tuple(refs.weights),
+        kernels=tuple(KernelInfo(k.name, tuple(dict.fromkeys(n.op for n in users[k.name])),
+                                 tuple(n.name for n in users[k.name])) for k in kernels),
+        target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
+                "cc": cc or config.get("cc"), "cflags": cflags if cflags is not None else config.get("cflags")},
+    )
+    stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
+                         time.perf_counter() - start, cached)
+    return CompiledModel(spec, library, {w: graph.constants[w] for w in refs.weights}, plan, graph=graph,
+                         source=source, num_threads=_threads(num_threads), stats=stats)
+
+
+def compile(model, example_inputs=None, **options) -> CompiledModel:
+    """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
+    path or a ModelProto). Options: those of `compile_graph`."""
+    if isinstance(model, Graph):
+        return compile_graph(model, **options)
+    torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise TypeError("compiling a torch.nn.Module needs example_inputs (a tuple of tensors)")
+        from .frontend.torch import import_module
+
+        return compile_graph(import_module(model, example_inputs), **options)
+    if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
+        from .frontend.onnx import import_onnx
+
+        return compile_graph(import_onnx(model), **options)
+    raise TypeError(f"ember.compile takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
+                    f"got {type(model).__name__}")
+
+
+def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
+    """A model saved with `CompiledModel.save`: its library is loaded as it is, nothing is
+    traced, lowered or compiled; the graph is read when first asked for."""
+    from .runtime.artifact import read_artifact
+
+    art = read_artifact(path)
+    graph = None
+    if art.graph_folder is not None:
+        from .graph.serialize import load_graph
+
+        graph = lambda: load_graph(art.graph_folder)  # noqa: E731 (read on first use)
+    source_file = art.manifest["files"].get("source")
+    source = (art.folder / source_file).read_text() if source_file else None
+    return CompiledModel(art.spec, art.library, art.weights, MemoryPlan.from_json(art.workspace), graph=graph,
+                         source=source, num_threads=_threads(num_threads))
+
+
+# -- checks -----------------------------------------------------------------------------------
+def _check(graph: Graph) -> None:
+    missing = [(n.op, n.name) for n in graph.nodes if not exists(n.op)]
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
+def _symbols(graph: Graph) -> list[str]:
+    """The symbolic dimensions, in order of first appearance in the inputs; every other value's
+    symbols must be among them."""
+    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
+    for n in graph.nodes:
+        for v in n.outputs:
+            unbound = [d for d in v.shape if isinstance(d, str) and d not in symbols]
+            if unbound:
+                raise ShapeError(f"graph {graph.name}: %{v.name} (node {n.name}: {n.op}) has dimension(s) "
+                                 f"{unbound} that no input has, so a call cannot bind them")
+    return symbols
+
+
+def _spec(v: Value) -> TensorSpec:
+    return TensorSpec(v.name, tuple(d if isinstance(d, str) else int(d) for d in v.shape), v.dtype)
+
+
+def _threads(num_threads: int | None) -> int:
+    return config.get("num_threads") if num_threads is None else num_threads
+
+
+# -- lowering ---------------------------------------------------------------------------------
+def _workload(node) -> Workload:
+    return (node.op, tuple(v.type for v in node.inputs), node.attrs, tuple(v.type for v in node.outputs))
+
+
+def _kernels(graph: Graph, jobs: int | None) -> tuple[list, list[PrimFunc], int, int]:
+    """The kernel of each node: (node, its own lowered function, the kernel it calls) in node
+    order; the distinct kernels; how many workloads were lowered, in how many processes.
+
+    A node's own function gives the order of its size arguments: a shared kernel may have been
+    lowered for other symbols in the same places."""
+    workloads = list(dict.fromkeys(_workload(n) for n in graph.nodes))
+    jobs = _jobs(jobs, len(workloads))
+    lowered = dict(zip(workloads, _lower_all(workloads, jobs)))
+    # structurally equal functions share one kernel, named after its first node's operator
+    kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
+    shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
+    for w, func in lowered.items():
+        key = structural_hash(func)
+        if key not in kernels:
+            kernels[key] = dataclasses.replace(func, name=f"{w[0]}_{len(kernels)}")
+        shared[w] = kernels[key]
+    node_kernels = [(n, lowered[w], shared[w]) for n in graph.nodes for w in [_workload(n)]]
+    return node_kernels, list(kernels.values()), len(workloads), jobs
+
+
+def lower_workload(w: Workload) -> PrimFunc:
+    """One operator application as a lowered function (named "kernel": names do not change the
+    structural hash)."""
+    op, in_types, attrs, out_types = w
+    s, args = node_kernel(op, list(in_types), attrs, list(out_types))
+    return lower(s, args, name="kernel")
+
+
+def _jobs(jobs: int | None, n: int) -> int:
+    """Processes to lower n distinct kernels in. Workers are forked (a spawned worker would import
+    the caller's main module again), so only from a process with one Python thread: a fork
+    copies the locks other threads hold."""
+    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    if jobs is None:
+        jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
+    return max(1, min(jobs, n))
+
+
+def _lower_all(workloads: list[Workload], jobs: int) -> list[PrimFunc]:
+    if jobs <= 1:
+        return [lower_workload(w) for w in workloads]
+    host_vector_bytes()  # asked once, here, rather than by every worker
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        return list(pool.map(lower_workload, workloads, chunksize=max(1, len(workloads) // (4 * jobs))))
+
+
+# -- where each value lives --------------------------------------------------------------------
+class _Refs:
+    """The entry function's reference of each value: an input, an output, a weight (constants in
+    order of first use), or a workspace tensor of the plan."""
+
+    def __init__(self, graph: Graph, plan: MemoryPlan, symbols: list[str]):
+        self.graph, self.symbols = graph, symbols
+        self.inputs = {id(v): k for k, v in enumerate(graph.inputs)}
+        self.outputs: dict[int, int] = {}
+        for k, v in enumerate(graph.outputs):
+            self.outputs.setdefault(id(v), k)
+        self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
+        self.weights: dict[str, int] = {}
+        self.produced = {id(v) for n in graph.nodes for v in n.outputs}
+
+    def of(self, v: Value) -> Ref:
+        if id(v) in self.inputs:
+            return Ref("input", self.inputs[id(v)])
+        if self.graph.is_constant(v):
+            return Ref("weight", self.weights.setdefault(v.name, len(self.weights)))
+        if id(v) in self.outputs:
+            return Ref("output", self.outputs[id(v)])
+        return Ref("workspace", self.workspace[v.name])
+
+    def copies(self) -> list[Copy]:
+        """Outputs no kernel writes: inputs and constants returned as they are, repeated outputs."""
+        out = []
+        for k, v in enumerate(self.graph.outputs):
+            if self.outputs[id(v)] == k and id(v) in self.produced:
+                continue
+            dims = tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
+            out.append(Copy(Ref("output", k), self.of(v), dims, np.dtype(v.dtype).itemsize))
+        return out

@@ -1,0 +1,66 @@
+"""Graphs on disk and as bytes, the structure as the text form and the constants as safetensors.
+
+`save_graph(graph, folder)` writes folder/graph.json ({"format", "version", "graph": the text
+form's lines}) and folder/constants.safetensors; `load_graph(folder)` reads them back.
+`graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
+metadata. Constant data never goes into the text (exact bits, any size), and every dtype that
+safetensors stores round-trips (bool, int8..int64, uint8..uint64, float16/32/64).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load, load_file, save, save_file
+
+from .core import Graph, GraphError
+from .parser import parse_graph
+from .printer import graph_to_text
+
+FORMAT = "ember.graph"
+VERSION = 1
+GRAPH_FILE = "graph.json"
+CONSTANTS_FILE = "constants.safetensors"
+
+
+def save_graph(graph: Graph, folder: str | Path) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(_tensors(graph), folder / CONSTANTS_FILE)
+    manifest = {"format": FORMAT, "version": VERSION, "graph": graph_to_text(graph, max_inline=0).splitlines()}
+    (folder / GRAPH_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    return folder
+
+
+def load_graph(folder: str | Path) -> Graph:
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / GRAPH_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise GraphError(f"{folder} holds no saved graph: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise GraphError(f"{folder / GRAPH_FILE} is not an {FORMAT} file of version {VERSION}")
+    return parse_graph("\n".join(manifest["graph"]), load_file(folder / CONSTANTS_FILE))
+
+
+def graph_to_bytes(graph: Graph) -> bytes:
+    return save(_tensors(graph), metadata={"format": FORMAT, "version": str(VERSION),
+                                           "graph": graph_to_text(graph, max_inline=0)})
+
+
+def graph_from_bytes(blob: bytes) -> Graph:
+    # safetensors: an 8-byte little-endian header length, then the JSON header with the metadata
+    try:
+        size = int.from_bytes(blob[:8], "little")
+        metadata = json.loads(blob[8:8 + size]).get("__metadata__") or {}
+    except (ValueError, AttributeError) as e:
+        raise GraphError(f"not a saved graph: {e}") from None
+    if metadata.get("format") != FORMAT or metadata.get("version") != str(VERSION):
+        raise GraphError(f"not an {FORMAT} blob of version {VERSION}")
+    return parse_graph(metadata["graph"], load(blob))
+
+
+def _tensors(graph: Graph) -> dict[str, np.ndarray]:
+    return {name: np.asarray(data, order="C") for name, data in graph.constants.items()}

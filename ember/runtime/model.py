@@ -1,0 +1,254 @@
+"""A compiled model: one native entry point that runs every kernel, called once per inference.
+
+`CompiledModel(spec, library, weights, plan)` loads the library built from the model's single
+translation unit (see ember.codegen.entry for the entry function) and copies the weights once
+into 64-byte aligned memory. A call:
+
+1. checks every input before any native code runs: the count, the kind (numpy.ndarray or CPU
+   torch.Tensor), the dtype, the rank and each dimension; symbolic dimensions are bound by name
+   from the first input that has them and must agree everywhere else (ShapeError and
+   ArgumentTypeError name the input and the dimension);
+2. takes the memory plan's layout for those sizes (computed once per distinct binding);
+3. allocates the outputs and calls the entry function once.
+
+Contiguous inputs are passed as they are (torch tensors through a zero-copy NumPy view); other
+inputs are copied to contiguous memory first. NumPy in, NumPy out; if any input is a torch
+tensor, the outputs are torch tensors. One output is returned as is, several as a tuple.
+
+The runtime knows the model only through `ModelSpec` (plain data, what the artifact's manifest
+holds) and a memory plan with `layout(symbols)` and `to_json()` (ember.passes.plan_memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen.entry import ENTRY
+from ..errors import ArgumentTypeError, ShapeError
+
+ALIGN = 64
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def __str__(self):
+        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One kernel of the library: its C name, the operators it computes, the nodes that run it."""
+
+    name: str
+    ops: tuple[str, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the runtime knows of a model: its signature, the order of the entry function's
+    `sizes` (symbols) and `weights` arrays, its kernels and the target it was built for."""
+
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    symbols: tuple[str, ...]
+    weights: tuple[str, ...]
+    kernels: tuple[KernelInfo, ...]
+    target: Mapping[str, object] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        def tensors(ts):
+            return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in ts]
+
+        return {
+            "name": self.name, "inputs": tensors(self.inputs), "outputs": tensors(self.outputs),
+            "symbols": list(self.symbols), "weights": list(self.weights),
+            "kernels": [{"name": k.name, "ops": list(k.ops), "nodes": list(k.nodes)} for k in self.kernels],
+            "target": dict(self.target),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> ModelSpec:
+        def tensors(ts):
+            return tuple(TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in ts)
+
+        return cls(d["name"], tensors(d["inputs"]), tensors(d["outputs"]), tuple(d["symbols"]),
+                   tuple(d["weights"]),
+                   tuple(KernelInfo(k["name"], tuple(k["ops"]), tuple(k["nodes"])) for k in d["kernels"]),
+                   dict(d["target"]))
+
+
+class CompiledModel:
+    """A model compiled to native code: `model(*inputs)` runs it.
+
+    Thread safety: calls from several threads at once are safe and run concurrently. Each
+    calling thread has its own workspace (a per-thread pool: kept between that thread's calls,
+    grown when a call needs more); the weights are only read, and the outputs are fresh arrays.
+
+    Attributes: `spec` (ModelSpec), `kernels` (KernelInfo list), `graph` (the graph it was
+    compiled from; a loaded model reads it from the artifact on first use, or has None), `plan`
+    (the memory plan), `weights` (read-only, aligned), `source` (the C translation unit),
+    `library_path`, `num_threads` (OpenMP threads of each call; 0: OpenMP's default), `stats`
+    (compile timings, when compiled in this process).
+    """
+
+    def __init__(self, spec: ModelSpec, library: str | Path, weights: Mapping[str, np.ndarray], plan, *,
+                 graph=None, source: str | None = None, num_threads: int = 0, stats=None):
+        self.spec, self.plan, self.source, self.stats = spec, plan, source, stats
+        self._graph = graph
+        self.num_threads = int(num_threads)
+        self.library_path = Path(library)
+        self._library = ctypes.CDLL(str(self.library_path))  # kept: the library stays loaded
+        self._entry = getattr(self._library, ENTRY)
+        self._entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
+        self._entry.restype = ctypes.c_int
+        missing = [w for w in spec.weights if w not in weights]
+        if missing:
+            raise ValueError(f"model {spec.name}: weights {missing} are missing")
+        self.weights = {w: aligned_copy(weights[w]) for w in spec.weights}
+        self._weight_ptrs = _pointers(self.weights.values())
+        self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]
+        self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
+        self._local = threading.local()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def graph(self):
+        """The graph it was compiled from (read on first use when the model was loaded)."""
+        if callable(self._graph):
+            self._graph = self._graph()
+        return self._graph
+
+    @property
+    def kernels(self) -> list[KernelInfo]:
+        return list(self.spec.kernels)
+
+    def __call__(self, *inputs):
+        if len(inputs) != len(self.spec.inputs):
+            names = ", ".join(t.name for t in self.spec.inputs)
+            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
+                                    f"got {len(inputs)}")
+        arrays = [self._as_array(k, x) for k, x in enumerate(inputs)]
+        symbols = self._bind(arrays)
+        sizes = np.array([symbols[s] for s in self.spec.symbols], dtype=np.int64)
+        offsets, workspace_bytes = self._layout(sizes)
+        outputs = [np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype)
+                   for t in self.spec.outputs]
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outputs)
+        rc = self._entry(in_ptrs.ctypes.data, out_ptrs.ctypes.data, self._workspace(workspace_bytes),
+                         offsets.ctypes.data, self._weight_ptrs.ctypes.data, sizes.ctypes.data, self.num_threads)
+        if rc != 0:
+            raise RuntimeError(f"model {self.name}: the entry function returned {rc}")
+        if any(_is_torch(x) for x in inputs):
+            import torch
+
+            outputs = [torch.from_numpy(o) for o in outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the artifact folder (library, weights, manifest); `ember.load(path)` reads it."""
+        from .artifact import save_artifact
+
+        return save_artifact(self, path)
+
+    def __repr__(self):
+        ins = ", ".join(str(t) for t in self.spec.inputs)
+        outs = ", ".join(str(t) for t in self.spec.outputs)
+        return f"<CompiledModel {self.name}({ins}) -> ({outs}), {len(self.spec.kernels)} kernels>"
+
+    # -- one call ---------------------------------------------------------------------------
+    def _as_array(self, k: int, x) -> np.ndarray:
+        """Input k as a contiguous NumPy array of the right dtype and rank (a view when it can)."""
+        spec = self.spec.inputs[k]
+        if _is_torch(x):
+            if x.device.type != "cpu":
+                raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; ember runs on the CPU, pass "
+                                        f"{spec.name}.cpu()")
+            dtype = str(x.dtype).removeprefix("torch.")
+            if dtype != spec.dtype:
+                raise ArgumentTypeError(f"input '{spec.name}' has dtype torch.{dtype}, expected {spec.dtype}")
+            x = x.detach()
+            a = (x if x.is_contiguous() else x.contiguous()).numpy()
+        elif isinstance(x, np.ndarray):
+            a = x
+        else:
+            raise ArgumentTypeError(f"input {k + 1} ('{spec.name}') must be a numpy.ndarray or a CPU "
+                                    f"torch.Tensor, got {type(x).__name__}")
+        if a.dtype != self._dtypes[k]:
+            raise ArgumentTypeError(f"input '{spec.name}' has dtype {a.dtype}, expected {spec.dtype}")
+        if a.ndim != len(spec.shape):
+            raise ShapeError(f"input '{spec.name}' has {a.ndim} dimension(s), expected {len(spec.shape)} "
+                             f"(shape {_shape_str(spec.shape)})")
+        return np.ascontiguousarray(a)
+
+    def _bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+        """The symbols' values, after checking every dimension of every input."""
+        symbols: dict[str, int] = {}
+        source: dict[str, str] = {}
+        for spec, a in zip(self.spec.inputs, arrays):
+            for k, (want, got) in enumerate(zip(spec.shape, a.shape)):
+                where = f"input '{spec.name}' dimension {k}"
+                if isinstance(want, int):
+                    if got != want:
+                        raise ShapeError(f"{where}: expected {want}, got {got} (shape {a.shape}, expected "
+                                         f"{_shape_str(spec.shape)})")
+                elif want not in symbols:
+                    symbols[want], source[want] = got, where
+                elif symbols[want] != got:
+                    raise ShapeError(f"{where} is {got}, but {source[want]} is {symbols[want]} and both are "
+                                     f"{want!r}")
+        return symbols
+
+    def _layout(self, sizes: np.ndarray) -> tuple[np.ndarray, int]:
+        key = tuple(sizes.tolist())
+        found = self._layouts.get(key)
+        if found is None:
+            layout = self.plan.layout(dict(zip(self.spec.symbols, key)))
+            found = self._layouts[key] = (np.array(layout.offsets, dtype=np.int64), layout.peak_bytes)
+        return found
+
+    def _workspace(self, nbytes: int) -> int:
+        """The address of this thread's workspace, at least nbytes, ALIGN-aligned."""
+        buf = getattr(self._local, "workspace", None)
+        if buf is None or buf.size < nbytes + ALIGN:
+            buf = self._local.workspace = np.empty(nbytes + ALIGN, np.uint8)
+        return -(-buf.ctypes.data // ALIGN) * ALIGN
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A read-only, C-contiguous copy of `a` whose data starts on an ALIGN-byte boundary."""
+    a = np.asarray(a)
+    buf = np.empty(a.nbytes + ALIGN, np.uint8)
+    start = (-buf.ctypes.data) % ALIGN
+    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    out.flags.writeable = False
+    return out
+
+
+def _pointers(arrays) -> np.ndarray:
+    return np.array([a.ctypes.data for a in arrays], dtype=np.uintp)
+
+
+def _is_torch(x) -> bool:
+    torch = sys.modules.get("torch")  # a torch tensor means torch is imported already
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _shape_str(shape) -> str:
+    return f"({', '.join(str(d) for d in shape)}{',' if len(shape) == 1 else ''})"

@@ -1,0 +1,34 @@
+"""The model's entry function as C text: kernel calls over the inputs, outputs, weights and
+workspace, size arguments, and the copies of outputs no kernel writes."""
+
+import pytest
+
+from ember.codegen.entry import Copy, KernelCall, Ref, render_entry
+
+
+def test_entry_function_text():
+    calls = [KernelCall("add_0", (Ref("input", 0), Ref("weight", 1), Ref("workspace", 2)), (Ref("size", 0),),
+                        "%a = add(%x, %w)"),
+             KernelCall("relu_1", (Ref("workspace", 2), Ref("output", 0)), ())]
+    text = render_entry(calls, [Copy(Ref("output", 1), Ref("input", 0), (Ref("size", 0), 3), 4)])
+    body = [line.strip() for line in text.splitlines()]
+    assert body[1].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
+    assert body[4:] == [
+        "if (num_threads > 0) ember_set_num_threads(num_threads);",
+        "/* %a = add(%x, %w) */",
+        "add_0(inputs[0], weights[1], (void*)(workspace + offsets[2]), sizes[0]);",
+        "relu_1((void*)(workspace + offsets[2]), outputs[0]);",
+        "__builtin_memcpy(outputs[1], inputs[0], (size_t)sizes[0] * (size_t)3 * 4);",
+        "return 0;",
+        "}",
+    ]
+
+
+def test_comments_cannot_end_early():
+    text = render_entry([KernelCall("k", (), (), "a */ b\nc")])
+    assert "/* a * / b c */" in text
+
+
+def test_unknown_reference_kind():
+    with pytest.raises(ValueError, match="reference kind 'stack' is not one of"):
+        Ref("stack", 0)

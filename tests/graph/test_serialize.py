@@ -1,0 +1,82 @@
+"""Graphs saved to a folder (JSON structure + safetensors constants) and to bytes: the same text
+back, and constants of every dtype bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ember.graph import (
+    Graph,
+    GraphError,
+    TensorType,
+    graph_from_bytes,
+    graph_to_bytes,
+    graph_to_text,
+    load_graph,
+    save_graph,
+)
+from ember.graph.serialize import CONSTANTS_FILE, GRAPH_FILE
+from ember.testing import random_array
+
+DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "float32", "float64"]
+
+
+def graph_with_constants() -> Graph:
+    g = Graph("saved")
+    x = g.add_input("x", TensorType(("batch", 3)))
+    consts = [g.add_constant(random_array((2, 3), dtype), f"c_{dtype}") for dtype in DTYPES]
+    consts.append(g.add_constant(np.float32(0.25), "scalar"))
+    consts.append(g.add_constant(np.zeros((0, 3), "float32"), "empty"))
+    consts.append(g.add_constant(np.asfortranarray(random_array((3, 4))), "/onnx/name:0"))
+    (y,) = g.add_node("add", [x, consts[8]], {}, [TensorType(("batch", 3))]).outputs
+    g.add_node("split", [y], {"axis": 1, "sizes": (1, 2), "eps": 1e-5, "mode": "a b"},
+               [TensorType(("batch", 1)), TensorType(("batch", 2))], out_names=["lo", "hi"])
+    g.set_outputs([g.value("hi"), *consts])
+    return g
+
+
+def assert_same(back: Graph, g: Graph) -> None:
+    assert graph_to_text(back, max_inline=0) == graph_to_text(g, max_inline=0)
+    assert list(back.constants) == list(g.constants)
+    for name, data in g.constants.items():
+        got = back.constants[name]
+        assert (got.dtype, got.shape) == (data.dtype, data.shape), name
+        assert got.tobytes() == np.ascontiguousarray(data).tobytes(), name
+
+
+def test_folder_round_trip(tmp_path):
+    g = graph_with_constants()
+    folder = save_graph(g, tmp_path / "model")
+    assert sorted(p.name for p in folder.iterdir()) == [CONSTANTS_FILE, GRAPH_FILE]
+    manifest = json.loads((folder / GRAPH_FILE).read_text())
+    assert manifest["graph"][0] == 'graph saved(%x: float32[batch, 3]) {'
+    assert "  const %c_float32: float32[2, 3]" in manifest["graph"]  # no data in the text, even small
+    assert_same(load_graph(folder), g)
+
+
+def test_bytes_round_trip():
+    g = graph_with_constants()
+    assert_same(graph_from_bytes(graph_to_bytes(g)), g)
+
+
+def test_graph_without_constants(tmp_path):
+    g = Graph()
+    x = g.add_input("x", TensorType((2,)))
+    g.set_outputs([x])
+    assert_same(load_graph(save_graph(g, tmp_path)), g)
+    assert_same(graph_from_bytes(graph_to_bytes(g)), g)
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(GraphError, match="holds no saved graph"):
+        load_graph(tmp_path / "nothing")
+    (tmp_path / GRAPH_FILE).write_text(json.dumps({"format": "other", "version": 1}))
+    with pytest.raises(GraphError, match="is not an ember.graph file of version 1"):
+        load_graph(tmp_path)
+    with pytest.raises(GraphError, match="not a saved graph"):
+        graph_from_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00junk!")
+    with pytest.raises(GraphError, match="not an ember.graph blob"):
+        graph_from_bytes(graph_to_bytes(Graph())[:8] + b"{}" + b" " * 100)

@@ -1,0 +1,105 @@
+"""Saved models: the artifact folder's contents, loading without tracing, lowering or compiling
+(with an empty build cache), and the errors of folders that are not loadable models."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+
+import numpy as np
+import pytest
+
+import ember
+from ember.compiler import compile_graph
+from ember.graph import Graph, TensorType
+from ember.ops.build import add_op
+from ember.runtime.artifact import ArtifactError
+from ember.runtime.model import CompiledModel
+from ember.testing import random_array
+
+RTOL, ATOL = 1e-6, 1e-6
+
+
+def small_model() -> tuple[Graph, object]:
+    """y = (x + w) * x with a weight w of shape (8,) and x of shape (n, 8); and its reference."""
+    g = Graph("small")
+    x = g.add_input("x", TensorType(("n", 8)))
+    w = g.add_constant(random_array((8,)), "w")
+    (s,) = add_op(g, "add", [x, w])
+    g.set_outputs(add_op(g, "mul", [s, x]))
+    return g, lambda x: (x + g.constants["w"]) * x
+
+
+def test_save_then_load_compiles_nothing(tmp_path, cache_dir, monkeypatch):
+    g, ref = small_model()
+    cm = compile_graph(g, name="small")
+    path = cm.save(tmp_path / "small.ember")
+    assert {p.name for p in path.iterdir()} == {"manifest.json", "model.so", "model.c", "graph"}
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["ember_version"] == ember.__version__
+    assert manifest["inputs"] == [{"name": "x", "shape": ["n", 8], "dtype": "float32"}]
+    assert manifest["outputs"] == [{"name": "mul", "shape": ["n", 8], "dtype": "float32"}]
+    assert [k["ops"] for k in manifest["kernels"]] == [["add"], ["mul"]]
+    assert manifest["target"]["machine"] == platform.machine()
+
+    shutil.rmtree(cache_dir)  # the artifact stands alone
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("loading traced, lowered or compiled something")
+
+    for target in ("ember.compiler.compile_graph", "ember.compiler.lower_workload", "ember.compiler.node_kernel",
+                   "ember.compiler.build_library", "ember.runtime.build._compile", "ember.kernel.lower"):
+        monkeypatch.setattr(target, forbidden)
+    loaded = ember.load(path)
+    assert isinstance(loaded, CompiledModel) and loaded.name == "small"
+    assert loaded.kernels == cm.kernels and loaded.source == cm.source
+    for n in (1, 5):
+        x = random_array((n, 8))
+        np.testing.assert_allclose(loaded(x), ref(x), rtol=RTOL, atol=ATOL)
+        np.testing.assert_array_equal(loaded(x), cm(x))
+    assert str(loaded.graph) == str(g)  # read back on first use
+
+
+def test_model_without_graph_keeps_weights_apart(tmp_path):
+    g, ref = small_model()
+    cm = compile_graph(g)
+    bare = CompiledModel(cm.spec, cm.library_path, cm.weights, cm.plan)
+    path = bare.save(tmp_path / "bare")
+    assert (path / "weights.safetensors").is_file() and not (path / "graph").exists()
+    loaded = ember.load(path)
+    assert loaded.graph is None and loaded.source is None
+    x = random_array((3, 8))
+    np.testing.assert_allclose(loaded(x), ref(x), rtol=RTOL, atol=ATOL)
+
+
+def test_save_over_a_saved_model(tmp_path):
+    g, ref = small_model()
+    path = compile_graph(g).save(tmp_path / "m")
+    loaded = ember.load(path)
+    loaded.save(path)  # its own library, graph and weights, written back in place
+    x = random_array((2, 8))
+    np.testing.assert_allclose(ember.load(path)(x), ref(x), rtol=RTOL, atol=ATOL)
+
+
+def test_not_a_model(tmp_path):
+    with pytest.raises(ArtifactError, match="is not a saved ember model: cannot read manifest.json"):
+        ember.load(tmp_path / "nothing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArtifactError, match="it is a file"):
+        compile_graph(small_model()[0]).save(tmp_path / "file")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(format="other"), "is not an ember.model manifest of version 1"),
+    (lambda m: m["target"].update(machine="pdp11"), "was built for pdp11; this machine is"),
+    (lambda m: m["weights"].append("ghost"), r"weights \['ghost'\] are missing"),
+    (lambda m: m["files"].update(library="gone.so"), "the library gone.so is missing"),
+])
+def test_broken_artifacts(tmp_path, change, message):
+    path = compile_graph(small_model()[0]).save(tmp_path / "m")
+    manifest = json.loads((path / "manifest.json").read_text())
+    change(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=message):
+        ember.load(path)
