@@ -146,6 +146,7 @@ class CRenderer:
     def render_kernel(self, func: PrimFunc) -> str:
         self._name = Namer(self.RESERVED, self.RESERVED_PREFIXES)
         self._vars: set[Var] = set(func.size_vars)
+        self._nonnegative_vars: set[Var] = set(func.size_vars)
         self._buffers: set[Buffer] = set(func.params)
         self._registers: dict[Buffer, int] = {}  # promoted local buffers -> their vector width
         self._in_parallel = self._in_simd = False
@@ -200,11 +201,14 @@ class CRenderer:
         end = s.extent if as_int(s.min) == 0 else s.min + s.extent
         first = self._e(s.min)  # before the loop variable is in scope
         self._vars.add(s.loop_var)
+        if self._nonnegative(s.min):
+            self._nonnegative_vars.add(s.loop_var)
         out.append(f"{pad}for ({self.SCALAR_TYPES[s.loop_var.dtype]} {v} = {first}; {v} < "
                    f"{self._e(end, REL + 1)}; ++{v}) {{")
         self._stmt(s.body, depth + 1, out)
         out.append(f"{pad}}}")
         self._vars.discard(s.loop_var)
+        self._nonnegative_vars.discard(s.loop_var)
         self._in_parallel, self._in_simd = saved
 
     def _allocate(self, buf: Buffer, body: Stmt, depth: int, out: list[str]) -> None:
@@ -331,7 +335,8 @@ class CRenderer:
         elem = dt.element_of(dt.compute_dtype(a.dtype))
         if op in ("min", "max"):
             return f"{self.lib.minmax(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
-        if op in ("//", "%") and (lanes > 1 or elem in SIGNED_INTS or dt.is_float(elem)):
+        if op in ("//", "%") and (lanes > 1 or elem in SIGNED_INTS or dt.is_float(elem)) \
+                and not (lanes == 1 and elem in SIGNED_INTS and _positive_const(b) and self._nonnegative(a)):
             return f"{self.lib.floordiv(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
         # Operands bind at least as tight as C requires, and are parenthesized where GCC would
         # suggest it: comparisons inside comparisons or bitwise operators, && inside ||.
@@ -352,6 +357,20 @@ class CRenderer:
         if lanes == 1 and elem in self.NARROW_INTS and op not in COMPARE_OPS + LOGIC_OPS:
             return f"({self.SCALAR_TYPES[elem]})({code})", UNARY
         return code, p
+
+    def _nonnegative(self, e: PrimExpr) -> bool:
+        """Whether e is provably >= 0: built from constants >= 0, sizes and loop variables (loops
+        start at 0 or more) by +, *, //, %, min, max. On such operands, with a positive divisor, C's
+        `/` and `%` are numpy's floor division, and the compiler can hoist them out of loops (the
+        floor helpers' branches keep GCC from hoisting index arithmetic of fused loops)."""
+        match e:
+            case Const(value, _):
+                return value >= 0
+            case Var():
+                return e in self._nonnegative_vars
+            case Binary(op, a, b, _) if op in ("+", "*", "//", "%", "min", "max"):
+                return self._nonnegative(a) and self._nonnegative(b)
+        return False
 
     def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(dtype)
@@ -457,6 +476,10 @@ class CRenderer:
             case BufferLoad():
                 return 8
         return 32  # Broadcast and Const: see CPrelude.broadcast
+
+
+def _positive_const(e: PrimExpr) -> bool:
+    return isinstance(e, Const) and e.value > 0
 
 
 def _contiguous(index: PrimExpr) -> bool:

@@ -36,14 +36,13 @@ def _compute(fn):
     return compute
 
 
-def out_type_shape(a, b):
-    """The broadcast te shape of two te tensors (symbolic dims compared by identity)."""
-    rank = max(a.ndim, b.ndim)
+def out_type_shape(*tensors):
+    """The broadcast te shape of te tensors (symbolic dims compared by identity)."""
+    rank = max(t.ndim for t in tensors)
     out = []
     for d in range(rank):
-        da = a.shape[d - rank + a.ndim] if d - rank + a.ndim >= 0 else None
-        db = b.shape[d - rank + b.ndim] if d - rank + b.ndim >= 0 else None
-        out.append(db if da is None or as_int(da) == 1 else da)
+        dims = [t.shape[d - rank + t.ndim] for t in tensors if d - rank + t.ndim >= 0]
+        out.append(next((x for x in dims if as_int(x) != 1), dims[0]))
     return out
 
 

@@ -6,7 +6,8 @@ import pkgutil
 
 from . import __path__ as _ops_path
 
-NOT_FAMILIES = {"registry", "families", "schedules", "kernel", "common", "testing", "evaluate", "build", "tiling"}
+NOT_FAMILIES = {"registry", "families", "schedules", "kernel", "common", "testing", "evaluate", "build", "tiling",
+                "rows"}
 
 for _info in pkgutil.iter_modules(_ops_path):
     if _info.name not in NOT_FAMILIES and not _info.name.startswith("_"):

@@ -215,14 +215,14 @@ class CommReducer:
     def identity(self, dtype: str) -> PrimExpr:
         return convert(self.fidentity(dtype), dtype)
 
-    def combine(self, x: PrimExpr, y: PrimExpr) -> PrimExpr:
+    def combine(self, x, y) -> PrimExpr:
         return convert(self.fcombine(x, y))
 
     def __call__(self, expr, axis=None, where=None, init=None):
         if axis is None or not _is_axes(axis):
             if axis is None:
                 raise TEError(f"te.{self.name} needs axis=")
-            return self.combine(convert(expr), convert(axis))  # te.max(a, b): elementwise
+            return self.combine(expr, axis)  # te.max(a, b): elementwise; a literal takes the other's dtype
         axes = tuple(axis) if isinstance(axis, list | tuple) else (axis,)
         src = convert(expr)
         cond = convert(where) if where is not None else None

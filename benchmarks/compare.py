@@ -1,0 +1,122 @@
+"""Every zoo model, compiled by ember and run next to its peers in one process.
+
+For each model: latency (median of --runs runs, batch 1, --threads threads) and compile time of
+ember, torch eager, torch.compile (inductor) and ONNX Runtime, and each one's latency ratio to
+torch eager (above 1: faster than eager). ember's output is checked against eager first.
+
+    python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--runs 20] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def median_latency(fn, runs: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+Row = tuple[str, float | None, float | None, str]  # runtime, latency s, compile s, note
+
+
+def bench_model(name: str, small: bool, runs: int, peers: list[str]) -> list[Row]:
+    import torch
+
+    import ember
+    from benchmarks.models import ZOO
+
+    model, inputs = ZOO[name](small=small)
+    rows = []
+    with torch.no_grad():
+        expected = model(*inputs)
+        t_eager = median_latency(lambda: model(*inputs), runs)
+    rows.append(("torch eager", t_eager, None, ""))
+
+    try:
+        cm, t_compile = timed(lambda: ember.compile(model, example_inputs=inputs))
+        np.testing.assert_allclose(cm(*inputs).numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
+        rows.append(("ember", median_latency(lambda: cm(*inputs), runs), t_compile, f"{len(cm.kernels)} kernels"))
+    except Exception as e:  # a benchmark reports what failed and goes on with the peers
+        rows.append(("ember", None, None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"))
+
+    if "inductor" in peers:
+        try:
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                _, t_compile = timed(lambda: compiled(*inputs))
+                rows.append(("torch.compile", median_latency(lambda: compiled(*inputs), runs), t_compile, "inductor"))
+        except Exception as e:
+            rows.append(("torch.compile", None, None, f"failed: {type(e).__name__}"))
+
+    if "onnxruntime" in peers:
+        try:
+            import onnxruntime as ort
+
+            def export_and_load():
+                buf = io.BytesIO()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    torch.onnx.export(model, inputs, buf, dynamo=False)
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = torch.get_num_threads()
+                return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
+
+            sess, t_compile = timed(export_and_load)
+            feed = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
+            rows.append(("onnxruntime", median_latency(lambda: sess.run(None, feed), runs), t_compile, ""))
+        except Exception as e:
+            rows.append(("onnxruntime", None, None, f"failed: {type(e).__name__}"))
+    return rows
+
+
+def main(argv=None) -> None:
+    from benchmarks.models import ZOO
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(ZOO))
+    ap.add_argument("--small", action="store_true", help="the reduced-size variants")
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--peers", nargs="*", default=["inductor", "onnxruntime"])
+    args = ap.parse_args(argv)
+    os.environ["EMBER_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(f"batch 1, {args.threads} threads, median of {args.runs} runs; ratio = torch eager latency / latency")
+    print(f"{'model':<14} {'runtime':<14} {'latency ms':>11} {'vs eager':>9} {'compile s':>10}  note")
+    for name in args.models:
+        rows = bench_model(name, args.small, args.runs, args.peers)
+        eager = rows[0][1]
+        for runtime, lat, comp, note in rows:
+            lat_s = f"{lat * 1e3:11.2f}" if lat else f"{'-':>11}"
+            ratio = f"{eager / lat:9.2f}" if lat else f"{'-':>9}"
+            comp_s = f"{comp:10.1f}" if comp is not None else f"{'-':>10}"
+            print(f"{name:<14} {runtime:<14} {lat_s} {ratio} {comp_s}  {note}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

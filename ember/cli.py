@@ -1,0 +1,140 @@
+"""The `ember` command.
+
+    ember compile model.onnx -o model.ember     # progress shown while it builds
+    ember run model.ember --input x.npy --output y.npy
+    ember info model.onnx                       # operator histogram; unsupported operators listed
+    ember doctor                                # what works on this machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import config
+
+
+def _import_model(path: str):
+    """A graph from a model file (ONNX), or from a saved ember artifact."""
+    p = Path(path)
+    if p.is_dir():
+        import ember
+
+        return ember.load(p).graph
+    if p.suffix == ".onnx":
+        from .frontend.onnx import import_onnx
+
+        return import_onnx(p)
+    raise SystemExit(f"ember: {path}: expected an .onnx file or an ember artifact folder")
+
+
+def cmd_compile(args) -> int:
+    import ember
+
+    start = time.perf_counter()
+    print(f"importing {args.model} ...", file=sys.stderr)
+    graph = _import_model(args.model)
+    print(f"compiling {len(graph.nodes)} operators ...", file=sys.stderr)
+    model = ember.compile(graph)
+    model.save(args.output)
+    print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    import ember
+
+    model = ember.load(args.model)
+    inputs = [np.load(p) for p in args.input]
+    outputs = model(*inputs)
+    outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
+    if args.output:
+        if len(args.output) != len(outputs):
+            raise SystemExit(f"ember: the model has {len(outputs)} outputs, {len(args.output)} --output given")
+        for path, out in zip(args.output, outputs):
+            np.save(path, out)
+    else:
+        for k, out in enumerate(outputs):
+            print(f"output {k}: {out.dtype}{list(out.shape)}\n{out}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    from .ops import UnsupportedOpError
+
+    try:
+        graph = _import_model(args.model)
+    except UnsupportedOpError as e:
+        print(f"{args.model}: {e}")
+        return 1
+    print(f"{args.model}: {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {len(graph.nodes)} operators, "
+          f"{len(graph.constants)} constants")
+    for v in graph.inputs:
+        print(f"  input  {v!r}")
+    for v in graph.outputs:
+        print(f"  output {v!r}")
+    for op, n in graph.op_histogram().items():
+        print(f"  {n:5d}  {op}")
+    return 0
+
+
+def _check(name: str, ok: bool, detail: str) -> bool:
+    print(f"  [{'ok' if ok else '--'}] {name}: {detail}")
+    return ok
+
+
+def cmd_doctor(args) -> int:
+    from .target import host_vector_bytes
+
+    print("ember doctor")
+    cc = config.get("cc")
+    found = shutil.which(cc.split()[0]) is not None
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0] if found else ""
+    ok = _check("C compiler", found, f"{cc}: {version or 'not found (set EMBER_CC)'}")
+    if ok:
+        with tempfile.TemporaryDirectory() as d:
+            src = Path(d) / "t.c"
+            src.write_text("#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
+            r = subprocess.run([cc, "-fopenmp", str(src), "-o", str(Path(d) / "t")], capture_output=True, text=True)
+            _check("OpenMP", r.returncode == 0, "-fopenmp works" if r.returncode == 0 else r.stderr.strip()[:200])
+        width = host_vector_bytes()
+        _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
+    for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
+                         ("onnxruntime", "benchmarks against ONNX Runtime")):
+        spec = importlib.util.find_spec(module)
+        _check(module, spec is not None, what if spec else f"not installed: pip install ember[{module}]")
+    print(f"  cache: {config.get('cache_dir')}")
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ember", description="ember, a deep-learning compiler")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compile", help="compile a model into an artifact folder")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(fn=cmd_compile)
+    p = sub.add_parser("run", help="run a compiled model on .npy inputs")
+    p.add_argument("model")
+    p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order)")
+    p.add_argument("--output", action="append", default=[], help="where to write an output .npy (repeat)")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("info", help="operator histogram of a model; unsupported operators listed")
+    p.add_argument("model")
+    p.set_defaults(fn=cmd_info)
+    p = sub.add_parser("doctor", help="what works on this machine")
+    p.set_defaults(fn=cmd_doctor)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

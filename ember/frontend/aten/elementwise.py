@@ -1,0 +1,211 @@
+"""Elementwise ATen operators: activations, unary math, binary arithmetic with torch's type
+promotion, comparisons, logic, where, casts and copies.
+
+Torch has already worked out each node's result dtype (it is in the node's metadata, `b.out`):
+arithmetic casts its tensor operands to it and makes Python-number operands constants of it;
+comparisons compute in the promoted dtype of their operands.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..builder import Unsupported, ember_dtype, torch_dtype
+from .registry import handles
+
+UNARY = {  # ATen name -> ember operator
+    "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
+    "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign", "logical_not": "logical_not",
+    "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid",
+}
+
+
+def _unary(op: str):
+    def handler(b, x):
+        return b.op(op, [b.v(x, b.out.dtype)])  # int -> float for sqrt and the like; anything -> bool for not
+
+    handler.__name__ = op
+    return handler
+
+
+for _aten, _op in UNARY.items():
+    handles(f"{_aten}.default")(_unary(_op))
+
+
+@handles("log1p.default")
+def log1p(b, x):
+    y = b.v(x, b.out.dtype)
+    return b.op("log", [b.op("add", [y, b.scalar(1, y.dtype)])])
+
+
+@handles("expm1.default")
+def expm1(b, x):
+    y = b.v(x, b.out.dtype)
+    return b.op("sub", [b.op("exp", [y]), b.scalar(1, y.dtype)])
+
+
+@handles("gelu.default")
+def gelu(b, x, *, approximate="none"):
+    return b.op("gelu", [b.v(x)], approximate=approximate)
+
+
+@handles("leaky_relu.default")
+def leaky_relu(b, x, negative_slope=0.01):
+    return b.op("leaky_relu", [b.v(x)], alpha=float(negative_slope))
+
+
+@handles("elu.default")
+def elu(b, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale != 1 or input_scale != 1:
+        raise Unsupported(f"elu with scale={scale}, input_scale={input_scale} (only 1 is supported)")
+    return b.op("elu", [b.v(x)], alpha=float(alpha))
+
+
+@handles("softplus.default")
+def softplus(b, x, beta=1.0, threshold=20.0):
+    return b.op("softplus", [b.v(x)], beta=float(beta), threshold=float(threshold))
+
+
+@handles("hardtanh.default")
+def hardtanh(b, x, min_val=-1.0, max_val=1.0):
+    return b.op("clip", [b.v(x)], min=min_val, max=max_val)
+
+
+@handles("clamp.default")
+def clamp(b, x, min=None, max=None):
+    return b.op("clip", [b.v(x, b.out.dtype)], min=min, max=max)
+
+
+@handles("clamp.Tensor")
+def clamp_tensor(b, x, min=None, max=None):
+    dtype = b.out.dtype
+    y = b.v(x, dtype)
+    if min is not None:
+        y = b.op("maximum", [y, b.v(min, dtype)])
+    if max is not None:
+        y = b.op("minimum", [y, b.v(max, dtype)])
+    return y
+
+
+# -- binary arithmetic ---------------------------------------------------------------------------
+BINARY = {  # ATen overload -> ember operator
+    "add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub",
+    "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div",
+    "pow.Tensor_Tensor": "pow", "pow.Tensor_Scalar": "pow", "pow.Scalar": "pow",
+    "maximum.default": "maximum", "minimum.default": "minimum", "remainder.Tensor": "mod", "remainder.Scalar": "mod",
+}
+
+
+def _binary(op: str):
+    def handler(b, x, other, alpha=1):
+        dtype = b.out.dtype
+        y = b.operand(other, dtype)
+        if alpha != 1:
+            y = b.op("mul", [y, b.scalar(alpha, dtype)])
+        return b.op(op, [b.operand(x, dtype), y])
+
+    handler.__name__ = op
+    return handler
+
+
+for _aten, _op in BINARY.items():
+    handles(_aten)(_binary(_op))
+
+
+@handles("div.Tensor_mode")
+def div_mode(b, x, other, *, rounding_mode=None):
+    dtype = b.out.dtype
+    a, c = b.operand(x, dtype), b.operand(other, dtype)
+    if rounding_mode is None:
+        return b.op("div", [a, c])
+    if rounding_mode == "floor":
+        return b.op("floor_divide", [a, c])
+    if not dtype.startswith("float"):
+        raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
+    q = b.op("div", [a, c])  # trunc(q) = sign(q) * floor(|q|)
+    return b.op("mul", [b.op("sign", [q]), b.op("floor", [b.op("abs", [q])])])
+
+
+# -- comparisons and logic -----------------------------------------------------------------------
+COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+           "ge": "greater_equal"}
+
+
+def promoted_dtype(b, x, other) -> str:
+    """torch's result dtype of a tensor and a tensor or Python number (rank matters: a 0-d tensor
+    does not promote a higher-rank one within its kind)."""
+    def probe(y):
+        if isinstance(y, bool | int | float):
+            return y
+        t = b.type_of(y)
+        return torch.empty((1,) * t.rank, dtype=torch_dtype(t.dtype))
+
+    return ember_dtype(torch.result_type(probe(x), probe(other)))
+
+
+def _compare(op: str):
+    def handler(b, x, other):
+        dtype = promoted_dtype(b, x, other)
+        return b.op(op, [b.operand(x, dtype), b.operand(other, dtype)])
+
+    handler.__name__ = op
+    return handler
+
+
+for _aten, _op in COMPARE.items():
+    handles(f"{_aten}.Tensor", f"{_aten}.Scalar")(_compare(_op))
+
+
+def _logical(op: str):
+    def handler(b, x, other):
+        return b.op(op, [b.operand(x, "bool"), b.operand(other, "bool")])
+
+    handler.__name__ = op
+    return handler
+
+
+handles("logical_and.default")(_logical("logical_and"))
+handles("logical_or.default")(_logical("logical_or"))
+handles("logical_xor.default")(_logical("not_equal"))
+
+
+def _bitwise(op: str):
+    def handler(b, x, other):
+        if b.out.dtype != "bool":
+            raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
+        return _logical(op)(b, x, other)
+
+    handler.__name__ = op
+    return handler
+
+
+handles("bitwise_and.Tensor")(_bitwise("logical_and"))
+handles("bitwise_or.Tensor")(_bitwise("logical_or"))
+
+
+@handles("bitwise_not.default")
+def bitwise_not(b, x):
+    if b.out.dtype != "bool":
+        raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
+    return b.op("logical_not", [b.v(x)])
+
+
+@handles("where.self")
+def where(b, condition, x, other):
+    dtype = b.out.dtype
+    return b.op("where", [b.v(condition, "bool"), b.operand(x, dtype), b.operand(other, dtype)])
+
+
+# -- copies and casts ----------------------------------------------------------------------------
+@handles("clone.default", "alias.default")
+def copy(b, x, **_):
+    return x
+
+
+@handles("_to_copy.default")
+def to_copy(b, x, *, device=None, **_):
+    if device is not None and torch.device(device).type != "cpu":
+        raise Unsupported(f"a copy to device {device}")
+    return b.v(x, b.out.dtype)
+

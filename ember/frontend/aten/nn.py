@@ -1,0 +1,139 @@
+"""Convolution, matrix products, pooling, resizing, attention and embedding.
+
+Torch gives symmetric padding per spatial dimension ([ph, pw]); ember takes ONNX's (begins...,
+ends...). `linear` on 2-D input is one `gemm` with the weight transposed (trans_b); on higher
+ranks the leading dimensions are folded into one (reshape, gemm, reshape), or, when they are
+symbolic, it is a broadcasting `matmul` with the transposed weight.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..builder import Const, Unsupported
+from .registry import Unavailable, handles
+
+
+def _pads(padding) -> tuple[int, ...]:
+    return tuple(padding) * 2
+
+
+def _two(v) -> tuple[int, int]:
+    """A pooling size as (h, w): ATen allows one int or a one-element list for both."""
+    v = tuple(v) if isinstance(v, list | tuple) else (v,)
+    return v * 2 if len(v) == 1 else v
+
+
+@handles("convolution.default")
+def convolution(b, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    y = b.v(x)
+    inputs = [y, b.v(weight)] + ([b.v(bias)] if bias is not None else [])
+    rank = b.type_of(y).rank
+    attrs = dict(strides=tuple(stride), padding=_pads(padding), dilations=tuple(dilation), groups=groups)
+    if transposed:
+        if rank != 4:
+            raise Unsupported(f"transposed convolution of rank-{rank} input (only conv_transpose2d)")
+        return b.op("conv_transpose2d", inputs, output_padding=tuple(output_padding), **attrs)
+    if rank not in (3, 4):
+        raise Unsupported(f"convolution of rank-{rank} input (only conv1d and conv2d)")
+    return b.op("conv1d" if rank == 3 else "conv2d", inputs, **attrs)
+
+
+@handles("linear.default")
+def linear(b, x, weight, bias=None):
+    y = b.v(x)
+    t = b.type_of(y)
+    c = [b.v(bias)] if bias is not None else []
+    if t.rank == 2:
+        return b.op("gemm", [y, b.v(weight), *c], trans_b=True)
+    lead = t.shape[:-1]
+    if all(isinstance(d, int) for d in lead):
+        flat = b.op("reshape", [y], shape=(math.prod(lead), t.shape[-1]))
+        out = b.op("gemm", [flat, b.v(weight), *c], trans_b=True)
+        return b.op("reshape", [out], shape=b.out.shape)
+    if isinstance(weight, Const):  # transposed now, with torch
+        wt = b.v(Const(weight.tensor.t(), weight.name + ".T"))
+    else:
+        wt = b.op("transpose", [b.v(weight)], perm=(1, 0))
+    out = b.op("matmul", [y, wt])
+    return b.op("add", [out, *c]) if c else out
+
+
+@handles("addmm.default")
+def addmm(b, bias, mat1, mat2, *, beta=1, alpha=1):
+    return b.op("gemm", [b.v(mat1), b.v(mat2), b.v(bias)], alpha=float(alpha), beta=float(beta))
+
+
+@handles("mm.default", "bmm.default", "matmul.default")
+def matmul(b, x, other):
+    return b.op("matmul", [b.v(x), b.v(other)])
+
+
+@handles("max_pool2d_with_indices.default")
+def max_pool2d_with_indices(b, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    out = b.op("max_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
+               padding=_pads(_two(padding)), dilations=_two(dilation), ceil_mode=ceil_mode)
+    return out, Unavailable("the indices of max_pool2d_with_indices")
+
+
+@handles("avg_pool2d.default")
+def avg_pool2d(b, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    if divisor_override is not None:
+        raise Unsupported(f"avg_pool2d with divisor_override={divisor_override}")
+    return b.op("avg_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
+                padding=_pads(_two(padding)), ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+
+
+@handles("_adaptive_avg_pool2d.default")
+def adaptive_avg_pool2d(b, x, output_size):
+    if tuple(output_size) == (1, 1):
+        return b.op("global_avg_pool", [b.v(x)])
+    return b.op("adaptive_avg_pool2d", [b.v(x)], output_size=tuple(output_size))
+
+
+def _check_scales(b, x, scale_factors):
+    """torch maps output to input coordinates by 1 / scale_factor when one is given; that is
+    in / out (what resize uses) when the scale gives the output size exactly."""
+    if scale_factors is None:
+        return
+    sizes_in, sizes_out = b.type_of(x).shape[2:], b.out.shape[2:]
+    if any(not isinstance(n, int) or n * s != m for n, m, s in zip(sizes_in, sizes_out, scale_factors)):
+        raise Unsupported(f"scale factors {tuple(scale_factors)} that do not give the output size "
+                          f"{tuple(sizes_out)} from {tuple(sizes_in)} exactly")
+
+
+@handles("upsample_nearest2d.vec")
+def upsample_nearest2d(b, x, output_size, scale_factors):
+    _check_scales(b, x, scale_factors)  # then torch's source index is floor(dst * in / out)
+    return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode="nearest",
+                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+@handles("upsample_bilinear2d.vec")
+def upsample_bilinear2d(b, x, output_size, align_corners, scale_factors):
+    _check_scales(b, x, scale_factors)  # torch's half-pixel mapping clamps at the edges, as resize does
+    return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode="linear",
+                coordinate_transformation_mode="align_corners" if align_corners else "half_pixel")
+
+
+@handles("scaled_dot_product_attention.default")
+def scaled_dot_product_attention(b, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                                 scale=None, enable_gqa=False):
+    if dropout_p:
+        raise Unsupported(f"attention dropout p={dropout_p} (inference only)")
+    if enable_gqa:
+        raise Unsupported("grouped-query attention (enable_gqa=True)")
+    q = b.v(query)
+    mask = []
+    if attn_mask is not None:
+        m = b.v(attn_mask)
+        mask = [m if m.dtype == "bool" else b.cast(m, q.dtype)]
+    return b.op("scaled_dot_product_attention", [q, b.v(key), b.v(value), *mask], causal=bool(is_causal),
+                scale=None if scale is None else float(scale))
+
+
+@handles("embedding.default")
+def embedding(b, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return b.op("embedding", [b.v(weight), b.v(indices)])
+

@@ -1,0 +1,47 @@
+"""The table from core ATen operators to their handlers.
+
+A handler converts one FX node: `handler(b, *args, **kwargs)` gets the `Builder` and the node's
+arguments as the ATen schema names them (see ember/frontend/builder.py for what an argument can
+be) and returns the node's result: a `Value`, a `Const`, or a tuple of them for an operator with
+several outputs (`Unavailable` for an output ember does not compute).
+
+    @handles("relu.default", "relu_.default")
+    def relu(b, x):
+        return b.op("relu", [b.v(x)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+HANDLERS: dict[str, Callable] = {}
+
+
+def handles(*overloads: str):
+    """Register a handler for ATen overloads named as torch prints them without "aten.": "add.Tensor"."""
+    def register(fn):
+        for name in overloads:
+            key = f"aten.{name}"
+            if key in HANDLERS:
+                raise ValueError(f"{key} has two handlers: {HANDLERS[key].__name__} and {fn.__name__}")
+            HANDLERS[key] = fn
+        return fn
+
+    return register
+
+
+def lookup(target) -> Callable | None:
+    return HANDLERS.get(str(target))
+
+
+class Unavailable:
+    """An output of an ATen operator that ember does not compute (the indices of
+    max_pool2d_with_indices, the saved mean of native_layer_norm): using it is an error."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __repr__(self):
+        return f"Unavailable({self.reason})"

@@ -1,0 +1,153 @@
+"""Shape and data movement: views and reshapes, permutations, expand, concatenation, splits,
+slices, selects, squeezes, indexing, padding, and tensor creation that depends on run-time
+shapes (creation from constants is folded by the importer before any handler sees it).
+
+Reshape-like operators take their result shape from torch's metadata (`b.out`), which has -1
+resolved and symbolic sizes named.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..builder import Const, Unsupported, torch_dtype
+from .registry import handles
+
+INT64_MAX = 2**63 - 1
+
+
+@handles("view.default")
+def view(b, x, size):
+    y = b.v(x)
+    return y if tuple(b.type_of(y).shape) == tuple(b.out.shape) else b.op("reshape", [y], shape=b.out.shape)
+
+
+@handles("permute.default")
+def permute(b, x, dims):
+    rank = len(dims)
+    perm = tuple(d % rank for d in dims)
+    return b.v(x) if perm == tuple(range(rank)) else b.op("transpose", [b.v(x)], perm=perm)
+
+
+@handles("expand.default")
+def expand(b, x, size, *, implicit=False):
+    return b.op("expand", [b.v(x)], shape=b.out.shape)
+
+
+@handles("repeat.default")
+def repeat(b, x, repeats):
+    """x tiled: each dimension of size n is reshaped to (1, n), expanded to (r, n), then reshaped to r * n."""
+    y = b.v(x)
+    shape = (1,) * (len(repeats) - b.type_of(y).rank) + tuple(b.type_of(y).shape)
+    y = b.op("reshape", [y], shape=sum(((1, n) for n in shape), ()))
+    y = b.op("expand", [y], shape=sum(((r, n) for r, n in zip(repeats, shape)), ()))
+    return b.op("reshape", [y], shape=b.out.shape)
+
+
+@handles("cat.default")
+def cat(b, tensors, dim=0):
+    dtype = b.out.dtype
+    return b.op("concat", [b.v(x, dtype) for x in tensors], axis=dim)
+
+
+@handles("split_with_sizes.default")
+def split_with_sizes(b, x, split_sizes, dim=0):
+    return tuple(b.ops("split", [b.v(x)], axis=dim, sizes=tuple(split_sizes)))
+
+
+@handles("slice.Tensor")
+def slice_(b, x, dim=0, start=None, end=None, step=1):
+    t = b.type_of(x)
+    start, end = start or 0, INT64_MAX if end is None else end
+    n = t.shape[dim]
+    if start == 0 and step == 1 and (end == INT64_MAX or (isinstance(n, int) and isinstance(end, int) and end >= n)):
+        return x  # the whole dimension
+    return b.op("slice", [b.v(x)], starts=(start,), ends=(end,), axes=(dim,), steps=(step,))
+
+
+@handles("select.int")
+def select(b, x, dim, index):
+    end = index + 1 if index != -1 else INT64_MAX
+    y = b.op("slice", [b.v(x)], starts=(index,), ends=(end,), axes=(dim,))
+    return b.op("squeeze", [y], axes=(dim,))
+
+
+@handles("squeeze.dims")
+def squeeze(b, x, dim):
+    shape = b.type_of(x).shape
+    axes = tuple(sorted({d % len(shape) for d in dim if shape[d] == 1})) if shape else ()
+    return b.op("squeeze", [b.v(x)], axes=axes) if axes else x
+
+
+@handles("unsqueeze.default")
+def unsqueeze(b, x, dim):
+    return b.op("unsqueeze", [b.v(x)], axes=(dim % b.out.rank,))
+
+
+@handles("index.Tensor")
+def index(b, x, indices):
+    """x[..., i, j, ...] with index tensors on adjacent dimensions (None: a whole dimension):
+    numpy.take of one index tensor; several are combined into one index into those dimensions
+    flattened (row-major, each index wrapped into its dimension first, as torch does)."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    dims = [d for d, _ in given]
+    if dims != list(range(dims[0], dims[0] + len(dims))):
+        raise Unsupported(f"index tensors on non-adjacent dimensions {dims}")
+    if any(b.type_of(i).dtype == "bool" for _, i in given):
+        raise Unsupported("indexing with a boolean mask (its result's shape depends on the data)")
+    if len(given) == 1:
+        return b.op("gather", [b.v(x), b.v(given[0][1])], axis=dims[0])
+    shape = b.type_of(x).shape
+    sizes = [shape[d] for d in dims]
+    if not all(isinstance(n, int) for n in sizes):
+        raise Unsupported(f"several index tensors into symbolic dimensions {sizes}")
+    strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
+    if all(isinstance(i, Const) for _, i in given):
+        flat = sum((i.tensor % n) * s for (_, i), n, s in zip(given, sizes, strides))
+        flat = Const(flat, b.node.name + ".index")
+    else:
+        flat = None
+        for (_, i), n, s in zip(given, sizes, strides):
+            term = b.op("mod", [b.v(i, "int64"), b.scalar(n, "int64")])
+            term = b.op("mul", [term, b.scalar(s, "int64")]) if s != 1 else term
+            flat = term if flat is None else b.op("add", [flat, term])
+    d0 = dims[0]
+    rows = b.op("reshape", [b.v(x)], shape=(*shape[:d0], math.prod(sizes), *shape[d0 + len(dims):]))
+    return b.op("gather", [rows, b.v(flat)], axis=d0)
+
+
+@handles("index_select.default")
+def index_select(b, x, dim, index):
+    return b.op("gather", [b.v(x), b.v(index)], axis=dim)
+
+
+@handles("constant_pad_nd.default")
+def constant_pad_nd(b, x, pad, value=0):
+    """ATen pads the last dims first, in (begin, end) pairs; ember takes (begins..., ends...)."""
+    rank = b.type_of(x).rank
+    begins, ends = [0] * rank, [0] * rank
+    for k in range(len(pad) // 2):
+        begins[rank - 1 - k], ends[rank - 1 - k] = pad[2 * k], pad[2 * k + 1]
+    if min(begins + ends) < 0:
+        raise Unsupported(f"negative padding {tuple(pad)} (cropping)")
+    return b.op("pad", [b.v(x)], pads=tuple(begins + ends), mode="constant", value=float(value))
+
+
+def _fill(b, value):
+    """A tensor of the node's result type full of value: a constant when its shape is static."""
+    out = b.out
+    if out.is_static:
+        return Const(torch.full(out.shape, value, dtype=torch_dtype(out.dtype)), b.node.name)
+    return b.op("expand", [b.scalar(value, out.dtype)], shape=out.shape)
+
+
+@handles("full_like.default")
+def full_like(b, x, fill_value, **_):
+    return _fill(b, fill_value)
+
+
+@handles("full.default")
+def full(b, size, fill_value, **_):
+    return _fill(b, fill_value)

@@ -1,0 +1,162 @@
+"""What an ATen handler sees while the PyTorch importer converts one FX node: the ember graph being
+built, the node's own output types (from torch's metadata), and helpers to turn the node's
+arguments into ember values (`v`, `operand`), to add nodes (`op`, `ops`) and constants.
+
+An argument of a node arrives at its handler as one of:
+- a `Value` of the ember graph (computed at run time from the graph's inputs);
+- a `Const`: a torch tensor known at import time (a weight, a buffer, a folded subgraph); it
+  becomes a graph constant only when an ember node uses it (`Builder.v`);
+- a Python number, bool, string, None or list of them, as in the ATen schema; a symbolic size
+  arrives as the symbol's name (str).
+
+A handler raises `Unsupported` for a variant of an operator that ember cannot take (the importer
+lists it with every other problem of the model at once).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from ..errors import EmberError
+from ..graph.core import Dim, Graph, TensorType, Value
+from ..ops.build import add_op
+
+TORCH_TO_EMBER = {
+    torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
+    torch.int64: "int64", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64",
+}
+
+
+class FrontendError(EmberError, ValueError):
+    """A model the importer cannot represent (a dtype, a symbolic size expression, an output
+    kind) or a mapping whose result disagrees with what torch says the node computes."""
+
+
+class Unsupported(EmberError):
+    """Raised by a handler: this use of the operator is not supported (the message says why)."""
+
+
+class Const:
+    """A tensor known at import time."""
+
+    __slots__ = ("tensor", "name")
+
+    def __init__(self, tensor: torch.Tensor, name: str):
+        self.tensor, self.name = tensor, name
+
+    def __repr__(self):
+        return f"Const({self.name}: {TORCH_TO_EMBER.get(self.tensor.dtype)}{list(self.tensor.shape)})"
+
+
+def ember_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TORCH_TO_EMBER[dtype]
+    except KeyError:
+        raise FrontendError(f"dtype {dtype} has no ember equivalent; ember knows "
+                            f"{', '.join(TORCH_TO_EMBER.values())}") from None
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    return next(t for t, e in TORCH_TO_EMBER.items() if e == dtype)
+
+
+def value_name(hint: str) -> str:
+    """A name the graph printer writes bare: letters, digits, '_' and '.'."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", hint) or "v"
+
+
+class Builder:
+    def __init__(self, graph: Graph, symbols: dict[str, str] | None = None):
+        self.graph = graph
+        self.symbols = dict(symbols or {})  # torch symbol (s0) -> ember symbol name (batch)
+        self.node: torch.fx.Node | None = None  # the node being converted
+        self._consts: dict[tuple, tuple[Const, Value]] = {}  # (id(Const), cast) -> (the Const, its value)
+        self._scalars: dict[tuple, Value] = {}
+
+    # -- types ------------------------------------------------------------------------------
+    def dim(self, d) -> Dim:
+        """A size from torch (int or SymInt) as an ember dimension: an int or a symbol name."""
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if expr.is_Integer:
+                return int(expr)
+            if not expr.is_Symbol:
+                raise FrontendError(f"size {expr} is an expression of symbols; ember's symbolic dimensions are "
+                                    "single symbols (give this dimension a static size, or reshape by a symbol)")
+            return self.symbols.setdefault(str(expr), str(expr))
+        return int(d)
+
+    def tensor_type(self, t: torch.Tensor) -> TensorType:
+        return TensorType(tuple(self.dim(d) for d in t.shape), ember_dtype(t.dtype))
+
+    @property
+    def out_types(self) -> list[TensorType | None]:
+        """The types torch gives the current node's outputs (None for a non-tensor output)."""
+        val = self.node.meta["val"]
+        vals = val if isinstance(val, list | tuple) else [val]
+        return [self.tensor_type(t) if isinstance(t, torch.Tensor) else None for t in vals]
+
+    @property
+    def out(self) -> TensorType:
+        return self.out_types[0]
+
+    def type_of(self, x: Value | Const) -> TensorType:
+        return x.type if isinstance(x, Value) else self.tensor_type(x.tensor)
+
+    # -- values -----------------------------------------------------------------------------
+    def v(self, x: Value | Const, dtype: str | None = None) -> Value:
+        """x as a value of the graph (a Const becomes a graph constant), cast to dtype if given."""
+        if isinstance(x, Const):  # cast now, with torch: no cast node for a constant
+            key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
+            if key not in self._consts:
+                t = x.tensor.detach() if key[1] is None else x.tensor.detach().to(torch_dtype(dtype))
+                data = t.cpu().contiguous().numpy().copy()
+                self._consts[key] = (x, self.graph.add_constant(data, value_name(x.name)))
+            x = self._consts[key][1]
+        if not isinstance(x, Value):
+            raise Unsupported(f"expected a tensor, got {x!r}")
+        return self.cast(x, dtype) if dtype else x
+
+    def operand(self, x, dtype: str) -> Value:
+        """A tensor or Python number as a value of the given dtype."""
+        if isinstance(x, bool | int | float):
+            return self.scalar(x, dtype)
+        return self.v(x, dtype)
+
+    def cast(self, x: Value, dtype: str) -> Value:
+        return x if x.dtype == dtype else self.op("cast", [x], dtype=dtype)
+
+    def scalar(self, value, dtype: str) -> Value:
+        """A 0-d constant, one per (value, dtype) in the graph."""
+        key = (type(value), value, dtype)
+        if key not in self._scalars:
+            self._scalars[key] = self.graph.add_constant(np.array(value, dtype=dtype), "scalar")
+        return self._scalars[key]
+
+    def const(self, data: np.ndarray, hint: str = "const") -> Value:
+        return self.graph.add_constant(np.ascontiguousarray(data), value_name(hint))
+
+    # -- nodes ------------------------------------------------------------------------------
+    def ops(self, op: str, inputs, **attrs) -> list[Value]:
+        """Append an ember node (types inferred); returns its outputs. The nodes made for one FX
+        node are named after it: relu, then relu.1, relu.2, ... (FX names have no dots)."""
+        base = value_name(self.node.name)
+        hint, k = base, 0
+        while self._taken(hint):
+            k += 1
+            hint = f"{base}.{k}"
+        return add_op(self.graph, op, list(inputs), attrs, out_names=[hint])
+
+    def _taken(self, name: str) -> bool:
+        try:
+            self.graph.value(name)
+        except KeyError:
+            return False
+        return True
+
+    def op(self, op: str, inputs, **attrs) -> Value:
+        (out,) = self.ops(op, inputs, **attrs)
+        return out

@@ -1,0 +1,192 @@
+"""Import an ONNX model as an ember graph: `import_onnx(path or ModelProto) -> Graph`.
+
+1. Load (onnx.load, external data included), inline local functions, check with onnx.checker,
+   and read the default-domain opset, which must be 13 to 21 (MIN_OPSET..MAX_OPSET).
+2. Initializers become constants (arrays until a node that is not folded uses them); the other
+   graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
+   dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
+3. Nodes are converted in order by the converters of onnx_ops.py, onnx_nn_ops.py and
+   onnx_shape_ops.py (see onnx_node.py: what a converter is, and how constants fold). An op
+   type without a converter, or a form of one that ember lacks (a 3-D convolution, a cubic
+   resize), is recorded, the nodes that depend on it are skipped, and at the end one
+   UnsupportedOpError lists every one of them with its node name.
+4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
+   passed through `identity`, so that every graph output is a node's own; their types are
+   checked against the ones the model declares.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from ..graph.core import Dim, Graph, TensorType, Value
+from ..ops import UnsupportedOpError
+from . import onnx_nn_ops, onnx_ops, onnx_shape_ops  # noqa: F401  (they register the converters)
+from .onnx_node import (
+    CONVERTERS,
+    ConstantInputError,
+    Importer,
+    NodeContext,
+    OnnxImportError,
+    Tensor,
+    decode_attribute,
+    sanitize,
+    to_dtype,
+)
+
+__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "import_onnx", "load_model"]
+
+MIN_OPSET, MAX_OPSET = 13, 21
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def import_onnx(model: str | os.PathLike | onnx.ModelProto,
+                input_shapes: Mapping[str, Sequence[Dim]] | None = None) -> Graph:
+    """The ember graph of an ONNX model (a file path or a loaded ModelProto). `input_shapes`
+    gives graph inputs (by ONNX name) other shapes than the model declares, typically static
+    sizes for its dynamic dimensions: {"input": (1, 3, 224, 224)}."""
+    proto = load_model(model)
+    importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto))
+    env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}))
+    _convert_nodes(importer, proto.graph, env)
+    importer.graph.set_outputs(_graph_outputs(importer, proto.graph, env))
+    return importer.graph
+
+
+def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    """The checked ModelProto, local functions inlined."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, str | os.PathLike):
+        proto = onnx.load(os.fspath(model))
+    else:
+        raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    try:  # a path is checked from the file: a ModelProto over 2 GB cannot be serialized to check
+        onnx.checker.check_model(proto if isinstance(model, onnx.ModelProto) else os.fspath(model))
+    except onnx.checker.ValidationError as e:
+        if "is deprecated" not in str(e):  # e.g. GroupNormalization-18, which onnxruntime still runs
+            raise OnnxImportError(f"the model is not valid ONNX: {e}") from None
+        warnings.warn(f"importing an ONNX model that uses a deprecated operator: {e}", stacklevel=2)
+    return proto
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise OnnxImportError("the model imports no opset of the default ONNX domain (ai.onnx)")
+    version = versions[0]
+    if not MIN_OPSET <= version <= MAX_OPSET:
+        target = min(max(version, MIN_OPSET), MAX_OPSET)
+        raise OnnxImportError(f"ONNX opset {version} is not supported: ember imports opsets {MIN_OPSET} to "
+                              f"{MAX_OPSET}; convert the model first, e.g. with "
+                              f"onnx.version_converter.convert_version(model, {target})")
+    return version
+
+
+def value_type(vi: onnx.ValueInfoProto, what: str) -> TensorType:
+    """The TensorType of a graph input or output (unnamed dynamic dimensions get fresh symbols)."""
+    if not vi.type.HasField("tensor_type"):
+        raise OnnxImportError(f"{what} {vi.name!r} is not a tensor")
+    tt = vi.type.tensor_type
+    dtype = to_dtype(tt.elem_type, f"{what} {vi.name!r}")
+    if not tt.HasField("shape"):
+        raise OnnxImportError(f"{what} {vi.name!r} has no shape; ember needs the rank of every input")
+    dims = [d.dim_value if d.HasField("dim_value") else sanitize(d.dim_param or f"{vi.name}_{k}")
+            for k, d in enumerate(tt.shape.dim)]
+    return TensorType(tuple(dims), dtype)
+
+
+def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequence[Dim]]) -> dict[str, Tensor]:
+    """Initializers as arrays, then the inputs that no initializer gives a value as graph inputs."""
+    if g.sparse_initializer:
+        raise OnnxImportError("sparse initializers are not supported")
+    graph = importer.graph
+    env: dict[str, Tensor] = {}
+    for init in g.initializer:
+        to_dtype(init.data_type, f"initializer {init.name!r}")
+        env[init.name] = onnx.numpy_helper.to_array(init)
+        importer.name_array(env[init.name], init.name)
+    inputs = [vi for vi in g.input if vi.name not in env]
+    unknown = set(shapes) - {vi.name for vi in inputs}
+    if unknown:
+        raise OnnxImportError(f"input_shapes names {sorted(unknown)}, which are not inputs of the model; its "
+                              f"inputs are {[vi.name for vi in inputs]}")
+    for vi in inputs:
+        t = value_type(vi, "graph input")
+        if vi.name in shapes:
+            t = _override(vi.name, t, tuple(shapes[vi.name]))
+        env[vi.name] = graph.add_input(graph.fresh_name(sanitize(vi.name)), t)
+    return env
+
+
+def _override(name: str, declared: TensorType, shape: tuple[Dim, ...]) -> TensorType:
+    """`shape` for graph input `name`, if it agrees with the declared rank and static sizes."""
+    if len(shape) != declared.rank or any(isinstance(d, int) and d != s for d, s in zip(declared.shape, shape)):
+        raise OnnxImportError(f"input_shapes gives input {name!r} the shape {shape}, but the model declares "
+                              f"{declared.shape}")
+    return TensorType(shape, declared.dtype)
+
+
+def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> None:
+    missing: list[tuple[str, str]] = []
+    skipped: set[str] = set()  # outputs of nodes not converted
+    for node in g.node:
+        if any(name in skipped for name in node.input):
+            skipped.update(node.output)
+            continue
+        cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],
+                         {a.name: decode_attribute(a) for a in node.attribute})
+        try:
+            converter = CONVERTERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+            if converter is None:
+                raise UnsupportedOpError([(f"{node.domain}.{node.op_type}" if node.domain else node.op_type,
+                                           cx.where)])
+            outs = converter(cx)
+        except UnsupportedOpError as e:
+            missing.extend((op, where or cx.where) for op, where in e.missing)
+            skipped.update(node.output)
+            continue
+        except Exception as e:
+            e.add_note(f"while importing ONNX {cx.where}")
+            raise
+        for k, name in enumerate(node.output):
+            if name:
+                if k >= len(outs) or outs[k] is None:
+                    raise cx.error(f"output {k} ({name!r}) is not supported")
+                env[name] = outs[k]
+                if isinstance(outs[k], np.ndarray):
+                    importer.name_array(outs[k], name)
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
+def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> list[Value]:
+    outputs: list[Value] = []
+    for vi in g.output:
+        hint = sanitize(vi.name)
+        v = importer.value(env[vi.name], hint)
+        if v.node is None or v in outputs:
+            (v,) = importer.add_node("identity", [v], None, [hint])
+        _check_declared(vi, v)
+        outputs.append(v)
+    return outputs
+
+
+def _check_declared(vi: onnx.ValueInfoProto, v: Value) -> None:
+    """The inferred type of a graph output agrees with the model's declaration where it has one."""
+    tt = vi.type.tensor_type
+    if tt.elem_type and to_dtype(tt.elem_type, f"graph output {vi.name!r}") != v.dtype:
+        raise OnnxImportError(f"graph output {vi.name!r}: ember infers {v.type}, the model declares "
+                              f"{onnx.TensorProto.DataType.Name(tt.elem_type).lower()}")
+    if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim) and v.type.is_static:
+        declared = tuple(d.dim_value for d in tt.shape.dim)
+        if declared != v.shape:
+            raise OnnxImportError(f"graph output {vi.name!r}: ember infers the shape {v.shape}, the model "
+                                  f"declares {declared}")

@@ -1,0 +1,256 @@
+"""One ONNX node being converted, and the table of converters (ONNX op type -> function).
+
+A converter is `fn(cx: NodeContext) -> list[Tensor | None]`, one entry per ONNX output (None for
+an output it does not produce), registered with `@converts("Relu", ...)`. It reads the node's
+inputs and attributes from `cx` and adds ember operators with `cx.op`.
+
+A `Tensor` is either a graph `Value` or a NumPy array: a constant that is not (yet) in the
+graph. Initializers, Constant nodes and everything computed from constants alone stay arrays:
+`cx.op` on array inputs runs the operator's NumPy reference instead of adding a node (constant
+folding at import), which is how shape arithmetic (Shape -> Gather -> Concat -> Reshape) reaches
+the attributes ember needs as plain numbers. An array becomes a graph constant the first time a
+node that is not folded uses it.
+
+The shape of a tensor with symbolic dimensions is a *symbolic shape*: an int64 array of dtype
+object that holds ints and symbol names. It folds through the operators that only move data
+(SHAPE_OPS: gather, concat, slice, ...), so `x.view(x.size(0), -1)` works with a symbolic batch;
+arithmetic on symbols, or a symbolic shape used as a tensor at run time, is an OnnxImportError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from ..errors import EmberError
+from ..graph.core import Dim, Graph, TensorType, Value
+from ..ops import UnsupportedOpError, get, infer_types
+from ..ops.build import add_op
+from ..tir import dtype as dt
+
+Tensor = Value | np.ndarray
+
+
+class OnnxImportError(EmberError, ValueError):
+    """A model ember cannot import as given: an opset outside 13..21, an input without a shape,
+    a data type ember lacks, an attribute value it cannot take."""
+
+
+class ConstantInputError(OnnxImportError):
+    """An input that ember needs as a constant (a shape, axes, pads) is computed at run time:
+    from `value`, a graph value."""
+
+    def __init__(self, message: str, value: Value):
+        super().__init__(message)
+        self.value = value
+
+
+CONVERTERS: dict[str, Callable[[NodeContext], list[Tensor | None]]] = {}
+
+
+def converts(*op_types: str):
+    """Register the decorated function as the converter of these ONNX op types."""
+    def register(fn):
+        for op_type in op_types:
+            if op_type in CONVERTERS:
+                raise ValueError(f"ONNX op type {op_type} has two converters")
+            CONVERTERS[op_type] = fn
+        return fn
+
+    return register
+
+
+def sanitize(name: str) -> str:
+    """An ONNX tensor name as an ember value name (letters, digits, '_' and '.')."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("_") or "v"
+
+
+def to_dtype(elem_type: int, where: str) -> str:
+    """The ember dtype of an ONNX TensorProto element type."""
+    try:
+        name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        name = onnx.TensorProto.DataType.Name(elem_type).lower()
+    if name not in dt.SCALAR_DTYPES:
+        raise OnnxImportError(f"{where}: data type {name} is not supported; ember knows {', '.join(dt.SCALAR_DTYPES)}")
+    return name
+
+
+def decode_attribute(attr: onnx.AttributeProto):
+    """An ONNX attribute as a Python value: strings decoded, tensors as NumPy arrays."""
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, onnx.TensorProto):
+        return onnx.numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+# ember operators that only move data: they fold on symbolic shapes too
+SHAPE_OPS = frozenset({"gather", "concat", "unsqueeze", "squeeze", "slice", "reshape", "flatten", "split",
+                       "identity", "transpose", "expand"})
+
+
+def is_symbolic(t: Tensor | None) -> bool:
+    return isinstance(t, np.ndarray) and t.dtype == object
+
+
+def tensor_type(t: Tensor) -> TensorType:
+    if isinstance(t, Value):
+        return t.type
+    return TensorType(t.shape, "int64" if is_symbolic(t) else t.dtype.name)
+
+
+@dataclass
+class Importer:
+    """What one import builds up: the graph, the ONNX names of arrays, and the arrays already
+    added to the graph as constants."""
+
+    graph: Graph
+    opset: int
+    _names: dict[int, str] = field(default_factory=dict)
+    _materialized: dict[int, tuple[np.ndarray, Value]] = field(default_factory=dict)
+
+    def name_array(self, data: np.ndarray, name: str) -> None:
+        """Call the constant that `data` becomes `name` (its initializer's, or the output's that
+        folded to it) rather than after its first user."""
+        self._names.setdefault(id(data), sanitize(name))
+        self._materialized.setdefault(id(data), (data, None))  # keeps the array, and so its id
+
+    def value(self, t: Tensor, hint: str) -> Value:
+        """`t` as a graph value (an array is added as a constant once)."""
+        if isinstance(t, Value):
+            return t
+        if is_symbolic(t):
+            raise OnnxImportError(f"the shape {t.tolist()} with symbolic dimensions is used as a tensor at run "
+                                  "time; ember knows shapes at compile time only (import_onnx(..., input_shapes=...) "
+                                  "can make them static)")
+        v = self._materialized.get(id(t), (t, None))[1]
+        if v is None:  # the array is kept in _materialized, so its id stays unique
+            v = self.graph.add_constant(t, name=self._names.get(id(t), hint))
+            self._materialized[id(t)] = (t, v)
+        return v
+
+    def add_node(self, op: str, inputs: Sequence[Tensor], attrs: Mapping | None, names: Sequence[str]) -> list[Value]:
+        """A node of ember operator `op` whose outputs are named after `names` (arrays among the
+        inputs become constants)."""
+        return add_op(self.graph, op, [self.value(t, names[0]) for t in inputs], attrs, out_names=names)
+
+
+@dataclass
+class NodeContext:
+    """The node under conversion: its inputs (None where an optional one is left out), its
+    attributes (decoded to Python values), and helpers that add ember operators."""
+
+    importer: Importer
+    node: onnx.NodeProto
+    inputs: list[Tensor | None]
+    attrs: dict[str, object]
+
+    @property
+    def opset(self) -> int:
+        return self.importer.opset
+
+    @property
+    def where(self) -> str:
+        return f"{self.node.op_type} node {self.node.name or self.node.output[0]!r}"
+
+    @property
+    def out_names(self) -> list[str]:
+        """Names for the values this node's ember operators define: its outputs' names."""
+        return [sanitize(o) for o in self.node.output if o] or [sanitize(self.node.op_type)]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.node.output)
+
+    def wants_output(self, k: int) -> bool:
+        return k < len(self.node.output) and bool(self.node.output[k])
+
+    # -- reading the node -------------------------------------------------------------------
+    def input(self, k: int) -> Tensor:
+        t = self.optional(k)
+        if t is None:
+            raise OnnxImportError(f"{self.where}: input {k} is required")
+        return t
+
+    def optional(self, k: int) -> Tensor | None:
+        return self.inputs[k] if k < len(self.inputs) else None
+
+    def attr(self, name: str, default=None):
+        return self.attrs.get(name, default)
+
+    def const(self, k: int, what: str, symbolic: bool = False) -> np.ndarray | None:
+        """The data of input k, which must be a constant (None when the input is left out), and
+        numbers unless `symbolic` allows a symbolic shape."""
+        t = self.optional(k)
+        if is_symbolic(t) and not symbolic:
+            raise self.error(f"input {k} ({what}) is {t.tolist()}, with symbolic dimensions; ember needs numbers "
+                             "here (import_onnx(..., input_shapes=...) can make them static)")
+        if t is None or isinstance(t, np.ndarray):
+            return t
+        raise ConstantInputError(f"{self.where}: input {k} ({what}) must be a constant (an initializer or "
+                                 f"computed from constants), but it is computed at run time from %{t.name}", t)
+
+    def const_ints(self, k: int, what: str) -> list[int] | None:
+        data = self.const(k, what)
+        return None if data is None else [int(v) for v in data.reshape(-1)]
+
+    def const_dims(self, k: int, what: str) -> list[Dim] | None:
+        """A shape input: ints and, from a symbolic shape, symbol names."""
+        data = self.const(k, what, symbolic=True)
+        return None if data is None else [v if isinstance(v, str) else int(v) for v in data.reshape(-1)]
+
+    def type(self, t: Tensor) -> TensorType:
+        return tensor_type(t)
+
+    def static_shape(self, t: Tensor, what: str) -> tuple[int, ...]:
+        shape = tensor_type(t).shape
+        if not all(isinstance(d, int) for d in shape):
+            raise OnnxImportError(f"{self.where}: {what} needs the static shape of its input, got {shape}")
+        return shape
+
+    def unsupported(self, detail: str) -> UnsupportedOpError:
+        """The error to raise for a form of this op that ember lacks: `raise cx.unsupported(...)`."""
+        return UnsupportedOpError([(f"{self.node.op_type}({detail})", self.where)])
+
+    def error(self, message: str) -> OnnxImportError:
+        return OnnxImportError(f"{self.where}: {message}")
+
+    # -- adding operators -------------------------------------------------------------------
+    def op(self, name: str, inputs: Sequence[Tensor | None], attrs: Mapping | None = None) -> Tensor:
+        """Apply the one-output ember operator `name` (see docs/operators.md)."""
+        (out,) = self.ops(name, inputs, attrs)
+        return out
+
+    def ops(self, name: str, inputs: Sequence[Tensor | None], attrs: Mapping | None = None) -> list[Tensor]:
+        """Apply ember operator `name`; trailing None inputs are left out. On constants alone it is
+        folded: the operator's NumPy reference runs now and its outputs are arrays."""
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        if any(t is None for t in inputs):
+            raise OnnxImportError(f"{self.where}: ember's {name} cannot leave out an input before a given one")
+        if not all(isinstance(t, np.ndarray) for t in inputs):
+            return self.importer.add_node(name, inputs, attrs, self.out_names)
+        symbolic = any(is_symbolic(t) for t in inputs)
+        if symbolic and name not in SHAPE_OPS:
+            shapes = [t.tolist() for t in inputs if is_symbolic(t)]
+            raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds only the data movement of "
+                             "symbolic shapes (Gather, Concat, Slice, ...), no arithmetic on symbols "
+                             "(import_onnx(..., input_shapes=...) can make them static)")
+        bound, out_types = infer_types(name, [tensor_type(t) for t in inputs], attrs)
+        outs = [np.asarray(o, dtype=object if symbolic else None).reshape(t.shape)
+                for o, t in zip(get(name).reference(inputs, bound), out_types)]
+        return [o if is_symbolic(o) and any(isinstance(d, str) for d in o.flat) else o.astype(t.dtype, copy=False)
+                for o, t in zip(outs, out_types)]  # (a symbolic shape's static part is numbers again)
+
+    def scalar(self, v, like: Tensor) -> np.ndarray:
+        """A 0-d constant in the dtype of `like`."""
+        return np.asarray(v, dtype=tensor_type(like).dtype)

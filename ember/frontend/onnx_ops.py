@@ -1,0 +1,215 @@
+"""ONNX elementwise operators as ember operators: unary and binary arithmetic, comparisons and
+logic, casts, activations (opsets 13 to 21).
+
+Most map to one ember operator of docs/operators.md; the rest are decomposed here into several
+(HardSigmoid with other coefficients than PyTorch's, Mod with fmod=1, PRelu, Selu, Mish, ...).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .onnx_node import NodeContext, converts, to_dtype
+
+# -- elementwise ----------------------------------------------------------------------------
+
+UNARY = {
+    "Neg": "neg", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+    "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Sin": "sin", "Cos": "cos",
+    "Tanh": "tanh", "Erf": "erf", "Sigmoid": "sigmoid", "Relu": "relu", "Not": "logical_not",
+    "HardSwish": "hardswish",
+}
+
+BINARY = {
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "equal", "Less": "less",
+    "LessOrEqual": "less_equal", "Greater": "greater", "GreaterOrEqual": "greater_equal",
+    "And": "logical_and", "Or": "logical_or", "Xor": "not_equal",
+}
+
+VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
+
+
+@converts(*UNARY)
+def _unary(cx: NodeContext):
+    return [cx.op(UNARY[cx.node.op_type], [cx.input(0)])]
+
+
+@converts(*BINARY)
+def _binary(cx: NodeContext):
+    return [cx.op(BINARY[cx.node.op_type], [cx.input(0), cx.input(1)])]
+
+
+@converts(*VARIADIC)
+def _variadic(cx: NodeContext):
+    xs = [t for t in cx.inputs if t is not None]
+    out = xs[0]
+    for x in xs[1:]:
+        out = cx.op(VARIADIC[cx.node.op_type], [out, x])
+    if cx.node.op_type == "Mean":
+        out = cx.op("div", [out, cx.scalar(len(xs), out)])
+    return [out]
+
+
+@converts("Pow")
+def _pow(cx: NodeContext):
+    x, y = cx.input(0), cx.input(1)
+    if cx.type(y).dtype != cx.type(x).dtype:  # ONNX lets the exponent have its own type
+        y = cx.op("cast", [y], {"dtype": cx.type(x).dtype})
+    return [cx.op("pow", [x, y])]
+
+
+@converts("Mod")
+def _mod(cx: NodeContext):
+    x, y = cx.input(0), cx.input(1)
+    r = cx.op("mod", [x, y])  # floor modulo: the sign of the divisor
+    if not cx.attr("fmod", 0):
+        return [r]
+    # C's fmod has the sign of the dividend: differs from r by y where r != 0 and the signs differ
+    zero = cx.scalar(0, x)
+    signs_differ = cx.op("not_equal", [cx.op("less", [x, zero]), cx.op("less", [y, zero])])
+    fix = cx.op("logical_and", [cx.op("not_equal", [r, zero]), signs_differ])
+    return [cx.op("where", [fix, cx.op("sub", [r, y]), r])]
+
+
+@converts("Cast", "CastLike")
+def _cast(cx: NodeContext):
+    x = cx.input(0)
+    if cx.node.op_type == "Cast":
+        dtype = to_dtype(cx.attr("to"), cx.where)
+    else:
+        dtype = cx.type(cx.input(1)).dtype
+    return [x if cx.type(x).dtype == dtype else cx.op("cast", [x], {"dtype": dtype})]  # (a symbolic shape is int64)
+
+
+@converts("Where")
+def _where(cx: NodeContext):
+    return [cx.op("where", [cx.input(0), cx.input(1), cx.input(2)])]
+
+
+# -- activations ----------------------------------------------------------------------------
+
+
+@converts("LeakyRelu")
+def _leaky_relu(cx: NodeContext):
+    return [cx.op("leaky_relu", [cx.input(0)], {"alpha": cx.attr("alpha", 0.01)})]
+
+
+@converts("Elu")
+def _elu(cx: NodeContext):
+    return [cx.op("elu", [cx.input(0)], {"alpha": cx.attr("alpha", 1.0)})]
+
+
+@converts("Gelu")
+def _gelu(cx: NodeContext):
+    return [cx.op("gelu", [cx.input(0)], {"approximate": cx.attr("approximate", "none")})]
+
+
+@converts("Softplus")
+def _softplus(cx: NodeContext):
+    return [cx.op("softplus", [cx.input(0)])]
+
+
+@converts("HardSigmoid")
+def _hard_sigmoid(cx: NodeContext):
+    x = cx.input(0)
+    alpha, beta = cx.attr("alpha", 0.2), cx.attr("beta", 0.5)
+    if math.isclose(alpha, 1 / 6, rel_tol=1e-6) and beta == 0.5:  # PyTorch's coefficients
+        return [cx.op("hardsigmoid", [x])]
+    y = cx.op("add", [cx.op("mul", [x, cx.scalar(alpha, x)]), cx.scalar(beta, x)])
+    return [cx.op("clip", [y], {"min": 0.0, "max": 1.0})]
+
+
+@converts("Clip")
+def _clip(cx: NodeContext):
+    x, bounds = cx.input(0), [cx.optional(1), cx.optional(2)]
+    if all(b is None or isinstance(b, np.ndarray) for b in bounds):
+        attrs = {k: b.item() for k, b in zip(("min", "max"), bounds) if b is not None}
+        return [cx.op("clip", [x], attrs)]
+    lo, hi = bounds  # bounds computed at run time
+    out = x if lo is None else cx.op("maximum", [x, lo])
+    return [out if hi is None else cx.op("minimum", [out, hi])]
+
+
+@converts("PRelu")
+def _prelu(cx: NodeContext):
+    x, slope = cx.input(0), cx.input(1)
+    return [cx.op("where", [cx.op("less", [x, cx.scalar(0, x)]), cx.op("mul", [x, slope]), x])]
+
+
+@converts("Selu")
+def _selu(cx: NodeContext):  # gamma * elu(x, alpha)
+    x = cx.input(0)
+    y = cx.op("elu", [x], {"alpha": cx.attr("alpha", 1.6732632423543772)})
+    return [cx.op("mul", [y, cx.scalar(cx.attr("gamma", 1.0507009873554805), x)])]
+
+
+@converts("Celu")
+def _celu(cx: NodeContext):  # alpha * elu(x / alpha, 1)
+    x = cx.input(0)
+    alpha = cx.scalar(cx.attr("alpha", 1.0), x)
+    return [cx.op("mul", [cx.op("elu", [cx.op("div", [x, alpha])]), alpha])]
+
+
+@converts("Softsign")
+def _softsign(cx: NodeContext):  # x / (1 + |x|)
+    x = cx.input(0)
+    return [cx.op("div", [x, cx.op("add", [cx.op("abs", [x]), cx.scalar(1, x)])])]
+
+
+@converts("Mish")
+def _mish(cx: NodeContext):  # x * tanh(softplus(x))
+    x = cx.input(0)
+    return [cx.op("mul", [x, cx.op("tanh", [cx.op("softplus", [x])])])]
+
+
+@converts("ThresholdedRelu")
+def _thresholded_relu(cx: NodeContext):
+    x = cx.input(0)
+    above = cx.op("greater", [x, cx.scalar(cx.attr("alpha", 1.0), x)])
+    return [cx.op("where", [above, x, cx.scalar(0, x)])]
+
+
+@converts("Shrink")
+def _shrink(cx: NodeContext):  # x + bias below -lambd, x - bias above lambd, 0 between
+    x = cx.input(0)
+    lambd, bias = cx.scalar(cx.attr("lambd", 0.5), x), cx.scalar(cx.attr("bias", 0.0), x)
+    above = cx.op("where", [cx.op("greater", [x, lambd]), cx.op("sub", [x, bias]), cx.scalar(0, x)])
+    return [cx.op("where", [cx.op("less", [x, cx.op("neg", [lambd])]), cx.op("add", [x, bias]), above])]
+
+
+@converts("IsNaN")
+def _is_nan(cx: NodeContext):
+    x = cx.input(0)
+    return [cx.op("not_equal", [x, x])]
+
+
+@converts("IsInf")
+def _is_inf(cx: NodeContext):
+    x = cx.input(0)
+    signs = [s for s, attr in ((1, "detect_positive"), (-1, "detect_negative")) if cx.attr(attr, 1)]
+    if not signs:
+        return [cx.op("less", [x, x])]  # all false
+    found = [cx.op("equal", [x, cx.scalar(s * np.inf, x)]) for s in signs]
+    return [found[0] if len(found) == 1 else cx.op("logical_or", found)]
+
+
+@converts("Tan")
+def _tan(cx: NodeContext):
+    x = cx.input(0)
+    return [cx.op("div", [cx.op("sin", [x]), cx.op("cos", [x])])]
+
+
+@converts("Sinh", "Cosh")
+def _hyperbolic(cx: NodeContext):  # (exp(x) -+ exp(-x)) / 2
+    x = cx.input(0)
+    e, inverse = cx.op("exp", [x]), cx.op("exp", [cx.op("neg", [x])])
+    y = cx.op("sub" if cx.node.op_type == "Sinh" else "add", [e, inverse])
+    return [cx.op("mul", [y, cx.scalar(0.5, x)])]
+
+
+@converts("Softmax", "LogSoftmax")
+def _softmax(cx: NodeContext):
+    op = "softmax" if cx.node.op_type == "Softmax" else "log_softmax"
+    return [cx.op(op, [cx.input(0)], {"axis": cx.attr("axis", -1)})]

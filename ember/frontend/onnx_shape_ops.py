@@ -1,0 +1,301 @@
+"""ONNX shape, data-movement and constant operators as ember operators.
+
+ember takes shapes, axes, pads and sizes as attributes, so the ONNX inputs that carry them must
+be constants; shape arithmetic is folded at import (NodeContext.op on arrays), and Shape, Size,
+ConstantOfShape, Range and Constant produce arrays directly. Reshape's 0 and -1 are resolved
+here to a concrete (possibly symbolic) shape; Expand's bidirectional broadcast too.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+
+from ..graph.core import Dim
+from ..ops.common import broadcast_shapes
+from ..tir import dtype as dt
+from .onnx_node import NodeContext, converts
+
+# -- values that are the input itself, and constants ---------------------------------------
+
+
+@converts("Identity")
+def _identity(cx: NodeContext):
+    return [cx.input(0)]
+
+
+@converts("Dropout")
+def _dropout(cx: NodeContext):
+    training = cx.const(2, "training_mode")
+    if training is not None and training.item():
+        raise cx.unsupported("training_mode=True")
+    x = cx.input(0)
+    if not cx.wants_output(1):
+        return [x]
+    return [x, np.ones(cx.static_shape(x, "the mask output"), dtype=bool)]
+
+
+@converts("Constant")
+def _constant(cx: NodeContext):
+    (kind,) = cx.attrs  # exactly one of the value attributes
+    match kind:
+        case "value" if cx.attrs["value"].dtype.name in dt.SCALAR_DTYPES:
+            return [cx.attrs["value"]]
+        case "value_float" | "value_floats":
+            return [np.asarray(cx.attrs[kind], dtype="float32")]
+        case "value_int" | "value_ints":
+            return [np.asarray(cx.attrs[kind], dtype="int64")]
+    raise cx.unsupported(kind if kind != "value" else f"value of dtype {cx.attrs['value'].dtype}")
+
+
+@converts("ConstantOfShape")
+def _constant_of_shape(cx: NodeContext):
+    value = cx.attr("value", np.zeros(1, "float32"))
+    return [np.full(cx.const_ints(0, "shape"), value.reshape(-1)[0], dtype=value.dtype)]
+
+
+@converts("Range")
+def _range(cx: NodeContext):
+    start, limit, delta = (cx.const(k, name) for k, name in enumerate(("start", "limit", "delta")))
+    count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    return [(start + delta * np.arange(count)).astype(start.dtype)]
+
+
+@converts("Shape")
+def _shape(cx: NodeContext):
+    dims = cx.type(cx.input(0)).shape[slice(cx.attr("start", 0), cx.attr("end"))]
+    static = all(isinstance(d, int) for d in dims)
+    return [np.asarray(dims, dtype="int64" if static else object)]  # (object: a symbolic shape)
+
+
+@converts("Size")
+def _size(cx: NodeContext):
+    return [np.asarray(math.prod(cx.static_shape(cx.input(0), "Size")), dtype="int64")]
+
+
+# -- reshaping ------------------------------------------------------------------------------
+
+
+def reshape_target(cx: NodeContext, shape: tuple[Dim, ...], target: list[Dim], allow_zero: bool) -> tuple[Dim, ...]:
+    """ONNX Reshape's target shape resolved: 0 copies the input's dimension (unless allow_zero),
+    -1 is what the element count leaves (a symbol when the others cancel all but one)."""
+    out: list[Dim] = [shape[k] if d == 0 and not allow_zero else d for k, d in enumerate(target)]
+    if out.count(-1) > 1:
+        raise cx.error(f"shape {target} has more than one -1")
+    if -1 in out:
+        known = [d for d in out if d != -1]
+        out[out.index(-1)] = _quotient(cx, shape, known)
+    return tuple(out)
+
+
+def _quotient(cx: NodeContext, numerator: tuple[Dim, ...], denominator: list[Dim]) -> Dim:
+    """prod(numerator) / prod(denominator), for dims that are ints and symbols."""
+    num_syms = collections.Counter(d for d in numerator if isinstance(d, str))
+    den_syms = collections.Counter(d for d in denominator if isinstance(d, str))
+    num = math.prod(d for d in numerator if isinstance(d, int))
+    den = math.prod(d for d in denominator if isinstance(d, int))
+    left = num_syms - den_syms
+    if den_syms - num_syms or den == 0 or num % den or (left and (num // den != 1 or left.total() != 1)):
+        raise cx.error(f"cannot resolve -1 of a reshape of {numerator} to {denominator} and one -1")
+    return next(iter(left)) if left else num // den
+
+
+@converts("Reshape")
+def _reshape(cx: NodeContext):
+    x = cx.input(0)
+    shape = cx.type(x).shape
+    target = reshape_target(cx, shape, cx.const_dims(1, "shape"), bool(cx.attr("allowzero", 0)))
+    return [x if target == shape else cx.op("reshape", [x], {"shape": target})]
+
+
+@converts("Flatten")
+def _flatten(cx: NodeContext):
+    """To 2-D: the dimensions before `axis` times the ones from it on."""
+    x = cx.input(0)
+    rank = cx.type(x).rank
+    axis = cx.attr("axis", 1)
+    axis = axis + rank if axis < 0 else axis
+    if axis in (0, rank):
+        return [cx.op("unsqueeze", [cx.op("flatten", [x], {"start_dim": 0})], {"axes": (1 if axis else 0,)})]
+    y = x if axis == rank - 1 else cx.op("flatten", [x], {"start_dim": axis})
+    return [y if axis == 1 else cx.op("flatten", [y], {"start_dim": 0, "end_dim": axis - 1})]
+
+
+@converts("Squeeze")
+def _squeeze(cx: NodeContext):
+    axes = cx.const_ints(1, "axes")
+    return [cx.op("squeeze", [cx.input(0)], {"axes": None if axes is None else tuple(axes)})]
+
+
+@converts("Unsqueeze")
+def _unsqueeze(cx: NodeContext):
+    return [cx.op("unsqueeze", [cx.input(0)], {"axes": tuple(cx.const_ints(1, "axes"))})]
+
+
+@converts("Transpose")
+def _transpose(cx: NodeContext):
+    x = cx.input(0)
+    perm = cx.attr("perm") or list(reversed(range(cx.type(x).rank)))
+    return [cx.op("transpose", [x], {"perm": tuple(perm)})]
+
+
+@converts("Expand")
+def _expand(cx: NodeContext):
+    x = cx.input(0)
+    shape = cx.type(x).shape
+    target = broadcast_shapes("Expand", shape, tuple(cx.const_dims(1, "shape")))
+    return [x if target == shape else cx.op("expand", [x], {"shape": target})]
+
+
+@converts("Tile")
+def _tile(cx: NodeContext):
+    """Each dimension d repeated r times: (d) -> (1, d) -> expand (r, d) -> reshape (r * d)."""
+    x = cx.input(0)
+    repeats = cx.const_ints(1, "repeats")
+    if all(r == 1 for r in repeats):
+        return [x]
+    shape = cx.static_shape(x, "Tile")
+    pairs = [(1, d) for d in shape]
+    y = cx.op("reshape", [x], {"shape": tuple(v for p in pairs for v in p)})
+    y = cx.op("expand", [y], {"shape": tuple(v for r, d in zip(repeats, shape) for v in (r, d))})
+    return [cx.op("reshape", [y], {"shape": tuple(r * d for r, d in zip(repeats, shape))})]
+
+
+@converts("Trilu")
+def _trilu(cx: NodeContext):
+    """The upper (or lower) triangle of the last two dimensions, from the k-th diagonal on; the
+    rest zeros: `where` with a constant mask."""
+    x = cx.input(0)
+    rows, cols = cx.type(x).shape[-2:]
+    if not isinstance(rows, int) or not isinstance(cols, int):
+        raise cx.error(f"Trilu needs static sizes of the last two dimensions, got {(rows, cols)}")
+    (k,) = cx.const_ints(1, "k") or [0]
+    ones = np.ones((rows, cols), dtype=bool)
+    keep = np.triu(ones, k) if cx.attr("upper", 1) else np.tril(ones, k)
+    return [cx.op("where", [keep, x, cx.scalar(0, x)])]
+
+
+@converts("DepthToSpace", "SpaceToDepth")
+def _depth_space(cx: NodeContext):
+    """Blocks of channels to pixels and back: reshape, transpose, reshape (DepthToSpace's DCR
+    mode takes the block index before the channel, CRD after it)."""
+    x = cx.input(0)
+    n, c, h, w = cx.type(x).shape
+    bs = cx.attr("blocksize")
+    if cx.node.op_type == "SpaceToDepth":
+        split, perm, out = (n, c, h // bs, bs, w // bs, bs), (0, 3, 5, 1, 2, 4), (n, c * bs * bs, h // bs, w // bs)
+    elif cx.attr("mode", "DCR") == "DCR":
+        split, perm, out = (n, bs, bs, c // bs**2, h, w), (0, 3, 4, 1, 5, 2), (n, c // bs**2, h * bs, w * bs)
+    else:
+        split, perm, out = (n, c // bs**2, bs, bs, h, w), (0, 1, 4, 2, 5, 3), (n, c // bs**2, h * bs, w * bs)
+    y = cx.op("transpose", [cx.op("reshape", [x], {"shape": split})], {"perm": perm})
+    return [cx.op("reshape", [y], {"shape": out})]
+
+
+# -- joining, splitting, indexing -------------------------------------------------------------
+
+
+@converts("Concat")
+def _concat(cx: NodeContext):
+    return [cx.op("concat", [t for t in cx.inputs if t is not None], {"axis": cx.attr("axis")})]
+
+
+@converts("Split")
+def _split(cx: NodeContext):
+    x = cx.input(0)
+    t = cx.type(x)
+    axis = cx.attr("axis", 0) % t.rank
+    sizes = cx.const_ints(1, "split")
+    if sizes is None:  # equal parts; with num_outputs (opset 18) the last may be smaller
+        size = t.shape[axis]
+        if not isinstance(size, int):
+            raise cx.error(f"splitting the symbolic dimension {size!r} into equal parts")
+        parts = cx.attr("num_outputs", cx.num_outputs)
+        chunk = -(-size // parts)
+        sizes = [min(chunk, size - k * chunk) for k in range(parts)]
+    return cx.ops("split", [x], {"axis": axis, "sizes": tuple(sizes)})
+
+
+@converts("Slice")
+def _slice(cx: NodeContext):
+    axes, steps = cx.const_ints(3, "axes"), cx.const_ints(4, "steps")
+    attrs = {"starts": tuple(cx.const_ints(1, "starts")), "ends": tuple(cx.const_ints(2, "ends")),
+             "axes": None if axes is None else tuple(axes), "steps": None if steps is None else tuple(steps)}
+    return [cx.op("slice", [cx.input(0)], attrs)]
+
+
+@converts("Gather")
+def _gather(cx: NodeContext):
+    return [cx.op("gather", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)})]
+
+
+# -- padding and resizing -------------------------------------------------------------------
+
+
+@converts("Pad")
+def _pad(cx: NodeContext):
+    x = cx.input(0)
+    rank = cx.type(x).rank
+    mode = cx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise cx.unsupported(f"mode={mode}")
+    pads = cx.const_ints(1, "pads")
+    axes = cx.const_ints(3, "axes")
+    if axes is not None:  # opset 18: pads of the given axes only
+        full = [0] * 2 * rank
+        for k, a in enumerate(axes):
+            full[a % rank], full[a % rank + rank] = pads[k], pads[k + len(axes)]
+        pads = full
+    attrs = {"pads": tuple(pads), "mode": mode}
+    value = cx.const(2, "constant_value")
+    if value is not None and value.size:
+        attrs["value"] = value.item()
+    return [cx.op("pad", [x], attrs)]
+
+
+RESIZE_MODES = {"nearest": "nearest", "linear": "linear"}
+TRANSFORM_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+
+
+@converts("Resize")
+def _resize(cx: NodeContext):
+    """Resizes of the spatial dimensions of N, C, spatial..., to the size given by `sizes` or by
+    `scales` that multiply the input size to a whole number (the scale ember uses is
+    output / input, which is then exactly the given one)."""
+    x = cx.input(0)
+    shape = cx.type(x).shape
+    mode, transform = cx.attr("mode", "nearest"), cx.attr("coordinate_transformation_mode", "half_pixel")
+    if mode not in RESIZE_MODES:
+        raise cx.unsupported(f"mode={mode}")
+    if transform not in TRANSFORM_MODES:
+        raise cx.unsupported(f"coordinate_transformation_mode={transform}")
+    if cx.attr("antialias", 0):
+        raise cx.unsupported("antialias=1")
+    if cx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise cx.unsupported(f"keep_aspect_ratio_policy={cx.attr('keep_aspect_ratio_policy')}")
+    axes = [a % len(shape) for a in cx.attr("axes", range(len(shape)))]
+    scales, sizes = cx.const(2, "scales"), cx.const_ints(3, "sizes")
+    out = list(shape)
+    if sizes:
+        for a, size in zip(axes, sizes):
+            out[a] = size
+    elif scales is not None and scales.size:
+        for a, scale in zip(axes, scales.tolist()):
+            if scale == 1:
+                continue
+            if not isinstance(shape[a], int):
+                raise cx.error(f"scaling the symbolic dimension {shape[a]!r}")
+            out[a] = math.floor(shape[a] * scale)
+            if out[a] != shape[a] * scale:
+                raise cx.unsupported(f"scale {scale} of a dimension of size {shape[a]}: not a whole output size")
+    else:
+        raise cx.error("neither scales nor sizes is given")
+    if len(shape) < 3 or out[:2] != list(shape[:2]):
+        raise cx.unsupported("resizing other dimensions than the spatial ones of N, C, spatial...")
+    attrs = {"sizes": tuple(out[2:]), "mode": RESIZE_MODES[mode], "coordinate_transformation_mode": transform}
+    if mode == "nearest":
+        attrs["nearest_mode"] = cx.attr("nearest_mode", "round_prefer_floor")
+    return [cx.op("resize", [x], attrs)]
+

@@ -1,0 +1,144 @@
+"""The torch.compile backend "ember": `torch.compile(model, backend="ember")`, for inference.
+
+Registered by name through the `torch_dynamo_backends` entry point (pyproject.toml). Dynamo
+hands over each graph it captures (an FX GraphModule of torch calls) with example inputs; the
+backend returns a function that Dynamo calls with the graph's arguments:
+
+1. the arguments are sorted into user inputs and frozen tensors: the module's parameters and
+   buffers, which Dynamo passes as arguments too. Frozen tensors become constants of the ember
+   graph (as Inductor's freezing does), so passes can fold and repack weights. A frozen tensor
+   is checked on every call, by identity and version counter: another module's weights, or
+   weights changed in place, compile again rather than run with stale values. `options=
+   {"freeze": False}` keeps every tensor a run-time input instead.
+2. the graph is lowered as torch.export lowers a module (ember.frontend.torch.export: core ATen,
+   ember's composite operators kept), with the frozen tensors as the module's buffers, and
+   converted by the shared importer (ember.frontend.fx_import); ember.compiler.compile_graph
+   compiles it.
+3. each compiled model is cached by the arguments' shapes and dtypes, then by the frozen
+   tensors' identities and versions (the last few sets): when Dynamo recompiles for new shapes,
+   or hands over a graph with symbolic sizes, each concrete shape is compiled once, on its
+   first call (a static example is compiled at once, so that errors show at compile time).
+If ember cannot compile a graph (an unsupported operator, or any other error), the backend
+warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch.
+
+Inference only: the results carry no autograd history. The lowering goes through torch.export
+rather than AOT autograd directly (torch.export runs AOT autograd's functionalization and
+decompositions underneath), so that both PyTorch paths share one lowering and one importer.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch._dynamo.source import is_from_unspecialized_param_buffer_source
+
+from .torch import export, import_program
+
+
+class EmberFallbackWarning(UserWarning):
+    """ember could not compile a graph torch.compile gave it; PyTorch runs that graph."""
+
+
+def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, **_):
+    """The torch.compile backend (see the module's docstring). options: {"freeze": bool}."""
+    fn = EmberFunction(gm, freeze=bool((options or {}).get("freeze", True)))
+    if all(isinstance(x, int | float | bool) or (isinstance(x, torch.Tensor) and not _is_fake(x))
+           for x in example_inputs):  # a static example (no SymInt): compile now
+        fn.entry(list(example_inputs))
+    return fn
+
+
+class EmberFunction:
+    """What the backend returns for one Dynamo graph: ember models by argument shapes, and for
+    each shape by the identity and version of the frozen tensors (the last WEIGHT_SETS of them)."""
+
+    WEIGHT_SETS = 4
+
+    def __init__(self, gm: torch.fx.GraphModule, *, freeze: bool):
+        self.gm = gm
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.names = [n.name for n in placeholders]
+        self.frozen = [freeze and _is_weight(n) for n in placeholders]
+        self.cache: dict[tuple, dict[tuple, _Entry]] = {}  # shapes -> frozen tensors -> entry
+
+    def __call__(self, *args):
+        return self.entry(list(args)).run(args)
+
+    def entry(self, args: list) -> _Entry:
+        shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
+                       for a, f in zip(args, self.frozen) if not f)
+        weights = tuple((id(a), a._version) for a, f in zip(args, self.frozen) if f)
+        entries = self.cache.setdefault(shapes, {})
+        if weights not in entries:
+            if len(entries) == self.WEIGHT_SETS:
+                entries.pop(next(iter(entries)))  # the oldest
+            entries[weights] = self._compile(args)
+        return entries[weights]
+
+    def entries(self) -> list[_Entry]:
+        return [e for by_weights in self.cache.values() for e in by_weights.values()]
+
+    def _compile(self, args: list) -> _Entry:
+        tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.frozen[k]]
+        try:
+            from ..compiler import compile_graph  # the one upward import of the frontend: a backend compiles
+
+            module = _Bound(self.gm, args, self.names, self.frozen, tensors)
+            graph = import_program(export(module, tuple(args[k] for k in tensors)), name="dynamo_graph")
+            return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, self.frozen)
+        except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
+            warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: "
+                          f"{type(e).__name__}: {e}", EmberFallbackWarning, stacklevel=2)
+            return _Entry(None, tensors, args, self.frozen, fallback=self.gm)
+
+
+class _Entry:
+    """One compiled model and the argument positions it takes (or the PyTorch fallback)."""
+
+    def __init__(self, model, tensors: list[int], args: list, frozen: list[bool], fallback=None):
+        self.model, self.tensors, self.fallback = model, tensors, fallback
+        # strong references: while this entry lives, the ids in its cache key stay unique
+        self.frozen_refs = [a for a, f in zip(args, frozen) if f]
+
+    def run(self, args):
+        if self.fallback is not None:
+            return self.fallback(*args)
+        out = self.model(*(args[k].detach() for k in self.tensors))
+        return tuple(torch.as_tensor(o) for o in (out if isinstance(out, tuple) else (out,)))
+
+
+class _Bound(torch.nn.Module):
+    """The Dynamo graph as a module of its run-time tensors: frozen tensors are its buffers,
+    Python numbers are bound to their values."""
+
+    def __init__(self, gm, args, names, frozen, tensors):
+        super().__init__()
+        self.gm, self.args, self.tensors = gm, list(args), tensors
+        self.frozen_names = {}
+        for k, (a, name, f) in enumerate(zip(args, names, frozen)):
+            if f:
+                self.register_buffer(name, a.detach(), persistent=True)
+                self.frozen_names[k] = name
+
+    def forward(self, *tensors):
+        args = list(self.args)
+        for k, t in zip(self.tensors, tensors):
+            args[k] = t
+        for k, name in self.frozen_names.items():
+            args[k] = getattr(self, name)
+        return self.gm(*args)
+
+
+def _is_weight(node: torch.fx.Node) -> bool:
+    """A parameter or buffer of a module, which Dynamo passes to its graph as an argument."""
+    grapharg = node.meta.get("grapharg")
+    if grapharg is not None and is_from_unspecialized_param_buffer_source(grapharg.source):
+        return True
+    return isinstance(node.meta.get("example_value"), torch.nn.Parameter)
+
+
+def _is_fake(x) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(x, FakeTensor)

@@ -1,0 +1,160 @@
+"""scaled_dot_product_attention(q, k, v, mask?; causal, scale): softmax(q k^T * scale + mask) v
+over the last two dimensions, as torch.nn.functional.scaled_dot_product_attention computes it.
+
+q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev); batch dimensions broadcast. The scale
+defaults to 1/sqrt(E). A bool mask keeps where True, a float mask is added; both broadcast to
+(..., L, S). causal keeps key j for query i when j <= i. A row with every key masked out is NaN
+(as in PyTorch).
+
+The te compute is a row-wise softmax in stages: scores (q k^T), their row maximum, the
+exponentials, their row sum, and the weighted sum of v divided by it. The schedule runs every
+stage in parallel over (batch, query row) and vectorizes the weighted sum of v along Ev.
+Pattern `opaque`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..te.tensor import ComputeOp, input_tensors_of
+from ..tir import dtype as dt
+from ..tir.expr import as_int, cast
+from .common import broadcast_index, broadcast_shapes, check_float, result_dtype
+from .kernel import te_shape
+from .registry import OpDef, OpTypeError, register
+from .tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
+
+
+def _infer(types, attrs):
+    q, k, v = types[:3]
+    dtype = result_dtype("scaled_dot_product_attention", q, k, v)
+    check_float("scaled_dot_product_attention", q)
+    if min(q.rank, k.rank, v.rank) < 2:
+        raise OpTypeError(f"scaled_dot_product_attention: q, k, v must have rank >= 2, got {q.shape}, {k.shape}, "
+                          f"{v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise OpTypeError(f"scaled_dot_product_attention: q's and k's embedding sizes differ: {q.shape} vs {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise OpTypeError(f"scaled_dot_product_attention: k and v have different sequence lengths: {k.shape} vs "
+                          f"{v.shape}")
+    batch = broadcast_shapes("scaled_dot_product_attention", q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    scores = batch + (q.shape[-2], k.shape[-2])
+    if len(types) == 4:
+        mask = types[3]
+        if not (dt.is_bool(mask.dtype) or mask.dtype == dtype):
+            raise OpTypeError(f"scaled_dot_product_attention: mask must be bool or {dtype}, got {mask.dtype}")
+        if mask.rank > len(scores) or any(d not in (1, want) for d, want in zip(mask.shape[::-1], scores[::-1])):
+            raise OpTypeError(f"scaled_dot_product_attention: mask {mask.shape} does not broadcast to the scores "
+                              f"{scores}")
+    if attrs["scale"] is None and isinstance(q.shape[-1], str):
+        raise OpTypeError("scaled_dot_product_attention: the default scale needs a known embedding size")
+    return [TensorType(batch + (q.shape[-2], v.shape[-1]), dtype)]
+
+
+def _scale(attrs, e: int) -> float:
+    return 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
+
+
+def _reference(inputs, attrs):
+    q, k, v = (x.astype(np.float64) for x in inputs[:3])
+    s = q @ np.swapaxes(k, -1, -2) * _scale(attrs, q.shape[-1])
+    keep = np.ones(s.shape[-2:], bool)
+    if attrs["causal"]:
+        keep = np.tril(keep)
+    if len(inputs) == 4:
+        mask = inputs[3]
+        if mask.dtype == bool:
+            keep = keep & mask
+        else:
+            s = s + mask
+    s = np.where(keep, s, -np.inf)
+    with np.errstate(invalid="ignore"):
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        out = p @ v / p.sum(axis=-1, keepdims=True)
+    return [out.astype(inputs[0].dtype)]
+
+
+def _compute(inputs, attrs, out_types):
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) == 4 else None
+    acc = "float32" if q.dtype == "float16" else q.dtype
+    e_dim, s_dim = q.shape[-1], k.shape[-2]
+    scale = _scale(attrs, as_int(e_dim))
+    rows = list(te_shape(out_types[0])[:-1])
+    nb = len(rows) - 1
+
+    def batched(x, i):
+        return broadcast_index(i[:nb], x.shape[:-2])
+
+    # k transposed once (a PACK stage), so that the scores' register tile reads rows of it
+    kt = te.compute(tuple(k.shape[:-2]) + (e_dim, s_dim), lambda *i: k[i[:-2] + (i[-1], i[-2])],
+                    name="k_transposed", tag=PACK)
+    re = te.reduce_axis((0, e_dim), name="e")
+    qk = te.compute(rows + [s_dim], lambda *i: te.sum(
+        cast(acc, q[batched(q, i) + (i[nb], re)]) * cast(acc, kt[batched(k, i) + (re, i[nb + 1])]), axis=re),
+        name="scores")
+
+    def score(i):
+        """The scaled, masked score at (batch..., query, key) index i."""
+        value = qk[i] * scale
+        keep = None
+        if attrs["causal"]:
+            keep = i[nb + 1] <= i[nb]
+        if mask is not None:
+            m = mask[broadcast_index(i, mask.shape)]
+            if dt.is_bool(mask.dtype):
+                keep = m if keep is None else te.all(keep, m)
+            else:
+                value = value + cast(acc, m)
+        return value if keep is None else te.if_then_else(keep, value, te.max.identity(acc))
+
+    rj = te.reduce_axis((0, s_dim), name="j")
+    row_max = te.compute(rows, lambda *i: te.max(score(i + (rj,)), axis=rj), name="row_max")
+    p = te.compute(rows + [s_dim], lambda *i: te.exp(score(i) - row_max[i[:-1]]), name="exp")
+    rj2 = te.reduce_axis((0, s_dim), name="j")
+    denom = te.compute(rows, lambda *i: te.sum(p[i + (rj2,)], axis=rj2), name="row_sum")
+    rj3 = te.reduce_axis((0, s_dim), name="j")
+    weighted = te.compute(rows + [v.shape[-1]], lambda *i: te.sum(
+        p[i[:-1] + (rj3,)] * cast(acc, v[batched(v, i) + (rj3, i[-1])]), axis=rj3), name="weighted")
+    return [te.compute(weighted.shape, lambda *i: cast(q.dtype, weighted[i] / denom[i[:-1]]), name="attention")]
+
+
+def _schedule(s, outputs):
+    """The two products (scores = q k^T, weighted = p v) in register tiles where their columns
+    fill vectors; the other stages parallel over (batch, query row), vectorized along the row."""
+    (out,) = outputs
+    for op in input_tensors_of(outputs):
+        if not isinstance(op, ComputeOp):
+            continue
+        t = op.output(0)
+        if op.tag == PACK:
+            schedule_pack(s, t)
+            continue
+        cols = as_int(t.shape[-1]) if op.name in ("scores", "weighted") else None
+        if cols is not None and lanes_dividing(cols) is not None:
+            mr, nr = register_tile(as_int(t.shape[-2]), cols)
+            tile_rows_cols(s, t, op, t.ndim - 2, t.ndim - 1, mr, nr)
+            continue
+        stage = s[t]
+        axes = list(stage.op.axis)
+        rows = axes[:out.ndim - 1]
+        stage.parallel(stage.fuse(*rows) if len(rows) > 1 else rows[0])
+        if len(axes) == len(rows) + 1 and lanes_dividing(as_int(t.shape[-1])) and not op.reduce_axis:
+            stage.vectorize(axes[-1])
+
+
+register(OpDef(
+    name="scaled_dot_product_attention",
+    infer=_infer,
+    reference=_reference,
+    compute=_compute,
+    pattern="opaque",
+    attrs={"causal": False, "scale": None},
+    schedule=_schedule,
+    num_inputs=(3, 4),
+    doc="softmax(q k^T * scale + mask) v, with an optional causal mask.",
+))

@@ -1,0 +1,371 @@
+"""Convolutions: conv1d, conv2d (x: N, C, spatial...; w: OC, C/groups, kernel...) and
+conv_transpose2d (w: C, OC/groups, kh, kw), with ONNX-style padding (begin..., end...), strides,
+dilations and groups; and the sliding-window arithmetic that pooling shares.
+
+The te compute, for n spatial dimensions:
+- a padded input stage (PACK), when there is padding; for conv_transpose2d it also spreads the
+  input out by the strides (zeros between), which makes the transposed convolution a plain
+  convolution with the kernel flipped and its in/out channels swapped;
+- groups == 1: the weights are packed as (OC/16, C, kernel..., 16) (PACK; output channels padded
+  to a multiple of 16), the accumulation (tagged "conv") runs over (N, OC/16, out spatial...,
+  16) with the 16 output channels of a block in one vector, and the result is read back as NCHW:
+  the schedule keeps a tile of 16*b channels x w output columns in registers, each input value
+  broadcast against the packed weights (one load, one FMA per vector);
+- depthwise (groups == C == OC): the same, with the padded input also in blocks of 16 channels
+  (N, C/16, spatial..., 16), so that any stride reads whole vectors;
+- other groups: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the
+  output columns when their count allows.
+float16 accumulates in float32. Bias is added as the accumulation is read back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir.expr import as_int, cast, const
+from .common import check_float, result_dtype
+from .registry import OpDef, OpTypeError, register
+from .schedules import VECTOR_LANES
+from .tiling import PACK, find_anchor, lanes_dividing, prepare, schedule_or_default, tile_rows_cols, untiled
+
+BLOCK = VECTOR_LANES  # output channels per packed weight block
+ANCHOR, GROUPED = "conv", "conv_grouped"
+
+
+# -- sliding windows -----------------------------------------------------------------------------
+
+
+def window_attrs(op: str, attrs, n: int, kernel: tuple[int, ...] | None = None):
+    """(strides, pads_begin, pads_end, dilations) of an n-dimensional window, checked."""
+    strides = tuple(attrs["strides"]) if attrs["strides"] is not None else kernel
+    dilations = tuple(attrs["dilations"])
+    pads = tuple(attrs["padding"])
+    for what, v, length in (("strides", strides, n), ("dilations", dilations, n), ("padding", pads, 2 * n)):
+        if len(v) != length or not all(isinstance(x, int) for x in v):
+            raise OpTypeError(f"{op}: {what} {v} must be {length} integers"
+                              + (" (begin_1..begin_n, end_1..end_n)" if what == "padding" else ""))
+    if min(strides) < 1 or min(dilations) < 1:
+        raise OpTypeError(f"{op}: strides {strides} and dilations {dilations} must be >= 1")
+    return strides, pads[:n], pads[n:], dilations
+
+
+def window_out(op: str, size: int, k: int, stride: int, pad_b: int, pad_e: int, dilation: int,
+               ceil_mode: bool = False) -> int:
+    """Outputs of a window sliding over size + pads; in ceil_mode a last partial window counts
+    if it starts inside the input or its begin padding (PyTorch's and ONNX's rule)."""
+    span = size + pad_b + pad_e - dilation * (k - 1) - 1
+    if span < 0:
+        raise OpTypeError(f"{op}: the window (kernel {k}, dilation {dilation}) is larger than the padded "
+                          f"input ({size} + {pad_b} + {pad_e})")
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + pad_b:
+        out -= 1
+    return out
+
+
+def _static_dims(op: str, t: TensorType, what: str) -> tuple[int, ...]:
+    for d in t.shape[1:]:
+        if isinstance(d, str):
+            raise OpTypeError(f"{op}: {what} {t.shape} may only have a symbolic batch dimension")
+    return tuple(t.shape[1:])
+
+
+# -- type inference ------------------------------------------------------------------------------
+
+
+def _conv_types(op: str, n: int, types: list[TensorType], attrs, transposed: bool):
+    x, w = types[:2]
+    dtype = result_dtype(op, *types)
+    check_float(op, x)
+    if x.rank != n + 2 or w.rank != n + 2:
+        names = "N, C" + "".join(", " + d for d in "DHW"[3 - n:])
+        raise OpTypeError(f"{op}: x must be rank {n + 2} ({names}) and w rank {n + 2}, got {x.shape} and {w.shape}")
+    c, *spatial = _static_dims(op, x, "x")
+    w_shape = _static_dims(op, TensorType((1,) + w.shape), "w")
+    groups = attrs["groups"]
+    if not isinstance(groups, int) or groups < 1:
+        raise OpTypeError(f"{op}: groups must be a positive integer, got {groups!r}")
+    if transposed:
+        w_in, oc_per_group, *kernel = w_shape
+        oc = oc_per_group * groups
+        if w_in != c:
+            raise OpTypeError(f"{op}: x has {c} channels but w (in, out/groups, k...) of shape {w.shape} takes {w_in}")
+    else:
+        oc, c_per_group, *kernel = w_shape
+        if c_per_group * groups != c:
+            raise OpTypeError(f"{op}: x has {c} channels but w of shape {w.shape} with groups={groups} takes "
+                              f"{c_per_group * groups}")
+    if c % groups or oc % groups:
+        raise OpTypeError(f"{op}: groups={groups} does not divide the input channels {c} and output channels {oc}")
+    if len(types) == 3 and tuple(types[2].shape) != (oc,):
+        raise OpTypeError(f"{op}: bias of shape {types[2].shape} must be ({oc},)")
+    strides, pads_b, pads_e, dilations = window_attrs(op, attrs, n)
+    if transposed:
+        out_pad = tuple(attrs["output_padding"])
+        if len(out_pad) != n or any(p < 0 or p >= max(s, d) for p, s, d in zip(out_pad, strides, dilations)):
+            raise OpTypeError(f"{op}: output_padding {out_pad} must be {n} integers smaller than the stride "
+                              "or the dilation")
+        out_spatial = tuple((size - 1) * s - pb - pe + d * (k - 1) + op_ + 1 for size, k, s, pb, pe, d, op_ in
+                            zip(spatial, kernel, strides, pads_b, pads_e, dilations, out_pad))
+        if min(out_spatial) < 1:
+            raise OpTypeError(f"{op}: the padding {attrs['padding']} leaves no output of input {tuple(spatial)}")
+    else:
+        out_spatial = tuple(window_out(op, *args) for args in
+                            zip(spatial, kernel, strides, pads_b, pads_e, dilations))
+    return [TensorType((x.shape[0], oc) + out_spatial, dtype)]
+
+
+# -- NumPy references ----------------------------------------------------------------------------
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, bias, strides, pads_b, pads_e, dilations, groups: int):
+    """N-d grouped convolution (cross-correlation) in NumPy; w is (OC, C/groups, kernel...)."""
+    n = x.ndim - 2
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    width = [(0, 0), (0, 0)] + [(max(b, 0), max(e, 0)) for b, e in zip(pads_b, pads_e)]
+    xp = np.pad(x.astype(acc), width)
+    crop = (slice(None),) * 2 + tuple(slice(-min(b, 0), xp.shape[2 + k] + min(e, 0))
+                                      for k, (b, e) in enumerate(zip(pads_b, pads_e)))
+    xp = xp[crop]
+    kernel = w.shape[2:]
+    out_spatial = [(xp.shape[2 + k] - dilations[k] * (kernel[k] - 1) - 1) // strides[k] + 1 for k in range(n)]
+    oc, cg = w.shape[0], w.shape[1]
+    ocg = oc // groups
+    out = np.zeros((x.shape[0], oc, *out_spatial), acc)
+    for taps in np.ndindex(*kernel):
+        window = xp[(slice(None), slice(None)) + tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, o, s in zip(taps, dilations, out_spatial, strides))]
+        for g in range(groups):
+            xs = window[:, g * cg:(g + 1) * cg]
+            ws = w[(slice(g * ocg, (g + 1) * ocg), slice(None)) + taps]
+            out[:, g * ocg:(g + 1) * ocg] += np.einsum("nc...,oc->no...", xs, ws.astype(acc))
+    if bias is not None:
+        out += bias.astype(acc).reshape((1, oc) + (1,) * n)
+    return out.astype(x.dtype)
+
+
+def _reference_conv(inputs, attrs):
+    x, w = inputs[:2]
+    strides, pads_b, pads_e, dilations = window_attrs("conv", attrs, x.ndim - 2)
+    return [conv_reference(x, w, inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations,
+                           attrs["groups"])]
+
+
+def transposed_as_conv(w_shape, attrs):
+    """A transposed convolution as a convolution: the input spread by the strides and padded by
+    (pads_b', pads_e'); the kernel flipped, in/out channels swapped per group. Returns
+    (pads_b', pads_e')."""
+    kernel = w_shape[2:]
+    n = len(kernel)
+    strides, pads_b, pads_e, dilations = window_attrs("conv_transpose2d", attrs, n)
+    full = [d * (k - 1) for k, d in zip(kernel, dilations)]
+    return (tuple(f - pb for f, pb in zip(full, pads_b)),
+            tuple(f - pe + op_ for f, pe, op_ in zip(full, pads_e, attrs["output_padding"])))
+
+
+def _flip_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """(C, OC/g, k...) transposed-conv weights -> (OC, C/g, k...) conv weights, flipped."""
+    c, ocg = w.shape[:2]
+    cg = c // groups
+    wg = w.reshape((groups, cg, ocg) + w.shape[2:]).swapaxes(1, 2)
+    wg = np.flip(wg, axis=tuple(range(3, w.ndim + 1)))
+    return np.ascontiguousarray(wg.reshape((groups * ocg, cg) + w.shape[2:]))
+
+
+def _reference_conv_transpose(inputs, attrs):
+    x, w = inputs[:2]
+    n = x.ndim - 2
+    strides, _, _, dilations = window_attrs("conv_transpose2d", attrs, n)
+    spread = np.zeros(x.shape[:2] + tuple((s_ - 1) * st + 1 for s_, st in zip(x.shape[2:], strides)), x.dtype)
+    spread[(slice(None), slice(None)) + tuple(slice(None, None, st) for st in strides)] = x
+    pads_b, pads_e = transposed_as_conv(w.shape, attrs)
+    return [conv_reference(spread, _flip_weights(w, attrs["groups"]), inputs[2] if len(inputs) == 3 else None,
+                           (1,) * n, pads_b, pads_e, dilations, attrs["groups"])]
+
+
+# -- te compute ----------------------------------------------------------------------------------
+
+
+def _input_stage(x, pads_b, pads_e, spread, blocked: bool = False):
+    """x spread by `spread` (zeros between elements) and padded by pads_b/pads_e (negative:
+    cropped); x itself when nothing changes. `blocked`: channels in blocks of BLOCK, the last
+    axis, (N, C/BLOCK, spatial..., BLOCK), as a depthwise convolution reads them."""
+    if not blocked and not any(pads_b) and not any(pads_e) and all(s == 1 for s in spread):
+        return x
+    channels = as_int(x.shape[1])
+    spatial = [as_int(d) for d in x.shape[2:]]
+    shape = [(size - 1) * s + 1 + pb + pe for size, s, pb, pe in zip(spatial, spread, pads_b, pads_e)]
+
+    def element(n, c, pos, conds):
+        src = []
+        for p, size, s, pb in zip(pos, spatial, spread, pads_b):
+            q = p - pb
+            conds += [q >= 0, q < (size - 1) * s + 1]
+            if s > 1:
+                conds.append(q % s == 0)
+                q = q // s
+            src.append(q)
+        return te.if_then_else(te.all(*conds), x[(n, c) + tuple(src)], te.const(0, x.dtype))
+
+    if not blocked:
+        return te.compute(tuple(x.shape[:2]) + tuple(shape), lambda *i: element(i[0], i[1], i[2:], []),
+                          name="x_padded", tag=PACK)
+    return te.compute(
+        (x.shape[0], -(-channels // BLOCK)) + tuple(shape) + (BLOCK,),
+        lambda *i: element(i[0], i[1] * BLOCK + i[-1], i[2:-1],
+                           [] if channels % BLOCK == 0 else [i[1] * BLOCK + i[-1] < channels]),
+        name="x_blocked", tag=PACK)
+
+
+def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups: int, bias, out_spatial,
+                 pads_b, pads_e, spread):
+    """The te convolution of x padded by pads_b/pads_e (and spread, see _input_stage);
+    weight(oc, ic, *taps) is the weight element (an expression: transposed convolutions remap
+    it)."""
+    n = len(kernel)
+    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    ic = te.reduce_axis((0, cg), name="ic")
+    taps = [te.reduce_axis((0, k), name=f"k{d}") for d, k in enumerate(kernel)]
+
+    def window(pos):
+        return tuple(p * s + t * d for p, t, s, d in zip(pos, taps, strides, dilations))
+
+    def packed_weights(shape, element):
+        """Weights in blocks of BLOCK output channels (the last axis), zero past oc."""
+        def packed(*i):
+            o = i[0] * BLOCK + i[-1]
+            value = cast(acc_dtype, element(o, i[1:-1]))
+            return value if oc % BLOCK == 0 else te.if_then_else(o < oc, value, const(0, acc_dtype))
+
+        return te.compute(shape + (BLOCK,), packed, name="w_packed", tag=PACK)
+
+    def read_back(acc):
+        """The blocked accumulation as N, OC, spatial..., plus the bias, in x's dtype."""
+        def element(*i):
+            value = acc[(i[0], i[1] // BLOCK) + i[2:] + (i[1] % BLOCK,)]
+            return cast(x.dtype, value if bias is None else value + cast(acc_dtype, bias[i[1]]))
+
+        return te.compute((x.shape[0], oc) + tuple(out_spatial), element, name="conv_out")
+
+    blocks = -(-oc // BLOCK)
+    acc_shape = (x.shape[0], blocks) + tuple(out_spatial) + (BLOCK,)
+    if groups == 1:
+        xp = _input_stage(x, pads_b, pads_e, spread)
+        wp = packed_weights((blocks, cg) + tuple(kernel), lambda o, rest: weight(o, *rest))
+        return read_back(te.compute(acc_shape, lambda *i: te.sum(
+            cast(acc_dtype, xp[(i[0], ic) + window(i[2:2 + n])]) * wp[(i[1], ic, *taps, i[-1])], axis=[ic, *taps]),
+            name="conv", tag=ANCHOR))
+    if cg == 1 and oc == groups:  # depthwise: channel blocks of the input against the same of w
+        xb = _input_stage(x, pads_b, pads_e, spread, blocked=True)
+        wp = packed_weights((blocks,) + tuple(kernel), lambda o, rest: weight(o, 0, *rest))
+        return read_back(te.compute(acc_shape, lambda *i: te.sum(
+            cast(acc_dtype, xb[(i[0], i[1]) + window(i[2:2 + n]) + (i[-1],)]) * wp[(i[1], *taps, i[-1])],
+            axis=taps), name="conv", tag=ANCHOR))
+    xp = _input_stage(x, pads_b, pads_e, spread)
+    ocg = oc // groups
+    acc = te.compute(
+        (x.shape[0], oc) + tuple(out_spatial),
+        lambda *i: te.sum(cast(acc_dtype, xp[(i[0], i[1] // ocg * cg + ic) + window(i[2:])])
+                          * cast(acc_dtype, weight(i[1], ic, *taps)), axis=[ic, *taps]),
+        name="conv", tag=GROUPED)
+    if bias is None and acc_dtype == x.dtype:
+        return acc
+
+    def finish(*i):
+        return cast(x.dtype, acc[i] if bias is None else acc[i] + cast(acc_dtype, bias[i[1]]))
+
+    return te.compute(acc.shape, finish, name="conv_out")
+
+
+def _compute_conv(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    n = x.ndim - 2
+    strides, pads_b, pads_e, dilations = window_attrs("conv", attrs, n)
+    kernel = [as_int(d) for d in w.shape[2:]]
+    return [conv_compute(x, lambda o, c, *t: w[(o, c) + t], as_int(w.shape[0]), as_int(w.shape[1]), kernel,
+                         strides, dilations, attrs["groups"], inputs[2] if len(inputs) == 3 else None,
+                         out_types[0].shape[2:], pads_b, pads_e, (1,) * n)]
+
+
+def _compute_conv_transpose(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    n = x.ndim - 2
+    strides, _, _, dilations = window_attrs("conv_transpose2d", attrs, n)
+    w_shape = [as_int(d) for d in w.shape]
+    pads_b, pads_e = transposed_as_conv(w_shape, attrs)
+    groups = attrs["groups"]
+    c, ocg, *kernel = w_shape
+    cg = c // groups
+
+    def weight(o, ic, *taps):
+        return w[(o // ocg * cg + ic, o % ocg) + tuple(k - 1 - t for k, t in zip(kernel, taps))]
+
+    return [conv_compute(x, weight, ocg * groups, cg, kernel, (1,) * n, dilations, groups,
+                         inputs[2] if len(inputs) == 3 else None, out_types[0].shape[2:], pads_b, pads_e, strides)]
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+def _schedule(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR) or find_anchor(outputs, GROUPED)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) - (anchor.tag == ANCHOR):
+        return False
+    out = outputs[0]
+    width = as_int(out.shape[-1])
+    if anchor.tag == ANCHOR:
+        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled
+        blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
+        prepare(s, outputs, anchor)
+        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, _tile_width(width, 12 if blocks == 2 else 24),
+                       vector_cols=False)
+        return None
+    # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
+    lanes = lanes_dividing(width, (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
+    if lanes is None:
+        untiled(s, outputs, anchor)
+        return None
+    prepare(s, outputs, anchor)
+    tile_rows_cols(s, out, anchor, 1, out.ndim - 1, 4 if as_int(out.shape[1]) % 4 == 0 else 1, lanes)
+    return None
+
+
+def _tile_width(width: int, most: int) -> int:
+    """Output columns per register tile: the divisor of width nearest `most` from below, or
+    `most` (with a tail) when width has none above a third of it."""
+    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
+    return best if best * 3 > min(width, most) else min(width, most)
+
+
+# -- registration --------------------------------------------------------------------------------
+
+
+def _conv_op(name: str, n: int) -> OpDef:
+    return OpDef(
+        name=name,
+        infer=lambda types, attrs: _conv_types(name, n, types, attrs, transposed=False),
+        reference=_reference_conv,
+        compute=_compute_conv,
+        pattern="out_elementwise_fusable",
+        attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "dilations": (1,) * n, "groups": 1},
+        schedule=schedule_or_default(_schedule, "out_elementwise_fusable"),
+        num_inputs=(2, 3),
+        doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped.",
+    )
+
+
+register(_conv_op("conv1d", 1))
+register(_conv_op("conv2d", 2))
+register(OpDef(
+    name="conv_transpose2d",
+    infer=lambda types, attrs: _conv_types("conv_transpose2d", 2, types, attrs, transposed=True),
+    reference=_reference_conv_transpose,
+    compute=_compute_conv_transpose,
+    pattern="out_elementwise_fusable",
+    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilations": (1, 1), "groups": 1},
+    schedule=schedule_or_default(_schedule, "out_elementwise_fusable"),
+    num_inputs=(2, 3),
+    doc="2-d transposed convolution (the gradient of conv2d by its input), w as (in, out/groups, kh, kw).",
+))

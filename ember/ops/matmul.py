@@ -1,0 +1,246 @@
+"""Matrix products: `matmul(a, b)` with NumPy semantics (1-D operands promoted and the added
+dimension removed, batch dimensions broadcast) and `gemm(a, b, c?)` = alpha * a' @ b' + beta * c
+(ONNX Gemm: 2-D, a' and b' optionally transposed, c broadcast to the result).
+
+The te compute accumulates a @ b in a stage tagged "matmul" whose last axis the schedule
+vectorizes, so the b operand is read along that axis. When b would be read across it (gemm
+with trans_b and many rows) or its columns do not fill whole vectors, b is first copied into a
+(K, N padded to a multiple of 16, or of 8 for fewer than 16 rows) panel, a PACK stage, and the
+result is cut back to N. float16 accumulates in float32.
+
+Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to 12 x 32); a
+single row (a GEMV) in 512-column tiles whose accumulators sit in L1 while rows of b stream by;
+and gemm with trans_b and a few rows (a linear layer at batch 1) as dot products along k, with
+vectors of partial sums (rfactor) instead of a transposed copy of b.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir import dtype as dt
+from ..tir.expr import as_int, cast, const
+from .common import broadcast_index, broadcast_shapes, result_dtype
+from .registry import OpDef, OpTypeError, register
+from .schedules import VECTOR_LANES
+from .tiling import PACK, find_anchor, lanes_dividing, prepare, register_tile, schedule_or_default, tile_rows_cols
+
+ANCHOR = "matmul"
+GEMV_COLS = 512  # columns of one tile of a single-row product
+DOT_ROWS = 32  # gemm with trans_b and fewer rows than this computes dot products along k
+
+
+def _check_numeric(op: str, t: TensorType) -> None:
+    if dt.is_bool(t.dtype):
+        raise OpTypeError(f"{op}: bool operands are not supported")
+
+
+def _same_dim(op: str, what: str, x, y) -> None:
+    if x != y:
+        raise OpTypeError(f"{op}: {what} differ: {x!r} vs {y!r}")
+
+
+def _infer_matmul(types, attrs):
+    a, b = types
+    dtype = result_dtype("matmul", a, b)
+    _check_numeric("matmul", a)
+    if a.rank == 0 or b.rank == 0:
+        raise OpTypeError(f"matmul: operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    _same_dim("matmul", f"the contracted dimensions of {a.shape} @ {b.shape}", a.shape[-1],
+              b.shape[-2] if b.rank >= 2 else b.shape[0])
+    batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    rows = (a.shape[-2],) if a.rank >= 2 else ()
+    cols = (b.shape[-1],) if b.rank >= 2 else ()
+    return [TensorType(batch + rows + cols, dtype)]
+
+
+def _infer_gemm(types, attrs):
+    a, b = types[:2]
+    dtype = result_dtype("gemm", *types)
+    _check_numeric("gemm", a)
+    if a.rank != 2 or b.rank != 2:
+        raise OpTypeError(f"gemm: a and b must be 2-D, got shapes {a.shape} and {b.shape}")
+    m, ka = a.shape[::-1] if attrs["trans_a"] else a.shape
+    kb, n = b.shape[::-1] if attrs["trans_b"] else b.shape
+    _same_dim("gemm", "the contracted dimensions of a and b", ka, kb)
+    if len(types) == 3:
+        c = types[2]
+        if c.rank > 2 or any(d not in (1, want) for d, want in zip(c.shape[::-1], (n, m))):
+            raise OpTypeError(f"gemm: c of shape {c.shape} does not broadcast to the result {(m, n)}")
+    return [TensorType((m, n), dtype)]
+
+
+def _reference_gemm(inputs, attrs):
+    a, b = inputs[:2]
+    a = a.T if attrs["trans_a"] else a
+    b = b.T if attrs["trans_b"] else b
+    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    out = attrs["alpha"] * (a.astype(acc) @ b.astype(acc))
+    if len(inputs) == 3:
+        out = out + attrs["beta"] * inputs[2].astype(acc)
+    return [np.asarray(out).astype(a.dtype)]
+
+
+def _reference_matmul(inputs, attrs):
+    a, b = inputs
+    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    return [np.asarray(np.matmul(a.astype(acc), b.astype(acc))).astype(a.dtype)]
+
+
+def _broadcast_te(x, y):
+    rank = max(len(x), len(y))
+    x, y = (None,) * (rank - len(x)) + tuple(x), (None,) * (rank - len(y)) + tuple(y)
+    return [q if p is None or as_int(p) == 1 else p for p, q in zip(x, y)]
+
+
+def product(a, b, trans_a: bool = False, trans_b: bool = False):
+    """The te stages of a' @ b' (a', b' transposed when asked; 1-D operands as in NumPy).
+    Returns (acc, shape, value): the accumulating stage (tagged ANCHOR; its last axis padded to
+    whole vectors where b is packed, float32 for float16 operands), the shape of the
+    product, and its value at an index of that shape (None when acc is exactly the product)."""
+    rows, cols = a.ndim >= 2, b.ndim >= 2
+    k_dim = a.shape[-2] if trans_a else a.shape[-1]
+    a_batch, b_batch = (a.shape[:-2], b.shape[:-2])
+    batch = _broadcast_te(a_batch, b_batch)
+    m = (a.shape[-1] if trans_a else a.shape[-2]) if rows else None
+    n = (b.shape[-2] if trans_b else b.shape[-1]) if cols else None
+    n_int = as_int(n) if cols else None
+    m_int = as_int(m) if rows else 1
+    # few rows times b transposed: dot products along k (see _tile_dot) instead of packing b
+    dot_lanes = lanes_dividing(as_int(k_dim), (VECTOR_LANES, VECTOR_LANES // 2)) \
+        if trans_b and not trans_a and m_int is not None and m_int < DOT_ROWS else None
+    pad_to = VECTOR_LANES if m_int is None or m_int >= VECTOR_LANES else VECTOR_LANES // 2
+    pack = cols and dot_lanes is None and (trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to))
+    n_acc = n
+    if pack:
+        if n_int is not None and n_int % pad_to:
+            n_acc = const(-(-n_int // pad_to) * pad_to)
+
+        def packed(*i):
+            kk, j = i[-2], i[-1]
+            value = b[i[:-2] + ((j, kk) if trans_b else (kk, j))]
+            return value if n_acc is n else te.if_then_else(j < n, value, te.const(0, b.dtype))
+
+        b = te.compute(tuple(b_batch) + (k_dim, n_acc), packed, name="b_packed", tag=PACK)
+        trans_b = False
+    acc_dtype = "float32" if a.dtype == "float16" else a.dtype
+    r = te.reduce_axis((0, k_dim), name="k")
+    nb = len(batch)
+
+    def element(*i):
+        bi = i[:nb]
+        row = i[nb] if rows else None
+        col = i[-1] if cols else None
+        ai = broadcast_index(bi, a_batch) + (((r, row) if trans_a else (row, r)) if rows else (r,))
+        bj = broadcast_index(bi, b_batch) + (((col, r) if trans_b else (r, col)) if cols else (r,))
+        return te.sum(cast(acc_dtype, a[ai]) * cast(acc_dtype, b[bj]), axis=r)
+
+    shape = list(batch) + ([m] if rows else []) + ([n_acc] if cols else [])
+    acc = te.compute(shape, element, name="matmul", tag=ANCHOR,
+                     attrs={"rows": rows, "cols": cols, "dot_lanes": dot_lanes})
+    out_shape = list(batch) + ([m] if rows else []) + ([n] if cols else [])
+    exact = n_acc is n and acc_dtype == a.dtype
+    return acc, out_shape, None if exact else (lambda *i: cast(a.dtype, acc[i]))
+
+
+def _compute_matmul(inputs, attrs, out_types):
+    acc, shape, value = product(*inputs)
+    return [acc if value is None else te.compute(shape, value, name="matmul_out")]
+
+
+def _compute_gemm(inputs, attrs, out_types):
+    a, b = inputs[:2]
+    acc, shape, value = product(a, b, attrs["trans_a"], attrs["trans_b"])
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    c = inputs[2] if len(inputs) == 3 else None
+    if c is None and alpha == 1 and value is None:
+        return [acc]
+
+    def element(i, j):
+        v = acc[i, j] if alpha == 1 else acc[i, j] * alpha
+        if c is not None:
+            cv = cast(acc.dtype, c[broadcast_index((i, j), c.shape)])
+            v = v + (cv if beta == 1 else cv * beta)
+        return cast(a.dtype, v)
+
+    return [te.compute(shape, element, name="gemm")]
+
+
+def _schedule(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) or not anchor.attrs["cols"]:
+        return False
+    out = outputs[0]
+    rows = anchor.attrs["rows"]
+    m = as_int(anchor.output(0).shape[-2]) if rows else 1
+    n = as_int(anchor.output(0).shape[-1])
+    if anchor.attrs["dot_lanes"]:
+        prepare(s, outputs, anchor)
+        mr = 1 if m == 1 else 2 if m < 8 else 4
+        _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
+        return None
+    if lanes_dividing(n) is None:
+        return False
+    prepare(s, outputs, anchor)
+    row_axis = out.ndim - 2 if rows else None
+    if m == 1:  # a GEMV: wide rows of b streamed, accumulators in L1
+        nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
+        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
+        return None
+    mr, nr = register_tile(m, n)
+    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
+    return None
+
+
+def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
+    """out[i, j] = sum_k a[i, k] * b[j, k] for a few rows: an mr x nr tile of vectors of partial
+    sums along k (rfactor: lane l sums k = l, l + lanes, ...), added up lane by lane at the end."""
+    acc = anchor.output(0)
+    _, ki = s[acc].split(s[acc].op.reduce_axis[0], factor=lanes)
+    rf = s.rfactor(acc, ki, factor_axis=len(anchor.axis))
+    partial = s.cache_write(rf, "local")
+    s[rf].compute_inline()
+    if out.op is not anchor:
+        acc = s.cache_write(acc, "local")
+        s[anchor.output(0)].compute_inline()
+    i, j = s[out].op.axis
+    io, jo, _, _ = s[out].tile(i, j, mr, nr)
+    tile = s[out].fuse(io, jo)
+    s[out].parallel(tile)
+    if out.op is not anchor:
+        s[acc].compute_at(s[out], tile)
+    s[partial].compute_at(s[out], tile)
+    stage = s[partial]
+    spatial = list(stage.op.axis)
+    stage.reorder(*stage.op.reduce_axis, *spatial)
+    for a in spatial[:-1]:
+        stage.unroll(a)
+    stage.vectorize(spatial[-1])
+
+
+_SCHEDULE = schedule_or_default(_schedule, "out_elementwise_fusable")
+
+register(OpDef(
+    name="matmul",
+    infer=_infer_matmul,
+    reference=_reference_matmul,
+    compute=_compute_matmul,
+    pattern="out_elementwise_fusable",
+    schedule=_SCHEDULE,
+    num_inputs=(2, 2),
+    doc="NumPy matmul: 1-D operands promoted, batch dimensions broadcast.",
+))
+
+register(OpDef(
+    name="gemm",
+    infer=_infer_gemm,
+    reference=_reference_gemm,
+    compute=_compute_gemm,
+    pattern="out_elementwise_fusable",
+    attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False},
+    schedule=_SCHEDULE,
+    num_inputs=(2, 3),
+    doc="alpha * a' @ b' + beta * c (ONNX Gemm).",
+))

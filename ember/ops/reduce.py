@@ -1,0 +1,286 @@
+"""Reductions over axes: sum, mean, max, min, prod (axes=None: all), argmax, argmin (one axis,
+int64 output, the first extreme), var (correction: 0 biased, 1 unbiased).
+
+Also the pieces the normalization family shares: axis validation (`normalize_axes`) and the te
+reduction of a tensor over some of its axes (`reduce_over`).
+
+float16 inputs accumulate sums and products in float32 (`acc`) and round once at the end.
+Kernels run their output elements in parallel, each computing the reduction stages it needs
+(the sum of mean and var, the max of argmax) inside its iteration, with reductions over
+contiguous elements in vector lanes (`rows.schedule_rows`, every output element a row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .. import te
+from ..graph.core import Dim, TensorType
+from ..tir import dtype as dt
+from .common import check_float, normalize_axis
+from .registry import REQUIRED, OpDef, OpTypeError, register
+from .rows import CONTIGUOUS, schedule_rows
+
+# -- axes and shapes --------------------------------------------------------------------------
+
+
+def normalize_axes(op: str, axes, rank: int) -> tuple[int, ...]:
+    """`axes` (None: all, an int, or a sequence of ints) as sorted non-negative axes."""
+    if axes is None:
+        return tuple(range(rank))
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        axes = (axes,)
+    if not isinstance(axes, tuple | list) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+        raise OpTypeError(f"{op}: axes must be None, an int or a tuple of ints, got {axes!r}")
+    if not axes:
+        raise OpTypeError(f"{op}: axes is empty; give None to reduce every axis")
+    out = sorted(normalize_axis(op, a, rank) for a in axes)
+    if len(set(out)) != len(out):
+        raise OpTypeError(f"{op}: axes {tuple(axes)} name an axis twice")
+    return tuple(out)
+
+
+def reduced_shape(shape: Sequence[Dim], axes: Sequence[int], keepdims: bool) -> tuple[Dim, ...]:
+    return tuple(1 if d in axes else n for d, n in enumerate(shape) if keepdims or d not in axes)
+
+
+def check_keepdims(op: str, attrs) -> bool:
+    if not isinstance(attrs["keepdims"], bool):
+        raise OpTypeError(f"{op}: keepdims must be a bool, got {attrs['keepdims']!r}")
+    return attrs["keepdims"]
+
+
+def acc_dtype(dtype: str) -> str:
+    """The dtype sums accumulate in: float32 for float16, the dtype itself otherwise."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def acc(e):
+    """An expression in its accumulation dtype."""
+    return e.astype(acc_dtype(e.dtype)) if e.dtype != acc_dtype(e.dtype) else e
+
+
+# -- te ---------------------------------------------------------------------------------------
+
+def reduce_over(x, axes: Sequence[int], keepdims: bool, reducer, name: str,
+                source: Callable | None = None):
+    """The te reduction of x (a te tensor, or a view of one: shape, ndim, indexing) over `axes`:
+    out[i] = reducer(source(i, index into x)) over the reduced axes, source defaulting to the
+    element of x. Marked CONTIGUOUS when the axes are x's trailing ones (for `factor_lanes`)."""
+    ks = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes}
+    shape = reduced_shape(x.shape, axes, keepdims)
+
+    def element(*i):
+        index = input_index(i, x.ndim, ks, keepdims)
+        return reducer(source(i, index) if source else x[index], axis=[ks[a] for a in axes])
+
+    contiguous = tuple(axes) == tuple(range(x.ndim - len(axes), x.ndim))
+    return te.compute(shape, element, name=name, attrs={CONTIGUOUS: contiguous})
+
+
+def input_index(out_index, rank: int, at: dict, keepdims: bool) -> tuple:
+    """The index into the reduced tensor for an output index: `at[axis]` on the reduced axes."""
+    spatial = iter(out_index)
+    index = []
+    for d in range(rank):
+        if d in at:
+            if keepdims:
+                next(spatial)
+            index.append(at[d])
+        else:
+            index.append(next(spatial))
+    return tuple(index)
+
+
+def count(x, axes: Sequence[int]):
+    """The number of elements reduced over `axes` of x (an expression when a dim is symbolic)."""
+    n = 1
+    for a in axes:
+        n = n * x.shape[a]
+    return n
+
+
+# -- operators --------------------------------------------------------------------------------
+
+
+def _infer_reduce(name: str, float_only: bool):
+    def infer(types: list[TensorType], attrs) -> list[TensorType]:
+        (x,) = types
+        if float_only:
+            check_float(name, x)
+        elif dt.is_bool(x.dtype):
+            raise OpTypeError(f"{name} needs a numeric input, got bool")
+        keepdims = check_keepdims(name, attrs)
+        axes = normalize_axes(name, attrs["axes"], x.rank)
+        correction = attrs.get("correction", 0)
+        if isinstance(correction, bool) or not isinstance(correction, int | float):
+            raise OpTypeError(f"{name}: correction must be a number, got {correction!r}")
+        return [TensorType(reduced_shape(x.shape, axes, keepdims), x.dtype)]
+
+    return infer
+
+
+def _identity(np_fn, dtype: np.dtype):
+    """The identity of max (the lowest value) or min (the highest) in dtype."""
+    if dtype == np.bool_:
+        return np_fn is np.min
+    if dtype.kind == "f":
+        return -np.inf if np_fn is np.max else np.inf
+    info = np.iinfo(dtype)
+    return info.min if np_fn is np.max else info.max
+
+
+def _reference(np_fn):
+    def reference(inputs, attrs):
+        (x,) = inputs
+        axes = normalize_axes("reduce", attrs["axes"], x.ndim)
+        wide = x.astype("float64") if dt.is_float(x.dtype.name) else x
+        extra = {"ddof": attrs["correction"]} if "correction" in attrs else {}
+        if np_fn in (np.max, np.min):  # the reduction of nothing is the identity, as the kernels give
+            extra["initial"] = _identity(np_fn, wide.dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):  # var of too few elements: inf/NaN
+            out = np_fn(wide, axis=axes, keepdims=attrs["keepdims"], **extra)
+        return [np.asarray(out).astype(x.dtype)]
+
+    return reference
+
+
+def _compute_simple(reducer):
+    """sum, prod, max, min: one reduction stage, and a rounding stage for float16."""
+
+    def compute(inputs, attrs, out_types):
+        (x,) = inputs
+        axes = normalize_axes("reduce", attrs["axes"], x.ndim)
+        if acc_dtype(x.dtype) == x.dtype or reducer in (te.max, te.min):
+            return [reduce_over(x, axes, attrs["keepdims"], reducer, "out")]
+        total = reduce_over(x, axes, attrs["keepdims"], reducer, "acc", lambda i, idx: acc(x[idx]))
+        return [te.compute(total.shape, lambda *i: total[i].astype(x.dtype), name="out")]
+
+    return compute
+
+
+def _compute_mean(inputs, attrs, out_types):
+    (x,) = inputs
+    axes = normalize_axes("mean", attrs["axes"], x.ndim)
+    total = reduce_over(x, axes, attrs["keepdims"], te.sum, "total", lambda i, idx: acc(x[idx]))
+    n = count(x, axes)
+    return [te.compute(total.shape, lambda *i: (total[i] / te.cast(total.dtype, n)).astype(x.dtype), name="out")]
+
+
+def _compute_var(inputs, attrs, out_types):
+    """Two passes (the mean, then the squared deviations from it): stable for large means."""
+    (x,) = inputs
+    axes = normalize_axes("var", attrs["axes"], x.ndim)
+    keepdims = attrs["keepdims"]
+    total = reduce_over(x, axes, keepdims, te.sum, "total", lambda i, idx: acc(x[idx]))
+    n = te.cast(total.dtype, count(x, axes))
+
+    def deviation2(i, idx):
+        d = acc(x[idx]) - total[i] / n
+        return d * d
+
+    sq = reduce_over(x, axes, keepdims, te.sum, "sq", deviation2)
+    correction = float(attrs["correction"])
+    return [te.compute(sq.shape, lambda *i: (sq[i] / (n - correction)).astype(x.dtype), name="out")]
+
+
+REDUCE_ATTRS = {"axes": None, "keepdims": False}
+SIMPLE = [("sum", np.sum, te.sum), ("prod", np.prod, te.prod), ("max", np.max, te.max), ("min", np.min, te.min)]
+
+for _name, _np_fn, _reducer in SIMPLE:
+    register(OpDef(
+        name=_name,
+        infer=_infer_reduce(_name, float_only=False),
+        reference=_reference(_np_fn),
+        compute=_compute_simple(_reducer),
+        pattern="reduction",
+        attrs=REDUCE_ATTRS,
+        schedule=schedule_rows,
+        doc=f"{_name} over axes (None: all), keeping them as size 1 when keepdims.",
+    ))
+
+register(OpDef(
+    name="mean",
+    infer=_infer_reduce("mean", float_only=True),
+    reference=_reference(np.mean),
+    compute=_compute_mean,
+    pattern="reduction",
+    attrs=REDUCE_ATTRS,
+    schedule=schedule_rows,
+    doc="The mean over axes (None: all).",
+))
+
+register(OpDef(
+    name="var",
+    infer=_infer_reduce("var", float_only=True),
+    reference=_reference(np.var),
+    compute=_compute_var,
+    pattern="reduction",
+    attrs={**REDUCE_ATTRS, "correction": 0},
+    schedule=schedule_rows,
+    doc="The variance over axes: the sum of squared deviations divided by (count - correction).",
+))
+
+
+# -- argmax, argmin -----------------------------------------------------------------------------
+
+
+def _infer_arg(name: str):
+    def infer(types: list[TensorType], attrs) -> list[TensorType]:
+        (x,) = types
+        if dt.is_bool(x.dtype):
+            raise OpTypeError(f"{name} needs a numeric input, got bool")
+        if x.rank == 0:
+            raise OpTypeError(f"{name} needs an input of rank 1 or more, got a scalar")
+        if not isinstance(attrs["axis"], int) or isinstance(attrs["axis"], bool):
+            raise OpTypeError(f"{name}: axis must be an int, got {attrs['axis']!r}")
+        axis = normalize_axis(name, attrs["axis"], x.rank)
+        return [TensorType(reduced_shape(x.shape, (axis,), check_keepdims(name, attrs)), "int64")]
+
+    return infer
+
+
+def _arg_reference(np_fn):
+    def reference(inputs, attrs):
+        (x,) = inputs
+        axis = normalize_axis("arg", attrs["axis"], x.ndim)
+        return [np.asarray(np_fn(x, axis=axis, keepdims=attrs["keepdims"])).astype("int64")]
+
+    return reference
+
+
+def _arg_compute(reducer):
+    """The extreme value, then the smallest index holding it (the first occurrence). NaN is the
+    extreme of a row that has one, as in NumPy: te.max and te.min propagate it."""
+
+    def compute(inputs, attrs, out_types):
+        (x,) = inputs
+        axis = normalize_axis("arg", attrs["axis"], x.ndim)
+        keepdims = attrs["keepdims"]
+        best = reduce_over(x, (axis,), keepdims, reducer, "best")
+        n = x.shape[axis]
+
+        def first(i, idx):
+            hit = x[idx] == best[i]
+            if dt.is_float(x.dtype):
+                hit = te.any(hit, x[idx] != x[idx])
+            return te.if_then_else(hit, idx[axis], te.cast("int64", n))
+
+        return [reduce_over(x, (axis,), keepdims, te.min, "out", first)]
+
+    return compute
+
+
+for _name, _np_fn, _reducer in [("argmax", np.argmax, te.max), ("argmin", np.argmin, te.min)]:
+    register(OpDef(
+        name=_name,
+        infer=_infer_arg(_name),
+        reference=_arg_reference(_np_fn),
+        compute=_arg_compute(_reducer),
+        pattern="reduction",
+        attrs={"axis": REQUIRED, "keepdims": False},
+        schedule=schedule_rows,
+        doc=f"The index of the first {_name[3:]}imum along axis (int64).",
+    ))

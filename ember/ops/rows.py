@@ -1,0 +1,142 @@
+"""Row schedules: kernels whose output is computed row by row from statistics of the row
+(softmax, the norms, reductions, where each output element is a row of its own).
+
+An output says how it splits into rows with the compute attribute `by_rows(row_axes,
+inner_axes)`; `schedule_rows` then
+- reorders the output's loops to (row axes..., inner axes...), fuses the row loops and runs
+  them in parallel;
+- computes every other stage (the row's max, sum, mean, ...) inside the row loop, so a row's
+  statistics live in a few scalars, not in tensors of their own;
+- runs reductions over contiguous elements (computes marked CONTIGUOUS) in vector lanes: the
+  innermost reduction loops split by the lanes and factored out (rfactor) into one vector of
+  partial results, reduced at the end (C compilers keep float reductions in order, so they
+  would not vectorize them);
+- vectorizes the inner loops of the output (and of stages of its shape) when they are its
+  trailing axes and vector lanes divide their static extent (a guarded vector loop would run
+  scalar).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..te.tensor import ComputeOp, input_tensors_of
+from ..tir import dtype as dt
+from ..tir.expr import as_int
+from .schedules import VECTOR_LANES
+
+CONTIGUOUS = "contiguous_reduction"  # a compute attribute: it reduces over contiguous elements
+
+
+def by_rows(row_axes: Sequence[int], inner_axes: Sequence[int] = ()) -> dict:
+    """The te compute attributes that tell `schedule_rows` how an output splits into rows."""
+    return {"rows": (tuple(row_axes), tuple(inner_axes))}
+
+
+def schedule_rows(s, outs) -> None:
+    """The row schedule (see the module's docstring) of an output computed with
+    `by_rows(row_axes, inner_axes)`; without, every output element is a row."""
+    (out,) = outs
+    row_axes, inner_axes = out.op.attrs.get("rows", (tuple(range(out.ndim)), ()))
+    out_lanes = factor_lanes(s, out)  # first: rfactor rebuilds out's loops
+    st = s[out]
+    axes = list(st.op.axis)
+    if [*row_axes, *inner_axes] != sorted([*row_axes, *inner_axes]):
+        st.reorder(*[axes[a] for a in (*row_axes, *inner_axes)])
+    if row_axes:
+        row = parallel_rows(s, out, [axes[a] for a in row_axes])
+        if out_lanes is not None:
+            s[out_lanes].compute_at(st, row)
+    else:  # one row: every stage at the root
+        for t in stages_of(out):
+            vectorize_reduction(s, t)
+    if out_lanes is not None:
+        vectorize_lanes(s, out_lanes)
+    if inner_axes and list(inner_axes) == list(range(len(axes) - len(inner_axes), len(axes))):
+        # out, and the stages of out's shape computed for a row with it (softmax's exp)
+        for t in [*stages_of(out), out]:
+            if t.ndim == out.ndim and not t.op.reduce_axis:
+                vectorize_inner(s[t], [s[t].op.axis[a] for a in inner_axes])
+
+
+def stages_of(t) -> list:
+    """The computed tensors t reads, directly or not, consumers before their producers."""
+    return [op.output(0) for op in reversed(input_tensors_of([t])) if isinstance(op, ComputeOp) and op is not t.op]
+
+
+def parallel_rows(s, out, row_loops: Sequence):
+    """Fuse out's (adjacent, outermost) row loops and run them in parallel, every stage out reads
+    computed inside, with its reductions vectorized. Returns the row loop."""
+    st = s[out]
+    row = st.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+    st.parallel(row)
+    for t in stages_of(out):
+        s[t].compute_at(st, row)
+        vectorize_reduction(s, t)
+    return row
+
+
+def vectorize_reduction(s, t) -> None:
+    """t's reduction in vector lanes where it is (`factor_lanes`, `vectorize_lanes`)."""
+    partial = factor_lanes(s, t)
+    if partial is not None:
+        vectorize_lanes(s, partial)
+
+
+def lanes_for(extent: int | None) -> int | None:
+    """Vector lanes that divide a static extent (a guarded vector loop would run scalar)."""
+    if extent is None:
+        return None
+    return next((n for n in (VECTOR_LANES, VECTOR_LANES // 2) if extent % n == 0), None)
+
+
+def vectorize_inner(st, inner: Sequence) -> None:
+    """Fuse the innermost axes `inner` (te axes of the stage, adjacent, in order) and vectorize
+    the fused loop when vector lanes divide its static extent."""
+    extents = [as_int(a.dom.extent) for a in inner]
+    lanes = lanes_for(None if None in extents else int(np.prod(extents)))
+    if lanes is None:
+        return
+    loop = st.fuse(*inner) if len(inner) > 1 else inner[0]
+    _, vec = st.split(loop, factor=lanes)
+    with contextlib.suppress(ScheduleError):  # a body the vectorizer cannot take stays scalar
+        st.vectorize(vec)
+
+
+def factor_lanes(s, t):
+    """A float reduction over contiguous elements (CONTIGUOUS) split into partial results per
+    vector lane (rfactor), reduced after them: the fewest innermost reduction loops whose static
+    extents multiply to a multiple of the lanes are fused and split by them. Returns the
+    partial results' tensor for `vectorize_lanes`, once it is placed (None when t does not
+    qualify)."""
+    st = s[t]
+    if not t.op.attrs.get(CONTIGUOUS) or not dt.is_float(t.dtype):
+        return None
+    ks = st.op.reduce_axis
+    extent = 1
+    for n in range(1, len(ks) + 1):
+        e = as_int(ks[-n].dom.extent)
+        if e is None:
+            return None
+        extent *= e
+        lanes = lanes_for(extent)
+        if lanes is not None:
+            break
+    else:
+        return None
+    inner = ks[-n:]
+    _, lane = st.split(st.fuse(*inner) if len(inner) > 1 else inner[0], factor=lanes)
+    return s.rfactor(t, lane, factor_axis=t.ndim)
+
+
+def vectorize_lanes(s, partial) -> None:
+    """The partial results of `factor_lanes` computed as one vector: lanes innermost."""
+    st = s[partial]
+    st.reorder(*st.op.reduce_axis, st.op.axis[-1])
+    st.vectorize(st.op.axis[-1])
+
+

@@ -1,0 +1,135 @@
+"""Register-tiled CPU schedules for the reductions that carry a model's arithmetic (matmul, gemm,
+conv), in the manner of examples/gemm.py.
+
+A kernel's output is the operator's result, possibly followed by an elementwise epilogue fused
+after it (bias, activation, residual add). The accumulating stage (the *anchor*, found by its te
+tag) gets a local copy (`cache_write`; when the anchor is not the output, the anchor itself is
+then inlined into its readers) computed at the output's tile. Inside the tile the reduction
+loops go outermost, the tile's rows are unrolled and its columns vectorized, so that the
+accumulators live in registers. The loops outside the tile are fused into one parallel loop.
+
+Stages tagged PACK (an operand copied once into a padded or transposed layout, or a padded
+input) are computed at the root, in parallel; every other spatial intermediate is inlined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from ..errors import ScheduleError
+from ..te.tensor import ComputeOp, Tensor, input_tensors_of
+from ..tir.expr import as_int
+from .schedules import VECTOR_LANES, default_schedule, parallel_vectorize
+
+PACK = "pack"  # the tag of a stage computed once, at the root
+
+
+def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
+    """The one stage tagged `tag` among the producers of `outputs`, or None."""
+    found = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and op.tag == tag]
+    return found[0] if len(found) == 1 else None
+
+
+def prepare(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
+    """Inline every spatial intermediate but the anchor and the PACK stages; schedule those."""
+    out_ops = {id(t.op) for t in outputs}
+    for op in reversed(input_tensors_of(outputs)):
+        if not isinstance(op, ComputeOp) or id(op) in out_ops or op is anchor or op.reduce_axis:
+            continue
+        if op.tag == PACK:
+            schedule_pack(s, op.output(0))
+        else:
+            with contextlib.suppress(ScheduleError):
+                s[op.output(0)].compute_inline()
+
+
+def untiled(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
+    """For shapes the register tile does not fit: the PACK stages as usual, the anchor and the
+    outputs each parallel over their outer loops (the anchor's reduction inside)."""
+    prepare(s, outputs, anchor)
+    for t in dict.fromkeys([anchor.output(0), *outputs]):
+        parallel_vectorize(s, t)
+
+
+def schedule_pack(s, t: Tensor) -> None:
+    """A copy into a new layout (a transpose, as often as not): 16 x (vector) blocks of its last
+    two axes, so that both the reads and the writes of a block stay in a few cache lines."""
+    stage = s[t]
+    axes = list(stage.op.axis)
+    lanes = lanes_dividing(as_int(axes[-1].dom.extent), (VECTOR_LANES, VECTOR_LANES // 2))
+    rows = as_int(axes[-2].dom.extent) if len(axes) >= 2 else None
+    if lanes is None or rows is None or rows < VECTOR_LANES:
+        parallel_vectorize(s, t)
+        return
+    ro, co, ri, ci = stage.tile(axes[-2], axes[-1], VECTOR_LANES, lanes)
+    stage.parallel(stage.fuse(*axes[:-2], ro, co))
+    stage.vectorize(ci)
+
+
+def lanes_dividing(n: int | None, widths=(2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)) -> int | None:
+    """The widest vector (in fp32 lanes) that divides n."""
+    return next((w for w in widths if n is not None and n % w == 0), None)
+
+
+def register_tile(m: int | None, n: int) -> tuple[int, int]:
+    """(mr, nr) of a register tile over m rows (None: unknown) and n columns (a multiple of 8):
+    the widest vectors dividing n, rows while the accumulators fit the 16-32 vector registers."""
+    nr = lanes_dividing(n, (4 * VECTOR_LANES, 2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)
+                        if m is not None and m < 4 else (2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2))
+    return min(m or 8, 256 // nr, 12), nr
+
+
+def schedule_or_default(schedule_fn, pattern: str):
+    """`schedule_fn(s, outputs)`, falling back to the default schedule where it declines (returns
+    False) before changing anything."""
+
+    def schedule(s, outputs):
+        if schedule_fn(s, outputs) is False:
+            default_schedule(s, outputs, pattern)
+
+    return schedule
+
+
+def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
+                   vector_cols: bool = True, block: int | None = None) -> None:
+    """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
+    compute the anchor at the tile with its reduction outside, rows unrolled, columns
+    vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
+    last axis). Every other axis of out stays outside the tile, fused into the parallel loop.
+    With `block`, a tile wider than that many columns runs over them in blocks of `block`
+    inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV)."""
+    stage = s[out]
+    axes = list(stage.op.axis)
+    if out.op is anchor:
+        acc = s.cache_write(out, "local")
+    else:  # accumulate in a local copy of the anchor (registers), read by out directly
+        acc = s.cache_write(anchor.output(0), "local")
+        s[anchor.output(0)].compute_inline()
+    stage = s[out]
+    co, ci = stage.split(axes[col_axis], factor=nr)
+    outer, inner = [co], [ci]
+    if row_axis is not None:
+        ro, ri = stage.split(axes[row_axis], factor=mr)
+        outer, inner = [co, ro], [ri, ci]
+    rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis)]
+    stage.reorder(*rest, *outer, *inner)
+    fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
+    stage.parallel(fused)
+    for a in inner[:-1]:
+        stage.unroll(a)
+    if block is not None and nr > block:
+        stage.vectorize(stage.split(inner[-1], factor=block)[1])
+    elif vector_cols:
+        stage.vectorize(inner[-1])
+    else:
+        stage.unroll(inner[-1])
+    s[acc].compute_at(stage, fused)
+    acc_stage = s[acc]
+    spatial = list(acc_stage.op.axis)
+    last = [spatial[-1]]
+    if block is not None and nr > block:
+        last = list(acc_stage.split(spatial[-1], factor=block))
+    acc_stage.reorder(*acc_stage.op.reduce_axis, *spatial[:-1], *last)
+    for a in spatial[:-1]:
+        acc_stage.unroll(a)
+    acc_stage.vectorize(last[-1])

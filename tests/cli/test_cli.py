@@ -1,0 +1,63 @@
+"""The `ember` command: compile, run, info and doctor on a small ONNX model."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ember.cli import main
+
+
+@pytest.fixture
+def onnx_model(tmp_path):
+    w = np.random.rand(8, 4).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path, w
+
+
+def test_info_lists_operators(onnx_model, capsys):
+    path, _ = onnx_model
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "matmul" in out and "relu" in out and "1 inputs" in out
+
+
+def test_info_lists_every_unsupported_operator(tmp_path, capsys):
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["x", "x"], ["a"], equation="ij,ij->ij"),
+         helper.make_node("TopK", ["x", "k"], ["v", "i"])],
+        "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2]),
+         helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 1])],
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["info", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "Einsum" in out and "TopK" in out
+
+
+def test_compile_then_run(onnx_model, tmp_path):
+    path, w = onnx_model
+    art = tmp_path / "model.ember"
+    assert main(["compile", str(path), "-o", str(art)]) == 0
+    x = np.random.rand(2, 8).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(art), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.maximum(x @ w, 0), rtol=1e-5, atol=1e-5)
+    assert main(["info", str(art)]) == 0
+
+
+def test_doctor(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "C compiler" in out and "OpenMP" in out and "SIMD" in out

@@ -1,0 +1,116 @@
+"""The ONNX backend node tests (onnx.backend.test: one small model per operator form, with inputs
+and expected outputs) through the ONNX frontend and the reference evaluator.
+
+The onnx wheel ships the generators of these tests, not their data files, so the cases are
+built in memory (onnx.backend.test.case.node.collect_testcases, ~10 s). Every case whose op
+types all have a converter runs; a model of another opset than 13..21 is first converted with
+onnx's version converter. A case is skipped, with the reason, when ember lacks the form it
+tests (UnsupportedOpError from a converter, an OnnxImportError such as an unsupported dtype)
+or the converter cannot take it to opset 21; an ember operator missing from the library
+fails. A graph input that ember needs as a constant (a shape, axes, pads) is made an
+initializer of its test data, and the import retried. Outputs are compared with ONNX's tolerances for each
+case. `pytest -rs` lists the skips.
+"""
+
+import functools
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import version_converter
+
+from ember.frontend.onnx import MAX_OPSET, MIN_OPSET, ConstantInputError, OnnxImportError, import_onnx
+from ember.frontend.onnx_node import CONVERTERS, sanitize
+from ember.graph.core import Value
+from ember.ops import UnsupportedOpError
+from ember.ops.evaluate import evaluate
+
+FLOAT16_RTOL = 2**-8
+
+
+@functools.cache
+def node_cases():
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generators' own overflow warnings
+        return {c.name: c for c in collect_testcases() if c.kind == "node" and c.model is not None}
+
+
+def _params():
+    params = []
+    for name, case in node_cases().items():
+        missing = sorted({n.op_type for n in case.model.graph.node
+                          if n.domain not in ("", "ai.onnx") or n.op_type not in CONVERTERS})
+        marks = [pytest.mark.skip(reason=f"no converter for {', '.join(missing)}")] if missing else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def _make_constant(model: onnx.ModelProto, inputs: list[np.ndarray], names: set[str]):
+    """The model with the graph inputs of these (ember value) names made initializers of their data."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    keep = [sanitize(vi.name) not in names for vi in model.graph.input]
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(x, vi.name)
+                                   for vi, x, k in zip(model.graph.input, inputs, keep) if not k)
+    kept = [vi for vi, k in zip(model.graph.input, keep) if k]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model, [x for x, k in zip(inputs, keep) if k]
+
+
+def _sources(v: Value) -> set[str]:
+    """The names of the graph inputs and constants that value v is computed from."""
+    return {v.name} if v.node is None else set().union(*(_sources(u) for u in v.node.inputs))
+
+
+def _array(x) -> np.ndarray:
+    """Test data is given as arrays or as TensorProtos."""
+    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
+def _import(model: onnx.ModelProto, inputs: list[np.ndarray]):
+    """The graph and its inputs; skips the case where ember lacks what it tests."""
+    try:
+        while True:
+            try:
+                return import_onnx(model), inputs
+            except ConstantInputError as e:
+                names = _sources(e.value) & {sanitize(vi.name) for vi in model.graph.input}
+                if not names:
+                    raise
+                model, inputs = _make_constant(model, inputs, names)
+    except UnsupportedOpError as e:
+        if any(op[:1].islower() for op, _ in e.missing):  # ember's operators are lower case
+            raise
+        pytest.skip(f"unsupported: {', '.join(sorted({op for op, _ in e.missing}))}")
+    except OnnxImportError as e:
+        pytest.skip(str(e).splitlines()[0])
+
+
+@pytest.mark.parametrize("name", _params())
+def test_node(name):
+    case = node_cases()[name]
+    model = case.model
+    opset = _opset(model)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        try:
+            model = version_converter.convert_version(model, min(max(opset, MIN_OPSET), MAX_OPSET))
+        except Exception:
+            pytest.skip(f"opset {opset}: onnx's version converter cannot take it to {MIN_OPSET}..{MAX_OPSET}")
+    inputs, expected = ([_array(x) for x in xs] for xs in case.data_sets[0])
+    graph, inputs = _import(model, inputs)
+    # some generators give the data as object arrays; the model's types say what they hold
+    actual = evaluate(graph, *[np.asarray(x).astype(v.dtype, copy=False) for x, v in zip(inputs, graph.inputs)])
+    assert len(actual) == len(expected)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert a.dtype == e.dtype and a.shape == e.shape, f"output {k}: {a.dtype}{a.shape} != {e.dtype}{e.shape}"
+        # ONNX's tolerances, but two half-precision ulps for float16: ember rounds every
+        # intermediate result to float16, ONNX's expected outputs are computed more precisely
+        rtol = max(case.rtol, FLOAT16_RTOL) if a.dtype == np.float16 else case.rtol
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=case.atol, err_msg=f"output {k}")

@@ -1,0 +1,122 @@
+"""The torch.compile backend "ember": registered by name; compiled results match eager (rtol =
+atol = 1e-4, float32); each new input shape compiles once; frozen weights follow in-place updates
+and other module instances; a graph ember cannot compile runs in PyTorch with a warning."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from ember.frontend.torch_backend import EmberFallbackWarning, ember_backend
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+
+
+def recording(**options):
+    """A backend that is ember's and keeps what it returns (to look at its cache)."""
+    made = []
+
+    def backend(gm, example_inputs):
+        fn = ember_backend(gm, example_inputs, options=options)
+        made.append(fn)
+        return fn
+
+    return backend, made
+
+
+def test_registered_by_name():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert "ember" in torch._dynamo.list_backends()
+    assert lookup_backend("ember") is ember_backend
+
+
+def test_matches_eager_without_fallback():
+    model = mlp()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(4, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmberFallbackWarning)
+        y = compiled(x)
+    torch.testing.assert_close(y, model(x), **TOL)
+
+
+def test_cnn_with_batch_norm_buffers():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(8 * 4 * 4, 5)).eval()
+    model[1].running_mean.normal_()
+    model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EmberFallbackWarning)
+        y = torch.compile(model, backend="ember")(x)
+    torch.testing.assert_close(y, model(x), **TOL)
+
+
+def test_each_new_shape_compiles_once():
+    model = mlp()
+    backend, made = recording()
+    compiled = torch.compile(model, backend=backend)
+    count = lambda: sum(len(fn.entries()) for fn in made)
+    for n in (2, 3, 5):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x), model(x), **TOL)
+    # Dynamo makes a static graph for n=2, then one with a symbolic batch: ember compiles it per shape
+    assert len(made) == 2 and len(made[1].entries()) == 2
+    for n in (3, 2, 5):  # n=2 now runs on the symbolic graph, which compiles it
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x), model(x), **TOL)
+    settled = count()
+    for n in (2, 3, 5, 3):
+        compiled(torch.randn(n, 16))
+    assert count() == settled <= 4  # each (graph, shape) compiled once
+    assert all(entry.model is not None for fn in made for entry in fn.entries())
+
+
+def test_frozen_weights_follow_updates_and_instances():
+    model, other = mlp(), mlp()
+    compiled, compiled_other = torch.compile(model, backend="ember"), torch.compile(other, backend="ember")
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(compiled(x), model(x), **TOL)
+    torch.testing.assert_close(compiled_other(x), other(x), **TOL)  # same code, other weights
+    with torch.no_grad():
+        model[0].weight.mul_(-2.0)
+    torch.testing.assert_close(compiled(x), model(x), **TOL)
+
+
+@pytest.mark.parametrize("freeze, inputs", [(True, 1), (False, 5)])
+def test_weights_are_constants_unless_freeze_is_off(freeze, inputs):
+    model = mlp()
+    backend, made = recording(freeze=freeze)
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(torch.compile(model, backend=backend)(x), model(x), **TOL)
+    (fn,) = made
+    (entry,) = fn.entries()
+    assert len(entry.model.spec.inputs) == inputs  # x, and without freezing the four parameters
+
+
+def test_unsupported_graph_falls_back_with_a_warning():
+    class Spectrum(nn.Module):
+        def forward(self, x):
+            return torch.fft.rfft(x).abs() * 2
+
+    model = Spectrum()
+    x = torch.randn(2, 8)
+    with pytest.warns(EmberFallbackWarning, match="_fft_r2c"):
+        y = torch.compile(model, backend=functools.partial(ember_backend))(x)
+    torch.testing.assert_close(y, model(x), **TOL)
