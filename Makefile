@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) examples/gemm.py
+	$(PY) examples/resnet18.py
 
 test: setup
 	$(PY) -m ruff check ember tests benchmarks examples
@@ -25,3 +25,4 @@ lint: setup
 bench: setup
 	$(PY) -m pip install -q -e ".[test,bench]"
 	$(PY) benchmarks/gemm.py
+	$(PY) benchmarks/compare.py

@@ -1,7 +1,8 @@
 """Convolution, matrix products, pooling, resizing, attention and embedding.
 
 Torch gives symmetric padding per spatial dimension ([ph, pw]); ember takes ONNX's (begins...,
-ends...). `linear` on 2-D input is one `gemm` with the weight transposed (trans_b); on higher
+ends...). `linear` on 2-D input is one `gemm` with the weight transposed (once, at import, when it is
+a constant; else trans_b); on higher
 ranks the leading dimensions are folded into one (reshape, gemm, reshape), or, when they are
 symbolic, it is a broadcasting `matmul` with the transposed weight.
 """
@@ -39,18 +40,25 @@ def convolution(b, x, weight, bias, stride, padding, dilation, transposed, outpu
     return b.op("conv1d" if rank == 3 else "conv2d", inputs, **attrs)
 
 
+def _transposed_weight(b, weight) -> tuple[object, bool]:
+    """The (out, in) weight of a linear layer as gemm's b: a constant is transposed now, once,
+    so the kernel reads it in the order it multiplies (trans_b=False); otherwise trans_b."""
+    if isinstance(weight, Const):
+        return b.v(Const(weight.tensor.t().contiguous(), weight.name + ".T")), False
+    return b.v(weight), True
+
+
 @handles("linear.default")
 def linear(b, x, weight, bias=None):
     y = b.v(x)
     t = b.type_of(y)
     c = [b.v(bias)] if bias is not None else []
-    if t.rank == 2:
-        return b.op("gemm", [y, b.v(weight), *c], trans_b=True)
     lead = t.shape[:-1]
-    if all(isinstance(d, int) for d in lead):
-        flat = b.op("reshape", [y], shape=(math.prod(lead), t.shape[-1]))
-        out = b.op("gemm", [flat, b.v(weight), *c], trans_b=True)
-        return b.op("reshape", [out], shape=b.out.shape)
+    if t.rank == 2 or all(isinstance(d, int) for d in lead):
+        w, trans_b = _transposed_weight(b, weight)
+        flat = y if t.rank == 2 else b.op("reshape", [y], shape=(math.prod(lead), t.shape[-1]))
+        out = b.op("gemm", [flat, w, *c], trans_b=trans_b)
+        return out if t.rank == 2 else b.op("reshape", [out], shape=b.out.shape)
     if isinstance(weight, Const):  # transposed now, with torch
         wt = b.v(Const(weight.tensor.t(), weight.name + ".T"))
     else:
