@@ -10,6 +10,7 @@ torch eager (above 1: faster than eager). ember's output is checked against eage
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import sys
@@ -20,6 +21,24 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+@contextlib.contextmanager
+def quiet_fds():
+    """Silence stdout and stderr at the file-descriptor level (exporters print whole graphs)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def median_latency(fn, runs: int, warmup: int = 3) -> float:
@@ -77,9 +96,13 @@ def bench_model(name: str, small: bool, runs: int, peers: list[str]) -> list[Row
 
             def export_and_load():
                 buf = io.BytesIO()
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), quiet_fds():
                     warnings.simplefilter("ignore")
-                    torch.onnx.export(model, inputs, buf, dynamo=False)
+                    try:
+                        torch.onnx.export(model, inputs, buf, dynamo=False)
+                    except Exception:  # the TorchScript exporter cannot take every model: the dynamo one
+                        buf = io.BytesIO()
+                        torch.onnx.export(model, inputs, buf, dynamo=True)
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = torch.get_num_threads()
                 return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
