@@ -41,15 +41,10 @@ def quiet_fds():
             os.close(fd)
 
 
-def median_latency(fn, runs: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+def median_latency(fn, runs: int) -> float:
+    import ember
+
+    return ember.bench(fn, warmup=3, repeat=runs, number=1).median
 
 
 def timed(fn):

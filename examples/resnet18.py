@@ -17,16 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.models import resnet18  # noqa: E402
 
 
-def median_ms(fn, runs: int = 20) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e3
-
-
 def main():
     torch.set_num_threads(2)
     model, (x,) = resnet18()  # random weights, 1x3x224x224
@@ -38,8 +28,8 @@ def main():
         y = cm(x)
         np.testing.assert_allclose(y.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
         print(f"matches torch eager: max |difference| {float((y - expected).abs().max()):.2e}")
-        t_ember = median_ms(lambda: cm(x))
-        t_eager = median_ms(lambda: model(x))
+        t_ember = ember.bench(cm, x, repeat=20, number=1).median * 1e3
+        t_eager = ember.bench(model, x, repeat=20, number=1).median * 1e3
     print(f"latency, batch 1, 2 threads: ember {t_ember:.1f} ms, torch eager {t_eager:.1f} ms "
           f"({t_eager / t_ember:.2f}x)")
 

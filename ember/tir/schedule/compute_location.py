@@ -127,7 +127,7 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
 
 def _check_inputs_ready(sch: Schedule, realize, target, produced: set) -> None:
     """Everything else the consumer reads must be computed before the loop it moves under."""
-    order = {id(r): k for k, r in enumerate(sch.all_realizes_in_order())}
+    order = {id(r): k for k, r in enumerate(sch.all_realizes())}
     start = min(order[id(r)] for r in realizes_in(target))
     others = {r.buffer for r in realize.block.reads} - produced
     for r in sch.all_realizes():

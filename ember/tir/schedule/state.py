@@ -223,7 +223,7 @@ class Schedule:
         assert isinstance(body, BlockRealize)
         self.mod = self.mod.with_body(replace(body, block=block))
 
-    def all_realizes_in_order(self) -> list[BlockRealize]:
+    def all_realizes(self) -> list[BlockRealize]:
         """Every block, in the order the function runs them."""
         out: list[BlockRealize] = []
 
@@ -234,16 +234,6 @@ class Schedule:
                 walk(c)
 
         walk(self.root_block().body)
-        return out
-
-    def all_realizes(self) -> list[BlockRealize]:
-        out: list[BlockRealize] = []
-        stack = [self.root_block().body]
-        while stack:
-            s = stack.pop()
-            if isinstance(s, BlockRealize):
-                out.append(s)
-            stack.extend(stmt_children(s))
         return out
 
 
