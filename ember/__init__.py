@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 def compile(model, example_inputs=None, **options):
     """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
     ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
-    Options: name, num_threads, jobs, cc, cflags (see ember.compiler.compile_graph)."""
+    Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs, cc,
+    cflags (see ember.compiler.compile_graph)."""
     from .compiler import compile as _compile
 
     return _compile(model, example_inputs, **options)

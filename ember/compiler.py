@@ -2,7 +2,8 @@
 
 `compile_graph(graph)`:
 1. checks the graph: every operator is known (UnsupportedOpError lists all the unknown ones at
-   once), every symbolic dimension is a dimension of some input (so each call can bind it);
+   once), then runs the graph passes of the optimization level (ember.passes.pipeline), then
+   checks that every symbolic dimension is a dimension of some input (so each call can bind it);
 2. makes one kernel per node (fusion is a later pass): `ember.ops.kernel.node_kernel` (the
    operator's compute and default schedule), lowered by `ember.lower`. Nodes that apply the same
    operator to the same types with the same attributes share one lowering; lowered functions
@@ -12,7 +13,8 @@
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
-5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase.
+5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
+   (and the report of each graph pass).
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
@@ -45,6 +47,7 @@ from .graph.core import Graph, TensorType, Value
 from .kernel import lower
 from .ops.kernel import node_kernel
 from .ops.registry import UnsupportedOpError, exists
+from .passes.pipeline import PassReport, run_pipeline
 from .passes.plan_memory import MemoryPlan, plan_memory
 from .runtime.build import build_library, explain_cache_key
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
@@ -68,6 +71,7 @@ class CompileStats:
     build_s: float
     total_s: float
     cached: bool  # the library came from the build cache
+    passes: tuple[PassReport, ...] = ()  # the graph passes run, in order
 
     def __str__(self):
         return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} lowered in {self.jobs} "
@@ -79,10 +83,14 @@ class CompileStats:
 Workload = tuple[str, tuple[TensorType, ...], object, tuple[TensorType, ...]]
 
 
-def compile_graph(graph: Graph, *, name: str = "model", num_threads: int | None = None, jobs: int | None = None,
-                  cc: str | None = None, cflags: str | Sequence[str] | None = None) -> CompiledModel:
+def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
+                  print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
+                  jobs: int | None = None, cc: str | None = None,
+                  cflags: str | Sequence[str] | None = None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
+    opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
+        graph after (see ember.passes.pipeline.run_pipeline).
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; 1 where workers cannot be forked safely).
@@ -90,6 +98,8 @@ def compile_graph(graph: Graph, *, name: str = "model", num_threads: int | None 
     """
     start = time.perf_counter()
     _check(graph)
+    passes: list[PassReport] = []
+    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
     symbols = _symbols(graph)
 
     node_kernels, kernels, lowered, jobs = _kernels(graph, jobs)
@@ -124,7 +134,7 @@ def compile_graph(graph: Graph, *, name: str = "model", num_threads: int | None 
                 "cc": cc or config.get("cc"), "cflags": cflags if cflags is not None else config.get("cflags")},
     )
     stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
-                         time.perf_counter() - start, cached)
+                         time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, {w: graph.constants[w] for w in refs.weights}, plan, graph=graph,
                          source=source, num_threads=_threads(num_threads), stats=stats)
 

@@ -38,6 +38,9 @@ OPTIONS = {
         Option("num_threads", 0, "EMBER_NUM_THREADS", "OpenMP threads per kernel call (0: all cores)", int),
         Option("print_lower", False, "EMBER_PRINT_LOWER", "print the loop IR after every lowering pass",
                bool),
+        Option("print_ir", "", "EMBER_PRINT_IR",
+               "graph passes after which to print the graph to stderr: comma-separated names, or all"),
+        Option("disable_passes", "", "EMBER_DISABLE_PASSES", "graph passes to skip: comma-separated names"),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                bool),
     ]

@@ -1,0 +1,43 @@
+"""Constant folding: a node whose inputs are all constants is evaluated once, at compile time,
+with its operator's NumPy reference (ember.ops.get(op).reference), and its outputs become
+constants. One walk in topological order folds whole constant subgraphs, such as the shape
+arithmetic (gathers, concats, casts of constant shapes) that ONNX and torch.export leave behind.
+
+A node is left alone when an output has a symbolic dimension, or when folding would grow the
+weights: its outputs take more than MAX_GROWTH_BYTES and more than its inputs together (an
+`expand` of a scalar to a large tensor is cheaper to compute than to store).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph, Node, Value
+from ..ops.registry import get
+from .rewrite import Rewriter, rebuild
+
+MAX_GROWTH_BYTES = 1 << 20
+
+
+def fold_constants(graph: Graph) -> Graph:
+    return rebuild(graph, _fold)
+
+
+def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    data = [rw.constant_data(v) for v in inputs]
+    if not inputs or any(d is None for d in data) or not all(v.type.is_static for v in node.outputs):
+        return None  # (an output sized by a symbol, like an expand to the batch size, is not constant)
+    in_bytes = sum(d.nbytes for d in data)
+    out_bytes = sum(v.type.numel * np.dtype(v.dtype).itemsize for v in node.outputs)
+    if out_bytes > max(MAX_GROWTH_BYTES, in_bytes):
+        return None
+    op = get(node.op)
+    outs = op.reference(data, op.bind_attrs(node.attrs))
+    values = []
+    for v, out in zip(node.outputs, outs, strict=True):
+        out = np.asarray(out)
+        if out.shape != v.shape or out.dtype.name != v.dtype:
+            raise ValueError(f"fold_constants: node {node.name} ({node.op}): the reference gives "
+                             f"{out.dtype.name}{list(out.shape)}, the node's type says {v.type}")
+        values.append(rw.constant(out, v.name))
+    return values

@@ -1,0 +1,118 @@
+"""The pass pipeline: the Graph -> Graph passes, named by their files, composed per optimization
+level, and run with instrumentation.
+
+    graph = run_pipeline(graph, opt_level=2, disabled_passes=("cse",), print_ir="all", debug=True)
+
+Per pass, `run_pipeline` records a PassReport (name, seconds, node counts before and after,
+whether the graph changed) in `report` when given one; in debug mode it runs the verifier
+(ember.graph.verify with ember.ops.infer_types) on the input and after every pass, naming the
+pass at fault; it prints the IR to stderr after the passes `print_ir` names ("all", a name or a
+list), headed `# after <pass> (<n> -> <m> nodes, <t> ms)` or `# after <pass> (unchanged)`.
+A pass that changes nothing hands on the graph it was given, so a graph no pass changes comes
+back as the same object.
+
+Options read (ember.config): print_ir (EMBER_PRINT_IR, used when print_ir is None) and
+disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both comma-separated names.
+Unknown pass names raise ValueError listing the known ones.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .. import config
+from ..graph.core import Graph, GraphError
+from ..graph.verify import verify
+from ..ops.registry import infer_types
+from .cse import cse
+from .dce import dce
+from .fold_batch_norm import fold_batch_norm
+from .fold_constants import fold_constants
+from .simplify import simplify
+
+Pass = Callable[[Graph], Graph]
+
+PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, simplify, cse, fold_batch_norm, dce)}
+
+# level 3 adds the passes still to come (layout, fuse) to level 2
+PIPELINES: dict[int, list[str]] = {
+    0: [],
+    1: ["fold_constants", "dce"],
+    2: ["fold_constants", "simplify", "cse", "fold_batch_norm", "dce"],
+    3: ["fold_constants", "simplify", "cse", "fold_batch_norm", "dce"],
+}
+
+
+@dataclass(frozen=True)
+class PassReport:
+    name: str
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    changed: bool
+
+    def __str__(self):
+        what = f"{self.nodes_before} -> {self.nodes_after} nodes" if self.changed else "unchanged"
+        return f"{self.name}: {what}, {self.seconds * 1e3:.1f} ms"
+
+
+def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (),
+                 print_ir: str | Iterable[str] | None = None, debug: bool = False,
+                 report: list[PassReport] | None = None) -> Graph:
+    if opt_level not in PIPELINES:
+        raise ValueError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
+    disabled = _names(disabled_passes, "disabled_passes") | _names(config.get("disable_passes"), "EMBER_DISABLE_PASSES")
+    if print_ir is None:
+        print_ir = config.get("print_ir")
+    printed = set(PASSES) if print_ir == "all" else _names(print_ir, "print_ir")
+    if debug:
+        _verify(graph, "the pipeline's input")
+    for name in PIPELINES[opt_level]:
+        if name in disabled:
+            continue
+        before = _signature(graph)
+        start = time.perf_counter()
+        out = PASSES[name](graph)
+        seconds = time.perf_counter() - start
+        if debug:
+            _verify(out, f"pass {name}")
+        entry = PassReport(name, seconds, len(graph.nodes), len(out.nodes), _signature(out) != before)
+        if report is not None:
+            report.append(entry)
+        if name in printed:
+            what = f"{entry.nodes_before} -> {entry.nodes_after} nodes, {seconds * 1e3:.1f} ms" if entry.changed \
+                else "unchanged"
+            print(f"# after {name} ({what})\n{out}", file=sys.stderr)
+        if entry.changed:
+            graph = out  # else the graph itself goes on: unchanged means the same object
+    return graph
+
+
+def _names(names: str | Iterable[str] | None, what: str) -> set[str]:
+    if not names:
+        return set()
+    if isinstance(names, str):
+        names = names.split(",")
+    names = {n.strip() for n in names} - {""}
+    unknown = names - set(PASSES)
+    if unknown:
+        raise ValueError(f"{what}: unknown pass(es) {sorted(unknown)}; the passes are {', '.join(PASSES)}")
+    return names
+
+
+def _verify(graph: Graph, after: str) -> None:
+    try:
+        verify(graph, infer_types)
+    except GraphError as e:
+        raise GraphError(f"after {after}: {e}") from e
+
+
+def _signature(graph: Graph) -> tuple:
+    """What a pass can change: the nodes (operator, inputs, attributes, outputs), the constants
+    and the outputs, by name."""
+    return (tuple((n.op, tuple(v.name for v in n.inputs), n.attrs, tuple(v.name for v in n.outputs))
+                  for n in graph.nodes),
+            tuple(graph.constants), tuple(v.name for v in graph.outputs))

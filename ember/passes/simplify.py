@@ -1,0 +1,99 @@
+"""Algebraic simplification: a table of local rewrites, keyed by operator, applied in one walk in
+topological order. Each rule looks at a node (its inputs already simplified, so chains collapse
+in the same walk) and returns the values that replace its outputs, or None.
+
+    x * 1, 1 * x, x + 0, 0 + x, x - 0, x / 1  -> x   (only when the result's type is x's type:
+                                                      a broadcast is not lost)
+    identity(x), cast(x) to x's dtype,
+    reshape(x) to x's shape, transpose(x) by the identity permutation  -> x
+    reshape(reshape(x))                       -> reshape(x), or x when that has the shape
+    transpose(transpose(x, p), q)             -> transpose(x, p∘q), or x when that is the identity
+
+Nodes made dead by a rewrite (the inner reshape or transpose) are left to dce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..graph.core import Graph, Node, Value
+from .rewrite import Rewriter, rebuild
+
+Rule = Callable[[Rewriter, Node, list[Value]], list[Value] | None]
+
+
+def simplify(graph: Graph) -> Graph:
+    return rebuild(graph, _simplify)
+
+
+def _simplify(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    rule = RULES.get(node.op)
+    return None if rule is None else rule(rw, node, inputs)
+
+
+def _is_all(rw: Rewriter, v: Value, k: float) -> bool:
+    data = rw.constant_data(v)
+    return data is not None and bool(np.all(data == k))
+
+
+def _neutral(k: float, commutative: bool) -> Rule:
+    """x op k -> x (and k op x -> x when commutative), where k is op's neutral element."""
+
+    def rule(rw, node, inputs):
+        x, y = inputs
+        out = node.outputs[0].type
+        if _is_all(rw, y, k) and x.type == out:
+            return [x]
+        if commutative and _is_all(rw, x, k) and y.type == out:
+            return [y]
+        return None
+
+    return rule
+
+
+def _same(rw, node, inputs):
+    """identity(x), a cast to x's dtype, a reshape to x's shape -> x."""
+    x = inputs[0]
+    return [x] if x.type == node.outputs[0].type else None
+
+
+def _reshape(rw, node, inputs):
+    x = inputs[0]
+    merged = x.node is not None and x.node.op == "reshape"
+    if merged:
+        x = x.node.inputs[0]
+    if x.type == node.outputs[0].type:
+        return [x]
+    return rw.copy(node, [x]) if merged else None
+
+
+def _transpose(rw, node, inputs):
+    x = inputs[0]
+    perm = _perm(node)
+    if x.node is not None and x.node.op == "transpose":
+        inner = _perm(x.node)
+        x, perm = x.node.inputs[0], tuple(inner[p] for p in perm)
+    if perm == tuple(range(len(perm))):
+        return [x]
+    if x is inputs[0]:
+        return None
+    return rw.copy(node, [x], {"perm": perm})
+
+
+def _perm(node: Node) -> tuple[int, ...]:
+    rank = len(node.outputs[0].shape)
+    return tuple(p % rank for p in node.attrs["perm"])
+
+
+RULES: dict[str, Rule] = {
+    "mul": _neutral(1, commutative=True),
+    "add": _neutral(0, commutative=True),
+    "sub": _neutral(0, commutative=False),
+    "div": _neutral(1, commutative=False),
+    "identity": _same,
+    "cast": _same,
+    "reshape": _reshape,
+    "transpose": _transpose,
+}
