@@ -3,6 +3,8 @@
     ember compile model.onnx -o model.ember     # progress shown while it builds
     ember run model.ember --input x.npy --output y.npy
     ember info model.onnx                       # operator histogram; unsupported operators listed
+    ember info model.ember [--profile]          # and the kernels, their times, the memory plan
+    ember bisect model.onnx [--rtol 1e-4]       # the first graph pass that changes the output
     ember doctor                                # what works on this machine
 """
 
@@ -83,7 +85,28 @@ def cmd_info(args) -> int:
         print(f"  output {v!r}")
     for op, n in graph.op_histogram().items():
         print(f"  {n:5d}  {op}")
+    if Path(args.model).is_dir():
+        import ember
+
+        from .debug.bisect import random_inputs
+
+        model = ember.load(args.model)
+        if args.profile:
+            model.profile(*random_inputs(graph), repeat=args.profile)
+        print(model.summary())
     return 0
+
+
+def cmd_bisect(args) -> int:
+    import numpy as np
+
+    from .debug import bisect
+
+    graph = _import_model(args.model)
+    inputs = [np.load(p) for p in args.input] or None
+    result = bisect(graph, inputs, rtol=args.rtol, atol=args.atol)
+    print(result)
+    return 0 if result.culprit is None else 1
 
 
 def _check(name: str, ok: bool, detail: str) -> bool:
@@ -127,9 +150,19 @@ def main(argv=None) -> int:
     p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order)")
     p.add_argument("--output", action="append", default=[], help="where to write an output .npy (repeat)")
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("info", help="operator histogram of a model; unsupported operators listed")
+    p = sub.add_parser("info", help="operator histogram of a model; unsupported operators listed; an artifact's "
+                                    "kernels and memory plan")
     p.add_argument("model")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="an artifact: time its kernels over N runs on random inputs")
     p.set_defaults(fn=cmd_info)
+    p = sub.add_parser("bisect", help="the first graph pass that changes the output beyond tolerance "
+                                      "(exit status 1 when one does)")
+    p.add_argument("model")
+    p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order; default: random)")
+    p.add_argument("--rtol", type=float, default=1e-4)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.set_defaults(fn=cmd_bisect)
     p = sub.add_parser("doctor", help="what works on this machine")
     p.set_defaults(fn=cmd_doctor)
     args = ap.parse_args(argv)

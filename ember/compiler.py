@@ -4,12 +4,15 @@
 1. checks the graph: every operator is known (UnsupportedOpError lists all the unknown ones at
    once), then runs the graph passes of the optimization level (ember.passes.pipeline), then
    checks that every symbolic dimension is a dimension of some input (so each call can bind it);
-2. makes one kernel per node (fusion is a later pass): `ember.ops.kernel.node_kernel` (the
-   operator's compute and default schedule), lowered by `ember.lower`. Nodes that apply the same
-   operator to the same types with the same attributes share one lowering; lowered functions
-   that are structurally equal (`structural_hash`) share one kernel, so repeated blocks compile
-   once. Distinct kernels are lowered in `jobs` worker processes when there are many of them;
-3. plans the workspace (ember.passes.plan_memory: liveness, greedy by size);
+2. groups the nodes into kernels (ember.passes.fuse, at opt_level >= FUSE_LEVEL unless "fuse"
+   is disabled; else one group per node) and makes one kernel per group:
+   `ember.ops.kernel.group_kernel` (the nodes' computes chained, intermediates inlined, the
+   anchor's schedule), lowered by `ember.lower`. Groups of the same operators on the same types
+   with the same attributes share one lowering; lowered functions that are structurally equal
+   (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
+   lowered in `jobs` worker processes when there are many of them;
+3. plans the workspace over the groups' outputs (ember.passes.plan_memory: liveness, greedy by
+   size; values inside a group never reach memory);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
@@ -43,11 +46,12 @@ from . import config
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry
 from .errors import ShapeError
-from .graph.core import Graph, TensorType, Value
+from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
-from .ops.kernel import node_kernel
+from .ops.kernel import GroupNode, group_kernel
 from .ops.registry import UnsupportedOpError, exists
-from .passes.pipeline import PassReport, run_pipeline
+from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
+from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .passes.plan_memory import MemoryPlan, plan_memory
 from .runtime.build import build_library, explain_cache_key
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
@@ -56,6 +60,7 @@ from .tir.stmt import PrimFunc
 from .tir.structural import structural_hash
 
 PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
+MAX_NAME_OPS = 4  # operators named in a kernel's name
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,8 @@ class CompileStats:
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
 
 
-# (op, input types, attributes, output types): one operator application
-Workload = tuple[str, tuple[TensorType, ...], object, tuple[TensorType, ...]]
+# (input types, nodes, outputs): a group of operator applications (see ember.ops.kernel.group_kernel)
+Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int, int], ...]]
 
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
@@ -101,19 +106,24 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     passes: list[PassReport] = []
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
     symbols = _symbols(graph)
+    fusing = opt_level >= FUSE_LEVEL and "fuse" not in disabled_passes_of(disabled_passes)
+    fused = fuse(graph) if fusing else unfused(graph)
+    if fusing and "fuse" in printed_passes(print_ir):
+        print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
 
-    node_kernels, kernels, lowered, jobs = _kernels(graph, jobs)
-    users: dict[str, list] = {}
-    for n, _, k in node_kernels:
-        users.setdefault(k.name, []).append(n)
+    group_kernels, kernels, lowered, jobs = _kernels(fused, jobs)
+    users: dict[str, list[Group]] = {}
+    for g, _, k in group_kernels:
+        users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
-    plan = plan_memory(graph)
+    plan = plan_memory(_kernel_graph(fused))
     refs = _Refs(graph, plan, symbols)
-    calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*n.inputs, *n.outputs)),
-                        tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars), repr(n))
-             for n, own, k in node_kernels]
+    calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
+                        tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
+                        "; ".join(repr(n) for n in g.nodes))
+             for g, own, k in group_kernels]
     source = CRenderer().render_unit(kernels) + "\n" + render_entry(calls, refs.copies()) + "\n"
     codegen_s = time.perf_counter() - t
 
@@ -128,8 +138,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         outputs=tuple(_spec(v) for v in graph.outputs),
         symbols=tuple(symbols),
         weights=tuple(refs.weights),
-        kernels=tuple(KernelInfo(k.name, tuple(dict.fromkeys(n.op for n in users[k.name])),
-                                 tuple(n.name for n in users[k.name])) for k in kernels),
+        kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
+                      for k in kernels),
         target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
                 "cc": cc or config.get("cc"), "cflags": cflags if cflags is not None else config.get("cflags")},
     )
@@ -205,36 +215,54 @@ def _threads(num_threads: int | None) -> int:
 
 
 # -- lowering ---------------------------------------------------------------------------------
-def _workload(node) -> Workload:
-    return (node.op, tuple(v.type for v in node.inputs), node.attrs, tuple(v.type for v in node.outputs))
+def _workload(group: Group) -> Workload:
+    inputs = {id(v): k for k, v in enumerate(group.inputs)}
+    made = {id(v): (j, i) for j, n in enumerate(group.nodes) for i, v in enumerate(n.outputs)}
+    nodes = tuple((n.op, n.attrs, tuple(made.get(id(v)) or (-1, inputs[id(v)]) for v in n.inputs),
+                   tuple(v.type for v in n.outputs)) for n in group.nodes)
+    return tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs)
 
 
-def _kernels(graph: Graph, jobs: int | None) -> tuple[list, list[PrimFunc], int, int]:
-    """The kernel of each node: (node, its own lowered function, the kernel it calls) in node
+def _kernels(fused: FusedGraph, jobs: int | None) -> tuple[list, list[PrimFunc], int, int]:
+    """The kernel of each group: (group, its own lowered function, the kernel it calls) in run
     order; the distinct kernels; how many workloads were lowered, in how many processes.
 
-    A node's own function gives the order of its size arguments: a shared kernel may have been
+    A group's own function gives the order of its size arguments: a shared kernel may have been
     lowered for other symbols in the same places."""
-    workloads = list(dict.fromkeys(_workload(n) for n in graph.nodes))
+    of_group = [_workload(g) for g in fused.groups]
+    workloads = list(dict.fromkeys(of_group))
     jobs = _jobs(jobs, len(workloads))
     lowered = dict(zip(workloads, _lower_all(workloads, jobs)))
-    # structurally equal functions share one kernel, named after its first node's operator
+    # structurally equal functions share one kernel, named after its first group's operators
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
     for w, func in lowered.items():
         key = structural_hash(func)
         if key not in kernels:
-            kernels[key] = dataclasses.replace(func, name=f"{w[0]}_{len(kernels)}")
+            kernels[key] = dataclasses.replace(func, name=f"{_kernel_name(w)}_{len(kernels)}")
         shared[w] = kernels[key]
-    node_kernels = [(n, lowered[w], shared[w]) for n in graph.nodes for w in [_workload(n)]]
-    return node_kernels, list(kernels.values()), len(workloads), jobs
+    group_kernels = [(g, lowered[w], shared[w]) for g, w in zip(fused.groups, of_group)]
+    return group_kernels, list(kernels.values()), len(workloads), jobs
+
+
+def _kernel_name(w: Workload) -> str:
+    """The operators of a group, at most MAX_NAME_OPS of them, e.g. conv2d_add_relu."""
+    ops = list(dict.fromkeys(op for op, *_ in w[1]))
+    return "_".join(ops[:MAX_NAME_OPS])
+
+
+def _kernel_graph(fused: FusedGraph) -> Graph:
+    """The graph of the kernels: one node per group (op "kernel"), reading its inputs and writing
+    its outputs, in run order; what memory planning needs to know."""
+    nodes = [Node("kernel", g.inputs, Attrs(), g.outputs, f"kernel{k}") for k, g in enumerate(fused.groups)]
+    return Graph(fused.graph.name, list(fused.graph.inputs), fused.graph.constants, nodes, list(fused.graph.outputs))
 
 
 def lower_workload(w: Workload) -> PrimFunc:
-    """One operator application as a lowered function (named "kernel": names do not change the
-    structural hash)."""
-    op, in_types, attrs, out_types = w
-    s, args = node_kernel(op, list(in_types), attrs, list(out_types))
+    """One group of operator applications as a lowered function (named "kernel": names do not
+    change the structural hash)."""
+    in_types, nodes, outputs = w
+    s, args = group_kernel(list(in_types), list(nodes), list(outputs))
     return lower(s, args, name="kernel")
 
 

@@ -207,7 +207,7 @@ class CPrelude:
         nan = dt.is_float(elem)  # a != a: a is NaN, and NaN wins
         if lanes == 1:
             t = self.types[elem]
-            body = f"a {cmp} b || a != a ? a : b" if nan else f"a {cmp} b ? a : b"
+            body = f"(a {cmp} b) | (a != a) ? a : b" if nan else f"a {cmp} b ? a : b"
         else:
             t = self.vec(elem, lanes)
             take_a = f"(a {cmp} b) | (a != a)" if nan else f"a {cmp} b"

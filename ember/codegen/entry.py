@@ -12,6 +12,11 @@ A kernel argument points into the model's inputs, its outputs, its weights, or t
 kernel's size arguments are entries of `sizes`, the model's symbolic dimensions. Outputs that no
 kernel writes (an input or a weight returned as is, an output listed twice) are copied at the
 end. `num_threads` > 0 sets the OpenMP threads of the calling thread first. Returns 0.
+
+Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ticks` (one more
+entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC
+nanoseconds before the first call and after each one; `ember_model_profile_calls` names the
+kernel of each call (a NULL-terminated array of C strings). CompiledModel.profile uses both.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 ENTRY = "ember_model_run"
+PROFILE_ENTRY = "ember_model_profile"
+PROFILE_CALLS = "ember_model_profile_calls"
 KINDS = ("input", "output", "weight", "workspace", "size")
 
 
@@ -63,22 +70,44 @@ class Copy:
 
 
 def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = ()) -> str:
-    """The C text of the entry function."""
-    lines = [
+    """The C text of the entry function, then of its profiling twin."""
+    names = ", ".join([f'"{call.symbol}"' for call in calls] + ["0"])
+    return "\n".join([
         "/* The model: every kernel in order (ember.codegen.entry). */",
-        f"int {ENTRY}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
-        "                    void* const* weights, const int64_t* sizes, int num_threads) {",
+        *_function(ENTRY, "", calls, copies),
+        "",
+        "/* The same, timed: ticks[0] before the first call, ticks[k + 1] after call k (CLOCK_MONOTONIC ns). */",
+        "#include <time.h>",
+        f"const char* const {PROFILE_CALLS}[] = {{{names}}};",
+        "static int64_t ember_profile_now(void) {",
+        "  struct timespec t;",
+        "  clock_gettime(CLOCK_MONOTONIC, &t);",
+        "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;",
+        "}",
+        *_function(PROFILE_ENTRY, ", int64_t* ticks", calls, copies),
+    ])
+
+
+def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequence[Copy]) -> list[str]:
+    timed = bool(extra)
+    lines = [
+        f"int {name}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
+        f"                    void* const* weights, const int64_t* sizes, int num_threads{extra}) {{",
         "  (void)inputs; (void)outputs; (void)workspace; (void)offsets; (void)weights; (void)sizes;",
         "  if (num_threads > 0) ember_set_num_threads(num_threads);",
     ]
-    for call in calls:
-        if call.comment:
+    if timed:
+        lines.append("  ticks[0] = ember_profile_now();")
+    for k, call in enumerate(calls):
+        if call.comment and not timed:
             comment = " ".join(call.comment.replace("*/", "* /").split())
             lines.append(f"  /* {comment} */")
         args = ", ".join([r.c() for r in call.args] + [r.c() for r in call.sizes])
         lines.append(f"  {call.symbol}({args});")
+        if timed:
+            lines.append(f"  ticks[{k + 1}] = ember_profile_now();")
     for cp in copies:
         count = " * ".join([f"(size_t){d.c() if isinstance(d, Ref) else d}" for d in cp.dims] + [str(cp.itemsize)])
         lines.append(f"  __builtin_memcpy({cp.dst.c()}, {cp.src.c()}, {count});")
     lines += ["  return 0;", "}"]
-    return "\n".join(lines)
+    return lines

@@ -1,17 +1,24 @@
 """One operator application as a kernel: te placeholders for its input types, its compute, and
 its schedule (the OpDef's own, or the default for its pattern kind).
 
+`group_kernel` does the same for a fused group of operator applications (ember.passes.fuse): the
+nodes' computes chained on each other's te tensors, every intermediate inlined, and the schedule
+of the group's anchor (its out_elementwise_fusable node, else its reduction, else its last node).
+
 Symbolic dimensions become te size variables shared by name (`sym("batch")`), so kernels of one
 model agree on them.
 """
 
 from __future__ import annotations
 
+import contextlib
+
+from ..errors import ScheduleError
 from ..graph.core import Attrs, TensorType
 from ..te import placeholder
 from ..te.schedule import TESchedule
-from ..te.tensor import Tensor
-from ..tir.expr import PrimExpr, Var, convert
+from ..te.tensor import ComputeOp, Tensor
+from ..tir.expr import PrimExpr, Var, as_int, convert
 from .registry import get
 from .schedules import default_schedule
 
@@ -50,3 +57,69 @@ def node_kernel(op_name: str, in_types: list[TensorType], attrs: Attrs, out_type
     if schedule:
         (op.schedule or (lambda s_, outs: default_schedule(s_, outs, op.pattern)))(s, outputs)
     return s, inputs + outputs
+
+
+# One node of a group: (op, attributes, inputs, output types); an input is (-1, k) for the group's
+# input k, or (j, i) for output i of the group's node j (an earlier one).
+GroupNode = tuple[str, Attrs, tuple[tuple[int, int], ...], tuple[TensorType, ...]]
+
+
+def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: list[tuple[int, int]],
+                 schedule: bool = True) -> tuple[TESchedule, list[Tensor]]:
+    """ONE scheduled te kernel for a group of operator applications, and its arguments (the
+    group's inputs, then `outputs`: (j, i) is output i of node j). The nodes' output stages
+    that are not kernel outputs are inlined, so they never reach memory; then the schedule of
+    the node that leads (see the module doc) runs on the kernel's outputs. A schedule the
+    group's shape does not fit (it raises ScheduleError) gives way to the default one."""
+    from ..te import create_schedule
+    from .shape import reshape_compute  # (shape imports this module)
+
+    if len(nodes) == 1 and list(outputs) == [(0, i) for i in range(len(nodes[0][3]))]:
+        op, attrs, refs, out_types = nodes[0]
+        if list(refs) == [(-1, k) for k in range(len(in_types))]:
+            return node_kernel(op, list(in_types), attrs, list(out_types), schedule=schedule)
+    inputs = [placeholder(te_shape(t), t.dtype, name=f"in{k}") for k, t in enumerate(in_types)]
+    tensors: list[list[Tensor]] = []
+    for op, attrs, refs, out_types in nodes:
+        args = [inputs[i] if j < 0 else tensors[j][i] for j, i in refs]
+        tensors.append(list(get(op).compute(args, attrs, list(out_types))))
+    outs = [tensors[j][i] for j, i in outputs]
+    lead = _lead([get(op).pattern for op, *_ in nodes])
+    anchor = tensors[lead][0]
+    if (get(nodes[lead][0]).pattern == "out_elementwise_fusable" and len(outs) == 1
+            and [as_int(d) for d in outs[0].shape] != [as_int(d) for d in anchor.shape]):
+        # an epilogue that adds or removes dimensions of size 1 (ember.passes.fuse) is written in
+        # the anchor's shape (the same bytes), so that the anchor's schedule tiles its own loops
+        outs = [reshape_compute(outs[0], anchor.shape, name=f"{outs[0].op.name}_reshaped")]
+    s = create_schedule([t.op for t in outs])
+    if not schedule:
+        return s, inputs + outs
+    try:
+        _schedule_group(s, outs, tensors, get(nodes[lead][0]))
+    except ScheduleError:
+        s = create_schedule([t.op for t in outs])
+        _schedule_group(s, outs, tensors, None)
+    return s, inputs + outs
+
+
+def _lead(patterns: list[str]) -> int:
+    """The node whose schedule a group takes: its anchor, else its reduction, else its last."""
+    for kind in ("out_elementwise_fusable", "reduction"):
+        if kind in patterns:
+            return patterns.index(kind)
+    return len(patterns) - 1
+
+
+def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], op) -> None:
+    """Inline the nodes' spatial outputs that are not kernel outputs, then schedule with `op`'s
+    schedule (None: the default one)."""
+    out_ops = {id(t.op) for t in outs}
+    for ts in reversed(tensors):
+        for t in ts:
+            if isinstance(t.op, ComputeOp) and id(t.op) not in out_ops and not t.op.reduce_axis:
+                with contextlib.suppress(ScheduleError):
+                    s[t].compute_inline()
+    if op is not None and op.schedule is not None:
+        op.schedule(s, outs)
+    else:
+        default_schedule(s, outs, op.pattern if op is not None else "injective")

@@ -87,12 +87,22 @@ def _reference_reshape(inputs, attrs):
     return [x.reshape(shape)]
 
 
-def _reshape_compute(x, out_shape):
-    return te.compute(out_shape, lambda *i: x[tuple(_unlinear(_linear(i, out_shape), x.shape))], name="reshape")
+def reshape_compute(x, out_shape, name: str = "reshape"):
+    """x's elements, in row-major order, in out_shape. Where only dimensions of size 1 are added
+    or removed, each index maps straight to an index of x, with no division: bound analysis sees
+    through it (a fused kernel computes a producer at a tile of its reshaped consumer)."""
+    src, dst = [as_int(d) for d in x.shape], [as_int(d) for d in out_shape]
+    if [d for d in src if d != 1] == [d for d in dst if d != 1] and None not in src + dst:
+        def element(*i):
+            kept = iter(k for k, d in zip(i, dst) if d != 1)
+            return x[tuple(0 if d == 1 else next(kept) for d in src)]
+
+        return te.compute(out_shape, element, name=name)
+    return te.compute(out_shape, lambda *i: x[tuple(_unlinear(_linear(i, out_shape), x.shape))], name=name)
 
 
 def _compute_reshape(inputs, attrs, out_types):
-    return [_reshape_compute(inputs[0], te_shape(out_types[0]))]
+    return [reshape_compute(inputs[0], te_shape(out_types[0]))]
 
 
 def _infer_flatten(types, attrs):
@@ -161,7 +171,7 @@ def _reference_unsqueeze(inputs, attrs):
 
 def _compute_reshape_like(inputs, attrs, out_types):
     """squeeze, unsqueeze, flatten: the same elements in the same order."""
-    return [_reshape_compute(inputs[0], te_shape(out_types[0]))]
+    return [reshape_compute(inputs[0], te_shape(out_types[0]))]
 
 
 def _perm(x_rank: int, perm) -> list[int]:

@@ -13,7 +13,9 @@ back as the same object.
 
 Options read (ember.config): print_ir (EMBER_PRINT_IR, used when print_ir is None) and
 disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both comma-separated names.
-Unknown pass names raise ValueError listing the known ones.
+Unknown pass names raise ValueError listing the known ones; LATE_PASSES (fuse) are known names
+too, though the compiler, not this pipeline, runs them (and asks `disabled_passes_of` and
+`printed_passes` whether to).
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, simplify, cse, fold_batch_norm, dce)}
 
-# level 3 adds the passes still to come (layout, fuse) to level 2
+# passes the compiler runs after the pipeline, named here so that they can be disabled like the
+# others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
+LATE_PASSES = ("fuse",)
+
+# level 3 adds the passes still to come (layout) to level 2
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
@@ -64,10 +70,8 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
                  report: list[PassReport] | None = None) -> Graph:
     if opt_level not in PIPELINES:
         raise ValueError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
-    disabled = _names(disabled_passes, "disabled_passes") | _names(config.get("disable_passes"), "EMBER_DISABLE_PASSES")
-    if print_ir is None:
-        print_ir = config.get("print_ir")
-    printed = set(PASSES) if print_ir == "all" else _names(print_ir, "print_ir")
+    disabled = disabled_passes_of(disabled_passes)
+    printed = printed_passes(print_ir)
     if debug:
         _verify(graph, "the pipeline's input")
     for name in PIPELINES[opt_level]:
@@ -91,15 +95,28 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
     return graph
 
 
+def printed_passes(print_ir: str | Iterable[str] | None = None) -> set[str]:
+    """The passes to print the IR after: those named ("all": every one), else EMBER_PRINT_IR's."""
+    if print_ir is None:
+        print_ir = config.get("print_ir")
+    return set(PASSES) | set(LATE_PASSES) if print_ir == "all" else _names(print_ir, "print_ir")
+
+
+def disabled_passes_of(disabled_passes: Iterable[str] = ()) -> set[str]:
+    """The passes to skip: those named, and those of EMBER_DISABLE_PASSES."""
+    return _names(disabled_passes, "disabled_passes") | _names(config.get("disable_passes"), "EMBER_DISABLE_PASSES")
+
+
 def _names(names: str | Iterable[str] | None, what: str) -> set[str]:
     if not names:
         return set()
     if isinstance(names, str):
         names = names.split(",")
     names = {n.strip() for n in names} - {""}
-    unknown = names - set(PASSES)
+    unknown = names - set(PASSES) - set(LATE_PASSES)
     if unknown:
-        raise ValueError(f"{what}: unknown pass(es) {sorted(unknown)}; the passes are {', '.join(PASSES)}")
+        raise ValueError(f"{what}: unknown pass(es) {sorted(unknown)}; the passes are "
+                         f"{', '.join([*PASSES, *LATE_PASSES])}")
     return names
 
 

@@ -101,7 +101,8 @@ class CompiledModel:
     compiled from; a loaded model reads it from the artifact on first use, or has None), `plan`
     (the memory plan), `weights` (read-only, aligned), `source` (the C translation unit),
     `library_path`, `num_threads` (OpenMP threads of each call; 0: OpenMP's default), `stats`
-    (compile timings, when compiled in this process).
+    (compile timings, when compiled in this process), `memory` (the plan's peak and unplanned
+    bytes), `last_profile` (the latest `profile(...)` result, or None).
     """
 
     def __init__(self, spec: ModelSpec, library: str | Path, weights: Mapping[str, np.ndarray], plan, *,
@@ -122,6 +123,7 @@ class CompiledModel:
         self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
         self._local = threading.local()
+        self.last_profile = None  # the latest `profile` result
 
     @property
     def name(self) -> str:
@@ -139,19 +141,8 @@ class CompiledModel:
         return list(self.spec.kernels)
 
     def __call__(self, *inputs):
-        if len(inputs) != len(self.spec.inputs):
-            names = ", ".join(t.name for t in self.spec.inputs)
-            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
-                                    f"got {len(inputs)}")
-        arrays = [self._as_array(k, x) for k, x in enumerate(inputs)]
-        symbols = self._bind(arrays)
-        sizes = np.array([symbols[s] for s in self.spec.symbols], dtype=np.int64)
-        offsets, workspace_bytes = self._layout(sizes)
-        outputs = [np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype)
-                   for t in self.spec.outputs]
-        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outputs)
-        rc = self._entry(in_ptrs.ctypes.data, out_ptrs.ctypes.data, self._workspace(workspace_bytes),
-                         offsets.ctypes.data, self._weight_ptrs.ctypes.data, sizes.ctypes.data, self.num_threads)
+        outputs, args, _keep = self._arguments(inputs)
+        rc = self._entry(*args)
         if rc != 0:
             raise RuntimeError(f"model {self.name}: the entry function returned {rc}")
         if any(_is_torch(x) for x in inputs):
@@ -160,6 +151,28 @@ class CompiledModel:
             outputs = [torch.from_numpy(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    def profile(self, *inputs, repeat: int = 10):
+        """Time every kernel over `repeat` runs on these inputs (ember.runtime.summary.Profile:
+        per-kernel median microseconds); `summary()` shows the latest profile."""
+        from .summary import profile
+
+        self.last_profile = profile(self, inputs, repeat)
+        return self.last_profile
+
+    @property
+    def memory(self):
+        """The memory plan's peak workspace and unplanned sum (ember.runtime.summary.MemoryUsage),
+        for the sizes of the latest call when the model has symbolic dimensions."""
+        from .summary import memory
+
+        return memory(self)
+
+    def summary(self) -> str:
+        """The kernels in run order with the operators fused into each, their times from the
+        latest `profile` run if any, and the memory plan."""
+        from .summary import summary
+
+        return summary(self)
     def save(self, path: str | Path) -> Path:
         """Write the artifact folder (library, weights, manifest); `ember.load(path)` reads it."""
         from .artifact import save_artifact
@@ -172,6 +185,24 @@ class CompiledModel:
         return f"<CompiledModel {self.name}({ins}) -> ({outs}), {len(self.spec.kernels)} kernels>"
 
     # -- one call ---------------------------------------------------------------------------
+    def _arguments(self, inputs) -> tuple[list[np.ndarray], tuple, tuple]:
+        """The fresh outputs and the entry function's arguments for one call on `inputs`, and
+        what the caller keeps alive until the call returns (the arrays the pointers point to)."""
+        if len(inputs) != len(self.spec.inputs):
+            names = ", ".join(t.name for t in self.spec.inputs)
+            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
+                                    f"got {len(inputs)}")
+        arrays = [self._as_array(k, x) for k, x in enumerate(inputs)]
+        symbols = self._bind(arrays)
+        sizes = np.array([symbols[s] for s in self.spec.symbols], dtype=np.int64)
+        offsets, workspace_bytes = self._layout(sizes)
+        outputs = [np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype)
+                   for t in self.spec.outputs]
+        in_ptrs, out_ptrs = _pointers(arrays), _pointers(outputs)
+        args = (in_ptrs.ctypes.data, out_ptrs.ctypes.data, self._workspace(workspace_bytes), offsets.ctypes.data,
+                self._weight_ptrs.ctypes.data, sizes.ctypes.data, self.num_threads)
+        return outputs, args, (arrays, in_ptrs, out_ptrs, sizes, offsets)
+
     def _as_array(self, k: int, x) -> np.ndarray:
         """Input k as a contiguous NumPy array of the right dtype and rank (a view when it can)."""
         spec = self.spec.inputs[k]

@@ -61,3 +61,24 @@ def test_doctor(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "C compiler" in out and "OpenMP" in out and "SIMD" in out
+
+
+def test_info_on_an_artifact_shows_kernels_times_and_memory(onnx_model, tmp_path, capsys):
+    path, _ = onnx_model
+    art = tmp_path / "model.ember"
+    assert main(["compile", str(path), "-o", str(art)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(art), "--profile", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels" in out and "median of 2 profiled runs" in out and "matmul" in out
+    assert "memory: workspace" in out and "unplanned" in out
+
+
+def test_bisect(onnx_model, tmp_path, capsys):
+    path, _ = onnx_model
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.rand(2, 8).astype("float32"))
+    assert main(["bisect", str(path), "--input", str(x), "--rtol", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert "rtol=1e-05" in out and "[ok] + dce" in out
+    assert "verdict: no pass changes the output beyond tolerance" in out

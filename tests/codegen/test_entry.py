@@ -13,7 +13,7 @@ def test_entry_function_text():
     text = render_entry(calls, [Copy(Ref("output", 1), Ref("input", 0), (Ref("size", 0), 3), 4)])
     body = [line.strip() for line in text.splitlines()]
     assert body[1].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
-    assert body[4:] == [
+    assert body[4:body.index("}") + 1] == [
         "if (num_threads > 0) ember_set_num_threads(num_threads);",
         "/* %a = add(%x, %w) */",
         "add_0(inputs[0], weights[1], (void*)(workspace + offsets[2]), sizes[0]);",
@@ -22,6 +22,19 @@ def test_entry_function_text():
         "return 0;",
         "}",
     ]
+
+
+def test_profiling_twin_times_every_call():
+    calls = [KernelCall("add_0", (Ref("input", 0), Ref("output", 0)), (), "%a = add(%x, %x)"),
+             KernelCall("add_0", (Ref("output", 0), Ref("output", 1)), ())]
+    text = render_entry(calls)
+    body = [line.strip() for line in text[text.index("int ember_model_profile("):].splitlines()]
+    assert body[1].endswith("int num_threads, int64_t* ticks) {")
+    assert body[4:] == ["ticks[0] = ember_profile_now();",
+                        "add_0(inputs[0], outputs[0]);", "ticks[1] = ember_profile_now();",
+                        "add_0(outputs[0], outputs[1]);", "ticks[2] = ember_profile_now();",
+                        "return 0;", "}"]
+    assert 'const char* const ember_model_profile_calls[] = {"add_0", "add_0", 0};' in text
 
 
 def test_comments_cannot_end_early():

@@ -17,6 +17,7 @@ from ember.graph import Graph, TensorType
 from ember.ops import UnsupportedOpError
 from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.passes.fuse import FUSE_LEVEL
 from ember.testing import random_array
 
 RTOL, ATOL = 1e-6, 1e-6  # float32 elementwise arithmetic: C and NumPy round alike (FMA aside)
@@ -59,6 +60,8 @@ def test_compile_matches_numpy_for_every_size():
         check(outs, ref(x, b))
     assert cm.graph is g and cm.spec.symbols == ("n",)
     assert [k.ops for k in cm.kernels] == [("mul",), ("add",), ("maximum",), ("add",)]
+    fused = compile_graph(residual_graph()[0], opt_level=FUSE_LEVEL)
+    assert [k.ops for k in fused.kernels] == [("mul",), ("add", "maximum", "add")]  # xw is an output: not fused
     assert cm.source.count("ember_model_run(") == 1
 
 

@@ -1,0 +1,136 @@
+"""What a compiled model is made of: its kernels, their times, and its memory plan.
+
+    cm.profile(x, repeat=10)   # Profile: per-kernel median microseconds
+    print(cm.summary())        # kernels in run order, operators fused into each, times, memory
+    cm.memory.peak_bytes, cm.memory.unplanned_bytes
+
+Profiling calls the library's timed twin of the entry function (ember.codegen.entry:
+`ember_model_profile`), which stores a CLOCK_MONOTONIC timestamp before the first kernel call and
+after each one, `repeat` times. A kernel's time in one run is the sum over its calls (a kernel can
+serve several nodes); the profile reports its median over the runs. Times include the OpenMP
+fork and join of each call, as a normal call pays them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen.c import CRenderer
+from ..codegen.common import safe_name
+from ..codegen.entry import PROFILE_CALLS, PROFILE_ENTRY
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    name: str
+    calls: int  # calls per run
+    median_us: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Per-kernel median times (microseconds) over `repeat` runs, kernels in run order, and the
+    median of the whole run."""
+
+    kernels: tuple[KernelTime, ...]
+    total_us: float
+    repeat: int
+
+    def times(self) -> dict[str, float]:
+        """Kernel name -> median microseconds."""
+        return {k.name: k.median_us for k in self.kernels}
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    peak_bytes: int  # the planned workspace
+    unplanned_bytes: int  # one buffer per intermediate tensor
+    tensors: int  # intermediate tensors in the workspace
+
+    def __str__(self):
+        saved = f", {self.peak_bytes / self.unplanned_bytes:.0%} of it" if self.unplanned_bytes else ""
+        return (f"workspace {_bytes(self.peak_bytes)} for {self.tensors} intermediate tensors "
+                f"(unplanned: {_bytes(self.unplanned_bytes)}{saved})")
+
+
+def profile(cm, inputs, repeat: int) -> Profile:
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, got {repeat}")
+    try:
+        run = getattr(cm._library, PROFILE_ENTRY)
+        names = (ctypes.c_char_p * 0).in_dll(cm._library, PROFILE_CALLS)
+    except AttributeError:
+        raise RuntimeError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
+                           f"it was built by an older ember, compile it again") from None
+    run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
+    run.restype = ctypes.c_int
+    symbols = _call_symbols(ctypes.cast(ctypes.addressof(names), ctypes.POINTER(ctypes.c_char_p)))
+    ticks = np.zeros((repeat, len(symbols) + 1), np.int64)
+    for r in range(repeat):
+        _outputs, args, _keep = cm._arguments(inputs)
+        rc = run(*args, ticks[r].ctypes.data)
+        if rc != 0:
+            raise RuntimeError(f"model {cm.name}: the profiling entry returned {rc}")
+    per_call = np.diff(ticks, axis=1) / 1e3  # microseconds, runs x calls
+    by_symbol = {_symbol(k.name): k.name for k in cm.kernels}
+    order: dict[str, list[int]] = {}
+    for c, s in enumerate(symbols):
+        order.setdefault(by_symbol.get(s, s), []).append(c)
+    kernels = tuple(KernelTime(name, len(cs), float(np.median(per_call[:, cs].sum(axis=1))))
+                    for name, cs in order.items())
+    return Profile(kernels, float(np.median(ticks[:, -1] - ticks[:, 0])) / 1e3, repeat)
+
+
+def memory(cm) -> MemoryUsage:
+    symbols = cm.plan.symbols
+    if symbols:
+        if not cm._layouts:
+            raise ValueError(f"model {cm.name}: the workspace depends on {', '.join(symbols)}; call the model "
+                             f"first, or ask cm.plan.layout({{...}}) for given sizes")
+        binding = dict(zip(cm.spec.symbols, list(cm._layouts)[-1]))
+    else:
+        binding = {}
+    layout = cm.plan.layout(binding)
+    return MemoryUsage(layout.peak_bytes, layout.unplanned_bytes, len(cm.plan.tensors))
+
+
+def summary(cm) -> str:
+    kernels = cm.kernels
+    prof = cm.last_profile
+    times = {k.name: k for k in prof.kernels} if prof is not None else {}
+    head = f"model {cm.name}: {len(kernels)} kernels"
+    if prof is not None:
+        head += f", {prof.total_us:.1f} us per run (median of {prof.repeat} profiled runs)"
+    lines = [head]
+    width = max([len(k.name) for k in kernels] + [6])
+    for i, k in enumerate(kernels):
+        t = times.get(k.name)
+        timing = f"{t.median_us:10.1f} us" if t is not None else ""
+        calls = f"  x{len(k.nodes)}" if len(k.nodes) > 1 else ""
+        lines.append(f"  {i:3d}  {k.name:<{width}}  {timing}  {' + '.join(k.ops)}{calls}")
+    try:
+        lines.append(f"memory: {memory(cm)}")
+    except ValueError as e:
+        lines.append(f"memory: {e}")
+    return "\n".join(lines)
+
+
+def _call_symbols(names) -> list[str]:
+    out = []
+    while names[len(out)] is not None:
+        out.append(names[len(out)].decode())
+    return out
+
+
+def _symbol(kernel_name: str) -> str:
+    """The C name of a kernel (as CRenderer.symbol gives it)."""
+    return safe_name(kernel_name, CRenderer.RESERVED, CRenderer.RESERVED_PREFIXES)
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
