@@ -17,10 +17,10 @@ from benchmarks.models import ZOO  # noqa: E402
 RTOL = ATOL = 1e-4
 
 
-def check(model, inputs):
+def check(model, inputs, **options):
     with torch.no_grad():
         expected = model(*inputs)
-    cm = ember.compile(model, example_inputs=inputs)
+    cm = ember.compile(model, example_inputs=inputs, **options)
     got = cm(*inputs)
     assert isinstance(got, torch.Tensor)
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=RTOL, atol=ATOL)
@@ -30,10 +30,11 @@ def check(model, inputs):
     return cm
 
 
+@pytest.mark.parametrize("opt_level", [0, 2, 3])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_small_variant_matches_torch(name):
+def test_small_variant_matches_torch(name, opt_level):
     model, inputs = ZOO[name](small=True)
-    check(model, inputs)
+    check(model, inputs, opt_level=opt_level)
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
