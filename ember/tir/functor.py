@@ -237,6 +237,13 @@ def visit_stmt(s: Stmt, f: Callable[[Stmt], None]) -> None:
         stack.extend(reversed(stmt_children(node)))
 
 
+def collect(s: Stmt, pred: Callable[[Stmt], bool]) -> list:
+    """The statements of s (s included) that satisfy pred, in program order."""
+    found: list = []
+    visit_stmt(s, lambda x: found.append(x) if pred(x) else None)
+    return found
+
+
 def stmt_exprs(s: Stmt) -> tuple[PrimExpr, ...]:
     """The expressions held directly by one statement (not those of its children)."""
     match s:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ...errors import ScheduleError
 from ..expr import BufferLoad, PrimExpr, Var, all_, as_int, const
-from ..functor import mutate_stmt, stmt_children, stmt_exprs, visit_expr
+from ..functor import collect, mutate_stmt, stmt_exprs, visit_expr
 from ..region import Interval
 from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
@@ -60,45 +60,18 @@ def detach(sch: Schedule, block: BlockRV) -> BlockRealize:
 
 def reads_buffer(s: Stmt, buffers) -> bool:
     found = []
-
-    def on_expr(e):
-        if isinstance(e, BufferLoad) and e.buffer in buffers:
-            found.append(e)
-
-    def walk(st):
+    for st in collect(s, lambda _: True):
         for e in stmt_exprs(st):
-            visit_expr(e, on_expr)
-        for c in stmt_children(st):
-            walk(c)
-
-    walk(s)
+            visit_expr(e, lambda n: found.append(n) if isinstance(n, BufferLoad) and n.buffer in buffers else None)
     return bool(found)
 
 
 def writes_buffer(s: Stmt, buffers) -> bool:
-    found = []
-
-    def walk(st):
-        if isinstance(st, BufferStore) and st.buffer in buffers:
-            found.append(st)
-        for c in stmt_children(st):
-            walk(c)
-
-    walk(s)
-    return bool(found)
+    return bool(collect(s, lambda st: isinstance(st, BufferStore) and st.buffer in buffers))
 
 
 def realizes_in(s: Stmt) -> list[BlockRealize]:
-    out: list[BlockRealize] = []
-
-    def walk(st):
-        if isinstance(st, BlockRealize):
-            out.append(st)
-        for c in stmt_children(st):
-            walk(c)
-
-    walk(s)
-    return out
+    return collect(s, lambda st: isinstance(st, BlockRealize))
 
 
 def output_buffers(block: Block) -> list:
@@ -108,16 +81,7 @@ def output_buffers(block: Block) -> list:
 def check_writes_its_point(block: Block, primitive: str) -> None:
     """The block stores each output at exactly its spatial iteration point (as te.compute does)."""
     spatial = [iv.var for iv in block.iter_vars if iv.kind == "spatial"]
-    stores: list[BufferStore] = []
-
-    def walk(st):
-        if isinstance(st, BufferStore):
-            stores.append(st)
-        for c in stmt_children(st):
-            walk(c)
-
-    walk(block.body)
-    for st in stores:
+    for st in collect(block.body, lambda x: isinstance(x, BufferStore)):
         if len(st.indices) != len(spatial) or any(i is not v for i, v in zip(st.indices, spatial)):
             raise ScheduleError(
                 f"{primitive}: block {block.name!r} does not write its outputs at its own iteration "

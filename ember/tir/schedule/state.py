@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from ...errors import ScheduleError
 from ..expr import Var
-from ..functor import mutate_stmt, stmt_children
+from ..functor import collect, mutate_stmt, stmt_children
 from ..stmt import Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt
 from .trace import Instruction, Trace
 
@@ -225,16 +225,7 @@ class Schedule:
 
     def all_realizes(self) -> list[BlockRealize]:
         """Every block, in the order the function runs them."""
-        out: list[BlockRealize] = []
-
-        def walk(s: Stmt):
-            if isinstance(s, BlockRealize):
-                out.append(s)
-            for c in stmt_children(s):
-                walk(c)
-
-        walk(self.root_block().body)
-        return out
+        return collect(self.root_block().body, lambda s: isinstance(s, BlockRealize))
 
 
 def replace_stmt(root: Stmt, old: Stmt, new: Stmt) -> Stmt:
