@@ -1,7 +1,7 @@
 """Schedules on the loop IR: `Schedule(func)`, its primitives, and replayable traces."""
 
-from . import cache, compute_location, inline, loops, reduction  # noqa: F401  (register primitives)
-from .state import PRIMITIVES, BlockRV, LoopRV, Schedule
+from . import cache, compute_location, inline, loops, reduction, sampling  # noqa: F401  (register primitives)
+from .state import PRIMITIVES, BlockRV, ExprRV, LoopRV, Schedule
 from .trace import Instruction, Trace
 
-__all__ = ["PRIMITIVES", "BlockRV", "Instruction", "LoopRV", "Schedule", "Trace"]
+__all__ = ["PRIMITIVES", "BlockRV", "ExprRV", "Instruction", "LoopRV", "Schedule", "Trace"]

@@ -15,6 +15,7 @@ once: its function is how it applies, its signature is how it prints and seriali
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -41,6 +42,23 @@ class BlockRV:
         return self.name
 
 
+class ExprRV(int):
+    """The integer a sampling primitive chose, with the name the trace gives it ("v3"): it is
+    an int wherever a primitive takes one (split factors, an annotation's value), and a handle
+    in the trace, so that replaying a trace with another decision changes what uses it."""
+
+    def __new__(cls, value: int, name: str):
+        obj = super().__new__(cls, value)
+        obj.name = name
+        return obj
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):
+        return (ExprRV, (int(self), self.name))
+
+
 PRIMITIVES: dict[str, Callable] = {}
 
 
@@ -51,16 +69,20 @@ def primitive(fn: Callable) -> Callable:
     return fn
 
 
+HANDLES = (LoopRV, BlockRV, ExprRV)
+
+
 def _is_handle(v) -> bool:
-    if isinstance(v, LoopRV | BlockRV):
+    if isinstance(v, HANDLES):
         return True
-    return isinstance(v, list | tuple) and len(v) > 0 and all(isinstance(x, LoopRV | BlockRV) for x in v)
+    return isinstance(v, list | tuple) and len(v) > 0 and all(isinstance(x, HANDLES) for x in v)
 
 
 class Schedule:
-    """Transforms `func` primitive by primitive; `sch.mod` is the function now."""
+    """Transforms `func` primitive by primitive; `sch.mod` is the function now. `seed` fixes
+    the choices of the sampling primitives (ember.tir.schedule.sampling)."""
 
-    def __init__(self, func: PrimFunc):
+    def __init__(self, func: PrimFunc, seed: int | None = None):
         if not isinstance(func, PrimFunc):
             raise TypeError(f"Schedule takes a PrimFunc, got {type(func).__name__}")
         self.mod = func
@@ -69,8 +91,10 @@ class Schedule:
         self._loops: dict[LoopRV, Var] = {}
         self._blocks: dict[BlockRV, str] = {}
         self._consumed: dict[Var, str] = {}
-        self._counter = {"l": 0, "b": 0}
+        self._counter = {"l": 0, "b": 0, "v": 0}
         self._depth = 0
+        self.rng = random.Random(seed)
+        self._decision = None
 
     # -- dispatch --------------------------------------------------------------------------
     def __getattr__(self, name):
@@ -109,7 +133,7 @@ class Schedule:
                 inputs.append(("*" + pname, tuple(h.name for h in flat)))
                 continue
             if _is_handle(value):
-                names = value.name if isinstance(value, LoopRV | BlockRV) else tuple(h.name for h in value)
+                names = value.name if isinstance(value, HANDLES) else tuple(h.name for h in value)
                 inputs.append((pname, names))
             elif not (value is None and param.default is None):  # an optional handle left out
                 attrs.append((pname, _freeze(value)))
@@ -118,6 +142,7 @@ class Schedule:
         try:
             result = fn(self, *args, **kwargs)
         except Exception:
+            self._decision = None
             if self._depth == 1:  # a rejected directive leaves the schedule as it was
                 self.mod, self._consumed = saved
             raise
@@ -125,6 +150,9 @@ class Schedule:
             self._depth -= 1
         if self._depth == 0:
             outs = result if isinstance(result, list | tuple) else ([] if result is None else [result])
+            if self._decision is not None:  # a sampling primitive: record what it chose
+                attrs = [(k, v) for k, v in attrs if k != "decision"] + [("decision", _freeze(self._decision))]
+                self._decision = None
             self.trace.append(Instruction(kind, tuple(inputs), tuple(attrs), tuple(o.name for o in outs)))
         return result
 
@@ -138,6 +166,8 @@ class Schedule:
         new._consumed = dict(self._consumed)
         new._counter = dict(self._counter)
         new._depth = 0
+        new.rng = random.Random(self.rng.getrandbits(64))
+        new._decision = None
         return new
 
     # -- handles ---------------------------------------------------------------------------
@@ -146,6 +176,15 @@ class Schedule:
         self._counter["l"] += 1
         self._loops[rv] = var
         return rv
+
+    def new_expr_rv(self, value: int) -> ExprRV:
+        rv = ExprRV(value, f"v{self._counter['v']}")
+        self._counter["v"] += 1
+        return rv
+
+    def record_decision(self, decision) -> None:
+        """What a sampling primitive chose; the trace stores it as the instruction's decision."""
+        self._decision = decision
 
     def new_block_rv(self, name: str) -> BlockRV:
         rv = BlockRV(f"b{self._counter['b']}")
@@ -235,9 +274,9 @@ def replace_stmt(root: Stmt, old: Stmt, new: Stmt) -> Stmt:
 
 
 def _freeze(v):
-    if isinstance(v, list):
+    if isinstance(v, list | tuple):
         return tuple(_freeze(x) for x in v)
-    return v
+    return int(v) if isinstance(v, ExprRV) else v
 
 
 def seq_children(s: Stmt) -> list[Stmt]:

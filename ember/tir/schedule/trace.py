@@ -94,6 +94,19 @@ class Trace:
     def from_json(text: str) -> Trace:
         return Trace([Instruction.from_json(o) for o in json.loads(text)])
 
+    def decisions(self) -> dict[int, object]:
+        """{instruction index: decision} of the sampling instructions."""
+        return {k: dict(i.attrs)["decision"] for k, i in enumerate(self.instructions) if "decision" in dict(i.attrs)}
+
+    def with_decision(self, index: int, decision) -> Trace:
+        """This trace with the decision of instruction `index` replaced (None: sample it anew
+        when replayed); replaying it rebuilds the schedule that decision gives."""
+        inst = self.instructions[index]
+        attrs = tuple((k, _unjson(_jsonable(decision)) if k == "decision" else v) for k, v in inst.attrs)
+        new = list(self.instructions)
+        new[index] = Instruction(inst.kind, inst.inputs, attrs, inst.outputs)
+        return Trace(new)
+
     def apply_to(self, sch) -> None:
         """Replay every instruction on `sch` (a fresh Schedule of the same function)."""
         names: dict[str, object] = {}
