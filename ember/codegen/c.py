@@ -50,7 +50,7 @@ from ..tir.expr import (
 from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
 from .c_prelude import SIGNED_INTS, CPrelude
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
-from .registers import register_lanes
+from .registers import register_gather, register_lanes, whole_register
 
 # C operator precedence, higher binds tighter.
 PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 6, 5, 4, 3
@@ -247,9 +247,27 @@ class CRenderer:
 
     def _register(self, buf: Buffer, index: PrimExpr) -> str:
         width = self._registers[buf]
-        if isinstance(index, Ramp):
-            return f"{self._buffer(buf)}_{as_int(index.base) // width}"
-        return f"{self._buffer(buf)}_{as_int(index) // width}[{as_int(index) % width}]"
+        name = self._buffer(buf)
+        if whole_register(index, width):
+            return f"{name}_{as_int(index.base) // width}"
+        if isinstance(index, Ramp):  # lanes of several registers (registers.register_gather)
+            return self._register_gather(name, buf.dtype, width, register_gather(index))
+        return f"{name}_{as_int(index) // width}[{as_int(index) % width}]"
+
+    def _register_gather(self, name: str, dtype: str, width: int, offsets: list[int]) -> str:
+        """A vector of the register elements at `offsets`. The same lane of several registers is
+        a column of their tile transposed (CPrelude.column: the C compiler shares the shuffles
+        of the transpose between the columns); anything else is composed lane by lane."""
+        regs = [o // width for o in offsets]
+        lanes = 1 << (len(offsets) - 1).bit_length()  # columns of 3, 5..7 lanes live in vectors of 4, 8
+        elem = dt.element_of(dtype)
+        if len({o % width for o in offsets}) == 1 and lanes <= width and dt.compute_dtype(elem) == elem \
+                and elem != "bool":
+            regs += [regs[-1]] * (lanes - len(regs))
+            args = ", ".join(f"{name}_{r}" for r in regs)
+            return f"{self.lib.column(elem, width, lanes)}({offsets[0] % width}, {args})"
+        lanes_text = ", ".join(f"{name}_{o // width}[{o % width}]" for o in offsets)
+        return f"({self.lib.value_vec(dtype, len(offsets))}){{{lanes_text}}}"
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
         lanes = dt.lanes_of(index.dtype)

@@ -7,7 +7,7 @@ operations that C has no operator for, so the kernels stay one readable expressi
 
 - contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
   converted to float on load and back on store; booleans are bytes in memory, masks in registers;
-- gathers, scatters and libm calls lane by lane;
+- gathers, scatters and libm calls lane by lane; the columns of a tile of registers (a transpose);
 - floor division and modulo with numpy's rules (integers and floats), min and max that propagate
   NaN like numpy.maximum, vector selects as mask blends.
 
@@ -233,6 +233,37 @@ class CPrelude:
             template = _INT_FLOORDIV if op == "//" else _INT_FLOORMOD
         f = "f" if elem == "float32" else ""
         return self._helper(name, lambda: template.format(T=self.types[elem], name=name, f=f))
+
+    def column(self, elem: str, width: int, lanes: int) -> str:
+        """`ember_column_<elem>x<width>x<lanes>(e, r0, ..., r<lanes-1>)`: lane e of each register
+        r_k, as one vector: column e of the register tile transposed (a channel-vector tile
+        written along its columns). log2(lanes) rounds of interleaving transpose the tile; GCC
+        shares them between the columns a kernel takes (always_inline, so that it can)."""
+        t, t_out, m = self.vec(elem, width), self.vec(elem, lanes), self.vec(f"int{dt.bits(elem)}", width)
+        name = f"ember_column_{elem}x{width}x{lanes}"
+
+        def interleave(half: int) -> str:
+            return f"({m}){{{', '.join(f'{half + k}, {width + half + k}' for k in range(width // 2))}}}"
+
+        def make() -> str:
+            regs = [f"r{k}" for k in range(lanes)]
+            lines = [f"static inline __attribute__((always_inline)) {t_out} {name}(int e, "
+                     f"{', '.join(f'{t} {r}' for r in regs)}) {{"]
+            for rnd in range((lanes - 1).bit_length()):
+                out = []
+                for i in range(lanes // 2):
+                    a, b = regs[i], regs[i + lanes // 2]
+                    out += [f"s{rnd}_{2 * i}", f"s{rnd}_{2 * i + 1}"]
+                    lines.append(f"  {t} {out[-2]} = __builtin_shuffle({a}, {b}, {interleave(0)}), "
+                                 f"{out[-1]} = __builtin_shuffle({a}, {b}, {interleave(width // 2)});")
+                regs = out
+            lines += [f"  {t} tile[{lanes}] = {{{', '.join(regs)}}};",
+                      f"  {t} v = tile[e * {lanes} / {width}];",
+                      f"  int o = e * {lanes} % {width};",
+                      f"  return ({t_out}){{{', '.join(f'v[o + {k}]' for k in range(lanes))}}};", "}"]
+            return "\n".join(lines)
+
+        return self._helper(name, make)
 
     def padded_bytes(self) -> str:
         """`size_t ember_padded_bytes(int64_t count, size_t size)`: bytes for aligned_alloc."""

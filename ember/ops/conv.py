@@ -10,7 +10,9 @@ The te compute, for n spatial dimensions:
   to a multiple of 16), the accumulation (tagged "conv") runs over (N, OC/16, out spatial...,
   16) with the 16 output channels of a block in one vector, and the result is read back as NCHW:
   the schedule keeps a tile of 16*b channels x w output columns in registers, each input value
-  broadcast against the packed weights (one load, one FMA per vector);
+  broadcast against the packed weights (one load, one FMA per vector), and writes it (with the
+  bias and any fused epilogue) in vectors along the output columns, the tile transposed in
+  registers;
 - depthwise (groups == C == OC): the same, with the padded input also in blocks of 16 channels
   (N, C/16, spatial..., 16), so that any stride reads whole vectors;
 - other groups: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the
@@ -316,11 +318,14 @@ def _schedule(s, outputs):
     out = outputs[0]
     width = as_int(out.shape[-1])
     if anchor.tag == ANCHOR:
-        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled
+        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled in the
+        # accumulation (a vector of 16 channels each); the output (and its epilogue) is written
+        # in vectors along the columns, the tile transposed in registers, unless a tail of
+        # columns would guard the lanes
         blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
+        cols = _tile_width(width, 12 if blocks == 2 else 24)
         prepare(s, outputs, anchor)
-        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, _tile_width(width, 12 if blocks == 2 else 24),
-                       vector_cols=False)
+        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, cols, vector_cols=width % cols == 0)
         return None
     # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
     lanes = lanes_dividing(width, (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))

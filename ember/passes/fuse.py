@@ -43,9 +43,11 @@ from dataclasses import dataclass
 from ..graph.core import Graph, Node, TensorType, Value
 from ..ops.registry import get
 
-# the lowest opt_level that fuses: 3 until fused conv epilogues are vectorized (at 2 they cost
-# MobileNetV2 11.8 ms against 8.6 ms unfused; ResNet-18 24.3 against 23.1)
-FUSE_LEVEL = 3
+# the lowest opt_level that fuses. Fused conv epilogues store vectors from the registers (the
+# channel-vector tile transposed, ember.ops.conv), so fusing pays: batch 1, one thread, median CPU
+# time, MobileNetV2 15.0 ms fused against 17.3 ms unfused, ResNet-18 43.7 against 45.8 (BERT-base
+# 287 against 276: gelu's erf, one libm call per lane, costs more inside a matmul tile)
+FUSE_LEVEL = 2
 MAX_GROUP_NODES = 32
 KIND = {"elementwise": 0, "broadcast": 1, "injective": 2, "reduction": 3, "out_elementwise_fusable": 4, "opaque": 5}
 ELEMENTWISE, BROADCAST, INJECTIVE, REDUCTION, ANCHOR, OPAQUE = range(6)

@@ -137,8 +137,9 @@ def _widest_element(s: Stmt) -> int:
 
 def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
     """Vectorize the loops marked "vectorized". With `vector_bytes` (the SIMD register size of
-    the target), a loop wider than one register becomes one vector per register, unrolled:
-    compilers handle vectors of the native width far better than wider ones."""
+    the target), a loop wider than one register becomes one vector per register, unrolled, the
+    last one narrower where the registers do not divide it (24 lanes: 16 + 8): compilers handle
+    vectors of the native width far better than wider ones."""
 
     def f(s: Stmt):
         if not (isinstance(s, For) and s.kind == "vectorized"):
@@ -146,20 +147,20 @@ def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
         n = as_int(s.extent)
         if n is None or n < 2:
             return replace(s, kind="serial")
-        width = n
-        if vector_bytes:
-            per_register = max(1, vector_bytes // _widest_element(s.body))
-            if n > per_register and n % per_register == 0:
-                width = per_register
+        width = max(1, vector_bytes // _widest_element(s.body)) if vector_bytes else n
         try:
-            if width == n:
+            if width >= n:
                 return _Vectorizer(s.loop_var, n).stmt(s.body)
-            inner = Var(s.loop_var.name)
-            return seq(*(
-                _Vectorizer(inner, width).stmt(substitute_stmt(s.body, {s.loop_var: inner + k * width}))
-                for k in range(n // width)
-            ))
+            return seq(*(_vector_chunk(s, start, min(width, n - start)) for start in range(0, n, width)))
         except CannotVectorize:
             return s
 
     return func.with_body(mutate_stmt(func.body, f_stmt=f))
+
+
+def _vector_chunk(loop: For, start: int, lanes: int) -> Stmt:
+    """Iterations start .. start + lanes - 1 of a vectorized loop, as one vector of `lanes`."""
+    if lanes == 1:
+        return substitute_stmt(loop.body, {loop.loop_var: const(start, loop.loop_var.dtype)})
+    inner = Var(loop.loop_var.name)
+    return _Vectorizer(inner, lanes).stmt(substitute_stmt(loop.body, {loop.loop_var: inner + start}))
