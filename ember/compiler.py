@@ -12,7 +12,11 @@
    (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
    lowered in `jobs` worker processes when there are many of them;
 3. plans the workspace over the groups' outputs (ember.passes.plan_memory: liveness, greedy by
-   size; values inside a group never reach memory);
+   size; values inside a group never reach memory). A group of reshapes alone (VIEW_OPS) makes
+   no kernel: its output is a view of its input's bytes (when it is a graph output, its input's
+   kernel writes the output's bytes; where it cannot, a kernel copies). A group may write its
+   output over an input of its type that dies there and that only elementwise operators read
+   (in place: an elementwise chain, a residual add in a conv's or gemm's epilogue);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
@@ -50,9 +54,9 @@ from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
 from .ops.kernel import GroupNode, group_kernel
 from .ops.registry import UnsupportedOpError, exists
-from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
+from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
-from .passes.plan_memory import MemoryPlan, plan_memory
+from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
 from .runtime.build import build_library, explain_cache_key
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
 from .target import host_vector_bytes
@@ -61,6 +65,7 @@ from .tir.structural import structural_hash
 
 PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
 MAX_NAME_OPS = 4  # operators named in a kernel's name
+VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int,
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
                   jobs: int | None = None, cc: str | None = None,
-                  cflags: str | Sequence[str] | None = None) -> CompiledModel:
+                  cflags: str | Sequence[str] | None = None, database=None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -100,6 +105,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; 1 where workers cannot be forked safely).
     cc, cflags: the C compiler and its flags (default: the options).
+    database: an ember.tune.Database; each kernel with a record for this machine's target takes
+        the schedule of its best record.
     """
     start = time.perf_counter()
     _check(graph)
@@ -111,15 +118,18 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     if fusing and "fuse" in printed_passes(print_ir):
         print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
 
-    group_kernels, kernels, lowered, jobs = _kernels(fused, jobs)
+    views, output_views = _views(fused, graph)
+    no_kernel = views | set(output_views.values())
+    kernel_groups = dataclasses.replace(fused, groups=tuple(g for g in fused.groups if g not in no_kernel))
+    group_kernels, kernels, lowered, jobs = _kernels(kernel_groups, jobs, database)
     users: dict[str, list[Group]] = {}
     for g, _, k in group_kernels:
         users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
-    plan = plan_memory(_kernel_graph(fused))
-    refs = _Refs(graph, plan, symbols)
+    plan = plan_memory(_kernel_graph(fused, views, output_views))
+    refs = _Refs(graph, plan, symbols, views, output_views)
     calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
                         tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
                         "; ".join(repr(n) for n in g.nodes))
@@ -152,19 +162,25 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
 def compile(model, example_inputs=None, **options) -> CompiledModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
     path or a ModelProto). Options: those of `compile_graph`."""
+    return compile_graph(import_model(model, example_inputs), **options)
+
+
+def import_model(model, example_inputs=None) -> Graph:
+    """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`), or an
+    ONNX model (a path or a ModelProto)."""
     if isinstance(model, Graph):
-        return compile_graph(model, **options)
+        return model
     torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
     if torch is not None and isinstance(model, torch.nn.Module):
         if example_inputs is None:
             raise TypeError("compiling a torch.nn.Module needs example_inputs (a tuple of tensors)")
         from .frontend.torch import import_module
 
-        return compile_graph(import_module(model, example_inputs), **options)
+        return import_module(model, example_inputs)
     if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
         from .frontend.onnx import import_onnx
 
-        return compile_graph(import_onnx(model), **options)
+        return import_onnx(model)
     raise TypeError(f"ember.compile takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
                     f"got {type(model).__name__}")
 
@@ -215,7 +231,8 @@ def _threads(num_threads: int | None) -> int:
 
 
 # -- lowering ---------------------------------------------------------------------------------
-def _workload(group: Group) -> Workload:
+def workload_of(group: Group) -> Workload:
+    """What a group computes, as plain data: its input types, its nodes, its outputs."""
     inputs = {id(v): k for k, v in enumerate(group.inputs)}
     made = {id(v): (j, i) for j, n in enumerate(group.nodes) for i, v in enumerate(n.outputs)}
     nodes = tuple((n.op, n.attrs, tuple(made.get(id(v)) or (-1, inputs[id(v)]) for v in n.inputs),
@@ -223,16 +240,22 @@ def _workload(group: Group) -> Workload:
     return tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs)
 
 
-def _kernels(fused: FusedGraph, jobs: int | None) -> tuple[list, list[PrimFunc], int, int]:
+def _kernels(fused: FusedGraph, jobs: int | None, database=None) -> tuple[list, list[PrimFunc], int, int]:
     """The kernel of each group: (group, its own lowered function, the kernel it calls) in run
     order; the distinct kernels; how many workloads were lowered, in how many processes.
+    A workload with a record in the tuning `database` takes the schedule of its best record.
 
     A group's own function gives the order of its size arguments: a shared kernel may have been
     lowered for other symbols in the same places."""
-    of_group = [_workload(g) for g in fused.groups]
+    of_group = [workload_of(g) for g in fused.groups]
     workloads = list(dict.fromkeys(of_group))
     jobs = _jobs(jobs, len(workloads))
-    lowered = dict(zip(workloads, _lower_all(workloads, jobs)))
+    traces = [None] * len(workloads)
+    if database is not None:
+        from .tune.extract import best_traces
+
+        traces = best_traces(workloads, database)
+    lowered = dict(zip(workloads, _lower_all(workloads, traces, jobs)))
     # structurally equal functions share one kernel, named after its first group's operators
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
@@ -251,16 +274,68 @@ def _kernel_name(w: Workload) -> str:
     return "_".join(ops[:MAX_NAME_OPS])
 
 
-def _kernel_graph(fused: FusedGraph) -> Graph:
-    """The graph of the kernels: one node per group (op "kernel"), reading its inputs and writing
-    its outputs, in run order; what memory planning needs to know."""
-    nodes = [Node("kernel", g.inputs, Attrs(), g.outputs, f"kernel{k}") for k, g in enumerate(fused.groups)]
-    return Graph(fused.graph.name, list(fused.graph.inputs), fused.graph.constants, nodes, list(fused.graph.outputs))
+def _kernel_graph(fused: FusedGraph, views: set[Group], output_views: dict[int, Group]) -> Graph:
+    """The graph of the kernels: one node per group in run order, reading its inputs and writing
+    its outputs (op "kernel", with the outputs it may write in place; op VIEW for a view); what
+    memory planning needs to know. A value an output views is written as that output."""
+    nodes = [Node(VIEW, g.inputs, Attrs(), g.outputs, f"view{k}") if g in views else
+             Node("kernel", g.inputs, Attrs({"in_place": _in_place(g)}), g.outputs, f"kernel{k}")
+             for k, g in enumerate(fused.groups) if g not in output_views.values()]
+    outputs = [*fused.graph.outputs, *(g.inputs[0] for g in output_views.values())]
+    return Graph(fused.graph.name, list(fused.graph.inputs), fused.graph.constants, nodes, outputs)
 
 
-def lower_workload(w: Workload) -> PrimFunc:
+def _views(fused: FusedGraph, graph: Graph) -> tuple[set[Group], dict[int, Group]]:
+    """The groups that make no kernel, reshapes alone (VIEW_OPS) of one value: its bytes under
+    another shape. Those that are graph outputs, by the id of the value they view: that value's
+    kernel writes the output's bytes, which needs it made by a kernel and no graph output itself
+    (else a kernel copies)."""
+    def reshapes(g: Group) -> bool:
+        return all(n.op in VIEW_OPS for n in g.nodes) and len(g.inputs) == len(g.outputs) == 1
+
+    made_by_kernel = {id(v) for g in fused.groups if not reshapes(g) for v in g.outputs}
+    outputs = {id(v) for v in graph.outputs}
+    views, output_views = set(), {}
+    for g in filter(reshapes, fused.groups):
+        x, y = g.inputs[0], g.outputs[0]
+        if id(y) not in outputs:
+            views.add(g)
+        elif id(x) in made_by_kernel and id(x) not in outputs and id(x) not in output_views:
+            output_views[id(x)] = g
+    return views, output_views
+
+
+def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
+    """(output, input) positions a group may write in place: its one output over an input of its
+    type that only elementwise operators read, up to the output (an elementwise chain, a conv or
+    gemm epilogue's residual add), so that each output element is computed from the element at the
+    same place, read before it is written."""
+    if len(group.outputs) != 1:
+        return ()
+    out = group.outputs[0]
+    pairs = []
+    for k, x in enumerate(group.inputs):
+        reached = {id(x)}
+        for n in group.nodes:
+            if any(id(v) in reached for v in n.inputs):
+                if kind(n) > BROADCAST:
+                    break
+                reached.update(id(v) for v in n.outputs)
+        else:
+            if x.type == out.type and id(out) in reached:
+                pairs.append((0, k))
+    return tuple(pairs)
+
+
+def lower_workload(w: Workload, trace_json: str | None = None) -> PrimFunc:
     """One group of operator applications as a lowered function (named "kernel": names do not
-    change the structural hash)."""
+    change the structural hash), scheduled by its operators' schedule or by `trace_json` (a
+    tuning record's trace of the group's unscheduled function)."""
+    if trace_json is not None:
+        from .tir.schedule import Trace
+        from .tune.extract import workload_task
+
+        return lower(workload_task(w, default=False).schedule(Trace.from_json(trace_json)), name="kernel")
     in_types, nodes, outputs = w
     s, args = group_kernel(list(in_types), list(nodes), list(outputs))
     return lower(s, args, name="kernel")
@@ -277,26 +352,31 @@ def _jobs(jobs: int | None, n: int) -> int:
     return max(1, min(jobs, n))
 
 
-def _lower_all(workloads: list[Workload], jobs: int) -> list[PrimFunc]:
+def _lower_all(workloads: list[Workload], traces: list[str | None], jobs: int) -> list[PrimFunc]:
     if jobs <= 1:
-        return [lower_workload(w) for w in workloads]
+        return [lower_workload(w, t) for w, t in zip(workloads, traces)]
     host_vector_bytes()  # asked once, here, rather than by every worker
     ctx = multiprocessing.get_context("fork")
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-        return list(pool.map(lower_workload, workloads, chunksize=max(1, len(workloads) // (4 * jobs))))
+        return list(pool.map(lower_workload, workloads, traces, chunksize=max(1, len(workloads) // (4 * jobs))))
 
 
 # -- where each value lives --------------------------------------------------------------------
 class _Refs:
-    """The entry function's reference of each value: an input, an output, a weight (constants in
-    order of first use), or a workspace tensor of the plan."""
+    """The entry function's reference of each value: an input, an output (or a value an output
+    views), a weight (constants in order of first use), or a workspace tensor of the plan; a view
+    outside the workspace refers to what it views."""
 
-    def __init__(self, graph: Graph, plan: MemoryPlan, symbols: list[str]):
+    def __init__(self, graph: Graph, plan: MemoryPlan, symbols: list[str], views: set[Group],
+                 output_views: dict[int, Group]):
         self.graph, self.symbols = graph, symbols
+        self.viewed = {id(g.outputs[0]): g.inputs[0] for g in views}
         self.inputs = {id(v): k for k, v in enumerate(graph.inputs)}
         self.outputs: dict[int, int] = {}
         for k, v in enumerate(graph.outputs):
             self.outputs.setdefault(id(v), k)
+        for x, g in output_views.items():  # written as the output that views it
+            self.outputs[x] = self.outputs[id(g.outputs[0])]
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {}
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
@@ -308,7 +388,9 @@ class _Refs:
             return Ref("weight", self.weights.setdefault(v.name, len(self.weights)))
         if id(v) in self.outputs:
             return Ref("output", self.outputs[id(v)])
-        return Ref("workspace", self.workspace[v.name])
+        if v.name in self.workspace:
+            return Ref("workspace", self.workspace[v.name])
+        return self.of(self.viewed[id(v)])
 
     def copies(self) -> list[Copy]:
         """Outputs no kernel writes: inputs and constants returned as they are, repeated outputs."""

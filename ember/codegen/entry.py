@@ -9,9 +9,11 @@ that holds them:
 
 A kernel argument points into the model's inputs, its outputs, its weights, or the workspace
 (at `offsets[k]`, the memory plan's offset of workspace tensor k for this call's sizes); a
-kernel's size arguments are entries of `sizes`, the model's symbolic dimensions. Outputs that no
-kernel writes (an input or a weight returned as is, an output listed twice) are copied at the
-end. `num_threads` > 0 sets the OpenMP threads of the calling thread first. Returns 0.
+kernel's size arguments are entries of `sizes`, the model's symbolic dimensions. A view (a reshape
+of a contiguous buffer, ember.passes.plan_memory) makes no call: its readers are handed the bytes
+it views; a kernel writing in place is handed the same workspace offset for an input and its output.
+Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
+copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thread first. Returns 0.
 
 Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ticks` (one more
 entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC

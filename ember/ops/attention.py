@@ -6,6 +6,13 @@ defaults to 1/sqrt(E). A bool mask keeps where True, a float mask is added; both
 (..., L, S). causal keeps key j for query i when j <= i. A row with every key masked out is NaN
 (as in PyTorch).
 
+layout "bshd" (default "bhsd") takes q (..., L, H, E), k (..., S, H, E), v (..., S, H, Ev) and gives
+(..., L, H, Ev): the heads after the sequence, as a linear layer's output reshaped to heads is, so
+that a model's head split and merge (transposes of axes -3 and -2 around the attention,
+ember.passes.fold_transposes) need no kernel. It computes the same as the default layout on the
+inputs with axes -3 and -2 swapped, the result swapped back; the mask still broadcasts to the
+scores (..., H, L, S).
+
 The te compute is a row-wise softmax in stages: scores (q k^T), their row maximum, the
 exponentials, their row sum, and the weighted sum of v divided by it. The schedule runs every
 stage in parallel over (batch, query row) and vectorizes the weighted sum of v along Ev.
@@ -28,8 +35,27 @@ from .kernel import te_shape
 from .registry import OpDef, OpTypeError, register
 from .tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
 
+LAYOUTS = ("bhsd", "bshd")
+
+
+def _heads_first(t: TensorType) -> TensorType:
+    """A bshd type in the default layout: axes -3 and -2 swapped."""
+    return TensorType(t.shape[:-3] + (t.shape[-2], t.shape[-3], t.shape[-1]), t.dtype)
+
 
 def _infer(types, attrs):
+    if attrs["layout"] not in LAYOUTS:
+        raise OpTypeError(f"scaled_dot_product_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
+    if attrs["layout"] == "bshd":
+        if min(t.rank for t in types[:3]) < 3:
+            raise OpTypeError(f"scaled_dot_product_attention: layout bshd needs q, k, v of rank >= 3, got "
+                              f"{', '.join(str(t.shape) for t in types[:3])}")
+        (out,) = _infer_heads_first([_heads_first(t) for t in types[:3]] + list(types[3:]), attrs)
+        return [_heads_first(out)]
+    return _infer_heads_first(types, attrs)
+
+
+def _infer_heads_first(types, attrs):
     q, k, v = types[:3]
     dtype = result_dtype("scaled_dot_product_attention", q, k, v)
     check_float("scaled_dot_product_attention", q)
@@ -61,6 +87,8 @@ def _scale(attrs, e: int) -> float:
 
 def _reference(inputs, attrs):
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
+    if attrs["layout"] == "bshd":
+        q, k, v = (np.swapaxes(x, -3, -2) for x in (q, k, v))
     s = q @ np.swapaxes(k, -1, -2) * _scale(attrs, q.shape[-1])
     keep = np.ones(s.shape[-2:], bool)
     if attrs["causal"]:
@@ -75,28 +103,37 @@ def _reference(inputs, attrs):
     with np.errstate(invalid="ignore"):
         p = np.exp(s - s.max(axis=-1, keepdims=True))
         out = p @ v / p.sum(axis=-1, keepdims=True)
-    return [out.astype(inputs[0].dtype)]
+    if attrs["layout"] == "bshd":
+        out = np.swapaxes(out, -3, -2)
+    return [np.ascontiguousarray(out.astype(inputs[0].dtype))]
 
 
 def _compute(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
     acc = "float32" if q.dtype == "float16" else q.dtype
-    e_dim, s_dim = q.shape[-1], k.shape[-2]
+    bshd = attrs["layout"] == "bshd"
+
+    def swap(i) -> tuple:
+        """An index (or shape) in the heads-first order the stages use, from or to the op's layout."""
+        return tuple(i[:-3]) + (i[-2], i[-3], i[-1]) if bshd else tuple(i)
+
+    qs, ks, vs = swap(q.shape), swap(k.shape), swap(v.shape)
+    e_dim, s_dim = qs[-1], ks[-2]
     scale = _scale(attrs, as_int(e_dim))
-    rows = list(te_shape(out_types[0])[:-1])
+    rows = list(swap(te_shape(out_types[0]))[:-1])
     nb = len(rows) - 1
 
-    def batched(x, i):
-        return broadcast_index(i[:nb], x.shape[:-2])
+    def batched(shape, i):
+        return broadcast_index(i[:nb], shape[:-2])
 
     # k transposed once (a PACK stage), so that the scores' register tile reads rows of it
-    kt = te.compute(tuple(k.shape[:-2]) + (e_dim, s_dim), lambda *i: k[i[:-2] + (i[-1], i[-2])],
-                    name="k_transposed", tag=PACK)
+    kt = te.compute(ks[:-2] + (e_dim, s_dim), lambda *i: k[swap(i[:-2] + (i[-1], i[-2]))], name="k_transposed",
+                    tag=PACK)
     re = te.reduce_axis((0, e_dim), name="e")
     qk = te.compute(rows + [s_dim], lambda *i: te.sum(
-        cast(acc, q[batched(q, i) + (i[nb], re)]) * cast(acc, kt[batched(k, i) + (re, i[nb + 1])]), axis=re),
-        name="scores")
+        cast(acc, q[swap(batched(qs, i) + (i[nb], re))]) * cast(acc, kt[batched(ks, i) + (re, i[nb + 1])]),
+        axis=re), name="scores")
 
     def score(i):
         """The scaled, masked score at (batch..., query, key) index i."""
@@ -118,9 +155,10 @@ def _compute(inputs, attrs, out_types):
     rj2 = te.reduce_axis((0, s_dim), name="j")
     denom = te.compute(rows, lambda *i: te.sum(p[i + (rj2,)], axis=rj2), name="row_sum")
     rj3 = te.reduce_axis((0, s_dim), name="j")
-    weighted = te.compute(rows + [v.shape[-1]], lambda *i: te.sum(
-        p[i[:-1] + (rj3,)] * cast(acc, v[batched(v, i) + (rj3, i[-1])]), axis=rj3), name="weighted")
-    return [te.compute(weighted.shape, lambda *i: cast(q.dtype, weighted[i] / denom[i[:-1]]), name="attention")]
+    weighted = te.compute(rows + [vs[-1]], lambda *i: te.sum(
+        p[i[:-1] + (rj3,)] * cast(acc, v[swap(batched(vs, i) + (rj3, i[-1]))]), axis=rj3), name="weighted")
+    return [te.compute(swap(weighted.shape), lambda *i: cast(q.dtype, weighted[swap(i)] / denom[swap(i)[:-1]]),
+                       name="attention")]
 
 
 def _schedule(s, outputs):
@@ -153,8 +191,8 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None},
+    attrs={"causal": False, "scale": None, "layout": "bhsd"},
     schedule=_schedule,
     num_inputs=(3, 4),
-    doc="softmax(q k^T * scale + mask) v, with an optional causal mask.",
+    doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd.",
 ))

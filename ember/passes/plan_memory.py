@@ -1,16 +1,25 @@
 """Memory planning: where each intermediate tensor of a compiled model lives in its one workspace.
 
-The kernels of a model run in a fixed order, one step each (today one per node, in graph order).
-A tensor in the workspace is live from the step that writes it to the last step that reads it,
-both included, so a kernel's inputs and outputs never share bytes (kernels take `restrict`
-pointers). Two tensors whose lifetimes do not overlap may share bytes.
+The kernels of a model run in a fixed order, one step each (one per node of the graph planned: the
+compiler's graph of kernels, ember.compiler). A tensor in the workspace is live from the step that
+writes it to the last step that reads it, both included, so a kernel's inputs and outputs never
+share bytes (kernels take `restrict` pointers), but for two exceptions, where a tensor takes the
+bytes of another (`WorkspaceTensor.shares`) and the buffer they share lives as long as the two:
+- a node of op VIEW runs nothing: its output is its input's bytes under another shape (a reshape
+  of a contiguous buffer). A view of a graph input, constant or output is those bytes, outside
+  the workspace; a view is never a graph output itself (the compiler copies those);
+- a node may write an output over an input (attribute `in_place`: pairs of output and input
+  positions, where the compiler's kernel computes each output element from the input element at
+  the same place): it does when the input is a workspace tensor of the output's type whose buffer
+  nothing reads after this node, nor through another of the node's inputs (a view of it).
+Two buffers whose lifetimes do not overlap may share bytes.
 
 Offsets: greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
-Inference", offset calculation). Tensors are placed from the largest to the smallest; each goes
-into the smallest gap, between the tensors already placed whose lifetimes overlap its own, that
+Inference", offset calculation). Buffers are placed from the largest to the smallest; each goes
+into the smallest gap, between the buffers already placed whose lifetimes overlap its own, that
 holds it, or above the highest of them when none does. Sizes are rounded up to ALIGN bytes, so
 every offset is ALIGN-aligned. The plan's peak (the workspace size) is compared with the unplanned
-sum (one buffer per tensor) in `Layout`.
+sum (one buffer per tensor, views and in-place outputs included) in `Layout`.
 
 Graph inputs, graph outputs and constants are not in the workspace: the caller's arrays and the
 weights hold them. Dimensions may be symbols: `plan_memory` records each tensor's shape and
@@ -25,9 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ShapeError
-from ..graph.core import Dim, Graph
+from ..graph.core import Dim, Graph, Value
 
 ALIGN = 64  # bytes: one cache line, one AVX-512 register
+VIEW = "view"  # the op of a node that runs nothing: its output is its input's bytes
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class WorkspaceTensor:
     dtype: str
     first: int
     last: int
+    shares: str | None = None  # the tensor whose bytes it takes (a view of it, or written over it)
 
     def nbytes(self, symbols: Mapping[str, int]) -> int:
         """Its size in bytes, rounded up to ALIGN, for this binding of the symbols."""
@@ -79,31 +90,69 @@ class MemoryPlan:
 
     def layout(self, symbols: Mapping[str, int] | None = None) -> Layout:
         sizes = [t.nbytes(symbols or {}) for t in self.tensors]
-        offsets, peak = greedy_by_size(sizes, [(t.first, t.last) for t in self.tensors])
-        return Layout(tuple(offsets), peak, sum(sizes))
+        owner = {t.name: k for k, t in enumerate(self.tensors) if t.shares is None}
+        of = [owner[t.shares if t.shares is not None else t.name] for t in self.tensors]
+        buffers = list(owner.values())
+        size = {b: 0 for b in buffers}
+        life = {b: (self.tensors[b].first, self.tensors[b].last) for b in buffers}
+        for k, t in enumerate(self.tensors):
+            b = of[k]
+            size[b] = max(size[b], sizes[k])
+            life[b] = (min(life[b][0], t.first), max(life[b][1], t.last))
+        offsets, peak = greedy_by_size([size[b] for b in buffers], [life[b] for b in buffers])
+        at = dict(zip(buffers, offsets))
+        return Layout(tuple(at[b] for b in of), peak, sum(sizes))
 
     def to_json(self) -> list[dict]:
-        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "first": t.first, "last": t.last}
-                for t in self.tensors]
+        return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "first": t.first, "last": t.last,
+                 **({"shares": t.shares} if t.shares is not None else {})} for t in self.tensors]
 
     @classmethod
     def from_json(cls, data: Sequence[Mapping]) -> MemoryPlan:
-        return cls(tuple(WorkspaceTensor(d["name"], tuple(d["shape"]), d["dtype"], d["first"], d["last"])
-                         for d in data))
+        return cls(tuple(WorkspaceTensor(d["name"], tuple(d["shape"]), d["dtype"], d["first"], d["last"],
+                                         d.get("shares")) for d in data))
 
 
 def plan_memory(graph: Graph) -> MemoryPlan:
-    """The workspace tensors of `graph` (every node output that is not a graph output), with
-    their lifetimes over the node order."""
+    """The workspace tensors of `graph` (every node output that is not a graph output, nor a view
+    of something outside the workspace), with their lifetimes over the node order and the tensor
+    whose bytes each takes, if any (see the module doc)."""
     outputs = {id(v) for v in graph.outputs}
     last_use: dict[int, int] = {}
     for step, node in enumerate(graph.nodes):
         for v in node.inputs:
             last_use[id(v)] = step
-    tensors = [
-        WorkspaceTensor(v.name, v.shape, v.dtype, step, last_use.get(id(v), step))
-        for step, node in enumerate(graph.nodes) for v in node.outputs if id(v) not in outputs
-    ]
+    owner: dict[int, Value] = {}  # workspace value -> the one whose buffer it is in
+    buffer_last: dict[int, int] = {}  # buffer (its owner) -> the last step that reads it so far
+    tensors = []
+
+    def place(v: Value, step: int, into: Value | None) -> None:
+        owner[id(v)] = into or v
+        last = last_use.get(id(v), step)
+        buffer_last[id(into or v)] = max(buffer_last.get(id(into or v), last), last)
+        tensors.append(WorkspaceTensor(v.name, v.shape, v.dtype, step, last, into.name if into else None))
+
+    for step, node in enumerate(graph.nodes):
+        if node.op == VIEW:
+            (x,), (y,) = node.inputs, node.outputs
+            if id(y) in outputs:
+                raise ValueError(f"view {node.name}: its output %{y.name} is a graph output, which needs a copy")
+            if id(x) in owner:  # else a view of an input, a constant or an output: outside the workspace
+                place(y, step, owner[id(x)])
+            continue
+        pairs = dict(node.attrs.get("in_place", ()))  # output position -> input position
+        taken = set()
+        for k, y in enumerate(node.outputs):
+            if id(y) in outputs:
+                continue
+            x = node.inputs[pairs[k]] if k in pairs else None
+            into = owner.get(id(x)) if x is not None and x.type == y.type else None
+            others = {id(owner[id(v)]) for v in node.inputs if v is not x and id(v) in owner}  # read elsewhere
+            if into is None or buffer_last[id(into)] > step or id(into) in taken | others:
+                into = None
+            else:
+                taken.add(id(into))
+            place(y, step, into)
     return MemoryPlan(tuple(tensors))
 
 

@@ -72,3 +72,35 @@ def test_attention_errors(shapes, mask_dtype, message):
     with pytest.raises(OpTypeError) as e:
         infer_types(SDPA, types)
     assert SDPA in str(e.value) and message in str(e.value)
+
+
+def bshd_torch(causal=False):
+    """torch's attention on inputs with the heads after the sequence (axes -3 and -2 swapped)."""
+    def fn(q, k, v, mask=None):
+        out = F.scaled_dot_product_attention(*(x.transpose(-3, -2) for x in (q, k, v)), attn_mask=mask,
+                                             is_causal=causal)
+        return out.transpose(-3, -2)
+
+    return fn
+
+
+def test_heads_after_sequence_layout_against_torch():
+    q, k, v = rand(2, 5, 3, 8), rand(2, 7, 3, 8), rand(2, 7, 3, 16)
+    check_op(SDPA, [q, k, v], {"layout": "bshd"}, **TOL, torch_fn=bshd_torch())
+    keep = RNG.random((3, 5, 7)) < 0.7
+    keep[..., 0] = True
+    check_op(SDPA, [q, k, v, keep], {"layout": "bshd"}, **TOL, torch_fn=bshd_torch())
+    check_op(SDPA, [rand(4, 2, 8), rand(4, 2, 8), rand(4, 2, 4)], {"layout": "bshd", "causal": True}, **TOL,
+             torch_fn=bshd_torch(causal=True))
+    check_op(SDPA, [rand(1, 3, 2, 4), rand(1, 5, 2, 4), rand(1, 5, 2, 2)], {"layout": "bshd"}, **TOL,
+             targets=("c", "python"))
+
+
+@pytest.mark.parametrize("shapes, attrs, message", [
+    ([(4, 8), (6, 8), (6, 8)], {"layout": "bshd"}, "layout bshd needs q, k, v of rank >= 3"),
+    ([(2, 4, 8), (2, 6, 8), (2, 6, 8)], {"layout": "sbhd"}, "layout must be one of"),
+])
+def test_attention_layout_errors(shapes, attrs, message):
+    with pytest.raises(OpTypeError) as e:
+        infer_types(SDPA, [TensorType(s) for s in shapes], attrs)
+    assert SDPA in str(e.value) and message in str(e.value)

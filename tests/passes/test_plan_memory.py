@@ -1,6 +1,10 @@
 """Memory planning: offsets never overlap for tensors live at the same step (checked by brute
-force on random lifetimes and random graphs), reuse makes the workspace smaller than one buffer
-per tensor, and symbolic shapes are planned per binding."""
+force on random lifetimes and random graphs, with views and in-place writes), reuse makes the
+workspace smaller than one buffer per tensor, symbolic shapes are planned per binding; views
+share their input's bytes for as long as they are read, in-place writes take the bytes of an input
+that dies there and of no other; compiled models with reshapes that are views (of the workspace,
+of inputs and constants, as outputs) and elementwise kernels writing in place compute what the
+NumPy references compute."""
 
 from __future__ import annotations
 
@@ -9,9 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ember
+from ember.compiler import VIEW_OPS
 from ember.errors import ShapeError
 from ember.graph import Graph, TensorType
-from ember.passes.plan_memory import ALIGN, MemoryPlan, greedy_by_size, plan_memory
+from ember.ops.build import add_op
+from ember.ops.evaluate import evaluate
+from ember.passes.plan_memory import ALIGN, VIEW, MemoryPlan, greedy_by_size, plan_memory
+from ember.testing import random_array
 
 
 def check_layout(sizes, lifetimes, offsets, peak):
@@ -112,3 +121,182 @@ def test_symbolic_shapes_plan_per_binding():
 def test_plan_json_roundtrip():
     plan = plan_memory(chain(4, ("n", 3)))
     assert MemoryPlan.from_json(plan.to_json()) == plan
+
+
+# -- views and in-place writes ------------------------------------------------------------------
+
+
+def buffers(plan: MemoryPlan) -> dict[str, list]:
+    """The tensors of each buffer, by the name of the one that owns it."""
+    out: dict[str, list] = {}
+    for t in plan.tensors:
+        out.setdefault(t.shares or t.name, []).append(t)
+    return out
+
+
+def check_sharing(g: Graph, plan: MemoryPlan) -> None:
+    """Buffers never overlap while live (a buffer lives from its first tensor's first step to its
+    tensors' last); a view shares what it views; a tensor written over another is written by a
+    node that may write in place, over an input of its type whose buffer no later node reads and
+    no other input of the node is in."""
+    layout = plan.layout()
+    by_name = {t.name: k for k, t in enumerate(plan.tensors)}
+    groups = buffers(plan)
+    owners = list(groups)
+    sizes = [max(t.nbytes({}) for t in groups[o]) for o in owners]
+    lives = [(min(t.first for t in groups[o]), max(t.last for t in groups[o])) for o in owners]
+    check_layout(sizes, lives, [layout.offsets[by_name[o]] for o in owners], layout.peak_bytes)
+    assert all(layout.offsets[k] == layout.offsets[by_name[t.shares or t.name]] for k, t in enumerate(plan.tensors))
+    owner_of = {t.name: t.shares or t.name for t in plan.tensors}
+    for step, node in enumerate(g.nodes):
+        for k, y in enumerate(node.outputs):
+            if y.name not in owner_of or owner_of[y.name] == y.name:
+                continue
+            if node.op == VIEW:
+                assert owner_of[y.name] == owner_of[node.inputs[0].name]
+                continue
+            x = node.inputs[dict(node.attrs["in_place"])[k]]
+            assert x.type == y.type and owner_of.get(x.name) == owner_of[y.name]
+            assert not any(owner_of.get(v.name) == owner_of[y.name] for v in node.inputs if v is not x)
+            assert all(t.last <= step for t in groups[owner_of[y.name]] if t.first < step)
+
+
+@st.composite
+def graphs_with_views(draw):
+    """A random DAG of 1-d float32 values: nodes read 1 to 3 earlier values and write one or two;
+    some are views (their input's size), some may write an output in place over an input of its
+    size; some values are graph outputs."""
+    g = Graph("sharing")
+    sizes = st.sampled_from([16, 32, 48])
+    values = [g.add_input(f"x{k}", TensorType((draw(sizes),))) for k in range(draw(st.integers(1, 2)))]
+    for k in range(draw(st.integers(1, 25))):
+        if draw(st.booleans()):
+            x = draw(st.sampled_from(values))
+            values += g.add_node(VIEW, [x], {}, [x.type], name=f"v{k}").outputs
+            continue
+        ins = draw(st.lists(st.sampled_from(values), min_size=1, max_size=3))
+        outs = [TensorType((draw(sizes),)) for _ in range(draw(st.integers(1, 2)))]
+        pairs = tuple((o, i) for o, t in enumerate(outs) for i, x in enumerate(ins)
+                      if x.type == t and draw(st.booleans()))
+        values += g.add_node("f", ins, {"in_place": pairs}, outs, name=f"n{k}").outputs
+    views = {v.name for n in g.nodes if n.op == VIEW for v in n.outputs}
+    g.set_outputs(draw(st.lists(st.sampled_from([v for v in values if v.name not in views]), min_size=1, max_size=3)))
+    return g
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs_with_views())
+def test_views_and_in_place_writes_on_random_graphs(g):
+    plan = plan_memory(g)
+    check_sharing(g, plan)
+    assert plan.layout().unplanned_bytes == sum(t.nbytes({}) for t in plan.tensors)
+
+
+def sharing_chain() -> Graph:
+    """x -> a -> view b -> c (may write over b) -> d (may write over c), with a read again by d."""
+    g = Graph("sharing")
+    x = g.add_input("x", TensorType((1024,)))
+    a = g.add_node("f", [x], {}, [TensorType((1024,))], name="n0").outputs[0]
+    b = g.add_node(VIEW, [a], {}, [TensorType((1024,))], name="view").outputs[0]
+    c = g.add_node("f", [b], {"in_place": ((0, 0),)}, [TensorType((1024,))], name="n1").outputs[0]
+    d = g.add_node("f", [c, a], {"in_place": ((0, 0),)}, [TensorType((1024,))], name="n2").outputs[0]
+    e = g.add_node("f", [d], {}, [TensorType((1024,))], name="n3").outputs[0]
+    g.set_outputs([e])
+    return g
+
+
+def test_view_shares_its_input_and_keeps_it_alive():
+    plan = plan_memory(sharing_chain())
+    t = {t.name: t for t in plan.tensors}
+    view = next(v for v in t.values() if v.first == 1)
+    assert view.shares == "n0" or view.shares == plan.tensors[0].name
+    # c may not write over b: a, which b views, is read again by d
+    c, d = (v for v in plan.tensors if v.first in (2, 3))
+    assert c.shares is None
+    assert d.shares == c.name  # d writes over c, which dies there
+    check_sharing(sharing_chain(), plan)
+
+
+def test_in_place_writes_make_a_chain_one_buffer():
+    g = Graph("chain")
+    v = g.add_input("x", TensorType((1024,)))
+    for k in range(6):
+        v = g.add_node("f", [v], {"in_place": ((0, 0),)}, [TensorType((1024,))], name=f"n{k}").outputs[0]
+    g.set_outputs([v])
+    layout = plan_memory(g).layout()
+    assert layout.peak_bytes == 4096 and layout.unplanned_bytes == 5 * 4096  # against 2 * 4096 without
+
+
+def test_no_in_place_over_inputs_constants_outputs_or_other_types():
+    g = Graph("kept")
+    x = g.add_input("x", TensorType((64,)))
+    w = g.add_constant(np.ones(64, "float32"), "w")
+    a = g.add_node("f", [x, w], {"in_place": ((0, 0), (0, 1))}, [TensorType((64,))], name="n0").outputs[0]
+    b = g.add_node(VIEW, [x], {}, [TensorType((8, 8))], name="v").outputs[0]  # a view of an input
+    c = g.add_node("f", [b, a], {"in_place": ((0, 0),)}, [TensorType((8, 8))], name="n1").outputs[0]
+    d = g.add_node("f", [c], {"in_place": ((0, 0),)}, [TensorType((8, 8), "int32")], name="n2").outputs[0]
+    g.set_outputs([d, a])
+    plan = plan_memory(g)
+    assert [(t.name, t.shares) for t in plan.tensors] == [(c.name, None)]  # b outside, a and d outputs
+
+
+def test_view_as_graph_output_is_refused():
+    g = Graph("bad")
+    a = g.add_node("f", [g.add_input("x", TensorType((4,)))], {}, [TensorType((4,))], name="n0").outputs[0]
+    g.set_outputs(g.add_node(VIEW, [a], {}, [TensorType((2, 2))], name="v").outputs)
+    with pytest.raises(ValueError, match="view v: its output .* is a graph output"):
+        plan_memory(g)
+
+
+def test_plan_with_sharing_json_roundtrip():
+    plan = plan_memory(sharing_chain())
+    assert any(t.shares for t in plan.tensors) and MemoryPlan.from_json(plan.to_json()) == plan
+
+
+def reshapes_graph() -> Graph:
+    """Reshapes of an input, of a constant, of kernel outputs (one dies in an elementwise kernel,
+    which may write over it), and two reshapes that are graph outputs (one of an input)."""
+    g = Graph("reshapes")
+    x = g.add_input("x", TensorType((4, 6)))
+    (xr,) = add_op(g, "reshape", [x], {"shape": (6, 4)})
+    (wr,) = add_op(g, "flatten", [g.add_constant(random_array((3, 8)), "w")], {"start_dim": 0})
+    (a,) = add_op(g, "gemm", [xr, g.add_constant(random_array((4, 24)), "b")])
+    (af,) = add_op(g, "reshape", [a], {"shape": (144,)})
+    (s,) = add_op(g, "sum", [af], {"axes": (0,), "keepdims": True})
+    (e,) = add_op(g, "exp", [af])
+    (e,) = add_op(g, "sub", [e, s])
+    (e3,) = add_op(g, "unsqueeze", [e], {"axes": (0,)})
+    (y,) = add_op(g, "mul", [e3, g.add_constant(random_array((144,)), "k")])
+    (y,) = add_op(g, "reshape", [y], {"shape": (6, 24)})
+    (z,) = add_op(g, "gemm", [y, g.add_constant(random_array((24, 24)), "c")])
+    (zr,) = add_op(g, "reshape", [z], {"shape": (24, 6)})
+    (xo,) = add_op(g, "squeeze", [add_op(g, "unsqueeze", [x], {"axes": (0,)})[0]])
+    g.set_outputs([zr, add_op(g, "add", [wr, wr])[0], xo])
+    return g
+
+
+@pytest.mark.parametrize("opt_level", [0, 3])
+def test_compiled_reshapes_are_views(opt_level):
+    g = reshapes_graph()
+    cm = ember.compile(g, opt_level=opt_level)
+    copies = [k.ops for k in cm.kernels if set(k.ops) <= set(VIEW_OPS)]
+    assert copies == [("unsqueeze", "squeeze")] or copies == [("squeeze",)]  # the output that views x: a copy
+    assert any(t.shares for t in cm.plan.tensors)
+    x = random_array((4, 6))
+    for got, want in zip(cm(x), evaluate(g, x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_kernels_write_in_place():
+    """Unfused, exp(x) -> add -> tanh -> mul is a chain of kernels whose inputs die in them: one
+    buffer in the middle, against two."""
+    g = Graph("in_place")
+    x = g.add_input("x", TensorType((64, 64)))
+    (y,) = add_op(g, "exp", [x])
+    (y,) = add_op(g, "add", [y, g.add_constant(random_array((64,)), "b")])
+    (y,) = add_op(g, "tanh", [y])
+    g.set_outputs(add_op(g, "mul", [y, y]))
+    cm = ember.compile(g, disabled_passes=["fuse"])
+    assert cm.memory.peak_bytes == 64 * 64 * 4 < cm.memory.unplanned_bytes
+    x_ = random_array((64, 64))
+    np.testing.assert_allclose(cm(x_), evaluate(g, x_)[0], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,74 @@
+"""Transposes folded into the operators that read them, so that they cost no kernel:
+
+    scaled_dot_product_attention(T(q), T(k), T(v), mask?)  -> T(scaled_dot_product_attention(q, k, v, mask?;
+                                                                layout="bshd"))
+    gemm(T(a), T(b), c?; trans_a, trans_b)                 -> gemm(a, b, c?; not trans_a, not trans_b)
+    matmul(T(a), b), matmul(a, T(b)) of rank 2             -> gemm(a, b; trans_a, trans_b)
+
+where T swaps axes -3 and -2 (the rest in place) for the attention, the two axes of a matrix for
+the gemm. A transformer splits heads as reshape(x, (B, S, H, D)) then T, and merges them as T then
+reshape: with the attention in layout bshd, the T it now writes meets the T of the merge and
+simplify cancels the pair; the reshapes are views of a buffer (no kernel, ember.passes.plan_memory).
+So this pass runs before simplify; the transposes it leaves unread go to dce.
+"""
+
+from __future__ import annotations
+
+from ..graph.core import Graph, Node, Value
+from .rewrite import Rewriter, rebuild
+
+SDPA = "scaled_dot_product_attention"
+
+
+def fold_transposes(graph: Graph) -> Graph:
+    return rebuild(graph, _fold)
+
+
+def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    match node.op:
+        case "scaled_dot_product_attention" if node.attrs["layout"] == "bhsd":
+            return _attention(rw, node, inputs)
+        case "gemm" | "matmul" if all(x.type.rank == 2 for x in inputs[:2]):
+            return _gemm(rw, node, inputs)
+    return None
+
+
+def _attention(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    q, k, v = inputs[:3]
+    if not all(_swaps_heads(x) for x in (q, k, v)):
+        return None
+    (out,) = rw.emit(SDPA, [x.node.inputs[0] for x in (q, k, v)] + inputs[3:], {**node.attrs, "layout": "bshd"},
+                     hint=node.name)
+    return rw.emit("transpose", [out], {"perm": _head_swap(out.type.rank)}, hint=f"{node.name}_heads",
+                   out_names=[node.outputs[0].name])
+
+
+def _gemm(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    a, b = inputs[:2]
+    flip_a, flip_b = _swaps_matrix(a), _swaps_matrix(b)
+    if not (flip_a or flip_b):
+        return None
+    attrs = dict(node.attrs) if node.op == "gemm" else {"trans_a": False, "trans_b": False}
+    attrs["trans_a"] ^= flip_a
+    attrs["trans_b"] ^= flip_b
+    ins = [a.node.inputs[0] if flip_a else a, b.node.inputs[0] if flip_b else b, *inputs[2:]]
+    return rw.emit("gemm", ins, attrs, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _head_swap(rank: int) -> tuple[int, ...]:
+    return tuple(range(rank - 3)) + (rank - 2, rank - 3, rank - 1)
+
+
+def _perm_of(v: Value) -> tuple[int, ...] | None:
+    """The permutation of the transpose that made v (axes normalized), or None."""
+    if v.node is None or v.node.op != "transpose":
+        return None
+    return tuple(p % v.type.rank for p in v.node.attrs["perm"])
+
+
+def _swaps_heads(v: Value) -> bool:
+    return v.type.rank >= 3 and _perm_of(v) == _head_swap(v.type.rank)
+
+
+def _swaps_matrix(v: Value) -> bool:
+    return _perm_of(v) == (1, 0)
