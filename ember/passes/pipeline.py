@@ -33,22 +33,26 @@ from .cse import cse
 from .dce import dce
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
+from .fold_transposes import fold_transposes
+from .layout import layout
 from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 
-PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, simplify, cse, fold_batch_norm, dce)}
+PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_transposes, simplify, cse, fold_batch_norm,
+                                                    layout, dce)}
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
 LATE_PASSES = ("fuse",)
 
-# level 3 adds the passes still to come (layout) to level 2
+# the fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
+# level for transformations that may change results beyond rounding, none so far)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "simplify", "cse", "fold_batch_norm", "dce"],
-    3: ["fold_constants", "simplify", "cse", "fold_batch_norm", "dce"],
+    2: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "fold_constants", "dce"],
+    3: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "fold_constants", "dce"],
 }
 
 

@@ -1,0 +1,410 @@
+"""Blocked channel layouts (NCHW[x]c, Liu et al., "Optimizing CNN Model Inference on CPUs"):
+`layout_transform` between layouts, and the operators that read and write them, what
+ember.passes.layout rewrites conv2d and max_pool2d into: `conv2d_nchwc`, `max_pool2d_nchwc`.
+
+A layout is a string of axes: an upper-case letter is a primal axis (N, C, H, W; O, I for
+weights), a number and a lower-case letter a block of that many of its primal axis, which the
+upper-case one then counts in blocks of. "NCHW16c" is (N, C/16, H, W, 16); "OIHW16i32o" is
+(O/32, I/16, H, W, 16, 32). Plain NCHW is NCHW1c with the unit axis left out.
+
+conv2d_nchwc(x, w, bias?; strides, padding, dilations, groups):
+- x: (N, C/ib, H, W, ib), or plain (N, C, H, W) (ib = 1: a first layer of 3 channels reads its
+  input as it comes);
+- w: (OC/ob, C/ib, KH, KW, ib, ob) ("OIHW{ib}i{ob}o"), or for a depthwise convolution (groups
+  = C = OC, the block of x and of the output the same) (C/ob, 1, KH, KW, 1, ob) ("OIHW1i{ob}o");
+- bias: (OC,); out: (N, OC/ob, OH, OW, ob), or with out_layout="NCHW" (N, OC, OH, OW).
+The te compute pads x in its own layout (PACK) and accumulates over (input channel blocks,
+kernel rows, kernel columns, channels of a block) into (N, OC/ob, OH, OW, ob), tagged
+"conv_nchwc". The schedule keeps a tile of output columns x the ob channels of one output block
+in registers (the block in vector lanes), the reduction outside the tile, each input value
+broadcast against one vector of weights; the loops outside the tile run in parallel. The output
+tile is what an epilogue over the same layout (bias, activation, residual add) reads, so fusion
+keeps it in registers too. An NCHW output is written from the same tile, a channel at a time.
+
+max_pool2d_nchwc: max_pool2d's window over x in NCHW{b}c, a tile of output columns x one block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import te
+from ..graph.core import Dim, TensorType
+from ..tir.expr import as_int, cast
+from .common import check_float, result_dtype
+from .conv import conv_reference, window_attrs, window_out
+from .kernel import te_shape
+from .pool import POOL_ATTRS
+from .registry import REQUIRED, OpDef, OpTypeError, get, register
+from .tiling import PACK, find_anchor, prepare, schedule_or_default, tile_rows_cols
+
+ANCHOR, POOL_ANCHOR = "conv_nchwc", "pool_nchwc"
+MAX_TILE_COLUMNS = 14  # output columns per register tile (accumulators: columns x vectors of a block)
+
+
+# -- layouts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parsed layout string: its axes in order, each (letter, block size or None)."""
+
+    text: str
+    axes: tuple[tuple[str, int | None], ...]
+
+    @property
+    def primal(self) -> str:
+        """The primal axes in the order they appear ("NCHW" for "NCHW16c")."""
+        return "".join(a for a, f in self.axes if f is None)
+
+    def block(self, axis: str) -> int | None:
+        """The block size of primal `axis`, None when it is not blocked."""
+        return next((f for a, f in self.axes if a == axis.lower() and f is not None), None)
+
+
+def parse_layout(text: str) -> Layout:
+    if not isinstance(text, str) or not re.fullmatch(r"(\d*[A-Za-z])+", text):
+        raise OpTypeError(f"layout {text!r} must be axis letters, upper case for primal axes and a number and a "
+                          "lower-case letter for a block of one (e.g. 'NCHW16c')")
+    axes = []
+    for number, letter in re.findall(r"(\d*)([A-Za-z])", text):
+        if letter.isupper() and number:
+            raise OpTypeError(f"layout {text!r}: the primal axis {letter} takes no size; a block is lower case")
+        if letter.islower() and (not number or int(number) < 1):
+            raise OpTypeError(f"layout {text!r}: the block {letter} needs a positive size (e.g. 16{letter})")
+        axes.append((letter, int(number) if number else None))
+    letters = [a for a, _ in axes]
+    if len(set(letters)) != len(letters):
+        raise OpTypeError(f"layout {text!r} names an axis twice")
+    orphans = [a for a, f in axes if f is not None and a.upper() not in letters]
+    if orphans:
+        raise OpTypeError(f"layout {text!r}: block(s) {orphans} of no primal axis")
+    return Layout(text, tuple(axes))
+
+
+def blocked(primal: str, axis: str, block: int) -> str:
+    """The layout of `primal` with `axis` in blocks of `block` ("NCHW", "C", 16: "NCHW16c");
+    `primal` itself when block is 1."""
+    return primal if block == 1 else f"{primal}{block}{axis.lower()}"
+
+
+def _layouts(op: str, attrs) -> tuple[Layout, Layout]:
+    try:
+        src, dst = parse_layout(attrs["src"]), parse_layout(attrs["dst"])
+    except OpTypeError as e:
+        raise OpTypeError(f"{op}: {e}") from None
+    if sorted(src.primal) != sorted(dst.primal):
+        raise OpTypeError(f"{op}: layouts {src.text!r} and {dst.text!r} have different primal axes")
+    return src, dst
+
+
+def primal_sizes(op: str, layout: Layout, shape) -> dict[str, Dim]:
+    """The size of each primal axis of a tensor of `shape` in `layout`."""
+    if len(shape) != len(layout.axes):
+        raise OpTypeError(f"{op}: a tensor of shape {tuple(shape)} is not in layout {layout.text!r} "
+                          f"({len(layout.axes)} axes)")
+    sizes = dict(zip((a for a, _ in layout.axes), shape))
+    for a, f in layout.axes:
+        if f is not None and sizes[a] != f:
+            raise OpTypeError(f"{op}: axis {a} of shape {tuple(shape)} must be {f} in layout {layout.text!r}")
+    out = {}
+    for a in layout.primal:
+        f = layout.block(a)
+        if f is not None and isinstance(sizes[a], str):
+            raise OpTypeError(f"{op}: the blocked axis {a} of {tuple(shape)} must have a known size")
+        out[a] = sizes[a] if f is None else sizes[a] * f
+    return out
+
+
+def shape_in(op: str, layout: Layout, sizes: dict[str, Dim]) -> tuple[Dim, ...]:
+    """The shape of a tensor of primal `sizes` in `layout`; blocks must divide their axis."""
+    shape = []
+    for a, f in layout.axes:
+        if f is not None:
+            shape.append(f)
+            continue
+        f = layout.block(a)
+        if f is not None and (isinstance(sizes[a], str) or sizes[a] % f):
+            raise OpTypeError(f"{op}: axis {a} of size {sizes[a]} does not split into blocks of {f} "
+                              f"(layout {layout.text!r})")
+        shape.append(sizes[a] if f is None else sizes[a] // f)
+    return tuple(shape)
+
+
+def _infer_transform(types, attrs):
+    (x,) = types
+    src, dst = _layouts("layout_transform", attrs)
+    return [TensorType(shape_in("layout_transform", dst, primal_sizes("layout_transform", src, x.shape)), x.dtype)]
+
+
+def to_primal(x: np.ndarray, layout: Layout) -> np.ndarray:
+    """x in `layout` as an array of its primal axes, in the order of layout.primal."""
+    where = {a: k for k, (a, _) in enumerate(layout.axes)}
+    order = [k for a in layout.primal for k in ([where[a]] + ([where[a.lower()]] if layout.block(a) else []))]
+    sizes = [x.shape[where[a]] * (layout.block(a) or 1) for a in layout.primal]
+    return x.transpose(order).reshape(sizes)
+
+
+def from_primal(x: np.ndarray, primal: str, layout: Layout) -> np.ndarray:
+    """x (axes in the order of `primal`) in `layout`."""
+    x = x.transpose([primal.index(a) for a in layout.primal])
+    split, names = [], []
+    for a, n in zip(layout.primal, x.shape):
+        f = layout.block(a)
+        split += [n] if f is None else [n // f, f]
+        names += [a] if f is None else [a, a.lower()]
+    return np.ascontiguousarray(x.reshape(split).transpose([names.index(a) for a, _ in layout.axes]))
+
+
+def convert_layout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """x from layout `src` to layout `dst` (NumPy)."""
+    src_l, dst_l = parse_layout(src), parse_layout(dst)
+    return from_primal(to_primal(x, src_l), src_l.primal, dst_l)
+
+
+def _compute_transform(inputs, attrs, out_types):
+    (x,) = inputs
+    src, dst = _layouts("layout_transform", attrs)
+
+    def element(*i):
+        at = dict(zip((a for a, _ in dst.axes), i))
+        coord = {a: at[a] if dst.block(a) is None else at[a] * dst.block(a) + at[a.lower()] for a in dst.primal}
+        index = []
+        for a, f in src.axes:
+            if f is not None:  # a block: the position inside it
+                index.append(coord[a.upper()] % f)
+            else:
+                index.append(coord[a] if src.block(a) is None else coord[a] // src.block(a))
+        return x[tuple(index)]
+
+    return [te.compute(te_shape(out_types[0]), element, name="layout_transform")]
+
+
+register(OpDef(
+    name="layout_transform",
+    infer=_infer_transform,
+    reference=lambda inputs, attrs: [convert_layout(inputs[0], attrs["src"], attrs["dst"])],
+    compute=_compute_transform,
+    pattern="injective",
+    attrs={"src": REQUIRED, "dst": REQUIRED},
+    doc="The tensor from layout src to layout dst (e.g. 'NCHW' to 'NCHW16c'); blocks must divide their axis.",
+))
+
+
+# -- conv2d_nchwc --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockedConv:
+    """What conv2d_nchwc's operand shapes say."""
+
+    in_block: int  # 1: plain NCHW input
+    out_channels: int
+    out_block: int
+    kernel: tuple[int, int]
+
+
+def blocked_conv(op: str, x: TensorType, w: TensorType, groups) -> BlockedConv:
+    check_float(op, x)
+    if x.rank not in (4, 5) or w.rank != 6:
+        raise OpTypeError(f"{op}: x must be N, C/ib, H, W, ib (or plain N, C, H, W) and w OC/ob, C/ib, KH, KW, "
+                          f"ib, ob; got {x.shape} and {w.shape}")
+    if any(isinstance(d, str) for d in x.shape[1:]) or any(isinstance(d, str) for d in w.shape):
+        raise OpTypeError(f"{op}: x {x.shape} may only have a symbolic batch dimension, w {w.shape} none")
+    in_block = x.shape[4] if x.rank == 5 else 1
+    channels = x.shape[1] * in_block
+    ocb, icb, kh, kw, wib, ob = w.shape
+    if groups == 1:
+        if (icb, wib) != (x.shape[1], in_block):
+            raise OpTypeError(f"{op}: w {w.shape} must read {x.shape[1]} blocks of {in_block} input channels "
+                              f"(x {x.shape})")
+        return BlockedConv(in_block, ocb * ob, ob, (kh, kw))
+    if groups == channels and (icb, wib) == (1, 1) and ob == in_block and ocb * ob == channels:
+        return BlockedConv(in_block, channels, ob, (kh, kw))
+    raise OpTypeError(f"{op}: groups={groups!r} must be 1, or the {channels} channels of x {x.shape} for a "
+                      f"depthwise w of shape ({x.shape[1]}, 1, KH, KW, 1, {in_block}); w is {w.shape}")
+
+
+def _infer_conv(types, attrs):
+    op = "conv2d_nchwc"
+    x, w = types[:2]
+    result_dtype(op, *types)
+    conv = blocked_conv(op, x, w, attrs["groups"])
+    if len(types) == 3 and tuple(types[2].shape) != (conv.out_channels,):
+        raise OpTypeError(f"{op}: bias of shape {types[2].shape} must be ({conv.out_channels},)")
+    strides, pads_b, pads_e, dilations = window_attrs(op, attrs, 2)
+    out_hw = tuple(window_out(op, *args) for args in zip(x.shape[2:4], conv.kernel, strides, pads_b, pads_e,
+                                                          dilations))
+    if attrs["out_layout"] == "NCHW":
+        return [TensorType((x.shape[0], conv.out_channels) + out_hw, x.dtype)]
+    if attrs["out_layout"] != "NCHWc":
+        raise OpTypeError(f"{op}: out_layout must be 'NCHWc' (blocks of w's output block) or 'NCHW', "
+                          f"got {attrs['out_layout']!r}")
+    return [TensorType((x.shape[0], conv.out_channels // conv.out_block) + out_hw + (conv.out_block,), x.dtype)]
+
+
+def _reference_conv(inputs, attrs):
+    x, w = inputs[:2]
+    conv = blocked_conv("conv2d_nchwc", TensorType(x.shape, x.dtype.name), TensorType(w.shape, w.dtype.name),
+                        attrs["groups"])
+    x_layout = blocked("NCHW", "C", conv.in_block) if x.ndim == 5 else "NCHW"
+    w_layout = f"OIHW{w.shape[4]}i{conv.out_block}o"
+    strides, pads_b, pads_e, dilations = window_attrs("conv2d_nchwc", attrs, 2)
+    out = conv_reference(convert_layout(x, x_layout, "NCHW"), convert_layout(w, w_layout, "OIHW"),
+                         inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations,
+                         attrs["groups"])
+    plain = attrs["out_layout"] == "NCHW"
+    return [out if plain else convert_layout(out, "NCHW", blocked("NCHW", "C", conv.out_block))]
+
+
+def _padded(x, pads_b, pads_e, fill=None):
+    """x with `fill` (default 0) around its spatial axes (2 and 3), pads_b before and pads_e
+    after, in its own layout; x itself without pads."""
+    if not any(pads_b) and not any(pads_e):
+        return x
+    size = [as_int(d) for d in x.shape[2:4]]
+    shape = list(x.shape)
+    shape[2:4] = [n + b + e for n, b, e in zip(size, pads_b, pads_e)]
+
+    def element(*i):  # (n, c, h, w) or (n, c, h, w, k)
+        q = (i[2] - pads_b[0], i[3] - pads_b[1])
+        inside = te.all(q[0] >= 0, q[0] < size[0], q[1] >= 0, q[1] < size[1])
+        return te.if_then_else(inside, x[i[:2] + q + i[4:]], te.const(0, x.dtype) if fill is None else fill)
+
+    return te.compute(shape, element, name="x_padded", tag=PACK)
+
+
+def _compute_conv(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    bias = inputs[2] if len(inputs) == 3 else None
+    strides, pads_b, pads_e, dilations = window_attrs("conv2d_nchwc", attrs, 2)
+    ocb, icb, kh, kw, ib, ob = (as_int(d) for d in w.shape)
+    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    xp = _padded(x, pads_b, pads_e)
+    rh, rw = te.reduce_axis((0, kh), name="kh"), te.reduce_axis((0, kw), name="kw")
+
+    def tap(n, c, oh, ow, k):
+        """x at channel k of block c, under kernel tap (rh, rw) of output pixel (oh, ow)."""
+        at = (n, c, oh * strides[0] + rh * dilations[0], ow * strides[1] + rw * dilations[1])
+        return cast(acc_dtype, xp[at + ((k,) if x.ndim == 5 else ())])
+
+    if attrs["groups"] != 1:  # depthwise: one block of x against the same block of w
+        def element(n, c, oh, ow, k):
+            return te.sum(tap(n, c, oh, ow, k) * cast(acc_dtype, w[c, 0, rh, rw, 0, k]), axis=[rh, rw])
+    else:  # over the input channel blocks, the kernel window, the channels of a block
+        rc = te.reduce_axis((0, icb), name="icb")
+        ri = te.reduce_axis((0, ib), name="ici") if ib > 1 else 0
+
+        def element(n, c, oh, ow, k):
+            return te.sum(tap(n, rc, oh, ow, ri) * cast(acc_dtype, w[c, rc, rh, rw, ri, k]),
+                          axis=[rc, rh, rw] + ([ri] if ib > 1 else []))
+
+    out_hw = tuple(out_types[0].shape[2:4])
+    acc = te.compute((x.shape[0], ocb) + out_hw + (ob,), element, name="conv_nchwc", tag=ANCHOR)
+    plain = attrs["out_layout"] == "NCHW"
+    if bias is None and acc_dtype == x.dtype and not plain:
+        return [acc]
+
+    def finish(*i):  # (n, c, h, w, k), or (n, c, h, w) when plain
+        value = acc[i[0], i[1] // ob, i[2], i[3], i[1] % ob] if plain else acc[i]
+        channel = i[1] if plain else i[1] * ob + i[4]
+        return cast(x.dtype, value if bias is None else value + cast(acc_dtype, bias[channel]))
+
+    return [te.compute((x.shape[0], ocb * ob) + out_hw if plain else acc.shape, finish, name="conv_nchwc_out")]
+
+
+def _schedule_conv(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
+        return False
+    out = outputs[0]
+    prepare(s, outputs, anchor)
+    columns = tile_columns(as_int(out.shape[3]))
+    if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
+        tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
+    else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
+        tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
+    return None
+
+
+def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
+    """Output columns per register tile: the largest divisor of width up to `most`, unless that
+    is under half of min(width, most): then `most` with a partial last tile."""
+    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
+    return best if 2 * best >= min(width, most) else most
+
+
+register(OpDef(
+    name="conv2d_nchwc",
+    infer=_infer_conv,
+    reference=_reference_conv,
+    compute=_compute_conv,
+    pattern="out_elementwise_fusable",
+    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc"},
+    schedule=schedule_or_default(_schedule_conv, "out_elementwise_fusable"),
+    num_inputs=(2, 3),
+    doc="2-d convolution in blocked channel layouts: x NCHW{ib}c (or NCHW), w OIHW{ib}i{ob}o, out NCHW{ob}c.",
+))
+
+
+# -- max_pool2d_nchwc ----------------------------------------------------------------------------
+
+
+def _plain_type(x: TensorType) -> TensorType:
+    """The NCHW type of an NCHW{b}c one."""
+    if x.rank != 5 or any(isinstance(d, str) for d in x.shape[1:]):
+        raise OpTypeError(f"max_pool2d_nchwc: x must be N, C/b, H, W, b of known sizes but N, got {x.shape}")
+    return TensorType((x.shape[0], x.shape[1] * x.shape[4]) + tuple(x.shape[2:4]), x.dtype)
+
+
+def _infer_pool(types, attrs):
+    (x,) = types
+    (out,) = get("max_pool2d").infer([_plain_type(x)], attrs)
+    return [TensorType((x.shape[0], x.shape[1]) + tuple(out.shape[2:]) + (x.shape[4],), x.dtype)]
+
+
+def _reference_pool(inputs, attrs):
+    (x,) = inputs
+    layout = blocked("NCHW", "C", x.shape[4])
+    (out,) = get("max_pool2d").reference([convert_layout(x, layout, "NCHW")], attrs)
+    return [convert_layout(out, "NCHW", layout)]
+
+
+def _compute_pool(inputs, attrs, out_types):
+    (x,) = inputs
+    kernel = attrs["kernel"]
+    strides, pads_b, _, dilations = window_attrs("max_pool2d_nchwc", attrs, 2, tuple(kernel))
+    out_hw = [as_int(d) for d in out_types[0].shape[2:4]]
+    # padded as far as the last window reaches (a ceil_mode window may reach past the padding)
+    reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out_hw, strides, dilations, kernel)]
+    pads_e = [max(r - as_int(n) - b, 0) for r, n, b in zip(reach, x.shape[2:4], pads_b)]
+    xp = _padded(x, pads_b, pads_e, te.max.identity(x.dtype))
+    rh, rw = te.reduce_axis((0, kernel[0]), name="kh"), te.reduce_axis((0, kernel[1]), name="kw")
+    return [te.compute(te_shape(out_types[0]), lambda n, c, h, w, k: te.max(
+        xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1], k], axis=[rh, rw]),
+        name="max_pool2d_nchwc", tag=POOL_ANCHOR)]
+
+
+def _schedule_pool(s, outputs):
+    anchor = find_anchor(outputs, POOL_ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
+        return False
+    out = outputs[0]
+    prepare(s, outputs, anchor)
+    tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
+    return None
+
+
+register(OpDef(
+    name="max_pool2d_nchwc",
+    infer=_infer_pool,
+    reference=_reference_pool,
+    compute=_compute_pool,
+    pattern="reduction",
+    attrs=POOL_ATTRS,
+    schedule=schedule_or_default(_schedule_pool, "reduction"),
+    doc="max_pool2d over x in NCHW{b}c, out in the same layout.",
+))

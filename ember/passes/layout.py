@@ -1,0 +1,275 @@
+"""Layout transformation: conv2d on the CPU in a blocked channel layout, NCHW[x]c (TVM's
+AlterOpLayout; Liu et al., "Optimizing CNN Model Inference on CPUs", USENIX ATC 2019).
+
+A convolution over NCHW{b}c reads whole vectors of b channels at every pixel and writes whole
+vectors, its weights are packed once instead of at every call, and an epilogue over the same
+layout (bias, activation, residual add) stays vectorized; the layout pays when tensors stay in it
+from one convolution to the next. One walk in graph order:
+
+- conv2d (2-d, groups 1 or depthwise) becomes conv2d_nchwc (ember.ops.layout), b =
+  channel_block(OC); its weights go through a layout_transform to OIHW{ib}i{b}o, which constant
+  folding (the next pass in the pipeline) folds: the weights are transformed once, at compile
+  time. A dense convolution reads its input in the blocked layout when there is one, else as it
+  is (NCHW: a first layer of 3 channels); a depthwise one reads NCHW{b}c. It writes NCHW{b}c when
+  its result reaches (through the operators below that follow the layout) another operator that
+  takes a blocked input, else NCHW directly (out_layout="NCHW": no conversion after the last
+  convolution before a flatten). A convolution stays conv2d when no block divides its channels,
+  or when it is isolated: NCHW in and NCHW out (conv -> bias -> relu -> batch_norm stays as is);
+- operators that do not care about the layout follow their inputs into it: the elementwise ones
+  and the NumPy-broadcasting ones (BROADCASTING), their other operands brought into the same
+  layout (a per-channel constant (C, 1, 1) is transformed, a per-pixel one (1, 1, H, W) only
+  gets a unit block axis); batch_norm with constant statistics, as x * scale + shift with
+  blocked scale and shift; max_pool2d (as max_pool2d_nchwc); mean/sum/max/min over H and W
+  with keepdims, and global_avg_pool (as a mean over H and W);
+- everything else reads the plain layout: a layout_transform back to NCHW is inserted where a
+  blocked value first meets such an operator (flatten, reshape, matmul, anything unknown) or is a
+  graph output, once per value.
+
+Each value of the input graph has one or more forms in the output graph, one per layout (a form
+another operator asks for is made from an existing one, once). layout_transform nodes already in
+the graph (blocking or unblocking, not transposing) make forms too, so a conversion followed by
+its inverse cancels out (NCHW -> NCHW16c -> NCHW reads the NCHW value itself) and a chain of
+conversions shortens to one.
+
+Blocks: channel_block(C) is the SIMD width in fp32 lanes (ember.target) when it divides C, else
+half of it (24 channels still fill 8-lane halves), else None.
+
+Measured at opt_level 3 (AVX-512, full size, batch 1, one thread, medians): ResNet-18 55.0 ms
+against 74.7 ms with this pass disabled, MobileNetV2 12.9 ms against 21.7 ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph, Node, TensorType, Value
+from ..ops.binary import TABLE as ARITHMETIC
+from ..ops.compare import COMPARISONS, LOGIC
+from ..ops.layout import blocked, parse_layout
+from ..ops.registry import get
+from ..target import host_vector_bytes
+from .rewrite import Rewriter
+
+PLAIN = "NCHW"
+BROADCASTING = frozenset([name for name, *_ in ARITHMETIC + COMPARISONS + LOGIC] + ["where"])
+SPATIAL_REDUCTIONS = ("mean", "sum", "max", "min")
+
+
+def layout(graph: Graph) -> Graph:
+    return _Layouts(graph, host_vector_bytes() // 4).run()
+
+
+def channel_block(channels: int, lanes: int) -> int | None:
+    """The channels of one block for a tensor of `channels` channels (see the module doc)."""
+    return next((b for b in (lanes, lanes // 2) if b > 1 and channels % b == 0), None)
+
+
+class _Layouts:
+    def __init__(self, graph: Graph, lanes: int):
+        self.old, self.lanes = graph, lanes
+        self.rw = Rewriter(graph)
+        self.root: dict[Value, Value] = {}  # an old layout_transform's output -> the value it transforms
+        self.own_layout: dict[Value, str] = {}  # the layout an old value has in the old graph, if not NCHW
+        self.forms: dict[Value, dict[str, Value]] = {}  # root -> layout -> its new value in that layout
+        self.leads = self._leading_to_blocked()
+
+    def run(self) -> Graph:
+        for node in self.old.nodes:
+            if len(node.outputs) != 1 or not self._rewrite(node):
+                self.rw.copy(node, [self.as_is(v) for v in node.inputs])
+        for v in self.old.outputs:
+            out = self.as_is(v)
+            if out.name != v.name:  # (the graph's outputs keep their names)
+                out, = self.rw.emit("identity", [out], out_names=[v.name])
+            self.rw.alias(v, out)
+        return self.rw.finish()
+
+    # -- forms ----------------------------------------------------------------------------------
+    def as_is(self, v: Value) -> Value:
+        """The new value of old `v`, in the layout it has in the old graph."""
+        root = self.root.get(v, v)
+        if root not in self.forms:
+            return self.rw.value(v)
+        return self.form(root, self.own_layout.get(v, PLAIN))
+
+    def form(self, v: Value, layout: str) -> Value:
+        """The new value of old root `v` in `layout`: an existing form, or one made from one."""
+        own = self.own_layout.get(v, PLAIN)
+        forms = self._forms_of(v)
+        if layout not in forms:
+            src, value = next(iter(forms.items()))
+            name = v.name if layout == own else f"{v.name}_{layout.lower()}"
+            forms[layout], = self.rw.emit("layout_transform", [value], {"src": src, "dst": layout},
+                                          hint="layout_transform", out_names=[name])
+        return forms[layout]
+
+    def _forms_of(self, root: Value) -> dict[str, Value]:
+        if root not in self.forms:
+            self.forms[root] = {self.own_layout.get(root, PLAIN): self.rw.value(root)}
+        return self.forms[root]
+
+    def blocked_form(self, v: Value) -> tuple[int, Value] | None:
+        """(block, value) of an existing NCHW{b}c form of old NCHW `v`, if any."""
+        if not self._nchw(v):
+            return None
+        for layout, value in self.forms.get(self.root.get(v, v), {}).items():
+            parsed = parse_layout(layout)
+            if parsed.primal == PLAIN and len(parsed.axes) == 5 and parsed.block("C"):
+                return parsed.block("C"), value
+        return None
+
+    def _nchw(self, v: Value) -> bool:
+        return v.type.rank == 4 and self.own_layout.get(v, PLAIN) == PLAIN
+
+    def _emit(self, op: str, inputs: list[Value], attrs, node: Node, layout: str) -> bool:
+        """The blocked form (in `layout`) of node's output: `op` on `inputs`."""
+        out = node.outputs[0]
+        self.forms[out] = {layout: self.rw.emit(op, inputs, attrs, hint=node.name,
+                                                out_names=[f"{out.name}_{layout.lower()}"])[0]}
+        return True
+
+    # -- which convolutions to block ----------------------------------------------------------------
+    def _leading_to_blocked(self) -> set[Value]:
+        """The values from which a path of layout-agnostic operators reaches an operator that
+        takes a blocked input (a convolution to block, a pooling, a spatial mean)."""
+        users = self.old.users()
+        leads: set[Value] = set()
+        for node in reversed(self.old.nodes):
+            for v in node.outputs:
+                if any(self._takes_blocked(u) or (self._agnostic(u) and u.outputs[0] in leads)
+                       for u in users.get(v, [])):
+                    leads.add(v)
+        return leads
+
+    def _takes_blocked(self, node: Node) -> bool:
+        return (node.op == "conv2d" and self._conv_block(node) is not None) or node.op in (
+            "max_pool2d", "global_avg_pool", *SPATIAL_REDUCTIONS)
+
+    def _agnostic(self, node: Node) -> bool:
+        return len(node.outputs) == 1 and (node.op in BROADCASTING or node.op == "batch_norm"
+                                           or get(node.op).pattern == "elementwise")
+
+    def _conv_block(self, node: Node) -> int | None:
+        """The output block of a conv2d that conv2d_nchwc can run, else None."""
+        x, w = node.inputs[:2]
+        if not self._nchw(x) or self.own_layout.get(w, "OIHW") != "OIHW" or not TensorType(x.shape[1:]).is_static:
+            return None
+        groups = node.attrs["groups"]
+        if not (groups == 1 or groups == x.shape[1] == w.shape[0] and w.shape[1] == 1):
+            return None
+        return channel_block(w.shape[0], self.lanes)
+
+    # -- rules ----------------------------------------------------------------------------------
+    def _rewrite(self, node: Node) -> bool:
+        """Rewrite `node` if a rule applies (True), else leave it to be copied."""
+        match node.op:
+            case "layout_transform":
+                return self._transform(node)
+            case "conv2d":
+                return self._conv(node)
+            case "batch_norm":
+                return self._batch_norm(node)
+            case "max_pool2d":
+                found = self.blocked_form(node.inputs[0])
+                return found is not None and self._emit("max_pool2d_nchwc", [found[1]], node.attrs, node,
+                                                        blocked(PLAIN, "C", found[0]))
+            case "global_avg_pool" | "mean" | "sum" | "max" | "min":
+                return self._spatial_reduction(node)
+        return self._agnostic(node) and self._elementwise(node)
+
+    def _transform(self, node: Node) -> bool:
+        """A conversion already in the graph (blocking or unblocking only, no transposition): its
+        output is another form of its input."""
+        (x,), (out,) = node.inputs, node.outputs
+        src, dst = node.attrs["src"], node.attrs["dst"]
+        if parse_layout(src).primal != parse_layout(dst).primal or self.own_layout.get(x, PLAIN) not in (src, PLAIN):
+            return False
+        root = self.root.get(x, x)
+        if self.own_layout.get(x, PLAIN) != src:
+            if root in self.forms:  # (x is in use as NCHW already)
+                return False
+            self.own_layout[x] = src
+        self._forms_of(root)
+        self.root[out], self.own_layout[out] = root, dst
+        return True
+
+    def _conv(self, node: Node) -> bool:
+        (x, w), (out,) = node.inputs[:2], node.outputs
+        ob = self._conv_block(node)
+        found = self.blocked_form(x)
+        if ob is None or (found is None and out not in self.leads):
+            return False
+        if node.attrs["groups"] != 1:  # depthwise
+            ib, xin = ob, self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))
+        else:
+            ib, xin = found if found is not None else (1, self.as_is(x))
+        self.own_layout.setdefault(w, "OIHW")
+        w_layout = f"OIHW{1 if node.attrs['groups'] != 1 else ib}i{ob}o"
+        ins = [xin, self.form(self.root.get(w, w), w_layout), *(self.as_is(v) for v in node.inputs[2:])]
+        if out in self.leads:
+            return self._emit("conv2d_nchwc", ins, node.attrs, node, blocked(PLAIN, "C", ob))
+        # the result goes on in NCHW only: the convolution writes it so, with no conversion after
+        new, = self.rw.emit("conv2d_nchwc", ins, {**node.attrs, "out_layout": "NCHW"}, hint=node.name,
+                            out_names=[out.name])
+        self.rw.alias(out, new)
+        return True
+
+    def _elementwise(self, node: Node) -> bool:
+        out = node.outputs[0]
+        found = [f for f in map(self.blocked_form, node.inputs) if f is not None]
+        if not found or out.type.rank != 4:
+            return False
+        shapes = [(1,) * (4 - v.type.rank) + tuple(v.shape) for v in node.inputs]
+        for v, shape in zip(node.inputs, shapes):
+            if v.type.rank > 4 or shape[1] not in (1, out.shape[1]) or (shape[1] == 1 and not v.type.is_static):
+                return False
+            if v.type.rank == 4 and shape[1] != 1 and not self._nchw(v):
+                return False
+        layout = blocked(PLAIN, "C", found[0][0])
+        ins = [self.form(self.root.get(v, v), layout) if v.type.rank == 4 and shape[1] != 1
+               else self._broadcast(self.as_is(v), shape, layout) for v, shape in zip(node.inputs, shapes)]
+        return self._emit(node.op, ins, node.attrs, node, layout)
+
+    def _broadcast(self, value: Value, shape: tuple, layout: str) -> Value:
+        """New `value`, broadcast as NCHW `shape` against a tensor in blocked `layout`, in that
+        layout: a unit block axis when it has one channel, else reshaped to 4-d and blocked."""
+        name = f"{value.name}_{layout.lower()}"
+        if shape[1] == 1:
+            return self.rw.emit("reshape", [value], {"shape": shape + (1,)}, hint="reshape", out_names=[name])[0]
+        if value.type.rank != 4:
+            value, = self.rw.emit("reshape", [value], {"shape": shape}, hint="reshape", out_names=[f"{value.name}_4d"])
+        return self.rw.emit("layout_transform", [value], {"src": PLAIN, "dst": layout}, hint="layout_transform",
+                            out_names=[name])[0]
+
+    def _batch_norm(self, node: Node) -> bool:
+        """Inference batch_norm with constant statistics: x * scale + shift, with scale and shift
+        per channel in the layout of x."""
+        (x, *params), (out,) = node.inputs, node.outputs
+        data = [self.rw.constant_data(self.as_is(v)) for v in params]
+        found = self.blocked_form(x)
+        if found is None or any(d is None for d in data):
+            return False
+        block, xin = found
+        mean, var, weight, bias = (d.astype(np.float64) for d in data)
+        scale = weight / np.sqrt(var + node.attrs["eps"])
+        layout, shape = blocked(PLAIN, "C", block), (1, x.shape[1], 1, 1)
+        scale, shift = (self._broadcast(self.rw.constant(c.reshape(shape).astype(x.dtype), f"{node.name}_{what}"),
+                                        shape, layout)
+                        for c, what in ((scale, "scale"), (bias - mean * scale, "shift")))
+        y, = self.rw.emit("mul", [xin, scale], hint=node.name, out_names=[f"{out.name}_scaled"])
+        return self._emit("add", [y, shift], {}, node, layout)
+
+    def _spatial_reduction(self, node: Node) -> bool:
+        """A reduction over H and W (kept), or global_avg_pool: the same over the blocked form."""
+        found = self.blocked_form(node.inputs[0])
+        if found is None:
+            return False
+        if node.op == "global_avg_pool":
+            op, attrs = "mean", {"axes": (2, 3), "keepdims": True}
+        else:
+            axes = node.attrs["axes"]
+            axes = (axes,) if isinstance(axes, int) else axes
+            if axes is None or not node.attrs["keepdims"] or {a % 4 for a in axes} - {2, 3}:
+                return False
+            op, attrs = node.op, {**node.attrs, "axes": tuple(sorted({a % 4 for a in axes}))}
+        return self._emit(op, [found[1]], attrs, node, blocked(PLAIN, "C", found[0]))

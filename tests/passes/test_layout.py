@@ -1,0 +1,222 @@
+"""The layout pass (ember/passes/layout.py) on small conv graphs: convolutions in NCHW{b}c with
+their weights folded into blocked constants by the pipeline, the layout carried through
+elementwise operators, bias and batch-norm constants, residual adds and pooling, conversions
+only at the boundaries (reshape, graph outputs, operators that need NCHW), adjacent conversions
+cancelled, isolated or unblockable convolutions left alone; every result compared with the
+unoptimized graph (NumPy references and compiled kernels) at rtol = atol = 1e-4."""
+
+import numpy as np
+import pytest
+from pass_check import check_same, ops
+
+import ember
+from ember.graph import Graph, TensorType
+from ember.ops.build import add_op
+from ember.passes.dce import dce
+from ember.passes.layout import channel_block, layout
+from ember.passes.pipeline import PIPELINES, run_pipeline
+from ember.target import host_vector_bytes
+from ember.testing import random_array
+
+TOL = {"rtol": 1e-4, "atol": 1e-4}
+LANES = host_vector_bytes() // 4
+LEVEL = next(level for level, passes in sorted(PIPELINES.items()) if "layout" in passes)
+
+
+def blocked(channels: int) -> str:
+    return f"NCHW{channel_block(channels, LANES)}c"
+
+
+def conv(g, x, out_channels, k=3, groups=1, bias=True, **attrs):
+    w = g.add_constant(random_array((out_channels, x.shape[1] // groups, k, k)), "w")
+    ins = [x, w] + ([g.add_constant(random_array((out_channels,)), "b")] if bias else [])
+    return add_op(g, "conv2d", ins, {"padding": (k // 2,) * 4, "groups": groups, **attrs})[0]
+
+
+def op(g, name, *inputs, **attrs):
+    return add_op(g, name, list(inputs), attrs)[0]
+
+
+def conversions(g: Graph) -> list:
+    """The layout_transform nodes of activations (not of constant weights)."""
+    return [n for n in g.nodes if n.op == "layout_transform" and not g.is_constant(n.inputs[0])]
+
+
+def compiled_same(g: Graph, **options):
+    """The graph compiled with `options` computes what it computes unoptimized."""
+    inputs = [random_array(v.shape, v.dtype) for v in g.inputs]
+    cm = ember.compile(g, **options)
+    got, want = cm(*inputs), ember.compile(g, opt_level=0)(*inputs)
+    for k, (a, b) in enumerate(zip(*(o if isinstance(o, tuple) else (o,) for o in (got, want)), strict=True)):
+        np.testing.assert_allclose(a, b, **TOL, err_msg=f"output {k}")
+    return cm
+
+
+def small_cnn() -> Graph:
+    """A first layer on 3 channels, bias and relu, a max pool, a conv with a per-channel bias
+    constant, a depthwise conv with clip, a residual add, a global mean, then a linear head."""
+    g = Graph("cnn")
+    x = g.add_input("x", TensorType((1, 3, 16, 16)))
+    y = op(g, "relu", conv(g, x, 16, k=7, strides=(2, 2)))
+    y = op(g, "max_pool2d", y, kernel=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1))
+    z = op(g, "add", conv(g, y, 32, bias=False), g.add_constant(random_array((32, 1, 1)), "bias"))
+    z = op(g, "relu", z)
+    d = op(g, "clip", conv(g, z, 32, groups=32, bias=False), min=0.0, max=6.0)
+    z = op(g, "add", d, z)
+    z = op(g, "mean", z, axes=(-1, -2), keepdims=True)
+    z = op(g, "reshape", z, shape=(1, 32))
+    g.set_outputs([op(g, "gemm", z, g.add_constant(random_array((32, 10)), "fc"))])
+    return g
+
+
+def test_the_pipeline_runs_the_convolutions_blocked_with_folded_weights():
+    g = small_cnn()
+    out = run_pipeline(g, LEVEL)
+    convs = [n for n in out.nodes if n.op == "conv2d_nchwc"]
+    assert len(convs) == 3 and "conv2d" not in ops(out)
+    assert convs[0].inputs[0].name == "x"  # the first layer reads its 3 channels as they come
+    for n in convs:  # weights transformed once, at compile time: blocked constants
+        assert out.is_constant(n.inputs[1]) and n.inputs[1].type.rank == 6
+    depthwise = convs[2]
+    assert depthwise.attrs["groups"] == 32 and depthwise.inputs[1].shape[1] == depthwise.inputs[1].shape[4] == 1
+    assert not any(out.is_constant(n.inputs[0]) for n in out.nodes if n.op in ("layout_transform", "reshape"))
+    assert all(v.type.rank == 5 for n in out.nodes if n.op in ("relu", "clip", "add", "mean", "max_pool2d_nchwc")
+               for v in n.outputs)
+    assert "max_pool2d_nchwc" in ops(out)
+    # one conversion, back to NCHW before the reshape, of the (1, 32, 1, 1) mean
+    (conversion,) = [n for n in out.nodes if n.op == "layout_transform"]
+    assert conversion.attrs["src"] == blocked(32) and conversion.outputs[0].shape == (1, 32, 1, 1)
+    check_same(g, out, **TOL)
+    cm = compiled_same(g, opt_level=LEVEL)
+    assert "conv2d_nchwc" in cm.kernels[0].ops
+    assert all("conv2d" not in k.ops for k in cm.kernels)
+
+
+def test_disabled_it_leaves_the_convolutions_alone():
+    out = run_pipeline(small_cnn(), LEVEL, disabled_passes=["layout"])
+    assert "conv2d_nchwc" not in ops(out) and "layout_transform" not in ops(out)
+
+
+def test_blocked_epilogues_fuse_into_the_convolution():
+    cm = compiled_same(small_cnn(), opt_level=3)
+    kernels = [k.ops for k in cm.kernels]
+    assert ("conv2d_nchwc", "relu") in kernels
+    assert any(k[:2] == ("conv2d_nchwc", "add") for k in kernels)  # bias and relu in the conv's kernel
+    assert ("conv2d_nchwc", "clip", "add") in kernels  # depthwise, clip, residual add
+
+
+def test_conversions_only_where_nchw_is_needed():
+    """A blocked value that is a graph output is converted (keeping its name); the last conv,
+    whose result only goes on to a reshape, writes NCHW itself."""
+    g = Graph("boundaries")
+    x = g.add_input("x", TensorType((2, 16, 8, 8)))
+    r = op(g, "relu", conv(g, x, 16))
+    y = op(g, "relu", conv(g, r, 32))
+    g.set_outputs([op(g, "reshape", y, shape=(2, 32 * 64)), r])
+    out = dce(layout(g))
+    assert len(conversions(out)) == 1
+    first, second = [n for n in out.nodes if n.op == "conv2d_nchwc"]
+    assert first.attrs["out_layout"] == "NCHWc" and second.attrs["out_layout"] == "NCHW"
+    assert second.inputs[0].type.rank == 5 and second.outputs[0].type.rank == 4
+    (back,) = [n for n in out.nodes if n.op == "layout_transform" and n.attrs["dst"] == "NCHW"]
+    assert back.outputs[0].name == r.name  # the graph output r, converted once
+    check_same(g, out, **TOL)
+    compiled_same(g, opt_level=LEVEL)
+
+
+def test_a_plain_operand_joins_the_layout_once():
+    """A residual add with the (NCHW) graph input: the input is converted once for both adds."""
+    g = Graph("residual")
+    x = g.add_input("x", TensorType((1, 16, 6, 6)))
+    y = op(g, "add", conv(g, x, 16), x)
+    y = op(g, "add", conv(g, y, 16), x)
+    g.set_outputs([op(g, "relu", conv(g, y, 16))])
+    out = dce(layout(g))
+    to_blocked = [n for n in out.nodes if n.op == "layout_transform" and n.inputs[0].name == "x"]
+    assert len(to_blocked) == 1 and to_blocked[0].attrs["dst"] == blocked(16)
+    check_same(g, out, **TOL)
+
+
+def test_batch_norm_and_per_pixel_constants_follow_the_layout():
+    g = Graph("bn")
+    x = g.add_input("x", TensorType((1, 16, 5, 5)))
+    y = conv(g, x, 32)
+    stats = [g.add_constant(random_array((32,)) + 1.5, name) for name in ("mean", "var", "gamma", "beta")]
+    y = op(g, "batch_norm", y, *stats, eps=1e-3)
+    y = op(g, "mul", y, g.add_constant(random_array((1, 1, 5, 5)), "mask"))
+    y = op(g, "sub", g.add_constant(random_array(()), "s"), y)
+    g.set_outputs([op(g, "global_avg_pool", conv(g, y, 16))])
+    out = run_pipeline(g, LEVEL)
+    assert "batch_norm" not in ops(out) and "global_avg_pool" not in ops(out)
+    assert all(v.type.rank == 5 for n in out.nodes if n.op in ("mul", "add", "sub", "mean") for v in n.outputs)
+    assert ops(out)[-1] == "layout_transform"  # only the output goes back to NCHW
+    check_same(g, out, **TOL)
+    compiled_same(g, opt_level=LEVEL)
+
+
+def test_isolated_and_unblockable_convolutions_stay_conv2d():
+    g = Graph("alone")
+    x = g.add_input("x", TensorType((1, 16, 6, 6)))
+    y = op(g, "relu", conv(g, x, 16))  # isolated: NCHW in, and nothing after it takes a blocked input
+    g.set_outputs([op(g, "relu", conv(g, conv(g, y, 5), 16, k=1)), op(g, "add", y, y)])
+    assert layout(g) is not g and ops(layout(g)) == ops(g)  # 5 channels: no block; the rest is isolated
+    g = Graph("grouped")
+    x = g.add_input("x", TensorType((1, 16, 6, 6)))
+    y = op(g, "relu", conv(g, op(g, "relu", conv(g, x, 32)), 32))
+    g.set_outputs([conv(g, y, 32, groups=2)])  # groups 2: neither dense nor depthwise
+    out = dce(layout(g))
+    assert ops(out).count("conv2d") == 1 and ops(out).count("conv2d_nchwc") == 2
+    assert conversions(out) == []  # the conv before it writes NCHW
+    assert [n.attrs["out_layout"] for n in out.nodes if n.op == "conv2d_nchwc"] == ["NCHWc", "NCHW"]
+    check_same(g, out, **TOL)
+
+
+@pytest.mark.parametrize("chain, left", [
+    (("NCHW16c", "NCHW"), []),  # there and back: nothing
+    (("NCHW16c", "NCHW8c", "NCHW"), []),
+    (("NCHW8c", "NCHW16c"), [("NCHW", "NCHW16c")]),  # a chain: one conversion
+])
+def test_adjacent_conversions_cancel(chain, left):
+    g = Graph("conversions")
+    x = g.add_input("x", TensorType((1, 32, 4, 4)))
+    y, src = x, "NCHW"
+    for dst in chain:
+        y, src = op(g, "layout_transform", y, src=src, dst=dst), dst
+    g.set_outputs([op(g, "relu", y)])
+    out = dce(layout(g))
+    assert [(n.attrs["src"], n.attrs["dst"]) for n in out.nodes if n.op == "layout_transform"] == left
+    assert ops(out)[-1] == "relu"
+    check_same(g, out, rtol=0, atol=0)
+
+
+def test_blocked_graph_input_converted_directly():
+    """NCHW16c -> NCHW -> NCHW8c of an input in NCHW16c becomes one conversion."""
+    g = Graph("reblock")
+    x = g.add_input("x", TensorType((1, 2, 3, 3, 16)))
+    y = op(g, "layout_transform", x, src="NCHW16c", dst="NCHW")
+    z = op(g, "layout_transform", y, src="NCHW", dst="NCHW8c")
+    g.set_outputs([op(g, "exp", z), op(g, "relu", y)])
+    out = dce(layout(g))
+    assert sorted((n.attrs["src"], n.attrs["dst"]) for n in out.nodes if n.op == "layout_transform") == [
+        ("NCHW16c", "NCHW"), ("NCHW16c", "NCHW8c")]
+    check_same(g, out, rtol=0, atol=0)
+
+
+def test_a_graph_without_convolutions_is_unchanged():
+    g = Graph("plain")
+    x = g.add_input("x", TensorType((2, 16, 4, 4)))
+    g.set_outputs([op(g, "mean", op(g, "relu", x), axes=(2, 3), keepdims=True)])
+    assert ops(layout(g)) == ops(g) and "layout" in PIPELINES[LEVEL]
+
+
+def test_a_symbolic_batch_stays_symbolic():
+    g = Graph("batch")
+    x = g.add_input("x", TensorType(("n", 16, 6, 6)))
+    y = op(g, "relu", conv(g, x, 16))
+    g.set_outputs([op(g, "add", conv(g, y, 32), g.add_constant(random_array((32, 1, 1)), "bias"))])
+    out = run_pipeline(g, LEVEL)
+    assert ops(out).count("conv2d_nchwc") == 2 and out.nodes[0].outputs[0].shape[0] == "n"
+    cm, plain = ember.compile(g, opt_level=LEVEL), ember.compile(g, opt_level=0)
+    for n in (1, 3):
+        x = random_array((n, 16, 6, 6))
+        np.testing.assert_allclose(cm(x), plain(x), **TOL)
