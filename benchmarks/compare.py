@@ -56,7 +56,9 @@ def timed(fn):
 Row = tuple[str, float | None, float | None, str]  # runtime, latency s, compile s, note
 
 
-def bench_model(name: str, small: bool, runs: int, peers: list[str]) -> list[Row]:
+def bench_model(name: str, small: bool, runs: int, peers: list[str], variants: dict | None = None) -> list[Row]:
+    """Rows for torch eager, ember (one row per entry of `variants`: a label and the options of
+    ember.compile; default: "ember" with none) and the peers."""
     import torch
 
     import ember
@@ -69,12 +71,14 @@ def bench_model(name: str, small: bool, runs: int, peers: list[str]) -> list[Row
         t_eager = median_latency(lambda: model(*inputs), runs)
     rows.append(("torch eager", t_eager, None, ""))
 
-    try:
-        cm, t_compile = timed(lambda: ember.compile(model, example_inputs=inputs))
-        np.testing.assert_allclose(cm(*inputs).numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
-        rows.append(("ember", median_latency(lambda: cm(*inputs), runs), t_compile, f"{len(cm.kernels)} kernels"))
-    except Exception as e:  # a benchmark reports what failed and goes on with the peers
-        rows.append(("ember", None, None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"))
+    for label, options in (variants or {"ember": {}}).items():
+        try:
+            cm, t_compile = timed(lambda options=options: ember.compile(model, example_inputs=inputs, **options))
+            np.testing.assert_allclose(cm(*inputs).numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
+            rows.append((label, median_latency(lambda cm=cm: cm(*inputs), runs), t_compile,
+                         f"{len(cm.kernels)} kernels"))
+        except Exception as e:  # a benchmark reports what failed and goes on with the peers
+            rows.append((label, None, None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"))
 
     if "inductor" in peers:
         try:

@@ -18,7 +18,8 @@ def compile(model, example_inputs=None, **options):
     """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
     ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
     Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs, cc,
-    cflags (see ember.compiler.compile_graph)."""
+    cflags, database (an ember.tune.Database: its best schedules are applied; see
+    ember.compiler.compile_graph)."""
     from .compiler import compile as _compile
 
     return _compile(model, example_inputs, **options)
@@ -42,3 +43,12 @@ __all__ = [
     "ArgumentTypeError", "BuildError", "EmberError", "LowerError", "ScheduleError", "ShapeError",
     "bench", "build", "compile", "load", "lower", "te", "tir",
 ]
+
+
+def __getattr__(name):
+    """`ember.tune` is imported on first use (it brings the tuner's machinery)."""
+    if name == "tune":
+        import importlib
+
+        return importlib.import_module(".tune", __name__)
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")

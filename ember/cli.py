@@ -5,6 +5,9 @@
     ember info model.onnx                       # operator histogram; unsupported operators listed
     ember info model.ember [--profile]          # and the kernels, their times, the memory plan
     ember bisect model.onnx [--rtol 1e-4]       # the first graph pass that changes the output
+    ember graph model.onnx --svg g.svg          # the graph drawn with its kernels marked (or --html)
+    ember tune model.onnx --trials 2000 --db tuning.db   # tune its kernels (--runner ray: on a cluster)
+    ember tune --report tuning.db               # best result per workload, tuning curves (PNG)
     ember doctor                                # what works on this machine
 """
 
@@ -43,7 +46,12 @@ def cmd_compile(args) -> int:
     print(f"importing {args.model} ...", file=sys.stderr)
     graph = _import_model(args.model)
     print(f"compiling {len(graph.nodes)} operators ...", file=sys.stderr)
-    model = ember.compile(graph)
+    database = None
+    if args.db:
+        from .tune import Database
+
+        database = Database(args.db)
+    model = ember.compile(graph, database=database)
     model.save(args.output)
     print(f"wrote {args.output} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0
@@ -109,6 +117,59 @@ def cmd_bisect(args) -> int:
     return 0 if result.culprit is None else 1
 
 
+def cmd_graph(args) -> int:
+    from .debug import draw_graph
+    from .ops import UnsupportedOpError
+    from .passes import PIPELINES
+
+    level = max(PIPELINES) if args.opt_level is None else args.opt_level
+    if level not in PIPELINES:
+        raise SystemExit(f"ember graph: --opt-level must be one of {sorted(PIPELINES)}, got {level}")
+    paths = {fmt: path for fmt, path in (("svg", args.svg), ("html", args.html)) if path}
+    try:
+        graph = _import_model(args.model)
+        pictures = {fmt: draw_graph(graph, level, fmt) for fmt in paths or ("svg",)}
+    except UnsupportedOpError as e:
+        print(f"{args.model}: {e}", file=sys.stderr)
+        return 1
+    if not paths:
+        sys.stdout.write(pictures["svg"])
+    for fmt, path in paths.items():
+        Path(path).write_text(pictures[fmt], encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_tune(args) -> int:
+    from .tune import Database
+
+    if args.report:
+        from .tune.report import plot_tuning_curves, tuning_report
+
+        if not Path(args.report).exists():
+            raise SystemExit(f"ember: {args.report}: no such tuning database")
+        db = Database(args.report)
+        print(tuning_report(db))
+        png = plot_tuning_curves(db, args.plot or str(Path(args.report).with_suffix("")) + "_curve.png")
+        print(f"tuning curves: {png}")
+        return 0
+    if not args.model:
+        raise SystemExit("ember tune: give a model to tune, or --report DB")
+    from .tune import RayRunner, tune_model
+
+    graph = _import_model(args.model)
+    runner = RayRunner(address=args.ray_address) if args.runner == "ray" else None
+    try:
+        report = tune_model(graph, database=Database(args.db), trials=args.trials, seed=args.seed, runner=runner,
+                            time_budget_s=args.minutes * 60 if args.minutes else None)
+    finally:
+        if runner is not None:
+            runner.close()
+    print(report)
+    print(f"records in {args.db}; compile with: ember compile {args.model} --db {args.db} -o model.ember")
+    return 0
+
+
 def _check(name: str, ok: bool, detail: str) -> bool:
     print(f"  [{'ok' if ok else '--'}] {name}: {detail}")
     return ok
@@ -144,6 +205,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("compile", help="compile a model into an artifact folder")
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True)
+    p.add_argument("--db", help="a tuning database: each kernel takes its best record's schedule")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("run", help="run a compiled model on .npy inputs")
     p.add_argument("model")
@@ -163,6 +225,26 @@ def main(argv=None) -> int:
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-4)
     p.set_defaults(fn=cmd_bisect)
+    p = sub.add_parser("graph", help="draw the graph with its kernels marked (SVG, or HTML with a table of the "
+                                     "kernels); without --svg or --html, the SVG goes to stdout")
+    p.add_argument("model")
+    p.add_argument("--svg", metavar="PATH", help="write the picture as SVG")
+    p.add_argument("--html", metavar="PATH", help="write a page with the picture and the kernels")
+    p.add_argument("--opt-level", type=int, help="draw the graph as compiled at this level (default: the highest)")
+    p.set_defaults(fn=cmd_graph)
+    p = sub.add_parser("tune", help="tune a model's kernels into a database (progress: trials, best GFLOP/s, "
+                                    "time left); or --report a database")
+    p.add_argument("model", nargs="?")
+    p.add_argument("--trials", type=int, default=2000)
+    p.add_argument("--minutes", type=float, help="a time budget (stops at whichever of trials and time runs out)")
+    p.add_argument("--db", default="tuning.db", help="the tuning database (SQLite; created if missing)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runner", choices=["local", "ray"], default="local",
+                   help="measure in local worker processes, or on a Ray cluster")
+    p.add_argument("--ray-address", help="the Ray cluster (default: start a local one, or RAY_ADDRESS)")
+    p.add_argument("--report", metavar="DB", help="print the best result per workload and plot the tuning curves")
+    p.add_argument("--plot", metavar="PNG", help="with --report: where the tuning curves go")
+    p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("doctor", help="what works on this machine")
     p.set_defaults(fn=cmd_doctor)
     args = ap.parse_args(argv)

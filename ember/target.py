@@ -16,16 +16,21 @@ _WIDTHS = (("__AVX512F__", 64), ("__AVX__", 32), ("__SSE2__", 16), ("__ARM_NEON"
 
 
 @functools.cache
-def _vector_bytes(cc: str, cflags: str) -> int:
+def _macros(cc: str, cflags: str) -> str:
     flags = [f for f in shlex.split(cflags) if f.startswith(("-m", "-march", "-mcpu"))]
     try:
-        macros = subprocess.run([*shlex.split(cc), *flags, "-dM", "-E", "-x", "c", "/dev/null"],
-                                capture_output=True, text=True, timeout=60).stdout
+        return subprocess.run([*shlex.split(cc), *flags, "-dM", "-E", "-x", "c", "/dev/null"],
+                              capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return 16
-    return next((width for macro, width in _WIDTHS if f"#define {macro} " in macros), 16)
+        return ""
+
+
+def compiler_macros() -> str:
+    """The `#define` lines the configured compiler and flags predefine ("" when it cannot run)."""
+    return _macros(config.get("cc"), config.get("cflags"))
 
 
 def host_vector_bytes() -> int:
     """Bytes in one SIMD register of the host, as the configured compiler and flags target it."""
-    return _vector_bytes(config.get("cc"), config.get("cflags"))
+    macros = compiler_macros()
+    return next((width for macro, width in _WIDTHS if f"#define {macro} " in macros), 16)

@@ -47,6 +47,24 @@ def check_perfect_tile(decision, extent: int, n: int, max_innermost_factor: int)
     return decision
 
 
+def _valid_forced(sch: Schedule, check):
+    """The schedule's next forced decision if it is legal here (else None: sample anew)."""
+    decision = sch.forced_decision()
+    if decision is None:
+        return None
+    try:
+        check(decision)
+    except (ScheduleError, TypeError, ValueError):
+        return None
+    return decision
+
+
+def _check_index(decision, n: int) -> int:
+    if not isinstance(decision, int) or not 0 <= decision < n:
+        raise ScheduleError(f"decision {decision} is not an index of {n} choices")
+    return decision
+
+
 @primitive
 def sample_perfect_tile(sch: Schedule, loop: LoopRV, n: int, max_innermost_factor: int = 16,
                         decision: tuple | None = None) -> list[ExprRV]:
@@ -56,6 +74,8 @@ def sample_perfect_tile(sch: Schedule, loop: LoopRV, n: int, max_innermost_facto
         raise ScheduleError("sample_perfect_tile needs a loop of constant extent")
     if n < 1:
         raise ScheduleError(f"sample_perfect_tile: n must be at least 1, got {n}")
+    if decision is None:
+        decision = _valid_forced(sch, lambda d: check_perfect_tile(d, extent, n, max_innermost_factor))
     if decision is None:
         decision = random_perfect_tile(sch.rng, extent, n, max_innermost_factor) if n > 1 else (extent,)
     decision = check_perfect_tile(decision, extent, n, max_innermost_factor)
@@ -69,6 +89,8 @@ def sample_categorical(sch: Schedule, candidates: list, probs: list, decision: i
     candidates, probs = list(candidates), list(probs)
     if not candidates or len(candidates) != len(probs):
         raise ScheduleError("sample_categorical: candidates and probs must be non-empty and of one length")
+    if decision is None:
+        decision = _valid_forced(sch, lambda d: _check_index(d, len(candidates)))
     if decision is None:
         decision = sch.rng.choices(range(len(candidates)), weights=probs)[0]
     if not 0 <= int(decision) < len(candidates):
@@ -84,6 +106,8 @@ def sample_loop(sch: Schedule, loops: list[LoopRV], decision: int | None = None)
     loops = list(loops)
     if not loops:
         raise ScheduleError("sample_loop needs at least one loop")
+    if decision is None:
+        decision = _valid_forced(sch, lambda d: _check_index(d, len(loops)))
     if decision is None:
         decision = sch.rng.randrange(len(loops))
     if not 0 <= int(decision) < len(loops):

@@ -95,6 +95,7 @@ class Schedule:
         self._depth = 0
         self.rng = random.Random(seed)
         self._decision = None
+        self.forced: list = []  # decisions for the next sampling primitives, in order (ember.tune)
 
     # -- dispatch --------------------------------------------------------------------------
     def __getattr__(self, name):
@@ -168,6 +169,7 @@ class Schedule:
         new._depth = 0
         new.rng = random.Random(self.rng.getrandbits(64))
         new._decision = None
+        new.forced = list(self.forced)
         return new
 
     # -- handles ---------------------------------------------------------------------------
@@ -181,6 +183,11 @@ class Schedule:
         rv = ExprRV(value, f"v{self._counter['v']}")
         self._counter["v"] += 1
         return rv
+
+    def forced_decision(self):
+        """The next decision of `forced` (None when none is left): a program that samples (a
+        sketch of ember.tune.space) re-run with the decisions of an earlier run, one changed."""
+        return self.forced.pop(0) if self.forced else None
 
     def record_decision(self, decision) -> None:
         """What a sampling primitive chose; the trace stores it as the instruction's decision."""

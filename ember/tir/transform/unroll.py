@@ -19,9 +19,10 @@ AUTO_UNROLL = "pragma_auto_unroll_max_step"
 
 
 def _iterations(s: Stmt) -> int | None:
-    """Iterations of the loop nest s (its loops multiplied, siblings added); None if unknown."""
+    """Iterations of the loop nest s (its loops multiplied, siblings added; a vectorized loop
+    is one step); None if unknown."""
     if isinstance(s, For):
-        n = as_int(s.extent)
+        n = 1 if s.kind == "vectorized" else as_int(s.extent)
         inner = _iterations(s.body)
         return None if n is None or inner is None else n * max(inner, 1)
     total = 0

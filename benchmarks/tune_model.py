@@ -1,0 +1,60 @@
+"""A zoo model (ResNet-18 by default) tuned by ember within a time budget, then its end-to-end
+latency next to untuned ember, torch eager, torch.compile and onnxruntime, in one process.
+
+    python benchmarks/tune_model.py [--model resnet18] [--minutes 30] [--trials 3000] [--db resnet18.db]
+
+Tuning prints its progress on stderr and a per-task report; the comparison table follows
+(medians of repeated runs; ratio = torch eager latency / latency), and the tuning curves are
+written to a PNG next to the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--trials", type=int, default=3000)
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    os.environ["EMBER_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    import ember
+    from benchmarks.compare import bench_model
+    from benchmarks.models import ZOO
+    from ember.tune import Database
+    from ember.tune.report import plot_tuning_curves
+
+    torch.set_num_threads(args.threads)
+    db = Database(args.db or f"{args.model}.db")
+    model, inputs = ZOO[args.model](small=args.small)
+    report = ember.tune.tune_model(model, inputs, database=db, trials=args.trials, time_budget_s=args.minutes * 60,
+                                   seed=args.seed)
+    print(report)
+    rows = bench_model(args.model, args.small, args.runs, ["inductor", "onnxruntime"],
+                       variants={"ember": {}, "ember tuned": {"database": db}})
+    eager = rows[0][1]
+    print(f"\n{args.threads} threads, median of {args.runs} runs; ratio = torch eager latency / latency")
+    print(f"{'runtime':<14} {'latency ms':>11} {'vs eager':>9}  note")
+    for runtime, lat, _, note in rows:
+        lat_s, ratio = (f"{lat * 1e3:11.2f}", f"{eager / lat:9.2f}") if lat else (f"{'-':>11}", f"{'-':>9}")
+        print(f"{runtime:<14} {lat_s} {ratio}  {note}")
+    png = plot_tuning_curves(db, os.path.splitext(db.path)[0] + "_curve.png")
+    print(f"tuning curves: {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Tuning one task: rounds of search, measurement and model training, recorded in a database.
+
+    best = ember.tune.tune([A, B, C], trials=500, database=db, seed=0)
+    best.latency_s, best.trace, best.build()
+
+A `TaskTuner` runs the rounds of one task (`step()`: propose a batch with the evolutionary
+search, measure it in worker processes, store every result in the database, retrain the cost
+model), resuming from the task's records when the database has some. `tune` drives one tuner
+to its budget; `ember.tune.tune_model` drives several through the task scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..tir.schedule import Trace
+from .search import Candidate, EvolutionarySearch
+from .space import sketch_of
+from .task import Task, task_from_tensors
+
+BATCH = 32
+REMEASURE_REPEATS = 15
+
+
+@dataclass
+class TimeSpent:
+    """Where tuning time went, in seconds."""
+
+    search: float = 0.0  # sampling, mutation, feature extraction and prediction
+    measure: float = 0.0  # building and running candidates (the runner's wall time)
+    build: float = 0.0  # of which compiling (summed over workers)
+    run: float = 0.0  # of which running (summed over workers)
+    model: float = 0.0  # training the cost model
+
+    def __str__(self):
+        return (f"search {self.search:.1f} s, measurement {self.measure:.1f} s (build {self.build:.1f} s, "
+                f"run {self.run:.1f} s), cost model {self.model:.1f} s")
+
+
+@dataclass
+class TuneResult:
+    task: Task
+    latency_s: float  # the winner's re-measured median (inf: nothing valid was found)
+    trace: Trace | None
+    cv: float  # the spread of the winner's repeats (coefficient of variation)
+    trials: int  # measured this run
+    history: list[tuple[int, float, float]] = field(default_factory=list)  # (trials, best s, elapsed s)
+    time: TimeSpent = field(default_factory=TimeSpent)
+
+    @property
+    def gflops(self) -> float:
+        return self.task.flops / self.latency_s / 1e9 if np.isfinite(self.latency_s) else 0.0
+
+    def build(self, target: str = "c"):
+        """The winner, compiled."""
+        return self.task.build(self.trace, target=target)
+
+
+def candidate_features(sch) -> np.ndarray:
+    """What the cost model sees of a candidate: the features of its (partly lowered) function."""
+    from .features import extract_features
+
+    return extract_features(sch.mod)
+
+
+class TaskTuner:
+    def __init__(self, task: Task, *, runner, database=None, cost_model=None, seed: int = 0, target: str | None = None,
+                 progress: bool = False):
+        from .cost_model import XGBCostModel
+        from .database import target_key
+
+        self.task, self.runner, self.database = task, runner, database
+        self.cost_model = cost_model if cost_model is not None else XGBCostModel(seed=seed)
+        self.target = target or target_key()
+        self.search = EvolutionarySearch(task, self.cost_model, candidate_features, seed=seed)
+        self.progress = progress
+        self.time = TimeSpent()
+        self.trials = 0  # measured by this tuner
+        self.history: list[tuple[int, float, float]] = []
+        self.started = time.perf_counter()
+        self.baseline_s = float("inf")  # the task's own schedule (measure_default)
+        if database is not None:
+            database.commit_workload(task, self.target)
+            self._resume()
+
+    @property
+    def best_latency_s(self) -> float:
+        """The fastest measured so far, the task's own schedule included."""
+        return min(self.search.best[0][0] if self.search.best else float("inf"), self.baseline_s)
+
+    def measure_default(self) -> float:
+        """Measure (and record) the task's own schedule, when it has one: the baseline."""
+        from .measure import MeasureInput
+
+        if self.task.default_trace is None:
+            return self.baseline_s
+        result = self.runner.measure([MeasureInput(self.task, self.task.default_trace)])[0]
+        if self.database is not None:
+            self.database.add(self.task.key, self.target, self.task.default_trace, result)
+        self.baseline_s = result.median_s
+        return self.baseline_s
+
+    def _resume(self) -> None:
+        """Learn from the task's records: the model trains on them, the best seed the search."""
+        records = self.database.records(self.task.key, self.target)
+        cands, lats = [], []
+        for rec in records:
+            try:
+                sch = self.task.schedule(rec.trace)
+            except ScheduleError:
+                continue
+            cands.append(Candidate(sketch_of(self.search.sketches, rec.trace), sch))
+            lats.append(rec.median_s)
+        if cands:
+            self._learn(cands, lats)
+
+    def step(self, n: int = BATCH) -> int:
+        """One round: propose n candidates, measure them, learn. Returns how many were measured."""
+        from .measure import MeasureInput
+
+        t = time.perf_counter()
+        batch = self.search.propose(n)
+        for c in batch:
+            if c.features is None:
+                c.features = candidate_features(c.sch)
+        self.time.search += time.perf_counter() - t
+        if not batch:
+            return 0
+        t = time.perf_counter()
+        results = self.runner.measure([MeasureInput(self.task, c.sch.trace) for c in batch])
+        self.time.measure += time.perf_counter() - t
+        self.time.build += sum(r.build_s for r in results)
+        self.time.run += sum(r.run_s for r in results)
+        if self.database is not None:
+            for c, r in zip(batch, results):
+                self.database.add(self.task.key, self.target, c.sch.trace, r)
+        self.trials += len(batch)
+        self._learn(batch, [r.median_s for r in results])
+        self.history.append((self.trials, self.best_latency_s, time.perf_counter() - self.started))
+        if self.progress:
+            failed = sum(not r.ok for r in results)
+            best = self.task.flops / self.best_latency_s / 1e9 if np.isfinite(self.best_latency_s) else 0.0
+            print(f"[{self.task.name}] trials {self.trials:5d}  best {self.best_latency_s * 1e3:9.3f} ms "
+                  f"({best:7.1f} GFLOP/s)  failed {failed}/{len(batch)}  elapsed {self.history[-1][2]:6.0f} s",
+                  file=sys.stderr, flush=True)
+        return len(batch)
+
+    def _learn(self, cands: list[Candidate], latencies: list[float]) -> None:
+        self.search.tell(cands, latencies)
+        for c in cands:
+            if c.features is None:
+                c.features = candidate_features(c.sch)
+        t = time.perf_counter()  # the model keeps what it learned before: it gets the new ones only
+        self.cost_model.update([c.features for c in cands], list(latencies), [self.task.key] * len(cands))
+        self.time.model += time.perf_counter() - t
+
+    def result(self) -> TuneResult:
+        """The winner, re-measured with more repeats (and stored again with its spread)."""
+        from .measure import MeasureInput
+
+        searched = self.search.best[0][0] if self.search.best else float("inf")
+        if min(searched, self.baseline_s) == float("inf"):
+            return TuneResult(self.task, float("inf"), None, float("nan"), self.trials, self.history, self.time)
+        trace = self.search.best[0][1].sch.trace if searched <= self.baseline_s else self.task.default_trace
+        again = self.runner.measure([MeasureInput(self.task, trace)], repeats=REMEASURE_REPEATS)[0]
+        if self.database is not None:
+            self.database.add(self.task.key, self.target, trace, again)
+        latency = again.median_s if again.ok else self.best_latency_s
+        return TuneResult(self.task, latency, trace, again.cv, self.trials, self.history, self.time)
+
+
+def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner=None, cost_model=None,
+         time_budget_s: float | None = None, batch: int = BATCH, progress: bool = False) -> TuneResult:
+    """Tune one kernel: `computation` is a Task or the te tensors of a kernel (arguments in call
+    order). Stops after `trials` measurements or `time_budget_s` seconds, whichever comes first."""
+    from .measure import LocalRunner
+
+    task = computation if isinstance(computation, Task) else task_from_tensors(_tensors(computation))
+    own_runner = runner is None
+    runner = runner if runner is not None else LocalRunner(workers=os.cpu_count() or 1)
+    try:
+        tuner = TaskTuner(task, runner=runner, database=database, cost_model=cost_model, seed=seed,
+                          progress=progress)
+        deadline = None if time_budget_s is None else time.perf_counter() + time_budget_s
+        while tuner.trials < trials and (deadline is None or time.perf_counter() < deadline):
+            if tuner.step(min(batch, trials - tuner.trials)) == 0:
+                break  # the space is exhausted
+        return tuner.result()
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def _tensors(computation) -> list:
+    if not isinstance(computation, Sequence) or not computation:
+        raise TypeError("tune takes a Task or a non-empty list of te tensors (the kernel's arguments)")
+    return list(computation)

@@ -1,0 +1,99 @@
+"""Tuning a whole model: its tasks (ember.tune.extract), trials spread over them by the task
+scheduler, every measurement in the database, and a report of where the time went.
+
+    db = ember.tune.Database("tuning.db")
+    report = ember.tune.tune_model(model, example_inputs=(x,), database=db, trials=2000)
+    cm = ember.compile(model, example_inputs=(x,), database=db)
+
+Each task's own schedule (the operator library's) is measured first: it is the baseline the
+report compares with, and a record like any other, so compiling with the database never picks a
+schedule slower than the untuned one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .extract import extract_tasks
+from .scheduler import GradientScheduler
+from .tune import BATCH, TaskTuner, TimeSpent, TuneResult
+
+
+@dataclass
+class ModelTuneReport:
+    results: list[TuneResult]  # one per task, heaviest first
+    weights: list[int]
+    baseline_s: list[float]  # each task's own schedule, measured
+    trials: int
+    elapsed_s: float
+    time: TimeSpent = field(default_factory=TimeSpent)
+
+    @property
+    def estimated_latency_s(self) -> float:
+        """Sum of weight x best latency over the tasks (what the scheduler minimizes)."""
+        return sum(w * min(r.latency_s, b) for w, r, b in zip(self.weights, self.results, self.baseline_s))
+
+    @property
+    def estimated_baseline_s(self) -> float:
+        return sum(w * b for w, b in zip(self.weights, self.baseline_s))
+
+    def __str__(self):
+        lines = [f"{'task':32s} {'weight':>6s} {'trials':>6s} {'untuned ms':>11s} {'tuned ms':>9s} {'GFLOP/s':>8s}"]
+        for r, w, b in zip(self.results, self.weights, self.baseline_s):
+            best = min(r.latency_s, b)
+            gflops = r.task.flops / best / 1e9 if best < float("inf") else 0.0
+            lines.append(f"{r.task.name[:32]:32s} {w:6d} {r.trials:6d} {b * 1e3:11.3f} {best * 1e3:9.3f} {gflops:8.1f}")
+        lines.append(f"estimated model latency: {self.estimated_baseline_s * 1e3:.3f} ms untuned -> "
+                     f"{self.estimated_latency_s * 1e3:.3f} ms tuned, {self.trials} trials in {self.elapsed_s:.0f} s")
+        lines.append(f"time: {self.time}")
+        return "\n".join(lines)
+
+
+def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time_budget_s: float | None = None,
+               runner=None, seed: int = 0, opt_level: int = 2, batch: int = BATCH, progress: bool = True,
+               max_tasks: int | None = None) -> ModelTuneReport:
+    """Tune the kernels of a model (a Graph, a torch.nn.Module with example_inputs, an ONNX model)
+    until `trials` measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
+    heaviest tasks. Records go to `database`; compile with `database=` to use them."""
+    from .measure import LocalRunner
+
+    start = time.perf_counter()
+    tasks = extract_tasks(model, example_inputs, opt_level=opt_level)[:max_tasks]
+    if progress:
+        print(f"{len(tasks)} tasks; tuning with {trials} trials"
+              + (f" or {time_budget_s:.0f} s" if time_budget_s else ""), file=sys.stderr)
+    own_runner = runner is None
+    runner = runner if runner is not None else LocalRunner(workers=os.cpu_count() or 1)
+    try:
+        tuners = [TaskTuner(t, runner=runner, database=database, seed=seed + k, progress=progress)
+                  for k, t in enumerate(tasks)]
+        baseline = [tuner.measure_default() for tuner in tuners]
+        scheduler = GradientScheduler([t.weight for t in tasks], seed=seed)
+        deadline = None if time_budget_s is None else start + time_budget_s
+        used = 0
+        exhausted: set[int] = set()
+        while used < trials and (deadline is None or time.perf_counter() < deadline) and len(exhausted) < len(tuners):
+            k = scheduler.next_task()
+            if k in exhausted:
+                k = next(j for j in range(len(tuners)) if j not in exhausted)
+            measured = tuners[k].step(min(batch, trials - used))
+            if measured == 0:
+                exhausted.add(k)
+            used += measured
+            scheduler.record(k, tuners[k].trials, tuners[k].best_latency_s)
+            if progress:
+                left = "" if deadline is None else f", {max(0.0, deadline - time.perf_counter()):.0f} s left"
+                print(f"  model: {used}/{trials} trials, estimated {scheduler.estimated_latency_s() * 1e3:.3f} ms"
+                      f"{left}", file=sys.stderr, flush=True)
+        results = [tuner.result() for tuner in tuners]
+    finally:
+        if own_runner:
+            runner.close()
+    spent = TimeSpent()
+    for r in results:
+        for name in vars(spent):
+            setattr(spent, name, getattr(spent, name) + getattr(r.time, name))
+    return ModelTuneReport(results, [t.weight for t in tasks], baseline, used, time.perf_counter() - start, spent)
