@@ -27,14 +27,18 @@ class GradientScheduler:
     def record(self, task: int, trials: int, best_latency_s: float) -> None:
         self.history[task].append((trials, best_latency_s))
 
-    def next_task(self) -> int:
-        """The index of the task to tune next."""
-        for k, h in enumerate(self.history):
-            if not h:
+    def next_task(self, exclude=()) -> int:
+        """The index of the task to tune next, among those not in `exclude` (tasks whose space
+        is exhausted)."""
+        tasks = [k for k in range(len(self.weights)) if k not in exclude]
+        if not tasks:
+            raise ValueError("every task is excluded")
+        for k in tasks:
+            if not self.history[k]:
                 return k
         if self.rng.random() < EPSILON:
-            return self.rng.randrange(len(self.weights))
-        return max(range(len(self.weights)), key=self.gain)
+            return self.rng.choice(tasks)
+        return max(tasks, key=self.gain)
 
     def gain(self, task: int) -> float:
         """How much a trial of `task` is expected to lower the model's latency (seconds per trial)."""

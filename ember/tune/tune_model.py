@@ -76,9 +76,7 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
         used = 0
         exhausted: set[int] = set()
         while used < trials and (deadline is None or time.perf_counter() < deadline) and len(exhausted) < len(tuners):
-            k = scheduler.next_task()
-            if k in exhausted:
-                k = next(j for j in range(len(tuners)) if j not in exhausted)
+            k = scheduler.next_task(exclude=exhausted)
             measured = tuners[k].step(min(batch, trials - used))
             if measured == 0:
                 exhausted.add(k)
