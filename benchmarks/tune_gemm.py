@@ -44,7 +44,8 @@ def main(argv=None) -> None:
     rows = []
     for n in args.sizes:
         start = time.perf_counter()
-        best = ember.tune.tune(ember.tune.task_from_tensors(gemm(n), f"gemm{n}"), trials=args.trials, database=db, seed=args.seed,
+        task = ember.tune.task_from_tensors(gemm(n), f"gemm{n}")
+        best = ember.tune.tune(task, trials=args.trials, database=db, seed=args.seed,
                                time_budget_s=args.minutes * 60, progress=True)
         tuning_s = time.perf_counter() - start
         rng = np.random.default_rng(0)
