@@ -165,15 +165,15 @@ def compile(model, example_inputs=None, **options) -> CompiledModel:
     return compile_graph(import_model(model, example_inputs), **options)
 
 
-def import_model(model, example_inputs=None) -> Graph:
+def import_model(model, example_inputs=None, caller: str = "ember.compile") -> Graph:
     """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`), or an
-    ONNX model (a path or a ModelProto)."""
+    ONNX model (a path or a ModelProto); `caller` names the function in the errors."""
     if isinstance(model, Graph):
         return model
     torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
     if torch is not None and isinstance(model, torch.nn.Module):
         if example_inputs is None:
-            raise TypeError("compiling a torch.nn.Module needs example_inputs (a tuple of tensors)")
+            raise TypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
         from .frontend.torch import import_module
 
         return import_module(model, example_inputs)
@@ -181,7 +181,7 @@ def import_model(model, example_inputs=None) -> Graph:
         from .frontend.onnx import import_onnx
 
         return import_onnx(model)
-    raise TypeError(f"ember.compile takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
+    raise TypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
                     f"got {type(model).__name__}")
 
 

@@ -21,14 +21,12 @@ SYMBOL_SIZE; give example_inputs where random values are not valid inputs (token
 from __future__ import annotations
 
 import math
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler import compile_graph
+from ..compiler import compile_graph, import_model
 from ..graph.core import Graph
 from ..passes.pipeline import PIPELINES
 from ..testing import random_array
@@ -90,7 +88,7 @@ def bisect(model, example_inputs: Sequence | None = None, *, rtol: float = 1e-4,
     """Compile `model` (a Graph, an ONNX model path or ModelProto, or a torch.nn.Module with
     example_inputs) with the passes enabled one by one and switched off one at a time; see the
     module doc."""
-    graph = _graph(model, example_inputs)
+    graph = import_model(model, None if example_inputs is None else tuple(example_inputs), "ember.debug.bisect")
     inputs = list(example_inputs) if example_inputs is not None else random_inputs(graph)
     level = max(PIPELINES)
     pipeline = tuple(passes) if passes is not None else tuple(PIPELINES[level])
@@ -110,24 +108,6 @@ def bisect(model, example_inputs: Sequence | None = None, *, rtol: float = 1e-4,
     cumulative = tuple(trial(f"+ {p}", pipeline[:k + 1]) for k, p in enumerate(pipeline))
     one_off = tuple(trial(f"- {p}", pipeline[:k] + pipeline[k + 1:]) for k, p in enumerate(pipeline))
     return BisectResult(pipeline, cumulative, one_off, rtol, atol)
-
-
-def _graph(model, example_inputs) -> Graph:
-    if isinstance(model, Graph):
-        return model
-    torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        if example_inputs is None:
-            raise TypeError("bisecting a torch.nn.Module needs example_inputs (a tuple of tensors)")
-        from ..frontend.torch import import_module
-
-        return import_module(model, tuple(example_inputs))
-    if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
-        from ..frontend.onnx import import_onnx
-
-        return import_onnx(model)
-    raise TypeError(f"bisect takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
-                    f"got {type(model).__name__}")
 
 
 def random_inputs(graph: Graph) -> list[np.ndarray]:
