@@ -98,11 +98,15 @@ class EvolutionarySearch:
             return None
         return self.pool.setdefault(c.key, c)
 
-    def _score(self, cands: list[Candidate]) -> list[tuple[float, Candidate]]:
-        """(predicted score, candidate), best first."""
+    def featurize(self, cands: list[Candidate]) -> None:
+        """Compute the features of the candidates that have none yet."""
         for c in cands:
             if c.features is None:
                 c.features = self.features(c.sch)
+
+    def _score(self, cands: list[Candidate]) -> list[tuple[float, Candidate]]:
+        """(predicted score, candidate), best first."""
+        self.featurize(cands)
         scores = self.cost_model.predict([c.features for c in cands]) if cands else []
         return sorted(zip((float(s) for s in scores), cands), key=lambda x: -x[0])
 

@@ -132,10 +132,11 @@ def _multi_level_tile(sch: Schedule, block: BlockRV, outputs: set[int], pack: bo
         sch.compute_inline(write_back)
         write_back = consumer
     loops = sch.get_loops(block)
+    last_spatial = [lp for lp, k in zip(loops, kinds) if k == "spatial"][-1]
     spatial, reduce = [], []
     for loop, kind in zip(loops, kinds):
         if kind == "spatial":
-            inner = MAX_INNER_SPATIAL if loop is _last_spatial(loops, kinds) else 16
+            inner = MAX_INNER_SPATIAL if loop is last_spatial else 16
             spatial.append(sch.split(loop, sch.sample_perfect_tile(loop, SPATIAL_LEVELS, inner)))
         else:
             reduce.append(sch.split(loop, sch.sample_perfect_tile(loop, REDUCE_LEVELS, MAX_INNER_REDUCE)))
@@ -157,13 +158,10 @@ def _multi_level_tile(sch: Schedule, block: BlockRV, outputs: set[int], pack: bo
 
 def _pack_inputs(sch: Schedule, block: BlockRV, locations: list[LoopRV]) -> None:
     """Copy each input the block reuses into a buffer computed at a sampled outer loop."""
-    reads = sch.get_realize(block).block.reads
-    spatial = [iv.var for iv in sch.get_realize(block).block.iter_vars if iv.kind == "spatial"]
-    for index in reversed(range(len(reads))):
-        region = reads[index].region
-        if all(any(uses_var(r.min, {v}) for r in region) for v in spatial):
-            continue  # no reuse: every spatial point reads its own element
-        if reads[index].buffer.scope != "global":
+    blk = sch.get_realize(block).block
+    spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
+    for index in reversed(range(len(blk.reads))):
+        if not _reused(blk.reads[index], spatial) or blk.reads[index].buffer.scope != "global":
             continue
         copy = sch.cache_read(block, index, "global")
         sch.compute_at(copy, sch.sample_loop(locations))
@@ -213,7 +211,12 @@ def _elementwise(block: Block) -> bool:
 def _has_reuse(block: Block) -> bool:
     """Some input of the block is read at the same place by several spatial points."""
     spatial = [iv.var for iv in block.iter_vars if iv.kind == "spatial"]
-    return any(not all(any(uses_var(r.min, {v}) for r in rd.region) for v in spatial) for rd in block.reads)
+    return any(_reused(rd, spatial) for rd in block.reads)
+
+
+def _reused(read, spatial) -> bool:
+    """Some spatial variable does not move the region read: its points share the data."""
+    return not all(any(uses_var(r.min, {v}) for r in read.region) for v in spatial)
 
 
 def _static(sch: Schedule, name: str) -> bool:
@@ -224,10 +227,6 @@ def _loops_of(sch: Schedule, name: str) -> list[For]:
     """The loops around block `name` (a query: nothing traced)."""
     path = sch.find_path(lambda s: isinstance(s, BlockRealize) and s.block.name == name) or []
     return [s for s in path if isinstance(s, For)]
-
-
-def _last_spatial(loops, kinds):
-    return [lp for lp, k in zip(loops, kinds) if k == "spatial"][-1]
 
 
 def _sole_reader(sch: Schedule, buf, exclude: str) -> BlockRV:

@@ -127,9 +127,7 @@ class TaskTuner:
 
         t = time.perf_counter()
         batch = self.search.propose(n)
-        for c in batch:
-            if c.features is None:
-                c.features = candidate_features(c.sch)
+        self.search.featurize(batch)
         self.time.search += time.perf_counter() - t
         if not batch:
             return 0
@@ -154,9 +152,7 @@ class TaskTuner:
 
     def _learn(self, cands: list[Candidate], latencies: list[float]) -> None:
         self.search.tell(cands, latencies)
-        for c in cands:
-            if c.features is None:
-                c.features = candidate_features(c.sch)
+        self.search.featurize(cands)
         t = time.perf_counter()  # the model keeps what it learned before: it gets the new ones only
         self.cost_model.update([c.features for c in cands], list(latencies), [self.task.key] * len(cands))
         self.time.model += time.perf_counter() - t
