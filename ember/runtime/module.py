@@ -13,6 +13,7 @@ and through `build_library`: cc, cflags, cache_dir, keep_source.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -73,8 +74,9 @@ class CKernel(Kernel):
         return self.library._name
 
     def _launcher(self, arrays, sizes):
-        cfunc, args = self._cfunc, [a.ctypes.data for a in arrays] + sizes
-        return lambda: cfunc(*args)
+        launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes)
+        launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
+        return launch
 
 
 class PythonKernel(Kernel):

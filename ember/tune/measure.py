@@ -45,6 +45,7 @@ from .task import Task
 
 REFERENCE_TIMEOUT_S = 120.0
 MAX_BUILDS_PER_WORKER = 256
+RUN_LIMIT_FLOOR_S = 1.0  # the least time a run under a cutoff may take (see run_limit_s)
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,8 +127,13 @@ class LocalRunner:
         self._batches = itertools.count()
         self._ids = itertools.count()
 
-    def measure(self, inputs: list[MeasureInput], repeats: int | None = None) -> list[MeasureResult]:
-        """Build, check and time each input (`repeats`: this time, instead of the runner's)."""
+    def measure(self, inputs: list[MeasureInput], repeats: int | None = None,
+                cutoff_s: float | None = None) -> list[MeasureResult]:
+        """Build, check and time each input (`repeats`: this time, instead of the runner's).
+
+        `cutoff_s`: a candidate whose first call takes longer is timed by that call alone, and
+        its run may last only run_limit_s(cutoff_s) (a tuner passes a multiple of its best
+        latency, so that hopeless candidates cost one call, not a full timing)."""
         if not self._workers:
             raise RuntimeError("this LocalRunner is closed")
         batch = next(self._batches)
@@ -143,13 +149,23 @@ class LocalRunner:
             if d.reply[0] == "ok":
                 d.process.kernels.add(cid)
                 d.process.builds += 1
-        results = [self._run(d.worker, batch, cid, i, d.seconds, repeats or self.repeats) if d.reply[0] == "ok"
+        results = [self._run(d.worker, batch, cid, i, d.seconds, repeats or self.repeats, cutoff_s)
+                   if d.reply[0] == "ok"
                    else MeasureResult((), _during(d.reply[1], "building"), d.seconds)
                    for cid, i, d in zip(cids, inputs, built)]
         self._recycle()
         return results
 
-    def _run(self, w: int, batch: int, cid: int, inp: MeasureInput, build_s: float, repeats: int) -> MeasureResult:
+    def run_limit_s(self, cutoff_s: float | None, repeats: int | None = None) -> float:
+        """How long checking and timing one candidate may last: the runner's timeout, or under a
+        cutoff, RUN_LIMIT_FLOOR_S plus twice what a candidate at the cutoff would take."""
+        if cutoff_s is None:
+            return self.timeout_s
+        calls = (repeats or self.repeats) + 2  # checking, choosing the calls per repeat, repeats
+        return min(self.timeout_s, RUN_LIMIT_FLOOR_S + 2 * calls * (cutoff_s + self.min_repeat_s))
+
+    def _run(self, w: int, batch: int, cid: int, inp: MeasureInput, build_s: float, repeats: int,
+             cutoff_s: float | None) -> MeasureResult:
         """Check and time one built candidate on worker `w`, alone."""
         reference = self._references.get(inp.task.key) if self.check else None
         if isinstance(reference, str):
@@ -161,8 +177,8 @@ class LocalRunner:
                 return MeasureResult((), _during(d.reply[1], "building"), build_s)
             d.process.kernels.add(cid)
             d.process.builds += 1
-        request = ("run", cid, inp.task, reference, self.flush_cache, repeats, self.min_repeat_s)
-        [d] = self._dispatch([_Job(request, self.timeout_s, w)])
+        request = ("run", cid, inp.task, reference, self.flush_cache, repeats, self.min_repeat_s, cutoff_s)
+        [d] = self._dispatch([_Job(request, self.run_limit_s(cutoff_s, repeats), w)])
         d.process.kernels.discard(cid)
         if d.reply[0] != "ok":
             return MeasureResult((), _during(d.reply[1], "running"), build_s, d.seconds)

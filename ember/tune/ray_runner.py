@@ -36,12 +36,13 @@ class RayRunner:
         self._workers_per_node = workers_per_node
         self._actors: dict[str, object] = {}  # node id -> its actor
 
-    def measure(self, inputs: list[MeasureInput], repeats: int | None = None) -> list[MeasureResult]:
+    def measure(self, inputs: list[MeasureInput], repeats: int | None = None,
+                cutoff_s: float | None = None) -> list[MeasureResult]:
         """Build, check and time each input on the cluster's nodes (see LocalRunner.measure)."""
         ray = self._ray
         nodes = self._node_actors()
         shares = {node: list(range(k, len(inputs), len(nodes))) for k, node in enumerate(nodes)}
-        pending = {node: nodes[node].measure.remote([inputs[i] for i in share], repeats)
+        pending = {node: nodes[node].measure.remote([inputs[i] for i in share], repeats, cutoff_s)
                    for node, share in shares.items() if share}
         results: list[MeasureResult | None] = [None] * len(inputs)
         for node, ref in pending.items():
@@ -93,8 +94,9 @@ class NodeRunner:
     def __init__(self, **options):
         self.runner = LocalRunner(**options)
 
-    def measure(self, inputs: list[MeasureInput], repeats: int | None = None) -> list[MeasureResult]:
-        return self.runner.measure(inputs, repeats)
+    def measure(self, inputs: list[MeasureInput], repeats: int | None = None,
+                cutoff_s: float | None = None) -> list[MeasureResult]:
+        return self.runner.measure(inputs, repeats, cutoff_s)
 
     def close(self) -> None:
         self.runner.close()

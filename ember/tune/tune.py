@@ -27,6 +27,7 @@ from .task import Task, task_from_tensors
 
 BATCH = 32
 REMEASURE_REPEATS = 15
+CUTOFF = 2.0  # a candidate whose first call is slower than CUTOFF x the best is timed by that call alone
 
 
 @dataclass
@@ -132,7 +133,8 @@ class TaskTuner:
         if not batch:
             return 0
         t = time.perf_counter()
-        results = self.runner.measure([MeasureInput(self.task, c.sch.trace) for c in batch])
+        cutoff = CUTOFF * self.best_latency_s if np.isfinite(self.best_latency_s) else None
+        results = self.runner.measure([MeasureInput(self.task, c.sch.trace) for c in batch], cutoff_s=cutoff)
         self.time.measure += time.perf_counter() - t
         self.time.build += sum(r.build_s for r in results)
         self.time.run += sum(r.run_s for r in results)

@@ -9,9 +9,10 @@ Requests, answered with ("ok", ...) or ("error", message):
   unscheduled function) on the fixed inputs.
 - ("build", batch, cid, task, trace_json): replay the trace, lower, compile and load; the kernel
   is kept under `cid` until the batch ends (a build of a later batch drops it).
-- ("run", cid, task, reference | None, flush_cache, repeats, min_repeat_s): check the kept kernel
-  against the reference outputs (None: do not check), then time it. Answers the seconds per call
-  of each repeat.
+- ("run", cid, task, reference | None, flush_cache, repeats, min_repeat_s, cutoff_s | None): check
+  the kept kernel against the reference outputs (None: do not check), then time it. Answers the
+  seconds per call of each repeat, or of its first call alone when that call took longer than
+  `cutoff_s` (a candidate already known to be far from the best is not worth its repeats).
 
 Checking: every candidate runs on the same seeded random inputs (fresh copies: a faulty kernel
 cannot spoil them for the next one), into outputs filled with values unlike the reference (NaN
@@ -19,7 +20,8 @@ for floats), so an element a kernel never writes is an error too. Floats may dif
 reference by `atol + rtol * max|reference|` (a reordered float32 reduction rounds differently;
 the error scales with the magnitude of the sums, not of each element); integers must be exact.
 
-Timing: `ember.runtime.bench` (warm-up, calls per repeat doubled until a repeat lasts
+Timing: the first call (the checking one, when there is one) screens against the cutoff and warms
+up; then `ember.runtime.bench` (calls per repeat doubled until a repeat lasts
 `min_repeat_s`, median) over a launcher that rotates through copies of the arguments totalling
 twice the last-level cache, so that every call finds its data out of cache, as a kernel does in a
 model whose other kernels ran in between. Rotation (rather than flushing the cache between
@@ -32,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -96,16 +99,22 @@ class _Worker:
         self.kernels[cid] = task.build(Trace.from_json(trace_json))
         return ()
 
-    def run(self, cid, task, reference, flush_cache, repeats, min_repeat_s):
+    def run(self, cid, task, reference, flush_cache, repeats, min_repeat_s, cutoff_s=None):
         kernel = self.kernels.pop(cid)
+        first = None
         if reference is not None:
             outputs = self._outputs(task, reference)
-            kernel(*[a.copy() for a in self._inputs(task)], *outputs)
+            first = _seconds(kernel.prepare(*[a.copy() for a in self._inputs(task)], *outputs))
             compare(outputs, reference, [p.name for p in task.func.params[task.num_inputs:]])
         copies = self._copies(task) if flush_cache else [self._inputs(task) + self._outputs(task)]
         launchers = [kernel.prepare(*args) for args in copies]
+        if cutoff_s is not None:
+            first = first if first is not None else _seconds(launchers[-1])
+            if first > cutoff_s:
+                return ((first,),)
         next_launcher = itertools.cycle(launchers).__next__
-        timed = bench(lambda: next_launcher()(), warmup=1, repeat=repeats, min_time=min_repeat_s * repeats)
+        timed = bench(lambda: next_launcher()(), warmup=0 if first is not None else 1, repeat=repeats,
+                      min_time=min_repeat_s * repeats)
         return (timed.times,)
 
     def _inputs(self, task) -> list[np.ndarray]:
@@ -135,6 +144,12 @@ class _Worker:
             # np.copy writes every page now, so no first-touch page faults land in the timing
             self.copies = (task.key, [[np.copy(a) for a in args] for _ in range(count)])
         return self.copies[1]
+
+
+def _seconds(launch) -> float:
+    start = time.perf_counter()
+    launch()
+    return time.perf_counter() - start
 
 
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray], names: list[str]) -> None:

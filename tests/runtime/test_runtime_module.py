@@ -27,6 +27,17 @@ def test_kernel_computes_in_place(vadd, build):
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
 
 
+@pytest.mark.parametrize("build", [build_c, build_python])
+def test_a_launcher_keeps_its_arrays_alive(vadd, build):
+    kernel, c = build(vadd), np.full(1000, np.nan, "float32")
+    a, b = rng.standard_normal((2, 1000)).astype("float32")
+    launch = kernel.prepare(a.copy(), b.copy(), c)  # the copies have no other owner
+    for _ in range(10):  # allocations that would reuse freed memory
+        rng.standard_normal(1000).astype("float32")
+    launch()
+    np.testing.assert_allclose(c, a + b, rtol=1e-6)
+
+
 def test_kernel_types(vadd):
     assert isinstance(build_c(vadd), CKernel) and build_c(vadd).target == "c"
     python = build_python(vadd)

@@ -55,7 +55,7 @@ def test_planted_failures_are_recorded_and_the_good_candidates_measured():
     inputs = [good, crash, MeasureInput(task, task.schedule().trace), hang, wrong, unbuildable, good]
     with LocalRunner(workers=2, timeout_s=2.0, repeats=3, min_repeat_s=0.001) as runner:
         results = runner.measure(inputs)
-        assert [r.ok for r in results] == [True, False, True, False, False, False, True]
+        assert [r.ok for r in results] == [True, False, True, False, False, False, True], [r.error for r in results]
         assert results[1].error.startswith("crashed: signal 11"), results[1].error
         assert results[3].error.startswith("timed out after 2.0 s"), results[3].error
         assert results[4].error.startswith("wrong result: max abs error"), results[4].error
@@ -110,3 +110,18 @@ def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="workers >= 1"):
         LocalRunner(workers=0)
     assert last_level_cache_bytes() >= 1 << 20
+
+
+def test_a_cutoff_times_slow_candidates_by_one_call_and_limits_their_run():
+    task = gemm()
+    good = MeasureInput(task, tiled(task))
+    hang = impostor(task, lambda A, B, k: lambda i, j: te.sum(A[i, j] * B[i, j], axis=k), extent=1 << 30)
+    with LocalRunner(workers=1, timeout_s=30.0, repeats=3, min_repeat_s=0.001) as runner:
+        limit = runner.run_limit_s(0.001)
+        assert 1.0 < limit < 1.1 and runner.run_limit_s(None) == 30.0 and runner.run_limit_s(100.0) == 30.0
+        full, screened, stopped = runner.measure([good], cutoff_s=1.0) + \
+            runner.measure([good], cutoff_s=0.0) + runner.measure([hang], cutoff_s=0.001)
+    assert full.ok and len(full.latencies_s) == 3
+    assert screened.ok and len(screened.latencies_s) == 1 and screened.median_s > 0
+    assert stopped.error == f"timed out after {limit} s while running"
+    assert stopped.run_s < 5.0
