@@ -1,7 +1,8 @@
 """fp32 GEMM tuned by ember's auto-tuner (no template: the design space comes from the
 computation), next to NumPy's BLAS measured in the same process.
 
-    python benchmarks/tune_gemm.py [--sizes 1024 2048] [--trials 1000] [--minutes 15] [--db gemm.db]
+    python benchmarks/tune_gemm.py [--sizes 1024 2048] [--trials 1000] [--minutes 15] [--early-stop 256]
+                                   [--db gemm.db]
 
 For each size: tune (live progress on stderr), then time the winner and NumPy's BLAS here, one
 after the other, medians of repeated runs; report GFLOP/s, the ratio, the trials and the tuning
@@ -31,6 +32,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--minutes", type=float, default=15.0, help="time budget per size")
+    ap.add_argument("--early-stop", type=int, default=256, help="stop after this many trials without improvement")
     ap.add_argument("--db", default="tune_gemm.db")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -46,7 +48,7 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         task = ember.tune.task_from_tensors(gemm(n), f"gemm{n}")
         best = ember.tune.tune(task, trials=args.trials, database=db, seed=args.seed,
-                               time_budget_s=args.minutes * 60, progress=True)
+                               time_budget_s=args.minutes * 60, early_stop=args.early_stop, progress=True)
         tuning_s = time.perf_counter() - start
         rng = np.random.default_rng(0)
         a, b = rng.standard_normal((2, n, n), dtype=np.float32)

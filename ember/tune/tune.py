@@ -92,6 +92,15 @@ class TaskTuner:
             self._resume()
 
     @property
+    def trials_since_improvement(self) -> int:
+        """Trials measured since the best latency last fell (all of them, when it never did)."""
+        best, improved_at = float("inf"), 0
+        for trials, latency, _ in self.history:
+            if latency < best:
+                best, improved_at = latency, trials
+        return self.trials - improved_at
+
+    @property
     def best_latency_s(self) -> float:
         """The fastest measured so far, the task's own schedule included."""
         return min(self.search.best[0][0] if self.search.best else float("inf"), self.baseline_s)
@@ -175,9 +184,11 @@ class TaskTuner:
 
 
 def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner=None, cost_model=None,
-         time_budget_s: float | None = None, batch: int = BATCH, progress: bool = False) -> TuneResult:
+         time_budget_s: float | None = None, early_stop: int | None = None, batch: int = BATCH,
+         progress: bool = False) -> TuneResult:
     """Tune one kernel: `computation` is a Task or the te tensors of a kernel (arguments in call
-    order). Stops after `trials` measurements or `time_budget_s` seconds, whichever comes first."""
+    order). Stops after `trials` measurements, after `time_budget_s` seconds, or once
+    `early_stop` trials in a row found nothing faster, whichever comes first."""
     from .measure import LocalRunner
 
     task = computation if isinstance(computation, Task) else task_from_tensors(_tensors(computation))
@@ -187,7 +198,8 @@ def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner
         tuner = TaskTuner(task, runner=runner, database=database, cost_model=cost_model, seed=seed,
                           progress=progress)
         deadline = None if time_budget_s is None else time.perf_counter() + time_budget_s
-        while tuner.trials < trials and (deadline is None or time.perf_counter() < deadline):
+        while tuner.trials < trials and (deadline is None or time.perf_counter() < deadline) and \
+                (early_stop is None or tuner.trials_since_improvement < early_stop or not tuner.history):
             if tuner.step(min(batch, trials - tuner.trials)) == 0:
                 break  # the space is exhausted
         return tuner.result()

@@ -52,6 +52,20 @@ def test_tune_a_kernel_resume_and_replay(tmp_path, runner):
     assert more.trials == 4 and np.isfinite(more.latency_s)
 
 
+class FlatRunner:
+    """Every candidate takes the same time: nothing after the first batch is an improvement."""
+
+    def measure(self, inputs, repeats=None, cutoff_s=None):
+        return [MeasureResult((1e-3,)) for _ in inputs]
+
+
+def test_early_stop_ends_a_search_that_stopped_improving():
+    best = tune(gemm(), trials=100, runner=FlatRunner(), batch=4, early_stop=8)
+    assert best.trials == 12 and [h[0] for h in best.history] == [4, 8, 12]
+    assert best.latency_s == 1e-3
+    assert tune(gemm(), trials=12, runner=FlatRunner(), batch=4).trials == 12
+
+
 def test_compile_applies_the_best_record(tmp_path):
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU()).eval()
