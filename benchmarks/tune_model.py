@@ -2,10 +2,12 @@
 latency next to untuned ember, torch eager, torch.compile and onnxruntime, in one process.
 
     python benchmarks/tune_model.py [--model resnet18] [--minutes 30] [--trials 3000] [--db resnet18.db]
+                                    [--compare-only]
 
 Tuning prints its progress on stderr and a per-task report; the comparison table follows
 (medians of repeated runs; ratio = torch eager latency / latency), and the tuning curves are
-written to a PNG next to the database.
+written to a PNG next to the database. The ember variants are timed in turns (see
+compare.interleaved_latencies). --compare-only skips tuning and compares with the database as it is.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ def main(argv=None) -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--trials", type=int, default=3000)
     ap.add_argument("--db", default=None)
-    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compare-only", action="store_true", help="no tuning: compare with the database as it is")
     args = ap.parse_args(argv)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     import torch
@@ -41,9 +44,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     db = Database(args.db or f"{args.model}.db")
     model, inputs = ZOO[args.model](small=args.small)
-    report = ember.tune.tune_model(model, inputs, database=db, trials=args.trials, time_budget_s=args.minutes * 60,
-                                   seed=args.seed)
-    print(report)
+    if not args.compare_only:
+        report = ember.tune.tune_model(model, inputs, database=db, trials=args.trials,
+                                       time_budget_s=args.minutes * 60, seed=args.seed)
+        print(report)
     rows = bench_model(args.model, args.small, args.runs, ["inductor", "onnxruntime"],
                        variants={"ember": {}, "ember tuned": {"database": db}})
     eager = rows[0][1]

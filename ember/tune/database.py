@@ -9,7 +9,9 @@ Tables (the schema's version is SQLite's `user_version`; a file of another versi
   `version` is the ember version that measured it. The trace holds every sampling decision, so a
   record replays to exactly the function that was measured.
 
-`best(key, target)` is the fastest record that did not fail. Tuning resumes from a file: reopen
+`best(key, target)` is the fastest record that did not fail, counting only the latest record of
+each trace (the tuner re-measures its winner and the task's own schedule side by side at the end;
+those timings replace a lucky first one). Tuning resumes from a file: reopen
 it and the records are there. Several processes may add to one file at once (WAL journal; a
 writer waits up to BUSY_TIMEOUT_S for another's lock).
 
@@ -127,9 +129,11 @@ class Database:
         return record
 
     def best(self, key: str, target: str) -> TuningRecord | None:
-        """The fastest record of the workload on `target` that did not fail (None: there is none)."""
+        """The fastest record of the workload on `target` that did not fail (None: there is none),
+        among each trace's latest records: a re-measurement supersedes earlier timings."""
         row = self._conn.execute(
-            f"SELECT {_RECORD_COLUMNS} FROM records WHERE key = ? AND target = ? AND error IS NULL "
+            f"SELECT {_RECORD_COLUMNS} FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY trace ORDER BY id DESC) "
+            f"AS newest FROM records WHERE key = ? AND target = ?) WHERE newest = 1 AND error IS NULL "
             f"ORDER BY median, id LIMIT 1", (key, target)).fetchone()
         return _record(row) if row else None
 

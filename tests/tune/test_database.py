@@ -65,6 +65,20 @@ def test_records_round_trip_and_the_best_is_the_fastest_that_did_not_fail():
         assert "axis.R(64" in workload.func
 
 
+def test_a_re_measurement_supersedes_a_lucky_first_timing():
+    task = gemm_task()
+    (t4, _), (t8, _), _ = schedules(task)
+    with Database(":memory:") as db:
+        db.commit_workload(task, TARGET)
+        db.add(task.key, TARGET, t4, MeasureResult((1e-4,)))  # lucky
+        db.add(task.key, TARGET, t8, MeasureResult((2e-4,)))
+        assert db.best(task.key, TARGET).trace.to_json() == t4.to_json()
+        db.add(task.key, TARGET, t4, MeasureResult((3e-4, 3e-4, 3.1e-4)))  # re-measured
+        assert db.best(task.key, TARGET).trace.to_json() == t8.to_json()
+        db.add(task.key, TARGET, t8, MeasureResult((), "timed out after 1.0 s while running"))
+        assert db.best(task.key, TARGET).trace.to_json() == t4.to_json()
+
+
 def test_a_file_resumes_and_keeps_targets_apart(tmp_path):
     task = gemm_task()
     (t4, _), (t8, _), _ = schedules(task)
