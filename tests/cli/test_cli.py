@@ -3,24 +3,15 @@
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from ember.cli import main
 
 
 @pytest.fixture
-def onnx_model(tmp_path):
+def onnx_model(save_onnx):
     w = np.random.rand(8, 4).astype("float32")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    path = tmp_path / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path, w
+    return save_onnx([2, 8], [2, 4], {"w": w}), w
 
 
 def test_info_lists_operators(onnx_model, capsys):

@@ -3,9 +3,8 @@
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from ember.cli import main
 
@@ -13,21 +12,13 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 @pytest.fixture
-def onnx_model(tmp_path):
+def onnx_model(save_onnx):
     """matmul -> add(bias) -> relu -> tanh: one kernel when fused, four when not."""
     w = np.random.rand(8, 4).astype("float32")
     b = np.random.rand(4).astype("float32")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
-         helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])],
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
-    )
-    path = tmp_path / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])]
+    return save_onnx([2, 8], [2, 4], {"w": w, "b": b}, nodes)
 
 
 def kernels(svg: str) -> list[list[str]]:

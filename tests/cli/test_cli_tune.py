@@ -2,27 +2,16 @@
 `ember compile --db` using the records."""
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.cli import main
 
 
 @pytest.fixture
-def onnx_model(tmp_path):
+def onnx_model(save_onnx):
     w = np.random.default_rng(0).standard_normal((32, 16)).astype("float32")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    path = tmp_path / "model.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path, w
+    return save_onnx([4, 32], [4, 16], {"w": w}), w
 
 
 def test_tune_report_and_compile_with_the_database(onnx_model, tmp_path, capsys):
