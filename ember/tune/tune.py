@@ -174,22 +174,25 @@ class TaskTuner:
         spread; the faster one wins, and `baseline_s` becomes the re-measured own schedule."""
         from .measure import MeasureInput, MeasureResult
 
-        contenders = [self.search.best[0][1].sch.trace] if self.search.best else []
+        # (trace, latency first measured) of the best searched candidate and the task's own schedule
+        contenders = [(self.search.best[0][1].sch.trace, self.search.best[0][0])] if self.search.best else []
         default = self.task.default_trace
         if default is not None and self.baseline_s < float("inf") and \
-                default.to_json() not in [t.to_json() for t in contenders]:
-            contenders.append(default)
+                default.to_json() not in [t.to_json() for t, _ in contenders]:
+            contenders.append((default, self.baseline_s))
         if not contenders:
             return TuneResult(self.task, float("inf"), None, float("nan"), self.trials, self.history, self.time)
-        again = self.runner.measure([MeasureInput(self.task, t) for t in contenders], repeats=REMEASURE_REPEATS)
+        again = self.runner.measure([MeasureInput(self.task, t) for t, _ in contenders], repeats=REMEASURE_REPEATS)
         if self.database is not None:
-            for trace, result in zip(contenders, again):
+            for (trace, _), result in zip(contenders, again):
                 self.database.add(self.task.key, self.target, trace, result)
-        if contenders[-1] is default and again[-1].ok:
+        if contenders[-1][0] is default and again[-1].ok:
             self.baseline_s = again[-1].median_s
-        trace, result = min(zip(contenders, again), key=lambda c: c[1].median_s)
-        if not result.ok:  # both failed this time: keep what the search measured
-            trace, result = contenders[0], MeasureResult((self.best_latency_s,))
+        if any(r.ok for r in again):
+            trace, result = min(((t, r) for (t, _), r in zip(contenders, again)), key=lambda c: c[1].median_s)
+        else:  # every re-measurement failed: keep the first timings
+            trace, first = min(contenders, key=lambda c: c[1])
+            result = MeasureResult((first,))
         return TuneResult(self.task, result.median_s, trace, result.cv, self.trials, self.history, self.time)
 
 

@@ -71,7 +71,8 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
     try:
         tuners = [TaskTuner(t, runner=runner, database=database, seed=seed + k, progress=progress)
                   for k, t in enumerate(tasks)]
-        baseline = [tuner.measure_default() for tuner in tuners]
+        for tuner in tuners:
+            tuner.measure_default()
         scheduler = GradientScheduler([t.weight for t in tasks], seed=seed)
         deadline = None if time_budget_s is None else start + time_budget_s
         used = 0
