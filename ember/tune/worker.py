@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -104,12 +103,12 @@ class _Worker:
         first = None
         if reference is not None:
             outputs = self._outputs(task, reference)
-            first = _seconds(kernel.prepare(*[a.copy() for a in self._inputs(task)], *outputs))
+            first = _one_call(kernel.prepare(*[a.copy() for a in self._inputs(task)], *outputs))
             compare(outputs, reference, [p.name for p in task.func.params[task.num_inputs:]])
         copies = self._copies(task) if flush_cache else [self._inputs(task) + self._outputs(task)]
         launchers = [kernel.prepare(*args) for args in copies]
         if cutoff_s is not None:
-            first = first if first is not None else _seconds(launchers[-1])
+            first = first if first is not None else _one_call(launchers[-1])
             if first > cutoff_s:
                 return ((first,),)
         next_launcher = itertools.cycle(launchers).__next__
@@ -146,10 +145,8 @@ class _Worker:
         return self.copies[1]
 
 
-def _seconds(launch) -> float:
-    start = time.perf_counter()
-    launch()
-    return time.perf_counter() - start
+def _one_call(launch) -> float:
+    return bench(launch, warmup=0, repeat=1, number=1).median
 
 
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray], names: list[str]) -> None:
