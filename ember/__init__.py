@@ -8,7 +8,18 @@
 from __future__ import annotations
 
 from . import te, tir
-from .errors import ArgumentTypeError, BuildError, EmberError, LowerError, ScheduleError, ShapeError
+from .errors import (
+    ArgumentTypeError,
+    ArtifactError,
+    BuildError,
+    CompileError,
+    ConfigError,
+    EmberError,
+    LowerError,
+    ScheduleError,
+    ShapeError,
+    TuneError,
+)
 from .kernel import build, lower
 
 __version__ = "0.1.0"
@@ -40,7 +51,8 @@ def bench(f, *args, **kwargs):
 
 
 __all__ = [
-    "ArgumentTypeError", "BuildError", "EmberError", "LowerError", "ScheduleError", "ShapeError",
+    "ArgumentTypeError", "ArtifactError", "BuildError", "CompileError", "ConfigError", "EmberError", "LowerError",
+    "ScheduleError", "ShapeError", "TuneError",
     "bench", "build", "compile", "load", "lower", "te", "tir",
 ]
 

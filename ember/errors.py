@@ -30,3 +30,23 @@ class ShapeError(EmberError, ValueError):
 
 class ArgumentTypeError(EmberError, TypeError):
     """An argument of the wrong kind or dtype (not an array, float64 for float32, ...)."""
+
+
+class ConfigError(EmberError, ValueError):
+    """An option (an EMBER_* environment variable or a keyword) with a value ember cannot use:
+    names the variable, the value and what is allowed."""
+
+
+class ArtifactError(EmberError, ValueError):
+    """A saved model or a build-cache entry that cannot be trusted: missing, truncated or edited
+    files, another format, another machine or an incompatible ember version. Names the file and
+    what is wrong."""
+
+
+class TuneError(EmberError, RuntimeError):
+    """A tuning run that produced nothing usable (every trial failed); carries the first failures."""
+
+
+class CompileError(EmberError, ValueError):
+    """A model that cannot be compiled as given (no outputs, a tensor larger than the machine's
+    memory, declared shapes that contradict the inferred ones); names the value."""

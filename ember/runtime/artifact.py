@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from ..errors import EmberError
+from ..errors import ArtifactError
 from .model import CompiledModel, ModelSpec
 
 FORMAT = "ember.model"
@@ -37,10 +37,6 @@ LIBRARY = "model.so"
 SOURCE = "model.c"
 GRAPH = "graph"
 WEIGHTS = "weights.safetensors"
-
-
-class ArtifactError(EmberError, ValueError):
-    """A folder that is not a loadable ember model (missing files, other format, other machine)."""
 
 
 @dataclass(frozen=True)
