@@ -13,9 +13,9 @@ back as the same object.
 
 Options read (ember.config): print_ir (EMBER_PRINT_IR, used when print_ir is None) and
 disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both comma-separated names.
-Unknown pass names raise ValueError listing the known ones; LATE_PASSES (fuse) are known names
-too, though the compiler, not this pipeline, runs them (and asks `disabled_passes_of` and
-`printed_passes` whether to).
+Unknown pass names raise ConfigError (checked by ember.config) listing the known ones;
+LATE_PASSES (fuse) are known names too, though the compiler, not this pipeline, runs them (and
+asks `disabled_passes_of` and `printed_passes` whether to).
 """
 
 from __future__ import annotations
@@ -101,27 +101,13 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
 
 def printed_passes(print_ir: str | Iterable[str] | None = None) -> set[str]:
     """The passes to print the IR after: those named ("all": every one), else EMBER_PRINT_IR's."""
-    if print_ir is None:
-        print_ir = config.get("print_ir")
-    return set(PASSES) | set(LATE_PASSES) if print_ir == "all" else _names(print_ir, "print_ir")
+    return set(config.resolve("print_ir", print_ir))
 
 
 def disabled_passes_of(disabled_passes: Iterable[str] = ()) -> set[str]:
     """The passes to skip: those named, and those of EMBER_DISABLE_PASSES."""
-    return _names(disabled_passes, "disabled_passes") | _names(config.get("disable_passes"), "EMBER_DISABLE_PASSES")
-
-
-def _names(names: str | Iterable[str] | None, what: str) -> set[str]:
-    if not names:
-        return set()
-    if isinstance(names, str):
-        names = names.split(",")
-    names = {n.strip() for n in names} - {""}
-    unknown = names - set(PASSES) - set(LATE_PASSES)
-    if unknown:
-        raise ValueError(f"{what}: unknown pass(es) {sorted(unknown)}; the passes are "
-                         f"{', '.join([*PASSES, *LATE_PASSES])}")
-    return names
+    return set(config.resolve("disable_passes", disabled_passes, "disabled_passes")) | set(
+        config.get("disable_passes"))
 
 
 def _verify(graph: Graph, after: str) -> None:
