@@ -27,7 +27,9 @@
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
 compiling anything.
 
-Options read (ember.config): num_threads, and through the build: cc, cflags, cache_dir.
+Options read (ember.config): num_threads, and through the build: cc, cflags, cache_dir. The
+num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
+compiled.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         the schedule of its best record.
     """
     start = time.perf_counter()
+    num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
     _check(graph)
     passes: list[PassReport] = []
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
@@ -151,12 +154,12 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
                       for k in kernels),
         target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
-                "cc": cc or config.get("cc"), "cflags": cflags if cflags is not None else config.get("cflags")},
+                "cc": cc, "cflags": cflags},
     )
     stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
                          time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, {w: graph.constants[w] for w in refs.weights}, plan, graph=graph,
-                         source=source, num_threads=_threads(num_threads), stats=stats)
+                         source=source, num_threads=num_threads, stats=stats)
 
 
 def compile(model, example_inputs=None, **options) -> CompiledModel:
@@ -199,7 +202,7 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     source_file = art.manifest["files"].get("source")
     source = (art.folder / source_file).read_text() if source_file else None
     return CompiledModel(art.spec, art.library, art.weights, MemoryPlan.from_json(art.workspace), graph=graph,
-                         source=source, num_threads=_threads(num_threads))
+                         source=source, num_threads=config.threads(num_threads))
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -225,9 +228,6 @@ def _symbols(graph: Graph) -> list[str]:
 def _spec(v: Value) -> TensorSpec:
     return TensorSpec(v.name, tuple(d if isinstance(d, str) else int(d) for d in v.shape), v.dtype)
 
-
-def _threads(num_threads: int | None) -> int:
-    return config.get("num_threads") if num_threads is None else num_threads
 
 
 # -- lowering ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import config
 from ..codegen.entry import ENTRY
 from ..errors import ArgumentTypeError, ShapeError
 
@@ -100,7 +101,8 @@ class CompiledModel:
     Attributes: `spec` (ModelSpec), `kernels` (KernelInfo list), `graph` (the graph it was
     compiled from; a loaded model reads it from the artifact on first use, or has None), `plan`
     (the memory plan), `weights` (read-only, aligned), `source` (the C translation unit),
-    `library_path`, `num_threads` (OpenMP threads of each call; 0: OpenMP's default), `stats`
+    `library_path`, `num_threads` (OpenMP threads of each call; 0: OpenMP's default; checked and
+    held to what the machine can run by `ember.config.threads` when set), `stats`
     (compile timings, when compiled in this process), `memory` (the plan's peak and unplanned
     bytes), `last_profile` (the latest `profile(...)` result, or None).
     """
@@ -109,7 +111,7 @@ class CompiledModel:
                  graph=None, source: str | None = None, num_threads: int = 0, stats=None):
         self.spec, self.plan, self.source, self.stats = spec, plan, source, stats
         self._graph = graph
-        self.num_threads = int(num_threads)
+        self.num_threads = num_threads
         self.library_path = Path(library)
         self._library = ctypes.CDLL(str(self.library_path))  # kept: the library stays loaded
         self._entry = getattr(self._library, ENTRY)
@@ -128,6 +130,14 @@ class CompiledModel:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, n: int):
+        self._num_threads = config.threads(n)
 
     @property
     def graph(self):

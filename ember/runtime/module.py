@@ -6,8 +6,9 @@ loop-IR interpreter instead. A `Kernel` is called with one array per parameter, 
 are written in place. Every call first checks its arguments (`runtime.args`); `prepare` checks once
 and returns a launcher without checks, which is what `bench` times.
 
-Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0),
-and through `build_library`: cc, cflags, cache_dir, keep_source.
+Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0;
+`config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), and through
+`build_library`: cc, cflags, cache_dir, keep_source.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
     """Compile several lowered functions into one library; their kernels by function name."""
     source = codegen_c(funcs)
     library = ctypes.CDLL(str(build_library(source, cc=cc, cflags=cflags)))
-    threads = config.get("num_threads")
+    threads = config.threads()
     if threads > 0:
         library.ember_set_num_threads(ctypes.c_int(threads))
     return {f.name: CKernel(f, source, library) for f in funcs}
