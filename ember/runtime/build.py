@@ -10,9 +10,12 @@ a half-written library. `explain_cache_key` returns the parts of a key: diff two
 why a build missed the cache.
 
 A compiler error raises `BuildError` with the compiler's error lines, each followed by the
-generated source lines it points at.
+generated source lines it points at; so does a compiler that cannot be run, and one that exits 0
+without writing the library (EMBER_CC=true). A cache folder that cannot be written raises
+ConfigError naming EMBER_CACHE_DIR.
 
-Options read (ember.config): cc, cflags, cache_dir, keep_source.
+Options read (ember.config): cc (a command, split like a shell would: "ccache gcc"), cflags,
+cache_dir, keep_source; the cc= and cflags= keywords are checked as the options are.
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import config
-from ..errors import BuildError
+from ..errors import BuildError, ConfigError
 
 LIBS = ("-lm",)  # after the source file, where the linker wants libraries
 
 _ERROR = re.compile(r"^(?P<file>[^\s:]+\.c):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: .*$", re.M)
 _MAX_CONTEXTS = 5  # errors shown with their source lines; the rest only as the compiler's line
+VERSION_TIMEOUT_S = 60  # `cc --version` answers at once; a command that does not is no compiler
 
 
 def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> Path:
@@ -45,7 +49,7 @@ def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[
     path = Path(parts["path"])
     if path.exists():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _writable_folder(path.parent)
     with _locked(path.with_suffix(".lock")):
         if not path.exists():  # another process may have built it while we waited
             _compile(source, parts["cc"], shlex.split(parts["cflags"]), path)
@@ -55,9 +59,8 @@ def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[
 def explain_cache_key(source: str, *, cc: str | None = None,
                       cflags: str | Sequence[str] | None = None) -> dict[str, str]:
     """The parts of the build cache key of `source`, the key itself and the library's path."""
-    cc = cc or config.get("cc")
-    flags = config.get("cflags") if cflags is None else cflags
-    flags = shlex.split(flags) if isinstance(flags, str) else list(flags)
+    cc = config.resolve("cc", cc)
+    flags = shlex.split(config.resolve("cflags", cflags))
     parts = {
         "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
         "cc": cc,
@@ -72,13 +75,27 @@ def explain_cache_key(source: str, *, cc: str | None = None,
 
 @functools.cache
 def compiler_version(cc: str) -> str:
-    """The `--version` text of a compiler (cached for the life of the process)."""
+    """The `--version` text of a compiler command (cached for the life of the process)."""
     try:
-        out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError) as e:
+        out = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True, errors="replace",
+                             check=True, timeout=VERSION_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another "
-                         f"with the cc option (EMBER_CC)") from e
+                         f"with the cc option (EMBER_CC, or cc=)") from e
     return out.stdout.strip()
+
+
+def _writable_folder(folder: Path) -> None:
+    """Create the cache folder `folder` if needed; ConfigError naming EMBER_CACHE_DIR when it
+    cannot be created or written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the build cache folder {folder} ({e.strerror}); set EMBER_CACHE_DIR "
+                          f"to a folder you can write") from e
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write to the build cache folder {folder}; set EMBER_CACHE_DIR to a folder "
+                          f"you can write")
 
 
 @contextlib.contextmanager
@@ -95,13 +112,19 @@ def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
         src, lib = Path(tmp) / f"{path.stem[:16]}.c", Path(tmp) / "lib.so"
         src.write_text(source)
-        cmd = [cc, *flags, "-o", str(lib), str(src), *LIBS]
+        cmd = [*shlex.split(cc), *flags, "-o", str(lib), str(src), *LIBS]
         try:
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         except OSError as e:
-            raise BuildError(f"cannot run the C compiler {cc!r}: {e}", source=source) from e
+            raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another with the "
+                             f"cc option (EMBER_CC, or cc=)", source=source) from e
         if result.returncode != 0:
             raise BuildError(_error_message(cmd, result, source), source=source,
+                             compiler_output=result.stderr)
+        if not lib.is_file() or lib.stat().st_size == 0:
+            said = (result.stdout + result.stderr).strip()
+            raise BuildError(f"the C compiler {cc!r} (EMBER_CC, or cc=) exited 0 but produced no library: "
+                             f"{shlex.join(cmd)}" + (f"\n{said}" if said else ""), source=source,
                              compiler_output=result.stderr)
         if config.get("keep_source"):
             os.replace(src, path.with_suffix(".c"))
