@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import shlex
 import shutil
 import subprocess
 import sys
@@ -179,23 +180,29 @@ def cmd_doctor(args) -> int:
     from .target import host_vector_bytes
 
     print("ember doctor")
-    cc = config.get("cc")
-    found = shutil.which(cc.split()[0]) is not None
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0] if found else ""
-    ok = _check("C compiler", found, f"{cc}: {version or 'not found (set EMBER_CC)'}")
+    options = config.describe()
+    print("\n".join(f"  {line}" for _, line in options))
+    ok = _check("options", all(usable for usable, _ in options), "EMBER_* variables as above")
+    if ok:
+        cc = config.get("cc")
+        argv = shlex.split(cc)
+        found = shutil.which(argv[0]) is not None
+        out = subprocess.run([*argv, "--version"], capture_output=True, text=True).stdout if found else ""
+        ok = _check("C compiler", found, f"{cc}: {(out.splitlines() or ['not found (set EMBER_CC)'])[0]}")
     if ok:
         with tempfile.TemporaryDirectory() as d:
             src = Path(d) / "t.c"
             src.write_text("#include <omp.h>\nint main(void){return omp_get_max_threads() > 0 ? 0 : 1;}\n")
-            r = subprocess.run([cc, "-fopenmp", str(src), "-o", str(Path(d) / "t")], capture_output=True, text=True)
-            _check("OpenMP", r.returncode == 0, "-fopenmp works" if r.returncode == 0 else r.stderr.strip()[:200])
+            r = subprocess.run([*argv, "-fopenmp", str(src), "-o", str(Path(d) / "t")], capture_output=True,
+                               text=True)
+            built = r.returncode == 0 and (Path(d) / "t").exists()
+            _check("OpenMP", built, "-fopenmp works" if built else r.stderr.strip()[:200] or "no program built")
         width = host_vector_bytes()
         _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
     for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
                          ("onnxruntime", "benchmarks against ONNX Runtime")):
         spec = importlib.util.find_spec(module)
         _check(module, spec is not None, what if spec else f"not installed: pip install ember[{module}]")
-    print(f"  cache: {config.get('cache_dir')}")
     return 0 if ok else 1
 
 
