@@ -164,12 +164,18 @@ class Folder:
     def parse(self, text: str, where: str) -> str:
         if "\0" in text:
             raise ValueError("contains a NUL character")
-        path = Path(text).expanduser().absolute()
-        for p in (path, *path.parents):  # the nearest existing part must be a folder
-            if p.exists():
-                if not p.is_dir():
-                    raise ValueError(f"{p} is not a folder")
-                break
+        expanded = os.path.expanduser(text)
+        if expanded.startswith("~"):
+            raise ValueError(f"no home folder for {text.split(os.sep)[0]}")
+        path = Path(expanded).absolute()
+        try:
+            for p in (path, *path.parents):  # the nearest existing part must be a folder
+                if p.exists():
+                    if not p.is_dir():
+                        raise ValueError(f"{p} is not a folder")
+                    break
+        except OSError as e:  # a name too long, a loop of links
+            raise ValueError(f"cannot be looked up ({e.strerror})") from e
         return str(path)
 
 
