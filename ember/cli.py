@@ -8,7 +8,7 @@
     ember graph model.onnx --svg g.svg          # the graph drawn with its kernels marked (or --html)
     ember tune model.onnx --trials 2000 --db tuning.db   # tune its kernels (--runner ray: on a cluster)
     ember tune --report tuning.db               # best result per workload, tuning curves (PNG)
-    ember doctor                                # what works on this machine
+    ember doctor                                # the EMBER_* options; what works on this machine
 """
 
 from __future__ import annotations

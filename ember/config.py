@@ -69,10 +69,12 @@ def max_threads() -> int:
     return min(MAX_THREADS, THREADS_PER_CORE * (os.cpu_count() or 1))
 
 
-# -- kinds of value: parse(text, where) reads a variable, check(value, where) a keyword; both
-# return the value or raise ValueError with the reason -------------------------------------------
+# -- kinds of value: parse(text, where) reads a variable, check(value, where) a keyword (for the
+# options that have one); both return the value or raise ValueError with the reason ---------------
 @dataclass(frozen=True)
 class Threads:
+    """A thread count: an integer >= 0; more than max_threads() is lowered to it, with a warning."""
+
     @property
     def allowed(self) -> str:
         return (f"an integer >= 0 (0: OpenMP's default); above {max_threads()} ({THREADS_PER_CORE} per core, "
@@ -104,11 +106,6 @@ class Boolean:
         if word not in TRUE + FALSE:
             raise ValueError("not a boolean")
         return word in TRUE
-
-    def check(self, value, where: str) -> bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"not a bool (a {type(value).__name__})")
-        return value
 
 
 @dataclass(frozen=True)
