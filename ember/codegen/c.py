@@ -221,7 +221,7 @@ class CRenderer:
         width = register_lanes(buf, body)
         out.append(f"{pad}{{")
         if width is not None:
-            vtype = self.lib.vec(dt.element_of(buf.dtype), width)
+            vtype = self.lib.vec(dt.element_of(buf.dtype), width)  # float16: half lanes, as in memory
             regs = ", ".join(f"{name}_{k}" for k in range(count // width))
             out.append(f"{inner}{vtype} {regs};  /* {name}: in registers */")
             self._registers[buf] = width
@@ -274,7 +274,10 @@ class CRenderer:
         if buf in self._registers:
             if lanes > 1 and dt.lanes_of(value.dtype) == 1:
                 value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
-            return f"{self._register(buf, index)} = {self._e(value)}"
+            code = self._e(value)
+            if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
+                code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
+            return f"{self._register(buf, index)} = {code}"
         if lanes == 1:
             return f"{self._buffer(buf)}[{self._e(index)}] = {self._e(value)}"
         if dt.lanes_of(value.dtype) == 1:
@@ -442,7 +445,12 @@ class CRenderer:
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)
         if buf in self._registers:
-            return self._register(buf, index), PRIMARY
+            code = self._register(buf, index)
+            if buf.dtype == "float16" and whole_register(index, self._registers[buf]):
+                return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
+            if buf.dtype == "float16" and lanes == 1:
+                return f"(float){code}", UNARY
+            return code, PRIMARY
         if lanes == 1:
             return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
                 f"{name}[{self._e(index)}]", PRIMARY)
