@@ -41,6 +41,7 @@ OPTIONS = {
         Option("print_ir", "", "EMBER_PRINT_IR",
                "graph passes after which to print the graph to stderr: comma-separated names, or all"),
         Option("disable_passes", "", "EMBER_DISABLE_PASSES", "graph passes to skip: comma-separated names"),
+        Option("checked", False, "EMBER_CHECKED", "integer division by zero raises ZeroDivisionError (else 0)", bool),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                bool),
     ]
