@@ -27,8 +27,8 @@
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
 compiling anything.
 
-Options read (ember.config): num_threads, and through the build: cc, cflags, cache_dir. The
-num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
+Options read (ember.config): num_threads, checked, and through the build: cc, cflags, cache_dir.
+The num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
 compiled.
 """
 
@@ -98,7 +98,8 @@ Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int,
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
                   jobs: int | None = None, cc: str | None = None,
-                  cflags: str | Sequence[str] | None = None, database=None) -> CompiledModel:
+                  cflags: str | Sequence[str] | None = None, database=None,
+                  checked: bool | None = None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -109,6 +110,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     cc, cflags: the C compiler and its flags (default: the options).
     database: an ember.tune.Database; each kernel with a record for this machine's target takes
         the schedule of its best record.
+    checked: an integer division by zero raises ZeroDivisionError (default: the checked option);
+        unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
     """
     start = time.perf_counter()
     num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
@@ -137,7 +140,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                         tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
                         "; ".join(repr(n) for n in g.nodes))
              for g, own, k in group_kernels]
-    source = CRenderer().render_unit(kernels) + "\n" + render_entry(calls, refs.copies()) + "\n"
+    checked = config.get("checked") if checked is None else bool(checked)
+    source = (CRenderer(checked).render_unit(kernels) + "\n" + render_entry(calls, refs.copies(), checked=checked)
+              + "\n")
     codegen_s = time.perf_counter() - t
 
     t = time.perf_counter()

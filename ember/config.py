@@ -266,6 +266,8 @@ OPTIONS = {
                PassNames(everything=True)),
         Option("disable_passes", (), "EMBER_DISABLE_PASSES", "graph passes to skip: comma-separated names",
                PassNames()),
+        Option("checked", False, "EMBER_CHECKED", "integer division by zero raises ZeroDivisionError (else 0)",
+               Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
     ]

@@ -38,7 +38,8 @@ def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after:
 def build(sch, args: Sequence | None = None, target: str = "c", name: str = "main", **options):
     """A callable kernel: f(*numpy_arrays) computes in place into the output arrays.
 
-    target "c": C compiled by the system compiler (options: cc, cflags); "python": the loop-IR
+    target "c": C compiled by the system compiler (options: cc, cflags, checked: an integer
+    division by zero raises ZeroDivisionError instead of giving 0 as numpy does); "python": the loop-IR
     interpreter, no compiler involved. `f.source` is the generated code.
     """
     from .runtime.module import build_c, build_python

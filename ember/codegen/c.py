@@ -7,6 +7,11 @@ then its size variables as int64:
 
     void vadd(const float* restrict A, const float* restrict B, float* restrict C, int64_t n)
 
+Integer `//` and `%` follow numpy: x // 0 == x % 0 == 0 and MIN // -1 == MIN (wraps), computed
+branch-free (c_prelude), so no division ever traps. A checked renderer (`CRenderer(checked=True)`,
+the `checked` option) gives every kernel one more parameter, `int* ember_status`, and a division
+by zero stores 1 there; the results are the same.
+
 Loops: "parallel" is an OpenMP `parallel for` (the outermost of a nest only; an inner one is
 serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalars are plain C,
 computed in their own type (narrow integers wrap after each operation, like numpy; float16 is
@@ -48,7 +53,7 @@ from ..tir.expr import (
     as_int,
 )
 from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
-from .c_prelude import SIGNED_INTS, CPrelude
+from .c_prelude import CPrelude
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
 from .registers import register_gather, register_lanes, whole_register
 
@@ -75,9 +80,9 @@ _C_WORDS = _C_WORDS_TEXT.split()
 _LIBM = _C_WORDS[_C_WORDS.index("acos"):]
 
 
-def codegen_c(funcs: PrimFunc | Sequence[PrimFunc]) -> str:
-    """The C translation unit of one or several lowered functions."""
-    return CRenderer().render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs))
+def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False) -> str:
+    """The C translation unit of one or several lowered functions (`checked`: see CRenderer)."""
+    return CRenderer(checked).render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs))
 
 
 class CRenderer:
@@ -114,13 +119,21 @@ class CRenderer:
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
 
-    def __init__(self):
+    STATUS = "ember_status"  # checked mode: the kernels' last parameter, `int* ember_status`
+
+    def __init__(self, checked: bool = False):
+        self.checked = checked
         self.lib = CPrelude(self.SCALAR_TYPES)
 
     @classmethod
     def symbol(cls, func: PrimFunc) -> str:
         """The C name of a kernel (its name, made a valid identifier that clashes with nothing)."""
-        return safe_name(func.name, cls.RESERVED, cls.RESERVED_PREFIXES)
+        return cls.symbol_of(func.name)
+
+    @classmethod
+    def symbol_of(cls, name: str) -> str:
+        """The C name of the kernel called `name`."""
+        return safe_name(name, cls.RESERVED, cls.RESERVED_PREFIXES)
 
     def render_unit(self, funcs: Sequence[PrimFunc]) -> str:
         seen: dict[str, str] = {}
@@ -154,9 +167,11 @@ class CRenderer:
         params = [
             f"{'' if b in written else 'const '}{self.SCALAR_TYPES[b.dtype]}* restrict {self._name(b)}"
             for b in func.params
-        ] + [f"int64_t {self._name(v)}" for v in func.size_vars]
+        ] + [f"int64_t {self._name(v)}" for v in func.size_vars] + [f"int* {self.STATUS}"] * self.checked
         doc = ", ".join(f"{b.name}: {b.dtype}[{', '.join(str(d) for d in b.shape)}]" for b in func.params)
         lines = [f"/* {func.name}({doc}) */", f"void {self.symbol(func)}({', '.join(params)}) {{"]
+        if self.checked:
+            lines.append(f"  (void){self.STATUS};")
         self._stmt(func.body, 1, lines)
         lines.append("}")
         return "\n".join(lines)
@@ -221,7 +236,7 @@ class CRenderer:
         width = register_lanes(buf, body)
         out.append(f"{pad}{{")
         if width is not None:
-            vtype = self.lib.vec(dt.element_of(buf.dtype), width)
+            vtype = self.lib.vec(dt.element_of(buf.dtype), width)  # float16: half lanes, as in memory
             regs = ", ".join(f"{name}_{k}" for k in range(count // width))
             out.append(f"{inner}{vtype} {regs};  /* {name}: in registers */")
             self._registers[buf] = width
@@ -274,7 +289,10 @@ class CRenderer:
         if buf in self._registers:
             if lanes > 1 and dt.lanes_of(value.dtype) == 1:
                 value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
-            return f"{self._register(buf, index)} = {self._e(value)}"
+            code = self._e(value)
+            if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
+                code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
+            return f"{self._register(buf, index)} = {code}"
         if lanes == 1:
             return f"{self._buffer(buf)}[{self._e(index)}] = {self._e(value)}"
         if dt.lanes_of(value.dtype) == 1:
@@ -353,9 +371,11 @@ class CRenderer:
         elem = dt.element_of(dt.compute_dtype(a.dtype))
         if op in ("min", "max"):
             return f"{self.lib.minmax(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
-        if op in ("//", "%") and (lanes > 1 or elem in SIGNED_INTS or dt.is_float(elem)) \
-                and not (lanes == 1 and elem in SIGNED_INTS and _positive_const(b) and self._nonnegative(a)):
-            return f"{self.lib.floordiv(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
+        if op in ("//", "%") and not (lanes == 1 and dt.is_int(elem) and _positive_const(b)
+                                      and (elem.startswith("uint") or self._nonnegative(a))):
+            checked = self.checked and dt.is_int(elem)
+            status = f", {self.STATUS}" if checked else ""
+            return f"{self.lib.floordiv(op, elem, lanes, checked)}({self._e(a)}, {self._e(b)}{status})", PRIMARY
         # Operands bind at least as tight as C requires, and are parenthesized where GCC would
         # suggest it: comparisons inside comparisons or bitwise operators, && inside ||.
         if op in COMPARE_OPS:
@@ -442,7 +462,12 @@ class CRenderer:
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)
         if buf in self._registers:
-            return self._register(buf, index), PRIMARY
+            code = self._register(buf, index)
+            if buf.dtype == "float16" and whole_register(index, self._registers[buf]):
+                return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
+            if buf.dtype == "float16" and lanes == 1:
+                return f"(float){code}", UNARY
+            return code, PRIMARY
         if lanes == 1:
             return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
                 f"{name}[{self._e(index)}]", PRIMARY)

@@ -8,15 +8,16 @@ operations that C has no operator for, so the kernels stay one readable expressi
 - contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
   converted to float on load and back on store; booleans are bytes in memory, masks in registers;
 - gathers, scatters and libm calls lane by lane; the columns of a tile of registers (a transpose);
-- floor division and modulo with numpy's rules (integers and floats), min and max that propagate
-  NaN like numpy.maximum, vector selects as mask blends.
+- floor division and modulo with numpy's rules (integers and floats; an integer division by zero
+  gives 0 and never traps), min and max that propagate NaN like numpy.maximum, vector selects as
+  mask blends.
 
 A boolean vector is a *mask*: a signed integer vector of -1/0 lanes (what GCC's vector
 comparisons produce), as wide as the values that were compared.
 
 GCC vectors have a power-of-two size, so a vector of 3 lanes is stored in a type of 4: the extra
 lanes hold garbage, which is harmless because memory is only ever touched lane by lane for such
-types, and integer division (which could trap on a garbage 0) is always done lane by lane.
+types, and integer division replaces a zero divisor in any lane (garbage included) before it divides.
 """
 
 from __future__ import annotations
@@ -47,18 +48,70 @@ static inline {T} {name}({T} a, {T} b) {{
   return d - q > 0.5{f} ? q + 1 : q;
 }}"""
 
-# Python's floor division and modulo of integers: C truncates, so fix the sign when the remainder
-# and the divisor disagree. Narrow types compute in int and wrap on return, as numpy does.
+# Integer floor division and modulo with numpy's rules, branch-free: a divisor that would trap
+# (0, and -1 under MIN) is replaced by 1 with a select, then the result is fixed up: x // 0 == 0,
+# x % 0 == 0, MIN // -1 == MIN (it wraps), MIN % -1 == 0. C truncates, so the sign is fixed where
+# the remainder and the divisor disagree. Narrow types compute in int and wrap on return, as numpy
+# does. Vectors do the same lane by lane with masks (GCC's vector `/` traps on a zero lane, and
+# the padding lanes of a 3-lane vector hold garbage).
 _INT_FLOORDIV = """\
 static inline {T} {name}({T} a, {T} b) {{
-  {T} q = a / b, r = a % b;
-  return r != 0 && (r < 0) != (b < 0) ? q - 1 : q;
+  {T} d = (b == 0) | ((a == {MIN}) & (b == -1)) ? 1 : b;
+  {T} q = a / d, r = a % d;
+  q = (r != 0) & ((r < 0) != (d < 0)) ? q - 1 : q;
+  return b == 0 ? 0 : q;
 }}"""
 
 _INT_FLOORMOD = """\
 static inline {T} {name}({T} a, {T} b) {{
-  {T} r = a % b;
-  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+  {T} d = (b == 0) | (b == -1) ? 1 : b;
+  {T} r = a % d;
+  return (r != 0) & ((r < 0) != (d < 0)) ? r + d : r;
+}}"""
+
+_UINT_FLOORDIV = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {T} d = b == 0 ? 1 : b;
+  return b == 0 ? 0 : a / d;
+}}"""
+
+_UINT_FLOORMOD = """\
+static inline {T} {name}({T} a, {T} b) {{ return a % (b == 0 ? 1 : b); }}"""
+
+# The same on vectors; {M} is the mask type (signed lanes as wide as T's).
+_VEC_INT_FLOORDIV = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {M} zero = b == 0, bad = zero | ((a == {MIN}) & (b == -1));
+  {T} d = (b & ~bad) | (bad & 1);
+  {T} q = a / d, r = a - q * d;
+  return (q + ((r != 0) & ((r ^ d) < 0))) & ~zero;
+}}"""
+
+_VEC_INT_FLOORMOD = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {M} bad = (b == 0) | (b == -1);
+  {T} d = (b & ~bad) | (bad & 1);
+  {T} r = a % d;
+  return r + (d & ((r != 0) & ((r ^ d) < 0)));
+}}"""
+
+_VEC_UINT_FLOORDIV = """\
+static inline {T} {name}({T} a, {T} b) {{
+  {T} zero = ({T})(b == 0);
+  return (a / (b | (zero & 1))) & ~zero;
+}}"""
+
+_VEC_UINT_FLOORMOD = """\
+static inline {T} {name}({T} a, {T} b) {{ return a % (b | (({T})(b == 0) & 1)); }}"""
+
+# Checked mode: the same result, and a division by zero stores 1 to *status (atomically: the
+# lanes of one call may run on several OpenMP threads).
+_CHECKED = """\
+static inline {T} {name}({T} a, {T} b, int* status) {{
+  int zero = 0;
+  for (int l = 0; l < {lanes}; ++l) zero |= {lane} == 0;
+  if (__builtin_expect(zero, 0)) __atomic_store_n(status, 1, __ATOMIC_RELAXED);
+  return {plain}(a, b);
 }}"""
 
 
@@ -215,24 +268,34 @@ class CPrelude:
         name = f"ember_{op}_{elem if lanes == 1 else t}"
         return self._helper(name, lambda: f"static inline {t} {name}({t} a, {t} b) {{ return {body}; }}")
 
-    def floordiv(self, op: str, elem: str, lanes: int) -> str:
-        """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules, for
-        scalars of signed or float type and for any vector (C's operators do for unsigned ints)."""
+    def floordiv(self, op: str, elem: str, lanes: int, checked: bool = False) -> str:
+        """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules
+        (integers: x // 0 == x % 0 == 0, MIN // -1 == MIN), scalar or vector, of any type.
+        `checked` (integers only): the helper takes a third argument, `int* status`, and stores 1
+        there when a divisor is 0."""
         kind = "floordiv" if op == "//" else "floormod"
-        if lanes > 1:
-            t = self.vec(elem, lanes)
-            if elem.startswith("uint"):
-                lane = f"x[l] {'/' if op == '//' else '%'} y[l]"
-            else:
-                lane = f"{self.floordiv(op, elem, 1)}(x[l], y[l])"
-            return self.lanewise(f"ember_{kind}_{t}", t, f"{t} x, {t} y", lanes, lane)
-        name = f"ember_{kind}_{elem}"
+        t = self.types[elem] if lanes == 1 else self.vec(elem, lanes)
+        name = f"ember_{kind}_{elem if lanes == 1 else t}"
+        if checked and dt.is_int(elem):
+            plain = self.floordiv(op, elem, lanes)
+            lane = "b" if lanes == 1 else "b[l]"
+            return self._helper(f"{name}_checked", lambda: _CHECKED.format(
+                T=t, name=f"{name}_checked", plain=plain, lanes=lanes, lane=lane))
         if dt.is_float(elem):
+            if lanes > 1:
+                lane = f"{self.floordiv(op, elem, 1)}(x[l], y[l])"
+                return self.lanewise(name, t, f"{t} x, {t} y", lanes, lane)
             template = _FLOAT_FLOORDIV if op == "//" else _FLOAT_FLOORMOD
+        elif elem.startswith("uint"):
+            templates = (_UINT_FLOORDIV, _UINT_FLOORMOD) if lanes == 1 else (_VEC_UINT_FLOORDIV, _VEC_UINT_FLOORMOD)
+            template = templates[op != "//"]
         else:
-            template = _INT_FLOORDIV if op == "//" else _INT_FLOORMOD
+            templates = (_INT_FLOORDIV, _INT_FLOORMOD) if lanes == 1 else (_VEC_INT_FLOORDIV, _VEC_INT_FLOORMOD)
+            template = templates[op != "//"]
         f = "f" if elem == "float32" else ""
-        return self._helper(name, lambda: template.format(T=self.types[elem], name=name, f=f))
+        minimum = f"INT{dt.bits(elem)}_MIN" if elem in SIGNED_INTS else ""
+        mask = self.mask(dt.bits(elem), lanes) if lanes > 1 else ""
+        return self._helper(name, lambda: template.format(T=t, name=name, f=f, MIN=minimum, M=mask))
 
     def column(self, elem: str, width: int, lanes: int) -> str:
         """`ember_column_<elem>x<width>x<lanes>(e, r0, ..., r<lanes-1>)`: lane e of each register

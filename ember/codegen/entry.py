@@ -15,6 +15,12 @@ it views; a kernel writing in place is handed the same workspace offset for an i
 Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
 copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thread first. Returns 0.
 
+Checked mode (the `checked` option, ember.codegen.c): every kernel takes `&status`, a local of
+this call (so concurrent calls from several threads never see each other's), and stores 1 there
+when it divides an integer by zero; the entry then returns k + 1, k the index of that call in
+`ember_model_profile_calls`, without running the calls after it. CompiledModel raises
+ZeroDivisionError naming the kernel.
+
 Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ticks` (one more
 entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC
 nanoseconds before the first call and after each one; `ember_model_profile_calls` names the
@@ -71,12 +77,13 @@ class Copy:
     itemsize: int
 
 
-def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = ()) -> str:
-    """The C text of the entry function, then of its profiling twin."""
+def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = (), *, checked: bool = False) -> str:
+    """The C text of the entry function, then of its profiling twin (`checked`: the kernels take
+    a status pointer, see the module doc)."""
     names = ", ".join([f'"{call.symbol}"' for call in calls] + ["0"])
     return "\n".join([
         "/* The model: every kernel in order (ember.codegen.entry). */",
-        *_function(ENTRY, "", calls, copies),
+        *_function(ENTRY, "", calls, copies, checked),
         "",
         "/* The same, timed: ticks[0] before the first call, ticks[k + 1] after call k (CLOCK_MONOTONIC ns). */",
         "#include <time.h>",
@@ -86,11 +93,12 @@ def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = ()) -> st
         "  clock_gettime(CLOCK_MONOTONIC, &t);",
         "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;",
         "}",
-        *_function(PROFILE_ENTRY, ", int64_t* ticks", calls, copies),
+        *_function(PROFILE_ENTRY, ", int64_t* ticks", calls, copies, checked),
     ])
 
 
-def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequence[Copy]) -> list[str]:
+def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequence[Copy],
+              checked: bool) -> list[str]:
     timed = bool(extra)
     lines = [
         f"int {name}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
@@ -98,14 +106,18 @@ def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequen
         "  (void)inputs; (void)outputs; (void)workspace; (void)offsets; (void)weights; (void)sizes;",
         "  if (num_threads > 0) ember_set_num_threads(num_threads);",
     ]
+    if checked:
+        lines.append("  int status = 0;")
     if timed:
         lines.append("  ticks[0] = ember_profile_now();")
     for k, call in enumerate(calls):
         if call.comment and not timed:
             comment = " ".join(call.comment.replace("*/", "* /").split())
             lines.append(f"  /* {comment} */")
-        args = ", ".join([r.c() for r in call.args] + [r.c() for r in call.sizes])
+        args = ", ".join([r.c() for r in call.args] + [r.c() for r in call.sizes] + ["&status"] * checked)
         lines.append(f"  {call.symbol}({args});")
+        if checked:
+            lines.append(f"  if (status) return {k + 1};")
         if timed:
             lines.append(f"  ticks[{k + 1}] = ember_profile_now();")
     for cp in copies:

@@ -6,7 +6,8 @@ with NumPy's semantics, which makes it the definition of what the IR means (slow
 oracle that tells lowering bugs from code generation bugs):
 
 - scalars are NumPy scalars of their dtype, so float32 rounds as float32 and narrow integers
-  wrap; int64 index arithmetic stays in Python ints; `//` and `%` floor (numpy's rules for floats);
+  wrap; int64 index arithmetic stays in Python ints; `//` and `%` floor with numpy's rules (an
+  integer division by zero gives 0, MIN // -1 wraps to MIN, as in the C code);
   float16 is computed as float32 (a load converts, a store rounds);
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
@@ -70,7 +71,23 @@ def _erf(x):
     return x.dtype.type(math.erf(x))
 
 
-NAMESPACE = {"np": np, "_erf": _erf} | {name: dt.to_numpy(d).type for d, name in TYPES.items()}
+def _floordiv(a, b):
+    """Integer `//`: numpy's, which is C's (x // 0 == 0, MIN // -1 == MIN); Python ints (int64
+    index arithmetic) would raise on 0."""
+    if isinstance(a, int) and isinstance(b, int):
+        return 0 if b == 0 else a // b
+    return a // b
+
+
+def _floormod(a, b):
+    """Integer `%`, as `_floordiv` (x % 0 == 0)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return 0 if b == 0 else a % b
+    return a % b
+
+
+NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod} | {
+    name: dt.to_numpy(d).type for d, name in TYPES.items()}
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
 
@@ -168,6 +185,8 @@ class _PythonRenderer:
             case Binary(("min" | "max") as op, a, b, dtype):
                 fn = f"np.{op}imum" if vector or dt.is_float(dtype) else op
                 return f"{fn}({self._e(a)}, {self._e(b)})"
+            case Binary(("//" | "%") as op, a, b, dtype) if dt.is_int(dtype):
+                return f"{'_floordiv' if op == '//' else '_floormod'}({self._e(a)}, {self._e(b)})"
             case Binary(op, a, b, _):
                 py = {"&&": "&", "||": "|"}.get(op, op) if vector else OPS.get(op, op)
                 return f"({self._e(a)} {py} {self._e(b)})"

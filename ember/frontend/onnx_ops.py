@@ -2,7 +2,8 @@
 logic, casts, activations (opsets 13 to 21).
 
 Most map to one ember operator of docs/operators.md; the rest are decomposed here into several
-(HardSigmoid with other coefficients than PyTorch's, Mod with fmod=1, PRelu, Selu, Mish, ...).
+(HardSigmoid with other coefficients than PyTorch's, PRelu, Selu, Mish, ...). Integer Div
+truncates toward zero (`trunc_divide`); Mod with fmod=1 is `fmod`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ UNARY = {
 }
 
 BINARY = {
-    "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "equal", "Less": "less",
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Equal": "equal", "Less": "less",
     "LessOrEqual": "less_equal", "Greater": "greater", "GreaterOrEqual": "greater_equal",
     "And": "logical_and", "Or": "logical_or", "Xor": "not_equal",
 }
@@ -60,17 +61,17 @@ def _pow(cx: NodeContext):
     return [cx.op("pow", [x, y])]
 
 
+@converts("Div")
+def _div(cx: NodeContext):
+    """Integer Div truncates toward zero (C's `/`); x / 0 == 0, as ember defines it (ops.binary)."""
+    x, y = cx.input(0), cx.input(1)
+    return [cx.op("div" if cx.type(x).dtype.startswith("float") else "trunc_divide", [x, y])]
+
+
 @converts("Mod")
 def _mod(cx: NodeContext):
-    x, y = cx.input(0), cx.input(1)
-    r = cx.op("mod", [x, y])  # floor modulo: the sign of the divisor
-    if not cx.attr("fmod", 0):
-        return [r]
-    # C's fmod has the sign of the dividend: differs from r by y where r != 0 and the signs differ
-    zero = cx.scalar(0, x)
-    signs_differ = cx.op("not_equal", [cx.op("less", [x, zero]), cx.op("less", [y, zero])])
-    fix = cx.op("logical_and", [cx.op("not_equal", [r, zero]), signs_differ])
-    return [cx.op("where", [fix, cx.op("sub", [r, y]), r])]
+    """fmod=0: the sign of the divisor (Python's %); fmod=1: of the dividend (C's fmod)."""
+    return [cx.op("fmod" if cx.attr("fmod", 0) else "mod", [cx.input(0), cx.input(1)])]
 
 
 @converts("Cast", "CastLike")

@@ -1,5 +1,10 @@
 """Binary elementwise arithmetic with NumPy broadcasting: add, sub, mul, div, pow, maximum,
-minimum, floor_divide, mod.
+minimum, floor_divide, mod (floor: the sign of the divisor), trunc_divide and fmod (toward zero:
+the sign of the dividend, C's `/` and `%`).
+
+Integer division by zero is defined, never an error (NumPy's results): x // 0 == x % 0 == 0 in
+every convention, and MIN // -1 == MIN (it wraps), MIN % -1 == 0. A model compiled with
+`checked=True` raises ZeroDivisionError instead (ember.codegen.c).
 
 This module is also the template of an operator family: a table of (name, NumPy function,
 te expression) and one `register(OpDef(...))` per row.
@@ -50,6 +55,12 @@ def _py_floor_mod(x, y):
     return x % y
 
 
+def _np_trunc_divide(x, y):
+    """Division rounding toward zero, integers and floats (NumPy has it for neither)."""
+    q = np.floor_divide(x, y)
+    return np.where((np.mod(x, y) != 0) & ((x < 0) != (y < 0)), q + 1, q)
+
+
 TABLE = [
     ("add", np.add, lambda x, y: x + y),
     ("sub", np.subtract, lambda x, y: x - y),
@@ -57,16 +68,26 @@ TABLE = [
     ("div", np.true_divide, lambda x, y: x / y),
     ("floor_divide", np.floor_divide, lambda x, y: x // y),
     ("mod", np.mod, _py_floor_mod),
+    ("trunc_divide", _np_trunc_divide, te.truncdiv),
+    ("fmod", np.fmod, te.truncmod),
     ("pow", np.power, lambda x, y: te.power(x, y)),
     ("maximum", np.maximum, lambda x, y: te.max(x, y)),
     ("minimum", np.minimum, lambda x, y: te.min(x, y)),
 ]
 
+def _reference(fn):
+    def reference(inputs, attrs):
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # x // 0 == 0 is the semantics
+            return [np.asarray(fn(*inputs)).astype(inputs[0].dtype)]
+
+    return reference
+
+
 for _name, _np_fn, _te_fn in TABLE:
     register(OpDef(
         name=_name,
         infer=_infer(_name),
-        reference=(lambda f: lambda inputs, attrs: [np.asarray(f(*inputs)).astype(inputs[0].dtype)])(_np_fn),
+        reference=_reference(_np_fn),
         compute=_compute(_te_fn),
         pattern="broadcast",
         num_inputs=(2, 2),

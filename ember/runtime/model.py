@@ -9,7 +9,8 @@ into 64-byte aligned memory. A call:
    from the first input that has them and must agree everywhere else (ShapeError and
    ArgumentTypeError name the input and the dimension);
 2. takes the memory plan's layout for those sizes (computed once per distinct binding);
-3. allocates the outputs and calls the entry function once.
+3. allocates the outputs and calls the entry function once. A model compiled with checked=True
+   raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
 
 Contiguous inputs are passed as they are (torch tensors through a zero-copy NumPy view); other
 inputs are copied to contiguous memory first. NumPy in, NumPy out; if any input is a torch
@@ -31,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import config
-from ..codegen.entry import ENTRY
+from ..codegen.c import CRenderer
+from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ShapeError
 
 ALIGN = 64
@@ -154,12 +156,25 @@ class CompiledModel:
         outputs, args, _keep = self._arguments(inputs)
         rc = self._entry(*args)
         if rc != 0:
-            raise RuntimeError(f"model {self.name}: the entry function returned {rc}")
+            raise self.status_error(rc, "entry function")
         if any(_is_torch(x) for x in inputs):
             import torch
 
             outputs = [torch.from_numpy(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def status_error(self, rc: int, entry: str) -> Exception:
+        """The error for a non-zero return code of the entry function (ember.codegen.entry): in
+        checked mode, rc - 1 is the index of the call that divided an integer by zero."""
+        calls = call_symbols(self._library)
+        if not 0 < rc <= len(calls):
+            return RuntimeError(f"model {self.name}: the {entry} returned {rc}")
+        symbol = calls[rc - 1]
+        kernel = next((k for k in self.spec.kernels if CRenderer.symbol_of(k.name) == symbol), None)
+        where = f"kernel {kernel.name} (nodes {', '.join(kernel.nodes)})" if kernel else f"kernel {symbol}"
+        return ZeroDivisionError(f"model {self.name}: integer division or modulo by zero in {where}; it "
+                                 f"was compiled with checked=True (unchecked, x // 0 and x % 0 give 0, as in "
+                                 f"numpy)")
 
     def profile(self, *inputs, repeat: int = 10):
         """Time every kernel over `repeat` runs on these inputs (ember.runtime.summary.Profile:
@@ -279,6 +294,19 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     out.flags.writeable = False
+    return out
+
+
+def call_symbols(library: ctypes.CDLL) -> list[str]:
+    """The C name of the kernel of each call of the entry function, in order."""
+    try:
+        names = ctypes.cast(ctypes.addressof((ctypes.c_char_p * 0).in_dll(library, PROFILE_CALLS)),
+                            ctypes.POINTER(ctypes.c_char_p))
+    except ValueError:  # built by an older ember, without the table
+        return []
+    out = []
+    while names[len(out)] is not None:
+        out.append(names[len(out)].decode())
     return out
 
 

@@ -7,8 +7,9 @@ are written in place. Every call first checks its arguments (`runtime.args`); `p
 and returns a launcher without checks, which is what `bench` times.
 
 Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0;
-`config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), and through
-`build_library`: cc, cflags, cache_dir, keep_source.
+`config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), checked (a kernel
+takes a status flag and raises ZeroDivisionError after a call that divided an integer by zero),
+and through `build_library`: cc, cflags, cache_dir, keep_source.
 """
 
 from __future__ import annotations
@@ -62,12 +63,21 @@ class CKernel(Kernel):
 
     target = "c"
 
-    def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL):
+    def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL, checked: bool = False):
         super().__init__(func, source)
         self.library = library  # keeps the library loaded as long as the kernel lives
+        self.checked = checked
         self._cfunc = getattr(library, CRenderer.symbol(func))
-        self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars)
+        self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
+            + [ctypes.c_void_p] * checked
         self._cfunc.restype = None
+
+    def __call__(self, *arrays: np.ndarray) -> None:
+        launch = self.prepare(*arrays)
+        launch()
+        if self.checked and launch.status[0]:
+            raise ZeroDivisionError(f"kernel {self.name}: integer division or modulo by zero (built with "
+                                    f"checked=True; unchecked, x // 0 and x % 0 give 0, as in numpy)")
 
     @property
     def path(self) -> str:
@@ -75,8 +85,11 @@ class CKernel(Kernel):
         return self.library._name
 
     def _launcher(self, arrays, sizes):
-        launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes)
+        status = np.zeros(1, np.intc)  # checked: this launcher's own flag, so concurrent calls stay apart
+        launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes,
+                                   *[status.ctypes.data] * self.checked)
         launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
+        launch.status = status
         return launch
 
 
@@ -100,20 +113,24 @@ class PythonKernel(Kernel):
         return run
 
 
-def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> CKernel:
+def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
+            checked: bool | None = None) -> CKernel:
     """Compile one lowered function to a native kernel."""
-    return build_c_module([func], cc=cc, cflags=cflags)[func.name]
+    return build_c_module([func], cc=cc, cflags=cflags, checked=checked)[func.name]
 
 
 def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
-                   cflags: str | Sequence[str] | None = None) -> dict[str, CKernel]:
-    """Compile several lowered functions into one library; their kernels by function name."""
-    source = codegen_c(funcs)
+                   cflags: str | Sequence[str] | None = None, checked: bool | None = None) -> dict[str, CKernel]:
+    """Compile several lowered functions into one library; their kernels by function name.
+    `checked` (default: the option): a call that divides an integer by zero raises
+    ZeroDivisionError (the kernel gives the same results)."""
+    checked = config.get("checked") if checked is None else bool(checked)
+    source = codegen_c(funcs, checked=checked)
     library = ctypes.CDLL(str(build_library(source, cc=cc, cflags=cflags)))
     threads = config.threads()
     if threads > 0:
         library.ember_set_num_threads(ctypes.c_int(threads))
-    return {f.name: CKernel(f, source, library) for f in funcs}
+    return {f.name: CKernel(f, source, library, checked) for f in funcs}
 
 
 def build_python(func: PrimFunc) -> PythonKernel:

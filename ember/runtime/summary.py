@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen.c import CRenderer
-from ..codegen.common import safe_name
-from ..codegen.entry import PROFILE_CALLS, PROFILE_ENTRY
+from ..codegen.entry import PROFILE_ENTRY
+from .model import call_symbols
 
 
 @dataclass(frozen=True)
@@ -61,21 +61,20 @@ def profile(cm, inputs, repeat: int) -> Profile:
         raise ValueError(f"repeat must be at least 1, got {repeat}")
     try:
         run = getattr(cm._library, PROFILE_ENTRY)
-        names = (ctypes.c_char_p * 0).in_dll(cm._library, PROFILE_CALLS)
     except AttributeError:
         raise RuntimeError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
                            f"it was built by an older ember, compile it again") from None
+    symbols = call_symbols(cm._library)  # written with the profiling entry
     run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
     run.restype = ctypes.c_int
-    symbols = _call_symbols(ctypes.cast(ctypes.addressof(names), ctypes.POINTER(ctypes.c_char_p)))
     ticks = np.zeros((repeat, len(symbols) + 1), np.int64)
     for r in range(repeat):
         _outputs, args, _keep = cm._arguments(inputs)
         rc = run(*args, ticks[r].ctypes.data)
         if rc != 0:
-            raise RuntimeError(f"model {cm.name}: the profiling entry returned {rc}")
+            raise cm.status_error(rc, "profiling entry")
     per_call = np.diff(ticks, axis=1) / 1e3  # microseconds, runs x calls
-    by_symbol = {_symbol(k.name): k.name for k in cm.kernels}
+    by_symbol = {CRenderer.symbol_of(k.name): k.name for k in cm.kernels}
     order: dict[str, list[int]] = {}
     for c, s in enumerate(symbols):
         order.setdefault(by_symbol.get(s, s), []).append(c)
@@ -116,18 +115,6 @@ def summary(cm) -> str:
     except ValueError as e:
         lines.append(f"memory: {e}")
     return "\n".join(lines)
-
-
-def _call_symbols(names) -> list[str]:
-    out = []
-    while names[len(out)] is not None:
-        out.append(names[len(out)].decode())
-    return out
-
-
-def _symbol(kernel_name: str) -> str:
-    """The C name of a kernel (as CRenderer.symbol gives it)."""
-    return safe_name(kernel_name, CRenderer.RESERVED, CRenderer.RESERVED_PREFIXES)
 
 
 def _bytes(n: int) -> str:

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ..tir.expr import PrimExpr, Var, call, cast, const, convert, select
+from ..tir.expr import PrimExpr, Var, call, cast, const, convert, select, unify
 from ..tir.expr import all_ as _all
 from ..tir.expr import binary as _binary
 from .schedule import Stage, TESchedule
@@ -54,24 +54,34 @@ def any(*conds) -> PrimExpr:  # noqa: A001
 
 
 def floordiv(a, b) -> PrimExpr:
+    """Division rounding toward -inf (Python's and numpy's `//`). On integers, x // 0 == 0 and
+    MIN // -1 == MIN (it wraps), as numpy gives; the generated code never traps."""
     return _binary("//", a, b)
 
 
 def floormod(a, b) -> PrimExpr:
+    """The remainder of floordiv, with the sign of the divisor (numpy's `%`); x % 0 == 0."""
     return _binary("%", a, b)
 
 
 def truncdiv(a, b) -> PrimExpr:
-    """Division rounding toward zero (C's `/` on integers)."""
-    a, b = convert(a), convert(b)
+    """Division rounding toward zero (C's `/` on integers); x / 0 == 0, MIN / -1 == MIN."""
+    a, b = unify(a, b)
     q = _binary("//", a, b)
-    inexact = _binary("!=", _binary("%", a, b), 0)
-    signs_differ = _binary("!=", a < 0, b < 0)
-    return select(inexact & signs_differ, q + 1, q)
+    return select(_floor_differs(a, b), q + 1, q)
 
 
 def truncmod(a, b) -> PrimExpr:
-    return convert(a) - truncdiv(a, b) * b
+    """The remainder of truncdiv, with the sign of the dividend (C's `%`, numpy.fmod); x % 0 == 0."""
+    a, b = unify(a, b)
+    r = _binary("%", a, b)
+    return select(_floor_differs(a, b), r - b, r)
+
+
+def _floor_differs(a, b) -> PrimExpr:
+    """Where floor and truncating division differ: an inexact quotient of negative sign."""
+    inexact = _binary("!=", _binary("%", a, b), 0)
+    return inexact & _binary("!=", a < 0, b < 0)
 
 
 def _unary(name):

@@ -5,7 +5,8 @@ equality node, as in TVM; its truth value is identity, so nodes still work as di
 Structural comparison is `structural_equal` / `structural_key` in `tir.structural`.
 
 Literals adopt the dtype of the other operand: `A[i] / 3` divides a float32 by 3.0f.
-Integer `//` and `%` have floor semantics; integer `/` is an error (use `//`).
+Integer `//` and `%` have floor semantics and NumPy's results where C would trap: x // 0 == 0,
+x % 0 == 0, MIN // -1 == MIN (it wraps); integer `/` is an error (use `//` or te.truncdiv).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ LOGIC_OPS = ("&&", "||")
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Binary(PrimExpr):
-    """a OP b, for OP in ARITH_OPS, COMPARE_OPS and LOGIC_OPS. `//`, `%` are floor div/mod."""
+    """a OP b, for OP in ARITH_OPS, COMPARE_OPS and LOGIC_OPS. `//`, `%` are floor div/mod
+    (on integers, by zero: 0)."""
 
     op: str
     a: PrimExpr
@@ -324,7 +326,9 @@ def _literal_dtype(value, other: PrimExpr) -> str:
     return dt.element_of(other.dtype)
 
 
-def _unify(a, b) -> tuple[PrimExpr, PrimExpr]:
+def unify(a, b) -> tuple[PrimExpr, PrimExpr]:
+    """a and b as expressions of one dtype and lane count: a Python number takes the other's
+    dtype, a narrower type is promoted, a scalar is broadcast."""
     if not isinstance(a, PrimExpr) and isinstance(b, PrimExpr | EqualOp):
         b = convert(b)
         a = convert(a, _literal_dtype(a, b))
@@ -351,7 +355,7 @@ def _unify(a, b) -> tuple[PrimExpr, PrimExpr]:
 
 
 def binary(op: str, a, b) -> PrimExpr:
-    a, b = _unify(a, b)
+    a, b = unify(a, b)
     if op == "/" and dt.is_int(a.dtype):
         raise dt.DTypeError(
             "`/` on integers is ambiguous; use `//` (floor division) or te.truncdiv"
@@ -379,7 +383,7 @@ def cast(dtype: str, value) -> PrimExpr:
 
 def select(cond, t, f) -> PrimExpr:
     cond = convert(cond)
-    t, f = _unify(t, f)
+    t, f = unify(t, f)
     return Select(cond, t, f, t.dtype)
 
 
@@ -388,7 +392,7 @@ def call(name: str, *args) -> PrimExpr:
         raise ValueError(f"unknown intrinsic {name!r}")
     cargs = [convert(a) for a in args]
     if len(cargs) == 2:
-        cargs = list(_unify(cargs[0], cargs[1]))
+        cargs = list(unify(cargs[0], cargs[1]))
     out = cargs[0].dtype
     if name not in ("abs",) and not dt.is_float(out):
         cargs = [cast(dt.with_lanes("float32", dt.lanes_of(a.dtype)), a) for a in cargs]

@@ -122,7 +122,7 @@ def div_mode(b, x, other, *, rounding_mode=None):
     if rounding_mode == "floor":
         return b.op("floor_divide", [a, c])
     if not dtype.startswith("float"):
-        raise Unsupported(f"integer division with rounding_mode={rounding_mode!r}")
+        return b.op("trunc_divide", [a, c])
     q = b.op("div", [a, c])  # trunc(q) = sign(q) * floor(|q|)
     return b.op("mul", [b.op("sign", [q]), b.op("floor", [b.op("abs", [q])])])
 
