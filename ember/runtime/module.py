@@ -1,10 +1,11 @@
 """Callable kernels: a lowered `PrimFunc` built for a target, called on NumPy arrays.
 
 `build_c(func)` generates C, builds (or finds in the cache) its shared library and loads it with
-ctypes; `build_c_module(funcs)` puts several kernels in one library; `build_python(func)` runs the
-loop-IR interpreter instead. A `Kernel` is called with one array per parameter, in order; outputs
-are written in place. Every call first checks its arguments (`runtime.args`); `prepare` checks once
-and returns a launcher without checks, which is what `bench` times.
+ctypes, by its content (ember.runtime.library); `build_c_module(funcs)` puts several kernels in
+one library; `build_python(func)` runs the loop-IR interpreter instead. A `Kernel` is called with
+one array per parameter, in order; outputs are written in place. Every call first checks its
+arguments (`runtime.args`); `prepare` checks once and returns a launcher without checks, which is
+what `bench` times.
 
 Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0),
 and through `build_library`: cc, cflags, cache_dir, keep_source.
@@ -25,6 +26,7 @@ from ..tir.stmt import PrimFunc
 from .args import Signature
 from .bench import BenchResult, bench
 from .build import build_library
+from .library import open_library
 
 
 class Kernel:
@@ -108,7 +110,7 @@ def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
                    cflags: str | Sequence[str] | None = None) -> dict[str, CKernel]:
     """Compile several lowered functions into one library; their kernels by function name."""
     source = codegen_c(funcs)
-    library = ctypes.CDLL(str(build_library(source, cc=cc, cflags=cflags)))
+    library = open_library(build_library(source, cc=cc, cflags=cflags)).handle
     threads = config.get("num_threads")
     if threads > 0:
         library.ember_set_num_threads(ctypes.c_int(threads))
