@@ -57,7 +57,7 @@ from .ops.registry import UnsupportedOpError, exists
 from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
-from .runtime.build import build_library, explain_cache_key
+from .runtime.build import build_library, is_cached
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
 from .target import host_vector_bytes
 from .tir.stmt import PrimFunc
@@ -138,7 +138,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     codegen_s = time.perf_counter() - t
 
     t = time.perf_counter()
-    cached = Path(explain_cache_key(source, cc=cc, cflags=cflags)["path"]).exists()
+    cached = is_cached(source, cc=cc, cflags=cflags)
     library = build_library(source, cc=cc, cflags=cflags)
     build_s = time.perf_counter() - t
 
