@@ -78,7 +78,7 @@ def open_library(path: str | Path, digest: Digest | None = None, recorded_in: st
     `digest` when one is given."""
     path = Path(path)
     data = read_checked(path, digest, recorded_in)
-    digest = Digest.of(data)
+    digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
     copy = _content_copy(data, digest)
     try:
         handle = ctypes.CDLL(str(copy))

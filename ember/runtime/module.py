@@ -72,7 +72,7 @@ class CKernel(Kernel):
 
     @property
     def path(self) -> str:
-        """The shared library on disk (in the build cache)."""
+        """The shared library on disk (its content-addressed copy in the cache folder)."""
         return self.library._name
 
     def _launcher(self, arrays, sizes):

@@ -277,6 +277,21 @@ def test_a_library_without_a_sidecar_is_rebuilt(cache_dir):
     assert open_library(path).handle.twice(21) == 42
 
 
+def test_loaded_libraries_are_named_by_content(saved, cache_dir, tmp_path, monkeypatch):
+    """Loading a folder twice shares one copy, named by the sha256 of the library; a cache folder
+    that cannot hold the copy is a ConfigError that names the option."""
+    first, second = ember.load(saved["a"]), ember.load(saved["a"])
+    digest = Digest.of((saved["a"] / "model.so").read_bytes())
+    assert first.library_path == second.library_path == cache_dir / "libraries" / digest.sha256[:2] / \
+        f"{digest.sha256}.so"
+    assert len(list(cache_dir.glob("libraries/*/*"))) == 1
+    np.testing.assert_allclose(second(saved["x"]), saved["y"], rtol=RTOL, atol=ATOL)
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "file"))
+    with pytest.raises(ember.ConfigError, match="EMBER_CACHE_DIR"):
+        ember.load(saved["a"])
+
+
 def test_the_contract_survives_any_text():
     """The spec embedded in a library reads back byte for byte, quotes, backslashes, '?' and
     non-ASCII names included."""
