@@ -50,7 +50,7 @@ import numpy as np
 
 from . import config
 from .codegen.c import CRenderer
-from .codegen.entry import Copy, KernelCall, Ref, render_entry
+from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
 from .errors import ShapeError
 from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
@@ -59,7 +59,8 @@ from .ops.registry import UnsupportedOpError, exists
 from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
-from .runtime.build import build_library, explain_cache_key
+from .runtime.build import build_library, is_cached
+from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
 from .target import host_vector_bytes
 from .tir.stmt import PrimFunc
@@ -141,15 +142,6 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                         "; ".join(repr(n) for n in g.nodes))
              for g, own, k in group_kernels]
     checked = config.get("checked") if checked is None else bool(checked)
-    source = (CRenderer(checked).render_unit(kernels) + "\n" + render_entry(calls, refs.copies(), checked=checked)
-              + "\n")
-    codegen_s = time.perf_counter() - t
-
-    t = time.perf_counter()
-    cached = Path(explain_cache_key(source, cc=cc, cflags=cflags)["path"]).exists()
-    library = build_library(source, cc=cc, cflags=cflags)
-    build_s = time.perf_counter() - t
-
     spec = ModelSpec(
         name=name,
         inputs=tuple(_spec(v) for v in graph.inputs),
@@ -161,9 +153,19 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
                 "cc": cc, "cflags": cflags},
     )
+    weights = {w: graph.constants[w] for w in refs.weights}
+    source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, refs.copies(), checked=checked),
+                         render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
+    codegen_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    cached = is_cached(source, cc=cc, cflags=cflags)
+    library = build_library(source, cc=cc, cflags=cflags)
+    build_s = time.perf_counter() - t
+
     stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
                          time.perf_counter() - start, cached, tuple(passes))
-    return CompiledModel(spec, library, {w: graph.constants[w] for w in refs.weights}, plan, graph=graph,
+    return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
 
 
@@ -195,19 +197,15 @@ def import_model(model, example_inputs=None, caller: str = "ember.compile") -> G
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     """A model saved with `CompiledModel.save`: its library is loaded as it is, nothing is
-    traced, lowered or compiled; the graph is read when first asked for."""
+    traced, lowered or compiled; the graph is read when first asked for. A folder whose files
+    do not match its manifest, or whose manifest does not match its library, is an ArtifactError
+    (ember.runtime.artifact)."""
     from .runtime.artifact import read_artifact
 
-    art = read_artifact(path)
-    graph = None
-    if art.graph_folder is not None:
-        from .graph.serialize import load_graph
-
-        graph = lambda: load_graph(art.graph_folder)  # noqa: E731 (read on first use)
-    source_file = art.manifest["files"].get("source")
-    source = (art.folder / source_file).read_text() if source_file else None
-    return CompiledModel(art.spec, art.library, art.weights, MemoryPlan.from_json(art.workspace), graph=graph,
-                         source=source, num_threads=config.threads(num_threads))
+    art = read_artifact(path)  # every file checked against the manifest, the manifest against the library
+    return CompiledModel(art.spec, art.library, art.weights, MemoryPlan.from_json(art.workspace),
+                         graph=art.read_graph if art.has_graph else None, source=art.source,
+                         num_threads=config.threads(num_threads))
 
 
 # -- checks -----------------------------------------------------------------------------------

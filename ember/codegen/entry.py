@@ -25,6 +25,9 @@ Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ti
 entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC
 nanoseconds before the first call and after each one; `ember_model_profile_calls` names the
 kernel of each call (a NULL-terminated array of C strings). CompiledModel.profile uses both.
+
+`render_spec(text)` renders `const char* ember_model_spec(void)`, which returns `text`: the model's
+contract (ember.runtime.contract), so that the library itself says what it expects.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from dataclasses import dataclass
 ENTRY = "ember_model_run"
 PROFILE_ENTRY = "ember_model_profile"
 PROFILE_CALLS = "ember_model_profile_calls"
+SPEC = "ember_model_spec"
+SPEC_LINE = 96  # characters of the spec per line of C string literal
+_C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
 KINDS = ("input", "output", "weight", "workspace", "size")
 
 
@@ -125,3 +131,26 @@ def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequen
         lines.append(f"  __builtin_memcpy({cp.dst.c()}, {cp.src.c()}, {count});")
     lines += ["  return 0;", "}"]
     return lines
+
+
+def render_spec(text: str) -> str:
+    """The C text of `ember_model_spec`, a function returning `text` (escaped byte by byte)."""
+    data = text.encode()
+    literals = [_c_string(data[k:k + SPEC_LINE]) for k in range(0, len(data), SPEC_LINE)] or ['""']
+    return "\n".join([
+        "/* What this library expects (ember.runtime.contract): ember.load checks a manifest against it. */",
+        f"const char* {SPEC}(void) {{",
+        "  return",
+        *[f"    {lit}" for lit in literals[:-1]],
+        f"    {literals[-1]};",
+        "}",
+    ])
+
+
+def _c_string(data: bytes) -> str:
+    """A C string literal of these bytes: printable ASCII as is (quote and backslash escaped), the
+    rest as octal escapes (which, unlike hex escapes, end after three digits; '?' too, against
+    trigraphs)."""
+    out = "".join(_C_ESCAPES.get(b) or (chr(b) if 32 <= b < 127 and b != ord("?") else f"\\{b:03o}")
+                  for b in data)
+    return f'"{out}"'

@@ -9,6 +9,11 @@ place under a per-key `fcntl` lock, so concurrent processes compile a source onc
 a half-written library. `explain_cache_key` returns the parts of a key: diff two of them to see
 why a build missed the cache.
 
+Every library has a sidecar, `<key>.json`, with the size and sha256 of its bytes, written before
+the library is moved into place. An entry is used only when its bytes match its sidecar: a
+truncated or damaged library (a full disk, a copy gone wrong, an entry of an older ember without a
+sidecar) is compiled again, never loaded.
+
 A compiler error raises `BuildError` with the compiler's error lines, each followed by the
 generated source lines it points at; so does a compiler that cannot be run, and one that exits 0
 without writing the library (EMBER_CC=true). A cache folder that cannot be written raises
@@ -34,7 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import config
-from ..errors import BuildError, ConfigError
+from ..errors import ArtifactError, BuildError, ConfigError
+from .library import Digest, read_checked
 
 LIBS = ("-lm",)  # after the source file, where the linker wants libraries
 
@@ -47,13 +53,18 @@ def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[
     """The shared library of a C translation unit, compiled unless the cache has it."""
     parts = explain_cache_key(source, cc=cc, cflags=cflags)
     path = Path(parts["path"])
-    if path.exists():
+    if _intact(path):
         return path
     _writable_folder(path.parent)
     with _locked(path.with_suffix(".lock")):
-        if not path.exists():  # another process may have built it while we waited
+        if not _intact(path):  # another process may have built it while we waited
             _compile(source, parts["cc"], shlex.split(parts["cflags"]), path)
     return path
+
+
+def is_cached(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> bool:
+    """Whether the cache holds an intact library of `source` (build_library would compile nothing)."""
+    return _intact(Path(explain_cache_key(source, cc=cc, cflags=cflags)["path"]))
 
 
 def explain_cache_key(source: str, *, cc: str | None = None,
@@ -98,6 +109,26 @@ def _writable_folder(folder: Path) -> None:
                           f"you can write")
 
 
+def _intact(path: Path) -> bool:
+    """Whether the library at `path` is there and matches its sidecar."""
+    try:
+        recorded = json.loads(path.with_suffix(".json").read_text())
+        digest = Digest(recorded["size"], recorded["sha256"])
+        read_checked(path, digest, "its sidecar")
+    except (OSError, ValueError, KeyError, TypeError, ArtifactError):
+        return False
+    return True
+
+
+def _install(lib: Path, path: Path) -> None:
+    """Move a freshly built library to `path`, its sidecar first: a library in the cache is whole
+    and a reader checks it against the sidecar written for it."""
+    sidecar = lib.with_suffix(".json")
+    sidecar.write_text(json.dumps(Digest.of(lib.read_bytes()).to_json()) + "\n")
+    os.replace(sidecar, path.with_suffix(".json"))
+    os.replace(lib, path)
+
+
 @contextlib.contextmanager
 def _locked(path: Path):
     with open(path, "a") as f:
@@ -128,7 +159,7 @@ def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
                              compiler_output=result.stderr)
         if config.get("keep_source"):
             os.replace(src, path.with_suffix(".c"))
-        os.replace(lib, path)  # last: a library in the cache is always complete
+        _install(lib, path)  # last: a library in the cache is always complete
 
 
 def _error_message(cmd: list[str], result: subprocess.CompletedProcess, source: str) -> str:

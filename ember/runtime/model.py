@@ -1,8 +1,10 @@
 """A compiled model: one native entry point that runs every kernel, called once per inference.
 
 `CompiledModel(spec, library, weights, plan)` loads the library built from the model's single
-translation unit (see ember.codegen.entry for the entry function) and copies the weights once
-into 64-byte aligned memory. A call:
+translation unit (see ember.codegen.entry for the entry function) by its content (a path is
+dlopened from a copy named by the sha256 of its bytes, ember.runtime.library, so a library changed
+on disk is never mistaken for one loaded before), and copies the weights once into 64-byte
+aligned memory. A call:
 
 1. checks every input before any native code runs: the count, the kind (numpy.ndarray or CPU
    torch.Tensor), the dtype, the rank and each dimension; symbolic dimensions are bound by name
@@ -35,6 +37,7 @@ from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ShapeError
+from .library import Library, open_library
 
 ALIGN = 64
 
@@ -103,19 +106,21 @@ class CompiledModel:
     Attributes: `spec` (ModelSpec), `kernels` (KernelInfo list), `graph` (the graph it was
     compiled from; a loaded model reads it from the artifact on first use, or has None), `plan`
     (the memory plan), `weights` (read-only, aligned), `source` (the C translation unit),
-    `library_path`, `num_threads` (OpenMP threads of each call; 0: OpenMP's default; checked and
-    held to what the machine can run by `ember.config.threads` when set), `stats`
-    (compile timings, when compiled in this process), `memory` (the plan's peak and unplanned
-    bytes), `last_profile` (the latest `profile(...)` result, or None).
+    `library` (ember.runtime.library.Library: the handle, its content-addressed path and the
+    digest of its bytes), `library_path` (that path), `num_threads` (OpenMP threads of each call;
+    0: OpenMP's default; checked and held to what the machine can run by `ember.config.threads`
+    when set), `stats` (compile timings, when compiled in this process), `memory` (the plan's
+    peak and unplanned bytes), `last_profile` (the latest `profile(...)` result, or None).
     """
 
-    def __init__(self, spec: ModelSpec, library: str | Path, weights: Mapping[str, np.ndarray], plan, *,
+    def __init__(self, spec: ModelSpec, library: str | Path | Library, weights: Mapping[str, np.ndarray], plan, *,
                  graph=None, source: str | None = None, num_threads: int = 0, stats=None):
         self.spec, self.plan, self.source, self.stats = spec, plan, source, stats
         self._graph = graph
         self.num_threads = num_threads
-        self.library_path = Path(library)
-        self._library = ctypes.CDLL(str(self.library_path))  # kept: the library stays loaded
+        self.library = library if isinstance(library, Library) else open_library(library)
+        self.library_path = self.library.path  # named by its content: these bytes, for as long as it lives
+        self._library = self.library.handle  # kept: the library stays loaded
         self._entry = getattr(self._library, ENTRY)
         self._entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
         self._entry.restype = ctypes.c_int

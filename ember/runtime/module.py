@@ -1,10 +1,11 @@
 """Callable kernels: a lowered `PrimFunc` built for a target, called on NumPy arrays.
 
 `build_c(func)` generates C, builds (or finds in the cache) its shared library and loads it with
-ctypes; `build_c_module(funcs)` puts several kernels in one library; `build_python(func)` runs the
-loop-IR interpreter instead. A `Kernel` is called with one array per parameter, in order; outputs
-are written in place. Every call first checks its arguments (`runtime.args`); `prepare` checks once
-and returns a launcher without checks, which is what `bench` times.
+ctypes, by its content (ember.runtime.library); `build_c_module(funcs)` puts several kernels in
+one library; `build_python(func)` runs the loop-IR interpreter instead. A `Kernel` is called with
+one array per parameter, in order; outputs are written in place. Every call first checks its
+arguments (`runtime.args`); `prepare` checks once and returns a launcher without checks, which is
+what `bench` times.
 
 Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0;
 `config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), checked (a kernel
@@ -27,6 +28,7 @@ from ..tir.stmt import PrimFunc
 from .args import Signature
 from .bench import BenchResult, bench
 from .build import build_library
+from .library import open_library
 
 
 class Kernel:
@@ -81,7 +83,7 @@ class CKernel(Kernel):
 
     @property
     def path(self) -> str:
-        """The shared library on disk (in the build cache)."""
+        """The shared library on disk (its content-addressed copy in the cache folder)."""
         return self.library._name
 
     def _launcher(self, arrays, sizes):
@@ -126,7 +128,7 @@ def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
     ZeroDivisionError (the kernel gives the same results)."""
     checked = config.get("checked") if checked is None else bool(checked)
     source = codegen_c(funcs, checked=checked)
-    library = ctypes.CDLL(str(build_library(source, cc=cc, cflags=cflags)))
+    library = open_library(build_library(source, cc=cc, cflags=cflags)).handle
     threads = config.threads()
     if threads > 0:
         library.ember_set_num_threads(ctypes.c_int(threads))

@@ -15,6 +15,7 @@ from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
 from ember.ops.build import add_op
 from ember.runtime.artifact import ArtifactError
+from ember.runtime.library import Digest
 from ember.runtime.model import CompiledModel
 from ember.testing import random_array
 
@@ -42,6 +43,7 @@ def test_save_then_load_compiles_nothing(tmp_path, cache_dir, monkeypatch):
     assert manifest["outputs"] == [{"name": "mul", "shape": ["n", 8], "dtype": "float32"}]
     assert [k["ops"] for k in manifest["kernels"]] == [["add", "mul"]]
     assert manifest["target"]["machine"] == platform.machine()
+    assert manifest["files"]["library"] == {"path": "model.so", **Digest.of((path / "model.so").read_bytes()).to_json()}
 
     shutil.rmtree(cache_dir)  # the artifact stands alone
 
@@ -91,10 +93,11 @@ def test_not_a_model(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m.update(format="other"), "is not an ember.model manifest of version 1"),
+    (lambda m: m.update(format="other"), r"is not an ember.model manifest \(format 'other'\)"),
+    (lambda m: m.update(version=1), "has artifact format version 1 .* reads version 2"),
     (lambda m: m["target"].update(machine="pdp11"), "was built for pdp11; this machine is"),
-    (lambda m: m["weights"].append("ghost"), r"weights \['ghost'\] are missing"),
-    (lambda m: m["files"].update(library="gone.so"), "the library gone.so is missing"),
+    (lambda m: m["weights"].append("ghost"), "weights has 2 entries, the library model.so has 1"),
+    (lambda m: m["files"]["library"].update(path="gone.so"), "cannot read .*gone.so"),
 ])
 def test_broken_artifacts(tmp_path, change, message):
     path = compile_graph(small_model()[0]).save(tmp_path / "m")

@@ -1,0 +1,112 @@
+"""Files checked against a recorded digest, and shared libraries loaded by their content.
+
+glibc's dlopen hands back the library it already holds for a path it has loaded, without looking at
+the file again: load model A from a folder, save model B over it, load again, and B's calls would
+run A's code. So ember dlopens no path whose bytes may change. `open_library(path)` reads the
+library's bytes once, hashes them (sha256), and dlopens a copy named by that hash,
+`<cache_dir>/libraries/<sha[:2]>/<sha>.so`. The copy is written to a temporary name and renamed,
+so it is whole or absent; one already there is compared with the bytes first and replaced when it
+differs (a damaged cache). A path named by its content holds no other bytes, so one path is one
+library, and a file changed in a folder loads as the new library it is.
+
+`read_checked(path, digest)` reads a file and checks it against the `Digest` (size, sha256) that
+a manifest or a build-cache sidecar recorded: a truncated, extended or edited file is an
+ArtifactError that names it, before anything parses or loads its bytes.
+
+Options read (ember.config): cache_dir.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import config
+from ..errors import ArtifactError, ConfigError
+
+
+@dataclass(frozen=True)
+class Digest:
+    """The size and sha256 of a file's bytes."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> Digest:
+        return cls(len(data), hashlib.sha256(data).hexdigest())
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Library:
+    """A loaded shared library: `handle` (ctypes), the content-addressed `path` it was loaded
+    from, and the `digest` of its bytes."""
+
+    path: Path
+    digest: Digest
+    handle: ctypes.CDLL
+
+
+def read_checked(path: Path, digest: Digest | None, recorded_in: str) -> bytes:
+    """The bytes of `path`, which must match `digest` when one is given (`recorded_in` names the
+    file that recorded it, for the error)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
+    if digest is None:
+        return data
+    if len(data) != digest.size:
+        raise ArtifactError(f"{path} has {len(data)} bytes, {recorded_in} records {digest.size}: the file was "
+                            f"truncated or replaced after it was written; save or compile the model again")
+    got = hashlib.sha256(data).hexdigest()
+    if got != digest.sha256:
+        raise ArtifactError(f"{path} has sha256 {got}, {recorded_in} records {digest.sha256}: the file was "
+                            f"changed after it was written; save or compile the model again")
+    return data
+
+
+def open_library(path: str | Path, digest: Digest | None = None, recorded_in: str = "") -> Library:
+    """dlopen the library at `path` by its content (see the module doc); its bytes must match
+    `digest` when one is given."""
+    path = Path(path)
+    data = read_checked(path, digest, recorded_in)
+    digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
+    copy = _content_copy(data, digest)
+    try:
+        handle = ctypes.CDLL(str(copy))
+    except OSError as e:
+        raise ArtifactError(f"{path} is not a loadable shared library ({e})") from None
+    return Library(copy, digest, handle)
+
+
+def _content_copy(data: bytes, digest: Digest) -> Path:
+    """The content-addressed copy of `data`, written unless it is there intact."""
+    copy = Path(config.get("cache_dir")) / "libraries" / digest.sha256[:2] / f"{digest.sha256}.so"
+    try:
+        if copy.is_file() and copy.read_bytes() == data:
+            return copy
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(copy, data)
+    except OSError as e:
+        raise ConfigError(f"cannot write {copy} ({e.strerror or e}): the cache folder must be writable; "
+                          f"choose another with EMBER_CACHE_DIR") from None
+    return copy
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file renamed over it: readers see the old file
+    or the new one, whole, never a part."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

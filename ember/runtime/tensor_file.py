@@ -1,0 +1,56 @@
+"""The tensors of a safetensors file's bytes, as read-only NumPy views of those bytes.
+
+ember.load reads a weights file once, checks its sha256, and takes the tensors from the same
+bytes: `safetensors.numpy.load` would copy every tensor before CompiledModel copies it again into
+aligned memory, and mapping the file instead would let a file truncated meanwhile kill the process
+(SIGBUS). The format: an 8-byte little-endian header length, a JSON header naming each tensor's
+dtype, shape and [begin, end) byte offsets into the data that follows (and an optional
+"__metadata__"), then the data. Anything that is not that (a header out of bounds, an unknown
+dtype, offsets that do not fit the shape) is a ValueError that says what.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
+          "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+
+
+def tensors(data: bytes) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file's bytes (views: keep `data` alive with them)."""
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes: shorter than the header length")
+    size = int.from_bytes(data[:8], "little")
+    if size > len(data) - 8:
+        raise ValueError(f"the header is {size} bytes, the file has {len(data) - 8} after the length")
+    try:
+        header = json.loads(data[8:8 + size])
+    except ValueError as e:
+        raise ValueError(f"the header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    body = memoryview(data)[8 + size:]
+    out = {}
+    for name, entry in header.items():
+        if name != "__metadata__":
+            out[name] = _tensor(name, entry, body)
+    return out
+
+
+def _tensor(name: str, entry, body: memoryview) -> np.ndarray:
+    try:
+        dtype = np.dtype(DTYPES[entry["dtype"]]).newbyteorder("<")
+        shape = tuple(int(d) for d in entry["shape"])
+        begin, end = (int(o) for o in entry["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"tensor {name!r}: {json.dumps(entry)[:80]} is not a dtype (one of {sorted(DTYPES)}), "
+                         f"shape and data_offsets") from None
+    nbytes = math.prod(shape) * dtype.itemsize
+    if min(shape, default=0) < 0 or not 0 <= begin <= end <= len(body) or end - begin != nbytes:
+        raise ValueError(f"tensor {name!r}: bytes [{begin}, {end}) of {len(body)} do not hold "
+                         f"{dtype.name}{list(shape)} ({nbytes} bytes)")
+    return np.frombuffer(body[begin:end], dtype).reshape(shape)
