@@ -6,9 +6,13 @@ Each is a few te stages over rows (a row: the elements normalized together):
 - softmax: the row's max; exp(x - max) (computed once, kept for the row); its sum; then
   exp(x - max) / sum. Subtracting the max keeps exp from overflowing; log_softmax is
   x - max - log(sum), never the log of a quotient.
-- layer, group, instance norm: the row's sum; the mean; the sum of squared deviations from it
-  (two passes, stable for large means); the reciprocal standard deviation; then each element.
-  The variance is biased (divided by the count), as in PyTorch and ONNX.
+- layer, group, instance norm: the row's scale (a power of two from the sum of its magnitudes);
+  the mean, as the first element plus the mean deviation from it; the sum of squared deviations
+  from the mean (two passes, stable for large means); the reciprocal standard deviation; then
+  each element. Statistics are computed on the row scaled by its power of two (`scaling`), so
+  that rows of 1e20 (whose squares overflow float32) or 1e-20 (whose squares are subnormal) give
+  the float64 answer. The variance is biased (divided by the count), as in PyTorch and ONNX.
+- rms_norm: the same without the mean.
 The kernels compute rows in parallel, with a row's statistics inside its iteration
 (`rows.schedule_rows`). float16 inputs are computed and accumulated in float32.
 """
@@ -25,9 +29,10 @@ from ..errors import ScheduleError
 from ..graph.core import TensorType
 from ..tir.expr import as_int
 from .common import check_float, normalize_axis, result_dtype
-from .reduce import acc, count, reduce_over
+from .reduce import acc, acc_dtype, count, reduce_over
 from .registry import REQUIRED, OpDef, OpTypeError, register
 from .rows import by_rows, parallel_rows, schedule_rows, vectorize_inner
+from .scaling import deviation, row_scale, scaled_center, scaled_rstd, scaled_squares
 from .schedules import parallel_vectorize
 
 
@@ -137,28 +142,19 @@ def _infer_last_dims(name: str):
 
 
 def _moments(x, axes: Sequence[int], eps: float, centered: bool):
-    """The row stages: (mean, 1 / sqrt(variance + eps)), or (None, 1 / sqrt(mean square + eps))
-    when not centered; indexed by the row (the output index without `axes`)."""
-    n = te.cast("float32", count(x, axes))
-    rows_shape = [d for k, d in enumerate(x.shape) if k not in axes]
-    mean = None
-    if centered:
-        total = reduce_over(x, axes, False, te.sum, "total", lambda r, idx: acc(x[idx]))
-        mean = te.compute(rows_shape, lambda *r: total[r] / n, name="mean")
-
-    def deviation2(r, idx):
-        d = acc(x[idx]) - mean[r] if centered else acc(x[idx])
-        return d * d
-
-    sq = reduce_over(x, axes, False, te.sum, "sq", deviation2)
-    rstd = te.compute(rows_shape, lambda *r: te.rsqrt(sq[r] / n + float(eps)), name="rstd")
-    return mean, rstd
+    """The row stages (scale, center, rstd) of `scaling` for x's rows over `axes`, indexed by the
+    row (the output index without `axes`); center is None when not centered."""
+    n = te.cast(acc_dtype(x.dtype), count(x, axes))
+    scale = row_scale(x, axes)
+    center = scaled_center(x, axes, scale, n) if centered else None
+    return axes, scale, center, scaled_rstd(scaled_squares(x, axes, scale, center), n, scale, eps)
 
 
-def _normalized(x, params, i, row, mean, rstd, param_index):
-    """Output element i: (x - mean) * rstd, the statistics of its row, times the weight and plus
-    the bias if given (at param_index)."""
-    v = (acc(x[i]) - mean[row] if mean is not None else acc(x[i])) * rstd[row]
+def _normalized(x, params, i, row, moments, param_index):
+    """Output element i: its deviation from the mean over the standard deviation, from the
+    statistics of its row (`_moments`), times the weight and plus the bias if given (at param_index)."""
+    axes, scale, center, rstd = moments
+    v = deviation(x, axes, scale, center, row, i) * rstd[row]
     if len(params) > 0:
         v = v * acc(params[0][param_index])
     if len(params) > 1:
@@ -171,9 +167,9 @@ def _last_dims_compute(centered: bool):
         x, *params = inputs
         nd = attrs["normalized_ndim"]
         axes = tuple(range(x.ndim - nd, x.ndim))
-        mean, rstd = _moments(x, axes, attrs["eps"], centered)
+        moments = _moments(x, axes, attrs["eps"], centered)
         return [te.compute(
-            x.shape, lambda *i: _normalized(x, params, i, _rows(i, axes), mean, rstd, i[x.ndim - nd:]),
+            x.shape, lambda *i: _normalized(x, params, i, _rows(i, axes), moments, i[x.ndim - nd:]),
             name="out", attrs=by_rows(range(x.ndim - nd), axes),
         )]
 
@@ -246,9 +242,9 @@ def _infer_instance_norm(types: list[TensorType], attrs) -> list[TensorType]:
 def _instance_norm_compute(inputs, attrs, out_types):
     x, *params = inputs
     axes = tuple(range(2, x.ndim))
-    mean, rstd = _moments(x, axes, attrs["eps"], centered=True)
+    moments = _moments(x, axes, attrs["eps"], centered=True)
     return [te.compute(
-        x.shape, lambda *i: _normalized(x, params, i, (i[0], i[1]), mean, rstd, (i[1],)),
+        x.shape, lambda *i: _normalized(x, params, i, (i[0], i[1]), moments, (i[1],)),
         name="out", attrs=by_rows((0, 1), axes),
     )]
 
@@ -296,7 +292,7 @@ class _Grouped:
     `_moments` reduces over the trailing axes of (contiguous: a group's channels are adjacent)."""
 
     def __init__(self, x, groups: int):
-        self.x, self.per_group = x, as_int(x.shape[1]) // groups
+        self.x, self.per_group, self.dtype = x, as_int(x.shape[1]) // groups, x.dtype
         self.shape = (x.shape[0], groups, self.per_group, *x.shape[2:])
         self.ndim = len(self.shape)
 
@@ -309,10 +305,15 @@ def _group_norm_compute(inputs, attrs, out_types):
     """Statistics per (sample, group) over the group's channels and every spatial position."""
     x, *params = inputs
     grouped = _Grouped(x, attrs["num_groups"])
-    mean, rstd = _moments(grouped, tuple(range(2, grouped.ndim)), attrs["eps"], centered=True)
+    moments = _moments(grouped, tuple(range(2, grouped.ndim)), attrs["eps"], centered=True)
     per_group = grouped.per_group
+
+    def element(*i):
+        within = (i[0], i[1] // per_group, i[1] % per_group, *i[2:])  # the index into the grouped view
+        return _normalized(grouped, params, within, within[:2], moments, (i[1],))
+
     return [te.compute(
-        x.shape, lambda *i: _normalized(x, params, i, (i[0], i[1] // per_group), mean, rstd, (i[1],)),
+        x.shape, element,
         name="out", attrs={"group": per_group},
     )]
 
