@@ -9,7 +9,8 @@ torch.export (ember.frontend.torch) and the torch.compile backend share.
   random or its result is much larger than its inputs (an expand: ember expands at run time);
 - any other call goes to its handler (ember/frontend/aten), which appends ember nodes; the
   result's types are checked against torch's metadata, so a mapping mistake is caught at its node;
-- the output node gives the graph's outputs.
+- the output node gives the graph's outputs (none when the model returns None, which the
+  compiler refuses).
 Every operator without a handler, and every use a handler refuses, is collected with the node's
 name and source location; they are raised together as one UnsupportedOpError at the end. A node
 that depends on a failed one is not converted, but listed too if it has no handler either.
@@ -67,6 +68,8 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
                 env[node] = _call(b, node, env, problems)
             case "output":
                 outputs = _flatten(map_aggregate(node.args[0], lambda n: env[n] if isinstance(n, torch.fx.Node) else n))
+                if all(x is None for x in outputs):  # `return None`, exported as (None,)
+                    outputs = []
             case _:
                 problems.append((f"{node.op} {node.target}", origin(node)))
                 env[node] = FAILED
