@@ -16,6 +16,7 @@ allocation that fails (ember.runtime.model). Physical memory is SC_PHYS_PAGES * 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 
@@ -37,7 +38,7 @@ def physical_memory() -> int | None:
 
 def nbytes(t: TensorType) -> int | None:
     """The bytes of a tensor of static type `t` (None when a dimension is a symbol)."""
-    return t.numel * np.dtype(t.dtype).itemsize if t.is_static else None
+    return math.prod(t.shape) * np.dtype(t.dtype).itemsize if t.is_static else None  # (no int64 overflow)
 
 
 def format_bytes(n: int) -> str:

@@ -4,6 +4,7 @@ torch.export (ember.frontend.torch) and the torch.compile backend share.
 `import_fx(gm, constants)` walks the FX graph once, in order:
 - a placeholder named in `constants` (weights, buffers, frozen tensors) is a `Const`; any other
   is a graph input whose type comes from torch's metadata (node.meta["val"]);
+- a call whose static result is larger than the machine's memory is refused (CompileError);
 - a call whose tensor arguments are all `Const` is folded: torch runs it now and the result is
   a `Const` (so masks, position ids and arange/full arithmetic never reach ember), unless it is
   random or its result is much larger than its inputs (an expand: ember expands at run time);
@@ -25,10 +26,11 @@ from collections.abc import Mapping
 import torch
 from torch.fx.node import map_aggregate
 
-from ..graph.core import Graph, Value
+from ..checks import check_fits
+from ..graph.core import Graph, TensorType, Value
 from ..ops.registry import UnsupportedOpError
 from .aten import Unavailable, lookup
-from .builder import Builder, Const, FrontendError, Unsupported, value_name
+from .builder import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 FOLD_LIMIT = 1 << 16  # elements a folded result may have beyond the size of its constant inputs
@@ -127,6 +129,7 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
     if unavailable:
         problems.append((f"{target} uses {unavailable[0].reason}", origin(node)))
         return FAILED
+    _check_size(node, val)
     if _foldable(target, [env[n] for n in node.all_input_nodes], val):
         return _fold(node, args, kwargs)
     handler = lookup(target)
@@ -146,6 +149,14 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
         raise
     _check(b, node, result)
     return result
+
+
+def _check_size(node: torch.fx.Node, val) -> None:
+    """Refuse a static result larger than the machine's memory before a fold or a handler (a
+    torch.full made a constant) tries to build it."""
+    for t in _flatten(val):
+        if isinstance(t, torch.Tensor) and t.dtype in TORCH_TO_EMBER and all(isinstance(d, int) for d in t.shape):
+            check_fits(TensorType(tuple(t.shape), TORCH_TO_EMBER[t.dtype]), f"{origin(node)}: {node.target}")
 
 
 def _foldable(target, inputs: list, val) -> bool:

@@ -120,10 +120,10 @@ def test_physical_memory_is_read_from_sysconf():
     assert checks.physical_memory() == os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") > 0
 
 
-def expand_graph() -> Graph:
+def expand_graph(shape=HUGE) -> Graph:
     g = Graph("huge")
-    x = g.add_input("x", TensorType((1, 1)))
-    (y,) = add_op(g, "expand", [x], {"shape": HUGE}, out_names=["big"])
+    x = g.add_input("x", TensorType((1,) * len(shape)))
+    (y,) = add_op(g, "expand", [x], {"shape": shape}, out_names=["big"])
     g.set_outputs([y])
     return g
 
@@ -140,6 +140,13 @@ def test_an_expand_larger_than_memory_is_refused_at_compile_time():
     assert_too_large(str(info.value), "%big", "expand")
 
 
+def test_a_size_past_int64_is_refused_too():
+    """10**21 elements: a product in int64 would wrap around."""
+    with pytest.raises(CompileError, match=r"%big \(node big: expand\) has shape \(10000000, 10000000, 10000000\) "
+                                           r"\(float32\): 3637978807\.1 TiB"):
+        ember.compile(expand_graph((10**7,) * 3))
+
+
 def test_an_onnx_expand_larger_than_memory_is_refused_before_folding():
     """With a constant input the importer would fold the Expand with NumPy: refused first."""
     shape = numpy_helper.from_array(np.array(HUGE, np.int64), "s")
@@ -154,14 +161,21 @@ def test_an_onnx_expand_larger_than_memory_is_refused_before_folding():
         assert_too_large(str(info.value), "Expand node 'e'" if x_const else "%e")
 
 
-def test_a_torch_expand_larger_than_memory_is_refused():
-    class Big(torch.nn.Module):
-        def forward(self, x):
-            return x.expand(*HUGE) + 1
+class ExpandBig(torch.nn.Module):
+    def forward(self, x):
+        return x.expand(*HUGE) + 1
 
+
+class OnesBig(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.ones(*HUGE)  # a constant the importer would build with torch.full
+
+
+@pytest.mark.parametrize("module, op", [(ExpandBig, "aten.expand"), (OnesBig, "aten.full")])
+def test_a_torch_tensor_larger_than_memory_is_refused(module, op):
     with pytest.raises(CompileError) as info:
-        ember.compile(Big(), (torch.randn(1, 1),))
-    assert_too_large(str(info.value), "expand")
+        ember.compile(module(), (torch.randn(1, 1),))
+    assert_too_large(str(info.value), op, f"in the model ({module.__name__})")
 
 
 def chain_graph(weight: np.ndarray | None = None) -> Graph:
