@@ -5,9 +5,10 @@ compile time, naming the reason, rather than at its first call:
   ONNX graph that declares no output);
 - operators ember does not know (UnsupportedOpError lists every one of them at once);
 - a tensor larger than this machine's physical memory: every node output of static shape,
-  checked before the graph passes run (so that no pass, and no frontend folding constants, ever
-  tries to build it); then, once the memory plan is made, what one call needs at once: the
-  weights, the workspace's peak and the outputs of static shape.
+  checked before the graph passes run (so that no pass folding constants tries to build it; the
+  frontends check a constant the same way, `check_fits`, before they fold it); then, once the
+  memory plan is made, what one call needs at once: the weights, the workspace's peak and the
+  outputs of static shape.
 
 A tensor with symbolic dimensions has no size until a call binds them: the runtime reports an
 allocation that fails (ember.runtime.model). Physical memory is SC_PHYS_PAGES * SC_PAGE_SIZE
