@@ -16,6 +16,7 @@ from .errors import (
     ConfigError,
     EmberError,
     LowerError,
+    OutOfMemoryError,
     ScheduleError,
     ShapeError,
     TuneError,
@@ -53,7 +54,7 @@ def bench(f, *args, **kwargs):
 
 __all__ = [
     "ArgumentTypeError", "ArtifactError", "BuildError", "CompileError", "ConfigError", "EmberError", "LowerError",
-    "ScheduleError", "ShapeError", "TuneError",
+    "OutOfMemoryError", "ScheduleError", "ShapeError", "TuneError",
     "bench", "build", "compile", "load", "lower", "te", "tir",
 ]
 

@@ -9,6 +9,13 @@
     ember tune model.onnx --trials 2000 --db tuning.db   # tune its kernels (--runner ray: on a cluster)
     ember tune --report tuning.db               # best result per workload, tuning curves (PNG)
     ember doctor                                # the EMBER_* options; what works on this machine
+
+An error ember reports on purpose (an EmberError: an unsupported operator, a model that is not
+valid ONNX, an input of the wrong shape), a file that cannot be read (OSError) and Ctrl-C are
+printed as one line, `ember: error: ...` (a list, such as the unsupported operators, follows it),
+with exit status 1 (130 for Ctrl-C); `ember --verbose ...` (or `-v`, before or after the
+subcommand) prints the traceback too. Any other exception is a bug in ember, and shows its
+traceback.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from . import config
+from .errors import EmberError
 
 
 def _import_model(path: str):
@@ -38,6 +47,21 @@ def _import_model(path: str):
 
         return import_onnx(p)
     raise SystemExit(f"ember: {path}: expected an .onnx file or an ember artifact folder")
+
+
+def _load_arrays(paths: list[str]) -> list:
+    """The arrays of --input .npy files (an ArgumentTypeError names a file that holds none)."""
+    import numpy as np
+
+    from .errors import ArgumentTypeError
+
+    arrays = []
+    for path in paths:
+        try:
+            arrays.append(np.load(path, allow_pickle=False))
+        except (ValueError, EOFError) as e:
+            raise ArgumentTypeError(f"--input {path} is not a NumPy .npy file: {e}") from None
+    return arrays
 
 
 def cmd_compile(args) -> int:
@@ -64,7 +88,7 @@ def cmd_run(args) -> int:
     import ember
 
     model = ember.load(args.model)
-    inputs = [np.load(p) for p in args.input]
+    inputs = _load_arrays(args.input)
     outputs = model(*inputs)
     outputs = outputs if isinstance(outputs, list | tuple) else [outputs]
     if args.output:
@@ -107,12 +131,10 @@ def cmd_info(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    import numpy as np
-
     from .debug import bisect
 
     graph = _import_model(args.model)
-    inputs = [np.load(p) for p in args.input] or None
+    inputs = _load_arrays(args.input) or None
     result = bisect(graph, inputs, rtol=args.rtol, atol=args.atol)
     print(result)
     return 0 if result.culprit is None else 1
@@ -207,39 +229,75 @@ def cmd_doctor(args) -> int:
 
 
 def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return _report(args, "interrupted", 130)
+    except (EmberError, OSError) as e:
+        return _report(args, f"error: {_message(e)}", 1)
+
+
+def _report(args, message: str, status: int) -> int:
+    """Print the error as one line (and the traceback before it under --verbose); the exit status."""
+    if args.verbose:
+        traceback.print_exc()
+    print(f"ember: {message}", file=sys.stderr)
+    return status
+
+
+def _message(e: BaseException) -> str:
+    """An exception's message with its notes (where it happened), and for an OSError its file."""
+    if isinstance(e, OSError) and e.strerror:
+        text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    else:
+        text = str(e) or type(e).__name__
+    notes = getattr(e, "__notes__", ())
+    return "; ".join([text.rstrip(), *notes])
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="ember", description="ember, a deep-learning compiler")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print the traceback of an error")
+    common = argparse.ArgumentParser(add_help=False)  # --verbose after the subcommand, too
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="print the traceback of an error")
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("compile", help="compile a model into an artifact folder")
+
+    def add_parser(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = add_parser("compile", help="compile a model into an artifact folder")
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--db", help="a tuning database: each kernel takes its best record's schedule")
     p.set_defaults(fn=cmd_compile)
-    p = sub.add_parser("run", help="run a compiled model on .npy inputs")
+    p = add_parser("run", help="run a compiled model on .npy inputs")
     p.add_argument("model")
     p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order)")
     p.add_argument("--output", action="append", default=[], help="where to write an output .npy (repeat)")
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("info", help="operator histogram of a model; unsupported operators listed; an artifact's "
+    p = add_parser("info", help="operator histogram of a model; unsupported operators listed; an artifact's "
                                     "kernels and memory plan")
     p.add_argument("model")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="an artifact: time its kernels over N runs on random inputs")
     p.set_defaults(fn=cmd_info)
-    p = sub.add_parser("bisect", help="the first graph pass that changes the output beyond tolerance "
+    p = add_parser("bisect", help="the first graph pass that changes the output beyond tolerance "
                                       "(exit status 1 when one does)")
     p.add_argument("model")
     p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order; default: random)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-4)
     p.set_defaults(fn=cmd_bisect)
-    p = sub.add_parser("graph", help="draw the graph with its kernels marked (SVG, or HTML with a table of the "
+    p = add_parser("graph", help="draw the graph with its kernels marked (SVG, or HTML with a table of the "
                                      "kernels); without --svg or --html, the SVG goes to stdout")
     p.add_argument("model")
     p.add_argument("--svg", metavar="PATH", help="write the picture as SVG")
     p.add_argument("--html", metavar="PATH", help="write a page with the picture and the kernels")
     p.add_argument("--opt-level", type=int, help="draw the graph as compiled at this level (default: the highest)")
     p.set_defaults(fn=cmd_graph)
-    p = sub.add_parser("tune", help="tune a model's kernels into a database (progress: trials, best GFLOP/s, "
+    p = add_parser("tune", help="tune a model's kernels into a database (progress: trials, best GFLOP/s, "
                                     "time left); or --report a database")
     p.add_argument("model", nargs="?")
     p.add_argument("--trials", type=int, default=2000)
@@ -252,10 +310,9 @@ def main(argv=None) -> int:
     p.add_argument("--report", metavar="DB", help="print the best result per workload and plot the tuning curves")
     p.add_argument("--plot", metavar="PNG", help="with --report: where the tuning curves go")
     p.set_defaults(fn=cmd_tune)
-    p = sub.add_parser("doctor", help="what works on this machine")
+    p = add_parser("doctor", help="what works on this machine")
     p.set_defaults(fn=cmd_doctor)
-    args = ap.parse_args(argv)
-    return args.fn(args)
+    return ap
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The driver: a graph (or a model a frontend turns into one) down to a CompiledModel.
 
 `compile_graph(graph)`:
-1. checks the graph: every operator is known (UnsupportedOpError lists all the unknown ones at
-   once), then runs the graph passes of the optimization level (ember.passes.pipeline), then
-   checks that every symbolic dimension is a dimension of some input (so each call can bind it);
+1. checks the graph (ember.checks: it has outputs, every operator is known, no tensor is larger
+   than the machine's memory), then runs the graph passes of the optimization level
+   (ember.passes.pipeline), then checks that every symbolic dimension is a dimension of some
+   input (so each call can bind it);
 2. groups the nodes into kernels (ember.passes.fuse, at opt_level >= FUSE_LEVEL unless "fuse"
    is disabled; else one group per node) and makes one kernel per group:
    `ember.ops.kernel.group_kernel` (the nodes' computes chained, intermediates inlined, the
@@ -16,7 +17,8 @@
    no kernel: its output is a view of its input's bytes (when it is a graph output, its input's
    kernel writes the output's bytes; where it cannot, a kernel copies). A group may write its
    output over an input of its type that dies there and that only elementwise operators read
-   (in place: an elementwise chain, a residual add in a conv's or gemm's epilogue);
+   (in place: an elementwise chain, a residual add in a conv's or gemm's epilogue). A model whose
+   weights, workspace peak and outputs exceed the machine's memory is refused (CompileError);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
@@ -49,13 +51,13 @@ from pathlib import Path
 import numpy as np
 
 from . import config
+from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
 from .errors import ShapeError
 from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
 from .ops.kernel import GroupNode, group_kernel
-from .ops.registry import UnsupportedOpError, exists
 from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
@@ -116,7 +118,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     """
     start = time.perf_counter()
     num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
-    _check(graph)
+    check_graph(graph)
     passes: list[PassReport] = []
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
     symbols = _symbols(graph)
@@ -154,6 +156,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                 "cc": cc, "cflags": cflags},
     )
     weights = {w: graph.constants[w] for w in refs.weights}
+    check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, refs.copies(), checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
@@ -209,12 +212,6 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
 
 
 # -- checks -----------------------------------------------------------------------------------
-def _check(graph: Graph) -> None:
-    missing = [(n.op, n.name) for n in graph.nodes if not exists(n.op)]
-    if missing:
-        raise UnsupportedOpError(missing)
-
-
 def _symbols(graph: Graph) -> list[str]:
     """The symbolic dimensions, in order of first appearance in the inputs; every other value's
     symbols must be among them."""

@@ -50,3 +50,8 @@ class TuneError(EmberError, RuntimeError):
 class CompileError(EmberError, ValueError):
     """A model that cannot be compiled as given (no outputs, a tensor larger than the machine's
     memory, declared shapes that contradict the inferred ones); names the value."""
+
+
+class OutOfMemoryError(EmberError, MemoryError):
+    """A call whose outputs or workspace, at the sizes its inputs bind, cannot be allocated; names
+    the model, the tensor, its shape and size, and the sizes bound."""

@@ -51,6 +51,14 @@ class Const:
         return f"Const({self.name}: {TORCH_TO_EMBER.get(self.tensor.dtype)}{list(self.tensor.shape)})"
 
 
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """A frozen tensor's values as a plain strided tensor: a sparse or mkldnn one densified, a lazily
+    negated or conjugated one resolved (NumPy cannot view those as they are)."""
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    return t.resolve_neg().resolve_conj()
+
+
 def ember_dtype(dtype: torch.dtype) -> str:
     try:
         return TORCH_TO_EMBER[dtype]
@@ -112,7 +120,8 @@ class Builder:
         if isinstance(x, Const):  # cast now, with torch: no cast node for a constant
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
-                t = x.tensor.detach() if key[1] is None else x.tensor.detach().to(torch_dtype(dtype))
+                t = dense(x.tensor.detach())
+                t = t if key[1] is None else t.to(torch_dtype(dtype))
                 data = t.cpu().contiguous().numpy().copy()
                 self._consts[key] = (x, self.graph.add_constant(data, value_name(x.name)))
             x = self._consts[key][1]

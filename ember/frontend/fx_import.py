@@ -4,12 +4,14 @@ torch.export (ember.frontend.torch) and the torch.compile backend share.
 `import_fx(gm, constants)` walks the FX graph once, in order:
 - a placeholder named in `constants` (weights, buffers, frozen tensors) is a `Const`; any other
   is a graph input whose type comes from torch's metadata (node.meta["val"]);
+- a call whose static result is larger than the machine's memory is refused (CompileError);
 - a call whose tensor arguments are all `Const` is folded: torch runs it now and the result is
   a `Const` (so masks, position ids and arange/full arithmetic never reach ember), unless it is
   random or its result is much larger than its inputs (an expand: ember expands at run time);
 - any other call goes to its handler (ember/frontend/aten), which appends ember nodes; the
   result's types are checked against torch's metadata, so a mapping mistake is caught at its node;
-- the output node gives the graph's outputs.
+- the output node gives the graph's outputs (none when the model returns None, which the
+  compiler refuses).
 Every operator without a handler, and every use a handler refuses, is collected with the node's
 name and source location; they are raised together as one UnsupportedOpError at the end. A node
 that depends on a failed one is not converted, but listed too if it has no handler either.
@@ -24,10 +26,11 @@ from collections.abc import Mapping
 import torch
 from torch.fx.node import map_aggregate
 
-from ..graph.core import Graph, Value
+from ..checks import check_fits
+from ..graph.core import Graph, TensorType, Value
 from ..ops.registry import UnsupportedOpError
 from .aten import Unavailable, lookup
-from .builder import Builder, Const, FrontendError, Unsupported, value_name
+from .builder import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 FOLD_LIMIT = 1 << 16  # elements a folded result may have beyond the size of its constant inputs
@@ -67,6 +70,8 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
                 env[node] = _call(b, node, env, problems)
             case "output":
                 outputs = _flatten(map_aggregate(node.args[0], lambda n: env[n] if isinstance(n, torch.fx.Node) else n))
+                if all(x is None for x in outputs):  # `return None`, exported as (None,)
+                    outputs = []
             case _:
                 problems.append((f"{node.op} {node.target}", origin(node)))
                 env[node] = FAILED
@@ -124,6 +129,7 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
     if unavailable:
         problems.append((f"{target} uses {unavailable[0].reason}", origin(node)))
         return FAILED
+    _check_size(node, val)
     if _foldable(target, [env[n] for n in node.all_input_nodes], val):
         return _fold(node, args, kwargs)
     handler = lookup(target)
@@ -143,6 +149,14 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
         raise
     _check(b, node, result)
     return result
+
+
+def _check_size(node: torch.fx.Node, val) -> None:
+    """Refuse a static result larger than the machine's memory before a fold or a handler (a
+    torch.full made a constant) tries to build it."""
+    for t in _flatten(val):
+        if isinstance(t, torch.Tensor) and t.dtype in TORCH_TO_EMBER and all(isinstance(d, int) for d in t.shape):
+            check_fits(TensorType(tuple(t.shape), TORCH_TO_EMBER[t.dtype]), f"{origin(node)}: {node.target}")
 
 
 def _foldable(target, inputs: list, val) -> bool:

@@ -1,7 +1,9 @@
 """Import an ONNX model as an ember graph: `import_onnx(path or ModelProto) -> Graph`.
 
 1. Load (onnx.load, external data included), inline local functions, check with onnx.checker,
-   and read the default-domain opset, which must be 13 to 21 (MIN_OPSET..MAX_OPSET).
+   and read the default-domain opset, which must be 13 to 21 (MIN_OPSET..MAX_OPSET). A file that
+   holds no valid model (missing, a folder, empty, truncated, another format, external data that
+   is missing or truncated) is an OnnxImportError naming the file.
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
    dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
@@ -11,8 +13,12 @@
    resize), is recorded, the nodes that depend on it are skipped, and at the end one
    UnsupportedOpError lists every one of them with its node name.
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
-   passed through `identity`, so that every graph output is a node's own; their types are
-   checked against the ones the model declares.
+   passed through `identity`, so that every graph output is a node's own. The types the model
+   declares, for its outputs and for intermediate values (value_info), are checked against the
+   ones ember infers: another element type, another rank, or another size where both are numbers
+   is a CompileError naming the value (a mistake in the model, or in ember's import of it, that
+   would otherwise give outputs of another shape than the model says); a declared symbol or
+   unknown dimension agrees with any size.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
+from ..errors import CompileError
 from ..graph.core import Dim, Graph, TensorType, Value
 from ..ops import UnsupportedOpError
 from . import onnx_nn_ops, onnx_ops, onnx_shape_ops  # noqa: F401  (they register the converters)
@@ -36,10 +44,12 @@ from .onnx_node import (
     Tensor,
     decode_attribute,
     sanitize,
+    tensor_type,
     to_dtype,
 )
 
-__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "import_onnx", "load_model"]
+__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "import_onnx", "load_model",
+           "read_model"]
 
 MIN_OPSET, MAX_OPSET = 13, 21
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -54,6 +64,7 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto))
     env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}))
     _convert_nodes(importer, proto.graph, env)
+    _check_value_info(importer, proto.graph, env)
     importer.graph.set_outputs(_graph_outputs(importer, proto.graph, env))
     return importer.graph
 
@@ -61,19 +72,41 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
 def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     """The checked ModelProto, local functions inlined."""
     if isinstance(model, onnx.ModelProto):
-        proto = model
+        proto, where = model, "the model"
     elif isinstance(model, str | os.PathLike):
-        proto = onnx.load(os.fspath(model))
+        proto, where = read_model(os.fspath(model)), os.fspath(model)
     else:
         raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     try:  # a path is checked from the file: a ModelProto over 2 GB cannot be serialized to check
         onnx.checker.check_model(proto if isinstance(model, onnx.ModelProto) else os.fspath(model))
-    except onnx.checker.ValidationError as e:
+    except (onnx.checker.ValidationError, UnicodeDecodeError) as e:  # a string field that is not UTF-8
         if "is deprecated" not in str(e):  # e.g. GroupNormalization-18, which onnxruntime still runs
-            raise OnnxImportError(f"the model is not valid ONNX: {e}") from None
+            raise OnnxImportError(f"{where} is not valid ONNX: {e}") from None
         warnings.warn(f"importing an ONNX model that uses a deprecated operator: {e}", stacklevel=2)
+    return proto
+
+
+def read_model(path: str) -> onnx.ModelProto:
+    """The ModelProto in the file `path`, its external data read from beside it; OnnxImportError,
+    naming the file, when there is none (no such file, a folder, an empty or corrupt file, an
+    external data file that is missing or too short)."""
+    if not os.path.exists(path):
+        raise OnnxImportError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise OnnxImportError(f"{path} is a folder, not an ONNX model file")
+    if os.path.getsize(path) == 0:
+        raise OnnxImportError(f"{path} is empty (0 bytes), not a valid ONNX model")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except DecodeError as e:
+        raise OnnxImportError(f"{path} is not a valid ONNX model: it does not parse as one ({e}); a truncated "
+                              "download or another format?") from None
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path))
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:  # ValueError: a file too short
+        raise OnnxImportError(f"{path}: cannot read the model's external data: {e}") from None
     return proto
 
 
@@ -174,19 +207,34 @@ def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor
         v = importer.value(env[vi.name], hint)
         if v.node is None or v in outputs:
             (v,) = importer.add_node("identity", [v], None, [hint])
-        _check_declared(vi, v)
+        check_declared(vi, v.type, f"graph {importer.graph.name}: output {vi.name!r}")
         outputs.append(v)
     return outputs
 
 
-def _check_declared(vi: onnx.ValueInfoProto, v: Value) -> None:
-    """The inferred type of a graph output agrees with the model's declaration where it has one."""
+def _check_value_info(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> None:
+    """The types the model declares for intermediate values (value_info) agree with ember's."""
+    for vi in g.value_info:
+        if vi.name in env and vi.type.HasField("tensor_type"):
+            check_declared(vi, tensor_type(env[vi.name]), f"graph {importer.graph.name}: value {vi.name!r}")
+
+
+def check_declared(vi: onnx.ValueInfoProto, inferred: TensorType, what: str) -> None:
+    """A declared type contradicts the inferred one (CompileError): another element type, another
+    rank, or another size where both are numbers. A declared symbol, or a dimension left unknown,
+    agrees with any size."""
     tt = vi.type.tensor_type
-    if tt.elem_type and to_dtype(tt.elem_type, f"graph output {vi.name!r}") != v.dtype:
-        raise OnnxImportError(f"graph output {vi.name!r}: ember infers {v.type}, the model declares "
-                              f"{onnx.TensorProto.DataType.Name(tt.elem_type).lower()}")
-    if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim) and v.type.is_static:
-        declared = tuple(d.dim_value for d in tt.shape.dim)
-        if declared != v.shape:
-            raise OnnxImportError(f"graph output {vi.name!r}: ember infers the shape {v.shape}, the model "
-                                  f"declares {declared}")
+    if tt.elem_type and to_dtype(tt.elem_type, what) != inferred.dtype:
+        raise CompileError(f"{what}: the model declares the element type "
+                           f"{onnx.TensorProto.DataType.Name(tt.elem_type).lower()}, ember infers {inferred}")
+    if not tt.HasField("shape"):
+        return
+    declared = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in tt.shape.dim)
+    if len(declared) != inferred.rank or any(isinstance(d, int) and isinstance(i, int) and d != i
+                                             for d, i in zip(declared, inferred.shape)):
+        raise CompileError(f"{what}: the model declares the shape {_shape_str(declared)}, ember infers "
+                           f"{_shape_str(inferred.shape)}")
+
+
+def _shape_str(shape: tuple) -> str:
+    return f"({', '.join(str(d) for d in shape)}{',' if len(shape) == 1 else ''})"

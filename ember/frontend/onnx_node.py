@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..checks import check_fits
 from ..errors import EmberError
 from ..graph.core import Dim, Graph, TensorType, Value
 from ..ops import UnsupportedOpError, get, infer_types
@@ -231,7 +232,8 @@ class NodeContext:
 
     def ops(self, name: str, inputs: Sequence[Tensor | None], attrs: Mapping | None = None) -> list[Tensor]:
         """Apply ember operator `name`; trailing None inputs are left out. On constants alone it is
-        folded: the operator's NumPy reference runs now and its outputs are arrays."""
+        folded: the operator's NumPy reference runs now and its outputs are arrays (a constant larger
+        than the machine's memory is a CompileError, before anything is allocated)."""
         inputs = list(inputs)
         while inputs and inputs[-1] is None:
             inputs.pop()
@@ -246,6 +248,8 @@ class NodeContext:
                              "symbolic shapes (Gather, Concat, Slice, ...), no arithmetic on symbols "
                              "(import_onnx(..., input_shapes=...) can make them static)")
         bound, out_types = infer_types(name, [tensor_type(t) for t in inputs], attrs)
+        for t in out_types:
+            check_fits(t, f"{self.where}: {name} folded to a constant")
         outs = [np.asarray(o, dtype=object if symbolic else None).reshape(t.shape)
                 for o, t in zip(get(name).reference(inputs, bound), out_types)]
         return [o if is_symbolic(o) and any(isinstance(d, str) for d in o.flat) else o.astype(t.dtype, copy=False)

@@ -7,9 +7,10 @@ torch.export traces the module in eval mode; `run_decompositions` lowers it to t
 operator set, except for the composite operators that ember implements directly (`KEEP`:
 linear, matmul, layer_norm, attention, ...), which stay whole: the graph is smaller and each
 maps to one ember operator. Parameters, buffers and lifted constants become the graph's
-constants (copied: the graph does not change when the model does); user inputs become its
-inputs, with the example's dtypes and, for dimensions made dynamic, symbols named after the
-`torch.export.Dim`s. The FX graph is then converted by ember.frontend.fx_import.
+constants (copied, so the graph does not change when the model does; a sparse one densified);
+user inputs become its inputs, with the example's dtypes and, for dimensions made dynamic,
+symbols named after the `torch.export.Dim`s (a sparse example is an ArgumentTypeError). The FX
+graph is then converted by ember.frontend.fx_import.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ..errors import ArgumentTypeError
 from ..graph.core import Graph
 from .builder import Const, FrontendError
 from .fx_import import import_fx
@@ -55,6 +57,10 @@ def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=
     """An nn.Module as an ember graph (see the module's docstring)."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
+    for k, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.layout != torch.strided:
+            raise ArgumentTypeError(f"example input {k + 1} has layout {x.layout}; ember compiles dense (strided) "
+                                    f"tensors, pass x.to_dense()")
     ep = export(model, example_inputs, dynamic_shapes)
     return import_program(ep, symbols=_symbol_names(ep, dynamic_shapes), name=type(model).__name__)
 

@@ -15,8 +15,11 @@ aligned memory. A call:
    raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
 
 Contiguous inputs are passed as they are (torch tensors through a zero-copy NumPy view); other
-inputs are copied to contiguous memory first. NumPy in, NumPy out; if any input is a torch
-tensor, the outputs are torch tensors. One output is returned as is, several as a tuple.
+inputs are copied to contiguous memory first, lazily negated or conjugated tensors resolved;
+sparse and mkldnn tensors are refused (ArgumentTypeError: pass x.to_dense()). Outputs or a
+workspace that cannot be allocated at the sizes a call binds raise OutOfMemoryError. NumPy
+in, NumPy out; if any input is a torch tensor, the outputs are torch tensors. One output is
+returned as is, several as a tuple.
 
 The runtime knows the model only through `ModelSpec` (plain data, what the artifact's manifest
 holds) and a memory plan with `layout(symbols)` and `to_json()` (ember.passes.plan_memory).
@@ -36,7 +39,7 @@ import numpy as np
 from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
-from ..errors import ArgumentTypeError, ShapeError
+from ..errors import ArgumentTypeError, OutOfMemoryError, ShapeError
 from .library import Library, open_library
 
 ALIGN = 64
@@ -226,10 +229,15 @@ class CompiledModel:
         symbols = self._bind(arrays)
         sizes = np.array([symbols[s] for s in self.spec.symbols], dtype=np.int64)
         offsets, workspace_bytes = self._layout(sizes)
-        outputs = [np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype)
-                   for t in self.spec.outputs]
+        outputs = []
+        try:
+            for t in self.spec.outputs:
+                outputs.append(np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype))
+            workspace = self._workspace(workspace_bytes)
+        except (MemoryError, ValueError) as e:  # ValueError: more bytes than an address can count
+            raise self._out_of_memory(len(outputs), symbols, workspace_bytes) from e
         in_ptrs, out_ptrs = _pointers(arrays), _pointers(outputs)
-        args = (in_ptrs.ctypes.data, out_ptrs.ctypes.data, self._workspace(workspace_bytes), offsets.ctypes.data,
+        args = (in_ptrs.ctypes.data, out_ptrs.ctypes.data, workspace, offsets.ctypes.data,
                 self._weight_ptrs.ctypes.data, sizes.ctypes.data, self.num_threads)
         return outputs, args, (arrays, in_ptrs, out_ptrs, sizes, offsets)
 
@@ -239,12 +247,16 @@ class CompiledModel:
         if _is_torch(x):
             if x.device.type != "cpu":
                 raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; ember runs on the CPU, pass "
-                                        f"{spec.name}.cpu()")
+                                        f"{spec.name}.cpu()" if x.device.type != "meta" else
+                                        f"input '{spec.name}' is a meta tensor, which has no data")
             dtype = str(x.dtype).removeprefix("torch.")
             if dtype != spec.dtype:
                 raise ArgumentTypeError(f"input '{spec.name}' has dtype torch.{dtype}, expected {spec.dtype}")
             x = x.detach()
-            a = (x if x.is_contiguous() else x.contiguous()).numpy()
+            try:
+                a = (x if x.is_contiguous() else x.contiguous()).numpy()
+            except (RuntimeError, TypeError):  # the uncommon tensors, sorted out only when NumPy refuses one
+                a = _unusual_tensor(spec.name, x)
         elif isinstance(x, np.ndarray):
             a = x
         else:
@@ -256,6 +268,21 @@ class CompiledModel:
             raise ShapeError(f"input '{spec.name}' has {a.ndim} dimension(s), expected {len(spec.shape)} "
                              f"(shape {_shape_str(spec.shape)})")
         return np.ascontiguousarray(a)
+
+    def _out_of_memory(self, k: int, symbols: dict[str, int], workspace_bytes: int) -> OutOfMemoryError:
+        """The error of a call that could not allocate output k (or, past the outputs, the workspace)."""
+        from ..checks import format_bytes
+
+        bound = ", ".join(f"{s}={n}" for s, n in symbols.items()) or "no symbols"
+        if k < len(self.spec.outputs):
+            t = self.spec.outputs[k]
+            shape = tuple(symbols[d] if isinstance(d, str) else d for d in t.shape)
+            size = int(np.prod(shape, dtype=object)) * np.dtype(t.dtype).itemsize
+            what = f"output '{t.name}' of shape {shape} ({t.dtype}, {format_bytes(size)})"
+        else:
+            what = f"the workspace ({format_bytes(workspace_bytes)})"
+        return OutOfMemoryError(f"model {self.name}: cannot allocate {what} for inputs that bind {bound}; "
+                                "call it on smaller inputs")
 
     def _bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
         """The symbols' values, after checking every dimension of every input."""
@@ -313,6 +340,18 @@ def call_symbols(library: ctypes.CDLL) -> list[str]:
     while names[len(out)] is not None:
         out.append(names[len(out)].decode())
     return out
+
+
+def _unusual_tensor(name: str, x) -> np.ndarray:
+    """A CPU tensor that has no NumPy view as it is: a lazily negated or conjugated one (a
+    `torch._neg_view`, a `conj()` view) is resolved into memory; another layout than strided
+    (sparse, mkldnn) is refused."""
+    import torch
+
+    if x.layout != torch.strided:
+        raise ArgumentTypeError(f"input '{name}' has layout {x.layout}; ember takes dense (strided) tensors, pass "
+                                f"{name}.to_dense()")
+    return x.resolve_neg().resolve_conj().contiguous().numpy()
 
 
 def _pointers(arrays) -> np.ndarray:
