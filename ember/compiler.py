@@ -54,7 +54,7 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ShapeError
+from .errors import ArgumentTypeError, ShapeError
 from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
 from .ops.kernel import GroupNode, group_kernel
@@ -186,7 +186,7 @@ def import_model(model, example_inputs=None, caller: str = "ember.compile") -> G
     torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
     if torch is not None and isinstance(model, torch.nn.Module):
         if example_inputs is None:
-            raise TypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
+            raise ArgumentTypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
         from .frontend.torch import import_module
 
         return import_module(model, example_inputs)
@@ -194,7 +194,7 @@ def import_model(model, example_inputs=None, caller: str = "ember.compile") -> G
         from .frontend.onnx import import_onnx
 
         return import_onnx(model)
-    raise TypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
+    raise ArgumentTypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
                     f"got {type(model).__name__}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .errors import ArgumentTypeError, ConfigError
 from .target import host_vector_bytes
 from .te.schedule import TESchedule, bind_params
 from .tir.lower import lower as lower_func
@@ -17,12 +18,12 @@ TARGETS = ("c", "python")
 def _prim_func(sch, args, name: str) -> PrimFunc:
     if isinstance(sch, TESchedule):
         if args is None:
-            raise TypeError("lowering a te schedule needs its arguments: lower(s, [A, B, C])")
+            raise ArgumentTypeError("lowering a te schedule needs its arguments: lower(s, [A, B, C])")
         return sch.to_prim_func(args, name)
     if isinstance(sch, Schedule):
         sch = sch.mod
     if not isinstance(sch, PrimFunc):
-        raise TypeError(f"expected a te schedule, a tir Schedule or a PrimFunc, got {type(sch).__name__}")
+        raise ArgumentTypeError(f"expected a te schedule, a tir Schedule or a PrimFunc, got {type(sch).__name__}")
     if args is not None:
         return bind_params(sch, [a.buffer if hasattr(a, "buffer") else a for a in args], name)
     return sch if sch.name == name or name == "main" else PrimFunc(name, sch.params, sch.body, sch.attrs)
@@ -45,11 +46,11 @@ def build(sch, args: Sequence | None = None, target: str = "c", name: str = "mai
     from .runtime.module import build_c, build_python
 
     if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; targets are {TARGETS}")
+        raise ConfigError(f"unknown target {target!r}; targets are {TARGETS}")
     skip = options.pop("skip", ())
     func = lower(sch, args, name, skip=skip, target=target)
     if target == "python":
         if options:
-            raise TypeError(f"target 'python' takes no options, got {sorted(options)}")
+            raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
         return build_python(func)
     return build_c(func, **options)

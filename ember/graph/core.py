@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import EmberError
+
 Dim = int | str
 
 
-class GraphError(ValueError):
+class GraphError(EmberError, ValueError):
     """A malformed graph: a value used before it is defined, a duplicate name, a bad type."""
 
 

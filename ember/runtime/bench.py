@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+
 
 @dataclass(frozen=True)
 class BenchResult:
@@ -31,7 +33,7 @@ class BenchResult:
 def bench(fn, *args, warmup: int = 2, repeat: int = 10, number: int | None = None,
           min_time: float = 0.05) -> BenchResult:
     if repeat < 1 or (number is not None and number < 1):
-        raise ValueError(f"repeat and number must be at least 1, got repeat={repeat}, number={number}")
+        raise ConfigError(f"repeat and number must be at least 1, got repeat={repeat}, number={number}")
     run: Callable[[], object] = fn.prepare(*args) if hasattr(fn, "prepare") else (lambda: fn(*args))
     for _ in range(warmup):
         run()

@@ -12,12 +12,13 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..errors import EmberError
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, PrimExpr, Var, convert
 from ..tir.stmt import IterVar, Range
 
 
-class TEError(ValueError):
+class TEError(EmberError, ValueError):
     """A tensor expression that cannot be built as written."""
 
 

@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 
+from ..errors import EmberError
+
 SCALAR_DTYPES = (
     "bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64",
 )
@@ -18,7 +20,7 @@ INDEX_DTYPE = "int64"
 _VECTOR = re.compile(r"^([a-z]+[0-9]*)x([0-9]+)$")
 
 
-class DTypeError(TypeError):
+class DTypeError(EmberError, TypeError):
     """An unknown dtype name, or an operation on dtypes that do not fit together."""
 
 
