@@ -50,3 +50,8 @@ class TuneError(EmberError, RuntimeError):
 class CompileError(EmberError, ValueError):
     """A model that cannot be compiled as given (no outputs, a tensor larger than the machine's
     memory, declared shapes that contradict the inferred ones); names the value."""
+
+
+class WorkerError(EmberError, RuntimeError):
+    """An ember worker process (ember.workers) that could not start, died, or ran past its time
+    limit while running a call; says what befell it."""
