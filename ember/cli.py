@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from . import config
+from .errors import TuneError
 
 
 def _import_model(path: str):
@@ -162,6 +163,8 @@ def cmd_tune(args) -> int:
     try:
         report = tune_model(graph, database=Database(args.db), trials=args.trials, seed=args.seed, runner=runner,
                             time_budget_s=args.minutes * 60 if args.minutes else None)
+    except TuneError as e:
+        raise SystemExit(f"ember tune: {e}") from None
     finally:
         if runner is not None:
             runner.close()
