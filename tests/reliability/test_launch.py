@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import re
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +228,58 @@ def test_torch_models_lower_in_parallel(python):
     assert lowered >= 8 and jobs == min(cores, lowered), run
     if cores > 1:
         assert jobs > 1, run
+
+
+def test_the_worker_pool_replaces_dead_and_hung_workers_and_leaves_no_process(python):
+    run = python("""
+        import os, pathlib
+        from ember.workers import Call, WorkerPool
+
+        def children():
+            return [p.name for p in pathlib.Path("/proc").iterdir() if p.name.isdigit() and
+                    (p / "stat").exists() and (p / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+
+        with WorkerPool(2) as pool:
+            for o in pool.run([Call("os:abort"), Call("time:sleep", (60,), limit_s=0.5), Call("math:sqrt", (-1.0,)),
+                               Call("math:sqrt", (4.0,))]):
+                print("OUTCOME", o.status, type(o.value).__name__, o.value)
+            try:
+                pool.map("math:sqrt", [(-1.0,)])
+            except ValueError as e:
+                print("RAISED", type(e).__name__, "ember worker process" in "".join(e.__notes__))
+            print("AGAIN", pool.map("math:sqrt", [(9.0,), (16.0,)]), len(children()))
+        print("LEFT", children())
+        """, timeout=60)
+    assert run.returncode == 0, run
+    outcomes = re.findall(r"OUTCOME (.*)", run.stdout)
+    assert outcomes == ["lost str crashed: signal 6 (SIGABRT)", "lost str timed out after 0.5 s",
+                        "error ValueError math domain error", "ok float 2.0"], run
+    assert "RAISED ValueError True" in run.stdout and "AGAIN [3.0, 4.0] 2" in run.stdout, run
+    assert "LEFT []" in run.stdout, run
+
+
+def test_workers_exit_when_their_parent_is_killed(python):
+    run = python("""
+        import os, signal
+        from ember.workers import WorkerPool
+
+        pool = WorkerPool(2)
+        pool.map("os:getpid", [(), ()])
+        print("WORKERS", *[w.popen.pid for w in pool._workers], flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """, timeout=60)
+    assert run.signal == "SIGKILL", run
+    pids = [int(p) for p in re.search(r"WORKERS (.*)", run.stdout).group(1).split()]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in pids), pids
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie whose parent is gone is reaped by init soon after)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
