@@ -53,6 +53,7 @@ from .errors import WorkerError
 
 START_TIMEOUT_S = 120.0  # for a worker to import ember and the preloaded modules
 STOP_TIMEOUT_S = 2.0  # for a worker told to stop, before it is killed
+EXIT_TIMEOUT_S = 30.0  # for a worker whose connection closed to exit, before it is killed
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `import ember` finds this ember
 
 
@@ -116,10 +117,11 @@ class _Worker:
         return None
 
     def exit_status(self) -> str:
+        """How the process ended, once its socket has closed (it is exiting: dumping core may take a while)."""
         try:
-            code = self.popen.wait(STOP_TIMEOUT_S)
+            code = self.popen.wait(EXIT_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return "stopped answering"
+            return f"stopped answering (its connection closed, but it still ran {EXIT_TIMEOUT_S} s later)"
         if code < 0:
             try:
                 return f"crashed: signal {-code} ({signal.Signals(-code).name})"
@@ -174,12 +176,11 @@ class WorkerPool:
                 if j is None:
                     continue
                 pending.remove(j)
-                sent = time.monotonic()
-                lost = self._send(w, calls[j])
+                lost = self._send(w, calls[j])  # its limit counts from here, once the worker has started
                 if lost is None:
-                    busy[w] = (j, sent)
+                    busy[w] = (j, time.monotonic())
                 else:
-                    outcomes[j] = self._lose(w, lost, sent)
+                    outcomes[j] = self._lose(w, lost, time.monotonic())
             if not busy:
                 continue
             limits = [sent + calls[j].limit_s for j, sent in busy.values() if calls[j].limit_s is not None]

@@ -18,7 +18,10 @@ MARKER = "MODULE BODY RAN"
 # a small GEMM, tuned with a handful of trials by the default runner (one worker per core)
 GEMM = """
 import ember.tune
+import ember.tune.search
 from ember import te
+
+ember.tune.search.POPULATION = 8  # a small search: what these tests check is how tuning is launched
 
 A = te.placeholder((32, 32), name="A")
 B = te.placeholder((32, 32), name="B")
@@ -156,7 +159,7 @@ def test_a_tuning_run_whose_every_trial_fails_raises_tune_error(python):
 
 
 def test_a_task_whose_every_trial_fails_keeps_its_own_schedule(python, shared_cache):
-    code = COMPILE + textwrap.dedent("""
+    code = GEMM + COMPILE + textwrap.dedent("""
         from ember.tune import Database, LocalRunner, MeasureResult, tune_model
         from ember.tune.extract import extract_tasks
 
@@ -199,7 +202,8 @@ def test_the_cli_says_in_one_line_that_every_trial_failed(python, tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
         [numpy_helper.from_array(random_array((16, 8)), "w")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "model.onnx")
-    run = python(args=("-m", "ember.cli", "tune", "model.onnx", "--trials", "2", "--db", "tuning.db"), cwd=tmp_path,
+    run = python(GEMM + "import sys\nfrom ember.cli import main\nsys.exit(main(sys.argv[1:]))",
+                 args=("tune", "model.onnx", "--trials", "2", "--db", "tuning.db"), cwd=tmp_path,
                  env={"EMBER_CC": "false"}, timeout=180)
     assert run.returncode == 1, run
     last = run.stderr.strip().splitlines()[-1]
