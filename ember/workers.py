@@ -143,7 +143,8 @@ class _Worker:
 
 
 class WorkerPool:
-    """`size` worker processes (see the module doc); `preload`: modules each imports at start."""
+    """`size` worker processes (see the module doc); `preload`: modules each imports at start;
+    `name`: shown on the workers' command lines (in `ps`)."""
 
     def __init__(self, size: int, *, preload: Iterable[str] = (), name: str = "ember-worker"):
         if size < 1:
