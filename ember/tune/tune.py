@@ -177,7 +177,8 @@ class TaskTuner:
         """Why nothing was found: the most frequent errors, first lines only, with their counts."""
         failed = sum(self.failures.values())
         if not failed:
-            return f"tuning {self.task.name}: no candidate was measured (the search proposed none)"
+            return (f"tuning {self.task.name}: nothing was measured (the budget allowed no trial, or the search "
+                    f"proposed no candidate)")
         errors = "; ".join(f"{n} x {_first_line(e)}" for e, n in self.failures.most_common(REPORTED_FAILURES))
         more = len(self.failures) - REPORTED_FAILURES
         return (f"tuning {self.task.name}: all {failed} measurements failed: {errors}"

@@ -110,7 +110,7 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
     finally:
         if own_runner:
             runner.close()
-    if all(r.error is not None for r in results):
+    if results and all(r.error is not None for r in results):
         raise TuneError(f"tuning the model: every one of its {len(results)} task(s) failed: "
                         + "; ".join(r.error for r in results[:REPORTED_FAILURES])
                         + ("; ..." if len(results) > REPORTED_FAILURES else ""))
