@@ -234,9 +234,10 @@ def test_torch_models_lower_in_parallel(python):
         assert jobs > 1, run
 
 
-def test_the_worker_pool_replaces_dead_and_hung_workers_and_leaves_no_process(python):
+def test_the_worker_pool_replaces_dead_and_hung_workers_and_leaves_no_process(python, tmp_path):
+    (tmp_path / "userkernels.py").write_text("def triple(x):\n    return 3 * x\n")
     run = python("""
-        import os, pathlib
+        import os, pathlib, sys
         from ember.workers import Call, WorkerPool
 
         def children():
@@ -253,13 +254,20 @@ def test_the_worker_pool_replaces_dead_and_hung_workers_and_leaves_no_process(py
                 print("RAISED", type(e).__name__, "ember worker process" in "".join(e.__notes__))
             print("AGAIN", pool.map("math:sqrt", [(9.0,), (16.0,)]), len(children()))
         print("LEFT", children())
-        """, timeout=60)
+
+        # a worker sees the parent's environment and sys.path as they are when it starts
+        sys.path.insert(0, sys.argv[1])
+        os.environ["EMBER_LAUNCH_TEST"] = "set at run time"
+        with WorkerPool(1) as pool:
+            print("USER", pool.map("userkernels:triple", [(2,)]), pool.map("os:getenv", [("EMBER_LAUNCH_TEST",)]))
+        """, args=(str(tmp_path),), timeout=60)
     assert run.returncode == 0, run
     outcomes = re.findall(r"OUTCOME (.*)", run.stdout)
     assert outcomes == ["lost str crashed: signal 6 (SIGABRT)", "lost str timed out after 0.5 s",
                         "error ValueError math domain error", "ok float 2.0"], run
     assert "RAISED ValueError True" in run.stdout and "AGAIN [3.0, 4.0] 2" in run.stdout, run
     assert "LEFT []" in run.stdout, run
+    assert "USER [6] ['set at run time']" in run.stdout, run
 
 
 def test_workers_exit_when_their_parent_is_killed(python):
