@@ -11,7 +11,7 @@
    anchor's schedule), lowered by `ember.lower`. Groups of the same operators on the same types
    with the same attributes share one lowering; lowered functions that are structurally equal
    (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
-   lowered in `jobs` worker processes when there are many of them;
+   lowered in `jobs` worker processes (ember.workers) when there are many of them;
 3. plans the workspace over the groups' outputs (ember.passes.plan_memory: liveness, greedy by
    size; values inside a group never reach memory). A group of reshapes alone (VIEW_OPS) makes
    no kernel: its output is a view of its input's bytes (when it is a graph output, its input's
@@ -36,13 +36,10 @@ compiled.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import os
 import platform
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +51,7 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, ShapeError
+from .errors import ArgumentTypeError, CompileError, ShapeError
 from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
 from .ops.kernel import GroupNode, group_kernel
@@ -67,6 +64,7 @@ from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
 from .target import host_vector_bytes
 from .tir.stmt import PrimFunc
 from .tir.structural import structural_hash
+from .workers import Call, WorkerPool
 
 PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
 MAX_NAME_OPS = 4  # operators named in a kernel's name
@@ -109,7 +107,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         graph after (see ember.passes.pipeline.run_pipeline).
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
-        PARALLEL_MIN_KERNELS distinct kernels, else 1; 1 where workers cannot be forked safely).
+        PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
     cc, cflags: the C compiler and its flags (default: the options).
     database: an ember.tune.Database; each kernel with a record for this machine's target takes
         the schedule of its best record.
@@ -342,23 +340,26 @@ def lower_workload(w: Workload, trace_json: str | None = None) -> PrimFunc:
 
 
 def _jobs(jobs: int | None, n: int) -> int:
-    """Processes to lower n distinct kernels in. Workers are forked (a spawned worker would import
-    the caller's main module again), so only from a process with one Python thread: a fork
-    copies the locks other threads hold."""
-    if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
-        return 1
+    """Processes to lower n distinct kernels in: by default one per core when there are at least
+    PARALLEL_MIN_KERNELS of them (fewer are not worth a worker's start), else this one."""
     if jobs is None:
         jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
     return max(1, min(jobs, n))
 
 
 def _lower_all(workloads: list[Workload], traces: list[str | None], jobs: int) -> list[PrimFunc]:
+    """The lowered function of each workload, in `jobs` worker processes of ember's own
+    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
+    raised again here as it was raised there; a worker that dies raises CompileError."""
     if jobs <= 1:
         return [lower_workload(w, t) for w, t in zip(workloads, traces)]
-    host_vector_bytes()  # asked once, here, rather than by every worker
-    ctx = multiprocessing.get_context("fork")
-    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-        return list(pool.map(lower_workload, workloads, traces, chunksize=max(1, len(workloads) // (4 * jobs))))
+    with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
+        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, t)) for w, t in zip(workloads, traces)])
+    for w, outcome in zip(workloads, outcomes):
+        if outcome.status == "lost":
+            raise CompileError(f"the worker process lowering a {_kernel_name(w)} kernel {outcome.value}; "
+                               f"compile with jobs=1 to lower every kernel in this process")
+    return [outcome.result() for outcome in outcomes]
 
 
 # -- where each value lives --------------------------------------------------------------------

@@ -55,3 +55,8 @@ class CompileError(EmberError, ValueError):
 class OutOfMemoryError(EmberError, MemoryError):
     """A call whose outputs or workspace, at the sizes its inputs bind, cannot be allocated; names
     the model, the tensor, its shape and size, and the sizes bound."""
+
+
+class WorkerError(EmberError, RuntimeError):
+    """An ember worker process (ember.workers) that could not start, died, or ran past its time
+    limit while running a call; says what befell it."""

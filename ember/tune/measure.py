@@ -19,27 +19,22 @@ How a batch runs:
 What a worker does is in ember.tune.worker (correctness tolerance, timing with rotated inputs).
 `build_s` and `run_s` are wall times of the two steps, failed ones included.
 
-Workers are started with multiprocessing's "forkserver" method: a server process that has run no
-kernel (a fork of a parent whose OpenMP threads are running can deadlock in the child) imports
-ember once, and every worker is forked from it: the first start takes about a second, replacing
-a worker a few tens of milliseconds. As with any multiprocessing code, a script that creates a
-runner must guard its entry point with `if __name__ == "__main__":`. A worker is also replaced
-after building MAX_BUILDS_PER_WORKER kernels, since a loaded library is never unloaded.
+Workers are processes of ember's own (ember.workers): fresh interpreters that import ember and
+ember.tune.worker, never the caller's main module, so a runner works from a script without an
+`if __name__ == "__main__":` guard, from `python -c`, stdin or a notebook, from a thread and from
+a daemonic process. Starting one takes a few tenths of a second (the imports). A worker is also
+replaced after building MAX_BUILDS_PER_WORKER kernels, since a loaded library is never unloaded.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
-import signal
 import statistics
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from multiprocessing.connection import wait
+from dataclasses import dataclass
 
 from ..tir.schedule import Trace
+from ..workers import Call, WorkerPool
 from . import worker as worker_module
 from .task import Task
 
@@ -80,24 +75,9 @@ class MeasureResult:
 
 
 @dataclass(frozen=True)
-class _Job:
-    request: tuple
-    limit_s: float
-    worker: int | None = None  # which worker must take it (None: the first idle one)
-
-
-@dataclass
-class _WorkerProcess:
-    process: multiprocessing.Process
-    conn: object
-    kernels: set[int] = field(default_factory=set)  # candidates it built and still holds
-    builds: int = 0
-
-
-@dataclass(frozen=True)
 class _Done:
     worker: int  # its index
-    process: _WorkerProcess  # the process that took the job (replaced since, when it was lost)
+    process: int  # the number of the process that took the job (replaced since, when it was lost)
     reply: tuple  # ("ok", ...), ("error", message), or ("lost", what befell the process)
     seconds: float  # from sending the job to its reply
 
@@ -120,9 +100,9 @@ class LocalRunner:
                              f"min_repeat_s={min_repeat_s}")
         self.timeout_s, self.repeats, self.min_repeat_s = timeout_s, repeats, min_repeat_s
         self.check, self.flush_cache = check, flush_cache
-        self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload([worker_module.__name__])
-        self._workers = [self._start_worker() for _ in range(workers)]
+        self._pool: WorkerPool | None = WorkerPool(workers, preload=[worker_module.__name__], name="ember-measure")
+        self._kernels: dict[int, set[int]] = {}  # process number -> the candidates it built and still holds
+        self._builds: dict[int, int] = {}  # process number -> kernels it built
         self._references: dict[str, list | str] = {}  # workload key -> outputs, or why there are none
         self._batches = itertools.count()
         self._ids = itertools.count()
@@ -134,21 +114,20 @@ class LocalRunner:
         `cutoff_s`: a candidate whose first call takes longer is timed by that call alone, and
         its run may last only run_limit_s(cutoff_s) (a tuner passes a multiple of its best
         latency, so that hopeless candidates cost one call, not a full timing)."""
-        if not self._workers:
+        if self._pool is None:
             raise RuntimeError("this LocalRunner is closed")
         batch = next(self._batches)
         cids = [next(self._ids) for _ in inputs]
         new = {i.task.key: i.task for i in inputs if self.check and i.task.key not in self._references}
-        jobs = [_Job(("reference", task), REFERENCE_TIMEOUT_S) for task in new.values()]
-        jobs += [_Job(("build", batch, cid, i.task, i.trace.to_json()), self.timeout_s) for cid, i in zip(cids, inputs)]
+        jobs = [_job(("reference", task), REFERENCE_TIMEOUT_S) for task in new.values()]
+        jobs += [_job(("build", batch, cid, i.task, i.trace.to_json()), self.timeout_s) for cid, i in zip(cids, inputs)]
         done = self._dispatch(jobs)
         for key, d in zip(new, done):
             self._references[key] = d.reply[1] if d.reply[0] == "ok" else _during(d.reply[1], "computing it")
         built = done[len(new):]
         for cid, d in zip(cids, built):
             if d.reply[0] == "ok":
-                d.process.kernels.add(cid)
-                d.process.builds += 1
+                self._built(d.process, cid)
         results = [self._run(d.worker, batch, cid, i, d.seconds, repeats or self.repeats, cutoff_s)
                    if d.reply[0] == "ok"
                    else MeasureResult((), _during(d.reply[1], "building"), d.seconds)
@@ -170,91 +149,50 @@ class LocalRunner:
         reference = self._references.get(inp.task.key) if self.check else None
         if isinstance(reference, str):
             return MeasureResult((), f"no reference to check against: {reference}", build_s)
-        if cid not in self._workers[w].kernels:  # the worker was replaced since it built this one
-            [d] = self._dispatch([_Job(("build", batch, cid, inp.task, inp.trace.to_json()), self.timeout_s, w)])
+        if cid not in self._kernels.get(self._pool.process(w), ()):  # the worker was replaced since it built this
+            [d] = self._dispatch([_job(("build", batch, cid, inp.task, inp.trace.to_json()), self.timeout_s, w)])
             build_s += d.seconds
             if d.reply[0] != "ok":
                 return MeasureResult((), _during(d.reply[1], "building"), build_s)
-            d.process.kernels.add(cid)
-            d.process.builds += 1
+            self._built(d.process, cid)
         request = ("run", cid, inp.task, reference, self.flush_cache, repeats, self.min_repeat_s, cutoff_s)
-        [d] = self._dispatch([_Job(request, self.run_limit_s(cutoff_s, repeats), w)])
-        d.process.kernels.discard(cid)
+        [d] = self._dispatch([_job(request, self.run_limit_s(cutoff_s, repeats), w)])
+        self._kernels.get(d.process, set()).discard(cid)
         if d.reply[0] != "ok":
             return MeasureResult((), _during(d.reply[1], "running"), build_s, d.seconds)
         return MeasureResult(tuple(d.reply[1]), None, build_s, d.seconds)
 
-    def _dispatch(self, jobs: list[_Job]) -> list[_Done]:
+    def _dispatch(self, jobs: list[Call]) -> list[_Done]:
         """Run the jobs on the workers, each worker one job at a time, each job under its limit;
-        a process that dies or runs past the limit is replaced."""
-        done: list = [None] * len(jobs)
-        pending = deque(range(len(jobs)))
-        busy: dict[int, tuple[int, float]] = {}  # worker index -> (job index, when it was sent)
-        while pending or busy:
-            for w in range(len(self._workers)):
-                j = next((j for j in pending if jobs[j].worker in (None, w)), None) if w not in busy else None
-                if j is not None:
-                    pending.remove(j)
-                    self._send(w, jobs[j].request)
-                    busy[w] = (j, time.monotonic())
-            soonest = min(sent + jobs[j].limit_s for j, sent in busy.values())
-            watched = [self._workers[w].conn for w in busy] + [self._workers[w].process.sentinel for w in busy]
-            wait(watched, timeout=max(0.0, soonest - time.monotonic()))
-            for w, (j, sent) in list(busy.items()):
-                process = self._workers[w]
-                reply = self._poll(w, jobs[j].limit_s, sent + jobs[j].limit_s)
-                if reply is not None:
-                    done[j] = _Done(w, process, reply, time.monotonic() - sent)
-                    del busy[w]
+        a process that dies or runs past the limit is replaced (by the pool)."""
+        done = []
+        for o in self._pool.run(jobs):
+            if o.status == "error":  # the worker's own code failed, not the candidate's
+                reply = ("error", f"{o.value.__class__.__name__}: {o.value}")
+            else:
+                reply = o.value if o.status == "ok" else ("lost", o.value)
+            if o.status == "lost":
+                self._kernels.pop(o.process, None)
+                self._builds.pop(o.process, None)
+            done.append(_Done(o.worker, o.process, reply, o.seconds))
         return done
 
-    def _send(self, w: int, request: tuple) -> None:
-        try:
-            self._workers[w].conn.send(request)
-        except (BrokenPipeError, ConnectionResetError, EOFError):  # it died while idle: replace it
-            self._replace(w)
-            self._workers[w].conn.send(request)
-
-    def _poll(self, w: int, limit_s: float, deadline: float) -> tuple | None:
-        """The reply of busy worker `w`, ("lost", ...) when it died or ran out of time, or None."""
-        worker = self._workers[w]
-        if worker.conn.poll():
-            try:
-                return worker.conn.recv()
-            except (EOFError, OSError):
-                pass  # it died: the pipe closed
-        if not worker.process.is_alive() or worker.conn.closed:
-            worker.process.join(1.0)
-            lost = ("lost", _exit_status(worker.process.exitcode))
-        elif time.monotonic() >= deadline:
-            lost = ("lost", f"timed out after {float(limit_s)} s")
-        else:
-            return None
-        self._replace(w)
-        return lost
-
-    def _start_worker(self) -> _WorkerProcess:
-        parent, child = self._context.Pipe()
-        process = self._context.Process(target=worker_module.serve, args=(child,), daemon=True,
-                                        name="ember-measure")
-        process.start()
-        child.close()
-        return _WorkerProcess(process, parent)
-
-    def _replace(self, w: int) -> None:
-        _stop(self._workers[w], kill=True)
-        self._workers[w] = self._start_worker()
+    def _built(self, process: int, cid: int) -> None:
+        self._kernels.setdefault(process, set()).add(cid)
+        self._builds[process] = self._builds.get(process, 0) + 1
 
     def _recycle(self) -> None:
-        for w, worker in enumerate(self._workers):
-            if worker.builds >= MAX_BUILDS_PER_WORKER:
-                _stop(worker)
-                self._workers[w] = self._start_worker()
+        for w in range(len(self._pool)):
+            process = self._pool.process(w)
+            if self._builds.get(process, 0) >= MAX_BUILDS_PER_WORKER:
+                self._pool.restart(w)
+                self._kernels.pop(process, None)
+                self._builds.pop(process, None)
 
     def close(self) -> None:
-        for worker in self._workers:
-            _stop(worker)
-        self._workers = []
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def __enter__(self):
         return self
@@ -263,26 +201,9 @@ class LocalRunner:
         self.close()
 
 
-def _stop(worker: _WorkerProcess, kill: bool = False) -> None:
-    if not kill and worker.process.is_alive():
-        try:
-            worker.conn.send(("stop",))
-            worker.process.join(2.0)
-        except (BrokenPipeError, ConnectionResetError, EOFError):
-            pass
-    if worker.process.is_alive():
-        worker.process.kill()
-        worker.process.join()
-    worker.conn.close()
-
-
-def _exit_status(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"crashed: signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"crashed: signal {-code}"
-    return f"crashed: exit status {code}"
+def _job(request: tuple, limit_s: float, worker: int | None = None) -> Call:
+    """A request to ember.tune.worker, under a time limit, on `worker` (None: any)."""
+    return Call(f"{worker_module.__name__}:answer", request, limit_s, worker)
 
 
 def _during(error: str, step: str) -> str:

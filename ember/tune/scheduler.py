@@ -50,7 +50,3 @@ class GradientScheduler:
         backward = (old_best - best) / (trials - old_trials) if trials > old_trials and old_best < float("inf") else 0.0
         optimistic = best / trials
         return self.weights[task] * (ALPHA * backward + (1 - ALPHA) * optimistic)
-
-    def estimated_latency_s(self) -> float:
-        """The model's latency as the tasks' best latencies add up (inf until each has one)."""
-        return sum(w * (h[-1][1] if h else float("inf")) for w, h in zip(self.weights, self.history))

@@ -3,7 +3,9 @@
     best = ember.tune.tune([A, B, C], trials=500, database=db, seed=0)
     best.latency_s, best.trace, best.build()
 
-A `TaskTuner` runs the rounds of one task (`step()`: propose a batch with the evolutionary
+A run in which no candidate was measured successfully raises TuneError naming the most frequent
+failures (a compiler that does not work, a crashing kernel): it never returns an infinite
+latency. A `TaskTuner` runs the rounds of one task (`step()`: propose a batch with the evolutionary
 search, measure it in worker processes, store every result in the database, retrain the cost
 model), resuming from the task's records when the database has some. `tune` drives one tuner
 to its budget; `ember.tune.tune_model` drives several through the task scheduler.
@@ -14,18 +16,20 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TuneError
 from ..tir.schedule import Trace
 from .search import Candidate, EvolutionarySearch
 from .space import sketch_of
 from .task import Task, task_from_tensors
 
 BATCH = 32
+REPORTED_FAILURES = 3  # the most frequent failures a TuneError names
 REMEASURE_REPEATS = 15
 CUTOFF = 2.0  # a candidate whose first call is slower than CUTOFF x the best is timed by that call alone
 
@@ -54,6 +58,7 @@ class TuneResult:
     trials: int  # measured this run
     history: list[tuple[int, float, float]] = field(default_factory=list)  # (trials, best s, elapsed s)
     time: TimeSpent = field(default_factory=TimeSpent)
+    error: str | None = None  # in tune_model's report: why the task found nothing (it keeps its own schedule)
 
     @property
     def gflops(self) -> float:
@@ -87,6 +92,7 @@ class TaskTuner:
         self.history: list[tuple[int, float, float]] = []
         self.started = time.perf_counter()
         self.baseline_s = float("inf")  # the task's own schedule (measure_default)
+        self.failures: Counter[str] = Counter()  # the error of each failed measurement, counted
         if database is not None:
             database.commit_workload(task, self.target)
             self._resume()
@@ -112,6 +118,7 @@ class TaskTuner:
         if self.task.default_trace is None:
             return self.baseline_s
         result = self.runner.measure([MeasureInput(self.task, self.task.default_trace)])[0]
+        self._count_failures([result])
         if self.database is not None:
             self.database.add(self.task.key, self.target, self.task.default_trace, result)
         self.baseline_s = result.median_s
@@ -147,6 +154,7 @@ class TaskTuner:
         self.time.measure += time.perf_counter() - t
         self.time.build += sum(r.build_s for r in results)
         self.time.run += sum(r.run_s for r in results)
+        self._count_failures(results)
         if self.database is not None:
             for c, r in zip(batch, results):
                 self.database.add(self.task.key, self.target, c.sch.trace, r)
@@ -155,11 +163,26 @@ class TaskTuner:
         self.history.append((self.trials, self.best_latency_s, time.perf_counter() - self.started))
         if self.progress:
             failed = sum(not r.ok for r in results)
-            best = self.task.flops / self.best_latency_s / 1e9 if np.isfinite(self.best_latency_s) else 0.0
-            print(f"[{self.task.name}] trials {self.trials:5d}  best {self.best_latency_s * 1e3:9.3f} ms "
-                  f"({best:7.1f} GFLOP/s)  failed {failed}/{len(batch)}  elapsed {self.history[-1][2]:6.0f} s",
-                  file=sys.stderr, flush=True)
+            latency = self.best_latency_s
+            best = (f"best {latency * 1e3:9.3f} ms ({self.task.flops / latency / 1e9:7.1f} GFLOP/s)"
+                    if np.isfinite(latency) else "no valid candidate yet")
+            print(f"[{self.task.name}] trials {self.trials:5d}  {best}  failed {failed}/{len(batch)}  "
+                  f"elapsed {self.history[-1][2]:6.0f} s", file=sys.stderr, flush=True)
         return len(batch)
+
+    def _count_failures(self, results) -> None:
+        self.failures.update(r.error for r in results if not r.ok)
+
+    def failure_summary(self) -> str:
+        """Why nothing was found: the most frequent errors, first lines only, with their counts."""
+        failed = sum(self.failures.values())
+        if not failed:
+            return (f"tuning {self.task.name}: nothing was measured (the budget allowed no trial, or the search "
+                    f"proposed no candidate)")
+        errors = "; ".join(f"{n} x {_first_line(e)}" for e, n in self.failures.most_common(REPORTED_FAILURES))
+        more = len(self.failures) - REPORTED_FAILURES
+        return (f"tuning {self.task.name}: all {failed} measurements failed: {errors}"
+                + (f"; and {more} other error(s)" if more > 0 else ""))
 
     def _learn(self, cands: list[Candidate], latencies: list[float]) -> None:
         self.search.tell(cands, latencies)
@@ -169,7 +192,8 @@ class TaskTuner:
         self.time.model += time.perf_counter() - t
 
     def result(self) -> TuneResult:
-        """The winner: the best searched candidate and the task's own schedule, re-measured side by
+        """The winner (TuneError when no candidate, own schedule included, was measured successfully):
+        the best searched candidate and the task's own schedule, re-measured side by
         side with more repeats (a single timing may have been lucky) and stored again with their
         spread; the faster one wins, and `baseline_s` becomes the re-measured own schedule."""
         from .measure import MeasureInput, MeasureResult
@@ -181,7 +205,7 @@ class TaskTuner:
                 default.to_json() not in [t.to_json() for t, _ in contenders]:
             contenders.append((default, self.baseline_s))
         if not contenders:
-            return TuneResult(self.task, float("inf"), None, float("nan"), self.trials, self.history, self.time)
+            raise TuneError(self.failure_summary())
         again = self.runner.measure([MeasureInput(self.task, t) for t, _ in contenders], repeats=REMEASURE_REPEATS)
         if self.database is not None:
             for (trace, _), result in zip(contenders, again):
@@ -201,7 +225,8 @@ def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner
          progress: bool = False) -> TuneResult:
     """Tune one kernel: `computation` is a Task or the te tensors of a kernel (arguments in call
     order). Stops after `trials` measurements, after `time_budget_s` seconds, or once
-    `early_stop` trials in a row found nothing faster, whichever comes first."""
+    `early_stop` trials in a row found nothing faster, whichever comes first. Raises TuneError
+    when every measurement failed."""
     from .measure import LocalRunner
 
     task = computation if isinstance(computation, Task) else task_from_tensors(_tensors(computation))
@@ -219,6 +244,11 @@ def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner
     finally:
         if own_runner:
             runner.close()
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= limit else line[:limit] + " ..."
 
 
 def _tensors(computation) -> list:

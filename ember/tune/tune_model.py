@@ -9,18 +9,24 @@ Each task's own schedule (the operator library's) is measured first: it is the b
 scheduler starts from, and a record like any other, so compiling with the database never picks a
 schedule slower than the untuned one. At the end it is re-measured next to each task's winner,
 and the report compares those two measurements.
+
+A task of which every measurement failed (its own schedule included) keeps its own schedule when
+the model is compiled; the report lists it with the most frequent errors and leaves it out of the
+estimated latencies. When every task failed, tune_model raises TuneError.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 
+from ..errors import TuneError
 from .extract import extract_tasks
 from .scheduler import GradientScheduler
-from .tune import BATCH, TaskTuner, TimeSpent, TuneResult
+from .tune import BATCH, REPORTED_FAILURES, TaskTuner, TimeSpent, TuneResult
 
 
 @dataclass
@@ -33,22 +39,33 @@ class ModelTuneReport:
     time: TimeSpent = field(default_factory=TimeSpent)
 
     @property
+    def failed(self) -> list[TuneResult]:
+        """The tasks of which every measurement failed (each keeps its own schedule; see `error`)."""
+        return [r for r in self.results if r.error is not None]
+
+    @property
     def estimated_latency_s(self) -> float:
-        """Sum of weight x best latency over the tasks (what the scheduler minimizes)."""
-        return sum(w * min(r.latency_s, b) for w, r, b in zip(self.weights, self.results, self.baseline_s))
+        """Sum of weight x best latency over the tasks that did not fail (what the scheduler minimizes)."""
+        return sum(w * min(r.latency_s, b) for w, r, b in zip(self.weights, self.results, self.baseline_s)
+                   if r.error is None)
 
     @property
     def estimated_baseline_s(self) -> float:
-        return sum(w * b for w, b in zip(self.weights, self.baseline_s))
+        """Sum of weight x own schedule's latency over the tasks that did not fail."""
+        return sum(w * b for w, r, b in zip(self.weights, self.results, self.baseline_s) if r.error is None)
 
     def __str__(self):
         lines = [f"{'task':32s} {'weight':>6s} {'trials':>6s} {'untuned ms':>11s} {'tuned ms':>9s} {'GFLOP/s':>8s}"]
         for r, w, b in zip(self.results, self.weights, self.baseline_s):
+            if r.error is not None:
+                lines.append(f"{r.task.name[:32]:32s} {w:6d} {r.trials:6d} failed, keeps its own schedule: {r.error}")
+                continue
             best = min(r.latency_s, b)
             gflops = r.task.flops / best / 1e9 if best < float("inf") else 0.0
             lines.append(f"{r.task.name[:32]:32s} {w:6d} {r.trials:6d} {b * 1e3:11.3f} {best * 1e3:9.3f} {gflops:8.1f}")
         lines.append(f"estimated model latency: {self.estimated_baseline_s * 1e3:.3f} ms untuned -> "
-                     f"{self.estimated_latency_s * 1e3:.3f} ms tuned, {self.trials} trials in {self.elapsed_s:.0f} s")
+                     f"{self.estimated_latency_s * 1e3:.3f} ms tuned, {self.trials} trials in {self.elapsed_s:.0f} s"
+                     + (f" ({len(self.failed)} failed task(s) left out)" if self.failed else ""))
         lines.append(f"time: {self.time}")
         return "\n".join(lines)
 
@@ -58,7 +75,8 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
                max_tasks: int | None = None) -> ModelTuneReport:
     """Tune the kernels of a model (a Graph, a torch.nn.Module with example_inputs, an ONNX model)
     until `trials` measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
-    heaviest tasks. Records go to `database`; compile with `database=` to use them."""
+    heaviest tasks. Records go to `database`; compile with `database=` to use them. Raises
+    TuneError when every measurement of every task failed (see the module doc)."""
     from .measure import LocalRunner
 
     start = time.perf_counter()
@@ -86,15 +104,37 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
             scheduler.record(k, tuners[k].trials, tuners[k].best_latency_s)
             if progress:
                 left = "" if deadline is None else f", {max(0.0, deadline - time.perf_counter()):.0f} s left"
-                print(f"  model: {used}/{trials} trials, estimated {scheduler.estimated_latency_s() * 1e3:.3f} ms"
-                      f"{left}", file=sys.stderr, flush=True)
-        results = [tuner.result() for tuner in tuners]
+                print(f"  model: {used}/{trials} trials, {_estimate(tuners)}{left}", file=sys.stderr, flush=True)
+        results = [_result(tuner) for tuner in tuners]
         baseline = [tuner.baseline_s for tuner in tuners]  # re-measured next to the winners
     finally:
         if own_runner:
             runner.close()
+    if results and all(r.error is not None for r in results):
+        raise TuneError(f"tuning the model: every one of its {len(results)} task(s) failed: "
+                        + "; ".join(r.error for r in results[:REPORTED_FAILURES])
+                        + ("; ..." if len(results) > REPORTED_FAILURES else ""))
     spent = TimeSpent()
     for r in results:
         for name in vars(spent):
             setattr(spent, name, getattr(spent, name) + getattr(r.time, name))
     return ModelTuneReport(results, [t.weight for t in tasks], baseline, used, time.perf_counter() - start, spent)
+
+
+def _result(tuner: TaskTuner) -> TuneResult:
+    """The tuner's winner, or a result that says why it has none."""
+    try:
+        return tuner.result()
+    except TuneError as e:
+        return TuneResult(tuner.task, float("inf"), None, float("nan"), tuner.trials, tuner.history, tuner.time,
+                          error=str(e))
+
+
+def _estimate(tuners: list[TaskTuner]) -> str:
+    """The model's latency as the tasks' best latencies so far add up, over the tasks that have one."""
+    known = [t.task.weight * t.best_latency_s for t in tuners if math.isfinite(t.best_latency_s)]
+    if not known:
+        return "no valid measurement yet"
+    missing = len(tuners) - len(known)
+    return f"estimated {sum(known) * 1e3:.3f} ms" + (f" ({missing} task(s) without a valid measurement)"
+                                                     if missing else "")

@@ -1,7 +1,7 @@
 """What a measuring worker process does with a candidate: build it, check it, time it.
 
-The runner (ember.tune.measure) sends requests over a pipe and this loop answers them, one at a
-time, until told to stop. Everything that can crash or hang (compiling, loading and calling a
+The runner (ember.tune.measure) sends requests to `answer` in a worker process of ember's own
+(ember.workers), one at a time. Everything that can crash or hang (compiling, loading and calling a
 candidate kernel) happens here, in a process the runner can kill and restart.
 
 Requests, answered with ("ok", ...) or ("error", message):
@@ -48,27 +48,25 @@ MAX_COPIES = 1024  # argument copies a timing rotates through, at most
 _DEFAULT_LLC_BYTES = 32 << 20
 
 
+_worker = None  # this process's _Worker, made by the first request
+
+
 class WrongResult(Exception):
     """A candidate's output differs from the reference beyond the tolerance."""
 
 
-def serve(conn) -> None:
-    """The worker's loop: answer requests until "stop" (or until the runner goes away)."""
-    worker = _Worker()
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            return
-        if request[0] == "stop":
-            return
-        try:
-            reply = ("ok", *getattr(worker, request[0])(*request[1:]))
-        except WrongResult as e:
-            reply = ("error", _clip(str(e)))
-        except Exception as e:  # a candidate may fail in any way: the runner records how
-            reply = ("error", _clip(f"{request[0]} failed: {type(e).__name__}: {e}"))
-        conn.send(reply)
+def answer(step: str, *args) -> tuple:
+    """Answer one request in this worker process (started by ember.workers): ("ok", ...) or
+    ("error", message). What it builds stays here for the requests that follow."""
+    global _worker
+    if _worker is None:
+        _worker = _Worker()
+    try:
+        return ("ok", *getattr(_worker, step)(*args))
+    except WrongResult as e:
+        return ("error", _clip(str(e)))
+    except Exception as e:  # a candidate may fail in any way: the runner records how
+        return ("error", _clip(f"{step} failed: {type(e).__name__}: {e}"))
 
 
 def _clip(text: str, limit: int = 4000) -> str:

@@ -185,8 +185,7 @@ def test_second_compile_hits_the_build_cache(monkeypatch):
 def test_lowering_in_worker_processes_gives_the_same_model():
     g, _ = residual_graph()
     parallel = compile_graph(g, jobs=2)
-    # workers are forked only from a single-threaded process (earlier tests may leave threads)
-    assert parallel.stats.jobs == (2 if threading.active_count() == 1 else 1)
+    assert parallel.stats.jobs == 2  # whatever threads earlier tests left behind
     assert parallel.source == compile_graph(g, jobs=1).source
 
 

@@ -151,5 +151,4 @@ def test_scheduler_warms_up_then_follows_the_gradient():
     # task 1 runs ten times per model call: its trials are worth more
     picks = [s.next_task() for _ in range(50)]
     assert picks.count(1) > 40
-    assert s.estimated_latency_s() == pytest.approx(11e-3)
     assert {s.next_task(exclude={1}) for _ in range(20)} == {0}  # an exhausted task gets no more
