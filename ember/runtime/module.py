@@ -7,7 +7,8 @@ are written in place. Every call first checks its arguments (`runtime.args`); `p
 and returns a launcher without checks, which is what `bench` times.
 
 Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0),
-and through `build_library`: cc, cflags, cache_dir, keep_source.
+and through `build_library`: cc, cflags, cache_dir, keep_source. In a child of fork, calls from
+the thread that forked run on one OpenMP thread (ember.runtime.fork).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .. import config
 from ..codegen.c import CRenderer, codegen_c
 from ..codegen.python import codegen_python, load_python
 from ..tir.stmt import PrimFunc
+from . import fork
 from .args import Signature
 from .bench import BenchResult, bench
 from .build import build_library
@@ -75,6 +77,8 @@ class CKernel(Kernel):
 
     def _launcher(self, arrays, sizes):
         launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes)
+        if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
+            launch = functools.partial(_one_thread, self.library.ember_set_num_threads, launch)
         launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
         return launch
 
@@ -97,6 +101,12 @@ class PythonKernel(Kernel):
                 pyfunc(*args)
 
         return run
+
+
+def _one_thread(set_num_threads, launch) -> None:
+    """Run `launch` on one OpenMP thread (set on every call: torch, say, may have changed it)."""
+    set_num_threads(1)
+    launch()
 
 
 def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> CKernel:
