@@ -5,14 +5,17 @@ parallel region. In a child of fork only the forking thread exists, but its pool
 the parent's workers: the child's first parallel region on that thread waits for them forever.
 libgomp has no at-fork handler (LLVM's libomp has one) and no call that drops a pool, and the
 pool may come from anyone who ran OpenMP on that thread (ember, or torch through the same
-libgomp), so the child cannot tell whether it is there.
+libgomp), so the child cannot tell whether it is there; it can only tell that there is none
+when libgomp was not loaded at all (a forkserver, a process that forks before loading a model).
 
 What ember does: an at-fork handler (`os.register_at_fork`, registered when ember.runtime is
-imported) records the thread that forked, and every native call ember makes from that thread in
-the child asks for one OpenMP thread (`threads`): a parallel region of one thread never touches
-the pool, so it runs, on one core. Threads the child starts afterwards have no pool yet: they
-get a pool of their own on their first parallel region and run with the model's `num_threads`.
-The parent is unchanged (the check is one comparison with None).
+imported) records, in the child, the thread that forked if libgomp is mapped in the process,
+and every native call ember makes from that thread asks for one OpenMP thread (`threads`): a
+parallel region of one thread never touches the pool, so it runs, on one core. Threads the
+child starts afterwards have no pool yet: they get a pool of their own on their first parallel
+region and run with the model's `num_threads`. The parent is unchanged (the check is one
+comparison with None); the child reads /proc/self/maps once (where it cannot, it assumes
+libgomp is there).
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ _forked: int | None = None  # the thread that called fork, in the child (its Ope
 
 def _after_fork_in_child() -> None:
     global _forked
-    _forked = threading.get_ident()
+    _forked = threading.get_ident() if _libgomp_loaded() else None
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:
+        return True
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

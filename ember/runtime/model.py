@@ -18,9 +18,9 @@ tensor, the outputs are torch tensors. One output is returned as is, several as 
 Children of fork (multiprocessing's default start method on Linux) can run a model the parent
 ran: libgomp's OpenMP thread pool does not survive fork, so in the child, calls from the thread
 that forked (a Pool worker's only thread) run with one OpenMP thread, whatever `num_threads`
-says; threads the child starts afterwards run with `num_threads` (ember.runtime.fork). For
-several threads per worker, call from a thread the worker starts, or use the spawn or forkserver
-start method.
+says, when the parent had loaded libgomp (had run a model, a kernel or torch); threads the child
+starts afterwards run with `num_threads` (ember.runtime.fork). For several threads per worker,
+call from a thread the worker starts, or use the spawn or forkserver start method.
 
 The runtime knows the model only through `ModelSpec` (plain data, what the artifact's manifest
 holds) and a memory plan with `layout(symbols)` and `to_json()` (ember.passes.plan_memory).

@@ -140,3 +140,25 @@ assert os.waitpid(pid, 0)[1] == 0
     run = python(code, timeout=TIMEOUT)
     assert run.returncode == 0, str(run)
     assert "threads 1 3" in run.stdout, str(run)  # main alone; thread + its one OpenMP worker
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_fork_before_openmp_keeps_threads(python):
+    """A parent that never loaded libgomp (a forkserver, like the tuner's) leaves no stale pool:
+    its child runs the model with the model's 2 threads on its main thread."""
+    code = """
+import os
+gomp = lambda: any("libgomp" in line for line in open("/proc/self/maps"))
+import ember
+assert not gomp(), "importing ember loaded libgomp"
+pid = os.fork()
+if pid == 0:
+""" + "\n".join("    " + line for line in GRAPH_MODEL.splitlines()) + """
+    check_model(cm, 0)
+    print("threads", len(os.listdir("/proc/self/task")), flush=True)
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+"""
+    run = python(code, timeout=TIMEOUT)
+    assert run.returncode == 0, str(run)
+    assert "threads 2" in run.stdout, str(run)  # main + its one OpenMP worker
