@@ -11,6 +11,13 @@ constants (copied, so the graph does not change when the model does; a sparse on
 user inputs become its inputs, with the example's dtypes and, for dimensions made dynamic,
 symbols named after the `torch.export.Dim`s (a sparse example is an ArgumentTypeError). The FX
 graph is then converted by ember.frontend.fx_import.
+
+Threads: torch's tracing machinery (torch.export, make_fx, Dynamo) keeps its state in process
+globals, so two traces at once corrupt each other ("ProxyTorchDispatchMode slot already
+occupied"). Every trace ember starts, and the switch of the model to eval mode around it, holds
+`trace_lock()`: Dynamo's own compile lock (a process-wide RLock, taken the same way by Inductor
+for work it does outside Dynamo's frame compilation), so ember's traces never overlap each other
+nor Dynamo compiling a frame in another thread. Converting the traced graph runs unlocked.
 """
 
 from __future__ import annotations
@@ -33,6 +40,14 @@ KEEP = (  # composite operators ember implements directly: not decomposed
 )
 
 
+def trace_lock():
+    """The process-wide lock around torch's tracing machinery (see the module's docstring);
+    imported when first needed, as torch.export imports Dynamo only when it first runs."""
+    from torch._dynamo.convert_frame import compile_lock
+
+    return compile_lock
+
+
 def decompositions() -> dict:
     """The decomposition table: torch.export's default (to core ATen) without KEEP."""
     table = torch.export.default_decompositions()
@@ -43,14 +58,15 @@ def decompositions() -> dict:
 
 def export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> ExportedProgram:
     """torch.export of the model in eval mode (its mode is restored after), lowered to core ATen
-    (KEEP excepted)."""
-    training = model.training
-    try:
-        with torch.no_grad():
-            ep = torch.export.export(model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-            return ep.run_decompositions(decompositions())
-    finally:
-        model.train(training)
+    (KEEP excepted); under `trace_lock()`."""
+    with trace_lock():
+        training = model.training
+        try:
+            with torch.no_grad():
+                ep = torch.export.export(model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+                return ep.run_decompositions(decompositions())
+        finally:
+            model.train(training)
 
 
 def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:

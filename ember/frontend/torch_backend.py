@@ -21,6 +21,15 @@ backend returns a function that Dynamo calls with the graph's arguments:
 If ember cannot compile a graph (an unsupported operator, or any other error), the backend
 warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch.
 
+Threads: a compiled module may be first called from several threads at once; each shape is
+compiled once (a lock per Dynamo graph), and the tracing itself holds the frontend's process-wide
+`trace_lock()`. The name "ember" is looked up by torch's backend registry, which checks, loads
+the entry point and registers without a lock: threads looking the name up for the first time at
+once collide ("duplicate name: ember"). So importing this module registers the backend at once
+(under the same lock, idempotent; not when the import is torch loading the entry point, which
+registers it itself): `import ember.frontend.torch_backend` before starting threads that call
+`torch.compile(..., backend="ember")`, and their lookups only read.
+
 Inference only: the results carry no autograd history. The lowering goes through torch.export
 rather than AOT autograd directly (torch.export runs AOT autograd's functionalization and
 decompositions underneath), so that both PyTorch paths share one lowering and one importer.
@@ -28,12 +37,16 @@ decompositions underneath), so that both PyTorch paths share one lowering and on
 
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
 
 import torch
 from torch._dynamo.source import is_from_unspecialized_param_buffer_source
 
-from .torch import export, import_program
+from .torch import export, import_program, trace_lock
+
+NAME = "ember"
 
 
 class EmberFallbackWarning(UserWarning):
@@ -61,6 +74,7 @@ class EmberFunction:
         self.names = [n.name for n in placeholders]
         self.frozen = [freeze and _is_weight(n) for n in placeholders]
         self.cache: dict[tuple, dict[tuple, _Entry]] = {}  # shapes -> frozen tensors -> entry
+        self._compiling = threading.Lock()  # one compile at a time, so each key is compiled once
 
     def __call__(self, *args):
         return self.entry(list(args)).run(args)
@@ -69,12 +83,16 @@ class EmberFunction:
         shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
                        for a, f in zip(args, self.frozen) if not f)
         weights = tuple((id(a), a._version) for a, f in zip(args, self.frozen) if f)
-        entries = self.cache.setdefault(shapes, {})
-        if weights not in entries:
-            if len(entries) == self.WEIGHT_SETS:
-                entries.pop(next(iter(entries)))  # the oldest
-            entries[weights] = self._compile(args)
-        return entries[weights]
+        found = self.cache.get(shapes, {}).get(weights)
+        if found is not None:
+            return found
+        with self._compiling:
+            entries = self.cache.setdefault(shapes, {})
+            if weights not in entries:  # not compiled by another thread while this one waited
+                if len(entries) == self.WEIGHT_SETS:
+                    entries.pop(next(iter(entries)))  # the oldest
+                entries[weights] = self._compile(args)
+            return entries[weights]
 
     def entries(self) -> list[_Entry]:
         return [e for by_weights in self.cache.values() for e in by_weights.values()]
@@ -142,3 +160,28 @@ def _is_fake(x) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
     return isinstance(x, FakeTensor)
+
+
+def register() -> None:
+    """Register ember_backend under NAME in torch's backend registry, unless it is there
+    already; under trace_lock(), so that concurrent calls register once."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    with trace_lock():
+        if NAME not in _COMPILER_FNS:
+            register_backend(ember_backend, name=NAME)
+
+
+def _loading_entry_point() -> bool:
+    """Whether this import runs inside torch's lookup of the entry point (which registers the
+    backend itself when the import returns, and fails if the name is taken by then)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") in ("torch._dynamo.backends.registry", "importlib.metadata"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+if not _loading_entry_point():
+    register()

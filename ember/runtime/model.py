@@ -21,6 +21,13 @@ workspace that cannot be allocated at the sizes a call binds raise OutOfMemoryEr
 in, NumPy out; if any input is a torch tensor, the outputs are torch tensors. One output is
 returned as is, several as a tuple.
 
+Children of fork (multiprocessing's default start method on Linux) can run a model the parent
+ran: libgomp's OpenMP thread pool does not survive fork, so in the child, calls from the thread
+that forked (a Pool worker's only thread) run with one OpenMP thread, whatever `num_threads`
+says, when the parent had loaded libgomp (had run a model, a kernel or torch); threads the child
+starts afterwards run with `num_threads` (ember.runtime.fork). For several threads per worker,
+call from a thread the worker starts, or use the spawn or forkserver start method.
+
 The runtime knows the model only through `ModelSpec` (plain data, what the artifact's manifest
 holds) and a memory plan with `layout(symbols)` and `to_json()` (ember.passes.plan_memory).
 """
@@ -40,6 +47,7 @@ from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, OutOfMemoryError, ShapeError
+from . import fork
 from .library import Library, open_library
 
 ALIGN = 64
@@ -105,6 +113,8 @@ class CompiledModel:
     Thread safety: calls from several threads at once are safe and run concurrently. Each
     calling thread has its own workspace (a per-thread pool: kept between that thread's calls,
     grown when a call needs more); the weights are only read, and the outputs are fresh arrays.
+    In a child of fork, calls from the thread that forked run with one OpenMP thread (see the
+    module's docstring).
 
     Attributes: `spec` (ModelSpec), `kernels` (KernelInfo list), `graph` (the graph it was
     compiled from; a loaded model reads it from the artifact on first use, or has None), `plan`
@@ -238,7 +248,7 @@ class CompiledModel:
             raise self._out_of_memory(len(outputs), symbols, workspace_bytes) from e
         in_ptrs, out_ptrs = _pointers(arrays), _pointers(outputs)
         args = (in_ptrs.ctypes.data, out_ptrs.ctypes.data, workspace, offsets.ctypes.data,
-                self._weight_ptrs.ctypes.data, sizes.ctypes.data, self.num_threads)
+                self._weight_ptrs.ctypes.data, sizes.ctypes.data, fork.threads(self.num_threads))
         return outputs, args, (arrays, in_ptrs, out_ptrs, sizes, offsets)
 
     def _as_array(self, k: int, x) -> np.ndarray:

@@ -10,7 +10,8 @@ what `bench` times.
 Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0;
 `config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), checked (a kernel
 takes a status flag and raises ZeroDivisionError after a call that divided an integer by zero),
-and through `build_library`: cc, cflags, cache_dir, keep_source.
+and through `build_library`: cc, cflags, cache_dir, keep_source. In a child of fork, calls from
+the thread that forked run on one OpenMP thread (ember.runtime.fork).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .. import config
 from ..codegen.c import CRenderer, codegen_c
 from ..codegen.python import codegen_python, load_python
 from ..tir.stmt import PrimFunc
+from . import fork
 from .args import Signature
 from .bench import BenchResult, bench
 from .build import build_library
@@ -90,6 +92,8 @@ class CKernel(Kernel):
         status = np.zeros(1, np.intc)  # checked: this launcher's own flag, so concurrent calls stay apart
         launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes,
                                    *[status.ctypes.data] * self.checked)
+        if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
+            launch = functools.partial(_one_thread, self.library.ember_set_num_threads, launch)
         launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
         launch.status = status
         return launch
@@ -113,6 +117,12 @@ class PythonKernel(Kernel):
                 pyfunc(*args)
 
         return run
+
+
+def _one_thread(set_num_threads, launch) -> None:
+    """Run `launch` on one OpenMP thread (set on every call: torch, say, may have changed it)."""
+    set_num_threads(1)
+    launch()
 
 
 def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,

@@ -1,0 +1,54 @@
+"""Native calls in children of fork: libgomp's thread pool does not survive fork.
+
+libgomp (GCC's OpenMP) keeps a pool of worker threads for each thread that has started a
+parallel region. In a child of fork only the forking thread exists, but its pool still lists
+the parent's workers: the child's first parallel region on that thread waits for them forever.
+libgomp has no at-fork handler (LLVM's libomp has one) and no call that drops a pool, and the
+pool may come from anyone who ran OpenMP on that thread (ember, or torch through the same
+libgomp), so the child cannot tell whether it is there; it can only tell that there is none
+when libgomp was not loaded at all (a forkserver, a process that forks before loading a model).
+
+What ember does: an at-fork handler (`os.register_at_fork`, registered when ember.runtime is
+imported) records, in the child, the thread that forked if libgomp is mapped in the process,
+and every native call ember makes from that thread asks for one OpenMP thread (`threads`): a
+parallel region of one thread never touches the pool, so it runs, on one core. Threads the
+child starts afterwards have no pool yet: they get a pool of their own on their first parallel
+region and run with the model's `num_threads`. The parent is unchanged (the check is one
+comparison with None); the child reads /proc/self/maps once (where it cannot, it assumes
+libgomp is there).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_forked: int | None = None  # the thread that called fork, in the child (its OpenMP pool is stale)
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = threading.get_ident() if _libgomp_loaded() else None
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:
+        return True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def stale_pool() -> bool:
+    """Whether the calling thread is the one that forked this process (so its OpenMP pool, if
+    any, lists threads that do not exist here)."""
+    return _forked is not None and threading.get_ident() == _forked
+
+
+def threads(num_threads: int) -> int:
+    """The OpenMP threads a native call from this thread may ask for: 1 on the thread that
+    forked this process, `num_threads` (0: OpenMP's default) anywhere else."""
+    return 1 if stale_pool() else num_threads
