@@ -142,6 +142,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                         "; ".join(repr(n) for n in g.nodes))
              for g, own, k in group_kernels]
     checked = config.get("checked") if checked is None else bool(checked)
+    copies = refs.copies()  # before the spec: an output that is a constant adds that constant to the weights
     spec = ModelSpec(
         name=name,
         inputs=tuple(_spec(v) for v in graph.inputs),
@@ -155,7 +156,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     )
     weights = {w: graph.constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
-    source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, refs.copies(), checked=checked),
+    source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, copies, checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
 
