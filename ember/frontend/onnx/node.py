@@ -20,18 +20,18 @@ arithmetic on symbols, or a symbolic shape used as a tensor at run time, is an O
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
-from ..checks import check_fits
-from ..errors import EmberError
-from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops import UnsupportedOpError, get, infer_types
-from ..ops.build import add_op
-from ..tir import dtype as dt
+from ...checks import check_fits
+from ...errors import EmberError
+from ...graph.core import Dim, Graph, TensorType, Value
+from ...ops import UnsupportedOpError, get, infer_types
+from ...ops.build import add_op
+from ...tir import dtype as dt
 
 Tensor = Value | np.ndarray
 
@@ -48,21 +48,6 @@ class ConstantInputError(OnnxImportError):
     def __init__(self, message: str, value: Value):
         super().__init__(message)
         self.value = value
-
-
-CONVERTERS: dict[str, Callable[[NodeContext], list[Tensor | None]]] = {}
-
-
-def converts(*op_types: str):
-    """Register the decorated function as the converter of these ONNX op types."""
-    def register(fn):
-        for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise ValueError(f"ONNX op type {op_type} has two converters")
-            CONVERTERS[op_type] = fn
-        return fn
-
-    return register
 
 
 def sanitize(name: str) -> str:

@@ -1,5 +1,5 @@
 """FX graphs of core ATen operators to ember graphs: the part of the PyTorch frontend that
-torch.export (ember.frontend.torch) and the torch.compile backend share.
+torch.export (ember.frontend.torch.module) and the torch.compile backend share.
 
 `import_fx(gm, constants)` walks the FX graph once, in order:
 - a placeholder named in `constants` (weights, buffers, frozen tensors) is a `Const`; any other
@@ -8,7 +8,7 @@ torch.export (ember.frontend.torch) and the torch.compile backend share.
 - a call whose tensor arguments are all `Const` is folded: torch runs it now and the result is
   a `Const` (so masks, position ids and arange/full arithmetic never reach ember), unless it is
   random or its result is much larger than its inputs (an expand: ember expands at run time);
-- any other call goes to its handler (ember/frontend/aten), which appends ember nodes; the
+- any other call goes to its handler (converters/), which appends ember nodes; the
   result's types are checked against torch's metadata, so a mapping mistake is caught at its node;
 - the output node gives the graph's outputs (none when the model returns None, which the
   compiler refuses).
@@ -26,11 +26,12 @@ from collections.abc import Mapping
 import torch
 from torch.fx.node import map_aggregate
 
-from ..checks import check_fits
-from ..graph.core import Graph, TensorType, Value
-from ..ops.registry import UnsupportedOpError
-from .aten import Unavailable, lookup
-from .builder import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
+from ...checks import check_fits
+from ...graph.core import Graph, TensorType, Value
+from ...ops.registry import UnsupportedOpError
+from . import converters  # noqa: F401  (registers the handlers)
+from .node import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
+from .registry import Unavailable, lookup
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 FOLD_LIMIT = 1 << 16  # elements a folded result may have beyond the size of its constant inputs

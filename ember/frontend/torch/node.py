@@ -20,9 +20,9 @@ import re
 import numpy as np
 import torch
 
-from ..errors import EmberError
-from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops.build import add_op
+from ...errors import EmberError
+from ...graph.core import Dim, Graph, TensorType, Value
+from ...ops.build import add_op
 
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
