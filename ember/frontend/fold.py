@@ -7,7 +7,7 @@ checked against); its outputs are arrays, not nodes.
   how shape arithmetic (Shape -> Gather -> Concat -> Reshape) reaches the attributes ember
   takes as numbers.
 - PyTorch: an ATen call whose tensor inputs are all constants is converted by its handler into
-  a scratch graph whose operators fold (`Builder(fold=True)`); torch itself computes only what
+  a scratch graph whose operators fold (`Builder(folding=True)`); torch itself computes only what
   ember has no operator for (tensor creation such as arange, or a handler that refuses).
 
 Two rules for both: a result larger than this machine's memory is a CompileError before

@@ -12,7 +12,7 @@ An argument of a node arrives at its handler as one of:
 A handler raises `Unsupported` for a variant of an operator that ember cannot take (the importer
 lists it with every other problem of the model at once).
 
-A handler never folds constants itself: the importer runs it on a scratch `Builder(fold=True)`
+A handler never folds constants itself: the importer runs it on a scratch `Builder(folding=True)`
 when the node's tensor inputs are all constants, and there each ember operator on constants is
 computed at once (ember.frontend.fold), so the handler's result is constants too.
 """
@@ -82,9 +82,9 @@ def value_name(hint: str) -> str:
 
 
 class Builder:
-    def __init__(self, graph: Graph, symbols: dict[str, str] | None = None, *, fold: bool = False):
+    def __init__(self, graph: Graph, symbols: dict[str, str] | None = None, *, folding: bool = False):
         self.graph = graph
-        self.fold = fold  # compute operators on constants now (a scratch builder: see the module's doc)
+        self.folding = folding  # compute operators on constants now (a scratch builder: see the module's doc)
         self.symbols = dict(symbols or {})  # torch symbol (s0) -> ember symbol name (batch)
         self.node: torch.fx.Node | None = None  # the node being converted
         self._consts: dict[tuple, tuple[Const, Value]] = {}  # (id(Const), cast) -> (the Const, its value)
@@ -127,7 +127,7 @@ class Builder:
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
                 data = dense(x.tensor.detach()).cpu().contiguous().numpy()
-                data = data if self.fold else data.copy()  # (a scratch graph is discarded: no copy of weights)
+                data = data if self.folding else data.copy()  # (a scratch graph is discarded: no copy of weights)
                 if key[1] is not None:
                     (data,) = fold("cast", [data], {"dtype": dtype}, f"node {self.node.name}")
                 self._consts[key] = (x, self.graph.add_constant(data, value_name(x.name)))
@@ -158,7 +158,7 @@ class Builder:
     def scratch(self) -> Builder:
         """A builder of a graph of its own, converting the same node, whose operators on constants
         fold: the importer runs a handler on it to compute a node of constants."""
-        scratch = Builder(Graph(name=self.graph.name), self.symbols, fold=True)
+        scratch = Builder(Graph(name=self.graph.name), self.symbols, folding=True)
         scratch.node = self.node
         return scratch
 
@@ -173,7 +173,7 @@ class Builder:
             k += 1
             hint = f"{base}.{k}"
         inputs = list(inputs)
-        if self.fold and all(isinstance(v, Value) and self.graph.is_constant(v) for v in inputs):
+        if self.folding and all(isinstance(v, Value) and self.graph.is_constant(v) for v in inputs):
             outs = fold(op, [self.graph.constants[v.name] for v in inputs], attrs, f"node {self.node.name}")
             if outs is not None:
                 return [self.graph.add_constant(o, hint) for o in outs]
