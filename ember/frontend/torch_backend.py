@@ -12,7 +12,7 @@ backend returns a function that Dynamo calls with the graph's arguments:
    {"freeze": False}` keeps every tensor a run-time input instead.
 2. the graph is lowered as torch.export lowers a module (ember.frontend.torch.export: core ATen,
    ember's composite operators kept), with the frozen tensors as the module's buffers, and
-   converted by the shared importer (ember.frontend.fx_import); ember.compiler.compile_graph
+   converted by the shared importer (ember.frontend.torch.importer); ember.compiler.compile_graph
    compiles it.
 3. each compiled model is cached by the arguments' shapes and dtypes, then by the frozen
    tensors' identities and versions (the last few sets): when Dynamo recompiles for new shapes,

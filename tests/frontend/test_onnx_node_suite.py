@@ -21,7 +21,8 @@ import pytest
 from onnx import version_converter
 
 from ember.frontend.onnx import MAX_OPSET, MIN_OPSET, ConstantInputError, OnnxImportError, import_onnx
-from ember.frontend.onnx_node import CONVERTERS, sanitize
+from ember.frontend.onnx.node import sanitize
+from ember.frontend.onnx.registry import CONVERTERS
 from ember.graph.core import Value
 from ember.ops import UnsupportedOpError
 from ember.ops.evaluate import evaluate

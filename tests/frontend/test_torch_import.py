@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch_check import check_import, expected_outputs, run_ember
 
 from ember.compiler import compile_graph
-from ember.frontend.builder import FrontendError
 from ember.frontend.torch import import_module, import_program
+from ember.frontend.torch.node import FrontendError
 from ember.ops import UnsupportedOpError
 from ember.ops.testing import assert_close
 

@@ -112,7 +112,7 @@ def test_a_damaged_file_is_refused_or_imported_right(tmp_path_factory, cut, flip
         from ember.ops.evaluate import evaluate
 
         x = np.random.default_rng().standard_normal((2, 3)).astype(np.float32)
-        np.testing.assert_allclose(evaluate(graph, [x])[0], x @ w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(evaluate(graph, x)[0], x @ w, rtol=1e-5, atol=1e-5)
 
 
 # -- 2. tensors larger than the machine's memory ---------------------------------------------

@@ -11,6 +11,10 @@ An argument of a node arrives at its handler as one of:
 
 A handler raises `Unsupported` for a variant of an operator that ember cannot take (the importer
 lists it with every other problem of the model at once).
+
+A handler never folds constants itself: the importer runs it on a scratch `Builder(folding=True)`
+when the node's tensor inputs are all constants, and there each ember operator on constants is
+computed at once (ember.frontend.fold), so the handler's result is constants too.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import re
 import numpy as np
 import torch
 
-from ..errors import EmberError
-from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops.build import add_op
+from ...errors import EmberError
+from ...graph.core import Dim, Graph, TensorType, Value
+from ...ops.build import add_op
+from ..fold import fold
 
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
@@ -77,8 +82,9 @@ def value_name(hint: str) -> str:
 
 
 class Builder:
-    def __init__(self, graph: Graph, symbols: dict[str, str] | None = None):
+    def __init__(self, graph: Graph, symbols: dict[str, str] | None = None, *, folding: bool = False):
         self.graph = graph
+        self.folding = folding  # compute operators on constants now (a scratch builder: see the module's doc)
         self.symbols = dict(symbols or {})  # torch symbol (s0) -> ember symbol name (batch)
         self.node: torch.fx.Node | None = None  # the node being converted
         self._consts: dict[tuple, tuple[Const, Value]] = {}  # (id(Const), cast) -> (the Const, its value)
@@ -117,12 +123,13 @@ class Builder:
     # -- values -----------------------------------------------------------------------------
     def v(self, x: Value | Const, dtype: str | None = None) -> Value:
         """x as a value of the graph (a Const becomes a graph constant), cast to dtype if given."""
-        if isinstance(x, Const):  # cast now, with torch: no cast node for a constant
+        if isinstance(x, Const):  # cast now, folded: no cast node for a constant
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
-                t = dense(x.tensor.detach())
-                t = t if key[1] is None else t.to(torch_dtype(dtype))
-                data = t.cpu().contiguous().numpy().copy()
+                data = dense(x.tensor.detach()).cpu().contiguous().numpy()
+                data = data if self.folding else data.copy()  # (a scratch graph is discarded: no copy of weights)
+                if key[1] is not None:
+                    (data,) = fold("cast", [data], {"dtype": dtype}, f"node {self.node.name}")
                 self._consts[key] = (x, self.graph.add_constant(data, value_name(x.name)))
             x = self._consts[key][1]
         if not isinstance(x, Value):
@@ -148,16 +155,29 @@ class Builder:
     def const(self, data: np.ndarray, hint: str = "const") -> Value:
         return self.graph.add_constant(np.ascontiguousarray(data), value_name(hint))
 
+    def scratch(self) -> Builder:
+        """A builder of a graph of its own, converting the same node, whose operators on constants
+        fold: the importer runs a handler on it to compute a node of constants."""
+        scratch = Builder(Graph(name=self.graph.name), self.symbols, folding=True)
+        scratch.node = self.node
+        return scratch
+
     # -- nodes ------------------------------------------------------------------------------
     def ops(self, op: str, inputs, **attrs) -> list[Value]:
         """Append an ember node (types inferred); returns its outputs. The nodes made for one FX
-        node are named after it: relu, then relu.1, relu.2, ... (FX names have no dots)."""
+        node are named after it: relu, then relu.1, relu.2, ... (FX names have no dots). On a
+        folding builder, an operator whose inputs are all constants gives constants instead."""
         base = value_name(self.node.name)
         hint, k = base, 0
         while self._taken(hint):
             k += 1
             hint = f"{base}.{k}"
-        return add_op(self.graph, op, list(inputs), attrs, out_names=[hint])
+        inputs = list(inputs)
+        if self.folding and all(isinstance(v, Value) and self.graph.is_constant(v) for v in inputs):
+            outs = fold(op, [self.graph.constants[v.name] for v in inputs], attrs, f"node {self.node.name}")
+            if outs is not None:
+                return [self.graph.add_constant(o, hint) for o in outs]
+        return add_op(self.graph, op, inputs, attrs, out_names=[hint])
 
     def _taken(self, name: str) -> bool:
         try:

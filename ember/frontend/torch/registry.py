@@ -1,9 +1,10 @@
 """The table from core ATen operators to their handlers.
 
 A handler converts one FX node: `handler(b, *args, **kwargs)` gets the `Builder` and the node's
-arguments as the ATen schema names them (see ember/frontend/builder.py for what an argument can
-be) and returns the node's result: a `Value`, a `Const`, or a tuple of them for an operator with
-several outputs (`Unavailable` for an output ember does not compute).
+arguments as the ATen schema names them (see node.py for what an argument can be) and returns
+the node's result: a `Value`, a `Const`, or a tuple of them for an operator with several outputs
+(`Unavailable` for an output ember does not compute). The handlers are in converters/, one module
+per family.
 
     @handles("relu.default", "relu_.default")
     def relu(b, x):

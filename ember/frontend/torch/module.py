@@ -10,7 +10,7 @@ maps to one ember operator. Parameters, buffers and lifted constants become the 
 constants (copied, so the graph does not change when the model does; a sparse one densified);
 user inputs become its inputs, with the example's dtypes and, for dimensions made dynamic,
 symbols named after the `torch.export.Dim`s (a sparse example is an ArgumentTypeError). The FX
-graph is then converted by ember.frontend.fx_import.
+graph is then converted by ember.frontend.torch.importer.
 
 Threads: torch's tracing machinery (torch.export, make_fx, Dynamo) keeps its state in process
 globals, so two traces at once corrupt each other ("ProxyTorchDispatchMode slot already
@@ -26,10 +26,10 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ..errors import ArgumentTypeError
-from ..graph.core import Graph
-from .builder import Const, FrontendError
-from .fx_import import import_fx
+from ...errors import ArgumentTypeError
+from ...graph.core import Graph
+from .importer import import_fx
+from .node import Const, FrontendError
 
 aten = torch.ops.aten
 

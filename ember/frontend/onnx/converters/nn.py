@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from .onnx_node import NodeContext, Tensor, converts, to_dtype
+from ..node import NodeContext, Tensor, to_dtype
+from ..registry import converts
 
 # -- convolution, matmul ----------------------------------------------------------------------
 

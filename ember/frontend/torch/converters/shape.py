@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ..builder import Const, Unsupported, torch_dtype
-from .registry import handles
+from ..node import Const, Unsupported, torch_dtype
+from ..registry import handles
 
 INT64_MAX = 2**63 - 1
 

@@ -1,37 +1,38 @@
-"""One ONNX node being converted, and the table of converters (ONNX op type -> function).
+"""One ONNX node being converted: what a converter sees (`NodeContext`).
 
 A converter is `fn(cx: NodeContext) -> list[Tensor | None]`, one entry per ONNX output (None for
-an output it does not produce), registered with `@converts("Relu", ...)`. It reads the node's
-inputs and attributes from `cx` and adds ember operators with `cx.op`.
+an output it does not produce), registered with `@converts("Relu", ...)` (registry.py). It reads
+the node's inputs and attributes from `cx` and adds ember operators with `cx.op`.
 
 A `Tensor` is either a graph `Value` or a NumPy array: a constant that is not (yet) in the
 graph. Initializers, Constant nodes and everything computed from constants alone stay arrays:
-`cx.op` on array inputs runs the operator's NumPy reference instead of adding a node (constant
-folding at import), which is how shape arithmetic (Shape -> Gather -> Concat -> Reshape) reaches
+`cx.op` on array inputs folds (ember.frontend.fold: the operator's NumPy reference runs instead
+of adding a node), which is how shape arithmetic (Shape -> Gather -> Concat -> Reshape) reaches
 the attributes ember needs as plain numbers. An array becomes a graph constant the first time a
 node that is not folded uses it.
 
 The shape of a tensor with symbolic dimensions is a *symbolic shape*: an int64 array of dtype
 object that holds ints and symbol names. It folds through the operators that only move data
-(SHAPE_OPS: gather, concat, slice, ...), so `x.view(x.size(0), -1)` works with a symbolic batch;
-arithmetic on symbols, or a symbolic shape used as a tensor at run time, is an OnnxImportError.
+(fold.SHAPE_OPS: gather, concat, slice, ...), so `x.view(x.size(0), -1)` works with a symbolic
+batch; arithmetic on symbols, or a symbolic shape used as a tensor at run time, is an
+OnnxImportError.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
-from ..checks import check_fits
-from ..errors import EmberError
-from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops import UnsupportedOpError, get, infer_types
-from ..ops.build import add_op
-from ..tir import dtype as dt
+from ...errors import EmberError
+from ...graph.core import Dim, Graph, TensorType, Value
+from ...ops import UnsupportedOpError
+from ...ops.build import add_op
+from ...tir import dtype as dt
+from ..fold import SHAPE_OPS, array_type, fold, is_symbolic
 
 Tensor = Value | np.ndarray
 
@@ -48,21 +49,6 @@ class ConstantInputError(OnnxImportError):
     def __init__(self, message: str, value: Value):
         super().__init__(message)
         self.value = value
-
-
-CONVERTERS: dict[str, Callable[[NodeContext], list[Tensor | None]]] = {}
-
-
-def converts(*op_types: str):
-    """Register the decorated function as the converter of these ONNX op types."""
-    def register(fn):
-        for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise ValueError(f"ONNX op type {op_type} has two converters")
-            CONVERTERS[op_type] = fn
-        return fn
-
-    return register
 
 
 def sanitize(name: str) -> str:
@@ -93,19 +79,8 @@ def decode_attribute(attr: onnx.AttributeProto):
     return value
 
 
-# ember operators that only move data: they fold on symbolic shapes too
-SHAPE_OPS = frozenset({"gather", "concat", "unsqueeze", "squeeze", "slice", "reshape", "flatten", "split",
-                       "identity", "transpose", "expand"})
-
-
-def is_symbolic(t: Tensor | None) -> bool:
-    return isinstance(t, np.ndarray) and t.dtype == object
-
-
 def tensor_type(t: Tensor) -> TensorType:
-    if isinstance(t, Value):
-        return t.type
-    return TensorType(t.shape, "int64" if is_symbolic(t) else t.dtype.name)
+    return t.type if isinstance(t, Value) else array_type(t)
 
 
 @dataclass
@@ -232,8 +207,8 @@ class NodeContext:
 
     def ops(self, name: str, inputs: Sequence[Tensor | None], attrs: Mapping | None = None) -> list[Tensor]:
         """Apply ember operator `name`; trailing None inputs are left out. On constants alone it is
-        folded: the operator's NumPy reference runs now and its outputs are arrays (a constant larger
-        than the machine's memory is a CompileError, before anything is allocated)."""
+        folded (ember.frontend.fold): its outputs are arrays, unless folding would grow the
+        constants, and a constant larger than the machine's memory is a CompileError."""
         inputs = list(inputs)
         while inputs and inputs[-1] is None:
             inputs.pop()
@@ -241,19 +216,13 @@ class NodeContext:
             raise OnnxImportError(f"{self.where}: ember's {name} cannot leave out an input before a given one")
         if not all(isinstance(t, np.ndarray) for t in inputs):
             return self.importer.add_node(name, inputs, attrs, self.out_names)
-        symbolic = any(is_symbolic(t) for t in inputs)
-        if symbolic and name not in SHAPE_OPS:
+        if any(is_symbolic(t) for t in inputs) and name not in SHAPE_OPS:
             shapes = [t.tolist() for t in inputs if is_symbolic(t)]
             raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds only the data movement of "
                              "symbolic shapes (Gather, Concat, Slice, ...), no arithmetic on symbols "
                              "(import_onnx(..., input_shapes=...) can make them static)")
-        bound, out_types = infer_types(name, [tensor_type(t) for t in inputs], attrs)
-        for t in out_types:
-            check_fits(t, f"{self.where}: {name} folded to a constant")
-        outs = [np.asarray(o, dtype=object if symbolic else None).reshape(t.shape)
-                for o, t in zip(get(name).reference(inputs, bound), out_types)]
-        return [o if is_symbolic(o) and any(isinstance(d, str) for d in o.flat) else o.astype(t.dtype, copy=False)
-                for o, t in zip(outs, out_types)]  # (a symbolic shape's static part is numbers again)
+        outs = fold(name, inputs, attrs, self.where)
+        return self.importer.add_node(name, inputs, attrs, self.out_names) if outs is None else outs
 
     def scalar(self, v, like: Tensor) -> np.ndarray:
         """A 0-d constant in the dtype of `like`."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..builder import torch_dtype
-from .registry import Unavailable, handles
+from ..node import torch_dtype
+from ..registry import Unavailable, handles
 
 
 def _axes(dim):

@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from .onnx_node import NodeContext, converts, to_dtype
+from ..node import NodeContext, to_dtype
+from ..registry import converts
 
 # -- elementwise ----------------------------------------------------------------------------
 

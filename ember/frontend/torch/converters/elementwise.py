@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from ..builder import Unsupported, ember_dtype, torch_dtype
-from .registry import handles
+from ..node import Unsupported, ember_dtype, torch_dtype
+from ..registry import handles
 
 UNARY = {  # ATen name -> ember operator
     "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",

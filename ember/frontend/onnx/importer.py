@@ -7,11 +7,10 @@
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
    dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
-3. Nodes are converted in order by the converters of onnx_ops.py, onnx_nn_ops.py and
-   onnx_shape_ops.py (see onnx_node.py: what a converter is, and how constants fold). An op
-   type without a converter, or a form of one that ember lacks (a 3-D convolution, a cubic
-   resize), is recorded, the nodes that depend on it are skipped, and at the end one
-   UnsupportedOpError lists every one of them with its node name.
+3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
+   sees, and how constants fold). An op type without a converter, or a form of one that ember
+   lacks (a 3-D convolution, a cubic resize), is recorded, the nodes that depend on it are
+   skipped, and at the end one UnsupportedOpError lists every one of them with its node name.
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
@@ -31,13 +30,11 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ..errors import CompileError
-from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops import UnsupportedOpError
-from . import onnx_nn_ops, onnx_ops, onnx_shape_ops  # noqa: F401  (they register the converters)
-from .onnx_node import (
-    CONVERTERS,
-    ConstantInputError,
+from ...errors import CompileError
+from ...graph.core import Dim, Graph, TensorType, Value
+from ...ops import UnsupportedOpError
+from . import converters  # noqa: F401  (registers the converters)
+from .node import (
     Importer,
     NodeContext,
     OnnxImportError,
@@ -47,9 +44,9 @@ from .onnx_node import (
     tensor_type,
     to_dtype,
 )
+from .registry import lookup
 
-__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "import_onnx", "load_model",
-           "read_model"]
+__all__ = ["MAX_OPSET", "MIN_OPSET", "import_onnx", "load_model", "read_model"]
 
 MIN_OPSET, MAX_OPSET = 13, 21
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -177,7 +174,7 @@ def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor
         cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],
                          {a.name: decode_attribute(a) for a in node.attribute})
         try:
-            converter = CONVERTERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+            converter = lookup(node.op_type) if node.domain in DEFAULT_DOMAINS else None
             if converter is None:
                 raise UnsupportedOpError([(f"{node.domain}.{node.op_type}" if node.domain else node.op_type,
                                            cx.where)])

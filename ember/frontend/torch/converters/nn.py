@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from ..builder import Const, Unsupported
-from .registry import Unavailable, handles
+from ..node import Const, Unsupported
+from ..registry import Unavailable, handles
 
 
 def _pads(padding) -> tuple[int, ...]:

@@ -1,14 +1,17 @@
 """FX graphs of core ATen operators to ember graphs: the part of the PyTorch frontend that
-torch.export (ember.frontend.torch) and the torch.compile backend share.
+torch.export (ember.frontend.torch.module) and the torch.compile backend share.
 
 `import_fx(gm, constants)` walks the FX graph once, in order:
 - a placeholder named in `constants` (weights, buffers, frozen tensors) is a `Const`; any other
   is a graph input whose type comes from torch's metadata (node.meta["val"]);
 - a call whose static result is larger than the machine's memory is refused (CompileError);
-- a call whose tensor arguments are all `Const` is folded: torch runs it now and the result is
-  a `Const` (so masks, position ids and arange/full arithmetic never reach ember), unless it is
-  random or its result is much larger than its inputs (an expand: ember expands at run time);
-- any other call goes to its handler (ember/frontend/aten), which appends ember nodes; the
+- a call whose tensor arguments are all `Const` is folded and its result is a `Const` (so masks,
+  position ids and arange/full arithmetic never reach ember's graph), unless it is random or its
+  result is much larger than its inputs (an expand: ember expands at run time): its handler
+  converts it into a scratch graph whose ember operators fold (ember.frontend.fold, their NumPy
+  references), and torch runs it only where ember cannot (no handler, as for arange or zeros;
+  a handler that refuses the call; an output ember does not compute);
+- any other call goes to its handler (converters/), which appends ember nodes; the
   result's types are checked against torch's metadata, so a mapping mistake is caught at its node;
 - the output node gives the graph's outputs (none when the model returns None, which the
   compiler refuses).
@@ -23,17 +26,19 @@ import operator
 import os
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 from torch.fx.node import map_aggregate
 
-from ..checks import check_fits
-from ..graph.core import Graph, TensorType, Value
-from ..ops.registry import UnsupportedOpError
-from .aten import Unavailable, lookup
-from .builder import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
+from ...checks import check_fits
+from ...graph.core import Graph, TensorType, Value
+from ...ops.registry import UnsupportedOpError
+from ..fold import GROWTH_LIMIT
+from . import converters  # noqa: F401  (registers the handlers)
+from .node import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
+from .registry import Unavailable, lookup
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-FOLD_LIMIT = 1 << 16  # elements a folded result may have beyond the size of its constant inputs
 
 IGNORED = {  # calls that compute nothing at run time: assertions about shapes and metadata
     "aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten.sym_constrain_range_for_size.default",
@@ -130,9 +135,9 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
         problems.append((f"{target} uses {unavailable[0].reason}", origin(node)))
         return FAILED
     _check_size(node, val)
-    if _foldable(target, [env[n] for n in node.all_input_nodes], val):
-        return _fold(node, args, kwargs)
     handler = lookup(target)
+    if _foldable(target, [env[n] for n in node.all_input_nodes], val):
+        return _fold(b, handler, node, args, kwargs)
     if handler is None:
         problems.append((str(target), origin(node)))
         return FAILED
@@ -160,7 +165,7 @@ def _check_size(node: torch.fx.Node, val) -> None:
 
 
 def _foldable(target, inputs: list, val) -> bool:
-    """Whether torch should compute the node now: every input is a Const, the operator is not
+    """Whether the node is computed now (folded): every input is a Const, the operator is not
     random, and its results are static and not much larger than its inputs."""
     if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded in target.tags:
         return False
@@ -171,10 +176,39 @@ def _foldable(target, inputs: list, val) -> bool:
     if not results or not all(isinstance(d, int) for t in results for d in t.shape):
         return False
     size_in = sum(c.tensor.numel() for c in _flatten(inputs))
-    return sum(t.numel() for t in results) <= size_in + FOLD_LIMIT
+    return sum(t.numel() for t in results) <= size_in + GROWTH_LIMIT
 
 
-def _fold(node: torch.fx.Node, args, kwargs):
+def _fold(b: Builder, handler, node: torch.fx.Node, args, kwargs):
+    """The call's result, computed now: by its handler on a scratch builder whose operators fold
+    (checked against torch's types like any conversion), else by torch."""
+    if handler is not None:
+        scratch = b.scratch()
+        try:
+            result = handler(scratch, *args, **kwargs)
+        except (Unsupported, UnsupportedOpError, FrontendError):
+            result = None
+        folded = None if result is None else _constants(scratch, node, result)
+        if folded is not None:
+            return folded
+    return _run_torch(node, args, kwargs)
+
+
+def _constants(scratch: Builder, node: torch.fx.Node, result):
+    """The handler's result as Consts (named as torch's fold names them), or None when a part of
+    it is not a constant (an operator that did not fold, an output ember does not compute)."""
+    results = list(result) if isinstance(result, tuple) else [result]
+    if not all(isinstance(r, Const) or (isinstance(r, Value) and scratch.graph.is_constant(r)) for r in results):
+        return None
+    _check(scratch, node, result)
+    names = [f"{node.name}_{k}" for k in range(len(results))] if isinstance(result, tuple) else [node.name]
+    consts = tuple(r if isinstance(r, Const) else Const(torch.from_numpy(np.array(scratch.graph.constants[r.name])),
+                                                        name) for r, name in zip(results, names))
+    return consts if isinstance(result, tuple) else consts[0]
+
+
+def _run_torch(node: torch.fx.Node, args, kwargs):
+    """The call computed by torch: what ember cannot compute itself (see _fold)."""
     concrete = lambda x: x.tensor if isinstance(x, Const) else x
     with torch.no_grad():
         out = node.target(*map_aggregate(args, concrete), **map_aggregate(kwargs, concrete))

@@ -13,10 +13,11 @@ import math
 
 import numpy as np
 
-from ..graph.core import Dim
-from ..ops.common import broadcast_shapes
-from ..tir import dtype as dt
-from .onnx_node import NodeContext, converts
+from ....graph.core import Dim
+from ....ops.common import broadcast_shapes
+from ....tir import dtype as dt
+from ..node import NodeContext
+from ..registry import converts
 
 # -- values that are the input itself, and constants ---------------------------------------
 

@@ -1,0 +1,13 @@
+"""The ONNX frontend: `import_onnx(path or ModelProto) -> Graph`.
+
+- importer.py: the entry: loads and checks the model, then converts its graph node by node;
+- node.py: what a converter sees while one node is converted (`NodeContext`), constants as arrays;
+- registry.py: the table from ONNX op types to converters (`@converts`);
+- converters/: the converters, one module per family (elementwise, nn, shape).
+"""
+
+from .importer import MAX_OPSET, MIN_OPSET, import_onnx, load_model, read_model
+from .node import ConstantInputError, OnnxImportError
+
+__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "import_onnx", "load_model",
+           "read_model"]
