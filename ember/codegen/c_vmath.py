@@ -1,19 +1,22 @@
-"""Vector math for generated C: exp, log, tanh, erf and sigmoid of float32 lanes, in C with GCC
-vector extensions, so that a kernel's math vectorizes instead of calling libm lane by lane.
+"""Vector math for generated C: exp, log, tanh, erf, sigmoid, pow, expm1 and log1p of float32 lanes (float16
+computes in float32), in C with GCC vector extensions, so that a kernel's math vectorizes
+instead of calling libm lane by lane.
 
 Each function is one branch-free C template over a vector type of any width: both sides of
 every case are computed and the lanes choose with mask selects. A scalar (a loop's tail, or a
 kernel that is not vectorized) runs the same template on a vector of one lane, so a value never
 depends on whether it fell in a vector body or in a tail: the operations are the same, in the
-same order, and GCC contracts them to FMA the same way at every width.
+same order, and GCC contracts them to FMA the same way at every width (the tests check that the
+bits agree; a NaN's sign and payload aside, which are whichever operand the CPU propagates).
 
 The algorithms are the field's usual ones (range reduction, then a polynomial fitted to the
 reduced range; coefficients are float32 minimax fits, rounded one at a time and the rest refitted):
 
 - exp: x = n ln2 + r, |r| <= ln2/2, ln2 in two parts (n ln2_hi is exact for |n| <= 150);
   e^r = 1 + r + r^2 P(r), degree 4; 2^n as two factors so that results near overflow and
-  subnormal results round once, correctly. x is clamped to [-104, 89] first: beyond, the result
-  is 0 or inf anyway.
+  subnormal results round once, correctly. Beyond [-104, 89] the result is 0 or inf: x is
+  clamped to 89, and below -104 replaced by 0 (the lane's result by 0) so that no lane goes
+  through subnormal arithmetic, which costs a CPU assist of ~100 cycles.
 - log: x = 2^e m, m in [sqrt(1/2), sqrt(2)) (subnormal x is scaled by 2^23 first);
   log(m) = f + f^2 Q(f), f = m - 1 exact, degree 8; log(x) = e ln2 + log(m).
 - tanh: of |x|, then the sign of x: |x| + |x|^3 P(x^2) below 0.625, where 1 - 2 / (e^{2|x|} + 1)
@@ -22,10 +25,16 @@ reduced range; coefficients are float32 minimax fits, rounded one at a time and 
   R fits erfc(x) e^{x^2} on [0.875, 4] (|x| is clamped to 4: erf(4) is 1 in float32).
 - sigmoid: e = e^{-|x|}, then 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that tiny and
   subnormal results keep their precision where 1 / (1 + e^{-x}) would give 0.
+- expm1: as exp, 2^n (e^r - 1) + (2^n - 1), for x in [-30, 10] (-1 below, exp(x) - 1 above), and
+  x itself for |x| < 2^-24. log1p: log(u) (x / (u - 1)), u = 1 + x, which corrects u's rounding.
+- pow: e^{y log|x|} in double (log through atanh, exp as above, Taylor series), rounded once to
+  float32; then C's rules: the sign of an odd integer y for x < 0, NaN for any other y there,
+  pow(1, y) = pow(x, 0) = 1 (NaN or not), pow(-1, +-inf) = 1.
 
-Every function is within 4 ULP of the correctly rounded result over all float32 inputs
-(tests/codegen/test_vector_math.py measures it), keeps NaN, infinities, -0.0 and the
-log(0) = -inf, log(x < 0) = NaN conventions. float64 keeps libm (computed lane by lane).
+Each function is within 4 ULP of the correctly rounded result (pow within 1) on sweeps of the
+float32 range (tests/codegen/test_vector_math.py; benchmarks/vector_math.py prints the table),
+and keeps NaN, infinities, -0.0 and the log(0) = -inf, log(x < 0) = NaN conventions. float64
+keeps libm (lane by lane).
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ if TYPE_CHECKING:
     from .c_prelude import CPrelude
 
 # the intrinsics computed here, per compute type
-VECTOR_MATH = {"float32": ("exp", "log", "tanh", "erf", "sigmoid", "pow")}
+VECTOR_MATH = {"float32": ("exp", "log", "tanh", "erf", "sigmoid", "pow", "expm1", "log1p")}
+USES = {"tanh": "exp", "erf": "exp", "sigmoid": "exp", "expm1": "exp", "log1p": "log"}  # the helper each calls
 
 ARITY = {"pow": 2}  # the others take one argument
 
@@ -51,6 +61,11 @@ def _poly(var: str, coeffs: tuple[str, ...]) -> str:
     return code
 
 
+# float32 fits, lowest degree first, of the relative error of the result: (e^r - 1 - r) / r^2 on
+# |r| <= ln2/2; (log(1 + f) - f) / f^2 on [sqrt(1/2) - 1, sqrt(2) - 1]; (tanh(x) - x) / x^3 and
+# erf(x) / x - 1 as polynomials in x^2 on |x| <= 0.625 and 0.875; erfc(x) e^{x^2} in x - 2 on
+# [0.875, 4]. Weighted least squares reweighted toward minimax (Lawson), each coefficient rounded
+# to float32 in turn and the higher ones refitted.
 _EXP_P = ("0x1.fffffcp-2f", "0x1.555492p-3f", "0x1.5558aep-5f", "0x1.12397cp-7f", "0x1.6a4f52p-10f")
 _LOG_Q = ("-0x1.fffff8p-2f", "0x1.55555p-2f", "-0x1.000432p-2f", "0x1.99a418p-3f", "-0x1.5425c2p-3f",
           "0x1.226e36p-3f", "-0x1.0f3ffep-3f", "0x1.085f38p-3f", "-0x1.38411ep-4f")
@@ -69,13 +84,14 @@ _EXP64_TAYLOR = tuple(repr(1 / math.factorial(k)) for k in range(2, 11))
 _ATANH_SERIES = tuple(repr(1 / (2 * k + 1)) for k in range(1, 8))
 
 # Bodies over T (the float vector), I (the int vector of its width), S (the select helper:
-# S(mask, a, b)) and E (this width's exp). Scalar constants broadcast; (T){0} is a vector of zeros.
+# S(mask, a, b)) and EXP, LOG (this width's exp and log). Scalar constants broadcast; (T){0} is a vector of zeros.
 # Integer arithmetic never overflows (signed overflow is undefined even in vector lanes), NaN
 # lanes included.
 _BODIES = {
     "exp": f"""\
-  x = S(x > 89.0f, (T){{0}} + 89.0f, x);  /* NaN compares false and stays */
-  x = S(x < -104.0f, (T){{0}} - 104.0f, x);
+  I zero = x < -104.0f;  /* e^x rounds to 0: computed on 0 instead, so that no lane goes through
+                           subnormals (a slow assist of the CPU: softmax's -inf are common) */
+  x = S(x > 89.0f, (T){{0}} + 89.0f, S(zero, (T){{0}}, x));  /* NaN compares false and stays */
   T k = x * 0x1.715476p+0f + 0x1.8p23f;  /* n = round(x / ln2) in the low bits of k */
   T n = k - 0x1.8p23f;
   T r = x - n * 0x1.62e4p-1f;
@@ -83,7 +99,7 @@ _BODIES = {
   T p = 1.0f + r + r * r * ({_poly("r", _EXP_P)});
   I ni = ((I)k & 0x7fffff) - 0x400000, h = ni >> 1;  /* n = h + (n - h), both within float's range */
   T s1 = (T)(((h + 127) & 0xff) << 23), s2 = (T)(((ni - h + 127) & 0xff) << 23);
-  return p * s1 * s2;""",
+  return S(zero, (T){{0}}, p * s1 * s2);""",
     "log": f"""\
   I sub = x < 0x1p-126f;  /* subnormal (or not positive: fixed below) */
   T xs = S(sub, x * 0x1p23f, x);
@@ -98,14 +114,14 @@ _BODIES = {
     "tanh": f"""\
   T a = (T)((I)x & 0x7fffffff), a2 = a * a;  /* tanh(|x|), then the sign of x (-0 included) */
   T small = a + a * a2 * ({_poly("a2", _TANH_P)});
-  T large = 1.0f - 2.0f / (E(a + a) + 1.0f);
+  T large = 1.0f - 2.0f / (EXP(a + a) + 1.0f);
   return (T)((I)S(a < 0.625f, small, large) | ((I)x & ~0x7fffffff));""",
     "erf": f"""\
   T a = (T)((I)x & 0x7fffffff), x2 = x * x;
   a = S(a > 4.0f, (T){{0}} + 4.0f, a);  /* erf(4) is 1 in float32 */
   T small = x + x * ({_poly("x2", _ERF_P)});
   T t = a - 2.0f;
-  T large = 1.0f - E(-(a * a)) * ({_poly("t", _ERFC_R)});
+  T large = 1.0f - EXP(-(a * a)) * ({_poly("t", _ERFC_R)});
   large = (T)((I)large | ((I)x & ~0x7fffffff));  /* the sign of x */
   return S(a < 0.875f, small, large);""",
     "pow": f"""\
@@ -134,8 +150,21 @@ _BODIES = {
   /* pow(1, y) = pow(x, 0) = 1, NaN or not; pow(-1, +-inf) = 1 */
   T ax = (T)((I)x & 0x7fffffff);
   return S((x == 1.0f) | (y == 0.0f) | ((ax == 1.0f) & (ay == INFINITY)), (T){{0}} + 1.0f, z);""",
+    "expm1": f"""\
+  T c = S(x < -30.0f, (T){{0}} - 30.0f, S(x > 10.0f, (T){{0}} + 10.0f, x));  /* -1 and exp(x) - 1 beyond */
+  T k = c * 0x1.715476p+0f + 0x1.8p23f, n = k - 0x1.8p23f;  /* as in exp, n in [-44, 15] */
+  T r = c - n * 0x1.62e4p-1f;
+  r = r - n * 0x1.7f7d1cp-20f;
+  T q = r + r * r * ({_poly("r", _EXP_P)});  /* e^r - 1 */
+  T s = (T)((((I)k & 0x7fffff) - 0x400000 + 127) << 23);
+  T y = S(x > 10.0f, EXP(x) - 1.0f, s * q + (s - 1.0f));
+  return S((T)((I)x & 0x7fffffff) < 0x1p-24f, x, y);  /* x itself when tiny: -0 and subnormals */""",
+    "log1p": """\
+  T u = 1.0f + x;  /* log(u) (u - 1) / x corrects the rounding of u */
+  T y = LOG(u) * (x / (u - 1.0f));
+  return S((u == 1.0f) | (x == INFINITY), x, y);""",
     "sigmoid": """\
-  T e = E(-(T)((I)x & 0x7fffffff));
+  T e = EXP(-(T)((I)x & 0x7fffffff));
   return S(x >= 0.0f, (T){0} + 1.0f, e) / (1.0f + e);""",
 }
 
@@ -159,11 +188,11 @@ def _vector_helper(lib: CPrelude, name: str, elem: str, lanes: int) -> str:
 
     def make() -> str:
         names = {"T": t, "I": lib.mask(32, lanes), "S": lib.select(elem, lanes)}
-        if name in ("tanh", "erf", "sigmoid"):
-            names["E"] = _vector_helper(lib, "exp", elem, lanes)
+        if name in USES:
+            names[USES[name].upper()] = _vector_helper(lib, USES[name], elem, lanes)
         if name == "pow":
             names |= {"D": lib.vec("float64", lanes), "L": lib.mask(64, lanes), "SD": lib.select("float64", lanes)}
-        body = re.sub(r"\b(T|I|S|E|D|L|SD)\b", lambda m: names[m.group()], _BODIES[name])
+        body = re.sub(r"\b(T|I|S|D|L|SD|EXP|LOG)\b", lambda m: names[m.group()], _BODIES[name])
         params = ", ".join(f"{t} {v}" for v in ("x", "y")[:ARITY.get(name, 1)])
         return f"static inline {t} {helper}({params}) {{\n{body}\n}}"
 
