@@ -65,7 +65,7 @@ def _poly(var: str, coeffs: tuple[str, ...]) -> str:
 # |r| <= ln2/2; (log(1 + f) - f) / f^2 on [sqrt(1/2) - 1, sqrt(2) - 1]; (tanh(x) - x) / x^3 and
 # erf(x) / x - 1 as polynomials in x^2 on |x| <= 0.625 and 0.875; erfc(x) e^{x^2} in x - 2 on
 # [0.875, 4]. Weighted least squares reweighted toward minimax (Lawson), each coefficient rounded
-# to float32 in turn and the higher ones refitted.
+# to float32 in turn and the higher ones refitted: benchmarks/vector_math_fit.py prints them.
 _EXP_P = ("0x1.fffffcp-2f", "0x1.555492p-3f", "0x1.5558aep-5f", "0x1.12397cp-7f", "0x1.6a4f52p-10f")
 _LOG_Q = ("-0x1.fffff8p-2f", "0x1.55555p-2f", "-0x1.000432p-2f", "0x1.99a418p-3f", "-0x1.5425c2p-3f",
           "0x1.226e36p-3f", "-0x1.0f3ffep-3f", "0x1.085f38p-3f", "-0x1.38411ep-4f")
