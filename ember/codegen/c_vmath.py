@@ -84,9 +84,9 @@ _EXP64_TAYLOR = tuple(repr(1 / math.factorial(k)) for k in range(2, 11))
 _ATANH_SERIES = tuple(repr(1 / (2 * k + 1)) for k in range(1, 8))
 
 # Bodies over T (the float vector), I (the int vector of its width), S (the select helper:
-# S(mask, a, b)) and EXP, LOG (this width's exp and log). Scalar constants broadcast; (T){0} is a vector of zeros.
-# Integer arithmetic never overflows (signed overflow is undefined even in vector lanes), NaN
-# lanes included.
+# S(mask, a, b)) and EXP, LOG (this width's exp and log); pow also over D, L and SD, the same for
+# double. Scalar constants broadcast; (T){0} is a vector of zeros. Integer arithmetic never
+# overflows (signed overflow is undefined even in vector lanes), NaN lanes included.
 _BODIES = {
     "exp": f"""\
   I zero = x < -104.0f;  /* e^x rounds to 0: computed on 0 instead, so that no lane goes through
@@ -156,11 +156,11 @@ _BODIES = {
   T r = c - n * 0x1.62e4p-1f;
   r = r - n * 0x1.7f7d1cp-20f;
   T q = r + r * r * ({_poly("r", _EXP_P)});  /* e^r - 1 */
-  T s = (T)((((I)k & 0x7fffff) - 0x400000 + 127) << 23);
+  T s = (T)(((((I)k & 0x7fffff) - 0x400000 + 127) & 0xff) << 23);
   T y = S(x > 10.0f, EXP(x) - 1.0f, s * q + (s - 1.0f));
   return S((T)((I)x & 0x7fffffff) < 0x1p-24f, x, y);  /* x itself when tiny: -0 and subnormals */""",
     "log1p": """\
-  T u = 1.0f + x;  /* log(u) (u - 1) / x corrects the rounding of u */
+  T u = 1.0f + x;  /* x / (u - 1) corrects the rounding of u */
   T y = LOG(u) * (x / (u - 1.0f));
   return S((u == 1.0f) | (x == INFINITY), x, y);""",
     "sigmoid": """\
@@ -183,6 +183,7 @@ def vector_math(lib: CPrelude, name: str, elem: str, lanes: int) -> str:
 
 
 def _vector_helper(lib: CPrelude, name: str, elem: str, lanes: int) -> str:
+    """`ember_<name>_<elem>x<lanes>`, its body from _BODIES (after the helpers it calls)."""
     t = lib.vec(elem, lanes)
     helper = f"ember_{name}_{t}"
 
