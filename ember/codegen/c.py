@@ -22,10 +22,10 @@ else `aligned_alloc`/`free` around its body.
 `CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
 functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
 libm calls (lane by lane in a vector), except float32's (and float16's) exp, log, tanh, erf,
-sigmoid, pow, expm1 and log1p: C vector code of `c_vmath`, which scalars run too, so that a value does not
-depend on whether it was computed in a vector or in a loop's scalar tail. Floating-point
-expressions may be contracted to FMA by the compiler (GCC's default), so results can differ
-from numpy's in the last bit.
+sigmoid, pow, expm1 and log1p: C vector code of `c_vmath`, which scalars run too, so that a
+value does not depend on whether it was computed in a vector or in a loop's scalar tail.
+Floating-point expressions may be contracted to FMA by the compiler (GCC's default), so results
+can differ from numpy's in the last bit.
 """
 
 from __future__ import annotations
