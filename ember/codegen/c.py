@@ -20,9 +20,12 @@ Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack a
 else `aligned_alloc`/`free` around its body.
 
 `CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
-functions); a CUDA renderer subclasses it and overrides a few entries. Floating-point
-expressions may be contracted to FMA by the compiler (GCC's default), so results can differ
-from numpy's in the last bit.
+functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
+libm calls (lane by lane in a vector), except float32's (and float16's) exp, log, tanh, erf,
+sigmoid, pow, expm1 and log1p: C vector code of `c_vmath`, which scalars run too, so that a
+value does not depend on whether it was computed in a vector or in a loop's scalar tail.
+Floating-point expressions may be contracted to FMA by the compiler (GCC's default), so results
+can differ from numpy's in the last bit.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from ..tir.expr import (
 )
 from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
 from .c_prelude import CPrelude
+from .c_vmath import VECTOR_MATH, vector_math
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
 from .registers import register_gather, register_lanes, whole_register
 
@@ -434,6 +438,8 @@ class CRenderer:
     def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
         lanes = dt.lanes_of(dtype)
         elem = dt.element_of(dt.compute_dtype(dtype))
+        if name in VECTOR_MATH.get(elem, ()):  # the same code for vectors and scalars (c_vmath)
+            return f"{vector_math(self.lib, name, elem, lanes)}({', '.join(self._e(a) for a in args)})", PRIMARY
         if lanes == 1:
             return self._math(name, elem, [self._e(a, UNARY if name in self.MATH_EXPRS else 0) for a in args])
         t = self.lib.vec(elem, lanes)

@@ -7,7 +7,8 @@ operations that C has no operator for, so the kernels stay one readable expressi
 
 - contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
   converted to float on load and back on store; booleans are bytes in memory, masks in registers;
-- gathers, scatters and libm calls lane by lane; the columns of a tile of registers (a transpose);
+- gathers, scatters and libm calls lane by lane (`c_vmath` writes the vector math of float32);
+  the columns of a tile of registers (a transpose);
 - floor division and modulo with numpy's rules (integers and floats; an integer division by zero
   gives 0 and never traps), min and max that propagate NaN like numpy.maximum, vector selects as
   mask blends.
