@@ -22,7 +22,7 @@ import torch
 
 from ..errors import EmberError
 from ..graph.core import Dim, Graph, TensorType, Value
-from ..ops.build import add_op
+from ..ops.nodes import add_op
 
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",

@@ -30,7 +30,7 @@ from ..checks import check_fits
 from ..errors import EmberError
 from ..graph.core import Dim, Graph, TensorType, Value
 from ..ops import UnsupportedOpError, get, infer_types
-from ..ops.build import add_op
+from ..ops.nodes import add_op
 from ..tir import dtype as dt
 
 Tensor = Value | np.ndarray

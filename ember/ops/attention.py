@@ -27,13 +27,12 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..schedules.cpu.tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
 from ..te.tensor import ComputeOp, input_tensors_of
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
-from .common import broadcast_index, broadcast_shapes, check_float, result_dtype
-from .kernel import te_shape
+from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
 from .registry import OpDef, OpTypeError, register
-from .tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
 
 LAYOUTS = ("bhsd", "bshd")
 
@@ -121,7 +120,7 @@ def _compute(inputs, attrs, out_types):
     qs, ks, vs = swap(q.shape), swap(k.shape), swap(v.shape)
     e_dim, s_dim = qs[-1], ks[-2]
     scale = _scale(attrs, as_int(e_dim))
-    rows = list(swap(te_shape(out_types[0]))[:-1])
+    rows = list(swap(te_shape(out_types[0], inputs))[:-1])
     nb = len(rows) - 1
 
     def batched(shape, i):

@@ -26,11 +26,19 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..schedules.cpu.default import VECTOR_LANES
+from ..schedules.cpu.tiling import (
+    PACK,
+    find_anchor,
+    lanes_dividing,
+    prepare,
+    schedule_or_default,
+    tile_rows_cols,
+    untiled,
+)
 from ..tir.expr import as_int, cast, const
 from .common import check_float, result_dtype
 from .registry import OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, schedule_or_default, tile_rows_cols, untiled
 
 BLOCK = VECTOR_LANES  # output channels per packed weight block
 ANCHOR, GROUPED = "conv", "conv_grouped"

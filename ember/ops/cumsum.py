@@ -13,11 +13,11 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..schedules.cpu.rows import by_rows, schedule_rows
 from ..tir import dtype as dt
 from .common import normalize_axis
 from .reduce import acc
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import by_rows, schedule_rows
 
 BLOCK = 32
 

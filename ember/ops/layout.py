@@ -33,13 +33,12 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
+from ..schedules.cpu.tiling import PACK, find_anchor, prepare, schedule_or_default, tile_rows_cols
 from ..tir.expr import as_int, cast
-from .common import check_float, result_dtype
+from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
-from .kernel import te_shape
 from .pool import POOL_ATTRS
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
-from .tiling import PACK, find_anchor, prepare, schedule_or_default, tile_rows_cols
 
 ANCHOR, POOL_ANCHOR = "conv_nchwc", "pool_nchwc"
 MAX_TILE_COLUMNS = 14  # output columns per register tile (accumulators: columns x vectors of a block)
@@ -180,7 +179,7 @@ def _compute_transform(inputs, attrs, out_types):
                 index.append(coord[a] if src.block(a) is None else coord[a] // src.block(a))
         return x[tuple(index)]
 
-    return [te.compute(te_shape(out_types[0]), element, name="layout_transform")]
+    return [te.compute(te_shape(out_types[0], inputs), element, name="layout_transform")]
 
 
 register(OpDef(
@@ -383,7 +382,7 @@ def _compute_pool(inputs, attrs, out_types):
     pads_e = [max(r - as_int(n) - b, 0) for r, n, b in zip(reach, x.shape[2:4], pads_b)]
     xp = _padded(x, pads_b, pads_e, te.max.identity(x.dtype))
     rh, rw = te.reduce_axis((0, kernel[0]), name="kh"), te.reduce_axis((0, kernel[1]), name="kw")
-    return [te.compute(te_shape(out_types[0]), lambda n, c, h, w, k: te.max(
+    return [te.compute(te_shape(out_types[0], inputs), lambda n, c, h, w, k: te.max(
         xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1], k], axis=[rh, rw]),
         name="max_pool2d_nchwc", tag=POOL_ANCHOR)]
 

@@ -20,12 +20,20 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..schedules.cpu.default import VECTOR_LANES
+from ..schedules.cpu.tiling import (
+    PACK,
+    find_anchor,
+    lanes_dividing,
+    prepare,
+    register_tile,
+    schedule_or_default,
+    tile_rows_cols,
+)
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import broadcast_index, broadcast_shapes, result_dtype
 from .registry import OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, register_tile, schedule_or_default, tile_rows_cols
 
 ANCHOR = "matmul"
 GEMV_COLS = 512  # columns of one tile of a single-row product

@@ -27,13 +27,13 @@ import numpy as np
 from .. import te
 from ..errors import ScheduleError
 from ..graph.core import TensorType
+from ..schedules.cpu.default import parallel_vectorize
+from ..schedules.cpu.rows import by_rows, parallel_rows, schedule_rows, vectorize_inner
 from ..tir.expr import as_int
 from .common import check_float, normalize_axis, result_dtype
 from .reduce import acc, acc_dtype, count, reduce_over
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import by_rows, parallel_rows, schedule_rows, vectorize_inner
 from .scaling import deviation, row_scale, scaled_center, scaled_rstd, scaled_squares
-from .schedules import parallel_vectorize
 
 
 def _f64(x: np.ndarray) -> np.ndarray:

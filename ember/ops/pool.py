@@ -16,13 +16,21 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..schedules.cpu.default import VECTOR_LANES
+from ..schedules.cpu.tiling import (
+    PACK,
+    find_anchor,
+    lanes_dividing,
+    prepare,
+    schedule_or_default,
+    tile_rows_cols,
+    untiled,
+)
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, max_, min_
 from .common import check_float
 from .conv import window_attrs, window_out
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, schedule_or_default, tile_rows_cols, untiled
 
 ANCHOR = "pool"
 POOL_ATTRS = {"kernel": REQUIRED, "strides": None, "padding": (0, 0, 0, 0), "dilations": (1, 1),

@@ -25,10 +25,10 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
+from ..schedules.cpu.rows import CONTIGUOUS, schedule_rows
 from ..tir import dtype as dt
 from .common import check_float, normalize_axis
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import CONTIGUOUS, schedule_rows
 
 # -- axes and shapes --------------------------------------------------------------------------
 

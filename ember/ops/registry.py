@@ -9,7 +9,7 @@ An `OpDef` says, for an operator name:
   placeholders of the input types to te tensors of the output types;
 - `pattern`: its fusion pattern kind (PATTERNS);
 - `schedule` (optional): a default CPU schedule for its kernel, `schedule(s, outs)` on the te
-  schedule; without one, `ember.ops.schedules.default_schedule` picks by pattern kind.
+  schedule; without one, `ember.schedules.cpu.default.default_schedule` picks by pattern kind.
 
 Declare with `@register` on a small class or with `register(OpDef(...))`; look up with `get`.
 Unknown names raise `UnsupportedOpError`, which lists every missing operator at once.

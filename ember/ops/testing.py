@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ..graph.core import TensorType
+from ..schedules.apply import node_kernel
 from ..tir import dtype as dt
-from .kernel import node_kernel
 from .registry import get, infer_types
 
 

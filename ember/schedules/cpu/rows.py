@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ScheduleError
-from ..te.tensor import ComputeOp, input_tensors_of
-from ..tir import dtype as dt
-from ..tir.expr import as_int
-from .schedules import VECTOR_LANES
+from ...errors import ScheduleError
+from ...te.tensor import ComputeOp, input_tensors_of
+from ...tir import dtype as dt
+from ...tir.expr import as_int
+from .default import VECTOR_LANES
 
 CONTIGUOUS = "contiguous_reduction"  # a compute attribute: it reduces over contiguous elements
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import contextlib
 
-from ..errors import ScheduleError
-from ..te.tensor import ComputeOp, Tensor, input_tensors_of
-from ..tir.expr import as_int
-from .schedules import VECTOR_LANES, default_schedule, parallel_vectorize
+from ...errors import ScheduleError
+from ...te.tensor import ComputeOp, Tensor, input_tensors_of
+from ...tir.expr import as_int
+from .default import VECTOR_LANES, default_schedule, parallel_vectorize
 
 PACK = "pack"  # the tag of a stage computed once, at the root
 
