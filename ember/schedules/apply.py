@@ -10,8 +10,6 @@ Symbolic dimensions become te size variables, one per name in a kernel (ember.op
 
 from __future__ import annotations
 
-import contextlib
-
 from ..errors import ScheduleError
 from ..graph.core import Attrs, TensorType
 from ..ops.common import te_shape
@@ -21,6 +19,7 @@ from ..te.schedule import TESchedule
 from ..te.tensor import ComputeOp, Tensor
 from ..tir.expr import as_int
 from .cpu.default import default_schedule
+from .rules import inline_intermediates
 
 
 def placeholders(in_types: list[TensorType], names: list[str]) -> list[Tensor]:
@@ -109,12 +108,7 @@ def _lead(patterns: list[str]) -> int:
 def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], op) -> None:
     """Inline the nodes' spatial outputs that are not kernel outputs, then schedule with `op`'s
     schedule (None: the default one)."""
-    out_ops = {id(t.op) for t in outs}
-    for ts in reversed(tensors):
-        for t in ts:
-            if isinstance(t.op, ComputeOp) and id(t.op) not in out_ops and not t.op.reduce_axis:
-                with contextlib.suppress(ScheduleError):
-                    s[t].compute_inline()
+    inline_intermediates(s.sch, among={t.op.name for ts in tensors for t in ts if isinstance(t.op, ComputeOp)})
     if op is not None and op.schedule is not None:
         op.schedule(s, outs)
     else:

@@ -14,11 +14,9 @@ input) are computed at the root, in parallel; every other spatial intermediate i
 
 from __future__ import annotations
 
-import contextlib
-
-from ...errors import ScheduleError
 from ...te.tensor import ComputeOp, Tensor, input_tensors_of
 from ...tir.expr import as_int
+from ..rules import inline_intermediates
 from .default import VECTOR_LANES, default_schedule, parallel_vectorize
 
 PACK = "pack"  # the tag of a stage computed once, at the root
@@ -31,16 +29,13 @@ def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
 
 
 def prepare(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
-    """Inline every spatial intermediate but the anchor and the PACK stages; schedule those."""
+    """Schedule the PACK stages; inline every other spatial intermediate but the anchor."""
     out_ops = {id(t.op) for t in outputs}
-    for op in reversed(input_tensors_of(outputs)):
-        if not isinstance(op, ComputeOp) or id(op) in out_ops or op is anchor or op.reduce_axis:
-            continue
-        if op.tag == PACK:
+    stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and id(op) not in out_ops]
+    for op in reversed(stages):
+        if op.tag == PACK and op is not anchor and not op.reduce_axis:
             schedule_pack(s, op.output(0))
-        else:
-            with contextlib.suppress(ScheduleError):
-                s[op.output(0)].compute_inline()
+    inline_intermediates(s.sch, among={op.name for op in stages if op is not anchor and op.tag != PACK})
 
 
 def untiled(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
