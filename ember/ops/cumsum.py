@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.rows import by_rows, schedule_rows
+from ..schedules.cpu.rows import by_rows
 from ..tir import dtype as dt
 from .common import normalize_axis
 from .reduce import acc
@@ -103,6 +103,5 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"axis": REQUIRED, "exclusive": False, "reverse": False},
-    schedule=schedule_rows,
     doc="Running sums along axis; exclusive leaves each element out of its own sum, reverse runs from the end.",
 ))

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
-from ..schedules.cpu.tiling import PACK, find_anchor, prepare, schedule_or_default, tile_rows_cols
+from ..schedules.cpu.tiling import PACK
 from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
@@ -315,27 +315,6 @@ def _compute_conv(inputs, attrs, out_types):
     return [te.compute((x.shape[0], ocb * ob) + out_hw if plain else acc.shape, finish, name="conv_nchwc_out")]
 
 
-def _schedule_conv(s, outputs):
-    anchor = find_anchor(outputs, ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
-        return False
-    out = outputs[0]
-    prepare(s, outputs, anchor)
-    columns = tile_columns(as_int(out.shape[3]))
-    if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
-        tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
-    else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
-        tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
-    return None
-
-
-def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
-    """Output columns per register tile: the largest divisor of width up to `most`, unless that
-    is under half of min(width, most): then `most` with a partial last tile."""
-    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
-    return best if 2 * best >= min(width, most) else most
-
-
 register(OpDef(
     name="conv2d_nchwc",
     infer=_infer_conv,
@@ -343,7 +322,6 @@ register(OpDef(
     compute=_compute_conv,
     pattern="out_elementwise_fusable",
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc"},
-    schedule=schedule_or_default(_schedule_conv, "out_elementwise_fusable"),
     num_inputs=(2, 3),
     doc="2-d convolution in blocked channel layouts: x NCHW{ib}c (or NCHW), w OIHW{ib}i{ob}o, out NCHW{ob}c.",
 ))
@@ -387,16 +365,6 @@ def _compute_pool(inputs, attrs, out_types):
         name="max_pool2d_nchwc", tag=POOL_ANCHOR)]
 
 
-def _schedule_pool(s, outputs):
-    anchor = find_anchor(outputs, POOL_ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
-        return False
-    out = outputs[0]
-    prepare(s, outputs, anchor)
-    tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
-    return None
-
-
 register(OpDef(
     name="max_pool2d_nchwc",
     infer=_infer_pool,
@@ -404,6 +372,5 @@ register(OpDef(
     compute=_compute_pool,
     pattern="reduction",
     attrs=POOL_ATTRS,
-    schedule=schedule_or_default(_schedule_pool, "reduction"),
     doc="max_pool2d over x in NCHW{b}c, out in the same layout.",
 ))

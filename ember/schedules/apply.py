@@ -1,5 +1,6 @@
 """One operator application as a kernel: te placeholders for its input types, its compute, and
-its schedule (the OpDef's own, or the default for its pattern kind).
+its CPU schedule (ember.schedules.cpu.schedule_for: the operator's own, or the default for its
+pattern kind).
 
 `group_kernel` does the same for a fused group of operator applications (ember.passes.fuse): the
 nodes' computes chained on each other's te tensors, every intermediate inlined, and the schedule
@@ -18,6 +19,7 @@ from ..te import placeholder
 from ..te.schedule import TESchedule
 from ..te.tensor import ComputeOp, Tensor
 from ..tir.expr import as_int
+from .cpu import schedule_for
 from .cpu.default import default_schedule
 from .rules import inline_intermediates
 
@@ -50,7 +52,7 @@ def node_kernel(op_name: str, in_types: list[TensorType], attrs: Attrs, out_type
     inputs, outputs = compute_node(op_name, in_types, attrs, out_types, names)
     s = create_schedule([t.op for t in outputs])
     if schedule:
-        (op.schedule or (lambda s_, outs: default_schedule(s_, outs, op.pattern)))(s, outputs)
+        schedule_for(op)(s, outputs)
     return s, inputs + outputs
 
 
@@ -90,10 +92,10 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
     if not schedule:
         return s, inputs + outs
     try:
-        _schedule_group(s, outs, tensors, get(nodes[lead][0]))
+        _schedule_group(s, outs, tensors, schedule_for(get(nodes[lead][0])))
     except ScheduleError:
         s = create_schedule([t.op for t in outs])
-        _schedule_group(s, outs, tensors, None)
+        _schedule_group(s, outs, tensors, lambda s_, outs_: default_schedule(s_, outs_, "injective"))
     return s, inputs + outs
 
 
@@ -105,11 +107,7 @@ def _lead(patterns: list[str]) -> int:
     return len(patterns) - 1
 
 
-def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], op) -> None:
-    """Inline the nodes' spatial outputs that are not kernel outputs, then schedule with `op`'s
-    schedule (None: the default one)."""
+def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], schedule) -> None:
+    """Inline the nodes' spatial outputs that are not kernel outputs, then `schedule`."""
     inline_intermediates(s.sch, among={t.op.name for ts in tensors for t in ts if isinstance(t.op, ComputeOp)})
-    if op is not None and op.schedule is not None:
-        op.schedule(s, outs)
-    else:
-        default_schedule(s, outs, op.pattern if op is not None else "injective")
+    schedule(s, outs)

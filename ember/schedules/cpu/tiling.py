@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...te.tensor import ComputeOp, Tensor, input_tensors_of
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from .default import VECTOR_LANES, default_schedule, parallel_vectorize
+from .default import VECTOR_LANES, parallel_vectorize
 
 PACK = "pack"  # the tag of a stage computed once, at the root
 
@@ -72,17 +72,6 @@ def register_tile(m: int | None, n: int) -> tuple[int, int]:
     nr = lanes_dividing(n, (4 * VECTOR_LANES, 2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)
                         if m is not None and m < 4 else (2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2))
     return min(m or 8, 256 // nr, 12), nr
-
-
-def schedule_or_default(schedule_fn, pattern: str):
-    """`schedule_fn(s, outputs)`, falling back to the default schedule where it declines (returns
-    False) before changing anything."""
-
-    def schedule(s, outputs):
-        if schedule_fn(s, outputs) is False:
-            default_schedule(s, outputs, pattern)
-
-    return schedule
 
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
