@@ -27,10 +27,10 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.tiling import PACK
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
 from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
+from .hints import PACK
 from .registry import OpDef, OpTypeError, register
 
 LAYOUTS = ("bhsd", "bshd")

@@ -26,12 +26,9 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.default import VECTOR_LANES
-from ..schedules.cpu.tiling import (
-    PACK,
-)
 from ..tir.expr import as_int, cast, const
 from .common import check_float, result_dtype
+from .hints import PACK, VECTOR_LANES
 from .registry import OpDef, OpTypeError, register
 
 BLOCK = VECTOR_LANES  # output channels per packed weight block

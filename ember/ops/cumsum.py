@@ -13,9 +13,9 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.rows import by_rows
 from ..tir import dtype as dt
 from .common import normalize_axis
+from .hints import by_rows
 from .reduce import acc
 from .registry import REQUIRED, OpDef, OpTypeError, register
 

@@ -33,10 +33,10 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
-from ..schedules.cpu.tiling import PACK
 from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
+from .hints import PACK
 from .pool import POOL_ATTRS
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
 

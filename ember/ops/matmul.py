@@ -20,14 +20,10 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.default import VECTOR_LANES
-from ..schedules.cpu.tiling import (
-    PACK,
-    lanes_dividing,
-)
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import broadcast_index, broadcast_shapes, result_dtype
+from .hints import PACK, VECTOR_LANES, lanes_dividing
 from .registry import OpDef, OpTypeError, register
 
 ANCHOR = "matmul"

@@ -16,13 +16,11 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..schedules.cpu.tiling import (
-    PACK,
-)
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, max_, min_
 from .common import check_float
 from .conv import window_attrs, window_out
+from .hints import PACK
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 ANCHOR = "pool"

@@ -25,9 +25,9 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
-from ..schedules.cpu.rows import CONTIGUOUS
 from ..tir import dtype as dt
 from .common import check_float, normalize_axis
+from .hints import CONTIGUOUS
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 # -- axes and shapes --------------------------------------------------------------------------

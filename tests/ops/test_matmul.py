@@ -15,9 +15,9 @@ import ember
 from ember import te
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
-from ember.ops.testing import assert_close, check_op, check_op_sizes
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
+from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}

@@ -1,9 +1,12 @@
-"""Operators and their CPU schedules live apart (ember/ops, ember/schedules/cpu): every declared
-schedule names a registered operator, once; an operator without one gets the default for its
-pattern kind; a declared schedule that declines a kernel gives way to the default."""
+"""Operators and their CPU schedules live apart (ember/ops, ember/schedules/cpu): the operators
+import nothing of the schedules; every declared schedule names a registered operator, once; an
+operator without one gets the default for its pattern kind; a declared schedule that declines a
+kernel gives way to the default."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +15,26 @@ from ember import te
 from ember.ops import all_ops
 from ember.schedules import cpu
 from ember.schedules.cpu import declared, schedule_for, schedules
+
+
+def imported_modules(path: Path, package: str) -> set[str]:
+    """Every module a file imports, inside functions too, relative imports resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            found |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_operators_import_nothing_of_the_schedules():
+    ops = Path(__file__).resolve().parents[2] / "ember" / "ops"
+    offending = {f.name: sorted(m for m in imported_modules(f, "ember.ops") if m.startswith("ember.schedules"))
+                 for f in ops.glob("*.py")}
+    assert not {k: v for k, v in offending.items() if v}
 
 
 def test_every_declared_schedule_names_an_operator():

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from ...ops.hints import PACK, lanes_dividing
 from ...te.tensor import ComputeOp, input_tensors_of
 from ...tir.expr import as_int
 from . import schedules
-from .tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
+from .tiling import register_tile, schedule_pack, tile_rows_cols
 
 
 @schedules("scaled_dot_product_attention")

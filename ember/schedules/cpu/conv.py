@@ -5,10 +5,10 @@ convolutions in tiles of 4 channels x one vector of columns when the columns fil
 from __future__ import annotations
 
 from ...ops.conv import ANCHOR, BLOCK, GROUPED
+from ...ops.hints import VECTOR_LANES, lanes_dividing
 from ...tir.expr import as_int
 from . import schedules
-from .default import VECTOR_LANES
-from .tiling import find_anchor, lanes_dividing, prepare, tile_rows_cols, untiled
+from .tiling import find_anchor, prepare, tile_rows_cols, untiled
 
 
 @schedules("conv1d", "conv2d", "conv_transpose2d")

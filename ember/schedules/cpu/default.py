@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 
 from ...errors import ScheduleError
+from ...ops.hints import VECTOR_LANES
 from ...te.tensor import Tensor
 from ..rules import inline_intermediates
 from ..rules import parallel_vectorize as parallel_vectorize_block
 
-VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; wider loops are split by the lowering
 LANES = (VECTOR_LANES, VECTOR_LANES // 2)  # the vector loops the default schedules make
 
 

@@ -4,10 +4,11 @@ products along k."""
 
 from __future__ import annotations
 
+from ...ops.hints import lanes_dividing
 from ...ops.matmul import ANCHOR, GEMV_COLS
 from ...tir.expr import as_int
 from . import schedules
-from .tiling import find_anchor, lanes_dividing, prepare, register_tile, tile_rows_cols
+from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
 
 
 @schedules("matmul", "gemm")

@@ -3,11 +3,11 @@ the window's reduction inside, when the columns fill vectors; else parallel over
 
 from __future__ import annotations
 
+from ...ops.hints import VECTOR_LANES, lanes_dividing
 from ...ops.pool import ANCHOR
 from ...tir.expr import as_int
 from . import schedules
-from .default import VECTOR_LANES
-from .tiling import find_anchor, lanes_dividing, prepare, tile_rows_cols, untiled
+from .tiling import find_anchor, prepare, tile_rows_cols, untiled
 
 
 @schedules("max_pool2d", "avg_pool2d")

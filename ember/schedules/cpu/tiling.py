@@ -14,12 +14,11 @@ input) are computed at the root, in parallel; every other spatial intermediate i
 
 from __future__ import annotations
 
+from ...ops.hints import PACK, VECTOR_LANES, lanes_dividing
 from ...te.tensor import ComputeOp, Tensor, input_tensors_of
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from .default import VECTOR_LANES, parallel_vectorize
-
-PACK = "pack"  # the tag of a stage computed once, at the root
+from .default import parallel_vectorize
 
 
 def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
@@ -59,11 +58,6 @@ def schedule_pack(s, t: Tensor) -> None:
     ro, co, ri, ci = stage.tile(axes[-2], axes[-1], VECTOR_LANES, lanes)
     stage.parallel(stage.fuse(*axes[:-2], ro, co))
     stage.vectorize(ci)
-
-
-def lanes_dividing(n: int | None, widths=(2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)) -> int | None:
-    """The widest vector (in fp32 lanes) that divides n."""
-    return next((w for w in widths if n is not None and n % w == 0), None)
 
 
 def register_tile(m: int | None, n: int) -> tuple[int, int]:
