@@ -7,7 +7,7 @@
    input (so each call can bind it);
 2. groups the nodes into kernels (ember.passes.fuse, at opt_level >= FUSE_LEVEL unless "fuse"
    is disabled; else one group per node) and makes one kernel per group:
-   `ember.ops.kernel.group_kernel` (the nodes' computes chained, intermediates inlined, the
+   `ember.schedules.apply.group_kernel` (the nodes' computes chained, intermediates inlined, the
    anchor's schedule), lowered by `ember.lower`. Groups of the same operators on the same types
    with the same attributes share one lowering; lowered functions that are structurally equal
    (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
@@ -54,13 +54,13 @@ from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
 from .errors import ArgumentTypeError, CompileError, ShapeError
 from .graph.core import Attrs, Graph, Node, TensorType, Value
 from .kernel import lower
-from .ops.kernel import GroupNode, group_kernel
 from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .schedules.apply import GroupNode, group_kernel
 from .target import host_vector_bytes
 from .tir.stmt import PrimFunc
 from .tir.structural import structural_hash
@@ -92,7 +92,7 @@ class CompileStats:
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
 
 
-# (input types, nodes, outputs): a group of operator applications (see ember.ops.kernel.group_kernel)
+# (input types, nodes, outputs): a group of operator applications (see ember.schedules.apply.group_kernel)
 Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int, int], ...]]
 
 

@@ -1,15 +1,26 @@
-"""Test helpers, for ember's own tests and for users writing schedules: run a schedule on every
-target and compare with a NumPy reference at stated tolerances; check that a schedule's trace
-replays to the same function.
+"""Test helpers, for ember's own tests and for users writing schedules or operators: run a
+schedule on every target and compare with a NumPy reference at stated tolerances; check that a
+schedule's trace replays to the same function; build one operator application as a kernel
+(`build_op`) and check it against the operator's NumPy reference, and against PyTorch when given
+(`check_op`):
+
+    check_op("softmax", [x], {"axis": 1}, rtol=1e-5, atol=1e-6, torch_fn=lambda t: t.softmax(1))
+    check_op_sizes("relu", [TensorType(("n", 8))], None, [[x3], [x5]], rtol=0, atol=0)
+
+Input types default to the arrays' shapes and dtypes; `check_op_sizes` builds one kernel for
+input types with symbol names (("n", 8)) and runs it at the sizes of each set of inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .graph.core import TensorType
 from .kernel import _prim_func, build
+from .ops.registry import get, infer_types
+from .schedules.apply import node_kernel
 from .te.schedule import TESchedule
 from .tir import dtype as dt
 from .tir.expr import const
@@ -108,3 +119,99 @@ def check_schedule(
     if trace and isinstance(sch, TESchedule | Schedule):
         verify_trace_roundtrip(sch)
     return results[0]
+
+
+# -- operators ---------------------------------------------------------------------------------
+class OpKernel:
+    """A built operator application: `run(*inputs)` allocates the outputs, runs, returns them."""
+
+    def __init__(self, name: str, in_types: Sequence[TensorType], attrs: Mapping | None, target: str):
+        self.name, self.in_types, self.target = name, list(in_types), target
+        self.attrs, self.out_types = infer_types(name, self.in_types, attrs)
+        s, args = node_kernel(name, self.in_types, self.attrs, self.out_types)
+        self.kernel = build(s, args, target=target)
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        sizes = bind_symbols(self.in_types, inputs)
+        # outputs start as garbage, so an element the kernel forgets to write shows
+        outs = [garbage(tuple(sizes.get(d, d) for d in t.shape), t.dtype) for t in self.out_types]
+        self.kernel(*inputs, *outs)
+        return outs
+
+
+def build_op(name: str, in_types: Sequence[TensorType], attrs: Mapping | None = None,
+             target: str = "c") -> OpKernel:
+    return OpKernel(name, in_types, attrs, target)
+
+
+def bind_symbols(in_types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for t, a in zip(in_types, arrays):
+        for d, n in zip(t.shape, a.shape):
+            if isinstance(d, str) and sizes.setdefault(d, n) != n:
+                raise ValueError(f"symbol {d!r} is bound to both {sizes[d]} and {n}")
+    return sizes
+
+
+def garbage(shape, dtype: str) -> np.ndarray:
+    """NaN, or random integers: what an output holds before a kernel writes it."""
+    if dt.is_float(dtype):
+        return np.full(shape, np.nan, dtype)
+    return np.random.default_rng().integers(0, 2 if dt.is_bool(dtype) else 100, size=shape).astype(dtype)
+
+
+def assert_close(actual: np.ndarray, expected, rtol: float, atol: float, what: str) -> None:
+    """Floats within rtol/atol (NaN equal to NaN, infinities equal), everything else exact."""
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if dt.is_float(actual.dtype.name) or dt.is_float(expected.dtype.name):
+        np.testing.assert_allclose(actual.astype("float64"), expected.astype("float64"), rtol=rtol, atol=atol,
+                                   err_msg=what)
+    else:
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+
+
+def check_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None, rtol: float, atol: float,
+             torch_fn: Callable | None = None, *, targets: Sequence[str] = ("c",),
+             in_types: Sequence[TensorType] | None = None) -> list[np.ndarray]:
+    """Run operator `name` on `inputs` on every target and compare each output with the
+    operator's reference (whose output dtypes must be the inferred ones) and with
+    `torch_fn(*torch_tensors)` when given. Returns the first target's outputs."""
+    inputs = [np.asarray(x) for x in inputs]
+    in_types = list(in_types or [TensorType(x.shape, x.dtype.name) for x in inputs])
+    return check_op_sizes(name, in_types, attrs, [inputs], rtol, atol, torch_fn, targets=targets)[0]
+
+
+def check_op_sizes(name: str, in_types: Sequence[TensorType], attrs: Mapping | None,
+                   input_sets: Sequence[Sequence[np.ndarray]], rtol: float, atol: float,
+                   torch_fn: Callable | None = None, *, targets: Sequence[str] = ("c",)) -> list[list[np.ndarray]]:
+    """check_op with one kernel per target, built once for `in_types` (symbolic dimensions
+    included) and run on every set of inputs. Returns the first target's outputs per set."""
+    bound, out_types = infer_types(name, list(in_types), attrs)
+    kernels = [build_op(name, in_types, attrs, target) for target in targets]
+    results = []
+    for inputs in input_sets:
+        inputs = [np.asarray(x) for x in inputs]
+        expected = get(name).reference(inputs, bound)
+        for k, (e, t) in enumerate(zip(expected, out_types)):
+            assert np.asarray(e).dtype.name == t.dtype, f"{name}: reference output {k} is {e.dtype}, inferred {t.dtype}"
+        torch_expected = _run_torch(torch_fn, inputs) if torch_fn is not None else None
+        shapes = [x.shape for x in inputs]
+        for kernel in kernels:
+            outs = kernel.run(*inputs)
+            what = f"{name} on {kernel.target}, inputs of shapes {shapes}: output"
+            for k, out in enumerate(outs):
+                assert_close(out, expected[k], rtol, atol, f"{what} {k} vs the reference")
+                if torch_expected is not None:
+                    assert_close(out, torch_expected[k], rtol, atol, f"{what} {k} vs torch")
+            if kernel is kernels[0]:
+                results.append(outs)
+    return results
+
+
+def _run_torch(fn: Callable, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    import torch
+
+    out = fn(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])
+    outs = out if isinstance(out, list | tuple) else [out]
+    return [o.detach().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outs]

@@ -1,4 +1,5 @@
-"""The operator library: each operator declared once (ember.ops.registry), one module per family."""
+"""The operator library: each operator declared once (ember.ops.registry), one module per family.
+How kernels are scheduled is kept apart, per target family (ember.schedules.cpu)."""
 
 from .registry import (
            PATTERNS,

@@ -27,13 +27,11 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..te.tensor import ComputeOp, input_tensors_of
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
-from .common import broadcast_index, broadcast_shapes, check_float, result_dtype
-from .kernel import te_shape
+from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
+from .hints import PACK
 from .registry import OpDef, OpTypeError, register
-from .tiling import PACK, lanes_dividing, register_tile, schedule_pack, tile_rows_cols
 
 LAYOUTS = ("bhsd", "bshd")
 
@@ -121,7 +119,7 @@ def _compute(inputs, attrs, out_types):
     qs, ks, vs = swap(q.shape), swap(k.shape), swap(v.shape)
     e_dim, s_dim = qs[-1], ks[-2]
     scale = _scale(attrs, as_int(e_dim))
-    rows = list(swap(te_shape(out_types[0]))[:-1])
+    rows = list(swap(te_shape(out_types[0], inputs))[:-1])
     nb = len(rows) - 1
 
     def batched(shape, i):
@@ -161,30 +159,6 @@ def _compute(inputs, attrs, out_types):
                        name="attention")]
 
 
-def _schedule(s, outputs):
-    """The two products (scores = q k^T, weighted = p v) in register tiles where their columns
-    fill vectors; the other stages parallel over (batch, query row), vectorized along the row."""
-    (out,) = outputs
-    for op in input_tensors_of(outputs):
-        if not isinstance(op, ComputeOp):
-            continue
-        t = op.output(0)
-        if op.tag == PACK:
-            schedule_pack(s, t)
-            continue
-        cols = as_int(t.shape[-1]) if op.name in ("scores", "weighted") else None
-        if cols is not None and lanes_dividing(cols) is not None:
-            mr, nr = register_tile(as_int(t.shape[-2]), cols)
-            tile_rows_cols(s, t, op, t.ndim - 2, t.ndim - 1, mr, nr)
-            continue
-        stage = s[t]
-        axes = list(stage.op.axis)
-        rows = axes[:out.ndim - 1]
-        stage.parallel(stage.fuse(*rows) if len(rows) > 1 else rows[0])
-        if len(axes) == len(rows) + 1 and lanes_dividing(as_int(t.shape[-1])) and not op.reduce_axis:
-            stage.vectorize(axes[-1])
-
-
 register(OpDef(
     name="scaled_dot_product_attention",
     infer=_infer,
@@ -192,7 +166,6 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"causal": False, "scale": None, "layout": "bhsd"},
-    schedule=_schedule,
     num_inputs=(3, 4),
     doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd.",
 ))

@@ -1,10 +1,13 @@
-"""Helpers shared by the operator families: broadcasting, dimension arithmetic, dtypes."""
+"""Helpers shared by the operator families: broadcasting, dimension arithmetic, dtypes, te shapes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..graph.core import Dim, TensorType
 from ..tir import dtype as dt
-from ..tir.expr import as_int
+from ..tir.expr import PrimExpr, Var, as_int, convert
+from ..tir.functor import free_vars
 from .registry import OpTypeError
 
 
@@ -43,3 +46,10 @@ def normalize_axis(op: str, axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise OpTypeError(f"{op}: axis {axis} is out of range for rank {rank}")
     return axis % max(rank, 1)
+
+
+def te_shape(t: TensorType, tensors: Sequence = ()) -> tuple[PrimExpr, ...]:
+    """The te shape of a type: a symbolic dimension is the size variable of that name in the shapes
+    of `tensors` (the kernel's tensors it is computed from), a new one where none has it."""
+    known = {v.name: v for x in tensors for d in x.shape for v in free_vars(d)}
+    return tuple(known.setdefault(d, Var(d)) if isinstance(d, str) else convert(int(d)) for d in t.shape)

@@ -28,9 +28,8 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir.expr import as_int, cast, const
 from .common import check_float, result_dtype
+from .hints import PACK, VECTOR_LANES
 from .registry import OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, schedule_or_default, tile_rows_cols, untiled
 
 BLOCK = VECTOR_LANES  # output channels per packed weight block
 ANCHOR, GROUPED = "conv", "conv_grouped"
@@ -308,42 +307,6 @@ def _compute_conv_transpose(inputs, attrs, out_types):
                          inputs[2] if len(inputs) == 3 else None, out_types[0].shape[2:], pads_b, pads_e, strides)]
 
 
-# -- schedules -----------------------------------------------------------------------------------
-
-
-def _schedule(s, outputs):
-    anchor = find_anchor(outputs, ANCHOR) or find_anchor(outputs, GROUPED)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) - (anchor.tag == ANCHOR):
-        return False
-    out = outputs[0]
-    width = as_int(out.shape[-1])
-    if anchor.tag == ANCHOR:
-        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled in the
-        # accumulation (a vector of 16 channels each); the output (and its epilogue) is written
-        # in vectors along the columns, the tile transposed in registers, unless a tail of
-        # columns would guard the lanes
-        blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
-        cols = _tile_width(width, 12 if blocks == 2 else 24)
-        prepare(s, outputs, anchor)
-        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, cols, vector_cols=width % cols == 0)
-        return None
-    # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
-    lanes = lanes_dividing(width, (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
-    if lanes is None:
-        untiled(s, outputs, anchor)
-        return None
-    prepare(s, outputs, anchor)
-    tile_rows_cols(s, out, anchor, 1, out.ndim - 1, 4 if as_int(out.shape[1]) % 4 == 0 else 1, lanes)
-    return None
-
-
-def _tile_width(width: int, most: int) -> int:
-    """Output columns per register tile: the divisor of width nearest `most` from below, or
-    `most` (with a tail) when width has none above a third of it."""
-    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
-    return best if best * 3 > min(width, most) else min(width, most)
-
-
 # -- registration --------------------------------------------------------------------------------
 
 
@@ -355,7 +318,6 @@ def _conv_op(name: str, n: int) -> OpDef:
         compute=_compute_conv,
         pattern="out_elementwise_fusable",
         attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "dilations": (1,) * n, "groups": 1},
-        schedule=schedule_or_default(_schedule, "out_elementwise_fusable"),
         num_inputs=(2, 3),
         doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped.",
     )
@@ -370,7 +332,6 @@ register(OpDef(
     compute=_compute_conv_transpose,
     pattern="out_elementwise_fusable",
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilations": (1, 1), "groups": 1},
-    schedule=schedule_or_default(_schedule, "out_elementwise_fusable"),
     num_inputs=(2, 3),
     doc="2-d transposed convolution (the gradient of conv2d by its input), w as (in, out/groups, kh, kw).",
 ))

@@ -15,9 +15,9 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from .common import normalize_axis
+from .hints import by_rows
 from .reduce import acc
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import by_rows, schedule_rows
 
 BLOCK = 32
 
@@ -103,6 +103,5 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"axis": REQUIRED, "exclusive": False, "reverse": False},
-    schedule=schedule_rows,
     doc="Running sums along axis; exclusive leaves each element out of its own sum, reverse runs from the end.",
 ))

@@ -34,12 +34,11 @@ import numpy as np
 from .. import te
 from ..graph.core import Dim, TensorType
 from ..tir.expr import as_int, cast
-from .common import check_float, result_dtype
+from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
-from .kernel import te_shape
+from .hints import PACK
 from .pool import POOL_ATTRS
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
-from .tiling import PACK, find_anchor, prepare, schedule_or_default, tile_rows_cols
 
 ANCHOR, POOL_ANCHOR = "conv_nchwc", "pool_nchwc"
 MAX_TILE_COLUMNS = 14  # output columns per register tile (accumulators: columns x vectors of a block)
@@ -180,7 +179,7 @@ def _compute_transform(inputs, attrs, out_types):
                 index.append(coord[a] if src.block(a) is None else coord[a] // src.block(a))
         return x[tuple(index)]
 
-    return [te.compute(te_shape(out_types[0]), element, name="layout_transform")]
+    return [te.compute(te_shape(out_types[0], inputs), element, name="layout_transform")]
 
 
 register(OpDef(
@@ -316,27 +315,6 @@ def _compute_conv(inputs, attrs, out_types):
     return [te.compute((x.shape[0], ocb * ob) + out_hw if plain else acc.shape, finish, name="conv_nchwc_out")]
 
 
-def _schedule_conv(s, outputs):
-    anchor = find_anchor(outputs, ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
-        return False
-    out = outputs[0]
-    prepare(s, outputs, anchor)
-    columns = tile_columns(as_int(out.shape[3]))
-    if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
-        tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
-    else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
-        tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
-    return None
-
-
-def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
-    """Output columns per register tile: the largest divisor of width up to `most`, unless that
-    is under half of min(width, most): then `most` with a partial last tile."""
-    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
-    return best if 2 * best >= min(width, most) else most
-
-
 register(OpDef(
     name="conv2d_nchwc",
     infer=_infer_conv,
@@ -344,7 +322,6 @@ register(OpDef(
     compute=_compute_conv,
     pattern="out_elementwise_fusable",
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc"},
-    schedule=schedule_or_default(_schedule_conv, "out_elementwise_fusable"),
     num_inputs=(2, 3),
     doc="2-d convolution in blocked channel layouts: x NCHW{ib}c (or NCHW), w OIHW{ib}i{ob}o, out NCHW{ob}c.",
 ))
@@ -383,19 +360,9 @@ def _compute_pool(inputs, attrs, out_types):
     pads_e = [max(r - as_int(n) - b, 0) for r, n, b in zip(reach, x.shape[2:4], pads_b)]
     xp = _padded(x, pads_b, pads_e, te.max.identity(x.dtype))
     rh, rw = te.reduce_axis((0, kernel[0]), name="kh"), te.reduce_axis((0, kernel[1]), name="kw")
-    return [te.compute(te_shape(out_types[0]), lambda n, c, h, w, k: te.max(
+    return [te.compute(te_shape(out_types[0], inputs), lambda n, c, h, w, k: te.max(
         xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1], k], axis=[rh, rw]),
         name="max_pool2d_nchwc", tag=POOL_ANCHOR)]
-
-
-def _schedule_pool(s, outputs):
-    anchor = find_anchor(outputs, POOL_ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
-        return False
-    out = outputs[0]
-    prepare(s, outputs, anchor)
-    tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
-    return None
 
 
 register(OpDef(
@@ -405,6 +372,5 @@ register(OpDef(
     compute=_compute_pool,
     pattern="reduction",
     attrs=POOL_ATTRS,
-    schedule=schedule_or_default(_schedule_pool, "reduction"),
     doc="max_pool2d over x in NCHW{b}c, out in the same layout.",
 ))

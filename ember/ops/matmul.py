@@ -23,9 +23,8 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import broadcast_index, broadcast_shapes, result_dtype
+from .hints import PACK, VECTOR_LANES, lanes_dividing
 from .registry import OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, register_tile, schedule_or_default, tile_rows_cols
 
 ANCHOR = "matmul"
 GEMV_COLS = 512  # columns of one tile of a single-row product
@@ -168,67 +167,12 @@ def _compute_gemm(inputs, attrs, out_types):
     return [te.compute(shape, element, name="gemm")]
 
 
-def _schedule(s, outputs):
-    anchor = find_anchor(outputs, ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) or not anchor.attrs["cols"]:
-        return False
-    out = outputs[0]
-    rows = anchor.attrs["rows"]
-    m = as_int(anchor.output(0).shape[-2]) if rows else 1
-    n = as_int(anchor.output(0).shape[-1])
-    if anchor.attrs["dot_lanes"]:
-        prepare(s, outputs, anchor)
-        mr = 1 if m == 1 else 2 if m < 8 else 4
-        _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
-        return None
-    if lanes_dividing(n) is None:
-        return False
-    prepare(s, outputs, anchor)
-    row_axis = out.ndim - 2 if rows else None
-    if m == 1:  # a GEMV: wide rows of b streamed, accumulators in L1
-        nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
-        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
-        return None
-    mr, nr = register_tile(m, n)
-    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
-    return None
-
-
-def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
-    """out[i, j] = sum_k a[i, k] * b[j, k] for a few rows: an mr x nr tile of vectors of partial
-    sums along k (rfactor: lane l sums k = l, l + lanes, ...), added up lane by lane at the end."""
-    acc = anchor.output(0)
-    _, ki = s[acc].split(s[acc].op.reduce_axis[0], factor=lanes)
-    rf = s.rfactor(acc, ki, factor_axis=len(anchor.axis))
-    partial = s.cache_write(rf, "local")
-    s[rf].compute_inline()
-    if out.op is not anchor:
-        acc = s.cache_write(acc, "local")
-        s[anchor.output(0)].compute_inline()
-    i, j = s[out].op.axis
-    io, jo, _, _ = s[out].tile(i, j, mr, nr)
-    tile = s[out].fuse(io, jo)
-    s[out].parallel(tile)
-    if out.op is not anchor:
-        s[acc].compute_at(s[out], tile)
-    s[partial].compute_at(s[out], tile)
-    stage = s[partial]
-    spatial = list(stage.op.axis)
-    stage.reorder(*stage.op.reduce_axis, *spatial)
-    for a in spatial[:-1]:
-        stage.unroll(a)
-    stage.vectorize(spatial[-1])
-
-
-_SCHEDULE = schedule_or_default(_schedule, "out_elementwise_fusable")
-
 register(OpDef(
     name="matmul",
     infer=_infer_matmul,
     reference=_reference_matmul,
     compute=_compute_matmul,
     pattern="out_elementwise_fusable",
-    schedule=_SCHEDULE,
     num_inputs=(2, 2),
     doc="NumPy matmul: 1-D operands promoted, batch dimensions broadcast.",
 ))
@@ -240,7 +184,6 @@ register(OpDef(
     compute=_compute_gemm,
     pattern="out_elementwise_fusable",
     attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False},
-    schedule=_SCHEDULE,
     num_inputs=(2, 3),
     doc="alpha * a' @ b' + beta * c (ONNX Gemm).",
 ))

@@ -19,21 +19,18 @@ The kernels compute rows in parallel, with a row's statistics inside its iterati
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import numpy as np
 
 from .. import te
-from ..errors import ScheduleError
 from ..graph.core import TensorType
 from ..tir.expr import as_int
 from .common import check_float, normalize_axis, result_dtype
+from .hints import by_rows
 from .reduce import acc, acc_dtype, count, reduce_over
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import by_rows, parallel_rows, schedule_rows, vectorize_inner
 from .scaling import deviation, row_scale, scaled_center, scaled_rstd, scaled_squares
-from .schedules import parallel_vectorize
 
 
 def _f64(x: np.ndarray) -> np.ndarray:
@@ -119,7 +116,6 @@ for _name, _log in [("softmax", False), ("log_softmax", True)]:
         compute=_softmax_compute(_log),
         pattern="reduction",
         attrs={"axis": -1},
-        schedule=schedule_rows,
         doc=f"{_name} along axis, computed stably (the row's max subtracted first).",
     ))
 
@@ -204,7 +200,6 @@ register(OpDef(
     compute=_last_dims_compute(centered=True),
     pattern="reduction",
     attrs={"normalized_ndim": 1, "eps": 1e-5},
-    schedule=schedule_rows,
     num_inputs=(1, 3),
     doc="layer_norm(x, weight?, bias?): normalizes the last normalized_ndim dims (biased variance).",
 ))
@@ -216,7 +211,6 @@ register(OpDef(
     compute=_last_dims_compute(centered=False),
     pattern="reduction",
     attrs={"normalized_ndim": 1, "eps": 1e-6},
-    schedule=schedule_rows,
     num_inputs=(1, 2),
     doc="rms_norm(x, weight?): x / sqrt(mean(x^2) + eps) over the last normalized_ndim dims, times weight.",
 ))
@@ -265,7 +259,6 @@ register(OpDef(
     compute=_instance_norm_compute,
     pattern="reduction",
     attrs={"eps": 1e-5},
-    schedule=schedule_rows,
     num_inputs=(1, 3),
     doc="instance_norm(x, weight?, bias?): each (sample, channel) normalized over its spatial dims.",
 ))
@@ -318,17 +311,6 @@ def _group_norm_compute(inputs, attrs, out_types):
     )]
 
 
-def _group_norm_schedule(s, outs) -> None:
-    """The channel loop split into (group, channel in group); (sample, group) rows in parallel."""
-    (out,) = outs
-    st = s[out]
-    axes = list(st.op.axis)
-    g, _ = st.split(axes[1], factor=out.op.attrs["group"])
-    parallel_rows(s, out, [axes[0], g])
-    if out.ndim > 2:
-        vectorize_inner(st, axes[2:])
-
-
 register(OpDef(
     name="group_norm",
     infer=_infer_group_norm,
@@ -336,7 +318,6 @@ register(OpDef(
     compute=_group_norm_compute,
     pattern="reduction",
     attrs={"num_groups": REQUIRED, "eps": 1e-5},
-    schedule=_group_norm_schedule,
     num_inputs=(1, 3),
     doc="group_norm(x, weight?, bias?): channels in num_groups groups, each normalized per sample.",
 ))
@@ -372,12 +353,6 @@ def _batch_norm_compute(inputs, attrs, out_types):
     )]
 
 
-def _batch_norm_schedule(s, outs) -> None:
-    """scale stays a stage of its own (one rsqrt per channel, not per element)."""
-    with contextlib.suppress(ScheduleError):
-        parallel_vectorize(s, outs[0])
-
-
 register(OpDef(
     name="batch_norm",
     infer=_infer_batch_norm,
@@ -385,7 +360,6 @@ register(OpDef(
     compute=_batch_norm_compute,
     pattern="broadcast",
     attrs={"eps": 1e-5},
-    schedule=_batch_norm_schedule,
     num_inputs=(5, 5),
     doc="batch_norm(x, mean, var, weight, bias): inference from running statistics; channels on axis 1.",
 ))

@@ -20,9 +20,8 @@ from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, max_, min_
 from .common import check_float
 from .conv import window_attrs, window_out
+from .hints import PACK
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .schedules import VECTOR_LANES
-from .tiling import PACK, find_anchor, lanes_dividing, prepare, schedule_or_default, tile_rows_cols, untiled
 
 ANCHOR = "pool"
 POOL_ATTRS = {"kernel": REQUIRED, "strides": None, "padding": (0, 0, 0, 0), "dilations": (1, 1),
@@ -140,23 +139,10 @@ def _compute_pool(op: str):
     return compute
 
 
-def _schedule_pool(s, outputs):
-    anchor = find_anchor(outputs, ANCHOR)
-    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 4:
-        return False
-    lanes = lanes_dividing(as_int(outputs[0].shape[3]), (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
-    if lanes is None:
-        untiled(s, outputs, anchor)
-    else:
-        prepare(s, outputs, anchor)
-        tile_rows_cols(s, outputs[0], anchor, None, 3, 1, lanes)
-    return None
-
-
 for _op in ("max_pool2d", "avg_pool2d"):
     register(OpDef(
         name=_op, infer=_infer_pool(_op), reference=_reference_pool(_op), compute=_compute_pool(_op),
-        pattern="reduction", attrs=POOL_ATTRS, schedule=schedule_or_default(_schedule_pool, "reduction"),
+        pattern="reduction", attrs=POOL_ATTRS,
         doc=f"2-d {_op.split('_')[0]} pooling with ONNX-style padding, dilations and ceil_mode.",
     ))
 

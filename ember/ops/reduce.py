@@ -27,8 +27,8 @@ from .. import te
 from ..graph.core import Dim, TensorType
 from ..tir import dtype as dt
 from .common import check_float, normalize_axis
+from .hints import CONTIGUOUS
 from .registry import REQUIRED, OpDef, OpTypeError, register
-from .rows import CONTIGUOUS, schedule_rows
 
 # -- axes and shapes --------------------------------------------------------------------------
 
@@ -204,7 +204,6 @@ for _name, _np_fn, _reducer in SIMPLE:
         compute=_compute_simple(_reducer),
         pattern="reduction",
         attrs=REDUCE_ATTRS,
-        schedule=schedule_rows,
         doc=f"{_name} over axes (None: all), keeping them as size 1 when keepdims.",
     ))
 
@@ -215,7 +214,6 @@ register(OpDef(
     compute=_compute_mean,
     pattern="reduction",
     attrs=REDUCE_ATTRS,
-    schedule=schedule_rows,
     doc="The mean over axes (None: all).",
 ))
 
@@ -226,7 +224,6 @@ register(OpDef(
     compute=_compute_var,
     pattern="reduction",
     attrs={**REDUCE_ATTRS, "correction": 0},
-    schedule=schedule_rows,
     doc="The variance over axes: the sum of squared deviations divided by (count - correction).",
 ))
 
@@ -288,6 +285,5 @@ for _name, _np_fn, _reducer in [("argmax", np.argmax, te.max), ("argmin", np.arg
         compute=_arg_compute(_reducer),
         pattern="reduction",
         attrs={"axis": REQUIRED, "keepdims": False},
-        schedule=schedule_rows,
         doc=f"The index of the first {_name[3:]}imum along axis (int64).",
     ))

@@ -7,9 +7,11 @@ An `OpDef` says, for an operator name:
   tested against and what constant folding runs;
 - `compute(in_tensors, attrs, out_types) -> out_tensors`: its tensor expression, from te
   placeholders of the input types to te tensors of the output types;
-- `pattern`: its fusion pattern kind (PATTERNS);
-- `schedule` (optional): a default CPU schedule for its kernel, `schedule(s, outs)` on the te
-  schedule; without one, `ember.ops.schedules.default_schedule` picks by pattern kind.
+- `pattern`: its fusion pattern kind (PATTERNS).
+
+How its kernel is scheduled is not part of an operator: each target family keeps its schedules
+apart (ember.schedules.cpu: a schedule declared for the operator's name, else the default for
+its pattern kind).
 
 Declare with `@register` on a small class or with `register(OpDef(...))`; look up with `get`.
 Unknown names raise `UnsupportedOpError`, which lists every missing operator at once.
@@ -48,7 +50,6 @@ class OpDef:
     compute: Callable[..., list]
     pattern: str
     attrs: Mapping[str, object] = field(default_factory=dict)
-    schedule: Callable | None = None
     num_inputs: tuple[int, int | None] = (1, 1)  # (min, max); max None: any number
     doc: str = ""
 

@@ -15,8 +15,7 @@ import numpy as np
 from .. import te
 from ..graph.core import Dim, TensorType
 from ..tir.expr import as_int, const, max_, min_
-from .common import broadcast_shapes, normalize_axis, result_dtype
-from .kernel import te_shape
+from .common import broadcast_shapes, normalize_axis, result_dtype, te_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 
@@ -102,7 +101,7 @@ def reshape_compute(x, out_shape, name: str = "reshape"):
 
 
 def _compute_reshape(inputs, attrs, out_types):
-    return [reshape_compute(inputs[0], te_shape(out_types[0]))]
+    return [reshape_compute(inputs[0], te_shape(out_types[0], inputs))]
 
 
 def _infer_flatten(types, attrs):
@@ -171,7 +170,7 @@ def _reference_unsqueeze(inputs, attrs):
 
 def _compute_reshape_like(inputs, attrs, out_types):
     """squeeze, unsqueeze, flatten: the same elements in the same order."""
-    return [reshape_compute(inputs[0], te_shape(out_types[0]))]
+    return [reshape_compute(inputs[0], te_shape(out_types[0], inputs))]
 
 
 def _perm(x_rank: int, perm) -> list[int]:
@@ -215,7 +214,7 @@ def _reference_expand(inputs, attrs):
 
 def _compute_expand(inputs, attrs, out_types):
     (x,) = inputs
-    out_shape = te_shape(out_types[0])
+    out_shape = te_shape(out_types[0], inputs)
     rank = len(out_shape)
     return [te.compute(out_shape, lambda *i: x[tuple(
         const(0) if as_int(d) == 1 else i[rank - x.ndim + k] for k, d in enumerate(x.shape))], name="expand")]
@@ -238,7 +237,7 @@ def _infer_concat(types, attrs):
 def _compute_concat(inputs, attrs, out_types):
     axis = normalize_axis("concat", attrs["axis"], inputs[0].ndim)
     offsets = np.cumsum([0] + [as_int(x.shape[axis]) for x in inputs]).tolist()
-    out_shape = te_shape(out_types[0])
+    out_shape = te_shape(out_types[0], inputs)
 
     def element(*i):
         pos = i[axis]
@@ -280,7 +279,7 @@ def _compute_split(inputs, attrs, out_types):
     offsets = np.cumsum([0] + list(attrs["sizes"])).tolist()
 
     def piece(k: int, lo: int):
-        return te.compute(te_shape(out_types[k]), lambda *i: x[i[:axis] + (i[axis] + lo,) + i[axis + 1:]],
+        return te.compute(te_shape(out_types[k], inputs), lambda *i: x[i[:axis] + (i[axis] + lo,) + i[axis + 1:]],
                           name=f"split{k}")
 
     return [piece(k, lo) for k, lo in enumerate(offsets[:-1])]
@@ -330,7 +329,7 @@ def _reference_slice(inputs, attrs):
 def _compute_slice(inputs, attrs, out_types):
     (x,) = inputs
     ranges = slice_ranges("slice", tuple(as_int(d) if as_int(d) is not None else str(d) for d in x.shape), attrs)
-    return [te.compute(te_shape(out_types[0]), lambda *i: x[tuple(
+    return [te.compute(te_shape(out_types[0], inputs), lambda *i: x[tuple(
         ranges[k][0] + i[k] * ranges[k][1] if k in ranges else i[k] for k in range(x.ndim))], name="slice")]
 
 

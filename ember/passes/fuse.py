@@ -18,7 +18,7 @@ The algorithm, after TVM (src/relay/transforms/fuse_ops.cc):
      D included, is elementwise, broadcast or a reshape, and keeps the anchor's shape up to
      dimensions of size 1, so that the epilogue (bias, activation, batch-norm scale and shift,
      residual add; the reshapes to and from 2-d around a gemm) is computed over the anchor's
-     own loops (ember.ops.kernel.group_kernel). A reshape that splits or merges dimensions
+     own loops (ember.schedules.apply.group_kernel). A reshape that splits or merges dimensions
      would read the anchor through divisions that hide its tile from the bound analysis;
    - an elementwise or broadcast node when the nodes between are at most injective and D's group
      is anything but opaque (so the residual branch joins a conv's epilogue, a prologue joins a

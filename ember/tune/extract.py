@@ -19,7 +19,7 @@ def workload_task(workload, name: str = "kernel", default: bool = True) -> Task:
     """The task of one compiler workload (ember.compiler.workload_of): the group's computation
     with its arguments in the kernel's call order, and (default=True) the trace of the
     operators' own schedule."""
-    from ..ops.kernel import group_kernel
+    from ..schedules.apply import group_kernel
 
     in_types, nodes, outputs = workload
     s, args = group_kernel(list(in_types), list(nodes), list(outputs), schedule=default)

@@ -28,6 +28,7 @@ import contextlib
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
+from ..schedules.rules import inline_intermediates, parallel_vectorize
 from ..tir.expr import BufferLoad, Var, as_int
 from ..tir.functor import collect, uses_var, visit_expr
 from ..tir.schedule import BlockRV, LoopRV, Schedule
@@ -85,7 +86,7 @@ def sample(task: Task, sketch: Sketch, seed: int) -> Schedule | None:
 def _apply_rules(sch: Schedule, pack: bool) -> bool:
     """Apply every rule to a fresh schedule; True when some block was tiled."""
     outputs = {id(p) for p in sch.mod.params}
-    _inline_elementwise(sch, outputs)
+    inline_intermediates(sch, where=_elementwise)
     tiled = False
     for name in [r.block.name for r in sch.all_realizes()]:
         if name == "root" or not _exists(sch, name):
@@ -103,23 +104,12 @@ def _apply_rules(sch: Schedule, pack: bool) -> bool:
                 break
     for name in [r.block.name for r in sch.all_realizes()]:
         if name != "root" and _at_root(sch, name):
-            _parallel_vectorize(sch, sch.get_block(name))
+            with contextlib.suppress(ScheduleError):  # a vector loop the vectorizer cannot take stays scalar
+                parallel_vectorize(sch, sch.get_block(name))
     for loop in _root_loops(sch):
         limit = sch.sample_categorical(list(UNROLL_STEPS), [1] * len(UNROLL_STEPS))
         sch.annotate(loop, "pragma_auto_unroll_max_step", limit)
     return tiled
-
-
-def _inline_elementwise(sch: Schedule, outputs: set[int]) -> None:
-    """Inline, consumers first, every elementwise block whose tensor is not an output."""
-    for realize in reversed(sch.all_realizes()):
-        block = realize.block
-        if block.name == "root" or block.is_reduction or not _elementwise(block):
-            continue
-        if any(id(w.buffer) in outputs for w in block.writes):
-            continue
-        with contextlib.suppress(ScheduleError):
-            sch.compute_inline(sch.get_block(block.name))
 
 
 def _multi_level_tile(sch: Schedule, block: BlockRV, outputs: set[int], pack: bool, fuse_consumer: bool) -> None:
@@ -167,25 +157,6 @@ def _pack_inputs(sch: Schedule, block: BlockRV, locations: list[LoopRV]) -> None
         sch.compute_at(copy, sch.sample_loop(locations))
         with contextlib.suppress(ScheduleError):
             sch.vectorize(sch.get_loops(copy)[-1])
-
-
-def _parallel_vectorize(sch: Schedule, block: BlockRV) -> None:
-    """A nest at the root: its leading spatial loops fused and parallel, its innermost spatial
-    loop vectorized (when it is not a reduction's)."""
-    realize = sch.get_realize(block)
-    kinds = [iv.kind for iv in realize.block.iter_vars]
-    loops = sch.get_loops(block)
-    if not loops or len(loops) != len(kinds) or any(sch.get_for(lp).kind != "serial" for lp in loops):
-        return  # already scheduled (tiled), or a nest the rule does not know
-    lead = [lp for lp, k in zip(loops, kinds) if k == "spatial"][: kinds.index("reduce") if "reduce" in kinds else None]
-    if kinds[-1] == "spatial" and len(lead) == len(loops) and len(lead) > 1:
-        lead = lead[:-1]
-    if lead:
-        fused = sch.fuse(*lead) if len(lead) > 1 else lead[0]
-        sch.parallel(fused)
-    if kinds[-1] == "spatial" and (not lead or loops[-1] not in lead):
-        with contextlib.suppress(ScheduleError):
-            sch.vectorize(sch.get_loops(block)[-1])
 
 
 # -- analysis -------------------------------------------------------------------------------------

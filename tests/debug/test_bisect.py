@@ -6,7 +6,7 @@ import pytest
 
 from ember.debug import bisect
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.pipeline import PASSES, PIPELINES
 from ember.passes.rewrite import rebuild
 from ember.testing import random_array

@@ -9,7 +9,7 @@ import pytest
 from ember.debug import draw_graph
 from ember.debug.draw import kernel_name, kernels_of
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL
 from ember.passes.pipeline import PIPELINES
 from ember.testing import random_array

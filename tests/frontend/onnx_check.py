@@ -16,7 +16,7 @@ import onnxruntime as ort
 from ember.frontend.onnx import import_onnx
 from ember.graph.core import Graph
 from ember.ops.evaluate import evaluate
-from ember.ops.testing import assert_close
+from ember.testing import assert_close
 
 
 def onnx_model(graph_text: str, opset: int = 17, **initializers: np.ndarray) -> onnx.ModelProto:

@@ -12,7 +12,7 @@ from onnx_check import check_onnx, run_onnxruntime
 from torch import nn
 
 import ember
-from ember.ops.testing import assert_close
+from ember.testing import assert_close
 
 RTOL, ATOL = 1e-4, 1e-4  # float32
 

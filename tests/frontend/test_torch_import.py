@@ -18,7 +18,7 @@ from ember.compiler import compile_graph
 from ember.frontend.torch import import_module, import_program
 from ember.frontend.torch.node import FrontendError
 from ember.ops import UnsupportedOpError
-from ember.ops.testing import assert_close
+from ember.testing import assert_close
 
 
 class Fn(nn.Module):

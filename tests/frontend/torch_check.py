@@ -15,7 +15,7 @@ from torch.utils._pytree import tree_flatten
 from ember.frontend.torch import import_module
 from ember.graph.core import Graph
 from ember.ops.evaluate import evaluate
-from ember.ops.testing import assert_close
+from ember.testing import assert_close
 
 
 def run_ember(graph: Graph, inputs) -> list[np.ndarray]:

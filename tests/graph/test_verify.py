@@ -8,7 +8,7 @@ import pytest
 
 from ember.graph import Attrs, Graph, GraphError, TensorType, parse_graph, problems, verify
 from ember.ops import infer_types
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.testing import random_array
 
 

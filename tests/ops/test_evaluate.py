@@ -10,8 +10,8 @@ import pytest
 from ember.errors import ArgumentTypeError, ShapeError
 from ember.graph import Graph, TensorType
 from ember.ops import OpTypeError, UnsupportedOpError
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.testing import random_array
 
 

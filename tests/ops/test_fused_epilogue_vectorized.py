@@ -10,8 +10,8 @@ import pytest
 
 import ember
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL
 from ember.testing import random_array
 

@@ -13,9 +13,10 @@ import ember
 from ember import te
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
-from ember.ops.kernel import compute_node
 from ember.ops.layout import convert_layout
-from ember.ops.testing import assert_close, check_op, check_op_sizes
+from ember.schedules.apply import compute_node
+from ember.schedules.cpu import schedule_for
+from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -147,7 +148,7 @@ def test_conv2d_nchwc_with_a_fused_epilogue():
     relu = te.compute(conv.shape, lambda n, c, h, w_, k: te.max(conv[n, c, h, w_, k] + b[0, c, 0, 0, k], te.const(0.0)),
                       name="relu")
     s = te.create_schedule(relu.op)
-    get("conv2d_nchwc").schedule(s, [relu])
+    schedule_for(get("conv2d_nchwc"))(s, [relu])
     assert "conv_nchwc_local" in str(ember.lower(s, [*inputs, b, relu]))  # the accumulator tile
     f = ember.build(s, [*inputs, b, relu])
     out = np.empty(out_types[0].shape, "float32")

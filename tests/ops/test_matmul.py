@@ -15,8 +15,9 @@ import ember
 from ember import te
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
-from ember.ops.kernel import compute_node
-from ember.ops.testing import assert_close, check_op, check_op_sizes
+from ember.schedules.apply import compute_node
+from ember.schedules.cpu import schedule_for
+from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -102,7 +103,7 @@ def test_matmul_with_a_fused_bias_epilogue(a_shape, b_shape):
     c = te.placeholder(bias.shape, name="bias")
     out = te.compute(mm.shape, lambda i, j: mm[i, j] + c[j], name="biased")
     s = te.create_schedule(out.op)
-    get("matmul").schedule(s, [out])
+    schedule_for(get("matmul"))(s, [out])
     assert "matmul_local" in str(ember.lower(s, [*inputs, c, out]))  # the accumulator tile
     f = ember.build(s, [*inputs, c, out])
     result = np.empty(out_types[0].shape, "float32")

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 import ember
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
-from ember.ops.kernel import node_kernel
-from ember.ops.testing import check_op, check_op_sizes
+from ember.schedules.apply import node_kernel
+from ember.testing import check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 

@@ -1,4 +1,4 @@
-"""The operator test helpers (ember/ops/testing.py) catch what they are for: a kernel that
+"""The operator test helpers (ember/testing.py) catch what they are for: a kernel that
 disagrees with PyTorch, a reference whose dtype is not the inferred one, symbols bound twice."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ember.graph.core import TensorType
-from ember.ops.testing import assert_close, bind_symbols, build_op, check_op
+from ember.testing import assert_close, bind_symbols, build_op, check_op
 
 RNG = np.random.default_rng()
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
-from ember.ops.testing import check_op, check_op_sizes
+from ember.testing import check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 POSITIVE = {"log", "sqrt", "rsqrt"}

@@ -5,7 +5,7 @@ import numpy as np
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.cse import cse
 from ember.passes.dce import dce
 

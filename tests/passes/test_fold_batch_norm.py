@@ -7,7 +7,7 @@ import pytest
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.fold_batch_norm import fold_batch_norm
 
 

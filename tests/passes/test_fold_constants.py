@@ -5,7 +5,7 @@ import numpy as np
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.fold_constants import MAX_GROWTH_BYTES, fold_constants
 

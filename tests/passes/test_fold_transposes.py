@@ -9,8 +9,8 @@ from pass_check import check_same, ops
 
 import ember
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.fold_transposes import fold_transposes
 from ember.passes.pipeline import run_pipeline

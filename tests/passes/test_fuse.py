@@ -8,8 +8,8 @@ import pytest
 import ember
 from ember.compiler import VIEW_OPS
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL, fuse, unfused
 from ember.testing import random_array
 

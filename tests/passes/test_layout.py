@@ -11,7 +11,7 @@ from pass_check import check_same, ops
 
 import ember
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.layout import channel_block, layout
 from ember.passes.pipeline import PIPELINES, run_pipeline

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pass_check import check_same
 
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.pipeline import PASSES, run_pipeline
 
 RTOL = ATOL = 1e-4  # batch-norm folding reassociates

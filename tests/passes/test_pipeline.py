@@ -8,7 +8,7 @@ from pass_check import check_same, ops
 import ember
 from ember.errors import ConfigError
 from ember.graph import Graph, GraphError, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.pipeline import PASSES, PIPELINES, PassReport, run_pipeline
 
 

@@ -17,8 +17,8 @@ import ember
 from ember.compiler import VIEW_OPS
 from ember.errors import ShapeError
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.passes.plan_memory import ALIGN, VIEW, MemoryPlan, greedy_by_size, plan_memory
 from ember.testing import random_array
 

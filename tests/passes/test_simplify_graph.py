@@ -6,7 +6,7 @@ import pytest
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.simplify import RULES, simplify
 

@@ -25,7 +25,7 @@ import ember
 from ember.codegen.entry import render_spec
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.runtime.build import build_library
 from ember.runtime.library import Digest, open_library
 from ember.runtime.tensor_file import tensors
@@ -244,7 +244,7 @@ def test_a_damaged_build_cache_entry_is_rebuilt(python, cache_dir):
     code = "\n".join([
         "import json, numpy as np, ember",
         "from ember.graph import Graph, TensorType",
-        "from ember.ops.build import add_op",
+        "from ember.ops.nodes import add_op",
         "from ember.testing import random_array",
         inspect.getsource(mlp),
         "g = mlp()",

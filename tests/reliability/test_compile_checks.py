@@ -22,7 +22,7 @@ from ember import checks
 from ember.errors import ArgumentTypeError, CompileError, EmberError
 from ember.frontend.onnx import OnnxImportError, import_onnx
 from ember.graph.core import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 
 RTOL = ATOL = 1e-6
 HUGE = (10**6, 10**6)  # 3.6 TiB of float32
@@ -220,7 +220,7 @@ def test_outputs_too_large_for_the_sizes_of_a_call_are_an_out_of_memory_error(py
         import numpy as np, ember
         from ember.errors import EmberError, OutOfMemoryError
         from ember.graph.core import Graph, TensorType
-        from ember.ops.build import add_op
+        from ember.ops.nodes import add_op
 
         g = Graph("outer")
         xs = [g.add_input(n, TensorType(s)) for n, s in (("x", ("n", 1, 1)), ("y", (1, "n", 1)), ("z", (1, 1, "n")))]

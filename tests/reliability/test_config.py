@@ -21,7 +21,7 @@ from ember.cli import main
 from ember.compiler import compile_graph
 from ember.errors import BuildError, ConfigError
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.runtime import build
 from ember.runtime.build import build_library
 from ember.testing import random_array
@@ -33,7 +33,7 @@ MODEL = """
 import numpy as np
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 g = Graph("m")
 x = g.add_input("x", TensorType((64, 96)))
 g.set_outputs(add_op(g, "tanh", [x]))
@@ -114,7 +114,7 @@ def test_huge_thread_keyword_is_lowered(python):
         import numpy as np
         from ember.compiler import compile_graph
         from ember.graph import Graph, TensorType
-        from ember.ops.build import add_op
+        from ember.ops.nodes import add_op
         from ember import config
         g = Graph("m")
         x = g.add_input("x", TensorType((64, 96)))

@@ -33,7 +33,7 @@ def run_everywhere(check):
 GRAPH_MODEL = """
 import numpy as np, ember
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.testing import random_array
 g = Graph("mm")
 x = g.add_input("x", TensorType((256, 64)))

@@ -40,7 +40,7 @@ COMPILE = """
 import numpy as np
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 
 rng = np.random.default_rng()
 

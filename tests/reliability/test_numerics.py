@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import ember
 from ember.graph.core import TensorType
-from ember.ops.testing import build_op, check_op
+from ember.testing import build_op, check_op
 
 N = 96  # a row: six vectors of 16 lanes
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import ember
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.testing import random_array
 
 TIMEOUT = 240

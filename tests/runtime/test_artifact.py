@@ -13,7 +13,7 @@ import pytest
 import ember
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.runtime.artifact import ArtifactError
 from ember.runtime.library import Digest
 from ember.runtime.model import CompiledModel

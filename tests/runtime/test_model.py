@@ -15,8 +15,8 @@ from ember.compiler import compile_graph
 from ember.errors import ArgumentTypeError, ShapeError
 from ember.graph import Graph, TensorType
 from ember.ops import UnsupportedOpError
-from ember.ops.build import add_op
 from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL
 from ember.testing import random_array
 

@@ -6,7 +6,7 @@ import pytest
 
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
-from ember.ops.build import add_op
+from ember.ops.nodes import add_op
 from ember.testing import random_array
 
 

@@ -30,7 +30,7 @@ import onnx
 from ...errors import EmberError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
-from ...ops.build import add_op
+from ...ops.nodes import add_op
 from ...tir import dtype as dt
 from ..fold import SHAPE_OPS, array_type, fold, is_symbolic
 

@@ -26,7 +26,7 @@ import torch
 
 from ...errors import EmberError
 from ...graph.core import Dim, Graph, TensorType, Value
-from ...ops.build import add_op
+from ...ops.nodes import add_op
 from ..fold import fold
 
 TORCH_TO_EMBER = {

@@ -1,39 +1,36 @@
 """One operator application as a kernel: te placeholders for its input types, its compute, and
-its schedule (the OpDef's own, or the default for its pattern kind).
+its CPU schedule (ember.schedules.cpu.schedule_for: the operator's own, or the default for its
+pattern kind).
 
 `group_kernel` does the same for a fused group of operator applications (ember.passes.fuse): the
 nodes' computes chained on each other's te tensors, every intermediate inlined, and the schedule
 of the group's anchor (its out_elementwise_fusable node, else its reduction, else its last node).
 
-Symbolic dimensions become te size variables shared by name (`sym("batch")`), so kernels of one
-model agree on them.
+Symbolic dimensions become te size variables, one per name in a kernel (ember.ops.common.te_shape).
 """
 
 from __future__ import annotations
 
-import contextlib
-
 from ..errors import ScheduleError
 from ..graph.core import Attrs, TensorType
+from ..ops.common import te_shape
+from ..ops.registry import get
 from ..te import placeholder
 from ..te.schedule import TESchedule
 from ..te.tensor import ComputeOp, Tensor
-from ..tir.expr import PrimExpr, Var, as_int, convert
-from .registry import get
-from .schedules import default_schedule
-
-_SYMBOLS: dict[str, Var] = {}
-
-
-def sym(name: str) -> Var:
-    """The size variable of a symbolic dimension name (one Var per name)."""
-    if name not in _SYMBOLS:
-        _SYMBOLS[name] = Var(name)
-    return _SYMBOLS[name]
+from ..tir.expr import as_int
+from .cpu import schedule_for
+from .cpu.default import default_schedule
+from .rules import inline_intermediates
 
 
-def te_shape(t: TensorType) -> tuple[PrimExpr, ...]:
-    return tuple(sym(d) if isinstance(d, str) else convert(int(d)) for d in t.shape)
+def placeholders(in_types: list[TensorType], names: list[str]) -> list[Tensor]:
+    """te placeholders of a kernel's input types; inputs with a symbolic dimension of one name share
+    its size variable."""
+    inputs: list[Tensor] = []
+    for t, name in zip(in_types, names):
+        inputs.append(placeholder(te_shape(t, inputs), t.dtype, name=name))
+    return inputs
 
 
 def compute_node(op_name: str, in_types: list[TensorType], attrs: Attrs, out_types: list[TensorType],
@@ -41,7 +38,7 @@ def compute_node(op_name: str, in_types: list[TensorType], attrs: Attrs, out_typ
     """(input placeholders, output tensors) of one operator application."""
     op = get(op_name)
     names = names or [f"in{k}" for k in range(len(in_types))]
-    inputs = [placeholder(te_shape(t), t.dtype, name=n) for t, n in zip(in_types, names)]
+    inputs = placeholders(in_types, names)
     outputs = list(op.compute(inputs, attrs, out_types))
     return inputs, outputs
 
@@ -55,7 +52,7 @@ def node_kernel(op_name: str, in_types: list[TensorType], attrs: Attrs, out_type
     inputs, outputs = compute_node(op_name, in_types, attrs, out_types, names)
     s = create_schedule([t.op for t in outputs])
     if schedule:
-        (op.schedule or (lambda s_, outs: default_schedule(s_, outs, op.pattern)))(s, outputs)
+        schedule_for(op)(s, outputs)
     return s, inputs + outputs
 
 
@@ -71,14 +68,14 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
     that are not kernel outputs are inlined, so they never reach memory; then the schedule of
     the node that leads (see the module doc) runs on the kernel's outputs. A schedule the
     group's shape does not fit (it raises ScheduleError) gives way to the default one."""
+    from ..ops.shape import reshape_compute  # (shape imports ember.ops.common, not this module)
     from ..te import create_schedule
-    from .shape import reshape_compute  # (shape imports this module)
 
     if len(nodes) == 1 and list(outputs) == [(0, i) for i in range(len(nodes[0][3]))]:
         op, attrs, refs, out_types = nodes[0]
         if list(refs) == [(-1, k) for k in range(len(in_types))]:
             return node_kernel(op, list(in_types), attrs, list(out_types), schedule=schedule)
-    inputs = [placeholder(te_shape(t), t.dtype, name=f"in{k}") for k, t in enumerate(in_types)]
+    inputs = placeholders(in_types, [f"in{k}" for k in range(len(in_types))])
     tensors: list[list[Tensor]] = []
     for op, attrs, refs, out_types in nodes:
         args = [inputs[i] if j < 0 else tensors[j][i] for j, i in refs]
@@ -95,10 +92,10 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
     if not schedule:
         return s, inputs + outs
     try:
-        _schedule_group(s, outs, tensors, get(nodes[lead][0]))
+        _schedule_group(s, outs, tensors, schedule_for(get(nodes[lead][0])))
     except ScheduleError:
         s = create_schedule([t.op for t in outs])
-        _schedule_group(s, outs, tensors, None)
+        _schedule_group(s, outs, tensors, lambda s_, outs_: default_schedule(s_, outs_, "injective"))
     return s, inputs + outs
 
 
@@ -110,16 +107,7 @@ def _lead(patterns: list[str]) -> int:
     return len(patterns) - 1
 
 
-def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], op) -> None:
-    """Inline the nodes' spatial outputs that are not kernel outputs, then schedule with `op`'s
-    schedule (None: the default one)."""
-    out_ops = {id(t.op) for t in outs}
-    for ts in reversed(tensors):
-        for t in ts:
-            if isinstance(t.op, ComputeOp) and id(t.op) not in out_ops and not t.op.reduce_axis:
-                with contextlib.suppress(ScheduleError):
-                    s[t].compute_inline()
-    if op is not None and op.schedule is not None:
-        op.schedule(s, outs)
-    else:
-        default_schedule(s, outs, op.pattern if op is not None else "injective")
+def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], schedule) -> None:
+    """Inline the nodes' spatial outputs that are not kernel outputs, then `schedule`."""
+    inline_intermediates(s.sch, among={t.op.name for ts in tensors for t in ts if isinstance(t.op, ComputeOp)})
+    schedule(s, outs)

@@ -14,14 +14,11 @@ input) are computed at the root, in parallel; every other spatial intermediate i
 
 from __future__ import annotations
 
-import contextlib
-
-from ..errors import ScheduleError
-from ..te.tensor import ComputeOp, Tensor, input_tensors_of
-from ..tir.expr import as_int
-from .schedules import VECTOR_LANES, default_schedule, parallel_vectorize
-
-PACK = "pack"  # the tag of a stage computed once, at the root
+from ...ops.hints import PACK, VECTOR_LANES, lanes_dividing
+from ...te.tensor import ComputeOp, Tensor, input_tensors_of
+from ...tir.expr import as_int
+from ..rules import inline_intermediates
+from .default import parallel_vectorize
 
 
 def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
@@ -31,16 +28,13 @@ def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
 
 
 def prepare(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
-    """Inline every spatial intermediate but the anchor and the PACK stages; schedule those."""
+    """Schedule the PACK stages; inline every other spatial intermediate but the anchor."""
     out_ops = {id(t.op) for t in outputs}
-    for op in reversed(input_tensors_of(outputs)):
-        if not isinstance(op, ComputeOp) or id(op) in out_ops or op is anchor or op.reduce_axis:
-            continue
-        if op.tag == PACK:
+    stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and id(op) not in out_ops]
+    for op in reversed(stages):
+        if op.tag == PACK and op is not anchor and not op.reduce_axis:
             schedule_pack(s, op.output(0))
-        else:
-            with contextlib.suppress(ScheduleError):
-                s[op.output(0)].compute_inline()
+    inline_intermediates(s.sch, among={op.name for op in stages if op is not anchor and op.tag != PACK})
 
 
 def untiled(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
@@ -66,28 +60,12 @@ def schedule_pack(s, t: Tensor) -> None:
     stage.vectorize(ci)
 
 
-def lanes_dividing(n: int | None, widths=(2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)) -> int | None:
-    """The widest vector (in fp32 lanes) that divides n."""
-    return next((w for w in widths if n is not None and n % w == 0), None)
-
-
 def register_tile(m: int | None, n: int) -> tuple[int, int]:
     """(mr, nr) of a register tile over m rows (None: unknown) and n columns (a multiple of 8):
     the widest vectors dividing n, rows while the accumulators fit the 16-32 vector registers."""
     nr = lanes_dividing(n, (4 * VECTOR_LANES, 2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)
                         if m is not None and m < 4 else (2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2))
     return min(m or 8, 256 // nr, 12), nr
-
-
-def schedule_or_default(schedule_fn, pattern: str):
-    """`schedule_fn(s, outputs)`, falling back to the default schedule where it declines (returns
-    False) before changing anything."""
-
-    def schedule(s, outputs):
-        if schedule_fn(s, outputs) is False:
-            default_schedule(s, outputs, pattern)
-
-    return schedule
 
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,

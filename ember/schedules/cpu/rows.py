@@ -1,7 +1,7 @@
 """Row schedules: kernels whose output is computed row by row from statistics of the row
 (softmax, the norms, reductions, where each output element is a row of its own).
 
-An output says how it splits into rows with the compute attribute `by_rows(row_axes,
+An output says how it splits into rows with the compute attribute `ember.ops.hints.by_rows(row_axes,
 inner_axes)`; `schedule_rows` then
 - reorders the output's loops to (row axes..., inner axes...), fuses the row loops and runs
   them in parallel;
@@ -23,18 +23,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import ScheduleError
-from ..te.tensor import ComputeOp, input_tensors_of
-from ..tir import dtype as dt
-from ..tir.expr import as_int
-from .schedules import VECTOR_LANES
-
-CONTIGUOUS = "contiguous_reduction"  # a compute attribute: it reduces over contiguous elements
-
-
-def by_rows(row_axes: Sequence[int], inner_axes: Sequence[int] = ()) -> dict:
-    """The te compute attributes that tell `schedule_rows` how an output splits into rows."""
-    return {"rows": (tuple(row_axes), tuple(inner_axes))}
+from ...errors import ScheduleError
+from ...ops.hints import CONTIGUOUS, VECTOR_LANES
+from ...te.tensor import ComputeOp, input_tensors_of
+from ...tir import dtype as dt
+from ...tir.expr import as_int
 
 
 def schedule_rows(s, outs) -> None:

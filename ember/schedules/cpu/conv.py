@@ -1,0 +1,45 @@
+"""CPU schedules of the convolutions (ember.ops.conv): the accumulation in a register tile of
+16 * b output channels x w output columns, written back in vectors along the columns; grouped
+convolutions in tiles of 4 channels x one vector of columns when the columns fill vectors."""
+
+from __future__ import annotations
+
+from ...ops.conv import ANCHOR, BLOCK, GROUPED
+from ...ops.hints import VECTOR_LANES, lanes_dividing
+from ...tir.expr import as_int
+from . import schedules
+from .tiling import find_anchor, prepare, tile_rows_cols, untiled
+
+
+@schedules("conv1d", "conv2d", "conv_transpose2d")
+def schedule_conv(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR) or find_anchor(outputs, GROUPED)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) - (anchor.tag == ANCHOR):
+        return False
+    out = outputs[0]
+    width = as_int(out.shape[-1])
+    if anchor.tag == ANCHOR:
+        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled in the
+        # accumulation (a vector of 16 channels each); the output (and its epilogue) is written
+        # in vectors along the columns, the tile transposed in registers, unless a tail of
+        # columns would guard the lanes
+        blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
+        cols = _tile_width(width, 12 if blocks == 2 else 24)
+        prepare(s, outputs, anchor)
+        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, cols, vector_cols=width % cols == 0)
+        return None
+    # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
+    lanes = lanes_dividing(width, (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
+    if lanes is None:
+        untiled(s, outputs, anchor)
+        return None
+    prepare(s, outputs, anchor)
+    tile_rows_cols(s, out, anchor, 1, out.ndim - 1, 4 if as_int(out.shape[1]) % 4 == 0 else 1, lanes)
+    return None
+
+
+def _tile_width(width: int, most: int) -> int:
+    """Output columns per register tile: the divisor of width nearest `most` from below, or
+    `most` (with a tail) when width has none above a third of it."""
+    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
+    return best if best * 3 > min(width, most) else min(width, most)

@@ -1,0 +1,42 @@
+"""CPU schedules of the blocked-layout operators (ember.ops.layout): a register tile of output
+columns x the channels of one output block, the block in vector lanes."""
+
+from __future__ import annotations
+
+from ...ops.layout import ANCHOR, MAX_TILE_COLUMNS, POOL_ANCHOR
+from ...tir.expr import as_int
+from . import schedules
+from .tiling import find_anchor, prepare, tile_rows_cols
+
+
+@schedules("conv2d_nchwc")
+def schedule_conv_nchwc(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
+        return False
+    out = outputs[0]
+    prepare(s, outputs, anchor)
+    columns = tile_columns(as_int(out.shape[3]))
+    if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
+        tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
+    else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
+        tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
+    return None
+
+
+def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
+    """Output columns per register tile: the largest divisor of width up to `most`, unless that
+    is under half of min(width, most): then `most` with a partial last tile."""
+    best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
+    return best if 2 * best >= min(width, most) else most
+
+
+@schedules("max_pool2d_nchwc")
+def schedule_pool_nchwc(s, outputs):
+    anchor = find_anchor(outputs, POOL_ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
+        return False
+    out = outputs[0]
+    prepare(s, outputs, anchor)
+    tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
+    return None

@@ -1,0 +1,64 @@
+"""CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output,
+a GEMV's wide rows in blocks, and few-row products with b transposed as vectors of partial dot
+products along k."""
+
+from __future__ import annotations
+
+from ...ops.hints import lanes_dividing
+from ...ops.matmul import ANCHOR, GEMV_COLS
+from ...tir.expr import as_int
+from . import schedules
+from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
+
+
+@schedules("matmul", "gemm")
+def schedule_matmul(s, outputs):
+    anchor = find_anchor(outputs, ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) or not anchor.attrs["cols"]:
+        return False
+    out = outputs[0]
+    rows = anchor.attrs["rows"]
+    m = as_int(anchor.output(0).shape[-2]) if rows else 1
+    n = as_int(anchor.output(0).shape[-1])
+    if anchor.attrs["dot_lanes"]:
+        prepare(s, outputs, anchor)
+        mr = 1 if m == 1 else 2 if m < 8 else 4
+        _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
+        return None
+    if lanes_dividing(n) is None:
+        return False
+    prepare(s, outputs, anchor)
+    row_axis = out.ndim - 2 if rows else None
+    if m == 1:  # a GEMV: wide rows of b streamed, accumulators in L1
+        nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
+        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
+        return None
+    mr, nr = register_tile(m, n)
+    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
+    return None
+
+
+def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
+    """out[i, j] = sum_k a[i, k] * b[j, k] for a few rows: an mr x nr tile of vectors of partial
+    sums along k (rfactor: lane l sums k = l, l + lanes, ...), added up lane by lane at the end."""
+    acc = anchor.output(0)
+    _, ki = s[acc].split(s[acc].op.reduce_axis[0], factor=lanes)
+    rf = s.rfactor(acc, ki, factor_axis=len(anchor.axis))
+    partial = s.cache_write(rf, "local")
+    s[rf].compute_inline()
+    if out.op is not anchor:
+        acc = s.cache_write(acc, "local")
+        s[anchor.output(0)].compute_inline()
+    i, j = s[out].op.axis
+    io, jo, _, _ = s[out].tile(i, j, mr, nr)
+    tile = s[out].fuse(io, jo)
+    s[out].parallel(tile)
+    if out.op is not anchor:
+        s[acc].compute_at(s[out], tile)
+    s[partial].compute_at(s[out], tile)
+    stage = s[partial]
+    spatial = list(stage.op.axis)
+    stage.reorder(*stage.op.reduce_axis, *spatial)
+    for a in spatial[:-1]:
+        stage.unroll(a)
+    stage.vectorize(spatial[-1])

@@ -1,0 +1,7 @@
+"""CPU schedules of the reductions (ember.ops.reduce): every output element a row of its own
+(rows.schedule_rows)."""
+
+from . import schedules
+from .rows import schedule_rows
+
+schedules("sum", "mean", "max", "min", "prod", "var", "argmax", "argmin")(schedule_rows)
