@@ -14,7 +14,6 @@ from ..errors import ScheduleError
 from ..te.tensor import ComputeOp, Tensor, input_tensors_of
 from ..tir.expr import as_int
 
-MIN_PARALLEL = 2  # iterations the parallel loop needs at least
 VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; wider loops are split by the lowering
 
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 
 from .expr import Buffer, PrimExpr, Var, const
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
-
 
 class Stmt:
     __slots__ = ()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from ...errors import ScheduleError
 from ..expr import Var
 from ..functor import collect, mutate_stmt, stmt_children
-from ..stmt import Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt
+from ..stmt import Block, BlockRealize, For, PrimFunc, Stmt
 from .trace import Instruction, Trace
 
 
@@ -284,7 +284,3 @@ def _freeze(v):
     if isinstance(v, list | tuple):
         return tuple(_freeze(x) for x in v)
     return int(v) if isinstance(v, ExprRV) else v
-
-
-def seq_children(s: Stmt) -> list[Stmt]:
-    return list(s.stmts) if isinstance(s, SeqStmt) else [s]
