@@ -29,7 +29,8 @@ from .nest import (
     replace_loop_body,
     writes_buffer,
 )
-from .state import BlockRV, LoopRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, LoopRV, Schedule
 
 
 def _merged(regions, ana: Analyzer):

@@ -14,7 +14,8 @@ from ..region import with_regions
 from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, Stmt
 from .nest import check_sole_writer, detach, realizes_in
-from .state import BlockRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, Schedule
 
 
 def _single_store(block: Block, primitive_name: str) -> BufferStore:
