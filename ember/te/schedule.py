@@ -9,14 +9,14 @@ bound to them right now) or the loop handles that split/fuse/tile returned.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..tir.expr import Buffer
-from ..tir.functor import free_vars, visit_stmt
+from ..tir.functor import free_vars
+from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
-from ..tir.stmt import BlockRealize, BufferStore, For, IterVar, PrimFunc
+from ..tir.stmt import For, IterVar, PrimFunc
 from .tensor import ComputeOp, Operation, Tensor, input_tensors_of, tensor_of
 from .to_tir import create_prim_func
 
@@ -242,29 +242,3 @@ def _buffer_of(t) -> Buffer:
     if isinstance(t, Buffer):
         return t
     raise ScheduleError(f"expected a tensor, got {type(t).__name__}")
-
-
-def bind_params(func: PrimFunc, params: list[Buffer], name: str) -> PrimFunc:
-    """Make `params` the function's arguments: those computed inside stop being scratch buffers,
-    computed tensors left out become scratch; every tensor read but never computed must be one."""
-
-    written: set[Buffer] = set()
-    read: dict[Buffer, None] = {}
-
-    def on_stmt(s):
-        if isinstance(s, BufferStore):
-            written.add(s.buffer)
-        if isinstance(s, BlockRealize):
-            for r in s.block.reads:
-                read.setdefault(r.buffer)
-
-    visit_stmt(func.body, on_stmt)
-    top = func.body
-    root = top.block
-    missing = [b.name for b in read if b not in written and b not in params and b not in root.alloc_buffers]
-    if missing:
-        raise ScheduleError(f"tensors {missing} are read by the computation but are not among the arguments")
-    allocs = [b for b in root.alloc_buffers if b not in params]
-    allocs += [b for b in func.params if b not in params and b in written and b not in allocs]
-    new_root = replace(root, alloc_buffers=tuple(allocs))
-    return PrimFunc(name, tuple(params), replace(top, block=new_root), func.attrs)
