@@ -17,7 +17,7 @@ from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
 from ..tir.stmt import For, IterVar, PrimFunc
-from .tensor import ComputeOp, Operation, Tensor, input_tensors_of, tensor_of
+from .tensor import ComputeOp, Operation, Tensor, input_tensors_of
 from .to_tir import create_prim_func
 
 
@@ -197,7 +197,7 @@ class TESchedule:
         copy_ivs = self.sch.get_realize(copy).block.iter_vars
         spatial = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
         self.axis_alias.update({(copy_name, iv.var): civ for iv, civ in zip(spatial, copy_ivs)})
-        return _view(cache_buf, tensor.op)
+        return Tensor(tensor.op, 0, cache_buf)
 
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
         """Copy `tensor` into a `scope` buffer that the reader stages read instead."""
@@ -212,26 +212,18 @@ class TESchedule:
                                    consumer_blocks=[st.block for st in stages[1:]] or None)
         cache_buf = self.sch.get_realize(copy).block.writes[0].buffer
         self._block_of[cache_buf] = self.sch.block_name(copy)
-        return _view(cache_buf, tensor.op)
+        return Tensor(tensor.op, 0, cache_buf)
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         stage = self[tensor]
         rf = self.sch.rfactor(stage._loop(axis), factor_axis=factor_axis)
         rf_buf = self.sch.get_realize(rf).block.writes[0].buffer
         self._block_of[rf_buf] = self.sch.block_name(rf)
-        return _view(rf_buf, tensor.op)
+        return Tensor(tensor.op, 0, rf_buf)
 
     def to_prim_func(self, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
         """The scheduled function with parameters `args`, in that order."""
         return bind_params(self.sch.mod, [_buffer_of(a) for a in args], name)
-
-
-def _view(buf: Buffer, op: Operation) -> Tensor:
-    """A te Tensor for a buffer the schedule made (cache, rfactor)."""
-    try:
-        return tensor_of(buf)
-    except KeyError:
-        return Tensor(op, 0, buf)
 
 
 def _buffer_of(t) -> Buffer:
