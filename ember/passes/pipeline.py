@@ -29,13 +29,13 @@ from .. import config
 from ..graph.core import Graph, GraphError
 from ..graph.verify import verify
 from ..ops.registry import infer_types
+from .algebraic import simplify
 from .cse import cse
 from .dce import dce
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .layout import layout
-from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 

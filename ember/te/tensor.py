@@ -150,7 +150,7 @@ size_var = var
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
     """A reduction variable over [lo, hi)."""
-    from ..tir.simplify import simplify
+    from ..tir.arith import simplify
 
     lo, hi = (convert(x) for x in dom)
     return IterVar(Var(name), Range(lo, simplify(hi - lo)), "reduce")

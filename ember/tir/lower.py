@@ -18,25 +18,20 @@ from .transform.compact_buffers import compact_buffers
 from .transform.flatten import flatten
 from .transform.hoist_init import hoist_init
 from .transform.lower_blocks import lower_blocks
-from .transform.simplify_stmt import simplify_stmt
+from .transform.simplify_stmt import simplify_body
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
-
-
-def simplify(func: PrimFunc) -> PrimFunc:
-    return func.with_body(simplify_stmt(func.body))
-
 
 PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("hoist_init", hoist_init),
     ("compact_buffers", compact_buffers),
     ("lower_blocks", lower_blocks),
     ("flatten", flatten),
-    ("simplify", simplify),
+    ("simplify", simplify_body),
     ("unroll", unroll),
-    ("simplify_unrolled", simplify),
+    ("simplify_unrolled", simplify_body),
     ("vectorize", vectorize),
-    ("simplify_vectors", simplify),
+    ("simplify_vectors", simplify_body),
 ]
 OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
 

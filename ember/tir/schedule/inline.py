@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import BufferLoad, Var
 from ..functor import mutate_expr, mutate_stmt, substitute, visit_expr
 from ..region import with_regions
-from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, Stmt
 from .nest import check_sole_writer, detach, realizes_in
 from .registry import primitive
