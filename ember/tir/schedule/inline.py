@@ -34,7 +34,6 @@ def _check_intermediate(sch: Schedule, buf, block_name: str, primitive_name: str
         )
 
 
-
 def _drop_alloc(sch: Schedule, buf) -> None:
     root = sch.root_block()
     sch.set_root(replace(root, alloc_buffers=tuple(b for b in root.alloc_buffers if b is not buf)))
@@ -99,6 +98,11 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
         raise ScheduleError(f"reverse_compute_inline: {pbuf.name} is written by several blocks")
     prod_realize = producers[pbuf][0]
     pblk = prod_realize.block
+    others = sorted(r.block.name for r in sch.all_realizes() if r.block is not blk and r.block is not pblk
+                    and any(rd.buffer is pbuf for rd in r.block.reads))
+    if others:  # they would read a tensor that is no longer computed
+        raise ScheduleError(f"reverse_compute_inline: {pbuf.name} is also read by block(s) {others}; only the "
+                            f"single consumer of a tensor can be inlined into its producer")
     pstore = _single_store(pblk, "reverse_compute_inline")
     idx = candidates[0].indices
     if any(tuple(map(id, ld.indices)) != tuple(map(id, idx)) for ld in candidates):
