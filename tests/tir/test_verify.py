@@ -50,6 +50,7 @@ def _drop_outer_loop(func: PrimFunc) -> PrimFunc:
 def test_a_broken_lowering_pass_is_named(monkeypatch):
     passes = [(n, _drop_outer_loop if n == "flatten" else fn) for n, fn in lower_module.PASSES]
     monkeypatch.setattr(lower_module, "PASSES", passes)
+    monkeypatch.delenv("EMBER_DEBUG", raising=False)
     s, args = scheduled_gemm()
     ember.lower(s, args)  # unnoticed without debug
     with pytest.raises(LowerError, match=r"after lowering pass flatten: kernel main: \d+ problem\(s\):\n"
