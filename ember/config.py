@@ -260,6 +260,9 @@ OPTIONS = {
                "EMBER_CFLAGS", "flags passed to the C compiler (replace the default ones)", Flags()),
         Option("num_threads", 0, "EMBER_NUM_THREADS", "OpenMP threads per kernel call (0: OpenMP's default)",
                Threads()),
+        Option("debug", False, "EMBER_DEBUG",
+               "verify the graph after every graph pass and the loop IR after every lowering pass, naming "
+               "the pass at fault (slower compiles)", Boolean()),
         Option("print_lower", False, "EMBER_PRINT_LOWER", "print the loop IR after every lowering pass", Boolean()),
         Option("print_ir", (), "EMBER_PRINT_IR",
                "graph passes after which to print the graph to stderr: comma-separated names, or all",

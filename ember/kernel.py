@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from .errors import ArgumentTypeError, ConfigError
 from .target import host_vector_bytes
-from .te.schedule import TESchedule, bind_params
+from .te.schedule import TESchedule
 from .tir.lower import lower as lower_func
+from .tir.params import bind_params
 from .tir.schedule import Schedule
 from .tir.stmt import PrimFunc
 

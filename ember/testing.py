@@ -84,9 +84,9 @@ def check_schedule(
     env = {v.name: const(n) for v, n in (sizes or {}).items()}
 
     def concrete(shape):
+        from .tir.arith import simplify
         from .tir.expr import Const
         from .tir.functor import free_vars, substitute
-        from .tir.simplify import simplify
 
         out = []
         for d in shape:

@@ -4,15 +4,17 @@ level, and run with instrumentation.
     graph = run_pipeline(graph, opt_level=2, disabled_passes=("cse",), print_ir="all", debug=True)
 
 Per pass, `run_pipeline` records a PassReport (name, seconds, node counts before and after,
-whether the graph changed) in `report` when given one; in debug mode it runs the verifier
-(ember.graph.verify with ember.ops.infer_types) on the input and after every pass, naming the
-pass at fault; it prints the IR to stderr after the passes `print_ir` names ("all", a name or a
-list), headed `# after <pass> (<n> -> <m> nodes, <t> ms)` or `# after <pass> (unchanged)`.
+whether the graph changed) in `report` when given one; in debug mode (debug=True, or
+EMBER_DEBUG=1 when debug is None) it runs the verifier (ember.graph.verify with
+ember.ops.infer_types) on the input and after every pass, naming the pass at fault; it prints
+the IR to stderr after the passes `print_ir` names ("all", a name or a list), headed
+`# after <pass> (<n> -> <m> nodes, <t> ms)` or `# after <pass> (unchanged)`.
 A pass that changes nothing hands on the graph it was given, so a graph no pass changes comes
 back as the same object.
 
-Options read (ember.config): print_ir (EMBER_PRINT_IR, used when print_ir is None) and
-disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both comma-separated names.
+Options read (ember.config): debug (EMBER_DEBUG), print_ir (EMBER_PRINT_IR, used when print_ir
+is None) and disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both
+comma-separated names.
 Unknown pass names raise ConfigError (checked by ember.config) listing the known ones;
 LATE_PASSES (fuse) are known names too, though the compiler, not this pipeline, runs them (and
 asks `disabled_passes_of` and `printed_passes` whether to).
@@ -29,13 +31,13 @@ from .. import config
 from ..graph.core import Graph, GraphError
 from ..graph.verify import verify
 from ..ops.registry import infer_types
+from .algebraic import simplify
 from .cse import cse
 from .dce import dce
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .layout import layout
-from .simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 
@@ -70,12 +72,13 @@ class PassReport:
 
 
 def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (),
-                 print_ir: str | Iterable[str] | None = None, debug: bool = False,
+                 print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
                  report: list[PassReport] | None = None) -> Graph:
     if opt_level not in PIPELINES:
         raise ValueError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
     disabled = disabled_passes_of(disabled_passes)
     printed = printed_passes(print_ir)
+    debug = config.get("debug") if debug is None else debug
     if debug:
         _verify(graph, "the pipeline's input")
     for name in PIPELINES[opt_level]:

@@ -9,15 +9,15 @@ bound to them right now) or the loop handles that split/fuse/tile returned.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ..errors import ScheduleError
 from ..tir.expr import Buffer
-from ..tir.functor import free_vars, visit_stmt
+from ..tir.functor import free_vars
+from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
-from ..tir.stmt import BlockRealize, BufferStore, For, IterVar, PrimFunc
-from .tensor import ComputeOp, Operation, Tensor, input_tensors_of, tensor_of
+from ..tir.stmt import For, IterVar, PrimFunc
+from .tensor import ComputeOp, Operation, Tensor, input_tensors_of
 from .to_tir import create_prim_func
 
 
@@ -197,7 +197,7 @@ class TESchedule:
         copy_ivs = self.sch.get_realize(copy).block.iter_vars
         spatial = [iv for iv in blk.iter_vars if iv.kind == "spatial"]
         self.axis_alias.update({(copy_name, iv.var): civ for iv, civ in zip(spatial, copy_ivs)})
-        return _view(cache_buf, tensor.op)
+        return Tensor(tensor.op, 0, cache_buf)
 
     def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
         """Copy `tensor` into a `scope` buffer that the reader stages read instead."""
@@ -212,26 +212,18 @@ class TESchedule:
                                    consumer_blocks=[st.block for st in stages[1:]] or None)
         cache_buf = self.sch.get_realize(copy).block.writes[0].buffer
         self._block_of[cache_buf] = self.sch.block_name(copy)
-        return _view(cache_buf, tensor.op)
+        return Tensor(tensor.op, 0, cache_buf)
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         stage = self[tensor]
         rf = self.sch.rfactor(stage._loop(axis), factor_axis=factor_axis)
         rf_buf = self.sch.get_realize(rf).block.writes[0].buffer
         self._block_of[rf_buf] = self.sch.block_name(rf)
-        return _view(rf_buf, tensor.op)
+        return Tensor(tensor.op, 0, rf_buf)
 
     def to_prim_func(self, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
         """The scheduled function with parameters `args`, in that order."""
         return bind_params(self.sch.mod, [_buffer_of(a) for a in args], name)
-
-
-def _view(buf: Buffer, op: Operation) -> Tensor:
-    """A te Tensor for a buffer the schedule made (cache, rfactor)."""
-    try:
-        return tensor_of(buf)
-    except KeyError:
-        return Tensor(op, 0, buf)
 
 
 def _buffer_of(t) -> Buffer:
@@ -242,29 +234,3 @@ def _buffer_of(t) -> Buffer:
     if isinstance(t, Buffer):
         return t
     raise ScheduleError(f"expected a tensor, got {type(t).__name__}")
-
-
-def bind_params(func: PrimFunc, params: list[Buffer], name: str) -> PrimFunc:
-    """Make `params` the function's arguments: those computed inside stop being scratch buffers,
-    computed tensors left out become scratch; every tensor read but never computed must be one."""
-
-    written: set[Buffer] = set()
-    read: dict[Buffer, None] = {}
-
-    def on_stmt(s):
-        if isinstance(s, BufferStore):
-            written.add(s.buffer)
-        if isinstance(s, BlockRealize):
-            for r in s.block.reads:
-                read.setdefault(r.buffer)
-
-    visit_stmt(func.body, on_stmt)
-    top = func.body
-    root = top.block
-    missing = [b.name for b in read if b not in written and b not in params and b not in root.alloc_buffers]
-    if missing:
-        raise ScheduleError(f"tensors {missing} are read by the computation but are not among the arguments")
-    allocs = [b for b in root.alloc_buffers if b not in params]
-    allocs += [b for b in func.params if b not in params and b in written and b not in allocs]
-    new_root = replace(root, alloc_buffers=tuple(allocs))
-    return PrimFunc(name, tuple(params), replace(top, block=new_root), func.attrs)

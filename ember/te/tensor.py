@@ -2,8 +2,9 @@
 
 A `Tensor` is an output of an operation: a `PlaceholderOp` (an input) or a `ComputeOp` (each
 element given by an expression of its indices). Every tensor owns the loop-IR `Buffer` it will
-live in, so `A[i, k]` is directly a load from that buffer and `create_prim_func` only has to
-wrap each compute in loops and a block.
+live in, so `A[i, k]` is a load from that buffer (a `TensorLoad`: one that also names its tensor,
+which is how a compute finds its inputs) and `create_prim_func` only has to wrap each compute in
+loops and a block. Nothing is kept outside the tensors themselves.
 """
 
 from __future__ import annotations
@@ -15,23 +16,12 @@ from dataclasses import dataclass
 from ..errors import EmberError
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, PrimExpr, Var, convert
+from ..tir.functor import visit_expr
 from ..tir.stmt import IterVar, Range
 
 
 class TEError(EmberError, ValueError):
     """A tensor expression that cannot be built as written."""
-
-
-# te IterVars stand for their variable inside expressions: A[i, k], k + 1.
-def _iv_expr(self) -> Var:
-    return self.var
-
-
-IterVar.as_prim_expr = _iv_expr  # type: ignore[attr-defined]
-for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
-              "__rfloordiv__", "__mod__", "__rmod__", "__lt__", "__le__", "__gt__", "__ge__",
-              "__neg__", "__truediv__"):
-    setattr(IterVar, _name, (lambda n: lambda self, *a: getattr(self.var, n)(*a))(_name))
 
 
 class Operation:
@@ -86,13 +76,14 @@ class ComputeOp(Operation):
 
     @property
     def input_tensors(self) -> tuple[Tensor, ...]:
-        from ..tir.functor import visit_expr
-
-        found: dict[Buffer, None] = {}
+        found: dict[Tensor, None] = {}
 
         def grab(e):
-            if isinstance(e, BufferLoad):
-                found.setdefault(e.buffer)
+            if isinstance(e, TensorLoad):
+                found.setdefault(e.tensor)
+            elif isinstance(e, BufferLoad):
+                raise TEError(f"compute {self.name!r} reads buffer {e.buffer.name}, which is not a te tensor; "
+                              "index the tensor (A[i]) instead of its buffer")
 
         for b in self.body:
             if isinstance(b, Reduce):
@@ -101,14 +92,15 @@ class ComputeOp(Operation):
                     visit_expr(b.condition, grab)
             else:
                 visit_expr(b, grab)
-        return tuple(tensor_of(buf) for buf in found)
+        return tuple(found)
 
 
-_TENSORS: dict[Buffer, Tensor] = {}
+@dataclass(frozen=True, eq=False, repr=False)
+class TensorLoad(BufferLoad):
+    """`A[i, k]`: a load of a te tensor's buffer that names the tensor (TVM's ProducerLoad);
+    `create_prim_func` turns it into the plain BufferLoad it stands for."""
 
-
-def tensor_of(buf: Buffer) -> Tensor:
-    return _TENSORS[buf]
+    tensor: Tensor
 
 
 class Tensor:
@@ -118,7 +110,6 @@ class Tensor:
         self.op = op
         self.value_index = value_index
         self.buffer = buffer
-        _TENSORS[buffer] = self
 
     shape = property(lambda self: self.buffer.shape)
     dtype = property(lambda self: self.buffer.dtype)
@@ -130,7 +121,8 @@ class Tensor:
             indices = (indices,)
         if len(indices) != self.ndim:
             raise TEError(f"tensor {self.name} has {self.ndim} dimensions, indexed with {len(indices)}")
-        return self.buffer.load(indices)
+        load = self.buffer.load(indices)
+        return TensorLoad(load.buffer, load.indices, load.dtype, self)
 
     def __repr__(self):
         shape = ", ".join(str(d) for d in self.shape)
@@ -158,7 +150,7 @@ size_var = var
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
     """A reduction variable over [lo, hi)."""
-    from ..tir.simplify import simplify
+    from ..tir.arith import simplify
 
     lo, hi = (convert(x) for x in dom)
     return IterVar(Var(name), Range(lo, simplify(hi - lo)), "reduce")
@@ -189,7 +181,6 @@ def _as_body(o, name: str) -> PrimExpr:
     if isinstance(o, Tensor):
         raise TEError(f"compute {name!r} returned a tensor; index it to return an element")
     e = convert(o)
-    from ..tir.functor import visit_expr
 
     def no_nested_reduce(n):
         if isinstance(n, Reduce):

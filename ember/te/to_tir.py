@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..tir.expr import BufferLoad, Var, cast, const, is_const
+from ..tir.functor import mutate_expr
 from ..tir.region import with_regions
 from ..tir.stmt import (
     Block,
@@ -22,7 +23,7 @@ from ..tir.stmt import (
     Stmt,
     seq,
 )
-from .tensor import ComputeOp, PlaceholderOp, Reduce, TEError, Tensor, input_tensors_of
+from .tensor import ComputeOp, PlaceholderOp, Reduce, TEError, Tensor, TensorLoad, input_tensors_of
 
 
 def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
@@ -59,7 +60,8 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
 def _loop_nest(op: ComputeOp) -> Stmt:
     spatial = tuple(op.axis)
     reduce = tuple(op.reduce_axis)
-    body0 = op.body[0]
+    bodies = [_plain(b) for b in op.body]
+    body0 = bodies[0]
     idx = tuple(iv.var for iv in spatial)
     init = None
     if isinstance(body0, Reduce):
@@ -71,7 +73,7 @@ def _loop_nest(op: ComputeOp) -> Stmt:
         init = BufferStore(out, body0.combiner.identity(out.dtype), idx)
         body: Stmt = update
     else:
-        body = seq(*(BufferStore(t.buffer, cast(t.buffer.dtype, b), idx) for t, b in zip(op.outputs, op.body)))
+        body = seq(*(BufferStore(t.buffer, cast(t.buffer.dtype, b), idx) for t, b in zip(op.outputs, bodies)))
     iter_vars = spatial + reduce
     block = with_regions(Block(op.name, iter_vars, (), (), body, init))
     # Loops start at 0 (what split, fuse and compute_at assume, as in nest_over); an axis with a
@@ -82,5 +84,13 @@ def _loop_nest(op: ComputeOp) -> Stmt:
     for iv, lv in reversed(list(zip(iter_vars, loop_vars))):
         stmt = For(lv, const(0), iv.dom.extent, "serial", stmt)
     return stmt
+
+
+def _plain(e):
+    """A te body as loop IR: tensor loads become the buffer loads they stand for."""
+    if isinstance(e, Reduce):
+        cond = None if e.condition is None else _plain(e.condition)
+        return Reduce(e.combiner, _plain(e.source), e.axis, cond, e.dtype)
+    return mutate_expr(e, lambda x: BufferLoad(x.buffer, x.indices, x.dtype) if isinstance(x, TensorLoad) else None)
 
 

@@ -2,9 +2,11 @@
 generation reads (one flat index per access, vector expressions, no blocks).
 
 The passes run in the order of PASSES; `lower(func, print_after=True)` (or EMBER_PRINT_LOWER=1)
-prints the function after each one, and `skip=[...]` turns optional ones off to find the pass
-at fault. hoist_init, compact_buffers, unroll and vectorize are optimizations and may be
-skipped; the others are needed for code generation.
+prints the function after each one, `lower(func, debug=True)` (or EMBER_DEBUG=1) runs the
+loop-IR verifier (tir.verify) on its input and after each one, naming the pass at fault, and
+`skip=[...]` turns optional ones off to find the pass at fault. hoist_init, compact_buffers,
+unroll and vectorize are optimizations and may be skipped; the others are needed for code
+generation.
 """
 
 from __future__ import annotations
@@ -18,31 +20,27 @@ from .transform.compact_buffers import compact_buffers
 from .transform.flatten import flatten
 from .transform.hoist_init import hoist_init
 from .transform.lower_blocks import lower_blocks
-from .transform.simplify_stmt import simplify_stmt
+from .transform.simplify_stmt import simplify_body
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
-
-
-def simplify(func: PrimFunc) -> PrimFunc:
-    return func.with_body(simplify_stmt(func.body))
-
+from .verify import verify
 
 PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("hoist_init", hoist_init),
     ("compact_buffers", compact_buffers),
     ("lower_blocks", lower_blocks),
     ("flatten", flatten),
-    ("simplify", simplify),
+    ("simplify", simplify_body),
     ("unroll", unroll),
-    ("simplify_unrolled", simplify),
+    ("simplify_unrolled", simplify_body),
     ("vectorize", vectorize),
-    ("simplify_vectors", simplify),
+    ("simplify_vectors", simplify_body),
 ]
 OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
 
 
 def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = (),
-          vector_bytes: int | None = None) -> PrimFunc:
+          vector_bytes: int | None = None, debug: bool | None = None) -> PrimFunc:
     """Run the lowering passes. `vector_bytes` is the target's SIMD register size (vectorized
     loops wider than one register are split into several registers); None leaves them whole."""
     unknown = set(skip) - {name for name, _ in PASSES}
@@ -52,10 +50,15 @@ def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str
     if required:
         raise ValueError(f"passes {sorted(required)} are required for code generation and cannot be skipped")
     show = config.get("print_lower") if print_after is None else print_after
+    check = config.get("debug") if debug is None else debug
+    if check:
+        verify(func, "the lowering's input")
     for name, fn in PASSES:
         if name in skip:
             continue
         new = fn(func, vector_bytes) if fn is vectorize else fn(func)
+        if check:
+            verify(new, f"lowering pass {name}")
         if show:
             print(f"# after {name}{' (unchanged)' if new is func else ''}\n{new}\n", file=sys.stderr)
         func = new

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from ..errors import ScheduleError
+from .arith import Analyzer
 from .expr import Binary, BufferLoad, Const, PrimExpr, Var, as_int, const, max_, min_
 from .functor import free_vars, stmt_children, stmt_exprs, substitute, visit_expr, visit_stmt
-from .simplify import Analyzer
 from .stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, Stmt
 
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 
 from .expr import Buffer, PrimExpr, Var, const
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
-
 
 class Stmt:
     __slots__ = ()
@@ -42,13 +40,30 @@ class Range:
         return Range(const(0), convert(extent))
 
 
+def _on_var(name: str):
+    """An IterVar's operator `name`: its variable's."""
+    return lambda self, *args: getattr(self.var, name)(*args)
+
+
 @dataclass(frozen=True, eq=False)
 class IterVar:
-    """A block iteration variable over `dom`; kind is "spatial" or "reduce"."""
+    """A block iteration variable over `dom`; kind is "spatial" or "reduce".
+
+    In an expression it stands for its variable (`A[i, k]`, `k + 1` with `k = te.reduce_axis(...)`),
+    as TVM's IterVar does; `==` stays identity, so iteration variables work as dict keys."""
 
     var: Var
     dom: Range
     kind: str = "spatial"
+
+    def as_prim_expr(self) -> Var:
+        return self.var
+
+    __add__, __radd__, __sub__, __rsub__ = map(_on_var, ("__add__", "__radd__", "__sub__", "__rsub__"))
+    __mul__, __rmul__, __truediv__, __neg__ = map(_on_var, ("__mul__", "__rmul__", "__truediv__", "__neg__"))
+    __floordiv__, __rfloordiv__, __mod__, __rmod__ = map(_on_var, ("__floordiv__", "__rfloordiv__", "__mod__",
+                                                                   "__rmod__"))
+    __lt__, __le__, __gt__, __ge__ = map(_on_var, ("__lt__", "__le__", "__gt__", "__ge__"))
 
 
 @dataclass(frozen=True, eq=False)

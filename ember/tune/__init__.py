@@ -8,8 +8,8 @@ from .features import FEATURE_LENGTH, extract_features
 from .measure import LocalRunner, MeasureInput, MeasureResult
 from .ray_runner import RayRunner
 from .task import Task, task_from_tensors
-from .tune import TuneResult, tune
 from .tune_model import ModelTuneReport, tune_model
+from .tuner import TuneResult, tune
 
 __all__ = ["Database", "FEATURE_LENGTH", "LocalRunner", "MeasureInput", "MeasureResult", "RandomCostModel",
            "ModelTuneReport", "RayRunner", "Task", "TuneResult", "TuningRecord", "XGBCostModel", "extract_features",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from ..te.schedule import bind_params
 from ..tir.expr import as_int
+from ..tir.params import bind_params
 from ..tir.schedule import Trace
 from .task import Task
 

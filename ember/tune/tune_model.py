@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ..errors import TuneError
 from .extract import extract_tasks
 from .scheduler import GradientScheduler
-from .tune import BATCH, REPORTED_FAILURES, TaskTuner, TimeSpent, TuneResult
+from .tuner import BATCH, REPORTED_FAILURES, TaskTuner, TimeSpent, TuneResult
 
 
 @dataclass

@@ -11,10 +11,10 @@ import ember
 from ember.graph import Graph, TensorType
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
+from ember.passes.algebraic import simplify
 from ember.passes.dce import dce
 from ember.passes.fold_transposes import fold_transposes
 from ember.passes.pipeline import run_pipeline
-from ember.passes.simplify import simplify
 from ember.testing import random_array
 
 B, S, H, D = 2, 6, 3, 4

@@ -118,9 +118,14 @@ def test_verifier_catches_a_broken_pass(monkeypatch):
         return graph
 
     monkeypatch.setitem(PASSES, "simplify", broken)
+    monkeypatch.delenv("EMBER_DEBUG", raising=False)
     run_pipeline(_graph(), 2)  # unnoticed without debug
     with pytest.raises(GraphError, match=r"after pass simplify: graph main: 1 problem\(s\):\n.*%add"):
         run_pipeline(_graph(), 2, debug=True)
+    monkeypatch.setenv("EMBER_DEBUG", "1")  # debug=None: the option decides
+    with pytest.raises(GraphError, match=r"after pass simplify: graph main: 1 problem\(s\):\n.*%add"):
+        run_pipeline(_graph(), 2)
+    run_pipeline(_graph(), 2, debug=False)  # an explicit keyword wins
 
 
 def test_compile_runs_the_pipeline(capsys):

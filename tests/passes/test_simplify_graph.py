@@ -7,8 +7,8 @@ from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
+from ember.passes.algebraic import RULES, simplify
 from ember.passes.dce import dce
-from ember.passes.simplify import RULES, simplify
 
 
 def _graph(x_shape=(2, 3, 4), dtype="float32"):

@@ -97,3 +97,20 @@ def test_illegal_decisions_are_rejected():
     with pytest.raises(ScheduleError, match="not an index"):
         sch.sample_categorical([1, 2], [1, 1], decision=2)
     assert len(sch.trace) == 2  # rejected samples leave no instruction
+
+
+def test_trace_prints_one_element_lists_as_lists():
+    """Whether an instruction's outputs are a list comes from the primitive's definition, so a
+    one-element list (a one-loop nest, a tiling into one factor) prints as the unpacking a user writes."""
+    A = te.placeholder((12,), "float32", name="A")
+    B = te.compute((12,), lambda i: A[i] * 2, name="B")
+    sch = Schedule(create_prim_func([A, B]), seed=0)
+    (i,) = sch.get_loops(sch.get_block("B"))
+    (factor,) = sch.sample_perfect_tile(i, n=1)
+    sch.vectorize(sch.fuse(*sch.split(i, [None, factor])))
+    lines = sch.trace.as_python().splitlines()
+    assert lines[0].startswith("b0 = sch.get_block(")
+    assert lines[1].startswith("l0, = sch.get_loops(")
+    assert lines[2].startswith("v0, = sch.sample_perfect_tile(")
+    assert lines[3].startswith("l1, l2 = sch.split(")
+    assert lines[4].startswith("l3 = sch.fuse(")

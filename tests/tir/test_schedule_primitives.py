@@ -95,6 +95,24 @@ def test_compute_inline_and_reverse_compute_inline():
     check_schedule(sch, None, lambda a: a * 2 + 1, targets=TARGETS)
 
 
+def test_reverse_compute_inline_needs_the_only_consumer():
+    """E feeds both the copy E_local (cache_read for S) and Y: folding the copy into E would leave
+    Y reading a tensor nobody computes any more."""
+    x = te.placeholder((4, 10), name="X")
+    E = te.compute((4, 10), lambda i, j: te.exp(x[i, j]), name="E")
+    k = te.reduce_axis((0, 10), name="k")
+    S = te.compute((4,), lambda i: te.sum(E[i, k], axis=k), name="S")
+    Y = te.compute((4, 10), lambda i, j: E[i, j] / S[i], name="Y")
+    sch = tir_sched([x, Y])
+    sch.cache_read(sch.get_block("S"), 0, "local")
+    before = sch.mod
+    with pytest.raises(ScheduleError, match=r"E is also read by block\(s\) \['Y'\]"):
+        sch.reverse_compute_inline(sch.get_block("E_local"))
+    assert sch.mod is before
+    check_schedule(sch, None, lambda a: np.exp(a) / np.exp(a).sum(1, keepdims=True), targets=TARGETS,
+                   rtol=1e-5, atol=1e-6)
+
+
 def test_compute_at_and_reverse_compute_at():
     A, B, C, D = gemm_relu()
     sch = tir_sched([A, B, D])

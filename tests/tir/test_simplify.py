@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ember.tir.arith import Analyzer, simplify
 from ember.tir.expr import (
     Binary,
     Broadcast,
@@ -27,7 +28,6 @@ from ember.tir.expr import (
     select,
 )
 from ember.tir.functor import visit_expr
-from ember.tir.simplify import Analyzer, simplify
 from ember.tir.stmt import (
     Block,
     BlockRealize,

@@ -12,8 +12,8 @@ from ember.tune.extract import extract_tasks
 from ember.tune.report import plot_tuning_curves, tuning_curve, tuning_report
 from ember.tune.scheduler import GradientScheduler
 from ember.tune.space import design_space, sample
-from ember.tune.tune import tune
 from ember.tune.tune_model import tune_model
+from ember.tune.tuner import tune
 
 
 def gemm(n=64):
@@ -81,7 +81,7 @@ class ScriptedRunner:
 def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path):
     from dataclasses import replace
 
-    from ember.tune.tune import TaskTuner
+    from ember.tune.tuner import TaskTuner
 
     plain = ember.tune.task_from_tensors(gemm(), "gemm")
     sch = plain.schedule()

@@ -1,7 +1,8 @@
 """Schedules on the loop IR: `Schedule(func)`, its primitives, and replayable traces."""
 
 from . import cache, compute_location, inline, loops, reduction, sampling  # noqa: F401  (register primitives)
-from .state import PRIMITIVES, BlockRV, ExprRV, LoopRV, Schedule
+from .registry import PRIMITIVES
+from .state import BlockRV, ExprRV, LoopRV, Schedule
 from .trace import Instruction, Trace
 
 __all__ = ["PRIMITIVES", "BlockRV", "ExprRV", "Instruction", "LoopRV", "Schedule", "Trace"]

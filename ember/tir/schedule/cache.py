@@ -16,7 +16,8 @@ from ..functor import mutate_stmt
 from ..region import with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IterVar, Range, Stmt
 from .nest import common_loop, insert_in_body, reads_buffer, same_nest, writes_buffer
-from .state import BlockRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, Schedule
 
 SCOPES = ("global", "local")
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import Const
 from ..region import accesses, region_under, union
-from ..simplify import Analyzer
 from .nest import (
     check_sole_writer,
     check_writes_its_point,
@@ -29,7 +29,8 @@ from .nest import (
     replace_loop_body,
     writes_buffer,
 )
-from .state import BlockRV, LoopRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, LoopRV, Schedule
 
 
 def _merged(regions, ana: Analyzer):

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import BufferLoad, Var
 from ..functor import mutate_expr, mutate_stmt, substitute, visit_expr
 from ..region import with_regions
-from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, Stmt
 from .nest import check_sole_writer, detach, realizes_in
-from .state import BlockRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, Schedule
 
 
 def _single_store(block: Block, primitive_name: str) -> BufferStore:
@@ -31,7 +32,6 @@ def _check_intermediate(sch: Schedule, buf, block_name: str, primitive_name: str
             f"{primitive_name}: block {block_name!r} writes {buf.name}, an argument of the function; "
             "only intermediate tensors can be inlined"
         )
-
 
 
 def _drop_alloc(sch: Schedule, buf) -> None:
@@ -98,6 +98,11 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
         raise ScheduleError(f"reverse_compute_inline: {pbuf.name} is written by several blocks")
     prod_realize = producers[pbuf][0]
     pblk = prod_realize.block
+    others = sorted(r.block.name for r in sch.all_realizes() if r.block is not blk and r.block is not pblk
+                    and any(rd.buffer is pbuf for rd in r.block.reads))
+    if others:  # they would read a tensor that is no longer computed
+        raise ScheduleError(f"reverse_compute_inline: {pbuf.name} is also read by block(s) {others}; only the "
+                            f"single consumer of a tensor can be inlined into its producer")
     pstore = _single_store(pblk, "reverse_compute_inline")
     idx = candidates[0].indices
     if any(tuple(map(id, ld.indices)) != tuple(map(id, idx)) for ld in candidates):

@@ -13,11 +13,12 @@ from dataclasses import replace
 from math import prod
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import Var, as_int, const
 from ..functor import free_vars, mutate_stmt, stmt_children, substitute_stmt, uses_var
-from ..simplify import Analyzer
 from ..stmt import BlockRealize, For, Stmt
-from .state import BlockRV, LoopRV, Schedule, primitive
+from .registry import primitive
+from .state import BlockRV, LoopRV, Schedule
 
 
 @primitive

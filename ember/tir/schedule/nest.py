@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import BufferLoad, PrimExpr, Var, all_, as_int, const
 from ..functor import collect, mutate_stmt, stmt_exprs, visit_expr
 from ..region import Interval
-from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
 from .state import BlockRV, Schedule
 

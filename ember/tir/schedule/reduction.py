@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
+from ..arith import Analyzer
 from ..expr import Binary, Buffer, BufferLoad, PrimExpr, Var, all_, binary, const
 from ..functor import free_vars, substitute, substitute_stmt, uses_var
 from ..region import reduce_loop_vars, with_regions
-from ..simplify import Analyzer
 from ..stmt import Block, BlockRealize, BufferStore, For, IfThenElse, IterVar, Range, Stmt, seq
 from .nest import common_loop, insert_in_body, reads_buffer, realizes_in, same_nest
-from .state import BlockRV, LoopRV, Schedule, primitive, replace_stmt
+from .registry import primitive
+from .state import BlockRV, LoopRV, Schedule, replace_stmt
 
 
 def conjuncts(e: PrimExpr) -> list[PrimExpr]:

@@ -17,7 +17,8 @@ from math import prod
 
 from ...errors import ScheduleError
 from ..expr import as_int
-from .state import ExprRV, LoopRV, Schedule, primitive
+from .registry import primitive
+from .state import ExprRV, LoopRV, Schedule
 
 
 def divisors(n: int) -> list[int]:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import inspect
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ...errors import ScheduleError
 from ..expr import Var
 from ..functor import collect, mutate_stmt, stmt_children
-from ..stmt import Block, BlockRealize, For, PrimFunc, SeqStmt, Stmt
+from ..stmt import Block, BlockRealize, For, PrimFunc, Stmt
+from .registry import PRIMITIVES
 from .trace import Instruction, Trace
 
 
@@ -57,16 +57,6 @@ class ExprRV(int):
 
     def __reduce__(self):
         return (ExprRV, (int(self), self.name))
-
-
-PRIMITIVES: dict[str, Callable] = {}
-
-
-def primitive(fn: Callable) -> Callable:
-    """Register a schedule primitive: fn(sch, *handles, **attrs)."""
-    PRIMITIVES[fn.__name__] = fn
-    fn.__signature_cache__ = inspect.signature(fn)
-    return fn
 
 
 HANDLES = (LoopRV, BlockRV, ExprRV)
@@ -120,15 +110,16 @@ class Schedule:
         return self._run(kind, tuple(args), kwargs)
 
     def _run(self, kind: str, args: tuple, kwargs: dict):
-        fn = PRIMITIVES[kind]
+        prim = PRIMITIVES[kind]
+        fn, sig = prim.fn, prim.signature
         try:
-            bound = fn.__signature_cache__.bind(self, *args, **kwargs)
+            bound = sig.bind(self, *args, **kwargs)
         except TypeError as e:
             raise ScheduleError(f"{kind}: {e}") from None
         bound.apply_defaults()
         inputs, attrs = [], []
         for pname, value in list(bound.arguments.items())[1:]:
-            param = fn.__signature_cache__.parameters[pname]
+            param = sig.parameters[pname]
             if param.kind == inspect.Parameter.VAR_POSITIONAL:
                 flat = [x for v in value for x in (v if isinstance(v, list | tuple) else [v])]
                 inputs.append(("*" + pname, tuple(h.name for h in flat)))
@@ -284,7 +275,3 @@ def _freeze(v):
     if isinstance(v, list | tuple):
         return tuple(_freeze(x) for x in v)
     return int(v) if isinstance(v, ExprRV) else v
-
-
-def seq_children(s: Stmt) -> list[Stmt]:
-    return list(s.stmts) if isinstance(s, SeqStmt) else [s]

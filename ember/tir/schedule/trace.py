@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .registry import PRIMITIVES
+
 
 @dataclass(frozen=True)
 class Instruction:
@@ -31,7 +33,8 @@ class Instruction:
         call = f"sch.{self.kind}({', '.join(args)})"
         if not self.outputs:
             return call
-        if len(self.outputs) == 1 and self.kind not in _LIST_RESULTS:
+        prim = PRIMITIVES.get(self.kind)  # None: a kind this ember does not know (replay says so)
+        if len(self.outputs) == 1 and not (prim and prim.returns_list):
             return f"{self.outputs[0]} = {call}"
         lhs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "")
         return f"{lhs} = {call}"
@@ -45,10 +48,6 @@ class Instruction:
         kind, inputs, attrs, outputs = obj
         return Instruction(kind, tuple((p, tuple(v) if isinstance(v, list) else v) for p, v in inputs),
                            tuple((k, _unjson(v)) for k, v in attrs.items()), tuple(outputs))
-
-
-# primitives that return a list even when it has one element
-_LIST_RESULTS = {"split", "get_loops", "get_blocks"}
 
 
 def _py_input(i) -> str:

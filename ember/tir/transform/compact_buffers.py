@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import region as region_mod
+from ..arith import Analyzer
 from ..expr import Buffer, BufferLoad, const
 from ..functor import free_vars, mutate_stmt, stmt_children
 from ..region import const_extent, region_under
-from ..simplify import Analyzer
 from ..stmt import Allocate, BlockRealize, BufferStore, For, PrimFunc, Stmt
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import dtype as dt
+from ..arith import Analyzer
 from ..expr import Binary, Const, Not, PrimExpr, Var
 from ..functor import substitute_stmt
-from ..simplify import Analyzer
 from ..stmt import (
     Allocate,
     Block,
@@ -21,6 +21,7 @@ from ..stmt import (
     For,
     IfThenElse,
     IterVar,
+    PrimFunc,
     Range,
     SeqStmt,
     Stmt,
@@ -41,6 +42,11 @@ def simplify_stmt(s: Stmt, analyzer: Analyzer | None = None) -> Stmt:
     drop provably false guards and empty loops, inline serial loops of extent 1. Returns s
     itself when nothing changed."""
     return _StmtSimplifier(analyzer or Analyzer()).visit(s)
+
+
+def simplify_body(func: PrimFunc) -> PrimFunc:
+    """The lowering pass: `simplify_stmt` over the function's body."""
+    return func.with_body(simplify_stmt(func.body))
 
 
 class _StmtSimplifier:

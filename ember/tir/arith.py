@@ -1,5 +1,6 @@
 """The arithmetic simplifier of the loop IR: constant folding, canonical linear forms, floor
-division and modulo under known bounds, and statement clean-up (guards, trivial loops).
+division and modulo under known bounds (statements: tir/transform/simplify_stmt.py; the graph's
+algebraic simplification: passes/algebraic.py).
 
 An `Analyzer` holds what is known about variables: a constant interval per variable (`bind`,
 `bind_range`) and, for ranges with symbolic ends (`i in [0, n)`), the symbolic ends themselves.

@@ -1,0 +1,183 @@
+"""The layering contract of docs/design.md ("Layers and folders"), checked by reading every
+module's imports with `ast` (imports inside functions count: they run too, only later).
+
+- A ground layer (errors, config, dtypes, the target description) that anything may import.
+- Who may import whom: LAYERS below, an arrow reads "imports", and a layer may also import what
+  the layers it imports may (nothing imports upward). `tir` imports nothing of ember but the
+  ground layer.
+- No import cycle between ember's packages (and top-level modules).
+
+Where today's code breaks the contract, EXCEPTIONS names the import and why; an exception that
+no longer occurs fails the test, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+EMBER = Path(__file__).resolve().parent.parent / "ember"
+
+# modules anything may import (they import only each other)
+GROUND = {"ember.errors", "ember.config", "ember.target", "ember.tir.dtype"}
+
+# a package (ember/<name>/) or top-level module (ember/<name>.py) -> what it may import directly
+LAYERS: dict[str, set[str]] = {
+    "tir": set(),  # expressions, loop IR, schedules, loop passes
+    "te": {"tir"},  # tensor expressions become loop-IR functions
+    "codegen": {"tir"},  # loop IR to source text; the loop-IR interpreter
+    "runtime": {"codegen", "tir"},  # build, load, call
+    "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule
+    "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
+    "graph": set(),  # graph IR data structures only
+    "ops": {"graph", "te"},  # what each operator is, in both worlds
+    "schedules": {"ops"},  # schedules of the operators, per target
+    "frontend": {"graph", "ops", "checks"},
+    "passes": {"graph", "ops"},
+    "checks": {"graph", "ops"},  # compile-time checks of a model and its inputs
+    "workers": set(),  # ember's own worker processes
+    "lowering": {"passes", "kernel", "schedules"},  # a graph partition to loop-IR functions
+    "tune": {"kernel", "lowering", "workers"},
+    "compiler": {"frontend", "checks", "tune", "lowering", "workers", "testing"},  # the driver
+    "ember": {"compiler"},  # the package itself: the public API
+    "debug": {"ember"},  # bisect, draw
+    "cli": {"debug"},  # the `ember` command
+}
+
+# (importing module, imported module) -> why it is allowed for now
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("ember.config", "ember.passes.pipeline"):
+        "PassNames checks EMBER_PRINT_IR / EMBER_DISABLE_PASSES against the pipeline's pass names; "
+        "the names belong in the ground layer (or the check in passes)",
+    ("ember.runtime.model", "ember.checks"):
+        "CompiledModel converts and checks its inputs with the compile-time checks; that input "
+        "conversion belongs in runtime",
+    ("ember.checks", "ember.passes.plan_memory"):
+        "the memory check reads the memory plan's sizes",
+    ("ember.runtime.artifact", "ember.graph.serialize"):
+        "an artifact stores the model's graph; serialization of graphs below runtime, or the "
+        "artifact above graph, would remove it",
+    ("ember.runtime.artifact", "ember"): "reads ember.__version__ (a version module in the ground layer)",
+    ("ember.tune.database", "ember"): "reads ember.__version__ (a version module in the ground layer)",
+    ("ember.tune.extract", "ember.compiler"):
+        "task extraction partitions the graph the compiler's way (one lowering path removes it)",
+    ("ember.tune.extract", "ember.passes.fuse"): "task extraction fuses (one lowering path removes it)",
+    ("ember.tune.extract", "ember.passes.pipeline"): "task extraction runs the graph passes (one lowering path)",
+    ("ember.tune.task", "ember.kernel"): "tasks are built from te schedules the way ember.build is",
+    ("ember.frontend.torch_backend", "ember.compiler"):
+        "torch.compile's backend compiles the captured graph: a driver above the frontends",
+    ("ember.compiler", "ember.kernel"): "compile_graph names and lowers kernels with kernel.py's helpers",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(EMBER.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in EMBER.rglob("*.py")}
+
+
+def _imports(name: str) -> set[str]:
+    """The ember modules `name` imports anywhere in its file (a name imported from a package is
+    its submodule when there is one, else the package)."""
+    path = _modules()[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module
+            found |= {f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in _modules() else prefix for a in node.names}
+    return {m for m in found if m == "ember" or m.startswith("ember.")}
+
+
+def _layer(module: str) -> str:
+    """GROUND, or the package / top-level module of ember that `module` belongs to."""
+    if module in GROUND:
+        return "GROUND"
+    parts = module.split(".")
+    return "ember" if len(parts) == 1 else parts[1]
+
+
+@cache
+def _below(layer: str) -> frozenset[str]:
+    """Everything `layer` may import: what LAYERS allows, and what those may, recursively."""
+    out = set(LAYERS[layer])
+    for other in LAYERS[layer]:
+        out |= _below(other)
+    return frozenset(out)
+
+
+def _edges() -> dict[tuple[str, str], set[str]]:
+    """(importing layer, imported layer) -> the module imports behind it, exceptions left out."""
+    edges = defaultdict(set)
+    for name in _modules():
+        for target in _imports(name):
+            if (name, target) in EXCEPTIONS:
+                continue
+            a, b = _layer(name), _layer(target)
+            if a != b:
+                edges[a, b].add(f"{name} imports {target}")
+    return edges
+
+
+def test_every_package_has_a_place_in_the_table():
+    unknown = sorted({_layer(m) for m in _modules()} - set(LAYERS) - {"GROUND"})
+    assert not unknown, f"add {unknown} to LAYERS in tests/test_layers.py (and to docs/design.md)"
+
+
+def test_ground_imports_only_ground():
+    bad = sorted(f"{m} imports {t}" for m in GROUND for t in _imports(m)
+                 if t not in GROUND and (m, t) not in EXCEPTIONS)
+    assert not bad, "\n".join(bad)
+
+
+def test_tir_imports_only_the_ground_layer():
+    bad = sorted(f"{m} imports {t}" for m in _modules() if _layer(m) == "tir"
+                 for t in _imports(m) if _layer(t) not in ("tir", "GROUND"))
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_upward():
+    bad = sorted(why for (a, b), whys in _edges().items()
+                 if a != "GROUND" and b != "GROUND" and b not in _below(a) for why in whys)
+    assert not bad, "imports the layer table does not allow:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_between_packages():
+    graph = defaultdict(set)
+    for a, b in _edges():
+        graph[a].add(b)
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [node, nxt]) if nxt in path
+                              else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_exceptions_still_occur():
+    """An exception whose import is gone is removed from EXCEPTIONS, so the list only shrinks."""
+    stale = sorted(f"{a} -> {b}" for a, b in EXCEPTIONS if a not in _modules() or b not in _imports(a))
+    assert not stale, "remove from EXCEPTIONS (the import is gone):\n" + "\n".join(stale)
