@@ -36,10 +36,7 @@ compiled.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,23 +48,18 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, CompileError, ShapeError
-from .graph.core import Attrs, Graph, Node, TensorType, Value
-from .kernel import lower
-from .ops.kernel import GroupNode, group_kernel
-from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
-from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
+from .errors import ArgumentTypeError, ShapeError
+from .frontend import import_model
+from .graph.core import Attrs, Graph, Node, Value
+from .lowering import ScheduleLookup, lower_groups, partition
+from .passes.fuse import BROADCAST, FusedGraph, Group, kind
+from .passes.pipeline import PassReport
 from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
-from .target import host_vector_bytes
-from .tir.stmt import PrimFunc
-from .tir.structural import structural_hash
-from .workers import Call, WorkerPool
+from .target import host_vector_bytes, target_key
 
-PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
-MAX_NAME_OPS = 4  # operators named in a kernel's name
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
 
@@ -92,15 +84,11 @@ class CompileStats:
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
 
 
-# (input types, nodes, outputs): a group of operator applications (see ember.ops.kernel.group_kernel)
-Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int, int], ...]]
-
-
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
                   jobs: int | None = None, cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
-                  checked: bool | None = None) -> CompiledModel:
+                  schedules: ScheduleLookup | None = None, checked: bool | None = None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -110,27 +98,29 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
     cc, cflags: the C compiler and its flags (default: the options).
     database: an ember.tune.Database; each kernel with a record for this machine's target takes
-        the schedule of its best record.
+        the schedule of its best record (its `schedules(target_key)` is the lookup used).
+    schedules: the lookup of tuned schedules itself (ember.lowering.ScheduleLookup), instead of a
+        database.
     checked: an integer division by zero raises ZeroDivisionError (default: the checked option);
         unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
     """
     start = time.perf_counter()
     num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
     check_graph(graph)
+    if database is not None:
+        if schedules is not None:
+            raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
+        schedules = database.schedules(target_key())
     passes: list[PassReport] = []
-    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
+    fused = partition(graph, opt_level, disabled_passes, print_ir=print_ir, report=passes)
+    graph = fused.graph
     symbols = _symbols(graph)
-    fusing = opt_level >= FUSE_LEVEL and "fuse" not in disabled_passes_of(disabled_passes)
-    fused = fuse(graph) if fusing else unfused(graph)
-    if fusing and "fuse" in printed_passes(print_ir):
-        print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
 
     views, output_views = _views(fused, graph)
     no_kernel = views | set(output_views.values())
-    kernel_groups = dataclasses.replace(fused, groups=tuple(g for g in fused.groups if g not in no_kernel))
-    group_kernels, kernels, lowered, jobs = _kernels(kernel_groups, jobs, database)
+    lowered = lower_groups([g for g in fused.groups if g not in no_kernel], jobs, schedules)
     users: dict[str, list[Group]] = {}
-    for g, _, k in group_kernels:
+    for g, _, k in lowered.calls:
         users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
@@ -140,7 +130,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
                         tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
                         "; ".join(repr(n) for n in g.nodes))
-             for g, own, k in group_kernels]
+             for g, own, k in lowered.calls]
+    copies = refs.copies()  # before the weights are listed: a copied output may be a weight
     checked = config.get("checked") if checked is None else bool(checked)
     spec = ModelSpec(
         name=name,
@@ -149,13 +140,14 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         symbols=tuple(symbols),
         weights=tuple(refs.weights),
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
-                      for k in kernels),
+                      for k in lowered.kernels),
         target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
                 "cc": cc, "cflags": cflags},
     )
     weights = {w: graph.constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
-    source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, refs.copies(), checked=checked),
+    source = "\n".join([CRenderer(checked).render_unit(lowered.kernels),
+                         render_entry(calls, copies, checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
 
@@ -164,8 +156,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     library = build_library(source, cc=cc, cflags=cflags)
     build_s = time.perf_counter() - t
 
-    stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
-                         time.perf_counter() - start, cached, tuple(passes))
+    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
+                         build_s, time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
 
@@ -174,26 +166,6 @@ def compile(model, example_inputs=None, **options) -> CompiledModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
     path or a ModelProto). Options: those of `compile_graph`."""
     return compile_graph(import_model(model, example_inputs), **options)
-
-
-def import_model(model, example_inputs=None, caller: str = "ember.compile") -> Graph:
-    """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`), or an
-    ONNX model (a path or a ModelProto); `caller` names the function in the errors."""
-    if isinstance(model, Graph):
-        return model
-    torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        if example_inputs is None:
-            raise ArgumentTypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
-        from .frontend.torch import import_module
-
-        return import_module(model, example_inputs)
-    if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
-        from .frontend.onnx import import_onnx
-
-        return import_onnx(model)
-    raise ArgumentTypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
-                    f"got {type(model).__name__}")
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
@@ -228,50 +200,7 @@ def _spec(v: Value) -> TensorSpec:
 
 
 
-# -- lowering ---------------------------------------------------------------------------------
-def workload_of(group: Group) -> Workload:
-    """What a group computes, as plain data: its input types, its nodes, its outputs."""
-    inputs = {id(v): k for k, v in enumerate(group.inputs)}
-    made = {id(v): (j, i) for j, n in enumerate(group.nodes) for i, v in enumerate(n.outputs)}
-    nodes = tuple((n.op, n.attrs, tuple(made.get(id(v)) or (-1, inputs[id(v)]) for v in n.inputs),
-                   tuple(v.type for v in n.outputs)) for n in group.nodes)
-    return tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs)
-
-
-def _kernels(fused: FusedGraph, jobs: int | None, database=None) -> tuple[list, list[PrimFunc], int, int]:
-    """The kernel of each group: (group, its own lowered function, the kernel it calls) in run
-    order; the distinct kernels; how many workloads were lowered, in how many processes.
-    A workload with a record in the tuning `database` takes the schedule of its best record.
-
-    A group's own function gives the order of its size arguments: a shared kernel may have been
-    lowered for other symbols in the same places."""
-    of_group = [workload_of(g) for g in fused.groups]
-    workloads = list(dict.fromkeys(of_group))
-    jobs = _jobs(jobs, len(workloads))
-    traces = [None] * len(workloads)
-    if database is not None:
-        from .tune.extract import best_traces
-
-        traces = best_traces(workloads, database)
-    lowered = dict(zip(workloads, _lower_all(workloads, traces, jobs)))
-    # structurally equal functions share one kernel, named after its first group's operators
-    kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
-    shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
-    for w, func in lowered.items():
-        key = structural_hash(func)
-        if key not in kernels:
-            kernels[key] = dataclasses.replace(func, name=f"{_kernel_name(w)}_{len(kernels)}")
-        shared[w] = kernels[key]
-    group_kernels = [(g, lowered[w], shared[w]) for g, w in zip(fused.groups, of_group)]
-    return group_kernels, list(kernels.values()), len(workloads), jobs
-
-
-def _kernel_name(w: Workload) -> str:
-    """The operators of a group, at most MAX_NAME_OPS of them, e.g. conv2d_add_relu."""
-    ops = list(dict.fromkeys(op for op, *_ in w[1]))
-    return "_".join(ops[:MAX_NAME_OPS])
-
-
+# -- memory ------------------------------------------------------------------------------------
 def _kernel_graph(fused: FusedGraph, views: set[Group], output_views: dict[int, Group]) -> Graph:
     """The graph of the kernels: one node per group in run order, reading its inputs and writing
     its outputs (op "kernel", with the outputs it may write in place; op VIEW for a view); what
@@ -323,43 +252,6 @@ def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
             if x.type == out.type and id(out) in reached:
                 pairs.append((0, k))
     return tuple(pairs)
-
-
-def lower_workload(w: Workload, trace_json: str | None = None) -> PrimFunc:
-    """One group of operator applications as a lowered function (named "kernel": names do not
-    change the structural hash), scheduled by its operators' schedule or by `trace_json` (a
-    tuning record's trace of the group's unscheduled function)."""
-    if trace_json is not None:
-        from .tir.schedule import Trace
-        from .tune.extract import workload_task
-
-        return lower(workload_task(w, default=False).schedule(Trace.from_json(trace_json)), name="kernel")
-    in_types, nodes, outputs = w
-    s, args = group_kernel(list(in_types), list(nodes), list(outputs))
-    return lower(s, args, name="kernel")
-
-
-def _jobs(jobs: int | None, n: int) -> int:
-    """Processes to lower n distinct kernels in: by default one per core when there are at least
-    PARALLEL_MIN_KERNELS of them (fewer are not worth a worker's start), else this one."""
-    if jobs is None:
-        jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
-    return max(1, min(jobs, n))
-
-
-def _lower_all(workloads: list[Workload], traces: list[str | None], jobs: int) -> list[PrimFunc]:
-    """The lowered function of each workload, in `jobs` worker processes of ember's own
-    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
-    raised again here as it was raised there; a worker that dies raises CompileError."""
-    if jobs <= 1:
-        return [lower_workload(w, t) for w, t in zip(workloads, traces)]
-    with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
-        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, t)) for w, t in zip(workloads, traces)])
-    for w, outcome in zip(workloads, outcomes):
-        if outcome.status == "lost":
-            raise CompileError(f"the worker process lowering a {_kernel_name(w)} kernel {outcome.value}; "
-                               f"compile with jobs=1 to lower every kernel in this process")
-    return [outcome.result() for outcome in outcomes]
 
 
 # -- where each value lives --------------------------------------------------------------------

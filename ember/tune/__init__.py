@@ -1,8 +1,9 @@
 """Auto-tuning: schedules found by search over a design space generated from the computation,
 guided by a learned cost model and real measurements, kept in a tuning database."""
 
+from ..target import target_key
 from .cost_model import RandomCostModel, XGBCostModel, rank_correlation
-from .database import Database, TuningRecord, target_key
+from .database import Database, TunedSchedules, TuningRecord
 from .extract import extract_tasks
 from .features import FEATURE_LENGTH, extract_features
 from .measure import LocalRunner, MeasureInput, MeasureResult
@@ -12,5 +13,6 @@ from .tune import TuneResult, tune
 from .tune_model import ModelTuneReport, tune_model
 
 __all__ = ["Database", "FEATURE_LENGTH", "LocalRunner", "MeasureInput", "MeasureResult", "RandomCostModel",
-           "ModelTuneReport", "RayRunner", "Task", "TuneResult", "TuningRecord", "XGBCostModel", "extract_features",
-           "extract_tasks", "rank_correlation", "target_key", "task_from_tensors", "tune", "tune_model"]
+           "ModelTuneReport", "RayRunner", "Task", "TunedSchedules", "TuneResult", "TuningRecord", "XGBCostModel",
+           "extract_features", "extract_tasks", "rank_correlation", "target_key", "task_from_tensors", "tune",
+           "tune_model"]

@@ -79,8 +79,8 @@ def candidate_features(sch) -> np.ndarray:
 class TaskTuner:
     def __init__(self, task: Task, *, runner, database=None, cost_model=None, seed: int = 0, target: str | None = None,
                  progress: bool = False):
+        from ..target import target_key
         from .cost_model import XGBCostModel
-        from .database import target_key
 
         self.task, self.runner, self.database = task, runner, database
         self.cost_model = cost_model if cost_model is not None else XGBCostModel(seed=seed)
