@@ -2,23 +2,21 @@
 
 `compile_graph(graph)`:
 1. checks the graph (ember.checks: it has outputs, every operator is known, no tensor is larger
-   than the machine's memory), then runs the graph passes of the optimization level
-   (ember.passes.pipeline), then checks that every symbolic dimension is a dimension of some
-   input (so each call can bind it);
-2. groups the nodes into kernels (ember.passes.fuse, at opt_level >= FUSE_LEVEL unless "fuse"
-   is disabled; else one group per node) and makes one kernel per group:
-   `ember.ops.kernel.group_kernel` (the nodes' computes chained, intermediates inlined, the
-   anchor's schedule), lowered by `ember.lower`. Groups of the same operators on the same types
-   with the same attributes share one lowering; lowered functions that are structurally equal
-   (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
-   lowered in `jobs` worker processes (ember.workers) when there are many of them;
-3. plans the workspace over the groups' outputs (ember.passes.plan_memory: liveness, greedy by
-   size; values inside a group never reach memory). A group of reshapes alone (VIEW_OPS) makes
-   no kernel: its output is a view of its input's bytes (when it is a graph output, its input's
-   kernel writes the output's bytes; where it cannot, a kernel copies). A group may write its
-   output over an input of its type that dies there and that only elementwise operators read
-   (in place: an elementwise chain, a residual add in a conv's or gemm's epilogue). A model whose
-   weights, workspace peak and outputs exceed the machine's memory is refused (CompileError);
+   than the machine's memory); after the graph passes of the optimization level
+   (ember.passes.pipeline), every symbolic dimension must be a dimension of some input (so each
+   call can bind it);
+2. groups the nodes into kernels and lowers one kernel per group (ember.lowering, the path the
+   tuner's task extraction takes too: `partition` runs the passes and ember.passes.fuse;
+   `lower_groups` makes each group's te with `ember.ops.kernel.group_kernel`, schedules it with
+   a tuned trace from `schedules` or its operators' own schedule, and lowers it). Groups of the
+   same operators on the same types with the same attributes share one lowering; lowered
+   functions that are structurally equal share one kernel, so repeated blocks compile once.
+   Distinct kernels are lowered in `jobs` worker processes (ember.workers) when there are many;
+3. plans the workspace over the kernel graph (ember.passes.plan_memory: the steps the model runs,
+   kernels and views, with the outputs each kernel may write in place; liveness, greedy by size;
+   values inside a group never reach memory). A group of reshapes alone makes no kernel: its
+   output is a view of its input's bytes. A model whose weights, workspace peak and outputs
+   exceed the machine's memory is refused (CompileError);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
@@ -50,17 +48,15 @@ from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
 from .errors import ArgumentTypeError, ShapeError
 from .frontend import import_model
-from .graph.core import Attrs, Graph, Node, Value
+from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, lower_groups, partition
-from .passes.fuse import BROADCAST, FusedGraph, Group, kind
+from .passes.fuse import Group
 from .passes.pipeline import PassReport
-from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
+from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
 from .target import host_vector_bytes, target_key
-
-VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
 
 @dataclass(frozen=True)
@@ -116,17 +112,16 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     graph = fused.graph
     symbols = _symbols(graph)
 
-    views, output_views = _views(fused, graph)
-    no_kernel = views | set(output_views.values())
-    lowered = lower_groups([g for g in fused.groups if g not in no_kernel], jobs, schedules)
+    steps = kernel_graph(fused)  # kernels, views, in-place writes
+    lowered = lower_groups(steps.kernels, jobs, schedules)
     users: dict[str, list[Group]] = {}
     for g, _, k in lowered.calls:
         users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
-    plan = plan_memory(_kernel_graph(fused, views, output_views))
-    refs = _Refs(graph, plan, symbols, views, output_views)
+    plan = plan_memory(steps)
+    refs = _Refs(steps, plan, symbols)
     calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
                         tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
                         "; ".join(repr(n) for n in g.nodes))
@@ -200,76 +195,22 @@ def _spec(v: Value) -> TensorSpec:
 
 
 
-# -- memory ------------------------------------------------------------------------------------
-def _kernel_graph(fused: FusedGraph, views: set[Group], output_views: dict[int, Group]) -> Graph:
-    """The graph of the kernels: one node per group in run order, reading its inputs and writing
-    its outputs (op "kernel", with the outputs it may write in place; op VIEW for a view); what
-    memory planning needs to know. A value an output views is written as that output."""
-    nodes = [Node(VIEW, g.inputs, Attrs(), g.outputs, f"view{k}") if g in views else
-             Node("kernel", g.inputs, Attrs({"in_place": _in_place(g)}), g.outputs, f"kernel{k}")
-             for k, g in enumerate(fused.groups) if g not in output_views.values()]
-    outputs = [*fused.graph.outputs, *(g.inputs[0] for g in output_views.values())]
-    return Graph(fused.graph.name, list(fused.graph.inputs), fused.graph.constants, nodes, outputs)
-
-
-def _views(fused: FusedGraph, graph: Graph) -> tuple[set[Group], dict[int, Group]]:
-    """The groups that make no kernel, reshapes alone (VIEW_OPS) of one value: its bytes under
-    another shape. Those that are graph outputs, by the id of the value they view: that value's
-    kernel writes the output's bytes, which needs it made by a kernel and no graph output itself
-    (else a kernel copies)."""
-    def reshapes(g: Group) -> bool:
-        return all(n.op in VIEW_OPS for n in g.nodes) and len(g.inputs) == len(g.outputs) == 1
-
-    made_by_kernel = {id(v) for g in fused.groups if not reshapes(g) for v in g.outputs}
-    outputs = {id(v) for v in graph.outputs}
-    views, output_views = set(), {}
-    for g in filter(reshapes, fused.groups):
-        x, y = g.inputs[0], g.outputs[0]
-        if id(y) not in outputs:
-            views.add(g)
-        elif id(x) in made_by_kernel and id(x) not in outputs and id(x) not in output_views:
-            output_views[id(x)] = g
-    return views, output_views
-
-
-def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
-    """(output, input) positions a group may write in place: its one output over an input of its
-    type that only elementwise operators read, up to the output (an elementwise chain, a conv or
-    gemm epilogue's residual add), so that each output element is computed from the element at the
-    same place, read before it is written."""
-    if len(group.outputs) != 1:
-        return ()
-    out = group.outputs[0]
-    pairs = []
-    for k, x in enumerate(group.inputs):
-        reached = {id(x)}
-        for n in group.nodes:
-            if any(id(v) in reached for v in n.inputs):
-                if kind(n) > BROADCAST:
-                    break
-                reached.update(id(v) for v in n.outputs)
-        else:
-            if x.type == out.type and id(out) in reached:
-                pairs.append((0, k))
-    return tuple(pairs)
-
-
 # -- where each value lives --------------------------------------------------------------------
 class _Refs:
     """The entry function's reference of each value: an input, an output (or a value an output
     views), a weight (constants in order of first use), or a workspace tensor of the plan; a view
     outside the workspace refers to what it views."""
 
-    def __init__(self, graph: Graph, plan: MemoryPlan, symbols: list[str], views: set[Group],
-                 output_views: dict[int, Group]):
+    def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str]):
+        graph = steps.graph
         self.graph, self.symbols = graph, symbols
-        self.viewed = {id(g.outputs[0]): g.inputs[0] for g in views}
+        self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
         self.inputs = {id(v): k for k, v in enumerate(graph.inputs)}
         self.outputs: dict[int, int] = {}
         for k, v in enumerate(graph.outputs):
             self.outputs.setdefault(id(v), k)
-        for x, g in output_views.items():  # written as the output that views it
-            self.outputs[x] = self.outputs[id(g.outputs[0])]
+        for v, k in steps.written_as:  # written as the output that views it
+            self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {}
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
