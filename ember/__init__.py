@@ -22,6 +22,7 @@ from .errors import (
     TuneError,
 )
 from .kernel import build, lower
+from .target import Target
 
 __version__ = "0.1.0"
 
@@ -29,10 +30,10 @@ __version__ = "0.1.0"
 def compile(model, example_inputs=None, **options):
     """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
     ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
-    Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs, cc,
-    cflags, database (an ember.tune.Database: its best schedules are applied), checked (an
-    integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does); see
-    ember.compiler.compile_graph."""
+    Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs,
+    target ("c" or an ember.Target), cc, cflags, database (an ember.tune.Database: its best
+    schedules are applied), checked (an integer division by zero raises ZeroDivisionError
+    instead of giving 0 as numpy does); see ember.compiler.compile_graph."""
     from .compiler import compile as _compile
 
     return _compile(model, example_inputs, **options)
@@ -54,7 +55,7 @@ def bench(f, *args, **kwargs):
 
 __all__ = [
     "ArgumentTypeError", "ArtifactError", "BuildError", "CompileError", "ConfigError", "EmberError", "LowerError",
-    "OutOfMemoryError", "ScheduleError", "ShapeError", "TuneError",
+    "OutOfMemoryError", "ScheduleError", "ShapeError", "Target", "TuneError",
     "bench", "build", "compile", "load", "lower", "te", "tir",
 ]
 

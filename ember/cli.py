@@ -199,7 +199,7 @@ def _check(name: str, ok: bool, detail: str) -> bool:
 
 
 def cmd_doctor(args) -> int:
-    from .target import host_vector_bytes
+    from .target import Target
 
     print("ember doctor")
     options = config.describe()
@@ -219,7 +219,7 @@ def cmd_doctor(args) -> int:
                                text=True)
             built = r.returncode == 0 and (Path(d) / "t").exists()
             _check("OpenMP", built, "-fopenmp works" if built else r.stderr.strip()[:200] or "no program built")
-        width = host_vector_bytes()
+        width = Target().vector_bytes
         _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
     for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
                          ("onnxruntime", "benchmarks against ONNX Runtime")):

@@ -34,7 +34,6 @@ compiled.
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, ShapeError
+from .errors import ArgumentTypeError, ConfigError, ShapeError
 from .frontend import import_model
 from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, lower_groups, partition
@@ -56,7 +55,7 @@ from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memo
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
-from .target import host_vector_bytes, target_key
+from .target import Target, as_target
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class CompileStats:
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
-                  jobs: int | None = None, cc: str | None = None,
+                  jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None, checked: bool | None = None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
@@ -92,28 +91,32 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
-    cc, cflags: the C compiler and its flags (default: the options).
-    database: an ember.tune.Database; each kernel with a record for this machine's target takes
-        the schedule of its best record (its `schedules(target_key)` is the lookup used).
+    target: "c", or an ember.target.Target: the code generator and builder, the SIMD width the
+        kernels and the layout pass are made for, the key of tuned schedules.
+    cc, cflags: the C compiler and its flags (default: the target's, else the options).
+    database: an ember.tune.Database; each kernel with a record for the target takes the
+        schedule of its best record (`database.schedules(target.key)` is the lookup used).
     schedules: the lookup of tuned schedules itself (ember.lowering.ScheduleLookup), instead of a
         database.
     checked: an integer division by zero raises ZeroDivisionError (default: the checked option);
         unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
     """
     start = time.perf_counter()
-    num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
+    num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
+    if target.kind != "c":
+        raise ConfigError(f"compile_graph builds C: target {target.kind!r} runs single kernels (ember.build)")
     check_graph(graph)
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
-        schedules = database.schedules(target_key())
+        schedules = database.schedules(target.key)
     passes: list[PassReport] = []
-    fused = partition(graph, opt_level, disabled_passes, print_ir=print_ir, report=passes)
+    fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
     graph = fused.graph
     symbols = _symbols(graph)
 
     steps = kernel_graph(fused)  # kernels, views, in-place writes
-    lowered = lower_groups(steps.kernels, jobs, schedules)
+    lowered = lower_groups(steps.kernels, jobs, schedules, target)
     users: dict[str, list[Group]] = {}
     for g, _, k in lowered.calls:
         users.setdefault(k.name, []).append(g)
@@ -136,8 +139,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         weights=tuple(refs.weights),
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
                       for k in lowered.kernels),
-        target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
-                "cc": cc, "cflags": cflags},
+        target=target.describe(),
     )
     weights = {w: graph.constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
@@ -147,8 +149,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     codegen_s = time.perf_counter() - t
 
     t = time.perf_counter()
-    cached = is_cached(source, cc=cc, cflags=cflags)
-    library = build_library(source, cc=cc, cflags=cflags)
+    cached = is_cached(source, cc=target.cc, cflags=target.cflags)
+    library = build_library(source, cc=target.cc, cflags=target.cflags)
     build_s = time.perf_counter() - t
 
     stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,

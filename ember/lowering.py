@@ -12,7 +12,7 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
 - `group_schedule(workload)`: the group's te schedule, built once: it holds the unscheduled
   function (the tuning key, the tuner's starting point) and the operators' own schedule.
 - `lower_workload(workload, schedules)`: the lowered kernel, scheduled by the tuned trace that
-  `schedules` (a lookup from workload key to trace, e.g. `Database.schedules(target_key)`) has
+  `schedules` (a lookup from workload key to trace, e.g. `Database.schedules(target.key)`) has
   for it, else by its operators' own schedule.
 - `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
   there are many; structurally equal kernels are one kernel, named after the operators of the
@@ -35,6 +35,7 @@ from .kernel import lower
 from .ops.kernel import GroupNode, group_kernel
 from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
+from .target import Target
 from .te.schedule import TESchedule, bind_params
 from .tir.expr import as_int
 from .tir.schedule import Schedule, Trace
@@ -77,11 +78,13 @@ def kernel_name(ops: Iterable[str]) -> str:
     return "_".join(list(dict.fromkeys(ops))[:MAX_NAME_OPS])
 
 
-def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *,
+def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *, target: Target | None = None,
               print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None) -> FusedGraph:
-    """The graph after the passes of `opt_level` (ember.passes.pipeline.run_pipeline: `print_ir`
-    and `report` as there), cut into the groups that become kernels."""
-    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=report)
+    """The graph after the passes of `opt_level` for `target` (default: C on this machine;
+    ember.passes.pipeline.run_pipeline: `print_ir` and `report` as there), cut into the groups
+    that become kernels."""
+    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
+                         report=report)
     if opt_level < FUSE_LEVEL or "fuse" in disabled_passes_of(disabled_passes):
         return unfused(graph)
     fused = fuse(graph)
@@ -115,16 +118,17 @@ def workload_key(func: PrimFunc) -> str:
     return structural_hash(dataclasses.replace(func, name="kernel"))
 
 
-def lower_workload(w: Workload, schedules: ScheduleLookup | None = None) -> PrimFunc:
-    """One group as a lowered function (named "kernel": names do not change the structural hash),
-    scheduled by the trace `schedules` has for its key, else by its operators' own schedule."""
+def lower_workload(w: Workload, schedules: ScheduleLookup | None = None, target: Target | str = "c") -> PrimFunc:
+    """One group as a lowered function for `target` (named "kernel": names do not change the
+    structural hash), scheduled by the trace `schedules` has for its key, else by its operators'
+    own schedule."""
     s, args = group_schedule(w)
     trace = schedules(workload_key(unscheduled(s, args))) if schedules is not None and w.static else None
     if trace is None:
-        return lower(s, args, name="kernel")
+        return lower(s, args, name="kernel", target=target)
     sch = Schedule(unscheduled(s, args))
     trace.apply_to(sch)
-    return lower(sch, name="kernel")
+    return lower(sch, name="kernel", target=target)
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,8 @@ class Lowered:
     jobs: int
 
 
-def lower_groups(groups: Sequence[Group], jobs: int | None = None,
-                 schedules: ScheduleLookup | None = None) -> Lowered:
+def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: ScheduleLookup | None = None,
+                 target: Target | str = "c") -> Lowered:
     """The kernel of each group (see `Lowered`): distinct workloads lowered once, in `jobs`
     worker processes (default: one per core when there are at least PARALLEL_MIN_KERNELS of
     them, else this one); structurally equal functions share one kernel, named after its first
@@ -149,7 +153,7 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None,
     of_group = [workload_of(g) for g in groups]
     workloads = list(dict.fromkeys(of_group))
     jobs = _jobs(jobs, len(workloads))
-    lowered = dict(zip(workloads, _lower_all(workloads, schedules, jobs)))
+    lowered = dict(zip(workloads, _lower_all(workloads, schedules, target, jobs)))
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
     for w, func in lowered.items():
@@ -169,14 +173,15 @@ def _jobs(jobs: int | None, n: int) -> int:
     return max(1, min(jobs, n))
 
 
-def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, jobs: int) -> list[PrimFunc]:
+def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, target: Target | str,
+               jobs: int) -> list[PrimFunc]:
     """The lowered function of each workload, in `jobs` worker processes of ember's own
     (ember.workers: they work from any script, thread or daemonic process). A lowering error is
     raised again here as it was raised there; a worker that dies raises CompileError."""
     if jobs <= 1:
-        return [lower_workload(w, schedules) for w in workloads]
+        return [lower_workload(w, schedules, target) for w in workloads]
     with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
-        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, schedules)) for w in workloads])
+        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, schedules, target)) for w in workloads])
     for w, outcome in zip(workloads, outcomes):
         if outcome.status == "lost":
             raise CompileError(f"the worker process lowering a {w.name} kernel {outcome.value}; "

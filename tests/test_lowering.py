@@ -16,9 +16,10 @@ from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
 from ember.lowering import Workload, lower_workload, partition, workload_of
 from ember.ops.build import add_op
+from ember.target import Target
 from ember.testing import random_array
 from ember.tir.structural import structural_equal
-from ember.tune import Database, MeasureResult, target_key
+from ember.tune import Database, MeasureResult
 from ember.tune.extract import extract_tasks
 from ember.tune.space import design_space, sample
 
@@ -60,9 +61,9 @@ def test_a_tuned_schedule_reaches_the_kernel_and_te_is_built_once(tmp_path, monk
     [task, *_] = extract_tasks(g)
     sch = sample(task, design_space(task)[0], seed=3)
     db = Database(tmp_path / "t.db")
-    db.commit_workload(task, target_key())
-    db.add(task.key, target_key(), sch.trace, MeasureResult((1e-9,), None))
-    schedules = db.schedules(target_key())
+    db.commit_workload(task, Target().key)
+    db.add(task.key, Target().key, sch.trace, MeasureResult((1e-9,), None))
+    schedules = db.schedules(Target().key)
     assert set(schedules.traces) == {task.key}
     assert schedules("no such key") is None
 

@@ -44,9 +44,9 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..graph.core import Dim, Graph, Value
+from ..target import ALIGN
 from .fuse import BROADCAST, FusedGraph, Group, kind
 
-ALIGN = 64  # bytes: one cache line, one AVX-512 register
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
 

@@ -40,9 +40,8 @@ from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, OutOfMemoryError, ShapeError
+from ..target import ALIGN
 from .library import Library, open_library
-
-ALIGN = 64
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
 """Auto-tuning: schedules found by search over a design space generated from the computation,
 guided by a learned cost model and real measurements, kept in a tuning database."""
 
-from ..target import target_key
 from .cost_model import RandomCostModel, XGBCostModel, rank_correlation
 from .database import Database, TunedSchedules, TuningRecord
 from .extract import extract_tasks
@@ -14,5 +13,5 @@ from .tune_model import ModelTuneReport, tune_model
 
 __all__ = ["Database", "FEATURE_LENGTH", "LocalRunner", "MeasureInput", "MeasureResult", "RandomCostModel",
            "ModelTuneReport", "RayRunner", "Task", "TunedSchedules", "TuneResult", "TuningRecord", "XGBCostModel",
-           "extract_features", "extract_tasks", "rank_correlation", "target_key", "task_from_tensors", "tune",
+           "extract_features", "extract_tasks", "rank_correlation", "task_from_tensors", "tune",
            "tune_model"]

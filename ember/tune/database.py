@@ -15,7 +15,7 @@ those timings replace a lucky first one). Tuning resumes from a file: reopen
 it and the records are there. Several processes may add to one file at once (WAL journal; a
 writer waits up to BUSY_TIMEOUT_S for another's lock).
 
-A target is named by `ember.target.target_key()`: the code generator, the CPU model and the SIMD
+A target is named by its `ember.target.Target.key`: the code generator, the CPU model and the SIMD
 features the C compiler enables under the configured flags (-march=native), so that a database
 copied to a machine with the same CPU gives the same schedules there and a different CPU finds no
 records. `schedules(target)` is the compiler's lookup of the best trace of each workload.
