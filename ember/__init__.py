@@ -31,9 +31,10 @@ def compile(model, example_inputs=None, **options):
     """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
     ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
     Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs,
-    target ("c" or an ember.Target), cc, cflags, database (an ember.tune.Database: its best
-    schedules are applied), checked (an integer division by zero raises ZeroDivisionError
-    instead of giving 0 as numpy does); see ember.compiler.compile_graph."""
+    target ("c", "python": the loop-IR interpreter, or an ember.Target), cc, cflags, database
+    (an ember.tune.Database: its best schedules are applied), checked (an integer division by
+    zero raises ZeroDivisionError instead of giving 0 as numpy does); see
+    ember.compiler.compile_graph."""
     from .compiler import compile as _compile
 
     return _compile(model, example_inputs, **options)

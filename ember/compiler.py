@@ -23,6 +23,10 @@
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
 
+On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
+run on the loop-IR interpreter, called by the entry function's Python twin
+(ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
+
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
 compiling anything.
@@ -91,8 +95,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
-    target: "c", or an ember.target.Target: the code generator and builder, the SIMD width the
-        kernels and the layout pass are made for, the key of tuned schedules.
+    target: "c", "python" (the loop-IR interpreter runs every kernel), or an ember.target.Target:
+        the code generator and builder, the SIMD width the kernels and the layout pass are made
+        for, the key of tuned schedules.
     cc, cflags: the C compiler and its flags (default: the target's, else the options).
     database: an ember.tune.Database; each kernel with a record for the target takes the
         schedule of its best record (`database.schedules(target.key)` is the lookup used).
@@ -103,8 +108,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     """
     start = time.perf_counter()
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
-    if target.kind != "c":
-        raise ConfigError(f"compile_graph builds C: target {target.kind!r} runs single kernels (ember.build)")
+    if target.kind == "python" and checked:
+        raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
     check_graph(graph)
     if database is not None:
         if schedules is not None:
@@ -143,6 +148,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     )
     weights = {w: graph.constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
+    if target.kind == "python":
+        return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
     source = "\n".join([CRenderer(checked).render_unit(lowered.kernels),
                          render_entry(calls, copies, checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
@@ -157,6 +164,24 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                          build_s, time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
+
+
+def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes):
+    """The model on the loop-IR interpreter: the same kernels, plan and calls (target "python")."""
+    from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
+
+    def arg(ref: Ref, v: Value):
+        dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
+        return ref, dims, v.dtype
+
+    entry = InterpretedEntry(lowered.kernels, [
+        InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
+                        len(g.outputs), call.comment)
+        for call, (g, _, k) in zip(calls, lowered.calls)], copies)
+    codegen_s = time.perf_counter() - t
+    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
+                         0.0, time.perf_counter() - start, False, tuple(passes))
+    return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
 def compile(model, example_inputs=None, **options) -> CompiledModel:
