@@ -5,15 +5,16 @@ The compiler (ember.compiler.compile_graph) and the tuner's task extraction
 so the kernels a tuner measures are the kernels the compiler builds, and a tuned record's key
 (`workload_key` of the group's unscheduled function) is found again at compile time.
 
-- `partition(graph, opt_level, disabled_passes)`: the graph passes of the level, then fusion (at
-  opt_level >= FUSE_LEVEL unless "fuse" is disabled; else one group per node).
+- `partition(graph, opt_level, disabled_passes, target=...)`: the graph passes of the level for
+  the target (ember.target), then fusion (at opt_level >= FUSE_LEVEL unless "fuse" is
+  disabled; else one group per node).
 - `workload_of(group)`: what a group computes, as plain data (hashable, picklable): groups of the
   same operators on the same types with the same attributes share one lowering.
 - `group_schedule(workload)`: the group's te schedule, built once: it holds the unscheduled
   function (the tuning key, the tuner's starting point) and the operators' own schedule.
-- `lower_workload(workload, schedules)`: the lowered kernel, scheduled by the tuned trace that
-  `schedules` (a lookup from workload key to trace, e.g. `Database.schedules(target.key)`) has
-  for it, else by its operators' own schedule.
+- `lower_workload(workload, schedules, target)`: the lowered kernel, for the target's SIMD
+  width, scheduled by the tuned trace that `schedules` (a lookup from workload key to trace,
+  e.g. `Database.schedules(target.key)`) has for it, else by its operators' own schedule.
 - `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
   there are many; structurally equal kernels are one kernel, named after the operators of the
   first group that uses it (`conv2d_add_relu_3`).
