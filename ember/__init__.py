@@ -22,16 +22,17 @@ from .errors import (
     TuneError,
 )
 from .kernel import build, lower
-
-__version__ = "0.1.0"
+from .target import Target
+from .version import __version__ as __version__
 
 
 def compile(model, example_inputs=None, **options):
     """Compile a model: an ember Graph, a torch.nn.Module (traced with `example_inputs`), or an
     ONNX model (a path or a ModelProto). Returns a CompiledModel: `cm(*inputs)` runs it.
-    Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs, cc,
-    cflags, database (an ember.tune.Database: its best schedules are applied), checked (an
-    integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does); see
+    Options: opt_level (0-3, default 2), disabled_passes, print_ir, name, num_threads, jobs,
+    target ("c", "python": the loop-IR interpreter, or an ember.Target), cc, cflags, database
+    (an ember.tune.Database: its best schedules are applied), checked (an integer division by
+    zero raises ZeroDivisionError instead of giving 0 as numpy does); see
     ember.compiler.compile_graph."""
     from .compiler import compile as _compile
 
@@ -54,7 +55,7 @@ def bench(f, *args, **kwargs):
 
 __all__ = [
     "ArgumentTypeError", "ArtifactError", "BuildError", "CompileError", "ConfigError", "EmberError", "LowerError",
-    "OutOfMemoryError", "ScheduleError", "ShapeError", "TuneError",
+    "OutOfMemoryError", "ScheduleError", "ShapeError", "Target", "TuneError",
     "bench", "build", "compile", "load", "lower", "te", "tir",
 ]
 

@@ -5,6 +5,7 @@
     ember info model.onnx                       # operator histogram; unsupported operators listed
     ember info model.ember [--profile]          # and the kernels, their times, the memory plan
     ember bisect model.onnx [--rtol 1e-4]       # the first graph pass that changes the output
+    ember bisect model.onnx --kernels           # the first kernel whose C disagrees with its loop IR
     ember graph model.onnx --svg g.svg          # the graph drawn with its kernels marked (or --html)
     ember tune model.onnx --trials 2000 --db tuning.db   # tune its kernels (--runner ray: on a cluster)
     ember tune --report tuning.db               # best result per workload, tuning curves (PNG)
@@ -131,11 +132,14 @@ def cmd_info(args) -> int:
 
 
 def cmd_bisect(args) -> int:
-    from .debug import bisect
+    from .debug import bisect, bisect_kernels
 
     graph = _import_model(args.model)
     inputs = _load_arrays(args.input) or None
-    result = bisect(graph, inputs, rtol=args.rtol, atol=args.atol)
+    if args.kernels:
+        result = bisect_kernels(graph, inputs, rtol=args.rtol, atol=args.atol, folder=args.out)
+    else:
+        result = bisect(graph, inputs, rtol=args.rtol, atol=args.atol)
     print(result)
     return 0 if result.culprit is None else 1
 
@@ -199,7 +203,7 @@ def _check(name: str, ok: bool, detail: str) -> bool:
 
 
 def cmd_doctor(args) -> int:
-    from .target import host_vector_bytes
+    from .target import Target
 
     print("ember doctor")
     options = config.describe()
@@ -219,7 +223,7 @@ def cmd_doctor(args) -> int:
                                text=True)
             built = r.returncode == 0 and (Path(d) / "t").exists()
             _check("OpenMP", built, "-fopenmp works" if built else r.stderr.strip()[:200] or "no program built")
-        width = host_vector_bytes()
+        width = Target().vector_bytes
         _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
     for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
                          ("onnxruntime", "benchmarks against ONNX Runtime")):
@@ -289,6 +293,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", default=[], help="an input .npy (repeat, in order; default: random)")
     p.add_argument("--rtol", type=float, default=1e-4)
     p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--kernels", action="store_true",
+                   help="instead, run every kernel in C and on the loop-IR interpreter: the first kernel whose "
+                        "C disagrees, with a repro folder")
+    p.add_argument("--out", help="with --kernels: the repro folder (default: a new temporary folder)")
     p.set_defaults(fn=cmd_bisect)
     p = add_parser("graph", help="draw the graph with its kernels marked (SVG, or HTML with a table of the "
                                      "kernels); without --svg or --html, the SVG goes to stdout")

@@ -2,28 +2,30 @@
 
 `compile_graph(graph)`:
 1. checks the graph (ember.checks: it has outputs, every operator is known, no tensor is larger
-   than the machine's memory), then runs the graph passes of the optimization level
-   (ember.passes.pipeline), then checks that every symbolic dimension is a dimension of some
-   input (so each call can bind it);
-2. groups the nodes into kernels (ember.passes.fuse, at opt_level >= FUSE_LEVEL unless "fuse"
-   is disabled; else one group per node) and makes one kernel per group:
-   `ember.schedules.apply.group_kernel` (the nodes' computes chained, intermediates inlined, the
-   anchor's schedule), lowered by `ember.lower`. Groups of the same operators on the same types
-   with the same attributes share one lowering; lowered functions that are structurally equal
-   (`structural_hash`) share one kernel, so repeated blocks compile once. Distinct kernels are
-   lowered in `jobs` worker processes (ember.workers) when there are many of them;
-3. plans the workspace over the groups' outputs (ember.passes.plan_memory: liveness, greedy by
-   size; values inside a group never reach memory). A group of reshapes alone (VIEW_OPS) makes
-   no kernel: its output is a view of its input's bytes (when it is a graph output, its input's
-   kernel writes the output's bytes; where it cannot, a kernel copies). A group may write its
-   output over an input of its type that dies there and that only elementwise operators read
-   (in place: an elementwise chain, a residual add in a conv's or gemm's epilogue). A model whose
-   weights, workspace peak and outputs exceed the machine's memory is refused (CompileError);
+   than the machine's memory); after the graph passes of the optimization level
+   (ember.passes.pipeline), every symbolic dimension must be a dimension of some input (so each
+   call can bind it);
+2. groups the nodes into kernels and lowers one kernel per group (ember.lowering, the path the
+   tuner's task extraction takes too: `partition` runs the passes and ember.passes.fuse;
+   `lower_groups` makes each group's te with `ember.schedules.apply.group_kernel`, schedules it with
+   a tuned trace from `schedules` or its operators' own schedule, and lowers it). Groups of the
+   same operators on the same types with the same attributes share one lowering; lowered
+   functions that are structurally equal share one kernel, so repeated blocks compile once.
+   Distinct kernels are lowered in `jobs` worker processes (ember.workers) when there are many;
+3. plans the workspace over the kernel graph (ember.passes.plan_memory: the steps the model runs,
+   kernels and views, with the outputs each kernel may write in place; liveness, greedy by size;
+   values inside a group never reach memory). A group of reshapes alone makes no kernel: its
+   output is a view of its input's bytes. A model whose weights, workspace peak and outputs
+   exceed the machine's memory is refused (CompileError);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
    content hash: compiling the same model again compiles no C);
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
+
+On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
+run on the loop-IR interpreter, called by the entry function's Python twin
+(ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
@@ -36,10 +38,6 @@ compiled.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import platform
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,24 +49,17 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, CompileError, ShapeError
-from .graph.core import Attrs, Graph, Node, TensorType, Value
-from .kernel import lower
-from .passes.fuse import BROADCAST, FUSE_LEVEL, FusedGraph, Group, fuse, kind, unfused
-from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
-from .passes.plan_memory import VIEW, MemoryPlan, plan_memory
+from .errors import ArgumentTypeError, ConfigError, ShapeError
+from .frontend import import_model
+from .graph.core import Graph, Value
+from .lowering import ScheduleLookup, lower_groups, partition
+from .passes.fuse import Group
+from .passes.pipeline import PassReport
+from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
-from .schedules.apply import GroupNode, group_kernel
-from .target import host_vector_bytes
-from .tir.stmt import PrimFunc
-from .tir.structural import structural_hash
-from .workers import Call, WorkerPool
-
-PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
-MAX_NAME_OPS = 4  # operators named in a kernel's name
-VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
+from .target import Target, as_target
 
 
 @dataclass(frozen=True)
@@ -92,15 +83,11 @@ class CompileStats:
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
 
 
-# (input types, nodes, outputs): a group of operator applications (see ember.schedules.apply.group_kernel)
-Workload = tuple[tuple[TensorType, ...], tuple[GroupNode, ...], tuple[tuple[int, int], ...]]
-
-
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
-                  jobs: int | None = None, cc: str | None = None,
+                  jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
-                  checked: bool | None = None) -> CompiledModel:
+                  schedules: ScheduleLookup | None = None, checked: bool | None = None) -> CompiledModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -108,39 +95,46 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
-    cc, cflags: the C compiler and its flags (default: the options).
-    database: an ember.tune.Database; each kernel with a record for this machine's target takes
-        the schedule of its best record.
+    target: "c", "python" (the loop-IR interpreter runs every kernel), or an ember.target.Target:
+        the code generator and builder, the SIMD width the kernels and the layout pass are made
+        for, the key of tuned schedules.
+    cc, cflags: the C compiler and its flags (default: the target's, else the options).
+    database: an ember.tune.Database; each kernel with a record for the target takes the
+        schedule of its best record (`database.schedules(target.key)` is the lookup used).
+    schedules: the lookup of tuned schedules itself (ember.lowering.ScheduleLookup), instead of a
+        database.
     checked: an integer division by zero raises ZeroDivisionError (default: the checked option);
         unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
     """
     start = time.perf_counter()
-    num_threads, cc, cflags = config.threads(num_threads), config.resolve("cc", cc), config.resolve("cflags", cflags)
+    num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
+    if target.kind == "python" and checked:
+        raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
     check_graph(graph)
+    if database is not None:
+        if schedules is not None:
+            raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
+        schedules = database.schedules(target.key)
     passes: list[PassReport] = []
-    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, print_ir=print_ir, report=passes)
+    fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
+    graph = fused.graph
     symbols = _symbols(graph)
-    fusing = opt_level >= FUSE_LEVEL and "fuse" not in disabled_passes_of(disabled_passes)
-    fused = fuse(graph) if fusing else unfused(graph)
-    if fusing and "fuse" in printed_passes(print_ir):
-        print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
 
-    views, output_views = _views(fused, graph)
-    no_kernel = views | set(output_views.values())
-    kernel_groups = dataclasses.replace(fused, groups=tuple(g for g in fused.groups if g not in no_kernel))
-    group_kernels, kernels, lowered, jobs = _kernels(kernel_groups, jobs, database)
+    steps = kernel_graph(fused)  # kernels, views, in-place writes
+    lowered = lower_groups(steps.kernels, jobs, schedules, target)
     users: dict[str, list[Group]] = {}
-    for g, _, k in group_kernels:
+    for g, _, k in lowered.calls:
         users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
-    plan = plan_memory(_kernel_graph(fused, views, output_views))
-    refs = _Refs(graph, plan, symbols, views, output_views)
+    plan = plan_memory(steps)
+    refs = _Refs(steps, plan, symbols)
     calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
                         tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
                         "; ".join(repr(n) for n in g.nodes))
-             for g, own, k in group_kernels]
+             for g, own, k in lowered.calls]
+    copies = refs.copies()  # before the weights are listed: a copied output may be a weight
     checked = config.get("checked") if checked is None else bool(checked)
     copies = refs.copies()  # before the spec: an output that is a constant adds that constant to the weights
     spec = ModelSpec(
@@ -150,51 +144,51 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         symbols=tuple(symbols),
         weights=tuple(refs.weights),
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
-                      for k in kernels),
-        target={"target": "c", "machine": platform.machine(), "vector_bytes": host_vector_bytes(),
-                "cc": cc, "cflags": cflags},
+                      for k in lowered.kernels),
+        target=target.describe(),
     )
     weights = {w: graph.constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
-    source = "\n".join([CRenderer(checked).render_unit(kernels), render_entry(calls, copies, checked=checked),
+    if target.kind == "python":
+        return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
+    source = "\n".join([CRenderer(checked).render_unit(lowered.kernels),
+                         render_entry(calls, copies, checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
 
     t = time.perf_counter()
-    cached = is_cached(source, cc=cc, cflags=cflags)
-    library = build_library(source, cc=cc, cflags=cflags)
+    cached = is_cached(source, cc=target.cc, cflags=target.cflags)
+    library = build_library(source, cc=target.cc, cflags=target.cflags)
     build_s = time.perf_counter() - t
 
-    stats = CompileStats(len(graph.nodes), len(kernels), lowered, jobs, lower_s, codegen_s, build_s,
-                         time.perf_counter() - start, cached, tuple(passes))
+    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
+                         build_s, time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
+
+
+def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes):
+    """The model on the loop-IR interpreter: the same kernels, plan and calls (target "python")."""
+    from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
+
+    def arg(ref: Ref, v: Value):
+        dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
+        return ref, dims, v.dtype
+
+    entry = InterpretedEntry(lowered.kernels, [
+        InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
+                        len(g.outputs), call.comment)
+        for call, (g, _, k) in zip(calls, lowered.calls)], copies)
+    codegen_s = time.perf_counter() - t
+    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
+                         0.0, time.perf_counter() - start, False, tuple(passes))
+    return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
 def compile(model, example_inputs=None, **options) -> CompiledModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
     path or a ModelProto). Options: those of `compile_graph`."""
     return compile_graph(import_model(model, example_inputs), **options)
-
-
-def import_model(model, example_inputs=None, caller: str = "ember.compile") -> Graph:
-    """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`), or an
-    ONNX model (a path or a ModelProto); `caller` names the function in the errors."""
-    if isinstance(model, Graph):
-        return model
-    torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
-    if torch is not None and isinstance(model, torch.nn.Module):
-        if example_inputs is None:
-            raise ArgumentTypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
-        from .frontend.torch import import_module
-
-        return import_module(model, example_inputs)
-    if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
-        from .frontend.onnx import import_onnx
-
-        return import_onnx(model)
-    raise ArgumentTypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
-                    f"got {type(model).__name__}")
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
@@ -229,156 +223,22 @@ def _spec(v: Value) -> TensorSpec:
 
 
 
-# -- lowering ---------------------------------------------------------------------------------
-def workload_of(group: Group) -> Workload:
-    """What a group computes, as plain data: its input types, its nodes, its outputs."""
-    inputs = {id(v): k for k, v in enumerate(group.inputs)}
-    made = {id(v): (j, i) for j, n in enumerate(group.nodes) for i, v in enumerate(n.outputs)}
-    nodes = tuple((n.op, n.attrs, tuple(made.get(id(v)) or (-1, inputs[id(v)]) for v in n.inputs),
-                   tuple(v.type for v in n.outputs)) for n in group.nodes)
-    return tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs)
-
-
-def _kernels(fused: FusedGraph, jobs: int | None, database=None) -> tuple[list, list[PrimFunc], int, int]:
-    """The kernel of each group: (group, its own lowered function, the kernel it calls) in run
-    order; the distinct kernels; how many workloads were lowered, in how many processes.
-    A workload with a record in the tuning `database` takes the schedule of its best record.
-
-    A group's own function gives the order of its size arguments: a shared kernel may have been
-    lowered for other symbols in the same places."""
-    of_group = [workload_of(g) for g in fused.groups]
-    workloads = list(dict.fromkeys(of_group))
-    jobs = _jobs(jobs, len(workloads))
-    traces = [None] * len(workloads)
-    if database is not None:
-        from .tune.extract import best_traces
-
-        traces = best_traces(workloads, database)
-    lowered = dict(zip(workloads, _lower_all(workloads, traces, jobs)))
-    # structurally equal functions share one kernel, named after its first group's operators
-    kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
-    shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
-    for w, func in lowered.items():
-        key = structural_hash(func)
-        if key not in kernels:
-            kernels[key] = dataclasses.replace(func, name=f"{_kernel_name(w)}_{len(kernels)}")
-        shared[w] = kernels[key]
-    group_kernels = [(g, lowered[w], shared[w]) for g, w in zip(fused.groups, of_group)]
-    return group_kernels, list(kernels.values()), len(workloads), jobs
-
-
-def _kernel_name(w: Workload) -> str:
-    """The operators of a group, at most MAX_NAME_OPS of them, e.g. conv2d_add_relu."""
-    ops = list(dict.fromkeys(op for op, *_ in w[1]))
-    return "_".join(ops[:MAX_NAME_OPS])
-
-
-def _kernel_graph(fused: FusedGraph, views: set[Group], output_views: dict[int, Group]) -> Graph:
-    """The graph of the kernels: one node per group in run order, reading its inputs and writing
-    its outputs (op "kernel", with the outputs it may write in place; op VIEW for a view); what
-    memory planning needs to know. A value an output views is written as that output."""
-    nodes = [Node(VIEW, g.inputs, Attrs(), g.outputs, f"view{k}") if g in views else
-             Node("kernel", g.inputs, Attrs({"in_place": _in_place(g)}), g.outputs, f"kernel{k}")
-             for k, g in enumerate(fused.groups) if g not in output_views.values()]
-    outputs = [*fused.graph.outputs, *(g.inputs[0] for g in output_views.values())]
-    return Graph(fused.graph.name, list(fused.graph.inputs), fused.graph.constants, nodes, outputs)
-
-
-def _views(fused: FusedGraph, graph: Graph) -> tuple[set[Group], dict[int, Group]]:
-    """The groups that make no kernel, reshapes alone (VIEW_OPS) of one value: its bytes under
-    another shape. Those that are graph outputs, by the id of the value they view: that value's
-    kernel writes the output's bytes, which needs it made by a kernel and no graph output itself
-    (else a kernel copies)."""
-    def reshapes(g: Group) -> bool:
-        return all(n.op in VIEW_OPS for n in g.nodes) and len(g.inputs) == len(g.outputs) == 1
-
-    made_by_kernel = {id(v) for g in fused.groups if not reshapes(g) for v in g.outputs}
-    outputs = {id(v) for v in graph.outputs}
-    views, output_views = set(), {}
-    for g in filter(reshapes, fused.groups):
-        x, y = g.inputs[0], g.outputs[0]
-        if id(y) not in outputs:
-            views.add(g)
-        elif id(x) in made_by_kernel and id(x) not in outputs and id(x) not in output_views:
-            output_views[id(x)] = g
-    return views, output_views
-
-
-def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
-    """(output, input) positions a group may write in place: its one output over an input of its
-    type that only elementwise operators read, up to the output (an elementwise chain, a conv or
-    gemm epilogue's residual add), so that each output element is computed from the element at the
-    same place, read before it is written."""
-    if len(group.outputs) != 1:
-        return ()
-    out = group.outputs[0]
-    pairs = []
-    for k, x in enumerate(group.inputs):
-        reached = {id(x)}
-        for n in group.nodes:
-            if any(id(v) in reached for v in n.inputs):
-                if kind(n) > BROADCAST:
-                    break
-                reached.update(id(v) for v in n.outputs)
-        else:
-            if x.type == out.type and id(out) in reached:
-                pairs.append((0, k))
-    return tuple(pairs)
-
-
-def lower_workload(w: Workload, trace_json: str | None = None) -> PrimFunc:
-    """One group of operator applications as a lowered function (named "kernel": names do not
-    change the structural hash), scheduled by its operators' schedule or by `trace_json` (a
-    tuning record's trace of the group's unscheduled function)."""
-    if trace_json is not None:
-        from .tir.schedule import Trace
-        from .tune.extract import workload_task
-
-        return lower(workload_task(w, default=False).schedule(Trace.from_json(trace_json)), name="kernel")
-    in_types, nodes, outputs = w
-    s, args = group_kernel(list(in_types), list(nodes), list(outputs))
-    return lower(s, args, name="kernel")
-
-
-def _jobs(jobs: int | None, n: int) -> int:
-    """Processes to lower n distinct kernels in: by default one per core when there are at least
-    PARALLEL_MIN_KERNELS of them (fewer are not worth a worker's start), else this one."""
-    if jobs is None:
-        jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
-    return max(1, min(jobs, n))
-
-
-def _lower_all(workloads: list[Workload], traces: list[str | None], jobs: int) -> list[PrimFunc]:
-    """The lowered function of each workload, in `jobs` worker processes of ember's own
-    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
-    raised again here as it was raised there; a worker that dies raises CompileError."""
-    if jobs <= 1:
-        return [lower_workload(w, t) for w, t in zip(workloads, traces)]
-    with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
-        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, t)) for w, t in zip(workloads, traces)])
-    for w, outcome in zip(workloads, outcomes):
-        if outcome.status == "lost":
-            raise CompileError(f"the worker process lowering a {_kernel_name(w)} kernel {outcome.value}; "
-                               f"compile with jobs=1 to lower every kernel in this process")
-    return [outcome.result() for outcome in outcomes]
-
-
 # -- where each value lives --------------------------------------------------------------------
 class _Refs:
     """The entry function's reference of each value: an input, an output (or a value an output
     views), a weight (constants in order of first use), or a workspace tensor of the plan; a view
     outside the workspace refers to what it views."""
 
-    def __init__(self, graph: Graph, plan: MemoryPlan, symbols: list[str], views: set[Group],
-                 output_views: dict[int, Group]):
+    def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str]):
+        graph = steps.graph
         self.graph, self.symbols = graph, symbols
-        self.viewed = {id(g.outputs[0]): g.inputs[0] for g in views}
+        self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
         self.inputs = {id(v): k for k, v in enumerate(graph.inputs)}
         self.outputs: dict[int, int] = {}
         for k, v in enumerate(graph.outputs):
             self.outputs.setdefault(id(v), k)
-        for x, g in output_views.items():  # written as the output that views it
-            self.outputs[x] = self.outputs[id(g.outputs[0])]
+        for v, k in steps.written_as:  # written as the output that views it
+            self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {}
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}

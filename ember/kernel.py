@@ -1,19 +1,18 @@
 """The single-kernel path: a TE schedule (or loop-IR schedule or function) to a lowered loop-IR
-function (`lower`) and to a callable kernel (`build`), with the C compiler or the interpreter."""
+function (`lower`) and to a callable kernel (`build`), for a target (ember.target): C compiled by
+the system compiler, or the loop-IR interpreter."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import ArgumentTypeError, ConfigError
-from .target import host_vector_bytes
+from .errors import ArgumentTypeError
+from .target import Target, as_target
 from .te.schedule import TESchedule
 from .tir.lower import lower as lower_func
 from .tir.params import bind_params
 from .tir.schedule import Schedule
 from .tir.stmt import PrimFunc
-
-TARGETS = ("c", "python")
 
 
 def _prim_func(sch, args, name: str) -> PrimFunc:
@@ -31,27 +30,26 @@ def _prim_func(sch, args, name: str) -> PrimFunc:
 
 
 def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after: bool | None = None,
-          skip: Sequence[str] = (), target: str = "c") -> PrimFunc:
-    """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops."""
-    vector_bytes = host_vector_bytes() if target == "c" else None
+          skip: Sequence[str] = (), target: str | Target = "c") -> PrimFunc:
+    """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops. Loops
+    are vectorized for the target's SIMD width (none for the interpreter)."""
+    vector_bytes = as_target(target).vector_bytes
     return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip, vector_bytes=vector_bytes)
 
 
-def build(sch, args: Sequence | None = None, target: str = "c", name: str = "main", **options):
+def build(sch, args: Sequence | None = None, target: str | Target = "c", name: str = "main", **options):
     """A callable kernel: f(*numpy_arrays) computes in place into the output arrays.
 
-    target "c": C compiled by the system compiler (options: cc, cflags, checked: an integer
-    division by zero raises ZeroDivisionError instead of giving 0 as numpy does); "python": the loop-IR
-    interpreter, no compiler involved. `f.source` is the generated code.
+    target "c" (or a C Target): C compiled by the system compiler (options: cc, cflags, checked:
+    an integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does);
+    "python": the loop-IR interpreter, no compiler involved. `f.source` is the generated code.
     """
     from .runtime.module import build_c, build_python
 
-    if target not in TARGETS:
-        raise ConfigError(f"unknown target {target!r}; targets are {TARGETS}")
     skip = options.pop("skip", ())
-    func = lower(sch, args, name, skip=skip, target=target)
-    if target == "python":
+    if target == "python" or isinstance(target, Target) and target.kind == "python":
         if options:
             raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
-        return build_python(func)
-    return build_c(func, **options)
+        return build_python(lower(sch, args, name, skip=skip, target="python"))
+    target = as_target(target, cc=options.pop("cc", None), cflags=options.pop("cflags", None))
+    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags, **options)

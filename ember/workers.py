@@ -1,7 +1,7 @@
 """Worker processes of ember's own: a pool that runs picklable calls in child Python processes.
 
-    with WorkerPool(4, preload=["ember.compiler"]) as pool:
-        funcs = pool.map("ember.compiler:lower_workload", [(w, None) for w in workloads])
+    with WorkerPool(4, preload=["ember.lowering"]) as pool:
+        funcs = pool.map("ember.lowering:lower_workload", [(w, None) for w in workloads])
 
 Why not multiprocessing: its "spawn" and "forkserver" workers import the caller's main module
 again (a script without an `if __name__ == "__main__":` guard runs again in every worker, and

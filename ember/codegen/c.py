@@ -37,6 +37,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import LowerError
+from ..target import ALIGN
 from ..tir import dtype as dt
 from ..tir.expr import (
     COMPARE_OPS,
@@ -118,7 +119,7 @@ class CRenderer:
     MATH_FLOAT_SUFFIX = "f"
     NARROW_INTS = ("int8", "uint8", "int16")  # C computes these in int: wrap after each operation
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
-    ALIGN = 64
+    ALIGN = ALIGN  # every buffer's alignment (ember.target)
     RESERVED = frozenset(_C_WORDS) | {f + s for f in _LIBM for s in ("f", "l")}
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler import compile_graph, import_model
+from ..compiler import compile_graph
+from ..frontend import import_model
 from ..graph.core import Graph
 from ..passes.pipeline import PIPELINES
 from ..testing import random_array

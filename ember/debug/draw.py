@@ -34,10 +34,10 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..compiler import MAX_NAME_OPS
 from ..graph.core import Graph, Node, Value
-from ..passes.fuse import FUSE_LEVEL, KIND, FusedGraph, Group, fuse, kind, unfused
-from ..passes.pipeline import PIPELINES, disabled_passes_of, run_pipeline
+from ..lowering import kernel_name, partition
+from ..passes.fuse import KIND, FusedGraph, Group, kind
+from ..passes.pipeline import PIPELINES
 
 FORMATS = ("svg", "html")
 CHAR_W = 7.2  # px per character of the 12px monospace font
@@ -61,23 +61,10 @@ def draw_graph(graph: Graph, opt_level: int = max(PIPELINES), fmt: str = "svg") 
         raise TypeError(f"draw_graph takes a Graph, got {type(graph).__name__}")
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
-    fused = kernels_of(graph, opt_level)
+    fused = partition(graph, opt_level)
     svg = _svg(fused, f"{graph.name}: opt_level {opt_level}, {len(fused.graph.nodes)} nodes in "
                       f"{len(fused.groups)} kernels")
     return svg if fmt == "svg" else _html(fused, svg, opt_level)
-
-
-def kernels_of(graph: Graph, opt_level: int) -> FusedGraph:
-    """The graph after the passes of `opt_level`, grouped into kernels as the compiler groups it."""
-    graph = run_pipeline(graph, opt_level)
-    fusing = opt_level >= FUSE_LEVEL and "fuse" not in disabled_passes_of()
-    return fuse(graph) if fusing else unfused(graph)
-
-
-def kernel_name(group: Group) -> str:
-    """The operators of a kernel, at most MAX_NAME_OPS of them (the compiler's kernel names add the
-    number of the distinct kernel)."""
-    return "_".join(list(dict.fromkeys(group.ops))[:MAX_NAME_OPS])
 
 
 # -- layout -------------------------------------------------------------------------------------
@@ -242,7 +229,7 @@ def _layout(fused: FusedGraph) -> _Picture:
 
 
 def _label(k: int, g: Group) -> str:
-    return f"#{k} {kernel_name(g)}"
+    return f"#{k} {kernel_name(g.ops)}"
 
 
 def _io_text(v: Value) -> str:
@@ -283,7 +270,7 @@ def _svg(fused: FusedGraph, title: str) -> str:
            f'<text x="{MARGIN}" y="{MARGIN + 12}" style="font-size:14px;font-weight:bold">{_a(title)}</text>']
     for k, (g, f) in enumerate(zip(fused.groups, pic.frames)):
         fill, stroke = COLORS[_pattern(g)]
-        out.append(f'<g class="kernel" id="kernel-{k}" data-name="{_a(kernel_name(g))}" '
+        out.append(f'<g class="kernel" id="kernel-{k}" data-name="{_a(kernel_name(g.ops))}" '
                    f'data-ops="{_a(" ".join(g.ops))}" data-pattern="{_pattern(g)}">'
                    f'<rect x="{f.x:.1f}" y="{f.y:.1f}" width="{f.w:.1f}" height="{f.h:.1f}" rx="6" '
                    f'fill="{fill}" stroke="{stroke}"/></g>')
@@ -367,7 +354,7 @@ td.ops, td.io { font-family: monospace; }
 def _html(fused: FusedGraph, svg: str, opt_level: int) -> str:
     graph = fused.graph
     rows = "\n".join(
-        f'<tr><td>{k}</td><td><a href="#kernel-{k}">{_a(kernel_name(g))}</a></td><td>{_pattern(g)}</td>'
+        f'<tr><td>{k}</td><td><a href="#kernel-{k}">{_a(kernel_name(g.ops))}</a></td><td>{_pattern(g)}</td>'
         f'<td class="ops">{_a(" → ".join(g.ops))}</td>'
         f'<td class="io">{_a(", ".join(_io_text(v) for v in g.outputs))}</td></tr>'
         for k, g in enumerate(fused.groups))

@@ -11,8 +11,35 @@ order and converts each node with the converter its registry (`registry.py`) hol
 node's operator; `node.py` is what a converter sees (the node, its inputs, helpers that add
 ember operators); `converters/` holds the converters, one module per family of operators.
 
-Each frontend imports its framework only when it is used.
+Each frontend imports its framework only when it is used. `import_model` picks the frontend of a
+model (the compiler, the tuner and the debugger take any of them).
 """
+
+import os
+import sys
+
+from ..errors import ArgumentTypeError
+from ..graph.core import Graph
+
+
+def import_model(model, example_inputs=None, caller: str = "ember.compile") -> Graph:
+    """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`), or an
+    ONNX model (a path or a ModelProto); `caller` names the function in the errors."""
+    if isinstance(model, Graph):
+        return model
+    torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
+    if torch is not None and isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise ArgumentTypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
+        from .torch import import_module
+
+        return import_module(model, example_inputs)
+    if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
+        from .onnx import import_onnx
+
+        return import_onnx(model)
+    raise ArgumentTypeError(f"{caller} takes a Graph, a torch.nn.Module, or an ONNX model (path or ModelProto), "
+                            f"got {type(model).__name__}")
 
 
 def __getattr__(name):

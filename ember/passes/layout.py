@@ -47,7 +47,7 @@ from ..ops.binary import TABLE as ARITHMETIC
 from ..ops.compare import COMPARISONS, LOGIC
 from ..ops.layout import blocked, parse_layout
 from ..ops.registry import get
-from ..target import host_vector_bytes
+from ..target import Target
 from .rewrite import Rewriter
 
 PLAIN = "NCHW"
@@ -55,8 +55,10 @@ BROADCASTING = frozenset([name for name, *_ in ARITHMETIC + COMPARISONS + LOGIC]
 SPATIAL_REDUCTIONS = ("mean", "sum", "max", "min")
 
 
-def layout(graph: Graph) -> Graph:
-    return _Layouts(graph, host_vector_bytes() // 4).run()
+def layout(graph: Graph, target: Target | None = None) -> Graph:
+    """The graph with convolutions in blocked layouts of the target's SIMD width (default: C on
+    this machine)."""
+    return _Layouts(graph, (target or Target()).lanes).run()
 
 
 def channel_block(channels: int, lanes: int) -> int | None:

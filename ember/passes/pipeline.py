@@ -31,6 +31,7 @@ from .. import config
 from ..graph.core import Graph, GraphError
 from ..graph.verify import verify
 from ..ops.registry import infer_types
+from ..target import Target
 from .algebraic import simplify
 from .cse import cse
 from .dce import dce
@@ -43,6 +44,10 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_transposes, simplify, cse, fold_batch_norm,
                                                     layout, dce)}
+
+# passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
+# by its SIMD width
+TARGET_PASSES = ("layout",)
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
@@ -71,7 +76,7 @@ class PassReport:
         return f"{self.name}: {what}, {self.seconds * 1e3:.1f} ms"
 
 
-def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (),
+def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (), target: Target | None = None,
                  print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
                  report: list[PassReport] | None = None) -> Graph:
     if opt_level not in PIPELINES:
@@ -86,7 +91,7 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
             continue
         before = _signature(graph)
         start = time.perf_counter()
-        out = PASSES[name](graph)
+        out = PASSES[name](graph, target) if name in TARGET_PASSES else PASSES[name](graph)
         seconds = time.perf_counter() - start
         if debug:
             _verify(out, f"pass {name}")

@@ -1,17 +1,26 @@
 """Memory planning: where each intermediate tensor of a compiled model lives in its one workspace.
 
-The kernels of a model run in a fixed order, one step each (one per node of the graph planned: the
-compiler's graph of kernels, ember.compiler). A tensor in the workspace is live from the step that
-writes it to the last step that reads it, both included, so a kernel's inputs and outputs never
-share bytes (kernels take `restrict` pointers), but for two exceptions, where a tensor takes the
-bytes of another (`WorkspaceTensor.shares`) and the buffer they share lives as long as the two:
-- a node of op VIEW runs nothing: its output is its input's bytes under another shape (a reshape
-  of a contiguous buffer). A view of a graph input, constant or output is those bytes, outside
-  the workspace; a view is never a graph output itself (the compiler copies those);
-- a node may write an output over an input (attribute `in_place`: pairs of output and input
-  positions, where the compiler's kernel computes each output element from the input element at
-  the same place): it does when the input is a workspace tensor of the output's type whose buffer
-  nothing reads after this node, nor through another of the node's inputs (a view of it).
+A pass over the model's kernel graph (`KernelGraph`): the steps the model runs, in order, each a
+kernel that reads its inputs and writes its outputs, or a view. `kernel_graph(fused)` makes it
+from the fused graph (ember.passes.fuse): a group of reshapes alone (VIEW_OPS) of one value makes
+no kernel, its output is that value's bytes under another shape (a view); when such a group is a
+graph output, the kernel that makes the value it views writes the output's bytes instead
+(`KernelGraph.written_as`), or, where that cannot be (the value is an input, a constant, an output
+or is viewed so already), the group stays a kernel that copies. A kernel may write its output over
+an input of its type that only elementwise operators read, up to the output (`Step.in_place`: an
+elementwise chain, a residual add in a conv's or gemm's epilogue).
+
+A tensor in the workspace is live from the step that writes it to the last step that reads it,
+both included, so a kernel's inputs and outputs never share bytes (kernels take `restrict`
+pointers), but for two exceptions, where a tensor takes the bytes of another
+(`WorkspaceTensor.shares`) and the buffer they share lives as long as the two:
+- a view runs nothing: its output is its input's bytes under another shape (a reshape of a
+  contiguous buffer). A view of a graph input, constant or output is those bytes, outside the
+  workspace; a view is never a graph output itself (see above);
+- a kernel may write an output over an input (`in_place`: pairs of output and input positions,
+  where the kernel computes each output element from the input element at the same place): it
+  does when the input is a workspace tensor of the output's type whose buffer nothing reads after
+  this step, nor through another of the step's inputs (a view of it).
 Two buffers whose lifetimes do not overlap may share bytes.
 
 Offsets: greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
@@ -35,9 +44,96 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..graph.core import Dim, Graph, Value
+from ..target import ALIGN
+from .fuse import BROADCAST, FusedGraph, Group, kind
 
-ALIGN = 64  # bytes: one cache line, one AVX-512 register
-VIEW = "view"  # the op of a node that runs nothing: its output is its input's bytes
+VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One step of a model's run: a kernel that reads `inputs` and writes `outputs`, and may
+    write output k over input i for each (k, i) of `in_place`; or a view (`view`), which runs
+    nothing: its one output is its one input's bytes under another shape."""
+
+    name: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    view: bool = False
+    in_place: tuple[tuple[int, int], ...] = ()
+    group: Group | None = None  # the fused group it computes
+
+
+@dataclass(frozen=True, eq=False)
+class KernelGraph:
+    """A model as the steps it runs, in order; `graph` gives its inputs, constants and outputs.
+    `written_as`: (value, output position) for each value that a graph output views: the kernel
+    that makes the value writes it into the output's bytes (no step makes the view)."""
+
+    graph: Graph
+    steps: tuple[Step, ...]
+    written_as: tuple[tuple[Value, int], ...] = ()
+
+    @property
+    def kernels(self) -> list[Group]:
+        """The groups that run a kernel, in order."""
+        return [s.group for s in self.steps if not s.view]
+
+
+def kernel_graph(fused: FusedGraph) -> KernelGraph:
+    """The steps of a fused graph: a view for each group of reshapes alone that is not a graph
+    output, a kernel for every other group but those an output views (see the module doc)."""
+    views, output_views = _views(fused)
+    steps = tuple(Step(f"view{k}", g.inputs, g.outputs, view=True, group=g) if g in views else
+                  Step(f"kernel{k}", g.inputs, g.outputs, in_place=_in_place(g), group=g)
+                  for k, g in enumerate(fused.groups) if g not in output_views.values())
+    position = {}
+    for k, v in enumerate(fused.graph.outputs):
+        position.setdefault(id(v), k)
+    written_as = tuple((g.inputs[0], position[id(g.outputs[0])]) for g in output_views.values())
+    return KernelGraph(fused.graph, steps, written_as)
+
+
+def _views(fused: FusedGraph) -> tuple[set[Group], dict[int, Group]]:
+    """The groups that make no kernel, reshapes alone (VIEW_OPS) of one value: its bytes under
+    another shape. Those that are graph outputs, by the id of the value they view: that value's
+    kernel writes the output's bytes, which needs it made by a kernel and no graph output itself
+    (else a kernel copies)."""
+    def reshapes(g: Group) -> bool:
+        return all(n.op in VIEW_OPS for n in g.nodes) and len(g.inputs) == len(g.outputs) == 1
+
+    made_by_kernel = {id(v) for g in fused.groups if not reshapes(g) for v in g.outputs}
+    outputs = {id(v) for v in fused.graph.outputs}
+    views, output_views = set(), {}
+    for g in filter(reshapes, fused.groups):
+        x, y = g.inputs[0], g.outputs[0]
+        if id(y) not in outputs:
+            views.add(g)
+        elif id(x) in made_by_kernel and id(x) not in outputs and id(x) not in output_views:
+            output_views[id(x)] = g
+    return views, output_views
+
+
+def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
+    """(output, input) positions a group may write in place: its one output over an input of its
+    type that only elementwise operators read, up to the output (an elementwise chain, a conv or
+    gemm epilogue's residual add), so that each output element is computed from the element at the
+    same place, read before it is written."""
+    if len(group.outputs) != 1:
+        return ()
+    out = group.outputs[0]
+    pairs = []
+    for k, x in enumerate(group.inputs):
+        reached = {id(x)}
+        for n in group.nodes:
+            if any(id(v) in reached for v in n.inputs):
+                if kind(n) > BROADCAST:
+                    break
+                reached.update(id(v) for v in n.outputs)
+        else:
+            if x.type == out.type and id(out) in reached:
+                pairs.append((0, k))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -113,13 +209,13 @@ class MemoryPlan:
                                          d.get("shares")) for d in data))
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
-    """The workspace tensors of `graph` (every node output that is not a graph output, nor a view
-    of something outside the workspace), with their lifetimes over the node order and the tensor
-    whose bytes each takes, if any (see the module doc)."""
-    outputs = {id(v) for v in graph.outputs}
+def plan_memory(kernels: KernelGraph) -> MemoryPlan:
+    """The workspace tensors of a kernel graph (every step's output that is not a graph output,
+    nor written as one, nor a view of something outside the workspace), with their lifetimes over
+    the steps and the tensor whose bytes each takes, if any (see the module doc)."""
+    outputs = {id(v) for v in kernels.graph.outputs} | {id(v) for v, _ in kernels.written_as}
     last_use: dict[int, int] = {}
-    for step, node in enumerate(graph.nodes):
+    for step, node in enumerate(kernels.steps):
         for v in node.inputs:
             last_use[id(v)] = step
     owner: dict[int, Value] = {}  # workspace value -> the one whose buffer it is in
@@ -132,15 +228,15 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         buffer_last[id(into or v)] = max(buffer_last.get(id(into or v), last), last)
         tensors.append(WorkspaceTensor(v.name, v.shape, v.dtype, step, last, into.name if into else None))
 
-    for step, node in enumerate(graph.nodes):
-        if node.op == VIEW:
+    for step, node in enumerate(kernels.steps):
+        if node.view:
             (x,), (y,) = node.inputs, node.outputs
             if id(y) in outputs:
                 raise ValueError(f"view {node.name}: its output %{y.name} is a graph output, which needs a copy")
             if id(x) in owner:  # else a view of an input, a constant or an output: outside the workspace
                 place(y, step, owner[id(x)])
             continue
-        pairs = dict(node.attrs.get("in_place", ()))  # output position -> input position
+        pairs = dict(node.in_place)  # output position -> input position
         taken = set()
         for k, y in enumerate(node.outputs):
             if id(y) in outputs:

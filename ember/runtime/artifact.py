@@ -104,7 +104,7 @@ class Artifact:
 
 
 def save_artifact(model: CompiledModel, path: str | Path) -> Path:
-    from .. import __version__
+    from ..version import __version__
 
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
@@ -225,7 +225,7 @@ def _kind(value) -> str:
 
 
 def _version() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
 

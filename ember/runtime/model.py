@@ -47,10 +47,9 @@ from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, OutOfMemoryError, ShapeError
+from ..target import ALIGN
 from . import fork
 from .library import Library, open_library
-
-ALIGN = 64
 
 
 @dataclass(frozen=True)
@@ -131,12 +130,7 @@ class CompiledModel:
         self.spec, self.plan, self.source, self.stats = spec, plan, source, stats
         self._graph = graph
         self.num_threads = num_threads
-        self.library = library if isinstance(library, Library) else open_library(library)
-        self.library_path = self.library.path  # named by its content: these bytes, for as long as it lives
-        self._library = self.library.handle  # kept: the library stays loaded
-        self._entry = getattr(self._library, ENTRY)
-        self._entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
-        self._entry.restype = ctypes.c_int
+        self._entry = self._open(library)
         missing = [w for w in spec.weights if w not in weights]
         if missing:
             raise ValueError(f"model {spec.name}: weights {missing} are missing")
@@ -146,6 +140,16 @@ class CompiledModel:
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
         self._local = threading.local()
         self.last_profile = None  # the latest `profile` result
+
+    def _open(self, library: str | Path | Library):
+        """Load the library; its entry function."""
+        self.library = library if isinstance(library, Library) else open_library(library)
+        self.library_path = self.library.path  # named by its content: these bytes, for as long as it lives
+        self._library = self.library.handle  # kept: the library stays loaded
+        entry = getattr(self._library, ENTRY)
+        entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
+        entry.restype = ctypes.c_int
+        return entry
 
     @property
     def name(self) -> str:

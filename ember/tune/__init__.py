@@ -2,7 +2,7 @@
 guided by a learned cost model and real measurements, kept in a tuning database."""
 
 from .cost_model import RandomCostModel, XGBCostModel, rank_correlation
-from .database import Database, TuningRecord, target_key
+from .database import Database, TunedSchedules, TuningRecord
 from .extract import extract_tasks
 from .features import FEATURE_LENGTH, extract_features
 from .measure import LocalRunner, MeasureInput, MeasureResult
@@ -12,5 +12,6 @@ from .tune_model import ModelTuneReport, tune_model
 from .tuner import TuneResult, tune
 
 __all__ = ["Database", "FEATURE_LENGTH", "LocalRunner", "MeasureInput", "MeasureResult", "RandomCostModel",
-           "ModelTuneReport", "RayRunner", "Task", "TuneResult", "TuningRecord", "XGBCostModel", "extract_features",
-           "extract_tasks", "rank_correlation", "target_key", "task_from_tensors", "tune", "tune_model"]
+           "ModelTuneReport", "RayRunner", "Task", "TunedSchedules", "TuneResult", "TuningRecord", "XGBCostModel",
+           "extract_features", "extract_tasks", "rank_correlation", "task_from_tensors", "tune",
+           "tune_model"]

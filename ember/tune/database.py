@@ -15,9 +15,10 @@ those timings replace a lucky first one). Tuning resumes from a file: reopen
 it and the records are there. Several processes may add to one file at once (WAL journal; a
 writer waits up to BUSY_TIMEOUT_S for another's lock).
 
-A target is named by `target_key()`: the code generator, the CPU model and the SIMD features the
-C compiler enables under the configured flags (-march=native), so that a database copied to a
-machine with the same CPU gives the same schedules there and a different CPU finds no records.
+A target is named by its `ember.target.Target.key`: the code generator, the CPU model and the SIMD
+features the C compiler enables under the configured flags (-march=native), so that a database
+copied to a machine with the same CPU gives the same schedules there and a different CPU finds no
+records. `schedules(target)` is the compiler's lookup of the best trace of each workload.
 """
 
 from __future__ import annotations
@@ -25,14 +26,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import platform
-import re
 import sqlite3
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..target import compiler_macros
 from ..tir.schedule import Trace
 from .measure import MeasureResult
 from .task import Task
@@ -84,6 +83,18 @@ class WorkloadEntry:
     created: float
 
 
+@dataclass(frozen=True, eq=False)
+class TunedSchedules:
+    """The best trace (JSON) of each tuned workload key, for one target: a schedule lookup
+    (ember.lowering.ScheduleLookup). Plain data, so lowering worker processes get it whole."""
+
+    traces: Mapping[str, str]
+
+    def __call__(self, key: str) -> Trace | None:
+        trace = self.traces.get(key)
+        return Trace.from_json(trace) if trace is not None else None
+
+
 class Database:
     """Tuning records in the SQLite file at `path` (":memory:" for one that lives in memory)."""
 
@@ -111,7 +122,7 @@ class Database:
 
     def add(self, task_key: str, target: str, trace: Trace, result: MeasureResult) -> TuningRecord:
         """Store one measured candidate of a committed workload."""
-        from .. import __version__
+        from ..version import __version__
 
         record = TuningRecord(task_key, target, trace, tuple(result.latencies_s), result.error,
                               result.cv, __version__, time.time())
@@ -136,6 +147,13 @@ class Database:
             f"AS newest FROM records WHERE key = ? AND target = ?) WHERE newest = 1 AND error IS NULL "
             f"ORDER BY median, id LIMIT 1", (key, target)).fetchone()
         return _record(row) if row else None
+
+    def schedules(self, target: str) -> TunedSchedules:
+        """The best record's trace of every workload tuned for `target`: the compiler's schedule
+        lookup (`ember.compile(..., database=db)` asks for it)."""
+        keys = [k for (k,) in self._conn.execute("SELECT key FROM workloads WHERE target = ?", (target,))]
+        best = {k: self.best(k, target) for k in keys}
+        return TunedSchedules({k: r.trace.to_json() for k, r in best.items() if r is not None})
 
     def records(self, key: str, target: str | None = None) -> list[TuningRecord]:
         """Every record of the workload (on `target`, or on any target), in insertion order."""
@@ -177,24 +195,3 @@ def _record(row) -> TuningRecord:
     key, target, trace, latencies, cv, error, version, created = row
     return TuningRecord(key, target, Trace.from_json(trace), tuple(json.loads(latencies)), error,
                         math.nan if cv is None else cv, version, created)
-
-
-_SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AMX\w*)__|ARM_NEON|"
-                         r"ARM_FEATURE_(?:SVE\w*|FMA|DOTPROD|MATMUL_INT8|BF16\w*|FP16\w*)) ", re.M)
-
-
-def target_key() -> str:
-    """The target that schedules are tuned for: "c | <CPU model> | <SIMD features, sorted>"."""
-    features = sorted({m.rstrip("_").lower() for m in _SIMD_MACRO.findall(compiler_macros())
-                       if not m.endswith("_MATH__")})
-    return f"c | {_cpu_model()} | {' '.join(features)}"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..codegen.c import CRenderer
 from ..codegen.registers import MAX_REGISTERS
-from ..target import host_vector_bytes
+from ..target import Target
 from ..tir import dtype as dt
 from ..tir.expr import (
     ARITH_OPS,
@@ -108,9 +108,12 @@ def lower_for_features(func: PrimFunc) -> PrimFunc:
     return lower(func, skip=FEATURE_LOWER_SKIP)
 
 
-def extract_features(func) -> np.ndarray:
+def extract_features(func, target: Target | None = None) -> np.ndarray:
     """The feature vector (float32, FEATURE_LENGTH) of a scheduled function (`sch.mod`, or the
-    Schedule itself); a function without blocks is taken as lowered already (lower_for_features)."""
+    Schedule itself), whose register-resident buffers are judged by the SIMD width of `target`
+    (default: C on this machine); a function without blocks is taken as lowered already
+    (lower_for_features)."""
+    target = target or Target()
     func = getattr(func, "mod", func)
     if not isinstance(func, PrimFunc):
         raise TypeError(f"extract_features takes a PrimFunc or a Schedule, got {type(func).__name__}")
@@ -119,7 +122,7 @@ def extract_features(func) -> np.ndarray:
     walk = _Walk()
     walk.stmt(func.body, (), 0, False)
     buffers = [_site_buffers(site) for site in walk.sites]
-    registers = _register_buffers(walk.sites, buffers)
+    registers = _register_buffers(walk.sites, buffers, target.vector_bytes or 4)
     stores = [_store(site, b, registers) for site, b in zip(walk.sites, buffers)]
     out = np.zeros(FEATURE_LENGTH, dtype=np.float64)
     for k, s in enumerate(sorted(stores, key=lambda s: -s.cost)[:TOP_STORES]):
@@ -411,7 +414,7 @@ def _site_buffers(site: Site) -> list[list[Access]]:
     return [write, *sorted(by_buffer.values(), key=lambda acc: -len(acc) * _elem_bytes(acc))]
 
 
-def _register_buffers(sites: list[Site], buffers: list[list[list[Access]]]) -> set[Buffer]:
+def _register_buffers(sites: list[Site], buffers: list[list[list[Access]]], vector_bytes: int) -> set[Buffer]:
     """The local buffers that code generation keeps in vector registers (codegen.registers):
     once unrolled, every access is at a constant offset (its index depends on unrolled loops
     and vector lanes only), in at most MAX_REGISTERS vectors of the host's width."""
@@ -428,7 +431,7 @@ def _register_buffers(sites: list[Site], buffers: list[list[list[Access]]]) -> s
                     width[buf] = max(width.get(buf, 1), lanes)
     out = set()
     for buf, ok in constant.items():
-        register = max(1, host_vector_bytes() * 8 // dt.bits(buf.dtype))
+        register = max(1, vector_bytes * 8 // dt.bits(buf.dtype))
         if ok and _size(buf) <= MAX_REGISTERS * min(width.get(buf, 1), register):
             out.add(buf)
     return out

@@ -11,17 +11,17 @@ seed of the search.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property, reduce
 
 import numpy as np
 
 from ..errors import ScheduleError
+from ..lowering import workload_key
 from ..tir.expr import Binary, Call, Select, as_int
 from ..tir.functor import collect, visit_expr
 from ..tir.schedule import Schedule, Trace
 from ..tir.stmt import Block, BlockRealize, BufferStore, PrimFunc
-from ..tir.structural import structural_hash
 
 FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
 
@@ -36,7 +36,7 @@ class Task:
     @cached_property
     def key(self) -> str:
         """The workload key: the structural hash of the unscheduled function."""
-        return structural_hash(replace(self.func, name="kernel"))
+        return workload_key(self.func)
 
     @cached_property
     def flops(self) -> int:

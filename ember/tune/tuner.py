@@ -13,6 +13,7 @@ to its budget; `ember.tune.tune_model` drives several through the task scheduler
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ScheduleError, TuneError
+from ..target import Target
 from ..tir.schedule import Trace
 from .search import Candidate, EvolutionarySearch
 from .space import sketch_of
@@ -69,23 +71,23 @@ class TuneResult:
         return self.task.build(self.trace, target=target)
 
 
-def candidate_features(sch) -> np.ndarray:
+def candidate_features(sch, target: Target | None = None) -> np.ndarray:
     """What the cost model sees of a candidate: the features of its (partly lowered) function."""
     from .features import extract_features
 
-    return extract_features(sch.mod)
+    return extract_features(sch.mod, target)
 
 
 class TaskTuner:
-    def __init__(self, task: Task, *, runner, database=None, cost_model=None, seed: int = 0, target: str | None = None,
-                 progress: bool = False):
+    def __init__(self, task: Task, *, runner, database=None, cost_model=None, seed: int = 0,
+                 target: Target | None = None, progress: bool = False):
         from .cost_model import XGBCostModel
-        from .database import target_key
 
         self.task, self.runner, self.database = task, runner, database
         self.cost_model = cost_model if cost_model is not None else XGBCostModel(seed=seed)
-        self.target = target or target_key()
-        self.search = EvolutionarySearch(task, self.cost_model, candidate_features, seed=seed)
+        self.target = (target or Target()).key  # the database's name of the target
+        self.search = EvolutionarySearch(task, self.cost_model, functools.partial(candidate_features, target=target),
+                                         seed=seed)
         self.progress = progress
         self.time = TimeSpent()
         self.trials = 0  # measured by this tuner

@@ -73,3 +73,13 @@ def test_bisect(onnx_model, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "rtol=1e-05" in out and "[ok] + dce" in out
     assert "verdict: no pass changes the output beyond tolerance" in out
+
+
+def test_bisect_kernels(onnx_model, tmp_path, capsys):
+    path, _ = onnx_model
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.rand(2, 8).astype("float32"))
+    assert main(["bisect", str(path), "--input", str(x), "--kernels", "--out", str(tmp_path / "repro")]) == 0
+    out = capsys.readouterr().out
+    assert "each kernel in C against the loop-IR interpreter" in out and "[ok] #0" in out
+    assert "verdict: every kernel's C agrees with its loop IR" in out and not (tmp_path / "repro").exists()

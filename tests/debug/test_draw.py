@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ember.debug import draw_graph
-from ember.debug.draw import kernel_name, kernels_of
 from ember.graph import Graph, TensorType
+from ember.lowering import kernel_name, partition
 from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL
 from ember.passes.pipeline import PIPELINES
@@ -54,7 +54,7 @@ def overlap(a, b) -> bool:
 
 def check_picture(graph: Graph, opt_level: int) -> ET.Element:
     """The SVG of graph at opt_level against the kernels the compiler makes of it."""
-    fused = kernels_of(graph, opt_level)
+    fused = partition(graph, opt_level)
     root = parse(draw_graph(graph, opt_level))
     frames = by_class(root, "kernel")
     assert len(frames) == len(fused.groups)
@@ -63,7 +63,7 @@ def check_picture(graph: Graph, opt_level: int) -> ET.Element:
     for k, (frame, group) in enumerate(zip(frames, fused.groups)):
         assert frame.get("id") == f"kernel-{k}"
         assert frame.get("data-ops").split() == list(group.ops)
-        assert frame.get("data-name") == kernel_name(group)
+        assert frame.get("data-name") == kernel_name(group.ops)
         inside = [n for n in nodes if n.get("data-kernel") == str(k)]
         assert [n.get("data-node") for n in inside] == [n.name for n in group.nodes]
         assert [n.get("data-op") for n in inside] == list(group.ops)
@@ -129,13 +129,13 @@ def test_names_are_escaped():
 
 def test_html_page_has_the_svg_and_a_row_per_kernel():
     graph = textbook()
-    fused = kernels_of(graph, FUSE_LEVEL)
+    fused = partition(graph, FUSE_LEVEL)
     page = draw_graph(graph, FUSE_LEVEL, fmt="html")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert page.count("<tr>") == len(fused.groups) + 1
     for k, group in enumerate(fused.groups):
-        assert f'<a href="#kernel-{k}">{kernel_name(group)}</a>' in page
+        assert f'<a href="#kernel-{k}">{kernel_name(group.ops)}</a>' in page
         assert " → ".join(group.ops) in page
     svg = page[page.index("<svg"):page.index("</svg>") + 6]
     assert len(by_class(parse(svg), "kernel")) == len(fused.groups)

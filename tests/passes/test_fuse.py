@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import ember
-from ember.compiler import VIEW_OPS
 from ember.graph import Graph, TensorType
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.fuse import FUSE_LEVEL, fuse, unfused
+from ember.passes.plan_memory import VIEW_OPS
 from ember.testing import random_array
 
 RTOL = 1e-4  # fp32: a fused kernel computes in the same order, but conv/matmul sum in tiles

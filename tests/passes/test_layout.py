@@ -15,11 +15,11 @@ from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.layout import channel_block, layout
 from ember.passes.pipeline import PIPELINES, run_pipeline
-from ember.target import host_vector_bytes
+from ember.target import Target
 from ember.testing import random_array
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
-LANES = host_vector_bytes() // 4
+LANES = Target().lanes
 LEVEL = next(level for level, passes in sorted(PIPELINES.items()) if "layout" in passes)
 
 

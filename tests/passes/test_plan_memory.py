@@ -14,13 +14,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ember
-from ember.compiler import VIEW_OPS
 from ember.errors import ShapeError
 from ember.graph import Graph, TensorType
+from ember.lowering import partition
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
-from ember.passes.plan_memory import ALIGN, VIEW, MemoryPlan, greedy_by_size, plan_memory
+from ember.passes.plan_memory import (
+    ALIGN,
+    VIEW_OPS,
+    KernelGraph,
+    MemoryPlan,
+    Step,
+    greedy_by_size,
+    kernel_graph,
+    plan_memory,
+)
 from ember.testing import random_array
+
+VIEW = "view"  # a node of this op in the graphs below is a view step; "in_place" attributes are the steps'
+
+
+def steps_of(g: Graph) -> KernelGraph:
+    """The kernel graph whose steps are the nodes of `g`."""
+    return KernelGraph(g, tuple(Step(n.name, tuple(n.inputs), tuple(n.outputs), n.op == VIEW,
+                                     tuple(n.attrs.get("in_place", ()))) for n in g.nodes))
 
 
 def check_layout(sizes, lifetimes, offsets, peak):
@@ -67,7 +84,7 @@ def random_graphs(draw):
 @settings(max_examples=100, deadline=None)
 @given(random_graphs())
 def test_plan_random_graphs(g):
-    plan = plan_memory(g)
+    plan = plan_memory(steps_of(g))
     names = {t.name for t in plan.tensors}
     kept_out = {v.name for v in g.inputs} | set(g.constants) | {v.name for v in g.outputs}
     assert not names & kept_out  # inputs, outputs and constants are not in the workspace
@@ -92,7 +109,7 @@ def chain(n: int, shape=(1024,)) -> Graph:
 
 
 def test_chain_reuses_memory():
-    layout = plan_memory(chain(6)).layout()
+    layout = plan_memory(steps_of(chain(6))).layout()
     one = 4096  # 1024 float32, a multiple of ALIGN
     assert layout.unplanned_bytes == 5 * one  # the last node writes the output
     assert layout.peak_bytes == 2 * one < layout.unplanned_bytes
@@ -105,12 +122,12 @@ def test_sizes_round_up_to_alignment():
     b = g.add_node("f", [x, a], {}, [TensorType((3,), "int8")], name="b").outputs[0]
     c = g.add_node("f", [a, b], {}, [TensorType((3,))], name="c").outputs[0]
     g.set_outputs([c])
-    layout = plan_memory(g).layout()
+    layout = plan_memory(steps_of(g)).layout()
     assert sorted(layout.offsets) == [0, ALIGN] and layout.peak_bytes == 2 * ALIGN
 
 
 def test_symbolic_shapes_plan_per_binding():
-    plan = plan_memory(chain(4, ("n", 3)))
+    plan = plan_memory(steps_of(chain(4, ("n", 3))))
     assert plan.symbols == ("n",)
     small, big = plan.layout({"n": 2}), plan.layout({"n": 1024})
     assert small.peak_bytes == 2 * ALIGN and big.peak_bytes == 2 * 12288
@@ -119,7 +136,7 @@ def test_symbolic_shapes_plan_per_binding():
 
 
 def test_plan_json_roundtrip():
-    plan = plan_memory(chain(4, ("n", 3)))
+    plan = plan_memory(steps_of(chain(4, ("n", 3))))
     assert MemoryPlan.from_json(plan.to_json()) == plan
 
 
@@ -187,7 +204,7 @@ def graphs_with_views(draw):
 @settings(max_examples=150, deadline=None)
 @given(graphs_with_views())
 def test_views_and_in_place_writes_on_random_graphs(g):
-    plan = plan_memory(g)
+    plan = plan_memory(steps_of(g))
     check_sharing(g, plan)
     assert plan.layout().unplanned_bytes == sum(t.nbytes({}) for t in plan.tensors)
 
@@ -206,7 +223,7 @@ def sharing_chain() -> Graph:
 
 
 def test_view_shares_its_input_and_keeps_it_alive():
-    plan = plan_memory(sharing_chain())
+    plan = plan_memory(steps_of(sharing_chain()))
     t = {t.name: t for t in plan.tensors}
     view = next(v for v in t.values() if v.first == 1)
     assert view.shares == "n0" or view.shares == plan.tensors[0].name
@@ -223,7 +240,7 @@ def test_in_place_writes_make_a_chain_one_buffer():
     for k in range(6):
         v = g.add_node("f", [v], {"in_place": ((0, 0),)}, [TensorType((1024,))], name=f"n{k}").outputs[0]
     g.set_outputs([v])
-    layout = plan_memory(g).layout()
+    layout = plan_memory(steps_of(g)).layout()
     assert layout.peak_bytes == 4096 and layout.unplanned_bytes == 5 * 4096  # against 2 * 4096 without
 
 
@@ -236,7 +253,7 @@ def test_no_in_place_over_inputs_constants_outputs_or_other_types():
     c = g.add_node("f", [b, a], {"in_place": ((0, 0),)}, [TensorType((8, 8))], name="n1").outputs[0]
     d = g.add_node("f", [c], {"in_place": ((0, 0),)}, [TensorType((8, 8), "int32")], name="n2").outputs[0]
     g.set_outputs([d, a])
-    plan = plan_memory(g)
+    plan = plan_memory(steps_of(g))
     assert [(t.name, t.shares) for t in plan.tensors] == [(c.name, None)]  # b outside, a and d outputs
 
 
@@ -245,11 +262,11 @@ def test_view_as_graph_output_is_refused():
     a = g.add_node("f", [g.add_input("x", TensorType((4,)))], {}, [TensorType((4,))], name="n0").outputs[0]
     g.set_outputs(g.add_node(VIEW, [a], {}, [TensorType((2, 2))], name="v").outputs)
     with pytest.raises(ValueError, match="view v: its output .* is a graph output"):
-        plan_memory(g)
+        plan_memory(steps_of(g))
 
 
 def test_plan_with_sharing_json_roundtrip():
-    plan = plan_memory(sharing_chain())
+    plan = plan_memory(steps_of(sharing_chain()))
     assert any(t.shares for t in plan.tensors) and MemoryPlan.from_json(plan.to_json()) == plan
 
 
@@ -300,3 +317,19 @@ def test_elementwise_kernels_write_in_place():
     assert cm.memory.peak_bytes == 64 * 64 * 4 < cm.memory.unplanned_bytes
     x_ = random_array((64, 64))
     np.testing.assert_allclose(cm(x_), evaluate(g, x_)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_graph_of_a_fused_graph():
+    """The steps the compiler plans, unfused: views for reshapes of workspace values and of
+    inputs, a kernel for the output that views an input (a copy), the reshape that is an output
+    written by the kernel of the value it views, in-place writes in the elementwise chain."""
+    fused = partition(reshapes_graph(), 0)
+    steps = kernel_graph(fused)
+    views = [s for s in steps.steps if s.view]
+    assert views and all(set(s.group.ops) <= set(VIEW_OPS) for s in views)
+    copies = [s.group.ops for s in steps.steps if not s.view and set(s.group.ops) <= set(VIEW_OPS)]
+    assert copies == [("squeeze",)]  # the output that views x (through a view): a kernel copies
+    assert steps.kernels == [s.group for s in steps.steps if not s.view]
+    [(value, position)] = steps.written_as  # the gemm's value, written as output 0 (zr views it)
+    assert position == 0 and value.shape == (6, 24)
+    assert any(s.in_place for s in steps.steps)

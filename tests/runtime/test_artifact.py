@@ -50,7 +50,7 @@ def test_save_then_load_compiles_nothing(tmp_path, cache_dir, monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("loading traced, lowered or compiled something")
 
-    for target in ("ember.compiler.compile_graph", "ember.compiler.lower_workload", "ember.compiler.group_kernel",
+    for target in ("ember.compiler.compile_graph", "ember.lowering.lower_workload", "ember.lowering.group_kernel",
                    "ember.compiler.build_library", "ember.runtime.build._compile", "ember.kernel.lower"):
         monkeypatch.setattr(target, forbidden)
     loaded = ember.load(path)

@@ -10,9 +10,9 @@ import pytest
 
 import ember
 from ember import te
-from ember.target import host_vector_bytes
+from ember.target import Target
 from ember.tir.structural import structural_equal
-from ember.tune import Database, MeasureResult, target_key, task_from_tensors
+from ember.tune import Database, MeasureResult, task_from_tensors
 
 TARGET = "c | test CPU | avx2 fma"
 
@@ -93,7 +93,7 @@ def test_a_file_resumes_and_keeps_targets_apart(tmp_path):
         db.add(task.key, TARGET, t8, MeasureResult((3e-4,)))
         assert db.best(task.key, TARGET).trace.to_json() == t4.to_json()
         assert db.best(task.key, "c | another CPU | sse2").trace.to_json() == t8.to_json()
-        assert db.best(task.key, target_key()) is None
+        assert db.best(task.key, Target().key) is None
         assert len(db.records(task.key, TARGET)) == 2 and len(db.records(task.key)) == 3
         assert db.best("no such workload", TARGET) is None
 
@@ -147,9 +147,9 @@ def test_errors_name_what_is_wrong(tmp_path):
 
 
 def test_target_key_names_the_cpu_and_its_simd_features():
-    key = target_key()
-    assert key == target_key() and key.startswith("c | ")
+    key = Target().key
+    assert key == Target().key and key.startswith("c | ")
     features = key.split(" | ")[2].split()
     assert features == sorted(features)
-    if host_vector_bytes() >= 32:
+    if Target().vector_bytes >= 32:
         assert "avx" in features or "sve" in features

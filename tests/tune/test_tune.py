@@ -6,8 +6,9 @@ import pytest
 
 import ember
 from ember import te
+from ember.target import Target
 from ember.tir.structural import structural_equal
-from ember.tune import Database, LocalRunner, MeasureResult, target_key
+from ember.tune import Database, LocalRunner, MeasureResult
 from ember.tune.extract import extract_tasks
 from ember.tune.report import plot_tuning_curves, tuning_curve, tuning_report
 from ember.tune.scheduler import GradientScheduler
@@ -35,7 +36,7 @@ def test_tune_a_kernel_resume_and_replay(tmp_path, runner):
     best = tune(gemm(), trials=8, database=db, seed=0, runner=runner, batch=4)
     assert np.isfinite(best.latency_s) and best.trials == 8 and best.gflops > 0
     assert [h[0] for h in best.history] == [4, 8]
-    records = db.records(best.task.key, target_key())
+    records = db.records(best.task.key, Target().key)
     assert len(records) == 9  # 8 trials and the winner, re-measured with its spread
     assert records[-1].trace.to_json() == best.trace.to_json() and np.isfinite(records[-1].cv)
     assert structural_equal(best.task.schedule(records[-1].trace).mod, best.task.schedule(best.trace).mod)
@@ -46,8 +47,8 @@ def test_tune_a_kernel_resume_and_replay(tmp_path, runner):
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     # resuming: the search knows what was measured and measures only new candidates
     more = tune(gemm(), trials=4, database=db, seed=1, runner=runner, batch=4)
-    traces = [r.trace.to_json() for r in db.records(best.task.key, target_key())[:8]]
-    new = [r.trace.to_json() for r in db.records(more.task.key, target_key())[9:13]]
+    traces = [r.trace.to_json() for r in db.records(best.task.key, Target().key)[:8]]
+    new = [r.trace.to_json() for r in db.records(more.task.key, Target().key)[9:13]]
     assert len(new) == 4 and not set(new) & set(traces)
     assert more.trials == 4 and np.isfinite(more.latency_s)
 
@@ -95,8 +96,8 @@ def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path):
     result = tuner.result()
     assert result.latency_s == 1e-3 and result.trace.to_json() == sch.trace.to_json()
     assert tuner.baseline_s == 1e-3
-    assert db.best(task.key, target_key()).trace.to_json() == sch.trace.to_json()
-    assert len(db.records(task.key, target_key())) == 1 + 4 + 2
+    assert db.best(task.key, Target().key).trace.to_json() == sch.trace.to_json()
+    assert len(db.records(task.key, Target().key)) == 1 + 4 + 2
 
 
 def test_compile_applies_the_best_record(tmp_path):
@@ -107,8 +108,8 @@ def test_compile_applies_the_best_record(tmp_path):
     assert task.weight == 1 and task.default_trace is not None
     sch = sample(task, design_space(task)[0], seed=3)
     db = Database(tmp_path / "t.db")
-    db.commit_workload(task, target_key())
-    db.add(task.key, target_key(), sch.trace, MeasureResult((1e-9,), None))
+    db.commit_workload(task, Target().key)
+    db.add(task.key, Target().key, sch.trace, MeasureResult((1e-9,), None))
     tuned = ember.compile(model, (x,), database=db)
     plain = ember.compile(model, (x,))
     assert tuned.source != plain.source

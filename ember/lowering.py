@@ -1,0 +1,191 @@
+"""One lowering path: from a graph to its groups, and from a group to its kernel.
+
+The compiler (ember.compiler.compile_graph) and the tuner's task extraction
+(ember.tune.extract) both cut a graph with `partition` and describe each group as a `Workload`,
+so the kernels a tuner measures are the kernels the compiler builds, and a tuned record's key
+(`workload_key` of the group's unscheduled function) is found again at compile time.
+
+- `partition(graph, opt_level, disabled_passes, target=...)`: the graph passes of the level for
+  the target (ember.target), then fusion (at opt_level >= FUSE_LEVEL unless "fuse" is
+  disabled; else one group per node).
+- `workload_of(group)`: what a group computes, as plain data (hashable, picklable): groups of the
+  same operators on the same types with the same attributes share one lowering.
+- `group_schedule(workload)`: the group's te schedule, built once: it holds the unscheduled
+  function (the tuning key, the tuner's starting point) and the operators' own schedule.
+- `lower_workload(workload, schedules, target)`: the lowered kernel, for the target's SIMD
+  width, scheduled by the tuned trace that `schedules` (a lookup from workload key to trace,
+  e.g. `Database.schedules(target.key)`) has for it, else by its operators' own schedule.
+- `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
+  there are many; structurally equal kernels are one kernel, named after the operators of the
+  first group that uses it (`conv2d_add_relu_3`).
+
+Nothing here knows of tuning databases: the caller gives the lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import CompileError
+from .graph.core import Graph, TensorType
+from .kernel import lower
+from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
+from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
+from .schedules.apply import GroupNode, group_kernel
+from .target import Target
+from .te.schedule import TESchedule
+from .tir.expr import as_int
+from .tir.params import bind_params
+from .tir.schedule import Schedule, Trace
+from .tir.stmt import PrimFunc
+from .tir.structural import structural_hash
+from .workers import Call, WorkerPool
+
+PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
+MAX_NAME_OPS = 4  # operators named in a kernel's name
+
+# the tuned schedule of a workload key (ember.tune.Task.key), or None: the operators' own is used.
+# Lowering in worker processes sends it to them, so it must pickle (Database.schedules does).
+ScheduleLookup = Callable[[str], Trace | None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a group of operator applications computes (see ember.schedules.apply.group_kernel): its
+    input types; its nodes (op, attributes, inputs, output types), an input being (-1, k) for
+    the group's input k or (j, i) for output i of node j; and its outputs, as (j, i)."""
+
+    inputs: tuple[TensorType, ...]
+    nodes: tuple[GroupNode, ...]
+    outputs: tuple[tuple[int, int], ...]
+
+    @property
+    def name(self) -> str:
+        return kernel_name(op for op, *_ in self.nodes)
+
+    @property
+    def static(self) -> bool:
+        """Every dimension is a number (only those are tuned)."""
+        types = [*self.inputs, *(t for node in self.nodes for t in node[3])]
+        return all(isinstance(d, int) or as_int(d) is not None for t in types for d in t.shape)
+
+
+def kernel_name(ops: Iterable[str]) -> str:
+    """The operators of a kernel, at most MAX_NAME_OPS of them, e.g. conv2d_add_relu (the
+    compiler's kernel names add the number of the distinct kernel: conv2d_add_relu_3)."""
+    return "_".join(list(dict.fromkeys(ops))[:MAX_NAME_OPS])
+
+
+def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *, target: Target | None = None,
+              print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None) -> FusedGraph:
+    """The graph after the passes of `opt_level` for `target` (default: C on this machine;
+    ember.passes.pipeline.run_pipeline: `print_ir` and `report` as there), cut into the groups
+    that become kernels."""
+    graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
+                         report=report)
+    if opt_level < FUSE_LEVEL or "fuse" in disabled_passes_of(disabled_passes):
+        return unfused(graph)
+    fused = fuse(graph)
+    if "fuse" in printed_passes(print_ir):
+        print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
+    return fused
+
+
+def workload_of(group: Group) -> Workload:
+    """What a group computes, as plain data: its input types, its nodes, its outputs."""
+    inputs = {id(v): k for k, v in enumerate(group.inputs)}
+    made = {id(v): (j, i) for j, n in enumerate(group.nodes) for i, v in enumerate(n.outputs)}
+    nodes = tuple((n.op, n.attrs, tuple(made.get(id(v)) or (-1, inputs[id(v)]) for v in n.inputs),
+                   tuple(v.type for v in n.outputs)) for n in group.nodes)
+    return Workload(tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs))
+
+
+def group_schedule(w: Workload) -> tuple[TESchedule, list]:
+    """The group's te schedule with its operators' own schedule applied, and its arguments (the
+    group's inputs, then its outputs)."""
+    return group_kernel(list(w.inputs), list(w.nodes), list(w.outputs))
+
+
+def unscheduled(s: TESchedule, args: Sequence) -> PrimFunc:
+    """The function `s` started from, its parameters the arguments in call order, named "kernel"."""
+    return bind_params(s.sch.original, [a.buffer for a in args], "kernel")
+
+
+def workload_key(func: PrimFunc) -> str:
+    """The tuning key of an unscheduled function: its structural hash, whatever its name."""
+    return structural_hash(dataclasses.replace(func, name="kernel"))
+
+
+def lower_workload(w: Workload, schedules: ScheduleLookup | None = None, target: Target | str = "c") -> PrimFunc:
+    """One group as a lowered function for `target` (named "kernel": names do not change the
+    structural hash), scheduled by the trace `schedules` has for its key, else by its operators'
+    own schedule."""
+    s, args = group_schedule(w)
+    trace = schedules(workload_key(unscheduled(s, args))) if schedules is not None and w.static else None
+    if trace is None:
+        return lower(s, args, name="kernel", target=target)
+    sch = Schedule(unscheduled(s, args))
+    trace.apply_to(sch)
+    return lower(sch, name="kernel", target=target)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """The kernels of a partition: for each group in run order, its own lowered function (which
+    orders its size arguments: a shared kernel may have been lowered for other symbols in the
+    same places) and the kernel it calls; the distinct kernels; how many workloads were lowered,
+    in how many processes."""
+
+    calls: tuple[tuple[Group, PrimFunc, PrimFunc], ...]
+    kernels: tuple[PrimFunc, ...]
+    lowered: int
+    jobs: int
+
+
+def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: ScheduleLookup | None = None,
+                 target: Target | str = "c") -> Lowered:
+    """The kernel of each group (see `Lowered`): distinct workloads lowered once, in `jobs`
+    worker processes (default: one per core when there are at least PARALLEL_MIN_KERNELS of
+    them, else this one); structurally equal functions share one kernel, named after its first
+    group's operators."""
+    of_group = [workload_of(g) for g in groups]
+    workloads = list(dict.fromkeys(of_group))
+    jobs = _jobs(jobs, len(workloads))
+    lowered = dict(zip(workloads, _lower_all(workloads, schedules, target, jobs)))
+    kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
+    shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
+    for w, func in lowered.items():
+        key = structural_hash(func)
+        if key not in kernels:
+            kernels[key] = dataclasses.replace(func, name=f"{w.name}_{len(kernels)}")
+        shared[w] = kernels[key]
+    calls = tuple((g, lowered[w], shared[w]) for g, w in zip(groups, of_group))
+    return Lowered(calls, tuple(kernels.values()), len(workloads), jobs)
+
+
+def _jobs(jobs: int | None, n: int) -> int:
+    """Processes to lower n distinct kernels in: by default one per core when there are at least
+    PARALLEL_MIN_KERNELS of them (fewer are not worth a worker's start), else this one."""
+    if jobs is None:
+        jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
+    return max(1, min(jobs, n))
+
+
+def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, target: Target | str,
+               jobs: int) -> list[PrimFunc]:
+    """The lowered function of each workload, in `jobs` worker processes of ember's own
+    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
+    raised again here as it was raised there; a worker that dies raises CompileError."""
+    if jobs <= 1:
+        return [lower_workload(w, schedules, target) for w in workloads]
+    with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
+        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, schedules, target)) for w in workloads])
+    for w, outcome in zip(workloads, outcomes):
+        if outcome.status == "lost":
+            raise CompileError(f"the worker process lowering a {w.name} kernel {outcome.value}; "
+                               f"compile with jobs=1 to lower every kernel in this process")
+    return [outcome.result() for outcome in outcomes]

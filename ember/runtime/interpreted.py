@@ -1,0 +1,110 @@
+"""A whole model on the loop-IR interpreter (target "python"): slow, exact, no compiler.
+
+The compiler makes the same kernels, memory plan and entry calls as for C (ember.compiler), and
+this module runs them: `InterpretedEntry` is the entry function (ember.codegen.entry) written in
+Python, called with the very arguments the C entry takes (the addresses of the inputs, outputs,
+workspace, offsets, weights and sizes), so `InterpretedModel` is a CompiledModel in every other
+respect: the same input checks, symbol binding, workspace layout and outputs. Each kernel runs as
+ember.codegen.python renders it, on NumPy arrays over those addresses. A wrong model result can
+so be placed: the interpreter is the definition of the loop IR, the C code its translation.
+
+An interpreted model has no library: it cannot be saved or profiled (compile it for "c").
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codegen.entry import Copy, Ref
+from ..codegen.python import codegen_python, load_python
+from ..errors import ConfigError
+from ..tir.stmt import PrimFunc
+from .model import CompiledModel, ModelSpec
+
+Dims = tuple[int | Ref, ...]  # ints, or "size" references to the model's symbols
+
+
+@dataclass(frozen=True)
+class InterpretedCall:
+    """One kernel call: the kernel's name, and per buffer argument its reference, its dimensions
+    and its dtype (the last `outputs` arguments are written); the size arguments; the nodes it
+    computes."""
+
+    kernel: str
+    args: tuple[tuple[Ref, Dims, str], ...]
+    sizes: tuple[Ref, ...]
+    outputs: int
+    nodes: str = ""
+
+
+class InterpretedEntry:
+    """ember_model_run in Python (see the module doc): returns 0 as the unchecked C entry does.
+    `funcs` holds the lowered kernels by name; `run_call(call, arrays, sizes)` runs one call on
+    flat arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
+
+    def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence[InterpretedCall], copies: Sequence[Copy]):
+        sources = {f.name: codegen_python(f) for f in kernels}
+        self.source = "\n\n".join(sources.values())
+        self.funcs = {f.name: f for f in kernels}
+        self.kernels = {f.name: load_python(sources[f.name], f) for f in kernels}
+        self.calls, self.copies = tuple(calls), tuple(copies)
+        self.run_call = self.interpret
+
+    def interpret(self, call: InterpretedCall, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
+        """Run one call's kernel on the interpreter."""
+        with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors
+            self.kernels[call.kernel](*arrays, *sizes)
+
+    def __call__(self, inputs: int, outputs: int, workspace: int, offsets: int, weights: int, sizes: int,
+                 num_threads: int) -> int:
+        pointers = {"input": _array_at(inputs, ctypes.c_void_p), "output": _array_at(outputs, ctypes.c_void_p),
+                    "weight": _array_at(weights, ctypes.c_void_p)}
+        offset, size = _array_at(offsets, ctypes.c_int64), _array_at(sizes, ctypes.c_int64)
+
+        def address(ref: Ref) -> int:
+            return workspace + offset[ref.index] if ref.kind == "workspace" else pointers[ref.kind][ref.index]
+
+        def numel(dims: Dims) -> int:
+            return int(np.prod([size[d.index] if isinstance(d, Ref) else d for d in dims], dtype=np.int64))
+
+        for call in self.calls:
+            arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in call.args]
+            self.run_call(call, arrays, [int(size[r.index]) for r in call.sizes])
+        for c in self.copies:
+            ctypes.memmove(address(c.dst), address(c.src), numel(c.dims) * c.itemsize)
+        return 0
+
+
+class InterpretedModel(CompiledModel):
+    """A CompiledModel whose entry function is an InterpretedEntry (target "python")."""
+
+    def __init__(self, spec: ModelSpec, entry: InterpretedEntry, weights: Mapping[str, np.ndarray], plan, *,
+                 graph=None, stats=None):
+        super().__init__(spec, entry, weights, plan, graph=graph, source=entry.source, stats=stats)
+
+    def _open(self, entry: InterpretedEntry):
+        self.library = self.library_path = self._library = None
+        return entry
+
+    def save(self, path):
+        raise ConfigError(f"model {self.name} runs on the interpreter (target 'python') and has no library to save; "
+                          f"compile it with target='c' to save it")
+
+    def profile(self, *inputs, repeat: int = 10):
+        raise ConfigError(f"model {self.name} runs on the interpreter (target 'python'), which is not profiled; "
+                          f"compile it with target='c' to profile its kernels")
+
+
+def _array_at(address: int, ctype) -> ctypes.Array:
+    return ctypes.cast(address, ctypes.POINTER(ctype))
+
+
+def _view(address: int, numel: int, dtype: np.dtype) -> np.ndarray:
+    """The flat array of `numel` elements at `address` (writable: kernels write their outputs)."""
+    if numel == 0:
+        return np.empty(0, dtype)
+    return np.frombuffer((ctypes.c_char * (numel * dtype.itemsize)).from_address(address), dtype)
