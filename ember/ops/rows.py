@@ -10,7 +10,10 @@ inner_axes)`; `schedule_rows` then
 - runs reductions over contiguous elements (computes marked CONTIGUOUS) in vector lanes: the
   innermost reduction loops split by the lanes and factored out (rfactor) into one vector of
   partial results, reduced at the end (C compilers keep float reductions in order, so they
-  would not vectorize them);
+  would not vectorize them); that vector is itself the fold of ACCUMULATORS independent ones,
+  which consecutive vectors of the row go to in turn, so that the adds of one do not wait for
+  those of another (the order of a sum changes with it, within rounding; max and min, which
+  propagate NaN from either side, do not change);
 - vectorizes the inner loops of the output (and of stages of its shape) when they are its
   trailing axes and vector lanes divide their static extent (a guarded vector loop would run
   scalar).
@@ -133,9 +136,28 @@ def factor_lanes(s, t):
     return s.rfactor(t, lane, factor_axis=t.ndim)
 
 
+ACCUMULATORS = 4  # independent vector accumulators per reduction (`vectorize_lanes`)
+
+
 def vectorize_lanes(s, partial) -> None:
-    """The partial results of `factor_lanes` computed as one vector: lanes innermost."""
+    """The partial results of `factor_lanes` computed as one vector, lanes innermost, from
+    ACCUMULATORS vectors (or 2) where they divide the vectors of a row: a single accumulator
+    makes every vector add wait for the one before (a 768-element row: 48 dependent adds, four
+    cycles each); several independent ones run in parallel and are folded into one at the end
+    (an rfactor of the partial results over the accumulator index)."""
     st = s[partial]
+    ko = st.op.reduce_axis[-1]  # the vectors of a row (the outer part of the lane split)
+    extent = as_int(ko.dom.extent)
+    count = next((n for n in (ACCUMULATORS, 2) if extent is not None and extent % n == 0 and extent > n), None)
+    if count is not None:
+        _, a = st.split(ko, factor=count)
+        accumulators = s.rfactor(partial, a, factor_axis=partial.ndim - 1)
+        acc = s[accumulators]
+        lane, a = acc.op.axis[-2], acc.op.axis[-1]
+        acc.reorder(*acc.op.reduce_axis, a, lane)
+        acc.unroll(a)
+        acc.vectorize(lane)
+        st = s[partial]  # now the fold of the accumulators into one vector
     st.reorder(*st.op.reduce_axis, st.op.axis[-1])
     st.vectorize(st.op.axis[-1])
 
