@@ -219,13 +219,30 @@ def _compute_l2_norm(inputs, attrs, out_types):
     return [te.compute(sq.shape, lambda *i: (te.sqrt(sq[i]) / scale[i]).astype(x.dtype), name="out")]
 
 
-def _l2_norm_reference(inputs, attrs):
-    (x,) = inputs
-    axes = normalize_axes("l2_norm", attrs["axes"], x.ndim)
-    wide = x.astype("float64")
-    with np.errstate(over="ignore"):
-        out = np.sqrt(np.sum(wide * wide, axis=axes, keepdims=attrs["keepdims"]))
-    return [np.asarray(out).astype(x.dtype)]
+def _scaled_reference(fn):
+    """The float64 reference of a reduction homogeneous of degree 1 (std, the norm), computed on
+    each row divided by its largest magnitude, so that float64 inputs near 1e300 do not overflow."""
+
+    def reference(inputs, attrs):
+        (x,) = inputs
+        axes = normalize_axes("reduce", attrs["axes"], x.ndim)
+        wide = x.astype("float64")
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            top = np.max(np.abs(wide), axis=axes, keepdims=True, initial=0.0)
+            top = np.where(np.isfinite(top) & (top > 0), top, 1.0)
+            out = fn(wide / top, axes, attrs) * top
+        out = out if attrs["keepdims"] else np.squeeze(out, axis=axes)
+        return [np.asarray(out).astype(x.dtype)]
+
+    return reference
+
+
+def _l2(x, axes, attrs):
+    return np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
+
+
+def _std(x, axes, attrs):
+    return np.std(x, axis=axes, keepdims=True, ddof=attrs["correction"])
 
 
 REDUCE_ATTRS = {"axes": None, "keepdims": False}
@@ -268,7 +285,7 @@ register(OpDef(
 register(OpDef(
     name="std",
     infer=_infer_reduce("std", float_only=True),
-    reference=_reference(np.std),
+    reference=_scaled_reference(_std),
     compute=_compute_moment(root=True),
     pattern="reduction",
     attrs={**REDUCE_ATTRS, "correction": 0},
@@ -279,7 +296,7 @@ register(OpDef(
 register(OpDef(
     name="l2_norm",
     infer=_infer_reduce("l2_norm", float_only=True),
-    reference=_l2_norm_reference,
+    reference=_scaled_reference(_l2),
     compute=_compute_l2_norm,
     pattern="reduction",
     attrs=REDUCE_ATTRS,

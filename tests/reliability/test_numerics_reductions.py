@@ -69,6 +69,26 @@ def test_std(kind):
         assert np.isfinite(out).all()
 
 
+@pytest.mark.parametrize("k", [-149, -140, -127, -126, -60, 0, 1, 62, 63, 64, 100, 120, 126, 127])
+def test_scale_at_powers_of_two(k):
+    """Rows whose sum of magnitudes is at, just below and just above 2^(k + 7) (the scale is found
+    with float arithmetic, exact at those edges), subnormal rows, and rows whose sum overflows."""
+    x = np.full((3, 128), np.float32(2.0**k))
+    x[1] = np.nextafter(x[1], np.float32(0))
+    x[2] = np.nextafter(x[2], np.float32(np.inf))
+    with np.errstate(over="ignore"):
+        check_op("l2_norm", [x], {"axes": -1}, rtol=1e-6, atol=2 * SUBNORMAL)
+        check_op("rms_norm", [x * np.linspace(-1, 1, 128, dtype="float32")], {"eps": 0.0}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("magnitude", [1e300, 1e200, 1e-200, 1e-310])
+def test_float64(magnitude):
+    x = np.random.default_rng(9).standard_normal((4, N)) * magnitude
+    with np.errstate(over="ignore"):
+        check_op("l2_norm", [x], {"axes": -1}, rtol=1e-12, atol=1e-323)
+        check_op("std", [x], {"axes": -1, "correction": 1}, rtol=1e-12, atol=1e-323)
+
+
 def test_equal_rows_have_no_spread():
     x = np.repeat(np.float32([1e20, -3e-20, 2.5e38, 1.0])[:, None], N, axis=1)
     (out,) = check_op("std", [x], {"axes": -1, "correction": 1}, rtol=0, atol=0)
