@@ -1,20 +1,21 @@
 """Reductions over axes: sum, mean, max, min, prod (axes=None: all), argmax, argmin (one axis,
-int64 output, the first extreme), var (correction: 0 biased, 1 unbiased).
+int64 output, the first extreme), var and std (correction: 0 biased, 1 unbiased), l2_norm.
 
 Also the pieces the normalization family shares: axis validation (`normalize_axes`) and the te
 reduction of a tensor over some of its axes (`reduce_over`).
 
 float16 inputs accumulate sums and products in float32 (`acc`) and round once at the end.
-var computes its statistics scaled by a power of two per output element (`scaling`), so that
-values whose squares overflow (above 1e19 in float32) or underflow still give the float64
-answer where it is representable. sum, mean and prod accumulate as they are: a sum overflows
-only where its partial sums pass the largest float, which for mean means values above
+var, std and l2_norm compute their statistics scaled by a power of two per output element
+(`scaling`), so that values whose squares overflow (above 1e19 in float32) or underflow still
+give the float64 answer where it is representable (std and l2_norm take the root before
+unscaling: a norm of 1e20 is finite though its square is not). sum, mean and prod accumulate
+as they are: a sum overflows only where its partial sums pass the largest float, which for mean means values above
 FLT_MAX / n (4e35 in float32 for n = 768); scaling every element by 1 / n would move the failure
 to the small end (values below n * FLT_MIN losing digits to subnormals), and a scale per row costs
 a pass over it, a third of the time of the most common reduction.
 Kernels run their output elements in parallel, each computing the reduction stages it needs
 (the sum of mean and var, the max of argmax) inside its iteration, with reductions over
-contiguous elements in vector lanes (`rows.schedule_rows`, every output element a row).
+contiguous elements in vector lanes (ember.schedules.cpu.rows, every output element a row).
 """
 
 from __future__ import annotations
@@ -176,21 +177,72 @@ def _compute_mean(inputs, attrs, out_types):
     return [te.compute(total.shape, lambda *i: (total[i] / te.cast(total.dtype, n)).astype(x.dtype), name="out")]
 
 
-def _compute_var(inputs, attrs, out_types):
-    """Two passes (the mean, then the squared deviations from it), in the scaled frame of
-    `scaling`: stable for large means, no overflow of the squares of values above 1e19."""
-    from .scaling import row_scale, scaled_center, scaled_squares  # scaling builds on this module
+def _compute_moment(root: bool):
+    """var (root False) and std (root True): two passes (the mean, then the squared deviations
+    from it), in the scaled frame of `scaling`: stable for large means, no overflow of the squares
+    of values above 1e19. std takes the root in the scaled frame and unscales after it, so that a
+    standard deviation of 1e20 (a variance of 1e40, past float32) is finite."""
+
+    def compute(inputs, attrs, out_types):
+        from .scaling import row_scale, scaled_center, scaled_squares  # scaling builds on this module
+
+        (x,) = inputs
+        axes = normalize_axes("var", attrs["axes"], x.ndim)
+        keepdims = attrs["keepdims"]
+        n = te.cast(acc_dtype(x.dtype), count(x, axes))
+        scale = row_scale(x, axes, keepdims)
+        sq = scaled_squares(x, axes, scale, scaled_center(x, axes, scale, n, keepdims), keepdims)
+        correction = float(attrs["correction"])
+
+        def out(*i):
+            if root:
+                return (te.sqrt(sq[i] / (n - correction)) / scale[i]).astype(x.dtype)
+            # unscaled one factor of the scale at a time: 1 / scale^2 may overflow where the result does not
+            return (sq[i] / (n - correction) / scale[i] / scale[i]).astype(x.dtype)
+
+        return [te.compute(sq.shape, out, name="out")]
+
+    return compute
+
+
+def _compute_l2_norm(inputs, attrs, out_types):
+    """sqrt(sum(x^2)) in the scaled frame of `scaling` (LAPACK's nrm2), unscaled after the root:
+    finite for rows of 1e20 (squares past float32), exact to rounding for rows of 1e-20
+    (subnormal squares)."""
+    from .scaling import row_scale, scaled_squares  # scaling builds on this module
 
     (x,) = inputs
-    axes = normalize_axes("var", attrs["axes"], x.ndim)
+    axes = normalize_axes("l2_norm", attrs["axes"], x.ndim)
     keepdims = attrs["keepdims"]
-    n = te.cast(acc_dtype(x.dtype), count(x, axes))
     scale = row_scale(x, axes, keepdims)
-    sq = scaled_squares(x, axes, scale, scaled_center(x, axes, scale, n, keepdims), keepdims)
-    correction = float(attrs["correction"])
-    # unscaled one factor of the scale at a time: the square of 1 / scale may overflow where the result does not
-    return [te.compute(sq.shape, lambda *i: (sq[i] / (n - correction) / scale[i] / scale[i]).astype(x.dtype),
-                       name="out")]
+    sq = scaled_squares(x, axes, scale, None, keepdims)
+    return [te.compute(sq.shape, lambda *i: (te.sqrt(sq[i]) / scale[i]).astype(x.dtype), name="out")]
+
+
+def _scaled_reference(fn):
+    """The float64 reference of a reduction homogeneous of degree 1 (std, the norm), computed on
+    each row divided by its largest magnitude, so that float64 inputs near 1e300 do not overflow."""
+
+    def reference(inputs, attrs):
+        (x,) = inputs
+        axes = normalize_axes("reduce", attrs["axes"], x.ndim)
+        wide = x.astype("float64")
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            top = np.max(np.abs(wide), axis=axes, keepdims=True, initial=0.0)
+            top = np.where(np.isfinite(top) & (top > 0), top, 1.0)
+            out = fn(wide / top, axes, attrs) * top
+        out = out if attrs["keepdims"] else np.squeeze(out, axis=axes)
+        return [np.asarray(out).astype(x.dtype)]
+
+    return reference
+
+
+def _l2(x, axes, attrs):
+    return np.sqrt(np.sum(x * x, axis=axes, keepdims=True))
+
+
+def _std(x, axes, attrs):
+    return np.std(x, axis=axes, keepdims=True, ddof=attrs["correction"])
 
 
 REDUCE_ATTRS = {"axes": None, "keepdims": False}
@@ -221,10 +273,30 @@ register(OpDef(
     name="var",
     infer=_infer_reduce("var", float_only=True),
     reference=_reference(np.var),
-    compute=_compute_var,
+    compute=_compute_moment(root=False),
     pattern="reduction",
     attrs={**REDUCE_ATTRS, "correction": 0},
     doc="The variance over axes: the sum of squared deviations divided by (count - correction).",
+))
+
+register(OpDef(
+    name="std",
+    infer=_infer_reduce("std", float_only=True),
+    reference=_scaled_reference(_std),
+    compute=_compute_moment(root=True),
+    pattern="reduction",
+    attrs={**REDUCE_ATTRS, "correction": 0},
+    doc="The standard deviation over axes: the square root of var.",
+))
+
+register(OpDef(
+    name="l2_norm",
+    infer=_infer_reduce("l2_norm", float_only=True),
+    reference=_scaled_reference(_l2),
+    compute=_compute_l2_norm,
+    pattern="reduction",
+    attrs=REDUCE_ATTRS,
+    doc="The Euclidean norm over axes: sqrt(sum(x^2)), without overflow or underflow of the squares.",
 ))
 
 

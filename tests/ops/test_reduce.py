@@ -155,6 +155,31 @@ def test_schedules_parallel_rows_vectorized_reductions(name, attrs, vectors):
     assert ("_rf = alloc" in body and "ramp(" in body) == vectors, text
 
 
+@pytest.mark.parametrize("n, accumulators", [(768, 4), (96, 2), (64, 2), (32, 1), (80, 1)])
+def test_independent_accumulators_keep_nan_and_inf(n, accumulators):
+    """A row of n = 16 * v elements reduces into 4 independent vectors where 4 divide its v vectors
+    (2 where 2 do; one otherwise), whose lanes are then folded in halves. A NaN in any of them (positions in each vector
+    and each accumulator) makes the row's sum and extremes NaN; inf and -inf together make the sum
+    NaN and the extremes infinite; the rest within float32 rounding of NumPy."""
+    t = TensorType((12, n))
+    text = str(ember.lower(*node_kernel("sum", [t], {"axes": (1,), "keepdims": False}, [TensorType((12,))])))
+    assert ("_rf_rf = alloc" in text) == (accumulators > 1), text
+    assert "out_rf3 = alloc" in text, text  # the lanes folded in halves: 16, 8, 4, 2
+    x = RNG.standard_normal((12, n)).astype("float32")
+    for row, k in enumerate([0, 15, 16, 33, 48, n - 1]):
+        x[row, k % n] = np.nan
+    x[6, 5], x[6, n - 20] = np.inf, -np.inf
+    x[7, 17] = np.inf
+    x[8, :] = -np.inf
+    x[9, n // 2] = -np.inf
+    with np.errstate(invalid="ignore"):
+        for name in ("sum", "mean", "max", "min"):
+            rtol = 0 if name in ("max", "min") else 1e-5
+            check_op(name, [x], {"axes": -1}, rtol=rtol, atol=rtol,
+                     torch_fn=lambda t, name=name: getattr(torch, "amax" if name == "max" else
+                                                           "amin" if name == "min" else name)(t, -1))
+
+
 @pytest.mark.parametrize("name, attrs, dtype, match", [
     ("sum", {"axes": (3,)}, "float32", "sum: axis 3 is out of range for rank 3"),
     ("max", {"axes": (-4,)}, "float32", "max: axis -4 is out of range for rank 3"),

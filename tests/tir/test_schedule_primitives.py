@@ -179,6 +179,28 @@ def test_rfactor_and_parallel_reduction():
     check_schedule(s, [X, S], lambda x: x.sum(axis=1), targets=TARGETS, rtol=1e-5, atol=1e-5)
 
 
+def test_rfactor_of_a_write_back_names_its_partials_apart():
+    """The write-back of an rfactor is named like the reduction it replaced; factoring it again
+    made a second block and buffer `S_rf`, and handles by name found the first. Each now has a
+    name of its own, and the te views point at their own stages."""
+    n, m = 4, 128
+    X = te.placeholder((n, m), name="X")
+    r = te.reduce_axis((0, m), name="r")
+    S = te.compute((n,), lambda i: te.sum(X[i, r], axis=r), name="S")
+    s = te.create_schedule(S.op)
+    _, ki = s[S].split(S.op.reduce_axis[0], factor=16)
+    first = s.rfactor(S, ki, factor_axis=1)  # first[i, 16], S the write-back over its 16
+    _, lane = s[S].split(s[S].op.reduce_axis[0], factor=4)
+    second = s.rfactor(S, lane, factor_axis=1)  # second[i, 4] from first, S over second's 4
+    names = [s[first].name, s[second].name, s[S].name]
+    assert names == ["S_rf", "S_rf1", "S"]
+    assert (first.buffer.name, second.buffer.name) == ("S_rf", "S_rf1")
+    assert first.buffer is not second.buffer
+    s[second].vectorize(s[second].op.axis[-1])
+    check_schedule(s, [X, S], lambda x: x.sum(axis=1), targets=TARGETS, rtol=1e-5, atol=1e-5)
+    verify_trace_roundtrip(s.sch)
+
+
 def test_decompose_reduction():
     A, B, C = gemm()
     sch = tir_sched([A, B, C])

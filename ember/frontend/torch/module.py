@@ -37,6 +37,7 @@ KEEP = (  # composite operators ember implements directly: not decomposed
     aten.linear.default, aten.matmul.default, aten.scaled_dot_product_attention.default,
     aten.layer_norm.default, aten.group_norm.default, aten.instance_norm.default, aten.rms_norm.default,
     aten.silu.default, aten.hardswish.default, aten.hardsigmoid.default, aten.softplus.default,
+    aten.std.correction, aten.std_mean.correction,
 )
 
 

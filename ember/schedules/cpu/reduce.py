@@ -4,4 +4,4 @@
 from . import schedules
 from .rows import schedule_rows
 
-schedules("sum", "mean", "max", "min", "prod", "var", "argmax", "argmin")(schedule_rows)
+schedules("sum", "mean", "max", "min", "prod", "var", "std", "l2_norm", "argmax", "argmin")(schedule_rows)

@@ -7,7 +7,9 @@ left with its init keeps it as a guarded store.)
 
 rfactor(loop) splits a reduction in two: a block that reduces into a buffer with one more
 dimension, indexed by `loop` (so `loop` becomes data parallel and can be parallelized or
-vectorized), and a block that reduces that dimension into the original output.
+vectorized), and a block that reduces that dimension into the original output. The partial
+results' block and buffer are named `<block>_rf`, numbered when that name is taken (an rfactor of
+a write-back whose block was factored before).
 """
 
 from __future__ import annotations
@@ -105,6 +107,20 @@ def _split_update(blk: Block) -> tuple[BufferStore, str, PrimExpr, PrimExpr | No
     )
 
 
+def _unused_name(sch: Schedule, base: str) -> str:
+    """`base`, or `base` with the first number that makes it, that no block or buffer of the
+    function has: block handles are found by name, so a second rfactor of a block named like an
+    earlier one's partial results (an rfactor of an rfactor's write-back) must not reuse it."""
+    taken = {r.block.name for r in sch.all_realizes()}
+    taken |= {b.name for b in (*sch.root_block().alloc_buffers, *sch.mod.params)}
+    for r in sch.all_realizes():
+        taken |= {b.name for b in r.block.alloc_buffers}
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    return name
+
+
 @primitive
 def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     """Make `loop` (a reduction loop) data parallel: reduce into an extra dimension indexed by it,
@@ -135,7 +151,8 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
         raise ScheduleError(f"rfactor: factor_axis {factor_axis} out of range for {out.name}")
     rf_shape = list(out.shape)
     rf_shape.insert(factor_axis, ext)
-    rf_buf = Buffer(f"{out.name}_rf", tuple(rf_shape), out.dtype)
+    rf_name = _unused_name(sch, f"{blk.name}_rf")
+    rf_buf = Buffer(rf_name, tuple(rf_shape), out.dtype)
     v_rf = Var(f"v{lv.name}")
     loop_to_block = {lv: v_rf}
     reduce_ivs = []
@@ -170,7 +187,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     if guards:
         rf_update = IfThenElse(ana.simplify(all_(*guards)), rf_update)
     rf_ivs = tuple(iv for iv, _ in spatial) + (IterVar(v_rf, Range(const(0), ext), "spatial"),) + tuple(reduce_ivs)
-    rf_block = with_regions(Block(f"{blk.name}_rf", rf_ivs, (), (), rf_update,
+    rf_block = with_regions(Block(rf_name, rf_ivs, (), (), rf_update,
                                    BufferStore(rf_buf, identity, rf_idx_t)))
     rf_realize = BlockRealize(tuple(v for _, v in spatial) + (lv,) + tuple(reduce_vals),
                               ana.simplify(all_(*kept)) if kept else const(True), rf_block)

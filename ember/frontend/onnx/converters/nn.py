@@ -2,8 +2,9 @@
 pooling and reductions (opsets 13 to 21).
 
 Padding comes from `pads` or `auto_pad` (spatial_pads); 1-D convolution transposes and poolings
-run as their 2-D forms on an inserted unit height; the Reduce* variants ember lacks (L1, L2,
-LogSumExp, ...) and LRN are decomposed.
+run as their 2-D forms on an inserted unit height; ReduceL2 is ember's l2_norm (scaled: no
+overflow of the squares); the other Reduce* variants ember lacks (L1, SumSquare, LogSum,
+LogSumExp) and LRN are decomposed.
 """
 
 from __future__ import annotations
@@ -245,11 +246,11 @@ def _reduce(cx: NodeContext):
     match op_type:
         case "ReduceL1":
             return [cx.op("sum", [cx.op("abs", [x])], attrs)]
-        case "ReduceL2":
-            return [cx.op("sqrt", [cx.op("sum", [cx.op("mul", [x, x])], attrs)])]
-        case "ReduceSumSquare":
+        case "ReduceL2":  # scaled before squaring: finite where the norm is (1e20 values), exact at 1e-20
+            return [cx.op("l2_norm", [x], attrs)]
+        case "ReduceSumSquare":  # as it is: its partial sums overflow only where the result does
             return [cx.op("sum", [cx.op("mul", [x, x])], attrs)]
-        case "ReduceLogSum":
+        case "ReduceLogSum":  # the sum overflows only past FLT_MAX / n, as ReduceSum's
             return [cx.op("log", [cx.op("sum", [x], attrs)])]
         case "ReduceLogSumExp":  # shifted by the maximum, which keeps exp from overflowing
             top = cx.op("max", [x], {**attrs, "keepdims": True})

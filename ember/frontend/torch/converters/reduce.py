@@ -8,10 +8,12 @@ backward pass (native_layer_norm, native_group_norm, batch norm) give `Unavailab
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-from ..node import torch_dtype
+from ..node import Unsupported, torch_dtype
 from ..registry import Unavailable, handles
 
 
@@ -51,6 +53,33 @@ def var(b, x, dim=None, *, correction=None, keepdim=False):
 @handles("var_mean.correction")
 def var_mean(b, x, dim=None, *, correction=None, keepdim=False):
     return var(b, x, dim, correction=correction, keepdim=keepdim), _reduce("mean")(b, x, dim, keepdim)
+
+
+@handles("std.correction")
+def std(b, x, dim=None, *, correction=None, keepdim=False):
+    return b.op("std", [b.v(x)], axes=_axes(dim), keepdims=keepdim, correction=1 if correction is None else correction)
+
+
+@handles("std_mean.correction")
+def std_mean(b, x, dim=None, *, correction=None, keepdim=False):
+    return std(b, x, dim, correction=correction, keepdim=keepdim), _reduce("mean")(b, x, dim, keepdim)
+
+
+@handles("linalg_vector_norm.default")
+def vector_norm(b, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """ord 2 is ember's l2_norm (scaled: finite where the norm is); 1, inf, -inf and 0 are a sum,
+    max, min of magnitudes and a count of nonzeros, which need no scaling."""
+    y = b.v(x, b.out.dtype)
+    attrs = {"axes": _axes(dim), "keepdims": keepdim}
+    p = float(ord)
+    if p == 2:
+        return b.op("l2_norm", [y], **attrs)
+    if p == 0:
+        return b.op("sum", [b.cast(b.op("not_equal", [y, b.scalar(0.0, b.out.dtype)]), b.out.dtype)], **attrs)
+    if p in (1, math.inf, -math.inf):
+        reducer = {1: "sum", math.inf: "max", -math.inf: "min"}[p]
+        return b.op(reducer, [b.op("abs", [y])], **attrs)
+    raise Unsupported(f"linalg.vector_norm of ord={ord} (only 0, 1, 2, inf and -inf)")
 
 
 def _arg(op: str):
@@ -150,11 +179,13 @@ def batch_norm_batch_stats(b, x, weight, bias, training, momentum, eps):
     axis but the channels (1), biased variance."""
     y = b.v(x)
     t = b.type_of(y)
-    axes = tuple(d for d in range(t.rank) if d != 1)
     per_channel = (t.shape[1],) + (1,) * (t.rank - 2)
-    centered = b.op("sub", [y, b.op("mean", [y], axes=axes, keepdims=True)])
-    var = b.op("var", [y], axes=axes, keepdims=True, correction=0)
-    out = b.op("mul", [centered, b.op("rsqrt", [b.op("add", [var, b.scalar(float(eps), y.dtype)])])])
+    # a layer norm of the channel-major layout: its statistics are scaled (no overflow of the
+    # variance of values of 1e20, no underflow at 1e-20)
+    to_channels = (1, 0, *range(2, t.rank))
+    out = b.op("transpose", [y], perm=to_channels)
+    out = b.op("layer_norm", [out], normalized_ndim=t.rank - 1, eps=float(eps))
+    out = b.op("transpose", [out], perm=to_channels)
     if weight is not None:
         out = b.op("mul", [out, b.op("reshape", [b.v(weight)], shape=per_channel)])
     if bias is not None:
