@@ -38,9 +38,9 @@ class ConfigError(EmberError, ValueError):
 
 
 class ArtifactError(EmberError, ValueError):
-    """A saved model or a build-cache entry that cannot be trusted: missing, truncated or edited
-    files, another format, another machine or an incompatible ember version. Names the file and
-    what is wrong."""
+    """A saved model, a build-cache entry or a tuning database that cannot be trusted: missing,
+    truncated or edited files, another format, another machine or an incompatible ember version.
+    Names the file and what is wrong."""
 
 
 class TuneError(EmberError, RuntimeError):

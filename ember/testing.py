@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import ShapeError
 from .graph.core import TensorType
 from .kernel import _prim_func, build
 from .ops.registry import get, infer_types
@@ -92,7 +93,7 @@ def check_schedule(
         for d in shape:
             missing = [v.name for v in free_vars(d) if v.name not in env]
             if missing:
-                raise ValueError(f"give the sizes {missing} in sizes=")
+                raise ShapeError(f"give the sizes {missing} in sizes=")
             value = simplify(substitute(d, {v: env[v.name] for v in free_vars(d)}))
             assert isinstance(value, Const)
             out.append(int(value.value))
@@ -149,7 +150,7 @@ def bind_symbols(in_types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -
     for t, a in zip(in_types, arrays):
         for d, n in zip(t.shape, a.shape):
             if isinstance(d, str) and sizes.setdefault(d, n) != n:
-                raise ValueError(f"symbol {d!r} is bound to both {sizes[d]} and {n}")
+                raise ShapeError(f"symbol {d!r} is bound to both {sizes[d]} and {n}")
     return sizes
 
 

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from .errors import WorkerError
+from .errors import ConfigError, WorkerError
 
 START_TIMEOUT_S = 120.0  # for a worker to import ember and the preloaded modules
 STOP_TIMEOUT_S = 2.0  # for a worker told to stop, before it is killed
@@ -148,7 +148,7 @@ class WorkerPool:
 
     def __init__(self, size: int, *, preload: Iterable[str] = (), name: str = "ember-worker"):
         if size < 1:
-            raise ValueError(f"a WorkerPool needs at least one worker, got size={size}")
+            raise ConfigError(f"a WorkerPool needs at least one worker, got size={size}")
         self._preload, self._name = tuple(preload), name
         self._numbers = iter(range(1 << 62))
         self._life_read, self._life_write = os.pipe()
@@ -167,7 +167,7 @@ class WorkerPool:
         """Run the calls, each worker one at a time, each call under its limit; one outcome per call,
         in order. A worker that dies or runs past a limit is replaced."""
         if not self._workers:
-            raise RuntimeError("this WorkerPool is closed")
+            raise WorkerError("this WorkerPool is closed")
         outcomes: list = [None] * len(calls)
         pending = deque(range(len(calls)))
         busy: dict[int, tuple[int, float]] = {}  # worker -> (call, when it was sent)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler import compile_graph
+from ..errors import ConfigError
 from ..frontend import import_model
 from ..graph.core import Graph
 from ..passes.pipeline import PIPELINES
@@ -95,7 +96,7 @@ def bisect(model, example_inputs: Sequence | None = None, *, rtol: float = 1e-4,
     pipeline = tuple(passes) if passes is not None else tuple(PIPELINES[level])
     unknown = [p for p in pipeline if p not in PIPELINES[level]]
     if unknown:
-        raise ValueError(f"passes {unknown} are not in the opt_level {level} pipeline {PIPELINES[level]}")
+        raise ConfigError(f"passes {unknown} are not in the opt_level {level} pipeline {PIPELINES[level]}")
     reference = _outputs(compile_graph(graph, opt_level=0, name="reference"), inputs)
 
     def trial(label: str, enabled: Sequence[str]) -> Trial:

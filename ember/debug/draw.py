@@ -34,6 +34,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import ArgumentTypeError, ConfigError
 from ..graph.core import Graph, Node, Value
 from ..lowering import kernel_name, partition
 from ..passes.fuse import KIND, FusedGraph, Group, kind
@@ -58,9 +59,9 @@ def draw_graph(graph: Graph, opt_level: int = max(PIPELINES), fmt: str = "svg") 
     """The graph's picture after the passes of `opt_level`, its kernels marked (see the module
     doc): an SVG document (fmt="svg") or an HTML page with the SVG and a table of the kernels."""
     if not isinstance(graph, Graph):
-        raise TypeError(f"draw_graph takes a Graph, got {type(graph).__name__}")
+        raise ArgumentTypeError(f"draw_graph takes a Graph, got {type(graph).__name__}")
     if fmt not in FORMATS:
-        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+        raise ConfigError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     fused = partition(graph, opt_level)
     svg = _svg(fused, f"{graph.name}: opt_level {opt_level}, {len(fused.graph.nodes)} nodes in "
                       f"{len(fused.groups)} kernels")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .. import config
+from ..errors import ConfigError
 from ..graph.core import Graph, GraphError
 from ..graph.verify import verify
 from ..ops.registry import infer_types
@@ -80,7 +81,7 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
                  print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
                  report: list[PassReport] | None = None) -> Graph:
     if opt_level not in PIPELINES:
-        raise ValueError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
+        raise ConfigError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
     disabled = disabled_passes_of(disabled_passes)
     printed = printed_passes(print_ir)
     debug = config.get("debug") if debug is None else debug

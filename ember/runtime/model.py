@@ -46,7 +46,7 @@ import numpy as np
 from .. import config
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
-from ..errors import ArgumentTypeError, OutOfMemoryError, ShapeError
+from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
 from ..target import ALIGN
 from . import fork
 from .library import Library, open_library
@@ -133,7 +133,7 @@ class CompiledModel:
         self._entry = self._open(library)
         missing = [w for w in spec.weights if w not in weights]
         if missing:
-            raise ValueError(f"model {spec.name}: weights {missing} are missing")
+            raise ArtifactError(f"model {spec.name}: weights {missing} are missing")
         self.weights = {w: aligned_copy(weights[w]) for w in spec.weights}
         self._weight_ptrs = _pointers(self.weights.values())
         self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..codegen.c import CRenderer
 from ..codegen.entry import PROFILE_ENTRY
+from ..errors import ArtifactError, ConfigError, ShapeError
 from .model import call_symbols
 
 
@@ -58,11 +59,11 @@ class MemoryUsage:
 
 def profile(cm, inputs, repeat: int) -> Profile:
     if repeat < 1:
-        raise ValueError(f"repeat must be at least 1, got {repeat}")
+        raise ConfigError(f"repeat must be at least 1, got {repeat}")
     try:
         run = getattr(cm._library, PROFILE_ENTRY)
     except AttributeError:
-        raise RuntimeError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
+        raise ArtifactError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
                            f"it was built by an older ember, compile it again") from None
     symbols = call_symbols(cm._library)  # written with the profiling entry
     run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
@@ -87,7 +88,7 @@ def memory(cm) -> MemoryUsage:
     symbols = cm.plan.symbols
     if symbols:
         if not cm._layouts:
-            raise ValueError(f"model {cm.name}: the workspace depends on {', '.join(symbols)}; call the model "
+            raise ShapeError(f"model {cm.name}: the workspace depends on {', '.join(symbols)}; call the model "
                              f"first, or ask cm.plan.layout({{...}}) for given sizes")
         binding = dict(zip(cm.spec.symbols, list(cm._layouts)[-1]))
     else:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .. import config
+from ..errors import ConfigError
 from .stmt import PrimFunc
 from .transform.compact_buffers import compact_buffers
 from .transform.flatten import flatten
@@ -45,10 +46,10 @@ def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str
     loops wider than one register are split into several registers); None leaves them whole."""
     unknown = set(skip) - {name for name, _ in PASSES}
     if unknown:
-        raise ValueError(f"unknown lowering passes {sorted(unknown)}; the passes are {[n for n, _ in PASSES]}")
+        raise ConfigError(f"unknown lowering passes {sorted(unknown)}; the passes are {[n for n, _ in PASSES]}")
     required = set(skip) - OPTIONAL
     if required:
-        raise ValueError(f"passes {sorted(required)} are required for code generation and cannot be skipped")
+        raise ConfigError(f"passes {sorted(required)} are required for code generation and cannot be skipped")
     show = config.get("print_lower") if print_after is None else print_after
     check = config.get("debug") if debug is None else debug
     if check:

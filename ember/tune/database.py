@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ArtifactError
 from ..tir.schedule import Trace
 from .measure import MeasureResult
 from .task import Task
@@ -111,7 +112,7 @@ class Database:
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if version not in (0, SCHEMA_VERSION):
             self._conn.close()
-            raise ValueError(f"{self.path}: tuning database schema version {version}; this ember reads "
+            raise ArtifactError(f"{self.path}: tuning database schema version {version}; this ember reads "
                              f"version {SCHEMA_VERSION}")
 
     def commit_workload(self, task: Task, target: str) -> None:

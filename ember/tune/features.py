@@ -43,6 +43,7 @@ import numpy as np
 
 from ..codegen.c import CRenderer
 from ..codegen.registers import MAX_REGISTERS
+from ..errors import ArgumentTypeError
 from ..target import Target
 from ..tir import dtype as dt
 from ..tir.expr import (
@@ -116,7 +117,7 @@ def extract_features(func, target: Target | None = None) -> np.ndarray:
     target = target or Target()
     func = getattr(func, "mod", func)
     if not isinstance(func, PrimFunc):
-        raise TypeError(f"extract_features takes a PrimFunc or a Schedule, got {type(func).__name__}")
+        raise ArgumentTypeError(f"extract_features takes a PrimFunc or a Schedule, got {type(func).__name__}")
     if isinstance(func.body, BlockRealize):
         func = lower_for_features(func)
     walk = _Walk()

@@ -33,6 +33,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ..errors import ConfigError, WorkerError
 from ..tir.schedule import Trace
 from ..workers import Call, WorkerPool
 from . import worker as worker_module
@@ -95,7 +96,7 @@ class LocalRunner:
     def __init__(self, workers: int = 1, timeout_s: float = 10.0, repeats: int = 5, min_repeat_s: float = 0.01,
                  check: bool = True, flush_cache: bool = True):
         if workers < 1 or repeats < 1 or timeout_s <= 0 or min_repeat_s < 0:
-            raise ValueError(f"LocalRunner needs workers >= 1, repeats >= 1, timeout_s > 0 and min_repeat_s >= 0; "
+            raise ConfigError(f"LocalRunner needs workers >= 1, repeats >= 1, timeout_s > 0 and min_repeat_s >= 0; "
                              f"got workers={workers}, repeats={repeats}, timeout_s={timeout_s}, "
                              f"min_repeat_s={min_repeat_s}")
         self.timeout_s, self.repeats, self.min_repeat_s = timeout_s, repeats, min_repeat_s
@@ -115,7 +116,7 @@ class LocalRunner:
         its run may last only run_limit_s(cutoff_s) (a tuner passes a multiple of its best
         latency, so that hopeless candidates cost one call, not a full timing)."""
         if self._pool is None:
-            raise RuntimeError("this LocalRunner is closed")
+            raise WorkerError("this LocalRunner is closed")
         batch = next(self._batches)
         cids = [next(self._ids) for _ in inputs]
         new = {i.task.key: i.task for i in inputs if self.check and i.task.key not in self._references}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ..errors import WorkerError
 from .measure import LocalRunner, MeasureInput, MeasureResult
 
 
@@ -61,7 +62,7 @@ class RayRunner:
         alive = {n["NodeID"]: int(n["Resources"].get("CPU", 0)) for n in self._ray.nodes() if n["Alive"]}
         alive = {node: cpus for node, cpus in alive.items() if cpus > 0}
         if not alive:
-            raise RuntimeError("the Ray cluster has no alive node with CPUs to measure on")
+            raise WorkerError("the Ray cluster has no alive node with CPUs to measure on")
         for node in set(self._actors) - set(alive):
             del self._actors[node]
         for node, cpus in alive.items():

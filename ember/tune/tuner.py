@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ScheduleError, TuneError
+from ..errors import ArgumentTypeError, ScheduleError, TuneError
 from ..target import Target
 from ..tir.schedule import Trace
 from .search import Candidate, EvolutionarySearch
@@ -255,5 +255,5 @@ def _first_line(text: str, limit: int = 200) -> str:
 
 def _tensors(computation) -> list:
     if not isinstance(computation, Sequence) or not computation:
-        raise TypeError("tune takes a Task or a non-empty list of te tensors (the kernel's arguments)")
+        raise ArgumentTypeError("tune takes a Task or a non-empty list of te tensors (the kernel's arguments)")
     return list(computation)

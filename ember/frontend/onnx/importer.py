@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from ...errors import CompileError
+from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
 from . import converters  # noqa: F401  (registers the converters)
@@ -73,7 +73,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     elif isinstance(model, str | os.PathLike):
         proto, where = read_model(os.fspath(model)), os.fspath(model)
     else:
-        raise TypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
+        raise ArgumentTypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     try:  # a path is checked from the file: a ModelProto over 2 GB cannot be serialized to check

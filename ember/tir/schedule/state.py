@@ -18,7 +18,7 @@ import inspect
 import random
 from dataclasses import dataclass, replace
 
-from ...errors import ScheduleError
+from ...errors import ArgumentTypeError, ScheduleError
 from ..expr import Var
 from ..functor import collect, mutate_stmt, stmt_children
 from ..stmt import Block, BlockRealize, For, PrimFunc, Stmt
@@ -74,7 +74,7 @@ class Schedule:
 
     def __init__(self, func: PrimFunc, seed: int | None = None):
         if not isinstance(func, PrimFunc):
-            raise TypeError(f"Schedule takes a PrimFunc, got {type(func).__name__}")
+            raise ArgumentTypeError(f"Schedule takes a PrimFunc, got {type(func).__name__}")
         self.mod = func
         self.original = func  # what the trace replays on
         self.trace = Trace()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ...errors import ScheduleError
 from .registry import PRIMITIVES
 
 
@@ -119,5 +120,5 @@ class Trace:
             result = sch.apply(inst.kind, [(p, resolve(v)) for p, v in inst.inputs], dict(inst.attrs))
             outs = result if isinstance(result, list | tuple) else ([] if result is None else [result])
             if len(outs) != len(inst.outputs):
-                raise ValueError(f"replaying {inst.kind}: expected {len(inst.outputs)} results, got {len(outs)}")
+                raise ScheduleError(f"replaying {inst.kind}: expected {len(inst.outputs)} results, got {len(outs)}")
             names.update(zip(inst.outputs, outs))
