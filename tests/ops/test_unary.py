@@ -75,7 +75,10 @@ def _id(v):
 def test_float32_against_reference_and_torch(name, attrs, torch_fn):
     """(3, 48): the default schedule vectorizes the rows by 16 in C; the interpreter runs it too."""
     x = data(name, (3, 48))
-    check_op(name, [x], attrs, rtol=2e-6, atol=1e-6, torch_fn=torch_fn, targets=("c", "python"))
+    # torch's float32 erf-GELU is up to 8.8e-7 from the exact value near x = -3.5 (1 + erf cancels);
+    # ember's is within 8.3e-8 there, so against torch the error bound is torch's
+    torch_atol = 2e-6 if name == "gelu" and not attrs else None
+    check_op(name, [x], attrs, rtol=2e-6, atol=1e-6, torch_fn=torch_fn, targets=("c", "python"), torch_atol=torch_atol)
 
 
 @pytest.mark.parametrize("name, attrs", [("exp", None), ("log", None), ("erf", None), ("gelu", None),
