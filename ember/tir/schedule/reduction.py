@@ -9,7 +9,8 @@ rfactor(loop) splits a reduction in two: a block that reduces into a buffer with
 dimension, indexed by `loop` (so `loop` becomes data parallel and can be parallelized or
 vectorized), and a block that reduces that dimension into the original output. The partial
 results' block and buffer are named `<block>_rf`, numbered when that name is taken (an rfactor of
-a write-back whose block was factored before).
+a write-back whose block was factored before). Every loop over the reduction must run over
+reduction axes only: rfactor refuses a loop fused from a spatial and a reduction axis.
 """
 
 from __future__ import annotations
@@ -143,8 +144,16 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     fors = [s for s in path if isinstance(s, For)]
     rvars = reduce_loop_vars(realize)
     spatial = [(iv, v) for iv, v in zip(blk.iter_vars, realize.iter_values) if iv.kind == "spatial"]
-    if any(uses_var(v, [lv]) for _, v in spatial):
-        raise ScheduleError(f"rfactor: loop {lv.name} also runs over a spatial axis of {blk.name!r}")
+    # Each loop that feeds a reduction axis becomes a reduction axis of its own in the rf block,
+    # whose init runs where all of them are 0: a loop that also feeds a spatial axis (a fuse of a
+    # spatial and a reduction loop) would leave every element it reaches past 0 uninitialised.
+    for f in fors:
+        if f.loop_var in rvars and any(uses_var(v, [f.loop_var]) for _, v in spatial):
+            raise ScheduleError(
+                f"rfactor: loop {f.loop_var.name} runs over both a spatial and a reduction axis of "
+                f"{blk.name!r} (fused?); rfactor needs every loop over its reduction to run over "
+                "reduction axes only: rfactor before fusing them"
+            )
     out = store.buffer
     ext = target.extent
     if not 0 <= factor_axis <= len(out.shape):
