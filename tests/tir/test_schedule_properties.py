@@ -185,6 +185,31 @@ def test_rfactor_of_conv2d_without_fusion_is_accepted():
     check_against_unscheduled(sch, conv2d(), seed=1)
 
 
+
+def test_reverse_compute_at_ahead_of_a_decomposed_init_is_rejected():
+    """A trace found by the property below: after decompose_reduction, moving the sum S under E's
+    loop put its updates ahead of S_init, which then zeroed the sums (Y = E / 0 = inf). The
+    update's read of S is left out of its regions, so reverse_compute_at did not see the
+    dependence; it now refuses and changes nothing. Without the decomposition the move is fine."""
+    sch = Schedule(te.create_prim_func(softmax()))
+    b0 = sch.get_block(name="S")
+    l0, l1 = sch.get_loops(b0)
+    sch.decompose_reduction(b0, loop=l0)
+    b2 = sch.get_block(name="S")
+    b3 = sch.get_block(name="E")
+    l4, l5 = sch.get_loops(b3)
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="'S_init' writes S before block 'S' does but not before loop i"):
+        sch.reverse_compute_at(b2, loop=l4)
+    assert sch.mod is before
+    check_against_unscheduled(sch, softmax(), seed=2)
+
+    sch = Schedule(te.create_prim_func(softmax()))
+    i, _ = sch.get_loops(sch.get_block("E"))
+    sch.reverse_compute_at(sch.get_block("S"), loop=i)
+    check_against_unscheduled(sch, softmax(), seed=3)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(sorted(WORKLOADS)), data=st.data())
 def test_random_legal_schedules_keep_results_interpreter(name, data):
