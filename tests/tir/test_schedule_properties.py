@@ -210,6 +210,29 @@ def test_reverse_compute_at_ahead_of_a_decomposed_init_is_rejected():
     check_against_unscheduled(sch, softmax(), seed=3)
 
 
+
+def test_cache_write_of_a_tensor_cached_for_reading_is_rejected():
+    """A trace found by the property below: cache_read(Y) made P_local under P's loop; a
+    cache_write of P named its buffer and copy block P_local as well, took the first P_local for
+    itself when looking for P's readers in that loop, and so put the copy into P after the loop,
+    after P_local had read P (garbage in C). A name in use is now refused and nothing changes."""
+    sch = Schedule(te.create_prim_func(conv2d()))
+    sch.cache_read(sch.get_block(name="Y"), read_buffer_index=0, storage_scope="local")
+    _, l16, l17, l18 = sch.get_loops(sch.get_block(name="P"))
+    sch.reorder(l16, l18, l17)
+    _, _, l25, _ = sch.get_loops(sch.get_block(name="P"))
+    sch.reverse_compute_at(sch.get_block(name="P_local"), loop=l25)
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="a block or buffer named 'P_local' exists already"):
+        sch.cache_write(sch.get_block(name="P"), write_buffer_index=0, storage_scope="local")
+    assert sch.mod is before
+    sch.cache_write(sch.get_block(name="P"), write_buffer_index=0, storage_scope="global")
+    l38, l39, l40, l41, l42, l43, l44 = sch.get_loops(sch.get_block(name="Y"))
+    sch.parallel(l38)
+    sch.fuse(l41, l42)
+    check_against_unscheduled(sch, conv2d(), seed=4)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(sorted(WORKLOADS)), data=st.data())
 def test_random_legal_schedules_keep_results_interpreter(name, data):

@@ -23,7 +23,7 @@ from ..expr import Binary, Buffer, BufferLoad, PrimExpr, Var, all_, binary, cons
 from ..functor import free_vars, substitute, substitute_stmt, uses_var
 from ..region import reduce_loop_vars, with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IfThenElse, IterVar, Range, Stmt, seq
-from .nest import common_loop, insert_in_body, reads_buffer, realizes_in, same_nest
+from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, realizes_in, same_nest
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule, replace_stmt
 
@@ -112,10 +112,7 @@ def _unused_name(sch: Schedule, base: str) -> str:
     """`base`, or `base` with the first number that makes it, that no block or buffer of the
     function has: block handles are found by name, so a second rfactor of a block named like an
     earlier one's partial results (an rfactor of an rfactor's write-back) must not reuse it."""
-    taken = {r.block.name for r in sch.all_realizes()}
-    taken |= {b.name for b in (*sch.root_block().alloc_buffers, *sch.mod.params)}
-    for r in sch.all_realizes():
-        taken |= {b.name for b in r.block.alloc_buffers}
+    taken = names_in_use(sch)
     name, n = base, 1
     while name in taken:
         name, n = f"{base}{n}", n + 1
