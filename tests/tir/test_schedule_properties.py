@@ -8,6 +8,7 @@ its trace must replay to the same function. Directives known to be illegal must 
 import contextlib
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -132,6 +133,104 @@ def check_random_schedule(name, data, target, steps):
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=f"trace:\n{sch.trace}")
     verify_trace_roundtrip(sch)
+
+
+def check_against_unscheduled(sch: Schedule, tensors, seed: int) -> None:
+    func = te.create_prim_func(tensors)
+    rng = np.random.default_rng(seed)
+    n_in = sum(1 for t in tensors if not isinstance(t.op, te.ComputeOp))
+    inputs = [random_array(tuple(int(d.value) for d in b.shape), b.dtype, rng) for b in func.params[:n_in]]
+    expected = run(func, inputs, "python")
+    for target in ("python", "c"):
+        for g, e in zip(run(sch.mod, inputs, target), expected):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=f"{target}, trace:\n{sch.trace}")
+    verify_trace_roundtrip(sch)
+
+
+def test_rfactor_under_a_loop_fused_from_spatial_and_reduction_axes_is_rejected():
+    """A trace found by the property below: after fusing the spatial x with the reduction rc,
+    rfactor made the fused loop a reduction axis of Y_rf that also fed its spatial x, so Y_rf's
+    init ran only where the fused loop was 0 and most of Y_rf was read uninitialised. rfactor
+    now refuses such a nest and changes nothing; the rest of the trace stays correct."""
+    sch = Schedule(te.create_prim_func(conv2d()))
+    b0 = sch.get_block(name="Y")
+    l0, l1, l2, l3, l4, l5, l6 = sch.get_loops(b0)
+    sch.annotate(l4, key="pragma_auto_unroll_max_step", value=16)
+    b1 = sch.get_block(name="P")
+    l7, l8, l9, l10 = sch.get_loops(b1)
+    sch.parallel(l9)
+    b2 = sch.get_block(name="Y")
+    l11, l12, l13, l14, l15, l16, l17 = sch.get_loops(b2)
+    sch.fuse(l14, l15)
+    b3 = sch.get_block(name="Y")
+    l19, l20, l21, l22, l23, l24 = sch.get_loops(b3)
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="x_rc_fused runs over both a spatial and a reduction axis of 'Y'"):
+        sch.rfactor(l24, factor_axis=0)
+    assert sch.mod is before
+    b5 = sch.get_block(name="P")
+    sch.cache_read(b5, read_buffer_index=0, storage_scope="local")
+    check_against_unscheduled(sch, conv2d(), seed=0)
+
+
+def test_rfactor_of_conv2d_without_fusion_is_accepted():
+    """The rejection above is about the fused loop only: the same rfactor on the unfused nest,
+    with the factored loop moved out over the spatial ones, computes the convolution."""
+    sch = Schedule(te.create_prim_func(conv2d()))
+    _, _, _, _, _, _, rx = sch.get_loops(sch.get_block("Y"))
+    rf = sch.rfactor(rx, factor_axis=0)
+    sch.cache_read(sch.get_block("P"), read_buffer_index=0, storage_scope="local")
+    _, f, y, x, rc, ry, rx = sch.get_loops(rf)
+    sch.reorder(f, rx, y, x, rc, ry)  # rx is data parallel in the partial results
+    check_against_unscheduled(sch, conv2d(), seed=1)
+
+
+
+def test_reverse_compute_at_ahead_of_a_decomposed_init_is_rejected():
+    """A trace found by the property below: after decompose_reduction, moving the sum S under E's
+    loop put its updates ahead of S_init, which then zeroed the sums (Y = E / 0 = inf). The
+    update's read of S is left out of its regions, so reverse_compute_at did not see the
+    dependence; it now refuses and changes nothing. Without the decomposition the move is fine."""
+    sch = Schedule(te.create_prim_func(softmax()))
+    b0 = sch.get_block(name="S")
+    l0, l1 = sch.get_loops(b0)
+    sch.decompose_reduction(b0, loop=l0)
+    b2 = sch.get_block(name="S")
+    b3 = sch.get_block(name="E")
+    l4, l5 = sch.get_loops(b3)
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="'S_init' writes S before block 'S' does but not before loop i"):
+        sch.reverse_compute_at(b2, loop=l4)
+    assert sch.mod is before
+    check_against_unscheduled(sch, softmax(), seed=2)
+
+    sch = Schedule(te.create_prim_func(softmax()))
+    i, _ = sch.get_loops(sch.get_block("E"))
+    sch.reverse_compute_at(sch.get_block("S"), loop=i)
+    check_against_unscheduled(sch, softmax(), seed=3)
+
+
+
+def test_cache_write_of_a_tensor_cached_for_reading_is_rejected():
+    """A trace found by the property below: cache_read(Y) made P_local under P's loop; a
+    cache_write of P named its buffer and copy block P_local as well, took the first P_local for
+    itself when looking for P's readers in that loop, and so put the copy into P after the loop,
+    after P_local had read P (garbage in C). A name in use is now refused and nothing changes."""
+    sch = Schedule(te.create_prim_func(conv2d()))
+    sch.cache_read(sch.get_block(name="Y"), read_buffer_index=0, storage_scope="local")
+    _, l16, l17, l18 = sch.get_loops(sch.get_block(name="P"))
+    sch.reorder(l16, l18, l17)
+    _, _, l25, _ = sch.get_loops(sch.get_block(name="P"))
+    sch.reverse_compute_at(sch.get_block(name="P_local"), loop=l25)
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="a block or buffer named 'P_local' exists already"):
+        sch.cache_write(sch.get_block(name="P"), write_buffer_index=0, storage_scope="local")
+    assert sch.mod is before
+    sch.cache_write(sch.get_block(name="P"), write_buffer_index=0, storage_scope="global")
+    l38, l39, l40, l41, l42, l43, l44 = sch.get_loops(sch.get_block(name="Y"))
+    sch.parallel(l38)
+    sch.fuse(l41, l42)
+    check_against_unscheduled(sch, conv2d(), seed=4)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))

@@ -3,7 +3,8 @@ cache_write lets a block compute into a new buffer and copies the result out aft
 
 Both make a full-size buffer and a copy block at the top level; moving the copy under a tile
 (compute_at / reverse_compute_at) and buffer compaction at lowering shrink it to a tile, which
-is how a GEMM accumulates a register tile in a local array.
+is how a GEMM accumulates a register tile in a local array. The copy block and its buffer are
+named `<tensor>_<scope>`; a second cache of one tensor in one scope is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..expr import Buffer, BufferLoad, Var, const
 from ..functor import mutate_stmt
 from ..region import with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IterVar, Range, Stmt
-from .nest import common_loop, insert_in_body, reads_buffer, same_nest, writes_buffer
+from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, same_nest, writes_buffer
 from .registry import primitive
 from .state import BlockRV, Schedule
 
@@ -52,6 +53,15 @@ def _check_scope(scope: str) -> None:
         raise ScheduleError(f"unknown storage scope {scope!r}; CPU scopes are {SCOPES}")
 
 
+def _check_name_free(sch: Schedule, name: str, primitive: str) -> None:
+    """The copy block and its buffer are both named `name`; a second block of that name (a
+    cache_read and a cache_write of one tensor) would be taken for the first one when the copy
+    is placed, and the copy put after the loop whose blocks read it."""
+    if name in names_in_use(sch):
+        raise ScheduleError(f"{primitive}: a block or buffer named {name!r} exists already "
+                            "(a cache of this tensor in this scope was made before)")
+
+
 def _add_alloc_and_nest(sch: Schedule, buf: Buffer, nest: Stmt, **where) -> None:
     root = sch.root_block()
     sch.set_root(replace(root, body=insert_in_body(root.body, nest, **where),
@@ -72,9 +82,10 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int = 0,
     writers = [r.block.name for r in sch.all_realizes() if any(w.buffer is buf for w in r.block.writes)]
     if len(writers) > 1:
         raise ScheduleError(f"cache_write: {buf.name} is written by several blocks {writers}")
-    cache = Buffer(f"{buf.name}_{storage_scope}", buf.shape, buf.dtype, storage_scope)
-    sch.replace(realize, replace(realize, block=_redirect(blk, buf, cache, loads=True, stores=True)))
     name = f"{buf.name}_{storage_scope}"
+    _check_name_free(sch, name, "cache_write")
+    cache = Buffer(name, buf.shape, buf.dtype, storage_scope)
+    sch.replace(realize, replace(realize, block=_redirect(blk, buf, cache, loads=True, stores=True)))
     _add_alloc_and_nest(sch, cache, _copy_nest(name, cache, buf), after_writer_of={cache})
     copy = sch.new_block_rv(name)
     # readers sharing a loop with the writer need the copy inside that loop
@@ -98,10 +109,9 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int = 0,
     if not 0 <= read_buffer_index < len(blk.reads):
         raise ScheduleError(f"cache_read: block {blk.name!r} reads {len(blk.reads)} tensors")
     buf = blk.reads[read_buffer_index].buffer
-    cache = Buffer(f"{buf.name}_{storage_scope}", buf.shape, buf.dtype, storage_scope)
     name = f"{buf.name}_{storage_scope}"
-    if any(r.block.name == name for r in sch.all_realizes()):
-        raise ScheduleError(f"cache_read: a block named {name!r} exists already")
+    _check_name_free(sch, name, "cache_read")
+    cache = Buffer(name, buf.shape, buf.dtype, storage_scope)
     consumers = [realize]
     for rv in consumer_blocks or []:
         r = sch.get_realize(rv)

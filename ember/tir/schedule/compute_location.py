@@ -5,7 +5,9 @@ the region they read in one iteration of that loop (bounds inference: the consum
 indices, with their bindings substituted, evaluated over the loops inside `loop`). For a
 3-point stencil under a 32-row tile, that is 34 rows. The producer's old loops are dropped and
 a fresh nest is built; schedule it afterwards. reverse_compute_at is the mirror image: a
-consumer moves under a producer's loop and computes what that iteration produced.
+consumer moves under a producer's loop and computes what that iteration produced; it refuses
+to move a block ahead of anything else it reads or of an earlier write of its output (the init
+block of a decomposed reduction).
 """
 
 from __future__ import annotations
@@ -127,10 +129,14 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
 
 
 def _check_inputs_ready(sch: Schedule, realize, target, produced: set) -> None:
-    """Everything else the consumer reads must be computed before the loop it moves under."""
+    """Everything else the consumer reads must be computed before the loop it moves under, and so
+    must every earlier write of what it writes: a reduction update whose init was decomposed reads
+    its output (its regions leave that out), and moving it ahead of the init block would let the
+    init overwrite the result."""
     order = {id(r): k for k, r in enumerate(sch.all_realizes())}
     start = min(order[id(r)] for r in realizes_in(target))
     others = {r.buffer for r in realize.block.reads} - produced
+    outs = set(output_buffers(realize.block))
     for r in sch.all_realizes():
         if r is realize or r.block.name == "root":
             continue
@@ -138,6 +144,12 @@ def _check_inputs_ready(sch: Schedule, realize, target, produced: set) -> None:
             raise ScheduleError(
                 f"reverse_compute_at: block {realize.block.name!r} also reads what block {r.block.name!r} "
                 f"computes, which is not done before loop {target.loop_var.name}"
+            )
+        if writes_buffer(r.block, outs) and start <= order[id(r)] < order[id(realize)]:
+            raise ScheduleError(
+                f"reverse_compute_at: block {r.block.name!r} writes {', '.join(sorted(b.name for b in outs))} "
+                f"before block {realize.block.name!r} does but not before loop {target.loop_var.name}; "
+                f"moving {realize.block.name!r} there would reverse the two writes"
             )
 
 

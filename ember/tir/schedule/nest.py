@@ -16,6 +16,16 @@ from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
 from .state import BlockRV, Schedule
 
 
+def names_in_use(sch: Schedule) -> set[str]:
+    """Every block and buffer name of the function: blocks are found by name, so a block a
+    primitive adds must not take one."""
+    taken = {r.block.name for r in sch.all_realizes()}
+    taken |= {b.name for b in (*sch.root_block().alloc_buffers, *sch.mod.params)}
+    for r in sch.all_realizes():
+        taken |= {b.name for b in r.block.alloc_buffers}
+    return taken
+
+
 def exclusive_top(path: list[Stmt]) -> Stmt:
     """The outermost statement on `path` (ending at a BlockRealize) that holds only that block:
     the block's own loops end there."""

@@ -9,7 +9,8 @@ rfactor(loop) splits a reduction in two: a block that reduces into a buffer with
 dimension, indexed by `loop` (so `loop` becomes data parallel and can be parallelized or
 vectorized), and a block that reduces that dimension into the original output. The partial
 results' block and buffer are named `<block>_rf`, numbered when that name is taken (an rfactor of
-a write-back whose block was factored before).
+a write-back whose block was factored before). Every loop over the reduction must run over
+reduction axes only: rfactor refuses a loop fused from a spatial and a reduction axis.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..expr import Binary, Buffer, BufferLoad, PrimExpr, Var, all_, binary, cons
 from ..functor import free_vars, substitute, substitute_stmt, uses_var
 from ..region import reduce_loop_vars, with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IfThenElse, IterVar, Range, Stmt, seq
-from .nest import common_loop, insert_in_body, reads_buffer, realizes_in, same_nest
+from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, realizes_in, same_nest
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule, replace_stmt
 
@@ -111,10 +112,7 @@ def _unused_name(sch: Schedule, base: str) -> str:
     """`base`, or `base` with the first number that makes it, that no block or buffer of the
     function has: block handles are found by name, so a second rfactor of a block named like an
     earlier one's partial results (an rfactor of an rfactor's write-back) must not reuse it."""
-    taken = {r.block.name for r in sch.all_realizes()}
-    taken |= {b.name for b in (*sch.root_block().alloc_buffers, *sch.mod.params)}
-    for r in sch.all_realizes():
-        taken |= {b.name for b in r.block.alloc_buffers}
+    taken = names_in_use(sch)
     name, n = base, 1
     while name in taken:
         name, n = f"{base}{n}", n + 1
@@ -143,8 +141,16 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     fors = [s for s in path if isinstance(s, For)]
     rvars = reduce_loop_vars(realize)
     spatial = [(iv, v) for iv, v in zip(blk.iter_vars, realize.iter_values) if iv.kind == "spatial"]
-    if any(uses_var(v, [lv]) for _, v in spatial):
-        raise ScheduleError(f"rfactor: loop {lv.name} also runs over a spatial axis of {blk.name!r}")
+    # Each loop that feeds a reduction axis becomes a reduction axis of its own in the rf block,
+    # whose init runs where all of them are 0: a loop that also feeds a spatial axis (a fuse of a
+    # spatial and a reduction loop) would leave every element it reaches past 0 uninitialised.
+    for f in fors:
+        if f.loop_var in rvars and any(uses_var(v, [f.loop_var]) for _, v in spatial):
+            raise ScheduleError(
+                f"rfactor: loop {f.loop_var.name} runs over both a spatial and a reduction axis of "
+                f"{blk.name!r} (fused?); rfactor needs every loop over its reduction to run over "
+                "reduction axes only: rfactor before fusing them"
+            )
     out = store.buffer
     ext = target.extent
     if not 0 <= factor_axis <= len(out.shape):
