@@ -220,3 +220,25 @@ def _run_torch(fn: Callable, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     out = fn(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])
     outs = out if isinstance(out, list | tuple) else [out]
     return [o.detach().numpy() if isinstance(o, torch.Tensor) else np.asarray(o) for o in outs]
+
+
+def magnitude_rows(kind: str, shape=(4, 96), seed=0) -> np.ndarray:
+    """Random float32 rows of one kind of magnitude (MAGNITUDES), for the numerics of reductions at
+    the edges of float32: a power of ten, rows of mixed magnitudes, an outlier per row, or rows
+    of mean 1e20 and spread 1e14. `shape[0]` is 4."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    match kind:
+        case "mixed":  # rows of 1e20, 1, 1e-20 and 1e30
+            x = x * np.array([1e20, 1.0, 1e-20, 1e30]).reshape(4, *([1] * (x.ndim - 1)))
+        case "outlier":  # ordinary rows, one element 1e20 (or -1e30) in each
+            flat = x.reshape(x.shape[0], -1)
+            flat[:, 7] = [1e20, -1e30, 1e20, -1e20]
+        case "shifted":  # a mean of 1e20, a spread of 1e14
+            x = 1e20 + x * 1e14
+        case _:
+            x = x * float(kind)
+    return x.astype("float32")
+
+
+MAGNITUDES = ["1e20", "1e-20", "1e30", "mixed", "outlier", "shifted", "1"]

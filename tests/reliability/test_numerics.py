@@ -14,29 +14,11 @@ from hypothesis import strategies as st
 
 import ember
 from ember.graph.core import TensorType
-from ember.testing import build_op, check_op
+from ember.testing import MAGNITUDES, build_op, check_op, magnitude_rows
 
 N = 96  # a row: six vectors of 16 lanes
 
 
-def rows(kind: str, shape=(4, N), seed=0) -> np.ndarray:
-    """Random float32 rows of one kind of magnitude."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    match kind:
-        case "mixed":  # rows of 1e20, 1, 1e-20 and 1e30
-            x = x * np.array([1e20, 1.0, 1e-20, 1e30]).reshape(4, *([1] * (x.ndim - 1)))
-        case "outlier":  # ordinary rows, one element 1e20 (or -1e30) in each
-            flat = x.reshape(x.shape[0], -1)
-            flat[:, 7] = [1e20, -1e30, 1e20, -1e20]
-        case "shifted":  # a mean of 1e20, a spread of 1e14
-            x = 1e20 + x * 1e14
-        case _:
-            x = x * float(kind)
-    return x.astype("float32")
-
-
-KINDS = ["1e20", "1e-20", "1e30", "mixed", "outlier", "shifted", "1"]
 TOL = {"rtol": 2e-4, "atol": 1e-5}  # outputs of order 1
 
 
@@ -45,36 +27,36 @@ def _params(shape, count, seed=1):
     return [rng.standard_normal(shape).astype("float32") for _ in range(count)]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 def test_layer_norm(kind):
-    x = rows(kind)
+    x = magnitude_rows(kind)
     check_op("layer_norm", [x, *_params((N,), 2)], {"eps": 1e-5}, **TOL)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 def test_rms_norm(kind):
-    x = rows(kind)
+    x = magnitude_rows(kind)
     check_op("rms_norm", [x, *_params((N,), 1)], {"eps": 1e-6}, **TOL)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 def test_group_and_instance_norm(kind):
-    x = rows(kind, shape=(4, 6, 4, 4))
+    x = magnitude_rows(kind, shape=(4, 6, 4, 4))
     check_op("group_norm", [x, *_params((6,), 2)], {"num_groups": 3}, **TOL)
     check_op("instance_norm", [x, *_params((6,), 2)], {}, **TOL)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax(name, kind):
-    check_op(name, [rows(kind)], {"axis": -1}, rtol=1e-5, atol=1e-6)
+    check_op(name, [magnitude_rows(kind)], {"axis": -1}, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["1e18", "1e-15", "1e-20", "mixed", "outlier", "shifted"])
 def test_var(kind):
     """The variance itself: 1e36 at 1e18 (whose squared deviations overflowed summed), 1e-40
     (subnormal) at 1e-20, inf where the float64 answer is past float32's range (mixed, outlier)."""
-    x = rows(kind)
+    x = magnitude_rows(kind)
     with np.errstate(over="ignore"):
         check_op("var", [x], {"axes": -1, "correction": 1}, rtol=1e-4, atol=0)
         check_op("var", [x], {"axes": (1,), "keepdims": True, "correction": 0}, rtol=1e-4, atol=0)
@@ -82,7 +64,7 @@ def test_var(kind):
 
 def test_rms_norm_of_tiny_values_without_eps():
     """eps 0: the answer is x / rms(x), of order 1, even where x^2 underflows (1e-25)."""
-    x = rows("1e-25")
+    x = magnitude_rows("1e-25")
     out = check_op("rms_norm", [x], {"eps": 0.0}, **TOL)[0]
     assert np.abs(out).max() > 0.5
 
@@ -103,7 +85,7 @@ def test_an_equal_row_gives_the_bias(magnitude):
 def test_nan_and_inf_propagate_as_in_torch():
     """A NaN in a row makes the row NaN; an infinity makes a layer norm's row NaN (inf - inf) and
     an rms norm's infinite element NaN; the other rows are untouched."""
-    x = rows("1")
+    x = magnitude_rows("1")
     x[0, 3], x[1, 5], x[2, 9] = np.nan, np.inf, -np.inf
     w, b = _params((N,), 2)
     for name, inputs, attrs, fn in [
@@ -187,13 +169,13 @@ def compiled_block():
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn_like(p))
-    return model, ember.compile(model, (torch.from_numpy(rows("1")),))
+    return model, ember.compile(model, (torch.from_numpy(magnitude_rows("1")),))
 
 
 @pytest.mark.parametrize("kind", ["1e20", "1e-20", "1e30", "mixed", "outlier"])
 def test_compiled_model_against_torch_in_float64(compiled_block, kind):
     model, cm = compiled_block
-    x = rows(kind)
+    x = magnitude_rows(kind)
     with torch.no_grad():
         expected = model.double()(torch.from_numpy(x).double())
         model.float()

@@ -15,30 +15,12 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 import ember
-from ember.testing import check_op
+from ember.testing import MAGNITUDES, check_op, magnitude_rows
 
 N = 96  # a row: six vectors of 16 lanes
 SUBNORMAL = float(np.finfo("float32").smallest_subnormal)
 
 
-def rows(kind: str, shape=(4, N), seed=0) -> np.ndarray:
-    """Random float32 rows of one kind of magnitude (fresh per seed, never zeros)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    match kind:
-        case "mixed":  # rows of 1e20, 1, 1e-20 and 1e30
-            x = x * np.array([1e20, 1.0, 1e-20, 1e30]).reshape(4, *([1] * (x.ndim - 1)))
-        case "outlier":  # ordinary rows, one element 1e20 (or -1e30) in each
-            flat = x.reshape(x.shape[0], -1)
-            flat[:, 7] = [1e20, -1e30, 1e20, -1e20]
-        case "shifted":  # a mean of 1e20, a spread of 1e14
-            x = 1e20 + x * 1e14
-        case _:
-            x = x * float(kind)
-    return x.astype("float32")
-
-
-KINDS = ["1e20", "1e-20", "1e30", "mixed", "outlier", "shifted", "1"]
 
 
 def _close(got, want, rtol=1e-5, atol=0.0, what=""):
@@ -51,19 +33,19 @@ def _close(got, want, rtol=1e-5, atol=0.0, what=""):
 # -- the operators ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 def test_l2_norm(kind):
     """1e21 at 1e20 (the squares overflowed), 1e-19 at 1e-20 (they underflowed)."""
-    x = rows(kind)
+    x = magnitude_rows(kind)
     (out,) = check_op("l2_norm", [x], {"axes": -1}, rtol=1e-5, atol=0)
     assert np.isfinite(out).all()
     check_op("l2_norm", [x], {"axes": (0, 1), "keepdims": True}, rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", MAGNITUDES)
 def test_std(kind):
     """A standard deviation of 1e20 (a variance past float32) is finite, and 1e-20 keeps its digits."""
-    x = rows(kind)
+    x = magnitude_rows(kind)
     for correction in (0, 1):
         (out,) = check_op("std", [x], {"axes": -1, "correction": correction}, rtol=1e-5, atol=0)
         assert np.isfinite(out).all()
@@ -97,7 +79,7 @@ def test_equal_rows_have_no_spread():
 
 def test_nan_and_inf_propagate_as_in_torch():
     """A NaN row is NaN; an infinite row has the norm inf and the standard deviation NaN (inf - inf)."""
-    x = rows("1")
+    x = magnitude_rows("1")
     x[0, 3], x[1, 5], x[2, 9] = np.nan, np.inf, -np.inf
     with np.errstate(invalid="ignore"):
         (norm,) = check_op("l2_norm", [x], {"axes": -1}, rtol=1e-5, atol=0,
@@ -150,7 +132,7 @@ def onnx_reductions(request):
 def test_onnx_reductions(onnx_reductions, kind):
     """ReduceL2 is finite where the norm is; ReduceSumSquare is inf where the float64 sum of squares
     is past float32 and, at 1e-20, subnormal (within a few of its steps, one per rounded square)."""
-    x = rows(kind, seed=5)
+    x = magnitude_rows(kind, seed=5)
     got = dict(zip(ONNX_REDUCTIONS, onnx_reductions(x)))
     for op, want in _onnx_expected(x).items():
         atol = N * SUBNORMAL if op == "ReduceSumSquare" else 0.0
@@ -159,7 +141,7 @@ def test_onnx_reductions(onnx_reductions, kind):
 
 
 def test_onnx_l2_of_nan_and_inf(onnx_reductions):
-    x = rows("1", seed=6)
+    x = magnitude_rows("1", seed=6)
     x[0, 3], x[1, 5] = np.nan, -np.inf
     norm = onnx_reductions(x)[0]
     assert np.isnan(norm[0]) and np.isposinf(norm[1]) and np.isfinite(norm[2:]).all()
@@ -178,13 +160,13 @@ class _Stats(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def torch_stats():
-    return ember.compile(_Stats(), (torch.from_numpy(rows("1")),))
+    return ember.compile(_Stats(), (torch.from_numpy(magnitude_rows("1")),))
 
 
 @pytest.mark.parametrize("kind", ["1e20", "1e-20", "1e30", "mixed", "outlier"])
 def test_torch_against_float64(torch_stats, kind):
     """std, vector_norm, normalize and batch norm with batch statistics against torch in float64."""
-    x = rows(kind, seed=7)
+    x = magnitude_rows(kind, seed=7)
     with torch.no_grad():
         expected = _Stats()(torch.from_numpy(x).double())
     for k, (got, want) in enumerate(zip(torch_stats(x), expected)):
@@ -195,7 +177,7 @@ def test_torch_against_float64(torch_stats, kind):
 def test_torch_nan_and_inf_as_torch(torch_stats):
     """As torch, but for std_mean's mean of an infinite row: torch's is NaN (its one-pass
     algorithm), ember's is torch.mean's, inf."""
-    x = rows("1", seed=8)
+    x = magnitude_rows("1", seed=8)
     x[0, 3], x[1, 5], x[2, 9] = np.nan, np.inf, -np.inf
     with torch.no_grad():
         expected = list(_Stats()(torch.from_numpy(x)))
