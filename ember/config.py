@@ -184,11 +184,11 @@ class PassNames:
 
     @property
     def allowed(self) -> str:
-        return f"{'all, or ' if self.everything else ''}comma-separated names from: {', '.join(_known_passes())}"
+        return f"{'all, or ' if self.everything else ''}comma-separated names from: {', '.join(GRAPH_PASSES)}"
 
     def parse(self, text: str, where: str) -> tuple[str, ...]:
         if self.everything and text == "all":
-            return tuple(_known_passes())
+            return tuple(GRAPH_PASSES)
         return self._known(text.split(","))
 
     def check(self, value, where: str) -> tuple[str, ...]:
@@ -199,16 +199,16 @@ class PassNames:
     @staticmethod
     def _known(names: list[str]) -> tuple[str, ...]:
         names = [n.strip() for n in names if n.strip()]
-        unknown = sorted(set(names) - set(_known_passes()))
+        unknown = sorted(set(names) - set(GRAPH_PASSES))
         if unknown:
             raise ValueError(f"unknown pass(es) {unknown}")
         return tuple(dict.fromkeys(names))
 
 
-def _known_passes() -> list[str]:
-    from .passes.pipeline import LATE_PASSES, PASSES  # the pipeline reads this module: imported late
-
-    return [*PASSES, *LATE_PASSES]
+# the graph passes by name, as EMBER_PRINT_IR and EMBER_DISABLE_PASSES name them, in the order
+# ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
+# that this ground-layer module need not import the passes
+GRAPH_PASSES = ("fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "dce", "fuse")
 
 
 def _strings(value) -> list[str]:

@@ -48,9 +48,6 @@ LAYERS: dict[str, set[str]] = {
 
 # (importing module, imported module) -> why it is allowed for now
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("ember.config", "ember.passes.pipeline"):
-        "PassNames checks EMBER_PRINT_IR / EMBER_DISABLE_PASSES against the pipeline's pass names; "
-        "the names belong in the ground layer (or the check in passes)",
     ("ember.runtime.model", "ember.checks"):
         "CompiledModel converts and checks its inputs with the compile-time checks; that input "
         "conversion belongs in runtime",

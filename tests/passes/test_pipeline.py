@@ -139,3 +139,12 @@ def test_compile_runs_the_pipeline(capsys):
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")
     np.testing.assert_allclose(cm(x), plain(x), rtol=1e-4, atol=1e-5)
+
+
+def test_config_knows_every_pass_by_name():
+    """EMBER_PRINT_IR / EMBER_DISABLE_PASSES are checked against config.GRAPH_PASSES (the ground
+    layer imports no pass): it names the pipeline's passes, in order."""
+    from ember import config
+    from ember.passes.pipeline import LATE_PASSES, PASSES
+
+    assert (*PASSES, *LATE_PASSES) == config.GRAPH_PASSES

@@ -237,7 +237,7 @@ def _valid(name: str, value) -> bool:
         case "cache_dir":
             return Path(value).is_absolute() and not Path(value).is_file()
         case _:
-            return isinstance(value, tuple) and set(value) <= set(config._known_passes())
+            return isinstance(value, tuple) and set(value) <= set(config.GRAPH_PASSES)
 
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=40)
