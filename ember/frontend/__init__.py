@@ -2,9 +2,8 @@
 
 - `ember.frontend.torch`: `import_module(model, example_inputs)`, an nn.Module through torch.export;
 - `ember.frontend.onnx`: `import_onnx(path or ModelProto)`, ONNX models;
-- `ember.frontend.torch_backend`: `ember_backend`, the torch.compile backend registered as "ember"
-  (its module path is named by the `torch_dynamo_backends` entry point in pyproject.toml, which
-  installed copies of ember keep: it stays where it is).
+The torch.compile backend, which compiles what it imports, is a driver above the frontends:
+`ember.torch_backend`.
 
 The two frontends have the same shape: `importer.py`, the entry, walks the model's graph in
 order and converts each node with the converter its registry (`registry.py`) holds for the

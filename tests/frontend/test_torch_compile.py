@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from ember.frontend.torch_backend import EmberFallbackWarning, ember_backend
+from ember.torch_backend import EmberFallbackWarning, ember_backend
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 

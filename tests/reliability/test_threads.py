@@ -22,7 +22,7 @@ TIMEOUT = 240
 # in_threads(n, fn): fn(k) in n threads released together; every exception is reported.
 THREADS = """
 import threading, warnings, torch, ember
-from ember.frontend.torch_backend import EmberFallbackWarning
+from ember.torch_backend import EmberFallbackWarning
 warnings.simplefilter("error", EmberFallbackWarning)
 torch.manual_seed(0)
 
@@ -72,7 +72,7 @@ print("ok")
 def test_torch_compile_backend_in_threads(python):
     code = THREADS + """
 from torch._dynamo.backends.registry import _COMPILER_FNS
-from ember.frontend.torch_backend import ember_backend
+from ember.torch_backend import ember_backend
 assert _COMPILER_FNS.get("ember") is ember_backend  # registered at import: the threads' lookups only read
 
 def compile_and_call(k):
@@ -120,7 +120,7 @@ model = torch.nn.Linear(8, 3).eval()
 x = torch.randn(2, 8)
 with torch.no_grad():
     torch.testing.assert_close(torch.compile(model, backend="ember")(x), model(x), rtol=1e-4, atol=1e-4)
-import ember.frontend.torch_backend as backend
+import ember.torch_backend as backend
 from torch._dynamo.backends.registry import lookup_backend
 backend.register()  # again: nothing happens
 assert lookup_backend("ember") is backend.ember_backend

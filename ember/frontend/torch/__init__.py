@@ -2,7 +2,7 @@
 
 - module.py: the entry: torch.export of the module, lowered to core ATen, then imported;
 - importer.py: an FX graph of core ATen operators converted node by node (shared with the
-  torch.compile backend, ember.frontend.torch_backend);
+  torch.compile backend, ember.torch_backend);
 - node.py: what a handler sees while one node is converted (`Builder`), constants as `Const`;
 - registry.py: the table from ATen overloads to handlers (`@handles`);
 - converters/: the handlers, one module per family (elementwise, nn, reduce, shape).

@@ -27,7 +27,7 @@ compiled once (a lock per Dynamo graph), and the tracing itself holds the fronte
 the entry point and registers without a lock: threads looking the name up for the first time at
 once collide ("duplicate name: ember"). So importing this module registers the backend at once
 (under the same lock, idempotent; not when the import is torch loading the entry point, which
-registers it itself): `import ember.frontend.torch_backend` before starting threads that call
+registers it itself): `import ember.torch_backend` before starting threads that call
 `torch.compile(..., backend="ember")`, and their lookups only read.
 
 Inference only: the results carry no autograd history. The lowering goes through torch.export
@@ -44,7 +44,8 @@ import warnings
 import torch
 from torch._dynamo.source import is_from_unspecialized_param_buffer_source
 
-from .torch import export, import_program, trace_lock
+from .compiler import compile_graph
+from .frontend.torch import export, import_program, trace_lock
 
 NAME = "ember"
 
@@ -100,7 +101,6 @@ class EmberFunction:
     def _compile(self, args: list) -> _Entry:
         tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.frozen[k]]
         try:
-            from ..compiler import compile_graph  # the one upward import of the frontend: a backend compiles
 
             module = _Bound(self.gm, args, self.names, self.frozen, tensors)
             graph = import_program(export(module, tuple(args[k] for k in tensors)), name="dynamo_graph")
