@@ -184,11 +184,11 @@ class PassNames:
 
     @property
     def allowed(self) -> str:
-        return f"{'all, or ' if self.everything else ''}comma-separated names from: {', '.join(GRAPH_PASSES)}"
+        return f"{'all, or ' if self.everything else ''}comma-separated names from: {', '.join(_pass_names())}"
 
     def parse(self, text: str, where: str) -> tuple[str, ...]:
         if self.everything and text == "all":
-            return tuple(GRAPH_PASSES)
+            return _pass_names()
         return self._known(text.split(","))
 
     def check(self, value, where: str) -> tuple[str, ...]:
@@ -199,7 +199,7 @@ class PassNames:
     @staticmethod
     def _known(names: list[str]) -> tuple[str, ...]:
         names = [n.strip() for n in names if n.strip()]
-        unknown = sorted(set(names) - set(GRAPH_PASSES))
+        unknown = sorted(set(names) - set(_pass_names()))
         if unknown:
             raise ValueError(f"unknown pass(es) {unknown}")
         return tuple(dict.fromkeys(names))
@@ -209,6 +209,13 @@ class PassNames:
 # ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
 # that this ground-layer module need not import the passes
 GRAPH_PASSES = ("fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "dce", "fuse")
+
+
+def _pass_names() -> tuple[str, ...]:
+    """GRAPH_PASSES, with the passes added to the pipeline at run time once it is imported (a
+    pass a user or a test plants): the pipeline's own table, read without importing it."""
+    pipeline = sys.modules.get("ember.passes.pipeline")
+    return GRAPH_PASSES if pipeline is None else (*pipeline.PASSES, *pipeline.LATE_PASSES)
 
 
 def _strings(value) -> list[str]:
