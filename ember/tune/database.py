@@ -102,7 +102,7 @@ class Database:
     def __init__(self, path: str | Path):
         self.path = str(path)
         self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(self._conn)
         with _transaction(self._conn):
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
@@ -177,6 +177,21 @@ class Database:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to the WAL journal. The switch needs the file to itself, and SQLite answers
+    "database is locked" at once, without the busy timeout, while another process is opening the
+    same new file: retry until the busy timeout has passed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
