@@ -278,6 +278,9 @@ OPTIONS = {
                PassNames()),
         Option("checked", False, "EMBER_CHECKED", "integer division by zero raises ZeroDivisionError (else 0)",
                Boolean()),
+        Option("interpret", False, "EMBER_INTERPRET",
+               "run ember.triton kernels in the NumPy interpreter, program by program, instead of compiling "
+               "them (TRITON_INTERPRET is read too)", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
     ]

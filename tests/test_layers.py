@@ -42,6 +42,7 @@ LAYERS: dict[str, set[str]] = {
     "tune": {"kernel", "lowering", "workers", "frontend"},  # task extraction imports models
     "compiler": {"frontend", "checks", "tune", "lowering", "workers", "testing"},  # the driver
     "torch_backend": {"compiler"},  # the torch.compile backend: compiles what the frontend imports
+    "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
     "ember": {"compiler"},  # the package itself: the public API
     "debug": {"ember"},  # bisect, draw
     "cli": {"debug"},  # the `ember` command

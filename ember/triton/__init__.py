@@ -1,0 +1,21 @@
+"""A Triton-compatible tile language, compiled to C for the CPU.
+
+    import ember.triton as triton
+    import ember.triton.language as tl
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+    add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+
+jit.py launches; language/ declares the language; compiler/ turns a kernel into loop IR and C;
+interpreter.py runs it over NumPy (EMBER_INTERPRET=1 or TRITON_INTERPRET=1).
+"""
+
+from . import language
+from .jit import JITFunction, KernelInterface, jit
+
+__all__ = ["JITFunction", "KernelInterface", "jit", "language"]
