@@ -1,10 +1,18 @@
-"""Every zoo model, compiled by ember and run next to its peers in one process.
+"""Every zoo model, compiled by ember and run next to its peers, each runtime in its own process.
 
-For each model: latency (median of --runs runs, batch 1, --threads threads) and compile time of
-ember, torch eager, torch.compile (inductor) and ONNX Runtime, and each one's latency ratio to
-torch eager (above 1: faster than eager). ember's output is checked against eager first.
+For each model: latency (batch 1, --threads threads) and compile time of ember, ONNX Runtime,
+torch eager and torch.compile (inductor), with ratios to ONNX Runtime and to torch eager.
 
-    python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--runs 20] [--threads 2]
+Runtimes disturb each other in one process (ONNX Runtime's and torch's idle OpenMP threads spin
+on the 2 cores ember's threads want), so every latency is measured in a fresh process that runs
+one runtime only, and the runtimes take turns over --rounds rounds (a slow spell of a noisy
+machine falls on all of them alike); the table shows each runtime's best median. A first process
+prepares the model once: torch eager's outputs, ember's compiled model saved as an artifact
+(checked against eager) and the ONNX file; the timing processes load those. "ember after torch"
+(--after-torch) times ember's model in a process where torch eager ran the model first.
+
+    python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--runs 20] [--rounds 2]
+                                 [--threads 2] [--peers onnxruntime inductor eager] [--after-torch]
 """
 
 from __future__ import annotations
@@ -12,17 +20,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
-import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 
 @contextlib.contextmanager
@@ -49,88 +59,154 @@ def median_latency(fn, runs: int) -> float:
     return ember.bench(fn, warmup=3, repeat=runs, number=1).median
 
 
-def interleaved_latencies(fns: dict, runs: int) -> dict:
-    """Median seconds per call of each function, timed in turns (one call of each per round), so
-    that a slow spell of a noisy machine falls on all of them alike."""
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    times: dict = {label: [] for label in fns}
-    for _ in range(runs):
-        for label, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
-    return {label: statistics.median(t) for label, t in times.items()}
-
-
 def timed(fn):
     t = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t
 
 
-Row = tuple[str, float | None, float | None, str]  # runtime, latency s, compile s, note
+# --- the child processes ----------------------------------------------------------------------------
 
-
-def bench_model(name: str, small: bool, runs: int, peers: list[str], variants: dict | None = None) -> list[Row]:
-    """Rows for torch eager, ember (one row per entry of `variants`: a label and the options of
-    ember.compile; default: "ember" with none) and the peers."""
+def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onnx: bool) -> dict:
+    """Inputs and torch eager's outputs as .npy, each ember variant compiled, checked and saved
+    (folder/<label>/), and the ONNX file: what the timing processes load."""
     import torch
 
     import ember
     from benchmarks.models import ZOO
 
     model, inputs = ZOO[name](small=small)
-    rows = []
     with torch.no_grad():
         expected = model(*inputs)
-        t_eager = median_latency(lambda: model(*inputs), runs)
-    rows.append(("torch eager", t_eager, None, ""))
+    for k, x in enumerate(inputs):
+        np.save(folder / f"input{k}.npy", x.numpy())
+    report = {"inputs": len(inputs), "ember": {}}
+    for label, options in variants.items():
+        if "database" in options:  # a path: a Database is no JSON
+            from ember.tune import Database
 
-    compiled_variants = {}  # label -> (compiled model, compile s); timed in turns below
-    for label, options in (variants or {"ember": {}}).items():
+            options = {**options, "database": Database(options["database"])}
         try:
             cm, t_compile = timed(lambda options=options: ember.compile(model, example_inputs=inputs, **options))
             np.testing.assert_allclose(cm(*inputs).numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
-            compiled_variants[label] = (cm, t_compile)
+            cm.save(folder / label)
+            report["ember"][label] = {"compile": t_compile, "note": f"{len(cm.kernels)} kernels"}
         except Exception as e:  # a benchmark reports what failed and goes on with the peers
-            rows.append((label, None, None, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}"))
-    medians = interleaved_latencies({label: partial(cm, *inputs) for label, (cm, _) in compiled_variants.items()}, runs)
-    for label, (cm, t_compile) in compiled_variants.items():
-        rows.append((label, medians[label], t_compile, f"{len(cm.kernels)} kernels"))
-
-    if "inductor" in peers:
+            report["ember"][label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
+    if onnx:
         try:
-            compiled = torch.compile(model)
-            with torch.no_grad():
-                _, t_compile = timed(lambda: compiled(*inputs))
-                rows.append(("torch.compile", median_latency(lambda: compiled(*inputs), runs), t_compile, "inductor"))
-        except Exception as e:
-            rows.append(("torch.compile", None, None, f"failed: {type(e).__name__}"))
-
-    if "onnxruntime" in peers:
-        try:
-            import onnxruntime as ort
-
-            def export_and_load():
+            with warnings.catch_warnings(), quiet_fds():
+                warnings.simplefilter("ignore")
                 buf = io.BytesIO()
-                with warnings.catch_warnings(), quiet_fds():
-                    warnings.simplefilter("ignore")
-                    try:
-                        torch.onnx.export(model, inputs, buf, dynamo=False)
-                    except Exception:  # the TorchScript exporter cannot take every model: the dynamo one
-                        buf = io.BytesIO()
-                        torch.onnx.export(model, inputs, buf, dynamo=True)
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = torch.get_num_threads()
-                return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
-
-            sess, t_compile = timed(export_and_load)
-            feed = {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)}
-            rows.append(("onnxruntime", median_latency(lambda: sess.run(None, feed), runs), t_compile, ""))
+                try:
+                    torch.onnx.export(model, inputs, buf, dynamo=False)
+                except Exception:  # the TorchScript exporter cannot take every model: the dynamo one
+                    buf = io.BytesIO()
+                    torch.onnx.export(model, inputs, buf, dynamo=True)
+            (folder / "model.onnx").write_bytes(buf.getvalue())
         except Exception as e:
-            rows.append(("onnxruntime", None, None, f"failed: {type(e).__name__}"))
+            report["onnx_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    return report
+
+
+def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threads: int, label: str) -> dict:
+    """One runtime's median latency (and load or compile time) in this process."""
+    inputs = [np.load(folder / f"input{k}.npy") for k in range(len(list(folder.glob("input*.npy"))))]
+    if runtime == "ember":
+        import ember
+
+        cm = ember.load(folder / label)
+        return {"median": median_latency(lambda: cm(*inputs), runs), "compile": None}
+    if runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        def session():
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            return ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+
+        sess, t_compile = timed(session)
+        feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+        return {"median": median_latency(lambda: sess.run(None, feed), runs), "compile": t_compile}
+    import torch
+
+    from benchmarks.models import ZOO
+
+    torch.set_num_threads(threads)
+    model, _ = ZOO[name](small=small)
+    tensors = [torch.from_numpy(x) for x in inputs]
+    with torch.no_grad():
+        if runtime == "eager":
+            return {"median": median_latency(lambda: model(*tensors), runs), "compile": None}
+        if runtime == "inductor":
+            compiled = torch.compile(model)
+            _, t_compile = timed(lambda: compiled(*tensors))
+            return {"median": median_latency(lambda: compiled(*tensors), runs), "compile": t_compile}
+        if runtime == "ember_after_torch":
+            for _ in range(5):
+                model(*tensors)
+            import ember
+
+            cm = ember.load(folder / label)
+            return {"median": median_latency(lambda: cm(*inputs), runs), "compile": None}
+    raise ValueError(f"unknown runtime {runtime}")
+
+
+def _child(argv: list[str]) -> dict:
+    """Run this file in a fresh process with `argv`; its last stdout line is a JSON object."""
+    run = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = run.stdout.strip().splitlines()
+    if run.returncode != 0 or not lines:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {run.returncode}: {tail[:100]}"}
+    return json.loads(lines[-1])
+
+
+# --- the parent --------------------------------------------------------------------------------------
+
+Row = tuple[str, float | None, float | None, str]  # runtime, latency s, compile s, note
+LABELS = {"onnxruntime": "onnxruntime", "eager": "torch eager", "inductor": "torch.compile",
+          "ember_after_torch": "ember after torch"}
+
+
+def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, peers: list[str],
+                  variants: dict[str, dict] | None = None, after_torch: bool = False) -> list[Row]:
+    """Rows for each ember variant (a label -> ember.compile options, a tuning database as its
+    path; default "ember": none) and
+    each peer, every latency the best median over `rounds` rounds of one fresh process each."""
+    variants = variants or {"ember": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "variants.json").write_text(json.dumps(variants))
+        prep = _child(["--prepare", name, "--folder", tmp, *(["--small"] if small else []),
+                       *(["--onnx"] if "onnxruntime" in peers else [])])
+        if "error" in prep:
+            return [("prepare", None, None, prep["error"])]
+        jobs = [("ember", label) for label, r in prep["ember"].items() if "error" not in r]
+        jobs += [("ember_after_torch", "ember")] if after_torch and ("ember", "ember") in jobs else []
+        jobs += [(p, "") for p in peers if p != "onnxruntime" or "onnx_error" not in prep]
+        results: dict = {job: [] for job in jobs}
+        for _ in range(rounds):
+            for runtime, label in jobs:
+                results[(runtime, label)].append(_child(
+                    ["--measure", runtime, name, "--folder", tmp, "--label", label, "--runs", str(runs),
+                     "--threads", str(threads), *(["--small"] if small else [])]))
+    rows: list[Row] = []
+    for label, r in prep["ember"].items():
+        if "error" in r:
+            rows.append((label, None, None, f"failed: {r['error']}"))
+    if "onnx_error" in prep:
+        rows.append(("onnxruntime", None, None, f"export failed: {prep['onnx_error']}"))
+    for (runtime, label), got in results.items():
+        ok = [g for g in got if "error" not in g]
+        shown = label if runtime == "ember" else LABELS[runtime]
+        if not ok:
+            rows.append((shown, None, None, f"failed: {got[0]['error']}"))
+            continue
+        compile_s = prep["ember"][label]["compile"] if runtime == "ember" else ok[0]["compile"]
+        note = prep["ember"][label]["note"] if runtime == "ember" else ""
+        rows.append((shown, min(g["median"] for g in ok), compile_s, note))
     return rows
 
 
@@ -141,23 +217,42 @@ def main(argv=None) -> None:
     ap.add_argument("--models", nargs="+", default=list(ZOO))
     ap.add_argument("--small", action="store_true", help="the reduced-size variants")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--peers", nargs="*", default=["inductor", "onnxruntime"])
+    ap.add_argument("--peers", nargs="*", default=["onnxruntime", "eager", "inductor"])
+    ap.add_argument("--after-torch", action="store_true", help="also time ember after torch ran in its process")
+    # the child processes
+    ap.add_argument("--prepare", metavar="MODEL")
+    ap.add_argument("--measure", nargs=2, metavar=("RUNTIME", "MODEL"))
+    ap.add_argument("--folder")
+    ap.add_argument("--label", default="ember")
+    ap.add_argument("--onnx", action="store_true")
     args = ap.parse_args(argv)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    print(f"batch 1, {args.threads} threads, median of {args.runs} runs; ratio = torch eager latency / latency")
-    print(f"{'model':<14} {'runtime':<14} {'latency ms':>11} {'vs eager':>9} {'compile s':>10}  note")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    if args.prepare:
+        variants = json.loads((Path(args.folder) / "variants.json").read_text())
+        print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), variants, args.onnx)))
+        return
+    if args.measure:
+        runtime, name = args.measure
+        print(json.dumps(measure(runtime, name, args.small, Path(args.folder), args.runs, args.threads, args.label)))
+        return
+    print(f"batch 1, {args.threads} threads; each runtime in its own process, {args.rounds} rounds, "
+          f"best median of {args.runs} runs")
+    print(f"{'model':<14} {'runtime':<18} {'latency ms':>11} {'vs ORT':>7} {'vs eager':>9} {'compile s':>10}  note")
     for name in args.models:
-        rows = bench_model(name, args.small, args.runs, args.peers)
-        eager = rows[0][1]
+        rows = compare_model(name, args.small, args.runs, args.rounds, args.threads, args.peers,
+                             after_torch=args.after_torch)
+        ort = next((lat for runtime, lat, _, _ in rows if runtime == "onnxruntime" and lat), None)
+        eager = next((lat for runtime, lat, _, _ in rows if runtime == "torch eager" and lat), None)
         for runtime, lat, comp, note in rows:
-            lat_s = f"{lat * 1e3:11.2f}" if lat else f"{'-':>11}"
-            ratio = f"{eager / lat:9.2f}" if lat else f"{'-':>9}"
+            lat_s = f"{lat * 1e3:11.3f}" if lat else f"{'-':>11}"
+            vs_ort = f"{lat / ort:7.2f}" if lat and ort else f"{'-':>7}"
+            vs_eager = f"{lat / eager:9.2f}" if lat and eager else f"{'-':>9}"
             comp_s = f"{comp:10.1f}" if comp is not None else f"{'-':>10}"
-            print(f"{name:<14} {runtime:<14} {lat_s} {ratio} {comp_s}  {note}", flush=True)
+            print(f"{name:<14} {runtime:<18} {lat_s} {vs_ort} {vs_eager} {comp_s}  {note}", flush=True)
+    print("vs ORT, vs eager: latency / the peer's latency (below 1: faster than the peer)")
 
 
 if __name__ == "__main__":

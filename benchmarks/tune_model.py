@@ -1,13 +1,13 @@
 """A zoo model (ResNet-18 by default) tuned by ember within a time budget, then its end-to-end
-latency next to untuned ember, torch eager, torch.compile and onnxruntime, in one process.
+latency next to untuned ember, torch eager, torch.compile and onnxruntime, each in its own process
+(compare.compare_model).
 
     python benchmarks/tune_model.py [--model resnet18] [--minutes 30] [--trials 3000] [--db resnet18.db]
                                     [--compare-only]
 
 Tuning prints its progress on stderr and a per-task report; the comparison table follows
-(medians of repeated runs; ratio = torch eager latency / latency), and the tuning curves are
-written to a PNG next to the database. The ember variants are timed in turns (see
-compare.interleaved_latencies). --compare-only skips tuning and compares with the database as it is.
+(best medians of repeated runs; ratio = torch eager latency / latency), and the tuning curves are
+written to a PNG next to the database. --compare-only skips tuning and compares with the database as it is.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     import torch
 
     import ember
-    from benchmarks.compare import bench_model
+    from benchmarks.compare import compare_model
     from benchmarks.models import ZOO
     from ember.tune import Database
     from ember.tune.report import plot_tuning_curves
@@ -48,9 +48,9 @@ def main(argv=None) -> None:
         report = ember.tune.tune_model(model, inputs, database=db, trials=args.trials,
                                        time_budget_s=args.minutes * 60, seed=args.seed)
         print(report)
-    rows = bench_model(args.model, args.small, args.runs, ["inductor", "onnxruntime"],
-                       variants={"ember": {}, "ember tuned": {"database": db}})
-    eager = rows[0][1]
+    rows = compare_model(args.model, args.small, args.runs, 2, args.threads, ["eager", "inductor", "onnxruntime"],
+                         variants={"ember": {}, "ember tuned": {"database": str(db.path)}})
+    eager = next(lat for runtime, lat, _, _ in rows if runtime == "torch eager")
     print(f"\n{args.threads} threads, median of {args.runs} runs; ratio = torch eager latency / latency")
     print(f"{'runtime':<14} {'latency ms':>11} {'vs eager':>9}  note")
     for runtime, lat, _, note in rows:
