@@ -517,9 +517,10 @@ def test_operator_of_another_domain_is_listed():
         import_onnx(model)
 
 
-def test_opset_older_than_7_is_rejected():
-    model = onnx_model("g (float[2] x) => (float y) { y = Relu(x) }", opset=6)
-    with pytest.raises(OnnxImportError, match=rf"opset 6 is not supported: ember imports opsets 7 to {MAX_OPSET}"):
+def test_opset_older_than_7_reads_the_operators_unchanged_since(rng):
+    check(rng, "g (float[2, 3] x) => (float y) { y = Relu(x) }", opset=6)  # Relu-6, as in opset 7
+    model = onnx_model("g (float[2] x) => (float y) { r = Relu(x) y = Add(r, r) }", opset=6)
+    with pytest.raises(UnsupportedOpError, match=r"1 unsupported operator\(s\): Add-6\n  Add-6  \(at Add node 'y'\)"):
         import_onnx(model)
 
 

@@ -2,7 +2,8 @@
 
 1. Load (onnx.load, external data included), inline local functions, check with onnx.checker,
    and read the default-domain opset: 7 (MIN_OPSET) up to the newest the installed onnx package
-   knows (MAX_OPSET, onnx.defs.onnx_opset_version()). A file that
+   knows (MAX_OPSET, onnx.defs.onnx_opset_version()); in an older model, the nodes whose operator
+   is the same as in opset 7 (Relu, Conv, ...; not Add-6). A file that
    holds no valid model (missing, a folder, empty, truncated, another format, external data that
    is missing or truncated) is an OnnxImportError naming the file.
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
@@ -120,10 +121,6 @@ def default_opset(proto: onnx.ModelProto) -> int | None:
     if not versions:
         return None
     version = versions[0]
-    if version < MIN_OPSET:
-        raise OnnxImportError(f"ONNX opset {version} is not supported: ember imports opsets {MIN_OPSET} to "
-                              f"{MAX_OPSET}; convert the model first, e.g. with "
-                              f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
     if version > MAX_OPSET:
         raise OnnxImportError(f"ONNX opset {version} is newer than the installed onnx package knows "
                               f"({onnx.__version__}: opsets up to {MAX_OPSET}); upgrade onnx")
@@ -196,6 +193,8 @@ def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, en
         default = node.domain in DEFAULT_DOMAINS
         try:
             converter = lookup(node.op_type, cx.version) if default else None
+            if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
+                converter = None  # (an operator changed since: older than ember reads)
             if converter is None:
                 body = function_body(node, opset, [None if t is None else tensor_type(t) for t in cx.inputs]) \
                     if default else None

@@ -43,7 +43,7 @@ Tensor = Value | np.ndarray
 
 
 class OnnxImportError(EmberError, ValueError):
-    """A model ember cannot import as given: an opset older than 7, an input without a shape,
+    """A model ember cannot import as given: an opset newer than onnx knows, an input without a shape,
     a data type ember lacks, an attribute value it cannot take."""
 
 
