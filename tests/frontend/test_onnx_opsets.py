@@ -1,8 +1,8 @@
 """ONNX models of every opset: the older forms of operators (attributes where newer versions take
-inputs), function operators expanded from their ONNX bodies, and the converter table's version
-ranges; each model on fresh random data against onnx's ReferenceEvaluator, and the old forms also
-against onnxruntime (the ReferenceEvaluator runs Softmax-1 with Softmax-13's semantics, and has no
-Upsample-7 nor Resize-10)."""
+inputs), function operators (converted to one ember operator, or expanded from their ONNX
+bodies), and the converter table's version ranges; each model on fresh random data against
+onnx's ReferenceEvaluator, and the old forms also against onnxruntime (the ReferenceEvaluator
+runs Softmax-1 with Softmax-13's semantics, and has no Upsample-7 nor Resize-10)."""
 
 import numpy as np
 import onnx
@@ -28,9 +28,12 @@ def rng():
 
 
 def model_of(nodes, inputs, outputs, opset, initializers=()):
-    """A checked model of these nodes; inputs and outputs as (name, shape) of float tensors."""
-    inputs = [*inputs, *((n, a.shape) for n, a in initializers)]  # (before IR 4 an initializer is an input)
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, F, s) for n, s in inputs],
+    """A checked model of these nodes; inputs and outputs as (name, shape) of float tensors,
+    initializers as (name, array)."""
+    declared = [helper.make_tensor_value_info(n, F, s) for n, s in inputs]
+    declared += [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                 for n, a in initializers]  # (before IR 4 an initializer is an input too)
+    graph = helper.make_graph(nodes, "g", declared,
                               [helper.make_tensor_value_info(n, F, s) for n, s in outputs],
                               [onnx.numpy_helper.from_array(a, n) for n, a in initializers])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -173,11 +176,11 @@ def test_compiled_opset_7_and_11_models(rng):
 # -- function operators, expanded from their ONNX function bodies ---------------------------
 
 
-def test_rms_normalization_23_expands(rng):
-    model = model_of([helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=-1, epsilon=1e-5)],
-                     [("x", (2, 3, 8))], [("y", (2, 3, 8))], 23, [("scale", data(rng, (8,))[0])])
-    graph = import_onnx(model)
-    assert "rms" not in {n.op for n in graph.nodes}  # (ONNX's body: ReduceMean, Sqrt, ...)
+@pytest.mark.parametrize("axis, scale_shape", [(-1, (8,)), (1, (3, 8)), (1, (1, 8))])
+def test_rms_normalization_23_is_rms_norm(rng, axis, scale_shape):
+    model = model_of([helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-5)],
+                     [("x", (2, 3, 8))], [("y", (2, 3, 8))], 23, [("scale", data(rng, scale_shape)[0])])
+    assert "rms_norm" in {n.op for n in import_onnx(model).nodes}
     check_evaluated(model, data(rng, (2, 3, 8)), rtol=1e-5, atol=1e-5)
 
 
@@ -189,15 +192,27 @@ def test_rotary_embedding_23_expands(rng):
     check_evaluated(model, data(rng, (b, heads, seq, dim), (b, seq, dim // 2), (b, seq, dim // 2)))
 
 
-def test_attention_23_expands_and_compiles(rng):
+def test_attention_23_is_sdpa_and_compiles(rng):
     b, heads, seq, dim = 1, 2, 4, 8
     shape = (b, heads, seq, dim)
     model = model_of([helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)],
                      [("q", shape), ("k", shape), ("v", shape)], [("y", shape)], 23)
+    assert [n.op for n in import_onnx(model).nodes] == ["scaled_dot_product_attention"]
     inputs = data(rng, shape, shape, shape)
     check_evaluated(model, inputs, rtol=1e-5, atol=1e-5)
-    (expected,) = ReferenceEvaluator(model).run(None, dict(zip("qkv", inputs)))
+    (expected,) = reference(model, inputs)
     np.testing.assert_allclose(np.asarray(ember.compile(model)(*inputs)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_23_of_grouped_heads_expands(rng):
+    """Two query heads per key head (q_num_heads 4, kv_num_heads 2, 3-D inputs): ONNX's body."""
+    b, seq, dim = 2, 3, 4
+    model = model_of([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], q_num_heads=4, kv_num_heads=2)],
+                     [("q", (b, seq, 4 * dim)), ("k", (b, 5, 2 * dim)), ("v", (b, 5, 2 * dim)), ("mask", (seq, 5))],
+                     [("y", (b, seq, 4 * dim))], 23)
+    assert "scaled_dot_product_attention" not in {n.op for n in import_onnx(model).nodes}
+    check_evaluated(model, data(rng, (b, seq, 4 * dim), (b, 5, 2 * dim), (b, 5, 2 * dim), (seq, 5)),
+                    rtol=1e-5, atol=1e-5)
 
 
 # -- the table of converters: version ranges ------------------------------------------------
@@ -245,3 +260,17 @@ def test_node_context_resolves_the_operator_version():
     for opset, version in ((9, 1), (10, 10), (12, 11), (MAX_OPSET, 13)):
         cx = NodeContext(Importer(Graph(name="g"), opset), node, [], {})
         assert (cx.opset, cx.version) == (opset, version)
+
+
+@pytest.mark.parametrize("mask, causal, native", [
+    (np.ones((4, 4), bool), 1, True),
+    (np.ones((4,), bool), 0, True),  # (broadcast over the queries)
+    (np.eye(4, dtype=bool)[::-1], 1, False),  # row 0 keeps key 3 only, which causality masks: zeros, not NaN
+])
+def test_attention_23_bool_mask(rng, mask, causal, native):
+    shape = (1, 2, 4, 8)
+    model = model_of([helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], is_causal=causal)],
+                     [("q", shape), ("k", shape), ("v", shape)], [("y", shape)], 23, [("mask", mask)])
+    ops = {n.op for n in import_onnx(model).nodes}
+    assert ("scaled_dot_product_attention" in ops) == native
+    check_evaluated(model, data(rng, shape, shape, shape), rtol=1e-5, atol=1e-5)

@@ -12,7 +12,8 @@
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
    sees, and how constants fold), each by the converter of its operator version (the since_version
    of its schema at the model's opset; registry.py). A node of a function op that no converter
-   takes is replaced by its ONNX function body (functions.py). An op type without a converter,
+   takes (or whose converter leaves this form to it: ExpandInstead) is replaced by its ONNX
+   function body (functions.py). An op type without a converter,
    an operator version ember lacks (`Op-version`), or a form of one that ember lacks (a 3-D
    convolution, a cubic resize) is recorded, the nodes that depend on it are skipped, and at the
    end one UnsupportedOpError lists every one of them with its node name.
@@ -41,6 +42,7 @@ from ...ops import UnsupportedOpError
 from . import converters  # noqa: F401  (registers the converters)
 from .functions import DEFAULT_DOMAINS, function_body
 from .node import (
+    ExpandInstead,
     Importer,
     NodeContext,
     OnnxImportError,
@@ -195,14 +197,17 @@ def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, en
             converter = lookup(node.op_type, cx.version) if default else None
             if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
                 converter = None  # (an operator changed since: older than ember reads)
-            if converter is None:
+            try:
+                outs = None if converter is None else converter(cx)
+            except ExpandInstead:
+                outs = None
+            if outs is None:
                 body = function_body(node, opset, [None if t is None else tensor_type(t) for t in cx.inputs]) \
                     if default else None
                 if body is None:
                     raise UnsupportedOpError([(_unsupported_name(node, cx.version), cx.where)])
                 _convert(importer, body.nodes, body.opset, env, missing, skipped)
                 continue
-            outs = converter(cx)
         except UnsupportedOpError as e:
             missing.extend((op, where or cx.where) for op, where in e.missing)
             skipped.update(node.output)

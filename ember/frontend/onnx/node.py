@@ -56,6 +56,11 @@ class ConstantInputError(OnnxImportError):
         self.value = value
 
 
+class ExpandInstead(Exception):  # noqa: N818  (a signal, not an error)
+    """Raised by a converter of a function op for a form it leaves to the op's ONNX function body
+    (`raise cx.expand_instead()`): the importer expands the node instead."""
+
+
 def sanitize(name: str) -> str:
     """An ONNX tensor name as an ember value name (letters, digits, '_' and '.')."""
     return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("_") or "v"
@@ -233,6 +238,11 @@ class NodeContext:
         if converter is None:  # (no converter of the newer form: the op is missing altogether)
             raise UnsupportedOpError([(node.op_type, self.where)])
         return converter(replace(self, node=node, inputs=list(inputs), attrs=dict(attrs), version=version))
+
+    def expand_instead(self) -> ExpandInstead:
+        """For a function op's converter: `raise cx.expand_instead()` to have this node expanded
+        from its ONNX function body, for a form the converter leaves to it."""
+        return ExpandInstead(self.where)
 
     def unsupported(self, detail: str) -> UnsupportedOpError:
         """The error to raise for a form of this op that ember lacks: `raise cx.unsupported(...)`."""
