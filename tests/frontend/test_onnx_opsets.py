@@ -274,3 +274,15 @@ def test_attention_23_bool_mask(rng, mask, causal, native):
     ops = {n.op for n in import_onnx(model).nodes}
     assert ("scaled_dot_product_attention" in ops) == native
     check_evaluated(model, data(rng, shape, shape, shape), rtol=1e-5, atol=1e-5)
+
+
+def test_unsupported_op_inside_a_function_body_is_named_with_its_node(monkeypatch):
+    """What ember lacks in an expanded body is listed with the body's node, named after the
+    function node it expands."""
+    monkeypatch.delitem(registry.CONVERTERS, "Mul")
+    shape = (1, 2, 3, 8)
+    model = model_of([helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"], name="rope")],
+                     [("x", shape), ("cos", (1, 3, 4)), ("sin", (1, 3, 4))], [("y", shape)], 23)
+    with pytest.raises(UnsupportedOpError, match=r"1 unsupported operator\(s\): Mul\n  Mul  \(at Mul node "
+                                                 r"'rope/RotaryEmbedding/"):
+        import_onnx(model)
