@@ -3,9 +3,9 @@
 1. Load (onnx.load, external data included), inline local functions, check with onnx.checker,
    and read the default-domain opset: 7 (MIN_OPSET) up to the newest the installed onnx package
    knows (MAX_OPSET, onnx.defs.onnx_opset_version()); in an older model, the nodes whose operator
-   is the same as in opset 7 (Relu, Conv, ...; not Add-6). A file that
-   holds no valid model (missing, a folder, empty, truncated, another format, external data that
-   is missing or truncated) is an OnnxImportError naming the file.
+   is the same as in opset 7 (Relu, Conv, ...; not Add-6). A file that holds no valid model
+   (missing, a folder, empty, truncated, another format, external data that is missing or
+   truncated) is an OnnxImportError naming the file.
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
    dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
@@ -13,10 +13,10 @@
    sees, and how constants fold), each by the converter of its operator version (the since_version
    of its schema at the model's opset; registry.py). A node of a function op that no converter
    takes (or whose converter leaves this form to it: ExpandInstead) is replaced by its ONNX
-   function body (functions.py). An op type without a converter,
-   an operator version ember lacks (`Op-version`), or a form of one that ember lacks (a 3-D
-   convolution, a cubic resize) is recorded, the nodes that depend on it are skipped, and at the
-   end one UnsupportedOpError lists every one of them with its node name.
+   function body (functions.py). An op type without a converter, an operator version ember lacks
+   (`Op-version`), or a form of one that ember lacks (a 3-D convolution, a cubic resize) is
+   recorded, the nodes that depend on it are skipped, and at the end one UnsupportedOpError lists
+   every one of them with its node name.
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the

@@ -2,7 +2,10 @@
 
 A converter is `fn(cx: NodeContext) -> list[Tensor | None]`, one entry per ONNX output (None for
 an output it does not produce), registered with `@converts("Relu", ...)` (registry.py). It reads
-the node's inputs and attributes from `cx` and adds ember operators with `cx.op`.
+the node's inputs and attributes from `cx` and adds ember operators with `cx.op`. `cx.version`
+is the node's operator version (Slice-1 in an opset-9 model); `cx.convert_as` converts the node
+as another version's form (an old form's attributes given as the newer form's inputs), and a
+function op's converter may `raise cx.expand_instead()` to leave a form to the op's ONNX body.
 
 A `Tensor` is either a graph `Value` or a NumPy array: a constant that is not (yet) in the
 graph. Initializers, Constant nodes and everything computed from constants alone stay arrays:
@@ -12,7 +15,7 @@ the attributes ember needs as plain numbers. An array becomes a graph constant t
 node that is not folded uses it.
 
 The shape of a tensor with symbolic dimensions is a *symbolic shape*: an int64 array of dtype
-object that holds ints and symbol names. It folds through the operators that only move data
+object that holds ints, symbol names and expressions of them. It folds through the operators that only move data
 (fold.SHAPE_OPS: gather, concat, slice, ...), integer casts and integer arithmetic (add, sub,
 mul, exact division: ember.frontend.symbolic, whose expressions such as batch * 8 may cancel
 again), so `x.view(x.size(0), -1)` and `x.view(x.size(0) * 4 // 4, -1)` work with a symbolic
