@@ -16,8 +16,8 @@ done (outputs of more than GROWTH_LIMIT elements beyond their inputs': an expand
 a large tensor is cheaper to compute at run time than to store), the caller adds a node instead.
 
 A *symbolic shape* (the ONNX frontend's shape of a tensor with symbolic dimensions: an int64
-shape as an array of dtype object, holding ints and symbol names) folds through the operators
-that only move data, SHAPE_OPS.
+shape as an array of dtype object, holding ints, symbol names and expressions of them) folds
+through the operators that only move data, SHAPE_OPS; its arithmetic is ember.frontend.symbolic.
 """
 
 from __future__ import annotations
@@ -59,5 +59,5 @@ def fold(op: str, inputs: Sequence[np.ndarray], attrs: Mapping | None, where: st
     symbolic = any(is_symbolic(a) for a in inputs)
     outs = [np.asarray(o, dtype=object if symbolic else None).reshape(t.shape)
             for o, t in zip(get(op).reference(list(inputs), bound), out_types, strict=True)]
-    return [o if is_symbolic(o) and any(isinstance(d, str) for d in o.flat) else o.astype(t.dtype, copy=False)
-            for o, t in zip(outs, out_types)]  # (a symbolic shape's static part is numbers again)
+    return [o if is_symbolic(o) and not all(isinstance(d, int | np.integer) for d in o.flat)
+            else o.astype(t.dtype, copy=False) for o, t in zip(outs, out_types)]  # (a static part: numbers again)

@@ -2,8 +2,12 @@
 
 - importer.py: the entry: loads and checks the model, then converts its graph node by node;
 - node.py: what a converter sees while one node is converted (`NodeContext`), constants as arrays;
-- registry.py: the table from ONNX op types to converters (`@converts`);
-- converters/: the converters, one module per family (elementwise, nn, shape).
+- registry.py: the table from ONNX op types and operator versions to converters (`@converts`);
+- functions.py: function ops without a converter, expanded from their ONNX function bodies;
+- converters/: the converters, one module per family (elementwise, nn, shape; legacy: the older
+  forms of operators; fused: function ops as one ember operator).
+
+Every default-domain opset from 7 (MIN_OPSET) to the newest onnx knows (MAX_OPSET); docs/onnx.md.
 """
 
 from .importer import MAX_OPSET, MIN_OPSET, import_onnx, load_model, read_model

@@ -1,16 +1,22 @@
 """Import an ONNX model as an ember graph: `import_onnx(path or ModelProto) -> Graph`.
 
 1. Load (onnx.load, external data included), inline local functions, check with onnx.checker,
-   and read the default-domain opset, which must be 13 to 21 (MIN_OPSET..MAX_OPSET). A file that
-   holds no valid model (missing, a folder, empty, truncated, another format, external data that
-   is missing or truncated) is an OnnxImportError naming the file.
+   and read the default-domain opset: 7 (MIN_OPSET) up to the newest the installed onnx package
+   knows (MAX_OPSET, onnx.defs.onnx_opset_version()); in an older model, the nodes whose operator
+   is the same as in opset 7 (Relu, Conv, ...; not Add-6). A file that holds no valid model
+   (missing, a folder, empty, truncated, another format, external data that is missing or
+   truncated) is an OnnxImportError naming the file.
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
    dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
-   sees, and how constants fold). An op type without a converter, or a form of one that ember
-   lacks (a 3-D convolution, a cubic resize), is recorded, the nodes that depend on it are
-   skipped, and at the end one UnsupportedOpError lists every one of them with its node name.
+   sees, and how constants fold), each by the converter of its operator version (the since_version
+   of its schema at the model's opset; registry.py). A node of a function op that no converter
+   takes (or whose converter leaves this form to it: ExpandInstead) is replaced by its ONNX
+   function body (functions.py). An op type without a converter, an operator version ember lacks
+   (`Op-version`), or a form of one that ember lacks (a 3-D convolution, a cubic resize) is
+   recorded, the nodes that depend on it are skipped, and at the end one UnsupportedOpError lists
+   every one of them with its node name.
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
@@ -34,12 +40,15 @@ from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
 from . import converters  # noqa: F401  (registers the converters)
+from .functions import DEFAULT_DOMAINS, function_body
 from .node import (
+    ExpandInstead,
     Importer,
     NodeContext,
     OnnxImportError,
     Tensor,
     decode_attribute,
+    op_version,
     sanitize,
     tensor_type,
     to_dtype,
@@ -48,8 +57,7 @@ from .registry import lookup
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "import_onnx", "load_model", "read_model"]
 
-MIN_OPSET, MAX_OPSET = 13, 21
-DEFAULT_DOMAINS = ("", "ai.onnx")
+MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
@@ -58,9 +66,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     gives graph inputs (by ONNX name) other shapes than the model declares, typically static
     sizes for its dynamic dimensions: {"input": (1, 3, 224, 224)}."""
     proto = load_model(model)
-    importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto))
+    importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto) or MAX_OPSET)
     env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}))
-    _convert_nodes(importer, proto.graph, env)
+    _convert_nodes(importer, proto.graph.node, importer.opset, env)
     _check_value_info(importer, proto.graph, env)
     importer.graph.set_outputs(_graph_outputs(importer, proto.graph, env))
     return importer.graph
@@ -74,6 +82,7 @@ def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
         proto, where = read_model(os.fspath(model)), os.fspath(model)
     else:
         raise ArgumentTypeError(f"import_onnx takes a path or an onnx.ModelProto, not {type(model).__name__}")
+    default_opset(proto)  # (an opset ember cannot read: before the checker's less direct message)
     if proto.functions:
         proto = onnx.inliner.inline_local_functions(proto)
     try:  # a path is checked from the file: a ModelProto over 2 GB cannot be serialized to check
@@ -107,16 +116,16 @@ def read_model(path: str) -> onnx.ModelProto:
     return proto
 
 
-def default_opset(proto: onnx.ModelProto) -> int:
+def default_opset(proto: onnx.ModelProto) -> int | None:
+    """The model's opset of the default domain; None when it imports none (its nodes are all of
+    other domains)."""
     versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
-        raise OnnxImportError("the model imports no opset of the default ONNX domain (ai.onnx)")
+        return None
     version = versions[0]
-    if not MIN_OPSET <= version <= MAX_OPSET:
-        target = min(max(version, MIN_OPSET), MAX_OPSET)
-        raise OnnxImportError(f"ONNX opset {version} is not supported: ember imports opsets {MIN_OPSET} to "
-                              f"{MAX_OPSET}; convert the model first, e.g. with "
-                              f"onnx.version_converter.convert_version(model, {target})")
+    if version > MAX_OPSET:
+        raise OnnxImportError(f"ONNX opset {version} is newer than the installed onnx package knows "
+                              f"({onnx.__version__}: opsets up to {MAX_OPSET}); upgrade onnx")
     return version
 
 
@@ -164,21 +173,41 @@ def _override(name: str, declared: TensorType, shape: tuple[Dim, ...]) -> Tensor
     return TensorType(shape, declared.dtype)
 
 
-def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> None:
+def _convert_nodes(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, env: dict[str, Tensor]) -> None:
+    """Convert `nodes`, read in default-domain opset `opset`; one UnsupportedOpError at the end
+    lists every node ember cannot convert."""
     missing: list[tuple[str, str]] = []
-    skipped: set[str] = set()  # outputs of nodes not converted
-    for node in g.node:
+    _convert(importer, nodes, opset, env, missing, set())
+    if missing:
+        raise UnsupportedOpError(missing)
+
+
+def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, env: dict[str, Tensor],
+             missing: list[tuple[str, str]], skipped: set[str]) -> None:
+    """Convert `nodes` into `env`, recording in `missing` what ember lacks and in `skipped` the
+    values that depend on it."""
+    for node in nodes:
         if any(name in skipped for name in node.input):
             skipped.update(node.output)
             continue
         cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],
-                         {a.name: decode_attribute(a) for a in node.attribute})
+                         {a.name: decode_attribute(a) for a in node.attribute}, opset)
+        default = node.domain in DEFAULT_DOMAINS
         try:
-            converter = lookup(node.op_type) if node.domain in DEFAULT_DOMAINS else None
-            if converter is None:
-                raise UnsupportedOpError([(f"{node.domain}.{node.op_type}" if node.domain else node.op_type,
-                                           cx.where)])
-            outs = converter(cx)
+            converter = lookup(node.op_type, cx.version) if default else None
+            if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
+                converter = None  # (an operator changed since: older than ember reads)
+            try:
+                outs = None if converter is None else converter(cx)
+            except ExpandInstead:
+                outs = None
+            if outs is None:
+                body = function_body(node, opset, [None if t is None else tensor_type(t) for t in cx.inputs]) \
+                    if default else None
+                if body is None:
+                    raise UnsupportedOpError([(_unsupported_name(node, cx.version), cx.where)])
+                _convert(importer, body.nodes, body.opset, env, missing, skipped)
+                continue
         except UnsupportedOpError as e:
             missing.extend((op, where or cx.where) for op, where in e.missing)
             skipped.update(node.output)
@@ -193,8 +222,14 @@ def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor
                 env[name] = outs[k]
                 if isinstance(outs[k], np.ndarray):
                     importer.name_array(outs[k], name)
-    if missing:
-        raise UnsupportedOpError(missing)
+
+
+def _unsupported_name(node: onnx.NodeProto, version: int) -> str:
+    """The op as an unsupported operator is listed: `Op`, or `Op-version` when ember converts
+    its newest version but not this one; `domain.Op` outside the default domain."""
+    if node.domain not in DEFAULT_DOMAINS:
+        return f"{node.domain}.{node.op_type}"
+    return f"{node.op_type}-{version}" if lookup(node.op_type, op_version(node.op_type, MAX_OPSET)) else node.op_type
 
 
 def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> list[Value]:

@@ -2,7 +2,10 @@
 
 A converter is `fn(cx: NodeContext) -> list[Tensor | None]`, one entry per ONNX output (None for
 an output it does not produce), registered with `@converts("Relu", ...)` (registry.py). It reads
-the node's inputs and attributes from `cx` and adds ember operators with `cx.op`.
+the node's inputs and attributes from `cx` and adds ember operators with `cx.op`. `cx.version`
+is the node's operator version (Slice-1 in an opset-9 model); `cx.convert_as` converts the node
+as another version's form (an old form's attributes given as the newer form's inputs), and a
+function op's converter may `raise cx.expand_instead()` to leave a form to the op's ONNX body.
 
 A `Tensor` is either a graph `Value` or a NumPy array: a constant that is not (yet) in the
 graph. Initializers, Constant nodes and everything computed from constants alone stay arrays:
@@ -12,17 +15,20 @@ the attributes ember needs as plain numbers. An array becomes a graph constant t
 node that is not folded uses it.
 
 The shape of a tensor with symbolic dimensions is a *symbolic shape*: an int64 array of dtype
-object that holds ints and symbol names. It folds through the operators that only move data
-(fold.SHAPE_OPS: gather, concat, slice, ...), so `x.view(x.size(0), -1)` works with a symbolic
-batch; arithmetic on symbols, or a symbolic shape used as a tensor at run time, is an
-OnnxImportError.
+object that holds ints, symbol names and expressions of them. It folds through the operators that only move data
+(fold.SHAPE_OPS: gather, concat, slice, ...), integer casts and integer arithmetic (add, sub,
+mul, exact division: ember.frontend.symbolic, whose expressions such as batch * 8 may cancel
+again), so `x.view(x.size(0), -1)` and `x.view(x.size(0) * 4 // 4, -1)` work with a symbolic
+batch; another operator on symbols, an expression that a dimension would have to be, or a
+symbolic shape used as a tensor at run time, is an OnnxImportError.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -33,12 +39,14 @@ from ...ops import UnsupportedOpError
 from ...ops.nodes import add_op
 from ...tir import dtype as dt
 from ..fold import SHAPE_OPS, array_type, fold, is_symbolic
+from ..symbolic import fold_arithmetic, is_dim
+from .registry import lookup
 
 Tensor = Value | np.ndarray
 
 
 class OnnxImportError(EmberError, ValueError):
-    """A model ember cannot import as given: an opset outside 13..21, an input without a shape,
+    """A model ember cannot import as given: an opset newer than onnx knows, an input without a shape,
     a data type ember lacks, an attribute value it cannot take."""
 
 
@@ -49,6 +57,11 @@ class ConstantInputError(OnnxImportError):
     def __init__(self, message: str, value: Value):
         super().__init__(message)
         self.value = value
+
+
+class ExpandInstead(Exception):  # noqa: N818  (a signal, not an error)
+    """Raised by a converter of a function op for a form it leaves to the op's ONNX function body
+    (`raise cx.expand_instead()`): the importer expands the node instead."""
 
 
 def sanitize(name: str) -> str:
@@ -77,6 +90,16 @@ def decode_attribute(attr: onnx.AttributeProto):
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode() for v in value]
     return value
+
+
+@functools.cache
+def op_version(op_type: str, opset: int) -> int:
+    """The version of ONNX operator `op_type` (default domain) in effect at `opset`: the
+    since_version of its schema (Slice in opset 9 is Slice-1, in opset 13 Slice-13)."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, "").since_version
+    except onnx.defs.SchemaError:  # an op type onnx does not know: the checker has let it through
+        return opset
 
 
 def tensor_type(t: Tensor) -> TensorType:
@@ -122,16 +145,21 @@ class Importer:
 @dataclass
 class NodeContext:
     """The node under conversion: its inputs (None where an optional one is left out), its
-    attributes (decoded to Python values), and helpers that add ember operators."""
+    attributes (decoded to Python values), the default-domain opset it is read in (the model's,
+    or a function body's) and its operator version there, and helpers that add ember operators."""
 
     importer: Importer
     node: onnx.NodeProto
     inputs: list[Tensor | None]
     attrs: dict[str, object]
+    opset: int | None = None  # (None: the model's)
+    version: int | None = None  # (None: the version of the node's op type at `opset`)
 
-    @property
-    def opset(self) -> int:
-        return self.importer.opset
+    def __post_init__(self):
+        if self.opset is None:
+            self.opset = self.importer.opset
+        if self.version is None:
+            self.version = op_version(self.node.op_type, self.opset)
 
     @property
     def where(self) -> str:
@@ -181,7 +209,14 @@ class NodeContext:
     def const_dims(self, k: int, what: str) -> list[Dim] | None:
         """A shape input: ints and, from a symbolic shape, symbol names."""
         data = self.const(k, what, symbolic=True)
-        return None if data is None else [v if isinstance(v, str) else int(v) for v in data.reshape(-1)]
+        if data is None:
+            return None
+        for v in data.flat:
+            if not is_dim(v):
+                raise self.error(f"input {k} ({what}) is {data.tolist()}: the dimension {v} is an expression of "
+                                 "symbols, and ember's dimensions are ints or symbols (import_onnx(..., "
+                                 "input_shapes=...) can make them static)")
+        return [v if isinstance(v, str) else int(v) for v in data.flat]
 
     def type(self, t: Tensor) -> TensorType:
         return tensor_type(t)
@@ -191,6 +226,26 @@ class NodeContext:
         if not all(isinstance(d, int) for d in shape):
             raise OnnxImportError(f"{self.where}: {what} needs the static shape of its input, got {shape}")
         return shape
+
+    def convert_as(self, version: int, inputs: Sequence[Tensor | None], attrs: Mapping,
+                   op_type: str | None = None) -> list[Tensor | None]:
+        """Convert this node as the form of its op (or of `op_type`) at operator version
+        `version`, with these inputs and attributes: how an old form (axes as an attribute) is
+        read as a newer one (axes as an input)."""
+        node = self.node
+        if op_type is not None:
+            node = onnx.NodeProto()
+            node.CopyFrom(self.node)
+            node.op_type = op_type
+        converter = lookup(node.op_type, version)
+        if converter is None:  # (no converter of the newer form: the op is missing altogether)
+            raise UnsupportedOpError([(node.op_type, self.where)])
+        return converter(replace(self, node=node, inputs=list(inputs), attrs=dict(attrs), version=version))
+
+    def expand_instead(self) -> ExpandInstead:
+        """For a function op's converter: `raise cx.expand_instead()` to have this node expanded
+        from its ONNX function body, for a form the converter leaves to it."""
+        return ExpandInstead(self.where)
 
     def unsupported(self, detail: str) -> UnsupportedOpError:
         """The error to raise for a form of this op that ember lacks: `raise cx.unsupported(...)`."""
@@ -217,10 +272,16 @@ class NodeContext:
         if not all(isinstance(t, np.ndarray) for t in inputs):
             return self.importer.add_node(name, inputs, attrs, self.out_names)
         if any(is_symbolic(t) for t in inputs) and name not in SHAPE_OPS:
+            if name == "cast" and np.dtype(dict(attrs)["dtype"]).kind in "iu":
+                return [inputs[0]]  # (a symbolic shape stays typed int64)
+            folded = fold_arithmetic(name, inputs)
+            if folded is not None:
+                return [folded]
             shapes = [t.tolist() for t in inputs if is_symbolic(t)]
-            raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds only the data movement of "
-                             "symbolic shapes (Gather, Concat, Slice, ...), no arithmetic on symbols "
-                             "(import_onnx(..., input_shapes=...) can make them static)")
+            raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds the data movement of "
+                             "symbolic shapes (Gather, Concat, Slice, ...), integer casts, and add, sub, mul and "
+                             "exact division of them, not this (import_onnx(..., input_shapes=...) can make them "
+                             "static)")
         outs = fold(name, inputs, attrs, self.where)
         return self.importer.add_node(name, inputs, attrs, self.out_names) if outs is None else outs
 

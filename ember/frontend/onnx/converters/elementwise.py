@@ -1,5 +1,5 @@
 """ONNX elementwise operators as ember operators: unary and binary arithmetic, comparisons and
-logic, casts, activations (opsets 13 to 21).
+logic, casts, activations (their forms before opset 13: legacy.py).
 
 Most map to one ember operator of docs/operators.md; the rest are decomposed here into several
 (HardSigmoid with other coefficients than PyTorch's, PRelu, Selu, Mish, ...). Integer Div

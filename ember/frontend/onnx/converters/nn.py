@@ -1,5 +1,5 @@
 """ONNX neural-network operators as ember operators: convolution, matmul, normalization,
-pooling and reductions (opsets 13 to 21).
+pooling and reductions (their forms before opset 13 or 18: legacy.py).
 
 Padding comes from `pads` or `auto_pad` (spatial_pads); 1-D convolution transposes and poolings
 run as their 2-D forms on an inserted unit height; ReduceL2 is ember's l2_norm (scaled: no
@@ -158,7 +158,7 @@ def _instance_norm(cx: NodeContext):
 def _group_norm(cx: NodeContext):
     x, scale, bias = cx.input(0), cx.input(1), cx.input(2)
     groups = cx.attr("num_groups")
-    if cx.opset < 21:  # opset 18: scale and bias per group; ember's are per channel
+    if cx.version < 21:  # GroupNormalization-18: scale and bias per group; ember's are per channel
         channels = cx.static_shape(x, "GroupNormalization-18")[1]
         index = np.repeat(np.arange(groups, dtype="int64"), channels // groups)
         scale, bias = (cx.op("gather", [p, index], {"axis": 0}) for p in (scale, bias))
@@ -236,8 +236,7 @@ REDUCE_COMPOSITE = ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "
 @converts(*REDUCE, *REDUCE_COMPOSITE)
 def _reduce(cx: NodeContext):
     op_type, x = cx.node.op_type, cx.input(0)
-    axes_as_input = op_type == "ReduceSum" or cx.opset >= 18
-    axes = cx.const_ints(1, "axes") if axes_as_input else cx.attr("axes")
+    axes = cx.const_ints(1, "axes")  # (an attribute before ReduceSum-13 and the others' 18: legacy.py)
     if not axes:
         if cx.attr("noop_with_empty_axes", 0):
             return [x]

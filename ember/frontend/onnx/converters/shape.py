@@ -185,8 +185,9 @@ def _depth_space(cx: NodeContext):
     x = cx.input(0)
     n, c, h, w = cx.type(x).shape
     bs = cx.attr("blocksize")
-    if cx.node.op_type == "SpaceToDepth":
-        split, perm, out = (n, c, h // bs, bs, w // bs, bs), (0, 3, 5, 1, 2, 4), (n, c * bs * bs, h // bs, w // bs)
+    if cx.node.op_type == "SpaceToDepth":  # (mode since SpaceToDepth-28)
+        perm = (0, 3, 5, 1, 2, 4) if cx.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+        split, out = (n, c, h // bs, bs, w // bs, bs), (n, c * bs * bs, h // bs, w // bs)
     elif cx.attr("mode", "DCR") == "DCR":
         split, perm, out = (n, bs, bs, c // bs**2, h, w), (0, 3, 4, 1, 5, 2), (n, c // bs**2, h * bs, w * bs)
     else:
