@@ -60,3 +60,7 @@ class OutOfMemoryError(EmberError, MemoryError):
 class WorkerError(EmberError, RuntimeError):
     """An ember worker process (ember.workers) that could not start, died, or ran past its time
     limit while running a call; says what befell it."""
+
+
+class TileError(EmberError):
+    """An error in a tile-language kernel (ember.triton)"""
