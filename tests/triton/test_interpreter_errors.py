@@ -159,7 +159,7 @@ def test_a_python_error_in_a_kernel_names_the_program():
 
 
 def test_builtins_and_kernels_are_not_called_directly():
-    with pytest.raises(RuntimeError, match="only be called inside a kernel"):
+    with pytest.raises(TileError, match="only be called inside a kernel"):
         tl.program_id(0)
-    with pytest.raises(RuntimeError, match=r"launch it as copy_kernel\[grid\]"):
+    with pytest.raises(TileError, match=r"launch it as copy_kernel\[grid\]"):
         copy_kernel(np.ones(1), np.ones(1), 1, 1)
