@@ -339,9 +339,6 @@ class Block:
     def __abs__(self):
         return core.abs(self)
 
-    def logical_and(self, other): return binary("and", self.cast(tld.int1), as_block(other).cast(tld.int1))
-    def logical_or(self, other): return binary("or", self.cast(tld.int1), as_block(other).cast(tld.int1))
-
 
 def _member(name: str):
     fn = core.BUILTINS[name]
