@@ -62,5 +62,6 @@ class WorkerError(EmberError, RuntimeError):
     limit while running a call; says what befell it."""
 
 
-class TileError(EmberError):
-    """An error in a tile-language kernel (ember.triton)"""
+class TileError(EmberError, ValueError):
+    """A tile-language kernel (ember.triton) the compiler cannot compile, or an access out of its
+    arguments' bounds in the debug mode; names the kernel's file, line and source."""
