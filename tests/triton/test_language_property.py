@@ -6,6 +6,7 @@ NumPy; and, where ember.triton.compiler exists, the compiled kernel against the 
 import hashlib
 import importlib.util
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -47,20 +48,27 @@ INT = {
     "unary": [("(-{})", "(-{})"), ("tl.abs({})", "np.abs({})")],
     "binary": [("({} + {})", "({} + {})"), ("({} - {})", "({} - {})"), ("({} * {})", "({} * {})"),
                ("({} & {})", "({} & {})"), ("({} | {})", "({} | {})"), ("({} ^ {})", "({} ^ {})"),
-               ("({} // ({} | 1))", "c_div({}, ({} | 1))"), ("({} % ({} | 1))", "c_mod({}, ({} | 1))"),
+               ("({0} // tl.where({1} == 0, 7, {1}))", "c_div({0}, np.where({1} == 0, 7, {1}))"),
+               ("({0} % tl.where({1} == 0, 7, {1}))", "c_mod({0}, np.where({1} == 0, 7, {1}))"),
                ("tl.maximum({}, {})", "np.maximum({}, {})"), ("tl.minimum({}, {})", "np.minimum({}, {})")],
     "identity": {"sum": "0", "max": "-2147483648", "min": "2147483647"},
 }
 
 
-def expressions(kind: dict):
+# integer bitwise operators, which ember.triton.compiler does not compile yet (it says so)
+NOT_COMPILED = {("({} & {})", "({} & {})"), ("({} | {})", "({} | {})"), ("({} ^ {})", "({} ^ {})")}
+
+
+def expressions(kind: dict, compiled: bool):
+    binaries = [b for b in kind["binary"] if not (compiled and b in NOT_COMPILED)]
+
     def extend(children):
         unary = st.tuples(st.sampled_from(kind["unary"]), children).map(lambda t: _render(t[0], t[1]))
-        binary = st.tuples(st.sampled_from(kind["binary"]), children, children).map(
+        binary = st.tuples(st.sampled_from(binaries), children, children).map(
             lambda t: _render(t[0], t[1], t[2]))
         return unary | binary
 
-    return st.recursive(kind["leaves"], extend, max_leaves=6).filter(lambda e: "x" in e[0] or "y" in e[0])
+    return st.recursive(kind["leaves"], extend, max_leaves=6).filter(lambda e: re.search(r"\b[xy]\b", e[0]))
 
 
 KERNEL = '''import ember.triton as triton
@@ -85,11 +93,11 @@ TAILS = {
 
 
 @st.composite
-def kernels(draw):
+def kernels(draw, compiled: bool = False):
     """(kernel source, NumPy expression, dtype, reduction, axis, R, C, BR)."""
     dtype = draw(st.sampled_from(["float32", "int32"]))
     kind = FLOAT if dtype == "float32" else INT
-    expr, reference = draw(expressions(kind))
+    expr, reference = draw(expressions(kind, compiled))
     axis = draw(st.sampled_from([None, 0, 1]))
     reduce = draw(st.sampled_from(["sum", "max", "min"])) if axis is not None else None
     R, C = draw(st.integers(1, 40)), draw(st.integers(1, 40))
@@ -161,7 +169,7 @@ def test_random_kernels_interpreted_match_numpy(tmp_path_factory, case, seed):
 
 @pytest.mark.skipif(not HAS_COMPILER, reason="ember.triton.compiler (the tile-language compiler) is not in this tree")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=kernels(), seed=st.integers(0, 2**32 - 1))
+@given(case=kernels(compiled=True), seed=st.integers(0, 2**32 - 1))
 def test_random_kernels_compiled_match_interpreted(tmp_path_factory, case, seed):
     source, reference, dtype, reduce, axis, R, C, BR = case
     kernel = load_kernel(tmp_path_factory.getbasetemp(), source)
