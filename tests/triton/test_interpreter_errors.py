@@ -163,3 +163,32 @@ def test_builtins_and_kernels_are_not_called_directly():
         tl.program_id(0)
     with pytest.raises(TileError, match=r"launch it as copy_kernel\[grid\]"):
         copy_kernel(np.ones(1), np.ones(1), 1, 1)
+
+
+DEADLOCK = '''
+import numpy as np
+import ember.triton as triton
+import ember.triton.language as tl
+
+@triton.jit
+def never_released(lock_ptr, out_ptr):
+    while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+        pass
+    tl.store(out_ptr + tl.program_id(0), 1)  # the lock is never given back
+
+never_released[(2,)](np.zeros(1, np.int32), np.zeros(2, np.int32))
+'''
+
+
+def test_a_lock_never_released_is_an_error_not_a_hang(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "deadlock.py"
+    script.write_text(DEADLOCK)
+    env = {**os.environ, "EMBER_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 1
+    assert "TileError" in run.stderr and "kernel never_released, program (1, 0, 0)" in run.stderr
+    assert "atomic_cas on argument 'lock_ptr' failed 10000 times in a row" in run.stderr

@@ -11,7 +11,8 @@ carries a note naming the program it happened in.
 
 Each builtin computes a whole block at once in NumPy (values.py: blocks and Triton's typing;
 ops.py: the builtins). Programs run one after another, so atomics are trivially atomic
-and a spin lock is always free when a program takes it.
+and a spin lock is always free when a program takes it; a program that spins on a lock nobody
+releases (taken and never given back) would wait forever, and is a TileError instead.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def launch(jit_fn, grid: tuple[int, int, int], bound: dict, options: dict) -> No
     impl = Semantics(jit_fn.__name__, grid)
     with np.errstate(all="ignore"), semantics(impl):
         for z, y, x in itertools.product(*(range(g) for g in reversed(grid))):
-            impl.pid = (x, y, z)
+            impl.start((x, y, z))
             try:
                 jit_fn.fn(**args)
             except Exception as e:

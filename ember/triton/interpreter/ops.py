@@ -22,6 +22,7 @@ from .values import Block, BlockPointer, Pointer, as_block, binary, computation_
 
 _PACKAGE = str(Path(__file__).resolve().parent.parent)  # ember/triton: frames there are not the kernel's
 MAX_NUMEL = 1 << 20  # Triton's largest block
+SPIN_LIMIT = 10_000  # failed atomic_cas in a row on one address that make a deadlock
 
 
 def _const_int(value, what: str) -> int:
@@ -113,6 +114,12 @@ class Semantics:
         self.name = name
         self.grid = grid
         self.pid = (0, 0, 0)
+        self.failed_cas = (None, 0)  # (the address a program's atomic_cas keeps failing on, how often)
+
+    def start(self, pid: tuple[int, int, int]) -> None:
+        """Run program `pid` next."""
+        self.pid = pid
+        self.failed_cas = (None, 0)
 
     def _where(self) -> str:
         """The kernel, the program and the source line being run (the innermost frame outside
@@ -325,8 +332,26 @@ class Semantics:
         return self._atomic("atomic_xchg", pointer, val, mask, lambda old, new: new)
 
     def atomic_cas(self, pointer, cmp, val, sem=None, scope=None):
-        return self._atomic("atomic_cas", pointer, val, None, lambda old, new, c: np.where(old == c, new, old),
-                            cmp=cmp)
+        old = self._atomic("atomic_cas", pointer, val, None, lambda old, new, c: np.where(old == c, new, old),
+                           cmp=cmp)
+        self._check_spin(pointer, old, cmp)
+        return old
+
+    def _check_spin(self, pointer: Pointer, old: Block, cmp) -> None:
+        """A program spinning on a lock that no other program can release (programs run one at a
+        time here, so one that waits waits forever) is an error, not a hang: SPIN_LIMIT failures
+        in a row of one atomic_cas on one address."""
+        if (old.value == as_block(cmp).cast(old.dtype).value).any():
+            self.failed_cas = (None, 0)
+            return
+        address = (pointer.buffer.name, pointer.value.tobytes())
+        count = self.failed_cas[1] + 1 if self.failed_cas[0] == address else 1
+        self.failed_cas = (address, count)
+        if count >= SPIN_LIMIT:
+            raise TileError(f"{self._where()}: tl.atomic_cas on argument '{pointer.buffer.name}' failed {count} times "
+                            f"in a row: in the interpreter programs run one at a time, so no other program can "
+                            f"release what this one waits for (a lock taken and never released, or a program "
+                            f"waiting for a later one)")
 
     # --- linear algebra and reductions ---------------------------------------------------------------
     def dot(self, input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
