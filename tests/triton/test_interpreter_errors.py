@@ -143,8 +143,10 @@ def misuse_kernel(x_ptr, WHAT: tl.constexpr):
     ("mask", r"mask of shape \[4\] does not broadcast"),
 ])
 def test_misuse_inside_a_kernel_is_a_tile_error(what, match):
-    with pytest.raises(TileError, match=match):
+    with pytest.raises(TileError, match=match) as info:
         misuse_kernel[(1,)](np.ones(8, np.float32), WHAT=what)
+    [note] = info.value.__notes__  # where it happened, when the message does not say
+    assert "of kernel misuse_kernel (interpreted), at " in note and "test_interpreter_errors.py:" in note
 
 
 def test_a_python_error_in_a_kernel_names_the_program():
@@ -155,7 +157,10 @@ def test_a_python_error_in_a_kernel_names_the_program():
 
     with pytest.raises(ValueError, match="boom") as info:
         failing[(4,)](np.ones(1, np.float32))
-    assert "in program (2, 0, 0) of kernel failing (interpreted)" in info.value.__notes__
+    [note] = info.value.__notes__
+    assert note.startswith("in program (2, 0, 0) of kernel failing (interpreted), at ")
+    line = failing.starting_line_number + 3
+    assert note.endswith(f"test_interpreter_errors.py:{line} `raise ValueError(\"boom\")`")
 
 
 def test_builtins_and_kernels_are_not_called_directly():

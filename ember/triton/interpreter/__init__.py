@@ -18,6 +18,7 @@ releases (taken and never given back) would wait forever, and is a TileError ins
 from __future__ import annotations
 
 import itertools
+import traceback
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from ...errors import ArgumentTypeError
 from ..args import scalar_dtype, tensor_arg
 from ..language.core import semantics
 from ..language.dtypes import constexpr
-from .ops import Semantics
+from .ops import PACKAGE, Semantics
 from .values import Block, BlockPointer, Buffer, Pointer, np_dtype
 
 __all__ = ["Block", "BlockPointer", "Pointer", "Semantics", "launch"]
@@ -63,5 +64,11 @@ def launch(jit_fn, grid: tuple[int, int, int], bound: dict, options: dict) -> No
             try:
                 jit_fn.fn(**args)
             except Exception as e:
-                e.add_note(f"in program ({x}, {y}, {z}) of kernel {jit_fn.__name__} (interpreted)")
+                e.add_note(f"in program ({x}, {y}, {z}) of kernel {jit_fn.__name__} (interpreted){_line(e)}")
                 raise
+
+
+def _line(e: Exception) -> str:
+    """", at <file>:<line> `<source>`" of the kernel's innermost frame in the traceback of `e`."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(PACKAGE)]
+    return f", at {frames[-1].filename}:{frames[-1].lineno} `{frames[-1].line}`" if frames else ""

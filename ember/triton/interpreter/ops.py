@@ -18,9 +18,20 @@ import numpy as np
 
 from ...errors import TileError
 from ..language import dtypes as tld
-from .values import Block, BlockPointer, Pointer, as_block, binary, computation_type, is_low_float, np_dtype, unwrap
+from .values import (
+    Block,
+    BlockPointer,
+    Buffer,
+    Pointer,
+    as_block,
+    binary,
+    computation_type,
+    is_low_float,
+    np_dtype,
+    unwrap,
+)
 
-_PACKAGE = str(Path(__file__).resolve().parent.parent)  # ember/triton: frames there are not the kernel's
+PACKAGE = str(Path(__file__).resolve().parent.parent)  # ember/triton: frames there are not the kernel's
 MAX_NUMEL = 1 << 20  # Triton's largest block
 SPIN_LIMIT = 10_000  # failed atomic_cas in a row on one address that make a deadlock
 
@@ -125,7 +136,7 @@ class Semantics:
         """The kernel, the program and the source line being run (the innermost frame outside
         ember.triton)."""
         frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        while frame is not None and frame.f_code.co_filename.startswith(PACKAGE):
             frame = frame.f_back
         where = f"kernel {self.name}, program {self.pid}"
         if frame is not None:
@@ -178,8 +189,6 @@ class Semantics:
         return input.cast(dtype)
 
     def _pointer_cast(self, pointer: Pointer, dtype: tld.dtype):
-        from .values import Buffer
-
         if not dtype.is_pointer:
             raise TileError(f"{self._where()}: a pointer converts to a pointer type only, not {dtype.name}")
         element, buf = dtype.element_ty, pointer.buffer
