@@ -9,8 +9,9 @@ kernel's Python function once per program, x fastest, with the builtins bound to
 The kernel is ordinary Python here: `print` and `breakpoint()` work inside it, and an error
 carries a note naming the program it happened in.
 
-Each builtin computes a whole block at once in NumPy (values.py: blocks and Triton's typing;
-ops.py: the builtins). Programs run one after another, so atomics are trivially atomic
+Each builtin computes a whole block at once in NumPy: values.py (blocks, pointers and Triton's
+typing), constants.py (the builtins' compile-time arguments), program.py (which program runs, for
+messages), memory.py (loads, stores, atomics), ops.py (the rest of the builtins). Programs run one after another, so atomics are trivially atomic
 and a spin lock is always free when a program takes it; a program that spins on a lock nobody
 releases (taken and never given back) would wait forever, and is a TileError instead.
 """
@@ -26,7 +27,8 @@ from ...errors import ArgumentTypeError
 from ..args import scalar_dtype, tensor_arg
 from ..language.core import semantics
 from ..language.dtypes import constexpr
-from .ops import PACKAGE, Semantics
+from .ops import Semantics
+from .program import PACKAGE
 from .values import Block, BlockPointer, Buffer, Pointer, np_dtype
 
 __all__ = ["Block", "BlockPointer", "Pointer", "Semantics", "launch"]

@@ -9,83 +9,15 @@ and name the argument, the program and the kernel's source line when one is outs
 
 from __future__ import annotations
 
-import linecache
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from ...errors import TileError
 from ..language import dtypes as tld
-from .values import (
-    Block,
-    BlockPointer,
-    Buffer,
-    Pointer,
-    as_block,
-    binary,
-    computation_type,
-    is_low_float,
-    np_dtype,
-    unwrap,
-)
-
-PACKAGE = str(Path(__file__).resolve().parent.parent)  # ember/triton: frames there are not the kernel's
-MAX_NUMEL = 1 << 20  # Triton's largest block
-SPIN_LIMIT = 10_000  # failed atomic_cas in a row on one address that make a deadlock
-
-
-def _const_int(value, what: str) -> int:
-    value = unwrap(value)
-    if isinstance(value, Block):
-        raise TileError(f"{what} must be a constexpr (a tl.constexpr parameter or a literal), not a block")
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
-        raise TileError(f"{what} must be an int, got {value!r}")
-    return int(value)
-
-
-def _int(value, what: str) -> int:
-    """An int of an int, a constexpr or a scalar integer block."""
-    value = unwrap(value)
-    return int(value) if isinstance(value, Block) else _const_int(value, what)
-
-
-def _shape(shape, what: str) -> tuple[int, ...]:
-    """A block shape: constexpr ints, each a power of 2 (Triton's rule)."""
-    shape = unwrap(shape)
-    dims = tuple(shape) if isinstance(shape, list | tuple) else (shape,)
-    dims = tuple(_const_int(d, f"{what}: a dimension") for d in dims)
-    for d in dims:
-        if d <= 0 or d & (d - 1):
-            raise TileError(f"{what}: block dimensions must be powers of 2, got {list(dims)}")
-    if math.prod(dims) > MAX_NUMEL:
-        raise TileError(f"{what}: a block holds at most {MAX_NUMEL} elements, {list(dims)} has {math.prod(dims)}")
-    return dims
-
-
-def _dims(args, what: str) -> tuple[int, ...]:
-    """Varargs dims given as `f(x, 2, 3)` or `f(x, (2, 3))`."""
-    if len(args) == 1 and isinstance(unwrap(args[0]), list | tuple):
-        args = tuple(unwrap(args[0]))
-    return tuple(_const_int(a, what) for a in args)
-
-
-def _dtype(value, what: str) -> tld.dtype:
-    value = unwrap(value)
-    if not isinstance(value, tld.dtype):
-        raise TileError(f"{what}: expected a dtype (tl.float32, ...), got {value!r}")
-    return value
-
-
-def _axis(axis, ndim: int, what: str) -> int | None:
-    axis = unwrap(axis)
-    if axis is None:
-        return None
-    axis = _const_int(axis, f"{what}: axis")
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise TileError(f"{what}: axis {axis} is out of range for a block of {ndim} dimensions")
-    return axis % max(ndim, 1)
+from .constants import axis_of, const_int, dims_of, dtype_of, shape_of
+from .memory import Memory
+from .values import Block, Buffer, Pointer, as_block, binary, computation_type, is_low_float, np_dtype, unwrap
 
 
 def _float_math(name: str, fn, allow_int: bool = False):
@@ -118,31 +50,8 @@ def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-class Semantics:
-    """The builtins, for the program `pid` of a launch over `grid` of kernel `name`."""
-
-    def __init__(self, name: str, grid: tuple[int, int, int]):
-        self.name = name
-        self.grid = grid
-        self.pid = (0, 0, 0)
-        self.failed_cas = (None, 0)  # (the address a program's atomic_cas keeps failing on, how often)
-
-    def start(self, pid: tuple[int, int, int]) -> None:
-        """Run program `pid` next."""
-        self.pid = pid
-        self.failed_cas = (None, 0)
-
-    def _where(self) -> str:
-        """The kernel, the program and the source line being run (the innermost frame outside
-        ember.triton)."""
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(PACKAGE):
-            frame = frame.f_back
-        where = f"kernel {self.name}, program {self.pid}"
-        if frame is not None:
-            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-            where += f", {frame.f_code.co_filename}:{frame.f_lineno} `{line}`"
-        return where
+class Semantics(Memory):
+    """The builtins, for the program `pid` of a launch over `grid` of kernel `name` (memory: Memory)."""
 
     # --- programs and blocks --------------------------------------------------------------------------
     def program_id(self, axis):
@@ -152,19 +61,19 @@ class Semantics:
         return Block(np.asarray(self.grid[self._grid_axis(axis)], "int32"), tld.int32)
 
     def _grid_axis(self, axis) -> int:
-        axis = _const_int(axis, "program axis")
+        axis = const_int(axis, "program axis")
         if axis not in (0, 1, 2):
             raise TileError(f"{self._where()}: the program axis is 0, 1 or 2, got {axis}")
         return axis
 
     def arange(self, start, end):
-        start, end = _const_int(start, "tl.arange start"), _const_int(end, "tl.arange end")
+        start, end = const_int(start, "tl.arange start"), const_int(end, "tl.arange end")
         if end <= start or (end - start) & (end - start - 1):
             raise TileError(f"{self._where()}: tl.arange({start}, {end}): the range must be a power of 2")
         return Block(np.arange(start, end, dtype="int32"), tld.int32)
 
     def full(self, shape, value, dtype):
-        dims, dtype = _shape(shape, "tl.full"), _dtype(dtype, "tl.full")
+        dims, dtype = shape_of(shape, "tl.full"), dtype_of(dtype, "tl.full")
         value = as_block(value, "tl.full value").cast(dtype)
         if value.value.ndim:
             raise TileError(f"{self._where()}: tl.full needs a scalar value")
@@ -178,7 +87,7 @@ class Semantics:
         return Block(np.zeros(input.value.shape, np_dtype(input.dtype)), input.dtype)
 
     def cast(self, input, dtype, fp_downcast_rounding=None, bitcast=False):
-        dtype = _dtype(dtype, "cast")
+        dtype = dtype_of(dtype, "cast")
         if isinstance(input, Pointer):
             return self._pointer_cast(input, dtype)
         input = as_block(input, "cast")
@@ -197,171 +106,6 @@ class Semantics:
                             f"only ({buf.dtype.name} to {element.name})")
         return Pointer(pointer.value, Buffer(buf.name, buf.flat.view(np_dtype(element)), buf.lo, element))
 
-    # --- memory --------------------------------------------------------------------------------------
-    def _access(self, pointer: Pointer, mask, op: str) -> tuple[np.ndarray, np.ndarray]:
-        """(the flat indices, the active lanes) of an access through `pointer`, checked."""
-        if not isinstance(pointer, Pointer):
-            raise TileError(f"{self._where()}: tl.{op} needs a pointer (a tensor argument plus offsets), "
-                            f"got {pointer!r}")
-        offsets = pointer.value
-        if mask is None:
-            active = np.ones(offsets.shape, bool)
-        else:
-            mask = as_block(mask, f"tl.{op} mask")
-            try:
-                active = np.broadcast_to(mask.value.astype(bool), offsets.shape)
-            except ValueError:
-                raise TileError(f"{self._where()}: the mask of shape {list(mask.shape)} does not broadcast to the "
-                                f"pointers' shape {list(offsets.shape)}") from None
-        buf = pointer.buffer
-        index = offsets - buf.lo
-        bad = active & ((index < 0) | (index >= buf.flat.shape[0]))
-        if bad.any():
-            lane = np.unravel_index(int(np.flatnonzero(bad)[0]), offsets.shape) if offsets.ndim else ()
-            raise TileError(f"{self._where()}: tl.{op} out of bounds of argument '{buf.name}': element offset "
-                            f"{int(offsets[lane])} (at index {tuple(int(i) for i in lane)} of the block) is outside "
-                            f"the argument's elements [{buf.lo}, {buf.hi}); mask the access (mask=...)")
-        return np.where(active, index, 0), active
-
-    def _writable(self, pointer: Pointer, op: str):
-        if not pointer.buffer.flat.flags.writeable:
-            raise TileError(f"{self._where()}: tl.{op} into argument '{pointer.buffer.name}', which is read-only")
-
-    def load(self, pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
-             eviction_policy="", volatile=False):
-        if isinstance(pointer, BlockPointer):
-            if mask is not None or other is not None:
-                raise TileError(f"{self._where()}: a block pointer's load takes boundary_check and padding_option, "
-                                f"not mask and other")
-            pointer, mask, other = self._block_access(pointer, boundary_check, unwrap(padding_option))
-        index, active = self._access(pointer, mask, "load")
-        buf = pointer.buffer
-        value = buf.flat[index]
-        if not active.all():
-            fill = 0 if other is None else as_block(other, "tl.load other").cast(buf.dtype).value
-            value = np.where(active, value, fill).astype(buf.flat.dtype)
-        return Block(np.asarray(value), buf.dtype)
-
-    def store(self, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
-        if isinstance(pointer, BlockPointer):
-            if mask is not None:
-                raise TileError(f"{self._where()}: a block pointer's store takes boundary_check, not mask")
-            pointer, mask, _ = self._block_access(pointer, boundary_check, "")
-        index, active = self._access(pointer, mask, "store")
-        self._writable(pointer, "store")
-        value = self._values(pointer, value, "store")
-        pointer.buffer.flat[index[active]] = value[active]
-
-    def _values(self, pointer: Pointer, value, op: str) -> np.ndarray:
-        value = as_block(value, f"tl.{op} value").cast(pointer.buffer.dtype)
-        try:
-            return np.broadcast_to(value.value, pointer.value.shape)
-        except ValueError:
-            raise TileError(f"{self._where()}: tl.{op}: values of shape {list(value.shape)} do not broadcast to the "
-                            f"pointers' shape {list(pointer.shape)}") from None
-
-    def _block_access(self, bp: BlockPointer, boundary_check, padding: str):
-        pointers, index = bp.pointers()
-        checks = unwrap(boundary_check)
-        checks = (checks,) if isinstance(checks, int) else tuple(unwrap(c) for c in checks or ())
-        mask = None
-        for d in checks:
-            if not 0 <= d < len(bp.shape):
-                raise TileError(f"{self._where()}: boundary_check names dimension {d} of a "
-                                f"{len(bp.shape)}-dimensional block pointer")
-            inside = (index[d] >= 0) & (index[d] < bp.shape[d])
-            mask = inside if mask is None else mask & inside
-        if padding not in ("", "zero", "nan"):
-            raise TileError(f"{self._where()}: padding_option is 'zero' or 'nan', got {padding!r}")
-        if padding == "nan" and not bp.dtype.element_ty.is_floating():
-            raise TileError(f"{self._where()}: padding 'nan' needs a floating-point tensor")
-        mask = None if mask is None else Block(np.broadcast_to(mask, bp.block_shape), tld.int1)
-        return pointers, mask, (float("nan") if padding == "nan" else None)
-
-    def make_block_ptr(self, base, shape, strides, offsets, block_shape, order):
-        if not isinstance(base, Pointer) or base.value.ndim:
-            raise TileError(f"{self._where()}: make_block_ptr needs a scalar pointer as its base")
-        block_shape = _shape(block_shape, "make_block_ptr block_shape")
-        shape, strides, offsets, order = (tuple(_int(v, f"make_block_ptr {what}") for v in unwrap(vs))
-                                          for what, vs in (("shape", shape), ("strides", strides),
-                                                           ("offsets", offsets), ("order", order)))
-        if not len(shape) == len(strides) == len(offsets) == len(block_shape):
-            raise TileError(f"{self._where()}: make_block_ptr: shape, strides, offsets and block_shape need the "
-                            f"same length")
-        return BlockPointer(base, shape, strides, offsets, block_shape, order)
-
-    def advance(self, base, offsets):
-        if not isinstance(base, BlockPointer):
-            raise TileError(f"{self._where()}: tl.advance needs a block pointer (tl.make_block_ptr)")
-        deltas = tuple(_int(o, "tl.advance offset") for o in unwrap(offsets))
-        if len(deltas) != len(base.offsets):
-            raise TileError(f"{self._where()}: tl.advance needs {len(base.offsets)} offsets, got {len(deltas)}")
-        return base.advanced(deltas)
-
-    def _atomic(self, op: str, pointer, val, mask, update, cmp=None):
-        """Apply `update(old, new[, cmp])` element by element; the old values come back, as in Triton.
-        Programs run one at a time, so every atomic is atomic."""
-        index, active = self._access(pointer, mask, op)
-        self._writable(pointer, op)
-        lanes = np.flatnonzero(active)
-        at = index.reshape(-1)[lanes]
-        new = self._values(pointer, val, op).reshape(-1)[lanes]
-        extra = () if cmp is None else (self._values(pointer, cmp, op).reshape(-1)[lanes],)
-        flat = pointer.buffer.flat
-        before = flat[at].copy()
-        if np.unique(at).size == at.size:  # no two lanes on one element: all at once
-            flat[at] = update(before, new, *extra)
-        else:  # lane by lane, each seeing the writes of the ones before
-            for k, i in enumerate(at):
-                before[k] = flat[i]
-                flat[i] = update(before[k], new[k], *(e[k] for e in extra))
-        old = np.zeros(pointer.value.shape, flat.dtype)
-        old.reshape(-1)[lanes] = before
-        return Block(old, pointer.buffer.dtype)
-
-    def atomic_add(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_add", pointer, val, mask, np.add)
-
-    def atomic_max(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_max", pointer, val, mask, np.maximum)
-
-    def atomic_min(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_min", pointer, val, mask, np.minimum)
-
-    def atomic_and(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_and", pointer, val, mask, np.bitwise_and)
-
-    def atomic_or(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_or", pointer, val, mask, np.bitwise_or)
-
-    def atomic_xor(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_xor", pointer, val, mask, np.bitwise_xor)
-
-    def atomic_xchg(self, pointer, val, mask=None, sem=None, scope=None):
-        return self._atomic("atomic_xchg", pointer, val, mask, lambda old, new: new)
-
-    def atomic_cas(self, pointer, cmp, val, sem=None, scope=None):
-        old = self._atomic("atomic_cas", pointer, val, None, lambda old, new, c: np.where(old == c, new, old),
-                           cmp=cmp)
-        self._check_spin(pointer, old, cmp)
-        return old
-
-    def _check_spin(self, pointer: Pointer, old: Block, cmp) -> None:
-        """A program spinning on a lock that no other program can release (programs run one at a
-        time here, so one that waits waits forever) is an error, not a hang: SPIN_LIMIT failures
-        in a row of one atomic_cas on one address."""
-        if (old.value == as_block(cmp).cast(old.dtype).value).any():
-            self.failed_cas = (None, 0)
-            return
-        address = (pointer.buffer.name, pointer.value.tobytes())
-        count = self.failed_cas[1] + 1 if self.failed_cas[0] == address else 1
-        self.failed_cas = (address, count)
-        if count >= SPIN_LIMIT:
-            raise TileError(f"{self._where()}: tl.atomic_cas on argument '{pointer.buffer.name}' failed {count} times "
-                            f"in a row: in the interpreter programs run one at a time, so no other program can "
-                            f"release what this one waits for (a lock taken and never released, or a program "
-                            f"waiting for a later one)")
-
     # --- linear algebra and reductions ---------------------------------------------------------------
     def dot(self, input, other, acc=None, input_precision=None, allow_tf32=None, max_num_imprecise_acc=None,
             out_dtype=tld.float32):
@@ -379,7 +123,7 @@ class Semantics:
         elif a.dtype == tld.float64:
             result_type = tld.float64
         else:
-            result_type = _dtype(out_dtype, "tl.dot out_dtype")
+            result_type = dtype_of(out_dtype, "tl.dot out_dtype")
         if acc is not None:
             acc = as_block(acc, "tl.dot acc")
             result_type = acc.dtype
@@ -393,7 +137,7 @@ class Semantics:
         """fn (a NumPy reduction) along `axis` (None: over every element); float16 and bfloat16 are
         reduced in float32."""
         x = as_block(input, what)
-        ax = _axis(axis, x.value.ndim, what)
+        ax = axis_of(axis, x.value.ndim, what)
         work = x.cast(tld.float32) if is_low_float(x.dtype) else x
         result = _along(work.value, ax, bool(unwrap(keep_dims)), fn)
         return Block(np.asarray(result), work.dtype).cast(dtype or x.dtype)
@@ -401,7 +145,7 @@ class Semantics:
     def sum(self, input, axis=None, keep_dims=False, dtype=None):
         x = as_block(input, "tl.sum")
         if dtype is not None:
-            out = _dtype(dtype, "tl.sum dtype")
+            out = dtype_of(dtype, "tl.sum dtype")
         elif x.dtype.is_bool() or (x.dtype.is_int() and x.dtype.primitive_bitwidth < 32):
             out = tld.uint32 if x.dtype.is_int_unsigned() else tld.int32
         else:
@@ -424,7 +168,7 @@ class Semantics:
         """The index of the extreme along `axis` (the first one on a tie with tie_break_left, the
         last one otherwise), int32."""
         x = as_block(input, what)
-        ax = _axis(axis, x.value.ndim, what)
+        ax = axis_of(axis, x.value.ndim, what)
         values = x.value.astype("float32") if is_low_float(x.dtype) else x.value
         if unwrap(tie_break_left):
             pick = fn
@@ -448,7 +192,7 @@ class Semantics:
 
     def _scan(self, input, axis, reverse, what, fn):
         x = as_block(input, what)
-        ax = _axis(axis, x.value.ndim, what)
+        ax = axis_of(axis, x.value.ndim, what)
         values = x.value.astype("float32") if is_low_float(x.dtype) else x.value
         if unwrap(reverse):
             result = np.flip(fn(np.flip(values, ax), axis=ax), ax)
@@ -547,7 +291,7 @@ class Semantics:
 
     def reshape(self, input, *shape, can_reorder=False):
         x = as_block(input, "tl.reshape")
-        dims = _shape(_dims(shape, "tl.reshape shape") or (1,), "tl.reshape") if shape else ()
+        dims = shape_of(dims_of(shape, "tl.reshape shape") or (1,), "tl.reshape") if shape else ()
         if math.prod(dims) != x.value.size:
             raise TileError(f"{self._where()}: cannot reshape a block of shape {list(x.shape)} to {list(dims)}")
         return self._reshaped(x, x.value.reshape(dims))
@@ -557,7 +301,7 @@ class Semantics:
 
     def broadcast_to(self, input, *shape):
         x = as_block(input, "tl.broadcast_to")
-        dims = _shape(_dims(shape, "tl.broadcast_to shape"), "tl.broadcast_to")
+        dims = shape_of(dims_of(shape, "tl.broadcast_to shape"), "tl.broadcast_to")
         try:
             return self._reshaped(x, np.broadcast_to(x.value, dims))
         except ValueError:
@@ -575,13 +319,13 @@ class Semantics:
     def expand_dims(self, input, axis):
         x = as_block(input, "tl.expand_dims")
         axes = unwrap(axis)
-        axes = tuple(_const_int(a, "tl.expand_dims axis") for a in axes) if isinstance(axes, list | tuple) else (
-            _const_int(axes, "tl.expand_dims axis"),)
+        axes = tuple(const_int(a, "tl.expand_dims axis") for a in axes) if isinstance(axes, list | tuple) else (
+            const_int(axes, "tl.expand_dims axis"),)
         return self._reshaped(x, np.expand_dims(x.value, axes))
 
     def permute(self, input, *dims):
         x = as_block(input, "tl.permute")
-        order = _dims(dims, "tl.permute dims")
+        order = dims_of(dims, "tl.permute dims")
         if sorted(order) != list(range(x.value.ndim)):
             raise TileError(f"{self._where()}: {list(order)} is not a permutation of a block's "
                             f"{x.value.ndim} dimensions")
