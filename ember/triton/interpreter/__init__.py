@@ -11,9 +11,10 @@ carries a note naming the program it happened in.
 
 Each builtin computes a whole block at once in NumPy: values.py (blocks, pointers and Triton's
 typing), constants.py (the builtins' compile-time arguments), program.py (which program runs, for
-messages), memory.py (loads, stores, atomics), ops.py (the rest of the builtins). Programs run one after another, so atomics are trivially atomic
-and a spin lock is always free when a program takes it; a program that spins on a lock nobody
-releases (taken and never given back) would wait forever, and is a TileError instead.
+messages), memory.py (loads, stores, atomics), ops.py (the rest of the builtins). Programs run
+one after another, so atomics are trivially atomic and a spin lock is always free when a program
+takes it; a program that spins on a lock nobody releases (taken and never given back) would wait
+forever, and is a TileError instead.
 """
 
 from __future__ import annotations
