@@ -12,10 +12,15 @@
     add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 
 jit.py launches; language/ declares the language; compiler/ turns a kernel into loop IR and C;
-interpreter.py runs it over NumPy (EMBER_INTERPRET=1 or TRITON_INTERPRET=1).
+interpreter/ runs it over NumPy (EMBER_INTERPRET=1 or TRITON_INTERPRET=1); autotune.py chooses
+meta-parameters (`@triton.autotune`, `@triton.heuristics`, `triton.Config`); testing.py times and
+checks (`triton.testing.do_bench`, `assert_close`); utils.py has `cdiv` and `next_power_of_2`.
 """
 
-from . import language
+from . import language, testing
+from .autotune import Autotuner, Config, Heuristics, autotune, heuristics
 from .jit import JITFunction, KernelInterface, jit
+from .utils import cdiv, next_power_of_2
 
-__all__ = ["JITFunction", "KernelInterface", "jit", "language"]
+__all__ = ["Autotuner", "Config", "Heuristics", "JITFunction", "KernelInterface", "autotune", "cdiv", "heuristics",
+           "jit", "language", "next_power_of_2", "testing"]

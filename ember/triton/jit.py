@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import config
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, TileError
 from .language.dtypes import constexpr
 
 # keyword arguments of a launch that are options of Triton's GPU compilation, not parameters
@@ -127,7 +127,7 @@ class JITFunction(KernelInterface):
         from .language.core import _active
 
         if getattr(_active, "impl", None) is None:
-            raise RuntimeError(f"{self.__name__} is a @triton.jit kernel: launch it as {self.__name__}[grid](...)")
+            raise TileError(f"{self.__name__} is a @triton.jit kernel: launch it as {self.__name__}[grid](...)")
         return self.fn(*args, **kwargs)
 
 

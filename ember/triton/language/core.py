@@ -15,6 +15,7 @@ import contextlib
 import functools
 import threading
 
+from ...errors import TileError
 from .dtypes import float32
 
 _active = threading.local()
@@ -38,7 +39,7 @@ def builtin(fn):
     def call(*args, **kwargs):
         impl = getattr(_active, "impl", None)
         if impl is None:
-            raise RuntimeError(f"tl.{name} can only be called inside a kernel (a @triton.jit function)")
+            raise TileError(f"tl.{name} can only be called inside a kernel (a @triton.jit function)")
         return getattr(impl, name)(*args, **kwargs)
 
     call.__triton_builtin__ = name
