@@ -6,6 +6,10 @@ arithmetic (gathers, concats, casts of constant shapes) that ONNX and torch.expo
 A node is left alone when an output has a symbolic dimension, or when folding would grow the
 weights: its outputs take more than MAX_GROWTH_BYTES and more than its inputs together (an
 `expand` of a scalar to a large tensor is cheaper to compute than to store).
+
+Control flow (ember.ops.control): an `if` whose condition is a constant becomes the branch it
+selects (its nodes inlined); other nodes with regions are not folded here (the pipeline folds
+inside their regions).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    if node.regions:
+        return _select_branch(rw, node, inputs) if node.op == "if" else None
     data = [rw.constant_data(v) for v in inputs]
     if not inputs or any(d is None for d in data) or not all(v.type.is_static for v in node.outputs):
         return None  # (an output sized by a symbol, like an expand to the batch size, is not constant)
@@ -40,4 +46,16 @@ def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
             raise ValueError(f"fold_constants: node {node.name} ({node.op}): the reference gives "
                              f"{out.dtype.name}{list(out.shape)}, the node's type says {v.type}")
         values.append(rw.constant(out, v.name))
+    return values
+
+
+def _select_branch(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    """The outputs of the branch a constant condition selects, inlined (outputs of the graph keep
+    their names through an identity)."""
+    cond = rw.constant_data(inputs[0])
+    if cond is None:
+        return None
+    values = rw.inline(node.regions[0 if bool(cond.reshape(())) else 1], inputs[1:])
+    if rw.defines_output(node):
+        values = [rw.emit("identity", [v], out_names=[old.name])[0] for v, old in zip(values, node.outputs)]
     return values

@@ -104,7 +104,12 @@ def test_node(name):
             model = version_converter.convert_version(model, min(max(opset, MIN_OPSET), MAX_OPSET))
         except Exception:
             pytest.skip(f"opset {opset}: onnx's version converter cannot take it to {MIN_OPSET}..{MAX_OPSET}")
+    if any(not vi.type.HasField("tensor_type") for vi in [*model.graph.input, *model.graph.output]):
+        pytest.skip("sequence or optional inputs or outputs: ember's values are tensors")
     inputs, expected = ([_array(x) for x in xs] for xs in case.data_sets[0])
+    if model is not case.model and any(np.ndim(x) != len(vi.type.tensor_type.shape.dim)
+                                       for vi, x in zip(model.graph.input, inputs)):
+        pytest.skip(f"opset {opset}: onnx's version converter changes the ranks of the inputs (Scan-8's batch axis)")
     graph, inputs = _import(model, inputs)
     # some generators give the data as object arrays; the model's types say what they hold
     actual = evaluate(graph, *[np.asarray(x).astype(v.dtype, copy=False) for x, v in zip(inputs, graph.inputs)])

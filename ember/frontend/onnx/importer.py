@@ -167,6 +167,7 @@ def _override(name: str, declared: TensorType, shape: tuple[Dim, ...]) -> Tensor
 def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> None:
     missing: list[tuple[str, str]] = []
     skipped: set[str] = set()  # outputs of nodes not converted
+    importer.scope = env
     for node in g.node:
         if any(name in skipped for name in node.input):
             skipped.update(node.output)
