@@ -19,7 +19,8 @@
 Regions are isolated from above: every outer value a region reads is one of the node's inputs.
 Neither operator has a compute: the compiler compiles each region to its kernels and runs the
 branch choice and the iterations in the model's entry function (ember.codegen.entry); the
-reference evaluator runs them with `run_regions`.
+reference evaluator runs them with `run_regions`. `inline` copies a region's nodes into a graph
+(an `if` on a constant condition, a torch.while_loop's condition).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..graph.core import Graph, TensorType
+from ..graph.core import Graph, TensorType, Value
 from .registry import OpDef, OpTypeError, register
 
 CONTROL_OPS = ("if", "loop")
@@ -136,6 +137,25 @@ def run_regions(op: str, inputs: list[np.ndarray], attrs, regions: tuple[Graph, 
         ys = ys[::-1] if _flag(attrs["out_reverse"], k) else ys
         stacked.append(np.stack(ys) if ys else np.zeros((0, *t.shape), t.dtype))
     return [*carried, *stacked]
+
+
+def inline(graph: Graph, region: Graph, args: Sequence[Value],
+           node_name: Callable[[str], str] = lambda _: "") -> list[Value]:
+    """The region's nodes copied into `graph` on `args` (values of `graph`, one per region input;
+    its constants become constants of `graph`, each node is named `node_name(its name)`); the
+    values of its outputs."""
+    env: dict[int, Value] = {id(v): a for v, a in zip(region.inputs, args, strict=True)}
+
+    def of(v: Value) -> Value:
+        if id(v) not in env:  # a constant of the region
+            env[id(v)] = graph.add_constant(region.constants[v.name], v.name)
+        return env[id(v)]
+
+    for n in region.nodes:
+        new = graph.add_node(n.op, [of(v) for v in n.inputs], n.attrs, [v.type for v in n.outputs],
+                             name=node_name(n.name), out_names=[v.name for v in n.outputs], regions=n.regions)
+        env.update((id(old), v) for old, v in zip(n.outputs, new.outputs))
+    return [of(v) for v in region.outputs]
 
 
 def _flag(flags: tuple, k: int) -> bool:

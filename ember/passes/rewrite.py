@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.control import inline
 from ..ops.registry import infer_types
 
 
@@ -84,19 +85,7 @@ class Rewriter:
     def inline(self, region: Graph, args: Sequence[Value]) -> list[Value]:
         """The region's nodes copied into the new graph on `args` (new-graph values, one per region
         input); its outputs' new values."""
-        env: dict[int, Value] = {id(v): a for v, a in zip(region.inputs, args, strict=True)}
-
-        def of(v: Value) -> Value:
-            if id(v) not in env:  # a constant of the region
-                env[id(v)] = self.constant(region.constants[v.name], v.name)
-            return env[id(v)]
-
-        for n in region.nodes:
-            new = self.new.add_node(n.op, [of(v) for v in n.inputs], n.attrs, [v.type for v in n.outputs],
-                                    name=self._node_name(n.name), out_names=[v.name for v in n.outputs],
-                                    regions=n.regions)
-            env.update((id(old), v) for old, v in zip(n.outputs, new.outputs))
-        return [of(v) for v in region.outputs]
+        return inline(self.new, region, args, self._node_name)
 
     def defines_output(self, node: Node) -> bool:
         return any(v in self._outputs for v in node.outputs)

@@ -30,15 +30,18 @@ class _Scope(dict):
     """The tensors by ONNX name inside a subgraph: its own, then on first use those of the outer
     scope (a graph value becomes a region input, and `captured` records the outer value)."""
 
-    def __init__(self, outer, region: Graph):
+    def __init__(self, outer, importer: Importer):
         super().__init__()
-        self.outer, self.region, self.captured = outer, region, []
+        self.outer, self.importer, self.captured = outer, importer, []
 
     def __missing__(self, name: str) -> Tensor:
         t = self.outer[name]
         if isinstance(t, Value):
             self.captured.append(t)
-            t = self.region.add_input(self.region.fresh_name(sanitize(name)), t.type)
+            region = self.importer.graph
+            t = region.add_input(region.fresh_name(sanitize(name)), t.type)
+        else:
+            self.importer.name_array(t, name)
         self[name] = t
         return t
 
@@ -54,16 +57,17 @@ def _region(cx: NodeContext, attr: str, formals: list[tuple[str, TensorType]],
     if proto is None:
         raise cx.error(f"attribute {attr} (a graph) is required")
     region = Graph(name=sanitize(proto.name or attr))
-    scope = _Scope(cx.importer.scope, region)
+    sub = Importer(region, cx.importer.opset)
+    scope = _Scope(cx.importer.scope, sub)
     for name, t in extra:
         region.add_input(region.fresh_name(name), t)
     if len(proto.input) != len(formals):
         raise cx.error(f"subgraph {attr} takes {len(proto.input)} inputs, ember expects {len(formals)}")
     for vi, (_, t) in zip(proto.input, formals):
         scope[vi.name] = region.add_input(region.fresh_name(sanitize(vi.name)), t)
-    sub = Importer(region, cx.importer.opset)
     for init in proto.initializer:
         scope[init.name] = onnx.numpy_helper.to_array(init)
+        sub.name_array(scope[init.name], init.name)
     _convert_nodes(sub, proto, scope)
     region.set_outputs(sub.value(scope[vi.name], sanitize(vi.name)) for vi in proto.output)
     return region, scope.captured, list(region.outputs)
