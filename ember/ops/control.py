@@ -54,7 +54,7 @@ def _infer_if(types: list[TensorType], attrs, regions: tuple[Graph, ...] = ()) -
     _one_element(types[0], "bool", "if: the condition")
     then, other = regions
     for name, region in zip(("then", "else"), regions):
-        _takes(region, types[1:], f"if: region {name}")
+        _takes(region, types[1:], f"if: the {name} branch")
     a, b = [v.type for v in then.outputs], [v.type for v in other.outputs]
     if a != b:
         raise OpTypeError(f"if: the branches give different types: then {[str(t) for t in a]}, else "
