@@ -27,7 +27,7 @@
 
 On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
 run on the loop-IR interpreter, called by the entry function's Python twin
-(ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
+(ember.runtime.interpreted.InterpretedModel), branches and loops included: slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
@@ -40,6 +40,7 @@ compiled.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ import numpy as np
 from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
-from .codegen.entry import Branch, Copy, KernelCall, Loop, Ref, Slice, Stmt, render_entry, render_spec
+from .codegen.entry import Branch, Copy, KernelCall, Loop, Ref, Slice, Stmt, kernel_calls, render_entry, render_spec
 from .errors import ArgumentTypeError, CompileError, ConfigError, ShapeError
 from .frontend import import_model
 from .graph.core import Dim, Graph, Value, region_key
@@ -125,9 +126,6 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     symbols = _symbols(graph)
 
     steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes))  # kernels, views, in-place writes, regions
-    if target.kind == "python" and any(s.regions for s in steps.steps):
-        raise CompileError(f"graph {graph.name} has control flow (if, loop), which target 'python' does not run yet; "
-                           "compile it for target 'c'")
     lowered = lower_groups(steps.kernels, jobs, schedules, target)
     users: dict[str, list[Group]] = {}
     for g, _, k in lowered.calls:
@@ -180,10 +178,26 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
         dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
         return ref, dims, v.dtype
 
-    entry = InterpretedEntry(lowered.kernels, [
+    interpreted = iter([
         InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
                         len(g.outputs), call.comment)
-        for call, (g, _, k) in zip(calls, lowered.calls)], copies)
+        for call, (g, _, k) in zip(kernel_calls(calls), lowered.calls, strict=True)])
+
+    def tree(stmts):  # the statements with each kernel call interpreted (in the order kernel_calls lists them)
+        out = []
+        for st in stmts:
+            match st:
+                case KernelCall():
+                    out.append(next(interpreted))
+                case Branch():
+                    out.append(dataclasses.replace(st, then=tree(st.then), other=tree(st.other)))
+                case Loop():
+                    out.append(dataclasses.replace(st, body=tree(st.body)))
+                case _:
+                    out.append(st)
+        return tuple(out)
+
+    entry = InterpretedEntry(lowered.kernels, tree(calls), copies)
     codegen_s = time.perf_counter() - t
     stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
                          0.0, time.perf_counter() - start, False, tuple(passes))

@@ -264,7 +264,7 @@ def _plan(kernels: KernelGraph, start: int, prefix: str, tensors: list[Workspace
     outputs = {id(v) for v in kernels.graph.outputs} | {id(v) for v, _ in kernels.written_as}
     at, end = [], []  # each step's first and last step number
     for node in kernels.steps:
-        at.append(start + sum(s.span for s in kernels.steps[:len(at)]))
+        at.append(end[-1] + 1 if end else start)
         end.append(at[-1] + node.span - 1)
     last_use: dict[int, int] = {}
     for k, node in enumerate(kernels.steps):

@@ -104,6 +104,37 @@ def test_if_on_a_constant_condition_becomes_its_branch():
     _check(model, compiled, [x])
 
 
+def test_if_on_a_constant_condition_at_import_converts_only_its_branch():
+    """`Size(x) == 4` folds at import: the then branch is converted in place (its shape arithmetic
+    stays constant), the else branch, invalid for this x, never is."""
+    four = numpy_helper.from_array(np.array(4, "int64"), "four")
+    five = numpy_helper.from_array(np.array([5], "int64"), "five")
+    then = helper.make_graph([helper.make_node("Shape", ["x"], ["shape"]),
+                              helper.make_node("Reshape", ["x", "shape"], ["then_out"])],
+                             "then", [], [_vi("then_out", F, [4])])
+    other = helper.make_graph([helper.make_node("Reshape", ["x", "five"], ["else_out"])],
+                              "else", [], [_vi("else_out", F, [4])])
+    nodes = [helper.make_node("Size", ["x"], ["n"]), helper.make_node("Equal", ["n", "four"], ["is4"]),
+             helper.make_node("If", ["is4"], ["y"], then_branch=then, else_branch=other),
+             helper.make_node("Relu", ["y"], ["out"])]
+    model = _model(nodes, [_vi("x", F, [4])], [_vi("out", F, [4])], [four, five])
+    graph = import_onnx(model)
+    assert all(not n.regions for n in graph.nodes)
+    _check(model, None, [np.random.default_rng().standard_normal(4).astype("float32")])
+
+
+def test_a_subgraph_reading_a_value_that_could_not_be_converted_skips_its_node():
+    then = helper.make_graph([helper.make_node("Neg", ["m"], ["then_out"])], "then", [], [_vi("then_out", F, [4])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["else_out"])], "else", [], [_vi("else_out", F, [4])])
+    nodes = [helper.make_node("Mystery", ["x"], ["m"], domain="com.example"),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "main", [_vi("x", F, [4]), _vi("c", B, [])], [_vi("y", F, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOpError) as e:
+        import_onnx(model)
+    assert [op for op, _ in e.value.missing] == ["com.example.Mystery"]
+
+
 # -- Loop ----------------------------------------------------------------------------------------
 def loop_model(trips: int | None = 5, early_exit: bool = False, scan: bool = True) -> onnx.ModelProto:
     """s <- s * 0.5 + x * i (x an outer value, i the iteration number); k <- k + 1; the scan

@@ -34,6 +34,7 @@ from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
 from . import converters  # noqa: F401  (registers the converters)
+from .converters.control import implicit_inputs
 from .node import (
     Importer,
     NodeContext,
@@ -169,7 +170,7 @@ def _convert_nodes(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor
     skipped: set[str] = set()  # outputs of nodes not converted
     importer.scope = env
     for node in g.node:
-        if any(name in skipped for name in node.input):
+        if any(name in skipped for name in [*node.input, *implicit_inputs(node)]):
             skipped.update(node.output)
             continue
         cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],

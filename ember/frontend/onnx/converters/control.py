@@ -6,6 +6,12 @@ outer graph is copied into the region as its own constant (so constant folding s
 any other value becomes one more input of the node and of the region (`_Scope`). Subgraphs of
 subgraphs capture through every level.
 
+An If whose condition is a constant at import (shape arithmetic: `Size(x) == 4`) is its branch:
+the selected subgraph's nodes are converted in place, in the enclosing scope, so constants stay
+constants for what follows; the other branch, which may not even be valid for these shapes, is
+never converted. `implicit_inputs` names the outer values a node's subgraphs read, so that the
+importer skips the node when one of them could not be converted.
+
 Scan becomes a loop over its scan inputs' first axis (a scan axis other than 0 is transposed there
 first, and back after for scan outputs); Loop's left-out trip count is the largest int64, its
 left-out condition True. The stacked scan outputs have as many entries as the trip count when the
@@ -73,6 +79,47 @@ def _region(cx: NodeContext, attr: str, formals: list[tuple[str, TensorType]],
     return region, scope.captured, list(region.outputs)
 
 
+class _Inline(dict):
+    """The tensors by ONNX name in a subgraph converted in place: its own, then the outer ones."""
+
+    def __init__(self, outer):
+        super().__init__()
+        self.outer = outer
+
+    def __missing__(self, name: str) -> Tensor:
+        return self.outer[name]
+
+
+def implicit_inputs(node: onnx.NodeProto) -> set[str]:
+    """The names a node's subgraphs (and theirs) read from the enclosing scopes."""
+    out: set[str] = set()
+    for attr in node.attribute:
+        for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                out |= {name for name in [*n.input, *implicit_inputs(n)] if name and name not in defined}
+                defined |= set(n.output)
+            out |= {vi.name for vi in g.output if vi.name not in defined}
+    return out
+
+
+def _inline_branch(cx: NodeContext, attr: str) -> list[Tensor]:
+    """The outputs of subgraph `attr` converted in place (see the module doc)."""
+    from ..importer import _convert_nodes  # (the importer imports the converters)
+
+    proto: onnx.GraphProto = cx.attr(attr)
+    outer = cx.importer.scope
+    scope = _Inline(outer)
+    for init in proto.initializer:
+        scope[init.name] = onnx.numpy_helper.to_array(init)
+        cx.importer.name_array(scope[init.name], init.name)
+    try:
+        _convert_nodes(cx.importer, proto, scope)
+    finally:
+        cx.importer.scope = outer
+    return [scope[vi.name] for vi in proto.output]
+
+
 def _capture_all(regions: list[tuple[Graph, list[Value]]]) -> list[Value]:
     """The outer values any of the regions captures; each region then takes all of them, in that
     order, after its own inputs (if's branches must take the same inputs)."""
@@ -89,6 +136,9 @@ def _capture_all(regions: list[tuple[Graph, list[Value]]]) -> list[Value]:
 
 @converts("If")
 def _if(cx: NodeContext):
+    cond = cx.input(0)
+    if isinstance(cond, np.ndarray):
+        return _inline_branch(cx, "then_branch" if bool(cond.reshape(())) else "else_branch")
     then, then_captured, _ = _region(cx, "then_branch", [])
     other, else_captured, _ = _region(cx, "else_branch", [])
     captured = _capture_all([(then, then_captured), (other, else_captured)])
@@ -113,8 +163,8 @@ def _loop(cx: NodeContext):
                                                *[("carried", cx.type(t)) for t in carried]])
     _check_carried(cx, carried, outs[1:1 + len(carried)])
     scans = len(outs) - 1 - len(carried)
-    early = not (isinstance(trips, np.ndarray) and isinstance(cond, np.ndarray) and bool(cond.reshape(()))
-                 and outs[0] is body.inputs[1])
+    starts = cond is None or (isinstance(cond, np.ndarray) and bool(cond.reshape(())))
+    early = not (isinstance(trips, np.ndarray) and starts and outs[0] is body.inputs[1])
     length = f"{cx.out_names[-1]}_iterations" if early else int(trips.reshape(()))
     graph = cx.importer.graph
     inputs = [cx.importer.value(np.array(INT64_MAX) if trips is None else trips, "trip_count"),
