@@ -51,7 +51,19 @@ import numpy as np
 from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
-from .codegen.entry import Branch, Copy, KernelCall, Loop, Ref, Slice, Stmt, kernel_calls, render_entry, render_spec
+from .codegen.entry import (
+    Branch,
+    Carried,
+    Copy,
+    KernelCall,
+    Loop,
+    Ref,
+    Slice,
+    Stmt,
+    kernel_calls,
+    render_entry,
+    render_spec,
+)
 from .errors import ArgumentTypeError, CompileError, ConfigError, ShapeError
 from .frontend import import_model
 from .graph.core import Dim, Graph, Value, region_key
@@ -366,10 +378,11 @@ class _Program:
                                     refs.dims(v.shape[:1])[0], bool(flags[j]) if flags else False))
         local = [Ref("local", sl.local) for sl in slices]
         nexts = [Ref("workspace", refs.workspace[next_name(refs.prefix, node, j)]) for j in range(1 + c)]
-        body = self.region(step, 0, refs, [Ref("local", iteration), Ref("local", cond), *outs[:c],
-                                           *local[:len(scanned)], *(refs.of(v) for v in captured)],
-                           [*nexts, *local[len(scanned):]])
-        carry = tuple(Copy(outs[j], nexts[1 + j], refs.dims(v.shape), np.dtype(v.dtype).itemsize)
-                      for j, v in enumerate(node.outputs[:c]))
+        buffers = tuple(Carried(self.local(), self.local(), outs[j], nexts[1 + j], refs.dims(v.shape),
+                                np.dtype(v.dtype).itemsize) for j, v in enumerate(node.outputs[:c]))
+        body = self.region(step, 0, refs, [Ref("local", iteration), Ref("local", cond),
+                                           *(Ref("local", b.current) for b in buffers), *local[:len(scanned)],
+                                           *(refs.of(v) for v in captured)],
+                           [nexts[0], *(Ref("local", b.new) for b in buffers), *local[len(scanned):]])
         return Loop(index, refs.of(node.inputs[0]), refs.of(node.inputs[1]), iteration, cond, init, tuple(slices),
-                    body, nexts[0], carry)
+                    body, nexts[0], buffers)

@@ -18,12 +18,15 @@ copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thre
 Control flow runs here, in C, with no Python per iteration (ember.ops.control): a `Branch` runs the
 calls of one region or the other on the one-byte condition it reads; a `Loop` keeps its iteration
 number and condition in C locals that the body reads through `local` references, copies the
-initial carried values into the carried buffers, then, while the iteration number is below the
+initial carried values into the loop's outputs, then, while the iteration number is below the
 trip count and the condition holds, points its `Slice` locals at this iteration's slice of each
-scanned input and scan output, runs the body, reads the body's condition and copies the body's
-carried values back (`Loop.carry`). A local reference is a `void*` named after its index. In the
-profiling twin, the calls of a branch not taken take no time, those of a loop the time of its
-last iteration.
+scanned input and scan output, runs the body and reads the body's condition. The carried values
+are double-buffered: the body reads them through one local pointer and writes the new ones
+through another (`Loop.carried`: the loop's output buffer and a `next` buffer of the plan), and
+the two are swapped after each iteration, so no carried value is copied per iteration; after the
+loop, a value whose last iteration left it in the `next` buffer is copied to the output. A local
+reference is a `void*` named after its index. In the profiling twin, the calls of a branch not
+taken take no time, those of a loop the time of its last iteration.
 
 Checked mode (the `checked` option, ember.codegen.c): every kernel takes `&status`, a local of
 this call (so concurrent calls from several threads never see each other's), and stores 1 there
@@ -118,10 +121,25 @@ class Slice:
 
 
 @dataclass(frozen=True)
+class Carried:
+    """A loop-carried value, double-buffered: read through local `current`, written through local
+    `new`, swapped after each iteration (see Loop)."""
+
+    current: int
+    new: int
+    output: Ref
+    next: Ref
+    dims: tuple[int | Ref, ...]
+    itemsize: int
+
+
+@dataclass(frozen=True)
 class Loop:
     """Loop number `index`: its iteration number and condition (an int64 and a byte) are locals
     `iteration` and `cond` point at; `init` copies run first, then the iterations (see the module
-    doc): `slices`, `body`, the condition read from `cond_out`, the `carry` copies."""
+    doc): `slices`, `body`, the condition read from `cond_out`. `carried`: per carried value, the
+    local the body reads it through (first at `output`), the local the body writes it through
+    (first at `next`), its dimensions and item size."""
 
     index: int
     trips: Ref
@@ -132,7 +150,7 @@ class Loop:
     slices: tuple[Slice, ...]
     body: tuple
     cond_out: Ref
-    carry: tuple[Copy, ...]
+    carried: tuple[Carried, ...]
 
 
 Stmt = KernelCall | Copy | Branch | Loop
@@ -229,6 +247,8 @@ def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, cou
                           f"{pad}  void* loc{st.cond} = &{c};",
                           f"{pad}  (void)loc{st.iteration}; (void)loc{st.cond};"]
                 lines += _statements(st.init, pad + "  ", timed, checked, counter)
+                lines += [f"{pad}  void* loc{v.current} = {v.output.c()}; void* loc{v.new} = {v.next.c()};"
+                          for v in st.carried]
                 lines += _untimed(range(counter[0], counter[0] + len(kernel_calls(st.body))), pad + "  ", timed)
                 lines.append(f"{pad}  for (; {i} < {n} && {c}; ++{i}) {{")
                 for sl in st.slices:
@@ -239,8 +259,13 @@ def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, cou
                     lines.append(f"{pad}    (void)loc{sl.local};")
                 lines += _statements(st.body, pad + "    ", timed, checked, counter)
                 lines.append(f"{pad}    {c} = *(const unsigned char*){st.cond_out.c()};")
-                lines += _statements(st.carry, pad + "    ", timed, checked, counter)
-                lines += [f"{pad}  }}", f"{pad}}}"]
+                lines += [f"{pad}    {{ void* t = loc{v.current}; loc{v.current} = loc{v.new}; loc{v.new} = t; }}"
+                          for v in st.carried]
+                lines.append(f"{pad}  }}")
+                lines += [f"{pad}  if (loc{v.current} != {v.output.c()}) "
+                          f"__builtin_memcpy({v.output.c()}, loc{v.current}, {_bytes(v.dims, v.itemsize)});"
+                          for v in st.carried]
+                lines.append(f"{pad}}}")
     return lines
 
 

@@ -36,10 +36,10 @@ inside the span of the control step, after it, so one plan covers every level: t
 live to the end of the span, its outputs from its start, and a region's tensors (named
 `<node>/<region>/<name>`, Graph.all_constants' keys) only within it. A region's inputs and outputs
 are not in its workspace: the enclosing level says where they are. A branch writes the `if`'s
-outputs; a loop body reads the carried values from the loop's outputs and writes its condition and
-carried values into `<node>/next<k>` tensors, live over the whole span, copied into the loop's
-outputs at the end of each iteration (the scan outputs go straight into their slice of the loop's
-outputs). A body tensor lives within one iteration, so reusing its bytes across iterations is safe.
+outputs; a loop's carried values are double-buffered between the loop's outputs and
+`<node>/next<k>` tensors (k = 0: the body's condition), live over the whole span, which the body
+reads and writes in turn (ember.codegen.entry); the scan outputs go straight into their slice of
+the loop's outputs. A body tensor lives within one iteration, so reusing its bytes across iterations is safe.
 
 Graph inputs, graph outputs and constants are not in the workspace: the caller's arrays and the
 weights hold them. Dimensions may be symbols: `plan_memory` records each tensor's shape and
@@ -254,8 +254,8 @@ def plan_memory(kernels: KernelGraph) -> MemoryPlan:
 
 
 def next_name(prefix: str, node: Node, k: int) -> str:
-    """The workspace tensor a loop body writes its output k (0: the condition, then the carried
-    values) into, before it is copied to the loop's carried value."""
+    """The workspace tensor of a loop's body output k: its condition (k = 0), or the second buffer
+    of carried value k - 1 (the first is the loop's output)."""
     return f"{prefix}{node.name}/next{k}"
 
 

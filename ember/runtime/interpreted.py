@@ -97,6 +97,8 @@ class InterpretedEntry:
                         trips = ctypes.c_int64.from_address(address(st.trips)).value
                         local[st.iteration], local[st.cond] = ctypes.addressof(i), ctypes.addressof(cond)
                         run(st.init)
+                        for v in st.carried:
+                            local[v.current], local[v.new] = address(v.output), address(v.next)
                         while i.value < trips and cond.value:
                             for sl in st.slices:
                                 n = size[sl.length.index] if isinstance(sl.length, Ref) else sl.length
@@ -104,8 +106,12 @@ class InterpretedEntry:
                                 local[sl.local] = address(sl.base) + at * numel(sl.dims) * sl.itemsize
                             run(st.body)
                             cond.value = byte(st.cond_out)
-                            run(st.carry)
+                            for v in st.carried:
+                                local[v.current], local[v.new] = local[v.new], local[v.current]
                             i.value += 1
+                        for v in st.carried:
+                            if local[v.current] != address(v.output):
+                                ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
 
         run(self.calls)
         run(self.copies)
