@@ -18,10 +18,10 @@
    output is a view of its input's bytes. A model whose weights, workspace peak and outputs
    exceed the machine's memory is refused (CompileError);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
-   (ember.codegen.entry) as ONE C translation unit; a control-flow node (ember.ops.control) is
-   a branch or a loop of that function, around the calls of its regions' kernels (each region
-   fused, lowered and planned with the rest: ember.passes.plan_memory), built once by ember.runtime.build (cached by
-   content hash: compiling the same model again compiles no C);
+   (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
+   content hash: compiling the same model again compiles no C). A control-flow node
+   (ember.ops.control) is a branch or a loop of the entry function around the calls of its
+   regions' kernels, each region fused, lowered and planned with the rest (`_Program`);
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
 
