@@ -282,12 +282,14 @@ def _spec(v: Value) -> TensorSpec:
 class _Refs:
     """The entry function's reference of each value of one level (the graph, or a region): an
     input, an output (or a value an output views), a weight (constants in order of first use,
-    a region's named by their key, Graph.all_constants), or a workspace tensor of the plan; a
+    a region's named by their key, Graph.all_constants; one weight per array, so a weight that
+    regions share is stored once), or a workspace tensor of the plan; a
     view outside the workspace refers to what it views. A region's inputs and outputs are the
     references its control-flow node gives them (`region`)."""
 
     def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str], inputs: list[Ref] | None = None,
-                 outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None):
+                 outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None,
+                 arrays: dict[int, int] | None = None):
         graph = steps.graph
         self.graph, self.plan, self.symbols, self.prefix = graph, plan, symbols, prefix
         self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
@@ -300,16 +302,20 @@ class _Refs:
             self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {} if weights is None else weights
+        self.arrays: dict[int, int] = {} if arrays is None else arrays  # id(constant data) -> weight
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
 
     def region(self, steps: KernelGraph, prefix: str, inputs: list[Ref], outputs: list[Ref]) -> _Refs:
-        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights)
+        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights, self.arrays)
 
     def of(self, v: Value) -> Ref:
         if id(v) in self.inputs:
             return self.inputs[id(v)]
         if self.graph.is_constant(v):
-            return Ref("weight", self.weights.setdefault(self.prefix + v.name, len(self.weights)))
+            data = self.graph.constants[v.name]  # one weight per array, though regions name it apart
+            if id(data) not in self.arrays:
+                self.arrays[id(data)] = self.weights.setdefault(self.prefix + v.name, len(self.weights))
+            return Ref("weight", self.arrays[id(data)])
         if id(v) in self.outputs:
             return self.out_refs[self.outputs[id(v)]]
         if self.prefix + v.name in self.workspace:

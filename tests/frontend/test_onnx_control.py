@@ -94,6 +94,21 @@ def test_if_captures_outer_values_as_inputs():
     assert "w" in then.constants  # an outer initializer becomes the region's own constant
 
 
+def test_a_weight_both_branches_read_is_stored_once():
+    rng = np.random.default_rng()
+    w = numpy_helper.from_array(rng.standard_normal((4, 4)).astype("float32"), "w")
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["then_out"])], "then", [],
+                             [_vi("then_out", F, [2, 4])])
+    other = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["else_out"], transB=1)], "else", [],
+                              [_vi("else_out", F, [2, 4])])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   [_vi("x", F, [2, 4]), _vi("c", B, [])], [_vi("y", F, [2, 4])], [w])
+    compiled = ember.compile(model)
+    assert len(compiled.spec.weights) == 1
+    for cond in (True, False):
+        _check(model, compiled, [rng.standard_normal((2, 4)).astype("float32"), np.array(cond)])
+
+
 def test_if_on_a_constant_condition_becomes_its_branch():
     model = if_model()
     model.graph.initializer.append(numpy_helper.from_array(np.array(False), "c"))
