@@ -95,6 +95,21 @@ def test_an_if_on_a_constant_inside_a_loop_body_folds_there():
     np.testing.assert_allclose(evaluate(folded, x)[0], evaluate(g, x)[0], rtol=1e-6)
 
 
+def test_a_short_loop_on_constants_folds():
+    g = Graph()
+    x = g.add_input("x", T)
+    s0 = g.add_constant(random_array((4,)), "s0")
+    n, true = g.add_constant(np.array(3, "int64"), "n"), g.add_constant(np.array(True), "true")
+    (s,) = add_op(g, "loop", [n, true, s0], {"carried": 1}, regions=[body("tanh")])
+    g.set_outputs(add_op(g, "add", [x, s]))
+    out = run_pipeline(g, 1, debug=True)
+    assert out.op_histogram() == {"add": 1}
+    x = random_array((4,))
+    np.testing.assert_allclose(evaluate(out, x)[0], evaluate(g, x)[0], rtol=1e-6)
+    g.constants["n"] = np.array(10**6, "int64")  # too many iterations to run at compile time
+    assert "loop" in run_pipeline(g, 1).op_histogram()
+
+
 def test_loops_with_different_bodies_do_not_merge():
     g = Graph()
     x = g.add_input("x", T)
