@@ -9,8 +9,10 @@
    dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
    sees, and how constants fold). An op type without a converter, or a form of one that ember
-   lacks (a 3-D convolution, a cubic resize), is recorded, the nodes that depend on it are
-   skipped, and at the end one UnsupportedOpError lists every one of them with its node name.
+   lacks (a 3-D convolution, a cubic resize), is recorded, the nodes that depend on it (through
+   their subgraphs too) are skipped, and at the end one UnsupportedOpError lists every one of them
+   with its node name. The subgraphs of If, Loop and Scan are converted the same way, each into a
+   region (converters/control.py).
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
