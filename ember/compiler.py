@@ -282,14 +282,14 @@ def _spec(v: Value) -> TensorSpec:
 class _Refs:
     """The entry function's reference of each value of one level (the graph, or a region): an
     input, an output (or a value an output views), a weight (constants in order of first use,
-    a region's named by their key, Graph.all_constants; one weight per array, so a weight that
-    regions share is stored once), or a workspace tensor of the plan; a
+    a region's named by their key, Graph.all_constants; a weight that regions share is stored
+    once), or a workspace tensor of the plan; a
     view outside the workspace refers to what it views. A region's inputs and outputs are the
     references its control-flow node gives them (`region`)."""
 
     def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str], inputs: list[Ref] | None = None,
                  outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None,
-                 arrays: dict[int, int] | None = None):
+                 arrays: dict | None = None):
         graph = steps.graph
         self.graph, self.plan, self.symbols, self.prefix = graph, plan, symbols, prefix
         self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
@@ -302,7 +302,8 @@ class _Refs:
             self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {} if weights is None else weights
-        self.arrays: dict[int, int] = {} if arrays is None else arrays  # id(constant data) -> weight
+        # id(constant data) -> its weight; (dtype, shape) -> the arrays of the weights of that type
+        self.arrays: dict = {} if arrays is None else arrays
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
 
     def region(self, steps: KernelGraph, prefix: str, inputs: list[Ref], outputs: list[Ref]) -> _Refs:
@@ -312,15 +313,26 @@ class _Refs:
         if id(v) in self.inputs:
             return self.inputs[id(v)]
         if self.graph.is_constant(v):
-            data = self.graph.constants[v.name]  # one weight per array, though regions name it apart
-            if id(data) not in self.arrays:
-                self.arrays[id(data)] = self.weights.setdefault(self.prefix + v.name, len(self.weights))
-            return Ref("weight", self.arrays[id(data)])
+            return Ref("weight", self.weight(v))
         if id(v) in self.outputs:
             return self.out_refs[self.outputs[id(v)]]
         if self.prefix + v.name in self.workspace:
             return Ref("workspace", self.workspace[self.prefix + v.name])
         return self.of(self.viewed[id(v)])
+
+    def weight(self, v: Value) -> int:
+        """The weight of a constant: one per array, and one per content among arrays of one type
+        (regions name their copies of an outer weight apart; cse merges equal constants within a
+        graph only)."""
+        data = self.graph.constants[v.name]
+        if id(data) not in self.arrays:
+            same = self.arrays.setdefault((data.dtype.name, data.shape), [])
+            index = next((k for other, k in same if np.array_equal(other, data)), None)
+            if index is None:
+                index = self.weights.setdefault(self.prefix + v.name, len(self.weights))
+                same.append((data, index))
+            self.arrays[id(data)] = index
+        return self.arrays[id(data)]
 
     def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref, ...]:
         return tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in shape)

@@ -13,8 +13,9 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 class Cond(torch.nn.Module):
-    """A linear layer on one branch; a transpose, sigmoid and transpose back on the other (another
-    shape inside, the same output shape); the condition computed from the input."""
+    """The same linear layer on both branches, then a relu and a scale on one, a transpose, sigmoid
+    and transpose back on the other (another shape inside, the same output shape); the condition
+    computed from the input."""
 
     def __init__(self):
         super().__init__()
@@ -26,7 +27,7 @@ class Cond(torch.nn.Module):
             return torch.relu(self.lin(x)) * self.scale
 
         def other(x):
-            return torch.sigmoid(x.transpose(0, 2) * 2).transpose(0, 2) - 0.5
+            return torch.sigmoid(self.lin(x).transpose(0, 2) * 2).transpose(0, 2) - 0.5
 
         return torch.cond(x.mean() > 0, then, other, (x,)) + 1
 
@@ -82,6 +83,7 @@ def through_onnx(cond_model):
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_torch_cond_through_torch_export(cond_model, exported, sign):
     assert any(n.op == "if" for n in exported.graph.nodes)
+    assert sum("lin.weight" in w for w in exported.spec.weights) == 1  # both branches read it: stored once
     x = _inputs(sign)
     _compare(exported(x.numpy()), cond_model, x)
 
