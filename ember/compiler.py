@@ -302,7 +302,7 @@ class _Refs:
             self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {} if weights is None else weights
-        # id(constant data) -> its weight; (dtype, shape) -> the arrays of the weights of that type
+        # id(constant data) -> its weight; (dtype, shape, sample) -> the weights' arrays of that kind
         self.arrays: dict = {} if arrays is None else arrays
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
 
@@ -325,8 +325,9 @@ class _Refs:
         (regions name their copies of an outer weight apart; cse merges equal constants within a
         graph only)."""
         data = self.graph.constants[v.name]
-        if id(data) not in self.arrays:
-            same = self.arrays.setdefault((data.dtype.name, data.shape), [])
+        if id(data) not in self.arrays:  # compared in full only when a sample of 64 elements agrees
+            sample = data.reshape(-1)[::max(1, data.size // 64)].tobytes()
+            same = self.arrays.setdefault((data.dtype.name, data.shape, sample), [])
             index = next((k for other, k in same if np.array_equal(other, data)), None)
             if index is None:
                 index = self.weights.setdefault(self.prefix + v.name, len(self.weights))
