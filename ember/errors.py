@@ -60,3 +60,8 @@ class OutOfMemoryError(EmberError, MemoryError):
 class WorkerError(EmberError, RuntimeError):
     """An ember worker process (ember.workers) that could not start, died, or ran past its time
     limit while running a call; says what befell it."""
+
+
+class TileError(EmberError, ValueError):
+    """A tile-language kernel (ember.triton) the compiler cannot compile, or an access out of its
+    arguments' bounds in the debug mode; names the kernel's file, line and source."""
