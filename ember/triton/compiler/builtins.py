@@ -43,9 +43,7 @@ class Builtins:
         except TypeError as e:
             raise TileTypeError(f"tl.{name}{sig}: {e}") from None
         bound.apply_defaults()
-        values = {k: (tuple(_c(x) for x in v) if p.kind == p.VAR_POSITIONAL else _c(v))
-                  for (k, v), p in zip(bound.arguments.items(), sig.parameters.values())}
-        return impl(**values)
+        return impl(*(_c(a) for a in bound.args), **{k: _c(v) for k, v in bound.kwargs.items()})
 
     def method(self, v, attr: str):
         """`x.to(...)`, `x.dtype`, `x.shape`, `x.T` and the like on a run-time value."""
@@ -318,8 +316,10 @@ class Builtins:
         self.sites.append(text)
         return const(len(self.sites), "int64")
 
-    def _fail(self, site) -> BufferStore:
-        return BufferStore(self.status, site, (const(0),))
+    def _fail(self, site) -> IfThenElse:
+        """Record the failed check `site` unless one is recorded (the first one a program meets)."""
+        first = te.binary("==", BufferLoad(self.status, (const(0),), "int64"), const(0))
+        return IfThenElse(first, BufferStore(self.status, site, (const(0),)))
 
     def b_load(self, pointer, mask=None, other=None, boundary_check=(), padding_option="", cache_modifier="",
                eviction_policy="", volatile=False):

@@ -302,8 +302,13 @@ class Frontend:
         bufs = {}
         for name in carried:
             v = _runtime(self.env[name])
-            if isinstance(v, V.BlockPtr):
-                raise self.error(f"block pointer {name} advanced in a loop is not supported by the compiler yet")
+            if isinstance(v, V.BlockPtr):  # its offsets change
+                buf = self.em.local(name[:8], (len(v.offsets),), "int64")
+                for d, o in enumerate(v.offsets):
+                    self.em.emit(BufferStore(buf, o, (const(d),)))
+                bufs[name] = (buf, None, v, None)
+                self.env[name] = _read_block_ptr(buf, v)
+                continue
             if v.dtype.is_pointer:
                 buf = self.em.local(name[:8], v.shape, "int64")
                 self.em.store_block(buf, _offsets(v), v.shape)
@@ -323,8 +328,14 @@ class Frontend:
             if new is None:
                 raise self.error(f"{name} is undefined at the end of the loop body")
             new = _runtime(new)
-            if isinstance(new, V.BlockPtr):
-                raise self.error(f"block pointer {name} advanced in a loop is not supported by the compiler yet")
+            if shape is None:
+                if not isinstance(new, V.BlockPtr) or new.base is not dtype.base:
+                    raise self.error(f"block pointer {name} becomes another pointer in the loop body")
+                tmp = self.em.local("n", (len(new.offsets),), "int64")
+                for d, o in enumerate(new.offsets):
+                    self.em.emit(BufferStore(tmp, o, (const(d),)))
+                staged.append((buf, buffer_block(tmp, (len(new.offsets),), tld.int64), (len(new.offsets),)))
+                continue
             if V.broadcast_shapes(new.shape, shape) != shape:
                 raise self.error(f"{name} changes shape in the loop: {list(shape)} to {list(new.shape)}")
             if new.base is not base:
@@ -347,7 +358,7 @@ class Frontend:
     def _after_loop(self, carried: list[str], bufs: dict) -> None:
         for name in carried:
             buf, shape, dtype, base = bufs[name]
-            self.env[name] = _read(buf, shape, dtype, base)
+            self.env[name] = _read_block_ptr(buf, dtype) if shape is None else _read(buf, shape, dtype, base)
 
     # -- expressions -----------------------------------------------------------------------------
     def expr(self, e: ast.expr):
@@ -513,6 +524,11 @@ def _offsets(v):
     if isinstance(v, V.Scalar):
         return V.Scalar(v.expr, tld.int64)
     return V.Block(v.shape, tld.int64, v.at, cost=v.cost)
+
+
+def _read_block_ptr(buf, p: V.BlockPtr) -> V.BlockPtr:
+    offsets = tuple(BufferLoad(buf, (const(d),), "int64") for d in range(len(p.offsets)))
+    return V.BlockPtr(p.base, p.offset, p.shape, p.strides, offsets, p.block_shape, p.order)
 
 
 def _read(buf, shape, dtype, base):

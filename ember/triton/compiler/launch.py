@@ -282,7 +282,7 @@ def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options
     compiled, runtime = prepare(jit_fn, bound, options)
     if grid[0] * grid[1] * grid[2] == 0:
         return compiled
-    pointers, keep, spans = [], [], [0]
+    pointers, keep, spans = [], [], []
     scalar_values = iter(compiled.scalar_dtypes)
     for v in runtime:
         if isinstance(v, TensorArg):
@@ -293,7 +293,7 @@ def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options
             arr = np.array([v], dtype=_numpy_of(next(scalar_values)))
             keep.append(arr)
             pointers.append(arr.ctypes.data)
-    meta = np.array(spans, dtype=np.int64)
+    meta = np.array(spans or [0], dtype=np.int64)
     status = np.zeros(1, dtype=np.int64)
     compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
                    ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid))

@@ -1,0 +1,332 @@
+"""The tile language compiled to C, kernel by kernel, against NumPy: fresh random data, sizes the
+blocks do not divide, explicit tolerances."""
+
+import numpy as np
+import pytest
+
+import ember.triton as triton
+import ember.triton.language as tl
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    mp.delenv("EMBER_INTERPRET", raising=False)
+    mp.delenv("TRITON_INTERPRET", raising=False)
+    yield
+    mp.undo()
+
+
+rng = np.random.default_rng()
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("n", [1, 97, 4096, 10007])
+def test_vector_add(n):
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    out = np.full_like(x, np.nan)
+    add_kernel[(cdiv(n, 256),)](x, y, out, n, BLOCK=256)
+    np.testing.assert_allclose(out, x + y, rtol=1e-6)
+
+
+def test_torch_tensors_and_strides():
+    torch = pytest.importorskip("torch")
+    x = torch.rand(300, 2)[:, 0]  # strided view: the kernel reaches every other element
+    y = torch.rand(300)
+    out = torch.empty(300)
+    add_kernel[(cdiv(300, 128),)](x.contiguous(), y, out, 300, BLOCK=128)
+    np.testing.assert_allclose(out.numpy(), (x + y).numpy(), rtol=1e-6)
+
+
+@triton.jit
+def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_stride + cols, mask=mask, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    den = tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_stride + cols, num / den, mask=mask)
+
+
+@pytest.mark.parametrize("cols", [5, 64, 781])
+def test_softmax(cols):
+    x = rng.standard_normal((13, cols), dtype=np.float32)
+    out = np.full_like(x, np.nan)
+    softmax_kernel[(13,)](out, x, x.shape[1], out.shape[1], cols, BLOCK=triton_next_pow2(cols))
+    ref = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out, ref / ref.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def triton_next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    if ACT == "leaky_relu":
+        acc = leaky_relu(acc)
+    c = acc.to(c_ptr.dtype.element_ty)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def leaky_relu(x):
+    return tl.where(x >= 0, x, 0.01 * x)
+
+
+@pytest.mark.parametrize("dtype,act", [("float32", ""), ("float16", "leaky_relu")])
+def test_matmul(dtype, act):
+    M, N, K = 70, 45, 83
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    c = np.full((M, N), np.nan, dtype=np.float32)
+    matmul_kernel[(cdiv(M, 32), cdiv(N, 16))](a, b, c, M, N, K, K, 1, N, 1, N, 1,
+                                              BM=32, BN=16, BK=16, ACT=act)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    if act:
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-3)
+
+
+@triton.jit
+def reduce_kernel(x_ptr, s_ptr, mx_ptr, mn_ptr, am_ptr, an_ptr, R, C, BR: tl.constexpr, BC: tl.constexpr):
+    r = tl.arange(0, BR)
+    c = tl.arange(0, BC)
+    x = tl.load(x_ptr + r[:, None] * C + c[None, :], mask=(r[:, None] < R) & (c[None, :] < C), other=0.0)
+    tl.store(s_ptr + c, tl.sum(x, axis=0), mask=c < C)
+    tl.store(mx_ptr + r, tl.max(x, axis=1), mask=r < R)
+    tl.store(mn_ptr + c, tl.min(x, axis=0), mask=c < C)
+    tl.store(am_ptr + r, tl.argmax(x, axis=1), mask=r < R)
+    tl.store(an_ptr + c, tl.argmin(x, axis=0), mask=c < C)
+
+
+def test_reductions():
+    R, C = 5, 13
+    x = rng.standard_normal((R, C)).astype(np.float32)
+    s, mn, an = (np.full(C, -1, d) for d in ("float32", "float32", "int32"))
+    mx, am = np.full(R, -1, "float32"), np.full(R, -1, "int32")
+    reduce_kernel[(1,)](x, s, mx, mn, am, an, R, C, BR=8, BC=16)
+    padded = np.pad(x, ((0, 3), (0, 3)))  # masked lanes load 0.0, as in the kernel
+    np.testing.assert_allclose(s, x.sum(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(mx, padded[:R].max(1))
+    np.testing.assert_array_equal(mn, padded[:, :C].min(0))
+    np.testing.assert_array_equal(am, padded[:R].argmax(1))
+    np.testing.assert_array_equal(an, padded[:, :C].argmin(0))
+
+
+@triton.jit
+def math_kernel(x_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+    if FN == "exp":
+        y = tl.exp(x)
+    elif FN == "exp2":
+        y = tl.exp2(x)
+    elif FN == "log":
+        y = tl.log(tl.abs(x) + 1.0)
+    elif FN == "log2":
+        y = tl.log2(tl.abs(x) + 1.0)
+    elif FN == "sqrt":
+        y = tl.sqrt(tl.abs(x))
+    elif FN == "rsqrt":
+        y = tl.rsqrt(tl.abs(x) + 0.5)
+    elif FN == "sigmoid":
+        y = tl.sigmoid(x)
+    elif FN == "erf":
+        y = tl.erf(x)
+    elif FN == "tanh":
+        y = tl.tanh(x)
+    elif FN == "where":
+        y = tl.where(x > 0, tl.maximum(x, 0.5), tl.minimum(x, -0.25))
+    else:
+        y = (x * 3).to(tl.int32).to(tl.float32) + (x // 1.0) - x % 1.0
+    tl.store(out_ptr + offs, y, mask=offs < n)
+
+
+MATH = {
+    "exp": np.exp, "exp2": np.exp2, "log": lambda x: np.log(np.abs(x) + 1), "log2": lambda x: np.log2(np.abs(x) + 1),
+    "sqrt": lambda x: np.sqrt(np.abs(x)), "rsqrt": lambda x: 1 / np.sqrt(np.abs(x) + 0.5),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
+    "where": lambda x: np.where(x > 0, np.maximum(x, 0.5), np.minimum(x, -0.25)),
+    "cast": lambda x: (x * 3).astype(np.int32).astype(np.float32) + np.floor(x) - np.mod(x, 1.0),
+}
+
+
+@pytest.mark.parametrize("fn", [*MATH, "erf"])
+def test_math(fn):
+    n = 300
+    x = (rng.standard_normal(n) * 2).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    math_kernel[(cdiv(n, 64),)](x, out, n, FN=fn, BLOCK=64)
+    if fn == "erf":
+        import math
+
+        ref = np.array([math.erf(v) for v in x.astype(np.float64)])
+    else:
+        ref = MATH[fn](x.astype(np.float64))
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-5)
+
+
+@triton.jit
+def control_kernel(x_ptr, out_ptr, n, steps, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    total = 0.0
+    for i in range(steps):  # a run-time trip count
+        acc += x * i
+        total += 1.0
+    for j in tl.static_range(UNROLL):
+        acc = acc + j
+    if pid % 2 == 0:  # a run-time branch
+        acc = acc * 2.0
+    else:
+        acc = acc - 1.0
+    tl.store(out_ptr + offs, acc + total, mask=offs < n)
+
+
+def test_loops_and_branches():
+    n, steps = 200, 5
+    x = rng.random(n, dtype=np.float32)
+    out = np.full_like(x, np.nan)
+    control_kernel[(cdiv(n, 32),)](x, out, n, steps, BLOCK=32, UNROLL=3)
+    acc = x * sum(range(steps)) + 3.0
+    pid = np.arange(n) // 32
+    ref = np.where(pid % 2 == 0, acc * 2, acc - 1) + steps
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+@triton.jit
+def block_ptr_kernel(x_ptr, out_ptr, M, N, sm, sn, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(x_ptr, shape=(M, N), strides=(sm, sn), offsets=(pid * BM, 0), block_shape=(BM, BN),
+                            order=(1, 0))
+    dst = tl.make_block_ptr(out_ptr, shape=(M, N), strides=(N, 1), offsets=(pid * BM, 0), block_shape=(BM, BN),
+                            order=(1, 0))
+    for _ in range(tl.cdiv(N, BN)):
+        tile = tl.load(src, boundary_check=(0, 1), padding_option="zero")
+        tl.store(dst, tile * 2.0, boundary_check=(0, 1))
+        src = tl.advance(src, (0, BN))
+        dst = tl.advance(dst, (0, BN))
+
+
+def test_block_pointers_in_loop():
+    M, N = 19, 37
+    x = rng.random((N, M), dtype=np.float32).T  # transposed: strides (1, M)
+    out = np.full((M, N), np.nan, np.float32)
+    block_ptr_kernel[(cdiv(M, 8),)](x, out, M, N, 1, M, BM=8, BN=16)
+    np.testing.assert_allclose(out, x * 2)
+
+
+@triton.jit
+def block_ptr_once(x_ptr, out_ptr, M, N, sm, sn, BM: tl.constexpr, BN: tl.constexpr):
+    pid = tl.program_id(0)
+    src = tl.make_block_ptr(x_ptr, shape=(M, N), strides=(sm, sn), offsets=(pid * BM, 0), block_shape=(BM, BN),
+                            order=(1, 0))
+    src = tl.advance(src, (0, 0))
+    tile = tl.load(src, boundary_check=(0, 1))
+    offs_m = pid * BM + tl.arange(0, BM)
+    offs_n = tl.arange(0, BN)
+    tl.store(out_ptr + offs_m[:, None] * N + offs_n[None, :], tile + 1.0,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def test_block_pointers():
+    M, N = 19, 13
+    x = rng.random((N, M), dtype=np.float32).T
+    out = np.full((M, N), np.nan, np.float32)
+    block_ptr_once[(cdiv(M, 8),)](x, out, M, N, 1, M, BM=8, BN=16)
+    np.testing.assert_allclose(out, x + 1)
+
+
+@triton.jit
+def lock_kernel(x_ptr, out_ptr, lock_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    s = tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0)
+    while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+        pass
+    tl.store(out_ptr, tl.load(out_ptr) + s)  # guarded by the lock: no update is lost
+    tl.atomic_xchg(lock_ptr, 0)
+    tl.atomic_add(out_ptr + 1, s)
+    tl.atomic_max(out_ptr + 2, s)
+    tl.atomic_add(out_ptr + 3 + tl.arange(0, 2), 1.0)
+
+
+def test_atomics_and_spin_lock():
+    n = 20000
+    x = rng.random(n, dtype=np.float32)
+    out = np.zeros(5, np.float32)
+    lock = np.zeros(1, np.int32)
+    programs = cdiv(n, 64)
+    lock_kernel[(programs,)](x, out, lock, n, BLOCK=64)
+    sums = np.add.reduceat(x.astype(np.float64), np.arange(0, n, 64))
+    np.testing.assert_allclose(out[:3], [x.sum(dtype=np.float64)] * 2 + [sums.max()], rtol=1e-4)
+    np.testing.assert_array_equal(out[3:], [programs, programs])
+    assert lock[0] == 0
+
+
+@triton.jit
+def twod_kernel(x_ptr, out_ptr, R, C, sr, BR: tl.constexpr, BC: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.arange(0, BC)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    x = tl.load(x_ptr + rows[:, None] * sr + cols[None, :], mask=mask, other=0.0)
+    y = tl.trans(x)
+    tl.store(out_ptr + cols[:, None] * R + rows[None, :], y + tl.sum(x, axis=1)[None, :],
+             mask=tl.trans(mask))
+
+
+def test_broadcast_and_transpose():
+    R, C = 11, 6
+    x = rng.random((R, C), dtype=np.float32)
+    out = np.full((C, R), np.nan, np.float32)
+    twod_kernel[(cdiv(R, 4),)](x, out, R, C, C, BR=4, BC=8)
+    np.testing.assert_allclose(out, x.T + x.sum(1)[None, :], rtol=1e-5)
+
+
+@triton.jit
+def int_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    y = (x * 3 + 7) // 4 - x % 5
+    tl.store(out_ptr + offs, tl.where(x > 10, y, -y).to(tl.int64), mask=offs < n)
+
+
+def test_integers():
+    n = 100
+    x = rng.integers(0, 100, n).astype(np.int32)
+    out = np.zeros(n, np.int64)
+    int_kernel[(cdiv(n, 32),)](x, out, n, BLOCK=32)
+    y = (x * 3 + 7) // 4 - x % 5
+    np.testing.assert_array_equal(out, np.where(x > 10, y, -y))
