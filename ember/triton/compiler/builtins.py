@@ -13,7 +13,7 @@ from ...tir.stmt import BufferStore, Evaluate, IfThenElse, seq
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
-from .lower import Emitter, buffer_block
+from .lower import Deferred, Emitter, buffer_block
 from .values import Block, BlockPtr, Scalar, TileTypeError
 
 
@@ -82,7 +82,8 @@ class Builtins:
                 shape.append(v.shape[d])
                 keep.append(len(shape) - 1)
                 d += 1
-        return Block(tuple(shape), v.dtype, lambda idx: v.at(tuple(idx[k] for k in keep)), base=v.base, cost=v.cost)
+        return Block(tuple(shape), v.dtype, lambda idx: v.at(tuple(idx[k] for k in keep)), base=v.base, cost=v.cost,
+                     deps=v.deps)
 
     # -- programs and blocks ------------------------------------------------------------------
     def b_program_id(self, axis):
@@ -165,7 +166,7 @@ class Builtins:
         if V.broadcast_shapes(input.shape, shape) != shape:
             raise TileTypeError(f"cannot broadcast {list(input.shape)} to {list(shape)}")
         return Block(shape, input.dtype, lambda idx: V.element(input, idx), base=input.base,
-                     cost=getattr(input, "cost", 1))
+                     cost=getattr(input, "cost", 1), deps=V.deps_of(input))
 
     def b_broadcast(self, input, other):
         shape = V.broadcast_shapes(input.shape, other.shape)
@@ -183,7 +184,7 @@ class Builtins:
         shape = tuple(input.shape[d] for d in dims)
         inverse = [dims.index(d) for d in range(len(dims))]
         return Block(shape, input.dtype, lambda idx: input.at(tuple(idx[inverse[d]] for d in range(len(dims)))),
-                     base=input.base, cost=input.cost)
+                     base=input.base, cost=input.cost, deps=input.deps)
 
     def b_reshape(self, input, *shape, can_reorder=False):
         shape = _shape(shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape)
@@ -202,7 +203,7 @@ class Builtins:
 
         if not shape:
             return Scalar(src.at(tuple(const(0) for _ in flat_src)), input.dtype, input.base)
-        return Block(shape, input.dtype, at, base=input.base, cost=src.cost + 2)
+        return Block(shape, input.dtype, at, base=input.base, cost=src.cost + 2, deps=src.deps)
 
     b_view = b_reshape
 
@@ -300,6 +301,10 @@ class Builtins:
         return out if out_dtype == work else ops.cast_to(out, out_dtype)
 
     def _operand(self, v: Block, work):
+        (d,) = v.deps if len(v.deps) == 1 else (None,)
+        if d is not None and v.at == d.at and v.dtype == work:  # a load: read it in once
+            d.read()
+            return d.buffer
         if v.buffer is not None and v.dtype == work:
             return v.buffer
         return self.em.materialize(ops.cast_to(v, work), "op").buffer
@@ -337,7 +342,7 @@ class Builtins:
         shape = V.broadcast_shapes(*(v.shape for v in (pointer, mask, other) if V.is_runtime(v)))
         site = self._site(f"tl.load out of the bounds of argument '{base.name}' at {self.frontend.where()}") \
             if self.em.debug else None
-        buf = self.em.local("ld", shape, t)
+        buf = self.em.local("ld", shape, t) if not shape or self.em.debug or mask is False else None
 
         def body(idx, full):
             off = V.element(pointer, idx)
@@ -350,10 +355,14 @@ class Builtins:
                 ok = inb if m is None else te.binary("&&", m, inb)
                 bad = _not(inb) if m is None else te.binary("&&", m, _not(inb))
                 return seq(IfThenElse(bad, self._fail(site)), BufferStore(buf, select(ok, value, fallback), (out,)))
-            return BufferStore(buf, value if m is None else select(m, value, fallback), (out,))
+            value = value if m is None else select(m, value, fallback)
+            return value if buf is None else BufferStore(buf, value, (out,))
 
         if mask is False:
             self.em.store_block(buf, other if other is not None else Scalar(const(0, t), dtype), shape)
+        elif shape and not self.em.debug:
+            d = Deferred(self.em, shape, t, body)
+            return Block(shape, dtype, d.at, deps=frozenset([d]))
         else:
             self.em.versioned(shape, body, self.em.lanes(t))
         if not shape:
@@ -361,6 +370,7 @@ class Builtins:
         return buffer_block(buf, shape, dtype)
 
     def b_store(self, pointer, value, mask=None, boundary_check=(), cache_modifier="", eviction_policy=""):
+        self.frontend.flush()
         if isinstance(pointer, BlockPtr):
             pointer, mask, _ = self._block_ptr_access(pointer, boundary_check, "")
         if not V.is_runtime(pointer) or not pointer.dtype.is_pointer:
@@ -389,6 +399,7 @@ class Builtins:
         self.em.versioned(shape, body, self.em.lanes(t))
 
     def _atomic(self, name: str, pointer, operands: list, mask):
+        self.frontend.flush()
         if not V.is_runtime(pointer) or not pointer.dtype.is_pointer:
             raise TileTypeError(f"tl.{name} of something that is not a pointer")
         base = pointer.base
@@ -502,7 +513,7 @@ class Builtins:
         return input
 
     def b_debug_barrier(self):
-        return None
+        self.frontend.flush()
 
     def b_static_assert(self, cond, msg=""):
         if V.is_runtime(cond):

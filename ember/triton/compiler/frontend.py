@@ -102,6 +102,26 @@ class Frontend:
         finally:
             self.node = saved
 
+    def flush(self) -> None:
+        """Read in the deferred loads that values still in use read (lower.Deferred): a
+        statement that writes memory follows."""
+        live: set = set()
+
+        def visit(v):
+            if isinstance(v, V.Block):
+                live.update(v.deps)
+            elif isinstance(v, tuple | list):
+                for x in v:
+                    visit(x)
+
+        for frame in self.frames:
+            for v in frame.env.values():
+                visit(v)
+        for d in self.em.pending:
+            if d.buffer is None and d in live:
+                d.read()
+        self.em.pending = []
+
     # -- statements ------------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt]) -> None:
         for i, s in enumerate(stmts):
@@ -181,6 +201,7 @@ class Frontend:
         if cond.shape:
             raise self.error("`if` on a block: use tl.where, or a mask")
         test = V.convert(cond.expr, cond.dtype, tld.int1)
+        self.flush()
         before = dict(self.env)
         with self.em.capture() as then_stmts:
             self.block(s.body)
@@ -255,6 +276,7 @@ class Frontend:
             count = (lo - hi + (-step - 1)) // (-step)
         else:
             raise self.error("a run-time loop step: give the step as a constexpr")
+        self.flush()
         carried = self._carried(s, s.target.id)
         bufs = self._enter_carried(carried)
         k = Var("k")
@@ -270,6 +292,7 @@ class Frontend:
     def while_(self, s: ast.While) -> None:
         if s.orelse:
             raise self.error("`while ... else` is not supported by the compiler")
+        self.flush()
         carried = self._carried(s, None)
         bufs = self._enter_carried(carried)
         with self.em.capture() as pre:
@@ -523,7 +546,7 @@ def _offsets(v):
     """A pointer value as its element offsets (int64)."""
     if isinstance(v, V.Scalar):
         return V.Scalar(v.expr, tld.int64)
-    return V.Block(v.shape, tld.int64, v.at, cost=v.cost)
+    return V.Block(v.shape, tld.int64, v.at, cost=v.cost, deps=v.deps)
 
 
 def _read_block_ptr(buf, p: V.BlockPtr) -> V.BlockPtr:

@@ -37,7 +37,9 @@ class Emitter:
         self.lists: list[list[Stmt]] = [[]]
         self.allocs: list[Buffer] = []
         self.masks: list[PrimExpr] | None = None  # collected while a versioned nest is built
+        self.full = False  # building the unmasked version of a versioned nest
         self.lane_vars: dict[Var, int] = {}
+        self.pending: list[Deferred] = []  # loads not yet read into memory
 
     # -- statements ----------------------------------------------------------------------------
     def emit(self, s: Stmt | None) -> None:
@@ -96,21 +98,20 @@ class Emitter:
     def versioned(self, shape: tuple[int, ...], body: Body, lanes: int) -> None:
         """Emit the nest of body over shape; masked accesses (body's `full` False) are versioned
         as the module doc says."""
-        saved, self.masks = self.masks, []
+        saved = self.masks, self.full
         try:
+            self.masks, self.full = [], False
             slow = self.nest(shape, lambda idx: body(idx, False), vector=False)
             masks = self.masks
+            full = None if self.debug else all_true(masks, self.lane_vars)
+            if masks and full is None:
+                self.emit(slow)
+                return
+            self.masks, self.full = None, True
+            fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes)
         finally:
-            self.masks = saved
-        if not masks:
-            self.emit(self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes))
-            return
-        full = None if self.debug else all_true(masks, self.lane_vars)
-        if full is None:
-            self.emit(slow)
-            return
-        fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes)
-        self.emit(IfThenElse(full, fast, slow))
+            self.masks, self.full = saved
+        self.emit(IfThenElse(full, fast, slow) if masks else fast)
 
     def mask(self, m: PrimExpr) -> PrimExpr:
         """Record a mask of the nest being built (see versioned)."""
@@ -232,6 +233,35 @@ class Emitter:
                    BufferStore(c, BufferLoad(tile, (t_at,), c.dtype), (row * n + col,))))
         body = Allocate(tile, seq(load, For(kk, const(0), const(k), "serial", fma), back))
         self.emit(For(i0, const(0), const(m // mr), "serial", For(j0, const(0), const(n // nr), "serial", body)))
+
+
+class Deferred:
+    """A block load read where it is consumed: inside a versioned nest (a store, another
+    load) it is an access of the argument's memory, predicated like the nest; anywhere else
+    (a reduction, tl.dot, a loop) it is first read into a local buffer, once. Before a
+    statement that writes memory, the frontend reads in the deferred loads that values still
+    use (`Frontend.flush`), so a load never sees a later store."""
+
+    def __init__(self, em: Emitter, shape: tuple[int, ...], dtype: str, direct: Body):
+        self.em, self.shape, self.dtype, self.direct = em, shape, dtype, direct
+        self.buffer: Buffer | None = None
+        em.pending.append(self)
+
+    def at(self, idx: tuple[PrimExpr, ...]) -> PrimExpr:
+        if self.buffer is None and (self.em.masks is not None or self.em.full):
+            return self.direct(idx, self.em.full)
+        if self.buffer is None:
+            self.read()
+        return BufferLoad(self.buffer, (V.flat_index(self.shape, idx),), self.dtype)
+
+    def read(self) -> None:
+        if self.buffer is not None:
+            return
+        buf = self.em.local("ld", self.shape, self.dtype)
+        self.em.versioned(self.shape, lambda idx, full: BufferStore(buf, self.direct(idx, full),
+                                                                    (V.flat_index(self.shape, idx),)),
+                          self.em.lanes(self.dtype))
+        self.buffer = buf
 
 
 def buffer_block(buf: Buffer, shape: tuple[int, ...], dtype) -> V.Block:

@@ -39,7 +39,8 @@ def lift(op, *vals, dtype: tld.dtype, cost: int = 1, base=None) -> Scalar | Bloc
     if not shape:
         return Scalar(op(*(v.expr for v in vals)), dtype, base)
     total = cost + sum(getattr(v, "cost", 0) for v in vals)
-    return Block(shape, dtype, lambda idx: op(*(V.element(v, idx) for v in vals)), base=base, cost=total)
+    return Block(shape, dtype, lambda idx: op(*(V.element(v, idx) for v in vals)), base=base, cost=total,
+                 deps=V.deps_of(*vals))
 
 
 def cast_to(v, dtype: tld.dtype):

@@ -73,6 +73,7 @@ class Block:
     base: Param | None = None
     buffer: Buffer | None = None  # set when the block is kept in this local buffer, row-major
     cost: int = 1  # expression nodes: decides when a named value is worth keeping in memory
+    deps: frozenset = frozenset()  # the deferred loads (lower.Deferred) it reads
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,6 +174,14 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
             raise TileTypeError(f"shapes {' and '.join(str(list(s)) for s in shapes)} do not broadcast")
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def deps_of(*vals) -> frozenset:
+    out = frozenset()
+    for v in vals:
+        if isinstance(v, Block):
+            out |= v.deps
+    return out
 
 
 def element(v: Scalar | Block, idx: tuple[PrimExpr, ...]) -> PrimExpr:
