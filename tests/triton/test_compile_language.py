@@ -330,3 +330,37 @@ def test_integers():
     int_kernel[(cdiv(n, 32),)](x, out, n, BLOCK=32)
     y = (x * 3 + 7) // 4 - x % 5
     np.testing.assert_array_equal(out, np.where(x > 10, y, -y))
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    start = tl.program_id(0) * BM
+    head = tl.program_id(1) * S * D
+    rm = start + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + head + rm[:, None] * D + rd[None, :], mask=rm[:, None] < S, other=0.0)
+    m_i = tl.full((BM,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for j in range(0, tl.cdiv(S, BN)):
+        rn = j * BN + tl.arange(0, BN)
+        k = tl.load(k_ptr + head + rn[None, :] * D + rd[:, None], mask=rn[None, :] < S, other=0.0)
+        s = tl.where(rn[None, :] < S, tl.dot(q, k) * scale, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + head + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m_i = m_new
+    tl.store(o_ptr + head + rm[:, None] * D + rd[None, :], acc / l_i[:, None], mask=rm[:, None] < S)
+
+
+def test_fused_attention():
+    H, S, D = 2, 75, 32
+    q, k, v = (rng.standard_normal((H, S, D), dtype=np.float32) for _ in range(3))
+    o = np.full_like(q, np.nan)
+    attention_kernel[(cdiv(S, 16), H)](q, k, v, o, S, D ** -0.5, D=D, BM=16, BN=32)
+    s = q.astype(np.float64) @ k.transpose(0, 2, 1) * D ** -0.5
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(o, p / p.sum(-1, keepdims=True) @ v, rtol=1e-4, atol=1e-5)
