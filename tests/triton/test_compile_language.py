@@ -364,3 +364,60 @@ def test_fused_attention():
     s = q.astype(np.float64) @ k.transpose(0, 2, 1) * D ** -0.5
     p = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(o, p / p.sum(-1, keepdims=True) @ v, rtol=1e-4, atol=1e-5)
+
+
+@triton.jit
+def layer_norm_fwd(X, Y, W, B, Mean, Rstd, Lock, Count, stride, N, eps, BLOCK: tl.constexpr, GROUP: tl.constexpr):
+    row = tl.program_id(0)
+    X += row * stride
+    Y += row * stride
+    _mean = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        a = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+        _mean += a
+    mean = tl.sum(_mean, axis=0) / N
+    _var = tl.zeros([BLOCK], dtype=tl.float32)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        x = tl.load(X + cols, mask=cols < N, other=0.).to(tl.float32)
+        x = tl.where(cols < N, x - mean, 0.)
+        _var += x * x
+    rstd = 1 / tl.sqrt(tl.sum(_var, axis=0) / N + eps)
+    tl.store(Mean + row, mean)
+    tl.store(Rstd + row, rstd)
+    for off in range(0, N, BLOCK):
+        cols = off + tl.arange(0, BLOCK)
+        mask = cols < N
+        w = tl.load(W + cols, mask=mask)
+        b = tl.load(B + cols, mask=mask)
+        x = tl.load(X + cols, mask=mask, other=0.).to(tl.float32)
+        tl.store(Y + cols, (x - mean) * rstd * w + b, mask=mask)
+    lock_id = row % GROUP
+    Lock += lock_id
+    Count += lock_id
+    while tl.atomic_cas(Lock, 0, 1) == 1:
+        pass
+    count = tl.load(Count)
+    if count == 0:
+        tl.atomic_xchg(Count, 1)
+    else:
+        tl.store(Count, count + 1)
+    tl.atomic_xchg(Lock, 0)
+
+
+def test_layer_norm_with_lock():
+    M, N, group = 37, 300, 4
+    x = rng.standard_normal((M, N)).astype(np.float16)
+    w, b = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+    y = np.full((M, N), np.nan, np.float16)
+    mean, rstd = np.empty(M, np.float32), np.empty(M, np.float32)
+    lock, count = np.zeros(group, np.int32), np.zeros(group, np.int32)
+    layer_norm_fwd[(M,)](x, y, w, b, mean, rstd, lock, count, N, N, 1e-5, BLOCK=128, GROUP=group)
+    x32 = x.astype(np.float32)
+    np.testing.assert_allclose(mean, x32.mean(1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rstd, 1 / np.sqrt(x32.var(1) + 1e-5), rtol=1e-4)
+    ref = (x32 - x32.mean(1, keepdims=True)) / np.sqrt(x32.var(1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(count, np.bincount(np.arange(M) % group))
+    np.testing.assert_array_equal(lock, 0)

@@ -287,7 +287,7 @@ class Frontend:
             self.block(s.body)
             self._write_back(carried, bufs)
         self.em.emit(For(k, const(0), _max0(count), "serial", seq(*body)))
-        self._after_loop(carried, bufs)
+        self._after_loop(s, carried, bufs)
 
     def while_(self, s: ast.While) -> None:
         if s.orelse:
@@ -300,7 +300,7 @@ class Frontend:
         if not V.is_runtime(cond):
             if cond:
                 raise self.error("`while` on a constant true condition never ends")
-            self._after_loop(carried, bufs)
+            self._after_loop(s, carried, bufs)
             return
         test = self.em.local("w", (), "bool")
         with self.em.capture() as body:
@@ -311,13 +311,16 @@ class Frontend:
         self.em.lists[-1].extend(pre)
         self.em.emit(BufferStore(test, V.convert(cond.expr, cond.dtype, tld.int1), (const(0),)))
         self.em.emit(While(BufferLoad(test, (const(0),), "bool"), seq(*body)))
-        self._after_loop(carried, bufs)
+        self._after_loop(s, carried, bufs)
+
+    @staticmethod
+    def _assigned(s) -> set[str]:
+        nodes = [*s.body, s.target] if isinstance(s, ast.For) else s.body
+        return {node.id for node in ast.walk(ast.Module(body=nodes, type_ignores=[]))
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
     def _carried(self, s, target: str | None) -> list[str]:
-        assigned = set()
-        for node in ast.walk(ast.Module(body=s.body, type_ignores=[])):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                assigned.add(node.id)
+        assigned = self._assigned(s)
         return sorted(n for n in assigned if n in self.env and n != target
                       and (V.is_runtime(self.env[n]) or type(self.env[n]) in (int, float)))
 
@@ -378,7 +381,11 @@ class Frontend:
         for buf, new, shape in staged:
             self.em.store_block(buf, new, shape)
 
-    def _after_loop(self, carried: list[str], bufs: dict) -> None:
+    def _after_loop(self, s, carried: list[str], bufs: dict) -> None:
+        """Carried names read their buffers; the others the body assigned (and the loop
+        variable) are gone: their values belong to one iteration."""
+        for name in self._assigned(s) - set(carried):
+            self.env.pop(name, None)
         for name in carried:
             buf, shape, dtype, base = bufs[name]
             self.env[name] = _read_block_ptr(buf, dtype) if shape is None else _read(buf, shape, dtype, base)
