@@ -421,3 +421,24 @@ def test_layer_norm_with_lock():
     np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2e-3, atol=2e-3)
     np.testing.assert_array_equal(count, np.bincount(np.arange(M) % group))
     np.testing.assert_array_equal(lock, 0)
+
+
+@triton.jit
+def gather_walk_kernel(x_ptr, idx_ptr, out_ptr, steps, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    ptrs = x_ptr + offs  # advanced by a different offset per element: kept in memory
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for _ in range(steps):
+        acc += tl.load(ptrs)
+        ptrs = ptrs + tl.load(idx_ptr + offs)
+    tl.store(out_ptr + offs, acc)
+
+
+def test_pointer_blocks_with_varying_steps():
+    block, steps = 16, 3
+    step = rng.integers(0, 4, block).astype(np.int32)
+    x = rng.random(block + steps * 4, dtype=np.float32)
+    out = np.zeros(block, np.float32)
+    gather_walk_kernel[(1,)](x, step, out, steps, BLOCK=block)
+    ref = sum(x[np.arange(block) + i * step] for i in range(steps))
+    np.testing.assert_allclose(out, ref, rtol=1e-6)

@@ -20,7 +20,9 @@ import inspect
 from dataclasses import dataclass
 
 from ...errors import TileError
+from ...tir.arith import Analyzer
 from ...tir.expr import BufferLoad, Var, cast, const
+from ...tir.functor import uses_var
 from ...tir.stmt import BufferStore, For, IfThenElse, While, seq
 from ..jit import JITFunction
 from ..language import core as tlcore
@@ -178,7 +180,8 @@ class Frontend:
     def assign(self, target: ast.expr, value) -> None:
         match target:
             case ast.Name(id=name):
-                if isinstance(value, V.Block) and value.buffer is None and value.cost >= 8:
+                if isinstance(value, V.Block) and value.buffer is None and value.cost >= 8 \
+                        and not value.dtype.is_pointer:
                     value = self.em.materialize(value, name[:8])  # computed once, read by each use
                 self.env[name] = value
             case ast.Tuple(elts=elts) | ast.List(elts=elts):
@@ -278,14 +281,26 @@ class Frontend:
             raise self.error("a run-time loop step: give the step as a constexpr")
         self.flush()
         carried = self._carried(s, s.target.id)
-        bufs = self._enter_carried(carried)
+        # pointer blocks are first tried as their value before the loop plus a stepped offset
+        stepping = {n for n in carried if isinstance(self.env[n], V.Block) and self.env[n].dtype.is_pointer
+                    and self.env[n].buffer is None and not self.env[n].deps}
         k = Var("k")
-        with self.em.capture() as body:
-            i = lo + k * st
-            self.env[s.target.id] = V.Scalar(cast(V.tir_dtype(idx_dtype), i) if idx_dtype != tld.int64 else i,
-                                             idx_dtype)
-            self.block(s.body)
-            self._write_back(carried, bufs)
+        env, emitted = dict(self.env), len(self.em.lists[-1])
+        while True:
+            try:
+                bufs = self._enter_carried(carried, stepping)
+                with self.em.capture() as body:
+                    i = lo + k * st
+                    self.env[s.target.id] = V.Scalar(cast(V.tir_dtype(idx_dtype), i)
+                                                     if idx_dtype != tld.int64 else i, idx_dtype)
+                    self.block(s.body)
+                    self._write_back(carried, bufs)
+                break
+            except _NotStepped as e:  # its update is not a step: kept in memory instead
+                stepping.discard(e.name)
+                self.env.clear()
+                self.env.update(env)
+                del self.em.lists[-1][emitted:]
         self.em.emit(For(k, const(0), _max0(count), "serial", seq(*body)))
         self._after_loop(s, carried, bufs)
 
@@ -324,10 +339,16 @@ class Frontend:
         return sorted(n for n in assigned if n in self.env and n != target
                       and (V.is_runtime(self.env[n]) or type(self.env[n]) in (int, float)))
 
-    def _enter_carried(self, carried: list[str]) -> dict:
+    def _enter_carried(self, carried: list[str], stepping: set[str] = frozenset()) -> dict:
         bufs = {}
         for name in carried:
             v = _runtime(self.env[name])
+            if name in stepping:
+                step = self.em.local(name[:8], (), "int64")
+                self.em.emit(BufferStore(step, const(0), (const(0),)))
+                bufs[name] = (step, "step", v, v.base)
+                self.env[name] = _stepped(v, step)
+                continue
             if isinstance(v, V.BlockPtr):  # its offsets change
                 buf = self.em.local(name[:8], (len(v.offsets),), "int64")
                 for d, o in enumerate(v.offsets):
@@ -354,6 +375,9 @@ class Frontend:
             if new is None:
                 raise self.error(f"{name} is undefined at the end of the loop body")
             new = _runtime(new)
+            if shape == "step":
+                staged.append((buf, self._step(name, dtype, buf, new), ()))
+                continue
             if shape is None:
                 if not isinstance(new, V.BlockPtr) or new.base is not dtype.base:
                     raise self.error(f"block pointer {name} becomes another pointer in the loop body")
@@ -381,6 +405,17 @@ class Frontend:
         for buf, new, shape in staged:
             self.em.store_block(buf, new, shape)
 
+    def _step(self, name: str, start: V.Block, step, new) -> V.Scalar:
+        """The new offset of a stepped pointer block (the same step for every element), or
+        _NotStepped."""
+        if not isinstance(new, V.Block) or new.shape != start.shape or new.base is not start.base:
+            raise _NotStepped(name)
+        idx = tuple(Var(f"q{d}") for d in range(len(start.shape)))
+        diff = Analyzer().simplify(new.at(idx) - _stepped(start, step).at(idx))
+        if uses_var(diff, list(idx)):
+            raise _NotStepped(name)
+        return self.em.scalar(BufferLoad(step, (const(0),), "int64") + diff, tld.int64, "n")
+
     def _after_loop(self, s, carried: list[str], bufs: dict) -> None:
         """Carried names read their buffers; the others the body assigned (and the loop
         variable) are gone: their values belong to one iteration."""
@@ -388,7 +423,10 @@ class Frontend:
             self.env.pop(name, None)
         for name in carried:
             buf, shape, dtype, base = bufs[name]
-            self.env[name] = _read_block_ptr(buf, dtype) if shape is None else _read(buf, shape, dtype, base)
+            if shape == "step":
+                self.env[name] = _stepped(dtype, buf)
+            else:
+                self.env[name] = _read_block_ptr(buf, dtype) if shape is None else _read(buf, shape, dtype, base)
 
     # -- expressions -----------------------------------------------------------------------------
     def expr(self, e: ast.expr):
@@ -554,6 +592,17 @@ def _offsets(v):
     if isinstance(v, V.Scalar):
         return V.Scalar(v.expr, tld.int64)
     return V.Block(v.shape, tld.int64, v.at, cost=v.cost, deps=v.deps)
+
+
+class _NotStepped(Exception):
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _stepped(start: V.Block, step) -> V.Block:
+    """A pointer block advanced by the offset in `step` (a one-element buffer) from `start`."""
+    return V.Block(start.shape, start.dtype, lambda idx: start.at(idx) + BufferLoad(step, (const(0),), "int64"),
+                   base=start.base, cost=start.cost + 1)
 
 
 def _read_block_ptr(buf, p: V.BlockPtr) -> V.BlockPtr:

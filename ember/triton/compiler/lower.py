@@ -217,8 +217,11 @@ class Emitter:
         """c[m, n] += a[m, k] @ b[k, n] (row-major local buffers of c's type): the micro-kernel."""
         lanes = self.lanes(c.dtype)
         nr = min(n, 2 * lanes)
-        mr = min(m, 8 if nr <= lanes else 6 if m % 6 == 0 else 4)
-        while m % mr:
+        # accumulators, a broadcast of A and the vectors of B within the vector registers
+        # (32 with AVX-512, 16 below)
+        registers = 32 if self.vector_bytes >= 64 else 16
+        mr = 8
+        while mr > 1 and (mr * (nr // lanes or 1) + (nr // lanes or 1) + 1 > registers or m % mr):
             mr //= 2
         i0, j0, kk, ii, jj = Var("i0"), Var("j0"), Var("kk"), Var("ii"), Var("jj")
         tile = Buffer(f"acc{next(_names)}", (const(mr * nr),), c.dtype, scope="local")
