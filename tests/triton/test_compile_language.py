@@ -442,3 +442,31 @@ def test_pointer_blocks_with_varying_steps():
     gather_walk_kernel[(1,)](x, step, out, steps, BLOCK=block)
     ref = sum(x[np.arange(block) + i * step] for i in range(steps))
     np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+@triton.jit
+def bits_scan_kernel(x_ptr, out_ptr, cs_ptr, cp_ptr, cat_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    if pid > 0:  # the early-return idiom: only program 0 works
+        return
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+    tl.store(out_ptr + offs, (x << 2) + (x >> 1) + (x & 7) + ~x, mask=offs < n)
+    tl.store(cs_ptr + offs, tl.cumsum(x, axis=0), mask=offs < n)
+    f = (x % 3 + 1).to(tl.float32)
+    tl.store(cp_ptr + offs, tl.cumprod(f, axis=0, reverse=True), mask=offs < n)
+    tl.store(cat_ptr + tl.arange(0, 2 * BLOCK), tl.cat(x, x * 10))
+
+
+def test_bits_scans_cat_and_early_return():
+    n, block = 10, 16
+    x = rng.integers(-50, 50, n).astype(np.int32)
+    out, cs = np.zeros(n, np.int32), np.zeros(n, np.int32)
+    cp, cat = np.zeros(n, np.float32), np.zeros(2 * block, np.int32)
+    bits_scan_kernel[(3,)](x, out, cs, cp, cat, n, BLOCK=block)
+    np.testing.assert_array_equal(out, (x << 2) + (x >> 1) + (x & 7) + ~x)
+    np.testing.assert_array_equal(cs, np.cumsum(x))
+    xp = np.pad(x, (0, block - n))
+    f = (xp % 3 + 1).astype(np.float64)
+    np.testing.assert_allclose(cp, np.cumprod(f[::-1])[::-1][:n], rtol=1e-6)
+    np.testing.assert_array_equal(cat, np.concatenate([xp, xp * 10]))

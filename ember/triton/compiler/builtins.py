@@ -269,6 +269,37 @@ class Builtins:
     def b_argmin(self, input, axis, tie_break_left=True, keep_dims=False):
         return self._extreme("min", input, axis, True, keep_dims)[1]
 
+    def _scan(self, input, axis, reverse, combine):
+        if isinstance(input, Scalar):
+            return input
+        dtype = input.dtype
+        if dtype.is_int() and V._INT_BITS[dtype.name] < 32:
+            dtype = tld.int32
+        return self.em.scan(input, axis % len(input.shape), combine, dtype, reverse)
+
+    def b_cumsum(self, input, axis=0, reverse=False):
+        return self._scan(input, axis, reverse, lambda a, b: a + b)
+
+    def b_cumprod(self, input, axis=0, reverse=False):
+        return self._scan(input, axis, reverse, lambda a, b: a * b)
+
+    def b_cat(self, input, other, can_reorder=False):
+        if input.shape[1:] != other.shape[1:]:
+            raise TileTypeError(f"tl.cat of {list(input.shape)} and {list(other.shape)}: the shapes differ after "
+                                f"the first dimension")
+        input, other, dtype = ops.typed(input, other)
+        a, b = self.em.materialize(ops.cast_to(input, dtype)), self.em.materialize(ops.cast_to(other, dtype))
+        n = a.shape[0]
+
+        def at(idx):
+            first = te.binary("<", idx[0], const(n, idx[0].dtype))
+            # both sides read in bounds: each index clamped into its own block
+            ia = te.min_(idx[0], const(n - 1, idx[0].dtype))
+            ib = te.max_(idx[0] - n, const(0, idx[0].dtype))
+            return select(first, a.at((ia, *idx[1:])), b.at((ib, *idx[1:])))
+
+        return Block((n + b.shape[0], *a.shape[1:]), dtype, at, cost=3)
+
     def b_softmax(self, input, ieee_rounding=False):
         m = self.b_max(input, len(input.shape) - 1, keep_dims=True)
         e = self.em.materialize(ops.math("exp", ops.binary("-", input, m)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins as py
+import contextlib
 import inspect
 from dataclasses import dataclass
 
@@ -128,6 +129,14 @@ class Frontend:
     def block(self, stmts: list[ast.stmt]) -> None:
         for i, s in enumerate(stmts):
             self.node = s
+            last = i == len(stmts) - 1
+            if _returns_early(s) and not last:
+                # `if c: ...; return` then the rest: the rest is the `else` of that if
+                rest = [*s.orelse, *stmts[i + 1:]]
+                s = ast.copy_location(ast.If(test=s.test, body=s.body[:-1] or [ast.Pass()], orelse=rest), s)
+                last = True
+            if isinstance(s, ast.Return) and s.value is None and last:
+                return  # nothing follows it
             if isinstance(s, ast.Return):
                 value = None if s.value is None else self.expr(s.value)
                 if i != len(stmts) - 1:
@@ -136,6 +145,8 @@ class Frontend:
                 raise _Return(value)
             try:
                 self.stmt(s)
+                if last:
+                    return
             except (TileError, _Return):
                 raise
             except V.TileTypeError as e:
@@ -206,12 +217,12 @@ class Frontend:
         test = V.convert(cond.expr, cond.dtype, tld.int1)
         self.flush()
         before = dict(self.env)
-        with self.em.capture() as then_stmts:
+        with self.em.capture() as then_stmts, _no_return(self):
             self.block(s.body)
         then_env = dict(self.env)
         self.env.clear()
         self.env.update(before)
-        with self.em.capture() as else_stmts:
+        with self.em.capture() as else_stmts, _no_return(self):
             self.block(s.orelse)
         else_env = dict(self.env)
         merged = dict(else_env)
@@ -289,7 +300,7 @@ class Frontend:
         while True:
             try:
                 bufs = self._enter_carried(carried, stepping)
-                with self.em.capture() as body:
+                with self.em.capture() as body, _no_return(self):
                     i = lo + k * st
                     self.env[s.target.id] = V.Scalar(cast(V.tir_dtype(idx_dtype), i)
                                                      if idx_dtype != tld.int64 else i, idx_dtype)
@@ -318,7 +329,7 @@ class Frontend:
             self._after_loop(s, carried, bufs)
             return
         test = self.em.local("w", (), "bool")
-        with self.em.capture() as body:
+        with self.em.capture() as body, _no_return(self):
             self.block(s.body)
             self._write_back(carried, bufs)
             again = self.expr(s.test)
@@ -592,6 +603,22 @@ def _offsets(v):
     if isinstance(v, V.Scalar):
         return V.Scalar(v.expr, tld.int64)
     return V.Block(v.shape, tld.int64, v.at, cost=v.cost, deps=v.deps)
+
+
+@contextlib.contextmanager
+def _no_return(frontend: Frontend):
+    """A value returned under a run-time condition or in a run-time loop is an error."""
+    try:
+        yield
+    except _Return:
+        raise frontend.error("`return` of a value under a run-time condition is not supported by the compiler: "
+                             "assign it, and return it at the end of the function") from None
+
+
+def _returns_early(s: ast.stmt) -> bool:
+    """An `if` whose body ends with a bare `return` and whose `else` does not return."""
+    return (isinstance(s, ast.If) and isinstance(s.body[-1], ast.Return) and s.body[-1].value is None
+            and not any(isinstance(x, ast.Return) for x in s.orelse))
 
 
 class _NotStepped(Exception):

@@ -85,12 +85,12 @@ stats = {"compiled": 0, "loaded": 0}  # specializations built from the kernel, r
 
 @functools.cache
 def compiler_digest() -> str:
-    """The hash of this compiler's own modules and of the loop IR's code generator: a cached
-    specialization is only reused by the compiler that made it."""
+    """The hash of this compiler's own modules and of the loop IR's passes and code generator:
+    a cached specialization is only reused by the compiler that made it."""
     h = hashlib.sha256()
-    folders = (Path(__file__).parent, Path(__file__).parents[3] / "ember" / "codegen")
-    for folder in folders:
-        for f in sorted(folder.glob("*.py")):
+    ember_root = Path(__file__).parents[2]
+    for folder in (Path(__file__).parent, ember_root / "codegen", ember_root / "tir"):
+        for f in sorted(folder.rglob("*.py")):
             h.update(f.read_bytes())
     return h.hexdigest()
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ...tir import dtype as tdt
 from ...tir.expr import Binary, Buffer, BufferLoad, Cast, Const, PrimExpr, Var, as_int, const, select
+from ...tir.expr import binary as te_binary
 from ...tir.functor import substitute, uses_var
 from ...tir.stmt import Allocate, BufferStore, For, IfThenElse, Stmt, seq
 from . import values as V
@@ -211,6 +212,29 @@ class Emitter:
             return (V.Scalar(BufferLoad(val, (const(0),), tdtype), x.dtype),
                     V.Scalar(BufferLoad(arg, (const(0),), "int32"), index_dtype))
         return buffer_block(val, out_shape, x.dtype), buffer_block(arg, out_shape, index_dtype)
+
+    def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
+        """The inclusive scan of x along axis (tl.cumsum, tl.cumprod): a serial loop along the
+        axis, inside the loops of the other axes."""
+        tdtype = V.tir_dtype(dtype)
+        shape = x.shape
+        out = self.local("scan", shape, tdtype)
+        rest = shape[:axis] + shape[axis + 1:]
+        n = shape[axis]
+
+        def line(ridx):
+            j = Var("j")
+            pos = const(n - 1) - j if reverse else j
+            prev = const(n) - j if reverse else j - 1
+            idx = (*ridx[:axis], pos, *ridx[axis:])
+            before = (*ridx[:axis], prev, *ridx[axis:])
+            value = V.convert(V.element(x, idx), x.dtype, dtype)
+            acc = select(te_binary("==", j, const(0)), value,
+                         combine(BufferLoad(out, (V.flat_index(shape, before),), tdtype), value))
+            return For(j, const(0), const(n), "serial", BufferStore(out, acc, (V.flat_index(shape, idx),)))
+
+        self.emit(self.nest(rest, line, vector=False) if rest else line(()))
+        return buffer_block(out, shape, dtype)
 
     # -- tl.dot --------------------------------------------------------------------------------------
     def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:

@@ -63,13 +63,17 @@ def binary(op: str, a, b):
     pb = V.is_runtime(b) and b.dtype.is_pointer
     if pa or pb:
         return _pointer_arith(op, a, b, pa, pb)
+    if op in ("<<", ">>", "&") and not V.is_runtime(b) and V.is_runtime(a) and a.dtype.is_int() \
+            and not a.dtype.is_bool():
+        return _bits(op, a, b)
     a, b, dtype = typed(a, b)
     if op in COMPARE:
         return lift(lambda x, y: _cmp(op, x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=tld.int1)
     if op in ("&", "|", "^"):
         if not dtype.is_bool():
-            raise TileTypeError(f"bitwise `{op}` on {dtype.name} is not supported by the compiler yet "
-                                f"(only on booleans: masks)")
+            raise TileTypeError(f"bitwise `{op}` between two {dtype.name} values is not supported by the compiler "
+                                f"yet (it is on booleans, and `&` with a constant 2**k - 1, `<<` and `>>` by a "
+                                f"constant on integers)")
         if op == "^":
             return lift(lambda x, y: te.binary("!=", x, y), a, b, dtype=tld.int1)
         return lift(lambda x, y: te.binary("&&" if op == "&" else "||", x, y), a, b, dtype=tld.int1)
@@ -86,6 +90,27 @@ def binary(op: str, a, b):
     if op not in ARITH:
         raise TileTypeError(f"operator `{op}` is not supported by the compiler")
     return lift(lambda x, y: te.binary(ARITH[op], x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
+
+
+def _bits(op: str, a, b):
+    """Shifts by a constant and `&` with a constant of low bits, as the arithmetic they are:
+    x << k == x * 2**k, x >> k == x // 2**k (floor: the arithmetic shift), x & (2**k - 1) ==
+    x mod 2**k (two's complement)."""
+    if not isinstance(b, int) or isinstance(b, bool):
+        raise TileTypeError(f"`{op}` by {b!r}: a constant integer")
+    bits = V._INT_BITS[a.dtype.name]
+    if op == "&":
+        if b < 0 or b & (b + 1):
+            raise TileTypeError(f"`&` with {b:#x} is not supported by the compiler yet (with a constant 2**k - 1 "
+                                f"it is)")
+        if b >= (1 << bits) - 1:
+            return a
+        return lift(lambda x: te.binary("%", x, const(b + 1, x.dtype)), a, dtype=a.dtype)
+    if not 0 <= b < bits:
+        raise TileTypeError(f"a shift by {b} of a {a.dtype.name}")
+    if op == "<<":
+        return lift(lambda x: te.binary("*", x, const(1 << b, x.dtype)), a, dtype=a.dtype)
+    return lift(lambda x: te.binary("//", x, const(1 << b, x.dtype)), a, dtype=a.dtype)
 
 
 def python_binary(op: str, a, b):
@@ -151,7 +176,9 @@ def unary(op: str, a):
             return lift(lambda x: te.Not(x, x.dtype), a, dtype=tld.int1)
         if op == "not":
             return binary("==", a, 0)
-        raise TileTypeError(f"`~` on {a.dtype.name} is not supported by the compiler yet (only on booleans)")
+        if a.dtype.is_int():
+            return binary("-", binary("-", 0, a), 1)  # two's complement: ~x == -x - 1
+        raise TileTypeError(f"`~` on {a.dtype.name}")
     raise TileTypeError(f"unary operator {op}")
 
 
