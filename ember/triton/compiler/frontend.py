@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ...errors import TileError
 from ...tir.arith import Analyzer
-from ...tir.expr import BufferLoad, Var, cast, const
+from ...tir.expr import BufferLoad, Const, Var, cast, const
 from ...tir.functor import uses_var
 from ...tir.stmt import BufferStore, For, IfThenElse, While, seq
 from ..jit import JITFunction
@@ -194,6 +194,10 @@ class Frontend:
                 if isinstance(value, V.Block) and value.buffer is None and value.cost >= 8 \
                         and not value.dtype.is_pointer:
                     value = self.em.materialize(value, name[:8])  # computed once, read by each use
+                elif isinstance(value, V.Scalar) and not isinstance(value.expr, Const | Var | BufferLoad):
+                    # a named scalar (pid_m, an offset) is computed once, not in every loop that reads it
+                    value = V.Scalar(self.em.scalar(value.expr, value.dtype, name[:8]).expr, value.dtype,
+                                     value.base)
                 self.env[name] = value
             case ast.Tuple(elts=elts) | ast.List(elts=elts):
                 if not isinstance(value, tuple | list) or len(value) != len(elts):
