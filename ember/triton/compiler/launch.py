@@ -100,7 +100,9 @@ def debug_mode(jit_fn: JITFunction, options: dict) -> bool:
         return bool(options["debug"])
     if jit_fn.debug is not None:
         return bool(jit_fn.debug)
-    return any(os.environ.get(var, "").strip().lower() in config.TRUE for var in ("EMBER_TRITON_DEBUG", "TRITON_DEBUG"))
+    if os.environ.get("TRITON_DEBUG", "").strip().lower() in config.TRUE:
+        return True
+    return config.get("triton_debug")
 
 
 def source_digest(fn: JITFunction) -> str:
