@@ -341,7 +341,7 @@ class Builtins:
         return self.em.materialize(ops.cast_to(v, work), "op").buffer
 
     # -- memory ---------------------------------------------------------------------------------------
-    def _check(self, base, off: PrimExpr, what: str) -> PrimExpr | None:
+    def _check(self, base, off: PrimExpr) -> PrimExpr | None:
         """Debug mode: the condition that off is inside its argument's span (None otherwise)."""
         if not self.em.debug:
             return None
@@ -381,7 +381,7 @@ class Builtins:
             fallback = V.element(other, idx) if other is not None else const(0, t)
             value = BufferLoad(base.buffer, (off,), t)
             out = V.flat_index(shape, idx)
-            inb = self._check(base, off, "load")
+            inb = self._check(base, off)
             if inb is not None:
                 ok = inb if m is None else te.binary("&&", m, inb)
                 bad = _not(inb) if m is None else te.binary("&&", m, _not(inb))
@@ -420,7 +420,7 @@ class Builtins:
         def body(idx, full):
             off = V.element(pointer, idx)
             s = BufferStore(base.buffer, V.element(value, idx), (off,))
-            inb = self._check(base, off, "store")
+            inb = self._check(base, off)
             if inb is not None:
                 s = IfThenElse(inb, s, self._fail(site))
             if mask is None or full:
@@ -448,7 +448,7 @@ class Builtins:
             call = Call(name, (BufferLoad(base.buffer, (off,), t), *(V.element(o, idx) for o in operands)),
                         V.tir_dtype(base.dtype))
             s = BufferStore(out, call, (V.flat_index(shape, idx),))
-            inb = self._check(base, off, name)
+            inb = self._check(base, off)
             if inb is not None:
                 s = IfThenElse(inb, s, self._fail(site))
             if mask is None:
@@ -556,6 +556,7 @@ class Builtins:
         print(*values, sep=sep, end=end, file=file, flush=flush)
 
     def b_device_assert(self, cond, msg="", mask=None):
+        self.frontend.flush()
         if not V.is_runtime(cond):
             if not cond:
                 raise TileTypeError(f"device_assert fails for every program: {msg}")
@@ -572,18 +573,17 @@ class Builtins:
         self.em.emit(self.em.nest(shape, body, vector=False))
 
     def b_device_print(self, prefix, *args, hex=False):
+        self.frontend.flush()
         for a in args:
             if not V.is_runtime(a):
                 continue
             shape = a.shape
 
             def body(idx, a=a):
-                # "pid <x y z> idx <i...> <prefix><value>", one line per element
+                # one line per element: the prefix, the program id (3), the element's index, its value
                 pid = [cast("int64", x) for x in self.program]
                 where = [cast("int64", i) for i in idx]
-                return Evaluate(Call(f"{te.PRINT} pid", (*pid, *where, V.element(a, idx)), "int32")) \
-                    if not prefix else Evaluate(Call(f"{te.PRINT} {prefix}", (*pid, *where, V.element(a, idx)),
-                                                     "int32"))
+                return Evaluate(Call(f"{te.PRINT} {prefix}", (*pid, *where, V.element(a, idx)), "int32"))
 
             self.em.emit(self.em.nest(shape, body, vector=False))
 

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Callable
 
 from ...tir import dtype as tdt
-from ...tir.expr import Binary, Buffer, BufferLoad, Cast, Const, PrimExpr, Var, as_int, const, select
+from ...tir.expr import Binary, Buffer, BufferLoad, Cast, Const, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
 from ...tir.functor import substitute, uses_var
 from ...tir.stmt import Allocate, BufferStore, For, IfThenElse, Stmt, seq
@@ -358,10 +358,3 @@ def _conjuncts(m: PrimExpr) -> list[PrimExpr]:
         return []
     return [m]
 
-
-def is_const_true(m: PrimExpr) -> bool:
-    return isinstance(m, Const) and bool(m.value)
-
-
-def int_of(e) -> int | None:
-    return as_int(e)
