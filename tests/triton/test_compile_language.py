@@ -470,3 +470,20 @@ def test_bits_scans_cat_and_early_return():
     f = (xp % 3 + 1).astype(np.float64)
     np.testing.assert_allclose(cp, np.cumprod(f[::-1])[::-1][:n], rtol=1e-6)
     np.testing.assert_array_equal(cat, np.concatenate([xp, xp * 10]))
+
+
+@triton.jit
+def grid_kernel(out_ptr, SCALE: tl.constexpr):
+    tl.static_assert(SCALE > 0, "SCALE is positive")
+    x, y, z = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    nx, ny = tl.num_programs(0), tl.num_programs(1)
+    flat = (z * ny + y) * nx + x
+    tl.debug_barrier()
+    tl.store(out_ptr + flat * 4 + tl.arange(0, 4), tl.full((4,), SCALE, tl.int32) * flat + tl.arange(0, 4))
+
+
+def test_grid_programs_and_launch_options():
+    out = np.full(2 * 3 * 4 * 4, -1, np.int32)
+    grid_kernel[lambda meta: (2, 3, 4)](out, SCALE=10, num_warps=8, num_stages=3)
+    flat = np.arange(24)
+    np.testing.assert_array_equal(out.reshape(24, 4), flat[:, None] * 10 + np.arange(4))
