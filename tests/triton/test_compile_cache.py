@@ -87,3 +87,22 @@ def test_ir_and_source(cache):
     src = scale_kernel.source(x, x, 10, 2.0, BLOCK=16)
     assert "parallel" in ir and "omp parallel for" in src
     assert scale_kernel.compile(x, x, 10, 2.0, BLOCK=16).asm == {"tir": ir, "c": src}
+
+
+def test_launch_in_a_child_of_fork(cache):
+    run(5000)  # the parent starts OpenMP's threads
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_compile_cache import run
+        run(5000)
+        pid = os.fork()
+        if pid == 0:
+            run(5000)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("ok" if status == 0 else f"child status {{status}}")
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "ok", r.stderr

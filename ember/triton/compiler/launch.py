@@ -32,6 +32,7 @@ import numpy as np
 from ... import config
 from ...codegen.c import CRenderer, codegen_c
 from ...errors import ArgumentTypeError, TileError
+from ...runtime import fork
 from ...runtime.build import build_library
 from ...runtime.library import open_library, write_atomic
 from ...target import as_target
@@ -297,6 +298,8 @@ def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options
             pointers.append(arr.ctypes.data)
     meta = np.array(spans or [0], dtype=np.int64)
     status = np.zeros(1, dtype=np.int64)
+    if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
+        compiled.library.ember_set_num_threads(ctypes.c_int(1))
     compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
                    ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid))
     if status[0]:
