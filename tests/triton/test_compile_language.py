@@ -487,3 +487,21 @@ def test_grid_programs_and_launch_options():
     grid_kernel[lambda meta: (2, 3, 4)](out, SCALE=10, num_warps=8, num_stages=3)
     flat = np.arange(24)
     np.testing.assert_array_equal(out.reshape(24, 4), flat[:, None] * 10 + np.arange(4))
+
+
+@triton.jit
+def wrapped_rows_kernel(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    rm = (tl.program_id(0) * BM + tl.arange(0, BM)) % M  # Triton's matmul: wrapped rows need no mask
+    rn = tl.arange(0, BN)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=rn[None, :] < N, other=0.0)
+    tl.store(out_ptr + tl.program_id(0) * BM * BN + tl.arange(0, BM)[:, None] * BN + rn[None, :], x * 3.0)
+
+
+def test_wrapped_offsets():
+    M, N, bm, bn = 13, 10, 4, 16
+    x = rng.random((M, N), dtype=np.float32)
+    programs = cdiv(M, bm)
+    out = np.full((programs * bm, bn), np.nan, np.float32)
+    wrapped_rows_kernel[(programs,)](x, out, M, N, BM=bm, BN=bn)
+    rows = np.arange(programs * bm) % M
+    np.testing.assert_allclose(out, np.pad(x, ((0, 0), (0, bn - N)))[rows] * 3.0)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ...tir import dtype as tdt
 from ...tir.expr import Binary, Buffer, BufferLoad, Cast, Const, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
-from ...tir.functor import substitute, uses_var
+from ...tir.functor import mutate_stmt, substitute, uses_var
 from ...tir.stmt import Allocate, BufferStore, For, IfThenElse, Stmt, seq
 from . import values as V
 
@@ -112,6 +112,14 @@ class Emitter:
             fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes)
         finally:
             self.masks, self.full = saved
+        if not self.debug:
+            wrapped, in_range = drop_wraps(fast, self.lane_vars)
+            if in_range is not None:  # `offs % M` with offs inside [0, M): the offsets themselves
+                if not masks:
+                    full, slow = in_range, fast
+                else:
+                    full = Binary("&&", full, in_range, "bool")
+                fast, masks = wrapped, True
         self.emit(IfThenElse(full, fast, slow) if masks else fast)
 
     def mask(self, m: PrimExpr) -> PrimExpr:
@@ -349,6 +357,36 @@ def all_true(masks: list[PrimExpr], lane_vars: dict[Var, int]) -> PrimExpr | Non
     for c in conds:
         out = c if out is None else Binary("&&", out, c, "bool")
     return out if out is not None else const(True)
+
+
+def drop_wraps(s: Stmt, lane_vars: dict[Var, int]) -> tuple[Stmt, PrimExpr | None]:
+    """s with every integer `a % m` whose a is affine in the lane variables replaced by a, and
+    the condition under which that is exact (0 <= a < m at every index; None: none found).
+    Triton's matmul wraps its row offsets (`offs % M`) so that loads need no mask: where a whole
+    block is inside the matrix, the wrap is the identity and the offsets stay contiguous."""
+    conds: list[PrimExpr] = []
+    variables = list(lane_vars)
+
+    def on_expr(e):
+        if isinstance(e, Binary) and e.op == "%" and tdt.is_int(e.dtype) and tdt.lanes_of(e.dtype) == 1 \
+                and uses_var(e.a, variables) and not uses_var(e.b, variables):
+            coef = _linear(e.a, lane_vars)
+            if coef is None:
+                return None
+            low = {v: const((lane_vars[v] - 1) if c < 0 else 0, v.dtype) for v, c in coef.items()}
+            high = {v: const((lane_vars[v] - 1) if c > 0 else 0, v.dtype) for v, c in coef.items()}
+            conds.append(Binary("&&", te_binary(">=", substitute(e.a, low), const(0, e.a.dtype)),
+                                te_binary("<", substitute(e.a, high), e.b), "bool"))
+            return e.a
+        return None
+
+    out = mutate_stmt(s, f_expr=on_expr)
+    if not conds:
+        return s, None
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = Binary("&&", cond, c, "bool")
+    return out, cond
 
 
 def _conjuncts(m: PrimExpr) -> list[PrimExpr]:
