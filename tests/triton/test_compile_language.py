@@ -505,3 +505,26 @@ def test_wrapped_offsets():
     wrapped_rows_kernel[(programs,)](x, out, M, N, BM=bm, BN=bn)
     rows = np.arange(programs * bm) % M
     np.testing.assert_allclose(out, np.pad(x, ((0, 0), (0, bn - N)))[rows] * 3.0)
+
+
+@triton.jit
+def swap_kernel(x_ptr, out_ptr, steps, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    a = tl.load(x_ptr + offs)
+    b = a * 10.0
+    total = tl.zeros((BLOCK,), tl.float32)
+    for _ in range(steps):
+        a, b = b, a  # each new value is the other's buffer
+        total = total * 0.5 + a  # in place: reads its own element only
+    tl.store(out_ptr + offs, total)
+
+
+def test_loop_carried_swap_and_in_place_update():
+    x = rng.random(16, dtype=np.float32)
+    out = np.zeros(16, np.float32)
+    swap_kernel[(1,)](x, out, 5, BLOCK=16)
+    a, b, total = x.astype(np.float64), x * 10.0, np.zeros(16)
+    for _ in range(5):
+        a, b = b, a
+        total = total * 0.5 + a
+    np.testing.assert_allclose(out, total, rtol=1e-5)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from ...errors import TileError
 from ...tir.arith import Analyzer
 from ...tir.expr import BufferLoad, Const, Var, cast, const
-from ...tir.functor import uses_var
+from ...tir.functor import uses_var, visit_expr
 from ...tir.stmt import BufferStore, For, IfThenElse, While, seq
+from ...tir.structural import structural_equal
 from ..jit import JITFunction
 from ..language import core as tlcore
 from ..language import dtypes as tld
@@ -383,7 +384,11 @@ class Frontend:
         return bufs
 
     def _write_back(self, carried: list[str], bufs: dict) -> None:
-        staged = []
+        """Store the carried names' new values into their buffers: a value that reads its own
+        buffer only at the element it replaces (acc = acc * a + b) is stored in place; any other
+        is computed into a temporary first, so that no value reads a buffer already updated."""
+        staged, in_place = [], []
+        own = {b[0] for b in bufs.values()}
         for name in carried:
             buf, shape, dtype, base = bufs[name]
             new = self.env.get(name)
@@ -411,13 +416,16 @@ class Frontend:
                 new = _offsets(new)
             else:
                 new = ops.cast_to(new, dtype)
-            if isinstance(new, V.Block) and new.buffer is not None:
+            if isinstance(new, V.Block) and new.buffer is None and _elementwise_on(new, buf, own):
+                in_place.append((buf, new, shape))
+            elif isinstance(new, V.Block) and new.buffer is not None and new.buffer not in own:
                 staged.append((buf, new, shape))
-            elif isinstance(new, V.Block):
-                staged.append((buf, self.em.materialize(new, "n"), shape))
+            elif isinstance(new, V.Block):  # (another carried buffer is copied too: a, b = b, a)
+                staged.append((buf, self.em.materialize(V.Block(new.shape, new.dtype, new.at, cost=new.cost), "n"),
+                               shape))
             else:
                 staged.append((buf, self.em.scalar(new.expr, new.dtype, "n"), shape))
-        for buf, new, shape in staged:
+        for buf, new, shape in in_place + staged:
             self.em.store_block(buf, new, shape)
 
     def _step(self, name: str, start: V.Block, step, new) -> V.Scalar:
@@ -623,6 +631,20 @@ def _returns_early(s: ast.stmt) -> bool:
     """An `if` whose body ends with a bare `return` and whose `else` does not return."""
     return (isinstance(s, ast.If) and isinstance(s.body[-1], ast.Return) and s.body[-1].value is None
             and not any(isinstance(x, ast.Return) for x in s.orelse))
+
+
+def _elementwise_on(v: V.Block, buf, carried: set) -> bool:
+    """Whether v reads the loop-carried buffers only as buf at v's own element."""
+    idx = tuple(Var(f"q{d}") for d in range(len(v.shape)))
+    here = V.flat_index(v.shape, idx)
+    ok = [True]
+
+    def check(e):
+        if isinstance(e, BufferLoad) and e.buffer in carried:
+            ok[0] &= e.buffer is buf and structural_equal(e.indices[0], here)
+
+    visit_expr(v.at(idx), check)
+    return ok[0]
 
 
 class _NotStepped(Exception):
