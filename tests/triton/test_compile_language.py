@@ -41,13 +41,23 @@ def test_vector_add(n):
     np.testing.assert_allclose(out, x + y, rtol=1e-6)
 
 
+@triton.jit
+def strided_add_kernel(x_ptr, sx, y_ptr, sy, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs * sx, mask=mask)
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs * sy, mask=mask), mask=mask)
+
+
 def test_torch_tensors_and_strides():
     torch = pytest.importorskip("torch")
-    x = torch.rand(300, 2)[:, 0]  # strided view: the kernel reaches every other element
-    y = torch.rand(300)
+    x = torch.rand(300, 3)[:, 1]  # a strided view: every third element
+    y = np.random.default_rng().random(300).astype(np.float32)[::-1]  # a negative stride
     out = torch.empty(300)
-    add_kernel[(cdiv(300, 128),)](x.contiguous(), y, out, 300, BLOCK=128)
-    np.testing.assert_allclose(out.numpy(), (x + y).numpy(), rtol=1e-6)
+    strided_add_kernel[(cdiv(300, 128),)](x, x.stride(0), y, -1, out, 300, BLOCK=128)
+    np.testing.assert_allclose(out.numpy(), x.numpy() + y, rtol=1e-6)
+    add_kernel[(cdiv(300, 128),)](x.contiguous(), torch.from_numpy(y.copy()), out, 300, BLOCK=128)
+    np.testing.assert_allclose(out.numpy(), x.numpy() + y, rtol=1e-6)
 
 
 @triton.jit
