@@ -13,7 +13,7 @@ from ...tir.stmt import BufferStore, Evaluate, IfThenElse, seq
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
-from .lower import Deferred, Emitter, buffer_block
+from .lower import Deferred, Emitter, buffer_block, contiguous_dim
 from .values import Block, BlockPtr, Scalar, TileTypeError
 
 
@@ -392,7 +392,8 @@ class Builtins:
         if mask is False:
             self.em.store_block(buf, other if other is not None else Scalar(const(0, t), dtype), shape)
         elif shape and not self.em.debug:
-            d = Deferred(self.em, shape, t, body)
+            inner = contiguous_dim(pointer) if isinstance(pointer, Block) and pointer.shape == shape else None
+            d = Deferred(self.em, shape, t, body, inner)
             return Block(shape, dtype, d.at, deps=frozenset([d]))
         else:
             self.em.versioned(shape, body, self.em.lanes(t))

@@ -69,24 +69,28 @@ class Emitter:
 
     # -- loop nests --------------------------------------------------------------------------------
     def nest(self, shape: tuple[int, ...], body: Callable[[tuple[PrimExpr, ...]], Stmt | None], *,
-             vector: bool = True, lanes: int = 16) -> Stmt | None:
-        """Loops over `shape` around body(index); the last dimension vectorized in chunks of
-        `lanes` when `vector`."""
+             vector: bool = True, lanes: int = 16, inner: int | None = None) -> Stmt | None:
+        """Loops over `shape` around body(index); the innermost loop runs over dimension `inner`
+        (default: the last), vectorized in chunks of `lanes` when `vector`."""
+        inner = len(shape) - 1 if inner is None else inner
         loops: list[tuple[Var, int, str]] = []
+        innermost: list[tuple[Var, int, str]] = []
         idx: list[PrimExpr] = []
         for d, n in enumerate(shape):
-            last = d == len(shape) - 1
+            last = d == inner
             if n == 1:
                 idx.append(const(0))
                 continue
             if vector and last and n > lanes and n % lanes == 0:
                 c, v = Var(f"c{d}"), Var(f"v{d}")
-                loops += [(c, n // lanes, "serial"), (v, lanes, "vectorized")]
+                loops.append((c, n // lanes, "serial"))
+                innermost.append((v, lanes, "vectorized"))
                 idx.append(c * lanes + v)
             else:
                 i = Var(f"i{d}")
-                loops.append((i, n, "vectorized" if vector and last else "serial"))
+                (innermost if last else loops).append((i, n, "vectorized" if vector and last else "serial"))
                 idx.append(i)
+        loops += innermost
         for v, n, _ in loops:
             self.lane_vars[v] = n
         s = body(tuple(idx))
@@ -96,9 +100,9 @@ class Emitter:
             s = For(v, const(0), const(n), kind, s)
         return s
 
-    def versioned(self, shape: tuple[int, ...], body: Body, lanes: int) -> None:
+    def versioned(self, shape: tuple[int, ...], body: Body, lanes: int, inner: int | None = None) -> None:
         """Emit the nest of body over shape; masked accesses (body's `full` False) are versioned
-        as the module doc says."""
+        as the module doc says; `inner`: the dimension of the vectorized loop (see nest)."""
         saved = self.masks, self.full
         try:
             self.masks, self.full = [], False
@@ -109,7 +113,7 @@ class Emitter:
                 self.emit(slow)
                 return
             self.masks, self.full = None, True
-            fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes)
+            fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes, inner=inner)
         finally:
             self.masks, self.full = saved
         if not self.debug:
@@ -277,8 +281,8 @@ class Deferred:
     statement that writes memory, the frontend reads in the deferred loads that values still
     use (`Frontend.flush`), so a load never sees a later store."""
 
-    def __init__(self, em: Emitter, shape: tuple[int, ...], dtype: str, direct: Body):
-        self.em, self.shape, self.dtype, self.direct = em, shape, dtype, direct
+    def __init__(self, em: Emitter, shape: tuple[int, ...], dtype: str, direct: Body, inner: int | None = None):
+        self.em, self.shape, self.dtype, self.direct, self.inner = em, shape, dtype, direct, inner
         self.buffer: Buffer | None = None
         em.pending.append(self)
 
@@ -295,8 +299,22 @@ class Deferred:
         buf = self.em.local("ld", self.shape, self.dtype)
         self.em.versioned(self.shape, lambda idx, full: BufferStore(buf, self.direct(idx, full),
                                                                     (V.flat_index(self.shape, idx),)),
-                          self.em.lanes(self.dtype))
+                          self.em.lanes(self.dtype), self.inner)
         self.buffer = buf
+
+
+def contiguous_dim(pointer: V.Block) -> int | None:
+    """The dimension along which a block of pointers is contiguous when it is not the last one
+    (a transposed tile, `k_ptr + rn[None, :] * D + rd[:, None]`): reading along it and writing
+    the local copy across is cheaper than gathering the argument's memory."""
+    idx = tuple(Var(f"q{d}") for d in range(len(pointer.shape)))
+    coef = _linear(pointer.at(idx), dict.fromkeys(idx, 1))
+    if coef is None or coef.get(idx[-1], 0) == 1 or pointer.shape[-1] == 1:
+        return None
+    for d, v in enumerate(idx[:-1]):
+        if coef.get(v, 0) == 1 and pointer.shape[d] > 1:
+            return d
+    return None
 
 
 def buffer_block(buf: Buffer, shape: tuple[int, ...], dtype) -> V.Block:
