@@ -228,7 +228,7 @@ def _valid(name: str, value) -> bool:
     match name:
         case "num_threads":
             return isinstance(value, int) and 0 <= value <= config.max_threads()
-        case "debug" | "print_lower" | "keep_source" | "checked" | "interpret":
+        case "debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug":
             return isinstance(value, bool)
         case "cc":
             return bool(shlex.split(value))
