@@ -17,7 +17,7 @@ the time loop inside it (ember.ops.recurrent_kernel).
   peepholes (D, 3H) in the order i, o, f; rbh (D, H), the h-gate recurrence bias of a gru with
   linear_before_reset (the one bias that cannot be added to xp);
 - y: (T, D, B, H) with layout 0, (B, T, D, H) with layout 1; zero after each sequence's length;
-- y_h, y_c: the last states, shaped as h0.
+- y_h, y_c: the last states, shaped as h0 (zero for a sequence of length 0, as in ONNX Runtime).
 
 Attributes: direction ("forward", "reverse", "bidirectional": D = 2, the second direction reversed),
 activations (a (name, alpha, beta) triple per activation function and direction: lstm f, g, h;
@@ -33,6 +33,7 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
+from .common import te_shape
 from .recurrent_kernel import ACTIVATIONS, activation, clipper, gru_cell, lstm_cell, numpy_math, recurrence
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
@@ -147,7 +148,8 @@ def _reference(op: str):
                         h_new, c_new = fs[0](clip(a[0])), c
                 y[np.where(valid[:, 0], t, s), d, rows] = np.where(valid, h_new, 0.0)
                 h, c = np.where(valid, h_new, h), np.where(valid, c_new, c)
-            h_all[d], c_all[d] = h, c
+            empty = (lens <= 0)[:, None]  # ends with zero states, as in ONNX Runtime
+            h_all[d], c_all[d] = np.where(empty, 0.0, h), np.where(empty, 0.0, c)
         if layout1:
             y, h_all, c_all = y.transpose(2, 0, 1, 3), h_all.swapaxes(0, 1), c_all.swapaxes(0, 1)
         outs = [y, h_all] + ([c_all] if op == "lstm" else [])
@@ -158,7 +160,7 @@ def _reference(op: str):
 
 def _compute(op: str):
     def compute(inputs, attrs, out_types):
-        types = [(t.shape, t.dtype) for t in out_types]
+        types = [(te_shape(t, inputs), t.dtype) for t in out_types]
         return te.extern(types, inputs, lambda ins, outs: recurrence(op, attrs, ins, outs), name=op)
 
     return compute

@@ -16,7 +16,8 @@ h_state[(s + 1) % 2] written), since every unit of the next state reads the whol
 an lstm's cell state is updated in place in the y_c output (each unit reads only its own). A
 gru without linear_before_reset needs r * h_prev whole before its h gate: it runs two parallel
 loops per step, the first storing z and r * h_prev. Past a sequence's length (seq_lens) the
-states are held and y is zero; a reverse direction starts at each sequence's last element.
+states are held and y is zero; a reverse direction starts at each sequence's last element; an
+empty sequence ends with zero states, as in ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ class _Kernel:
         self.dtype = self.xp.dtype
         self.jb = hidden_block(self.hidden)
         self.bb = batch_block(self.batch, self.gates, self.jb)
-        self.h_state = Buffer("h_state", (2, self.dirs, self.batch, self.hidden), self.dtype)
+        self.h_state = _buffer("h_state", (2, self.dirs, self.batch, self.hidden), self.dtype)
         self.clip = clipper(attrs["clip"], EXPR_MATH)
 
     # -- indexing ---------------------------------------------------------------------------
@@ -189,9 +190,21 @@ class _Kernel:
         return self._over_states(make)
 
     def final(self) -> Stmt:
+        """y_h from the last state; zero final states for an empty sequence (as ONNX Runtime)."""
         last = _expr(self.steps) % 2
-        return self._over_states(lambda d, b, j: _store(self.yh, self.h_state[last, d, b, j],
-                                                             self.state_index(d, b, j)))
+        zero = const(0.0, self.dtype)
+
+        def make(d, b, j):
+            st = self.state_index(d, b, j)
+            if "seq_lens" not in self.given:
+                return _store(self.yh, self.h_state[last, d, b, j], st)
+            empty = self.length(b) <= 0
+            stores = [_store(self.yh, select(empty, zero, self.h_state[last, d, b, j]), st)]
+            if self.yc is not None:
+                stores.append(_store(self.yc, select(empty, zero, self.yc[st]), st))
+            return seq(*stores)
+
+        return self._over_states(make)
 
     def step(self, s) -> list[Stmt]:
         cur, nxt = s % 2, (s + 1) % 2
@@ -245,7 +258,7 @@ class _Kernel:
             zero = const(0.0, self.dtype)
             return [self.phase(range(3), h_prev, lambda d, b, g, j: x(d, b, g, j) if g < 2 else zero, cell)]
         # r * h_prev is needed whole before the h gate: z and r * h_prev first, in scratch
-        scratch = {name: Buffer(name, (self.dirs, self.batch, self.hidden), self.dtype) for name in ("z", "rh")}
+        scratch = {name: _buffer(name, (self.dirs, self.batch, self.hidden), self.dtype) for name in ("z", "rh")}
 
         def gates(d, b, j, a):
             f, _ = self.functions(d)
@@ -269,8 +282,8 @@ class _Kernel:
         jb, bb, hidden = self.jb, self.bb, self.hidden
         n_j = hidden // jb
         n_b = self.batch // bb if as_int(self.batch) is None else as_int(self.batch) // bb
-        acc = Buffer("acc", (bb, len(gates), jb), self.dtype, scope="local")
-        new = Buffer("new", (3, jb), self.dtype, scope="local")
+        acc = _buffer("acc", (bb, len(gates), jb), self.dtype, scope="local")
+        new = _buffer("new", (3, jb), self.dtype, scope="local")
         w, bi, jj, k = Var("w"), Var("bi"), Var("jj"), Var("k")
         d = w // (n_b * n_j) if self.dirs > 1 else const(0)
         b = (w // n_j) % n_b * bb + bi
@@ -297,6 +310,10 @@ class _Kernel:
 
 def _per_direction(d, forward, backward):
     return lambda x: select(d == 0, forward(x), backward(x))
+
+
+def _buffer(name: str, shape, dtype: str, scope: str = "global") -> Buffer:
+    return Buffer(name, tuple(convert(d) for d in shape), dtype, scope)
 
 
 def _store(buf: Buffer, value, index) -> BufferStore:
