@@ -5,13 +5,16 @@ at once, as one matmul (X @ W^T plus the biases that can be added there), which 
 runs, and gives the result as `xp`. What is left is the recurrence, which one kernel runs with
 the time loop inside it (ember.ops.recurrent_kernel).
 
-    lstm(xp, rt, [seq_lens, h0, c0, p]) -> y, y_h, y_c
-    gru(xp, rt, [seq_lens, h0, rbh])    -> y, y_h
-    rnn(xp, rt, [seq_lens, h0])         -> y, y_h
+    lstm(xp, rp, [seq_lens, h0, c0, p]) -> y, y_h, y_c
+    gru(xp, rp, [seq_lens, h0, rbh])    -> y, y_h
+    rnn(xp, rp, [seq_lens, h0])         -> y, y_h
 
 - xp: (T, B, D*G*H) with layout 0, (B, T, D*G*H) with layout 1: per direction d, per gate g (ONNX's
   order: lstm i, o, f, c; gru z, r, h; rnn one gate), the input projection with the biases;
-- rt: (D, H, G*H), the recurrence weights transposed: rt[d, k, g*H + j] = R[d, g*H + j, k];
+- rp: (D, H/JB, H, G, JB), the recurrence weights packed in blocks of JB = hidden_block(H) units:
+  rp[d, n, k, g, u] = R[d, g*H + n*JB + u, k] (ONNX's R reshaped to (D, G, H/JB, JB, H) and
+  transposed by PACK_PERM), so that the kernel streams each block's weights from contiguous
+  memory; frontends pack constant weights at import;
 - the optional inputs, those named in the attribute `given`, in the order above: seq_lens (B,)
   integers; h0 and c0, the initial states, (D, B, H) with layout 0, (B, D, H) with layout 1; p the
   peepholes (D, 3H) in the order i, o, f; rbh (D, H), the h-gate recurrence bias of a gru with
@@ -34,7 +37,16 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from .common import te_shape
-from .recurrent_kernel import ACTIVATIONS, activation, clipper, gru_cell, lstm_cell, numpy_math, recurrence
+from .recurrent_kernel import (
+    ACTIVATIONS,
+    activation,
+    clipper,
+    gru_cell,
+    hidden_block,
+    lstm_cell,
+    numpy_math,
+    recurrence,
+)
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
@@ -44,6 +56,27 @@ CELLS = {
     "gru": (3, 2, ("seq_lens", "h0", "rbh")),
     "rnn": (1, 1, ("seq_lens", "h0")),
 }
+
+
+PACK_PERM = (0, 2, 4, 1, 3)  # R reshaped to (D, G, H/JB, JB, H) -> rp (D, H/JB, H, G, JB)
+
+
+def packed_split(dirs: int, gates: int, hidden: int) -> tuple[int, ...]:
+    """The shape ONNX's R (D, G*H, H) is reshaped to before PACK_PERM packs it."""
+    jb = hidden_block(hidden)
+    return (dirs, gates, hidden // jb, jb, hidden)
+
+
+def pack(r: np.ndarray) -> np.ndarray:
+    """ONNX's R (D, G*H, H) as the operators' rp."""
+    dirs, rows, hidden = r.shape
+    return np.ascontiguousarray(r.reshape(packed_split(dirs, rows // hidden, hidden)).transpose(PACK_PERM))
+
+
+def unpack(rp: np.ndarray) -> np.ndarray:
+    """rp as R transposed, (D, H, G*H): rt[d, k, g*H + j] = R[d, g*H + j, k]."""
+    dirs, blocks, hidden, gates, jb = rp.shape
+    return rp.transpose(0, 2, 3, 1, 4).reshape(dirs, hidden, gates * hidden)
 
 
 def _dirs(attrs) -> int:
@@ -77,17 +110,20 @@ def _infer(op: str):
         gates = CELLS[op][0]
         given = dict(zip(attrs["given"], types[2:]))
         if len(types) != 2 + len(attrs["given"]):
-            raise OpTypeError(f"{op}: takes xp, rt and the inputs named in given {attrs['given']}, got "
+            raise OpTypeError(f"{op}: takes xp, rp and the inputs named in given {attrs['given']}, got "
                               f"{len(types)} inputs")
-        xp, rt = types[:2]
-        if xp.dtype not in ("float32", "float64") or rt.dtype != xp.dtype:
-            raise OpTypeError(f"{op}: xp and rt must both be float32 or float64, got {xp.dtype} and {rt.dtype}")
-        if xp.rank != 3 or rt.rank != 3:
-            raise OpTypeError(f"{op}: xp and rt must have rank 3, got shapes {xp.shape} and {rt.shape}")
-        d, hidden = _dirs(attrs), rt.shape[1]
-        if not isinstance(hidden, int) or rt.shape != (d, hidden, gates * hidden) or xp.shape[2] != d * gates * hidden:
-            raise OpTypeError(f"{op}: with {d} direction(s) rt must be (D, H, {gates}H) with a static H and xp's last "
-                              f"dimension D*{gates}*H; got xp {xp.shape}, rt {rt.shape}")
+        xp, rp = types[:2]
+        if xp.dtype not in ("float32", "float64") or rp.dtype != xp.dtype:
+            raise OpTypeError(f"{op}: xp and rp must both be float32 or float64, got {xp.dtype} and {rp.dtype}")
+        if xp.rank != 3 or rp.rank != 5 or not isinstance(rp.shape[2], int) or rp.shape[2] < 1:
+            raise OpTypeError(f"{op}: xp must have rank 3 and rp rank 5 with a static hidden size, got shapes "
+                              f"{xp.shape} and {rp.shape}")
+        d, hidden = _dirs(attrs), rp.shape[2]
+        jb = hidden_block(hidden)
+        if rp.shape != (d, hidden // jb, hidden, gates, jb) or xp.shape[2] != d * gates * hidden:
+            raise OpTypeError(f"{op}: with {d} direction(s) and hidden size {hidden}, rp must be "
+                              f"{(d, hidden // jb, hidden, gates, jb)} (ember.ops.recurrent.pack) and xp's last "
+                              f"dimension {d * gates * hidden}; got xp {xp.shape}, rp {rp.shape}")
         steps, batch = xp.shape[:2] if attrs["layout"] == 0 else xp.shape[1::-1]
         state = TensorType((d, batch, hidden) if attrs["layout"] == 0 else (batch, d, hidden), xp.dtype)
         want = {"seq_lens": (batch,), "h0": state.shape, "c0": state.shape, "p": (d, 3 * hidden), "rbh": (d, hidden)}
@@ -105,7 +141,7 @@ def _infer(op: str):
 def _reference(op: str):
     def reference(inputs, attrs):
         gates, acts, _ = CELLS[op]
-        xp, rt = (np.asarray(a, np.float64) for a in inputs[:2])
+        xp, rt = np.asarray(inputs[0], np.float64), unpack(np.asarray(inputs[1], np.float64))
         given = {k: np.asarray(v, np.int64 if k == "seq_lens" else np.float64)
                  for k, v in zip(attrs["given"], inputs[2:])}
         layout1 = attrs["layout"] == 1
@@ -176,6 +212,6 @@ for _op, (_gates, _acts, _optional) in CELLS.items():
         pattern="opaque",
         attrs={"direction": "forward", "activations": REQUIRED, "clip": None, "layout": 0, "given": (), **_extra},
         num_inputs=(2, 2 + len(_optional)),
-        doc=f"One {_op} layer over a sequence from its projected input xp and transposed recurrence weights rt "
+        doc=f"One {_op} layer over a sequence from its projected input xp and packed recurrence weights rp "
             f"(optional: {', '.join(_optional)}); the time loop runs inside one kernel.",
     ))

@@ -8,9 +8,13 @@ the same thing.
 The kernel, for each time step s (serially):
     one parallel loop over (direction, block of BB batch rows, block of JB hidden units); each
     iteration accumulates the gate pre-activations of its block in a local (BB, gates, JB) array:
-    xp's row for the step, plus h_prev @ rt[d] as rank-1 updates along k (one h_prev element
-    times a contiguous vector of JB weights of each gate), then runs the cell on its block of
-    units, vector by vector, and stores y, the next h and the cell state.
+    xp's row for the step, plus h_prev @ R[d]^T as rank-1 updates along k (one h_prev element
+    times a vector of JB weights of each gate: the block's weights are contiguous in rp, read
+    once per step for BB batch rows), then runs the cell on its block of units, vector by vector,
+    and stores y, the next h and the cell state.
+The step's parallel loop is parallel when a step has PARALLEL_MIN_MACS multiply-adds or more:
+below that, a fork and join per step costs more than it saves (and far more on a busy machine,
+where every join waits for the slowest thread).
 The hidden state alternates between two halves of one scratch buffer (h_state[s % 2] is read,
 h_state[(s + 1) % 2] written), since every unit of the next state reads the whole previous one;
 an lstm's cell state is updated in place in the y_c output (each unit reads only its own). A
@@ -22,6 +26,8 @@ empty sequence ends with zero states, as in ONNX Runtime.
 
 from __future__ import annotations
 
+import functools
+import operator
 from types import SimpleNamespace
 
 import numpy as np
@@ -95,7 +101,8 @@ def gru_cell(z, hh, h_prev):
 
 # -- the kernel ---------------------------------------------------------------------------------
 
-MAX_ACC = 128  # elements of the local accumulator array of one block (BB * gates * JB)
+MAX_ACC = 256  # elements of the local accumulator array of one block (BB * gates * JB): 16 registers
+PARALLEL_MIN_MACS = 1 << 20
 
 
 def hidden_block(hidden: int) -> int:
@@ -123,13 +130,13 @@ class _Kernel:
 
         self.op, self.attrs = op, attrs
         self.gates, self.acts, _ = CELLS[op]
-        self.xp, self.rt = ins[:2]
+        self.xp, self.rp = ins[:2]
         self.given = dict(zip(attrs["given"], ins[2:]))
         self.y, self.yh = outs[:2]
         self.yc = outs[2] if op == "lstm" else None
         self.layout1 = attrs["layout"] == 1
         self.steps, self.batch = (self.xp.shape[1], self.xp.shape[0]) if self.layout1 else self.xp.shape[:2]
-        self.dirs, self.hidden = as_int(self.rt.shape[0]), as_int(self.rt.shape[1])
+        self.dirs, self.hidden = as_int(self.rp.shape[0]), as_int(self.rp.shape[2])
         self.dtype = self.xp.dtype
         self.jb = hidden_block(self.hidden)
         self.bb = batch_block(self.batch, self.gates, self.jb)
@@ -276,36 +283,49 @@ class _Kernel:
 
     def phase(self, gates, source, init, cell) -> Stmt:
         """One parallel loop over (direction, batch block, hidden block): the pre-activations of
-        `gates` (xp's, from `init(d, b, gate, j)`, plus source(d, b, k) @ rt[d] for those gates),
+        `gates` (xp's, from `init(d, b, gate, j)`, plus source(d, b, k) @ R[d]^T for those gates),
         then `cell(d, b, j, pre-activations)`'s stores, (buffer, value, index) triples."""
         gates = list(gates)
         jb, bb, hidden = self.jb, self.bb, self.hidden
+        # ks independent partial sums along k (k split ks ways, summed in the cell): more chains of
+        # multiply-adds in flight where few batch rows leave registers free
+        ks = max(q for q in (1, 2, 4) if hidden % q == 0 and q * bb * len(gates) * jb <= MAX_ACC)
         n_j = hidden // jb
         n_b = self.batch // bb if as_int(self.batch) is None else as_int(self.batch) // bb
-        acc = _buffer("acc", (bb, len(gates), jb), self.dtype, scope="local")
+        acc = _buffer("acc", (ks, bb, len(gates), jb), self.dtype, scope="local")
         new = _buffer("new", (3, jb), self.dtype, scope="local")
-        w, bi, jj, k = Var("w"), Var("bi"), Var("jj"), Var("k")
+        w, bi, jj, k, q = Var("w"), Var("bi"), Var("jj"), Var("k"), Var("q")
         d = w // (n_b * n_j) if self.dirs > 1 else const(0)
         b = (w // n_j) % n_b * bb + bi
         j = w % n_j * jb + jj
         vector = "vectorized" if jb in (4, 8, 16) else "serial"
-        fill = [For(jj, const(0), const(jb), vector, _store(acc, init(d, b, g, j), (bi, n, jj)))
-                for n, g in enumerate(gates)]
-        h_k = source(d, b, k)
+        zero = const(0.0, self.dtype)
+        fill = [For(jj, const(0), const(jb), vector, _store(acc, init(d, b, g, j) if part == 0 else zero,
+                                                             (part, bi, n, jj)))
+                for part in range(ks) for n, g in enumerate(gates)]
+        kk = k * ks + q
+        h_k = source(d, b, kk)
         update = [For(jj, const(0), const(jb), vector,
-                      _store(acc, acc[bi, n, jj] + h_k * self.rt[d, k, g * hidden + j], (bi, n, jj)))
+                      _store(acc, acc[q, bi, n, jj] + h_k * self.rp[d, w % n_j, kk, g, jj], (q, bi, n, jj)))
                   for n, g in enumerate(gates)]
+        pre = [functools.reduce(operator.add, (acc[part, bi, n, jj] for part in range(ks))) for n in range(len(gates))]
         # the cell: its values in `new` first (they read what the stores overwrite), then the stores
-        stores = cell(d, b, j, [acc[bi, n, jj] for n in range(len(gates))])
-        compute = seq(*(_store(new, value, (m, jj)) for m, (_, value, _) in enumerate(stores)))
-        write = seq(*(_store(buf, new[m, jj], idx) for m, (buf, _, idx) in enumerate(stores)))
+        stores = cell(d, b, j, pre)
+        values = list({id(value): value for _, value, _ in stores}.values())  # y and h share h_new
+        rows = {id(value): m for m, value in enumerate(values)}
+        compute = seq(*(_store(new, value, (m, jj)) for m, value in enumerate(values)))
+        write = seq(*(_store(buf, new[rows[id(value)], jj], idx) for buf, value, idx in stores))
+        # the batch rows unrolled: constant indices keep the accumulators in registers
         body = seq(
-            For(bi, const(0), const(bb), "serial", seq(*fill)),
-            For(k, const(0), const(hidden), "serial", For(bi, const(0), const(bb), "serial", seq(*update))),
-            For(bi, const(0), const(bb), "serial", seq(For(jj, const(0), const(jb), vector, compute),
-                                                       For(jj, const(0), const(jb), vector, write))),
+            For(bi, const(0), const(bb), "unrolled", seq(*fill)),
+            For(k, const(0), const(hidden // ks), "serial",
+                For(q, const(0), const(ks), "unrolled", For(bi, const(0), const(bb), "unrolled", seq(*update)))),
+            For(bi, const(0), const(bb), "unrolled", seq(For(jj, const(0), const(jb), vector, compute),
+                                                         For(jj, const(0), const(jb), vector, write))),
         )
-        return For(w, const(0), _expr(self.dirs * n_b * n_j), "parallel", Allocate(acc, Allocate(new, body)))
+        macs = self.dirs * len(gates) * hidden * hidden * (as_int(self.batch) or PARALLEL_MIN_MACS)
+        kind = "parallel" if macs >= PARALLEL_MIN_MACS else "serial"
+        return For(w, const(0), _expr(self.dirs * n_b * n_j), kind, Allocate(acc, Allocate(new, body)))
 
 
 def _per_direction(d, forward, backward):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ember.graph.core import TensorType
-from ember.ops.recurrent import CELLS
+from ember.ops.recurrent import CELLS, pack, unpack
 from ember.ops.registry import OpTypeError, infer_types
 from ember.testing import check_op, check_op_sizes
 
@@ -19,14 +19,14 @@ def inputs(op, rng, steps=5, batch=3, hidden=8, dirs=1, layout=0, given=()):
     gates = CELLS[op][0]
     xp = rng.standard_normal((steps, batch, dirs * gates * hidden) if layout == 0 else
                              (batch, steps, dirs * gates * hidden)).astype("float32")
-    rt = (rng.standard_normal((dirs, hidden, gates * hidden)) / np.sqrt(hidden)).astype("float32")
+    rp = pack((rng.standard_normal((dirs, gates * hidden, hidden)) / np.sqrt(hidden)).astype("float32"))
     state = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
     make = {"seq_lens": lambda: rng.integers(0, steps + 1, batch).astype("int32"),
             "h0": lambda: rng.standard_normal(state).astype("float32"),
             "c0": lambda: rng.standard_normal(state).astype("float32"),
             "p": lambda: rng.standard_normal((dirs, 3 * hidden)).astype("float32"),
             "rbh": lambda: rng.standard_normal((dirs, hidden)).astype("float32")}
-    return [xp, rt] + [make[g]() for g in given]
+    return [xp, rp] + [make[g]() for g in given]
 
 
 def attrs(op, direction="forward", given=(), activations=None, **extra):
@@ -72,7 +72,7 @@ def test_symbolic_sequence_and_batch():
     """One kernel for every sequence length and batch size."""
     rng = np.random.default_rng(4)
     kw = {"direction": "bidirectional", "given": ("seq_lens", "h0", "c0")}
-    types = [TensorType(("t", "n", 64), "float32"), TensorType((2, 8, 32), "float32"), TensorType(("n",), "int32"),
+    types = [TensorType(("t", "n", 64), "float32"), TensorType((2, 1, 8, 4, 8), "float32"), TensorType(("n",), "int32"),
              TensorType((2, "n", 8), "float32"), TensorType((2, "n", 8), "float32")]
     sets = [inputs("lstm", rng, steps=t, batch=n, dirs=2, given=kw["given"]) for t, n in ((5, 3), (2, 1), (7, 4))]
     check_op_sizes("lstm", types, attrs("lstm", **kw), sets, RTOL, ATOL)
@@ -88,7 +88,7 @@ def test_states_are_held_past_each_sequence():
     np.testing.assert_array_equal(y[:, :, 0], 0)
     np.testing.assert_array_equal(y_h[:, 0], 0)
     np.testing.assert_array_equal(y[2:, :, 1], 0)
-    first = np.tanh(xs[0][1, 1, 4:] + xs[3][1, 1] @ xs[1][1])  # reverse: step 0 reads element 1
+    first = np.tanh(xs[0][1, 1, 4:] + xs[3][1, 1] @ unpack(xs[1])[1])  # reverse: step 0 reads element 1
     np.testing.assert_allclose(y[1, 1, 1], first, rtol=RTOL, atol=ATOL)
 
 
@@ -106,6 +106,6 @@ def test_bad_attributes_are_named(kw, message):
 
 def test_mismatched_weights_are_named():
     xs = inputs("gru", np.random.default_rng(7))
-    types = [TensorType(xs[0].shape, "float32"), TensorType((1, 8, 20), "float32")]
-    with pytest.raises(OpTypeError, match=r"rt must be \(D, H, 3H\)"):
+    types = [TensorType(xs[0].shape, "float32"), TensorType((1, 1, 8, 3, 4), "float32")]
+    with pytest.raises(OpTypeError, match=r"rp must be \(1, 1, 8, 3, 8\)"):
         infer_types("gru", types, attrs("gru"))

@@ -3,7 +3,8 @@
 The input projection of every time step and direction is one matmul, X (T*B, I) @ W' (I, D*G*H),
 plus the biases that can be added outside the recurrence (Wb + Rb; for a GRU with
 linear_before_reset all but Rb of the h gate, which the gru takes as rbh). W', the recurrence
-weights transposed and the summed biases are folded at import when the weights are constants.
+weights packed (ember.ops.recurrent.pack) and the summed biases are folded at import when the
+weights are constants.
 Activation alphas and betas are consumed in the order of the activations that take them, with
 ONNX Runtime's defaults where the list runs out; one direction's activations given for a
 bidirectional layer serve both.
@@ -15,7 +16,7 @@ import math
 
 import numpy as np
 
-from ....ops.recurrent import CELLS
+from ....ops.recurrent import CELLS, PACK_PERM, packed_split
 from ....ops.recurrent_kernel import ACTIVATIONS, DEFAULT_PARAMS
 from ..node import NodeContext
 from ..registry import converts
@@ -80,7 +81,7 @@ def _recurrent(cx: NodeContext):
             rb = cx.op("mul", [rb, keep])
         bias = cx.op("reshape", [cx.op("add", [wb, rb])], {"shape": (dirs * gates * hidden,)})
         xp = cx.op("add", [xp, bias])
-    rt = cx.op("transpose", [r], {"perm": (0, 2, 1)})
+    rp = cx.op("transpose", [cx.op("reshape", [r], {"shape": packed_split(dirs, gates, hidden)})], {"perm": PACK_PERM})
     optional = {"seq_lens": cx.optional(4), "h0": cx.optional(5)}
     if op == "lstm":
         optional.update(c0=cx.optional(6), p=cx.optional(7))
@@ -93,4 +94,4 @@ def _recurrent(cx: NodeContext):
         attrs["input_forget"] = bool(cx.attr("input_forget", 0))
     if op == "gru":
         attrs["linear_before_reset"] = lbr
-    return cx.ops(op, [xp, rt, *(optional[k] for k in given)], attrs)
+    return cx.ops(op, [xp, rp, *(optional[k] for k in given)], attrs)

@@ -5,8 +5,8 @@ ember keeps whole: ember.frontend.torch.module.KEEP) as one ember lstm, gru or r
 Each layer's input projection, both directions at once, is one gemm over all time steps with
 the two biases summed (for a GRU, whose candidate gate is torch's linear_before_reset form, all
 but b_hn, which the gru takes as rbh). The weights are constants: their gates are put in ONNX's
-order (torch's LSTM i, f, g, o and GRU r, z, n become i, o, f, c and z, r, h), transposed and
-summed here, once. batch_first runs the layers with layout 1, so that no activation is
+order (torch's LSTM i, f, g, o and GRU r, z, n become i, o, f, c and z, r, h), packed
+(ember.ops.recurrent.pack) and summed here, once. batch_first runs the layers with layout 1, so that no activation is
 transposed; the states torch gives and returns are (layers * directions, batch, hidden) either way.
 Initial states that are constant zeros (torch's default) are left out.
 """
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ....ops.recurrent import CELLS
+from ....ops.recurrent import CELLS, pack
 from ..node import Const, Unsupported
 from ..registry import handles
 
@@ -94,7 +94,7 @@ def _layer(b, op, kind, x, group, given, bidirectional, batch_first):
     hidden = group[0][1].shape[1]
     dirs = len(group)
     w = np.concatenate([_gates(p[0], op) for p in group])  # (D*G*H, I)
-    rt = np.stack([_gates(p[1], op).T for p in group])  # (D, H, G*H)
+    rp = pack(np.stack([_gates(p[1], op) for p in group]))
     zeros = np.zeros(dirs * gates * hidden, w.dtype)
     b_ih = np.concatenate([_gates(p[2], op) for p in group]) if len(group[0]) == 4 else zeros
     b_hh = np.concatenate([_gates(p[3], op) for p in group]) if len(group[0]) == 4 else zeros
@@ -113,7 +113,7 @@ def _layer(b, op, kind, x, group, given, bidirectional, batch_first):
         attrs["input_forget"] = False
     if op == "gru":
         attrs["linear_before_reset"] = True
-    outs = b.ops(op, [xp, b.const(np.ascontiguousarray(rt), "rt"), *(optional[k] for k in names)], **attrs)
+    outs = b.ops(op, [xp, b.const(rp, "rp"), *(optional[k] for k in names)], **attrs)
     y, finals = outs[0], outs[1:]
     if batch_first:  # (B, T, D, H): the directions' outputs side by side already
         finals = [b.op("transpose", [f], perm=(1, 0, 2)) for f in finals]
