@@ -3,7 +3,7 @@ a reduced-size variant; `ZOO[name](small=False)` returns (model, example_inputs)
 
 from .bert import bert_base
 from .gpt2 import gpt2_small
-from .lstm import lstm, lstm_b8
+from .lstm import lstm
 from .mlp import mlp
 from .mobilenet_v2 import mobilenet_v2
 from .resnet import resnet18
@@ -15,7 +15,6 @@ ZOO = {
     "gpt2_small": gpt2_small,
     "mlp": mlp,
     "lstm": lstm,
-    "lstm_b8": lstm_b8,
 }
 
-__all__ = ["ZOO", "bert_base", "gpt2_small", "lstm", "lstm_b8", "mlp", "mobilenet_v2", "resnet18"]
+__all__ = ["ZOO", "bert_base", "gpt2_small", "lstm", "mlp", "mobilenet_v2", "resnet18"]

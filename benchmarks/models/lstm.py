@@ -1,5 +1,5 @@
-"""A 2-layer LSTM over a sequence (input and hidden 256, 64 steps) returning its output sequence;
-`lstm` at batch 1, `lstm_b8` at batch 8. small=True: hidden 64, 16 steps."""
+"""A 2-layer LSTM over a sequence (input and hidden 256, 64 steps, batch 1) returning its output
+sequence. small=True: hidden 64, 16 steps."""
 
 import torch
 from torch import nn
@@ -18,7 +18,3 @@ def lstm(small: bool = False, batch: int = 1):
     torch.manual_seed(0)
     size, steps = (64, 16) if small else (256, 64)
     return SequenceLSTM(size, 2).eval(), (torch.randn(steps, batch, size),)
-
-
-def lstm_b8(small: bool = False):
-    return lstm(small, batch=8)
