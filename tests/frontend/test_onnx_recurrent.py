@@ -146,3 +146,23 @@ def test_projection_is_one_matmul_over_all_steps():
     assert "transpose" not in ops and "slice" not in ops
     (mm,) = [n for n in graph.nodes if n.op == "matmul"]
     assert mm.outputs[0].shape == (STEPS * BATCH, 2 * 4 * HIDDEN)
+
+
+def test_weights_given_at_run_time():
+    """W, R and B as graph inputs: the projection and the packing of R run as kernels."""
+    dirs, g = 2, GATES["GRU"]
+    node = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y", "Yh"], hidden_size=HIDDEN, direction="bidirectional",
+                            linear_before_reset=1)
+    shapes = {"X": (STEPS, BATCH, INPUT), "W": (dirs, g * HIDDEN, INPUT), "R": (dirs, g * HIDDEN, HIDDEN),
+              "B": (dirs, 2 * g * HIDDEN)}
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, (STEPS, dirs, BATCH, HIDDEN)),
+               helper.make_tensor_value_info("Yh", TensorProto.FLOAT, (dirs, BATCH, HIDDEN))]
+    m = helper.make_model(helper.make_graph([node], "gru", inputs, outputs),
+                          opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    rng = np.random.default_rng(30)
+    feed = {n: rng.uniform(-0.5, 0.5, s).astype("float32") for n, s in shapes.items()}
+    expected = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    for name, a, e in zip(("Y", "Yh"), ember.compile(m)(*feed.values()), expected):
+        assert_close(a, e, RTOL, ATOL, name)

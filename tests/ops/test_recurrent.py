@@ -109,3 +109,12 @@ def test_mismatched_weights_are_named():
     types = [TensorType(xs[0].shape, "float32"), TensorType((1, 1, 8, 3, 4), "float32")]
     with pytest.raises(OpTypeError, match=r"rp must be \(1, 1, 8, 3, 8\)"):
         infer_types("gru", types, attrs("gru"))
+
+
+@pytest.mark.parametrize("hidden", [16, 18])  # vectors of 16 units; blocks of 9 units, scalar loops
+def test_float64(hidden):
+    rng = np.random.default_rng(hidden)
+    xp = rng.standard_normal((4, 2, 4 * hidden))
+    rp = pack(rng.standard_normal((1, 4 * hidden, hidden)) / np.sqrt(hidden))
+    c0 = rng.standard_normal((1, 2, hidden))
+    check_op("lstm", [xp, rp, c0], attrs("lstm", given=("c0",)), 1e-10, 1e-12)
