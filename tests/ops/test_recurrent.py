@@ -50,6 +50,10 @@ CASES = [
     ("rnn", {"direction": "bidirectional", "given": ("seq_lens", "h0")}, {"hidden": 5}),
     ("rnn", {"activations": (("Affine", 0.5, 0.2),), "layout": 1}, {}),
     ("rnn", {"activations": (("Relu", 0.0, 0.0),), "clip": 1.5}, {}),
+    # steps large enough for the parallel loop (PARALLEL_MIN_MACS), in both phases of the gru
+    ("lstm", {"direction": "bidirectional", "given": ("seq_lens", "h0", "c0")},
+     {"hidden": 64, "batch": 16, "steps": 3}),
+    ("gru", {"direction": "bidirectional", "given": ("seq_lens", "h0")}, {"hidden": 64, "batch": 32, "steps": 3}),
 ]
 
 
