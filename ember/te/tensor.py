@@ -1,10 +1,10 @@
 """Tensor expressions: what a kernel computes, without saying how (TVM's `te`).
 
-A `Tensor` is an output of an operation: a `PlaceholderOp` (an input) or a `ComputeOp` (each
-element given by an expression of its indices). Every tensor owns the loop-IR `Buffer` it will
-live in, so `A[i, k]` is a load from that buffer (a `TensorLoad`: one that also names its tensor,
-which is how a compute finds its inputs) and `create_prim_func` only has to wrap each compute in
-loops and a block. Nothing is kept outside the tensors themselves.
+A `Tensor` is an output of an operation: a `PlaceholderOp` (an input), a `ComputeOp` (each
+element given by an expression of its indices) or an `ExternOp` (loop IR written by hand).
+Every tensor owns the loop-IR `Buffer` it will live in, so `A[i, k]` is a load from that buffer
+(a `TensorLoad`: one that also names its tensor, which is how a compute finds its inputs) and
+`create_prim_func` only has to wrap each compute in loops and a block. Nothing is kept outside the tensors themselves.
 """
 
 from __future__ import annotations
@@ -95,6 +95,25 @@ class ComputeOp(Operation):
         return tuple(found)
 
 
+class ExternOp(Operation):
+    """`te.extern`: a tensor that loop IR written by hand computes, not an expression per element:
+    `build(input buffers, output buffer)` returns the statement (e.g. a loop that calls a routine
+    of the code generators, tir.CallRoutine). Its block reads its inputs and writes its output
+    whole; schedules leave it as it is."""
+
+    def __init__(self, name: str, shape: tuple[PrimExpr, ...], dtype: str, inputs: Sequence[Tensor],
+                 build: Callable, tag: str = ""):
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.build = build
+        self.tag = tag
+        self.outputs = (Tensor(self, 0, Buffer(name, shape, dtype)),)
+
+    @property
+    def input_tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class TensorLoad(BufferLoad):
     """`A[i, k]`: a load of a te tensor's buffer that names the tensor (TVM's ProducerLoad);
@@ -175,6 +194,12 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", att
     bodies = tuple(_as_body(o, name) for o in (out if multi else (out,)))
     op = ComputeOp(name, axis, bodies, shape, tag, attrs)
     return list(op.outputs) if multi else op.output(0)
+
+
+def extern(shape, dtype: str, inputs: Sequence[Tensor], build: Callable, name: str = "extern",
+           tag: str = "") -> Tensor:
+    """The output of an ExternOp (see there)."""
+    return ExternOp(name, _shape(shape), dtype, inputs, build, tag).output(0)
 
 
 def _as_body(o, name: str) -> PrimExpr:
