@@ -101,7 +101,8 @@ def test_one_routine_call_per_block_and_no_scores_in_memory():
     func = lower(s.to_prim_func(args))
     calls = collect(func.body, lambda x: isinstance(x, CallRoutine))
     assert [c.routine for c in calls] == ["attention"]
-    sizes = [int(np.prod([int(d.value) for d in a.buffer.shape])) for a in collect(func.body, lambda x: isinstance(x, Allocate))]
+    allocations = collect(func.body, lambda x: isinstance(x, Allocate))
+    sizes = [int(np.prod([int(d.value) for d in a.buffer.shape])) for a in allocations]
     assert sizes and max(sizes) <= 12 * seq * dim
 
 
