@@ -156,8 +156,9 @@ def _fused(q, k, v, mask, attrs, out_types):
     kt = te.compute(tuple(ks[:-2]) + (panels, e_dim, p), panel, name="k_panels", tag=PACK)
     blocks = -(-l_dim // ATTENTION_ROWS)
 
-    def build(bufs, out):
+    def build(bufs, outs):
         qb, ktb, vb = bufs[:3]
+        (out,) = outs
         t = Var("block", dt.INDEX_DTYPE)
         rest, index = t // blocks, []
         for d in reversed(batch):
@@ -198,7 +199,7 @@ def _fused(q, k, v, mask, attrs, out_types):
         return For(t, const(0), total, "parallel", call)
 
     ins = [q, kt, v] + ([mask] if mask is not None else [])
-    return te.extern(out_shape, q.dtype, ins, build, name="attention")
+    return te.extern([(out_shape, q.dtype)], ins, build, name="attention")[0]
 
 
 def _staged(inputs, attrs, out_types):

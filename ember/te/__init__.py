@@ -1,4 +1,4 @@
-"""Tensor expressions: `placeholder`, `compute`, `reduce_axis`, reducers, math, and schedules.
+"""Tensor expressions: `placeholder`, `compute`, `extern`, `reduce_axis`, reducers, math, and schedules.
 
     A = te.placeholder((M, K), name="A")
     k = te.reduce_axis((0, K), name="k")

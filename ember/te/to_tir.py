@@ -2,8 +2,7 @@
 
 Each ComputeOp becomes one block inside a loop nest with one loop per iteration variable
 (spatial first, then reduce), in producer-before-consumer order under the root block; an
-ExternOp becomes one block around the statement it builds, reading its inputs and writing its
-output whole. The
+ExternOp becomes one block without iteration variables around its own statement. The
 compute's own index variables become the block's iteration variables, so the body is copied
 as written; the loops get fresh variables of the same names.
 """
@@ -60,6 +59,17 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
     return PrimFunc(name, tuple(a.buffer for a in args), BlockRealize((), const(True), root))
 
 
+def _whole(buf) -> BufferRegion:
+    return BufferRegion(buf, tuple(Range.from_extent(d) for d in buf.shape))
+
+
+def _extern_block(op: ExternOp) -> Stmt:
+    """The extern's statement in an opaque block that reads its inputs and writes its outputs whole."""
+    reads = tuple(_whole(buf) for buf in dict.fromkeys(t.buffer for t in op.inputs))
+    writes = tuple(_whole(t.buffer) for t in op.outputs)
+    return BlockRealize((), const(True), Block(op.name, (), reads, writes, op.body))
+
+
 def _loop_nest(op: ComputeOp) -> Stmt:
     spatial = tuple(op.axis)
     reduce = tuple(op.reduce_axis)
@@ -87,17 +97,6 @@ def _loop_nest(op: ComputeOp) -> Stmt:
     for iv, lv in reversed(list(zip(iter_vars, loop_vars))):
         stmt = For(lv, const(0), iv.dom.extent, "serial", stmt)
     return stmt
-
-
-def _extern_block(op: ExternOp) -> Stmt:
-    out = op.output(0).buffer
-    body = op.build([t.buffer for t in op.inputs], out)
-
-    def whole(buf) -> BufferRegion:
-        return BufferRegion(buf, tuple(Range.from_extent(d) for d in buf.shape))
-
-    reads = tuple(whole(t.buffer) for t in dict.fromkeys(op.inputs))
-    return BlockRealize((), const(True), Block(op.name, (), reads, (whole(out),), body))
 
 
 def _plain(e):

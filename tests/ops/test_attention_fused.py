@@ -112,3 +112,15 @@ def test_interpreter_runs_the_routine_twin():
     check_op(SDPA, [q, k, v, rand(9, 11)], {"causal": True}, **TOL, targets=("c", "python"),
              torch_fn=lambda q, k, v, m: F.scaled_dot_product_attention(
                  q, k, v, attn_mask=m + torch.triu(torch.full((9, 11), -torch.inf), 1)))
+
+
+def test_tuner_leaves_the_fused_kernel_out():
+    from ember.graph import Graph
+    from ember.ops.nodes import add_op
+    from ember.tune.extract import extract_tasks
+
+    g = Graph("attention")
+    q, k, v = (g.add_input(n, TensorType((1, 2, 40, 16))) for n in "qkv")
+    (out,) = add_op(g, SDPA, [q, k, v], {"causal": True})
+    g.set_outputs([out])
+    assert extract_tasks(g) == []
