@@ -58,7 +58,7 @@ static void {name}(const float* restrict q, const float* restrict kt, const floa
         for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = (V){{0}};
         for (int64_t e = 0; e < E; ++e) {{
           V b0 = *(const U*)(panel + e * P), b1 = *(const U*)(panel + e * P + W);
-#pragma GCC unroll 8
+#pragma GCC unroll {mr}
           for (int r = 0; r < MR; ++r) {{
             float a = qs[(rg + r) * E + e];
             acc[r][0] += a * b0;
@@ -116,7 +116,7 @@ static void {name}(const float* restrict q, const float* restrict kt, const floa
         for (int64_t j = 0; j < nk; ++j) {{
           const float* vr = v + (j0 + j) * v_rs + c;
           V b0 = *(const U*)vr, b1 = *(const U*)(vr + W), b2 = *(const U*)(vr + 2 * W), b3 = *(const U*)(vr + 3 * W);
-#pragma GCC unroll 4
+#pragma GCC unroll {or_}
           for (int r = 0; r < OR; ++r) {{
             float p = s[(rg + r) * BK + j];
             acc[r][0] += p * b0;
@@ -137,7 +137,7 @@ static void {name}(const float* restrict q, const float* restrict kt, const floa
           V b = (V){{0}};
           if (width == W) b = *(const U*)vr;
           else for (int64_t t = 0; t < width; ++t) b[t] = vr[t];
-#pragma GCC unroll 4
+#pragma GCC unroll {or_}
           for (int r = 0; r < OR; ++r) acc[r] += s[(rg + r) * BK + j] * b;
         }}
         for (int r = 0; r < OR; ++r) *(V*)(o + (rg + r) * evp + c) = acc[r];

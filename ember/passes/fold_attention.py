@@ -5,7 +5,16 @@ that it runs as the fused kernel (ember.ops.attention) instead of materializing 
         -> scaled_dot_product_attention(q, T(kT), v [, mask]; scale=c | 1/c | 1)
 
 which is how ONNX exports of BERT and GPT-2 (and models written with explicit products in torch)
-spell attention. kT is the keys with their last two axes swapped; when a transpose made it, T is
+spell attention. And a constant mask that says nothing the kernel does not know is dropped:
+
+    scaled_dot_product_attention(q, k, v, mask)  -> scaled_dot_product_attention(q, k, v; causal=True)
+        where mask is a constant bool lower triangle (key j kept for query i when j <= i: GPT-2's)
+    scaled_dot_product_attention(q, k, v, mask)  -> scaled_dot_product_attention(q, k, v)
+        where mask is a constant bool of all True, or a constant float of all zeros (BERT's, with
+        no padding)
+
+so that the kernel computes the causal mask from the indices (and skips the keys above the
+diagonal) instead of reading a mask. kT is the keys with their last two axes swapped; when a transpose made it, T is
 folded into that transpose (so that fold_transposes, which runs next, sees the head split of
 q, k and v). c is a scalar constant; the mask is added (a float mask) and must broadcast to the
 scores. Each intermediate (the scores, scaled, masked, and the softmax) must have no other use.
@@ -29,10 +38,39 @@ def fold_attention(graph: Graph) -> Graph:
             uses[v] = uses.get(v, 0) + 1
     for v in graph.outputs:
         uses[v] = uses.get(v, 0) + 1
-    if not any(n.op == "matmul" and n.inputs[0].node is not None and n.inputs[0].node.op == "softmax"
-               for n in graph.nodes):
+    if not any((n.op == "matmul" and n.inputs[0].node is not None and n.inputs[0].node.op == "softmax")
+               or (n.op == SDPA and len(n.inputs) == 4 and graph.is_constant(n.inputs[3])) for n in graph.nodes):
         return graph  # nothing to fold: the graph itself (the pipeline reports it unchanged)
-    return rebuild(graph, lambda rw, node, inputs: _fold(rw, node, uses))
+    return rebuild(graph, lambda rw, node, inputs: _fold(rw, node, uses) or _plain_mask(rw, node, inputs))
+
+
+def _plain_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    """The attention without its constant mask, where the mask keeps every key or exactly the
+    causal ones (see the module doc), or None."""
+    if node.op != SDPA or len(inputs) != 4:
+        return None
+    mask = rw.constant_data(inputs[3])
+    if mask is None:
+        return None
+    rank = node.outputs[0].type.rank
+    heads_first = node.attrs["layout"] == "bhsd"
+    q, k = (x.type.shape for x in inputs[:2])
+    l_dim, s_dim = (q[-2], k[-2]) if heads_first else (q[-3], k[-3])
+    if not (isinstance(l_dim, int) and isinstance(s_dim, int)) or mask.ndim > rank:
+        return None
+    full = np.broadcast_to(mask, mask.shape[:-2] + (l_dim, s_dim)) if mask.ndim >= 2 else np.broadcast_to(
+        mask, (l_dim, s_dim))
+    causal = node.attrs["causal"]
+    if mask.dtype == bool and full.all():
+        pass
+    elif mask.dtype == bool and (full == np.tril(np.ones((l_dim, s_dim), bool))).all():
+        causal = True
+    elif mask.dtype != bool and not full.any():
+        pass
+    else:
+        return None
+    return rw.emit(SDPA, inputs[:3], {**node.attrs, "causal": causal}, hint=node.name,
+                   out_names=[node.outputs[0].name])
 
 
 def _fold(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | None:

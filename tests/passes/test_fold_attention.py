@@ -102,3 +102,20 @@ def test_variants_fold(variant):
 def test_softmax_used_elsewhere_is_left_alone():
     before = products(extra_use=True)
     assert SDPA not in ops(fold_attention(before))
+
+
+@pytest.mark.parametrize("kind, causal", [("tril", True), ("ones", False), ("zeros", False), ("random", None)])
+def test_constant_masks_the_kernel_knows_are_dropped(kind, causal):
+    g = Graph("attention")
+    q, k, v = (g.add_input(n, TensorType((1, 2, 6, 8))) for n in "qkv")
+    mask = {"tril": np.tril(np.ones((1, 1, 6, 6), bool)), "ones": np.ones((6, 6), bool),
+            "zeros": np.zeros((1, 6), "float32"), "random": random_array((6, 6))}[kind]
+    (out,) = add_op(g, SDPA, [q, k, v, g.add_constant(mask, "mask")])
+    g.set_outputs([out])
+    after = fold_attention(g)
+    (node,) = after.nodes
+    if causal is None:
+        assert len(node.inputs) == 4 and not node.attrs["causal"]
+    else:
+        assert len(node.inputs) == 3 and node.attrs["causal"] == causal
+    check_same(g, after)
