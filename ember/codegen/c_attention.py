@@ -1,24 +1,27 @@
 """The C of the attention routine (ember.tir.routines: the calling convention): one call computes
-the output rows of one block of queries of one (batch, head), flash-attention style.
+the output rows of one block of 2 W queries of one (batch, head), flash-attention style.
 
-Per block of BK keys: the scores of the block (queries x keys) in a register tile of MR rows x 2
-vectors over the packed panels of k (GEMM's micro-kernel: a broadcast of q, two loads of a panel
-row, 2 MR FMAs per step of e); then per row the mask, the block's maximum, the running maximum,
-exp (c_vmath's vector exp) and the running sum, and the output accumulator rescaled by
-exp(old max - new max) when the maximum grew; then the output accumulator += p v in a register
-tile of 4 rows x up to 4 vectors (broadcasts of p, loads of rows of v). At the end each row is
-divided by its sum (0 / 0 = NaN for a row whose keys were all masked out, as in PyTorch). The
-scores of one block of keys are the only ones alive: scratch of O(rows x (BK + E + Ev)) per call.
+The scores of a block of BK keys are computed transposed, keys x queries (s[j][i]), in a register
+tile of MR keys x 2 vectors of queries (GEMM's micro-kernel: two loads of the transposed,
+scaled q, MR broadcasts of k read in place, 2 MR FMAs per step of e), so that k needs no packing
+and the softmax of W queries is vector arithmetic down the keys: the mask, the block's maximum,
+the running maximum, exp (c_vmath's vector exp) and the running sum per query, and the factor
+exp(old max - new max) that rescales the output accumulator when the maximum grew. Then the
+output accumulator += p v in a register tile of OR queries x up to 4 vectors (broadcasts of p,
+loads of rows of v). At the end each row is divided by its sum (0 / 0 = NaN for a row whose keys
+were all masked out, as in PyTorch). Only one block of scores is alive: scratch of
+O(2 W x (BK + E + Ev)) per call, nothing of size L x S.
 
-Vectors are 16 float32 lanes (one AVX-512 register, two AVX ones). Only whole vectors inside
-the caller's arrays are loaded: the tails of the rows of v and of the mask go lane by lane.
+Vectors are W = 16 float32 lanes (one AVX-512 register, two AVX ones). Only whole vectors inside
+the caller's arrays are loaded: the last keys of a block are copied, and the tails of the rows
+of v and the mask go lane by lane.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..tir.routines import ATTENTION_PANEL, ATTENTION_ROWS
+from ..tir.routines import ATTENTION_ROWS
 from .c_vmath import vector_math
 
 if TYPE_CHECKING:
@@ -30,82 +33,84 @@ SCORE_ROWS = 8  # rows of the scores' register tile (x 2 vectors)
 OUT_ROWS = 4  # rows of the output's register tile (x up to 4 vectors)
 
 _BODY = """\
-static void {name}(const float* restrict q, const float* restrict kt, const float* restrict v,{mask_param}
+static void {name}(const float* restrict q, const float* restrict k, const float* restrict v,{mask_param}
                    float* restrict out, int64_t q0, int64_t nq, int64_t S, int64_t E, int64_t Ev, int64_t q_rs,
-                   int64_t v_rs, int64_t o_rs, int64_t m_rs, int64_t m_cs, float scale) {{
-  enum {{ R = {rows}, P = {panel}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes} }};
+                   int64_t k_rs, int64_t v_rs, int64_t o_rs, int64_t m_rs, int64_t m_cs, float scale) {{
+  enum {{ R = {rows}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes} }};
+  _Static_assert(R == 2 * W, "a block of queries is two vectors");
   (void)m_rs; (void)m_cs;
-  const V ninf = (V){{0}} - INFINITY;
+  const V ninf = (V){{0}} - INFINITY, zero = (V){{0}};
   const M iota = (M){{{iota}}};
-  int64_t rows = (nq + MR - 1) / MR * MR, evp = (Ev + W - 1) / W * W, ep = (E + W - 1) / W * W;
-  float* scratch = aligned_alloc(64, sizeof(float) * (size_t)(rows * ep + R * BK + R * evp + 2 * W + 2 * R));
-  float *qs = scratch, *s = qs + rows * ep, *o = s + R * BK, *m = o + R * evp, *l = m + R;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = 0; e < E; ++e) qs[r * E + e] = r < nq ? q[(q0 + r) * q_rs + e] * scale : 0.0f;
-  for (int64_t r = 0; r < R; ++r) {{
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-    for (int64_t c = 0; c < evp; ++c) o[r * evp + c] = 0.0f;
+  int64_t evp = (Ev + W - 1) / W * W, kbp = (MR * E + W - 1) / W * W;
+  float* scratch = aligned_alloc(64, sizeof(float) * (size_t)(E * R + (BK + MR) * R + R * evp + kbp + 3 * R));
+  float *qt = scratch, *s = qt + E * R, *o = s + (BK + MR) * R, *kb = o + R * evp, *m = kb + kbp, *l = m + R;
+  float* alpha = l + R;
+  /* q transposed (qt[e][i]) and scaled; the queries past nq are zero */
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < R; ++i) qt[e * R + i] = i < nq ? q[(q0 + i) * q_rs + e] * scale : 0.0f;
+  for (int64_t i = 0; i < R; ++i) {{
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    for (int64_t c = 0; c < evp; ++c) o[i * evp + c] = 0.0f;
   }}
   int64_t kend = {kend};
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {{
-    int64_t nk = kend - j0 < BK ? kend - j0 : BK, nkp = (nk + P - 1) / P * P;
-    /* scores: s[r][jj] = q[r] . k[j0 + jj], an MR x 2W register tile per step */
-    for (int64_t rg = 0; rg < rows; rg += MR) {{
-      for (int64_t jc = 0; jc < nkp; jc += P) {{
-        const float* panel = kt + (j0 + jc) / P * E * P;
-        V acc[MR][2];
-        for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = (V){{0}};
-        for (int64_t e = 0; e < E; ++e) {{
-          V b0 = *(const U*)(panel + e * P), b1 = *(const U*)(panel + e * P + W);
+    int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+    /* scores, transposed: s[j][i] = k[j0 + j] . q[i], MR keys x 2W queries in registers */
+    for (int64_t jg = 0; jg < nk; jg += MR) {{
+      const float* kr = k + (j0 + jg) * k_rs;
+      int64_t krs = k_rs;
+      if (jg + MR > nk) {{  /* the last keys, copied (never a row past the caller's array) */
+        for (int64_t r = 0; r < MR; ++r)
+          for (int64_t e = 0; e < E; ++e) kb[r * E + e] = jg + r < nk ? kr[r * k_rs + e] : 0.0f;
+        kr = kb;
+        krs = E;
+      }}
+      V acc[MR][2];
+      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = zero;
+      for (int64_t e = 0; e < E; ++e) {{
+        V a0 = *(const V*)(qt + e * R), a1 = *(const V*)(qt + e * R + W);
 #pragma GCC unroll {mr}
-          for (int r = 0; r < MR; ++r) {{
-            float a = qs[(rg + r) * E + e];
-            acc[r][0] += a * b0;
-            acc[r][1] += a * b1;
-          }}
-        }}
         for (int r = 0; r < MR; ++r) {{
-          *(U*)(s + (rg + r) * BK + jc) = acc[r][0];
-          *(U*)(s + (rg + r) * BK + jc + W) = acc[r][1];
+          float b = kr[r * krs + e];
+          acc[r][0] += b * a0;
+          acc[r][1] += b * a1;
         }}
       }}
+      for (int r = 0; r < MR; ++r) {{
+        *(V*)(s + (jg + r) * R) = acc[r][0];
+        *(V*)(s + (jg + r) * R + W) = acc[r][1];
+      }}
     }}
-    /* online softmax, row by row: mask, running max and sum, rescale the output */
-    for (int64_t r = 0; r < nq; ++r) {{
-      float* row = s + r * BK;
-      int64_t i = q0 + r;
+    /* online softmax, W queries at a time: mask, running max and sum per query */
+    for (int h = 0; h < 2; ++h) {{
+      int64_t i0 = q0 + h * W;
+      M rows = iota + (int32_t)(h * W) < (int32_t)nq;
       V vmax = ninf;
-      for (int64_t c = 0; c < nkp; c += W) {{
-        V x = *(U*)(row + c);
-        M keep = iota + (int32_t)c < (int32_t)nk;
+      for (int64_t j = 0; j < nk; ++j) {{
+        V x = *(V*)(s + j * R + h * W);
+        M keep = rows;
 {masking}        x = SEL(keep, x, ninf);
-        *(U*)(row + c) = x;
+        *(V*)(s + j * R + h * W) = x;
         vmax = SEL(x > vmax, x, vmax);
       }}
-      float mx = -INFINITY;
-      for (int t = 0; t < W; ++t) mx = vmax[t] > mx ? vmax[t] : mx;
-      float mnew = mx > m[r] ? mx : m[r];
-      if (mnew == -INFINITY) {{  /* every key so far masked out: p = 0 */
-        for (int64_t c = 0; c < nkp; ++c) row[c] = 0.0f;
-        continue;
+      V mold = *(V*)(m + h * W);
+      V mnew = SEL(vmax > mold, vmax, mold);
+      V msafe = SEL(mnew == ninf, zero, mnew);  /* every key so far masked out: p = 0 */
+      V sum = zero;
+      for (int64_t j = 0; j < nk; ++j) {{
+        V p = {expv}(*(V*)(s + j * R + h * W) - msafe);
+        *(V*)(s + j * R + h * W) = p;
+        sum += p;
       }}
-      float alpha = {exp1}(m[r] - mnew);
-      V vsum = (V){{0}};
-      for (int64_t c = 0; c < nkp; c += W) {{
-        V p = {expv}(*(U*)(row + c) - mnew);
-        *(U*)(row + c) = p;
-        vsum += p;
-      }}
-      float sum = 0.0f;
-      for (int t = 0; t < W; ++t) sum += vsum[t];
-      l[r] = l[r] * alpha + sum;
-      m[r] = mnew;
-      if (alpha != 1.0f)
-        for (int64_t c = 0; c < evp; c += W) *(V*)(o + r * evp + c) *= alpha;
+      V a = {expv}(mold - msafe);
+      *(V*)(l + h * W) = *(V*)(l + h * W) * a + sum;
+      *(V*)(m + h * W) = mnew;
+      *(V*)(alpha + h * W) = a;
     }}
-    for (int64_t r = nq; r < (nq + OR - 1) / OR * OR; ++r)
-      for (int64_t c = 0; c < nkp; ++c) s[r * BK + c] = 0.0f;
+    for (int64_t i = 0; i < nq; ++i)
+      if (alpha[i] != 1.0f)
+        for (int64_t c = 0; c < evp; c += W) *(V*)(o + i * evp + c) *= alpha[i];
     /* o += p v: an OR x 4W register tile, then OR x W tiles, then a partial vector */
     for (int64_t rg = 0; rg < nq; rg += OR) {{
       int64_t c = 0;
@@ -118,7 +123,7 @@ static void {name}(const float* restrict q, const float* restrict kt, const floa
           V b0 = *(const U*)vr, b1 = *(const U*)(vr + W), b2 = *(const U*)(vr + 2 * W), b3 = *(const U*)(vr + 3 * W);
 #pragma GCC unroll {or_}
           for (int r = 0; r < OR; ++r) {{
-            float p = s[(rg + r) * BK + j];
+            float p = s[j * R + rg + r];
             acc[r][0] += p * b0;
             acc[r][1] += p * b1;
             acc[r][2] += p * b2;
@@ -134,44 +139,44 @@ static void {name}(const float* restrict q, const float* restrict kt, const floa
         for (int r = 0; r < OR; ++r) acc[r] = *(V*)(o + (rg + r) * evp + c);
         for (int64_t j = 0; j < nk; ++j) {{
           const float* vr = v + (j0 + j) * v_rs + c;
-          V b = (V){{0}};
+          V b = zero;
           if (width == W) b = *(const U*)vr;
           else for (int64_t t = 0; t < width; ++t) b[t] = vr[t];
 #pragma GCC unroll {or_}
-          for (int r = 0; r < OR; ++r) acc[r] += s[(rg + r) * BK + j] * b;
+          for (int r = 0; r < OR; ++r) acc[r] += s[j * R + rg + r] * b;
         }}
         for (int r = 0; r < OR; ++r) *(V*)(o + (rg + r) * evp + c) = acc[r];
       }}
     }}
   }}
-  for (int64_t r = 0; r < nq; ++r) {{
-    float inv = 1.0f / l[r];  /* every key masked out: 0 * inf = NaN */
-    for (int64_t c = 0; c < Ev; ++c) out[(q0 + r) * o_rs + c] = o[r * evp + c] * inv;
+  for (int64_t i = 0; i < nq; ++i) {{
+    float inv = 1.0f / l[i];  /* every key masked out: 0 * inf = NaN */
+    for (int64_t c = 0; c < Ev; ++c) out[(q0 + i) * o_rs + c] = o[i * evp + c] * inv;
   }}
   free(scratch);
 }}"""
 
-# the mask of one vector of keys: `keep` (int32 lanes, -1 kept) and the scores `x`
-_CAUSAL = "        keep &= iota + (int32_t)(j0 + c) <= (int32_t)i;\n"
+# the mask of key j for W queries (lanes past nq read nothing): `keep` (int32 lanes, -1 kept), the scores `x`
+_CAUSAL = "        keep &= (int32_t)(j0 + j) <= iota + (int32_t)i0;\n"
 _MASKS = {
     "none": "",
     "bool": """\
-        {{
-          M mb = (M){{0}};
-          const uint8_t* mr_ = mask + i * m_rs + (j0 + c) * m_cs;
-          if (m_cs == 1 && c + W <= nk) mb = __builtin_convertvector(*(const {bytes}*)mr_, M);
-          else for (int64_t t = 0; t < W && c + t < nk; ++t) mb[t] = mr_[t * m_cs];
+        {
+          const uint8_t* mj = mask + i0 * m_rs + (j0 + j) * m_cs;
+          M mb = (M){0} + (m_rs == 0 ? (int32_t)mj[0] : 0);
+          if (m_rs != 0)
+            for (int t = 0; t < W; ++t) mb[t] = h * W + t < nq ? mj[t * m_rs] : 1;
           keep &= mb != 0;
-        }}
+        }
 """,
     "additive": """\
-        {{
-          V add = (V){{0}};
-          const float* mr_ = mask + i * m_rs + (j0 + c) * m_cs;
-          if (m_cs == 1 && c + W <= nk) add = *(const U*)mr_;
-          else for (int64_t t = 0; t < W && c + t < nk; ++t) add[t] = mr_[t * m_cs];
+        {
+          const float* mj = mask + i0 * m_rs + (j0 + j) * m_cs;
+          V add = zero + (m_rs == 0 ? mj[0] : 0.0f);
+          if (m_rs != 0)
+            for (int t = 0; t < W; ++t) add[t] = h * W + t < nq ? mj[t * m_rs] : 0.0f;
           x += add;
-        }}
+        }
 """,
 }
 
@@ -183,14 +188,14 @@ def attention(lib: CPrelude, mask: str, causal: bool) -> str:
 
     def make() -> str:
         v, u, m = lib.vec("float32", LANES), lib.unaligned_vec("float32", LANES), lib.mask(32, LANES)
-        masking = (_CAUSAL if causal else "") + _MASKS[mask].format(bytes=lib.unaligned_vec("uint8", LANES))
+        masking = (_CAUSAL if causal else "") + _MASKS[mask]
         mask_param = {"none": "", "bool": " const uint8_t* restrict mask,",
                       "additive": " const float* restrict mask,"}[mask]
         body = _BODY.format(
-            name=name, mask_param=mask_param, rows=ATTENTION_ROWS, panel=ATTENTION_PANEL, keys=KEYS,
+            name=name, mask_param=mask_param, rows=ATTENTION_ROWS, keys=KEYS,
             mr=SCORE_ROWS, or_=OUT_ROWS, lanes=LANES, iota=", ".join(map(str, range(LANES))),
             kend="q0 + nq < S ? q0 + nq : S" if causal else "S", masking=masking,
-            exp1=vector_math(lib, "exp", "float32", 1), expv=vector_math(lib, "exp", "float32", LANES))
+            expv=vector_math(lib, "exp", "float32", LANES))
         return (f"#define V {v}\n#define U {u}\n#define M {m}\n"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{body}\n"
                 "#undef V\n#undef U\n#undef M\n#undef SEL")

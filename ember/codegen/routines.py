@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import LowerError
-from ..tir.routines import ATTENTION, ATTENTION_PANEL
+from ..tir.routines import ATTENTION
 from .c_attention import attention as c_attention
 
 if TYPE_CHECKING:
@@ -26,18 +26,16 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
 
 
 def _attention(params: dict, reads, writes, scalars) -> None:
-    """The attention routine on flat arrays: reads (q, kt, v[, mask]) and writes (out,) are
+    """The attention routine on flat arrays: reads (q, k, v[, mask]) and writes (out,) are
     (array, offset) pairs; softmax in float64, rounded to float32 once."""
-    q0, nq, s, e, ev, q_rs, v_rs, o_rs, m_rs, m_cs = (int(x) for x in scalars[:10])
-    scale = scalars[10]
-    (q, q_off), (kt, kt_off), (v, v_off) = reads[:3]
+    q0, nq, s, e, ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs = (int(x) for x in scalars[:11])
+    scale = scalars[11]
+    (q, q_off), (k, k_off), (v, v_off) = reads[:3]
     (out, o_off), = writes
     rows = np.arange(q0, q0 + nq)[:, None]
     keys = np.arange(s)[None, :]
     qb = q[q_off + rows * q_rs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scale)
-    p = ATTENTION_PANEL
-    panel = kt_off + (keys // p) * e * p + keys % p
-    kb = kt[panel.T + np.arange(e)[None, :] * p].astype(np.float64)  # (s, e)
+    kb = k[k_off + keys.T * k_rs + np.arange(e)[None, :]].astype(np.float64)
     vb = v[v_off + keys.T * v_rs + np.arange(ev)[None, :]].astype(np.float64)
     scores = qb @ kb.T
     keep = np.ones(scores.shape, bool)

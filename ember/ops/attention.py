@@ -14,12 +14,12 @@ inputs with axes -3 and -2 swapped, the result swapped back; the mask still broa
 scores (..., H, L, S).
 
 float32 attention with static sequence lengths and embedding sizes is fused, flash-attention
-style: k is packed once into panels of ATTENTION_PANEL keys (a PACK stage, O(S E) memory), then
-one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries) that
-calls the attention routine (ember.tir.routines; its C in ember.codegen.c_attention): the scores
-of one block of keys at a time in a register tile, an online softmax (running maximum and sum,
-the output rescaled as the maximum grows), and p v accumulated in registers. No row of scores
-outlives its block of keys, and nothing of size L x S reaches memory.
+style: one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
+that calls the attention routine (ember.tir.routines; its C in ember.codegen.c_attention) on
+the operands where they are: the scores of one block of keys at a time in a register tile, an
+online softmax (running maximum and sum, the output rescaled as the maximum grows), and p v
+accumulated in registers. No row of scores outlives its block of keys, and nothing of size
+L x S reaches memory.
 
 Other dtypes (float16, float64) and symbolic sizes take the staged compute: a row-wise softmax
 in stages (scores q k^T, their row maximum, the exponentials, their row sum, and the weighted
@@ -36,7 +36,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, cast, const, min_
-from ..tir.routines import ATTENTION, ATTENTION_PANEL, ATTENTION_ROWS
+from ..tir.routines import ATTENTION, ATTENTION_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
 from .hints import PACK
@@ -139,25 +139,17 @@ def _strides(shape) -> list:
 
 
 def _fused(q, k, v, mask, attrs, out_types):
-    """The fused kernel (see the module doc): k packed into panels, then the routine per block."""
+    """The fused kernel (see the module doc): the routine per block of queries."""
     bshd = attrs["layout"] == "bshd"
     qs, ks, vs = (_swap(x.shape, bshd) for x in (q, k, v))
     e_dim, s_dim, ev_dim, l_dim = (as_int(d) for d in (qs[-1], ks[-2], vs[-1], qs[-2]))
     scale = _scale(attrs, e_dim)
     out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []))
     batch = list(_swap(out_shape, bshd)[:-2])
-    p = ATTENTION_PANEL
-    panels = -(-s_dim // p)
-
-    def panel(*i):
-        j = i[-3] * p + i[-1]
-        return te.if_then_else(j < s_dim, k[_swap(tuple(i[:-3]) + (min_(j, s_dim - 1), i[-2]), bshd)], 0.0)
-
-    kt = te.compute(tuple(ks[:-2]) + (panels, e_dim, p), panel, name="k_panels", tag=PACK)
     blocks = -(-l_dim // ATTENTION_ROWS)
 
     def build(bufs, outs):
-        qb, ktb, vb = bufs[:3]
+        qb, kb, vb = bufs[:3]
         (out,) = outs
         t = Var("block", dt.INDEX_DTYPE)
         rest, index = t // blocks, []
@@ -166,18 +158,18 @@ def _fused(q, k, v, mask, attrs, out_types):
             rest = rest // d
         index = index[::-1]
 
-        def base(buf, heads_first_shape, layout_swapped: bool):
+        def base(buf, heads_first_shape):
             """The offset of the (batch..., 0, 0) element of buf, and its heads-first strides."""
-            st = _swap(_strides(buf.shape), bshd) if layout_swapped else _strides(buf.shape)
+            st = _swap(_strides(buf.shape), bshd)
             at = broadcast_index(index, heads_first_shape[:-2])
             return sum((i * s for i, s in zip(at, st)), const(0)), st
 
-        q_off, q_st = base(qb, qs, True)
-        v_off, v_st = base(vb, vs, True)
-        o_off, o_st = base(out, _swap(out.shape, bshd), True)
-        kt_off, _ = base(ktb, tuple(ks[:-2]) + (0, 0), False)
+        q_off, q_st = base(qb, qs)
+        v_off, v_st = base(vb, vs)
+        o_off, o_st = base(out, _swap(out.shape, bshd))
+        k_off, k_st = base(kb, ks)
         q0 = (t % blocks) * ATTENTION_ROWS
-        reads = [Pointer(qb, q_off), Pointer(ktb, kt_off), Pointer(vb, v_off)]
+        reads = [Pointer(qb, q_off), Pointer(kb, k_off), Pointer(vb, v_off)]
         m_rs = m_cs = const(0)
         if mask is not None:
             mb = bufs[3]
@@ -190,7 +182,7 @@ def _fused(q, k, v, mask, attrs, out_types):
                 m_cs = m_st[-1]
         kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
         scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), const(s_dim), const(e_dim), const(ev_dim),
-                   q_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
+                   q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
         call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"]))), tuple(reads),
                            (Pointer(out, o_off),), scalars)
         total = const(blocks)
@@ -198,7 +190,7 @@ def _fused(q, k, v, mask, attrs, out_types):
             total = total * d
         return For(t, const(0), total, "parallel", call)
 
-    ins = [q, kt, v] + ([mask] if mask is not None else [])
+    ins = [q, k, v] + ([mask] if mask is not None else [])
     return te.extern([(out_shape, q.dtype)], ins, build, name="attention")[0]
 
 

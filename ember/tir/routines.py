@@ -7,18 +7,16 @@ v for the query rows q0 .. q0 + nq - 1 (nq <= ATTENTION_ROWS) of one (batch, hea
 softmax over blocks of keys (a running maximum and sum per row; the accumulated output rescaled
 when the maximum grows), so no row of scores outlives its block of keys.
 
-    reads:   q     q[i, e] at q + i * q_rs + e, (the routine multiplies the scores by `scale`)
-             kt    k packed in panels of ATTENTION_PANEL keys: k[j, e] at
-                   kt + (j // P) * E * P + e * P + j % P, the keys past S zero
+    reads:   q     q[i, e] at q + i * q_rs + e (the routine multiplies the scores by `scale`)
+             k     k[j, e] at k + j * k_rs + e
              v     v[j, c] at v + j * v_rs + c
              mask  (if any) mask[i, j] at mask + i * m_rs + j * m_cs (bool: bytes, additive: float32)
     writes:  out   out[i, c] at out + i * o_rs + c
-    scalars: q0, nq, S, E, Ev, q_rs, v_rs, o_rs, m_rs, m_cs (int64), scale (float32)
+    scalars: q0, nq, S, E, Ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs (int64), scale (float32)
 
 causal keeps key j for query i when j <= i. A row whose keys are all masked out is NaN.
 """
 
 ATTENTION = "attention"
-ATTENTION_ROWS = 32  # the most query rows one call takes
-ATTENTION_PANEL = 32  # keys per panel of the packed k
+ATTENTION_ROWS = 32  # the most query rows one call takes (two vectors of 16 lanes)
 ATTENTION_MASKS = ("none", "bool", "additive")

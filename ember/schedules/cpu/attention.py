@@ -11,15 +11,12 @@ from .tiling import register_tile, schedule_pack, tile_rows_cols
 
 @schedules("scaled_dot_product_attention")
 def schedule_attention(s, outputs):
-    """The fused kernel (an extern: its loops are its own): only the packing of k. The staged
-    compute: the two products (scores = q k^T, weighted = p v) in register tiles where their
+    """The fused kernel (an extern: its loops are its own): nothing. The staged compute: the two
+    products (scores = q k^T, weighted = p v) in register tiles where their
     columns fill vectors; the other stages parallel over (batch, query row), vectorized along
     the row."""
     (out,) = outputs
     if isinstance(out.op, ExternOp):
-        for op in input_tensors_of(outputs):
-            if isinstance(op, ComputeOp) and op.tag == PACK:
-                schedule_pack(s, op.output(0))
         return
     for op in input_tensors_of(outputs):
         if not isinstance(op, ComputeOp):
