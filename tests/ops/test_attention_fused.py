@@ -100,7 +100,8 @@ def test_one_routine_call_per_block_and_no_scores_in_memory():
     types = [TensorType((1, 12, seq, dim))] * 3
     out_types = get(SDPA).infer(types, {"causal": True, "scale": None, "layout": "bhsd"})
     s, args = node_kernel(SDPA, types, {"causal": True, "scale": None, "layout": "bhsd"}, out_types)
-    func = lower(s.to_prim_func(args))
+    func = lower(s.to_prim_func(args), debug=True)  # the verifier after every loop pass
+    assert "routine.attention(" in str(func)
     calls = collect(func.body, lambda x: isinstance(x, CallRoutine))
     assert [c.routine for c in calls] == ["attention"]
     assert not collect(func.body, lambda x: isinstance(x, Allocate))
