@@ -4,7 +4,9 @@ change of the kernel), at transformer shapes (batch 1, 12 heads, head dim 64 by 
 
 Each runtime runs in its own process (two OpenMP runtimes' idle threads would slow each other),
 one process per runtime and round, the runtimes in turns; a process prints the median of its calls,
-the table the median of its rounds, and ratios to ember measured in the same run.
+the table the median of its rounds, and ratios to ember measured in the same run. Next to the
+latency, the process's CPU time per call (all its threads): on a machine shared with other work,
+a run with --threads 1 is measured by its CPU time, which the other work does not inflate.
 
     python benchmarks/attention.py [--seqs 128 1024] [--masks none causal] [--baseline /work/main]
                                    [--heads 12] [--dim 64] [--rounds 3] [--runs 20] [--threads 2]
@@ -70,15 +72,16 @@ def worker(runtime: str, seq: int, heads: int, dim: int, mask: str, runs: int, t
 
     for _ in range(3):
         fn()
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - start)
-    print(json.dumps({"seconds": statistics.median(times)}))
+        cpu.append(time.process_time() - start_cpu)
+    print(json.dumps({"seconds": statistics.median(times), "cpu": statistics.median(cpu)}))
 
 
-def run_worker(runtime: str, pythonpath: Path, a, seq: int, mask: str) -> float | None:
+def run_worker(runtime: str, pythonpath: Path, a, seq: int, mask: str) -> tuple[float, float] | None:
     env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS=str(a.threads))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", runtime.split(" ")[0], "--seqs", str(seq),
            "--masks", mask, "--heads", str(a.heads), "--dim", str(a.dim), "--runs", str(a.runs),
@@ -87,7 +90,8 @@ def run_worker(runtime: str, pythonpath: Path, a, seq: int, mask: str) -> float 
     if done.returncode != 0:
         print(f"# {runtime} S={seq} {mask}: failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
-    return json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["cpu"]
 
 
 def main(argv=None) -> None:
@@ -110,24 +114,28 @@ def main(argv=None) -> None:
         runtimes["ember baseline"] = a.baseline.resolve()
     print(f"batch 1, {a.heads} heads, head dim {a.dim}, {a.threads} threads; median of {a.runs} calls per process, "
           f"median of {a.rounds} rounds; ratio = latency / ember's")
-    print(f"{'seq':>5} {'mask':<8} {'runtime':<15} {'ms':>9} {'GFLOP/s':>8} {'ratio':>6}")
+    print(f"{'seq':>5} {'mask':<8} {'runtime':<15} {'ms':>9} {'GFLOP/s':>8} {'ratio':>6} {'cpu ms':>9} "
+          f"{'cpu ratio':>9}")
     for seq in a.seqs:
         for mask in a.masks:
-            times: dict[str, list[float]] = {r: [] for r in runtimes}
+            times: dict[str, list[tuple[float, float]]] = {r: [] for r in runtimes}
             for _ in range(a.rounds):
                 for runtime, path in runtimes.items():
                     t = run_worker(runtime, path, a, seq, mask)
                     if t is not None:
                         times[runtime].append(t)
             flops = 4.0 * a.heads * seq * seq * a.dim / (2 if mask == "causal" else 1)
-            ember_t = statistics.median(times["ember"]) if times["ember"] else None
-            for runtime, ts in times.items():
-                if not ts:
+            medians = {r: tuple(statistics.median(x) for x in zip(*ts)) for r, ts in times.items() if ts}
+            ember_t, ember_cpu = medians.get("ember", (None, None))
+            for runtime in runtimes:
+                if runtime not in medians:
                     print(f"{seq:>5} {mask:<8} {runtime:<15} {'-':>9}")
                     continue
-                t = statistics.median(ts)
+                t, c = medians[runtime]
                 ratio = f"{t / ember_t:6.2f}" if ember_t else "     -"
-                print(f"{seq:>5} {mask:<8} {runtime:<15} {t * 1e3:9.3f} {flops / t / 1e9:8.1f} {ratio}", flush=True)
+                cpu_ratio = f"{c / ember_cpu:9.2f}" if ember_cpu else "        -"
+                print(f"{seq:>5} {mask:<8} {runtime:<15} {t * 1e3:9.3f} {flops / t / 1e9:8.1f} {ratio} {c * 1e3:9.3f} "
+                      f"{cpu_ratio}", flush=True)
 
 
 if __name__ == "__main__":
