@@ -17,7 +17,8 @@ serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalar
 computed in their own type (narrow integers wrap after each operation, like numpy; float16 is
 stored as `_Float16` and computed as float). Vector expressions use GCC vector extensions.
 Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack array, anything
-else `aligned_alloc`/`free` around its body.
+else `aligned_alloc`/`free` around its body. A `CallRoutine` calls the routine's C function (ember.codegen.routines),
+written into the prelude the first time a kernel of the unit calls it.
 
 `CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
 functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
