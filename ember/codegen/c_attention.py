@@ -36,8 +36,8 @@ _BODY = """\
 static void {name}(const float* restrict q, const float* restrict k, const float* restrict v,{mask_param}
                    float* restrict out, int64_t q0, int64_t nq, int64_t S, int64_t E, int64_t Ev, int64_t q_rs,
                    int64_t k_rs, int64_t v_rs, int64_t o_rs, int64_t m_rs, int64_t m_cs, float scale) {{
-  enum {{ R = {rows}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes} }};
-  _Static_assert(R == 2 * W, "a block of queries is two vectors");
+  enum {{ R = {rows}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes}, NV = R / W }};
+  _Static_assert(R % W == 0 && R % OR == 0, "a block of queries is whole vectors and register tiles");
   (void)m_rs; (void)m_cs;
   const V ninf = (V){{0}} - INFINITY, zero = (V){{0}};
   const M iota = (M){{{iota}}};
@@ -56,7 +56,7 @@ static void {name}(const float* restrict q, const float* restrict k, const float
   int64_t kend = {kend};
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {{
     int64_t nk = kend - j0 < BK ? kend - j0 : BK;
-    /* scores, transposed: s[j][i] = k[j0 + j] . q[i], MR keys x 2W queries in registers */
+    /* scores, transposed: s[j][i] = k[j0 + j] . q[i], MR keys x R queries in registers */
     for (int64_t jg = 0; jg < nk; jg += MR) {{
       const float* kr = k + (j0 + jg) * k_rs;
       int64_t krs = k_rs;
@@ -66,24 +66,23 @@ static void {name}(const float* restrict q, const float* restrict k, const float
         kr = kb;
         krs = E;
       }}
-      V acc[MR][2];
-      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = zero;
+      V acc[MR][NV];
+      for (int r = 0; r < MR; ++r)
+        for (int t = 0; t < NV; ++t) acc[r][t] = zero;
       for (int64_t e = 0; e < E; ++e) {{
-        V a0 = *(const V*)(qt + e * R), a1 = *(const V*)(qt + e * R + W);
+        V a[NV];
+        for (int t = 0; t < NV; ++t) a[t] = *(const V*)(qt + e * R + t * W);
 #pragma GCC unroll {mr}
         for (int r = 0; r < MR; ++r) {{
           float b = kr[r * krs + e];
-          acc[r][0] += b * a0;
-          acc[r][1] += b * a1;
+          for (int t = 0; t < NV; ++t) acc[r][t] += b * a[t];
         }}
       }}
-      for (int r = 0; r < MR; ++r) {{
-        *(V*)(s + (jg + r) * R) = acc[r][0];
-        *(V*)(s + (jg + r) * R + W) = acc[r][1];
-      }}
+      for (int r = 0; r < MR; ++r)
+        for (int t = 0; t < NV; ++t) *(V*)(s + (jg + r) * R + t * W) = acc[r][t];
     }}
     /* online softmax, W queries at a time: mask, running max and sum per query */
-    for (int h = 0; h < 2; ++h) {{
+    for (int h = 0; h < NV; ++h) {{
       int64_t i0 = q0 + h * W;
       M rows = iota + (int32_t)(h * W) < (int32_t)nq;
       V vmax = ninf;
