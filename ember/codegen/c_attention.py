@@ -1,16 +1,17 @@
 """The C of the attention routine (ember.tir.routines: the calling convention): one call computes
-the output rows of one block of 2 W queries of one (batch, head), flash-attention style.
+the output rows of one block of R = ATTENTION_ROWS queries (whole vectors of W lanes) of one
+(batch, head), flash-attention style.
 
 The scores of a block of BK keys are computed transposed, keys x queries (s[j][i]), in a register
-tile of MR keys x 2 vectors of queries (GEMM's micro-kernel: two loads of the transposed,
-scaled q, MR broadcasts of k read in place, 2 MR FMAs per step of e), so that k needs no packing
+tile of MR keys x R / W vectors of queries (GEMM's micro-kernel: loads of the transposed, scaled
+q, MR broadcasts of k read in place, MR R / W FMAs per step of e), so that k needs no packing
 and the softmax of W queries is vector arithmetic down the keys: the mask, the block's maximum,
 the running maximum, exp (c_vmath's vector exp) and the running sum per query, and the factor
 exp(old max - new max) that rescales the output accumulator when the maximum grew. Then the
 output accumulator += p v in a register tile of OR queries x up to 4 vectors (broadcasts of p,
 loads of rows of v). At the end each row is divided by its sum (0 / 0 = NaN for a row whose keys
 were all masked out, as in PyTorch). Only one block of scores is alive: scratch of
-O(2 W x (BK + E + Ev)) per call, nothing of size L x S.
+O(R x (BK + E + Ev)) per call, nothing of size L x S.
 
 Vectors are W = 16 float32 lanes (one AVX-512 register, two AVX ones). Only whole vectors inside
 the caller's arrays are loaded: the last keys of a block are copied, and the tails of the rows

@@ -18,5 +18,5 @@ causal keeps key j for query i when j <= i. A row whose keys are all masked out 
 """
 
 ATTENTION = "attention"
-ATTENTION_ROWS = 32  # the most query rows one call takes (two vectors of 16 lanes)
+ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of 16 lanes)
 ATTENTION_MASKS = ("none", "bool", "additive")
