@@ -107,11 +107,46 @@ def test_compiled_models_match_the_reference():
 
     x, y = rand(2, 3, 4), rand(2, 4, 5)
     data, indices = rand(6, 4), RNG.integers(0, 6, (3, 4)).astype("int64")
+    q = RNG.integers(0, 255, (3, 4)).astype("uint8")
+    qconsts = {"sa": np.array(0.02, "float32"), "za": np.array(7, "uint8"), "b": q.T.copy(),
+               "sb": np.array(0.03, "float32"), "zb": np.array(200, "uint8"), "sy": np.array(0.5, "float32"),
+               "zy": np.array(100, "uint8")}
     for model, inputs in [(one_node("Einsum", [x, y], equation="bij,bjk->bik"), [x, y]),
                           (one_node("ScatterElements", [data, indices, rand(3, 4)], reduction="add"),
                            [data, indices, rand(3, 4)]),
-                          (one_node("TopK", [x], n_out=2, consts={"k": np.array([2], "int64")}), [x])]:
+                          (one_node("TopK", [x], n_out=2, consts={"k": np.array([2], "int64")}), [x]),
+                          (one_node("QLinearMatMul", [q], consts=qconsts), [q])]:
         graph = check(model, inputs)
         outs = ember.compile(graph)(*inputs)
         for a, e in zip(outs if isinstance(outs, tuple) else [outs], evaluate(graph, *inputs)):
             assert_close(np.asarray(a), e, 1e-5, 1e-6, "compiled vs the reference")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int16"])
+def test_quantize_dequantize_per_tensor_axis_and_block(dtype):
+    info = np.iinfo(dtype)
+    x = rand(2, 6, 4) * 50
+    zero = lambda *s: RNG.integers(info.min // 2, info.max // 2, s).astype(dtype)  # noqa: E731
+    q = RNG.integers(info.min, info.max, (2, 6, 4)).astype(dtype)
+    cases = [({}, np.array(0.37, "float32"), zero()),
+             ({"axis": 1}, RNG.uniform(0.1, 1, 6).astype("float32"), zero(6)),
+             ({"axis": 1, "block_size": 4}, RNG.uniform(0.1, 1, (2, 2, 4)).astype("float32"), zero(2, 2, 4))]
+    for attrs, scale, zp in cases:
+        check(one_node("QuantizeLinear", [x], consts={"s": scale, "z": zp}, **attrs), [x])
+        check(one_node("DequantizeLinear", [q], consts={"s": scale, "z": zp}, **attrs), [q])
+    check(one_node("QuantizeLinear", [x], consts={"s": np.array(0.5, "float32")}), [x])  # uint8, no zero point
+
+
+def test_dynamic_quantize_and_integer_matmuls():
+    x = rand(3, 5) * 4
+    check(one_node("DynamicQuantizeLinear", [x], n_out=3), [x])
+    a, b = RNG.integers(0, 255, (2, 3, 4)).astype("uint8"), RNG.integers(0, 255, (4, 5)).astype("uint8")
+    check(one_node("MatMulInteger", [a, b], consts={"za": np.array(RNG.integers(0, 255), "uint8"),
+                                                    "zb": RNG.integers(0, 255, 5).astype("uint8")}), [a, b])
+    a, b = RNG.integers(-128, 127, (2, 3, 4)).astype("int8"), RNG.integers(-128, 127, (4, 5)).astype("int8")
+    for scale_dtype in ("float32", "float16"):
+        scales = [np.array(RNG.uniform(0.01, 0.1), scale_dtype) for _ in range(3)]
+        zps = [np.array(RNG.integers(-20, 20), "int8") for _ in range(3)]
+        model = one_node("QLinearMatMul", [a], consts={"sa": scales[0], "za": zps[0], "b": b, "sb": scales[1],
+                                                       "zb": zps[1], "sy": scales[2], "zy": zps[2]})
+        check(model, [a])
