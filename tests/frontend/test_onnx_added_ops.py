@@ -150,3 +150,17 @@ def test_dynamic_quantize_and_integer_matmuls():
         model = one_node("QLinearMatMul", [a], consts={"sa": scales[0], "za": zps[0], "b": b, "sb": scales[1],
                                                        "zb": zps[1], "sy": scales[2], "zy": zps[2]})
         check(model, [a])
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_losses_with_weights_and_ignored_targets(reduction):
+    scores = rand(3, 5, 4)
+    labels = RNG.integers(0, 5, (3, 4)).astype("int64")
+    labels[0, 1] = labels[2, 3] = -1
+    weights = RNG.uniform(0.5, 2, 5).astype("float32")
+    check(one_node("SoftmaxCrossEntropyLoss", [scores, labels], n_out=2, reduction=reduction, ignore_index=-1),
+          [scores, labels])
+    check(one_node("SoftmaxCrossEntropyLoss", [scores, labels % 5, weights], reduction=reduction),
+          [scores, labels % 5, weights])
+    check(one_node("NegativeLogLikelihoodLoss", [scores, labels, weights], reduction=reduction, ignore_index=-1),
+          [scores, labels, weights])
