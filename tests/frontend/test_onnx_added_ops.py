@@ -164,3 +164,22 @@ def test_losses_with_weights_and_ignored_targets(reduction):
           [scores, labels % 5, weights])
     check(one_node("NegativeLogLikelihoodLoss", [scores, labels, weights], reduction=reduction, ignore_index=-1),
           [scores, labels, weights])
+
+
+def test_center_crop_pad_one_hot_col2im():
+    x = rand(5, 6, 3)
+    for sizes, axes in [((3, 9), (0, 1)), ((8, 2), (-2, -1)), ((4, 7, 3), None)]:
+        attrs = {} if axes is None else {"axes": axes}
+        check(one_node("CenterCropPad", [x], consts={"shape": np.array(sizes, "int64")}, **attrs), [x])
+    indices = RNG.integers(-6, 8, (3, 4)).astype("int64")  # negative ones wrap, 6 and 7 match nothing
+    values = np.array([-0.5, 2.0], "float32")
+    for axis in (-1, 0, 1):
+        check(one_node("OneHot", [indices], consts={"depth": np.array(6, "int64"), "values": values}, axis=axis),
+              [indices])
+    for strides, pads, dilations in [((1, 1), (0, 0, 0, 0), (1, 1)), ((2, 1), (1, 0, 1, 2), (1, 2))]:
+        image, block = np.array([7, 8], "int64"), np.array([2, 3], "int64")
+        blocks = [(image[d] + pads[d] + pads[d + 2] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1
+                  for d in range(2)]
+        cols = rand(2, 3 * 6, blocks[0] * blocks[1])
+        check(one_node("Col2Im", [cols], consts={"image": image, "block": block}, strides=strides, pads=pads,
+                       dilations=dilations), [cols])

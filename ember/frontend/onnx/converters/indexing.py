@@ -49,3 +49,23 @@ def _hardmax(cx: NodeContext):
     best = cx.op("argmax", [x], {"axis": axis, "keepdims": True})
     positions = np.arange(shape[axis], dtype="int64").reshape((-1,) + (1,) * (len(shape) - axis - 1))
     return [cx.op("cast", [cx.op("equal", [best, positions])], {"dtype": cx.type(x).dtype})]
+
+
+@converts("OneHot")
+def _one_hot(cx: NodeContext):
+    """on_value where the position along the new axis equals the index (negative ones counted
+    from the end, others out of range match nothing), off_value elsewhere."""
+    indices = cx.input(0)
+    (depth,) = cx.const(1, "depth").reshape(-1)
+    depth = int(depth)
+    values = cx.input(2)
+    rank = len(cx.type(indices).shape)
+    axis = cx.attr("axis", -1) % (rank + 1)
+    indices = cx.op("cast", [indices], {"dtype": "int64"}) if cx.type(indices).dtype != "int64" else indices
+    indices = cx.op("where", [cx.op("less", [indices, np.asarray(0, "int64")]),
+                              cx.op("add", [indices, np.asarray(depth, "int64")]), indices])
+    positions = np.arange(depth, dtype="int64").reshape((depth,) + (1,) * (rank - axis))
+    hit = cx.op("equal", [cx.op("unsqueeze", [indices], {"axes": (axis,)}), positions])
+    off, on = (cx.op("slice", [values], {"starts": (k,), "ends": (k + 1,)}) for k in (0, 1))
+    off, on = (cx.op("reshape", [v], {"shape": ()}) for v in (off, on))
+    return [cx.op("where", [hit, on, off])]
