@@ -20,15 +20,16 @@ OPSET = 21
 
 
 def one_node(op: str, inputs: list[np.ndarray], n_out: int = 1, consts: dict[str, np.ndarray] | None = None,
-             opset: int = OPSET, **attrs) -> onnx.ModelProto:
+             opset: int = OPSET, node_inputs: list[str] | None = None, **attrs) -> onnx.ModelProto:
     """A model of one `op` node whose inputs are graph inputs of these arrays' types, then the
-    constants (initializers) `consts`, in order; outputs typed by ONNX's inference."""
+    constants (initializers) `consts`, in order (or the names `node_inputs`, "" for one left out);
+    outputs typed by ONNX's inference."""
     names = [f"x{k}" for k in range(len(inputs))] + list(consts or {})
     graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
                     for n, x in zip(names, inputs)]
     inits = [onnx.numpy_helper.from_array(v, n) for n, v in (consts or {}).items()]
     outs = [f"y{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, **attrs)
+    node = helper.make_node(op, names if node_inputs is None else node_inputs, outs, **attrs)
     graph = helper.make_graph([node], op.lower(), graph_inputs,
                               [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -183,3 +184,13 @@ def test_center_crop_pad_one_hot_col2im():
         cols = rand(2, 3 * 6, blocks[0] * blocks[1])
         check(one_node("Col2Im", [cols], consts={"image": image, "block": block}, strides=strides, pads=pads,
                        dilations=dilations), [cols])
+
+
+@pytest.mark.parametrize("inverse, onesided, parts", [(0, 0, 1), (0, 0, 2), (0, 1, 1), (1, 0, 2), (1, 1, 2)])
+def test_dft_forms(inverse, onesided, parts):
+    x = rand(2, 8, 5, parts)
+    for axis, length in [(1, None), (2, None), (-2, 6), (1, 11)]:
+        consts = {"n": np.array(length, "int64")} if length else {}
+        model = one_node("DFT", [x], consts={**consts, "axis": np.array(axis, "int64")}, inverse=inverse,
+                         onesided=onesided, node_inputs=["x0", "n" if length else "", "axis"])
+        check(model, [x], rtol=1e-4, atol=1e-4)

@@ -1,3 +1,3 @@
 """Converters of ONNX operators, one module per family; importing this package fills the table."""
 
-from . import einsum, elementwise, image, indexing, loss, nn, quantize, shape  # noqa: F401  (each registers its converters)
+from . import einsum, elementwise, image, indexing, loss, nn, quantize, shape, signal  # noqa: F401  (each registers its converters)
