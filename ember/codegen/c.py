@@ -94,8 +94,9 @@ class CRenderer:
     """Renders lowered functions as C. One instance renders one translation unit."""
 
     SCALAR_TYPES = {
-        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
-        "int64": "int64_t", "float16": "_Float16", "float32": "float", "float64": "double",
+        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+        "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "float16": "_Float16",
+        "float32": "float", "float64": "double",
     }
     # IR operator -> (C operator, precedence); `//` and `%` only for unsigned ints (C's = floor's).
     BINARY_OPS = {
@@ -117,7 +118,7 @@ class CRenderer:
         "sigmoid": ("{one} / ({one} + exp{f}(-{0}))", MUL),
     }
     MATH_FLOAT_SUFFIX = "f"
-    NARROW_INTS = ("int8", "uint8", "int16")  # C computes these in int: wrap after each operation
+    NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # C computes these in int: wrap after each operation
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
     ALIGN = ALIGN  # every buffer's alignment (ember.target)
     RESERVED = frozenset(_C_WORDS) | {f + s for f in _LIBM for s in ("f", "l")}
@@ -359,6 +360,8 @@ class CRenderer:
                 return f"{dtype.upper()}_MIN", PRIMARY
             # int64 literals go without a suffix: C widens them to the other operand (see _binary)
             code = str(value) if dtype in ("int32", "int64") else f"({self.SCALAR_TYPES[dtype]}){value}"
+            if dtype in ("uint32", "uint64"):  # past INT64_MAX a literal needs the suffix
+                code += "ULL"
         elif np.isnan(value):
             return "NAN", PRIMARY
         elif np.isinf(value):

@@ -50,7 +50,8 @@ from .common import Namer, not_lowered, safe_name, single_index
 
 # dtype -> the name of its NumPy scalar type in the generated code's namespace.
 TYPES = {
-    "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32",
+    "int64": "i64", "uint64": "u64",
     "float16": "f16", "float32": "f32", "float64": "f64",
 }
 

@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import EmberError
 
 SCALAR_DTYPES = (
-    "bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64",
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
 )
 INDEX_DTYPE = "int64"
 

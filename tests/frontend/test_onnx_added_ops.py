@@ -194,3 +194,20 @@ def test_dft_forms(inverse, onesided, parts):
         model = one_node("DFT", [x], consts={**consts, "axis": np.array(axis, "int64")}, inverse=inverse,
                          onesided=onesided, node_inputs=["x0", "n" if length else "", "axis"])
         check(model, [x], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_inputs_and_outputs_compiled(dtype):
+    import ember
+
+    info = np.iinfo(dtype)
+    a = RNG.integers(0, info.max, (3, 5), endpoint=True, dtype=dtype)
+    b = RNG.integers(1, 1000, (3, 5), dtype=dtype)
+    for model, inputs in [(one_node("Add", [a, b]), [a, b]), (one_node("Div", [a, b]), [a, b]),
+                          (one_node("Max", [a, b]), [a, b]), (one_node("Cast", [a], to=TensorProto.FLOAT), [a]),
+                          (one_node("ReduceMax", [a], keepdims=0), [a])]:
+        graph = check(model, inputs)
+        out = ember.compile(graph)(*inputs)
+        expected = ReferenceEvaluator(model).run(None, {f"x{k}": x for k, x in enumerate(inputs)})[0]
+        assert out.dtype == expected.dtype
+        np.testing.assert_array_equal(out, expected)

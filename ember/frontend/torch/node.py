@@ -32,6 +32,7 @@ from ..fold import fold
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
     torch.int64: "int64", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64",
+    torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64",
 }
 
 
