@@ -109,7 +109,7 @@ def _reference(inputs, attrs):
 def _compute(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
-    acc = "float32" if q.dtype == "float16" else q.dtype
+    acc = dt.compute_dtype(q.dtype)
     bshd = attrs["layout"] == "bshd"
 
     def swap(i) -> tuple:

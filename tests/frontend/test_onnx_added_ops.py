@@ -211,3 +211,29 @@ def test_unsigned_inputs_and_outputs_compiled(dtype):
         expected = ReferenceEvaluator(model).run(None, {f"x{k}": x for k, x in enumerate(inputs)})[0]
         assert out.dtype == expected.dtype
         np.testing.assert_array_equal(out, expected)
+
+
+def test_bfloat16_inputs_and_outputs_compiled():
+    import ml_dtypes
+
+    import ember
+
+    bf16 = ml_dtypes.bfloat16
+    a, b = rand(4, 24).astype(bf16), rand(24, 8).astype(bf16)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("ReduceSum", ["r"], ["s"], keepdims=0),
+             helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["f"], ["y"], to=TensorProto.BFLOAT16)]
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "bf16", [vi("a", TensorProto.BFLOAT16, a.shape), vi("b", TensorProto.BFLOAT16,
+                                                                                           b.shape)],
+                              [vi("s", TensorProto.BFLOAT16, None), vi("f", TensorProto.FLOAT, None),
+                               vi("y", TensorProto.BFLOAT16, None)])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    expected = ReferenceEvaluator(model).run(None, {"a": a, "b": b})
+    ember_graph = import_onnx(model)
+    for outs in (evaluate(ember_graph, a, b), ember.compile(ember_graph)(a, b)):
+        for k, (o, e) in enumerate(zip(outs, expected)):
+            assert o.dtype == e.dtype, f"output {k}: {o.dtype} != {e.dtype}"
+            assert_close(o, e, 2**-6, 1e-2, f"output {k} vs onnx's ReferenceEvaluator")
+

@@ -223,6 +223,10 @@ CASTS = [
     ("uint64", "float64", lambda r, n: r.integers(0, 2**64, n, dtype="uint64")),
     ("int64", "uint32", lambda r, n: r.integers(-(2**40), 2**40, n)),  # wraps
     ("float32", "uint16", lambda r, n: r.uniform(0, 65535, n)),
+    ("float32", "bfloat16", lambda r, n: r.uniform(-1e3, 1e3, n)),  # rounds to nearest even
+    ("bfloat16", "float32", lambda r, n: r.uniform(-1e3, 1e3, n)),
+    ("int32", "bfloat16", lambda r, n: r.integers(-(2**20), 2**20, n)),
+    ("bfloat16", "int32", lambda r, n: r.uniform(-1e3, 1e3, n)),
     ("int32", "bool", lambda r, n: r.integers(-2, 3, n)),  # nonzero is true
     ("float32", "bool", lambda r, n: r.choice([0.0, -0.0, 0.5, -2.0], n)),
     ("bool", "int32", lambda r, n: r.random(n) < 0.5),
