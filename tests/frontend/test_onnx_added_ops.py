@@ -237,3 +237,34 @@ def test_bfloat16_inputs_and_outputs_compiled():
             assert o.dtype == e.dtype, f"output {k}: {o.dtype} != {e.dtype}"
             assert_close(o, e, 2**-6, 1e-2, f"output {k} vs onnx's ReferenceEvaluator")
 
+
+def test_lp_normalization_lp_pool_reverse_sequence_affine_grid():
+    x = rand(2, 3, 7, 6)
+    x[0, :, 0, 0] = 0  # a zero norm gives zeros
+    for p in (1, 2):  # (the reference sums x, not |x|, for p = 1: it agrees on positive x)
+        check(one_node("LpNormalization", [x], axis=1, p=p), [abs(x) if p == 1 else x])
+        check(one_node("LpPool", [x], kernel_shape=(3, 2), strides=(2, 1), pads=(1, 0, 1, 1), p=p), [x], 1e-4, 1e-5)
+    seq = rand(5, 3, 4)
+    lengths = np.array([5, 1, 3], "int64")
+    check(one_node("ReverseSequence", [seq], consts={"lengths": lengths}, batch_axis=1, time_axis=0), [seq])
+    check(one_node("ReverseSequence", [seq.transpose(1, 0, 2).copy()], consts={"lengths": lengths}, batch_axis=0,
+                   time_axis=1), [seq.transpose(1, 0, 2).copy()])
+    for align in (0, 1):
+        theta = rand(2, 2, 3)
+        check(one_node("AffineGrid", [theta], consts={"size": np.array([2, 3, 4, 5], "int64")},
+                       align_corners=align), [theta])
+        theta = rand(2, 3, 4)
+        check(one_node("AffineGrid", [theta], consts={"size": np.array([2, 3, 2, 4, 5], "int64")},
+                       align_corners=align), [theta])
+
+
+def test_swish_where_the_opset_has_it():
+    from ember.frontend.onnx import OnnxImportError
+
+    x = rand(3, 4)
+    model = one_node("Swish", [x], opset=24, alpha=0.7)
+    try:
+        import_onnx(model)
+    except OnnxImportError as e:
+        pytest.skip(f"opset 24 is not imported yet: {e}")
+    check(model, [x])

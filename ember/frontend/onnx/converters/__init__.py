@@ -1,3 +1,14 @@
 """Converters of ONNX operators, one module per family; importing this package fills the table."""
 
-from . import einsum, elementwise, image, indexing, loss, nn, quantize, shape, signal  # noqa: F401  (each registers its converters)
+from . import (  # noqa: F401  (each registers its converters)
+    composite,
+    einsum,
+    elementwise,
+    image,
+    indexing,
+    loss,
+    nn,
+    quantize,
+    shape,
+    signal,
+)
