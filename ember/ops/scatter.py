@@ -1,8 +1,9 @@
-"""Element-wise indexing along an axis and scatters: gather_elements, scatter_elements, scatter_nd.
+"""Element-wise indexing and scatters: gather_elements, gather_nd, scatter_elements, scatter_nd.
 
 gather_elements(data, indices; axis) is torch.gather / numpy.take_along_axis: the output has the
-indices' shape, and out[i] = data[i with its axis index replaced by indices[i]] (pattern
-`injective`).
+indices' shape, and out[i] = data[i with its axis index replaced by indices[i]]. gather_nd(data,
+indices; batch_dims) is ONNX GatherND: each index vector (the last axis of indices) picks a slice
+of data, after `batch_dims` leading dimensions shared by both. Both are pattern `injective`.
 
 te computes each output element from a formula, so a scatter is written from the side of the
 output: an output element looks for the updates aimed at it. For scatter_elements only the
@@ -24,7 +25,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
-from .common import normalize_axis, result_dtype
+from .common import normalize_axis, result_dtype, te_shape
 from .reduce import acc
 from .registry import OpDef, OpTypeError, register
 
@@ -83,6 +84,55 @@ register(OpDef(
     attrs={"axis": 0},
     num_inputs=(2, 2),
     doc="torch.gather / numpy.take_along_axis: out[i] = data[i with axis index indices[i]].",
+))
+
+
+# -- gather_nd ---------------------------------------------------------------------------------
+
+
+def _infer_gather_nd(types, attrs):
+    data, indices = types
+    _check_indices("gather_nd", indices)
+    b = attrs["batch_dims"]
+    k = indices.shape[-1] if indices.rank else None
+    if not isinstance(k, int) or indices.rank < b + 1 or not 1 <= k <= data.rank - b or \
+            data.shape[:b] != indices.shape[:b]:
+        raise OpTypeError(f"gather_nd: indices {indices.shape} must share the first {b} dims of data {data.shape} "
+                          f"and end in a static size from 1 to {data.rank - b}")
+    return [TensorType(indices.shape[:-1] + data.shape[b + k:], data.dtype)]
+
+
+def _reference_gather_nd(inputs, attrs):
+    data, indices = inputs
+    b, k = attrs["batch_dims"], indices.shape[-1]
+    out = np.empty(indices.shape[:-1] + data.shape[b + k:], data.dtype)
+    for i in np.ndindex(*indices.shape[:-1]):
+        picked = tuple(int(v) + n if v < 0 else int(v) for v, n in zip(indices[i], data.shape[b:b + k]))
+        out[i] = data[i[:b] + picked]
+    return [out]
+
+
+def _compute_gather_nd(inputs, attrs, out_types):
+    data, indices = inputs
+    b, k = attrs["batch_dims"], as_int(indices.shape[-1])
+    lead = indices.ndim - 1
+
+    def element(*o):
+        picked = tuple(_wrap(indices[(*o[:lead], t)], data.shape[b + t]) for t in range(k))
+        return data[o[:b] + picked + o[lead:]]
+
+    return [te.compute(te_shape(out_types[0], inputs), element, name="gather_nd")]
+
+
+register(OpDef(
+    name="gather_nd",
+    infer=_infer_gather_nd,
+    reference=_reference_gather_nd,
+    compute=_compute_gather_nd,
+    pattern="injective",
+    attrs={"batch_dims": 0},
+    num_inputs=(2, 2),
+    doc="ONNX GatherND: the slices of data that the index vectors (indices' last axis) pick.",
 ))
 
 

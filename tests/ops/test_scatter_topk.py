@@ -104,3 +104,13 @@ def test_errors_name_the_shapes():
         infer_types("scatter_elements", [f, i, f], {"reduction": "sum"})
     with pytest.raises(OpTypeError, match="k must be an int from 0 to the size 5"):
         infer_types("topk", [f], {"k": 6})
+
+
+@pytest.mark.parametrize("batch_dims", [0, 1])
+def test_gather_nd(batch_dims):
+    data = rand(3, 4, 5, 6)
+    for k in (1, 2, 3):
+        shape = (3, 2, k) if batch_dims else (2, 2, k)
+        high = np.array(data.shape[batch_dims:batch_dims + k])
+        indices = RNG.integers(-high, high, shape).astype("int64")
+        check_op("gather_nd", [data, indices], {"batch_dims": batch_dims}, **EXACT)

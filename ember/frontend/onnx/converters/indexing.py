@@ -1,4 +1,4 @@
-"""ONNX element-wise indexing, scatters and selection as ember operators: GatherElements,
+"""ONNX element-wise indexing, scatters and selection as ember operators: GatherElements, GatherND,
 ScatterElements (and its old name Scatter), ScatterND, TopK (k a constant), and Hardmax (an
 argmax compared with the positions along the axis)."""
 
@@ -13,6 +13,11 @@ from ..registry import converts
 @converts("GatherElements")
 def _gather_elements(cx: NodeContext):
     return [cx.op("gather_elements", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)})]
+
+
+@converts("GatherND")
+def _gather_nd(cx: NodeContext):
+    return [cx.op("gather_nd", [cx.input(0), cx.input(1)], {"batch_dims": cx.attr("batch_dims", 0)})]
 
 
 @converts("ScatterElements", "Scatter")
