@@ -268,3 +268,21 @@ def test_swish_where_the_opset_has_it():
     except OnnxImportError as e:
         pytest.skip(f"opset 24 is not imported yet: {e}")
     check(model, [x])
+
+
+def test_integer_convolutions_per_channel():
+    import ember
+
+    x = RNG.integers(0, 255, (1, 3, 7, 6)).astype("uint8")
+    w = RNG.integers(-128, 127, (4, 3, 3, 3)).astype("int8")
+    conv = {"kernel_shape": (3, 3), "pads": (1, 0, 1, 1), "strides": (2, 1)}
+    model = one_node("ConvInteger", [x], consts={"w": w, "xz": np.array(7, "uint8"),
+                                                 "wz": RNG.integers(-5, 5, 4).astype("int8")}, **conv)
+    check(model, [x])
+    qconsts = {"xs": np.array(0.02, "float32"), "xz": np.array(12, "uint8"), "w": w,
+               "ws": RNG.uniform(0.01, 0.05, 4).astype("float32"), "wz": np.zeros(4, "int8"),
+               "ys": np.array(0.7, "float32"), "yz": np.array(90, "uint8"),
+               "b": RNG.integers(-500, 500, 4).astype("int32")}
+    model = one_node("QLinearConv", [x], consts=qconsts, **conv)
+    graph = check(model, [x])
+    np.testing.assert_array_equal(ember.compile(graph)(x), evaluate(graph, x)[0])

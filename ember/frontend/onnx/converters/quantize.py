@@ -1,21 +1,26 @@
-"""ONNX quantization operators, written with ember's casts, arithmetic and matmul:
+"""ONNX quantization operators, written with ember's casts, arithmetic, matmul and convolution:
 QuantizeLinear, DequantizeLinear (per tensor, per axis, and blocked), DynamicQuantizeLinear,
-MatMulInteger and QLinearMatMul.
+MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 
 The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zero_point) *
 scale, quantizing is rint(x / scale) + zero_point saturated to the integer type; the integer
-matmuls accumulate in int32, and QLinearMatMul rescales the int32 sums in float64. Integer
+matmuls accumulate in int32, and QLinearMatMul rescales the int32 sums in float64; the integer
+convolutions run in float64 (exact: every sum of products of 8-bit values is an integer far below
+2^53), as ember's convolutions are floating-point. Integer
 quantized types only (int8, uint8, int16, uint16 where ember has them); float8 and 4-bit types
 are unsupported.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ....tir import dtype as dt
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
+from .nn import _conv
 
 
 def _per_axis(cx: NodeContext, v: Tensor, shape: tuple, axis: int, block: int) -> Tensor:
@@ -132,3 +137,42 @@ def _qlinear_matmul(cx: NodeContext):
     y = cx.op("mul", [cx.op("cast", [acc], {"dtype": "float64"}), factor])
     y = cx.op("round", [cx.op("add", [y, cx.op("cast", [y_zero], {"dtype": "float64"})])])
     return [_saturate(cx, y, cx.type(y_zero).dtype)]
+
+
+def _centered_conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,
+                   bias: Tensor | None) -> Tensor:
+    """The convolution of x - x_zero with w - w_zero (one zero point per output channel, or one)
+    plus an int32 bias, in float64."""
+    def centered(t: Tensor, zero: Tensor | None, per_channel: bool) -> Tensor:
+        t = cx.op("cast", [t], {"dtype": "float64"})
+        if zero is None:
+            return t
+        zero = cx.op("cast", [zero], {"dtype": "float64"})
+        zshape = cx.type(zero).shape
+        if per_channel and len(zshape) == 1 and zshape[0] != 1:
+            zero = cx.op("reshape", [zero], {"shape": (zshape[0],) + (1,) * (cx.type(t).rank - 1)})
+        return cx.op("sub", [t, zero])
+
+    inputs = [centered(x, x_zero, False), centered(w, w_zero, True)]
+    if bias is not None:
+        inputs.append(cx.op("cast", [bias], {"dtype": "float64"}))
+    (y,) = _conv(dataclasses.replace(cx, inputs=inputs))
+    return y
+
+
+@converts("ConvInteger")
+def _conv_integer(cx: NodeContext):
+    y = _centered_conv(cx, cx.input(0), cx.optional(2), cx.input(1), cx.optional(3), None)
+    return [cx.op("cast", [y], {"dtype": "int32"})]
+
+
+@converts("QLinearConv")
+def _qlinear_conv(cx: NodeContext):
+    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (cx.input(k) for k in range(8))
+    acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
+    wshape = cx.type(w_scale).shape
+    if len(wshape) == 1 and wshape[0] != 1:  # one scale per output channel
+        w_scale = cx.op("reshape", [w_scale], {"shape": (wshape[0],) + (1,) * (cx.type(acc).rank - 2)})
+    factor = cx.op("cast", [cx.op("div", [cx.op("mul", [x_scale, w_scale]), y_scale])], {"dtype": "float64"})
+    y = cx.op("add", [cx.op("mul", [acc, factor]), cx.op("cast", [y_zero], {"dtype": "float64"})])
+    return [_saturate(cx, cx.op("round", [y]), cx.type(y_zero).dtype)]
