@@ -286,3 +286,18 @@ def test_integer_convolutions_per_channel():
     model = one_node("QLinearConv", [x], consts=qconsts, **conv)
     graph = check(model, [x])
     np.testing.assert_array_equal(ember.compile(graph)(x), evaluate(graph, x)[0])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_bit_shift_wraps_and_overshifts_to_zero(dtype):
+    import ember
+
+    width = np.iinfo(dtype).bits
+    x = RNG.integers(0, np.iinfo(dtype).max, (3, 7), endpoint=True, dtype=dtype)
+    s = RNG.integers(0, width + 3, (3, 7)).astype(dtype)
+    for direction in ("LEFT", "RIGHT"):
+        model = one_node("BitShift", [x, s], direction=direction)
+        graph = check(model, [x, s])
+        expected = np.left_shift(x, s) if direction == "LEFT" else np.right_shift(x, s)
+        np.testing.assert_array_equal(np.where(s < width, expected, 0), evaluate(graph, x, s)[0])
+        np.testing.assert_array_equal(ember.compile(graph)(x, s), evaluate(graph, x, s)[0])
