@@ -110,7 +110,8 @@ class CRenderer:
         "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
         "fabs": "fabs", "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint",
         "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2", "log1p": "log1p",
-        "expm1": "expm1", "trunc": "trunc",
+        "expm1": "expm1", "trunc": "trunc", "asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
+        "acosh": "acosh", "atanh": "atanh",
     }
     # Intrinsics with no libm function: a template over the argument {0}, and its precedence.
     MATH_EXPRS = {

@@ -301,3 +301,10 @@ def test_bit_shift_wraps_and_overshifts_to_zero(dtype):
         expected = np.left_shift(x, s) if direction == "LEFT" else np.right_shift(x, s)
         np.testing.assert_array_equal(np.where(s < width, expected, 0), evaluate(graph, x, s)[0])
         np.testing.assert_array_equal(ember.compile(graph)(x, s), evaluate(graph, x, s)[0])
+
+
+def test_inverse_trigonometric_and_hyperbolic():
+    for op, (low, high) in {"Asin": (-1, 1), "Acos": (-1, 1), "Atan": (-9, 9), "Asinh": (-9, 9), "Acosh": (1, 9),
+                            "Atanh": (-0.9, 0.9)}.items():
+        x = RNG.uniform(low, high, (4, 5)).astype("float32")
+        check(one_node(op, [x]), [x])

@@ -1,6 +1,7 @@
 """The torch frontend's gather, scatter (tensor and value, add and multiply), scatter_add,
 scatter_reduce, topk and sort (ember/frontend/torch/converters/indexing.py) against torch eager
-on fresh random inputs; tril, triu, einsum and repeat, which torch.export decomposes."""
+on fresh random inputs; tril, triu, einsum and repeat, which torch.export decomposes; the inverse
+trigonometric and hyperbolic functions."""
 
 from __future__ import annotations
 
@@ -50,3 +51,8 @@ def test_decomposed_by_export():
                                      x.repeat(2, 1, 3), torch.einsum("bii->bi", x[:, :4]), torch.diagonal(x, 1, 1, 2),
                                      torch.diagonal(x, -2, -1, 1))), x, a, b,
                  rtol=1e-5, atol=1e-5)
+
+
+def test_inverse_trigonometric_and_hyperbolic():
+    check_import(Fn(lambda x: (torch.asin(x), torch.acos(x), torch.atan(x), torch.asinh(x), torch.atanh(x),
+                               torch.acosh(x + 2))), torch.rand(3, 4) * 1.8 - 0.9, rtol=1e-5, atol=1e-6)
