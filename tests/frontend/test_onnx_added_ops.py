@@ -308,3 +308,25 @@ def test_inverse_trigonometric_and_hyperbolic():
                             "Atanh": (-0.9, 0.9)}.items():
         x = RNG.uniform(low, high, (4, 5)).astype("float32")
         check(one_node(op, [x]), [x])
+
+
+def test_stft_windows_mel_eye_like():
+    signal = rand(2, 40, 1)
+    window = np.hanning(12).astype("float32")
+    for onesided in (0, 1):
+        model = one_node("STFT", [signal], consts={"step": np.array(5, "int64"), "window": window},
+                         node_inputs=["x0", "step", "window"], onesided=onesided)
+        check(model, [signal], 1e-4, 1e-4)
+    model = one_node("STFT", [signal], consts={"step": np.array(7, "int64"), "n": np.array(9, "int64")},
+                     node_inputs=["x0", "step", "", "n"], onesided=0)  # (ONNX infers 9 bins for onesided)
+    check(model, [signal], 1e-4, 1e-4)
+    x = rand(3)  # unused data input of the one-node helper
+    for op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+        for periodic in (0, 1):
+            check(one_node(op, [x], consts={"size": np.array(11, "int64")}, node_inputs=["size"], periodic=periodic),
+                  [x])
+    consts = {"bins": np.array(8, "int64"), "n": np.array(64, "int64"), "rate": np.array(16000, "int64"),
+              "low": np.array(20.0, "float32"), "high": np.array(7600.0, "float32")}
+    check(one_node("MelWeightMatrix", [x], consts=consts, node_inputs=list(consts)), [x])
+    for k in (-1, 0, 2):
+        check(one_node("EyeLike", [rand(4, 6)], k=k, dtype=TensorProto.INT32), [rand(4, 6)])

@@ -3,7 +3,7 @@
 average pool of |x|^p times the window size), ReverseSequence (a gather_elements along the time
 axis with each sequence's positions reversed up to its length), AffineGrid (a constant grid of
 normalized coordinates times theta, one batched matmul), BitShift (unsigned multiplication or
-division by a power of two)."""
+division by a power of two), EyeLike (a constant)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ....tir import dtype as dt
-from ..node import NodeContext
+from ..node import NodeContext, to_dtype
 from ..registry import converts
 from .nn import _pool
 
@@ -100,3 +100,11 @@ def _bit_shift(cx: NodeContext):
     power = cx.op("cast", [cx.op("pow", [np.asarray(2.0), clamped])], {"dtype": dtype})
     shifted = cx.op("mul" if cx.attr("direction") == "LEFT" else "floor_divide", [x, power])
     return [cx.op("where", [cx.op("less", [s, cx.scalar(width, s)]), shifted, cx.scalar(0, x)])]
+
+
+@converts("EyeLike")
+def _eye_like(cx: NodeContext):
+    """Ones on the k-th diagonal of a matrix of the input's (static) shape: a constant."""
+    shape = cx.static_shape(cx.input(0), "EyeLike")
+    dtype = to_dtype(cx.attr("dtype"), cx.where) if cx.attr("dtype") is not None else cx.type(cx.input(0)).dtype
+    return [np.eye(*shape, k=cx.attr("k", 0), dtype=dt.to_numpy(dtype))]
