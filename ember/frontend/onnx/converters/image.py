@@ -1,5 +1,5 @@
-"""ONNX image-shaping operators written with ember's: CenterCropPad (one `pad`, whose negative
-pads crop) and Col2Im (a `conv_transpose2d` with one-hot weights: each column entry is added
+"""ONNX image operators: GridSample (ember's grid_sample); CenterCropPad (one `pad`, whose
+negative pads crop) and Col2Im (a `conv_transpose2d` with one-hot weights: each column entry is added
 into the pixel its kernel position covers, exactly what a transposed convolution does)."""
 
 from __future__ import annotations
@@ -54,3 +54,12 @@ def _col2im(cx: NodeContext):
     out_pad = tuple(image[d] - full[d] for d in range(2))
     attrs = {"strides": strides, "padding": pads, "dilations": dil, "groups": c, "output_padding": out_pad}
     return [cx.op("conv_transpose2d", [cols, weight], attrs)]
+
+
+@converts("GridSample")
+def _grid_sample(cx: NodeContext):
+    """Opset 16's bilinear and bicubic are opset 20's linear and cubic."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(cx.attr("mode", "linear"), cx.attr("mode", "linear"))
+    attrs = {"mode": mode, "padding_mode": cx.attr("padding_mode", "zeros"),
+             "align_corners": bool(cx.attr("align_corners", 0))}
+    return [cx.op("grid_sample", [cx.input(0), cx.input(1)], attrs)]
