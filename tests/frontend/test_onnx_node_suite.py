@@ -29,6 +29,9 @@ from ember.ops.evaluate import evaluate
 
 FLOAT16_RTOL = 2**-8
 BFLOAT16_RTOL = 2**-6  # two bfloat16 ulps
+# cases whose expected outputs carry their generator's float32 round-off where the exact result is
+# 0 (an inverse FFT of an FFT: 1.9e-7 of values up to 99), above ONNX's atol of 1e-7
+ATOL = {"test_dft_inverse": 1e-6, "test_dft_inverse_opset19": 1e-6}
 
 
 @functools.cache
@@ -116,4 +119,4 @@ def test_node(name):
         # every intermediate result to 16 bits, ONNX's expected outputs are computed more precisely
         half = {"float16": FLOAT16_RTOL, "bfloat16": BFLOAT16_RTOL}.get(a.dtype.name)
         rtol = max(case.rtol, half) if half else case.rtol
-        np.testing.assert_allclose(a, e, rtol=rtol, atol=case.atol, err_msg=f"output {k}")
+        np.testing.assert_allclose(a, e, rtol=rtol, atol=ATOL.get(name, case.atol), err_msg=f"output {k}")
