@@ -109,8 +109,9 @@ class CRenderer:
     """Renders lowered functions as C. One instance renders one translation unit."""
 
     SCALAR_TYPES = {
-        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t",
-        "int64": "int64_t", "float16": "_Float16", "float32": "float", "float64": "double",
+        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
+        "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "float16": "_Float16",
+        "bfloat16": "uint16_t", "float32": "float", "float64": "double",  # bfloat16: its bits
     }
     # IR operator -> (C operator, precedence); `//` and `%` only for unsigned ints (C's = floor's).
     BINARY_OPS = {
@@ -124,7 +125,8 @@ class CRenderer:
         "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
         "fabs": "fabs", "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint",
         "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2", "log1p": "log1p",
-        "expm1": "expm1", "trunc": "trunc",
+        "expm1": "expm1", "trunc": "trunc", "asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
+        "acosh": "acosh", "atanh": "atanh",
     }
     # Intrinsics with no libm function: a template over the argument {0}, and its precedence.
     MATH_EXPRS = {
@@ -132,7 +134,7 @@ class CRenderer:
         "sigmoid": ("{one} / ({one} + exp{f}(-{0}))", MUL),
     }
     MATH_FLOAT_SUFFIX = "f"
-    NARROW_INTS = ("int8", "uint8", "int16")  # C computes these in int: wrap after each operation
+    NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # C computes these in int: wrap after each operation
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
     ALIGN = ALIGN  # every buffer's alignment (ember.target)
     RESERVED = frozenset(_C_WORDS) | {f + s for f in _LIBM for s in ("f", "l")}
@@ -311,7 +313,8 @@ class CRenderer:
             regs += [regs[-1]] * (lanes - len(regs))
             args = ", ".join(f"{name}_{r}" for r in regs)
             return f"{self.lib.column(elem, width, lanes)}({offsets[0] % width}, {args})"
-        lanes_text = ", ".join(f"{name}_{o // width}[{o % width}]" for o in offsets)
+        widen = f"{self.lib.bf16_to_float()}" if elem == "bfloat16" else ""
+        lanes_text = ", ".join(f"{widen}({name}_{o // width}[{o % width}])" for o in offsets)
         return f"({self.lib.value_vec(dtype, len(offsets))}){{{lanes_text}}}"
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
@@ -322,9 +325,14 @@ class CRenderer:
             code = self._e(value)
             if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
                 code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
+            elif buf.dtype == "bfloat16":
+                code = f"{self.lib.bf16_narrow(lanes) if lanes > 1 else self.lib.float_to_bf16()}({code})"
             return f"{self._register(buf, index)} = {code}"
         if lanes == 1:
-            return f"{self._buffer(buf)}[{self._e(index)}] = {self._e(value)}"
+            code = self._e(value)
+            if buf.dtype == "bfloat16":
+                code = f"{self.lib.float_to_bf16()}({code})"
+            return f"{self._buffer(buf)}[{self._e(index)}] = {code}"
         if dt.lanes_of(value.dtype) == 1:
             value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
         v = self._mask(value, 8) if buf.dtype == "bool" else self._e(value)
@@ -384,14 +392,16 @@ class CRenderer:
                 return f"{dtype.upper()}_MIN", PRIMARY
             # int64 literals go without a suffix: C widens them to the other operand (see _binary)
             code = str(value) if dtype in ("int32", "int64") else f"({self.SCALAR_TYPES[dtype]}){value}"
+            if dtype in ("uint32", "uint64"):  # past INT64_MAX a literal needs the suffix
+                code += "ULL"
         elif np.isnan(value):
             return "NAN", PRIMARY
         elif np.isinf(value):
             code = "INFINITY" if value > 0 else "-INFINITY"
         elif dtype == "float64":
             code = repr(float(value))
-        else:  # float32, and float16 computed as float: the float nearest the stored value
-            exact = np.float16(value) if dtype == "float16" else np.float32(value)
+        else:  # float32, and float16 and bfloat16 computed as float: the float nearest the stored value
+            exact = np.float32(value) if dtype == "float32" else np.asarray(value, "float64").astype(dt.to_numpy(dtype))
             code = repr(float(exact)) + self.MATH_FLOAT_SUFFIX
         return code, (UNARY if code.startswith(("-", "(")) else PRIMARY)
 
@@ -446,6 +456,9 @@ class CRenderer:
         if lanes == 1:
             if dst == "float16":  # round to half, compute on in float
                 return f"(float)(_Float16){self._e(v, UNARY)}", UNARY
+            if dst == "bfloat16":  # round to bfloat16, compute on in float
+                x = f"(float){self._e(v, UNARY)}" if dt.compute_dtype(src) != "float32" else self._e(v)
+                return f"{self.lib.bf16_to_float()}({self.lib.float_to_bf16()}({x}))", PRIMARY
             if dt.compute_dtype(src) == dt.compute_dtype(dst):
                 return self._expr(v)
             return f"({self.SCALAR_TYPES[dst]}){self._e(v, UNARY)}", UNARY
@@ -457,6 +470,10 @@ class CRenderer:
         code = f"{self._e(v, ADD)} & 1" if src == "bool" else self._e(v)  # mask lanes -1 -> 1
         if dst == "float16":
             code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
+        elif dst == "bfloat16":
+            if self.lib.value_vec(src, lanes) != target or src == "bool":
+                code = f"__builtin_convertvector({code}, {target})"
+            return f"{self.lib.bf16_widen(lanes)}({self.lib.bf16_narrow(lanes)}({code}))", PRIMARY
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
             return self._expr(v)
         return f"__builtin_convertvector({code}, {target})", PRIMARY
@@ -521,7 +538,13 @@ class CRenderer:
                 return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
             if buf.dtype == "float16" and lanes == 1:
                 return f"(float){code}", UNARY
+            if buf.dtype == "bfloat16" and whole_register(index, self._registers[buf]):
+                return f"{self.lib.bf16_widen(lanes)}({code})", PRIMARY
+            if buf.dtype == "bfloat16" and lanes == 1:
+                return f"{self.lib.bf16_to_float()}({code})", PRIMARY
             return code, PRIMARY
+        if lanes == 1 and buf.dtype == "bfloat16":
+            return f"{self.lib.bf16_to_float()}({name}[{self._e(index)}])", PRIMARY
         if lanes == 1:
             return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
                 f"{name}[{self._e(index)}]", PRIMARY)

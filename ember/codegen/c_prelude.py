@@ -6,7 +6,9 @@ use. Helpers are `static inline` functions (GCC inlines them at -O1 and above); 
 operations that C has no operator for, so the kernels stay one readable expression per store:
 
 - contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
-  converted to float on load and back on store; booleans are bytes in memory, masks in registers;
+  converted to float on load and back on store; bfloat16 is held as its bits (uint16_t: GCC 12
+  has no bfloat16 type), widened to float by a shift and narrowed by rounding to nearest even;
+  booleans are bytes in memory, masks in registers;
 - gathers, scatters and libm calls lane by lane (`c_vmath` writes the vector math of float32);
   the columns of a tile of registers (a transpose);
 - floor division and modulo with numpy's rules (integers and floats; an integer division by zero
@@ -174,15 +176,57 @@ class CPrelude:
             f"  for (int l = 0; l < {lanes}; ++l) r[l] = {lane_expr};\n  return r;\n}}"
         ))
 
+    def bf16_to_float(self) -> str:
+        """`float ember_bf16_to_float(uint16_t b)`: the float whose upper half is b."""
+        name = "ember_bf16_to_float"
+        return self._helper(name, lambda: (
+            f"static inline float {name}(uint16_t b) {{\n"
+            "  union { uint32_t u; float f; } c = { (uint32_t)b << 16 };\n  return c.f;\n}"
+        ))
+
+    def float_to_bf16(self) -> str:
+        """`uint16_t ember_float_to_bf16(float f)`: f rounded to the nearest bfloat16, ties to
+        even (NaN stays a quiet NaN of its sign), as ml_dtypes and PyTorch round."""
+        name = "ember_float_to_bf16"
+        return self._helper(name, lambda: (
+            f"static inline uint16_t {name}(float f) {{\n"
+            "  union { float f; uint32_t u; } c = { f };\n"
+            "  if (f != f) return (uint16_t)((c.u >> 16) | 0x40);\n"
+            "  return (uint16_t)((c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16);\n}"
+        ))
+
+    def bf16_widen(self, lanes: int) -> str:
+        """`float32xN ember_bf16_widen_xN(bfloat16xN b)`: the lanes of b as floats."""
+        t, b, u = self.vec("float32", lanes), self.vec("bfloat16", lanes), self.vec("uint32", lanes)
+        name = f"ember_bf16_widen_x{lanes}"
+        return self._helper(name, lambda: (
+            f"static inline {t} {name}({b} b) {{ return ({t})(__builtin_convertvector(b, {u}) << 16); }}"
+        ))
+
+    def bf16_narrow(self, lanes: int) -> str:
+        """`bfloat16xN ember_bf16_narrow_xN(float32xN v)`: each lane as ember_float_to_bf16 rounds it."""
+        t, b = self.vec("float32", lanes), self.vec("bfloat16", lanes)
+        u, m = self.vec("uint32", lanes), self.mask(32, lanes)
+        name = f"ember_bf16_narrow_x{lanes}"
+        return self._helper(name, lambda: (
+            f"static inline {b} {name}({t} v) {{\n"
+            f"  {u} u = ({u})v, r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;\n"
+            f"  {m} nan = v != v;\n"
+            f"  return __builtin_convertvector(({u})((({m})r & ~nan) | (({m})q & nan)), {b});\n}}"
+        ))
+
     def load(self, elem: str, lanes: int) -> str:
         """`T ember_load_<elem>x<lanes>(const S* p)`: lanes contiguous elements from p."""
         t, s = self.value_vec(elem, lanes), self.types[elem]
         name = f"ember_load_{elem}x{lanes}"
         if not _power_of_two(lanes):
-            return self.lanewise(name, t, f"const {s}* p", lanes, "-p[l]" if elem == "bool" else "p[l]")
+            lane = "-p[l]" if elem == "bool" else f"{self.bf16_to_float()}(p[l])" if elem == "bfloat16" else "p[l]"
+            return self.lanewise(name, t, f"const {s}* p", lanes, lane)
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
         if elem == "bool":
             body = f"*(const {u}*)p != 0"
+        elif elem == "bfloat16":
+            body = f"{self.bf16_widen(lanes)}(*(const {u}*)p)"
         elif elem == "float16":
             body = f"__builtin_convertvector(*(const {u}*)p, {t})"
         else:
@@ -194,13 +238,16 @@ class CPrelude:
         t, s = self.value_vec(elem, lanes), self.types[elem]
         name = f"ember_store_{elem}x{lanes}"
         if not _power_of_two(lanes):
+            lane = f"{self.float_to_bf16()}(v[l])" if elem == "bfloat16" else "v[l]"
             return self._helper(name, lambda: (
                 f"static inline void {name}({s}* p, {t} v) {{\n"
-                f"  for (int l = 0; l < {lanes}; ++l) p[l] = v[l];\n}}"
+                f"  for (int l = 0; l < {lanes}; ++l) p[l] = {lane};\n}}"
             ))
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
         if elem == "bool":
             value = "v & 1"
+        elif elem == "bfloat16":
+            value = f"{self.bf16_narrow(lanes)}(v)"
         elif elem == "float16":
             value = f"__builtin_convertvector(v, {self.vec('float16', lanes)})"
         else:
@@ -212,7 +259,7 @@ class CPrelude:
     def gather(self, elem: str, lanes: int) -> str:
         """`T ember_gather_<elem>x<lanes>(const S* p, int64xN i)`: p[i[0]], p[i[1]], ..."""
         t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
-        lane = "-p[i[l]]" if elem == "bool" else "p[i[l]]"
+        lane = "-p[i[l]]" if elem == "bool" else f"{self.bf16_to_float()}(p[i[l]])" if elem == "bfloat16" else "p[i[l]]"
         params = f"const {self.types[elem]}* p, {idx} i"
         return self.lanewise(f"ember_gather_{elem}x{lanes}", t, params, lanes, lane)
 
@@ -220,9 +267,10 @@ class CPrelude:
         """`void ember_scatter_<elem>x<lanes>(S* p, int64xN i, T v)`: p[i[l]] = v[l] for each lane."""
         t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
         name = f"ember_scatter_{elem}x{lanes}"
+        lane = f"{self.float_to_bf16()}(v[l])" if elem == "bfloat16" else "v[l]"
         return self._helper(name, lambda: (
             f"static inline void {name}({self.types[elem]}* p, {idx} i, {t} v) {{\n"
-            f"  for (int l = 0; l < {lanes}; ++l) p[i[l]] = v[l];\n}}"
+            f"  for (int l = 0; l < {lanes}; ++l) p[i[l]] = {lane};\n}}"
         ))
 
     def broadcast(self, elem: str, lanes: int) -> str:

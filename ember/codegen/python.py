@@ -8,7 +8,7 @@ oracle that tells lowering bugs from code generation bugs):
 - scalars are NumPy scalars of their dtype, so float32 rounds as float32 and narrow integers
   wrap; int64 index arithmetic stays in Python ints; `//` and `%` floor with numpy's rules (an
   integer division by zero gives 0, MIN // -1 wraps to MIN, as in the C code);
-  float16 is computed as float32 (a load converts, a store rounds);
+  float16 and bfloat16 are computed as float32 (a load converts, a store rounds);
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
@@ -63,15 +63,17 @@ from .routines import PYTHON_ROUTINES
 
 # dtype -> the name of its NumPy scalar type in the generated code's namespace.
 TYPES = {
-    "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "float16": "f16", "float32": "f32", "float64": "f64",
+    "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32",
+    "int64": "i64", "uint64": "u64",
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
 }
 
 FUNCS = {
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "tanh": "np.tanh", "erf": "_erf",
     "pow": "np.power", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
     "round": "np.rint", "sin": "np.sin", "cos": "np.cos", "exp2": "np.exp2", "log2": "np.log2",
-    "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc",
+    "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc", "asin": "np.arcsin", "acos": "np.arccos",
+    "atan": "np.arctan", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
 }
 EXPRS = {"rsqrt": "(1 / np.sqrt({0}))", "sigmoid": "(1 / (1 + np.exp(-{0})))"}
 OPS = {"&&": "and", "||": "or"}  # on scalars; vectors use & and |
@@ -99,8 +101,20 @@ def _floormod(a, b):
     return a % b
 
 
-NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod, "_routines": PYTHON_ROUTINES} | {
-    name: dt.to_numpy(d).type for d, name in TYPES.items()}
+def _scalar_types() -> dict[str, type]:
+    """The NumPy scalar type of each dtype by its name in TYPES (bfloat16 only where ml_dtypes is
+    installed: without it no bfloat16 array can reach a kernel)."""
+    types = {}
+    for d, name in TYPES.items():
+        try:
+            types[name] = dt.to_numpy(d).type
+        except dt.DTypeError:
+            continue
+    return types
+
+
+NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod,
+             "_routines": PYTHON_ROUTINES} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
 
@@ -231,7 +245,7 @@ class _PythonRenderer:
                 return f"{FUNCS[name]}({', '.join(self._e(a) for a in args)})"
             case BufferLoad(buf, _, _):
                 code = self._access(buf, single_index(e))
-                if buf.dtype == "float16":
+                if buf.dtype in dt.HALF_DTYPES:
                     return f"{code}.astype(f32)" if vector else f"f32({code})"
                 return code
             case Ramp(base, stride, lanes, dtype):
@@ -248,8 +262,8 @@ class _PythonRenderer:
         if dtype == "int64":
             return repr(value) if value >= 0 else f"({value})"
         if dt.is_float(dtype):
-            if dtype == "float16":
-                value = float(np.float16(value))
+            if dtype in dt.HALF_DTYPES:
+                value = float(np.asarray(value, "float64").astype(dt.to_numpy(dtype)))
             text = repr(float(value))
             return f"{TYPES[dt.compute_dtype(dtype)]}({text if math.isfinite(value) else repr(text)})"
         return f"{TYPES[dtype]}({value})"
@@ -257,8 +271,9 @@ class _PythonRenderer:
     def _cast(self, dst: str, v: PrimExpr, vector: bool) -> str:
         src = dt.element_of(v.dtype)
         x = self._e(v)
-        if dst == "float16":  # round to half, compute on in float32
-            return f"{x}.astype(f16).astype(f32)" if vector else f"f32(f16({x}))"
+        if dst in dt.HALF_DTYPES:  # round to 16 bits, compute on in float32
+            t = TYPES[dst]
+            return f"{x}.astype({t}).astype(f32)" if vector else f"f32({t}(f32({x})))"
         if dt.compute_dtype(src) == dt.compute_dtype(dst):
             return x
         if vector:

@@ -197,7 +197,7 @@ def _fused(q, k, v, mask, attrs, out_types):
 def _staged(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
-    acc = "float32" if q.dtype == "float16" else q.dtype
+    acc = dt.compute_dtype(q.dtype)
     bshd = attrs["layout"] == "bshd"
 
     def swap(i) -> tuple:

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
+from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import check_float, result_dtype
 from .hints import PACK, VECTOR_LANES
@@ -124,7 +125,7 @@ def _conv_types(op: str, n: int, types: list[TensorType], attrs, transposed: boo
 def conv_reference(x: np.ndarray, w: np.ndarray, bias, strides, pads_b, pads_e, dilations, groups: int):
     """N-d grouped convolution (cross-correlation) in NumPy; w is (OC, C/groups, kernel...)."""
     n = x.ndim - 2
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    acc = dt.to_numpy(dt.compute_dtype(x.dtype.name))
     width = [(0, 0), (0, 0)] + [(max(b, 0), max(e, 0)) for b, e in zip(pads_b, pads_e)]
     xp = np.pad(x.astype(acc), width)
     crop = (slice(None),) * 2 + tuple(slice(-min(b, 0), xp.shape[2 + k] + min(e, 0))
@@ -226,7 +227,7 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
     weight(oc, ic, *taps) is the weight element (an expression: transposed convolutions remap
     it)."""
     n = len(kernel)
-    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    acc_dtype = dt.compute_dtype(x.dtype)
     ic = te.reduce_axis((0, cg), name="ic")
     taps = [te.reduce_axis((0, k), name=f"k{d}") for d, k in enumerate(kernel)]
 

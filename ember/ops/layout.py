@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import te
 from ..graph.core import Dim, TensorType
+from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
@@ -281,7 +282,7 @@ def _compute_conv(inputs, attrs, out_types):
     bias = inputs[2] if len(inputs) == 3 else None
     strides, pads_b, pads_e, dilations = window_attrs("conv2d_nchwc", attrs, 2)
     ocb, icb, kh, kw, ib, ob = (as_int(d) for d in w.shape)
-    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    acc_dtype = dt.compute_dtype(x.dtype)
     xp = _padded(x, pads_b, pads_e)
     rh, rw = te.reduce_axis((0, kh), name="kh"), te.reduce_axis((0, kw), name="kw")
 

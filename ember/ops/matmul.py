@@ -75,7 +75,7 @@ def _reference_gemm(inputs, attrs):
     a, b = inputs[:2]
     a = a.T if attrs["trans_a"] else a
     b = b.T if attrs["trans_b"] else b
-    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    acc = dt.to_numpy(dt.compute_dtype(a.dtype.name))
     out = attrs["alpha"] * (a.astype(acc) @ b.astype(acc))
     if len(inputs) == 3:
         out = out + attrs["beta"] * inputs[2].astype(acc)
@@ -84,7 +84,7 @@ def _reference_gemm(inputs, attrs):
 
 def _reference_matmul(inputs, attrs):
     a, b = inputs
-    acc = np.float32 if a.dtype == np.float16 else a.dtype
+    acc = dt.to_numpy(dt.compute_dtype(a.dtype.name))
     return [np.asarray(np.matmul(a.astype(acc), b.astype(acc))).astype(a.dtype)]
 
 
@@ -124,7 +124,7 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False):
 
         b = te.compute(tuple(b_batch) + (k_dim, n_acc), packed, name="b_packed", tag=PACK)
         trans_b = False
-    acc_dtype = "float32" if a.dtype == "float16" else a.dtype
+    acc_dtype = dt.compute_dtype(a.dtype)
     r = te.reduce_axis((0, k_dim), name="k")
     nb = len(batch)
 

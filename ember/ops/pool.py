@@ -118,7 +118,7 @@ def _compute_pool(op: str):
                 name="x_padded", tag=PACK)
         rh = te.reduce_axis((0, kernel[0]), name="kh")
         rw = te.reduce_axis((0, kernel[1]), name="kw")
-        acc_dtype = x.dtype if is_max or x.dtype != "float16" else "float32"
+        acc_dtype = x.dtype if is_max else dt.compute_dtype(x.dtype)
 
         def tap(n, c, h, w):
             return cast(acc_dtype, xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1]])
@@ -161,7 +161,7 @@ def _infer_global(types, attrs):
 def _compute_global(inputs, attrs, out_types):
     (x,) = inputs
     axes = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(x.shape[2:])]
-    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    acc_dtype = dt.compute_dtype(x.dtype)
     total = te.compute(x.shape[:2], lambda n, c: te.sum(cast(acc_dtype, x[(n, c, *axes)]), axis=axes), name="sum")
     count = 1
     for d in x.shape[2:]:
@@ -221,7 +221,7 @@ def _compute_adaptive(inputs, attrs, out_types):
     kh = max(_bounds(i, h, oh)[1] - _bounds(i, h, oh)[0] for i in range(oh))
     kw = max(_bounds(j, w, ow)[1] - _bounds(j, w, ow)[0] for j in range(ow))
     rh, rw = te.reduce_axis((0, kh), name="kh"), te.reduce_axis((0, kw), name="kw")
-    acc_dtype = "float32" if x.dtype == "float16" else x.dtype
+    acc_dtype = dt.compute_dtype(x.dtype)
 
     def window_sum(n, c, i, j):
         (h0, h1), (w0, w1) = _bounds(i, h, oh), _bounds(j, w, ow)

@@ -61,8 +61,8 @@ def check_keepdims(op: str, attrs) -> bool:
 
 
 def acc_dtype(dtype: str) -> str:
-    """The dtype sums accumulate in: float32 for float16, the dtype itself otherwise."""
-    return "float32" if dtype == "float16" else dtype
+    """The dtype sums accumulate in: float32 for float16 and bfloat16, the dtype itself otherwise."""
+    return dt.compute_dtype(dtype)
 
 
 def acc(e):

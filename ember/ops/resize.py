@@ -10,7 +10,10 @@ so that nearest rounding never depends on float error:
   align_corners         x * (in - 1)/(out - 1), 0 when out == 1
 "nearest" rounds it (nearest_mode: round_prefer_floor, round_prefer_ceil, floor, ceil) and clamps
 to the input; "linear" interpolates between the two neighbours of each spatial axis (coordinates
-clamped at the edges, as ONNX and PyTorch do). Pattern `injective`.
+clamped at the edges, as ONNX and PyTorch do); "cubic" weighs the four neighbours floor - 1 ..
+floor + 2 of each axis by Keys' cubic kernel with parameter `cubic_coeff_a` (-0.75 as ONNX and
+PyTorch's bicubic -0.75), neighbours past an edge reading the edge (or, with `exclude_outside`,
+weighted 0 and the other weights scaled to sum to 1). Pattern `injective`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..tir.expr import as_int, cast, max_, min_
 from .common import check_float
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
-MODES = ("nearest", "linear")
+MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
@@ -50,8 +53,8 @@ def _infer(types, attrs):
                          ("nearest_mode", NEAREST_MODES)):
         if attrs[key] not in allowed:
             raise OpTypeError(f"resize: {key} {attrs[key]!r} is not one of {allowed}")
-    if attrs["mode"] == "linear":
-        check_float("resize (linear)", x)
+    if attrs["mode"] != "nearest":
+        check_float(f"resize ({attrs['mode']})", x)
     sizes = _spatial_sizes(x, attrs)
     for k, d in enumerate(x.shape[2:]):
         if isinstance(d, str):
@@ -94,6 +97,31 @@ def linear_neighbours(num, den: int, n_in: int, lo, hi):
     return lo(below, n_in - 1), lo(below + 1, n_in - 1), num % den
 
 
+def cubic_fraction(x, n_in: int, n_out: int, mode: str):
+    """The input coordinate of cubic resizing: source_fraction's, but -1/2 for pytorch_half_pixel
+    to one pixel (linear clamps that to 0, cubic reads the neighbours of -1/2)."""
+    if mode == "pytorch_half_pixel" and n_out == 1:
+        return 0 * x - 1, 2
+    return source_fraction(x, n_in, n_out, mode)
+
+
+def cubic_taps(num, den: int, n_in: int, a: float, exclude_outside: bool, lo, hi, select, both, to_float):
+    """[(index, weight)] of the four neighbours of coordinate num/den: indices clamped to the
+    input, weights of Keys' kernel of the distances (float expressions via to_float). `lo`, `hi`,
+    `select`, `both`: min, max, where and logical and, of NumPy or of te."""
+    base = num // den
+    t = to_float(num - base * den) / float(den)
+    distances = [t + 1, t, 1 - t, 2 - t]
+    weights = [((a * d - 5 * a) * d + 8 * a) * d - 4 * a if k in (0, 3) else ((a + 2) * d - (a + 3)) * d * d + 1
+               for k, d in enumerate(distances)]
+    indices = [base + k - 1 for k in range(4)]
+    if exclude_outside:
+        weights = [select(both(i >= 0, i <= n_in - 1), w, 0.0 * w) for i, w in zip(indices, weights)]
+        total = weights[0] + weights[1] + weights[2] + weights[3]
+        weights = [w / total for w in weights]
+    return [(lo(hi(i, 0), n_in - 1), w) for i, w in zip(indices, weights)]
+
+
 def _reference(inputs, attrs):
     (x,) = inputs
     sizes = _spatial_sizes(TensorType(x.shape, x.dtype.name), attrs)
@@ -103,8 +131,15 @@ def _reference(inputs, attrs):
         if attrs["mode"] == "nearest":
             out = np.take(out, nearest_index(num, den, n_in, attrs["nearest_mode"], np.minimum, np.maximum), axis)
             continue
+        shape = (-1,) + (1,) * (x.ndim - 1 - axis)
+        if attrs["mode"] == "cubic":
+            num, den = cubic_fraction(np.arange(n_out), n_in, n_out, attrs["coordinate_transformation_mode"])
+            taps = cubic_taps(num, den, n_in, attrs["cubic_coeff_a"], attrs["exclude_outside"], np.minimum,
+                              np.maximum, np.where, np.logical_and, lambda v: v.astype("float64"))
+            out = sum(np.take(out, i, axis) * w.reshape(shape) for i, w in taps)
+            continue
         below, above, frac = linear_neighbours(num, den, n_in, np.minimum, np.maximum)
-        w = (frac / den).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+        w = (frac / den).reshape(shape)
         out = np.take(out, below, axis) * (1 - w) + np.take(out, above, axis) * w
     return [out.astype(x.dtype)]
 
@@ -122,11 +157,17 @@ def _compute(inputs, attrs, out_types):
         if attrs["mode"] == "nearest":
             return x[(n, c) + tuple(nearest_index(num, den, a, attrs["nearest_mode"], min_, max_)
                                     for (num, den), a in zip(fracs, n_in))]
-        axes = []
-        for (num, den), a in zip(fracs, n_in):
-            below, above, frac = linear_neighbours(num, den, a, min_, max_)
-            w = cast(weight_dtype, frac) / float(den)
-            axes.append(((below, 1.0 - w), (above, w)))
+        axes = []  # per spatial axis: the (index, weight) of each neighbour
+        if attrs["mode"] == "cubic":
+            for p, a, b in zip(pos, n_in, sizes):
+                num, den = cubic_fraction(p, a, b, coord_mode)
+                axes.append(cubic_taps(num, den, a, attrs["cubic_coeff_a"], attrs["exclude_outside"], min_, max_,
+                                       te.if_then_else, te.all, lambda v: cast(weight_dtype, v)))
+        else:
+            for (num, den), a in zip(fracs, n_in):
+                below, above, frac = linear_neighbours(num, den, a, min_, max_)
+                w = cast(weight_dtype, frac) / float(den)
+                axes.append(((below, 1.0 - w), (above, w)))
         total = None
         for corner in itertools.product(*axes):
             weight = corner[0][1]
@@ -146,6 +187,6 @@ register(OpDef(
     compute=_compute,
     pattern="injective",
     attrs={"sizes": REQUIRED, "mode": "nearest", "coordinate_transformation_mode": "half_pixel",
-           "nearest_mode": "round_prefer_floor"},
-    doc="ONNX Resize of the spatial dims (nearest or n-linear).",
+           "nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75, "exclude_outside": False},
+    doc="ONNX Resize of the spatial dims (nearest, n-linear or cubic).",
 ))

@@ -180,9 +180,7 @@ class CompiledModel:
         if rc != 0:
             raise self.status_error(rc, "entry function")
         if any(_is_torch(x) for x in inputs):
-            import torch
-
-            outputs = [torch.from_numpy(o) for o in outputs]
+            outputs = [_tensor(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def status_error(self, rc: int, entry: str) -> Exception:
@@ -268,7 +266,7 @@ class CompiledModel:
                 raise ArgumentTypeError(f"input '{spec.name}' has dtype torch.{dtype}, expected {spec.dtype}")
             x = x.detach()
             try:
-                a = (x if x.is_contiguous() else x.contiguous()).numpy()
+                a = _tensor_array(x if x.is_contiguous() else x.contiguous())
             except (RuntimeError, TypeError):  # the uncommon tensors, sorted out only when NumPy refuses one
                 a = _unusual_tensor(spec.name, x)
         elif isinstance(x, np.ndarray):
@@ -365,7 +363,26 @@ def _unusual_tensor(name: str, x) -> np.ndarray:
     if x.layout != torch.strided:
         raise ArgumentTypeError(f"input '{name}' has layout {x.layout}; ember takes dense (strided) tensors, pass "
                                 f"{name}.to_dense()")
-    return x.resolve_neg().resolve_conj().contiguous().numpy()
+    return _tensor_array(x.resolve_neg().resolve_conj().contiguous())
+
+
+def _tensor_array(x) -> np.ndarray:
+    """A contiguous CPU tensor as a NumPy view (bfloat16 through its bits: torch gives NumPy no
+    bfloat16)."""
+    import torch
+
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(np.dtype("bfloat16"))
+    return x.numpy()
+
+
+def _tensor(a: np.ndarray):
+    """A NumPy array as a torch tensor sharing its memory (bfloat16 through its bits)."""
+    import torch
+
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _pointers(arrays) -> np.ndarray:

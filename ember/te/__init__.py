@@ -112,6 +112,12 @@ log2 = _unary("log2")
 exp2 = _unary("exp2")
 log1p = _unary("log1p")
 expm1 = _unary("expm1")
+asin = _unary("asin")
+acos = _unary("acos")
+atan = _unary("atan")
+asinh = _unary("asinh")
+acosh = _unary("acosh")
+atanh = _unary("atanh")
 
 
 def abs(x) -> PrimExpr:  # noqa: A001
@@ -126,8 +132,9 @@ pow = power  # noqa: A001
 
 __all__ = [
     "CommReducer", "ComputeOp", "ExternOp", "PlaceholderOp", "PrimExpr", "Stage", "TEError", "TESchedule", "Tensor",
-    "Var", "abs", "all", "any", "cast", "ceil", "comm_reducer", "compute", "const", "cos", "create_prim_func",
-    "create_schedule", "erf", "exp", "exp2", "expm1", "extern", "floor", "floordiv", "floormod", "if_then_else", "log",
+    "Var", "abs", "acos", "acosh", "all", "any", "asin", "asinh", "atan", "atanh", "cast", "ceil", "comm_reducer",
+    "compute", "const", "cos", "create_prim_func", "create_schedule", "erf", "exp", "exp2", "expm1", "extern", "floor",
+    "floordiv", "floormod", "if_then_else", "log",
     "log1p", "log2", "max", "min", "placeholder", "pow", "power", "prod", "reduce_axis", "round", "rsqrt",
     "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "trunc", "truncdiv", "truncmod", "var",
 ]

@@ -1,19 +1,26 @@
 """Data types of the loop IR, as strings: "float32", "int8", "bool", and vectors "float32x8".
 
-float16 is a storage type: values loaded from a float16 buffer are computed in float32 (see
-`compute_dtype`) and rounded back to half when stored.
+float16 and bfloat16 are storage types: values loaded from their buffers are computed in float32
+(see `compute_dtype`) and rounded back to 16 bits when stored. NumPy holds bfloat16 as
+`ml_dtypes.bfloat16` (ml_dtypes comes with onnx); importing it here makes `np.dtype("bfloat16")`
+known wherever a dtype name becomes a NumPy dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
 
 from ..errors import EmberError
 
+with contextlib.suppress(ImportError):  # without it no bfloat16 array can be made, nor reach ember
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy)
+
 SCALAR_DTYPES = (
-    "bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64",
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32",
+    "float64",
 )
 INDEX_DTYPE = "int64"
 
@@ -48,7 +55,7 @@ def with_lanes(dtype: str, lanes: int) -> str:
 
 
 def is_float(dtype: str) -> bool:
-    return element_of(dtype).startswith("float")
+    return element_of(dtype).startswith(("float", "bfloat"))
 
 
 def is_int(dtype: str) -> bool:
@@ -64,13 +71,21 @@ def bits(dtype: str) -> int:
     return 8 if elem == "bool" else int(re.sub(r"[a-z]", "", elem))
 
 
+HALF_DTYPES = ("float16", "bfloat16")  # stored in 16 bits, computed in float32
+
+
 def compute_dtype(dtype: str) -> str:
-    """The type arithmetic happens in: float16 is computed as float32."""
-    return with_lanes("float32", lanes_of(dtype)) if element_of(dtype) == "float16" else dtype
+    """The type arithmetic happens in: float16 and bfloat16 are computed as float32."""
+    return with_lanes("float32", lanes_of(dtype)) if element_of(dtype) in HALF_DTYPES else dtype
 
 
 def to_numpy(dtype: str) -> np.dtype:
-    return np.dtype(element_of(dtype))
+    elem = element_of(dtype)
+    try:
+        return np.dtype(elem)
+    except TypeError:
+        raise DTypeError(f"{elem} arrays need the ml_dtypes package (pip install ml_dtypes; onnx installs it)") \
+            from None
 
 
 def from_numpy(dtype) -> str:

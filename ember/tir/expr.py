@@ -192,6 +192,7 @@ class Cast(PrimExpr):
 MATH_FUNCS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "fabs", "floor", "ceil", "round",
     "sin", "cos", "exp2", "log2", "log1p", "expm1", "abs", "trunc",
+    "asin", "acos", "atan", "asinh", "acosh", "atanh",
 )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..lowering import workload_key
+from ..tir import dtype as dt
 from ..tir.expr import Binary, Call, Select, as_int
 from ..tir.functor import collect, visit_expr
 from ..tir.schedule import Schedule, Trace
@@ -79,7 +80,7 @@ def _written(block: Block):
 
 
 def _np_dtype(dtype: str):
-    return np.float16 if dtype == "float16" else np.dtype(dtype)
+    return np.float16 if dtype == "float16" else dt.to_numpy(dtype)
 
 
 def _random(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:

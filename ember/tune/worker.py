@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.bench import bench
+from ..tir import dtype as dt
 from ..tir.schedule import Trace
 
 SEED = 0  # the random inputs every candidate of a workload is checked and timed on
@@ -151,7 +152,7 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], names: list[
     """Raise WrongResult when an output differs from the reference beyond the tolerance."""
     for name, out, ref in zip(names, outputs, reference):
         if ref.dtype.kind == "f":
-            rtol, atol = (RTOL16, ATOL16) if ref.dtype == np.float16 else (RTOL, ATOL)
+            rtol, atol = (RTOL16, ATOL16) if ref.dtype.name in dt.HALF_DTYPES else (RTOL, ATOL)
             o, r = out.astype(np.float64), ref.astype(np.float64)
             with np.errstate(invalid="ignore"):
                 diff = np.abs(o - r)

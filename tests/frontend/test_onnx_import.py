@@ -494,18 +494,19 @@ def test_unnamed_dynamic_dimension_becomes_a_symbol():
 
 def test_every_unsupported_operator_is_listed():
     model = onnx_model("""g (float[1, 2, 4, 4] x, float[2, 2] a) => (float y, float z, float e) {
-        y = Resize <mode = "cubic">(x, , scales)
-        t = Einsum <equation = "ij,jk->ik">(a, a)
+        y = Resize <mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize">(x, , scales)
+        t = Bernoulli(a)
         z = Relu(t)
-        e = Einsum <equation = "ij->ji">(a)
-        u = Hardmax(a)
+        e = Bernoulli(a)
+        u = RandomUniformLike(a)
     }""", scales=np.array([1, 1, 2, 2], "float32"))
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
     message = str(info.value)
-    assert "3 unsupported operator(s): Einsum, Hardmax, Resize(mode=cubic)" in message
-    for line in ["Resize(mode=cubic)  (at Resize node 'y')", "Einsum  (at Einsum node 't')",
-                 "Einsum  (at Einsum node 'e')", "Hardmax  (at Hardmax node 'u')"]:
+    assert "3 unsupported operator(s): Bernoulli, RandomUniformLike, " in message
+    for line in ["Resize(coordinate_transformation_mode=tf_crop_and_resize)  (at Resize node 'y')",
+                 "Bernoulli  (at Bernoulli node 't')", "Bernoulli  (at Bernoulli node 'e')",
+                 "RandomUniformLike  (at RandomUniformLike node 'u')"]:
         assert line in message
 
 

@@ -147,7 +147,7 @@ def test_float16_expression_computed_in_float32():
 # Integers
 
 
-INT_DTYPES = ["int8", "uint8", "int16", "int32", "int64"]
+INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES)
@@ -158,8 +158,8 @@ def test_integer_arithmetic_wraps(dtype):
     s, args = scalar_and_vector(lambda i: (A[i] * B[i] + A[i] - B[i] * 3) // 7, [A, B], factor=16)
     info = np.iinfo(dtype)
     rng = np.random.default_rng()
-    a = rng.integers(info.min, info.max, N, endpoint=True).astype(dtype)
-    b = rng.integers(info.min, info.max, N, endpoint=True).astype(dtype)
+    a = rng.integers(info.min, info.max, N, endpoint=True, dtype=dtype)
+    b = rng.integers(info.min, info.max, N, endpoint=True, dtype=dtype)
 
     def ref(x, y):
         with np.errstate(over="ignore"):
@@ -218,6 +218,15 @@ CASTS = [
     ("int8", "int64", lambda r, n: r.integers(-128, 128, n)),
     ("uint8", "int16", lambda r, n: r.integers(0, 256, n)),
     ("int16", "uint8", lambda r, n: r.integers(-1000, 1000, n)),  # wraps
+    ("uint16", "float32", lambda r, n: r.integers(0, 2**16, n)),
+    ("uint32", "int64", lambda r, n: r.integers(0, 2**32, n)),
+    ("uint64", "float64", lambda r, n: r.integers(0, 2**64, n, dtype="uint64")),
+    ("int64", "uint32", lambda r, n: r.integers(-(2**40), 2**40, n)),  # wraps
+    ("float32", "uint16", lambda r, n: r.uniform(0, 65535, n)),
+    ("float32", "bfloat16", lambda r, n: r.uniform(-1e3, 1e3, n)),  # rounds to nearest even
+    ("bfloat16", "float32", lambda r, n: r.uniform(-1e3, 1e3, n)),
+    ("int32", "bfloat16", lambda r, n: r.integers(-(2**20), 2**20, n)),
+    ("bfloat16", "int32", lambda r, n: r.uniform(-1e3, 1e3, n)),
     ("int32", "bool", lambda r, n: r.integers(-2, 3, n)),  # nonzero is true
     ("float32", "bool", lambda r, n: r.choice([0.0, -0.0, 0.5, -2.0], n)),
     ("bool", "int32", lambda r, n: r.random(n) < 0.5),

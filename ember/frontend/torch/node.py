@@ -27,11 +27,13 @@ import torch
 from ...errors import EmberError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops.nodes import add_op
+from ...tir import dtype as dt
 from ..fold import fold
 
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
     torch.int64: "int64", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64",
+    torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64", torch.bfloat16: "bfloat16",
 }
 
 
@@ -62,6 +64,14 @@ def dense(t: torch.Tensor) -> torch.Tensor:
     if t.layout != torch.strided:
         t = t.to_dense()
     return t.resolve_neg().resolve_conj()
+
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A contiguous CPU tensor as a NumPy array of its memory (bfloat16 through its bits: torch
+    gives NumPy no bfloat16)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(dt.to_numpy("bfloat16"))
+    return t.numpy()
 
 
 def ember_dtype(dtype: torch.dtype) -> str:
@@ -126,7 +136,7 @@ class Builder:
         if isinstance(x, Const):  # cast now, folded: no cast node for a constant
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
-                data = dense(x.tensor.detach()).cpu().contiguous().numpy()
+                data = as_numpy(dense(x.tensor.detach()).cpu().contiguous())
                 data = data if self.folding else data.copy()  # (a scratch graph is discarded: no copy of weights)
                 if key[1] is not None:
                     (data,) = fold("cast", [data], {"dtype": dtype}, f"node {self.node.name}")

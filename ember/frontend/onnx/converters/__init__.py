@@ -1,3 +1,18 @@
 """Converters of ONNX operators, one module per family; importing this package fills the table."""
 
-from . import control, elementwise, fused, legacy, nn, recurrent, shape  # noqa: F401  (each registers its converters)
+from . import (  # noqa: F401  (each registers its converters)
+    composite,
+    control,
+    einsum,
+    elementwise,
+    fused,
+    image,
+    indexing,
+    legacy,
+    loss,
+    nn,
+    quantize,
+    recurrent,
+    shape,
+    signal,
+)

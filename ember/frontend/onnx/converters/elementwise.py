@@ -21,7 +21,8 @@ UNARY = {
     "Neg": "neg", "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
     "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign", "Sin": "sin", "Cos": "cos",
     "Tanh": "tanh", "Erf": "erf", "Sigmoid": "sigmoid", "Relu": "relu", "Not": "logical_not",
-    "HardSwish": "hardswish",
+    "HardSwish": "hardswish", "Asin": "asin", "Acos": "acos", "Atan": "atan", "Asinh": "asinh", "Acosh": "acosh",
+    "Atanh": "atanh",
 }
 
 BINARY = {

@@ -257,7 +257,7 @@ def _pad(cx: NodeContext):
     return [cx.op("pad", [x], attrs)]
 
 
-RESIZE_MODES = {"nearest": "nearest", "linear": "linear"}
+RESIZE_MODES = {"nearest": "nearest", "linear": "linear", "cubic": "cubic"}
 TRANSFORM_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
 
 
@@ -299,5 +299,8 @@ def _resize(cx: NodeContext):
     attrs = {"sizes": tuple(out[2:]), "mode": RESIZE_MODES[mode], "coordinate_transformation_mode": transform}
     if mode == "nearest":
         attrs["nearest_mode"] = cx.attr("nearest_mode", "round_prefer_floor")
+    if mode == "cubic":
+        attrs |= {"cubic_coeff_a": cx.attr("cubic_coeff_a", -0.75),
+                  "exclude_outside": bool(cx.attr("exclude_outside", 0))}
     return [cx.op("resize", [x], attrs)]
 

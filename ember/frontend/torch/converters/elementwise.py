@@ -17,7 +17,8 @@ UNARY = {  # ATen name -> ember operator
     "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
     "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign", "logical_not": "logical_not",
-    "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid",
+    "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "asin": "asin", "acos": "acos",
+    "atan": "atan", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
 }
 
 

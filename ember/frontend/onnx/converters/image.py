@@ -1,0 +1,65 @@
+"""ONNX image operators: GridSample (ember's grid_sample); CenterCropPad (one `pad`, whose
+negative pads crop) and Col2Im (a `conv_transpose2d` with one-hot weights: each column entry is added
+into the pixel its kernel position covers, exactly what a transposed convolution does)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..node import NodeContext
+from ..registry import converts
+
+
+@converts("CenterCropPad")
+def _center_crop_pad(cx: NodeContext):
+    """Each axis cropped or padded (with zeros) to its size about the centre; an odd difference
+    leaves the extra element at the end."""
+    x = cx.input(0)
+    shape = cx.static_shape(x, "CenterCropPad")
+    sizes = cx.const_ints(1, "shape")
+    axes = [a % len(shape) for a in cx.attr("axes", range(len(shape)))]
+    begins, ends = [0] * len(shape), [0] * len(shape)
+    for a, size in zip(axes, sizes):
+        grow = size - shape[a]  # negative: a crop
+        begins[a] = -(-grow // 2) if grow < 0 else grow // 2
+        ends[a] = grow - begins[a]
+    if not any(begins + ends):
+        return [x]
+    return [cx.op("pad", [x], {"pads": tuple(begins + ends)})]
+
+
+@converts("Col2Im")
+def _col2im(cx: NodeContext):
+    """(N, C * kh * kw, L) columns summed into an (N, C, H, W) image, 2-D only."""
+    x = cx.input(0)
+    image = cx.const_ints(1, "image_shape")
+    block = cx.const_ints(2, "block_shape")
+    if len(image) != 2:
+        raise cx.unsupported(f"{len(image)} spatial dimensions (ember's col2im is 2-D)")
+    n, ck, _ = cx.static_shape(x, "Col2Im")
+    dil = tuple(cx.attr("dilations", (1, 1)))
+    pads = tuple(cx.attr("pads", (0, 0, 0, 0)))
+    strides = tuple(cx.attr("strides", (1, 1)))
+    k = math.prod(block)
+    c = ck // k
+    blocks = [(image[d] + pads[d] + pads[d + 2] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(2)]
+    cols = cx.op("reshape", [x], {"shape": (n, ck, *blocks)})
+    weight = np.zeros((ck, 1, *block), dtype=cx.type(x).dtype)
+    for ch in range(c):
+        for pos in range(k):
+            weight[ch * k + pos, 0, pos // block[1], pos % block[1]] = 1
+    full = [(blocks[d] - 1) * strides[d] + dil[d] * (block[d] - 1) + 1 - pads[d] - pads[d + 2] for d in range(2)]
+    out_pad = tuple(image[d] - full[d] for d in range(2))
+    attrs = {"strides": strides, "padding": pads, "dilations": dil, "groups": c, "output_padding": out_pad}
+    return [cx.op("conv_transpose2d", [cols, weight], attrs)]
+
+
+@converts("GridSample")
+def _grid_sample(cx: NodeContext):
+    """Opset 16's bilinear and bicubic are opset 20's linear and cubic."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(cx.attr("mode", "linear"), cx.attr("mode", "linear"))
+    attrs = {"mode": mode, "padding_mode": cx.attr("padding_mode", "zeros"),
+             "align_corners": bool(cx.attr("align_corners", 0))}
+    return [cx.op("grid_sample", [cx.input(0), cx.input(1)], attrs)]
