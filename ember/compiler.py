@@ -28,16 +28,19 @@ run on the loop-IR interpreter, called by the entry function's Python twin
 (ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
-ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
+ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
+gives axes, k, pads, a shape) becomes a SpecializedModel (ember.runtime.specialized), which
+compiles on call one model per value of those inputs; `load(path)` reads a saved artifact without lowering or
 compiling anything.
 
-Options read (ember.config): num_threads, checked, and through the build: cc, cflags, cache_dir.
+Options read (ember.config): num_threads, checked, max_specializations, and through the build: cc, cflags, cache_dir.
 The num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
 compiled.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,7 +52,7 @@ from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, ConfigError, ShapeError
+from .errors import ArgumentTypeError, ConfigError, EmberError, ShapeError
 from .frontend import import_model
 from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, lower_groups, partition
@@ -59,6 +62,7 @@ from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memo
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .runtime.specialized import SpecializedModel
 from .target import Target, as_target
 
 
@@ -185,10 +189,43 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
-def compile(model, example_inputs=None, **options) -> CompiledModel:
+def compile(model, example_inputs=None, *, max_specializations: int | None = None,
+            **options) -> CompiledModel | SpecializedModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
-    path or a ModelProto). Options: those of `compile_graph`."""
-    return compile_graph(import_model(model, example_inputs), **options)
+    path or a ModelProto). Options: those of `compile_graph`. An ONNX model with runtime-valued
+    inputs (a graph input giving axes, k, pads, scales, a shape) is a SpecializedModel, compiled on
+    call for each value of those, for at most `max_specializations` values (default: the
+    max_specializations option)."""
+    limit = config.resolve("max_specializations", max_specializations)
+    try:
+        graph = import_model(model, example_inputs)
+    except EmberError as e:
+        value_inputs = _runtime_valued(e)
+        if not value_inputs:
+            raise
+        return _specialized(model, value_inputs, limit, options)
+    return compile_graph(graph, **options)
+
+
+def _runtime_valued(e: EmberError) -> tuple[str, ...]:
+    """The graph inputs an ONNX import needed the values of (a ConstantInputError's), else ()."""
+    onnx_frontend = sys.modules.get("ember.frontend.onnx")  # (loaded, if it raised the error)
+    return e.inputs if onnx_frontend is not None and isinstance(e, onnx_frontend.ConstantInputError) else ()
+
+
+def _specialized(model, value_inputs: tuple[str, ...], limit: int, options: dict) -> SpecializedModel:
+    """The ONNX model compiled per value of its runtime-valued inputs (ember.runtime.specialized)."""
+    from .frontend.onnx import load_model
+    from .frontend.onnx.values import graph_inputs, import_specialized
+
+    proto = load_model(model)
+
+    def build(arrays: dict[str, np.ndarray], names: tuple[str, ...]):
+        graph, names = import_specialized(proto, arrays, names)
+        return compile_graph(graph, **options), names
+
+    inputs = [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in graph_inputs(proto)]
+    return SpecializedModel(options.get("name", "model"), inputs, value_inputs, build, limit)
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
