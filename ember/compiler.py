@@ -23,6 +23,11 @@
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
 
+A graph with nodes whose output size depends on the data (nonzero, unique: ember.ops.dynamic) is
+cut around them first (ember.passes.host_segments): each segment between them goes through the
+steps above as a model of its own, those nodes run on the host, and the result is a
+SegmentedModel (ember.runtime.segmented).
+
 On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
 run on the loop-IR interpreter, called by the entry function's Python twin
 (ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
@@ -56,12 +61,15 @@ from .errors import ArgumentTypeError, ConfigError, EmberError, ShapeError
 from .frontend import import_model
 from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, lower_groups, partition
+from .ops import get as get_op
 from .passes.fuse import Group
+from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport
 from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.specialized import SpecializedModel
 from .target import Target, as_target
 
@@ -91,7 +99,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
-                  schedules: ScheduleLookup | None = None, checked: bool | None = None) -> CompiledModel:
+                  schedules: ScheduleLookup | None = None,
+                  checked: bool | None = None) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -115,6 +124,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     if target.kind == "python" and checked:
         raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
     check_graph(graph)
+    if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
+        return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
+                                            num_threads=num_threads, jobs=jobs, target=target, database=database,
+                                            schedules=schedules, checked=checked))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
@@ -169,6 +182,32 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                          build_s, time.perf_counter() - start, cached, tuple(passes))
     return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
+
+
+def _segmented(graph: Graph, name: str, options: dict) -> SegmentedModel:
+    """A graph with nodes whose output size depends on the data: its segments between them
+    compiled, those nodes run on the host with their NumPy reference (ember.runtime.segmented)."""
+    steps = []
+    for k, step in enumerate(host_segments(graph)):
+        if step.graph is not None:
+            steps.append(segment_step(compile_graph(step.graph, name=f"{name}_{k}", **options), step.inputs,
+                                      step.outputs))
+        else:
+            steps.append(RunStep(_host_function(step.node), step.inputs, step.outputs,
+                                 what=f"{step.node.op} ({step.node.name})"))
+    return SegmentedModel(name, [_spec(v) for v in graph.inputs], [v.name for v in graph.outputs], steps,
+                          graph.constants)
+
+
+def _host_function(node):
+    """The node's NumPy reference, its outputs in the node's dtypes."""
+    op = get_op(node.op)
+
+    def run(*arrays):
+        return [np.asarray(o).astype(v.dtype, copy=False) for o, v in zip(op.reference(list(arrays), node.attrs),
+                                                                         node.outputs)]
+
+    return run
 
 
 def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes):

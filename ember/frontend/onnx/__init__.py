@@ -7,7 +7,8 @@
 - values.py: runtime-valued inputs (axes, k, pads given as graph inputs): the model imported for
   given values of them (what ember.compile's per-value specialization imports);
 - converters/: the converters, one module per family (elementwise, nn, shape; legacy: the older
-  forms of operators; fused: function ops as one ember operator).
+  forms of operators; fused: function ops as one ember operator; dynamic: output sizes decided
+  by the data).
 
 Every default-domain opset from 7 (MIN_OPSET) to the newest onnx knows (MAX_OPSET); docs/onnx.md.
 """
