@@ -258,6 +258,8 @@ def _specialized(model, value_inputs: tuple[str, ...], limit: int, options: dict
     from .frontend.onnx.values import graph_inputs, import_specialized
 
     proto = load_model(model)
+    config.threads(options.get("num_threads"))  # (the keywords checked now, not at the first call)
+    as_target(options.get("target", "c"), cc=options.get("cc"), cflags=options.get("cflags"))
 
     def build(arrays: dict[str, np.ndarray], names: tuple[str, ...]):
         graph, names = import_specialized(proto, arrays, names)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ShapeError
+from ..errors import ArgumentTypeError, ArtifactError, ShapeError
 from .model import CompiledModel, TensorSpec
 
 
@@ -62,6 +62,10 @@ class SegmentedModel:
         if as_torch:
             outputs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def save(self, path):
+        raise ArtifactError(f"model {self.name} runs {len(self.segments)} compiled segments with host steps between "
+                            "them, which one artifact does not hold; save a segment (model.segments)")
 
     def __repr__(self):
         ins = ", ".join(str(t) for t in self.inputs)

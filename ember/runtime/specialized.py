@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, CompileError, ShapeError
+from ..errors import ArgumentTypeError, ArtifactError, CompileError, ShapeError
 from .model import CompiledModel, TensorSpec
 
 Build = Callable[[dict[str, np.ndarray], tuple[str, ...]], tuple[CompiledModel, tuple[str, ...]]]
@@ -90,7 +90,7 @@ class SpecializedModel:
         return next(t for t in self.inputs if t.name == name)
 
     def save(self, path):
-        raise CompileError(f"model {self.name} is compiled per value of its runtime-valued inputs "
+        raise ArtifactError(f"model {self.name} is compiled per value of its runtime-valued inputs "
                            f"{list(self.value_inputs)}; save one of its specializations (model.specializations)")
 
     def __repr__(self):

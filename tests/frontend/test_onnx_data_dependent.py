@@ -10,7 +10,7 @@ from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 import ember
-from ember.errors import ArgumentTypeError
+from ember.errors import ArgumentTypeError, ArtifactError
 from ember.frontend.onnx import import_onnx
 from ember.runtime.segmented import SegmentedModel
 
@@ -60,6 +60,11 @@ def test_segmented_model_checks_inputs(nonzero_model):
     _, cm = nonzero_model
     with pytest.raises(ArgumentTypeError, match="dtype float64, expected float32"):
         cm(np.ones((4, 5)))
+
+
+def test_not_one_artifact(nonzero_model):
+    with pytest.raises(ArtifactError, match="segments"):
+        nonzero_model[1].save("unused")
 
 
 def test_nonzero_torch_tensors(nonzero_model):

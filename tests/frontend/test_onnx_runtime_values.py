@@ -2,6 +2,8 @@
 shape. ember.compile returns a SpecializedModel that compiles once per value of those inputs
 (ember.runtime.specialized), checked against onnx's reference evaluator."""
 
+import threading
+
 import numpy as np
 import onnx
 import pytest
@@ -10,9 +12,10 @@ from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 import ember
-from ember.errors import ArgumentTypeError, CompileError, ConfigError
+from ember.errors import ArgumentTypeError, ArtifactError, CompileError, ConfigError
 from ember.frontend.onnx import ConstantInputError, import_onnx
 from ember.frontend.onnx.values import import_specialized
+from ember.ops import UnsupportedOpError
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -157,3 +160,52 @@ def test_value_inputs_found_through_computation():
     assert cm.value_inputs == ("a", "shape")
     np.testing.assert_allclose(cm(x, _i64(1), _i64(6)), x.max(axis=2).reshape(-1), rtol=1e-6)
     assert cm.compiles == 2
+
+
+def test_keywords_checked_at_compile():
+    with pytest.raises(ConfigError, match="num_threads=-1"):
+        ember.compile(_reduce(), num_threads=-1)
+
+
+def test_not_one_artifact():
+    with pytest.raises(ArtifactError, match="specializations"):
+        ember.compile(_reduce()).save("unused")
+
+
+def test_calls_from_threads_compile_each_value_once():
+    cm = ember.compile(_reduce())
+    x = np.random.default_rng(5).standard_normal((3, 4, 5)).astype(np.float32)
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                np.testing.assert_allclose(cm(x, _i64(k % 2)), x.sum(axis=k % 2, keepdims=True), rtol=1e-5)
+        except Exception as e:  # (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and cm.compiles == 2 and cm.compiles + cm.hits == 18
+
+
+def test_topk_runtime_k():
+    """TopK's k given as a graph input: specialized per k (where ember converts TopK)."""
+    nodes = [oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", F, [3, 8]), oh.make_tensor_value_info("k", I64, [1])],
+                      [oh.make_tensor_value_info("v", F, [3, None]), oh.make_tensor_value_info("i", I64, [3, None])])
+    model = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)])
+    try:
+        cm = ember.compile(model)
+    except UnsupportedOpError:
+        pytest.skip("ember converts no TopK")
+    ref = ReferenceEvaluator(model)
+    rng = np.random.default_rng(6)
+    for k in (1, 3, 8, 3):
+        x = rng.standard_normal((3, 8)).astype(np.float32)
+        for a, e in zip(cm(x, _i64(k)), ref.run(None, {"x": x, "k": _i64(k)})):
+            np.testing.assert_allclose(a, e, rtol=1e-6)
+    assert cm.compiles == 3 and cm.hits == 1
