@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.errors import ArgumentTypeError, ArtifactError, CompileError, ConfigError
-from ember.frontend.onnx import ConstantInputError, import_onnx
+from ember.frontend.onnx import ConstantInputError, OnnxImportError, import_onnx
 from ember.frontend.onnx.values import import_specialized
 from ember.ops import UnsupportedOpError
 
@@ -49,6 +49,11 @@ CASES = {
     "cumsum_axis": (_model("CumSum", [("x", F, [4, 5]), ("axis", I64, [])], 2), [(np.array(0),), (np.array(1),)]),
     "reshape_shape": (_model("Reshape", [("x", F, [4, 6]), ("shape", I64, [3])], 3),
                       [(_i64(2, -1, 3),), (_i64(4, 3, 2),)]),
+    "range_inputs": (_model("Range", [("start", F, []), ("limit", F, []), ("delta", F, [])], 1),
+                     [tuple(np.array(v, np.float32) for v in t) for t in ((0, 5, 1), (2.5, -1, -0.5))]),
+    "constant_of_shape": (_model("ConstantOfShape", [("shape", I64, [2])], 2,
+                                 value=onnx.numpy_helper.from_array(np.array([1.5], np.float32))),
+                          [(_i64(2, 3),), (_i64(4, 1),)]),
     "expand_shape": (_model("Expand", [("x", F, [3, 1]), ("shape", I64, [3])], 3),
                      [(_i64(2, 3, 4),), (_i64(1, 1, 2),)]),
 }
@@ -209,3 +214,29 @@ def test_topk_runtime_k():
         for a, e in zip(cm(x, _i64(k)), ref.run(None, {"x": x, "k": _i64(k)})):
             np.testing.assert_allclose(a, e, rtol=1e-6)
     assert cm.compiles == 3 and cm.hits == 1
+
+
+def test_input_values_checked():
+    model = _reduce()
+    with pytest.raises(OnnxImportError, match=r"input_values names \['nope'\]"):
+        import_onnx(model, input_values={"nope": _i64(0)})
+    with pytest.raises(OnnxImportError, match="input_values gives input 'axes' a int32 array"):
+        import_onnx(model, input_values={"axes": np.array([0], np.int32)})
+
+
+def test_runtime_axes_then_nonzero():
+    """A specialization that is itself cut around a host step: ReduceMax over runtime axes, then
+    NonZero of its result."""
+    nodes = [oh.make_node("ReduceMax", ["x", "axes"], ["m"], keepdims=0), oh.make_node("NonZero", ["m"], ["y"])]
+    g = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", F, [3, 4]),
+                                   oh.make_tensor_value_info("axes", I64, [1])],
+                      [oh.make_tensor_value_info("y", I64, [1, None])])
+    model = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)])
+    cm = ember.compile(model)
+    ref = ReferenceEvaluator(model)
+    rng = np.random.default_rng(7)
+    for axis in (0, 1, 0):
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        (expected,) = ref.run(None, {"x": x, "axes": _i64(axis)})
+        np.testing.assert_array_equal(cm(x, _i64(axis)), expected)
+    assert cm.compiles == 2
