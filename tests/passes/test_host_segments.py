@@ -2,6 +2,7 @@
 segments and the host steps in order (ember.runtime.segmented)."""
 
 import numpy as np
+import pytest
 
 import ember
 from ember.graph import Graph, TensorType
@@ -36,8 +37,9 @@ def test_steps():
     assert "half" in last.constants and "half" in steps[0].graph.constants
 
 
-def test_compiled():
-    cm = ember.compile(_graph())
+@pytest.mark.parametrize("target", ["c", "python"])
+def test_compiled(target):
+    cm = ember.compile(_graph(), target=target)
     rng = np.random.default_rng(0)
     for _ in range(3):
         x = rng.random((3, 4)).astype(np.float32)
