@@ -3,7 +3,8 @@ compile time, naming the reason, rather than at its first call:
 
 - a graph without outputs (nothing to compute: a torch module that returns an empty tuple, an
   ONNX graph that declares no output);
-- operators ember does not know (UnsupportedOpError lists every one of them at once);
+- operators ember does not know, in the regions of control flow too (UnsupportedOpError lists
+  every one of them at once);
 - a tensor larger than this machine's physical memory: every node output of static shape,
   checked before the graph passes run (so that no pass folding constants tries to build it; the
   frontends check a constant the same way, `check_fits`, before they fold it); then, once the
@@ -55,13 +56,21 @@ def check_graph(graph: Graph) -> None:
     if not graph.outputs:
         raise CompileError(f"graph {graph.name} has no outputs: there is nothing to compute (a model must "
                            "return at least one tensor)")
-    missing = [(n.op, n.name) for n in graph.nodes if not exists(n.op)]
+    missing = [(n.op, n.name) for n in _nodes(graph) if not exists(n.op)]
     if missing:
         raise UnsupportedOpError(missing)
     memory = physical_memory()
-    for n in graph.nodes:
+    for n in _nodes(graph):
         for v in n.outputs:
             check_fits(v.type, f"graph {graph.name}: %{v.name} (node {n.name}: {n.op})", memory)
+
+
+def _nodes(graph: Graph):
+    """Every node, those of the regions of control-flow nodes too."""
+    for n in graph.nodes:
+        yield n
+        for r in n.regions:
+            yield from _nodes(r)
 
 
 def check_fits(t: TensorType, what: str, memory: int | None = None) -> None:

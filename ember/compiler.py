@@ -19,7 +19,9 @@
    exceed the machine's memory is refused (CompileError);
 4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
    (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
-   content hash: compiling the same model again compiles no C);
+   content hash: compiling the same model again compiles no C). A control-flow node
+   (ember.ops.control) is a branch or a loop of the entry function around the calls of its
+   regions' kernels, each region fused, lowered and planned with the rest (`_Program`);
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
 
@@ -30,7 +32,7 @@ SegmentedModel (ember.runtime.segmented).
 
 On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
 run on the loop-IR interpreter, called by the entry function's Python twin
-(ember.runtime.interpreted.InterpretedModel): slow, exact, no compiler.
+(ember.runtime.interpreted.InterpretedModel), branches and loops included: slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
@@ -45,6 +47,7 @@ compiled.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -56,16 +59,29 @@ import numpy as np
 from . import config
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
-from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
-from .errors import ArgumentTypeError, ConfigError, EmberError, ShapeError
+from .codegen.entry import (
+    Branch,
+    Carried,
+    Copy,
+    KernelCall,
+    Loop,
+    Ref,
+    Slice,
+    Stmt,
+    kernel_calls,
+    render_entry,
+    render_spec,
+)
+from .errors import ArgumentTypeError, CompileError, ConfigError, EmberError, ShapeError
 from .frontend import import_model
-from .graph.core import Graph, Value
-from .lowering import ScheduleLookup, lower_groups, partition
+from .graph.core import Dim, Graph, Value, region_key
+from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
 from .ops import get as get_op
+from .ops.control import loop_parts
 from .passes.fuse import Group
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport
-from .passes.plan_memory import KernelGraph, MemoryPlan, kernel_graph, plan_memory
+from .passes.plan_memory import KernelGraph, MemoryPlan, Step, kernel_graph, next_name, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
@@ -135,9 +151,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
     graph = fused.graph
+    _check_loops(graph)
     symbols = _symbols(graph)
 
-    steps = kernel_graph(fused)  # kernels, views, in-place writes
+    steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes))  # kernels, views, in-place writes, regions
     lowered = lower_groups(steps.kernels, jobs, schedules, target)
     users: dict[str, list[Group]] = {}
     for g, _, k in lowered.calls:
@@ -147,10 +164,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     t = time.perf_counter()
     plan = plan_memory(steps)
     refs = _Refs(steps, plan, symbols)
-    calls = [KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
-                        tuple(Ref("size", symbols.index(s.name)) for s in own.size_vars),
-                        "; ".join(repr(n) for n in g.nodes))
-             for g, own, k in lowered.calls]
+    calls = _Program({id(g): (own, k) for g, own, k in lowered.calls}, symbols).statements(steps, refs)
     copies = refs.copies()  # before the weights are listed: a copied output may be a weight
     checked = config.get("checked") if checked is None else bool(checked)
     copies = refs.copies()  # before the spec: an output that is a constant adds that constant to the weights
@@ -164,7 +178,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                       for k in lowered.kernels),
         target=target.describe(),
     )
-    weights = {w: graph.constants[w] for w in refs.weights}
+    constants = dict(graph.all_constants())
+    weights = {w: constants[w] for w in refs.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     if target.kind == "python":
         return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
@@ -218,10 +233,26 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
         dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
         return ref, dims, v.dtype
 
-    entry = InterpretedEntry(lowered.kernels, [
+    interpreted = iter([
         InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
                         len(g.outputs), call.comment)
-        for call, (g, _, k) in zip(calls, lowered.calls)], copies)
+        for call, (g, _, k) in zip(kernel_calls(calls), lowered.calls, strict=True)])
+
+    def tree(stmts):  # the statements with each kernel call interpreted (in the order kernel_calls lists them)
+        out = []
+        for st in stmts:
+            match st:
+                case KernelCall():
+                    out.append(next(interpreted))
+                case Branch():
+                    out.append(dataclasses.replace(st, then=tree(st.then), other=tree(st.other)))
+                case Loop():
+                    out.append(dataclasses.replace(st, body=tree(st.body)))
+                case _:
+                    out.append(st)
+        return tuple(out)
+
+    entry = InterpretedEntry(lowered.kernels, tree(calls), copies)
     codegen_s = time.perf_counter() - t
     stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
                          0.0, time.perf_counter() - start, False, tuple(passes))
@@ -285,15 +316,39 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
 # -- checks -----------------------------------------------------------------------------------
 def _symbols(graph: Graph) -> list[str]:
     """The symbolic dimensions, in order of first appearance in the inputs; every other value's
-    symbols must be among them."""
+    symbols (in regions too) must be among them."""
     symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
-    for n in graph.nodes:
-        for v in n.outputs:
-            unbound = [d for d in v.shape if isinstance(d, str) and d not in symbols]
-            if unbound:
-                raise ShapeError(f"graph {graph.name}: %{v.name} (node {n.name}: {n.op}) has dimension(s) "
-                                 f"{unbound} that no input has, so a call cannot bind them")
+
+    def check(g: Graph) -> None:
+        for n in g.nodes:
+            for v in n.outputs:
+                unbound = [d for d in v.shape if isinstance(d, str) and d not in symbols]
+                if unbound:
+                    raise ShapeError(f"graph {graph.name}: %{v.name} (node {n.name}: {n.op}) has dimension(s) "
+                                     f"{unbound} that no input has, so a call cannot bind them")
+            for r in n.regions:
+                check(r)
+    check(graph)
     return symbols
+
+
+def _check_loops(graph: Graph) -> None:
+    """A loop with scan outputs runs as many iterations as they have entries: its trip count is
+    that constant, its condition True and never changed by its body (CompileError otherwise: the
+    reference evaluator runs such loops, the compiled model writes its outputs in place)."""
+    for n in graph.nodes:
+        for r in n.regions:
+            _check_loops(r)
+        if n.op != "loop" or len(n.outputs) == n.attrs["carried"]:
+            continue
+        trips, cond = (graph.constants.get(v.name) for v in n.inputs[:2])
+        body = n.regions[0]
+        if (trips is None or cond is None or int(trips.reshape(())) != n.attrs["length"]
+                or not bool(cond.reshape(())) or body.outputs[0] is not body.inputs[1]):
+            raise CompileError(f"loop {n.name}: its scan outputs have as many entries as the iterations it runs, "
+                               "known only at run time here (a trip count that is not a constant, or a condition "
+                               "that may stop it early); ember compiles loops whose scan outputs have a static "
+                               "length (ember.ops.evaluate runs the others)")
 
 
 def _spec(v: Value) -> TensorSpec:
@@ -303,34 +358,63 @@ def _spec(v: Value) -> TensorSpec:
 
 # -- where each value lives --------------------------------------------------------------------
 class _Refs:
-    """The entry function's reference of each value: an input, an output (or a value an output
-    views), a weight (constants in order of first use), or a workspace tensor of the plan; a view
-    outside the workspace refers to what it views."""
+    """The entry function's reference of each value of one level (the graph, or a region): an
+    input, an output (or a value an output views), a weight (constants in order of first use,
+    a region's named by their key, Graph.all_constants; a weight that regions share is stored
+    once), or a workspace tensor of the plan; a
+    view outside the workspace refers to what it views. A region's inputs and outputs are the
+    references its control-flow node gives them (`region`)."""
 
-    def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str]):
+    def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str], inputs: list[Ref] | None = None,
+                 outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None,
+                 arrays: dict | None = None):
         graph = steps.graph
-        self.graph, self.symbols = graph, symbols
+        self.graph, self.plan, self.symbols, self.prefix = graph, plan, symbols, prefix
         self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
-        self.inputs = {id(v): k for k, v in enumerate(graph.inputs)}
+        self.inputs = {id(v): Ref("input", k) if inputs is None else inputs[k] for k, v in enumerate(graph.inputs)}
+        self.out_refs = [Ref("output", k) for k in range(len(graph.outputs))] if outputs is None else outputs
         self.outputs: dict[int, int] = {}
         for k, v in enumerate(graph.outputs):
             self.outputs.setdefault(id(v), k)
         for v, k in steps.written_as:  # written as the output that views it
             self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
-        self.weights: dict[str, int] = {}
+        self.weights: dict[str, int] = {} if weights is None else weights
+        # id(constant data) -> its weight; (dtype, shape, sample) -> the weights' arrays of that kind
+        self.arrays: dict = {} if arrays is None else arrays
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
+
+    def region(self, steps: KernelGraph, prefix: str, inputs: list[Ref], outputs: list[Ref]) -> _Refs:
+        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights, self.arrays)
 
     def of(self, v: Value) -> Ref:
         if id(v) in self.inputs:
-            return Ref("input", self.inputs[id(v)])
+            return self.inputs[id(v)]
         if self.graph.is_constant(v):
-            return Ref("weight", self.weights.setdefault(v.name, len(self.weights)))
+            return Ref("weight", self.weight(v))
         if id(v) in self.outputs:
-            return Ref("output", self.outputs[id(v)])
-        if v.name in self.workspace:
-            return Ref("workspace", self.workspace[v.name])
+            return self.out_refs[self.outputs[id(v)]]
+        if self.prefix + v.name in self.workspace:
+            return Ref("workspace", self.workspace[self.prefix + v.name])
         return self.of(self.viewed[id(v)])
+
+    def weight(self, v: Value) -> int:
+        """The weight of a constant: one per array, and one per content among arrays of one type
+        (regions name their copies of an outer weight apart; cse merges equal constants within a
+        graph only)."""
+        data = self.graph.constants[v.name]
+        if id(data) not in self.arrays:  # compared in full only when a sample of 64 elements agrees
+            sample = data.reshape(-1)[::max(1, data.size // 64)].tobytes()
+            same = self.arrays.setdefault((data.dtype.name, data.shape, sample), [])
+            index = next((k for other, k in same if np.array_equal(other, data)), None)
+            if index is None:
+                index = self.weights.setdefault(self.prefix + v.name, len(self.weights))
+                same.append((data, index))
+            self.arrays[id(data)] = index
+        return self.arrays[id(data)]
+
+    def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref, ...]:
+        return tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in shape)
 
     def copies(self) -> list[Copy]:
         """Outputs no kernel writes: inputs and constants returned as they are, repeated outputs."""
@@ -338,6 +422,64 @@ class _Refs:
         for k, v in enumerate(self.graph.outputs):
             if self.outputs[id(v)] == k and id(v) in self.produced:
                 continue
-            dims = tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
-            out.append(Copy(Ref("output", k), self.of(v), dims, np.dtype(v.dtype).itemsize))
+            out.append(Copy(self.out_refs[k], self.of(v), self.dims(v.shape), np.dtype(v.dtype).itemsize))
         return out
+
+
+class _Program:
+    """The statements of the entry function: the kernel calls of each level in order, and a
+    branch or a loop for each control-flow node (ember.codegen.entry), with the locals they use."""
+
+    def __init__(self, kernels: dict[int, tuple], symbols: list[str]):
+        self.kernels, self.symbols = kernels, symbols  # id(group) -> (its own function, its kernel)
+        self.locals = self.loops = 0
+
+    def statements(self, steps: KernelGraph, refs: _Refs) -> list[Stmt]:
+        out: list[Stmt] = []
+        for step in steps.steps:
+            if step.regions:
+                out.append(self.control(step, refs))
+            elif not step.view:
+                g = step.group
+                own, k = self.kernels[id(g)]
+                out.append(KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
+                                      tuple(Ref("size", self.symbols.index(s.name)) for s in own.size_vars),
+                                      "; ".join(repr(n) for n in g.nodes)))
+        return out
+
+    def local(self) -> int:
+        self.locals += 1
+        return self.locals - 1
+
+    def region(self, step: Step, k: int, refs: _Refs, inputs: list[Ref], outputs: list[Ref]) -> tuple[Stmt, ...]:
+        sub = refs.region(step.regions[k], region_key(refs.prefix, step.control.name, k), inputs, outputs)
+        return (*self.statements(step.regions[k], sub), *sub.copies())
+
+    def control(self, step: Step, refs: _Refs) -> Stmt:
+        node = step.control
+        outs = [refs.of(v) for v in node.outputs]
+        if node.op == "if":
+            ins = [refs.of(v) for v in node.inputs[1:]]
+            return Branch(refs.of(node.inputs[0]), self.region(step, 0, refs, ins, outs),
+                          self.region(step, 1, refs, ins, outs))
+        c = node.attrs["carried"]
+        carried, scanned, captured = (node.inputs[p] for p in loop_parts(len(node.inputs), node.attrs))
+        index, iteration, cond = self.loops, self.local(), self.local()
+        self.loops += 1
+        init = tuple(Copy(outs[j], refs.of(x), refs.dims(x.shape), np.dtype(x.dtype).itemsize)
+                     for j, x in enumerate(carried))
+        slices = []
+        for values, flags in ((scanned, node.attrs["scan_reverse"]), (node.outputs[c:], node.attrs["out_reverse"])):
+            for j, v in enumerate(values):
+                slices.append(Slice(self.local(), refs.of(v), refs.dims(v.shape[1:]), np.dtype(v.dtype).itemsize,
+                                    refs.dims(v.shape[:1])[0], bool(flags[j]) if flags else False))
+        local = [Ref("local", sl.local) for sl in slices]
+        nexts = [Ref("workspace", refs.workspace[next_name(refs.prefix, node, j)]) for j in range(1 + c)]
+        buffers = tuple(Carried(self.local(), self.local(), outs[j], nexts[1 + j], refs.dims(v.shape),
+                                np.dtype(v.dtype).itemsize) for j, v in enumerate(node.outputs[:c]))
+        body = self.region(step, 0, refs, [Ref("local", iteration), Ref("local", cond),
+                                           *(Ref("local", b.current) for b in buffers), *local[:len(scanned)],
+                                           *(refs.of(v) for v in captured)],
+                           [nexts[0], *(Ref("local", b.new) for b in buffers), *local[len(scanned):]])
+        return Loop(index, refs.of(node.inputs[0]), refs.of(node.inputs[1]), iteration, cond, init, tuple(slices),
+                    body, nexts[0], buffers)

@@ -301,6 +301,9 @@ OPTIONS = {
         Option("interpret", False, "EMBER_INTERPRET",
                "run ember.triton kernels in the NumPy interpreter, program by program, instead of compiling "
                "them (TRITON_INTERPRET is read too)", Boolean()),
+        Option("triton_debug", False, "EMBER_TRITON_DEBUG",
+               "compiled ember.triton kernels check every load and store against its argument's bounds and "
+               "raise instead of corrupting memory (TRITON_DEBUG is read too)", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
         Option("max_specializations", 8, "EMBER_MAX_SPECIALIZATIONS",

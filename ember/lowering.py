@@ -7,7 +7,7 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
 
 - `partition(graph, opt_level, disabled_passes, target=...)`: the graph passes of the level for
   the target (ember.target), then fusion (at opt_level >= FUSE_LEVEL unless "fuse" is
-  disabled; else one group per node).
+  disabled; else one group per node: `cut_regions`, which cuts the regions of control flow too).
 - `workload_of(group)`: what a group computes, as plain data (hashable, picklable): groups of the
   same operators on the same types with the same attributes share one lowering.
 - `group_schedule(workload)`: the group's te schedule, built once: it holds the unscheduled
@@ -87,12 +87,18 @@ def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] =
     that become kernels."""
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
                          report=report)
-    if opt_level < FUSE_LEVEL or "fuse" in disabled_passes_of(disabled_passes):
+    if cut_regions(opt_level, disabled_passes) is unfused:
         return unfused(graph)
     fused = fuse(graph)
     if "fuse" in printed_passes(print_ir):
         print(f"# after fuse ({len(graph.nodes)} nodes -> {len(fused.groups)} kernels)\n{fused}", file=sys.stderr)
     return fused
+
+
+def cut_regions(opt_level: int = 2, disabled_passes: Sequence[str] = ()) -> Callable[[Graph], FusedGraph]:
+    """How `partition` cuts a graph into groups at this level: `fuse`, or `unfused` (one group per
+    node); the compiler cuts the regions of control-flow nodes the same way."""
+    return unfused if opt_level < FUSE_LEVEL or "fuse" in disabled_passes_of(disabled_passes) else fuse
 
 
 def workload_of(group: Group) -> Workload:

@@ -40,8 +40,10 @@ from ..errors import LowerError
 from ..target import ALIGN
 from ..tir import dtype as dt
 from ..tir.expr import (
+    ATOMIC_FUNCS,
     COMPARE_OPS,
     LOGIC_OPS,
+    PRINT,
     Binary,
     Broadcast,
     Buffer,
@@ -56,7 +58,7 @@ from ..tir.expr import (
     Var,
     as_int,
 )
-from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
 from .c_prelude import CPrelude
 from .c_vmath import VECTOR_MATH, vector_math
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
@@ -197,6 +199,10 @@ class CRenderer:
                 if else_case is not None:
                     out.append(f"{pad}}} else {{")
                     self._stmt(else_case, depth + 1, out)
+                out.append(f"{pad}}}")
+            case While(cond, body):
+                out.append(f"{pad}while ({self._e(cond)}) {{")
+                self._stmt(body, depth + 1, out)
                 out.append(f"{pad}}}")
             case Evaluate(value):
                 out.append(f"{pad}(void){self._e(value, UNARY)};")
@@ -437,6 +443,10 @@ class CRenderer:
         return f"__builtin_convertvector({code}, {target})", PRIMARY
 
     def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
+        if name in ATOMIC_FUNCS:
+            return self._atomic(name, args), PRIMARY
+        if name.startswith(PRINT + " "):
+            return self._print(name[len(PRINT) + 1:], args), PRIMARY
         lanes = dt.lanes_of(dtype)
         elem = dt.element_of(dt.compute_dtype(dtype))
         if name in VECTOR_MATH.get(elem, ()):  # the same code for vectors and scalars (c_vmath)
@@ -448,6 +458,24 @@ class CRenderer:
         lane_expr, _ = self._math(name, elem, [f"{x}[l]" for x in "xy"[: len(args)]])
         helper = self.lib.lanewise(f"ember_{name}_{t}", t, params, lanes, lane_expr)
         return f"{helper}({', '.join(self._e(a) for a in args)})", PRIMARY
+
+    def _atomic(self, name: str, args: tuple[PrimExpr, ...]) -> str:
+        """An atomic read-modify-write (GCC's __atomic builtins, sequentially consistent: a spin
+        lock of atomic_cas and atomic_xchg orders the memory accesses between them)."""
+        target = args[0]
+        if not isinstance(target, BufferLoad) or any(dt.lanes_of(a.dtype) > 1 for a in args):
+            raise LowerError(f"{name} takes the element it updates as a scalar load")
+        elem = target.buffer.dtype
+        helper = self.lib._helper(f"ember_{name}_{elem}", lambda: _atomic_helper(name, elem, self.SCALAR_TYPES[elem]))
+        address = f"&{self._buffer(target.buffer)}[{self._e(single_index(target))}]"
+        return f"{helper}({', '.join([address, *(self._e(a) for a in args[1:])])})"
+
+    def _print(self, text: str, args: tuple[PrimExpr, ...]) -> str:
+        """printf of text then the arguments (floats as %f, integers as %lld), one line, flushed."""
+        fmt = " ".join("%f" if dt.is_float(a.dtype) else "%lld" for a in args)
+        values = "".join(f", ({'double' if dt.is_float(a.dtype) else 'long long'}){self._e(a, UNARY)}" for a in args)
+        literal = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\n", "\\n")
+        return f'(printf("{literal}{fmt}\\n"{values}), fflush(stdout))'
 
     def _math(self, name: str, elem: str, args: list[str]) -> tuple[str, int]:
         """A scalar math call of type `elem` on argument texts."""
@@ -526,6 +554,26 @@ class CRenderer:
             case BufferLoad():
                 return 8
         return 32  # Broadcast and Const: see CPrelude.broadcast
+
+
+_ATOMIC_FETCH = {"atomic_add": "add", "atomic_and": "and", "atomic_or": "or", "atomic_xor": "xor"}
+_ATOMIC_UPDATE = {"atomic_add": "o + v", "atomic_max": "o > v ? o : v", "atomic_min": "o < v ? o : v"}
+
+
+def _atomic_helper(name: str, elem: str, ctype: str) -> str:
+    """The C helper of an atomic intrinsic on elements of `elem`: it returns the old value."""
+    head = f"static inline {ctype} ember_{name}_{elem}({ctype}* p, "
+    seq_cst = "__ATOMIC_SEQ_CST"
+    if name == "atomic_cas":
+        return (f"{head}{ctype} c, {ctype} v) {{\n  __atomic_compare_exchange(p, &c, &v, 0, {seq_cst}, {seq_cst});"
+                f"\n  return c;\n}}")
+    if name == "atomic_xchg":
+        return f"{head}{ctype} v) {{\n  {ctype} r;\n  __atomic_exchange(p, &v, &r, {seq_cst});\n  return r;\n}}"
+    if name in _ATOMIC_FETCH and dt.is_int(elem) or name in ("atomic_and", "atomic_or", "atomic_xor"):
+        return f"{head}{ctype} v) {{\n  return __atomic_fetch_{_ATOMIC_FETCH[name]}(p, v, {seq_cst});\n}}"
+    return (f"{head}{ctype} v) {{\n  {ctype} o, n;\n  __atomic_load(p, &o, __ATOMIC_RELAXED);\n"
+            f"  do {{ n = {_ATOMIC_UPDATE[name]}; }} while (!__atomic_compare_exchange(p, &o, &n, 1, {seq_cst}, "
+            f"__ATOMIC_RELAXED));\n  return o;\n}}")
 
 
 def _positive_const(e: PrimExpr) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from ..tir import dtype as dt
 
-INCLUDES = ("math.h", "stdbool.h", "stdint.h", "stdlib.h")
+INCLUDES = ("math.h", "stdbool.h", "stdint.h", "stdio.h", "stdlib.h")
 
 SIGNED_INTS = ("int8", "int16", "int32", "int64")
 

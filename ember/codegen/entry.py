@@ -15,6 +15,19 @@ it views; a kernel writing in place is handed the same workspace offset for an i
 Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
 copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thread first. Returns 0.
 
+Control flow runs here, in C, with no Python per iteration (ember.ops.control): a `Branch` runs the
+calls of one region or the other on the one-byte condition it reads; a `Loop` keeps its iteration
+number and condition in C locals that the body reads through `local` references, copies the
+initial carried values into the loop's outputs, then, while the iteration number is below the
+trip count and the condition holds, points its `Slice` locals at this iteration's slice of each
+scanned input and scan output, runs the body and reads the body's condition. The carried values
+are double-buffered: the body reads them through one local pointer and writes the new ones
+through another (`Loop.carried`: the loop's output buffer and a `next` buffer of the plan), and
+the two are swapped after each iteration, so no carried value is copied per iteration; after the
+loop, a value whose last iteration left it in the `next` buffer is copied to the output. A local
+reference is a `void*` named after its index. In the profiling twin, the calls of a branch not
+taken take no time, those of a loop the time of its last iteration.
+
 Checked mode (the `checked` option, ember.codegen.c): every kernel takes `&status`, a local of
 this call (so concurrent calls from several threads never see each other's), and stores 1 there
 when it divides an integer by zero; the entry then returns k + 1, k the index of that call in
@@ -41,7 +54,7 @@ PROFILE_CALLS = "ember_model_profile_calls"
 SPEC = "ember_model_spec"
 SPEC_LINE = 96  # characters of the spec per line of C string literal
 _C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
-KINDS = ("input", "output", "weight", "workspace", "size")
+KINDS = ("input", "output", "weight", "workspace", "size", "local")
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,8 @@ class Ref:
                 return f"{self.kind}s[{self.index}]"
             case "workspace":
                 return f"(void*)(workspace + offsets[{self.index}])"
+            case "local":
+                return f"loc{self.index}"
             case _:
                 return f"sizes[{self.index}]"
 
@@ -83,10 +98,69 @@ class Copy:
     itemsize: int
 
 
-def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = (), *, checked: bool = False) -> str:
+@dataclass(frozen=True)
+class Branch:
+    """Run `then` when the byte at `cond` is not 0, else `other`."""
+
+    cond: Ref
+    then: tuple
+    other: tuple
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Local `local` points at entry i (from the end: length - 1 - i, where `reverse`) of the
+    tensor at `base`, whose entries are `dims` elements of `itemsize` bytes."""
+
+    local: int
+    base: Ref
+    dims: tuple[int | Ref, ...]
+    itemsize: int
+    length: int | Ref
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A loop-carried value, double-buffered: read through local `current`, written through local
+    `new`, swapped after each iteration (see Loop)."""
+
+    current: int
+    new: int
+    output: Ref
+    next: Ref
+    dims: tuple[int | Ref, ...]
+    itemsize: int
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Loop number `index`: its iteration number and condition (an int64 and a byte) are locals
+    `iteration` and `cond` point at; `init` copies run first, then the iterations (see the module
+    doc): `slices`, `body`, the condition read from `cond_out`. `carried`: per carried value, the
+    local the body reads it through (first at `output`), the local the body writes it through
+    (first at `next`), its dimensions and item size."""
+
+    index: int
+    trips: Ref
+    cond_in: Ref
+    iteration: int
+    cond: int
+    init: tuple[Copy, ...]
+    slices: tuple[Slice, ...]
+    body: tuple
+    cond_out: Ref
+    carried: tuple[Carried, ...]
+
+
+Stmt = KernelCall | Copy | Branch | Loop
+
+
+def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = (), *, checked: bool = False) -> str:
     """The C text of the entry function, then of its profiling twin (`checked`: the kernels take
-    a status pointer, see the module doc)."""
-    names = ", ".join([f'"{call.symbol}"' for call in calls] + ["0"])
+    a status pointer, see the module doc). `calls`: the kernel calls in order, and the branches
+    and loops that hold calls of their own."""
+    names = ", ".join([f'"{call.symbol}"' for call in kernel_calls(calls)] + ["0"])
     return "\n".join([
         "/* The model: every kernel in order (ember.codegen.entry). */",
         *_function(ENTRY, "", calls, copies, checked),
@@ -103,7 +177,21 @@ def render_entry(calls: Sequence[KernelCall], copies: Sequence[Copy] = (), *, ch
     ])
 
 
-def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequence[Copy],
+def kernel_calls(stmts: Sequence[Stmt]) -> list[KernelCall]:
+    """Every kernel call, those inside branches and loops too, in the order of the text."""
+    out = []
+    for st in stmts:
+        match st:
+            case KernelCall():
+                out.append(st)
+            case Branch():
+                out += kernel_calls(st.then) + kernel_calls(st.other)
+            case Loop():
+                out += kernel_calls(st.body)
+    return out
+
+
+def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Copy],
               checked: bool) -> list[str]:
     timed = bool(extra)
     lines = [
@@ -116,21 +204,78 @@ def _function(name: str, extra: str, calls: Sequence[KernelCall], copies: Sequen
         lines.append("  int status = 0;")
     if timed:
         lines.append("  ticks[0] = ember_profile_now();")
-    for k, call in enumerate(calls):
-        if call.comment and not timed:
-            comment = " ".join(call.comment.replace("*/", "* /").split())
-            lines.append(f"  /* {comment} */")
-        args = ", ".join([r.c() for r in call.args] + [r.c() for r in call.sizes] + ["&status"] * checked)
-        lines.append(f"  {call.symbol}({args});")
-        if checked:
-            lines.append(f"  if (status) return {k + 1};")
-        if timed:
-            lines.append(f"  ticks[{k + 1}] = ember_profile_now();")
-    for cp in copies:
-        count = " * ".join([f"(size_t){d.c() if isinstance(d, Ref) else d}" for d in cp.dims] + [str(cp.itemsize)])
-        lines.append(f"  __builtin_memcpy({cp.dst.c()}, {cp.src.c()}, {count});")
+    lines += _statements([*calls, *copies], "  ", timed, checked, [0])
     lines += ["  return 0;", "}"]
     return lines
+
+
+def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, counter: list[int]) -> list[str]:
+    """The C lines of these statements; counter[0]: the number of kernel calls rendered so far."""
+    lines = []
+    for st in stmts:
+        match st:
+            case KernelCall():
+                k = counter[0]
+                counter[0] += 1
+                if st.comment and not timed:
+                    comment = " ".join(st.comment.replace("*/", "* /").split())
+                    lines.append(f"{pad}/* {comment} */")
+                args = ", ".join([r.c() for r in st.args] + [r.c() for r in st.sizes] + ["&status"] * checked)
+                lines.append(f"{pad}{st.symbol}({args});")
+                if checked:
+                    lines.append(f"{pad}if (status) return {k + 1};")
+                if timed:
+                    lines.append(f"{pad}ticks[{k + 1}] = ember_profile_now();")
+            case Copy():
+                lines.append(f"{pad}__builtin_memcpy({st.dst.c()}, {st.src.c()}, {_bytes(st.dims, st.itemsize)});")
+            case Branch():
+                a = counter[0]
+                b, c = a + len(kernel_calls(st.then)), a + len(kernel_calls(st.then)) + len(kernel_calls(st.other))
+                lines.append(f"{pad}if (*(const unsigned char*){st.cond.c()}) {{")
+                lines += _statements(st.then, pad + "  ", timed, checked, counter)
+                lines += _untimed(range(b, c), pad + "  ", timed)
+                lines.append(f"{pad}}} else {{")
+                lines += _untimed(range(a, b), pad + "  ", timed)
+                lines += _statements(st.other, pad + "  ", timed, checked, counter)
+                lines.append(f"{pad}}}")
+            case Loop():
+                i, n, c = f"it{st.index}", f"trips{st.index}", f"cond{st.index}"
+                lines += [f"{pad}{{",
+                          f"{pad}  int64_t {i} = 0, {n} = *(const int64_t*){st.trips.c()};",
+                          f"{pad}  unsigned char {c} = *(const unsigned char*){st.cond_in.c()};",
+                          f"{pad}  void* loc{st.iteration} = &{i};",
+                          f"{pad}  void* loc{st.cond} = &{c};",
+                          f"{pad}  (void)loc{st.iteration}; (void)loc{st.cond};"]
+                lines += _statements(st.init, pad + "  ", timed, checked, counter)
+                lines += [f"{pad}  void* loc{v.current} = {v.output.c()}; void* loc{v.new} = {v.next.c()};"
+                          for v in st.carried]
+                lines += _untimed(range(counter[0], counter[0] + len(kernel_calls(st.body))), pad + "  ", timed)
+                lines.append(f"{pad}  for (; {i} < {n} && {c}; ++{i}) {{")
+                for sl in st.slices:
+                    length = sl.length.c() if isinstance(sl.length, Ref) else sl.length
+                    at = f"({length} - 1 - {i})" if sl.reverse else i
+                    lines.append(f"{pad}    void* loc{sl.local} = (char*){sl.base.c()} + (size_t){at} * "
+                                 f"{_bytes(sl.dims, sl.itemsize)};")
+                    lines.append(f"{pad}    (void)loc{sl.local};")
+                lines += _statements(st.body, pad + "    ", timed, checked, counter)
+                lines.append(f"{pad}    {c} = *(const unsigned char*){st.cond_out.c()};")
+                lines += [f"{pad}    {{ void* t = loc{v.current}; loc{v.current} = loc{v.new}; loc{v.new} = t; }}"
+                          for v in st.carried]
+                lines.append(f"{pad}  }}")
+                lines += [f"{pad}  if (loc{v.current} != {v.output.c()}) "
+                          f"__builtin_memcpy({v.output.c()}, loc{v.current}, {_bytes(v.dims, v.itemsize)});"
+                          for v in st.carried]
+                lines.append(f"{pad}}}")
+    return lines
+
+
+def _untimed(calls: range, pad: str, timed: bool) -> list[str]:
+    """Profiling: the calls of a branch not taken, or of a loop before it runs, take no time."""
+    return [f"{pad}ticks[{k + 1}] = ember_profile_now();" for k in calls] if timed else []
+
+
+def _bytes(dims: Sequence[int | Ref], itemsize: int) -> str:
+    return " * ".join([f"(size_t){d.c() if isinstance(d, Ref) else d}" for d in dims] + [str(itemsize)])
 
 
 def render_spec(text: str) -> str:

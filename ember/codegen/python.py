@@ -45,7 +45,7 @@ from ..tir.expr import (
     Var,
     as_int,
 )
-from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
 from .common import Namer, not_lowered, safe_name, single_index
 
 # dtype -> the name of its NumPy scalar type in the generated code's namespace.
@@ -147,6 +147,9 @@ class _PythonRenderer:
                 if else_case is not None:
                     out.append(f"{pad}else:")
                     self._stmt(else_case, depth + 1, out)
+            case While(cond, body):
+                out.append(f"{pad}while {self._e(cond)}:")
+                self._stmt(body, depth + 1, out)
             case Evaluate(value):
                 out.append(f"{pad}{self._e(value)}")
             case Allocate(buf, body):

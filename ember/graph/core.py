@@ -8,6 +8,12 @@ whose dimensions are ints or symbol names (str), e.g. ("batch", 3, 224, 224).
 Graphs are built with `Graph.add_input`, `add_constant` and `add_node`, and rewritten by passes
 that build new graphs. Values are compared by identity; names are unique within a graph and
 are what the printer, parser and serializer use.
+
+Control flow: a node may hold `regions`, graphs of their own that it runs (the branches of `if`,
+the body of `loop`: ember/ops/control.py). A region is isolated from above, as MLIR's
+IsolatedFromAbove regions and a Relay function without free variables: it reads nothing but its
+own inputs and constants, and every outer value it uses (a capture) is an input of the node, passed
+to a region input. Passes and the compiler therefore treat each region as a graph on its own.
 """
 
 from __future__ import annotations
@@ -124,11 +130,13 @@ class Node:
     attrs: Attrs
     outputs: tuple[Value, ...] = ()
     name: str = ""
+    regions: tuple[Graph, ...] = ()  # the graphs it runs (control flow), isolated from above
 
     def __repr__(self):
         outs = ", ".join(f"%{o.name}" for o in self.outputs)
         ins = ", ".join(f"%{i.name}" for i in self.inputs)
-        return f"{outs} = {self.op}({ins}){'' if not self.attrs else ' ' + repr(self.attrs)}"
+        regions = f" [{', '.join(r.name for r in self.regions)}]" if self.regions else ""
+        return f"{outs} = {self.op}({ins}){'' if not self.attrs else ' ' + repr(self.attrs)}{regions}"
 
 
 @dataclass(eq=False)
@@ -169,14 +177,15 @@ class Graph:
         return v
 
     def add_node(self, op: str, inputs: Iterable[Value], attrs: Mapping | None = None,
-                 out_types: Iterable[TensorType] = (), name: str = "", out_names: Iterable[str] = ()) -> Node:
+                 out_types: Iterable[TensorType] = (), name: str = "", out_names: Iterable[str] = (),
+                 regions: Iterable[Graph] = ()) -> Node:
         """Append a node; its outputs get the given types (type inference is the caller's: see
-        ember.ops.infer_types)."""
+        ember.ops.infer_types). `regions`: the graphs a control-flow node runs."""
         inputs = tuple(inputs)
         for v in inputs:
             if self._values.get(v.name) is not v:
                 raise GraphError(f"node {name or op}: input %{v.name} is not a value of this graph")
-        node = Node(op, inputs, attrs if isinstance(attrs, Attrs) else Attrs(attrs or {}), (), name)
+        node = Node(op, inputs, attrs if isinstance(attrs, Attrs) else Attrs(attrs or {}), (), name, tuple(regions))
         names = list(out_names)
         outs = []
         for k, t in enumerate(out_types):
@@ -204,6 +213,15 @@ class Graph:
                 out.setdefault(v, []).append(n)
         return out
 
+    def all_constants(self, prefix: str = "") -> Iterator[tuple[str, np.ndarray]]:
+        """Every constant, those of the regions too, by a key unique in the whole graph: its name,
+        in a region `<node>/<region index>/<name>` (what the serializer stores them by)."""
+        for name, data in self.constants.items():
+            yield prefix + name, data
+        for n in self.nodes:
+            for k, region in enumerate(n.regions):
+                yield from region.all_constants(region_key(prefix, n.name, k))
+
     def op_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
         for n in self.nodes:
@@ -214,3 +232,8 @@ class Graph:
         from .printer import graph_to_text
 
         return graph_to_text(self)
+
+
+def region_key(prefix: str, node: str, k: int) -> str:
+    """The prefix of the constants' keys in region k of a node (see Graph.all_constants)."""
+    return f"{prefix}{node}/{k}/"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .core import Dim, Graph, GraphError, TensorType, Value
+from .core import Dim, Graph, GraphError, TensorType, Value, region_key
 
 _TOKEN = re.compile(r"""
     (?P<skip>\s+|\#[^\n]*)
@@ -73,6 +73,7 @@ class _Parser:
         self.tokens = _tokenize(text)
         self.k = 0
         self.g = Graph()
+        self.prefix = ""  # the key prefix of the constants of the graph being read (Graph.all_constants)
 
     # -- tokens -----------------------------------------------------------------------------
     @property
@@ -126,6 +127,15 @@ class _Parser:
 
     # -- grammar ----------------------------------------------------------------------------
     def graph(self) -> Graph:
+        self.body()
+        if self.tok.kind != "end":
+            raise self.error(f"expected the end of the text after the graph, found {self.describe()}")
+        if self.constants:
+            raise GraphError(f"constants given that the text does not declare: {sorted(self.constants)}")
+        return self.g
+
+    def body(self) -> None:
+        """One graph, into self.g."""
         self.expect("graph")
         self.g.name = self.word("the graph's name")
         self.expect("(")
@@ -137,11 +147,21 @@ class _Parser:
         if self.tok.kind == "value":
             self.g.set_outputs(self.comma_sep(self.use))
         self.expect("}")
-        if self.tok.kind != "end":
-            raise self.error(f"expected the end of the text after the graph, found {self.describe()}")
-        if self.constants:
-            raise GraphError(f"constants given that the text does not declare: {sorted(self.constants)}")
-        return self.g
+
+    def regions(self, node: str) -> list[Graph]:
+        """The regions of the node named `node`: '[' graph (',' graph)* ']', each read on its own."""
+        outer, prefix = self.g, self.prefix
+        out = []
+        try:
+            def region() -> Graph:
+                self.g, self.prefix = Graph(), region_key(prefix, node, len(out))
+                self.body()
+                out.append(self.g)
+                return self.g
+            self.comma_list("]", region)
+        finally:
+            self.g, self.prefix = outer, prefix
+        return out
 
     def param(self) -> None:
         _, name = self.new_name()
@@ -169,8 +189,9 @@ class _Parser:
             self.k += 1
         elif not outs:
             raise self.error(f"a node without outputs needs a name (@name), found {self.describe()}")
+        regions = self.regions(name or outs[0][1]) if self.accept("[") else []
         self.g.add_node(op_tok.text, inputs, attrs, [t for _, _, t in outs], name=name,
-                        out_names=[n for _, n, _ in outs])
+                        out_names=[n for _, n, _ in outs], regions=regions)
 
     def comma_sep(self, item) -> list:
         """item (',' item)*"""
@@ -190,8 +211,8 @@ class _Parser:
         type_tok = self.tok
         t = self.type()
         inline = self.data(t, type_tok) if self.accept("=") else None
-        if name in self.constants:
-            data = np.asarray(self.constants.pop(name))
+        if self.prefix + name in self.constants:
+            data = np.asarray(self.constants.pop(self.prefix + name))
             if (data.shape, data.dtype.name) != (t.shape, t.dtype):
                 raise self.error(f"constant %{name} is declared {t} but its data is "
                                  f"{TensorType(data.shape, data.dtype.name)}", tok)

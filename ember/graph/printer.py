@@ -19,6 +19,10 @@ The parser (ember/graph/parser.py) reads it back exactly. The grammar, token by 
 - constants show their name and type; data of at most `max_inline` elements is printed too, as
   a scalar (rank 0) or a flat list in C order. Floats print as NumPy's shortest repr of their own
   dtype, which reads back to the same bits. Larger data lives only in `graph.constants`.
+- a node with regions (control flow: ember/ops/control.py) lists them after its name, each a
+  graph of the same form, indented: `%y: float32[4] = if(%c, %x) [graph then(...) {...}, graph
+  else(...) {...}]`. A region's constant data in the `constants` mapping is keyed
+  `<node>/<region index>/<name>` (Graph.all_constants), since names are unique per graph only.
 `#` starts a comment (the printer writes none; hand-written tests may).
 """
 
@@ -44,20 +48,28 @@ def graph_to_text(graph: Graph, max_inline: int = MAX_INLINE) -> str:
         inline = f" = {data_to_text(data)}" if data.size <= max_inline else ""
         t = TensorType(data.shape, data.dtype.name)
         lines.append(f"  const %{_name(name)}: {type_to_text(t)}{inline}")
-    lines += [f"  {node_to_text(n)}" for n in graph.nodes]
+    for n in graph.nodes:
+        lines.append(f"  {node_to_text(n)}")
+        if n.regions:
+            lines[-1] += " ["
+            for k, region in enumerate(n.regions):
+                text = graph_to_text(region, max_inline).replace("\n", "\n    ")
+                lines.append(f"    {text}{',' if k + 1 < len(n.regions) else ''}")
+            lines.append("  ]")
     lines.append("  return" + ("" if not graph.outputs else " " + ", ".join(_ref(v) for v in graph.outputs)))
     lines.append("}")
     return "\n".join(lines)
 
 
 def node_to_text(node: Node) -> str:
+    """One node on one line (its regions, printed by graph_to_text, follow)."""
     outs = ", ".join(_typed(v) for v in node.outputs)
     ins = ", ".join(_ref(v) for v in node.inputs)
     text = f"{outs} = " if outs else ""
     text += f"{node.op}({ins})"
     if node.attrs:
         text += " {" + ", ".join(f"{_word(k)}={attr_to_text(v)}" for k, v in node.attrs.items()) + "}"
-    if not node.outputs or node.name != node.outputs[0].name:
+    if not node.outputs or node.name != node.outputs[0].name or node.regions:
         text += f" @{_name(node.name)}"
     return text
 

@@ -3,8 +3,9 @@
 `save_graph(graph, folder)` writes folder/graph.json ({"format", "version", "graph": the text
 form's lines}) and folder/constants.safetensors; `load_graph(folder)` reads them back.
 `graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
-metadata. Constant data never goes into the text (exact bits, any size), and every dtype that
-safetensors stores round-trips (bool, int8..int64, uint8..uint64, float16/32/64).
+metadata. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
+text (exact bits, any size), and every dtype that safetensors stores round-trips (bool,
+int8..int64, uint8..uint64, float16/32/64).
 """
 
 from __future__ import annotations
@@ -63,4 +64,4 @@ def graph_from_bytes(blob: bytes) -> Graph:
 
 
 def _tensors(graph: Graph) -> dict[str, np.ndarray]:
-    return {name: np.asarray(data, order="C") for name, data in graph.constants.items()}
+    return {key: np.asarray(data, order="C") for key, data in graph.all_constants()}

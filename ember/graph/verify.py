@@ -11,7 +11,9 @@ Checks, in one walk over the nodes in order:
   graph output is defined;
 - with `infer`, a callable (op, in_types, attrs) -> out_types, or -> (bound attrs, out_types) as
   ember.ops.infer_types returns: every node's output types are what inference gives, and its
-  attributes are already bound (every default filled in).
+  attributes are already bound (every default filled in); a node with regions (control flow) is
+  given them too: `infer(op, in_types, attrs, regions)`;
+- every region of a node, as a graph of its own (regions are isolated from above: ember/graph/core.py).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ def problems(graph: Graph, infer: Infer | None = None) -> list[str]:
                 out.append(f"{label}: input {j} %{v.name} {problem}")
         if infer is not None:
             out += _check_inference(label, node, infer)
+        for r, region in enumerate(node.regions):
+            out += [f"{label}, region {r} ({region.name}): {p}" for p in problems(region, infer)]
     for j, v in enumerate(graph.outputs):
         problem = _undefined(graph, v, defined, len(graph.nodes))
         if problem:
@@ -114,7 +118,8 @@ def _undefined(graph: Graph, v: Value, defined: dict[int, int], at: int) -> str:
 
 def _check_inference(label: str, node: Node, infer: Infer) -> list[str]:
     try:
-        result = infer(node.op, [v.type for v in node.inputs], node.attrs)
+        types = [v.type for v in node.inputs]
+        result = infer(node.op, types, node.attrs, node.regions) if node.regions else infer(node.op, types, node.attrs)
     except Exception as e:  # noqa: BLE001 - every problem is reported, whatever raised it
         return [f"{label}: type inference failed: {type(e).__name__}: {e}"]
     out = []

@@ -5,7 +5,8 @@ Inputs are checked against the graph's input types first (count, dtype, rank, st
 dimensions; a symbolic dimension takes its size from the first input that has it and must
 agree everywhere else), and every node's outputs against the node's output types, so that a
 graph whose types say one thing while its operators do another is caught at the node. A value's
-array is dropped after its last use.
+array is dropped after its last use. A control-flow node runs its regions with this same
+evaluator (ember.ops.control.run_regions).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from ..errors import ArgumentTypeError, ShapeError
 from ..graph.core import Graph, TensorType, Value
+from .control import run_regions
 from .registry import UnsupportedOpError, exists, get
 
 
@@ -40,7 +42,9 @@ def evaluate(graph: Graph, *inputs) -> list[np.ndarray]:
         last_use[v] = len(graph.nodes)
     for k, node in enumerate(graph.nodes):
         op = get(node.op)
-        outs = op.reference([env[v] for v in node.inputs], op.bind_attrs(node.attrs))
+        args = [env[v] for v in node.inputs]
+        outs = run_regions(node.op, args, op.bind_attrs(node.attrs), node.regions, evaluate) if node.regions \
+            else op.reference(args, op.bind_attrs(node.attrs))
         if len(outs) != len(node.outputs):
             raise ShapeError(f"node {node.name} ({node.op}): the reference gives {len(outs)} output(s), "
                              f"the node has {len(node.outputs)}")

@@ -14,10 +14,10 @@ from .registry import infer_types
 
 
 def add_op(graph: Graph, op: str, inputs: Sequence[Value], attrs: Mapping | None = None, name: str = "",
-           out_names: Iterable[str] = ()) -> list[Value]:
+           out_names: Iterable[str] = (), regions: Sequence[Graph] = ()) -> list[Value]:
     try:
-        bound, out_types = infer_types(op, [v.type for v in inputs], attrs)
+        bound, out_types = infer_types(op, [v.type for v in inputs], attrs, regions)
     except Exception as e:
         e.add_note(f"while adding node {name or op} to graph {graph.name} on {', '.join(map(repr, inputs))}")
         raise
-    return list(graph.add_node(op, inputs, bound, out_types, name=name, out_names=out_names).outputs)
+    return list(graph.add_node(op, inputs, bound, out_types, name=name, out_names=out_names, regions=regions).outputs)

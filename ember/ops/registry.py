@@ -19,7 +19,7 @@ Unknown names raise `UnsupportedOpError`, which lists every missing operator at 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import EmberError
@@ -114,12 +114,14 @@ def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
 
 
-def infer_types(name: str, in_types: list[TensorType], attrs: Mapping | None = None) -> tuple[Attrs, list[TensorType]]:
-    """Bind an operator's attributes and infer its output types."""
+def infer_types(name: str, in_types: list[TensorType], attrs: Mapping | None = None,
+                regions: Sequence = ()) -> tuple[Attrs, list[TensorType]]:
+    """Bind an operator's attributes and infer its output types (a control-flow operator's from its
+    regions too: its infer takes them as a third argument, ember.ops.control)."""
     op = get(name)
     op.check_arity(len(in_types))
     bound = op.bind_attrs(attrs)
-    return bound, list(op.infer(list(in_types), bound))
+    return bound, list(op.infer(list(in_types), bound, tuple(regions)) if regions else op.infer(list(in_types), bound))
 
 
 def _load_all() -> None:

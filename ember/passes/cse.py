@@ -25,7 +25,7 @@ def cse(graph: Graph) -> Graph:
     seen: dict[tuple, Node] = {}  # (op, inputs, attrs) -> the first node of the new graph
     for node in graph.nodes:
         ins = rw.inputs(node)
-        key = (node.op, tuple(id(v) for v in ins), node.attrs)
+        key = (node.op, tuple(id(v) for v in ins), node.attrs, tuple(id(r) for r in node.regions))
         same = seen.get(key)
         if same is not None and _same_types(node, same) and rw.replace(node, same.outputs):
             continue

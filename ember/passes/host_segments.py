@@ -6,7 +6,9 @@ inputs: the values it reads from before it, graph inputs or earlier steps' outpu
 the values later steps or the graph's outputs read), which the compiler compiles as a model of
 its own, or one host node. A segment after a host node takes the host node's output, whose size
 is a symbol, as an input: that call binds the symbol like any dimension of an input. Constants
-stay constants of the segment that uses them. Not a pipeline pass: the compiler cuts the graph
+stay constants of the segment that uses them; a control-flow node's regions, isolated from
+above, go with it (a host node inside a region is not cut out: it fails to lower, named). Not a
+pipeline pass: the compiler cuts the graph
 before anything else runs, and the passes then run on each segment.
 """
 
@@ -72,7 +74,7 @@ def _segment(graph: Graph, nodes: list[Node], defined: set[int], outputs: list[V
                 new[id(v)] = g.add_input(v.name, v.type)
                 inputs.append(v.name)
         node = g.add_node(n.op, [new[id(v)] for v in n.inputs], n.attrs, [v.type for v in n.outputs], name=n.name,
-                          out_names=[v.name for v in n.outputs])
+                          out_names=[v.name for v in n.outputs], regions=n.regions)  # (regions: isolated)
         new.update((id(v), w) for v, w in zip(n.outputs, node.outputs))
     g.set_outputs([new[id(v)] for v in outputs])
     return Step(tuple(inputs), tuple(v.name for v in outputs), graph=g)

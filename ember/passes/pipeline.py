@@ -9,8 +9,10 @@ EMBER_DEBUG=1 when debug is None) it runs the verifier (ember.graph.verify with
 ember.ops.infer_types) on the input and after every pass, naming the pass at fault; it prints
 the IR to stderr after the passes `print_ir` names ("all", a name or a list), headed
 `# after <pass> (<n> -> <m> nodes, <t> ms)` or `# after <pass> (unchanged)`.
-A pass that changes nothing hands on the graph it was given, so a graph no pass changes comes
-back as the same object.
+Every pass runs inside the regions of control-flow nodes first (innermost first: constant folding,
+dead code and the rest inside each branch and loop body; ember.passes.rewrite.map_regions), then
+on the graph that holds them. A pass that changes nothing hands on the graph it was given, so a
+graph no pass changes comes back as the same object.
 
 Options read (ember.config): debug (EMBER_DEBUG), print_ir (EMBER_PRINT_IR, used when print_ir
 is None) and disable_passes (EMBER_DISABLE_PASSES, added to disabled_passes), both
@@ -41,6 +43,7 @@ from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .layout import layout
+from .rewrite import map_regions
 
 Pass = Callable[[Graph], Graph]
 
@@ -95,7 +98,7 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
             continue
         before = _signature(graph)
         start = time.perf_counter()
-        out = PASSES[name](graph, target) if name in TARGET_PASSES else PASSES[name](graph)
+        out = _everywhere(PASSES[name], name in TARGET_PASSES, target)(graph)
         seconds = time.perf_counter() - start
         if debug:
             _verify(out, f"pass {name}")
@@ -122,6 +125,14 @@ def disabled_passes_of(disabled_passes: Iterable[str] = ()) -> set[str]:
         config.get("disable_passes"))
 
 
+def _everywhere(p, reads_target: bool, target: Target | None) -> Pass:
+    """The pass applied inside every region (innermost first), then to the graph."""
+    def run(graph: Graph) -> Graph:
+        graph = map_regions(graph, run)
+        return p(graph, target) if reads_target else p(graph)
+    return run
+
+
 def _verify(graph: Graph, after: str) -> None:
     try:
         verify(graph, infer_types)
@@ -132,6 +143,6 @@ def _verify(graph: Graph, after: str) -> None:
 def _signature(graph: Graph) -> tuple:
     """What a pass can change: the nodes (operator, inputs, attributes, outputs), the constants
     and the outputs, by name."""
-    return (tuple((n.op, tuple(v.name for v in n.inputs), n.attrs, tuple(v.name for v in n.outputs))
-                  for n in graph.nodes),
+    return (tuple((n.op, tuple(v.name for v in n.inputs), n.attrs, tuple(v.name for v in n.outputs),
+                   tuple(_signature(r) for r in n.regions)) for n in graph.nodes),
             tuple(graph.constants), tuple(v.name for v in graph.outputs))

@@ -30,6 +30,17 @@ holds it, or above the highest of them when none does. Sizes are rounded up to A
 every offset is ALIGN-aligned. The plan's peak (the workspace size) is compared with the unplanned
 sum (one buffer per tensor, views and in-place outputs included) in `Layout`.
 
+Control flow (ember.ops.control): a step that runs an `if` or a `loop` holds its regions as
+kernel graphs of their own (`Step.regions`, each region fused on its own). Its steps are numbered
+inside the span of the control step, after it, so one plan covers every level: the node's inputs
+live to the end of the span, its outputs from its start, and a region's tensors (named
+`<node>/<region>/<name>`, Graph.all_constants' keys) only within it. A region's inputs and outputs
+are not in its workspace: the enclosing level says where they are. A branch writes the `if`'s
+outputs; a loop's carried values are double-buffered between the loop's outputs and
+`<node>/next<k>` tensors (k = 0: the body's condition), live over the whole span, which the body
+reads and writes in turn (ember.codegen.entry); the scan outputs go straight into their slice of
+the loop's outputs. A body tensor lives within one iteration, so reusing its bytes across iterations is safe.
+
 Graph inputs, graph outputs and constants are not in the workspace: the caller's arrays and the
 weights hold them. Dimensions may be symbols: `plan_memory` records each tensor's shape and
 lifetime, and `MemoryPlan.layout(symbols)` computes the offsets for one binding of the symbols.
@@ -37,15 +48,15 @@ lifetime, and `MemoryPlan.layout(symbols)` computes the offsets for one binding 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ShapeError
-from ..graph.core import Dim, Graph, Value
+from ..graph.core import Dim, Graph, Node, Value, region_key
 from ..target import ALIGN
-from .fuse import BROADCAST, FusedGraph, Group, kind
+from .fuse import BROADCAST, FusedGraph, Group, fuse, kind
 
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
@@ -62,6 +73,17 @@ class Step:
     view: bool = False
     in_place: tuple[tuple[int, int], ...] = ()
     group: Group | None = None  # the fused group it computes
+    regions: tuple[KernelGraph, ...] = ()  # a control-flow node's regions (its group's one node)
+
+    @property
+    def control(self) -> Node | None:
+        """The control-flow node this step runs, if it runs one."""
+        return self.group.nodes[0] if self.regions else None
+
+    @property
+    def span(self) -> int:
+        """The step numbers it takes in a memory plan: itself, then its regions' steps."""
+        return 1 + sum(r.span for r in self.regions)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,16 +98,28 @@ class KernelGraph:
 
     @property
     def kernels(self) -> list[Group]:
-        """The groups that run a kernel, in order."""
-        return [s.group for s in self.steps if not s.view]
+        """The groups that run a kernel, in order, those of the regions too (where they run)."""
+        out = []
+        for s in self.steps:
+            if s.regions:
+                out += [g for r in s.regions for g in r.kernels]
+            elif not s.view:
+                out.append(s.group)
+        return out
+
+    @property
+    def span(self) -> int:
+        return sum(s.span for s in self.steps)
 
 
-def kernel_graph(fused: FusedGraph) -> KernelGraph:
+def kernel_graph(fused: FusedGraph, cut: Callable[[Graph], FusedGraph] = fuse) -> KernelGraph:
     """The steps of a fused graph: a view for each group of reshapes alone that is not a graph
-    output, a kernel for every other group but those an output views (see the module doc)."""
+    output, a kernel for every other group but those an output views (see the module doc); a
+    control-flow node's regions cut into groups by `cut` (the fusion of the enclosing graph)."""
     views, output_views = _views(fused)
     steps = tuple(Step(f"view{k}", g.inputs, g.outputs, view=True, group=g) if g in views else
-                  Step(f"kernel{k}", g.inputs, g.outputs, in_place=_in_place(g), group=g)
+                  Step(f"kernel{k}", g.inputs, g.outputs, in_place=_in_place(g), group=g,
+                       regions=tuple(kernel_graph(cut(r), cut) for r in g.nodes[0].regions))
                   for k, g in enumerate(fused.groups) if g not in output_views.values())
     position = {}
     for k, v in enumerate(fused.graph.outputs):
@@ -212,23 +246,42 @@ class MemoryPlan:
 def plan_memory(kernels: KernelGraph) -> MemoryPlan:
     """The workspace tensors of a kernel graph (every step's output that is not a graph output,
     nor written as one, nor a view of something outside the workspace), with their lifetimes over
-    the steps and the tensor whose bytes each takes, if any (see the module doc)."""
+    the steps and the tensor whose bytes each takes, if any; those of its regions too (see the
+    module doc)."""
+    tensors: list[WorkspaceTensor] = []
+    _plan(kernels, 0, "", tensors)
+    return MemoryPlan(tuple(tensors))
+
+
+def next_name(prefix: str, node: Node, k: int) -> str:
+    """The workspace tensor of a loop's body output k: its condition (k = 0), or the second buffer
+    of carried value k - 1 (the first is the loop's output)."""
+    return f"{prefix}{node.name}/next{k}"
+
+
+def _plan(kernels: KernelGraph, start: int, prefix: str, tensors: list[WorkspaceTensor]) -> None:
+    """Plan one level: its steps numbered from `start`, its tensors named with `prefix`."""
     outputs = {id(v) for v in kernels.graph.outputs} | {id(v) for v, _ in kernels.written_as}
+    at, end = [], []  # each step's first and last step number
+    for node in kernels.steps:
+        at.append(end[-1] + 1 if end else start)
+        end.append(at[-1] + node.span - 1)
     last_use: dict[int, int] = {}
-    for step, node in enumerate(kernels.steps):
+    for k, node in enumerate(kernels.steps):
         for v in node.inputs:
-            last_use[id(v)] = step
+            last_use[id(v)] = end[k]
     owner: dict[int, Value] = {}  # workspace value -> the one whose buffer it is in
     buffer_last: dict[int, int] = {}  # buffer (its owner) -> the last step that reads it so far
-    tensors = []
 
-    def place(v: Value, step: int, into: Value | None) -> None:
+    def place(v: Value, step: int, into: Value | None, last: int = -1) -> None:
         owner[id(v)] = into or v
-        last = last_use.get(id(v), step)
+        last = max(last_use.get(id(v), step), last)
         buffer_last[id(into or v)] = max(buffer_last.get(id(into or v), last), last)
-        tensors.append(WorkspaceTensor(v.name, v.shape, v.dtype, step, last, into.name if into else None))
+        tensors.append(WorkspaceTensor(prefix + v.name, v.shape, v.dtype, step, last,
+                                       prefix + into.name if into else None))
 
-    for step, node in enumerate(kernels.steps):
+    for k, node in enumerate(kernels.steps):
+        step = at[k]
         if node.view:
             (x,), (y,) = node.inputs, node.outputs
             if id(y) in outputs:
@@ -236,12 +289,26 @@ def plan_memory(kernels: KernelGraph) -> MemoryPlan:
             if id(x) in owner:  # else a view of an input, a constant or an output: outside the workspace
                 place(y, step, owner[id(x)])
             continue
+        if node.regions:
+            cf = node.control
+            for y in node.outputs:
+                if id(y) not in outputs:
+                    place(y, step, None, end[k])
+            if cf.op == "loop":
+                body = cf.regions[0]
+                tensors.extend(WorkspaceTensor(next_name(prefix, cf, j), v.shape, v.dtype, step, end[k])
+                               for j, v in enumerate(body.outputs[:1 + cf.attrs["carried"]]))
+            first = step + 1
+            for r, region in enumerate(node.regions):
+                _plan(region, first, region_key(prefix, cf.name, r), tensors)
+                first += region.span
+            continue
         pairs = dict(node.in_place)  # output position -> input position
         taken = set()
-        for k, y in enumerate(node.outputs):
+        for j, y in enumerate(node.outputs):
             if id(y) in outputs:
                 continue
-            x = node.inputs[pairs[k]] if k in pairs else None
+            x = node.inputs[pairs[j]] if j in pairs else None
             into = owner.get(id(x)) if x is not None and x.type == y.type else None
             others = {id(owner[id(v)]) for v in node.inputs if v is not x and id(v) in owner}  # read elsewhere
             if into is None or buffer_last[id(into)] > step or id(into) in taken | others:
@@ -249,7 +316,6 @@ def plan_memory(kernels: KernelGraph) -> MemoryPlan:
             else:
                 taken.add(id(into))
             place(y, step, into)
-    return MemoryPlan(tuple(tensors))
 
 
 def greedy_by_size(sizes: Sequence[int], lifetimes: Sequence[tuple[int, int]]) -> tuple[list[int], int]:

@@ -11,6 +11,9 @@ Graph inputs keep their names and order. A constant is copied (its data shared, 
 when first used, so constants nothing uses any more disappear with every pass. Copied nodes keep
 their names and output names; new values get fresh names. `finish` sets the outputs.
 
+A node's regions (control flow) are copied with it, as they are (the pipeline runs every pass
+inside them first: `map_regions`); `inline` copies a region's nodes into the graph instead.
+
 `replace` refuses (returns False) to replace a node that defines a graph output by values of other
 names: the outputs keep their names (the compiled model's signature names them).
 """
@@ -22,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.control import inline
 from ..ops.registry import infer_types
 
 
@@ -60,10 +64,13 @@ class Rewriter:
         return self.new.constants.get(v.name)
 
     # -- nodes --------------------------------------------------------------------------------
-    def copy(self, node: Node, inputs: Sequence[Value], attrs: Mapping | None = None) -> list[Value]:
-        """The node again, on new inputs (of the same types), with its output types and names."""
+    def copy(self, node: Node, inputs: Sequence[Value], attrs: Mapping | None = None,
+             regions: Sequence[Graph] | None = None) -> list[Value]:
+        """The node again, on new inputs (of the same types), with its output types and names, and
+        its regions (or those given)."""
         new = self.new.add_node(node.op, inputs, node.attrs if attrs is None else attrs, [v.type for v in node.outputs],
-                                name=self._node_name(node.name), out_names=[v.name for v in node.outputs])
+                                name=self._node_name(node.name), out_names=[v.name for v in node.outputs],
+                                regions=node.regions if regions is None else regions)
         for old, v in zip(node.outputs, new.outputs):
             self._map[old] = v
         return list(new.outputs)
@@ -74,6 +81,11 @@ class Rewriter:
         bound, out_types = infer_types(op, [v.type for v in inputs], attrs)
         return list(self.new.add_node(op, inputs, bound, out_types, name=self._node_name(hint or op),
                                       out_names=out_names).outputs)
+
+    def inline(self, region: Graph, args: Sequence[Value]) -> list[Value]:
+        """The region's nodes copied into the new graph on `args` (new-graph values, one per region
+        input); its outputs' new values."""
+        return inline(self.new, region, args, self._node_name)
 
     def defines_output(self, node: Node) -> bool:
         return any(v in self._outputs for v in node.outputs)
@@ -109,4 +121,16 @@ def rebuild(graph: Graph, rewrite) -> Graph:
         values = rewrite(rw, node, ins)
         if values is None or not rw.replace(node, values):
             rw.copy(node, ins)
+    return rw.finish()
+
+
+def map_regions(graph: Graph, fn) -> Graph:
+    """The graph with `fn(region)` in place of every region of its nodes; the graph itself when
+    `fn` changes none."""
+    new = {id(n): tuple(fn(r) for r in n.regions) for n in graph.nodes if n.regions}
+    if all(a is b for n in graph.nodes if n.regions for a, b in zip(n.regions, new[id(n)])):
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        rw.copy(node, rw.inputs(node), regions=new.get(id(node)))
     return rw.finish()

@@ -8,6 +8,10 @@ respect: the same input checks, symbol binding, workspace layout and outputs. Ea
 ember.codegen.python renders it, on NumPy arrays over those addresses. A wrong model result can
 so be placed: the interpreter is the definition of the loop IR, the C code its translation.
 
+Control flow runs as the C entry runs it (ember.codegen.entry): `calls` holds `Branch` and `Loop`
+statements around their calls, the loop's iteration number and condition live in ctypes buffers
+that `local` references point at, and its slices move each iteration.
+
 An interpreted model has no library: it cannot be saved or profiled (compile it for "c").
 """
 
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.entry import Copy, Ref
+from ..codegen.entry import Branch, Copy, Loop, Ref
 from ..codegen.python import codegen_python, load_python
 from ..errors import ConfigError
 from ..tir.stmt import PrimFunc
@@ -46,7 +50,7 @@ class InterpretedEntry:
     `funcs` holds the lowered kernels by name; `run_call(call, arrays, sizes)` runs one call on
     flat arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
 
-    def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence[InterpretedCall], copies: Sequence[Copy]):
+    def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence, copies: Sequence[Copy]):
         sources = {f.name: codegen_python(f) for f in kernels}
         self.source = "\n\n".join(sources.values())
         self.funcs = {f.name: f for f in kernels}
@@ -65,17 +69,52 @@ class InterpretedEntry:
                     "weight": _array_at(weights, ctypes.c_void_p)}
         offset, size = _array_at(offsets, ctypes.c_int64), _array_at(sizes, ctypes.c_int64)
 
+        local: dict[int, int] = {}  # local reference -> address
+
         def address(ref: Ref) -> int:
+            if ref.kind == "local":
+                return local[ref.index]
             return workspace + offset[ref.index] if ref.kind == "workspace" else pointers[ref.kind][ref.index]
 
         def numel(dims: Dims) -> int:
             return int(np.prod([size[d.index] if isinstance(d, Ref) else d for d in dims], dtype=np.int64))
 
-        for call in self.calls:
-            arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in call.args]
-            self.run_call(call, arrays, [int(size[r.index]) for r in call.sizes])
-        for c in self.copies:
-            ctypes.memmove(address(c.dst), address(c.src), numel(c.dims) * c.itemsize)
+        def byte(ref: Ref) -> int:
+            return ctypes.c_uint8.from_address(address(ref)).value
+
+        def run(stmts) -> None:
+            for st in stmts:
+                match st:
+                    case InterpretedCall():
+                        arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in st.args]
+                        self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
+                    case Copy():
+                        ctypes.memmove(address(st.dst), address(st.src), numel(st.dims) * st.itemsize)
+                    case Branch():
+                        run(st.then if byte(st.cond) else st.other)
+                    case Loop():
+                        i, cond = ctypes.c_int64(0), ctypes.c_uint8(byte(st.cond_in))
+                        trips = ctypes.c_int64.from_address(address(st.trips)).value
+                        local[st.iteration], local[st.cond] = ctypes.addressof(i), ctypes.addressof(cond)
+                        run(st.init)
+                        for v in st.carried:
+                            local[v.current], local[v.new] = address(v.output), address(v.next)
+                        while i.value < trips and cond.value:
+                            for sl in st.slices:
+                                n = size[sl.length.index] if isinstance(sl.length, Ref) else sl.length
+                                at = n - 1 - i.value if sl.reverse else i.value
+                                local[sl.local] = address(sl.base) + at * numel(sl.dims) * sl.itemsize
+                            run(st.body)
+                            cond.value = byte(st.cond_out)
+                            for v in st.carried:
+                                local[v.current], local[v.new] = local[v.new], local[v.current]
+                            i.value += 1
+                        for v in st.carried:
+                            if local[v.current] != address(v.output):
+                                ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
+
+        run(self.calls)
+        run(self.copies)
         return 0
 
 

@@ -195,9 +195,19 @@ MATH_FUNCS = (
 )
 
 
+# Intrinsics with side effects (a tile kernel's; built as Call nodes directly, scalar only): an
+# atomic read-modify-write of the element its first argument loads (the other arguments are the
+# operands; its value is the element's old value), and "print <text>", which prints the text
+# and its arguments on one line.
+ATOMIC_FUNCS = ("atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
+                "atomic_xchg", "atomic_cas")
+PRINT = "print"
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Call(PrimExpr):
-    """A pure math intrinsic from MATH_FUNCS, applied elementwise."""
+    """A pure math intrinsic from MATH_FUNCS, applied elementwise (or an ATOMIC_FUNCS or PRINT
+    intrinsic, see above)."""
 
     name: str
     args: tuple[PrimExpr, ...]

@@ -36,6 +36,7 @@ from .stmt import (
     Range,
     SeqStmt,
     Stmt,
+    While,
 )
 
 ExprFn = Callable[[PrimExpr], PrimExpr | None]
@@ -169,6 +170,9 @@ def mutate_stmt(
             case IfThenElse(c, t, e):
                 nc, nt, ne = ex(c), go(t), (go(e) if e is not None else None)
                 out = s if _same((nc, nt, ne), (c, t, e)) else IfThenElse(nc, nt, ne)
+            case While(c, body):
+                nc, nb = ex(c), go(body)
+                out = s if (nc is c and nb is body) else While(nc, nb)
             case Evaluate(v):
                 nv = ex(v)
                 out = s if nv is v else Evaluate(nv)
@@ -215,7 +219,7 @@ def mutate_stmt(
 
 def stmt_children(s: Stmt) -> tuple[Stmt, ...]:
     match s:
-        case For(body=body) | Allocate(body=body):
+        case For(body=body) | Allocate(body=body) | While(body=body):
             return (body,)
         case SeqStmt(stmts):
             return stmts
@@ -251,7 +255,7 @@ def stmt_exprs(s: Stmt) -> tuple[PrimExpr, ...]:
             return (mn, ext)
         case BufferStore(_, val, idx):
             return (val, *idx)
-        case IfThenElse(c) | Evaluate(c):
+        case IfThenElse(c) | Evaluate(c) | While(c):
             return (c,)
         case BlockRealize(vals, pred, _):
             return (*vals, pred)

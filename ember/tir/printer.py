@@ -15,6 +15,7 @@ from .stmt import (
     Range,
     SeqStmt,
     Stmt,
+    While,
 )
 
 _PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4, "-": 4,
@@ -91,6 +92,9 @@ def _emit(s: Stmt, ind: int, out: list[str]) -> None:
             if e is not None:
                 out.append(f"{pad}else:")
                 _emit(e, ind + 1, out)
+        case While(c, body):
+            out.append(f"{pad}while {expr_to_str(c)}:")
+            _emit(body, ind + 1, out)
         case Evaluate(v):
             out.append(f"{pad}{expr_to_str(v)}")
         case Allocate(buf, body):

@@ -108,6 +108,15 @@ class IfThenElse(Stmt):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class While(Stmt):
+    """`while cond: body`, the condition tested before each iteration (a tile kernel's spin
+    lock); schedules and loop passes leave it as written."""
+
+    cond: PrimExpr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Evaluate(Stmt):
     value: PrimExpr
 

@@ -27,6 +27,7 @@ from .stmt import (
     PrimFunc,
     SeqStmt,
     Stmt,
+    While,
 )
 
 
@@ -123,6 +124,9 @@ class _Checker:
                 self._condition(cond, "if")
                 self.stmt(then_case)
                 self.stmt(else_case)
+            case While(cond, body):
+                self._condition(cond, "while")
+                self.stmt(body)
             case Evaluate(value):
                 self.expr(value, "evaluate")
             case Allocate():

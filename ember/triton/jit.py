@@ -121,6 +121,23 @@ class JITFunction(KernelInterface):
             from .compiler import launch
         return launch(self, grid, bound, options)
 
+    def compile(self, *args, **kwargs):
+        """The compiled specialization of these arguments, run nowhere; its `asm` is Triton's
+        dict of the kernel's code: {"tir": the loop IR, "c": the C}."""
+        from .compiler import prepare
+
+        kwargs.pop("grid", None)
+        bound, options = self.bind(args, kwargs)
+        return prepare(self, bound, options)[0]
+
+    def ir(self, *args, **kwargs) -> str:
+        """The lowered loop IR of the kernel for these arguments (`kernel.ir(x, y, n, BLOCK=64)`)."""
+        return self.compile(*args, **kwargs).asm["tir"]
+
+    def source(self, *args, **kwargs) -> str:
+        """The C of the kernel for these arguments."""
+        return self.compile(*args, **kwargs).asm["c"]
+
     def __call__(self, *args, **kwargs):
         """A call from inside another kernel (a nested @jit function): in the interpreter it runs
         the function; the compiler inlines it. A direct call from Python is a mistake."""

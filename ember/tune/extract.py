@@ -1,4 +1,5 @@
-"""Tasks of a model: its kernels as the compiler cuts them (ember.lowering.partition), each the
+"""Tasks of a model: its kernels as the compiler cuts them (ember.lowering.partition; the kernels
+of the regions of control flow too, ember.passes.plan_memory.kernel_graph), each the
 unscheduled function of one fused group, deduplicated by structural hash and weighted by how
 many kernels of the model run it (ResNet's repeated blocks are one task). The way back, the best
 record of each kernel for `ember.compile(..., database=db)`, is `Database.schedules`.
@@ -10,7 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from ..frontend import import_model
-from ..lowering import Workload, group_schedule, partition, unscheduled, workload_of
+from ..lowering import Workload, cut_regions, group_schedule, partition, unscheduled, workload_of
+from ..passes.plan_memory import kernel_graph
 from ..tir.schedule import Trace
 from .task import Task
 
@@ -26,7 +28,8 @@ def extract_tasks(model, example_inputs=None, *, opt_level: int = 2, disabled_pa
     """The tuning tasks of a model (a Graph, a torch.nn.Module with example inputs, an ONNX
     model), heaviest first (flops x weight). Kernels with symbolic dimensions, and kernels that
     compute nothing (copies), are left out."""
-    groups = partition(import_model(model, example_inputs), opt_level, disabled_passes).groups
+    fused = partition(import_model(model, example_inputs), opt_level, disabled_passes)
+    groups = kernel_graph(fused, cut_regions(opt_level, disabled_passes)).kernels
     tasks: dict[str, Task] = {}
     counts: Counter = Counter()
     for workload, count in Counter(workload_of(g) for g in groups).items():

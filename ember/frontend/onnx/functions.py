@@ -100,5 +100,23 @@ def _expand(node: onnx.NodeProto, function: onnx.FunctionProto) -> list[onnx.Nod
                 ref.CopyFrom(attrs[a.ref_attr_name])
                 ref.name = a.name
                 new.attribute.append(ref)
+        for a in new.attribute:  # subgraphs (an If in a body) read the body's values by their names
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                _rename_free(g, rename, set())
         nodes.append(new)
     return nodes
+
+
+def _rename_free(graph: onnx.GraphProto, rename, bound: set[str]) -> None:
+    """Rename, in place, the names `graph` (and its subgraphs) reads from enclosing scopes: those
+    not in `bound` nor defined in it."""
+    bound = bound | {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        n.input[:] = [x if not x or x in bound else rename(x) for x in n.input]
+        for a in n.attribute:
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                _rename_free(g, rename, bound)
+        bound |= set(n.output)
+    for vi in graph.output:
+        if vi.name not in bound:
+            vi.name = rename(vi.name)

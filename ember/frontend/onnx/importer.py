@@ -15,8 +15,9 @@
    takes (or whose converter leaves this form to it: ExpandInstead) is replaced by its ONNX
    function body (functions.py). An op type without a converter, an operator version ember lacks
    (`Op-version`), or a form of one that ember lacks (a 3-D convolution, a cubic resize) is
-   recorded, the nodes that depend on it are skipped, and at the end one UnsupportedOpError lists
-   every one of them with its node name.
+   recorded, the nodes that depend on it (through their subgraphs too) are skipped, and at the end
+   one UnsupportedOpError lists every one of them with its node name. The subgraphs of If, Loop
+   and Scan are converted the same way, each into a region (converters/control.py).
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
@@ -40,6 +41,7 @@ from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
 from . import converters  # noqa: F401  (registers the converters)
+from .converters.control import implicit_inputs
 from .functions import DEFAULT_DOMAINS, function_body
 from .node import (
     ConstantInputError,
@@ -223,6 +225,7 @@ def _convert_nodes(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: i
     """Convert `nodes`, read in default-domain opset `opset`; one UnsupportedOpError at the end
     lists every node ember cannot convert."""
     missing: list[tuple[str, str]] = []
+    importer.scope = env
     _convert(importer, nodes, opset, env, missing, set())
     if missing:
         raise UnsupportedOpError(missing)
@@ -233,7 +236,7 @@ def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, en
     """Convert `nodes` into `env`, recording in `missing` what ember lacks and in `skipped` the
     values that depend on it."""
     for node in nodes:
-        if any(name in skipped for name in node.input):
+        if any(name in skipped for name in [*node.input, *implicit_inputs(node)]):
             skipped.update(node.output)
             continue
         cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],

@@ -111,10 +111,12 @@ def tensor_type(t: Tensor) -> TensorType:
 @dataclass
 class Importer:
     """What one import builds up: the graph, the ONNX names of arrays, and the arrays already
-    added to the graph as constants."""
+    added to the graph as constants; `scope`, the tensors by ONNX name, which the subgraphs of
+    control-flow nodes read (converters/control.py)."""
 
     graph: Graph
     opset: int
+    scope: Mapping[str, Tensor] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _materialized: dict[int, tuple[np.ndarray, Value]] = field(default_factory=dict)
 

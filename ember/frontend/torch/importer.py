@@ -69,8 +69,9 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
         match node.op:
             case "placeholder":
                 env[node] = _placeholder(b, node, constants)
-            case "get_attr":
-                env[node] = Const(_attr(gm, node.target), node.target)
+            case "get_attr":  # a tensor, or the graph of a branch or loop body (converters/control.py)
+                obj = _attr(gm, node.target)
+                env[node] = obj if isinstance(obj, torch.fx.GraphModule) else Const(obj, node.target)
             case "call_function":
                 env[node] = _call(b, node, env, problems)
             case "output":
@@ -108,7 +109,7 @@ def _attr(gm: torch.fx.GraphModule, target: str) -> torch.Tensor:
     obj = gm
     for part in target.split("."):
         obj = getattr(obj, part)
-    if not isinstance(obj, torch.Tensor):
+    if not isinstance(obj, torch.Tensor | torch.fx.GraphModule):
         raise FrontendError(f"attribute {target} is a {type(obj).__name__}, not a tensor")
     return obj
 

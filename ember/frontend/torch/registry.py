@@ -18,11 +18,12 @@ from collections.abc import Callable
 HANDLERS: dict[str, Callable] = {}
 
 
-def handles(*overloads: str):
-    """Register a handler for ATen overloads named as torch prints them without "aten.": "add.Tensor"."""
+def handles(*overloads: str, namespace: str = "aten"):
+    """Register a handler for ATen overloads named as torch prints them without "aten.": "add.Tensor"
+    (`namespace=""`: operators torch prints without one, its higher-order operators: "cond")."""
     def register(fn):
         for name in overloads:
-            key = f"aten.{name}"
+            key = f"{namespace}.{name}" if namespace else name
             if key in HANDLERS:
                 raise ValueError(f"{key} has two handlers: {HANDLERS[key].__name__} and {fn.__name__}")
             HANDLERS[key] = fn

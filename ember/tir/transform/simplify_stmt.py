@@ -25,6 +25,7 @@ from ..stmt import (
     Range,
     SeqStmt,
     Stmt,
+    While,
     seq,
 )
 
@@ -76,6 +77,9 @@ class _StmtSimplifier:
                 return s if (nv is val and _same(ni, idx)) else BufferStore(buf, nv, ni)
             case IfThenElse(c, t, e):
                 return self._if(s, self.ex(c), t, e)
+            case While(c, body):
+                nc, nb = self.ex(c), self.visit(body)
+                return s if (nc is c and nb is body) else While(nc, nb)
             case Evaluate(v):
                 nv = self.ex(v)
                 return s if nv is v else Evaluate(nv)

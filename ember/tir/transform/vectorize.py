@@ -5,8 +5,8 @@ or store, and everything else becomes vector arithmetic. Loops inside stay loops
 vectorized: the GEMM's k loop inside a vectorized j loop).
 
 A body that cannot be vectorized safely (a guard that differs per lane, a store whose address
-does not depend on the loop, a lane-dependent select around a load) keeps its loop, marked for
-the C compiler's own vectorizer (`#pragma omp simd`).
+does not depend on the loop, a lane-dependent select around a load of memory the kernel does
+not allocate) keeps its loop, marked for the C compiler's own vectorizer (`#pragma omp simd`).
 """
 
 from __future__ import annotations
@@ -121,10 +121,14 @@ class _Vectorizer:
 
 
 def _has_vector_load(e: PrimExpr) -> bool:
+    """Whether e loads a vector that a select may not read speculatively: one of a buffer the
+    kernel does not allocate itself (a local scratch buffer covers every index of its loops,
+    so reading a lane the select discards stays inside it)."""
     from ..functor import visit_expr
 
     found = []
-    visit_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and _vec(x) else None)
+    visit_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and _vec(x)
+               and x.buffer.scope != "local" else None)
     return bool(found)
 
 

@@ -1,3 +1,3 @@
 """Converters of ONNX operators, one module per family; importing this package fills the table."""
 
-from . import dynamic, elementwise, fused, legacy, nn, shape  # noqa: F401  (each registers its converters)
+from . import control, dynamic, elementwise, fused, legacy, nn, shape  # noqa: F401  (each registers its converters)

@@ -1,0 +1,254 @@
+"""Tile kernels (ember.triton, compiled to C) against their peers, each peer in its own process.
+
+    vector add     GB/s (bytes read and written) against a copy of the same size (numpy.copyto)
+    softmax        (4096, N), N in 256, 1024, 4096: ms against torch.softmax and ember's compiled
+                   softmax operator
+    matmul         512, 1024, 2048 in GFLOP/s, the best of a few block configs, against NumPy's BLAS
+    attention      fused attention forward (online softmax) against torch's scaled_dot_product_attention
+    compile time   of each kernel, cold (empty build cache) and cached (a new process, same cache)
+
+Rounds alternate the peers; a figure is the median over rounds of each process's median.
+
+    python benchmarks/tile.py [--rounds 3] [--only vadd softmax matmul attention compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import ember.triton as triton  # noqa: E402
+import ember.triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_stride + cols, mask=mask, other=-float("inf"))
+    num = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * out_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+    pid = tl.program_id(0)
+    num_m, num_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    group = GROUP * num_n
+    first_m = (pid // group) * GROUP
+    size_m = tl.minimum(num_m - first_m, GROUP)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k * BK, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    start = tl.program_id(0) * BM
+    head = tl.program_id(1) * S * D
+    rm = start + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    q = tl.load(q_ptr + head + rm[:, None] * D + rd[None, :], mask=rm[:, None] < S, other=0.0)
+    m_i = tl.full((BM,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BM,), tl.float32)
+    acc = tl.zeros((BM, D), tl.float32)
+    for j in range(0, tl.cdiv(S, BN)):
+        rn = j * BN + tl.arange(0, BN)
+        k = tl.load(k_ptr + head + rn[None, :] * D + rd[:, None], mask=rn[None, :] < S, other=0.0)
+        s = tl.dot(q, k) * scale
+        s = tl.where(rn[None, :] < S, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + head + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m_i = m_new
+    tl.store(o_ptr + head + rm[:, None] * D + rd[None, :], acc / l_i[:, None], mask=rm[:, None] < S)
+
+
+MATMUL_CONFIGS = [(64, 64, 32), (64, 128, 32), (128, 128, 32), (32, 128, 64)]
+
+
+def timed(fn, runs: int) -> float:
+    """Median seconds of fn over runs, after a warm-up."""
+    fn()
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def matmul_launch(a, b, c, cfg):
+    bm, bn, bk = cfg
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (-(-M // bm) * -(-N // bn),)
+    return lambda: matmul_kernel[grid](a, b, c, M, N, K, K, 1, N, 1, N, 1, BM=bm, BN=bn, BK=bk, GROUP=8)
+
+
+def worker(case: str, peer: str, size: int, runs: int) -> float:
+    """Seconds per call of `peer` on `case` (in this process)."""
+    rng = np.random.default_rng(0)
+    if case == "vadd":
+        x, y = rng.random(size, dtype=np.float32), rng.random(size, dtype=np.float32)
+        out = np.empty_like(x)
+        if peer == "ember":
+            return timed(lambda: add_kernel[(-(-size // 4096),)](x, y, out, size, BLOCK=4096), runs)
+        return timed(lambda: np.copyto(out, x), runs)
+    if case == "softmax":
+        x = rng.standard_normal((4096, size), dtype=np.float32)
+        out = np.empty_like(x)
+        if peer == "ember":
+            block = 1 << (size - 1).bit_length()
+            return timed(lambda: softmax_kernel[(4096,)](out, x, size, size, size, BLOCK=block), runs)
+        import torch
+
+        if peer == "torch":
+            t = torch.from_numpy(x)
+            return timed(lambda: torch.softmax(t, 1), runs)
+        import ember
+
+        model = ember.compile(torch.nn.Softmax(dim=1), (torch.from_numpy(x),))
+        return timed(lambda: model(x), runs)
+    if case == "matmul":
+        a = rng.standard_normal((size, size), dtype=np.float32)
+        b = rng.standard_normal((size, size), dtype=np.float32)
+        c = np.empty((size, size), np.float32)
+        if peer == "numpy":
+            return timed(lambda: np.matmul(a, b, out=c), runs)
+        best = min(timed(matmul_launch(a, b, c, cfg), max(2, runs // 3)) for cfg in MATMUL_CONFIGS)
+        return best
+    if case == "attention":
+        heads, d = 8, 64
+        q, k, v = (rng.standard_normal((heads, size, d), dtype=np.float32) for _ in range(3))
+        o = np.empty_like(q)
+        if peer == "ember":
+            return timed(lambda: attention_kernel[(-(-size // 64), heads)](q, k, v, o, size, d ** -0.5, D=d, BM=64,
+                                                                            BN=64), runs)
+        import torch
+
+        tq, tk, tv = (torch.from_numpy(t)[None] for t in (q, k, v))
+        return timed(lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv), runs)
+    raise SystemExit(f"unknown case {case}")
+
+
+def compile_time(kernel: str) -> float:
+    """Seconds of the first launch of kernel (compilation included) in this process, the
+    compiler's modules already imported."""
+    import ember.triton.compiler  # noqa: F401
+
+    x = np.random.default_rng().random(4096, dtype=np.float32)
+    out = np.empty_like(x)
+    t = time.perf_counter()
+    if kernel == "add":
+        add_kernel[(1,)](x, x, out, 4096, BLOCK=4096)
+    elif kernel == "softmax":
+        softmax_kernel[(1,)](out, x, 4096, 4096, 4096, BLOCK=4096)
+    elif kernel == "matmul":
+        a = x.reshape(64, 64)
+        matmul_launch(a, a, out.reshape(64, 64), (64, 64, 32))()
+    else:
+        q = x.reshape(64, 64)
+        attention_kernel[(1, 1)](q, q, q, out.reshape(64, 64), 64, 0.125, D=64, BM=64, BN=64)
+    return time.perf_counter() - t
+
+
+def spawn(args: list[str], env: dict | None = None) -> float:
+    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, timeout=1200)
+    if r.returncode:
+        raise SystemExit(f"{args}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def compare(case: str, peers: list[str], size: int, rounds: int, runs: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {p: [] for p in peers}
+    for r in range(rounds):
+        for p in peers if r % 2 == 0 else reversed(peers):
+            times[p].append(spawn(["--worker", case, p, str(size), str(runs)]))
+    return {p: statistics.median(t) for p, t in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", nargs="*", default=["vadd", "softmax", "matmul", "attention", "compile"])
+    ap.add_argument("--worker", nargs=4, metavar=("CASE", "PEER", "SIZE", "RUNS"))
+    ap.add_argument("--compile", metavar="KERNEL")
+    args = ap.parse_args()
+    if args.worker:
+        case, peer, size, runs = args.worker
+        print(json.dumps(worker(case, peer, int(size), int(runs))))
+        return
+    if args.compile:
+        print(json.dumps(compile_time(args.compile)))
+        return
+    print(f"ember.triton on {os.cpu_count()} cores; medians of {args.rounds} rounds, each peer in its own process")
+    if "vadd" in args.only:
+        n = 1 << 24
+        t = compare("vadd", ["ember", "copy"], n, args.rounds, 20)
+        add, copy = 12 * n / t["ember"] / 1e9, 8 * n / t["copy"] / 1e9
+        print(f"vector add {n}: {add:.1f} GB/s, copy {copy:.1f} GB/s, ratio {add / copy:.2f}")
+    if "softmax" in args.only:
+        for n in (256, 1024, 4096):
+            t = compare("softmax", ["ember", "torch", "ember_op"], n, args.rounds, 10)
+            print(f"softmax (4096, {n}): ember.triton {t['ember'] * 1e3:.2f} ms, torch {t['torch'] * 1e3:.2f} ms "
+                  f"(x{t['torch'] / t['ember']:.2f}), ember operator {t['ember_op'] * 1e3:.2f} ms "
+                  f"(x{t['ember_op'] / t['ember']:.2f})")
+    if "matmul" in args.only:
+        for n in (512, 1024, 2048):
+            t = compare("matmul", ["ember", "numpy"], n, args.rounds, 6 if n < 2048 else 3)
+            g = {p: 2 * n ** 3 / s / 1e9 for p, s in t.items()}
+            print(f"matmul {n}: ember.triton {g['ember']:.1f} GFLOP/s, numpy {g['numpy']:.1f} GFLOP/s, "
+                  f"ratio {g['ember'] / g['numpy']:.2f}")
+    if "attention" in args.only:
+        for s in (512, 2048):
+            t = compare("attention", ["ember", "torch"], s, args.rounds, 5)
+            print(f"attention (8 heads, {s}, 64): ember.triton {t['ember'] * 1e3:.2f} ms, torch sdpa "
+                  f"{t['torch'] * 1e3:.2f} ms (x{t['torch'] / t['ember']:.2f})")
+    if "compile" in args.only:
+        for kernel in ("add", "softmax", "matmul", "attention"):
+            with tempfile.TemporaryDirectory() as cache:
+                cold = spawn(["--compile", kernel], {"EMBER_CACHE_DIR": cache})
+                cached = spawn(["--compile", kernel], {"EMBER_CACHE_DIR": cache})
+            print(f"compile {kernel}: cold {cold:.2f} s, cached (new process) {cached * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Control flow: If, Loop and Scan, as ember's `if` and `loop` (ember/ops/control.py).
+
+A subgraph attribute becomes a region. Its formal inputs become region inputs; a name it reads
+from an enclosing graph (ONNX subgraphs see every outer name) is a capture: a constant of the
+outer graph is copied into the region as its own constant (so constant folding sees it there),
+any other value becomes one more input of the node and of the region (`_Scope`). Subgraphs of
+subgraphs capture through every level.
+
+An If whose condition is a constant at import (shape arithmetic: `Size(x) == 4`) is its branch:
+the selected subgraph's nodes are converted in place, in the enclosing scope, so constants stay
+constants for what follows; the other branch, which may not even be valid for these shapes, is
+never converted. `implicit_inputs` names the outer values a node's subgraphs read, so that the
+importer skips the node when one of them could not be converted.
+
+Scan becomes a loop over its scan inputs' first axis (a scan axis other than 0 is transposed there
+first, and back after for scan outputs); Loop's left-out trip count is the largest int64, its
+left-out condition True. The stacked scan outputs have as many entries as the trip count when the
+loop can stop no earlier (a constant trip count, a condition that is True and passed through the
+body unchanged), else a symbol `<output>_iterations` known at run time only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ....graph.core import Graph, TensorType, Value
+from ....ops.nodes import add_op
+from ..node import Importer, NodeContext, Tensor, sanitize
+from ..registry import converts
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+class _Scope(dict):
+    """The tensors by ONNX name inside a subgraph: its own, then on first use those of the outer
+    scope (a graph value becomes a region input, and `captured` records the outer value)."""
+
+    def __init__(self, outer, importer: Importer):
+        super().__init__()
+        self.outer, self.importer, self.captured = outer, importer, []
+
+    def __missing__(self, name: str) -> Tensor:
+        t = self.outer[name]
+        if isinstance(t, Value):
+            self.captured.append(t)
+            region = self.importer.graph
+            t = region.add_input(region.fresh_name(sanitize(name)), t.type)
+        else:
+            self.importer.name_array(t, name)
+        self[name] = t
+        return t
+
+
+def _region(cx: NodeContext, attr: str, formals: list[tuple[str, TensorType]],
+            extra: list[tuple[str, TensorType]] = ()) -> tuple[Graph, list[Value], list[Value]]:
+    """The region of subgraph attribute `attr`: inputs `extra` (ember's, before the ONNX ones),
+    then the subgraph's formal inputs with the given types, then its captures; its outputs. Also
+    the captured outer values, in the order of their region inputs."""
+    from ..importer import _convert_nodes  # (the importer imports the converters)
+
+    proto: onnx.GraphProto = cx.attr(attr)
+    if proto is None:
+        raise cx.error(f"attribute {attr} (a graph) is required")
+    region = Graph(name=sanitize(proto.name or attr))
+    sub = Importer(region, cx.importer.opset)
+    scope = _Scope(cx.importer.scope, sub)
+    for name, t in extra:
+        region.add_input(region.fresh_name(name), t)
+    if len(proto.input) != len(formals):
+        raise cx.error(f"subgraph {attr} takes {len(proto.input)} inputs, ember expects {len(formals)}")
+    for vi, (_, t) in zip(proto.input, formals):
+        scope[vi.name] = region.add_input(region.fresh_name(sanitize(vi.name)), t)
+    for init in proto.initializer:
+        scope[init.name] = onnx.numpy_helper.to_array(init)
+        sub.name_array(scope[init.name], init.name)
+    _convert_nodes(sub, proto.node, sub.opset, scope)
+    region.set_outputs(sub.value(scope[vi.name], sanitize(vi.name)) for vi in proto.output)
+    return region, scope.captured, list(region.outputs)
+
+
+class _Inline(dict):
+    """The tensors by ONNX name in a subgraph converted in place: its own, then the outer ones."""
+
+    def __init__(self, outer):
+        super().__init__()
+        self.outer = outer
+
+    def __missing__(self, name: str) -> Tensor:
+        return self.outer[name]
+
+
+def implicit_inputs(node: onnx.NodeProto) -> set[str]:
+    """The names a node's subgraphs (and theirs) read from the enclosing scopes."""
+    out: set[str] = set()
+    for attr in node.attribute:
+        for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                out |= {name for name in [*n.input, *implicit_inputs(n)] if name and name not in defined}
+                defined |= set(n.output)
+            out |= {vi.name for vi in g.output if vi.name not in defined}
+    return out
+
+
+def _inline_branch(cx: NodeContext, attr: str) -> list[Tensor]:
+    """The outputs of subgraph `attr` converted in place (see the module doc)."""
+    from ..importer import _convert_nodes  # (the importer imports the converters)
+
+    proto: onnx.GraphProto = cx.attr(attr)
+    outer = cx.importer.scope
+    scope = _Inline(outer)
+    for init in proto.initializer:
+        scope[init.name] = onnx.numpy_helper.to_array(init)
+        cx.importer.name_array(scope[init.name], init.name)
+    try:
+        _convert_nodes(cx.importer, proto.node, cx.importer.opset, scope)
+    finally:
+        cx.importer.scope = outer
+    return [scope[vi.name] for vi in proto.output]
+
+
+def _capture_all(regions: list[tuple[Graph, list[Value]]]) -> list[Value]:
+    """The outer values any of the regions captures; each region then takes all of them, in that
+    order, after its own inputs (if's branches must take the same inputs)."""
+    union = list({id(v): v for _, captured in regions for v in captured}.values())
+    for region, captured in regions:
+        own = region.inputs[:len(region.inputs) - len(captured)]
+        by_outer = {id(v): r for v, r in zip(captured, region.inputs[len(own):])}
+        inputs = list(own)
+        for v in union:
+            inputs.append(by_outer.get(id(v)) or region.add_input(region.fresh_name(v.name), v.type))
+        region.inputs = inputs
+    return union
+
+
+@converts("If")
+def _if(cx: NodeContext):
+    cond = cx.input(0)
+    if isinstance(cond, np.ndarray):
+        return _inline_branch(cx, "then_branch" if bool(cond.reshape(())) else "else_branch")
+    then, then_captured, _ = _region(cx, "then_branch", [])
+    other, else_captured, _ = _region(cx, "else_branch", [])
+    captured = _capture_all([(then, then_captured), (other, else_captured)])
+    a, b = [v.type for v in then.outputs], [v.type for v in other.outputs]
+    if [(t.dtype, t.rank) for t in a] != [(t.dtype, t.rank) for t in b]:
+        raise cx.error(f"the branches give different element types or ranks: {[str(t) for t in a]} and "
+                       f"{[str(t) for t in b]}")
+    if a != b:
+        raise cx.unsupported(f"branches whose outputs differ in shape: {[str(t) for t in a]} and "
+                             f"{[str(t) for t in b]}")
+    return add_op(cx.importer.graph, "if", [cx.importer.value(cx.input(0), "cond"), *captured],
+                  out_names=cx.out_names, regions=[then, other])
+
+
+@converts("Loop")
+def _loop(cx: NodeContext):
+    trips = cx.optional(0)
+    cond = cx.optional(1)
+    carried = [cx.input(k) for k in range(2, len(cx.inputs))]
+    body, captured, outs = _region(cx, "body", [("iteration", TensorType((), "int64")),
+                                               ("cond", TensorType((), "bool")),
+                                               *[("carried", cx.type(t)) for t in carried]])
+    _check_carried(cx, carried, outs[1:1 + len(carried)])
+    scans = len(outs) - 1 - len(carried)
+    starts = cond is None or (isinstance(cond, np.ndarray) and bool(cond.reshape(())))
+    early = not (isinstance(trips, np.ndarray) and starts and outs[0] is body.inputs[1])
+    length = f"{cx.out_names[-1]}_iterations" if early else int(trips.reshape(()))
+    graph = cx.importer.graph
+    inputs = [cx.importer.value(np.array(INT64_MAX) if trips is None else trips, "trip_count"),
+              cx.importer.value(np.array(True) if cond is None else cond, "cond"),
+              *(cx.importer.value(t, "carried") for t in carried), *captured]
+    return add_op(graph, "loop", inputs, {"carried": len(carried), "length": length if scans else None},
+                  out_names=cx.out_names, regions=[body])
+
+
+@converts("Scan", versions=range(9, 10**6))  # Scan-8 has a batch axis and sequence_lens: not read
+def _scan(cx: NodeContext):
+    n_scan = int(cx.attr("num_scan_inputs"))
+    states = cx.inputs[:len(cx.inputs) - n_scan]
+    scanned = list(cx.inputs[len(states):])
+    in_axes = list(cx.attr("scan_input_axes") or [0] * n_scan)
+    for k, (x, axis) in enumerate(zip(scanned, in_axes)):
+        rank = cx.type(x).rank
+        axis %= rank
+        if axis:
+            scanned[k] = cx.op("transpose", [x], {"perm": (axis, *(d for d in range(rank) if d != axis))})
+    lengths = {cx.type(x).shape[0] for x in scanned}
+    if len(lengths) != 1 or not isinstance(next(iter(lengths)), int):
+        raise cx.unsupported(f"scan inputs of lengths {sorted(map(str, lengths))} (one static length needed)")
+    (length,) = lengths
+    slices = [TensorType(cx.type(x).shape[1:], cx.type(x).dtype) for x in scanned]
+    body, captured, outs = _region(cx, "body", [("state", cx.type(t)) for t in states] +
+                                   [("slice", t) for t in slices],
+                                   extra=[("iteration", TensorType((), "int64")), ("cond", TensorType((), "bool"))])
+    _check_carried(cx, states, outs[:len(states)])
+    body.set_outputs([body.inputs[1], *outs])
+    n_out = len(outs) - len(states)
+    graph = cx.importer.graph
+    inputs = [cx.importer.value(np.array(length, "int64"), "trip_count"), cx.importer.value(np.array(True), "cond"),
+              *(cx.importer.value(t, "state") for t in states), *(cx.importer.value(t, "scanned") for t in scanned),
+              *captured]
+    attrs = {"carried": len(states), "scanned": n_scan, "length": length if n_out else None,
+             "scan_reverse": tuple(int(d) for d in cx.attr("scan_input_directions") or ()),
+             "out_reverse": tuple(int(d) for d in cx.attr("scan_output_directions") or ())}
+    results = add_op(graph, "loop", inputs, attrs, out_names=cx.out_names, regions=[body])
+    out_axes = list(cx.attr("scan_output_axes") or [0] * n_out)
+    for k, axis in enumerate(out_axes):
+        y = results[len(states) + k]
+        axis %= y.type.rank
+        if axis:
+            perm = [d for d in range(1, y.type.rank)]
+            perm.insert(axis, 0)
+            results[len(states) + k] = cx.op("transpose", [y], {"perm": tuple(perm)})
+    return results
+
+
+def _check_carried(cx: NodeContext, inits: list[Tensor], outs: list[Value]) -> None:
+    for k, (t, v) in enumerate(zip(inits, outs)):
+        if cx.type(t) != v.type:
+            raise cx.unsupported(f"loop-carried value {k} whose type changes per iteration: {cx.type(t)} in, "
+                                 f"{v.type} out")

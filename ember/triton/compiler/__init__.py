@@ -1,0 +1,17 @@
+"""The tile language's compiler: a kernel's Python AST to ember's loop IR, C and a native library.
+
+frontend.py walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
+typing; builtins.py: the tl.* calls); lower.py builds the loop nests of block operations;
+launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options)` is what
+`JITFunction.run` calls.
+
+Not compiled yet (each a TileError naming the kernel's line): `return` inside a loop, or of a
+value under a run-time condition (the early-return idiom `if c: return` is supported); bitwise
+operators between two run-time integers (shifts by a constant, `&` with 2**k - 1 and `~` are);
+tl.xor_sum, tl.umulhi, bitcasts; run-time loop steps; tl.where between pointers; element types
+the loop IR lacks (bfloat16, uint16/32/64 until it has them).
+"""
+
+from .launch import Compiled, launch, prepare
+
+__all__ = ["Compiled", "launch", "prepare"]

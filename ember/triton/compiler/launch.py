@@ -1,0 +1,311 @@
+"""Launching a compiled kernel: specialization, the compiled function, its caches, the call.
+
+The specialization key is Triton's: the kernel's source and the sources of the @jit functions
+it calls, the constexpr values, each tensor argument's dtype, each integer argument's type and
+whether it is 1 (then compiled in as the constant 1) or a multiple of 16, the debug mode and the
+target. A key compiles once per process (an in-memory table), and once per machine: the
+generated C and what the launch needs are kept in the build cache's folder (`triton/<key>.json`)
+next to the library, so a new process finds both and compiles nothing.
+
+The C function of a specialization takes, in order: one pointer per tensor argument (to its
+first element), one pointer per scalar argument (a one-element array of its type), `meta`
+(int64: each tensor's reachable span [lo, hi) in elements, which
+the debug mode checks accesses against) and `status` (int64: 0, or the number of the check that
+failed: an out-of-bounds access in the debug mode, a device_assert). Its body is a parallel loop
+over the programs of the grid (OpenMP over the flattened 3-D grid; programs are independent).
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ... import config
+from ...codegen.c import CRenderer, codegen_c
+from ...errors import ArgumentTypeError, TileError
+from ...runtime import fork
+from ...runtime.build import build_library
+from ...runtime.library import open_library, write_atomic
+from ...target import as_target
+from ...tir.expr import Buffer, BufferLoad, Var, cast, const
+from ...tir.lower import lower
+from ...tir.stmt import Allocate, For, PrimFunc
+from ..args import TensorArg, scalar_dtype, tensor_arg
+from ..jit import JITFunction
+from ..language import dtypes as tld
+from . import values as V
+from .builtins import Builtins
+from .frontend import Frontend
+from .lower import Emitter
+
+FORMAT = 1  # of the cached description of a specialization
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one launch's arguments are compiled: per parameter, ("tensor", dtype name),
+    ("scalar", dtype name) or ("constexpr", value)."""
+
+    kinds: tuple[tuple[str, object], ...]
+    key: str
+
+
+@dataclass
+class Compiled:
+    """A compiled specialization: its C function and what a launch passes it."""
+
+    name: str
+    key: str
+    source: str
+    tir: str
+    sites: list[str]
+    scalar_dtypes: list[str]
+    cfunc: object = None
+    library: object = None
+
+    @property
+    def asm(self) -> dict[str, str]:
+        """Triton's `asm` of a compiled kernel: the loop IR and the C."""
+        return {"tir": self.tir, "c": self.source}
+
+
+_table: dict[str, Compiled] = {}
+_lock = threading.Lock()
+_sources: dict[int, tuple[JITFunction, str]] = {}
+stats = {"compiled": 0, "loaded": 0}  # specializations built from the kernel, read from the cache
+
+
+@functools.cache
+def compiler_digest() -> str:
+    """The hash of this compiler's own modules and of the loop IR's passes and code generator:
+    a cached specialization is only reused by the compiler that made it."""
+    h = hashlib.sha256()
+    ember_root = Path(__file__).parents[2]
+    for folder in (Path(__file__).parent, ember_root / "codegen", ember_root / "tir"):
+        for f in sorted(folder.rglob("*.py")):
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def debug_mode(jit_fn: JITFunction, options: dict) -> bool:
+    if options.get("debug") is not None:
+        return bool(options["debug"])
+    if jit_fn.debug is not None:
+        return bool(jit_fn.debug)
+    if os.environ.get("TRITON_DEBUG", "").strip().lower() in config.TRUE:
+        return True
+    return config.get("triton_debug")
+
+
+def source_digest(fn: JITFunction) -> str:
+    """The hash of fn's source and of every @jit function it reaches through its globals."""
+    hit = _sources.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[1]
+    h = hashlib.sha256()
+    seen: set[int] = set()
+
+    def visit(f: JITFunction):
+        if id(f) in seen:
+            return
+        seen.add(id(f))
+        h.update(f.src.encode())
+        for node in ast.walk(ast.parse(f.src)):
+            if isinstance(node, ast.Name):
+                g = f.__globals__.get(node.id)
+                if isinstance(g, JITFunction):
+                    visit(g)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                mod = f.__globals__.get(node.value.id)
+                g = getattr(mod, node.attr, None) if mod is not None and not isinstance(mod, JITFunction) else None
+                if isinstance(g, JITFunction):
+                    visit(g)
+
+    visit(fn)
+    digest = h.hexdigest()
+    _sources[id(fn)] = (fn, digest)
+    return digest
+
+
+def specialize(jit_fn: JITFunction, bound: dict, debug: bool) -> tuple[Spec, list]:
+    """The specialization of a launch and its run-time arguments (TensorArgs and scalars)."""
+    kinds, runtime = [], []
+    for p in jit_fn.params:
+        v = bound[p.name]
+        if isinstance(v, tld.constexpr):
+            v = v.value
+        if p.is_constexpr or v is None or isinstance(v, tld.dtype | str):
+            kinds.append(("constexpr", v))
+            continue
+        if isinstance(v, bool | int | float | np.number):
+            try:
+                d = scalar_dtype(v)
+            except ArgumentTypeError as e:
+                raise ArgumentTypeError(f"kernel {jit_fn.__name__}, argument '{p.name}': {e}") from None
+            if d.is_int() and not d.is_bool() and not p.do_not_specialize and int(v) == 1:
+                kinds.append(("constexpr", 1))
+                continue
+            hint = bool(d.is_int() and not d.is_bool() and int(v) % 16 == 0 and not p.do_not_specialize)
+            kinds.append(("scalar", d.name, hint))
+            runtime.append(v)
+            continue
+        t = tensor_arg(p.name, v)
+        if t.dtype.name not in V.TIR_OF:
+            raise ArgumentTypeError(f"kernel {jit_fn.__name__}, argument '{p.name}': dtype {t.dtype.name} is not "
+                                    f"supported by the compiler yet ({', '.join(V.TIR_OF)})")
+        kinds.append(("tensor", t.dtype.name))
+        runtime.append(t)
+    target = as_target("c")
+    text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
+                 debug, target.vector_bytes, target.cc, target.cflags))
+    return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32]), runtime
+
+
+def _key_part(kind):
+    if kind[0] == "constexpr":
+        v = kind[1]
+        if callable(v):
+            return ("constexpr", getattr(v, "__module__", ""), getattr(v, "__qualname__", repr(v)))
+        return ("constexpr", type(v).__name__, repr(v))
+    return kind
+
+
+def build_func(jit_fn: JITFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, list[str], list[str]]:
+    """The loop-IR function of a specialization (not lowered), the meaning of its status codes
+    and the dtypes of its scalar arguments."""
+    target = as_target("c")
+    em = Emitter(target.vector_bytes, debug)
+    tensors, scalars, values = [], [], {}
+    params: dict = {}
+    sizes = (Var("grid_x"), Var("grid_y"), Var("grid_z"))  # the kernel's int64 size arguments
+    meta = Buffer("meta", sizes, "int64")  # holds the spans; its shape names the grid's sizes
+    status = Buffer("status", (const(1),), "int64")
+    for p, kind in zip(jit_fn.params, spec.kinds):
+        if kind[0] == "constexpr":
+            values[p.name] = kind[1]
+        elif kind[0] == "tensor":
+            d = tld.DTYPES[kind[1]]
+            buf = Buffer(p.name, (const(1),), V.tir_dtype(d))
+            param = V.Param(p.name, buf, d, len(tensors))
+            tensors.append(buf)
+            params[param] = (BufferLoad(meta, (const(2 * param.index),), "int64"),
+                             BufferLoad(meta, (const(1 + 2 * param.index),), "int64"))
+            values[p.name] = V.Scalar(const(0), tld.pointer_type(d), param)
+        else:
+            d = tld.DTYPES[kind[1]]
+            buf = Buffer(p.name, (const(1),), V.tir_dtype(d))
+            scalars.append(buf)
+            values[p.name] = V.Scalar(BufferLoad(buf, (const(0),), buf.dtype), d)
+    grid = sizes
+    p = Var("pid")
+    program = (cast("int32", p % grid[0]), cast("int32", (p // grid[0]) % grid[1]),
+               cast("int32", p // (grid[0] * grid[1])))
+    builtins = Builtins(em, program, tuple(cast("int32", g) for g in grid), params, status)
+    frontend = Frontend(em, builtins)
+    builtins.frontend = frontend
+    frontend.run(jit_fn, values)
+    from ...tir.stmt import seq
+
+    body = seq(*em.lists[0])
+    for buf in reversed(em.allocs):
+        body = Allocate(buf, body)
+    body = For(p, const(0), grid[0] * grid[1] * grid[2], "parallel", body)
+    name = f"triton_{jit_fn.__name__}_{spec.key[:8]}"
+    func = PrimFunc(name, (*tensors, *scalars, meta, status), body)
+    return func, builtins.sites, [b.dtype for b in scalars]
+
+
+def compile_spec(jit_fn: JITFunction, spec: Spec, debug: bool) -> Compiled:
+    """The compiled specialization: from the in-memory table, the disk cache, or compiled now."""
+    with _lock:
+        hit = _table.get(spec.key)
+        if hit is not None:
+            return hit
+        path = Path(config.get("cache_dir")) / "triton" / f"{spec.key}.json"
+        compiled = _read_cached(path, spec.key)
+        if compiled is None:
+            func, sites, scalar_dtypes = build_func(jit_fn, spec, debug)
+            target = as_target("c")
+            lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes)
+            source = codegen_c(lowered)
+            compiled = Compiled(func.name, spec.key, source, str(lowered), sites, scalar_dtypes)
+            stats["compiled"] += 1
+        else:
+            stats["loaded"] += 1
+        library = open_library(build_library(compiled.source)).handle
+        threads = config.threads()
+        if threads > 0:
+            library.ember_set_num_threads(ctypes.c_int(threads))
+        cfunc = getattr(library, CRenderer.symbol_of(compiled.name))
+        cfunc.restype = None
+        compiled.cfunc, compiled.library = cfunc, library
+        if not path.exists():
+            _write_cached(path, compiled)
+        _table[spec.key] = compiled
+        return compiled
+
+
+def _read_cached(path: Path, key: str) -> Compiled | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("format") != FORMAT or data.get("key") != key:
+        return None
+    return Compiled(data["name"], key, data["source"], data["tir"], data["sites"], data["scalar_dtypes"])
+
+
+def _write_cached(path: Path, c: Compiled) -> None:
+    data = {"format": FORMAT, "key": c.key, "name": c.name, "source": c.source, "tir": c.tir, "sites": c.sites,
+            "scalar_dtypes": c.scalar_dtypes}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(data).encode())
+    except OSError:
+        pass  # a read-only cache: the next process compiles again
+
+
+def prepare(jit_fn: JITFunction, bound: dict, options: dict) -> tuple[Compiled, list]:
+    debug = debug_mode(jit_fn, options)
+    spec, runtime = specialize(jit_fn, bound, debug)
+    return compile_spec(jit_fn, spec, debug), runtime
+
+
+def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options: dict) -> Compiled:
+    """Run the kernel over the grid (what JITFunction.run calls)."""
+    compiled, runtime = prepare(jit_fn, bound, options)
+    if grid[0] * grid[1] * grid[2] == 0:
+        return compiled
+    pointers, keep, spans = [], [], []
+    scalar_values = iter(compiled.scalar_dtypes)
+    for v in runtime:
+        if isinstance(v, TensorArg):
+            pointers.append(v.data_ptr)
+            spans += v.span
+    for v in runtime:
+        if not isinstance(v, TensorArg):
+            arr = np.array([v], dtype=_numpy_of(next(scalar_values)))
+            keep.append(arr)
+            pointers.append(arr.ctypes.data)
+    meta = np.array(spans or [0], dtype=np.int64)
+    status = np.zeros(1, dtype=np.int64)
+    if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
+        compiled.library.ember_set_num_threads(ctypes.c_int(1))
+    compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
+                   ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid))
+    if status[0]:
+        raise TileError(f"kernel {jit_fn.__name__}: {compiled.sites[int(status[0]) - 1]}")
+    return compiled
+
+
+def _numpy_of(tir_dtype: str) -> str:
+    return "bool" if tir_dtype == "bool" else tir_dtype
