@@ -17,7 +17,8 @@ serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalar
 computed in their own type (narrow integers wrap after each operation, like numpy; float16 is
 stored as `_Float16` and computed as float). Vector expressions use GCC vector extensions.
 Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack array, anything
-else `aligned_alloc`/`free` around its body.
+else `aligned_alloc`/`free` around its body. A `CallRoutine` calls the routine's C function (ember.codegen.routines),
+written into the prelude the first time a kernel of the unit calls it.
 
 `CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
 functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
@@ -58,11 +59,23 @@ from ..tir.expr import (
     Var,
     as_int,
 )
-from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
+from ..tir.stmt import (
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    While,
+)
 from .c_prelude import CPrelude
 from .c_vmath import VECTOR_MATH, vector_math
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
 from .registers import register_gather, register_lanes, whole_register
+from .routines import c_routine
 
 # C operator precedence, higher binds tighter.
 PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 6, 5, 4, 3
@@ -208,6 +221,12 @@ class CRenderer:
                 out.append(f"{pad}(void){self._e(value, UNARY)};")
             case Allocate(buf, body):
                 self._allocate(buf, body, depth, out)
+            case CallRoutine(routine, params, reads, writes, scalars):
+                fn = c_routine(self.lib, routine, dict(params))
+                args = [f"(const void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in reads]
+                args += [f"(void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in writes]
+                args += [self._e(x) for x in scalars]
+                out.append(f"{pad}{fn}({', '.join(args)});")
             case _:
                 raise not_lowered(s)
 

@@ -2,7 +2,7 @@
 that its input really is a *lowered* function.
 
 A lowered `PrimFunc` (the contract between `tir.lower` and codegen) holds only `For`,
-`SeqStmt`, `BufferStore`, `IfThenElse`, `Evaluate` and `Allocate`; every load and store has one
+`SeqStmt`, `BufferStore`, `IfThenElse`, `Evaluate`, `Allocate` and `CallRoutine`; every load and store has one
 index, a row-major element offset into its flat buffer.
 """
 
@@ -13,7 +13,7 @@ import re
 from ..errors import LowerError
 from ..tir.expr import Buffer, BufferLoad, Var
 from ..tir.functor import visit_stmt
-from ..tir.stmt import BufferStore, PrimFunc, Stmt
+from ..tir.stmt import BufferStore, CallRoutine, PrimFunc, Stmt
 
 
 class Namer:
@@ -59,7 +59,14 @@ def safe_name(name: str, reserved: frozenset[str] | set[str], reserved_prefixes:
 def written_buffers(func: PrimFunc) -> set[Buffer]:
     """The buffers the function stores to (its outputs, among its params)."""
     out: set[Buffer] = set()
-    visit_stmt(func.body, lambda s: out.add(s.buffer) if isinstance(s, BufferStore) else None)
+
+    def on_stmt(s):
+        if isinstance(s, BufferStore):
+            out.add(s.buffer)
+        elif isinstance(s, CallRoutine):
+            out.update(p.buffer for p in s.writes)
+
+    visit_stmt(func.body, on_stmt)
     return out
 
 

@@ -12,7 +12,8 @@ oracle that tells lowering bugs from code generation bugs):
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
-- every loop kind runs as a plain serial loop; an Allocate is an `np.empty`.
+- every loop kind runs as a plain serial loop; an Allocate is an `np.empty`;
+- a CallRoutine calls the routine's NumPy twin (ember.codegen.routines) on the flat arrays.
 
 Run it under `np.errstate(all="ignore")`: wrap-around and float overflow are semantics here, not
 errors.
@@ -45,8 +46,20 @@ from ..tir.expr import (
     Var,
     as_int,
 )
-from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
+from ..tir.stmt import (
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    While,
+)
 from .common import Namer, not_lowered, safe_name, single_index
+from .routines import PYTHON_ROUTINES
 
 # dtype -> the name of its NumPy scalar type in the generated code's namespace.
 TYPES = {
@@ -86,7 +99,7 @@ def _floormod(a, b):
     return a % b
 
 
-NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod} | {
+NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod, "_routines": PYTHON_ROUTINES} | {
     name: dt.to_numpy(d).type for d, name in TYPES.items()}
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
@@ -152,6 +165,13 @@ class _PythonRenderer:
                 self._stmt(body, depth + 1, out)
             case Evaluate(value):
                 out.append(f"{pad}{self._e(value)}")
+            case CallRoutine(routine, params, reads, writes, scalars):
+                if routine not in PYTHON_ROUTINES:
+                    raise LowerError(f"the interpreter has no routine {routine!r}")
+                reads_, writes_ = ([f"({self._access_base(p.buffer)}, {self._e(p.offset)})" for p in ps]
+                                   for ps in (reads, writes))
+                out.append(f"{pad}_routines[{routine!r}]({dict(params)!r}, [{', '.join(reads_)}], "
+                           f"[{', '.join(writes_)}], [{', '.join(self._e(x) for x in scalars)}])")
             case Allocate(buf, body):
                 size = " * ".join(self._e(d) for d in buf.shape) or "1"
                 out.append(f"{pad}{self._name(buf)} = np.empty({size}, dtype={TYPES[buf.dtype]})")
@@ -161,12 +181,16 @@ class _PythonRenderer:
             case _:
                 raise not_lowered(s)
 
-    def _access(self, buf: Buffer, index: PrimExpr) -> str:
-        """`A[i]`, `A[b:b + 8]` for a stride-1 ramp, or `A[idx]` with an index array."""
+    def _access_base(self, buf: Buffer) -> str:
+        """The array of buf (a parameter or allocated around its use)."""
         if buf not in self._buffers:
             raise LowerError(f"buffer {buf.name} is used but is neither a parameter of the kernel nor "
                              f"allocated around its use")
-        name = self._name(buf)
+        return self._name(buf)
+
+    def _access(self, buf: Buffer, index: PrimExpr) -> str:
+        """`A[i]`, `A[b:b + 8]` for a stride-1 ramp, or `A[idx]` with an index array."""
+        name = self._access_base(buf)
         if isinstance(index, Ramp) and as_int(index.stride) == 1:
             base = self._e(index.base)
             return f"{name}[{base}:{base} + {index.lanes}]"

@@ -13,10 +13,17 @@ ember.passes.fold_transposes) need no kernel. It computes the same as the defaul
 inputs with axes -3 and -2 swapped, the result swapped back; the mask still broadcasts to the
 scores (..., H, L, S).
 
-The te compute is a row-wise softmax in stages: scores (q k^T), their row maximum, the
-exponentials, their row sum, and the weighted sum of v divided by it. The schedule runs every
-stage in parallel over (batch, query row) and vectorizes the weighted sum of v along Ev.
-Pattern `opaque`.
+float32 attention with static sequence lengths and embedding sizes is fused, flash-attention
+style: one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
+that calls the attention routine (ember.tir.routines; its C in ember.codegen.c_attention) on
+the operands where they are: the scores of one block of keys at a time in a register tile, an
+online softmax (running maximum and sum, the output rescaled as the maximum grows), and p v
+accumulated in registers. No row of scores outlives its block of keys, and nothing of size
+L x S reaches memory.
+
+Other dtypes (float16, float64) and symbolic sizes take the staged compute: a row-wise softmax
+in stages (scores q k^T, their row maximum, the exponentials, their row sum, and the weighted
+sum of v divided by it), each stage in parallel over (batch, query row). Pattern `opaque`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import as_int, cast
+from ..tir.expr import Var, as_int, cast, const, min_
+from ..tir.routines import ATTENTION, ATTENTION_ROWS
+from ..tir.stmt import CallRoutine, For, Pointer
 from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
 from .hints import PACK
 from .registry import OpDef, OpTypeError, register
@@ -107,6 +116,85 @@ def _reference(inputs, attrs):
 
 
 def _compute(inputs, attrs, out_types):
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) == 4 else None
+    static = all(as_int(d) is not None for x in (q, k, v) for d in x.shape[-3:])
+    if static and {x.dtype for x in (q, k, v)} == {"float32"} and (mask is None or mask.dtype in ("bool", "float32")):
+        return [_fused(q, k, v, mask, attrs, out_types)]
+    return _staged(inputs, attrs, out_types)
+
+
+def _swap(i, bshd: bool) -> tuple:
+    """An index (or shape) in the heads-first order, from or to layout bshd (axes -3 and -2 swapped)."""
+    return tuple(i[:-3]) + (i[-2], i[-3], i[-1]) if bshd else tuple(i)
+
+
+def _strides(shape) -> list:
+    """Row-major element strides of a shape."""
+    out, step = [], const(1)
+    for d in reversed(shape):
+        out.append(step)
+        step = step * d
+    return out[::-1]
+
+
+def _fused(q, k, v, mask, attrs, out_types):
+    """The fused kernel (see the module doc): the routine per block of queries."""
+    bshd = attrs["layout"] == "bshd"
+    qs, ks, vs = (_swap(x.shape, bshd) for x in (q, k, v))
+    e_dim, s_dim, ev_dim, l_dim = (as_int(d) for d in (qs[-1], ks[-2], vs[-1], qs[-2]))
+    scale = _scale(attrs, e_dim)
+    out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []))
+    batch = list(_swap(out_shape, bshd)[:-2])
+    blocks = -(-l_dim // ATTENTION_ROWS)
+
+    def build(bufs, outs):
+        qb, kb, vb = bufs[:3]
+        (out,) = outs
+        t = Var("block", dt.INDEX_DTYPE)
+        rest, index = t // blocks, []
+        for d in reversed(batch):
+            index.append(rest % d)
+            rest = rest // d
+        index = index[::-1]
+
+        def base(buf, heads_first_shape):
+            """The offset of the (batch..., 0, 0) element of buf, and its heads-first strides."""
+            st = _swap(_strides(buf.shape), bshd)
+            at = broadcast_index(index, heads_first_shape[:-2])
+            return sum((i * s for i, s in zip(at, st)), const(0)), st
+
+        q_off, q_st = base(qb, qs)
+        v_off, v_st = base(vb, vs)
+        o_off, o_st = base(out, _swap(out.shape, bshd))
+        k_off, k_st = base(kb, ks)
+        q0 = (t % blocks) * ATTENTION_ROWS
+        reads = [Pointer(qb, q_off), Pointer(kb, k_off), Pointer(vb, v_off)]
+        m_rs = m_cs = const(0)
+        if mask is not None:
+            mb = bufs[3]
+            m_st = _strides(mb.shape)
+            at = broadcast_index(index + [0, 0], mb.shape)
+            reads.append(Pointer(mb, sum((i * s for i, s in zip(at, m_st)), const(0))))
+            if mb.ndim >= 2 and as_int(mb.shape[-2]) != 1:
+                m_rs = m_st[-2]
+            if as_int(mb.shape[-1]) != 1:
+                m_cs = m_st[-1]
+        kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
+        scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), const(s_dim), const(e_dim), const(ev_dim),
+                   q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
+        call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"]))), tuple(reads),
+                           (Pointer(out, o_off),), scalars)
+        total = const(blocks)
+        for d in batch:
+            total = total * d
+        return For(t, const(0), total, "parallel", call)
+
+    ins = [q, k, v] + ([mask] if mask is not None else [])
+    return te.extern([(out_shape, q.dtype)], ins, build, name="attention")[0]
+
+
+def _staged(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
     acc = "float32" if q.dtype == "float16" else q.dtype

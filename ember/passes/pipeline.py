@@ -38,6 +38,7 @@ from ..target import Target
 from .algebraic import simplify
 from .cse import cse
 from .dce import dce
+from .fold_attention import fold_attention
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
@@ -47,8 +48,8 @@ from .rewrite import map_regions
 
 Pass = Callable[[Graph], Graph]
 
-PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_transposes, simplify, cse, fold_batch_norm,
-                                                    fuse_siblings, layout, dce)}
+PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
+                                                    fold_batch_norm, fuse_siblings, layout, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -63,10 +64,10 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings", "layout",
-        "fold_constants", "dce"],
-    3: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings", "layout",
-        "fold_constants", "dce"],
+    2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
+        "layout", "fold_constants", "dce"],
+    3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
+        "layout", "fold_constants", "dce"],
 }
 
 

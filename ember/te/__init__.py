@@ -1,4 +1,4 @@
-"""Tensor expressions: `placeholder`, `compute`, `reduce_axis`, reducers, math, and schedules.
+"""Tensor expressions: `placeholder`, `compute`, `extern`, `reduce_axis`, reducers, math, and schedules.
 
     A = te.placeholder((M, K), name="A")
     k = te.reduce_axis((0, K), name="k")
@@ -15,11 +15,13 @@ from .schedule import Stage, TESchedule
 from .tensor import (
     CommReducer,
     ComputeOp,
+    ExternOp,
     PlaceholderOp,
     TEError,
     Tensor,
     comm_reducer,
     compute,
+    extern,
     placeholder,
     prod,
     reduce_axis,
@@ -123,9 +125,9 @@ def power(x, y) -> PrimExpr:
 pow = power  # noqa: A001
 
 __all__ = [
-    "CommReducer", "ComputeOp", "PlaceholderOp", "PrimExpr", "Stage", "TEError", "TESchedule", "Tensor", "Var",
-    "abs", "all", "any", "cast", "ceil", "comm_reducer", "compute", "const", "cos", "create_prim_func",
-    "create_schedule", "erf", "exp", "exp2", "expm1", "floor", "floordiv", "floormod", "if_then_else", "log",
+    "CommReducer", "ComputeOp", "ExternOp", "PlaceholderOp", "PrimExpr", "Stage", "TEError", "TESchedule", "Tensor",
+    "Var", "abs", "all", "any", "cast", "ceil", "comm_reducer", "compute", "const", "cos", "create_prim_func",
+    "create_schedule", "erf", "exp", "exp2", "expm1", "extern", "floor", "floordiv", "floormod", "if_then_else", "log",
     "log1p", "log2", "max", "min", "placeholder", "pow", "power", "prod", "reduce_axis", "round", "rsqrt",
     "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "trunc", "truncdiv", "truncmod", "var",
 ]

@@ -17,7 +17,7 @@ from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
 from ..tir.stmt import For, IterVar, PrimFunc
-from .tensor import ComputeOp, Operation, Tensor, input_tensors_of
+from .tensor import ComputeOp, ExternOp, Operation, PlaceholderOp, Tensor, input_tensors_of
 from .to_tir import create_prim_func
 
 
@@ -153,9 +153,9 @@ class TESchedule:
     def __init__(self, ops: Sequence[Operation]):
         outputs = [t for op in ops for t in op.outputs]
         for op in ops:
-            if not isinstance(op, ComputeOp):
-                raise ScheduleError(f"create_schedule takes compute ops, got {type(op).__name__}")
-        placeholders = [op.output(0) for op in input_tensors_of(outputs) if not isinstance(op, ComputeOp)]
+            if not isinstance(op, ComputeOp | ExternOp):
+                raise ScheduleError(f"create_schedule takes compute or extern ops, got {type(op).__name__}")
+        placeholders = [op.output(0) for op in input_tensors_of(outputs) if isinstance(op, PlaceholderOp)]
         self.sch = Schedule(create_prim_func(placeholders + outputs))
         self._block_of: dict[Buffer, str] = {}
         self._stages: dict[str, Stage] = {}
@@ -164,7 +164,7 @@ class TESchedule:
         self.axis_alias: dict[tuple[str, object], IterVar] = {}
         self.attach: dict[str, object] = {}  # block name -> the loop variable it was computed at
         for op in input_tensors_of(outputs):
-            if isinstance(op, ComputeOp):
+            if isinstance(op, ComputeOp | ExternOp):
                 for t in op.outputs:
                     self._block_of[t.buffer] = op.name
 

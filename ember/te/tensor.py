@@ -1,10 +1,11 @@
 """Tensor expressions: what a kernel computes, without saying how (TVM's `te`).
 
-A `Tensor` is an output of an operation: a `PlaceholderOp` (an input) or a `ComputeOp` (each
-element given by an expression of its indices). Every tensor owns the loop-IR `Buffer` it will
-live in, so `A[i, k]` is a load from that buffer (a `TensorLoad`: one that also names its tensor,
-which is how a compute finds its inputs) and `create_prim_func` only has to wrap each compute in
-loops and a block. Nothing is kept outside the tensors themselves.
+A `Tensor` is an output of an operation: a `PlaceholderOp` (an input), a `ComputeOp` (each
+element given by an expression of its indices) or an `ExternOp` (outputs written by a loop-IR
+statement built by hand, for what an expression per element cannot say: a recurrence). Every
+tensor owns the loop-IR `Buffer` it will live in, so `A[i, k]` is a load from that buffer (a
+`TensorLoad`: one that also names its tensor, which is how a compute finds its inputs) and
+`create_prim_func` only has to wrap each compute in loops and a block. Nothing is kept outside the tensors themselves.
 """
 
 from __future__ import annotations
@@ -95,6 +96,26 @@ class ComputeOp(Operation):
         return tuple(found)
 
 
+class ExternOp(Operation):
+    """Outputs computed by a loop-IR statement built by hand (TVM's te.extern): `body` reads the
+    input tensors' buffers and writes the outputs' buffers. It becomes one opaque block that
+    reads its inputs and writes its outputs whole; schedules leave its loops as built."""
+
+    def __init__(self, name: str, inputs: Sequence[Tensor], types: Sequence[tuple[tuple, str]], fbuild: Callable,
+                 attrs=None):
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.attrs = dict(attrs or {})
+        names = [name] if len(types) == 1 else [f"{name}.v{i}" for i in range(len(types))]
+        self.outputs = tuple(Tensor(self, i, Buffer(n, _shape(shape), dtype))
+                             for i, (n, (shape, dtype)) in enumerate(zip(names, types)))
+        self.body = fbuild([t.buffer for t in self.inputs], [t.buffer for t in self.outputs])
+
+    @property
+    def input_tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class TensorLoad(BufferLoad):
     """`A[i, k]`: a load of a te tensor's buffer that names the tensor (TVM's ProducerLoad);
@@ -175,6 +196,17 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "", att
     bodies = tuple(_as_body(o, name) for o in (out if multi else (out,)))
     op = ComputeOp(name, axis, bodies, shape, tag, attrs)
     return list(op.outputs) if multi else op.output(0)
+
+
+def extern(types, inputs: Sequence[Tensor], fbuild: Callable, name: str = "extern", attrs=None) -> list[Tensor]:
+    """Tensors of `types` ((shape, dtype) each) computed by the statement `fbuild(in_buffers,
+    out_buffers)` returns (see ExternOp)."""
+    for t in inputs:
+        if not isinstance(t, Tensor):
+            raise TEError(f"extern {name!r} takes te tensors as inputs, got {type(t).__name__}")
+    for _, dtype in types:
+        dt.check(dtype)
+    return list(ExternOp(name, inputs, types, fbuild, attrs).outputs)
 
 
 def _as_body(o, name: str) -> PrimExpr:

@@ -1,7 +1,8 @@
 """Tensor expressions to an unscheduled loop-IR function (`te.create_prim_func`).
 
 Each ComputeOp becomes one block inside a loop nest with one loop per iteration variable
-(spatial first, then reduce), in producer-before-consumer order under the root block. The
+(spatial first, then reduce), in producer-before-consumer order under the root block; an
+ExternOp becomes one block without iteration variables around its own statement. The
 compute's own index variables become the block's iteration variables, so the body is copied
 as written; the loops get fresh variables of the same names.
 """
@@ -16,14 +17,16 @@ from ..tir.region import with_regions
 from ..tir.stmt import (
     Block,
     BlockRealize,
+    BufferRegion,
     BufferStore,
     For,
     IfThenElse,
     PrimFunc,
+    Range,
     Stmt,
     seq,
 )
-from .tensor import ComputeOp, PlaceholderOp, Reduce, TEError, Tensor, TensorLoad, input_tensors_of
+from .tensor import ComputeOp, ExternOp, PlaceholderOp, Reduce, TEError, Tensor, TensorLoad, input_tensors_of
 
 
 def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
@@ -37,7 +40,7 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
         if not isinstance(a, Tensor):
             raise TEError(f"create_prim_func takes te Tensors, got {type(a).__name__}")
     arg_bufs = {a.buffer for a in args}
-    outputs = [a for a in args if isinstance(a.op, ComputeOp)]
+    outputs = [a for a in args if isinstance(a.op, ComputeOp | ExternOp)]
     if not outputs:
         raise TEError("create_prim_func: no computed tensor among the arguments")
     ops = input_tensors_of(outputs)
@@ -50,11 +53,21 @@ def create_prim_func(args: Sequence[Tensor], name: str = "main") -> PrimFunc:
                     f"placeholder {op.name!r} is read by the computation but is not among the arguments"
                 )
             continue
-        assert isinstance(op, ComputeOp)
         intermediates += [t.buffer for t in op.outputs if t.buffer not in arg_bufs]
-        nests.append(_loop_nest(op))
+        nests.append(_extern_block(op) if isinstance(op, ExternOp) else _loop_nest(op))
     root = Block("root", (), (), (), seq(*nests), alloc_buffers=tuple(intermediates))
     return PrimFunc(name, tuple(a.buffer for a in args), BlockRealize((), const(True), root))
+
+
+def _whole(buf) -> BufferRegion:
+    return BufferRegion(buf, tuple(Range.from_extent(d) for d in buf.shape))
+
+
+def _extern_block(op: ExternOp) -> Stmt:
+    """The extern's statement in an opaque block that reads its inputs and writes its outputs whole."""
+    reads = tuple(_whole(buf) for buf in dict.fromkeys(t.buffer for t in op.inputs))
+    writes = tuple(_whole(t.buffer) for t in op.outputs)
+    return BlockRealize((), const(True), Block(op.name, (), reads, writes, op.body))
 
 
 def _loop_nest(op: ComputeOp) -> Stmt:

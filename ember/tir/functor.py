@@ -29,10 +29,12 @@ from .stmt import (
     BlockRealize,
     BufferRegion,
     BufferStore,
+    CallRoutine,
     Evaluate,
     For,
     IfThenElse,
     IterVar,
+    Pointer,
     Range,
     SeqStmt,
     Stmt,
@@ -176,6 +178,12 @@ def mutate_stmt(
             case Evaluate(v):
                 nv = ex(v)
                 out = s if nv is v else Evaluate(nv)
+            case CallRoutine(_, _, reads, writes, scalars):
+                nr = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in reads)
+                nw = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in writes)
+                ns = tuple(ex(x) for x in scalars)
+                out = s if _same((*nr, *nw, *ns), (*reads, *writes, *scalars)) else replace(
+                    s, reads=nr, writes=nw, scalars=ns)
             case Allocate(buf, body):
                 nb = go(body)
                 out = s if nb is body else Allocate(buf, nb)
@@ -257,6 +265,8 @@ def stmt_exprs(s: Stmt) -> tuple[PrimExpr, ...]:
             return (val, *idx)
         case IfThenElse(c) | Evaluate(c) | While(c):
             return (c,)
+        case CallRoutine(_, _, reads, writes, scalars):
+            return (*(p.offset for p in reads + writes), *scalars)
         case BlockRealize(vals, pred, _):
             return (*vals, pred)
     return ()

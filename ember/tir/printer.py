@@ -8,6 +8,7 @@ from .stmt import (
     Block,
     BlockRealize,
     BufferStore,
+    CallRoutine,
     Evaluate,
     For,
     IfThenElse,
@@ -97,6 +98,10 @@ def _emit(s: Stmt, ind: int, out: list[str]) -> None:
             _emit(body, ind + 1, out)
         case Evaluate(v):
             out.append(f"{pad}{expr_to_str(v)}")
+        case CallRoutine(routine, params, reads, writes, scalars):
+            args = [f"{p.buffer.name} + {expr_to_str(p.offset)}" for p in reads + writes]
+            args += [expr_to_str(x) for x in scalars] + [f"{k}={v!r}" for k, v in params]
+            out.append(f"{pad}routine.{routine}({', '.join(args)})")
         case Allocate(buf, body):
             shape = ", ".join(expr_to_str(d) for d in buf.shape)
             out.append(f"{pad}{buf.name} = alloc(({shape}), {buf.dtype!r}, scope={buf.scope!r})")

@@ -122,6 +122,31 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class Pointer:
+    """The address of element `offset` (a flat, row-major offset) of `buffer`: an argument of a
+    `CallRoutine`."""
+
+    buffer: Buffer
+    offset: PrimExpr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CallRoutine(Stmt):
+    """A call of a routine of the code generators (ember.codegen.routines): a micro-kernel that
+    the loop IR cannot express well (fused attention's online softmax keeps running maxima and
+    rescales its accumulators), written once per code generator. `params` are static (they pick
+    a variant of the routine); `reads` and `writes` are the memory it touches, from the given
+    addresses, with the strides among `scalars` (expressions: sizes, strides, offsets, scales).
+    A loop of the IR around it (e.g. parallel over blocks) gives each call its part."""
+
+    routine: str
+    params: tuple[tuple[str, object], ...]
+    reads: tuple[Pointer, ...]
+    writes: tuple[Pointer, ...]
+    scalars: tuple[PrimExpr, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Allocate(Stmt):
     """Scratch memory for `buffer` (its shape already shrunk to what the body touches)."""
 

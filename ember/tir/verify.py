@@ -21,6 +21,7 @@ from .stmt import (
     Block,
     BlockRealize,
     BufferStore,
+    CallRoutine,
     Evaluate,
     For,
     IfThenElse,
@@ -129,6 +130,14 @@ class _Checker:
                 self.stmt(body)
             case Evaluate(value):
                 self.expr(value, "evaluate")
+            case CallRoutine(routine, _, reads, writes, scalars):
+                where = f"call of routine {routine}"
+                for p in reads + writes:
+                    self._buffer(p.buffer, where)
+                    self.expr(p.offset, where)
+                    self._integer(p.offset, f"offset into {p.buffer.name}", where)
+                for x in scalars:
+                    self.expr(x, where)
             case Allocate():
                 self._scoped(s.body, buffers=(s.buffer,))
             case BlockRealize(values, predicate, block):

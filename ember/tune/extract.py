@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from ..frontend import import_model
 from ..lowering import Workload, cut_regions, group_schedule, partition, unscheduled, workload_of
 from ..passes.plan_memory import kernel_graph
+from ..tir.functor import collect
 from ..tir.schedule import Trace
+from ..tir.stmt import CallRoutine
 from .task import Task
 
 
@@ -26,8 +28,9 @@ def workload_task(workload: Workload, name: str = "kernel") -> Task:
 
 def extract_tasks(model, example_inputs=None, *, opt_level: int = 2, disabled_passes: Sequence[str] = ()) -> list[Task]:
     """The tuning tasks of a model (a Graph, a torch.nn.Module with example inputs, an ONNX
-    model), heaviest first (flops x weight). Kernels with symbolic dimensions, and kernels that
-    compute nothing (copies), are left out."""
+    model), heaviest first (flops x weight). Kernels with symbolic dimensions, kernels that
+    compute nothing (copies), and kernels that call a routine (ember.tir.stmt.CallRoutine: their
+    loops are the routine's, not a schedule's) are left out."""
     fused = partition(import_model(model, example_inputs), opt_level, disabled_passes)
     groups = kernel_graph(fused, cut_regions(opt_level, disabled_passes)).kernels
     tasks: dict[str, Task] = {}
@@ -36,7 +39,7 @@ def extract_tasks(model, example_inputs=None, *, opt_level: int = 2, disabled_pa
         if not workload.static:
             continue
         task = workload_task(workload, name=workload.name)
-        if task.flops == 0:
+        if task.flops == 0 or collect(task.func.body, lambda s: isinstance(s, CallRoutine)):
             continue
         tasks.setdefault(task.key, task)
         counts[task.key] += count

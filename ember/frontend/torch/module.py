@@ -38,6 +38,7 @@ KEEP = (  # composite operators ember implements directly: not decomposed
     aten.layer_norm.default, aten.group_norm.default, aten.instance_norm.default, aten.rms_norm.default,
     aten.silu.default, aten.hardswish.default, aten.hardsigmoid.default, aten.softplus.default,
     aten.std.correction, aten.std_mean.correction,
+    aten.lstm.input, aten.gru.input, aten.rnn_tanh.input, aten.rnn_relu.input,
 )
 
 

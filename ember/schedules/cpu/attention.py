@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...ops.hints import PACK, lanes_dividing
-from ...te.tensor import ComputeOp, input_tensors_of
+from ...te.tensor import ComputeOp, ExternOp, input_tensors_of
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import register_tile, schedule_pack, tile_rows_cols
@@ -11,9 +11,13 @@ from .tiling import register_tile, schedule_pack, tile_rows_cols
 
 @schedules("scaled_dot_product_attention")
 def schedule_attention(s, outputs):
-    """The two products (scores = q k^T, weighted = p v) in register tiles where their columns
-    fill vectors; the other stages parallel over (batch, query row), vectorized along the row."""
+    """The fused kernel (an extern: its loops are its own): nothing. The staged compute: the two
+    products (scores = q k^T, weighted = p v) in register tiles where their
+    columns fill vectors; the other stages parallel over (batch, query row), vectorized along
+    the row."""
     (out,) = outputs
+    if isinstance(out.op, ExternOp):
+        return
     for op in input_tensors_of(outputs):
         if not isinstance(op, ComputeOp):
             continue

@@ -13,20 +13,21 @@ from dataclasses import replace
 from .. import region as region_mod
 from ..arith import Analyzer
 from ..expr import Buffer, BufferLoad, const
-from ..functor import free_vars, mutate_stmt, stmt_children
+from ..functor import collect, free_vars, mutate_stmt, stmt_children
 from ..region import const_extent, region_under
-from ..stmt import Allocate, BlockRealize, BufferStore, For, PrimFunc, Stmt
+from ..stmt import Allocate, BlockRealize, BufferStore, CallRoutine, For, PrimFunc, Stmt
 
 
 def _use_paths(root: Stmt, buf: Buffer) -> tuple[list[list[For]], set]:
-    """For every leaf block touching buf, the loops around it; and the loop variables that run
-    over a reduction axis of a block writing buf (the buffer carries values across them)."""
+    """For every leaf block and routine call touching buf, the loops around it; and the loop
+    variables that run over a reduction axis of a block writing buf (the buffer carries values
+    across them)."""
     paths: list[list[For]] = []
     carried: set = set()
 
     def walk(s: Stmt, loops: list[For]):
         if isinstance(s, BlockRealize) and region_mod.is_leaf(s.block):
-            if region_mod.accesses(s.block, buf):
+            if region_mod.accesses(s.block, buf) or _calls_with(s.block, buf):
                 paths.append(loops)
             if region_mod.accesses(s.block, buf, loads=False):
                 for iv, v in zip(s.block.iter_vars, s.iter_values):
@@ -39,6 +40,11 @@ def _use_paths(root: Stmt, buf: Buffer) -> tuple[list[list[For]], set]:
 
     walk(root, [])
     return paths, carried
+
+
+def _calls_with(s: Stmt, buf: Buffer) -> bool:
+    """Whether a routine called in s takes buf (the routine may touch any of it)."""
+    return bool(collect(s, lambda x: isinstance(x, CallRoutine) and any(p.buffer is buf for p in x.reads + x.writes)))
 
 
 def _common_prefix(paths: list[list[For]]) -> list[For]:

@@ -17,10 +17,12 @@ from ..stmt import (
     BlockRealize,
     BufferRegion,
     BufferStore,
+    CallRoutine,
     Evaluate,
     For,
     IfThenElse,
     IterVar,
+    Pointer,
     PrimFunc,
     Range,
     SeqStmt,
@@ -86,6 +88,9 @@ class _StmtSimplifier:
             case Allocate(buf, body):
                 nb = self.visit(body)
                 return s if nb is body else Allocate(buf, nb)
+            case CallRoutine(_, _, reads, writes, scalars):
+                nr, nw = ([Pointer(p.buffer, self.ex(p.offset)) for p in ps] for ps in (reads, writes))
+                return replace(s, reads=tuple(nr), writes=tuple(nw), scalars=tuple(map(self.ex, scalars)))
             case Block():
                 return self._block(s)
             case BlockRealize(vals, pred, block):

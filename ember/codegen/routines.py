@@ -1,0 +1,59 @@
+"""The routines a `CallRoutine` names (ember.tir.routines: their calling conventions), once per
+code generator: `c_routine` writes a routine's C function into a unit's prelude and gives its
+name; `PYTHON_ROUTINES` are their NumPy twins, which the loop-IR interpreter calls with flat
+arrays and offsets.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import LowerError
+from ..tir.routines import ATTENTION
+from .c_attention import attention as c_attention
+
+if TYPE_CHECKING:
+    from .c_prelude import CPrelude
+
+
+def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
+    """The C function of `routine` with static `params`, added to the prelude `lib`."""
+    if routine == ATTENTION:
+        return c_attention(lib, params["mask"], params["causal"])
+    raise LowerError(f"no C code for the routine {routine!r}")
+
+
+def _attention(params: dict, reads, writes, scalars) -> None:
+    """The attention routine on flat arrays: reads (q, k, v[, mask]) and writes (out,) are
+    (array, offset) pairs; softmax in float64, rounded to float32 once."""
+    q0, nq, s, e, ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs = (int(x) for x in scalars[:11])
+    scale = scalars[11]
+    (q, q_off), (k, k_off), (v, v_off) = reads[:3]
+    (out, o_off), = writes
+    rows = np.arange(q0, q0 + nq)[:, None]
+    keys = np.arange(s)[None, :]
+    qb = q[q_off + rows * q_rs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scale)
+    kb = k[k_off + keys.T * k_rs + np.arange(e)[None, :]].astype(np.float64)
+    vb = v[v_off + keys.T * v_rs + np.arange(ev)[None, :]].astype(np.float64)
+    scores = qb @ kb.T
+    keep = np.ones(scores.shape, bool)
+    if params["causal"]:
+        keep &= keys <= rows
+    if params["mask"] != "none":
+        mask, m_off = reads[3]
+        m = mask[m_off + rows * m_rs + keys * m_cs]
+        if params["mask"] == "bool":
+            keep &= m.astype(bool)
+        else:
+            scores = scores + m
+    scores = np.where(keep, scores, -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top = scores.max(axis=1, keepdims=True)
+        w = np.exp(scores - np.where(np.isneginf(top), 0, top))
+        result = (w @ vb) / w.sum(axis=1, keepdims=True)
+    out[o_off + rows * o_rs + np.arange(ev)[None, :]] = result.astype(out.dtype)
+
+
+PYTHON_ROUTINES = {ATTENTION: _attention}

@@ -1,0 +1,22 @@
+"""The routines a `CallRoutine` may name, and their calling conventions: the operators that emit
+the calls (ember.ops) and the code generators that implement them (ember.codegen.routines) both
+read them here.
+
+attention (params: mask "none" | "bool" | "additive", causal: bool), float32: softmax(q k^T + mask)
+v for the query rows q0 .. q0 + nq - 1 (nq <= ATTENTION_ROWS) of one (batch, head), with an online
+softmax over blocks of keys (a running maximum and sum per row; the accumulated output rescaled
+when the maximum grows), so no row of scores outlives its block of keys.
+
+    reads:   q     q[i, e] at q + i * q_rs + e (the routine multiplies the scores by `scale`)
+             k     k[j, e] at k + j * k_rs + e
+             v     v[j, c] at v + j * v_rs + c
+             mask  (if any) mask[i, j] at mask + i * m_rs + j * m_cs (bool: bytes, additive: float32)
+    writes:  out   out[i, c] at out + i * o_rs + c
+    scalars: q0, nq, S, E, Ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs (int64), scale (float32)
+
+causal keeps key j for query i when j <= i. A row whose keys are all masked out is NaN.
+"""
+
+ATTENTION = "attention"
+ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of 16 lanes)
+ATTENTION_MASKS = ("none", "bool", "additive")
