@@ -68,9 +68,9 @@ class SpecializedModel:
                 shown = ", ".join(f"{n}={_host(self._spec(n), given[n]).tolist()}" for n in self.value_inputs)
                 raise CompileError(
                     f"model {self.name}: the runtime-valued input(s) {list(self.value_inputs)} take a value it was "
-                    f"not compiled for ({shown}), and it is compiled for {self.limit} values already, the most "
-                    "it may be (max_specializations=, EMBER_MAX_SPECIALIZATIONS); raise the limit, or make these "
-                    "inputs constants (initializers) if they do not change")
+                    f"not compiled for ({shown}), and it has {self.limit} specialization(s) already, the limit "
+                    "(the max_specializations= keyword of ember.compile, or EMBER_MAX_SPECIALIZATIONS); raise it, or "
+                    "make these inputs constants (initializers) if they do not change")
             arrays = {t.name: _host(t, given[t.name]) for t in self.inputs}
             model, names = self._build(arrays, self.value_inputs)
             self.value_inputs = names

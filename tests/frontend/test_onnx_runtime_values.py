@@ -96,7 +96,7 @@ def test_limit_exceeded_is_a_clear_error():
     cm(x, _i64(0))
     cm(x, _i64(1))
     cm(x, _i64(0))  # a value compiled for already: no new specialization
-    with pytest.raises(CompileError, match=r"axes=\[2\].*compiled for 2 values already.*EMBER_MAX_SPECIALIZATIONS"):
+    with pytest.raises(CompileError, match=r"axes=\[2\].*2 specialization\(s\) already.*EMBER_MAX_SPECIALIZATIONS"):
         cm(x, _i64(2))
     np.testing.assert_allclose(cm(x, _i64(1)), x.sum(axis=1, keepdims=True), rtol=1e-5)  # still usable
 
@@ -106,7 +106,7 @@ def test_limit_from_the_environment(monkeypatch):
     cm = ember.compile(_reduce())
     x = np.random.default_rng(1).standard_normal((3, 4, 5)).astype(np.float32)
     cm(x, _i64(0))
-    with pytest.raises(CompileError, match="compiled for 1 values already"):
+    with pytest.raises(CompileError, match=r"1 specialization\(s\) already"):
         cm(x, _i64(1))
     monkeypatch.setenv("EMBER_MAX_SPECIALIZATIONS", "0")
     with pytest.raises(ConfigError, match="EMBER_MAX_SPECIALIZATIONS='0'"):
