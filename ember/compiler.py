@@ -25,15 +25,22 @@
 5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
    (and the report of each graph pass).
 
+A graph with nodes whose output size depends on the data (nonzero, unique: ember.ops.dynamic) is
+cut around them first (ember.passes.host_segments): each segment between them goes through the
+steps above as a model of its own, those nodes run on the host, and the result is a
+SegmentedModel (ember.runtime.segmented).
+
 On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
 run on the loop-IR interpreter, called by the entry function's Python twin
 (ember.runtime.interpreted.InterpretedModel), branches and loops included: slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
-ModelProto (ember.frontend.onnx); `load(path)` reads a saved artifact without lowering or
+ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
+gives axes, k, pads, a shape) becomes a SpecializedModel (ember.runtime.specialized), which
+compiles on call one model per value of those inputs; `load(path)` reads a saved artifact without lowering or
 compiling anything.
 
-Options read (ember.config): num_threads, checked, and through the build: cc, cflags, cache_dir.
+Options read (ember.config): num_threads, checked, max_specializations, and through the build: cc, cflags, cache_dir.
 The num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
 compiled.
 """
@@ -41,6 +48,7 @@ compiled.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,17 +72,21 @@ from .codegen.entry import (
     render_entry,
     render_spec,
 )
-from .errors import ArgumentTypeError, CompileError, ConfigError, ShapeError
+from .errors import ArgumentTypeError, CompileError, ConfigError, EmberError, ShapeError
 from .frontend import import_model
 from .graph.core import Dim, Graph, Value, region_key
 from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
+from .ops import get as get_op
 from .ops.control import loop_parts
 from .passes.fuse import Group
+from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport
 from .passes.plan_memory import KernelGraph, MemoryPlan, Step, kernel_graph, next_name, plan_memory
 from .runtime.build import build_library, is_cached
 from .runtime.contract import contract, contract_text
 from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .runtime.segmented import RunStep, SegmentedModel, segment_step
+from .runtime.specialized import SpecializedModel
 from .target import Target, as_target
 
 
@@ -103,7 +115,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   print_ir: str | Sequence[str] | None = None, name: str = "model", num_threads: int | None = None,
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
-                  schedules: ScheduleLookup | None = None, checked: bool | None = None) -> CompiledModel:
+                  schedules: ScheduleLookup | None = None,
+                  checked: bool | None = None) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -127,6 +140,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     if target.kind == "python" and checked:
         raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
     check_graph(graph)
+    if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
+        return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
+                                            num_threads=num_threads, jobs=jobs, target=target, database=database,
+                                            schedules=schedules, checked=checked))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
@@ -182,6 +199,32 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                          source=source, num_threads=num_threads, stats=stats)
 
 
+def _segmented(graph: Graph, name: str, options: dict) -> SegmentedModel:
+    """A graph with nodes whose output size depends on the data: its segments between them
+    compiled, those nodes run on the host with their NumPy reference (ember.runtime.segmented)."""
+    steps = []
+    for k, step in enumerate(host_segments(graph)):
+        if step.graph is not None:
+            steps.append(segment_step(compile_graph(step.graph, name=f"{name}_{k}", **options), step.inputs,
+                                      step.outputs))
+        else:
+            steps.append(RunStep(_host_function(step.node), step.inputs, step.outputs,
+                                 what=f"{step.node.op} ({step.node.name})"))
+    return SegmentedModel(name, [_spec(v) for v in graph.inputs], [v.name for v in graph.outputs], steps,
+                          graph.constants)
+
+
+def _host_function(node):
+    """The node's NumPy reference, its outputs in the node's dtypes."""
+    op = get_op(node.op)
+
+    def run(*arrays):
+        return [np.asarray(o).astype(v.dtype, copy=False) for o, v in zip(op.reference(list(arrays), node.attrs),
+                                                                         node.outputs)]
+
+    return run
+
+
 def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes):
     """The model on the loop-IR interpreter: the same kernels, plan and calls (target "python")."""
     from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
@@ -216,10 +259,45 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
-def compile(model, example_inputs=None, **options) -> CompiledModel:
+def compile(model, example_inputs=None, *, max_specializations: int | None = None,
+            **options) -> CompiledModel | SpecializedModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
-    path or a ModelProto). Options: those of `compile_graph`."""
-    return compile_graph(import_model(model, example_inputs), **options)
+    path or a ModelProto). Options: those of `compile_graph`. An ONNX model with runtime-valued
+    inputs (a graph input giving axes, k, pads, scales, a shape) is a SpecializedModel, compiled on
+    call for each value of those, for at most `max_specializations` values (default: the
+    max_specializations option)."""
+    limit = config.resolve("max_specializations", max_specializations)
+    try:
+        graph = import_model(model, example_inputs)
+    except EmberError as e:
+        value_inputs = _runtime_valued(e)
+        if not value_inputs:
+            raise
+        return _specialized(model, value_inputs, limit, options)
+    return compile_graph(graph, **options)
+
+
+def _runtime_valued(e: EmberError) -> tuple[str, ...]:
+    """The graph inputs an ONNX import needed the values of (a ConstantInputError's), else ()."""
+    onnx_frontend = sys.modules.get("ember.frontend.onnx")  # (loaded, if it raised the error)
+    return e.inputs if onnx_frontend is not None and isinstance(e, onnx_frontend.ConstantInputError) else ()
+
+
+def _specialized(model, value_inputs: tuple[str, ...], limit: int, options: dict) -> SpecializedModel:
+    """The ONNX model compiled per value of its runtime-valued inputs (ember.runtime.specialized)."""
+    from .frontend.onnx import load_model
+    from .frontend.onnx.values import graph_inputs, import_specialized
+
+    proto = load_model(model)
+    config.threads(options.get("num_threads"))  # (the keywords checked now, not at the first call)
+    as_target(options.get("target", "c"), cc=options.get("cc"), cflags=options.get("cflags"))
+
+    def build(arrays: dict[str, np.ndarray], names: tuple[str, ...]):
+        graph, names = import_specialized(proto, arrays, names)
+        return compile_graph(graph, **options), names
+
+    inputs = [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in graph_inputs(proto)]
+    return SpecializedModel(options.get("name", "model"), inputs, value_inputs, build, limit)
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:

@@ -98,6 +98,25 @@ class Threads:
 
 
 @dataclass(frozen=True)
+class Count:
+    """A number of things ember keeps: an integer >= 1."""
+
+    allowed = "an integer >= 1"
+
+    def parse(self, text: str, where: str) -> int:
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise ValueError("not an integer")
+        return self.check(int(text), where)
+
+    def check(self, value, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"not an integer (a {type(value).__name__})")
+        if value < 1:
+            raise ValueError("less than 1")
+        return int(value)
+
+
+@dataclass(frozen=True)
 class Boolean:
     allowed = f"one of {', '.join(TRUE)} (on) or {', '.join(FALSE)} (off), in any case"
 
@@ -243,7 +262,7 @@ class Option:
     default: object  # a callable: computed when read
     env: str
     description: str
-    kind: Threads | Boolean | Command | Flags | Folder | PassNames
+    kind: Threads | Count | Boolean | Command | Flags | Folder | PassNames
 
     def default_value(self):
         return self.default() if callable(self.default) else self.default
@@ -287,6 +306,9 @@ OPTIONS = {
                "raise instead of corrupting memory (TRITON_DEBUG is read too)", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
+        Option("max_specializations", 8, "EMBER_MAX_SPECIALIZATIONS",
+               "the most values of a model's runtime-valued inputs (ONNX axes, k, pads, scales given as graph "
+               "inputs) compiled for, one specialization each, per compiled model", Count()),
     ]
 }
 

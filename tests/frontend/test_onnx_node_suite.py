@@ -5,10 +5,11 @@ The onnx wheel ships the generators of these tests, not their data files, so the
 built in memory (onnx.backend.test.case.node.collect_testcases, ~10 s). Every case runs as
 ONNX generates it, in its own opset (7 to the newest). A case is skipped, with the reason, when
 ember lacks the form it tests (UnsupportedOpError from a converter, an OnnxImportError such as
-an unsupported dtype); an ember operator missing from the library fails. A graph input that
-ember needs as a constant (a shape, axes, pads) is made an initializer of its test data, and
-the import retried. Outputs are compared with ONNX's tolerances for each case. `pytest -rs`
-lists the skips; docs/onnx.md has the table of the reasons.
+an unsupported dtype); an ember operator missing from the library fails. A graph input whose
+value ember needs at import (a shape, axes, pads: a runtime-valued input) is read from the
+case's data, and the graph specialized for it, as a compiled model does per call. Outputs are
+compared with ONNX's tolerances for each case. `pytest -rs` lists the skips; docs/onnx.md has the
+table of the reasons.
 """
 
 import functools
@@ -19,8 +20,7 @@ import onnx
 import pytest
 
 from ember.frontend.onnx import ConstantInputError, OnnxImportError, import_onnx
-from ember.frontend.onnx.node import sanitize
-from ember.graph.core import Value
+from ember.frontend.onnx.values import graph_inputs, import_specialized
 from ember.ops import UnsupportedOpError
 from ember.ops.evaluate import evaluate
 
@@ -40,23 +40,6 @@ def node_cases():
         return {c.name: c for c in collect_testcases() if c.kind == "node" and c.model is not None}
 
 
-def _make_constant(model: onnx.ModelProto, inputs: list[np.ndarray], names: set[str]):
-    """The model with the graph inputs of these (ember value) names made initializers of their data."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    keep = [sanitize(vi.name) not in names for vi in model.graph.input]
-    model.graph.initializer.extend(onnx.numpy_helper.from_array(x, vi.name)
-                                   for vi, x, k in zip(model.graph.input, inputs, keep) if not k)
-    kept = [vi for vi, k in zip(model.graph.input, keep) if k]
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    return model, [x for x, k in zip(inputs, keep) if k]
-
-
-def _sources(v: Value) -> set[str]:
-    """The names of the graph inputs and constants that value v is computed from."""
-    return {v.name} if v.node is None else set().union(*(_sources(u) for u in v.node.inputs))
-
-
 def _array(x) -> np.ndarray:
     """Test data is given as arrays or as TensorProtos (a list: an ONNX sequence, kept as it is)."""
     if isinstance(x, list):
@@ -65,16 +48,18 @@ def _array(x) -> np.ndarray:
 
 
 def _import(model: onnx.ModelProto, inputs: list[np.ndarray]):
-    """The graph and its inputs; skips the case where ember lacks what it tests."""
+    """The graph and the inputs it takes; skips the case where ember lacks what it tests. A graph
+    input whose value ember needs at import (axes, k, pads, a shape) is read from the case's
+    data: the graph is specialized for it (ember.frontend.onnx.values), as ember.compile does at
+    call time."""
     try:
-        while True:
-            try:
-                return import_onnx(model), inputs
-            except ConstantInputError as e:
-                names = _sources(e.value) & {sanitize(vi.name) for vi in model.graph.input}
-                if not names:
-                    raise
-                model, inputs = _make_constant(model, inputs, names)
+        try:
+            return import_onnx(model), inputs
+        except ConstantInputError:
+            types = graph_inputs(model)
+            values = {n: np.asarray(x).astype(t.dtype, copy=False) for (n, t), x in zip(types, inputs)}
+            graph, constant = import_specialized(model, values)
+            return graph, [x for (n, _), x in zip(types, inputs) if n not in constant]
     except UnsupportedOpError as e:
         if any(op.islower() and "." not in op for op, _ in e.missing):  # ember's operators are lower case
             raise

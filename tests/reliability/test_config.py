@@ -228,6 +228,8 @@ def _valid(name: str, value) -> bool:
     match name:
         case "num_threads":
             return isinstance(value, int) and 0 <= value <= config.max_threads()
+        case "max_specializations":
+            return isinstance(value, int) and value >= 1
         case "debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug":
             return isinstance(value, bool)
         case "cc":
@@ -266,7 +268,8 @@ KEYWORD_VALUES = st.one_of(TEXT, st.integers(-2**70, 2**70), st.floats(), st.boo
 
 
 @pytest.mark.parametrize(("name", "keyword"), [("num_threads", "num_threads"), ("cc", "cc"), ("cflags", "cflags"),
-                                               ("print_ir", "print_ir"), ("disable_passes", "disabled_passes")])
+                                               ("print_ir", "print_ir"), ("disable_passes", "disabled_passes"),
+                                               ("max_specializations", "max_specializations")])
 @settings(max_examples=60, deadline=None)
 @given(value=KEYWORD_VALUES)
 def test_any_keyword_value_is_valid_or_a_config_error(name, keyword, value):

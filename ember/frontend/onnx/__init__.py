@@ -4,8 +4,11 @@
 - node.py: what a converter sees while one node is converted (`NodeContext`), constants as arrays;
 - registry.py: the table from ONNX op types and operator versions to converters (`@converts`);
 - functions.py: function ops without a converter, expanded from their ONNX function bodies;
+- values.py: runtime-valued inputs (axes, k, pads given as graph inputs): the model imported for
+  given values of them (what ember.compile's per-value specialization imports);
 - converters/: the converters, one module per family (elementwise, nn, shape; legacy: the older
-  forms of operators; fused: function ops as one ember operator).
+  forms of operators; fused: function ops as one ember operator; dynamic: output sizes decided
+  by the data).
 
 Every default-domain opset from 7 (MIN_OPSET) to the newest onnx knows (MAX_OPSET); docs/onnx.md.
 """

@@ -44,6 +44,7 @@ from . import converters  # noqa: F401  (registers the converters)
 from .converters.control import implicit_inputs
 from .functions import DEFAULT_DOMAINS, function_body
 from .node import (
+    ConstantInputError,
     ExpandInstead,
     Importer,
     NodeContext,
@@ -63,14 +64,26 @@ MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
-                input_shapes: Mapping[str, Sequence[Dim]] | None = None) -> Graph:
+                input_shapes: Mapping[str, Sequence[Dim]] | None = None,
+                input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
     """The ember graph of an ONNX model (a file path or a loaded ModelProto). `input_shapes`
     gives graph inputs (by ONNX name) other shapes than the model declares, typically static
-    sizes for its dynamic dimensions: {"input": (1, 3, 224, 224)}."""
+    sizes for its dynamic dimensions: {"input": (1, 3, 224, 224)}. `input_values` gives graph
+    inputs (by ONNX name) values, with which they import as constants and are no longer inputs
+    of the graph: the specialization of a model for the values of its runtime-valued inputs
+    (a ConstantInputError names them in its `inputs`; ember.compile does this by itself,
+    docs/onnx.md)."""
     proto = load_model(model)
     importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto) or MAX_OPSET)
-    env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}))
-    _convert_nodes(importer, proto.graph.node, importer.opset, env)
+    env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}), dict(input_values or {}))
+    inputs = {id(v): name for name, v in env.items() if isinstance(v, Value)}
+    try:
+        _convert_nodes(importer, proto.graph.node, importer.opset, env)
+    except ConstantInputError as e:
+        e.inputs = _input_sources(e.value, inputs)
+        e.add_note(f"it is computed from the graph input(s) {list(e.inputs)}: ember.compile specializes the model "
+                   "for their values at run time, import_onnx(..., input_values={...}) imports it for given values")
+        raise
     _check_value_info(importer, proto.graph, env)
     importer.graph.set_outputs(_graph_outputs(importer, proto.graph, env))
     return importer.graph
@@ -144,8 +157,10 @@ def value_type(vi: onnx.ValueInfoProto, what: str) -> TensorType:
     return TensorType(tuple(dims), dtype)
 
 
-def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequence[Dim]]) -> dict[str, Tensor]:
-    """Initializers as arrays, then the inputs that no initializer gives a value as graph inputs."""
+def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequence[Dim]],
+                  values: dict[str, np.ndarray]) -> dict[str, Tensor]:
+    """Initializers as arrays, then the inputs that no initializer gives a value as graph inputs
+    (or, those that `values` gives one, as arrays)."""
     if g.sparse_initializer:
         raise OnnxImportError("sparse initializers are not supported")
     graph = importer.graph
@@ -155,16 +170,47 @@ def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequ
         env[init.name] = onnx.numpy_helper.to_array(init)
         importer.name_array(env[init.name], init.name)
     inputs = [vi for vi in g.input if vi.name not in env]
-    unknown = set(shapes) - {vi.name for vi in inputs}
-    if unknown:
-        raise OnnxImportError(f"input_shapes names {sorted(unknown)}, which are not inputs of the model; its "
-                              f"inputs are {[vi.name for vi in inputs]}")
+    for what, given in (("input_shapes", shapes), ("input_values", values)):
+        unknown = set(given) - {vi.name for vi in inputs}
+        if unknown:
+            raise OnnxImportError(f"{what} names {sorted(unknown)}, which are not inputs of the model; its "
+                                  f"inputs are {[vi.name for vi in inputs]}")
     for vi in inputs:
         t = value_type(vi, "graph input")
+        if vi.name in values:
+            env[vi.name] = _input_value(vi.name, t, values[vi.name])
+            importer.name_array(env[vi.name], vi.name)
+            continue
         if vi.name in shapes:
             t = _override(vi.name, t, tuple(shapes[vi.name]))
         env[vi.name] = graph.add_input(graph.fresh_name(sanitize(vi.name)), t)
     return env
+
+
+def _input_value(name: str, declared: TensorType, value) -> np.ndarray:
+    """The value given for graph input `name`, if it has the declared dtype, rank and static sizes."""
+    a = np.asarray(value)
+    if a.dtype.name != declared.dtype or a.ndim != declared.rank or \
+            any(isinstance(d, int) and d != n for d, n in zip(declared.shape, a.shape)):
+        raise OnnxImportError(f"input_values gives input {name!r} a {a.dtype.name} array of shape {a.shape}, but "
+                              f"the model declares {declared}")
+    return a
+
+
+def _input_sources(value: Value, inputs: dict[int, str]) -> tuple[str, ...]:
+    """The (ONNX names of the) graph inputs among `inputs` that `value` is computed from, in the
+    order of `inputs`."""
+    seen, stack, found = set(), [value], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if id(v) in inputs:
+            found.add(id(v))
+        elif v.node is not None:
+            stack.extend(v.node.inputs)
+    return tuple(name for k, name in inputs.items() if k in found)
 
 
 def _override(name: str, declared: TensorType, shape: tuple[Dim, ...]) -> TensorType:

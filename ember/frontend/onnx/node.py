@@ -52,11 +52,13 @@ class OnnxImportError(EmberError, ValueError):
 
 class ConstantInputError(OnnxImportError):
     """An input that ember needs as a constant (a shape, axes, pads) is computed at run time:
-    from `value`, a graph value."""
+    from `value`, a graph value; `inputs`: the ONNX names of the graph inputs it is computed from
+    (set by the importer), the runtime-valued inputs a compiled model specializes on."""
 
     def __init__(self, message: str, value: Value):
         super().__init__(message)
         self.value = value
+        self.inputs: tuple[str, ...] = ()
 
 
 class ExpandInstead(Exception):  # noqa: N818  (a signal, not an error)

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (each registers its converters)
     composite,
     control,
+    dynamic,
     einsum,
     elementwise,
     fused,
