@@ -45,10 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import config
+from . import config, dims
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
-from .codegen.entry import Copy, KernelCall, Ref, render_entry, render_spec
+from .codegen.entry import Copy, KernelCall, Ref, SizeExpr, render_entry, render_spec
 from .errors import ArgumentTypeError, ConfigError, ShapeError
 from .frontend import import_model
 from .graph.core import Graph, Value
@@ -117,6 +117,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         schedules = database.schedules(target.key)
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
+    ranges = graph.ranges
     graph = fused.graph
     symbols = _symbols(graph)
 
@@ -142,6 +143,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         inputs=tuple(_spec(v) for v in graph.inputs),
         outputs=tuple(_spec(v) for v in graph.outputs),
         symbols=tuple(symbols),
+        ranges={s: ranges[s] for s in symbols if s in ranges},
         weights=tuple(refs.weights),
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
                       for k in lowered.kernels),
@@ -172,8 +174,7 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
 
     def arg(ref: Ref, v: Value):
-        dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
-        return ref, dims, v.dtype
+        return ref, tuple(_sizes(d, list(spec.symbols)) for d in v.shape), v.dtype
 
     entry = InterpretedEntry(lowered.kernels, [
         InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
@@ -185,10 +186,12 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
-def compile(model, example_inputs=None, **options) -> CompiledModel:
-    """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
-    path or a ModelProto). Options: those of `compile_graph`."""
-    return compile_graph(import_model(model, example_inputs), **options)
+def compile(model, example_inputs=None, *, dynamic_shapes=None, **options) -> CompiledModel:
+    """Compile a Graph, a torch.nn.Module (traced with `example_inputs`; `dynamic_shapes` is
+    torch.export's specification, e.g. ({1: torch.export.Dim("seq", min=1, max=512)},): one
+    compile serves every size in range), or an ONNX model (a path or a ModelProto). Options:
+    those of `compile_graph`."""
+    return compile_graph(import_model(model, example_inputs, dynamic_shapes=dynamic_shapes), **options)
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
@@ -206,16 +209,26 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
 
 # -- checks -----------------------------------------------------------------------------------
 def _symbols(graph: Graph) -> list[str]:
-    """The symbolic dimensions, in order of first appearance in the inputs; every other value's
-    symbols must be among them."""
-    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
-    for n in graph.nodes:
-        for v in n.outputs:
-            unbound = [d for d in v.shape if isinstance(d, str) and d not in symbols]
-            if unbound:
-                raise ShapeError(f"graph {graph.name}: %{v.name} (node {n.name}: {n.op}) has dimension(s) "
-                                 f"{unbound} that no input has, so a call cannot bind them")
+    """The symbols, in order of first appearance as an input dimension of their own (each call
+    binds them there); every other dimension, of inputs and values alike, may be an expression of
+    them only (ember.dims)."""
+    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if dims.is_symbol(d)))
+    for v in [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]:
+        unbound = [d for d in v.shape if any(s not in symbols for s in dims.symbols_of(d))]
+        if unbound:
+            where = f"node {v.node.name}: {v.node.op}" if v.node is not None else "an input"
+            raise ShapeError(f"graph {graph.name}: %{v.name} ({where}) has dimension(s) {unbound} that no input has "
+                             "(a symbol must be a dimension of its own of some input), so a call cannot bind them")
     return symbols
+
+
+def _sizes(d, symbols: list[str]) -> int | Ref | SizeExpr:
+    """A dimension as the entry function computes it from its `sizes` (the symbols' values)."""
+    if dims.is_symbol(d):
+        return Ref("size", symbols.index(d))
+    if isinstance(d, str):
+        return SizeExpr(tuple((tuple(symbols.index(s) for s in m), c) for m, c in dims.parse(d).terms))
+    return int(d)
 
 
 def _spec(v: Value) -> TensorSpec:
@@ -260,6 +273,6 @@ class _Refs:
         for k, v in enumerate(self.graph.outputs):
             if self.outputs[id(v)] == k and id(v) in self.produced:
                 continue
-            dims = tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
-            out.append(Copy(Ref("output", k), self.of(v), dims, np.dtype(v.dtype).itemsize))
+            sizes = tuple(_sizes(d, self.symbols) for d in v.shape)
+            out.append(Copy(Ref("output", k), self.of(v), sizes, np.dtype(v.dtype).itemsize))
         return out

@@ -91,7 +91,7 @@ def _reference_matmul(inputs, attrs):
 def _broadcast_te(x, y):
     rank = max(len(x), len(y))
     x, y = (None,) * (rank - len(x)) + tuple(x), (None,) * (rank - len(y)) + tuple(y)
-    return [q if p is None or as_int(p) == 1 else p for p, q in zip(x, y)]
+    return [q if p is None or (as_int(p) == 1 and q is not None) else p for p, q in zip(x, y)]
 
 
 def product(a, b, trans_a: bool = False, trans_b: bool = False):
