@@ -40,11 +40,12 @@ from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .layout import layout
+from .pad_gemv import pad_gemv
 
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_transposes, simplify, cse, fold_batch_norm,
-                                                    layout, dce)}
+                                                    pad_gemv, layout, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -59,8 +60,10 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "fold_constants", "dce"],
-    3: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "layout", "fold_constants", "dce"],
+    2: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "pad_gemv", "layout",
+        "fold_constants", "dce"],
+    3: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "pad_gemv", "layout",
+        "fold_constants", "dce"],
 }
 
 

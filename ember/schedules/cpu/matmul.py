@@ -25,14 +25,15 @@ def schedule_matmul(s, outputs):
         mr = 1 if m == 1 else 2 if m < 8 else 4
         _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
         return None
+    row_axis = out.ndim - 2 if rows else None
+    if m == 1 and n is not None:  # a GEMV: wide rows of b streamed, accumulators in L1
+        nr = next((w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0), GEMV_COLS)
+        prepare(s, outputs, anchor)
+        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
+        return None
     if lanes_dividing(n) is None:
         return False
     prepare(s, outputs, anchor)
-    row_axis = out.ndim - 2 if rows else None
-    if m == 1:  # a GEMV: wide rows of b streamed, accumulators in L1
-        nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
-        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
-        return None
     mr, nr = register_tile(m, n)
     tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
     return None
