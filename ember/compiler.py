@@ -3,8 +3,9 @@
 `compile_graph(graph)`:
 1. checks the graph (ember.checks: it has outputs, every operator is known, no tensor is larger
    than the machine's memory); after the graph passes of the optimization level
-   (ember.passes.pipeline), every symbolic dimension must be a dimension of some input (so each
-   call can bind it);
+   (ember.passes.pipeline), every symbol must be a dimension of its own of some input (so each
+   call can bind it), every other symbolic dimension an expression of those (ember.dims); the
+   symbols' ranges (Graph.ranges) go into the spec, checked at each call;
 2. groups the nodes into kernels and lowers one kernel per group (ember.lowering, the path the
    tuner's task extraction takes too: `partition` runs the passes and ember.passes.fuse;
    `lower_groups` makes each group's te with `ember.schedules.apply.group_kernel`, schedules it with

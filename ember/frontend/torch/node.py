@@ -7,7 +7,8 @@ An argument of a node arrives at its handler as one of:
 - a `Const`: a torch tensor known at import time (a weight, a buffer, a folded subgraph); it
   becomes a graph constant only when an ember node uses it (`Builder.v`);
 - a Python number, bool, string, None or list of them, as in the ATen schema; a symbolic size
-  arrives as the symbol's name (str).
+  arrives as a dimension string (ember.dims: "past", "past + 1"); `operand` turns one used as a
+  value into a `size` node (ember.ops.sizes).
 
 A handler raises `Unsupported` for a variant of an operator that ember cannot take (the importer
 lists it with every other problem of the model at once).
@@ -37,8 +38,8 @@ TORCH_TO_EMBER = {
 
 
 class FrontendError(EmberError, ValueError):
-    """A model the importer cannot represent (a dtype, a symbolic size expression, an output
-    kind) or a mapping whose result disagrees with what torch says the node computes."""
+    """A model the importer cannot represent (a dtype, a size that is no polynomial of symbols,
+    an output kind) or a mapping whose result disagrees with what torch says the node computes."""
 
 
 class Unsupported(EmberError):
