@@ -116,3 +116,15 @@ def test_dynamic_shapes_is_for_torch_modules():
     g.set_outputs([y])
     with pytest.raises(ArgumentTypeError, match="dynamic_shapes is torch.export's specification"):
         ember.compile(g, dynamic_shapes=({0: SEQ},))
+
+
+def test_dynamic_shapes_by_argument_name():
+    class Scale(nn.Module):
+        def forward(self, x, y):
+            return x * 2 + y.sum()
+
+    batch = torch.export.Dim("batch", min=2, max=16)
+    cm = ember.compile(Scale(), (torch.randn(3, 4), torch.randn(5)), dynamic_shapes={"x": {0: batch}, "y": None})
+    assert cm.spec.inputs[0].shape == ("batch", 4) and cm.spec.ranges == {"batch": (2, 16)}
+    x, y = torch.randn(9, 4), torch.randn(5)
+    np.testing.assert_allclose(cm(x, y).numpy(), (x * 2 + y.sum()).numpy(), rtol=1e-6, atol=1e-6)
