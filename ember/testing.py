@@ -150,7 +150,7 @@ def bind_symbols(in_types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -
     sizes: dict[str, int] = {}
     for t, a in zip(in_types, arrays):
         for d, n in zip(t.shape, a.shape):
-            if isinstance(d, str) and sizes.setdefault(d, n) != n:
+            if dims.is_symbol(d) and sizes.setdefault(d, n) != n:
                 raise ShapeError(f"symbol {d!r} is bound to both {sizes[d]} and {n}")
     return sizes
 
