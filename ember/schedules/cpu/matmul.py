@@ -33,7 +33,7 @@ def schedule_matmul(s, outputs):
         # the widest tile that leaves at least GEMV_TILES tiles to share among the threads
         widths = (GEMV_COLS, 256, 128, 64, 32, 16, 8)
         nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == 64)),
-                  next((w for w in widths if n % w == 0), GEMV_COLS))
+                  next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
         prepare(s, outputs, anchor)
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
         return None
