@@ -13,7 +13,8 @@ with the cache length a symbol, the cache explicit tensors in and out; torch eag
 step module; transformers' generate uses its DynamicCache. All three must give the same greedy
 tokens (checked). A first process compiles and saves ember's models; each timing process loads
 one runtime only (idle threads of one runtime never slow another) and the runtimes take turns
-over --rounds rounds; each figure is the best round's median time per token (prefill excluded).
+over --rounds rounds; each figure is the best round's median time per token (prefill excluded:
+ember's and eager's loops time each step, generate's is the difference of N tokens and 1).
 
     python benchmarks/decode.py [--small] [--tokens 64] [--prompt 8] [--rounds 2] [--threads 2]
 """
@@ -90,18 +91,22 @@ def gemv_chain(layers: int = 12, d: int = 768):
     return g
 
 
-def per_token(run, tokens: int, repeat: int) -> float:
-    """The median over `repeat` generations of (time of `tokens` tokens - time of 1 token) / (tokens - 1):
-    the decode steps alone, the prefill and the first token's setup excluded."""
-    times = []
+def per_token(run, tokens: int, repeat: int, timed_steps: bool) -> float:
+    """Seconds per decode step, the prefill excluded: the median of the steps' own times where the
+    loop times each step (`timed_steps`: run(n, times)), else the difference of the medians of
+    generating `tokens` tokens and 1 token, over (tokens - 1)."""
+    if timed_steps:
+        times: list[float] = []
+        for _ in range(repeat):
+            run(tokens, times)
+        return statistics.median(times)
+    whole, one = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
-        run(1)
-        one = time.perf_counter() - t
-        t = time.perf_counter()
-        run(tokens)
-        times.append((time.perf_counter() - t - one) / (tokens - 1))
-    return statistics.median(times)
+        for n, into in ((1, one), (tokens, whole)):
+            t = time.perf_counter()
+            run(n, None)
+            into.append(time.perf_counter() - t)
+    return (statistics.median(whole) - statistics.median(one)) / (tokens - 1)
 
 
 def worker(args, folder: Path) -> dict:
@@ -130,14 +135,17 @@ def worker(args, folder: Path) -> dict:
     if args.worker == "ember":
         prefill = ember.load(folder / "prefill", num_threads=args.threads)
         step = ember.load(folder / "step", num_threads=args.threads)
-        run = lambda n: ember_generate(prefill, step, prompt, n)
+        run = lambda n, times: ember_generate(prefill, step, prompt, n, times)
     else:
         model = gpt2_lm(small=args.small)
         p = torch.from_numpy(prompt)
-        generate = torch_generate if args.worker == "eager" else hf_generate
-        run = lambda n: generate(model, p, n)
-    run(4)  # warm up
-    return {"s_per_token": per_token(run, args.tokens, args.repeat)}
+        if args.worker == "eager":
+            run = lambda n, times: torch_generate(model, p, n, times)
+        else:
+            run = lambda n, times: hf_generate(model, p, n)
+    run(4, None)  # warm up
+    repeat = args.repeat if args.worker != "generate" else max(args.repeat, 3)
+    return {"s_per_token": per_token(run, args.tokens, repeat, timed_steps=args.worker != "generate")}
 
 
 def main():

@@ -16,6 +16,8 @@ with its DynamicCache. Greedy: each token is the argmax of the last logits.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from torch import nn
@@ -71,25 +73,32 @@ def compile_decode(model: nn.Module, prompt_len: int, max_len: int, **options):
     return prefill, decode
 
 
-def ember_generate(prefill, decode, prompt: np.ndarray, steps: int) -> list[int]:
-    """Greedy tokens: the prefill, then `steps - 1` decode steps, each token fed back."""
+def ember_generate(prefill, decode, prompt: np.ndarray, steps: int, times: list | None = None) -> list[int]:
+    """Greedy tokens: the prefill, then `steps - 1` decode steps, each token fed back (the time of
+    each step appended to `times`)."""
     logits, *kv = prefill(prompt)
     tokens = [int(np.argmax(logits[0]))]
     for _ in range(steps - 1):
+        start = time.perf_counter()
         logits, *kv = decode(np.array([[tokens[-1]]], dtype=np.int64), *kv)
         tokens.append(int(np.argmax(logits[0])))
+        if times is not None:
+            times.append(time.perf_counter() - start)
     return tokens
 
 
 @torch.no_grad()
-def torch_generate(model: nn.Module, prompt: torch.Tensor, steps: int) -> list[int]:
+def torch_generate(model: nn.Module, prompt: torch.Tensor, steps: int, times: list | None = None) -> list[int]:
     """The same greedy loop on the same Step module, eagerly."""
     step = Step(model).eval()
     logits, *kv = step(prompt)
     tokens = [int(logits[0].argmax())]
     for _ in range(steps - 1):
+        start = time.perf_counter()
         logits, *kv = step(torch.tensor([[tokens[-1]]]), *kv)
         tokens.append(int(logits[0].argmax()))
+        if times is not None:
+            times.append(time.perf_counter() - start)
     return tokens
 
 
