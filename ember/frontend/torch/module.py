@@ -24,6 +24,8 @@ nor Dynamo compiling a frame in another thread. Converting the traced graph runs
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
@@ -115,8 +117,6 @@ def _symbol_names(ep: ExportedProgram, model: torch.nn.Module, example_inputs: t
     {axis: Dim} or a sequence of Dim | None."""
     if dynamic_shapes is None:
         return {}
-    import inspect
-
     arguments, grouped, k = [], [], 0  # forward's arguments, the example inputs as they bind them
     for p in inspect.signature(model.forward).parameters.values():
         if k >= len(example_inputs):

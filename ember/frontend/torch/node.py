@@ -104,8 +104,8 @@ class Builder:
         names = {str(s): self.symbols.setdefault(str(s), str(s)) for s in expr.free_symbols}
         poly = expr.as_poly() if all(s.is_Symbol for s in expr.free_symbols) else None
         if poly is None or not all(c.is_Integer for c in poly.coeffs()):
-            raise FrontendError(f"size {expr} is not a polynomial of symbols with integer coefficients; ember's "
-                                "symbolic dimensions are (give this dimension a static size)")
+            raise FrontendError(f"size {expr} is not a polynomial of symbols with integer coefficients, which "
+                                "ember's symbolic dimensions are (give this dimension a static size)")
         terms = []
         for powers, c in poly.terms():
             factors = [names[str(g)] for g, n in zip(poly.gens, powers) for _ in range(n)]
