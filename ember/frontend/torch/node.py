@@ -102,8 +102,8 @@ class Builder:
         if expr.is_Integer:
             return int(expr)
         names = {str(s): self.symbols.setdefault(str(s), str(s)) for s in expr.free_symbols}
-        poly = expr.as_poly() if all(s.is_Symbol for s in expr.free_symbols) else None
-        if poly is None or not all(c.is_Integer for c in poly.coeffs()):
+        poly = expr.as_poly()
+        if poly is None or not all(g.is_Symbol for g in poly.gens) or not all(c.is_Integer for c in poly.coeffs()):
             raise FrontendError(f"size {expr} is not a polynomial of symbols with integer coefficients, which "
                                 "ember's symbolic dimensions are (give this dimension a static size)")
         terms = []
