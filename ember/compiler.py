@@ -3,8 +3,9 @@
 `compile_graph(graph)`:
 1. checks the graph (ember.checks: it has outputs, every operator is known, no tensor is larger
    than the machine's memory); after the graph passes of the optimization level
-   (ember.passes.pipeline), every symbolic dimension must be a dimension of some input (so each
-   call can bind it);
+   (ember.passes.pipeline), every symbol must be a dimension of its own of some input (so each
+   call can bind it), every other symbolic dimension an expression of those (ember.dims); the
+   symbols' ranges (Graph.ranges) go into the spec, checked at each call;
 2. groups the nodes into kernels and lowers one kernel per group (ember.lowering, the path the
    tuner's task extraction takes too: `partition` runs the passes and ember.passes.fuse;
    `lower_groups` makes each group's te with `ember.schedules.apply.group_kernel`, schedules it with
@@ -56,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import config
+from . import config, dims
 from .checks import check_graph, check_model_fits
 from .codegen.c import CRenderer
 from .codegen.entry import (
@@ -66,6 +67,7 @@ from .codegen.entry import (
     KernelCall,
     Loop,
     Ref,
+    SizeExpr,
     Slice,
     Stmt,
     kernel_calls,
@@ -150,6 +152,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         schedules = database.schedules(target.key)
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
+    ranges = graph.ranges
     graph = fused.graph
     _check_loops(graph)
     symbols = _symbols(graph)
@@ -173,6 +176,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         inputs=tuple(_spec(v) for v in graph.inputs),
         outputs=tuple(_spec(v) for v in graph.outputs),
         symbols=tuple(symbols),
+        ranges={s: ranges[s] for s in symbols if s in ranges},
         weights=tuple(refs.weights),
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
                       for k in lowered.kernels),
@@ -230,8 +234,7 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
 
     def arg(ref: Ref, v: Value):
-        dims = tuple(Ref("size", spec.symbols.index(d)) if isinstance(d, str) else int(d) for d in v.shape)
-        return ref, dims, v.dtype
+        return ref, tuple(_sizes(d, list(spec.symbols)) for d in v.shape), v.dtype
 
     interpreted = iter([
         InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
@@ -259,16 +262,18 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
-def compile(model, example_inputs=None, *, max_specializations: int | None = None,
+def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializations: int | None = None,
             **options) -> CompiledModel | SpecializedModel:
-    """Compile a Graph, a torch.nn.Module (traced with `example_inputs`), or an ONNX model (a
-    path or a ModelProto). Options: those of `compile_graph`. An ONNX model with runtime-valued
+    """Compile a Graph, a torch.nn.Module (traced with `example_inputs`; `dynamic_shapes` is
+    torch.export's specification, e.g. ({1: torch.export.Dim("seq", min=1, max=512)},): one
+    compile serves every size in range), or an ONNX model (a path or a ModelProto). Options:
+    those of `compile_graph`. An ONNX model with runtime-valued
     inputs (a graph input giving axes, k, pads, scales, a shape) is a SpecializedModel, compiled on
     call for each value of those, for at most `max_specializations` values (default: the
     max_specializations option)."""
     limit = config.resolve("max_specializations", max_specializations)
     try:
-        graph = import_model(model, example_inputs)
+        graph = import_model(model, example_inputs, dynamic_shapes=dynamic_shapes)
     except EmberError as e:
         value_inputs = _runtime_valued(e)
         if not value_inputs:
@@ -315,20 +320,23 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
 
 # -- checks -----------------------------------------------------------------------------------
 def _symbols(graph: Graph) -> list[str]:
-    """The symbolic dimensions, in order of first appearance in the inputs; every other value's
-    symbols (in regions too) must be among them."""
-    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if isinstance(d, str)))
+    """The symbols, in order of first appearance as an input dimension of their own (each call
+    binds them there); every other dimension, of inputs and values alike (in regions too), may be
+    an expression of them only (ember.dims)."""
+    symbols = list(dict.fromkeys(d for v in graph.inputs for d in v.shape if dims.is_symbol(d)))
 
-    def check(g: Graph) -> None:
+    def check(g: Graph, values) -> None:
+        for v in values:
+            unbound = [d for d in v.shape if any(s not in symbols for s in dims.symbols_of(d))]
+            if unbound:
+                where = f"node {v.node.name}: {v.node.op}" if v.node is not None else "an input"
+                raise ShapeError(f"graph {graph.name}: %{v.name} ({where}) has dimension(s) {unbound} that no input "
+                                 "has (a symbol must be a dimension of its own of some input), so a call cannot "
+                                 "bind them")
         for n in g.nodes:
-            for v in n.outputs:
-                unbound = [d for d in v.shape if isinstance(d, str) and d not in symbols]
-                if unbound:
-                    raise ShapeError(f"graph {graph.name}: %{v.name} (node {n.name}: {n.op}) has dimension(s) "
-                                     f"{unbound} that no input has, so a call cannot bind them")
             for r in n.regions:
-                check(r)
-    check(graph)
+                check(r, [v for m in r.nodes for v in m.outputs])
+    check(graph, [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)])
     return symbols
 
 
@@ -349,6 +357,15 @@ def _check_loops(graph: Graph) -> None:
                                "known only at run time here (a trip count that is not a constant, or a condition "
                                "that may stop it early); ember compiles loops whose scan outputs have a static "
                                "length (ember.ops.evaluate runs the others)")
+
+
+def _sizes(d, symbols: list[str]) -> int | Ref | SizeExpr:
+    """A dimension as the entry function computes it from its `sizes` (the symbols' values)."""
+    if dims.is_symbol(d):
+        return Ref("size", symbols.index(d))
+    if isinstance(d, str):
+        return SizeExpr(tuple((tuple(symbols.index(s) for s in m), c) for m, c in dims.parse(d).terms))
+    return int(d)
 
 
 def _spec(v: Value) -> TensorSpec:
@@ -413,8 +430,8 @@ class _Refs:
             self.arrays[id(data)] = index
         return self.arrays[id(data)]
 
-    def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref, ...]:
-        return tuple(Ref("size", self.symbols.index(d)) if isinstance(d, str) else int(d) for d in shape)
+    def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref | SizeExpr, ...]:
+        return tuple(_sizes(d, self.symbols) for d in shape)
 
     def copies(self) -> list[Copy]:
         """Outputs no kernel writes: inputs and constants returned as they are, repeated outputs."""

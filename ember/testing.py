@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import dims
 from .errors import ShapeError
 from .graph.core import TensorType
 from .kernel import _prim_func, build
@@ -135,7 +136,7 @@ class OpKernel:
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
         sizes = bind_symbols(self.in_types, inputs)
         # outputs start as garbage, so an element the kernel forgets to write shows
-        outs = [garbage(tuple(sizes.get(d, d) for d in t.shape), t.dtype) for t in self.out_types]
+        outs = [garbage(tuple(dims.evaluate(d, sizes) for d in t.shape), t.dtype) for t in self.out_types]
         self.kernel(*inputs, *outs)
         return outs
 
@@ -149,7 +150,7 @@ def bind_symbols(in_types: Sequence[TensorType], arrays: Sequence[np.ndarray]) -
     sizes: dict[str, int] = {}
     for t, a in zip(in_types, arrays):
         for d, n in zip(t.shape, a.shape):
-            if isinstance(d, str) and sizes.setdefault(d, n) != n:
+            if dims.is_symbol(d) and sizes.setdefault(d, n) != n:
                 raise ShapeError(f"symbol {d!r} is bound to both {sizes[d]} and {n}")
     return sizes
 

@@ -21,7 +21,7 @@ from pathlib import Path
 EMBER = Path(__file__).resolve().parent.parent / "ember"
 
 # modules anything may import (they import only each other)
-GROUND = {"ember.errors", "ember.config", "ember.target", "ember.tir.dtype", "ember.version"}
+GROUND = {"ember.errors", "ember.config", "ember.target", "ember.tir.dtype", "ember.version", "ember.dims"}
 
 # a package (ember/<name>/) or top-level module (ember/<name>.py) -> what it may import directly
 LAYERS: dict[str, set[str]] = {

@@ -9,7 +9,8 @@ that holds them:
 
 A kernel argument points into the model's inputs, its outputs, its weights, or the workspace
 (at `offsets[k]`, the memory plan's offset of workspace tensor k for this call's sizes); a
-kernel's size arguments are entries of `sizes`, the model's symbolic dimensions. A view (a reshape
+kernel's size arguments are entries of `sizes`, the model's symbols (a dimension that is an
+expression of them, "past + 1", is computed from them: `SizeExpr`). A view (a reshape
 of a contiguous buffer, ember.passes.plan_memory) makes no call: its readers are handed the bytes
 it views; a kernel writing in place is handed the same workspace offset for an input and its output.
 Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
@@ -81,6 +82,26 @@ class Ref:
 
 
 @dataclass(frozen=True)
+class SizeExpr:
+    """A dimension that is an expression of the model's symbols (ember.dims): the sum over `terms`
+    of coefficient * the product of the `sizes` entries it names."""
+
+    terms: tuple[tuple[tuple[int, ...], int], ...]
+
+    def c(self) -> str:
+        parts = [" * ".join([str(c)] * (c != 1 or not idx) + [f"sizes[{i}]" for i in idx]) for idx, c in self.terms]
+        return "(" + " + ".join(parts or ["0"]) + ")"
+
+    def value(self, sizes) -> int:
+        total = 0
+        for idx, c in self.terms:
+            for i in idx:
+                c *= int(sizes[i])
+            total += c
+        return total
+
+
+@dataclass(frozen=True)
 class KernelCall:
     symbol: str  # the kernel's C name
     args: tuple[Ref, ...]  # one per buffer parameter
@@ -90,11 +111,11 @@ class KernelCall:
 
 @dataclass(frozen=True)
 class Copy:
-    """dst = src, `itemsize` bytes per element, `dims` ints or "size" references."""
+    """dst = src, `itemsize` bytes per element, `dims` ints, "size" references or SizeExprs."""
 
     dst: Ref
     src: Ref
-    dims: tuple[int | Ref, ...]
+    dims: tuple[int | Ref | SizeExpr, ...]
     itemsize: int
 
 
@@ -274,8 +295,8 @@ def _untimed(calls: range, pad: str, timed: bool) -> list[str]:
     return [f"{pad}ticks[{k + 1}] = ember_profile_now();" for k in calls] if timed else []
 
 
-def _bytes(dims: Sequence[int | Ref], itemsize: int) -> str:
-    return " * ".join([f"(size_t){d.c() if isinstance(d, Ref) else d}" for d in dims] + [str(itemsize)])
+def _bytes(dims: Sequence[int | Ref | SizeExpr], itemsize: int) -> str:
+    return " * ".join([f"(size_t){d if isinstance(d, int) else d.c()}" for d in dims] + [str(itemsize)])
 
 
 def render_spec(text: str) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import dims
 from ..compiler import compile_graph
 from ..errors import ConfigError
 from ..frontend import import_model
@@ -113,9 +114,10 @@ def bisect(model, example_inputs: Sequence | None = None, *, rtol: float = 1e-4,
 
 
 def random_inputs(graph: Graph) -> list[np.ndarray]:
-    """Fresh random arrays of the graph's input types, symbolic dimensions SYMBOL_SIZE."""
-    return [random_array(tuple(SYMBOL_SIZE if isinstance(d, str) else d for d in v.shape), v.dtype)
-            for v in graph.inputs]
+    """Fresh random arrays of the graph's input types, every symbol SYMBOL_SIZE (a dimension that
+    is an expression of symbols, "past + 1", evaluated so)."""
+    symbols = {s: SYMBOL_SIZE for v in graph.inputs for d in v.shape for s in dims.symbols_of(d)}
+    return [random_array(tuple(dims.evaluate(d, symbols) for d in v.shape), v.dtype) for v in graph.inputs]
 
 
 def _outputs(cm, inputs) -> list[np.ndarray]:

@@ -3,7 +3,8 @@
 A `Graph` has named inputs, constants (NumPy arrays: the weights), nodes in topological order,
 and outputs. A `Node` applies an operator (by name, see ember/ops) to input values with
 immutable attributes and defines output values; every `Value` has a `TensorType(shape, dtype)`
-whose dimensions are ints or symbol names (str), e.g. ("batch", 3, 224, 224).
+whose dimensions are ints or symbolic sizes (str: a symbol, or a polynomial of symbols such as
+"past + 1", kept in one canonical form: ember.dims), e.g. ("batch", 3, 224, 224).
 
 Graphs are built with `Graph.add_input`, `add_constant` and `add_node`, and rewritten by passes
 that build new graphs. Values are compared by identity; names are unique within a graph and
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..dims import canonical
 from ..errors import EmberError
 
 Dim = int | str
@@ -39,10 +41,12 @@ class TensorType:
     dtype: str = "float32"
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) if isinstance(d, np.integer) else d for d in self.shape))
+        shape = tuple(int(d) if isinstance(d, np.integer) else canonical(d) for d in self.shape)
+        object.__setattr__(self, "shape", shape)
         for d in self.shape:
             if not (isinstance(d, str) or (isinstance(d, int) and not isinstance(d, bool) and d >= 0)):
-                raise GraphError(f"dimension {d!r} must be a non-negative int or a symbol name")
+                raise GraphError(f"dimension {d!r} must be a non-negative int or a symbolic size (a symbol name "
+                                 "or an expression of symbols)")
 
     @property
     def rank(self) -> int:
@@ -146,6 +150,8 @@ class Graph:
     constants: dict[str, np.ndarray] = field(default_factory=dict)  # value name -> data
     nodes: list[Node] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
+    # symbol -> (min, max or None): the sizes a compiled model accepts (a torch.export.Dim's range)
+    ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     _values: dict[str, Value] = field(default_factory=dict, repr=False)
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)
 

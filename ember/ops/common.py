@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import dims
 from ..graph.core import Dim, TensorType
 from ..tir import dtype as dt
 from ..tir.expr import PrimExpr, Var, as_int, convert
@@ -52,4 +53,10 @@ def te_shape(t: TensorType, tensors: Sequence = ()) -> tuple[PrimExpr, ...]:
     """The te shape of a type: a symbolic dimension is the size variable of that name in the shapes
     of `tensors` (the kernel's tensors it is computed from), a new one where none has it."""
     known = {v.name: v for x in tensors for d in x.shape for v in free_vars(d)}
-    return tuple(known.setdefault(d, Var(d)) if isinstance(d, str) else convert(int(d)) for d in t.shape)
+    return tuple(te_dim(d, known) for d in t.shape)
+
+
+def te_dim(d: Dim, known: dict[str, Var]) -> PrimExpr:
+    """A dimension as a te expression: an expression of symbols over their size variables (taken
+    from `known`, added there when new)."""
+    return dims.render(d, lambda s: known.setdefault(s, Var(s)), convert)

@@ -91,7 +91,7 @@ def _reference_matmul(inputs, attrs):
 def _broadcast_te(x, y):
     rank = max(len(x), len(y))
     x, y = (None,) * (rank - len(x)) + tuple(x), (None,) * (rank - len(y)) + tuple(y)
-    return [q if p is None or as_int(p) == 1 else p for p, q in zip(x, y)]
+    return [q if p is None or (as_int(p) == 1 and q is not None) else p for p, q in zip(x, y)]
 
 
 def product(a, b, trans_a: bool = False, trans_b: bool = False):
@@ -111,7 +111,9 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False):
     dot_lanes = lanes_dividing(as_int(k_dim), (VECTOR_LANES, VECTOR_LANES // 2)) \
         if trans_b and not trans_a and m_int is not None and m_int < DOT_ROWS else None
     pad_to = VECTOR_LANES if m_int is None or m_int >= VECTOR_LANES else VECTOR_LANES // 2
-    pack = cols and dot_lanes is None and (trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to))
+    # (a single row streams b once: packing it would copy all of b per call, so a GEMV takes b as it is)
+    pack = cols and dot_lanes is None and (trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to
+                                                       and m_int != 1))
     n_acc = n
     if pack:
         if n_int is not None and n_int % pad_to:

@@ -2,20 +2,19 @@
 
 Every output element is one input element (for concat: of one of the inputs), found by index
 arithmetic on the output's indices: pattern `injective`, the default schedule, and inlined into
-their consumer when fused. Dimensions may be symbols where the result is still a list of ints
-and symbols (a symbol can be moved, kept or broadcast, not merged with other dimensions).
+their consumer when fused. Dimensions may be symbols or expressions of them (ember.dims): merged
+dimensions are their product ("5*batch"), concatenated ones their sum ("past + 1").
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
-from .. import te
+from .. import dims, te
 from ..graph.core import Dim, TensorType
 from ..tir.expr import as_int, const, max_, min_
-from .common import broadcast_shapes, normalize_axis, result_dtype, te_shape
+from ..tir.functor import free_vars
+from .common import broadcast_shapes, normalize_axis, result_dtype, te_dim, te_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 
@@ -23,19 +22,6 @@ def _static(op: str, d: Dim, what: str) -> int:
     if isinstance(d, str):
         raise OpTypeError(f"{op}: {what} is the symbolic dimension {d!r}; it must be a known size")
     return int(d)
-
-
-def merge_dims(op: str, dims: tuple[Dim, ...]) -> Dim:
-    """The size of several dimensions merged into one: their product, or the one symbol among
-    sizes of 1 (a product of a symbol with anything else has no name)."""
-    symbols = [d for d in dims if isinstance(d, str)]
-    size = int(np.prod([d for d in dims if not isinstance(d, str)], dtype=np.int64))
-    if not symbols:
-        return size
-    if len(symbols) == 1 and size == 1:
-        return symbols[0]
-    raise OpTypeError(f"{op}: merging dimensions {dims} would give a product of symbols; only known sizes "
-                      "(or one symbol with sizes of 1) merge")
 
 
 def _linear(indices, shape) -> object:
@@ -66,10 +52,7 @@ def _infer_reshape(types, attrs):
         if not (isinstance(d, str) or (isinstance(d, int) and d >= 0)):
             raise OpTypeError(f"reshape: target shape {shape} must hold sizes >= 0 and symbols (no -1: "
                               "the frontend resolves it)")
-    same_symbols = Counter(d for d in x.shape if isinstance(d, str)) == Counter(d for d in shape if isinstance(d, str))
-    known_in = np.prod([d for d in x.shape if not isinstance(d, str)], dtype=np.int64)
-    known_out = np.prod([d for d in shape if not isinstance(d, str)], dtype=np.int64)
-    if not same_symbols or known_in != known_out:
+    if dims.mul(*x.shape) != dims.mul(*shape):
         raise OpTypeError(f"reshape: cannot reshape {x.shape} into {shape}: the sizes differ (or cannot be "
                           "proved equal)")
     return [TensorType(shape, x.dtype)]
@@ -112,7 +95,7 @@ def _infer_flatten(types, attrs):
     if start > end:
         raise OpTypeError(f"flatten: start_dim {attrs['start_dim']} comes after end_dim {attrs['end_dim']}")
     shape = x.shape or (1,)
-    return [TensorType(shape[:start] + (merge_dims("flatten", shape[start:end + 1]),) + shape[end + 1:], x.dtype)]
+    return [TensorType(shape[:start] + (dims.mul(*shape[start:end + 1]),) + shape[end + 1:], x.dtype)]
 
 
 def _reference_flatten(inputs, attrs):
@@ -230,13 +213,15 @@ def _infer_concat(types, attrs):
     for t in types[1:]:
         if t.rank != first.rank or any(a != b for k, (a, b) in enumerate(zip(t.shape, first.shape)) if k != axis):
             raise OpTypeError(f"concat: shapes {' and '.join(str(u.shape) for u in types)} differ outside axis {axis}")
-    total = sum(_static("concat", t.shape[axis], f"the concatenated axis {axis}") for t in types)
+    total = dims.add(*(t.shape[axis] for t in types))
     return [TensorType(first.shape[:axis] + (total,) + first.shape[axis + 1:], dtype)]
 
 
 def _compute_concat(inputs, attrs, out_types):
     axis = normalize_axis("concat", attrs["axis"], inputs[0].ndim)
-    offsets = np.cumsum([0] + [as_int(x.shape[axis]) for x in inputs]).tolist()
+    offsets = [const(0)]
+    for x in inputs:
+        offsets.append(offsets[-1] + x.shape[axis])
     out_shape = te_shape(out_types[0], inputs)
 
     def element(*i):
@@ -246,7 +231,7 @@ def _compute_concat(inputs, attrs, out_types):
         value = None
         for k in range(len(inputs) - 1, -1, -1):
             x, lo, hi = inputs[k], offsets[k], offsets[k + 1]
-            if hi == lo:
+            if as_int(inputs[k].shape[axis]) == 0:
                 continue
             local = min_(max_(pos - lo, 0), hi - lo - 1)
             load = x[i[:axis] + (local,) + i[axis + 1:]]
@@ -285,8 +270,11 @@ def _compute_split(inputs, attrs, out_types):
     return [piece(k, lo) for k, lo in enumerate(offsets[:-1])]
 
 
-def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[int, int, int]]:
-    """ONNX Slice: axis -> (start, step, length) after clamping, for every sliced axis."""
+def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[Dim, int, Dim]]:
+    """ONNX Slice: axis -> (start, step, length) after clamping, for every sliced axis. On a
+    symbolic axis, a step of 1 with bounds counted from either end (`x[:, -1]`, `x[2:]`,
+    `x[-4:-1]`): the axis is taken to be at least as long as those bounds (as torch.export's
+    guards assert), so there is nothing to clamp."""
     starts, ends = tuple(attrs["starts"]), tuple(attrs["ends"])
     axes = tuple(range(len(starts))) if attrs["axes"] is None else tuple(attrs["axes"])
     steps = (1,) * len(starts) if attrs["steps"] is None else tuple(attrs["steps"])
@@ -300,7 +288,10 @@ def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[int,
             raise OpTypeError(f"{op}: axis {axis} is sliced twice")
         if step == 0:
             raise OpTypeError(f"{op}: step 0 on axis {axis}")
-        dim = _static(op, shape[axis], f"sliced axis {axis}")
+        if isinstance(shape[axis], str):
+            out[axis] = _symbolic_range(op, shape[axis], axis, start, end, step)
+            continue
+        dim = int(shape[axis])
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
@@ -311,6 +302,17 @@ def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[int,
             length = max(0, -(-(start - end) // -step))
         out[axis] = (start, step, length)
     return out
+
+
+def _symbolic_range(op: str, dim: str, axis: int, start: int, end: int, step: int) -> tuple[Dim, int, Dim]:
+    """(start, 1, length) of a slice of a symbolic axis (see slice_ranges)."""
+    to_end = end >= 2**62  # INT64_MAX and the like: up to the end
+    if step != 1 or (start >= 0 and end >= 0 and not to_end):
+        raise OpTypeError(f"{op}: axis {axis} is the symbolic dimension {dim!r}; a slice of it takes step 1 and "
+                          f"bounds from its end (got start {start}, end {end}, step {step})")
+    begin = dims.add(dim, start) if start < 0 else start
+    stop = dim if to_end else dims.add(dim, end) if end < 0 else end
+    return begin, 1, dims.add(stop, dims.mul(begin, -1))
 
 
 def _infer_slice(types, attrs):
@@ -329,8 +331,10 @@ def _reference_slice(inputs, attrs):
 def _compute_slice(inputs, attrs, out_types):
     (x,) = inputs
     ranges = slice_ranges("slice", tuple(as_int(d) if as_int(d) is not None else str(d) for d in x.shape), attrs)
+    known = {v.name: v for d in x.shape for v in free_vars(d)}
+    starts = {k: te_dim(start, known) for k, (start, _, _) in ranges.items()}
     return [te.compute(te_shape(out_types[0], inputs), lambda *i: x[tuple(
-        ranges[k][0] + i[k] * ranges[k][1] if k in ranges else i[k] for k in range(x.ndim))], name="slice")]
+        starts[k] + i[k] * ranges[k][1] if k in ranges else i[k] for k in range(x.ndim))], name="slice")]
 
 
 for _op in [

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ShapeError
+from .. import dims
 from ..graph.core import Dim, Graph, Node, Value, region_key
 from ..target import ALIGN
 from .fuse import BROADCAST, FusedGraph, Group, fuse, kind
@@ -185,12 +185,7 @@ class WorkspaceTensor:
         """Its size in bytes, rounded up to ALIGN, for this binding of the symbols."""
         numel = 1
         for d in self.shape:
-            if isinstance(d, str):
-                if d not in symbols:
-                    raise ShapeError(f"the size of workspace tensor {self.name} needs symbol {d!r}, which is "
-                                     f"not bound (bound: {dict(symbols)})")
-                d = symbols[d]
-            numel *= int(d)
+            numel *= dims.evaluate(d, symbols, f"a dimension of workspace tensor {self.name}")
         return -(-numel * np.dtype(self.dtype).itemsize // ALIGN) * ALIGN
 
 
@@ -209,7 +204,7 @@ class MemoryPlan:
 
     @property
     def symbols(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(d for t in self.tensors for d in t.shape if isinstance(d, str)))
+        return tuple(dict.fromkeys(s for t in self.tensors for d in t.shape for s in dims.symbols_of(d)))
 
     def index(self, name: str) -> int:
         """The position of a tensor in the plan (and in `Layout.offsets`)."""

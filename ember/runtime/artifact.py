@@ -74,6 +74,7 @@ SCHEMA = {
     "target": {"machine": str, "*": (str, int, float, bool, None, [str])},
     "workspace": [{"name": str, "shape": [(int, str)], "dtype": str, "first": int, "last": int, "shares?": str}],
     "files": {"library": FILE, "source": (None, FILE), "weights": FILE, "graph": (None, FILE)},
+    "ranges?": {"*": [(int, None)]},  # symbol -> [min, max or null], checked at each call
 }
 AGREED = ("inputs", "outputs", "symbols", "kernels", "workspace")  # as in the contract (and "weights")
 

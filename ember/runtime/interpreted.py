@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.entry import Branch, Copy, Loop, Ref
+from ..codegen.entry import Branch, Copy, Loop, Ref, SizeExpr
 from ..codegen.python import codegen_python, load_python
 from ..errors import ConfigError
 from ..tir.stmt import PrimFunc
 from .model import CompiledModel, ModelSpec
 
-Dims = tuple[int | Ref, ...]  # ints, or "size" references to the model's symbols
+Dims = tuple[int | Ref | SizeExpr, ...]  # ints, "size" references to the model's symbols, expressions of them
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ class InterpretedEntry:
             return workspace + offset[ref.index] if ref.kind == "workspace" else pointers[ref.kind][ref.index]
 
         def numel(dims: Dims) -> int:
-            return int(np.prod([size[d.index] if isinstance(d, Ref) else d for d in dims], dtype=np.int64))
+            return int(np.prod([size[d.index] if isinstance(d, Ref) else d.value(size) if isinstance(d, SizeExpr) else d
+                                for d in dims], dtype=np.int64))
 
         def byte(ref: Ref) -> int:
             return ctypes.c_uint8.from_address(address(ref)).value

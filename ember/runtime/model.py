@@ -7,9 +7,11 @@ on disk is never mistaken for one loaded before), and copies the weights once in
 aligned memory. A call:
 
 1. checks every input before any native code runs: the count, the kind (numpy.ndarray or CPU
-   torch.Tensor), the dtype, the rank and each dimension; symbolic dimensions are bound by name
-   from the first input that has them and must agree everywhere else (ShapeError and
-   ArgumentTypeError name the input and the dimension);
+   torch.Tensor), the dtype, the rank and each dimension; symbols are bound by name from the first
+   input dimension that is that symbol and must agree everywhere else, must lie in the range the
+   model was compiled for (`ModelSpec.ranges`), and a dimension that is an expression of symbols
+   ("past + 1", ember.dims) must equal its value (ShapeError and ArgumentTypeError name the
+   input and the dimension);
 2. takes the memory plan's layout for those sizes (computed once per distinct binding);
 3. allocates the outputs and calls the entry function once. A model compiled with checked=True
    raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import config
+from .. import config, dims
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
@@ -83,6 +85,7 @@ class ModelSpec:
     weights: tuple[str, ...]
     kernels: tuple[KernelInfo, ...]
     target: Mapping[str, object] = field(default_factory=dict)
+    ranges: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)  # symbol -> (min, max or None)
 
     def to_json(self) -> dict:
         def tensors(ts):
@@ -93,6 +96,7 @@ class ModelSpec:
             "symbols": list(self.symbols), "weights": list(self.weights),
             "kernels": [{"name": k.name, "ops": list(k.ops), "nodes": list(k.nodes)} for k in self.kernels],
             "target": dict(self.target),
+            **({"ranges": {s: list(r) for s, r in self.ranges.items()}} if self.ranges else {}),
         }
 
     @classmethod
@@ -103,7 +107,7 @@ class ModelSpec:
         return cls(d["name"], tensors(d["inputs"]), tensors(d["outputs"]), tuple(d["symbols"]),
                    tuple(d["weights"]),
                    tuple(KernelInfo(k["name"], tuple(k["ops"]), tuple(k["nodes"])) for k in d["kernels"]),
-                   dict(d["target"]))
+                   dict(d["target"]), {s: tuple(r) for s, r in d.get("ranges", {}).items()})
 
 
 class CompiledModel:
@@ -244,7 +248,7 @@ class CompiledModel:
         outputs = []
         try:
             for t in self.spec.outputs:
-                outputs.append(np.empty(tuple(symbols[d] if isinstance(d, str) else d for d in t.shape), t.dtype))
+                outputs.append(np.empty(tuple(dims.evaluate(d, symbols) for d in t.shape), t.dtype))
             workspace = self._workspace(workspace_bytes)
         except (MemoryError, ValueError) as e:  # ValueError: more bytes than an address can count
             raise self._out_of_memory(len(outputs), symbols, workspace_bytes) from e
@@ -288,7 +292,7 @@ class CompiledModel:
         bound = ", ".join(f"{s}={n}" for s, n in symbols.items()) or "no symbols"
         if k < len(self.spec.outputs):
             t = self.spec.outputs[k]
-            shape = tuple(symbols[d] if isinstance(d, str) else d for d in t.shape)
+            shape = tuple(dims.evaluate(d, symbols) for d in t.shape)
             size = int(np.prod(shape, dtype=object)) * np.dtype(t.dtype).itemsize
             what = f"output '{t.name}' of shape {shape} ({t.dtype}, {format_bytes(size)})"
         else:
@@ -297,9 +301,11 @@ class CompiledModel:
                                 "call it on smaller inputs")
 
     def _bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
-        """The symbols' values, after checking every dimension of every input."""
+        """The symbols' values, after checking every dimension of every input: symbols first
+        (bound, agreed, in range), then the dimensions that are expressions of them."""
         symbols: dict[str, int] = {}
         source: dict[str, str] = {}
+        expressions = []
         for spec, a in zip(self.spec.inputs, arrays):
             for k, (want, got) in enumerate(zip(spec.shape, a.shape)):
                 where = f"input '{spec.name}' dimension {k}"
@@ -307,11 +313,24 @@ class CompiledModel:
                     if got != want:
                         raise ShapeError(f"{where}: expected {want}, got {got} (shape {a.shape}, expected "
                                          f"{_shape_str(spec.shape)})")
+                elif not dims.is_symbol(want):
+                    expressions.append((where, want, got, a.shape, spec.shape))
                 elif want not in symbols:
                     symbols[want], source[want] = got, where
+                    lo, hi = self.spec.ranges.get(want, (0, None))
+                    if got < lo or (hi is not None and got > hi):
+                        raise ShapeError(f"{where} is {got}, which binds {want!r} outside the range [{lo}, "
+                                         f"{'inf' if hi is None else hi}] model {self.name} was compiled for; "
+                                         "compile it with a wider range (torch.export.Dim min/max)")
                 elif symbols[want] != got:
                     raise ShapeError(f"{where} is {got}, but {source[want]} is {symbols[want]} and both are "
                                      f"{want!r}")
+        for where, want, got, shape, expected in expressions:
+            value = dims.evaluate(want, symbols, where)
+            if got != value:
+                bound = ", ".join(f"{s}={symbols[s]}" for s in dims.symbols_of(want))
+                raise ShapeError(f"{where} is {got}, expected {want} = {value} ({bound}; shape {shape}, expected "
+                                 f"{_shape_str(expected)})")
         return symbols
 
     def _layout(self, sizes: np.ndarray) -> tuple[np.ndarray, int]:

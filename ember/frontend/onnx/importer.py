@@ -7,8 +7,9 @@
    (missing, a folder, empty, truncated, another format, external data that is missing or
    truncated) is an OnnxImportError naming the file.
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
-   graph inputs become graph inputs, dim_param as a symbolic dimension, an unnamed dynamic
-   dimension as a fresh symbol `<input>_<k>` (or as `input_shapes` says).
+   graph inputs become graph inputs, dim_param as a symbolic dimension (an expression of
+   symbols, "past_sequence_length + 1", as such: ember.dims), an unnamed dynamic dimension as a
+   fresh symbol `<input>_<k>` (or as `input_shapes` says).
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
    sees, and how constants fold), each by the converter of its operator version (the since_version
    of its schema at the model's opset; registry.py). A node of a function op that no converter
@@ -37,6 +38,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
+from ... import dims
 from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
@@ -152,9 +154,15 @@ def value_type(vi: onnx.ValueInfoProto, what: str) -> TensorType:
     dtype = to_dtype(tt.elem_type, f"{what} {vi.name!r}")
     if not tt.HasField("shape"):
         raise OnnxImportError(f"{what} {vi.name!r} has no shape; ember needs the rank of every input")
-    dims = [d.dim_value if d.HasField("dim_value") else sanitize(d.dim_param or f"{vi.name}_{k}")
-            for k, d in enumerate(tt.shape.dim)]
-    return TensorType(tuple(dims), dtype)
+    shape = [d.dim_value if d.HasField("dim_value") else _dim_param(d.dim_param or f"{vi.name}_{k}")
+             for k, d in enumerate(tt.shape.dim)]
+    return TensorType(tuple(shape), dtype)
+
+
+def _dim_param(text: str) -> Dim:
+    """A dim_param as an ember dimension: an expression of symbols ("past_sequence_length + 1")
+    as such (ember.dims), anything else one symbol with its name sanitized."""
+    return sanitize(text) if dims.is_symbol(text) else dims.canonical(text)
 
 
 def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequence[Dim]],

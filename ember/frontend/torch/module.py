@@ -9,8 +9,10 @@ linear, matmul, layer_norm, attention, ...), which stay whole: the graph is smal
 maps to one ember operator. Parameters, buffers and lifted constants become the graph's
 constants (copied, so the graph does not change when the model does; a sparse one densified);
 user inputs become its inputs, with the example's dtypes and, for dimensions made dynamic,
-symbols named after the `torch.export.Dim`s (a sparse example is an ArgumentTypeError). The FX
-graph is then converted by ember.frontend.torch.importer.
+symbols named after the `torch.export.Dim`s, whose min and max become the graph's `ranges` (the
+compiled model checks them at each call); a dimension torch derives from them ("s0 + 1") is an
+expression of those symbols (ember.dims). A sparse example is an ArgumentTypeError. The FX graph
+is then converted by ember.frontend.torch.importer.
 
 Threads: torch's tracing machinery (torch.export, make_fx, Dynamo) keeps its state in process
 globals, so two traces at once corrupt each other ("ProxyTorchDispatchMode slot already
@@ -21,6 +23,8 @@ nor Dynamo compiling a frame in another thread. Converting the traced graph runs
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from torch.export import ExportedProgram
@@ -80,7 +84,10 @@ def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=
             raise ArgumentTypeError(f"example input {k + 1} has layout {x.layout}; ember compiles dense (strided) "
                                     f"tensors, pass x.to_dense()")
     ep = export(model, example_inputs, dynamic_shapes)
-    return import_program(ep, symbols=_symbol_names(ep, dynamic_shapes), name=type(model).__name__)
+    names = _symbol_names(ep, model, example_inputs, dynamic_shapes)
+    graph = import_program(ep, symbols=names, name=type(model).__name__)
+    graph.ranges.update(_ranges(ep, names))
+    return graph
 
 
 def import_program(ep: ExportedProgram, *, symbols=None, name: str = "main") -> Graph:
@@ -103,24 +110,60 @@ def import_program(ep: ExportedProgram, *, symbols=None, name: str = "main") -> 
     return import_fx(ep.graph_module, constants, name=name, symbols=symbols)
 
 
-def _symbol_names(ep: ExportedProgram, dynamic_shapes) -> dict[str, str]:
+def _symbol_names(ep: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
+                  dynamic_shapes) -> dict[str, str]:
     """torch's symbol of each dynamic dimension (s0) -> the name of its torch.export.Dim.
-    dynamic_shapes is a tuple (one spec per positional input) or a dict by argument name; a
-    spec is a dict {axis: Dim} or a sequence of Dim | None."""
+    dynamic_shapes is a tuple (one spec per positional input) or a dict by argument name, nested
+    as the inputs are (a list of tensors takes a list of specs); a tensor's spec is a dict
+    {axis: Dim} or a sequence of Dim | None."""
     if dynamic_shapes is None:
         return {}
+    arguments, grouped, k = [], [], 0  # forward's arguments, the example inputs as they bind them
+    for p in inspect.signature(model.forward).parameters.values():
+        if k >= len(example_inputs):
+            break
+        arguments.append(p.name)
+        if p.kind == p.VAR_POSITIONAL:  # *args: one tuple, as torch.export's specification has it
+            grouped.append(tuple(example_inputs[k:]))
+            k = len(example_inputs)
+        else:
+            grouped.append(example_inputs[k])
+            k += 1
+    if isinstance(dynamic_shapes, dict):  # by argument name
+        dynamic_shapes = [dynamic_shapes.get(n) for n in arguments]
     users = [s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    if isinstance(dynamic_shapes, dict):
-        pairs = [(nodes[name], dynamic_shapes.get(name)) for name in users]
-    else:
-        pairs = list(zip((nodes[name] for name in users), dynamic_shapes))
+    specs: list = []
+    _align(tuple(grouped), tuple(dynamic_shapes), specs)
     names: dict[str, str] = {}
-    for node, spec in pairs:
-        if spec is None or not isinstance(node.meta.get("val"), torch.Tensor):
+    for name, spec in zip(users, specs):
+        val = nodes[name].meta.get("val")
+        if spec is None or not isinstance(val, torch.Tensor):
             continue
         for axis, dim in (spec.items() if isinstance(spec, dict) else enumerate(spec)):
-            size = node.meta["val"].shape[axis]
+            size = val.shape[axis]
             if dim is not None and isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 names[str(size.node.expr)] = getattr(dim, "__name__", str(size.node.expr))
     return names
+
+
+def _align(example, spec, out: list) -> None:
+    """One spec per tensor of `example`, in torch's flattening order, appended to `out`."""
+    if isinstance(example, torch.Tensor):
+        out.append(spec)
+    elif isinstance(example, list | tuple):
+        for k, x in enumerate(example):
+            _align(x, None if spec is None else spec[k], out)
+    elif isinstance(example, dict):
+        for key, x in example.items():
+            _align(x, None if spec is None else spec.get(key), out)
+
+
+def _ranges(ep: ExportedProgram, names: dict[str, str]) -> dict[str, tuple[int, int | None]]:
+    """The range of each named symbol (its Dim's min and max; None: no upper bound)."""
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        if str(sym) in names:
+            upper = vr.upper
+            out[names[str(sym)]] = (int(vr.lower), int(upper) if upper.is_finite else None)
+    return out

@@ -7,7 +7,8 @@ An argument of a node arrives at its handler as one of:
 - a `Const`: a torch tensor known at import time (a weight, a buffer, a folded subgraph); it
   becomes a graph constant only when an ember node uses it (`Builder.v`);
 - a Python number, bool, string, None or list of them, as in the ATen schema; a symbolic size
-  arrives as the symbol's name (str).
+  arrives as a dimension string (ember.dims: "past", "past + 1"); `operand` turns one used as a
+  value into a `size` node (ember.ops.sizes).
 
 A handler raises `Unsupported` for a variant of an operator that ember cannot take (the importer
 lists it with every other problem of the model at once).
@@ -24,6 +25,7 @@ import re
 import numpy as np
 import torch
 
+from ... import dims
 from ...errors import EmberError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops.nodes import add_op
@@ -38,8 +40,8 @@ TORCH_TO_EMBER = {
 
 
 class FrontendError(EmberError, ValueError):
-    """A model the importer cannot represent (a dtype, a symbolic size expression, an output
-    kind) or a mapping whose result disagrees with what torch says the node computes."""
+    """A model the importer cannot represent (a dtype, a size that is no polynomial of symbols,
+    an output kind) or a mapping whose result disagrees with what torch says the node computes."""
 
 
 class Unsupported(EmberError):
@@ -102,16 +104,23 @@ class Builder:
 
     # -- types ------------------------------------------------------------------------------
     def dim(self, d) -> Dim:
-        """A size from torch (int or SymInt) as an ember dimension: an int or a symbol name."""
-        if isinstance(d, torch.SymInt):
-            expr = d.node.expr
-            if expr.is_Integer:
-                return int(expr)
-            if not expr.is_Symbol:
-                raise FrontendError(f"size {expr} is an expression of symbols; ember's symbolic dimensions are "
-                                    "single symbols (give this dimension a static size, or reshape by a symbol)")
-            return self.symbols.setdefault(str(expr), str(expr))
-        return int(d)
+        """A size from torch (int or SymInt) as an ember dimension: an int, a symbol name, or a
+        polynomial of symbols with integer coefficients (ember.dims: "past + 1", "2*seq")."""
+        if not isinstance(d, torch.SymInt):
+            return int(d)
+        expr = d.node.expr
+        if expr.is_Integer:
+            return int(expr)
+        names = {str(s): self.symbols.setdefault(str(s), str(s)) for s in expr.free_symbols}
+        poly = expr.as_poly()
+        if poly is None or not all(g.is_Symbol for g in poly.gens) or not all(c.is_Integer for c in poly.coeffs()):
+            raise FrontendError(f"size {expr} is not a polynomial of symbols with integer coefficients, which "
+                                "ember's symbolic dimensions are (give this dimension a static size)")
+        terms = []
+        for powers, c in poly.terms():
+            factors = [names[str(g)] for g, n in zip(poly.gens, powers) for _ in range(n)]
+            terms.append("*".join([str(int(c))] + factors))
+        return dims.canonical(" + ".join(terms))
 
     def tensor_type(self, t: torch.Tensor) -> TensorType:
         return TensorType(tuple(self.dim(d) for d in t.shape), ember_dtype(t.dtype))
@@ -147,10 +156,27 @@ class Builder:
         return self.cast(x, dtype) if dtype else x
 
     def operand(self, x, dtype: str) -> Value:
-        """A tensor or Python number as a value of the given dtype."""
+        """A tensor, Python number or symbolic size (a size used as a value) as a value of the
+        given dtype."""
         if isinstance(x, bool | int | float):
             return self.scalar(x, dtype)
+        if isinstance(x, str):
+            return self.cast(self.size(x), dtype)
         return self.v(x, dtype)
+
+    def size(self, dim: str) -> Value:
+        """The value of a symbolic size (ember.dims) as a 0-d int64 tensor: an ember `size` node
+        bound to graph inputs that have its symbols as dimensions (ember.ops.sizes)."""
+        carriers: list[Value] = []
+        bind = []
+        for sym in dims.symbols_of(dim):
+            found = next(((v, axis) for v in self.graph.inputs for axis, d in enumerate(v.shape) if d == sym), None)
+            if found is None:
+                raise Unsupported(f"the size {dim!r} is used as a value, but no input has {sym!r} as a dimension")
+            if found[0] not in carriers:
+                carriers.append(found[0])
+            bind.append((sym, carriers.index(found[0]), found[1]))
+        return self.op("size", carriers, dim=dim, bind=tuple(bind))
 
     def cast(self, x: Value, dtype: str) -> Value:
         return x if x.dtype == dtype else self.op("cast", [x], dtype=dtype)

@@ -1,5 +1,6 @@
 """CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output,
-a GEMV's wide rows in blocks, and few-row products with b transposed as vectors of partial dot
+a GEMV's wide rows in blocks (at least GEMV_TILES tiles of columns, for the threads to share),
+and few-row products with b transposed as vectors of partial dot
 products along k."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from ...ops.matmul import ANCHOR, GEMV_COLS
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
+
+GEMV_TILES = 8  # column tiles a GEMV is cut into at least, that its threads share evenly
 
 
 @schedules("matmul", "gemm")
@@ -25,14 +28,18 @@ def schedule_matmul(s, outputs):
         mr = 1 if m == 1 else 2 if m < 8 else 4
         _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
         return None
+    row_axis = out.ndim - 2 if rows else None
+    if m == 1 and n is not None:  # a GEMV: wide rows of b streamed, accumulators in L1
+        # the widest tile that leaves at least GEMV_TILES tiles to share among the threads
+        widths = (GEMV_COLS, 256, 128, 64, 32, 16, 8)
+        nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == 64)),
+                  next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
+        prepare(s, outputs, anchor)
+        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
+        return None
     if lanes_dividing(n) is None:
         return False
     prepare(s, outputs, anchor)
-    row_axis = out.ndim - 2 if rows else None
-    if m == 1:  # a GEMV: wide rows of b streamed, accumulators in L1
-        nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
-        tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
-        return None
     mr, nr = register_tile(m, n)
     tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
     return None

@@ -48,8 +48,27 @@ def repeat(b, x, repeats):
 
 @handles("cat.default")
 def cat(b, tensors, dim=0):
-    dtype = b.out.dtype
-    return b.op("concat", [b.v(x, dtype) for x in tensors], axis=dim)
+    """Empty 1-d tensors are skipped, as torch does (an empty cache before the first step)."""
+    dtype, rank = b.out.dtype, b.out.rank
+    kept = [x for x in tensors if not (rank > 1 and b.type_of(x).shape == (0,))]
+    if len(kept) == 1:
+        return b.v(kept[0], dtype)
+    return b.op("concat", [b.v(x, dtype) for x in kept], axis=dim % rank)
+
+
+@handles("arange.default", "arange.start", "arange.start_step")
+def arange(b, *args, **kwargs):
+    """start, start + step, ... of the node's length (torch's metadata), which may be symbolic;
+    a symbolic start is a size used as a value, added to arange(0, ...)."""
+    numbers = [a for a in args if not isinstance(a, torch.dtype)]
+    start, step = (numbers[0] if len(numbers) > 1 else 0), (numbers[2] if len(numbers) > 2 else 1)
+    out = b.out
+    if isinstance(step, str):
+        raise Unsupported(f"a symbolic step {step!r}")
+    if not isinstance(start, str):
+        return b.op("arange", [], length=out.shape[0], start=start, step=step, dtype=out.dtype)
+    ramp = b.op("arange", [], length=out.shape[0], start=0, step=step, dtype=out.dtype)
+    return b.op("add", [ramp, b.operand(start, out.dtype)])
 
 
 @handles("split_with_sizes.default")

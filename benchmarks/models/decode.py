@@ -1,0 +1,110 @@
+"""GPT-2 greedy generation with a KV cache, as ember compiles it: transformers' GPT2LMHeadModel
+(random weights; small=True: 2 layers, hidden 64, 2 heads), its step exported with the cache
+as explicit tensors in and out.
+
+`Step(model)` takes the token ids and the cache as flat tensors (keys and values of each layer,
+each (1, heads, past, head_dim)) and returns the logits of the last position and the cache one
+position longer: the step writes no state, so torch.export traces it, and ember compiles it once
+with the past length a symbol (`torch.export.Dim("past")`): the new cache is `past + 1` long.
+With no cache, the same module is the prefill of a prompt (its length the symbol "seq").
+
+`ember_generate` runs the prefill once and then one step per token, feeding each step's cache to
+the next (ember's arrays, no copies between steps but the step's own concatenation);
+`torch_generate` runs the same module eagerly; `hf_generate` is transformers' own `generate`
+with its DynamicCache. Greedy: each token is the argmax of the last logits.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def gpt2_lm(small: bool = False):
+    """GPT2LMHeadModel from its default config (or the reduced one, its weights drawn wider so that
+    greedy tokens vary), random weights, eval mode."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config() if not small else GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=1000,
+                                                       initializer_range=0.3, bos_token_id=1, eos_token_id=1)
+    return GPT2LMHeadModel(config).eval()
+
+
+class Step(nn.Module):
+    """One forward of the model over `ids` after the cache `kv` (k0, v0, k1, v1, ...; none: a
+    prefill): (logits of the last position, *the cache with ids' positions appended)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, *kv):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for layer in range(len(kv) // 2):
+            cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        new = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits[:, -1], *new)
+
+
+def cache_shape(model: nn.Module, past: int) -> tuple[int, ...]:
+    c = model.config
+    return (1, c.n_head, past, c.n_embd // c.n_head)
+
+
+def compile_decode(model: nn.Module, prompt_len: int, max_len: int, **options):
+    """(prefill, step): the prefill of a prompt (its length "seq" in [2, max_len]) and the decode
+    step (the cache's length "past" in [1, max_len - 1]), each compiled once."""
+    import ember
+
+    step = Step(model).eval()
+    ids = torch.zeros((1, prompt_len), dtype=torch.int64)
+    seq = torch.export.Dim("seq", min=2, max=max_len)
+    prefill = ember.compile(step, (ids,), dynamic_shapes=({1: seq},), **options)
+    kv = [torch.zeros(cache_shape(model, prompt_len)) for _ in range(2 * model.config.n_layer)]
+    past = torch.export.Dim("past", min=1, max=max_len - 1)
+    decode = ember.compile(step, (ids[:, :1], *kv), dynamic_shapes=(None, tuple({2: past} for _ in kv)), **options)
+    return prefill, decode
+
+
+def ember_generate(prefill, decode, prompt: np.ndarray, steps: int, times: list | None = None) -> list[int]:
+    """Greedy tokens: the prefill, then `steps - 1` decode steps, each token fed back (the time of
+    each step appended to `times`)."""
+    logits, *kv = prefill(prompt)
+    tokens = [int(np.argmax(logits[0]))]
+    for _ in range(steps - 1):
+        start = time.perf_counter()
+        logits, *kv = decode(np.array([[tokens[-1]]], dtype=np.int64), *kv)
+        tokens.append(int(np.argmax(logits[0])))
+        if times is not None:
+            times.append(time.perf_counter() - start)
+    return tokens
+
+
+@torch.no_grad()
+def torch_generate(model: nn.Module, prompt: torch.Tensor, steps: int, times: list | None = None) -> list[int]:
+    """The same greedy loop on the same Step module, eagerly."""
+    step = Step(model).eval()
+    logits, *kv = step(prompt)
+    tokens = [int(logits[0].argmax())]
+    for _ in range(steps - 1):
+        start = time.perf_counter()
+        logits, *kv = step(torch.tensor([[tokens[-1]]]), *kv)
+        tokens.append(int(logits[0].argmax()))
+        if times is not None:
+            times.append(time.perf_counter() - start)
+    return tokens
+
+
+@torch.no_grad()
+def hf_generate(model: nn.Module, prompt: torch.Tensor, steps: int) -> list[int]:
+    """transformers' own greedy `generate` with its cache."""
+    out = model.generate(prompt, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=True,
+                         attention_mask=torch.ones_like(prompt), pad_token_id=0)
+    return out[0, prompt.shape[1]:].tolist()

@@ -1,0 +1,47 @@
+"""GEMV column padding: a single-row gemm with a constant weight whose column count no vector
+width divides (GPT-2's vocabulary: 50257) gets its weight (and bias) padded with zero columns
+to a multiple of GEMV_COLS, once, here; a slice takes the real columns back:
+
+    gemm(x[1, K], w[K, N], c[N]) -> slice(gemm(x, w_padded[K, N'], c_padded[N']), 0:N on axis 1)
+
+A GEMV streams its weight once per call and is bound by memory bandwidth, so its kernel wants
+whole vectors and wide column tiles over rows of b (ember.schedules.cpu.matmul). With an odd N
+every element of every tile was guarded, and the wide tiles fell back to narrow ones: about a
+quarter of the bandwidth. The padding costs at most GEMV_COLS - 1 columns of weight bytes, and
+the slice copies one row of the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph, Node, Value
+from ..ops.matmul import GEMV_COLS
+from .rewrite import Rewriter, rebuild
+
+VECTOR = 8  # fp32 lanes the GEMV schedule's column tiles are multiples of
+
+
+def pad_gemv(graph: Graph) -> Graph:
+    return rebuild(graph, _rewrite)
+
+
+def _rewrite(rw: Rewriter, node: Node, ins: list[Value]):
+    if node.op != "gemm" or node.attrs["trans_a"] or node.attrs["trans_b"] or ins[0].shape[0] != 1:
+        return None
+    w = rw.constant_data(ins[1])
+    n = ins[1].shape[1]
+    if w is None or not isinstance(n, int) or n % VECTOR == 0 or n < GEMV_COLS:
+        return None
+    pad = -n % GEMV_COLS
+    inputs = [ins[0], rw.constant(np.pad(w, ((0, 0), (0, pad))), f"{ins[1].name}_padded")]
+    if len(ins) == 3:
+        c = rw.constant_data(ins[2])
+        if c is None:
+            return None
+        if c.ndim and c.shape[-1] == n:  # per column: padded too; a broadcast scalar stays as it is
+            c = np.pad(c, [(0, 0)] * (c.ndim - 1) + [(0, pad)])
+        inputs.append(rw.constant(c, f"{ins[2].name}_padded"))
+    (y,) = rw.emit("gemm", inputs, node.attrs, hint=f"{node.name}_padded")
+    return rw.emit("slice", [y], {"starts": (0,), "ends": (n,), "axes": (1,)}, hint=node.name,
+                   out_names=[node.outputs[0].name])

@@ -1,0 +1,62 @@
+"""GEMV column padding: a single-row gemm with a constant weight of an odd column count is padded
+to whole column tiles and sliced back (same outputs, output names kept); left alone for several
+rows, vector-wide columns, a weight or bias that is an input, and a transposed weight. The padded
+kernel against NumPy on the C target."""
+
+import numpy as np
+import pytest
+from pass_check import check_same, ops
+
+import ember
+from ember.graph import Graph, TensorType
+from ember.ops.matmul import GEMV_COLS
+from ember.ops.nodes import add_op
+from ember.passes.pad_gemv import pad_gemv
+
+RNG = np.random.default_rng()
+
+
+def _rand(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def _gemv(rows=1, n=1001, bias_shape=(1001,), trans_b=False, weight_input=False):
+    g = Graph()
+    a = g.add_input("a", TensorType((rows, 40)))
+    b = g.add_input("b", TensorType((n, 40) if trans_b else (40, n))) if weight_input else \
+        g.add_constant(_rand(n, 40) if trans_b else _rand(40, n), "w")
+    ins = [a, b] + ([g.add_constant(_rand(*bias_shape), "c")] if bias_shape is not None else [])
+    y, = add_op(g, "gemm", ins, {"trans_b": trans_b, "alpha": 0.5, "beta": 2.0}, name="logits")
+    z, = add_op(g, "relu", [y])
+    g.set_outputs([y, z])
+    return g
+
+
+@pytest.mark.parametrize("bias_shape", [(1001,), (1, 1001), (), None])
+def test_odd_columns_are_padded(bias_shape):
+    g = _gemv(bias_shape=bias_shape)
+    out = pad_gemv(g)
+    assert ops(out) == ["gemm", "slice", "relu"]
+    gemm = out.nodes[0]
+    assert gemm.inputs[1].shape == (40, 1024) and gemm.outputs[0].shape == (1, 1024)
+    assert out.nodes[1].outputs[0].name == "logits"
+    check_same(g, out)
+
+
+@pytest.mark.parametrize("kwargs", [{"rows": 2}, {"n": 1000, "bias_shape": (1000,)}, {"weight_input": True},
+                                    {"trans_b": True}, {"n": 7, "bias_shape": (7,)}])
+def test_left_alone(kwargs):
+    g = _gemv(**kwargs)
+    assert ops(pad_gemv(g)) == ["gemm", "relu"]
+
+
+def test_padded_gemv_computes_the_product():
+    g = Graph()
+    x = g.add_input("x", TensorType((1, 96)))
+    w, c = _rand(96, 3 * GEMV_COLS + 5), _rand(3 * GEMV_COLS + 5)
+    y, = add_op(g, "gemm", [x, g.add_constant(w, "w"), g.add_constant(c, "c")])
+    g.set_outputs([y])
+    model = ember.compile(g)
+    assert [k.ops for k in model.kernels][0] == ("gemm",)
+    a = _rand(1, 96)
+    np.testing.assert_allclose(model(a), a @ w + c, rtol=1e-4, atol=1e-4)
