@@ -209,7 +209,7 @@ class PassNames:
 # ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
 # that this ground-layer module need not import the passes
 GRAPH_PASSES = ("fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings", "layout",
-                "dce", "fuse")
+                "pack_weights", "dce", "fuse")
 
 
 def _pass_names() -> tuple[str, ...]:

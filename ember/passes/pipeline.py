@@ -41,11 +41,12 @@ from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .layout import layout
+from .pack_weights import pack_weights
 
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_transposes, simplify, cse, fold_batch_norm,
-                                                    fuse_siblings, layout, dce)}
+                                                    fuse_siblings, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -61,9 +62,9 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings", "layout",
-        "fold_constants", "dce"],
+        "pack_weights", "fold_constants", "dce"],
     3: ["fold_constants", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings", "layout",
-        "fold_constants", "dce"],
+        "pack_weights", "fold_constants", "dce"],
 }
 
 

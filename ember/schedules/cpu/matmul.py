@@ -1,6 +1,7 @@
-"""CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output,
-a GEMV's wide rows in blocks, and few-row products with b transposed as vectors of partial dot
-products along k."""
+"""CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output
+(nr the panel width when b comes in panels: the tile then reads one contiguous panel), a GEMV's
+wide rows in blocks, and few-row products with b transposed as vectors of partial dot products
+along k."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def schedule_matmul(s, outputs):
         nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
         return None
-    mr, nr = register_tile(m, n)
+    mr, nr = register_tile(m, anchor.attrs.get("panels") or n)  # a tile of b in panels: one panel wide
     tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
     return None
 
