@@ -17,7 +17,7 @@ from ember.ops.nodes import add_op
 from ember.passes.pack_weights import pack_weights
 
 RNG = np.random.default_rng()
-RTOL, ATOL = 1e-4, 1e-4  # fp32 accumulation over K <= 800 of terms of order 1 / sqrt(K)
+RTOL, ATOL = 1e-4, 2e-4  # fp32 accumulation over K <= 2100 of terms of order 1 / sqrt(K)
 ERF = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -59,6 +59,7 @@ def _panels(cm) -> list[int]:
     (3, 300, 320, "bias+gelu"),  # fewer than 4 rows: 64-column panels where they divide (320 = 5 * 64)
     (2, 260, 288, "bias+res"),  # ... and 32-column ones where they do not
     (64, 256, 512, "bias+gelu"),
+    (100, 2100, 64, "bias+res"),  # long rows: blocks of 64 rows (8 tiles), the last one cut to 36
 ])
 def test_packed_linear_layers_match_float64(m, k, n, epilogue):
     model = Linear(k, n, epilogue).eval()

@@ -11,6 +11,8 @@ from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
 
+A_BLOCK_BYTES = 1 << 20  # half of a core's L2: a block of a's rows next to the panel of b it meets
+
 
 @schedules("matmul", "gemm")
 def schedule_matmul(s, outputs):
@@ -34,8 +36,10 @@ def schedule_matmul(s, outputs):
         nr = next(w for w in (GEMV_COLS, 256, 128, 64, 32, 16, 8) if n % w == 0)
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
         return None
-    mr, nr = register_tile(m, anchor.attrs.get("panels") or n)  # a tile of b in panels: one panel wide
-    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
+    panels = anchor.attrs.get("panels")
+    mr, nr = register_tile(m, panels or n)  # a tile of b in panels: one panel wide
+    row_block = _row_block(m, mr, anchor) if panels else None
+    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr, row_block=row_block)
     return None
 
 
@@ -63,3 +67,16 @@ def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
     for a in spatial[:-1]:
         stage.unroll(a)
     stage.vectorize(spatial[-1])
+
+
+def _row_block(m: int | None, mr: int, anchor) -> int | None:
+    """The rows of a block of a (mr times a power of two) whose K columns fit A_BLOCK_BYTES, when
+    fewer than m: a 128 x 3072 a (1.5 MiB) next to a 3072 x 32 panel (384 KiB) overflows L2, and
+    was read again from L3 for every panel (the down-projection at 60% of the speed of K = 768)."""
+    k = as_int(anchor.reduce_axis[0].dom.extent)
+    if m is None or k is None:
+        return None
+    rows = mr
+    while 2 * rows * k * 4 <= A_BLOCK_BYTES:
+        rows *= 2
+    return rows if rows < m else None
