@@ -1,19 +1,32 @@
-"""fp32 GEMM: ember's best hand-written CPU schedule next to NumPy's BLAS and torch.matmul.
+"""fp32 GEMM: ember next to NumPy's BLAS (and torch.matmul).
 
-One process, the same inputs, medians of repeated runs; ratios are ember / peer throughput.
-The schedule (examples/gemm.py, packed_gemm): B packed into 32-column panels, an 8x32
-accumulator tile in registers (cache_write "local" + compute_at), the reduction loop outside
-the unrolled, vectorized tile, the outer loop parallel.
+Square sizes (--sizes): ember's best hand-written CPU schedule (examples/gemm.py, packed_gemm: B
+packed into 32-column panels, an 8x32 accumulator tile in registers, the reduction loop outside the
+unrolled, vectorized tile, the outer loop parallel) in one process with NumPy and torch, medians of
+repeated runs; ratios are ember / peer throughput.
 
-    python benchmarks/gemm.py [--sizes 512 1024 2048] [--threads 2]
+Transformer shapes (--rows): a linear layer x @ W of M rows (--rows) against the weights (K, N) of
+BERT-base / GPT-2 small (768x768 attention output, 768x2304 fused QKV, 768x3072 up-projection,
+3072x768 down-projection), compiled by ember.compile (weights constant, so packed at compile time),
+bare and with its fused epilogues (+ bias, + bias then erf-GELU, + bias + a residual input). Each
+runtime runs in its own process (ember; NumPy's BLAS; with --before, ember without compile-time
+weight packing) and they take turns over --rounds rounds, each round a median of --repeat runs per
+case; the table shows the median over rounds: GFLOP/s (2 M K N / time), the ratio to BLAS's bare
+GEMM (ember time / BLAS time: below 1 is faster) and each epilogue's time over ember's bare GEMM;
+next to the medians, the fastest run of each (on a shared machine, a parallel loop whose thread
+lost its core waits for it: medians there measure the neighbours, the fastest run the kernel).
+
+    python benchmarks/gemm.py [--sizes 512 1024 2048] [--rows 1 16 128 512] [--rounds 3] [--threads 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -27,12 +40,120 @@ def load_packed_gemm():
     return module.packed_gemm
 
 
+WEIGHTS = [(768, 768), (768, 2304), (768, 3072), (3072, 768)]  # (K, N)
+EPILOGUES = ["bare", "bias", "bias+gelu", "bias+res"]
+
+
+def linear_model(k: int, n: int, epilogue: str):
+    import torch
+
+    class Linear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(k, n, bias=epilogue != "bare")
+
+        def forward(self, x, res=None):
+            y = self.fc(x)
+            if epilogue == "bias+gelu":
+                y = torch.nn.functional.gelu(y)
+            return y + res if epilogue == "bias+res" else y
+
+    return Linear().eval()
+
+
+def worker(runtime: str, rows: list[int], repeat: int) -> None:
+    """One runtime in this process: prepare every case, then time them all at each line of stdin."""
+    import ember
+
+    rng = np.random.default_rng(0)
+    cases = {}
+    for m in rows:
+        for k, n in WEIGHTS:
+            x = rng.uniform(-1, 1, (m, k)).astype("float32")
+            if runtime == "numpy":
+                w = rng.uniform(-1, 1, (k, n)).astype("float32")
+                cases[f"{m} {k} {n} bare"] = (np.matmul, (x, w))
+                continue
+            import torch
+
+            for epi in EPILOGUES:
+                model = linear_model(k, n, epi)
+                res = rng.uniform(-1, 1, (m, n)).astype("float32")
+                inputs = (x, res) if epi == "bias+res" else (x,)
+                disabled = ["pack_weights"] if runtime == "ember-unpacked" else []
+                cm = ember.compile(model, tuple(torch.from_numpy(v) for v in inputs), disabled_passes=disabled)
+                with torch.no_grad():
+                    want = model(*(torch.from_numpy(v) for v in inputs)).numpy()
+                np.testing.assert_allclose(cm(*inputs), want, rtol=1e-4, atol=1e-4 * k ** 0.5)
+                cases[f"{m} {k} {n} {epi}"] = (cm, inputs)
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        runs = {key: ember.bench(f, *inputs, warmup=2, repeat=repeat, number=1) for key, (f, inputs) in cases.items()}
+        print(json.dumps({key: [r.median, min(r.times)] for key, r in runs.items()}), flush=True)
+
+
+def transformer_shapes(args) -> None:
+    runtimes = ["ember", "numpy"] + (["ember-unpacked"] if args.before else [])
+    env = {**os.environ, "EMBER_NUM_THREADS": str(args.threads), "OMP_NUM_THREADS": str(args.threads),
+           "OPENBLAS_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    procs = {}
+    for rt in runtimes:
+        cmd = [sys.executable, __file__, "--worker", rt, "--rows", *map(str, args.rows), "--repeat", str(args.repeat)]
+        procs[rt] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if procs[rt].stdout.readline().strip() != "ready":  # prepared one after the other: compiles stay apart
+            raise SystemExit(f"the {rt} worker failed")
+    rounds: dict[str, list[dict]] = {rt: [] for rt in runtimes}
+    for _ in range(args.rounds):
+        for rt, p in procs.items():
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            rounds[rt].append(json.loads(p.stdout.readline()))
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
+    med = {rt: {key: float(np.median([r[key][0] for r in rs])) for key in rs[0]} for rt, rs in rounds.items()}
+    best = {rt: {key: min(r[key][1] for r in rs) for key in rs[0]} for rt, rs in rounds.items()}
+    spread = float(np.median([max(r[key][0] for r in rs) / min(r[key][0] for r in rs)
+                              for rs in rounds.values() for key in rs[0]]))
+    print(f"\nfp32 linear layers, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs per case; "
+          f"med: the median over rounds of each round's median, best: the fastest run (median spread of a "
+          f"case's round medians, max/min: {spread:.2f}). GFLOP/s; t/BLAS: ember's time over BLAS's "
+          f"(below 1: faster); epilogues: time over ember's bare GEMM (medians)")
+    before = f" {'unpacked t/BLAS':>15}" if args.before else ""
+    print(f"{'M':>4} {'K':>5} {'N':>5} {'BLAS med':>8} {'best':>6} {'ember med':>9} {'best':>6} {'t/BLAS med':>10} "
+          f"{'best':>5}{before} " + " ".join(f"{e:>9}" for e in EPILOGUES[1:]))
+    for m in args.rows:
+        for k, n in WEIGHTS:
+            key = f"{m} {k} {n}"
+            gflops = 2.0 * m * k * n / 1e9
+            bare, blas = med["ember"][f"{key} bare"], med["numpy"][f"{key} bare"]
+            bare_b, blas_b = best["ember"][f"{key} bare"], best["numpy"][f"{key} bare"]
+            line = (f"{m:>4} {k:>5} {n:>5} {gflops / blas:8.1f} {gflops / blas_b:6.1f} {gflops / bare:9.1f} "
+                    f"{gflops / bare_b:6.1f} {bare / blas:10.2f} {bare_b / blas_b:5.2f}")
+            if args.before:
+                unpacked = med["ember-unpacked"][f"{key} bare"] / blas, best["ember-unpacked"][f"{key} bare"] / blas_b
+                line += f" {unpacked[0]:9.2f} {unpacked[1]:5.2f}"
+            line += " " + " ".join(f"{med['ember'][f'{key} {e}'] / bare:9.3f}" for e in EPILOGUES[1:])
+            print(line, flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[512, 1024, 2048])
+    ap.add_argument("--rows", type=int, nargs="*", default=[1, 16, 128, 512])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--before", action="store_true", help="also time ember without compile-time weight packing")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.rows, args.repeat)
+        return
+    if args.rows:
+        transformer_shapes(args)
+    if not args.sizes:
+        return
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import ember

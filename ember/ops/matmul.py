@@ -1,6 +1,10 @@
 """Matrix products: `matmul(a, b)` with NumPy semantics (1-D operands promoted and the added
 dimension removed, batch dimensions broadcast) and `gemm(a, b, c?)` = alpha * a' @ b' + beta * c
-(ONNX Gemm: 2-D, a' and b' optionally transposed, c broadcast to the result).
+(ONNX Gemm: 2-D, a' and b' optionally transposed, c broadcast to the result). gemm's b may
+also come in panels (b_panels=P > 0, set by ember.passes.pack_weights on constant weights): b of
+shape (N / P, K, P), panel p holding columns p*P .. p*P + P - 1 of the (K, N) matrix, so that the
+register tile of P columns reads its k-th row of b next to its (k-1)-th, the weights packed once at
+compile time instead of read N floats apart.
 
 The te compute accumulates a @ b in a stage tagged "matmul" whose last axis the schedule
 vectorizes, so the b operand is read along that axis. When b would be read across it (gemm
@@ -59,10 +63,18 @@ def _infer_gemm(types, attrs):
     a, b = types[:2]
     dtype = result_dtype("gemm", *types)
     _check_numeric("gemm", a)
-    if a.rank != 2 or b.rank != 2:
-        raise OpTypeError(f"gemm: a and b must be 2-D, got shapes {a.shape} and {b.shape}")
+    panels = attrs["b_panels"]
+    if a.rank != 2 or b.rank != (3 if panels else 2):
+        what = f"a must be 2-D and b (in panels, b_panels={panels}) 3-D" if panels else "a and b must be 2-D"
+        raise OpTypeError(f"gemm: {what}, got shapes {a.shape} and {b.shape}")
     m, ka = a.shape[::-1] if attrs["trans_a"] else a.shape
-    kb, n = b.shape[::-1] if attrs["trans_b"] else b.shape
+    if panels:
+        if attrs["trans_b"] or b.shape[2] != panels:
+            raise OpTypeError(f"gemm: b in panels of {panels} columns must have shape (N / {panels}, K, {panels}) "
+                              f"and trans_b=False, got shape {b.shape}, trans_b={attrs['trans_b']}")
+        kb, n = b.shape[1], b.shape[0] * panels
+    else:
+        kb, n = b.shape[::-1] if attrs["trans_b"] else b.shape
     _same_dim("gemm", "the contracted dimensions of a and b", ka, kb)
     if len(types) == 3:
         c = types[2]
@@ -71,8 +83,14 @@ def _infer_gemm(types, attrs):
     return [TensorType((m, n), dtype)]
 
 
+def _unpanel(b: np.ndarray) -> np.ndarray:
+    """The (K, N) matrix of weights in panels (N / P, K, P)."""
+    return b.transpose(1, 0, 2).reshape(b.shape[1], -1)
+
+
 def _reference_gemm(inputs, attrs):
     a, b = inputs[:2]
+    b = _unpanel(b) if attrs["b_panels"] else b
     a = a.T if attrs["trans_a"] else a
     b = b.T if attrs["trans_b"] else b
     acc = dt.to_numpy(dt.compute_dtype(a.dtype.name))
@@ -94,17 +112,18 @@ def _broadcast_te(x, y):
     return [q if p is None or (as_int(p) == 1 and q is not None) else p for p, q in zip(x, y)]
 
 
-def product(a, b, trans_a: bool = False, trans_b: bool = False):
-    """The te stages of a' @ b' (a', b' transposed when asked; 1-D operands as in NumPy).
+def product(a, b, trans_a: bool = False, trans_b: bool = False, panels: int = 0):
+    """The te stages of a' @ b' (a', b' transposed when asked; 1-D operands as in NumPy; with
+    `panels`, b is a 2-D operand given in panels of that many columns, see the module docstring).
     Returns (acc, shape, value): the accumulating stage (tagged ANCHOR; its last axis padded to
     whole vectors where b is packed, float32 for float16 operands), the shape of the
     product, and its value at an index of that shape (None when acc is exactly the product)."""
     rows, cols = a.ndim >= 2, b.ndim >= 2
     k_dim = a.shape[-2] if trans_a else a.shape[-1]
-    a_batch, b_batch = (a.shape[:-2], b.shape[:-2])
+    a_batch, b_batch = (a.shape[:-2], () if panels else b.shape[:-2])
     batch = _broadcast_te(a_batch, b_batch)
     m = (a.shape[-1] if trans_a else a.shape[-2]) if rows else None
-    n = (b.shape[-2] if trans_b else b.shape[-1]) if cols else None
+    n = (const(as_int(b.shape[0]) * panels) if panels else b.shape[-2] if trans_b else b.shape[-1]) if cols else None
     n_int = as_int(n) if cols else None
     m_int = as_int(m) if rows else 1
     # few rows times b transposed: dot products along k (see _tile_dot) instead of packing b
@@ -112,8 +131,8 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False):
         if trans_b and not trans_a and m_int is not None and m_int < DOT_ROWS else None
     pad_to = VECTOR_LANES if m_int is None or m_int >= VECTOR_LANES else VECTOR_LANES // 2
     # (a single row streams b once: packing it would copy all of b per call, so a GEMV takes b as it is)
-    pack = cols and dot_lanes is None and (trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to
-                                                       and m_int != 1))
+    pack = cols and not panels and dot_lanes is None and (
+        trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to and m_int != 1))
     n_acc = n
     if pack:
         if n_int is not None and n_int % pad_to:
@@ -135,12 +154,15 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False):
         row = i[nb] if rows else None
         col = i[-1] if cols else None
         ai = broadcast_index(bi, a_batch) + (((r, row) if trans_a else (row, r)) if rows else (r,))
-        bj = broadcast_index(bi, b_batch) + (((col, r) if trans_b else (r, col)) if cols else (r,))
+        if panels:
+            bj = (col // panels, r, col % panels)
+        else:
+            bj = broadcast_index(bi, b_batch) + (((col, r) if trans_b else (r, col)) if cols else (r,))
         return te.sum(cast(acc_dtype, a[ai]) * cast(acc_dtype, b[bj]), axis=r)
 
     shape = list(batch) + ([m] if rows else []) + ([n_acc] if cols else [])
     acc = te.compute(shape, element, name="matmul", tag=ANCHOR,
-                     attrs={"rows": rows, "cols": cols, "dot_lanes": dot_lanes})
+                     attrs={"rows": rows, "cols": cols, "dot_lanes": dot_lanes, "panels": panels})
     out_shape = list(batch) + ([m] if rows else []) + ([n] if cols else [])
     exact = n_acc is n and acc_dtype == a.dtype
     return acc, out_shape, None if exact else (lambda *i: cast(a.dtype, acc[i]))
@@ -153,7 +175,7 @@ def _compute_matmul(inputs, attrs, out_types):
 
 def _compute_gemm(inputs, attrs, out_types):
     a, b = inputs[:2]
-    acc, shape, value = product(a, b, attrs["trans_a"], attrs["trans_b"])
+    acc, shape, value = product(a, b, attrs["trans_a"], attrs["trans_b"], attrs["b_panels"])
     alpha, beta = attrs["alpha"], attrs["beta"]
     c = inputs[2] if len(inputs) == 3 else None
     if c is None and alpha == 1 and value is None:
@@ -185,7 +207,7 @@ register(OpDef(
     reference=_reference_gemm,
     compute=_compute_gemm,
     pattern="out_elementwise_fusable",
-    attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False},
+    attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False, "b_panels": 0},
     num_inputs=(2, 3),
-    doc="alpha * a' @ b' + beta * c (ONNX Gemm).",
+    doc="alpha * a' @ b' + beta * c (ONNX Gemm); b_panels > 0: b in panels (N / P, K, P).",
 ))

@@ -44,13 +44,15 @@ from .fold_constants import fold_constants
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .layout import layout
+from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
 from .rewrite import map_regions
 
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
-                                                    fold_batch_norm, fuse_siblings, pad_gemv, layout, dce)}
+                                                    fold_batch_norm, fuse_siblings, pad_gemv, layout, pack_weights,
+                                                    dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -66,9 +68,9 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "pad_gemv", "layout", "fold_constants", "dce"],
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
     3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "pad_gemv", "layout", "fold_constants", "dce"],
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
 }
 
 

@@ -1,7 +1,7 @@
-"""CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output,
-a GEMV's wide rows in blocks (at least GEMV_TILES tiles of columns, for the threads to share),
-and few-row products with b transposed as vectors of partial dot
-products along k."""
+"""CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output
+(nr the panel width when b comes in panels: the tile then reads one contiguous panel), a GEMV's
+wide rows in blocks (at least GEMV_TILES tiles of columns, for the threads to share), and
+few-row products with b transposed as vectors of partial dot products along k."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
 
 GEMV_TILES = 8  # column tiles a GEMV is cut into at least, that its threads share evenly
+A_BLOCK_BYTES = 1 << 20  # half of a core's L2: a block of a's rows next to the panel of b it meets
 
 
 @schedules("matmul", "gemm")
@@ -40,8 +41,10 @@ def schedule_matmul(s, outputs):
     if lanes_dividing(n) is None:
         return False
     prepare(s, outputs, anchor)
-    mr, nr = register_tile(m, n)
-    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr)
+    panels = anchor.attrs.get("panels")
+    mr, nr = register_tile(m, panels or n)  # a tile of b in panels: one panel wide
+    row_block = _row_block(m, mr, anchor) if panels else None
+    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr, row_block=row_block)
     return None
 
 
@@ -69,3 +72,16 @@ def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
     for a in spatial[:-1]:
         stage.unroll(a)
     stage.vectorize(spatial[-1])
+
+
+def _row_block(m: int | None, mr: int, anchor) -> int | None:
+    """The rows of a block of a (mr times a power of two) whose K columns fit A_BLOCK_BYTES, when
+    fewer than m: a 128 x 3072 a (1.5 MiB) next to a 3072 x 32 panel (384 KiB) overflows L2, and
+    was read again from L3 for every panel (the down-projection at 60% of the speed of K = 768)."""
+    k = as_int(anchor.reduce_axis[0].dom.extent)
+    if m is None or k is None:
+        return None
+    rows = mr
+    while 2 * rows * k * 4 <= A_BLOCK_BYTES:
+        rows *= 2
+    return rows if rows < m else None

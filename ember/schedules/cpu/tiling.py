@@ -69,13 +69,15 @@ def register_tile(m: int | None, n: int) -> tuple[int, int]:
 
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
-                   vector_cols: bool = True, block: int | None = None) -> None:
+                   vector_cols: bool = True, block: int | None = None, row_block: int | None = None) -> None:
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
     last axis). Every other axis of out stays outside the tile, fused into the parallel loop.
     With `block`, a tile wider than that many columns runs over them in blocks of `block`
-    inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV)."""
+    inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV).
+    With `row_block` (a multiple of mr), the column tiles run over blocks of that many rows, one
+    block after the other: the block of the left operand stays in L2 while the columns go by."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -89,6 +91,9 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     if row_axis is not None:
         ro, ri = stage.split(axes[row_axis], factor=mr)
         outer, inner = [co, ro], [ri, ci]
+        if row_block is not None:
+            rb, ro = stage.split(ro, factor=row_block // mr)
+            outer = [rb, co, ro]
     rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis)]
     stage.reorder(*rest, *outer, *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]

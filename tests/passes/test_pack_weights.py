@@ -1,0 +1,127 @@
+"""Compile-time weight packing (ember.passes.pack_weights): linear layers whose constant weights
+go into the register tile's panels compute what NumPy computes in float64 (row counts the tile
+does not divide, K of no particular multiple, the fused epilogues bias, bias + GELU, bias +
+residual), and the products the pass leaves alone stay as they were."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from pass_check import check_same
+
+import ember
+from ember.graph import Graph, TensorType
+from ember.ops import OpTypeError, infer_types
+from ember.ops.nodes import add_op
+from ember.passes.pack_weights import pack_weights
+
+RNG = np.random.default_rng()
+RTOL, ATOL = 1e-4, 2e-4  # fp32 accumulation over K <= 2100 of terms of order 1 / sqrt(K)
+ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _rand(*shape):
+    return RNG.uniform(-1, 1, shape).astype("float32")
+
+
+class Linear(torch.nn.Module):
+    def __init__(self, k, n, epilogue):
+        super().__init__()
+        self.epilogue = epilogue
+        self.fc = torch.nn.Linear(k, n, bias=epilogue != "bare")
+
+    def forward(self, x, res=None):
+        y = self.fc(x)
+        if self.epilogue == "bias+gelu":
+            y = torch.nn.functional.gelu(y)
+        return y + res if self.epilogue == "bias+res" else y
+
+
+def _reference(model, x, res):
+    """The layer in float64 NumPy."""
+    w = model.fc.weight.detach().numpy().astype(np.float64)
+    y = x.astype(np.float64) @ w.T
+    if model.fc.bias is not None:
+        y = y + model.fc.bias.detach().numpy().astype(np.float64)
+    if model.epilogue == "bias+gelu":
+        y = 0.5 * y * (1.0 + ERF(y / math.sqrt(2.0)).astype(np.float64))
+    return y + res if model.epilogue == "bias+res" else y
+
+
+def _panels(cm) -> list[int]:
+    return [n.attrs["b_panels"] for n in cm.graph.nodes if n.op == "gemm"]
+
+
+@pytest.mark.parametrize("m, k, n, epilogue", [
+    (37, 257, 256, "bare"),  # 37 rows: a tail of 5 under 8-row tiles; K = 257 a prime
+    (13, 777, 288, "bias"),  # 288 columns: 9 panels of 32
+    (3, 300, 320, "bias+gelu"),  # fewer than 4 rows: 64-column panels where they divide (320 = 5 * 64)
+    (2, 260, 288, "bias+res"),  # ... and 32-column ones where they do not
+    (64, 256, 512, "bias+gelu"),
+    (100, 2100, 64, "bias+res"),  # long rows: blocks of 64 rows (8 tiles), the last one cut to 36
+])
+def test_packed_linear_layers_match_float64(m, k, n, epilogue):
+    model = Linear(k, n, epilogue).eval()
+    x, res = _rand(m, k), _rand(m, n)
+    inputs = (x, res) if epilogue == "bias+res" else (x,)
+    cm = ember.compile(model, tuple(torch.from_numpy(v) for v in inputs))
+    width = 64 if m < 4 and n % 64 == 0 else 32
+    assert _panels(cm) == [width]
+    np.testing.assert_allclose(cm(*inputs), _reference(model, x, res), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("m, k, n", [
+    (1, 512, 512),  # a single row (GEMV, decode): row-major weights streamed
+    (16, 512, 100),  # N not a multiple of a panel
+    (16, 64, 64),  # small weights
+])
+def test_what_stays_unpacked(m, k, n):
+    model = Linear(k, n, "bias").eval()
+    x = _rand(m, k)
+    cm = ember.compile(model, (torch.from_numpy(x),))
+    assert _panels(cm) == [0]
+    np.testing.assert_allclose(cm(x), _reference(model, x, None), rtol=RTOL, atol=ATOL)
+
+
+def test_symbolic_rows_stay_unpacked():
+    g = Graph()
+    x = g.add_input("x", TensorType(("m", 256)))
+    y, = add_op(g, "matmul", [x, g.add_constant(_rand(256, 512), "w")])
+    g.set_outputs([y])
+    out = pack_weights(g)
+    assert [(n.op, n.attrs) for n in out.nodes] == [(n.op, n.attrs) for n in g.nodes]
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(False, True), (True, False), (True, True)])
+def test_gemm_attributes_kept(trans_a, trans_b):
+    """ONNX's Gemm: transposed operands, alpha and beta, a bias broadcast per row."""
+    m, k, n = 19, 300, 256
+    g = Graph()
+    x = g.add_input("x", TensorType((k, m) if trans_a else (m, k)))
+    w = g.add_constant(_rand(n, k) if trans_b else _rand(k, n), "w")
+    c = g.add_constant(_rand(m, 1), "c")
+    y, = add_op(g, "gemm", [x, w, c], {"trans_a": trans_a, "trans_b": trans_b, "alpha": 0.5, "beta": 2.0})
+    g.set_outputs([y])
+    out = pack_weights(g)
+    (node,) = out.nodes
+    assert node.attrs["b_panels"] == 32 and not node.attrs["trans_b"]
+    assert out.constants[node.inputs[1].name].shape == (n // 32, k, 32)
+    check_same(g, out)
+    xv = _rand(*x.type.shape)
+    a64 = xv.astype(np.float64).T if trans_a else xv.astype(np.float64)
+    w64 = g.constants[w.name].astype(np.float64)
+    want = 0.5 * a64 @ (w64.T if trans_b else w64) + 2.0 * g.constants[c.name]
+    np.testing.assert_allclose(ember.compile(g)(xv), want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("b_shape, attrs, message", [
+    ((8, 300, 32), {"b_panels": 32, "trans_b": True}, "trans_b=False"),
+    ((8, 300, 16), {"b_panels": 32}, "(N / 32, K, 32)"),
+    ((300, 256), {"b_panels": 32}, "3-D"),
+    ((8, 200, 32), {"b_panels": 32}, "contracted dimensions"),
+])
+def test_panel_shape_errors(b_shape, attrs, message):
+    with pytest.raises(OpTypeError) as e:
+        infer_types("gemm", [TensorType((5, 300)), TensorType(b_shape)], attrs)
+    assert message in str(e.value)
