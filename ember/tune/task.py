@@ -84,7 +84,7 @@ def _np_dtype(dtype: str):
 
 
 def _random(rng: np.random.Generator, shape, dtype: str) -> np.ndarray:
-    if dtype.startswith("float"):
+    if dt.is_float(dtype):
         return rng.standard_normal(shape).astype(_np_dtype(dtype))
     if dtype == "bool":
         return rng.random(shape) < 0.5

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ....tir import dtype as dt
 from ..node import NodeContext, to_dtype
 from ..registry import converts
 
@@ -67,7 +68,7 @@ def _pow(cx: NodeContext):
 def _div(cx: NodeContext):
     """Integer Div truncates toward zero (C's `/`); x / 0 == 0, as ember defines it (ops.binary)."""
     x, y = cx.input(0), cx.input(1)
-    return [cx.op("div" if cx.type(x).dtype.startswith("float") else "trunc_divide", [x, y])]
+    return [cx.op("div" if dt.is_float(cx.type(x).dtype) else "trunc_divide", [x, y])]
 
 
 @converts("Mod")

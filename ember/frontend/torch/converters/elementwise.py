@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ....tir import dtype as dt
 from ..node import Unsupported, ember_dtype, torch_dtype
 from ..registry import handles
 
@@ -122,7 +123,7 @@ def div_mode(b, x, other, *, rounding_mode=None):
         return b.op("div", [a, c])
     if rounding_mode == "floor":
         return b.op("floor_divide", [a, c])
-    if not dtype.startswith("float"):
+    if not dt.is_float(dtype):
         return b.op("trunc_divide", [a, c])
     q = b.op("div", [a, c])  # trunc(q) = sign(q) * floor(|q|)
     return b.op("mul", [b.op("sign", [q]), b.op("floor", [b.op("abs", [q])])])
