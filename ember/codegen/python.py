@@ -71,7 +71,7 @@ FUNCS = {
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "tanh": "np.tanh", "erf": "_erf",
     "pow": "np.power", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
     "round": "np.rint", "sin": "np.sin", "cos": "np.cos", "exp2": "np.exp2", "log2": "np.log2",
-    "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc",
+    "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc", "fmod": "np.fmod",
 }
 EXPRS = {"rsqrt": "(1 / np.sqrt({0}))", "sigmoid": "(1 / (1 + np.exp(-{0})))"}
 OPS = {"&&": "and", "||": "or"}  # on scalars; vectors use & and |

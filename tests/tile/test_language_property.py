@@ -55,12 +55,8 @@ INT = {
 }
 
 
-# integer bitwise operators, which ember.triton.compiler does not compile yet (it says so)
-NOT_COMPILED = {("({} & {})", "({} & {})"), ("({} | {})", "({} | {})"), ("({} ^ {})", "({} ^ {})")}
-
-
 def expressions(kind: dict, compiled: bool):
-    binaries = [b for b in kind["binary"] if not (compiled and b in NOT_COMPILED)]
+    binaries = kind["binary"]
 
     def extend(children):
         unary = st.tuples(st.sampled_from(kind["unary"]), children).map(lambda t: _render(t[0], t[1]))
