@@ -234,9 +234,9 @@ def math(name: str, x):
         return x
     dtype = x.dtype if x.dtype.is_floating() else tld.float32
     x = cast_to(x, dtype)
-    if name == "exp2":  # through exp, the compiler's vector math (2^x = e^(x ln 2))
-        return lift(lambda e: te.call("exp", e * 0.6931471805599453), x, dtype=dtype, cost=8)
-    if name == "log2":
+    if name in ("exp2", "log2") and dtype == tld.float32:  # through the compiler's vector exp and log
+        if name == "exp2":  # 2^x = e^(x ln 2)
+            return lift(lambda e: te.call("exp", e * 0.6931471805599453), x, dtype=dtype, cost=8)
         return lift(lambda e: te.call("log", e) * 1.4426950408889634, x, dtype=dtype, cost=8)
     tir_name = {"sqrt_rn": "sqrt"}.get(name, name)
     return lift(lambda e: te.call(tir_name, e), x, dtype=dtype, cost=8)
