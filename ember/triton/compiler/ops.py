@@ -225,7 +225,7 @@ def minmax(op: str, a, b):
 def math(name: str, x):
     """A math function of the language on a value (floats; integers are made float32)."""
     if not V.is_runtime(x):
-        x = V.as_scalar(float(x))
+        x = V.as_scalar(x)  # typed as Triton types a constant (an int stays an int for abs, floor, ceil)
     if name == "abs":
         if x.dtype.is_int_unsigned() or x.dtype.is_bool():
             return x
