@@ -140,3 +140,19 @@ def test_bitwise_is_one_operator_in_the_loop_ir():
     x, y, out = (np.ones(8 * n, np.int32) for _ in range(3))
     ir = int_kernel.ir(x, y, out, n, BLOCK=64)
     assert " ^ " in ir and " & " in ir and " | " in ir
+
+
+@triton.jit
+def index_kernel(x_ptr, out_ptr, n, C: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + (offs % C) * 7 + offs // C, mask=offs < n), mask=offs < n)
+
+
+@pytest.mark.skipif(not HAS_COMPILER, reason="ember.triton.compiler is not in this tree")
+def test_division_of_indices_is_the_floor():
+    """Indices are never negative: their // and % are the loop IR's own, without a sign test."""
+    x, out = rng.standard_normal(1000).astype(np.float32), np.zeros(100, np.float32)
+    assert "select" not in index_kernel.ir(x, out, 100, C=10, BLOCK=64).split("else:")[0]
+    index_kernel[(2,)](x, out, 100, C=10, BLOCK=64)
+    offs = np.arange(100)
+    np.testing.assert_array_equal(out, x[(offs % 10) * 7 + offs // 10])

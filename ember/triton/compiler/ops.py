@@ -105,11 +105,34 @@ def _signs_differ(x: PrimExpr, y: PrimExpr, r: PrimExpr) -> PrimExpr:
                                                                 te.binary("<", y, zero)))
 
 
+def nonnegative(e: PrimExpr) -> bool:
+    """Whether e is provably >= 0 from its form: the kernel's variables (program ids, grid sizes,
+    the indices of blocks and the counters of loops) all are, and so is what +, *, //, %, min,
+    max and select make of them and of constants >= 0. (A loop's own variable, start + k * step,
+    is only where its start is.)"""
+    match e:
+        case te.Const(value, _):
+            return value >= 0
+        case te.Var():
+            return True
+        case te.Cast(dtype, v) if dtype in ("int32", "int64") and v.dtype in ("int32", "int64"):
+            return nonnegative(v)
+        case te.Binary(op, a, b, _) if op in ("+", "*", "//", "%", "min", "max"):
+            return nonnegative(a) and nonnegative(b)
+        case te.Select(_, t, f, _):
+            return nonnegative(t) and nonnegative(f)
+        case te.Broadcast(v, _, _):
+            return nonnegative(v)
+    return False
+
+
 def _trunc_div(x: PrimExpr, y: PrimExpr) -> PrimExpr:
     """C's integer division (toward zero, as Triton's sdiv/udiv) from the loop IR's floor
-    division: one more where the floor went below a negative quotient."""
+    division: one more where the floor went below a negative quotient. On operands that are
+    never negative (indices: `offs // C`), the two are one, and the floor keeps the index
+    arithmetic that the compiler recognizes."""
     q = te.binary("//", x, y)
-    if x.dtype.startswith("uint"):
+    if x.dtype.startswith("uint") or nonnegative(x) and nonnegative(y):
         return q
     return te.select(_signs_differ(x, y, te.binary("%", x, y)), q + const(1, x.dtype), q)
 
@@ -118,7 +141,7 @@ def _trunc_mod(x: PrimExpr, y: PrimExpr) -> PrimExpr:
     """C's integer remainder (the sign of x, as Triton's srem): the floored one less y where
     they differ."""
     r = te.binary("%", x, y)
-    if x.dtype.startswith("uint"):
+    if x.dtype.startswith("uint") or nonnegative(x) and nonnegative(y):
         return r
     return te.select(_signs_differ(x, y, r), r - y, r)
 
