@@ -42,6 +42,7 @@ from ..target import ALIGN
 from ..tir import dtype as dt
 from ..tir.expr import (
     ATOMIC_FUNCS,
+    BITWISE_OPS,
     COMPARE_OPS,
     LOGIC_OPS,
     PRINT,
@@ -78,7 +79,7 @@ from .registers import register_gather, register_lanes, whole_register
 from .routines import c_routine
 
 # C operator precedence, higher binds tighter.
-PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 6, 5, 4, 3
+PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BXOR, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 7, 6, 5, 4, 3
 
 # Identifiers of C and of the included headers that a kernel, buffer or variable must not take.
 _C_WORDS_TEXT = """
@@ -118,6 +119,7 @@ class CRenderer:
         "+": ("+", ADD), "-": ("-", ADD), "*": ("*", MUL), "/": ("/", MUL), "//": ("/", MUL),
         "%": ("%", MUL), "<": ("<", REL), "<=": ("<=", REL), ">": (">", REL), ">=": (">=", REL),
         "==": ("==", EQ), "!=": ("!=", EQ), "&&": ("&&", LAND), "||": ("||", LOR),
+        "&": ("&", BAND), "^": ("^", BXOR), "|": ("|", BOR),
     }
     MASK_OPS = {"&&": ("&", BAND), "||": ("|", BOR)}  # logic on vector masks
     # Math intrinsic -> libm function (double); float32 appends MATH_FLOAT_SUFFIX.
@@ -126,7 +128,7 @@ class CRenderer:
         "fabs": "fabs", "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint",
         "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2", "log1p": "log1p",
         "expm1": "expm1", "trunc": "trunc", "asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
-        "acosh": "acosh", "atanh": "atanh",
+        "acosh": "acosh", "atanh": "atanh", "fmod": "fmod",
     }
     # Intrinsics with no libm function: a template over the argument {0}, and its precedence.
     MATH_EXPRS = {
@@ -426,7 +428,9 @@ class CRenderer:
             cop, p = self.MASK_OPS.get(op) or self.BINARY_OPS[op]
             return f"{self._e(a, left)} {cop} {self._mask(b, self._mask_bits(a), right)}", p
         cop, p = self.BINARY_OPS[op]
-        if op not in COMPARE_OPS + LOGIC_OPS:
+        if op in BITWISE_OPS:  # operands parenthesized as GCC suggests (`a + b & c`)
+            left = right = UNARY
+        elif op not in COMPARE_OPS + LOGIC_OPS:
             left, right = p, p + 1
         code_a = self._e(a, left)
         if isinstance(a, Const) and isinstance(b, Const) and a.dtype == "int64":

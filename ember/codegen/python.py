@@ -73,7 +73,7 @@ FUNCS = {
     "pow": "np.power", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
     "round": "np.rint", "sin": "np.sin", "cos": "np.cos", "exp2": "np.exp2", "log2": "np.log2",
     "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc", "asin": "np.arcsin", "acos": "np.arccos",
-    "atan": "np.arctan", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh",
+    "atan": "np.arctan", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh", "fmod": "np.fmod",
 }
 EXPRS = {"rsqrt": "(1 / np.sqrt({0}))", "sigmoid": "(1 / (1 + np.exp(-{0})))"}
 OPS = {"&&": "and", "||": "or"}  # on scalars; vectors use & and |

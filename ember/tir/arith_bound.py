@@ -120,6 +120,17 @@ def union(a: Interval, b: Interval) -> Interval:
     return (min(a[0], b[0]), max(a[1], b[1]))
 
 
+def ibitwise(op: str, a: Interval, b: Interval) -> Interval:
+    """&, |, ^ of two intervals: `&` with a non-negative operand lies between 0 and it; on two
+    non-negative operands | and ^ stay within the bits of the larger bound; else anything."""
+    known = [r[1] for r in (a, b) if r[0] >= 0 and is_finite(r[1])]
+    if op == "&" and known:
+        return (0, min(known))
+    if len(known) < 2:
+        return FULL
+    return (0, (1 << max(known).bit_length()) - 1)
+
+
 _INTERVAL_OPS = {
     "+": iadd,
     "-": lambda a, b: iadd(a, ineg(b)),
@@ -128,6 +139,9 @@ _INTERVAL_OPS = {
     "%": imod,
     "min": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
     "max": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "&": lambda a, b: ibitwise("&", a, b),
+    "|": lambda a, b: ibitwise("|", a, b),
+    "^": lambda a, b: ibitwise("^", a, b),
 }
 
 
@@ -235,7 +249,7 @@ def _modset(e: PrimExpr, memo: dict) -> ModSet:
 _CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
         ">": operator.gt, ">=": operator.ge}
 _INT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv,
-            "%": operator.mod, "min": min, "max": max}
+            "%": operator.mod, "min": min, "max": max, "&": operator.and_, "|": operator.or_, "^": operator.xor}
 _FLOAT_OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
               "min": min, "max": max}
 

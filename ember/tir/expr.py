@@ -154,12 +154,13 @@ class Const(PrimExpr):
 ARITH_OPS = ("+", "-", "*", "/", "//", "%", "min", "max")
 COMPARE_OPS = ("==", "!=", "<", "<=", ">", ">=")
 LOGIC_OPS = ("&&", "||")
+BITWISE_OPS = ("&", "|", "^")  # on integers (two's complement), not on booleans: those are LOGIC_OPS
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Binary(PrimExpr):
-    """a OP b, for OP in ARITH_OPS, COMPARE_OPS and LOGIC_OPS. `//`, `%` are floor div/mod
-    (on integers, by zero: 0)."""
+    """a OP b, for OP in ARITH_OPS, COMPARE_OPS, LOGIC_OPS and BITWISE_OPS. `//`, `%` are floor
+    div/mod (on integers, by zero: 0)."""
 
     op: str
     a: PrimExpr
@@ -191,7 +192,7 @@ class Cast(PrimExpr):
 
 MATH_FUNCS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow", "fabs", "floor", "ceil", "round",
-    "sin", "cos", "exp2", "log2", "log1p", "expm1", "abs", "trunc",
+    "sin", "cos", "exp2", "log2", "log1p", "expm1", "abs", "trunc", "fmod",
     "asin", "acos", "atan", "asinh", "acosh", "atanh",
 )
 
@@ -371,6 +372,8 @@ def binary(op: str, a, b) -> PrimExpr:
         raise dt.DTypeError(
             "`/` on integers is ambiguous; use `//` (floor division) or te.truncdiv"
         )
+    if op in BITWISE_OPS and (not dt.is_int(a.dtype) or dt.is_bool(a.dtype)):
+        raise dt.DTypeError(f"`{op}` needs integer operands, got {a.dtype} (booleans: `&&`, `||`)")
     if op in COMPARE_OPS or op in LOGIC_OPS:
         out = dt.with_lanes("bool", dt.lanes_of(a.dtype))
         if op in LOGIC_OPS and not dt.is_bool(a.dtype):

@@ -19,8 +19,8 @@ from .stmt import (
     While,
 )
 
-_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "+": 4, "-": 4,
-         "*": 5, "/": 5, "//": 5, "%": 5}
+_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "|": 4, "^": 5, "&": 6,
+         "+": 7, "-": 7, "*": 8, "/": 8, "//": 8, "%": 8}
 _PY_OP = {"&&": "and", "||": "or"}
 
 
@@ -44,7 +44,7 @@ def expr_to_str(e: PrimExpr, prec: int = 0) -> str:
             s = f"{expr_to_str(a, p)} {_PY_OP.get(op, op)} {expr_to_str(b, p + 1)}"
             return f"({s})" if p < prec else s
         case Not(a, _):
-            return f"not {expr_to_str(a, 6)}"
+            return f"not {expr_to_str(a, 9)}"
         case Select(c, t, f, _):
             return f"select({expr_to_str(c)}, {expr_to_str(t)}, {expr_to_str(f)})"
         case Cast(dtype, v):

@@ -183,8 +183,9 @@ def test_every_math_function(check, dtype):
     for name in MATH_FUNCS:
         A, B, C, D = buf("A", [n], dtype), buf("B", [n], dtype), buf("C", [n], dtype), buf("D", [n], dtype)
         r = ramp(v * 8, 1, 8)
-        args = (load(A, i), load(B, i)) if name == "pow" else (load(A, i),)
-        vargs = (load(A, r), load(B, r)) if name == "pow" else (load(A, r),)
+        binary_fn = name in ("pow", "fmod")
+        args = (load(A, i), load(B, i)) if binary_fn else (load(A, i),)
+        vargs = (load(A, r), load(B, r)) if binary_fn else (load(A, r),)
         funcs.append(func(f"math_{name}", [A, B, C, D],
                           loop(i, n, store(C, i, call(name, *args))),
                           loop(v, n // 8, store(D, r, call(name, *vargs)))))
@@ -193,7 +194,7 @@ def test_every_math_function(check, dtype):
         if name == "round":
             a[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5]  # half to even
         ref = _NUMPY.get(name, getattr(np, name, None))
-        want = (ref(a, b) if name == "pow" else ref(a)).astype(dtype)
+        want = (ref(a, b) if binary_fn else ref(a)).astype(dtype)
         cases.append((a, b, want))
     kernels = build_c_module(funcs)
     tol = 1e-5 if dtype == "float32" else 1e-12
@@ -227,6 +228,31 @@ def test_floor_div_mod_of_negatives(check, dtype):
         assert [int(x) % int(y) for x, y in zip(a, b)] == m.tolist()
     outs = [rand(n, dtype, rng=rng) for _ in range(4)]
     check(f, [a, b, *outs], {2: q, 3: m, 4: q, 5: m})
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
+def test_bitwise_and_or_xor(check, dtype):
+    """&, |, ^ on integers (two's complement, negatives too), scalar and 8-lane, one expression
+    mixing them with + so that C's precedence shows."""
+    n, i, v = 64, Var("i"), Var("v")
+    A, B, S, V = (buf(x, [n], dtype) for x in ("A", "B", "S", "V"))
+    r = ramp(v * 8, 1, 8)
+
+    def expr(x, y):
+        return binary("^", binary("&", x + y, y), binary("|", x, y))
+
+    f = func("bitwise", [A, B, S, V], loop(i, n, store(S, i, expr(load(A, i), load(B, i)))),
+             loop(v, n // 8, store(V, r, expr(load(A, r), load(B, r)))))
+    a, b = rand(n, dtype, rng=rng, low=-100, high=100), rand(n, dtype, rng=rng, low=-100, high=100)
+    want = ((a + b) & b) ^ (a | b)
+    check(f, [a, b, rand(n, dtype, rng=rng), rand(n, dtype, rng=rng)], {2: want, 3: want})
+
+
+def test_bitwise_refuses_floats_and_booleans():
+    with pytest.raises(dt.DTypeError, match="integer operands"):
+        binary("&", const(1.0, "float32"), const(2.0, "float32"))
+    with pytest.raises(dt.DTypeError, match="integer operands"):
+        binary("|", const(True, "bool"), const(False, "bool"))
 
 
 def test_casts(check):

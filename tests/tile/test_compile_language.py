@@ -178,7 +178,7 @@ def math_kernel(x_ptr, out_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
     elif FN == "where":
         y = tl.where(x > 0, tl.maximum(x, 0.5), tl.minimum(x, -0.25))
     else:
-        y = (x * 3).to(tl.int32).to(tl.float32) + (x // 1.0) - x % 1.0
+        y = (x * 3).to(tl.int32).to(tl.float32) + tl.floor(x) - x % 1.0
     tl.store(out_ptr + offs, y, mask=offs < n)
 
 
@@ -187,7 +187,7 @@ MATH = {
     "sqrt": lambda x: np.sqrt(np.abs(x)), "rsqrt": lambda x: 1 / np.sqrt(np.abs(x) + 0.5),
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
     "where": lambda x: np.where(x > 0, np.maximum(x, 0.5), np.minimum(x, -0.25)),
-    "cast": lambda x: (x * 3).astype(np.int32).astype(np.float32) + np.floor(x) - np.mod(x, 1.0),
+    "cast": lambda x: (x * 3).astype(np.int32).astype(np.float32) + np.floor(x) - np.fmod(x, 1.0),  # C's %
 }
 
 
@@ -477,7 +477,7 @@ def test_bits_scans_cat_and_early_return():
     np.testing.assert_array_equal(out, (x << 2) + (x >> 1) + (x & 7) + ~x)
     np.testing.assert_array_equal(cs, np.cumsum(x))
     xp = np.pad(x, (0, block - n))
-    f = (xp % 3 + 1).astype(np.float64)
+    f = (np.fmod(xp, 3) + 1).astype(np.float64)  # C's % (Triton's srem): the sign of x
     np.testing.assert_allclose(cp, np.cumprod(f[::-1])[::-1][:n], rtol=1e-6)
     np.testing.assert_array_equal(cat, np.concatenate([xp, xp * 10]))
 

@@ -120,6 +120,17 @@ def test_fold_ops():
     assert text(simplify(i // const(0))) == "i // 0"  # left for the runtime
 
 
+def test_bitwise_folds_and_bounds(ana):
+    assert simplify(binary("&", const(-6), const(13))).value == -6 & 13
+    assert simplify(binary("^", const(-6), const(13))).value == -6 ^ 13
+    assert simplify(binary("|", Cast("int8", const(100)), Cast("int8", const(-128)))).value == -28
+    assert ana.const_int_bound(binary("&", n, const(7))) == (0, 7)  # whatever n is
+    assert ana.const_int_bound(binary("&", x, j)) == (0, 3)
+    assert ana.const_int_bound(binary("|", j, const(16))) == (0, 31)
+    assert ana.const_int_bound(binary("^", x, j)) == (0, 15)
+    assert ana.const_int_bound(binary("^", n, const(1))) == (None, None)  # n may be negative
+
+
 def test_fold_casts_and_narrow_ints():
     assert simplify(Cast("int8", const(200))).value == -56
     assert simplify(cast("int8", const(200))).value == -56  # expr.cast folds without wrapping

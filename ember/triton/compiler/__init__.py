@@ -6,10 +6,9 @@ launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options)` 
 `JITFunction.run` calls.
 
 Not compiled yet (each a TileError naming the kernel's line): `return` inside a loop, or of a
-value under a run-time condition (the early-return idiom `if c: return` is supported); bitwise
-operators between two run-time integers (shifts by a constant, `&` with 2**k - 1 and `~` are);
-tl.xor_sum, tl.umulhi, bitcasts; run-time loop steps; tl.where between pointers; element types
-the loop IR lacks (bfloat16, uint16/32/64 until it has them).
+value under a run-time condition (the early-return idiom `if c: return` is supported); shifts
+by a run-time amount (by a constant they are); bitcasts; run-time loop steps; tl.where between
+pointers; element types the loop IR lacks (bfloat16, uint16/32/64 until it has them).
 """
 
 from .launch import Compiled, launch, prepare

@@ -10,6 +10,7 @@ import math
 from ...tir import expr as te
 from ...tir.expr import BufferLoad, Call, PrimExpr, cast, const, select
 from ...tir.stmt import BufferStore, Evaluate, IfThenElse, seq
+from ..language import core as tlcore
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
@@ -55,12 +56,8 @@ class Builtins:
             return lambda dtype, fp_downcast_rounding=None, bitcast=False: self.b_cast(v, _c(dtype), bitcast=bitcast)
         if attr == "T":
             return self.b_trans(v)
-        names = {"sum", "max", "min", "argmax", "argmin", "reshape", "trans", "permute", "broadcast_to",
-                 "expand_dims", "exp", "log", "sqrt", "abs", "sigmoid", "ravel", "cumsum", "to"}
-        if attr in names:
-            from ..language import core
-
-            fn = getattr(core, attr)
+        if attr in tlcore.MEMBERS:
+            fn = tlcore.BUILTINS[attr]
             return lambda *a, **k: self.call(attr, fn, [v, *a], k)
         raise TileTypeError(f"a {type(v).__name__.lower()} has no attribute {attr!r} in the compiler")
 
@@ -141,6 +138,15 @@ class Builtins:
 
     def b_div_rn(self, x, y):
         return ops.binary("/", x, y)
+
+    def b_umulhi(self, x, y):
+        """The high 32 bits of the 64-bit product of two 32-bit integers."""
+        x, y, dtype = ops.typed(x, y)
+        if dtype.name not in ("int32", "uint32"):
+            raise TileTypeError(f"tl.umulhi needs 32-bit integers, got {dtype.name}")
+        t, wide = V.tir_dtype(dtype), "int64" if dtype.name == "int32" else "uint64"
+        return ops.lift(lambda a, b: cast(t, te.binary("//", cast(wide, a) * cast(wide, b), const(1 << 32, wide))),
+                        ops.cast_to(x, dtype), ops.cast_to(y, dtype), dtype=dtype, cost=4)
 
     def b_cdiv(self, x, div):
         if not V.is_runtime(x) and not V.is_runtime(div):
@@ -241,7 +247,15 @@ class Builtins:
         return self._keep(out, shape0, ax if axis is not None else 0, keep_dims)
 
     def b_xor_sum(self, input, axis=None, keep_dims=False):
-        raise TileTypeError("tl.xor_sum is not supported by the compiler yet")
+        if not input.dtype.is_int() or input.dtype.is_bool():
+            raise TileTypeError(f"tl.xor_sum needs integers, got {input.dtype.name}")
+        shape0 = input.shape
+        input, ax = self._axis(input, axis)
+        if ax is None:
+            return input
+        zero = const(0, V.tir_dtype(input.dtype))
+        out = self.em.reduce(input, ax, lambda a, b: te.binary("^", a, b), zero, input.dtype)
+        return self._keep(out, shape0, ax if axis is not None else 0, keep_dims)
 
     def _extreme(self, op, input, axis, return_indices, keep_dims):
         shape0 = input.shape

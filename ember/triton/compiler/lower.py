@@ -100,9 +100,11 @@ class Emitter:
             s = For(v, const(0), const(n), kind, s)
         return s
 
-    def versioned(self, shape: tuple[int, ...], body: Body, lanes: int, inner: int | None = None) -> None:
+    def versioned(self, shape: tuple[int, ...], body: Body, lanes: int, inner: int | None = None,
+                  fast_nest: Callable | None = None) -> None:
         """Emit the nest of body over shape; masked accesses (body's `full` False) are versioned
-        as the module doc says; `inner`: the dimension of the vectorized loop (see nest)."""
+        as the module doc says; `inner`: the dimension of the vectorized loop (see nest);
+        `fast_nest()`: the unmasked nest, when it is not `nest`'s."""
         saved = self.masks, self.full
         try:
             self.masks, self.full = [], False
@@ -113,7 +115,10 @@ class Emitter:
                 self.emit(slow)
                 return
             self.masks, self.full = None, True
-            fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes, inner=inner)
+            if fast_nest is not None:
+                fast = fast_nest()
+            else:
+                fast = self.nest(shape, lambda idx: body(idx, True), vector=True, lanes=lanes, inner=inner)
         finally:
             self.masks, self.full = saved
         if not self.debug:
@@ -297,10 +302,34 @@ class Deferred:
         if self.buffer is not None:
             return
         buf = self.em.local("ld", self.shape, self.dtype)
+        lanes = self.em.lanes(self.dtype)
+        transposed = self.inner == 0 and len(self.shape) == 2 and lanes > 1 and \
+            all(n % lanes == 0 for n in self.shape)
+        fast = (lambda: self.transposed(buf, lanes)) if transposed else None
         self.em.versioned(self.shape, lambda idx, full: BufferStore(buf, self.direct(idx, full),
                                                                     (V.flat_index(self.shape, idx),)),
-                          self.em.lanes(self.dtype), self.inner)
+                          lanes, self.inner, fast)
         self.buffer = buf
+
+    def transposed(self, buf: Buffer, lanes: int) -> Stmt:
+        """The unmasked read of a 2-D block whose memory is contiguous along its first dimension
+        (a transposed operand: `k` of `tl.dot(q, k)` loaded as K[n, d] viewed (d, n)), by square
+        tiles of `lanes`: each tile's rows are vector loads along memory into registers, and its
+        columns, gathered from the registers (a transpose in shuffles), are vector stores into buf,
+        where a lane-by-lane copy would scatter every element."""
+        rows, cols = self.shape
+        t0, t1, r, v = Var("t0"), Var("t1"), Var("r"), Var("v")
+        for var, n in ((t0, rows // lanes), (t1, cols // lanes), (r, lanes), (v, lanes)):
+            self.em.lane_vars[var] = n
+        tile = Buffer(f"tr{next(_names)}", (const(lanes * lanes),), self.dtype, scope="local")
+        # tile[r, v] = the element (t0 * L + v, t1 * L + r): row r of the tile is along memory
+        fill = For(r, const(0), const(lanes), "unrolled", For(v, const(0), const(lanes), "vectorized", BufferStore(
+            tile, self.direct((t0 * lanes + v, t1 * lanes + r), True), (r * lanes + v,))))
+        spill = For(r, const(0), const(lanes), "unrolled", For(v, const(0), const(lanes), "vectorized", BufferStore(
+            buf, BufferLoad(tile, (v * lanes + r,), self.dtype), ((t0 * lanes + r) * cols + t1 * lanes + v,))))
+        body = Allocate(tile, seq(fill, spill))
+        return For(t0, const(0), const(rows // lanes), "serial", For(t1, const(0), const(cols // lanes), "serial",
+                                                                      body))
 
 
 def contiguous_dim(pointer: V.Block) -> int | None:

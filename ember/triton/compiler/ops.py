@@ -9,14 +9,15 @@ from ..language import dtypes as tld
 from . import values as V
 from .values import Block, Scalar, TileTypeError
 
-ARITH = {"+": "+", "-": "-", "*": "*", "/": "/", "//": "//", "%": "%"}
+ARITH = {"+": "+", "-": "-", "*": "*"}
 COMPARE = ("<", "<=", ">", ">=", "==", "!=")
 
 
 def typed(a, b) -> tuple[Scalar | Block, Scalar | Block, tld.dtype]:
-    """a and b as typed values of one type (Python numbers adopt the other's)."""
+    """a and b as typed values of one type (Python numbers adopt the other's; two Python
+    numbers take their own types, as Triton makes them tensors)."""
     if not V.is_runtime(a) and not V.is_runtime(b):
-        raise TileTypeError("no typed operand")
+        a = V.as_scalar(a)
     if not V.is_runtime(a):
         a = _literal(a, b.dtype)
     if not V.is_runtime(b):
@@ -63,49 +64,94 @@ def binary(op: str, a, b):
     pb = V.is_runtime(b) and b.dtype.is_pointer
     if pa or pb:
         return _pointer_arith(op, a, b, pa, pb)
-    if op in ("<<", ">>", "&") and not V.is_runtime(b) and V.is_runtime(a) and a.dtype.is_int() \
+    if op in ("<<", ">>") and not V.is_runtime(b) and V.is_runtime(a) and a.dtype.is_int() \
             and not a.dtype.is_bool():
         return _bits(op, a, b)
     a, b, dtype = typed(a, b)
     if op in COMPARE:
         return lift(lambda x, y: _cmp(op, x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=tld.int1)
     if op in ("&", "|", "^"):
-        if not dtype.is_bool():
-            raise TileTypeError(f"bitwise `{op}` between two {dtype.name} values is not supported by the compiler "
-                                f"yet (it is on booleans, and `&` with a constant 2**k - 1, `<<` and `>>` by a "
-                                f"constant on integers)")
-        if op == "^":
-            return lift(lambda x, y: te.binary("!=", x, y), a, b, dtype=tld.int1)
-        return lift(lambda x, y: te.binary("&&" if op == "&" else "||", x, y), a, b, dtype=tld.int1)
+        if dtype.is_floating():
+            raise TileTypeError(f"bitwise `{op}` needs integers or booleans, got {_kind(a)} and {_kind(b)}")
+        if dtype.is_bool():
+            logic = {"&": "&&", "|": "||", "^": "!="}[op]
+            return lift(lambda x, y: te.binary(logic, x, y), a, b, dtype=tld.int1)
+        return lift(lambda x, y: te.binary(op, x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
+    if op in ("/", "//", "%") and dtype.name in ("float16", "bfloat16"):
+        dtype = tld.float32  # Triton divides half floats in float32
     if op == "/":
         if not dtype.is_floating():
             dtype = tld.float32
         return lift(lambda x, y: x / y, cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
-    if op in ("//", "%") and dtype.is_floating():
-        if op == "//":
-            return lift(lambda x, y: te.call("floor", x / y), cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
-        return lift(lambda x, y: x - te.call("floor", x / y) * y, cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
-    if op in ("+", "-", "*", "//", "%") and dtype.is_bool():
+    if op == "//" and dtype.is_floating():
+        raise TileTypeError(f"`//` needs integers, got {_kind(a)} and {_kind(b)}: use `/` (and tl.floor)")
+    if op == "%" and dtype.is_floating():
+        return lift(lambda x, y: te.call("fmod", x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=dtype, cost=8)
+    if dtype.is_bool():
         dtype = tld.int32
+    if op in ("//", "%"):
+        fn = _trunc_div if op == "//" else _trunc_mod
+        return lift(fn, cast_to(a, dtype), cast_to(b, dtype), dtype=dtype, cost=4)
     if op not in ARITH:
         raise TileTypeError(f"operator `{op}` is not supported by the compiler")
     return lift(lambda x, y: te.binary(ARITH[op], x, y), cast_to(a, dtype), cast_to(b, dtype), dtype=dtype)
 
 
+def _signs_differ(x: PrimExpr, y: PrimExpr, r: PrimExpr) -> PrimExpr:
+    """Whether C's x / y rounds other than the loop IR's floor division (r = x % y, floored):
+    a remainder and operands of opposite signs."""
+    zero = const(0, x.dtype)
+    return te.binary("&&", te.binary("!=", r, zero), te.binary("!=", te.binary("<", x, zero),
+                                                                te.binary("<", y, zero)))
+
+
+def nonnegative(e: PrimExpr) -> bool:
+    """Whether e is provably >= 0 from its form: the kernel's variables (program ids, grid sizes,
+    the indices of blocks and the counters of loops) all are, and so is what +, *, //, %, min,
+    max and select make of them and of constants >= 0. (A loop's own variable, start + k * step,
+    is only where its start is.)"""
+    match e:
+        case te.Const(value, _):
+            return value >= 0
+        case te.Var():
+            return True
+        case te.Cast(dtype, v) if dtype in ("int32", "int64") and v.dtype in ("int32", "int64"):
+            return nonnegative(v)
+        case te.Binary(op, a, b, _) if op in ("+", "*", "//", "%", "min", "max"):
+            return nonnegative(a) and nonnegative(b)
+        case te.Select(_, t, f, _):
+            return nonnegative(t) and nonnegative(f)
+        case te.Broadcast(v, _, _):
+            return nonnegative(v)
+    return False
+
+
+def _trunc_div(x: PrimExpr, y: PrimExpr) -> PrimExpr:
+    """C's integer division (toward zero, as Triton's sdiv/udiv) from the loop IR's floor
+    division: one more where the floor went below a negative quotient. On operands that are
+    never negative (indices: `offs // C`), the two are one, and the floor keeps the index
+    arithmetic that the compiler recognizes."""
+    q = te.binary("//", x, y)
+    if x.dtype.startswith("uint") or nonnegative(x) and nonnegative(y):
+        return q
+    return te.select(_signs_differ(x, y, te.binary("%", x, y)), q + const(1, x.dtype), q)
+
+
+def _trunc_mod(x: PrimExpr, y: PrimExpr) -> PrimExpr:
+    """C's integer remainder (the sign of x, as Triton's srem): the floored one less y where
+    they differ."""
+    r = te.binary("%", x, y)
+    if x.dtype.startswith("uint") or nonnegative(x) and nonnegative(y):
+        return r
+    return te.select(_signs_differ(x, y, r), r - y, r)
+
+
 def _bits(op: str, a, b):
-    """Shifts by a constant and `&` with a constant of low bits, as the arithmetic they are:
-    x << k == x * 2**k, x >> k == x // 2**k (floor: the arithmetic shift), x & (2**k - 1) ==
-    x mod 2**k (two's complement)."""
+    """Shifts by a constant, as the arithmetic they are: x << k == x * 2**k, x >> k == x // 2**k
+    (floor: the arithmetic shift)."""
     if not isinstance(b, int) or isinstance(b, bool):
         raise TileTypeError(f"`{op}` by {b!r}: a constant integer")
     bits = V._INT_BITS[a.dtype.name]
-    if op == "&":
-        if b < 0 or b & (b + 1):
-            raise TileTypeError(f"`&` with {b:#x} is not supported by the compiler yet (with a constant 2**k - 1 "
-                                f"it is)")
-        if b >= (1 << bits) - 1:
-            return a
-        return lift(lambda x: te.binary("%", x, const(b + 1, x.dtype)), a, dtype=a.dtype)
     if not 0 <= b < bits:
         raise TileTypeError(f"a shift by {b} of a {a.dtype.name}")
     if op == "<<":
@@ -202,7 +248,7 @@ def minmax(op: str, a, b):
 def math(name: str, x):
     """A math function of the language on a value (floats; integers are made float32)."""
     if not V.is_runtime(x):
-        x = V.as_scalar(float(x))
+        x = V.as_scalar(x)  # typed as Triton types a constant (an int stays an int for abs, floor, ceil)
     if name == "abs":
         if x.dtype.is_int_unsigned() or x.dtype.is_bool():
             return x
@@ -211,9 +257,9 @@ def math(name: str, x):
         return x
     dtype = x.dtype if x.dtype.is_floating() else tld.float32
     x = cast_to(x, dtype)
-    if name == "exp2":  # through exp, the compiler's vector math (2^x = e^(x ln 2))
-        return lift(lambda e: te.call("exp", e * 0.6931471805599453), x, dtype=dtype, cost=8)
-    if name == "log2":
+    if name in ("exp2", "log2") and dtype == tld.float32:  # through the compiler's vector exp and log
+        if name == "exp2":  # 2^x = e^(x ln 2)
+            return lift(lambda e: te.call("exp", e * 0.6931471805599453), x, dtype=dtype, cost=8)
         return lift(lambda e: te.call("log", e) * 1.4426950408889634, x, dtype=dtype, cost=8)
     tir_name = {"sqrt_rn": "sqrt"}.get(name, name)
     return lift(lambda e: te.call(tir_name, e), x, dtype=dtype, cost=8)

@@ -351,10 +351,7 @@ def _member(name: str):
 
 
 # methods of a block that are the builtins of the same name (x.sum(axis=0), x.reshape(4, 8), x.exp())
-MEMBERS = ("sum", "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "reshape", "view",
-           "broadcast_to", "expand_dims", "trans", "permute", "ravel", "exp", "exp2", "log", "log2", "sqrt",
-           "rsqrt", "sigmoid", "erf", "tanh", "sin", "cos", "floor", "ceil", "softmax")
-for _name in MEMBERS:
+for _name in core.MEMBERS:
     setattr(Block, _name, _member(_name))
 
 

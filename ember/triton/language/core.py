@@ -312,4 +312,9 @@ class static_range(range):
 
 
 BUILTINS = {fn.__triton_builtin__: fn for fn in list(globals().values()) if hasattr(fn, "__triton_builtin__")}
+# The builtins a block also has as methods, as Triton's tensor does (x.sum(axis=0), x.exp(), x.to(...)).
+MEMBERS = ("sum", "max", "min", "argmax", "argmin", "xor_sum", "cumsum", "cumprod", "reshape", "view",
+           "broadcast_to", "expand_dims", "trans", "permute", "ravel", "exp", "exp2", "log", "log2", "sqrt",
+           "sqrt_rn", "rsqrt", "abs", "sigmoid", "erf", "tanh", "sin", "cos", "floor", "ceil", "softmax", "fma",
+           "fdiv", "div_rn", "umulhi")
 __all__ = [*BUILTINS, "range", "static_range"]
