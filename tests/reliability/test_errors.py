@@ -39,6 +39,7 @@ def test_misuse_is_an_ember_error():
 # caught inside ember (turned into an EmberError where they leave it), or a broken invariant of
 # ember's own code (a bug to report, not a user's mistake)
 BUILTIN_RAISES = {
+    "dims.py": (3, "the dimension parser's own signals, caught by parse: a string that is no expression is a symbol"),
     "config.py": (18, "each value check raises ValueError, which get/resolve turn into ConfigError"),
     "runtime/tensor_file.py": (6, "the weights reader's checks, turned into ArtifactError by the artifact reader"),
     "codegen/c.py": (2, "a node the renderer does not know; two kernels of one name (compiler bugs)"),
