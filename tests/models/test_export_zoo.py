@@ -4,6 +4,7 @@ both against torch eager on fresh random inputs. (torch.cond, LSTM and GRU have 
 in tests/frontend.)"""
 
 import numpy as np
+import onnx
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,7 +86,7 @@ class ViT(nn.Module):
 
 class GPT(nn.Module):
     """Token and position embeddings, two pre-norm blocks of hand-written causal self-attention
-    (a lower-triangular mask filled with -inf before the softmax) and an MLP, a tied-free head."""
+    (a lower-triangular mask filled with -inf before the softmax) and an MLP, a linear head over the vocabulary."""
 
     def __init__(self, vocab=32, dim=16, heads=2, context=8):
         super().__init__()
@@ -148,10 +149,14 @@ MODELS = {
     "vit": (ViT, _vit_inputs),
     "gpt": (GPT, _gpt_inputs),
 }
+# ONNX operators each export must contain, so the test keeps exercising what the model is for.
+ONNX_OPS = {
+    "unet": {"ConvTranspose", "Resize", "MaxPool", "Concat"},
+    "convnext": {"Conv", "LayerNormalization", "Gelu", "Transpose"},
+    "vit": {"Conv", "Concat", "LayerNormalization", "Softmax", "MatMul"},
+    "gpt": {"Gather", "Where", "Softmax", "MatMul", "LayerNormalization"},
+}
 PATHS = ("onnx", "torch_export")
-
-# (model, path) -> the reason it is expected to fail, checked strictly.
-XFAIL: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -161,26 +166,34 @@ def model(request):
     return request.param, cls().eval(), inputs
 
 
-@pytest.fixture(scope="module", params=PATHS)
-def compiled(request, model, tmp_path_factory):
+@pytest.fixture(scope="module")
+def onnx_file(model, tmp_path_factory):
     name, module, inputs = model
-    if (name, request.param) in XFAIL:
-        pytest.xfail(XFAIL[name, request.param])
-    args = inputs()
+    path = tmp_path_factory.mktemp("onnx") / f"{name}.onnx"
+    torch.onnx.export(module, inputs(), path, dynamo=True, verbose=False)
+    return path
+
+
+@pytest.fixture(scope="module", params=PATHS)
+def compiled(request, model):
+    _, module, inputs = model
     if request.param == "onnx":
-        path = tmp_path_factory.mktemp("onnx") / f"{name}.onnx"
-        torch.onnx.export(module, args, path, dynamo=True, verbose=False)
-        return request.param, ember.compile(path)
-    return request.param, ember.compile(module, args)
+        return ember.compile(request.getfixturevalue("onnx_file"))
+    return ember.compile(module, inputs())
 
 
 @pytest.mark.parametrize("trial", range(2))
 def test_matches_torch_eager(model, compiled, trial):
-    name, module, inputs = model
+    _, module, inputs = model
     torch.manual_seed(100 + trial)
     args = inputs()
     with torch.no_grad():
         expected = module(*args)
-    got = compiled[1](*[a.numpy() for a in args])
+    got = compiled(*[a.numpy() for a in args])
     got = got[0] if isinstance(got, list | tuple) else got
     np.testing.assert_allclose(got, expected.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_onnx_export_has_the_model_operators(model, onnx_file):
+    ops = {node.op_type for node in onnx.load(onnx_file).graph.node}
+    assert ONNX_OPS[model[0]] <= ops, ONNX_OPS[model[0]] - ops
