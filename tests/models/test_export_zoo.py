@@ -16,8 +16,9 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 class UNet(nn.Module):
-    """Two levels: conv, max-pool down, conv, then up by ConvTranspose2d on one path and by
-    bilinear interpolation (Resize) on the other, concatenated with the skip connection."""
+    """Two levels: conv, max-pool down, conv, then up by ConvTranspose2d, by bilinear
+    nn.Upsample and by nearest F.interpolate (both Resize), concatenated with the skip
+    connection."""
 
     def __init__(self):
         super().__init__()
@@ -25,12 +26,13 @@ class UNet(nn.Module):
         self.mid = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU())
         self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
         self.resize = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
-        self.dec = nn.Conv2d(12, 2, 1)
+        self.dec = nn.Conv2d(16, 2, 1)
 
     def forward(self, x):
         skip = self.enc(x)
         mid = self.mid(F.max_pool2d(skip, 2))
-        return self.dec(torch.cat([skip, self.up(mid), self.resize(mid)[:, :4]], dim=1))
+        nearest = F.interpolate(mid[:, 4:], scale_factor=2, mode="nearest")
+        return self.dec(torch.cat([skip, self.up(mid), self.resize(mid)[:, :4], nearest], dim=1))
 
 
 class ConvNeXtBlock(nn.Module):
@@ -127,6 +129,17 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+class GPTFused(GPT):
+    """The same GPT with F.scaled_dot_product_attention(is_causal=True) for the attention."""
+
+    def attend(self, block, x):
+        b, t, d = x.shape
+        q, k, v = block["qkv"](block["ln1"](x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return block["proj"](y.transpose(1, 2).reshape(b, t, d))
+
+
 def _unet_inputs():
     return (torch.randn(2, 3, 8, 8),)
 
@@ -148,6 +161,7 @@ MODELS = {
     "convnext": (ConvNeXtBlock, _convnext_inputs),
     "vit": (ViT, _vit_inputs),
     "gpt": (GPT, _gpt_inputs),
+    "gpt_fused": (GPTFused, _gpt_inputs),
 }
 # ONNX operators each export must contain, so the test keeps exercising what the model is for.
 ONNX_OPS = {
@@ -155,6 +169,7 @@ ONNX_OPS = {
     "convnext": {"Conv", "LayerNormalization", "Gelu", "Transpose"},
     "vit": {"Conv", "Concat", "LayerNormalization", "Softmax", "MatMul"},
     "gpt": {"Gather", "Where", "Softmax", "MatMul", "LayerNormalization"},
+    "gpt_fused": {"Gather", "Softmax", "MatMul", "LayerNormalization"},
 }
 PATHS = ("onnx", "torch_export")
 
