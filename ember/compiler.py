@@ -37,9 +37,10 @@ run on the loop-IR interpreter, called by the entry function's Python twin
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
-gives axes, k, pads, a shape) becomes a SpecializedModel (ember.runtime.specialized), which
-compiles on call one model per value of those inputs; `load(path)` reads a saved artifact without lowering or
-compiling anything.
+gives axes, k, pads, a shape), or with sequences or optionals among its inputs or outputs,
+becomes a SpecializedModel (ember.runtime.specialized), which compiles on call one model per
+value of those inputs (per structure: the lengths and shapes of the lists it is given);
+`load(path)` reads a saved artifact without lowering or compiling anything.
 
 Options read (ember.config): num_threads, checked, max_specializations, and through the build: cc, cflags, cache_dir.
 The num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is

@@ -9,7 +9,9 @@
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension (an expression of
    symbols, "past_sequence_length + 1", as such: ember.dims), an unnamed dynamic dimension as a
-   fresh symbol `<input>_<k>` (or as `input_shapes` says).
+   fresh symbol `<input>_<k>` (or as `input_shapes` says). A sequence or optional input is
+   imported for the structure `input_shapes` gives it (a list of shapes; None for absent), each
+   of its tensors a graph input (structured.py), else a StructureError names it.
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
    sees, and how constants fold), each by the converter of its operator version (the since_version
    of its schema at the model's opset; registry.py). A node of a function op that no converter
@@ -25,7 +27,8 @@
    ones ember infers: another element type, another rank, or another size where both are numbers
    is a CompileError naming the value (a mistake in the model, or in ember's import of it, that
    would otherwise give outputs of another shape than the model says); a declared symbol or
-   unknown dimension agrees with any size.
+   unknown dimension agrees with any size. A sequence output is its elements, an absent optional
+   nothing: `import_graph` returns the layout that regroups them, `import_onnx` refuses them.
 """
 
 from __future__ import annotations
@@ -75,7 +78,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     inputs (by ONNX name) values, with which they import as constants and are no longer inputs
     of the graph: the specialization of a model for the values of its runtime-valued inputs
     (a ConstantInputError names them in its `inputs`; ember.compile does this by itself,
-    docs/onnx.md)."""
+    docs/onnx.md). A sequence or optional input takes its structure from `input_shapes` (a list
+    of shapes, None for an absent optional); a model with sequence or optional outputs is
+    imported with `import_graph`, which gives their layout too (a StructureError here)."""
     graph, layout = import_graph(model, input_shapes, input_values)
     if any(entry != "tensor" for entry in layout):
         raise structured.StructureError(
