@@ -248,3 +248,33 @@ def test_sequence_into_a_tensor_operator():
     with pytest.raises(OnnxImportError, match=r"Relu node 'y': input 0 \('ys'\) is a sequence of 1; this operator "
                                               "takes tensors"):
         import_graph(model, input_shapes={"xs": [(2,)]})
+
+
+def test_nothing_to_compute():
+    """Outputs that are all an empty sequence or an absent optional: a specialization with no
+    graph outputs runs nothing."""
+    model = _model([oh.make_node("SequenceEmpty", [], ["s"]),
+                    oh.make_node("Optional", [], ["o"], type=oh.make_tensor_type_proto(F, [2]))],
+                   [], [_seq("s"), _opt("o", F, [2])])
+    cm = ember.compile(model)
+    assert cm() == ([], None) and cm.compiles == 1
+
+
+def test_if_reading_a_sequence_inside_an_unrolled_loop():
+    """An If with a condition given at run time, in the body of a loop over a sequence, reading
+    that sequence from two scopes out: chosen at import (specialized on the condition)."""
+    then = oh.make_graph([oh.make_node("SequenceAt", ["xs", "i"], ["a"])], "then", [], [_t("a", F, [3])])
+    other = oh.make_graph([oh.make_node("Neg", ["x"], ["b"])], "else", [], [_t("b", F, [3])])
+    body = oh.make_graph([oh.make_node("If", ["c"], ["v"], then_branch=then, else_branch=other),
+                          oh.make_node("SequenceInsert", ["s_in", "v"], ["s_out"]),
+                          oh.make_node("Identity", ["c_in"], ["c_out"])], "body",
+                         [_t("i", I64, []), _t("c_in", B, []), _seq("s_in")], [_t("c_out", B, []), _seq("s_out")])
+    model = _model([oh.make_node("Constant", [], ["n"], value=oh.make_tensor("n", I64, [], [2])),
+                    oh.make_node("Constant", [], ["go"], value=oh.make_tensor("go", B, [], [True])),
+                    oh.make_node("SequenceConstruct", ["x", "x"], ["xs"]),
+                    oh.make_node("Loop", ["n", "go", "xs"], ["s"], body=body)],
+                   [_t("c", B, []), _t("x", F, [3])], [_seq("s")])
+    cm, rng = ember.compile(model), np.random.default_rng(9)
+    for c in (True, False):
+        _check(model, cm, np.array(c), _rand(rng, 3))
+    assert cm.value_inputs == ("c",)

@@ -144,11 +144,19 @@ def _capture_all(regions: list[tuple[Graph, list[Value]]]) -> list[Value]:
 def _reads_structured(cx: NodeContext) -> bool:
     """The node's subgraphs read a sequence or optional of an enclosing scope, or give one (as
     their types declare): ember resolves it at import, as regions hold tensors only."""
-    scope = cx.importer.scope
     declared = [vi for attr in ("then_branch", "else_branch", "body") if cx.attr(attr) is not None
                 for vi in cx.attr(attr).output]
     return any(vi.type.WhichOneof("value") not in (None, "tensor_type") for vi in declared) or \
-        any(name in scope and is_structured(scope[name]) for name in implicit_inputs(cx.node))
+        any(is_structured(_peek(cx.importer.scope, name)) for name in implicit_inputs(cx.node))
+
+
+def _peek(scope, name: str):
+    """What `name` is in `scope` or the scopes around it (None if nothing), without capturing it."""
+    while scope is not None:
+        if dict.__contains__(scope, name):
+            return dict.__getitem__(scope, name)
+        scope = getattr(scope, "outer", None)
+    return None
 
 
 @converts("If")
