@@ -1,4 +1,5 @@
-"""A model compiled once per value of its runtime-valued inputs: `SpecializedModel`.
+"""A model compiled once per value of its runtime-valued inputs (and per structure of its
+sequence and optional inputs): `SpecializedModel`.
 
 Some inputs decide what the code is, not only what it computes on: an ONNX graph input that
 gives the `axes` of a reduction, TopK's `k`, Pad's `pads`, Resize's `scales` or a Reshape target
@@ -83,12 +84,11 @@ class SpecializedModel:
                 self.hits += 1
                 return self.specializations[key], self.value_inputs, key
             if len(self.specializations) >= self.limit:
+                structures = key[len(key) - len(self.structured):]
                 shown = ", ".join([*(f"{n}={_host(self._spec(n), given[n]).tolist()}" for n in self.value_inputs),
-                                   *(f"{n}={_shown(s)}" for n, s in zip(self.structured, key[-len(self.structured):]
-                                                                       if self.structured else ()))])
+                                   *(f"{n}={_shown(s)}" for n, s in zip(self.structured, structures))])
                 raise CompileError(
-                    f"model {self.name}: the runtime-valued input(s) {list(self.value_inputs)} and sequence or "
-                    f"optional input(s) {list(self.structured)} take a value or structure it was not compiled for "
+                    f"model {self.name}: {self._specialized_on()} take a value or structure it was not compiled for "
                     f"({shown}), and it has {self.limit} specialization(s) already, the limit "
                     "(the max_specializations= keyword of ember.compile, or EMBER_MAX_SPECIALIZATIONS); raise it, or "
                     "make these inputs constants (initializers) if they do not change")
@@ -108,7 +108,7 @@ class SpecializedModel:
             a = _host(self._spec(n), given[n])
             out.append((a.dtype.str, a.shape, a.tobytes()))
         if self.structured:  # (the other inputs' shapes too: they may share the elements' symbols)
-            out.extend((str(x.dtype), tuple(x.shape)) for n, x in given.items()
+            out.extend(_host(self._spec(n), x).shape for n, x in given.items()
                        if n not in names and n not in self.structured)
         for n in self.structured:
             x = self._argument(self._spec(n), given[n])
@@ -135,13 +135,19 @@ class SpecializedModel:
     def _spec(self, name: str) -> TensorSpec:
         return next(t for t in self.inputs if t.name == name)
 
+    def _specialized_on(self) -> str:
+        return " and ".join([f"the runtime-valued input(s) {list(self.value_inputs)}"] * bool(self.value_inputs) +
+                            [f"the sequence or optional input(s) {list(self.structured)}"] * bool(self.structured)) \
+            or "its outputs (sequences or optionals, regrouped)"
+
     def save(self, path):
-        raise ArtifactError(f"model {self.name} is compiled per value of its runtime-valued inputs "
-                           f"{list(self.value_inputs)}; save one of its specializations (model.specializations)")
+        raise ArtifactError(f"model {self.name} is compiled per value or structure of {self._specialized_on()}; "
+                            "save one of its specializations (model.specializations)")
 
     def __repr__(self):
         ins = ", ".join(str(t) for t in self.inputs)
-        return (f"<SpecializedModel {self.name}({ins}), specialized on {list(self.value_inputs)}: "
+        structures = f" and the structure of {list(self.structured)}" if self.structured else ""
+        return (f"<SpecializedModel {self.name}({ins}), specialized on {list(self.value_inputs)}{structures}: "
                 f"{len(self.specializations)} of at most {self.limit} compiled>")
 
 

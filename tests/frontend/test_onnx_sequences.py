@@ -6,14 +6,17 @@ specialization (ember.runtime.specialized) and the errors."""
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 import ember
-from ember.errors import ArgumentTypeError, CompileError
+from ember.errors import ArgumentTypeError, ArtifactError, CompileError
 from ember.frontend.onnx import OnnxImportError, StructureError, import_onnx
 from ember.frontend.onnx.importer import import_graph
+from ember.ops.evaluate import evaluate
 from ember.runtime.specialized import SpecializedModel
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -87,7 +90,9 @@ def test_sequence_input_per_length(sequence_ops):
     assert (cm.compiles, cm.hits) == (1, 1)
     _check(SEQUENCE_OPS, cm, [_rand(rng, 2, 3)], _rand(rng, 2, 3))  # a new length compiles once more
     assert (cm.compiles, cm.hits) == (2, 1)
-    with pytest.raises(CompileError, match=r"(?s)'xs'.*xs=a list of 2.*max_specializations"):
+    with pytest.raises(CompileError, match=r"the sequence or optional input\(s\) \['xs'\] take a value or "
+                                           r"structure it was not compiled for \(xs=a list of 2: \[float32\[2, 3\], "
+                                           r"float32\[2, 3\]\]\), and it has 2 specialization\(s\) already"):
         cm([_rand(rng, 2, 3) for _ in range(2)], _rand(rng, 2, 3))  # one structure more than the bound
     _check(SEQUENCE_OPS, cm, [_rand(rng, 2, 3)], _rand(rng, 2, 3))  # the compiled ones still run
     assert (cm.compiles, cm.hits) == (2, 2)
@@ -99,6 +104,9 @@ def test_sequence_argument_errors(sequence_ops):
         sequence_ops(_rand(rng, 2, 3), _rand(rng, 2, 3))
     with pytest.raises(ArgumentTypeError, match="'xs' has dtype int64"):
         sequence_ops([np.ones((2, 3), np.int64)], _rand(rng, 2, 3))
+    with pytest.raises(ArtifactError, match=r"per value or structure of the sequence or optional input\(s\) \['xs'\]"):
+        sequence_ops.save("unused")
+    assert "and the structure of ['xs']" in repr(sequence_ops)
 
 
 def test_structure_of_imports():
@@ -278,3 +286,39 @@ def test_if_reading_a_sequence_inside_an_unrolled_loop():
     for c in (True, False):
         _check(model, cm, np.array(c), _rand(rng, 3))
     assert cm.value_inputs == ("c",)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_positions_against_the_reference(data):
+    """SequenceInsert, SequenceErase and SequenceAt at any valid position (negative ones too) of
+    sequences of any length and row counts, imported for that structure and evaluated with the
+    operators' references, against Python's list operations (the spec) and onnx's reference
+    evaluator (except for an insertion at position n, the end, which it makes at the front)."""
+    n = data.draw(st.integers(1, 5), "length")
+    rows = data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n), "rows")
+    at = data.draw(st.integers(-n, n), "insert at")
+    erase = data.draw(st.integers(-n - 1, n), "erase at")
+    read = data.draw(st.integers(-n, n - 1), "read at")
+    consts = {"at": at, "erase": erase, "read": read}
+    model = _model([*(oh.make_node("Constant", [], [k], value=oh.make_tensor(k, I64, [], [v]))
+                      for k, v in consts.items()),
+                    oh.make_node("SequenceInsert", ["xs", "t", "at"], ["ins"]),
+                    oh.make_node("SequenceErase", ["ins", "erase"], ["ers"]),
+                    oh.make_node("SequenceAt", ["ers", "read"], ["y"]),
+                    oh.make_node("ConcatFromSequence", ["ers"], ["cat"], axis=0)],
+                   [_seq("xs", F, [None, 2]), _t("t", F, [None, 2])], [_t("y", F, [None, 2]), _t("cat", F, [None, 2])])
+    rng = np.random.default_rng(n * 100 + at)
+    xs, t = [_rand(rng, r, 2) for r in rows], _rand(rng, 2, 2)
+    graph, layout = import_graph(model, input_shapes={"xs": [x.shape for x in xs], "t": t.shape})
+    assert layout == ("tensor", "tensor")
+    seq = list(xs)
+    seq.insert(at, t)
+    del seq[erase]
+    expected = [seq[read], np.concatenate(seq)]
+    actual = evaluate(graph, *xs, t)
+    for a, e in zip(actual, expected, strict=True):
+        np.testing.assert_array_equal(a, e)
+    if at != n:
+        for a, e in zip(actual, ReferenceEvaluator(model).run(None, {"xs": xs, "t": t}), strict=True):
+            np.testing.assert_array_equal(a, e)
