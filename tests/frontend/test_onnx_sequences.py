@@ -14,8 +14,7 @@ from onnx.reference import ReferenceEvaluator
 
 import ember
 from ember.errors import ArgumentTypeError, ArtifactError, CompileError
-from ember.frontend.onnx import OnnxImportError, StructureError, import_onnx
-from ember.frontend.onnx.importer import import_graph
+from ember.frontend.onnx import OnnxImportError, StructureError, import_graph, import_onnx
 from ember.ops.evaluate import evaluate
 from ember.runtime.specialized import SpecializedModel
 
@@ -322,3 +321,23 @@ def test_positions_against_the_reference(data):
     if at != n:
         for a, e in zip(actual, ReferenceEvaluator(model).run(None, {"xs": xs, "t": t}), strict=True):
             np.testing.assert_array_equal(a, e)
+
+
+def test_unroll_bound(monkeypatch):
+    """A loop over a sequence runs at most MAX_UNROLL iterations at import; more is refused."""
+    from ember.frontend.onnx.converters import control
+
+    monkeypatch.setattr(control, "MAX_UNROLL", 3)
+    model = _loop_model()
+    import_graph(model, input_values={"n": np.array(3, np.int64)})
+    with pytest.raises(OnnxImportError, match=r"Loop node 's': a loop over sequences or optionals is unrolled at "
+                                              r"import, and this one runs more than 3 iterations \(trip count 4\)"):
+        import_graph(model, input_values={"n": np.array(4, np.int64)})
+
+
+def test_get_element_of_an_absent_optional():
+    model = _model([oh.make_node("OptionalGetElement", ["opt"], ["y"])], [_opt("opt", F, [2])], [_t("y", F, [2])])
+    with pytest.raises(OnnxImportError, match="OptionalGetElement node 'y': the optional input holds no value"):
+        import_graph(model, input_shapes={"opt": None})
+    with pytest.raises(OnnxImportError, match="input_shapes gives the sequence input 'xs' None; only an optional"):
+        import_graph(SEQUENCE_OPS, input_shapes={"xs": None})

@@ -15,9 +15,9 @@
 Every default-domain opset from 7 (MIN_OPSET) to the newest onnx knows (MAX_OPSET); docs/onnx.md.
 """
 
-from .importer import MAX_OPSET, MIN_OPSET, import_onnx, load_model, read_model
+from .importer import MAX_OPSET, MIN_OPSET, import_graph, import_onnx, load_model, read_model
 from .node import ConstantInputError, OnnxImportError
 from .structured import StructureError
 
-__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "StructureError", "import_onnx",
-           "load_model", "read_model"]
+__all__ = ["MAX_OPSET", "MIN_OPSET", "ConstantInputError", "OnnxImportError", "StructureError", "import_graph",
+           "import_onnx", "load_model", "read_model"]
