@@ -17,6 +17,13 @@ first, and back after for scan outputs); Loop's left-out trip count is the large
 left-out condition True. The stacked scan outputs have as many entries as the trip count when the
 loop can stop no earlier (a constant trip count, a condition that is True and passed through the
 body unchanged), else a symbol `<output>_iterations` known at run time only.
+
+Regions hold tensors only, so an If or Loop whose subgraphs give or read a sequence or optional
+(ember/frontend/onnx/structured.py) is resolved at import: an If's condition must then be known
+(a graph input is specialized for), and the branch is inlined; a Loop is unrolled (`_unroll`),
+its body inlined per iteration, for a trip count and condition known at import and at most
+MAX_UNROLL iterations. `inline` converts a subgraph in place, its formal inputs bound to given
+tensors (also SequenceMap's body, per element).
 """
 
 from __future__ import annotations
