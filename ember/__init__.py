@@ -33,8 +33,9 @@ def compile(model, example_inputs=None, **options):
     target ("c", "python": the loop-IR interpreter, or an ember.Target), cc, cflags, database
     (an ember.tune.Database: its best schedules are applied), checked (an integer division by
     zero raises ZeroDivisionError instead of giving 0 as numpy does), max_specializations (an
-    ONNX model with runtime-valued inputs, such as axes given as a graph input, is a
-    SpecializedModel that compiles per value of those, for at most this many values); see
+    ONNX model with runtime-valued inputs, such as axes given as a graph input, or with
+    sequence or optional inputs, is a SpecializedModel that compiles per value or structure of
+    those, for at most this many); see
     ember.compiler.compile_graph."""
     from .compiler import compile as _compile
 

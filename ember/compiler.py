@@ -37,9 +37,10 @@ run on the loop-IR interpreter, called by the entry function's Python twin
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
-gives axes, k, pads, a shape) becomes a SpecializedModel (ember.runtime.specialized), which
-compiles on call one model per value of those inputs; `load(path)` reads a saved artifact without lowering or
-compiling anything.
+gives axes, k, pads, a shape), or with sequences or optionals among its inputs or outputs,
+becomes a SpecializedModel (ember.runtime.specialized), which compiles on call one model per
+value of those inputs (per structure: the lengths and shapes of the lists it is given);
+`load(path)` reads a saved artifact without lowering or compiling anything.
 
 Options read (ember.config): num_threads, checked, max_specializations, and through the build: cc, cflags, cache_dir.
 The num_threads, cc and cflags keywords are checked (ember.config.resolve) before anything is
@@ -276,7 +277,7 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
         graph = import_model(model, example_inputs, dynamic_shapes=dynamic_shapes)
     except EmberError as e:
         value_inputs = _runtime_valued(e)
-        if not value_inputs:
+        if not value_inputs and not _structured(e):
             raise
         return _specialized(model, value_inputs, limit, options)
     return compile_graph(graph, **options)
@@ -288,21 +289,36 @@ def _runtime_valued(e: EmberError) -> tuple[str, ...]:
     return e.inputs if onnx_frontend is not None and isinstance(e, onnx_frontend.ConstantInputError) else ()
 
 
+def _structured(e: EmberError) -> bool:
+    """An ONNX import needed the structure of sequence or optional inputs (StructureError)."""
+    onnx_frontend = sys.modules.get("ember.frontend.onnx")
+    return onnx_frontend is not None and isinstance(e, onnx_frontend.StructureError)
+
+
 def _specialized(model, value_inputs: tuple[str, ...], limit: int, options: dict) -> SpecializedModel:
-    """The ONNX model compiled per value of its runtime-valued inputs (ember.runtime.specialized)."""
+    """The ONNX model compiled per value of its runtime-valued inputs and per structure of its
+    sequence and optional inputs (ember.runtime.specialized)."""
     from .frontend.onnx import load_model
-    from .frontend.onnx.values import graph_inputs, import_specialized
+    from .frontend.onnx.values import graph_inputs, specialize, structured_inputs
 
     proto = load_model(model)
     config.threads(options.get("num_threads"))  # (the keywords checked now, not at the first call)
     as_target(options.get("target", "c"), cc=options.get("cc"), cflags=options.get("cflags"))
+    structured = structured_inputs(proto)
 
-    def build(arrays: dict[str, np.ndarray], names: tuple[str, ...]):
-        graph, names = import_specialized(proto, arrays, names)
-        return compile_graph(graph, **options), names
+    def build(arguments: dict[str, object], names: tuple[str, ...]):
+        s = specialize(proto, arguments, names)
+        compiled = compile_graph(s.graph, **options) if s.graph.outputs else _no_outputs
+        layout = s.outputs if structured or any(entry != "tensor" for entry in s.outputs) else None
+        return compiled, s.constant, layout
 
     inputs = [TensorSpec(n, tuple(t.shape), t.dtype) for n, t in graph_inputs(proto)]
-    return SpecializedModel(options.get("name", "model"), inputs, value_inputs, build, limit)
+    return SpecializedModel(options.get("name", "model"), inputs, value_inputs, build, limit, structured)
+
+
+def _no_outputs(*inputs) -> tuple:
+    """A specialization whose outputs are all empty sequences or absent optionals: nothing to run."""
+    return ()
 
 
 def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:

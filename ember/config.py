@@ -308,7 +308,8 @@ OPTIONS = {
                Boolean()),
         Option("max_specializations", 8, "EMBER_MAX_SPECIALIZATIONS",
                "the most values of a model's runtime-valued inputs (ONNX axes, k, pads, scales given as graph "
-               "inputs) compiled for, one specialization each, per compiled model", Count()),
+               "inputs), or structures of its ONNX sequence and optional inputs, compiled for, one specialization "
+               "each, per compiled model", Count()),
     ]
 }
 

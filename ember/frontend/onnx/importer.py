@@ -9,7 +9,9 @@
 2. Initializers become constants (arrays until a node that is not folded uses them); the other
    graph inputs become graph inputs, dim_param as a symbolic dimension (an expression of
    symbols, "past_sequence_length + 1", as such: ember.dims), an unnamed dynamic dimension as a
-   fresh symbol `<input>_<k>` (or as `input_shapes` says).
+   fresh symbol `<input>_<k>` (or as `input_shapes` says). A sequence or optional input is
+   imported for the structure `input_shapes` gives it (a list of shapes; None for absent), each
+   of its tensors a graph input (structured.py), else a StructureError names it.
 3. Nodes are converted in order by the converters of converters/ (see node.py: what a converter
    sees, and how constants fold), each by the converter of its operator version (the since_version
    of its schema at the model's opset; registry.py). A node of a function op that no converter
@@ -25,7 +27,8 @@
    ones ember infers: another element type, another rank, or another size where both are numbers
    is a CompileError naming the value (a mistake in the model, or in ember's import of it, that
    would otherwise give outputs of another shape than the model says); a declared symbol or
-   unknown dimension agrees with any size.
+   unknown dimension agrees with any size. A sequence output is its elements, an absent optional
+   nothing: `import_graph` returns the layout that regroups them, `import_onnx` refuses them.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from ... import dims
 from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
-from . import converters  # noqa: F401  (registers the converters)
+from . import converters, structured  # noqa: F401  (registers the converters)
 from .converters.control import implicit_inputs
 from .functions import DEFAULT_DOMAINS, function_body
 from .node import (
@@ -59,8 +62,9 @@ from .node import (
     to_dtype,
 )
 from .registry import lookup
+from .structured import Layout
 
-__all__ = ["MAX_OPSET", "MIN_OPSET", "import_onnx", "load_model", "read_model"]
+__all__ = ["MAX_OPSET", "MIN_OPSET", "import_graph", "import_onnx", "load_model", "read_model"]
 
 MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
@@ -74,7 +78,21 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
     inputs (by ONNX name) values, with which they import as constants and are no longer inputs
     of the graph: the specialization of a model for the values of its runtime-valued inputs
     (a ConstantInputError names them in its `inputs`; ember.compile does this by itself,
-    docs/onnx.md)."""
+    docs/onnx.md). A sequence or optional input takes its structure from `input_shapes` (a list
+    of shapes, None for an absent optional); a model with sequence or optional outputs is
+    imported with `import_graph`, which gives their layout too (a StructureError here)."""
+    graph, layout = import_graph(model, input_shapes, input_values)
+    if any(entry != "tensor" for entry in layout):
+        raise structured.StructureError(
+            f"the model's outputs include sequences or optionals ({layout}: per output a tensor, n elements, or "
+            "None for absent); import_graph returns the graph with their layout, ember.compile regroups them")
+    return graph
+
+
+def import_graph(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping | None = None,
+                 input_values: Mapping[str, np.ndarray] | None = None) -> tuple[Graph, Layout]:
+    """`import_onnx`'s graph, and the layout of its outputs (structured.py): how the graph's
+    outputs regroup into the model's, where some are sequences or optionals."""
     proto = load_model(model)
     importer = Importer(Graph(name=sanitize(proto.graph.name or "main")), default_opset(proto) or MAX_OPSET)
     env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}), dict(input_values or {}))
@@ -87,8 +105,9 @@ def import_onnx(model: str | os.PathLike | onnx.ModelProto,
                    "for their values at run time, import_onnx(..., input_values={...}) imports it for given values")
         raise
     _check_value_info(importer, proto.graph, env)
-    importer.graph.set_outputs(_graph_outputs(importer, proto.graph, env))
-    return importer.graph
+    outputs, layout = _graph_outputs(importer, proto.graph, env)
+    importer.graph.set_outputs(outputs)
+    return importer.graph, layout
 
 
 def load_model(model: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
@@ -149,7 +168,7 @@ def default_opset(proto: onnx.ModelProto) -> int | None:
 def value_type(vi: onnx.ValueInfoProto, what: str) -> TensorType:
     """The TensorType of a graph input or output (unnamed dynamic dimensions get fresh symbols)."""
     if not vi.type.HasField("tensor_type"):
-        raise OnnxImportError(f"{what} {vi.name!r} is not a tensor")
+        raise OnnxImportError(f"{what} {vi.name!r} is not a tensor but {structured.kind(vi.type, what)}")
     tt = vi.type.tensor_type
     dtype = to_dtype(tt.elem_type, f"{what} {vi.name!r}")
     if not tt.HasField("shape"):
@@ -183,7 +202,18 @@ def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequ
         if unknown:
             raise OnnxImportError(f"{what} names {sorted(unknown)}, which are not inputs of the model; its "
                                   f"inputs are {[vi.name for vi in inputs]}")
+    unstructured = []
     for vi in inputs:
+        if structured.kind(vi.type, f"graph input {vi.name!r}") != "tensor":
+            if vi.name in values:
+                raise OnnxImportError(f"input_values gives the {structured.kind(vi.type, '')} input {vi.name!r}; "
+                                      "ember takes the structure of sequences and optionals (input_shapes), their "
+                                      "tensors as inputs")
+            if vi.name not in shapes:
+                unstructured.append(vi.name)
+            else:
+                env[vi.name] = _structured_input(graph, vi, shapes[vi.name])
+            continue
         t = value_type(vi, "graph input")
         if vi.name in values:
             env[vi.name] = _input_value(vi.name, t, values[vi.name])
@@ -192,7 +222,33 @@ def _graph_inputs(importer: Importer, g: onnx.GraphProto, shapes: dict[str, Sequ
         if vi.name in shapes:
             t = _override(vi.name, t, tuple(shapes[vi.name]))
         env[vi.name] = graph.add_input(graph.fresh_name(sanitize(vi.name)), t)
+    if unstructured:
+        raise structured.StructureError.of_inputs(unstructured)
     return env
+
+
+def _structured_input(graph: Graph, vi: onnx.ValueInfoProto, given) -> Tensor | structured.Structured:
+    """A sequence or optional graph input for the structure `given` (input_shapes): a list of
+    shapes for a sequence, one graph input per element; None for an absent optional."""
+    what = f"graph input {vi.name!r}"
+    kind = structured.kind(vi.type, what)
+    dtype, declared = structured.element_type(vi.type, what)
+    if given is None:
+        if not kind.startswith("optional"):
+            raise OnnxImportError(f"input_shapes gives the {kind} input {vi.name!r} None; only an optional can be "
+                                  "absent")
+        return structured.ABSENT
+
+    def tensor(shape, name):
+        t = structured.element(vi.name, declared, dtype, shape, name)
+        return graph.add_input(graph.fresh_name(sanitize(name)), t)
+
+    if kind.endswith("sequence"):
+        if not isinstance(given, list | tuple) or not all(isinstance(s, list | tuple) for s in given):
+            raise OnnxImportError(f"input_shapes gives the {kind} input {vi.name!r} {given!r}; it takes a list of "
+                                  "shapes, one per element")
+        return structured.TensorSequence(tuple(tensor(s, f"{vi.name}_{k}") for k, s in enumerate(given)))
+    return tensor(given, vi.name)
 
 
 def _input_value(name: str, declared: TensorType, value) -> np.ndarray:
@@ -250,6 +306,10 @@ def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, en
         cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],
                          {a.name: decode_attribute(a) for a in node.attribute}, opset)
         default = node.domain in DEFAULT_DOMAINS
+        for k, t in enumerate(cx.inputs):
+            if structured.is_structured(t) and not (default and node.op_type in structured.TAKES_STRUCTURED):
+                raise cx.error(f"input {k} ({node.input[k]!r}) is {structured.describe(t)}; this operator takes "
+                               "tensors")
         try:
             converter = lookup(node.op_type, cx.version) if default else None
             if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
@@ -289,16 +349,27 @@ def _unsupported_name(node: onnx.NodeProto, version: int) -> str:
     return f"{node.op_type}-{version}" if lookup(node.op_type, op_version(node.op_type, MAX_OPSET)) else node.op_type
 
 
-def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> list[Value]:
+def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> tuple[list[Value], Layout]:
+    """The graph's outputs (a sequence's elements each, an absent optional none) and their layout."""
     outputs: list[Value] = []
+    layout: list[str | int | None] = []
     for vi in g.output:
-        hint = sanitize(vi.name)
-        v = importer.value(env[vi.name], hint)
-        if v.node is None or v in outputs:
-            (v,) = importer.add_node("identity", [v], None, [hint])
-        check_declared(vi, v.type, f"graph {importer.graph.name}: output {vi.name!r}")
-        outputs.append(v)
-    return outputs
+        what = f"graph {importer.graph.name}: output {vi.name!r}"
+        t = env[vi.name]
+        if isinstance(t, structured.Absent):
+            layout.append(None)
+            continue
+        items = t.items if isinstance(t, structured.TensorSequence) else (t,)
+        layout.append(len(items) if isinstance(t, structured.TensorSequence) else "tensor")
+        for k, item in enumerate(items):
+            hint = sanitize(vi.name if layout[-1] == "tensor" else f"{vi.name}_{k}")
+            v = importer.value(item, hint)
+            if v.node is None or v in outputs:
+                (v,) = importer.add_node("identity", [v], None, [hint])
+            if vi.type.HasField("tensor_type"):
+                check_declared(vi, v.type, what)
+            outputs.append(v)
+    return outputs, tuple(layout)
 
 
 def _check_value_info(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> None:

@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (each registers its converters)
     nn,
     quantize,
     recurrent,
+    sequence,
     shape,
     signal,
 )

@@ -17,6 +17,13 @@ first, and back after for scan outputs); Loop's left-out trip count is the large
 left-out condition True. The stacked scan outputs have as many entries as the trip count when the
 loop can stop no earlier (a constant trip count, a condition that is True and passed through the
 body unchanged), else a symbol `<output>_iterations` known at run time only.
+
+Regions hold tensors only, so an If or Loop whose subgraphs give or read a sequence or optional
+(ember/frontend/onnx/structured.py) is resolved at import: an If's condition must then be known
+(a graph input is specialized for), and the branch is inlined; a Loop is unrolled (`_unroll`),
+its body inlined per iteration, for a trip count and condition known at import and at most
+MAX_UNROLL iterations. `inline` converts a subgraph in place, its formal inputs bound to given
+tensors (also SequenceMap's body, per element).
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ import onnx
 
 from ....graph.core import Graph, TensorType, Value
 from ....ops.nodes import add_op
-from ..node import Importer, NodeContext, Tensor, sanitize
+from ..node import Importer, NodeContext, OnnxImportError, Tensor, sanitize
 from ..registry import converts
+from ..structured import Structured, describe, is_structured
 
 INT64_MAX = np.iinfo(np.int64).max
+MAX_UNROLL = 4096  # iterations of a loop over sequences unrolled at import
 
 
 class _Scope(dict):
@@ -42,6 +51,8 @@ class _Scope(dict):
 
     def __missing__(self, name: str) -> Tensor:
         t = self.outer[name]
+        if is_structured(t):  # (If and Loop resolve such subgraphs at import: _reads_structured)
+            raise OnnxImportError(f"a subgraph reads {describe(t)} {name!r}; ember's regions take tensors only")
         if isinstance(t, Value):
             self.captured.append(t)
             region = self.importer.graph
@@ -103,13 +114,16 @@ def implicit_inputs(node: onnx.NodeProto) -> set[str]:
     return out
 
 
-def _inline_branch(cx: NodeContext, attr: str) -> list[Tensor]:
-    """The outputs of subgraph `attr` converted in place (see the module doc)."""
+def inline(cx: NodeContext, proto: onnx.GraphProto, inputs: list[Tensor | Structured]) -> list[Tensor | Structured]:
+    """The outputs of subgraph `proto` converted in place, in the enclosing scope, its formal
+    inputs bound to `inputs`: a branch chosen at import, a loop iteration unrolled, a
+    SequenceMap body applied to one element."""
     from ..importer import _convert_nodes  # (the importer imports the converters)
 
-    proto: onnx.GraphProto = cx.attr(attr)
     outer = cx.importer.scope
     scope = _Inline(outer)
+    for vi, t in zip(proto.input, inputs, strict=True):
+        scope[vi.name] = t
     for init in proto.initializer:
         scope[init.name] = onnx.numpy_helper.to_array(init)
         cx.importer.name_array(scope[init.name], init.name)
@@ -134,11 +148,31 @@ def _capture_all(regions: list[tuple[Graph, list[Value]]]) -> list[Value]:
     return union
 
 
+def _reads_structured(cx: NodeContext) -> bool:
+    """The node's subgraphs read a sequence or optional of an enclosing scope, or give one (as
+    their types declare): ember resolves it at import, as regions hold tensors only."""
+    declared = [vi for attr in ("then_branch", "else_branch", "body") if cx.attr(attr) is not None
+                for vi in cx.attr(attr).output]
+    return any(vi.type.WhichOneof("value") not in (None, "tensor_type") for vi in declared) or \
+        any(is_structured(_peek(cx.importer.scope, name)) for name in implicit_inputs(cx.node))
+
+
+def _peek(scope, name: str):
+    """What `name` is in `scope` or the scopes around it (None if nothing), without capturing it."""
+    while scope is not None:
+        if dict.__contains__(scope, name):
+            return dict.__getitem__(scope, name)
+        scope = getattr(scope, "outer", None)
+    return None
+
+
 @converts("If")
 def _if(cx: NodeContext):
     cond = cx.input(0)
+    if not isinstance(cond, np.ndarray) and _reads_structured(cx):
+        cond = cx.const(0, "the condition of branches that give or read sequences or optionals, chosen at import")
     if isinstance(cond, np.ndarray):
-        return _inline_branch(cx, "then_branch" if bool(cond.reshape(())) else "else_branch")
+        return inline(cx, cx.attr("then_branch" if bool(cond.reshape(())) else "else_branch"), [])
     then, then_captured, _ = _region(cx, "then_branch", [])
     other, else_captured, _ = _region(cx, "else_branch", [])
     captured = _capture_all([(then, then_captured), (other, else_captured)])
@@ -158,6 +192,8 @@ def _loop(cx: NodeContext):
     trips = cx.optional(0)
     cond = cx.optional(1)
     carried = [cx.input(k) for k in range(2, len(cx.inputs))]
+    if any(is_structured(t) for t in carried) or _reads_structured(cx):
+        return _unroll(cx, carried)
     body, captured, outs = _region(cx, "body", [("iteration", TensorType((), "int64")),
                                                ("cond", TensorType((), "bool")),
                                                *[("carried", cx.type(t)) for t in carried]])
@@ -172,6 +208,35 @@ def _loop(cx: NodeContext):
               *(cx.importer.value(t, "carried") for t in carried), *captured]
     return add_op(graph, "loop", inputs, {"carried": len(carried), "length": length if scans else None},
                   out_names=cx.out_names, regions=[body])
+
+
+def _unroll(cx: NodeContext, carried: list) -> list:
+    """A Loop that carries (or reads) a sequence or optional, unrolled at import: each iteration
+    the body converted in place, the carried values bound to the previous iteration's. Its trip
+    count and condition must be known at import (a graph input is specialized for; a condition
+    computed by the body must fold), and it runs at most MAX_UNROLL iterations."""
+    trips = cx.const(0, "the trip count of a loop over sequences or optionals, unrolled at import")
+    cond = cx.const(1, "the condition of a loop over sequences or optionals, unrolled at import")
+    trips = INT64_MAX if trips is None else int(trips.reshape(()))
+    go = True if cond is None else bool(cond.reshape(()))
+    body = cx.attr("body")
+    scans: list[list[Tensor]] = [[] for _ in range(len(body.output) - 1 - len(carried))]
+    k = 0
+    while go and k < trips:
+        if k == MAX_UNROLL:
+            raise cx.error(f"a loop over sequences or optionals is unrolled at import, and this one runs more than "
+                           f"{MAX_UNROLL} iterations (trip count {trips}); ember does not unroll it")
+        outs = inline(cx, body, [np.array(k, "int64"), np.array(go), *carried])
+        if not isinstance(outs[0], np.ndarray):
+            raise cx.error(f"a loop over sequences or optionals is unrolled at import, and the condition its body "
+                           f"computes in iteration {k} is known at run time only; ember cannot unroll it")
+        go, carried = bool(outs[0].reshape(())), outs[1:1 + len(carried)]
+        for scan, t in zip(scans, outs[1 + len(carried):]):
+            scan.append(cx.op("unsqueeze", [t], {"axes": (0,)}))
+        k += 1
+    if scans and not k:
+        raise cx.unsupported("scan outputs of a loop over sequences that runs no iteration")
+    return [*carried, *(scan[0] if len(scan) == 1 else cx.op("concat", scan, {"axis": 0}) for scan in scans)]
 
 
 @converts("Scan", versions=range(9, 10**6))  # Scan-8 has a batch axis and sequence_lens: not read
