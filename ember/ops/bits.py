@@ -3,7 +3,8 @@ bitwise_not, and bitcast (a tensor's bits read as another dtype of as many bits 
 `view`; ONNX's BitCast).
 
 The bitwise operators take integers of one dtype (two's complement; booleans have logical_and,
-logical_or and logical_not). bitcast between integers of one width is a cast (which wraps);
+logical_or and logical_not). bitcast between integers of one width, or from or to bool (the
+byte 0 or 1), is a cast (which wraps);
 any other pair reads the bits through the loop IR's `reinterpret`, which sees a value as its
 dtype holds it in memory: a float16's half, a bfloat16's or float8's code, a sub-byte integer's
 byte (its low bits, as ml_dtypes holds it).
@@ -98,6 +99,8 @@ def _infer_bitcast(types: list[TensorType], attrs) -> list[TensorType]:
 
 
 def _bitcast(x, dtype: str):
+    if dt.is_bool(dtype) or dt.is_bool(x.dtype):  # a bool is the byte 0 or 1 (a mask in vector registers)
+        return te.cast(dtype, x)
     if dt.is_int(dtype) and dt.is_int(x.dtype) and dt.value_bits(dtype) == dt.value_bits(x.dtype):
         return te.cast(dtype, x)
     return reinterpret(dtype, x)
