@@ -421,7 +421,7 @@ class CRenderer:
         if dtype == "bool":
             return ("true" if value else "false"), PRIMARY
         if dt.is_int(dtype):
-            if value == np.iinfo(dtype).min and dtype in ("int32", "int64"):
+            if dtype in ("int32", "int64") and value == np.iinfo(dtype).min:
                 return f"{dtype.upper()}_MIN", PRIMARY
             # int64 literals go without a suffix: C widens them to the other operand (see _binary)
             ctype = self.SCALAR_TYPES[dt.compute_dtype(dtype)]

@@ -130,6 +130,15 @@ def test_arithmetic_in_float32(dtype, target):
     a, b = (RNG.standard_normal((5, 41)).astype(dtype) for _ in range(2))
     out = check_op("add", [a, b], None, rtol=0, atol=0, targets=(target,))[0]
     np.testing.assert_array_equal(_bits(out), _bits((a.astype(np.float32) + b.astype(np.float32)).astype(dtype)))
+    check_op("max", [a], {"axes": (1,)}, rtol=0, atol=0, targets=(target,))
+    check_op("relu", [a], None, rtol=0, atol=0, targets=(target,))
+
+
+@pytest.mark.parametrize("dtype", SUBBYTE)
+def test_subbyte_reductions(dtype):
+    x = RNG.integers(*dt.int_range(dtype), size=(4, 37), endpoint=True).astype(dtype)
+    for op in ("max", "min"):
+        check_op(op, [x], {"axes": (1,)}, rtol=0, atol=0, targets=("c", "python"))
 
 
 _KERNELS: dict = {}
@@ -147,7 +156,7 @@ def test_narrowing_any_float32(dtype, x):
         np.testing.assert_array_equal(_bits(out), _bits(x.astype(dtype)))
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32", "int64", "uint64"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint32", "int64", "uint64", "int4", "uint2"])
 def test_bitwise_operators(dtype):
     lo, hi = dt.int_range(dtype)
     a = RNG.integers(max(lo, -(1 << 62)), min(hi, 1 << 62), size=(4, 33), endpoint=True).astype(dtype)
