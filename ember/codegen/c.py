@@ -360,7 +360,7 @@ class CRenderer:
     def _copy(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str | None:
         """A store of a type held as its bits whose value is a load of the same type, as a copy of
         the bits (data movement keeps every code, as NumPy's does, NaN payloads included), or
-        None: a scalar, or a contiguous vector from a contiguous vector."""
+        None. Vectors move as vectors of the bits: contiguous ones whole, others lane by lane."""
         held_as_bits = buf.dtype in dt.BITS_FLOATS or buf.dtype in dt.SUBBYTE_INTS
         if not held_as_bits or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
                 or value.buffer in self._registers:
@@ -368,11 +368,18 @@ class CRenderer:
         src, lanes = single_index(value), dt.lanes_of(index.dtype)
         if lanes == 1 and dt.lanes_of(src.dtype) == 1:
             return f"{self._buffer(buf)}[{self._e(index)}] = {self._buffer(value.buffer)}[{self._e(src)}]"
-        if lanes > 1 and _power_of_two(lanes) and _contiguous(index) and _contiguous(src):
+        if lanes == 1 or dt.lanes_of(src.dtype) != lanes:
+            return None
+        whole = _power_of_two(lanes)
+        if whole and _contiguous(src):
             u = self.lib.unaligned_vec(buf.dtype, lanes)
-            return (f"*({u}*)({self._buffer(buf)} + {self._e(index.base, ADD + 1)}) = "
-                    f"*(const {u}*)({self._buffer(value.buffer)} + {self._e(src.base, ADD + 1)})")
-        return None
+            bits = f"*(const {u}*)({self._buffer(value.buffer)} + {self._e(src.base, ADD + 1)})"
+        else:
+            bits = f"{self.lib.gather_bits(buf.dtype, lanes)}({self._buffer(value.buffer)}, {self._index_vector(src)})"
+        if whole and _contiguous(index):
+            u = self.lib.unaligned_vec(buf.dtype, lanes)
+            return f"*({u}*)({self._buffer(buf)} + {self._e(index.base, ADD + 1)}) = {bits}"
+        return f"{self.lib.scatter_bits(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {bits})"
 
     # -- expressions -------------------------------------------------------------------------
     def _e(self, e: PrimExpr, prec: int = 0) -> str:

@@ -313,6 +313,21 @@ class CPrelude:
             f"  for (int l = 0; l < {lanes}; ++l) p[i[l]] = {lane};\n}}"
         ))
 
+    def gather_bits(self, elem: str, lanes: int) -> str:
+        """`<elem>xN ember_gather_bits_<elem>x<lanes>(const S* p, int64xN i)`: the elements p[i[l]]
+        as they are in memory (a type held as its bits, moved without converting it)."""
+        params = f"const {self.types[elem]}* p, {self.vec('int64', lanes)} i"
+        return self.lanewise(f"ember_gather_bits_{elem}x{lanes}", self.vec(elem, lanes), params, lanes, "p[i[l]]")
+
+    def scatter_bits(self, elem: str, lanes: int) -> str:
+        """`void ember_scatter_bits_<elem>x<lanes>(S* p, int64xN i, <elem>xN v)`: p[i[l]] = v[l], the
+        bits as they are."""
+        name = f"ember_scatter_bits_{elem}x{lanes}"
+        return self._helper(name, lambda: (
+            f"static inline void {name}({self.types[elem]}* p, {self.vec('int64', lanes)} i, "
+            f"{self.vec(elem, lanes)} v) {{\n  for (int l = 0; l < {lanes}; ++l) p[i[l]] = v[l];\n}}"
+        ))
+
     def broadcast(self, elem: str, lanes: int) -> str:
         """`T ember_broadcast_<elem>x<lanes>(E x)`: x in every lane (a bool becomes an int32 mask)."""
         if elem == "bool":

@@ -160,3 +160,25 @@ def test_torch_float8_tensors_in_and_out():
     assert f.dtype == torch.float32 and y.dtype == torch.float8_e5m2
     torch.testing.assert_close(f, x.float(), rtol=0, atol=0)
     assert torch.equal(y.view(torch.uint8), x.float().to(torch.float8_e5m2).view(torch.uint8))
+
+
+def test_int4_weights_blocked_dequantize_and_artifact(tmp_path):
+    """A weight-only quantized layer: int4 weights and zero points (packed two to a byte in the
+    model), blocked DequantizeLinear, MatMul, a float8 bias, a float8 output; saved and loaded."""
+    K, N, block = 64, 24, 16
+    w = RNG.integers(-8, 8, (K, N)).astype("int4")
+    zero = RNG.integers(-2, 2, (K // block, N)).astype("int4")
+    scale = RNG.uniform(0.01, 0.1, (K // block, N)).astype(np.float32)
+    bias = (RNG.standard_normal(N) * 10).astype("float8_e4m3fn")
+    inits = [onnx.numpy_helper.from_array(a, n) for a, n in ((w, "w"), (scale, "scale"), (zero, "zero"), (bias, "b"))]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "zero"], ["wf"], axis=0, block_size=block),
+             helper.make_node("MatMul", ["x", "wf"], ["y0"]), helper.make_node("Cast", ["b"], ["bf"], to=TP.FLOAT),
+             helper.make_node("Add", ["y0", "bf"], ["y1"]), helper.make_node("Cast", ["y1"], ["y"], to=TP.FLOAT8E5M2)]
+    vi = helper.make_tensor_value_info
+    model = _model(nodes, [vi("x", TP.FLOAT, [3, K])], [vi("y", TP.FLOAT8E5M2, [3, N])], opset=21)
+    model.graph.initializer.extend(inits)
+    x = RNG.standard_normal((3, K)).astype(np.float32)
+    _check(model, {"x": x})
+    compiled = ember.compile(model)
+    compiled.save(tmp_path / "model")
+    np.testing.assert_array_equal(_bits(ember.load(tmp_path / "model")(x)), _bits(compiled(x)))

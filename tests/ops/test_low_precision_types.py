@@ -104,9 +104,13 @@ def test_conversions_between_narrow_types(dtype):
 def test_data_movement_keeps_every_code(dtype, target):
     """A transpose copies the bits (float8_e5m2's NaN payloads, which a round trip through float
     would make its one quiet NaN)."""
-    x = np.resize(_codes(dtype), 4 * 300).reshape(4, 300)
-    out = check_op("transpose", [x], {"perm": (1, 0)}, rtol=0, atol=0, targets=(target,))[0]
-    np.testing.assert_array_equal(_bits(out), _bits(x.T))
+    for shape in ((4, 300), (16, 64), (3, 5)):  # scalar copies, gathers into vectors, a short tail
+        x = RNG.permutation(np.resize(_codes(dtype), shape[0] * shape[1])).reshape(shape)
+        out = check_op("transpose", [x], {"perm": (1, 0)}, rtol=0, atol=0, targets=(target,))[0]
+        np.testing.assert_array_equal(_bits(out), _bits(x.T), err_msg=str(shape))
+    x, idx = np.resize(_codes(dtype), (6, 50)), RNG.integers(0, 50, (9,))
+    out = check_op("gather", [x, idx], {"axis": 1}, rtol=0, atol=0, targets=(target,))[0]
+    np.testing.assert_array_equal(_bits(out), _bits(x[:, idx]))
 
 
 @pytest.mark.parametrize("dtype", SUBBYTE)
