@@ -37,8 +37,8 @@ def random_array(shape, dtype: str = "float32", rng: np.random.Generator | None 
         return (rng.random(shape, dtype="float64") * 2 - 1).astype(dtype)
     if dt.is_bool(dtype):
         return rng.random(shape) < 0.5
-    info = np.iinfo(np.dtype(dtype))
-    return rng.integers(max(info.min, -100), min(info.max, 100) + 1, size=shape).astype(dtype)
+    lo, hi = dt.int_range(dtype)
+    return rng.integers(max(lo, -100), min(hi, 100) + 1, size=shape).astype(dtype)
 
 
 def verify_trace_roundtrip(sch) -> Schedule:

@@ -46,6 +46,7 @@ from ..tir.expr import (
     COMPARE_OPS,
     LOGIC_OPS,
     PRINT,
+    REINTERPRET,
     Binary,
     Broadcast,
     Buffer,
@@ -113,6 +114,8 @@ class CRenderer:
         "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
         "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "float16": "_Float16",
         "bfloat16": "uint16_t", "float32": "float", "float64": "double",  # bfloat16: its bits
+        # the narrow floats: their bits; the sub-byte integers: one value per byte (c_narrow)
+        **dict.fromkeys((*dt.MINIFLOATS, *dt.SUBBYTE_INTS), "uint8_t"),
     }
     # IR operator -> (C operator, precedence); `//` and `%` only for unsigned ints (C's = floor's).
     BINARY_OPS = {
@@ -315,7 +318,8 @@ class CRenderer:
             regs += [regs[-1]] * (lanes - len(regs))
             args = ", ".join(f"{name}_{r}" for r in regs)
             return f"{self.lib.column(elem, width, lanes)}({offsets[0] % width}, {args})"
-        widen = f"{self.lib.bf16_to_float()}" if elem == "bfloat16" else ""
+        widen = self.lib.to_float(elem) if elem in dt.BITS_FLOATS else self.lib.wrap(elem, 1) \
+            if elem in dt.SUBBYTE_INTS else ""
         lanes_text = ", ".join(f"{widen}({name}_{o // width}[{o % width}])" for o in offsets)
         return f"({self.lib.value_vec(dtype, len(offsets))}){{{lanes_text}}}"
 
@@ -327,13 +331,14 @@ class CRenderer:
             code = self._e(value)
             if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
                 code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
-            elif buf.dtype == "bfloat16":
-                code = f"{self.lib.bf16_narrow(lanes) if lanes > 1 else self.lib.float_to_bf16()}({code})"
+            else:
+                code = self._to_memory(buf.dtype, lanes, code)
             return f"{self._register(buf, index)} = {code}"
+        copy = self._copy(buf, index, value)
+        if copy is not None:
+            return copy
         if lanes == 1:
-            code = self._e(value)
-            if buf.dtype == "bfloat16":
-                code = f"{self.lib.float_to_bf16()}({code})"
+            code = self._to_memory(buf.dtype, 1, self._e(value))
             return f"{self._buffer(buf)}[{self._e(index)}] = {code}"
         if dt.lanes_of(value.dtype) == 1:
             value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
@@ -342,6 +347,39 @@ class CRenderer:
             address = f"{self._buffer(buf)} + {self._e(index.base, ADD + 1)}"
             return f"{self.lib.store(buf.dtype, lanes)}({address}, {v})"
         return f"{self.lib.scatter(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {v})"
+
+    def _to_memory(self, dtype: str, lanes: int, code: str) -> str:
+        """A computed value as a type held as its bits stores it: rounded (bfloat16, the narrow
+        floats) or its low bits (the sub-byte integers)."""
+        if dtype in dt.BITS_FLOATS:
+            return f"{self.lib.narrow(dtype, lanes) if lanes > 1 else self.lib.from_float(dtype)}({code})"
+        if dtype in dt.SUBBYTE_INTS:
+            return f"{self.lib.truncate(dtype, lanes)}({code})"
+        return code
+
+    def _copy(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str | None:
+        """A store of a type held as its bits whose value is a load of the same type, as a copy of
+        the bits (data movement keeps every code, as NumPy's does, NaN payloads included), or
+        None. Vectors move as vectors of the bits: contiguous ones whole, others lane by lane."""
+        held_as_bits = buf.dtype in dt.BITS_FLOATS or buf.dtype in dt.SUBBYTE_INTS
+        if not held_as_bits or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
+                or value.buffer in self._registers:
+            return None
+        src, lanes = single_index(value), dt.lanes_of(index.dtype)
+        if lanes == 1 and dt.lanes_of(src.dtype) == 1:
+            return f"{self._buffer(buf)}[{self._e(index)}] = {self._buffer(value.buffer)}[{self._e(src)}]"
+        if lanes == 1 or dt.lanes_of(src.dtype) != lanes:
+            return None
+        whole = _power_of_two(lanes)
+        if whole and _contiguous(src):
+            u = self.lib.unaligned_vec(buf.dtype, lanes)
+            bits = f"*(const {u}*)({self._buffer(value.buffer)} + {self._e(src.base, ADD + 1)})"
+        else:
+            bits = f"{self.lib.gather_bits(buf.dtype, lanes)}({self._buffer(value.buffer)}, {self._index_vector(src)})"
+        if whole and _contiguous(index):
+            u = self.lib.unaligned_vec(buf.dtype, lanes)
+            return f"*({u}*)({self._buffer(buf)} + {self._e(index.base, ADD + 1)}) = {bits}"
+        return f"{self.lib.scatter_bits(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {bits})"
 
     # -- expressions -------------------------------------------------------------------------
     def _e(self, e: PrimExpr, prec: int = 0) -> str:
@@ -390,12 +428,18 @@ class CRenderer:
         if dtype == "bool":
             return ("true" if value else "false"), PRIMARY
         if dt.is_int(dtype):
-            if value == np.iinfo(dtype).min and dtype in ("int32", "int64"):
+            if dtype in ("int32", "int64") and value == np.iinfo(dtype).min:
                 return f"{dtype.upper()}_MIN", PRIMARY
             # int64 literals go without a suffix: C widens them to the other operand (see _binary)
-            code = str(value) if dtype in ("int32", "int64") else f"({self.SCALAR_TYPES[dtype]}){value}"
+            ctype = self.SCALAR_TYPES[dt.compute_dtype(dtype)]
+            code = str(value) if dtype in ("int32", "int64") else f"({ctype}){value}"
             if dtype in ("uint32", "uint64"):  # past INT64_MAX a literal needs the suffix
                 code += "ULL"
+        elif dt.element_of(dtype) in dt.MINIFLOATS:  # the float nearest the stored value (NaN: e8m0 has no 0)
+            exact = float(np.asarray(value, "float64").astype(dt.to_numpy(dtype)))
+            if np.isnan(exact) or np.isinf(exact):
+                return self._const(exact, "float32")
+            code = repr(exact) + self.MATH_FLOAT_SUFFIX
         elif np.isnan(value):
             return "NAN", PRIMARY
         elif np.isinf(value):
@@ -408,6 +452,13 @@ class CRenderer:
         return code, (UNARY if code.startswith(("-", "(")) else PRIMARY)
 
     def _binary(self, e: Binary) -> tuple[str, int]:
+        code, p = self._binary_code(e)
+        elem = dt.element_of(e.dtype)
+        if elem in dt.SUBBYTE_INTS:  # computed in a byte, wrapped to the width after each operation
+            return f"{self.lib.wrap(elem, dt.lanes_of(e.dtype))}({code})", PRIMARY
+        return code, p
+
+    def _binary_code(self, e: Binary) -> tuple[str, int]:
         op, a, b = e.op, e.a, e.b
         lanes = dt.lanes_of(a.dtype)
         elem = dt.element_of(dt.compute_dtype(a.dtype))
@@ -460,9 +511,12 @@ class CRenderer:
         if lanes == 1:
             if dst == "float16":  # round to half, compute on in float
                 return f"(float)(_Float16){self._e(v, UNARY)}", UNARY
-            if dst == "bfloat16":  # round to bfloat16, compute on in float
+            if dst in dt.BITS_FLOATS:  # round to dst's codes, compute on in float
                 x = f"(float){self._e(v, UNARY)}" if dt.compute_dtype(src) != "float32" else self._e(v)
-                return f"{self.lib.bf16_to_float()}({self.lib.float_to_bf16()}({x}))", PRIMARY
+                return f"{self.lib.to_float(dst)}({self.lib.from_float(dst)}({x}))", PRIMARY
+            if dst in dt.SUBBYTE_INTS:  # a float through int32, as ml_dtypes converts
+                x = f"(int32_t){self._e(v, UNARY)}" if dt.is_float(src) else self._e(v)
+                return f"{self.lib.wrap(dst, 1)}({x})", PRIMARY
             if dt.compute_dtype(src) == dt.compute_dtype(dst):
                 return self._expr(v)
             return f"({self.SCALAR_TYPES[dst]}){self._e(v, UNARY)}", UNARY
@@ -474,10 +528,16 @@ class CRenderer:
         code = f"{self._e(v, ADD)} & 1" if src == "bool" else self._e(v)  # mask lanes -1 -> 1
         if dst == "float16":
             code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
-        elif dst == "bfloat16":
+        elif dst in dt.BITS_FLOATS:
             if self.lib.value_vec(src, lanes) != target or src == "bool":
                 code = f"__builtin_convertvector({code}, {target})"
-            return f"{self.lib.bf16_widen(lanes)}({self.lib.bf16_narrow(lanes)}({code}))", PRIMARY
+            return f"{self.lib.widen(dst, lanes)}({self.lib.narrow(dst, lanes)}({code}))", PRIMARY
+        elif dst in dt.SUBBYTE_INTS:
+            if dt.is_float(src):
+                code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
+            if dt.is_float(src) or self.lib.value_vec(src, lanes) != target or src == "bool":
+                code = f"__builtin_convertvector({code}, {target})"
+            return f"{self.lib.wrap(dst, lanes)}({code})", PRIMARY
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
             return self._expr(v)
         return f"__builtin_convertvector({code}, {target})", PRIMARY
@@ -488,6 +548,8 @@ class CRenderer:
         if name.startswith(PRINT + " "):
             return self._print(name[len(PRINT) + 1:], args), PRIMARY
         lanes = dt.lanes_of(dtype)
+        if name == REINTERPRET:
+            return f"{self._reinterpret(args[0].dtype, dtype, lanes)}({self._e(args[0])})", PRIMARY
         elem = dt.element_of(dt.compute_dtype(dtype))
         if name in VECTOR_MATH.get(elem, ()):  # the same code for vectors and scalars (c_vmath)
             return f"{vector_math(self.lib, name, elem, lanes)}({', '.join(self._e(a) for a in args)})", PRIMARY
@@ -498,6 +560,23 @@ class CRenderer:
         lane_expr, _ = self._math(name, elem, [f"{x}[l]" for x in "xy"[: len(args)]])
         helper = self.lib.lanewise(f"ember_{name}_{t}", t, params, lanes, lane_expr)
         return f"{helper}({', '.join(self._e(a) for a in args)})", PRIMARY
+
+    def _reinterpret(self, src: str, dst: str, lanes: int) -> str:
+        """The helper that reads the bits of a value of `src` (as stored) as a value of `dst`."""
+        src, dst = dt.element_of(src), dt.element_of(dst)
+        name = f"ember_reinterpret_{src}_{dst}"
+        if lanes > 1:
+            lane = f"{self._reinterpret(src, dst, 1)}(x[l])"
+            return self.lib.lanewise(f"{name}_x{lanes}", self.lib.value_vec(dst, lanes),
+                                     f"{self.lib.value_vec(src, lanes)} x", lanes, lane)
+        ctype = self.SCALAR_TYPES
+        stored = "(_Float16)x" if src == "float16" else self._to_memory(src, 1, "x")
+        loaded = "(float)d" if dst == "float16" else self.lib._from_memory(dst, "d") if dst != "bool" else "d"
+        return self.lib._helper(name, lambda: (
+            f"static inline {ctype[dt.compute_dtype(dst)]} {name}({ctype[dt.compute_dtype(src)]} x) {{\n"
+            f"  {ctype[src]} s = {stored};\n  {ctype[dst]} d;\n  __builtin_memcpy(&d, &s, sizeof d);\n"
+            f"  return {loaded};\n}}"
+        ))
 
     def _atomic(self, name: str, args: tuple[PrimExpr, ...]) -> str:
         """An atomic read-modify-write (GCC's __atomic builtins, sequentially consistent: a spin
@@ -542,13 +621,19 @@ class CRenderer:
                 return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
             if buf.dtype == "float16" and lanes == 1:
                 return f"(float){code}", UNARY
-            if buf.dtype == "bfloat16" and whole_register(index, self._registers[buf]):
-                return f"{self.lib.bf16_widen(lanes)}({code})", PRIMARY
-            if buf.dtype == "bfloat16" and lanes == 1:
-                return f"{self.lib.bf16_to_float()}({code})", PRIMARY
+            if buf.dtype in dt.BITS_FLOATS and whole_register(index, self._registers[buf]):
+                return f"{self.lib.widen(buf.dtype, lanes)}({code})", PRIMARY
+            if buf.dtype in dt.BITS_FLOATS and lanes == 1:
+                return f"{self.lib.to_float(buf.dtype)}({code})", PRIMARY
+            if buf.dtype in dt.SUBBYTE_INTS and whole_register(index, self._registers[buf]):
+                return f"{self.lib.wrap(buf.dtype, lanes)}(({self.lib.value_vec(buf.dtype, lanes)}){code})", PRIMARY
+            if buf.dtype in dt.SUBBYTE_INTS and lanes == 1:
+                return f"{self.lib.wrap(buf.dtype, 1)}({code})", PRIMARY
             return code, PRIMARY
-        if lanes == 1 and buf.dtype == "bfloat16":
-            return f"{self.lib.bf16_to_float()}({name}[{self._e(index)}])", PRIMARY
+        if lanes == 1 and buf.dtype in dt.BITS_FLOATS:
+            return f"{self.lib.to_float(buf.dtype)}({name}[{self._e(index)}])", PRIMARY
+        if lanes == 1 and buf.dtype in dt.SUBBYTE_INTS:
+            return f"{self.lib.wrap(buf.dtype, 1)}({name}[{self._e(index)}])", PRIMARY
         if lanes == 1:
             return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
                 f"{name}[{self._e(index)}]", PRIMARY)
@@ -624,6 +709,10 @@ def _atomic_helper(name: str, elem: str, ctype: str) -> str:
 
 def _positive_const(e: PrimExpr) -> bool:
     return isinstance(e, Const) and e.value > 0
+
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
 
 
 def _contiguous(index: PrimExpr) -> bool:

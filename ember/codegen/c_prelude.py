@@ -8,6 +8,8 @@ operations that C has no operator for, so the kernels stay one readable expressi
 - contiguous vector loads and stores through unaligned, may_alias vector types; float16 lanes are
   converted to float on load and back on store; bfloat16 is held as its bits (uint16_t: GCC 12
   has no bfloat16 type), widened to float by a shift and narrowed by rounding to nearest even;
+  the float8 and float4 types are held as their bits in a byte and the sub-byte integers one per
+  byte (`c_narrow`: their conversions, and the wrap of int4 and int2 to their width);
   booleans are bytes in memory, masks in registers;
 - gathers, scatters and libm calls lane by lane (`c_vmath` writes the vector math of float32);
   the columns of a tile of registers (a transpose);
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..tir import dtype as dt
+from . import c_narrow
 
 INCLUDES = ("math.h", "stdbool.h", "stdint.h", "stdio.h", "stdlib.h")
 
@@ -215,18 +218,53 @@ class CPrelude:
             f"  return __builtin_convertvector(({u})((({m})r & ~nan) | (({m})q & nan)), {b});\n}}"
         ))
 
+    # the types held as their bits (dt.BITS_FLOATS), by element type: scalar and vector
+    # conversions to float and back, and the wrap of the sub-byte integers
+    def to_float(self, elem: str) -> str:
+        return self.bf16_to_float() if elem == "bfloat16" else c_narrow.to_float(self, elem)
+
+    def from_float(self, elem: str) -> str:
+        return self.float_to_bf16() if elem == "bfloat16" else c_narrow.from_float(self, elem)
+
+    def widen(self, elem: str, lanes: int) -> str:
+        return self.bf16_widen(lanes) if elem == "bfloat16" else c_narrow.widen(self, elem, lanes)
+
+    def narrow(self, elem: str, lanes: int) -> str:
+        return self.bf16_narrow(lanes) if elem == "bfloat16" else c_narrow.narrow(self, elem, lanes)
+
+    def wrap(self, elem: str, lanes: int) -> str:
+        return c_narrow.wrap(self, elem, lanes)
+
+    def truncate(self, elem: str, lanes: int) -> str:
+        return c_narrow.truncate(self, elem, lanes)
+
+    def _from_memory(self, elem: str, lane: str) -> str:
+        """One lane's value as computed, from its element `lane` in memory."""
+        if elem == "bool":
+            return f"-{lane}"
+        if elem in dt.SUBBYTE_INTS:
+            return f"{self.wrap(elem, 1)}({lane})"
+        return f"{self.to_float(elem)}({lane})" if elem in dt.BITS_FLOATS else lane
+
+    def _to_memory(self, elem: str, lane: str) -> str:
+        """One lane's value as stored, from its computed value `lane`."""
+        if elem in dt.BITS_FLOATS:
+            return f"{self.from_float(elem)}({lane})"
+        return f"{self.truncate(elem, 1)}({lane})" if elem in dt.SUBBYTE_INTS else lane
+
     def load(self, elem: str, lanes: int) -> str:
         """`T ember_load_<elem>x<lanes>(const S* p)`: lanes contiguous elements from p."""
         t, s = self.value_vec(elem, lanes), self.types[elem]
         name = f"ember_load_{elem}x{lanes}"
         if not _power_of_two(lanes):
-            lane = "-p[l]" if elem == "bool" else f"{self.bf16_to_float()}(p[l])" if elem == "bfloat16" else "p[l]"
-            return self.lanewise(name, t, f"const {s}* p", lanes, lane)
+            return self.lanewise(name, t, f"const {s}* p", lanes, self._from_memory(elem, "p[l]"))
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
         if elem == "bool":
             body = f"*(const {u}*)p != 0"
-        elif elem == "bfloat16":
-            body = f"{self.bf16_widen(lanes)}(*(const {u}*)p)"
+        elif elem in dt.BITS_FLOATS:
+            body = f"{self.widen(elem, lanes)}(*(const {u}*)p)"
+        elif elem in dt.SUBBYTE_INTS:
+            body = f"{self.wrap(elem, lanes)}(({t})*(const {u}*)p)"
         elif elem == "float16":
             body = f"__builtin_convertvector(*(const {u}*)p, {t})"
         else:
@@ -238,7 +276,7 @@ class CPrelude:
         t, s = self.value_vec(elem, lanes), self.types[elem]
         name = f"ember_store_{elem}x{lanes}"
         if not _power_of_two(lanes):
-            lane = f"{self.float_to_bf16()}(v[l])" if elem == "bfloat16" else "v[l]"
+            lane = self._to_memory(elem, "v[l]")
             return self._helper(name, lambda: (
                 f"static inline void {name}({s}* p, {t} v) {{\n"
                 f"  for (int l = 0; l < {lanes}; ++l) p[l] = {lane};\n}}"
@@ -246,8 +284,10 @@ class CPrelude:
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
         if elem == "bool":
             value = "v & 1"
-        elif elem == "bfloat16":
-            value = f"{self.bf16_narrow(lanes)}(v)"
+        elif elem in dt.BITS_FLOATS:
+            value = f"{self.narrow(elem, lanes)}(v)"
+        elif elem in dt.SUBBYTE_INTS:
+            value = f"{self.truncate(elem, lanes)}(v)"
         elif elem == "float16":
             value = f"__builtin_convertvector(v, {self.vec('float16', lanes)})"
         else:
@@ -259,7 +299,7 @@ class CPrelude:
     def gather(self, elem: str, lanes: int) -> str:
         """`T ember_gather_<elem>x<lanes>(const S* p, int64xN i)`: p[i[0]], p[i[1]], ..."""
         t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
-        lane = "-p[i[l]]" if elem == "bool" else f"{self.bf16_to_float()}(p[i[l]])" if elem == "bfloat16" else "p[i[l]]"
+        lane = self._from_memory(elem, "p[i[l]]")
         params = f"const {self.types[elem]}* p, {idx} i"
         return self.lanewise(f"ember_gather_{elem}x{lanes}", t, params, lanes, lane)
 
@@ -267,10 +307,25 @@ class CPrelude:
         """`void ember_scatter_<elem>x<lanes>(S* p, int64xN i, T v)`: p[i[l]] = v[l] for each lane."""
         t, idx = self.value_vec(elem, lanes), self.vec("int64", lanes)
         name = f"ember_scatter_{elem}x{lanes}"
-        lane = f"{self.float_to_bf16()}(v[l])" if elem == "bfloat16" else "v[l]"
+        lane = self._to_memory(elem, "v[l]")
         return self._helper(name, lambda: (
             f"static inline void {name}({self.types[elem]}* p, {idx} i, {t} v) {{\n"
             f"  for (int l = 0; l < {lanes}; ++l) p[i[l]] = {lane};\n}}"
+        ))
+
+    def gather_bits(self, elem: str, lanes: int) -> str:
+        """`<elem>xN ember_gather_bits_<elem>x<lanes>(const S* p, int64xN i)`: the elements p[i[l]]
+        as they are in memory (a type held as its bits, moved without converting it)."""
+        params = f"const {self.types[elem]}* p, {self.vec('int64', lanes)} i"
+        return self.lanewise(f"ember_gather_bits_{elem}x{lanes}", self.vec(elem, lanes), params, lanes, "p[i[l]]")
+
+    def scatter_bits(self, elem: str, lanes: int) -> str:
+        """`void ember_scatter_bits_<elem>x<lanes>(S* p, int64xN i, <elem>xN v)`: p[i[l]] = v[l], the
+        bits as they are."""
+        name = f"ember_scatter_bits_{elem}x{lanes}"
+        return self._helper(name, lambda: (
+            f"static inline void {name}({self.types[elem]}* p, {self.vec('int64', lanes)} i, "
+            f"{self.vec(elem, lanes)} v) {{\n  for (int l = 0; l < {lanes}; ++l) p[i[l]] = v[l];\n}}"
         ))
 
     def broadcast(self, elem: str, lanes: int) -> str:

@@ -8,7 +8,9 @@ oracle that tells lowering bugs from code generation bugs):
 - scalars are NumPy scalars of their dtype, so float32 rounds as float32 and narrow integers
   wrap; int64 index arithmetic stays in Python ints; `//` and `%` floor with numpy's rules (an
   integer division by zero gives 0, MIN // -1 wraps to MIN, as in the C code);
-  float16 and bfloat16 are computed as float32 (a load converts, a store rounds);
+  float16, bfloat16 and the narrow floats are computed as float32 (a load converts, a store
+  rounds), the sub-byte integers in int8 or uint8 (a store wraps, and so does every operation);
+  a store of a load of a type held as its bits copies the element, as the C code does;
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
@@ -32,6 +34,7 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import dtype as dt
 from ..tir.expr import (
+    REINTERPRET,
     Binary,
     Broadcast,
     Buffer,
@@ -66,7 +69,10 @@ TYPES = {
     "bool": "bool_", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32",
     "int64": "i64", "uint64": "u64",
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "int4": "i4", "uint4": "u4", "int2": "i2", "uint2": "u2", "float4_e2m1fn": "f4e2m1fn",
+    **{d: "f8" + d.removeprefix("float8_") for d in dt.MINIFLOATS if d.startswith("float8_")},
 }
+_NARROW = (*dt.HALF_DTYPES, *dt.MINIFLOATS, *dt.SUBBYTE_INTS)  # computed in a wider type
 
 FUNCS = {
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "tanh": "np.tanh", "erf": "_erf",
@@ -94,6 +100,17 @@ def _floordiv(a, b):
     return a // b
 
 
+def _astype(x, t):
+    """A scalar converted as arrays are (NumPy refuses int4(8.0); astype wraps, as C does)."""
+    return np.asarray(x).astype(t)
+
+
+def _reinterpret(x, src, dst, compute):
+    """The bits of x (computed values of type src) as values of dst, computed as `compute`."""
+    out = np.asarray(x).astype(src).view(dst).astype(compute)
+    return out if out.ndim else compute(out)
+
+
 def _floormod(a, b):
     """Integer `%`, as `_floordiv` (x % 0 == 0)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -113,7 +130,8 @@ def _scalar_types() -> dict[str, type]:
     return types
 
 
-NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod,
+NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod, "_astype": _astype,
+             "_reinterpret": _reinterpret,
              "_routines": PYTHON_ROUTINES} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
@@ -166,6 +184,8 @@ class _PythonRenderer:
                 out.append(f"{pad}for {self._name(v)} in range({bounds}):")
                 self._stmt(body, depth + 1, out)
                 self._vars.discard(v)
+            case BufferStore(buf, BufferLoad(src, _, _) as value, _) if src.dtype == buf.dtype in _NARROW:
+                out.append(f"{pad}{self._access(buf, single_index(s))} = {self._access(src, single_index(value))}")
             case BufferStore(buf, value, _):
                 out.append(f"{pad}{self._access(buf, single_index(s))} = {self._e(value)}")
             case IfThenElse(cond, then_case, else_case):
@@ -228,6 +248,11 @@ class _PythonRenderer:
                 return f"{fn}({self._e(a)}, {self._e(b)})"
             case Binary(("//" | "%") as op, a, b, dtype) if dt.is_int(dtype):
                 return f"{'_floordiv' if op == '//' else '_floormod'}({self._e(a)}, {self._e(b)})"
+            case Binary(op, a, b, dtype) if dt.element_of(dtype) in dt.SUBBYTE_INTS:  # wraps to the width
+                t = TYPES[dt.element_of(dtype)]
+                code = self._e(Binary(op, a, b, dt.compute_dtype(dtype)))
+                c = TYPES[dt.element_of(dt.compute_dtype(dtype))]
+                return f"{code}.astype({t}).astype({c})" if vector else f"{c}(_astype({code}, {t}))"
             case Binary(op, a, b, _):
                 py = {"&&": "&", "||": "|"}.get(op, op) if vector else OPS.get(op, op)
                 return f"({self._e(a)} {py} {self._e(b)})"
@@ -239,14 +264,18 @@ class _PythonRenderer:
                 return f"({self._e(t)} if {self._e(c)} else {self._e(f)})"
             case Cast(dtype, v):
                 return self._cast(dt.element_of(dtype), v, vector)
+            case Call(name, (x,), dtype) if name == REINTERPRET:
+                src, dst = (dt.element_of(d) for d in (x.dtype, dtype))
+                return f"_reinterpret({self._e(x)}, {TYPES[src]}, {TYPES[dst]}, {TYPES[dt.compute_dtype(dst)]})"
             case Call(name, args, _):
                 if name in EXPRS:
                     return EXPRS[name].format(self._e(args[0]))
                 return f"{FUNCS[name]}({', '.join(self._e(a) for a in args)})"
             case BufferLoad(buf, _, _):
                 code = self._access(buf, single_index(e))
-                if buf.dtype in dt.HALF_DTYPES:
-                    return f"{code}.astype(f32)" if vector else f"f32({code})"
+                if buf.dtype in _NARROW:
+                    t = TYPES[dt.element_of(dt.compute_dtype(buf.dtype))]
+                    return f"{code}.astype({t})" if vector else f"{t}({code})"
                 return code
             case Ramp(base, stride, lanes, dtype):
                 arange = f"np.arange({lanes}, dtype={TYPES[dt.element_of(dtype)]})"
@@ -262,18 +291,18 @@ class _PythonRenderer:
         if dtype == "int64":
             return repr(value) if value >= 0 else f"({value})"
         if dt.is_float(dtype):
-            if dtype in dt.HALF_DTYPES:
+            if dtype in _NARROW:
                 value = float(np.asarray(value, "float64").astype(dt.to_numpy(dtype)))
             text = repr(float(value))
             return f"{TYPES[dt.compute_dtype(dtype)]}({text if math.isfinite(value) else repr(text)})"
-        return f"{TYPES[dtype]}({value})"
+        return f"{TYPES[dt.compute_dtype(dtype)]}({value})"
 
     def _cast(self, dst: str, v: PrimExpr, vector: bool) -> str:
         src = dt.element_of(v.dtype)
         x = self._e(v)
-        if dst in dt.HALF_DTYPES:  # round to 16 bits, compute on in float32
-            t = TYPES[dst]
-            return f"{x}.astype({t}).astype(f32)" if vector else f"f32({t}(f32({x})))"
+        if dst in _NARROW:  # round or wrap to dst, compute on in float32 or a byte
+            t, c = TYPES[dst], TYPES[dt.compute_dtype(dst)]
+            return f"{x}.astype({t}).astype({c})" if vector else f"{c}(_astype({x}, {t}))"
         if dt.compute_dtype(src) == dt.compute_dtype(dst):
             return x
         if vector:

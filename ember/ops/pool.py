@@ -79,7 +79,7 @@ def _reference_pool(op: str):
         reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out_hw, strides, dilations, kernel)]
         fill = -np.inf if op == "max_pool2d" else 0
         if op == "max_pool2d" and not dt.is_float(x.dtype.name):
-            fill = np.iinfo(x.dtype).min
+            fill = dt.int_range(x.dtype.name)[0]
         width = [(0, 0), (0, 0)] + [(pb, max(r - size - pb, 0)) for pb, r, size in zip(pads_b, reach, x.shape[2:])]
         xp = np.pad(x.astype(np.float64) if op == "avg_pool2d" else x, width, constant_values=fill)
         taps = [xp[:, :, kh * dilations[0]:kh * dilations[0] + (out_hw[0] - 1) * strides[0] + 1:strides[0],

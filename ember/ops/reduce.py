@@ -134,10 +134,10 @@ def _identity(np_fn, dtype: np.dtype):
     """The identity of max (the lowest value) or min (the highest) in dtype."""
     if dtype == np.bool_:
         return np_fn is np.min
-    if dtype.kind == "f":
+    if dt.is_float(dtype.name):
         return -np.inf if np_fn is np.max else np.inf
-    info = np.iinfo(dtype)
-    return info.min if np_fn is np.max else info.max
+    lo, hi = dt.int_range(dtype.name)
+    return lo if np_fn is np.max else hi
 
 
 def _reference(np_fn):

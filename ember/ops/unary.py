@@ -209,8 +209,9 @@ def _reference(name: str, np_fn, with_attrs: bool):
         out_dtype = _out_dtype(name, attrs, x.dtype.name)
         if dt.is_float(x.dtype.name):
             x = x.astype("float64")
-        # log(0), sqrt(-1), casts of NaN: inf and NaN, as kernels give them
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # log(0), sqrt(-1), casts of NaN or of values past a narrow float's range: inf and NaN,
+        # as kernels give them
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             out = np_fn(x, attrs) if with_attrs else np_fn(x)
             return [np.asarray(out).astype(out_dtype)]
 

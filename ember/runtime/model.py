@@ -50,6 +50,7 @@ from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
 from ..target import ALIGN
+from ..tir import dtype as dt
 from . import fork
 from .library import Library, open_library
 
@@ -385,22 +386,33 @@ def _unusual_tensor(name: str, x) -> np.ndarray:
     return _tensor_array(x.resolve_neg().resolve_conj().contiguous())
 
 
+# torch's types that NumPy holds through ml_dtypes: they cross between the two as their bits
+_BITS_VIEWS = {"bfloat16": np.int16, **dict.fromkeys(
+    ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"), np.uint8)}
+
+
 def _tensor_array(x) -> np.ndarray:
-    """A contiguous CPU tensor as a NumPy view (bfloat16 through its bits: torch gives NumPy no
-    bfloat16)."""
+    """A contiguous CPU tensor as a NumPy view (bfloat16 and the float8 types through their bits:
+    torch gives NumPy neither)."""
     import torch
 
-    if x.dtype == torch.bfloat16:
-        return x.view(torch.int16).numpy().view(np.dtype("bfloat16"))
+    name = str(x.dtype).removeprefix("torch.")
+    if name in _BITS_VIEWS:
+        return x.view(getattr(torch, np.dtype(_BITS_VIEWS[name]).name)).numpy().view(np.dtype(name))
     return x.numpy()
 
 
 def _tensor(a: np.ndarray):
-    """A NumPy array as a torch tensor sharing its memory (bfloat16 through its bits)."""
+    """A NumPy array as a torch tensor sharing its memory (bfloat16 and the float8 types through
+    their bits); an array of a type torch has no tensors of (int4, float4_e2m1fn, ...) stays an
+    array."""
     import torch
 
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if a.dtype.name in _BITS_VIEWS:
+        bits = np.dtype(_BITS_VIEWS[a.dtype.name])
+        return torch.from_numpy(a.view(bits)).view(getattr(torch, a.dtype.name))
+    if dt.is_narrow(a.dtype.name):
+        return a
     return torch.from_numpy(a)
 
 

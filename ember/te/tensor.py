@@ -263,20 +263,33 @@ def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") 
     return CommReducer(fcombine, fidentity, name)
 
 
+def _finite_bound(dtype: str, sign: int) -> float | None:
+    """A narrow float without inf: its lowest (sign -1) or highest value, the identity of max or
+    min (an infinity would be stored as NaN). None for every other dtype."""
+    fmt = dt.MINIFLOATS.get(dt.element_of(dtype))
+    if fmt is None or fmt.kind == "ieee":
+        return None
+    if fmt.kind == "e8m0":  # no sign: from 2**-127 up
+        return fmt.value(0) if sign < 0 else fmt.value(fmt.max_code)
+    return sign * fmt.value(fmt.max_code)
+
+
 def _lowest(dtype: str):
     import numpy as np
 
     if dt.is_float(dtype):
-        return -np.inf
-    return False if dt.is_bool(dtype) else np.iinfo(dt.to_numpy(dtype)).min
+        bound = _finite_bound(dtype, -1)
+        return -np.inf if bound is None else bound
+    return False if dt.is_bool(dtype) else dt.int_range(dtype)[0]
 
 
 def _highest(dtype: str):
     import numpy as np
 
     if dt.is_float(dtype):
-        return np.inf
-    return True if dt.is_bool(dtype) else np.iinfo(dt.to_numpy(dtype)).max
+        bound = _finite_bound(dtype, 1)
+        return np.inf if bound is None else bound
+    return True if dt.is_bool(dtype) else dt.int_range(dtype)[1]
 
 
 sum = comm_reducer(lambda x, y: x + y, lambda t: 0, "sum")  # noqa: A001

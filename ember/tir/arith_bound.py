@@ -49,8 +49,7 @@ def dtype_range(dtype: str) -> Interval:
         return (0, 1)
     if not dt.is_int(elem) or elem == "int64":
         return FULL
-    b = dt.bits(elem)
-    return (0, 2**b - 1) if elem.startswith("u") else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+    return dt.int_range(elem)
 
 
 def wrap(v: int, dtype: str) -> int:
@@ -58,7 +57,7 @@ def wrap(v: int, dtype: str) -> int:
     elem = dt.element_of(dtype)
     if elem == "bool":
         return int(bool(v))
-    b = dt.bits(elem)
+    b = dt.value_bits(elem)
     v &= (1 << b) - 1
     return v - (1 << b) if not elem.startswith("u") and v >= 1 << (b - 1) else v
 

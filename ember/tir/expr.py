@@ -201,6 +201,10 @@ MATH_FUNCS = (
 # atomic read-modify-write of the element its first argument loads (the other arguments are the
 # operands; its value is the element's old value), and "print <text>", which prints the text
 # and its arguments on one line.
+# The bits of a value as another dtype of as many bits in memory (a float's bits as an integer,
+# ONNX's BitCast): a Call named REINTERPRET, built by `reinterpret`; elementwise, no side effects.
+REINTERPRET = "reinterpret"
+
 ATOMIC_FUNCS = ("atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                 "atomic_xchg", "atomic_cas")
 PRINT = "print"
@@ -306,7 +310,7 @@ def const(value, dtype: str | None = None) -> Const:
 
 def _wrap(value: int, dtype: str) -> int:
     """An integer in the range of `dtype`, wrapped around like a C (and NumPy) conversion."""
-    b = dt.bits(dtype)
+    b = dt.value_bits(dtype)
     value &= (1 << b) - 1
     if not dtype.startswith("u") and value >= 1 << (b - 1):
         value -= 1 << b
@@ -412,6 +416,16 @@ def call(name: str, *args) -> PrimExpr:
         cargs = [cast(dt.with_lanes("float32", dt.lanes_of(a.dtype)), a) for a in cargs]
         out = cargs[0].dtype
     return Call(name, tuple(cargs), out)
+
+
+def reinterpret(dtype: str, value) -> PrimExpr:
+    """value's bits (as its dtype holds them in memory) read as `dtype`, of as many bits."""
+    value = convert(value)
+    dt.check(dtype)
+    if dt.bits(dtype) != dt.bits(value.dtype):
+        raise dt.DTypeError(f"reinterpret: {value.dtype} has {dt.bits(value.dtype)} bits, {dtype} {dt.bits(dtype)}")
+    dtype = dt.with_lanes(dtype, dt.lanes_of(value.dtype))
+    return value if dtype == value.dtype else Call(REINTERPRET, (value,), dtype)
 
 
 def min_(a, b) -> PrimExpr:

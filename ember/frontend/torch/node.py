@@ -32,10 +32,13 @@ from ...ops.nodes import add_op
 from ...tir import dtype as dt
 from ..fold import fold
 
+E4M3FN_MAX = 448.0  # float8_e4m3fn's largest finite value, where torch's conversions saturate
 TORCH_TO_EMBER = {
     torch.bool: "bool", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16", torch.int32: "int32",
     torch.int64: "int64", torch.float16: "float16", torch.float32: "float32", torch.float64: "float64",
     torch.uint16: "uint16", torch.uint32: "uint32", torch.uint64: "uint64", torch.bfloat16: "bfloat16",
+    **{getattr(torch, n): n for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                                      "float8_e8m0fnu")},
 }
 
 
@@ -69,10 +72,12 @@ def dense(t: torch.Tensor) -> torch.Tensor:
 
 
 def as_numpy(t: torch.Tensor) -> np.ndarray:
-    """A contiguous CPU tensor as a NumPy array of its memory (bfloat16 through its bits: torch
-    gives NumPy no bfloat16)."""
+    """A contiguous CPU tensor as a NumPy array of its memory (bfloat16 and the float8 types
+    through their bits: torch gives NumPy neither)."""
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(dt.to_numpy("bfloat16"))
+    if t.dtype.itemsize == 1 and t.dtype.is_floating_point:
+        return t.view(torch.uint8).numpy().view(dt.to_numpy(TORCH_TO_EMBER[t.dtype]))
     return t.numpy()
 
 
@@ -148,6 +153,8 @@ class Builder:
                 data = as_numpy(dense(x.tensor.detach()).cpu().contiguous())
                 data = data if self.folding else data.copy()  # (a scratch graph is discarded: no copy of weights)
                 if key[1] is not None:
+                    if dtype == "float8_e4m3fn" and data.dtype != bool:  # saturated, as torch converts (cast)
+                        data = np.clip(data.astype(np.float32), -E4M3FN_MAX, E4M3FN_MAX)
                     (data,) = fold("cast", [data], {"dtype": dtype}, f"node {self.node.name}")
                 self._consts[key] = (x, self.graph.add_constant(data, value_name(x.name)))
             x = self._consts[key][1]
@@ -179,7 +186,14 @@ class Builder:
         return self.op("size", carriers, dim=dim, bind=tuple(bind))
 
     def cast(self, x: Value, dtype: str) -> Value:
-        return x if x.dtype == dtype else self.op("cast", [x], dtype=dtype)
+        """x as dtype; to float8_e4m3fn saturated, as torch converts: values past its largest finite
+        value, infinities included, become it (ember's cast gives NaN there, as ml_dtypes does)."""
+        if x.dtype == dtype:
+            return x
+        if dtype == "float8_e4m3fn" and x.dtype != "bool":
+            wide = x if x.dtype in ("float16", "float32", "float64") else self.cast(x, "float32")
+            x = self.op("clip", [wide], min=-E4M3FN_MAX, max=E4M3FN_MAX)
+        return self.op("cast", [x], dtype=dtype)
 
     def scalar(self, value, dtype: str) -> Value:
         """A 0-d constant, one per (value, dtype) in the graph."""

@@ -1,6 +1,7 @@
 """Converters of ONNX operators, one module per family; importing this package fills the table."""
 
 from . import (  # noqa: F401  (each registers its converters)
+    bits,
     composite,
     control,
     dynamic,

@@ -2,8 +2,7 @@
 (x over its L1 or L2 norm along an axis, 0 where the norm is 0), LpPool (the p-th root of an
 average pool of |x|^p times the window size), ReverseSequence (a gather_elements along the time
 axis with each sequence's positions reversed up to its length), AffineGrid (a constant grid of
-normalized coordinates times theta, one batched matmul), BitShift (unsigned multiplication or
-division by a power of two), EyeLike (a constant)."""
+normalized coordinates times theta, one batched matmul), EyeLike (a constant)."""
 
 from __future__ import annotations
 
@@ -85,21 +84,6 @@ def _affine_grid(cx: NodeContext):
     dtype = cx.type(theta).dtype
     points = cx.op("matmul", [base.astype(dtype), cx.op("transpose", [theta], {"perm": (0, 2, 1)})])
     return [cx.op("reshape", [points], {"shape": (size[0], *spatial, len(spatial))})]
-
-
-@converts("BitShift")
-def _bit_shift(cx: NodeContext):
-    """Unsigned x shifted by s as arithmetic: x * 2^s (wrapping) or x // 2^s, with 2^s exact in
-    float64 (s < 64); a shift by the width or more gives 0, as NumPy's shifts do."""
-    x, s = cx.input(0), cx.input(1)
-    dtype = cx.type(x).dtype
-    if not dtype.startswith("uint"):
-        raise cx.error(f"BitShift takes unsigned integers, got {dtype}")
-    width = dt.bits(dtype)
-    clamped = cx.op("cast", [cx.op("minimum", [s, cx.scalar(width - 1, s)])], {"dtype": "float64"})
-    power = cx.op("cast", [cx.op("pow", [np.asarray(2.0), clamped])], {"dtype": dtype})
-    shifted = cx.op("mul" if cx.attr("direction") == "LEFT" else "floor_divide", [x, power])
-    return [cx.op("where", [cx.op("less", [s, cx.scalar(width, s)]), shifted, cx.scalar(0, x)])]
 
 
 @converts("EyeLike")

@@ -77,14 +77,69 @@ def _mod(cx: NodeContext):
     return [cx.op("fmod" if cx.attr("fmod", 0) else "mod", [cx.input(0), cx.input(1)])]
 
 
+# the float8 types ONNX's Cast saturates to (saturate=1, its default): values past the largest
+# finite one, infinities included, become it
+SATURATING = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
 @converts("Cast", "CastLike")
 def _cast(cx: NodeContext):
+    """ember's cast is NumPy's astype (ml_dtypes' for the narrow types). ONNX's saturation is a
+    clip to the largest finite value before it, in float32 where the input is neither float32,
+    float16 nor float64 (as ONNX's reference clips); float8_e8m0fnu rounds by ONNX's rules
+    (`to_e8m0`)."""
     x = cx.input(0)
     if cx.node.op_type == "Cast":
         dtype = to_dtype(cx.attr("to"), cx.where)
     else:
         dtype = cx.type(cx.input(1)).dtype
-    return [x if cx.type(x).dtype == dtype else cx.op("cast", [x], {"dtype": dtype})]  # (a symbolic shape is int64)
+    src = cx.type(x).dtype
+    if src == dtype:
+        return [x]  # (a symbolic shape is int64)
+    if dtype == "float8_e8m0fnu":
+        return [to_e8m0(cx, x, bool(cx.attr("saturate", 1)), cx.attr("round_mode", "up"))]
+    if dtype in SATURATING and cx.attr("saturate", 1) and src != "bool":
+        if src not in ("float16", "float32", "float64"):
+            x = cx.op("cast", [x], {"dtype": "float32"})
+        top = float(dt.MINIFLOATS[dtype].value(dt.MINIFLOATS[dtype].max_code))
+        x = cx.op("clip", [x], {"min": -top, "max": top})
+    return [cx.op("cast", [x], {"dtype": dtype})]
+
+
+def to_e8m0(cx: NodeContext, x, saturate: bool, round_mode: str):
+    """x as float8_e8m0fnu by ONNX's rules (onnx.numpy_helper.to_float8e8m0): the biased exponent
+    of float32(x) (its sign ignored), rounded up where any mantissa bit is set ("up"), by the
+    guard, round and sticky bits ("nearest"), or not at all ("down"); NaN and inf give NaN, and
+    `saturate` keeps the largest exponent from rounding up to NaN. On the bits: bitcast to uint32,
+    shifts as divisions by powers of two."""
+    if round_mode not in ("up", "down", "nearest"):
+        raise cx.error(f"round_mode must be 'up', 'down' or 'nearest', got {round_mode!r}")
+    if cx.type(x).dtype != "float32":
+        x = cx.op("cast", [x], {"dtype": "float32"})
+    bits = cx.op("bitcast", [x], {"dtype": "uint32"})
+
+    def field(shift: int, width: int):
+        return cx.op("mod", [cx.op("floor_divide", [bits, np.uint32(1 << shift)]), np.uint32(1 << width)])
+
+    def test(op: str, a, b):
+        return cx.op(op, [a, b])
+
+    exponent = field(23, 8)
+    normal = test("not_equal", exponent, np.uint32(255))
+    if round_mode == "up":
+        up = test("logical_and", test("greater", field(0, 23), np.uint32(0)), normal)
+    elif round_mode == "nearest":
+        guard = test("equal", field(22, 1), np.uint32(1))
+        rest = test("logical_or", test("greater", field(0, 22), np.uint32(0)),
+                    test("greater", exponent, np.uint32(0)))  # round, sticky, and ONNX's lsb
+        up = test("logical_and", test("logical_and", guard, rest), normal)
+    else:
+        up = None
+    if up is not None:
+        if saturate:
+            up = test("logical_and", up, test("not_equal", exponent, np.uint32(254)))
+        exponent = cx.op("add", [exponent, cx.op("cast", [up], {"dtype": "uint32"})])
+    return cx.op("bitcast", [cx.op("cast", [exponent], {"dtype": "uint8"})], {"dtype": "float8_e8m0fnu"})
 
 
 @converts("Where")

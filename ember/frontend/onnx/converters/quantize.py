@@ -6,20 +6,23 @@ The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zer
 scale, quantizing is rint(x / scale) + zero_point saturated to the integer type; the integer
 matmuls accumulate in int32, and QLinearMatMul rescales the int32 sums in float64; the integer
 convolutions run in float64 (exact: every sum of products of 8-bit values is an integer far below
-2^53), as ember's convolutions are floating-point. Integer
-quantized types only (int8, uint8, int16, uint16 where ember has them); float8 and 4-bit types
-are unsupported.
+2^53), as ember's convolutions are floating-point.
+
+The quantized types are the integers (int2 to int16, uint2 to uint16) and the narrow floats,
+as in ONNX's reference: quantizing to a float8 type is x / scale cast (saturated unless
+saturate=0: ONNX's Cast), to float4_e2m1fn x / scale + zero_point cast (it saturates by
+itself); a float8 or float4 zero point is not applied when dequantizing (ONNX requires it to be
+0 for float8).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from ....tir import dtype as dt
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
+from .elementwise import SATURATING
 from .nn import _conv
 
 
@@ -47,8 +50,8 @@ def _saturate(cx: NodeContext, x: Tensor, dtype: str) -> Tensor:
     """x (integral values) clipped to the range of the integer `dtype` and cast to it."""
     if not dt.is_int(dtype):
         raise cx.unsupported(f"quantized type {dtype}")
-    info = np.iinfo(dtype)
-    return cx.op("cast", [cx.op("clip", [x], {"min": float(info.min), "max": float(info.max)})], {"dtype": dtype})
+    lo, hi = dt.int_range(dtype)
+    return cx.op("cast", [cx.op("clip", [x], {"min": float(lo), "max": float(hi)})], {"dtype": dtype})
 
 
 def _quantized_dtype(cx: NodeContext, zero_point: Tensor | None) -> str:
@@ -64,7 +67,7 @@ def _dequantize(cx: NodeContext):
     shape = cx.static_shape(x, "DequantizeLinear")
     axis, block = cx.attr("axis", 1), cx.attr("block_size", 0)
     y = cx.op("cast", [x], {"dtype": "float32"})
-    if zero_point is not None:
+    if zero_point is not None and not dt.is_float(cx.type(x).dtype):
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "float32"})
         y = cx.op("sub", [y, zero])
     out = cx.type(scale).dtype
@@ -83,8 +86,18 @@ def _quantize(cx: NodeContext):
     dtype = _quantized_dtype(cx, zero_point)
     if cx.type(scale).dtype != cx.type(x).dtype:
         scale = cx.op("cast", [scale], {"dtype": cx.type(x).dtype})
-    y = cx.op("cast", [cx.op("round", [cx.op("div", [x, _per_axis(cx, scale, shape, axis, block)])])],
-              {"dtype": "int32"})
+    y = cx.op("div", [x, _per_axis(cx, scale, shape, axis, block)])
+    if dtype in SATURATING:
+        if cx.attr("saturate", 1):
+            top = float(dt.MINIFLOATS[dtype].value(dt.MINIFLOATS[dtype].max_code))
+            y = cx.op("clip", [y], {"min": -top, "max": top})
+        return [cx.op("cast", [y], {"dtype": dtype})]
+    if dtype == "float4_e2m1fn":
+        if zero_point is not None:
+            zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": cx.type(y).dtype})
+            y = cx.op("add", [y, zero])
+        return [cx.op("cast", [y], {"dtype": dtype})]
+    y = cx.op("cast", [cx.op("round", [y])], {"dtype": "int32"})
     if zero_point is not None:
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "int32"})
         y = cx.op("add", [y, zero])
