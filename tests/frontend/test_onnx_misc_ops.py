@@ -96,3 +96,69 @@ def test_dropout_training_with_ratio_zero():
                      consts={"ratio": np.array(0.5, "float32"), "training_mode": np.array(True)})
     with pytest.raises(ember.ops.UnsupportedOpError, match=r"Dropout\(training_mode=True\)"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("axis, shape, length", [(None, (3, 4), 9), (0, (5, 3), 5), (-1, (2, 3, 6), 4)])
+def test_compress(axis, shape, length):
+    """The condition's nonzero indices on the host, the gather compiled: sizes from the data (none
+    kept, some, all); a condition shorter than the axis drops the rest."""
+    x = RNG.uniform(-2, 2, shape).astype("float32")
+    attrs = {} if axis is None else {"axis": axis}
+    model = one_node("Compress", {"x": x, "condition": np.ones(length, bool)}, ["y"], **attrs)
+    cm, ref = ember.compile(model), ReferenceEvaluator(model)
+    for condition in (RNG.random(length) < 0.5, np.zeros(length, bool), np.ones(length, bool)):
+        x = RNG.uniform(-2, 2, shape).astype("float32")
+        (e,) = ref.run(None, {"x": x, "condition": condition})
+        np.testing.assert_array_equal(np.asarray(cm(x, condition)), e)
+
+
+def test_compress_constant_condition_is_a_gather():
+    x = RNG.uniform(-2, 2, (4, 6)).astype("float32")
+    condition = np.array([1, 0, 0, 1, 1], bool)
+    model = one_node("Compress", {"x": x}, ["y"], consts={"condition": condition}, axis=1)
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes] == ["gather"]
+    check(model, {"x": x}, 0, 0)
+
+
+def random_boxes(batches: int, n: int, center: bool) -> np.ndarray:
+    """Boxes in a 10 x 10 field, many overlapping; corners in either order."""
+    a, b = RNG.uniform(0, 10, (batches, n, 2)), RNG.uniform(0, 10, (batches, n, 2))
+    if center:
+        return np.concatenate([a, np.abs(b - a) + 0.5], axis=-1).astype("float32")
+    return np.concatenate([a, a + RNG.uniform(-4, 4, (batches, n, 2))], axis=-1).astype("float32")
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_thresholds_at_run_time(center):
+    boxes, scores = random_boxes(2, 30, center), RNG.uniform(0, 1, (2, 3, 30)).astype("float32")
+    scores[0, 1, 5:9] = scores[0, 1, 4]  # ties: the lower index first
+    inputs = {"boxes": boxes, "scores": scores, "limit": np.array([4], "int64"),
+              "iou": np.array([0.3], "float32"), "score": np.array([0.2], "float32")}
+    model = one_node("NonMaxSuppression", inputs, ["y"], opset=11, center_point_box=center)
+    cm, ref = ember.compile(model), ReferenceEvaluator(model)
+    counts = set()
+    for limit, iou, score in [(4, 0.3, 0.2), (100, 0.5, 0.0), (0, 0.5, 0.0), (3, 0.0, 0.9), (30, 1.0, -1.0)]:
+        inputs |= {"limit": np.array([limit], "int64"), "iou": np.array([iou], "float32"),
+                   "score": np.array([score], "float32")}
+        (e,) = ref.run(None, inputs)
+        a = np.asarray(cm(*inputs.values()))
+        assert a.dtype == np.int64
+        np.testing.assert_array_equal(a, e, err_msg=f"limit {limit}, iou {iou}, score threshold {score}")
+        counts.add(len(a))
+    assert len(counts) >= 4 and 0 in counts
+
+
+def test_non_max_suppression_inputs_left_out():
+    """No score threshold keeps every box; no IoU threshold: any overlap suppresses; no limit:
+    nothing kept (against onnxruntime: onnx's reference fails without an IoU threshold)."""
+    ort = pytest.importorskip("onnxruntime")
+    boxes, scores = random_boxes(1, 20, False), RNG.uniform(-1, 1, (1, 2, 20)).astype("float32")
+    for names in (["boxes", "scores", "limit"], ["boxes", "scores", "limit", "iou"], ["boxes", "scores"]):
+        consts = {"limit": np.array([5], "int64"), "iou": np.array([0.4], "float32")}
+        model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, ["y"], opset=11,
+                         consts={k: v for k, v in consts.items() if k in names}, node_inputs=names)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        (e,) = session.run(None, {"boxes": boxes, "scores": scores})
+        assert len(e) > 0 or len(names) == 2
+        np.testing.assert_array_equal(np.asarray(ember.compile(model)(boxes, scores)), e, err_msg=str(names))
