@@ -162,3 +162,14 @@ def test_non_max_suppression_inputs_left_out():
         (e,) = session.run(None, {"boxes": boxes, "scores": scores})
         assert len(e) > 0 or len(names) == 2
         np.testing.assert_array_equal(np.asarray(ember.compile(model)(boxes, scores)), e, err_msg=str(names))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter(mode):
+    cache, update = RNG.uniform(-1, 1, (3, 2, 12, 4)).astype("float32"), RNG.uniform(-1, 1, (3, 2, 3, 4))
+    update = update.astype("float32")
+    high = 12 if mode == "circular" else 10
+    inputs = {"cache": cache, "update": update, "at": RNG.integers(0, high, 3).astype("int64")}
+    check(one_node("TensorScatter", inputs, ["present"], opset=24, mode=mode), inputs, 0, 0)
+    del inputs["at"]  # from position 0
+    check(one_node("TensorScatter", inputs, ["present"], opset=24, mode=mode, axis=2), inputs, 0, 0)
