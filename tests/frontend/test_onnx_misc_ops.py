@@ -173,3 +173,44 @@ def test_tensor_scatter(mode):
     check(one_node("TensorScatter", inputs, ["present"], opset=24, mode=mode), inputs, 0, 0)
     del inputs["at"]  # from position 0
     check(one_node("TensorScatter", inputs, ["present"], opset=24, mode=mode, axis=2), inputs, 0, 0)
+
+
+def scan_8(directions: list[int], lens: np.ndarray | None) -> onnx.ModelProto:
+    """Scan-8 over xs (batch 3, length 4, 2) from states (3, 2): s' = s + x, y = s' * w (w: read
+    from the outer graph), and the running maximum of a second input."""
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s2"]), helper.make_node("Mul", ["s2", "w"], ["y"]),
+         helper.make_node("Max", ["m", "z"], ["m2"])], "body",
+        [vi("s", 1, [2]), vi("m", 1, []), vi("x", 1, [2]), vi("z", 1, [])],
+        [vi("s2", 1, [2]), vi("m2", 1, []), vi("y", 1, [2])])
+    inputs = [vi("init", 1, [3, 2]), vi("m0", 1, [3]), vi("xs", 1, [3, 4, 2]), vi("zs", 1, [3, 4]), vi("w", 1, [2])]
+    node = helper.make_node("Scan", ["" if lens is None else "lens", "init", "m0", "xs", "zs"], ["s", "m", "ys"],
+                            body=body, num_scan_inputs=2, directions=directions)
+    inits = [] if lens is None else [onnx.numpy_helper.from_array(lens, "lens")]
+    graph = helper.make_graph([node], "scan8", inputs, [vi("s", 1, [3, 2]), vi("m", 1, [3]), vi("ys", 1, [3, 4, 2])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
+    model.ir_version = 4  # (initializers that are no graph inputs)
+    return model
+
+
+@pytest.mark.parametrize("directions, lens", [([0, 0], None), ([1, 0], np.array([4, 4, 4], "int64"))])
+def test_scan_8(directions, lens):
+    """Against onnxruntime (onnx's reference runs no Scan before 9): a loop over the batch around
+    the loop over the sequence, compiled."""
+    ort = pytest.importorskip("onnxruntime")
+    model = scan_8(directions, lens)
+    feeds = {"init": RNG.uniform(-1, 1, (3, 2)), "m0": RNG.uniform(-1, 1, 3), "xs": RNG.uniform(-1, 1, (3, 4, 2)),
+             "zs": RNG.uniform(-1, 1, (3, 4)), "w": RNG.uniform(-1, 1, 2)}
+    feeds = {k: v.astype("float32") for k, v in feeds.items()}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for what, actual in [("ember's reference", evaluate(import_onnx(model), *feeds.values())),
+                         ("compiled", ember.compile(model)(*feeds.values()))]:
+        for k, (a, e) in enumerate(zip(actual, expected)):
+            assert_close(np.asarray(a), e, 1e-6, 1e-6, f"{what} output {k} vs onnxruntime")
+
+
+def test_scan_8_with_shorter_sequences_is_refused():
+    with pytest.raises(ember.ops.UnsupportedOpError, match=r"sequence_lens \[4, 2, 4\] shorter"):
+        import_onnx(scan_8([0, 0], np.array([4, 2, 4], "int64")))
