@@ -214,3 +214,49 @@ def test_scan_8(directions, lens):
 def test_scan_8_with_shorter_sequences_is_refused():
     with pytest.raises(ember.ops.UnsupportedOpError, match=r"sequence_lens \[4, 2, 4\] shorter"):
         import_onnx(scan_8([0, 0], np.array([4, 2, 4], "int64")))
+
+
+def test_slice_at_the_iteration_number_inside_a_loop():
+    """ONNX's test_loop11 with a constant trip count (so that its scan output has a static length,
+    which compiling needs): Slice(x, [i], [i + 1]) in the body is a window of one element at a
+    start read at run time, compiled once. (One-element rows: onnx's reference concatenates the
+    scan output's entries where ONNX stacks them, which agree only on them.)"""
+    vi = helper.make_tensor_value_info
+    x = RNG.uniform(-1, 1, 6).astype("float32")
+    nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Constant", [], ["one"], value=onnx.numpy_helper.from_array(np.array(1, "int64"))),
+             helper.make_node("Add", ["i", "one"], ["end"]),
+             helper.make_node("Constant", [], ["axes"], value=onnx.numpy_helper.from_array(np.array([0], "int64"))),
+             helper.make_node("Unsqueeze", ["i", "axes"], ["start_1"]),
+             helper.make_node("Unsqueeze", ["end", "axes"], ["end_1"]),
+             helper.make_node("Slice", ["x", "start_1", "end_1"], ["row"]),
+             helper.make_node("Add", ["y_in", "row"], ["y_out"]),
+             helper.make_node("Identity", ["y_out"], ["scan"])]
+    body = helper.make_graph(nodes, "body", [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+                                             vi("y_in", 1, [1])],
+                             [vi("cond_out", TensorProto.BOOL, []), vi("y_out", 1, [1]), vi("scan", 1, [1])])
+    loop = helper.make_node("Loop", ["trips", "go", "y"], ["y_final", "ys"], body=body)
+    graph = helper.make_graph([loop], "loop_slice", [vi("y", 1, [1]), vi("x", 1, [6])],
+                              [vi("y_final", 1, [1]), vi("ys", 1, [6, 1])],
+                              [onnx.numpy_helper.from_array(np.array(6, "int64"), "trips"),
+                               onnx.numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    inputs = {"y": RNG.uniform(-1, 1, 1).astype("float32"), "x": x}
+    assert "dynamic_slice" in {n.op for n in import_onnx(model).nodes[0].regions[0].nodes}
+    check(model, inputs, 1e-6, 1e-6)
+
+
+def test_slice_of_a_run_time_start_and_a_constant_length():
+    """starts a graph input, ends = starts + 2: one compiled model serves every start."""
+    x = RNG.uniform(-1, 1, (4, 9)).astype("float32")
+    model = one_node("Slice", {"x": x, "s": np.array([0], "int64")}, ["y"], opset=13,
+                     consts={"two": np.array([2], "int64"), "axes": np.array([1], "int64")},
+                     node_inputs=["x", "s", "e", "axes"])
+    model.graph.node.insert(0, helper.make_node("Add", ["s", "two"], ["e"]))
+    model = onnx.shape_inference.infer_shapes(model)
+    cm = ember.compile(model)
+    assert type(cm).__name__ == "CompiledModel"  # not specialized per start
+    for start in (0, 3, 7, -4):
+        s = np.array([start], "int64")
+        (e,) = ReferenceEvaluator(model).run(None, {"x": x, "s": s})
+        np.testing.assert_array_equal(np.asarray(cm(x, s)), e, err_msg=f"start {start}")
