@@ -3,12 +3,13 @@ key/value cache update of a decoder: the cache with, for each batch entry b (axi
 update's entries along `axis` written from position write_indices[b] on (0 when left out);
 "circular" wraps the positions around the cache's length (a sliding-window cache).
 
-One kernel, written from the output's side: each output element is the update's element it
-falls on, if its position along the axis is in b's window, else the cache's element at the same
-place. That is all the kernel reads of the cache, so the memory plan may write the output over
-the cache (ember.passes.plan_memory: SAME_PLACE), as it does an elementwise chain: no second
-cache-sized buffer. The window's test is one subtraction and comparison per element; pattern
-`injective` (it fuses as a gather does).
+One kernel (a te.extern): the cache copied to the output, a plain copy (rows in parallel, the
+last axis vectorized: as fast as memcpy), then the update's rows stored at their positions (a
+position past the cache's end, linear, is dropped). The kernel reads the cache only at the place
+of the output element it writes, so the memory plan may write the output over the cache
+(ember.passes.plan_memory: SAME_PLACE), as it does an elementwise chain: no second cache-sized
+buffer. The copy is still made then (over itself): skipping it needs the kernel to know it runs
+in place, which the plan decides after the kernels are built. Pattern `opaque`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import cast
+from ..tir.expr import Buffer, Var, all_, cast, const
+from ..tir.stmt import BufferStore, For, IfThenElse, Stmt, seq
 from .common import normalize_axis
 from .registry import OpDef, OpTypeError, register
 
@@ -73,20 +75,43 @@ def _reference(inputs, attrs):
 
 
 def _compute(inputs, attrs, out_types):
-    cache, update = inputs[:2]
-    starts = inputs[2] if len(inputs) == 3 else None
+    cache = inputs[0]
+    return te.extern([(cache.shape, cache.dtype)], inputs, lambda ins, outs: _update(ins, outs[0], attrs),
+                     name="tensor_scatter")
+
+
+def _update(ins: list[Buffer], out: Buffer, attrs) -> Stmt:
+    """The loop-IR statement: the cache copied to the output (a plain copy, rows in parallel, the
+    last axis vectorized), then the update's rows stored at their positions."""
+    cache, update = ins[:2]
+    starts = ins[2] if len(ins) == 3 else None
     axis = _axis(attrs, len(cache.shape))
-    length, count = cache.shape[axis], update.shape[axis]
+    length = cache.shape[axis]
 
-    def element(*i):
-        offset = i[axis] if starts is None else i[axis] - cast(i[axis].dtype, starts[i[0]])
+    def nest(shape, body):
+        """Loops over every index of `shape` around body(index): one parallel loop over the rows
+        (every axis but the last, flattened), the last axis vectorized inside."""
+        r, j = Var("row", dt.INDEX_DTYPE), Var("j", dt.INDEX_DTYPE)
+        index, rest = [j], r
+        for d in reversed(shape[:-1]):
+            index.append(rest % d)
+            rest = rest // d
+        rows = const(1)
+        for d in shape[:-1]:
+            rows = rows * d
+        return For(r, const(0), rows, "parallel", For(j, const(0), shape[-1], "vectorized", body(index[::-1])))
+
+    copy = nest(cache.shape, lambda i: BufferStore(out, cache[tuple(i)], tuple(i)))
+
+    def row(i):  # i: the update's index but along the axis
+        j = i[axis]
+        at = j if starts is None else cast(j.dtype, starts[i[0]]) + j
         if attrs["mode"] == "circular":
-            offset = te.floormod(offset, length)
-        inside = te.all(offset >= 0, offset < count)
-        at = te.max(te.min(offset, count - 1), 0)  # (clamped: the load is in range either way)
-        return te.if_then_else(inside, update[(*i[:axis], at, *i[axis + 1:])], cache[i])
+            at = (at % length + length) % length
+        store = BufferStore(out, update[tuple(i)], (*i[:axis], at, *i[axis + 1:]))
+        return store if attrs["mode"] == "circular" else IfThenElse(all_(at >= 0, at < length), store)
 
-    return [te.compute(cache.shape, element, name="tensor_scatter")]
+    return seq(copy, nest(update.shape, row))
 
 
 register(OpDef(
@@ -94,7 +119,7 @@ register(OpDef(
     infer=_infer,
     reference=_reference,
     compute=_compute,
-    pattern="injective",
+    pattern="opaque",
     attrs={"axis": -2, "mode": "linear"},
     num_inputs=(2, 3),
     doc="ONNX TensorScatter: a cache with an update written along axis from each batch entry's write index "
