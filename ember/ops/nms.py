@@ -11,8 +11,8 @@ whose intersection or either area is empty never suppresses; the IoU is computed
 dtype, as ONNX's reference does, so a pair exactly at the threshold is decided the same way.
 
 How many rows there are depends on the data, so it is a host operator (ember.ops.dynamic: no
-kernel; the compiler runs this reference between compiled segments). The IoU of a class's
-candidates is one (n, n) array operation; the greedy pass is a loop over the kept boxes only.
+kernel; the compiler runs this reference between compiled segments). Each kept box's IoU with the
+candidates after it is one array operation: time kept x candidates, memory one row.
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ def _corners(boxes: np.ndarray, center: bool) -> tuple[np.ndarray, ...]:
             np.maximum(boxes[:, 0], boxes[:, 2]), np.maximum(boxes[:, 1], boxes[:, 3]))
 
 
-def _suppresses(boxes: np.ndarray, center: bool, iou_threshold) -> np.ndarray:
-    """(n, n) bool: whether box i, once kept, suppresses box j."""
-    y0, x0, y1, x1 = _corners(boxes, center)
-    w = np.minimum(x1[:, None], x1[None]) - np.maximum(x0[:, None], x0[None])
-    h = np.minimum(y1[:, None], y1[None]) - np.maximum(y0[:, None], y0[None])
-    area = (x1 - x0) * (y1 - y0)
+def _suppressed(i: int, corners: tuple[np.ndarray, ...], area: np.ndarray, iou_threshold) -> np.ndarray:
+    """Whether box i, once kept, suppresses each box after it (bool, one per box i + 1 on)."""
+    y0, x0, y1, x1 = corners
+    rest = slice(i + 1, None)
+    w = np.minimum(x1[i], x1[rest]) - np.maximum(x0[i], x0[rest])
+    h = np.minimum(y1[i], y1[rest]) - np.maximum(y0[i], y0[rest])
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         inter = w * h
-        union = area[:, None] + area[None] - inter
-        ok = (w > 0) & (h > 0) & (inter > 0) & (area[:, None] > 0) & (area[None] > 0) & (union > 0)
+        union = area[i] + area[rest] - inter
+        ok = (w > 0) & (h > 0) & (inter > 0) & (area[i] > 0) & (area[rest] > 0) & (union > 0)
         return ok & (inter / np.where(ok, union, 1) > iou_threshold)
 
 
@@ -76,7 +76,8 @@ def _reference(inputs, attrs):
             if limit == 0 or candidates.size == 0:
                 continue
             candidates = candidates[np.argsort(-s[candidates], kind="stable")]
-            suppresses = _suppresses(boxes[b, candidates], attrs["center_point_box"], iou_threshold)
+            corners = _corners(boxes[b, candidates], attrs["center_point_box"])
+            area = (corners[3] - corners[1]) * (corners[2] - corners[0])
             alive = np.ones(candidates.size, bool)
             kept = 0
             for i in range(candidates.size):
@@ -86,7 +87,7 @@ def _reference(inputs, attrs):
                 kept += 1
                 if kept == limit:
                     break
-                alive &= ~suppresses[i]
+                alive[i + 1:] &= ~_suppressed(i, corners, area, iou_threshold)
     return [np.array(rows, dtype=np.int64).reshape(-1, 3)]
 
 
