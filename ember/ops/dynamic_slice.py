@@ -30,7 +30,9 @@ def _checked(types: list[TensorType], attrs) -> tuple[list[int], list[int]]:
         raise OpTypeError(f"dynamic_slice: starts must be {len(axes)} integer(s), one per axis, got {starts}")
     for a, n in zip(axes, sizes):
         d = x.shape[a]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0 or (isinstance(d, int) and n > d):
+        if not isinstance(d, int):  # (a window that may not fit: the kernel would read past the axis)
+            raise OpTypeError(f"dynamic_slice: axis {a} is the symbolic dimension {d!r}; it must be a known size")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0 or n > d:
             raise OpTypeError(f"dynamic_slice: the size along axis {a} must be an int from 0 to {d}, got {n!r}")
     return axes, sizes
 

@@ -35,7 +35,8 @@ def test_windows_at_run_time_starts():
     (TensorType((1,), "float32"), {"axes": (1,), "sizes": (2,)}, "starts must be 1 integer"),
     (TensorType((1,), "int64"), {"axes": (1,), "sizes": (7,)}, "the size along axis 1 must be an int from 0 to 6"),
     (TensorType((2,), "int64"), {"axes": (1, 1), "sizes": (2, 2)}, "must be distinct axes"),
+    (TensorType((1,), "int64"), {"axes": (0,), "sizes": (2,)}, "axis 0 is the symbolic dimension 'n'"),
 ])
 def test_errors(starts, attrs, match):
     with pytest.raises(OpTypeError, match=match):
-        infer_types("dynamic_slice", [TensorType((5, 6, 7)), starts], attrs)
+        infer_types("dynamic_slice", [TensorType(("n", 6, 7)), starts], attrs)

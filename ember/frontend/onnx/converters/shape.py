@@ -232,9 +232,11 @@ def _slice(cx: NodeContext):
     starts, ends = cx.input(1), cx.input(2)
     if not (isinstance(starts, np.ndarray) and isinstance(ends, np.ndarray)) and all(s == 1 for s in steps or [1]):
         sizes = _window_sizes(cx, starts, ends)
-        if sizes is not None:  # ends = starts + sizes: windows of static sizes at run-time starts
-            axes = range(len(sizes)) if axes is None else axes
-            return [cx.op("dynamic_slice", [cx.input(0), starts], {"axes": tuple(axes), "sizes": tuple(sizes)})]
+        shape = cx.type(cx.input(0)).shape
+        along = list(range(len(sizes or ()))) if axes is None else axes
+        # ends = starts + sizes: windows of static sizes at run-time starts, on static axes they fit in
+        if sizes is not None and all(isinstance(shape[a], int) and n <= shape[a] for a, n in zip(along, sizes)):
+            return [cx.op("dynamic_slice", [cx.input(0), starts], {"axes": tuple(along), "sizes": tuple(sizes)})]
     attrs = {"starts": tuple(cx.const_ints(1, "starts")), "ends": tuple(cx.const_ints(2, "ends")),
              "axes": None if axes is None else tuple(axes), "steps": None if steps is None else tuple(steps)}
     return [cx.op("slice", [cx.input(0)], attrs)]
