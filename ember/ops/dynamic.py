@@ -24,7 +24,7 @@ from ..graph.core import TensorType
 from .common import normalize_axis
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
-HOST_OPS = frozenset({"nonzero", "unique"})
+HOST_OPS = frozenset({"nonzero", "unique", "non_max_suppression"})  # (the last: ember.ops.nms)
 
 
 def _dim(op: str, attrs) -> str:

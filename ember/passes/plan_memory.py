@@ -8,7 +8,7 @@ graph output, the kernel that makes the value it views writes the output's bytes
 (`KernelGraph.written_as`), or, where that cannot be (the value is an input, a constant, an output
 or is viewed so already), the group stays a kernel that copies. A kernel may write its output over
 an input of its type that only elementwise operators read, up to the output (`Step.in_place`: an
-elementwise chain, a residual add in a conv's or gemm's epilogue).
+elementwise chain, a residual add in a conv's or gemm's epilogue, a cache update: tensor_scatter).
 
 A tensor in the workspace is live from the step that writes it to the last step that reads it,
 both included, so a kernel's inputs and outputs never share bytes (kernels take `restrict`
@@ -55,6 +55,7 @@ import numpy as np
 
 from .. import dims
 from ..graph.core import Dim, Graph, Node, Value, region_key
+from ..ops.tensor_scatter import SAME_PLACE
 from ..target import ALIGN
 from .fuse import BROADCAST, FusedGraph, Group, fuse, kind
 
@@ -151,7 +152,8 @@ def _views(fused: FusedGraph) -> tuple[set[Group], dict[int, Group]]:
 def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
     """(output, input) positions a group may write in place: its one output over an input of its
     type that only elementwise operators read, up to the output (an elementwise chain, a conv or
-    gemm epilogue's residual add), so that each output element is computed from the element at the
+    gemm epilogue's residual add), or operators that read it only at the output element's place
+    (SAME_PLACE: a cache update), so that each output element is computed from the element at the
     same place, read before it is written."""
     if len(group.outputs) != 1:
         return ()
@@ -160,8 +162,9 @@ def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
     for k, x in enumerate(group.inputs):
         reached = {id(x)}
         for n in group.nodes:
-            if any(id(v) in reached for v in n.inputs):
-                if kind(n) > BROADCAST:
+            reads = [j for j, v in enumerate(n.inputs) if id(v) in reached]
+            if reads:
+                if kind(n) > BROADCAST and not set(reads) <= set(SAME_PLACE.get(n.op, ())):
                     break
                 reached.update(id(v) for v in n.outputs)
         else:

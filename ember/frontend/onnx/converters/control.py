@@ -13,7 +13,9 @@ never converted. `implicit_inputs` names the outer values a node's subgraphs rea
 importer skips the node when one of them could not be converted.
 
 Scan becomes a loop over its scan inputs' first axis (a scan axis other than 0 is transposed there
-first, and back after for scan outputs); Loop's left-out trip count is the largest int64, its
+first, and back after for scan outputs); Scan-8, whose states and inputs have a batch axis, a loop
+over the batch entries around that loop (sequence_lens only as a constant of full lengths);
+Loop's left-out trip count is the largest int64, its
 left-out condition True. The stacked scan outputs have as many entries as the trip count when the
 loop can stop no earlier (a constant trip count, a condition that is True and passed through the
 body unchanged), else a symbol `<output>_iterations` known at run time only.
@@ -239,7 +241,7 @@ def _unroll(cx: NodeContext, carried: list) -> list:
     return [*carried, *(scan[0] if len(scan) == 1 else cx.op("concat", scan, {"axis": 0}) for scan in scans)]
 
 
-@converts("Scan", versions=range(9, 10**6))  # Scan-8 has a batch axis and sequence_lens: not read
+@converts("Scan", versions=range(9, 10**6))
 def _scan(cx: NodeContext):
     n_scan = int(cx.attr("num_scan_inputs"))
     states = cx.inputs[:len(cx.inputs) - n_scan]
@@ -280,8 +282,52 @@ def _scan(cx: NodeContext):
     return results
 
 
-def _check_carried(cx: NodeContext, inits: list[Tensor], outs: list[Value]) -> None:
+@converts("Scan", versions=range(8, 9))
+def _scan_8(cx: NodeContext):
+    """Scan-8 scans axis 1 of inputs that have a batch axis 0, from states with one too: a loop over
+    the batch entries whose body is Scan-9's loop over the sequence, the states and inputs
+    scanned along the batch axis, the final states and outputs stacked along it."""
+    n_scan = int(cx.attr("num_scan_inputs"))
+    lens = cx.optional(0)
+    states, scanned = cx.inputs[1:len(cx.inputs) - n_scan], cx.inputs[len(cx.inputs) - n_scan:]
+    batch, length = (cx.type(scanned[0]).shape[:2] if scanned else (None, None))
+    if not isinstance(batch, int) or any(cx.type(x).shape[:2] != (batch, length) for x in scanned) or \
+            any(cx.type(t).shape[:1] != (batch,) for t in states):
+        raise cx.unsupported(f"states and scan inputs of shapes {[cx.type(x).shape for x in cx.inputs[1:]]} (one "
+                             "static batch and length needed)")
+    if lens is not None:
+        if not isinstance(lens, np.ndarray):
+            raise cx.unsupported("sequence_lens given at run time")
+        if (lens != length).any():
+            raise cx.unsupported(f"sequence_lens {lens.tolist()} shorter than the inputs' {length}")
+    entry = [TensorType(cx.type(t).shape[1:], cx.type(t).dtype) for t in [*states, *scanned]]
+    body, captured, outs = _region(cx, "body", [("state", t) for t in entry[:len(states)]] +
+                                   [("slice", TensorType(t.shape[1:], t.dtype)) for t in entry[len(states):]],
+                                   extra=[("iteration", TensorType((), "int64")), ("cond", TensorType((), "bool"))])
+    _check_carried(cx, [TensorType(t.shape, t.dtype) for t in entry[:len(states)]], outs[:len(states)])
+    body.set_outputs([body.inputs[1], *outs])
+    n_out = len(outs) - len(states)
+    over_batch = Graph(name=f"{body.name}_batch")
+    over_batch.add_input("entry", TensorType((), "int64"))
+    cond = over_batch.add_input("cond", TensorType((), "bool"))
+    ins = [over_batch.add_input(over_batch.fresh_name(kind), t)
+           for kind, t in zip(["state"] * len(states) + ["scanned"] * n_scan, entry)]
+    inner_captured = [over_batch.add_input(over_batch.fresh_name(v.name), v.type) for v in captured]
+    attrs = {"carried": len(states), "scanned": n_scan, "length": length if n_out else None,
+             "scan_reverse": tuple(int(d) for d in cx.attr("directions") or ())}
+    trips = over_batch.add_constant(np.array(length, "int64"), name="length")
+    always = over_batch.add_constant(np.array(True), name="always")
+    over_batch.set_outputs([cond, *add_op(over_batch, "loop", [trips, always, *ins, *inner_captured], attrs,
+                                          regions=[body])])
+    importer = cx.importer
+    inputs = [importer.value(np.array(batch, "int64"), "trip_count"), importer.value(np.array(True), "cond"),
+              *(importer.value(t, "scanned") for t in [*states, *scanned]), *captured]
+    attrs = {"carried": 0, "scanned": len(states) + n_scan, "length": batch}
+    return add_op(importer.graph, "loop", inputs, attrs, out_names=cx.out_names, regions=[over_batch])
+
+
+def _check_carried(cx: NodeContext, inits: list[Tensor | TensorType], outs: list[Value]) -> None:
     for k, (t, v) in enumerate(zip(inits, outs)):
-        if cx.type(t) != v.type:
-            raise cx.unsupported(f"loop-carried value {k} whose type changes per iteration: {cx.type(t)} in, "
-                                 f"{v.type} out")
+        t = t if isinstance(t, TensorType) else cx.type(t)
+        if t != v.type:
+            raise cx.unsupported(f"loop-carried value {k} whose type changes per iteration: {t} in, {v.type} out")

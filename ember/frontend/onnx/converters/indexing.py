@@ -1,6 +1,6 @@
 """ONNX element-wise indexing, scatters and selection as ember operators: GatherElements, GatherND,
-ScatterElements (and its old name Scatter), ScatterND, TopK (k a constant), and Hardmax (an
-argmax compared with the positions along the axis)."""
+ScatterElements (and its old name Scatter), ScatterND, TensorScatter (a cache update), TopK (k a
+constant), and Hardmax (an argmax compared with the positions along the axis)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ from ..registry import converts
 @converts("GatherElements")
 def _gather_elements(cx: NodeContext):
     return [cx.op("gather_elements", [cx.input(0), cx.input(1)], {"axis": cx.attr("axis", 0)})]
+
+
+@converts("TensorScatter")
+def _tensor_scatter(cx: NodeContext):
+    inputs = [cx.input(0), cx.input(1)] + ([cx.input(2)] if cx.optional(2) is not None else [])
+    return [cx.op("tensor_scatter", inputs, {"axis": cx.attr("axis", -2), "mode": cx.attr("mode", "linear")})]
 
 
 @converts("GatherND")

@@ -1,10 +1,12 @@
 """ONNX neural-network operators as ember operators: convolution, matmul, normalization,
-pooling and reductions (their forms before opset 13 or 18: legacy.py).
+pooling, reductions (their forms before opset 13 or 18: legacy.py), running sums and products,
+determinants.
 
 Padding comes from `pads` or `auto_pad` (spatial_pads); 1-D convolution transposes and poolings
 run as their 2-D forms on an inserted unit height; ReduceL2 is ember's l2_norm (scaled: no
 overflow of the squares); the other Reduce* variants ember lacks (L1, SumSquare, LogSum,
-LogSumExp) and LRN are decomposed.
+LogSumExp) and LRN are decomposed. BatchNormalization in training mode normalizes by the batch's
+statistics and moves the running ones (its outputs 1 and 2) toward them.
 """
 
 from __future__ import annotations
@@ -119,10 +121,27 @@ def _matmul(cx: NodeContext):
 
 @converts("BatchNormalization")
 def _batch_norm(cx: NodeContext):
-    if cx.attr("training_mode", 0) or any(cx.wants_output(k) for k in (1, 2)):
-        raise cx.unsupported("training_mode")
     x, scale, bias, mean, var = (cx.input(k) for k in range(5))
-    return [cx.op("batch_norm", [x, mean, var, scale, bias], {"eps": cx.attr("epsilon", 1e-5)})]
+    eps = cx.attr("epsilon", 1e-5)
+    if not cx.attr("training_mode", 0) and not any(cx.wants_output(k) for k in (1, 2)):
+        return [cx.op("batch_norm", [x, mean, var, scale, bias], {"eps": eps})]
+    # training: normalized by the batch's own statistics (the variance of the population, as
+    # ONNX's reference), and the running statistics moved toward them by 1 - momentum
+    if any(cx.wants_output(k) for k in (3, 4)):
+        raise cx.unsupported("training_mode, saved_mean and saved_var")
+    axes = tuple(k for k in range(cx.type(x).rank) if k != 1)
+    batch_mean = cx.op("mean", [x], {"axes": axes})
+    batch_var = cx.op("var", [x], {"axes": axes})
+    y = cx.op("batch_norm", [x, batch_mean, batch_var, scale, bias], {"eps": eps})
+    momentum = cx.attr("momentum", 0.9)
+
+    def running(old, batch):
+        if cx.type(batch).dtype != cx.type(old).dtype:
+            batch = cx.op("cast", [batch], {"dtype": cx.type(old).dtype})
+        return cx.op("add", [cx.op("mul", [old, cx.scalar(momentum, old)]),
+                             cx.op("mul", [batch, cx.scalar(1 - momentum, old)])])
+
+    return [y, running(mean, batch_mean), running(var, batch_var)]
 
 
 @converts("LayerNormalization")
@@ -276,8 +295,13 @@ def _arg_reduce(cx: NodeContext):
     return [cx.op("sub", [np.asarray(size - 1, "int64"), cx.op(op, [flipped], attrs)])]
 
 
-@converts("CumSum")
+@converts("CumSum", "CumProd")
 def _cumsum(cx: NodeContext):
     (axis,) = cx.const_ints(1, "axis")
     attrs = {"axis": axis, "exclusive": bool(cx.attr("exclusive", 0)), "reverse": bool(cx.attr("reverse", 0))}
-    return [cx.op("cumsum", [cx.input(0)], attrs)]
+    return [cx.op(cx.node.op_type.lower(), [cx.input(0)], attrs)]
+
+
+@converts("Det")
+def _det(cx: NodeContext):
+    return [cx.op("det", [cx.input(0)])]

@@ -3,7 +3,9 @@
 ember takes shapes, axes, pads and sizes as attributes, so the ONNX inputs that carry them must
 be constants; shape arithmetic is folded at import (NodeContext.op on arrays), and Shape, Size,
 ConstantOfShape, Range and Constant produce arrays directly. Reshape's 0 and -1 are resolved
-here to a concrete (possibly symbolic) shape; Expand's bidirectional broadcast too.
+here to a concrete (possibly symbolic) shape; Expand's bidirectional broadcast too. A Slice whose
+starts are computed at run time and whose ends are those starts plus constants (a loop body's
+Slice at its iteration number) is a dynamic_slice: windows of static sizes at run-time starts.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ def _identity(cx: NodeContext):
 def _dropout(cx: NodeContext):
     training = cx.const(2, "training_mode")
     if training is not None and training.item():
-        raise cx.unsupported("training_mode=True")
+        # ratio 0 keeps every element; any other ratio draws a random mask, which ember's kernels
+        # have no generator for (ONNX's expected outputs come from NumPy's seeded one)
+        ratio = cx.const(1, "ratio")
+        if ratio is None or ratio.item() != 0:
+            raise cx.unsupported("training_mode=True")
     x = cx.input(0)
     if not cx.wants_output(1):
         return [x]
@@ -223,9 +229,51 @@ def _split(cx: NodeContext):
 @converts("Slice")
 def _slice(cx: NodeContext):
     axes, steps = cx.const_ints(3, "axes"), cx.const_ints(4, "steps")
+    starts, ends = cx.input(1), cx.input(2)
+    if not (isinstance(starts, np.ndarray) and isinstance(ends, np.ndarray)) and all(s == 1 for s in steps or [1]):
+        sizes = _window_sizes(cx, starts, ends)
+        shape = cx.type(cx.input(0)).shape
+        along = list(range(len(sizes or ()))) if axes is None else axes
+        # ends = starts + sizes: windows of static sizes at run-time starts, on static axes they fit in
+        if sizes is not None and all(isinstance(shape[a], int) and n <= shape[a] for a, n in zip(along, sizes)):
+            return [cx.op("dynamic_slice", [cx.input(0), starts], {"axes": tuple(along), "sizes": tuple(sizes)})]
     attrs = {"starts": tuple(cx.const_ints(1, "starts")), "ends": tuple(cx.const_ints(2, "ends")),
              "axes": None if axes is None else tuple(axes), "steps": None if steps is None else tuple(steps)}
     return [cx.op("slice", [cx.input(0)], attrs)]
+
+
+def _window_sizes(cx: NodeContext, starts, ends) -> list[int] | None:
+    """ends - starts, when it is the same constant for every value the run may give: both the
+    same value plus constants (an iteration number and that number + 1), else None."""
+    (a, at), (b, bt) = _base_and_offset(cx, starts), _base_and_offset(cx, ends)
+    if a is None or a is not b:
+        return None
+    count = cx.type(starts).numel
+    sizes = np.broadcast_to(bt - at, (count,)) if count is not None else None
+    return None if sizes is None or (sizes < 0).any() else [int(n) for n in sizes]
+
+
+def _base_and_offset(cx: NodeContext, t) -> tuple[object, np.ndarray]:
+    """t as (a value, an int64 offset added to it): the additions and subtractions of constants
+    and the integer casts and reshapes of one-element values peeled off; (None, t) for a constant."""
+    graph, offset = cx.importer.graph, np.zeros((), np.int64)
+    while True:
+        if isinstance(t, np.ndarray) or graph.is_constant(t):
+            return None, offset + (t if isinstance(t, np.ndarray) else graph.constants[t.name]).astype(np.int64)
+        n = t.node
+        constant = [graph.constants[v.name].astype(np.int64) if graph.is_constant(v) else None
+                    for v in (n.inputs if n is not None else ())]
+        match n and n.op:
+            case "add" if constant[1] is not None:
+                t, offset = n.inputs[0], offset + constant[1]
+            case "add" if constant[0] is not None:
+                t, offset = n.inputs[1], offset + constant[0]
+            case "sub" if constant[1] is not None:
+                t, offset = n.inputs[0], offset - constant[1]
+            case "unsqueeze" | "squeeze" | "reshape" | "cast" if t.type.numel == 1 and dt.is_int(n.inputs[0].dtype):
+                t = n.inputs[0]
+            case _:
+                return t, offset
 
 
 @converts("Gather")

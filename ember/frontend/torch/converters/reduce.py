@@ -1,4 +1,4 @@
-"""Reductions, softmax, normalizations and cumsum.
+"""Reductions, softmax, normalizations, cumsum and cumprod, determinants.
 
 ATen's reductions take `dim` as a list (empty or None: every axis) and `keepdim`; ember's take
 `axes` (None: every axis) and `keepdims`. Integer and bool inputs are cast to the result dtype
@@ -121,9 +121,15 @@ def log_softmax(b, x, dim, half_to_float=False):
     return b.op("log_softmax", [b.v(x, b.out.dtype)], axis=dim)
 
 
-@handles("cumsum.default")
+@handles("cumsum.default", "cumprod.default")
 def cumsum(b, x, dim, *, dtype=None):
-    return b.op("cumsum", [b.v(x, b.out.dtype)], axis=dim)
+    return b.op(str(b.node.target).split(".")[1], [b.v(x, b.out.dtype)], axis=dim)  # aten.cumsum.default
+
+
+@handles("_linalg_det.default")
+def linalg_det(b, x):
+    why = "the {} of _linalg_det's LU factorization (for its backward pass)"
+    return b.op("det", [b.v(x)]), Unavailable(why.format("factors")), Unavailable(why.format("pivots"))
 
 
 # -- normalizations ------------------------------------------------------------------------------

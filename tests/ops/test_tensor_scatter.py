@@ -1,0 +1,76 @@
+"""tensor_scatter (ember/ops/tensor_scatter.py), the key/value cache update, against its NumPy
+reference compiled to C and on the interpreter: linear and circular (wrapping) windows, the
+write indices left out, symbolic cache lengths; the memory plan writing it over the cache; the
+errors of bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.graph import Graph, TensorType
+from ember.lowering import partition
+from ember.ops import OpTypeError, infer_types
+from ember.ops.evaluate import evaluate
+from ember.ops.nodes import add_op
+from ember.passes.plan_memory import kernel_graph
+from ember.testing import check_op, check_op_sizes
+
+RNG = np.random.default_rng()
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("shape, count, axis", [((3, 2, 10, 4), 3, -2), ((2, 9, 5), 4, 1), ((4, 3, 6), 6, 2)])
+def test_tensor_scatter(mode, shape, count, axis):
+    cache = RNG.uniform(-1, 1, shape).astype("float32")
+    update_shape = list(shape)
+    update_shape[axis] = count
+    update = RNG.uniform(-1, 1, update_shape).astype("float32")
+    length = shape[axis]
+    # circular: windows that wrap past the end; linear: windows inside the cache
+    high = length if mode == "circular" else length - count + 1
+    starts = RNG.integers(0, high, shape[0]).astype("int64")
+    attrs = {"axis": axis, "mode": mode}
+    check_op("tensor_scatter", [cache, update, starts], attrs, rtol=0, atol=0, targets=("c", "python"))
+    check_op("tensor_scatter", [cache, update], attrs, rtol=0, atol=0)  # from position 0
+
+
+def test_tensor_scatter_wraps_and_symbolic_lengths():
+    types = [TensorType((2, "past", 3), "float32"), TensorType((2, "new", 3), "float32"), TensorType((2,), "int64")]
+    sets = []
+    for past, new in ((8, 1), (5, 3), (16, 16)):
+        sets.append([RNG.uniform(-1, 1, (2, past, 3)).astype("float32"), RNG.uniform(-1, 1, (2, new, 3))
+                     .astype("float32"), np.array([past - 1, 2 * past + 1], "int64")])  # 2 past + 1: past the end
+    check_op_sizes("tensor_scatter", types, {"axis": 1, "mode": "circular"}, sets, rtol=0, atol=0)
+
+
+def test_the_plan_writes_the_update_over_the_cache():
+    """A cache made by a kernel before it and read by nothing after: the update's kernel writes
+    its output over the cache's bytes (no second cache-sized buffer)."""
+    g = Graph("decode_step")
+    x, new = g.add_input("x", TensorType((2, 64, 8))), g.add_input("new", TensorType((2, 1, 8)))
+    at = g.add_input("at", TensorType((2,), "int64"))
+    (cache,) = add_op(g, "cumsum", [x], {"axis": 1})
+    (present,) = add_op(g, "tensor_scatter", [cache, new, at], {"axis": 1})
+    g.set_outputs(add_op(g, "softmax", [present], {"axis": 1}))
+    steps = kernel_graph(partition(g, 2))
+    [scatter] = [s for s in steps.steps if "tensor_scatter" in s.group.ops]
+    assert scatter.in_place == ((0, scatter.group.inputs.index(cache)),)
+    cm = ember.compile(g)
+    inputs = [RNG.uniform(-1, 1, (2, 64, 8)).astype("float32"), RNG.uniform(-1, 1, (2, 1, 8)).astype("float32"),
+              np.array([5, 63], "int64")]
+    np.testing.assert_allclose(cm(*inputs), evaluate(g, *inputs)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("types, attrs, match", [
+    ([(2, 4, 3), (2, 5, 3)], {}, "do not fit in the cache's 4"),
+    ([(2, 4, 3), (2, 2, 2)], {}, "the update's dimension 2 is 2, the cache's 3"),
+    ([(2, 4, 3), (2, 2, 3)], {"axis": 0}, "axis 0 is the batch axis"),
+    ([(2, 4, 3), (2, 2, 3)], {"mode": "wrap"}, "mode must be one of"),
+    ([(2, 4, 3), (2, 2, 3), (3,)], {}, r"write_indices must be integers, one per batch entry \(2\)"),
+])
+def test_errors(types, attrs, match):
+    in_types = [TensorType(s, "int64" if k == 2 else "float32") for k, s in enumerate(types)]
+    with pytest.raises(OpTypeError, match=match):
+        infer_types("tensor_scatter", in_types, attrs)
