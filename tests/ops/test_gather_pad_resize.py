@@ -129,7 +129,7 @@ def test_tiny_cases_on_the_interpreter(op, inputs, attrs):
     ("pad", [TensorType((3, 4))], {"pads": (1, 1)}, "must be 4 integers"),
     ("pad", [TensorType((3, 4))], {"pads": (3, 0, 0, 0), "mode": "reflect"}, "smaller than its size 3"),
     ("pad", [TensorType((3, 4))], {"pads": (-1, 0, 0, 0), "mode": "edge"}, "need mode 'constant'"),
-    ("pad", [TensorType((3, 4))], {"pads": (0, 0, 0, 0), "mode": "wrap"}, "mode 'wrap' is not one of"),
+    ("pad", [TensorType((3, 4))], {"pads": (0, 0, 0, 0), "mode": "mirror"}, "mode 'mirror' is not one of"),
     ("pad", [TensorType(("n", 4))], {"pads": (1, 0, 0, 0)}, "symbol 'n'"),
     ("resize", [TensorType((1, 3, 4, 4))], {"sizes": (8,)}, "must be 2 positive spatial sizes"),
     ("resize", [TensorType((1, 3, 4, 4))], {"sizes": (2, 4, 8, 8)}, "change N or C"),

@@ -241,7 +241,7 @@ def _pad(cx: NodeContext):
     x = cx.input(0)
     rank = cx.type(x).rank
     mode = cx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise cx.unsupported(f"mode={mode}")
     pads = cx.const_ints(1, "pads")
     axes = cx.const_ints(3, "axes")

@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 
 from ..node import Const, Unsupported
-from ..registry import Unavailable, handles
+from ..registry import handles
 
 
 def _pads(padding) -> tuple[int, ...]:
     return tuple(padding) * 2
 
 
-def _two(v) -> tuple[int, int]:
-    """A pooling size as (h, w): ATen allows one int or a one-element list for both."""
+def _spatial(v, n: int) -> tuple[int, ...]:
+    """A pooling size per spatial dimension: ATen allows one int or a one-element list for all."""
     v = tuple(v) if isinstance(v, list | tuple) else (v,)
-    return v * 2 if len(v) == 1 else v
+    return v * n if len(v) == 1 else v
 
 
 @handles("convolution.default")
@@ -77,20 +77,29 @@ def matmul(b, x, other):
     return b.op("matmul", [b.v(x), b.v(other)])
 
 
-@handles("max_pool2d_with_indices.default")
-def max_pool2d_with_indices(b, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    out = b.op("max_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
-               padding=_pads(_two(padding)), dilations=_two(dilation), ceil_mode=ceil_mode)
-    return out, Unavailable("the indices of max_pool2d_with_indices")
+def _pool_attrs(kernel_size, stride, padding, n: int, **rest) -> dict:
+    return dict(kernel=_spatial(kernel_size, n), strides=_spatial(stride or kernel_size, n),
+                padding=_pads(_spatial(padding, n)), **rest)
 
 
-@handles("avg_pool2d.default")
-def avg_pool2d(b, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+@handles("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
+def max_pool_with_indices(b, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """The values, and the indices (each channel's plane numbered row-major, as torch does)."""
+    y = b.v(x)
+    n = b.type_of(y).rank - 2
+    attrs = _pool_attrs(kernel_size, stride, padding, n, dilations=_spatial(dilation, n), ceil_mode=ceil_mode)
+    return b.op(f"max_pool{n}d", [y], **attrs), b.op("max_pool_indices", [y], per_plane=True, **attrs)
+
+
+@handles("avg_pool2d.default", "avg_pool3d.default")
+def avg_pool(b, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
     if divisor_override is not None:
-        raise Unsupported(f"avg_pool2d with divisor_override={divisor_override}")
-    return b.op("avg_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
-                padding=_pads(_two(padding)), ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+        raise Unsupported(f"average pooling with divisor_override={divisor_override}")
+    y = b.v(x)
+    n = b.type_of(y).rank - 2
+    return b.op(f"avg_pool{n}d", [y], **_pool_attrs(kernel_size, stride, padding, n, ceil_mode=ceil_mode,
+                                                     count_include_pad=count_include_pad))
 
 
 @handles("_adaptive_avg_pool2d.default")

@@ -1,0 +1,111 @@
+"""ONNX spatial operators in their n-dimensional and less common forms, each a one-node model
+compiled with ember.compile and checked against onnx's ReferenceEvaluator on fresh random data,
+with sizes the kernels' tiles do not divide: 1-, 2- and 3-D MaxPool, AveragePool and LpPool,
+MaxPool's Indices (row- and column-major), MaxUnpool after a MaxPool, Pad mode=wrap; and the
+torch frontend's 3-D pooling and pooling indices, against torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from test_onnx_added_ops import one_node, rand
+
+import ember
+from ember.frontend.onnx import import_onnx
+from ember.frontend.torch import import_module
+from ember.testing import assert_close
+
+RNG = np.random.default_rng()
+
+
+def check_compiled(model: onnx.ModelProto, inputs: list[np.ndarray], rtol: float = 1e-5, atol: float = 1e-6):
+    """model compiled by ember against onnx's reference evaluator, every output."""
+    expected = ReferenceEvaluator(model).run(None, {f"x{k}": x for k, x in enumerate(inputs)})
+    actual = ember.compile(import_onnx(model))(*inputs)
+    actual = actual if isinstance(actual, list | tuple) else [actual]
+    assert len(actual) == len(expected)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        a = np.asarray(a)
+        assert a.dtype == e.dtype, f"output {k}: {a.dtype} != {e.dtype}"
+        assert_close(a, e, rtol, atol, f"output {k} compiled vs onnx's ReferenceEvaluator")
+
+
+POOLS = [
+    ("MaxPool", (2, 3, 7, 9, 11), dict(kernel_shape=[3, 2, 3], strides=[2, 1, 2], pads=[1, 0, 1, 1, 1, 0])),
+    ("MaxPool", (1, 2, 6, 7, 9), dict(kernel_shape=[2, 2, 2], dilations=[2, 1, 2], ceil_mode=1)),
+    ("AveragePool", (2, 3, 7, 9, 11), dict(kernel_shape=[3, 3, 2], strides=[2, 2, 1], pads=[1, 1, 0, 1, 1, 1])),
+    ("AveragePool", (1, 2, 6, 8, 7), dict(kernel_shape=[2, 3, 3], strides=[2, 2, 2], pads=[1, 1, 1, 1, 1, 1],
+                                          count_include_pad=1, ceil_mode=1)),
+    ("AveragePool", (2, 3, 13), dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
+    ("LpPool", (1, 3, 6, 7, 5), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], p=3)),
+]
+
+
+@pytest.mark.parametrize("op, shape, attrs", POOLS, ids=[f"{op}-{len(s) - 2}d" for op, s, _ in POOLS])
+def test_pooling_of_any_rank_compiled(op, shape, attrs):
+    x = rand(*shape)
+    check_compiled(one_node(op, [x], **attrs), [x], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, attrs", [
+    ((2, 3, 9, 11), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 3, 9, 11), dict(kernel_shape=[2, 3], strides=[2, 1], storage_order=1)),
+    ((1, 2, 5, 7, 6), dict(kernel_shape=[2, 3, 2], strides=[2, 2, 1], pads=[0, 1, 1, 1, 1, 0])),
+    ((1, 2, 5, 7, 6), dict(kernel_shape=[3, 2, 2], strides=[1, 2, 2], storage_order=1)),
+])
+def test_max_pool_indices_compiled(shape, attrs):
+    # integers: ties, where the first maximum of a window in row-major order must win
+    x = RNG.integers(-4, 4, shape).astype("float32")
+    check_compiled(one_node("MaxPool", [x], n_out=2, **attrs), [x], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape, kernel, strides, pads, output_shape", [
+    ((2, 3, 8, 10), [2, 2], [2, 2], [0, 0, 0, 0], None),
+    ((1, 2, 7, 10), [3, 2], [2, 2], [1, 0, 1, 0], [1, 2, 9, 11]),
+    ((1, 2, 6, 6, 7), [2, 2, 3], [2, 2, 2], [0, 0, 1, 0, 0, 1], None),
+])
+def test_max_unpool_of_max_pool_compiled(shape, kernel, strides, pads, output_shape):
+    """(MaxUnpool's indices address the unpooled size, which the MaxPool input has here; a larger
+    output_shape pads that at the ends, as ONNX's reference does.)"""
+    x = rand(*shape)
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads)
+    nodes = [helper.make_node("MaxPool", ["x0"], ["v", "i"], **attrs),
+             helper.make_node("MaxUnpool", ["v", "i"] + (["shape"] if output_shape else []), ["y0"], **attrs)]
+    inits = [onnx.numpy_helper.from_array(np.asarray(output_shape, "int64"), "shape")] if output_shape else []
+    graph = helper.make_graph(nodes, "unpool", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y0", TensorProto.FLOAT, output_shape or shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    check_compiled(onnx.shape_inference.infer_shapes(model), [x], rtol=0, atol=0)
+
+
+def test_pad_wrap_compiled():
+    x = rand(2, 5, 7)
+    pads = np.asarray([0, 3, 9, 1, 4, 2], "int64")  # wider than a dimension: it wraps more than once
+    check_compiled(one_node("Pad", [x], consts={"pads": pads}, mode="wrap"), [x], rtol=0, atol=0)
+
+
+class _Pool3d(torch.nn.Module):
+    def forward(self, x):
+        values, indices = F.max_pool3d(x, (2, 3, 2), stride=(2, 2, 1), padding=(1, 1, 0), return_indices=True)
+        return values, indices, F.avg_pool3d(x, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+
+
+class _Pool2d(torch.nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True)
+
+
+@pytest.mark.parametrize("module, shape", [(_Pool3d(), (2, 3, 7, 9, 10)), (_Pool2d(), (2, 3, 9, 11))])
+def test_torch_pooling_with_indices_compiled(module, shape):
+    x = torch.from_numpy(rand(*shape))
+    expected = module(x)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = ember.compile(import_module(module, (x,)))(x.numpy())
+    actual = actual if isinstance(actual, list | tuple) else [actual]
+    for a, e in zip(actual, expected):
+        assert_close(np.asarray(a), e.numpy(), 1e-5, 1e-6, "compiled vs torch")
