@@ -1,8 +1,9 @@
 """ONNX neural-network operators as ember operators: convolution, matmul, normalization,
 pooling and reductions (their forms before opset 13 or 18: legacy.py).
 
-Padding comes from `pads` or `auto_pad` (spatial_pads); 1-D convolution transposes run as their
-2-D forms on an inserted unit height; pooling of 1, 2 or 3 spatial dimensions is ember's pooling
+Padding comes from `pads` or `auto_pad` (spatial_pads); convolutions of 1, 2 or 3 spatial
+dimensions are ember's of that rank, but 1-D transposed ones, which run as their 2-D form on an
+inserted unit height; pooling of 1, 2 or 3 spatial dimensions is ember's pooling
 of that rank, MaxPool's Indices output max_pool_indices; ReduceL2 is ember's l2_norm (scaled: no
 overflow of the squares); the other Reduce* variants ember lacks (L1, SumSquare, LogSum,
 LogSumExp) and LRN are decomposed.
@@ -59,17 +60,17 @@ def _spatial_rank(cx: NodeContext, t: Tensor, supported: tuple[int, ...]) -> int
 @converts("Conv")
 def _conv(cx: NodeContext):
     x, w, b = cx.input(0), cx.input(1), cx.optional(2)
-    n = _spatial_rank(cx, w, (1, 2))
+    n = _spatial_rank(cx, w, (1, 2, 3))
     kernel = cx.static_shape(w, "the kernel size")[2:]
     strides, dilations, pads = _window(cx, x, kernel)
     attrs = {"strides": strides, "padding": pads, "dilations": dilations, "groups": cx.attr("group", 1)}
-    return [cx.op("conv1d" if n == 1 else "conv2d", [x, w, b], attrs)]
+    return [cx.op(f"conv{n}d", [x, w, b], attrs)]
 
 
 @converts("ConvTranspose")
 def _conv_transpose(cx: NodeContext):
     x, w, b = cx.input(0), cx.input(1), cx.optional(2)
-    n = _spatial_rank(cx, w, (1, 2))
+    n = _spatial_rank(cx, w, (1, 2, 3))
     kernel = cx.static_shape(w, "the kernel size")[2:]
     strides = tuple(cx.attr("strides", [1] * n))
     dilations = tuple(cx.attr("dilations", [1] * n))
@@ -99,7 +100,7 @@ def _conv_transpose(cx: NodeContext):
         pads = (0, pads[0], 0, pads[1])
     attrs = {"strides": strides, "padding": pads, "output_padding": out_pad, "dilations": dilations,
              "groups": cx.attr("group", 1)}
-    y = cx.op("conv_transpose2d", [x, w, b], attrs)
+    y = cx.op(f"conv_transpose{max(n, 2)}d", [x, w, b], attrs)
     return [cx.op("squeeze", [y], {"axes": (2,)}) if n == 1 else y]
 
 

@@ -32,12 +32,12 @@ def convolution(b, x, weight, bias, stride, padding, dilation, transposed, outpu
     rank = b.type_of(y).rank
     attrs = dict(strides=tuple(stride), padding=_pads(padding), dilations=tuple(dilation), groups=groups)
     if transposed:
-        if rank != 4:
-            raise Unsupported(f"transposed convolution of rank-{rank} input (only conv_transpose2d)")
-        return b.op("conv_transpose2d", inputs, output_padding=tuple(output_padding), **attrs)
-    if rank not in (3, 4):
-        raise Unsupported(f"convolution of rank-{rank} input (only conv1d and conv2d)")
-    return b.op("conv1d" if rank == 3 else "conv2d", inputs, **attrs)
+        if rank not in (4, 5):
+            raise Unsupported(f"transposed convolution of rank-{rank} input (only conv_transpose2d and 3d)")
+        return b.op(f"conv_transpose{rank - 2}d", inputs, output_padding=tuple(output_padding), **attrs)
+    if rank not in (3, 4, 5):
+        raise Unsupported(f"convolution of rank-{rank} input (only conv1d, conv2d and conv3d)")
+    return b.op(f"conv{rank - 2}d", inputs, **attrs)
 
 
 def _transposed_weight(b, weight) -> tuple[object, bool]:
