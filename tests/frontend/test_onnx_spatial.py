@@ -2,8 +2,9 @@
 compiled with ember.compile and checked against onnx's ReferenceEvaluator on fresh random data,
 with sizes the kernels' tiles do not divide: 1-, 2- and 3-D MaxPool, AveragePool and LpPool,
 MaxPool's Indices (row- and column-major), MaxUnpool after a MaxPool, 3-D ConvTranspose and
-Col2Im, Pad mode=wrap; and the torch frontend's 3-D pooling, convolutions and pooling indices,
-against torch."""
+Col2Im, Pad mode=wrap, Resize's tf_crop_and_resize, antialias, scales that give no whole size,
+keep_aspect_ratio_policy and half_pixel_symmetric; and the torch frontend's 3-D pooling,
+convolutions, pooling indices and antialiased or fractionally scaled interpolation, against torch."""
 
 from __future__ import annotations
 
@@ -109,6 +110,44 @@ def test_pad_wrap_compiled():
     check_compiled(one_node("Pad", [x], consts={"pads": pads}, mode="wrap"), [x], rtol=0, atol=0)
 
 
+def _resize(x: np.ndarray, roi=None, scales=None, sizes=None, **attrs) -> onnx.ModelProto:
+    consts = {name: np.asarray(v, dtype) for name, v, dtype in
+              (("roi", roi, "float32"), ("scales", scales, "float32"), ("sizes", sizes, "int64")) if v is not None}
+    names = ["x0"] + [name if name in consts else "" for name in ("roi", "scales", "sizes")]
+    while not names[-1]:
+        names.pop()
+    return one_node("Resize", [x], consts=consts, node_inputs=names, **attrs)
+
+
+RESIZES = [  # (input shape, Resize's inputs and attributes)
+    ((2, 3, 9, 11), dict(roi=[0, 0, 0.15, 0.3, 1, 1, 1.1, 0.85], sizes=[2, 3, 7, 5], mode="linear",
+                         coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-7.5)),
+    ((1, 2, 9, 11), dict(roi=[-0.1, 0.35, 0.6, 1.2], sizes=[8, 6], axes=[2, 3], mode="cubic",
+                         coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=2.0)),
+    ((1, 2, 9, 11), dict(roi=[0.2, 0.1, 0.9, 0.7], sizes=[5, 13], axes=[2, 3], mode="nearest",
+                         coordinate_transformation_mode="tf_crop_and_resize")),
+    ((2, 3, 13, 17), dict(sizes=[2, 3, 5, 7], mode="linear", antialias=1)),
+    ((2, 3, 13, 17), dict(scales=[1, 1, 0.45, 0.7], mode="cubic", antialias=1)),
+    ((1, 2, 11, 7), dict(sizes=[1, 2, 4, 12], mode="cubic", antialias=1, exclude_outside=1, cubic_coeff_a=-0.5)),
+    ((2, 3, 9, 11), dict(scales=[1, 1, 0.6, 1.35], mode="linear")),
+    ((2, 3, 9, 11), dict(scales=[1, 1, 0.7, 1.7], mode="nearest", nearest_mode="round_prefer_ceil")),
+    ((2, 3, 9, 11), dict(scales=[1, 1, 1.45, 0.55], mode="cubic", coordinate_transformation_mode="asymmetric")),
+    ((1, 2, 9, 11), dict(scales=[1, 1, 0.8, 1.3], mode="linear", coordinate_transformation_mode="align_corners")),
+    ((2, 3, 9, 11), dict(sizes=[6, 10], axes=[2, 3], mode="linear", keep_aspect_ratio_policy="not_larger")),
+    ((2, 3, 9, 11), dict(sizes=[6, 10], axes=[3, 2], mode="nearest", keep_aspect_ratio_policy="not_smaller")),
+    ((2, 3, 9, 11), dict(scales=[1, 1, 0.6, 1.35], mode="linear",
+                         coordinate_transformation_mode="half_pixel_symmetric")),
+    ((2, 3, 9, 11), dict(scales=[1, 1, 1.3, 0.45], mode="nearest",
+                         coordinate_transformation_mode="half_pixel_symmetric")),
+]
+
+
+@pytest.mark.parametrize("shape, attrs", RESIZES)
+def test_resize_forms_compiled(shape, attrs):
+    x = rand(*shape)
+    check_compiled(_resize(x, **attrs), [x], rtol=1e-4, atol=1e-5)
+
+
 class _Pool3d(torch.nn.Module):
     def forward(self, x):
         values, indices = F.max_pool3d(x, (2, 3, 2), stride=(2, 2, 1), padding=(1, 1, 0), return_indices=True)
@@ -130,8 +169,15 @@ class _Conv3d(torch.nn.Module):
         return self.up(self.conv(x))
 
 
+class _Interpolate(torch.nn.Module):
+    def forward(self, x):
+        return (F.interpolate(x, size=(5, 13), mode="bilinear", antialias=True),
+                F.interpolate(x, scale_factor=(0.45, 0.7), mode="bicubic", antialias=True),
+                F.interpolate(x, scale_factor=(0.6, 1.35), mode="bilinear"))
+
+
 @pytest.mark.parametrize("module, shape", [(_Pool3d(), (2, 3, 7, 9, 10)), (_Pool2d(), (2, 3, 9, 11)),
-                                           (_Conv3d(), (1, 3, 5, 7, 6))])
+                                           (_Conv3d(), (1, 3, 5, 7, 6)), (_Interpolate(), (2, 3, 13, 17))])
 def test_torch_3d_and_pooling_indices_compiled(module, shape):
     x = torch.from_numpy(rand(*shape))
     expected = module(x)

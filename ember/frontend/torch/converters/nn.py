@@ -129,9 +129,34 @@ def upsample_nearest2d(b, x, output_size, scale_factors):
 
 @handles("upsample_bilinear2d.vec")
 def upsample_bilinear2d(b, x, output_size, align_corners, scale_factors):
-    _check_scales(b, x, scale_factors)  # torch's half-pixel mapping clamps at the edges, as resize does
+    # torch's half-pixel mapping clamps at the edges, as resize does; with scale factors it maps
+    # by 1 / scale_factor, as resize's scales do (align_corners ignores them, so they must be exact)
+    if align_corners:
+        _check_scales(b, x, scale_factors)
+    scales = {} if align_corners or scale_factors is None else {"scales": tuple(float(f) for f in scale_factors)}
     return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode="linear",
-                coordinate_transformation_mode="align_corners" if align_corners else "half_pixel")
+                coordinate_transformation_mode="align_corners" if align_corners else "half_pixel", **scales)
+
+
+def _antialiased(b, x, mode: str, align_corners, scales_h, scales_w):
+    """torch's antialias is ONNX's with the taps past an edge left out (exclude_outside), and
+    PIL's bicubic coefficient -0.5; scale factors map by 1 / scale_factor, as resize's scales."""
+    if align_corners:
+        raise Unsupported("antialiased interpolation with align_corners=True")
+    scales = {} if scales_h is None or scales_w is None else {"scales": (float(scales_h), float(scales_w))}
+    return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode=mode,
+                coordinate_transformation_mode="half_pixel", antialias=True, exclude_outside=True,
+                cubic_coeff_a=-0.5, **scales)
+
+
+@handles("_upsample_bilinear2d_aa.default")
+def upsample_bilinear2d_aa(b, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _antialiased(b, x, "linear", align_corners, scales_h, scales_w)
+
+
+@handles("_upsample_bicubic2d_aa.default")
+def upsample_bicubic2d_aa(b, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _antialiased(b, x, "cubic", align_corners, scales_h, scales_w)
 
 
 @handles("scaled_dot_product_attention.default")
