@@ -3,7 +3,7 @@ compiled with ember.compile and checked against onnx's ReferenceEvaluator on fre
 with sizes the kernels' tiles do not divide: 1-, 2- and 3-D MaxPool, AveragePool and LpPool,
 MaxPool's Indices (row- and column-major), MaxUnpool after a MaxPool, 3-D ConvTranspose and
 Col2Im, Pad mode=wrap, Resize's tf_crop_and_resize, antialias, scales that give no whole size,
-keep_aspect_ratio_policy and half_pixel_symmetric; and the torch frontend's 3-D pooling,
+keep_aspect_ratio_policy and half_pixel_symmetric, RoiAlign; and the torch frontend's 3-D pooling,
 convolutions, pooling indices and antialiased or fractionally scaled interpolation, against torch."""
 
 from __future__ import annotations
@@ -146,6 +146,32 @@ RESIZES = [  # (input shape, Resize's inputs and attributes)
 def test_resize_forms_compiled(shape, attrs):
     x = rand(*shape)
     check_compiled(_resize(x, **attrs), [x], rtol=1e-4, atol=1e-5)
+
+
+def _rois(count: int, height: int, width: int) -> np.ndarray:
+    """Boxes (x1, y1, x2, y2), some reaching past the image, some smaller than a pixel."""
+    corner = RNG.uniform(-2, [width, height], (count, 2))
+    size = RNG.uniform(0.3, [width / 1.5, height / 1.5], (count, 2))
+    return np.concatenate([corner, corner + size], axis=1).astype("float32")
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(output_height=3, output_width=4, sampling_ratio=2, spatial_scale=0.5),
+    dict(output_height=5, output_width=3, sampling_ratio=3, mode="max", spatial_scale=0.7),
+    dict(output_height=2, output_width=5, sampling_ratio=2, coordinate_transformation_mode="output_half_pixel"),
+])
+def test_roi_align_compiled(attrs):
+    x, rois = rand(2, 3, 11, 9), _rois(5, 11 / attrs.get("spatial_scale", 1), 9 / attrs.get("spatial_scale", 1))
+    indices = RNG.integers(0, 2, 5).astype("int64")
+    check_compiled(one_node("RoiAlign", [x, rois, indices], **attrs), [x, rois, indices], rtol=1e-4, atol=1e-5)
+
+
+def test_roi_align_counting_samples_from_constant_rois_compiled():
+    x = rand(1, 2, 10, 12)
+    rois = np.asarray([[1.0, 2.0, 7.0, 8.0], [0.5, 0.0, 6.0, 5.5]], "float32")  # 3 samples per bin on both axes
+    indices = np.zeros(2, "int64")
+    check_compiled(one_node("RoiAlign", [x], consts={"rois": rois, "indices": indices}, output_height=2,
+                            output_width=2, sampling_ratio=0), [x], rtol=1e-4, atol=1e-5)
 
 
 class _Pool3d(torch.nn.Module):

@@ -1,7 +1,7 @@
 """ONNX image operators: GridSample (ember's grid_sample); CenterCropPad (one `pad`, whose
 negative pads crop) and Col2Im (a `conv_transpose2d` or `conv_transpose3d` with one-hot
 weights: each column entry is added into the pixel its kernel position covers, exactly what a
-transposed convolution does)."""
+transposed convolution does); RoiAlign (ember's roi_align)."""
 
 from __future__ import annotations
 
@@ -57,6 +57,31 @@ def _col2im(cx: NodeContext):
     out_pad = tuple(image[a] - full[a] for a in range(d))
     attrs = {"strides": strides, "padding": pads, "dilations": dil, "groups": c, "output_padding": out_pad}
     return [cx.op(f"conv_transpose{d}d", [cols, weight], attrs)]
+
+
+@converts("RoiAlign")
+def _roi_align(cx: NodeContext):
+    """sampling_ratio 0 takes ceil(roi size / bins) samples per bin, a count the rois' values
+    decide: the rois must then be constants."""
+    x, rois, indices = cx.input(0), cx.input(1), cx.input(2)
+    out_h, out_w = cx.attr("output_height", 1), cx.attr("output_width", 1)
+    ratio = cx.attr("sampling_ratio", 0)
+    half_pixel = cx.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    scale = cx.attr("spatial_scale", 1.0)
+    if ratio == 0:
+        values = cx.const(1, "rois (sampling_ratio=0 counts samples by the roi sizes)")
+        offset = 0.5 if half_pixel else 0.0
+        sizes = values.astype("float64") * scale - offset
+        heights, widths = sizes[:, 3] - sizes[:, 1], sizes[:, 2] - sizes[:, 0]
+        if not half_pixel:
+            heights, widths = np.maximum(heights, 1.0), np.maximum(widths, 1.0)
+        counts = {int(np.ceil(v)) for v in np.concatenate([heights / out_h, widths / out_w])}
+        if len(counts) != 1:
+            raise cx.unsupported(f"sampling_ratio=0 with rois that take {sorted(counts)} samples per bin")
+        ratio = max(counts.pop(), 1)
+    attrs = {"output_height": out_h, "output_width": out_w, "sampling_ratio": ratio, "spatial_scale": scale,
+             "mode": cx.attr("mode", "avg"), "half_pixel": half_pixel}
+    return [cx.op("roi_align", [x, rois, indices], attrs)]
 
 
 @converts("GridSample")
