@@ -3,7 +3,7 @@ compiled with ember.compile and checked against onnx's ReferenceEvaluator on fre
 with sizes the kernels' tiles do not divide: 1-, 2- and 3-D MaxPool, AveragePool and LpPool,
 MaxPool's Indices (row- and column-major), MaxUnpool after a MaxPool, 3-D ConvTranspose and
 Col2Im, Pad mode=wrap, Resize's tf_crop_and_resize, antialias, scales that give no whole size,
-keep_aspect_ratio_policy and half_pixel_symmetric, RoiAlign; and the torch frontend's 3-D pooling,
+keep_aspect_ratio_policy and half_pixel_symmetric, RoiAlign, DeformConv; and the torch frontend's 3-D pooling,
 convolutions, pooling indices and antialiased or fractionally scaled interpolation, against torch."""
 
 from __future__ import annotations
@@ -172,6 +172,23 @@ def test_roi_align_counting_samples_from_constant_rois_compiled():
     indices = np.zeros(2, "int64")
     check_compiled(one_node("RoiAlign", [x], consts={"rois": rois, "indices": indices}, output_height=2,
                             output_width=2, sampling_ratio=0), [x], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs, with_bias, with_mask", [
+    ((2, 4, 9, 11), (6, 2, 3, 2), dict(group=2, offset_group=2, pads=[1, 0, 1, 1], strides=[2, 1]), True, True),
+    ((1, 3, 7, 8), (5, 3, 2, 3), dict(dilations=[2, 1], pads=[0, 1, 1, 0]), False, True),
+    ((2, 2, 6, 7), (3, 2, 3, 3), dict(offset_group=2), True, False),
+])
+def test_deform_conv_compiled(x_shape, w_shape, attrs, with_bias, with_mask):
+    x, w = rand(*x_shape), rand(*w_shape)
+    model = one_node("DeformConv", [x, w, rand(x_shape[0], 1, 1, 1)], **attrs)  # for the output size
+    out = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim][2:]
+    taps = attrs.get("offset_group", 1) * w_shape[2] * w_shape[3]
+    offset = RNG.uniform(-3, 3, (x_shape[0], taps * 2, *out)).astype("float32")  # some samples leave the image
+    inputs = [x, w, offset] + ([rand(w_shape[0])] if with_bias else []) + (
+        [RNG.uniform(0, 1, (x_shape[0], taps, *out)).astype("float32")] if with_mask else [])
+    names = ["x0", "x1", "x2", "x3" if with_bias else ""] + (["x4" if with_bias else "x3"] if with_mask else [])
+    check_compiled(one_node("DeformConv", inputs, node_inputs=names, **attrs), inputs, rtol=1e-4, atol=1e-5)
 
 
 class _Pool3d(torch.nn.Module):

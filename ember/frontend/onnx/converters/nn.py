@@ -104,6 +104,19 @@ def _conv_transpose(cx: NodeContext):
     return [cx.op("squeeze", [y], {"axes": (2,)}) if n == 1 else y]
 
 
+@converts("DeformConv")
+def _deform_conv(cx: NodeContext):
+    x, w, offset, b, mask = (cx.optional(k) for k in range(5))
+    _spatial_rank(cx, w, (2,))
+    kernel = cx.static_shape(w, "the kernel size")[2:]
+    strides, dilations, pads = _window(cx, x, kernel)
+    attrs = {"strides": strides, "padding": pads, "dilations": dilations, "groups": cx.attr("group", 1),
+             "offset_groups": cx.attr("offset_group", 1)}
+    if mask is not None and b is None:  # the mask comes after a bias
+        b = np.zeros(cx.static_shape(w, "DeformConv")[0], dtype=cx.type(x).dtype)
+    return [cx.op("deform_conv2d", [t for t in (x, w, offset, b, mask) if t is not None], attrs)]
+
+
 @converts("Gemm")
 def _gemm(cx: NodeContext):
     attrs = {"alpha": cx.attr("alpha", 1.0), "beta": cx.attr("beta", 1.0),
