@@ -116,6 +116,13 @@ def test_resize_rounding_modes_and_1d_linear():
     ("pad", [(2, 3)], {"pads": (1, 2, 0, 1), "mode": "reflect"}),
     ("resize", [(1, 1, 3, 2)], {"sizes": (5, 3), "mode": "linear", "coordinate_transformation_mode": "half_pixel"}),
     ("resize", [(1, 1, 3, 2)], {"sizes": (4, 4), "coordinate_transformation_mode": "align_corners"}),
+    ("pad", [(2, 3)], {"pads": (2, 4, 3, 1), "mode": "wrap"}),
+    ("resize", [(1, 2, 7, 5)], {"sizes": (3, 6), "mode": "cubic", "antialias": True}),
+    ("resize", [(1, 1, 7, 5)], {"sizes": (2, 3), "mode": "linear", "antialias": True, "exclude_outside": True,
+                                "coordinate_transformation_mode": "tf_crop_and_resize", "roi": (0.1, -0.2, 0.8, 0.9),
+                                "extrapolation_value": 3.0}),
+    ("resize", [(1, 1, 5, 6)], {"sizes": (3, 4), "scales": (0.7, 0.75), "mode": "linear",
+                                "coordinate_transformation_mode": "half_pixel_symmetric"}),
 ])
 def test_tiny_cases_on_the_interpreter(op, inputs, attrs):
     arrays = [x if isinstance(x, np.ndarray) else rand(*x) for x in inputs]
