@@ -236,13 +236,11 @@ def _reference_indices(inputs, attrs):
     steps = _strides_of(x.shape[2:], attrs["storage_order"])
     found = np.full(best.shape, -1, np.int64)
     for tap, window in reversed(taps):  # the first tap holding the maximum wins
-        flat = sum(np.add.outer(np.zeros(out[:k], np.int64), np.multiply.outer(
-            (np.arange(o) * s + t * d - pb) * step, np.ones(out[k + 1:], np.int64)))
-            for k, (o, s, t, d, pb, step) in enumerate(zip(out, strides, tap, dilations, pads_b, steps)))
-        inside = np.ones(out, bool)
-        for k, (o, s, t, d, pb, size) in enumerate(zip(out, strides, tap, dilations, pads_b, x.shape[2:])):
-            q = np.arange(o) * s + t * d - pb
-            inside &= ((q >= 0) & (q < size)).reshape((1,) * k + (-1,) + (1,) * (n - 1 - k))
+        flat, inside = np.zeros(out, np.int64), np.ones(out, bool)
+        for k, (o, s, t, d, pb, size, step) in enumerate(zip(out, strides, tap, dilations, pads_b, x.shape[2:],
+                                                               steps)):
+            q = (np.arange(o) * s + t * d - pb).reshape((1,) * k + (-1,) + (1,) * (n - 1 - k))
+            flat, inside = flat + q * step, inside & (q >= 0) & (q < size)
         found = np.where(inside & (window == best), flat, found)
     if not attrs["per_plane"]:
         plane = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * n)
