@@ -266,8 +266,9 @@ def _compute(inputs, attrs, out_types):
 
 def _compute_separable(x, attrs, sizes, weight_dtype, ops):
     """Antialiased resizing one spatial axis after the other (its taps grow as 1/scale: a stage
-    per axis reads sum(taps) rather than their product): per axis a table of the taps' weights
-    (output coordinate x tap), their sums, and the weighted sum over the taps of each output."""
+    per axis reads sum(taps) rather than their product): per axis tables of the taps' input
+    indices and weights (output coordinate x tap), the weights' sums, and the weighted sum over
+    the taps of each output."""
     lo, hi, select, both, to_float = ops
 
     def along(src, k: int, n_in: int, n_out: int):
@@ -281,13 +282,14 @@ def _compute_separable(x, attrs, sizes, weight_dtype, ops):
             return antialias_weight(a * o + b, den, n_in, j, scale, attrs, lo, hi, select, both, to_float)
 
         weights = te.compute((n_out, count), lambda o, j: tap(o, j)[1], name=f"resize_weights{k}", tag=AXIS_STAGE)
+        index = te.compute((n_out, count), lambda o, j: tap(o, j)[0], name=f"resize_index{k}", tag=AXIS_STAGE)
         r = te.reduce_axis((0, count), name=f"w{k}")
         total = te.compute((n_out,), lambda o: te.sum(weights[o, r], axis=r), name=f"resize_total{k}",
                            tag=AXIS_STAGE)
         j = te.reduce_axis((0, count), name=f"t{k}")
 
         def element(*i):
-            source = src[i[:axis] + (tap(i[axis], j)[0],) + i[axis + 1:]]
+            source = src[i[:axis] + (index[i[axis], j],) + i[axis + 1:]]
             return te.sum(cast(weight_dtype, source) * weights[i[axis], j], axis=j)
 
         shape = tuple(src.shape[:axis]) + (n_out,) + tuple(src.shape[axis + 1:])
