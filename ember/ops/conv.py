@@ -1,9 +1,10 @@
-"""Convolutions: conv1d, conv2d (x: N, C, spatial...; w: OC, C/groups, kernel...) and
-conv_transpose2d (w: C, OC/groups, kh, kw), with ONNX-style padding (begin..., end...), strides,
+"""Convolutions: conv1d, conv2d, conv3d (x: N, C, spatial...; w: OC, C/groups, kernel...) and
+conv_transpose2d, conv_transpose3d (w: C, OC/groups, kernel...), one n-d definition each, with
+ONNX-style padding (begin..., end...), strides,
 dilations and groups; and the sliding-window arithmetic that pooling shares.
 
 The te compute, for n spatial dimensions:
-- a padded input stage (PACK), when there is padding; for conv_transpose2d it also spreads the
+- a padded input stage (PACK), when there is padding; for a transposed one it also spreads the
   input out by the strides (zeros between), which makes the transposed convolution a plain
   convolution with the kernel flipped and its in/out channels swapped;
 - groups == 1: the weights are packed as (OC/16, C, kernel..., 16) (PACK; output channels padded
@@ -161,7 +162,7 @@ def transposed_as_conv(w_shape, attrs):
     (pads_b', pads_e')."""
     kernel = w_shape[2:]
     n = len(kernel)
-    strides, pads_b, pads_e, dilations = window_attrs("conv_transpose2d", attrs, n)
+    strides, pads_b, pads_e, dilations = window_attrs("conv_transpose", attrs, n)
     full = [d * (k - 1) for k, d in zip(kernel, dilations)]
     return (tuple(f - pb for f, pb in zip(full, pads_b)),
             tuple(f - pe + op_ for f, pe, op_ in zip(full, pads_e, attrs["output_padding"])))
@@ -179,7 +180,7 @@ def _flip_weights(w: np.ndarray, groups: int) -> np.ndarray:
 def _reference_conv_transpose(inputs, attrs):
     x, w = inputs[:2]
     n = x.ndim - 2
-    strides, _, _, dilations = window_attrs("conv_transpose2d", attrs, n)
+    strides, _, _, dilations = window_attrs("conv_transpose", attrs, n)
     spread = np.zeros(x.shape[:2] + tuple((s_ - 1) * st + 1 for s_, st in zip(x.shape[2:], strides)), x.dtype)
     spread[(slice(None), slice(None)) + tuple(slice(None, None, st) for st in strides)] = x
     pads_b, pads_e = transposed_as_conv(w.shape, attrs)
@@ -294,7 +295,7 @@ def _compute_conv(inputs, attrs, out_types):
 def _compute_conv_transpose(inputs, attrs, out_types):
     x, w = inputs[:2]
     n = x.ndim - 2
-    strides, _, _, dilations = window_attrs("conv_transpose2d", attrs, n)
+    strides, _, _, dilations = window_attrs("conv_transpose", attrs, n)
     w_shape = [as_int(d) for d in w.shape]
     pads_b, pads_e = transposed_as_conv(w_shape, attrs)
     groups = attrs["groups"]
@@ -324,15 +325,21 @@ def _conv_op(name: str, n: int) -> OpDef:
     )
 
 
-register(_conv_op("conv1d", 1))
-register(_conv_op("conv2d", 2))
-register(OpDef(
-    name="conv_transpose2d",
-    infer=lambda types, attrs: _conv_types("conv_transpose2d", 2, types, attrs, transposed=True),
-    reference=_reference_conv_transpose,
-    compute=_compute_conv_transpose,
-    pattern="out_elementwise_fusable",
-    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "output_padding": (0, 0), "dilations": (1, 1), "groups": 1},
-    num_inputs=(2, 3),
-    doc="2-d transposed convolution (the gradient of conv2d by its input), w as (in, out/groups, kh, kw).",
-))
+def _conv_transpose_op(name: str, n: int) -> OpDef:
+    return OpDef(
+        name=name,
+        infer=lambda types, attrs: _conv_types(name, n, types, attrs, transposed=True),
+        reference=_reference_conv_transpose,
+        compute=_compute_conv_transpose,
+        pattern="out_elementwise_fusable",
+        attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "output_padding": (0,) * n, "dilations": (1,) * n,
+               "groups": 1},
+        num_inputs=(2, 3),
+        doc=f"{n}-d transposed convolution (the gradient of conv{n}d by its input), w as (in, out/groups, k...).",
+    )
+
+
+for _n in (1, 2, 3):
+    register(_conv_op(f"conv{_n}d", _n))
+for _n in (2, 3):
+    register(_conv_transpose_op(f"conv_transpose{_n}d", _n))

@@ -38,7 +38,7 @@ from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
 from .conv import conv_reference, window_attrs, window_out
 from .hints import PACK
-from .pool import POOL_ATTRS
+from .pool import pool_attrs
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
 
 ANCHOR, POOL_ANCHOR = "conv_nchwc", "pool_nchwc"
@@ -372,6 +372,6 @@ register(OpDef(
     reference=_reference_pool,
     compute=_compute_pool,
     pattern="reduction",
-    attrs=POOL_ATTRS,
+    attrs=pool_attrs(2),
     doc="max_pool2d over x in NCHW{b}c, out in the same layout.",
 ))

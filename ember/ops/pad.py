@@ -2,7 +2,8 @@
 dimension, ONNX Pad style: pads = (begin_1, ..., begin_n, end_1, ..., end_n).
 
 Modes: "constant" (the new elements are `value`), "reflect" (mirrored without repeating the
-edge, so a pad must be smaller than its dimension), "edge" (the edge element repeated).
+edge, so a pad must be smaller than its dimension), "edge" (the edge element repeated), "wrap"
+(the dimension repeated periodically, as NumPy's wrap: index (i - begin) mod size).
 Pattern `injective`: each output element reads at most one input element.
 """
 
@@ -15,7 +16,7 @@ from ..graph.core import TensorType
 from ..tir.expr import as_int, max_, min_
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
-MODES = ("constant", "reflect", "edge")
+MODES = ("constant", "reflect", "edge", "wrap")
 
 
 def split_pads(op: str, pads, rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -44,8 +45,8 @@ def _infer(types, attrs):
             raise OpTypeError(f"pad: negative pads {(b, e)} on dimension {k} need mode 'constant'")
         if mode == "reflect" and max(b, e) >= d:
             raise OpTypeError(f"pad: reflect pads {(b, e)} on dimension {k} must be smaller than its size {d}")
-        if mode == "edge" and d == 0:
-            raise OpTypeError(f"pad: edge padding of the empty dimension {k}")
+        if mode in ("edge", "wrap") and d == 0:
+            raise OpTypeError(f"pad: {mode} padding of the empty dimension {k}")
         if d + b + e < 0:
             raise OpTypeError(f"pad: pads {(b, e)} crop more than dimension {k} of size {d}")
         shape.append(d + b + e)
@@ -69,6 +70,8 @@ def _source_index(i, n, begin: int, mode: str):
     j = i - begin
     if mode == "edge":
         return min_(max_(j, 0), n - 1)
+    if mode == "wrap":  # te's % is a floor modulo: never negative
+        return j % n
     if mode == "reflect":
         j = te.if_then_else(j < 0, 0 - j, j)
         return te.if_then_else(j >= n, 2 * (n - 1) - j, j)
@@ -100,5 +103,5 @@ register(OpDef(
     compute=_compute,
     pattern="injective",
     attrs={"pads": REQUIRED, "mode": "constant", "value": 0.0},
-    doc="Pad (or crop) every dimension: constant, reflect or edge.",
+    doc="Pad (or crop) every dimension: constant, reflect, edge or wrap.",
 ))

@@ -1,24 +1,35 @@
-"""resize(x; sizes, mode, coordinate_transformation_mode, nearest_mode): ONNX Resize of the
-spatial dimensions of an N, C, spatial... tensor to `sizes` (the spatial sizes; a full shape whose
-leading N, C are x's is accepted too).
+"""resize(x; sizes, mode, coordinate_transformation_mode, nearest_mode, scales, roi,
+extrapolation_value, antialias): ONNX Resize of the spatial dimensions of an N, C, spatial...
+tensor to `sizes` (the spatial sizes; a full shape whose leading N, C are x's is accepted too).
 
-Each output coordinate maps to an input coordinate, kept as an exact fraction num/den of integers
-so that nearest rounding never depends on float error:
-  half_pixel            (x + 0.5) * in/out - 0.5
-  pytorch_half_pixel    the same, but 0 when out == 1
-  asymmetric            x * in/out
-  align_corners         x * (in - 1)/(out - 1), 0 when out == 1
+Each output coordinate x maps to an input coordinate, an affine function (a*x + b)/den of
+integers (source_affine), so that nearest rounding never depends on float error. s is the scale
+of the axis: `scales` when given (ONNX: the output size is floor(in * s), and the mapping uses s
+itself), else out/in; W = s * in, the scaled size, which need not be whole:
+  half_pixel            (x + 0.5) / s - 0.5
+  pytorch_half_pixel    the same, but -0.5 when W == 1
+  half_pixel_symmetric  the same, shifted by in/2 * (1 - out/W) (centred when out != W)
+  asymmetric            x / s
+  align_corners         x * (in - 1)/(W - 1), 0 when W == 1
+  tf_crop_and_resize    roi (start, end) of the axis in [0, 1]: start * (in - 1) + x * (end - start)
+                        * (in - 1)/(W - 1); a coordinate outside [0, in - 1] on any axis gives
+                        `extrapolation_value`
 "nearest" rounds it (nearest_mode: round_prefer_floor, round_prefer_ceil, floor, ceil) and clamps
 to the input; "linear" interpolates between the two neighbours of each spatial axis (coordinates
 clamped at the edges, as ONNX and PyTorch do); "cubic" weighs the four neighbours floor - 1 ..
 floor + 2 of each axis by Keys' cubic kernel with parameter `cubic_coeff_a` (-0.75 as ONNX and
 PyTorch's bicubic -0.75), neighbours past an edge reading the edge (or, with `exclude_outside`,
-weighted 0 and the other weights scaled to sum to 1). Pattern `injective`.
+weighted 0 and the other weights scaled to sum to 1). With `antialias` (linear and cubic, as
+ONNX and PyTorch's antialias), a downscaling axis stretches the kernel by 1/s: the taps within
+its reach (2 - 2 * (floor(-r/s) + 1) of them, r = 1 for linear, 2 for cubic) weighted by
+kernel(s * distance), normalized to sum to 1. Pattern `injective`.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,8 +40,12 @@ from .common import check_float
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 MODES = ("nearest", "linear", "cubic")
-COORDINATE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+COORDINATE_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric",
+                    "tf_crop_and_resize")
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+DENOMINATOR = 1 << 24  # a float32 scale or roi is this exact fraction; float64 ones the nearest such
+WIDEST = 1 << 31  # the largest denominator of a mapping: its products with coordinates stay in int64
+AXIS_STAGE = "resize_axis"  # the tag of a stage that resizes one axis (antialias; its schedule keeps them)
 
 
 def _spatial_sizes(x: TensorType, attrs) -> tuple[int, ...]:
@@ -56,24 +71,52 @@ def _infer(types, attrs):
     if attrs["mode"] != "nearest":
         check_float(f"resize ({attrs['mode']})", x)
     sizes = _spatial_sizes(x, attrs)
+    n = len(sizes)
+    if attrs["scales"] is not None and (len(attrs["scales"]) != n or min(attrs["scales"]) <= 0):
+        raise OpTypeError(f"resize: scales {attrs['scales']} must be {n} positive numbers, one per spatial axis")
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" and len(attrs["roi"] or ()) != 2 * n:
+        raise OpTypeError(f"resize: tf_crop_and_resize needs roi of {2 * n} numbers (starts, then ends, of the "
+                          f"spatial axes), got {attrs['roi']}")
     for k, d in enumerate(x.shape[2:]):
         if isinstance(d, str):
             raise OpTypeError(f"resize: spatial dimension {k} is the symbol {d!r}; it must be a known size")
     return [TensorType(tuple(x.shape[:2]) + sizes, x.dtype)]
 
 
-def source_fraction(x, n_in: int, n_out: int, mode: str):
-    """The input coordinate of output coordinate x as (numerator, denominator); x is an int,
-    a NumPy integer array or a te expression."""
-    if mode in ("half_pixel", "pytorch_half_pixel"):
-        if mode == "pytorch_half_pixel" and n_out == 1:
-            return 0 * x, 1
-        return (2 * x + 1) * n_in - n_out, 2 * n_out
-    if mode == "asymmetric":
-        return x * n_in, n_out
-    if n_out == 1:  # align_corners
-        return 0 * x, 1
-    return x * (n_in - 1), n_out - 1
+def _scale(attrs, axis: int, n_in: int, n_out: int) -> Fraction:
+    if attrs["scales"] is None:
+        return Fraction(n_out, n_in)
+    return Fraction(attrs["scales"][axis]).limit_denominator(DENOMINATOR)
+
+
+def source_affine(attrs, axis: int, n_in: int, n_out: int) -> tuple[int, int, int]:
+    """(a, b, den): output coordinate x of spatial axis `axis` maps to input coordinate
+    (a*x + b)/den (see the module's docstring)."""
+    mode = attrs["coordinate_transformation_mode"]
+    s = _scale(attrs, axis, n_in, n_out)
+    width, half = s * n_in, Fraction(1, 2)
+    match mode:
+        case "half_pixel" | "pytorch_half_pixel" | "half_pixel_symmetric":
+            a, b = 1 / s, half / s - half
+            if mode == "pytorch_half_pixel" and width == 1:
+                a, b = Fraction(0), -half
+            if mode == "half_pixel_symmetric":
+                b += Fraction(n_in, 2) * (1 - n_out / width)
+        case "asymmetric":
+            a, b = 1 / s, Fraction(0)
+        case "align_corners":
+            a, b = (Fraction(0) if width == 1 else (n_in - 1) / (width - 1)), Fraction(0)
+        case _:  # tf_crop_and_resize
+            n = len(attrs["roi"]) // 2
+            start, end = (Fraction(attrs["roi"][k]).limit_denominator(DENOMINATOR) for k in (axis, axis + n))
+            if width == 1:
+                a, b = Fraction(0), (end - start) * (n_in - 1) / 2 + start * (n_in - 1)
+            else:
+                a, b = (end - start) * (n_in - 1) / (width - 1), start * (n_in - 1)
+    if math.lcm(a.denominator, b.denominator) > WIDEST:
+        a, b = a.limit_denominator(WIDEST // 2), b.limit_denominator(WIDEST // 2)
+    den = math.lcm(a.denominator, b.denominator)
+    return int(a * den), int(b * den), den
 
 
 def nearest_index(num, den: int, n_in: int, rounding: str, lo, hi):
@@ -97,14 +140,6 @@ def linear_neighbours(num, den: int, n_in: int, lo, hi):
     return lo(below, n_in - 1), lo(below + 1, n_in - 1), num % den
 
 
-def cubic_fraction(x, n_in: int, n_out: int, mode: str):
-    """The input coordinate of cubic resizing: source_fraction's, but -1/2 for pytorch_half_pixel
-    to one pixel (linear clamps that to 0, cubic reads the neighbours of -1/2)."""
-    if mode == "pytorch_half_pixel" and n_out == 1:
-        return 0 * x - 1, 2
-    return source_fraction(x, n_in, n_out, mode)
-
-
 def cubic_taps(num, den: int, n_in: int, a: float, exclude_outside: bool, lo, hi, select, both, to_float):
     """[(index, weight)] of the four neighbours of coordinate num/den: indices clamped to the
     input, weights of Keys' kernel of the distances (float expressions via to_float). `lo`, `hi`,
@@ -122,25 +157,78 @@ def cubic_taps(num, den: int, n_in: int, a: float, exclude_outside: bool, lo, hi
     return [(lo(hi(i, 0), n_in - 1), w) for i, w in zip(indices, weights)]
 
 
+def antialias_reach(attrs, scale: float) -> tuple[int, int]:
+    """(first, count): the taps of an antialiased kernel are base + first ... base + first +
+    count - 1 around coordinate base + t (0 <= t < 1); the kernel (reach 1 for linear, 2 for
+    cubic) stretched by 1/scale when downscaling."""
+    reach = 1 if attrs["mode"] == "linear" else 2
+    first = math.floor(-reach / min(scale, 1.0)) + 1
+    return first, 2 - 2 * first
+
+
+def antialias_weight(num, den: int, n_in: int, tap, scale: float, attrs, lo, hi, select, both, to_float):
+    """(index, weight) of tap number `tap` (an int, an array or a te expression, counted from
+    antialias_reach's first) of coordinate num/den: the index clamped to the input, the weight
+    kernel(s * distance), not yet normalized (0 past an edge with exclude_outside)."""
+    s = min(scale, 1.0)
+    first, _ = antialias_reach(attrs, scale)
+    base = num // den
+    t = to_float(num - base * den) / float(den)
+    d = (to_float(tap + first) - t) * s
+    d = select(d < 0, 0.0 - d, d)
+    a = attrs["cubic_coeff_a"]
+    if attrs["mode"] == "linear":
+        w = select(d < 1, 1.0 - d, 0.0 * d)
+    else:
+        w = select(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                   select(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0 * d))
+    index = base + first + tap
+    if attrs["exclude_outside"]:
+        w = select(both(index >= 0, index <= n_in - 1), w, 0.0 * w)
+    return lo(hi(index, 0), n_in - 1), w
+
+
+def axis_taps(attrs, axis: int, pos, n_in: int, n_out: int, ops):
+    """[(index, weight)] of output coordinate `pos` along spatial axis `axis` (weight None for
+    nearest), and the condition that its coordinate lies in the input (None but for
+    tf_crop_and_resize). `ops`: (min, max, where, and, to_float) of NumPy or of te."""
+    lo, hi, select, both, to_float = ops
+    a, b, den = source_affine(attrs, axis, n_in, n_out)
+    num = a * pos + b
+    inside = None
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        inside = both(num >= 0, num <= (n_in - 1) * den)
+    if attrs["mode"] == "nearest":
+        return [(nearest_index(num, den, n_in, attrs["nearest_mode"], lo, hi), None)], inside
+    if attrs["antialias"]:
+        scale = float(_scale(attrs, axis, n_in, n_out))
+        taps = [antialias_weight(num, den, n_in, k, scale, attrs, lo, hi, select, both, to_float)
+                for k in range(antialias_reach(attrs, scale)[1])]
+        total = sum(w for _, w in taps)
+        return [(i, w / total) for i, w in taps], inside
+    if attrs["mode"] == "cubic":
+        return cubic_taps(num, den, n_in, attrs["cubic_coeff_a"], attrs["exclude_outside"], lo, hi, select, both,
+                          to_float), inside
+    below, above, frac = linear_neighbours(num, den, n_in, lo, hi)
+    w = to_float(frac) / float(den)
+    return [(below, 1.0 - w), (above, w)], inside
+
+
 def _reference(inputs, attrs):
     (x,) = inputs
     sizes = _spatial_sizes(TensorType(x.shape, x.dtype.name), attrs)
-    out = x
-    for axis, (n_in, n_out) in enumerate(zip(x.shape[2:], sizes), start=2):
-        num, den = source_fraction(np.arange(n_out), n_in, n_out, attrs["coordinate_transformation_mode"])
-        if attrs["mode"] == "nearest":
-            out = np.take(out, nearest_index(num, den, n_in, attrs["nearest_mode"], np.minimum, np.maximum), axis)
-            continue
+    ops = (np.minimum, np.maximum, np.where, np.logical_and, lambda v: np.asarray(v, "float64"))
+    out = x if attrs["mode"] == "nearest" else x.astype("float64")
+    for k, (n_in, n_out) in enumerate(zip(x.shape[2:], sizes)):
+        axis = k + 2
+        taps, inside = axis_taps(attrs, k, np.arange(n_out), n_in, n_out, ops)
         shape = (-1,) + (1,) * (x.ndim - 1 - axis)
-        if attrs["mode"] == "cubic":
-            num, den = cubic_fraction(np.arange(n_out), n_in, n_out, attrs["coordinate_transformation_mode"])
-            taps = cubic_taps(num, den, n_in, attrs["cubic_coeff_a"], attrs["exclude_outside"], np.minimum,
-                              np.maximum, np.where, np.logical_and, lambda v: v.astype("float64"))
-            out = sum(np.take(out, i, axis) * w.reshape(shape) for i, w in taps)
-            continue
-        below, above, frac = linear_neighbours(num, den, n_in, np.minimum, np.maximum)
-        w = (frac / den).reshape(shape)
-        out = np.take(out, below, axis) * (1 - w) + np.take(out, above, axis) * w
+        if attrs["mode"] == "nearest":
+            out = np.take(out, taps[0][0], axis)
+        else:
+            out = sum(np.take(out, i, axis) * np.broadcast_to(w, (n_out,)).reshape(shape) for i, w in taps)
+        if inside is not None:
+            out = np.where(inside.reshape(shape), out, np.asarray(attrs["extrapolation_value"]).astype(out.dtype))
     return [out.astype(x.dtype)]
 
 
@@ -148,36 +236,79 @@ def _compute(inputs, attrs, out_types):
     (x,) = inputs
     sizes = tuple(out_types[0].shape[2:])
     n_in = [as_int(d) for d in x.shape[2:]]
-    coord_mode = attrs["coordinate_transformation_mode"]
     weight_dtype = "float64" if x.dtype == "float64" else "float32"
+    ops = (min_, max_, te.if_then_else, te.all, lambda v: cast(weight_dtype, v))
+    if attrs["antialias"]:
+        return [_compute_separable(x, attrs, sizes, weight_dtype, ops)]
 
     def element(*i):
         n, c, pos = i[0], i[1], i[2:]
-        fracs = [source_fraction(p, a, b, coord_mode) for p, a, b in zip(pos, n_in, sizes)]
-        if attrs["mode"] == "nearest":
-            return x[(n, c) + tuple(nearest_index(num, den, a, attrs["nearest_mode"], min_, max_)
-                                    for (num, den), a in zip(fracs, n_in))]
-        axes = []  # per spatial axis: the (index, weight) of each neighbour
-        if attrs["mode"] == "cubic":
-            for p, a, b in zip(pos, n_in, sizes):
-                num, den = cubic_fraction(p, a, b, coord_mode)
-                axes.append(cubic_taps(num, den, a, attrs["cubic_coeff_a"], attrs["exclude_outside"], min_, max_,
-                                       te.if_then_else, te.all, lambda v: cast(weight_dtype, v)))
-        else:
-            for (num, den), a in zip(fracs, n_in):
-                below, above, frac = linear_neighbours(num, den, a, min_, max_)
-                w = cast(weight_dtype, frac) / float(den)
-                axes.append(((below, 1.0 - w), (above, w)))
+        axes, inside = [], []
+        for k, (p, a, b) in enumerate(zip(pos, n_in, sizes)):
+            taps, within = axis_taps(attrs, k, p, a, b, ops)
+            axes.append(taps)
+            inside += [] if within is None else [within]
         total = None
         for corner in itertools.product(*axes):
-            weight = corner[0][1]
-            for _, wk in corner[1:]:
-                weight = weight * wk
-            term = cast(weight_dtype, x[(n, c) + tuple(i for i, _ in corner)]) * weight
+            term = x[(n, c) + tuple(j for j, _ in corner)]
+            if attrs["mode"] != "nearest":
+                weight = corner[0][1]
+                for _, wk in corner[1:]:
+                    weight = weight * wk
+                term = cast(weight_dtype, term) * weight
             total = term if total is None else total + term
+        if inside:
+            total = te.if_then_else(te.all(*inside), total, te.const(attrs["extrapolation_value"], total.dtype))
         return total
 
     return [te.compute(tuple(x.shape[:2]) + sizes, element, name="resize")]
+
+
+def _compute_separable(x, attrs, sizes, weight_dtype, ops):
+    """Antialiased resizing one spatial axis after the other (its taps grow as 1/scale: a stage
+    per axis reads sum(taps) rather than their product): per axis tables of the taps' input
+    indices and weights (output coordinate x tap), the weights' sums, and the weighted sum over
+    the taps of each output."""
+    lo, hi, select, both, to_float = ops
+
+    def along(src, k: int, n_in: int, n_out: int):
+        """src resized along spatial axis k."""
+        axis = k + 2
+        a, b, den = source_affine(attrs, k, n_in, n_out)
+        scale = float(_scale(attrs, k, n_in, n_out))
+        count = antialias_reach(attrs, scale)[1]
+
+        def tap(o, j):
+            return antialias_weight(a * o + b, den, n_in, j, scale, attrs, lo, hi, select, both, to_float)
+
+        weights = te.compute((n_out, count), lambda o, j: tap(o, j)[1], name=f"resize_weights{k}", tag=AXIS_STAGE)
+        index = te.compute((n_out, count), lambda o, j: tap(o, j)[0], name=f"resize_index{k}", tag=AXIS_STAGE)
+        r = te.reduce_axis((0, count), name=f"w{k}")
+        total = te.compute((n_out,), lambda o: te.sum(weights[o, r], axis=r), name=f"resize_total{k}",
+                           tag=AXIS_STAGE)
+        j = te.reduce_axis((0, count), name=f"t{k}")
+
+        def element(*i):
+            source = src[i[:axis] + (index[i[axis], j],) + i[axis + 1:]]
+            return te.sum(cast(weight_dtype, source) * weights[i[axis], j], axis=j)
+
+        shape = tuple(src.shape[:axis]) + (n_out,) + tuple(src.shape[axis + 1:])
+        summed = te.compute(shape, element, name=f"resize_axis{k}", tag=AXIS_STAGE)
+
+        def normalized(*i):
+            value = summed[i] / total[i[axis]]
+            if attrs["coordinate_transformation_mode"] != "tf_crop_and_resize":
+                return value
+            num = a * i[axis] + b
+            return te.if_then_else(both(num >= 0, num <= (n_in - 1) * den), value,
+                                   te.const(attrs["extrapolation_value"], weight_dtype))
+
+        return te.compute(shape, normalized, name=f"resize_norm{k}")
+
+    out = x
+    for k, n_out in enumerate(sizes):
+        out = along(out, k, as_int(x.shape[k + 2]), n_out)
+    return te.compute(out.shape, lambda *i: cast(x.dtype, out[i]), name="resize")
 
 
 register(OpDef(
@@ -187,6 +318,7 @@ register(OpDef(
     compute=_compute,
     pattern="injective",
     attrs={"sizes": REQUIRED, "mode": "nearest", "coordinate_transformation_mode": "half_pixel",
-           "nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75, "exclude_outside": False},
-    doc="ONNX Resize of the spatial dims (nearest, n-linear or cubic).",
+           "nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75, "exclude_outside": False,
+           "scales": None, "roi": None, "extrapolation_value": 0.0, "antialias": False},
+    doc="ONNX Resize of the spatial dims (nearest, n-linear or cubic; antialias; every coordinate mode).",
 ))

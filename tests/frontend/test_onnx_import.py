@@ -494,17 +494,17 @@ def test_unnamed_dynamic_dimension_becomes_a_symbol():
 
 def test_every_unsupported_operator_is_listed():
     model = onnx_model("""g (float[1, 2, 4, 4] x, float[2, 2] a) => (float y, float z, float e) {
-        y = Resize <mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize">(x, , scales)
+        y = Resize <mode = "linear">(x, , scales)
         t = RandomNormalLike(a)
         z = Relu(t)
         e = RandomNormalLike(a)
         u = RandomUniformLike(a)
-    }""", scales=np.array([1, 1, 2, 2], "float32"))
+    }""", scales=np.array([2, 1, 2, 2], "float32"))
     with pytest.raises(UnsupportedOpError) as info:
         import_onnx(model)
     message = str(info.value)
     assert "3 unsupported operator(s): RandomNormalLike, RandomUniformLike, " in message
-    for line in ["Resize(coordinate_transformation_mode=tf_crop_and_resize)  (at Resize node 'y')",
+    for line in ["Resize(resizing other dimensions than the spatial ones of N, C, spatial...)  (at Resize node 'y')",
                  "RandomNormalLike  (at RandomNormalLike node 't')", "RandomNormalLike  (at RandomNormalLike node 'e')",
                  "RandomUniformLike  (at RandomUniformLike node 'u')"]:
         assert line in message

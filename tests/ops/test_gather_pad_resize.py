@@ -116,6 +116,13 @@ def test_resize_rounding_modes_and_1d_linear():
     ("pad", [(2, 3)], {"pads": (1, 2, 0, 1), "mode": "reflect"}),
     ("resize", [(1, 1, 3, 2)], {"sizes": (5, 3), "mode": "linear", "coordinate_transformation_mode": "half_pixel"}),
     ("resize", [(1, 1, 3, 2)], {"sizes": (4, 4), "coordinate_transformation_mode": "align_corners"}),
+    ("pad", [(2, 3)], {"pads": (2, 4, 3, 1), "mode": "wrap"}),
+    ("resize", [(1, 2, 7, 5)], {"sizes": (3, 6), "mode": "cubic", "antialias": True}),
+    ("resize", [(1, 1, 7, 5)], {"sizes": (2, 3), "mode": "linear", "antialias": True, "exclude_outside": True,
+                                "coordinate_transformation_mode": "tf_crop_and_resize", "roi": (0.1, -0.2, 0.8, 0.9),
+                                "extrapolation_value": 3.0}),
+    ("resize", [(1, 1, 5, 6)], {"sizes": (3, 4), "scales": (0.7, 0.75), "mode": "linear",
+                                "coordinate_transformation_mode": "half_pixel_symmetric"}),
 ])
 def test_tiny_cases_on_the_interpreter(op, inputs, attrs):
     arrays = [x if isinstance(x, np.ndarray) else rand(*x) for x in inputs]
@@ -129,7 +136,7 @@ def test_tiny_cases_on_the_interpreter(op, inputs, attrs):
     ("pad", [TensorType((3, 4))], {"pads": (1, 1)}, "must be 4 integers"),
     ("pad", [TensorType((3, 4))], {"pads": (3, 0, 0, 0), "mode": "reflect"}, "smaller than its size 3"),
     ("pad", [TensorType((3, 4))], {"pads": (-1, 0, 0, 0), "mode": "edge"}, "need mode 'constant'"),
-    ("pad", [TensorType((3, 4))], {"pads": (0, 0, 0, 0), "mode": "wrap"}, "mode 'wrap' is not one of"),
+    ("pad", [TensorType((3, 4))], {"pads": (0, 0, 0, 0), "mode": "mirror"}, "mode 'mirror' is not one of"),
     ("pad", [TensorType(("n", 4))], {"pads": (1, 0, 0, 0)}, "symbol 'n'"),
     ("resize", [TensorType((1, 3, 4, 4))], {"sizes": (8,)}, "must be 2 positive spatial sizes"),
     ("resize", [TensorType((1, 3, 4, 4))], {"sizes": (2, 4, 8, 8)}, "change N or C"),

@@ -37,8 +37,8 @@ def lookup(target) -> Callable | None:
 
 
 class Unavailable:
-    """An output of an ATen operator that ember does not compute (the indices of
-    max_pool2d_with_indices, the saved mean of native_layer_norm): using it is an error."""
+    """An output of an ATen operator that ember does not compute (the
+    saved mean of native_layer_norm): using it is an error."""
 
     __slots__ = ("reason",)
 

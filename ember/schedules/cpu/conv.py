@@ -11,7 +11,7 @@ from . import schedules
 from .tiling import find_anchor, prepare, tile_rows_cols, untiled
 
 
-@schedules("conv1d", "conv2d", "conv_transpose2d")
+@schedules("conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d")
 def schedule_conv(s, outputs):
     anchor = find_anchor(outputs, ANCHOR) or find_anchor(outputs, GROUPED)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) - (anchor.tag == ANCHOR):

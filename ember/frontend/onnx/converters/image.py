@@ -1,6 +1,7 @@
 """ONNX image operators: GridSample (ember's grid_sample); CenterCropPad (one `pad`, whose
-negative pads crop) and Col2Im (a `conv_transpose2d` with one-hot weights: each column entry is added
-into the pixel its kernel position covers, exactly what a transposed convolution does)."""
+negative pads crop) and Col2Im (a `conv_transpose2d` or `conv_transpose3d` with one-hot
+weights: each column entry is added into the pixel its kernel position covers, exactly what a
+transposed convolution does); RoiAlign (ember's roi_align)."""
 
 from __future__ import annotations
 
@@ -32,28 +33,55 @@ def _center_crop_pad(cx: NodeContext):
 
 @converts("Col2Im")
 def _col2im(cx: NodeContext):
-    """(N, C * kh * kw, L) columns summed into an (N, C, H, W) image, 2-D only."""
+    """(N, C * prod(block), L) columns summed into an (N, C, spatial...) image of 2 or 3
+    spatial dimensions."""
     x = cx.input(0)
     image = cx.const_ints(1, "image_shape")
     block = cx.const_ints(2, "block_shape")
-    if len(image) != 2:
-        raise cx.unsupported(f"{len(image)} spatial dimensions (ember's col2im is 2-D)")
+    d = len(image)
+    if d not in (2, 3):
+        raise cx.unsupported(f"{d} spatial dimensions (ember's col2im takes 2 or 3)")
     n, ck, _ = cx.static_shape(x, "Col2Im")
-    dil = tuple(cx.attr("dilations", (1, 1)))
-    pads = tuple(cx.attr("pads", (0, 0, 0, 0)))
-    strides = tuple(cx.attr("strides", (1, 1)))
+    dil = tuple(cx.attr("dilations", (1,) * d))
+    pads = tuple(cx.attr("pads", (0,) * 2 * d))
+    strides = tuple(cx.attr("strides", (1,) * d))
     k = math.prod(block)
     c = ck // k
-    blocks = [(image[d] + pads[d] + pads[d + 2] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(2)]
+    blocks = [(image[a] + pads[a] + pads[a + d] - dil[a] * (block[a] - 1) - 1) // strides[a] + 1 for a in range(d)]
     cols = cx.op("reshape", [x], {"shape": (n, ck, *blocks)})
     weight = np.zeros((ck, 1, *block), dtype=cx.type(x).dtype)
     for ch in range(c):
         for pos in range(k):
-            weight[ch * k + pos, 0, pos // block[1], pos % block[1]] = 1
-    full = [(blocks[d] - 1) * strides[d] + dil[d] * (block[d] - 1) + 1 - pads[d] - pads[d + 2] for d in range(2)]
-    out_pad = tuple(image[d] - full[d] for d in range(2))
+            weight[(ch * k + pos, 0, *np.unravel_index(pos, block))] = 1
+    full = [(blocks[a] - 1) * strides[a] + dil[a] * (block[a] - 1) + 1 - pads[a] - pads[a + d] for a in range(d)]
+    out_pad = tuple(image[a] - full[a] for a in range(d))
     attrs = {"strides": strides, "padding": pads, "dilations": dil, "groups": c, "output_padding": out_pad}
-    return [cx.op("conv_transpose2d", [cols, weight], attrs)]
+    return [cx.op(f"conv_transpose{d}d", [cols, weight], attrs)]
+
+
+@converts("RoiAlign")
+def _roi_align(cx: NodeContext):
+    """sampling_ratio 0 takes ceil(roi size / bins) samples per bin, a count the rois' values
+    decide: the rois must then be constants."""
+    x, rois, indices = cx.input(0), cx.input(1), cx.input(2)
+    out_h, out_w = cx.attr("output_height", 1), cx.attr("output_width", 1)
+    ratio = cx.attr("sampling_ratio", 0)
+    half_pixel = cx.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    scale = cx.attr("spatial_scale", 1.0)
+    if ratio == 0:
+        values = cx.const(1, "rois (sampling_ratio=0 counts samples by the roi sizes)")
+        offset = 0.5 if half_pixel else 0.0
+        sizes = values.astype("float64") * scale - offset
+        heights, widths = sizes[:, 3] - sizes[:, 1], sizes[:, 2] - sizes[:, 0]
+        if not half_pixel:
+            heights, widths = np.maximum(heights, 1.0), np.maximum(widths, 1.0)
+        counts = {int(np.ceil(v)) for v in np.concatenate([heights / out_h, widths / out_w])}
+        if len(counts) != 1:
+            raise cx.unsupported(f"sampling_ratio=0 with rois that take {sorted(counts)} samples per bin")
+        ratio = max(counts.pop(), 1)
+    attrs = {"output_height": out_h, "output_width": out_w, "sampling_ratio": ratio, "spatial_scale": scale,
+             "mode": cx.attr("mode", "avg"), "half_pixel": half_pixel}
+    return [cx.op("roi_align", [x, rois, indices], attrs)]
 
 
 @converts("GridSample")

@@ -2,8 +2,10 @@
 pooling, reductions (their forms before opset 13 or 18: legacy.py), running sums and products,
 determinants.
 
-Padding comes from `pads` or `auto_pad` (spatial_pads); 1-D convolution transposes and poolings
-run as their 2-D forms on an inserted unit height; ReduceL2 is ember's l2_norm (scaled: no
+Padding comes from `pads` or `auto_pad` (spatial_pads); convolutions of 1, 2 or 3 spatial
+dimensions are ember's of that rank, but 1-D transposed ones, which run as their 2-D form on an
+inserted unit height; pooling of 1, 2 or 3 spatial dimensions is ember's pooling
+of that rank, MaxPool's Indices output max_pool_indices; ReduceL2 is ember's l2_norm (scaled: no
 overflow of the squares); the other Reduce* variants ember lacks (L1, SumSquare, LogSum,
 LogSumExp) and LRN are decomposed. BatchNormalization in training mode normalizes by the batch's
 statistics and moves the running ones (its outputs 1 and 2) toward them.
@@ -60,17 +62,17 @@ def _spatial_rank(cx: NodeContext, t: Tensor, supported: tuple[int, ...]) -> int
 @converts("Conv")
 def _conv(cx: NodeContext):
     x, w, b = cx.input(0), cx.input(1), cx.optional(2)
-    n = _spatial_rank(cx, w, (1, 2))
+    n = _spatial_rank(cx, w, (1, 2, 3))
     kernel = cx.static_shape(w, "the kernel size")[2:]
     strides, dilations, pads = _window(cx, x, kernel)
     attrs = {"strides": strides, "padding": pads, "dilations": dilations, "groups": cx.attr("group", 1)}
-    return [cx.op("conv1d" if n == 1 else "conv2d", [x, w, b], attrs)]
+    return [cx.op(f"conv{n}d", [x, w, b], attrs)]
 
 
 @converts("ConvTranspose")
 def _conv_transpose(cx: NodeContext):
     x, w, b = cx.input(0), cx.input(1), cx.optional(2)
-    n = _spatial_rank(cx, w, (1, 2))
+    n = _spatial_rank(cx, w, (1, 2, 3))
     kernel = cx.static_shape(w, "the kernel size")[2:]
     strides = tuple(cx.attr("strides", [1] * n))
     dilations = tuple(cx.attr("dilations", [1] * n))
@@ -100,8 +102,21 @@ def _conv_transpose(cx: NodeContext):
         pads = (0, pads[0], 0, pads[1])
     attrs = {"strides": strides, "padding": pads, "output_padding": out_pad, "dilations": dilations,
              "groups": cx.attr("group", 1)}
-    y = cx.op("conv_transpose2d", [x, w, b], attrs)
+    y = cx.op(f"conv_transpose{max(n, 2)}d", [x, w, b], attrs)
     return [cx.op("squeeze", [y], {"axes": (2,)}) if n == 1 else y]
+
+
+@converts("DeformConv")
+def _deform_conv(cx: NodeContext):
+    x, w, offset, b, mask = (cx.optional(k) for k in range(5))
+    _spatial_rank(cx, w, (2,))
+    kernel = cx.static_shape(w, "the kernel size")[2:]
+    strides, dilations, pads = _window(cx, x, kernel)
+    attrs = {"strides": strides, "padding": pads, "dilations": dilations, "groups": cx.attr("group", 1),
+             "offset_groups": cx.attr("offset_group", 1)}
+    if mask is not None and b is None:  # the mask comes after a bias
+        b = np.zeros(cx.static_shape(w, "DeformConv")[0], dtype=cx.type(x).dtype)
+    return [cx.op("deform_conv2d", [t for t in (x, w, offset, b, mask) if t is not None], attrs)]
 
 
 @converts("Gemm")
@@ -215,24 +230,49 @@ def _lrn(cx: NodeContext):
 
 @converts("MaxPool", "AveragePool")
 def _pool(cx: NodeContext):
-    if cx.wants_output(1):
-        raise cx.unsupported("Indices output")
     x = cx.input(0)
-    n = _spatial_rank(cx, x, (1, 2))
+    n = _spatial_rank(cx, x, (1, 2, 3))
     kernel = tuple(cx.attr("kernel_shape"))
     strides, dilations, pads = _window(cx, x, kernel)
-    if n == 1:  # as a 2-D pooling of unit height
-        x = cx.op("unsqueeze", [x], {"axes": (2,)})
-        kernel, strides, dilations, pads = (1, *kernel), (1, *strides), (1, *dilations), (0, pads[0], 0, pads[1])
     attrs = {"kernel": kernel, "strides": strides, "padding": pads, "ceil_mode": bool(cx.attr("ceil_mode", 0))}
-    if cx.node.op_type == "MaxPool":
-        y = cx.op("max_pool2d", [x], {**attrs, "dilations": dilations})
-    else:
+    if cx.node.op_type != "MaxPool":  # AveragePool, and LpPool's average of |x|^p
         attrs["count_include_pad"] = bool(cx.attr("count_include_pad", 0))
-        if any(d != 1 for d in dilations):
-            attrs["dilations"] = dilations
-        y = cx.op("avg_pool2d", [x], attrs)
-    return [cx.op("squeeze", [y], {"axes": (2,)}) if n == 1 else y]
+        return [cx.op(f"avg_pool{n}d", [x], {**attrs, "dilations": dilations})]
+    outs = [cx.op(f"max_pool{n}d", [x], {**attrs, "dilations": dilations})]
+    if cx.wants_output(1):  # flat indices into x, row-major (storage_order 0) or column-major spatially
+        outs.append(cx.op("max_pool_indices", [x], {**attrs, "dilations": dilations,
+                                                     "storage_order": cx.attr("storage_order", 0)}))
+    return outs
+
+
+@converts("MaxUnpool")
+def _max_unpool(cx: NodeContext):
+    """x written at its indices into zeros of the size MaxPool reads ((in - 1) * stride - pads +
+    kernel), then padded at the ends to `output_shape`, as ONNX's reference does: a
+    scatter_elements along each channel's flattened plane (the indices, counted over the whole
+    tensor, less the plane's offset; MaxPool's indices stay in their channel's plane)."""
+    x, indices = cx.input(0), cx.input(1)
+    n, c, *size = cx.static_shape(x, "MaxUnpool")
+    kernel = cx.attr("kernel_shape")
+    strides = cx.attr("strides", [1] * len(kernel))
+    pads = cx.attr("pads", [0] * 2 * len(kernel))
+    full = [(m - 1) * s - pads[k] - pads[k + len(kernel)] + kk
+            for k, (m, s, kk) in enumerate(zip(size, strides, kernel))]
+    plane = math.prod(full)
+    offsets = (np.arange(n * c, dtype="int64") * plane).reshape(n, c, 1)
+    flat = cx.op("sub", [cx.op("reshape", [cx.op("cast", [indices], {"dtype": "int64"})],
+                               {"shape": (n, c, math.prod(size))}), offsets])
+    zeros = cx.op("expand", [cx.scalar(0, x)], {"shape": (n, c, plane)})
+    y = cx.op("scatter_elements", [zeros, flat, cx.op("reshape", [x], {"shape": (n, c, math.prod(size))})],
+              {"axis": 2})
+    y = cx.op("reshape", [y], {"shape": (n, c, *full)})
+    shape = cx.const_ints(2, "output_shape")
+    if shape is None or list(shape[2:]) == full:
+        return [y]
+    grow = [want - have for want, have in zip(shape[2:], full)]
+    if min(grow) < 0:
+        raise cx.error(f"output_shape {shape} is smaller than the unpooled size {full}")
+    return [cx.op("pad", [y], {"pads": (0,) * (len(full) + 2) + (0, 0, *grow)})]
 
 
 @converts("GlobalAveragePool")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -289,7 +290,7 @@ def _pad(cx: NodeContext):
     x = cx.input(0)
     rank = cx.type(x).rank
     mode = cx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise cx.unsupported(f"mode={mode}")
     pads = cx.const_ints(1, "pads")
     axes = cx.const_ints(3, "axes")
@@ -305,30 +306,38 @@ def _pad(cx: NodeContext):
     return [cx.op("pad", [x], attrs)]
 
 
-RESIZE_MODES = {"nearest": "nearest", "linear": "linear", "cubic": "cubic"}
-TRANSFORM_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")
+RESIZE_MODES = ("nearest", "linear", "cubic")
+TRANSFORM_MODES = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "half_pixel_symmetric",
+                   "tf_crop_and_resize")
 
 
 @converts("Resize")
 def _resize(cx: NodeContext):
-    """Resizes of the spatial dimensions of N, C, spatial..., to the size given by `sizes` or by
-    `scales` that multiply the input size to a whole number (the scale ember uses is
-    output / input, which is then exactly the given one)."""
+    """Resizes of the spatial dimensions of N, C, spatial..., to the size given by `sizes`
+    (keep_aspect_ratio_policy not_larger/not_smaller: one scale for every resized axis, the
+    smallest or largest of out/in, and the sizes in * scale rounded half up) or by `scales`
+    (the size floor(in * scale), the coordinates mapped with the scale itself); roi per axis
+    (starts, then ends) for tf_crop_and_resize, the resized axes' taken from `axes`."""
     x = cx.input(0)
     shape = cx.type(x).shape
+    rank = len(shape)
     mode, transform = cx.attr("mode", "nearest"), cx.attr("coordinate_transformation_mode", "half_pixel")
     if mode not in RESIZE_MODES:
         raise cx.unsupported(f"mode={mode}")
     if transform not in TRANSFORM_MODES:
         raise cx.unsupported(f"coordinate_transformation_mode={transform}")
-    if cx.attr("antialias", 0):
-        raise cx.unsupported("antialias=1")
-    if cx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise cx.unsupported(f"keep_aspect_ratio_policy={cx.attr('keep_aspect_ratio_policy')}")
-    axes = [a % len(shape) for a in cx.attr("axes", range(len(shape)))]
+    policy = cx.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise cx.error(f"keep_aspect_ratio_policy {policy!r} is not one of stretch, not_larger, not_smaller")
+    axes = [a % rank for a in cx.attr("axes", range(rank))]
     scales, sizes = cx.const(2, "scales"), cx.const_ints(3, "sizes")
-    out = list(shape)
-    if sizes:
+    out, scale_of = list(shape), [None] * rank
+    if sizes and policy != "stretch":
+        ratios = [Fraction(size, shape[a]) for a, size in zip(axes, sizes)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for a in axes:
+            out[a], scale_of[a] = math.floor(shape[a] * scale + Fraction(1, 2)), float(scale)
+    elif sizes:
         for a, size in zip(axes, sizes):
             out[a] = size
     elif scales is not None and scales.size:
@@ -337,18 +346,36 @@ def _resize(cx: NodeContext):
                 continue
             if not isinstance(shape[a], int):
                 raise cx.error(f"scaling the symbolic dimension {shape[a]!r}")
-            out[a] = math.floor(shape[a] * scale)
-            if out[a] != shape[a] * scale:
-                raise cx.unsupported(f"scale {scale} of a dimension of size {shape[a]}: not a whole output size")
+            out[a], scale_of[a] = math.floor(shape[a] * scale), scale
     else:
         raise cx.error("neither scales nor sizes is given")
-    if len(shape) < 3 or out[:2] != list(shape[:2]):
+    if rank < 3 or out[:2] != list(shape[:2]):
         raise cx.unsupported("resizing other dimensions than the spatial ones of N, C, spatial...")
-    attrs = {"sizes": tuple(out[2:]), "mode": RESIZE_MODES[mode], "coordinate_transformation_mode": transform}
+    attrs = {"sizes": tuple(out[2:]), "mode": mode, "coordinate_transformation_mode": transform}
+    if any(s is not None for s in scale_of[2:]):
+        attrs["scales"] = tuple(out[a] / shape[a] if s is None else s for a, s in enumerate(scale_of) if a >= 2)
+    if transform == "tf_crop_and_resize":
+        attrs |= {"roi": _spatial_roi(cx, axes, rank), "extrapolation_value": cx.attr("extrapolation_value", 0.0)}
     if mode == "nearest":
         attrs["nearest_mode"] = cx.attr("nearest_mode", "round_prefer_floor")
-    if mode == "cubic":
+    else:
+        attrs["antialias"] = bool(cx.attr("antialias", 0))
+    if mode == "cubic" or attrs.get("antialias"):
         attrs |= {"cubic_coeff_a": cx.attr("cubic_coeff_a", -0.75),
                   "exclude_outside": bool(cx.attr("exclude_outside", 0))}
     return [cx.op("resize", [x], attrs)]
 
+
+def _spatial_roi(cx: NodeContext, axes: list[int], rank: int) -> tuple[float, ...]:
+    """The roi of Resize's spatial axes, (starts..., ends...): the whole axis (0, 1) where `axes`
+    leaves one out; N and C must keep theirs whole."""
+    roi = cx.const(1, "roi")
+    if roi is None or not roi.size:
+        raise cx.error("coordinate_transformation_mode tf_crop_and_resize needs the roi input")
+    roi = roi.astype("float64").tolist()
+    starts, ends = [0.0] * rank, [1.0] * rank
+    for k, a in enumerate(axes):
+        starts[a], ends[a] = roi[k], roi[k + len(axes)]
+    if starts[:2] != [0.0, 0.0] or ends[:2] != [1.0, 1.0]:
+        raise cx.unsupported("a roi that crops N or C")
+    return tuple(starts[2:] + ends[2:])

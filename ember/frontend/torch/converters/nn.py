@@ -12,17 +12,17 @@ from __future__ import annotations
 import math
 
 from ..node import Const, Unsupported
-from ..registry import Unavailable, handles
+from ..registry import handles
 
 
 def _pads(padding) -> tuple[int, ...]:
     return tuple(padding) * 2
 
 
-def _two(v) -> tuple[int, int]:
-    """A pooling size as (h, w): ATen allows one int or a one-element list for both."""
+def _spatial(v, n: int) -> tuple[int, ...]:
+    """A pooling size per spatial dimension: ATen allows one int or a one-element list for all."""
     v = tuple(v) if isinstance(v, list | tuple) else (v,)
-    return v * 2 if len(v) == 1 else v
+    return v * n if len(v) == 1 else v
 
 
 @handles("convolution.default")
@@ -32,12 +32,12 @@ def convolution(b, x, weight, bias, stride, padding, dilation, transposed, outpu
     rank = b.type_of(y).rank
     attrs = dict(strides=tuple(stride), padding=_pads(padding), dilations=tuple(dilation), groups=groups)
     if transposed:
-        if rank != 4:
-            raise Unsupported(f"transposed convolution of rank-{rank} input (only conv_transpose2d)")
-        return b.op("conv_transpose2d", inputs, output_padding=tuple(output_padding), **attrs)
-    if rank not in (3, 4):
-        raise Unsupported(f"convolution of rank-{rank} input (only conv1d and conv2d)")
-    return b.op("conv1d" if rank == 3 else "conv2d", inputs, **attrs)
+        if rank not in (4, 5):
+            raise Unsupported(f"transposed convolution of rank-{rank} input (only conv_transpose2d and 3d)")
+        return b.op(f"conv_transpose{rank - 2}d", inputs, output_padding=tuple(output_padding), **attrs)
+    if rank not in (3, 4, 5):
+        raise Unsupported(f"convolution of rank-{rank} input (only conv1d, conv2d and conv3d)")
+    return b.op(f"conv{rank - 2}d", inputs, **attrs)
 
 
 def _transposed_weight(b, weight) -> tuple[object, bool]:
@@ -77,20 +77,29 @@ def matmul(b, x, other):
     return b.op("matmul", [b.v(x), b.v(other)])
 
 
-@handles("max_pool2d_with_indices.default")
-def max_pool2d_with_indices(b, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    out = b.op("max_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
-               padding=_pads(_two(padding)), dilations=_two(dilation), ceil_mode=ceil_mode)
-    return out, Unavailable("the indices of max_pool2d_with_indices")
+def _pool_attrs(kernel_size, stride, padding, n: int, **rest) -> dict:
+    return dict(kernel=_spatial(kernel_size, n), strides=_spatial(stride or kernel_size, n),
+                padding=_pads(_spatial(padding, n)), **rest)
 
 
-@handles("avg_pool2d.default")
-def avg_pool2d(b, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+@handles("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
+def max_pool_with_indices(b, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """The values, and the indices (each channel's plane numbered row-major, as torch does)."""
+    y = b.v(x)
+    n = b.type_of(y).rank - 2
+    attrs = _pool_attrs(kernel_size, stride, padding, n, dilations=_spatial(dilation, n), ceil_mode=ceil_mode)
+    return b.op(f"max_pool{n}d", [y], **attrs), b.op("max_pool_indices", [y], per_plane=True, **attrs)
+
+
+@handles("avg_pool2d.default", "avg_pool3d.default")
+def avg_pool(b, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
     if divisor_override is not None:
-        raise Unsupported(f"avg_pool2d with divisor_override={divisor_override}")
-    return b.op("avg_pool2d", [b.v(x)], kernel=_two(kernel_size), strides=_two(stride or kernel_size),
-                padding=_pads(_two(padding)), ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+        raise Unsupported(f"average pooling with divisor_override={divisor_override}")
+    y = b.v(x)
+    n = b.type_of(y).rank - 2
+    return b.op(f"avg_pool{n}d", [y], **_pool_attrs(kernel_size, stride, padding, n, ceil_mode=ceil_mode,
+                                                     count_include_pad=count_include_pad))
 
 
 @handles("_adaptive_avg_pool2d.default")
@@ -120,9 +129,34 @@ def upsample_nearest2d(b, x, output_size, scale_factors):
 
 @handles("upsample_bilinear2d.vec")
 def upsample_bilinear2d(b, x, output_size, align_corners, scale_factors):
-    _check_scales(b, x, scale_factors)  # torch's half-pixel mapping clamps at the edges, as resize does
+    # torch's half-pixel mapping clamps at the edges, as resize does; with scale factors it maps
+    # by 1 / scale_factor, as resize's scales do (align_corners ignores them, so they must be exact)
+    if align_corners:
+        _check_scales(b, x, scale_factors)
+    scales = {} if align_corners or scale_factors is None else {"scales": tuple(float(f) for f in scale_factors)}
     return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode="linear",
-                coordinate_transformation_mode="align_corners" if align_corners else "half_pixel")
+                coordinate_transformation_mode="align_corners" if align_corners else "half_pixel", **scales)
+
+
+def _antialiased(b, x, mode: str, align_corners, scales_h, scales_w):
+    """torch's antialias is ONNX's with the taps past an edge left out (exclude_outside), and
+    PIL's bicubic coefficient -0.5; scale factors map by 1 / scale_factor, as resize's scales."""
+    if align_corners:
+        raise Unsupported("antialiased interpolation with align_corners=True")
+    scales = {} if scales_h is None or scales_w is None else {"scales": (float(scales_h), float(scales_w))}
+    return b.op("resize", [b.v(x)], sizes=tuple(b.out.shape[2:]), mode=mode,
+                coordinate_transformation_mode="half_pixel", antialias=True, exclude_outside=True,
+                cubic_coeff_a=-0.5, **scales)
+
+
+@handles("_upsample_bilinear2d_aa.default")
+def upsample_bilinear2d_aa(b, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _antialiased(b, x, "linear", align_corners, scales_h, scales_w)
+
+
+@handles("_upsample_bicubic2d_aa.default")
+def upsample_bicubic2d_aa(b, x, output_size, align_corners, scales_h=None, scales_w=None):
+    return _antialiased(b, x, "cubic", align_corners, scales_h, scales_w)
 
 
 @handles("scaled_dot_product_attention.default")
