@@ -23,11 +23,15 @@ from ember.testing import assert_close
 RNG = np.random.default_rng()
 
 
-def model_of(node: onnx.NodeProto, inputs: list[np.ndarray], opsets: dict[str, int]) -> onnx.ModelProto:
-    """A model of one node whose inputs x0, x1, ... are graph inputs of these arrays' types."""
+def model_of(node: onnx.NodeProto, inputs: list[np.ndarray], opsets: dict[str, int],
+             output: np.ndarray | None = None) -> onnx.ModelProto:
+    """A model of one node whose inputs x0, x1, ... are graph inputs of these arrays' types; its
+    output typed by ONNX's inference, or as `output` where ONNX infers no shape."""
     graph_inputs = [helper.make_tensor_value_info(f"x{k}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
                     for k, x in enumerate(inputs)]
-    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output]
+    out_type = (TensorProto.UNDEFINED, None) if output is None else \
+        (helper.np_dtype_to_tensor_dtype(output.dtype), output.shape)
+    outs = [helper.make_tensor_value_info(o, *out_type) for o in node.output]
     graph = helper.make_graph([node], node.op_type.lower(), graph_inputs, outs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
     return onnx.shape_inference.infer_shapes(model)
@@ -73,3 +77,80 @@ def test_flex_attention_subgraphs(mods):
     if mods == "causal+prob":
         attrs["prob_mod"] = _make_prob_mod_scale_graph(RNG.uniform(0.5, 2.0))
     check_compiled(flex(q, k, v, **attrs), [q, k, v], 1e-5, 1e-5)
+
+
+# -- ai.onnx.ml ------------------------------------------------------------------------------------
+
+ML = {"": 21, "ai.onnx.ml": 5}
+
+
+def test_binarizer():
+    x = RNG.normal(size=(3, 4, 5)).astype("float32")
+    threshold = float(RNG.uniform(-0.5, 0.5))
+    x[0, 0, :2] = threshold  # equal to the threshold: not above it
+    node = helper.make_node("Binarizer", ["x0"], ["y"], domain="ai.onnx.ml", threshold=threshold)
+    check_compiled(model_of(node, [x], ML), [x], 0, 0)
+
+
+@pytest.mark.parametrize("shape, index_shape", [((3, 4), (2,)), ((2, 3, 5), (1, 3)), ((6,), (2, 2))])
+def test_array_feature_extractor(shape, index_shape):
+    x = RNG.normal(size=shape).astype("float32")
+    indices = RNG.integers(0, shape[-1], index_shape).astype("int64")
+    node = helper.make_node("ArrayFeatureExtractor", ["x0", "x1"], ["y"], domain="ai.onnx.ml")
+    expected = x[..., indices.ravel()].reshape(*(shape[:-1] or (1,)), indices.size)
+    check_compiled(model_of(node, [x, indices], ML, expected), [x, indices], 0, 0)
+
+
+def random_ensemble(trees: int, features: int, targets: int, depth: int) -> dict:
+    """TreeEnsemble attributes of random trees over every node mode; splits and set members are
+    small integers, so that EQ, NEQ and MEMBER nodes match some of the rows."""
+    nodes = {k: [] for k in ("modes", "featureids", "splits", "truenodeids", "trueleafs", "falsenodeids",
+                             "falseleafs", "missing")}
+    leaves, members, roots = {"targetids": [], "weights": []}, [], []
+
+    def leaf() -> int:
+        leaves["targetids"].append(int(RNG.integers(0, targets)))
+        leaves["weights"].append(float(RNG.uniform(-5, 5)))
+        return len(leaves["weights"]) - 1
+
+    def node(level: int) -> int:
+        k = len(nodes["modes"])
+        mode = int(RNG.integers(0, 7))
+        for name, v in (("modes", mode), ("featureids", int(RNG.integers(0, features))),
+                        ("splits", float(RNG.integers(0, 5))), ("missing", int(RNG.integers(0, 2)))):
+            nodes[name].append(v)
+        if mode == 6:
+            # (no member 0: ONNX's reference reads a 0 as the end of its set)
+            members.extend([*(1 + RNG.choice(4, size=int(RNG.integers(1, 4)), replace=False)).tolist(), np.nan])
+        for side in ("true", "false"):
+            nodes[f"{side}nodeids"].append(0)
+            nodes[f"{side}leafs"].append(0)
+        for side in ("true", "false"):
+            is_leaf = level + 1 >= depth or RNG.random() < 0.25
+            nodes[f"{side}leafs"][k] = int(is_leaf)
+            nodes[f"{side}nodeids"][k] = leaf() if is_leaf else node(level + 1)
+        return k
+
+    for _ in range(trees):
+        roots.append(node(0))
+    return dict(
+        n_targets=targets, tree_roots=roots,
+        nodes_modes=helper.make_tensor("m", TensorProto.UINT8, (len(roots and nodes["modes"]),), nodes["modes"]),
+        nodes_featureids=nodes["featureids"],
+        nodes_splits=helper.make_tensor("s", TensorProto.DOUBLE, (len(nodes["splits"]),), nodes["splits"]),
+        nodes_truenodeids=nodes["truenodeids"], nodes_trueleafs=nodes["trueleafs"],
+        nodes_falsenodeids=nodes["falsenodeids"], nodes_falseleafs=nodes["falseleafs"],
+        nodes_missing_value_tracks_true=nodes["missing"],
+        membership_values=helper.make_tensor("v", TensorProto.FLOAT, (len(members),), members) if members else None,
+        leaf_targetids=leaves["targetids"],
+        leaf_weights=helper.make_tensor("w", TensorProto.DOUBLE, (len(leaves["weights"]),), leaves["weights"]))
+
+
+@pytest.mark.parametrize("aggregate, dtype", [(0, "float32"), (1, "float64"), (2, "float32"), (3, "float64")])
+def test_tree_ensemble(aggregate, dtype):
+    x = RNG.integers(0, 5, (40, 3)).astype(dtype) + RNG.choice([0, 0.5], (40, 3)).astype(dtype)
+    x[RNG.random(x.shape) < 0.1] = np.nan  # missing values: nodes_missing_value_tracks_true
+    attrs = random_ensemble(trees=5, features=3, targets=3, depth=5)
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    node = helper.make_node("TreeEnsemble", ["x0"], ["y"], domain="ai.onnx.ml", aggregate_function=aggregate, **attrs)
+    check_compiled(model_of(node, [x], ML, np.zeros((40, 3), dtype)), [x], 1e-6, 1e-6)
