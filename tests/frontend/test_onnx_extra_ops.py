@@ -1,7 +1,9 @@
 """ONNX operators outside the default domain and the last default-domain stragglers, each a
 one-node model compiled with ember.compile and checked against onnx's ReferenceEvaluator on
 fresh random inputs: ai.onnx.preview FlexAttention (plain and grouped-query through the fused
-attention, score_mod / prob_mod subgraphs inline over the unfused form)."""
+attention, score_mod / prob_mod subgraphs inline over the unfused form); ai.onnx.ml Binarizer,
+ArrayFeatureExtractor and TreeEnsemble (random ensembles over every node mode, each aggregate);
+TfIdfVectorizer over integer tokens (each mode, skips, n-gram lengths)."""
 
 from __future__ import annotations
 
@@ -154,3 +156,54 @@ def test_tree_ensemble(aggregate, dtype):
     attrs = {k: v for k, v in attrs.items() if v is not None}
     node = helper.make_node("TreeEnsemble", ["x0"], ["y"], domain="ai.onnx.ml", aggregate_function=aggregate, **attrs)
     check_compiled(model_of(node, [x], ML, np.zeros((40, 3), dtype)), [x], 1e-6, 1e-6)
+
+
+# -- TfIdfVectorizer -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, shape, dtype, grams, skips, weighted", [
+    ("TF", (3, 12), "int32", (1, 3), 2, False),
+    ("IDF", (15,), "int64", (2, 3), 1, True),
+    ("TFIDF", (2, 9), "int64", (1, 2), 0, True),
+    ("TFIDF", (4, 7), "int32", (2, 2), 3, True),
+])  # (ONNX's reference takes no IDF or TFIDF without weights)
+def test_tfidf_vectorizer(mode, shape, dtype, grams, skips, weighted):
+    tokens = 4  # few distinct tokens, so that the pool's n-grams occur
+    x = RNG.integers(0, tokens, shape).astype(dtype)
+    pool, counts = [], []
+    for n in (1, 2, 3):  # distinct n-grams of each length, in a random order
+        counts.append(len(pool))
+        every = np.stack(np.meshgrid(*[np.arange(tokens)] * n, indexing="ij"), -1).reshape(-1, n)
+        pool.extend(every[RNG.choice(len(every), size=min(5, len(every)), replace=False)].ravel().tolist())
+    total = sum(min(5, tokens ** n) for n in (1, 2, 3))
+    indexes = RNG.choice(total + 2, size=total, replace=False)  # some output positions no n-gram takes
+    attrs = dict(mode=mode, min_gram_length=grams[0], max_gram_length=grams[1], max_skip_count=skips,
+                 ngram_counts=counts, ngram_indexes=indexes.tolist(), pool_int64s=pool)
+    if weighted:
+        attrs["weights"] = RNG.uniform(0.5, 2.0, indexes.max() + 1).astype("float32").tolist()  # per output
+    node = helper.make_node("TfIdfVectorizer", ["x0"], ["y"], **attrs)
+    check_compiled(model_of(node, [x], {"": 21}), [x], 1e-6, 1e-6)
+
+
+def test_tfidf_vectorizer_without_weights():
+    """IDF without weights is whether the n-gram occurs, TFIDF its count (ONNX's reference evaluator
+    fails on these, so they are checked against TF and NumPy: compiled, in one model)."""
+    x = RNG.integers(0, 3, (3, 10)).astype("int64")
+    pool = [0, 1, 2, 0, 1, 1, 2, 2, 0]  # unigrams 0 1 2, bigrams (0 1) (1 2) (2 0)
+    attrs = dict(min_gram_length=1, max_gram_length=2, max_skip_count=1, ngram_counts=[0, 3],
+                 ngram_indexes=[5, 0, 3, 1, 2, 4], pool_int64s=pool)
+    modes = ("TF", "IDF", "TFIDF")
+    nodes = [helper.make_node("TfIdfVectorizer", ["x0"], [m], mode=m, **attrs) for m in modes]
+    graph = helper.make_graph(nodes, "tfidf", [helper.make_tensor_value_info("x0", TensorProto.INT64, x.shape)],
+                              [helper.make_tensor_value_info(m, TensorProto.FLOAT, (3, 6)) for m in modes])
+    tf, idf, tfidf = ember.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))(x)
+    expected = np.zeros((3, 6), "float32")
+    for r, row in enumerate(x.tolist()):
+        for s, token in enumerate(row):
+            expected[r, [5, 0, 3][token]] += 1
+            for d in (1, 2):  # bigrams with their tokens 1 and 2 apart
+                if s + d < len(row) and (token, row[s + d]) in ((0, 1), (1, 2), (2, 0)):
+                    expected[r, [1, 2, 4][[(0, 1), (1, 2), (2, 0)].index((token, row[s + d]))]] += 1
+    np.testing.assert_array_equal(tf, expected)
+    np.testing.assert_array_equal(idf, (expected > 0).astype("float32"))
+    np.testing.assert_array_equal(tfidf, expected)

@@ -20,4 +20,5 @@ from . import (  # noqa: F401  (each registers its converters)
     sequence,
     shape,
     signal,
+    text,
 )
