@@ -48,6 +48,24 @@ def check_compiled(model: onnx.ModelProto, inputs: list[np.ndarray], rtol: float
         assert_close(a, e, rtol, atol, f"output {k} vs onnx's ReferenceEvaluator")
 
 
+def test_domains_are_looked_up_apart():
+    """An operator is converted by the converter of its own domain: Relu of another domain is
+    unsupported; Binarizer is ai.onnx.ml's alone."""
+    from ember.frontend.onnx import import_onnx
+    from ember.frontend.onnx.registry import lookup
+    from ember.ops import UnsupportedOpError
+
+    assert lookup("Binarizer", 1) is None and lookup("Binarizer", 1, "ai.onnx.ml") is not None
+    assert lookup("Relu", 14, "ai.onnx") is lookup("Relu", 14) is not None
+    x = RNG.normal(size=(2, 3)).astype("float32")
+    node = helper.make_node("Relu", ["x0"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.example", 1)])
+    with pytest.raises(UnsupportedOpError, match="com.example.Relu"):
+        import_onnx(model)
+
+
 # -- FlexAttention ---------------------------------------------------------------------------------
 
 PREVIEW = {"": 26, "ai.onnx.preview": 1}
