@@ -85,18 +85,36 @@ def test_flex_attention_fused(dtype, heads):
     check_compiled(flex(q, k, v, scale=0.3 if heads[0] == 6 else None), [q, k, v], rtol, rtol)
 
 
-@pytest.mark.parametrize("mods", ["causal+prob", "soft_cap", "relative"])
-def test_flex_attention_subgraphs(mods):
+def _head_bias_graph(bias: np.ndarray) -> onnx.GraphProto:
+    """score_mod: scores + a constant bias per head, query and key."""
+    return helper.make_graph([helper.make_node("Add", ["bias", "scores"], ["out"])], "head_bias",
+                             [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["B", "H", "L", "S"])],
+                             [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["B", "H", "L", "S"])],
+                             [onnx.numpy_helper.from_array(bias, "bias")])
+
+
+@pytest.mark.parametrize("mods, fused", [("causal", True), ("relative", True), ("head_bias", True),
+                                         ("causal+prob", False), ("soft_cap", False)])
+def test_flex_attention_subgraphs(mods, fused):
+    """A score_mod that adds a constant bias or masks with a constant condition becomes the fused
+    attention's mask; any other, or a prob_mod, is imported inline over the unfused attention."""
+    from ember.frontend.onnx import import_onnx
+
     q = RNG.uniform(-1, 1, (1, 4, 6, 8)).astype("float32")
-    k = RNG.uniform(-1, 1, (1, 2, 6, 8)).astype("float32")
-    v = RNG.uniform(-1, 1, (1, 2, 6, 4)).astype("float32")
-    score_mod = {"causal+prob": _make_score_mod_causal_mask_graph(),
+    k = RNG.uniform(-1, 1, (1, 2, 7, 8)).astype("float32")
+    v = RNG.uniform(-1, 1, (1, 2, 7, 4)).astype("float32")
+    score_mod = {"causal": _make_score_mod_causal_mask_graph(),
+                 "causal+prob": _make_score_mod_causal_mask_graph(),
                  "soft_cap": _make_score_mod_soft_cap_graph(RNG.uniform(0.5, 2.0)),
-                 "relative": _make_score_mod_relative_positional_graph()}[mods]
+                 "relative": _make_score_mod_relative_positional_graph(),
+                 "head_bias": _head_bias_graph(RNG.normal(size=(4, 6, 7)).astype("float32"))}[mods]
     attrs = {"score_mod": score_mod}
     if mods == "causal+prob":
         attrs["prob_mod"] = _make_prob_mod_scale_graph(RNG.uniform(0.5, 2.0))
-    check_compiled(flex(q, k, v, **attrs), [q, k, v], 1e-5, 1e-5)
+    model = flex(q, k, v, **attrs)
+    ops = import_onnx(model).op_histogram()
+    assert ("scaled_dot_product_attention" in ops) == fused and ("softmax" in ops) != fused, ops
+    check_compiled(model, [q, k, v], 1e-5, 1e-5)
 
 
 # -- ai.onnx.ml ------------------------------------------------------------------------------------
