@@ -243,3 +243,24 @@ def test_tfidf_vectorizer_without_weights():
     np.testing.assert_array_equal(tf, expected)
     np.testing.assert_array_equal(idf, (expected > 0).astype("float32"))
     np.testing.assert_array_equal(tfidf, expected)
+
+
+@pytest.mark.parametrize("op", ["TreeEnsemble", "TfIdfVectorizer"])
+def test_symbolic_batch(op):
+    """A batch of rows of a symbolic size: one compiled model for every batch."""
+    if op == "TreeEnsemble":
+        attrs = {k: v for k, v in random_ensemble(trees=3, features=3, targets=2, depth=4).items() if v is not None}
+        node = helper.make_node(op, ["x0"], ["y"], domain="ai.onnx.ml", aggregate_function=1, **attrs)
+        x_type, y_type, opsets = (TensorProto.FLOAT, ["N", 3]), ["N", 2], ML
+    else:
+        node = helper.make_node(op, ["x0"], ["y"], mode="TF", min_gram_length=1, max_gram_length=2, max_skip_count=1,
+                                ngram_counts=[0, 2], ngram_indexes=[2, 0, 1], pool_int64s=[1, 2, 1, 2])
+        x_type, y_type, opsets = (TensorProto.INT64, ["N", 6]), ["N", 3], {"": 21}
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x0", *x_type)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_type)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    compiled = ember.compile(model)
+    for rows in (1, 7):
+        x = RNG.integers(0, 4, (rows, x_type[1][1])).astype(onnx.helper.tensor_dtype_to_np_dtype(x_type[0]))
+        expected = ReferenceEvaluator(model).run(None, {"x0": x})[0]
+        assert_close(compiled(x), expected, 1e-6, 1e-6, f"{rows} rows vs onnx's ReferenceEvaluator")

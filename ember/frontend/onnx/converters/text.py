@@ -9,7 +9,7 @@ starts; a `matmul` with a one-hot of ngram_indexes takes the counts to their out
 Then TF is the count, IDF the weight (or 1) where the count is nonzero, TFIDF the weight (or 1)
 times the count. This costs rows x starts x pool n-grams comparisons: meant for the small pools
 of the models that carry one, not a vocabulary of 10^5 n-grams. Strings (pool_strings) are not
-tensors ember has.
+tensors ember has. The rows may be of a symbolic number; their length must be static.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def _tfidf_vectorizer(cx: NodeContext):
     if cx.attr("pool_strings") is not None:
         raise cx.unsupported("pool_strings (string tokens)")
     x = cx.input(0)
-    shape = cx.static_shape(x, "X")
-    if len(shape) not in (1, 2):
-        raise cx.error(f"X must be [C] or [B, C], got {shape}")
+    shape = cx.type(x).shape
+    if len(shape) not in (1, 2) or not isinstance(shape[-1], int):
+        raise cx.error(f"X must be [C] or [B, C] with C static, got {shape}")
     rows, width = (1, *shape) if len(shape) == 1 else shape
     x = cx.op("reshape", [cx.op("cast", [x], {"dtype": "int64"})], {"shape": (rows, width)})
     pool = np.asarray(cx.attr("pool_int64s"), "int64")
@@ -41,15 +41,14 @@ def _tfidf_vectorizer(cx: NodeContext):
         grams = pool[begin:end].reshape(-1, n)
         if low <= n <= high and len(grams):
             hits = [_count(cx, x, grams, d) for d in range(1, (1 if n == 1 else skips + 1) + 1)
-                    if width - (n - 1) * d > 0]
-            total = hits[0] if hits else np.zeros((rows, len(grams)), "float32")
+                    if width - (n - 1) * d > 0]  # (none: no n-gram of this length fits in a row)
             for h in hits[1:]:
-                total = cx.op("add", [total, h])
+                hits[0] = cx.op("add", [hits[0], h])
             onehot = np.zeros((len(grams), size), "float32")
             onehot[np.arange(len(grams)), indexes[first:first + len(grams)]] = 1
-            counts.append(cx.op("matmul", [total, onehot]))
+            counts.extend(cx.op("matmul", [total, onehot]) for total in hits[:1])
         first += len(grams)
-    y = counts[0] if counts else np.zeros((rows, size), "float32")
+    y = counts[0] if counts else cx.op("expand", [np.zeros((1, size), "float32")], {"shape": (rows, size)})
     for c in counts[1:]:
         y = cx.op("add", [y, c])
 
