@@ -9,10 +9,13 @@
   children, compares the feature's value (`gather_elements` of the row) with the split in
   float64 (LEQ/LT/GTE/GT/EQ/NEQ, MEMBER as an `equal` against the node's padded set, a NaN
   going the true way where nodes_missing_value_tracks_true says), and `where` picks the child;
-  as many steps as the deepest tree is deep (read from the arrays at import). The leaves' weights
+  as many steps as the deepest tree is deep (read from the arrays at import), each one kernel
+  (it ends in a reduction over an axis of size 1, which fusion does not inline into the next). The leaves' weights
   then go to their targets (a one-hot of the target ids) and are aggregated over the trees
   (`sum`, its mean, `min`, `max`; a target no leaf reaches keeps 0, or the dtype's largest or
   smallest value for MIN and MAX, as ONNX's reference). post_transform NONE only.
+  1000 rows through 100 trees of depth 6 (one thread, a busy machine): about 8 ms compiled,
+  onnxruntime's TreeEnsemble 2 to 3 ms; a kernel that walks each tree per row would close that.
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ def _tree_ensemble(cx: NodeContext):
         go_true = _compare(cx, t, value, split, mode, cur)
         cur = cx.op("where", [go_true, cx.op("gather", [t.true_next, cur], {"axis": 0}),
                               cx.op("gather", [t.false_next, cur], {"axis": 0})])
+        # a reduction over a new axis of size 1: fusion never inlines a reduction into its users,
+        # so each step is one kernel that writes the positions, rather than the steps inlined into
+        # each other, each recomputing the previous one's positions once per read of them
+        cur = cx.op("sum", [cx.op("unsqueeze", [cur], {"axes": (2,)})], {"axes": (2,), "keepdims": False})
     weight = cx.op("gather", [t.weight, cur], {"axis": 0})  # (rows, trees)
     target = cx.op("gather", [t.target, cur], {"axis": 0})
     hits = cx.op("equal", [cx.op("unsqueeze", [target], {"axes": (2,)}),
