@@ -245,6 +245,22 @@ def test_tfidf_vectorizer_without_weights():
     np.testing.assert_array_equal(tfidf, expected)
 
 
+def test_tree_ensemble_deep():
+    """Deep trees: each level of the walk is its own kernel (inlined into each other, the levels
+    recomputed the positions exponentially: minutes to compile)."""
+    import time
+
+    x = RNG.integers(0, 5, (30, 4)).astype("float32")
+    attrs = {k: v for k, v in random_ensemble(trees=4, features=4, targets=2, depth=8).items() if v is not None}
+    modes = onnx.numpy_helper.to_array(attrs.pop("nodes_modes"))  # all BRANCH_LEQ, as most exporters write
+    attrs["nodes_modes"] = helper.make_tensor("m", TensorProto.UINT8, modes.shape, [0] * modes.size)
+    attrs.pop("membership_values", None)
+    node = helper.make_node("TreeEnsemble", ["x0"], ["y"], domain="ai.onnx.ml", aggregate_function=1, **attrs)
+    start = time.perf_counter()
+    check_compiled(model_of(node, [x], ML, np.zeros((30, 2), "float32")), [x], 1e-5, 1e-5)
+    assert time.perf_counter() - start < 60
+
+
 @pytest.mark.parametrize("op", ["TreeEnsemble", "TfIdfVectorizer"])
 def test_symbolic_batch(op):
     """A batch of rows of a symbolic size: one compiled model for every batch."""
