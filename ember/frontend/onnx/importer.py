@@ -311,7 +311,7 @@ def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, en
                 raise cx.error(f"input {k} ({node.input[k]!r}) is {structured.describe(t)}; this operator takes "
                                "tensors")
         try:
-            converter = lookup(node.op_type, cx.version) if default else None
+            converter = lookup(node.op_type, cx.version, node.domain)
             if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
                 converter = None  # (an operator changed since: older than ember reads)
             try:

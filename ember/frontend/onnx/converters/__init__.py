@@ -12,10 +12,13 @@ from . import (  # noqa: F401  (each registers its converters)
     indexing,
     legacy,
     loss,
+    ml,
     nn,
+    preview,
     quantize,
     recurrent,
     sequence,
     shape,
     signal,
+    text,
 )
