@@ -5,9 +5,10 @@ A call through ctypes spends most of its time in Python: wrapping every array's 
 pointer arrays, converting arguments (about 20 us per call for a one-add model, ten times its
 native entry). So ember compiles a small CPython extension, once per build cache (not per
 model; ember.runtime.build caches it in <cache_dir>/extensions by its source, the compiler and
-its flags, with the Python and NumPy versions in the source), and gives each model a `Caller` built from its signature
-(ember.runtime.fastcall_source). A call hands the argument tuple to the Caller: it checks count,
-kind, dtype, rank, contiguity and every dimension (symbols bound and checked against their
+its flags, with the Python and NumPy versions in the source), and gives each model a `Caller`
+built from its signature (ember.runtime.fastcall_source), on its second call (a model called
+once never waits for the extension's build). A call hands the argument tuple to the Caller: it
+checks count, kind, dtype, rank, contiguity and every dimension (symbols bound and checked against their
 ranges, expressions of symbols evaluated), allocates the outputs (fresh NumPy arrays; torch
 tensors over them when an input is a torch tensor), takes a workspace from the model's pool of
 free ones (one per concurrent call), and runs the entry with the GIL released. Anything else (a
@@ -30,6 +31,7 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import threading
 import weakref
 
 import numpy as np
@@ -48,9 +50,17 @@ def python_include() -> str:
     return sysconfig.get_paths()["include"]
 
 
-@functools.cache
 def extension():
     """The compiled extension module, or None when it cannot be built here (see the module doc)."""
+    with _building:  # one build and one load per process, whichever thread asks first
+        return _extension()
+
+
+_building = threading.Lock()
+
+
+@functools.cache
+def _extension():
     include = python_include()
     if not os.path.isfile(os.path.join(include, "Python.h")):
         return None
@@ -73,6 +83,11 @@ def extension():
 
 def no_fast_path(inputs: tuple, num_threads: int):
     """The Caller of a model without one: every call takes the Python path."""
+    return NotImplemented
+
+
+def not_yet(inputs: tuple, num_threads: int):
+    """The Caller of a model not called yet (CompiledModel makes its Caller on its second call)."""
     return NotImplemented
 
 
@@ -119,15 +134,16 @@ def caller(model):
                       len(spec.symbols), polys, layout if spec.symbols else model._layout_of(()), status_error)
 
 
-def attach_torch(fast, spec) -> None:
+def attach_torch(fast, spec) -> bool:
     """Let `fast` (a model's Caller) take CPU torch tensors, unless a dtype has no torch twin with
-    a NumPy view (bfloat16 outputs go through the Python path)."""
-    if fast is no_fast_path:
-        return
+    a NumPy view (bfloat16 goes through the Python path); whether it does now."""
+    if fast is no_fast_path or fast is not_yet:
+        return False
     import torch
 
     dtypes = [getattr(torch, t.dtype, None) for t in (*spec.inputs, *spec.outputs)]
     if any(not isinstance(d, torch.dtype) or d == torch.bfloat16 for d in dtypes):
-        return
+        return False
     fast.attach_torch(torch.Tensor, torch.from_numpy, torch.strided,
                       [(d, d.is_complex) for d in dtypes[:len(spec.inputs)]])
+    return True

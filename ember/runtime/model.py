@@ -16,8 +16,8 @@ aligned memory. A call:
 3. allocates the outputs and calls the entry function once. A model compiled with checked=True
    raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
 
-The common call (NumPy arrays or exact CPU torch tensors, contiguous, of the right dtype and
-sizes) runs these steps in C (ember.runtime.fastcall: a CPython extension, the entry called with
+From the second call on, the common call (NumPy arrays or exact CPU torch tensors, contiguous,
+of the right dtype and sizes) runs these steps in C (ember.runtime.fastcall: a CPython extension, the entry called with
 the GIL released); any other call, and every error, takes the Python path (`_call`), so the
 checks and messages are those below. With the fast_call option off (EMBER_FAST_CALL=0) or where
 the extension cannot be built, every call takes the Python path.
@@ -153,8 +153,10 @@ class CompiledModel:
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
         self._local = threading.local()
         self.last_profile = None  # the latest `profile` result
-        self._fast = fastcall.caller(self)
-        self._fast_torch = False  # whether the Caller takes torch tensors yet (given on the first torch call)
+        # the C path is made on the second call: a model called once (a script's check, a test's)
+        # never waits for the call extension's build
+        self._fast, self._python_calls = fastcall.not_yet, 0
+        self._fast_torch = False  # whether the Caller takes torch tensors yet (given on a torch call)
 
     def _open(self, library: str | Path | Library):
         """Load the library; its entry function."""
@@ -197,9 +199,11 @@ class CompiledModel:
     def _call(self, inputs):
         """A call in Python: what the fast path leaves (copies to make, errors to name)."""
         torch_in = any(_is_torch(x) for x in inputs)
+        self._python_calls += 1
+        if self._fast is fastcall.not_yet and self._python_calls >= 2:
+            self._fast = fastcall.caller(self)
         if torch_in and not self._fast_torch:
-            fastcall.attach_torch(self._fast, self.spec)
-            self._fast_torch = True
+            self._fast_torch = fastcall.attach_torch(self._fast, self.spec)
         outputs, args, _keep = self._arguments(inputs)
         rc = self._entry(*args)
         if rc != 0:

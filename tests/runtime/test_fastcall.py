@@ -42,9 +42,12 @@ def models(tmp_path_factory):
     """The symbolic model compiled once; a twin of it on the Python path (fast_call off)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    fast = compile_graph(symbolic_graph(), num_threads=1)
-    mp.setenv("EMBER_FAST_CALL", "0")
-    slow = compile_graph(symbolic_graph(), num_threads=1)
+    fast, slow = (compile_graph(symbolic_graph(), num_threads=1) for _ in range(2))
+    for cm, option in ((fast, "1"), (slow, "0")):
+        mp.setenv("EMBER_FAST_CALL", option)
+        assert cm._fast is fastcall.not_yet
+        for _ in range(2):  # the second call makes the C path (or not: fast_call off)
+            cm(random_array((2, 4)), random_array((3, 4)))
     mp.undo()
     assert fastcall.extension() is not None, "the call extension did not build on this machine"
     assert fast._fast is not fastcall.no_fast_path and slow._fast is fastcall.no_fast_path
@@ -185,8 +188,12 @@ def test_integer_division_by_zero_raises_in_checked_mode(tmp_path, monkeypatch):
     g.set_outputs([add_op(g, "floor_divide", [a, b])[0]])
     cm = compile_graph(g, checked=True)
     a_, b_ = np.arange(1, 9, dtype=np.int32), np.arange(2, 10, dtype=np.int32)
-    np.testing.assert_array_equal(cm(a_, b_), a_ // b_)
+    for _ in range(2):
+        np.testing.assert_array_equal(cm(a_, b_), a_ // b_)
     b_[3] = 0
+    assert cm._fast is not fastcall.not_yet
+    with pytest.raises(ZeroDivisionError, match="integer division or modulo by zero in kernel"):
+        cm._fast((a_, b_), 0)  # raised by the C path itself
     with pytest.raises(ZeroDivisionError, match="integer division or modulo by zero in kernel"):
         cm(a_, b_)
 
@@ -194,7 +201,9 @@ def test_integer_division_by_zero_raises_in_checked_mode(tmp_path, monkeypatch):
 def test_a_model_is_freed_when_dropped(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     cm = compile_graph(symbolic_graph())
-    cm(random_array((2, 4)), random_array((3, 4)))
+    for _ in range(3):
+        cm(random_array((2, 4)), random_array((3, 4)))
+    assert cm._fast is not fastcall.not_yet
     dropped = weakref.ref(cm)
     del cm
     gc.collect()
@@ -215,9 +224,10 @@ def test_python_path_when_python_h_is_missing(tmp_path):
         x, y = g.add_input("x", TensorType(("n",))), g.add_input("y", TensorType(("n",)))
         g.set_outputs([add_op(g, "add", [x, y])[0]])
         cm = compile_graph(g)
-        assert fastcall.extension() is None and cm._fast is fastcall.no_fast_path
         a, b = np.random.default_rng(0).standard_normal((2, 5), dtype=np.float32)
-        np.testing.assert_allclose(cm(a, b), a + b, rtol=1e-6)
+        for _ in range(3):
+            np.testing.assert_allclose(cm(a, b), a + b, rtol=1e-6)
+        assert fastcall.extension() is None and cm._fast is fastcall.no_fast_path
         try:
             cm(a, b[:4])
         except Exception as e:
