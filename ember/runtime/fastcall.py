@@ -57,6 +57,7 @@ def extension():
 
 
 _building = threading.Lock()
+os.register_at_fork(after_in_child=_building._at_fork_reinit)  # (a fork while another thread builds)
 
 
 @functools.cache

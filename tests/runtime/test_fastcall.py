@@ -210,6 +210,38 @@ def test_a_model_is_freed_when_dropped(tmp_path, monkeypatch):
     assert dropped() is None
 
 
+def test_children_of_fork_call_through_the_c_path(tmp_path):
+    """A Pool worker forked after the parent ran the model on the C path (and libgomp) runs it
+    there too, on one OpenMP thread from the forking thread, without hanging."""
+    code = textwrap.dedent("""
+        import multiprocessing as mp
+        import numpy as np
+        from ember.compiler import compile_graph
+        from ember.graph import Graph, TensorType
+        from ember.ops.nodes import add_op
+        from ember.runtime import fastcall
+        g = Graph("add")
+        x, y = g.add_input("x", TensorType(("n", 64))), g.add_input("y", TensorType(("n", 64)))
+        g.set_outputs([add_op(g, "add", [x, y])[0]])
+        cm = compile_graph(g, num_threads=2)
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((2, 300, 64), dtype=np.float32)
+        for _ in range(3):
+            np.testing.assert_allclose(cm(a, b), a + b, rtol=1e-6)
+        assert cm._fast not in (fastcall.not_yet, fastcall.no_fast_path)
+
+        def work(k):
+            return float(np.abs(cm(a[k:], b[k:]) - (a[k:] + b[k:])).max()), cm._fast((a, b), 2) is not NotImplemented
+
+        with mp.get_context("fork").Pool(2) as pool:
+            print(pool.map(work, range(4)))
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str([(0.0, True)] * 4)
+
+
 def test_python_path_when_python_h_is_missing(tmp_path):
     """No Python.h (a Python without its headers): the model is called through the Python path
     (in a child process: the extension is loaded once per process)."""
