@@ -48,6 +48,7 @@ def models(tmp_path_factory):
         assert cm._fast is fastcall.not_yet
         for _ in range(2):  # the second call makes the C path (or not: fast_call off)
             cm(random_array((2, 4)), random_array((3, 4)))
+        cm(torch.rand(2, 4), torch.rand(3, 4))  # the C path takes torch tensors from now on
     mp.undo()
     assert fastcall.extension() is not None, "the call extension did not build on this machine"
     assert fast._fast is not fastcall.no_fast_path and slow._fast is fastcall.no_fast_path
@@ -103,6 +104,12 @@ BAD = [
      r"input 'x' dimension 0 is 51, which binds 'n' outside the range \[1, 50\]"),
     (lambda: [random_array((0, 4)), random_array((1, 4))], ShapeError, "outside the range"),
     (lambda: [torch.rand(2, 4, device="meta"), random_array((3, 4))], ArgumentTypeError, "is a meta tensor"),
+    (lambda: [torch.rand(2, 4).to_sparse(), torch.rand(3, 4)], ArgumentTypeError,
+     r"input 'x' has layout torch.sparse_coo; ember takes dense \(strided\) tensors, pass x.to_dense\(\)"),
+    (lambda: [torch.rand(2, 4), torch.rand(3, 4).to_mkldnn()], ArgumentTypeError, "input 'y' has layout torch._mkldnn"),
+    (lambda: [torch.rand(2, 4), torch.rand(3, 4, dtype=torch.float16)], ArgumentTypeError,
+     "input 'y' has dtype torch.float16, expected float32"),
+    (lambda: [torch.rand(2, 4), torch.rand(4, 4)], ShapeError, r"input 'y' dimension 0 is 4, expected n \+ 1 = 3"),
 ]
 
 
@@ -133,8 +140,7 @@ def test_copies_are_made_by_the_python_path(models):
 def test_torch_in_torch_out(models):
     fast, slow = models
     x, y = torch.rand(5, 4), torch.rand(6, 4, requires_grad=True)
-    outs = fast(x, y)  # the first torch call also lets the C path take torch tensors
-    assert fast._fast((x, y), 1) is not NotImplemented
+    assert fast._fast((x, y), 1) is not NotImplemented  # taken by the C path
     outs = fast(x, y)
     assert all(type(o) is torch.Tensor and not o.requires_grad for o in outs)
     check([o.numpy() for o in outs], reference(x.numpy(), y.detach().numpy()))
@@ -145,7 +151,6 @@ def test_torch_in_torch_out(models):
 
 def test_torch_views_the_c_path_cannot_take_go_through_python(models):
     fast, _ = models
-    fast(torch.rand(2, 4), torch.rand(3, 4))  # the C path takes torch tensors from now on
     base = torch.rand(3, 4)
     for x in (torch.rand(4, 3).T, base._neg_view(), torch.nn.Parameter(torch.rand(3, 4))):
         y = torch.rand(4, 4)
