@@ -1,6 +1,6 @@
 """Every zoo model, compiled by ember and run next to its peers, each runtime in its own process.
 
-For each model: latency (batch 1, --threads threads) and compile time of ember, ONNX Runtime,
+For each model: latency (batch 1 or --batch, --threads threads) and compile time of ember, ONNX Runtime,
 torch eager and torch.compile (inductor), with ratios to ONNX Runtime and to torch eager.
 
 Runtimes disturb each other in one process (ONNX Runtime's and torch's idle OpenMP threads spin
@@ -11,7 +11,7 @@ prepares the model once: torch eager's outputs, ember's compiled model saved as 
 (checked against eager) and the ONNX file; the timing processes load those. "ember after torch"
 (--after-torch) times ember's model in a process where torch eager ran the model first.
 
-    python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--runs 20] [--rounds 2]
+    python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--batch 1] [--runs 20] [--rounds 2]
                                  [--threads 2] [--peers onnxruntime inductor eager] [--after-torch]
 """
 
@@ -67,7 +67,7 @@ def timed(fn):
 
 # --- the child processes ----------------------------------------------------------------------------
 
-def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onnx: bool) -> dict:
+def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onnx: bool, batch: int = 1) -> dict:
     """Inputs and torch eager's outputs as .npy, each ember variant compiled, checked and saved
     (folder/<label>/), and the ONNX file: what the timing processes load."""
     import torch
@@ -75,7 +75,7 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
     import ember
     from benchmarks.models import ZOO
 
-    model, inputs = ZOO[name](small=small)
+    model, inputs = ZOO[name](small=small, **({"batch": batch} if batch != 1 else {}))
     with torch.no_grad():
         expected = model(*inputs)
     for k, x in enumerate(inputs):
@@ -171,7 +171,7 @@ LABELS = {"onnxruntime": "onnxruntime", "eager": "torch eager", "inductor": "tor
 
 
 def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, peers: list[str],
-                  variants: dict[str, dict] | None = None, after_torch: bool = False) -> list[Row]:
+                  variants: dict[str, dict] | None = None, after_torch: bool = False, batch: int = 1) -> list[Row]:
     """Rows for each ember variant (a label -> ember.compile options, a tuning database as its
     path; default "ember": none) and
     each peer, every latency the best median over `rounds` rounds of one fresh process each."""
@@ -179,7 +179,7 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "variants.json").write_text(json.dumps(variants))
-        prep = _child(["--prepare", name, "--folder", tmp, *(["--small"] if small else []),
+        prep = _child(["--prepare", name, "--folder", tmp, "--batch", str(batch), *(["--small"] if small else []),
                        *(["--onnx"] if "onnxruntime" in peers else [])])
         if "error" in prep:
             return [("prepare", None, None, prep["error"])]
@@ -216,6 +216,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(ZOO))
     ap.add_argument("--small", action="store_true", help="the reduced-size variants")
+    ap.add_argument("--batch", type=int, default=1, help="the batch size (models that take one)")
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
@@ -232,18 +233,18 @@ def main(argv=None) -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if args.prepare:
         variants = json.loads((Path(args.folder) / "variants.json").read_text())
-        print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), variants, args.onnx)))
+        print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), variants, args.onnx, args.batch)))
         return
     if args.measure:
         runtime, name = args.measure
         print(json.dumps(measure(runtime, name, args.small, Path(args.folder), args.runs, args.threads, args.label)))
         return
-    print(f"batch 1, {args.threads} threads; each runtime in its own process, {args.rounds} rounds, "
+    print(f"batch {args.batch}, {args.threads} threads; each runtime in its own process, {args.rounds} rounds, "
           f"best median of {args.runs} runs")
     print(f"{'model':<14} {'runtime':<18} {'latency ms':>11} {'vs ORT':>7} {'vs eager':>9} {'compile s':>10}  note")
     for name in args.models:
         rows = compare_model(name, args.small, args.runs, args.rounds, args.threads, args.peers,
-                             after_torch=args.after_torch)
+                             after_torch=args.after_torch, batch=args.batch)
         ort = next((lat for runtime, lat, _, _ in rows if runtime == "onnxruntime" and lat), None)
         eager = next((lat for runtime, lat, _, _ in rows if runtime == "torch eager" and lat), None)
         for runtime, lat, comp, note in rows:

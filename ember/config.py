@@ -306,6 +306,9 @@ OPTIONS = {
                "raise instead of corrupting memory (TRITON_DEBUG is read too)", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
+        Option("fast_call", True, "EMBER_FAST_CALL",
+               "check a model's arguments and call it through ember's compiled call extension (built once per "
+               "cache; off, or where it cannot be built: the Python call path, same checks and errors)", Boolean()),
         Option("max_specializations", 8, "EMBER_MAX_SPECIALIZATIONS",
                "the most values of a model's runtime-valued inputs (ONNX axes, k, pads, scales given as graph "
                "inputs), or structures of its ONNX sequence and optional inputs, compiled for, one specialization "

@@ -122,7 +122,7 @@ class _Entry:
     def run(self, args):
         if self.fallback is not None:
             return self.fallback(*args)
-        out = self.model(*(args[k].detach() for k in self.tensors))
+        out = self.model(*(args[k] for k in self.tensors))  # the model reads tensors that need grad as they are
         return tuple(torch.as_tensor(o) for o in (out if isinstance(out, tuple) else (out,)))
 
 

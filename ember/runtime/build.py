@@ -3,7 +3,8 @@
 `build_library(source)` returns the path of a shared library built from `source`. The cache key is
 the sha256 of everything that decides the binary: the source, the compiler, its flags, and the
 compiler's `--version` text (asked once per process and compiler). Libraries live in
-`<cache_dir>/kernels/<key[:2]>/<key>.so`, with the C source next to them when keep_source is on.
+`<cache_dir>/kernels/<key[:2]>/<key>.so` (another folder than kernels/ when asked: ember's call
+extension), with the C source next to them when keep_source is on.
 A build compiles in a temporary folder beside its destination and `os.replace`s the results into
 place under a per-key `fcntl` lock, so concurrent processes compile a source once and never load
 a half-written library. `explain_cache_key` returns the parts of a key: diff two of them to see
@@ -49,9 +50,11 @@ _MAX_CONTEXTS = 5  # errors shown with their source lines; the rest only as the 
 VERSION_TIMEOUT_S = 60  # `cc --version` answers at once; a command that does not is no compiler
 
 
-def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None) -> Path:
-    """The shared library of a C translation unit, compiled unless the cache has it."""
-    parts = explain_cache_key(source, cc=cc, cflags=cflags)
+def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
+                  folder: str = "kernels") -> Path:
+    """The shared library of a C translation unit, compiled unless the cache has it (in the cache's
+    `folder`: kernels and models in kernels/, ember's call extension apart)."""
+    parts = explain_cache_key(source, cc=cc, cflags=cflags, folder=folder)
     path = Path(parts["path"])
     if _intact(path):
         return path
@@ -67,8 +70,8 @@ def is_cached(source: str, *, cc: str | None = None, cflags: str | Sequence[str]
     return _intact(Path(explain_cache_key(source, cc=cc, cflags=cflags)["path"]))
 
 
-def explain_cache_key(source: str, *, cc: str | None = None,
-                      cflags: str | Sequence[str] | None = None) -> dict[str, str]:
+def explain_cache_key(source: str, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
+                      folder: str = "kernels") -> dict[str, str]:
     """The parts of the build cache key of `source`, the key itself and the library's path."""
     cc = config.resolve("cc", cc)
     flags = shlex.split(config.resolve("cflags", cflags))
@@ -80,7 +83,7 @@ def explain_cache_key(source: str, *, cc: str | None = None,
         "compiler_version": compiler_version(cc),
     }
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    path = Path(config.get("cache_dir")) / "kernels" / key[:2] / f"{key}.so"
+    path = Path(config.get("cache_dir")) / folder / key[:2] / f"{key}.so"
     return {**parts, "key": key, "path": str(path)}
 
 

@@ -48,6 +48,11 @@ def stale_pool() -> bool:
     return _forked is not None and threading.get_ident() == _forked
 
 
+def forked_thread() -> int | None:
+    """The thread that forked this process when its OpenMP pool is stale (libgomp was loaded), else None."""
+    return _forked
+
+
 def threads(num_threads: int) -> int:
     """The OpenMP threads a native call from this thread may ask for: 1 on the thread that
     forked this process, `num_threads` (0: OpenMP's default) anywhere else."""

@@ -16,6 +16,12 @@ aligned memory. A call:
 3. allocates the outputs and calls the entry function once. A model compiled with checked=True
    raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
 
+From the second call on, the common call (NumPy arrays or exact CPU torch tensors, contiguous,
+of the right dtype and sizes) runs these steps in C (ember.runtime.fastcall: a CPython extension, the entry called with
+the GIL released); any other call, and every error, takes the Python path (`_call`), so the
+checks and messages are those below. With the fast_call option off (EMBER_FAST_CALL=0) or where
+the extension cannot be built, every call takes the Python path.
+
 Contiguous inputs are passed as they are (torch tensors through a zero-copy NumPy view); other
 inputs are copied to contiguous memory first, lazily negated or conjugated tensors resolved;
 sparse and mkldnn tensors are refused (ArgumentTypeError: pass x.to_dense()). Outputs or a
@@ -51,7 +57,7 @@ from ..codegen.entry import ENTRY, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
 from ..target import ALIGN
 from ..tir import dtype as dt
-from . import fork
+from . import fastcall, fork
 from .library import Library, open_library
 
 
@@ -114,9 +120,10 @@ class ModelSpec:
 class CompiledModel:
     """A model compiled to native code: `model(*inputs)` runs it.
 
-    Thread safety: calls from several threads at once are safe and run concurrently. Each
-    calling thread has its own workspace (a per-thread pool: kept between that thread's calls,
-    grown when a call needs more); the weights are only read, and the outputs are fresh arrays.
+    Thread safety: calls from several threads at once are safe and run concurrently. Each call
+    has a workspace of its own (on the C path, one taken from the model's pool of free ones and
+    given back after the call; on the Python path, the calling thread's, kept between its calls;
+    both grown when a call needs more); the weights are only read, and the outputs are fresh arrays.
     In a child of fork, calls from the thread that forked run with one OpenMP thread (see the
     module's docstring).
 
@@ -129,6 +136,8 @@ class CompiledModel:
     when set), `stats` (compile timings, when compiled in this process), `memory` (the plan's
     peak and unplanned bytes), `last_profile` (the latest `profile(...)` result, or None).
     """
+
+    _entry_address: int | None = None  # the native entry's address (None: an entry in Python, no fast path)
 
     def __init__(self, spec: ModelSpec, library: str | Path | Library, weights: Mapping[str, np.ndarray], plan, *,
                  graph=None, source: str | None = None, num_threads: int = 0, stats=None):
@@ -145,6 +154,10 @@ class CompiledModel:
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
         self._local = threading.local()
         self.last_profile = None  # the latest `profile` result
+        # the C path is made on the second call: a model called once (a script's check, a test's)
+        # never waits for the call extension's build
+        self._fast, self._python_calls = fastcall.not_yet, 0
+        self._fast_torch = False  # whether the Caller takes torch tensors yet (given on a torch call)
 
     def _open(self, library: str | Path | Library):
         """Load the library; its entry function."""
@@ -152,6 +165,7 @@ class CompiledModel:
         self.library_path = self.library.path  # named by its content: these bytes, for as long as it lives
         self._library = self.library.handle  # kept: the library stays loaded
         entry = getattr(self._library, ENTRY)
+        self._entry_address = ctypes.cast(entry, ctypes.c_void_p).value
         entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
         entry.restype = ctypes.c_int
         return entry
@@ -180,11 +194,22 @@ class CompiledModel:
         return list(self.spec.kernels)
 
     def __call__(self, *inputs):
+        out = self._fast(inputs, self._num_threads)  # the common case, in C (ember.runtime.fastcall)
+        return self._call(inputs) if out is NotImplemented else out
+
+    def _call(self, inputs):
+        """A call in Python: what the fast path leaves (copies to make, errors to name)."""
+        torch_in = any(_is_torch(x) for x in inputs)
+        self._python_calls += 1
+        if self._fast is fastcall.not_yet and self._python_calls >= 2:
+            self._fast = fastcall.caller(self)
+        if torch_in and not self._fast_torch:
+            self._fast_torch = fastcall.attach_torch(self._fast, self.spec)
         outputs, args, _keep = self._arguments(inputs)
         rc = self._entry(*args)
         if rc != 0:
             raise self.status_error(rc, "entry function")
-        if any(_is_torch(x) for x in inputs):
+        if torch_in:
             outputs = [_tensor(o) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -245,7 +270,7 @@ class CompiledModel:
         arrays = [self._as_array(k, x) for k, x in enumerate(inputs)]
         symbols = self._bind(arrays)
         sizes = np.array([symbols[s] for s in self.spec.symbols], dtype=np.int64)
-        offsets, workspace_bytes = self._layout(sizes)
+        offsets, workspace_bytes = self._layout_of(tuple(sizes.tolist()))
         outputs = []
         try:
             for t in self.spec.outputs:
@@ -334,8 +359,8 @@ class CompiledModel:
                                  f"{_shape_str(expected)})")
         return symbols
 
-    def _layout(self, sizes: np.ndarray) -> tuple[np.ndarray, int]:
-        key = tuple(sizes.tolist())
+    def _layout_of(self, key: tuple[int, ...]) -> tuple[np.ndarray, int]:
+        """The workspace offsets (int64) and bytes for these values of the symbols."""
         found = self._layouts.get(key)
         if found is None:
             layout = self.plan.layout(dict(zip(self.spec.symbols, key)))
