@@ -25,8 +25,9 @@ the machine falls on all of them alike). Each process reports the median of --ru
 is the median over rounds, with the spread (max/min over rounds) beside it, and the ratio to the
 fresh figure under the same policy. `--policies` names environments to compare (each a list of
 VAR=value, comma-separated; "default": none): ember's default wait policy, libgomp's own
-(GOMP_SPINCOUNT=300000), passive, ...; the last column is each fresh figure against the first
-policy's (what a policy costs ember alone).
+(GOMP_SPINCOUNT=300000), passive, ...; "vs policy" is each fresh figure against the first policy's
+(what a policy costs ember alone). "cpu" is the process's CPU time per call, every thread's:
+spinning shows there, a thread waiting for a core of a busy machine does not.
 
     python benchmarks/coexist.py [--models resnet18 gpt2_small mlp gemv] [--small] [--runs 20]
         [--rounds 3] [--threads 2] [--scenarios fresh after_torch after_ort torch_compile]
@@ -50,7 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare import median_latency, prepare  # noqa: E402 (after the path)
+from benchmarks.compare import prepare  # noqa: E402 (after the path)
 
 SCENARIOS = ("fresh", "after_torch", "after_ort", "with_ort", "torch_compile", "segments")
 # where the graph breaks go: modules after which an eager torch op runs
@@ -172,6 +173,19 @@ def _torch_runs(name: str, small: bool, inputs: list[np.ndarray], threads: int):
     return model
 
 
+def timed_calls(fn, runs: int) -> dict:
+    """The median wall time of `fn` over `runs` calls after 3 warm-up calls, and the process's CPU
+    time per call (every thread's: threads that spin count, threads waiting for a core do not)."""
+    for _ in range(3):
+        fn()
+    walls, cpu = [], time.process_time()
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - t)
+    return {"median": statistics.median(walls), "cpu": (time.process_time() - cpu) / runs}
+
+
 def _inputs(folder: Path) -> list[np.ndarray]:
     return [np.load(folder / f"input{k}.npy") for k in range(len(list(folder.glob("input*.npy"))))]
 
@@ -217,7 +231,7 @@ def measure(scenario: str, name: str, small: bool, folder: Path, runs: int, thre
             for (m, _), a in zip(order, args):
                 models[m](*a)
 
-        return {"median": median_latency(forward, runs)}
+        return timed_calls(forward, runs)
     cm = ember.load(folder / "ember")
     if scenario == "with_ort":  # ORT runs before each of ember's calls; ember's calls are timed
         times = []
@@ -227,7 +241,7 @@ def measure(scenario: str, name: str, small: bool, folder: Path, runs: int, thre
             cm(*inputs)
             times.append(time.perf_counter() - t)
         return {"median": statistics.median(times)}
-    return {"median": median_latency(lambda: cm(*inputs), runs)}
+    return timed_calls(lambda: cm(*inputs), runs)
 
 
 def _child(argv: list[str], env: dict[str, str]) -> dict:
@@ -276,12 +290,13 @@ def run_model(name: str, args) -> None:
     for key, got in results.items():
         ok = [g["median"] for g in got if "error" not in g]
         totals = [g["total"] for g in got if "total" in g]
+        cpu = [g["cpu"] for g in got if "cpu" in g]
         figures[key] = (statistics.median(ok) if ok else None, max(ok) / min(ok) if ok else None,
                         statistics.median(totals) if totals else None,
-                        next((g["error"] for g in got if "error" in g), ""))
+                        next((g["error"] for g in got if "error" in g), ""), statistics.median(cpu) if cpu else None)
     base = figures.get((args.policies[0], "fresh"), (None,))[0]
     weight_bytes = prep["ember"]["ember"].get("weight_bytes")
-    for (policy, scenario), (med, spread, total, error) in figures.items():
+    for (policy, scenario), (med, spread, total, error, cpu) in figures.items():
         if med is None:
             print(f"{name:<12} {scenario:<14} {policy:<26} failed: {error}", flush=True)
             continue
@@ -291,7 +306,8 @@ def run_model(name: str, args) -> None:
         note = f"forward {total * 1e3:.2f} ms" if total else ""
         note += f"{weight_bytes / med / 1e9:.1f} GB/s of weights" if weight_bytes else ""
         note += f"  ({error})" if error else ""
-        print(f"{name:<12} {scenario:<14} {policy:<26} {med * 1e3:10.3f} {spread:7.2f} {vs} {vs_base}  {note}",
+        cpu_s = f"{cpu * 1e3:8.3f}" if cpu else f"{'-':>8}"
+        print(f"{name:<12} {scenario:<14} {policy:<26} {med * 1e3:10.3f} {spread:7.2f} {vs} {vs_base} {cpu_s}  {note}",
               flush=True)
 
 
@@ -331,11 +347,12 @@ def main(argv=None) -> None:
     print(f"batch 1, {args.threads} threads; ember's time per inference, each figure a fresh process; "
           f"median over {args.rounds} alternating rounds of the median of {args.runs} calls")
     print(f"{'model':<12} {'scenario':<14} {'policy':<26} {'ember ms':>10} {'spread':>7} {'vs fresh':>8} "
-          f"{'vs policy':>9}")
+          f"{'vs policy':>9} {'cpu ms':>8}")
     for name in args.models:
         run_model(name, args)
     print("spread: slowest round / fastest round; vs fresh: against fresh (torch.compile: against segments) "
-          "under the same policy; vs policy: fresh against the first policy's fresh")
+          "under the same policy; vs policy: fresh against the first policy's fresh; cpu: the process's CPU "
+          "time per call, all threads (spinning counts; waiting for a core does not)")
 
 
 if __name__ == "__main__":

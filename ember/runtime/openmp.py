@@ -12,8 +12,9 @@ Threads that sleep soon after a call. After a parallel region, libgomp's threads
 sleep (GOMP_SPINCOUNT iterations; by default 300,000, about 3 ms), so that the next region finds
 them awake; meanwhile they hold the cores. On a machine with more runnable threads than cores
 (ONNX Runtime's thread pool in the same process, other processes), a thread spinning at a barrier
-while the thread it waits for has no core spins its whole time slice, at every kernel: ResNet-18
-ran several times slower so on a loaded 2-core machine (benchmarks/coexist.py). The kernels of one
+while the thread it waits for has no core spins its whole time slice, at every kernel: on a 2-core
+machine with 7 runnable processes, ResNet-18 took 763 ms a call with libgomp's default, 75 ms with
+10,000 spins, 26 ms with none (OMP_WAIT_POLICY=passive; benchmarks/coexist.py). The kernels of one
 call follow each other within microseconds, and Python between two calls takes tens of
 microseconds, so a short spin keeps the threads awake where it matters and lets them sleep within
 about 0.1 ms of the end of a call. libgomp reads its settings once, when it is loaded; so when
@@ -23,6 +24,8 @@ again, so child processes do not inherit it). Process-wide, as libgomp's setting
 loaded afterwards shares the runtime and the setting. When libgomp is loaded already (torch
 imported first, as with torch.compile), its settings stay as they are and ember shares its
 threads; OMP_WAIT_POLICY or GOMP_SPINCOUNT set before the process starts decide them.
+Why not passive (no spin) by default: then every parallel region wakes its threads from a futex,
+tens of microseconds each on a quiet machine, which small models at batch 1 would pay per kernel.
 """
 
 from __future__ import annotations
