@@ -15,7 +15,10 @@ parallel region of one thread never touches the pool, so it runs, on one core. T
 child starts afterwards have no pool yet: they get a pool of their own on their first parallel
 region and run with the model's `num_threads`. The parent is unchanged (the check is one
 comparison with None); the child reads /proc/self/maps once (where it cannot, it assumes
-libgomp is there).
+libgomp is there). The handler also sets that thread's OpenMP threads to one (omp_set_num_threads,
+when ember has loaded libgomp), so that others' parallel regions on it, torch's eager ops, which
+would wait for the stale pool as well, run on one thread too (a model's call restores the calling
+thread's setting when it returns, ember.codegen.entry, so ember's own calls do not set it).
 """
 
 from __future__ import annotations
@@ -23,20 +26,20 @@ from __future__ import annotations
 import os
 import threading
 
+from . import openmp
+
 _forked: int | None = None  # the thread that called fork, in the child (its OpenMP pool is stale)
 
 
 def _after_fork_in_child() -> None:
     global _forked
-    _forked = threading.get_ident() if _libgomp_loaded() else None
-
-
-def _libgomp_loaded() -> bool:
     try:
-        with open("/proc/self/maps") as maps:
-            return any("libgomp" in line for line in maps)
+        loaded = openmp.libgomp_path() is not None
     except OSError:
-        return True
+        loaded = True  # cannot tell: assume the pool is there
+    _forked = threading.get_ident() if loaded else None
+    if loaded:
+        openmp.one_thread_here()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

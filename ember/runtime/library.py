@@ -13,6 +13,9 @@ library, and a file changed in a folder loads as the new library it is.
 a manifest or a build-cache sidecar recorded: a truncated, extended or edited file is an
 ArtifactError that names it, before anything parses or loads its bytes.
 
+The first library that brings libgomp into the process is loaded with a short OpenMP spin count
+(ember.runtime.openmp).
+
 Options read (ember.config): cache_dir.
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import ArtifactError, ConfigError
+from . import openmp
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def open_library(path: str | Path, digest: Digest | None = None, recorded_in: st
     digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
     copy = _content_copy(data, digest)
     try:
-        handle = ctypes.CDLL(str(copy))
+        handle = openmp.load(lambda: ctypes.CDLL(str(copy)))
     except OSError as e:
         raise ArtifactError(f"{path} is not a loadable shared library ({e})") from None
     return Library(copy, digest, handle)

@@ -11,10 +11,10 @@ def test_entry_function_text():
                         "%a = add(%x, %w)"),
              KernelCall("relu_1", (Ref("workspace", 2), Ref("output", 0)), ())]
     text = render_entry(calls, [Copy(Ref("output", 1), Ref("input", 0), (Ref("size", 0), 3), 4)])
-    body = [line.strip() for line in text.splitlines()]
-    assert body[1].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
-    assert body[4:body.index("}") + 1] == [
-        "if (num_threads > 0) ember_set_num_threads(num_threads);",
+    body = [line.strip() for line in text[text.index("int ember_model_run("):].splitlines()]
+    assert body[0].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
+    assert body[3:body.index("}") + 1] == [
+        "const int threads_before __attribute__((cleanup(ember_leave_threads))) = ember_enter_threads(num_threads);",
         "/* %a = add(%x, %w) */",
         "add_0(inputs[0], weights[1], (void*)(workspace + offsets[2]), sizes[0]);",
         "relu_1((void*)(workspace + offsets[2]), outputs[0]);",
