@@ -24,6 +24,7 @@ from .transform.lower_blocks import lower_blocks
 from .transform.simplify_stmt import simplify_body
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
+from .transform.version_guards import version_guards
 from .verify import verify
 
 PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
@@ -36,8 +37,10 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("simplify_unrolled", simplify_body),
     ("vectorize", vectorize),
     ("simplify_vectors", simplify_body),
+    ("version_guards", version_guards),
 ]
-OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
+OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors",
+            "version_guards"}
 
 
 def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = (),
