@@ -5,8 +5,8 @@ The passes run in the order of PASSES; `lower(func, print_after=True)` (or EMBER
 prints the function after each one, `lower(func, debug=True)` (or EMBER_DEBUG=1) runs the
 loop-IR verifier (tir.verify) on its input and after each one, naming the pass at fault, and
 `skip=[...]` turns optional ones off to find the pass at fault. hoist_init, compact_buffers,
-unroll and vectorize are optimizations and may be skipped; the others are needed for code
-generation.
+unroll, vectorize and version_guards are optimizations and may be skipped; the others are needed
+for code generation.
 """
 
 from __future__ import annotations
