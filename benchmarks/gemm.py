@@ -15,8 +15,14 @@ case; the table shows the median over rounds: GFLOP/s (2 M K N / time), the rati
 GEMM (ember time / BLAS time: below 1 is faster) and each epilogue's time over ember's bare GEMM;
 next to the medians, the fastest run of each (on a shared machine, a parallel loop whose thread
 lost its core waits for it: medians there measure the neighbours, the fastest run the kernel).
+--baseline DIR adds ember from another checkout (a commit's files: `git archive REV | tar -x -C
+DIR`) as one more runtime, timed in the same rounds: before and after a change, on the same load.
+--cpu-time times one thread by its own CPU time (time.thread_time) instead of the clock: on a
+machine shared with other work, the time a thread waited for its core is not counted (the caches
+the neighbours emptied still are); it implies --threads 1.
 
     python benchmarks/gemm.py [--sizes 512 1024 2048] [--rows 1 16 128 512] [--rounds 3] [--threads 2]
+                              [--baseline DIR] [--cpu-time]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -61,7 +68,18 @@ def linear_model(k: int, n: int, epilogue: str):
     return Linear().eval()
 
 
-def worker(runtime: str, rows: list[int], repeat: int) -> None:
+def cpu_times(f, inputs, repeat: int) -> list[float]:
+    """Seconds of this thread's CPU time of each of `repeat` calls, after two warm-up calls."""
+    times = []
+    for i in range(repeat + 2):
+        start = time.thread_time()
+        f(*inputs)
+        if i >= 2:
+            times.append(time.thread_time() - start)
+    return times
+
+
+def worker(runtime: str, rows: list[int], repeat: int, cpu_time: bool) -> None:
     """One runtime in this process: prepare every case, then time them all at each line of stdin."""
     import ember
 
@@ -88,18 +106,25 @@ def worker(runtime: str, rows: list[int], repeat: int) -> None:
                 cases[f"{m} {k} {n} {epi}"] = (cm, inputs)
     print("ready", flush=True)
     for _ in sys.stdin:
-        runs = {key: ember.bench(f, *inputs, warmup=2, repeat=repeat, number=1) for key, (f, inputs) in cases.items()}
-        print(json.dumps({key: [r.median, min(r.times)] for key, r in runs.items()}), flush=True)
+        if cpu_time:
+            runs = {key: cpu_times(f, inputs, repeat) for key, (f, inputs) in cases.items()}
+        else:
+            runs = {key: ember.bench(f, *inputs, warmup=2, repeat=repeat, number=1).times
+                    for key, (f, inputs) in cases.items()}
+        print(json.dumps({key: [float(np.median(t)), min(t)] for key, t in runs.items()}), flush=True)
 
 
 def transformer_shapes(args) -> None:
-    runtimes = ["ember", "numpy"] + (["ember-unpacked"] if args.before else [])
+    runtimes = (["ember", "numpy"] + (["ember-unpacked"] if args.before else [])
+                + (["ember-baseline"] if args.baseline else []))
     env = {**os.environ, "EMBER_NUM_THREADS": str(args.threads), "OMP_NUM_THREADS": str(args.threads),
            "OPENBLAS_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     procs = {}
     for rt in runtimes:
-        cmd = [sys.executable, __file__, "--worker", rt, "--rows", *map(str, args.rows), "--repeat", str(args.repeat)]
-        procs[rt] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        cmd = [sys.executable, __file__, "--worker", rt, "--rows", *map(str, args.rows), "--repeat", str(args.repeat),
+               *(["--cpu-time"] if args.cpu_time else [])]
+        own = {"PYTHONPATH": str(pathlib.Path(args.baseline).resolve())} if rt == "ember-baseline" else {}
+        procs[rt] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**env, **own})
         if procs[rt].stdout.readline().strip() != "ready":  # prepared one after the other: compiles stay apart
             raise SystemExit(f"the {rt} worker failed")
     rounds: dict[str, list[dict]] = {rt: [] for rt in runtimes}
@@ -115,11 +140,14 @@ def transformer_shapes(args) -> None:
     best = {rt: {key: min(r[key][1] for r in rs) for key in rs[0]} for rt, rs in rounds.items()}
     spread = float(np.median([max(r[key][0] for r in rs) / min(r[key][0] for r in rs)
                               for rs in rounds.values() for key in rs[0]]))
-    print(f"\nfp32 linear layers, {args.threads} threads, {args.rounds} rounds of {args.repeat} runs per case; "
+    clock = "thread CPU time" if args.cpu_time else "wall clock"
+    print(f"\nfp32 linear layers, {args.threads} threads ({clock}), {args.rounds} rounds of {args.repeat} runs "
+          f"per case; "
           f"med: the median over rounds of each round's median, best: the fastest run (median spread of a "
           f"case's round medians, max/min: {spread:.2f}). GFLOP/s; t/BLAS: ember's time over BLAS's "
           f"(below 1: faster); epilogues: time over ember's bare GEMM (medians)")
     before = f" {'unpacked t/BLAS':>15}" if args.before else ""
+    before += f" {'baseline t/BLAS':>15}" if args.baseline else ""
     print(f"{'M':>4} {'K':>5} {'N':>5} {'BLAS med':>8} {'best':>6} {'ember med':>9} {'best':>6} {'t/BLAS med':>10} "
           f"{'best':>5}{before} " + " ".join(f"{e:>9}" for e in EPILOGUES[1:]))
     for m in args.rows:
@@ -133,8 +161,15 @@ def transformer_shapes(args) -> None:
             if args.before:
                 unpacked = med["ember-unpacked"][f"{key} bare"] / blas, best["ember-unpacked"][f"{key} bare"] / blas_b
                 line += f" {unpacked[0]:9.2f} {unpacked[1]:5.2f}"
+            if args.baseline:
+                base = med["ember-baseline"][f"{key} bare"] / blas, best["ember-baseline"][f"{key} bare"] / blas_b
+                line += f" {base[0]:9.2f} {base[1]:5.2f}"
             line += " " + " ".join(f"{med['ember'][f'{key} {e}'] / bare:9.3f}" for e in EPILOGUES[1:])
             print(line, flush=True)
+            if args.baseline:  # the baseline's epilogues, over its own bare GEMM, under the same columns
+                bb = med["ember-baseline"][f"{key} bare"]
+                print(f"{'baseline epilogues':>{len(line) - 30}} "
+                      + " ".join(f"{med['ember-baseline'][f'{key} {e}'] / bb:9.3f}" for e in EPILOGUES[1:]))
 
 
 def main(argv=None) -> None:
@@ -145,10 +180,14 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--before", action="store_true", help="also time ember without compile-time weight packing")
+    ap.add_argument("--baseline", help="also time ember from this folder (another checkout), in the same rounds")
+    ap.add_argument("--cpu-time", action="store_true", help="one thread, timed by its own CPU time")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cpu_time:
+        args.threads = 1
     if args.worker:
-        worker(args.worker, args.rows, args.repeat)
+        worker(args.worker, args.rows, args.repeat, args.cpu_time)
         return
     if args.rows:
         transformer_shapes(args)

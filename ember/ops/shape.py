@@ -14,6 +14,7 @@ from .. import dims, te
 from ..graph.core import Dim, TensorType
 from ..tir.expr import as_int, const, max_, min_
 from ..tir.functor import free_vars
+from ..tir.structural import structural_key
 from .common import broadcast_shapes, normalize_axis, result_dtype, te_dim, te_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
@@ -73,14 +74,20 @@ def reshape_compute(x, out_shape, name: str = "reshape"):
     """x's elements, in row-major order, in out_shape. Where only dimensions of size 1 are added
     or removed, each index maps straight to an index of x, with no division: bound analysis sees
     through it (a fused kernel computes a producer at a tile of its reshaped consumer)."""
-    src, dst = [as_int(d) for d in x.shape], [as_int(d) for d in out_shape]
-    if [d for d in src if d != 1] == [d for d in dst if d != 1] and None not in src + dst:
+    src, dst = [_dim_key(d) for d in x.shape], [_dim_key(d) for d in out_shape]
+    if [d for d in src if d != 1] == [d for d in dst if d != 1]:  # symbolic sizes too ("seq" == "seq")
         def element(*i):
             kept = iter(k for k, d in zip(i, dst) if d != 1)
             return x[tuple(0 if d == 1 else next(kept) for d in src)]
 
         return te.compute(out_shape, element, name=name)
     return te.compute(out_shape, lambda *i: x[tuple(_unlinear(_linear(i, out_shape), x.shape))], name=name)
+
+
+def _dim_key(d) -> int | str:
+    """A te dimension as a comparable value: its size, or the structure of a symbolic one."""
+    n = as_int(d)
+    return n if n is not None else structural_key(d)
 
 
 def _compute_reshape(inputs, attrs, out_types):

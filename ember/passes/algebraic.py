@@ -4,6 +4,10 @@ in the same walk) and returns the values that replace its outputs, or None.
 
     x * 1, 1 * x, x + 0, 0 + x, x - 0, x / 1  -> x   (only when the result's type is x's type:
                                                       a broadcast is not lost)
+    pow(x, 2), pow(x, 3) of floats            -> x * x, x * x * x   (the exponent a constant: a
+                                                      vector pow is an exp and a log, ten times
+                                                      the cost; GPT-2's tanh GELU cubes its
+                                                      input in a gemm's epilogue)
     identity(x), cast(x) to x's dtype,
     reshape(x) to x's shape, transpose(x) by the identity permutation  -> x
     reshape(reshape(x))                       -> reshape(x), or x when that has the shape
@@ -19,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
 Rule = Callable[[Rewriter, Node, list[Value]], list[Value] | None]
@@ -59,6 +64,20 @@ def _same(rw, node, inputs):
     return [x] if x.type == node.outputs[0].type else None
 
 
+def _power(rw, node, inputs):
+    x, y = inputs
+    k = rw.constant_data(y)
+    if k is None or k.size == 0 or not np.all(k == k.flat[0]) or k.flat[0] not in (2, 3):
+        return None
+    if not dt.is_float(x.type.dtype) or x.type != node.outputs[0].type:
+        return None
+    name = [node.outputs[0].name]
+    if k.flat[0] == 2:
+        return rw.emit("mul", [x, x], hint=node.name, out_names=name)
+    square, = rw.emit("mul", [x, x], hint=node.name, out_names=[f"{name[0]}.square"])
+    return rw.emit("mul", [square, x], hint=node.name, out_names=name)
+
+
 def _reshape(rw, node, inputs):
     x = inputs[0]
     merged = x.node is not None and x.node.op == "reshape"
@@ -92,6 +111,7 @@ RULES: dict[str, Rule] = {
     "add": _neutral(0, commutative=True),
     "sub": _neutral(0, commutative=False),
     "div": _neutral(1, commutative=False),
+    "pow": _power,
     "identity": _same,
     "cast": _same,
     "reshape": _reshape,

@@ -10,9 +10,11 @@ instead of K rows N floats apart (with K = 3072 and N = 768 that is a new page a
 TLB and the prefetchers lose track; the 128 x 3072 x 768 down-projection of a transformer ran at
 two thirds of the speed of a square GEMM).
 
-Packed: weights of at least MIN_WEIGHTS elements, N a multiple of P, a known number of rows m >= 2
-(a single row, a GEMV or a decode step, keeps the row-major weights its schedule streams). P is the
-register tile's width: 2 vectors, or 4 for fewer than 4 rows (ember.schedules.cpu.tiling).
+Packed: weights of at least MIN_WEIGHTS elements, N a multiple of P, and m >= 2 rows or a symbolic
+number of rows (a prefill compiled for any sequence length: its rows are as many as its tokens, and
+a panel serves a single row too, one contiguous stream per tile); a single row known at compile
+time, a GEMV or a decode step, keeps the row-major weights its schedule streams. P is the register
+tile's width: 2 vectors, or 4 for fewer than 4 rows (ember.schedules.cpu.tiling).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ def pack_weights(graph):
     return rebuild(graph, _pack)
 
 
-def panel_width(m: int, n: int) -> int | None:
-    """The register tile's width over n columns for m rows, when it divides n."""
-    widths = (4 * VECTOR_LANES, 2 * VECTOR_LANES) if m < 4 else (2 * VECTOR_LANES,)
+def panel_width(m: int | str, n: int) -> int | None:
+    """The register tile's width over n columns for m rows (a symbol: any number), when it divides n."""
+    widths = (4 * VECTOR_LANES, 2 * VECTOR_LANES) if isinstance(m, int) and m < 4 else (2 * VECTOR_LANES,)
     return next((w for w in widths if n % w == 0), None)
 
 
@@ -46,7 +48,8 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
     trans_b = node.op == "gemm" and node.attrs["trans_b"]
     m = a.type.shape[1 if trans_a else 0]
     k, n = weights.shape[::-1] if trans_b else weights.shape
-    width = panel_width(m, n) if isinstance(m, int) and m >= 2 and k * n >= MIN_WEIGHTS else None
+    rows = not isinstance(m, int) or m >= 2
+    width = panel_width(m, n) if rows and k * n >= MIN_WEIGHTS else None
     if width is None:
         return None
     w = weights.T if trans_b else weights

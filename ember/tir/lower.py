@@ -5,8 +5,8 @@ The passes run in the order of PASSES; `lower(func, print_after=True)` (or EMBER
 prints the function after each one, `lower(func, debug=True)` (or EMBER_DEBUG=1) runs the
 loop-IR verifier (tir.verify) on its input and after each one, naming the pass at fault, and
 `skip=[...]` turns optional ones off to find the pass at fault. hoist_init, compact_buffers,
-unroll and vectorize are optimizations and may be skipped; the others are needed for code
-generation.
+unroll, vectorize and version_guards are optimizations and may be skipped; the others are needed
+for code generation.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .transform.lower_blocks import lower_blocks
 from .transform.simplify_stmt import simplify_body
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
+from .transform.version_guards import version_guards
 from .verify import verify
 
 PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
@@ -36,8 +37,10 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("simplify_unrolled", simplify_body),
     ("vectorize", vectorize),
     ("simplify_vectors", simplify_body),
+    ("version_guards", version_guards),
 ]
-OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors"}
+OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors",
+            "version_guards"}
 
 
 def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = (),

@@ -1,7 +1,8 @@
 """Compile-time weight packing (ember.passes.pack_weights): linear layers whose constant weights
 go into the register tile's panels compute what NumPy computes in float64 (row counts the tile
 does not divide, K of no particular multiple, the fused epilogues bias, bias + GELU, bias +
-residual), and the products the pass leaves alone stay as they were."""
+residual; a symbolic number of rows, one compile for every count), and the products the pass
+leaves alone stay as they were."""
 
 import math
 
@@ -84,13 +85,59 @@ def test_what_stays_unpacked(m, k, n):
     np.testing.assert_allclose(cm(x), _reference(model, x, None), rtol=RTOL, atol=ATOL)
 
 
-def test_symbolic_rows_stay_unpacked():
+def test_symbolic_rows_are_packed():
+    """A product over any number of rows (a prefill compiled for every length) takes panels too."""
     g = Graph()
     x = g.add_input("x", TensorType(("m", 256)))
     y, = add_op(g, "matmul", [x, g.add_constant(_rand(256, 512), "w")])
     g.set_outputs([y])
-    out = pack_weights(g)
-    assert [(n.op, n.attrs) for n in out.nodes] == [(n.op, n.attrs) for n in g.nodes]
+    (node,) = pack_weights(g).nodes
+    assert node.op == "gemm" and node.attrs["b_panels"] == 32
+
+
+def _symbolic_layer(k: int, n: int, epilogue: str) -> Graph:
+    """x (m rows, a symbol) @ w, then the epilogue: + bias, GELU (erf or tanh), + a residual."""
+    g = Graph()
+    x = g.add_input("x", TensorType(("m", k)))
+    y, = add_op(g, "matmul", [x, g.add_constant(_rand(k, n), "w")])
+    if epilogue != "bare":
+        y, = add_op(g, "add", [y, g.add_constant(_rand(n), "bias")])
+    if epilogue.startswith("gelu"):
+        y, = add_op(g, "gelu", [y], {"approximate": epilogue.removeprefix("gelu_")})
+    if epilogue == "residual":
+        y, = add_op(g, "add", [y, g.add_input("res", TensorType(("m", n)))])
+    g.set_outputs([y])
+    return g
+
+
+def _layer_float64(g: Graph, epilogue: str, x, res):
+    y = x.astype(np.float64) @ g.constants["w"].astype(np.float64)
+    if epilogue != "bare":
+        y = y + g.constants["bias"]
+    if epilogue == "gelu_none":
+        y = 0.5 * y * (1.0 + ERF(y / math.sqrt(2.0)).astype(np.float64))
+    if epilogue == "gelu_tanh":
+        y = 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y ** 3)))
+    return y + res if epilogue == "residual" else y
+
+
+@pytest.mark.parametrize("k, n, epilogue", [
+    (257, 288, "bare"),  # K a prime, 9 panels
+    (300, 256, "gelu_none"),
+    (128, 512, "gelu_tanh"),
+    (520, 320, "residual"),
+])
+def test_symbolic_rows_match_float64(k, n, epilogue):
+    """One compile, every row count: full tiles of 8 rows (the copy without guards), a tail of
+    each length, a single row, fewer rows than a tile."""
+    g = _symbolic_layer(k, n, epilogue)
+    cm = ember.compile(g)
+    assert _panels(cm) == [32]
+    for m in (1, 2, 7, 8, 13, 37, 64):
+        x, res = _rand(m, k), _rand(m, n)
+        got = cm(x, res) if epilogue == "residual" else cm(x)
+        np.testing.assert_allclose(got, _layer_float64(g, epilogue, x, res), rtol=RTOL, atol=ATOL,
+                                   err_msg=f"{m} rows")
 
 
 @pytest.mark.parametrize("trans_a, trans_b", [(False, True), (True, False), (True, True)])

@@ -77,7 +77,9 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     With `block`, a tile wider than that many columns runs over them in blocks of `block`
     inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV).
     With `row_block` (a multiple of mr), the column tiles run over blocks of that many rows, one
-    block after the other: the block of the left operand stays in L2 while the columns go by."""
+    block after the other: the block of the left operand stays in L2 while the columns go by.
+    Over a symbolic number of rows, the parallel loop runs over the column tiles only, each
+    running its row tiles in turn, and the full row tiles run a copy without guards."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -87,17 +89,24 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
         s[anchor.output(0)].compute_inline()
     stage = s[out]
     co, ci = stage.split(axes[col_axis], factor=nr)
-    outer, inner = [co], [ci]
+    outer, inner, serial = [co], [ci], None
     if row_axis is not None:
         ro, ri = stage.split(axes[row_axis], factor=mr)
         outer, inner = [co, ro], [ri, ci]
         if row_block is not None:
             rb, ro = stage.split(ro, factor=row_block // mr)
             outer = [rb, co, ro]
+        elif as_int(axes[row_axis].dom.extent) is None:
+            # symbolic rows (a prefill of any length): the row tiles run one after the other inside
+            # each parallel column tile. Fused into the parallel loop, the rows' symbolic extent
+            # would divide its index, and no bound on the columns could be proven: every element
+            # guarded, the tile scalar (a thousand times slower)
+            outer, serial = [co], ro
     rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis)]
-    stage.reorder(*rest, *outer, *inner)
+    stage.reorder(*rest, *outer, *([serial] if serial is not None else []), *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
     stage.parallel(fused)
+    at = fused if serial is None else serial
     for a in inner[:-1]:
         stage.unroll(a)
     if block is not None and nr > block:
@@ -106,7 +115,9 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
         stage.vectorize(inner[-1])
     else:
         stage.unroll(inner[-1])
-    s[acc].compute_at(stage, fused)
+    s[acc].compute_at(stage, at)
+    if serial is not None:  # every row tile guarded: a copy without the guards for the full ones
+        stage.pragma(serial, "version_guards")  # (ember.tir.transform.version_guards)
     acc_stage = s[acc]
     spatial = list(acc_stage.op.axis)
     last = [spatial[-1]]
