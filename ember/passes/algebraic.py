@@ -8,6 +8,10 @@ in the same walk) and returns the values that replace its outputs, or None.
     reshape(x) to x's shape, transpose(x) by the identity permutation  -> x
     reshape(reshape(x))                       -> reshape(x), or x when that has the shape
     transpose(transpose(x, p), q)             -> transpose(x, p∘q), or x when that is the identity
+    pow(x, 2), pow(x, 3)                      -> x * x, x * x * x   (float32/64 x, a scalar exponent
+                                                      constant: a multiplication or two instead of
+                                                      the vector pow's e^{3 log|x|} in double; GPT-2's
+                                                      GELU cubes its input; within one rounding)
 
 Nodes made dead by a rewrite (the inner reshape or transpose) are left to dce.
 """
@@ -82,6 +86,21 @@ def _transpose(rw, node, inputs):
     return rw.copy(node, [x], {"perm": perm})
 
 
+def _pow(rw, node, inputs):
+    x, y = inputs
+    data = rw.constant_data(y)
+    if data is None or data.size != 1 or x.type.dtype not in ("float32", "float64") or x.type != node.outputs[0].type:
+        return None  # narrower floats would round each product
+    power = float(data.reshape(()))
+    if power not in (2.0, 3.0):
+        return None
+    named = {"hint": node.name, "out_names": [node.outputs[0].name]}  # a graph output keeps its name
+    if power == 2.0:
+        return rw.emit("mul", [x, x], **named)
+    (square,) = rw.emit("mul", [x, x], hint=f"{node.name}_square")
+    return rw.emit("mul", [square, x], **named)
+
+
 def _perm(node: Node) -> tuple[int, ...]:
     rank = len(node.outputs[0].shape)
     return tuple(p % rank for p in node.attrs["perm"])
@@ -96,4 +115,5 @@ RULES: dict[str, Rule] = {
     "cast": _same,
     "reshape": _reshape,
     "transpose": _transpose,
+    "pow": _pow,
 }

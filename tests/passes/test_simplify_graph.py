@@ -110,4 +110,24 @@ def test_graph_output_keeps_its_name():
 
 
 def test_rule_table_covers_the_documented_ops():
-    assert set(RULES) == {"mul", "add", "sub", "div", "identity", "cast", "reshape", "transpose"}
+    assert set(RULES) == {"mul", "add", "sub", "div", "identity", "cast", "reshape", "transpose", "pow"}
+
+
+@pytest.mark.parametrize("power, muls", [(2.0, 1), (3.0, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_integer_powers_become_products(power, muls, dtype):
+    g, x = _graph(dtype=dtype)
+    y, = add_op(g, "pow", [x, _const(g, power, dtype=dtype)])
+    g.set_outputs([y])
+    out = dce(simplify(g))
+    assert ops(out) == ["mul"] * muls
+    check_same(g, out, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("power, shape, dtype", [(2.5, (), "float32"), (3.0, (4,), "float32"),
+                                                 (3.0, (), "float16")])
+def test_other_powers_stay(power, shape, dtype):
+    g, x = _graph(dtype=dtype)
+    y, = add_op(g, "pow", [x, g.add_constant(np.full(shape, power, dtype), "k")])
+    g.set_outputs([y])
+    assert ops(simplify(g)) == ["pow"]
