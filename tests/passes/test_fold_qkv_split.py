@@ -102,7 +102,7 @@ def _two_splits() -> Graph:
     return g
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(count=st.integers(1, 3), firsts=st.lists(st.integers(0, 3), min_size=3, max_size=3),
        causal=st.booleans(), seq=st.integers(1, 9))
 def test_heads_against_the_sliced_reference(count, firsts, causal, seq):
