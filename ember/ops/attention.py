@@ -13,6 +13,11 @@ ember.passes.fold_transposes) need no kernel. It computes the same as the defaul
 inputs with axes -3 and -2 swapped, the result swapped back; the mask still broadcasts to the
 scores (..., H, L, S).
 
+heads (count, q_first, k_first, v_first), layout bshd only: q, k and v are heads [first, first +
+count) of their inputs (axis -2), so that one fused projection's output, reshaped to
+(..., L, 3 H, E), is read in place as all three (ember.passes.fold_qkv_split) instead of being
+split into three copies. The result has `count` heads.
+
 float32 attention with static sequence lengths and embedding sizes is fused, flash-attention
 style: one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
 that calls the attention routine (ember.tir.routines; its C in ember.codegen.c_attention) on
@@ -53,6 +58,8 @@ def _heads_first(t: TensorType) -> TensorType:
 def _infer(types, attrs):
     if attrs["layout"] not in LAYOUTS:
         raise OpTypeError(f"scaled_dot_product_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
+    if attrs.get("heads") is not None:
+        types = _check_heads(types, attrs)
     if attrs["layout"] == "bshd":
         if min(t.rank for t in types[:3]) < 3:
             raise OpTypeError(f"scaled_dot_product_attention: layout bshd needs q, k, v of rank >= 3, got "
@@ -60,6 +67,27 @@ def _infer(types, attrs):
         (out,) = _infer_heads_first([_heads_first(t) for t in types[:3]] + list(types[3:]), attrs)
         return [_heads_first(out)]
     return _infer_heads_first(types, attrs)
+
+
+def _check_heads(types, attrs) -> list[TensorType]:
+    """The types of q, k and v's heads that attribute `heads` selects (and the mask's type)."""
+    heads = attrs.get("heads")
+    if attrs["layout"] != "bshd" or len(heads) != 4 or not all(isinstance(h, int) and h >= 0 for h in heads) \
+            or heads[0] < 1:
+        raise OpTypeError(f"scaled_dot_product_attention: heads must be (count, q_first, k_first, v_first), "
+                          f"count >= 1, with layout bshd; got {heads} with layout {attrs['layout']!r}")
+    count, firsts = heads[0], heads[1:]
+    for name, t, first in zip("qkv", types, firsts):
+        if t.rank < 3 or (isinstance(t.shape[-2], int) and first + count > t.shape[-2]):
+            raise OpTypeError(f"scaled_dot_product_attention: {name} {t.shape} has no heads [{first}, "
+                              f"{first + count}) on axis -2")
+    return [TensorType(t.shape[:-2] + (count, t.shape[-1]), t.dtype) for t in types[:3]] + list(types[3:])
+
+
+def _select_heads(inputs, attrs) -> list:
+    """q, k, v as arrays of the heads `heads` selects (the reference's view of them)."""
+    count, *firsts = attrs.get("heads")
+    return [x[..., f:f + count, :] for x, f in zip(inputs[:3], firsts)] + list(inputs[3:])
 
 
 def _infer_heads_first(types, attrs):
@@ -93,6 +121,8 @@ def _scale(attrs, e: int) -> float:
 
 
 def _reference(inputs, attrs):
+    if attrs.get("heads") is not None:
+        inputs = _select_heads(inputs, attrs)
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
     if attrs["layout"] == "bshd":
         q, k, v = (np.swapaxes(x, -3, -2) for x in (q, k, v))
@@ -121,7 +151,16 @@ def _compute(inputs, attrs, out_types):
     static = all(as_int(d) is not None for x in (q, k, v) for d in x.shape[-3:])
     if static and {x.dtype for x in (q, k, v)} == {"float32"} and (mask is None or mask.dtype in ("bool", "float32")):
         return [_fused(q, k, v, mask, attrs, out_types)]
+    if attrs.get("heads") is not None:  # the staged stages read q, k, v whole: their heads copied out
+        count, *firsts = attrs.get("heads")
+        inputs = [_heads_of(x, count, f, n) for x, f, n in zip(inputs[:3], firsts, "qkv")] + list(inputs[3:])
     return _staged(inputs, attrs, out_types)
+
+
+def _heads_of(x, count: int, first: int, name: str):
+    """Heads [first, first + count) of a bshd tensor, as a stage."""
+    return te.compute(x.shape[:-2] + (count, x.shape[-1]), lambda *i: x[i[:-2] + (i[-2] + first, i[-1])],
+                      name=f"{name}_heads")
 
 
 def _swap(i, bshd: bool) -> tuple:
@@ -141,14 +180,19 @@ def _strides(shape) -> list:
 def _fused(q, k, v, mask, attrs, out_types):
     """The fused kernel (see the module doc): the routine per block of queries."""
     bshd = attrs["layout"] == "bshd"
-    qs, ks, vs = (_swap(x.shape, bshd) for x in (q, k, v))
+    count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
+    qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
     e_dim, s_dim, ev_dim, l_dim = (as_int(d) for d in (qs[-1], ks[-2], vs[-1], qs[-2]))
     scale = _scale(attrs, e_dim)
     out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []))
     batch = list(_swap(out_shape, bshd)[:-2])
     blocks = -(-l_dim // ATTENTION_ROWS)
 
+    ins = list(dict.fromkeys([q, k, v] + ([mask] if mask is not None else [])))  # q, k, v may be one tensor
+    slots = [ins.index(x) for x in [q, k, v] + ([mask] if mask is not None else [])]
+
     def build(bufs, outs):
+        bufs = [bufs[a] for a in slots]
         qb, kb, vb = bufs[:3]
         (out,) = outs
         t = Var("block", dt.INDEX_DTYPE)
@@ -158,16 +202,17 @@ def _fused(q, k, v, mask, attrs, out_types):
             rest = rest // d
         index = index[::-1]
 
-        def base(buf, heads_first_shape):
-            """The offset of the (batch..., 0, 0) element of buf, and its heads-first strides."""
+        def base(buf, heads_first_shape, first=0):
+            """The offset of the (batch..., 0, 0) element of buf (heads counted from `first`), and
+            its heads-first strides."""
             st = _swap(_strides(buf.shape), bshd)
             at = broadcast_index(index, heads_first_shape[:-2])
-            return sum((i * s for i, s in zip(at, st)), const(0)), st
+            return sum((i * s for i, s in zip(at, st)), const(first) * st[-3] if first else const(0)), st
 
-        q_off, q_st = base(qb, qs)
-        v_off, v_st = base(vb, vs)
+        q_off, q_st = base(qb, qs, firsts[0])
+        k_off, k_st = base(kb, ks, firsts[1])
+        v_off, v_st = base(vb, vs, firsts[2])
         o_off, o_st = base(out, _swap(out.shape, bshd))
-        k_off, k_st = base(kb, ks)
         q0 = (t % blocks) * ATTENTION_ROWS
         reads = [Pointer(qb, q_off), Pointer(kb, k_off), Pointer(vb, v_off)]
         m_rs = m_cs = const(0)
@@ -190,7 +235,6 @@ def _fused(q, k, v, mask, attrs, out_types):
             total = total * d
         return For(t, const(0), total, "parallel", call)
 
-    ins = [q, k, v] + ([mask] if mask is not None else [])
     return te.extern([(out_shape, q.dtype)], ins, build, name="attention")[0]
 
 
@@ -253,7 +297,8 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None, "layout": "bhsd"},
+    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None},
     num_inputs=(3, 4),
-    doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd.",
+    doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd; q, k, v as heads of "
+        "one packed input.",
 ))

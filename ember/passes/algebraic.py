@@ -4,14 +4,14 @@ in the same walk) and returns the values that replace its outputs, or None.
 
     x * 1, 1 * x, x + 0, 0 + x, x - 0, x / 1  -> x   (only when the result's type is x's type:
                                                       a broadcast is not lost)
-    pow(x, 2), pow(x, 3) of floats            -> x * x, x * x * x   (the exponent a constant: a
-                                                      vector pow is an exp and a log, ten times
-                                                      the cost; GPT-2's tanh GELU cubes its
-                                                      input in a gemm's epilogue)
     identity(x), cast(x) to x's dtype,
     reshape(x) to x's shape, transpose(x) by the identity permutation  -> x
     reshape(reshape(x))                       -> reshape(x), or x when that has the shape
     transpose(transpose(x, p), q)             -> transpose(x, p∘q), or x when that is the identity
+    pow(x, 2), pow(x, 3)                      -> x * x, x * x * x   (float32/64 x, a scalar exponent
+                                                      constant: a multiplication or two instead of
+                                                      the vector pow's e^{3 log|x|} in double; GPT-2's
+                                                      GELU cubes its input; within one rounding)
 
 Nodes made dead by a rewrite (the inner reshape or transpose) are left to dce.
 """
@@ -23,7 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
-from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
 Rule = Callable[[Rewriter, Node, list[Value]], list[Value] | None]
@@ -64,20 +63,6 @@ def _same(rw, node, inputs):
     return [x] if x.type == node.outputs[0].type else None
 
 
-def _power(rw, node, inputs):
-    x, y = inputs
-    k = rw.constant_data(y)
-    if k is None or k.size == 0 or not np.all(k == k.flat[0]) or k.flat[0] not in (2, 3):
-        return None
-    if not dt.is_float(x.type.dtype) or x.type != node.outputs[0].type:
-        return None
-    name = [node.outputs[0].name]
-    if k.flat[0] == 2:
-        return rw.emit("mul", [x, x], hint=node.name, out_names=name)
-    square, = rw.emit("mul", [x, x], hint=node.name, out_names=[f"{name[0]}.square"])
-    return rw.emit("mul", [square, x], hint=node.name, out_names=name)
-
-
 def _reshape(rw, node, inputs):
     x = inputs[0]
     merged = x.node is not None and x.node.op == "reshape"
@@ -101,6 +86,21 @@ def _transpose(rw, node, inputs):
     return rw.copy(node, [x], {"perm": perm})
 
 
+def _pow(rw, node, inputs):
+    x, y = inputs
+    data = rw.constant_data(y)
+    if data is None or data.size != 1 or x.type.dtype not in ("float32", "float64") or x.type != node.outputs[0].type:
+        return None  # narrower floats would round each product
+    power = float(data.reshape(()))
+    if power not in (2.0, 3.0):
+        return None
+    named = {"hint": node.name, "out_names": [node.outputs[0].name]}  # a graph output keeps its name
+    if power == 2.0:
+        return rw.emit("mul", [x, x], **named)
+    (square,) = rw.emit("mul", [x, x], hint=f"{node.name}_square")
+    return rw.emit("mul", [square, x], **named)
+
+
 def _perm(node: Node) -> tuple[int, ...]:
     rank = len(node.outputs[0].shape)
     return tuple(p % rank for p in node.attrs["perm"])
@@ -111,9 +111,9 @@ RULES: dict[str, Rule] = {
     "add": _neutral(0, commutative=True),
     "sub": _neutral(0, commutative=False),
     "div": _neutral(1, commutative=False),
-    "pow": _power,
     "identity": _same,
     "cast": _same,
     "reshape": _reshape,
     "transpose": _transpose,
+    "pow": _pow,
 }

