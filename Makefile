@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 demo: setup
-	$(PY) examples/resnet18.py
+	$(PY) examples/models/resnet18.py
 
 test: setup
 	$(PY) -m ruff check ember tests benchmarks examples

@@ -1,6 +1,6 @@
 """fp32 GEMM: ember next to NumPy's BLAS (and torch.matmul).
 
-Square sizes (--sizes): ember's best hand-written CPU schedule (examples/gemm.py, packed_gemm: B
+Square sizes (--sizes): ember's best hand-written CPU schedule (examples/kernels/gemm.py, packed_gemm: B
 packed into 32-column panels, an 8x32 accumulator tile in registers, the reduction loop outside the
 unrolled, vectorized tile, the outer loop parallel) in one process with NumPy and torch, medians of
 repeated runs; ratios are ember / peer throughput.
@@ -40,7 +40,7 @@ import numpy as np
 
 
 def load_packed_gemm():
-    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "gemm.py"
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "kernels" / "gemm.py"
     spec = importlib.util.spec_from_file_location("examples.gemm", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -18,7 +18,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
 def _load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"examples.{name}", EXAMPLES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"examples.{name}", EXAMPLES / "kernels" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -26,7 +26,7 @@ def _load_example(name: str):
 
 @pytest.fixture
 def load_example():
-    """load_example("gemm") is examples/gemm.py as a module, its main() not run."""
+    """load_example("gemm") is examples/kernels/gemm.py as a module, its main() not run."""
     return _load_example
 
 

@@ -1,17 +1,21 @@
 """The tutorials run as written, and the GEMM kernel they build is real SIMD code."""
 
+import pathlib
 import runpy
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import ember
 
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
 
 def test_blur_tutorial_runs_and_checks_itself(capsys, examples_dir):
-    runpy.run_path(str(examples_dir / "blur.py"), run_name="__main__")
+    runpy.run_path(str(examples_dir / "kernels" / "blur.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "blur_x = alloc((34, 256)" in out  # a (32+2) x 256 tile per tile of blur_y
     assert "ms" in out
@@ -41,3 +45,17 @@ def test_second_build_costs_no_compilation(monkeypatch, load_example):
     monkeypatch.setattr(build.subprocess, "run", lambda *a, **k: calls.append(a) or real_run(*a, **k))
     ember.build(*load_example("gemm").tutorial_schedule(64, 64, 64), target="c")
     assert calls == []
+
+
+EXAMPLE_FOLDERS = sorted({str(p.parent.relative_to(EXAMPLES)) for p in EXAMPLES.rglob("*.py")})
+
+
+@pytest.mark.parametrize("folder", EXAMPLE_FOLDERS)
+def test_a_script_run_from_its_folder_can_import_torch_dynamo(examples_dir, folder):
+    """`python examples/<folder>/x.py` puts that folder first on sys.path: a folder beside the script
+    named like a package torch probes for (examples/triton next to a script would be imported as
+    `triton`, and torch._dynamo would then fail on `triton.language`) must not be there."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import torch._dynamo; print('ok')"
+    run = subprocess.run([sys.executable, "-c", code, str(examples_dir / folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]

@@ -149,7 +149,7 @@ def test_layer_norm(schedule, rows, cols, targets):
 
 
 # ---------------------------------------------------------------------------------------------
-# Halide's blur (examples/blur.py)
+# Halide's blur (examples/kernels/blur.py)
 
 
 def blur(h: int, w: int, ty: int, tx: int, vec: int):

@@ -1,5 +1,5 @@
 """Register-tiled CPU schedules for the reductions that carry a model's arithmetic (matmul, gemm,
-conv), in the manner of examples/gemm.py.
+conv), in the manner of examples/kernels/gemm.py.
 
 A kernel's output is the operator's result, possibly followed by an elementwise epilogue fused
 after it (bias, activation, residual add). The accumulating stage (the *anchor*, found by its te

@@ -5,7 +5,7 @@ vectorize). The second adds what makes a GEMM fast on a CPU: B packed into 32-co
 an 8x32 accumulator tile kept in registers (cache_write "local"), and the reduction outside the
 tile. Both are checked against NumPy and timed next to NumPy's BLAS.
 
-    python examples/gemm.py            # or: make demo
+    python examples/kernels/gemm.py            # or: make demo
 """
 
 import numpy as np

@@ -1,7 +1,7 @@
 """Tutorial: compile ResNet-18 from PyTorch with ember, check it against torch eager, and time
 both. (`make demo` runs this.)
 
-    python examples/resnet18.py
+    python examples/models/resnet18.py
 """
 
 import sys
@@ -13,7 +13,7 @@ import torch
 
 import ember
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.models import resnet18  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 blur_x is computed inside blur_y's 32x256 tiles: each tile computes the (32+2) x 256 rows of
 blur_x it needs, so blur_x never exists in full. `ember.lower` shows the tile buffer.
 
-    python examples/blur.py
+    python examples/kernels/blur.py
 """
 
 import numpy as np
