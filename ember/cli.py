@@ -225,11 +225,27 @@ def cmd_doctor(args) -> int:
             _check("OpenMP", built, "-fopenmp works" if built else r.stderr.strip()[:200] or "no program built")
         width = Target().vector_bytes
         _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
+        _check("call path", *_call_path())
     for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
                          ("onnxruntime", "benchmarks against ONNX Runtime")):
         spec = importlib.util.find_spec(module)
         _check(module, spec is not None, what if spec else f"not installed: pip install ember[{module}]")
     return 0 if ok else 1
+
+
+def _call_path() -> tuple[bool, str]:
+    """Whether a model's calls are checked and made in C (ember.runtime.fastcall), and if not why:
+    every call then takes the Python path, about 15 us slower, with the same results and errors."""
+    from .runtime import fastcall
+
+    include = fastcall.python_include()
+    if not config.get("fast_call"):
+        return False, "EMBER_FAST_CALL=0: calls take the Python path"
+    if not Path(include, "Python.h").is_file():
+        return False, f"no Python.h in {include}: calls take the Python path (install Python's headers)"
+    if fastcall.extension() is None:
+        return False, "the call extension did not build: calls take the Python path"
+    return True, "calls are checked and made in C"
 
 
 def main(argv=None) -> int:

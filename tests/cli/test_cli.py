@@ -52,6 +52,13 @@ def test_doctor(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "C compiler" in out and "OpenMP" in out and "SIMD" in out
+    assert "[ok] call path: calls are checked and made in C" in out
+
+
+def test_doctor_says_when_calls_take_the_python_path(capsys, monkeypatch):
+    monkeypatch.setenv("EMBER_FAST_CALL", "0")
+    assert main(["doctor"]) == 0  # the Python path works: not a failure
+    assert "[--] call path: EMBER_FAST_CALL=0: calls take the Python path" in capsys.readouterr().out
 
 
 def test_info_on_an_artifact_shows_kernels_times_and_memory(onnx_model, tmp_path, capsys):
