@@ -156,6 +156,7 @@ class TESchedule:
             if not isinstance(op, ComputeOp | ExternOp):
                 raise ScheduleError(f"create_schedule takes compute or extern ops, got {type(op).__name__}")
         placeholders = [op.output(0) for op in input_tensors_of(outputs) if isinstance(op, PlaceholderOp)]
+        _unique_names([op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp | ExternOp)])
         self.sch = Schedule(create_prim_func(placeholders + outputs))
         self._block_of: dict[Buffer, str] = {}
         self._stages: dict[str, Stage] = {}
@@ -167,6 +168,11 @@ class TESchedule:
             if isinstance(op, ComputeOp | ExternOp):
                 for t in op.outputs:
                     self._block_of[t.buffer] = op.name
+
+    def computed(self, t) -> bool:
+        """Whether a block still computes tensor t (False once it was inlined into its readers)."""
+        name = self._block_of.get(_buffer_of(t))
+        return name is not None and any(r.block.name == name for r in self.sch.all_realizes())
 
     def __getitem__(self, t) -> Stage:
         buf = _buffer_of(t)
@@ -224,6 +230,18 @@ class TESchedule:
     def to_prim_func(self, args: Sequence[Tensor], name: str = "main") -> PrimFunc:
         """The scheduled function with parameters `args`, in that order."""
         return bind_params(self.sch.mod, [_buffer_of(a) for a in args], name)
+
+
+def _unique_names(ops: Sequence[Operation]) -> None:
+    """Rename the computes whose name an earlier one has (each operator of a fused kernel names
+    its output "out"): a stage is its block, and a block is found by its name."""
+    seen: set[str] = set()
+    for op in ops:
+        name, k = op.name, 1
+        while name in seen:
+            name, k = f"{op.name}_{k}", k + 1
+        op.name = name
+        seen.add(name)
 
 
 def _buffer_of(t) -> Buffer:

@@ -302,3 +302,47 @@ def test_symbolic_reshape_one_build():
             np.testing.assert_array_equal(b, a.reshape(-1, 3), err_msg=f"{target}, n = {rows}")
         with pytest.raises(ShapeError, match="no valid size n for n \\* 2"):
             f(np.zeros((3, 6), "float32"), np.zeros((5, 3), "float32"))
+
+
+# ---------------------------------------------------------------------------------------------
+# A fused group: adds before a layer norm (BERT's embeddings), every operator's output named "out"
+
+
+def test_layer_norm_after_fused_adds_runs_by_rows():
+    """The adds are inlined and the row schedule still applies (it once met their inlined stages
+    by name, fell back to the default schedule, and ran the statistics serially: 70x slower)."""
+    from ember.graph import TensorType
+    from ember.schedules.apply import group_kernel
+    from ember.tir.functor import collect
+    from ember.tir.stmt import For
+
+    rows, cols = 24, 96
+    x, w = TensorType((1, rows, cols), "float32"), TensorType((cols,), "float32")
+    nodes = [("add", {}, ((-1, 0), (-1, 1)), (x,)), ("add", {}, ((0, 0), (-1, 2)), (x,)),
+             ("layer_norm", {"normalized_ndim": 1, "eps": 1e-5}, ((1, 0), (-1, 3), (-1, 4)), (x,))]
+    s, args = group_kernel([x, x, x, w, w], nodes, [(2, 0)])
+    func = ember.lower(s, args)
+    top = [f for f in collect(func.body, lambda n: isinstance(n, For))][0]
+    assert top.kind == "parallel" and int(top.extent.value) == rows
+    rng = np.random.default_rng()
+    ins = [rng.uniform(-2, 2, (1, rows, cols)).astype("float32") for _ in range(3)]
+    gamma, beta = (rng.uniform(-1, 1, cols).astype("float32") for _ in range(2))
+    out = np.empty((1, rows, cols), "float32")
+    ember.build(s, args)(*ins, gamma, beta, out)
+    y = sum(a.astype("float64") for a in ins)
+    ref = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5) * gamma + beta
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_computes_of_one_name_become_distinct_stages():
+    X = te.placeholder((8, 16), name="X")
+    a = te.compute((8, 16), lambda i, j: X[i, j] + 1.0, name="out")
+    b = te.compute((8, 16), lambda i, j: a[i, j] * 2.0, name="out")
+    s = te.create_schedule(b.op)
+    assert a.op.name != b.op.name
+    s[a].compute_inline()
+    assert not s.computed(a) and s.computed(b)
+    out = np.empty((8, 16), "float32")
+    x = np.random.default_rng().uniform(-1, 1, (8, 16)).astype("float32")
+    ember.build(s, [X, b])(x, out)
+    np.testing.assert_allclose(out, (x + 1.0) * 2.0, rtol=1e-6)

@@ -51,7 +51,7 @@ def schedule_rows(s, outs) -> None:
             for t in [*reversed(out_folds), out_lanes]:  # consumers first
                 s[t].compute_at(st, row)
     else:  # one row: every stage at the root
-        for t in stages_of(out):
+        for t in stages_of(s, out):
             vectorize_reduction(s, t)
     if out_lanes is not None:
         vectorize_lanes(s, out_lanes)
@@ -59,14 +59,16 @@ def schedule_rows(s, outs) -> None:
             lanes_innermost(s[t])
     if inner_axes and list(inner_axes) == list(range(len(axes) - len(inner_axes), len(axes))):
         # out, and the stages of out's shape computed for a row with it (softmax's exp)
-        for t in [*stages_of(out), out]:
+        for t in [*stages_of(s, out), out]:
             if t.ndim == out.ndim and not t.op.reduce_axis:
                 vectorize_inner(s[t], [s[t].op.axis[a] for a in inner_axes])
 
 
-def stages_of(t) -> list:
-    """The computed tensors t reads, directly or not, consumers before their producers."""
-    return [op.output(0) for op in reversed(input_tensors_of([t])) if isinstance(op, ComputeOp) and op is not t.op]
+def stages_of(s, t) -> list:
+    """The computed tensors t reads, directly or not, consumers before their producers; not those
+    inlined (a fused kernel's prologue, the adds before a layer norm)."""
+    return [op.output(0) for op in reversed(input_tensors_of([t]))
+            if isinstance(op, ComputeOp) and op is not t.op and s.computed(op.output(0))]
 
 
 def parallel_rows(s, out, row_loops: Sequence):
@@ -75,7 +77,7 @@ def parallel_rows(s, out, row_loops: Sequence):
     st = s[out]
     row = st.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     st.parallel(row)
-    for t in stages_of(out):
+    for t in stages_of(s, out):
         s[t].compute_at(st, row)
         vectorize_reduction(s, t)
     return row
