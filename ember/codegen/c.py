@@ -45,6 +45,7 @@ from ..tir.expr import (
     BITWISE_OPS,
     COMPARE_OPS,
     LOGIC_OPS,
+    PREFETCH,
     PRINT,
     REINTERPRET,
     Binary,
@@ -547,6 +548,9 @@ class CRenderer:
             return self._atomic(name, args), PRIMARY
         if name.startswith(PRINT + " "):
             return self._print(name[len(PRINT) + 1:], args), PRIMARY
+        if name == PREFETCH:  # read, kept in every level of the caches
+            (target,) = args
+            return f"__builtin_prefetch(&{self._buffer(target.buffer)}[{self._e(single_index(target))}], 0, 3)", PRIMARY
         lanes = dt.lanes_of(dtype)
         if name == REINTERPRET:
             return f"{self._reinterpret(args[0].dtype, dtype, lanes)}({self._e(args[0])})", PRIMARY

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import dtype as dt
 from ..tir.expr import (
+    PREFETCH,
     REINTERPRET,
     Binary,
     Broadcast,
@@ -197,6 +198,8 @@ class _PythonRenderer:
             case While(cond, body):
                 out.append(f"{pad}while {self._e(cond)}:")
                 self._stmt(body, depth + 1, out)
+            case Evaluate(Call(name)) if name == PREFETCH:  # a cache hint: nothing to do here
+                out.append(f"{pad}pass")
             case Evaluate(value):
                 out.append(f"{pad}{self._e(value)}")
             case CallRoutine(routine, params, reads, writes, scalars):

@@ -208,12 +208,15 @@ REINTERPRET = "reinterpret"
 ATOMIC_FUNCS = ("atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                 "atomic_xchg", "atomic_cas")
 PRINT = "print"
+# A hint that the element its argument loads is read soon: fetched into the caches, no value
+# (a statement, Evaluate; the C code's __builtin_prefetch, nothing in the interpreter).
+PREFETCH = "prefetch"
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Call(PrimExpr):
-    """A pure math intrinsic from MATH_FUNCS, applied elementwise (or an ATOMIC_FUNCS or PRINT
-    intrinsic, see above)."""
+    """A pure math intrinsic from MATH_FUNCS, applied elementwise (or an ATOMIC_FUNCS, PRINT or
+    PREFETCH intrinsic, see above)."""
 
     name: str
     args: tuple[PrimExpr, ...]

@@ -5,8 +5,8 @@ The passes run in the order of PASSES; `lower(func, print_after=True)` (or EMBER
 prints the function after each one, `lower(func, debug=True)` (or EMBER_DEBUG=1) runs the
 loop-IR verifier (tir.verify) on its input and after each one, naming the pass at fault, and
 `skip=[...]` turns optional ones off to find the pass at fault. hoist_init, compact_buffers,
-unroll, vectorize and version_guards are optimizations and may be skipped; the others are needed
-for code generation.
+prefetch, unroll, vectorize and version_guards are optimizations and may be skipped; the others
+are needed for code generation.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .transform.compact_buffers import compact_buffers
 from .transform.flatten import flatten
 from .transform.hoist_init import hoist_init
 from .transform.lower_blocks import lower_blocks
+from .transform.prefetch import prefetch_panels
 from .transform.simplify_stmt import simplify_body
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
@@ -31,6 +32,7 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("hoist_init", hoist_init),
     ("compact_buffers", compact_buffers),
     ("lower_blocks", lower_blocks),
+    ("prefetch", prefetch_panels),
     ("flatten", flatten),
     ("simplify", simplify_body),
     ("unroll", unroll),
@@ -39,7 +41,7 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("simplify_vectors", simplify_body),
     ("version_guards", version_guards),
 ]
-OPTIONAL = {"hoist_init", "compact_buffers", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors",
+OPTIONAL = {"hoist_init", "compact_buffers", "prefetch", "unroll", "vectorize", "simplify_unrolled", "simplify_vectors",
             "version_guards"}
 
 

@@ -44,7 +44,8 @@ def schedule_matmul(s, outputs):
     panels = anchor.attrs.get("panels")
     mr, nr = register_tile(m, panels or n)  # a tile of b in panels: one panel wide
     row_block = _row_block(m, mr, anchor) if panels else None
-    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr, row_block=row_block)
+    packed = next((t.buffer.name for t in anchor.input_tensors if panels and t.ndim == 3), None)
+    tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr, row_block=row_block, prefetch=packed)
     return None
 
 

@@ -69,7 +69,8 @@ def register_tile(m: int | None, n: int) -> tuple[int, int]:
 
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
-                   vector_cols: bool = True, block: int | None = None, row_block: int | None = None) -> None:
+                   vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
+                   prefetch: str | None = None) -> None:
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
@@ -79,7 +80,9 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     With `row_block` (a multiple of mr), the column tiles run over blocks of that many rows, one
     block after the other: the block of the left operand stays in L2 while the columns go by.
     Over a symbolic number of rows, the parallel loop runs over the column tiles only, each
-    running its row tiles in turn, and the full row tiles run a copy without guards."""
+    running its row tiles in turn, and the full row tiles run a copy without guards.
+    `prefetch` names b's buffer when it comes in panels one tile wide: the row tiles of a panel
+    then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch)."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -106,6 +109,10 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     stage.reorder(*rest, *outer, *([serial] if serial is not None else []), *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
     stage.parallel(fused)
+    if prefetch is not None and row_axis is not None and serial is None:
+        tiles = row_block // mr if row_block is not None else -(-as_int(axes[row_axis].dom.extent) // mr)
+        if tiles > 1:  # (a single tile would fetch the next panel as fast as it reads its own)
+            stage.pragma(fused, "prefetch_panels", (prefetch, tiles))
     at = fused if serial is None else serial
     for a in inner[:-1]:
         stage.unroll(a)
