@@ -6,10 +6,12 @@ The scores of a block of BK keys are computed transposed, keys x queries (s[j][i
 tile of MR keys x R / W vectors of queries (GEMM's micro-kernel: loads of the transposed, scaled
 q, MR broadcasts of k read in place, MR R / W FMAs per step of e), so that k needs no packing
 and the softmax of W queries is vector arithmetic down the keys: the mask, the block's maximum,
-the running maximum, exp (c_vmath's vector exp) and the running sum per query, and the factor
-exp(old max - new max) that rescales the output accumulator when the maximum grew. Then the
-output accumulator += p v in a register tile of OR queries x up to 4 vectors (broadcasts of p,
-loads of rows of v). At the end each row is divided by its sum (0 / 0 = NaN for a row whose keys
+the running maximum, exp and the running sum per query, and the factor exp(old max - new max)
+that rescales the output accumulator when the maximum grew. The scores are in base-2 units (log2 e
+folded into q's scale), so that each exp is 2^x of an x <= 0, half the work of the general exp.
+Without a mask array, the maximum is taken as the tiles of scores are stored. Then the output
+accumulator += p v in a register tile of OR queries x up to 4 vectors (broadcasts of p, loads of
+rows of v). At the end each row is divided by its sum (0 / 0 = NaN for a row whose keys
 were all masked out, as in PyTorch). Only one block of scores is alive: scratch of
 O(R x (BK + E + Ev)) per call, nothing of size L x S.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.routines import ATTENTION_ROWS
-from .c_vmath import vector_math
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -40,14 +41,25 @@ static void {name}(const float* restrict q, const float* restrict k, const float
   enum {{ R = {rows}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes}, NV = R / W }};
   _Static_assert(R % W == 0 && R % OR == 0, "a block of queries is whole vectors and register tiles");
   (void)m_rs; (void)m_cs;
+  scale *= 1.44269504088896341f;  /* scores in base-2 units (log2 e folded into q): p = 2^(s - max) */
   const V ninf = (V){{0}} - INFINITY, zero = (V){{0}};
   const M iota = (M){{{iota}}};
   int64_t evp = (Ev + W - 1) / W * W, kbp = (MR * E + W - 1) / W * W;
   float* scratch = aligned_alloc(64, sizeof(float) * (size_t)(E * R + (BK + MR) * R + R * evp + kbp + 3 * R));
   float *qt = scratch, *s = qt + E * R, *o = s + (BK + MR) * R, *kb = o + R * evp, *m = kb + kbp, *l = m + R;
   float* alpha = l + R;
-  /* q transposed (qt[e][i]) and scaled; the queries past nq are zero */
-  for (int64_t e = 0; e < E; ++e)
+  /* q transposed (qt[e][i]) and scaled; the queries past nq are zero. W x W blocks go through
+     registers (four rounds of swapping off-diagonal blocks of 8, 4, 2 and 1 lanes), the rest of
+     the dimensions lane by lane */
+  int64_t ew = E / W * W;
+  for (int64_t i0 = 0; i0 < R; i0 += W)
+    for (int64_t e0 = 0; e0 < ew; e0 += W) {{
+      V b[W];
+      for (int i = 0; i < W; ++i)
+        b[i] = i0 + i < nq ? (V)(*(const U*)(q + (q0 + i0 + i) * q_rs + e0)) * scale : zero;
+{transpose}      for (int e = 0; e < W; ++e) *(V*)(qt + (e0 + e) * R + i0) = b[e];
+    }}
+  for (int64_t e = ew; e < E; ++e)
     for (int64_t i = 0; i < R; ++i) qt[e * R + i] = i < nq ? q[(q0 + i) * q_rs + e] * scale : 0.0f;
   for (int64_t i = 0; i < R; ++i) {{
     m[i] = -INFINITY;
@@ -58,6 +70,9 @@ static void {name}(const float* restrict q, const float* restrict k, const float
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {{
     int64_t nk = kend - j0 < BK ? kend - j0 : BK;
     /* scores, transposed: s[j][i] = k[j0 + j] . q[i], MR keys x R queries in registers */
+    V tmax[NV];  /* the block's maximum per query, kept as the tiles are stored (no mask array) */
+    for (int t = 0; t < NV; ++t) tmax[t] = ninf;
+    (void)tmax;
     for (int64_t jg = 0; jg < nk; jg += MR) {{
       const float* kr = k + (j0 + jg) * k_rs;
       int64_t krs = k_rs;
@@ -79,31 +94,20 @@ static void {name}(const float* restrict q, const float* restrict k, const float
           for (int t = 0; t < NV; ++t) acc[r][t] += b * a[t];
         }}
       }}
-      for (int r = 0; r < MR; ++r)
-        for (int t = 0; t < NV; ++t) *(V*)(s + (jg + r) * R + t * W) = acc[r][t];
-    }}
+{tile_store}    }}
     /* online softmax, W queries at a time: mask, running max and sum per query */
     for (int h = 0; h < NV; ++h) {{
       int64_t i0 = q0 + h * W;
-      M rows = iota + (int32_t)(h * W) < (int32_t)nq;
-      V vmax = ninf;
-      for (int64_t j = 0; j < nk; ++j) {{
-        V x = *(V*)(s + j * R + h * W);
-        M keep = rows;
-{masking}        x = SEL(keep, x, ninf);
-        *(V*)(s + j * R + h * W) = x;
-        vmax = SEL(x > vmax, x, vmax);
-      }}
-      V mold = *(V*)(m + h * W);
+{mask_pass}      V mold = *(V*)(m + h * W);
       V mnew = SEL(vmax > mold, vmax, mold);
       V msafe = SEL(mnew == ninf, zero, mnew);  /* every key so far masked out: p = 0 */
       V sum = zero;
       for (int64_t j = 0; j < nk; ++j) {{
-        V p = {expv}(*(V*)(s + j * R + h * W) - msafe);
+        V p = {exp2}(*(V*)(s + j * R + h * W) - msafe);
         *(V*)(s + j * R + h * W) = p;
         sum += p;
       }}
-      V a = {expv}(mold - msafe);
+      V a = {exp2}(mold - msafe);
       *(V*)(l + h * W) = *(V*)(l + h * W) * a + sum;
       *(V*)(m + h * W) = mnew;
       *(V*)(alpha + h * W) = a;
@@ -156,6 +160,87 @@ static void {name}(const float* restrict q, const float* restrict k, const float
   free(scratch);
 }}"""
 
+# A tile of scores stored as it is (a mask array is applied in a pass of its own, _MASK_PASS)
+_TILE_STORE = """\
+      for (int r = 0; r < MR; ++r)
+        for (int t = 0; t < NV; ++t) *(V*)(s + (jg + r) * R + t * W) = acc[r][t];
+"""
+# ... or, without a mask array, causal-masked and folded into the block's maximum per query as it
+# is stored (the keys past nk, zero rows of the copied tail, stay out of it). The lanes of queries
+# past nq hold scores of zero rows of q: finite, and never written out.
+_TILE_STORE_MAX = """\
+      for (int r = 0; r < MR; ++r)
+        for (int t = 0; t < NV; ++t) {{
+          V x = acc[r][t];
+{causal}          *(V*)(s + (jg + r) * R + t * W) = x;
+          if (jg + r < nk) tmax[t] = SEL(x > tmax[t], x, tmax[t]);
+        }}
+"""
+_TILE_CAUSAL = """\
+          x = SEL((int32_t)(j0 + jg + r) <= iota + (int32_t)(q0 + t * W), x, ninf);
+"""
+_MAX_OF_TILES = "      V vmax = tmax[h];\n"
+_MASK_PASS = """\
+      M rows = iota + (int32_t)(h * W) < (int32_t)nq;
+      V vmax = ninf;
+      for (int64_t j = 0; j < nk; ++j) {{
+        V x = *(V*)(s + j * R + h * W);
+        M keep = rows;
+{masking}        x = SEL(keep, x, ninf);
+        *(V*)(s + j * R + h * W) = x;
+        vmax = SEL(x > vmax, x, vmax);
+      }}
+"""
+
+
+# 2^f on [-1/2, 1/2] as 1 + f P(f), P of degree 5 (least squares on Chebyshev nodes, relative
+# error weighted): within 1.2 ulp in float32
+_EXP2_COEFFS = (0.6931471824645996, 0.24022647738456726, 0.05550329014658928, 0.009618373587727547,
+                0.0013399848248809576, 0.00015370704932138324)
+
+
+def _exp2_nonpositive(lib: CPrelude, v: str, m: str) -> str:
+    """The helper computing 2^x of a score minus its running maximum (x <= 0, -inf for a masked
+    score; NaN stays NaN), within 2 ulp, 0 below 2^-126: about fifteen vector operations where the
+    general exp (c_vmath, every float input, overflow and subnormal results) takes about thirty,
+    which made the softmax a fifth of the routine's time. x is rounded to n + f with |f| <= 1/2 by
+    adding 1.5 * 2^23, whose low bits then hold n; shifted into the exponent field they give 2^n."""
+    name = f"ember_exp2_nonpositive_{v}"
+    horner = "c[5]"
+    for c in reversed(range(5)):
+        horner = f"({horner}) * f + c[{c}]"
+
+    def make() -> str:
+        coeffs = ", ".join(f"{c!r}f" for c in _EXP2_COEFFS)
+        return (f"static inline {v} {name}({v} x) {{\n"
+                f"  static const float c[6] = {{{coeffs}}};\n"
+                f"  {m} under = x < -126.0f;\n"
+                f"  {v} xc = ({v})((({m})x & ~under) | (({m})(({v}){{0}} - 126.0f) & under));\n"
+                f"  {v} t = xc + 12582912.0f, f = xc - (t - 12582912.0f);\n"
+                f"  {v} p = 1.0f + f * ({horner});\n"
+                f"  {v} r = p * ({v})((({m})t << 23) + 0x3F800000);\n"
+                f"  return ({v})(({m})r & ~under);\n}}")
+
+    return lib._helper(name, make)
+
+
+def _transpose(lanes: int) -> str:
+    """C that transposes the lanes x lanes block b[0..lanes) of vectors in registers: for each block
+    size h = lanes / 2, ..., 1, rows i and i + h (i & h == 0) swap the off-diagonal h x h blocks."""
+    lines = []
+    h = lanes // 2
+    while h:
+        for i in range(lanes):
+            if i & h:
+                continue
+            lo = ", ".join(str(c if not c & h else lanes + c - h) for c in range(lanes))
+            hi = ", ".join(str(c + h if not c & h else lanes + c) for c in range(lanes))
+            lines.append(f"      {{ V x = b[{i}], y = b[{i + h}]; b[{i}] = __builtin_shuffle(x, y, (M){{{lo}}}); "
+                         f"b[{i + h}] = __builtin_shuffle(x, y, (M){{{hi}}}); }}\n")
+        h //= 2
+    return "".join(lines)
+
+
 # the mask of key j for W queries (lanes past nq read nothing): `keep` (int32 lanes, -1 kept), the scores `x`
 _CAUSAL = "        keep &= (int32_t)(j0 + j) <= iota + (int32_t)i0;\n"
 _MASKS = {
@@ -175,7 +260,7 @@ _MASKS = {
           V add = zero + (m_rs == 0 ? mj[0] : 0.0f);
           if (m_rs != 0)
             for (int t = 0; t < W; ++t) add[t] = h * W + t < nq ? mj[t * m_rs] : 0.0f;
-          x += add;
+          x += add * 1.44269504088896341f;  /* in base-2 units, as the scores */
         }
 """,
 }
@@ -189,13 +274,18 @@ def attention(lib: CPrelude, mask: str, causal: bool) -> str:
     def make() -> str:
         v, u, m = lib.vec("float32", LANES), lib.unaligned_vec("float32", LANES), lib.mask(32, LANES)
         masking = (_CAUSAL if causal else "") + _MASKS[mask]
+        if mask == "none":  # masked and maximized as the tiles are stored: no pass of its own
+            tile_store, mask_pass = _TILE_STORE_MAX.format(causal=_TILE_CAUSAL if causal else ""), _MAX_OF_TILES
+        else:
+            tile_store, mask_pass = _TILE_STORE, _MASK_PASS.format(masking=masking)
         mask_param = {"none": "", "bool": " const uint8_t* restrict mask,",
                       "additive": " const float* restrict mask,"}[mask]
         body = _BODY.format(
             name=name, mask_param=mask_param, rows=ATTENTION_ROWS, keys=KEYS,
             mr=SCORE_ROWS, or_=OUT_ROWS, lanes=LANES, iota=", ".join(map(str, range(LANES))),
-            kend="q0 + nq < S ? q0 + nq : S" if causal else "S", masking=masking,
-            expv=vector_math(lib, "exp", "float32", LANES))
+            kend="q0 + nq < S ? q0 + nq : S" if causal else "S", tile_store=tile_store, mask_pass=mask_pass,
+            transpose=_transpose(LANES),
+            exp2=_exp2_nonpositive(lib, v, m))
         return (f"#define V {v}\n#define U {u}\n#define M {m}\n"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{body}\n"
                 "#undef V\n#undef U\n#undef M\n#undef SEL")
