@@ -41,8 +41,10 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
     """A callable kernel: f(*numpy_arrays) computes in place into the output arrays.
 
     target "c" (or a C Target): C compiled by the system compiler (options: cc, cflags, checked:
-    an integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does);
-    "python": the loop-IR interpreter, no compiler involved. `f.source` is the generated code.
+    an integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does;
+    num_threads: the OpenMP threads of each call, default the num_threads option, 0 the calling
+    thread's setting, which a call never changes); "python": the loop-IR interpreter, no compiler
+    involved. `f.source` is the generated code.
     """
     from .runtime.module import build_c, build_python
 

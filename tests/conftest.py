@@ -1,10 +1,16 @@
 """Shared test configuration: hypothesis runs derandomized under CI (a failure found there
 reproduces exactly), randomized elsewhere (to keep finding new ones); `load_example` imports a
-tutorial from examples/ without running it."""
+tutorial from examples/ without running it; `python` (`run_python`) runs code in a child process,
+for what could crash, hang or leave state in the test process (libgomp's thread settings)."""
 
 import importlib.util
 import os
 import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import settings
@@ -33,3 +39,42 @@ def load_example():
 @pytest.fixture
 def examples_dir():
     return EXAMPLES
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that killed the child ('SIGSEGV', ...), or None when it exited."""
+        return signal.Signals(-self.returncode).name if self.returncode < 0 else None
+
+    def __str__(self):
+        return f"exit {self.returncode} ({self.signal})\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+def run_python(code: str | None = None, *, args: tuple[str, ...] = (), stdin: str | None = None,
+               cwd: str | pathlib.Path | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+    """Run `python -c code` (or `python *args` when code is None) in a child process with ember
+    importable; a child still running after `timeout` seconds fails the test as a hang."""
+    argv = [sys.executable, *(("-c", textwrap.dedent(code)) if code is not None else ()), *args]
+    child_env = {**os.environ, **(env or {})}
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, cwd=cwd, env=child_env,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"hang: the child ran for more than {timeout} s\n--- stdout\n{e.stdout}\n--- stderr\n{e.stderr}")
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def python():
+    """run_python, as a fixture."""
+    return run_python

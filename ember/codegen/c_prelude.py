@@ -15,7 +15,9 @@ operations that C has no operator for, so the kernels stay one readable expressi
   the columns of a tile of registers (a transpose);
 - floor division and modulo with numpy's rules (integers and floats; an integer division by zero
   gives 0 and never traps), min and max that propagate NaN like numpy.maximum, vector selects as
-  mask blends.
+  mask blends;
+- the thread count of a call (`enter_threads`): set for the call, the caller's own setting back
+  when it returns (every unit has them: its kernels' launchers or a model's entry use them).
 
 A boolean vector is a *mask*: a signed integer vector of -1/0 lanes (what GCC's vector
 comparisons produce), as wide as the values that were compared.
@@ -119,6 +121,38 @@ static inline {T} {name}({T} a, {T} b, int* status) {{
   if (__builtin_expect(zero, 0)) __atomic_store_n(status, 1, __ATOMIC_RELAXED);
   return {plain}(a, b);
 }}"""
+
+# A call's OpenMP threads (a kernel's launcher, a model's entry): ember_enter_threads(n) gives the
+# calling thread n threads when n > 0 and returns its setting before; ember_leave_threads, the
+# cleanup of the variable that holds it, gives that setting back when the call returns, however it
+# returns. The setting is the calling thread's own (torch.set_num_threads sets the same one).
+_THREADS = """\
+static inline int ember_enter_threads(int n) {
+#ifdef _OPENMP
+  if (n <= 0) return 0;
+  int before = omp_get_max_threads();
+  if (before != n) omp_set_num_threads(n);
+  return before;
+#else
+  (void)n;
+  return 0;
+#endif
+}
+static inline void ember_leave_threads(const int* before) {
+#ifdef _OPENMP
+  if (*before > 0 && *before != omp_get_max_threads()) omp_set_num_threads(*before);
+#else
+  (void)before;
+#endif
+}"""
+
+
+def enter_threads(count: str) -> str:
+    """The C declaration that starts a function: the rest of the call runs on `count` (an int
+    expression: 0 keeps the calling thread's setting) OpenMP threads, and the calling thread's
+    setting comes back when the function returns (the helpers: `CPrelude.threads`)."""
+    return (f"const int ember_threads_before __attribute__((cleanup(ember_leave_threads))) = "
+            f"ember_enter_threads({count});")
 
 
 class CPrelude:
@@ -431,6 +465,10 @@ class CPrelude:
             return "\n".join(lines)
 
         return self._helper(name, make)
+
+    def threads(self) -> None:
+        """The helpers of `enter_threads`."""
+        self._helper("ember_enter_threads", lambda: _THREADS)
 
     def padded_bytes(self) -> str:
         """`size_t ember_padded_bytes(int64_t count, size_t size)`: bytes for aligned_alloc."""

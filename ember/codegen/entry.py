@@ -15,7 +15,9 @@ of a contiguous buffer, ember.passes.plan_memory) makes no call: its readers are
 it views; a kernel writing in place is handed the same workspace offset for an input and its output.
 Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
 copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thread for the call, and
-its own setting comes back on return (torch.set_num_threads is the same setting). Returns 0.
+its own setting comes back on return (torch.set_num_threads is the same setting): the helpers of
+`c_prelude.enter_threads`, which the unit the entry is appended to holds (CRenderer.render_unit),
+as the launchers of single kernels use them. Returns 0.
 
 Control flow runs here, in C, with no Python per iteration (ember.ops.control): a `Branch` runs the
 calls of one region or the other on the one-byte condition it reads; a `Loop` keeps its iteration
@@ -49,6 +51,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .c_prelude import enter_threads
 
 ENTRY = "ember_model_run"
 PROFILE_ENTRY = "ember_model_profile"
@@ -178,38 +182,12 @@ class Loop:
 Stmt = KernelCall | Copy | Branch | Loop
 
 
-# A call's OpenMP threads: n > 0 for its kernels, the calling thread's own setting (which
-# torch.set_num_threads sets too) back when the call returns, however it returns (a cleanup).
-THREADS = (
-    "static int ember_enter_threads(int n) {",
-    "#ifdef _OPENMP",
-    "  if (n <= 0) return 0;",
-    "  int before = omp_get_max_threads();",
-    "  if (before != n) omp_set_num_threads(n);",
-    "  return before;",
-    "#else",
-    "  (void)n;",
-    "  return 0;",
-    "#endif",
-    "}",
-    "static void ember_leave_threads(const int* before) {",
-    "#ifdef _OPENMP",
-    "  if (*before > 0 && *before != omp_get_max_threads()) omp_set_num_threads(*before);",
-    "#else",
-    "  (void)before;",
-    "#endif",
-    "}",
-    "",
-)
-
-
 def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = (), *, checked: bool = False) -> str:
     """The C text of the entry function, then of its profiling twin (`checked`: the kernels take
     a status pointer, see the module doc). `calls`: the kernel calls in order, and the branches
     and loops that hold calls of their own."""
     names = ", ".join([f'"{call.symbol}"' for call in kernel_calls(calls)] + ["0"])
     return "\n".join([
-        *THREADS,
         "/* The model: every kernel in order (ember.codegen.entry). */",
         *_function(ENTRY, "", calls, copies, checked),
         "",
@@ -246,8 +224,7 @@ def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Cop
         f"int {name}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
         f"                    void* const* weights, const int64_t* sizes, int num_threads{extra}) {{",
         "  (void)inputs; (void)outputs; (void)workspace; (void)offsets; (void)weights; (void)sizes;",
-        "  const int threads_before __attribute__((cleanup(ember_leave_threads))) = "
-        "ember_enter_threads(num_threads);",
+        f"  {enter_threads('num_threads')}",
     ]
     if checked:
         lines.append("  int status = 0;")

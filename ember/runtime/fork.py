@@ -17,8 +17,9 @@ region and run with the model's `num_threads`. The parent is unchanged (the chec
 comparison with None); the child reads /proc/self/maps once (where it cannot, it assumes
 libgomp is there). The handler also sets that thread's OpenMP threads to one (omp_set_num_threads,
 when ember has loaded libgomp), so that others' parallel regions on it, torch's eager ops, which
-would wait for the stale pool as well, run on one thread too (a model's call restores the calling
-thread's setting when it returns, ember.codegen.entry, so ember's own calls do not set it).
+would wait for the stale pool as well, run on one thread too (a model's call and a kernel's launch
+restore the calling thread's setting when they return, ember.codegen.entry and ember.codegen.c, so
+ember's own calls do not set it).
 """
 
 from __future__ import annotations

@@ -7,11 +7,17 @@ one array per parameter, in order; outputs are written in place. Every call firs
 arguments (`runtime.args`); `prepare` checks once and returns a launcher without checks, which is
 what `bench` times.
 
-Options read: num_threads (`ember_set_num_threads` is called once per library when it is > 0;
-`config.threads` holds it, and OMP_NUM_THREADS, to what the machine can run), checked (a kernel
-takes a status flag and raises ZeroDivisionError after a call that divided an integer by zero),
-and through `build_library`: cc, cflags, cache_dir, keep_source. In a child of fork, calls from
-the thread that forked run on one OpenMP thread (ember.runtime.fork).
+Threads: a C kernel is called through its launcher (ember.codegen.c), which runs it on the
+kernel's `num_threads` OpenMP threads (0: the calling thread's setting) and gives the calling
+thread its own setting back when it returns, as a model's call does: building or calling a
+kernel never changes the thread count of the caller (torch.set_num_threads sets the same one).
+In a child of fork, calls from the thread that forked run on one OpenMP thread (ember.runtime.fork;
+a launcher from `prepare` asks the thread it is prepared on).
+
+Options read: num_threads (the `num_threads` keyword's default; `config.threads` holds it, and
+OMP_NUM_THREADS, to what the machine can run), checked (a kernel takes a status flag and raises
+ZeroDivisionError after a call that divided an integer by zero), and through `build_library`:
+cc, cflags, cache_dir, keep_source.
 """
 
 from __future__ import annotations
@@ -63,18 +69,29 @@ class Kernel:
 
 
 class CKernel(Kernel):
-    """A kernel compiled to native code; `library` is the loaded shared library."""
+    """A kernel compiled to native code; `library` is the loaded shared library, `num_threads`
+    the OpenMP threads of each call (0: the calling thread's setting)."""
 
     target = "c"
 
-    def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL, checked: bool = False):
+    def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL, checked: bool = False,
+                 num_threads: int = 0):
         super().__init__(func, source)
         self.library = library  # keeps the library loaded as long as the kernel lives
         self.checked = checked
-        self._cfunc = getattr(library, CRenderer.symbol(func))
+        self.num_threads = num_threads
+        self._cfunc = getattr(library, CRenderer.launcher_of(func.name))
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
-            + [ctypes.c_void_p] * checked
+            + [ctypes.c_void_p] * checked + [ctypes.c_int]
         self._cfunc.restype = None
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads
+
+    @num_threads.setter
+    def num_threads(self, n: int):
+        self._num_threads = config.threads(n)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         launch = self.prepare(*arrays)
@@ -91,9 +108,7 @@ class CKernel(Kernel):
     def _launcher(self, arrays, sizes):
         status = np.zeros(1, np.intc)  # checked: this launcher's own flag, so concurrent calls stay apart
         launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes,
-                                   *[status.ctypes.data] * self.checked)
-        if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
-            launch = functools.partial(_one_thread, self.library.ember_set_num_threads, launch)
+                                   *[status.ctypes.data] * self.checked, fork.threads(self._num_threads))
         launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
         launch.status = status
         return launch
@@ -119,30 +134,23 @@ class PythonKernel(Kernel):
         return run
 
 
-def _one_thread(set_num_threads, launch) -> None:
-    """Run `launch` on one OpenMP thread (set on every call: torch, say, may have changed it)."""
-    set_num_threads(1)
-    launch()
-
-
 def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
-            checked: bool | None = None) -> CKernel:
+            checked: bool | None = None, num_threads: int | None = None) -> CKernel:
     """Compile one lowered function to a native kernel."""
-    return build_c_module([func], cc=cc, cflags=cflags, checked=checked)[func.name]
+    return build_c_module([func], cc=cc, cflags=cflags, checked=checked, num_threads=num_threads)[func.name]
 
 
-def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None,
-                   cflags: str | Sequence[str] | None = None, checked: bool | None = None) -> dict[str, CKernel]:
+def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
+                   checked: bool | None = None, num_threads: int | None = None) -> dict[str, CKernel]:
     """Compile several lowered functions into one library; their kernels by function name.
     `checked` (default: the option): a call that divides an integer by zero raises
-    ZeroDivisionError (the kernel gives the same results)."""
+    ZeroDivisionError (the kernel gives the same results). `num_threads` (default: the option;
+    0: the calling thread's setting): the OpenMP threads of each call."""
     checked = config.get("checked") if checked is None else bool(checked)
+    num_threads = config.threads(num_threads)  # checked before anything is compiled
     source = codegen_c(funcs, checked=checked)
     library = open_library(build_library(source, cc=cc, cflags=cflags)).handle
-    threads = config.threads()
-    if threads > 0:
-        library.ember_set_num_threads(ctypes.c_int(threads))
-    return {f.name: CKernel(f, source, library, checked) for f in funcs}
+    return {f.name: CKernel(f, source, library, checked, num_threads) for f in funcs}
 
 
 def build_python(func: PrimFunc) -> PythonKernel:

@@ -13,7 +13,7 @@ from ember.codegen.c import codegen_c
 from ember.codegen.python import codegen_python, load_python
 from ember.errors import LowerError
 from ember.runtime.build import build_library
-from ember.runtime.module import build_c
+from ember.runtime.module import build_c, build_c_module
 from ember.tir.expr import Binary, BufferLoad
 from ember.tir.stmt import Allocate, Block, BufferStore, seq
 
@@ -30,7 +30,36 @@ def test_signature_restrict_const_and_parallel_pragma():
             in src)
     assert "#pragma omp parallel for schedule(static)\n  for (int64_t i = 0; i < n; ++i) {" in src
     assert "    C[i] = A[i] + B[i];" in src
-    assert src.count("void ember_set_num_threads(int n)") == 1
+    assert ("void ember_launch_vadd(void* ember_p0, void* ember_p1, void* ember_p2, int64_t ember_s0, "
+            "int ember_threads) {\n"
+            "  const int ember_threads_before __attribute__((cleanup(ember_leave_threads))) = "
+            "ember_enter_threads(ember_threads);\n"
+            "  vadd(ember_p0, ember_p1, ember_p2, ember_s0);\n}" in src)
+    assert src.count("static inline int ember_enter_threads(int n) {") == 1
+
+
+def test_launchers_pass_every_argument_and_hide_no_kernel():
+    """Kernels named like a launcher's parameters and locals, checked (the status pointer comes
+    last, before the threads): each launcher calls its own kernel with its own arguments."""
+    n, i = Var("n"), Var("i")
+    funcs = []
+    for k, name in enumerate(["num_threads", "p0", "threads_before", "ember_threads"]):
+        A, B, Q = buf("A", [n], "int32"), buf("B", [n], "int32"), buf("Q", [n], "int32")
+        funcs.append(func(name, [A, B, Q], loop(i, n, store(Q, i, load(A, i) // load(B, i) + k), kind="parallel")))
+    kernels = build_c_module(funcs, checked=True, num_threads=2)
+    src = kernels["p0"].source
+    assert "void ember_launch_p0(void* ember_p0, void* ember_p1, void* ember_p2, int64_t ember_s0, " \
+           "int* ember_status, int ember_threads) {" in src
+    assert "  p0(ember_p0, ember_p1, ember_p2, ember_s0, ember_status);" in src
+    rng = np.random.default_rng()
+    a, b = rng.integers(-50, 50, 37).astype("int32"), rng.integers(1, 9, 37).astype("int32")
+    for k, f in enumerate(funcs):
+        q = np.zeros(37, "int32")
+        kernels[f.name](a, b, q)
+        np.testing.assert_array_equal(q, a // b + k)
+    b[3] = 0
+    with pytest.raises(ZeroDivisionError, match="kernel ember_threads"):
+        kernels["ember_threads"](a, b, np.zeros(37, "int32"))
 
 
 def test_only_the_outermost_parallel_loop_is_parallel():
@@ -88,7 +117,9 @@ def test_allocations_stack_and_heap():
 
 
 def test_vector_types_and_helpers_only_when_used():
-    assert "typedef" not in codegen_c(_vadd()) and "static inline" not in codegen_c(_vadd())
+    src = codegen_c(_vadd())
+    assert "typedef" not in src  # and no helper but the launcher's
+    assert re.findall(r"static inline \w+ (\w+)\(", src) == ["ember_enter_threads", "ember_leave_threads"]
     i = Var("i")
     A, C = buf("A", [24]), buf("C", [24])
     r = ramp(i * 3, 1, 3)

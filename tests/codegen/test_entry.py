@@ -14,7 +14,8 @@ def test_entry_function_text():
     body = [line.strip() for line in text[text.index("int ember_model_run("):].splitlines()]
     assert body[0].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
     assert body[3:body.index("}") + 1] == [
-        "const int threads_before __attribute__((cleanup(ember_leave_threads))) = ember_enter_threads(num_threads);",
+        "const int ember_threads_before __attribute__((cleanup(ember_leave_threads))) = "
+        "ember_enter_threads(num_threads);",
         "/* %a = add(%x, %w) */",
         "add_0(inputs[0], weights[1], (void*)(workspace + offsets[2]), sizes[0]);",
         "relu_1((void*)(workspace + offsets[2]), outputs[0]);",

@@ -1,8 +1,9 @@
-"""Native code in children of fork: a model or kernel run in the parent (so libgomp has a pool of
-OpenMP threads there) runs in forked children too, through multiprocessing.Pool (the fork start
-method, several tasks per child) and os.fork(), with correct results; on the forking thread it runs
-with one OpenMP thread, on a thread the child starts with the model's threads (ember.runtime.fork).
-Each case runs in a child process whose timeout turns a hang into a failure."""
+"""Native code in children of fork: a model, a built kernel or an ember.triton launch run in the
+parent (so libgomp has a pool of OpenMP threads there) runs in forked children too, through
+multiprocessing.Pool (the fork start method, several tasks per child) and os.fork(), with correct
+results; on the forking thread it runs with one OpenMP thread, on a thread the child starts with
+the model's threads (ember.runtime.fork). Each case runs in a child process whose timeout turns a
+hang into a failure."""
 
 from __future__ import annotations
 
@@ -95,6 +96,33 @@ def check(i):
 run_everywhere(check)
 """
     _ok(python(code, env={"EMBER_NUM_THREADS": "2"}, timeout=TIMEOUT))
+
+
+def test_tile_kernel_runs_in_fork_children(python, tmp_path):
+    """An ember.triton launch too (its launcher asks for one thread on the forking thread)."""
+    (tmp_path / "tile_kernels.py").write_text(
+        "import ember.triton as triton\nimport ember.triton.language as tl\n\n\n"
+        "@triton.jit\ndef affine(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0 + 1.0, mask=offs < n)\n")
+    code = FORK_DRIVER + f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+import numpy as np
+from ember.testing import random_array
+from tile_kernels import affine
+
+def check(i):
+    x = random_array((4096,))
+    out = np.empty_like(x)
+    affine[(64,)](x, out, x.size, BLOCK=64)
+    np.testing.assert_allclose(out, x * 2 + 1, rtol=1e-6)
+    return True
+
+run_everywhere(check)
+"""
+    _ok(python(code, env={"EMBER_NUM_THREADS": "2", "EMBER_INTERPRET": "0", "TRITON_INTERPRET": "0"},
+               timeout=TIMEOUT))
 
 
 def test_torch_model_runs_in_fork_children(python):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import time
 
 import numpy as np
 import pytest
 
-from ember.runtime import module
+from ember.errors import ConfigError
 from ember.runtime.bench import BenchResult, bench
 from ember.runtime.module import CKernel, PythonKernel, build_c, build_c_module, build_python
 from ember.tir.expr import Buffer, Var, const
@@ -62,26 +61,25 @@ def test_module_of_several_kernels_shares_one_library(vadd, vscale):
     assert (y == 3).all()
 
 
-def test_num_threads_is_set_once_per_library(vadd, monkeypatch):
-    calls = []
-
-    class RecordingCDLL(ctypes.CDLL):
-        def __getattr__(self, name):
-            fn = super().__getattr__(name)
-            if name != "ember_set_num_threads":
-                return fn
-            return lambda n: calls.append(n.value) or fn(n)
-
-    monkeypatch.setattr(module.ctypes, "CDLL", RecordingCDLL)
-    monkeypatch.setenv("EMBER_NUM_THREADS", "1")
-    kernel = build_c(vadd)
-    a = np.ones(1000, "float32")
+def test_num_threads_is_the_keyword_or_the_option(vadd, monkeypatch):
+    """A kernel's calls ask its launcher for its num_threads (the keyword, else the option), the
+    last argument; what a call does with them: test_kernel_threads.py."""
+    a, b = rng.standard_normal(1000).astype("float32"), rng.standard_normal(1000).astype("float32")
     c = np.zeros(1000, "float32")
-    kernel(a, a, c)
-    assert calls == [1] and (c == 2).all()
+    monkeypatch.setenv("EMBER_NUM_THREADS", "1")
+    one, two = build_c(vadd), build_c(vadd, num_threads=2)
+    assert (one.num_threads, two.num_threads) == (1, 2)
+    assert one.prepare(a, b, c).args[-1] == 1 and two.prepare(a, b, c).args[-1] == 2
+    two(a, b, c)
+    np.testing.assert_allclose(c, a + b, rtol=1e-6)
+    two.num_threads = 3
+    assert two.prepare(a, b, c).args[-1] == 3
     monkeypatch.setenv("EMBER_NUM_THREADS", "0")
-    build_c(vadd)
-    assert calls == [1]
+    assert build_c(vadd).prepare(a, b, c).args[-1] == 0
+    with pytest.raises(ConfigError, match="num_threads"):
+        build_c(vadd, num_threads=-1)
+    with pytest.raises(ConfigError, match="num_threads"):
+        two.num_threads = "many"
 
 
 def test_bench_times_the_kernel_without_argument_checks(vadd, monkeypatch):

@@ -13,6 +13,10 @@ first element), one pointer per scalar argument (a one-element array of its type
 the debug mode checks accesses against) and `status` (int64: 0, or the number of the check that
 failed: an out-of-bounds access in the debug mode, a device_assert). Its body is a parallel loop
 over the programs of the grid (OpenMP over the flattened 3-D grid; programs are independent).
+A launch calls it through its launcher (ember.codegen.c) with the num_threads option, read at
+each launch (0: the calling thread's setting): the grid runs on that many OpenMP threads and the
+calling thread's own setting (torch.set_num_threads sets the same one) is back when the launch
+returns, a failed check included. On the thread that forked this process, one (ember.runtime.fork).
 """
 
 from __future__ import annotations
@@ -242,10 +246,7 @@ def compile_spec(jit_fn: JITFunction, spec: Spec, debug: bool) -> Compiled:
         else:
             stats["loaded"] += 1
         library = open_library(build_library(compiled.source)).handle
-        threads = config.threads()
-        if threads > 0:
-            library.ember_set_num_threads(ctypes.c_int(threads))
-        cfunc = getattr(library, CRenderer.symbol_of(compiled.name))
+        cfunc = getattr(library, CRenderer.launcher_of(compiled.name))
         cfunc.restype = None
         compiled.cfunc, compiled.library = cfunc, library
         if not path.exists():
@@ -298,10 +299,9 @@ def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options
             pointers.append(arr.ctypes.data)
     meta = np.array(spans or [0], dtype=np.int64)
     status = np.zeros(1, dtype=np.int64)
-    if fork.stale_pool():  # in a child of fork, on the thread that forked: one OpenMP thread
-        compiled.library.ember_set_num_threads(ctypes.c_int(1))
+    threads = fork.threads(config.threads())  # one on the thread that forked this process
     compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
-                   ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid))
+                   ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid), ctypes.c_int(threads))
     if status[0]:
         raise TileError(f"kernel {jit_fn.__name__}: {compiled.sites[int(status[0]) - 1]}")
     return compiled
