@@ -124,7 +124,10 @@ def test_num_threads_applies_to_the_call_and_leaves_torchs_setting(python):
     code = """
 import os, torch
 """ + MODEL + """
+import ctypes
 tasks = lambda: len(os.listdir("/proc/self/task"))
+# libgomp read directly: torch's get_num_threads may apply torch's own count first
+gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD).omp_get_max_threads
 torch.set_num_threads(1)
 one = ember.compile(g, num_threads=1)
 check(one)
@@ -132,12 +135,15 @@ base = tasks()  # no OpenMP worker yet: every parallel region ran on this thread
 three = ember.compile(g, num_threads=3)
 check(three)
 assert tasks() == base + 2, (base, tasks())  # the call ran 3 threads: 2 workers started
+assert gomp() == 1, gomp()
 assert torch.get_num_threads() == 1, torch.get_num_threads()
 torch.set_num_threads(2)
 check(one)
+assert gomp() == 2, gomp()
 assert torch.get_num_threads() == 2, torch.get_num_threads()
 follows = ember.compile(g)  # num_threads 0: the thread's own setting
 check(follows)
+assert gomp() == 2, gomp()
 assert torch.get_num_threads() == 2
 print("ok")
 """
