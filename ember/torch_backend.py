@@ -15,9 +15,13 @@ backend returns a function that Dynamo calls with the graph's arguments:
    converted by the shared importer (ember.frontend.torch.importer); ember.compiler.compile_graph
    compiles it.
 3. each compiled model is cached by the arguments' shapes and dtypes, then by the frozen
-   tensors' identities and versions (the last few sets): when Dynamo recompiles for new shapes,
-   or hands over a graph with symbolic sizes, each concrete shape is compiled once, on its
-   first call (a static example is compiled at once, so that errors show at compile time).
+   tensors' identities and versions: when Dynamo recompiles for new shapes, or hands over a
+   graph with symbolic sizes, each concrete shape is compiled once, on its first call (a static
+   example is compiled at once, so that errors show at compile time). One graph may serve many
+   weight sets: Dynamo traces a transformer's block once and calls it with each layer's
+   parameters. Each set gets its own model, up to WEIGHT_SETS of them per shape; past that the
+   shape gets one more model that takes the weights as run-time inputs and serves every set not
+   cached (a cache that let sets go would compile again on every call, a layer evicting the next).
 If ember cannot compile a graph (an unsupported operator, or any other error), the backend
 warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch.
 
@@ -65,9 +69,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | N
 
 class EmberFunction:
     """What the backend returns for one Dynamo graph: ember models by argument shapes, and for
-    each shape by the identity and version of the frozen tensors (the last WEIGHT_SETS of them)."""
+    each shape by the identity and version of the frozen tensors (WEIGHT_SETS of them; then one
+    model with the weights as inputs serves the others)."""
 
-    WEIGHT_SETS = 4
+    WEIGHT_SETS = 64
 
     def __init__(self, gm: torch.fx.GraphModule, *, freeze: bool):
         self.gm = gm
@@ -75,6 +80,7 @@ class EmberFunction:
         self.names = [n.name for n in placeholders]
         self.frozen = [freeze and _is_weight(n) for n in placeholders]
         self.cache: dict[tuple, dict[tuple, _Entry]] = {}  # shapes -> frozen tensors -> entry
+        self.shared: dict[tuple, _Entry] = {}  # shapes -> the entry taking weights as inputs
         self._compiling = threading.Lock()  # one compile at a time, so each key is compiled once
 
     def __call__(self, *args):
@@ -84,31 +90,37 @@ class EmberFunction:
         shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
                        for a, f in zip(args, self.frozen) if not f)
         weights = tuple((id(a), a._version) for a, f in zip(args, self.frozen) if f)
-        found = self.cache.get(shapes, {}).get(weights)
+        found = self.cache.get(shapes, {}).get(weights) or self.shared.get(shapes)
         if found is not None:
             return found
         with self._compiling:
             entries = self.cache.setdefault(shapes, {})
-            if weights not in entries:  # not compiled by another thread while this one waited
-                if len(entries) == self.WEIGHT_SETS:
-                    entries.pop(next(iter(entries)))  # the oldest
-                entries[weights] = self._compile(args)
-            return entries[weights]
+            if weights in entries:  # compiled by another thread while this one waited
+                return entries[weights]
+            ids = tuple(i for i, _ in weights)
+            for stale in [w for w in entries if tuple(i for i, _ in w) == ids]:  # these weights, since changed
+                del entries[stale]
+            if len(entries) < self.WEIGHT_SETS:
+                entries[weights] = self._compile(args, self.frozen)
+                return entries[weights]
+            if shapes not in self.shared:
+                self.shared[shapes] = self._compile(args, [False] * len(args))
+            return self.shared[shapes]
 
     def entries(self) -> list[_Entry]:
-        return [e for by_weights in self.cache.values() for e in by_weights.values()]
+        return [e for by_weights in self.cache.values() for e in by_weights.values()] + list(self.shared.values())
 
-    def _compile(self, args: list) -> _Entry:
-        tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not self.frozen[k]]
+    def _compile(self, args: list, frozen: list[bool]) -> _Entry:
+        tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not frozen[k]]
         try:
 
-            module = _Bound(self.gm, args, self.names, self.frozen, tensors)
+            module = _Bound(self.gm, args, self.names, frozen, tensors)
             graph = import_program(export(module, tuple(args[k] for k in tensors)), name="dynamo_graph")
-            return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, self.frozen)
+            return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, frozen)
         except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
             warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: "
                           f"{type(e).__name__}: {e}", EmberFallbackWarning, stacklevel=2)
-            return _Entry(None, tensors, args, self.frozen, fallback=self.gm)
+            return _Entry(None, tensors, args, frozen, fallback=self.gm)
 
 
 class _Entry:

@@ -120,3 +120,57 @@ def test_unsupported_graph_falls_back_with_a_warning():
     with pytest.warns(EmberFallbackWarning, match="_fft_r2c"):
         y = torch.compile(model, backend=functools.partial(ember_backend))(x)
     torch.testing.assert_close(y, model(x), **TOL)
+
+
+class Blocks(nn.Module):
+    """Identical blocks with an eager op (a graph break) after each: Dynamo traces the block once
+    and calls that graph with each block's parameters, as it does a transformer's layers."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(count))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = _eager_tanh(b(x))
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x))) + x
+
+
+@torch._dynamo.disable
+def _eager_tanh(t):
+    return torch.tanh(t)
+
+
+@pytest.mark.parametrize("weight_sets", [64, 2])
+def test_a_graph_over_many_weight_sets_compiles_once_per_set(monkeypatch, weight_sets):
+    """Each block's weights compile once (or, past WEIGHT_SETS of them, one model with the weights
+    as inputs serves the rest): no call after the first forward compiles anything."""
+    from ember.torch_backend import EmberFunction
+
+    monkeypatch.setattr(EmberFunction, "WEIGHT_SETS", weight_sets)
+    compiles = []
+    compile_ = EmberFunction._compile
+    monkeypatch.setattr(EmberFunction, "_compile", lambda self, *a: compiles.append(1) or compile_(self, *a))
+    model = Blocks(5).eval()
+    backend, made = recording()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), **TOL)
+        first = len(compiles)
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert len(compiles) == first
+    (block,) = [fn for fn in made if len(fn.entries()) > 1]
+    frozen = sum(len(by) for by in block.cache.values())
+    assert (frozen, len(block.shared)) == ((5, 0) if weight_sets == 64 else (2, 1))
+    assert all(entry.model is not None for entry in block.entries())
