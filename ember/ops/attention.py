@@ -18,15 +18,16 @@ count) of their inputs (axis -2), so that one fused projection's output, reshape
 (..., L, 3 H, E), is read in place as all three (ember.passes.fold_qkv_split) instead of being
 split into three copies. The result has `count` heads.
 
-float32 attention with static sequence lengths and embedding sizes is fused, flash-attention
-style: one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
+float32 attention with static embedding sizes (E, Ev) is fused, flash-attention style, whatever
+its sequence lengths, heads and batch (symbols included: a prefill of any length, a decode step
+over a cache of any length): one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
 that calls the attention routine (ember.tir.routines; its C in ember.codegen.c_attention) on
 the operands where they are: the scores of one block of keys at a time in a register tile, an
 online softmax (running maximum and sum, the output rescaled as the maximum grows), and p v
 accumulated in registers. No row of scores outlives its block of keys, and nothing of size
 L x S reaches memory.
 
-Other dtypes (float16, float64) and symbolic sizes take the staged compute: a row-wise softmax
+Other dtypes (float16, float64) and symbolic embedding sizes take the staged compute: a row-wise softmax
 in stages (scores q k^T, their row maximum, the exponentials, their row sum, and the weighted
 sum of v divided by it), each stage in parallel over (batch, query row). Pattern `opaque`.
 """
@@ -148,7 +149,7 @@ def _reference(inputs, attrs):
 def _compute(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
-    static = all(as_int(d) is not None for x in (q, k, v) for d in x.shape[-3:])
+    static = as_int(q.shape[-1]) is not None and as_int(v.shape[-1]) is not None  # E and Ev
     if static and {x.dtype for x in (q, k, v)} == {"float32"} and (mask is None or mask.dtype in ("bool", "float32")):
         return [_fused(q, k, v, mask, attrs, out_types)]
     if attrs.get("heads") is not None:  # the staged stages read q, k, v whole: their heads copied out
@@ -182,11 +183,13 @@ def _fused(q, k, v, mask, attrs, out_types):
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
-    e_dim, s_dim, ev_dim, l_dim = (as_int(d) for d in (qs[-1], ks[-2], vs[-1], qs[-2]))
+    e_dim, ev_dim = as_int(qs[-1]), as_int(vs[-1])
+    s_dim, l_dim = ks[-2], qs[-2]  # static or symbolic
     scale = _scale(attrs, e_dim)
     out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []))
     batch = list(_swap(out_shape, bshd)[:-2])
-    blocks = -(-l_dim // ATTENTION_ROWS)
+    rows = as_int(l_dim)
+    blocks = const(-(-rows // ATTENTION_ROWS)) if rows is not None else (l_dim + (ATTENTION_ROWS - 1)) // ATTENTION_ROWS
 
     ins = list(dict.fromkeys([q, k, v] + ([mask] if mask is not None else [])))  # q, k, v may be one tensor
     slots = [ins.index(x) for x in [q, k, v] + ([mask] if mask is not None else [])]
@@ -226,11 +229,11 @@ def _fused(q, k, v, mask, attrs, out_types):
             if as_int(mb.shape[-1]) != 1:
                 m_cs = m_st[-1]
         kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
-        scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), const(s_dim), const(e_dim), const(ev_dim),
+        scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), s_dim, const(e_dim), const(ev_dim),
                    q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
         call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"]))), tuple(reads),
                            (Pointer(out, o_off),), scalars)
-        total = const(blocks)
+        total = blocks
         for d in batch:
             total = total * d
         return For(t, const(0), total, "parallel", call)

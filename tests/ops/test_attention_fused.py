@@ -2,8 +2,8 @@
 ember/codegen/c_attention.py) against torch.nn.functional.scaled_dot_product_attention: every mask
 kind (none, causal, bool, additive, and causal with a mask), odd lengths on both sides of the
 blocks of queries (32) and keys (128), head dims 64, 128 and 40 (a partial vector), batch and
-heads > 1, cross attention (L != S); the kernel is one routine call per block that allocates
-nothing (no L x S scores); the interpreter's NumPy twin agrees.
+heads > 1, cross attention (L != S), symbolic lengths; the kernel is one routine call per block
+that allocates nothing (no L x S scores); the interpreter's NumPy twin agrees.
 
 Tolerance: rtol 1e-4, atol 1e-5 against torch (float32, inputs in [-1, 1]): the kernel sums the
 scores in another order than torch's and exp is c_vmath's (within 4 ULP), so results differ from
@@ -127,3 +127,34 @@ def test_tuner_leaves_the_fused_kernel_out():
     (out,) = add_op(g, SDPA, [q, k, v], {"causal": True})
     g.set_outputs([out])
     assert extract_tasks(g) == []
+
+
+def test_symbolic_lengths_fused_one_compile():
+    """Query and key lengths that are symbols (a prefill of any length; a decode step, one query
+    over a cache of any length) still run the fused routine, one compile for every size; causal
+    with one symbol for both lengths."""
+    import ember
+
+    class Attention(torch.nn.Module):
+        def __init__(self, causal):
+            super().__init__()
+            self.causal = causal
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+    seq, past = torch.export.Dim("seq", min=1, max=4096), torch.export.Dim("past", min=1, max=4096)
+    example = [torch.rand(1, 2, 8, 64), torch.rand(1, 2, 16, 64), torch.rand(1, 2, 16, 64)]
+    cross = ember.compile(Attention(False), example, dynamic_shapes=({2: seq}, {2: past}, {2: past}))
+    assert "ember_attention_none(" in cross.source
+    for length, keys in [(1, 1), (1, 77), (7, 129), (33, 300), (129, 5)]:
+        q, k, v = rand(1, 2, length, 64), rand(1, 2, keys, 64), rand(1, 2, keys, 64)
+        want = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)))
+        np.testing.assert_allclose(cross(q, k, v), want.numpy(), **TOL)
+    example = [torch.rand(1, 2, 16, 64) for _ in range(3)]  # distinct: export reads one tensor passed thrice as one
+    causal = ember.compile(Attention(True), example, dynamic_shapes=({2: seq}, {2: seq}, {2: seq}))
+    assert "ember_attention_none_causal(" in causal.source
+    for length in (1, 31, 33, 257):
+        q, k, v = rand(1, 2, length, 64), rand(1, 2, length, 64), rand(1, 2, length, 64)
+        want = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=True)
+        np.testing.assert_allclose(causal(q, k, v), want.numpy(), **TOL)
