@@ -280,8 +280,8 @@ def _compute_split(inputs, attrs, out_types):
 def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[Dim, int, Dim]]:
     """ONNX Slice: axis -> (start, step, length) after clamping, for every sliced axis. On a
     symbolic axis, a step of 1 with bounds counted from either end (`x[:, -1]`, `x[2:]`,
-    `x[-4:-1]`): the axis is taken to be at least as long as those bounds (as torch.export's
-    guards assert), so there is nothing to clamp."""
+    `x[-4:-1]`, `x[:, :1]`): the axis is taken to be at least as long as those bounds (as
+    torch.export's guards assert), so there is nothing to clamp."""
     starts, ends = tuple(attrs["starts"]), tuple(attrs["ends"])
     axes = tuple(range(len(starts))) if attrs["axes"] is None else tuple(attrs["axes"])
     steps = (1,) * len(starts) if attrs["steps"] is None else tuple(attrs["steps"])
@@ -311,15 +311,18 @@ def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[Dim,
     return out
 
 
-def _symbolic_range(op: str, dim: str, axis: int, start: int, end: int, step: int) -> tuple[Dim, int, Dim]:
-    """(start, 1, length) of a slice of a symbolic axis (see slice_ranges)."""
-    to_end = end >= 2**62  # INT64_MAX and the like: up to the end
-    if step != 1 or (start >= 0 and end >= 0 and not to_end):
+def _symbolic_range(op: str, dim: str, axis: int, start: Dim, end: Dim, step: int) -> tuple[Dim, int, Dim]:
+    """(start, 1, length) of a slice of a symbolic axis (see slice_ranges). A bound is an integer,
+    counted from the end when negative, or a dimension (`x[:, :seq]` of an axis of seq + 1)."""
+    to_end = isinstance(end, int) and end >= 2**62  # INT64_MAX and the like: up to the end
+    from_end = [isinstance(b, int) and b < 0 for b in (start, end)]
+    if step != 1 or (from_end[0] and not from_end[1] and not to_end):
         raise OpTypeError(f"{op}: axis {axis} is the symbolic dimension {dim!r}; a slice of it takes step 1 and "
-                          f"bounds from its end (got start {start}, end {end}, step {step})")
-    begin = dims.add(dim, start) if start < 0 else start
-    stop = dim if to_end else dims.add(dim, end) if end < 0 else end
-    return begin, 1, dims.add(stop, dims.mul(begin, -1))
+                          f"bounds from one end each (got start {start}, end {end}, step {step})")
+    begin = dims.add(dim, start) if from_end[0] else start
+    stop = dim if to_end else dims.add(dim, end) if from_end[1] else end
+    length = dims.add(stop, dims.mul(begin, -1))
+    return begin, 1, max(length, 0) if isinstance(length, int) else length
 
 
 def _infer_slice(types, attrs):

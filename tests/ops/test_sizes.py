@@ -60,8 +60,12 @@ def test_concat_flatten_and_slices_over_expressions():
     check_op_sizes("flatten", [TensorType(("b", 3, 4))], {"start_dim": 0}, [[rand(b, 3, 4)] for b in (1, 3)], **EXACT)
     for attrs, index in [({"starts": (-1,), "ends": (2**63 - 1,), "axes": (1,)}, np.s_[:, -1:]),
                          ({"starts": (2,), "ends": (2**63 - 1,), "axes": (1,)}, np.s_[:, 2:]),
-                         ({"starts": (-4,), "ends": (-1,), "axes": (1,)}, np.s_[:, -4:-1])]:
+                         ({"starts": (-4,), "ends": (-1,), "axes": (1,)}, np.s_[:, -4:-1]),
+                         ({"starts": (1,), "ends": (3,), "axes": (1,)}, np.s_[:, 1:3])]:
         outs = check_op_sizes("slice", [TensorType((2, "seq"))], attrs, [[rand(2, s)] for s in (4, 9)], **EXACT)
         assert [o[0].shape for o in outs] == [rand(2, s)[index].shape for s in (4, 9)]
-    with pytest.raises(OpTypeError, match="takes step 1 and bounds from its end"):
-        infer_types("slice", [TensorType(("seq",))], {"starts": (1,), "ends": (3,)})
+    # an end that is a dimension: the first seq of seq + 1
+    _, (out,) = infer_types("slice", [TensorType((2, "seq + 1"))], {"starts": (0,), "ends": ("seq",), "axes": (1,)})
+    assert out.shape == (2, "seq")
+    with pytest.raises(OpTypeError, match="takes step 1 and bounds from one end each"):
+        infer_types("slice", [TensorType(("seq",))], {"starts": (-3,), "ends": (2,)})
