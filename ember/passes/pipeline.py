@@ -48,12 +48,13 @@ from .layout import layout
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
 from .rewrite import map_regions
+from .slice_products import slice_products
 
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
-                                                    fold_batch_norm, fuse_siblings, fold_qkv_split, pad_gemv, layout,
-                                                    pack_weights, dce)}
+                                                    slice_products, fold_batch_norm, fuse_siblings, fold_qkv_split,
+                                                    pad_gemv, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -68,10 +69,10 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
-    3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "fold_batch_norm", "fuse_siblings",
-        "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+    2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
+        "fuse_siblings", "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+    3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
+        "fuse_siblings", "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
 }
 
 
