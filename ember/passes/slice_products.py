@@ -4,7 +4,9 @@
 
 A language model's head computes the logits of every position and keeps the last one
 (`logits[:, -1]`): GPT-2's 768 x 50257 head over a 128-token prompt is 9.9 GFLOP, two thirds
-of the prefill, for one row of 50257 values. Sliced first, the product is a GEMV over that row.
+of the prefill, for one row of 50257 values. Sliced first, the product is a GEMV over that row
+(a matmul whose left operand is then (1, ..., M, K) becomes a 2-D gemm between reshapes, the
+form the weight passes, pad_gemv and pack_weights, take).
 
 The slice must be the product's only reader (else the whole product is computed anyway) and may
 cut only rows and batch axes of the result that come from the left operand: the row axis (-2),
@@ -50,10 +52,14 @@ def slice_products(graph: Graph) -> Graph:
             return None
         a, *rest = rw.inputs(product)
         (sliced,) = rw.emit("slice", [a], dict(node.attrs, axes=axes), hint=f"{node.name}_rows")
+        op, attrs = product.op, product.attrs
+        if op == "matmul" and sliced.type.rank > 2 and all(d == 1 for d in sliced.shape[:-2]):
+            # (1, ..., M, K) @ W: the 2-D gemm the weight passes take (pad_gemv, pack_weights)
+            (sliced,) = rw.emit("reshape", [sliced], {"shape": tuple(sliced.shape[-2:])}, hint=f"{node.name}_2d")
+            op, attrs, lifted = "gemm", {}, lifted or node
         if lifted is None:
-            return rw.emit(product.op, [sliced, *rest], product.attrs, hint=product.name,
-                           out_names=[node.outputs[0].name])
-        (y,) = rw.emit(product.op, [sliced, *rest], product.attrs, hint=product.name)
+            return rw.emit(op, [sliced, *rest], attrs, hint=product.name, out_names=[node.outputs[0].name])
+        (y,) = rw.emit(op, [sliced, *rest], attrs, hint=product.name)
         return rw.emit("reshape", [y], {"shape": node.outputs[0].shape}, hint=lifted.name,
                        out_names=[node.outputs[0].name])
 

@@ -45,7 +45,8 @@ def _head(rows=9, slice_attrs=None, op="matmul", bias=None, extra_reader=False, 
 def test_rows_and_batch_sliced_before_the_product(attrs):
     g = _head(slice_attrs=attrs)
     out = dce(slice_products(g))
-    assert ops(out) == ["slice", "matmul"]
+    batch_of_one = attrs["axes"][0] == 0 and attrs["ends"][0] - attrs["starts"][0] == 1
+    assert ops(out) == (["slice", "reshape", "gemm", "reshape"] if batch_of_one else ["slice", "matmul"])
     assert out.nodes[0].inputs[0].name == "x"
     check_same(g, out)
 
@@ -90,3 +91,21 @@ def test_rows_through_a_reshape_of_a_2d_product():
     out = dce(slice_products(g))
     assert ops(out) == ["slice", "gemm", "reshape"] and out.nodes[0].inputs[0].name == "x"
     check_same(g, out)
+
+
+def test_last_position_of_one_sequence_becomes_a_2d_gemm():
+    """x[1, seq, K] @ w, last row: sliced to (1, 1, K), then a 2-D gemm between reshapes (what the
+    weight passes take), one compile for every length."""
+    g = Graph()
+    x = g.add_input("x", TensorType((1, "seq", 24)))
+    y, = add_op(g, "matmul", [x, g.add_constant(_rand(24, 1001), "w")])
+    z, = add_op(g, "slice", [y], dict(LAST, axes=(1,)), out_names=["last"])
+    g.set_outputs([z])
+    out = dce(slice_products(g))
+    assert ops(out) == ["slice", "reshape", "gemm", "reshape"]
+    cm = ember.compile(g)
+    assert "matmul" not in ops(cm.graph) and "pad_gemv" in [r.name for r in cm.stats.passes if r.changed]
+    w = g.constants["w"].astype(np.float64)
+    for seq in (1, 6, 67):
+        x = _rand(1, seq, 24)
+        np.testing.assert_allclose(cm(x), (x.astype(np.float64) @ w)[:, -1:], rtol=1e-4, atol=1e-4)
