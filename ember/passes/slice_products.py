@@ -24,27 +24,21 @@ from .rewrite import Rewriter, rebuild
 
 
 def slice_products(graph: Graph) -> Graph:
-    producers = {v: n for n in graph.nodes for v in n.outputs}
-    readers: dict[Value, int] = {}
-    for n in graph.nodes:
-        for v in n.inputs:
-            readers[v] = readers.get(v, 0) + 1
-    outputs = set(graph.outputs)
-    kinds = ("matmul", "gemm", "reshape")
-    if not any(n.op == "slice" and n.inputs[0] in producers and producers[n.inputs[0]].op in kinds
+    if not any(n.op == "slice" and n.inputs[0].node is not None and n.inputs[0].node.op in ("matmul", "gemm", "reshape")
                for n in graph.nodes):
         return graph  # nothing to do: the graph itself (a rebuild would drop unused constants)
+    users, outputs = graph.users(), set(graph.outputs)
 
     def only_reader(v: Value) -> bool:
-        return readers.get(v) == 1 and v not in outputs
+        return len(users.get(v, ())) == 1 and v not in outputs
 
     def rewrite(rw: Rewriter, node: Node, ins: list[Value]):
         if node.op != "slice" or len(node.inputs) != 1 or not only_reader(node.inputs[0]):
             return None
-        product, lifted = producers.get(node.inputs[0]), None
+        product, lifted = node.inputs[0].node, None
         if product is not None and product.op == "reshape" and _adds_leading_ones(product) \
                 and only_reader(product.inputs[0]):  # a 2-D product seen as (1, ..., M, N)
-            lifted, product = product, producers.get(product.inputs[0])
+            lifted, product = product, product.inputs[0].node
         if product is None or product.op not in ("matmul", "gemm"):
             return None
         axes = _left_axes(node, product, lifted)

@@ -27,43 +27,44 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..expr import PREFETCH, BufferLoad, Call, as_int, binary, const
-from ..functor import collect, free_vars, mutate_stmt, stmt_exprs, substitute, visit_expr
+from ..expr import PREFETCH, Buffer, Call, as_int, binary, const
+from ..functor import collect, free_vars, mutate_stmt, substitute
+from ..region import accesses
 from ..stmt import Evaluate, For, PrimFunc, SeqStmt, Stmt
 
 PREFETCH_PANELS = "pragma_prefetch_panels"  # the annotation (the stage facade's pragma("prefetch_panels"))
 
 
 def prefetch_panels(func: PrimFunc) -> PrimFunc:
+    params = {b.name: b for b in func.params}
+
     def f(s: Stmt):
         if isinstance(s, For) and s.annotation(PREFETCH_PANELS):
             name, tiles = s.annotation(PREFETCH_PANELS)
             ann = tuple(a for a in s.annotations if a[0] != PREFETCH_PANELS)
-            return replace(s, body=_insert(s, name, int(tiles)), annotations=ann)
+            body = _insert(s, params[name], int(tiles)) if name in params else s.body
+            return replace(s, body=body, annotations=ann)
         return None
 
     return func.with_body(mutate_stmt(func.body, f_stmt=f))
 
 
-def _insert(loop: For, name: str, tiles: int) -> Stmt:
-    loads = [e for s in collect(loop.body, lambda x: True) for e in _loads(s, name)]
-    if not loads:
-        return loop.body
-    load = loads[0]
-    buf = load.buffer
+def _insert(loop: For, buf: Buffer, tiles: int) -> Stmt:
+    loads = accesses(loop.body, buf, stores=False)
     shape = tuple(as_int(d) for d in buf.shape)
-    if len(load.indices) != 3 or len(shape) != 3 or None in shape:
+    if not loads or len(loads[0]) != 3 or len(shape) != 3 or None in shape:
         return loop.body
+    indices = loads[0]
     panels, depth, width = shape
     loops = {x.loop_var: x for x in collect(loop.body, lambda x: isinstance(x, For))}
-    k_vars = [v for v in free_vars(load.indices[1]) if v in loops]
+    k_vars = [v for v in free_vars(indices[1]) if v in loops]
     if len(k_vars) != 1:
         return loop.body
     (k,) = k_vars
     # the load's panel at the tile's first column (the loops under k, over the tile, at 0: the
     # panel index is col // P before simplification, col running over the tile)
     inner = {x.loop_var: const(0, x.loop_var.dtype) for x in collect(loops[k].body, lambda x: isinstance(x, For))}
-    panel = substitute(load.indices[0], inner)
+    panel = substitute(indices[0], inner)
     row = binary("%", loop.loop_var, const(tiles, loop.loop_var.dtype))
     step = binary("+", binary("*", row, const(depth, k.dtype)), k)  # r * K + k: < R * K
     piece = binary("*", step, const(width // tiles, k.dtype)) if width % tiles == 0 else \
@@ -80,11 +81,4 @@ def _insert(loop: For, name: str, tiles: int) -> Stmt:
         return None
 
     return mutate_stmt(loop.body, f_stmt=add)
-
-
-def _loads(s: Stmt, name: str) -> list[BufferLoad]:
-    found: list[BufferLoad] = []
-    for e in stmt_exprs(s):
-        visit_expr(e, lambda n: found.append(n) if isinstance(n, BufferLoad) and n.buffer.name == name else None)
-    return found
 
