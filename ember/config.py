@@ -349,6 +349,17 @@ def threads(value: int | None = None, keyword: str = "num_threads") -> int:
     return n
 
 
+class ThreadCount:
+    """A `num_threads` attribute whose assignment goes through `threads` (checked, bounded); the
+    value is kept in `_num_threads`, which the native call paths read directly."""
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj._num_threads
+
+    def __set__(self, obj, n: int | None):
+        obj._num_threads = threads(n)
+
+
 def describe() -> list[tuple[bool, str]]:
     """Per option: whether its value is usable, and a line with the variable, the value (or
     what is wrong with it) and the description."""

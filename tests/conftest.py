@@ -1,7 +1,8 @@
 """Shared test configuration: hypothesis runs derandomized under CI (a failure found there
 reproduces exactly), randomized elsewhere (to keep finding new ones); `load_example` imports a
 tutorial from examples/ without running it; `python` (`run_python`) runs code in a child process,
-for what could crash, hang or leave state in the test process (libgomp's thread settings)."""
+for what could crash, hang or leave state in the test process (libgomp's thread settings), and
+`gomp_probe` is the source such a child starts with to read those settings."""
 
 import importlib.util
 import os
@@ -58,6 +59,10 @@ class Run:
     def __str__(self):
         return f"exit {self.returncode} ({self.signal})\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
 
+    def assert_ok(self) -> None:
+        """The child exited normally and its last line is "ok" (it ran to its end)."""
+        assert self.returncode == 0 and self.stdout.strip().endswith("ok"), str(self)
+
 
 def run_python(code: str | None = None, *, args: tuple[str, ...] = (), stdin: str | None = None,
                cwd: str | pathlib.Path | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
@@ -78,3 +83,24 @@ def run_python(code: str | None = None, *, args: tuple[str, ...] = (), stdin: st
 def python():
     """run_python, as a fixture."""
     return run_python
+
+
+GOMP_PROBE = """
+import ctypes, os
+import torch
+
+gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)  # the process's one libgomp (torch's)
+tasks = lambda: len(os.listdir("/proc/self/task"))  # libgomp keeps the workers of a thread's largest team
+
+def setting():  # the calling thread's OpenMP setting, as libgomp and torch see it
+    omp = gomp.omp_get_max_threads()  # first: torch's first call on a thread sets torch's own there
+    assert torch.get_num_threads() == omp, (torch.get_num_threads(), omp)
+    return omp
+"""
+
+
+@pytest.fixture
+def gomp_probe():
+    """Source that a child (`python`) runs first: `gomp` (torch's libgomp), `tasks()` (the
+    process's threads) and `setting()` (the calling thread's thread count, libgomp's and torch's)."""
+    return GOMP_PROBE

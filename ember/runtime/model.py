@@ -138,6 +138,7 @@ class CompiledModel:
     """
 
     _entry_address: int | None = None  # the native entry's address (None: an entry in Python, no fast path)
+    num_threads = config.ThreadCount()
 
     def __init__(self, spec: ModelSpec, library: str | Path | Library, weights: Mapping[str, np.ndarray], plan, *,
                  graph=None, source: str | None = None, num_threads: int = 0, stats=None):
@@ -173,14 +174,6 @@ class CompiledModel:
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def num_threads(self) -> int:
-        return self._num_threads
-
-    @num_threads.setter
-    def num_threads(self, n: int):
-        self._num_threads = config.threads(n)
 
     @property
     def graph(self):

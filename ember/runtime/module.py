@@ -73,6 +73,7 @@ class CKernel(Kernel):
     the OpenMP threads of each call (0: the calling thread's setting)."""
 
     target = "c"
+    num_threads = config.ThreadCount()
 
     def __init__(self, func: PrimFunc, source: str, library: ctypes.CDLL, checked: bool = False,
                  num_threads: int = 0):
@@ -84,14 +85,6 @@ class CKernel(Kernel):
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
             + [ctypes.c_void_p] * checked + [ctypes.c_int]
         self._cfunc.restype = None
-
-    @property
-    def num_threads(self) -> int:
-        return self._num_threads
-
-    @num_threads.setter
-    def num_threads(self, n: int):
-        self._num_threads = config.threads(n)
 
     def __call__(self, *arrays: np.ndarray) -> None:
         launch = self.prepare(*arrays)

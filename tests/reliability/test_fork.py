@@ -49,10 +49,6 @@ def check_model(model, i):
 """
 
 
-def _ok(run):
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), str(run)
-
-
 def test_compiled_model_runs_in_fork_children(python):
     code = GRAPH_MODEL + FORK_DRIVER + """
 def check(i):
@@ -60,7 +56,7 @@ def check(i):
 
 run_everywhere(check)
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_loaded_model_runs_in_fork_children(python, tmp_path):
@@ -72,7 +68,7 @@ def check(i):
 
 run_everywhere(check)
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_built_kernel_runs_in_fork_children(python):
@@ -95,7 +91,7 @@ def check(i):
 
 run_everywhere(check)
 """
-    _ok(python(code, env={"EMBER_NUM_THREADS": "2"}, timeout=TIMEOUT))
+    python(code, env={"EMBER_NUM_THREADS": "2"}, timeout=TIMEOUT).assert_ok()
 
 
 def test_tile_kernel_runs_in_fork_children(python, tmp_path):
@@ -121,8 +117,8 @@ def check(i):
 
 run_everywhere(check)
 """
-    _ok(python(code, env={"EMBER_NUM_THREADS": "2", "EMBER_INTERPRET": "0", "TRITON_INTERPRET": "0"},
-               timeout=TIMEOUT))
+    python(code, env={"EMBER_NUM_THREADS": "2", "EMBER_INTERPRET": "0", "TRITON_INTERPRET": "0"},
+               timeout=TIMEOUT).assert_ok()
 
 
 def test_torch_model_runs_in_fork_children(python):
@@ -140,7 +136,7 @@ def check(i):
 
 run_everywhere(check)
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="counts threads in /proc")

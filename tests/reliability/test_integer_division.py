@@ -220,8 +220,7 @@ print("ok")
 
 
 def _ok(python, code: str, *dtypes: str) -> None:
-    run = python(code, args=dtypes, timeout=240)
-    assert run.returncode == 0 and run.stdout.rstrip().endswith("ok"), str(run)
+    python(code, args=dtypes, timeout=240).assert_ok()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

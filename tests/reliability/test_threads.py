@@ -48,10 +48,6 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 """
 
 
-def _ok(run):
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), str(run)
-
-
 def test_compile_torch_modules_in_threads(python):
     code = THREADS + """
 def compile_one(k):
@@ -66,7 +62,7 @@ for n in (2, 2, 4):
     in_threads(n, compile_one)
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_torch_compile_backend_in_threads(python):
@@ -86,7 +82,7 @@ for n in (2, 2):
     in_threads(n, compile_and_call)
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_compiled_module_first_called_from_threads(python):
@@ -107,7 +103,7 @@ for first in (2, 5):
     in_threads(4, lambda k: call(dynamic, model, first + k % 2))  # two threads per new shape
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_backend_found_by_name_in_a_fresh_process(python):
@@ -126,7 +122,7 @@ backend.register()  # again: nothing happens
 assert lookup_backend("ember") is backend.ember_backend
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
 def test_one_compiled_model_called_from_threads():

@@ -3,7 +3,7 @@ threads and the calling thread's own setting (torch.set_num_threads, libgomp's
 omp_get_max_threads) is what it was when the call returns, a call that raises included. The
 threads a call ran on are counted in /proc/self/task: libgomp keeps the workers of a thread's
 largest team so far, so a call on n threads (more than before on that thread) leaves n - 1 more.
-Each case runs in a child process (`python`, tests/conftest.py): libgomp's settings are per
+Each case runs in a child process (`python` and `gomp_probe`, tests/conftest.py): libgomp's settings are per
 process and per thread, and the test process's must not change."""
 
 from __future__ import annotations
@@ -17,18 +17,10 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="co
 TIMEOUT = 240
 
 KERNELS = """
-import ctypes, os, threading
-import numpy as np, torch, ember
+import threading
+import numpy as np, ember
 from ember import te
 from ember.testing import random_array
-
-gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)  # the process's one libgomp (torch's)
-tasks = lambda: len(os.listdir("/proc/self/task"))
-
-def setting():  # the calling thread's, as libgomp and torch see it
-    omp = gomp.omp_get_max_threads()  # first: torch's first call on a thread sets torch's own there
-    assert torch.get_num_threads() == omp, (torch.get_num_threads(), omp)
-    return omp
 
 A = te.placeholder((256, 64), name="A")
 B = te.compute((256, 64), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
@@ -42,12 +34,8 @@ def check(f):
 """
 
 
-def _ok(run):
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), str(run)
-
-
-def test_num_threads_applies_to_the_call_and_leaves_the_callers_setting(python):
-    code = KERNELS + """
+def test_num_threads_applies_to_the_call_and_leaves_the_callers_setting(python, gomp_probe):
+    code = gomp_probe + KERNELS + """
 torch.set_num_threads(4)
 assert setting() == 4
 one, two = ember.build(s, [A, B], num_threads=1), ember.build(s, [A, B], num_threads=2)
@@ -66,14 +54,14 @@ check(two)
 assert setting() == 3
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
-def test_num_threads_from_the_option_applies_on_every_thread(python, monkeypatch):
+def test_num_threads_from_the_option_applies_on_every_thread(python, gomp_probe, monkeypatch):
     """EMBER_NUM_THREADS=1: a kernel called from a thread other than the one that built it runs on
     one thread too (libgomp's default there would be every core)."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    code = KERNELS + """
+    code = gomp_probe + KERNELS + """
 f = ember.build(s, [A, B])
 assert f.num_threads == 1
 seen = []
@@ -86,13 +74,13 @@ t.start(); t.join()
 assert seen == [(0, 0)], seen  # no worker started; the thread's default kept
 print("ok")
 """
-    _ok(python(code, env={"EMBER_NUM_THREADS": "1"}, timeout=TIMEOUT))
+    python(code, env={"EMBER_NUM_THREADS": "1"}, timeout=TIMEOUT).assert_ok()
 
 
-def test_a_call_that_raises_gives_the_setting_back(python):
+def test_a_call_that_raises_gives_the_setting_back(python, gomp_probe):
     """A checked kernel that divides by zero returns its status and raises; the calling thread's
     setting is back all the same."""
-    code = KERNELS + """
+    code = gomp_probe + KERNELS + """
 X = te.placeholder((64,), name="X", dtype="int32")
 Y = te.compute((64,), lambda i: X[i] // X[i], name="Y")
 sy = te.create_schedule(Y.op)
@@ -114,4 +102,4 @@ else:
 assert setting() == 3, setting()
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()

@@ -2,7 +2,7 @@
 leaves the calling thread's own setting (torch.set_num_threads, libgomp's omp_get_max_threads)
 as it was, a launch whose device_assert fails included. Threads are counted in /proc/self/task
 (libgomp keeps the workers of a thread's largest team so far). Each case runs in a child process
-(`python`, tests/conftest.py) that imports the kernels from this file: libgomp's settings are per
+(`python` and `gomp_probe`, tests/conftest.py) that imports the kernels from this file: libgomp's settings are per
 process and per thread, and the test process's must not change."""
 
 from __future__ import annotations
@@ -38,19 +38,11 @@ def affine_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 CHILD = f"""
-import ctypes, os, sys
+import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
-import numpy as np, torch
+import numpy as np
 from ember.errors import TileError
 from test_launch_threads import affine_kernel
-
-gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)  # the process's one libgomp (torch's)
-tasks = lambda: len(os.listdir("/proc/self/task"))
-
-def setting():  # the calling thread's, as libgomp and torch see it
-    omp = gomp.omp_get_max_threads()  # first: torch's first call on a thread sets torch's own there
-    assert torch.get_num_threads() == omp, (torch.get_num_threads(), omp)
-    return omp
 
 def launch(x):
     out = np.empty_like(x)
@@ -65,13 +57,9 @@ assert setting() == 4
 """
 
 
-def _ok(run):
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), str(run)
-
-
 @pytest.mark.parametrize("threads", [1, 2])
-def test_launch_runs_on_num_threads_and_leaves_the_callers_setting(python, threads):
-    code = CHILD + f"""
+def test_launch_runs_on_num_threads_and_leaves_the_callers_setting(python, gomp_probe, threads):
+    code = gomp_probe + CHILD + f"""
 base = tasks()
 launch(x)  # compiled, then launched on {threads} threads: {threads - 1} worker(s)
 assert setting() == 4 and tasks() == base + {threads - 1}, (setting(), base, tasks())
@@ -81,13 +69,13 @@ launch(rng.random(1000).astype("float32"))
 assert setting() == 3 and tasks() == base + {threads - 1}, (setting(), base, tasks())
 print("ok")
 """
-    _ok(python(code, env={"EMBER_NUM_THREADS": str(threads)}, timeout=TIMEOUT))
+    python(code, env={"EMBER_NUM_THREADS": str(threads)}, timeout=TIMEOUT).assert_ok()
 
 
-def test_launch_starts_num_threads_workers(python):
+def test_launch_starts_num_threads_workers(python, gomp_probe):
     """On a thread whose setting is one thread, a launch with num_threads 2 starts one worker
     (the grid ran on 2 threads); with num_threads 0 it follows the setting and starts none."""
-    code = CHILD + """
+    code = gomp_probe + CHILD + """
 torch.set_num_threads(1)
 assert setting() == 1
 base = tasks()
@@ -99,11 +87,11 @@ launch(x)
 assert setting() == 1 and tasks() == base + 1, (setting(), base, tasks())
 print("ok")
 """
-    _ok(python(code, timeout=TIMEOUT))
+    python(code, timeout=TIMEOUT).assert_ok()
 
 
-def test_failed_device_assert_gives_the_setting_back(python):
-    code = CHILD + """
+def test_failed_device_assert_gives_the_setting_back(python, gomp_probe):
+    code = gomp_probe + CHILD + """
 bad = x.copy()
 bad[700] = 3.0
 try:
@@ -115,4 +103,4 @@ else:
 assert setting() == 4, setting()
 print("ok")
 """
-    _ok(python(code, env={"EMBER_NUM_THREADS": "2"}, timeout=TIMEOUT))
+    python(code, env={"EMBER_NUM_THREADS": "2"}, timeout=TIMEOUT).assert_ok()
