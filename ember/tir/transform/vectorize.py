@@ -4,15 +4,25 @@ ramp(x, 1), ramp * c is ramp(0, c)), so a unit-stride access becomes a contiguou
 or store, and everything else becomes vector arithmetic. Loops inside stay loops (their body is
 vectorized: the GEMM's k loop inside a vectorized j loop).
 
+A select whose condition differs per lane evaluates both branches for every lane, so each load
+in them runs where the scalar loop skipped it. That is safe for the kernel's own local scratch
+only where the index is proved inside the buffer for every lane, every loop variable bound to
+its loop's range (tir.arith): a register tile read by its epilogue is, but not the `cache_read`
+copy of a padded input, whose guard is what keeps `h - 1` at h = 0 out of it. Loads of other
+memory may be speculated only at an address that does not vary by lane.
+
 A body that cannot be vectorized safely (a guard that differs per lane, a store whose address
-does not depend on the loop, a lane-dependent select around a load of memory the kernel does
-not allocate) keeps its loop, marked for the C compiler's own vectorizer (`#pragma omp simd`).
+does not depend on the loop, a per-lane select around a load it may not speculate) keeps its
+loop, marked for the C compiler's own vectorizer (`#pragma omp simd`).
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import replace
 
+from ..arith import Analyzer
 from ..dtype import bits, is_int, lanes_of, with_lanes
 from ..expr import (
     Binary,
@@ -28,8 +38,9 @@ from ..expr import (
     as_int,
     const,
 )
-from ..functor import mutate_stmt, substitute_stmt, uses_var, visit_stmt
+from ..functor import collect, mutate_stmt, substitute_stmt, uses_var, visit_expr, visit_stmt
 from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
+from ..structural import structural_key
 
 
 class CannotVectorize(Exception):
@@ -45,8 +56,11 @@ def _bcast(e: PrimExpr, n: int) -> PrimExpr:
 
 
 class _Vectorizer:
-    def __init__(self, var: Var, lanes: int):
-        self.var, self.n = var, lanes
+    """Vectorizes a body over `var` as `lanes` lanes; `ana` knows the ranges of the function's
+    loop variables, var's included."""
+
+    def __init__(self, var: Var, lanes: int, ana: Analyzer):
+        self.var, self.n, self.ana = var, lanes, ana
 
     def expr(self, e: PrimExpr) -> PrimExpr:
         n = self.n
@@ -65,8 +79,8 @@ class _Vectorizer:
                 return BufferLoad(buf, (self.expr(idx),), with_lanes(dtype, n))
             case Select(c, t, f, dtype):
                 vc, vt, vf = self.expr(c), self.expr(t), self.expr(f)
-                if _vec(vc) and (_has_vector_load(vt) or _has_vector_load(vf)):
-                    raise CannotVectorize("a per-lane select guards a load")
+                if _vec(vc) and not (self._speculable(t) and self._speculable(f)):
+                    raise CannotVectorize("a per-lane select guards a load that may leave its buffer")
                 return Select(vc, _bcast(vt, n), _bcast(vf, n), with_lanes(dtype, n))
             case Cast(dtype, v):
                 return Cast(with_lanes(dtype, n), self.expr(v))
@@ -119,17 +133,34 @@ class _Vectorizer:
                 raise CannotVectorize(type(s).__name__)
         raise CannotVectorize(type(s).__name__)
 
+    def _speculable(self, branch: PrimExpr) -> bool:
+        """Whether every load of a per-lane select's branch (scalar, before vectorization) may
+        run for every lane: a load of local scratch proved inside it, or of other memory at an
+        address that does not vary by lane."""
+        loads: list[BufferLoad] = []
+        visit_expr(branch, lambda x: loads.append(x) if isinstance(x, BufferLoad) else None)
+        return all(self._inside(x) if x.buffer.scope == "local" else not uses_var(x, [self.var]) for x in loads)
 
-def _has_vector_load(e: PrimExpr) -> bool:
-    """Whether e loads a vector that a select may not read speculatively: one of a buffer the
-    kernel does not allocate itself (a local scratch buffer covers every index of its loops,
-    so reading a lane the select discards stays inside it)."""
-    from ..functor import visit_expr
+    def _inside(self, load: BufferLoad) -> bool:
+        """Whether the load's indices lie inside its buffer for all values of the variables (a
+        flattened index against the buffer's element count)."""
+        shape = load.buffer.shape
+        dims = shape if len(load.indices) == len(shape) else (functools.reduce(operator.mul, shape),)
+        return all(self.ana.can_prove(i >= 0) and self.ana.can_prove(i < d) for i, d in zip(load.indices, dims))
 
-    found = []
-    visit_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and _vec(x)
-               and x.buffer.scope != "local" else None)
-    return bool(found)
+
+def _loop_ranges(body: Stmt) -> Analyzer:
+    """An analyzer that knows the range of every loop variable of body; a variable heading loops
+    of different ranges (copies of an unrolled body) is left unbounded."""
+    ana, ranges = Analyzer(), {}
+    for loop in collect(body, lambda x: isinstance(x, For)):  # parents first: their ranges are known
+        v, r = loop.loop_var, (structural_key(loop.min), structural_key(loop.extent))
+        if ranges.setdefault(v, r) == r:
+            ana.bind_range(v, loop.min, loop.extent)
+        else:
+            ranges[v] = None
+            ana.bind(v, None, None)
+    return ana
 
 
 def _widest_element(s: Stmt) -> int:
@@ -145,6 +176,8 @@ def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
     last one narrower where the registers do not divide it (24 lanes: 16 + 8): compilers handle
     vectors of the native width far better than wider ones."""
 
+    ana = _loop_ranges(func.body)
+
     def f(s: Stmt):
         if not (isinstance(s, For) and s.kind == "vectorized"):
             return None
@@ -154,17 +187,24 @@ def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
         width = max(1, vector_bytes // _widest_element(s.body)) if vector_bytes else n
         try:
             if width >= n:
-                return _Vectorizer(s.loop_var, n).stmt(s.body)
-            return seq(*(_vector_chunk(s, start, min(width, n - start)) for start in range(0, n, width)))
+                return _vector_body(s.loop_var, n, s.body, ana)
+            return seq(*(_vector_chunk(s, start, min(width, n - start), ana) for start in range(0, n, width)))
         except CannotVectorize:
             return s
 
     return func.with_body(mutate_stmt(func.body, f_stmt=f))
 
 
-def _vector_chunk(loop: For, start: int, lanes: int) -> Stmt:
+def _vector_chunk(loop: For, start: int, lanes: int, ana: Analyzer) -> Stmt:
     """Iterations start .. start + lanes - 1 of a vectorized loop, as one vector of `lanes`."""
     if lanes == 1:
         return substitute_stmt(loop.body, {loop.loop_var: const(start, loop.loop_var.dtype)})
     inner = Var(loop.loop_var.name)
-    return _Vectorizer(inner, lanes).stmt(substitute_stmt(loop.body, {loop.loop_var: inner + start}))
+    return _vector_body(inner, lanes, substitute_stmt(loop.body, {loop.loop_var: inner + start}), ana)
+
+
+def _vector_body(var: Var, lanes: int, body: Stmt, ana: Analyzer) -> Stmt:
+    """body, in which var runs over 0 .. lanes - 1, as one vector of `lanes`."""
+    with ana.scope():
+        ana.bind(var, 0, lanes - 1)
+        return _Vectorizer(var, lanes, ana).stmt(body)
