@@ -8,8 +8,6 @@ resolved and symbolic sizes named.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..node import Const, Unsupported, torch_dtype
@@ -107,34 +105,36 @@ def unsqueeze(b, x, dim):
 
 @handles("index.Tensor")
 def index(b, x, indices):
-    """x[..., i, j, ...] with index tensors on adjacent dimensions (None: a whole dimension):
-    numpy.take of one index tensor; several are combined into one index into those dimensions
-    flattened (row-major, each index wrapped into its dimension first, as torch does)."""
+    """x[i, :, j, ...]: advanced indexing, static or symbolic sizes (None: a whole dimension).
+    One index tensor is numpy.take on its dimension. Several broadcast together to a shape B and
+    pick elements of their dimensions: those dimensions moved first (a transpose), the indices
+    broadcast and stacked on a last axis (B..., k), one gather_nd gives (B..., other dims...).
+    As in torch and NumPy, B then stays first unless the index tensors are on adjacent
+    dimensions, where it takes their place (a transpose back). Negative indices wrap."""
     given = [(d, i) for d, i in enumerate(indices) if i is not None]
-    dims = [d for d, _ in given]
-    if dims != list(range(dims[0], dims[0] + len(dims))):
-        raise Unsupported(f"index tensors on non-adjacent dimensions {dims}")
     if any(b.type_of(i).dtype == "bool" for _, i in given):
         raise Unsupported("indexing with a boolean mask (its result's shape depends on the data)")
+    dims = [d for d, _ in given]
     if len(given) == 1:
         return b.op("gather", [b.v(x), b.v(given[0][1])], axis=dims[0])
-    shape = b.type_of(x).shape
-    sizes = [shape[d] for d in dims]
-    if not all(isinstance(n, int) for n in sizes):
-        raise Unsupported(f"several index tensors into symbolic dimensions {sizes}")
-    strides = [math.prod(sizes[k + 1:]) for k in range(len(sizes))]
-    if all(isinstance(i, Const) for _, i in given):
-        flat = sum((i.tensor % n) * s for (_, i), n, s in zip(given, sizes, strides))
-        flat = Const(flat, b.node.name + ".index")
-    else:
-        flat = None
-        for (_, i), n, s in zip(given, sizes, strides):
-            term = b.op("mod", [b.v(i, "int64"), b.scalar(n, "int64")])
-            term = b.op("mul", [term, b.scalar(s, "int64")]) if s != 1 else term
-            flat = term if flat is None else b.op("add", [flat, term])
-    d0 = dims[0]
-    rows = b.op("reshape", [b.v(x)], shape=(*shape[:d0], math.prod(sizes), *shape[d0 + len(dims):]))
-    return b.op("gather", [rows, b.v(flat)], axis=d0)
+    rank, out = b.type_of(x).rank, b.out
+    kept = [d for d in range(rank) if d not in dims]
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    lead = dims[0] if adjacent else 0  # the result's dimensions before B
+    nb = out.rank - len(kept)
+    shape = out.shape[lead:lead + nb]  # B, as torch broadcast it
+    stacked = []
+    for _, i in given:
+        i = b.v(i, "int64")
+        i = i if i.shape == shape else b.op("expand", [i], shape=shape)
+        stacked.append(b.op("unsqueeze", [i], axes=(nb,)))
+    data = b.v(x)
+    if dims + kept != list(range(rank)):
+        data = b.op("transpose", [data], perm=(*dims, *kept))
+    y = b.op("gather_nd", [data, b.op("concat", stacked, axis=nb)])
+    if lead:
+        y = b.op("transpose", [y], perm=(*range(nb, nb + lead), *range(nb), *range(nb + lead, out.rank)))
+    return y
 
 
 @handles("index_select.default")
