@@ -13,10 +13,11 @@ of the bias): the weight passes that follow, pad_gemv and pack_weights, take 2-D
 a batched matmul would keep its weights row-major and its bias as a separate add.
 
 The reshapes cost nothing where the sizes let them: the one of a is a view (or fused into a's
-producer), the one of the result, when it only puts ones in front of (R, N) (a batch of one
-sequence), is part of the gemm's epilogue (ember.passes.fuse), else a view again. Products that
-read the same a share one reshape of it (fuse_siblings runs before, and QKV projections already
-are one product then).
+producer); the one of the result, when it only puts ones in front of (R, N) (a batch of one
+sequence) or splits R in two (batch, seq), is part of the gemm's epilogue with what follows it
+(ember.passes.fuse), else a view and the epilogue a kernel of its own. Products that read the
+same a share one reshape of it (fuse_siblings runs before, and QKV projections already are one
+product then).
 
 Left alone: a right operand that is not a constant, not 2-D (batched weights) or not floating
 point; a left operand of rank 1; a product whose dtypes differ. A bias add is folded only when it
