@@ -7,6 +7,8 @@ that only the product feeds."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pass_check import check_same, ops
 
 import ember
@@ -54,6 +56,18 @@ def test_products_become_2d_gemms_with_their_bias(shape, bias):
     gemm = next(n for n in out.nodes if n.op == "gemm")
     assert gemm.inputs[0].shape == (int(np.prod(shape)), 24)
     assert len(gemm.inputs) == (2 if bias is None else 3)
+    check_same(g, out)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lead=st.lists(st.integers(1, 4), min_size=0, max_size=3), m=st.integers(1, 5),
+       bias=st.sampled_from([None, "(N,)", "(1, ..., N)", "()"]), bias_first=st.booleans())
+def test_any_leading_dims_and_bias(lead, m, bias, bias_first):
+    shape = (*lead, m)
+    bias = {"(N,)": (40,), "(1, ..., N)": (1,) * len(shape) + (40,), "()": ()}.get(bias)
+    g = _linear(shape, bias, bias_first=bias_first)
+    out = flatten_products(g)
+    assert "matmul" not in ops(out) and "add" not in ops(out)
     check_same(g, out)
 
 
