@@ -64,11 +64,10 @@ def flat_product(rw: Rewriter, a: Value, b: Value, c: Value | None = None, *, hi
     shape = a.type.shape
     flat = a
     if len(shape) > 2:
-        flat = flats.get(a) if flats is not None else None
-        if flat is None:
-            (flat,) = rw.emit("reshape", [a], {"shape": (dims.mul(*shape[:-1]), shape[-1])}, hint=f"{hint}_rows")
-            if flats is not None:
-                flats[a] = flat
+        flats = {} if flats is None else flats
+        if a not in flats:
+            (flats[a],) = rw.emit("reshape", [a], {"shape": (dims.mul(*shape[:-1]), shape[-1])}, hint=f"{hint}_rows")
+        flat = flats[a]
     names = [out_name] if out_name is not None and len(shape) == 2 else []
     y = rw.emit("gemm", [flat, b] + ([c] if c is not None else []), hint=hint if len(shape) == 2 else f"{hint}_2d",
                 out_names=names)
