@@ -27,10 +27,10 @@ def _static(op: str, d: Dim, what: str) -> int:
 
 def _linear(indices, shape) -> object:
     """Row-major linear index of `indices` into `shape` (te expressions)."""
-    flat = const(0)
+    flat = None
     for i, d in zip(indices, shape):
-        flat = flat * d + i
-    return flat
+        flat = i if flat is None else flat * d + i
+    return const(0) if flat is None else flat
 
 
 def _unlinear(flat, shape) -> list:
@@ -73,7 +73,9 @@ def _reference_reshape(inputs, attrs):
 def reshape_compute(x, out_shape, name: str = "reshape"):
     """x's elements, in row-major order, in out_shape. Where only dimensions of size 1 are added
     or removed, each index maps straight to an index of x, with no division: bound analysis sees
-    through it (a fused kernel computes a producer at a tile of its reshaped consumer)."""
+    through it (a fused kernel computes a producer at a tile of its reshaped consumer). Else the
+    trailing dimensions both shapes share map straight too, and only the leading ones go through
+    a linear index."""
     src, dst = [_dim_key(d) for d in x.shape], [_dim_key(d) for d in out_shape]
     if [d for d in src if d != 1] == [d for d in dst if d != 1]:  # symbolic sizes too ("seq" == "seq")
         def element(*i):
@@ -81,7 +83,20 @@ def reshape_compute(x, out_shape, name: str = "reshape"):
             return x[tuple(0 if d == 1 else next(kept) for d in src)]
 
         return te.compute(out_shape, element, name=name)
-    return te.compute(out_shape, lambda *i: x[tuple(_unlinear(_linear(i, out_shape), x.shape))], name=name)
+    kept = _shared_trailing(src, dst)
+    lead_x, lead_out = tuple(x.shape[:len(src) - kept]), tuple(out_shape[:len(dst) - kept])
+    return te.compute(out_shape, lambda *i: x[tuple(_unlinear(_linear(i[:len(lead_out)], lead_out), lead_x))
+                                              + tuple(i[len(lead_out):])], name=name)
+
+
+def _shared_trailing(src: list, dst: list) -> int:
+    """How many trailing dimensions src and dst share (at most all but their first): those index x
+    as they are, and only the leading ones are linearized again (rows of a product split into a
+    batch and rows read it at row (i // M) * M + i % M, which the simplifier folds back to i)."""
+    kept = 0
+    while kept < min(len(src), len(dst)) - 1 and src[-1 - kept] == dst[-1 - kept]:
+        kept += 1
+    return kept
 
 
 def _dim_key(d) -> int | str:

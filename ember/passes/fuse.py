@@ -16,9 +16,10 @@ The algorithm, after TVM (src/relay/transforms/fuse_ops.cc):
    one reduction, never both; at most MAX_GROUP_NODES nodes):
    - an out_elementwise_fusable node (conv, matmul: the anchor) when every node on the paths,
      D included, is elementwise, broadcast or a reshape, and keeps the anchor's shape up to
-     dimensions of size 1, so that the epilogue (bias, activation, batch-norm scale and shift,
-     residual add; the reshapes to and from 2-d around a gemm) is computed over the anchor's
-     own loops (ember.schedules.apply.group_kernel). A reshape that splits or merges dimensions
+     dimensions of size 1, or splits a gemm's rows in two ((B*M, N) -> (B, M, N)), so that the
+     epilogue (bias, activation, batch-norm scale and shift, residual add; the reshapes to and
+     from 2-d around a gemm) is computed over the anchor's own loops
+     (ember.schedules.apply.group_kernel). A reshape that splits or merges dimensions otherwise
      would read the anchor through divisions that hide its tile from the bound analysis;
    - an elementwise or broadcast node when the nodes between are at most injective and D's group
      is anything but opaque (so the residual branch joins a conv's epilogue, a prologue joins a
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import dims
 from ..graph.core import Graph, Node, TensorType, Value
 from ..ops.registry import get
 
@@ -135,8 +137,15 @@ def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list
 
 
 def _same_elements(t: TensorType, anchor: TensorType) -> bool:
-    """t has the anchor's shape, up to dimensions of size 1: the same elements in the same order."""
-    return tuple(d for d in t.shape if d != 1) == tuple(d for d in anchor.shape if d != 1)
+    """t has the anchor's shape, up to dimensions of size 1, or a 2-D anchor's (B*M, N) with its
+    rows split in two, (B, M, N): the same elements in the same order. (The epilogue of a gemm
+    over the rows of a batch of sequences, ember.passes.flatten_products: computed over the
+    gemm's tile, it reads row i of the batch at (i // M, i % M), and the split back
+    (i // M) * M + i % M is i again. Split in more axes, the nested divisions do not fold.)"""
+    if tuple(d for d in t.shape if d != 1) == tuple(d for d in anchor.shape if d != 1):
+        return True
+    return anchor.rank == 2 and t.rank == 3 and t.shape[-1] == anchor.shape[-1] \
+        and dims.mul(*t.shape[:-1]) == anchor.shape[0]
 
 
 def _post_dominators(nodes: list[Node], users: list[list[int]], outputs: set[int]) -> list[int | None]:

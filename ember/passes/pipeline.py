@@ -38,6 +38,7 @@ from ..target import Target
 from .algebraic import simplify
 from .cse import cse
 from .dce import dce
+from .flatten_products import flatten_products
 from .fold_attention import fold_attention
 from .fold_batch_norm import fold_batch_norm
 from .fold_constants import fold_constants
@@ -54,7 +55,7 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
                                                     slice_products, fold_batch_norm, fuse_siblings, fold_qkv_split,
-                                                    pad_gemv, layout, pack_weights, dce)}
+                                                    flatten_products, pad_gemv, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width
@@ -70,9 +71,11 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+        "fuse_siblings", "fold_qkv_split", "flatten_products", "pad_gemv", "layout", "pack_weights", "fold_constants",
+        "dce"],
     3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"],
+        "fuse_siblings", "fold_qkv_split", "flatten_products", "pad_gemv", "layout", "pack_weights", "fold_constants",
+        "dce"],
 }
 
 

@@ -5,8 +5,8 @@
 A language model's head computes the logits of every position and keeps the last one
 (`logits[:, -1]`): GPT-2's 768 x 50257 head over a 128-token prompt is 9.9 GFLOP, two thirds
 of the prefill, for one row of 50257 values. Sliced first, the product is a GEMV over that row
-(a matmul whose left operand is then (1, ..., M, K) becomes a 2-D gemm between reshapes, the
-form the weight passes, pad_gemv and pack_weights, take).
+(a matmul whose left operand is then (B..., M, K) becomes a 2-D gemm between reshapes, the form
+the weight passes, pad_gemv and pack_weights, take: ember.passes.flatten_products.flat_product).
 
 The slice must be the product's only reader (else the whole product is computed anyway) and may
 cut only rows and batch axes of the result that come from the left operand: the row axis (-2),
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..graph.core import Graph, Node, Value
 from ..ops.common import normalize_axis
+from .flatten_products import flat_product
 from .rewrite import Rewriter, rebuild
 
 
@@ -47,10 +48,8 @@ def slice_products(graph: Graph) -> Graph:
         a, *rest = rw.inputs(product)
         (sliced,) = rw.emit("slice", [a], dict(node.attrs, axes=axes), hint=f"{node.name}_rows")
         op, attrs = product.op, product.attrs
-        if op == "matmul" and sliced.type.rank > 2 and all(d == 1 for d in sliced.shape[:-2]):
-            # (1, ..., M, K) @ W: the 2-D gemm the weight passes take (pad_gemv, pack_weights)
-            (sliced,) = rw.emit("reshape", [sliced], {"shape": tuple(sliced.shape[-2:])}, hint=f"{node.name}_2d")
-            op, attrs, lifted = "gemm", {}, lifted or node
+        if op == "matmul" and sliced.type.rank > 2:  # (B..., M, K) @ W: the 2-D gemm the weight passes take
+            return flat_product(rw, sliced, *rest, hint=product.name, out_name=node.outputs[0].name)
         if lifted is None:
             return rw.emit(op, [sliced, *rest], attrs, hint=product.name, out_names=[node.outputs[0].name])
         (y,) = rw.emit(op, [sliced, *rest], attrs, hint=product.name)

@@ -138,13 +138,31 @@ def merge_indices(idx_list: Iterable[tuple[PrimExpr, ...]], dom: dict[Var, Inter
     for idx in idx_list:
         ivs = []
         for i in idx:
-            iv = interval_of(i, dom, ana)
+            iv = interval_of(_undivided(i, ana), dom, ana)
             if iv is None:
                 raise ScheduleError(f"cannot bound the index {i} of an access")
             ivs.append(Interval(ana.simplify(iv.lo), ana.simplify(iv.hi)))
         result = ivs if result is None else [union(a, b, ana) for a, b in zip(result, ivs)]
     assert result is not None
     return result
+
+
+def _undivided(e: PrimExpr, ana: Analyzer) -> PrimExpr:
+    """e simplified when that leaves fewer floor divisions and modulos, else e as it is. A consumer
+    of a reshape that splits an axis, inlined into one that merges it back, reads its producer at
+    (x // d) * d + x % d, which is x (rows of a gemm split into a batch and rows, in its epilogue);
+    the interval rules would bound it only loosely, or not at all when d is symbolic."""
+    divisions = _divisions(e)
+    if not divisions:
+        return e
+    simple = ana.simplify(e)
+    return simple if _divisions(simple) < divisions else e
+
+
+def _divisions(e: PrimExpr) -> int:
+    found = []
+    visit_expr(e, lambda n: found.append(n) if isinstance(n, Binary) and n.op in ("//", "%") else None)
+    return len(found)
 
 
 def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,

@@ -116,17 +116,19 @@ def graph_output_in_chain() -> Graph:
     return g
 
 
-def linear_layer(batch: int) -> Graph:
-    """A linear layer on [batch, 16, 32] as a 2-d gemm between reshapes, then a residual add and
+def linear_layer(*batch: int) -> Graph:
+    """A linear layer on [*batch, 16, 32] as a 2-d gemm between reshapes, then a residual add and
     gelu. With batch 1 the reshapes only add and remove a dimension of size 1: the gemm takes
     them, the add and gelu as its epilogue. With batch 2 the reshape after the gemm splits its
-    rows, which the gemm's tiles cannot see through: it starts a group of its own. The reshape
-    before the gemm stays a group of its own (an anchor takes no prologue): a view, no kernel."""
+    rows in two, which the gemm's tiles see through (row i is (i // 16, i % 16), and back
+    (i // 16) * 16 + i % 16 = i): the same. Split in three (batch 2, 3), the nested divisions hide
+    the tile: the reshape starts a group of its own. The reshape before the gemm stays a group of
+    its own (an anchor takes no prologue): a view, no kernel."""
     g = Graph("linear")
-    x = g.add_input("x", TensorType((batch, 16, 32)))
-    (a,) = add_op(g, "reshape", [x], {"shape": (batch * 16, 32)})
+    x = g.add_input("x", TensorType((*batch, 16, 32)))
+    (a,) = add_op(g, "reshape", [x], {"shape": (int(np.prod(batch)) * 16, 32)})
     (y,) = add_op(g, "gemm", [a, g.add_constant(random_array((32, 32)), "w"), g.add_constant(random_array((32,)), "b")])
-    (y,) = add_op(g, "reshape", [y], {"shape": (batch, 16, 32)})
+    (y,) = add_op(g, "reshape", [y], {"shape": (*batch, 16, 32)})
     (y,) = add_op(g, "add", [y, x])
     g.set_outputs(add_op(g, "gelu", [y]))
     return g
@@ -158,7 +160,8 @@ GRAPHS = {
     "scores": (attention_scores, [["matmul", "mul", "add"], ["softmax"]]),
     "output": (graph_output_in_chain, [["exp", "tanh"], ["sigmoid"]]),
     "linear": (lambda: linear_layer(1), [["reshape"], ["gemm", "reshape", "add", "gelu"]]),
-    "linear_rows_split": (lambda: linear_layer(2), [["reshape"], ["gemm"], ["reshape", "add", "gelu"]]),
+    "linear_rows_split": (lambda: linear_layer(2), [["reshape"], ["gemm", "reshape", "add", "gelu"]]),
+    "linear_rows_split_twice": (lambda: linear_layer(2, 3), [["reshape"], ["gemm"], ["reshape", "add", "gelu"]]),
     "residual_norm": (lambda: residual_layer_norm(True), [["gemm", "add"], ["layer_norm"]]),
     "add_norm": (lambda: residual_layer_norm(False), [["add", "add", "layer_norm"]]),
 }
