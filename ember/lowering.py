@@ -21,7 +21,8 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
 - `LOWERED`: the kernels lowered in this process, by workload and target (an LRU of
   LOWERED_CACHE_SIZE kernels). A workload is the group's structure only (operators, attributes,
   types), never its constants' values, which reach a kernel as buffers; so a model compiled again,
-  or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again.
+  or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again;
+  its kernels are the same objects as before, whose C the code generator keeps (ember.codegen.c).
   Tuned compiles (a schedule lookup given) and compiles that print or verify the loop IR
   (EMBER_PRINT_LOWER, EMBER_DEBUG) lower every kernel.
 
@@ -188,16 +189,20 @@ class Lowered:
     reused: int = 0  # of the `lowered` workloads, those whose kernel came from LOWERED
 
 
+# a workload's lowered function, its structural hash, and the kernels made of it by name
+Kept = tuple[PrimFunc, str, dict[str, PrimFunc]]
+
+
 class LoweredCache:
-    """Lowered kernels by (workload, target), with their structural hashes, the `size` most
-    recently used kept; `hits` and `misses` count lookups. Safe to share between threads."""
+    """Lowered kernels by (workload, target) (`Kept`), the `size` most recently used kept; `hits`
+    and `misses` count lookups. Safe to share between threads."""
 
     def __init__(self, size: int):
         self.size, self.hits, self.misses = size, 0, 0
-        self._entries: OrderedDict[tuple, tuple[PrimFunc, str]] = OrderedDict()
+        self._entries: OrderedDict[tuple, Kept] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple) -> tuple[PrimFunc, str] | None:
+    def get(self, key: tuple) -> Kept | None:
         with self._lock:
             found = self._entries.get(key)
             if found is None:
@@ -207,7 +212,7 @@ class LoweredCache:
                 self._entries.move_to_end(key)
             return found
 
-    def put(self, key: tuple, value: tuple[PrimFunc, str]) -> None:
+    def put(self, key: tuple, value: Kept) -> None:
         with self._lock:
             self._entries[key] = value
             self._entries.move_to_end(key)
@@ -240,15 +245,16 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
     missing = [w for w in workloads if found.get(w) is None]
     jobs = _jobs(jobs, len(missing))
     for w, func in zip(missing, _lower_all(missing, schedules, target, jobs)):
-        found[w] = func, structural_hash(func)
+        found[w] = func, structural_hash(func), {}
         if memo:
             LOWERED.put((w, target), found[w])
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
     for w in workloads:
-        func, key = found[w]
-        if key not in kernels:
-            kernels[key] = dataclasses.replace(func, name=f"{w.name}_{len(kernels)}")
+        func, key, named = found[w]
+        if key not in kernels:  # named once per name, so that codegen finds the same object again
+            name = f"{w.name}_{len(kernels)}"
+            kernels[key] = named.get(name) or named.setdefault(name, dataclasses.replace(func, name=name))
         shared[w] = kernels[key]
     calls = tuple((g, found[w][0], shared[w]) for g, w in zip(groups, of_group))
     return Lowered(calls, tuple(kernels.values()), len(workloads), jobs, len(workloads) - len(missing))

@@ -1,5 +1,5 @@
 """The lowered kernels a process keeps (ember.lowering.LOWERED): a graph compiled again with other
-weights lowers nothing again and computes with its own weights; a graph that differs in a shape,
+weights lowers and renders nothing again and computes with its own weights; a graph that differs in a shape,
 an attribute, or a constant written into the code (a clip bound, 0.0 against -0.0) lowers anew;
 compiles that print or verify the loop IR, tuned compiles and other targets do not take kernels
 from it; it keeps at most its size, least recently used out first."""
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import ember.lowering
+from ember.codegen.c import CRenderer
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
 from ember.graph.core import Attrs
@@ -49,13 +50,18 @@ def check(cm, ref, rows: int = 8, k: int = 24):
     np.testing.assert_allclose(cm(x), ref(x), rtol=RTOL, atol=ATOL)
 
 
-def test_other_weights_lower_nothing_again(lowerings):
+def test_other_weights_lower_nothing_again(lowerings, monkeypatch):
+    rendered = []
+    render = CRenderer.render_kernel
+    monkeypatch.setattr(CRenderer, "render_kernel", lambda self, f: rendered.append(f) or render(self, f))
     (g1, ref1), (g2, ref2) = dense(*weights()), dense(*weights())
     first = compile_graph(g1, jobs=1)
     assert lowerings and first.stats.reused == 0 and len(LOWERED) == first.stats.lowered
+    assert len(rendered) == first.stats.kernels
     done = len(lowerings)
     second = compile_graph(g2, jobs=1)
     assert len(lowerings) == done  # every kernel came from LOWERED
+    assert len(rendered) == first.stats.kernels  # and its C too
     assert second.stats.reused == second.stats.lowered == first.stats.lowered
     assert LOWERED.hits == second.stats.lowered
     assert second.source == first.source  # the same C: the weights are buffers, not code
