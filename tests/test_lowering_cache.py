@@ -2,9 +2,11 @@
 weights lowers and renders nothing again and computes with its own weights; a graph that differs in a shape,
 an attribute, or a constant written into the code (a clip bound, 0.0 against -0.0) lowers anew;
 compiles that print or verify the loop IR, tuned compiles and other targets do not take kernels
-from it; it keeps at most its size, least recently used out first."""
+from it; it keeps at most its size, least recently used out first; threads share it."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -140,3 +142,23 @@ def test_a_tuned_compile_lowers_every_kernel(lowerings):
     cm = compile_graph(g, jobs=1, schedules=lambda key: None)  # a lookup that has no record
     assert len(lowerings) == 2 * done and cm.stats.reused == 0
     check(cm, ref)
+
+
+def test_threads_compiling_at_once_each_get_their_own_weights(lowerings):
+    graphs = [dense(*weights()) for _ in range(4)]
+    models, errors = [None] * len(graphs), []
+
+    def work(k: int):
+        try:
+            models[k] = compile_graph(graphs[k][0], jobs=1)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(graphs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and all(m is not None for m in models)
+    for cm, (_, ref) in zip(models, graphs):
+        check(cm, ref)

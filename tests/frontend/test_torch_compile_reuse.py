@@ -1,7 +1,8 @@
 """torch.compile(backend="ember") of identical blocks between graph breaks: Dynamo hands over one
 block graph and calls it with each block's weights; the graph is exported once per argument
 shapes and each weight set's kernels come from the first set's lowering, while every set computes
-with its own weights (rtol = atol = 1e-4 against eager, float32). Other shapes export again."""
+with its own weights (rtol = atol = 1e-4 against eager, float32). Other shapes export again.
+ember.compile of a second instance of a module lowers nothing again either."""
 
 from __future__ import annotations
 
@@ -114,3 +115,14 @@ def test_a_program_imports_other_weights_by_name():
         torch.testing.assert_close(torch.as_tensor(cm(x.numpy())), other(x), **TOL)
     with pytest.raises(ArgumentTypeError, match=r"no parameters or buffers \['up.wieght'\]"):
         import_program(ep, state_dict={"up.wieght": other.up.weight})
+
+
+def test_ember_compile_of_another_instance_lowers_nothing_again():
+    LOWERED.clear()
+    x = torch.randn(5, 16)
+    first, second = Block().eval(), Block().eval()
+    a, b = ember.compile(first, (x,)), ember.compile(second, (x,))
+    assert a.stats.reused == 0 and b.stats.reused == b.stats.lowered > 0
+    with torch.no_grad():
+        for model, cm in ((first, a), (second, b)):
+            torch.testing.assert_close(torch.as_tensor(cm(x.numpy())), model(x), **TOL)
