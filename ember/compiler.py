@@ -12,7 +12,10 @@
    a tuned trace from `schedules` or its operators' own schedule, and lowers it). Groups of the
    same operators on the same types with the same attributes share one lowering; lowered
    functions that are structurally equal share one kernel, so repeated blocks compile once.
-   Distinct kernels are lowered in `jobs` worker processes (ember.workers) when there are many;
+   Lowered kernels are kept for the process (ember.lowering.LOWERED): a model compiled again,
+   with other weights or not, lowers nothing again (its graph passes, which read the weights,
+   and its weights' packing run again). Distinct kernels are lowered in `jobs` worker processes
+   (ember.workers) when there are many;
 3. plans the workspace over the kernel graph (ember.passes.plan_memory: the steps the model runs,
    kernels and views, with the outputs each kernel may write in place; liveness, greedy by size;
    values inside a group never reach memory). A group of reshapes alone makes no kernel: its
@@ -99,18 +102,20 @@ class CompileStats:
 
     nodes: int
     kernels: int  # distinct kernels in the library
-    lowered: int  # distinct operator applications lowered
-    jobs: int  # processes that lowered them
+    lowered: int  # distinct operator applications (workloads)
+    jobs: int  # processes that lowered those not reused
     lower_s: float
     codegen_s: float
     build_s: float
     total_s: float
     cached: bool  # the library came from the build cache
     passes: tuple[PassReport, ...] = ()  # the graph passes run, in order
+    reused: int = 0  # of the `lowered` workloads, those lowered by an earlier compile of this process
 
     def __str__(self):
-        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} lowered in {self.jobs} "
-                f"process(es)): lower {self.lower_s:.2f} s, codegen {self.codegen_s:.2f} s, build "
+        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self.lowered - self.reused} "
+                f"lowered in {self.jobs} process(es), {self.reused} reused): lower {self.lower_s:.2f} s, codegen "
+                f"{self.codegen_s:.2f} s, build "
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
 
 
@@ -199,7 +204,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     build_s = time.perf_counter() - t
 
     stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
-                         build_s, time.perf_counter() - start, cached, tuple(passes))
+                         build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused)
     return CompiledModel(spec, library, weights, plan, graph=graph,
                          source=source, num_threads=num_threads, stats=stats)
 
@@ -259,7 +264,7 @@ def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lowe
     entry = InterpretedEntry(lowered.kernels, tree(calls), copies)
     codegen_s = time.perf_counter() - t
     stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
-                         0.0, time.perf_counter() - start, False, tuple(passes))
+                         0.0, time.perf_counter() - start, False, tuple(passes), lowered.reused)
     return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 

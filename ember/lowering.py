@@ -18,6 +18,13 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
 - `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
   there are many; structurally equal kernels are one kernel, named after the operators of the
   first group that uses it (`conv2d_add_relu_3`).
+- `LOWERED`: the kernels lowered in this process, by workload and target (an LRU of
+  LOWERED_CACHE_SIZE kernels). A workload is the group's structure only (operators, attributes,
+  types), never its constants' values, which reach a kernel as buffers; so a model compiled again,
+  or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again;
+  its kernels are the same objects as before, whose C the code generator keeps (ember.codegen.c).
+  Tuned compiles (a schedule lookup given) and compiles that print or verify the loop IR
+  (EMBER_PRINT_LOWER, EMBER_DEBUG) lower every kernel.
 
 Nothing here knows of tuning databases: the caller gives the lookup.
 """
@@ -25,18 +32,22 @@ Nothing here knows of tuning databases: the caller gives the lookup.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
+from . import config
 from .errors import CompileError
 from .graph.core import Graph, TensorType
 from .kernel import lower
 from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
 from .schedules.apply import GroupNode, group_kernel
-from .target import Target
+from .target import Target, as_target
 from .te.schedule import TESchedule
 from .tir.expr import as_int
 from .tir.params import bind_params
@@ -47,21 +58,38 @@ from .workers import Call, WorkerPool
 
 PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
 MAX_NAME_OPS = 4  # operators named in a kernel's name
+LOWERED_CACHE_SIZE = 512  # lowered kernels kept in a process (LOWERED), least recently used first out
 
 # the tuned schedule of a workload key (ember.tune.Task.key), or None: the operators' own is used.
 # Lowering in worker processes sends it to them, so it must pickle (Database.schedules does).
 ScheduleLookup = Callable[[str], Trace | None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Workload:
     """What a group of operator applications computes (see ember.schedules.apply.group_kernel): its
     input types; its nodes (op, attributes, inputs, output types), an input being (-1, k) for
-    the group's input k or (j, i) for output i of node j; and its outputs, as (j, i)."""
+    the group's input k or (j, i) for output i of node j; and its outputs, as (j, i).
+
+    Two workloads are equal when their `key`s are: Python's equality of attribute values would
+    merge 1, 1.0 and True, or 0.0 and -0.0, which a kernel's code tells apart."""
 
     inputs: tuple[TensorType, ...]
     nodes: tuple[GroupNode, ...]
     outputs: tuple[tuple[int, int], ...]
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """The workload with every attribute value tagged by its type and written as repr writes it."""
+        nodes = tuple((op, tuple((k, _typed(v)) for k, v in attrs.items()), refs, out_types)
+                      for op, attrs, refs, out_types in self.nodes)
+        return self.inputs, nodes, self.outputs
+
+    def __eq__(self, other):
+        return isinstance(other, Workload) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
 
     @property
     def name(self) -> str:
@@ -72,6 +100,14 @@ class Workload:
         """Every dimension is a number (only those are tuned)."""
         types = [*self.inputs, *(t for node in self.nodes for t in node[3])]
         return all(isinstance(d, int) or as_int(d) is not None for t in types for d in t.shape)
+
+
+def _typed(v) -> Hashable:
+    """An attribute value (a number, a string, None, or a tuple of them) as a key that equals
+    another only when the two would be written alike in code."""
+    if isinstance(v, tuple):
+        return tuple(_typed(x) for x in v)
+    return type(v).__name__, repr(v)
 
 
 def kernel_name(ops: Iterable[str]) -> str:
@@ -150,27 +186,78 @@ class Lowered:
     kernels: tuple[PrimFunc, ...]
     lowered: int
     jobs: int
+    reused: int = 0  # of the `lowered` workloads, those whose kernel came from LOWERED
+
+
+# a workload's lowered function, its structural hash, and the kernels made of it by name
+Kept = tuple[PrimFunc, str, dict[str, PrimFunc]]
+
+
+class LoweredCache:
+    """Lowered kernels by (workload, target) (`Kept`), the `size` most recently used kept; `hits`
+    and `misses` count lookups. Safe to share between threads."""
+
+    def __init__(self, size: int):
+        self.size, self.hits, self.misses = size, 0, 0
+        self._entries: OrderedDict[tuple, Kept] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> Kept | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple, value: Kept) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+LOWERED = LoweredCache(LOWERED_CACHE_SIZE)
 
 
 def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: ScheduleLookup | None = None,
                  target: Target | str = "c") -> Lowered:
-    """The kernel of each group (see `Lowered`): distinct workloads lowered once, in `jobs`
-    worker processes (default: one per core when there are at least PARALLEL_MIN_KERNELS of
-    them, else this one); structurally equal functions share one kernel, named after its first
-    group's operators."""
+    """The kernel of each group (see `Lowered`): distinct workloads lowered once, those not in
+    LOWERED (see the module doc) in `jobs` worker processes (default: one per core when there
+    are at least PARALLEL_MIN_KERNELS of them, else this one); structurally equal functions
+    share one kernel, named after its first group's operators."""
+    target = as_target(target)
     of_group = [workload_of(g) for g in groups]
     workloads = list(dict.fromkeys(of_group))
-    jobs = _jobs(jobs, len(workloads))
-    lowered = dict(zip(workloads, _lower_all(workloads, schedules, target, jobs)))
+    memo = schedules is None and not config.get("print_lower") and not config.get("debug")
+    found = {w: LOWERED.get((w, target)) for w in workloads} if memo else {}
+    missing = [w for w in workloads if found.get(w) is None]
+    jobs = _jobs(jobs, len(missing))
+    for w, func in zip(missing, _lower_all(missing, schedules, target, jobs)):
+        found[w] = func, structural_hash(func), {}
+        if memo:
+            LOWERED.put((w, target), found[w])
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
-    for w, func in lowered.items():
-        key = structural_hash(func)
-        if key not in kernels:
-            kernels[key] = dataclasses.replace(func, name=f"{w.name}_{len(kernels)}")
+    for w in workloads:
+        func, key, named = found[w]
+        if key not in kernels:  # named once per name, so that codegen finds the same object again
+            name = f"{w.name}_{len(kernels)}"
+            kernels[key] = named.get(name) or named.setdefault(name, dataclasses.replace(func, name=name))
         shared[w] = kernels[key]
-    calls = tuple((g, lowered[w], shared[w]) for g, w in zip(groups, of_group))
-    return Lowered(calls, tuple(kernels.values()), len(workloads), jobs)
+    calls = tuple((g, found[w][0], shared[w]) for g, w in zip(groups, of_group))
+    return Lowered(calls, tuple(kernels.values()), len(workloads), jobs, len(workloads) - len(missing))
 
 
 def _jobs(jobs: int | None, n: int) -> int:

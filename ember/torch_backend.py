@@ -22,6 +22,11 @@ backend returns a function that Dynamo calls with the graph's arguments:
    parameters. Each set gets its own model, up to WEIGHT_SETS of them per shape; past that the
    shape gets one more model that takes the weights as run-time inputs and serves every set not
    cached (a cache that let sets go would compile again on every call, a layer evicting the next).
+   What does not depend on the weights' values is done once: the graph is exported once per
+   argument shapes (the frozen tensors' included), each further set imported from that program
+   with its own values, and the compiler lowers each kernel once per process
+   (ember.lowering.LOWERED); what reads the values (the importer's and the passes' folding, the
+   packing of weights) runs per set.
 If ember cannot compile a graph (an unsupported operator, or any other error), the backend
 warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch.
 
@@ -47,6 +52,7 @@ import warnings
 
 import torch
 from torch._dynamo.source import is_from_unspecialized_param_buffer_source
+from torch.export import ExportedProgram
 
 from .compiler import compile_graph
 from .frontend.torch import export, import_program, trace_lock
@@ -81,6 +87,7 @@ class EmberFunction:
         self.frozen = [freeze and _is_weight(n) for n in placeholders]
         self.cache: dict[tuple, dict[tuple, _Entry]] = {}  # shapes -> frozen tensors -> entry
         self.shared: dict[tuple, _Entry] = {}  # shapes -> the entry taking weights as inputs
+        self.programs: dict[tuple, ExportedProgram] = {}  # every argument's shape, what is frozen -> its export
         self._compiling = threading.Lock()  # one compile at a time, so each key is compiled once
 
     def __call__(self, *args):
@@ -115,12 +122,21 @@ class EmberFunction:
         try:
 
             module = _Bound(self.gm, args, self.names, frozen, tensors)
-            graph = import_program(export(module, tuple(args[k] for k in tensors)), name="dynamo_graph")
+            graph = import_program(self._program(module, args, frozen), state_dict=module.frozen_buffers(),
+                                   name="dynamo_graph")
             return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, frozen)
         except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
             warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: "
                           f"{type(e).__name__}: {e}", EmberFallbackWarning, stacklevel=2)
             return _Entry(None, tensors, args, frozen, fallback=self.gm)
+
+    def _program(self, module: _Bound, args: list, frozen: list[bool]) -> ExportedProgram:
+        """The graph exported for these arguments' shapes, dtypes and strides (frozen tensors'
+        too, their values aside: export traces them as fake tensors), exported on first sight."""
+        key = tuple(_layout(a) for a in args), tuple(frozen)
+        if key not in self.programs:
+            self.programs[key] = export(module, tuple(args[k] for k in module.tensors))
+        return self.programs[key]
 
 
 class _Entry:
@@ -151,6 +167,9 @@ class _Bound(torch.nn.Module):
                 self.register_buffer(name, a.detach(), persistent=True)
                 self.frozen_names[k] = name
 
+    def frozen_buffers(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self.frozen_names.values()}
+
     def forward(self, *tensors):
         args = list(self.args)
         for k, t in zip(self.tensors, tensors):
@@ -158,6 +177,14 @@ class _Bound(torch.nn.Module):
         for k, name in self.frozen_names.items():
             args[k] = getattr(self, name)
         return self.gm(*args)
+
+
+def _layout(a) -> tuple:
+    """What an export of the graph may depend on in an argument: a tensor's shape, strides, dtype
+    and device, a number's type and value."""
+    if isinstance(a, torch.Tensor):
+        return tuple(a.shape), a.stride(), a.dtype, a.device, a.layout
+    return type(a), a
 
 
 def _is_weight(node: torch.fx.Node) -> bool:

@@ -29,6 +29,10 @@ Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack a
 else `aligned_alloc`/`free` around its body. A `CallRoutine` calls the routine's C function (ember.codegen.routines),
 written into the prelude the first time a kernel of the unit calls it.
 
+A kernel's C (and the prelude entries it needs) is kept as long as its function object lives:
+functions are immutable, and a compiler that finds a kernel lowered before (ember.lowering.LOWERED)
+hands over the same object, so a model compiled again renders none of its kernels again.
+
 `CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
 functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
 libm calls (lane by lane in a vector), except float32's (and float16's) exp, log, tanh, erf,
@@ -42,6 +46,8 @@ from __future__ import annotations
 
 import functools
 import operator
+import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -111,6 +117,9 @@ trunc y0 y1 yn
 _C_WORDS = _C_WORDS_TEXT.split()
 _LIBM = _C_WORDS[_C_WORDS.index("acos"):]
 LAUNCHER_PREFIX = "ember_launch_"  # + a kernel's C name: its launcher
+# the text of each rendered function, and the prelude it needs, by renderer: kept as long as the function
+_RENDERED: weakref.WeakKeyDictionary[PrimFunc, dict[tuple, tuple[str, CPrelude]]] = weakref.WeakKeyDictionary()
+_RENDERED_LOCK = threading.Lock()
 
 
 def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False) -> str:
@@ -189,7 +198,7 @@ class CRenderer:
                 raise ValueError(f"two kernels in one unit would both be called {sym!r}: "
                                  f"{seen[sym]!r} and {f.name!r}; rename one")
             seen[sym] = f.name
-        kernels = [self.render_kernel(f) for f in funcs]
+        kernels = [self._kept(f) for f in funcs]
         self.lib.threads()  # for the launchers, or the model's entry
         kernels += [self.render_launcher(f) for f in funcs] if launchers else []
         names = ", ".join(f.name for f in funcs)
@@ -208,6 +217,24 @@ class CRenderer:
             f"  {self.symbol(func)}({', '.join(args)});",
             "}",
         ])
+
+    def _kept(self, func: PrimFunc) -> str:
+        """`render_kernel(func)`, kept while the function lives (functions are immutable, and the
+        compiler hands over the same objects for kernels lowered before: ember.lowering.LOWERED);
+        the typedefs and helpers it needs are merged into this unit's prelude."""
+        key = type(self), self.checked
+        with _RENDERED_LOCK:
+            kept = _RENDERED.setdefault(func, {}).get(key)
+        if kept is None:
+            unit, self.lib = self.lib, CPrelude(self.SCALAR_TYPES)
+            try:
+                kept = self.render_kernel(func), self.lib
+            finally:
+                self.lib = unit
+            with _RENDERED_LOCK:
+                _RENDERED.setdefault(func, {})[key] = kept
+        self.lib.merge(kept[1])
+        return kept[0]
 
     # -- kernels ----------------------------------------------------------------------------
     def render_kernel(self, func: PrimFunc) -> str:

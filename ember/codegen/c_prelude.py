@@ -172,6 +172,14 @@ class CPrelude:
             parts += ["", h]
         return "\n".join(parts)
 
+    def merge(self, other: CPrelude) -> None:
+        """Add the typedefs and helpers of `other` that this one lacks, in their order (a helper
+        comes after those it calls, in both)."""
+        for name, text in other._typedefs.items():
+            self._typedefs.setdefault(name, text)
+        for name, text in other._helpers.items():
+            self._helpers.setdefault(name, text)
+
     # -- types -----------------------------------------------------------------------------
     def vec(self, elem: str, lanes: int) -> str:
         """The vector type of `lanes` values of scalar dtype `elem` ("float32x8")."""

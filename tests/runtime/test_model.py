@@ -14,6 +14,7 @@ import ember
 from ember.compiler import compile_graph
 from ember.errors import ArgumentTypeError, ShapeError
 from ember.graph import Graph, TensorType
+from ember.lowering import LOWERED
 from ember.ops import UnsupportedOpError
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
@@ -184,8 +185,10 @@ def test_second_compile_hits_the_build_cache(monkeypatch):
 
 def test_lowering_in_worker_processes_gives_the_same_model():
     g, _ = residual_graph()
+    LOWERED.clear()  # kernels lowered by earlier tests would be reused: each compile lowers its own
     parallel = compile_graph(g, jobs=2)
     assert parallel.stats.jobs == 2  # whatever threads earlier tests left behind
+    LOWERED.clear()
     assert parallel.source == compile_graph(g, jobs=1).source
 
 

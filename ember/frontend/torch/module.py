@@ -90,14 +90,20 @@ def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=
     return graph
 
 
-def import_program(ep: ExportedProgram, *, symbols=None, name: str = "main") -> Graph:
-    """An ExportedProgram (of core ATen operators) as an ember graph."""
+def import_program(ep: ExportedProgram, *, symbols=None, name: str = "main", state_dict=None) -> Graph:
+    """An ExportedProgram (of core ATen operators) as an ember graph; `state_dict` gives other
+    values of some of its parameters and buffers (by name: one program over other weights)."""
     sig = ep.graph_signature
+    unknown = sorted(set(state_dict or {}) - set(ep.state_dict))
+    if unknown:
+        raise ArgumentTypeError(f"import_program: the program has no parameters or buffers {unknown}; it has "
+                                f"{sorted(ep.state_dict)}")
+    state = {**ep.state_dict, **(state_dict or {})}
     constants: dict[str, Const] = {}
     for spec in sig.input_specs:
         match spec.kind:
             case InputKind.PARAMETER | InputKind.BUFFER | InputKind.CONSTANT_TENSOR:
-                data = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+                data = state[spec.target] if spec.target in state else ep.constants[spec.target]
                 constants[spec.arg.name] = Const(data, spec.target)
             case InputKind.USER_INPUT:
                 pass
