@@ -152,9 +152,9 @@ def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threa
     raise ValueError(f"unknown runtime {runtime}")
 
 
-def _child(argv: list[str]) -> dict:
-    """Run this file in a fresh process with `argv`; its last stdout line is a JSON object."""
-    run = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
+def run_child(argv: list[str], script: str = __file__) -> dict:
+    """Run `script` (this file) in a fresh process with `argv`; its last stdout line is a JSON object."""
+    run = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
@@ -179,7 +179,7 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "variants.json").write_text(json.dumps(variants))
-        prep = _child(["--prepare", name, "--folder", tmp, "--batch", str(batch), *(["--small"] if small else []),
+        prep = run_child(["--prepare", name, "--folder", tmp, "--batch", str(batch), *(["--small"] if small else []),
                        *(["--onnx"] if "onnxruntime" in peers else [])])
         if "error" in prep:
             return [("prepare", None, None, prep["error"])]
@@ -189,7 +189,7 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
         results: dict = {job: [] for job in jobs}
         for _ in range(rounds):
             for runtime, label in jobs:
-                results[(runtime, label)].append(_child(
+                results[(runtime, label)].append(run_child(
                     ["--measure", runtime, name, "--folder", tmp, "--label", label, "--runs", str(runs),
                      "--threads", str(threads), *(["--small"] if small else [])]))
     rows: list[Row] = []

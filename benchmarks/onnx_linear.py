@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare import median_latency  # noqa: E402
+from benchmarks.compare import median_latency, run_child  # noqa: E402
 
 VARIANTS = {"ember, products as they are": {"disabled_passes": ["flatten_products"]}, "ember": {}}
 
@@ -64,16 +62,6 @@ def measure(runtime: str, folder: Path, runs: int, threads: int) -> dict:
     return {"median": median_latency(lambda: cm(x), runs), "note": kernels}
 
 
-def _child(argv: list[str]) -> dict:
-    run = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    lines = run.stdout.strip().splitlines()
-    if run.returncode != 0 or not lines:
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit {run.returncode}: {tail[:100]}"}
-    return json.loads(lines[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", type=int, nargs="+", default=[1, 128, 768])
@@ -102,8 +90,8 @@ def main():
         notes: dict[str, str] = {}
         for _ in range(args.rounds):
             for r in runtimes:
-                got = _child(["--measure", r, "--folder", tmp, "--runs", str(args.runs), "--threads",
-                              str(args.threads)])
+                got = run_child(["--measure", r, "--folder", tmp, "--runs", str(args.runs), "--threads",
+                                 str(args.threads)], __file__)
                 if "error" in got:
                     notes[r] = got["error"]
                     continue

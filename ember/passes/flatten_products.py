@@ -39,7 +39,7 @@ def flatten_products(graph: Graph) -> Graph:
     if not products:
         return graph
     users, outputs = graph.users(), set(graph.outputs)
-    biases = {n: _bias_add(graph, n, users, outputs) for n in products}
+    biases = {n: bias_add(graph, n, users, outputs) for n in products}
     folded = {add for add in biases.values() if add is not None}
     flats: dict[Value, Value] = {}
     rw = Rewriter(graph)
@@ -94,8 +94,9 @@ def _bias(rw: Rewriter, c: Value) -> Value:
     return rw.constant(data.reshape(data.shape[-1:] or (1,)), f"{c.name}.columns")
 
 
-def _bias_add(graph: Graph, product: Node, users: dict[Value, list[Node]], outputs: set[Value]) -> Node | None:
-    """The add of a constant bias per column that is the product's only reader (module doc), or None."""
+def bias_add(graph: Graph, product: Node, users: dict[Value, list[Node]], outputs: set[Value]) -> Node | None:
+    """The add of a constant bias per column ((N,), (1, ..., N) or one value) that is the product's only
+    reader (module doc), or None; fuse_siblings takes its siblings' biases by it too."""
     (y,) = product.outputs
     readers = users.get(y, [])
     if len(readers) != 1 or readers[0].op != "add" or y in outputs:

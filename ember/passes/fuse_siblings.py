@@ -18,7 +18,7 @@ element is the same dot product. A sibling that defines a graph output keeps its
 output keeps its name).
 
 A bias a matmul sibling's only reader adds (ONNX exports write linear layers as MatMul then Add
-of a constant per-column bias, (n,) or (1, ..., n)) is added once to the wide product, before
+of a constant per-column bias, (n,), (1, ..., n) or one value) is added once to the wide product, before
 the split, when every sibling has one (none is zeros):
 
     q = matmul(x, Wq) + bq; ... -> qkv = matmul(x, [Wq Wk Wv]) + [bq bk bv]; q, k, v = split(qkv)
@@ -34,6 +34,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from .flatten_products import bias_add
 from .rewrite import Rewriter
 
 
@@ -42,8 +43,8 @@ def fuse_siblings(graph: Graph) -> Graph:
     if not groups:
         return graph
     first = {g[0]: g for g in groups}
-    readers = _readers(graph)
-    biases = {g[0]: _bias_adds(graph, g, readers) for g in groups}
+    users = graph.users()
+    biases = {g[0]: _bias_adds(graph, g, users) for g in groups}
     fused = {n for g in groups for n in g} | {a for adds in biases.values() for a in adds or ()}
     rw = Rewriter(graph)
     for node in graph.nodes:
@@ -54,34 +55,15 @@ def fuse_siblings(graph: Graph) -> Graph:
     return rw.finish()
 
 
-def _readers(graph: Graph) -> dict[Value, list[Node]]:
-    readers: dict[Value, list[Node]] = defaultdict(list)
-    for node in graph.nodes:
-        for v in node.inputs:
-            readers[v].append(node)
-    return readers
-
-
-def _bias_adds(graph: Graph, group: list[Node], readers: dict[Value, list[Node]]) -> list[Node] | None:
-    """The add of a constant per-column bias that is each matmul sibling's only reader, or None
-    (a gemm takes its bias itself)."""
+def _bias_adds(graph: Graph, group: list[Node], users: dict[Value, list[Node]]) -> list[Node] | None:
+    """The add of a constant per-column bias (flatten_products.bias_add) that is each matmul
+    sibling's only reader, or None (a gemm takes its bias itself)."""
     if group[0].op != "matmul":
         return None
-    outputs, adds = set(graph.outputs), []
-    for node in group:
-        (out,) = node.outputs
-        reading = readers.get(out, [])
-        if len(reading) != 1 or reading[0].op != "add" or out in outputs:
-            return None
-        add = reading[0]
-        bias = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
-        if bias is out or not graph.is_constant(bias) or add.outputs[0].type != out.type \
-                or add.outputs[0] in outputs or bias.type.dtype != out.type.dtype:
-            return None
-        shape = bias.type.shape
-        if not shape or any(d != 1 for d in shape[:-1]) or shape[-1] != out.type.shape[-1]:
-            return None
-        adds.append(add)
+    outputs = set(graph.outputs)
+    adds = [bias_add(graph, node, users, outputs) for node in group]
+    if any(add is None or add.outputs[0] in outputs for add in adds):
+        return None
     return adds
 
 
@@ -131,8 +113,8 @@ def _emit(graph: Graph, rw: Rewriter, group: list[Node], bias_adds: list[Node] |
     (wide,) = rw.emit(head.op, inputs, head.attrs, hint=f"{head.name}.siblings")
     ends = group
     if bias_adds:
-        bias = np.concatenate([graph.constants[next(v for v in a.inputs if v is not n.outputs[0]).name].reshape(-1)
-                               for a, n in zip(bias_adds, group)])
+        bias = np.concatenate([np.broadcast_to(graph.constants[next(v for v in a.inputs if v is not n.outputs[0]).name]
+                                               .reshape(-1), (w,)) for a, n, w in zip(bias_adds, group, widths)])
         (wide,) = rw.emit("add", [wide, rw.constant(bias, f"{head.name}.siblings_bias")], hint=f"{head.name}.bias")
         ends = bias_adds
     pieces = rw.emit("split", [wide], {"axis": wide.type.rank - 1, "sizes": tuple(widths)}, hint=f"{head.name}.split",

@@ -102,11 +102,12 @@ def test_attention_projections_and_swiglu_compile_fused():
     assert "split" not in [n.op for n in ember.compile(model, (x,), disabled_passes=["fuse_siblings"]).graph.nodes]
 
 
-@pytest.mark.parametrize("bias_shapes, absorbed", [([(3,), (1, 1, 7)], True), ([(3,), None], False),
-                                                   ([(3,), (5, 7)], False)])
+@pytest.mark.parametrize("bias_shapes, absorbed", [([(3,), (1, 1, 7)], True), ([(), (1,)], True),
+                                                   ([(3,), None], False), ([(3,), (5, 7)], False)])
 def test_matmul_siblings_biases_are_added_once_before_the_split(bias_shapes, absorbed):
     """ONNX's MatMul + Add(bias) per projection: one product, one add of the biases
-    concatenated, one split; a sibling without a per-column bias keeps the adds where they are."""
+    concatenated (one value, () or (1,), is one per column), one split; a sibling without a
+    per-column bias keeps the adds where they are."""
     g = Graph()
     x = g.add_input("x", TensorType((2, 5, 8)))
     outs = []
