@@ -44,7 +44,7 @@ def test_workloads_are_plain_hashable_data():
     workloads = [workload_of(grp) for grp in fused.groups]
     assert all(isinstance(w, Workload) for w in workloads)
     assert len(set(workloads)) == len(workloads) and all(w.static for w in workloads)
-    assert [w.name for w in workloads] == ["matmul", "relu_matmul_add"]  # relu fused as the prologue
+    assert [w.name for w in workloads] == ["gemm", "relu_gemm_add"]  # relu fused as the prologue
     assert workloads == [workload_of(grp) for grp in partition(mlp()[0]).groups]  # a fresh graph, the same data
 
 

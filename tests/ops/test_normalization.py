@@ -82,9 +82,12 @@ def test_layer_norm_interpreter_and_float16():
 
 @pytest.mark.parametrize("shape, groups", [((2, 6, 5, 7), 3), ((3, 8, 16), 2), ((2, 4, 3, 3), 4), ((4, 6), 3)])
 def test_group_norm(shape, groups):
+    """A group of (4, 6) holds two values; when they are close, its deviations are as small as the
+    mean's rounding (half an ulp of x: 1.2e-7 near 3), which the division by sqrt(eps) = 3.2e-3
+    makes up to 4e-5 of the output, whatever order the sum is taken in: hence atol 1e-4."""
     x = rand(*shape, low=-1, high=3)
     w, b = rand(shape[1]), rand(shape[1])
-    check_op("group_norm", [x, w, b], {"num_groups": groups}, rtol=1e-4, atol=1e-5,
+    check_op("group_norm", [x, w, b], {"num_groups": groups}, rtol=1e-4, atol=1e-4,
              torch_fn=lambda t, w, b: F.group_norm(t, groups, w, b))
     check_op("group_norm", [x], {"num_groups": groups, "eps": 1e-3}, rtol=1e-4, atol=1e-5,
              torch_fn=lambda t: F.group_norm(t, groups, eps=1e-3))

@@ -23,4 +23,4 @@ def test_kernels_inside_regions_are_tasks():
     (out,) = add_op(g, "if", [c, x], regions=[then, other])
     g.set_outputs(add_op(g, "mul", [out, g.add_constant(np.float32(2), "two")]))
     names = sorted(task.name for task in extract_tasks(g))
-    assert names == ["matmul_relu", "mul", "tanh"]
+    assert names == ["gemm_relu", "mul", "tanh"]
