@@ -1,5 +1,6 @@
 """Compile time of a transformer whose blocks repeat: GPT-2 small (transformers' GPT2LMHeadModel,
-default config, random weights, batch 1, 128 tokens; --small: 2 layers of width 64).
+default config, random weights, batch 1, 128 tokens; --small: the reduced model of
+benchmarks/models/decode.py, 2 layers of width 64).
 
     torch.compile   the first forward of torch.compile(model, backend=B), with a graph break after
                     each block (a dynamo-disabled eager op): Dynamo traces the block once and calls
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,16 +31,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.compare import run_child  # noqa: E402
+
 SEQ = 128
 
 
 def gpt2(small: bool, seed: int):
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(seed)
-    config = GPT2Config(n_embd=64, n_layer=2, n_head=4) if small else GPT2Config()
-    return GPT2LMHeadModel(config).eval(), torch.randint(0, config.vocab_size, (1, SEQ))
+    from benchmarks.models.decode import gpt2_lm
+
+    model = gpt2_lm(small, seed)
+    return model, torch.randint(0, model.config.vocab_size, (1, SEQ))
 
 
 def logits(model):
@@ -121,12 +123,12 @@ def child(what: str, small: bool, runs: int) -> dict:
     return ember_twice(small) if what == "ember.compile" else torch_compile(what, small, runs)
 
 
-def run_child(what: str, args) -> dict:
-    argv = [sys.executable, __file__, "--child", what, "--runs", str(args.runs)] + ["--small"] * args.small
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise SystemExit(f"{what} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def measured(what: str, args) -> dict:
+    """`child(what)`'s figures, from a fresh process (compare.run_child)."""
+    got = run_child(["--child", what, "--runs", str(args.runs)] + ["--small"] * args.small, __file__)
+    if "error" in got:
+        raise SystemExit(f"{what} failed: {got['error']}")
+    return got
 
 
 def main(argv=None) -> None:
@@ -144,7 +146,7 @@ def main(argv=None) -> None:
     results: dict[str, list[dict]] = {b: [] for b in [*backends, "ember.compile"]}
     for r in range(args.rounds):
         for what in results:
-            results[what].append(run_child(what, args))
+            results[what].append(measured(what, args))
             print(f"round {r + 1}: {what} {results[what][-1]}", file=sys.stderr)
 
     def figure(what: str, key: str) -> tuple[float, float]:

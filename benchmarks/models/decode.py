@@ -23,12 +23,12 @@ import torch
 from torch import nn
 
 
-def gpt2_lm(small: bool = False):
+def gpt2_lm(small: bool = False, seed: int = 0):
     """GPT2LMHeadModel from its default config (or the reduced one, its weights drawn wider so that
-    greedy tokens vary), random weights, eval mode."""
+    greedy tokens vary), random weights drawn from `seed`, eval mode."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = GPT2Config() if not small else GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=1000,
                                                        initializer_range=0.3, bos_token_id=1, eos_token_id=1)
     return GPT2LMHeadModel(config).eval()
