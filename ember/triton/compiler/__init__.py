@@ -1,8 +1,9 @@
 """The tile language's compiler: a kernel's Python AST to ember's loop IR, C and a native library.
 
 frontend.py walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
-typing; builtins.py: the tl.* calls); lower.py builds the loop nests of block operations;
-launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options)` is what
+typing; builtins.py: the tl.* calls); an Emitter (emitter.py: the interface) builds the loop
+nests of block operations, vector.py the CPU's (affine.py: the analysis of masks and offsets it
+reads); launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options)` is what
 `JITFunction.run` calls.
 
 Not compiled yet (each a TileError naming the kernel's line): `return` inside a loop, or of a

@@ -14,7 +14,8 @@ from ..language import core as tlcore
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
-from .lower import Deferred, Emitter, buffer_block, contiguous_dim
+from .affine import contiguous_dim
+from .emitter import Deferred, Emitter, buffer_block
 from .values import Block, BlockPtr, Scalar, TileTypeError
 
 

@@ -31,7 +31,7 @@ from ..language import core as tlcore
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
-from .lower import Emitter, buffer_block
+from .emitter import Emitter, buffer_block
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
@@ -107,7 +107,7 @@ class Frontend:
             self.node = saved
 
     def flush(self) -> None:
-        """Read in the deferred loads that values still in use read (lower.Deferred): a
+        """Read in the deferred loads that values still in use read (emitter.Deferred): a
         statement that writes memory follows."""
         live: set = set()
 

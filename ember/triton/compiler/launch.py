@@ -42,14 +42,14 @@ from ...runtime.library import open_library, write_atomic
 from ...target import as_target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
-from ...tir.stmt import Allocate, For, PrimFunc
+from ...tir.stmt import PrimFunc
 from ..args import TensorArg, scalar_dtype, tensor_arg
 from ..jit import JITFunction
 from ..language import dtypes as tld
 from . import values as V
 from .builtins import Builtins
 from .frontend import Frontend
-from .lower import Emitter
+from .vector import VectorEmitter
 
 FORMAT = 1  # of the cached description of a specialization
 
@@ -187,7 +187,7 @@ def build_func(jit_fn: JITFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, 
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
     target = as_target("c")
-    em = Emitter(target.vector_bytes, debug)
+    em = VectorEmitter(target.vector_bytes, debug)
     tensors, scalars, values = [], [], {}
     params: dict = {}
     sizes = (Var("grid_x"), Var("grid_y"), Var("grid_z"))  # the kernel's int64 size arguments
@@ -217,12 +217,7 @@ def build_func(jit_fn: JITFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, 
     frontend = Frontend(em, builtins)
     builtins.frontend = frontend
     frontend.run(jit_fn, values)
-    from ...tir.stmt import seq
-
-    body = seq(*em.lists[0])
-    for buf in reversed(em.allocs):
-        body = Allocate(buf, body)
-    body = For(p, const(0), grid[0] * grid[1] * grid[2], "parallel", body)
+    body = em.kernel(p, grid[0] * grid[1] * grid[2])
     name = f"triton_{jit_fn.__name__}_{spec.key[:8]}"
     func = PrimFunc(name, (*tensors, *scalars, meta, status), body)
     return func, builtins.sites, [b.dtype for b in scalars]

@@ -73,7 +73,7 @@ class Block:
     base: Param | None = None
     buffer: Buffer | None = None  # set when the block is kept in this local buffer, row-major
     cost: int = 1  # expression nodes: decides when a named value is worth keeping in memory
-    deps: frozenset = frozenset()  # the deferred loads (lower.Deferred) it reads
+    deps: frozenset = frozenset()  # the deferred loads (emitter.Deferred) it reads
 
 
 @dataclass(frozen=True, eq=False)
