@@ -231,7 +231,8 @@ class Frontend:
             self.block(s.orelse)
         else_env = dict(self.env)
         merged = dict(else_env)
-        changed = [k for k in set(then_env) | set(else_env)
+        # in order of definition, not of a set of names: a str's hash differs between processes
+        changed = [k for k in dict.fromkeys([*then_env, *else_env])
                    if then_env.get(k, _MISSING) is not else_env.get(k, _MISSING)]
         for name in changed:
             a, b = then_env.get(name, _MISSING), else_env.get(name, _MISSING)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...tir import dtype as tdt
-from ...tir.expr import Buffer, PrimExpr, cast, const
+from ...tir.expr import Buffer, PrimExpr, binary, cast, const
 from ..language import dtypes as tld
 
 
@@ -161,7 +161,7 @@ def convert(e: PrimExpr, src: tld.dtype, dst: tld.dtype) -> PrimExpr:
         return e
     if dst.is_bool():
         zero = const(0, tir_dtype(src)) if not src.is_floating() else const(0.0, tir_dtype(src))
-        return e != zero if not isinstance(e != zero, bool) else (e != zero).as_expr()
+        return binary("!=", e, zero)
     return cast(tir_dtype(dst), e)
 
 
