@@ -11,7 +11,8 @@
 
     add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
 
-jit.py launches; language/ declares the language; compiler/ turns a kernel into loop IR and C;
+function.py is a @jit function as the compiler and interpreter read it, jit.py launches it;
+language/ declares the language; compiler/ turns a kernel into loop IR and C;
 interpreter/ runs it over NumPy (EMBER_INTERPRET=1 or TRITON_INTERPRET=1); autotune.py chooses
 meta-parameters (`@triton.autotune`, `@triton.heuristics`, `triton.Config`); testing.py times and
 checks (`triton.testing.do_bench`, `assert_close`); utils.py has `cdiv` and `next_power_of_2`.

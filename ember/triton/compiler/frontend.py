@@ -26,7 +26,7 @@ from ...tir.expr import BufferLoad, Const, Var, cast, const
 from ...tir.functor import uses_var, visit_expr
 from ...tir.stmt import BufferStore, For, IfThenElse, While, seq
 from ...tir.structural import structural_equal
-from ..jit import JITFunction
+from ..function import KernelFunction
 from ..language import core as tlcore
 from ..language import dtypes as tld
 from . import ops
@@ -49,7 +49,7 @@ class _Return(Exception):
 class Frame:
     """One function being walked: its source (for error lines), globals and variables."""
 
-    fn: JITFunction
+    fn: KernelFunction
     env: dict
 
 
@@ -78,7 +78,7 @@ class Frontend:
         return TileError(f"{self.where()}\n  {msg}")
 
     # -- functions ----------------------------------------------------------------------------------
-    def run(self, fn: JITFunction, args: dict) -> object:
+    def run(self, fn: KernelFunction, args: dict) -> object:
         """Walk fn's body with its parameters bound to args; the returned value."""
         tree = ast.parse(fn.src)
         fdef = tree.body[0]
@@ -93,7 +93,7 @@ class Frontend:
             self.frames.pop()
         return None
 
-    def inline(self, fn: JITFunction, args: tuple, kwargs: dict):
+    def inline(self, fn: KernelFunction, args: tuple, kwargs: dict):
         try:
             bound = fn.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -527,7 +527,7 @@ class Frontend:
         name = getattr(fn, "__triton_builtin__", None)
         if name is not None:
             return self.builtins.call(name, fn, args, kwargs)
-        if isinstance(fn, JITFunction):
+        if isinstance(fn, KernelFunction):
             return self.inline(fn, tuple(args), kwargs)
         if fn is tld.constexpr:
             return unwrap(args[0])

@@ -44,7 +44,7 @@ from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
 from ...tir.stmt import PrimFunc
 from ..args import TensorArg, scalar_dtype, tensor_arg
-from ..jit import JITFunction
+from ..function import KernelFunction
 from ..language import dtypes as tld
 from . import values as V
 from .builtins import Builtins
@@ -84,7 +84,7 @@ class Compiled:
 
 _table: dict[str, Compiled] = {}
 _lock = threading.Lock()
-_sources: dict[int, tuple[JITFunction, str]] = {}
+_sources: dict[int, tuple[KernelFunction, str]] = {}
 stats = {"compiled": 0, "loaded": 0}  # specializations built from the kernel, read from the cache
 
 
@@ -100,7 +100,7 @@ def compiler_digest() -> str:
     return h.hexdigest()
 
 
-def debug_mode(jit_fn: JITFunction, options: dict) -> bool:
+def debug_mode(jit_fn: KernelFunction, options: dict) -> bool:
     if options.get("debug") is not None:
         return bool(options["debug"])
     if jit_fn.debug is not None:
@@ -110,7 +110,7 @@ def debug_mode(jit_fn: JITFunction, options: dict) -> bool:
     return config.get("triton_debug")
 
 
-def source_digest(fn: JITFunction) -> str:
+def source_digest(fn: KernelFunction) -> str:
     """The hash of fn's source and of every @jit function it reaches through its globals."""
     hit = _sources.get(id(fn))
     if hit is not None and hit[0] is fn:
@@ -118,7 +118,7 @@ def source_digest(fn: JITFunction) -> str:
     h = hashlib.sha256()
     seen: set[int] = set()
 
-    def visit(f: JITFunction):
+    def visit(f: KernelFunction):
         if id(f) in seen:
             return
         seen.add(id(f))
@@ -126,12 +126,12 @@ def source_digest(fn: JITFunction) -> str:
         for node in ast.walk(ast.parse(f.src)):
             if isinstance(node, ast.Name):
                 g = f.__globals__.get(node.id)
-                if isinstance(g, JITFunction):
+                if isinstance(g, KernelFunction):
                     visit(g)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 mod = f.__globals__.get(node.value.id)
-                g = getattr(mod, node.attr, None) if mod is not None and not isinstance(mod, JITFunction) else None
-                if isinstance(g, JITFunction):
+                g = getattr(mod, node.attr, None) if mod is not None and not isinstance(mod, KernelFunction) else None
+                if isinstance(g, KernelFunction):
                     visit(g)
 
     visit(fn)
@@ -140,7 +140,7 @@ def source_digest(fn: JITFunction) -> str:
     return digest
 
 
-def specialize(jit_fn: JITFunction, bound: dict, debug: bool) -> tuple[Spec, list]:
+def specialize(jit_fn: KernelFunction, bound: dict, debug: bool) -> tuple[Spec, list]:
     """The specialization of a launch and its run-time arguments (TensorArgs and scalars)."""
     kinds, runtime = [], []
     for p in jit_fn.params:
@@ -183,7 +183,7 @@ def _key_part(kind):
     return kind
 
 
-def build_func(jit_fn: JITFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, list[str], list[str]]:
+def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, list[str], list[str]]:
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
     target = as_target("c")
@@ -223,7 +223,7 @@ def build_func(jit_fn: JITFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, 
     return func, builtins.sites, [b.dtype for b in scalars]
 
 
-def compile_spec(jit_fn: JITFunction, spec: Spec, debug: bool) -> Compiled:
+def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool) -> Compiled:
     """The compiled specialization: from the in-memory table, the disk cache, or compiled now."""
     with _lock:
         hit = _table.get(spec.key)
@@ -270,13 +270,13 @@ def _write_cached(path: Path, c: Compiled) -> None:
         pass  # a read-only cache: the next process compiles again
 
 
-def prepare(jit_fn: JITFunction, bound: dict, options: dict) -> tuple[Compiled, list]:
+def prepare(jit_fn: KernelFunction, bound: dict, options: dict) -> tuple[Compiled, list]:
     debug = debug_mode(jit_fn, options)
     spec, runtime = specialize(jit_fn, bound, debug)
     return compile_spec(jit_fn, spec, debug), runtime
 
 
-def launch(jit_fn: JITFunction, grid: tuple[int, int, int], bound: dict, options: dict) -> Compiled:
+def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, options: dict) -> Compiled:
     """Run the kernel over the grid (what JITFunction.run calls)."""
     compiled, runtime = prepare(jit_fn, bound, options)
     if grid[0] * grid[1] * grid[2] == 0:
