@@ -1,6 +1,7 @@
 """The operator library: each operator declared once (ember.ops.registry), one module per family.
 How kernels are scheduled is kept apart, per target family (ember.schedules.cpu)."""
 
+from . import families  # noqa: F401 - every operator registered before any lookup
 from .registry import (
            PATTERNS,
            REQUIRED,

@@ -18,7 +18,7 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from .common import normalize_axis
 from .hints import by_rows
-from .reduce import acc
+from .reduction import acc
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 BLOCK = 32

@@ -28,7 +28,7 @@ from ..graph.core import TensorType
 from ..tir.expr import as_int
 from .common import check_float, normalize_axis, result_dtype
 from .hints import by_rows
-from .reduce import acc, acc_dtype, count, reduce_over
+from .reduction import acc, acc_dtype, count, reduce_over
 from .registry import REQUIRED, OpDef, OpTypeError, register
 from .scaling import deviation, row_scale, scaled_center, scaled_rstd, scaled_squares
 

@@ -39,6 +39,7 @@ from ..tir import dtype as dt
 from .common import te_shape
 from .recurrent_kernel import (
     ACTIVATIONS,
+    CELLS,
     activation,
     clipper,
     gru_cell,
@@ -50,12 +51,6 @@ from .recurrent_kernel import (
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
-# per operator: gates, activation functions per direction, optional inputs in their order
-CELLS = {
-    "lstm": (4, 3, ("seq_lens", "h0", "c0", "p")),
-    "gru": (3, 2, ("seq_lens", "h0", "rbh")),
-    "rnn": (1, 1, ("seq_lens", "h0")),
-}
 
 
 PACK_PERM = (0, 2, 4, 1, 3)  # R reshaped to (D, G, H/JB, JB, H) -> rp (D, H/JB, H, G, JB)

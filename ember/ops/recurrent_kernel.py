@@ -35,6 +35,12 @@ import numpy as np
 from ..tir.expr import Buffer, PrimExpr, Var, as_int, call, cast, const, convert, max_, min_, select
 from ..tir.stmt import Allocate, BufferStore, For, Stmt, seq
 
+# per operator (ember.ops.recurrent): gates, activation functions per direction, optional inputs in their order
+CELLS = {
+    "lstm": (4, 3, ("seq_lens", "h0", "c0", "p")),
+    "gru": (3, 2, ("seq_lens", "h0", "rbh")),
+    "rnn": (1, 1, ("seq_lens", "h0")),
+}
 # name -> f(x, alpha, beta, m): ONNX's activation functions of recurrent layers
 ACTIVATIONS = {
     "Relu": lambda x, a, b, m: m.maximum(x, 0.0),
@@ -128,8 +134,6 @@ def recurrence(op: str, attrs, ins: list[Buffer], outs: list[Buffer]) -> Stmt:
 
 class _Kernel:
     def __init__(self, op, attrs, ins, outs):
-        from .recurrent import CELLS
-
         self.op, self.attrs = op, attrs
         self.gates, self.acts, _ = CELLS[op]
         self.xp, self.rp = ins[:2]

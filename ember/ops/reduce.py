@@ -1,8 +1,7 @@
 """Reductions over axes: sum, mean, max, min, prod (axes=None: all), argmax, argmin (one axis,
 int64 output, the first extreme), var and std (correction: 0 biased, 1 unbiased), l2_norm.
 
-Also the pieces the normalization family shares: axis validation (`normalize_axes`) and the te
-reduction of a tensor over some of its axes (`reduce_over`).
+The pieces the reductions share (axis validation, `reduce_over`, `acc`) are in reduction.py.
 
 float16 inputs accumulate sums and products in float32 (`acc`) and round once at the end.
 var, std and l2_norm compute their statistics scaled by a power of two per output element
@@ -20,95 +19,15 @@ contiguous elements in vector lanes (ember.schedules.cpu.rows, every output elem
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import numpy as np
 
 from .. import te
-from ..graph.core import Dim, TensorType
+from ..graph.core import TensorType
 from ..tir import dtype as dt
 from .common import check_float, normalize_axis
-from .hints import CONTIGUOUS
+from .reduction import acc, acc_dtype, check_keepdims, count, normalize_axes, reduce_over, reduced_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
-
-# -- axes and shapes --------------------------------------------------------------------------
-
-
-def normalize_axes(op: str, axes, rank: int) -> tuple[int, ...]:
-    """`axes` (None: all, an int, or a sequence of ints) as sorted non-negative axes."""
-    if axes is None:
-        return tuple(range(rank))
-    if isinstance(axes, int) and not isinstance(axes, bool):
-        axes = (axes,)
-    if not isinstance(axes, tuple | list) or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
-        raise OpTypeError(f"{op}: axes must be None, an int or a tuple of ints, got {axes!r}")
-    if not axes:
-        raise OpTypeError(f"{op}: axes is empty; give None to reduce every axis")
-    out = sorted(normalize_axis(op, a, rank) for a in axes)
-    if len(set(out)) != len(out):
-        raise OpTypeError(f"{op}: axes {tuple(axes)} name an axis twice")
-    return tuple(out)
-
-
-def reduced_shape(shape: Sequence[Dim], axes: Sequence[int], keepdims: bool) -> tuple[Dim, ...]:
-    return tuple(1 if d in axes else n for d, n in enumerate(shape) if keepdims or d not in axes)
-
-
-def check_keepdims(op: str, attrs) -> bool:
-    if not isinstance(attrs["keepdims"], bool):
-        raise OpTypeError(f"{op}: keepdims must be a bool, got {attrs['keepdims']!r}")
-    return attrs["keepdims"]
-
-
-def acc_dtype(dtype: str) -> str:
-    """The dtype sums accumulate in: float32 for float16 and bfloat16, the dtype itself otherwise."""
-    return dt.compute_dtype(dtype)
-
-
-def acc(e):
-    """An expression in its accumulation dtype."""
-    return e.astype(acc_dtype(e.dtype)) if e.dtype != acc_dtype(e.dtype) else e
-
-
-# -- te ---------------------------------------------------------------------------------------
-
-def reduce_over(x, axes: Sequence[int], keepdims: bool, reducer, name: str,
-                source: Callable | None = None):
-    """The te reduction of x (a te tensor, or a view of one: shape, ndim, indexing) over `axes`:
-    out[i] = reducer(source(i, index into x)) over the reduced axes, source defaulting to the
-    element of x. Marked CONTIGUOUS when the axes are x's trailing ones (for `factor_lanes`)."""
-    ks = {a: te.reduce_axis((0, x.shape[a]), name=f"k{a}") for a in axes}
-    shape = reduced_shape(x.shape, axes, keepdims)
-
-    def element(*i):
-        index = input_index(i, x.ndim, ks, keepdims)
-        return reducer(source(i, index) if source else x[index], axis=[ks[a] for a in axes])
-
-    contiguous = tuple(axes) == tuple(range(x.ndim - len(axes), x.ndim))
-    return te.compute(shape, element, name=name, attrs={CONTIGUOUS: contiguous})
-
-
-def input_index(out_index, rank: int, at: dict, keepdims: bool) -> tuple:
-    """The index into the reduced tensor for an output index: `at[axis]` on the reduced axes."""
-    spatial = iter(out_index)
-    index = []
-    for d in range(rank):
-        if d in at:
-            if keepdims:
-                next(spatial)
-            index.append(at[d])
-        else:
-            index.append(next(spatial))
-    return tuple(index)
-
-
-def count(x, axes: Sequence[int]):
-    """The number of elements reduced over `axes` of x (an expression when a dim is symbolic)."""
-    n = 1
-    for a in axes:
-        n = n * x.shape[a]
-    return n
-
+from .scaling import row_scale, scaled_center, scaled_squares
 
 # -- operators --------------------------------------------------------------------------------
 
@@ -184,8 +103,6 @@ def _compute_moment(root: bool):
     standard deviation of 1e20 (a variance of 1e40, past float32) is finite."""
 
     def compute(inputs, attrs, out_types):
-        from .scaling import row_scale, scaled_center, scaled_squares  # scaling builds on this module
-
         (x,) = inputs
         axes = normalize_axes("var", attrs["axes"], x.ndim)
         keepdims = attrs["keepdims"]
@@ -209,8 +126,6 @@ def _compute_l2_norm(inputs, attrs, out_types):
     """sqrt(sum(x^2)) in the scaled frame of `scaling` (LAPACK's nrm2), unscaled after the root:
     finite for rows of 1e20 (squares past float32), exact to rounding for rows of 1e-20
     (subnormal squares)."""
-    from .scaling import row_scale, scaled_squares  # scaling builds on this module
-
     (x,) = inputs
     axes = normalize_axes("l2_norm", attrs["axes"], x.ndim)
     keepdims = attrs["keepdims"]

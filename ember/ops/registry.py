@@ -97,7 +97,6 @@ def register(op: OpDef) -> OpDef:
 
 
 def get(name: str) -> OpDef:
-    _load_all()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -105,12 +104,10 @@ def get(name: str) -> OpDef:
 
 
 def exists(name: str) -> bool:
-    _load_all()
     return name in _REGISTRY
 
 
 def all_ops() -> dict[str, OpDef]:
-    _load_all()
     return dict(_REGISTRY)
 
 
@@ -122,8 +119,3 @@ def infer_types(name: str, in_types: list[TensorType], attrs: Mapping | None = N
     op.check_arity(len(in_types))
     bound = op.bind_attrs(attrs)
     return bound, list(op.infer(list(in_types), bound, tuple(regions)) if regions else op.infer(list(in_types), bound))
-
-
-def _load_all() -> None:
-    """Import every operator family module (each registers its operators on import)."""
-    from . import families  # noqa: F401

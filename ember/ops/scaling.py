@@ -34,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import te
-from .reduce import acc, acc_dtype, input_index, reduce_over
+from .reduction import acc, acc_dtype, input_index, reduce_over
 
 # The exponents e that the scale 2^-e may take: its reciprocal, and the square of the largest
 # eps * scale^2 `scaled_rstd` forms, stay finite.

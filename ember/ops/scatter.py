@@ -26,7 +26,7 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
 from .common import normalize_axis, result_dtype, te_shape
-from .reduce import acc
+from .reduction import acc
 from .registry import OpDef, OpTypeError, register
 
 REDUCTIONS = ("none", "add", "mul", "max", "min")
