@@ -20,7 +20,8 @@ _ids = itertools.count()
 
 
 class PrimExpr:
-    """Base of all scalar (or vector) expressions. Subclasses carry a `dtype` field."""
+    """Base of all scalar (or vector) expressions. Subclasses carry a `dtype` field. str()
+    prints one (the printer, printer.py, attaches that)."""
 
     dtype: str
     __slots__ = ()
@@ -106,12 +107,6 @@ class PrimExpr:
     def astype(self, dtype: str) -> PrimExpr:
         return cast(dtype, self)
 
-    def __str__(self):
-        from .printer import expr_to_str
-
-        return expr_to_str(self)
-
-    __repr__ = __str__
 
 
 class EqualOp:

@@ -1,8 +1,8 @@
 """Generic traversal of the loop IR: rebuild-on-change mutators and visitors.
 
-`mutate_expr(e, f)` rebuilds `e` bottom-up, calling `f` on every node after its children were
-rewritten; `f` returns a replacement or None to keep the node. A node whose children did not
-change is returned as is (Halide's rule), so `new is old` says whether anything changed.
+`mutate_stmt(s, ...)` rebuilds `s` bottom-up like `mutate_expr` (expr_functor.py, whose functions
+this module also offers) does an expression: a statement whose parts did not change is returned
+as is (Halide's rule), so `new is old` says whether anything changed.
 """
 
 from __future__ import annotations
@@ -10,19 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .expr import (
-    Binary,
-    Broadcast,
-    BufferLoad,
-    Call,
-    Cast,
-    Const,
-    Not,
-    PrimExpr,
-    Ramp,
-    Select,
-    Var,
-)
+from .expr import PrimExpr, Var
+from .expr_functor import ExprFn, all_same, mutate_expr
+from .expr_functor import expr_children as expr_children  # offered here too: one import traverses both
+from .expr_functor import free_vars as free_vars
+from .expr_functor import substitute as substitute
+from .expr_functor import uses_var as uses_var
+from .expr_functor import visit_expr as visit_expr
 from .stmt import (
     Allocate,
     Block,
@@ -41,100 +35,6 @@ from .stmt import (
     While,
 )
 
-ExprFn = Callable[[PrimExpr], PrimExpr | None]
-
-
-def _same(new: tuple, old: tuple) -> bool:
-    return all(a is b for a, b in zip(new, old))
-
-
-def mutate_expr(e: PrimExpr, f: ExprFn) -> PrimExpr:
-    match e:
-        case Var() | Const():
-            out = e
-        case Binary(op, a, b, dtype):
-            na, nb = mutate_expr(a, f), mutate_expr(b, f)
-            out = e if (na is a and nb is b) else Binary(op, na, nb, dtype)
-        case Not(a, dtype):
-            na = mutate_expr(a, f)
-            out = e if na is a else Not(na, dtype)
-        case Select(c, t, fv, dtype):
-            nc, nt, nf = mutate_expr(c, f), mutate_expr(t, f), mutate_expr(fv, f)
-            out = e if _same((nc, nt, nf), (c, t, fv)) else Select(nc, nt, nf, dtype)
-        case Cast(dtype, v):
-            nv = mutate_expr(v, f)
-            out = e if nv is v else Cast(dtype, nv)
-        case Call(name, args, dtype):
-            nargs = tuple(mutate_expr(a, f) for a in args)
-            out = e if _same(nargs, args) else Call(name, nargs, dtype)
-        case BufferLoad(buf, idx, dtype):
-            nidx = tuple(mutate_expr(i, f) for i in idx)
-            out = e if _same(nidx, idx) else BufferLoad(buf, nidx, dtype)
-        case Ramp(base, stride, lanes, dtype):
-            nb, ns = mutate_expr(base, f), mutate_expr(stride, f)
-            out = e if (nb is base and ns is stride) else Ramp(nb, ns, lanes, dtype)
-        case Broadcast(v, lanes, dtype):
-            nv = mutate_expr(v, f)
-            out = e if nv is v else Broadcast(nv, lanes, dtype)
-        case _:
-            raise TypeError(f"unknown expression node {type(e).__name__}")
-    r = f(out)
-    return out if r is None else r
-
-
-def expr_children(e: PrimExpr) -> tuple[PrimExpr, ...]:
-    match e:
-        case Binary(_, a, b, _):
-            return (a, b)
-        case Not(a, _) | Cast(_, a) | Broadcast(a, _, _):
-            return (a,)
-        case Select(c, t, fv, _):
-            return (c, t, fv)
-        case Call(_, args, _):
-            return args
-        case BufferLoad(_, idx, _):
-            return idx
-        case Ramp(base, stride, _, _):
-            return (base, stride)
-    return ()
-
-
-def visit_expr(e: PrimExpr, f: Callable[[PrimExpr], None]) -> None:
-    """Call f on every node of e, children first."""
-    stack = [(e, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            f(node)
-            continue
-        stack.append((node, True))
-        for c in reversed(expr_children(node)):
-            stack.append((c, False))
-
-
-def free_vars(e: PrimExpr) -> set[Var]:
-    out: set[Var] = set()
-    visit_expr(e, lambda n: out.add(n) if isinstance(n, Var) else None)
-    return out
-
-
-def uses_var(e: PrimExpr, vs) -> bool:
-    vs = set(vs)
-    found = []
-    visit_expr(e, lambda n: found.append(n) if isinstance(n, Var) and n in vs else None)
-    return bool(found)
-
-
-def substitute(e: PrimExpr, vmap: dict) -> PrimExpr:
-    """Replace variables (keys of vmap) by expressions."""
-    if not vmap:
-        return e
-    return mutate_expr(e, lambda n: vmap.get(n) if isinstance(n, Var) else None)
-
-
-# ---------------------------------------------------------------------------------------------
-# Statements
-
 
 def _mut_range(r: Range, f: ExprFn) -> Range:
     nm, ne = mutate_expr(r.min, f), mutate_expr(r.extent, f)
@@ -143,7 +43,7 @@ def _mut_range(r: Range, f: ExprFn) -> Range:
 
 def _mut_region(br: BufferRegion, f: ExprFn) -> BufferRegion:
     nr = tuple(_mut_range(r, f) for r in br.region)
-    return br if _same(nr, br.region) else BufferRegion(br.buffer, nr)
+    return br if all_same(nr, br.region) else BufferRegion(br.buffer, nr)
 
 
 def mutate_stmt(
@@ -162,16 +62,16 @@ def mutate_stmt(
         match s:
             case For(v, mn, ext, kind, body, ann):
                 nmn, next_, nbody = ex(mn), ex(ext), go(body)
-                out = s if _same((nmn, next_, nbody), (mn, ext, body)) else For(v, nmn, next_, kind, nbody, ann)
+                out = s if all_same((nmn, next_, nbody), (mn, ext, body)) else For(v, nmn, next_, kind, nbody, ann)
             case SeqStmt(stmts):
                 ns = tuple(go(x) for x in stmts)
-                out = s if _same(ns, stmts) else SeqStmt(ns)
+                out = s if all_same(ns, stmts) else SeqStmt(ns)
             case BufferStore(buf, val, idx):
                 nv, ni = ex(val), tuple(ex(i) for i in idx)
-                out = s if (nv is val and _same(ni, idx)) else BufferStore(buf, nv, ni)
+                out = s if (nv is val and all_same(ni, idx)) else BufferStore(buf, nv, ni)
             case IfThenElse(c, t, e):
                 nc, nt, ne = ex(c), go(t), (go(e) if e is not None else None)
-                out = s if _same((nc, nt, ne), (c, t, e)) else IfThenElse(nc, nt, ne)
+                out = s if all_same((nc, nt, ne), (c, t, e)) else IfThenElse(nc, nt, ne)
             case While(c, body):
                 nc, nb = ex(c), go(body)
                 out = s if (nc is c and nb is body) else While(nc, nb)
@@ -182,7 +82,7 @@ def mutate_stmt(
                 nr = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in reads)
                 nw = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in writes)
                 ns = tuple(ex(x) for x in scalars)
-                out = s if _same((*nr, *nw, *ns), (*reads, *writes, *scalars)) else replace(
+                out = s if all_same((*nr, *nw, *ns), (*reads, *writes, *scalars)) else replace(
                     s, reads=nr, writes=nw, scalars=ns)
             case Allocate(buf, body):
                 nb = go(body)
@@ -202,16 +102,16 @@ def mutate_stmt(
                 if (
                     nbody is s.body
                     and ninit is s.init
-                    and _same(nivs, s.iter_vars)
-                    and _same(nreads, s.reads)
-                    and _same(nwrites, s.writes)
+                    and all_same(nivs, s.iter_vars)
+                    and all_same(nreads, s.reads)
+                    and all_same(nwrites, s.writes)
                 ):
                     out = s
                 else:
                     out = replace(s, body=nbody, init=ninit, iter_vars=nivs, reads=nreads, writes=nwrites)
             case BlockRealize(vals, pred, block):
                 nvals, npred, nblock = tuple(ex(v) for v in vals), ex(pred), go(block)
-                out = s if (_same(nvals, vals) and npred is pred and nblock is block) else BlockRealize(
+                out = s if (all_same(nvals, vals) and npred is pred and nblock is block) else BlockRealize(
                     nvals, npred, nblock
                 )
             case _:

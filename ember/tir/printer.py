@@ -1,8 +1,14 @@
-"""Readable, Python-like text of the loop IR (what `ember.lower` prints)."""
+"""Readable, Python-like text of the loop IR (what `ember.lower` prints).
+
+It is what str() and repr() of an expression, a statement and a function give: this module
+attaches them to the node classes (at its end), since they sit below it; the package
+(ember/tir/__init__.py) imports it, so any import of the loop IR has them.
+"""
 
 from __future__ import annotations
 
 from .expr import Binary, Broadcast, BufferLoad, Call, Cast, Const, Not, PrimExpr, Ramp, Select, Var
+from .functor import visit_stmt
 from .stmt import (
     Allocate,
     Block,
@@ -146,8 +152,6 @@ def func_to_str(f: PrimFunc) -> str:
         for b in f.params
     )
     head = f"def {f.name}({params}):"
-    from .functor import visit_stmt
-
     names: dict = {}
     taken: set[str] = set()
 
@@ -177,3 +181,8 @@ def func_to_str(f: PrimFunc) -> str:
         return head + "\n" + stmt_to_str(f.body, 1)
     finally:
         _block_var_names.clear()
+
+
+PrimExpr.__str__ = PrimExpr.__repr__ = expr_to_str
+Stmt.__str__ = Stmt.__repr__ = stmt_to_str
+PrimFunc.__str__ = PrimFunc.__repr__ = func_to_str

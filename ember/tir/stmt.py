@@ -14,18 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .expr import Buffer, PrimExpr, Var, const
+from .expr import Buffer, PrimExpr, Var, const, convert
+from .expr_functor import visit_expr
 
 
 class Stmt:
+    """A statement; str() prints it (the printer, printer.py, attaches that)."""
+
     __slots__ = ()
-
-    def __str__(self):
-        from .printer import stmt_to_str
-
-        return stmt_to_str(self)
-
-    __repr__ = __str__
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,8 +31,6 @@ class Range:
 
     @staticmethod
     def from_extent(extent) -> Range:
-        from .expr import convert
-
         return Range(const(0), convert(extent))
 
 
@@ -195,8 +189,6 @@ class PrimFunc:
     def size_vars(self) -> tuple[Var, ...]:
         """Every variable of the parameter shapes (`n` of a dimension `n + 1` too), in order of
         first appearance: the run-time sizes of the kernel."""
-        from .functor import visit_expr  # functor imports this module
-
         seen: dict[Var, None] = {}
         for buf in self.params:
             for d in buf.shape:
@@ -209,12 +201,6 @@ class PrimFunc:
     def with_body(self, body: Stmt) -> PrimFunc:
         return self if body is self.body else replace(self, body=body)
 
-    def __str__(self):
-        from .printer import func_to_str
-
-        return func_to_str(self)
-
-    __repr__ = __str__
 
 
 def seq(*stmts) -> Stmt:
