@@ -7,7 +7,8 @@ whose dimensions are ints or symbolic sizes (str: a symbol, or a polynomial of s
 "past + 1", kept in one canonical form: ember.dims), e.g. ("batch", 3, 224, 224).
 
 Graphs are built with `Graph.add_input`, `add_constant` and `add_node`, and rewritten by passes
-that build new graphs. Values are compared by identity; names are unique within a graph and
+that build new graphs; str() of a graph is its text (printer.py, which the package imports,
+attaches it). Values are compared by identity; names are unique within a graph and
 are what the printer, parser and serializer use.
 
 Control flow: a node may hold `regions`, graphs of their own that it runs (the branches of `if`,
@@ -234,10 +235,6 @@ class Graph:
             hist[n.op] = hist.get(n.op, 0) + 1
         return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def __str__(self):
-        from .printer import graph_to_text
-
-        return graph_to_text(self)
 
 
 def region_key(prefix: str, node: str, k: int) -> str:

@@ -24,6 +24,8 @@ The parser (ember/graph/parser.py) reads it back exactly. The grammar, token by 
   else(...) {...}]`. A region's constant data in the `constants` mapping is keyed
   `<node>/<region index>/<name>` (Graph.all_constants), since names are unique per graph only.
 `#` starts a comment (the printer writes none; hand-written tests may).
+
+str() of a Graph is graph_to_text: this module attaches it (the package imports this module).
 """
 
 from __future__ import annotations
@@ -110,3 +112,6 @@ def _name(name: str) -> str:
 def _word(key: str) -> str:
     """Graph names, symbolic dimensions and attribute keys: identifiers, else quoted."""
     return key if _IDENT.fullmatch(key) else json.dumps(key)
+
+
+Graph.__str__ = graph_to_text  # here, not in core.py: the printer sits above the graph's classes
