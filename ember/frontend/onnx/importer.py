@@ -19,8 +19,8 @@
    function body (functions.py). An op type without a converter, an operator version ember lacks
    (`Op-version`), or a form of one that ember lacks (a 3-D convolution, a cubic resize) is
    recorded, the nodes that depend on it (through their subgraphs too) are skipped, and at the end
-   one UnsupportedOpError lists every one of them with its node name. The subgraphs of If, Loop
-   and Scan are converted the same way, each into a region (converters/control.py).
+   one UnsupportedOpError lists every one of them with its node name (convert.py). The subgraphs
+   of If, Loop and Scan are converted the same way, each into a region (converters/control.py).
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
@@ -44,29 +44,22 @@ from google.protobuf.message import DecodeError
 from ... import dims
 from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
-from ...ops import UnsupportedOpError
 from . import converters, structured  # noqa: F401  (registers the converters)
-from .converters.control import implicit_inputs
-from .functions import DEFAULT_DOMAINS, function_body
+from .convert import MAX_OPSET, MIN_OPSET, convert_nodes
+from .functions import DEFAULT_DOMAINS
 from .node import (
     ConstantInputError,
-    ExpandInstead,
     Importer,
-    NodeContext,
     OnnxImportError,
     Tensor,
-    decode_attribute,
-    op_version,
     sanitize,
     tensor_type,
     to_dtype,
 )
-from .registry import lookup
 from .structured import Layout
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "import_graph", "import_onnx", "load_model", "read_model"]
 
-MIN_OPSET, MAX_OPSET = 7, onnx.defs.onnx_opset_version()
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto,
@@ -98,7 +91,7 @@ def import_graph(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}), dict(input_values or {}))
     inputs = {id(v): name for name, v in env.items() if isinstance(v, Value)}
     try:
-        _convert_nodes(importer, proto.graph.node, importer.opset, env)
+        convert_nodes(importer, proto.graph.node, importer.opset, env)
     except ConstantInputError as e:
         e.inputs = _input_sources(e.value, inputs)
         e.add_note(f"it is computed from the graph input(s) {list(e.inputs)}: ember.compile specializes the model "
@@ -283,70 +276,6 @@ def _override(name: str, declared: TensorType, shape: tuple[Dim, ...]) -> Tensor
         raise OnnxImportError(f"input_shapes gives input {name!r} the shape {shape}, but the model declares "
                               f"{declared.shape}")
     return TensorType(shape, declared.dtype)
-
-
-def _convert_nodes(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, env: dict[str, Tensor]) -> None:
-    """Convert `nodes`, read in default-domain opset `opset`; one UnsupportedOpError at the end
-    lists every node ember cannot convert."""
-    missing: list[tuple[str, str]] = []
-    importer.scope = env
-    _convert(importer, nodes, opset, env, missing, set())
-    if missing:
-        raise UnsupportedOpError(missing)
-
-
-def _convert(importer: Importer, nodes: Sequence[onnx.NodeProto], opset: int, env: dict[str, Tensor],
-             missing: list[tuple[str, str]], skipped: set[str]) -> None:
-    """Convert `nodes` into `env`, recording in `missing` what ember lacks and in `skipped` the
-    values that depend on it."""
-    for node in nodes:
-        if any(name in skipped for name in [*node.input, *implicit_inputs(node)]):
-            skipped.update(node.output)
-            continue
-        cx = NodeContext(importer, node, [env[name] if name else None for name in node.input],
-                         {a.name: decode_attribute(a) for a in node.attribute}, opset)
-        default = node.domain in DEFAULT_DOMAINS
-        for k, t in enumerate(cx.inputs):
-            if structured.is_structured(t) and not (default and node.op_type in structured.TAKES_STRUCTURED):
-                raise cx.error(f"input {k} ({node.input[k]!r}) is {structured.describe(t)}; this operator takes "
-                               "tensors")
-        try:
-            converter = lookup(node.op_type, cx.version, node.domain)
-            if default and opset < MIN_OPSET and cx.version != op_version(node.op_type, MIN_OPSET):
-                converter = None  # (an operator changed since: older than ember reads)
-            try:
-                outs = None if converter is None else converter(cx)
-            except ExpandInstead:
-                outs = None
-            if outs is None:
-                body = function_body(node, opset, [None if t is None else tensor_type(t) for t in cx.inputs]) \
-                    if default else None
-                if body is None:
-                    raise UnsupportedOpError([(_unsupported_name(node, cx.version), cx.where)])
-                _convert(importer, body.nodes, body.opset, env, missing, skipped)
-                continue
-        except UnsupportedOpError as e:
-            missing.extend((op, where or cx.where) for op, where in e.missing)
-            skipped.update(node.output)
-            continue
-        except Exception as e:
-            e.add_note(f"while importing ONNX {cx.where}")
-            raise
-        for k, name in enumerate(node.output):
-            if name:
-                if k >= len(outs) or outs[k] is None:
-                    raise cx.error(f"output {k} ({name!r}) is not supported")
-                env[name] = outs[k]
-                if isinstance(outs[k], np.ndarray):
-                    importer.name_array(outs[k], name)
-
-
-def _unsupported_name(node: onnx.NodeProto, version: int) -> str:
-    """The op as an unsupported operator is listed: `Op`, or `Op-version` when ember converts
-    its newest version but not this one; `domain.Op` outside the default domain."""
-    if node.domain not in DEFAULT_DOMAINS:
-        return f"{node.domain}.{node.op_type}"
-    return f"{node.op_type}-{version}" if lookup(node.op_type, op_version(node.op_type, MAX_OPSET)) else node.op_type
 
 
 def _graph_outputs(importer: Importer, g: onnx.GraphProto, env: dict[str, Tensor]) -> tuple[list[Value], Layout]:

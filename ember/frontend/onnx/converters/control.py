@@ -9,7 +9,7 @@ subgraphs capture through every level.
 An If whose condition is a constant at import (shape arithmetic: `Size(x) == 4`) is its branch:
 the selected subgraph's nodes are converted in place, in the enclosing scope, so constants stay
 constants for what follows; the other branch, which may not even be valid for these shapes, is
-never converted. `implicit_inputs` names the outer values a node's subgraphs read, so that the
+never converted. `implicit_inputs` (convert.py) names the outer values a node's subgraphs read, so that the
 importer skips the node when one of them could not be converted.
 
 Scan becomes a loop over its scan inputs' first axis (a scan axis other than 0 is transposed there
@@ -35,6 +35,7 @@ import onnx
 
 from ....graph.core import Graph, TensorType, Value
 from ....ops.nodes import add_op
+from ..convert import convert_nodes, implicit_inputs
 from ..node import Importer, NodeContext, OnnxImportError, Tensor, sanitize
 from ..registry import converts
 from ..structured import Structured, describe, is_structured
@@ -70,8 +71,6 @@ def _region(cx: NodeContext, attr: str, formals: list[tuple[str, TensorType]],
     """The region of subgraph attribute `attr`: inputs `extra` (ember's, before the ONNX ones),
     then the subgraph's formal inputs with the given types, then its captures; its outputs. Also
     the captured outer values, in the order of their region inputs."""
-    from ..importer import _convert_nodes  # (the importer imports the converters)
-
     proto: onnx.GraphProto = cx.attr(attr)
     if proto is None:
         raise cx.error(f"attribute {attr} (a graph) is required")
@@ -87,7 +86,7 @@ def _region(cx: NodeContext, attr: str, formals: list[tuple[str, TensorType]],
     for init in proto.initializer:
         scope[init.name] = onnx.numpy_helper.to_array(init)
         sub.name_array(scope[init.name], init.name)
-    _convert_nodes(sub, proto.node, sub.opset, scope)
+    convert_nodes(sub, proto.node, sub.opset, scope)
     region.set_outputs(sub.value(scope[vi.name], sanitize(vi.name)) for vi in proto.output)
     return region, scope.captured, list(region.outputs)
 
@@ -103,25 +102,10 @@ class _Inline(dict):
         return self.outer[name]
 
 
-def implicit_inputs(node: onnx.NodeProto) -> set[str]:
-    """The names a node's subgraphs (and theirs) read from the enclosing scopes."""
-    out: set[str] = set()
-    for attr in node.attribute:
-        for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-            defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
-            for n in g.node:
-                out |= {name for name in [*n.input, *implicit_inputs(n)] if name and name not in defined}
-                defined |= set(n.output)
-            out |= {vi.name for vi in g.output if vi.name not in defined}
-    return out
-
-
 def inline(cx: NodeContext, proto: onnx.GraphProto, inputs: list[Tensor | Structured]) -> list[Tensor | Structured]:
     """The outputs of subgraph `proto` converted in place, in the enclosing scope, its formal
     inputs bound to `inputs`: a branch chosen at import, a loop iteration unrolled, a
     SequenceMap body applied to one element."""
-    from ..importer import _convert_nodes  # (the importer imports the converters)
-
     outer = cx.importer.scope
     scope = _Inline(outer)
     for vi, t in zip(proto.input, inputs, strict=True):
@@ -130,7 +114,7 @@ def inline(cx: NodeContext, proto: onnx.GraphProto, inputs: list[Tensor | Struct
         scope[init.name] = onnx.numpy_helper.to_array(init)
         cx.importer.name_array(scope[init.name], init.name)
     try:
-        _convert_nodes(cx.importer, proto.node, cx.importer.opset, scope)
+        convert_nodes(cx.importer, proto.node, cx.importer.opset, scope)
     finally:
         cx.importer.scope = outer
     return [scope[vi.name] for vi in proto.output]
