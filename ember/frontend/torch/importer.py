@@ -34,7 +34,6 @@ from ...checks import check_fits
 from ...graph.core import Graph, TensorType, Value
 from ...ops.registry import UnsupportedOpError
 from ..fold import GROWTH_LIMIT
-from . import converters  # noqa: F401  (registers the handlers)
 from .node import TORCH_TO_EMBER, Builder, Const, FrontendError, Unsupported, value_name
 from .registry import Unavailable, lookup
 

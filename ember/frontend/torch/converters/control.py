@@ -23,6 +23,7 @@ import torch
 from ....graph.core import Graph, TensorType, Value
 from ....ops.control import inline
 from ....ops.nodes import add_op
+from ..importer import import_fx
 from ..node import Builder, Const, value_name
 from ..registry import handles
 
@@ -32,8 +33,6 @@ INT64_MAX = np.iinfo(np.int64).max
 def _region(b: Builder, gm: torch.fx.GraphModule, operands: list, name: str) -> tuple[Graph, list[Value]]:
     """The graph module as a region: the operands that are constants become its constants, the
     others its inputs; and those operands, as values of the graph being built."""
-    from ..importer import import_fx  # (the importer imports the converters)
-
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     constants = {p.name: x for p, x in zip(placeholders, operands, strict=True) if isinstance(x, Const)}
     region = import_fx(gm, constants, name=name, symbols=b.symbols)
