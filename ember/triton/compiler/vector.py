@@ -25,7 +25,7 @@ from .emitter import Body, Deferred, Emitter, buffer_block
 
 
 class VectorEmitter(Emitter):
-    """Loop nests vectorized for a machine of `vector_bytes` SIMD registers."""
+    """Loop nests vectorized for SIMD registers of `vector_bytes` bytes."""
 
     def __init__(self, vector_bytes: int, debug: bool):
         super().__init__(debug)
