@@ -490,3 +490,16 @@ class CPrelude:
 
 def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
+
+
+def scalar_floordiv(op: str, elem: str, name: str, ctype: str) -> str:
+    """The text of the scalar helper `name`: numpy's `//` (op "//") or `%` on `elem`, in C that
+    any C-like target compiles (CUDA qualifies it as a device function)."""
+    if dt.is_float(elem):
+        template = _FLOAT_FLOORDIV if op == "//" else _FLOAT_FLOORMOD
+    elif elem.startswith("uint"):
+        template = _UINT_FLOORDIV if op == "//" else _UINT_FLOORMOD
+    else:
+        template = _INT_FLOORDIV if op == "//" else _INT_FLOORMOD
+    minimum = f"INT{dt.bits(elem)}_MIN" if elem in SIGNED_INTS else ""
+    return template.format(T=ctype, name=name, f="f" if elem == "float32" else "", MIN=minimum, M="")
