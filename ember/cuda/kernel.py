@@ -114,7 +114,7 @@ class CUDAKernel:
                     _check(buf, a.shape, a.dtype, a.flags.c_contiguous, k, self.name)
                     ptr = check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc")
                     copies.append((ptr, a, buf))
-                    check(cu.cuMemcpyHtoD(ptr, a, a.nbytes), "cuMemcpyHtoD")
+                    check(cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
                     pointers.append(int(ptr))
                 else:
                     pointers.append(_device_pointer(buf, a, k, self.name))
@@ -122,11 +122,11 @@ class CUDAKernel:
                 stream = _torch_stream(arrays, dev.ordinal)
             self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
             if copies:
-                check(cu.cuStreamSynchronize(stream), f"kernel {self.name}")
+                check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
                 written = written_buffers(self.func)
                 for ptr, a, buf in copies:
                     if buf in written:
-                        check(cu.cuMemcpyDtoH(a, ptr, a.nbytes), "cuMemcpyDtoH")
+                        check(cu.cuMemcpyDtoH(a.ctypes.data, ptr, a.nbytes), "cuMemcpyDtoH")
         finally:
             for ptr, _, _ in copies:
                 cu.cuMemFree(ptr)
