@@ -196,13 +196,17 @@ class CStyleRenderer:
         self._vars.add(s.loop_var)
         if self._nonnegative(s.min):
             self._nonnegative_vars.add(s.loop_var)
-        out.append(f"{pad}for ({self.SCALAR_TYPES[s.loop_var.dtype]} {v} = {first}; {v} < "
+        out.append(f"{pad}for ({self._index_type(s.loop_var)} {v} = {first}; {v} < "
                    f"{self._e(end, REL + 1)}; ++{v}) {{")
         self._stmt(s.body, depth + 1, out)
         out.append(f"{pad}}}")
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
         self._loop_close(restore)
+
+    def _index_type(self, var: Var) -> str:
+        """The type a loop variable is declared with."""
+        return self.SCALAR_TYPES[var.dtype]
 
     def _loop_open(self, s: For, pad: str, out: list[str]):
         """Write what precedes a loop of s's kind (a pragma); returns what `_loop_close` restores."""

@@ -13,6 +13,7 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 - `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`);
 - serial and unrolled loops are C loops (`#pragma unroll` for unrolled ones); vectorized loops are
   rendered as unrolled loops of scalars (no vector types yet), parallel loops are refused;
+- loop variables are int where every buffer has fewer than 2^31 elements (`_index_type`);
 - math is CUDA's libm (`expf`, `tanhf`, ...), never the fast-math intrinsics (`__expf`);
 - atomics are CUDA's (`atomicAdd`, ...).
 
@@ -32,7 +33,7 @@ from ..errors import LowerError
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Call, PrimExpr, as_int
 from ..tir.functor import visit_stmt
-from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, For, PrimFunc, Stmt
+from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, Allocate, For, PrimFunc, Stmt
 
 SYNC = "cuda.syncthreads"  # Evaluate(Call(SYNC)): a barrier of the block's threads
 
@@ -92,6 +93,11 @@ class CUDARenderer(CStyleRenderer):
     def _begin_kernel(self, func: PrimFunc) -> None:
         self._dims = launch_dims(func)
         self._in_thread = False  # inside a loop bound to threadIdx: scratch there is the thread's
+        allocated: list = []
+        visit_stmt(func.body, lambda s: allocated.append(s.buffer) if isinstance(s, Allocate) else None)
+        counts = [functools.reduce(operator.mul, [as_int(d) for d in b.shape], 1)
+                  for b in (*func.params, *allocated)]
+        self._int32_indices = all(c is not None and c < 2**31 for c in counts)
         for b in func.params:
             if b.dtype not in self.SCALAR_TYPES:
                 raise LowerError(f"CUDA kernels take no {b.dtype} buffers yet ({b.name})")
@@ -112,7 +118,7 @@ class CUDARenderer(CStyleRenderer):
         v = self._name(s.loop_var)
         extent = as_int(s.extent)
         out.append(f"{pad}{{")
-        out.append(f"{pad}  const {self.SCALAR_TYPES[s.loop_var.dtype]} {v} = {s.thread_tag};")
+        out.append(f"{pad}  const {self._index_type(s.loop_var)} {v} = {s.thread_tag};")
         self._vars.add(s.loop_var)
         self._nonnegative_vars.add(s.loop_var)
         guarded = extent < self._dims[s.thread_tag]
@@ -126,6 +132,12 @@ class CUDARenderer(CStyleRenderer):
         out.append(f"{pad}}}")
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
+
+    def _index_type(self, var) -> str:
+        """int for the loop variables of a kernel whose buffers all hold fewer than 2^31 elements
+        (every index, and each part of one, then fits: 64-bit integer arithmetic is emulated on
+        GPUs), else int64_t."""
+        return "int" if self._int32_indices and var.dtype == "int64" else self.SCALAR_TYPES[var.dtype]
 
     def _loop_open(self, s: For, pad: str, out: list[str]):
         if s.kind in ("unrolled", "vectorized"):

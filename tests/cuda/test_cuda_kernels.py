@@ -122,3 +122,12 @@ def test_gpu_takes_torch_tensors_in_place():
     f(a, b, c)
     torch.cuda.synchronize()
     np.testing.assert_allclose(c.cpu().numpy(), reference(a.cpu().numpy(), b.cpu().numpy()), rtol=1e-4, atol=1e-4)
+
+
+def test_indices_are_int_unless_a_buffer_holds_2_to_the_31_elements():
+    from ember.cuda.codegen import CUDARenderer
+
+    for n, index in ((1 << 20, "int"), (1 << 31, "int64_t")):
+        s, args, _ = kernels.elementwise(n, threads=256)
+        source = CUDARenderer().render_unit(ember.lower(s, args, target="cuda"))
+        assert f"const {index} i_0 = blockIdx.x;" in source and f"const {index} i_1 = threadIdx.x;" in source
