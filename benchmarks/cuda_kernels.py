@@ -2,8 +2,9 @@
 a row softmax over 4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read +
 written), and an fp32 GEMM 4096^3 with the shared-memory tiled schedule (ember.cuda.schedules.gemm:
 128x128 block tiles, 8x8 register tiles per thread, 8-wide K panels) against cuBLAS fp32
-(`torch.matmul`, TF32 off). Every kernel is checked against torch before it is timed; times are
-medians of CUDA-event intervals. A part that fails prints its error and the others still run.
+(`torch.matmul`, TF32 off), with two smaller tilings next to it. Every kernel is checked against
+torch before it is timed; times are medians of CUDA-event intervals. A part that fails prints its
+error and the others still run.
 
     python benchmarks/cuda_kernels.py [--size 4096] [--runs 30]
 
@@ -112,30 +113,41 @@ def copy(n: int, runs: int, rows: list) -> None:
     rows.append(("device copy (clone)", "torch", t, 2 * a.numel() * 4 / 1e9 / t, None))
 
 
+TILES = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 8, 4, 4))  # BM, BN, BK, TM, TN
+
+
 def gemm(n: int, runs: int, rows: list) -> None:
     import torch
 
     from ember import te
     from ember.cuda import schedules
 
-    def make():
-        A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
-        k = te.reduce_axis((0, n), name="k")
-        C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-        s = te.create_schedule(C.op)
-        schedules.gemm(s, A, B, C, BM=128, BN=128, BK=8, TM=8, TN=8)
-        return s, [A, B, C]
-
     torch.backends.cuda.matmul.allow_tf32 = False
-    f, build_s = build(make)
     a, b, c = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
-    f(a, b, c)
-    torch.testing.assert_close(c, torch.matmul(a, b), rtol=1e-3, atol=1e-2)
+    expected = torch.matmul(a, b)
     tflop = 2 * n**3 / 1e12
-    t = timed(lambda: f(a, b, c), runs)
-    rows.append((f"fp32 GEMM {n}^3", "ember (shared-memory tiles)", t, tflop / t, build_s))
+    name = f"fp32 GEMM {n}^3"
+    for BM, BN, BK, TM, TN in TILES:
+        def make(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN):
+            A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+            k = te.reduce_axis((0, n), name="k")
+            C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+            s = te.create_schedule(C.op)
+            schedules.gemm(s, A, B, C, BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
+            return s, [A, B, C]
+
+        try:
+            f, build_s = build(make)
+            c.zero_()
+            f(a, b, c)
+            torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+            t = timed(lambda f=f: f(a, b, c), runs)
+            rows.append((name, f"ember {BM}x{BN}x{BK}, {TM}x{TN}/thread", t, tflop / t, build_s))
+        except Exception:  # one tiling's failure must not hide the others'
+            print(f"--- gemm {BM}x{BN}x{BK} {TM}x{TN} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
     t = timed(lambda: torch.matmul(a, b, out=c), runs)
-    rows.append((f"fp32 GEMM {n}^3", "cuBLAS (TF32 off)", t, tflop / t, None))
+    rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
 def main() -> int:
@@ -162,7 +174,7 @@ def main() -> int:
     print(f"\n{'kernel':26} {'implementation':30} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
           f"{'build s':>8}")
     for name, impl, t, rate, build_s in rows:
-        peer = next((r for r in rows if r[0] == name and r is not rows[0] and r[1] != impl and r[4] is None), None)
+        peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
         if name.startswith(("elementwise", "row softmax")) and copy_bw:
             ratio = f"{rate / copy_bw:.0%}cp"
         elif peer is not None and build_s is not None:
