@@ -8,8 +8,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   the launch's grid and block are the largest extent bound to each index (`launch_dims`), and
   `__launch_bounds__` gives the compiler the block's thread count;
 - a "shared" allocation is a `__shared__` array (one per block), a "local" one an array of the
-  thread (registers when its indices are constant after unrolling), and so is an intermediate
-  ("global") computed inside a thread's loops; all need a constant size;
+  thread (registers when its indices are constant after unrolling); both need a constant size,
+  and intermediates get one of the two first (ember.cuda.scopes);
 - `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`);
 - serial and unrolled loops are C loops (`#pragma unroll` for unrolled ones); vectorized loops are
   rendered as unrolled loops of scalars (no vector types yet), parallel loops are refused;
@@ -92,7 +92,6 @@ class CUDARenderer(CStyleRenderer):
 
     def _begin_kernel(self, func: PrimFunc) -> None:
         self._dims = launch_dims(func)
-        self._in_thread = False  # inside a loop bound to threadIdx: scratch there is the thread's
         allocated: list = []
         visit_stmt(func.body, lambda s: allocated.append(s.buffer) if isinstance(s, Allocate) else None)
         counts = [functools.reduce(operator.mul, [as_int(d) for d in b.shape], 1)
@@ -124,9 +123,7 @@ class CUDARenderer(CStyleRenderer):
         guarded = extent < self._dims[s.thread_tag]
         if guarded:
             out.append(f"{pad}  if ({v} < {extent}) {{")
-        saved, self._in_thread = self._in_thread, self._in_thread or s.thread_tag.startswith("threadIdx")
         self._stmt(s.body, depth + 1 + guarded, out)
-        self._in_thread = saved
         if guarded:
             out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
@@ -152,9 +149,9 @@ class CUDARenderer(CStyleRenderer):
         if None in dims:
             raise LowerError(f"CUDA allocates buffer {buf.name} ({buf.scope}) only with a constant size, "
                              f"not {buf.shape}")
-        if buf.scope == "global" and not self._in_thread:
-            raise LowerError(f"CUDA kernels allocate no global scratch ({buf.name}) outside their threads: "
-                             f"compute it at a thread's loop, or cache it in 'shared'")
+        if buf.scope not in ("shared", "local"):
+            raise LowerError(f"CUDA kernels allocate no {buf.scope} scratch ({buf.name}): give it a scope first "
+                             f"(ember.cuda.scopes)")
         count = max(1, functools.reduce(operator.mul, dims, 1))
         qualifier = "__shared__ " if buf.scope == "shared" else ""
         out.append(f"{pad}{{")

@@ -1,9 +1,10 @@
 """One GPU kernel: lowered, checked against the GPU's limits, rendered, compiled, launched.
 
 `build_cuda(func)` takes a lowered function whose loops are bound to blocks and threads
-(`sch.bind`), inserts its barriers (ember.cuda.sync), checks the launch against the target's
-limits, renders CUDA C and compiles it with NVRTC for the device's architecture (sm_90 where
-there is no device, so a machine without a GPU still compiles every kernel). The kernel it
+(`sch.bind`), gives its scratch a scope (ember.cuda.scopes), inserts its barriers
+(ember.cuda.sync), checks the launch against the target's limits, renders CUDA C and compiles it
+with NVRTC for the device's architecture (sm_90 where there is no device, so a machine without a
+GPU still compiles every kernel). The kernel it
 returns takes, per buffer, a torch CUDA tensor, a CuPy array or anything with
 `__cuda_array_interface__` (used in place, no copy) or a NumPy array (copied to the GPU and, when
 the kernel writes it, back). It runs on `stream=` when given, else on torch's current stream
@@ -27,6 +28,7 @@ from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
 from .codegen import CUDARenderer, launch_dims, threads_per_block
 from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .scopes import infer_scopes
 from .sync import insert_syncs
 
 MAX_THREADS_PER_BLOCK = 1024  # every GPU since Fermi
@@ -63,7 +65,7 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) ->
     if func.size_vars:
         raise LowerError(f"CUDA kernels take static shapes for now; {func.name} has the sizes "
                          f"{[v.name for v in func.size_vars]}")
-    func = insert_syncs(func)
+    func = insert_syncs(infer_scopes(func))
     dims = launch_dims(func)
     check_limits(func, dims)
     source = CUDARenderer().render_unit(func)

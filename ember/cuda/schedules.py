@@ -5,6 +5,8 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
 - `rows`: a row per thread (a reduction over the last axis, softmax), its reductions in
   registers, rows split into blocks of `threads` (coalesced only across rows: a first schedule,
   until reductions across a block's threads exist);
+- `row_block`: a row per block (softmax, normalizations), its reductions across the block's
+  threads in two phases through shared memory; reads coalesced;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
   (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
@@ -39,6 +41,27 @@ def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     for t in producers:
         s[t].compute_at(stage, thread)
+
+
+def row_block(s: TESchedule, out, reductions, threads: int = 256) -> None:
+    """A row of a 2-D `out` per block, its columns split over `threads` threads; each row
+    reduction in `reductions` (given in the order they run: a later one may read an earlier
+    one) is computed per block as TVM's cross-thread reductions are, in two phases: each thread
+    reduces a strided part of the row into a shared buffer (rfactor), then every thread reduces
+    those partials into its own register. The barriers between phases come from ember.cuda.sync."""
+    stage = s[out]
+    row, col = stage.op.axis
+    outer, thread = stage.split(col, factor=threads)
+    stage.reorder(row, thread, outer)
+    stage.bind(row, ThreadAxis("blockIdx.x"))
+    stage.bind(thread, ThreadAxis("threadIdx.x"))
+    for red in reversed(reductions):  # a reduction is placed after the ones it reads
+        (axis,) = s[red].op.reduce_axis
+        _, part = s[red].split(axis, factor=threads)
+        partials = s.rfactor(red, part, factor_axis=1)
+        s[red].compute_at(stage, row)
+        s[partials].compute_at(stage, row)
+        s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
 
 
 def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8) -> None:

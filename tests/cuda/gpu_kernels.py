@@ -48,7 +48,7 @@ def elementwise(n: int = 4096, threads: int = 128):
     return s, [A, B, C], lambda a, b: (np.exp(a) * b + np.floor(np.maximum(a, b) / 0.5)).astype("float32")
 
 
-def row_softmax(n: int = 256, m: int = 64, threads: int = 64):
+def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = False):
     A = te.placeholder((n, m), name="A")
     k = te.reduce_axis((0, m), name="k")
     mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
@@ -58,7 +58,10 @@ def row_softmax(n: int = 256, m: int = 64, threads: int = 64):
     out = te.compute((n, m), lambda i, j: e[i, j] / total[i], name="out")
     s = te.create_schedule(out.op)
     s[e].compute_inline()
-    schedules.rows(s, out, [total, mx], threads)
+    if per_block:
+        schedules.row_block(s, out, [mx, total], threads)
+    else:
+        schedules.rows(s, out, [total, mx], threads)
 
     def reference(a):
         r = np.exp(a - a.max(1, keepdims=True))

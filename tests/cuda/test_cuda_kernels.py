@@ -15,10 +15,12 @@ CASES = {
     "elementwise": (kernels.elementwise, lambda: [RNG.standard_normal(4096, dtype="float32") for _ in range(2)]),
     "row_sum": (kernels.row_sum, lambda: [RNG.standard_normal((512, 96), dtype="float32")]),
     "row_softmax": (kernels.row_softmax, lambda: [RNG.standard_normal((256, 64), dtype="float32")]),
+    "row_softmax_block": (lambda: kernels.row_softmax(16, 1024, 128, per_block=True),
+                          lambda: [RNG.standard_normal((16, 1024), dtype="float32") * 4]),
     "gemm": (kernels.gemm, lambda: [RNG.standard_normal((128, 64), dtype="float32"),
                                     RNG.standard_normal((64, 128), dtype="float32")]),
 }
-TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "gemm": 1e-4}
+TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "gemm": 1e-4}
 
 
 def _run(f, make, inputs):
@@ -81,6 +83,20 @@ def test_row_reduction_keeps_the_row_in_registers():
     f = ember.build(s, args, target="cuda")
     assert "float mx[1];" in f.source and "float total[1];" in f.source
     assert "__syncthreads" not in f.source  # nothing shared
+
+
+@needs_nvrtc
+def test_block_per_row_reduces_across_threads_through_shared_memory():
+    s, args, _ = kernels.row_softmax(16, 1024, 128, per_block=True)
+    f = ember.build(s, args, target="cuda")
+    assert (f.grid, f.block) == ((16, 1, 1), (128, 1, 1))
+    # each reduction: the threads' partials in shared memory, then every thread's own total
+    assert "__shared__ float mx_rf[128];" in f.source and "__shared__ float total_rf[128];" in f.source
+    assert "  float mx[1];" in f.source and "  float total[1];" in f.source
+    # a thread's own partial (mx_rf[vk_1]) needs no barrier; reading all of them does
+    body = f.source[f.source.index("mx_rf[128]"):]
+    assert body.count("__syncthreads();") == 2
+    assert body.index("mx_rf[vk_1] = ") < body.index("__syncthreads();") < body.index("mx[0] = ember_max_float32(mx[0]")
 
 
 @needs_nvrtc

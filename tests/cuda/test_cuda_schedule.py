@@ -108,6 +108,30 @@ def test_sync_pass_places_barriers_at_the_hazards():
     assert isinstance(k_loop.body, SeqStmt) and k_loop.body.stmts[-1] is BARRIER
 
 
+def test_scratch_gets_the_scope_of_where_it_is_written():
+    from ember.cuda.scopes import infer_scopes
+
+    s, args, _ = kernels.row_softmax(16, 1024, 128, per_block=True)
+    text = str(infer_scopes(ember.lower(s, args, target="cuda")))
+    assert "mx_rf = alloc((1, 128), 'float32', scope='shared')" in text  # the threads' partials
+    assert "mx = alloc((1), 'float32', scope='local')" in text  # every thread's own total
+
+
+def test_scratch_written_by_the_threads_of_every_block_is_refused():
+    from ember.cuda.scopes import infer_scopes
+
+    A = te.placeholder((1024,), name="A")
+    B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((1024,), lambda i: B[1023 - i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    for t in (B, C):
+        bx, tx = s[t].split(t.op.axis[0], factor=128)
+        s[t].bind(bx, te.thread_axis("blockIdx.x"))
+        s[t].bind(tx, te.thread_axis("threadIdx.x"))
+    with pytest.raises(LowerError, match="buffer B is written by bound threads outside the loop over blocks"):
+        infer_scopes(ember.lower(s, [A, C], target="cuda"))
+
+
 def test_sync_pass_leaves_kernels_without_shared_memory_alone():
     s, args, _ = kernels.row_softmax()
     func = ember.lower(s, args, target="cuda")
