@@ -1,6 +1,6 @@
 """ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain and
-a row softmax over 4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read +
-written), and an fp32 GEMM 4096^3 with the shared-memory tiled schedule (ember.cuda.schedules.gemm:
+a row softmax (a row per block, and a row per thread) over 4096x4096 fp32 against device copy
+bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory tiled schedule (ember.cuda.schedules.gemm:
 128x128 block tiles, 8x8 register tiles per thread, 8-wide K panels) against cuBLAS fp32
 (`torch.matmul`, TF32 off), with two smaller tilings next to it. Every kernel is checked against
 torch before it is timed; times are medians of CUDA-event intervals. A part that fails prints its
@@ -81,7 +81,7 @@ def softmax(n: int, runs: int, rows: list) -> None:
     from ember import te
     from ember.cuda import schedules
 
-    def make():
+    def make(per_block: bool):
         A = te.placeholder((n, n), name="A")
         k = te.reduce_axis((0, n), name="k")
         mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
@@ -91,16 +91,25 @@ def softmax(n: int, runs: int, rows: list) -> None:
         out = te.compute((n, n), lambda i, j: e[i, j] / total[i], name="out")
         s = te.create_schedule(out.op)
         s[e].compute_inline()
-        schedules.rows(s, out, [total, mx], 64)
+        if per_block:
+            schedules.row_block(s, out, [mx, total], 256)
+        else:
+            schedules.rows(s, out, [total, mx], 64)
         return s, [A, out]
 
-    f, build_s = build(make)
     a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
-    f(a, out)
-    torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
     gb = 2 * a.numel() * 4 / 1e9
-    t = timed(lambda: f(a, out), runs)
-    rows.append(("row softmax", "ember (a row per thread)", t, gb / t, build_s))
+    for per_block, impl in ((True, "ember (a row per block)"), (False, "ember (a row per thread)")):
+        try:
+            f, build_s = build(lambda per_block=per_block: make(per_block))
+            out.zero_()
+            f(a, out)
+            torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
+            t = timed(lambda f=f: f(a, out), runs)
+            rows.append(("row softmax", impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the other's
+            print(f"--- softmax, {impl}, failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
     t = timed(lambda: torch.softmax(a, 1), runs)
     rows.append(("row softmax", "torch.softmax", t, gb / t, None))
 
