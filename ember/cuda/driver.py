@@ -95,7 +95,8 @@ class Module:
 
     def __init__(self, binary: bytes, symbol: str, dev: Device):
         dev.activate()
-        self.module = check(driver().cuModuleLoadData(binary), f"cuModuleLoadData of kernel {symbol}")
+        image = ctypes.create_string_buffer(binary, len(binary) + 1)  # PTX is read up to its NUL
+        self.module = check(driver().cuModuleLoadData(ctypes.addressof(image)), f"cuModuleLoadData of kernel {symbol}")
         self.function = check(driver().cuModuleGetFunction(self.module, symbol.encode()),
                               f"cuModuleGetFunction of kernel {symbol}")
         self.symbol = symbol
