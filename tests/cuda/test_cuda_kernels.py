@@ -147,3 +147,31 @@ def test_indices_are_int_unless_a_buffer_holds_2_to_the_31_elements():
         s, args, _ = kernels.elementwise(n, threads=256)
         source = CUDARenderer().render_unit(ember.lower(s, args, target="cuda"))
         assert f"const {index} i_0 = blockIdx.x;" in source and f"const {index} i_1 = threadIdx.x;" in source
+
+
+@needs_nvrtc
+def test_nvrtc_builds_are_cached_by_source_arch_and_options(tmp_path, monkeypatch):
+    from ember.cuda import nvrtc
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    source = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] = expf(a[threadIdx.x]); }\n'
+    cubin = nvrtc.compile_cuda(source, "sm_90")
+    assert cubin[:4] == b"\x7fELF" and len(list(tmp_path.glob("cuda/*/*.cubin"))) == 1
+
+    def no_compiler(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(nvrtc, "_nvrtc_compile", no_compiler)
+    assert nvrtc.compile_cuda(source, "sm_90") == cubin  # a hit
+    with pytest.raises(AssertionError, match="compiled again"):
+        nvrtc.compile_cuda(source, "sm_80")  # another architecture is another entry
+
+
+@needs_nvrtc
+def test_a_compile_error_shows_the_source_line():
+    from ember.cuda import nvrtc
+    from ember.errors import BuildError
+
+    shown = r'identifier "undefined_x" is undefined\n.*\n>     2 \|   a\[0\] = undefined_x;'
+    with pytest.raises(BuildError, match=shown):
+        nvrtc.compile_cuda('extern "C" __global__ void k(float* a) {\n  a[0] = undefined_x;\n}\n', "sm_90")
