@@ -175,3 +175,15 @@ def test_a_compile_error_shows_the_source_line():
     shown = r'identifier "undefined_x" is undefined\n.*\n>     2 \|   a\[0\] = undefined_x;'
     with pytest.raises(BuildError, match=shown):
         nvrtc.compile_cuda('extern "C" __global__ void k(float* a) {\n  a[0] = undefined_x;\n}\n', "sm_90")
+
+
+@needs_gpu
+def test_gpu_takes_cupy_arrays_in_place():
+    cp = pytest.importorskip("cupy")
+    s, args, reference = kernels.elementwise(4096, threads=256)
+    f = ember.build(s, args, target="cuda")
+    a, b = (cp.asarray(RNG.standard_normal(4096, dtype="float32")) for _ in range(2))
+    c = cp.empty(4096, "float32")
+    f(a, b, c)
+    cp.cuda.runtime.deviceSynchronize()
+    np.testing.assert_allclose(cp.asnumpy(c), reference(cp.asnumpy(a), cp.asnumpy(b)), rtol=1e-5, atol=1e-5)
