@@ -71,6 +71,7 @@ from ..tir.expr import (
 )
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
 from .c_prelude import CPrelude, enter_threads
+from .c_storage import HELD_AS_BITS, STORAGE
 from .c_vmath import VECTOR_MATH, vector_math
 from .common import not_lowered, single_index
 from .cstyle import ADD, EQ, PRIMARY, UNARY, CStyleRenderer
@@ -94,11 +95,7 @@ class CRenderer(CStyleRenderer):
     extensions and the prelude's helpers). One instance renders one translation unit."""
 
     TARGET = "C"
-    SCALAR_TYPES = {
-        **CStyleRenderer.SCALAR_TYPES, "float16": "_Float16", "bfloat16": "uint16_t",  # bfloat16: its bits
-        # the narrow floats: their bits; the sub-byte integers: one value per byte (c_narrow)
-        **dict.fromkeys((*dt.MINIFLOATS, *dt.SUBBYTE_INTS), "uint8_t"),
-    }
+    SCALAR_TYPES = {elem: row.held for elem, row in STORAGE.items()}  # as held in memory (c_storage)
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
     ALIGN = ALIGN  # every buffer's alignment (ember.target)
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
@@ -253,22 +250,19 @@ class CRenderer(CStyleRenderer):
             regs += [regs[-1]] * (lanes - len(regs))
             args = ", ".join(f"{name}_{r}" for r in regs)
             return f"{self.lib.column(elem, width, lanes)}({offsets[0] % width}, {args})"
-        widen = self.lib.to_float(elem) if elem in dt.BITS_FLOATS else self.lib.wrap(elem, 1) \
-            if elem in dt.SUBBYTE_INTS else ""
-        lanes_text = ", ".join(f"{widen}({name}_{o // width}[{o % width}])" for o in offsets)
+        lanes_text = ", ".join(self._register_lane(elem, f"{name}_{o // width}[{o % width}]") for o in offsets)
         return f"({self.lib.value_vec(dtype, len(offsets))}){{{lanes_text}}}"
+
+    def _register_lane(self, elem: str, lane: str) -> str:
+        """A lane of a register as computed: types held as their bits are widened."""
+        return STORAGE[elem].lane(self.lib, lane) if elem in HELD_AS_BITS else f"({lane})"
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
         lanes = dt.lanes_of(index.dtype)
         if buf in self._registers:
             if lanes > 1 and dt.lanes_of(value.dtype) == 1:
                 value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
-            code = self._e(value)
-            if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
-                code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
-            else:
-                code = self._to_memory(buf.dtype, lanes, code)
-            return f"{self._register(buf, index)} = {code}"
+            return f"{self._register(buf, index)} = {self._to_memory(buf.dtype, lanes, self._e(value))}"
         copy = self._copy(buf, index, value)
         if copy is not None:
             return copy
@@ -284,20 +278,16 @@ class CRenderer(CStyleRenderer):
         return f"{self.lib.scatter(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {v})"
 
     def _to_memory(self, dtype: str, lanes: int, code: str) -> str:
-        """A computed value as a type held as its bits stores it: rounded (bfloat16, the narrow
-        floats) or its low bits (the sub-byte integers)."""
-        if dtype in dt.BITS_FLOATS:
-            return f"{self.lib.narrow(dtype, lanes) if lanes > 1 else self.lib.from_float(dtype)}({code})"
-        if dtype in dt.SUBBYTE_INTS:
-            return f"{self.lib.truncate(dtype, lanes)}({code})"
-        return code
+        """A computed value as its type is held (c_storage): rounded (float16 vectors, bfloat16,
+        the narrow floats) or its low bits (the sub-byte integers)."""
+        row = STORAGE[dtype]
+        return row.narrow(self.lib, lanes, code) if lanes > 1 else row.store(self.lib, code)
 
     def _copy(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str | None:
         """A store of a type held as its bits whose value is a load of the same type, as a copy of
         the bits (data movement keeps every code, as NumPy's does, NaN payloads included), or
         None. Vectors move as vectors of the bits: contiguous ones whole, others lane by lane."""
-        held_as_bits = buf.dtype in dt.BITS_FLOATS or buf.dtype in dt.SUBBYTE_INTS
-        if not held_as_bits or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
+        if buf.dtype not in HELD_AS_BITS or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
                 or value.buffer in self._registers:
             return None
         src, lanes = single_index(value), dt.lanes_of(index.dtype)
@@ -414,7 +404,7 @@ class CRenderer(CStyleRenderer):
                                      f"{self.lib.value_vec(src, lanes)} x", lanes, lane)
         ctype = self.SCALAR_TYPES
         stored = "(_Float16)x" if src == "float16" else self._to_memory(src, 1, "x")
-        loaded = "(float)d" if dst == "float16" else self.lib._from_memory(dst, "d") if dst != "bool" else "d"
+        loaded, _ = STORAGE[dst].load(self.lib, "d")
         return self.lib._helper(name, lambda: (
             f"static inline {ctype[dt.compute_dtype(dst)]} {name}({ctype[dt.compute_dtype(src)]} x) {{\n"
             f"  {ctype[src]} s = {stored};\n  {ctype[dst]} d;\n  __builtin_memcpy(&d, &s, sizeof d);\n"
@@ -440,27 +430,12 @@ class CRenderer(CStyleRenderer):
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)
         if buf in self._registers:
-            code = self._register(buf, index)
-            if buf.dtype == "float16" and whole_register(index, self._registers[buf]):
-                return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
-            if buf.dtype == "float16" and lanes == 1:
-                return f"(float){code}", UNARY
-            if buf.dtype in dt.BITS_FLOATS and whole_register(index, self._registers[buf]):
-                return f"{self.lib.widen(buf.dtype, lanes)}({code})", PRIMARY
-            if buf.dtype in dt.BITS_FLOATS and lanes == 1:
-                return f"{self.lib.to_float(buf.dtype)}({code})", PRIMARY
-            if buf.dtype in dt.SUBBYTE_INTS and whole_register(index, self._registers[buf]):
-                return f"{self.lib.wrap(buf.dtype, lanes)}(({self.lib.value_vec(buf.dtype, lanes)}){code})", PRIMARY
-            if buf.dtype in dt.SUBBYTE_INTS and lanes == 1:
-                return f"{self.lib.wrap(buf.dtype, 1)}({code})", PRIMARY
-            return code, PRIMARY
-        if lanes == 1 and buf.dtype in dt.BITS_FLOATS:
-            return f"{self.lib.to_float(buf.dtype)}({name}[{self._e(index)}])", PRIMARY
-        if lanes == 1 and buf.dtype in dt.SUBBYTE_INTS:
-            return f"{self.lib.wrap(buf.dtype, 1)}({name}[{self._e(index)}])", PRIMARY
+            code, row = self._register(buf, index), STORAGE[buf.dtype]
+            if whole_register(index, self._registers[buf]):  # registers hold elements as in memory
+                return row.widen(self.lib, lanes, code), PRIMARY
+            return row.load(self.lib, code) if lanes == 1 else (code, PRIMARY)  # a gather widens its lanes
         if lanes == 1:
-            return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
-                f"{name}[{self._e(index)}]", PRIMARY)
+            return STORAGE[buf.dtype].load(self.lib, f"{name}[{self._e(index)}]")
         if _contiguous(index):
             return f"{self.lib.load(buf.dtype, lanes)}({name} + {self._e(index.base, ADD + 1)})", PRIMARY
         return f"{self.lib.gather(buf.dtype, lanes)}({name}, {self._index_vector(index)})", PRIMARY
