@@ -148,3 +148,22 @@ def test_cuda_kernel_checks_its_arguments():
         _check(buf, (1000,), np.float32, True, 0, "main")
     with pytest.raises(ArgumentTypeError, match="is float64, expected float32"):
         _check(buf, (1024,), np.float64, True, 0, "main")
+
+
+def test_without_the_cuda_packages_a_build_says_what_to_install(monkeypatch):
+    import sys
+
+    from ember.cuda import nvrtc
+    from ember.errors import DeviceError
+
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # as if cuda-bindings were not installed
+    nvrtc.nvrtc_version.cache_clear()
+    try:
+        A, B, s = _vadd()
+        bx, tx = s[B].split(B.op.axis[0], factor=128)
+        s[B].bind(bx, te.thread_axis("blockIdx.x"))
+        s[B].bind(tx, te.thread_axis("threadIdx.x"))
+        with pytest.raises(DeviceError, match=r"NVRTC is not installed .*pip install 'ember\[cuda\]'"):
+            ember.build(s, [A, B], target="cuda", arch="sm_90")
+    finally:
+        nvrtc.nvrtc_version.cache_clear()
