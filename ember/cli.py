@@ -230,7 +230,28 @@ def cmd_doctor(args) -> int:
                          ("onnxruntime", "benchmarks against ONNX Runtime")):
         spec = importlib.util.find_spec(module)
         _check(module, spec is not None, what if spec else f"not installed: pip install ember[{module}]")
+    for name, (works, what) in _cuda().items():
+        _check(name, works, what)
     return 0 if ok else 1
+
+
+def _cuda() -> dict[str, tuple[bool, str]]:
+    """NVRTC, the CUDA driver and the GPU, each with what it is or why it is missing (none of them
+    is needed but for target "cuda")."""
+    from .cuda import driver, nvrtc
+
+    out = {}
+    try:
+        out["NVRTC"] = True, f"NVRTC {nvrtc.nvrtc_version()} compiles CUDA kernels"
+    except EmberError as e:
+        out["NVRTC"] = False, str(e)
+    try:
+        dev = driver.device()
+        out["CUDA driver"] = True, f"CUDA {driver.driver_version()}"
+        out["GPU"] = True, f"{dev.name}, compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]}"
+    except EmberError as e:
+        out["CUDA driver / GPU"] = False, str(e)
+    return out
 
 
 def _call_path() -> tuple[bool, str]:

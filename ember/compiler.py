@@ -145,6 +145,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     """
     start = time.perf_counter()
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
+    if target.kind == "cuda":
+        raise ConfigError("target 'cuda' builds single kernels for now (ember.build of a GPU schedule); "
+                          "models compile for 'c' or 'python'")
     if target.kind == "python" and checked:
         raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
     check_graph(graph)

@@ -65,3 +65,8 @@ class WorkerError(EmberError, RuntimeError):
 class TileError(EmberError, ValueError):
     """A tile-language kernel (ember.triton) the compiler cannot compile, or an access out of its
     arguments' bounds in the debug mode; names the kernel's file, line and source."""
+
+
+class DeviceError(EmberError, RuntimeError):
+    """No GPU, no driver or no NVRTC where a GPU target needs one (says which), or a failed
+    launch (names the kernel and the CUDA error)."""

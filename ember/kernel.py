@@ -14,6 +14,8 @@ from .tir.params import bind_params
 from .tir.schedule import Schedule
 from .tir.stmt import PrimFunc
 
+CUDA_SKIPS = ("vectorize", "simplify_vectors")  # CUDA C renders no vector expressions yet
+
 
 def _prim_func(sch, args, name: str) -> PrimFunc:
     if isinstance(sch, TESchedule):
@@ -32,9 +34,13 @@ def _prim_func(sch, args, name: str) -> PrimFunc:
 def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after: bool | None = None,
           skip: Sequence[str] = (), target: str | Target = "c") -> PrimFunc:
     """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops. Loops
-    are vectorized for the target's SIMD width (none for the interpreter)."""
-    vector_bytes = as_target(target).vector_bytes
-    return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip, vector_bytes=vector_bytes)
+    are vectorized for the target's SIMD width (none for the interpreter); for CUDA, vectorized
+    loops stay loops (CUDA C unrolls them)."""
+    target = as_target(target)
+    if target.kind == "cuda":
+        skip = (*skip, *(p for p in CUDA_SKIPS if p not in skip))
+    return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip,
+                      vector_bytes=target.vector_bytes)
 
 
 def build(sch, args: Sequence | None = None, target: str | Target = "c", name: str = "main", **options):
@@ -44,7 +50,8 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
     an integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does;
     num_threads: the OpenMP threads of each call, default the num_threads option, 0 the calling
     thread's setting, which a call never changes); "python": the loop-IR interpreter, no compiler
-    involved. `f.source` is the generated code.
+    involved; "cuda": a GPU kernel of a schedule bound to blocks and threads, CUDA C compiled by
+    NVRTC (options: arch, ptx; ember.cuda.kernel). `f.source` is the generated code.
     """
     from .runtime.module import build_c, build_python
 
@@ -53,5 +60,9 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
         if options:
             raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
         return build_python(lower(sch, args, name, skip=skip, target="python"))
+    if target == "cuda" or isinstance(target, Target) and target.kind == "cuda":
+        from .cuda import build_cuda
+
+        return build_cuda(lower(sch, args, name, skip=skip, target="cuda"), **options)
     target = as_target(target, cc=options.pop("cc", None), cflags=options.pop("cflags", None))
     return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags, **options)

@@ -2,9 +2,11 @@
 
     ember.compile(model, target="c")        # C with OpenMP and SIMD, built by the configured compiler
     ember.compile(model, target="python")   # the loop-IR interpreter: slow, exact, no compiler
+    ember.build(s, [A, B], target="cuda")   # one GPU kernel: CUDA C through NVRTC (ember.cuda)
     ember.compile(model, target=Target("c", cc="clang", cflags="-O2 -fopenmp -shared -fPIC"))
 
-A `Target` holds its kind (the code generator and builder: "c" or "python"), the C compiler and
+A `Target` holds its kind (the code generator and builder: "c", "python" or "cuda"; "cuda" builds
+single kernels for now), the C compiler and
 flags, the SIMD width kernels are vectorized for (and the layout pass blocks channels by), the
 alignment of every buffer (ALIGN), the default-schedule family, and the key the tuning database
 files schedules under (`key`). `as_target` turns "c", "python" or a Target into a Target; the
@@ -28,7 +30,7 @@ from . import config
 from .errors import ConfigError
 
 ALIGN = 64  # bytes every buffer starts at: one cache line, one AVX-512 register
-KINDS = ("c", "python")
+KINDS = ("c", "python", "cuda")
 
 _WIDTHS = (("__AVX512F__", 64), ("__AVX__", 32), ("__SSE2__", 16), ("__ARM_NEON", 16))
 

@@ -31,7 +31,8 @@ LAYERS: dict[str, set[str]] = {
     "te": {"tir"},  # tensor expressions become loop-IR functions
     "codegen": {"tir"},  # loop IR to source text; the loop-IR interpreter
     "runtime": {"codegen", "tir"},  # build, load, call
-    "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule
+    "cuda": {"codegen", "runtime", "te"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
+    "kernel": {"te", "runtime", "cuda"},  # ember.lower / ember.build of one te schedule
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds

@@ -33,13 +33,17 @@ def test_targets_by_name_and_by_value():
     assert Target().vector_bytes in (16, 32, 64) and Target().key.startswith("c | ")
     python = as_target("python")
     assert python.vector_bytes is None and python.lanes == 1 and python.key == "python" and python.cc is None
+    cuda = as_target("cuda")
+    assert cuda.vector_bytes is None and cuda.key == "cuda" and cuda.cc is None
     assert as_target("c", cflags="-O1 -fopenmp -shared -fPIC").cflags == "-O1 -fopenmp -shared -fPIC"
     assert CRenderer.ALIGN == PLAN_ALIGN == RUNTIME_ALIGN == ALIGN  # one alignment
 
 
 def test_bad_targets_are_config_errors():
-    with pytest.raises(ember.ConfigError, match="unknown target 'cuda'"):
-        as_target("cuda")
+    with pytest.raises(ember.ConfigError, match="unknown target 'metal'"):
+        as_target("metal")
+    with pytest.raises(ember.ConfigError, match="target 'cuda' has no C compiler"):
+        as_target("cuda", cc="gcc")
     with pytest.raises(ember.ConfigError, match="cc and cflags are for target 'c'"):
         as_target("python", cc="gcc")
     with pytest.raises(ember.ConfigError, match="target must be one of"):

@@ -33,8 +33,9 @@ A kernel's C (and the prelude entries it needs) is kept as long as its function 
 functions are immutable, and a compiler that finds a kernel lowered before (ember.lowering.LOWERED)
 hands over the same object, so a model compiled again renders none of its kernels again.
 
-`CRenderer` keeps what a C-like target may change in class-level tables (types, operators, math
-functions); a CUDA renderer subclasses it and overrides a few entries. Math intrinsics are
+`CRenderer` fills the hooks of the C-style base (`cstyle.CStyleRenderer`: the tables of types,
+operators and math functions, and the walk) with C's: OpenMP loops, GCC vector extensions, stack
+and heap scratch, GCC's atomics, the launcher. Math intrinsics are
 libm calls (lane by lane in a vector), except float32's (and float16's) exp, log, tanh, erf,
 sigmoid, pow, expm1 and log1p: C vector code of `c_vmath`, which scalars run too, so that a
 value does not depend on whether it was computed in a vector or in a loop's scalar tail.
@@ -50,72 +51,33 @@ import threading
 import weakref
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..errors import LowerError
 from ..target import ALIGN
 from ..tir import dtype as dt
 from ..tir.expr import (
-    ATOMIC_FUNCS,
-    BITWISE_OPS,
     COMPARE_OPS,
-    LOGIC_OPS,
     PREFETCH,
-    PRINT,
     REINTERPRET,
     Binary,
     Broadcast,
     Buffer,
     BufferLoad,
-    Call,
     Cast,
-    Const,
     Not,
     PrimExpr,
     Ramp,
     Select,
-    Var,
     as_int,
 )
-from ..tir.stmt import (
-    Allocate,
-    BufferStore,
-    CallRoutine,
-    Evaluate,
-    For,
-    IfThenElse,
-    PrimFunc,
-    SeqStmt,
-    Stmt,
-    While,
-)
+from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
 from .c_prelude import CPrelude, enter_threads
+from .c_storage import HELD_AS_BITS, STORAGE
 from .c_vmath import VECTOR_MATH, vector_math
-from .common import Namer, not_lowered, safe_name, single_index, written_buffers
+from .common import not_lowered, single_index
+from .cstyle import ADD, EQ, PRIMARY, UNARY, CStyleRenderer
 from .registers import register_gather, register_lanes, whole_register
 from .routines import c_routine
 
-# C operator precedence, higher binds tighter.
-PRIMARY, UNARY, MUL, ADD, REL, EQ, BAND, BXOR, BOR, LAND, LOR, COND = 16, 14, 13, 12, 10, 9, 8, 7, 6, 5, 4, 3
-
-# Identifiers of C and of the included headers that a kernel, buffer or variable must not take.
-_C_WORDS_TEXT = """
-auto break case char const continue default do double else enum extern float for goto if inline int
-long register restrict return short signed sizeof static struct switch typedef union unsigned void
-volatile while bool true false int8_t uint8_t int16_t int32_t int64_t uint16_t uint32_t uint64_t
-intptr_t uintptr_t size_t main INFINITY NAN NULL HUGE_VAL HUGE_VALF M_PI M_E EXIT_SUCCESS
-EXIT_FAILURE RAND_MAX errno isnan isinf isfinite signbit fpclassify isnormal
-abort abs aligned_alloc atexit atof atoi atol atoll bsearch calloc div exit free getenv labs ldiv
-llabs lldiv malloc posix_memalign qsort rand random realloc srand srandom strtod strtof strtol
-strtold strtoll strtoul strtoull system
-acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh drem erf erfc exp exp10 exp2
-expm1 fabs fdim finite floor fma fmax fmin fmod frexp gamma hypot ilogb j0 j1 jn ldexp lgamma llrint
-llround log log10 log1p log2 logb lrint lround modf nan nearbyint nextafter nexttoward pow pow10
-remainder remquo rint round scalb scalbln scalbn significand sin sincos sinh sqrt tan tanh tgamma
-trunc y0 y1 yn
-"""
-_C_WORDS = _C_WORDS_TEXT.split()
-_LIBM = _C_WORDS[_C_WORDS.index("acos"):]
 LAUNCHER_PREFIX = "ember_launch_"  # + a kernel's C name: its launcher
 # the text of each rendered function, and the prelude it needs, by renderer: kept as long as the function
 _RENDERED: weakref.WeakKeyDictionary[PrimFunc, dict[tuple, tuple[str, CPrelude]]] = weakref.WeakKeyDictionary()
@@ -128,42 +90,14 @@ def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False) ->
     return CRenderer(checked).render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs), launchers=True)
 
 
-class CRenderer:
-    """Renders lowered functions as C. One instance renders one translation unit."""
+class CRenderer(CStyleRenderer):
+    """Renders lowered functions as C (the C-style base's hooks filled with OpenMP, GCC vector
+    extensions and the prelude's helpers). One instance renders one translation unit."""
 
-    SCALAR_TYPES = {
-        "bool": "bool", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t",
-        "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t", "uint64": "uint64_t", "float16": "_Float16",
-        "bfloat16": "uint16_t", "float32": "float", "float64": "double",  # bfloat16: its bits
-        # the narrow floats: their bits; the sub-byte integers: one value per byte (c_narrow)
-        **dict.fromkeys((*dt.MINIFLOATS, *dt.SUBBYTE_INTS), "uint8_t"),
-    }
-    # IR operator -> (C operator, precedence); `//` and `%` only for unsigned ints (C's = floor's).
-    BINARY_OPS = {
-        "+": ("+", ADD), "-": ("-", ADD), "*": ("*", MUL), "/": ("/", MUL), "//": ("/", MUL),
-        "%": ("%", MUL), "<": ("<", REL), "<=": ("<=", REL), ">": (">", REL), ">=": (">=", REL),
-        "==": ("==", EQ), "!=": ("!=", EQ), "&&": ("&&", LAND), "||": ("||", LOR),
-        "&": ("&", BAND), "^": ("^", BXOR), "|": ("|", BOR),
-    }
-    MASK_OPS = {"&&": ("&", BAND), "||": ("|", BOR)}  # logic on vector masks
-    # Math intrinsic -> libm function (double); float32 appends MATH_FLOAT_SUFFIX.
-    MATH_FUNCS = {
-        "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow",
-        "fabs": "fabs", "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint",
-        "sin": "sin", "cos": "cos", "exp2": "exp2", "log2": "log2", "log1p": "log1p",
-        "expm1": "expm1", "trunc": "trunc", "asin": "asin", "acos": "acos", "atan": "atan", "asinh": "asinh",
-        "acosh": "acosh", "atanh": "atanh", "fmod": "fmod",
-    }
-    # Intrinsics with no libm function: a template over the argument {0}, and its precedence.
-    MATH_EXPRS = {
-        "rsqrt": ("{one} / sqrt{f}({0})", MUL),
-        "sigmoid": ("{one} / ({one} + exp{f}(-{0}))", MUL),
-    }
-    MATH_FLOAT_SUFFIX = "f"
-    NARROW_INTS = ("int8", "uint8", "int16", "uint16")  # C computes these in int: wrap after each operation
+    TARGET = "C"
+    SCALAR_TYPES = {elem: row.held for elem, row in STORAGE.items()}  # as held in memory (c_storage)
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
     ALIGN = ALIGN  # every buffer's alignment (ember.target)
-    RESERVED = frozenset(_C_WORDS) | {f + s for f in _LIBM for s in ("f", "l")}
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
 
@@ -172,16 +106,6 @@ class CRenderer:
     def __init__(self, checked: bool = False):
         self.checked = checked
         self.lib = CPrelude(self.SCALAR_TYPES)
-
-    @classmethod
-    def symbol(cls, func: PrimFunc) -> str:
-        """The C name of a kernel (its name, made a valid identifier that clashes with nothing)."""
-        return cls.symbol_of(func.name)
-
-    @classmethod
-    def symbol_of(cls, name: str) -> str:
-        """The C name of the kernel called `name`."""
-        return safe_name(name, cls.RESERVED, cls.RESERVED_PREFIXES)
 
     @classmethod
     def launcher_of(cls, name: str) -> str:
@@ -237,62 +161,31 @@ class CRenderer:
         return kept[0]
 
     # -- kernels ----------------------------------------------------------------------------
-    def render_kernel(self, func: PrimFunc) -> str:
-        self._name = Namer(self.RESERVED, self.RESERVED_PREFIXES)
-        self._vars: set[Var] = set(func.size_vars)
-        self._nonnegative_vars: set[Var] = set(func.size_vars)
-        self._buffers: set[Buffer] = set(func.params)
+    def _begin_kernel(self, func: PrimFunc) -> None:
         self._registers: dict[Buffer, int] = {}  # promoted local buffers -> their vector width
         self._in_parallel = self._in_simd = False
-        written = written_buffers(func)
-        params = [
-            f"{'' if b in written else 'const '}{self.SCALAR_TYPES[b.dtype]}* restrict {self._name(b)}"
-            for b in func.params
-        ] + [f"int64_t {self._name(v)}" for v in func.size_vars] + [f"int* {self.STATUS}"] * self.checked
-        doc = ", ".join(f"{b.name}: {b.dtype}[{', '.join(str(d) for d in b.shape)}]" for b in func.params)
-        lines = [f"/* {func.name}({doc}) */", f"void {self.symbol(func)}({', '.join(params)}) {{"]
-        if self.checked:
-            lines.append(f"  (void){self.STATUS};")
-        self._stmt(func.body, 1, lines)
-        lines.append("}")
-        return "\n".join(lines)
 
-    def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
-        pad = "  " * depth
-        match s:
-            case SeqStmt(stmts):
-                for x in stmts:
-                    self._stmt(x, depth, out)
-            case For():
-                self._for(s, depth, out)
-            case BufferStore(buf, value, _):
-                out.append(f"{pad}{self._store(buf, single_index(s), value)};")
-            case IfThenElse(cond, then_case, else_case):
-                out.append(f"{pad}if ({self._e(cond)}) {{")
-                self._stmt(then_case, depth + 1, out)
-                if else_case is not None:
-                    out.append(f"{pad}}} else {{")
-                    self._stmt(else_case, depth + 1, out)
-                out.append(f"{pad}}}")
-            case While(cond, body):
-                out.append(f"{pad}while ({self._e(cond)}) {{")
-                self._stmt(body, depth + 1, out)
-                out.append(f"{pad}}}")
-            case Evaluate(value):
-                out.append(f"{pad}(void){self._e(value, UNARY)};")
-            case Allocate(buf, body):
-                self._allocate(buf, body, depth, out)
-            case CallRoutine(routine, params, reads, writes, scalars):
-                fn = c_routine(self.lib, routine, dict(params))
-                args = [f"(const void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in reads]
-                args += [f"(void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in writes]
-                args += [self._e(x) for x in scalars]
-                out.append(f"{pad}{fn}({', '.join(args)});")
-            case _:
-                raise not_lowered(s)
+    def _extra_params(self) -> list[str]:
+        return [f"int* {self.STATUS}"] * self.checked
 
-    def _for(self, s: For, depth: int, out: list[str]) -> None:
-        pad = "  " * depth
+    def _prologue(self, func: PrimFunc) -> list[str]:
+        return [f"  (void){self.STATUS};"] * self.checked
+
+    def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        if not isinstance(s, CallRoutine):
+            raise not_lowered(s)
+        fn = c_routine(self.lib, s.routine, dict(s.params))
+        args = [f"(const void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in s.reads]
+        args += [f"(void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in s.writes]
+        args += [self._e(x) for x in s.scalars]
+        out.append(f"{'  ' * depth}{fn}({', '.join(args)});")
+
+    def _loop_open(self, s: For, pad: str, out: list[str]):
+        """An OpenMP `parallel for` (the outermost of a nest only), an `omp simd` loop, or a `GCC
+        unroll` loop."""
+        if s.kind == THREAD_BINDING:
+            raise LowerError(f"loop {s.loop_var.name} is bound to {s.thread_tag}: GPU indices are for target "
+                             f"'cuda'; C runs loops serial, parallel, vectorized or unrolled")
         saved = self._in_parallel, self._in_simd
         if s.kind == "parallel" and not (self._in_parallel or self._in_simd):
             out.append(f"{pad}#pragma omp parallel for schedule(static)")
@@ -303,19 +196,10 @@ class CRenderer:
         elif s.kind == "unrolled":
             n = as_int(s.extent)
             out.append(f"{pad}#pragma GCC unroll {8 if n is None else max(1, min(n, 65534))}")
-        v = self._name(s.loop_var)
-        end = s.extent if as_int(s.min) == 0 else s.min + s.extent
-        first = self._e(s.min)  # before the loop variable is in scope
-        self._vars.add(s.loop_var)
-        if self._nonnegative(s.min):
-            self._nonnegative_vars.add(s.loop_var)
-        out.append(f"{pad}for ({self.SCALAR_TYPES[s.loop_var.dtype]} {v} = {first}; {v} < "
-                   f"{self._e(end, REL + 1)}; ++{v}) {{")
-        self._stmt(s.body, depth + 1, out)
-        out.append(f"{pad}}}")
-        self._vars.discard(s.loop_var)
-        self._nonnegative_vars.discard(s.loop_var)
-        self._in_parallel, self._in_simd = saved
+        return saved
+
+    def _loop_close(self, restore) -> None:
+        self._in_parallel, self._in_simd = restore
 
     def _allocate(self, buf: Buffer, body: Stmt, depth: int, out: list[str]) -> None:
         pad, inner = "  " * depth, "  " * (depth + 1)
@@ -345,12 +229,6 @@ class CRenderer:
             out.append(f"{inner}free({name});")
         out.append(f"{pad}}}")
 
-    def _buffer(self, buf: Buffer) -> str:
-        if buf not in self._buffers:
-            raise LowerError(f"buffer {buf.name} is used but is neither a parameter of the kernel nor "
-                             f"allocated around its use")
-        return self._name(buf)
-
     def _register(self, buf: Buffer, index: PrimExpr) -> str:
         width = self._registers[buf]
         name = self._buffer(buf)
@@ -372,22 +250,19 @@ class CRenderer:
             regs += [regs[-1]] * (lanes - len(regs))
             args = ", ".join(f"{name}_{r}" for r in regs)
             return f"{self.lib.column(elem, width, lanes)}({offsets[0] % width}, {args})"
-        widen = self.lib.to_float(elem) if elem in dt.BITS_FLOATS else self.lib.wrap(elem, 1) \
-            if elem in dt.SUBBYTE_INTS else ""
-        lanes_text = ", ".join(f"{widen}({name}_{o // width}[{o % width}])" for o in offsets)
+        lanes_text = ", ".join(self._register_lane(elem, f"{name}_{o // width}[{o % width}]") for o in offsets)
         return f"({self.lib.value_vec(dtype, len(offsets))}){{{lanes_text}}}"
+
+    def _register_lane(self, elem: str, lane: str) -> str:
+        """A lane of a register as computed: types held as their bits are widened."""
+        return STORAGE[elem].lane(self.lib, lane) if elem in HELD_AS_BITS else f"({lane})"
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
         lanes = dt.lanes_of(index.dtype)
         if buf in self._registers:
             if lanes > 1 and dt.lanes_of(value.dtype) == 1:
                 value = Broadcast(value, lanes, dt.with_lanes(value.dtype, lanes))
-            code = self._e(value)
-            if buf.dtype == "float16" and lanes > 1:  # computed in float, kept in half: round as a store does
-                code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
-            else:
-                code = self._to_memory(buf.dtype, lanes, code)
-            return f"{self._register(buf, index)} = {code}"
+            return f"{self._register(buf, index)} = {self._to_memory(buf.dtype, lanes, self._e(value))}"
         copy = self._copy(buf, index, value)
         if copy is not None:
             return copy
@@ -403,20 +278,16 @@ class CRenderer:
         return f"{self.lib.scatter(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {v})"
 
     def _to_memory(self, dtype: str, lanes: int, code: str) -> str:
-        """A computed value as a type held as its bits stores it: rounded (bfloat16, the narrow
-        floats) or its low bits (the sub-byte integers)."""
-        if dtype in dt.BITS_FLOATS:
-            return f"{self.lib.narrow(dtype, lanes) if lanes > 1 else self.lib.from_float(dtype)}({code})"
-        if dtype in dt.SUBBYTE_INTS:
-            return f"{self.lib.truncate(dtype, lanes)}({code})"
-        return code
+        """A computed value as its type is held (c_storage): rounded (float16 vectors, bfloat16,
+        the narrow floats) or its low bits (the sub-byte integers)."""
+        row = STORAGE[dtype]
+        return row.narrow(self.lib, lanes, code) if lanes > 1 else row.store(self.lib, code)
 
     def _copy(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str | None:
         """A store of a type held as its bits whose value is a load of the same type, as a copy of
         the bits (data movement keeps every code, as NumPy's does, NaN payloads included), or
         None. Vectors move as vectors of the bits: contiguous ones whole, others lane by lane."""
-        held_as_bits = buf.dtype in dt.BITS_FLOATS or buf.dtype in dt.SUBBYTE_INTS
-        if not held_as_bits or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
+        if buf.dtype not in HELD_AS_BITS or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype \
                 or value.buffer in self._registers:
             return None
         src, lanes = single_index(value), dt.lanes_of(index.dtype)
@@ -436,74 +307,19 @@ class CRenderer:
         return f"{self.lib.scatter_bits(buf.dtype, lanes)}({self._buffer(buf)}, {self._index_vector(index)}, {bits})"
 
     # -- expressions -------------------------------------------------------------------------
-    def _e(self, e: PrimExpr, prec: int = 0) -> str:
-        """The C text of e, parenthesized if it binds looser than `prec`."""
-        code, p = self._expr(e)
-        return f"({code})" if p < prec else code
+    def _vector_select(self, e: Select) -> tuple[str, int]:
+        elem, bits = self._lane_type(e)
+        args = f"{self._mask(e.cond, bits)}, {self._value(e.t, bits)}, {self._value(e.f, bits)}"
+        return f"{self.lib.select(elem, dt.lanes_of(e.dtype))}({args})", PRIMARY
 
-    def _expr(self, e: PrimExpr) -> tuple[str, int]:
-        lanes = dt.lanes_of(e.dtype)
-        match e:
-            case Var():
-                if e not in self._vars:
-                    raise LowerError(f"variable {e.name} is used outside the loop that defines it, or is "
-                                     f"neither a loop variable nor a size of a parameter")
-                return self._name(e), PRIMARY
-            case Const(value, dtype) if lanes > 1:
-                return self._expr(Broadcast(Const(value, dt.element_of(dtype)), lanes, dtype))
-            case Const(value, dtype):
-                return self._const(value, dtype)
-            case Binary():
-                return self._binary(e)
-            case Not(a, _):
-                return f"{'~' if lanes > 1 else '!'}{self._e(a, UNARY)}", UNARY
-            case Select(c, t, f, _) if dt.lanes_of(c.dtype) == 1:
-                return f"{self._e(c, LOR)} ? {self._e(t)} : {self._e(f, COND)}", COND
-            case Select(c, t, f, _):
-                elem, bits = self._lane_type(e)
-                args = f"{self._mask(c, bits)}, {self._value(t, bits)}, {self._value(f, bits)}"
-                return f"{self.lib.select(elem, lanes)}({args})", PRIMARY
-            case Cast(dtype, v):
-                return self._cast(dtype, v)
-            case Call(name, args, dtype):
-                return self._call(name, args, dtype)
-            case BufferLoad(buf, _, _):
-                return self._load(buf, single_index(e))
-            case Ramp(base, stride, _, dtype):
-                elem = dt.element_of(dtype)
-                args = f"{self._scalar(base, elem)}, {self._scalar(stride, elem)}"
-                return f"{self.lib.ramp(elem, lanes)}({args})", PRIMARY
-            case Broadcast(v, _, dtype):
-                elem = dt.element_of(dt.compute_dtype(dtype))
-                return f"{self.lib.broadcast(elem, lanes)}({self._e(v)})", PRIMARY
-        raise TypeError(f"unknown expression node {type(e).__name__}")
+    def _ramp(self, e: Ramp) -> tuple[str, int]:
+        elem = dt.element_of(e.dtype)
+        args = f"{self._scalar(e.base, elem)}, {self._scalar(e.stride, elem)}"
+        return f"{self.lib.ramp(elem, dt.lanes_of(e.dtype))}({args})", PRIMARY
 
-    def _const(self, value, dtype: str) -> tuple[str, int]:
-        if dtype == "bool":
-            return ("true" if value else "false"), PRIMARY
-        if dt.is_int(dtype):
-            if dtype in ("int32", "int64") and value == np.iinfo(dtype).min:
-                return f"{dtype.upper()}_MIN", PRIMARY
-            # int64 literals go without a suffix: C widens them to the other operand (see _binary)
-            ctype = self.SCALAR_TYPES[dt.compute_dtype(dtype)]
-            code = str(value) if dtype in ("int32", "int64") else f"({ctype}){value}"
-            if dtype in ("uint32", "uint64"):  # past INT64_MAX a literal needs the suffix
-                code += "ULL"
-        elif dt.element_of(dtype) in dt.MINIFLOATS:  # the float nearest the stored value (NaN: e8m0 has no 0)
-            exact = float(np.asarray(value, "float64").astype(dt.to_numpy(dtype)))
-            if np.isnan(exact) or np.isinf(exact):
-                return self._const(exact, "float32")
-            code = repr(exact) + self.MATH_FLOAT_SUFFIX
-        elif np.isnan(value):
-            return "NAN", PRIMARY
-        elif np.isinf(value):
-            code = "INFINITY" if value > 0 else "-INFINITY"
-        elif dtype == "float64":
-            code = repr(float(value))
-        else:  # float32, and float16 and bfloat16 computed as float: the float nearest the stored value
-            exact = np.float32(value) if dtype == "float32" else np.asarray(value, "float64").astype(dt.to_numpy(dtype))
-            code = repr(float(exact)) + self.MATH_FLOAT_SUFFIX
-        return code, (UNARY if code.startswith(("-", "(")) else PRIMARY)
+    def _broadcast(self, e: Broadcast) -> tuple[str, int]:
+        elem = dt.element_of(dt.compute_dtype(e.dtype))
+        return f"{self.lib.broadcast(elem, dt.lanes_of(e.dtype))}({self._e(e.value)})", PRIMARY
 
     def _binary(self, e: Binary) -> tuple[str, int]:
         code, p = self._binary_code(e)
@@ -512,52 +328,13 @@ class CRenderer:
             return f"{self.lib.wrap(elem, dt.lanes_of(e.dtype))}({code})", PRIMARY
         return code, p
 
-    def _binary_code(self, e: Binary) -> tuple[str, int]:
-        op, a, b = e.op, e.a, e.b
-        lanes = dt.lanes_of(a.dtype)
-        elem = dt.element_of(dt.compute_dtype(a.dtype))
-        if op in ("min", "max"):
-            return f"{self.lib.minmax(op, elem, lanes)}({self._e(a)}, {self._e(b)})", PRIMARY
-        if op in ("//", "%") and not (lanes == 1 and dt.is_int(elem) and _positive_const(b)
-                                      and (elem.startswith("uint") or self._nonnegative(a))):
-            checked = self.checked and dt.is_int(elem)
-            status = f", {self.STATUS}" if checked else ""
-            return f"{self.lib.floordiv(op, elem, lanes, checked)}({self._e(a)}, {self._e(b)}{status})", PRIMARY
-        # Operands bind at least as tight as C requires, and are parenthesized where GCC would
-        # suggest it: comparisons inside comparisons or bitwise operators, && inside ||.
-        if op in COMPARE_OPS:
-            left = right = ADD
-        elif op in LOGIC_OPS:
-            left = right = ADD if lanes > 1 else EQ
-        if lanes > 1 and elem == "bool":  # masks: the same width on both sides
-            cop, p = self.MASK_OPS.get(op) or self.BINARY_OPS[op]
-            return f"{self._e(a, left)} {cop} {self._mask(b, self._mask_bits(a), right)}", p
-        cop, p = self.BINARY_OPS[op]
-        if op in BITWISE_OPS:  # operands parenthesized as GCC suggests (`a + b & c`)
-            left = right = UNARY
-        elif op not in COMPARE_OPS + LOGIC_OPS:
-            left, right = p, p + 1
-        code_a = self._e(a, left)
-        if isinstance(a, Const) and isinstance(b, Const) and a.dtype == "int64":
-            code_a = f"(int64_t){code_a}"  # two int literals: C would compute in int
-        code = f"{code_a} {cop} {self._e(b, right)}"
-        if lanes == 1 and elem in self.NARROW_INTS and op not in COMPARE_OPS + LOGIC_OPS:
-            return f"({self.SCALAR_TYPES[elem]})({code})", UNARY
-        return code, p
+    def _minmax(self, op: str, elem: str, lanes: int) -> str:
+        return self.lib.minmax(op, elem, lanes)
 
-    def _nonnegative(self, e: PrimExpr) -> bool:
-        """Whether e is provably >= 0: built from constants >= 0, sizes and loop variables (loops
-        start at 0 or more) by +, *, //, %, min, max. On such operands, with a positive divisor, C's
-        `/` and `%` are numpy's floor division, and the compiler can hoist them out of loops (the
-        floor helpers' branches keep GCC from hoisting index arithmetic of fused loops)."""
-        match e:
-            case Const(value, _):
-                return value >= 0
-            case Var():
-                return e in self._nonnegative_vars
-            case Binary(op, a, b, _) if op in ("+", "*", "//", "%", "min", "max"):
-                return self._nonnegative(a) and self._nonnegative(b)
-        return False
+    def _floordiv(self, op: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
+        checked = self.checked and dt.is_int(elem)
+        status = f", {self.STATUS}" if checked else ""
+        return f"{self.lib.floordiv(op, elem, lanes, checked)}({self._e(a)}, {self._e(b)}{status})"
 
     def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(dtype)
@@ -597,10 +374,6 @@ class CRenderer:
         return f"__builtin_convertvector({code}, {target})", PRIMARY
 
     def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
-        if name in ATOMIC_FUNCS:
-            return self._atomic(name, args), PRIMARY
-        if name.startswith(PRINT + " "):
-            return self._print(name[len(PRINT) + 1:], args), PRIMARY
         if name == PREFETCH:  # read, kept in every level of the caches
             (target,) = args
             return f"__builtin_prefetch(&{self._buffer(target.buffer)}[{self._e(single_index(target))}], 0, 3)", PRIMARY
@@ -610,8 +383,11 @@ class CRenderer:
         elem = dt.element_of(dt.compute_dtype(dtype))
         if name in VECTOR_MATH.get(elem, ()):  # the same code for vectors and scalars (c_vmath)
             return f"{vector_math(self.lib, name, elem, lanes)}({', '.join(self._e(a) for a in args)})", PRIMARY
-        if lanes == 1:
-            return self._math(name, elem, [self._e(a, UNARY if name in self.MATH_EXPRS else 0) for a in args])
+        return super()._call(name, args, dtype)
+
+    def _vector_call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
+        """A math intrinsic on a vector, lane by lane (libm has no vector functions)."""
+        lanes, elem = dt.lanes_of(dtype), dt.element_of(dt.compute_dtype(dtype))
         t = self.lib.vec(elem, lanes)
         params = ", ".join(f"{t} {x}" for x in "xy"[: len(args)])
         lane_expr, _ = self._math(name, elem, [f"{x}[l]" for x in "xy"[: len(args)]])
@@ -628,7 +404,7 @@ class CRenderer:
                                      f"{self.lib.value_vec(src, lanes)} x", lanes, lane)
         ctype = self.SCALAR_TYPES
         stored = "(_Float16)x" if src == "float16" else self._to_memory(src, 1, "x")
-        loaded = "(float)d" if dst == "float16" else self.lib._from_memory(dst, "d") if dst != "bool" else "d"
+        loaded, _ = STORAGE[dst].load(self.lib, "d")
         return self.lib._helper(name, lambda: (
             f"static inline {ctype[dt.compute_dtype(dst)]} {name}({ctype[dt.compute_dtype(src)]} x) {{\n"
             f"  {ctype[src]} s = {stored};\n  {ctype[dst]} d;\n  __builtin_memcpy(&d, &s, sizeof d);\n"
@@ -647,53 +423,19 @@ class CRenderer:
         return f"{helper}({', '.join([address, *(self._e(a) for a in args[1:])])})"
 
     def _print(self, text: str, args: tuple[PrimExpr, ...]) -> str:
-        """printf of text then the arguments (floats as %f, integers as %lld), one line, flushed."""
-        fmt = " ".join("%f" if dt.is_float(a.dtype) else "%lld" for a in args)
-        values = "".join(f", ({'double' if dt.is_float(a.dtype) else 'long long'}){self._e(a, UNARY)}" for a in args)
-        literal = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\n", "\\n")
-        return f'(printf("{literal}{fmt}\\n"{values}), fflush(stdout))'
-
-    def _math(self, name: str, elem: str, args: list[str]) -> tuple[str, int]:
-        """A scalar math call of type `elem` on argument texts."""
-        if dt.is_int(elem):  # only abs keeps integer arguments
-            if elem.startswith("uint"):
-                return args[0], UNARY
-            fn = "llabs" if elem == "int64" else "abs"
-            code = f"{fn}({args[0]})"
-            if elem in self.NARROW_INTS:
-                return f"({self.SCALAR_TYPES[elem]}){code}", UNARY
-            return code, PRIMARY
-        f = self.MATH_FLOAT_SUFFIX if elem == "float32" else ""
-        if name in self.MATH_EXPRS:
-            template, prec = self.MATH_EXPRS[name]
-            return template.format(*args, f=f, one=self._const(1.0, elem)[0]), prec
-        return f"{self.MATH_FUNCS[name]}{f}({', '.join(args)})", PRIMARY
+        """The base's printf, flushed."""
+        return f"({super()._print(text, args)}, fflush(stdout))"
 
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)
         if buf in self._registers:
-            code = self._register(buf, index)
-            if buf.dtype == "float16" and whole_register(index, self._registers[buf]):
-                return f"__builtin_convertvector({code}, {self.lib.value_vec('float16', lanes)})", PRIMARY
-            if buf.dtype == "float16" and lanes == 1:
-                return f"(float){code}", UNARY
-            if buf.dtype in dt.BITS_FLOATS and whole_register(index, self._registers[buf]):
-                return f"{self.lib.widen(buf.dtype, lanes)}({code})", PRIMARY
-            if buf.dtype in dt.BITS_FLOATS and lanes == 1:
-                return f"{self.lib.to_float(buf.dtype)}({code})", PRIMARY
-            if buf.dtype in dt.SUBBYTE_INTS and whole_register(index, self._registers[buf]):
-                return f"{self.lib.wrap(buf.dtype, lanes)}(({self.lib.value_vec(buf.dtype, lanes)}){code})", PRIMARY
-            if buf.dtype in dt.SUBBYTE_INTS and lanes == 1:
-                return f"{self.lib.wrap(buf.dtype, 1)}({code})", PRIMARY
-            return code, PRIMARY
-        if lanes == 1 and buf.dtype in dt.BITS_FLOATS:
-            return f"{self.lib.to_float(buf.dtype)}({name}[{self._e(index)}])", PRIMARY
-        if lanes == 1 and buf.dtype in dt.SUBBYTE_INTS:
-            return f"{self.lib.wrap(buf.dtype, 1)}({name}[{self._e(index)}])", PRIMARY
+            code, row = self._register(buf, index), STORAGE[buf.dtype]
+            if whole_register(index, self._registers[buf]):  # registers hold elements as in memory
+                return row.widen(self.lib, lanes, code), PRIMARY
+            return row.load(self.lib, code) if lanes == 1 else (code, PRIMARY)  # a gather widens its lanes
         if lanes == 1:
-            return (f"(float){name}[{self._e(index)}]", UNARY) if buf.dtype == "float16" else (
-                f"{name}[{self._e(index)}]", PRIMARY)
+            return STORAGE[buf.dtype].load(self.lib, f"{name}[{self._e(index)}]")
         if _contiguous(index):
             return f"{self.lib.load(buf.dtype, lanes)}({name} + {self._e(index.base, ADD + 1)})", PRIMARY
         return f"{self.lib.gather(buf.dtype, lanes)}({name}, {self._index_vector(index)})", PRIMARY
@@ -762,10 +504,6 @@ def _atomic_helper(name: str, elem: str, ctype: str) -> str:
     return (f"{head}{ctype} v) {{\n  {ctype} o, n;\n  __atomic_load(p, &o, __ATOMIC_RELAXED);\n"
             f"  do {{ n = {_ATOMIC_UPDATE[name]}; }} while (!__atomic_compare_exchange(p, &o, &n, 1, {seq_cst}, "
             f"__ATOMIC_RELAXED));\n  return o;\n}}")
-
-
-def _positive_const(e: PrimExpr) -> bool:
-    return isinstance(e, Const) and e.value > 0
 
 
 def _power_of_two(n: int) -> bool:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from ..tir import dtype as dt
 from . import c_narrow
+from .c_storage import STORAGE
 
 INCLUDES = ("math.h", "stdbool.h", "stdint.h", "stdio.h", "stdlib.h")
 
@@ -281,18 +282,12 @@ class CPrelude:
         return c_narrow.truncate(self, elem, lanes)
 
     def _from_memory(self, elem: str, lane: str) -> str:
-        """One lane's value as computed, from its element `lane` in memory."""
-        if elem == "bool":
-            return f"-{lane}"
-        if elem in dt.SUBBYTE_INTS:
-            return f"{self.wrap(elem, 1)}({lane})"
-        return f"{self.to_float(elem)}({lane})" if elem in dt.BITS_FLOATS else lane
+        """One lane's value as computed, from its element `lane` in memory (c_storage)."""
+        return STORAGE[elem].lane(self, lane)
 
     def _to_memory(self, elem: str, lane: str) -> str:
-        """One lane's value as stored, from its computed value `lane`."""
-        if elem in dt.BITS_FLOATS:
-            return f"{self.from_float(elem)}({lane})"
-        return f"{self.truncate(elem, 1)}({lane})" if elem in dt.SUBBYTE_INTS else lane
+        """One lane's value as stored, from its computed value `lane` (c_storage)."""
+        return STORAGE[elem].store(self, lane)
 
     def load(self, elem: str, lanes: int) -> str:
         """`T ember_load_<elem>x<lanes>(const S* p)`: lanes contiguous elements from p."""
@@ -301,16 +296,7 @@ class CPrelude:
         if not _power_of_two(lanes):
             return self.lanewise(name, t, f"const {s}* p", lanes, self._from_memory(elem, "p[l]"))
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
-        if elem == "bool":
-            body = f"*(const {u}*)p != 0"
-        elif elem in dt.BITS_FLOATS:
-            body = f"{self.widen(elem, lanes)}(*(const {u}*)p)"
-        elif elem in dt.SUBBYTE_INTS:
-            body = f"{self.wrap(elem, lanes)}(({t})*(const {u}*)p)"
-        elif elem == "float16":
-            body = f"__builtin_convertvector(*(const {u}*)p, {t})"
-        else:
-            body = f"*(const {u}*)p"
+        body = STORAGE[elem].widen(self, lanes, f"*(const {u}*)p")
         return self._helper(name, lambda: f"static inline {t} {name}(const {s}* p) {{ return {body}; }}")
 
     def store(self, elem: str, lanes: int) -> str:
@@ -324,16 +310,7 @@ class CPrelude:
                 f"  for (int l = 0; l < {lanes}; ++l) p[l] = {lane};\n}}"
             ))
         u = self.unaligned_vec("int8" if elem == "bool" else elem, lanes)
-        if elem == "bool":
-            value = "v & 1"
-        elif elem in dt.BITS_FLOATS:
-            value = f"{self.narrow(elem, lanes)}(v)"
-        elif elem in dt.SUBBYTE_INTS:
-            value = f"{self.truncate(elem, lanes)}(v)"
-        elif elem == "float16":
-            value = f"__builtin_convertvector(v, {self.vec('float16', lanes)})"
-        else:
-            value = "v"
+        value = STORAGE[elem].narrow(self, lanes, "v")
         return self._helper(name, lambda: (
             f"static inline void {name}({s}* p, {t} v) {{ *({u}*)p = {value}; }}"
         ))
@@ -490,3 +467,16 @@ class CPrelude:
 
 def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
+
+
+def scalar_floordiv(op: str, elem: str, name: str, ctype: str) -> str:
+    """The text of the scalar helper `name`: numpy's `//` (op "//") or `%` on `elem`, in C that
+    any C-like target compiles (CUDA qualifies it as a device function)."""
+    if dt.is_float(elem):
+        template = _FLOAT_FLOORDIV if op == "//" else _FLOAT_FLOORMOD
+    elif elem.startswith("uint"):
+        template = _UINT_FLOORDIV if op == "//" else _UINT_FLOORMOD
+    else:
+        template = _INT_FLOORDIV if op == "//" else _INT_FLOORMOD
+    minimum = f"INT{dt.bits(elem)}_MIN" if elem in SIGNED_INTS else ""
+    return template.format(T=ctype, name=name, f="f" if elem == "float32" else "", MIN=minimum, M="")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..tir.expr import PrimExpr, Var, call, cast, const, convert, select, unify
 from ..tir.expr import all_ as _all
 from ..tir.expr import binary as _binary
-from .schedule import Stage, TESchedule
+from .schedule import Stage, TESchedule, ThreadAxis
 from .tensor import (
     CommReducer,
     ComputeOp,
@@ -38,6 +38,11 @@ def create_schedule(ops) -> TESchedule:
     if not isinstance(ops, list | tuple):
         ops = [ops]
     return TESchedule(list(ops))
+
+
+def thread_axis(tag: str) -> ThreadAxis:
+    """A GPU index to bind an axis to: "blockIdx.x/y/z" or "threadIdx.x/y/z"."""
+    return ThreadAxis(tag)
 
 
 def if_then_else(cond, t, f) -> PrimExpr:
@@ -136,5 +141,6 @@ __all__ = [
     "compute", "const", "cos", "create_prim_func", "create_schedule", "erf", "exp", "exp2", "expm1", "extern", "floor",
     "floordiv", "floormod", "if_then_else", "log",
     "log1p", "log2", "max", "min", "placeholder", "pow", "power", "prod", "reduce_axis", "round", "rsqrt",
-    "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "trunc", "truncdiv", "truncmod", "var",
+    "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod",
+    "var",
 ]

@@ -16,9 +16,21 @@ from ..tir.functor import free_vars
 from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
-from ..tir.stmt import For, IterVar, PrimFunc
+from ..tir.stmt import THREAD_TAGS, For, IterVar, PrimFunc
 from .tensor import ComputeOp, ExternOp, Operation, PlaceholderOp, Tensor, input_tensors_of
 from .to_tir import create_prim_func
+
+
+class ThreadAxis:
+    """A GPU block or thread index (`te.thread_axis("threadIdx.x")`), what Stage.bind takes."""
+
+    def __init__(self, tag: str):
+        if tag not in THREAD_TAGS:
+            raise ScheduleError(f"unknown thread index {tag!r}; the indices are {THREAD_TAGS}")
+        self.tag = tag
+
+    def __repr__(self):
+        return f"thread_axis({self.tag!r})"
 
 
 class StageOp:
@@ -116,6 +128,12 @@ class Stage:
 
     def unroll(self, axis):
         self.sch.unroll(self._loop(axis))
+
+    def bind(self, axis, thread_axis: ThreadAxis):
+        """s[C].bind(bx, te.thread_axis("blockIdx.x")): run the axis on GPU blocks or threads."""
+        if not isinstance(thread_axis, ThreadAxis):
+            raise ScheduleError(f"bind takes a te.thread_axis, got {type(thread_axis).__name__}")
+        self.sch.bind(self._loop(axis), thread=thread_axis.tag)
 
     def pragma(self, axis, key: str, value=True):
         """pragma(axis, "auto_unroll_max_step", 16): the unroll limit annotation."""

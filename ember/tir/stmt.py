@@ -66,6 +66,14 @@ class BufferRegion:
     region: tuple[Range, ...]
 
 
+# A loop of kind "thread_binding" runs its iterations on GPU blocks or threads: its annotation
+# "thread_tag" names which index it is (one of THREAD_TAGS). Two bound loops of one tag in a kernel
+# are the same hardware index, as in TVM; the loop-IR interpreter runs them as serial loops.
+THREAD_BINDING = "thread_binding"
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = (*BLOCK_TAGS, "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class For(Stmt):
     loop_var: Var
@@ -77,6 +85,11 @@ class For(Stmt):
 
     def annotation(self, key, default=None):
         return dict(self.annotations).get(key, default)
+
+    @property
+    def thread_tag(self) -> str | None:
+        """The GPU index a thread-bound loop runs over ("threadIdx.x"), else None."""
+        return self.annotation("thread_tag") if self.kind == THREAD_BINDING else None
 
     def with_body(self, body: Stmt) -> For:
         return self if body is self.body else replace(self, body=body)

@@ -53,6 +53,9 @@ def test_doctor(capsys):
     out = capsys.readouterr().out
     assert "C compiler" in out and "OpenMP" in out and "SIMD" in out
     assert "[ok] call path: calls are checked and made in C" in out
+    # the CUDA target's pieces: each there, or why not (no GPU is no failure of the doctor)
+    assert "NVRTC: NVRTC 1" in out or "NVRTC: NVRTC is not installed" in out
+    assert "GPU:" in out and ("compute capability" in out or "no CUDA driver" in out or "no GPU" in out)
 
 
 def test_doctor_says_when_calls_take_the_python_path(capsys, monkeypatch):

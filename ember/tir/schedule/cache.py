@@ -20,7 +20,7 @@ from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, same_
 from .registry import primitive
 from .state import BlockRV, Schedule
 
-SCOPES = ("global", "local")
+SCOPES = ("global", "local", "shared")  # shared: a GPU block's memory
 
 
 def _copy_nest(name: str, src: Buffer, dst: Buffer) -> Stmt:
@@ -50,7 +50,7 @@ def _redirect(block: Block, old: Buffer, new: Buffer, *, loads: bool, stores: bo
 
 def _check_scope(scope: str) -> None:
     if scope not in SCOPES:
-        raise ScheduleError(f"unknown storage scope {scope!r}; CPU scopes are {SCOPES}")
+        raise ScheduleError(f"unknown storage scope {scope!r}; the scopes are {SCOPES}")
 
 
 def _check_name_free(sch: Schedule, name: str, primitive: str) -> None:

@@ -17,7 +17,8 @@ from dataclasses import replace
 from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Const
-from ..region import accesses, region_under, union
+from ..region import Interval, accesses, interval_of, region_under, union
+from ..stmt import For
 from .nest import (
     check_sole_writer,
     check_writes_its_point,
@@ -73,9 +74,28 @@ def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
     path = sch.find_path(lambda s: s is target)
     ana = loop_analyzer(path)
     region = _merged((region_under(target.body, b, loads=True, stores=False, ana=ana) for b in outs), ana)
+    if any(b.scope == "shared" for b in outs):
+        region = _relax_threads(region, path, ana)
     spatial = [iv.var for iv in realize.block.iter_vars if iv.kind == "spatial"]
     nest = nest_over(realize, dict(zip(spatial, region)), ana)
     replace_loop_body(sch, target, insert_in_body(target.body, nest, before_reader_of=set(outs)))
+
+
+def _relax_threads(region, path, ana: Analyzer):
+    """A shared buffer is the block's, written by all its threads together: the region every
+    thread of the block reads, i.e. relaxed over the loops bound to threadIdx around the
+    attachment (as TVM's bound inference relaxes them for shared scope)."""
+    dom = {f.loop_var: Interval(f.min, f.min + f.extent - 1) for f in path
+           if isinstance(f, For) and (f.thread_tag or "").startswith("threadIdx")}
+    if not dom:
+        return region
+    relaxed = []
+    for r in region:
+        lo, hi = interval_of(r.lo, dom, ana), interval_of(r.hi, dom, ana)
+        if lo is None or hi is None:
+            raise ScheduleError("compute_at: the shared region read by the block's threads cannot be bounded")
+        relaxed.append(Interval(ana.simplify(lo.lo), ana.simplify(hi.hi)))
+    return relaxed
 
 
 @primitive

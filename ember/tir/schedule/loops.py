@@ -1,5 +1,5 @@
 """Loop primitives: get_block, get_loops, split, fuse, reorder, parallel, vectorize, unroll,
-annotate.
+bind (to a GPU block or thread index), annotate.
 
 Loops always start at 0; a block's iteration variables are bound to expressions of the loop
 variables around it. split and fuse only rewrite those bindings (and the loop nest); when a
@@ -16,7 +16,7 @@ from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Var, as_int, const
 from ..functor import free_vars, mutate_stmt, stmt_children, substitute_stmt, uses_var
-from ..stmt import BlockRealize, For, Stmt
+from ..stmt import THREAD_BINDING, THREAD_TAGS, BlockRealize, For, Stmt
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule
 
@@ -187,19 +187,20 @@ def _reduce_bound(sch: Schedule, f: For) -> list[str]:
     return names
 
 
-def _set_kind(sch: Schedule, loop: LoopRV, kind: str) -> None:
+def _set_kind(sch: Schedule, loop: LoopRV, kind: str, annotations: tuple = ()) -> None:
     f = sch.get_for(loop)
-    if kind in ("parallel", "vectorized"):
+    if kind in ("parallel", "vectorized", THREAD_BINDING):
         blocks = _reduce_bound(sch, f)
         if blocks:
-            verb = "parallelize" if kind == "parallel" else "vectorize"
+            verb = {"parallel": "parallelize", "vectorized": "vectorize"}.get(kind, "bind")
             raise ScheduleError(
                 f"cannot {verb} loop {f.loop_var.name}: it runs over a reduction axis of block "
                 f"{blocks[0]!r}, so its iterations write the same element (use rfactor first)"
             )
     if kind == "vectorized" and as_int(f.extent) is None:
         raise ScheduleError(f"cannot vectorize loop {f.loop_var.name}: its extent {f.extent} is not constant")
-    sch.replace(f, replace(f, kind=kind))
+    keys = {k for k, _ in annotations}
+    sch.replace(f, replace(f, kind=kind, annotations=tuple(a for a in f.annotations if a[0] not in keys) + annotations))
 
 
 @primitive
@@ -218,6 +219,21 @@ def vectorize(sch: Schedule, loop: LoopRV) -> None:
 def unroll(sch: Schedule, loop: LoopRV) -> None:
     """Unroll a loop completely."""
     _set_kind(sch, loop, "unrolled")
+
+
+@primitive
+def bind(sch: Schedule, loop: LoopRV, thread: str) -> None:
+    """Run a loop's iterations on GPU blocks or threads: `thread` is one of blockIdx.x/y/z,
+    threadIdx.x/y/z. The loop's extent must be constant (the launch's grid and block are read off
+    the bound loops); loops bound to one tag in a kernel are one hardware index.
+
+    for i in range(256)  ->  for i in thread_binding(256, thread_tag='threadIdx.x')"""
+    if thread not in THREAD_TAGS:
+        raise ScheduleError(f"bind: unknown thread index {thread!r}; the indices are {THREAD_TAGS}")
+    f = sch.get_for(loop)
+    if as_int(f.extent) is None:
+        raise ScheduleError(f"cannot bind loop {f.loop_var.name} to {thread}: its extent {f.extent} is not constant")
+    _set_kind(sch, loop, THREAD_BINDING, (("thread_tag", thread),))
 
 
 @primitive

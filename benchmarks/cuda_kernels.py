@@ -1,0 +1,200 @@
+"""ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain and
+a row softmax (a row per block, and a row per thread) over 4096x4096 fp32 against device copy
+bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory tiled schedule (ember.cuda.schedules.gemm:
+128x128 block tiles, 8x8 register tiles per thread, 8-wide K panels) against cuBLAS fp32
+(`torch.matmul`, TF32 off), with two smaller tilings next to it. Every kernel is checked against
+torch before it is timed; times are medians of CUDA-event intervals. A part that fails prints its
+error and the others still run.
+
+    python benchmarks/cuda_kernels.py [--size 4096] [--runs 30]
+
+Needs a GPU, torch with CUDA, cuda-bindings and NVRTC; runs in well under 3 minutes on an H100.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def timed(fn, runs: int) -> float:
+    """Median seconds of fn() between CUDA events, after warm-up calls."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def build(make):
+    """An ember CUDA kernel of a schedule, and the seconds it took to lower and compile."""
+    import ember
+
+    t0 = time.perf_counter()
+    s, args = make()
+    f = ember.build(s, args, target="cuda")
+    return f, time.perf_counter() - t0
+
+
+def elementwise(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    def make():
+        A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+        C = te.compute((n, n), lambda i, j: te.exp(A[i, j]) * B[i, j] + A[i, j], name="C")
+        s = te.create_schedule(C.op)
+        schedules.elementwise(s, C, 256)
+        return s, [A, B, C]
+
+    f, build_s = build(make)
+    a, b, c = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    f(a, b, c)
+    torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
+    gb = 3 * a.numel() * 4 / 1e9
+    t = timed(lambda: f(a, b, c), runs)
+    rows.append(("elementwise exp(a)*b+a", "ember", t, gb / t, build_s))
+    t = timed(lambda: torch.add(torch.mul(torch.exp(a), b), a, out=c), runs)
+    rows.append(("elementwise exp(a)*b+a", "torch eager (3 kernels)", t, gb / t, None))
+
+
+def softmax(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    def make(per_block: bool):
+        A = te.placeholder((n, n), name="A")
+        k = te.reduce_axis((0, n), name="k")
+        mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
+        e = te.compute((n, n), lambda i, j: te.exp(A[i, j] - mx[i]), name="e")
+        k2 = te.reduce_axis((0, n), name="k2")
+        total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
+        out = te.compute((n, n), lambda i, j: e[i, j] / total[i], name="out")
+        s = te.create_schedule(out.op)
+        s[e].compute_inline()
+        if per_block:
+            schedules.row_block(s, out, [mx, total], 256)
+        else:
+            schedules.rows(s, out, [total, mx], 64)
+        return s, [A, out]
+
+    a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    gb = 2 * a.numel() * 4 / 1e9
+    for per_block, impl in ((True, "ember (a row per block)"), (False, "ember (a row per thread)")):
+        try:
+            f, build_s = build(lambda per_block=per_block: make(per_block))
+            out.zero_()
+            f(a, out)
+            torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
+            t = timed(lambda f=f: f(a, out), runs)
+            rows.append(("row softmax", impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the other's
+            print(f"--- softmax, {impl}, failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.softmax(a, 1), runs)
+    rows.append(("row softmax", "torch.softmax", t, gb / t, None))
+
+
+def copy(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    a = torch.randn(n, n, device="cuda")
+    t = timed(lambda: a.clone(), runs)
+    rows.append(("device copy (clone)", "torch", t, 2 * a.numel() * 4 / 1e9 / t, None))
+
+
+TILES = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 8, 4, 4))  # BM, BN, BK, TM, TN
+
+
+def gemm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b, c = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    expected = torch.matmul(a, b)
+    tflop = 2 * n**3 / 1e12
+    name = f"fp32 GEMM {n}^3"
+    for BM, BN, BK, TM, TN in TILES:
+        def make(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN):
+            A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+            k = te.reduce_axis((0, n), name="k")
+            C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+            s = te.create_schedule(C.op)
+            schedules.gemm(s, A, B, C, BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
+            return s, [A, B, C]
+
+        try:
+            f, build_s = build(make)
+            c.zero_()
+            f(a, b, c)
+            torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+            t = timed(lambda f=f: f(a, b, c), runs)
+            rows.append((name, f"ember {BM}x{BN}x{BK}, {TM}x{TN}/thread", t, tflop / t, build_s))
+        except Exception:  # one tiling's failure must not hide the others'
+            print(f"--- gemm {BM}x{BN}x{BK} {TM}x{TN} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.matmul(a, b, out=c), runs)
+    rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--runs", type=int, default=30)
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no GPU: torch.cuda.is_available() is False")
+        return 1
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    rows: list = []
+    failed = False
+    for part in (copy, elementwise, softmax, gemm):
+        try:
+            part(args.size, args.runs, rows)
+        except Exception:  # one part's failure must not hide the others' numbers
+            failed = True
+            print(f"--- {part.__name__} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    copy_bw = next((r[3] for r in rows if r[0].startswith("device copy")), None)
+    print(f"\n{'kernel':26} {'implementation':30} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
+          f"{'build s':>8}")
+    for name, impl, t, rate, build_s in rows:
+        peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
+        if name.startswith(("elementwise", "row softmax")) and copy_bw:
+            ratio = f"{rate / copy_bw:.0%}cp"
+        elif peer is not None and build_s is not None:
+            ratio = f"{rate / peer[3]:.0%}"
+        else:
+            ratio = ""
+        print(f"{name:26} {impl:30} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
+              f"{'' if build_s is None else f'{build_s:.2f}':>8}")
+    print("\nGB/s: bytes read + written per second; 'cp': of the device copy bandwidth; GEMM: of cuBLAS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The CUDA driver API (cuda.bindings.driver): the device, its primary context, modules, launches.
+
+The device's primary context is the one torch and CuPy use, so memory moves between them and
+ember's kernels by pointer. Nothing here runs at import: `device()` initializes the driver the
+first time a kernel is loaded or called, and says why when it cannot (DeviceError: the bindings
+missing, no driver, no GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+
+from ..errors import DeviceError
+
+
+def driver():
+    """The cuda.bindings driver module, or a DeviceError saying how to install it."""
+    try:
+        from cuda.bindings import driver as module
+    except ImportError as e:
+        raise DeviceError(f"the CUDA driver bindings are not installed ({e}); install ember's cuda extra: "
+                          "pip install 'ember[cuda]'") from e
+    return module
+
+
+def check(result, what: str):
+    """The values a driver call returned after its status; a DeviceError naming the call and the
+    CUDA error when it failed."""
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver().CUresult.CUDA_SUCCESS:
+        _, name = driver().cuGetErrorName(err)
+        _, text = driver().cuGetErrorString(err)
+        raise DeviceError(f"{what} failed: {name.decode() if name else err} ({text.decode() if text else ''})")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(frozen=True)
+class Device:
+    ordinal: int
+    handle: object
+    context: object
+    name: str
+    compute_capability: tuple[int, int]
+    shared_per_block: int  # bytes of static shared memory a block may use
+    shared_per_block_optin: int  # bytes with the opt-in attribute (dynamic shared memory)
+    threads_per_block: int
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    def activate(self) -> None:
+        """Make the primary context current on the calling thread."""
+        check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+
+@functools.cache
+def device(ordinal: int = 0) -> Device:
+    """GPU `ordinal` with its primary context retained, or a DeviceError saying why there is none."""
+    cu = driver()
+    try:
+        check(cu.cuInit(0), "cuInit")
+    except RuntimeError as e:  # the bindings found no libcuda.so
+        raise DeviceError(f"no CUDA driver: {e} (is an NVIDIA driver installed?)") from e
+    count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    if count <= ordinal:
+        raise DeviceError(f"no GPU {ordinal}: the CUDA driver sees {count} device(s)")
+    handle = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    context = check(cu.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
+    attr = cu.CUdevice_attribute
+
+    def get(a):
+        return check(cu.cuDeviceGetAttribute(a, handle), "cuDeviceGetAttribute")
+
+    name = check(cu.cuDeviceGetName(256, handle), "cuDeviceGetName")
+    dev = Device(ordinal, handle, context, name.split(b"\0")[0].decode(),
+                 (get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                  get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+                 get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+                 get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                 get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK))
+    dev.activate()
+    return dev
+
+
+def driver_version() -> str:
+    v = check(driver().cuDriverGetVersion(), "cuDriverGetVersion")
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+class Module:
+    """A loaded cubin or PTX and one of its functions."""
+
+    def __init__(self, binary: bytes, symbol: str, dev: Device):
+        dev.activate()
+        image = ctypes.create_string_buffer(binary, len(binary) + 1)  # PTX is read up to its NUL
+        self.module = check(driver().cuModuleLoadData(ctypes.addressof(image)), f"cuModuleLoadData of kernel {symbol}")
+        self.function = check(driver().cuModuleGetFunction(self.module, symbol.encode()),
+                              f"cuModuleGetFunction of kernel {symbol}")
+        self.symbol = symbol
+
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[tuple[int, type]],
+               stream: int = 0) -> None:
+        """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default). The
+        driver copies the arguments at the launch, from the array of their addresses."""
+        values = [t(v) for v, t in args]
+        addresses = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+        check(driver().cuLaunchKernel(self.function, *grid, *block, 0, driver().CUstream(stream),
+                                      ctypes.addressof(addresses), 0),
+              f"launching kernel {self.symbol} (grid {grid}, block {block})")
+
+
+POINTER, INT64 = ctypes.c_void_p, ctypes.c_int64

@@ -1,0 +1,169 @@
+"""One GPU kernel: lowered, checked against the GPU's limits, rendered, compiled, launched.
+
+`build_cuda(func)` takes a lowered function whose loops are bound to blocks and threads
+(`sch.bind`), gives its scratch a scope (ember.cuda.scopes), inserts its barriers
+(ember.cuda.sync), checks the launch against the target's limits, renders CUDA C and compiles it
+with NVRTC for the device's architecture (sm_90 where there is no device, so a machine without a
+GPU still compiles every kernel). The kernel it
+returns takes, per buffer, a torch CUDA tensor, a CuPy array or anything with
+`__cuda_array_interface__` (used in place, no copy) or a NumPy array (copied to the GPU and, when
+the kernel writes it, back). It runs on `stream=` when given, else on torch's current stream
+when an argument is a torch tensor, else on the default stream; NumPy arguments make the call
+synchronous. The driver is first touched at the first call: no driver or no GPU is a DeviceError
+then, never at import or build.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..codegen.common import written_buffers
+from ..errors import ArgumentTypeError, DeviceError, LowerError, ScheduleError, ShapeError
+from ..tir import dtype as dt
+from ..tir.expr import as_int
+from ..tir.functor import visit_stmt
+from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
+from .codegen import CUDARenderer, launch_dims, threads_per_block
+from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .scopes import infer_scopes
+from .sync import insert_syncs
+
+MAX_THREADS_PER_BLOCK = 1024  # every GPU since Fermi
+MAX_STATIC_SHARED = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
+MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
+MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
+def check_limits(func: PrimFunc, dims: dict[str, int]) -> None:
+    """A ScheduleError naming the limit a kernel's launch or shared memory is past."""
+    threads = threads_per_block(dims)
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ScheduleError(f"kernel {func.name} binds {threads} threads per block "
+                            f"({', '.join(f'{t}={n}' for t, n in dims.items() if t not in BLOCK_TAGS)}): "
+                            f"past the limit of {MAX_THREADS_PER_BLOCK} threads per block")
+    for tag, n in dims.items():
+        limit = MAX_GRID.get(tag) or MAX_BLOCK[tag]
+        if n > limit:
+            raise ScheduleError(f"kernel {func.name} binds {n} to {tag}: past the limit of {limit} for {tag}")
+    shared: list = []
+    visit_stmt(func.body, lambda s: shared.append(s.buffer) if isinstance(s, Allocate)
+               and s.buffer.scope == "shared" else None)
+    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in shared)
+    if total > MAX_STATIC_SHARED:
+        raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory "
+                            f"({', '.join(b.name for b in shared)}): past the limit of {MAX_STATIC_SHARED} bytes "
+                            f"of static shared memory per block")
+
+
+def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) -> CUDAKernel:
+    """A GPU kernel of one lowered function (see the module doc). `arch`: the architecture to
+    compile for (default: the GPU's, sm_90 without one); `ptx`: ship PTX, which the driver
+    compiles for its device at load."""
+    if func.size_vars:
+        raise LowerError(f"CUDA kernels take static shapes for now; {func.name} has the sizes "
+                         f"{[v.name for v in func.size_vars]}")
+    func = insert_syncs(infer_scopes(func))
+    dims = launch_dims(func)
+    check_limits(func, dims)
+    source = CUDARenderer().render_unit(func)
+    if arch is None:
+        arch = _device_arch()
+    return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch)
+
+
+def _device_arch() -> str:
+    from .driver import device
+
+    try:
+        return device().arch
+    except DeviceError:
+        return DEFAULT_ARCH
+
+
+class CUDAKernel:
+    """A compiled GPU kernel: `f(*arrays, stream=None)`; `f.source` is its CUDA C, `f.binary` the
+    cubin (or PTX), `f.grid` and `f.block` its launch."""
+
+    target = "cuda"
+
+    def __init__(self, func: PrimFunc, source: str, binary: bytes, dims: dict[str, int], arch: str):
+        self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
+        self.grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+        self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
+        self.symbol = CUDARenderer.symbol(func)
+        self._module = None
+
+    def __repr__(self):
+        return f"<CUDAKernel {self.name} grid={self.grid} block={self.block} {self.arch}>"
+
+    def __call__(self, *arrays, stream: int | None = None) -> None:
+        from .driver import POINTER, Module, check, device, driver
+
+        if len(arrays) != len(self.func.params):
+            raise ArgumentTypeError(f"kernel {self.name} takes {len(self.func.params)} arrays, got {len(arrays)}")
+        dev = device()
+        dev.activate()
+        if self._module is None:
+            self._module = Module(self.binary, self.symbol, dev)
+        cu = driver()
+        copies, pointers = [], []
+        try:
+            for k, (buf, a) in enumerate(zip(self.func.params, arrays)):
+                if isinstance(a, np.ndarray):
+                    _check(buf, a.shape, a.dtype, a.flags.c_contiguous, k, self.name)
+                    ptr = check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc")
+                    copies.append((ptr, a, buf))
+                    check(cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+                    pointers.append(int(ptr))
+                else:
+                    pointers.append(_device_pointer(buf, a, k, self.name))
+            if stream is None:
+                stream = _torch_stream(arrays, dev.ordinal)
+            self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
+            if copies:
+                check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
+                written = written_buffers(self.func)
+                for ptr, a, buf in copies:
+                    if buf in written:
+                        check(cu.cuMemcpyDtoH(a.ctypes.data, ptr, a.nbytes), "cuMemcpyDtoH")
+        finally:
+            for ptr, _, _ in copies:
+                cu.cuMemFree(ptr)
+
+
+def _check(buf, shape, dtype, contiguous: bool, k: int, name: str) -> None:
+    want = tuple(as_int(d) for d in buf.shape)
+    if tuple(shape) != want:
+        raise ShapeError(f"kernel {name}: argument {k} ({buf.name}) has shape {tuple(shape)}, expected {want}")
+    if np.dtype(dtype) != np.dtype(dt.to_numpy(buf.dtype)):
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is {np.dtype(dtype)}, expected {buf.dtype}")
+    if not contiguous:
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is not contiguous (row-major)")
+
+
+def _device_pointer(buf, a, k: int, name: str) -> int:
+    """The device address of a GPU array (its __cuda_array_interface__), checked against buf."""
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None:
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is a {type(a).__name__}; a CUDA kernel "
+                                f"takes GPU arrays (torch CUDA tensors, CuPy, __cuda_array_interface__) or NumPy")
+    shape = tuple(cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    contiguous = strides is None or tuple(strides) == tuple(
+        int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
+    _check(buf, shape, dtype, contiguous, k, name)
+    return int(cai["data"][0])
+
+
+def _torch_stream(arrays: Sequence, ordinal: int) -> int:
+    """torch's current stream when an argument is a torch tensor, else 0 (the default)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and any(isinstance(a, torch.Tensor) for a in arrays):
+        return int(torch.cuda.current_stream(ordinal).cuda_stream)
+    return 0
+
+

@@ -1,0 +1,94 @@
+"""GPU schedules of a few kernel shapes, written once for the tests and the benchmarks (and the
+defaults a CUDA backend will choose from): each takes a te schedule and the tensor to schedule.
+
+- `elementwise`: every axis fused, split into blocks of `threads` threads;
+- `rows`: a row per thread (a reduction over the last axis, softmax), its reductions in
+  registers, rows split into blocks of `threads` (coalesced only across rows: a first schedule,
+  until reductions across a block's threads exist);
+- `row_block`: a row per block (softmax, normalizations), its reductions across the block's
+  threads in two phases through shared memory; reads coalesced;
+- `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
+  (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
+  stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
+  block's threads together; the barriers come from ember.cuda.sync.
+"""
+
+from __future__ import annotations
+
+from ..errors import ScheduleError
+from ..te.schedule import TESchedule, ThreadAxis
+from ..tir.expr import as_int
+
+
+def elementwise(s: TESchedule, out, threads: int = 256) -> None:
+    stage = s[out]
+    fused = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
+    block, thread = stage.split(fused, factor=threads)
+    stage.bind(block, ThreadAxis("blockIdx.x"))
+    stage.bind(thread, ThreadAxis("threadIdx.x"))
+
+
+def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:
+    """A row of `out` (its leading axes fused; a row reduction's output has no last axis) per
+    thread, with the `producers` it reads (row reductions: their value stays in a register)
+    computed at that thread, and inlined where they are elementwise (`inline`)."""
+    stage = s[out]
+    axes = stage.op.axis if not stage.op.reduce_axis else (*stage.op.axis, None)
+    leading = axes[:-1]
+    row = stage.fuse(*leading) if len(leading) > 1 else leading[0]
+    block, thread = stage.split(row, factor=threads)
+    stage.bind(block, ThreadAxis("blockIdx.x"))
+    stage.bind(thread, ThreadAxis("threadIdx.x"))
+    for t in producers:
+        s[t].compute_at(stage, thread)
+
+
+def row_block(s: TESchedule, out, reductions, threads: int = 256) -> None:
+    """A row of a 2-D `out` per block, its columns split over `threads` threads; each row
+    reduction in `reductions` (given in the order they run: a later one may read an earlier
+    one) is computed per block as TVM's cross-thread reductions are, in two phases: each thread
+    reduces a strided part of the row into a shared buffer (rfactor), then every thread reduces
+    those partials into its own register. The barriers between phases come from ember.cuda.sync."""
+    stage = s[out]
+    row, col = stage.op.axis
+    outer, thread = stage.split(col, factor=threads)
+    stage.reorder(row, thread, outer)
+    stage.bind(row, ThreadAxis("blockIdx.x"))
+    stage.bind(thread, ThreadAxis("threadIdx.x"))
+    for red in reversed(reductions):  # a reduction is placed after the ones it reads
+        (axis,) = s[red].op.reduce_axis
+        _, part = s[red].split(axis, factor=threads)
+        partials = s.rfactor(red, part, factor_axis=1)
+        s[red].compute_at(stage, row)
+        s[partials].compute_at(stage, row)
+        s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
+
+
+def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8) -> None:
+    M, N = (as_int(d) for d in C.shape)
+    if M % BM or N % BN or BM % TM or BN % TN:
+        raise ScheduleError(f"gemm: tiles {BM}x{BN} (threads' {TM}x{TN}) must divide {M}x{N}")
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, ii = s[C].split(i, factor=BM)
+    ti, ri = s[C].split(ii, factor=TM)
+    bj, jj = s[C].split(j, factor=BN)
+    tj, rj = s[C].split(jj, factor=TN)
+    s[C].reorder(bi, bj, ti, tj, ri, rj)
+    for axis, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[C].bind(axis, ThreadAxis(tag))
+    s[CL].compute_at(s[C], tj)
+    ci, cj = s[CL].op.axis
+    (k,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(k, factor=BK)
+    s[CL].reorder(ko, ki, ci, cj)
+    for axis in (ki, ci, cj):
+        s[CL].unroll(axis)
+    ty, tx = BM // TM, BN // TN
+    for S in (AS, BS):
+        s[S].compute_at(s[CL], ko)
+        _, rest = s[S].split(s[S].fuse(*s[S].op.axis), factor=ty * tx)
+        y, x = s[S].split(rest, factor=tx)
+        s[S].bind(y, ThreadAxis("threadIdx.y"))
+        s[S].bind(x, ThreadAxis("threadIdx.x"))

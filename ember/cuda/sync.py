@@ -1,0 +1,119 @@
+"""Barriers: `__syncthreads()` where a shared buffer written by some threads is read by others.
+
+A lowered GPU kernel is straight-line code that every thread of a block runs (its thread-bound
+loops are indices, not loops), so a shared buffer's hazards are between statements of one
+sequence, and between iterations of a serial loop:
+
+- in a sequence, a statement that reads a shared buffer written since the last barrier (a
+  read after write), or writes one read since then (a write after read), gets a barrier before it;
+- a serial loop whose body reads and writes a shared buffer gets a barrier at the end of its body,
+  so the next iteration's writes wait for this one's reads (the k loop of a tiled GEMM loads the
+  next tiles over the ones just read).
+
+An access at the thread's own index (`X[tx]`, where tx is bound to the block's only thread
+dimension: a thread's partial of a cross-thread reduction) is private: two private accesses never
+race, a private one and another do. Otherwise the pass is conservative: a barrier is placed
+wherever a hazard may cross threads (which thread touches which element is not analysed). It is
+TVM's storage-sync pass restricted to shared memory, and it assumes a barrier's statement is
+reached by every thread of the block (a bound loop shorter than the block's dimension guards its
+body: keep barriers out of such loops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..tir.expr import Buffer, BufferLoad, Call, Var
+from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
+from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from .codegen import SYNC, launch_dims
+
+BARRIER = Evaluate(Call(SYNC, (), "int32"))
+
+
+@dataclass
+class _Touches:
+    """The shared buffers a statement reads and writes, at the thread's own index or not."""
+
+    reads: set[Buffer] = field(default_factory=set)
+    writes: set[Buffer] = field(default_factory=set)
+    private_reads: set[Buffer] = field(default_factory=set)
+    private_writes: set[Buffer] = field(default_factory=set)
+
+    def races(self, later: _Touches) -> bool:
+        """Whether `later`, run after self with no barrier between, may race with it."""
+        return bool(later.reads & (self.writes | self.private_writes) or later.private_reads & self.writes
+                    or later.writes & (self.reads | self.private_reads) or later.private_writes & self.reads)
+
+    def add(self, other: _Touches) -> None:
+        self.reads |= other.reads
+        self.writes |= other.writes
+        self.private_reads |= other.private_reads
+        self.private_writes |= other.private_writes
+
+
+def insert_syncs(func: PrimFunc) -> PrimFunc:
+    """func with a barrier at each shared-memory hazard (see the module doc)."""
+    found: list[Stmt] = []
+    visit_stmt(func.body, found.append)
+    shared = {s.buffer for s in found if isinstance(s, Allocate) and s.buffer.scope == "shared"}
+    if not shared:
+        return func
+    threads = [tag for tag, n in launch_dims(func).items() if tag.startswith("threadIdx") and n > 1]
+    own = {s.loop_var for s in found if isinstance(s, For) and len(threads) == 1 and s.thread_tag == threads[0]}
+    body = _sync(func.body, shared, own)
+    return func if body is func.body else PrimFunc(func.name, func.params, body, func.attrs)
+
+
+def _touches(s: Stmt, shared: set[Buffer], own: set[Var]) -> _Touches:
+    t = _Touches()
+
+    def private(index) -> bool:
+        return len(index) == 1 and isinstance(index[0], Var) and index[0] in own
+
+    def on_expr(e):
+        if isinstance(e, BufferLoad) and e.buffer in shared:
+            (t.private_reads if private(e.indices) else t.reads).add(e.buffer)
+
+    def on_stmt(x):
+        if isinstance(x, BufferStore) and x.buffer in shared:
+            (t.private_writes if private(x.indices) else t.writes).add(x.buffer)
+        for e in stmt_exprs(x):
+            visit_expr(e, on_expr)
+
+    visit_stmt(s, on_stmt)
+    return t
+
+
+def _sync(s: Stmt, shared: set[Buffer], own: set[Var]) -> Stmt:
+    match s:
+        case SeqStmt(stmts):
+            return _sync_seq([_sync(x, shared, own) for x in stmts], shared, own)
+        case For() if s.kind == THREAD_BINDING:
+            return s.with_body(_sync(s.body, shared, own))
+        case For():
+            body = _sync(s.body, shared, own)
+            t = _touches(body, shared, own)
+            if t.races(t):  # this iteration's accesses against the next one's
+                body = SeqStmt((*body.stmts, BARRIER) if isinstance(body, SeqStmt) else (body, BARRIER))
+            return s.with_body(body)
+        case Allocate(_, body):
+            new = _sync(body, shared, own)
+            return s if new is body else replace(s, body=new)
+        case IfThenElse(_, then_case, else_case):
+            return replace(s, then_case=_sync(then_case, shared, own),
+                           else_case=None if else_case is None else _sync(else_case, shared, own))
+    return s
+
+
+def _sync_seq(stmts: list[Stmt], shared: set[Buffer], own: set[Var]) -> Stmt:
+    out: list[Stmt] = []
+    since = _Touches()  # what ran since the last barrier
+    for x in stmts:
+        t = _touches(x, shared, own)
+        if since.races(t):
+            out.append(BARRIER)
+            since = _Touches()
+        out.append(x)
+        since.add(t)
+    return SeqStmt(tuple(out))

@@ -1,0 +1,89 @@
+"""The GPU kernels the CUDA tests build, each returning (te schedule, its arguments, a NumPy
+reference of the output from the inputs); and what the tests need: NVRTC (they compile every
+kernel they generate; skipped with the reason where it is not installed) and, for the tests that
+run kernels, a GPU."""
+
+import functools
+
+import numpy as np
+import pytest
+
+from ember import te
+from ember.cuda import schedules
+from ember.errors import DeviceError
+
+
+@functools.cache
+def nvrtc_missing() -> str | None:
+    from ember.cuda.nvrtc import nvrtc_version
+
+    try:
+        nvrtc_version()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+@functools.cache
+def gpu_missing() -> str | None:
+    from ember.cuda.driver import device
+
+    try:
+        device()
+    except DeviceError as e:
+        return str(e)
+    return None
+
+
+needs_nvrtc = pytest.mark.skipif(nvrtc_missing() is not None, reason=f"{nvrtc_missing()}")
+needs_gpu = pytest.mark.skipif(gpu_missing() is not None, reason=f"no GPU: {gpu_missing()}")
+
+
+def elementwise(n: int = 4096, threads: int = 128):
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: te.exp(A[i]) * B[i] + te.max(A[i], B[i]) // 0.5, name="C")
+    s = te.create_schedule(C.op)
+    schedules.elementwise(s, C, threads)
+    return s, [A, B, C], lambda a, b: (np.exp(a) * b + np.floor(np.maximum(a, b) / 0.5)).astype("float32")
+
+
+def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = False):
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
+    e = te.compute((n, m), lambda i, j: te.exp(A[i, j] - mx[i]), name="e")
+    k2 = te.reduce_axis((0, m), name="k2")
+    total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
+    out = te.compute((n, m), lambda i, j: e[i, j] / total[i], name="out")
+    s = te.create_schedule(out.op)
+    s[e].compute_inline()
+    if per_block:
+        schedules.row_block(s, out, [mx, total], threads)
+    else:
+        schedules.rows(s, out, [total, mx], threads)
+
+    def reference(a):
+        r = np.exp(a - a.max(1, keepdims=True))
+        return r / r.sum(1, keepdims=True)
+
+    return s, [A, out], reference
+
+
+def row_sum(n: int = 512, m: int = 96, threads: int = 128):
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    schedules.rows(s, B, (), threads)
+    return s, [A, B], lambda a: a.sum(1)
+
+
+def gemm(M: int = 128, N: int = 128, K: int = 64, **tiles):
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    schedules.gemm(s, A, B, C, **(tiles or {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4}))
+    return s, [A, B, C], lambda a, b: a @ b

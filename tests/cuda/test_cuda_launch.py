@@ -1,0 +1,134 @@
+"""A kernel's call path against a stand-in for the driver API (any machine): NumPy arguments
+copied in and written ones copied back, GPU arrays (`__cuda_array_interface__`) passed by
+pointer, the launch's grid, block and argument array, and the errors of bad arguments."""
+
+import ctypes
+
+import gpu_kernels as kernels
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.cuda import driver as cuda_driver
+from ember.errors import ArgumentTypeError, DeviceError, ShapeError
+
+
+class FakeDriver:
+    """The driver calls a kernel's call makes, on host memory; a launch fills its last argument
+    (the output) with 7.0."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    CUstream = int
+
+    def __init__(self):
+        self.memory: dict[int, ctypes.Array] = {}
+        self.launches: list = []
+        self.freed: list[int] = []
+
+    def cuCtxSetCurrent(self, context):
+        return (0,)
+
+    def cuModuleLoadData(self, binary):
+        return 0, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, name.decode()
+
+    def cuMemAlloc(self, size):
+        buf = ctypes.create_string_buffer(size)
+        self.memory[ctypes.addressof(buf)] = buf
+        return 0, ctypes.addressof(buf)
+
+    def cuMemcpyHtoD(self, dst, src, size):
+        ctypes.memmove(dst, src, size)
+        return (0,)
+
+    def cuMemcpyDtoH(self, dst, src, size):
+        ctypes.memmove(dst, src, size)
+        return (0,)
+
+    def cuStreamSynchronize(self, stream):
+        return (0,)
+
+    def cuMemFree(self, ptr):
+        self.freed.append(ptr)
+        return (0,)
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        n = len(self.expected_params)
+        slots = (ctypes.c_void_p * n).from_address(params)
+        pointers = [ctypes.c_void_p.from_address(slots[k]).value for k in range(n)]
+        self.launches.append((function, (gx, gy, gz), (bx, by, bz), stream, pointers))
+        out = (ctypes.c_float * self.out_size).from_address(pointers[-1])
+        for k in range(self.out_size):
+            out[k] = 7.0
+        return (0,)
+
+
+class GPUArray:
+    """A device array as CuPy shows one: host memory standing in for the GPU's."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str, "strides": None,
+                                         "data": (array.ctypes.data, False), "version": 3}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fake = FakeDriver()
+    device = cuda_driver.Device(0, None, None, "stand-in", (9, 0), 48 * 1024, 227 * 1024, 1024)
+    monkeypatch.setattr(cuda_driver, "driver", lambda: fake)
+    monkeypatch.setattr(cuda_driver, "device", lambda ordinal=0: device)
+    return fake
+
+
+@needs_nvrtc
+def test_numpy_arguments_are_copied_in_and_written_ones_back(fake):
+    s, args, _ = kernels.elementwise(1024, threads=128)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    fake.expected_params, fake.out_size = ["A", "B", "C"], 1024
+    a, b, c = np.ones(1024, "float32"), np.full(1024, 2.0, "float32"), np.zeros(1024, "float32")
+    f(a, b, c)
+    ((function, grid, block, stream, pointers),) = fake.launches
+    assert (function, grid, block, stream) == (f.symbol, (8, 1, 1), (128, 1, 1), 0)
+    assert all(p in fake.memory for p in pointers)  # device copies, not the host arrays
+    assert (c == 7.0).all() and (a == 1.0).all() and (b == 2.0).all()
+    assert sorted(fake.freed) == sorted(pointers)
+
+
+@needs_nvrtc
+def test_gpu_arrays_are_passed_in_place(fake):
+    s, args, _ = kernels.elementwise(1024, threads=128)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    fake.expected_params, fake.out_size = ["A", "B", "C"], 1024
+    a, b, c = (GPUArray(np.zeros(1024, "float32")) for _ in range(3))
+    f(a, b, c, stream=5)
+    ((_, _, _, stream, pointers),) = fake.launches
+    assert pointers == [x.array.ctypes.data for x in (a, b, c)] and stream == 5
+    assert (c.array == 7.0).all() and not fake.memory
+
+
+@needs_nvrtc
+def test_bad_arguments_are_named(fake):
+    s, args, _ = kernels.elementwise(1024, threads=128)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    a = np.zeros(1024, "float32")
+    with pytest.raises(ShapeError, match=r"argument 1 \(B\) has shape \(512,\), expected \(1024,\)"):
+        f(a, GPUArray(np.zeros(512, "float32")), a)
+    with pytest.raises(ArgumentTypeError, match="takes 3 arrays, got 2"):
+        f(a, a)
+    with pytest.raises(ArgumentTypeError, match="a CUDA kernel takes GPU arrays"):
+        f(a, [0.0] * 1024, a)
+    with pytest.raises(ArgumentTypeError, match="is float64, expected float32"):
+        f(a, a.astype("float64"), a)
+
+
+def test_a_failed_driver_call_names_it_and_the_error(fake):
+    fake.cuGetErrorName = lambda err: (0, b"CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+    fake.cuGetErrorString = lambda err: (0, b"too many resources requested for launch")
+    with pytest.raises(DeviceError, match="launching kernel k failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        cuda_driver.check((701,), "launching kernel k")
