@@ -1,7 +1,8 @@
 """ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain and
 a row softmax (a row per block, and a row per thread) over 4096x4096 fp32 against device copy
-bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory tiled schedule (ember.cuda.schedules.gemm:
-128x128 block tiles, 8x8 register tiles per thread, 8-wide K panels) against cuBLAS fp32
+bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory
+tiled schedule (ember.cuda.schedules.gemm: 128x128 block tiles, 8x8 register tiles per thread,
+8-wide K panels) against cuBLAS fp32
 (`torch.matmul`, TF32 off), with two smaller tilings next to it. Every kernel is checked against
 torch before it is timed; times are medians of CUDA-event intervals. A part that fails prints its
 error and the others still run.
