@@ -1,11 +1,11 @@
 """ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain and
 a row softmax (a row per block, and a row per thread) over 4096x4096 fp32 against device copy
 bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory
-tiled schedule (ember.cuda.schedules.gemm: 128x128 block tiles, 8x8 register tiles per thread,
-8-wide K panels) against cuBLAS fp32
-(`torch.matmul`, TF32 off), with two smaller tilings next to it. Every kernel is checked against
-torch before it is timed; times are medians of CUDA-event intervals. A part that fails prints its
-error and the others still run.
+tiled schedules of ember.cuda.schedules (128x128 block tiles, 8x8 register tiles per thread,
+8-wide K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and
+B's) against cuBLAS fp32 (`torch.matmul`, TF32 off). Every kernel is checked against torch before
+it is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
+others still run.
 
     python benchmarks/cuda_kernels.py [--size 4096] [--runs 30]
 
@@ -123,7 +123,8 @@ def copy(n: int, runs: int, rows: list) -> None:
     rows.append(("device copy (clone)", "torch", t, 2 * a.numel() * 4 / 1e9 / t, None))
 
 
-TILES = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 64, 8, 4, 4))  # BM, BN, BK, TM, TN
+# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN
+TILINGS = ((True, 128, 128, 8, 8, 8), (True, 128, 64, 8, 8, 4), (False, 128, 128, 8, 8, 8))
 
 
 def gemm(n: int, runs: int, rows: list) -> None:
@@ -137,24 +138,29 @@ def gemm(n: int, runs: int, rows: list) -> None:
     expected = torch.matmul(a, b)
     tflop = 2 * n**3 / 1e12
     name = f"fp32 GEMM {n}^3"
-    for BM, BN, BK, TM, TN in TILES:
-        def make(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN):
+    for views, BM, BN, BK, TM, TN in TILINGS:
+        tiles = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN}
+
+        def make(views=views, tiles=tiles):
+            if views:
+                return schedules.matmul(n, n, n, **tiles)
             A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
             k = te.reduce_axis((0, n), name="k")
             C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
             s = te.create_schedule(C.op)
-            schedules.gemm(s, A, B, C, BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
+            schedules.gemm(s, A, B, C, **tiles)
             return s, [A, B, C]
 
+        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}, {TM}x{TN}/thr"
         try:
             f, build_s = build(make)
             c.zero_()
             f(a, b, c)
             torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
             t = timed(lambda f=f: f(a, b, c), runs)
-            rows.append((name, f"ember {BM}x{BN}x{BK}, {TM}x{TN}/thread", t, tflop / t, build_s))
+            rows.append((name, impl, t, tflop / t, build_s))
         except Exception:  # one tiling's failure must not hide the others'
-            print(f"--- gemm {BM}x{BN}x{BK} {TM}x{TN} failed:")
+            print(f"--- {impl} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
     t = timed(lambda: torch.matmul(a, b, out=c), runs)
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
@@ -181,7 +187,7 @@ def main() -> int:
             print(f"--- {part.__name__} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
     copy_bw = next((r[3] for r in rows if r[0].startswith("device copy")), None)
-    print(f"\n{'kernel':26} {'implementation':30} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
+    print(f"\n{'kernel':26} {'implementation':32} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
           f"{'build s':>8}")
     for name, impl, t, rate, build_s in rows:
         peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
@@ -191,7 +197,7 @@ def main() -> int:
             ratio = f"{rate / peer[3]:.0%}"
         else:
             ratio = ""
-        print(f"{name:26} {impl:30} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
+        print(f"{name:26} {impl:32} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
               f"{'' if build_s is None else f'{build_s:.2f}':>8}")
     print("\nGB/s: bytes read + written per second; 'cp': of the device copy bandwidth; GEMM: of cuBLAS")
     return 1 if failed else 0

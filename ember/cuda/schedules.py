@@ -10,11 +10,13 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
   (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
-  block's threads together; the barriers come from ember.cuda.sync.
+  block's threads together; the barriers come from ember.cuda.sync. `matmul` builds the same
+  product with its shared tiles laid out for conflict-free reads (a compute of its own).
 """
 
 from __future__ import annotations
 
+from .. import te
 from ..errors import ScheduleError
 from ..te.schedule import TESchedule, ThreadAxis
 from ..tir.expr import as_int
@@ -65,10 +67,48 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256) -> None:
 
 
 def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8) -> None:
+    """C = A @ B (C's compute reads A[i, k] and B[k, j]) tiled as the module doc says."""
+    _check_tiles(C, BM, BN, TM, TN)
+    _tiled(s, s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), C, BM, BN, BK, TM, TN,
+           [lambda axes: axes, lambda axes: axes])
+
+
+def matmul(M: int, N: int, K: int, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
+           dtype: str = "float32"):
+    """C = A @ B, tiled as `gemm` is, with its shared tiles laid out as the threads read them:
+    the product reads A and B through views (Ap[ib, k, r, t] = A[ib*BM + t*TM + r, k], and Bp
+    likewise), inlined into the copies to shared memory, so that in a tile a thread's TM rows
+    (TN columns) are 16 elements apart and the threads of a warp read consecutive elements
+    (conflict-free shared loads, where `gemm`'s contiguous register tiles make TN threads share a
+    bank). Returns the te schedule and its arguments [A, B, C]."""
+    ty, tx = BM // TM, BN // TN
+    A = te.placeholder((M, K), dtype, name="A")
+    B = te.placeholder((K, N), dtype, name="B")
+    Ap = te.compute((M // BM, K, TM, ty), lambda ib, k, r, t: A[ib * BM + t * TM + r, k], name="Ap")
+    Bp = te.compute((N // BN, K, TN, tx), lambda jb, k, r, t: B[k, jb * BN + t * TN + r], name="Bp")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(Ap[i // BM, k, i % TM, i % BM // TM]
+                                                * Bp[j // BN, k, j % TN, j % BN // TN], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    _check_tiles(C, BM, BN, TM, TN)
+    AS, BS = s.cache_read(Ap, "shared", [C]), s.cache_read(Bp, "shared", [C])
+    s[Ap].compute_inline()
+    s[Bp].compute_inline()
+    # copies in the order of memory: along a row of A (k), along a row of B (its columns)
+    _tiled(s, AS, BS, C, BM, BN, BK, TM, TN,
+           [lambda axes: (axes[0], axes[3], axes[2], axes[1]), lambda axes: (axes[0], axes[1], axes[3], axes[2])])
+    return s, [A, B, C]
+
+
+def _check_tiles(C, BM, BN, TM, TN) -> None:
     M, N = (as_int(d) for d in C.shape)
     if M % BM or N % BN or BM % TM or BN % TN:
         raise ScheduleError(f"gemm: tiles {BM}x{BN} (threads' {TM}x{TN}) must divide {M}x{N}")
-    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+
+
+def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders) -> None:
+    """The tiling of C and its shared copies AS, BS; `copy_orders` orders each copy's axes before
+    they are fused and spread over the block's threads."""
     CL = s.cache_write(C, "local")
     i, j = s[C].op.axis
     bi, ii = s[C].split(i, factor=BM)
@@ -86,9 +126,11 @@ def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, T
     for axis in (ki, ci, cj):
         s[CL].unroll(axis)
     ty, tx = BM // TM, BN // TN
-    for S in (AS, BS):
+    for S, order in zip((AS, BS), copy_orders):
         s[S].compute_at(s[CL], ko)
-        _, rest = s[S].split(s[S].fuse(*s[S].op.axis), factor=ty * tx)
+        axes = order(s[S].op.axis)
+        s[S].reorder(*axes)
+        _, rest = s[S].split(s[S].fuse(*axes), factor=ty * tx)
         y, x = s[S].split(rest, factor=tx)
         s[S].bind(y, ThreadAxis("threadIdx.y"))
         s[S].bind(x, ThreadAxis("threadIdx.x"))

@@ -87,3 +87,8 @@ def gemm(M: int = 128, N: int = 128, K: int = 64, **tiles):
     s = te.create_schedule(C.op)
     schedules.gemm(s, A, B, C, **(tiles or {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4}))
     return s, [A, B, C], lambda a, b: a @ b
+
+
+def matmul(M: int = 128, N: int = 128, K: int = 32, **tiles):
+    s, args = schedules.matmul(M, N, K, **(tiles or {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4}))
+    return s, args, lambda a, b: a @ b

@@ -19,8 +19,11 @@ CASES = {
                           lambda: [RNG.standard_normal((16, 1024), dtype="float32") * 4]),
     "gemm": (kernels.gemm, lambda: [RNG.standard_normal((128, 64), dtype="float32"),
                                     RNG.standard_normal((64, 128), dtype="float32")]),
+    "matmul": (kernels.matmul, lambda: [RNG.standard_normal((128, 32), dtype="float32"),
+                                        RNG.standard_normal((32, 128), dtype="float32")]),
 }
-TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "gemm": 1e-4}
+TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "gemm": 1e-4,
+             "matmul": 1e-4}
 
 
 def _run(f, make, inputs):
@@ -75,6 +78,16 @@ def test_gemm_stages_tiles_in_shared_memory_between_barriers():
     assert body.count("__syncthreads();") == 2
     first, second = body.index("__syncthreads();"), body.rindex("__syncthreads();")
     assert "A_shared[" in body[:first] and "C_local[0] = C_local[0] + A_shared" in body[first:second]
+
+
+@needs_nvrtc
+def test_matmul_lays_its_tiles_out_for_conflict_free_reads():
+    s, args, _ = kernels.matmul(128, 128, 32)
+    f = ember.build(s, args, target="cuda")
+    assert "__shared__ float Ap_shared[512];" in f.source and "__shared__ float Bp_shared[512];" in f.source
+    # a thread's rows and columns are 16 apart: a warp's threads read consecutive elements
+    assert "C_local[1] = C_local[1] + Ap_shared[ax0_1_0] * Bp_shared[ax1_1_0 + 16];" in f.source
+    assert "C_local[4] = C_local[4] + Ap_shared[ax0_1_0 + 16] * Bp_shared[ax1_1_0];" in f.source
 
 
 @needs_nvrtc
