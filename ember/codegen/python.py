@@ -14,7 +14,10 @@ oracle that tells lowering bugs from code generation bugs):
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
-- every loop kind runs as a plain serial loop; an Allocate is an `np.empty`;
+- every loop kind runs as a plain serial loop, except that loops bound to GPU blocks run last to
+  first (a GPU runs blocks in any order: a kernel whose blocks depend on their order shows it);
+  a block's threads run one after another, and a kernel's phases (its thread loops between
+  barriers) one after another, as the GPU orders them; an Allocate is an `np.empty`;
 - a CallRoutine calls the routine's NumPy twin (ember.codegen.routines) on the flat arrays.
 
 Run it under `np.errstate(all="ignore")`: wrap-around and float overflow are semantics here, not
@@ -182,7 +185,8 @@ class _PythonRenderer:
             case For(v, mn, ext, _, body):
                 bounds = self._e(ext) if as_int(mn) == 0 else f"{self._e(mn)}, {self._e(mn + ext)}"
                 self._vars.add(v)
-                out.append(f"{pad}for {self._name(v)} in range({bounds}):")
+                order = "[::-1]" if (s.thread_tag or "").startswith("blockIdx") else ""
+                out.append(f"{pad}for {self._name(v)} in range({bounds}){order}:")
                 self._stmt(body, depth + 1, out)
                 self._vars.discard(v)
             case BufferStore(buf, BufferLoad(src, _, _) as value, _) if src.dtype == buf.dtype in _NARROW:
