@@ -248,7 +248,10 @@ def _cuda() -> dict[str, tuple[bool, str]]:
     try:
         dev = driver.device()
         out["CUDA driver"] = True, f"CUDA {driver.driver_version()}"
-        out["GPU"] = True, f"{dev.name}, compute capability {dev.compute_capability[0]}.{dev.compute_capability[1]}"
+        out["GPU"] = True, (f"{dev.name}, compute capability {dev.compute_capability[0]}."
+                            f"{dev.compute_capability[1]}, {dev.threads_per_block} threads and "
+                            f"{dev.shared_per_block // 1024} KiB of shared memory per block "
+                            f"({dev.shared_per_block_optin // 1024} KiB opted in)")
     except EmberError as e:
         out["CUDA driver / GPU"] = False, str(e)
     return out
