@@ -29,6 +29,7 @@ import inspect
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils._sympy.numbers import int_oo
 
 from ...errors import ArgumentTypeError
 from ...graph.core import Graph
@@ -166,10 +167,11 @@ def _align(example, spec, out: list) -> None:
 
 
 def _ranges(ep: ExportedProgram, names: dict[str, str]) -> dict[str, tuple[int, int | None]]:
-    """The range of each named symbol (its Dim's min and max; None: no upper bound)."""
+    """The range of each named symbol (its Dim's min and max; None: no upper bound, which torch
+    writes as its integer infinity int_oo, whose sympy `is_finite` is true)."""
     out = {}
     for sym, vr in ep.range_constraints.items():
         if str(sym) in names:
             upper = vr.upper
-            out[names[str(sym)]] = (int(vr.lower), int(upper) if upper.is_finite else None)
+            out[names[str(sym)]] = (int(vr.lower), None if upper == int_oo or not upper.is_finite else int(upper))
     return out
