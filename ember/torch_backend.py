@@ -7,9 +7,12 @@ backend returns a function that Dynamo calls with the graph's arguments:
 1. the arguments are sorted into user inputs and frozen tensors: the module's parameters and
    buffers, which Dynamo passes as arguments too. Frozen tensors become constants of the ember
    graph (as Inductor's freezing does), so passes can fold and repack weights. A frozen tensor
-   is checked on every call, by identity and version counter: another module's weights, or
-   weights changed in place, compile again rather than run with stale values. `options=
-   {"freeze": False}` keeps every tensor a run-time input instead.
+   is checked on every call, by identity, version counter and data pointer: another module's
+   weights, weights changed in place (`p.copy_` under no_grad, an optimizer's step,
+   `load_state_dict`) or given new data (`p.data = t`) compile again rather than run with stale
+   values. Writes that PyTorch does not count in the version counter (through `p.data`, or
+   through NumPy) leave no trace a check could read without comparing every value on every call:
+   `options={"freeze": False}` keeps every tensor a run-time input, read on each call.
 2. the graph is lowered as torch.export lowers a module (ember.frontend.torch.export: core ATen,
    ember's composite operators kept), with the frozen tensors as the module's buffers, and
    converted by the shared importer (ember.frontend.torch.importer); ember.compiler.compile_graph
@@ -28,25 +31,31 @@ backend returns a function that Dynamo calls with the graph's arguments:
    (ember.lowering.LOWERED); what reads the values (the importer's and the passes' folding, the
    packing of weights) runs per set.
 If ember cannot compile a graph (an unsupported operator, or any other error), the backend
-warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch.
+warns (EmberFallbackWarning, naming the reason) and that graph runs in PyTorch. So does a graph
+that returns a view of one of its arguments (`x.t()`, a reshape): eager's result shares the
+argument's memory, and writing into it writes into the argument; ember's outputs are new tensors.
 
 Threads: a compiled module may be first called from several threads at once; each shape is
 compiled once (a lock per Dynamo graph), and the tracing itself holds the frontend's process-wide
 `trace_lock()`. The name "ember" is looked up by torch's backend registry, which checks, loads
 the entry point and registers without a lock: threads looking the name up for the first time at
-once collide ("duplicate name: ember"). So importing this module registers the backend at once
-(under the same lock, idempotent; not when the import is torch loading the entry point, which
-registers it itself): `import ember.torch_backend` before starting threads that call
-`torch.compile(..., backend="ember")`, and their lookups only read.
+once each load the entry point and register it, and all but the first fail ("duplicate name:
+ember"), whether or not `import ember` ran, as each has checked the name before loading. Loading
+the entry point is the only ember code those threads run, so importing this module (as loading
+it does) registers the backend in a table of torch's registry where ember's entry reads as not
+registered yet (_Registry): each thread's registration after the first writes the same function
+again instead of failing.
 
-Inference only: the results carry no autograd history. The lowering goes through torch.export
-rather than AOT autograd directly (torch.export runs AOT autograd's functionalization and
-decompositions underneath), so that both PyTorch paths share one lowering and one importer.
+Inference only: the results carry no autograd history. A call in grad mode with an argument that
+requires grad (an input, or the module's parameters outside `torch.no_grad()`) runs the graph in
+PyTorch instead, with an EmberFallbackWarning, so that `backward()` gets eager's gradients rather
+than none through ember's outputs. The lowering goes through torch.export rather than AOT
+autograd directly (torch.export runs AOT autograd's functionalization and decompositions
+underneath), so that both PyTorch paths share one lowering and one importer.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import warnings
 
@@ -91,12 +100,17 @@ class EmberFunction:
         self._compiling = threading.Lock()  # one compile at a time, so each key is compiled once
 
     def __call__(self, *args):
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            warnings.warn("ember computes without autograd: a graph of torch.compile called in grad mode with "
+                          "tensors that require grad runs in PyTorch (call it under torch.no_grad() or "
+                          "torch.inference_mode() for ember to run it)", EmberFallbackWarning, stacklevel=2)
+            return self.gm(*args)
         return self.entry(list(args)).run(args)
 
     def entry(self, args: list) -> _Entry:
         shapes = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else (type(a), a)
                        for a, f in zip(args, self.frozen) if not f)
-        weights = tuple((id(a), a._version) for a, f in zip(args, self.frozen) if f)
+        weights = tuple((id(a), a._version, a.data_ptr()) for a, f in zip(args, self.frozen) if f)
         found = self.cache.get(shapes, {}).get(weights) or self.shared.get(shapes)
         if found is not None:
             return found
@@ -104,8 +118,8 @@ class EmberFunction:
             entries = self.cache.setdefault(shapes, {})
             if weights in entries:  # compiled by another thread while this one waited
                 return entries[weights]
-            ids = tuple(i for i, _ in weights)
-            for stale in [w for w in entries if tuple(i for i, _ in w) == ids]:  # these weights, since changed
+            ids = tuple(i for i, *_ in weights)
+            for stale in [w for w in entries if tuple(i for i, *_ in w) == ids]:  # these weights, since changed
                 del entries[stale]
             if len(entries) < self.WEIGHT_SETS:
                 entries[weights] = self._compile(args, self.frozen)
@@ -120,7 +134,8 @@ class EmberFunction:
     def _compile(self, args: list, frozen: list[bool]) -> _Entry:
         tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not frozen[k]]
         try:
-
+            if _returns_view(self.gm):
+                raise NotImplementedError("the graph returns a view of its argument (eager's result shares its memory)")
             module = _Bound(self.gm, args, self.names, frozen, tensors)
             graph = import_program(self._program(module, args, frozen), state_dict=module.frozen_buffers(),
                                    name="dynamo_graph")
@@ -195,6 +210,21 @@ def _is_weight(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get("example_value"), torch.nn.Parameter)
 
 
+def _returns_view(gm: torch.fx.GraphModule) -> bool:
+    """Whether an output of the graph shares memory with one of its arguments, by the storages of
+    the fake tensors Dynamo traced it with."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node):
+        value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        return StorageWeakRef(value.untyped_storage()) if isinstance(value, torch.Tensor) else None
+
+    arguments = {storage(n) for n in gm.graph.nodes if n.op == "placeholder"} - {None}
+    outputs: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(gm.graph.output_node().args, outputs.append)
+    return any(storage(n) in arguments for n in outputs)
+
+
 def _is_fake(x) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -202,25 +232,28 @@ def _is_fake(x) -> bool:
 
 
 def register() -> None:
-    """Register ember_backend under NAME in torch's backend registry, unless it is there
-    already; under trace_lock(), so that concurrent calls register once."""
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+    """Register ember_backend under NAME in torch's backend registry, so that registering it
+    again succeeds (see the module's docstring); under trace_lock(), so that concurrent calls
+    install the registry once."""
+    from torch._dynamo.backends import registry
 
     with trace_lock():
-        if NAME not in _COMPILER_FNS:
-            register_backend(ember_backend, name=NAME)
+        if not isinstance(registry._COMPILER_FNS, _Registry):
+            registry._COMPILER_FNS = _Registry(registry._COMPILER_FNS)
+        registry._COMPILER_FNS[NAME] = ember_backend
+        ember_backend._tags = ()
+        registry._BACKENDS.setdefault(NAME, None)
 
 
-def _loading_entry_point() -> bool:
-    """Whether this import runs inside torch's lookup of the entry point (which registers the
-    backend itself when the import returns, and fails if the name is taken by then)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__") in ("torch._dynamo.backends.registry", "importlib.metadata"):
-            return True
-        frame = frame.f_back
-    return False
+class _Registry(dict):
+    """torch's table of registered backends (registry._COMPILER_FNS, which only that module
+    reads), in which ember_backend under NAME reads as not registered yet: a thread of torch's
+    lookup that loaded the entry point after another registered it registers it again (the same
+    function) instead of failing, and lookups that find it so load the (imported) entry point
+    again, which costs microseconds. Reading the entry itself is unchanged."""
+
+    def __contains__(self, name) -> bool:
+        return super().__contains__(name) and not (name == NAME and self[name] is ember_backend)
 
 
-if not _loading_entry_point():
-    register()
+register()

@@ -27,8 +27,11 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
+    """A fresh Dynamo, and inference: in grad mode PyTorch runs the graphs (tests/reliability/
+    test_torch_compile_semantics.py)."""
     torch._dynamo.reset()
-    yield
+    with torch.no_grad():
+        yield
     torch._dynamo.reset()
 
 
