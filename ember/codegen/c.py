@@ -70,11 +70,12 @@ from ..tir.expr import (
     as_int,
 )
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
+from ..tir.work import PARALLEL_MIN_WORK, static_work
 from .c_prelude import CPrelude, enter_threads
 from .c_storage import HELD_AS_BITS, STORAGE
 from .c_vmath import VECTOR_MATH, vector_math
 from .common import not_lowered, single_index
-from .cstyle import ADD, EQ, PRIMARY, UNARY, CStyleRenderer
+from .cstyle import ADD, EQ, PRIMARY, REL, UNARY, CStyleRenderer
 from .registers import register_gather, register_lanes, whole_register
 from .routines import c_routine
 
@@ -188,7 +189,9 @@ class CRenderer(CStyleRenderer):
                              f"'cuda'; C runs loops serial, parallel, vectorized or unrolled")
         saved = self._in_parallel, self._in_simd
         if s.kind == "parallel" and not (self._in_parallel or self._in_simd):
-            out.append(f"{pad}#pragma omp parallel for schedule(static)")
+            pragma = self._parallel(s)
+            if pragma is not None:
+                out.append(f"{pad}{pragma}")
             self._in_parallel = True
         elif s.kind == "vectorized" and not self._in_simd:
             out.append(f"{pad}#pragma omp simd")
@@ -200,6 +203,19 @@ class CRenderer(CStyleRenderer):
 
     def _loop_close(self, restore) -> None:
         self._in_parallel, self._in_simd = restore
+
+    def _parallel(self, s: For) -> str | None:
+        """The OpenMP pragma of a parallel loop; a nest with too little work for a parallel
+        region to pay (ember.tir.work) runs serially: no pragma where that is known statically,
+        else an `if` clause on the loop's extent."""
+        pragma = "#pragma omp parallel for schedule(static)"
+        per_iteration, extent = static_work(s.body), as_int(s.extent)
+        if per_iteration is None or per_iteration >= PARALLEL_MIN_WORK:
+            return pragma
+        least = -(-PARALLEL_MIN_WORK // max(per_iteration, 1))  # iterations that make enough work
+        if extent is not None:
+            return pragma if extent >= least else None
+        return f"{pragma} if({self._e(s.extent, REL + 1)} >= {least})"
 
     def _allocate(self, buf: Buffer, body: Stmt, depth: int, out: list[str]) -> None:
         pad, inner = "  " * depth, "  " * (depth + 1)

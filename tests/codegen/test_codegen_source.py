@@ -28,7 +28,7 @@ def test_signature_restrict_const_and_parallel_pragma():
     src = codegen_c(_vadd())
     assert ("void vadd(const float* restrict A, const float* restrict B, float* restrict C, int64_t n) {"
             in src)
-    assert "#pragma omp parallel for schedule(static)\n  for (int64_t i = 0; i < n; ++i) {" in src
+    assert "#pragma omp parallel for schedule(static) if(n >= 16384)\n  for (int64_t i = 0; i < n; ++i) {" in src
     assert "    C[i] = A[i] + B[i];" in src
     assert ("void ember_launch_vadd(void* ember_p0, void* ember_p1, void* ember_p2, int64_t ember_s0, "
             "int ember_threads) {\n"
@@ -64,14 +64,33 @@ def test_launchers_pass_every_argument_and_hide_no_kernel():
 
 def test_only_the_outermost_parallel_loop_is_parallel():
     i, j, k = Var("i"), Var("j"), Var("k")
-    A = buf("A", [64])
-    inner = loop(k, 4, store(A, i * 16 + j * 4 + k, 1.0), kind="parallel")
-    src = codegen_c(func("nest", [A], loop(i, 4, loop(j, 4, inner, kind="parallel"), kind="parallel")))
+    A = buf("A", [64 * 64 * 4])
+    inner = loop(k, 4, store(A, i * 256 + j * 4 + k, 1.0), kind="parallel")
+    src = codegen_c(func("nest", [A], loop(i, 64, loop(j, 64, inner, kind="parallel"), kind="parallel")))
     assert src.count("#pragma omp parallel for") == 1
     # nor inside an omp simd loop, where OpenMP forbids it
     src = codegen_c(func("simd", [A], loop(i, 4, loop(j, 16, store(A, i * 16 + j, 1.0), kind="parallel"),
                                           kind="vectorized")))
     assert "#pragma omp simd" in src and "#pragma omp parallel" not in src
+
+
+@pytest.mark.parametrize("extent, inner, pragma", [
+    (4, 4, None),  # 16 stores: a parallel region costs more than the work it spreads
+    (4096, 4, "#pragma omp parallel for schedule(static)\n"),  # 16384 stores
+    ("n", 4, "#pragma omp parallel for schedule(static) if(n >= 4096)\n"),  # decided at run time
+    ("n", "n", "#pragma omp parallel for schedule(static)\n"),  # unknown work: parallel
+])
+def test_a_parallel_loop_over_little_work_runs_serially(extent, inner, pragma):
+    n, i, j = Var("n"), Var("i"), Var("j")
+    sizes = {"n": n}
+    outer, width = sizes.get(extent, extent), sizes.get(inner, inner)
+    A = buf("A", [outer * width])
+    src = codegen_c(func("small", [A], loop(i, outer, loop(j, width, store(A, i * width + j, 1.0)),
+                                            kind="parallel")))
+    if pragma is None:
+        assert "#pragma omp parallel" not in src
+    else:
+        assert f"{pragma}  for (int64_t i = 0; i < " in src
 
 
 def test_unroll_and_simd_pragmas():

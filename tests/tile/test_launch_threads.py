@@ -51,7 +51,7 @@ def launch(x):
 
 import ember.triton as triton
 rng = np.random.default_rng()
-x = rng.random(1000).astype("float32")
+x = rng.random(1 << 15).astype("float32")  # 512 programs: enough work to run in parallel
 torch.set_num_threads(4)
 assert setting() == 4
 """
@@ -65,7 +65,7 @@ launch(x)  # compiled, then launched on {threads} threads: {threads - 1} worker(
 assert setting() == 4 and tasks() == base + {threads - 1}, (setting(), base, tasks())
 torch.set_num_threads(3)
 assert setting() == 3
-launch(rng.random(1000).astype("float32"))
+launch(rng.random(1 << 15).astype("float32"))
 assert setting() == 3 and tasks() == base + {threads - 1}, (setting(), base, tasks())
 print("ok")
 """
