@@ -43,7 +43,8 @@ def compile(model, example_inputs=None, **options):
 
 
 def load(path, **options):
-    """A compiled model saved with `CompiledModel.save(path)`, loaded without compiling anything."""
+    """A compiled model saved with `CompiledModel.save(path)`, loaded without compiling anything.
+    Loading runs the folder's native code (its library is dlopened): load only what you trust."""
     from .compiler import load as _load
 
     return _load(path, **options)

@@ -333,7 +333,12 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     """A model saved with `CompiledModel.save`: its library is loaded as it is, nothing is
     traced, lowered or compiled; the graph is read when first asked for. A folder whose files
     do not match its manifest, or whose manifest does not match its library, is an ArtifactError
-    (ember.runtime.artifact)."""
+    (ember.runtime.artifact).
+
+    Loading runs native code: the folder's library is dlopened, which runs its constructors
+    before ember can ask it anything, and the sha256 checks catch damage, not someone who
+    re-records them. Load only models you trust, as with torch.load and TVM's
+    load_module."""
     from .runtime.artifact import read_artifact
 
     art = read_artifact(path)  # every file checked against the manifest, the manifest against the library

@@ -51,7 +51,7 @@ from safetensors.numpy import save
 
 from ..errors import ArtifactError
 from .contract import read_contract
-from .library import Digest, Library, open_library, read_checked, write_atomic
+from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
 from .model import CompiledModel, ModelSpec
 from .tensor_file import tensors
 
@@ -163,8 +163,10 @@ def _read_manifest(folder: Path) -> dict:
     """The manifest of a folder, of this format, of a compatible version, fitting SCHEMA."""
     where = folder / MANIFEST
     try:
-        manifest = json.loads(where.read_bytes())
-    except (OSError, ValueError) as e:
+        manifest = json.loads(read_regular(where))
+    except ArtifactError as e:
+        raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST}: {e}") from None
+    except ValueError as e:  # not JSON
         raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST} ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,20 +61,41 @@ class Library:
 
 def read_checked(path: Path, digest: Digest | None, recorded_in: str) -> bytes:
     """The bytes of `path`, which must match `digest` when one is given (`recorded_in` names the
-    file that recorded it, for the error)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
+    file that recorded it, for the error). The size is checked before anything is read."""
+    data = read_regular(path, None if digest is None else digest.size, recorded_in)
     if digest is None:
         return data
-    if len(data) != digest.size:
-        raise ArtifactError(f"{path} has {len(data)} bytes, {recorded_in} records {digest.size}: the file was "
-                            f"truncated or replaced after it was written; save or compile the model again")
     got = hashlib.sha256(data).hexdigest()
     if got != digest.sha256:
         raise ArtifactError(f"{path} has sha256 {got}, {recorded_in} records {digest.sha256}: the file was "
                             f"changed after it was written; save or compile the model again")
+    return data
+
+
+def read_regular(path: Path, size: int | None = None, recorded_in: str = "") -> bytes:
+    """The bytes of the regular file at `path` (a symlink followed), of `size` bytes when given.
+    Anything else is an ArtifactError before a byte is read: a FIFO would block the read until a
+    writer came, a device (a symlink to /dev/zero) would never end, a larger file would be read
+    whole only to be refused. Opened without blocking, so that opening a FIFO returns at once."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ArtifactError(f"{path} is not a regular file (a FIFO, a device or a folder); ember reads the "
+                                f"files of a saved model only from regular files")
+        if size is not None and st.st_size != size:
+            raise ArtifactError(f"{path} has {st.st_size} bytes, {recorded_in} records {size}: the file was "
+                                f"truncated or replaced after it was written; save or compile the model again")
+        try:
+            data = f.read() if size is None else f.read(size + 1)
+        except OSError as e:
+            raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
+    if size is not None and len(data) != size:  # changed while it was read
+        raise ArtifactError(f"{path} has {len(data)} bytes, {recorded_in} records {size}: the file was "
+                            f"truncated or replaced after it was written; save or compile the model again")
     return data
 
 

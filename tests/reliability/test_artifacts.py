@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
 import shutil
 from collections import Counter
@@ -154,6 +155,18 @@ def corrupt_weights(folder: Path, saved) -> None:
     resign(folder, WEIGHTS_FILE)
 
 
+def not_a_file(relative: str, kind: str):
+    """The file replaced by a symlink to /dev/zero (read, it never ends) or by a FIFO (read, it
+    waits for a writer): ember.load used to read until memory ran out, or hang."""
+    def apply(folder: Path, saved) -> None:
+        (folder / relative).unlink()
+        if kind == "fifo":
+            os.mkfifo(folder / relative)
+        else:
+            (folder / relative).symlink_to("/dev/zero")
+    return apply
+
+
 def reordered(manifest: dict) -> None:
     w = manifest["weights"]
     w[0], w[1] = w[1], w[0]
@@ -187,6 +200,10 @@ CASES = {
     "other ember version": (edit(lambda m: m.update(ember_version="0.9.1")),
                             rf"saved by ember '0.9.1'; this is ember {ember.__version__}"),
     "truncated manifest": (lambda f, s: truncate(f, "manifest.json"), "cannot read manifest.json"),
+    "weights linked to /dev/zero": (not_a_file(WEIGHTS_FILE, "zero"), "constants.safetensors is not a regular file"),
+    "weights a FIFO": (not_a_file(WEIGHTS_FILE, "fifo"), "constants.safetensors is not a regular file"),
+    "library linked to /dev/zero": (not_a_file("model.so", "zero"), "model.so is not a regular file"),
+    "manifest a FIFO": (not_a_file("manifest.json", "fifo"), "cannot read manifest.json: .* not a regular file"),
 }
 
 
