@@ -17,8 +17,9 @@ sidecar) is compiled again, never loaded.
 
 A compiler error raises `BuildError` with the compiler's error lines, each followed by the
 generated source lines it points at; so does a compiler that cannot be run, and one that exits 0
-without writing the library (EMBER_CC=true). A cache folder that cannot be written raises
-ConfigError naming EMBER_CACHE_DIR.
+without writing the library (EMBER_CC=true). A cache folder that cannot be written (no
+permission, a full disk: the compiler's own "No space left on device" included) raises
+ConfigError naming the folder and EMBER_CACHE_DIR.
 
 Options read (ember.config): cc (a command, split like a shell would: "ccache gcc"), cflags,
 cache_dir, keep_source; the cc= and cflags= keywords are checked as the options are.
@@ -47,6 +48,7 @@ LIBS = ("-lm",)  # after the source file, where the linker wants libraries
 
 _ERROR = re.compile(r"^(?P<file>[^\s:]+\.c):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: .*$", re.M)
 _MAX_CONTEXTS = 5  # errors shown with their source lines; the rest only as the compiler's line
+_NO_SPACE = "No space left on device"  # strerror(ENOSPC), as the compiler and the linker print it
 VERSION_TIMEOUT_S = 60  # `cc --version` answers at once; a command that does not is no compiler
 
 
@@ -59,9 +61,12 @@ def build_library(source: str, *, cc: str | None = None, cflags: str | Sequence[
     if _intact(path):
         return path
     _writable_folder(path.parent)
-    with _locked(path.with_suffix(".lock")):
-        if not _intact(path):  # another process may have built it while we waited
-            _compile(source, parts["cc"], shlex.split(parts["cflags"]), path)
+    try:
+        with _locked(path.with_suffix(".lock")):
+            if not _intact(path):  # another process may have built it while we waited
+                _compile(source, parts["cc"], shlex.split(parts["cflags"]), path)
+    except OSError as e:  # writing the source, the library or its sidecar (a full disk, a quota)
+        raise _unwritable(path.parent, e.strerror or str(e)) from None
     return path
 
 
@@ -112,6 +117,11 @@ def _writable_folder(folder: Path) -> None:
                           f"you can write")
 
 
+def _unwritable(folder: Path, why: str) -> ConfigError:
+    return ConfigError(f"cannot write to the build cache folder {folder} ({why}); free space there or set "
+                       f"EMBER_CACHE_DIR to a folder you can write")
+
+
 def _intact(path: Path) -> bool:
     """Whether the library at `path` is there and matches its sidecar."""
     try:
@@ -152,6 +162,9 @@ def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
         except OSError as e:
             raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another with the "
                              f"cc option (EMBER_CC, or cc=)", source=source) from e
+        if result.returncode != 0 and _NO_SPACE in result.stderr:  # the library could not be written
+            raise _unwritable(path.parent, f"the C compiler could not write its output: {_NO_SPACE.lower()}, "
+                                           f"there or in its temporary folder")
         if result.returncode != 0:
             raise BuildError(_error_message(cmd, result, source), source=source,
                              compiler_output=result.stderr)
