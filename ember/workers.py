@@ -27,6 +27,11 @@ How it works:
 - Workers sit in their own session (a Ctrl-C in the terminal reaches the parent, which decides),
   and exit when the parent does: each watches a pipe whose other end only the parent holds.
   `close()` stops them and reaps them; an unclosed pool is closed when it is collected.
+- A worker is stopped the way a Ctrl-C stops the parent: SIGTERM, which its main thread turns
+  into KeyboardInterrupt, so that the call under way unwinds and the C compiler it waits for is
+  killed with the compiler's children (ember.runtime.build.run_compiler); a worker that has not
+  exited TERM_TIMEOUT_S later (stuck in native code) is killed. A worker whose parent died does
+  the same to itself.
 
 A pool is not thread-safe: use one from one thread at a time.
 """
@@ -53,6 +58,7 @@ from .errors import ConfigError, WorkerError
 
 START_TIMEOUT_S = 120.0  # for a worker to import ember and the preloaded modules
 STOP_TIMEOUT_S = 2.0  # for a worker told to stop, before it is killed
+TERM_TIMEOUT_S = 1.0  # for a worker sent SIGTERM to unwind its call, before it is killed
 EXIT_TIMEOUT_S = 30.0  # for a worker whose connection closed to exit, before it is killed
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `import ember` finds this ember
 
@@ -137,7 +143,11 @@ class _Worker:
             except (OSError, EOFError, subprocess.TimeoutExpired):
                 pass
         if self.popen.poll() is None:
-            self.popen.kill()
+            self.popen.terminate()
+            try:
+                self.popen.wait(TERM_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
         self.popen.wait()
         self.conn.close()
 
@@ -271,6 +281,7 @@ def _serve(conn_fd: int, life_fd: int) -> None:
     """The worker's loop: set up as the parent says, then answer calls until told to stop."""
     os.set_inheritable(conn_fd, False)  # nothing this worker starts (a C compiler) keeps them open
     os.set_inheritable(life_fd, False)
+    signal.signal(signal.SIGTERM, _interrupted)
     threading.Thread(target=_exit_with_parent, args=(life_fd,), daemon=True, name="ember-parent-watch").start()
     conn = Connection(conn_fd)
     path, preload = conn.recv()
@@ -305,12 +316,24 @@ def _function(fn: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _interrupted(signum, frame):
+    """SIGTERM in a worker: the call under way stops as a Ctrl-C stops it."""
+    raise KeyboardInterrupt("ember worker stopped")
+
+
 def _exit_with_parent(life_fd: int) -> None:
-    """Block until the parent's end of the pipe closes (the parent exited or closed the pool), then exit."""
+    """Block until the parent's end of the pipe closes (the parent exited or closed the pool), then
+    stop the main thread's call (SIGTERM to that thread: its wait for a compiler, say, ends at
+    once) and exit."""
     while os.read(life_fd, 1):
         pass
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+    time.sleep(TERM_TIMEOUT_S)
     os._exit(1)
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]))
+    try:
+        _serve(int(sys.argv[1]), int(sys.argv[2]))
+    except KeyboardInterrupt:  # stopped (SIGTERM) or the parent gone: the call unwound, nothing to report
+        sys.exit(1)

@@ -15,6 +15,9 @@ the library is moved into place. An entry is used only when its bytes match its 
 truncated or damaged library (a full disk, a copy gone wrong, an entry of an older ember without a
 sidecar) is compiled again, never loaded.
 
+The compiler runs in a process group of its own (`run_compiler`), killed whole if the build is
+interrupted (Ctrl-C, a worker process told to stop): no compiler process outlives the build.
+
 A compiler error raises `BuildError` with the compiler's error lines, each followed by the
 generated source lines it points at; so does a compiler that cannot be run, and one that exits 0
 without writing the library (EMBER_CC=true). A cache folder that cannot be written (no
@@ -35,6 +38,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -158,7 +162,7 @@ def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
         src.write_text(source)
         cmd = [*shlex.split(cc), *flags, "-o", str(lib), str(src), *LIBS]
         try:
-            result = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+            result = run_compiler(cmd)
         except OSError as e:
             raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another with the "
                              f"cc option (EMBER_CC, or cc=)", source=source) from e
@@ -176,6 +180,22 @@ def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
         if config.get("keep_source"):
             os.replace(src, path.with_suffix(".c"))
         _install(lib, path)  # last: a library in the cache is always complete
+
+
+def run_compiler(cmd: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run a compiler command to its end, its output captured. The compiler runs in a process
+    group of its own, killed whole when the wait ends any other way (a Ctrl-C, a worker told to
+    stop, a timeout): killing the driver alone would leave the cc1, as and ld it started running."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                          errors="replace", process_group=0) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _error_message(cmd: list[str], result: subprocess.CompletedProcess, source: str) -> str:
