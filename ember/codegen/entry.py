@@ -32,6 +32,14 @@ loop, a value whose last iteration left it in the `next` buffer is copied to the
 reference is a `void*` named after its index. In the profiling twin, the calls of a branch not
 taken take no time, those of a loop the time of its last iteration.
 
+A Ctrl-C stops a loop: Python runs its SIGINT handler only between bytecodes, never while the
+entry function runs, so a loop of 10^15 iterations would ignore it. A unit with loops holds a
+SIGINT handler of its own (`ember_catch_sigint`: installed once per process by
+ember.runtime.interrupt, chained to the handler it replaces, so Python still raises
+KeyboardInterrupt) that sets a flag; `ember_interrupt_flag` points at the process's flag (the
+runtime sets it on load; NULL: never interrupted). The entry function clears the flag when it
+starts, each iteration reads it, and a set flag returns INTERRUPTED (-1) at once.
+
 Checked mode (the `checked` option, ember.codegen.c): every kernel takes `&status`, a local of
 this call (so concurrent calls from several threads never see each other's), and stores 1 there
 when it divides an integer by zero; the entry then returns k + 1, k the index of that call in
@@ -58,6 +66,34 @@ ENTRY = "ember_model_run"
 PROFILE_ENTRY = "ember_model_profile"
 PROFILE_CALLS = "ember_model_profile_calls"
 SPEC = "ember_model_spec"
+INTERRUPT_FLAG = "ember_interrupt_flag"  # volatile sig_atomic_t*: the process's SIGINT flag, or NULL
+INTERRUPT_HERE = "ember_interrupt_here"  # this unit's flag, which its handler sets
+CATCH_SIGINT = "ember_catch_sigint"  # int (void): install the handler; 0 done, 1 no handler to chain to
+INTERRUPTED = -1  # the entry function's return code when a SIGINT stopped a loop
+
+_INTERRUPTS = f"""/* Ctrl-C in loops (ember.codegen.entry): a SIGINT handler chained to the one it replaces. */
+#include <signal.h>
+#include <string.h>
+volatile sig_atomic_t {INTERRUPT_HERE} = 0;
+volatile sig_atomic_t* {INTERRUPT_FLAG} = 0;
+static struct sigaction ember_sigint_before;
+static void ember_on_sigint(int sig, siginfo_t* info, void* context) {{
+  {INTERRUPT_HERE} = 1;
+  if (ember_sigint_before.sa_flags & SA_SIGINFO) ember_sigint_before.sa_sigaction(sig, info, context);
+  else ember_sigint_before.sa_handler(sig);
+}}
+int {CATCH_SIGINT}(void) {{
+  struct sigaction ours;
+  if (sigaction(SIGINT, 0, &ember_sigint_before) != 0) return 1;
+  if (!(ember_sigint_before.sa_flags & SA_SIGINFO) &&
+      (ember_sigint_before.sa_handler == SIG_DFL || ember_sigint_before.sa_handler == SIG_IGN)) return 1;
+  memset(&ours, 0, sizeof ours);
+  ours.sa_sigaction = ember_on_sigint;
+  ours.sa_flags = (ember_sigint_before.sa_flags | SA_SIGINFO) & ~SA_RESETHAND;
+  ours.sa_mask = ember_sigint_before.sa_mask;
+  return sigaction(SIGINT, &ours, 0) != 0;
+}}
+"""
 SPEC_LINE = 96  # characters of the spec per line of C string literal
 _C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
 KINDS = ("input", "output", "weight", "workspace", "size", "local")
@@ -188,6 +224,7 @@ def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = (), *, checked:
     and loops that hold calls of their own."""
     names = ", ".join([f'"{call.symbol}"' for call in kernel_calls(calls)] + ["0"])
     return "\n".join([
+        *([_INTERRUPTS] if _has_loops(calls) else []),
         "/* The model: every kernel in order (ember.codegen.entry). */",
         *_function(ENTRY, "", calls, copies, checked),
         "",
@@ -217,6 +254,11 @@ def kernel_calls(stmts: Sequence[Stmt]) -> list[KernelCall]:
     return out
 
 
+def _has_loops(stmts: Sequence[Stmt]) -> bool:
+    return any(isinstance(st, Loop) or (isinstance(st, Branch) and _has_loops([*st.then, *st.other]))
+               for st in stmts)
+
+
 def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Copy],
               checked: bool) -> list[str]:
     timed = bool(extra)
@@ -228,6 +270,8 @@ def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Cop
     ]
     if checked:
         lines.append("  int status = 0;")
+    if _has_loops(calls):
+        lines.append(f"  if ({INTERRUPT_FLAG}) *{INTERRUPT_FLAG} = 0;")
     if timed:
         lines.append("  ticks[0] = ember_profile_now();")
     lines += _statements([*calls, *copies], "  ", timed, checked, [0])
@@ -277,6 +321,7 @@ def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, cou
                           for v in st.carried]
                 lines += _untimed(range(counter[0], counter[0] + len(kernel_calls(st.body))), pad + "  ", timed)
                 lines.append(f"{pad}  for (; {i} < {n} && {c}; ++{i}) {{")
+                lines.append(f"{pad}    if ({INTERRUPT_FLAG} && *{INTERRUPT_FLAG}) return {INTERRUPTED};")
                 for sl in st.slices:
                     length = sl.length.c() if isinstance(sl.length, Ref) else sl.length
                     at = f"({length} - 1 - {i})" if sl.reverse else i

@@ -14,7 +14,8 @@ aligned memory. A call:
    input and the dimension);
 2. takes the memory plan's layout for those sizes (computed once per distinct binding);
 3. allocates the outputs and calls the entry function once. A model compiled with checked=True
-   raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`).
+   raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`); a Ctrl-C
+   stops a loop of the model and raises KeyboardInterrupt (ember.runtime.interrupt).
 
 From the second call on, the common call (NumPy arrays or exact CPU torch tensors, contiguous,
 of the right dtype and sizes) runs these steps in C (ember.runtime.fastcall: a CPython extension, the entry called with
@@ -53,11 +54,11 @@ import numpy as np
 
 from .. import config, dims
 from ..codegen.c import CRenderer
-from ..codegen.entry import ENTRY, PROFILE_CALLS
+from ..codegen.entry import ENTRY, INTERRUPTED, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
 from ..target import ALIGN
 from ..tir import dtype as dt
-from . import fastcall, fork
+from . import fastcall, fork, interrupt
 from .library import Library, open_library
 
 
@@ -165,6 +166,7 @@ class CompiledModel:
         self.library = library if isinstance(library, Library) else open_library(library)
         self.library_path = self.library.path  # named by its content: these bytes, for as long as it lives
         self._library = self.library.handle  # kept: the library stays loaded
+        interrupt.connect(self._library)
         entry = getattr(self._library, ENTRY)
         self._entry_address = ctypes.cast(entry, ctypes.c_void_p).value
         entry.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int]
@@ -209,6 +211,8 @@ class CompiledModel:
     def status_error(self, rc: int, entry: str) -> Exception:
         """The error for a non-zero return code of the entry function (ember.codegen.entry): in
         checked mode, rc - 1 is the index of the call that divided an integer by zero."""
+        if rc == INTERRUPTED:
+            return KeyboardInterrupt(f"model {self.name}: a loop was interrupted (SIGINT)")
         calls = call_symbols(self._library)
         if not 0 < rc <= len(calls):
             return RuntimeError(f"model {self.name}: the {entry} returned {rc}")
