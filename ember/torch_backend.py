@@ -133,17 +133,19 @@ class EmberFunction:
 
     def _compile(self, args: list, frozen: list[bool]) -> _Entry:
         tensors = [k for k, a in enumerate(args) if isinstance(a, torch.Tensor) and not frozen[k]]
-        try:
-            if _returns_view(self.gm):
-                raise NotImplementedError("the graph returns a view of its argument (eager's result shares its memory)")
-            module = _Bound(self.gm, args, self.names, frozen, tensors)
-            graph = import_program(self._program(module, args, frozen), state_dict=module.frozen_buffers(),
-                                   name="dynamo_graph")
-            return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, frozen)
-        except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
-            warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: "
-                          f"{type(e).__name__}: {e}", EmberFallbackWarning, stacklevel=2)
-            return _Entry(None, tensors, args, frozen, fallback=self.gm)
+        if _returns_view(self.gm):
+            why = "the graph returns a view of its argument (eager's result shares its memory)"
+        else:
+            try:
+                module = _Bound(self.gm, args, self.names, frozen, tensors)
+                graph = import_program(self._program(module, args, frozen), state_dict=module.frozen_buffers(),
+                                       name="dynamo_graph")
+                return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, frozen)
+            except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
+                why = f"{type(e).__name__}: {e}"
+        warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: {why}",
+                      EmberFallbackWarning, stacklevel=2)
+        return _Entry(None, tensors, args, frozen, fallback=self.gm)
 
     def _program(self, module: _Bound, args: list, frozen: list[bool]) -> ExportedProgram:
         """The graph exported for these arguments' shapes, dtypes and strides (frozen tensors'
