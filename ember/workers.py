@@ -30,14 +30,16 @@ How it works:
 - A worker is stopped the way a Ctrl-C stops the parent: SIGTERM, which its main thread turns
   into KeyboardInterrupt, so that the call under way unwinds and the C compiler it waits for is
   killed with the compiler's children (ember.runtime.build.run_compiler); a worker that has not
-  exited TERM_TIMEOUT_S later (stuck in native code) is killed. A worker whose parent died does
-  the same to itself.
+  exited TERM_TIMEOUT_S later (stuck in native code) is killed. A pool's workers are stopped
+  together, so closing a pool of busy workers (after a Ctrl-C) waits as long as for one. A worker
+  whose parent died does the same to itself.
 
 A pool is not thread-safe: use one from one thread at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
@@ -136,20 +138,35 @@ class _Worker:
         return f"crashed: exit status {code}"
 
     def stop(self, kill: bool = False) -> None:
-        if not kill and self.popen.poll() is None:
-            try:
-                self.conn.send(("stop",))
-                self.popen.wait(STOP_TIMEOUT_S)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
-                pass
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(TERM_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-        self.popen.wait()
-        self.conn.close()
+        _stop([self], kill)
+
+
+def _stop(workers: Sequence[_Worker], kill: bool = False) -> None:
+    """Stop the workers and reap them, all at once (a pool closed after a Ctrl-C waits for its
+    slowest worker, not for the sum): each is asked to stop (unless `kill`) and given
+    STOP_TIMEOUT_S, then sent SIGTERM and given TERM_TIMEOUT_S, then killed."""
+    if not kill:
+        for w in workers:
+            with contextlib.suppress(OSError, EOFError):
+                if w.popen.poll() is None:
+                    w.conn.send(("stop",))
+        _wait_all(workers, STOP_TIMEOUT_S)
+    for w in workers:
+        if w.popen.poll() is None:
+            w.popen.terminate()
+    _wait_all(workers, TERM_TIMEOUT_S)
+    for w in workers:
+        if w.popen.poll() is None:
+            w.popen.kill()
+        w.popen.wait()
+        w.conn.close()
+
+
+def _wait_all(workers: Sequence[_Worker], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.popen.wait(max(0.0, deadline - time.monotonic()))
 
 
 class WorkerPool:
@@ -269,8 +286,7 @@ class WorkerPool:
 
 
 def _close(workers: list[_Worker], life_read: int, life_write: int) -> None:
-    for worker in workers:
-        worker.stop()
+    _stop(workers)
     workers.clear()
     os.close(life_read)
     os.close(life_write)
