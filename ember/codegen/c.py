@@ -77,7 +77,7 @@ from .c_vmath import VECTOR_MATH, vector_math
 from .common import not_lowered, single_index
 from .cstyle import ADD, EQ, PRIMARY, REL, UNARY, CStyleRenderer
 from .registers import register_gather, register_lanes, whole_register
-from .routines import c_routine
+from .routines import c_routine, tensor_intrin_args
 
 LAUNCHER_PREFIX = "ember_launch_"  # + a kernel's C name: its launcher
 # the text of each rendered function, and the prelude it needs, by renderer: kept as long as the function
@@ -175,10 +175,12 @@ class CRenderer(CStyleRenderer):
     def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         if not isinstance(s, CallRoutine):
             raise not_lowered(s)
-        fn = c_routine(self.lib, s.routine, dict(s.params))
-        args = [f"(const void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in s.reads]
-        args += [f"(void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in s.writes]
-        args += [self._e(x) for x in s.scalars]
+        params = dict(s.params)
+        fn = c_routine(self.lib, s.routine, params)
+        reads, writes, scalars = tensor_intrin_args(s) if "intrin" in params else (s.reads, s.writes, s.scalars)
+        args = [f"(const void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in reads]
+        args += [f"(void*)({self._buffer(p.buffer)} + {self._e(p.offset, ADD)})" for p in writes]
+        args += [self._e(x) for x in scalars]
         out.append(f"{'  ' * depth}{fn}({', '.join(args)});")
 
     def _loop_open(self, s: For, pad: str, out: list[str]):

@@ -215,6 +215,10 @@ class CPrelude:
             self._helpers[name] = make()  # make() may add the helpers it calls first
         return name
 
+    def source(self, name: str, text: str) -> str:
+        """Add C source written elsewhere (a tensor intrinsic's functions) once, under `name`."""
+        return self._helper(name, lambda: text)
+
     def lanewise(self, name: str, out: str, params: str, lanes: int, lane_expr: str) -> str:
         """A helper `out name(params)` whose lane `l` is `lane_expr` (of the params, at lane l)."""
         return self._helper(name, lambda: (

@@ -18,7 +18,8 @@ oracle that tells lowering bugs from code generation bugs):
   first (a GPU runs blocks in any order: a kernel whose blocks depend on their order shows it);
   a block's threads run one after another, and a kernel's phases (its thread loops between
   barriers) one after another, as the GPU orders them; an Allocate is an `np.empty`;
-- a CallRoutine calls the routine's NumPy twin (ember.codegen.routines) on the flat arrays.
+- a CallRoutine calls the routine's NumPy twin (ember.codegen.routines) on the flat arrays; a
+  tensorized call (ember.tir.schedule.tensorize) runs its intrinsic's description instead.
 
 Run it under `np.errstate(all="ignore")`: wrap-around and float overflow are semantics here, not
 errors.
@@ -53,6 +54,7 @@ from ..tir.expr import (
     Var,
     as_int,
 )
+from ..tir.lower import lower
 from ..tir.stmt import (
     Allocate,
     BufferStore,
@@ -65,6 +67,7 @@ from ..tir.stmt import (
     Stmt,
     While,
 )
+from ..tir.tensor_intrin import TensorIntrin, get_intrin
 from .common import Namer, not_lowered, safe_name, single_index
 from .routines import PYTHON_ROUTINES
 
@@ -134,9 +137,41 @@ def _scalar_types() -> dict[str, type]:
     return types
 
 
+_DESCRIPTIONS: dict[TensorIntrin, Callable] = {}
+
+
+def run_tensor_intrin(params: dict, reads, writes, scalars) -> None:
+    """A tensorized call (ember.tir.schedule.tensorize), interpreted: the intrinsic's description
+    runs on copies of its inputs, viewed from the (array, offset) pairs with the strides that
+    follow the C call's scalars; its role says what becomes of the outputs (body: the result,
+    reset: zero, update: += the result)."""
+    it = get_intrin(params["intrin"])
+    if it not in _DESCRIPTIONS:
+        desc = lower(it.desc)
+        _DESCRIPTIONS[it] = load_python(codegen_python(desc), desc)
+    strides = [int(x) for x in scalars[params["c_scalars"]:]]
+    views = []
+    for buf, (arr, offset) in zip(it.desc.params, [*reads, *writes]):
+        shape = [int(as_int(d)) for d in buf.shape]
+        step, strides = strides[:len(shape)], strides[len(shape):]
+        views.append(np.lib.stride_tricks.as_strided(arr[int(offset):], shape, [s * arr.itemsize for s in step]))
+    ins, outs = views[:it.n_inputs], views[it.n_inputs:]
+    results = [np.empty(v.shape, v.dtype) for v in outs]
+    if params["role"] != "reset":
+        _DESCRIPTIONS[it](*(np.ascontiguousarray(v).reshape(-1) for v in ins), *(r.reshape(-1) for r in results))
+    for view, result in zip(outs, results):
+        match params["role"]:
+            case "body":
+                view[...] = result
+            case "reset":
+                view[...] = 0
+            case _:
+                view[...] = view + result
+
+
 NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod, "_astype": _astype,
              "_reinterpret": _reinterpret,
-             "_routines": PYTHON_ROUTINES} | _scalar_types()
+             "_routines": PYTHON_ROUTINES, "_intrin": run_tensor_intrin} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
 
@@ -207,11 +242,12 @@ class _PythonRenderer:
             case Evaluate(value):
                 out.append(f"{pad}{self._e(value)}")
             case CallRoutine(routine, params, reads, writes, scalars):
-                if routine not in PYTHON_ROUTINES:
+                fn = "_intrin" if "intrin" in dict(params) else f"_routines[{routine!r}]"
+                if fn != "_intrin" and routine not in PYTHON_ROUTINES:
                     raise LowerError(f"the interpreter has no routine {routine!r}")
                 reads_, writes_ = ([f"({self._access_base(p.buffer)}, {self._e(p.offset)})" for p in ps]
                                    for ps in (reads, writes))
-                out.append(f"{pad}_routines[{routine!r}]({dict(params)!r}, [{', '.join(reads_)}], "
+                out.append(f"{pad}{fn}({dict(params)!r}, [{', '.join(reads_)}], "
                            f"[{', '.join(writes_)}], [{', '.join(self._e(x) for x in scalars)}])")
             case Allocate(buf, body):
                 size = " * ".join(self._e(d) for d in buf.shape) or "1"

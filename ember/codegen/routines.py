@@ -12,6 +12,8 @@ import numpy as np
 
 from ..errors import LowerError
 from ..tir.routines import ATTENTION
+from ..tir.stmt import CallRoutine
+from ..tir.tensor_intrin import get_intrin
 from .c_attention import attention as c_attention
 
 if TYPE_CHECKING:
@@ -19,10 +21,24 @@ if TYPE_CHECKING:
 
 
 def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
-    """The C function of `routine` with static `params`, added to the prelude `lib`."""
+    """The C function of `routine` with static `params`, added to the prelude `lib` (a tensor
+    intrinsic's: its declaration's C source, once per unit)."""
+    if "intrin" in params:
+        lib.source(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
+        return routine
     if routine == ATTENTION:
         return c_attention(lib, params["mask"], params["causal"])
     raise LowerError(f"no C code for the routine {routine!r}")
+
+
+def tensor_intrin_args(call: CallRoutine) -> tuple:
+    """The C arguments of a tensorized call (ember.tir.schedule.tensorize): the pointers read and
+    written and the scalars its intrinsic's role passes, out of all the addresses and strides the
+    call carries for the interpreter."""
+    params = dict(call.params)
+    ptrs = call.reads + call.writes
+    return (tuple(ptrs[i] for i in params["c_reads"]), tuple(ptrs[i] for i in params["c_writes"]),
+            call.scalars[:params["c_scalars"]])
 
 
 def _attention(params: dict, reads, writes, scalars) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..tir.expr import PrimExpr, Var, call, cast, const, convert, select, unify
 from ..tir.expr import all_ as _all
 from ..tir.expr import binary as _binary
+from ..tir.tensor_intrin import call_extern
 from .schedule import Stage, TESchedule, ThreadAxis
 from .tensor import (
     CommReducer,
@@ -31,7 +32,10 @@ from .tensor import (
 from .tensor import max as max  # noqa: PLC0414  (te.max/te.min reduce, or combine two values)
 from .tensor import min as min  # noqa: PLC0414
 from .tensor import sum as sum  # noqa: PLC0414
+from .tensor_intrin import decl_tensor_intrin, decl_tensor_intrinsic
 from .to_tir import create_prim_func
+
+hardware_intrinsic = call_extern  # a call of the C function that implements a hardware intrinsic
 
 
 def create_schedule(ops) -> TESchedule:
@@ -138,8 +142,9 @@ pow = power  # noqa: A001
 __all__ = [
     "CommReducer", "ComputeOp", "ExternOp", "PlaceholderOp", "PrimExpr", "Stage", "TEError", "TESchedule", "Tensor",
     "Var", "abs", "acos", "acosh", "all", "any", "asin", "asinh", "atan", "atanh", "cast", "ceil", "comm_reducer",
-    "compute", "const", "cos", "create_prim_func", "create_schedule", "erf", "exp", "exp2", "expm1", "extern", "floor",
-    "floordiv", "floormod", "if_then_else", "log",
+    "call_extern", "compute", "const", "cos", "create_prim_func", "create_schedule", "decl_tensor_intrin",
+    "decl_tensor_intrinsic", "erf", "exp", "exp2", "expm1", "extern", "floor",
+    "floordiv", "floormod", "hardware_intrinsic", "if_then_else", "log",
     "log1p", "log2", "max", "min", "placeholder", "pow", "power", "prod", "reduce_axis", "round", "rsqrt",
     "select", "sigmoid", "sin", "size_var", "sqrt", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod",
     "var",

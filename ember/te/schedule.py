@@ -135,6 +135,10 @@ class Stage:
             raise ScheduleError(f"bind takes a te.thread_axis, got {type(thread_axis).__name__}")
         self.sch.bind(self._loop(axis), thread=thread_axis.tag)
 
+    def tensorize(self, axis, intrin):
+        """Map the loops from `axis` inward onto a tensor intrinsic (te.decl_tensor_intrin's, or its name)."""
+        self.sch.tensorize(self._loop(axis), intrin=intrin if isinstance(intrin, str) else intrin.name)
+
     def pragma(self, axis, key: str, value=True):
         """pragma(axis, "auto_unroll_max_step", 16): the unroll limit annotation."""
         self.sch.annotate(self._loop(axis), key if key.startswith("pragma_") else f"pragma_{key}", value)
