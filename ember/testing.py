@@ -58,10 +58,17 @@ def verify_trace_roundtrip(sch) -> Schedule:
 def output_positions(func) -> list[int]:
     """Indices of the parameters the function writes."""
     from .tir.functor import visit_stmt
-    from .tir.stmt import BufferStore
+    from .tir.stmt import BufferStore, CallRoutine
 
     written = set()
-    visit_stmt(func.body, lambda s: written.add(s.buffer) if isinstance(s, BufferStore) else None)
+
+    def note(s):
+        if isinstance(s, BufferStore):
+            written.add(s.buffer)
+        elif isinstance(s, CallRoutine):  # a tensorized call
+            written.update(p.buffer for p in s.writes)
+
+    visit_stmt(func.body, note)
     return [k for k, b in enumerate(func.params) if b in written]
 
 

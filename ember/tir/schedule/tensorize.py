@@ -176,7 +176,7 @@ class _Matcher:
                 self.fail(f"the access {buf.name}[{', '.join(map(str, idx))}] does not follow the intrinsic's "
                           f"{dbuf.name}[{', '.join(map(str, didx))}]")
             offsets.append(off)
-        strides = _row_major(buf.shape)
+        strides = tuple(self.ana.simplify(x) for x in _row_major(buf.shape))
         flat = self.ana.simplify(sum((i * s for i, s in zip((*lead, *offsets), strides)), const(0)))
         trail_strides = strides[len(idx) - k:]
         old = self.args.get(dbuf)
