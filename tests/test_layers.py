@@ -33,6 +33,7 @@ LAYERS: dict[str, set[str]] = {
     "runtime": {"codegen", "tir"},  # build, load, call
     "cuda": {"codegen", "runtime", "te"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
     "kernel": {"te", "runtime", "cuda"},  # ember.lower / ember.build of one te schedule
+    "intrinsics": {"te"},  # tensor intrinsics of real hardware (VNNI), declared through te
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds

@@ -182,10 +182,20 @@ def test_wrong_stride():
         sch.tensorize(ax["ii"], "mm4_packed")
 
 
-def test_wrong_access_pattern():
-    A, B, C = gemm(transposed_b=True)
+def test_a_transposed_read_is_a_stride():
+    A, B, C = gemm(transposed_b=True)  # B[j, k]: the intrinsic's b[k, j] walks j with stride 8
     sch, ax = tiled([A, B, C])
-    with pytest.raises(ScheduleError, match=r"the access B\[.*\] does not follow the intrinsic's b\[k, j\]"):
+    with pytest.raises(ScheduleError, match="B has stride 8 in dimension 0, the intrinsic's b takes stride 1"):
+        sch.tensorize(ax["ii"], "mm4")
+
+
+def test_wrong_access_pattern():
+    A = te.placeholder((16, 16), "float32", name="A")
+    B = te.placeholder((8, 12), "float32", name="B")
+    r = te.reduce_axis((0, 8), name="k")
+    C = te.compute((16, 12), lambda i, j: te.sum(A[i, 2 * r] * B[r, j], axis=r), name="C")
+    sch, ax = tiled([A, B, C])
+    with pytest.raises(ScheduleError, match=r"the access A\[.*\] does not follow the intrinsic's a\[i, k\]"):
         sch.tensorize(ax["ii"], "mm4")
 
 

@@ -6,9 +6,10 @@ must be equal), then each iteration variable of the block with the description's
 the paired loop (their kinds must be equal: a reduction maps onto a reduction). A binding is
 split into its base (the loops outside, `k_0 * 4`) and its part inside (`k_1`). The block's body
 and init, with each iteration variable replaced by base + the description's variable, must be
-the description's expression for expression, each access `A[.., base + i, ..]` matching the
-description's `A[i]` on the trailing dimensions (the leading ones do not depend on the loops
-inside) and with the dtypes and strides the intrinsic takes.
+the description's expression for expression, with the dtypes the intrinsic takes; in each access
+`A[.., base + i, ..]` a dimension either stays put inside (part of the address) or walks one of
+the description's dimensions (`a[i]`), in any order, with the stride the intrinsic takes (a
+transposed read walks with the row stride).
 
     for i_1 in range(4):                   if k_0 == 0:
       for j in range(4):                      routine.mm4_reset(C + i_0*64 + j_0*4, 16)
@@ -28,7 +29,7 @@ import dataclasses
 from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Buffer, BufferLoad, Const, PrimExpr, Var, all_, as_int, const, is_const
-from ..expr_functor import substitute, uses_var
+from ..expr_functor import substitute
 from ..functor import substitute_stmt
 from ..stmt import BlockRealize, BufferStore, CallRoutine, For, IfThenElse, Pointer, Stmt, seq
 from ..tensor_intrin import TensorIntrin, get_intrin
@@ -160,36 +161,35 @@ class _Matcher:
     def access(self, buf: Buffer, idx, dbuf: Buffer, didx) -> None:
         if buf.dtype != dbuf.dtype:
             self.fail(f"{buf.name} is {buf.dtype}, the intrinsic's {dbuf.name} is {dbuf.dtype}")
-        k = len(didx)
-        if len(idx) < k:
-            self.fail(f"{buf.name} has {len(idx)} dimensions, the intrinsic's {dbuf.name} {k}")
-        lead, trail = idx[:len(idx) - k], idx[len(idx) - k:]
         zero = {v: const(0, v.dtype) for v in self.dvars}
-        offsets = []
-        for e in lead:
-            if uses_var(e, self.dvars):
-                self.fail(f"{buf.name}[{', '.join(map(str, idx))}] varies along a leading dimension where the "
-                          f"intrinsic reads {dbuf.name}[{', '.join(map(str, didx))}]")
-        for e, de in zip(trail, didx):
+        offsets, dim_of = [], {}  # desc dimension -> the buffer's dimension it walks
+        for i, e in enumerate(idx):
             off = self.ana.simplify(substitute(e, zero))
-            if not self.ana.can_prove_equal(e - off, de):
-                self.fail(f"the access {buf.name}[{', '.join(map(str, idx))}] does not follow the intrinsic's "
-                          f"{dbuf.name}[{', '.join(map(str, didx))}]")
             offsets.append(off)
+            part = self.ana.simplify(e - off)
+            if is_const(part, 0):
+                continue
+            j = next((j for j, de in enumerate(didx) if j not in dim_of and self.ana.can_prove_equal(part, de)), None)
+            if j is None:
+                break
+            dim_of[j] = i
+        if len(dim_of) != len(didx):
+            self.fail(f"the access {buf.name}[{', '.join(map(str, idx))}] does not follow the intrinsic's "
+                      f"{dbuf.name}[{', '.join(map(str, didx))}]")
         strides = tuple(self.ana.simplify(x) for x in _row_major(buf.shape))
-        flat = self.ana.simplify(sum((i * s for i, s in zip((*lead, *offsets), strides)), const(0)))
-        trail_strides = strides[len(idx) - k:]
+        flat = self.ana.simplify(sum((i * s for i, s in zip(offsets, strides)), const(0)))
+        walked = tuple(strides[dim_of[j]] for j in range(len(didx)))
         old = self.args.get(dbuf)
         if old is not None:
             if old[0] is not buf or not self.ana.can_prove_equal(old[1], flat):
                 self.fail(f"the intrinsic's {dbuf.name} is {old[0].name} at {old[1]} and {buf.name} at {flat}")
             return
         i = self.it.desc.params.index(dbuf)
-        for dim, (s, want) in enumerate(zip(trail_strides, self.it.strides[i])):
+        for j, (s, want) in enumerate(zip(walked, self.it.strides[i])):
             if not isinstance(want, Var) and not self.ana.can_prove_equal(s, want):
-                self.fail(f"{buf.name} has stride {s} in dimension {len(idx) - k + dim}, the intrinsic's "
+                self.fail(f"{buf.name} has stride {s} in dimension {dim_of[j]}, the intrinsic's "
                           f"{dbuf.name} takes stride {want}")
-        self.args[dbuf] = (buf, flat, trail_strides)
+        self.args[dbuf] = (buf, flat, walked)
 
     # -- the calls -------------------------------------------------------------------------
     def calls(self, first: PrimExpr | None) -> Stmt:

@@ -1,0 +1,80 @@
+"""AVX512-VNNI's int8 dot product as a tensor intrinsic: `vpdpbusd` (`_mm512_dpbusd_epi32`) adds,
+to each of 16 int32 lanes, the sum of 4 products of an unsigned byte by a signed byte.
+
+DOT_16X4 computes c[i] (+)= sum over k < 4 of a[k] * b[i, k]: 4 u8 of a row of A (broadcast to
+every lane) against 16 rows of 4 s8 of B, the weights packed as [N / 16][K / 4][16][4] (VNNI's
+K-groups of 4, contiguous: b's strides are 4 and 1), into 16 int32 of C (unit stride). A GEMM
+`C[m, n] = sum_k A[m, k] * B[k, n]` tensorizes onto it with n split by 16 and k by 4 (see
+`gemm`). Products are exact in int32; the sums wrap as int32 does.
+"""
+
+from __future__ import annotations
+
+from .. import te
+
+DOT_16X4 = "dot_16x4_u8s8s32_vnni"
+FEATURE = "avx512_vnni"
+
+C_SOURCE = r"""#include <immintrin.h>
+#include <string.h>
+
+__attribute__((target("avx512f,avx512vnni")))
+static inline void ember_vnni_dot16x4(const void* a, const void* b, void* c) {
+  int32_t a4;
+  memcpy(&a4, a, 4);
+  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+}
+
+static inline void ember_vnni_reset16(void* c) { memset(c, 0, 64); }
+
+__attribute__((target("avx512f,avx512vnni")))
+static inline void ember_vnni_dot16x4_update(const void* a, const void* b, void* c) {
+  int32_t a4;
+  memcpy(&a4, a, 4);
+  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_loadu_si512(c), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+}
+"""
+
+
+def _declare():
+    a = te.placeholder((4,), "uint8", name="a")
+    b = te.placeholder((16, 4), "int8", name="b")
+    k = te.reduce_axis((0, 4), name="k")
+    c = te.compute((16,), lambda i: te.sum(a[k].astype("int32") * b[i, k].astype("int32"), axis=k), name="c")
+
+    def lower_fn(ins, outs):
+        (pa, pb), (pc,) = ins, outs
+        args = (pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"))
+        return (te.hardware_intrinsic("ember_vnni_dot16x4", *args),
+                te.hardware_intrinsic("ember_vnni_reset16", pc.access_ptr("w")),
+                te.hardware_intrinsic("ember_vnni_dot16x4_update", *args))
+
+    return te.decl_tensor_intrin(c.op, lower_fn, name=DOT_16X4, c_source=C_SOURCE, strides={b: (4, 1)},
+                                 feature=FEATURE, override=True)
+
+
+INTRIN = _declare()
+
+
+def gemm(m: int, n: int, k: int):
+    """An int8 GEMM over VNNI-packed weights, tensorized onto DOT_16X4: a (M, K) uint8, bp
+    (N / 16, K / 4, 16, 4) int8 (`pack`), c (M, N / 16, 16) int32 (c.reshape(M, N) is A @ B).
+    Returns (schedule, [a, bp, c])."""
+    a = te.placeholder((m, k), "uint8", name="A")
+    bp = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="Bp")
+    ko = te.reduce_axis((0, k // 4), name="ko")
+    ki = te.reduce_axis((0, 4), name="ki")
+    c = te.compute((m, n // 16, 16), lambda i, jo, ji: te.sum(
+        a[i, ko * 4 + ki].astype("int32") * bp[jo, ko, ji, ki].astype("int32"), axis=[ko, ki]), name="C")
+    s = te.create_schedule(c.op)
+    i, jo, ji = s[c].op.axis
+    s[c].reorder(i, jo, ko, ji, ki)
+    s[c].parallel(i)
+    s[c].tensorize(ji, INTRIN)
+    return s, [a, bp, c]
+
+
+def pack(b):
+    """B (K, N) int8 as the VNNI layout [N / 16][K / 4][16][4]."""
+    k, n = b.shape
+    return b.reshape(k // 4, 4, n // 16, 16).transpose(2, 0, 3, 1).copy()
