@@ -56,10 +56,13 @@ def _declare():
 INTRIN = _declare()
 
 
-def gemm(m: int, n: int, k: int):
+def gemm(m: int, n: int, k: int, rows: int = 4, vectors: int = 2):
     """An int8 GEMM over VNNI-packed weights, tensorized onto DOT_16X4: a (M, K) uint8, bp
     (N / 16, K / 4, 16, 4) int8 (`pack`), c (M, N / 16, 16) int32 (c.reshape(M, N) is A @ B).
-    Returns (schedule, [a, bp, c])."""
+    A tile of `rows` x `vectors` x 16 outputs is unrolled inside the reduction's loop, its init a
+    block of its own before it (decompose_reduction), so that its accumulators are loaded once
+    per tile. M must be a multiple of `rows`, N of 16 * `vectors`, K of 4. Returns (schedule,
+    [a, bp, c])."""
     a = te.placeholder((m, k), "uint8", name="A")
     bp = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="Bp")
     ko = te.reduce_axis((0, k // 4), name="ko")
@@ -68,8 +71,13 @@ def gemm(m: int, n: int, k: int):
         a[i, ko * 4 + ki].astype("int32") * bp[jo, ko, ji, ki].astype("int32"), axis=[ko, ki]), name="C")
     s = te.create_schedule(c.op)
     i, jo, ji = s[c].op.axis
-    s[c].reorder(i, jo, ko, ji, ki)
-    s[c].parallel(i)
+    io, ii = s[c].split(i, factor=rows)
+    joo, joi = s[c].split(jo, factor=vectors)
+    s[c].reorder(io, joo, ko, ii, joi, ji, ki)
+    s[c].parallel(io)
+    s[c].unroll(ii)
+    s[c].unroll(joi)
+    s[c].decompose_reduction(ko)
     s[c].tensorize(ji, INTRIN)
     return s, [a, bp, c]
 

@@ -113,6 +113,26 @@ def test_only_reset_and_update_when_the_reduction_is_inside():
     check_schedule(sch, None, mm_ref, targets=TARGETS, rtol=1e-5, atol=1e-5)
 
 
+def test_a_decomposed_reduction_is_the_update():
+    A, B, C = gemm()
+    sch, ax = tiled([A, B, C])
+    sch.decompose_reduction(sch.get_block("C"), ax["ko"])
+    sch.tensorize(ax["ii"], "mm4")
+    text = str(sch.mod)
+    assert "routine.mm4_update(" in text and "mm4_reset" not in text and "C_init" in text
+    check_schedule(sch, None, mm_ref, targets=TARGETS, rtol=1e-5, atol=1e-5)
+    verify_trace_roundtrip(sch)
+
+
+def test_a_decomposed_reduction_needs_an_update():
+    declare_mm4("mm4_body", roles=("body",))
+    A, B, C = gemm()
+    sch, ax = tiled([A, B, C])
+    sch.decompose_reduction(sch.get_block("C"), ax["ko"])
+    with pytest.raises(ScheduleError, match="needs an update; it has body"):
+        sch.tensorize(ax["ii"], "mm4_body")
+
+
 def test_the_interpreter_runs_the_description():
     """An intrinsic whose C is wrong (it writes nothing) still interprets right: the python
     target runs the te compute it was declared by, not its C."""

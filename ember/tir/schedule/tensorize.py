@@ -18,7 +18,9 @@ transposed read walks with the row stride).
 
 A reduction wholly inside is one call of the intrinsic's body; one that also runs over loops
 outside is its reset at the first iteration of those (the base at its minimum) then its update
-(TVM's semantics). The calls carry every argument's address and strides, so that the loop-IR
+(TVM's semantics); a reduction whose init decompose_reduction made a block of its own is the
+update alone (the init stays loop IR, before the reduction's loops, where the accumulators of an
+update inside them can live in registers). The calls carry every argument's address and strides, so that the loop-IR
 interpreter can run the description in their place.
 """
 
@@ -59,12 +61,13 @@ def tensorize(sch: Schedule, loop: LoopRV, intrin: str) -> None:
     first = m.bind_iters(realize, d_realize)
     m.stmt(substitute_stmt(realize.block.body, m.ivmap), d_realize.block.body)
     block, d_block = realize.block, d_realize.block
-    if (block.init is None) != (d_block.init is None):
+    decomposed = block.init is None and block.is_reduction  # its init is a block of its own
+    if (block.init is None) != (d_block.init is None) and not decomposed:
         raise ScheduleError(f"{where}: block {block.name} {'is not' if block.init is None else 'is'} a reduction "
                             f"and the intrinsic {'is' if block.init is None else 'is not'}")
     if block.init is not None:
         m.stmt(substitute_stmt(block.init, m.ivmap), d_block.init)
-    sch.replace(top, m.calls(first))
+    sch.replace(top, m.call("update") if decomposed else m.calls(first))
     for f in loops:
         sch.consume(f.loop_var, "tensorize")
 
@@ -207,6 +210,9 @@ class _Matcher:
 
     def call(self, role: str) -> CallRoutine:
         it, c = self.it, self.it.call(role)
+        if c is None:
+            self.fail(f"the reduction's init is a block of its own (decompose_reduction), so the intrinsic "
+                      f"needs an update; it has {', '.join(r for r, _ in it.calls)}")
         params = it.desc.params
         missing = [p.name for p in params if p not in self.args]
         if missing:
