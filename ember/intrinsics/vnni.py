@@ -6,6 +6,11 @@ every lane) against 16 rows of 4 s8 of B, the weights packed as [N / 16][K / 4][
 K-groups of 4, contiguous: b's strides are 4 and 1), into 16 int32 of C (unit stride). A GEMM
 `C[m, n] = sum_k A[m, k] * B[k, n]` tensorizes onto it with n split by 16 and k by 4 (see
 `gemm`). Products are exact in int32; the sums wrap as int32 does.
+
+The C functions are compiled for the unit alone (`__attribute__((target))`, whatever the build's
+flags) and test the CPU at run time (`__builtin_cpu_supports`): a kernel built with them runs
+`vpdpbusd` where the CPU has it and the same sums lane by lane elsewhere, never an illegal
+instruction.
 """
 
 from __future__ import annotations
@@ -15,23 +20,45 @@ from .. import te
 DOT_16X4 = "dot_16x4_u8s8s32_vnni"
 FEATURE = "avx512_vnni"
 
-C_SOURCE = r"""#include <immintrin.h>
-#include <string.h>
+C_SOURCE = r"""#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
 
 __attribute__((target("avx512f,avx512vnni")))
-static inline void ember_vnni_dot16x4(const void* a, const void* b, void* c) {
+static void ember_vnni_dot16x4_vnni(const void* a, const void* b, void* c, int accumulate) {
   int32_t a4;
   memcpy(&a4, a, 4);
-  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+  __m512i acc = accumulate ? _mm512_loadu_si512(c) : _mm512_setzero_si512();
+  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(acc, _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+}
+#endif
+
+/* where the CPU lacks the unit: the same sums, exact, one lane at a time */
+static void ember_vnni_dot16x4_lanes(const void* a, const void* b, void* c, int accumulate) {
+  const uint8_t* pa = a;
+  const int8_t* pb = b;
+  int32_t* pc = c;
+  for (int i = 0; i < 16; ++i) {
+    uint32_t s = accumulate ? (uint32_t)pc[i] : 0u;
+    for (int k = 0; k < 4; ++k) s += (uint32_t)((int32_t)pa[k] * (int32_t)pb[i * 4 + k]);
+    pc[i] = (int32_t)s;
+  }
 }
 
-static inline void ember_vnni_reset16(void* c) { memset(c, 0, 64); }
+static inline void ember_vnni_dot16x4_any(const void* a, const void* b, void* c, int accumulate) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512vnni")) {
+    ember_vnni_dot16x4_vnni(a, b, c, accumulate);
+    return;
+  }
+#endif
+  ember_vnni_dot16x4_lanes(a, b, c, accumulate);
+}
 
-__attribute__((target("avx512f,avx512vnni")))
+static inline void ember_vnni_dot16x4(const void* a, const void* b, void* c) { ember_vnni_dot16x4_any(a, b, c, 0); }
+static inline void ember_vnni_reset16(void* c) { memset(c, 0, 64); }
 static inline void ember_vnni_dot16x4_update(const void* a, const void* b, void* c) {
-  int32_t a4;
-  memcpy(&a4, a, 4);
-  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_loadu_si512(c), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+  ember_vnni_dot16x4_any(a, b, c, 1);
 }
 """
 
