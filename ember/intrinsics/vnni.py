@@ -63,7 +63,8 @@ static inline void ember_vnni_dot16x4_update(const void* a, const void* b, void*
 """
 
 
-def _declare():
+def declare(name: str = DOT_16X4, c_source: str = C_SOURCE):
+    """Declare (and register) the intrinsic under `name` with the C functions of `c_source`."""
     a = te.placeholder((4,), "uint8", name="a")
     b = te.placeholder((16, 4), "int8", name="b")
     k = te.reduce_axis((0, 4), name="k")
@@ -76,14 +77,14 @@ def _declare():
                 te.hardware_intrinsic("ember_vnni_reset16", pc.access_ptr("w")),
                 te.hardware_intrinsic("ember_vnni_dot16x4_update", *args))
 
-    return te.decl_tensor_intrin(c.op, lower_fn, name=DOT_16X4, c_source=C_SOURCE, strides={b: (4, 1)},
+    return te.decl_tensor_intrin(c.op, lower_fn, name=name, c_source=c_source, strides={b: (4, 1)},
                                  feature=FEATURE, override=True)
 
 
-INTRIN = _declare()
+INTRIN = declare()
 
 
-def gemm(m: int, n: int, k: int, rows: int = 4, vectors: int = 2):
+def gemm(m: int, n: int, k: int, rows: int = 4, vectors: int = 2, intrin=INTRIN):
     """An int8 GEMM over VNNI-packed weights, tensorized onto DOT_16X4: a (M, K) uint8, bp
     (N / 16, K / 4, 16, 4) int8 (`pack`), c (M, N / 16, 16) int32 (c.reshape(M, N) is A @ B).
     A tile of `rows` x `vectors` x 16 outputs is unrolled inside the reduction's loop, its init a
@@ -105,7 +106,7 @@ def gemm(m: int, n: int, k: int, rows: int = 4, vectors: int = 2):
     s[c].unroll(ii)
     s[c].unroll(joi)
     s[c].decompose_reduction(ko)
-    s[c].tensorize(ji, INTRIN)
+    s[c].tensorize(ji, intrin)
     return s, [a, bp, c]
 
 

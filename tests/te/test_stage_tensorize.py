@@ -79,6 +79,17 @@ def test_vnni_int8_gemm(target):
     verify_trace_roundtrip(s)
 
 
+def test_vnni_lane_fallback():
+    """The C a CPU without avx512_vnni runs: the runtime test forced false."""
+    lanes = vnni.declare("dot_16x4_lanes_only", vnni.C_SOURCE.replace('__builtin_cpu_supports("avx512vnni")', "0"))
+    m, n, k = 8, 32, 64
+    s, args = vnni.gemm(m, n, k, intrin=lanes)
+    a, b, ref = int8_inputs(m, n, k, seed=3)
+    c = np.zeros((m, n // 16, 16), np.int32)
+    ember.build(s, args, target="c")(a, vnni.pack(b), c)
+    np.testing.assert_array_equal(c.reshape(m, n), ref.astype(np.int32))
+
+
 def test_vnni_packing():
     b = np.arange(8 * 32, dtype=np.int64).reshape(8, 32).astype(np.int8)
     bp = vnni.pack(b)
