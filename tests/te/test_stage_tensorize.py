@@ -73,6 +73,9 @@ def test_vnni_int8_gemm(target):
     assert "ember_vnni_dot16x4_update" in str(ember.lower(s, args))
     a, b, ref = int8_inputs(m, n, k)
     f = ember.build(s, args, target=target)
+    if target == "c":  # the declaration's C, once in the unit however many calls
+        assert f.source.count("static void ember_vnni_dot16x4_lanes(") == 1
+        assert f.source.count("ember_vnni_dot16x4_update(") > 2
     c = np.zeros((m, n // 16, 16), np.int32)
     f(a, vnni.pack(b), c)
     np.testing.assert_array_equal(c.reshape(m, n), ref.astype(np.int32))
