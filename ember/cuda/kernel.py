@@ -68,10 +68,12 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) ->
     func = insert_syncs(infer_scopes(func))
     dims = launch_dims(func)
     check_limits(func, dims)
-    source = CUDARenderer().render_unit(func)
+    renderer = CUDARenderer()
+    source = renderer.render_unit(func)
     if arch is None:
         arch = _device_arch()
-    return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch)
+    return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
+                      aligned=renderer.vector_buffers & set(func.params))
 
 
 def _device_arch() -> str:
@@ -85,12 +87,15 @@ def _device_arch() -> str:
 
 class CUDAKernel:
     """A compiled GPU kernel: `f(*arrays, stream=None)`; `f.source` is its CUDA C, `f.binary` the
-    cubin (or PTX), `f.grid` and `f.block` its launch."""
+    cubin (or PTX), `f.grid` and `f.block` its launch; `aligned`: the parameters it reads or
+    writes 16 bytes at a time, whose addresses must be multiples of 16."""
 
     target = "cuda"
 
-    def __init__(self, func: PrimFunc, source: str, binary: bytes, dims: dict[str, int], arch: str):
+    def __init__(self, func: PrimFunc, source: str, binary: bytes, dims: dict[str, int], arch: str,
+                 aligned: set = frozenset()):
         self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
+        self.aligned = frozenset(aligned)
         self.grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
         self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
         self.symbol = CUDARenderer.symbol(func)
@@ -120,6 +125,10 @@ class CUDAKernel:
                     pointers.append(int(ptr))
                 else:
                     pointers.append(_device_pointer(buf, a, k, self.name))
+                    if buf in self.aligned and pointers[-1] % 16:
+                        raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({buf.name}) is at an address "
+                                                f"that is not a multiple of 16; the kernel accesses it 16 bytes "
+                                                f"at a time (a view at an offset: pass a copy)")
             if stream is None:
                 stream = _torch_stream(arrays, dev.ordinal)
             self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)

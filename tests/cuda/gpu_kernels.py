@@ -70,6 +70,27 @@ def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = 
     return s, [A, out], reference
 
 
+def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over each row, a row per block."""
+    A = te.placeholder((n, m), name="A")
+    gamma, beta = te.placeholder((m,), name="gamma"), te.placeholder((m,), name="beta")
+    k = te.reduce_axis((0, m), name="k")
+    mean = te.compute((n,), lambda i: te.sum(A[i, k] / m, axis=k), name="mean")
+    k2 = te.reduce_axis((0, m), name="k2")
+    var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) / m, axis=k2), name="var")
+    out = te.compute((n, m), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(var[i] + eps) * gamma[j] + beta[j],
+                     name="out")
+    s = te.create_schedule(out.op)
+    schedules.row_block(s, out, [mean, var], threads)
+
+    def reference(a, g, b):
+        a64 = a.astype("float64")
+        mu = a64.mean(1, keepdims=True)
+        return ((a64 - mu) / np.sqrt(a64.var(1, keepdims=True) + eps) * g + b).astype("float32")
+
+    return s, [A, gamma, beta, out], reference
+
+
 def row_sum(n: int = 512, m: int = 96, threads: int = 128):
     A = te.placeholder((n, m), name="A")
     k = te.reduce_axis((0, m), name="k")

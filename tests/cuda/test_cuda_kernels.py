@@ -17,13 +17,16 @@ CASES = {
     "row_softmax": (kernels.row_softmax, lambda: [RNG.standard_normal((256, 64), dtype="float32")]),
     "row_softmax_block": (lambda: kernels.row_softmax(16, 1024, 128, per_block=True),
                           lambda: [RNG.standard_normal((16, 1024), dtype="float32") * 4]),
+    "layer_norm": (kernels.layer_norm, lambda: [RNG.standard_normal((8, 512), dtype="float32") * 3 + 1,
+                                                RNG.standard_normal(512, dtype="float32"),
+                                                RNG.standard_normal(512, dtype="float32")]),
     "gemm": (kernels.gemm, lambda: [RNG.standard_normal((128, 64), dtype="float32"),
                                     RNG.standard_normal((64, 128), dtype="float32")]),
     "matmul": (kernels.matmul, lambda: [RNG.standard_normal((128, 32), dtype="float32"),
                                         RNG.standard_normal((32, 128), dtype="float32")]),
 }
-TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "gemm": 1e-4,
-             "matmul": 1e-4}
+TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "layer_norm": 1e-4,
+             "gemm": 1e-4, "matmul": 1e-4}
 
 
 def _run(f, make, inputs):
@@ -60,7 +63,7 @@ def test_interpreter_runs_the_bound_kernel(name):
 def test_elementwise_launch_and_source():
     s, args, _ = kernels.elementwise(4096, threads=128)
     f = ember.build(s, args, target="cuda")
-    assert (f.grid, f.block) == ((32, 1, 1), (128, 1, 1))
+    assert (f.grid, f.block) == ((8, 1, 1), (128, 1, 1))  # 4 elements a thread
     assert "__launch_bounds__(128)" in f.source
     assert "= blockIdx.x;" in f.source and "= threadIdx.x;" in f.source
     assert "expf(" in f.source and "ember_max_float32" in f.source
@@ -71,9 +74,10 @@ def test_gemm_stages_tiles_in_shared_memory_between_barriers():
     s, args, _ = kernels.gemm(128, 128, 64)
     f = ember.build(s, args, target="cuda")
     assert (f.grid, f.block) == ((2, 2, 1), (16, 16, 1))
-    assert "__shared__ float A_shared[512];" in f.source and "__shared__ float B_shared[512];" in f.source
+    shared = "__shared__ __align__(16) float"
+    assert f"{shared} A_shared[512];" in f.source and f"{shared} B_shared[512];" in f.source
     assert "float C_local[16];" in f.source
-    body = f.source[f.source.index("__shared__ float A_shared"):]
+    body = f.source[f.source.index("float A_shared"):]
     # the loads of both panels, a barrier, the products, a barrier before the next panels
     assert body.count("__syncthreads();") == 2
     first, second = body.index("__syncthreads();"), body.rindex("__syncthreads();")
@@ -84,7 +88,8 @@ def test_gemm_stages_tiles_in_shared_memory_between_barriers():
 def test_matmul_lays_its_tiles_out_for_conflict_free_reads():
     s, args, _ = kernels.matmul(128, 128, 32)
     f = ember.build(s, args, target="cuda")
-    assert "__shared__ float Ap_shared[512];" in f.source and "__shared__ float Bp_shared[512];" in f.source
+    shared = "__shared__ __align__(16) float"
+    assert f"{shared} Ap_shared[512];" in f.source and f"{shared} Bp_shared[512];" in f.source
     # a thread's rows and columns are 16 apart: a warp's threads read consecutive elements
     assert "C_local[1] = C_local[1] + Ap_shared[ax0_1_0] * Bp_shared[ax1_1_0 + 16];" in f.source
     assert "C_local[4] = C_local[4] + Ap_shared[ax0_1_0 + 16] * Bp_shared[ax1_1_0];" in f.source
@@ -104,7 +109,8 @@ def test_block_per_row_reduces_across_threads_through_shared_memory():
     f = ember.build(s, args, target="cuda")
     assert (f.grid, f.block) == ((16, 1, 1), (128, 1, 1))
     # each reduction: the threads' partials in shared memory, then every thread's own total
-    assert "__shared__ float mx_rf[128];" in f.source and "__shared__ float total_rf[128];" in f.source
+    shared = "__shared__ __align__(16) float"
+    assert f"{shared} mx_rf[128];" in f.source and f"{shared} total_rf[128];" in f.source
     assert "  float mx[1];" in f.source and "  float total[1];" in f.source
     # a thread's own partial (mx_rf[vk_1]) needs no barrier; reading all of them does
     body = f.source[f.source.index("mx_rf[128]"):]
@@ -159,7 +165,7 @@ def test_indices_are_int_unless_a_buffer_holds_2_to_the_31_elements():
     for n, index in ((1 << 20, "int"), (1 << 31, "int64_t")):
         s, args, _ = kernels.elementwise(n, threads=256)
         source = CUDARenderer().render_unit(ember.lower(s, args, target="cuda"))
-        assert f"const {index} i_0 = blockIdx.x;" in source and f"const {index} i_1 = threadIdx.x;" in source
+        assert f"const {index} i_0_0 = blockIdx.x;" in source and f"const {index} i_0_1 = threadIdx.x;" in source
 
 
 @needs_nvrtc

@@ -94,7 +94,7 @@ def test_numpy_arguments_are_copied_in_and_written_ones_back(fake):
     a, b, c = np.ones(1024, "float32"), np.full(1024, 2.0, "float32"), np.zeros(1024, "float32")
     f(a, b, c)
     ((function, grid, block, stream, pointers),) = fake.launches
-    assert (function, grid, block, stream) == (f.symbol, (8, 1, 1), (128, 1, 1), 0)
+    assert (function, grid, block, stream) == (f.symbol, (2, 1, 1), (128, 1, 1), 0)
     assert all(p in fake.memory for p in pointers)  # device copies, not the host arrays
     assert (c == 7.0).all() and (a == 1.0).all() and (b == 2.0).all()
     assert sorted(fake.freed) == sorted(pointers)

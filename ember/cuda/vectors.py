@@ -1,0 +1,81 @@
+"""16-byte accesses of a vectorized loop: which loads and stores of a 4-lane loop are one
+`float4` (or `int4`) access each.
+
+A GPU thread moves at most 16 bytes per instruction; four 4-byte loads where one would do cost
+issue slots and memory transactions. A loop `for v in vectorized(4)` whose body is one store is
+rendered as one 16-byte store where the store's index is `base + v` with `base` a multiple of 4
+(its modular set), and each load of the value at such an index is one 16-byte load; the other
+loads stay per lane. The stored buffer may be read only at the store's own index (so reading
+all lanes before writing them is what the serial loop does). Buffers in global or shared memory
+only: thread-local arrays stay scalar (a vector access to them can push them out of registers).
+The pointers a kernel accesses so must be 16-byte aligned: shared arrays are declared so, and
+the kernel checks its arguments' addresses at call (`vector_buffers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..tir.arith import Analyzer
+from ..tir.arith_bound import modular_set
+from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Var, as_int, binary
+from ..tir.expr_functor import substitute, uses_var, visit_expr
+from ..tir.stmt import BufferStore, For
+
+LANES = 4
+VECTOR_TYPES = {"float32": "float4", "int32": "int4", "uint32": "uint4"}  # 4 lanes of 4 bytes
+SCOPES = ("global", "shared")
+
+
+@dataclass(frozen=True)
+class VectorLoop:
+    """A vectorized loop rendered with 16-byte accesses: the store and its base, and each
+    contiguous load (by buffer and index) with its base."""
+
+    store: BufferStore
+    base: PrimExpr
+    loads: tuple[tuple[BufferLoad, PrimExpr], ...]
+
+    @property
+    def buffers(self) -> set[Buffer]:
+        return {self.store.buffer, *(load.buffer for load, _ in self.loads)}
+
+
+def vector_loop(loop: For) -> VectorLoop | None:
+    """The 16-byte accesses of `loop` (see the module doc), or None where it stays per lane."""
+    store, v = loop.body, loop.loop_var
+    if (loop.kind != "vectorized" or as_int(loop.extent) != LANES or as_int(loop.min) != 0
+            or not isinstance(store, BufferStore) or len(store.indices) != 1):
+        return None
+    base = aligned_base(store.buffer, store.indices[0], v)
+    if base is None:
+        return None
+    loads: list[BufferLoad] = []
+    visit_expr(store.value, lambda e: loads.append(e) if isinstance(e, BufferLoad) else None)
+    vectors: list[tuple[BufferLoad, PrimExpr]] = []
+    ana = Analyzer()
+    for load in loads:
+        if len(load.indices) != 1:
+            return None
+        index = load.indices[0]
+        if load.buffer is store.buffer and not ana.can_prove_equal(index, store.indices[0]):
+            return None  # the serial loop would read a lane another lane wrote
+        if not uses_var(index, [v]):
+            continue
+        load_base = aligned_base(load.buffer, index, v)
+        if load_base is not None:
+            vectors.append((load, load_base))
+    return VectorLoop(store, base, tuple(vectors))
+
+
+def aligned_base(buf: Buffer, index: PrimExpr, v: Var) -> PrimExpr | None:
+    """`base` where index == base + v and base is a multiple of LANES, for a buffer of a
+    4-byte type in global or shared memory; else None."""
+    if buf.dtype not in VECTOR_TYPES or buf.scope not in SCOPES:
+        return None
+    ana = Analyzer()
+    base = ana.simplify(substitute(index, {v: Const(0, v.dtype)}))
+    if not ana.can_prove_equal(binary("-", index, base), v):
+        return None
+    m, r = modular_set(base, {})
+    return base if m % LANES == 0 and r % LANES == 0 else None

@@ -1,0 +1,94 @@
+"""The CUDA renderer's fast paths: 16-byte loads and stores of 4-lane vectorized loops
+(ember.cuda.vectors) and cross-thread reductions through warp shuffles (ember.cuda.warp). Each is
+checked in its source, compiled by NVRTC, and for its numbers through the interpreter (the same
+lowered function) and on the GPU where there is one; where its conditions fail the loop stays as
+it was."""
+
+import gpu_kernels as kernels
+import numpy as np
+import pytest
+from gpu_kernels import needs_gpu, needs_nvrtc
+
+import ember
+from ember import te
+from ember.cuda import schedules
+from ember.cuda.vectors import vector_loop
+from ember.errors import ArgumentTypeError
+from ember.tir.expr import Buffer, BufferLoad, Var, binary
+from ember.tir.stmt import BufferStore, For
+
+RNG = np.random.default_rng(11)
+
+
+def _shifted(n: int, shift: int):
+    """C[i] = A[i + shift] * 2 + B[i], scheduled elementwise with 4 lanes a thread."""
+    A, B = te.placeholder((n + shift,), name="A"), te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: A[i + shift] * 2.0 + B[i], name="C")
+    s = te.create_schedule(C.op)
+    schedules.elementwise(s, C, 64)
+    return s, [A, B, C], lambda a, b: a[shift:] * 2 + b
+
+
+def _interpret(s, args, inputs):
+    out = np.zeros([ember.tir.expr.as_int(d) for d in args[-1].shape], "float32")
+    ember.build(s, args, target="python")(*inputs, out)
+    return out
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n, shift", [(4096, 0), (4096, 1), (4096, 4), (1030, 0)])
+def test_contiguous_aligned_accesses_are_16_bytes(n, shift):
+    s, args, reference = _shifted(n, shift)
+    source = ember.build(s, args, target="cuda", arch="sm_90").source
+    aligned = n % 4 == 0  # else the split's guard keeps every lane scalar
+    assert ("*reinterpret_cast<float4*>(&C[" in source) == aligned
+    assert ("*reinterpret_cast<const float4*>(&B[" in source) == aligned
+    assert ("*reinterpret_cast<const float4*>(&A[" in source) == (aligned and shift % 4 == 0)
+    a, b = RNG.standard_normal(n + shift, dtype="float32"), RNG.standard_normal(n, dtype="float32")
+    np.testing.assert_allclose(_interpret(s, args, [a, b]), reference(a, b), rtol=1e-6, atol=1e-6)
+
+
+def test_a_loop_reading_its_output_at_another_lane_stays_per_lane():
+    C, v, t = Buffer("C", (64,), "float32"), Var("v", "int32"), Var("t", "int32")
+    base = binary("*", t, 4)
+    own = BufferLoad(C, (binary("+", base, v),), "float32")
+    other = BufferLoad(C, (binary("+", binary("+", base, 4), v),), "float32")
+    store = (binary("+", base, v),)
+    assert vector_loop(For(v, 0, 4, "vectorized", BufferStore(C, binary("+", own, 1.0), store))) is not None
+    assert vector_loop(For(v, 0, 4, "vectorized", BufferStore(C, binary("+", other, 1.0), store))) is None
+
+
+@needs_nvrtc
+def test_block_reductions_fold_partials_with_warp_shuffles():
+    s, args, _ = kernels.row_softmax(16, 1024, 128, per_block=True)
+    source = ember.build(s, args, target="cuda", arch="sm_90").source
+    assert source.count("__shfl_xor_sync(0xffffffffu, mx_warp, ") == 5
+    assert source.count("__shfl_xor_sync(0xffffffffu, total_warp, ") == 5
+    assert "vk_1a < 128; ++" not in source  # no thread folds all 128 partials
+
+
+@needs_nvrtc
+def test_no_shuffles_unless_every_warp_is_whole():
+    s, args, reference = kernels.row_softmax(4, 96, 48, per_block=True)
+    source = ember.build(s, args, target="cuda", arch="sm_90").source
+    assert "__shfl" not in source and "< 48; ++" in source
+    a = RNG.standard_normal((4, 96), dtype="float32")
+    np.testing.assert_allclose(_interpret(s, args, [a]), reference(a), rtol=1e-5, atol=1e-6)
+
+
+@needs_gpu
+def test_gpu_refuses_a_misaligned_argument_of_a_vector_access():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    s, args, reference = _shifted(4096, 0)
+    f = ember.build(s, args, target="cuda")
+    assert {b.name for b in f.aligned} == {"A", "B", "C"}
+    a, b = torch.randn(4097, device="cuda"), torch.randn(4096, device="cuda")
+    c = torch.empty(4096, device="cuda")
+    with pytest.raises(ArgumentTypeError, match="multiple of 16"):
+        f(a[1:], b, c)
+    f(a[:4096], b, c)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(c.cpu().numpy(), reference(a[:4096].cpu().numpy(), b.cpu().numpy()), rtol=1e-6,
+                               atol=1e-6)
