@@ -1,10 +1,12 @@
-"""ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain and
-a row softmax (a row per block, and a row per thread) over 4096x4096 fp32 against device copy
-bandwidth (torch's `clone`, bytes read + written), and an fp32 GEMM 4096^3 with the shared-memory
-tiled schedules of ember.cuda.schedules (128x128 block tiles, 8x8 register tiles per thread,
-8-wide K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and
-B's) against cuBLAS fp32 (`torch.matmul`, TF32 off). Every kernel is checked against torch before
-it is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
+"""ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain (4
+lanes a thread, 16-byte accesses), a row softmax (a row per block, its reductions through warp
+shuffles, with and without 16-byte output accesses; and a row per thread) and a layer norm over
+4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read + written; the copy and
+the elementwise chain also at 4x the rows, past the L2), and an fp32 GEMM 4096^3 with the
+shared-memory tiled schedules of ember.cuda.schedules (block tiles, register tiles per thread,
+K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's)
+against cuBLAS fp32 (`torch.matmul`, TF32 off). Every kernel is checked against torch before it
+is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
 others still run.
 
     python benchmarks/cuda_kernels.py [--size 4096] [--runs 30]
@@ -58,22 +60,25 @@ def elementwise(n: int, runs: int, rows: list) -> None:
     from ember import te
     from ember.cuda import schedules
 
-    def make():
-        A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
-        C = te.compute((n, n), lambda i, j: te.exp(A[i, j]) * B[i, j] + A[i, j], name="C")
-        s = te.create_schedule(C.op)
-        schedules.elementwise(s, C, 256)
-        return s, [A, B, C]
+    for m in (n, 4 * n):
+        def make(m=m):
+            A, B = te.placeholder((m, n), name="A"), te.placeholder((m, n), name="B")
+            C = te.compute((m, n), lambda i, j: te.exp(A[i, j]) * B[i, j] + A[i, j], name="C")
+            s = te.create_schedule(C.op)
+            schedules.elementwise(s, C, 256)
+            return s, [A, B, C]
 
-    f, build_s = build(make)
-    a, b, c = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
-    f(a, b, c)
-    torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
-    gb = 3 * a.numel() * 4 / 1e9
-    t = timed(lambda: f(a, b, c), runs)
-    rows.append(("elementwise exp(a)*b+a", "ember", t, gb / t, build_s))
-    t = timed(lambda: torch.add(torch.mul(torch.exp(a), b), a, out=c), runs)
-    rows.append(("elementwise exp(a)*b+a", "torch eager (3 kernels)", t, gb / t, None))
+        f, build_s = build(make)
+        a, b, c = (torch.randn(m, n, device="cuda") for _ in range(3))
+        f(a, b, c)
+        torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
+        gb = 3 * a.numel() * 4 / 1e9
+        name = f"elementwise {m}x{n}"
+        t = timed(lambda f=f, a=a, b=b, c=c: f(a, b, c), runs)
+        rows.append((name, "ember (4 lanes a thread)", t, gb / t, build_s))
+        t = timed(lambda a=a, b=b, c=c: torch.add(torch.mul(torch.exp(a), b), a, out=c), runs)
+        rows.append((name, "torch eager (3 kernels)", t, gb / t, None))
+        del a, b, c
 
 
 def softmax(n: int, runs: int, rows: list) -> None:
@@ -82,7 +87,7 @@ def softmax(n: int, runs: int, rows: list) -> None:
     from ember import te
     from ember.cuda import schedules
 
-    def make(per_block: bool):
+    def make(threads: int, vector: int):
         A = te.placeholder((n, n), name="A")
         k = te.reduce_axis((0, n), name="k")
         mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
@@ -92,39 +97,90 @@ def softmax(n: int, runs: int, rows: list) -> None:
         out = te.compute((n, n), lambda i, j: e[i, j] / total[i], name="out")
         s = te.create_schedule(out.op)
         s[e].compute_inline()
-        if per_block:
-            schedules.row_block(s, out, [mx, total], 256)
+        if threads:
+            schedules.row_block(s, out, [mx, total], threads, vector)
         else:
             schedules.rows(s, out, [total, mx], 64)
         return s, [A, out]
 
     a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
     gb = 2 * a.numel() * 4 / 1e9
-    for per_block, impl in ((True, "ember (a row per block)"), (False, "ember (a row per thread)")):
+    name = f"row softmax {n}x{n}"
+    for threads, vector in SOFTMAX:
+        impl = f"ember row/block {threads}t x{vector}" if threads else "ember (a row per thread)"
         try:
-            f, build_s = build(lambda per_block=per_block: make(per_block))
+            f, build_s = build(lambda threads=threads, vector=vector: make(threads, vector))
             out.zero_()
             f(a, out)
             torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
             t = timed(lambda f=f: f(a, out), runs)
-            rows.append(("row softmax", impl, t, gb / t, build_s))
-        except Exception:  # one schedule's failure must not hide the other's
+            rows.append((name, impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the others'
             print(f"--- softmax, {impl}, failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
     t = timed(lambda: torch.softmax(a, 1), runs)
-    rows.append(("row softmax", "torch.softmax", t, gb / t, None))
+    rows.append((name, "torch.softmax", t, gb / t, None))
+
+
+def layer_norm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    eps = 1e-5
+
+    def make(threads: int, vector: int):
+        A = te.placeholder((n, n), name="A")
+        gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
+        k = te.reduce_axis((0, n), name="k")
+        mean = te.compute((n,), lambda i: te.sum(A[i, k] / n, axis=k), name="mean")
+        k2 = te.reduce_axis((0, n), name="k2")
+        var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) / n, axis=k2),
+                         name="var")
+        out = te.compute((n, n), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(var[i] + eps) * gamma[j] + beta[j],
+                         name="out")
+        s = te.create_schedule(out.op)
+        schedules.row_block(s, out, [mean, var], threads, vector)
+        return s, [A, gamma, beta, out]
+
+    a, out = torch.randn(n, n, device="cuda") * 3 + 1, torch.empty(n, n, device="cuda")
+    g, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    expected = torch.nn.functional.layer_norm(a, (n,), g, b, eps)
+    gb = 2 * a.numel() * 4 / 1e9
+    name = f"layer norm {n}x{n}"
+    for threads, vector in LAYER_NORM:
+        impl = f"ember row/block {threads}t x{vector}"
+        try:
+            f, build_s = build(lambda threads=threads, vector=vector: make(threads, vector))
+            out.zero_()
+            f(a, g, b, out)
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+            t = timed(lambda f=f: f(a, g, b, out), runs)
+            rows.append((name, impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the others'
+            print(f"--- layer norm, {impl}, failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.nn.functional.layer_norm(a, (n,), g, b, eps), runs)
+    rows.append((name, "torch layer_norm", t, gb / t, None))
 
 
 def copy(n: int, runs: int, rows: list) -> None:
     import torch
 
-    a = torch.randn(n, n, device="cuda")
-    t = timed(lambda: a.clone(), runs)
-    rows.append(("device copy (clone)", "torch", t, 2 * a.numel() * 4 / 1e9 / t, None))
+    for m in (n, 4 * n):
+        a = torch.randn(m, n, device="cuda")
+        t = timed(lambda a=a: a.clone(), runs)
+        rows.append((f"device copy {m}x{n}", "torch clone", t, 2 * a.numel() * 4 / 1e9 / t, None))
+        del a
 
 
+# row softmax and layer norm: (threads a block, lanes a thread); 0 threads: a row per thread
+SOFTMAX = ((256, 1), (256, 4), (1024, 4), (0, 1))
+LAYER_NORM = ((256, 4), (1024, 4))
 # (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN
-TILINGS = ((True, 128, 128, 8, 8, 8), (True, 128, 64, 8, 8, 4), (False, 128, 128, 8, 8, 8))
+TILINGS = ((True, 128, 128, 8, 8, 8), (True, 128, 128, 16, 8, 8), (True, 128, 64, 8, 8, 4),
+           (False, 128, 128, 8, 8, 8))
 
 
 def gemm(n: int, runs: int, rows: list) -> None:
@@ -151,7 +207,7 @@ def gemm(n: int, runs: int, rows: list) -> None:
             schedules.gemm(s, A, B, C, **tiles)
             return s, [A, B, C]
 
-        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}, {TM}x{TN}/thr"
+        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr"
         try:
             f, build_s = build(make)
             c.zero_()
@@ -179,19 +235,20 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows: list = []
     failed = False
-    for part in (copy, elementwise, softmax, gemm):
+    for part in (copy, elementwise, softmax, layer_norm, gemm):
         try:
             part(args.size, args.runs, rows)
         except Exception:  # one part's failure must not hide the others' numbers
             failed = True
             print(f"--- {part.__name__} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
-    copy_bw = next((r[3] for r in rows if r[0].startswith("device copy")), None)
+    copies = {r[0].split()[-1]: r[3] for r in rows if r[0].startswith("device copy")}  # by shape
     print(f"\n{'kernel':26} {'implementation':32} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
           f"{'build s':>8}")
     for name, impl, t, rate, build_s in rows:
         peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
-        if name.startswith(("elementwise", "row softmax")) and copy_bw:
+        copy_bw = copies.get(name.split()[-1])
+        if not name.startswith(("device copy", "fp32 GEMM")) and copy_bw:
             ratio = f"{rate / copy_bw:.0%}cp"
         elif peer is not None and build_s is not None:
             ratio = f"{rate / peer[3]:.0%}"
@@ -199,7 +256,8 @@ def main() -> int:
             ratio = ""
         print(f"{name:26} {impl:32} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
               f"{'' if build_s is None else f'{build_s:.2f}':>8}")
-    print("\nGB/s: bytes read + written per second; 'cp': of the device copy bandwidth; GEMM: of cuBLAS")
+    print("\nGB/s: bytes read + written per second; 'cp': of the device copy bandwidth at the same shape; "
+          "GEMM: of cuBLAS")
     return 1 if failed else 0
 
 
