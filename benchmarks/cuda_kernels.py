@@ -1,6 +1,7 @@
 """ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain (4
 lanes a thread, 16-byte accesses), a row softmax (a row per block, its reductions through warp
-shuffles, with and without 16-byte output accesses; and a row per thread) and a layer norm over
+shuffles, with and without 16-byte output accesses; and a row per thread; its row's 1/sum and the
+layer norm's 1/sqrt(var + eps) computed once per row) and a layer norm over
 4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read + written; the copy and
 the elementwise chain also at 4x the rows, past the L2), and an fp32 GEMM 4096^3 with the
 shared-memory tiled schedules of ember.cuda.schedules (block tiles, register tiles per thread,
@@ -94,12 +95,14 @@ def softmax(n: int, runs: int, rows: list) -> None:
         e = te.compute((n, n), lambda i, j: te.exp(A[i, j] - mx[i]), name="e")
         k2 = te.reduce_axis((0, n), name="k2")
         total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
-        out = te.compute((n, n), lambda i, j: e[i, j] / total[i], name="out")
+        inv = te.compute((n,), lambda i: 1.0 / total[i], name="inv")
+        out = te.compute((n, n), lambda i, j: e[i, j] * inv[i], name="out")
         s = te.create_schedule(out.op)
         s[e].compute_inline()
         if threads:
-            schedules.row_block(s, out, [mx, total], threads, vector)
+            schedules.row_block(s, out, [mx, total, inv], threads, vector)
         else:
+            s[inv].compute_inline()
             schedules.rows(s, out, [total, mx], 64)
         return s, [A, out]
 
@@ -134,14 +137,14 @@ def layer_norm(n: int, runs: int, rows: list) -> None:
         A = te.placeholder((n, n), name="A")
         gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
         k = te.reduce_axis((0, n), name="k")
-        mean = te.compute((n,), lambda i: te.sum(A[i, k] / n, axis=k), name="mean")
+        mean = te.compute((n,), lambda i: te.sum(A[i, k] * (1.0 / n), axis=k), name="mean")
         k2 = te.reduce_axis((0, n), name="k2")
-        var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) / n, axis=k2),
+        var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) * (1.0 / n), axis=k2),
                          name="var")
-        out = te.compute((n, n), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(var[i] + eps) * gamma[j] + beta[j],
-                         name="out")
+        rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
+        out = te.compute((n, n), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
         s = te.create_schedule(out.op)
-        schedules.row_block(s, out, [mean, var], threads, vector)
+        schedules.row_block(s, out, [mean, var, rstd], threads, vector)
         return s, [A, gamma, beta, out]
 
     a, out = torch.randn(n, n, device="cuda") * 3 + 1, torch.empty(n, n, device="cuda")
@@ -176,8 +179,8 @@ def copy(n: int, runs: int, rows: list) -> None:
 
 
 # row softmax and layer norm: (threads a block, lanes a thread); 0 threads: a row per thread
-SOFTMAX = ((256, 1), (256, 4), (1024, 4), (0, 1))
-LAYER_NORM = ((256, 4), (1024, 4))
+SOFTMAX = ((128, 4), (256, 1), (256, 4), (512, 4), (0, 1))
+LAYER_NORM = ((128, 4), (256, 4), (512, 4))
 # (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN
 TILINGS = ((True, 128, 128, 8, 8, 8), (True, 128, 128, 16, 8, 8), (True, 128, 64, 8, 8, 4),
            (False, 128, 128, 8, 8, 8))

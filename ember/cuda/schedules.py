@@ -53,7 +53,9 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     """A row of a 2-D `out` per block, its columns split over `threads` threads (`vector`
     consecutive columns each at a time: a vectorized loop, 16-byte accesses for 4 lanes); each row
     reduction in `reductions` (given in the order they run: a later one may read an earlier
-    one) is computed per block as TVM's cross-thread reductions are, in two phases: each thread
+    one; a stage without a reduction among them, a value of the row such as 1/sqrt(var), is
+    computed once per row by every thread) is computed per block as TVM's cross-thread
+    reductions are, in two phases: each thread
     reduces a strided part of the row into a shared buffer (rfactor), then every thread reduces
     those partials into its own register (through warp shuffles: ember.cuda.warp). The barriers
     between phases come from ember.cuda.sync."""
@@ -68,6 +70,9 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     stage.bind(row, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     for red in reversed(reductions):  # a reduction is placed after the ones it reads
+        if not s[red].op.reduce_axis:  # a value of the row computed from reductions (1 / sqrt(var))
+            s[red].compute_at(stage, row)
+            continue
         (axis,) = s[red].op.reduce_axis
         _, part = s[red].split(axis, factor=threads)
         partials = s.rfactor(red, part, factor_axis=1)

@@ -71,17 +71,19 @@ def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = 
 
 
 def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5):
-    """(x - mean) / sqrt(var + eps) * gamma + beta over each row, a row per block."""
+    """(x - mean) * rstd * gamma + beta over each row, a row per block (rstd = 1/sqrt(var + eps),
+    a value of the row computed once)."""
     A = te.placeholder((n, m), name="A")
     gamma, beta = te.placeholder((m,), name="gamma"), te.placeholder((m,), name="beta")
     k = te.reduce_axis((0, m), name="k")
-    mean = te.compute((n,), lambda i: te.sum(A[i, k] / m, axis=k), name="mean")
+    mean = te.compute((n,), lambda i: te.sum(A[i, k] * (1.0 / m), axis=k), name="mean")
     k2 = te.reduce_axis((0, m), name="k2")
-    var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) / m, axis=k2), name="var")
-    out = te.compute((n, m), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(var[i] + eps) * gamma[j] + beta[j],
-                     name="out")
+    var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) * (1.0 / m), axis=k2),
+                     name="var")
+    rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
+    out = te.compute((n, m), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
     s = te.create_schedule(out.op)
-    schedules.row_block(s, out, [mean, var], threads)
+    schedules.row_block(s, out, [mean, var, rstd], threads, vector=4)
 
     def reference(a, g, b):
         a64 = a.astype("float64")
