@@ -5,7 +5,8 @@ layer norm's 1/sqrt(var + eps) computed once per row) and a layer norm over
 4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read + written; the copy and
 the elementwise chain also at 4x the rows, past the L2), and an fp32 GEMM 4096^3 with the
 shared-memory tiled schedules of ember.cuda.schedules (block tiles, register tiles per thread,
-K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's)
+K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's,
+"x4": 16-byte copies to shared memory and of B's tile into registers)
 against cuBLAS fp32 (`torch.matmul`, TF32 off). Every kernel is checked against torch before it
 is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
 others still run.
@@ -181,9 +182,9 @@ def copy(n: int, runs: int, rows: list) -> None:
 # row softmax and layer norm: (threads a block, lanes a thread); 0 threads: a row per thread
 SOFTMAX = ((128, 4), (256, 1), (256, 4), (512, 4), (0, 1))
 LAYER_NORM = ((128, 4), (256, 4), (512, 4))
-# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN
-TILINGS = ((True, 128, 128, 8, 8, 8), (True, 128, 128, 16, 8, 8), (True, 128, 64, 8, 8, 4),
-           (False, 128, 128, 8, 8, 8))
+# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN, lanes
+TILINGS = ((True, 128, 128, 8, 8, 8, 1), (True, 128, 64, 8, 8, 4, 1), (False, 128, 128, 8, 8, 8, 1),
+           (False, 128, 128, 8, 8, 8, 4), (False, 128, 128, 16, 8, 8, 4), (False, 128, 64, 8, 8, 4, 4))
 
 
 def gemm(n: int, runs: int, rows: list) -> None:
@@ -197,20 +198,20 @@ def gemm(n: int, runs: int, rows: list) -> None:
     expected = torch.matmul(a, b)
     tflop = 2 * n**3 / 1e12
     name = f"fp32 GEMM {n}^3"
-    for views, BM, BN, BK, TM, TN in TILINGS:
+    for views, BM, BN, BK, TM, TN, lanes in TILINGS:
         tiles = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN}
 
-        def make(views=views, tiles=tiles):
+        def make(views=views, tiles=tiles, lanes=lanes):
             if views:
                 return schedules.matmul(n, n, n, **tiles)
             A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
             k = te.reduce_axis((0, n), name="k")
             C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
             s = te.create_schedule(C.op)
-            schedules.gemm(s, A, B, C, **tiles)
+            schedules.gemm(s, A, B, C, **tiles, vector=lanes)
             return s, [A, B, C]
 
-        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr"
+        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr x{lanes}"
         try:
             f, build_s = build(make)
             c.zero_()
@@ -246,7 +247,7 @@ def main() -> int:
             print(f"--- {part.__name__} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
     copies = {r[0].split()[-1]: r[3] for r in rows if r[0].startswith("device copy")}  # by shape
-    print(f"\n{'kernel':26} {'implementation':32} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
+    print(f"\n{'kernel':26} {'implementation':36} {'median ms':>10} {'GB/s or TFLOP/s':>16} {'vs peer':>8} "
           f"{'build s':>8}")
     for name, impl, t, rate, build_s in rows:
         peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
@@ -257,7 +258,7 @@ def main() -> int:
             ratio = f"{rate / peer[3]:.0%}"
         else:
             ratio = ""
-        print(f"{name:26} {impl:32} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
+        print(f"{name:26} {impl:36} {t * 1e3:10.3f} {rate:16.1f} {ratio:>8} "
               f"{'' if build_s is None else f'{build_s:.2f}':>8}")
     print("\nGB/s: bytes read + written per second; 'cp': of the device copy bandwidth at the same shape; "
           "GEMM: of cuBLAS")

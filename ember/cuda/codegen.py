@@ -16,9 +16,9 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   steps (ember.cuda.warp);
 - serial and unrolled loops are C loops (`#pragma unroll` for unrolled ones); a vectorized loop of
   4 lanes whose store is contiguous and 16-byte aligned is one `float4`/`int4` store, its
-  contiguous aligned loads one vector load each, its lanes computed one by one
-  (ember.cuda.vectors); other vectorized loops are unrolled loops of scalars; parallel loops are
-  refused;
+  contiguous aligned loads one vector load each, its lanes computed one by one; where only
+  loads are so, they are vector loads and the stores stay per lane (ember.cuda.vectors); other
+  vectorized loops are unrolled loops of scalars; parallel loops are refused;
 - loop variables are int where every buffer has fewer than 2^31 elements (`_index_type`);
 - math is CUDA's libm (`expf`, `tanhf`, ...), never the fast-math intrinsics (`__expf`);
 - atomics are CUDA's (`atomicAdd`, ...).
@@ -178,21 +178,26 @@ class CUDARenderer(CStyleRenderer):
                 out.append(f"{pad}  const {vtype} {name} = *reinterpret_cast<const {vtype}*>"
                            f"(&{self._buffer(load.buffer)}[{self._e(base)}]);")
         store = plan.store
-        vtype = VECTOR_TYPES[store.buffer.dtype]
-        result = self._name(Var(f"{store.buffer.name}_v", store.buffer.dtype))
-        out.append(f"{pad}  {vtype} {result};")
+        if plan.base is not None:
+            vtype = VECTOR_TYPES[store.buffer.dtype]
+            result = self._name(Var(f"{store.buffer.name}_v", store.buffer.dtype))
+            out.append(f"{pad}  {vtype} {result};")
         self._vector_loads = loads
         for lane, field in enumerate("xyzw"):
             self._lane = lane
             out.append(f"{pad}  {{")
             out.append(f"{pad}    const {self._index_type(v)} {self._name(v)} = {lane};")
-            out.append(f"{pad}    {result}.{field} = {self._e(store.value)};")
+            if plan.base is None:
+                out.append(f"{pad}    {self._store(store.buffer, store.indices[0], store.value)};")
+            else:
+                out.append(f"{pad}    {result}.{field} = {self._e(store.value)};")
             out.append(f"{pad}  }}")
         self._vector_loads, self._lane = {}, None
         self._vars.discard(v)
         self._nonnegative_vars.discard(v)
-        out.append(f"{pad}  *reinterpret_cast<{vtype}*>(&{self._buffer(store.buffer)}[{self._e(plan.base)}]) "
-                   f"= {result};")
+        if plan.base is not None:
+            out.append(f"{pad}  *reinterpret_cast<{vtype}*>(&{self._buffer(store.buffer)}[{self._e(plan.base)}]) "
+                       f"= {result};")
         out.append(f"{pad}}}")
         self.vector_buffers |= plan.buffers
 

@@ -81,11 +81,15 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
         s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
 
 
-def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8) -> None:
-    """C = A @ B (C's compute reads A[i, k] and B[k, j]) tiled as the module doc says."""
+def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
+         vector: int = 1) -> None:
+    """C = A @ B (C's compute reads A[i, k] and B[k, j]) tiled as the module doc says; `vector`
+    4: the tiles are copied to shared memory 16 bytes a thread at a time, and at each k step a
+    thread copies its TN columns of B's tile (contiguous) into registers 16 bytes at a time (its
+    TM rows of A's tile are BK apart: they stay scalar loads)."""
     _check_tiles(C, BM, BN, TM, TN)
     _tiled(s, s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), C, BM, BN, BK, TM, TN,
-           [lambda axes: axes, lambda axes: axes])
+           [lambda axes: axes, lambda axes: axes], vector)
 
 
 def matmul(M: int, N: int, K: int, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
@@ -121,9 +125,11 @@ def _check_tiles(C, BM, BN, TM, TN) -> None:
         raise ScheduleError(f"gemm: tiles {BM}x{BN} (threads' {TM}x{TN}) must divide {M}x{N}")
 
 
-def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders) -> None:
+def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: int = 1) -> None:
     """The tiling of C and its shared copies AS, BS; `copy_orders` orders each copy's axes before
-    they are fused and spread over the block's threads."""
+    they are fused and spread over the block's threads; `vector` > 1: the copies move `vector`
+    consecutive elements a thread at a time, and a thread's columns of BS at each k step are
+    copied into registers `vector` lanes a load."""
     CL = s.cache_write(C, "local")
     i, j = s[C].op.axis
     bi, ii = s[C].split(i, factor=BM)
@@ -138,6 +144,12 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders) -> None:
     (k,) = s[CL].op.reduce_axis
     ko, ki = s[CL].split(k, factor=BK)
     s[CL].reorder(ko, ki, ci, cj)
+    if vector > 1:
+        BL = s.cache_read(BS, "local", [CL])
+        s[BL].compute_at(s[CL], ki)
+        outer, lanes = s[BL].split(s[BL].op.axis[-1], factor=vector)
+        s[BL].unroll(outer)
+        s[BL].vectorize(lanes)
     for axis in (ki, ci, cj):
         s[CL].unroll(axis)
     ty, tx = BM // TM, BN // TN
@@ -145,6 +157,11 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders) -> None:
         s[S].compute_at(s[CL], ko)
         axes = order(s[S].op.axis)
         s[S].reorder(*axes)
+        if vector > 1:  # each thread copies `vector` consecutive elements of a row at a time
+            *axes, last = axes
+            last, lanes = s[S].split(last, factor=vector)
+            axes.append(last)
+            s[S].vectorize(lanes)
         _, rest = s[S].split(s[S].fuse(*axes), factor=ty * tx)
         y, x = s[S].split(rest, factor=tx)
         s[S].bind(y, ThreadAxis("threadIdx.y"))

@@ -1,15 +1,17 @@
-"""16-byte accesses of a vectorized loop: which loads and stores of a 4-lane loop are one
-`float4` (or `int4`) access each.
+"""16-byte accesses of a vectorized loop: which loads and stores of a 4-lane loop are one `float4`
+(or `int4`) access each.
 
 A GPU thread moves at most 16 bytes per instruction; four 4-byte loads where one would do cost
 issue slots and memory transactions. A loop `for v in vectorized(4)` whose body is one store is
 rendered as one 16-byte store where the store's index is `base + v` with `base` a multiple of 4
 (its modular set), and each load of the value at such an index is one 16-byte load; the other
-loads stay per lane. The stored buffer may be read only at the store's own index (so reading
-all lanes before writing them is what the serial loop does). Buffers in global or shared memory
-only: thread-local arrays stay scalar (a vector access to them can push them out of registers).
-The pointers a kernel accesses so must be 16-byte aligned: shared arrays are declared so, and
-the kernel checks its arguments' addresses at call (`vector_buffers`).
+loads stay per lane. A store that cannot be one (into registers, or unaligned) stays per lane,
+its loads still 16 bytes where they can be (a register tile loaded from shared memory). The
+stored buffer may be read only at the store's own index (so reading all lanes before writing
+them is what the serial loop does). Buffers in global or shared memory only: thread-local arrays
+stay scalar (a vector access to them can push them out of registers). The pointers a kernel
+accesses so must be 16-byte aligned: shared arrays are declared so, and the kernel checks its
+arguments' addresses at call (`vector_buffers`).
 """
 
 from __future__ import annotations
@@ -29,16 +31,17 @@ SCOPES = ("global", "shared")
 
 @dataclass(frozen=True)
 class VectorLoop:
-    """A vectorized loop rendered with 16-byte accesses: the store and its base, and each
-    contiguous load (by buffer and index) with its base."""
+    """A vectorized loop rendered with 16-byte accesses: the store and its base (None: a store
+    per lane), and each contiguous load (by buffer and index) with its base."""
 
     store: BufferStore
-    base: PrimExpr
+    base: PrimExpr | None
     loads: tuple[tuple[BufferLoad, PrimExpr], ...]
 
     @property
     def buffers(self) -> set[Buffer]:
-        return {self.store.buffer, *(load.buffer for load, _ in self.loads)}
+        """The buffers accessed 16 bytes at a time."""
+        return {load.buffer for load, _ in self.loads} | ({self.store.buffer} if self.base is not None else set())
 
 
 def vector_loop(loop: For) -> VectorLoop | None:
@@ -48,8 +51,6 @@ def vector_loop(loop: For) -> VectorLoop | None:
             or not isinstance(store, BufferStore) or len(store.indices) != 1):
         return None
     base = aligned_base(store.buffer, store.indices[0], v)
-    if base is None:
-        return None
     loads: list[BufferLoad] = []
     visit_expr(store.value, lambda e: loads.append(e) if isinstance(e, BufferLoad) else None)
     vectors: list[tuple[BufferLoad, PrimExpr]] = []
@@ -65,6 +66,8 @@ def vector_loop(loop: For) -> VectorLoop | None:
         load_base = aligned_base(load.buffer, index, v)
         if load_base is not None:
             vectors.append((load, load_base))
+    if base is None and not vectors:
+        return None
     return VectorLoop(store, base, tuple(vectors))
 
 

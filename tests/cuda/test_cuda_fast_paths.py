@@ -92,3 +92,13 @@ def test_gpu_refuses_a_misaligned_argument_of_a_vector_access():
     torch.cuda.synchronize()
     np.testing.assert_allclose(c.cpu().numpy(), reference(a[:4096].cpu().numpy(), b.cpu().numpy()), rtol=1e-6,
                                atol=1e-6)
+
+
+@needs_nvrtc
+def test_gemm_copies_its_tiles_16_bytes_at_a_time():
+    s, args, _ = kernels.gemm(128, 128, 64, BM=64, BN=64, BK=8, TM=8, TN=8, vector=4)
+    source = ember.build(s, args, target="cuda", arch="sm_90").source
+    for copy in ("const float4*>(&A[", "const float4*>(&B[", "float4*>(&A_shared[", "float4*>(&B_shared[",
+                 "const float4*>(&B_shared["):
+        assert copy in source
+    assert "float B_shared_local[8];" in source and "] = B_shared_v_1.w;" in source  # registers, lane by lane

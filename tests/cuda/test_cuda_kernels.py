@@ -22,11 +22,14 @@ CASES = {
                                                 RNG.standard_normal(512, dtype="float32")]),
     "gemm": (kernels.gemm, lambda: [RNG.standard_normal((128, 64), dtype="float32"),
                                     RNG.standard_normal((64, 128), dtype="float32")]),
+    "gemm_vector": (lambda: kernels.gemm(128, 128, 64, BM=64, BN=64, BK=8, TM=8, TN=8, vector=4),
+                    lambda: [RNG.standard_normal((128, 64), dtype="float32"),
+                             RNG.standard_normal((64, 128), dtype="float32")]),
     "matmul": (kernels.matmul, lambda: [RNG.standard_normal((128, 32), dtype="float32"),
                                         RNG.standard_normal((32, 128), dtype="float32")]),
 }
 TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "layer_norm": 1e-4,
-             "gemm": 1e-4, "matmul": 1e-4}
+             "gemm": 1e-4, "gemm_vector": 1e-4, "matmul": 1e-4}
 
 
 def _run(f, make, inputs):
