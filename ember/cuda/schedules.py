@@ -7,11 +7,13 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   registers, rows split into blocks of `threads` (coalesced only across rows: a first schedule,
   until reductions across a block's threads exist);
 - `row_block`: a row per block (softmax, normalizations), its reductions across the block's
-  threads in two phases through shared memory; reads coalesced;
+  threads in two phases, partials through shared memory, their fold through warp shuffles
+  (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
   (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
-  block's threads together; the barriers come from ember.cuda.sync. `matmul` builds the same
+  block's threads together (with `vector=4`, 16 bytes a thread, and B's register tile loaded
+  16 bytes at a time); the barriers come from ember.cuda.sync. `matmul` builds the same
   product with its shared tiles laid out for conflict-free reads (a compute of its own).
 """
 
