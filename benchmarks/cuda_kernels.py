@@ -1,6 +1,7 @@
 """ember's first CUDA kernels next to their peers on one GPU, in one run: an elementwise chain (4
 lanes a thread, 16-byte accesses), a row softmax (a row per block, its reductions through warp
-shuffles, with and without 16-byte output accesses; and a row per thread; its row's 1/sum and the
+shuffles, with and without 16-byte output accesses, with and without the row staged in shared
+memory (read from global memory once); and a row per thread; its row's 1/sum and the
 layer norm's 1/sqrt(var + eps) computed once per row) and a layer norm over
 4096x4096 fp32 against device copy bandwidth (torch's `clone`, bytes read + written; the copy and
 the elementwise chain also at 4x the rows, past the L2), and an fp32 GEMM 4096^3 with the
@@ -92,7 +93,7 @@ def softmax(n: int, runs: int, rows: list) -> None:
     from ember import te
     from ember.cuda import schedules
 
-    def make(threads: int, vector: int):
+    def make(threads: int, vector: int, staged: bool):
         A = te.placeholder((n, n), name="A")
         k = te.reduce_axis((0, n), name="k")
         mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
@@ -104,7 +105,7 @@ def softmax(n: int, runs: int, rows: list) -> None:
         s = te.create_schedule(out.op)
         s[e].compute_inline()
         if threads:
-            schedules.row_block(s, out, [mx, total, inv], threads, vector)
+            schedules.row_block(s, out, [mx, total, inv], threads, vector, staged=A if staged else None)
         else:
             s[inv].compute_inline()
             schedules.rows(s, out, [total, mx], 64)
@@ -113,10 +114,11 @@ def softmax(n: int, runs: int, rows: list) -> None:
     a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
     gb = 2 * a.numel() * 4 / 1e9
     name = f"row softmax {n}x{n}"
-    for threads, vector in SOFTMAX:
-        impl = f"ember row/block {threads}t x{vector}" if threads else "ember (a row per thread)"
+    for threads, vector, staged in SOFTMAX:
+        impl = f"ember row/block {threads}t x{vector}{' staged' if staged else ''}" if threads \
+            else "ember (a row per thread)"
         try:
-            f, build_s = build(lambda threads=threads, vector=vector: make(threads, vector))
+            f, build_s = build(lambda threads=threads, vector=vector, staged=staged: make(threads, vector, staged))
             out.zero_()
             f(a, out)
             torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
@@ -137,7 +139,7 @@ def layer_norm(n: int, runs: int, rows: list) -> None:
 
     eps = 1e-5
 
-    def make(threads: int, vector: int):
+    def make(threads: int, vector: int, staged: bool):
         A = te.placeholder((n, n), name="A")
         gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
         k = te.reduce_axis((0, n), name="k")
@@ -148,7 +150,7 @@ def layer_norm(n: int, runs: int, rows: list) -> None:
         rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
         out = te.compute((n, n), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
         s = te.create_schedule(out.op)
-        schedules.row_block(s, out, [mean, var, rstd], threads, vector)
+        schedules.row_block(s, out, [mean, var, rstd], threads, vector, staged=A if staged else None)
         return s, [A, gamma, beta, out]
 
     a, out = torch.randn(n, n, device="cuda") * 3 + 1, torch.empty(n, n, device="cuda")
@@ -156,10 +158,10 @@ def layer_norm(n: int, runs: int, rows: list) -> None:
     expected = torch.nn.functional.layer_norm(a, (n,), g, b, eps)
     gb = 2 * a.numel() * 4 / 1e9
     name = f"layer norm {n}x{n}"
-    for threads, vector in LAYER_NORM:
-        impl = f"ember row/block {threads}t x{vector}"
+    for threads, vector, staged in LAYER_NORM:
+        impl = f"ember row/block {threads}t x{vector}{' staged' if staged else ''}"
         try:
-            f, build_s = build(lambda threads=threads, vector=vector: make(threads, vector))
+            f, build_s = build(lambda threads=threads, vector=vector, staged=staged: make(threads, vector, staged))
             out.zero_()
             f(a, g, b, out)
             torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
@@ -182,12 +184,15 @@ def copy(n: int, runs: int, rows: list) -> None:
         del a
 
 
-# row softmax and layer norm: (threads a block, lanes a thread); 0 threads: a row per thread
-SOFTMAX = ((128, 4), (256, 1), (256, 4), (512, 4), (0, 1))
-LAYER_NORM = ((128, 4), (256, 4), (512, 4))
+# row softmax and layer norm: (threads a block, lanes a thread, the row staged in shared memory);
+# 0 threads: a row per thread
+SOFTMAX = ((256, 1, False), (256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True),
+           (0, 1, False))
+LAYER_NORM = ((256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True))
 # (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN, lanes
 TILINGS = ((True, 128, 128, 8, 8, 8, 1), (True, 128, 64, 8, 8, 4, 1), (False, 128, 128, 8, 8, 8, 1),
-           (False, 128, 128, 8, 8, 8, 4), (False, 128, 128, 16, 8, 8, 4), (False, 128, 64, 8, 8, 4, 4))
+           (False, 128, 128, 8, 8, 8, 4), (False, 128, 128, 16, 8, 8, 4), (False, 128, 128, 32, 8, 8, 4),
+           (False, 128, 64, 8, 8, 4, 4))
 
 
 def gemm(n: int, runs: int, rows: list) -> None:

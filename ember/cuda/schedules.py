@@ -51,7 +51,7 @@ def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:
         s[t].compute_at(stage, thread)
 
 
-def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 1) -> None:
+def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 1, staged=None) -> None:
     """A row of a 2-D `out` per block, its columns split over `threads` threads (`vector`
     consecutive columns each at a time: a vectorized loop, 16-byte accesses for 4 lanes); each row
     reduction in `reductions` (given in the order they run: a later one may read an earlier
@@ -60,7 +60,9 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     reductions are, in two phases: each thread
     reduces a strided part of the row into a shared buffer (rfactor), then every thread reduces
     those partials into its own register (through warp shuffles: ember.cuda.warp). The barriers
-    between phases come from ember.cuda.sync."""
+    between phases come from ember.cuda.sync. `staged`: an input whose row is copied into shared
+    memory first (cache_read "shared", `vector` elements a thread at a time), so that the phases
+    read it from there and it is read from global memory once."""
     stage = s[out]
     row, col = stage.op.axis
     if vector > 1:
@@ -71,6 +73,7 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
         stage.vectorize(lanes)
     stage.bind(row, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
+    readers = []
     for red in reversed(reductions):  # a reduction is placed after the ones it reads
         if not s[red].op.reduce_axis:  # a value of the row computed from reductions (1 / sqrt(var))
             s[red].compute_at(stage, row)
@@ -81,6 +84,21 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
         s[red].compute_at(stage, row)
         s[partials].compute_at(stage, row)
         s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
+        readers.append(partials)
+    if staged is not None:
+        copy = s.cache_read(staged, "shared", [r for r in (*readers, out) if _reads(s, r, staged)])
+        s[copy].compute_at(stage, row)
+        col = s[copy].op.axis[-1]
+        if vector > 1:
+            col, lanes = s[copy].split(col, factor=vector)
+            s[copy].vectorize(lanes)
+        _, thread = s[copy].split(col, factor=threads)
+        s[copy].bind(thread, ThreadAxis("threadIdx.x"))
+
+
+def _reads(s: TESchedule, stage, tensor) -> bool:
+    """Whether the stage's block (after inlining) reads the tensor."""
+    return any(r.buffer is tensor.buffer for r in s.sch.get_realize(s[stage].block).block.reads)
 
 
 def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,

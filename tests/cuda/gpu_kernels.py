@@ -48,7 +48,7 @@ def elementwise(n: int = 4096, threads: int = 128):
     return s, [A, B, C], lambda a, b: (np.exp(a) * b + np.floor(np.maximum(a, b) / 0.5)).astype("float32")
 
 
-def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = False):
+def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = False, staged: bool = False):
     A = te.placeholder((n, m), name="A")
     k = te.reduce_axis((0, m), name="k")
     mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
@@ -59,7 +59,7 @@ def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = 
     s = te.create_schedule(out.op)
     s[e].compute_inline()
     if per_block:
-        schedules.row_block(s, out, [mx, total], threads)
+        schedules.row_block(s, out, [mx, total], threads, vector=4 if staged else 1, staged=A if staged else None)
     else:
         schedules.rows(s, out, [total, mx], threads)
 
@@ -70,7 +70,7 @@ def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = 
     return s, [A, out], reference
 
 
-def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5):
+def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5, staged: bool = False):
     """(x - mean) * rstd * gamma + beta over each row, a row per block (rstd = 1/sqrt(var + eps),
     a value of the row computed once)."""
     A = te.placeholder((n, m), name="A")
@@ -83,7 +83,7 @@ def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5):
     rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
     out = te.compute((n, m), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
     s = te.create_schedule(out.op)
-    schedules.row_block(s, out, [mean, var, rstd], threads, vector=4)
+    schedules.row_block(s, out, [mean, var, rstd], threads, vector=4, staged=A if staged else None)
 
     def reference(a, g, b):
         a64 = a.astype("float64")

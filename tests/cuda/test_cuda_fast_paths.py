@@ -102,3 +102,13 @@ def test_gemm_copies_its_tiles_16_bytes_at_a_time():
                  "const float4*>(&B_shared["):
         assert copy in source
     assert "float B_shared_local[8];" in source and "] = B_shared_v_1.w;" in source  # registers, lane by lane
+
+
+@needs_nvrtc
+def test_a_staged_row_is_read_from_global_memory_once():
+    s, args, _ = kernels.row_softmax(16, 1024, 128, per_block=True, staged=True)
+    source = ember.build(s, args, target="cuda", arch="sm_90").source
+    assert "__shared__ __align__(16) float A_shared[1024];" in source
+    assert source.count("A[i * 1024") == 1  # the one 16-byte copy into shared memory
+    body = source[source.index("*reinterpret_cast<float4*>(&A_shared["):]
+    assert body.index("__syncthreads();") < body.index("mx_rf[vk_1] = ember_max_float32(mx_rf[vk_1], A_shared[")

@@ -20,6 +20,12 @@ CASES = {
     "layer_norm": (kernels.layer_norm, lambda: [RNG.standard_normal((8, 512), dtype="float32") * 3 + 1,
                                                 RNG.standard_normal(512, dtype="float32"),
                                                 RNG.standard_normal(512, dtype="float32")]),
+    "row_softmax_staged": (lambda: kernels.row_softmax(16, 1024, 128, per_block=True, staged=True),
+                           lambda: [RNG.standard_normal((16, 1024), dtype="float32") * 4]),
+    "layer_norm_staged": (lambda: kernels.layer_norm(staged=True),
+                          lambda: [RNG.standard_normal((8, 512), dtype="float32") * 3 + 1,
+                                   RNG.standard_normal(512, dtype="float32"),
+                                   RNG.standard_normal(512, dtype="float32")]),
     "gemm": (kernels.gemm, lambda: [RNG.standard_normal((128, 64), dtype="float32"),
                                     RNG.standard_normal((64, 128), dtype="float32")]),
     "gemm_vector": (lambda: kernels.gemm(128, 128, 64, BM=64, BN=64, BK=8, TM=8, TN=8, vector=4),
@@ -29,6 +35,7 @@ CASES = {
                                         RNG.standard_normal((32, 128), dtype="float32")]),
 }
 TOLERANCE = {"elementwise": 1e-5, "row_sum": 1e-5, "row_softmax": 1e-5, "row_softmax_block": 1e-5, "layer_norm": 1e-4,
+             "row_softmax_staged": 1e-5, "layer_norm_staged": 1e-4,
              "gemm": 1e-4, "gemm_vector": 1e-4, "matmul": 1e-4}
 
 
