@@ -172,25 +172,26 @@ handles("logical_or.default")(_logical("logical_or"))
 handles("logical_xor.default")(_logical("not_equal"))
 
 
-def _bitwise(op: str):
+def _bitwise(logical: str, bitwise: str):
+    """On bools the logical operator, on integers the bitwise one (ember's take one or the other)."""
     def handler(b, x, other):
-        if b.out.dtype != "bool":
-            raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
-        return _logical(op)(b, x, other)
+        dtype = b.out.dtype
+        if dtype == "bool":
+            return _logical(logical)(b, x, other)
+        return b.op(bitwise, [b.operand(x, dtype), b.operand(other, dtype)])
 
-    handler.__name__ = op
+    handler.__name__ = bitwise
     return handler
 
 
-handles("bitwise_and.Tensor")(_bitwise("logical_and"))
-handles("bitwise_or.Tensor")(_bitwise("logical_or"))
+handles("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise("logical_and", "bitwise_and"))
+handles("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise("logical_or", "bitwise_or"))
+handles("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise("not_equal", "bitwise_xor"))
 
 
 @handles("bitwise_not.default")
 def bitwise_not(b, x):
-    if b.out.dtype != "bool":
-        raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
-    return b.op("logical_not", [b.v(x)])
+    return b.op("logical_not" if b.out.dtype == "bool" else "bitwise_not", [b.v(x)])
 
 
 @handles("where.self")
