@@ -145,7 +145,7 @@ _BODIES = {
   T ay = (T)((I)y & 0x7fffffff), yc = S(ay < 0x1p24f, y, (T){{0}});
   I yi = __builtin_convertvector(yc, I);
   I integer = __builtin_convertvector(yi, T) == yc;
-  z = S(((I)x < 0) & -(yi & 1), -z, z);
+  z = S(((I)x < 0) & -(yi & 1) & integer, -z, z);  /* (-inf and -0 to a non-integer: positive) */
   z = S((x < 0.0f) & (x > -INFINITY) & ~integer, (T){{0}} + NAN, z);
   /* pow(1, y) = pow(x, 0) = 1, NaN or not; pow(-1, +-inf) = 1 */
   T ax = (T)((I)x & 0x7fffffff);

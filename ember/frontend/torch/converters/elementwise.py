@@ -17,7 +17,7 @@ from ..registry import handles
 UNARY = {  # ATen name -> ember operator
     "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
-    "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign", "logical_not": "logical_not",
+    "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "logical_not": "logical_not",
     "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "asin": "asin", "acos": "acos",
     "atan": "atan", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
 }
@@ -33,6 +33,19 @@ def _unary(op: str):
 
 for _aten, _op in UNARY.items():
     handles(f"{_aten}.default")(_unary(_op))
+
+
+@handles("sign.default")
+def sign(b, x):
+    """torch's sign of a float is (0 < x) - (x < 0): 0 for NaN and for -0, where ember's (NumPy's,
+    ONNX's) keeps them."""
+    dtype = b.out.dtype
+    y = b.v(x, dtype)
+    if not dt.is_float(dtype):
+        return b.op("sign", [y])
+    zero = b.scalar(0, dtype)
+    above, below = (b.op("cast", [b.op(op, [y, zero])], dtype=dtype) for op in ("greater", "less"))
+    return b.op("sub", [above, below])
 
 
 @handles("log1p.default")
@@ -94,7 +107,7 @@ def clamp_tensor(b, x, min=None, max=None):
 BINARY = {  # ATen overload -> ember operator
     "add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub",
     "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div",
-    "pow.Tensor_Tensor": "pow", "pow.Tensor_Scalar": "pow", "pow.Scalar": "pow",
+    "pow.Tensor_Tensor": "pow", "pow.Scalar": "pow",
     "maximum.default": "maximum", "minimum.default": "minimum", "remainder.Tensor": "mod", "remainder.Scalar": "mod",
 }
 
@@ -113,6 +126,19 @@ def _binary(op: str):
 
 for _aten, _op in BINARY.items():
     handles(_aten)(_binary(_op))
+
+
+# torch computes a float power of 0.5 or -0.5 as sqrt or rsqrt (pow_tensor_scalar_optimized_kernel):
+# NaN for -inf and -0 for -0, where C's pow gives inf and 0
+POWER_FUNCTIONS = {0.5: "sqrt", -0.5: "rsqrt"}
+
+
+@handles("pow.Tensor_Scalar")
+def pow_scalar(b, x, exponent):
+    dtype = b.out.dtype
+    if dt.is_float(dtype) and not isinstance(exponent, bool) and exponent in POWER_FUNCTIONS:
+        return b.op(POWER_FUNCTIONS[exponent], [b.v(x, dtype)])
+    return _binary("pow")(b, x, exponent)
 
 
 @handles("div.Tensor_mode")
