@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from .... import dims
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
 
@@ -327,6 +328,11 @@ def _arg_reduce(cx: NodeContext):
     op = cx.node.op_type.lower()
     axis = cx.attr("axis", 0) % cx.type(x).rank
     attrs = {"axis": axis, "keepdims": bool(cx.attr("keepdims", 1))}
+    size = cx.type(x).shape[axis]
+    if dims.is_symbol(size):  # an empty axis has no extremum: a call that binds it to 0 is refused
+        ranges = cx.importer.graph.ranges
+        lo, hi = ranges.get(size, (0, None))
+        ranges[size] = (max(lo, 1), hi)
     if not cx.attr("select_last_index", 0):
         return [cx.op(op, [x], attrs)]
     # the last extremum is the first one of the reversed axis
