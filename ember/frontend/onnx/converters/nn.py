@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .... import dims
+from ....tir import dtype as dt
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
 
@@ -316,6 +317,12 @@ def _reduce(cx: NodeContext):
             total = cx.op("sum", [cx.op("exp", [cx.op("sub", [x, top])])], attrs)
             top = top if attrs["keepdims"] else cx.op("max", [x], attrs)
             return [cx.op("add", [cx.op("log", [total]), top])]
+    shape = cx.type(x).shape
+    if op_type == "ReduceMean" and dt.is_int(cx.type(x).dtype) and all(isinstance(d, int) for d in shape):
+        # ONNX's reference: the sum in the integer type, divided rounding toward zero
+        count = math.prod(shape[a % len(shape)] for a in axes) if axes is not None else math.prod(shape)
+        total = cx.op("sum", [x], attrs)
+        return [cx.op("trunc_divide", [total, np.asarray(count, cx.type(x).dtype)])]
     if cx.type(x).dtype == "bool" and op_type in ("ReduceMax", "ReduceMin"):  # any and all, on 0 and 1
         y = cx.op(REDUCE[op_type], [cx.op("cast", [x], {"dtype": "uint8"})], attrs)
         return [cx.op("cast", [y], {"dtype": "bool"})]
