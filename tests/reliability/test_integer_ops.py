@@ -142,7 +142,7 @@ class IntegerOps(torch.nn.Module):
                 -a, torch.sign(a), torch.maximum(a, b), torch.minimum(a, b), a < b, a == b, a.sum(0), a.amax(0),
                 a.amin(0), a.argmax(0), a + f, a * f, torch.pow(f, e), a.float() * 0.5, torch.where(a > b, a, b),
                 a // d, a % d, torch.div(a, d, rounding_mode="trunc"), a / d, torch.clamp(a, -5, 5), a.prod(0),
-                torch.cumsum(a, 0))
+                torch.cumsum(a, 0), a << e.abs(), a >> e.abs())  # (shifts past the width included)
 
 
 @pytest.mark.parametrize(("dtype", "target"), [("int8", "c"), ("int32", "c"), ("int64", "c"), ("uint8", "c"),

@@ -215,6 +215,28 @@ handles("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise("logical_or", "bitwis
 handles("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise("not_equal", "bitwise_xor"))
 
 
+@handles("__lshift__.Tensor", "__lshift__.Scalar", "bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar")
+def left_shift(b, x, other):
+    """a << s = a * 2^s, wrapping (ember's integer pow: 2^s is 0 from the width on, as torch's shift)."""
+    dtype = b.out.dtype
+    a, s = b.operand(x, dtype), b.operand(other, dtype)
+    return b.op("mul", [a, b.op("pow", [b.scalar(2, dtype), s])])
+
+
+@handles("__rshift__.Tensor", "__rshift__.Scalar", "bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar")
+def right_shift(b, x, other):
+    """a >> s = a // 2^s (arithmetic); 2^s wraps to 0 from the width on, and a // 0 is 0 (unsigned:
+    torch's 0); a signed shift by the width less one or more is the sign, -1 or 0."""
+    dtype = b.out.dtype
+    a, s = b.operand(x, dtype), b.operand(other, dtype)
+    q = b.op("floor_divide", [a, b.op("pow", [b.scalar(2, dtype), s])])
+    if dtype.startswith("uint"):
+        return q
+    zero = b.scalar(0, dtype)
+    sign = b.op("where", [b.op("less", [a, zero]), b.scalar(-1, dtype), zero])
+    return b.op("where", [b.op("greater_equal", [s, b.scalar(dt.bits(dtype) - 1, dtype)]), sign, q])
+
+
 @handles("bitwise_not.default")
 def bitwise_not(b, x):
     return b.op("logical_not" if b.out.dtype == "bool" else "bitwise_not", [b.v(x)])
