@@ -59,10 +59,33 @@ def _load_arrays(paths: list[str]) -> list:
     arrays = []
     for path in paths:
         try:
+            _check_npy_size(path)
             arrays.append(np.load(path, allow_pickle=False))
         except (ValueError, EOFError) as e:
             raise ArgumentTypeError(f"--input {path} is not a NumPy .npy file: {e}") from None
     return arrays
+
+
+def _check_npy_size(path: str) -> None:
+    """An ArgumentTypeError where the .npy header claims more data than the file holds: np.load
+    would allocate all of it first (a MemoryError for a huge shape) before finding the file short."""
+    import os
+
+    import numpy as np
+
+    from .errors import ArgumentTypeError
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read(f)
+        if dtype.hasobject:
+            return  # (np.load refuses it without pickles)
+        need = f.tell() + int(np.prod(shape, dtype=object)) * dtype.itemsize
+    have = os.path.getsize(path)
+    if need > have:
+        raise ArgumentTypeError(f"--input {path}: its header says shape {shape} of {dtype}, {need} bytes, but the "
+                                f"file has {have}")
 
 
 def cmd_compile(args) -> int:

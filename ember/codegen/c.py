@@ -444,6 +444,20 @@ class CRenderer(CStyleRenderer):
         """The base's printf, flushed."""
         return f"({super()._print(text, args)}, fflush(stdout))"
 
+    def _integer_pow(self, elem: str, args: list[str]) -> tuple[str, int]:
+        """`T ember_ipow_T(T x, T y)`: x^y by squaring, wrapping as unsigned products do; a
+        negative y gives 0, but 1 for x = 1 and +-1 for x = -1 (torch's integer pow)."""
+        name, t = f"ember_ipow_{elem}", self.SCALAR_TYPES[elem]
+        negative = ("" if elem.startswith("uint")
+                    else "  if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;\n")
+        helper = self.lib._helper(name, lambda: (
+            f"static inline {t} {name}({t} x, {t} y) {{\n{negative}"
+            "  uint64_t r = 1, b = (uint64_t)x;\n"
+            "  for (uint64_t e = (uint64_t)y; e; e >>= 1, b *= b) if (e & 1) r *= b;\n"
+            f"  return ({t})r;\n}}"
+        ))
+        return f"{helper}({', '.join(args)})", PRIMARY
+
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(index.dtype)
         name = self._buffer(buf)

@@ -154,7 +154,7 @@ static void {name}(const float* restrict q, const float* restrict k, const float
     }}
   }}
   for (int64_t i = 0; i < nq; ++i) {{
-    float inv = 1.0f / l[i];  /* every key masked out: 0 * inf = NaN */
+    float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];  /* every key masked out: 0, as torch gives */
     for (int64_t c = 0; c < Ev; ++c) out[(q0 + i) * o_rs + c] = o[i * evp + c] * inv;
   }}
   free(scratch);

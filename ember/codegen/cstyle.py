@@ -402,9 +402,15 @@ class CStyleRenderer:
         literal = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("\n", "\\n")
         return f'printf("{literal}{fmt}\\n"{values})'
 
+    def _integer_pow(self, elem: str, args: list[str]) -> tuple[str, int]:
+        """x^y of integers as ember.tir.power defines it: a loop, which a target provides as a helper."""
+        raise LowerError(f"{self.TARGET} has no integer pow ({elem})")
+
     def _math(self, name: str, elem: str, args: list[str]) -> tuple[str, int]:
         """A scalar math call of type `elem` on argument texts."""
-        if dt.is_int(elem):  # only abs keeps integer arguments
+        if dt.is_int(elem):  # only abs and pow keep integer arguments
+            if name == "pow":
+                return self._integer_pow(elem, args)
             if elem.startswith("uint"):
                 return args[0], UNARY
             fn = "llabs" if elem == "int64" else "abs"

@@ -55,6 +55,7 @@ from ..tir.expr import (
     as_int,
 )
 from ..tir.lower import lower
+from ..tir.power import power
 from ..tir.stmt import (
     Allocate,
     BufferStore,
@@ -83,7 +84,7 @@ _NARROW = (*dt.HALF_DTYPES, *dt.MINIFLOATS, *dt.SUBBYTE_INTS)  # computed in a w
 
 FUNCS = {
     "exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "tanh": "np.tanh", "erf": "_erf",
-    "pow": "np.power", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
+    "pow": "_pow", "fabs": "np.fabs", "abs": "np.abs", "floor": "np.floor", "ceil": "np.ceil",
     "round": "np.rint", "sin": "np.sin", "cos": "np.cos", "exp2": "np.exp2", "log2": "np.log2",
     "log1p": "np.log1p", "expm1": "np.expm1", "trunc": "np.trunc", "asin": "np.arcsin", "acos": "np.arccos",
     "atan": "np.arctan", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh", "fmod": "np.fmod",
@@ -169,8 +170,8 @@ def run_tensor_intrin(params: dict, reads, writes, scalars) -> None:
                 view[...] = view + result
 
 
-NAMESPACE = {"np": np, "_erf": _erf, "_floordiv": _floordiv, "_floormod": _floormod, "_astype": _astype,
-             "_reinterpret": _reinterpret,
+NAMESPACE = {"np": np, "_erf": _erf, "_pow": power, "_floordiv": _floordiv, "_floormod": _floormod,
+             "_astype": _astype, "_reinterpret": _reinterpret,
              "_routines": PYTHON_ROUTINES, "_intrin": run_tensor_intrin} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 

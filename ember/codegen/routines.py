@@ -68,7 +68,8 @@ def _attention(params: dict, reads, writes, scalars) -> None:
     with np.errstate(invalid="ignore", divide="ignore"):
         top = scores.max(axis=1, keepdims=True)
         w = np.exp(scores - np.where(np.isneginf(top), 0, top))
-        result = (w @ vb) / w.sum(axis=1, keepdims=True)
+        total = w.sum(axis=1, keepdims=True)
+        result = np.where(total == 0, 0, (w @ vb) / total)  # every key masked out: 0
     out[o_off + rows * o_rs + np.arange(ev)[None, :]] = result.astype(out.dtype)
 
 

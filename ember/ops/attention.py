@@ -3,8 +3,9 @@ over the last two dimensions, as torch.nn.functional.scaled_dot_product_attentio
 
 q (..., L, E), k (..., S, E), v (..., S, Ev) -> (..., L, Ev); batch dimensions broadcast. The scale
 defaults to 1/sqrt(E). A bool mask keeps where True, a float mask is added; both broadcast to
-(..., L, S). causal keeps key j for query i when j <= i. A row with every key masked out is NaN
-(as in PyTorch).
+(..., L, S). causal keeps key j for query i when j <= i. A row with every key masked out (False,
+or -inf added) is 0, as torch 2.13 gives for both kinds of mask (its safe softmax); softmax itself
+would give 0 / 0 = NaN, as ONNX's reference Attention does.
 
 layout "bshd" (default "bhsd") takes q (..., L, H, E), k (..., S, H, E), v (..., S, H, Ev) and gives
 (..., L, H, Ev): the heads after the sequence, as a linear layer's output reshaped to heads is, so
@@ -138,9 +139,11 @@ def _reference(inputs, attrs):
         else:
             s = s + mask
     s = np.where(keep, s, -np.inf)
-    with np.errstate(invalid="ignore"):
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        out = p @ v / p.sum(axis=-1, keepdims=True)
+    top = s.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.exp(s - np.where(top == -np.inf, 0, top))  # every key masked out: p = 0
+        total = p.sum(axis=-1, keepdims=True)
+        out = np.where(total == 0, 0, p @ v / total)
     if attrs["layout"] == "bshd":
         out = np.swapaxes(out, -3, -2)
     return [np.ascontiguousarray(out.astype(inputs[0].dtype))]
@@ -284,14 +287,21 @@ def _staged(inputs, attrs, out_types):
 
     rj = te.reduce_axis((0, s_dim), name="j")
     row_max = te.compute(rows, lambda *i: te.max(score(i + (rj,)), axis=rj), name="row_max")
-    p = te.compute(rows + [s_dim], lambda *i: te.exp(score(i) - row_max[i[:-1]]), name="exp")
+    def shift(*i):  # every key masked out: 0, so that p = exp(-inf) = 0, not exp(-inf + inf) = NaN
+        return te.if_then_else(row_max[i] == te.max.identity(acc), te.const(0, acc), row_max[i])
+
+    safe_max = te.compute(rows, shift, name="row_shift")
+    p = te.compute(rows + [s_dim], lambda *i: te.exp(score(i) - safe_max[i[:-1]]), name="exp")
     rj2 = te.reduce_axis((0, s_dim), name="j")
     denom = te.compute(rows, lambda *i: te.sum(p[i + (rj2,)], axis=rj2), name="row_sum")
     rj3 = te.reduce_axis((0, s_dim), name="j")
     weighted = te.compute(rows + [vs[-1]], lambda *i: te.sum(
         p[i[:-1] + (rj3,)] * cast(acc, v[swap(batched(vs, i) + (rj3, i[-1]))]), axis=rj3), name="weighted")
-    return [te.compute(swap(weighted.shape), lambda *i: cast(q.dtype, weighted[swap(i)] / denom[swap(i)[:-1]]),
-                       name="attention")]
+    def normalized(*i):  # 0 where every key is masked out (denom 0)
+        d = denom[swap(i)[:-1]]
+        return cast(q.dtype, te.if_then_else(d == 0, te.const(0, acc), weighted[swap(i)] / d))
+
+    return [te.compute(swap(weighted.shape), normalized, name="attention")]
 
 
 register(OpDef(

@@ -17,6 +17,7 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir.expr import as_int
+from ..tir.power import power
 from .common import broadcast_index, broadcast_shapes, result_dtype
 from .registry import OpDef, register
 
@@ -70,7 +71,7 @@ TABLE = [
     ("mod", np.mod, _py_floor_mod),
     ("trunc_divide", _np_trunc_divide, te.truncdiv),
     ("fmod", np.fmod, te.truncmod),
-    ("pow", np.power, lambda x, y: te.power(x, y)),
+    ("pow", power, lambda x, y: te.power(x, y)),
     ("maximum", np.maximum, lambda x, y: te.max(x, y)),
     ("minimum", np.minimum, lambda x, y: te.min(x, y)),
 ]

@@ -228,6 +228,8 @@ def _infer_arg(name: str):
         if not isinstance(attrs["axis"], int) or isinstance(attrs["axis"], bool):
             raise OpTypeError(f"{name}: axis must be an int, got {attrs['axis']!r}")
         axis = normalize_axis(name, attrs["axis"], x.rank)
+        if x.shape[axis] == 0:
+            raise OpTypeError(f"{name} over axis {axis} of {list(x.shape)}, which is empty: no element to pick")
         return [TensorType(reduced_shape(x.shape, (axis,), check_keepdims(name, attrs)), "int64")]
 
     return infer

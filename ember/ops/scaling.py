@@ -6,9 +6,11 @@ float64 answer is of order 1. At 1e-20 the squares (1e-40) are subnormal and los
 The cure is LAPACK's (nrm2) and hypot's: divide by the row's largest magnitude before squaring.
 
 `row_scale` gives each row the power of two 2^-e with 2^e <= sum |x| < 2^(e+1) (e clamped to the
-normal exponents of the dtype, so that the scale and its reciprocal are finite; 2^e found with
-float arithmetic, Veltkamp's split to one digit, which needs IEEE rounding: under -ffast-math
-the scale is near, not exactly, a power of two, and results lose that exactness): scaled values
+normal exponents of the dtype, so that the scale and its reciprocal are finite; 2^e is the sum's
+bits with the mantissa masked off, exact whatever the C compiler contracts: a float split such as
+Veltkamp's, t - (t - z) with t = z * c, becomes a fused multiply-add under GCC's default
+-ffp-contract=fast, and a scale that is not a power of two makes the deviations of a row of equal
+values nonzero, a layer norm of it +-1 where PyTorch gives 0): scaled values
 lie in (-2, 2), the largest of them above 1 / (2n), so that their squares and sums of squares
 stay far from both ends of the range (a sum |x| that overflows clamps e at its highest, where
 the scaled values are below 4 all the same), and
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import te
+from ..tir.expr import binary, const, reinterpret
 from .reduction import acc, acc_dtype, input_index, reduce_over
 
 # The exponents e that the scale 2^-e may take: its reciprocal, and the square of the largest
@@ -51,21 +54,12 @@ def row_scale(x, axes: Sequence[int], keepdims: bool = False):
     size = reduce_over(x, axes, keepdims, te.sum, "size", magnitude)
     dtype = acc_dtype(x.dtype)
     limit = EXPONENTS[dtype]
-    # Veltkamp's split by (2^(digits - 1) + 1) rounds to one significant digit: a power of two
-    # within a factor of 2, with four float operations where exp2(-floor(log2(.))) costs two
-    # calls into libm (a sixth of a layer norm of a 768-element row); halved when above.
-    # Values above `high` are split 2^-high smaller, so that the product does not overflow.
-    split = float(2 ** (np.finfo(dtype).nmant) + 1)
-    high = 2.0 ** (limit // 2)
+    bits = f"int{np.finfo(dtype).bits}"
+    exponent = const(int(np.array(np.inf, dtype).view(bits)), bits)  # the exponent field's mask
 
     def scale(*i):
         y = size[i]
-        above = y > high
-        z = te.if_then_else(above, y * (1.0 / high), y)
-        t = z * split
-        p = t - (t - z)
-        p = te.if_then_else(p > z, p * 0.5, p)
-        p = te.if_then_else(above, p * high, p)
+        p = reinterpret(dtype, binary("&", reinterpret(bits, y), exponent))  # 2^floor(log2 y), y normal
         # 0 and subnormal sums: the lowest scale; inf (and values past 2^limit): the highest
         p = te.if_then_else(y >= 2.0 ** limit, 2.0 ** limit, te.max(p, 2.0 ** -limit))
         return 1.0 / p

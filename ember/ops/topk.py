@@ -7,7 +7,10 @@ its row that come before it (larger, or equal at a smaller index), and the j-th 
 element whose rank is j. Ranks are a permutation of the row, so exactly one element has each
 rank. Work per row is n^2 + k n for a row of n: fine for the rows of classification heads,
 beam and top-k sampling over a few thousand; a vocabulary of 50,000 wants a real selection.
-NaN compares false with everything here: a row holding NaN gives an unspecified order.
+NaN ranks above every number, +inf included, and NaNs among themselves by index: torch's topk
+and NumPy's sort order (ONNX leaves it unspecified). Compared as numbers alone, NaN would rank
+nowhere: two elements would share a rank, a rank would go unfilled, and its index would read
+past the row.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ def _infer(types, attrs):
 def _reference(inputs, attrs):
     (x,) = inputs
     axis = normalize_axis("topk", attrs["axis"], x.ndim)
-    key = x
-    if attrs["largest"]:  # descending: negated (integers complemented bitwise: -MIN wraps)
-        key = -x if dt.is_float(x.dtype.name) else ~x
-    order = np.argsort(key, axis=axis, kind="stable")
+    if not attrs["largest"]:  # (a stable ascending sort puts NaN last)
+        order = np.argsort(x, axis=axis, kind="stable")
+    elif dt.is_float(x.dtype.name):  # descending, NaN first: by NaN-ness, then by -x
+        order = np.apply_along_axis(lambda r: np.lexsort((-r, ~np.isnan(r))), axis, x)
+    else:  # descending: complemented bitwise (-MIN wraps)
+        order = np.argsort(~x, axis=axis, kind="stable")
     indices = np.take(order, np.arange(attrs["k"]), axis=axis).astype("int64")
     return [np.take_along_axis(x, indices, axis), indices]
 
@@ -57,8 +62,11 @@ def _compute(inputs, attrs, out_types):
     def before(i):
         """Whether element e of i's row comes before element i."""
         a, b = x[along(i, e)], x[i]
-        wins = a > b if attrs["largest"] else a < b
-        return te.any(wins, te.all(a == b, e < i[axis]))
+        wins, same = (a > b if attrs["largest"] else a < b), a == b
+        if dt.is_float(x.dtype):  # NaN above every number
+            nan_wins = te.all(a != a, b == b) if attrs["largest"] else te.all(b != b, a == a)
+            wins, same = te.any(wins, nan_wins), te.any(same, te.all(a != a, b != b))
+        return te.any(wins, te.all(same, e < i[axis]))
 
     rank = te.compute(x.shape, lambda *i: te.sum(cast("int64", before(i)), axis=e), name="rank")
     f = te.reduce_axis((0, n), name="f")

@@ -343,8 +343,9 @@ class CompiledModel:
                     lo, hi = self.spec.ranges.get(want, (0, None))
                     if got < lo or (hi is not None and got > hi):
                         raise ShapeError(f"{where} is {got}, which binds {want!r} outside the range [{lo}, "
-                                         f"{'inf' if hi is None else hi}] model {self.name} was compiled for; "
-                                         "compile it with a wider range (torch.export.Dim min/max)")
+                                         f"{'inf' if hi is None else hi}] model {self.name} was compiled for "
+                                         "(torch.export.Dim's min and max; at least 1 for an axis that an "
+                                         "operator such as ArgMax needs nonempty)")
                 elif symbols[want] != got:
                     raise ShapeError(f"{where} is {got}, but {source[want]} is {symbols[want]} and both are "
                                      f"{want!r}")

@@ -410,7 +410,8 @@ def call(name: str, *args) -> PrimExpr:
     if len(cargs) == 2:
         cargs = list(unify(cargs[0], cargs[1]))
     out = cargs[0].dtype
-    if name not in ("abs",) and not dt.is_float(out):
+    integer_pow = name == "pow" and dt.is_int(out)  # exact, wrapping (torch's; float32 is exact to 2^24)
+    if name != "abs" and not integer_pow and not dt.is_float(out):
         cargs = [cast(dt.with_lanes("float32", dt.lanes_of(a.dtype)), a) for a in cargs]
         out = cargs[0].dtype
     return Call(name, tuple(cargs), out)

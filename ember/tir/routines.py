@@ -14,7 +14,7 @@ when the maximum grows), so no row of scores outlives its block of keys.
     writes:  out   out[i, c] at out + i * o_rs + c
     scalars: q0, nq, S, E, Ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs (int64), scale (float32)
 
-causal keeps key j for query i when j <= i. A row whose keys are all masked out is NaN.
+causal keeps key j for query i when j <= i. A row whose keys are all masked out is 0 (torch's).
 """
 
 ATTENTION = "attention"

@@ -51,6 +51,16 @@ class Unsupported(EmberError):
     """Raised by a handler: this use of the operator is not supported (the message says why)."""
 
 
+def _scalar_array(value, dtype: str) -> np.ndarray:
+    """A Python number as a 0-d array of an integer dtype wraps, as torch computes `int32 + 2**31`
+    (NumPy refuses it); beyond int64, where torch refuses it too, it is Unsupported."""
+    if isinstance(value, int) and not isinstance(value, bool) and dt.is_int(dtype):
+        if not -2**63 <= value < 2**64:
+            raise Unsupported(f"the integer {value} does not fit 64 bits")
+        return np.array(value % 2**64, "uint64").astype(dtype)
+    return np.array(value, dtype=dtype)
+
+
 class Const:
     """A tensor known at import time."""
 
@@ -199,7 +209,7 @@ class Builder:
         """A 0-d constant, one per (value, dtype) in the graph."""
         key = (type(value), value, dtype)
         if key not in self._scalars:
-            self._scalars[key] = self.graph.add_constant(np.array(value, dtype=dtype), "scalar")
+            self._scalars[key] = self.graph.add_constant(_scalar_array(value, dtype), "scalar")
         return self._scalars[key]
 
     def const(self, data: np.ndarray, hint: str = "const") -> Value:

@@ -58,9 +58,16 @@ def _variadic(cx: NodeContext):
 
 @converts("Pow")
 def _pow(cx: NodeContext):
+    """ONNX lets the exponent have its own type. An integer base to a float exponent is the float64
+    power cast back (ONNX's reference: 2 ** 2.5 is 5, where an exponent cast to an integer gives
+    4); otherwise the exponent takes the base's type."""
     x, y = cx.input(0), cx.input(1)
-    if cx.type(y).dtype != cx.type(x).dtype:  # ONNX lets the exponent have its own type
-        y = cx.op("cast", [y], {"dtype": cx.type(x).dtype})
+    xt, yt = cx.type(x).dtype, cx.type(y).dtype
+    if dt.is_int(xt) and dt.is_float(yt):
+        wide = [cx.op("cast", [v], {"dtype": "float64"}) for v in (x, y)]
+        return [cx.op("cast", [cx.op("pow", wide)], {"dtype": xt})]
+    if yt != xt:
+        y = cx.op("cast", [y], {"dtype": xt})
     return [cx.op("pow", [x, y])]
 
 

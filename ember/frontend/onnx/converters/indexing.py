@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....checks import check_fits
+from ....graph.core import TensorType
 from ..node import NodeContext
 from ..registry import converts
 
@@ -68,9 +70,12 @@ def _one_hot(cx: NodeContext):
     from the end, others out of range match nothing), off_value elsewhere."""
     indices = cx.input(0)
     (depth,) = cx.const(1, "depth").reshape(-1)
+    if not np.isfinite(depth) or depth < 1:
+        raise cx.error(f"the depth is {depth}: it must be a positive number")
     depth = int(depth)
     values = cx.input(2)
     rank = len(cx.type(indices).shape)
+    check_fits(TensorType((depth,), "int64"), f"{cx.where}: the positions of depth {depth}")
     axis = cx.attr("axis", -1) % (rank + 1)
     indices = cx.op("cast", [indices], {"dtype": "int64"}) if cx.type(indices).dtype != "int64" else indices
     indices = cx.op("where", [cx.op("less", [indices, np.asarray(0, "int64")]),

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from .... import dims
+from ....tir import dtype as dt
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
 
@@ -315,6 +317,12 @@ def _reduce(cx: NodeContext):
             total = cx.op("sum", [cx.op("exp", [cx.op("sub", [x, top])])], attrs)
             top = top if attrs["keepdims"] else cx.op("max", [x], attrs)
             return [cx.op("add", [cx.op("log", [total]), top])]
+    shape = cx.type(x).shape
+    if op_type == "ReduceMean" and dt.is_int(cx.type(x).dtype) and all(isinstance(d, int) for d in shape):
+        # ONNX's reference: the sum in the integer type, divided rounding toward zero
+        count = math.prod(shape[a % len(shape)] for a in axes) if axes is not None else math.prod(shape)
+        total = cx.op("sum", [x], attrs)
+        return [cx.op("trunc_divide", [total, np.asarray(count, cx.type(x).dtype)])]
     if cx.type(x).dtype == "bool" and op_type in ("ReduceMax", "ReduceMin"):  # any and all, on 0 and 1
         y = cx.op(REDUCE[op_type], [cx.op("cast", [x], {"dtype": "uint8"})], attrs)
         return [cx.op("cast", [y], {"dtype": "bool"})]
@@ -327,6 +335,11 @@ def _arg_reduce(cx: NodeContext):
     op = cx.node.op_type.lower()
     axis = cx.attr("axis", 0) % cx.type(x).rank
     attrs = {"axis": axis, "keepdims": bool(cx.attr("keepdims", 1))}
+    size = cx.type(x).shape[axis]
+    if dims.is_symbol(size):  # an empty axis has no extremum: a call that binds it to 0 is refused
+        ranges = cx.importer.graph.ranges
+        lo, hi = ranges.get(size, (0, None))
+        ranges[size] = (max(lo, 1), hi)
     if not cx.attr("select_last_index", 0):
         return [cx.op(op, [x], attrs)]
     # the last extremum is the first one of the reversed axis

@@ -16,7 +16,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ....graph.core import Dim
+from ....checks import check_fits
+from ....graph.core import Dim, TensorType
 from ....ops.common import broadcast_shapes
 from ....tir import dtype as dt
 from ..node import NodeContext
@@ -61,13 +62,22 @@ def _constant(cx: NodeContext):
 @converts("ConstantOfShape")
 def _constant_of_shape(cx: NodeContext):
     value = cx.attr("value", np.zeros(1, "float32"))
-    return [np.full(cx.const_ints(0, "shape"), value.reshape(-1)[0], dtype=value.dtype)]
+    shape = cx.const_ints(0, "shape")
+    if any(d < 0 for d in shape):
+        raise cx.error(f"the shape {shape} has a negative dimension")
+    out = TensorType(tuple(shape), dt.from_numpy(value.dtype))
+    check_fits(out, f"{cx.where}: the constant of shape {shape}")
+    return [np.full(shape, value.reshape(-1)[0], dtype=value.dtype)]
 
 
 @converts("Range")
 def _range(cx: NodeContext):
     start, limit, delta = (cx.const(k, name) for k, name in enumerate(("start", "limit", "delta")))
+    given = f"start {start.item()}, limit {limit.item()}, delta {delta.item()}"
+    if delta.item() == 0 or not all(math.isfinite(v.item()) for v in (start, limit, delta)):
+        raise cx.error(f"{given}: the delta must be nonzero and every value finite")
     count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
+    check_fits(TensorType((count,), dt.from_numpy(start.dtype)), f"{cx.where}: the range of {given}")
     return [(start + delta * np.arange(count)).astype(start.dtype)]
 
 
@@ -344,6 +354,9 @@ def _resize(cx: NodeContext):
         for a, scale in zip(axes, scales.tolist()):
             if scale == 1:
                 continue
+            if not math.isfinite(scale) or scale <= 0:
+                raise cx.error(f"the scales {scales.tolist()} have {scale} for axis {a}: each must be positive "
+                               "and finite")
             if not isinstance(shape[a], int):
                 raise cx.error(f"scaling the symbolic dimension {shape[a]!r}")
             out[a], scale_of[a] = math.floor(shape[a] * scale), scale

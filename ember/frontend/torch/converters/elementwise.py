@@ -17,7 +17,7 @@ from ..registry import handles
 UNARY = {  # ATen name -> ember operator
     "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "neg": "neg", "abs": "abs", "reciprocal": "reciprocal", "sin": "sin", "cos": "cos",
-    "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "sign": "sign", "logical_not": "logical_not",
+    "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "round", "logical_not": "logical_not",
     "silu": "silu", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid", "asin": "asin", "acos": "acos",
     "atan": "atan", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
 }
@@ -33,6 +33,19 @@ def _unary(op: str):
 
 for _aten, _op in UNARY.items():
     handles(f"{_aten}.default")(_unary(_op))
+
+
+@handles("sign.default")
+def sign(b, x):
+    """torch's sign of a float is (0 < x) - (x < 0): 0 for NaN and for -0, where ember's (NumPy's,
+    ONNX's) keeps them."""
+    dtype = b.out.dtype
+    y = b.v(x, dtype)
+    if not dt.is_float(dtype):
+        return b.op("sign", [y])
+    zero = b.scalar(0, dtype)
+    above, below = (b.op("cast", [b.op(op, [y, zero])], dtype=dtype) for op in ("greater", "less"))
+    return b.op("sub", [above, below])
 
 
 @handles("log1p.default")
@@ -94,7 +107,7 @@ def clamp_tensor(b, x, min=None, max=None):
 BINARY = {  # ATen overload -> ember operator
     "add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub",
     "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div",
-    "pow.Tensor_Tensor": "pow", "pow.Tensor_Scalar": "pow", "pow.Scalar": "pow",
+    "pow.Tensor_Tensor": "pow", "pow.Scalar": "pow",
     "maximum.default": "maximum", "minimum.default": "minimum", "remainder.Tensor": "mod", "remainder.Scalar": "mod",
 }
 
@@ -113,6 +126,19 @@ def _binary(op: str):
 
 for _aten, _op in BINARY.items():
     handles(_aten)(_binary(_op))
+
+
+# torch computes a float power of 0.5 or -0.5 as sqrt or rsqrt (pow_tensor_scalar_optimized_kernel):
+# NaN for -inf and -0 for -0, where C's pow gives inf and 0
+POWER_FUNCTIONS = {0.5: "sqrt", -0.5: "rsqrt"}
+
+
+@handles("pow.Tensor_Scalar")
+def pow_scalar(b, x, exponent):
+    dtype = b.out.dtype
+    if dt.is_float(dtype) and not isinstance(exponent, bool) and exponent in POWER_FUNCTIONS:
+        return b.op(POWER_FUNCTIONS[exponent], [b.v(x, dtype)])
+    return _binary("pow")(b, x, exponent)
 
 
 @handles("div.Tensor_mode")
@@ -172,25 +198,48 @@ handles("logical_or.default")(_logical("logical_or"))
 handles("logical_xor.default")(_logical("not_equal"))
 
 
-def _bitwise(op: str):
+def _bitwise(logical: str, bitwise: str):
+    """On bools the logical operator, on integers the bitwise one (ember's take one or the other)."""
     def handler(b, x, other):
-        if b.out.dtype != "bool":
-            raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
-        return _logical(op)(b, x, other)
+        dtype = b.out.dtype
+        if dtype == "bool":
+            return _logical(logical)(b, x, other)
+        return b.op(bitwise, [b.operand(x, dtype), b.operand(other, dtype)])
 
-    handler.__name__ = op
+    handler.__name__ = bitwise
     return handler
 
 
-handles("bitwise_and.Tensor")(_bitwise("logical_and"))
-handles("bitwise_or.Tensor")(_bitwise("logical_or"))
+handles("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise("logical_and", "bitwise_and"))
+handles("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise("logical_or", "bitwise_or"))
+handles("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise("not_equal", "bitwise_xor"))
+
+
+@handles("__lshift__.Tensor", "__lshift__.Scalar", "bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar")
+def left_shift(b, x, other):
+    """a << s = a * 2^s, wrapping (ember's integer pow: 2^s is 0 from the width on, as torch's shift)."""
+    dtype = b.out.dtype
+    a, s = b.operand(x, dtype), b.operand(other, dtype)
+    return b.op("mul", [a, b.op("pow", [b.scalar(2, dtype), s])])
+
+
+@handles("__rshift__.Tensor", "__rshift__.Scalar", "bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar")
+def right_shift(b, x, other):
+    """a >> s = a // 2^s (arithmetic); 2^s wraps to 0 from the width on, and a // 0 is 0 (unsigned:
+    torch's 0); a signed shift by the width less one or more is the sign, -1 or 0."""
+    dtype = b.out.dtype
+    a, s = b.operand(x, dtype), b.operand(other, dtype)
+    q = b.op("floor_divide", [a, b.op("pow", [b.scalar(2, dtype), s])])
+    if dtype.startswith("uint"):
+        return q
+    zero = b.scalar(0, dtype)
+    sign = b.op("where", [b.op("less", [a, zero]), b.scalar(-1, dtype), zero])
+    return b.op("where", [b.op("greater_equal", [s, b.scalar(dt.bits(dtype) - 1, dtype)]), sign, q])
 
 
 @handles("bitwise_not.default")
 def bitwise_not(b, x):
-    if b.out.dtype != "bool":
-        raise Unsupported(f"bitwise operations on {b.out.dtype} (only on bool)")
-    return b.op("logical_not", [b.v(x)])
+    return b.op("logical_not" if b.out.dtype == "bool" else "bitwise_not", [b.v(x)])
 
 
 @handles("where.self")
