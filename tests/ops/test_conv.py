@@ -17,6 +17,7 @@ from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
+from ember.target import Target
 from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
@@ -106,7 +107,7 @@ def test_conv2d_with_a_fused_relu_epilogue():
     inputs, (conv,) = compute_node("conv2d", in_types, attrs, out_types)
     relu = te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")
     s = te.create_schedule(relu.op)
-    schedule_for(get("conv2d"))(s, [relu])
+    schedule_for(get("conv2d"))(s, [relu], Target())
     assert "conv_local" in str(ember.lower(s, [*inputs, relu]))  # the accumulator tile
     f = ember.build(s, [*inputs, relu])
     out = np.empty(out_types[0].shape, "float32")
