@@ -171,9 +171,11 @@ class Target:
         return f"c | {_cpu_model()} | {' '.join(features)}"
 
     def describe(self) -> dict:
-        """What a compiled model's manifest records of its target."""
+        """What a compiled model's manifest records of its target (`features`: what a machine
+        that loads it must have)."""
         return {"target": self.kind, "machine": platform.machine(), "vector_bytes": self.vector_bytes,
-                "align": self.align, **({"cc": self.cc, "cflags": self.cflags} if self.kind == "c" else {})}
+                "align": self.align, "features": sorted(self.features),
+                **({"cc": self.cc, "cflags": self.cflags} if self.kind == "c" else {})}
 
 
 def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str | None = None) -> Target:
