@@ -66,4 +66,5 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
         return build_cuda(lower(sch, args, name, skip=skip, target="cuda"), **options)
     target = as_target(target, cc=options.pop("cc", None), cflags=options.pop("cflags", None))
     target.check_runs_here()
-    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags, **options)
+    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags,
+                   align=target.align, **options)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import ember
 from ember import target as target_module
 from ember.graph import Graph, TensorType
 from ember.lowering import LOWERED, lower_groups, partition
+from ember.ops import infer_types
 from ember.ops.nodes import add_op
+from ember.schedules.apply import node_kernel
 from ember.target import FEATURES, Target, as_target, machine_caches, machine_features
 from ember.testing import random_array
 
@@ -109,6 +112,20 @@ def test_an_avx2_target_is_named_by_its_level():
     assert avx2.vector_bytes == 32 and avx2.lanes() == 8 and {"avx2", "fma"} <= avx2.features
     assert not any(f.startswith(("avx512", "amx")) for f in avx2.features)
     assert avx2.key != Target().key or "avx512f" not in Target().features
+
+
+def test_a_single_kernels_buffers_take_the_targets_alignment():
+    target = Target(align=128)
+    x, w = random_array((1, 8, 10, 10)), random_array((16, 8, 3, 3))
+    in_types = [TensorType(x.shape), TensorType(w.shape)]
+    attrs, out_types = infer_types("conv2d", in_types, {"padding": (1, 1, 1, 1)})
+    s, args = node_kernel("conv2d", in_types, attrs, out_types, target=target)
+    f = ember.build(s, args, target=target)
+    assert "aligned_alloc(128, " in f.source and "aligned_alloc(64, " not in f.source  # padded input, packed weights
+    out = np.empty(out_types[0].shape, "float32")
+    f(x, w, out)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_kernel_lowered_for_one_width_is_never_reused_for_another():

@@ -85,10 +85,11 @@ _RENDERED: weakref.WeakKeyDictionary[PrimFunc, dict[tuple, tuple[str, CPrelude]]
 _RENDERED_LOCK = threading.Lock()
 
 
-def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False) -> str:
+def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False, align: int = Target.align) -> str:
     """The C translation unit of one or several lowered functions, with their launchers (see the
-    module doc; `checked`: see CRenderer)."""
-    return CRenderer(checked).render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs), launchers=True)
+    module doc; `checked`, `align`: see CRenderer)."""
+    funcs = [funcs] if isinstance(funcs, PrimFunc) else list(funcs)
+    return CRenderer(checked, align).render_unit(funcs, launchers=True)
 
 
 class CRenderer(CStyleRenderer):
