@@ -9,9 +9,9 @@ compile time instead of read N floats apart.
 The te compute accumulates a @ b in a stage tagged "matmul" whose last axis the schedule
 vectorizes, so the b operand is read along that axis. When b would be read across it (gemm
 with trans_b and many rows) or its columns do not fill whole vectors, b is first copied into a
-(K, N padded to a multiple of L, or of L/2 for fewer than L rows: L the target's fp32 lanes,
-attrs["lanes"]) panel, a PACK stage, and the
-result is cut back to N. float16 accumulates in float32.
+(K, N padded to a multiple of L, or of L/2 for fewer than L rows; L the target's fp32 lanes,
+attrs["lanes"]) panel, a PACK stage, and the result is cut back to N. float16 accumulates in
+float32.
 
 Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to 12 x 32); a
 single row (a GEMV) in 512-column tiles whose accumulators sit in L1 while rows of b stream by;
