@@ -197,15 +197,21 @@ def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str 
 
 
 @functools.cache
-def machine_features() -> frozenset[str] | None:
-    """The extensions (FEATURES' names) this machine's CPU has, from /proc/cpuinfo's flags (x86)
-    or Features (ARM); None where it does not say."""
+def machine_flags() -> frozenset[str] | None:
+    """This machine's CPU flags by their Linux names, from /proc/cpuinfo's flags (x86) or
+    Features (ARM): "avx512_vnni", "amx_int8", "asimddp", ...; None where it does not say."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return None
-    flags = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith(("flags", "Features"))),
-                 None)
+    return next((frozenset(line.split(":", 1)[1].split()) for line in lines
+                 if line.startswith(("flags", "Features"))), None)
+
+
+def machine_features() -> frozenset[str] | None:
+    """The extensions (FEATURES' names) this machine's CPU has (`machine_flags`); None where
+    /proc/cpuinfo does not say."""
+    flags = machine_flags()
     return None if flags is None else frozenset(name for name, (_, flag) in FEATURES.items() if flag in flags)
 
 

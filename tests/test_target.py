@@ -11,6 +11,7 @@ import torch
 import ember
 from ember import target as target_module
 from ember.graph import Graph, TensorType
+from ember.intrinsics import cpu_has
 from ember.lowering import LOWERED, lower_groups, partition
 from ember.ops import infer_types
 from ember.ops.nodes import add_op
@@ -55,6 +56,13 @@ def test_features_follow_the_flags_and_the_machine_governs_where_code_runs():
         assert host.missing() == [] and host.features <= machine
     if "avx512f" in host.features:
         assert {"avx2", "fma", "avx512f"} <= host.features and host.vector_bytes == 64
+
+
+def test_the_intrinsics_ask_the_same_reading_of_the_machine():
+    machine = machine_features()
+    if machine is None:
+        pytest.skip("/proc/cpuinfo does not say")
+    assert all(cpu_has(flag) == (name in machine) for name, (_, flag) in FEATURES.items())
 
 
 def test_missing_features_are_refused_where_the_code_would_run(monkeypatch):
