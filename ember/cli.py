@@ -246,8 +246,13 @@ def cmd_doctor(args) -> int:
                                text=True)
             built = r.returncode == 0 and (Path(d) / "t").exists()
             _check("OpenMP", built, "-fopenmp works" if built else r.stderr.strip()[:200] or "no program built")
-        width = Target().vector_bytes
-        _check("SIMD", True, f"{width * 8}-bit vectors ({width // 4} float32 lanes) under {config.get('cflags')!r}")
+        target = Target()
+        missing = target.missing()
+        ok = _check("SIMD", not missing, f"{target.vector_bytes * 8}-bit vectors ({target.lanes()} float32 lanes), "
+               f"{' '.join(sorted(target.features)) or 'no extensions'} under {config.get('cflags')!r}"
+               + (f"; this machine lacks {', '.join(missing)}" if missing else ""))
+        l1, l2, l3 = (size >> 10 for size in target.caches)
+        _check("machine", True, f"{target.cores} cores, caches L1d {l1} KiB, L2 {l2} KiB, L3 {l3} KiB")
         _check("call path", *_call_path())
     for module, what in (("torch", "PyTorch frontend and torch.compile backend"), ("onnx", "ONNX frontend"),
                          ("onnxruntime", "benchmarks against ONNX Runtime")):

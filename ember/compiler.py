@@ -150,6 +150,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                           "models compile for 'c' or 'python'")
     if target.kind == "python" and checked:
         raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
+    target.check_runs_here()  # the model is built to run here
     check_graph(graph)
     if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
         return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
@@ -174,7 +175,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
-    plan = plan_memory(steps)
+    plan = plan_memory(steps, target.align)
     refs = _Refs(steps, plan, symbols)
     calls = _Program({id(g): (own, k) for g, own, k in lowered.calls}, symbols).statements(steps, refs)
     copies = refs.copies()  # before the weights are listed: a copied output may be a weight
@@ -196,7 +197,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     if target.kind == "python":
         return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
-    source = "\n".join([CRenderer(checked).render_unit(lowered.kernels),
+    source = "\n".join([CRenderer(checked, target.align).render_unit(lowered.kernels),
                          render_entry(calls, copies, checked=checked),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
@@ -342,7 +343,9 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     from .runtime.artifact import read_artifact
 
     art = read_artifact(path)  # every file checked against the manifest, the manifest against the library
-    return CompiledModel(art.spec, art.library, art.weights, MemoryPlan.from_json(art.workspace),
+    # (a model saved before manifests recorded the alignment was built for the default one)
+    plan = MemoryPlan.from_json(art.workspace, art.spec.target.get("align", Target.align))
+    return CompiledModel(art.spec, art.library, art.weights, plan,
                          graph=art.read_graph if art.has_graph else None, source=art.source,
                          num_threads=config.threads(num_threads))
 

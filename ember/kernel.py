@@ -65,4 +65,6 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
 
         return build_cuda(lower(sch, args, name, skip=skip, target="cuda"), **options)
     target = as_target(target, cc=options.pop("cc", None), cflags=options.pop("cflags", None))
-    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags, **options)
+    target.check_runs_here()
+    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags,
+                   align=target.align, **options)

@@ -10,15 +10,17 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
   disabled; else one group per node: `cut_regions`, which cuts the regions of control flow too).
 - `workload_of(group)`: what a group computes, as plain data (hashable, picklable): groups of the
   same operators on the same types with the same attributes share one lowering.
-- `group_schedule(workload)`: the group's te schedule, built once: it holds the unscheduled
-  function (the tuning key, the tuner's starting point) and the operators' own schedule.
+- `group_schedule(workload, target)`: the group's te schedule for the target, built once: it
+  holds the unscheduled function (the tuning key, the tuner's starting point) and the operators'
+  own schedule of the target's family, sized to its vectors.
 - `lower_workload(workload, schedules, target)`: the lowered kernel, for the target's SIMD
   width, scheduled by the tuned trace that `schedules` (a lookup from workload key to trace,
   e.g. `Database.schedules(target.key)`) has for it, else by its operators' own schedule.
 - `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
   there are many; structurally equal kernels are one kernel, named after the operators of the
   first group that uses it (`conv2d_add_relu_3`).
-- `LOWERED`: the kernels lowered in this process, by workload and target (an LRU of
+- `LOWERED`: the kernels lowered in this process, by workload and target (every fact of the
+  target is part of the key: a kernel lowered for 16 lanes is never reused for 8; an LRU of
   LOWERED_CACHE_SIZE kernels). A workload is the group's structure only (operators, attributes,
   types), never its constants' values, which reach a kernel as buffers; so a model compiled again,
   or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again;
@@ -146,10 +148,10 @@ def workload_of(group: Group) -> Workload:
     return Workload(tuple(v.type for v in group.inputs), nodes, tuple(made[id(v)] for v in group.outputs))
 
 
-def group_schedule(w: Workload) -> tuple[TESchedule, list]:
-    """The group's te schedule with its operators' own schedule applied, and its arguments (the
-    group's inputs, then its outputs)."""
-    return group_kernel(list(w.inputs), list(w.nodes), list(w.outputs))
+def group_schedule(w: Workload, target: Target | str | None = None) -> tuple[TESchedule, list]:
+    """The group's te schedule with its operators' own schedule for `target` (default: C on this
+    machine) applied, and its arguments (the group's inputs, then its outputs)."""
+    return group_kernel(list(w.inputs), list(w.nodes), list(w.outputs), target=as_target(target or "c"))
 
 
 def unscheduled(s: TESchedule, args: Sequence) -> PrimFunc:
@@ -166,7 +168,7 @@ def lower_workload(w: Workload, schedules: ScheduleLookup | None = None, target:
     """One group as a lowered function for `target` (named "kernel": names do not change the
     structural hash), scheduled by the trace `schedules` has for its key, else by its operators'
     own schedule."""
-    s, args = group_schedule(w)
+    s, args = group_schedule(w, target)
     trace = schedules(workload_key(unscheduled(s, args))) if schedules is not None and w.static else None
     if trace is None:
         return lower(s, args, name="kernel", target=target)

@@ -1,24 +1,43 @@
-"""The target: where a model's kernels run, and everything about it that shapes their code.
+"""The target: where a model's kernels run, and every fact about that machine that shapes their
+code. Nothing else in ember holds a machine fact (a vector width, an alignment, a cache size):
+operators' packed layouts, the layout and weight-packing passes, the schedules, the code generator
+and the runtime read them from the Target they are given.
 
     ember.compile(model, target="c")        # C with OpenMP and SIMD, built by the configured compiler
     ember.compile(model, target="python")   # the loop-IR interpreter: slow, exact, no compiler
     ember.build(s, [A, B], target="cuda")   # one GPU kernel: CUDA C through NVRTC (ember.cuda)
     ember.compile(model, target=Target("c", cc="clang", cflags="-O2 -fopenmp -shared -fPIC"))
+    ember.compile(model, target=Target.x86("avx2"))   # AVX2 + FMA only (8 float lanes), any x86-64 since 2013
 
 A `Target` holds its kind (the code generator and builder: "c", "python" or "cuda"; "cuda" builds
-single kernels for now), the C compiler and
-flags, the SIMD width kernels are vectorized for (and the layout pass blocks channels by), the
-alignment of every buffer (ALIGN), the default-schedule family, and the key the tuning database
-files schedules under (`key`). `as_target` turns "c", "python" or a Target into a Target; the
-compiler, `ember.build`, the tuner and the runtime take it from there.
+single kernels for now), the C compiler and flags, and the machine facts:
+- `features`: the instruction-set extensions the code may use (x86: avx2, fma, avx512f/bw/vl/dq,
+  avx512vnni, avx512bf16, avx512fp16, amx-tile/int8/bf16; ARM: neon, sve, dotprod, bf16). Code
+  generation follows the compiler and flags, so these are read from the compiler's own predefined
+  macros under the flags (`cc -march=... -dM -E`), and `vector_bytes` (one SIMD register) with
+  them. The machine's own extensions (`machine_features`, from /proc/cpuinfo) govern only whether
+  the code can run here: `missing()` names the extensions the flags enable that this machine
+  lacks, and compiling a model or kernel to run here with such a target raises ConfigError.
+- `lanes(dtype)`: values of a dtype in one SIMD register (1 for the interpreter and CUDA, which
+  have none);
+- `align`: the byte boundary every buffer starts at (one cache line, one AVX-512 register);
+- `caches` (L1d, L2, L3 bytes, from /sys/devices/system/cpu/cpu0/cache/, else FALLBACK_CACHES)
+  and `cores` (os.cpu_count()): this machine's, unless given;
+- `schedules`: the family of default schedules (ember.schedules.<family>);
+- `key`: the name the tuning database files schedules under.
 
-The SIMD width of a C target is read once from the compiler's own predefined macros under its
-flags (`cc -march=native -dM -E`), so it agrees with what `-march=native` will generate.
+A target for another machine is named by its flags: `Target.x86(level)` is C for an x86-64
+level (X86_LEVELS: "avx2" is -march=x86-64-v3, "avx512" is -march=x86-64-v4) with the configured
+flags' -march replaced, so its vectors are that level's (8 float lanes for AVX2). `as_target`
+turns "c", "python", "cuda" or a Target into a Target; the compiler, `ember.build`, the tuner and the
+runtime take it from there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import platform
 import re
 import shlex
@@ -28,11 +47,26 @@ from pathlib import Path
 
 from . import config
 from .errors import ConfigError
+from .tir import dtype as dt
 
-ALIGN = 64  # bytes every buffer starts at: one cache line, one AVX-512 register
 KINDS = ("c", "python", "cuda")
+X86_LEVELS = {"avx2": "x86-64-v3", "avx512": "x86-64-v4"}
+FALLBACK_CACHES = (32 << 10, 1 << 20, 8 << 20)  # L1d, L2, L3 bytes where sysfs does not say
 
 _WIDTHS = (("__AVX512F__", 64), ("__AVX__", 32), ("__SSE2__", 16), ("__ARM_NEON", 16))
+
+# an extension's name: (the compiler's macro for it, /proc/cpuinfo's flag for it)
+FEATURES = {
+    "avx2": ("__AVX2__", "avx2"), "fma": ("__FMA__", "fma"),
+    "avx512f": ("__AVX512F__", "avx512f"), "avx512bw": ("__AVX512BW__", "avx512bw"),
+    "avx512vl": ("__AVX512VL__", "avx512vl"), "avx512dq": ("__AVX512DQ__", "avx512dq"),
+    "avx512vnni": ("__AVX512VNNI__", "avx512_vnni"), "avx512bf16": ("__AVX512BF16__", "avx512_bf16"),
+    "avx512fp16": ("__AVX512FP16__", "avx512_fp16"),
+    "amx-tile": ("__AMX_TILE__", "amx_tile"), "amx-int8": ("__AMX_INT8__", "amx_int8"),
+    "amx-bf16": ("__AMX_BF16__", "amx_bf16"),
+    "neon": ("__ARM_NEON", "asimd"), "sve": ("__ARM_FEATURE_SVE", "sve"),
+    "dotprod": ("__ARM_FEATURE_DOTPROD", "asimddp"), "bf16": ("__ARM_FEATURE_BF16", "bf16"),
+}
 
 
 @functools.cache
@@ -51,6 +85,11 @@ def _vector_bytes(cc: str, cflags: str) -> int:
     return next((width for macro, width in _WIDTHS if f"#define {macro} " in macros), 16)
 
 
+def _features(cc: str, cflags: str) -> frozenset[str]:
+    macros = _macros(cc, cflags)
+    return frozenset(name for name, (macro, _) in FEATURES.items() if f"#define {macro} " in macros)
+
+
 _SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AMX\w*)__|ARM_NEON|"
                          r"ARM_FEATURE_(?:SVE\w*|FMA|DOTPROD|MATMUL_INT8|BF16\w*|FP16\w*)) ", re.M)
 
@@ -59,14 +98,17 @@ _SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AM
 class Target:
     """Where kernels run (see the module doc). For kind "c", cc and cflags default to the options
     (EMBER_CC, EMBER_CFLAGS) and vector_bytes to what they target; "python" has no compiler and
-    no vectors (vector_bytes None: loops stay scalar, the interpreter runs them as written)."""
+    no vectors (vector_bytes None: loops stay scalar, the interpreter runs them as written).
+    caches and cores default to this machine's."""
 
     kind: str = "c"
     cc: str | None = None
     cflags: str | None = None
     vector_bytes: int | None = None
-    align: int = ALIGN
+    align: int = 64  # bytes every buffer starts at: one cache line, one AVX-512 register
     schedules: str = "cpu"  # the family of default schedules (ember.ops' schedules are for CPUs)
+    caches: tuple[int, int, int] | None = None  # L1d, L2, L3 bytes
+    cores: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -77,11 +119,46 @@ class Target:
             object.__setattr__(self, "cflags", cflags)
             if self.vector_bytes is None:
                 object.__setattr__(self, "vector_bytes", _vector_bytes(cc, cflags))
+        if self.vector_bytes is not None and (self.vector_bytes < 4 or self.vector_bytes & (self.vector_bytes - 1)):
+            raise ConfigError(f"vector_bytes must be a power of two of at least 4 bytes, got {self.vector_bytes}")
+        if self.align < 1 or self.align & (self.align - 1):
+            raise ConfigError(f"align must be a power of two, got {self.align}")
+        if self.caches is None:
+            object.__setattr__(self, "caches", machine_caches())
+        if self.cores is None:
+            object.__setattr__(self, "cores", os.cpu_count() or 1)
+
+    @classmethod
+    def x86(cls, level: str, **fields) -> Target:
+        """C for an x86-64 level (X86_LEVELS): the configured flags (or `cflags`) with their
+        -march/-mtune/-mcpu replaced by the level's -march."""
+        if level not in X86_LEVELS:
+            raise ConfigError(f"unknown x86 level {level!r}; levels are {sorted(X86_LEVELS)}")
+        cflags = config.resolve("cflags", fields.pop("cflags", None))
+        kept = [f for f in shlex.split(cflags) if not f.startswith(("-march=", "-mtune=", "-mcpu="))]
+        return cls("c", cflags=shlex.join([f"-march={X86_LEVELS[level]}", *kept]), **fields)
+
+    def lanes(self, dtype: str = "float32") -> int:
+        """Values of `dtype` in one SIMD register (1 without vectors)."""
+        return max(1, (self.vector_bytes or 0) * 8 // dt.bits(dtype))
 
     @property
-    def lanes(self) -> int:
-        """float32 values in one SIMD register (1 without vectors)."""
-        return max(1, (self.vector_bytes or 0) // 4)
+    def features(self) -> frozenset[str]:
+        """The extensions (FEATURES' names) the code may use: those the compiler enables under the
+        flags; none for the interpreter."""
+        return _features(self.cc, self.cflags) if self.kind == "c" else frozenset()
+
+    def missing(self) -> list[str]:
+        """The extensions the target's code may use that this machine lacks (sorted; none when
+        /proc/cpuinfo does not say what the machine has)."""
+        have = machine_features()
+        return [] if have is None else sorted(self.features - have)
+
+    def check_runs_here(self) -> None:
+        """Raise ConfigError when code for this target cannot run on this machine."""
+        if missing := self.missing():
+            raise ConfigError(f"target {self.key!r} uses {', '.join(missing)}, which this machine "
+                              f"({_cpu_model()}) lacks; name a target it has, e.g. Target.x86('avx2')")
 
     @property
     def key(self) -> str:
@@ -94,8 +171,10 @@ class Target:
         return f"c | {_cpu_model()} | {' '.join(features)}"
 
     def describe(self) -> dict:
-        """What a compiled model's manifest records of its target."""
+        """What a compiled model's manifest records of its target (`features`: what a machine
+        that loads it must have)."""
         return {"target": self.kind, "machine": platform.machine(), "vector_bytes": self.vector_bytes,
+                "align": self.align, "features": sorted(self.features),
                 **({"cc": self.cc, "cflags": self.cflags} if self.kind == "c" else {})}
 
 
@@ -107,14 +186,47 @@ def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str 
             return target
         if target.kind != "c":
             raise ConfigError(f"target {target.kind!r} has no C compiler: cc and cflags are for target 'c'")
-        return Target("c", cc if cc is not None else target.cc, cflags if cflags is not None else target.cflags,
-                      align=target.align, schedules=target.schedules)
+        return dataclasses.replace(target, cc=cc if cc is not None else target.cc,
+                                   cflags=cflags if cflags is not None else target.cflags, vector_bytes=None)
     if not isinstance(target, str):
         raise ConfigError(f"target must be one of {KINDS} or an ember.target.Target, got {type(target).__name__}")
     if target != "c" and (cc is not None or cflags is not None):
         raise ConfigError(f"target {target!r} has no C compiler: cc and cflags are for target 'c'")
     return Target(target, config.resolve("cc", cc) if target == "c" else None,
                   config.resolve("cflags", cflags) if target == "c" else None)
+
+
+@functools.cache
+def machine_flags() -> frozenset[str] | None:
+    """This machine's CPU flags by their Linux names, from /proc/cpuinfo's flags (x86) or
+    Features (ARM): "avx512_vnni", "amx_int8", "asimddp", ...; None where it does not say."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((frozenset(line.split(":", 1)[1].split()) for line in lines
+                 if line.startswith(("flags", "Features"))), None)
+
+
+def machine_features() -> frozenset[str] | None:
+    """The extensions (FEATURES' names) this machine's CPU has (`machine_flags`); None where
+    /proc/cpuinfo does not say."""
+    flags = machine_flags()
+    return None if flags is None else frozenset(name for name, (_, flag) in FEATURES.items() if flag in flags)
+
+
+@functools.cache
+def machine_caches() -> tuple[int, int, int]:
+    """(L1d, L2, L3) bytes of this machine's first CPU (sysfs), FALLBACK_CACHES' where unknown."""
+    found: dict[int, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and (m := re.fullmatch(r"(\d+)([KMG]?)", size)):
+            found[int(level)] = int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[m[2]]
+    return tuple(found.get(level, fallback) for level, fallback in zip((1, 2, 3), FALLBACK_CACHES))
 
 
 def _cpu_model() -> str:

@@ -23,6 +23,7 @@ from .graph.core import TensorType
 from .kernel import _prim_func, build
 from .ops.registry import get, infer_types
 from .schedules.apply import node_kernel
+from .target import Target, as_target
 from .te.schedule import TESchedule
 from .tir import dtype as dt
 from .tir.expr import const
@@ -134,10 +135,10 @@ def check_schedule(
 class OpKernel:
     """A built operator application: `run(*inputs)` allocates the outputs, runs, returns them."""
 
-    def __init__(self, name: str, in_types: Sequence[TensorType], attrs: Mapping | None, target: str):
+    def __init__(self, name: str, in_types: Sequence[TensorType], attrs: Mapping | None, target: str | Target):
         self.name, self.in_types, self.target = name, list(in_types), target
         self.attrs, self.out_types = infer_types(name, self.in_types, attrs)
-        s, args = node_kernel(name, self.in_types, self.attrs, self.out_types)
+        s, args = node_kernel(name, self.in_types, self.attrs, self.out_types, target=as_target(target))
         self.kernel = build(s, args, target=target)
 
     def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -149,7 +150,7 @@ class OpKernel:
 
 
 def build_op(name: str, in_types: Sequence[TensorType], attrs: Mapping | None = None,
-             target: str = "c") -> OpKernel:
+             target: str | Target = "c") -> OpKernel:
     return OpKernel(name, in_types, attrs, target)
 
 
@@ -181,7 +182,7 @@ def assert_close(actual: np.ndarray, expected, rtol: float, atol: float, what: s
 
 
 def check_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None, rtol: float, atol: float,
-             torch_fn: Callable | None = None, *, targets: Sequence[str] = ("c",),
+             torch_fn: Callable | None = None, *, targets: Sequence[str | Target] = ("c",),
              in_types: Sequence[TensorType] | None = None, torch_atol: float | None = None) -> list[np.ndarray]:
     """Run operator `name` on `inputs` on every target and compare each output with the
     operator's reference (whose output dtypes must be the inferred ones) and with
@@ -195,7 +196,7 @@ def check_op(name: str, inputs: Sequence[np.ndarray], attrs: Mapping | None, rto
 
 def check_op_sizes(name: str, in_types: Sequence[TensorType], attrs: Mapping | None,
                    input_sets: Sequence[Sequence[np.ndarray]], rtol: float, atol: float,
-                   torch_fn: Callable | None = None, *, targets: Sequence[str] = ("c",),
+                   torch_fn: Callable | None = None, *, targets: Sequence[str | Target] = ("c",),
                    torch_atol: float | None = None) -> list[list[np.ndarray]]:
     """check_op with one kernel per target, built once for `in_types` (symbolic dimensions
     included) and run on every set of inputs. Returns the first target's outputs per set."""

@@ -52,7 +52,7 @@ import weakref
 from collections.abc import Sequence
 
 from ..errors import LowerError
-from ..target import ALIGN
+from ..target import Target
 from ..tir import dtype as dt
 from ..tir.expr import (
     COMPARE_OPS,
@@ -85,10 +85,11 @@ _RENDERED: weakref.WeakKeyDictionary[PrimFunc, dict[tuple, tuple[str, CPrelude]]
 _RENDERED_LOCK = threading.Lock()
 
 
-def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False) -> str:
+def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False, align: int = Target.align) -> str:
     """The C translation unit of one or several lowered functions, with their launchers (see the
-    module doc; `checked`: see CRenderer)."""
-    return CRenderer(checked).render_unit([funcs] if isinstance(funcs, PrimFunc) else list(funcs), launchers=True)
+    module doc; `checked`, `align`: see CRenderer)."""
+    funcs = [funcs] if isinstance(funcs, PrimFunc) else list(funcs)
+    return CRenderer(checked, align).render_unit(funcs, launchers=True)
 
 
 class CRenderer(CStyleRenderer):
@@ -98,14 +99,14 @@ class CRenderer(CStyleRenderer):
     TARGET = "C"
     SCALAR_TYPES = {elem: row.held for elem, row in STORAGE.items()}  # as held in memory (c_storage)
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
-    ALIGN = ALIGN  # every buffer's alignment (ember.target)
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
 
     STATUS = "ember_status"  # checked mode: the kernels' last parameter, `int* ember_status`
 
-    def __init__(self, checked: bool = False):
+    def __init__(self, checked: bool = False, align: int = Target.align):
         self.checked = checked
+        self.align = align  # every buffer's alignment, the target's (ember.target.Target.align)
         self.lib = CPrelude(self.SCALAR_TYPES)
 
     @classmethod
@@ -147,7 +148,7 @@ class CRenderer(CStyleRenderer):
         """`render_kernel(func)`, kept while the function lives (functions are immutable, and the
         compiler hands over the same objects for kernels lowered before: ember.lowering.LOWERED);
         the typedefs and helpers it needs are merged into this unit's prelude."""
-        key = type(self), self.checked
+        key = type(self), self.checked, self.align
         with _RENDERED_LOCK:
             kept = _RENDERED.setdefault(func, {}).get(key)
         if kept is None:
@@ -235,10 +236,10 @@ class CRenderer(CStyleRenderer):
             self._registers[buf] = width
             on_stack = True
         elif on_stack:
-            out.append(f"{inner}{ctype} {name}[{max(count, 1)}] __attribute__((aligned({self.ALIGN})));")
+            out.append(f"{inner}{ctype} {name}[{max(count, 1)}] __attribute__((aligned({self.align})));")
         else:
             size = self._e(functools.reduce(operator.mul, buf.shape)) if buf.shape else "1"
-            out.append(f"{inner}{ctype}* restrict {name} = ({ctype}*)aligned_alloc({self.ALIGN}, "
+            out.append(f"{inner}{ctype}* restrict {name} = ({ctype}*)aligned_alloc({self.align}, "
                        f"{self.lib.padded_bytes()}({size}, sizeof({ctype})));")
         self._buffers.add(buf)
         self._stmt(body, depth + 1, out)

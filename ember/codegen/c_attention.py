@@ -15,7 +15,8 @@ rows of v). At the end each row is divided by its sum (0 / 0 = NaN for a row who
 were all masked out, as in PyTorch). Only one block of scores is alive: scratch of
 O(R x (BK + E + Ev)) per call, nothing of size L x S.
 
-Vectors are W = 16 float32 lanes (one AVX-512 register, two AVX ones). Only whole vectors inside
+Vectors are W float32 lanes, the target's (the routine's `lanes`: 16 for AVX-512, 8 for AVX2;
+at least 4, a power of two dividing R). Only whole vectors inside
 the caller's arrays are loaded: the last keys of a block are copied, and the tails of the rows
 of v and the mask go lane by lane.
 """
@@ -29,7 +30,6 @@ from ..tir.routines import ATTENTION_ROWS
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
 
-LANES = 16
 KEYS = 128  # keys per block (BK): the scores of a block of rows stay in L1
 SCORE_ROWS = 8  # rows of the scores' register tile (x 2 vectors)
 OUT_ROWS = 4  # rows of the output's register tile (x up to 4 vectors)
@@ -266,13 +266,14 @@ _MASKS = {
 }
 
 
-def attention(lib: CPrelude, mask: str, causal: bool) -> str:
+def attention(lib: CPrelude, mask: str, causal: bool, lanes: int) -> str:
     """The name of the routine's C function for this variant (`ember_attention_<mask>[_causal]`),
-    written into the prelude the first time."""
+    for vectors of `lanes` float32 lanes (one width per unit: its target's), written into the
+    prelude the first time."""
     name = f"ember_attention_{mask}{'_causal' if causal else ''}"
 
     def make() -> str:
-        v, u, m = lib.vec("float32", LANES), lib.unaligned_vec("float32", LANES), lib.mask(32, LANES)
+        v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         masking = (_CAUSAL if causal else "") + _MASKS[mask]
         if mask == "none":  # masked and maximized as the tiles are stored: no pass of its own
             tile_store, mask_pass = _TILE_STORE_MAX.format(causal=_TILE_CAUSAL if causal else ""), _MAX_OF_TILES
@@ -282,9 +283,9 @@ def attention(lib: CPrelude, mask: str, causal: bool) -> str:
                       "additive": " const float* restrict mask,"}[mask]
         body = _BODY.format(
             name=name, mask_param=mask_param, rows=ATTENTION_ROWS, keys=KEYS,
-            mr=SCORE_ROWS, or_=OUT_ROWS, lanes=LANES, iota=", ".join(map(str, range(LANES))),
+            mr=SCORE_ROWS, or_=OUT_ROWS, lanes=lanes, iota=", ".join(map(str, range(lanes))),
             kend="q0 + nq < S ? q0 + nq : S" if causal else "S", tile_store=tile_store, mask_pass=mask_pass,
-            transpose=_transpose(LANES),
+            transpose=_transpose(lanes),
             exp2=_exp2_nonpositive(lib, v, m))
         return (f"#define V {v}\n#define U {u}\n#define M {m}\n"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{body}\n"

@@ -27,7 +27,7 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         lib.source(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
         return routine
     if routine == ATTENTION:
-        return c_attention(lib, params["mask"], params["causal"])
+        return c_attention(lib, params["mask"], params["causal"], params["lanes"])
     raise LowerError(f"no C code for the routine {routine!r}")
 
 

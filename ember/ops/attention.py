@@ -234,7 +234,8 @@ def _fused(q, k, v, mask, attrs, out_types):
         kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
         scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), s_dim, const(e_dim), const(ev_dim),
                    q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
-        call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"]))), tuple(reads),
+        call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"])), ("lanes", attrs["lanes"])),
+                           tuple(reads),
                            (Pointer(out, o_off),), scalars)
         total = blocks
         for d in batch:
@@ -314,4 +315,5 @@ register(OpDef(
     num_inputs=(3, 4),
     doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd; q, k, v as heads of "
         "one packed input.",
+    lanes=True,
 ))

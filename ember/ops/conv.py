@@ -7,15 +7,16 @@ The te compute, for n spatial dimensions:
 - a padded input stage (PACK), when there is padding; for a transposed one it also spreads the
   input out by the strides (zeros between), which makes the transposed convolution a plain
   convolution with the kernel flipped and its in/out channels swapped;
-- groups == 1: the weights are packed as (OC/16, C, kernel..., 16) (PACK; output channels padded
-  to a multiple of 16), the accumulation (tagged "conv") runs over (N, OC/16, out spatial...,
-  16) with the 16 output channels of a block in one vector, and the result is read back as NCHW:
-  the schedule keeps a tile of 16*b channels x w output columns in registers, each input value
+- groups == 1: the weights are packed as (OC/B, C, kernel..., B) (PACK; output channels padded
+  to a multiple of B, the target's fp32 lanes, attrs["lanes"]: 16 for AVX-512), the accumulation
+  (tagged "conv") runs over (N, OC/B, out spatial..., B) with the B output channels of a block in
+  one vector, and the result is read back as NCHW: the schedule keeps a tile of B*b channels x w
+  output columns in registers (B read from the accumulation's shape), each input value
   broadcast against the packed weights (one load, one FMA per vector), and writes it (with the
   bias and any fused epilogue) in vectors along the output columns, the tile transposed in
   registers;
-- depthwise (groups == C == OC): the same, with the padded input also in blocks of 16 channels
-  (N, C/16, spatial..., 16), so that any stride reads whole vectors;
+- depthwise (groups == C == OC): the same, with the padded input also in blocks of B channels
+  (N, C/B, spatial..., B), so that any stride reads whole vectors;
 - other groups: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the
   output columns when their count allows.
 float16 accumulates in float32. Bias is added as the accumulation is read back.
@@ -30,10 +31,9 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import check_float, result_dtype
-from .hints import PACK, VECTOR_LANES
+from .hints import PACK
 from .registry import OpDef, OpTypeError, register
 
-BLOCK = VECTOR_LANES  # output channels per packed weight block
 ANCHOR, GROUPED = "conv", "conv_grouped"
 
 
@@ -191,10 +191,11 @@ def _reference_conv_transpose(inputs, attrs):
 # -- te compute ----------------------------------------------------------------------------------
 
 
-def _input_stage(x, pads_b, pads_e, spread, blocked: bool = False):
+def _input_stage(x, pads_b, pads_e, spread, block: int | None = None):
     """x spread by `spread` (zeros between elements) and padded by pads_b/pads_e (negative:
-    cropped); x itself when nothing changes. `blocked`: channels in blocks of BLOCK, the last
-    axis, (N, C/BLOCK, spatial..., BLOCK), as a depthwise convolution reads them."""
+    cropped); x itself when nothing changes. With `block`: channels in blocks of that many, the
+    last axis, (N, C/block, spatial..., block), as a depthwise convolution reads them."""
+    blocked = block is not None
     if not blocked and not any(pads_b) and not any(pads_e) and all(s == 1 for s in spread):
         return x
     channels = as_int(x.shape[1])
@@ -216,17 +217,17 @@ def _input_stage(x, pads_b, pads_e, spread, blocked: bool = False):
         return te.compute(tuple(x.shape[:2]) + tuple(shape), lambda *i: element(i[0], i[1], i[2:], []),
                           name="x_padded", tag=PACK)
     return te.compute(
-        (x.shape[0], -(-channels // BLOCK)) + tuple(shape) + (BLOCK,),
-        lambda *i: element(i[0], i[1] * BLOCK + i[-1], i[2:-1],
-                           [] if channels % BLOCK == 0 else [i[1] * BLOCK + i[-1] < channels]),
+        (x.shape[0], -(-channels // block)) + tuple(shape) + (block,),
+        lambda *i: element(i[0], i[1] * block + i[-1], i[2:-1],
+                           [] if channels % block == 0 else [i[1] * block + i[-1] < channels]),
         name="x_blocked", tag=PACK)
 
 
 def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups: int, bias, out_spatial,
-                 pads_b, pads_e, spread):
+                 pads_b, pads_e, spread, block: int):
     """The te convolution of x padded by pads_b/pads_e (and spread, see _input_stage);
     weight(oc, ic, *taps) is the weight element (an expression: transposed convolutions remap
-    it)."""
+    it); `block` output channels per packed weight block (the target's fp32 lanes)."""
     n = len(kernel)
     acc_dtype = dt.compute_dtype(x.dtype)
     ic = te.reduce_axis((0, cg), name="ic")
@@ -236,24 +237,24 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
         return tuple(p * s + t * d for p, t, s, d in zip(pos, taps, strides, dilations))
 
     def packed_weights(shape, element):
-        """Weights in blocks of BLOCK output channels (the last axis), zero past oc."""
+        """Weights in blocks of `block` output channels (the last axis), zero past oc."""
         def packed(*i):
-            o = i[0] * BLOCK + i[-1]
+            o = i[0] * block + i[-1]
             value = cast(acc_dtype, element(o, i[1:-1]))
-            return value if oc % BLOCK == 0 else te.if_then_else(o < oc, value, const(0, acc_dtype))
+            return value if oc % block == 0 else te.if_then_else(o < oc, value, const(0, acc_dtype))
 
-        return te.compute(shape + (BLOCK,), packed, name="w_packed", tag=PACK)
+        return te.compute(shape + (block,), packed, name="w_packed", tag=PACK)
 
     def read_back(acc):
         """The blocked accumulation as N, OC, spatial..., plus the bias, in x's dtype."""
         def element(*i):
-            value = acc[(i[0], i[1] // BLOCK) + i[2:] + (i[1] % BLOCK,)]
+            value = acc[(i[0], i[1] // block) + i[2:] + (i[1] % block,)]
             return cast(x.dtype, value if bias is None else value + cast(acc_dtype, bias[i[1]]))
 
         return te.compute((x.shape[0], oc) + tuple(out_spatial), element, name="conv_out")
 
-    blocks = -(-oc // BLOCK)
-    acc_shape = (x.shape[0], blocks) + tuple(out_spatial) + (BLOCK,)
+    blocks = -(-oc // block)
+    acc_shape = (x.shape[0], blocks) + tuple(out_spatial) + (block,)
     if groups == 1:
         xp = _input_stage(x, pads_b, pads_e, spread)
         wp = packed_weights((blocks, cg) + tuple(kernel), lambda o, rest: weight(o, *rest))
@@ -261,7 +262,7 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
             cast(acc_dtype, xp[(i[0], ic) + window(i[2:2 + n])]) * wp[(i[1], ic, *taps, i[-1])], axis=[ic, *taps]),
             name="conv", tag=ANCHOR))
     if cg == 1 and oc == groups:  # depthwise: channel blocks of the input against the same of w
-        xb = _input_stage(x, pads_b, pads_e, spread, blocked=True)
+        xb = _input_stage(x, pads_b, pads_e, spread, block)
         wp = packed_weights((blocks,) + tuple(kernel), lambda o, rest: weight(o, 0, *rest))
         return read_back(te.compute(acc_shape, lambda *i: te.sum(
             cast(acc_dtype, xb[(i[0], i[1]) + window(i[2:2 + n]) + (i[-1],)]) * wp[(i[1], *taps, i[-1])],
@@ -289,7 +290,7 @@ def _compute_conv(inputs, attrs, out_types):
     kernel = [as_int(d) for d in w.shape[2:]]
     return [conv_compute(x, lambda o, c, *t: w[(o, c) + t], as_int(w.shape[0]), as_int(w.shape[1]), kernel,
                          strides, dilations, attrs["groups"], inputs[2] if len(inputs) == 3 else None,
-                         out_types[0].shape[2:], pads_b, pads_e, (1,) * n)]
+                         out_types[0].shape[2:], pads_b, pads_e, (1,) * n, attrs["lanes"])]
 
 
 def _compute_conv_transpose(inputs, attrs, out_types):
@@ -306,7 +307,8 @@ def _compute_conv_transpose(inputs, attrs, out_types):
         return w[(o // ocg * cg + ic, o % ocg) + tuple(k - 1 - t for k, t in zip(kernel, taps))]
 
     return [conv_compute(x, weight, ocg * groups, cg, kernel, (1,) * n, dilations, groups,
-                         inputs[2] if len(inputs) == 3 else None, out_types[0].shape[2:], pads_b, pads_e, strides)]
+                         inputs[2] if len(inputs) == 3 else None, out_types[0].shape[2:], pads_b, pads_e, strides,
+                         attrs["lanes"])]
 
 
 # -- registration --------------------------------------------------------------------------------
@@ -322,6 +324,7 @@ def _conv_op(name: str, n: int) -> OpDef:
         attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "dilations": (1,) * n, "groups": 1},
         num_inputs=(2, 3),
         doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped.",
+        lanes=True,
     )
 
 
@@ -336,6 +339,7 @@ def _conv_transpose_op(name: str, n: int) -> OpDef:
                "groups": 1},
         num_inputs=(2, 3),
         doc=f"{n}-d transposed convolution (the gradient of conv{n}d by its input), w as (in, out/groups, k...).",
+        lanes=True,
     )
 
 

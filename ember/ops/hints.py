@@ -7,8 +7,10 @@ the schedules (ember.schedules imports ember.ops, never the other way):
   a row schedule runs one by one (ember.schedules.cpu.rows);
 - `CONTIGUOUS`: the compute attribute of a reduction over contiguous elements, which a schedule
   may run in vector lanes;
-- `VECTOR_LANES`, `lanes_dividing`: the vector width (fp32 lanes) that packed layouts are sized
-  to, so that a block of them fills vector registers.
+- `lanes_dividing`: the widest of some vector widths that divides an extent. The widths come
+  from the target's `lanes` (ember.target): an operator whose packed layout is sized to whole
+  vectors (OpDef.lanes) reads them from its attribute "lanes", which the kernel's target binds
+  (ember.schedules.apply); the schedules are given the target.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Sequence
 
 PACK = "pack"
 CONTIGUOUS = "contiguous_reduction"
-VECTOR_LANES = 16  # fp32 lanes of one AVX-512 register; wider loops are split by the lowering
 
 
 def by_rows(row_axes: Sequence[int], inner_axes: Sequence[int] = ()) -> dict:
@@ -25,6 +26,7 @@ def by_rows(row_axes: Sequence[int], inner_axes: Sequence[int] = ()) -> dict:
     return {"rows": (tuple(row_axes), tuple(inner_axes))}
 
 
-def lanes_dividing(n: int | None, widths=(2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)) -> int | None:
-    """The widest vector (in fp32 lanes) that divides n."""
-    return next((w for w in widths if n is not None and n % w == 0), None)
+def lanes_dividing(n: int | None, widths: Sequence[int]) -> int | None:
+    """The first of `widths` (vectors, in lanes; widest first) that divides n; a width under 2 is
+    no vector (the interpreter's 1 lane, halved)."""
+    return next((w for w in widths if w > 1 and n is not None and n % w == 0), None)

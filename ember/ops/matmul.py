@@ -9,8 +9,9 @@ compile time instead of read N floats apart.
 The te compute accumulates a @ b in a stage tagged "matmul" whose last axis the schedule
 vectorizes, so the b operand is read along that axis. When b would be read across it (gemm
 with trans_b and many rows) or its columns do not fill whole vectors, b is first copied into a
-(K, N padded to a multiple of 16, or of 8 for fewer than 16 rows) panel, a PACK stage, and the
-result is cut back to N. float16 accumulates in float32.
+(K, N padded to a multiple of L, or of L/2 for fewer than L rows; L the target's fp32 lanes,
+attrs["lanes"]) panel, a PACK stage, and the result is cut back to N. float16 accumulates in
+float32.
 
 Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to 12 x 32); a
 single row (a GEMV) in 512-column tiles whose accumulators sit in L1 while rows of b stream by;
@@ -27,7 +28,7 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, const
 from .common import broadcast_index, broadcast_shapes, result_dtype
-from .hints import PACK, VECTOR_LANES, lanes_dividing
+from .hints import PACK, lanes_dividing
 from .registry import OpDef, OpTypeError, register
 
 ANCHOR = "matmul"
@@ -112,9 +113,10 @@ def _broadcast_te(x, y):
     return [q if p is None or (as_int(p) == 1 and q is not None) else p for p, q in zip(x, y)]
 
 
-def product(a, b, trans_a: bool = False, trans_b: bool = False, panels: int = 0):
+def product(a, b, lanes: int, trans_a: bool = False, trans_b: bool = False, panels: int = 0):
     """The te stages of a' @ b' (a', b' transposed when asked; 1-D operands as in NumPy; with
-    `panels`, b is a 2-D operand given in panels of that many columns, see the module docstring).
+    `panels`, b is a 2-D operand given in panels of that many columns, see the module docstring),
+    packed for vectors of `lanes` fp32 lanes.
     Returns (acc, shape, value): the accumulating stage (tagged ANCHOR; its last axis padded to
     whole vectors where b is packed, float32 for float16 operands), the shape of the
     product, and its value at an index of that shape (None when acc is exactly the product)."""
@@ -127,9 +129,9 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False, panels: int = 0)
     n_int = as_int(n) if cols else None
     m_int = as_int(m) if rows else 1
     # few rows times b transposed: dot products along k (see _tile_dot) instead of packing b
-    dot_lanes = lanes_dividing(as_int(k_dim), (VECTOR_LANES, VECTOR_LANES // 2)) \
+    dot_lanes = lanes_dividing(as_int(k_dim), (lanes, lanes // 2)) \
         if trans_b and not trans_a and m_int is not None and m_int < DOT_ROWS else None
-    pad_to = VECTOR_LANES if m_int is None or m_int >= VECTOR_LANES else VECTOR_LANES // 2
+    pad_to = max(1, lanes if m_int is None or m_int >= lanes else lanes // 2)
     # (a single row streams b once: packing it would copy all of b per call, so a GEMV takes b as it is)
     pack = cols and not panels and dot_lanes is None and (
         trans_b or (n_int is not None and n_int % pad_to != 0 and n_int > pad_to and m_int != 1))
@@ -169,13 +171,13 @@ def product(a, b, trans_a: bool = False, trans_b: bool = False, panels: int = 0)
 
 
 def _compute_matmul(inputs, attrs, out_types):
-    acc, shape, value = product(*inputs)
+    acc, shape, value = product(*inputs, attrs["lanes"])
     return [acc if value is None else te.compute(shape, value, name="matmul_out")]
 
 
 def _compute_gemm(inputs, attrs, out_types):
     a, b = inputs[:2]
-    acc, shape, value = product(a, b, attrs["trans_a"], attrs["trans_b"], attrs["b_panels"])
+    acc, shape, value = product(a, b, attrs["lanes"], attrs["trans_a"], attrs["trans_b"], attrs["b_panels"])
     alpha, beta = attrs["alpha"], attrs["beta"]
     c = inputs[2] if len(inputs) == 3 else None
     if c is None and alpha == 1 and value is None:
@@ -199,6 +201,7 @@ register(OpDef(
     pattern="out_elementwise_fusable",
     num_inputs=(2, 2),
     doc="NumPy matmul: 1-D operands promoted, batch dimensions broadcast.",
+    lanes=True,
 ))
 
 register(OpDef(
@@ -210,4 +213,5 @@ register(OpDef(
     attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False, "b_panels": 0},
     num_inputs=(2, 3),
     doc="alpha * a' @ b' + beta * c (ONNX Gemm); b_panels > 0: b in panels (N / P, K, P).",
+    lanes=True,
 ))

@@ -52,6 +52,9 @@ class OpDef:
     attrs: Mapping[str, object] = field(default_factory=dict)
     num_inputs: tuple[int, int | None] = (1, 1)  # (min, max); max None: any number
     doc: str = ""
+    # its compute sizes a packed layout to whole vectors: it reads attrs["lanes"] (fp32 lanes),
+    # which the kernel's target binds (ember.schedules.apply), never a node's attribute
+    lanes: bool = False
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:

@@ -58,7 +58,7 @@ SPATIAL_REDUCTIONS = ("mean", "sum", "max", "min")
 def layout(graph: Graph, target: Target | None = None) -> Graph:
     """The graph with convolutions in blocked layouts of the target's SIMD width (default: C on
     this machine)."""
-    return _Layouts(graph, (target or Target()).lanes).run()
+    return _Layouts(graph, (target or Target()).lanes("float32")).run()
 
 
 def channel_block(channels: int, lanes: int) -> int | None:

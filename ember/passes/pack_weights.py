@@ -14,30 +14,36 @@ Packed: weights of at least MIN_WEIGHTS elements, N a multiple of P, and m >= 2 
 number of rows (a prefill compiled for any sequence length: its rows are as many as its tokens, and
 a panel serves a single row too, one contiguous stream per tile); a single row known at compile
 time, a GEMV or a decode step, keeps the row-major weights its schedule streams. P is the register
-tile's width: 2 vectors, or 4 for fewer than 4 rows (ember.schedules.cpu.tiling).
+tile's width: 2 vectors, or 4 for fewer than 4 rows (ember.schedules.cpu.tiling), of the target's
+fp32 lanes (a target pass: ember.passes.pipeline.TARGET_PASSES).
 """
 
 from __future__ import annotations
 
-from ..graph.core import Node, Value
-from ..ops.hints import VECTOR_LANES
+import functools
+
+from ..graph.core import Graph, Node, Value
+from ..target import Target
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
 MIN_WEIGHTS = 64 * 1024  # elements: 256 KiB of float32, beyond L1 and most of L2 per panel set
 
 
-def pack_weights(graph):
-    return rebuild(graph, _pack)
+def pack_weights(graph: Graph, target: Target | None = None) -> Graph:
+    """The graph with constant weights in panels for the target's vectors (default: C on this
+    machine)."""
+    return rebuild(graph, functools.partial(_pack, lanes=(target or Target()).lanes("float32")))
 
 
-def panel_width(m: int | str, n: int) -> int | None:
-    """The register tile's width over n columns for m rows (a symbol: any number), when it divides n."""
-    widths = (4 * VECTOR_LANES, 2 * VECTOR_LANES) if isinstance(m, int) and m < 4 else (2 * VECTOR_LANES,)
-    return next((w for w in widths if n % w == 0), None)
+def panel_width(m: int | str, n: int, lanes: int) -> int | None:
+    """The register tile's width over n columns for m rows (a symbol: any number) and vectors of
+    `lanes`, when it divides n (none without vectors)."""
+    widths = (4 * lanes, 2 * lanes) if isinstance(m, int) and m < 4 else (2 * lanes,)
+    return next((w for w in widths if lanes > 1 and n % w == 0), None)
 
 
-def _pack(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Value] | None:
     if node.op not in ("gemm", "matmul") or node.attrs.get("b_panels"):
         return None
     a, b = inputs[:2]
@@ -49,7 +55,7 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
     m = a.type.shape[1 if trans_a else 0]
     k, n = weights.shape[::-1] if trans_b else weights.shape
     rows = not isinstance(m, int) or m >= 2
-    width = panel_width(m, n) if rows and k * n >= MIN_WEIGHTS else None
+    width = panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
     if width is None:
         return None
     w = weights.T if trans_b else weights

@@ -1,6 +1,8 @@
-"""GEMV column padding: a single-row gemm with a constant weight whose column count no vector
-width divides (GPT-2's vocabulary: 50257) gets its weight (and bias) padded with zero columns
-to a multiple of GEMV_COLS, once, here; a slice takes the real columns back:
+"""GEMV column padding: a single-row gemm with a constant weight whose column count half a vector
+of the target (its fp32 lanes / 2: the narrowest column tile of the GEMV schedule) does not divide
+(GPT-2's vocabulary: 50257) gets its weight (and bias) padded with zero columns to a multiple of
+GEMV_COLS, once, here; a slice takes the real columns back (a target pass:
+ember.passes.pipeline.TARGET_PASSES; nothing to pad without vectors):
 
     gemm(x[1, K], w[K, N], c[N]) -> slice(gemm(x, w_padded[K, N'], c_padded[N']), 0:N on axis 1)
 
@@ -13,25 +15,28 @@ the slice copies one row of the result.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
 from ..ops.matmul import GEMV_COLS
+from ..target import Target
 from .rewrite import Rewriter, rebuild
 
-VECTOR = 8  # fp32 lanes the GEMV schedule's column tiles are multiples of
+
+def pad_gemv(graph: Graph, target: Target | None = None) -> Graph:
+    """The graph with single-row gemms' odd weights padded for the target's vectors (default: C
+    on this machine)."""
+    return rebuild(graph, functools.partial(_rewrite, vector=(target or Target()).lanes("float32") // 2))
 
 
-def pad_gemv(graph: Graph) -> Graph:
-    return rebuild(graph, _rewrite)
-
-
-def _rewrite(rw: Rewriter, node: Node, ins: list[Value]):
+def _rewrite(rw: Rewriter, node: Node, ins: list[Value], vector: int):
     if node.op != "gemm" or node.attrs["trans_a"] or node.attrs["trans_b"] or ins[0].shape[0] != 1:
         return None
     w = rw.constant_data(ins[1])
     n = ins[1].shape[1]
-    if w is None or not isinstance(n, int) or n % VECTOR == 0 or n < GEMV_COLS:
+    if w is None or not isinstance(n, int) or vector < 2 or n % vector == 0 or n < GEMV_COLS:
         return None
     pad = -n % GEMV_COLS
     inputs = [ins[0], rw.constant(np.pad(w, ((0, 0), (0, pad))), f"{ins[1].name}_padded")]

@@ -58,8 +58,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                     flatten_products, pad_gemv, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
-# by its SIMD width
-TARGET_PASSES = ("layout",)
+# by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors
+TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)

@@ -26,9 +26,10 @@ Two buffers whose lifetimes do not overlap may share bytes.
 Offsets: greedy by size (Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net
 Inference", offset calculation). Buffers are placed from the largest to the smallest; each goes
 into the smallest gap, between the buffers already placed whose lifetimes overlap its own, that
-holds it, or above the highest of them when none does. Sizes are rounded up to ALIGN bytes, so
-every offset is ALIGN-aligned. The plan's peak (the workspace size) is compared with the unplanned
-sum (one buffer per tensor, views and in-place outputs included) in `Layout`.
+holds it, or above the highest of them when none does. Sizes are rounded up to the target's
+alignment (`MemoryPlan.align`, ember.target.Target.align), so every offset is aligned. The plan's
+peak (the workspace size) is compared with the unplanned sum (one buffer per tensor, views and
+in-place outputs included) in `Layout`.
 
 Control flow (ember.ops.control): a step that runs an `if` or a `loop` holds its regions as
 kernel graphs of their own (`Step.regions`, each region fused on its own). Its steps are numbered
@@ -56,7 +57,7 @@ import numpy as np
 from .. import dims
 from ..graph.core import Dim, Graph, Node, Value, region_key
 from ..ops.tensor_scatter import SAME_PLACE
-from ..target import ALIGN
+from ..target import Target
 from .fuse import BROADCAST, FusedGraph, Group, fuse, kind
 
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
@@ -184,12 +185,12 @@ class WorkspaceTensor:
     last: int
     shares: str | None = None  # the tensor whose bytes it takes (a view of it, or written over it)
 
-    def nbytes(self, symbols: Mapping[str, int]) -> int:
-        """Its size in bytes, rounded up to ALIGN, for this binding of the symbols."""
+    def nbytes(self, symbols: Mapping[str, int], align: int) -> int:
+        """Its size in bytes, rounded up to `align`, for this binding of the symbols."""
         numel = 1
         for d in self.shape:
             numel *= dims.evaluate(d, symbols, f"a dimension of workspace tensor {self.name}")
-        return -(-numel * np.dtype(self.dtype).itemsize // ALIGN) * ALIGN
+        return -(-numel * np.dtype(self.dtype).itemsize // align) * align
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class Layout:
 @dataclass(frozen=True)
 class MemoryPlan:
     tensors: tuple[WorkspaceTensor, ...]
+    align: int = Target.align  # bytes every tensor's offset is a multiple of: the target's
 
     @property
     def symbols(self) -> tuple[str, ...]:
@@ -217,7 +219,7 @@ class MemoryPlan:
         raise KeyError(f"{name} is not in the workspace")
 
     def layout(self, symbols: Mapping[str, int] | None = None) -> Layout:
-        sizes = [t.nbytes(symbols or {}) for t in self.tensors]
+        sizes = [t.nbytes(symbols or {}, self.align) for t in self.tensors]
         owner = {t.name: k for k, t in enumerate(self.tensors) if t.shares is None}
         of = [owner[t.shares if t.shares is not None else t.name] for t in self.tensors]
         buffers = list(owner.values())
@@ -236,19 +238,19 @@ class MemoryPlan:
                  **({"shares": t.shares} if t.shares is not None else {})} for t in self.tensors]
 
     @classmethod
-    def from_json(cls, data: Sequence[Mapping]) -> MemoryPlan:
+    def from_json(cls, data: Sequence[Mapping], align: int = Target.align) -> MemoryPlan:
         return cls(tuple(WorkspaceTensor(d["name"], tuple(d["shape"]), d["dtype"], d["first"], d["last"],
-                                         d.get("shares")) for d in data))
+                                         d.get("shares")) for d in data), align)
 
 
-def plan_memory(kernels: KernelGraph) -> MemoryPlan:
+def plan_memory(kernels: KernelGraph, align: int = Target.align) -> MemoryPlan:
     """The workspace tensors of a kernel graph (every step's output that is not a graph output,
     nor written as one, nor a view of something outside the workspace), with their lifetimes over
     the steps and the tensor whose bytes each takes, if any; those of its regions too (see the
-    module doc)."""
+    module doc), for a target's alignment."""
     tensors: list[WorkspaceTensor] = []
     _plan(kernels, 0, "", tensors)
-    return MemoryPlan(tuple(tensors))
+    return MemoryPlan(tuple(tensors), align)
 
 
 def next_name(prefix: str, node: Node, k: int) -> str:

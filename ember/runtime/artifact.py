@@ -19,7 +19,8 @@ this order, and the first problem is an ArtifactError that names the file and wh
 
 1. the manifest is JSON of this format and version, saved by a compatible ember (below), and
    fits SCHEMA exactly: every key present with its type, none extra;
-2. the library was built for this machine's architecture;
+2. the library was built for this machine's architecture, with instruction-set extensions it has
+   (the target's features, ember.target; /proc/cpuinfo);
 3. each file has the size and sha256 the manifest records (a truncated, edited or swapped file),
    checked on the very bytes that are then used (read once);
 4. the library, dlopened by its content (ember.runtime.library), embeds a contract equal to the
@@ -50,6 +51,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from ..errors import ArtifactError
+from ..target import machine_features
 from .contract import read_contract
 from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
 from .model import CompiledModel, ModelSpec
@@ -141,6 +143,11 @@ def read_artifact(path: str | Path) -> Artifact:
     machine = manifest["target"]["machine"]
     if machine != platform.machine():
         raise ArtifactError(f"{folder} was built for {machine}; this machine is {platform.machine()}: "
+                            f"compile the model again here")
+    have = machine_features()
+    lacking = sorted(set(manifest["target"].get("features", ())) - have) if have is not None else []
+    if lacking:
+        raise ArtifactError(f"{folder} was built for a machine with {', '.join(lacking)}, which this one lacks: "
                             f"compile the model again here")
     files = manifest["files"]
     library = open_library(_path(folder, files["library"]["path"]), _digest(files["library"]), str(where))

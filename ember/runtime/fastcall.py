@@ -132,7 +132,8 @@ def caller(model):
         return this().status_error(rc, "entry function")
 
     return ext.Caller(model._entry_address, model._weight_ptrs.ctypes.data, inputs, outputs, ranges,
-                      len(spec.symbols), polys, layout if spec.symbols else model._layout_of(()), status_error)
+                      len(spec.symbols), polys, layout if spec.symbols else model._layout_of(()), status_error,
+                      model.plan.align)
 
 
 def attach_torch(fast, spec) -> bool:

@@ -24,7 +24,6 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN 64
 #define MAX_RANK 64
 
 typedef int (*entry_fn)(void* const*, void* const*, char*, const int64_t*, void* const*, const int64_t*, int);
@@ -68,6 +67,7 @@ typedef struct {
   void** pool;           /* free workspaces (one per concurrent call at most) and their sizes */
   size_t* pool_size;
   int n_pool, cap_pool;
+  int align;             /* bytes a workspace starts at: the model's target's alignment */
 } Caller;
 
 static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_is_neg, *s_is_conj, *s_shape, *s_data_ptr;
@@ -139,11 +139,11 @@ static int read_polys(Caller* c, PyObject* list) {
 
 static PyObject* Caller_vcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames);
 
-/* Caller(entry, weights, inputs, outputs, ranges, n_sizes, polys, layout, status_error) */
+/* Caller(entry, weights, inputs, outputs, ranges, n_sizes, polys, layout, status_error, align) */
 static int Caller_init(Caller* c, PyObject* args, PyObject* kw) {
   PyObject *entry, *weights, *ins, *outs, *ranges, *polys;
-  if (!PyArg_ParseTuple(args, "OOOOOiOOO", &entry, &weights, &ins, &outs, &ranges, &c->n_sizes, &polys,
-                        &c->layout, &c->status_error))
+  if (!PyArg_ParseTuple(args, "OOOOOiOOOi", &entry, &weights, &ins, &outs, &ranges, &c->n_sizes, &polys,
+                        &c->layout, &c->status_error, &c->align))
     return -1;
   Py_INCREF(c->layout);
   Py_INCREF(c->status_error);
@@ -243,8 +243,8 @@ static void* take_workspace(Caller* c, size_t nbytes, size_t* have) {
     free(p);
   }
   void* p = NULL;
-  if (nbytes < ALIGN) nbytes = ALIGN;
-  if (posix_memalign(&p, ALIGN, nbytes) != 0) return NULL;
+  if (nbytes < (size_t)c->align) nbytes = (size_t)c->align;
+  if (posix_memalign(&p, (size_t)c->align, nbytes) != 0) return NULL;
   *have = nbytes;
   return p;
 }

@@ -56,7 +56,6 @@ from .. import config, dims
 from ..codegen.c import CRenderer
 from ..codegen.entry import ENTRY, INTERRUPTED, PROFILE_CALLS
 from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
-from ..target import ALIGN
 from ..tir import dtype as dt
 from . import fastcall, fork, interrupt
 from .library import Library, open_library
@@ -150,7 +149,7 @@ class CompiledModel:
         missing = [w for w in spec.weights if w not in weights]
         if missing:
             raise ArtifactError(f"model {spec.name}: weights {missing} are missing")
-        self.weights = {w: aligned_copy(weights[w]) for w in spec.weights}
+        self.weights = {w: aligned_copy(weights[w], plan.align) for w in spec.weights}
         self._weight_ptrs = _pointers(self.weights.values())
         self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
@@ -366,18 +365,19 @@ class CompiledModel:
         return found
 
     def _workspace(self, nbytes: int) -> int:
-        """The address of this thread's workspace, at least nbytes, ALIGN-aligned."""
+        """The address of this thread's workspace, at least nbytes, aligned as the plan is."""
+        align = self.plan.align
         buf = getattr(self._local, "workspace", None)
-        if buf is None or buf.size < nbytes + ALIGN:
-            buf = self._local.workspace = np.empty(nbytes + ALIGN, np.uint8)
-        return -(-buf.ctypes.data // ALIGN) * ALIGN
+        if buf is None or buf.size < nbytes + align:
+            buf = self._local.workspace = np.empty(nbytes + align, np.uint8)
+        return -(-buf.ctypes.data // align) * align
 
 
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """A read-only, C-contiguous copy of `a` whose data starts on an ALIGN-byte boundary."""
+def aligned_copy(a: np.ndarray, align: int) -> np.ndarray:
+    """A read-only, C-contiguous copy of `a` whose data starts on an `align`-byte boundary."""
     a = np.asarray(a)
-    buf = np.empty(a.nbytes + ALIGN, np.uint8)
-    start = (-buf.ctypes.data) % ALIGN
+    buf = np.empty(a.nbytes + align, np.uint8)
+    start = (-buf.ctypes.data) % align
     out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     out.flags.writeable = False

@@ -31,6 +31,7 @@ import numpy as np
 from .. import config
 from ..codegen.c import CRenderer, codegen_c
 from ..codegen.python import codegen_python, load_python
+from ..target import Target
 from ..tir.stmt import PrimFunc
 from . import fork
 from .args import Signature
@@ -128,20 +129,23 @@ class PythonKernel(Kernel):
 
 
 def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
-            checked: bool | None = None, num_threads: int | None = None) -> CKernel:
+            checked: bool | None = None, num_threads: int | None = None, align: int = Target.align) -> CKernel:
     """Compile one lowered function to a native kernel."""
-    return build_c_module([func], cc=cc, cflags=cflags, checked=checked, num_threads=num_threads)[func.name]
+    return build_c_module([func], cc=cc, cflags=cflags, checked=checked, num_threads=num_threads,
+                          align=align)[func.name]
 
 
 def build_c_module(funcs: Sequence[PrimFunc], *, cc: str | None = None, cflags: str | Sequence[str] | None = None,
-                   checked: bool | None = None, num_threads: int | None = None) -> dict[str, CKernel]:
+                   checked: bool | None = None, num_threads: int | None = None,
+                   align: int = Target.align) -> dict[str, CKernel]:
     """Compile several lowered functions into one library; their kernels by function name.
     `checked` (default: the option): a call that divides an integer by zero raises
     ZeroDivisionError (the kernel gives the same results). `num_threads` (default: the option;
-    0: the calling thread's setting): the OpenMP threads of each call."""
+    0: the calling thread's setting): the OpenMP threads of each call. `align`: the target's
+    alignment of the kernels' own buffers (ember.target)."""
     checked = config.get("checked") if checked is None else bool(checked)
     num_threads = config.threads(num_threads)  # checked before anything is compiled
-    source = codegen_c(funcs, checked=checked)
+    source = codegen_c(funcs, checked=checked, align=align)
     library = open_library(build_library(source, cc=cc, cflags=cflags)).handle
     return {f.name: CKernel(f, source, library, checked, num_threads) for f in funcs}
 

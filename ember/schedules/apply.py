@@ -1,6 +1,8 @@
-"""One operator application as a kernel: te placeholders for its input types, its compute, and
-its CPU schedule (ember.schedules.cpu.schedule_for: the operator's own, or the default for its
-pattern kind).
+"""One operator application as a kernel for a target (ember.target): te placeholders for its input
+types, its compute, and its schedule from the target's family (ember.schedules.<target.schedules>,
+e.g. ember.schedules.cpu.schedule_for: the operator's own, or the default for its pattern kind).
+An operator whose compute sizes a packed layout to whole vectors (OpDef.lanes) gets the target's
+fp32 lanes as its attribute "lanes"; the schedules get the target.
 
 `group_kernel` does the same for a fused group of operator applications (ember.passes.fuse): the
 nodes' computes chained on each other's te tensors, every intermediate inlined, and the schedule
@@ -11,16 +13,17 @@ Symbolic dimensions become te size variables, one per name in a kernel (ember.op
 
 from __future__ import annotations
 
+import importlib
+
 from ..errors import ScheduleError
 from ..graph.core import Attrs, TensorType
 from ..ops.common import te_shape
-from ..ops.registry import get
+from ..ops.registry import OpDef, get
+from ..target import Target
 from ..te import placeholder
 from ..te.schedule import TESchedule
 from ..te.tensor import ComputeOp, Tensor
 from ..tir.expr import as_int
-from .cpu import schedule_for
-from .cpu.default import default_schedule
 from .rules import inline_intermediates
 
 
@@ -33,26 +36,45 @@ def placeholders(in_types: list[TensorType], names: list[str]) -> list[Tensor]:
     return inputs
 
 
+def family(target: Target):
+    """The schedule family of a target: the module ember.schedules.<target.schedules>, whose
+    `schedule_for(op)` is `schedule(s, outputs, target)` and `default_schedule(s, outputs,
+    pattern, target)` the one any kernel takes."""
+    try:
+        return importlib.import_module(f"{__package__}.{target.schedules}")
+    except ModuleNotFoundError:
+        raise ScheduleError(f"target {target.key!r} names the schedule family {target.schedules!r}, which "
+                            f"ember.schedules does not have") from None
+
+
+def compute(op: OpDef, inputs: list[Tensor], attrs: Attrs, out_types: list[TensorType], target: Target) -> list[Tensor]:
+    """The output tensors of `op`'s compute, given the target's lanes when it asks (OpDef.lanes)."""
+    if op.lanes:
+        attrs = Attrs({**attrs, "lanes": target.lanes("float32")})
+    return list(op.compute(inputs, attrs, out_types))
+
+
 def compute_node(op_name: str, in_types: list[TensorType], attrs: Attrs, out_types: list[TensorType],
-                 names: list[str] | None = None) -> tuple[list[Tensor], list[Tensor]]:
-    """(input placeholders, output tensors) of one operator application."""
-    op = get(op_name)
+                 names: list[str] | None = None, target: Target | None = None) -> tuple[list[Tensor], list[Tensor]]:
+    """(input placeholders, output tensors) of one operator application for `target` (default:
+    C on this machine)."""
     names = names or [f"in{k}" for k in range(len(in_types))]
     inputs = placeholders(in_types, names)
-    outputs = list(op.compute(inputs, attrs, out_types))
-    return inputs, outputs
+    return inputs, compute(get(op_name), inputs, attrs, out_types, target or Target())
 
 
 def node_kernel(op_name: str, in_types: list[TensorType], attrs: Attrs, out_types: list[TensorType],
-                names: list[str] | None = None, schedule: bool = True) -> tuple[TESchedule, list[Tensor]]:
-    """A scheduled te kernel for one operator application, and its arguments (inputs, outputs)."""
+                names: list[str] | None = None, schedule: bool = True,
+                target: Target | None = None) -> tuple[TESchedule, list[Tensor]]:
+    """A scheduled te kernel for one operator application on `target` (default: C on this
+    machine), and its arguments (inputs, outputs)."""
     from ..te import create_schedule
 
-    op = get(op_name)
-    inputs, outputs = compute_node(op_name, in_types, attrs, out_types, names)
+    target = target or Target()
+    inputs, outputs = compute_node(op_name, in_types, attrs, out_types, names, target)
     s = create_schedule([t.op for t in outputs])
     if schedule:
-        schedule_for(op)(s, outputs)
+        family(target).schedule_for(get(op_name))(s, outputs, target)
     return s, inputs + outputs
 
 
@@ -62,8 +84,9 @@ GroupNode = tuple[str, Attrs, tuple[tuple[int, int], ...], tuple[TensorType, ...
 
 
 def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: list[tuple[int, int]],
-                 schedule: bool = True) -> tuple[TESchedule, list[Tensor]]:
-    """ONE scheduled te kernel for a group of operator applications, and its arguments (the
+                 schedule: bool = True, target: Target | None = None) -> tuple[TESchedule, list[Tensor]]:
+    """ONE scheduled te kernel for a group of operator applications on `target` (default: C on
+    this machine), and its arguments (the
     group's inputs, then `outputs`: (j, i) is output i of node j). The nodes' output stages
     that are not kernel outputs are inlined, so they never reach memory; then the schedule of
     the node that leads (see the module doc) runs on the kernel's outputs. A schedule the
@@ -71,15 +94,16 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
     from ..ops.shape import reshape_compute  # (shape imports ember.ops.common, not this module)
     from ..te import create_schedule
 
+    target = target or Target()
     if len(nodes) == 1 and list(outputs) == [(0, i) for i in range(len(nodes[0][3]))]:
         op, attrs, refs, out_types = nodes[0]
         if list(refs) == [(-1, k) for k in range(len(in_types))]:
-            return node_kernel(op, list(in_types), attrs, list(out_types), schedule=schedule)
+            return node_kernel(op, list(in_types), attrs, list(out_types), schedule=schedule, target=target)
     inputs = placeholders(in_types, [f"in{k}" for k in range(len(in_types))])
     tensors: list[list[Tensor]] = []
     for op, attrs, refs, out_types in nodes:
         args = [inputs[i] if j < 0 else tensors[j][i] for j, i in refs]
-        tensors.append(list(get(op).compute(args, attrs, list(out_types))))
+        tensors.append(compute(get(op), args, attrs, list(out_types), target))
     outs = [tensors[j][i] for j, i in outputs]
     lead = _lead([get(op).pattern for op, *_ in nodes])
     anchor = tensors[lead][0]
@@ -91,11 +115,13 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
     s = create_schedule([t.op for t in outs])
     if not schedule:
         return s, inputs + outs
+    schedules = family(target)
     try:
-        _schedule_group(s, outs, tensors, schedule_for(get(nodes[lead][0])))
+        _schedule_group(s, outs, tensors, schedules.schedule_for(get(nodes[lead][0])), target)
     except ScheduleError:
         s = create_schedule([t.op for t in outs])
-        _schedule_group(s, outs, tensors, lambda s_, outs_: default_schedule(s_, outs_, "injective"))
+        _schedule_group(s, outs, tensors, lambda s_, outs_, t_: schedules.default_schedule(s_, outs_, "injective", t_),
+                        target)
     return s, inputs + outs
 
 
@@ -107,7 +133,7 @@ def _lead(patterns: list[str]) -> int:
     return len(patterns) - 1
 
 
-def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], schedule) -> None:
+def _schedule_group(s, outs: list[Tensor], tensors: list[list[Tensor]], schedule, target: Target) -> None:
     """Inline the nodes' spatial outputs that are not kernel outputs, then `schedule`."""
     inline_intermediates(s.sch, among={t.op.name for ts in tensors for t in ts if isinstance(t.op, ComputeOp)})
-    schedule(s, outs)
+    schedule(s, outs, target)

@@ -2,7 +2,8 @@
 the calls (ember.ops) and the code generators that implement them (ember.codegen.routines) both
 read them here.
 
-attention (params: mask "none" | "bool" | "additive", causal: bool), float32: softmax(q k^T + mask)
+attention (params: mask "none" | "bool" | "additive", causal: bool, lanes: the target's float32
+lanes, the routine's vector width), float32: softmax(q k^T + mask)
 v for the query rows q0 .. q0 + nq - 1 (nq <= ATTENTION_ROWS) of one (batch, head), with an online
 softmax over blocks of keys (a running maximum and sum per row; the accumulated output rescaled
 when the maximum grows), so no row of scores outlives its block of keys.
@@ -18,5 +19,5 @@ causal keeps key j for query i when j <= i. A row whose keys are all masked out 
 """
 
 ATTENTION = "attention"
-ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of 16 lanes)
+ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of up to 32 lanes)
 ATTENTION_MASKS = ("none", "bool", "additive")

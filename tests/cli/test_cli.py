@@ -51,11 +51,23 @@ def test_compile_then_run(onnx_model, tmp_path):
 def test_doctor(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert "C compiler" in out and "OpenMP" in out and "SIMD" in out
+    assert "C compiler" in out and "OpenMP" in out and "SIMD" in out and "float32 lanes" in out
+    assert "[ok] machine: " in out and " cores, caches L1d " in out
     assert "[ok] call path: calls are checked and made in C" in out
     # the CUDA target's pieces: each there, or why not (no GPU is no failure of the doctor)
     assert "NVRTC: NVRTC 1" in out or "NVRTC: NVRTC is not installed" in out
     assert "GPU:" in out and ("compute capability" in out or "no CUDA driver" in out or "no GPU" in out)
+
+
+def test_doctor_fails_when_the_flags_target_what_this_machine_lacks(capsys, monkeypatch):
+    from ember import target
+
+    monkeypatch.setattr(target, "machine_features", lambda: frozenset())
+    if not target.Target().features:
+        pytest.skip("the compiler's flags enable no extension")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "[--] SIMD: " in out and "this machine lacks" in out
 
 
 def test_doctor_says_when_calls_take_the_python_path(capsys, monkeypatch):

@@ -32,8 +32,8 @@ def plant_bug(monkeypatch, kernel_prefix: str) -> None:
     """The C of the kernel named kernel_prefix... loses its first math call (tanh(v) becomes (v))."""
     codegen_c = ember.runtime.module.codegen_c
 
-    def buggy(funcs, checked=False):
-        source = codegen_c(funcs, checked=checked)
+    def buggy(funcs, **options):  # (checked, align)
+        source = codegen_c(funcs, **options)
         start = source.index("{", source.index(f"void {kernel_prefix}"))
         body = re.sub(r"\w*tanh\w*\(", "(", source[start:], count=1)
         assert body != source[start:], "the plant found nothing to break"

@@ -1,7 +1,12 @@
 """The model zoo, compiled by ember and compared with torch eager (fp32, rtol = atol = 1e-4).
 
-Reduced-size variants for the breadth; one full-size test per model."""
+Reduced-size variants for the breadth; one full-size test per model; the reduced ones for an
+AVX2-only x86 target too (another machine's vectors, run here)."""
 
+import platform
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +15,7 @@ import pytest
 import torch
 
 import ember
+from ember.target import Target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.models import ZOO  # noqa: E402
@@ -35,6 +41,24 @@ def check(model, inputs, **options):
 def test_small_variant_matches_torch(name, opt_level):
     model, inputs = ZOO[name](small=True)
     check(model, inputs, opt_level=opt_level)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="an x86 target")
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_small_variant_for_an_avx2_target_matches_torch(name):
+    """Code for an AVX2 machine (8 float lanes, no AVX-512) runs here and agrees with torch."""
+    avx2 = Target.x86("avx2")
+    if avx2.missing():
+        pytest.skip(f"this machine lacks {avx2.missing()}")
+    model, inputs = ZOO[name](small=True)
+    cm = check(model, inputs, target=avx2)
+    assert cm.spec.target["vector_bytes"] == 32
+    types = re.findall(r"\b(?:float|u?int)(8|16|32|64)x(\d+)\b", cm.source)  # the C vector types
+    vectors = {(int(bits), int(lanes)) for bits, lanes in types}
+    assert (32, 8) in vectors and all(bits * lanes <= 256 for bits, lanes in vectors)  # one AVX2 register at most
+    if shutil.which("objdump"):  # the machine code itself: no AVX-512 register
+        code = subprocess.run(["objdump", "-d", str(cm.library_path)], capture_output=True, text=True).stdout
+        assert "ymm" in code and "zmm" not in code
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))

@@ -17,7 +17,10 @@ from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
+from ember.target import Target
+from ember.te.tensor import input_tensors_of
 from ember.testing import assert_close, check_op, check_op_sizes
+from ember.tir.expr import as_int
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -98,6 +101,25 @@ def test_tiny_convs_on_the_interpreter(op, x_shape, w_shape, attrs):
     check_op(op, [rand(*x_shape), rand(*w_shape)], attrs, **TOL, targets=("c", "python"))
 
 
+@pytest.mark.parametrize("op, x_shape, w_shape, attrs", [
+    ("conv2d", (1, 5, 9, 9), (20, 5, 3, 3), {"padding": (1, 1, 1, 1)}),  # 20 channels: 3 blocks of 8, the last cut
+    ("conv2d", (1, 12, 8, 8), (12, 1, 3, 3), {"groups": 12, "strides": (2, 2)}),  # depthwise
+    ("conv1d", (2, 3, 17), (9, 3, 4), {"padding": (2, 1)}),
+    ("conv_transpose2d", (1, 6, 5, 5), (6, 10, 3, 3), {"strides": (2, 2)}),
+])
+def test_convs_packed_for_an_avx2_target(op, x_shape, w_shape, attrs):
+    """The weights are packed in blocks of the target's lanes: 8 output channels for AVX2."""
+    avx2 = Target.x86("avx2")
+    if avx2.missing():
+        pytest.skip(f"this machine lacks {avx2.missing()}")
+    in_types = [TensorType(x_shape), TensorType(w_shape)]
+    bound, out_types = infer_types(op, in_types, attrs)
+    _, (out,) = compute_node(op, in_types, bound, out_types, target=avx2)
+    packed = [op.output(0) for op in input_tensors_of([out]) if op.name in ("w_packed", "conv")]
+    assert len(packed) == 2 and {as_int(t.shape[-1]) for t in packed} == {8}
+    check_op(op, [rand(*x_shape), rand(*w_shape)], attrs, **TOL, targets=(avx2,))
+
+
 def test_conv2d_with_a_fused_relu_epilogue():
     """The conv schedule tiles the epilogue's output and keeps the accumulation in its tile."""
     x, w, b = rand(1, 8, 12, 12), rand(32, 8, 3, 3), rand(32)
@@ -106,7 +128,7 @@ def test_conv2d_with_a_fused_relu_epilogue():
     inputs, (conv,) = compute_node("conv2d", in_types, attrs, out_types)
     relu = te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")
     s = te.create_schedule(relu.op)
-    schedule_for(get("conv2d"))(s, [relu])
+    schedule_for(get("conv2d"))(s, [relu], Target())
     assert "conv_local" in str(ember.lower(s, [*inputs, relu]))  # the accumulator tile
     f = ember.build(s, [*inputs, relu])
     out = np.empty(out_types[0].shape, "float32")

@@ -16,6 +16,7 @@ from ember.ops import OpTypeError, get, infer_types
 from ember.ops.layout import convert_layout
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
+from ember.target import Target
 from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
@@ -148,7 +149,7 @@ def test_conv2d_nchwc_with_a_fused_epilogue():
     relu = te.compute(conv.shape, lambda n, c, h, w_, k: te.max(conv[n, c, h, w_, k] + b[0, c, 0, 0, k], te.const(0.0)),
                       name="relu")
     s = te.create_schedule(relu.op)
-    schedule_for(get("conv2d_nchwc"))(s, [relu])
+    schedule_for(get("conv2d_nchwc"))(s, [relu], Target())
     assert "conv_nchwc_local" in str(ember.lower(s, [*inputs, b, relu]))  # the accumulator tile
     f = ember.build(s, [*inputs, b, relu])
     out = np.empty(out_types[0].shape, "float32")

@@ -17,6 +17,7 @@ from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
+from ember.target import Target
 from ember.testing import assert_close, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
@@ -103,7 +104,7 @@ def test_matmul_with_a_fused_bias_epilogue(a_shape, b_shape):
     c = te.placeholder(bias.shape, name="bias")
     out = te.compute(mm.shape, lambda i, j: mm[i, j] + c[j], name="biased")
     s = te.create_schedule(out.op)
-    schedule_for(get("matmul"))(s, [out])
+    schedule_for(get("matmul"))(s, [out], Target())
     assert "matmul_local" in str(ember.lower(s, [*inputs, c, out]))  # the accumulator tile
     f = ember.build(s, [*inputs, c, out])
     result = np.empty(out_types[0].shape, "float32")

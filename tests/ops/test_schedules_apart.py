@@ -15,6 +15,7 @@ from ember import te
 from ember.ops import all_ops
 from ember.schedules import cpu
 from ember.schedules.cpu import declared, schedule_for, schedules
+from ember.target import Target
 
 
 def imported_modules(path: Path, package: str) -> set[str]:
@@ -52,11 +53,11 @@ def loop_kinds(declined: bool | None, monkeypatch) -> list[str]:
     """The loop kinds of a (64, 32) elementwise kernel scheduled by a fake operator's schedule
     that declines (returns False) or does nothing (None), or without a declared one."""
     if declined is not None:
-        monkeypatch.setitem(cpu._SCHEDULES, "fake", lambda s, outputs: False if declined else None)
+        monkeypatch.setitem(cpu._SCHEDULES, "fake", lambda s, outputs, target: False if declined else None)
     x = te.placeholder((64, 32), "float32", name="x")
     y = te.compute((64, 32), lambda i, j: x[i, j] + 1.0, name="y")
     s = te.create_schedule(y.op)
-    schedule_for(SimpleNamespace(name="fake", pattern="elementwise"))(s, [y])
+    schedule_for(SimpleNamespace(name="fake", pattern="elementwise"))(s, [y], Target())
     return [f.kind for f in s.sch.loops_of(s[y].block)]
 
 

@@ -19,7 +19,7 @@ from ember.target import Target
 from ember.testing import random_array
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
-LANES = Target().lanes
+LANES = Target().lanes("float32")
 LEVEL = next(level for level, passes in sorted(PIPELINES.items()) if "layout" in passes)
 
 

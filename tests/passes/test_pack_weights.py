@@ -16,6 +16,7 @@ from ember.graph import Graph, TensorType
 from ember.ops import OpTypeError, infer_types
 from ember.ops.nodes import add_op
 from ember.passes.pack_weights import pack_weights
+from ember.target import Target, as_target
 
 RNG = np.random.default_rng()
 RTOL, ATOL = 1e-4, 2e-4  # fp32 accumulation over K <= 2100 of terms of order 1 / sqrt(K)
@@ -93,6 +94,31 @@ def test_symbolic_rows_are_packed():
     g.set_outputs([y])
     (node,) = pack_weights(g).nodes
     assert node.op == "gemm" and node.attrs["b_panels"] == 32
+
+
+def test_panels_are_sized_to_the_targets_vectors():
+    """Two vectors of the target per panel (four for fewer than 4 rows); no panels without vectors."""
+    def panels(rows: int, target: Target) -> int:
+        g = Graph()
+        x = g.add_input("x", TensorType((rows, 256)))
+        y, = add_op(g, "matmul", [x, g.add_constant(_rand(256, 512), "w")])
+        g.set_outputs([y])
+        return pack_weights(g, target).nodes[0].attrs.get("b_panels", 0)
+
+    assert panels(16, Target(vector_bytes=64)) == 32 and panels(2, Target(vector_bytes=64)) == 64
+    assert panels(16, Target(vector_bytes=32)) == 16 and panels(2, Target(vector_bytes=32)) == 32
+    assert panels(16, as_target("python")) == 0
+
+
+def test_packed_for_an_avx2_target_matches_float64():
+    avx2 = Target.x86("avx2")
+    if avx2.missing():
+        pytest.skip(f"this machine lacks {avx2.missing()}")
+    model = Linear(300, 272, "bias+gelu").eval()  # 272 columns: 17 AVX2 panels of 16, no AVX-512 ones of 32
+    x = _rand(24, 300)
+    cm = ember.compile(model, (torch.from_numpy(x),), target=avx2)
+    assert _panels(cm) == [16]
+    np.testing.assert_allclose(cm(x), _reference(model, x, None), rtol=RTOL, atol=ATOL)
 
 
 def _symbolic_layer(k: int, n: int, epilogue: str) -> Graph:

@@ -12,6 +12,7 @@ from ember.graph import Graph, TensorType
 from ember.ops.matmul import GEMV_COLS
 from ember.ops.nodes import add_op
 from ember.passes.pad_gemv import pad_gemv
+from ember.target import Target, as_target
 
 RNG = np.random.default_rng()
 
@@ -48,6 +49,15 @@ def test_odd_columns_are_padded(bias_shape):
 def test_left_alone(kwargs):
     g = _gemv(**kwargs)
     assert ops(pad_gemv(g)) == ["gemm", "relu"]
+
+
+def test_the_padding_follows_the_targets_vectors():
+    """Half a vector of columns is the narrowest tile: 1004 = 4 x 251 fills AVX2's 4-column halves,
+    not AVX-512's 8-column ones; the interpreter has no vectors to fill."""
+    g = _gemv(n=1004, bias_shape=(1004,))
+    assert ops(pad_gemv(g, Target(vector_bytes=64))) == ["gemm", "slice", "relu"]
+    assert ops(pad_gemv(g, Target(vector_bytes=32))) == ["gemm", "relu"]
+    assert ops(pad_gemv(g, as_target("python"))) == ["gemm", "relu"]
 
 
 def test_padded_gemv_computes_the_product():

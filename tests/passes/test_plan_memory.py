@@ -20,7 +20,6 @@ from ember.lowering import partition
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.plan_memory import (
-    ALIGN,
     VIEW_OPS,
     KernelGraph,
     MemoryPlan,
@@ -29,7 +28,10 @@ from ember.passes.plan_memory import (
     kernel_graph,
     plan_memory,
 )
+from ember.target import Target
 from ember.testing import random_array
+
+ALIGN = Target.align  # the default target's alignment, which plan_memory takes by default
 
 VIEW = "view"  # a node of this op in the graphs below is a view step; "in_place" attributes are the steps'
 
@@ -94,7 +96,7 @@ def test_plan_random_graphs(g):
         readers = [k for k, n in enumerate(g.nodes) if any(v.name == t.name for v in n.inputs)]
         assert (t.first, t.last) == (steps[t.name], max(readers, default=steps[t.name]))
     layout = plan.layout()
-    sizes = [t.nbytes({}) for t in plan.tensors]
+    sizes = [t.nbytes({}, ALIGN) for t in plan.tensors]
     check_layout(sizes, [(t.first, t.last) for t in plan.tensors], layout.offsets, layout.peak_bytes)
     assert layout.unplanned_bytes == sum(sizes)
 
@@ -160,7 +162,7 @@ def check_sharing(g: Graph, plan: MemoryPlan) -> None:
     by_name = {t.name: k for k, t in enumerate(plan.tensors)}
     groups = buffers(plan)
     owners = list(groups)
-    sizes = [max(t.nbytes({}) for t in groups[o]) for o in owners]
+    sizes = [max(t.nbytes({}, ALIGN) for t in groups[o]) for o in owners]
     lives = [(min(t.first for t in groups[o]), max(t.last for t in groups[o])) for o in owners]
     check_layout(sizes, lives, [layout.offsets[by_name[o]] for o in owners], layout.peak_bytes)
     assert all(layout.offsets[k] == layout.offsets[by_name[t.shares or t.name]] for k, t in enumerate(plan.tensors))
@@ -206,7 +208,7 @@ def graphs_with_views(draw):
 def test_views_and_in_place_writes_on_random_graphs(g):
     plan = plan_memory(steps_of(g))
     check_sharing(g, plan)
-    assert plan.layout().unplanned_bytes == sum(t.nbytes({}) for t in plan.tensors)
+    assert plan.layout().unplanned_bytes == sum(t.nbytes({}, ALIGN) for t in plan.tensors)
 
 
 def sharing_chain() -> Graph:

@@ -13,9 +13,11 @@ from ember import te
 from ember.graph.core import TensorType
 from ember.ops.common import te_shape
 from ember.schedules.apply import placeholders
-from ember.schedules.cpu.default import LANES
+from ember.schedules.cpu.default import vector_loops
 from ember.schedules.rules import inline_intermediates, parallel_vectorize
 from ember.testing import random_array
+
+LANES = vector_loops(16)  # the default schedules' vector loops for AVX-512's 16 float lanes
 
 
 def chain(m: int = 32, n: int = 48):

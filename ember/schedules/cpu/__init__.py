@@ -1,8 +1,9 @@
 """CPU schedules of operator kernels, kept apart from the operators (ember.ops).
 
-`schedule_for(op)` is the schedule of an operator's kernel: the one a module of this package
-declares for it with `@schedules("conv2d", ...)`, else the default for its pattern kind
-(`default.default_schedule`). The operators of ember/ops/<family>.py are scheduled in
+`schedule_for(op)` is the schedule of an operator's kernel, `schedule(s, outputs, target)`: the
+one a module of this package declares for it with `@schedules("conv2d", ...)`, else the default
+for its pattern kind (`default.default_schedule`). The target (ember.target) says how wide the
+vectors are (`target.lanes(dtype)`). The operators of ember/ops/<family>.py are scheduled in
 ember/schedules/cpu/<family>.py. A declared schedule may decline a kernel by returning False
 before changing anything (a shape its tile does not fit): the default then runs. Every module
 of the package is imported the first time a schedule is asked for, so a new one is found
@@ -22,7 +23,7 @@ _SCHEDULES: dict[str, Callable] = {}
 
 
 def schedules(*ops: str) -> Callable[[Callable], Callable]:
-    """Declare `schedule(s, outputs)` the CPU schedule of the operators named `ops`."""
+    """Declare `schedule(s, outputs, target)` the CPU schedule of the operators named `ops`."""
 
     def declare(schedule: Callable) -> Callable:
         for name in ops:
@@ -41,12 +42,12 @@ def declared() -> dict[str, Callable]:
 
 
 def schedule_for(op) -> Callable:
-    """`schedule(s, outputs)` for a kernel of the OpDef `op` (see the module's docstring)."""
+    """`schedule(s, outputs, target)` for a kernel of the OpDef `op` (see the module's docstring)."""
     own = declared().get(op.name)
 
-    def schedule(s, outputs) -> None:
-        if own is None or own(s, outputs) is False:
-            default_schedule(s, outputs, op.pattern)
+    def schedule(s, outputs, target) -> None:
+        if own is None or own(s, outputs, target) is False:
+            default_schedule(s, outputs, op.pattern, target)
 
     return schedule
 

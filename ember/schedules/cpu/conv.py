@@ -1,39 +1,41 @@
 """CPU schedules of the convolutions (ember.ops.conv): the accumulation in a register tile of
-16 * b output channels x w output columns, written back in vectors along the columns; grouped
-convolutions in tiles of 4 channels x one vector of columns when the columns fill vectors."""
+B * b output channels (B: the packed block, one vector of the target) x w output columns, written
+back in vectors along the columns; grouped convolutions in tiles of 4 channels x one vector of
+columns when the columns fill vectors."""
 
 from __future__ import annotations
 
-from ...ops.conv import ANCHOR, BLOCK, GROUPED
-from ...ops.hints import VECTOR_LANES, lanes_dividing
+from ...ops.conv import ANCHOR, GROUPED
+from ...ops.hints import lanes_dividing
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, tile_rows_cols, untiled
 
 
 @schedules("conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d")
-def schedule_conv(s, outputs):
+def schedule_conv(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR) or find_anchor(outputs, GROUPED)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) - (anchor.tag == ANCHOR):
         return False
     out = outputs[0]
-    width = as_int(out.shape[-1])
+    width, vector = as_int(out.shape[-1]), target.lanes()
     if anchor.tag == ANCHOR:
-        # a tile of 16 * blocks output channels x cols output columns, the columns unrolled in the
-        # accumulation (a vector of 16 channels each); the output (and its epilogue) is written
-        # in vectors along the columns, the tile transposed in registers, unless a tail of
-        # columns would guard the lanes
+        # a tile of block * blocks output channels x cols output columns, the columns unrolled in
+        # the accumulation (a vector of a block's channels each: the accumulation's last axis);
+        # the output (and its epilogue) is written in vectors along the columns, the tile
+        # transposed in registers, unless a tail of columns would guard the lanes
+        block = as_int(anchor.output(0).shape[-1])
         blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
         cols = _tile_width(width, 12 if blocks == 2 else 24)
-        prepare(s, outputs, anchor)
-        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, BLOCK * blocks, cols, vector_cols=width % cols == 0)
+        prepare(s, outputs, anchor, vector)
+        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, block * blocks, cols, vector_cols=width % cols == 0)
         return None
     # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
-    lanes = lanes_dividing(width, (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
+    lanes = lanes_dividing(width, (vector, vector // 2, vector // 4))
     if lanes is None:
-        untiled(s, outputs, anchor)
+        untiled(s, outputs, anchor, vector)
         return None
-    prepare(s, outputs, anchor)
+    prepare(s, outputs, anchor, vector)
     tile_rows_cols(s, out, anchor, 1, out.ndim - 1, 4 if as_int(out.shape[1]) % 4 == 0 else 1, lanes)
     return None
 

@@ -10,9 +10,9 @@ from .tiling import find_anchor, untiled
 
 
 @schedules("deform_conv2d")
-def schedule_deform_conv(s, outputs):
+def schedule_deform_conv(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     if anchor is None:
         return False
-    untiled(s, outputs, anchor)
+    untiled(s, outputs, anchor, target.lanes())
     return None

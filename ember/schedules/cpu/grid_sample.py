@@ -12,7 +12,7 @@ from .default import parallel_vectorize
 
 
 @schedules("grid_sample")
-def schedule_grid_sample(s, outputs) -> None:
+def schedule_grid_sample(s, outputs, target) -> None:
     for t in outputs:
         with contextlib.suppress(ScheduleError):
-            parallel_vectorize(s, t)
+            parallel_vectorize(s, t, target.lanes())

@@ -10,12 +10,12 @@ from .tiling import find_anchor, prepare, tile_rows_cols
 
 
 @schedules("conv2d_nchwc")
-def schedule_conv_nchwc(s, outputs):
+def schedule_conv_nchwc(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
         return False
     out = outputs[0]
-    prepare(s, outputs, anchor)
+    prepare(s, outputs, anchor, target.lanes())
     columns = tile_columns(as_int(out.shape[3]))
     if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
         tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
@@ -32,11 +32,11 @@ def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
 
 
 @schedules("max_pool2d_nchwc")
-def schedule_pool_nchwc(s, outputs):
+def schedule_pool_nchwc(s, outputs, target):
     anchor = find_anchor(outputs, POOL_ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
         return False
     out = outputs[0]
-    prepare(s, outputs, anchor)
+    prepare(s, outputs, anchor, target.lanes())
     tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
     return None

@@ -12,11 +12,10 @@ from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
 
 GEMV_TILES = 8  # column tiles a GEMV is cut into at least, that its threads share evenly
-A_BLOCK_BYTES = 1 << 20  # half of a core's L2: a block of a's rows next to the panel of b it meets
 
 
 @schedules("matmul", "gemm")
-def schedule_matmul(s, outputs):
+def schedule_matmul(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != len(anchor.axis) or not anchor.attrs["cols"]:
         return False
@@ -25,7 +24,7 @@ def schedule_matmul(s, outputs):
     m = as_int(anchor.output(0).shape[-2]) if rows else 1
     n = as_int(anchor.output(0).shape[-1])
     if anchor.attrs["dot_lanes"]:
-        prepare(s, outputs, anchor)
+        prepare(s, outputs, anchor, target.lanes())
         mr = 1 if m == 1 else 2 if m < 8 else 4
         _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
         return None
@@ -35,15 +34,16 @@ def schedule_matmul(s, outputs):
         widths = (GEMV_COLS, 256, 128, 64, 32, 16, 8)
         nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == 64)),
                   next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
-        prepare(s, outputs, anchor)
+        prepare(s, outputs, anchor, target.lanes())
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
         return None
-    if lanes_dividing(n) is None:
+    lanes = target.lanes()
+    if lanes_dividing(n, (2 * lanes, lanes, lanes // 2)) is None:
         return False
-    prepare(s, outputs, anchor)
+    prepare(s, outputs, anchor, target.lanes())
     panels = anchor.attrs.get("panels")
-    mr, nr = register_tile(m, panels or n)  # a tile of b in panels: one panel wide
-    row_block = _row_block(m, mr, anchor) if panels else None
+    mr, nr = register_tile(m, panels or n, lanes)  # a tile of b in panels: one panel wide
+    row_block = _row_block(m, mr, anchor, target.caches[1]) if panels else None
     packed = next((t.buffer.name for t in anchor.input_tensors if panels and t.ndim == 3), None)
     tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, mr, nr, row_block=row_block, prefetch=packed)
     return None
@@ -75,14 +75,16 @@ def _tile_dot(s, out, anchor, mr: int, nr: int, lanes: int) -> None:
     stage.vectorize(spatial[-1])
 
 
-def _row_block(m: int | None, mr: int, anchor) -> int | None:
-    """The rows of a block of a (mr times a power of two) whose K columns fit A_BLOCK_BYTES, when
-    fewer than m: a 128 x 3072 a (1.5 MiB) next to a 3072 x 32 panel (384 KiB) overflows L2, and
-    was read again from L3 for every panel (the down-projection at 60% of the speed of K = 768)."""
+def _row_block(m: int | None, mr: int, anchor, l2: int) -> int | None:
+    """The rows of a block of a (mr times a power of two) whose K columns fit the target's L2 of
+    `l2` bytes (with the panel of b it meets beside it, the block at least half of it stays), when
+    fewer than m: a 128 x 3072 a (1.5 MiB) next to a 3072 x 32 panel (384 KiB) overflows a 1 MiB
+    L2, and was read again from L3 for every panel (the down-projection at 60% of the speed of
+    K = 768; Zen 4)."""
     k = as_int(anchor.reduce_axis[0].dom.extent)
     if m is None or k is None:
         return None
     rows = mr
-    while 2 * rows * k * 4 <= A_BLOCK_BYTES:
+    while 2 * rows * k * 4 <= l2:
         rows *= 2
     return rows if rows < m else None

@@ -3,7 +3,7 @@ the window's reduction inside, when the columns fill vectors; else parallel over
 
 from __future__ import annotations
 
-from ...ops.hints import VECTOR_LANES, lanes_dividing
+from ...ops.hints import lanes_dividing
 from ...ops.pool import ANCHOR, RANKS
 from ...tir.expr import as_int
 from . import schedules
@@ -11,14 +11,15 @@ from .tiling import find_anchor, prepare, tile_rows_cols, untiled
 
 
 @schedules(*(f"{kind}_pool{n}d" for kind in ("max", "avg") for n in RANKS))
-def schedule_pool(s, outputs):
+def schedule_pool(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim < 3:
         return False
-    lanes = lanes_dividing(as_int(outputs[0].shape[-1]), (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
+    vector = target.lanes()
+    lanes = lanes_dividing(as_int(outputs[0].shape[-1]), (vector, vector // 2, vector // 4))
     if lanes is None:
-        untiled(s, outputs, anchor)
+        untiled(s, outputs, anchor, vector)
     else:
-        prepare(s, outputs, anchor)
+        prepare(s, outputs, anchor, target.lanes())
         tile_rows_cols(s, outputs[0], anchor, None, outputs[0].ndim - 1, 1, lanes)
     return None

@@ -6,5 +6,5 @@ from . import schedules
 
 
 @schedules("lstm", "gru", "rnn")
-def schedule_recurrence(s, outputs) -> None:
+def schedule_recurrence(s, outputs, target) -> None:
     """The recurrence's loops stay as built."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ...errors import ScheduleError
-from ...ops.hints import VECTOR_LANES, lanes_dividing
+from ...ops.hints import lanes_dividing
 from ...ops.resize import AXIS_STAGE
 from ...te.tensor import ComputeOp, input_tensors_of
 from ...tir.expr import as_int
@@ -21,7 +21,8 @@ from .tiling import tile_rows_cols
 
 
 @schedules("resize")
-def schedule_resize(s, outputs):
+def schedule_resize(s, outputs, target):
+    vector = target.lanes()
     stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp)]
     kept = [op for op in stages if op.tag == AXIS_STAGE]
     if not kept:
@@ -29,15 +30,15 @@ def schedule_resize(s, outputs):
     inline_intermediates(s.sch, among={op.name for op in stages if op.tag != AXIS_STAGE})
     for op in kept:
         t = op.output(0)
-        lanes = lanes_dividing(as_int(t.shape[-1]), (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4))
+        lanes = lanes_dividing(as_int(t.shape[-1]), (vector, vector // 2, vector // 4))
         if op.name.startswith("resize_axis") and lanes is not None and t.ndim - 1 != _resized_axis(op):
             tile_rows_cols(s, t, op, None, t.ndim - 1, 1, lanes)
             continue
         with contextlib.suppress(ScheduleError):
-            parallel_vectorize(s, t)
+            parallel_vectorize(s, t, vector)
     for t in outputs:
         with contextlib.suppress(ScheduleError):
-            parallel_vectorize(s, t)
+            parallel_vectorize(s, t, vector)
     return None
 
 

@@ -28,31 +28,32 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import ScheduleError
-from ...ops.hints import CONTIGUOUS, VECTOR_LANES
+from ...ops.hints import CONTIGUOUS, lanes_dividing
 from ...te.tensor import ComputeOp, input_tensors_of
 from ...tir import dtype as dt
 from ...tir.expr import as_int
 
 
-def schedule_rows(s, outs) -> None:
+def schedule_rows(s, outs, target) -> None:
     """The row schedule (see the module's docstring) of an output computed with
     `by_rows(row_axes, inner_axes)`; without, every output element is a row."""
     (out,) = outs
+    lanes = target.lanes()
     row_axes, inner_axes = out.op.attrs.get("rows", (tuple(range(out.ndim)), ()))
-    out_lanes = factor_lanes(s, out)  # first: rfactor rebuilds out's loops
+    out_lanes = factor_lanes(s, out, lanes)  # first: rfactor rebuilds out's loops
     out_folds = fold_lanes(s, out) if out_lanes is not None else []
     st = s[out]
     axes = list(st.op.axis)
     if [*row_axes, *inner_axes] != sorted([*row_axes, *inner_axes]):
         st.reorder(*[axes[a] for a in (*row_axes, *inner_axes)])
     if row_axes:
-        row = parallel_rows(s, out, [axes[a] for a in row_axes])
+        row = parallel_rows(s, out, [axes[a] for a in row_axes], lanes)
         if out_lanes is not None:
             for t in [*reversed(out_folds), out_lanes]:  # consumers first
                 s[t].compute_at(st, row)
     else:  # one row: every stage at the root
         for t in stages_of(s, out):
-            vectorize_reduction(s, t)
+            vectorize_reduction(s, t, lanes)
     if out_lanes is not None:
         vectorize_lanes(s, out_lanes)
         for t in out_folds:
@@ -61,7 +62,7 @@ def schedule_rows(s, outs) -> None:
         # out, and the stages of out's shape computed for a row with it (softmax's exp)
         for t in [*stages_of(s, out), out]:
             if t.ndim == out.ndim and not t.op.reduce_axis:
-                vectorize_inner(s[t], [s[t].op.axis[a] for a in inner_axes])
+                vectorize_inner(s[t], [s[t].op.axis[a] for a in inner_axes], lanes)
 
 
 def stages_of(s, t) -> list:
@@ -71,39 +72,39 @@ def stages_of(s, t) -> list:
             if isinstance(op, ComputeOp) and op is not t.op and s.computed(op.output(0))]
 
 
-def parallel_rows(s, out, row_loops: Sequence):
+def parallel_rows(s, out, row_loops: Sequence, lanes: int):
     """Fuse out's (adjacent, outermost) row loops and run them in parallel, every stage out reads
-    computed inside, with its reductions vectorized. Returns the row loop."""
+    computed inside, with its reductions vectorized (`lanes`: fp32 lanes of a register). Returns
+    the row loop."""
     st = s[out]
     row = st.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     st.parallel(row)
     for t in stages_of(s, out):
         s[t].compute_at(st, row)
-        vectorize_reduction(s, t)
+        vectorize_reduction(s, t, lanes)
     return row
 
 
-def vectorize_reduction(s, t) -> None:
+def vectorize_reduction(s, t, lanes: int) -> None:
     """t's reduction in vector lanes where it is (`factor_lanes`, `vectorize_lanes`)."""
-    partial = factor_lanes(s, t)
+    partial = factor_lanes(s, t, lanes)
     if partial is not None:
         vectorize_lanes(s, partial)
         for fold in fold_lanes(s, t):
             lanes_innermost(s[fold])
 
 
-def lanes_for(extent: int | None) -> int | None:
-    """Vector lanes that divide a static extent (a guarded vector loop would run scalar)."""
-    if extent is None:
-        return None
-    return next((n for n in (VECTOR_LANES, VECTOR_LANES // 2) if extent % n == 0), None)
+def lanes_for(extent: int | None, lanes: int) -> int | None:
+    """Vector lanes (a register's `lanes`, else half) that divide a static extent (a guarded
+    vector loop would run scalar)."""
+    return lanes_dividing(extent, (lanes, lanes // 2))
 
 
-def vectorize_inner(st, inner: Sequence) -> None:
+def vectorize_inner(st, inner: Sequence, lanes: int) -> None:
     """Fuse the innermost axes `inner` (te axes of the stage, adjacent, in order) and vectorize
     the fused loop when vector lanes divide its static extent."""
     extents = [as_int(a.dom.extent) for a in inner]
-    lanes = lanes_for(None if None in extents else int(np.prod(extents)))
+    lanes = lanes_for(None if None in extents else int(np.prod(extents)), lanes)
     if lanes is None:
         return
     loop = st.fuse(*inner) if len(inner) > 1 else inner[0]
@@ -112,7 +113,7 @@ def vectorize_inner(st, inner: Sequence) -> None:
         st.vectorize(vec)
 
 
-def factor_lanes(s, t):
+def factor_lanes(s, t, lanes: int):
     """A float reduction over contiguous elements (CONTIGUOUS) split into partial results per
     vector lane (rfactor), reduced after them: the fewest innermost reduction loops whose static
     extents multiply to a multiple of the lanes are fused and split by them. Returns the
@@ -128,13 +129,13 @@ def factor_lanes(s, t):
         if e is None:
             return None
         extent *= e
-        lanes = lanes_for(extent)
-        if lanes is not None:
+        width = lanes_for(extent, lanes)
+        if width is not None:
             break
     else:
         return None
     inner = ks[-n:]
-    _, lane = st.split(st.fuse(*inner) if len(inner) > 1 else inner[0], factor=lanes)
+    _, lane = st.split(st.fuse(*inner) if len(inner) > 1 else inner[0], factor=width)
     return s.rfactor(t, lane, factor_axis=t.ndim)
 
 

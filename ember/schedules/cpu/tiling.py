@@ -14,7 +14,7 @@ input) are computed at the root, in parallel; every other spatial intermediate i
 
 from __future__ import annotations
 
-from ...ops.hints import PACK, VECTOR_LANES, lanes_dividing
+from ...ops.hints import PACK, lanes_dividing
 from ...te.tensor import ComputeOp, Tensor, input_tensors_of
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
@@ -27,44 +27,46 @@ def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
     return found[0] if len(found) == 1 else None
 
 
-def prepare(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
-    """Schedule the PACK stages; inline every other spatial intermediate but the anchor."""
+def prepare(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int) -> None:
+    """Schedule the PACK stages (for `lanes`: fp32 lanes of a register); inline every other
+    spatial intermediate but the anchor."""
     out_ops = {id(t.op) for t in outputs}
     stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and id(op) not in out_ops]
     for op in reversed(stages):
         if op.tag == PACK and op is not anchor and not op.reduce_axis:
-            schedule_pack(s, op.output(0))
+            schedule_pack(s, op.output(0), lanes)
     inline_intermediates(s.sch, among={op.name for op in stages if op is not anchor and op.tag != PACK})
 
 
-def untiled(s, outputs: list[Tensor], anchor: ComputeOp) -> None:
+def untiled(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int) -> None:
     """For shapes the register tile does not fit: the PACK stages as usual, the anchor and the
     outputs each parallel over their outer loops (the anchor's reduction inside)."""
-    prepare(s, outputs, anchor)
+    prepare(s, outputs, anchor, lanes)
     for t in dict.fromkeys([anchor.output(0), *outputs]):
-        parallel_vectorize(s, t)
+        parallel_vectorize(s, t, lanes)
 
 
-def schedule_pack(s, t: Tensor) -> None:
-    """A copy into a new layout (a transpose, as often as not): 16 x (vector) blocks of its last
-    two axes, so that both the reads and the writes of a block stay in a few cache lines."""
+def schedule_pack(s, t: Tensor, lanes: int) -> None:
+    """A copy into a new layout (a transpose, as often as not): `lanes` x (vector) blocks of its
+    last two axes, so that both the reads and the writes of a block stay in a few cache lines."""
     stage = s[t]
     axes = list(stage.op.axis)
-    lanes = lanes_dividing(as_int(axes[-1].dom.extent), (VECTOR_LANES, VECTOR_LANES // 2))
+    width = lanes_dividing(as_int(axes[-1].dom.extent), (lanes, lanes // 2))
     rows = as_int(axes[-2].dom.extent) if len(axes) >= 2 else None
-    if lanes is None or rows is None or rows < VECTOR_LANES:
-        parallel_vectorize(s, t)
+    if width is None or rows is None or rows < lanes:
+        parallel_vectorize(s, t, lanes)
         return
-    ro, co, ri, ci = stage.tile(axes[-2], axes[-1], VECTOR_LANES, lanes)
+    ro, co, ri, ci = stage.tile(axes[-2], axes[-1], lanes, width)
     stage.parallel(stage.fuse(*axes[:-2], ro, co))
     stage.vectorize(ci)
 
 
-def register_tile(m: int | None, n: int) -> tuple[int, int]:
-    """(mr, nr) of a register tile over m rows (None: unknown) and n columns (a multiple of 8):
-    the widest vectors dividing n, rows while the accumulators fit the 16-32 vector registers."""
-    nr = lanes_dividing(n, (4 * VECTOR_LANES, 2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2)
-                        if m is not None and m < 4 else (2 * VECTOR_LANES, VECTOR_LANES, VECTOR_LANES // 2))
+def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
+    """(mr, nr) of a register tile over m rows (None: unknown) and n columns (a multiple of half
+    a register's `lanes`): the widest vectors dividing n, rows while the accumulators fit the
+    16-32 vector registers."""
+    nr = lanes_dividing(n, (4 * lanes, 2 * lanes, lanes, lanes // 2)
+                        if m is not None and m < 4 else (2 * lanes, lanes, lanes // 2))
     return min(m or 8, 256 // nr, 12), nr
 
 
