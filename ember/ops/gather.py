@@ -1,5 +1,6 @@
 """Indexing: gather (numpy.take along an axis; negative indices wrap) and embedding (a gather of
-rows of a weight table).
+rows of a weight table). An index out of range raises IndexOutOfRangeError at run time (the
+loop IR's INDEX intrinsic), as numpy, torch and ONNX Runtime do.
 
 out[pre..., j..., post...] = data[pre..., indices[j...], post...]; pattern `injective`.
 """
@@ -11,7 +12,7 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import cast
+from ..tir.expr import checked_index
 from .common import normalize_axis
 from .registry import OpDef, OpTypeError, register
 
@@ -30,14 +31,14 @@ def _gather_type(op: str, data: TensorType, indices: TensorType, axis: int) -> T
 
 
 def gather_compute(data, indices, axis: int, name: str):
-    """The te gather: indices read once per output element, negative ones wrapped."""
+    """The te gather: indices read once per output element, negative ones wrapped, every one
+    checked against the axis (an index out of range raises at run time)."""
     axis = normalize_axis(name, axis, data.ndim)
     r = indices.ndim
     shape = list(data.shape[:axis]) + list(indices.shape) + list(data.shape[axis + 1:])
 
     def element(*i):
-        idx = cast("int64", indices[i[axis:axis + r]])
-        idx = te.if_then_else(idx < 0, idx + data.shape[axis], idx)
+        idx = checked_index(indices[i[axis:axis + r]], data.shape[axis])
         return data[i[:axis] + (idx,) + i[axis + r:]]
 
     return te.compute(shape, element, name=name)

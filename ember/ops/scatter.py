@@ -14,7 +14,7 @@ at an element wins, as the sequential definition of ONNX and torch gives; "add",
 and "min" combine every update aimed at an element with the element (pattern `opaque`: a
 search, then the elementwise result). Work is (output size) x (length searched): fine for the
 label, mask and cache-slot scatters models do, quadratic for a full permutation. Negative
-indices count from the end.
+indices count from the end; one out of range raises IndexOutOfRangeError when the model runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import as_int, cast
+from ..tir.expr import as_int, cast, checked_index
 from .common import normalize_axis, result_dtype, te_shape
 from .reduction import acc
 from .registry import OpDef, OpTypeError, register
@@ -38,9 +38,9 @@ def _check_indices(op: str, t: TensorType) -> None:
 
 
 def _wrap(idx, n):
-    """An index read from a tensor, as int64, negative ones counted from the end."""
-    idx = cast("int64", idx)
-    return te.if_then_else(idx < 0, idx + n, idx)
+    """An index read from a tensor, as int64, negative ones counted from the end; one out of range
+    raises IndexOutOfRangeError at run time (the loop IR's INDEX intrinsic)."""
+    return checked_index(idx, n)
 
 
 def _along(i, axis: int, p):
