@@ -126,17 +126,22 @@ static inline {T} {name}({T} a, {T} b, int64_t* status) {{
 
 # The loop IR's INDEX intrinsic: an index i of an axis of n, negative counting from the end; one
 # out of range gives 0 (inside the axis: nothing is read or written outside a tensor) and the
-# first thread to see one stores 2 to status[0], i to status[1] and n to status[2].
+# first thread to see one stores 2 to status[0], i to status[1] and n to status[2]. That path is a
+# cold function of its own, so the loop around the test keeps its registers (inlined, GCC
+# computed the loop's index arithmetic twice around it).
 _INDEX = """\
-static inline int64_t ember_index(int64_t i, int64_t n, int64_t* status) {
-  int64_t w = i < 0 ? i + n : i;
-  if (__builtin_expect((uint64_t)w < (uint64_t)n, 1)) return w;
+__attribute__((cold, noinline)) static int64_t ember_index_failed(int64_t i, int64_t n, int64_t* status) {
   int64_t none = 0;
   if (__atomic_compare_exchange_n(status, &none, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     status[1] = i;
     status[2] = n;
   }
   return 0;
+}
+
+static inline int64_t ember_index(int64_t i, int64_t n, int64_t* status) {
+  int64_t w = i < 0 ? i + n : i;
+  return __builtin_expect((uint64_t)w < (uint64_t)n, 1) ? w : ember_index_failed(i, n, status);
 }"""
 
 # A call's OpenMP threads (a kernel's launcher, a model's entry): ember_enter_threads(n) gives the
