@@ -73,9 +73,10 @@ class DeviceError(EmberError, RuntimeError):
 
 
 class IndexOutOfRangeError(EmberError, IndexError):
-    """An index read from a tensor at run time (gather, embedding, a scatter's target) outside the
-    axis it indexes: names the model's kernel and nodes, the index and the axis size. `index` and
-    `size` hold the values."""
+    """An index read from a tensor (gather, embedding, a scatter's target) outside the axis it
+    indexes: at run time, naming the model's kernel and nodes, the index and the axis size; among
+    constants, when they are folded at compile time, naming the node. `index` and `size` hold the
+    values."""
 
     def __init__(self, message: str, index: int | None = None, size: int | None = None):
         super().__init__(message)

@@ -13,7 +13,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import checked_index
-from .common import normalize_axis
+from .common import checked_indices, normalize_axis
 from .registry import OpDef, OpTypeError, register
 
 
@@ -28,6 +28,10 @@ def _gather_type(op: str, data: TensorType, indices: TensorType, axis: int) -> T
         raise OpTypeError(f"{op}: data must have at least one dimension")
     axis = normalize_axis(op, axis, data.rank)
     return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
+
+
+def _reference(op: str, data, indices, axis: int):
+    return np.take(data, checked_indices(op, indices, data.shape[axis]), axis=axis)
 
 
 def gather_compute(data, indices, axis: int, name: str):
@@ -47,7 +51,7 @@ def gather_compute(data, indices, axis: int, name: str):
 register(OpDef(
     name="gather",
     infer=lambda types, attrs: [_gather_type("gather", types[0], types[1], attrs["axis"])],
-    reference=lambda inputs, attrs: [np.take(inputs[0], inputs[1], axis=attrs["axis"])],
+    reference=lambda inputs, attrs: [_reference("gather", inputs[0], inputs[1], attrs["axis"])],
     compute=lambda inputs, attrs, out_types: [gather_compute(inputs[0], inputs[1], attrs["axis"], "gather")],
     pattern="injective",
     attrs={"axis": 0},
@@ -58,7 +62,7 @@ register(OpDef(
 register(OpDef(
     name="embedding",
     infer=lambda types, attrs: [_gather_type("embedding", types[0], types[1], 0)],
-    reference=lambda inputs, attrs: [np.take(inputs[0], inputs[1], axis=0)],
+    reference=lambda inputs, attrs: [_reference("embedding", inputs[0], inputs[1], 0)],
     compute=lambda inputs, attrs, out_types: [gather_compute(inputs[0], inputs[1], 0, "embedding")],
     pattern="injective",
     num_inputs=(2, 2),

@@ -25,7 +25,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, checked_index
-from .common import normalize_axis, result_dtype, te_shape
+from .common import checked_indices, normalize_axis, result_dtype, te_shape
 from .reduction import acc
 from .registry import OpDef, OpTypeError, register
 
@@ -63,7 +63,7 @@ def _infer_gather_elements(types, attrs):
 def _reference_gather_elements(inputs, attrs):
     data, indices = inputs
     axis = normalize_axis("gather_elements", attrs["axis"], data.ndim)
-    idx = np.where(indices < 0, indices + data.shape[axis], indices).astype("int64")
+    idx = checked_indices("gather_elements", indices, data.shape[axis])
     rows = data[tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))]
     return [np.take_along_axis(rows, idx, axis)]
 
@@ -106,9 +106,9 @@ def _reference_gather_nd(inputs, attrs):
     data, indices = inputs
     b, k = attrs["batch_dims"], indices.shape[-1]
     out = np.empty(indices.shape[:-1] + data.shape[b + k:], data.dtype)
+    indices = checked_indices("gather_nd", indices, data.shape[b:b + k])
     for i in np.ndindex(*indices.shape[:-1]):
-        picked = tuple(int(v) + n if v < 0 else int(v) for v, n in zip(indices[i], data.shape[b:b + k]))
-        out[i] = data[i[:b] + picked]
+        out[i] = data[i[:b] + tuple(int(v) for v in indices[i])]
     return [out]
 
 
@@ -165,8 +165,9 @@ def _reference_scatter_elements(inputs, attrs):
     data, indices, updates = inputs
     axis = normalize_axis("scatter_elements", attrs["axis"], data.ndim)
     out = data.copy()
+    indices = checked_indices("scatter_elements", indices, data.shape[axis])
     for i in np.ndindex(*indices.shape):  # in order: the last update of an element wins
-        target = _along(i, axis, int(indices[i]) % data.shape[axis] if indices[i] < 0 else int(indices[i]))
+        target = _along(i, axis, int(indices[i]))
         reduce = _NP_REDUCE.get(attrs["reduction"])
         out[target] = updates[i] if reduce is None else reduce(out[target], updates[i])
     return [out]
@@ -254,8 +255,9 @@ def _reference_scatter_nd(inputs, attrs):
     k = indices.shape[-1]
     out = data.copy()
     reduce = _NP_REDUCE.get(attrs["reduction"])
+    indices = checked_indices("scatter_nd", indices, data.shape[:k])
     for u in np.ndindex(*indices.shape[:-1]):
-        target = tuple(int(v) + n if v < 0 else int(v) for v, n in zip(indices[u], data.shape[:k]))
+        target = tuple(int(v) for v in indices[u])
         out[target] = updates[u] if reduce is None else reduce(out[target], updates[u])
     return [out]
 

@@ -6,6 +6,7 @@ results. Each case runs in a child process: a crash is a failed assertion."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 TORCH = r"""
@@ -160,3 +161,33 @@ def test_torch_indexing_out_of_range_raises(python, target):
 def test_onnx_indexing_out_of_range_raises(python, target):
     pytest.importorskip("onnx")
     python(ONNX, args=(target,), timeout=400).assert_ok()
+
+
+def test_constant_indices_out_of_range_fail_the_compile():
+    """Indices among the constants are folded at compile time: one out of range is the same error
+    then, naming the node (it was NumPy's IndexError, or, for a scatter's index below -size, a
+    second wrap-around)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ember
+    from ember.errors import IndexOutOfRangeError
+
+    rng = np.random.default_rng(2)
+    for op, indices, attrs in [("Gather", [1, 5], {}), ("GatherElements", [[0, 1, -4]], {"axis": 0}),
+                               ("ScatterElements", [[-7, 0, 1, 2]], {"axis": 1})]:
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        inits = [numpy_helper.from_array(x, "x"), numpy_helper.from_array(np.array(indices, np.int64), "i")]
+        names = ["x", "i"]
+        if op == "ScatterElements":
+            inits.append(numpy_helper.from_array(rng.standard_normal((1, 4)).astype(np.float32), "u"))
+            names.append("u")
+        nodes = [helper.make_node(op, names, ["g"], name="picked", **attrs),
+                 helper.make_node("ReduceSum", ["g"], ["s"], keepdims=0),
+                 helper.make_node("Add", ["s", "a"], ["y"])]
+        graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("a", TensorProto.FLOAT, [])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        onnx.checker.check_model(model)
+        with pytest.raises(IndexOutOfRangeError, match=r"picked.*index -?\d+ is out of range for an axis of size"):
+            ember.compile(model)
