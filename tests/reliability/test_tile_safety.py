@@ -80,6 +80,24 @@ for name, y in [("flag", flagged), ("bytes", from_bytes), ("memmap", mapped)]:
     out = np.zeros(16, np.float32)
     copy[(1,)](y, out, BLOCK=16)  # read-only arrays are fine to load from
     assert (out == before).all(), name
+
+
+@triton.jit
+def total(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offs), axis=0))  # an atomic writes too
+
+
+np.zeros(1, np.float32).tofile(path)
+mapped = np.memmap(path, np.float32, mode="r", shape=(1,))
+try:
+    total[(4,)](x, mapped, BLOCK=16)
+    raise AssertionError("an atomic into a read-only memmap gave no error")
+except ArgumentTypeError as e:
+    assert "read-only" in str(e) and "out_ptr" in str(e), str(e)
+out = np.zeros(1, np.float32)
+total[(4,)](x, out, BLOCK=16)
+np.testing.assert_allclose(out[0], 4 * x.sum(), rtol=1e-5)
 print("ok")
 """
 
