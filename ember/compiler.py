@@ -177,9 +177,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     t = time.perf_counter()
     plan = plan_memory(steps, target.align)
     refs = _Refs(steps, plan, symbols)
-    calls = _Program({id(g): (own, k) for g, own, k in lowered.calls}, symbols).statements(steps, refs)
-    copies = refs.copies()  # before the weights are listed: a copied output may be a weight
     checked = config.get("checked") if checked is None else bool(checked)
+    renderer = CRenderer(checked, target.align)
+    calls = _Program({id(g): (own, k) for g, own, k in lowered.calls}, symbols, renderer).statements(steps, refs)
+    copies = refs.copies()  # before the weights are listed: a copied output may be a weight
     copies = refs.copies()  # before the spec: an output that is a constant adds that constant to the weights
     spec = ModelSpec(
         name=name,
@@ -197,8 +198,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     if target.kind == "python":
         return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
-    source = "\n".join([CRenderer(checked, target.align).render_unit(lowered.kernels),
-                         render_entry(calls, copies, checked=checked),
+    source = "\n".join([renderer.render_unit(lowered.kernels),
+                         render_entry(calls, copies),
                          render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
     codegen_s = time.perf_counter() - t
 
@@ -479,8 +480,9 @@ class _Program:
     """The statements of the entry function: the kernel calls of each level in order, and a
     branch or a loop for each control-flow node (ember.codegen.entry), with the locals they use."""
 
-    def __init__(self, kernels: dict[int, tuple], symbols: list[str]):
+    def __init__(self, kernels: dict[int, tuple], symbols: list[str], renderer: CRenderer):
         self.kernels, self.symbols = kernels, symbols  # id(group) -> (its own function, its kernel)
+        self.renderer = renderer  # which kernels take a status (CRenderer.takes_status)
         self.locals = self.loops = 0
 
     def statements(self, steps: KernelGraph, refs: _Refs) -> list[Stmt]:
@@ -493,7 +495,7 @@ class _Program:
                 own, k = self.kernels[id(g)]
                 out.append(KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
                                       tuple(Ref("size", self.symbols.index(s.name)) for s in own.size_vars),
-                                      "; ".join(repr(n) for n in g.nodes)))
+                                      "; ".join(repr(n) for n in g.nodes), self.renderer.takes_status(k)))
         return out
 
     def local(self) -> int:

@@ -27,6 +27,7 @@ lists every option with its value (`ember doctor` prints it).
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 import re
@@ -248,10 +249,17 @@ def _strings(value) -> list[str]:
 
 
 def _words(text: str) -> list[str]:
+    return list(_split(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _split(text: str) -> tuple[str, ...]:
+    """shlex's words of `text`, kept per text: the flags are read on every kernel launch (ember.triton),
+    and shlex takes about half a millisecond."""
     if "\0" in text:
         raise ValueError("contains a NUL character")
     try:
-        return shlex.split(text)
+        return tuple(shlex.split(text))
     except ValueError as e:  # an unclosed quote, a trailing backslash
         raise ValueError(f"cannot be split into words ({e})") from e
 
@@ -304,7 +312,7 @@ OPTIONS = {
                "them (TRITON_INTERPRET is read too)", Boolean()),
         Option("triton_debug", False, "EMBER_TRITON_DEBUG",
                "compiled ember.triton kernels check every load and store against its argument's bounds and "
-               "raise instead of corrupting memory (TRITON_DEBUG is read too)", Boolean()),
+               "raise instead of corrupting memory (TRITON_DEBUG and EMBER_DEBUG turn it on too)", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
         Option("fast_call", True, "EMBER_FAST_CALL",

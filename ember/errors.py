@@ -70,3 +70,14 @@ class TileError(EmberError, ValueError):
 class DeviceError(EmberError, RuntimeError):
     """No GPU, no driver or no NVRTC where a GPU target needs one (says which), or a failed
     launch (names the kernel and the CUDA error)."""
+
+
+class IndexOutOfRangeError(EmberError, IndexError):
+    """An index read from a tensor (gather, embedding, a scatter's target) outside the axis it
+    indexes: at run time, naming the model's kernel and nodes, the index and the axis size; among
+    constants, when they are folded at compile time, naming the node. `index` and `size` hold the
+    values."""
+
+    def __init__(self, message: str, index: int | None = None, size: int | None = None):
+        super().__init__(message)
+        self.index, self.size = index, size

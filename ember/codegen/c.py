@@ -18,8 +18,10 @@ caller's, torch's included (one libgomp per process: ember.runtime.openmp).
 
 Integer `//` and `%` follow numpy: x // 0 == x % 0 == 0 and MIN // -1 == MIN (wraps), computed
 branch-free (c_prelude), so no division ever traps. A checked renderer (`CRenderer(checked=True)`,
-the `checked` option) gives every kernel one more parameter, `int* ember_status`, and a division
-by zero stores 1 there; the results are the same.
+the `checked` option) gives every kernel one more parameter, `int64_t* ember_status`, and a
+division by zero stores 1 there; the results are the same. A kernel that reads indices from a
+tensor (the loop IR's INDEX intrinsic: gather, embedding, scatters) takes that parameter in every
+mode, and an index out of range is recorded there (c_prelude's ember_index; ember.codegen.entry).
 
 Loops: "parallel" is an OpenMP `parallel for` (the outermost of a nest only; an inner one is
 serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalars are plain C,
@@ -56,6 +58,7 @@ from ..target import Target
 from ..tir import dtype as dt
 from ..tir.expr import (
     COMPARE_OPS,
+    INDEX,
     PREFETCH,
     REINTERPRET,
     Binary,
@@ -69,6 +72,7 @@ from ..tir.expr import (
     Select,
     as_int,
 )
+from ..tir.functor import checks_indices
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
 from ..tir.work import PARALLEL_MIN_WORK, static_work
 from .c_prelude import CPrelude, enter_threads
@@ -102,12 +106,17 @@ class CRenderer(CStyleRenderer):
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
 
-    STATUS = "ember_status"  # checked mode: the kernels' last parameter, `int* ember_status`
+    STATUS = "ember_status"  # a kernel's last parameter (takes_status), `int64_t* ember_status`
 
     def __init__(self, checked: bool = False, align: int = Target.align):
         self.checked = checked
         self.align = align  # every buffer's alignment, the target's (ember.target.Target.align)
         self.lib = CPrelude(self.SCALAR_TYPES)
+
+    def takes_status(self, func: PrimFunc) -> bool:
+        """Whether the kernel takes the status parameter: in checked mode, or when it checks
+        indices read at run time (the INDEX intrinsic)."""
+        return self.checked or checks_indices(func.body)
 
     @classmethod
     def launcher_of(cls, name: str) -> str:
@@ -134,7 +143,8 @@ class CRenderer(CStyleRenderer):
         """The kernel's launcher (see the module doc). Its names start with `ember_`, which no
         kernel's does, so none hides a kernel."""
         params = [f"void* ember_p{k}" for k in range(len(func.params))] \
-            + [f"int64_t ember_s{k}" for k in range(len(func.size_vars))] + [f"int* {self.STATUS}"] * self.checked
+            + [f"int64_t ember_s{k}" for k in range(len(func.size_vars))] \
+            + [f"int64_t* {self.STATUS}"] * self.takes_status(func)
         args = [p.rpartition(" ")[2] for p in params]
         return "\n".join([
             f"/* {self.symbol(func)} on ember_threads OpenMP threads; the caller's setting comes back on return. */",
@@ -166,12 +176,13 @@ class CRenderer(CStyleRenderer):
     def _begin_kernel(self, func: PrimFunc) -> None:
         self._registers: dict[Buffer, int] = {}  # promoted local buffers -> their vector width
         self._in_parallel = self._in_simd = False
+        self._status = self.takes_status(func)  # (read by _extra_params and _prologue)
 
     def _extra_params(self) -> list[str]:
-        return [f"int* {self.STATUS}"] * self.checked
+        return [f"int64_t* {self.STATUS}"] * self._status
 
     def _prologue(self, func: PrimFunc) -> list[str]:
-        return [f"  (void){self.STATUS};"] * self.checked
+        return [f"  (void){self.STATUS};"] * self._status
 
     def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         if not isinstance(s, CallRoutine):
@@ -393,6 +404,9 @@ class CRenderer(CStyleRenderer):
         return f"__builtin_convertvector({code}, {target})", PRIMARY
 
     def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
+        if name == INDEX:
+            i, n = (self._e(a) for a in args)
+            return f"{self.lib.index()}({i}, {n}, {self.STATUS})", PRIMARY
         if name == PREFETCH:  # read, kept in every level of the caches
             (target,) = args
             return f"__builtin_prefetch(&{self._buffer(target.buffer)}[{self._e(single_index(target))}], 0, 3)", PRIMARY

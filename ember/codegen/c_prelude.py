@@ -113,15 +113,36 @@ static inline {T} {name}({T} a, {T} b) {{
 _VEC_UINT_FLOORMOD = """\
 static inline {T} {name}({T} a, {T} b) {{ return a % (b | (({T})(b == 0) & 1)); }}"""
 
-# Checked mode: the same result, and a division by zero stores 1 to *status (atomically: the
+# A kernel's status (ember.codegen.entry): int64_t status[3], all 0 while nothing went wrong.
+# Checked mode: the same result, and a division by zero stores 1 to status[0] (atomically: the
 # lanes of one call may run on several OpenMP threads).
 _CHECKED = """\
-static inline {T} {name}({T} a, {T} b, int* status) {{
+static inline {T} {name}({T} a, {T} b, int64_t* status) {{
   int zero = 0;
   for (int l = 0; l < {lanes}; ++l) zero |= {lane} == 0;
   if (__builtin_expect(zero, 0)) __atomic_store_n(status, 1, __ATOMIC_RELAXED);
   return {plain}(a, b);
 }}"""
+
+# The loop IR's INDEX intrinsic: an index i of an axis of n, negative counting from the end; one
+# out of range gives 0 (inside the axis: nothing is read or written outside a tensor) and the
+# first thread to see one stores 2 to status[0], i to status[1] and n to status[2]. That path is a
+# cold function of its own, so the loop around the test keeps its registers (inlined, GCC
+# computed the loop's index arithmetic twice around it).
+_INDEX = """\
+__attribute__((cold, noinline)) static int64_t ember_index_failed(int64_t i, int64_t n, int64_t* status) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(status, &none, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    status[1] = i;
+    status[2] = n;
+  }
+  return 0;
+}
+
+static inline int64_t ember_index(int64_t i, int64_t n, int64_t* status) {
+  int64_t w = i < 0 ? i + n : i;
+  return __builtin_expect((uint64_t)w < (uint64_t)n, 1) ? w : ember_index_failed(i, n, status);
+}"""
 
 # A call's OpenMP threads (a kernel's launcher, a model's entry): ember_enter_threads(n) gives the
 # calling thread n threads when n > 0 and returns its setting before; ember_leave_threads, the
@@ -398,8 +419,8 @@ class CPrelude:
     def floordiv(self, op: str, elem: str, lanes: int, checked: bool = False) -> str:
         """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules
         (integers: x // 0 == x % 0 == 0, MIN // -1 == MIN), scalar or vector, of any type.
-        `checked` (integers only): the helper takes a third argument, `int* status`, and stores 1
-        there when a divisor is 0."""
+        `checked` (integers only): the helper takes a third argument, `int64_t* status`, and stores
+        1 to status[0] when a divisor is 0."""
         kind = "floordiv" if op == "//" else "floormod"
         t = self.types[elem] if lanes == 1 else self.vec(elem, lanes)
         name = f"ember_{kind}_{elem if lanes == 1 else t}"
@@ -454,6 +475,10 @@ class CPrelude:
             return "\n".join(lines)
 
         return self._helper(name, make)
+
+    def index(self) -> str:
+        """`int64_t ember_index(int64_t i, int64_t n, int64_t* status)`: the INDEX intrinsic."""
+        return self._helper("ember_index", lambda: _INDEX)
 
     def threads(self) -> None:
         """The helpers of `enter_threads`."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from ..errors import LowerError
-from ..tir.expr import Buffer, BufferLoad, Var
-from ..tir.functor import visit_stmt
+from ..tir.expr import ATOMIC_FUNCS, Buffer, BufferLoad, Call, Var
+from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
 from ..tir.stmt import BufferStore, CallRoutine, PrimFunc, Stmt
 
 
@@ -57,14 +57,21 @@ def safe_name(name: str, reserved: frozenset[str] | set[str], reserved_prefixes:
 
 
 def written_buffers(func: PrimFunc) -> set[Buffer]:
-    """The buffers the function stores to (its outputs, among its params)."""
+    """The buffers the function stores to (its outputs, among its params), an atomic's element
+    included (a tile kernel's atomic_add writes its target: it is no `const` parameter)."""
     out: set[Buffer] = set()
+
+    def on_expr(e):
+        if isinstance(e, Call) and e.name in ATOMIC_FUNCS and isinstance(e.args[0], BufferLoad):
+            out.add(e.args[0].buffer)
 
     def on_stmt(s):
         if isinstance(s, BufferStore):
             out.add(s.buffer)
         elif isinstance(s, CallRoutine):
             out.update(p.buffer for p in s.writes)
+        for e in stmt_exprs(s):
+            visit_expr(e, on_expr)
 
     visit_stmt(func.body, on_stmt)
     return out

@@ -40,11 +40,16 @@ KeyboardInterrupt) that sets a flag; `ember_interrupt_flag` points at the proces
 runtime sets it on load; NULL: never interrupted). The entry function clears the flag when it
 starts, each iteration reads it, and a set flag returns INTERRUPTED (-1) at once.
 
-Checked mode (the `checked` option, ember.codegen.c): every kernel takes `&status`, a local of
-this call (so concurrent calls from several threads never see each other's), and stores 1 there
-when it divides an integer by zero; the entry then returns k + 1, k the index of that call in
-`ember_model_profile_calls`, without running the calls after it. CompiledModel raises
-ZeroDivisionError naming the kernel.
+Status: a kernel that takes one (`KernelCall.status`: every kernel in checked mode, the `checked`
+option of ember.codegen.c; in every mode a kernel that checks indices read at run time, the loop
+IR's INDEX intrinsic) is passed `status`, an `int64_t[3]` local of this call (so concurrent calls
+from several threads never see each other's). A kernel stores 1 to status[0] when it divides an
+integer by zero (checked mode), 2 when an index is out of range (its value and the axis size in
+status[1] and status[2]); the entry then returns, without running the calls after it, k + 1 for a
+division and -(k + 2) for an index (-1 is INTERRUPTED), k the index of that call in `ember_model_profile_calls`, and
+keeps the index and the size for the calling thread, which `void ember_model_index_error(int64_t*
+out)` copies to out[0] and out[1]. CompiledModel raises ZeroDivisionError or
+IndexOutOfRangeError naming the kernel.
 
 Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ticks` (one more
 entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC
@@ -65,6 +70,7 @@ from .c_prelude import enter_threads
 ENTRY = "ember_model_run"
 PROFILE_ENTRY = "ember_model_profile"
 PROFILE_CALLS = "ember_model_profile_calls"
+INDEX_ERROR = "ember_model_index_error"
 SPEC = "ember_model_spec"
 INTERRUPT_FLAG = "ember_interrupt_flag"  # volatile sig_atomic_t*: the process's SIGINT flag, or NULL
 INTERRUPT_HERE = "ember_interrupt_here"  # this unit's flag, which its handler sets
@@ -148,6 +154,7 @@ class KernelCall:
     args: tuple[Ref, ...]  # one per buffer parameter
     sizes: tuple[Ref, ...]  # one per size parameter ("size" references)
     comment: str = ""
+    status: bool = False  # the kernel takes the call's status (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -218,13 +225,26 @@ class Loop:
 Stmt = KernelCall | Copy | Branch | Loop
 
 
-def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = (), *, checked: bool = False) -> str:
-    """The C text of the entry function, then of its profiling twin (`checked`: the kernels take
-    a status pointer, see the module doc). `calls`: the kernel calls in order, and the branches
-    and loops that hold calls of their own."""
+def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = ()) -> str:
+    """The C text of the entry function, then of its profiling twin. `calls`: the kernel calls in
+    order, and the branches and loops that hold calls of their own."""
     names = ", ".join([f'"{call.symbol}"' for call in kernel_calls(calls)] + ["0"])
+    checked = any(call.status for call in kernel_calls(calls))
+    failed = [
+        "/* An index out of range, kept for the calling thread (see ember.codegen.entry). */",
+        "static __thread int64_t ember_model_index[2];",
+        f"void {INDEX_ERROR}(int64_t* out) {{ out[0] = ember_model_index[0]; out[1] = ember_model_index[1]; }}",
+        "static int ember_model_failed(const int64_t* status, int call) {",
+        "  if (status[0] != 2) return call;",
+        "  ember_model_index[0] = status[1];",
+        "  ember_model_index[1] = status[2];",
+        f"  return {INTERRUPTED} - call;",
+        "}",
+        "",
+    ]
     return "\n".join([
         *([_INTERRUPTS] if _has_loops(calls) else []),
+        *failed * checked,
         "/* The model: every kernel in order (ember.codegen.entry). */",
         *_function(ENTRY, "", calls, copies, checked),
         "",
@@ -240,17 +260,18 @@ def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = (), *, checked:
     ])
 
 
-def kernel_calls(stmts: Sequence[Stmt]) -> list[KernelCall]:
-    """Every kernel call, those inside branches and loops too, in the order of the text."""
+def kernel_calls(stmts: Sequence, kind: type = KernelCall) -> list:
+    """Every kernel call, those inside branches and loops too, in the order of the text (`kind`:
+    the class of a call, KernelCall or the interpreter's)."""
     out = []
     for st in stmts:
         match st:
-            case KernelCall():
+            case kind():
                 out.append(st)
             case Branch():
-                out += kernel_calls(st.then) + kernel_calls(st.other)
+                out += kernel_calls(st.then, kind) + kernel_calls(st.other, kind)
             case Loop():
-                out += kernel_calls(st.body)
+                out += kernel_calls(st.body, kind)
     return out
 
 
@@ -269,7 +290,7 @@ def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Cop
         f"  {enter_threads('num_threads')}",
     ]
     if checked:
-        lines.append("  int status = 0;")
+        lines.append("  int64_t status[3] = {0, 0, 0};")
     if _has_loops(calls):
         lines.append(f"  if ({INTERRUPT_FLAG}) *{INTERRUPT_FLAG} = 0;")
     if timed:
@@ -290,10 +311,10 @@ def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, cou
                 if st.comment and not timed:
                     comment = " ".join(st.comment.replace("*/", "* /").split())
                     lines.append(f"{pad}/* {comment} */")
-                args = ", ".join([r.c() for r in st.args] + [r.c() for r in st.sizes] + ["&status"] * checked)
+                args = ", ".join([r.c() for r in st.args] + [r.c() for r in st.sizes] + ["status"] * st.status)
                 lines.append(f"{pad}{st.symbol}({args});")
-                if checked:
-                    lines.append(f"{pad}if (status) return {k + 1};")
+                if st.status:
+                    lines.append(f"{pad}if (status[0]) return ember_model_failed(status, {k + 1});")
                 if timed:
                     lines.append(f"{pad}ticks[{k + 1}] = ember_profile_now();")
             case Copy():

@@ -13,6 +13,7 @@ oracle that tells lowering bugs from code generation bugs):
   a store of a load of a type held as its bits copies the element, as the C code does;
 - vectors are arrays: Ramp is an arange, Broadcast a `np.full`, a contiguous (stride-1) vector
   access a slice and any other a fancy index; Select on vectors is `np.where`;
+- an index the INDEX intrinsic checks raises IndexOutOfRange when outside its axis;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
 - every loop kind runs as a plain serial loop, except that loops bound to GPU blocks run last to
   first (a GPU runs blocks in any order: a kernel whose blocks depend on their order shows it);
@@ -38,6 +39,7 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import dtype as dt
 from ..tir.expr import (
+    INDEX,
     PREFETCH,
     REINTERPRET,
     Binary,
@@ -108,6 +110,20 @@ def _floordiv(a, b):
     return a // b
 
 
+def _index(i, n):
+    """The INDEX intrinsic: i wrapped from the end when negative; out of range, IndexOutOfRange."""
+    i, n = int(i), int(n)
+    w = i + n if i < 0 else i
+    if not 0 <= w < n:
+        raise IndexOutOfRange(i, n)
+    return w
+
+
+class IndexOutOfRange(Exception):
+    """An INDEX intrinsic's index out of its axis in an interpreted kernel: (index, size). The
+    interpreted entry reports it as the C entry does (ember.runtime.interpreted)."""
+
+
 def _astype(x, t):
     """A scalar converted as arrays are (NumPy refuses int4(8.0); astype wraps, as C does)."""
     return np.asarray(x).astype(t)
@@ -171,7 +187,7 @@ def run_tensor_intrin(params: dict, reads, writes, scalars) -> None:
 
 
 NAMESPACE = {"np": np, "_erf": _erf, "_pow": power, "_floordiv": _floordiv, "_floormod": _floormod,
-             "_astype": _astype, "_reinterpret": _reinterpret,
+             "_astype": _astype, "_reinterpret": _reinterpret, "_index": _index,
              "_routines": PYTHON_ROUTINES, "_intrin": run_tensor_intrin} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
 
@@ -311,6 +327,8 @@ class _PythonRenderer:
             case Call(name, (x,), dtype) if name == REINTERPRET:
                 src, dst = (dt.element_of(d) for d in (x.dtype, dtype))
                 return f"_reinterpret({self._e(x)}, {TYPES[src]}, {TYPES[dst]}, {TYPES[dt.compute_dtype(dst)]})"
+            case Call(name, (i, n), _) if name == INDEX:
+                return f"_index({self._e(i)}, {self._e(n)})"
             case Call(name, args, _):
                 if name in EXPRS:
                     return EXPRS[name].format(self._e(args[0]))

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..checks import check_fits
+from ..errors import IndexOutOfRangeError
 from ..graph.core import TensorType
 from ..ops import get, infer_types
 
@@ -57,7 +58,11 @@ def fold(op: str, inputs: Sequence[np.ndarray], attrs: Mapping | None, where: st
             a.size for a in inputs) + GROWTH_LIMIT:
         return None  # (a result sized by a symbol is not a constant)
     symbolic = any(is_symbolic(a) for a in inputs)
+    try:
+        results = get(op).reference(list(inputs), bound)
+    except IndexOutOfRangeError as e:  # an index among the constants outside its axis
+        raise IndexOutOfRangeError(f"{where}: {e}", e.index, e.size) from None
     outs = [np.asarray(o, dtype=object if symbolic else None).reshape(t.shape)
-            for o, t in zip(get(op).reference(list(inputs), bound), out_types, strict=True)]
+            for o, t in zip(results, out_types, strict=True)]
     return [o if is_symbolic(o) and not all(isinstance(d, int | np.integer) for d in o.flat)
             else o.astype(t.dtype, copy=False) for o, t in zip(outs, out_types)]  # (a static part: numbers again)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from .. import dims
+from ..errors import IndexOutOfRangeError
 from ..graph.core import Dim, TensorType
 from ..tir import dtype as dt
 from ..tir.expr import PrimExpr, Var, as_int, convert
@@ -47,6 +50,22 @@ def normalize_axis(op: str, axis: int, rank: int) -> int:
     if not -rank <= axis < max(rank, 1):
         raise OpTypeError(f"{op}: axis {axis} is out of range for rank {rank}")
     return axis % max(rank, 1)
+
+
+def checked_indices(op: str, indices, size) -> np.ndarray:
+    """The NumPy twin of the loop IR's INDEX intrinsic, for the references: `indices` as int64,
+    negative ones counted from the end of an axis of `size` (an array that broadcasts against
+    them, for one axis per last-axis entry); one outside its axis raises IndexOutOfRangeError, as
+    a compiled model does, where NumPy would wrap it a second time or raise its own IndexError."""
+    idx = np.asarray(indices).astype(np.int64)
+    n = np.broadcast_to(np.asarray(size, np.int64), idx.shape)
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        at = tuple(np.argwhere(bad)[0])
+        value, axis = int(idx[at]), int(n[at])
+        raise IndexOutOfRangeError(f"{op}: index {value} is out of range for an axis of size {axis} "
+                                   f"(valid: {-axis} to {axis - 1})", value, axis)
+    return np.where(idx < 0, idx + n, idx)
 
 
 def te_shape(t: TensorType, tensors: Sequence = ()) -> tuple[PrimExpr, ...]:

@@ -1,5 +1,6 @@
 """Indexing: gather (numpy.take along an axis; negative indices wrap) and embedding (a gather of
-rows of a weight table).
+rows of a weight table). An index out of range raises IndexOutOfRangeError at run time (the
+loop IR's INDEX intrinsic), as numpy, torch and ONNX Runtime do.
 
 out[pre..., j..., post...] = data[pre..., indices[j...], post...]; pattern `injective`.
 """
@@ -11,8 +12,8 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import cast
-from .common import normalize_axis
+from ..tir.expr import checked_index
+from .common import checked_indices, normalize_axis
 from .registry import OpDef, OpTypeError, register
 
 
@@ -29,15 +30,19 @@ def _gather_type(op: str, data: TensorType, indices: TensorType, axis: int) -> T
     return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1:], data.dtype)
 
 
+def _reference(op: str, data, indices, axis: int):
+    return np.take(data, checked_indices(op, indices, data.shape[axis]), axis=axis)
+
+
 def gather_compute(data, indices, axis: int, name: str):
-    """The te gather: indices read once per output element, negative ones wrapped."""
+    """The te gather: indices read once per output element, negative ones wrapped, every one
+    checked against the axis (an index out of range raises at run time)."""
     axis = normalize_axis(name, axis, data.ndim)
     r = indices.ndim
     shape = list(data.shape[:axis]) + list(indices.shape) + list(data.shape[axis + 1:])
 
     def element(*i):
-        idx = cast("int64", indices[i[axis:axis + r]])
-        idx = te.if_then_else(idx < 0, idx + data.shape[axis], idx)
+        idx = checked_index(indices[i[axis:axis + r]], data.shape[axis])
         return data[i[:axis] + (idx,) + i[axis + r:]]
 
     return te.compute(shape, element, name=name)
@@ -46,7 +51,7 @@ def gather_compute(data, indices, axis: int, name: str):
 register(OpDef(
     name="gather",
     infer=lambda types, attrs: [_gather_type("gather", types[0], types[1], attrs["axis"])],
-    reference=lambda inputs, attrs: [np.take(inputs[0], inputs[1], axis=attrs["axis"])],
+    reference=lambda inputs, attrs: [_reference("gather", inputs[0], inputs[1], attrs["axis"])],
     compute=lambda inputs, attrs, out_types: [gather_compute(inputs[0], inputs[1], attrs["axis"], "gather")],
     pattern="injective",
     attrs={"axis": 0},
@@ -57,7 +62,7 @@ register(OpDef(
 register(OpDef(
     name="embedding",
     infer=lambda types, attrs: [_gather_type("embedding", types[0], types[1], 0)],
-    reference=lambda inputs, attrs: [np.take(inputs[0], inputs[1], axis=0)],
+    reference=lambda inputs, attrs: [_reference("embedding", inputs[0], inputs[1], 0)],
     compute=lambda inputs, attrs, out_types: [gather_compute(inputs[0], inputs[1], 0, "embedding")],
     pattern="injective",
     num_inputs=(2, 2),

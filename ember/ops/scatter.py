@@ -14,7 +14,7 @@ at an element wins, as the sequential definition of ONNX and torch gives; "add",
 and "min" combine every update aimed at an element with the element (pattern `opaque`: a
 search, then the elementwise result). Work is (output size) x (length searched): fine for the
 label, mask and cache-slot scatters models do, quadratic for a full permutation. Negative
-indices count from the end.
+indices count from the end; one out of range raises IndexOutOfRangeError when the model runs.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import as_int, cast
-from .common import normalize_axis, result_dtype, te_shape
+from ..tir.expr import as_int, cast, checked_index
+from .common import checked_indices, normalize_axis, result_dtype, te_shape
 from .reduction import acc
 from .registry import OpDef, OpTypeError, register
 
@@ -38,9 +38,9 @@ def _check_indices(op: str, t: TensorType) -> None:
 
 
 def _wrap(idx, n):
-    """An index read from a tensor, as int64, negative ones counted from the end."""
-    idx = cast("int64", idx)
-    return te.if_then_else(idx < 0, idx + n, idx)
+    """An index read from a tensor, as int64, negative ones counted from the end; one out of range
+    raises IndexOutOfRangeError at run time (the loop IR's INDEX intrinsic)."""
+    return checked_index(idx, n)
 
 
 def _along(i, axis: int, p):
@@ -63,7 +63,7 @@ def _infer_gather_elements(types, attrs):
 def _reference_gather_elements(inputs, attrs):
     data, indices = inputs
     axis = normalize_axis("gather_elements", attrs["axis"], data.ndim)
-    idx = np.where(indices < 0, indices + data.shape[axis], indices).astype("int64")
+    idx = checked_indices("gather_elements", indices, data.shape[axis])
     rows = data[tuple(slice(None) if k == axis else slice(0, n) for k, n in enumerate(indices.shape))]
     return [np.take_along_axis(rows, idx, axis)]
 
@@ -106,9 +106,9 @@ def _reference_gather_nd(inputs, attrs):
     data, indices = inputs
     b, k = attrs["batch_dims"], indices.shape[-1]
     out = np.empty(indices.shape[:-1] + data.shape[b + k:], data.dtype)
+    indices = checked_indices("gather_nd", indices, data.shape[b:b + k])
     for i in np.ndindex(*indices.shape[:-1]):
-        picked = tuple(int(v) + n if v < 0 else int(v) for v, n in zip(indices[i], data.shape[b:b + k]))
-        out[i] = data[i[:b] + picked]
+        out[i] = data[i[:b] + tuple(int(v) for v in indices[i])]
     return [out]
 
 
@@ -165,8 +165,9 @@ def _reference_scatter_elements(inputs, attrs):
     data, indices, updates = inputs
     axis = normalize_axis("scatter_elements", attrs["axis"], data.ndim)
     out = data.copy()
+    indices = checked_indices("scatter_elements", indices, data.shape[axis])
     for i in np.ndindex(*indices.shape):  # in order: the last update of an element wins
-        target = _along(i, axis, int(indices[i]) % data.shape[axis] if indices[i] < 0 else int(indices[i]))
+        target = _along(i, axis, int(indices[i]))
         reduce = _NP_REDUCE.get(attrs["reduction"])
         out[target] = updates[i] if reduce is None else reduce(out[target], updates[i])
     return [out]
@@ -254,8 +255,9 @@ def _reference_scatter_nd(inputs, attrs):
     k = indices.shape[-1]
     out = data.copy()
     reduce = _NP_REDUCE.get(attrs["reduction"])
+    indices = checked_indices("scatter_nd", indices, data.shape[:k])
     for u in np.ndindex(*indices.shape[:-1]):
-        target = tuple(int(v) + n if v < 0 else int(v) for v, n in zip(indices[u], data.shape[:k]))
+        target = tuple(int(v) for v in indices[u])
         out[target] = updates[u] if reduce is None else reduce(out[target], updates[u])
     return [out]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import IndexOutOfRangeError
 from ..graph.core import Graph, Node, Value
 from ..ops.control import run_regions
 from ..ops.evaluate import evaluate
@@ -45,7 +46,10 @@ def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
         return None
     op = get(node.op)
     attrs = op.bind_attrs(node.attrs)
-    outs = run_regions(node.op, data, attrs, node.regions, evaluate) if node.regions else op.reference(data, attrs)
+    try:
+        outs = run_regions(node.op, data, attrs, node.regions, evaluate) if node.regions else op.reference(data, attrs)
+    except IndexOutOfRangeError as e:  # an index among the constants outside its axis
+        raise IndexOutOfRangeError(f"node {node.name}: {e}", e.index, e.size) from None
     values = []
     for v, out in zip(node.outputs, outs, strict=True):
         out = np.asarray(out)

@@ -12,19 +12,25 @@ Control flow runs as the C entry runs it (ember.codegen.entry): `calls` holds `B
 statements around their calls, the loop's iteration number and condition live in ctypes buffers
 that `local` references point at, and its slices move each iteration.
 
+A kernel's index out of range (the interpreter's IndexOutOfRange) stops the call as the C entry's
+status does: the entry returns INTERRUPTED - 1 - k, k the index of that call, and keeps the index
+and the axis size for the calling thread, so the model raises the same IndexOutOfRangeError.
+
 An interpreted model has no library: it cannot be saved or profiled (compile it for "c").
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.entry import Branch, Copy, Loop, Ref, SizeExpr
-from ..codegen.python import codegen_python, load_python
+from ..codegen.c import CRenderer
+from ..codegen.entry import INTERRUPTED, Branch, Copy, Loop, Ref, SizeExpr, kernel_calls
+from ..codegen.python import IndexOutOfRange, codegen_python, load_python
 from ..errors import ConfigError
 from ..tir.stmt import PrimFunc
 from .model import CompiledModel, ModelSpec
@@ -46,9 +52,10 @@ class InterpretedCall:
 
 
 class InterpretedEntry:
-    """ember_model_run in Python (see the module doc): returns 0 as the unchecked C entry does.
-    `funcs` holds the lowered kernels by name; `run_call(call, arrays, sizes)` runs one call on
-    flat arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
+    """ember_model_run in Python (see the module doc): returns 0, or INTERRUPTED - 1 - k when call
+    k read an index out of range (`index_error()`: that index and its axis size). `funcs` holds the lowered
+    kernels by name; `run_call(call, arrays, sizes)` runs one call on flat arrays over the
+    arguments' bytes (ember.debug.bisect_kernels wraps it)."""
 
     def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence, copies: Sequence[Copy]):
         sources = {f.name: codegen_python(f) for f in kernels}
@@ -57,6 +64,8 @@ class InterpretedEntry:
         self.kernels = {f.name: load_python(sources[f.name], f) for f in kernels}
         self.calls, self.copies = tuple(calls), tuple(copies)
         self.run_call = self.interpret
+        self.order = kernel_calls(self.calls, InterpretedCall)  # as the C entry numbers them (ember.codegen.entry)
+        self._failed = threading.local()
 
     def interpret(self, call: InterpretedCall, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
         """Run one call's kernel on the interpreter."""
@@ -88,7 +97,11 @@ class InterpretedEntry:
                 match st:
                     case InterpretedCall():
                         arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in st.args]
-                        self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
+                        try:
+                            self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
+                        except IndexOutOfRange as e:
+                            e.call = st
+                            raise
                     case Copy():
                         ctypes.memmove(address(st.dst), address(st.src), numel(st.dims) * st.itemsize)
                     case Branch():
@@ -114,9 +127,18 @@ class InterpretedEntry:
                             if local[v.current] != address(v.output):
                                 ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
 
-        run(self.calls)
+        try:
+            run(self.calls)
+        except IndexOutOfRange as e:
+            self._failed.index = e.args
+            return INTERRUPTED - 1 - next(k for k, c in enumerate(self.order) if c is e.call)
         run(self.copies)
         return 0
+
+    def index_error(self) -> tuple[int, int]:
+        """The index out of range, and its axis size, of this thread's latest failed call."""
+        return self._failed.index
+
 
 
 class InterpretedModel(CompiledModel):
@@ -129,6 +151,12 @@ class InterpretedModel(CompiledModel):
     def _open(self, entry: InterpretedEntry):
         self.library = self.library_path = self._library = None
         return entry
+
+    def _call_symbols(self) -> list[str]:
+        return [CRenderer.symbol_of(call.kernel) for call in self._entry.order]
+
+    def _index_error(self) -> tuple[int, int]:
+        return self._entry.index_error()
 
     def save(self, path):
         raise ConfigError(f"model {self.name} runs on the interpreter (target 'python') and has no library to save; "

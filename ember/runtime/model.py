@@ -13,8 +13,10 @@ aligned memory. A call:
    ("past + 1", ember.dims) must equal its value (ShapeError and ArgumentTypeError name the
    input and the dimension);
 2. takes the memory plan's layout for those sizes (computed once per distinct binding);
-3. allocates the outputs and calls the entry function once. A model compiled with checked=True
-   raises ZeroDivisionError when a kernel divided an integer by zero (`status_error`); a Ctrl-C
+3. allocates the outputs and calls the entry function once. An index read at run time out of
+   the axis it indexes (gather, embedding, a scatter's target) raises IndexOutOfRangeError naming
+   the kernel, its nodes, the index and the axis size; a model compiled with checked=True raises
+   ZeroDivisionError when a kernel divided an integer by zero (`status_error`); a Ctrl-C
    stops a loop of the model and raises KeyboardInterrupt (ember.runtime.interrupt).
 
 From the second call on, the common call (NumPy arrays or exact CPU torch tensors, contiguous,
@@ -54,8 +56,8 @@ import numpy as np
 
 from .. import config, dims
 from ..codegen.c import CRenderer
-from ..codegen.entry import ENTRY, INTERRUPTED, PROFILE_CALLS
-from ..errors import ArgumentTypeError, ArtifactError, OutOfMemoryError, ShapeError
+from ..codegen.entry import ENTRY, INDEX_ERROR, INTERRUPTED, PROFILE_CALLS
+from ..errors import ArgumentTypeError, ArtifactError, IndexOutOfRangeError, OutOfMemoryError, ShapeError
 from ..tir import dtype as dt
 from . import fastcall, fork, interrupt
 from .library import Library, open_library
@@ -208,19 +210,36 @@ class CompiledModel:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def status_error(self, rc: int, entry: str) -> Exception:
-        """The error for a non-zero return code of the entry function (ember.codegen.entry): in
-        checked mode, rc - 1 is the index of the call that divided an integer by zero."""
+        """The error for a non-zero return code of the entry function (ember.codegen.entry):
+        INTERRUPTED, a Ctrl-C stopped a loop; k + 1, call k divided an integer by zero (checked
+        mode); INTERRUPTED - 1 - k, call k read an index out of range."""
         if rc == INTERRUPTED:
             return KeyboardInterrupt(f"model {self.name}: a loop was interrupted (SIGINT)")
-        calls = call_symbols(self._library)
-        if not 0 < rc <= len(calls):
+        k = rc - 1 if rc > 0 else INTERRUPTED - 1 - rc
+        calls = self._call_symbols()
+        if not 0 <= k < len(calls):
             return RuntimeError(f"model {self.name}: the {entry} returned {rc}")
-        symbol = calls[rc - 1]
-        kernel = next((k for k in self.spec.kernels if CRenderer.symbol_of(k.name) == symbol), None)
+        symbol = calls[k]
+        kernel = next((info for info in self.spec.kernels if CRenderer.symbol_of(info.name) == symbol), None)
+        if rc < 0:
+            index, size = self._index_error()
+            ops = f" (ops {', '.join(kernel.ops)}; nodes {', '.join(kernel.nodes)})" if kernel else ""
+            return IndexOutOfRangeError(f"model {self.name}: index {index} is out of range for an axis of size {size} "
+                                        f"(valid: {-size} to {size - 1}) in kernel {symbol}{ops}", index, size)
         where = f"kernel {kernel.name} (nodes {', '.join(kernel.nodes)})" if kernel else f"kernel {symbol}"
         return ZeroDivisionError(f"model {self.name}: integer division or modulo by zero in {where}; it "
                                  f"was compiled with checked=True (unchecked, x // 0 and x % 0 give 0, as in "
                                  f"numpy)")
+
+    def _call_symbols(self) -> list[str]:
+        """The C name of the kernel of each call of the entry function, in order."""
+        return call_symbols(self._library)
+
+    def _index_error(self) -> tuple[int, int]:
+        """The index out of range, and its axis size, of this thread's latest failed call."""
+        out = (ctypes.c_int64 * 2)()
+        getattr(self._library, INDEX_ERROR)(out)
+        return out[0], out[1]
 
     def profile(self, *inputs, repeat: int = 10):
         """Time every kernel over `repeat` runs on these inputs (ember.runtime.summary.Profile:

@@ -30,7 +30,8 @@ import numpy as np
 
 from .. import config
 from ..codegen.c import CRenderer, codegen_c
-from ..codegen.python import codegen_python, load_python
+from ..codegen.python import IndexOutOfRange, codegen_python, load_python
+from ..errors import IndexOutOfRangeError
 from ..target import Target
 from ..tir.stmt import PrimFunc
 from . import fork
@@ -81,16 +82,19 @@ class CKernel(Kernel):
         super().__init__(func, source)
         self.library = library  # keeps the library loaded as long as the kernel lives
         self.checked = checked
+        self.status = CRenderer(checked).takes_status(func)  # (checked, or it checks indices)
         self.num_threads = num_threads
         self._cfunc = getattr(library, CRenderer.launcher_of(func.name))
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
-            + [ctypes.c_void_p] * checked + [ctypes.c_int]
+            + [ctypes.c_void_p] * self.status + [ctypes.c_int]
         self._cfunc.restype = None
 
     def __call__(self, *arrays: np.ndarray) -> None:
         launch = self.prepare(*arrays)
         launch()
-        if self.checked and launch.status[0]:
+        if launch.status[0] == 2:
+            raise _index_error(self.name, *launch.status[1:])
+        if launch.status[0]:
             raise ZeroDivisionError(f"kernel {self.name}: integer division or modulo by zero (built with "
                                     f"checked=True; unchecked, x // 0 and x % 0 give 0, as in numpy)")
 
@@ -100,9 +104,9 @@ class CKernel(Kernel):
         return self.library._name
 
     def _launcher(self, arrays, sizes):
-        status = np.zeros(1, np.intc)  # checked: this launcher's own flag, so concurrent calls stay apart
+        status = np.zeros(3, np.int64)  # this launcher's own (ember.codegen.entry), so concurrent calls stay apart
         launch = functools.partial(self._cfunc, *[a.ctypes.data for a in arrays], *sizes,
-                                   *[status.ctypes.data] * self.checked, fork.threads(self._num_threads))
+                                   *[status.ctypes.data] * self.status, fork.threads(self._num_threads))
         launch.arrays = tuple(arrays)  # the pointers stay valid as long as the launcher lives
         launch.status = status
         return launch
@@ -123,9 +127,17 @@ class PythonKernel(Kernel):
 
         def run():
             with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors
-                pyfunc(*args)
+                try:
+                    pyfunc(*args)
+                except IndexOutOfRange as e:
+                    raise _index_error(self.name, *e.args) from None
 
         return run
+
+
+def _index_error(kernel: str, index: int, size: int) -> IndexOutOfRangeError:
+    return IndexOutOfRangeError(f"kernel {kernel}: index {index} is out of range for an axis of size {size} "
+                                f"(valid: {-size} to {size - 1})", int(index), int(size))
 
 
 def build_c(func: PrimFunc, *, cc: str | None = None, cflags: str | Sequence[str] | None = None,

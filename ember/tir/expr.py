@@ -203,6 +203,11 @@ REINTERPRET = "reinterpret"
 ATOMIC_FUNCS = ("atomic_add", "atomic_max", "atomic_min", "atomic_and", "atomic_or", "atomic_xor",
                 "atomic_xchg", "atomic_cas")
 PRINT = "print"
+# An index read at run time, checked against the size of the axis it indexes: index(i, n) is
+# i + n for -n <= i < 0 and i for 0 <= i < n; any other i gives 0 (an address inside the axis)
+# and records i and n in the kernel's status (ember.codegen.entry), so that the call raises
+# IndexOutOfRangeError instead of reading or writing outside the tensor. Scalar only.
+INDEX = "index"
 # A hint that the element its argument loads is read soon: fetched into the caches, no value
 # (a statement, Evaluate; the C code's __builtin_prefetch, nothing in the interpreter).
 PREFETCH = "prefetch"
@@ -415,6 +420,12 @@ def call(name: str, *args) -> PrimExpr:
         cargs = [cast(dt.with_lanes("float32", dt.lanes_of(a.dtype)), a) for a in cargs]
         out = cargs[0].dtype
     return Call(name, tuple(cargs), out)
+
+
+def checked_index(i, n) -> PrimExpr:
+    """The INDEX intrinsic: index i of an axis of n elements, negative counting from the end,
+    checked at run time (see INDEX)."""
+    return Call(INDEX, (cast("int64", i), cast("int64", n)), "int64")
 
 
 def reinterpret(dtype: str, value) -> PrimExpr:

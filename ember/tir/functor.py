@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .expr import PrimExpr, Var
+from .expr import INDEX, Call, PrimExpr, Var
 from .expr_functor import ExprFn, all_same, mutate_expr
 from .expr_functor import expr_children as expr_children  # offered here too: one import traverses both
 from .expr_functor import free_vars as free_vars
@@ -176,3 +176,12 @@ def substitute_stmt(s: Stmt, vmap: dict) -> Stmt:
     if not vmap:
         return s
     return mutate_stmt(s, f_expr=lambda n: vmap.get(n) if isinstance(n, Var) else None)
+
+
+def checks_indices(s: Stmt) -> bool:
+    """Whether s evaluates the INDEX intrinsic (a kernel that does takes a status to report an index
+    out of range in: ember.codegen.entry)."""
+    found = []
+    visit_stmt(s, lambda x: [visit_expr(e, lambda n: found.append(n) if isinstance(n, Call) and n.name == INDEX
+                                        else None) for e in stmt_exprs(x)])
+    return bool(found)

@@ -5,7 +5,8 @@ NumPy view of the same memory, its element type, and the span of memory the kern
 from its first element (what the debug mode checks loads and stores against). As in Triton a
 kernel sees a pointer to the first element; strides are the kernel's own integer arguments.
 Python ints become int32 (int64 when they do not fit, uint64 past that), floats float32, bools
-int1. Anything else (a GPU tensor, a dtype the language lacks, a string) is an ArgumentTypeError
+int1. Anything else (a GPU tensor, a dtype the language lacks, a string, a torch tensor whose storage
+is smaller than its shape: freed by `untyped_storage().resize_(0)`) is an ArgumentTypeError
 naming the parameter, raised before any kernel runs.
 """
 
@@ -75,6 +76,10 @@ def _torch_array(name: str, value) -> np.ndarray:
         raise ArgumentTypeError(f"argument '{name}' is on {value.device}: ember.triton runs on the CPU, "
                                 f"pass a CPU tensor (.cpu())")
     value = value.detach()
+    needed = (value.storage_offset() + _reach(value)) * value.element_size() if value.numel() else 0
+    if value.untyped_storage().nbytes() < needed:
+        raise ArgumentTypeError(f"argument '{name}': the tensor's storage holds {value.untyped_storage().nbytes()} "
+                                f"bytes, fewer than its shape {tuple(value.shape)} reaches (was it freed or resized?)")
     if value.dtype == torch.bfloat16:
         import ml_dtypes
 
@@ -83,6 +88,11 @@ def _torch_array(name: str, value) -> np.ndarray:
         return value.resolve_conj().resolve_neg().numpy()
     except TypeError as e:
         raise ArgumentTypeError(f"argument '{name}': {e}") from None
+
+
+def _reach(t) -> int:
+    """The elements of storage a strided tensor reaches past its offset (negative strides do not exist in torch)."""
+    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
 def _torch():

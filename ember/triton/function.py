@@ -1,5 +1,8 @@
 """A @jit function as the compiler and the interpreter read it: the function, its source and
-its parameters (which are `tl.constexpr`), and how a launch's arguments bind to them.
+its parameters (which are `tl.constexpr`, and the types scalar ones are declared with: `n:
+tl.int32`), and how a launch's arguments bind to them: a value its declared type cannot hold (a
+float for an int) is refused as Triton's launcher refuses it, and a grid past CUDA's limits
+(GRID_LIMITS) too.
 
 jit.py makes it launchable (`kernel[grid](...)`); the compiler and the interpreter import this
 module, not jit.py, which imports them.
@@ -8,17 +11,24 @@ module, not jit.py, which imports them.
 from __future__ import annotations
 
 import inspect
+import numbers
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ArgumentTypeError
+from .language import dtypes as tld
 from .language.dtypes import constexpr
 
 # keyword arguments of a launch that are options of Triton's GPU compilation, not parameters
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
                   "extern_libs", "debug", "stream", "warmup", "enable_warp_specialization", "num_buffers_warp_spec",
                   "num_consumer_groups", "reg_dec_producer", "reg_inc_consumer")
+# the most programs along each grid axis: CUDA's limits, which Triton's launches have (a larger grid
+# would run for days on the CPU, and one past 2**63 programs in all would overflow the flat index)
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
 
 
 @dataclass(frozen=True)
@@ -28,6 +38,40 @@ class Param:
     is_constexpr: bool
     default: object = inspect.Parameter.empty
     do_not_specialize: bool = False
+    declared: tld.dtype | None = None  # a scalar parameter's declared type (`n: tl.int32`)
+
+
+# Triton's short names of the types a scalar parameter may be declared with (`n: "i32"`)
+_SHORT = {"i1": "int1", **{f"{p}{w}": f"{n}{w}" for p, n in (("i", "int"), ("u", "uint")) for w in (8, 16, 32, 64)},
+          "fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+
+
+def _declared(annotation) -> tld.dtype | None:
+    """The type an annotation declares (`tl.int32`, "tl.int32", "i32"), or None: as in Triton,
+    any other annotation (`int`, `torch.Tensor`) declares nothing."""
+    if isinstance(annotation, tld.dtype) and not annotation.is_pointer:
+        return annotation
+    if isinstance(annotation, str):
+        name = annotation.replace(" ", "").split(".")[-1]
+        return tld.DTYPES.get(_SHORT.get(name, name))
+    return None
+
+
+def _check_declared(kernel: str, p: Param, value) -> None:
+    """A value for a parameter declared `p.declared`, as Triton's launcher converts it: an int
+    type takes an integer in its range (a float is refused, not truncated), a float type a number."""
+    value = value.value if isinstance(value, constexpr) else value
+    d = p.declared
+    if d.is_floating():
+        ok = isinstance(value, numbers.Real)
+    elif isinstance(value, numbers.Integral):
+        info = (0, 1) if d.is_bool() else (np.iinfo(d.numpy).min, np.iinfo(d.numpy).max)
+        ok = info[0] <= int(value) <= info[1]
+    else:
+        ok = False
+    if not ok:
+        what = f"{type(value).__name__} {value!r}" if np.isscalar(value) else f"a {type(value).__name__}"
+        raise ArgumentTypeError(f"kernel {kernel}: parameter '{p.name}' is declared {d.name}, got {what}")
 
 
 def _is_constexpr(annotation) -> bool:
@@ -56,7 +100,8 @@ class KernelFunction:
         self.signature = inspect.signature(fn)
         names = list(self.signature.parameters)
         skip = {names[d] if isinstance(d, int) else d for d in do_not_specialize}
-        self.params = tuple(Param(p.name, i, _is_constexpr(p.annotation), p.default, p.name in skip)
+        self.params = tuple(Param(p.name, i, _is_constexpr(p.annotation), p.default, p.name in skip,
+                                  _declared(p.annotation))
                             for i, p in enumerate(self.signature.parameters.values()))
         self.arg_names = [p.name for p in self.params]
         self.constexprs = [p.index for p in self.params if p.is_constexpr]
@@ -72,6 +117,9 @@ class KernelFunction:
         except TypeError as e:
             raise ArgumentTypeError(f"kernel {self.__name__}{self.signature}: {e}") from None
         bound.apply_defaults()
+        for p in self.params:
+            if p.declared is not None:
+                _check_declared(self.__name__, p, bound.arguments[p.name])
         return dict(bound.arguments), options
 
     def grid_of(self, grid, bound: dict) -> tuple[int, int, int]:
@@ -83,9 +131,12 @@ class KernelFunction:
             raise ArgumentTypeError(f"kernel {self.__name__}: a grid is a tuple of 1 to 3 ints (or a function of "
                                     f"the meta-parameters returning one), got {grid!r}")
         sizes = []
-        for g in grid:
+        for axis, g in enumerate(grid):
             g = g.value if isinstance(g, constexpr) else g
             if not isinstance(g, int) or isinstance(g, bool) or g < 0:
                 raise ArgumentTypeError(f"kernel {self.__name__}: grid sizes are ints >= 0, got {grid!r}")
+            if g > GRID_LIMITS[axis]:
+                raise ArgumentTypeError(f"kernel {self.__name__}: grid {tuple(grid)!r} has {g} programs along axis "
+                                        f"{axis}, more than the {GRID_LIMITS[axis]} CUDA and Triton allow")
             sizes.append(g)
         return (*sizes, *[1] * (3 - len(sizes)))

@@ -49,7 +49,7 @@ def test_launchers_pass_every_argument_and_hide_no_kernel():
     kernels = build_c_module(funcs, checked=True, num_threads=2)
     src = kernels["p0"].source
     assert "void ember_launch_p0(void* ember_p0, void* ember_p1, void* ember_p2, int64_t ember_s0, " \
-           "int* ember_status, int ember_threads) {" in src
+           "int64_t* ember_status, int ember_threads) {" in src
     assert "  p0(ember_p0, ember_p1, ember_p2, ember_s0, ember_status);" in src
     rng = np.random.default_rng()
     a, b = rng.integers(-50, 50, 37).astype("int32"), rng.integers(1, 9, 37).astype("int32")

@@ -258,7 +258,7 @@ def test_checked_mode_is_another_build():
     assert plain.path != checked.path
     helper = plain.source.split("ember_floordiv_int32x16(int32x16 a, int32x16 b) {")[1].split("\n}")[0]
     assert "if" not in helper and "for" not in helper and "?" not in helper, helper
-    assert "int* ember_status" in checked.source and "ember_status" not in plain.source
+    assert "int64_t* ember_status" in checked.source and "ember_status" not in plain.source
 
 
 def test_checked_option_from_the_environment(monkeypatch):

@@ -25,6 +25,7 @@ from dataclasses import replace
 from ..arith import Analyzer
 from ..dtype import bits, is_int, lanes_of, with_lanes
 from ..expr import (
+    INDEX,
     Binary,
     Broadcast,
     BufferLoad,
@@ -86,6 +87,8 @@ class _Vectorizer:
                 return Cast(with_lanes(dtype, n), self.expr(v))
             case Not(a, dtype):
                 return Not(self.expr(a), with_lanes(dtype, n))
+            case Call(name, _, _) if name == INDEX:
+                raise CannotVectorize("an index checked per lane")
             case Call(name, args, dtype):
                 return Call(name, tuple(_bcast(self.expr(a), n) for a in args), with_lanes(dtype, n))
         raise CannotVectorize(f"cannot vectorize {type(e).__name__}")

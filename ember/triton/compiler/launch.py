@@ -1,11 +1,13 @@
 """Launching a compiled kernel: specialization, the compiled function, its caches, the call.
 
 The specialization key is Triton's: the kernel's source and the sources of the @jit functions
-it calls, the constexpr values, each tensor argument's dtype, each integer argument's type and
-whether it is 1 (then compiled in as the constant 1) or a multiple of 16, the debug mode and the
-target. A key compiles once per process (an in-memory table), and once per machine: the
-generated C and what the launch needs are kept in the build cache's folder (`triton/<key>.json`)
-next to the library, so a new process finds both and compiles nothing.
+it calls, the values of the other globals they read (a helper rebound or a global constexpr
+changed compiles again: `source_digest`), the constexpr values, each tensor argument's dtype,
+each integer argument's type and whether it is 1 (then compiled in as the constant 1) or a
+multiple of 16, the debug mode and the target. A key compiles once per process (an in-memory
+table), and once per machine: the generated C and what the launch needs are kept in the build
+cache's folder (`triton/<key>.json`) next to the library, so a new process finds both and
+compiles nothing.
 
 The C function of a specialization takes, in order: one pointer per tensor argument (to its
 first element), one pointer per scalar argument (a one-element array of its type), `meta`
@@ -13,7 +15,9 @@ first element), one pointer per scalar argument (a one-element array of its type
 the debug mode checks accesses against) and `status` (int64: 0, or the number of the check that
 failed: an out-of-bounds access in the debug mode, a device_assert). Its body is a parallel loop
 over the programs of the grid (OpenMP over the flattened 3-D grid; programs are independent).
-A launch calls it through its launcher (ember.codegen.c) with the num_threads option, read at
+A launch refuses a read-only array (NumPy's writeable flag: a read-only memmap, a view of bytes)
+for a parameter the kernel stores to (`Compiled.written`, from the lowered function), and calls it
+through its launcher (ember.codegen.c) with the num_threads option, read at
 each launch (0: the calling thread's setting): the grid runs on that many OpenMP threads and the
 calling thread's own setting (torch.set_num_threads sets the same one) is back when the launch
 returns, a failed check included. On the thread that forked this process, one (ember.runtime.fork).
@@ -35,6 +39,7 @@ import numpy as np
 
 from ... import config
 from ...codegen.c import CRenderer, codegen_c
+from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
 from ...runtime import fork
 from ...runtime.build import build_library
@@ -51,7 +56,7 @@ from .builtins import Builtins
 from .frontend import Frontend
 from .vector import VectorEmitter
 
-FORMAT = 1  # of the cached description of a specialization
+FORMAT = 2  # of the cached description of a specialization
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Compiled:
     tir: str
     sites: list[str]
     scalar_dtypes: list[str]
+    written: list[str]  # the tensor parameters the kernel stores to (a read-only array is refused)
     cfunc: object = None
     library: object = None
 
@@ -84,7 +90,7 @@ class Compiled:
 
 _table: dict[str, Compiled] = {}
 _lock = threading.Lock()
-_sources: dict[int, tuple[KernelFunction, str]] = {}
+_sources: dict[int, tuple[KernelFunction, tuple, str]] = {}  # id(fn) -> (fn, its global reads, its digest)
 stats = {"compiled": 0, "loaded": 0}  # specializations built from the kernel, read from the cache
 
 
@@ -107,37 +113,77 @@ def debug_mode(jit_fn: KernelFunction, options: dict) -> bool:
         return bool(jit_fn.debug)
     if os.environ.get("TRITON_DEBUG", "").strip().lower() in config.TRUE:
         return True
-    return config.get("triton_debug")
+    return config.get("triton_debug") or config.get("debug")
 
 
 def source_digest(fn: KernelFunction) -> str:
-    """The hash of fn's source and of every @jit function it reaches through its globals."""
+    """The hash of fn's source, of every @jit function it reaches through its globals, and of the
+    values of the other globals they read (a constexpr, a number, a dtype): a helper rebound or a
+    global changed after a launch gives another key, so the next launch compiles again (Triton
+    raises; a stale kernel would run the old code). Kept while those globals stay bound to the
+    same objects, so a launch only looks them up."""
+    reads = _global_reads(fn)
     hit = _sources.get(id(fn))
-    if hit is not None and hit[0] is fn:
-        return hit[1]
+    if hit is not None and hit[0] is fn and len(hit[1]) == len(reads) and all(a is b for a, b in zip(hit[1], reads)):
+        return hit[2]
     h = hashlib.sha256()
+    for value in reads:
+        if isinstance(value, KernelFunction):
+            h.update(value.src.encode())
+        elif _keyed(value):
+            h.update(repr((type(value).__name__, value)).encode())
+        h.update(b"\0")
+    digest = h.hexdigest()
+    _sources[id(fn)] = (fn, reads, digest)
+    return digest
+
+
+def _global_reads(fn: KernelFunction) -> tuple:
+    """fn, then the value of every global name (and module attribute) that fn and the @jit
+    functions it reaches read, in a fixed order: what its compiled code depends on outside its source."""
+    out: list = []
     seen: set[int] = set()
 
     def visit(f: KernelFunction):
         if id(f) in seen:
             return
         seen.add(id(f))
-        h.update(f.src.encode())
-        for node in ast.walk(ast.parse(f.src)):
-            if isinstance(node, ast.Name):
-                g = f.__globals__.get(node.id)
-                if isinstance(g, KernelFunction):
-                    visit(g)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                mod = f.__globals__.get(node.value.id)
-                g = getattr(mod, node.attr, None) if mod is not None and not isinstance(mod, KernelFunction) else None
-                if isinstance(g, KernelFunction):
-                    visit(g)
+        out.append(f)
+        for name, attr in _names(f):
+            value = f.__globals__.get(name, _MISSING)
+            if attr is not None:
+                value = getattr(value, attr, _MISSING) if value is not _MISSING else value
+            out.append(value)
+            if isinstance(value, KernelFunction):
+                visit(value)
 
     visit(fn)
-    digest = h.hexdigest()
-    _sources[id(fn)] = (fn, digest)
-    return digest
+    return tuple(out)
+
+
+_MISSING = object()
+
+
+def _keyed(value) -> bool:
+    """A global whose value the compiled code may hold as a constant (the frontend folds it)."""
+    return value is None or isinstance(value, bool | int | float | str | tld.constexpr | tld.dtype)
+
+
+@functools.cache
+def _names_of(src: str) -> tuple[tuple[str, str | None], ...]:
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Name):
+            out.append((node.id, None))
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            out.append((node.value.id, node.attr))
+    return tuple(dict.fromkeys(out))
+
+
+def _names(f: KernelFunction) -> tuple[tuple[str, str | None], ...]:
+    """The global names f's source reads, and the attributes it reads of them: (name, attr or None)."""
+    local = set(f.arg_names)
+    return tuple((n, a) for n, a in _names_of(f.src) if n not in local and n in f.__globals__)
 
 
 def specialize(jit_fn: KernelFunction, bound: dict, debug: bool) -> tuple[Spec, list]:
@@ -152,7 +198,7 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool) -> tuple[Spec, 
             continue
         if isinstance(v, bool | int | float | np.number):
             try:
-                d = scalar_dtype(v)
+                d = p.declared or scalar_dtype(v)
             except ArgumentTypeError as e:
                 raise ArgumentTypeError(f"kernel {jit_fn.__name__}, argument '{p.name}': {e}") from None
             if d.is_int() and not d.is_bool() and not p.do_not_specialize and int(v) == 1:
@@ -236,7 +282,9 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool) -> Compiled:
             target = as_target("c")
             lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes)
             source = codegen_c(lowered)
-            compiled = Compiled(func.name, spec.key, source, str(lowered), sites, scalar_dtypes)
+            tensors = lowered.params[:sum(kind[0] == "tensor" for kind in spec.kinds)]  # (the first parameters)
+            written = [b.name for b in tensors if b in written_buffers(lowered)]
+            compiled = Compiled(func.name, spec.key, source, str(lowered), sites, scalar_dtypes, written)
             stats["compiled"] += 1
         else:
             stats["loaded"] += 1
@@ -257,12 +305,13 @@ def _read_cached(path: Path, key: str) -> Compiled | None:
         return None
     if data.get("format") != FORMAT or data.get("key") != key:
         return None
-    return Compiled(data["name"], key, data["source"], data["tir"], data["sites"], data["scalar_dtypes"])
+    return Compiled(data["name"], key, data["source"], data["tir"], data["sites"], data["scalar_dtypes"],
+                    data["written"])
 
 
 def _write_cached(path: Path, c: Compiled) -> None:
     data = {"format": FORMAT, "key": c.key, "name": c.name, "source": c.source, "tir": c.tir, "sites": c.sites,
-            "scalar_dtypes": c.scalar_dtypes}
+            "scalar_dtypes": c.scalar_dtypes, "written": c.written}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(data).encode())
@@ -279,6 +328,11 @@ def prepare(jit_fn: KernelFunction, bound: dict, options: dict) -> tuple[Compile
 def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, options: dict) -> Compiled:
     """Run the kernel over the grid (what JITFunction.run calls)."""
     compiled, runtime = prepare(jit_fn, bound, options)
+    for name in compiled.written:
+        if isinstance(bound[name], np.ndarray) and not bound[name].flags.writeable:
+            raise ArgumentTypeError(f"kernel {jit_fn.__name__} stores to argument '{name}', a read-only array "
+                                    f"(its writeable flag is False: a read-only memmap, a view of bytes); pass a "
+                                    f"writable copy")
     if grid[0] * grid[1] * grid[2] == 0:
         return compiled
     pointers, keep, spans = [], [], []
