@@ -5,11 +5,11 @@
     ember.build(s, [A, B], target="cuda")   # one GPU kernel: CUDA C through NVRTC (ember.cuda)
     ember.compile(model, target=Target("c", cc="clang", cflags="-O2 -fopenmp -shared -fPIC"))
 
-A `Target` holds its kind (the code generator and builder: "c", "python" or "cuda"; "cuda" builds
-single kernels for now), the C compiler and
-flags, the SIMD width kernels are vectorized for (and the layout pass blocks channels by), the
-alignment of every buffer (ALIGN), the default-schedule family, and the key the tuning database
-files schedules under (`key`). `as_target` turns "c", "python" or a Target into a Target; the
+A `Target` holds its kind (the name of its backend, `target.backend`: ember.backends; "cuda"
+builds single kernels for now), the C compiler and flags, the SIMD width kernels are vectorized
+for (and the layout pass blocks channels by), the alignment of every buffer (ALIGN), the
+default-schedule family, and the key the tuning database files schedules under (`key`).
+`as_target` turns "c", "python", "cuda" or a Target into a Target; the
 compiler, `ember.build`, the tuner and the runtime take it from there.
 
 The SIMD width of a C target is read once from the compiler's own predefined macros under its
@@ -26,7 +26,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import config
+from . import backends, config
 from .errors import ConfigError
 
 ALIGN = 64  # bytes every buffer starts at: one cache line, one AVX-512 register
@@ -77,6 +77,11 @@ class Target:
             object.__setattr__(self, "cflags", cflags)
             if self.vector_bytes is None:
                 object.__setattr__(self, "vector_bytes", _vector_bytes(cc, cflags))
+
+    @property
+    def backend(self):
+        """The backend that compiles for this target (ember.backends: registered by kind)."""
+        return backends.get(self.kind)
 
     @property
     def lanes(self) -> int:

@@ -1,16 +1,17 @@
 """A whole model on the loop-IR interpreter (target "python"): slow, exact, no compiler.
 
-The compiler makes the same kernels, memory plan and entry calls as for C (ember.compiler), and
-this module runs them: `InterpretedEntry` is the entry function (ember.codegen.entry) written in
-Python, called with the very arguments the C entry takes (the addresses of the inputs, outputs,
-workspace, offsets, weights and sizes), so `InterpretedModel` is a CompiledModel in every other
-respect: the same input checks, symbol binding, workspace layout and outputs. Each kernel runs as
-ember.codegen.python renders it, on NumPy arrays over those addresses. A wrong model result can
-so be placed: the interpreter is the definition of the loop IR, the C code its translation.
+The compiler makes the same kernels, memory plan and call program (ember.program) as for C
+(ember.compiler), and this module runs them: `InterpretedEntry` runs the program as the C entry
+function (ember.codegen.entry) does, called with the very arguments the C entry takes (the
+addresses of the inputs, outputs, workspace, offsets, weights and sizes), so `InterpretedModel`
+is a CompiledModel in every other respect: the same input checks, symbol binding, workspace
+layout and outputs. Each kernel runs as ember.codegen.python renders it, on NumPy arrays over
+those addresses. A wrong model result can so be placed: the interpreter is the definition of the
+loop IR, the C code its translation.
 
-Control flow runs as the C entry runs it (ember.codegen.entry): `calls` holds `Branch` and `Loop`
-statements around their calls, the loop's iteration number and condition live in ctypes buffers
-that `local` references point at, and its slices move each iteration.
+Control flow runs as the C entry runs it (ember.codegen.entry): the program holds `Branch` and
+`Loop` statements around their launches, the loop's iteration number and condition live in
+ctypes buffers that `local` references point at, and its slices move each iteration.
 
 An interpreted model has no library: it cannot be saved or profiled (compile it for "c").
 """
@@ -18,47 +19,30 @@ An interpreted model has no library: it cannot be saved or profiled (compile it 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..codegen.entry import Branch, Copy, Loop, Ref, SizeExpr
 from ..codegen.python import codegen_python, load_python
 from ..errors import ConfigError
-from ..tir.stmt import PrimFunc
-from .model import CompiledModel, ModelSpec
-
-Dims = tuple[int | Ref | SizeExpr, ...]  # ints, "size" references to the model's symbols, expressions of them
-
-
-@dataclass(frozen=True)
-class InterpretedCall:
-    """One kernel call: the kernel's name, and per buffer argument its reference, its dimensions
-    and its dtype (the last `outputs` arguments are written); the size arguments; the nodes it
-    computes."""
-
-    kernel: str
-    args: tuple[tuple[Ref, Dims, str], ...]
-    sizes: tuple[Ref, ...]
-    outputs: int
-    nodes: str = ""
+from ..program import Branch, Copy, Dims, Launch, Loop, Program, Ref, SizeExpr
+from .model import CompiledModel
 
 
 class InterpretedEntry:
     """ember_model_run in Python (see the module doc): returns 0 as the unchecked C entry does.
-    `funcs` holds the lowered kernels by name; `run_call(call, arrays, sizes)` runs one call on
+    `funcs` holds the lowered kernels by name; `run_call(launch, arrays, sizes)` runs one launch on
     flat arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
 
-    def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence, copies: Sequence[Copy]):
-        sources = {f.name: codegen_python(f) for f in kernels}
+    def __init__(self, program: Program):
+        sources = {f.name: codegen_python(f) for f in program.kernels}
         self.source = "\n\n".join(sources.values())
-        self.funcs = {f.name: f for f in kernels}
-        self.kernels = {f.name: load_python(sources[f.name], f) for f in kernels}
-        self.calls, self.copies = tuple(calls), tuple(copies)
+        self.funcs = {f.name: f for f in program.kernels}
+        self.kernels = {f.name: load_python(sources[f.name], f) for f in program.kernels}
+        self.program = program
         self.run_call = self.interpret
 
-    def interpret(self, call: InterpretedCall, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
+    def interpret(self, call: Launch, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
         """Run one call's kernel on the interpreter."""
         with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors
             self.kernels[call.kernel](*arrays, *sizes)
@@ -86,8 +70,8 @@ class InterpretedEntry:
         def run(stmts) -> None:
             for st in stmts:
                 match st:
-                    case InterpretedCall():
-                        arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in st.args]
+                    case Launch():
+                        arrays = [_view(address(a.ref), numel(a.dims), np.dtype(a.dtype)) for a in st.args]
                         self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
                     case Copy():
                         ctypes.memmove(address(st.dst), address(st.src), numel(st.dims) * st.itemsize)
@@ -114,17 +98,12 @@ class InterpretedEntry:
                             if local[v.current] != address(v.output):
                                 ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
 
-        run(self.calls)
-        run(self.copies)
+        run(self.program.body)
         return 0
 
 
 class InterpretedModel(CompiledModel):
     """A CompiledModel whose entry function is an InterpretedEntry (target "python")."""
-
-    def __init__(self, spec: ModelSpec, entry: InterpretedEntry, weights: Mapping[str, np.ndarray], plan, *,
-                 graph=None, stats=None):
-        super().__init__(spec, entry, weights, plan, graph=graph, source=entry.source, stats=stats)
 
     def _open(self, entry: InterpretedEntry):
         self.library = self.library_path = self._library = None

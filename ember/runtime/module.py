@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import config
-from ..codegen.c import CRenderer, codegen_c
+from ..codegen.c import codegen_c, launcher_symbol
 from ..codegen.python import codegen_python, load_python
 from ..tir.stmt import PrimFunc
 from . import fork
@@ -81,7 +81,7 @@ class CKernel(Kernel):
         self.library = library  # keeps the library loaded as long as the kernel lives
         self.checked = checked
         self.num_threads = num_threads
-        self._cfunc = getattr(library, CRenderer.launcher_of(func.name))
+        self._cfunc = getattr(library, launcher_symbol(func.name))
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
             + [ctypes.c_void_p] * checked + [ctypes.c_int]
         self._cfunc.restype = None
