@@ -9,7 +9,9 @@ kind:
   `build_kernels`; the tile launcher (ember.triton): `render_kernels` and `open_launcher`, since it
   caches a kernel's source apart from its loop IR;
 - the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline) and the
-  loop passes in order (`loop_passes`, those of ember.tir.lower).
+  loop passes in order (`loop_passes`, those of ember.tir.lower);
+- the tuner's rules (`tuner`: the design space, the features the cost model sees, the runner
+  that measures), which ember.tune takes from the target it tunes for.
 
 A backend is one object, registered by its `name` (the target's kind).
 """
@@ -17,7 +19,7 @@ A backend is one object, registered by its `name` (the target's kind).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +40,18 @@ class Rendered:
     entry: object = None
 
 
+@dataclass(frozen=True)
+class TunerRules:
+    """How the tuner explores a target's kernels: `space(task)`, the task's design space (a list
+    of sketches, ember.tune.space); `features(func, target)`, what the cost model sees of a
+    candidate (ember.tune.features); `runner(workers=...)`, what builds, checks and times
+    candidates (ember.tune.measure.LocalRunner's interface)."""
+
+    space: Callable
+    features: Callable
+    runner: Callable
+
+
 class Backend(ABC):
     """One target kind's code generation, build and runtime (see the module doc)."""
 
@@ -47,6 +61,7 @@ class Backend(ABC):
     model: type | None
     graph_passes: tuple[str, ...]  # the graph passes that read the target
     loop_passes: Sequence  # (name, pass) pairs, in order
+    tuner: TunerRules | None  # None: kernels of this target are not tuned
 
     def check_options(self, *, checked: bool | None) -> None:  # noqa: B027 (most backends take every option)
         """Refuse, before anything is compiled, a model this backend cannot compile with these

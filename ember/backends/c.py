@@ -25,8 +25,11 @@ from ..runtime.module import CKernel, build_c_module
 from ..runtime.spec import ModelSpec
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
+from ..tune.features import extract_features
+from ..tune.measure import LocalRunner
+from ..tune.space import design_space
 from . import register
-from .base import Backend, Rendered
+from .base import Backend, Rendered, TunerRules
 
 
 class CBackend(Backend):
@@ -34,6 +37,7 @@ class CBackend(Backend):
     model = CompiledModel
     graph_passes = TARGET_PASSES
     loop_passes = PASSES
+    tuner = TunerRules(design_space, extract_features, LocalRunner)
 
     def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
                checked: bool) -> Rendered:

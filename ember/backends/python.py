@@ -29,6 +29,7 @@ class PythonBackend(Backend):
     model = InterpretedModel
     graph_passes = TARGET_PASSES
     loop_passes = PASSES
+    tuner = None  # the interpreter is the oracle, not a target to make fast
 
     def check_options(self, *, checked: bool | None) -> None:
         if checked:
