@@ -184,6 +184,7 @@ class CompiledModel:
         """The kernels in run order with the operators fused into each, their times from the
         latest `profile` run if any, and the memory plan."""
         return summary(self)
+
     def save(self, path: str | Path) -> Path:
         """Write the artifact folder (library, weights, manifest); `ember.load(path)` reads it."""
         from .artifact import save_artifact
