@@ -96,15 +96,15 @@ SPEC_LINE = 96  # characters of the spec per line of C string literal
 _C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
 
 
-def render_entry(program: Sequence[Stmt], *, checked: bool = False) -> str:
+def render_entry(body: Sequence[Stmt], *, checked: bool = False) -> str:
     """The C text of the entry function, then of its profiling twin, running the statements of a
     call program (ember.program: Program.body) in order (`checked`: the kernels take a status
     pointer, see the module doc)."""
-    names = ", ".join([f'"{kernel_symbol(call.kernel)}"' for call in launches(program)] + ["0"])
+    names = ", ".join([f'"{kernel_symbol(call.kernel)}"' for call in launches(body)] + ["0"])
     return "\n".join([
-        *([_INTERRUPTS] if _has_loops(program) else []),
+        *([_INTERRUPTS] if _has_loops(body) else []),
         "/* The model: every kernel in order (ember.codegen.entry). */",
-        *_function(ENTRY, "", program, checked),
+        *_function(ENTRY, "", body, checked),
         "",
         "/* The same, timed: ticks[0] before the first call, ticks[k + 1] after call k (CLOCK_MONOTONIC ns). */",
         "#include <time.h>",
@@ -114,7 +114,7 @@ def render_entry(program: Sequence[Stmt], *, checked: bool = False) -> str:
         "  clock_gettime(CLOCK_MONOTONIC, &t);",
         "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;",
         "}",
-        *_function(PROFILE_ENTRY, ", int64_t* ticks", program, checked),
+        *_function(PROFILE_ENTRY, ", int64_t* ticks", body, checked),
     ])
 
 
@@ -123,7 +123,7 @@ def _has_loops(stmts: Sequence[Stmt]) -> bool:
                for st in stmts)
 
 
-def _function(name: str, extra: str, program: Sequence[Stmt], checked: bool) -> list[str]:
+def _function(name: str, extra: str, body: Sequence[Stmt], checked: bool) -> list[str]:
     timed = bool(extra)
     lines = [
         f"int {name}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
@@ -133,11 +133,11 @@ def _function(name: str, extra: str, program: Sequence[Stmt], checked: bool) -> 
     ]
     if checked:
         lines.append("  int status = 0;")
-    if _has_loops(program):
+    if _has_loops(body):
         lines.append(f"  if ({INTERRUPT_FLAG}) *{INTERRUPT_FLAG} = 0;")
     if timed:
         lines.append("  ticks[0] = ember_profile_now();")
-    lines += _statements(program, "  ", timed, checked, [0])
+    lines += _statements(body, "  ", timed, checked, [0])
     lines += ["  return 0;", "}"]
     return lines
 

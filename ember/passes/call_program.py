@@ -38,7 +38,7 @@ def call_program(steps: KernelGraph, plan: MemoryPlan, calls: Iterable[tuple], k
     return Program(tuple(kernels), tuple(body), tuple(refs.weights))
 
 
-def size_of(d: Dim, symbols: list[str]) -> int | Ref | SizeExpr:
+def _size_of(d: Dim, symbols: list[str]) -> int | Ref | SizeExpr:
     """A dimension as the program computes it from its sizes (the symbols' values)."""
     if dims.is_symbol(d):
         return Ref("size", symbols.index(d))
@@ -99,7 +99,7 @@ class _Refs:
         return self.arrays[id(data)]
 
     def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref | SizeExpr, ...]:
-        return tuple(size_of(d, self.symbols) for d in shape)
+        return tuple(_size_of(d, self.symbols) for d in shape)
 
     def arg(self, v: Value) -> Arg:
         return Arg(self.of(v), self.dims(v.shape), v.dtype)
