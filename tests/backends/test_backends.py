@@ -12,8 +12,11 @@ import ember
 from ember import backends, te
 from ember.backends.base import Backend
 from ember.backends.c import CBackend
+from ember.backends.cuda import CUDABackend
 from ember.backends.python import PythonBackend
 from ember.errors import ConfigError
+from ember.graph import Graph, TensorType
+from ember.ops.nodes import add_op
 from ember.runtime.model import CompiledModel
 from ember.runtime.module import CKernel, PythonKernel
 from ember.target import Target, as_target
@@ -25,6 +28,7 @@ from ember.tune.tuner import TaskTuner
 def test_a_target_finds_its_backend_by_kind():
     assert isinstance(as_target("c").backend, CBackend) and as_target("c").backend is backends.get("c")
     assert isinstance(as_target("python").backend, PythonBackend)
+    assert isinstance(as_target("cuda").backend, CUDABackend)
     assert as_target("c").backend.model is CompiledModel
 
 
@@ -66,3 +70,18 @@ def test_what_the_interpreter_backend_refuses():
     B = te.compute((8,), lambda i: A[i] + 1, name="B")
     with pytest.raises(ConfigError, match="target 'python' is not tuned"):
         TaskTuner(task_from_tensors([A, B]), runner=None, target=Target("python"))
+
+
+def test_the_cuda_backend_refuses_models_and_lowers_without_vectors():
+    g = Graph("one")
+    x = g.add_input("x", TensorType((4,)))
+    g.set_outputs(add_op(g, "relu", [x]))
+    with pytest.raises(ConfigError, match="target 'cuda' builds single kernels for now"):
+        ember.compile(g, target="cuda")
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2, name="B")
+    s = te.create_schedule(B.op)
+    _, inner = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(inner)
+    assert "vectorized" in str(ember.lower(s, [A, B], target="cuda", skip=("vectorize",)))  # a loop CUDA C unrolls
+    assert "vectorized" not in str(ember.lower(s, [A, B], target="c"))  # vector expressions
