@@ -21,22 +21,24 @@
    values inside a group never reach memory). A group of reshapes alone makes no kernel: its
    output is a view of its input's bytes. A model whose weights, workspace peak and outputs
    exceed the machine's memory is refused (CompileError);
-4. renders every kernel (ember.codegen.c) and the entry function that calls them in order
-   (ember.codegen.entry) as ONE C translation unit, built once by ember.runtime.build (cached by
-   content hash: compiling the same model again compiles no C). A control-flow node
-   (ember.ops.control) is a branch or a loop of the entry function around the calls of its
-   regions' kernels, each region fused, lowered and planned with the rest (`_Program`);
-5. returns the CompiledModel (ember.runtime.model), whose `stats` holds the time of each phase
-   (and the report of each graph pass).
+4. writes the call program (ember.program, made by ember.passes.call_program): the launch of
+   each kernel on its buffers of the plan, in order, the copies of outputs no kernel writes, and
+   a branch or a loop around the launches of the regions of each control-flow node
+   (ember.ops.control), each region fused, lowered and planned with the rest;
+5. hands the kernels and the program to the target's backend (ember.backends), which renders
+   them (for "c": ONE C translation unit of every kernel and the entry function that runs the
+   program), builds them (once: the build cache keys the unit by content hash) and returns its
+   compiled model (ember.runtime.model), whose `stats` holds the time of each phase (and the
+   report of each graph pass).
 
 A graph with nodes whose output size depends on the data (nonzero, unique: ember.ops.dynamic) is
 cut around them first (ember.passes.host_segments): each segment between them goes through the
 steps above as a model of its own, those nodes run on the host, and the result is a
 SegmentedModel (ember.runtime.segmented).
 
-On target "python" (ember.target), steps 1-3 are the same and step 4 renders no C: the kernels
-run on the loop-IR interpreter, called by the entry function's Python twin
-(ember.runtime.interpreted.InterpretedModel), branches and loops included: slow, exact, no compiler.
+On target "python" (ember.backends.python), steps 1-4 are the same and step 5 renders no C: the
+kernels run on the loop-IR interpreter, and the program too (ember.runtime.interpreted), branches
+and loops included: slow, exact, no compiler.
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
@@ -52,7 +54,6 @@ compiled.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -63,35 +64,19 @@ import numpy as np
 
 from . import config, dims
 from .checks import check_graph, check_model_fits
-from .codegen.c import CRenderer
-from .codegen.entry import (
-    Branch,
-    Carried,
-    Copy,
-    KernelCall,
-    Loop,
-    Ref,
-    SizeExpr,
-    Slice,
-    Stmt,
-    kernel_calls,
-    render_entry,
-    render_spec,
-)
-from .errors import ArgumentTypeError, CompileError, ConfigError, EmberError, ShapeError
+from .errors import ArgumentTypeError, CompileError, EmberError, ShapeError
 from .frontend import import_model
-from .graph.core import Dim, Graph, Value, region_key
+from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
 from .ops import get as get_op
-from .ops.control import loop_parts
-from .passes.fuse import Group
+from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport
-from .passes.plan_memory import KernelGraph, MemoryPlan, Step, kernel_graph, next_name, plan_memory
-from .runtime.build import build_library, is_cached
-from .runtime.contract import contract, contract_text
-from .runtime.model import CompiledModel, KernelInfo, ModelSpec, TensorSpec
+from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
+from .program import Program
+from .runtime.model import CompiledModel
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
+from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
 from .runtime.specialized import SpecializedModel
 from .target import Target, as_target
 
@@ -133,8 +118,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
     target: "c", "python" (the loop-IR interpreter runs every kernel), or an ember.target.Target:
-        the code generator and builder, the SIMD width the kernels and the layout pass are made
-        for, the key of tuned schedules.
+        its backend (ember.backends: renderers, builder, compiled-model class), the SIMD width the
+        kernels and the layout pass are made for, the key of tuned schedules.
     cc, cflags: the C compiler and its flags (default: the target's, else the options).
     database: an ember.tune.Database; each kernel with a record for the target takes the
         schedule of its best record (`database.schedules(target.key)` is the lookup used).
@@ -145,11 +130,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     """
     start = time.perf_counter()
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
-    if target.kind == "cuda":
-        raise ConfigError("target 'cuda' builds single kernels for now (ember.build of a GPU schedule); "
-                          "models compile for 'c' or 'python'")
-    if target.kind == "python" and checked:
-        raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check divisions")
+    backend = target.backend
+    backend.check_options(checked=checked)
     target.check_runs_here()  # the model is built to run here
     check_graph(graph)
     if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
@@ -169,49 +151,47 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
 
     steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes))  # kernels, views, in-place writes, regions
     lowered = lower_groups(steps.kernels, jobs, schedules, target)
-    users: dict[str, list[Group]] = {}
-    for g, _, k in lowered.calls:
-        users.setdefault(k.name, []).append(g)
     lower_s = time.perf_counter() - start
 
     t = time.perf_counter()
     plan = plan_memory(steps, target.align)
-    refs = _Refs(steps, plan, symbols)
+    program = call_program(steps, plan, lowered.calls, lowered.kernels, symbols)
+    spec = _model_spec(name, graph, symbols, ranges, program, lowered.calls, target)
+    constants = dict(graph.all_constants())
+    weights = {w: constants[w] for w in program.weights}
+    check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     checked = config.get("checked") if checked is None else bool(checked)
-    renderer = CRenderer(checked, target.align)
-    calls = _Program({id(g): (own, k) for g, own, k in lowered.calls}, symbols, renderer).statements(steps, refs)
-    copies = refs.copies()  # before the weights are listed: a copied output may be a weight
-    copies = refs.copies()  # before the spec: an output that is a constant adds that constant to the weights
-    spec = ModelSpec(
+    rendered = backend.render(program, spec, plan, weights, checked=checked, target=target)
+    codegen_s = time.perf_counter() - t
+
+    t = time.perf_counter()
+    built, cached = backend.build(rendered, target)
+    build_s = time.perf_counter() - t
+
+    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
+                         build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused)
+    return backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads,
+                         stats=stats)
+
+
+def _model_spec(name: str, graph: Graph, symbols: list[str], ranges, program: Program, calls,
+                target: Target) -> ModelSpec:
+    """What the runtime knows of the model: its signature, the program's weights, each kernel with
+    the operators it computes and the nodes that run it (`calls`: (group, function, kernel))."""
+    users: dict[str, list] = {}
+    for g, _, k in calls:
+        users.setdefault(k.name, []).append(g)
+    return ModelSpec(
         name=name,
         inputs=tuple(_spec(v) for v in graph.inputs),
         outputs=tuple(_spec(v) for v in graph.outputs),
         symbols=tuple(symbols),
         ranges={s: ranges[s] for s in symbols if s in ranges},
-        weights=tuple(refs.weights),
+        weights=program.weights,
         kernels=tuple(KernelInfo(k.name, users[k.name][0].ops, tuple(n.name for g in users[k.name] for n in g.nodes))
-                      for k in lowered.kernels),
+                      for k in program.kernels),
         target=target.describe(),
     )
-    constants = dict(graph.all_constants())
-    weights = {w: constants[w] for w in refs.weights}
-    check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
-    if target.kind == "python":
-        return _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes)
-    source = "\n".join([renderer.render_unit(lowered.kernels),
-                         render_entry(calls, copies),
-                         render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""])
-    codegen_s = time.perf_counter() - t
-
-    t = time.perf_counter()
-    cached = is_cached(source, cc=target.cc, cflags=target.cflags)
-    library = build_library(source, cc=target.cc, cflags=target.cflags)
-    build_s = time.perf_counter() - t
-
-    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
-                         build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused)
-    return CompiledModel(spec, library, weights, plan, graph=graph,
-                         source=source, num_threads=num_threads, stats=stats)
 
 
 def _segmented(graph: Graph, name: str, options: dict) -> SegmentedModel:
@@ -238,39 +218,6 @@ def _host_function(node):
                                                                          node.outputs)]
 
     return run
-
-
-def _interpreted(spec, lowered, calls, copies, weights, plan, graph, start, lower_s, t, passes):
-    """The model on the loop-IR interpreter: the same kernels, plan and calls (target "python")."""
-    from .runtime.interpreted import InterpretedCall, InterpretedEntry, InterpretedModel
-
-    def arg(ref: Ref, v: Value):
-        return ref, tuple(_sizes(d, list(spec.symbols)) for d in v.shape), v.dtype
-
-    interpreted = iter([
-        InterpretedCall(k.name, tuple(arg(ref, v) for ref, v in zip(call.args, (*g.inputs, *g.outputs))), call.sizes,
-                        len(g.outputs), call.comment)
-        for call, (g, _, k) in zip(kernel_calls(calls), lowered.calls, strict=True)])
-
-    def tree(stmts):  # the statements with each kernel call interpreted (in the order kernel_calls lists them)
-        out = []
-        for st in stmts:
-            match st:
-                case KernelCall():
-                    out.append(next(interpreted))
-                case Branch():
-                    out.append(dataclasses.replace(st, then=tree(st.then), other=tree(st.other)))
-                case Loop():
-                    out.append(dataclasses.replace(st, body=tree(st.body)))
-                case _:
-                    out.append(st)
-        return tuple(out)
-
-    entry = InterpretedEntry(lowered.kernels, tree(calls), copies)
-    codegen_s = time.perf_counter() - t
-    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
-                         0.0, time.perf_counter() - start, False, tuple(passes), lowered.reused)
-    return InterpretedModel(spec, entry, weights, plan, graph=graph, stats=stats)
 
 
 def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializations: int | None = None,
@@ -392,145 +339,5 @@ def _check_loops(graph: Graph) -> None:
                                "length (ember.ops.evaluate runs the others)")
 
 
-def _sizes(d, symbols: list[str]) -> int | Ref | SizeExpr:
-    """A dimension as the entry function computes it from its `sizes` (the symbols' values)."""
-    if dims.is_symbol(d):
-        return Ref("size", symbols.index(d))
-    if isinstance(d, str):
-        return SizeExpr(tuple((tuple(symbols.index(s) for s in m), c) for m, c in dims.parse(d).terms))
-    return int(d)
-
-
 def _spec(v: Value) -> TensorSpec:
     return TensorSpec(v.name, tuple(d if isinstance(d, str) else int(d) for d in v.shape), v.dtype)
-
-
-
-# -- where each value lives --------------------------------------------------------------------
-class _Refs:
-    """The entry function's reference of each value of one level (the graph, or a region): an
-    input, an output (or a value an output views), a weight (constants in order of first use,
-    a region's named by their key, Graph.all_constants; a weight that regions share is stored
-    once), or a workspace tensor of the plan; a
-    view outside the workspace refers to what it views. A region's inputs and outputs are the
-    references its control-flow node gives them (`region`)."""
-
-    def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str], inputs: list[Ref] | None = None,
-                 outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None,
-                 arrays: dict | None = None):
-        graph = steps.graph
-        self.graph, self.plan, self.symbols, self.prefix = graph, plan, symbols, prefix
-        self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
-        self.inputs = {id(v): Ref("input", k) if inputs is None else inputs[k] for k, v in enumerate(graph.inputs)}
-        self.out_refs = [Ref("output", k) for k in range(len(graph.outputs))] if outputs is None else outputs
-        self.outputs: dict[int, int] = {}
-        for k, v in enumerate(graph.outputs):
-            self.outputs.setdefault(id(v), k)
-        for v, k in steps.written_as:  # written as the output that views it
-            self.outputs[id(v)] = k
-        self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
-        self.weights: dict[str, int] = {} if weights is None else weights
-        # id(constant data) -> its weight; (dtype, shape, sample) -> the weights' arrays of that kind
-        self.arrays: dict = {} if arrays is None else arrays
-        self.produced = {id(v) for n in graph.nodes for v in n.outputs}
-
-    def region(self, steps: KernelGraph, prefix: str, inputs: list[Ref], outputs: list[Ref]) -> _Refs:
-        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights, self.arrays)
-
-    def of(self, v: Value) -> Ref:
-        if id(v) in self.inputs:
-            return self.inputs[id(v)]
-        if self.graph.is_constant(v):
-            return Ref("weight", self.weight(v))
-        if id(v) in self.outputs:
-            return self.out_refs[self.outputs[id(v)]]
-        if self.prefix + v.name in self.workspace:
-            return Ref("workspace", self.workspace[self.prefix + v.name])
-        return self.of(self.viewed[id(v)])
-
-    def weight(self, v: Value) -> int:
-        """The weight of a constant: one per array, and one per content among arrays of one type
-        (regions name their copies of an outer weight apart; cse merges equal constants within a
-        graph only)."""
-        data = self.graph.constants[v.name]
-        if id(data) not in self.arrays:  # compared in full only when a sample of 64 elements agrees
-            sample = data.reshape(-1)[::max(1, data.size // 64)].tobytes()
-            same = self.arrays.setdefault((data.dtype.name, data.shape, sample), [])
-            index = next((k for other, k in same if np.array_equal(other, data)), None)
-            if index is None:
-                index = self.weights.setdefault(self.prefix + v.name, len(self.weights))
-                same.append((data, index))
-            self.arrays[id(data)] = index
-        return self.arrays[id(data)]
-
-    def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref | SizeExpr, ...]:
-        return tuple(_sizes(d, self.symbols) for d in shape)
-
-    def copies(self) -> list[Copy]:
-        """Outputs no kernel writes: inputs and constants returned as they are, repeated outputs."""
-        out = []
-        for k, v in enumerate(self.graph.outputs):
-            if self.outputs[id(v)] == k and id(v) in self.produced:
-                continue
-            out.append(Copy(self.out_refs[k], self.of(v), self.dims(v.shape), np.dtype(v.dtype).itemsize))
-        return out
-
-
-class _Program:
-    """The statements of the entry function: the kernel calls of each level in order, and a
-    branch or a loop for each control-flow node (ember.codegen.entry), with the locals they use."""
-
-    def __init__(self, kernels: dict[int, tuple], symbols: list[str], renderer: CRenderer):
-        self.kernels, self.symbols = kernels, symbols  # id(group) -> (its own function, its kernel)
-        self.renderer = renderer  # which kernels take a status (CRenderer.takes_status)
-        self.locals = self.loops = 0
-
-    def statements(self, steps: KernelGraph, refs: _Refs) -> list[Stmt]:
-        out: list[Stmt] = []
-        for step in steps.steps:
-            if step.regions:
-                out.append(self.control(step, refs))
-            elif not step.view:
-                g = step.group
-                own, k = self.kernels[id(g)]
-                out.append(KernelCall(CRenderer.symbol(k), tuple(refs.of(v) for v in (*g.inputs, *g.outputs)),
-                                      tuple(Ref("size", self.symbols.index(s.name)) for s in own.size_vars),
-                                      "; ".join(repr(n) for n in g.nodes), self.renderer.takes_status(k)))
-        return out
-
-    def local(self) -> int:
-        self.locals += 1
-        return self.locals - 1
-
-    def region(self, step: Step, k: int, refs: _Refs, inputs: list[Ref], outputs: list[Ref]) -> tuple[Stmt, ...]:
-        sub = refs.region(step.regions[k], region_key(refs.prefix, step.control.name, k), inputs, outputs)
-        return (*self.statements(step.regions[k], sub), *sub.copies())
-
-    def control(self, step: Step, refs: _Refs) -> Stmt:
-        node = step.control
-        outs = [refs.of(v) for v in node.outputs]
-        if node.op == "if":
-            ins = [refs.of(v) for v in node.inputs[1:]]
-            return Branch(refs.of(node.inputs[0]), self.region(step, 0, refs, ins, outs),
-                          self.region(step, 1, refs, ins, outs))
-        c = node.attrs["carried"]
-        carried, scanned, captured = (node.inputs[p] for p in loop_parts(len(node.inputs), node.attrs))
-        index, iteration, cond = self.loops, self.local(), self.local()
-        self.loops += 1
-        init = tuple(Copy(outs[j], refs.of(x), refs.dims(x.shape), np.dtype(x.dtype).itemsize)
-                     for j, x in enumerate(carried))
-        slices = []
-        for values, flags in ((scanned, node.attrs["scan_reverse"]), (node.outputs[c:], node.attrs["out_reverse"])):
-            for j, v in enumerate(values):
-                slices.append(Slice(self.local(), refs.of(v), refs.dims(v.shape[1:]), np.dtype(v.dtype).itemsize,
-                                    refs.dims(v.shape[:1])[0], bool(flags[j]) if flags else False))
-        local = [Ref("local", sl.local) for sl in slices]
-        nexts = [Ref("workspace", refs.workspace[next_name(refs.prefix, node, j)]) for j in range(1 + c)]
-        buffers = tuple(Carried(self.local(), self.local(), outs[j], nexts[1 + j], refs.dims(v.shape),
-                                np.dtype(v.dtype).itemsize) for j, v in enumerate(node.outputs[:c]))
-        body = self.region(step, 0, refs, [Ref("local", iteration), Ref("local", cond),
-                                           *(Ref("local", b.current) for b in buffers), *local[:len(scanned)],
-                                           *(refs.of(v) for v in captured)],
-                           [nexts[0], *(Ref("local", b.new) for b in buffers), *local[len(scanned):]])
-        return Loop(index, refs.of(node.inputs[0]), refs.of(node.inputs[1]), iteration, cond, init, tuple(slices),
-                    body, nexts[0], buffers)

@@ -1,6 +1,6 @@
 """The single-kernel path: a TE schedule (or loop-IR schedule or function) to a lowered loop-IR
-function (`lower`) and to a callable kernel (`build`), for a target (ember.target): C compiled by
-the system compiler, or the loop-IR interpreter."""
+function (`lower`) and to a callable kernel (`build`), for a target (ember.target), by its backend
+(ember.backends): C compiled by the system compiler, or the loop-IR interpreter."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from .tir.lower import lower as lower_func
 from .tir.params import bind_params
 from .tir.schedule import Schedule
 from .tir.stmt import PrimFunc
-
-CUDA_SKIPS = ("vectorize", "simplify_vectors")  # CUDA C renders no vector expressions yet
 
 
 def _prim_func(sch, args, name: str) -> PrimFunc:
@@ -33,18 +31,17 @@ def _prim_func(sch, args, name: str) -> PrimFunc:
 
 def lower(sch, args: Sequence | None = None, name: str = "main", *, print_after: bool | None = None,
           skip: Sequence[str] = (), target: str | Target = "c") -> PrimFunc:
-    """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops. Loops
-    are vectorized for the target's SIMD width (none for the interpreter); for CUDA, vectorized
-    loops stay loops (CUDA C unrolls them)."""
+    """The lowered loop-IR function; `print(ember.lower(s, [A, B, C]))` shows its loops. The
+    target's backend gives the loop passes; loops are vectorized for the target's SIMD width (none
+    for the interpreter)."""
     target = as_target(target)
-    if target.kind == "cuda":
-        skip = (*skip, *(p for p in CUDA_SKIPS if p not in skip))
     return lower_func(_prim_func(sch, args, name), print_after=print_after, skip=skip,
-                      vector_bytes=target.vector_bytes)
+                      vector_bytes=target.vector_bytes, passes=target.backend.loop_passes)
 
 
 def build(sch, args: Sequence | None = None, target: str | Target = "c", name: str = "main", **options):
-    """A callable kernel: f(*numpy_arrays) computes in place into the output arrays.
+    """A callable kernel: f(*numpy_arrays) computes in place into the output arrays, built by the
+    target's backend.
 
     target "c" (or a C Target): C compiled by the system compiler (options: cc, cflags, checked:
     an integer division by zero raises ZeroDivisionError instead of giving 0 as numpy does;
@@ -53,18 +50,8 @@ def build(sch, args: Sequence | None = None, target: str | Target = "c", name: s
     involved; "cuda": a GPU kernel of a schedule bound to blocks and threads, CUDA C compiled by
     NVRTC (options: arch, ptx; ember.cuda.kernel). `f.source` is the generated code.
     """
-    from .runtime.module import build_c, build_python
-
     skip = options.pop("skip", ())
-    if target == "python" or isinstance(target, Target) and target.kind == "python":
-        if options:
-            raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
-        return build_python(lower(sch, args, name, skip=skip, target="python"))
-    if target == "cuda" or isinstance(target, Target) and target.kind == "cuda":
-        from .cuda import build_cuda
-
-        return build_cuda(lower(sch, args, name, skip=skip, target="cuda"), **options)
     target = as_target(target, cc=options.pop("cc", None), cflags=options.pop("cflags", None))
     target.check_runs_here()
-    return build_c(lower(sch, args, name, skip=skip, target=target), cc=target.cc, cflags=target.cflags,
-                   align=target.align, **options)
+    func = lower(sch, args, name, skip=skip, target=target)
+    return target.backend.build_kernels([func], target, **options)[func.name]

@@ -9,8 +9,8 @@ and the runtime read them from the Target they are given.
     ember.compile(model, target=Target("c", cc="clang", cflags="-O2 -fopenmp -shared -fPIC"))
     ember.compile(model, target=Target.x86("avx2"))   # AVX2 + FMA only (8 float lanes), any x86-64 since 2013
 
-A `Target` holds its kind (the code generator and builder: "c", "python" or "cuda"; "cuda" builds
-single kernels for now), the C compiler and flags, and the machine facts:
+A `Target` holds its kind (the name of its backend, `target.backend`: ember.backends; "cuda"
+builds single kernels for now), the C compiler and flags, and the machine facts:
 - `features`: the instruction-set extensions the code may use (x86: avx2, fma, avx512f/bw/vl/dq,
   avx512vnni, avx512bf16, avx512fp16, amx-tile/int8/bf16; ARM: neon, sve, dotprod, bf16). Code
   generation follows the compiler and flags, so these are read from the compiler's own predefined
@@ -45,7 +45,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import config
+from . import backends, config
 from .errors import ConfigError
 from .tir import dtype as dt
 
@@ -159,6 +159,11 @@ class Target:
         if missing := self.missing():
             raise ConfigError(f"target {self.key!r} uses {', '.join(missing)}, which this machine "
                               f"({_cpu_model()}) lacks; name a target it has, e.g. Target.x86('avx2')")
+
+    @property
+    def backend(self):
+        """The backend that compiles for this target (ember.backends: registered by kind)."""
+        return backends.get(self.kind)
 
     @property
     def key(self) -> str:

@@ -23,23 +23,27 @@ from pathlib import Path
 EMBER = Path(__file__).resolve().parent.parent / "ember"
 
 # modules anything may import (they import only each other)
-GROUND = {"ember.errors", "ember.config", "ember.target", "ember.tir.dtype", "ember.version", "ember.dims"}
+# (ember.backends is the registry of backends only, which the Target names; the backends
+# themselves, ember.backends.<name>, are the `backends` layer)
+GROUND = {"ember.errors", "ember.config", "ember.target", "ember.tir.dtype", "ember.version", "ember.dims",
+          "ember.backends"}
 
 # a package (ember/<name>/) or top-level module (ember/<name>.py) -> what it may import directly
 LAYERS: dict[str, set[str]] = {
     "tir": set(),  # expressions, loop IR, schedules, loop passes
     "te": {"tir"},  # tensor expressions become loop-IR functions
-    "codegen": {"tir"},  # loop IR to source text; the loop-IR interpreter
+    "program": set(),  # the call program: launches, copies, control flow over the plan's buffers
+    "codegen": {"tir", "program"},  # loop IR and call programs to source text; the loop-IR interpreter
     "runtime": {"codegen", "tir"},  # build, load, call
     "cuda": {"codegen", "runtime", "te"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
-    "kernel": {"te", "runtime", "cuda"},  # ember.lower / ember.build of one te schedule
+    "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule (by the target's backend)
     "intrinsics": {"te"},  # tensor intrinsics of real hardware (VNNI), declared through te
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds
     "schedules": {"ops"},  # schedules of the operators, per target
     "frontend": {"graph", "ops", "checks"},
-    "passes": {"graph", "ops"},
+    "passes": {"graph", "ops", "program"},
     "checks": {"graph", "ops"},  # compile-time checks of a model and its inputs
     "workers": set(),  # ember's own worker processes
     "lowering": {"passes", "kernel", "schedules", "workers"},  # a graph partition to loop-IR functions
@@ -47,9 +51,11 @@ LAYERS: dict[str, set[str]] = {
     "compiler": {"frontend", "checks", "tune", "lowering", "workers", "testing"},  # the driver
     "torch_backend": {"compiler"},  # the torch.compile backend: compiles what the frontend imports
     "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
+    # one per target kind, found through the registry (target.backend)
+    "backends": {"runtime", "passes", "tune", "cuda"},
     "ember": {"compiler"},  # the package itself: the public API
     "debug": {"ember"},  # bisect, draw
-    "cli": {"debug"},  # the `ember` command
+    "cli": {"debug", "cuda"},  # the `ember` command (ember doctor asks ember.cuda for NVRTC and the GPU)
 }
 
 # (importing module, imported module) -> why it is allowed for now
@@ -68,11 +74,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 
 # the modules of an import cycle (a strongly connected component of the module import graph) ->
 # why it is there for now
-CYCLES: dict[frozenset[str], str] = {
-    frozenset({"ember.runtime.artifact", "ember.runtime.contract", "ember.runtime.model", "ember.runtime.summary"}):
-        "a compiled model saves and loads its artifact, checks its contract and prints its summary, which "
-        "read the model back; being removed where backends become registered objects",
-}
+CYCLES: dict[frozenset[str], str] = {}
 
 
 def _module_name(path: Path) -> str:

@@ -96,6 +96,16 @@ def codegen_c(funcs: PrimFunc | Sequence[PrimFunc], *, checked: bool = False, al
     return CRenderer(checked, align).render_unit(funcs, launchers=True)
 
 
+def kernel_symbol(name: str) -> str:
+    """The C name of the kernel called `name` (CRenderer.symbol_of)."""
+    return CRenderer.symbol_of(name)
+
+
+def launcher_symbol(name: str) -> str:
+    """The C name of the launcher of the kernel called `name` (CRenderer.launcher_of)."""
+    return CRenderer.launcher_of(name)
+
+
 class CRenderer(CStyleRenderer):
     """Renders lowered functions as C (the C-style base's hooks filled with OpenMP, GCC vector
     extensions and the prelude's helpers). One instance renders one translation unit."""

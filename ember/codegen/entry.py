@@ -1,7 +1,7 @@
-"""The entry function of a compiled model: one C function that runs every kernel in order.
+"""The entry function of a compiled model: its call program (ember.program) as one C function.
 
-Generated apart from the kernels (Inductor's wrapper), and appended to the translation unit
-that holds them:
+The C backend's wrapper renderer (ember.backends.c): generated apart from the kernels
+(Inductor's wrapper), and appended to the translation unit that holds them:
 
     int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,
                         const int64_t* offsets, void* const* weights, const int64_t* sizes,
@@ -25,10 +25,7 @@ number and condition in C locals that the body reads through `local` references,
 initial carried values into the loop's outputs, then, while the iteration number is below the
 trip count and the condition holds, points its `Slice` locals at this iteration's slice of each
 scanned input and scan output, runs the body and reads the body's condition. The carried values
-are double-buffered: the body reads them through one local pointer and writes the new ones
-through another (`Loop.carried`: the loop's output buffer and a `next` buffer of the plan), and
-the two are swapped after each iteration, so no carried value is copied per iteration; after the
-loop, a value whose last iteration left it in the `next` buffer is copied to the output. A local
+are double-buffered (`Loop.carried`). A local
 reference is a `void*` named after its index. In the profiling twin, the calls of a branch not
 taken take no time, those of a loop the time of its last iteration.
 
@@ -40,16 +37,16 @@ KeyboardInterrupt) that sets a flag; `ember_interrupt_flag` points at the proces
 runtime sets it on load; NULL: never interrupted). The entry function clears the flag when it
 starts, each iteration reads it, and a set flag returns INTERRUPTED (-1) at once.
 
-Status: a kernel that takes one (`KernelCall.status`: every kernel in checked mode, the `checked`
-option of ember.codegen.c; in every mode a kernel that checks indices read at run time, the loop
-IR's INDEX intrinsic) is passed `status`, an `int64_t[3]` local of this call (so concurrent calls
-from several threads never see each other's). A kernel stores 1 to status[0] when it divides an
-integer by zero (checked mode), 2 when an index is out of range (its value and the axis size in
-status[1] and status[2]); the entry then returns, without running the calls after it, k + 1 for a
-division and -(k + 2) for an index (-1 is INTERRUPTED), k the index of that call in `ember_model_profile_calls`, and
-keeps the index and the size for the calling thread, which `void ember_model_index_error(int64_t*
-out)` copies to out[0] and out[1]. CompiledModel raises ZeroDivisionError or
-IndexOutOfRangeError naming the kernel.
+Status: a kernel that takes one (`status`, the names of such kernels: every kernel in checked
+mode, the `checked` option of ember.codegen.c; in every mode a kernel that checks indices read at
+run time, the loop IR's INDEX intrinsic) is passed `status`, an `int64_t[3]` local of this call (so
+concurrent calls from several threads never see each other's). A kernel stores 1 to status[0]
+when it divides an integer by zero (checked mode), 2 when an index is out of range (its value and
+the axis size in status[1] and status[2]); the entry then returns, without running the calls after
+it, k + 1 for a division and -(k + 2) for an index (-1 is INTERRUPTED), k the index of that call in
+`ember_model_profile_calls`, and keeps the index and the size for the calling thread, which `void
+ember_model_index_error(int64_t* out)` copies to out[0] and out[1]. CompiledModel raises
+ZeroDivisionError or IndexOutOfRangeError naming the kernel.
 
 Its profiling twin, `ember_model_profile`, takes one more argument, `int64_t* ticks` (one more
 entry than there are calls), runs the same calls and copies, and stores CLOCK_MONOTONIC
@@ -63,8 +60,9 @@ contract (ember.runtime.contract), so that the library itself says what it expec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from ..program import Branch, Copy, Launch, Loop, Ref, SizeExpr, Stmt, launches
+from .c import kernel_symbol
 from .c_prelude import enter_threads
 
 ENTRY = "ember_model_run"
@@ -102,134 +100,14 @@ int {CATCH_SIGINT}(void) {{
 """
 SPEC_LINE = 96  # characters of the spec per line of C string literal
 _C_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\"}
-KINDS = ("input", "output", "weight", "workspace", "size", "local")
 
 
-@dataclass(frozen=True)
-class Ref:
-    """Entry `index` of one of the entry function's arrays (KINDS)."""
-
-    kind: str
-    index: int
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"reference kind {self.kind!r} is not one of {KINDS}")
-
-    def c(self) -> str:
-        match self.kind:
-            case "input" | "output" | "weight":
-                return f"{self.kind}s[{self.index}]"
-            case "workspace":
-                return f"(void*)(workspace + offsets[{self.index}])"
-            case "local":
-                return f"loc{self.index}"
-            case _:
-                return f"sizes[{self.index}]"
-
-
-@dataclass(frozen=True)
-class SizeExpr:
-    """A dimension that is an expression of the model's symbols (ember.dims): the sum over `terms`
-    of coefficient * the product of the `sizes` entries it names."""
-
-    terms: tuple[tuple[tuple[int, ...], int], ...]
-
-    def c(self) -> str:
-        parts = [" * ".join([str(c)] * (c != 1 or not idx) + [f"sizes[{i}]" for i in idx]) for idx, c in self.terms]
-        return "(" + " + ".join(parts or ["0"]) + ")"
-
-    def value(self, sizes) -> int:
-        total = 0
-        for idx, c in self.terms:
-            for i in idx:
-                c *= int(sizes[i])
-            total += c
-        return total
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    symbol: str  # the kernel's C name
-    args: tuple[Ref, ...]  # one per buffer parameter
-    sizes: tuple[Ref, ...]  # one per size parameter ("size" references)
-    comment: str = ""
-    status: bool = False  # the kernel takes the call's status (see the module doc)
-
-
-@dataclass(frozen=True)
-class Copy:
-    """dst = src, `itemsize` bytes per element, `dims` ints, "size" references or SizeExprs."""
-
-    dst: Ref
-    src: Ref
-    dims: tuple[int | Ref | SizeExpr, ...]
-    itemsize: int
-
-
-@dataclass(frozen=True)
-class Branch:
-    """Run `then` when the byte at `cond` is not 0, else `other`."""
-
-    cond: Ref
-    then: tuple
-    other: tuple
-
-
-@dataclass(frozen=True)
-class Slice:
-    """Local `local` points at entry i (from the end: length - 1 - i, where `reverse`) of the
-    tensor at `base`, whose entries are `dims` elements of `itemsize` bytes."""
-
-    local: int
-    base: Ref
-    dims: tuple[int | Ref, ...]
-    itemsize: int
-    length: int | Ref
-    reverse: bool = False
-
-
-@dataclass(frozen=True)
-class Carried:
-    """A loop-carried value, double-buffered: read through local `current`, written through local
-    `new`, swapped after each iteration (see Loop)."""
-
-    current: int
-    new: int
-    output: Ref
-    next: Ref
-    dims: tuple[int | Ref, ...]
-    itemsize: int
-
-
-@dataclass(frozen=True)
-class Loop:
-    """Loop number `index`: its iteration number and condition (an int64 and a byte) are locals
-    `iteration` and `cond` point at; `init` copies run first, then the iterations (see the module
-    doc): `slices`, `body`, the condition read from `cond_out`. `carried`: per carried value, the
-    local the body reads it through (first at `output`), the local the body writes it through
-    (first at `next`), its dimensions and item size."""
-
-    index: int
-    trips: Ref
-    cond_in: Ref
-    iteration: int
-    cond: int
-    init: tuple[Copy, ...]
-    slices: tuple[Slice, ...]
-    body: tuple
-    cond_out: Ref
-    carried: tuple[Carried, ...]
-
-
-Stmt = KernelCall | Copy | Branch | Loop
-
-
-def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = ()) -> str:
-    """The C text of the entry function, then of its profiling twin. `calls`: the kernel calls in
-    order, and the branches and loops that hold calls of their own."""
-    names = ", ".join([f'"{call.symbol}"' for call in kernel_calls(calls)] + ["0"])
-    checked = any(call.status for call in kernel_calls(calls))
+def render_entry(body: Sequence[Stmt], *, status: frozenset[str] = frozenset()) -> str:
+    """The C text of the entry function, then of its profiling twin, running the statements of a
+    call program (ember.program: Program.body) in order (`status`: the kernels that take the call's
+    status, see the module doc)."""
+    names = ", ".join([f'"{kernel_symbol(call.kernel)}"' for call in launches(body)] + ["0"])
+    checked = any(call.kernel in status for call in launches(body))
     failed = [
         "/* An index out of range, kept for the calling thread (see ember.codegen.entry). */",
         "static __thread int64_t ember_model_index[2];",
@@ -243,10 +121,10 @@ def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = ()) -> str:
         "",
     ]
     return "\n".join([
-        *([_INTERRUPTS] if _has_loops(calls) else []),
+        *([_INTERRUPTS] if _has_loops(body) else []),
         *failed * checked,
         "/* The model: every kernel in order (ember.codegen.entry). */",
-        *_function(ENTRY, "", calls, copies, checked),
+        *_function(ENTRY, "", body, checked, status),
         "",
         "/* The same, timed: ticks[0] before the first call, ticks[k + 1] after call k (CLOCK_MONOTONIC ns). */",
         "#include <time.h>",
@@ -256,23 +134,8 @@ def render_entry(calls: Sequence[Stmt], copies: Sequence[Copy] = ()) -> str:
         "  clock_gettime(CLOCK_MONOTONIC, &t);",
         "  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;",
         "}",
-        *_function(PROFILE_ENTRY, ", int64_t* ticks", calls, copies, checked),
+        *_function(PROFILE_ENTRY, ", int64_t* ticks", body, checked, status),
     ])
-
-
-def kernel_calls(stmts: Sequence, kind: type = KernelCall) -> list:
-    """Every kernel call, those inside branches and loops too, in the order of the text (`kind`:
-    the class of a call, KernelCall or the interpreter's)."""
-    out = []
-    for st in stmts:
-        match st:
-            case kind():
-                out.append(st)
-            case Branch():
-                out += kernel_calls(st.then, kind) + kernel_calls(st.other, kind)
-            case Loop():
-                out += kernel_calls(st.body, kind)
-    return out
 
 
 def _has_loops(stmts: Sequence[Stmt]) -> bool:
@@ -280,8 +143,7 @@ def _has_loops(stmts: Sequence[Stmt]) -> bool:
                for st in stmts)
 
 
-def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Copy],
-              checked: bool) -> list[str]:
+def _function(name: str, extra: str, body: Sequence[Stmt], checked: bool, status: frozenset[str]) -> list[str]:
     timed = bool(extra)
     lines = [
         f"int {name}(void* const* inputs, void* const* outputs, char* workspace, const int64_t* offsets,",
@@ -291,74 +153,95 @@ def _function(name: str, extra: str, calls: Sequence[Stmt], copies: Sequence[Cop
     ]
     if checked:
         lines.append("  int64_t status[3] = {0, 0, 0};")
-    if _has_loops(calls):
+    if _has_loops(body):
         lines.append(f"  if ({INTERRUPT_FLAG}) *{INTERRUPT_FLAG} = 0;")
     if timed:
         lines.append("  ticks[0] = ember_profile_now();")
-    lines += _statements([*calls, *copies], "  ", timed, checked, [0])
+    lines += _statements(body, "  ", timed, status, [0])
     lines += ["  return 0;", "}"]
     return lines
 
 
-def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, checked: bool, counter: list[int]) -> list[str]:
+def _statements(stmts: Sequence[Stmt], pad: str, timed: bool, status: frozenset[str], counter: list[int]) -> list[str]:
     """The C lines of these statements; counter[0]: the number of kernel calls rendered so far."""
     lines = []
     for st in stmts:
         match st:
-            case KernelCall():
+            case Launch():
                 k = counter[0]
                 counter[0] += 1
                 if st.comment and not timed:
                     comment = " ".join(st.comment.replace("*/", "* /").split())
                     lines.append(f"{pad}/* {comment} */")
-                args = ", ".join([r.c() for r in st.args] + [r.c() for r in st.sizes] + ["status"] * st.status)
-                lines.append(f"{pad}{st.symbol}({args});")
-                if st.status:
+                takes = st.kernel in status
+                args = ", ".join([_ref(a.ref) for a in st.args] + [_ref(r) for r in st.sizes] + ["status"] * takes)
+                lines.append(f"{pad}{kernel_symbol(st.kernel)}({args});")
+                if takes:
                     lines.append(f"{pad}if (status[0]) return ember_model_failed(status, {k + 1});")
                 if timed:
                     lines.append(f"{pad}ticks[{k + 1}] = ember_profile_now();")
             case Copy():
-                lines.append(f"{pad}__builtin_memcpy({st.dst.c()}, {st.src.c()}, {_bytes(st.dims, st.itemsize)});")
+                lines.append(f"{pad}__builtin_memcpy({_ref(st.dst)}, {_ref(st.src)}, {_bytes(st.dims, st.itemsize)});")
             case Branch():
                 a = counter[0]
-                b, c = a + len(kernel_calls(st.then)), a + len(kernel_calls(st.then)) + len(kernel_calls(st.other))
-                lines.append(f"{pad}if (*(const unsigned char*){st.cond.c()}) {{")
-                lines += _statements(st.then, pad + "  ", timed, checked, counter)
+                b, c = a + len(launches(st.then)), a + len(launches(st.then)) + len(launches(st.other))
+                lines.append(f"{pad}if (*(const unsigned char*){_ref(st.cond)}) {{")
+                lines += _statements(st.then, pad + "  ", timed, status, counter)
                 lines += _untimed(range(b, c), pad + "  ", timed)
                 lines.append(f"{pad}}} else {{")
                 lines += _untimed(range(a, b), pad + "  ", timed)
-                lines += _statements(st.other, pad + "  ", timed, checked, counter)
+                lines += _statements(st.other, pad + "  ", timed, status, counter)
                 lines.append(f"{pad}}}")
             case Loop():
                 i, n, c = f"it{st.index}", f"trips{st.index}", f"cond{st.index}"
                 lines += [f"{pad}{{",
-                          f"{pad}  int64_t {i} = 0, {n} = *(const int64_t*){st.trips.c()};",
-                          f"{pad}  unsigned char {c} = *(const unsigned char*){st.cond_in.c()};",
+                          f"{pad}  int64_t {i} = 0, {n} = *(const int64_t*){_ref(st.trips)};",
+                          f"{pad}  unsigned char {c} = *(const unsigned char*){_ref(st.cond_in)};",
                           f"{pad}  void* loc{st.iteration} = &{i};",
                           f"{pad}  void* loc{st.cond} = &{c};",
                           f"{pad}  (void)loc{st.iteration}; (void)loc{st.cond};"]
-                lines += _statements(st.init, pad + "  ", timed, checked, counter)
-                lines += [f"{pad}  void* loc{v.current} = {v.output.c()}; void* loc{v.new} = {v.next.c()};"
+                lines += _statements(st.init, pad + "  ", timed, status, counter)
+                lines += [f"{pad}  void* loc{v.current} = {_ref(v.output)}; void* loc{v.new} = {_ref(v.next)};"
                           for v in st.carried]
-                lines += _untimed(range(counter[0], counter[0] + len(kernel_calls(st.body))), pad + "  ", timed)
+                lines += _untimed(range(counter[0], counter[0] + len(launches(st.body))), pad + "  ", timed)
                 lines.append(f"{pad}  for (; {i} < {n} && {c}; ++{i}) {{")
                 lines.append(f"{pad}    if ({INTERRUPT_FLAG} && *{INTERRUPT_FLAG}) return {INTERRUPTED};")
                 for sl in st.slices:
-                    length = sl.length.c() if isinstance(sl.length, Ref) else sl.length
+                    length = _ref(sl.length) if isinstance(sl.length, Ref) else sl.length
                     at = f"({length} - 1 - {i})" if sl.reverse else i
-                    lines.append(f"{pad}    void* loc{sl.local} = (char*){sl.base.c()} + (size_t){at} * "
+                    lines.append(f"{pad}    void* loc{sl.local} = (char*){_ref(sl.base)} + (size_t){at} * "
                                  f"{_bytes(sl.dims, sl.itemsize)};")
                     lines.append(f"{pad}    (void)loc{sl.local};")
-                lines += _statements(st.body, pad + "    ", timed, checked, counter)
-                lines.append(f"{pad}    {c} = *(const unsigned char*){st.cond_out.c()};")
+                lines += _statements(st.body, pad + "    ", timed, status, counter)
+                lines.append(f"{pad}    {c} = *(const unsigned char*){_ref(st.cond_out)};")
                 lines += [f"{pad}    {{ void* t = loc{v.current}; loc{v.current} = loc{v.new}; loc{v.new} = t; }}"
                           for v in st.carried]
                 lines.append(f"{pad}  }}")
-                lines += [f"{pad}  if (loc{v.current} != {v.output.c()}) "
-                          f"__builtin_memcpy({v.output.c()}, loc{v.current}, {_bytes(v.dims, v.itemsize)});"
+                lines += [f"{pad}  if (loc{v.current} != {_ref(v.output)}) "
+                          f"__builtin_memcpy({_ref(v.output)}, loc{v.current}, {_bytes(v.dims, v.itemsize)});"
                           for v in st.carried]
                 lines.append(f"{pad}}}")
     return lines
+
+
+def _ref(r: Ref) -> str:
+    """A reference as C: an entry of the entry function's arrays, or a local."""
+    match r.kind:
+        case "input" | "output" | "weight":
+            return f"{r.kind}s[{r.index}]"
+        case "workspace":
+            return f"(void*)(workspace + offsets[{r.index}])"
+        case "local":
+            return f"loc{r.index}"
+        case _:
+            return f"sizes[{r.index}]"
+
+
+def _dim(d: int | Ref | SizeExpr) -> str:
+    if isinstance(d, SizeExpr):
+        parts = [" * ".join([str(c)] * (c != 1 or not idx) + [f"sizes[{i}]" for i in idx]) for idx, c in d.terms]
+        return "(" + " + ".join(parts or ["0"]) + ")"
+    return _ref(d) if isinstance(d, Ref) else str(d)
 
 
 def _untimed(calls: range, pad: str, timed: bool) -> list[str]:
@@ -367,7 +250,7 @@ def _untimed(calls: range, pad: str, timed: bool) -> list[str]:
 
 
 def _bytes(dims: Sequence[int | Ref | SizeExpr], itemsize: int) -> str:
-    return " * ".join([f"(size_t){d if isinstance(d, int) else d.c()}" for d in dims] + [str(itemsize)])
+    return " * ".join([f"(size_t){_dim(d)}" for d in dims] + [str(itemsize)])
 
 
 def render_spec(text: str) -> str:

@@ -7,11 +7,12 @@
 
 The model is compiled as for C (the same passes, kernels and SIMD width), but run on the loop-IR
 interpreter (target "python", ember.runtime.interpreted), which defines what each kernel
-computes; the kernels are also built as C (ember.runtime.module.build_c_module, what the C build
-renders). Every call, in run order, runs on the interpreter and, on copies of the same arguments,
-in C; the first call whose outputs differ beyond tolerance (numpy.allclose(c, interpreted, rtol,
-atol, equal_nan=True)) names the culprit, whatever the later calls do (they read the
-interpreter's values, so one wrong kernel does not make all that follow it wrong).
+computes; the kernels are also built by the C target's backend (ember.backends.c, as single
+kernels: what the model's unit renders). Every call, in run order, runs on the interpreter
+and, on copies of the same arguments, in C; the first call whose outputs differ beyond
+tolerance (numpy.allclose(c, interpreted, rtol, atol, equal_nan=True)) names the culprit,
+whatever the later calls do (they read the interpreter's values, so one wrong kernel does not
+make all that follow it wrong).
 
 The culprit's repro goes to `folder` (default: a new temporary folder): its loop IR
 (kernel.tir), the C it was built from (kernel.c), its interpreter code (kernel.py), its arguments
@@ -31,12 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen.c import CRenderer
+from ..codegen.c import kernel_symbol
 from ..codegen.python import codegen_python
 from ..compiler import compile_graph
 from ..frontend import import_model
 from ..passes.pipeline import PIPELINES
-from ..runtime.module import build_c_module
 from ..target import Target
 from .bisect import _compare, random_inputs
 
@@ -91,7 +91,7 @@ def bisect_kernels(model, example_inputs: Sequence | None = None, *, rtol: float
     interpreted = compile_graph(graph, opt_level=opt_level, target=Target("python", vector_bytes=c.vector_bytes),
                                 name="bisect")
     entry = interpreted._entry
-    built = build_c_module(list(entry.funcs.values()), cc=c.cc, cflags=c.cflags, checked=False)
+    built = c.backend.build_kernels(list(entry.funcs.values()), c, checked=False)
     trials: list[KernelTrial] = []
     repro: list[Path] = []
 
@@ -102,7 +102,7 @@ def bisect_kernels(model, example_inputs: Sequence | None = None, *, rtol: float
         entry.interpret(call, arrays, sizes)
         outs = range(len(arrays) - call.outputs, len(arrays))
         error, ok = _compare([copies[k] for k in outs], [arrays[k] for k in outs], rtol, atol)
-        trials.append(KernelTrial(len(trials), call.kernel, call.nodes, error, ok))
+        trials.append(KernelTrial(len(trials), call.kernel, call.comment, error, ok))
         if not ok and not repro:
             where = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="ember-bisect-"))
             repro.append(_write_repro(where, entry.funcs[call.kernel], built[call.kernel].source, before, sizes,
@@ -126,7 +126,7 @@ def _write_repro(folder: Path, func, c_source: str, before: list[np.ndarray], si
     np.savez(folder / "inputs.npz", **{f"arg{k}": a for k, a in enumerate(before)}, sizes=np.array(sizes, np.int64))
     np.savez(folder / "expected.npz", **{f"arg{k}": a for k, a in expected.items()})
     np.savez(folder / "got.npz", **{f"arg{k}": a for k, a in got.items()})
-    settings = {"symbol": CRenderer.symbol(func), "cc": target.cc, "cflags": target.cflags, "args": len(before),
+    settings = {"symbol": kernel_symbol(func.name), "cc": target.cc, "cflags": target.cflags, "args": len(before),
                 "outputs": sorted(expected)}
     (folder / "repro.py").write_text(_REPRO.replace("SETTINGS", json.dumps(settings)))
     return folder

@@ -58,7 +58,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                     flatten_products, pad_gemv, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
-# by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors
+# by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
+# backend names those it gives its target (Backend.graph_passes); ember's own give these.
 TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
@@ -102,12 +103,13 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
     debug = config.get("debug") if debug is None else debug
     if debug:
         _verify(graph, "the pipeline's input")
+    target_passes = TARGET_PASSES if target is None else target.backend.graph_passes
     for name in PIPELINES[opt_level]:
         if name in disabled:
             continue
         before = _signature(graph)
         start = time.perf_counter()
-        out = _everywhere(PASSES[name], name in TARGET_PASSES, target)(graph)
+        out = _everywhere(PASSES[name], name in target_passes, target)(graph)
         seconds = time.perf_counter() - start
         if debug:
             _verify(out, f"pass {name}")

@@ -54,7 +54,7 @@ from ..errors import ArtifactError
 from ..target import machine_features
 from .contract import read_contract
 from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
-from .model import CompiledModel, ModelSpec
+from .spec import ModelSpec
 from .tensor_file import tensors
 
 FORMAT = "ember.model"
@@ -106,7 +106,9 @@ class Artifact:
         return load_graph(_path(self.folder, files["graph"]["path"]).parent)
 
 
-def save_artifact(model: CompiledModel, path: str | Path) -> Path:
+def save_artifact(model, path: str | Path) -> Path:
+    """Write the artifact folder of `model` (a CompiledModel, ember.runtime.model: this module is
+    below it, which saves itself through here)."""
     from ..version import __version__
 
     folder = Path(path)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..codegen.entry import SPEC
-from .model import ModelSpec
+from .spec import ModelSpec
 
 FORMAT = "ember.contract"
 VERSION = 1

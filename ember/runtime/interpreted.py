@@ -1,16 +1,17 @@
 """A whole model on the loop-IR interpreter (target "python"): slow, exact, no compiler.
 
-The compiler makes the same kernels, memory plan and entry calls as for C (ember.compiler), and
-this module runs them: `InterpretedEntry` is the entry function (ember.codegen.entry) written in
-Python, called with the very arguments the C entry takes (the addresses of the inputs, outputs,
-workspace, offsets, weights and sizes), so `InterpretedModel` is a CompiledModel in every other
-respect: the same input checks, symbol binding, workspace layout and outputs. Each kernel runs as
-ember.codegen.python renders it, on NumPy arrays over those addresses. A wrong model result can
-so be placed: the interpreter is the definition of the loop IR, the C code its translation.
+The compiler makes the same kernels, memory plan and call program (ember.program) as for C
+(ember.compiler), and this module runs them: `InterpretedEntry` runs the program as the C entry
+function (ember.codegen.entry) does, called with the very arguments the C entry takes (the
+addresses of the inputs, outputs, workspace, offsets, weights and sizes), so `InterpretedModel`
+is a CompiledModel in every other respect: the same input checks, symbol binding, workspace
+layout and outputs. Each kernel runs as ember.codegen.python renders it, on NumPy arrays over
+those addresses. A wrong model result can so be placed: the interpreter is the definition of the
+loop IR, the C code its translation.
 
-Control flow runs as the C entry runs it (ember.codegen.entry): `calls` holds `Branch` and `Loop`
-statements around their calls, the loop's iteration number and condition live in ctypes buffers
-that `local` references point at, and its slices move each iteration.
+Control flow runs as the C entry runs it (ember.codegen.entry): the program holds `Branch` and
+`Loop` statements around their launches, the loop's iteration number and condition live in
+ctypes buffers that `local` references point at, and its slices move each iteration.
 
 A kernel's index out of range (the interpreter's IndexOutOfRange) stops the call as the C entry's
 status does: the entry returns INTERRUPTED - 1 - k, k the index of that call, and keeps the index
@@ -23,51 +24,35 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from ..codegen.c import CRenderer
-from ..codegen.entry import INTERRUPTED, Branch, Copy, Loop, Ref, SizeExpr, kernel_calls
+from ..codegen.c import kernel_symbol
+from ..codegen.entry import INTERRUPTED
 from ..codegen.python import IndexOutOfRange, codegen_python, load_python
 from ..errors import ConfigError
-from ..tir.stmt import PrimFunc
-from .model import CompiledModel, ModelSpec
-
-Dims = tuple[int | Ref | SizeExpr, ...]  # ints, "size" references to the model's symbols, expressions of them
-
-
-@dataclass(frozen=True)
-class InterpretedCall:
-    """One kernel call: the kernel's name, and per buffer argument its reference, its dimensions
-    and its dtype (the last `outputs` arguments are written); the size arguments; the nodes it
-    computes."""
-
-    kernel: str
-    args: tuple[tuple[Ref, Dims, str], ...]
-    sizes: tuple[Ref, ...]
-    outputs: int
-    nodes: str = ""
+from ..program import Branch, Copy, Dims, Launch, Loop, Program, Ref, SizeExpr
+from .model import CompiledModel
 
 
 class InterpretedEntry:
-    """ember_model_run in Python (see the module doc): returns 0, or INTERRUPTED - 1 - k when call
-    k read an index out of range (`index_error()`: that index and its axis size). `funcs` holds the lowered
-    kernels by name; `run_call(call, arrays, sizes)` runs one call on flat arrays over the
-    arguments' bytes (ember.debug.bisect_kernels wraps it)."""
+    """ember_model_run in Python (see the module doc): returns 0, or INTERRUPTED - 1 - k when
+    launch k read an index out of range (`index_error()`: that index and its axis size). `funcs`
+    holds the lowered kernels by name; `run_call(launch, arrays, sizes)` runs one launch on flat
+    arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
 
-    def __init__(self, kernels: Sequence[PrimFunc], calls: Sequence, copies: Sequence[Copy]):
-        sources = {f.name: codegen_python(f) for f in kernels}
+    def __init__(self, program: Program):
+        sources = {f.name: codegen_python(f) for f in program.kernels}
         self.source = "\n\n".join(sources.values())
-        self.funcs = {f.name: f for f in kernels}
-        self.kernels = {f.name: load_python(sources[f.name], f) for f in kernels}
-        self.calls, self.copies = tuple(calls), tuple(copies)
+        self.funcs = {f.name: f for f in program.kernels}
+        self.kernels = {f.name: load_python(sources[f.name], f) for f in program.kernels}
+        self.program = program
         self.run_call = self.interpret
-        self.order = kernel_calls(self.calls, InterpretedCall)  # as the C entry numbers them (ember.codegen.entry)
+        self.order = program.launches()  # as the C entry numbers them (ember.codegen.entry)
         self._failed = threading.local()
 
-    def interpret(self, call: InterpretedCall, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
+    def interpret(self, call: Launch, arrays: Sequence[np.ndarray], sizes: Sequence[int]) -> None:
         """Run one call's kernel on the interpreter."""
         with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors
             self.kernels[call.kernel](*arrays, *sizes)
@@ -95,8 +80,8 @@ class InterpretedEntry:
         def run(stmts) -> None:
             for st in stmts:
                 match st:
-                    case InterpretedCall():
-                        arrays = [_view(address(ref), numel(dims), np.dtype(dtype)) for ref, dims, dtype in st.args]
+                    case Launch():
+                        arrays = [_view(address(a.ref), numel(a.dims), np.dtype(a.dtype)) for a in st.args]
                         try:
                             self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
                         except IndexOutOfRange as e:
@@ -128,11 +113,10 @@ class InterpretedEntry:
                                 ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
 
         try:
-            run(self.calls)
+            run(self.program.body)
         except IndexOutOfRange as e:
             self._failed.index = e.args
             return INTERRUPTED - 1 - next(k for k, c in enumerate(self.order) if c is e.call)
-        run(self.copies)
         return 0
 
     def index_error(self) -> tuple[int, int]:
@@ -144,16 +128,12 @@ class InterpretedEntry:
 class InterpretedModel(CompiledModel):
     """A CompiledModel whose entry function is an InterpretedEntry (target "python")."""
 
-    def __init__(self, spec: ModelSpec, entry: InterpretedEntry, weights: Mapping[str, np.ndarray], plan, *,
-                 graph=None, stats=None):
-        super().__init__(spec, entry, weights, plan, graph=graph, source=entry.source, stats=stats)
-
     def _open(self, entry: InterpretedEntry):
         self.library = self.library_path = self._library = None
         return entry
 
     def _call_symbols(self) -> list[str]:
-        return [CRenderer.symbol_of(call.kernel) for call in self._entry.order]
+        return [kernel_symbol(call.kernel) for call in self._entry.order]
 
     def _index_error(self) -> tuple[int, int]:
         return self._entry.index_error()

@@ -49,74 +49,19 @@ import ctypes
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .. import config, dims
-from ..codegen.c import CRenderer
-from ..codegen.entry import ENTRY, INDEX_ERROR, INTERRUPTED, PROFILE_CALLS
+from ..codegen.c import kernel_symbol
+from ..codegen.entry import ENTRY, INDEX_ERROR, INTERRUPTED
 from ..errors import ArgumentTypeError, ArtifactError, IndexOutOfRangeError, OutOfMemoryError, ShapeError
 from ..tir import dtype as dt
 from . import fastcall, fork, interrupt
 from .library import Library, open_library
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int | str, ...]
-    dtype: str
-
-    def __str__(self):
-        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """One kernel of the library: its C name, the operators it computes, the nodes that run it."""
-
-    name: str
-    ops: tuple[str, ...]
-    nodes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the runtime knows of a model: its signature, the order of the entry function's
-    `sizes` (symbols) and `weights` arrays, its kernels and the target it was built for."""
-
-    name: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-    symbols: tuple[str, ...]
-    weights: tuple[str, ...]
-    kernels: tuple[KernelInfo, ...]
-    target: Mapping[str, object] = field(default_factory=dict)
-    ranges: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)  # symbol -> (min, max or None)
-
-    def to_json(self) -> dict:
-        def tensors(ts):
-            return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in ts]
-
-        return {
-            "name": self.name, "inputs": tensors(self.inputs), "outputs": tensors(self.outputs),
-            "symbols": list(self.symbols), "weights": list(self.weights),
-            "kernels": [{"name": k.name, "ops": list(k.ops), "nodes": list(k.nodes)} for k in self.kernels],
-            "target": dict(self.target),
-            **({"ranges": {s: list(r) for s, r in self.ranges.items()}} if self.ranges else {}),
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> ModelSpec:
-        def tensors(ts):
-            return tuple(TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in ts)
-
-        return cls(d["name"], tensors(d["inputs"]), tensors(d["outputs"]), tuple(d["symbols"]),
-                   tuple(d["weights"]),
-                   tuple(KernelInfo(k["name"], tuple(k["ops"]), tuple(k["nodes"])) for k in d["kernels"]),
-                   dict(d["target"]), {s: tuple(r) for s, r in d.get("ranges", {}).items()})
+from .spec import KernelInfo, ModelSpec
+from .summary import call_symbols, memory, profile, summary
 
 
 class CompiledModel:
@@ -220,7 +165,7 @@ class CompiledModel:
         if not 0 <= k < len(calls):
             return RuntimeError(f"model {self.name}: the {entry} returned {rc}")
         symbol = calls[k]
-        kernel = next((info for info in self.spec.kernels if CRenderer.symbol_of(info.name) == symbol), None)
+        kernel = next((info for info in self.spec.kernels if kernel_symbol(info.name) == symbol), None)
         if rc < 0:
             index, size = self._index_error()
             ops = f" (ops {', '.join(kernel.ops)}; nodes {', '.join(kernel.nodes)})" if kernel else ""
@@ -244,8 +189,6 @@ class CompiledModel:
     def profile(self, *inputs, repeat: int = 10):
         """Time every kernel over `repeat` runs on these inputs (ember.runtime.summary.Profile:
         per-kernel median microseconds); `summary()` shows the latest profile."""
-        from .summary import profile
-
         self.last_profile = profile(self, inputs, repeat)
         return self.last_profile
 
@@ -253,16 +196,13 @@ class CompiledModel:
     def memory(self):
         """The memory plan's peak workspace and unplanned sum (ember.runtime.summary.MemoryUsage),
         for the sizes of the latest call when the model has symbolic dimensions."""
-        from .summary import memory
-
         return memory(self)
 
     def summary(self) -> str:
         """The kernels in run order with the operators fused into each, their times from the
         latest `profile` run if any, and the memory plan."""
-        from .summary import summary
-
         return summary(self)
+
     def save(self, path: str | Path) -> Path:
         """Write the artifact folder (library, weights, manifest); `ember.load(path)` reads it."""
         from .artifact import save_artifact
@@ -400,19 +340,6 @@ def aligned_copy(a: np.ndarray, align: int) -> np.ndarray:
     out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
     out[...] = a
     out.flags.writeable = False
-    return out
-
-
-def call_symbols(library: ctypes.CDLL) -> list[str]:
-    """The C name of the kernel of each call of the entry function, in order."""
-    try:
-        names = ctypes.cast(ctypes.addressof((ctypes.c_char_p * 0).in_dll(library, PROFILE_CALLS)),
-                            ctypes.POINTER(ctypes.c_char_p))
-    except ValueError:  # built by an older ember, without the table
-        return []
-    out = []
-    while names[len(out)] is not None:
-        out.append(names[len(out)].decode())
     return out
 
 

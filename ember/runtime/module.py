@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import config
-from ..codegen.c import CRenderer, codegen_c
+from ..codegen.c import CRenderer, codegen_c, launcher_symbol
 from ..codegen.python import IndexOutOfRange, codegen_python, load_python
 from ..errors import IndexOutOfRangeError
 from ..target import Target
@@ -84,7 +84,7 @@ class CKernel(Kernel):
         self.checked = checked
         self.status = CRenderer(checked).takes_status(func)  # (checked, or it checks indices)
         self.num_threads = num_threads
-        self._cfunc = getattr(library, CRenderer.launcher_of(func.name))
+        self._cfunc = getattr(library, launcher_symbol(func.name))
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \
             + [ctypes.c_void_p] * self.status + [ctypes.c_int]
         self._cfunc.restype = None

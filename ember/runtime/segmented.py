@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentTypeError, ArtifactError, ShapeError
-from .model import CompiledModel, TensorSpec
+from .model import CompiledModel
+from .spec import TensorSpec
 
 
 @dataclass(frozen=True)

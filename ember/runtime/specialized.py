@@ -34,7 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import ArgumentTypeError, ArtifactError, CompileError, ShapeError
-from .model import CompiledModel, TensorSpec
+from .model import CompiledModel
+from .spec import TensorSpec
 
 Layout = tuple[str | int | None, ...]
 Build = Callable[[dict[str, object], tuple[str, ...]], tuple[CompiledModel, tuple[str, ...], Layout | None]]

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..codegen.c import CRenderer
-from ..codegen.entry import PROFILE_ENTRY
+from ..codegen.c import kernel_symbol
+from ..codegen.entry import PROFILE_CALLS, PROFILE_ENTRY
 from ..errors import ArtifactError, ConfigError, ShapeError
-from .model import call_symbols
 
 
 @dataclass(frozen=True)
@@ -75,13 +74,26 @@ def profile(cm, inputs, repeat: int) -> Profile:
         if rc != 0:
             raise cm.status_error(rc, "profiling entry")
     per_call = np.diff(ticks, axis=1) / 1e3  # microseconds, runs x calls
-    by_symbol = {CRenderer.symbol_of(k.name): k.name for k in cm.kernels}
+    by_symbol = {kernel_symbol(k.name): k.name for k in cm.kernels}
     order: dict[str, list[int]] = {}
     for c, s in enumerate(symbols):
         order.setdefault(by_symbol.get(s, s), []).append(c)
     kernels = tuple(KernelTime(name, len(cs), float(np.median(per_call[:, cs].sum(axis=1))))
                     for name, cs in order.items())
     return Profile(kernels, float(np.median(ticks[:, -1] - ticks[:, 0])) / 1e3, repeat)
+
+
+def call_symbols(library: ctypes.CDLL) -> list[str]:
+    """The C name of the kernel of each call of the entry function, in order."""
+    try:
+        names = ctypes.cast(ctypes.addressof((ctypes.c_char_p * 0).in_dll(library, PROFILE_CALLS)),
+                            ctypes.POINTER(ctypes.c_char_p))
+    except ValueError:  # built by an older ember, without the table
+        return []
+    out = []
+    while names[len(out)] is not None:
+        out.append(names[len(out)].decode())
+    return out
 
 
 def memory(cm) -> MemoryUsage:

@@ -46,12 +46,15 @@ OPTIONAL = {"hoist_init", "compact_buffers", "prefetch", "unroll", "vectorize", 
 
 
 def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str] = (),
-          vector_bytes: int | None = None, debug: bool | None = None) -> PrimFunc:
-    """Run the lowering passes. `vector_bytes` is the target's SIMD register size (vectorized
-    loops wider than one register are split into several registers); None leaves them whole."""
-    unknown = set(skip) - {name for name, _ in PASSES}
+          vector_bytes: int | None = None, debug: bool | None = None,
+          passes: Sequence[tuple[str, Callable[[PrimFunc], PrimFunc]]] = PASSES) -> PrimFunc:
+    """Run the lowering passes (`passes`: a backend's list, ember.backends; PASSES by default).
+    `vector_bytes` is the target's SIMD register size (vectorized loops wider than one register
+    are split into several registers); None leaves them whole."""
+    known = list(dict.fromkeys(name for name, _ in (*PASSES, *passes)))
+    unknown = set(skip) - set(known)  # (a pass of PASSES that `passes` leaves out is skipped already)
     if unknown:
-        raise ConfigError(f"unknown lowering passes {sorted(unknown)}; the passes are {[n for n, _ in PASSES]}")
+        raise ConfigError(f"unknown lowering passes {sorted(unknown)}; the passes are {known}")
     required = set(skip) - OPTIONAL
     if required:
         raise ConfigError(f"passes {sorted(required)} are required for code generation and cannot be skipped")
@@ -59,7 +62,7 @@ def lower(func: PrimFunc, *, print_after: bool | None = None, skip: Sequence[str
     check = config.get("debug") if debug is None else debug
     if check:
         verify(func, "the lowering's input")
-    for name, fn in PASSES:
+    for name, fn in passes:
         if name in skip:
             continue
         new = fn(func, vector_bytes) if fn is vectorize else fn(func)

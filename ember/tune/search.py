@@ -52,10 +52,11 @@ def _hashable(v):
 
 
 class EvolutionarySearch:
-    def __init__(self, task: Task, cost_model, features, seed: int = 0):
-        """`features(sch) -> np.ndarray` describes a candidate to `cost_model`."""
+    def __init__(self, task: Task, cost_model, features, seed: int = 0, space=design_space):
+        """`features(sch) -> np.ndarray` describes a candidate to `cost_model`; `space(task)` gives
+        the sketches (a backend's tuner rules, ember.backends; the CPU's by default)."""
         self.task, self.cost_model, self.features = task, cost_model, features
-        self.sketches = design_space(task)
+        self.sketches = space(task)
         self.rng = random.Random(seed)
         self.measured: dict[tuple, float] = {}  # candidate key -> median latency (inf: failed)
         self.pool: dict[tuple, Candidate] = {}  # every candidate built so far, by key (features cached)

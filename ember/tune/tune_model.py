@@ -24,9 +24,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import TuneError
+from ..target import Target
 from .extract import extract_tasks
 from .scheduler import GradientScheduler
-from .tuner import BATCH, REPORTED_FAILURES, TaskTuner, TimeSpent, TuneResult
+from .tuner import BATCH, REPORTED_FAILURES, TaskTuner, TimeSpent, TuneResult, tuner_rules
 
 
 @dataclass
@@ -77,7 +78,6 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
     until `trials` measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
     heaviest tasks. Records go to `database`; compile with `database=` to use them. Raises
     TuneError when every measurement of every task failed (see the module doc)."""
-    from .measure import LocalRunner
 
     start = time.perf_counter()
     tasks = extract_tasks(model, example_inputs, opt_level=opt_level)[:max_tasks]
@@ -85,7 +85,7 @@ def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time
         print(f"{len(tasks)} tasks; tuning with {trials} trials"
               + (f" or {time_budget_s:.0f} s" if time_budget_s else ""), file=sys.stderr)
     own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(workers=os.cpu_count() or 1)
+    runner = runner if runner is not None else tuner_rules(Target()).runner(workers=os.cpu_count() or 1)
     try:
         tuners = [TaskTuner(t, runner=runner, database=database, seed=seed + k, progress=progress)
                   for k, t in enumerate(tasks)]

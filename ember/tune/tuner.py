@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ScheduleError, TuneError
+from ..errors import ArgumentTypeError, ConfigError, ScheduleError, TuneError
 from ..target import Target
 from ..tir.schedule import Trace
 from .search import Candidate, EvolutionarySearch
@@ -71,11 +71,18 @@ class TuneResult:
         return self.task.build(self.trace, target=target)
 
 
-def candidate_features(sch, target: Target | None = None) -> np.ndarray:
-    """What the cost model sees of a candidate: the features of its (partly lowered) function."""
-    from .features import extract_features
+def candidate_features(sch, target: Target) -> np.ndarray:
+    """What the cost model sees of a candidate: the features of its (partly lowered) function, by
+    the rules of the target's backend."""
+    return tuner_rules(target).features(sch.mod, target)
 
-    return extract_features(sch.mod, target)
+
+def tuner_rules(target: Target):
+    """The tuner's rules for `target` (its backend's: design space, features, runner)."""
+    rules = target.backend.tuner
+    if rules is None:
+        raise ConfigError(f"target {target.kind!r} is not tuned (its backend has no tuner rules)")
+    return rules
 
 
 class TaskTuner:
@@ -83,11 +90,12 @@ class TaskTuner:
                  target: Target | None = None, progress: bool = False):
         from .cost_model import XGBCostModel
 
+        target = target or Target()
         self.task, self.runner, self.database = task, runner, database
         self.cost_model = cost_model if cost_model is not None else XGBCostModel(seed=seed)
-        self.target = (target or Target()).key  # the database's name of the target
+        self.target = target.key  # the database's name of the target
         self.search = EvolutionarySearch(task, self.cost_model, functools.partial(candidate_features, target=target),
-                                         seed=seed)
+                                         seed=seed, space=tuner_rules(target).space)
         self.progress = progress
         self.time = TimeSpent()
         self.trials = 0  # measured by this tuner
@@ -229,11 +237,9 @@ def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner
     order). Stops after `trials` measurements, after `time_budget_s` seconds, or once
     `early_stop` trials in a row found nothing faster, whichever comes first. Raises TuneError
     when every measurement failed."""
-    from .measure import LocalRunner
-
     task = computation if isinstance(computation, Task) else task_from_tensors(_tensors(computation))
     own_runner = runner is None
-    runner = runner if runner is not None else LocalRunner(workers=os.cpu_count() or 1)
+    runner = runner if runner is not None else tuner_rules(Target()).runner(workers=os.cpu_count() or 1)
     try:
         tuner = TaskTuner(task, runner=runner, database=database, cost_model=cost_model, seed=seed,
                           progress=progress)

@@ -3,14 +3,20 @@ workspace, size arguments, and the copies of outputs no kernel writes."""
 
 import pytest
 
-from ember.codegen.entry import Copy, KernelCall, Ref, render_entry
+from ember.codegen.entry import render_entry
+from ember.program import Arg, Copy, Launch, Ref
+
+
+def call(kernel, refs, sizes, comment=""):
+    """A launch of `kernel` on these buffers (the entry renders their references only)."""
+    return Launch(kernel, (), tuple(Arg(r, (), "float32") for r in refs), sizes, 1, comment)
 
 
 def test_entry_function_text():
-    calls = [KernelCall("add_0", (Ref("input", 0), Ref("weight", 1), Ref("workspace", 2)), (Ref("size", 0),),
-                        "%a = add(%x, %w)"),
-             KernelCall("relu_1", (Ref("workspace", 2), Ref("output", 0)), ())]
-    text = render_entry(calls, [Copy(Ref("output", 1), Ref("input", 0), (Ref("size", 0), 3), 4)])
+    calls = [call("add_0", (Ref("input", 0), Ref("weight", 1), Ref("workspace", 2)), (Ref("size", 0),),
+                  "%a = add(%x, %w)"),
+             call("relu_1", (Ref("workspace", 2), Ref("output", 0)), ())]
+    text = render_entry([*calls, Copy(Ref("output", 1), Ref("input", 0), (Ref("size", 0), 3), 4)])
     body = [line.strip() for line in text[text.index("int ember_model_run("):].splitlines()]
     assert body[0].startswith("int ember_model_run(void* const* inputs, void* const* outputs, char* workspace,")
     assert body[3:body.index("}") + 1] == [
@@ -26,8 +32,8 @@ def test_entry_function_text():
 
 
 def test_profiling_twin_times_every_call():
-    calls = [KernelCall("add_0", (Ref("input", 0), Ref("output", 0)), (), "%a = add(%x, %x)"),
-             KernelCall("add_0", (Ref("output", 0), Ref("output", 1)), ())]
+    calls = [call("add_0", (Ref("input", 0), Ref("output", 0)), (), "%a = add(%x, %x)"),
+             call("add_0", (Ref("output", 0), Ref("output", 1)), ())]
     text = render_entry(calls)
     body = [line.strip() for line in text[text.index("int ember_model_profile("):].splitlines()]
     assert body[1].endswith("int num_threads, int64_t* ticks) {")
@@ -39,7 +45,7 @@ def test_profiling_twin_times_every_call():
 
 
 def test_comments_cannot_end_early():
-    text = render_entry([KernelCall("k", (), (), "a */ b\nc")])
+    text = render_entry([call("k", (), (), "a */ b\nc")])
     assert "/* a * / b c */" in text
 
 

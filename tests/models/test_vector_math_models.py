@@ -40,7 +40,7 @@ def rendered_source(model, inputs, monkeypatch) -> str:
     def capture(source, **_):
         raise _Rendered(source)
 
-    monkeypatch.setattr(ember.compiler, "build_library", capture)
+    monkeypatch.setattr("ember.backends.c.build_library", capture)  # (where the C backend builds)
     with pytest.raises(_Rendered) as rendered:
         ember.compile(model, example_inputs=inputs)
     return rendered.value.args[0]

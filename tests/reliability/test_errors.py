@@ -44,7 +44,7 @@ BUILTIN_RAISES = {
     "runtime/tensor_file.py": (6, "the weights reader's checks, turned into ArtifactError by the artifact reader"),
     "codegen/cstyle.py": (1, "a node the renderer does not know (compiler bug)"),
     "codegen/c.py": (1, "two kernels of one name (compiler bug)"),
-    "codegen/entry.py": (1, "an entry call of an unknown kind (compiler bug)"),
+    "program.py": (1, "a reference of an unknown kind in the call program (compiler bug)"),
     "codegen/python.py": (1, "a node the interpreter does not know (compiler bug)"),
     "tir/functor.py": (1, "a node the visitor does not know (compiler bug)"),
     "tir/expr_functor.py": (1, "a node the visitor does not know (compiler bug)"),

@@ -15,6 +15,9 @@ first element), one pointer per scalar argument (a one-element array of its type
 the debug mode checks accesses against) and `status` (int64: 0, or the number of the check that
 failed: an out-of-bounds access in the debug mode, a device_assert). Its body is a parallel loop
 over the programs of the grid (OpenMP over the flattened 3-D grid; programs are independent).
+A specialization is compiled for a target (ember.target; "c" unless the launch names another) and
+built through its backend (ember.backends), as ember.build builds: the backend's loop passes,
+its kernel renderer, and its builder and loader give the launcher.
 A launch refuses a read-only array (NumPy's writeable flag: a read-only memmap, a view of bytes)
 for a parameter the kernel stores to (`Compiled.written`, from the lowered function), and calls it
 through its launcher (ember.codegen.c) with the num_threads option, read at
@@ -38,13 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from ... import config
-from ...codegen.c import CRenderer, codegen_c
 from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
 from ...runtime import fork
-from ...runtime.build import build_library
-from ...runtime.library import open_library, write_atomic
-from ...target import as_target
+from ...runtime.library import write_atomic
+from ...target import Target, as_target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
 from ...tir.stmt import PrimFunc
@@ -186,8 +187,9 @@ def _names(f: KernelFunction) -> tuple[tuple[str, str | None], ...]:
     return tuple((n, a) for n, a in _names_of(f.src) if n not in local and n in f.__globals__)
 
 
-def specialize(jit_fn: KernelFunction, bound: dict, debug: bool) -> tuple[Spec, list]:
-    """The specialization of a launch and its run-time arguments (TensorArgs and scalars)."""
+def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target) -> tuple[Spec, list]:
+    """The specialization of a launch for `target` and its run-time arguments (TensorArgs and
+    scalars)."""
     kinds, runtime = [], []
     for p in jit_fn.params:
         v = bound[p.name]
@@ -214,9 +216,8 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool) -> tuple[Spec, 
                                     f"supported by the compiler yet ({', '.join(V.TIR_OF)})")
         kinds.append(("tensor", t.dtype.name))
         runtime.append(t)
-    target = as_target("c")
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
-                 debug, target.vector_bytes, target.cc, target.cflags))
+                 debug, target.kind, target.vector_bytes, target.cc, target.cflags))
     return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32]), runtime
 
 
@@ -229,10 +230,10 @@ def _key_part(kind):
     return kind
 
 
-def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool) -> tuple[PrimFunc, list[str], list[str]]:
+def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
+               target: Target) -> tuple[PrimFunc, list[str], list[str]]:
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
-    target = as_target("c")
     em = VectorEmitter(target.vector_bytes, debug)
     tensors, scalars, values = [], [], {}
     params: dict = {}
@@ -269,8 +270,10 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool) -> tuple[PrimFun
     return func, builtins.sites, [b.dtype for b in scalars]
 
 
-def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool) -> Compiled:
-    """The compiled specialization: from the in-memory table, the disk cache, or compiled now."""
+def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool, target: Target) -> Compiled:
+    """The compiled specialization: from the in-memory table, the disk cache, or compiled now by
+    the target's backend."""
+    backend = target.backend
     with _lock:
         hit = _table.get(spec.key)
         if hit is not None:
@@ -278,18 +281,17 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool) -> Compiled:
         path = Path(config.get("cache_dir")) / "triton" / f"{spec.key}.json"
         compiled = _read_cached(path, spec.key)
         if compiled is None:
-            func, sites, scalar_dtypes = build_func(jit_fn, spec, debug)
-            target = as_target("c")
-            lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes)
-            source = codegen_c(lowered)
+            func, sites, scalar_dtypes = build_func(jit_fn, spec, debug, target)
+            lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes,
+                            passes=backend.loop_passes)
+            source = backend.render_kernels([lowered])
             tensors = lowered.params[:sum(kind[0] == "tensor" for kind in spec.kinds)]  # (the first parameters)
             written = [b.name for b in tensors if b in written_buffers(lowered)]
             compiled = Compiled(func.name, spec.key, source, str(lowered), sites, scalar_dtypes, written)
             stats["compiled"] += 1
         else:
             stats["loaded"] += 1
-        library = open_library(build_library(compiled.source)).handle
-        cfunc = getattr(library, CRenderer.launcher_of(compiled.name))
+        cfunc, library = backend.open_launcher(compiled.source, compiled.name, target)
         cfunc.restype = None
         compiled.cfunc, compiled.library = cfunc, library
         if not path.exists():
@@ -319,15 +321,17 @@ def _write_cached(path: Path, c: Compiled) -> None:
         pass  # a read-only cache: the next process compiles again
 
 
-def prepare(jit_fn: KernelFunction, bound: dict, options: dict) -> tuple[Compiled, list]:
+def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: str | Target = "c") -> tuple[Compiled, list]:
     debug = debug_mode(jit_fn, options)
-    spec, runtime = specialize(jit_fn, bound, debug)
-    return compile_spec(jit_fn, spec, debug), runtime
+    target = as_target(target)
+    spec, runtime = specialize(jit_fn, bound, debug, target)
+    return compile_spec(jit_fn, spec, debug, target), runtime
 
 
-def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, options: dict) -> Compiled:
-    """Run the kernel over the grid (what JITFunction.run calls)."""
-    compiled, runtime = prepare(jit_fn, bound, options)
+def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, options: dict,
+           target: str | Target = "c") -> Compiled:
+    """Run the kernel over the grid (what JITFunction.run calls), compiled for `target`."""
+    compiled, runtime = prepare(jit_fn, bound, options, target)
     for name in compiled.written:
         if isinstance(bound[name], np.ndarray) and not bound[name].flags.writeable:
             raise ArgumentTypeError(f"kernel {jit_fn.__name__} stores to argument '{name}', a read-only array "

@@ -1,0 +1,94 @@
+"""What a backend is: everything that differs between the targets ember compiles for.
+
+Everything above the target asks `target.backend` (ember.backends) for these and branches on no
+kind:
+- the compiler (ember.compiler): `check_options`, then `render` (the kernels and the call program,
+  ember.program, as one unit of source: the kernel renderer and the wrapper renderer), `build`
+  (the builder and the loader), and `model`, the compiled-model class that runs what `build` gave;
+- single kernels (ember.build, the tuner's measurement through it, ember.debug.bisect_kernels):
+  `build_kernels`; the tile launcher (ember.triton): `render_kernels` and `open_launcher`, since it
+  caches a kernel's source apart from its loop IR;
+- the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline) and the
+  loop passes in order (`loop_passes`, those of ember.tir.lower);
+- the tuner's rules (`tuner`: the design space, the features the cost model sees, the runner
+  that measures), which ember.tune takes from the target it tunes for.
+
+A backend is one object, registered by its `name` (the target's kind).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..program import Program
+from ..runtime.module import Kernel
+from ..runtime.spec import ModelSpec
+from ..tir.stmt import PrimFunc
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A model as a backend renders it: its source (what `cm.source` shows) and, for a backend
+    whose rendering loads it too (the interpreter), what runs it."""
+
+    source: str
+    entry: object = None
+
+
+@dataclass(frozen=True)
+class TunerRules:
+    """How the tuner explores a target's kernels: `space(task)`, the task's design space (a list
+    of sketches, ember.tune.space); `features(func, target)`, what the cost model sees of a
+    candidate (ember.tune.features); `runner(workers=...)`, what builds, checks and times
+    candidates (ember.tune.measure.LocalRunner's interface)."""
+
+    space: Callable
+    features: Callable
+    runner: Callable
+
+
+class Backend(ABC):
+    """One target kind's code generation, build and runtime (see the module doc)."""
+
+    name: str
+    # the compiled-model class: model(spec, built, weights, plan, graph=, source=, num_threads=, stats=);
+    # None: no model compiles for this target (check_options says so)
+    model: type | None
+    graph_passes: tuple[str, ...]  # the graph passes that read the target
+    loop_passes: Sequence  # (name, pass) pairs, in order
+    tuner: TunerRules | None  # None: kernels of this target are not tuned
+
+    def check_options(self, *, checked: bool | None) -> None:  # noqa: B027 (most backends take every option)
+        """Refuse, before anything is compiled, a model this backend cannot compile with these
+        options (ConfigError); none by default."""
+
+    def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
+               checked: bool, target) -> Rendered:
+        """The model's kernels and call program as this backend's source."""
+        raise ConfigError(f"target {self.name!r} compiles no models")
+
+    def build(self, rendered: Rendered, target) -> tuple[object, bool]:
+        """What `model` runs (a library, an entry), and whether it came from the build cache."""
+        raise ConfigError(f"target {self.name!r} compiles no models")
+
+    @abstractmethod
+    def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, Kernel]:
+        """Single kernels built to be called on NumPy arrays, by function name."""
+
+    def render_kernels(self, funcs: Sequence[PrimFunc], *, checked: bool = False) -> str:
+        """The source of single kernels, each callable on its own through `open_launcher` (the
+        tile launcher's pair; a backend without them launches no tile kernels)."""
+        raise self._no_tile_kernels()
+
+    def open_launcher(self, source: str, name: str, target):
+        """The launcher of kernel `name` in `source` (render_kernels'), built and loaded."""
+        raise self._no_tile_kernels()
+
+    def _no_tile_kernels(self) -> ConfigError:
+        return ConfigError(f"target {self.name!r} launches no tile kernels: they run on 'c', or on ember.triton's "
+                           f"interpreter (TRITON_INTERPRET=1)")

@@ -1,0 +1,66 @@
+"""The CPU backend: C with OpenMP and SIMD, built by the configured C compiler (target "c").
+
+A model is one translation unit: every kernel (ember.codegen.c's CRenderer), the entry function
+that runs the call program (ember.codegen.entry) and the library's contract (ember.runtime.contract),
+built once and cached by content (ember.runtime.build), run by CompiledModel
+(ember.runtime.model). A single kernel is the same renderer's unit with a launcher per kernel
+(ember.runtime.module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..codegen.c import CRenderer, codegen_c, launcher_symbol
+from ..codegen.entry import render_entry, render_spec
+from ..passes.pipeline import TARGET_PASSES
+from ..program import Program
+from ..runtime.build import build_library, is_cached
+from ..runtime.contract import contract, contract_text
+from ..runtime.library import open_library
+from ..runtime.model import CompiledModel
+from ..runtime.module import CKernel, build_c_module
+from ..runtime.spec import ModelSpec
+from ..tir.lower import PASSES
+from ..tir.stmt import PrimFunc
+from ..tune.features import extract_features
+from ..tune.measure import LocalRunner
+from ..tune.space import design_space
+from . import register
+from .base import Backend, Rendered, TunerRules
+
+
+class CBackend(Backend):
+    name = "c"
+    model = CompiledModel
+    graph_passes = TARGET_PASSES
+    loop_passes = PASSES
+    tuner = TunerRules(design_space, extract_features, LocalRunner)
+
+    def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
+               checked: bool, target) -> Rendered:
+        renderer = CRenderer(checked, target.align)
+        status = frozenset(f.name for f in program.kernels if renderer.takes_status(f))
+        return Rendered("\n".join([renderer.render_unit(program.kernels),
+                                   render_entry(program.body, status=status),
+                                   render_spec(contract_text(contract(spec, plan.to_json(), weights))), ""]))
+
+    def build(self, rendered: Rendered, target) -> tuple[object, bool]:
+        cached = is_cached(rendered.source, cc=target.cc, cflags=target.cflags)
+        return build_library(rendered.source, cc=target.cc, cflags=target.cflags), cached
+
+    def render_kernels(self, funcs: Sequence[PrimFunc], *, checked: bool = False) -> str:
+        return codegen_c(funcs, checked=checked)
+
+    def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CKernel]:
+        """Options: checked, num_threads (ember.runtime.module.build_c_module)."""
+        return build_c_module(funcs, cc=target.cc, cflags=target.cflags, align=target.align, **options)
+
+    def open_launcher(self, source: str, name: str, target):
+        handle = open_library(build_library(source, cc=target.cc, cflags=target.cflags)).handle
+        return getattr(handle, launcher_symbol(name)), handle
+
+
+register(CBackend())

@@ -1,0 +1,53 @@
+"""The loop-IR interpreter backend (target "python"): slow, exact, no compiler.
+
+The same kernels, memory plan and call program as for C, run in Python: each kernel as
+ember.codegen.python renders it, the program by ember.runtime.interpreted (InterpretedModel: a
+CompiledModel in every respect but its entry). The oracle that separates lowering bugs from
+code generation bugs (ember.debug.bisect_kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentTypeError, ConfigError
+from ..passes.pipeline import TARGET_PASSES
+from ..program import Program
+from ..runtime.interpreted import InterpretedEntry, InterpretedModel
+from ..runtime.module import PythonKernel, build_python
+from ..runtime.spec import ModelSpec
+from ..tir.lower import PASSES
+from ..tir.stmt import PrimFunc
+from . import register
+from .base import Backend, Rendered
+
+
+class PythonBackend(Backend):
+    name = "python"
+    model = InterpretedModel
+    graph_passes = TARGET_PASSES
+    loop_passes = PASSES
+    tuner = None  # the interpreter is the oracle, not a target to make fast
+
+    def check_options(self, *, checked: bool | None) -> None:
+        if checked:
+            raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check "
+                              "divisions")
+
+    def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
+               checked: bool, target) -> Rendered:
+        entry = InterpretedEntry(program)  # (rendering a kernel in Python loads it)
+        return Rendered(entry.source, entry)
+
+    def build(self, rendered: Rendered, target) -> tuple[object, bool]:
+        return rendered.entry, False  # nothing to build
+
+    def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, PythonKernel]:
+        if options:
+            raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
+        return {f.name: build_python(f) for f in funcs}
+
+
+register(PythonBackend())
