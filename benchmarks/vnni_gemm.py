@@ -11,22 +11,13 @@ with the reason, on a CPU without avx512_vnni.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import pathlib
 import sys
 
 import numpy as np
+from gemm import load_packed_gemm  # (benchmarks/gemm.py: this script's folder is on sys.path)
 
 import ember
 from ember.intrinsics import cpu_has, vnni
-
-
-def load_packed_gemm():
-    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "kernels" / "gemm.py"
-    spec = importlib.util.spec_from_file_location("examples.gemm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.packed_gemm
 
 
 def main() -> None:
