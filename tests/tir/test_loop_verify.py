@@ -49,13 +49,14 @@ def _drop_outer_loop(func: PrimFunc) -> PrimFunc:
 
 def test_a_broken_lowering_pass_is_named(monkeypatch):
     passes = [(n, _drop_outer_loop if n == "flatten" else fn) for n, fn in lower_module.PASSES]
-    monkeypatch.setattr(lower_module, "PASSES", passes)
+    for kind in ("c", "python"):  # the loop passes each backend runs
+        monkeypatch.setattr(ember.target.as_target(kind).backend, "loop_passes", passes)
     monkeypatch.delenv("EMBER_DEBUG", raising=False)
     s, args = scheduled_gemm()
     ember.lower(s, args)  # unnoticed without debug
     with pytest.raises(LowerError, match=r"after lowering pass flatten: kernel main: \d+ problem\(s\):\n"
                                          r".*variable i\S* is used where it is not defined"):
-        lower_module.lower(s.to_prim_func(args), debug=True)
+        lower_module.lower(s.to_prim_func(args), debug=True, passes=passes)
     monkeypatch.setenv("EMBER_DEBUG", "1")
     with pytest.raises(LowerError, match="after lowering pass flatten"):
         ember.build(s, args, target="python")
