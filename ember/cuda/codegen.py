@@ -44,7 +44,7 @@ from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, Allocate, CallRoutine, For, IfThenElse, PrimFunc, Stmt, While
 from ..tir.tensor_intrin import get_intrin
 from . import fragments
-from .vectors import VECTOR_TYPES, vector_loop
+from .vectors import VECTOR_TYPES, copy_loop, vector_loop
 from .warp import WARP, WarpReduction, warp_reduction
 
 SYNC = "cuda.syncthreads"  # Evaluate(Call(SYNC)): a barrier of the block's threads
@@ -145,6 +145,12 @@ class CUDARenderer(CStyleRenderer):
     def _for(self, s: For, depth: int, out: list[str]) -> None:
         if s.kind == "vectorized" and (plan := vector_loop(s)) is not None:
             self._vector_for(s, plan, depth, out)
+            return
+        if s.kind == "vectorized" and (copy := copy_loop(s)) is not None:
+            store, base, load, load_base = copy
+            out.append(f"{'  ' * depth}*reinterpret_cast<uint4*>(&{self._buffer(store.buffer)}[{self._e(base)}]) = "
+                       f"*reinterpret_cast<const uint4*>(&{self._buffer(load.buffer)}[{self._e(load_base)}]);")
+            self.vector_buffers |= {store.buffer, load.buffer}
             return
         if not (self._thread_loops or self._branches) and (
                 red := warp_reduction(s, {t: n for t, n in self._dims.items() if t not in BLOCK_TAGS})):

@@ -2,8 +2,8 @@
 warp that makes each call (ember.intrinsics.wmma).
 
 A buffer of scope "wmma.accumulator" is a (R, C) array of fp32 accumulators, R and C multiples
-of 16, that only tensorized calls touch: it is declared as R/16 * C/16 `wmma::fragment`s in the
-registers of the warp (a fragment is spread over the 32 lanes), and the address of a 16x16
+of 16, that only tensorized calls touch: it is declared as R/16 * C/16 fragments in the registers of
+the warp (a fragment is spread over the 32 lanes, 8 floats each), and the address of a 16x16
 tile's first element, at flat offset o, names fragment (o / (16 C)) * (C / 16) + (o % C) / 16.
 
 A wmma call is collective: the 32 lanes of a warp make it together, with the same arguments.
@@ -15,6 +15,7 @@ Anything else is a LowerError at render time.
 from __future__ import annotations
 
 from ..errors import LowerError
+from ..intrinsics.wmma import ACC_TYPE
 from ..tir.expr import Buffer, as_int
 from ..tir.functor import collect
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, Stmt
@@ -22,7 +23,7 @@ from ..tir.stmt import THREAD_BINDING, CallRoutine, For, Stmt
 SCOPE = "wmma.accumulator"
 TILE = 16
 WARP = 32
-FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
+FRAGMENT = ACC_TYPE
 
 
 def declaration(buf: Buffer, name: str) -> str:

@@ -98,7 +98,8 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
     assert f.arch.startswith("sm_") and len(f.binary) > 0
     assert f.block == (32, 8, 1) and f.grid == (2, 2, 1)
     src = f.source
-    assert "nvcuda::wmma::mma_sync" in src and "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
+    assert "wmma.mma.sync.aligned.row.row.m16n16k16" in src and "#include <mma.h>" not in src
+    assert "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
     assert "__shared__ __align__(32)" in src and "__syncthreads();" in src
     # the calls run in every lane: no fragment index depends on a loop (registers, not local memory)
     assert "C_wmma_accumulator[(0) / 512" in src
