@@ -21,7 +21,11 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   vectorized loops are unrolled loops of scalars; parallel loops are refused;
 - loop variables are int where every buffer has fewer than 2^31 elements (`_index_type`);
 - math is CUDA's libm (`expf`, `tanhf`, ...), never the fast-math intrinsics (`__expf`);
-- atomics are CUDA's (`atomicAdd`, ...).
+- atomics are CUDA's (`atomicAdd`, ...);
+- float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used); a
+  tensorized call (ember.tir.schedule.tensorize) is its intrinsic's CUDA source, once in the
+  unit, and a call of it; a "wmma.accumulator" buffer is an array of Tensor Core fragments
+  (ember.cuda.fragments).
 
 NVRTC compiles without the C standard headers, so the unit starts with the few definitions the
 kernels use (fixed-width integers, INFINITY, NAN, INT64_MIN).

@@ -101,6 +101,7 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
     assert "wmma.mma.sync.aligned.row.row.m16n16k16" in src and "#include <mma.h>" not in src
     assert "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
     assert "__shared__ __align__(32)" in src and "__syncthreads();" in src
+    assert "*reinterpret_cast<uint4*>(&A_shared[" in src  # 8 halves copied a thread at a time
     # the calls run in every lane: no fragment index depends on a loop (registers, not local memory)
     assert "C_wmma_accumulator[(0) / 512" in src
 
