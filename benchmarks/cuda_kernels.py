@@ -8,11 +8,13 @@ the elementwise chain also at 4x the rows, past the L2), and an fp32 GEMM 4096^3
 shared-memory tiled schedules of ember.cuda.schedules (block tiles, register tiles per thread,
 K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's,
 "x4": 16-byte copies to shared memory and of B's tile into registers)
-against cuBLAS fp32 (`torch.matmul`, TF32 off). Every kernel is checked against torch before it
+against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 on Tensor Cores
+(`schedules.tensorcore_gemm`: wmma fragments, fp32 accumulators and output) against cuBLAS on the
+same inputs (its output in the inputs' type). Every kernel is checked against torch before it
 is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
 others still run.
 
-    python benchmarks/cuda_kernels.py [--size 4096] [--runs 30]
+    python benchmarks/cuda_kernels.py [--size 4096] [--runs 30] [--parts gemm tensorcore_gemm ...]
 
 Needs a GPU, torch with CUDA, cuda-bindings and NVRTC; runs in well under 3 minutes on an H100.
 """
@@ -234,10 +236,49 @@ def gemm(n: int, runs: int, rows: list) -> None:
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
+# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, and a warp's WM x WN
+TC_TILINGS = ((128, 128, 32, 64, 32), (128, 128, 32, 64, 64), (128, 256, 32, 64, 64), (256, 128, 32, 64, 64))
+
+
+def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember.cuda import schedules
+
+    tflop = 2 * n**3 / 1e12
+    for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        a = torch.randn(n, n, device="cuda").to(torch_dtype)
+        b = torch.randn(n, n, device="cuda").to(torch_dtype)
+        c = torch.empty(n, n, device="cuda")
+        expected = torch.matmul(a.float(), b.float())  # fp32 products of the same inputs (TF32 off)
+        name = f"{'fp16' if dtype == 'float16' else 'bf16'} GEMM {n}^3"
+        for BM, BN, BK, WM, WN in TC_TILINGS:
+            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN}
+            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN}"
+            try:
+                f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
+                c.zero_()
+                f(a, b, c)
+                torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+                t = timed(lambda f=f, a=a, b=b, c=c: f(a, b, c), runs)
+                rows.append((name, impl, t, tflop / t, build_s))
+            except Exception:  # one tiling's failure must not hide the others'
+                print(f"--- {name} {impl} failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        out = torch.empty(n, n, device="cuda", dtype=torch_dtype)
+        t = timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), runs)
+        rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
+
+
+PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
+         "tensorcore_gemm": tensorcore_gemm}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
     args = parser.parse_args()
     import torch
 
@@ -247,7 +288,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     rows: list = []
     failed = False
-    for part in (copy, elementwise, softmax, layer_norm, gemm):
+    for part in (PARTS[p] for p in args.parts):
         try:
             part(args.size, args.runs, rows)
         except Exception:  # one part's failure must not hide the others' numbers
@@ -260,7 +301,7 @@ def main() -> int:
     for name, impl, t, rate, build_s in rows:
         peer = next((r for r in rows if r[0] == name and r[1] != impl and r[4] is None), None)
         copy_bw = copies.get(name.split()[-1])
-        if not name.startswith(("device copy", "fp32 GEMM")) and copy_bw:
+        if not name.startswith("device copy") and "GEMM" not in name and copy_bw:
             ratio = f"{rate / copy_bw:.0%}cp"
         elif peer is not None and build_s is not None:
             ratio = f"{rate / peer[3]:.0%}"

@@ -35,7 +35,7 @@ LAYERS: dict[str, set[str]] = {
     "program": set(),  # the call program: launches, copies, control flow over the plan's buffers
     "codegen": {"tir", "program"},  # loop IR and call programs to source text; the loop-IR interpreter
     "runtime": {"codegen", "tir"},  # build, load, call
-    "cuda": {"codegen", "runtime", "te"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
+    "cuda": {"codegen", "runtime", "te", "intrinsics"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
     "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule (by the target's backend)
     "intrinsics": {"te"},  # tensor intrinsics of real hardware (VNNI), declared through te
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target

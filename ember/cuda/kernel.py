@@ -154,7 +154,14 @@ def _check(buf, shape, dtype, contiguous: bool, k: int, name: str) -> None:
 
 
 def _device_pointer(buf, a, k: int, name: str) -> int:
-    """The device address of a GPU array (its __cuda_array_interface__), checked against buf."""
+    """The device address of a GPU array (its __cuda_array_interface__; a torch tensor's own, since
+    the interface has no bfloat16), checked against buf."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor) and a.is_cuda:
+        if str(a.dtype).removeprefix("torch.") != buf.dtype:
+            raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is {a.dtype}, expected {buf.dtype}")
+        _check(buf, tuple(a.shape), dt.to_numpy(buf.dtype), a.is_contiguous(), k, name)
+        return int(a.data_ptr())
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
         raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is a {type(a).__name__}; a CUDA kernel "

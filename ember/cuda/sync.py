@@ -25,7 +25,18 @@ from dataclasses import dataclass, field, replace
 
 from ..tir.expr import Buffer, BufferLoad, Call, Var
 from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
-from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt
+from ..tir.stmt import (
+    THREAD_BINDING,
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
 from .codegen import SYNC, launch_dims
 
 BARRIER = Evaluate(Call(SYNC, (), "int32"))
@@ -76,6 +87,9 @@ def _touches(s: Stmt, shared: set[Buffer], own: set[Var]) -> _Touches:
             (t.private_reads if private(e.indices) else t.reads).add(e.buffer)
 
     def on_stmt(x):
+        if isinstance(x, CallRoutine):  # a tensorized call: every thread of its warp reads the whole tile
+            t.reads.update(p.buffer for p in x.reads if p.buffer in shared)
+            t.writes.update(p.buffer for p in x.writes if p.buffer in shared)
         if isinstance(x, BufferStore) and x.buffer in shared:
             (t.private_writes if private(x.indices) else t.writes).add(x.buffer)
         for e in stmt_exprs(x):

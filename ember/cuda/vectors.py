@@ -6,7 +6,9 @@ issue slots and memory transactions. A loop `for v in vectorized(4)` whose body 
 rendered as one 16-byte store where the store's index is `base + v` with `base` a multiple of 4
 (its modular set), and each load of the value at such an index is one 16-byte load; the other
 loads stay per lane. A store that cannot be one (into registers, or unaligned) stays per lane,
-its loads still 16 bytes where they can be (a register tile loaded from shared memory). The
+its loads still 16 bytes where they can be (a register tile loaded from shared memory). A
+vectorized loop that only copies 16 bytes of a narrower type (8 halves) between aligned places
+is one `uint4` load and store (`copy_loop`). The
 stored buffer may be read only at the store's own index (so reading all lanes before writing
 them is what the serial loop does). Buffers in global or shared memory only: thread-local arrays
 stay scalar (a vector access to them can push them out of registers). The pointers a kernel
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.arith_bound import modular_set
 from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Var, as_int, binary
@@ -71,14 +74,34 @@ def vector_loop(loop: For) -> VectorLoop | None:
     return VectorLoop(store, base, tuple(vectors))
 
 
+def copy_loop(loop: For) -> tuple[BufferStore, PrimExpr, BufferLoad, PrimExpr] | None:
+    """(store, its base, load, its base) where `loop` copies 16 bytes of any element type (8
+    halves of a shared tile) from one buffer to another, both aligned: one `uint4` load and
+    store; else None."""
+    store, v = loop.body, loop.loop_var
+    if (loop.kind != "vectorized" or as_int(loop.min) != 0 or not isinstance(store, BufferStore)
+            or len(store.indices) != 1 or not isinstance(store.value, BufferLoad) or len(store.value.indices) != 1):
+        return None
+    load = store.value
+    lanes = 128 // dt.bits(store.buffer.dtype)
+    if load.buffer.dtype != store.buffer.dtype or as_int(loop.extent) != lanes or lanes == LANES:
+        return None  # 4 lanes of 4 bytes: vector_loop's
+    bases = [_aligned(b.buffer, b.indices[0], v, lanes) for b in (store, load)]
+    return None if None in bases else (store, bases[0], load, bases[1])
+
+
 def aligned_base(buf: Buffer, index: PrimExpr, v: Var) -> PrimExpr | None:
     """`base` where index == base + v and base is a multiple of LANES, for a buffer of a
     4-byte type in global or shared memory; else None."""
-    if buf.dtype not in VECTOR_TYPES or buf.scope not in SCOPES:
+    return _aligned(buf, index, v, LANES) if buf.dtype in VECTOR_TYPES else None
+
+
+def _aligned(buf: Buffer, index: PrimExpr, v: Var, lanes: int) -> PrimExpr | None:
+    if buf.scope not in SCOPES:
         return None
     ana = Analyzer()
     base = ana.simplify(substitute(index, {v: Const(0, v.dtype)}))
     if not ana.can_prove_equal(binary("-", index, base), v):
         return None
     m, r = modular_set(base, {})
-    return base if m % LANES == 0 and r % LANES == 0 else None
+    return base if m % lanes == 0 and r % lanes == 0 else None

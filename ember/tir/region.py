@@ -16,7 +16,8 @@ from ..errors import ScheduleError
 from .arith import Analyzer
 from .expr import Binary, BufferLoad, Const, PrimExpr, Var, as_int, const, max_, min_
 from .functor import free_vars, stmt_children, stmt_exprs, substitute, visit_expr, visit_stmt
-from .stmt import Block, BlockRealize, BufferRegion, BufferStore, For, Range, Stmt
+from .intrin_regions import call_boxes, is_tensorized
+from .stmt import Block, BlockRealize, BufferRegion, BufferStore, CallRoutine, For, Range, Stmt
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,10 @@ def _divisions(e: PrimExpr) -> int:
 
 def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
                  ana: Analyzer) -> list[Interval] | None:
-    """The region of `buffer` touched by the blocks inside `loop_body`, as intervals in terms of
-    the variables bound outside it: block bindings are substituted and the loops inside
-    loop_body vary over their ranges. None if nothing in loop_body touches the buffer."""
+    """The region of `buffer` touched by the blocks and tensorized calls inside `loop_body` (a
+    call's box: ember.tir.intrin_regions), as intervals in terms of the variables bound outside
+    it: block bindings are substituted and the loops inside loop_body vary over their ranges.
+    None if nothing in loop_body touches the buffer."""
     dom: dict[Var, Interval] = {}
     idx_all: list[tuple[PrimExpr, ...]] = []
 
@@ -184,6 +186,8 @@ def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
                     idx_all.append(tuple(substitute(i, bind) for i in idx))
             case BlockRealize(_, _, block):
                 walk(block.body)
+            case CallRoutine() if is_tensorized(st):
+                idx_all.extend(call_boxes(st, buffer, ana) or ())
             case _:
                 for child in stmt_children(st):
                     walk(child)

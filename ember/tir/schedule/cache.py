@@ -20,7 +20,8 @@ from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, same_
 from .registry import primitive
 from .state import BlockRV, Schedule
 
-SCOPES = ("global", "local", "shared")  # shared: a GPU block's memory
+SCOPES = ("global", "local", "shared", "wmma.accumulator")  # shared: a GPU block's memory; wmma.accumulator:
+# a warp's Tensor Core accumulators, 16x16 fragments in registers (ember.intrinsics.wmma)
 
 
 def _copy_nest(name: str, src: Buffer, dst: Buffer) -> Stmt:

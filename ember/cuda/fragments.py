@@ -1,0 +1,58 @@
+"""Tensor Core calls in a CUDA kernel: the "wmma.accumulator" scope held as fragments, and the
+warp that makes each call (ember.intrinsics.wmma).
+
+A buffer of scope "wmma.accumulator" is a (R, C) array of fp32 accumulators, R and C multiples
+of 16, that only tensorized calls touch: it is declared as R/16 * C/16 fragments in the registers of
+the warp (a fragment is spread over the 32 lanes, 8 floats each), and the address of a 16x16
+tile's first element, at flat offset o, names fragment (o / (16 C)) * (C / 16) + (o % C) / 16.
+
+A wmma call is collective: the 32 lanes of a warp make it together, with the same arguments.
+The kernel's threadIdx.x is the lane (exactly 32), and a call sits in no loop bound to
+threadIdx.x, so every lane of the warp runs it; the warps are told apart by threadIdx.y and z.
+Anything else is a LowerError at render time.
+"""
+
+from __future__ import annotations
+
+from ..errors import LowerError
+from ..intrinsics.wmma import ACC_TYPE
+from ..tir.expr import Buffer, as_int
+from ..tir.functor import collect
+from ..tir.stmt import THREAD_BINDING, CallRoutine, For, Stmt
+
+SCOPE = "wmma.accumulator"
+TILE = 16
+WARP = 32
+FRAGMENT = ACC_TYPE
+
+
+def declaration(buf: Buffer, name: str) -> str:
+    """The fragments holding an accumulator buffer."""
+    dims = [as_int(d) for d in buf.shape]
+    if len(dims) != 2 or buf.dtype != "float32" or any(d is None or d % TILE for d in dims):
+        raise LowerError(f"a {SCOPE} buffer is a 2-D float32 array of 16x16 tiles; {buf.name} is "
+                         f"{buf.dtype}{list(buf.shape)}")
+    return f"{FRAGMENT} {name}[{dims[0] // TILE * (dims[1] // TILE)}];"
+
+
+def address(buf: Buffer, name: str, offset: str) -> str:
+    """The fragment whose tile starts at element `offset` (C code) of the buffer."""
+    cols = as_int(buf.shape[1])
+    return f"(void*)&{name}[({offset}) / {TILE * cols} * {cols // TILE} + ({offset}) % {cols} / {TILE}]"
+
+
+def check_warps(body: Stmt, dims: dict[str, int], name: str) -> None:
+    """A LowerError unless every call of a fragment buffer is made by whole warps."""
+    calls = collect(body, lambda s: isinstance(s, CallRoutine)
+                    and any(p.buffer.scope == SCOPE for p in s.reads + s.writes))
+    if not calls:
+        return
+    if dims.get("threadIdx.x", 1) != WARP:
+        raise LowerError(f"kernel {name} calls Tensor Core intrinsics, which a warp makes together: its "
+                         f"threadIdx.x must be the 32 lanes, not {dims.get('threadIdx.x', 1)} threads")
+    lanes = collect(body, lambda s: isinstance(s, For) and s.kind == THREAD_BINDING and s.thread_tag == "threadIdx.x")
+    for loop in lanes:
+        if collect(loop.body, lambda s: any(s is c for c in calls)):
+            raise LowerError(f"kernel {name} calls a Tensor Core intrinsic inside loop {loop.loop_var.name}, "
+                             f"bound to threadIdx.x: every lane of the warp must make the call, so bind its warp "
+                             f"to threadIdx.y and leave threadIdx.x to the lanes")

@@ -1,0 +1,120 @@
+"""Tensor Cores as tensor intrinsics: the warp-level matrix operations of CUDA's wmma (PTX
+`wmma.load` / `wmma.mma` / `wmma.store`) on 16x16x16 tiles, fp16 or bf16 inputs read from shared
+memory, fp32 accumulators.
+
+Two intrinsics per input type, and a store:
+
+- `MMA[dtype]`: c[i, j] (+)= sum over k < 16 of a[i, k] * b[k, j], a and b 16x16 row-major
+  tiles (any row stride: `ldm`), c a 16x16 fragment of a "wmma.accumulator" buffer. Its reset
+  zeroes the fragment, its update loads a's and b's fragments and runs the product;
+- `STORE`: out[i, j] = c[i, j], a fragment stored to memory (row-major, any row stride), the
+  copy out of a cache_write "wmma.accumulator".
+
+Why wmma and not `ldmatrix` / `mma.sync`: wmma is the simplest route onto Tensor Cores, portable
+across sm_70 and later (bf16 from sm_80), with the fragments' layout across the lanes left to
+the compiler; `mma.sync` would give control of the register layout (and ldmatrix conflict-free
+shared loads) at the price of per-shape register bookkeeping, a later step. The instructions are
+written as inline PTX rather than through `nvcuda::wmma` (mma.h) because that header needs the
+CUDA compiler's `crt/` headers, which NVRTC's pip packages do not always ship; the PTX is what
+mma.h emits, and NVRTC compiles it for any of those architectures.
+
+A fragment lives in the registers of a warp's 32 lanes, 8 floats each (`ACC_TYPE`), and every
+call is made by the whole warp together: the CUDA renderer holds a "wmma.accumulator" buffer as
+an array of fragments and leaves the lanes to the calls (ember.cuda.fragments). The loop-IR
+interpreter runs the descriptions (fp16/bf16 products summed in float32).
+"""
+
+from __future__ import annotations
+
+from .. import te
+
+TILE = 16
+FEATURE = "wmma"
+DTYPES = ("float16", "bfloat16")
+ACC_TYPE = "ember_wmma_acc"  # a lane's part of an fp32 16x16 accumulator fragment: 8 floats
+
+_ACC = f"""#ifndef EMBER_WMMA_ACC
+#define EMBER_WMMA_ACC
+struct {ACC_TYPE} {{ float x[8]; }};
+#endif"""
+
+
+def _suffix(dtype: str) -> str:
+    return {"float16": "f16", "bfloat16": "bf16"}[dtype]
+
+
+def _regs(first: int, n: int) -> str:
+    return "{" + ", ".join(f"%{i}" for i in range(first, first + n)) + "}"
+
+
+def _outs(name: str, n: int, constraint: str = "=r") -> str:
+    return ", ".join(f'"{constraint}"({name}[{i}])' for i in range(n))
+
+
+_STORE_SOURCE = f"""{_ACC}
+static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out, int64_t ldm) {{
+  const float* d = ((const {ACC_TYPE}*)c)->x;
+  asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {_regs(1, 8)}, %9;"
+               :: "l"(out), {", ".join(f'"f"(d[{i}])' for i in range(8))}, "r"((int)ldm) : "memory");
+}}"""
+
+
+def _mma_source(dtype: str) -> str:
+    """fp16 fragments of A and B are 8 registers a lane (2 halves each), bf16's 4."""
+    s = _suffix(dtype)
+    n = 8 if dtype == "float16" else 4
+    ptx = "f16" if dtype == "float16" else "bf16"
+    kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
+    return f"""{_ACC}
+static __device__ __forceinline__ void ember_wmma_fill_{s}(void* c) {{
+  for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)->x[i] = 0.0f;
+}}
+static __device__ __forceinline__ void ember_wmma_mma_{s}(const void* a, const void* b, void* c, int64_t lda,
+                                                          int64_t ldb) {{
+  unsigned fa[{n}], fb[{n}];
+  float* d = (({ACC_TYPE}*)c)->x;
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+               : {_outs("fa", n)} : "l"(a), "r"((int)lda) : "memory");
+  asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+               : {_outs("fb", n)} : "l"(b), "r"((int)ldb) : "memory");
+  asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, {_regs(8 + n, n)}, "
+               "{_regs(0, 8)};"
+               : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[{i}])' for i in range(n))},
+                 {", ".join(f'"r"(fb[{i}])' for i in range(n))});
+}}"""
+
+
+def declare_mma(dtype: str):
+    """Declare (and register) the 16x16x16 product of `dtype` tiles into fp32 fragments."""
+    a = te.placeholder((TILE, TILE), dtype, name="a")
+    b = te.placeholder((TILE, TILE), dtype, name="b")
+    k = te.reduce_axis((0, TILE), name="k")
+    c = te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
+                                                     axis=k), name="c")
+    s = _suffix(dtype)
+
+    def lower_fn(ins, outs):
+        (pa, pb), (pc,) = ins, outs
+        update = te.hardware_intrinsic(f"ember_wmma_mma_{s}", pa.access_ptr("r"), pb.access_ptr("r"),
+                                       pc.access_ptr("w"), pa.strides[0], pb.strides[0])
+        return None, te.hardware_intrinsic(f"ember_wmma_fill_{s}", pc.access_ptr("w")), update
+
+    return te.decl_tensor_intrin(c.op, lower_fn, name=f"wmma_mma_16x16x16_{s}_f32", c_source=_mma_source(dtype),
+                                 feature=FEATURE, override=True)
+
+
+def declare_store():
+    """Declare (and register) the store of an fp32 fragment to a row-major 16x16 tile."""
+    c = te.placeholder((TILE, TILE), "float32", name="c")
+    out = te.compute((TILE, TILE), lambda i, j: c[i, j], name="out")
+
+    def lower_fn(ins, outs):
+        (pc,), (po,) = ins, outs
+        return te.hardware_intrinsic("ember_wmma_store", pc.access_ptr("r"), po.access_ptr("w"), po.strides[0])
+
+    return te.decl_tensor_intrin(out.op, lower_fn, name="wmma_store_16x16_f32", c_source=_STORE_SOURCE,
+                                 feature=FEATURE, override=True)
+
+
+MMA = {dtype: declare_mma(dtype) for dtype in DTYPES}
+STORE = declare_store()
