@@ -52,7 +52,7 @@ LAYERS: dict[str, set[str]] = {
     "torch_backend": {"compiler"},  # the torch.compile backend: compiles what the frontend imports
     "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
     # one per target kind, found through the registry (target.backend)
-    "backends": {"runtime", "passes", "tune", "cuda"},
+    "backends": {"runtime", "passes", "tune", "cuda", "triton"},  # (triton: the CPU's tile-kernel Emitter)
     "ember": {"compiler"},  # the package itself: the public API
     "debug": {"ember"},  # bisect, draw
     "cli": {"debug", "cuda"},  # the `ember` command (ember doctor asks ember.cuda for NVRTC and the GPU)

@@ -6,8 +6,9 @@ kind:
   ember.program, as one unit of source: the kernel renderer and the wrapper renderer), `build`
   (the builder and the loader), and `model`, the compiled-model class that runs what `build` gave;
 - single kernels (ember.build, the tuner's measurement through it, ember.debug.bisect_kernels):
-  `build_kernels`; the tile launcher (ember.triton): `render_kernels` and `open_launcher`, since it
-  caches a kernel's source apart from its loop IR;
+  `build_kernels`; the tile launcher (ember.triton): `tile_emitter` (how a tile kernel's block
+  operations become loops on this machine), `render_kernels` and `open_launcher`, since it caches
+  a kernel's source apart from its loop IR;
 - the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline) and the
   loop passes in order (`loop_passes`, those of ember.tir.lower);
 - the tuner's rules (`tuner`: the design space, the features the cost model sees, the runner
@@ -62,6 +63,9 @@ class Backend(ABC):
     graph_passes: tuple[str, ...]  # the graph passes that read the target
     loop_passes: Sequence  # (name, pass) pairs, in order
     tuner: TunerRules | None  # None: kernels of this target are not tuned
+    # the Emitter of tile kernels (ember.triton.compiler.emitter), built as tile_emitter(target, debug);
+    # None: this backend launches no tile kernels
+    tile_emitter: Callable | None = None
 
     def check_options(self, *, checked: bool | None) -> None:  # noqa: B027 (most backends take every option)
         """Refuse, before anything is compiled, a model this backend cannot compile with these
@@ -80,15 +84,16 @@ class Backend(ABC):
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, Kernel]:
         """Single kernels built to be called on NumPy arrays, by function name."""
 
-    def render_kernels(self, funcs: Sequence[PrimFunc], *, checked: bool = False) -> str:
-        """The source of single kernels, each callable on its own through `open_launcher` (the
-        tile launcher's pair; a backend without them launches no tile kernels)."""
-        raise self._no_tile_kernels()
+    def render_kernels(self, funcs: Sequence[PrimFunc], target, *, checked: bool = False) -> str:
+        """The source of single kernels for `target`, each callable on its own through
+        `open_launcher` (the tile launcher's pair; a backend without them launches no tile kernels)."""
+        raise self.no_tile_kernels()
 
     def open_launcher(self, source: str, name: str, target):
         """The launcher of kernel `name` in `source` (render_kernels'), built and loaded."""
-        raise self._no_tile_kernels()
+        raise self.no_tile_kernels()
 
-    def _no_tile_kernels(self) -> ConfigError:
+    def no_tile_kernels(self) -> ConfigError:
+        """The error of a tile launch for this backend's targets when it launches none."""
         return ConfigError(f"target {self.name!r} launches no tile kernels: they run on 'c', or on ember.triton's "
                            f"interpreter (TRITON_INTERPRET=1)")

@@ -39,6 +39,14 @@ class CBackend(Backend):
     loop_passes = PASSES
     tuner = TunerRules(design_space, extract_features, LocalRunner)
 
+    @property
+    def tile_emitter(self):
+        """The CPU's Emitter: SIMD loop nests under one OpenMP loop (imported here, on a tile
+        launch, rather than with the backend: compiling a model needs none of ember.triton)."""
+        from ..triton.compiler.vector import VectorEmitter
+
+        return VectorEmitter
+
     def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
                checked: bool, target) -> Rendered:
         renderer = CRenderer(checked, target.align)
@@ -51,8 +59,8 @@ class CBackend(Backend):
         cached = is_cached(rendered.source, cc=target.cc, cflags=target.cflags)
         return build_library(rendered.source, cc=target.cc, cflags=target.cflags), cached
 
-    def render_kernels(self, funcs: Sequence[PrimFunc], *, checked: bool = False) -> str:
-        return codegen_c(funcs, checked=checked)
+    def render_kernels(self, funcs: Sequence[PrimFunc], target, *, checked: bool = False) -> str:
+        return codegen_c(funcs, checked=checked, align=target.align)
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CKernel]:
         """Options: checked, num_threads (ember.runtime.module.build_c_module)."""

@@ -16,9 +16,11 @@ and `maxnreg` reach the launch as Triton's options: they do not matter on the CP
 
 `database=` (a path or an `ember.tune.Database`) keeps every timing in ember's tuning database
 and reads the best one back, so a new process skips the timing. A workload there is the kernel
-(its source, the configs, the key's values) on one target ("c | <cpu>" when compiled,
-"interpret" in the interpreter); each config's timing is a record whose trace is one
-`triton_config` instruction holding the config. `TRITON_PRINT_AUTOTUNING=1` prints the choice.
+(its source, the configs, the key's values) on one target: the launch's (its `target=` option,
+else the kernel's own, else "c": `KernelFunction.launch_target`), filed under the target's key
+("c | <cpu> | <features>"), or "interpret" in the interpreter (the choices kept in memory are
+per target too). Each config's timing is a record whose trace is one `triton_config`
+instruction holding the config. `TRITON_PRINT_AUTOTUNING=1` prints the choice.
 
 `@triton.heuristics({"BLOCK": lambda args: ...})` computes meta-parameters from the others at
 each launch.
@@ -130,7 +132,7 @@ class Autotuner(KernelInterface):
         self._do_bench = do_bench or (lambda call, quantiles: testing.do_bench(
             call, warmup=self.warmup, rep=self.rep, quantiles=quantiles))
         self.database = database
-        self.cache: dict[tuple, Config] = {}
+        self.cache: dict[tuple[str, tuple], Config] = {}  # (target's key, key) -> config
         self.configs_timings: dict[Config, object] | None = None
         self.best_config: Config | None = None
         self.bench_time = 0.0
@@ -200,11 +202,13 @@ class Autotuner(KernelInterface):
             every = {**nargs, **kwargs}
             key = tuple(_key_value(every[k]) for k in self.keys if k in every)
             key += tuple(str(v.dtype) for v in every.values() if hasattr(v, "dtype") and hasattr(v, "shape"))
-            if key not in self.cache:
-                self.cache[key] = self._stored(key) or self._tune(key, args, nargs, grid, kwargs)
+            target = self._target(kwargs)
+            if (target, key) not in self.cache:
+                self.cache[target, key] = self._stored(key, target) or self._tune(key, target, args, nargs, grid,
+                                                                                  kwargs)
                 tuned = True
-                self.pre_hook({**nargs, **kwargs, **self.cache[key].all_kwargs()}, reset_only=True)
-            config = self.cache[key]
+                self.pre_hook({**nargs, **kwargs, **self.cache[target, key].all_kwargs()}, reset_only=True)
+            config = self.cache[target, key]
         self.best_config = config
         if tuned and os.environ.get("TRITON_PRINT_AUTOTUNING") == "1":
             print(f"autotuning {self.base_fn.__name__} took {self.bench_time:.3f} s; best config: {config}")
@@ -212,7 +216,7 @@ class Autotuner(KernelInterface):
             config.pre_hook({**nargs, **kwargs, **config.all_kwargs()})
         return self.fn.run(*args, grid=grid, **kwargs, **config.all_kwargs())
 
-    def _tune(self, key: tuple, args, nargs, grid, kwargs) -> Config:
+    def _tune(self, key: tuple, target: str, args, nargs, grid, kwargs) -> Config:
         start = time.perf_counter()
         configs = self.prune_configs(nargs, kwargs)
         timings = {c: self._bench(args, nargs, grid, kwargs, c) for c in configs}
@@ -221,7 +225,7 @@ class Autotuner(KernelInterface):
         best = builtins.min(timings, key=lambda c: _as_list(timings[c]))
         if math.isinf(_as_list(timings[best])[0]):
             raise TuneError(f"autotune of {self.base_fn.__name__}: every config failed ({len(configs)} tried)")
-        self._store(key, timings)
+        self._store(key, target, timings)
         return best
 
     # --- the tuning database ---------------------------------------------------------------------------
@@ -239,23 +243,23 @@ class Autotuner(KernelInterface):
         digest = hashlib.sha256(text.encode()).hexdigest()
         return _Workload(f"triton:{digest}", f"triton.autotune:{self.base_fn.__name__}", text)
 
-    @staticmethod
-    def _target() -> str:
-        from ..target import as_target
+    def _target(self, kwargs: dict) -> str:
+        """The key of the target a launch with these keyword arguments compiles for."""
+        if interpret():
+            return "interpret"
+        return self.base_fn.launch_target({} if "target" in self.arg_names else kwargs).key
 
-        return "interpret" if interpret() else as_target("c").key
-
-    def _stored(self, key: tuple) -> Config | None:
+    def _stored(self, key: tuple, target: str) -> Config | None:
         db = self._db()
         if db is None:
             return None
-        record = db.best(self._workload(key).key, self._target())
+        record = db.best(self._workload(key).key, target)
         if record is None:
             return None
         stored = dict(record.trace.instructions[0].attrs).get("config")
         return next((c for c in self.configs if json.dumps(c.describe()) == stored), None)
 
-    def _store(self, key: tuple, timings: dict) -> None:
+    def _store(self, key: tuple, target: str, timings: dict) -> None:
         db = self._db()
         if db is None:
             return
@@ -263,7 +267,7 @@ class Autotuner(KernelInterface):
         from ..tir.schedule.trace import Instruction
         from ..tune.measure import MeasureResult
 
-        workload, target = self._workload(key), self._target()
+        workload = self._workload(key)
         db.commit_workload(workload, target)
         for config, timing in timings.items():
             median_ms = _as_list(timing)[0]

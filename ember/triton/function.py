@@ -2,7 +2,8 @@
 its parameters (which are `tl.constexpr`, and the types scalar ones are declared with: `n:
 tl.int32`), and how a launch's arguments bind to them: a value its declared type cannot hold (a
 float for an int) is refused as Triton's launcher refuses it, and a grid past CUDA's limits
-(GRID_LIMITS) too.
+(GRID_LIMITS) too; and the target a launch compiles for (`launch_target`): the launch's `target=`
+option, else the kernel's own (`@jit(target=...)`), else "c".
 
 jit.py makes it launchable (`kernel[grid](...)`); the compiler and the interpreter import this
 module, not jit.py, which imports them.
@@ -19,13 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentTypeError
+from ..target import Target, as_target
 from .language import dtypes as tld
 from .language.dtypes import constexpr
 
-# keyword arguments of a launch that are options of Triton's GPU compilation, not parameters
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_cooperative_grid",
-                  "extern_libs", "debug", "stream", "warmup", "enable_warp_specialization", "num_buffers_warp_spec",
-                  "num_consumer_groups", "reg_dec_producer", "reg_inc_consumer")
+# keyword arguments of a launch that are options of its compilation (Triton's GPU ones, and
+# ember's `target`), not parameters
+LAUNCH_OPTIONS = ("target", "num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion",
+                  "launch_cooperative_grid", "extern_libs", "debug", "stream", "warmup", "enable_warp_specialization",
+                  "num_buffers_warp_spec", "num_consumer_groups", "reg_dec_producer", "reg_inc_consumer")
 # the most programs along each grid axis: CUDA's limits, which Triton's launches have (a larger grid
 # would run for days on the CPU, and one past 2**63 programs in all would overflow the flat index)
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -81,7 +84,8 @@ def _is_constexpr(annotation) -> bool:
 
 
 class KernelFunction:
-    def __init__(self, fn: Callable, *, do_not_specialize=(), debug: bool | None = None, noinline: bool = False):
+    def __init__(self, fn: Callable, *, do_not_specialize=(), debug: bool | None = None, noinline: bool = False,
+                 target: str | Target | None = None):
         if not inspect.isfunction(fn):
             raise ArgumentTypeError(f"@triton.jit decorates a function, not {type(fn).__name__}")
         self.fn = fn
@@ -91,6 +95,7 @@ class KernelFunction:
         self.__globals__ = fn.__globals__
         self.debug = debug
         self.noinline = noinline
+        self.target = None if target is None else as_target(target)  # the kernel's own (a bad one fails here)
         try:
             self.src = textwrap.dedent(inspect.getsource(fn))
         except OSError as e:
@@ -121,6 +126,12 @@ class KernelFunction:
             if p.declared is not None:
                 _check_declared(self.__name__, p, bound.arguments[p.name])
         return dict(bound.arguments), options
+
+    def launch_target(self, options: dict) -> Target:
+        """The target a launch with these options compiles for: its `target=`, else the kernel's
+        own, else "c"."""
+        target = options.get("target")
+        return as_target(target if target is not None else self.target or "c")
 
     def grid_of(self, grid, bound: dict) -> tuple[int, int, int]:
         if callable(grid):

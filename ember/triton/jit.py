@@ -5,7 +5,9 @@ how arguments bind to them) that can be launched: a launch binds the arguments (
 applied; Triton's launch options such as num_warps and num_stages are accepted and set aside:
 they do not matter on the CPU), resolves the grid (a tuple of up to three ints, or a function of
 the bound arguments that returns one), and runs the kernel: in the NumPy interpreter when
-EMBER_INTERPRET (or TRITON_INTERPRET) is set, else compiled (ember.triton.compiler).
+EMBER_INTERPRET (or TRITON_INTERPRET) is set, else compiled (ember.triton.compiler) for the
+launch's target: its `target=` option (`kernel[grid](x, n, target=Target.x86("avx2"))`), else the
+kernel's own (`@jit(target=...)`), else "c".
 """
 
 from __future__ import annotations
@@ -43,14 +45,16 @@ class JITFunction(KernelFunction, KernelInterface):
     def run(self, *args, grid, **kwargs):
         bound, options = self.bind(args, kwargs)
         grid = self.grid_of(grid, bound)
-        return (interpreter if interpret() else compiler).launch(self, grid, bound, options)
+        if interpret():
+            return interpreter.launch(self, grid, bound, options)
+        return compiler.launch(self, grid, bound, options, self.launch_target(options))
 
     def compile(self, *args, **kwargs):
-        """The compiled specialization of these arguments, run nowhere; its `asm` is Triton's
-        dict of the kernel's code: {"tir": the loop IR, "c": the C}."""
+        """The compiled specialization of these arguments (and launch options: `target=`), run
+        nowhere; its `asm` is Triton's dict of the kernel's code: {"tir": the loop IR, "c": the C}."""
         kwargs.pop("grid", None)
         bound, options = self.bind(args, kwargs)
-        return compiler.prepare(self, bound, options)[0]
+        return compiler.prepare(self, bound, options, self.launch_target(options))[0]
 
     def ir(self, *args, **kwargs) -> str:
         """The lowered loop IR of the kernel for these arguments (`kernel.ir(x, y, n, BLOCK=64)`)."""
@@ -69,9 +73,10 @@ class JITFunction(KernelFunction, KernelInterface):
 
 
 def jit(fn=None, *, version=None, repr=None, launch_metadata=None, do_not_specialize=(),
-        do_not_specialize_on_alignment=(), debug=None, noinline=False):
-    """`@triton.jit` or `@triton.jit(do_not_specialize=[...], debug=True)`."""
+        do_not_specialize_on_alignment=(), debug=None, noinline=False, target=None):
+    """`@triton.jit` or `@triton.jit(do_not_specialize=[...], debug=True, target="c")` (`target`:
+    what the kernel compiles for unless a launch names another; "c" when None)."""
     def decorate(f):
-        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline)
+        return JITFunction(f, do_not_specialize=do_not_specialize, debug=debug, noinline=noinline, target=target)
 
     return decorate(fn) if fn is not None else decorate

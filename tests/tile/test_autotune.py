@@ -11,6 +11,7 @@ from tile_modes import MODES, launch_mode
 import ember.triton as triton
 import ember.triton.language as tl
 from ember.errors import ConfigError, TuneError
+from ember.target import Target, as_target, machine_features
 
 
 @pytest.fixture
@@ -174,6 +175,25 @@ def test_the_tuning_database_keeps_the_choice_for_a_new_process(tmp_path, rng, m
         workloads = db.workloads()
         assert len(workloads) == 2 and all(w.name == "triton.autotune:accumulate" for w in workloads)
         assert len(db) == 2 * len(CONFIGS)
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= (machine_features() or frozenset()), reason="this machine lacks AVX2")
+def test_the_choice_is_kept_per_launch_target(tmp_path, rng):
+    from ember.tune import Database
+
+    path, calls, avx2 = tmp_path / "tile.db", [], Target.x86("avx2")
+    with launch_mode("compile"):
+        tuned = accumulate_kernel_tuned(CONFIGS, calls, reset_to_zero=["out_ptr"], database=str(path))
+        tuned[grid](np.ones(90, np.float32), np.zeros(90, np.float32), 90)
+        x, out = rng.standard_normal(90, dtype=np.float32), np.zeros(90, np.float32)
+        tuned[grid](x, out, 90, target=avx2)  # the same key for another target: timed again
+        assert len(calls) == 2 * len(CONFIGS)
+        np.testing.assert_array_equal(out, x)
+    with Database(path) as db:
+        (workload,) = {w.key for w in db.workloads()}
+        assert sorted(w.target for w in db.workloads()) == sorted([as_target("c").key, avx2.key])
+        assert as_target("c").key != avx2.key
+        assert len(db.records(workload, avx2.key)) == len(db.records(workload, as_target("c").key)) == len(CONFIGS)
 
 
 def test_heuristics_compute_meta_parameters(rng):

@@ -15,9 +15,11 @@ first element), one pointer per scalar argument (a one-element array of its type
 the debug mode checks accesses against) and `status` (int64: 0, or the number of the check that
 failed: an out-of-bounds access in the debug mode, a device_assert). Its body is a parallel loop
 over the programs of the grid (OpenMP over the flattened 3-D grid; programs are independent).
-A specialization is compiled for a target (ember.target; "c" unless the launch names another) and
-built through its backend (ember.backends), as ember.build builds: the backend's loop passes,
-its kernel renderer, and its builder and loader give the launcher.
+A specialization is compiled for the launch's target (ember.target: `KernelFunction.launch_target`)
+and built through its backend (ember.backends), as ember.build builds: the backend's Emitter
+(`tile_emitter`: how block operations become loops on its machine; a backend without one
+launches no tile kernels), its loop passes, its kernel renderer, and its builder and loader give
+the launcher.
 A launch refuses a read-only array (NumPy's writeable flag: a read-only memmap, a view of bytes)
 for a parameter the kernel stores to (`Compiled.written`, from the lowered function), and calls it
 through its launcher (ember.codegen.c) with the num_threads option, read at
@@ -45,7 +47,7 @@ from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
 from ...runtime import fork
 from ...runtime.library import write_atomic
-from ...target import Target, as_target
+from ...target import Target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
 from ...tir.stmt import PrimFunc
@@ -55,7 +57,6 @@ from ..language import dtypes as tld
 from . import values as V
 from .builtins import Builtins
 from .frontend import Frontend
-from .vector import VectorEmitter
 
 FORMAT = 2  # of the cached description of a specialization
 
@@ -217,7 +218,7 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target)
         kinds.append(("tensor", t.dtype.name))
         runtime.append(t)
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
-                 debug, target.kind, target.vector_bytes, target.cc, target.cflags))
+                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags))
     return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32]), runtime
 
 
@@ -234,7 +235,7 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
                target: Target) -> tuple[PrimFunc, list[str], list[str]]:
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
-    em = VectorEmitter(target.vector_bytes, debug)
+    em = target.backend.tile_emitter(target, debug)
     tensors, scalars, values = [], [], {}
     params: dict = {}
     sizes = (Var("grid_x"), Var("grid_y"), Var("grid_z"))  # the kernel's int64 size arguments
@@ -284,7 +285,7 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool, target: Target
             func, sites, scalar_dtypes = build_func(jit_fn, spec, debug, target)
             lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes,
                             passes=backend.loop_passes)
-            source = backend.render_kernels([lowered])
+            source = backend.render_kernels([lowered], target)
             tensors = lowered.params[:sum(kind[0] == "tensor" for kind in spec.kinds)]  # (the first parameters)
             written = [b.name for b in tensors if b in written_buffers(lowered)]
             compiled = Compiled(func.name, spec.key, source, str(lowered), sites, scalar_dtypes, written)
@@ -321,16 +322,20 @@ def _write_cached(path: Path, c: Compiled) -> None:
         pass  # a read-only cache: the next process compiles again
 
 
-def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: str | Target = "c") -> tuple[Compiled, list]:
+def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: Target) -> tuple[Compiled, list]:
+    """The compiled specialization of a launch for `target`, and its run-time arguments."""
+    if target.backend.tile_emitter is None:
+        raise target.backend.no_tile_kernels()
     debug = debug_mode(jit_fn, options)
-    target = as_target(target)
     spec, runtime = specialize(jit_fn, bound, debug, target)
     return compile_spec(jit_fn, spec, debug, target), runtime
 
 
 def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, options: dict,
-           target: str | Target = "c") -> Compiled:
-    """Run the kernel over the grid (what JITFunction.run calls), compiled for `target`."""
+           target: Target) -> Compiled:
+    """Run the kernel over the grid (what JITFunction.run calls), compiled for `target` (one whose
+    code runs on this machine: ConfigError otherwise, before anything is compiled)."""
+    target.check_runs_here()
     compiled, runtime = prepare(jit_fn, bound, options, target)
     for name in compiled.written:
         if isinstance(bound[name], np.ndarray) and not bound[name].flags.writeable:

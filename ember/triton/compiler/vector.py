@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ...target import Target
 from ...tir import dtype as tdt
 from ...tir.expr import Binary, Buffer, BufferLoad, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
@@ -25,11 +26,11 @@ from .emitter import Body, Deferred, Emitter, buffer_block
 
 
 class VectorEmitter(Emitter):
-    """Loop nests vectorized for SIMD registers of `vector_bytes` bytes."""
+    """Loop nests vectorized for the SIMD registers of `target` (ember.target.Target)."""
 
-    def __init__(self, vector_bytes: int, debug: bool):
+    def __init__(self, target: Target, debug: bool):
         super().__init__(debug)
-        self.vector_bytes = vector_bytes or 16
+        self.vector_bytes = target.vector_bytes or 16
         self.lane_vars: dict[Var, int] = {}  # the nests' loop variables and their extents
 
     def lanes(self, dtype: str) -> int:
