@@ -46,11 +46,13 @@ class TunerRules:
     """How the tuner explores a target's kernels: `space(task)`, the task's design space (a list
     of sketches, ember.tune.space); `features(func, target)`, what the cost model sees of a
     candidate (ember.tune.features); `runner(workers=...)`, what builds, checks and times
-    candidates (ember.tune.measure.LocalRunner's interface)."""
+    candidates (ember.tune.measure.LocalRunner's interface); `stack_limit`, the bytes of local
+    scratch the renderer keeps on the stack (larger goes to the heap, which the features count)."""
 
     space: Callable
     features: Callable
     runner: Callable
+    stack_limit: int
 
 
 class Backend(ABC):

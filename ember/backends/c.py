@@ -37,7 +37,7 @@ class CBackend(Backend):
     model = CompiledModel
     graph_passes = TARGET_PASSES
     loop_passes = PASSES
-    tuner = TunerRules(design_space, extract_features, LocalRunner)
+    tuner = TunerRules(design_space, extract_features, LocalRunner, CRenderer.STACK_LIMIT)
 
     @property
     def tile_emitter(self):

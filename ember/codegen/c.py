@@ -101,6 +101,11 @@ def kernel_symbol(name: str) -> str:
     return CRenderer.symbol_of(name)
 
 
+def takes_status(func: PrimFunc, *, checked: bool) -> bool:
+    """Whether the kernel takes the status parameter (CRenderer.takes_status)."""
+    return CRenderer(checked).takes_status(func)
+
+
 def launcher_symbol(name: str) -> str:
     """The C name of the launcher of the kernel called `name` (CRenderer.launcher_of)."""
     return CRenderer.launcher_of(name)

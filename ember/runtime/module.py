@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import config
-from ..codegen.c import CRenderer, codegen_c, launcher_symbol
+from ..codegen.c import codegen_c, launcher_symbol, takes_status
 from ..codegen.python import IndexOutOfRange, codegen_python, load_python
 from ..errors import IndexOutOfRangeError
 from ..target import Target
@@ -82,7 +82,7 @@ class CKernel(Kernel):
         super().__init__(func, source)
         self.library = library  # keeps the library loaded as long as the kernel lives
         self.checked = checked
-        self.status = CRenderer(checked).takes_status(func)  # (checked, or it checks indices)
+        self.status = takes_status(func, checked=checked)  # (checked, or it checks indices)
         self.num_threads = num_threads
         self._cfunc = getattr(library, launcher_symbol(func.name))
         self._cfunc.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(func.size_vars) \

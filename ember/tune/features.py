@@ -41,7 +41,6 @@ from math import prod
 
 import numpy as np
 
-from ..codegen.c import CRenderer
 from ..codegen.registers import MAX_REGISTERS
 from ..errors import ArgumentTypeError
 from ..target import Target
@@ -65,6 +64,7 @@ from ..tir.functor import free_vars, visit_expr
 from ..tir.lower import lower
 from ..tir.stmt import Allocate, BlockRealize, BufferStore, For, IfThenElse, PrimFunc, SeqStmt, Stmt
 from ..tir.transform.unroll import AUTO_UNROLL, MAX_UNROLL, _iterations
+from .tuner import tuner_rules
 
 # the lowering passes left out: unrolling only copies code that the loop marks describe
 FEATURE_LOWER_SKIP = ("unroll", "simplify_unrolled", "simplify_vectors")
@@ -73,7 +73,6 @@ TOP_STORES = 3
 READ_SLOTS = 3
 CACHE_LINE = 64
 CACHE_BYTES = (32 << 10, 1 << 20, 32 << 20)  # L1, L2, L3 (shared) of a typical x86 server core
-STACK_LIMIT = CRenderer.STACK_LIMIT
 
 ARITH = ("float_addsub", "float_mul", "float_fma", "float_div", "float_math", "float_cmp", "select", "cast",
          "int_arith", "int_cmp")
@@ -112,9 +111,11 @@ def lower_for_features(func: PrimFunc) -> PrimFunc:
 def extract_features(func, target: Target | None = None) -> np.ndarray:
     """The feature vector (float32, FEATURE_LENGTH) of a scheduled function (`sch.mod`, or the
     Schedule itself), whose register-resident buffers are judged by the SIMD width of `target`
-    (default: C on this machine); a function without blocks is taken as lowered already
+    (default: C on this machine) and its heap allocations by the stack limit of the target's
+    backend (its tuner rules); a function without blocks is taken as lowered already
     (lower_for_features)."""
     target = target or Target()
+    stack_limit = tuner_rules(target).stack_limit
     func = getattr(func, "mod", func)
     if not isinstance(func, PrimFunc):
         raise ArgumentTypeError(f"extract_features takes a PrimFunc or a Schedule, got {type(func).__name__}")
@@ -133,7 +134,7 @@ def extract_features(func, target: Target | None = None) -> np.ndarray:
         sums += s.sums
     at = TOP_STORES * STORE_LENGTH
     out[at:at + len(SUMS)] = _log(sums)
-    out[at + len(SUMS):] = _function_features(walk, stores, registers)
+    out[at + len(SUMS):] = _function_features(walk, stores, registers, stack_limit)
     return out.astype(np.float32)
 
 
@@ -531,7 +532,8 @@ def _buffer_features(accesses: list[Access], loops, iterations: int, everything:
 # The whole function
 
 
-def _function_features(walk: _Walk, stores: list[StoreFeatures], registers: set[Buffer]) -> np.ndarray:
+def _function_features(walk: _Walk, stores: list[StoreFeatures], registers: set[Buffer],
+                       stack_limit: int) -> np.ndarray:
     def nbytes(buf):
         return _size(buf) * dt.bits(buf.dtype) // 8
 
@@ -541,7 +543,7 @@ def _function_features(walk: _Walk, stores: list[StoreFeatures], registers: set[
     # aligned_alloc and free at every iteration of the loops around: global scratch, and local
     # scratch too large for the stack
     heap = sum(prod(lp.extent for lp in loops) for b, loops in walk.allocs
-               if b.scope != "local" or nbytes(b) > STACK_LIMIT)
+               if b.scope != "local" or nbytes(b) > stack_limit)
 
     kinds = [lp.kind for lp in walk.loops]
     flops = sum(s.sums[ARITH.index(k)] for s in stores for k in FLOPS)

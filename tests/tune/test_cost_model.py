@@ -4,6 +4,7 @@ recorded data set (benchmarks/record_cost_data.py), which must rank held-out can
 better than random. Features are extracted afresh from the replayed traces, so the data set
 outlives changes to the features."""
 
+import dataclasses
 import json
 import sys
 import time
@@ -12,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ember.backends.c import CBackend
+from ember.errors import ConfigError
+from ember.target import Target, as_target
 from ember.tir.schedule import Trace
 from ember.tune import (
     FEATURE_LENGTH,
@@ -205,3 +209,16 @@ def test_update_and_predict_are_fast_and_save_load_round_trips(recorded, tmp_pat
     np.testing.assert_array_equal(loaded.predict(many), scores)
     loaded.update(list(x[:10]), list(lat[:10]), list(groups[:10]))  # retrains on the saved data and the new
     assert len(loaded.latencies) == 510
+
+
+def test_heap_allocations_are_counted_past_the_backend_s_stack_limit(monkeypatch):
+    sch = gemm_schedule(64, True)  # its accumulator: a local 4 x 16 float32 tile, 256 bytes
+    on_stack = extract_features(sch)
+    rules = as_target("c").backend.tuner
+    monkeypatch.setattr(CBackend, "tuner", dataclasses.replace(rules, stack_limit=255))
+    on_heap = extract_features(sch)
+    # allocated once per (i0, j0) tile: 16 x 4 times
+    assert feature(on_stack, "func.heap_allocations") == 0
+    assert feature(on_heap, "func.heap_allocations") == log2p(16 * 4)
+    with pytest.raises(ConfigError, match="target 'python' is not tuned"):
+        extract_features(sch, Target("python"))
