@@ -20,6 +20,9 @@ builds single kernels for now), the C compiler and flags, and the machine facts:
   lacks, and compiling a model or kernel to run here with such a target raises ConfigError.
 - `lanes(dtype)`: values of a dtype in one SIMD register (1 for the interpreter and CUDA, which
   have none);
+- `vector_registers`: how many SIMD registers the code may hold values in, from the features
+  (32 with AVX-512 and on ARM, NEON's or SVE's; 16 with AVX2 or SSE; 0 without vectors), which
+  sizes register tiles (the tile compiler's `tl.dot`);
 - `align`: the byte boundary every buffer starts at (one cache line, one AVX-512 register);
 - `caches` (L1d, L2, L3 bytes, from /sys/devices/system/cpu/cpu0/cache/, else FALLBACK_CACHES)
   and `cores` (os.cpu_count()): this machine's, unless given;
@@ -141,6 +144,14 @@ class Target:
     def lanes(self, dtype: str = "float32") -> int:
         """Values of `dtype` in one SIMD register (1 without vectors)."""
         return max(1, (self.vector_bytes or 0) * 8 // dt.bits(dtype))
+
+    @property
+    def vector_registers(self) -> int:
+        """SIMD registers the code may hold values in: 32 with AVX-512 (zmm0-31) and on ARM (v0-31
+        of NEON, z0-31 of SVE), 16 below (AVX2's ymm0-15, SSE's xmm0-15); 0 without vectors."""
+        if self.vector_bytes is None:
+            return 0
+        return 32 if self.features & {"avx512f", "neon", "sve"} else 16
 
     @property
     def features(self) -> frozenset[str]:

@@ -48,6 +48,14 @@ def test_lanes_per_dtype():
     assert Target(vector_bytes=32).lanes() == 8 and as_target("python").lanes("int8") == 1
 
 
+def test_vector_registers_follow_the_features(monkeypatch):
+    assert Target.x86("avx512").vector_registers == 32 and Target.x86("avx2").vector_registers == 16
+    assert as_target("python").vector_registers == 0 and as_target("cuda").vector_registers == 0
+    for features, registers in (({"neon"}, 32), ({"neon", "sve"}, 32), (set(), 16)):  # ARM; SSE only
+        monkeypatch.setattr(target_module, "_features", lambda cc, cflags, f=frozenset(features): f)
+        assert Target(vector_bytes=16).vector_registers == registers
+
+
 def test_features_follow_the_flags_and_the_machine_governs_where_code_runs():
     host = Target()
     assert host.features <= set(FEATURES) and as_target("python").features == frozenset()

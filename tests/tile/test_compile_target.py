@@ -1,6 +1,7 @@
 """The target of a tile launch: its `target=` option, else the kernel's own (`@jit(target=)`),
 else "c"; the kernel is specialized, emitted (by the backend's `tile_emitter`), rendered and
-built for it, and a backend that launches no tile kernels is refused before anything compiles."""
+built for it, and a backend that launches no tile kernels is refused before anything compiles;
+tl.dot's register tile is sized to the target's vector registers."""
 
 import sys
 
@@ -13,6 +14,7 @@ import ember.triton.language as tl
 from ember.backends.c import CBackend
 from ember.errors import ConfigError
 from ember.target import Target, machine_features
+from ember.tir.expr import Buffer, as_int, const
 from ember.triton.compiler.vector import VectorEmitter
 
 AVX2 = Target.x86("avx2")
@@ -113,3 +115,16 @@ def test_a_bad_target_is_refused():
     x, y, out = _arrays(10)
     with pytest.raises(ConfigError, match="unknown target 'tpu'"):
         axpy[(1,)](x, y, out, 10, 1.0, BLOCK=16, target="tpu")
+
+
+@pytest.mark.parametrize("target, registers, rows", [(Target.x86("avx512"), 32, 8), (Target.x86("avx2"), 16, 4)])
+def test_the_dot_register_tile_fits_the_target_s_registers(target, registers, rows):
+    """tl.dot of 64 x 64 blocks: a tile of rows x 2 vectors of accumulators, a broadcast of A and 2
+    vectors of B within 32 registers (AVX-512: 8 rows of 16 lanes) or 16 (AVX2: 4 rows of 8)."""
+    a, b, c = (Buffer(name, (const(64 * 64),), "float32") for name in "abc")
+    em = VectorEmitter(target, debug=False)
+    em.dot(a, b, c, 64, 64, 64)
+    (nest,) = em.lists[0]
+    tile = nest.body.body.buffer  # for i0: for j0: the accumulator tile
+    assert target.vector_registers == registers
+    assert as_int(tile.shape[0]) == rows * 2 * target.lanes() <= 64 * 64

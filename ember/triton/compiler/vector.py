@@ -30,7 +30,8 @@ class VectorEmitter(Emitter):
 
     def __init__(self, target: Target, debug: bool):
         super().__init__(debug)
-        self.vector_bytes = target.vector_bytes or 16
+        self.vector_bytes = target.vector_bytes
+        self.registers = target.vector_registers
         self.lane_vars: dict[Var, int] = {}  # the nests' loop variables and their extents
 
     def lanes(self, dtype: str) -> int:
@@ -198,11 +199,9 @@ class VectorEmitter(Emitter):
         """The micro-kernel (the module doc)."""
         lanes = self.lanes(c.dtype)
         nr = min(n, 2 * lanes)
-        # accumulators, a broadcast of A and the vectors of B within the vector registers
-        # (32 with AVX-512, 16 below)
-        registers = 32 if self.vector_bytes >= 64 else 16
+        # accumulators, a broadcast of A and the vectors of B within the target's vector registers
         mr = 8
-        while mr > 1 and (mr * (nr // lanes or 1) + (nr // lanes or 1) + 1 > registers or m % mr):
+        while mr > 1 and (mr * (nr // lanes or 1) + (nr // lanes or 1) + 1 > self.registers or m % mr):
             mr //= 2
         i0, j0, kk, ii, jj = Var("i0"), Var("j0"), Var("kk"), Var("ii"), Var("jj")
         tile = Buffer(self.name("acc"), (const(mr * nr),), c.dtype, scope="local")
