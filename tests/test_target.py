@@ -138,6 +138,7 @@ def test_a_single_kernels_buffers_take_the_targets_alignment():
     s, args = node_kernel("conv2d", in_types, attrs, out_types, target=target)
     f = ember.build(s, args, target=target)
     assert "aligned_alloc(128, " in f.source and "aligned_alloc(64, " not in f.source  # padded input, packed weights
+    assert "return (bytes + 127) / 128 * 128;" in f.source  # sizes a multiple of the alignment
     out = np.empty(out_types[0].shape, "float32")
     f(x, w, out)
     want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()

@@ -126,7 +126,7 @@ class CRenderer(CStyleRenderer):
     def __init__(self, checked: bool = False, align: int = Target.align):
         self.checked = checked
         self.align = align  # every buffer's alignment, the target's (ember.target.Target.align)
-        self.lib = CPrelude(self.SCALAR_TYPES)
+        self.lib = CPrelude(self.SCALAR_TYPES, align)
 
     def takes_status(self, func: PrimFunc) -> bool:
         """Whether the kernel takes the status parameter: in checked mode, or when it checks
@@ -177,7 +177,7 @@ class CRenderer(CStyleRenderer):
         with _RENDERED_LOCK:
             kept = _RENDERED.setdefault(func, {}).get(key)
         if kept is None:
-            unit, self.lib = self.lib, CPrelude(self.SCALAR_TYPES)
+            unit, self.lib = self.lib, CPrelude(self.SCALAR_TYPES, self.align)
             try:
                 kept = self.render_kernel(func), self.lib
             finally:

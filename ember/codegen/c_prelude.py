@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..target import Target
 from ..tir import dtype as dt
 from . import c_narrow
 from .c_storage import STORAGE
@@ -178,10 +179,12 @@ def enter_threads(count: str) -> str:
 
 
 class CPrelude:
-    """Collects the typedefs and helpers of one translation unit; `text()` renders them."""
+    """Collects the typedefs and helpers of one translation unit; `text()` renders them. `align`
+    is the unit's buffer alignment (its target's), which heap scratch is allocated at."""
 
-    def __init__(self, scalar_types: dict[str, str]):
+    def __init__(self, scalar_types: dict[str, str], align: int = Target.align):
         self.types = scalar_types
+        self.align = align
         self._typedefs: dict[str, str] = {}
         self._helpers: dict[str, str] = {}
 
@@ -485,12 +488,14 @@ class CPrelude:
         self._helper("ember_enter_threads", lambda: _THREADS)
 
     def padded_bytes(self) -> str:
-        """`size_t ember_padded_bytes(int64_t count, size_t size)`: bytes for aligned_alloc."""
+        """`size_t ember_padded_bytes(int64_t count, size_t size)`: bytes for aligned_alloc at the
+        unit's alignment (a multiple of it)."""
         name = "ember_padded_bytes"
         return self._helper(name, lambda: (
             f"static inline size_t {name}(int64_t count, size_t size) {{\n"
             "  size_t bytes = count > 0 ? (size_t)count * size : 1;\n"
-            "  return (bytes + 63) / 64 * 64;  /* aligned_alloc wants a multiple of the alignment */\n}"
+            f"  return (bytes + {self.align - 1}) / {self.align} * {self.align};  "
+            "/* aligned_alloc wants a multiple of the alignment */\n}"
         ))
 
 

@@ -3,7 +3,8 @@ ember/codegen/c_attention.py) against torch.nn.functional.scaled_dot_product_att
 kind (none, causal, bool, additive, and causal with a mask), odd lengths on both sides of the
 blocks of queries (32) and keys (128), head dims 64, 128 and 40 (a partial vector), batch and
 heads > 1, cross attention (L != S), symbolic lengths; the kernel is one routine call per block
-that allocates nothing (no L x S scores); the interpreter's NumPy twin agrees.
+that allocates nothing (no L x S scores), the routine's scratch at the target's alignment; the
+interpreter's NumPy twin agrees.
 
 Tolerance: rtol 1e-4, atol 1e-5 against torch (float32, inputs in [-1, 1]): the kernel sums the
 scores in another order than torch's and exp is c_vmath's (within 4 ULP), so results differ from
@@ -11,14 +12,18 @@ torch's in the last bits, well inside these bounds."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+import ember
 from ember.graph.core import TensorType
 from ember.ops.registry import get
 from ember.schedules.apply import node_kernel
+from ember.target import Target
 from ember.testing import check_op
 from ember.tir.functor import collect
 from ember.tir.lower import lower
@@ -158,3 +163,15 @@ def test_symbolic_lengths_fused_one_compile():
         q, k, v = rand(1, 2, length, 64), rand(1, 2, length, 64), rand(1, 2, length, 64)
         want = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=True)
         np.testing.assert_allclose(causal(q, k, v), want.numpy(), **TOL)
+
+
+@pytest.mark.parametrize("align", [64, 128])
+def test_the_routine_s_scratch_takes_the_target_s_alignment(align):
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    q, k, v = (torch.from_numpy(rand(1, 2, 40, 16)) for _ in range(3))
+    cm = ember.compile(Attention(), example_inputs=(q, k, v), target=Target(align=align))
+    assert re.findall(r"aligned_alloc\((\d+),", cm.source) == [str(align)]  # the routine's scratch
+    np.testing.assert_allclose(cm(q, k, v).numpy(), torch_sdpa()(q, k, v).numpy(), **TOL)
