@@ -82,12 +82,14 @@ def _macros(cc: str, cflags: str) -> str:
         return ""
 
 
+@functools.cache  # (a tile launch asks at every call)
 def _vector_bytes(cc: str, cflags: str) -> int:
     """Bytes in one SIMD register, as the compiler and flags target it."""
     macros = _macros(cc, cflags)
     return next((width for macro, width in _WIDTHS if f"#define {macro} " in macros), 16)
 
 
+@functools.cache
 def _features(cc: str, cflags: str) -> frozenset[str]:
     macros = _macros(cc, cflags)
     return frozenset(name for name, (macro, _) in FEATURES.items() if f"#define {macro} " in macros)
