@@ -3,8 +3,9 @@
 frontend.py walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
 typing; builtins.py: the tl.* calls); an Emitter (emitter.py: the interface) builds the loop
 nests of block operations, vector.py the CPU's (affine.py: the analysis of masks and offsets it
-reads); launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options)` is what
-`JITFunction.run` calls (the compiler reads a kernel as a function.KernelFunction).
+reads); launch.py specializes, caches and calls. `launch(jit_fn, grid, bound, options, target)`
+is what `JITFunction.run` calls (the compiler reads a kernel as a function.KernelFunction), for
+the launch's target; the Emitter is that target's backend's (`tile_emitter`).
 
 Not compiled yet (each a TileError naming the kernel's line): `return` inside a loop, or of a
 value under a run-time condition (the early-return idiom `if c: return` is supported); shifts
