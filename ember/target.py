@@ -52,7 +52,8 @@ from . import backends, config
 from .errors import ConfigError
 from .tir import dtype as dt
 
-KINDS = ("c", "python", "cuda")
+KINDS = ("c", "python", "cuda", "accel")
+HOST_C = ("c", "accel")  # the kinds whose host code is C built by the configured compiler
 X86_LEVELS = {"avx2": "x86-64-v3", "avx512": "x86-64-v4"}
 FALLBACK_CACHES = (32 << 10, 1 << 20, 8 << 20)  # L1d, L2, L3 bytes where sysfs does not say
 
@@ -114,11 +115,14 @@ class Target:
     schedules: str = "cpu"  # the family of default schedules (ember.ops' schedules are for CPUs)
     caches: tuple[int, int, int] | None = None  # L1d, L2, L3 bytes
     cores: int | None = None
+    accel: object = None  # kind "accel": the accelerator's description (ember.accel.Accelerator)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ConfigError(f"unknown target {self.kind!r}; targets are {KINDS} or an ember.target.Target")
-        if self.kind == "c":
+        if (self.kind == "accel") != (self.accel is not None):
+            raise ConfigError("a target of kind 'accel' and only it holds an accelerator's description (accel=)")
+        if self.kind in HOST_C:
             cc, cflags = config.resolve("cc", self.cc), config.resolve("cflags", self.cflags)
             object.__setattr__(self, "cc", cc)
             object.__setattr__(self, "cflags", cflags)
@@ -159,7 +163,7 @@ class Target:
     def features(self) -> frozenset[str]:
         """The extensions (FEATURES' names) the code may use: those the compiler enables under the
         flags; none for the interpreter."""
-        return _features(self.cc, self.cflags) if self.kind == "c" else frozenset()
+        return _features(self.cc, self.cflags) if self.kind in HOST_C else frozenset()
 
     def missing(self) -> list[str]:
         """The extensions the target's code may use that this machine lacks (sorted; none when
@@ -182,6 +186,8 @@ class Target:
     def key(self) -> str:
         """The name schedules are tuned under: "c | <CPU model> | <SIMD features, sorted>" (the
         features the compiler enables under its flags), or "python"."""
+        if self.kind == "accel":
+            return f"accel | {self.accel.name}"
         if self.kind != "c":
             return self.kind
         features = sorted({m.rstrip("_").lower() for m in _SIMD_MACRO.findall(_macros(self.cc, self.cflags))
@@ -193,16 +199,19 @@ class Target:
         that loads it must have)."""
         return {"target": self.kind, "machine": platform.machine(), "vector_bytes": self.vector_bytes,
                 "align": self.align, "features": sorted(self.features),
-                **({"cc": self.cc, "cflags": self.cflags} if self.kind == "c" else {})}
+                **({"cc": self.cc, "cflags": self.cflags} if self.kind in HOST_C else {})}
 
 
 def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str | None = None) -> Target:
-    """The Target that `target` names ("c", "python") or is; cc and cflags (checked options)
-    override a C target's."""
+    """The Target that `target` names ("c", "python"), is, or describes (an object with a `target`
+    Target: an accelerator's description, ember.accel); cc and cflags (checked options) override
+    a C target's."""
+    if isinstance(getattr(target, "target", None), Target):
+        target = target.target
     if isinstance(target, Target):
         if cc is None and cflags is None:
             return target
-        if target.kind != "c":
+        if target.kind not in HOST_C:
             raise ConfigError(f"target {target.kind!r} has no C compiler: cc and cflags are for target 'c'")
         return dataclasses.replace(target, cc=cc if cc is not None else target.cc,
                                    cflags=cflags if cflags is not None else target.cflags, vector_bytes=None)

@@ -38,6 +38,7 @@ LAYERS: dict[str, set[str]] = {
     "cuda": {"codegen", "runtime", "te", "intrinsics"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
     "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule (by the target's backend)
     "intrinsics": {"te"},  # tensor intrinsics of real hardware (VNNI), declared through te
+    "accel": {"codegen", "runtime", "te"},  # a simulated VTA-style accelerator: description, instructions, simulator
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds
@@ -52,7 +53,7 @@ LAYERS: dict[str, set[str]] = {
     "torch_backend": {"compiler"},  # the torch.compile backend: compiles what the frontend imports
     "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
     # one per target kind, found through the registry (target.backend)
-    "backends": {"runtime", "passes", "tune", "cuda", "triton"},  # (triton: the CPU's tile-kernel Emitter)
+    "backends": {"runtime", "passes", "tune", "cuda", "triton", "accel"},  # (triton: the CPU's tile-kernel Emitter)
     "ember": {"compiler"},  # the package itself: the public API
     "debug": {"ember"},  # bisect, draw
     "cli": {"debug", "cuda"},  # the `ember` command (ember doctor asks ember.cuda for NVRTC and the GPU)

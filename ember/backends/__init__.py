@@ -22,7 +22,7 @@ import threading
 from ..errors import ConfigError
 
 BUILTIN = {"c": "ember.backends.c", "python": "ember.backends.python",
-           "cuda": "ember.backends.cuda"}  # name -> the module that registers it
+           "cuda": "ember.backends.cuda", "accel": "ember.backends.accel"}  # name -> the module that registers it
 
 _registry: dict[str, object] = {}
 _lock = threading.Lock()

@@ -108,11 +108,17 @@ class Stage:
         outer, inner = self.sch.split(self._loop(parent), factors=factors)
         return outer, inner
 
-    def tile(self, x_parent, y_parent, x_factor: int, y_factor: int):
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
-        return xo, yo, xi, yi
+    def tile(self, *args):
+        """tile(x, y, fx, fy) -> (xo, yo, xi, yi); tile(x, y, k, fx, fy, fk) -> (xo, yo, ko, xi, yi,
+        ki): each axis split by its factor, the outer loops before the inner ones (k may be a
+        reduction axis: a GEMM's three-axis tile)."""
+        if len(args) not in (4, 6):
+            raise ScheduleError(f"tile takes two axes and two factors, or three and three; got {len(args)} arguments")
+        n = len(args) // 2
+        parts = [self.split(axis, factor=f) for axis, f in zip(args[:n], args[n:])]
+        order = [o for o, _ in parts] + [i for _, i in parts]
+        self.reorder(*order)
+        return tuple(order)
 
     def fuse(self, *axes):
         return self.sch.fuse(*[self._loop(a) for a in axes])
@@ -212,8 +218,10 @@ class TESchedule:
     def trace(self):
         return self.sch.trace
 
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
-        """Compute `tensor` into a `scope` buffer; s[result] is that compute, s[tensor] the copy out."""
+    def cache_write(self, tensor: Tensor, scope) -> Tensor:
+        """Compute `tensor` into a `scope` buffer; s[result] is that compute, s[tensor] the copy out.
+        `scope`: a name ("local", "shared", ...) or an accelerator's memory (ember.accel: its `scope`)."""
+        scope = _scope_name(scope)
         stage = self[tensor]
         blk = self.sch.get_realize(stage.block).block
         index = next((k for k, w in enumerate(blk.writes) if w.buffer is tensor.buffer), 0)
@@ -227,8 +235,9 @@ class TESchedule:
         self.axis_alias.update({(copy_name, iv.var): civ for iv, civ in zip(spatial, copy_ivs)})
         return Tensor(tensor.op, 0, cache_buf)
 
-    def cache_read(self, tensor: Tensor, scope: str, readers: Sequence) -> Tensor:
-        """Copy `tensor` into a `scope` buffer that the reader stages read instead."""
+    def cache_read(self, tensor: Tensor, scope, readers: Sequence) -> Tensor:
+        """Copy `tensor` into a `scope` buffer (as cache_write's) that the reader stages read instead."""
+        scope = _scope_name(scope)
         stages = [self[r] for r in readers]
         if not stages:
             raise ScheduleError("cache_read needs at least one reader")
@@ -264,6 +273,13 @@ def _unique_names(ops: Sequence[Operation]) -> None:
             name, k = f"{op.name}_{k}", k + 1
         op.name = name
         seen.add(name)
+
+
+def _scope_name(scope) -> str:
+    name = getattr(scope, "scope", scope)
+    if not isinstance(name, str):
+        raise ScheduleError(f"a storage scope is a name or an accelerator's memory, got {type(scope).__name__}")
+    return name
 
 
 def _buffer_of(t) -> Buffer:

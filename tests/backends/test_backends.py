@@ -33,7 +33,7 @@ def test_a_target_finds_its_backend_by_kind():
 
 
 def test_unknown_backend_names_the_known_ones():
-    known = r"\['c', 'cuda', 'python'\]"
+    known = r"\['accel', 'c', 'cuda', 'python'\]"
     with pytest.raises(ConfigError, match=rf"no backend is registered for target 'tpu'; backends: {known}"):
         backends.get("tpu")
 

@@ -22,6 +22,15 @@ from .state import BlockRV, Schedule
 
 SCOPES = ("global", "local", "shared", "wmma.accumulator")  # shared: a GPU block's memory; wmma.accumulator:
 # a warp's Tensor Core accumulators, 16x16 fragments in registers (ember.intrinsics.wmma)
+# the on-chip memories of accelerators, registered by their descriptions (ember.accel): "vdla.inp", ...
+DEVICE_SCOPES: set[str] = set()
+
+
+def register_scope(scope: str) -> str:
+    """Accept `scope` in cache_read/cache_write: an accelerator's on-chip memory, which its
+    backend checks and places (ember.accel)."""
+    DEVICE_SCOPES.add(scope)
+    return scope
 
 
 def _copy_nest(name: str, src: Buffer, dst: Buffer) -> Stmt:
@@ -50,8 +59,8 @@ def _redirect(block: Block, old: Buffer, new: Buffer, *, loads: bool, stores: bo
 
 
 def _check_scope(scope: str) -> None:
-    if scope not in SCOPES:
-        raise ScheduleError(f"unknown storage scope {scope!r}; the scopes are {SCOPES}")
+    if scope not in SCOPES and scope not in DEVICE_SCOPES:
+        raise ScheduleError(f"unknown storage scope {scope!r}; the scopes are {(*SCOPES, *sorted(DEVICE_SCOPES))}")
 
 
 def _check_name_free(sch: Schedule, name: str, primitive: str) -> None:

@@ -1,0 +1,71 @@
+"""The host's C for an accelerator kernel: the C renderer's loops, with each device buffer placed
+in its memory (ember.accel.lower.layout: an offset, no host array) and each device call
+(ember.accel.lower) one call of the simulator's instruction (ember.accel.simulator), whose
+source the unit holds once."""
+
+from __future__ import annotations
+
+from ..codegen.c import CRenderer
+from ..errors import LowerError
+from ..tir.functor import collect
+from ..tir.stmt import Allocate, CallRoutine, PrimFunc, Stmt
+from .lower import layout
+from .simulator import SLOTS, simulator_source
+from .spec import Accelerator, memory_of
+
+MEMORY_INDEX = {"inp": 0, "wgt": 1, "acc": 2}
+
+
+class AccelRenderer(CRenderer):
+    def __init__(self, accel: Accelerator, align: int):
+        super().__init__(False, align)
+        self.accel = accel
+
+    def _begin_kernel(self, func: PrimFunc) -> None:
+        super()._begin_kernel(func)
+        bufs = [s.buffer for s in collect(func.body, lambda s: isinstance(s, Allocate)) if memory_of(s.buffer.scope)]
+        if len(bufs) > SLOTS:
+            raise LowerError(f"{func.name} stages {len(bufs)} device buffers; the simulator tracks {SLOTS}")
+        self._sram = layout(self.accel, bufs)
+        self._slot = {b: k for k, b in enumerate(bufs)}
+        self.lib.source(f"accel {self.accel.name}", simulator_source(self.accel))
+
+    def _allocate(self, buf, body: Stmt, depth: int, out: list[str]) -> None:
+        m = memory_of(buf.scope)
+        if m is None:
+            super()._allocate(buf, body, depth, out)
+            return
+        out.append(f"{'  ' * depth}/* {buf.name}: {m.scope} from element {self._sram[buf]}, slot {self._slot[buf]} */")
+        self._stmt(body, depth, out)
+
+    def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        params = dict(s.params) if isinstance(s, CallRoutine) else {}
+        if "accel" not in params:
+            super()._other_stmt(s, depth, out)
+            return
+        op, pad = params["op"], "  " * depth
+        scalars = [self._e(x) for x in s.scalars]
+        if op == "load":
+            (src,), (dst,) = s.reads, s.writes
+            rows, cols, ss, ds = scalars
+            args = [str(MEMORY_INDEX[params["memory"]]), *self._device(dst), self._host(src), rows, cols, ss, ds]
+        elif op == "store":
+            (src,), (dst,) = s.reads, s.writes
+            rows, cols, ss, ds = scalars
+            args = [*self._device(src), self._host(dst), rows, cols, ds, ss]
+        elif op == "reset":
+            (acc,) = s.writes
+            slot, at = self._device(acc)
+            args = [slot, at, *scalars]
+        else:
+            pi, pw, pa = s.reads
+            (si, oi), (sw, ow), (sa, oa) = self._device(pi), self._device(pw), self._device(pa)
+            args = [str(int(params["reset"])), si, sw, sa, oi, ow, oa, *scalars]
+        out.append(f"{pad}ember_accel_{op}({', '.join(args)});  /* {s.routine} */")
+
+    def _device(self, p) -> tuple[str, str]:
+        """(slot, element offset in its memory) of a device buffer's pointer."""
+        return str(self._slot[p.buffer]), f"{self._sram[p.buffer]} + {self._e(p.offset)}"
+
+    def _host(self, p) -> str:
+        return f"({self._buffer(p.buffer)} + {self._e(p.offset)})"

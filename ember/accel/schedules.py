@@ -1,0 +1,80 @@
+"""The GEMM on an accelerator, scheduled by its tile sizes: C's (ty, tx) output tile accumulates
+in the accumulator memory while k advances tk at a time, each step loading A's and B's tiles
+into the input and weight memories and running (ty/m)(tx/n)(tk/k) GEMM instructions on them (the
+core intrinsic's m x n x k). Larger tiles reuse each loaded tile across more GEMMs and so move
+fewer DMA bytes per MAC, up to what the memories hold (ember.accel.tune searches them).
+
+The operands are laid out as the core reads them: for vdla A is (K, M) and B (K, N), k-major (the
+teaching material's C[y, x] = sum_k A[k, y] * B[k, x]); for vta A is (M, K) and B (N, K), VTA's
+input rows and weight rows (C[i, j] = sum_k A[i, k] * B[j, k], int8 products summed in int32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import te as t
+from ..errors import ScheduleError
+from ..tir.expr import as_int
+from .spec import Accelerator
+
+
+@dataclass(frozen=True)
+class Tiles:
+    ty: int
+    tx: int
+    tk: int
+
+
+def gemm_tensors(accel: Accelerator, m: int, n: int, k: int):
+    """A, B and C of an m x n x k GEMM in the accelerator's layout (see the module doc)."""
+    core = accel.core
+    a_shape = (k, m) if core.inp_layout == "ki" else (m, k)
+    b_shape = (k, n) if core.wgt_layout == "kj" else (n, k)
+    A = t.placeholder(a_shape, core.inp_dtype, name="A")
+    B = t.placeholder(b_shape, core.wgt_dtype, name="B")
+    r = t.reduce_axis((0, k), name="k")
+    acc = core.acc_dtype
+
+    def a(y):
+        return A[r, y] if core.inp_layout == "ki" else A[y, r]
+
+    def b(x):
+        return B[r, x] if core.wgt_layout == "kj" else B[x, r]
+
+    def widen(v):
+        return v if v.dtype == acc else v.astype(acc)
+
+    C = t.compute((m, n), lambda y, x: t.sum(widen(a(y)) * widen(b(x)), axis=r), name="C")
+    return A, B, C
+
+
+def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None):
+    """(schedule, [A, B, C]) of the GEMM tiled by `tiles` (default: one core tile), tensorized
+    onto the accelerator's GEMM intrinsic."""
+    intrin = accel.intrinsics[0]
+    im, in_ = (as_int(d) for d in intrin.desc.params[2].shape)
+    ik = as_int(intrin.desc.params[0].shape[accel.core.inp_layout.index("k")])
+    tiles = tiles or Tiles(im, in_, ik)
+    for size, whole, step, name in ((tiles.ty, m, im, "ty"), (tiles.tx, n, in_, "tx"), (tiles.tk, k, ik, "tk")):
+        if size % step or whole % size:
+            raise ScheduleError(f"tile {name}={size} must be a multiple of the intrinsic's {step} and divide {whole}")
+    A, B, C = gemm_tensors(accel, m, n, k)
+    s = t.create_schedule(C.op)
+    CL = s.cache_write(C, accel.acc_buffer)
+    AL = s.cache_read(A, accel.inp_buffer, [CL])
+    BL = s.cache_read(B, accel.wgt_buffer, [CL])
+    y, x = s[C].op.axis
+    _, xo, _, _ = s[C].tile(y, x, tiles.ty, tiles.tx)
+    s[CL].compute_at(s[C], xo)
+    yc, xc = s[CL].op.axis
+    (kc,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(kc, factor=tiles.tk)
+    y1, y2 = s[CL].split(yc, factor=im)
+    x1, x2 = s[CL].split(xc, factor=in_)
+    k1, k2 = s[CL].split(ki, factor=ik)
+    s[CL].reorder(ko, k1, y1, x1, y2, x2, k2)
+    s[AL].compute_at(s[CL], ko)
+    s[BL].compute_at(s[CL], ko)
+    s[CL].tensorize(y2, intrin)
+    return s, [A, B, C]

@@ -1,0 +1,202 @@
+"""The simulated accelerators (ember.accel): the teaching material's GEMM program on vdla (its
+lowered instructions, the simulator and the interpreter against NumPy), VTA's int8 core bit-exact
+against integer NumPy, the errors of what the device cannot do, and the simulator's report."""
+
+import json
+
+import numpy as np
+import pytest
+
+import ember
+from ember import te as t
+from ember.accel import vdla, vta
+from ember.accel.schedules import Tiles, gemm
+from ember.errors import ScheduleError
+
+
+def seed_program(n: int):
+    """The teaching material's program, as written, with the placement steps filled in."""
+    A = t.placeholder((n, n), name="A")
+    B = t.placeholder((n, n), name="B")
+    k = t.reduce_axis((0, n), name="k")
+    C = t.compute((n, n), lambda y, x: t.sum(A[k, y] * B[k, x], axis=k), name="C")
+    s = t.create_schedule(C.op)
+    CL = s.cache_write(C, vdla.acc_buffer)
+    AL = s.cache_read(A, vdla.inp_buffer, [CL])
+    BL = s.cache_read(B, vdla.wgt_buffer, [CL])
+    y, x = s[C].op.axis
+    yo, xo, yi, xi = s[C].tile(y, x, 8, 8)
+    s[CL].compute_at(s[C], xo)
+    yc, xc = s[CL].op.axis
+    (kc,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(kc, factor=8)
+    s[CL].reorder(ko, yc, xc, ki)
+    s[AL].compute_at(s[CL], ko)
+    s[BL].compute_at(s[CL], ko)
+    s[CL].tensorize(yc, vdla.gemm8x8)
+    return s, [A, B, C]
+
+
+def _operands(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+    return a, b, np.full((n, n), np.nan, np.float32)
+
+
+@pytest.fixture(scope="module")
+def seed64():
+    s, args = seed_program(64)
+    return s, args, ember.build(s, args, target=vdla)
+
+
+def test_seed_program_prints_as_the_instructions(seed64):
+    s, args, _ = seed64
+    text = str(ember.lower(s, args, target=vdla))
+    lines = [ln.strip() for ln in text.splitlines()]
+    calls = [ln.split("(")[0] for ln in lines if ln.startswith(("routine.", "for "))]
+    assert calls == ["for ax0_0 in range", "for ax1_0 in range", "routine.fill_zero", "for k_0 in range",
+                     "routine.dma_copy2d", "routine.dma_copy2d", "routine.fuse_gemm8x8_add", "routine.dma_copy2d"]
+    assert "op='load', memory='inp'" in text and "op='load', memory='wgt'" in text and "op='store'" in text
+
+
+def test_seed_program_on_the_simulator(seed64):
+    *_, f = seed64
+    a, b, c = _operands(64)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.T @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_seed_program_on_the_interpreter():
+    s, args = seed_program(16)
+    f = ember.build(s, args, target="python")
+    a, b, c = _operands(16, seed=1)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.T @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_seed_program_1024():
+    s, args = seed_program(1024)
+    f = ember.build(s, args, target=vdla)
+    a, b, c = _operands(1024, seed=2)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.T @ b, rtol=1e-4, atol=1e-3)
+    r = f.report()
+    assert r.stats["n_gemm"] == 128 ** 3 and r.stats["macs"] == 1024 ** 3
+
+
+def test_report(seed64, tmp_path):
+    *_, f = seed64
+    f(*_operands(64, seed=3))
+    r = f.report()
+    tiles = 8 ** 3  # (64 / 8) ** 3 GEMM steps of 8 x 8 x 8
+    assert r.stats["n_gemm"] == tiles and r.stats["n_load"] == 2 * tiles and r.stats["n_store"] == 64
+    assert r.dma_bytes == {"vdla.inp": tiles * 256, "vdla.wgt": tiles * 256, "vdla.acc": 64 * 256}
+    assert r.utilization == pytest.approx(64 ** 3 / (512 * r.cycles))
+    assert r.cycles >= max(r.stats["busy_load"], r.stats["busy_compute"], r.stats["busy_store"])
+    assert "GEMM core" in str(r)
+    doc = r.chrome_trace(tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text()) == doc
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == r.stats["instructions"]
+    # each GEMM starts after the loads it reads ended: the load->compute tokens
+    loads_end = 0
+    for _, op, start, end, _, _ in r.trace.tolist():
+        if op == 0:  # LOAD
+            loads_end = end
+        elif op == 1:  # GEMM
+            assert start >= loads_end
+
+
+@pytest.mark.parametrize("tiles", [None, Tiles(32, 64, 64)])
+def test_vta_int8_gemm_is_bit_exact(tiles):
+    m, n, k = 64, 64, 64
+    s, args = gemm(vta, m, n, k, tiles)
+    f = ember.build(s, args, target=vta)
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    c = np.zeros((m, n), np.int32)
+    f(a, b, c)
+    np.testing.assert_array_equal(c, a.astype(np.int32) @ b.astype(np.int32).T)
+
+
+def test_three_axis_tile():
+    A = t.placeholder((32, 48), name="A")
+    B = t.placeholder((48, 16), name="B")
+    r = t.reduce_axis((0, 48), name="r")
+    C = t.compute((32, 16), lambda i, j: t.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = t.create_schedule(C.op)
+    i, j = s[C].op.axis
+    loops = s[C].tile(i, j, r, 8, 8, 16)
+    assert len(loops) == 6
+    f = ember.build(s, [A, B, C], target="python")
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((32, 48), dtype=np.float32), rng.standard_normal((48, 16), dtype=np.float32)
+    c = np.zeros((32, 16), np.float32)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_tile_larger_than_its_buffer():
+    A = t.placeholder((1024, 64), name="A")
+    B = t.placeholder((1024, 64), name="B")
+    k = t.reduce_axis((0, 1024), name="k")
+    C = t.compute((64, 64), lambda y, x: t.sum(A[k, y] * B[k, x], axis=k), name="C")
+    s = t.create_schedule(C.op)
+    CL = s.cache_write(C, vdla.acc_buffer)
+    AL = s.cache_read(A, vdla.inp_buffer, [CL])
+    BL = s.cache_read(B, vdla.wgt_buffer, [CL])
+    y, x = s[C].op.axis
+    yo, xo, yi, xi = s[C].tile(y, x, 8, 8)
+    s[CL].compute_at(s[C], xo)
+    s[AL].compute_at(s[CL], s[CL].op.axis[0])  # all of k at once: 1024 x 8 floats
+    s[BL].compute_at(s[CL], s[CL].op.axis[0])
+    message = r"vdla\.(inp|wgt) holds 16384 bytes; the tiles staged in it need 32768: [AB]_vdla\.\w+ \(1024x8 float32"
+    with pytest.raises(ScheduleError, match=message):
+        ember.lower(s, [A, B, C], target=vdla)
+
+
+def test_an_intrinsic_that_does_not_match_the_nest():
+    A = t.placeholder((64, 64), name="A")
+    B = t.placeholder((64, 64), name="B")
+    k = t.reduce_axis((0, 64), name="k")
+    C = t.compute((64, 64), lambda y, x: t.sum(A[y, k] * B[k, x], axis=k), name="C")  # A not k-major
+    s = t.create_schedule(C.op)
+    CL = s.cache_write(C, vdla.acc_buffer)
+    s.cache_read(A, vdla.inp_buffer, [CL])
+    s.cache_read(B, vdla.wgt_buffer, [CL])
+    y, x = s[C].op.axis
+    yo, xo, yi, xi = s[C].tile(y, x, 8, 8)
+    s[CL].compute_at(s[C], xo)
+    yc, xc = s[CL].op.axis
+    (kc,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(kc, factor=8)
+    s[CL].reorder(ko, yc, xc, ki)
+    with pytest.raises(ScheduleError, match="gemm8x8"):
+        s[CL].tensorize(yc, vdla.gemm8x8)
+
+
+def test_a_dma_of_a_region_that_is_not_2d():
+    A = t.placeholder((4, 8, 8), name="A")
+    C = t.compute((4, 4, 4), lambda b, i, j: A[b, i, j] * 2.0, name="C")
+    s = t.create_schedule(C.op)
+    AL = s.cache_read(A, vdla.inp_buffer, [C])
+    bo, _ = s[C].split(s[C].op.axis[0], factor=2)
+    s[AL].compute_at(s[C], bo)  # A[2 bo : 2 bo + 2, 0:4, 0:4]: 2 x 4 rows of 4
+    with pytest.raises(ScheduleError, match=r"not a 2-D DMA: vdla copies rows of consecutive elements"):
+        ember.lower(s, [A, C], target=vdla)
+
+
+def test_the_host_cannot_read_device_memory():
+    A = t.placeholder((8, 8), name="A")
+    C = t.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="C")
+    s = t.create_schedule(C.op)
+    s.cache_read(A, vdla.inp_buffer, [C])
+    with pytest.raises(ember.errors.LowerError, match="the host reads A_vdla.inp in vdla.inp"):
+        ember.lower(s, [A, C], target=vdla)
+
+
+def test_vdla_is_a_target():
+    assert vdla.target.kind == "accel" and vdla.target.accel is vdla
+    assert vdla.gemm8x8.name == "gemm8x8" and vta.gemm16.name == "gemm16"
+    assert vdla.inp_buffer.scope == "vdla.inp" and vdla.acc_buffer.bytes == 16 << 10
