@@ -11,7 +11,7 @@ from ..tir.functor import collect
 from ..tir.stmt import Allocate, CallRoutine, PrimFunc, Stmt
 from .lower import layout
 from .simulator import SLOTS, simulator_source
-from .spec import Accelerator, memory_of
+from .spec import ALU_OPS, Accelerator, memory_of
 
 MEMORY_INDEX = {"inp": 0, "wgt": 1, "acc": 2}
 
@@ -53,6 +53,14 @@ class AccelRenderer(CRenderer):
             (src,), (dst,) = s.reads, s.writes
             rows, cols, ss, ds = scalars
             args = [*self._device(src), self._host(dst), rows, cols, ds, ss]
+        elif op == "alu":
+            (d,) = s.writes
+            (ds, do), ins = self._device(d), [self._device(p) for p in s.reads]
+            (as_, ao), (bs, bo) = ins[0], ins[1] if len(ins) == 2 else ("-1", "0")
+            rows, cols, drs, ars, *rest = scalars
+            brs, imm = rest if len(ins) == 2 else ("0", rest[0])
+            code = ALU_OPS.index(params["alu"])
+            args = [str(code), ds, as_, bs, do, ao, bo, imm, rows, cols, drs, ars, brs]
         elif op == "reset":
             (acc,) = s.writes
             slot, at = self._device(acc)

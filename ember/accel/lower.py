@@ -20,12 +20,12 @@ from __future__ import annotations
 from ..errors import LowerError, ScheduleError
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
-from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Var, as_int, const
+from ..tir.expr import Binary, Buffer, BufferLoad, Const, PrimExpr, Var, as_int, const
 from ..tir.expr_functor import free_vars, substitute, visit_expr
 from ..tir.functor import collect, stmt_exprs, visit_stmt
 from ..tir.stmt import Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, PrimFunc, SeqStmt, Stmt, seq
 from ..tir.tensor_intrin import get_intrin
-from .spec import ACCELERATORS, Accelerator, memory_of
+from .spec import ACCELERATORS, ALU_OPS, Accelerator, memory_of
 
 
 def to_instructions(func: PrimFunc) -> PrimFunc:
@@ -85,8 +85,8 @@ class _Rewriter:
         self.intrinsics = {it.name for it in accel.intrinsics}
 
     def stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, For | BufferStore) and (dma := self._dma(s)) is not None:
-            return dma
+        if isinstance(s, For | BufferStore) and (made := self._dma(s) or self._alu(s)) is not None:
+            return made
         match s:
             case For():
                 body = self.stmt(s.body)
@@ -116,39 +116,107 @@ class _Rewriter:
         mem, dram = (mem_d, src) if mem_d is not None else (mem_s, dst)
         op = "load" if mem_d is not None else "store"
         where = f"the copy of {src.name} into {dst.name}"
-        if op == "load" and mem.role == "acc" or op == "store" and mem.role != "acc":
-            raise ScheduleError(f"{where}: {self.accel.name} loads into {self.accel.inp_buffer.scope} and "
-                                f"{self.accel.wgt_buffer.scope} and stores from {self.accel.acc_buffer.scope}")
+        if op == "store" and mem.role != "acc":
+            raise ScheduleError(f"{where}: {self.accel.name} stores from {self.accel.acc_buffer.scope} only")
         if dram.dtype != mem.dtype or src.dtype != dst.dtype:
             raise ScheduleError(f"{where}: the DMA moves {mem.dtype} elements as they are; {dram.name} is "
                                 f"{dram.dtype} (convert on the host, or stage a tensor of {mem.dtype})")
         if any(lp.kind not in ("serial", "unrolled", "vectorized") for lp in loops):
             return None
+        rows, cols, (base_s, base_d), (stride_s, stride_d) = self._rows(
+            loops, [(src, s.value.indices[0]), (dst, s.indices[0])], where, "DMA")
+        return CallRoutine("dma_copy2d", (("accel", self.accel.name), ("op", op), ("memory", mem.role)),
+                           (Pointer(src, base_s),), (Pointer(dst, base_d),), (rows, cols, stride_s, stride_d))
+
+    def _rows(self, loops: list[For], sides: list, where: str, unit: str):
+        """(rows, cols, each side's first element, each side's row stride) of a nest that walks
+        rows of consecutive elements on every side (buffer, flat index); else a ScheduleError."""
         ana = Analyzer()
         for lp in loops:
             ana.bind_range(lp.loop_var, lp.min, lp.extent)
-        (d_idx,), (s_idx,) = s.indices, s.value.indices
-        lvars = [lp.loop_var for lp in loops]
-        dims = []  # (extent, dst coefficient, src coefficient), outermost first
+        dims = []  # (extent, each side's coefficient), outermost first
         for lp in loops:
-            cd, cs = _coeff(d_idx, lp.loop_var, ana), _coeff(s_idx, lp.loop_var, ana)
-            if cd is None or cs is None:
-                raise ScheduleError(f"{where}: {self.accel.name}'s DMA copies affine regions; the index "
-                                    f"{d_idx if cd is None else s_idx} is not affine in {lp.loop_var.name}")
-            dims.append((lp.extent, cd, cs, lp.loop_var.name))
+            cs = tuple(_coeff(idx, lp.loop_var, ana) for _, idx in sides)
+            if None in cs:
+                bad = next(idx for (_, idx), c in zip(sides, cs) if c is None)
+                raise ScheduleError(f"{where}: {self.accel.name}'s {unit} walks affine regions; the index {bad} is "
+                                    f"not affine in {lp.loop_var.name}")
+            dims.append((lp.extent, cs))
         dims = _merge(dims, ana)
-        if len(dims) > 2 or (dims and not (_is(dims[-1][1], 1, ana) and _is(dims[-1][2], 1, ana))):
-            shape = " x ".join(f"{ext} (stride {cs} in {src.name}, {cd} in {dst.name})" for ext, cd, cs, _ in dims)
-            raise ScheduleError(f"{where} is not a 2-D DMA: {self.accel.name} copies rows of consecutive "
+        if len(dims) > 2 or (dims and not all(_is(c, 1, ana) for c in dims[-1][1])):
+            shape = " x ".join(f"{ext} (stride {', '.join(f'{c} in {b.name}' for (b, _), c in zip(sides, cs))})"
+                               for ext, cs in dims)
+            raise ScheduleError(f"{where} is not a 2-D {unit}: {self.accel.name} walks rows of consecutive "
                                 f"elements, with one row stride on each side; this region is {shape}. Stage a "
                                 f"tile whose innermost axis is the tensor's last one")
-        zero = {v: lp.min for v, lp in zip(lvars, loops)}
-        base_d, base_s = ana.simplify(substitute(d_idx, zero)), ana.simplify(substitute(s_idx, zero))
-        rows, cols = (dims[0][0], dims[1][0]) if len(dims) == 2 else (const(1), dims[0][0] if dims else const(1))
-        stride_d, stride_s = (dims[0][1], dims[0][2]) if len(dims) == 2 else (cols, cols)
-        return CallRoutine("dma_copy2d", (("accel", self.accel.name), ("op", op), ("memory", mem.role)),
-                           (Pointer(src, base_s),), (Pointer(dst, base_d),),
-                           (rows, cols, ana.simplify(stride_s), ana.simplify(stride_d)))
+        zero = {lp.loop_var: lp.min for lp in loops}
+        bases = tuple(ana.simplify(substitute(idx, zero)) for _, idx in sides)
+        if len(dims) == 2:
+            return dims[0][0], dims[1][0], bases, tuple(ana.simplify(c) for c in dims[0][1])
+        cols = dims[0][0] if dims else const(1)
+        return const(1), cols, bases, (cols,) * len(sides)
+
+    # -- ALU ----------------------------------------------------------------------------------
+    def _alu(self, s: Stmt) -> Stmt | None:
+        """A nest computing an accumulator tile elementwise from accumulator tiles and constants:
+        one ALU instruction per operation of its expression, in place in the tile it writes."""
+        loops: list[For] = []
+        while isinstance(s, For):
+            loops.append(s)
+            s = s.body
+        if not isinstance(s, BufferStore) or memory_of(s.buffer.scope) is None or isinstance(s.value, BufferLoad):
+            return None
+        dst, where = s.buffer, f"the computation of {s.buffer.name}"
+        if memory_of(dst.scope).role != "acc":
+            return None  # (the host check names it)
+        steps: list = []  # (op, a, b): operands ("mem", load) | ("imm", value) | ("dst",)
+        self._alu_steps(s.value, steps, where)
+        if any(o[0] == "mem" and o[1].buffer is dst for _, a, b in steps[1:] for o in (a, b)):
+            raise ScheduleError(f"{where} reads {dst.name} after its first ALU step overwrote it; compute it in "
+                                f"a tile of its own (cache_write)")
+        loads = [o[1] for _, a, b in steps for o in (a, b) if o[0] == "mem"]
+        sides = [(dst, s.indices[0]), *((ld.buffer, ld.indices[0]) for ld in loads)]
+        rows, cols, bases, strides = self._rows(loops, sides, where, "ALU operation")
+        at = {id(ld): (Pointer(ld.buffer, base), stride) for ld, base, stride in zip(loads, bases[1:], strides[1:])}
+        out = Pointer(dst, bases[0])
+        calls = []
+        for op, a, b in steps:
+            ins = [at[id(o[1])] if o[0] == "mem" else (out, strides[0]) for o in (a, b) if o[0] != "imm"]
+            imm = b[1] if b[0] == "imm" else 0
+            calls.append(CallRoutine("alu", (("accel", self.accel.name), ("op", "alu"), ("alu", op)),
+                                     tuple(p for p, _ in ins), (out,),
+                                     (rows, cols, strides[0], *(st for _, st in ins), const(imm))))
+        return seq(*calls)
+
+    def _alu_steps(self, e: PrimExpr, steps: list, where: str):
+        """The operand holding `e`, appending the operations that compute it into the tile written."""
+        acc = self.accel.acc_buffer
+        if isinstance(e, BufferLoad) and e.buffer.scope == acc.scope:
+            return ("mem", e)
+        if isinstance(e, Const) and isinstance(e.value, int | float) and not isinstance(e.value, bool):
+            return ("imm", e.value)
+        if not isinstance(e, Binary) or e.dtype != acc.dtype:
+            raise ScheduleError(f"{where}: {self.accel.name}'s ALU computes {', '.join(ALU_OPS)} of {acc.dtype} "
+                                f"accumulator tiles and constants; {e} is not one")
+        op = {"+": "add", "max": "max", "min": "min", "*": "mul", "-": "add", "//": "shr"}.get(e.op)
+        a, b = self._alu_steps(e.a, steps, where), self._alu_steps(e.b, steps, where)
+        if a[0] == "imm" and op in ("add", "max", "min", "mul") and e.op != "-":
+            a, b = b, a
+        if e.op == "-" and b[0] == "imm":
+            b = ("imm", -b[1])
+        elif op == "shr":
+            if b[0] != "imm" or not isinstance(b[1], int) or b[1] < 1 or b[1] & (b[1] - 1) or "int" not in acc.dtype:
+                op = None
+            else:
+                b = ("imm", b[1].bit_length() - 1)
+        elif e.op == "-":
+            op = None
+        if op is None or a[0] == "imm" or a[0] == b[0] == "dst":
+            raise ScheduleError(f"{where}: {self.accel.name}'s ALU computes {', '.join(ALU_OPS)} (shr: // by a power "
+                                f"of two) of an accumulator tile and a tile or a constant, one operation at a time "
+                                f"in the tile written; {e} is not such a step")
+        steps.append((op, a, b))
+        return ("dst",)
 
     # -- GEMM ---------------------------------------------------------------------------------
     def _gemm(self, call: CallRoutine) -> CallRoutine:
@@ -195,17 +263,14 @@ def _is(e: PrimExpr, value: int, ana: Analyzer) -> bool:
 
 
 def _merge(dims: list, ana: Analyzer) -> list:
-    """Drop loops of one iteration and fuse an outer loop into the next where both sides are
-    contiguous across them (a tile that is one run of memory on both sides)."""
-    dims = [d for d in dims if not _is(d[0], 1, ana)]
+    """Drop loops of one iteration and fuse an outer loop into the next where every side is
+    contiguous across them (a tile that is one run of memory on each side)."""
     out: list = []
-    for ext, cd, cs, name in dims:
-        if out:
-            o_ext, o_cd, o_cs, o_name = out[-1]
-            if _is(o_cd, ext * cd, ana) and _is(o_cs, ext * cs, ana):
-                out[-1] = (ana.simplify(o_ext * ext), cd, cs, name)
-                continue
-        out.append((ext, cd, cs, name))
+    for ext, cs in (d for d in dims if not _is(d[0], 1, ana)):
+        if out and all(_is(oc, ext * c, ana) for oc, c in zip(out[-1][1], cs)):
+            out[-1] = (ana.simplify(out[-1][0] * ext), cs)
+        else:
+            out.append((ext, cs))
     return out
 
 

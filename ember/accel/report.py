@@ -33,8 +33,10 @@ class Report:
 
     @property
     def dma_bytes(self) -> dict[str, int]:
-        """Bytes the DMA moved into each input memory and out of the accumulator."""
-        return {m.scope: self.stats[f"bytes_{m.role}"] for m in self.accel.memories}
+        """Bytes the DMA loaded into each memory (into the accumulator: biases), and "stored":
+        the bytes it stored from the accumulator."""
+        return {**{m.scope: self.stats[f"bytes_{m.role}"] for m in self.accel.memories},
+                "stored": self.stats["bytes_stored"]}
 
     @property
     def seconds(self) -> float:

@@ -29,10 +29,10 @@ from .spec import Accelerator
 
 TRACE_MAX = 1 << 14  # instructions whose times the timeline keeps (the first ones)
 SLOTS = 64  # device buffers one kernel may stage tiles in
-STATS = ("cycles", "busy_load", "busy_compute", "busy_store", "n_load", "n_gemm", "n_reset", "n_store",
-         "bytes_inp", "bytes_wgt", "bytes_acc", "macs", "tokens_load_compute", "tokens_compute_load",
+STATS = ("cycles", "busy_load", "busy_compute", "busy_store", "n_load", "n_gemm", "n_reset", "n_alu", "n_store",
+         "bytes_inp", "bytes_wgt", "bytes_acc", "bytes_stored", "macs", "tokens_load_compute", "tokens_compute_load",
          "tokens_compute_store", "tokens_store_compute", "instructions", "traced", "errors")
-OPS = ("LOAD", "GEMM", "RESET", "STORE")
+OPS = ("LOAD", "GEMM", "RESET", "ALU", "STORE")
 QUEUES = ("load", "compute", "store")
 C_TYPES = {"float32": "float", "int8": "int8_t", "int32": "int32_t", "int16": "int16_t", "uint8": "uint8_t"}
 
@@ -47,8 +47,15 @@ def simulator_source(accel: Accelerator) -> str:
         inp_n=accel.inp_buffer.elements, wgt_n=accel.wgt_buffer.elements, acc_n=accel.acc_buffer.elements,
         inp_b=dt.bits(core.inp_dtype) // 8, wgt_b=dt.bits(core.wgt_dtype) // 8, acc_b=dt.bits(core.acc_dtype) // 8,
         cm=core.m, cn=core.n, ck=core.k, bpc=costs.dma_bytes_per_cycle, lat=costs.dma_latency,
-        row=costs.dma_row_cycles, glat=costs.gemm_latency, trace=TRACE_MAX, slots=SLOTS, nstats=len(STATS))
+        row=costs.dma_row_cycles, glat=costs.gemm_latency, alat=costs.alu_latency, lanes=costs.alu_lanes,
+        **_ALU[core.acc_dtype], trace=TRACE_MAX, slots=SLOTS, nstats=len(STATS))
 
+
+# the ALU's add, mul and shr in the accumulator's type: integers wrap (computed unsigned), floats do not shift
+_WRAP = {"add": "(ember_accel_acc_t)((uint{bits}_t)x + (uint{bits}_t)y)",
+         "mul": "(ember_accel_acc_t)((uint{bits}_t)x * (uint{bits}_t)y)", "shr": "x >> y"}
+_ALU = {"float32": {"add": "x + y", "mul": "x * y", "shr": "x"},
+        **{f"int{b}": {k: v.format(bits=b) for k, v in _WRAP.items()} for b in (8, 16, 32)}}
 
 _SOURCE = r"""/* ember.accel: the simulator of {name} (functional and timed; see ember/accel/simulator.py) */
 #include <string.h>
@@ -61,10 +68,11 @@ static ember_accel_acc_t ember_accel_acc[{acc_n}];
 static const int64_t ember_accel_elems[3] = {{{inp_n}, {wgt_n}, {acc_n}}};
 static const int64_t ember_accel_esize[3] = {{{inp_b}, {wgt_b}, {acc_b}}};
 enum {{ EMBER_Q_LOAD, EMBER_Q_COMPUTE, EMBER_Q_STORE }};
-enum {{ EMBER_OP_LOAD, EMBER_OP_GEMM, EMBER_OP_RESET, EMBER_OP_STORE }};
+enum {{ EMBER_OP_LOAD, EMBER_OP_GEMM, EMBER_OP_RESET, EMBER_OP_ALU, EMBER_OP_STORE }};
+enum {{ EMBER_ALU_ADD, EMBER_ALU_MAX, EMBER_ALU_MIN, EMBER_ALU_MUL, EMBER_ALU_SHR }};
 
 static struct {{
-  int64_t clock[3], busy[3], count[4], bytes[3], macs, tokens[3][3], n, ntrace, errors;
+  int64_t clock[3], busy[3], count[5], bytes[4], macs, tokens[3][3], n, ntrace, errors;
   int64_t pushed[3][3];                    /* the latest instruction of queue p that pushed a token to q */
   int64_t w_idx[{slots}], w_end[{slots}], w_q[{slots}];  /* per slot: its last writer */
   int64_t r_idx[{slots}][3], r_end[{slots}][3];         /* per slot and queue: its last reader */
@@ -84,8 +92,8 @@ void ember_accel_stats(int64_t* out) {{
   int64_t end = 0;
   for (int q = 0; q < 3; q++) if (ember_accel.clock[q] > end) end = ember_accel.clock[q];
   int64_t v[{nstats}] = {{end, ember_accel.busy[0], ember_accel.busy[1], ember_accel.busy[2],
-    ember_accel.count[0], ember_accel.count[1], ember_accel.count[2], ember_accel.count[3],
-    ember_accel.bytes[0], ember_accel.bytes[1], ember_accel.bytes[2], ember_accel.macs,
+    ember_accel.count[0], ember_accel.count[1], ember_accel.count[2], ember_accel.count[3], ember_accel.count[4],
+    ember_accel.bytes[0], ember_accel.bytes[1], ember_accel.bytes[2], ember_accel.bytes[3], ember_accel.macs,
     ember_accel.tokens[0][1], ember_accel.tokens[1][0], ember_accel.tokens[1][2], ember_accel.tokens[2][1],
     ember_accel.n, ember_accel.ntrace, ember_accel.errors}};
   memcpy(out, v, sizeof v);
@@ -154,7 +162,8 @@ static void* ember_accel_memory(int mem) {{
   return mem == 0 ? (void*)ember_accel_inp : mem == 1 ? (void*)ember_accel_wgt : (void*)ember_accel_acc;
 }}
 
-/* LOAD: rows x cols elements from DRAM (rows `dram_stride` apart) into memory `mem` (0 inp, 1 wgt). */
+/* LOAD: rows x cols elements from DRAM (rows `dram_stride` apart) into memory `mem` (0 inp, 1 wgt
+   on the load queue; 2 acc, a bias, on the compute queue). */
 static void ember_accel_load(int mem, int slot, int64_t sram, const void* dram, int64_t rows, int64_t cols,
                              int64_t dram_stride, int64_t sram_stride) {{
   int64_t es = ember_accel_esize[mem], bytes = rows * cols * es;
@@ -163,7 +172,8 @@ static void ember_accel_load(int mem, int slot, int64_t sram, const void* dram, 
       memcpy((char*)ember_accel_memory(mem) + (sram + r * sram_stride) * es,
              (const char*)dram + r * dram_stride * es, (size_t)(cols * es));
   ember_accel.bytes[mem] += bytes;
-  ember_accel_issue(EMBER_OP_LOAD, EMBER_Q_LOAD, NULL, 0, &slot, 1, ember_accel_dma_cycles(rows, bytes), bytes);
+  ember_accel_issue(EMBER_OP_LOAD, mem == 2 ? EMBER_Q_COMPUTE : EMBER_Q_LOAD, NULL, 0, &slot, 1,
+                    ember_accel_dma_cycles(rows, bytes), bytes);
 }}
 
 /* STORE: rows x cols accumulator elements back to DRAM. */
@@ -174,7 +184,7 @@ static void ember_accel_store(int slot, int64_t sram, void* dram, int64_t rows, 
     for (int64_t r = 0; r < rows; r++)
       memcpy((char*)dram + r * dram_stride * es, (const char*)(ember_accel_acc + sram + r * sram_stride),
              (size_t)(cols * es));
-  ember_accel.bytes[2] += bytes;
+  ember_accel.bytes[3] += bytes;
   ember_accel_issue(EMBER_OP_STORE, EMBER_Q_STORE, &slot, 1, NULL, 0, ember_accel_dma_cycles(rows, bytes), bytes);
 }}
 
@@ -185,6 +195,31 @@ static void ember_accel_reset(int slot, int64_t acc, int64_t m, int64_t n, int64
       for (int64_t j = 0; j < n; j++) ember_accel_acc[acc + i * asi + j * asj] = 0;
   else ember_accel.errors++;
   ember_accel_issue(EMBER_OP_RESET, EMBER_Q_COMPUTE, NULL, 0, &slot, 1, m, 0);
+}}
+
+/* ALU: d = a OP (b, or imm where bs < 0) over rows x cols accumulator elements, each operand's
+   rows `*rs` apart; shr shifts right arithmetically by imm. Integers wrap as NumPy's do. */
+static void ember_accel_alu(int op, int ds, int as, int bs, int64_t d, int64_t a, int64_t b, int64_t imm,
+                            int64_t rows, int64_t cols, int64_t drs, int64_t ars, int64_t brs) {{
+  int ok = ember_accel_inside(2, d, rows, cols, drs) && ember_accel_inside(2, a, rows, cols, ars)
+        && (bs < 0 || ember_accel_inside(2, b, rows, cols, brs));
+  if (ok)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) {{
+        ember_accel_acc_t x = ember_accel_acc[a + r * ars + c];
+        ember_accel_acc_t y = bs < 0 ? (ember_accel_acc_t)imm : ember_accel_acc[b + r * brs + c], z;
+        switch (op) {{
+          case EMBER_ALU_ADD: z = {add}; break;
+          case EMBER_ALU_MAX: z = x > y ? x : y; break;
+          case EMBER_ALU_MIN: z = x < y ? x : y; break;
+          case EMBER_ALU_MUL: z = {mul}; break;
+          default: z = {shr}; break;
+        }}
+        ember_accel_acc[d + r * drs + c] = z;
+      }}
+  int reads[2] = {{as, bs}};
+  ember_accel_issue(EMBER_OP_ALU, EMBER_Q_COMPUTE, reads, bs < 0 ? 1 : 2, &ds, 1,
+                    {alat} + (rows * cols + {lanes} - 1) / {lanes}, rows * cols);
 }}
 
 /* GEMM: acc[i, j] (+)= sum_k inp[i, k] * wgt[j, k] over an m x n x k block, in core steps of

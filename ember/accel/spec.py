@@ -20,9 +20,10 @@ from ..tir.schedule.cache import register_scope
 # the instruction set: opcode -> the queue that runs it (VTA's: loads of inputs and weights on the
 # load queue; GEMM, ALU and the accumulator's reset on the compute queue; stores on the store queue)
 QUEUES = ("load", "compute", "store")
-OPCODES = {"LOAD": "load", "GEMM": "compute", "ALU": "compute", "RESET": "compute", "STORE": "store"}
-ALU_OPS = ("add", "max", "min", "shr")  # elementwise on the accumulator, a tensor or an immediate operand:
-# bias (add), clip (max then min), relu (max with 0), requantize (shr: arithmetic shift right)
+OPCODES = {"LOAD": "load", "GEMM": "compute", "RESET": "compute", "ALU": "compute", "STORE": "store"}
+# (a LOAD into the accumulator, a bias, runs on the compute queue, as VTA's does)
+ALU_OPS = ("add", "max", "min", "mul", "shr")  # elementwise on accumulator tiles, with a tile or an immediate:
+# bias (add), clip (max then min), relu (max with 0), scale (mul), requantize (shr: arithmetic shift right)
 
 
 ACCELERATORS: dict[str, Accelerator] = {}  # by name, as their memories' scopes name them
@@ -74,7 +75,8 @@ class GemmCore:
 class Costs:
     """The cycle model: DMA moves `dma_bytes_per_cycle` after `dma_latency` cycles per
     instruction (plus `dma_row_cycles` per row of a 2-D copy); a GEMM step takes one cycle once
-    the pipeline (`gemm_latency`) is full; an ALU instruction `alu_lanes` elements a cycle; the
+    the pipeline (`gemm_latency`) is full; an ALU instruction `alu_lanes` elements a cycle after
+    `alu_latency`; the
     reset one row of the accumulator tile a cycle."""
 
     dma_bytes_per_cycle: int = 8
@@ -82,6 +84,7 @@ class Costs:
     dma_row_cycles: int = 1
     gemm_latency: int = 4
     alu_lanes: int = 8
+    alu_latency: int = 4
     clock_mhz: int = 100
 
 

@@ -10,7 +10,7 @@ import pytest
 import ember
 from ember import te as t
 from ember.accel import vdla, vta
-from ember.accel.schedules import Tiles, gemm
+from ember.accel.schedules import Tiles, gemm, gemm_tensors
 from ember.errors import ScheduleError
 
 
@@ -90,7 +90,7 @@ def test_report(seed64, tmp_path):
     r = f.report()
     tiles = 8 ** 3  # (64 / 8) ** 3 GEMM steps of 8 x 8 x 8
     assert r.stats["n_gemm"] == tiles and r.stats["n_load"] == 2 * tiles and r.stats["n_store"] == 64
-    assert r.dma_bytes == {"vdla.inp": tiles * 256, "vdla.wgt": tiles * 256, "vdla.acc": 64 * 256}
+    assert r.dma_bytes == {"vdla.inp": tiles * 256, "vdla.wgt": tiles * 256, "vdla.acc": 0, "stored": 64 * 256}
     assert r.utilization == pytest.approx(64 ** 3 / (512 * r.cycles))
     assert r.cycles >= max(r.stats["busy_load"], r.stats["busy_compute"], r.stats["busy_store"])
     assert "GEMM core" in str(r)
@@ -183,7 +183,7 @@ def test_a_dma_of_a_region_that_is_not_2d():
     AL = s.cache_read(A, vdla.inp_buffer, [C])
     bo, _ = s[C].split(s[C].op.axis[0], factor=2)
     s[AL].compute_at(s[C], bo)  # A[2 bo : 2 bo + 2, 0:4, 0:4]: 2 x 4 rows of 4
-    with pytest.raises(ScheduleError, match=r"not a 2-D DMA: vdla copies rows of consecutive elements"):
+    with pytest.raises(ScheduleError, match=r"not a 2-D DMA: vdla walks rows of consecutive elements"):
         ember.lower(s, [A, C], target=vdla)
 
 
@@ -200,3 +200,53 @@ def test_vdla_is_a_target():
     assert vdla.target.kind == "accel" and vdla.target.accel is vdla
     assert vdla.gemm8x8.name == "gemm8x8" and vta.gemm16.name == "gemm16"
     assert vdla.inp_buffer.scope == "vdla.inp" and vdla.acc_buffer.bytes == 16 << 10
+
+
+def _epilogue_schedule(m: int, n: int, k: int, epilogue):
+    """vta's GEMM plus an epilogue on the accumulator tile (the ALU), 16 x 16 output tiles."""
+    A, B, C = gemm_tensors(vta, m, n, k)
+    bias = t.placeholder((m, n), "int32", name="bias")
+    D = t.compute((m, n), lambda i, j: epilogue(C[i, j], bias[i, j]), name="D")
+    s = t.create_schedule(D.op)
+    CL = s.cache_write(C, vta.acc_buffer)
+    s[C].compute_inline()
+    DL = s.cache_write(D, vta.acc_buffer)
+    biasL = s.cache_read(bias, vta.acc_buffer, [DL])
+    AL = s.cache_read(A, vta.inp_buffer, [CL])
+    BL = s.cache_read(B, vta.wgt_buffer, [CL])
+    y, x = s[D].op.axis
+    yo, xo, yi, xi = s[D].tile(y, x, 16, 16)
+    for stage in (DL, biasL, CL):
+        s[stage].compute_at(s[D], xo)
+    yc, xc = s[CL].op.axis
+    (kc,) = s[CL].op.reduce_axis
+    ko, ki = s[CL].split(kc, factor=16)
+    s[CL].reorder(ko, yc, xc, ki)
+    s[AL].compute_at(s[CL], ko)
+    s[BL].compute_at(s[CL], ko)
+    s[CL].tensorize(yc, vta.gemm16)
+    return s, [A, B, bias, D]
+
+
+def test_vta_alu_epilogue_is_bit_exact():
+    """bias, requantize (// 16: an arithmetic shift), clip to int8's range: one ALU step each."""
+    m, n, k = 32, 32, 32
+    s, args = _epilogue_schedule(m, n, k, lambda c, b: t.min(t.max((c + b) // 16, -128), 127))
+    text = str(ember.lower(s, args, target=vta))
+    assert [op for op in ("add", "shr", "max", "min") if f"alu='{op}'" in text] == ["add", "shr", "max", "min"]
+    f = ember.build(s, args, target=vta)
+    rng = np.random.default_rng(6)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, (m, n), dtype=np.int32)
+    d = np.zeros((m, n), np.int32)
+    f(a, b, bias, d)
+    np.testing.assert_array_equal(d, np.clip((a.astype(np.int32) @ b.astype(np.int32).T + bias) // 16, -128, 127))
+    r = f.report()
+    assert r.stats["n_alu"] == 4 * 4 and r.dma_bytes["vta.acc"] == m * n * 4 == r.dma_bytes["stored"]
+
+
+def test_the_alu_refuses_what_it_cannot_do():
+    s, args = _epilogue_schedule(16, 16, 16, lambda c, b: (c + b) // 3)
+    with pytest.raises(ScheduleError, match=r"ALU computes add, max, min, mul, shr .*not such a step"):
+        ember.lower(s, args, target=vta)
