@@ -38,7 +38,7 @@ LAYERS: dict[str, set[str]] = {
     "cuda": {"codegen", "runtime", "te", "intrinsics"},  # the CUDA target: CUDA C, NVRTC, the driver API, GPU schedules
     "kernel": {"te", "runtime"},  # ember.lower / ember.build of one te schedule (by the target's backend)
     "intrinsics": {"te"},  # tensor intrinsics of real hardware (VNNI), declared through te
-    "accel": {"codegen", "runtime", "te"},  # a simulated VTA-style accelerator: description, instructions, simulator
+    "accel": {"codegen", "runtime", "te", "kernel"},  # a simulated accelerator (kernel: its tuner builds candidates)
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds

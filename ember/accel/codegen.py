@@ -9,7 +9,7 @@ from ..codegen.c import CRenderer
 from ..errors import LowerError
 from ..tir.functor import collect
 from ..tir.stmt import Allocate, CallRoutine, PrimFunc, Stmt
-from .lower import layout
+from .lower import DOUBLED, elements, layout
 from .simulator import SLOTS, simulator_source
 from .spec import ALU_OPS, Accelerator, memory_of
 
@@ -24,10 +24,13 @@ class AccelRenderer(CRenderer):
     def _begin_kernel(self, func: PrimFunc) -> None:
         super()._begin_kernel(func)
         bufs = [s.buffer for s in collect(func.body, lambda s: isinstance(s, Allocate)) if memory_of(s.buffer.scope)]
-        if len(bufs) > SLOTS:
-            raise LowerError(f"{func.name} stages {len(bufs)} device buffers; the simulator tracks {SLOTS}")
+        self._doubled = set(func.attr(DOUBLED, ()))
         self._sram = layout(self.accel, bufs)
-        self._slot = {b: k for k, b in enumerate(bufs)}
+        self._slot, used = {}, 0
+        for b in bufs:  # a double-buffered tile's halves are a slot each
+            self._slot[b], used = used, used + (2 if b in self._doubled else 1)
+        if used > SLOTS:
+            raise LowerError(f"{func.name} stages {used} device tiles; the simulator tracks {SLOTS}")
         self.lib.source(f"accel {self.accel.name}", simulator_source(self.accel))
 
     def _allocate(self, buf, body: Stmt, depth: int, out: list[str]) -> None:
@@ -73,7 +76,10 @@ class AccelRenderer(CRenderer):
 
     def _device(self, p) -> tuple[str, str]:
         """(slot, element offset in its memory) of a device buffer's pointer."""
-        return str(self._slot[p.buffer]), f"{self._sram[p.buffer]} + {self._e(p.offset)}"
+        off, slot = self._e(p.offset), str(self._slot[p.buffer])
+        if p.buffer in self._doubled:
+            slot = f"{slot} + (int)(({off}) / {elements(p.buffer) // 2})"
+        return slot, f"{self._sram[p.buffer]} + {off}"
 
     def _host(self, p) -> str:
         return f"({self._buffer(p.buffer)} + {self._e(p.offset)})"

@@ -17,12 +17,14 @@ memory, an intrinsic the device does not have.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import LowerError, ScheduleError
 from ..tir import dtype as dt
-from ..tir.arith import Analyzer
+from ..tir.arith import Analyzer, simplify
 from ..tir.expr import Binary, Buffer, BufferLoad, Const, PrimExpr, Var, as_int, const
 from ..tir.expr_functor import free_vars, substitute, visit_expr
-from ..tir.functor import collect, stmt_exprs, visit_stmt
+from ..tir.functor import collect, mutate_stmt, stmt_exprs, visit_stmt
 from ..tir.stmt import Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, PrimFunc, SeqStmt, Stmt, seq
 from ..tir.tensor_intrin import get_intrin
 from .spec import ACCELERATORS, ALU_OPS, Accelerator, memory_of
@@ -41,7 +43,58 @@ def to_instructions(func: PrimFunc) -> PrimFunc:
     body = _Rewriter(accel).stmt(func.body)
     body = _hoist_resets(body)
     _check_host_access(body)
-    return func.with_body(body)
+    doubled: list[Buffer] = []
+    body = _double_buffer(body, doubled)
+    if doubled:
+        check_capacity(accel, [s.buffer for s in collect(body, lambda s: isinstance(s, Allocate))
+                               if memory_of(s.buffer.scope)])
+    return replace(func, body=body, attrs=(*func.attrs, (DOUBLED, tuple(doubled))))
+
+
+DOUBLE_BUFFER = "pragma_double_buffer"  # s[CL].pragma(ko, "double_buffer"): ko's input tiles, twice
+DOUBLED = "accel_doubled"  # the function's attribute: its device tiles held twice
+
+
+def _double_buffer(s: Stmt, doubled: list) -> Stmt:
+    """The device tiles a loop marked double_buffer allocates, twice: iteration i uses half i % 2,
+    so the DMA fills one half while the GEMMs read the other (VTA's virtual threads do this by
+    interleaving two threads' instructions). Each half is a slot of its own (ember.accel.codegen)."""
+    match s:
+        case For() if dict(s.annotations).get(DOUBLE_BUFFER):
+            allocs, inner = [], s.body
+            while isinstance(inner, Allocate):
+                allocs.append(inner.buffer)
+                inner = inner.body
+            half = {b: Buffer(b.name, (const(2), *b.shape), b.dtype, b.scope) for b in allocs if memory_of(b.scope)}
+            doubled.extend(half.values())
+            if not half:
+                raise ScheduleError(f"loop {s.loop_var.name} is marked double_buffer but stages no device tile; "
+                                    f"compute the cache_read stages at it")
+            which = (s.loop_var - s.min) % 2
+
+            def moved(p: Pointer) -> Pointer:
+                b = half.get(p.buffer)
+                return p if b is None else Pointer(b, simplify(p.offset + which * elements(p.buffer)))
+
+            def on_stmt(x):
+                if isinstance(x, CallRoutine):
+                    return replace(x, reads=tuple(map(moved, x.reads)), writes=tuple(map(moved, x.writes)))
+                return None
+
+            body = mutate_stmt(_double_buffer(inner, doubled), f_stmt=on_stmt)
+            for b in reversed(allocs):
+                body = Allocate(half.get(b, b), body)
+            return For(s.loop_var, s.min, s.extent, s.kind, body, s.annotations)
+        case For():
+            return replace(s, body=_double_buffer(s.body, doubled))
+        case SeqStmt(stmts):
+            return seq(*(_double_buffer(x, doubled) for x in stmts))
+        case Allocate(buf, body):
+            return Allocate(buf, _double_buffer(body, doubled))
+        case IfThenElse(c, t, e):
+            return IfThenElse(c, _double_buffer(t, doubled), None if e is None else _double_buffer(e, doubled))
+    return s
+
 
 
 def layout(accel: Accelerator, buffers) -> dict[Buffer, int]:
@@ -52,7 +105,7 @@ def layout(accel: Accelerator, buffers) -> dict[Buffer, int]:
     for b in buffers:
         m = memory_of(b.scope)
         out[b] = used.get(m.role, 0)
-        used[m.role] = out[b] + _elements(b)
+        used[m.role] = out[b] + elements(b)
     return out
 
 
@@ -60,15 +113,16 @@ def check_capacity(accel: Accelerator, buffers) -> None:
     """A ScheduleError naming the memory, the tiles in it and both sizes when they do not fit."""
     for m in accel.memories:
         mine = [b for b in buffers if b.scope == m.scope]
-        need = sum(_elements(b) for b in mine) * dt.bits(m.dtype) // 8
+        need = sum(elements(b) for b in mine) * dt.bits(m.dtype) // 8
         if need > m.bytes:
             tiles = ", ".join(f"{b.name} ({'x'.join(str(as_int(d)) for d in b.shape)} {b.dtype}, "
-                              f"{_elements(b) * dt.bits(b.dtype) // 8} bytes)" for b in mine)
+                              f"{elements(b) * dt.bits(b.dtype) // 8} bytes)" for b in mine)
             raise ScheduleError(f"{m.scope} holds {m.bytes} bytes; the tiles staged in it need {need}: {tiles}. "
                                 f"Tile smaller, or compute the stage at an inner loop")
 
 
-def _elements(b: Buffer) -> int:
+def elements(b: Buffer) -> int:
+    """The elements of a device tile (its shape is constant, or a ScheduleError says why not)."""
     n = 1
     for d in b.shape:
         v = as_int(d)

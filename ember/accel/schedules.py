@@ -49,12 +49,19 @@ def gemm_tensors(accel: Accelerator, m: int, n: int, k: int):
     return A, B, C
 
 
-def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None):
-    """(schedule, [A, B, C]) of the GEMM tiled by `tiles` (default: one core tile), tensorized
-    onto the accelerator's GEMM intrinsic."""
+def intrinsic_shape(accel: Accelerator) -> tuple[int, int, int]:
+    """(m, n, k) of the block one call of the accelerator's GEMM intrinsic computes."""
     intrin = accel.intrinsics[0]
     im, in_ = (as_int(d) for d in intrin.desc.params[2].shape)
-    ik = as_int(intrin.desc.params[0].shape[accel.core.inp_layout.index("k")])
+    return im, in_, as_int(intrin.desc.params[0].shape[accel.core.inp_layout.index("k")])
+
+
+def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None, double_buffer: bool = False):
+    """(schedule, [A, B, C]) of the GEMM tiled by `tiles` (default: one core tile), tensorized
+    onto the accelerator's GEMM intrinsic; `double_buffer`: the input tiles of each k step held
+    twice, so that the next step's loads overlap this step's GEMMs."""
+    intrin = accel.intrinsics[0]
+    im, in_, ik = intrinsic_shape(accel)
     tiles = tiles or Tiles(im, in_, ik)
     for size, whole, step, name in ((tiles.ty, m, im, "ty"), (tiles.tx, n, in_, "tx"), (tiles.tk, k, ik, "tk")):
         if size % step or whole % size:
@@ -76,5 +83,7 @@ def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None)
     s[CL].reorder(ko, k1, y1, x1, y2, x2, k2)
     s[AL].compute_at(s[CL], ko)
     s[BL].compute_at(s[CL], ko)
+    if double_buffer:
+        s[CL].pragma(ko, "double_buffer")
     s[CL].tensorize(y2, intrin)
     return s, [A, B, C]

@@ -3,6 +3,7 @@ lowered instructions, the simulator and the interpreter against NumPy), VTA's in
 against integer NumPy, the errors of what the device cannot do, and the simulator's report."""
 
 import json
+from dataclasses import astuple
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import ember
 from ember import te as t
 from ember.accel import vdla, vta
 from ember.accel.schedules import Tiles, gemm, gemm_tensors
+from ember.accel.tune import gemm_space, operands, tune_gemm
 from ember.errors import ScheduleError
 
 
@@ -250,3 +252,29 @@ def test_the_alu_refuses_what_it_cannot_do():
     s, args = _epilogue_schedule(16, 16, 16, lambda c, b: (c + b) // 3)
     with pytest.raises(ScheduleError, match=r"ALU computes add, max, min, mul, shr .*not such a step"):
         ember.lower(s, args, target=vta)
+
+
+def test_double_buffering_overlaps_loads_with_gemms():
+    m = n = k = 64
+    a, b, ref = operands(vta, m, n, k, seed=7)
+    cycles = {}
+    for double in (False, True):
+        s, args = gemm(vta, m, n, k, Tiles(32, 32, 16), double_buffer=double)
+        if double:
+            assert "alloc((2, 32, 16), 'int8', scope='vta.inp')" in str(ember.lower(s, args, target=vta))
+        f = ember.build(s, args, target=vta)
+        c = np.zeros((m, n), np.int32)
+        f(a, b, c)
+        np.testing.assert_array_equal(c, ref)
+        cycles[double] = f.report().cycles
+    assert cycles[True] < cycles[False]
+
+
+def test_tuning_measures_candidates_by_the_simulators_cycles():
+    space = gemm_space(vta, 32, 32, 32)
+    assert all(ty * tk * (2 if db else 1) <= vta.inp_buffer.elements for (ty, tx, tk), db in
+               ((astuple(t_), db) for t_, db in space))
+    result = tune_gemm(vta, 32, 32, 32, trials=2, seed=1)
+    assert result.default.tiles == Tiles(16, 16, 16) and not result.default.double_buffer
+    assert result.best.cycles == min(t_.cycles for t_ in result.trials) <= result.default.cycles
+    assert "fewer cycles" in str(result)

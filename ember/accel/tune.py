@@ -1,0 +1,106 @@
+"""Tuning a GEMM on an accelerator with the simulator's cycles as the measure: the space is the
+tile sizes (multiples of the core intrinsic's that divide the GEMM and fit the memories, twice
+over for the input tiles when double buffered) and double buffering; each candidate is built,
+run on random operands, checked against NumPy, and timed by the simulator (its cycles are
+exact for the model, so one run each). `tune_gemm` reports the best against the default
+schedule (one core tile, single buffered)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import TuneError
+from ..kernel import build
+from .report import Report
+from .schedules import Tiles, gemm, intrinsic_shape
+from .spec import Accelerator
+
+
+@dataclass(frozen=True)
+class Trial:
+    tiles: Tiles
+    double_buffer: bool
+    report: Report
+
+    @property
+    def cycles(self) -> int:
+        return self.report.cycles
+
+    def __str__(self):
+        t = self.tiles
+        return (f"tiles {t.ty}x{t.tx}x{t.tk}{', double buffered' if self.double_buffer else ''}: "
+                f"{self.cycles} cycles, GEMM core {self.report.utilization:.1%} busy")
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    default: Trial
+    best: Trial
+    trials: tuple[Trial, ...]
+
+    def __str__(self):
+        return (f"default {self.default}\nbest    {self.best} "
+                f"({self.default.cycles / self.best.cycles:.2f}x fewer cycles; {len(self.trials)} trials)")
+
+
+def gemm_space(accel: Accelerator, m: int, n: int, k: int) -> list[tuple[Tiles, bool]]:
+    """Every (tiles, double_buffer) whose tiles fit the accelerator's memories."""
+    im, in_, ik = intrinsic_shape(accel)
+
+    def sizes(whole, step):
+        return [d for d in range(step, whole + 1, step) if whole % d == 0]
+
+    out = []
+    for ty, tx, tk, db in itertools.product(sizes(m, im), sizes(n, in_), sizes(k, ik), (False, True)):
+        twice = 2 if db else 1
+        if (twice * ty * tk <= accel.inp_buffer.elements and twice * tx * tk <= accel.wgt_buffer.elements
+                and ty * tx <= accel.acc_buffer.elements and (not db or k // tk > 1)):
+            out.append((Tiles(ty, tx, tk), db))
+    return out
+
+
+def measure(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles, double_buffer: bool, operands) -> Trial:
+    s, args = gemm(accel, m, n, k, tiles, double_buffer)
+    f = build(s, args, target=accel)
+    a, b, ref = operands
+    c = np.zeros_like(ref)
+    f(a, b, c)
+    if not np.allclose(c, ref, rtol=1e-4, atol=1e-3):
+        raise TuneError(f"{accel.name} GEMM with tiles {tiles} (double buffer {double_buffer}) computed wrong values")
+    return Trial(tiles, double_buffer, f.report())
+
+
+def operands(accel: Accelerator, m: int, n: int, k: int, seed: int = 0):
+    """Random A, B in the accelerator's layout and dtypes, and C = the GEMM of them in NumPy."""
+    rng = np.random.default_rng(seed)
+    core = accel.core
+
+    def make(shape, dtype):
+        if dtype.startswith("int"):
+            return rng.integers(-128, 128, shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype)
+
+    a = make((k, m) if core.inp_layout == "ki" else (m, k), core.inp_dtype)
+    b = make((k, n) if core.wgt_layout == "kj" else (n, k), core.wgt_dtype)
+    acc = np.dtype(core.acc_dtype)
+    a2 = (a.T if core.inp_layout == "ki" else a).astype(acc)
+    b2 = (b if core.wgt_layout == "kj" else b.T).astype(acc)
+    return a, b, a2 @ b2
+
+
+def tune_gemm(accel: Accelerator, m: int, n: int, k: int, *, trials: int = 16, seed: int = 0) -> TuneResult:
+    """The best of `trials` candidates of gemm_space (all of it when smaller), drawn at random,
+    against the default."""
+    space = gemm_space(accel, m, n, k)
+    default = (Tiles(*intrinsic_shape(accel)), False)
+    if default not in space:
+        raise TuneError(f"the default tiles {default[0]} do not fit {accel.name}'s memories")
+    picked = [c for c in random.Random(seed).sample(space, min(trials, len(space))) if c != default]
+    data = operands(accel, m, n, k, seed)
+    base = measure(accel, m, n, k, *default, data)
+    done = [base, *(measure(accel, m, n, k, tiles, db, data) for tiles, db in picked)]
+    return TuneResult(base, min(done, key=lambda t: t.cycles), tuple(done))
