@@ -26,26 +26,27 @@ class Tiles:
     tk: int
 
 
-def gemm_tensors(accel: Accelerator, m: int, n: int, k: int):
-    """A, B and C of an m x n x k GEMM in the accelerator's layout (see the module doc)."""
+def gemm_tensors(accel: Accelerator, m: int, n: int, k: int, a=None):
+    """A, B and C of an m x n x k GEMM in the accelerator's layout (see the module doc); `a`: a
+    tensor of A's shape to take as A (a computed one: an im2col of a convolution's input)."""
     core = accel.core
     a_shape = (k, m) if core.inp_layout == "ki" else (m, k)
     b_shape = (k, n) if core.wgt_layout == "kj" else (n, k)
-    A = t.placeholder(a_shape, core.inp_dtype, name="A")
+    A = a if a is not None else t.placeholder(a_shape, core.inp_dtype, name="A")
     B = t.placeholder(b_shape, core.wgt_dtype, name="B")
     r = t.reduce_axis((0, k), name="k")
     acc = core.acc_dtype
 
-    def a(y):
+    def at_a(y):
         return A[r, y] if core.inp_layout == "ki" else A[y, r]
 
-    def b(x):
+    def at_b(x):
         return B[r, x] if core.wgt_layout == "kj" else B[x, r]
 
     def widen(v):
         return v if v.dtype == acc else v.astype(acc)
 
-    C = t.compute((m, n), lambda y, x: t.sum(widen(a(y)) * widen(b(x)), axis=r), name="C")
+    C = t.compute((m, n), lambda y, x: t.sum(widen(at_a(y)) * widen(at_b(x)), axis=r), name="C")
     return A, B, C
 
 
@@ -60,20 +61,38 @@ def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None,
     """(schedule, [A, B, C]) of the GEMM tiled by `tiles` (default: one core tile), tensorized
     onto the accelerator's GEMM intrinsic; `double_buffer`: the input tiles of each k step held
     twice, so that the next step's loads overlap this step's GEMMs."""
+    A, B, C = gemm_tensors(accel, m, n, k)
+    return schedule(accel, A, B, C, tiles=tiles, double_buffer=double_buffer), [A, B, C]
+
+
+def schedule(accel: Accelerator, A, B, C, out=None, acc_inputs=(), *, tiles: Tiles | None = None,
+             double_buffer: bool = False):
+    """The schedule of GEMM C = A B (gemm_tensors') tiled and tensorized, and when `out` is given,
+    of the epilogue `out`, an elementwise function of C and of `acc_inputs` (a bias) that the ALU
+    computes on each accumulator tile: C is inlined into it, and the inputs loaded into the
+    accumulator next to the tile."""
     intrin = accel.intrinsics[0]
     im, in_, ik = intrinsic_shape(accel)
     tiles = tiles or Tiles(im, in_, ik)
+    m, n = (as_int(d) for d in C.shape)
+    k = as_int(C.op.reduce_axis[0].dom.extent)
     for size, whole, step, name in ((tiles.ty, m, im, "ty"), (tiles.tx, n, in_, "tx"), (tiles.tk, k, ik, "tk")):
         if size % step or whole % size:
             raise ScheduleError(f"tile {name}={size} must be a multiple of the intrinsic's {step} and divide {whole}")
-    A, B, C = gemm_tensors(accel, m, n, k)
-    s = t.create_schedule(C.op)
+    out = C if out is None else out
+    s = t.create_schedule(out.op)
     CL = s.cache_write(C, accel.acc_buffer)
+    at_tile = [CL]  # computed at the output tile, consumers first
+    if out is not C:
+        s[C].compute_inline()
+        OL = s.cache_write(out, accel.acc_buffer)
+        at_tile = [OL, *(s.cache_read(b, accel.acc_buffer, [OL]) for b in acc_inputs), CL]
     AL = s.cache_read(A, accel.inp_buffer, [CL])
     BL = s.cache_read(B, accel.wgt_buffer, [CL])
-    y, x = s[C].op.axis
-    _, xo, _, _ = s[C].tile(y, x, tiles.ty, tiles.tx)
-    s[CL].compute_at(s[C], xo)
+    y, x = s[out].op.axis
+    _, xo, _, _ = s[out].tile(y, x, tiles.ty, tiles.tx)
+    for stage in at_tile:
+        s[stage].compute_at(s[out], xo)
     yc, xc = s[CL].op.axis
     (kc,) = s[CL].op.reduce_axis
     ko, ki = s[CL].split(kc, factor=tiles.tk)
@@ -86,4 +105,4 @@ def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None,
     if double_buffer:
         s[CL].pragma(ko, "double_buffer")
     s[CL].tensorize(y2, intrin)
-    return s, [A, B, C]
+    return s

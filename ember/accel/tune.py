@@ -1,9 +1,10 @@
-"""Tuning a GEMM on an accelerator with the simulator's cycles as the measure: the space is the
-tile sizes (multiples of the core intrinsic's that divide the GEMM and fit the memories, twice
-over for the input tiles when double buffered) and double buffering; each candidate is built,
-run on random operands, checked against NumPy, and timed by the simulator (its cycles are
-exact for the model, so one run each). `tune_gemm` reports the best against the default
-schedule (one core tile, single buffered)."""
+"""Tuning a GEMM or a convolution on an accelerator with the simulator's cycles as the measure:
+the space is the tile sizes (multiples of the core intrinsic's that divide the GEMM and fit the
+memories, twice over for the input tiles when double buffered) and double buffering; each
+candidate is built, run on random operands, checked against NumPy (a convolution bit-exact),
+and timed by the simulator (its cycles are exact for the model, so one run each). `tune_gemm`
+and `tune_conv` report the best against the default schedule (one core tile, single
+buffered)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ..errors import TuneError
 from ..kernel import build
+from .conv import Conv2d, conv2d, padded_gemm, reference, weight_matrix
 from .report import Report
 from .schedules import Tiles, gemm, intrinsic_shape
 from .spec import Accelerator
@@ -47,8 +49,9 @@ class TuneResult:
                 f"({self.default.cycles / self.best.cycles:.2f}x fewer cycles; {len(self.trials)} trials)")
 
 
-def gemm_space(accel: Accelerator, m: int, n: int, k: int) -> list[tuple[Tiles, bool]]:
-    """Every (tiles, double_buffer) whose tiles fit the accelerator's memories."""
+def gemm_space(accel: Accelerator, m: int, n: int, k: int, epilogue: bool = False) -> list[tuple[Tiles, bool]]:
+    """Every (tiles, double_buffer) whose tiles fit the accelerator's memories (with an epilogue,
+    the accumulator holds the output tile and a bias row next to the GEMM's)."""
     im, in_, ik = intrinsic_shape(accel)
 
     def sizes(whole, step):
@@ -58,7 +61,8 @@ def gemm_space(accel: Accelerator, m: int, n: int, k: int) -> list[tuple[Tiles, 
     for ty, tx, tk, db in itertools.product(sizes(m, im), sizes(n, in_), sizes(k, ik), (False, True)):
         twice = 2 if db else 1
         if (twice * ty * tk <= accel.inp_buffer.elements and twice * tx * tk <= accel.wgt_buffer.elements
-                and ty * tx <= accel.acc_buffer.elements and (not db or k // tk > 1)):
+                and (2 * ty * tx + tx if epilogue else ty * tx) <= accel.acc_buffer.elements
+                and (not db or k // tk > 1)):
             out.append((Tiles(ty, tx, tk), db))
     return out
 
@@ -95,12 +99,39 @@ def operands(accel: Accelerator, m: int, n: int, k: int, seed: int = 0):
 def tune_gemm(accel: Accelerator, m: int, n: int, k: int, *, trials: int = 16, seed: int = 0) -> TuneResult:
     """The best of `trials` candidates of gemm_space (all of it when smaller), drawn at random,
     against the default."""
-    space = gemm_space(accel, m, n, k)
-    default = (Tiles(*intrinsic_shape(accel)), False)
-    if default not in space:
-        raise TuneError(f"the default tiles {default[0]} do not fit {accel.name}'s memories")
-    picked = [c for c in random.Random(seed).sample(space, min(trials, len(space))) if c != default]
     data = operands(accel, m, n, k, seed)
-    base = measure(accel, m, n, k, *default, data)
-    done = [base, *(measure(accel, m, n, k, tiles, db, data) for tiles, db in picked)]
+    return _search(gemm_space(accel, m, n, k), lambda tiles, db: measure(accel, m, n, k, tiles, db, data),
+                   Tiles(*intrinsic_shape(accel)), trials, seed)
+
+
+def tune_conv(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = False, trials: int = 16,
+              seed: int = 0) -> TuneResult:
+    """tune_gemm's search for a quantized convolution (ember.accel.conv), each candidate bit-exact."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (conv.n, conv.h, conv.w, conv.c), dtype=np.int8)
+    w = rng.integers(-128, 128, (conv.k, conv.r, conv.s, conv.c), dtype=np.int8)
+    bias = rng.integers(-1 << 12, 1 << 12, conv.k, dtype=np.int32)
+    ref = reference(x, w, bias, conv, shift, relu)
+    wm = weight_matrix(accel, conv, w)
+    m, n, k = padded_gemm(accel, conv)
+
+    def run(tiles, db):
+        s, args = conv2d(accel, conv, shift, relu=relu, tiles=tiles, double_buffer=db)
+        f = build(s, args, target=accel)
+        y = np.zeros((m, n), np.int32)
+        f(x, wm, bias, y)
+        if not np.array_equal(y[:len(ref)], ref):
+            raise TuneError(f"{accel.name} convolution with tiles {tiles} (double buffer {db}) is not bit-exact")
+        return Trial(tiles, db, f.report())
+
+    return _search(gemm_space(accel, m, n, k, epilogue=True), run, Tiles(*intrinsic_shape(accel)), trials, seed)
+
+
+def _search(space, run, default_tiles: Tiles, trials: int, seed: int) -> TuneResult:
+    default = (default_tiles, False)
+    if default not in space:
+        raise TuneError(f"the default tiles {default_tiles} do not fit the accelerator's memories")
+    picked = [c for c in random.Random(seed).sample(space, min(trials, len(space))) if c != default]
+    base = run(*default)
+    done = [base, *(run(tiles, db) for tiles, db in picked)]
     return TuneResult(base, min(done, key=lambda t: t.cycles), tuple(done))

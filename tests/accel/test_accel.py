@@ -11,6 +11,7 @@ import pytest
 import ember
 from ember import te as t
 from ember.accel import vdla, vta
+from ember.accel.conv import Conv2d, conv2d, padded_gemm, reference, weight_matrix
 from ember.accel.schedules import Tiles, gemm, gemm_tensors
 from ember.accel.tune import gemm_space, operands, tune_gemm
 from ember.errors import ScheduleError
@@ -278,3 +279,22 @@ def test_tuning_measures_candidates_by_the_simulators_cycles():
     assert result.default.tiles == Tiles(16, 16, 16) and not result.default.double_buffer
     assert result.best.cycles == min(t_.cycles for t_ in result.trials) <= result.default.cycles
     assert "fewer cycles" in str(result)
+
+
+@pytest.mark.parametrize("conv, relu", [(Conv2d(1, 16, 8, 8, 16, 3, 3, 1, 1), False),
+                                        (Conv2d(1, 8, 7, 7, 16, 3, 3, 2, 1), True)])  # rows, columns padded
+def test_int8_conv_as_im2col_gemm_is_bit_exact(conv, relu):
+    shift = 10
+    s, args = conv2d(vta, conv, shift, relu=relu)
+    f = ember.build(s, args, target=vta)
+    rng = np.random.default_rng(8)
+    x = rng.integers(-128, 128, (conv.n, conv.h, conv.w, conv.c), dtype=np.int8)
+    w = rng.integers(-128, 128, (conv.k, conv.r, conv.s, conv.c), dtype=np.int8)
+    bias = rng.integers(-4096, 4096, conv.k, dtype=np.int32)
+    m, n, _ = padded_gemm(vta, conv)
+    y = np.full((m, n), -999, np.int32)
+    f(x, weight_matrix(vta, conv, w), bias, y)
+    ref = reference(x, w, bias, conv, shift, relu)
+    assert np.mean((ref > (0 if relu else -128)) & (ref < 127)) > 0  # not all clipped
+    np.testing.assert_array_equal(y[:len(ref)], ref)
+    assert f.report().stats["macs"] == m * n * padded_gemm(vta, conv)[2]

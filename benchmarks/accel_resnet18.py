@@ -1,0 +1,64 @@
+"""ResNet-18's convolutions (batch 1, 224 x 224) as int8 im2col GEMMs on the simulated VTA
+(ember.accel.vta: a 16x16 int8 core, int32 accumulators, 8 bytes a cycle of DMA at 100 MHz):
+per distinct layer, the simulator's cycles and GEMM-core utilization with the default schedule
+(one 16x16x16 tile, single buffered) and with the best of --trials tuned candidates (tiles that
+fit the memories, double buffering), each candidate bit-exact against integer NumPy. The stem's
+3 input channels are padded to 16 (the core's multiple), and every layer's output rows to 16.
+Optionally writes the tuned layers' Chrome traces (--traces DIR).
+
+    python benchmarks/accel_resnet18.py [--trials 8] [--layers 0 1 2] [--traces DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ember.accel import vta
+from ember.accel.conv import Conv2d
+from ember.accel.tune import tune_conv
+
+# (name, conv, how many times the network runs it)
+LAYERS = [
+    ("conv1 7x7/2 16(3)->64", Conv2d(1, 16, 224, 224, 64, 7, 7, 2, 3), 1),
+    ("layer1 3x3 64->64", Conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), 4),
+    ("layer2 3x3/2 64->128", Conv2d(1, 64, 56, 56, 128, 3, 3, 2, 1), 1),
+    ("layer2 3x3 128->128", Conv2d(1, 128, 28, 28, 128, 3, 3, 1, 1), 3),
+    ("layer2 1x1/2 64->128", Conv2d(1, 64, 56, 56, 128, 1, 1, 2, 0), 1),
+    ("layer3 3x3/2 128->256", Conv2d(1, 128, 28, 28, 256, 3, 3, 2, 1), 1),
+    ("layer3 3x3 256->256", Conv2d(1, 256, 14, 14, 256, 3, 3, 1, 1), 3),
+    ("layer3 1x1/2 128->256", Conv2d(1, 128, 28, 28, 256, 1, 1, 2, 0), 1),
+    ("layer4 3x3/2 256->512", Conv2d(1, 256, 14, 14, 512, 3, 3, 2, 1), 1),
+    ("layer4 3x3 512->512", Conv2d(1, 512, 7, 7, 512, 3, 3, 1, 1), 3),
+    ("layer4 1x1/2 256->512", Conv2d(1, 256, 14, 14, 512, 1, 1, 2, 0), 1),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--layers", type=int, nargs="+", default=list(range(len(LAYERS))))
+    parser.add_argument("--traces", type=Path, default=None)
+    args = parser.parse_args()
+    print(f"{vta!r}\n{'layer':24} {'default cycles':>15} {'util':>6} {'tuned cycles':>13} {'util':>6} {'x':>6}  tiles")
+    total = [0, 0]
+    for index in args.layers:
+        name, conv, times = LAYERS[index]
+        result = tune_conv(vta, conv, shift=10, relu=True, trials=args.trials)
+        d, b = result.default, result.best
+        total[0] += times * d.cycles
+        total[1] += times * b.cycles
+        t = b.tiles
+        print(f"{name:24} {d.cycles:>15} {d.report.utilization:>6.1%} {b.cycles:>13} {b.report.utilization:>6.1%} "
+              f"{d.cycles / b.cycles:>6.2f}  {t.ty}x{t.tx}x{t.tk}{' double buffered' if b.double_buffer else ''}",
+              flush=True)
+        if args.traces is not None:
+            args.traces.mkdir(parents=True, exist_ok=True)
+            b.report.chrome_trace(args.traces / f"layer{index}.json")
+    mhz = vta.costs.clock_mhz
+    print(f"{'these layers, as often as the network runs them':48}: default {total[0] / mhz / 1e3:.2f} ms, tuned "
+          f"{total[1] / mhz / 1e3:.2f} ms at {mhz} MHz")
+
+
+if __name__ == "__main__":
+    main()
