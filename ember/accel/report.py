@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .simulator import OPS, QUEUES, STATS
-from .spec import Accelerator
+from .simulator import OPS, STATS
+from .spec import QUEUES, Accelerator
 
 
 @dataclass(frozen=True)

@@ -24,31 +24,33 @@ it before a call; calls of one library must not overlap.
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from ..tir import dtype as dt
-from .spec import Accelerator
+from .spec import ALU_OPS, OPCODES, QUEUES, Accelerator
 
 TRACE_MAX = 1 << 14  # instructions whose times the timeline keeps (the first ones)
 SLOTS = 64  # device buffers one kernel may stage tiles in
 STATS = ("cycles", "busy_load", "busy_compute", "busy_store", "n_load", "n_gemm", "n_reset", "n_alu", "n_store",
          "bytes_inp", "bytes_wgt", "bytes_acc", "bytes_stored", "macs", "tokens_load_compute", "tokens_compute_load",
          "tokens_compute_store", "tokens_store_compute", "instructions", "traced", "errors")
-OPS = ("LOAD", "GEMM", "RESET", "ALU", "STORE")
-QUEUES = ("load", "compute", "store")
+OPS = tuple(OPCODES)  # the trace's opcode numbers, as the C enum below numbers them
 C_TYPES = {"float32": "float", "int8": "int8_t", "int32": "int32_t", "int16": "int16_t", "uint8": "uint8_t"}
 
 
 def simulator_source(accel: Accelerator) -> str:
     core, costs = accel.core, accel.costs
     for m in accel.memories:
-        if m.dtype not in C_TYPES:
-            raise NotImplementedError(f"the simulator holds no {m.dtype} memory")
+        if m.dtype not in C_TYPES or m.role == "acc" and m.dtype not in _ALU:
+            raise ConfigError(f"the simulator holds no {m.dtype} {m.role} memory ({accel.name})")
     return _SOURCE.format(
         name=accel.name, inp_t=C_TYPES[core.inp_dtype], wgt_t=C_TYPES[core.wgt_dtype], acc_t=C_TYPES[core.acc_dtype],
         inp_n=accel.inp_buffer.elements, wgt_n=accel.wgt_buffer.elements, acc_n=accel.acc_buffer.elements,
         inp_b=dt.bits(core.inp_dtype) // 8, wgt_b=dt.bits(core.wgt_dtype) // 8, acc_b=dt.bits(core.acc_dtype) // 8,
         cm=core.m, cn=core.n, ck=core.k, bpc=costs.dma_bytes_per_cycle, lat=costs.dma_latency,
         row=costs.dma_row_cycles, glat=costs.gemm_latency, alat=costs.alu_latency, lanes=costs.alu_lanes,
-        **_ALU[core.acc_dtype], trace=TRACE_MAX, slots=SLOTS, nstats=len(STATS))
+        **_ALU[core.acc_dtype], queues=", ".join(f"EMBER_Q_{q.upper()}" for q in QUEUES),
+        ops=", ".join(f"EMBER_OP_{op}" for op in OPS),
+        alu_ops=", ".join(f"EMBER_ALU_{op.upper()}" for op in ALU_OPS), trace=TRACE_MAX, slots=SLOTS, nstats=len(STATS))
 
 
 # the ALU's add, mul and shr in the accumulator's type: integers wrap (computed unsigned), floats do not shift
@@ -67,9 +69,9 @@ static ember_accel_wgt_t ember_accel_wgt[{wgt_n}];
 static ember_accel_acc_t ember_accel_acc[{acc_n}];
 static const int64_t ember_accel_elems[3] = {{{inp_n}, {wgt_n}, {acc_n}}};
 static const int64_t ember_accel_esize[3] = {{{inp_b}, {wgt_b}, {acc_b}}};
-enum {{ EMBER_Q_LOAD, EMBER_Q_COMPUTE, EMBER_Q_STORE }};
-enum {{ EMBER_OP_LOAD, EMBER_OP_GEMM, EMBER_OP_RESET, EMBER_OP_ALU, EMBER_OP_STORE }};
-enum {{ EMBER_ALU_ADD, EMBER_ALU_MAX, EMBER_ALU_MIN, EMBER_ALU_MUL, EMBER_ALU_SHR }};
+enum {{ {queues} }};
+enum {{ {ops} }};
+enum {{ {alu_ops} }};
 
 static struct {{
   int64_t clock[3], busy[3], count[5], bytes[4], macs, tokens[3][3], n, ntrace, errors;

@@ -73,6 +73,7 @@ from ..tir.expr import (
     as_int,
 )
 from ..tir.functor import checks_indices
+from ..tir.schedule.cache import DEVICE_SCOPES
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
 from ..tir.work import PARALLEL_MIN_WORK, static_work
 from .c_prelude import CPrelude, enter_threads
@@ -247,6 +248,9 @@ class CRenderer(CStyleRenderer):
         return f"{pragma} if({self._e(s.extent, REL + 1)} >= {least})"
 
     def _allocate(self, buf: Buffer, body: Stmt, depth: int, out: list[str]) -> None:
+        if buf.scope in DEVICE_SCOPES:
+            raise LowerError(f"{buf.name} is staged in {buf.scope}, an accelerator's memory: build the kernel "
+                             f"for that accelerator (ember.build(..., target=<its ember.accel description>))")
         pad, inner = "  " * depth, "  " * (depth + 1)
         name, ctype = self._name(buf), self.SCALAR_TYPES[buf.dtype]
         dims = [as_int(d) for d in buf.shape]

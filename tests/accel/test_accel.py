@@ -198,6 +198,12 @@ def test_the_host_cannot_read_device_memory():
         ember.lower(s, [A, C], target=vdla)
 
 
+def test_the_cpu_does_not_build_a_device_schedule():
+    s, args = seed_program(16)
+    with pytest.raises(ember.errors.LowerError, match=r"staged in vdla\.\w+, an accelerator's memory"):
+        ember.build(s, args, target="c")
+
+
 def test_vdla_is_a_target():
     assert vdla.target.kind == "accel" and vdla.target.accel is vdla
     assert vdla.gemm8x8.name == "gemm8x8" and vta.gemm16.name == "gemm16"
