@@ -9,7 +9,8 @@ from ..codegen.c import CRenderer
 from ..errors import LowerError
 from ..tir.functor import collect
 from ..tir.stmt import Allocate, CallRoutine, PrimFunc, Stmt
-from .lower import DOUBLED, elements, layout
+from .double_buffer import DOUBLED
+from .memories import elements, layout
 from .simulator import SLOTS, simulator_source
 from .spec import ALU_OPS, Accelerator, memory_of
 
