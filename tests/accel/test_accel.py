@@ -17,37 +17,20 @@ from ember.accel.tune import gemm_space, operands, tune_gemm
 from ember.errors import ScheduleError
 
 
-def seed_program(n: int):
-    """The teaching material's program, as written, with the placement steps filled in."""
-    A = t.placeholder((n, n), name="A")
-    B = t.placeholder((n, n), name="B")
-    k = t.reduce_axis((0, n), name="k")
-    C = t.compute((n, n), lambda y, x: t.sum(A[k, y] * B[k, x], axis=k), name="C")
-    s = t.create_schedule(C.op)
-    CL = s.cache_write(C, vdla.acc_buffer)
-    AL = s.cache_read(A, vdla.inp_buffer, [CL])
-    BL = s.cache_read(B, vdla.wgt_buffer, [CL])
-    y, x = s[C].op.axis
-    yo, xo, yi, xi = s[C].tile(y, x, 8, 8)
-    s[CL].compute_at(s[C], xo)
-    yc, xc = s[CL].op.axis
-    (kc,) = s[CL].op.reduce_axis
-    ko, ki = s[CL].split(kc, factor=8)
-    s[CL].reorder(ko, yc, xc, ki)
-    s[AL].compute_at(s[CL], ko)
-    s[BL].compute_at(s[CL], ko)
-    s[CL].tensorize(yc, vdla.gemm8x8)
-    return s, [A, B, C]
-
-
 def _operands(n: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
     return a, b, np.full((n, n), np.nan, np.float32)
 
 
-@pytest.fixture(scope="module")
-def seed64():
+@pytest.fixture
+def seed_program(load_example):
+    """examples/kernels/vdla.py's program (the teaching material's, as written)."""
+    return load_example("vdla").seed_program
+
+
+@pytest.fixture
+def seed64(seed_program):
     s, args = seed_program(64)
     return s, args, ember.build(s, args, target=vdla)
 
@@ -69,7 +52,7 @@ def test_seed_program_on_the_simulator(seed64):
     np.testing.assert_allclose(c, a.T @ b, rtol=1e-5, atol=1e-4)
 
 
-def test_seed_program_on_the_interpreter():
+def test_seed_program_on_the_interpreter(seed_program):
     s, args = seed_program(16)
     f = ember.build(s, args, target="python")
     a, b, c = _operands(16, seed=1)
@@ -77,7 +60,7 @@ def test_seed_program_on_the_interpreter():
     np.testing.assert_allclose(c, a.T @ b, rtol=1e-5, atol=1e-5)
 
 
-def test_seed_program_1024():
+def test_seed_program_1024(seed_program):
     s, args = seed_program(1024)
     f = ember.build(s, args, target=vdla)
     a, b, c = _operands(1024, seed=2)
@@ -198,7 +181,7 @@ def test_the_host_cannot_read_device_memory():
         ember.lower(s, [A, C], target=vdla)
 
 
-def test_the_cpu_does_not_build_a_device_schedule():
+def test_the_cpu_does_not_build_a_device_schedule(seed_program):
     s, args = seed_program(16)
     with pytest.raises(ember.errors.LowerError, match=r"staged in vdla\.\w+, an accelerator's memory"):
         ember.build(s, args, target="c")
