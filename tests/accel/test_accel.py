@@ -284,3 +284,6 @@ def test_int8_conv_as_im2col_gemm_is_bit_exact():
     assert np.mean((ref > (0 if relu else -128)) & (ref < 127)) > 0  # not all clipped
     np.testing.assert_array_equal(y[:len(ref)], ref)
     assert f.report().stats["macs"] == m * n * padded_gemm(vta, conv)[2]
+    y_interpreted = np.full((m, n), -999, np.int32)  # the same schedule without the simulator
+    ember.build(s, args, target="python")(x, weight_matrix(vta, conv, w), bias, y_interpreted)
+    np.testing.assert_array_equal(y_interpreted, y)
