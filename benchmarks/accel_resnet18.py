@@ -2,9 +2,9 @@
 (ember.accel.vta: a 16x16 int8 core, int32 accumulators, 8 bytes a cycle of DMA at 100 MHz):
 per distinct layer, the simulator's cycles and GEMM-core utilization with the default schedule
 (one 16x16x16 tile, single buffered) and with the best of --trials tuned candidates (tiles that
-fit the memories, double buffering), each candidate bit-exact against integer NumPy. The stem's
-3 input channels are padded to 16 (the core's multiple), and every layer's output rows to 16.
-Optionally writes the tuned layers' Chrome traces (--traces DIR).
+fit the memories, single or double buffering of the inputs or of whole tiles), each candidate
+bit-exact against integer NumPy. The stem's 3 input channels are padded to 16 (the core's
+multiple), and every layer's output rows to 16. Optionally writes the tuned layers' Chrome traces (--traces DIR).
 
     python benchmarks/accel_resnet18.py [--trials 8] [--layers 0 1 2] [--traces DIR]
 """
@@ -50,7 +50,7 @@ def main() -> None:
         total[1] += times * b.cycles
         t = b.tiles
         print(f"{name:24} {d.cycles:>15} {d.report.utilization:>6.1%} {b.cycles:>13} {b.report.utilization:>6.1%} "
-              f"{d.cycles / b.cycles:>6.2f}  {t.ty}x{t.tx}x{t.tk}{' double buffered' if b.double_buffer else ''}",
+              f"{d.cycles / b.cycles:>6.2f}  {t.ty}x{t.tx}x{t.tk}, {b.buffering} buffering",
               flush=True)
         if args.traces is not None:
             args.traces.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def weight_matrix(accel: Accelerator, conv: Conv2d, w: np.ndarray) -> np.ndarray
 
 
 def conv2d(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = False, tiles: Tiles | None = None,
-           double_buffer: bool = False):
+           buffering: str = "single"):
     """(schedule, [X, W, bias, Y]) of the quantized convolution (see the module doc): X (n, h, w,
     c) int8, W (k, padded r*s*c) int8 (weight_matrix), bias (k,) int32, Y (padded n*oh*ow, k) int32."""
     core = accel.core
@@ -101,7 +101,7 @@ def conv2d(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = False, 
     bias = t.placeholder((n,), "int32", name="bias")
     lo = 0 if relu else -128
     Y = t.compute((m, n), lambda i, j: t.min(t.max((C[i, j] + bias[j]) // (1 << shift), lo), 127), name="Y")
-    s = schedule(accel, A, W, C, Y, [bias], tiles=tiles, double_buffer=double_buffer)
+    s = schedule(accel, A, W, C, Y, [bias], tiles=tiles, buffering=buffering)
     return s, [X, W, bias, Y]
 
 

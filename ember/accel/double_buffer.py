@@ -23,15 +23,12 @@ def double_buffer(s: Stmt, doubled: list) -> Stmt:
     interleaving two threads' instructions). Each half is a slot of its own (ember.accel.codegen)."""
     match s:
         case For() if dict(s.annotations).get(DOUBLE_BUFFER):
-            allocs, inner = [], s.body
-            while isinstance(inner, Allocate):
-                allocs.append(inner.buffer)
-                inner = inner.body
-            half = {b: Buffer(b.name, (const(2), *b.shape), b.dtype, b.scope) for b in allocs if memory_of(b.scope)}
-            doubled.extend(half.values())
+            body = double_buffer(s.body, doubled)
+            half = {b: Buffer(b.name, (const(2), *b.shape), b.dtype, b.scope) for b in _per_iteration(body)}
             if not half:
                 raise ScheduleError(f"loop {s.loop_var.name} is marked double_buffer but stages no device tile; "
                                     f"compute the cache_read stages at it")
+            doubled.extend(half.values())
             which = (s.loop_var - s.min) % 2
 
             def moved(p: Pointer) -> Pointer:
@@ -41,12 +38,11 @@ def double_buffer(s: Stmt, doubled: list) -> Stmt:
             def on_stmt(x):
                 if isinstance(x, CallRoutine):
                     return replace(x, reads=tuple(map(moved, x.reads)), writes=tuple(map(moved, x.writes)))
+                if isinstance(x, Allocate) and x.buffer in half:
+                    return Allocate(half[x.buffer], x.body)
                 return None
 
-            body = mutate_stmt(double_buffer(inner, doubled), f_stmt=on_stmt)
-            for b in reversed(allocs):
-                body = Allocate(half.get(b, b), body)
-            return For(s.loop_var, s.min, s.extent, s.kind, body, s.annotations)
+            return replace(s, body=mutate_stmt(body, f_stmt=on_stmt))
         case For():
             return replace(s, body=double_buffer(s.body, doubled))
         case SeqStmt(stmts):
@@ -56,3 +52,16 @@ def double_buffer(s: Stmt, doubled: list) -> Stmt:
         case IfThenElse(c, t, e):
             return IfThenElse(c, double_buffer(t, doubled), None if e is None else double_buffer(e, doubled))
     return s
+
+
+def _per_iteration(s: Stmt) -> list[Buffer]:
+    """The device tiles allocated once per iteration of the loop whose body is `s` (not in an
+    inner loop)."""
+    match s:
+        case Allocate(buf, body):
+            return ([buf] if memory_of(buf.scope) else []) + _per_iteration(body)
+        case SeqStmt(stmts):
+            return [b for x in stmts for b in _per_iteration(x)]
+        case IfThenElse(_, t, e):
+            return _per_iteration(t) + (_per_iteration(e) if e is not None else [])
+    return []

@@ -18,6 +18,12 @@ from ..errors import ScheduleError
 from ..tir.expr import as_int
 from .spec import Accelerator
 
+# how the device tiles are held: "single"; "inputs": those of each k step twice, so that the next
+# step's loads overlap this step's GEMMs; "tiles": those of each output tile twice (the
+# accumulator's, and the inputs' too when one k step covers the reduction), so that the next
+# tile's loads and reset overlap this tile's GEMMs and store (ember.accel.double_buffer)
+BUFFERING = ("single", "inputs", "tiles")
+
 
 @dataclass(frozen=True)
 class Tiles:
@@ -57,20 +63,21 @@ def intrinsic_shape(accel: Accelerator) -> tuple[int, int, int]:
     return im, in_, as_int(intrin.desc.params[0].shape[accel.core.inp_layout.index("k")])
 
 
-def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None, double_buffer: bool = False):
+def gemm(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles | None = None, buffering: str = "single"):
     """(schedule, [A, B, C]) of the GEMM tiled by `tiles` (default: one core tile), tensorized
-    onto the accelerator's GEMM intrinsic; `double_buffer`: the input tiles of each k step held
-    twice, so that the next step's loads overlap this step's GEMMs."""
+    onto the accelerator's GEMM intrinsic, its tiles buffered as `buffering` says (BUFFERING)."""
     A, B, C = gemm_tensors(accel, m, n, k)
-    return schedule(accel, A, B, C, tiles=tiles, double_buffer=double_buffer), [A, B, C]
+    return schedule(accel, A, B, C, tiles=tiles, buffering=buffering), [A, B, C]
 
 
 def schedule(accel: Accelerator, A, B, C, out=None, acc_inputs=(), *, tiles: Tiles | None = None,
-             double_buffer: bool = False):
+             buffering: str = "single"):
     """The schedule of GEMM C = A B (gemm_tensors') tiled and tensorized, and when `out` is given,
     of the epilogue `out`, an elementwise function of C and of `acc_inputs` (a bias) that the ALU
     computes on each accumulator tile: C is inlined into it, and the inputs loaded into the
-    accumulator next to the tile."""
+    accumulator next to the tile. `buffering`: see BUFFERING."""
+    if buffering not in BUFFERING:
+        raise ScheduleError(f"buffering is one of {BUFFERING}, got {buffering!r}")
     intrin = accel.intrinsics[0]
     im, in_, ik = intrinsic_shape(accel)
     tiles = tiles or Tiles(im, in_, ik)
@@ -102,7 +109,9 @@ def schedule(accel: Accelerator, A, B, C, out=None, acc_inputs=(), *, tiles: Til
     s[CL].reorder(ko, k1, y1, x1, y2, x2, k2)
     s[AL].compute_at(s[CL], ko)
     s[BL].compute_at(s[CL], ko)
-    if double_buffer:
+    if buffering == "inputs":
         s[CL].pragma(ko, "double_buffer")
+    elif buffering == "tiles":
+        s[out].pragma(xo, "double_buffer")
     s[CL].tensorize(y2, intrin)
     return s

@@ -18,14 +18,14 @@ from ..errors import TuneError
 from ..kernel import build
 from .conv import Conv2d, conv2d, padded_gemm, reference, weight_matrix
 from .report import Report
-from .schedules import Tiles, gemm, intrinsic_shape
+from .schedules import BUFFERING, Tiles, gemm, intrinsic_shape
 from .spec import Accelerator
 
 
 @dataclass(frozen=True)
 class Trial:
     tiles: Tiles
-    double_buffer: bool
+    buffering: str
     report: Report
 
     @property
@@ -34,7 +34,7 @@ class Trial:
 
     def __str__(self):
         t = self.tiles
-        return (f"tiles {t.ty}x{t.tx}x{t.tk}{', double buffered' if self.double_buffer else ''}: "
+        return (f"tiles {t.ty}x{t.tx}x{t.tk}, {self.buffering} buffering: "
                 f"{self.cycles} cycles, GEMM core {self.report.utilization:.1%} busy")
 
 
@@ -50,32 +50,34 @@ class TuneResult:
 
 
 def gemm_space(accel: Accelerator, m: int, n: int, k: int, epilogue: bool = False) -> list[tuple[Tiles, bool]]:
-    """Every (tiles, double_buffer) whose tiles fit the accelerator's memories (with an epilogue,
-    the accumulator holds the output tile and a bias row next to the GEMM's)."""
+    """Every (tiles, buffering) whose tiles fit the accelerator's memories (with an epilogue, the
+    accumulator holds the output tile and a bias row next to the GEMM's)."""
     im, in_, ik = intrinsic_shape(accel)
 
     def sizes(whole, step):
         return [d for d in range(step, whole + 1, step) if whole % d == 0]
 
     out = []
-    for ty, tx, tk, db in itertools.product(sizes(m, im), sizes(n, in_), sizes(k, ik), (False, True)):
-        twice = 2 if db else 1
-        if (twice * ty * tk <= accel.inp_buffer.elements and twice * tx * tk <= accel.wgt_buffer.elements
-                and (2 * ty * tx + tx if epilogue else ty * tx) <= accel.acc_buffer.elements
-                and (not db or k // tk > 1)):
-            out.append((Tiles(ty, tx, tk), db))
+    for ty, tx, tk, buffering in itertools.product(sizes(m, im), sizes(n, in_), sizes(k, ik), BUFFERING):
+        if buffering == "inputs" and tk == k:
+            continue  # one k step: nothing to overlap within a tile
+        inputs = 2 if buffering == "inputs" or buffering == "tiles" and tk == k else 1
+        acc = 2 if buffering == "tiles" else 1
+        if (inputs * ty * tk <= accel.inp_buffer.elements and inputs * tx * tk <= accel.wgt_buffer.elements
+                and acc * (2 * ty * tx + tx if epilogue else ty * tx) <= accel.acc_buffer.elements):
+            out.append((Tiles(ty, tx, tk), buffering))
     return out
 
 
-def measure(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles, double_buffer: bool, operands) -> Trial:
-    s, args = gemm(accel, m, n, k, tiles, double_buffer)
+def measure(accel: Accelerator, m: int, n: int, k: int, tiles: Tiles, buffering: str, operands) -> Trial:
+    s, args = gemm(accel, m, n, k, tiles, buffering)
     f = build(s, args, target=accel)
     a, b, ref = operands
     c = np.zeros_like(ref)
     f(a, b, c)
     if not np.allclose(c, ref, rtol=1e-4, atol=1e-3):
-        raise TuneError(f"{accel.name} GEMM with tiles {tiles} (double buffer {double_buffer}) computed wrong values")
-    return Trial(tiles, double_buffer, f.report())
+        raise TuneError(f"{accel.name} GEMM with tiles {tiles} ({buffering} buffering) computed wrong values")
+    return Trial(tiles, buffering, f.report())
 
 
 def operands(accel: Accelerator, m: int, n: int, k: int, seed: int = 0):
@@ -115,23 +117,23 @@ def tune_conv(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = Fals
     wm = weight_matrix(accel, conv, w)
     m, n, k = padded_gemm(accel, conv)
 
-    def run(tiles, db):
-        s, args = conv2d(accel, conv, shift, relu=relu, tiles=tiles, double_buffer=db)
+    def run(tiles, buffering):
+        s, args = conv2d(accel, conv, shift, relu=relu, tiles=tiles, buffering=buffering)
         f = build(s, args, target=accel)
         y = np.zeros((m, n), np.int32)
         f(x, wm, bias, y)
         if not np.array_equal(y[:len(ref)], ref):
-            raise TuneError(f"{accel.name} convolution with tiles {tiles} (double buffer {db}) is not bit-exact")
-        return Trial(tiles, db, f.report())
+            raise TuneError(f"{accel.name} convolution with tiles {tiles} ({buffering} buffering) is not bit-exact")
+        return Trial(tiles, buffering, f.report())
 
     return _search(gemm_space(accel, m, n, k, epilogue=True), run, Tiles(*intrinsic_shape(accel)), trials, seed)
 
 
 def _search(space, run, default_tiles: Tiles, trials: int, seed: int) -> TuneResult:
-    default = (default_tiles, False)
+    default = (default_tiles, "single")
     if default not in space:
         raise TuneError(f"the default tiles {default_tiles} do not fit the accelerator's memories")
     picked = [c for c in random.Random(seed).sample(space, min(trials, len(space))) if c != default]
     base = run(*default)
-    done = [base, *(run(tiles, db) for tiles, db in picked)]
+    done = [base, *(run(tiles, buffering) for tiles, buffering in picked)]
     return TuneResult(base, min(done, key=lambda t: t.cycles), tuple(done))

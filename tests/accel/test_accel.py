@@ -247,24 +247,25 @@ def test_double_buffering_overlaps_loads_with_gemms():
     m = n = k = 64
     a, b, ref = operands(vta, m, n, k, seed=7)
     cycles = {}
-    for double in (False, True):
-        s, args = gemm(vta, m, n, k, Tiles(32, 32, 16), double_buffer=double)
-        if double:
+    for buffering in ("single", "inputs"):
+        s, args = gemm(vta, m, n, k, Tiles(32, 32, 16), buffering)
+        if buffering == "inputs":
             assert "alloc((2, 32, 16), 'int8', scope='vta.inp')" in str(ember.lower(s, args, target=vta))
         f = ember.build(s, args, target=vta)
         c = np.zeros((m, n), np.int32)
         f(a, b, c)
         np.testing.assert_array_equal(c, ref)
-        cycles[double] = f.report().cycles
-    assert cycles[True] < cycles[False]
+        cycles[buffering] = f.report().cycles
+    assert cycles["inputs"] < cycles["single"]
 
 
 def test_tuning_measures_candidates_by_the_simulators_cycles():
     space = gemm_space(vta, 32, 32, 32)
-    assert all(ty * tk * (2 if db else 1) <= vta.inp_buffer.elements for (ty, tx, tk), db in
-               ((astuple(t_), db) for t_, db in space))
+    assert all(ty * tk * (1 if b == "single" else 2) <= vta.inp_buffer.elements for (ty, tx, tk), b in
+               ((astuple(t_), b) for t_, b in space))
+    assert {b for _, b in space} == {"single", "inputs", "tiles"}
     result = tune_gemm(vta, 32, 32, 32, trials=1, seed=1)
-    assert result.default.tiles == Tiles(16, 16, 16) and not result.default.double_buffer
+    assert result.default.tiles == Tiles(16, 16, 16) and result.default.buffering == "single"
     assert result.best.cycles == min(t_.cycles for t_ in result.trials) <= result.default.cycles
     assert "fewer cycles" in str(result)
 
