@@ -10,8 +10,11 @@
 
 spec.py describes a device (its GEMM core, memories, costs, instruction set); configs.py holds
 `vdla` (8x8 fp32) and `vta` (16x16 int8, int32 accumulators); lower.py turns the tensorized loop
-IR into device instructions; simulator.py is the simulator in C; codegen.py renders the host C;
-kernel.py builds and runs it; report.py reads the simulator's counters and timeline.
+IR into device instructions (with regions.py, memories.py, hoist.py, double_buffer.py);
+simulator.py is the simulator in C; codegen.py renders the host C; kernel.py builds and runs it;
+report.py reads the simulator's counters and timeline; schedules.py schedules a GEMM (and its
+ALU epilogue) by its tiles, conv.py an int8 convolution as an im2col GEMM, tune.py searches
+tiles and buffering by the simulator's cycles.
 """
 
 from .configs import vdla, vta
