@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..codegen.c import CRenderer
 from ..errors import LowerError
+from ..tir import dtype as dt
 from ..tir.functor import collect
 from ..tir.stmt import Allocate, CallRoutine, PrimFunc, Stmt
 from .double_buffer import DOUBLED
@@ -56,7 +57,7 @@ class AccelRenderer(CRenderer):
         elif op == "store":
             (src,), (dst,) = s.reads, s.writes
             rows, cols, ss, ds = scalars
-            args = [*self._device(src), self._host(dst), rows, cols, ds, ss]
+            args = [*self._device(src), self._host(dst), rows, cols, ds, ss, str(dt.bits(dst.buffer.dtype) // 8)]
         elif op == "alu":
             (d,) = s.writes
             (ds, do), ins = self._device(d), [self._device(p) for p in s.reads]

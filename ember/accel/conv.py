@@ -2,8 +2,8 @@
 out as its im2col matrix (one row per output pixel, one column per (r, s, c) of the window), the
 device multiplies it by the weights (K rows of R*S*C: the (K, R, S, C) weight reshaped) in int32
 and requantizes each accumulator tile with its ALU: add the bias, shift right, clip to int8's
-range (to [0, 127] with relu). The output is int32 NHWC rows holding int8 values (the DMA
-stores accumulator elements as they are). The GEMM's rows (output pixels) and window columns
+range (to [0, 127] with relu). The output is int8 NHWC rows (the DMA narrows the accumulator's
+int32 on the store, as VTA's does; out_dtype="int32" keeps them). The GEMM's rows (output pixels) and window columns
 are padded to the core's multiples with zeros: the output has `padded_rows` rows, of which the
 first n*oh*ow are the convolution's; the weights are padded by `weight_matrix`.
 
@@ -75,9 +75,10 @@ def weight_matrix(accel: Accelerator, conv: Conv2d, w: np.ndarray) -> np.ndarray
 
 
 def conv2d(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = False, tiles: Tiles | None = None,
-           buffering: str = "single"):
+           buffering: str = "single", out_dtype: str = "int8"):
     """(schedule, [X, W, bias, Y]) of the quantized convolution (see the module doc): X (n, h, w,
-    c) int8, W (k, padded r*s*c) int8 (weight_matrix), bias (k,) int32, Y (padded n*oh*ow, k) int32."""
+    c) int8, W (k, padded r*s*c) int8 (weight_matrix), bias (k,) int32, Y (padded n*oh*ow, k) of
+    out_dtype."""
     core = accel.core
     if (core.inp_dtype, core.acc_dtype) != ("int8", "int32") or core.inp_layout != "ik":
         raise ScheduleError(f"{accel.name} is not an int8 core with int32 accumulators and row-major inputs")
@@ -100,13 +101,14 @@ def conv2d(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = False, 
     A, W, C = gemm_tensors(accel, m, n, k, a=cols)
     bias = t.placeholder((n,), "int32", name="bias")
     lo = 0 if relu else -128
-    Y = t.compute((m, n), lambda i, j: t.min(t.max((C[i, j] + bias[j]) // (1 << shift), lo), 127), name="Y")
+    Y = t.compute((m, n), lambda i, j: t.min(t.max((C[i, j] + bias[j]) // (1 << shift), lo), 127).astype(out_dtype),
+                  name="Y")
     s = schedule(accel, A, W, C, Y, [bias], tiles=tiles, buffering=buffering)
     return s, [X, W, bias, Y]
 
 
 def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, conv: Conv2d, shift: int, relu: bool = False):
-    """The same convolution in integer NumPy: x (n, h, w, c), w (k, r, s, c) int8 -> (n*oh*ow, k) int32."""
+    """The same convolution in integer NumPy: x (n, h, w, c), w (k, r, s, c) int8 -> (n*oh*ow, k) int8."""
     oh, ow = conv.out_hw
     xp = np.pad(x.astype(np.int64), ((0, 0), (conv.pad,) * 2, (conv.pad,) * 2, (0, 0)))
     rows = np.empty((conv.n, oh, ow, conv.r, conv.s, conv.c), np.int64)
@@ -114,4 +116,4 @@ def reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray, conv: Conv2d, shif
         for s in range(conv.s):
             rows[:, :, :, r, s] = xp[:, r:r + conv.stride * oh:conv.stride, s:s + conv.stride * ow:conv.stride]
     acc = rows.reshape(-1, conv.r * conv.s * conv.c) @ w.reshape(conv.k, -1).astype(np.int64).T + bias
-    return np.clip(acc >> shift, 0 if relu else -128, 127).astype(np.int32)
+    return np.clip(acc >> shift, 0 if relu else -128, 127).astype(np.int8)

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import LowerError, ScheduleError
-from ..tir.expr import Binary, Buffer, BufferLoad, Const, PrimExpr, const
+from ..tir import dtype as dt
+from ..tir.expr import Binary, Buffer, BufferLoad, Cast, Const, PrimExpr, const
 from ..tir.expr_functor import visit_expr
 from ..tir.functor import collect, stmt_exprs, visit_stmt
 from ..tir.stmt import Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, PrimFunc, SeqStmt, Stmt, seq
@@ -53,6 +54,10 @@ def to_instructions(func: PrimFunc) -> PrimFunc:
         check_capacity(accel, [s.buffer for s in collect(body, lambda s: isinstance(s, Allocate))
                                if memory_of(s.buffer.scope)])
     return replace(func, body=body, attrs=(*func.attrs, (DOUBLED, tuple(doubled))))
+
+
+def _narrower_int(narrow: str, wide: str) -> bool:
+    return narrow.startswith("int") and wide.startswith("int") and dt.bits(narrow) < dt.bits(wide)
 
 
 class _Rewriter:
@@ -94,9 +99,11 @@ class _Rewriter:
         where = f"the copy of {src.name} into {dst.name}"
         if op == "store" and mem.role != "acc":
             raise ScheduleError(f"{where}: {self.accel.name} stores from {self.accel.acc_buffer.scope} only")
-        if dram.dtype != mem.dtype or src.dtype != dst.dtype:
-            raise ScheduleError(f"{where}: the DMA moves {mem.dtype} elements as they are; {dram.name} is "
-                                f"{dram.dtype} (convert on the host, or stage a tensor of {mem.dtype})")
+        narrowing = op == "store" and _narrower_int(dram.dtype, mem.dtype)
+        if src.dtype != dst.dtype or dram.dtype != mem.dtype and not narrowing:
+            raise ScheduleError(f"{where}: the DMA moves {mem.dtype} elements as they are (a store may narrow "
+                                f"them to a smaller integer); {dram.name} is {dram.dtype} (convert on the host, or "
+                                f"stage a tensor of {mem.dtype})")
         if any(lp.kind not in ("serial", "unrolled", "vectorized") for lp in loops):
             return None
         rows, cols, (base_s, base_d), (stride_s, stride_d) = rows_of(
@@ -117,8 +124,15 @@ class _Rewriter:
         dst, where = s.buffer, f"the computation of {s.buffer.name}"
         if memory_of(dst.scope).role != "acc":
             return None  # (the host check names it)
+        value, acc = s.value, self.accel.acc_buffer.dtype
+        if dst.dtype != acc:  # a tile the store narrows, computed in the accumulator's type
+            cast = isinstance(value, Cast) and value.dtype == dst.dtype
+            if not (cast and _narrower_int(dst.dtype, value.value.dtype)):
+                raise ScheduleError(f"{where}: a {dst.dtype} tile in {dst.scope} holds {acc} values that the store "
+                                    f"narrows; compute it as a cast of {acc} values")
+            value = value.value
         steps: list = []  # (op, a, b): operands ("mem", load) | ("imm", value) | ("dst",)
-        self._alu_steps(s.value, steps, where)
+        self._alu_steps(value, steps, where)
         if any(o[0] == "mem" and o[1].buffer is dst for _, a, b in steps[1:] for o in (a, b)):
             raise ScheduleError(f"{where} reads {dst.name} after its first ALU step overwrote it; compute it in "
                                 f"a tile of its own (cache_write)")
@@ -139,7 +153,7 @@ class _Rewriter:
     def _alu_steps(self, e: PrimExpr, steps: list, where: str):
         """The operand holding `e`, appending the operations that compute it into the tile written."""
         acc = self.accel.acc_buffer
-        if isinstance(e, BufferLoad) and e.buffer.scope == acc.scope:
+        if isinstance(e, BufferLoad) and e.buffer.scope == acc.scope and e.dtype == acc.dtype:
             return ("mem", e)
         if isinstance(e, Const) and isinstance(e.value, int | float) and not isinstance(e.value, bool):
             return ("imm", e.value)

@@ -181,12 +181,19 @@ static void ember_accel_load(int mem, int slot, int64_t sram, const void* dram, 
 
 /* STORE: rows x cols accumulator elements back to DRAM. */
 static void ember_accel_store(int slot, int64_t sram, void* dram, int64_t rows, int64_t cols,
-                              int64_t dram_stride, int64_t sram_stride) {{
-  int64_t es = ember_accel_esize[2], bytes = rows * cols * es;
+                              int64_t dram_stride, int64_t sram_stride, int64_t out_bytes) {{
+  int64_t es = ember_accel_esize[2], bytes = rows * cols * out_bytes;
   if (ember_accel_inside(2, sram, rows, cols, sram_stride))
-    for (int64_t r = 0; r < rows; r++)
-      memcpy((char*)dram + r * dram_stride * es, (const char*)(ember_accel_acc + sram + r * sram_stride),
-             (size_t)(cols * es));
+    for (int64_t r = 0; r < rows; r++) {{
+      const ember_accel_acc_t* from = ember_accel_acc + sram + r * sram_stride;
+      if (out_bytes == es)
+        memcpy((char*)dram + r * dram_stride * es, from, (size_t)(cols * es));
+      else  /* narrowed to an integer of out_bytes (two's complement: the low bytes), as VTA's out */
+        for (int64_t c = 0; c < cols; c++) {{
+          int64_t v = (int64_t)from[c];
+          memcpy((char*)dram + (r * dram_stride + c) * out_bytes, &v, (size_t)out_bytes);
+        }}
+    }}
   ember_accel.bytes[3] += bytes;
   ember_accel_issue(EMBER_OP_STORE, EMBER_Q_STORE, &slot, 1, NULL, 0, ember_accel_dma_cycles(rows, bytes), bytes);
 }}

@@ -120,7 +120,7 @@ def tune_conv(accel: Accelerator, conv: Conv2d, shift: int, *, relu: bool = Fals
     def run(tiles, buffering):
         s, args = conv2d(accel, conv, shift, relu=relu, tiles=tiles, buffering=buffering)
         f = build(s, args, target=accel)
-        y = np.zeros((m, n), np.int32)
+        y = np.zeros((m, n), np.int8)
         f(x, wm, bias, y)
         if not np.array_equal(y[:len(ref)], ref):
             raise TuneError(f"{accel.name} convolution with tiles {tiles} ({buffering} buffering) is not bit-exact")
