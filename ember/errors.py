@@ -72,6 +72,12 @@ class DeviceError(EmberError, RuntimeError):
     launch (names the kernel and the CUDA error)."""
 
 
+class RaceError(EmberError, RuntimeError):
+    """A GPU kernel run on the interpreter with GPU semantics (ember.cuda.simt) whose threads race
+    on shared memory (a missing barrier) or stop at different barriers; names the buffer, the
+    element and the threads."""
+
+
 class IndexOutOfRangeError(EmberError, IndexError):
     """An index read from a tensor (gather, embedding, a scatter's target) outside the axis it
     indexes: at run time, naming the model's kernel and nodes, the index and the axis size; among

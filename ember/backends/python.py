@@ -3,7 +3,8 @@
 The same kernels, memory plan and call program as for C, run in Python: each kernel as
 ember.codegen.python renders it, the program by ember.runtime.interpreted (InterpretedModel: a
 CompiledModel in every respect but its entry). The oracle that separates lowering bugs from
-code generation bugs (ember.debug.bisect_kernels).
+code generation bugs (ember.debug.bisect_kernels). A single kernel bound to GPU blocks and
+threads runs thread by thread with GPU semantics (ember.cuda.simt).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..cuda.simt import build_simt, is_gpu_kernel
 from ..errors import ArgumentTypeError, ConfigError
 from ..passes.pipeline import TARGET_PASSES
 from ..program import Program
@@ -44,10 +46,12 @@ class PythonBackend(Backend):
     def build(self, rendered: Rendered, target) -> tuple[object, bool]:
         return rendered.entry, False  # nothing to build
 
-    def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, PythonKernel]:
+    def build_kernels(self, funcs: Sequence[PrimFunc], target, *, seed: int = 0, **options) -> dict[str, PythonKernel]:
+        """A kernel bound to GPU blocks and threads runs with GPU semantics (ember.cuda.simt), its
+        blocks and threads in an order `seed` shuffles."""
         if options:
-            raise ArgumentTypeError(f"target 'python' takes no options, got {sorted(options)}")
-        return {f.name: build_python(f) for f in funcs}
+            raise ArgumentTypeError(f"target 'python' takes no options but seed, got {sorted(options)}")
+        return {f.name: build_simt(f, seed=seed) if is_gpu_kernel(f) else build_python(f) for f in funcs}
 
 
 register(PythonBackend())

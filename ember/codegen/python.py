@@ -15,10 +15,9 @@ oracle that tells lowering bugs from code generation bugs):
   access a slice and any other a fancy index; Select on vectors is `np.where`;
 - an index the INDEX intrinsic checks raises IndexOutOfRange when outside its axis;
 - math intrinsics are NumPy ufuncs (`round` is rint, half to even; erf is `math.erf` per element);
-- every loop kind runs as a plain serial loop, except that loops bound to GPU blocks run last to
-  first (a GPU runs blocks in any order: a kernel whose blocks depend on their order shows it);
-  a block's threads run one after another, and a kernel's phases (its thread loops between
-  barriers) one after another, as the GPU orders them; an Allocate is an `np.empty`;
+- every loop kind runs as a plain serial loop (a kernel bound to GPU blocks and threads runs
+  thread by thread with GPU semantics instead: ember.cuda.simt renders it on this renderer);
+  an Allocate is an `np.empty`;
 - a CallRoutine calls the routine's NumPy twin (ember.codegen.routines) on the flat arrays; a
   tensorized call (ember.tir.schedule.tensorize) runs its intrinsic's description instead.
 
@@ -198,7 +197,7 @@ def symbol(func: PrimFunc) -> str:
 
 
 def codegen_python(func: PrimFunc) -> str:
-    return _PythonRenderer(func).render()
+    return PythonRenderer(func).render()
 
 
 def load_python(source: str, func: PrimFunc) -> Callable:
@@ -211,7 +210,7 @@ def load_python(source: str, func: PrimFunc) -> Callable:
     return namespace[symbol(func)]
 
 
-class _PythonRenderer:
+class PythonRenderer:
     def __init__(self, func: PrimFunc):
         self.func = func
         self._name = Namer(RESERVED, ("_",))
@@ -237,8 +236,7 @@ class _PythonRenderer:
             case For(v, mn, ext, _, body):
                 bounds = self._e(ext) if as_int(mn) == 0 else f"{self._e(mn)}, {self._e(mn + ext)}"
                 self._vars.add(v)
-                order = "[::-1]" if (s.thread_tag or "").startswith("blockIdx") else ""
-                out.append(f"{pad}for {self._name(v)} in range({bounds}){order}:")
+                out.append(f"{pad}for {self._name(v)} in range({bounds}):")
                 self._stmt(body, depth + 1, out)
                 self._vars.discard(v)
             case BufferStore(buf, BufferLoad(src, _, _) as value, _) if src.dtype == buf.dtype in _NARROW:

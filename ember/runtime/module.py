@@ -117,10 +117,11 @@ class PythonKernel(Kernel):
 
     target = "python"
 
-    def __init__(self, func: PrimFunc):
-        source = codegen_python(func)
+    def __init__(self, func: PrimFunc, source: str | None = None, pyfunc: Callable | None = None):
+        """`source` and `pyfunc`: another rendering of func and what runs it (default: codegen_python's)."""
+        source = codegen_python(func) if source is None else source
         super().__init__(func, source)
-        self._pyfunc = load_python(source, func)
+        self._pyfunc = load_python(source, func) if pyfunc is None else pyfunc
 
     def _launcher(self, arrays, sizes):
         pyfunc, args = self._pyfunc, [a.reshape(-1) for a in arrays] + sizes

@@ -68,7 +68,7 @@ class BufferRegion:
 
 # A loop of kind "thread_binding" runs its iterations on GPU blocks or threads: its annotation
 # "thread_tag" names which index it is (one of THREAD_TAGS). Two bound loops of one tag in a kernel
-# are the same hardware index, as in TVM; the loop-IR interpreter runs them as serial loops.
+# are the same hardware index, as in TVM; the interpreter runs each thread (ember.cuda.simt).
 THREAD_BINDING = "thread_binding"
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 THREAD_TAGS = (*BLOCK_TAGS, "threadIdx.x", "threadIdx.y", "threadIdx.z")

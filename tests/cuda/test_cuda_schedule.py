@@ -167,15 +167,3 @@ def test_without_the_cuda_packages_a_build_says_what_to_install(monkeypatch):
             ember.build(s, [A, B], target="cuda", arch="sm_90")
     finally:
         nvrtc.nvrtc_version.cache_clear()
-
-
-def test_interpreter_runs_blocks_last_to_first():
-    A = te.placeholder((4,), name="A")
-    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
-    s = te.create_schedule(B.op)
-    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
-    f = ember.build(s, [A, B], target="python")
-    assert "in range(4)[::-1]:" in f.source
-    a, b = np.arange(4, dtype="float32"), np.zeros(4, "float32")
-    f(a, b)
-    np.testing.assert_array_equal(b, 2 * a)
