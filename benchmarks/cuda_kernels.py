@@ -92,26 +92,16 @@ def elementwise(n: int, runs: int, rows: list) -> None:
 def softmax(n: int, runs: int, rows: list) -> None:
     import torch
 
-    from ember import te
-    from ember.cuda import schedules
+    from ember.cuda import schedules, workloads
 
     def make(threads: int, vector: int, staged: bool):
-        A = te.placeholder((n, n), name="A")
-        k = te.reduce_axis((0, n), name="k")
-        mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
-        e = te.compute((n, n), lambda i, j: te.exp(A[i, j] - mx[i]), name="e")
-        k2 = te.reduce_axis((0, n), name="k2")
-        total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
-        inv = te.compute((n,), lambda i: 1.0 / total[i], name="inv")
-        out = te.compute((n, n), lambda i, j: e[i, j] * inv[i], name="out")
-        s = te.create_schedule(out.op)
-        s[e].compute_inline()
+        w = workloads.row_softmax(n, n)
         if threads:
-            schedules.row_block(s, out, [mx, total, inv], threads, vector, staged=A if staged else None)
+            schedules.row_block(w.s, w.out, [w.mx, w.total, w.inv], threads, vector, staged=w.A if staged else None)
         else:
-            s[inv].compute_inline()
-            schedules.rows(s, out, [total, mx], 64)
-        return s, [A, out]
+            w.s[w.inv].compute_inline()
+            schedules.rows(w.s, w.out, [w.total, w.mx], 64)
+        return w.s, w.args
 
     a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
     gb = 2 * a.numel() * 4 / 1e9
@@ -136,24 +126,14 @@ def softmax(n: int, runs: int, rows: list) -> None:
 def layer_norm(n: int, runs: int, rows: list) -> None:
     import torch
 
-    from ember import te
-    from ember.cuda import schedules
+    from ember.cuda import schedules, workloads
 
     eps = 1e-5
 
     def make(threads: int, vector: int, staged: bool):
-        A = te.placeholder((n, n), name="A")
-        gamma, beta = te.placeholder((n,), name="gamma"), te.placeholder((n,), name="beta")
-        k = te.reduce_axis((0, n), name="k")
-        mean = te.compute((n,), lambda i: te.sum(A[i, k] * (1.0 / n), axis=k), name="mean")
-        k2 = te.reduce_axis((0, n), name="k2")
-        var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) * (1.0 / n), axis=k2),
-                         name="var")
-        rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
-        out = te.compute((n, n), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
-        s = te.create_schedule(out.op)
-        schedules.row_block(s, out, [mean, var, rstd], threads, vector, staged=A if staged else None)
-        return s, [A, gamma, beta, out]
+        w = workloads.layer_norm(n, n, eps)
+        schedules.row_block(w.s, w.out, [w.mean, w.var, w.rstd], threads, vector, staged=w.A if staged else None)
+        return w.s, w.args
 
     a, out = torch.randn(n, n, device="cuda") * 3 + 1, torch.empty(n, n, device="cuda")
     g, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ember import te
-from ember.cuda import schedules
+from ember.cuda import schedules, workloads
 from ember.errors import DeviceError
 
 
@@ -49,48 +49,32 @@ def elementwise(n: int = 4096, threads: int = 128):
 
 
 def row_softmax(n: int = 256, m: int = 64, threads: int = 64, per_block: bool = False, staged: bool = False):
-    A = te.placeholder((n, m), name="A")
-    k = te.reduce_axis((0, m), name="k")
-    mx = te.compute((n,), lambda i: te.max(A[i, k], axis=k), name="mx")
-    e = te.compute((n, m), lambda i, j: te.exp(A[i, j] - mx[i]), name="e")
-    k2 = te.reduce_axis((0, m), name="k2")
-    total = te.compute((n,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
-    out = te.compute((n, m), lambda i, j: e[i, j] / total[i], name="out")
-    s = te.create_schedule(out.op)
-    s[e].compute_inline()
+    w = workloads.row_softmax(n, m)
     if per_block:
-        schedules.row_block(s, out, [mx, total], threads, vector=4 if staged else 1, staged=A if staged else None)
+        schedules.row_block(w.s, w.out, [w.mx, w.total, w.inv], threads, vector=4 if staged else 1,
+                            staged=w.A if staged else None)
     else:
-        schedules.rows(s, out, [total, mx], threads)
+        w.s[w.inv].compute_inline()
+        schedules.rows(w.s, w.out, [w.total, w.mx], threads)
 
     def reference(a):
         r = np.exp(a - a.max(1, keepdims=True))
         return r / r.sum(1, keepdims=True)
 
-    return s, [A, out], reference
+    return w.s, w.args, reference
 
 
 def layer_norm(n: int = 8, m: int = 512, threads: int = 64, eps: float = 1e-5, staged: bool = False):
-    """(x - mean) * rstd * gamma + beta over each row, a row per block (rstd = 1/sqrt(var + eps),
-    a value of the row computed once)."""
-    A = te.placeholder((n, m), name="A")
-    gamma, beta = te.placeholder((m,), name="gamma"), te.placeholder((m,), name="beta")
-    k = te.reduce_axis((0, m), name="k")
-    mean = te.compute((n,), lambda i: te.sum(A[i, k] * (1.0 / m), axis=k), name="mean")
-    k2 = te.reduce_axis((0, m), name="k2")
-    var = te.compute((n,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i]) * (1.0 / m), axis=k2),
-                     name="var")
-    rstd = te.compute((n,), lambda i: te.rsqrt(var[i] + eps), name="rstd")
-    out = te.compute((n, m), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="out")
-    s = te.create_schedule(out.op)
-    schedules.row_block(s, out, [mean, var, rstd], threads, vector=4, staged=A if staged else None)
+    """A row per block (rstd = 1/sqrt(var + eps), a value of the row computed once)."""
+    w = workloads.layer_norm(n, m, eps)
+    schedules.row_block(w.s, w.out, [w.mean, w.var, w.rstd], threads, vector=4, staged=w.A if staged else None)
 
     def reference(a, g, b):
         a64 = a.astype("float64")
         mu = a64.mean(1, keepdims=True)
         return ((a64 - mu) / np.sqrt(a64.var(1, keepdims=True) + eps) * g + b).astype("float32")
 
-    return s, [A, gamma, beta, out], reference
+    return w.s, w.args, reference
 
 
 def row_sum(n: int = 512, m: int = 96, threads: int = 128):
