@@ -21,41 +21,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..codegen.common import written_buffers
-from ..errors import ArgumentTypeError, DeviceError, LowerError, ScheduleError, ShapeError
+from ..errors import ArgumentTypeError, DeviceError, LowerError, ShapeError
 from ..tir import dtype as dt
 from ..tir.expr import as_int
-from ..tir.functor import visit_stmt
-from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
-from .codegen import CUDARenderer, launch_dims, threads_per_block
+from ..tir.stmt import PrimFunc
+from .codegen import CUDARenderer, launch_dims
+from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .scopes import infer_scopes
 from .sync import insert_syncs
-
-MAX_THREADS_PER_BLOCK = 1024  # every GPU since Fermi
-MAX_STATIC_SHARED = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
-MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
-MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
-
-
-def check_limits(func: PrimFunc, dims: dict[str, int]) -> None:
-    """A ScheduleError naming the limit a kernel's launch or shared memory is past."""
-    threads = threads_per_block(dims)
-    if threads > MAX_THREADS_PER_BLOCK:
-        raise ScheduleError(f"kernel {func.name} binds {threads} threads per block "
-                            f"({', '.join(f'{t}={n}' for t, n in dims.items() if t not in BLOCK_TAGS)}): "
-                            f"past the limit of {MAX_THREADS_PER_BLOCK} threads per block")
-    for tag, n in dims.items():
-        limit = MAX_GRID.get(tag) or MAX_BLOCK[tag]
-        if n > limit:
-            raise ScheduleError(f"kernel {func.name} binds {n} to {tag}: past the limit of {limit} for {tag}")
-    shared: list = []
-    visit_stmt(func.body, lambda s: shared.append(s.buffer) if isinstance(s, Allocate)
-               and s.buffer.scope == "shared" else None)
-    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in shared)
-    if total > MAX_STATIC_SHARED:
-        raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory "
-                            f"({', '.join(b.name for b in shared)}): past the limit of {MAX_STATIC_SHARED} bytes "
-                            f"of static shared memory per block")
 
 
 def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) -> CUDAKernel:
@@ -67,11 +41,11 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) ->
                          f"{[v.name for v in func.size_vars]}")
     func = insert_syncs(infer_scopes(func))
     dims = launch_dims(func)
-    check_limits(func, dims)
-    renderer = CUDARenderer()
-    source = renderer.render_unit(func)
     if arch is None:
         arch = _device_arch()
+    check_limits(func, dims, limits_for(arch))
+    renderer = CUDARenderer()
+    source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
                       aligned=renderer.vector_buffers & set(func.params))
 
@@ -87,8 +61,9 @@ def _device_arch() -> str:
 
 class CUDAKernel:
     """A compiled GPU kernel: `f(*arrays, stream=None)`; `f.source` is its CUDA C, `f.binary` the
-    cubin (or PTX), `f.grid` and `f.block` its launch; `aligned`: the parameters it reads or
-    writes 16 bytes at a time, whose addresses must be multiples of 16."""
+    cubin (or PTX), `f.grid` and `f.block` its launch, `f.registers` a thread's registers (None
+    for PTX); `aligned`: the parameters it reads or writes 16 bytes at a time, whose addresses
+    must be multiples of 16."""
 
     target = "cuda"
 
@@ -99,6 +74,7 @@ class CUDAKernel:
         self.grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
         self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
         self.symbol = CUDARenderer.symbol(func)
+        self.registers = cubin_registers(binary)
         self._module = None
 
     def __repr__(self):

@@ -37,7 +37,8 @@ from ..tir.expr import Buffer, Call, PrimExpr, Ramp, as_int
 from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, THREAD_TAGS, Allocate, CallRoutine, Evaluate, For, PrimFunc, Stmt
 from . import fragments
 from .codegen import SYNC, launch_dims
-from .kernel import check_limits
+from .limits import GPULimits, check_limits
+from .nvrtc import DEFAULT_ARCH
 from .scopes import infer_scopes
 from .sync import insert_syncs
 
@@ -233,6 +234,6 @@ def build_simt(func: PrimFunc, *, seed: int = 0) -> SimtKernel:
     """The interpreter's kernel of a GPU-bound function: its scratch given scopes and its
     barriers inserted as for the GPU (ember.cuda.scopes, ember.cuda.sync), its limits checked."""
     func = insert_syncs(infer_scopes(func))
-    check_limits(func, launch_dims(func))
+    check_limits(func, launch_dims(func), GPULimits(DEFAULT_ARCH))  # those every GPU shares
     return SimtKernel(func, seed)
 

@@ -141,6 +141,15 @@ class Stage:
             raise ScheduleError(f"bind takes a te.thread_axis, got {type(thread_axis).__name__}")
         self.sch.bind(self._loop(axis), thread=thread_axis.tag)
 
+    def storage_align(self, axis, factor: int, offset: int):
+        """s[AS].storage_align(AS.op.axis[0], 32, 1): pad the stage's buffer so that the stride of
+        `axis` (its rows) is `offset` modulo `factor` elements (ember.tir.schedule.storage_align)."""
+        axes = list(self.op.axis)
+        index = next((k for k, iv in enumerate(axes) if iv is axis or getattr(axis, "var", None) is iv.var), None)
+        if index is None:
+            raise ScheduleError(f"storage_align takes an axis of stage {self.name!r}'s buffer, got {axis!r}")
+        self.sch.storage_align(self.block, buffer_index=0, axis=index, factor=factor, offset=offset)
+
     def tensorize(self, axis, intrin):
         """Map the loops from `axis` inward onto a tensor intrinsic (te.decl_tensor_intrin's, or its name)."""
         self.sch.tensorize(self._loop(axis), intrin=intrin if isinstance(intrin, str) else intrin.name)

@@ -23,6 +23,7 @@ from .transform.hoist_init import hoist_init
 from .transform.lower_blocks import lower_blocks
 from .transform.prefetch import prefetch_panels
 from .transform.simplify_stmt import simplify_body
+from .transform.storage_align import storage_align
 from .transform.unroll import unroll
 from .transform.vectorize import vectorize
 from .transform.version_guards import version_guards
@@ -32,6 +33,7 @@ PASSES: list[tuple[str, Callable[[PrimFunc], PrimFunc]]] = [
     ("hoist_init", hoist_init),
     ("compact_buffers", compact_buffers),
     ("lower_blocks", lower_blocks),
+    ("storage_align", storage_align),
     ("prefetch", prefetch_panels),
     ("flatten", flatten),
     ("simplify", simplify_body),

@@ -13,6 +13,8 @@ from ember.errors import LowerError, ScheduleError
 from ember.testing import verify_trace_roundtrip
 from ember.tir.stmt import SeqStmt
 
+RNG = np.random.default_rng(5)
+
 
 def _vadd(n=1024):
     A = te.placeholder((n,), name="A")
@@ -76,15 +78,25 @@ def test_too_many_threads_per_block_names_the_limit():
     bx, tx = s[B].split(B.op.axis[0], factor=2048)
     s[B].bind(bx, te.thread_axis("blockIdx.x"))
     s[B].bind(tx, te.thread_axis("threadIdx.x"))
-    with pytest.raises(ScheduleError, match="2048 threads per block .*limit of 1024 threads per block"):
-        ember.build(s, [A, B], target="cuda")
+    with pytest.raises(ScheduleError, match=r"2048 threads per block .*limit of 1024 threads per block \(sm_90\)"):
+        ember.build(s, [A, B], target="cuda", arch="sm_90")
+    with pytest.raises(ScheduleError, match="2048 threads per block"):  # the interpreter checks the same
+        ember.build(s, [A, B], target="python")
+
+
+def test_too_much_shared_memory_names_the_limit():
+    s, args, _ = kernels.gemm(256, 256, 128, BM=128, BN=128, BK=64, TM=8, TN=8)  # 2 x 32 KiB panels
+    with pytest.raises(ScheduleError, match=r"65536 bytes of shared memory .*limit of 49152 bytes of static shared "
+                                            r"memory per block \(sm_90\)"):
+        ember.build(s, args, target="cuda", arch="sm_90")
 
 
 @needs_nvrtc
-def test_too_much_shared_memory_names_the_limit():
-    s, args, _ = kernels.gemm(256, 256, 128, BM=128, BN=128, BK=64, TM=8, TN=8)  # 2 x 32 KiB panels
-    with pytest.raises(ScheduleError, match="65536 bytes of shared memory .*limit of 49152 bytes"):
-        ember.build(s, args, target="cuda")
+def test_a_cubin_says_how_many_registers_a_thread_takes():
+    s, args, _ = kernels.gemm(128, 128, 64)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert 32 <= f.registers <= 255  # a 4x4 register tile and its operands
+    assert ember.build(s, args, target="cuda", arch="sm_90", ptx=True).registers is None
 
 
 def test_shared_cache_covers_the_block_tile():
@@ -167,3 +179,40 @@ def test_without_the_cuda_packages_a_build_says_what_to_install(monkeypatch):
             ember.build(s, [A, B], target="cuda", arch="sm_90")
     finally:
         nvrtc.nvrtc_version.cache_clear()
+
+
+def _padded_gemm():
+    s, args, reference = kernels.gemm(64, 64, 32, BM=32, BN=32, BK=8, TM=4, TN=4)
+    return s, args, reference
+
+
+def test_storage_align_pads_the_rows_in_both_apis():
+    s, args, reference = _padded_gemm()
+    s.sch.storage_align(s.sch.get_block("A_shared"), buffer_index=0, axis=0, factor=8, offset=1)
+    BS = s.stage_named("B_shared")
+    BS.storage_align(BS.op.axis[0], 32, 4)
+    text = str(ember.lower(s, args, target="python"))
+    assert "A_shared = alloc((32, 9), 'float32', scope='shared')" in text  # rows 9 floats apart
+    assert "B_shared = alloc((8, 36), 'float32', scope='shared')" in text
+    assert "storage_align(b" in s.sch.trace.as_python()
+    verify_trace_roundtrip(s.sch)
+    a, b = RNG.standard_normal((64, 32), dtype="float32"), RNG.standard_normal((32, 64), dtype="float32")
+    out = np.full((64, 64), np.nan, "float32")
+    ember.build(s, args, target="python")(a, b, out)
+    np.testing.assert_allclose(out, reference(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_storage_align_refuses_what_it_cannot_pad():
+    s, args, _ = _padded_gemm()
+    with pytest.raises(ScheduleError, match=r"storage_align pads the row stride \(axis 0 of A_shared, a 2-D buffer\), "
+                                            r"not axis 1"):
+        s.sch.storage_align(s.sch.get_block("A_shared"), buffer_index=0, axis=1, factor=8, offset=1)
+    with pytest.raises(ScheduleError, match="storage_align pads scratch buffers; C is an argument of the kernel"):
+        s.sch.storage_align(s.sch.get_block("C_local"), buffer_index=0, axis=0, factor=8, offset=1)  # (it writes C)
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] + 1.0, name="B")
+    sch = tir.Schedule(te.create_prim_func([A, B]))
+    with pytest.raises(ScheduleError, match="storage_align pads scratch buffers; B is an argument of the kernel"):
+        sch.storage_align(sch.get_block("B"), buffer_index=0, axis=0, factor=8, offset=1)
+    with pytest.raises(ScheduleError, match="0 <= offset < factor, got 8, 8"):
+        s.sch.storage_align(s.sch.get_block("A_shared"), buffer_index=0, axis=0, factor=8, offset=8)

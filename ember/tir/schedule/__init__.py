@@ -1,6 +1,15 @@
 """Schedules on the loop IR: `Schedule(func)`, its primitives, and replayable traces."""
 
-from . import cache, compute_location, inline, loops, reduction, sampling, tensorize  # noqa: F401  (register primitives)
+from . import (  # noqa: F401  (register primitives)
+    cache,
+    compute_location,
+    inline,
+    loops,
+    reduction,
+    sampling,
+    storage_align,
+    tensorize,
+)
 from .registry import PRIMITIVES
 from .state import BlockRV, ExprRV, LoopRV, Schedule
 from .trace import Instruction, Trace

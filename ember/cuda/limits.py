@@ -1,0 +1,108 @@
+"""What one block of a kernel may use on the GPU it is built for, and the check of a kernel
+against it: threads per block (and per index), shared memory per block, registers.
+
+`limits_for(arch)` gives the GPU's own (its driver attributes) when the machine has a GPU of that
+architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
+shared memory, 64 Ki registers a block). Each check is a ScheduleError naming the limit, the
+kernel and the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
+the compiler fit a block's registers in the GPU's (spilling to local memory if it must); they are
+known once NVRTC has compiled the kernel (`CUDAKernel.registers`, what the tuner's features read):
+`cubin_registers` reads them from the cubin's .nv.info sections (EIATTR_REGCOUNT; a unit holds
+one kernel); a PTX build has none yet (the driver compiles it at load).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DeviceError, ScheduleError
+from ..tir import dtype as dt
+from ..tir.expr import as_int
+from ..tir.functor import visit_stmt
+from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
+from .codegen import threads_per_block
+
+MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
+MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
+@dataclass(frozen=True)
+class GPULimits:
+    arch: str
+    threads_per_block: int = 1024
+    shared_per_block: int = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
+    registers_per_block: int = 65536
+
+
+def limits_for(arch: str) -> GPULimits:
+    """The limits of `arch` (see the module doc)."""
+    from .driver import device
+
+    try:
+        dev = device()
+    except DeviceError:
+        return GPULimits(arch)
+    if dev.arch != arch:
+        return GPULimits(arch)
+    return GPULimits(arch, dev.threads_per_block, dev.shared_per_block, dev.registers_per_block)
+
+
+def shared_bytes(func: PrimFunc) -> tuple[int, list[str]]:
+    """The bytes of shared memory a kernel declares, and the names of its shared buffers."""
+    shared: list = []
+    visit_stmt(func.body, lambda s: shared.append(s.buffer) if isinstance(s, Allocate)
+               and s.buffer.scope == "shared" else None)
+    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in shared)
+    return total, [b.name for b in shared]
+
+
+def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> None:
+    """A ScheduleError naming the limit a kernel's launch or shared memory is past."""
+    threads = threads_per_block(dims)
+    if threads > limits.threads_per_block:
+        raise ScheduleError(f"kernel {func.name} binds {threads} threads per block "
+                            f"({', '.join(f'{t}={n}' for t, n in dims.items() if t not in BLOCK_TAGS)}): "
+                            f"past the limit of {limits.threads_per_block} threads per block ({limits.arch})")
+    for tag, n in dims.items():
+        limit = MAX_GRID.get(tag) or MAX_BLOCK[tag]
+        if n > limit:
+            raise ScheduleError(f"kernel {func.name} binds {n} to {tag}: past the limit of {limit} for {tag}")
+    total, names = shared_bytes(func)
+    if total > limits.shared_per_block:
+        raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory ({', '.join(names)}): "
+                            f"past the limit of {limits.shared_per_block} bytes of static shared memory per "
+                            f"block ({limits.arch})")
+
+
+EIATTR_REGCOUNT = 0x2F
+
+
+def cubin_registers(cubin: bytes) -> int | None:
+    """The registers a thread of the cubin's kernel takes (EIATTR_REGCOUNT in its .nv.info
+    sections), or None where the binary is not an ELF cubin (PTX) or does not say."""
+    if cubin[:4] != b"\x7fELF" or cubin[4] != 2:  # 64-bit ELF only
+        return None
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", cubin, shoff + k * shentsize) for k in range(shnum)]
+    names_at = sections[shstrndx][4]
+
+    def name(off: int) -> bytes:
+        return cubin[names_at + off:cubin.index(b"\0", names_at + off)]
+
+    for sh_name, _, _, _, offset, size in sections:
+        if name(sh_name).startswith(b".nv.info"):
+            at, end = offset, offset + size
+            while at + 4 <= end:
+                fmt, attr = cubin[at], cubin[at + 1]
+                if fmt == 0x04:  # EIFMT_SVAL: a 16-bit size, then the value
+                    (length,) = struct.unpack_from("<H", cubin, at + 2)
+                    if attr == EIATTR_REGCOUNT:
+                        return struct.unpack_from("<II", cubin, at + 4)[1]  # (symbol index, count)
+                    at += 4 + length
+                else:  # EIFMT_NVAL, BVAL, HVAL: two bytes, then two bytes of value or none
+                    at += 4 if fmt in (0x02, 0x03) else 2
+    return None
