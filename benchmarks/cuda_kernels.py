@@ -9,10 +9,11 @@ shared-memory tiled schedules of ember.cuda.schedules (block tiles, register til
 K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's,
 "x4": 16-byte copies to shared memory and of B's tile into registers)
 against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 on Tensor Cores
-(`schedules.tensorcore_gemm`: wmma fragments, fp32 accumulators and output) against cuBLAS on the
-same inputs (its output in the inputs' type). Every kernel is checked against torch before it
-is timed; times are medians of CUDA-event intervals. A part that fails prints its error and the
-others still run.
+(`schedules.tensorcore_gemm`: wmma fragments held across the K loop, each fragment of A and B
+loaded once per k step, shared rows padded; fp32 accumulators and output; with and without the
+padding) against cuBLAS on the same inputs (its output in the inputs' type). Every kernel is
+checked against torch before it is timed; times are medians of CUDA-event intervals. A part
+that fails prints its error and the others still run.
 
     python benchmarks/cuda_kernels.py [--size 4096] [--runs 30] [--parts gemm tensorcore_gemm ...]
 
@@ -216,8 +217,9 @@ def gemm(n: int, runs: int, rows: list) -> None:
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
-# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, and a warp's WM x WN
-TC_TILINGS = ((128, 128, 32, 64, 32), (128, 128, 32, 64, 64), (128, 256, 32, 64, 64), (256, 128, 32, 64, 64))
+# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, a warp's WM x WN, the rows' padding
+TC_TILINGS = ((128, 128, 32, 64, 32, 8), (128, 128, 32, 64, 32, 0), (128, 128, 32, 64, 64, 8),
+              (128, 256, 32, 64, 64, 8), (256, 128, 32, 64, 64, 8), (128, 128, 64, 64, 64, 8))
 
 
 def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
@@ -232,9 +234,9 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
         c = torch.empty(n, n, device="cuda")
         expected = torch.matmul(a.float(), b.float())  # fp32 products of the same inputs (TF32 off)
         name = f"{'fp16' if dtype == 'float16' else 'bf16'} GEMM {n}^3"
-        for BM, BN, BK, WM, WN in TC_TILINGS:
-            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN}
-            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN}"
+        for BM, BN, BK, WM, WN, pad in TC_TILINGS:
+            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "pad": pad}
+            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN} pad {pad}"
             try:
                 f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
                 c.zero_()

@@ -189,22 +189,23 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: in
 
 
 def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int = 128, BN: int = 128, BK: int = 32,
-                    WM: int = 64, WN: int = 32):
+                    WM: int = 64, WN: int = 32, pad: int = 8):
     """C = A @ B on Tensor Cores: A (M, K) and B (K, N) of `dtype` (float16 or bfloat16), C
     (M, N) float32, tensorized onto the wmma intrinsics (ember.intrinsics.wmma). A block computes
     a BM x BN tile of C with (BM/WM) x (BN/WN) warps (threadIdx.y the warp, threadIdx.x its 32
     lanes), each warp a WM x WN tile held as (WM/16) x (WN/16) fp32 fragments
-    (cache_write "wmma.accumulator"); the K loop stages BK-wide tiles of A and B in shared
-    memory (cache_read "shared"), copied by all the block's threads together 16 bytes a thread
-at a time, from which each
-    warp loads its fragments. The nest of the calls binds threadIdx.y only: every lane of the warp
+    (cache_write "wmma.accumulator") for the whole K loop. The K loop stages BK-wide tiles of A
+    and B in shared memory (cache_read "shared"), copied by all the block's threads together 16
+    bytes a thread at a time, their rows `pad` elements longer (storage_align: with rows a
+    multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks); at each
+    16-wide step of k a warp loads each of its WM/16 fragments of A and WN/16 of B once and makes
+    every product of its tile (`wmma.warp_mma`: WM/16 + WN/16 loads where one call per fragment
+    makes 2 (WM/16)(WN/16)). The nest of the calls binds threadIdx.y only: every lane of the warp
     runs it, as the warp-level calls need. Returns the te schedule and [A, B, C].
 
-    A first schedule, correct and slow: on an H200 it runs the fp16 GEMM 4096^3 at 15% of
-    cuBLAS. Each update reloads its A and B fragments (a warp's 4x4 tile loads 32 fragments
-    per 16-wide k step where 8 would do), the shared tiles' rows are 64 bytes apart (bank
-    conflicts in the fragment loads), and the copies to shared memory are not overlapped with
-    the products (no double buffering, no cp.async)."""
+    Not yet: the copies to shared memory are not overlapped with the products (no double
+    buffering, no cp.async). The first version of this schedule (a call per fragment, no
+    padding) ran the fp16 GEMM 4096^3 at 15% of cuBLAS on an H200; this one is not measured yet."""
     from ..intrinsics import wmma
 
     if dtype not in wmma.DTYPES:
@@ -212,6 +213,9 @@ at a time, from which each
     if M % BM or N % BN or K % BK or BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
         raise ScheduleError(f"tensorcore_gemm: tiles {BM}x{BN}x{BK} (warps' {WM}x{WN}, in 16x16x16 steps) must "
                             f"divide {M}x{N}x{K}")
+    if pad % 8 or pad < 0:
+        raise ScheduleError(f"tensorcore_gemm: rows padded by {pad} elements; wmma loads rows 16 bytes apart (a "
+                            f"multiple of 8)")
     A = te.placeholder((M, K), dtype, name="A")
     B = te.placeholder((K, N), dtype, name="B")
     k = te.reduce_axis((0, K), name="k")
@@ -237,17 +241,16 @@ at a time, from which each
     (kk,) = s[CF].op.reduce_axis
     ko, ki = s[CF].split(kk, factor=BK)
     kf, kt = s[CF].split(ki, factor=16)
-    fi, ti = s[CF].split(ci, factor=16)
-    fj, tj = s[CF].split(cj, factor=16)
-    s[CF].reorder(ko, kf, fi, fj, ti, tj, kt)
-    for axis in (kf, fi, fj):  # constant fragment indices: the fragments stay in registers
-        s[CF].unroll(axis)
+    s[CF].reorder(ko, kf, ci, cj, kt)
+    s[CF].unroll(kf)
     for axis in (store_fi, store_fj):
         s[C].unroll(axis)
     threads = (BM // WM) * (BN // WN) * 32
-    for S in (AS, BS):
+    for S, row_length in ((AS, BK), (BS, BN)):
         s[S].compute_at(s[CF], ko)
         row, col = s[S].op.axis
+        if pad:
+            s[S].storage_align(row, row_length, pad)
         col, lanes = s[S].split(col, factor=8)  # 16 bytes a thread at a time (ember.cuda.vectors.copy_loop)
         s[S].vectorize(lanes)
         _, rest = s[S].split(s[S].fuse(row, col), factor=threads)
@@ -255,6 +258,6 @@ at a time, from which each
         s[S].bind(y, ThreadAxis("threadIdx.y"))
         s[S].bind(x, ThreadAxis("threadIdx.x"))
     # tensorize removes the blocks: the primitives on their loops come first
-    s[CF].tensorize(ti, wmma.MMA[dtype])
+    s[CF].tensorize(ci, wmma.warp_mma(dtype, WM, WN))
     s[C].tensorize(store_i, wmma.STORE)
     return s, [A, B, C]

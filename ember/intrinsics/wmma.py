@@ -10,10 +10,18 @@ Two intrinsics per input type, and a store:
 - `STORE`: out[i, j] = c[i, j], a fragment stored to memory (row-major, any row stride), the
   copy out of a cache_write "wmma.accumulator".
 
+`warp_mma(dtype, WM, WN)`: a warp's whole WM x WN tile of fragments updated by one 16-wide step
+of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per fragment makes
+2 (WM/16)(WN/16)), which is what lets a GEMM keep its fragments in registers across a k step.
+
 Why wmma and not `ldmatrix` / `mma.sync`: wmma is the simplest route onto Tensor Cores, portable
 across sm_70 and later (bf16 from sm_80), with the fragments' layout across the lanes left to
-the compiler; `mma.sync` would give control of the register layout (and ldmatrix conflict-free
-shared loads) at the price of per-shape register bookkeeping, a later step. The instructions are
+the compiler (which lowers a wmma.load of a padded shared tile to ldmatrix where it can);
+`mma.sync` would give control of the register layout (and ldmatrix over a swizzled tile,
+conflict-free without the padding) at the price of per-shape register bookkeeping. Neither is
+what cuBLAS and Triton run on sm_90 (the warpgroup's asynchronous `wgmma`, fed by TMA); what
+separates this GEMM from them first is the overlap of the copies with the products (cp.async
+stages), not wmma against mma.sync, so wmma stays until that is done and measured. The instructions are
 written as inline PTX rather than through `nvcuda::wmma` (mma.h) because that header needs the
 CUDA compiler's `crt/` headers, which NVRTC's pip packages do not always ship; the PTX is what
 mma.h emits, and NVRTC compiles it for any of those architectures.
@@ -116,5 +124,78 @@ def declare_store():
                                  feature=FEATURE, override=True)
 
 
+def _warp_mma_source(dtype: str, fm: int, fn: int, name: str) -> str:
+    """A warp's fm x fn fragments updated by one 16-wide step of k: fm fragments of A and fn of
+    B loaded once each (fm + fn loads where the 16x16x16 call makes 2 fm fn), then the fm fn
+    products; every loop unrolled, so the fragments stay in registers."""
+    n = 8 if dtype == "float16" else 4
+    ptx = "f16" if dtype == "float16" else "bf16"
+    kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
+    return f"""{_ACC}
+static __device__ __forceinline__ void {name}_fill(void* c) {{
+#pragma unroll
+  for (int f = 0; f < {fm * fn}; ++f)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)[f].x[i] = 0.0f;
+}}
+static __device__ __forceinline__ void {name}(const void* a, const void* b, void* c, int64_t lda, int64_t ldb) {{
+  unsigned fa[{fm}][{n}], fb[{fn}][{n}];
+  const {_dtype_c(dtype)}* pa = (const {_dtype_c(dtype)}*)a;
+  const {_dtype_c(dtype)}* pb = (const {_dtype_c(dtype)}*)b;
+#pragma unroll
+  for (int i = 0; i < {fm}; ++i)
+    asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+                 : {_outs("fa[i]", n)} : "l"(pa + i * {TILE} * lda), "r"((int)lda) : "memory");
+#pragma unroll
+  for (int j = 0; j < {fn}; ++j)
+    asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+                 : {_outs("fb[j]", n)} : "l"(pb + j * {TILE}), "r"((int)ldb) : "memory");
+#pragma unroll
+  for (int i = 0; i < {fm}; ++i)
+#pragma unroll
+    for (int j = 0; j < {fn}; ++j) {{
+      float* d = (({ACC_TYPE}*)c)[i * {fn} + j].x;
+      asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, "
+                   "{_regs(8 + n, n)}, {_regs(0, 8)};"
+                   : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[i][{k}])' for k in range(n))},
+                     {", ".join(f'"r"(fb[j][{k}])' for k in range(n))});
+    }}
+}}"""
+
+
+def _dtype_c(dtype: str) -> str:
+    return {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
+
+
+def warp_mma(dtype: str, wm: int, wn: int):
+    """The intrinsic of a warp's whole wm x wn tile of fp32 fragments updated by a 16-wide step
+    of k, `dtype` inputs (declared and registered the first time it is asked for): c[i, j] (+)=
+    sum over k < 16 of a[i, k] * b[k, j], a (wm, 16) and b (16, wn) row-major tiles in shared
+    memory, c a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
+    fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once."""
+    if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
+        raise ValueError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
+    name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32"
+    if name in _WARP:
+        return _WARP[name]
+    a = te.placeholder((wm, TILE), dtype, name="a")
+    b = te.placeholder((TILE, wn), dtype, name="b")
+    k = te.reduce_axis((0, TILE), name="k")
+    c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+                   name="c")
+    fn_name = f"ember_{name}"
+
+    def lower_fn(ins, outs):
+        (pa, pb), (pc,) = ins, outs
+        update = te.hardware_intrinsic(fn_name, pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"),
+                                       pa.strides[0], pb.strides[0])
+        return None, te.hardware_intrinsic(f"{fn_name}_fill", pc.access_ptr("w")), update
+
+    _WARP[name] = te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True,
+                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name))
+    return _WARP[name]
+
+
+_WARP: dict = {}
 MMA = {dtype: declare_mma(dtype) for dtype in DTYPES}
 STORE = declare_store()

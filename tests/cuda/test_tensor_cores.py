@@ -80,12 +80,12 @@ def _inputs(dtype: str, m: int, n: int, k: int, seed: int = 5):
 
 @pytest.mark.parametrize("dtype", wmma.DTYPES)
 def test_tensorcore_gemm_on_the_interpreter(dtype):
-    s, args = schedules.tensorcore_gemm(128, 256, 64, dtype, BN=128, WN=64)
+    s, args = schedules.tensorcore_gemm(64, 256, 64, dtype, BM=64, BN=128, WM=32, WN=64)
     text = str(ember.lower(s, args, target="cuda"))
-    assert "scope='wmma.accumulator'" in text and "alloc((128, 32)" in text  # A's tile, compacted
+    assert "scope='wmma.accumulator'" in text and "alloc((64, 40)" in text  # A's tile, compacted, rows padded
     f = ember.build(s, args, target="python")
-    a, b, expected = _inputs(dtype, 128, 256, 64)
-    out = np.full((128, 256), np.nan, np.float32)
+    a, b, expected = _inputs(dtype, 64, 256, 64)
+    out = np.full((64, 256), np.nan, np.float32)
     f(a, b, out)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
@@ -100,6 +100,9 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
     src = f.source
     assert "wmma.mma.sync.aligned.row.row.m16n16k16" in src and "#include <mma.h>" not in src
     assert "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
+    # each k step loads a warp's 4 fragments of A and 2 of B once, then makes its 8 products
+    assert "ember_wmma_warp_mma_64x32x16_" in src and src.count("wmma.load.a.sync") == 1
+    assert "__half A_shared[5120];" in src or "__nv_bfloat16 A_shared[5120];" in src  # 128 rows of 32 + 8
     assert "__shared__ __align__(32)" in src and "__syncthreads();" in src
     assert "*reinterpret_cast<uint4*>(&A_shared[" in src  # 8 halves copied a thread at a time
     # the calls run in every lane: no fragment index depends on a loop (registers, not local memory)
