@@ -112,7 +112,7 @@ class Target:
     cflags: str | None = None
     vector_bytes: int | None = None
     align: int = 64  # bytes every buffer starts at: one cache line, one AVX-512 register
-    schedules: str = "cpu"  # the family of default schedules (ember.ops' schedules are for CPUs)
+    schedules: str | None = None  # the default schedules (ember.schedules.<family>): "gpu" for cuda, else "cpu"
     caches: tuple[int, int, int] | None = None  # L1d, L2, L3 bytes
     cores: int | None = None
     accel: object = None  # kind "accel": the accelerator's description (ember.accel.Accelerator)
@@ -122,6 +122,8 @@ class Target:
             raise ConfigError(f"unknown target {self.kind!r}; targets are {KINDS} or an ember.target.Target")
         if (self.kind == "accel") != (self.accel is not None):
             raise ConfigError("a target of kind 'accel' and only it holds an accelerator's description (accel=)")
+        if self.schedules is None:
+            object.__setattr__(self, "schedules", "gpu" if self.kind == "cuda" else "cpu")
         if self.kind in HOST_C:
             cc, cflags = config.resolve("cc", self.cc), config.resolve("cflags", self.cflags)
             object.__setattr__(self, "cc", cc)

@@ -42,7 +42,7 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
     "ops": {"graph", "te"},  # what each operator is, in both worlds
-    "schedules": {"ops"},  # schedules of the operators, per target
+    "schedules": {"ops", "cuda"},  # schedules of the operators, per target
     "frontend": {"graph", "ops", "checks"},
     "passes": {"graph", "ops", "program"},
     "checks": {"graph", "ops"},  # compile-time checks of a model and its inputs

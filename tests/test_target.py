@@ -118,8 +118,8 @@ def test_bad_targets_are_config_errors():
         Target(vector_bytes=24)
     with pytest.raises(ember.ConfigError, match="align must be a power of two"):
         Target(align=48)
-    with pytest.raises(ember.ScheduleError, match="schedule family 'gpu'"):
-        ember.compile(conv_graph(), target=Target(schedules="gpu"))
+    with pytest.raises(ember.ScheduleError, match="schedule family 'tpu'"):
+        ember.compile(conv_graph(), target=Target(schedules="tpu"))
 
 
 def test_an_avx2_target_is_named_by_its_level():

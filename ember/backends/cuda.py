@@ -29,7 +29,7 @@ class CUDABackend(Backend):
                           "models compile for 'c' or 'python'")
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CUDAKernel]:
-        """Options: arch, ptx (ember.cuda.build_cuda)."""
+        """Options: arch, ptx, debug (ember.cuda.build_cuda)."""
         return {f.name: build_cuda(f, **options) for f in funcs}
 
 

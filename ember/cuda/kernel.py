@@ -20,11 +20,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .. import config
 from ..codegen.common import written_buffers
 from ..errors import ArgumentTypeError, DeviceError, LowerError, ShapeError
 from ..tir import dtype as dt
 from ..tir.expr import as_int
 from ..tir.stmt import PrimFunc
+from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
@@ -32,10 +34,11 @@ from .scopes import infer_scopes
 from .sync import insert_syncs
 
 
-def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) -> CUDAKernel:
+def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, debug: bool | None = None) -> CUDAKernel:
     """A GPU kernel of one lowered function (see the module doc). `arch`: the architecture to
     compile for (default: the GPU's, sm_90 without one); `ptx`: ship PTX, which the driver
-    compiles for its device at load."""
+    compiles for its device at load; `debug` (default: the debug option, EMBER_DEBUG): every
+    access to a parameter checked against its size as the kernel runs (ember.cuda.checks)."""
     if func.size_vars:
         raise LowerError(f"CUDA kernels take static shapes for now; {func.name} has the sizes "
                          f"{[v.name for v in func.size_vars]}")
@@ -44,10 +47,10 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False) ->
     if arch is None:
         arch = _device_arch()
     check_limits(func, dims, limits_for(arch))
-    renderer = CUDARenderer()
+    renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug)
     source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
-                      aligned=renderer.vector_buffers & set(func.params))
+                      aligned=renderer.vector_buffers & set(func.params), checks=renderer.checks)
 
 
 def _device_arch() -> str:
@@ -68,8 +71,9 @@ class CUDAKernel:
     target = "cuda"
 
     def __init__(self, func: PrimFunc, source: str, binary: bytes, dims: dict[str, int], arch: str,
-                 aligned: set = frozenset()):
+                 aligned: set = frozenset(), checks: bool = False):
         self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
+        self.checks = checks  # it checks accesses as it runs: each call waits for it and reports
         self.aligned = frozenset(aligned)
         self.grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
         self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
@@ -108,6 +112,8 @@ class CUDAKernel:
             if stream is None:
                 stream = _torch_stream(arrays, dev.ordinal)
             self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
+            if self.checks:
+                check_status(self._module, self.name, [b.name for b in self.func.params], cu.CUstream(stream))
             if copies:
                 check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
                 written = written_buffers(self.func)

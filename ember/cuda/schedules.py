@@ -9,6 +9,8 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
 - `row_block`: a row per block (softmax, normalizations), its reductions across the block's
   threads in two phases, partials through shared memory, their fold through warp shuffles
   (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread;
+- `reduce_block`: an element of a reduction's output per block, reduced across the block's
+  threads as `row_block`'s statistics are;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
   (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
@@ -94,6 +96,25 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
             s[copy].vectorize(lanes)
         _, thread = s[copy].split(col, factor=threads)
         s[copy].bind(thread, ThreadAxis("threadIdx.x"))
+
+
+def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
+    """An element of `out` per block (its axes fused): `reduction`, the one reduction it is
+    (`out` itself) or reads at its own index (a mean's sum), is reduced across the block's
+    `threads` threads in two phases as `row_block`'s are: each thread's strided part into a
+    shared array (rfactor), then those partials into every thread's register (through warp
+    shuffles), from which every thread stores the same element of `out`."""
+    red = s.cache_write(out, "local") if reduction is out else reduction  # the fold into a register
+    stage = s[out]
+    axes = stage.op.axis
+    block = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    stage.bind(block, ThreadAxis("blockIdx.x"))
+    (axis,) = s[red].op.reduce_axis
+    _, part = s[red].split(axis, factor=threads)
+    partials = s.rfactor(red, part, factor_axis=len(s[red].op.axis))
+    s[red].compute_at(stage, block)
+    s[partials].compute_at(stage, block)
+    s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
 
 
 def _reads(s: TESchedule, stage, tensor) -> bool:

@@ -11,7 +11,7 @@ from gpu_kernels import needs_nvrtc
 
 import ember
 from ember.cuda import driver as cuda_driver
-from ember.errors import ArgumentTypeError, DeviceError, ShapeError
+from ember.errors import ArgumentTypeError, DeviceError, IndexOutOfRangeError, ShapeError
 
 
 class FakeDriver:
@@ -27,6 +27,16 @@ class FakeDriver:
         self.memory: dict[int, ctypes.Array] = {}
         self.launches: list = []
         self.freed: list[int] = []
+        self.status = (ctypes.c_int64 * 4)()  # the module's ember_status (ember.cuda.checks)
+        self.fails = None  # what a launch records there: (what, index, size, parameter)
+
+    def cuModuleGetGlobal(self, module, name):
+        assert name == b"ember_status"
+        return 0, ctypes.addressof(self.status), ctypes.sizeof(self.status)
+
+    def cuMemsetD8(self, ptr, value, size):
+        ctypes.memset(ptr, value, size)
+        return (0,)
 
     def cuCtxSetCurrent(self, context):
         return (0,)
@@ -65,6 +75,8 @@ class FakeDriver:
         out = (ctypes.c_float * self.out_size).from_address(pointers[-1])
         for k in range(self.out_size):
             out[k] = 7.0
+        if self.fails:
+            self.status[:] = self.fails
         return (0,)
 
 
@@ -132,3 +144,25 @@ def test_a_failed_driver_call_names_it_and_the_error(fake):
     fake.cuGetErrorString = lambda err: (0, b"too many resources requested for launch")
     with pytest.raises(DeviceError, match="launching kernel k failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
         cuda_driver.check((701,), "launching kernel k")
+
+
+@needs_nvrtc
+def test_a_failed_check_is_raised_after_the_launch(fake):
+    """An index read from a tensor out of its axis (always checked), and in debug mode any
+    access out of its buffer: the kernel records the first in its status, which the call reads,
+    clears and raises."""
+    s, args, _ = kernels.elementwise(1024, threads=128)
+    f = ember.build(s, args, target="cuda", arch="sm_90", debug=True)
+    assert f.checks and "ember_in_bounds(" in f.source and "float4" not in f.source  # lanes one by one
+    fake.expected_params, fake.out_size = ["A", "B", "C"], 1024
+    a = np.zeros(1024, "float32")
+    fake.fails = (3, 1030, 1024, 1)
+    with pytest.raises(DeviceError, match=r"kernel main accessed B\[1030\], outside its 1024 elements"):
+        f(a, a, np.zeros(1024, "float32"))
+    assert list(fake.status) == [0, 0, 0, 0]  # cleared for the next call
+    fake.fails = (2, -12, 10, -1)
+    with pytest.raises(IndexOutOfRangeError, match="index -12 is out of range for an axis of size 10"):
+        f(a, a, np.zeros(1024, "float32"))
+    fake.fails = None
+    f(a, a, np.zeros(1024, "float32"))
+    assert not ember.build(s, args, target="cuda", arch="sm_90").checks  # no checks unless asked

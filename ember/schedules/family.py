@@ -1,0 +1,49 @@
+"""A family of schedules (ember.schedules.cpu, ember.schedules.gpu): the schedules its modules
+declare per operator with `@schedules("conv2d", ...)`, and the default for a pattern kind.
+
+`schedule_for(op)` is `schedule(s, outputs, target)`: the operator's declared schedule, else the
+family's default for the operator's pattern kind; a declared schedule may decline a kernel by
+returning False before changing anything (a shape its tile does not fit), and the default then
+runs. Every module of the family's package is imported the first time a schedule is asked for,
+so a new one is found without being listed anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+
+
+class Family:
+    def __init__(self, package: str, path: Iterable[str], default_schedule: Callable):
+        self.package, self.path, self.default_schedule = package, list(path), default_schedule
+        self._schedules: dict[str, Callable] = {}
+
+    def schedules(self, *ops: str) -> Callable[[Callable], Callable]:
+        """Declare `schedule(s, outputs, target)` the schedule of the operators named `ops`."""
+
+        def declare(schedule: Callable) -> Callable:
+            for name in ops:
+                if name in self._schedules:
+                    raise ValueError(f"operator {name!r} has two schedules in {self.package}")
+                self._schedules[name] = schedule
+            return schedule
+
+        return declare
+
+    def declared(self) -> dict[str, Callable]:
+        """Every declared schedule by operator name."""
+        for info in pkgutil.iter_modules(self.path):
+            importlib.import_module(f"{self.package}.{info.name}")
+        return dict(self._schedules)
+
+    def schedule_for(self, op) -> Callable:
+        """`schedule(s, outputs, target)` for a kernel of the OpDef `op` (see the module doc)."""
+        own = self.declared().get(op.name)
+
+        def schedule(s, outputs, target) -> None:
+            if own is None or own(s, outputs, target) is False:
+                self.default_schedule(s, outputs, op.pattern, target)
+
+        return schedule

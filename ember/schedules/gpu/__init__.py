@@ -1,0 +1,27 @@
+"""GPU schedules of operator kernels (the family of target "cuda", and of the interpreter's GPU
+runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
+(ember.schedules.family), on the kernel shapes of ember.cuda.schedules:
+
+- every pattern kind without a schedule of its own (`default.default_schedule`): intermediate
+  stages inlined; an output without reduction axes (elementwise, broadcast, injective: gather,
+  transpose, concat, pad, ...) fused, 4 elements a thread where they divide it, 256 threads a
+  block; an output with reduction axes (pooling, convolution, a reduction that does not take the
+  block schedule) one output element a thread, its reductions in registers;
+- `reduce`: a reduction over the last axis, long enough, one output element a block, the
+  block's threads reducing strided parts through shared memory and the partials folded with
+  warp shuffles (`rows`);
+- `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis of a 2-D input, a row a
+  block, each statistic of the row reduced across the block's threads;
+- `matmul`: matmul and gemm of 2-D float32 operands tiled in shared memory (register tiles per
+  thread), of float16/bfloat16 ones on Tensor Cores, where the tiles divide the shapes.
+A declared schedule that does not fit a kernel declines it (returns False) before changing
+anything, and the default runs.
+"""
+
+from __future__ import annotations
+
+from ..family import Family
+from .default import default_schedule
+
+FAMILY = Family(__name__, __path__, default_schedule)
+schedules, declared, schedule_for = FAMILY.schedules, FAMILY.declared, FAMILY.schedule_for

@@ -1,0 +1,52 @@
+"""The default GPU schedule of a kernel, by the shape of each output (see the package doc)."""
+
+from __future__ import annotations
+
+from ...cuda import schedules as gpu
+from ...te.tensor import ComputeOp, input_tensors_of
+from ...tir.expr import as_int
+from ..rules import inline_intermediates
+
+THREADS = 256
+
+
+def default_schedule(s, outputs, pattern: str, target) -> None:
+    inline_intermediates(s.sch)
+    for t in outputs:
+        if t.op.reduce_axis:
+            per_thread(s, t)
+        else:
+            spread(s, t)
+
+
+def spread(s, t) -> None:
+    """Every element of t on its own thread: the axes fused, 4 consecutive elements a thread
+    where 4 divides their count (16-byte accesses where they are contiguous); a scalar on one
+    thread."""
+    if not t.op.axis:
+        return
+    n = count(t)
+    vector = 4 if n % 4 == 0 and n >= 4 else 1
+    gpu.elementwise(s, t, threads=min(THREADS, max(1, n // vector)), vector=vector)
+
+
+def per_thread(s, t) -> None:
+    """One element of t a thread, the reductions it reads computed in its registers; a scalar on
+    one thread."""
+    if not t.op.axis:
+        return
+    n = count(t)
+    gpu.rows(s, t, reductions_of(s, t), threads=min(THREADS // 2, n))
+
+
+def reductions_of(s, t) -> list:
+    """The reductions t reads that are still stages of their own, consumers first."""
+    return [op.output(0) for op in reversed(input_tensors_of([t]))
+            if isinstance(op, ComputeOp) and op is not t.op and op.reduce_axis and s.computed(op.output(0))]
+
+
+def count(t) -> int:
+    n = 1
+    for d in t.shape:
+        n *= as_int(d)
+    return n

@@ -1,0 +1,65 @@
+"""The default GPU schedules of every operator family (ember.schedules.gpu, what the CUDA target
+chooses): each operator's kernel checked against its NumPy reference on the interpreter with GPU
+semantics (Target("python", schedules="gpu"): blocks and threads in a shuffled order, races
+checked), and compiled by NVRTC for sm_90, with the kernel shape the family gives it."""
+
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.graph.core import TensorType
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.target import Target
+from ember.testing import check_op, random_array
+
+RNG = np.random.default_rng(23)
+ON_INTERPRETER = Target("python", schedules="gpu")
+
+
+def _x(*shape):
+    return random_array(shape, "float32", RNG)
+
+
+# name, inputs, attributes, what the CUDA source shows of the kernel's shape
+CASES = {
+    "elementwise": ("gelu", lambda: [_x(6, 40)], {}, "float4"),  # 4 elements a thread, 16 bytes
+    "broadcast": ("add", lambda: [_x(4, 8, 16), _x(16)], {}, "blockIdx.x"),
+    "injective": ("transpose", lambda: [_x(3, 5, 7)], {"perm": [2, 0, 1]}, "threadIdx.x"),
+    "gather": ("gather", lambda: [_x(10, 6), np.array([3, -1, 9], "int64")], {"axis": 0}, "ember_index("),
+    "scatter": ("scatter_elements", lambda: [_x(5, 4), np.array([[1, 0, 2, 3], [4, 1, 0, 2]], "int64"), _x(2, 4)],
+                {"axis": 0}, "ember_index("),
+    "long reduction": ("sum", lambda: [_x(4, 512)], {"axes": [1]}, "__shfl_xor_sync"),  # a block an output
+    "short reduction": ("mean", lambda: [_x(4, 6, 10)], {"axes": [1]}, "threadIdx.x"),  # a thread an output
+    "pooling": ("max_pool2d", lambda: [_x(1, 2, 8, 8)], {"kernel": [2, 2], "strides": [2, 2]}, "threadIdx.x"),
+    "softmax": ("softmax", lambda: [_x(3, 256)], {"axis": 1}, "__shfl_xor_sync"),  # a block a row
+    "layer norm": ("layer_norm", lambda: [_x(2, 128) * 3 + 1, _x(128), _x(128)],
+                   {"normalized_ndim": 1, "eps": 1e-5}, "__shfl_xor_sync"),
+    "softmax, not last": ("softmax", lambda: [_x(2, 5, 6)], {"axis": 1}, "threadIdx.x"),  # a thread a row
+    "gemm": ("matmul", lambda: [_x(64, 16), _x(16, 64)], {}, "__syncthreads()"),  # tiles in shared memory
+    "batched matmul": ("matmul", lambda: [_x(2, 5, 7), _x(7, 3)], {}, "threadIdx.x"),
+    "conv": ("conv2d", lambda: [_x(1, 3, 6, 6), _x(4, 3, 3, 3)], {}, "threadIdx.x"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_gpu_schedule_is_right_on_the_interpreter(case):
+    name, inputs, attrs, _ = CASES[case]
+    check_op(name, inputs(), attrs, rtol=1e-4, atol=1e-5, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", CASES)
+def test_the_gpu_schedule_compiles_for_sm90(case):
+    name, inputs, attrs, shows = CASES[case]
+    types = [TensorType(x.shape, x.dtype.name) for x in inputs()]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.binary[:4] == b"\x7fELF" and shows in f.source
+    assert f.block != (1, 1, 1)  # bound to threads
+
+
+def test_the_cuda_target_takes_the_gpu_family():
+    assert Target("cuda").schedules == "gpu" and Target("python").schedules == "cpu"
