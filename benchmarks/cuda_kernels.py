@@ -10,8 +10,9 @@ K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` kee
 "x4": 16-byte copies to shared memory and of B's tile into registers)
 against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 on Tensor Cores
 (`schedules.tensorcore_gemm`: wmma fragments held across the K loop, each fragment of A and B
-loaded once per k step, shared rows padded; fp32 accumulators and output; with and without the
-padding) against cuBLAS on the same inputs (its output in the inputs' type). Every kernel is
+loaded once per k step, shared rows padded, the K loop pipelined with cp.async; fp32
+accumulators and output; with and without the padding and the pipelining) against cuBLAS on the
+same inputs (its output in the inputs' type). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -172,10 +173,11 @@ def copy(n: int, runs: int, rows: list) -> None:
 SOFTMAX = ((256, 1, False), (256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True),
            (0, 1, False))
 LAYER_NORM = ((256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True))
-# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN, lanes
-TILINGS = ((True, 128, 128, 8, 8, 8, 1), (True, 128, 64, 8, 8, 4, 1), (False, 128, 128, 8, 8, 8, 1),
-           (False, 128, 128, 8, 8, 8, 4), (False, 128, 128, 16, 8, 8, 4), (False, 128, 128, 32, 8, 8, 4),
-           (False, 128, 64, 8, 8, 4, 4))
+# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN, lanes, stages
+# (2: the K loop pipelined, cp.async)
+TILINGS = ((True, 128, 128, 8, 8, 8, 1, 1), (False, 128, 128, 8, 8, 8, 1, 1), (False, 128, 128, 8, 8, 8, 4, 1),
+           (False, 128, 128, 16, 8, 8, 4, 1), (False, 128, 128, 32, 8, 8, 4, 1), (False, 128, 64, 8, 8, 4, 4, 1),
+           (False, 128, 128, 8, 8, 8, 4, 2), (False, 128, 128, 16, 8, 8, 4, 2), (False, 128, 64, 16, 8, 4, 4, 2))
 
 
 def gemm(n: int, runs: int, rows: list) -> None:
@@ -189,20 +191,20 @@ def gemm(n: int, runs: int, rows: list) -> None:
     expected = torch.matmul(a, b)
     tflop = 2 * n**3 / 1e12
     name = f"fp32 GEMM {n}^3"
-    for views, BM, BN, BK, TM, TN, lanes in TILINGS:
+    for views, BM, BN, BK, TM, TN, lanes, stages in TILINGS:
         tiles = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN}
 
-        def make(views=views, tiles=tiles, lanes=lanes):
+        def make(views=views, tiles=tiles, lanes=lanes, stages=stages):
             if views:
                 return schedules.matmul(n, n, n, **tiles)
             A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
             k = te.reduce_axis((0, n), name="k")
             C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
             s = te.create_schedule(C.op)
-            schedules.gemm(s, A, B, C, **tiles, vector=lanes)
+            schedules.gemm(s, A, B, C, **tiles, vector=lanes, stages=stages)
             return s, [A, B, C]
 
-        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr x{lanes}"
+        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr x{lanes} s{stages}"
         try:
             f, build_s = build(make)
             c.zero_()
@@ -217,9 +219,10 @@ def gemm(n: int, runs: int, rows: list) -> None:
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
-# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, a warp's WM x WN, the rows' padding
-TC_TILINGS = ((128, 128, 32, 64, 32, 8), (128, 128, 32, 64, 32, 0), (128, 128, 32, 64, 64, 8),
-              (128, 256, 32, 64, 64, 8), (256, 128, 32, 64, 64, 8), (128, 128, 64, 64, 64, 8))
+# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, a warp's WM x WN, the rows' padding, stages
+# (2: the K loop pipelined, cp.async; larger tiles in 2 stages need more than 48 KiB of shared memory)
+TC_TILINGS = ((128, 128, 32, 64, 32, 8, 2), (128, 128, 32, 64, 64, 8, 2), (128, 128, 32, 64, 32, 8, 1),
+              (128, 128, 32, 64, 32, 0, 2), (128, 256, 32, 64, 64, 8, 1), (256, 128, 32, 64, 64, 8, 1))
 
 
 def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
@@ -234,9 +237,9 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
         c = torch.empty(n, n, device="cuda")
         expected = torch.matmul(a.float(), b.float())  # fp32 products of the same inputs (TF32 off)
         name = f"{'fp16' if dtype == 'float16' else 'bf16'} GEMM {n}^3"
-        for BM, BN, BK, WM, WN, pad in TC_TILINGS:
-            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "pad": pad}
-            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN} pad {pad}"
+        for BM, BN, BK, WM, WN, pad, stages in TC_TILINGS:
+            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "pad": pad, "stages": stages}
+            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN} p{pad} s{stages}"
             try:
                 f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
                 c.zero_()

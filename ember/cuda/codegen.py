@@ -10,7 +10,9 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 - a "shared" allocation is a `__shared__` array (one per block), a "local" one an array of the
   thread (registers when its indices are constant after unrolling); both need a constant size,
   and intermediates get one of the two first (ember.cuda.scopes);
-- `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`);
+- `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`); a pipelined loop's
+  copies of 16 bytes into shared memory are `cp.async` on sm_80 and later, with their
+  commit and wait (ember.cuda.pipeline);
 - a loop at block scope that folds a shared array of partials into every thread's register (a
   cross-thread reduction's second phase) is a strided fold per lane and five `__shfl_xor_sync`
   steps (ember.cuda.warp);
@@ -51,6 +53,7 @@ from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, Allocate, CallRoutine, For, IfThenElse, PrimFunc, Stmt, While
 from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
+from .pipeline import ASYNC, COMMIT, WAIT
 from .vectors import VECTOR_TYPES, copy_loop, vector_loop
 from .warp import WARP, WarpReduction, warp_reduction
 
@@ -106,9 +109,10 @@ class CUDARenderer(CStyleRenderer):
         "atomic_or": "atomicOr", "atomic_xor": "atomicXor", "atomic_xchg": "atomicExch", "atomic_cas": "atomicCAS",
     }
 
-    def __init__(self, debug: bool = False):
+    def __init__(self, debug: bool = False, arch: str = "sm_90"):
         super().__init__()
         self.debug = debug
+        self.async_copies = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("a")) >= 80  # cp.async
 
     def render_unit(self, func: PrimFunc) -> str:
         """The unit's CUDA C; after it, `vector_buffers` holds the parameters accessed 16 bytes at
@@ -162,6 +166,11 @@ class CUDARenderer(CStyleRenderer):
         if self.debug and s.kind == "vectorized":  # every access checked, one lane at a time
             super()._for(s, depth, out)
             return
+        if (s.kind == "vectorized" and s.annotation(ASYNC) and self.async_copies
+                and (copy := copy_loop(s, words=True)) is not None and copy[2].buffer.scope == "global"
+                and copy[0].buffer.scope == "shared"):
+            self._async_copy(*copy, depth, out)
+            return
         if s.kind == "vectorized" and (plan := vector_loop(s)) is not None:
             self._vector_for(s, plan, depth, out)
             return
@@ -199,6 +208,15 @@ class CUDARenderer(CStyleRenderer):
         out.append(f"{pad}}}")
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
+
+    def _async_copy(self, store, base, load, load_base, depth: int, out: list[str]) -> None:
+        """16 bytes from global to shared memory that the thread does not wait for (cp.async,
+        sm_80 and later; ember.cuda.pipeline): landed at the wait of its group."""
+        pad = "  " * depth
+        out.append(f"{pad}asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\" :: "
+                   f"\"r\"((unsigned)__cvta_generic_to_shared(&{self._buffer(store.buffer)}[{self._e(base)}])), "
+                   f"\"l\"(&{self._buffer(load.buffer)}[{self._e(load_base)}]) : \"memory\");")
+        self.vector_buffers |= {store.buffer, load.buffer}
 
     def _vector_for(self, s: For, plan, depth: int, out: list[str]) -> None:
         """A 4-lane loop as 16-byte loads, the lanes' values, one 16-byte store (ember.cuda.vectors)."""
@@ -372,6 +390,12 @@ class CUDARenderer(CStyleRenderer):
     def _evaluate(self, value: PrimExpr) -> str:
         if isinstance(value, Call) and value.name == SYNC:
             return "__syncthreads()"
+        if isinstance(value, Call) and value.name in (COMMIT, WAIT):  # nothing in flight without cp.async
+            if not self.async_copies:
+                return "(void)0"
+            if value.name == COMMIT:
+                return 'asm volatile("cp.async.commit_group;\\n" ::: "memory")'
+            return f'asm volatile("cp.async.wait_group {as_int(value.args[0])};\\n" ::: "memory")'
         return super()._evaluate(value)
 
     def _helper(self, name: str, text: str) -> str:

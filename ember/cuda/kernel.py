@@ -30,6 +30,7 @@ from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .pipeline import pipeline
 from .scopes import infer_scopes
 from .sync import insert_syncs
 
@@ -42,15 +43,21 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
     if func.size_vars:
         raise LowerError(f"CUDA kernels take static shapes for now; {func.name} has the sizes "
                          f"{[v.name for v in func.size_vars]}")
-    func = insert_syncs(infer_scopes(func))
+    func = prepare(func)
     dims = launch_dims(func)
     if arch is None:
         arch = _device_arch()
     check_limits(func, dims, limits_for(arch))
-    renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug)
+    renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug, arch=arch)
     source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
                       aligned=renderer.vector_buffers & set(func.params), checks=renderer.checks)
+
+
+def prepare(func: PrimFunc) -> PrimFunc:
+    """A lowered GPU kernel as the GPU runs it: its scratch given scopes (ember.cuda.scopes), its
+    pipelined loops double-buffered (ember.cuda.pipeline), its barriers (ember.cuda.sync)."""
+    return insert_syncs(pipeline(infer_scopes(func)))
 
 
 def _device_arch() -> str:

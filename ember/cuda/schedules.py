@@ -123,14 +123,16 @@ def _reads(s: TESchedule, stage, tensor) -> bool:
 
 
 def gemm(s: TESchedule, A, B, C, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
-         vector: int = 1) -> None:
+         vector: int = 1, stages: int = 1) -> None:
     """C = A @ B (C's compute reads A[i, k] and B[k, j]) tiled as the module doc says; `vector`
     4: the tiles are copied to shared memory 16 bytes a thread at a time, and at each k step a
     thread copies its TN columns of B's tile (contiguous) into registers 16 bytes at a time (its
-    TM rows of A's tile are BK apart: they stay scalar loads)."""
+    TM rows of A's tile are BK apart: they stay scalar loads); `stages` 2: the K loop is
+    pipelined, the next panels copied (with `vector=4`, by cp.async) while this one's products
+    run (ember.cuda.pipeline)."""
     _check_tiles(C, BM, BN, TM, TN)
     _tiled(s, s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), C, BM, BN, BK, TM, TN,
-           [lambda axes: axes, lambda axes: axes], vector)
+           [lambda axes: axes, lambda axes: axes], vector, stages)
 
 
 def matmul(M: int, N: int, K: int, *, BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
@@ -166,7 +168,7 @@ def _check_tiles(C, BM, BN, TM, TN) -> None:
         raise ScheduleError(f"gemm: tiles {BM}x{BN} (threads' {TM}x{TN}) must divide {M}x{N}")
 
 
-def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: int = 1) -> None:
+def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: int = 1, stages: int = 1) -> None:
     """The tiling of C and its shared copies AS, BS; `copy_orders` orders each copy's axes before
     they are fused and spread over the block's threads; `vector` > 1: the copies move `vector`
     consecutive elements a thread at a time, and a thread's columns of BS at each k step are
@@ -185,6 +187,8 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: in
     (k,) = s[CL].op.reduce_axis
     ko, ki = s[CL].split(k, factor=BK)
     s[CL].reorder(ko, ki, ci, cj)
+    if stages > 1:
+        s[CL].pragma(ko, "software_pipeline", stages)
     if vector > 1:
         BL = s.cache_read(BS, "local", [CL])
         s[BL].compute_at(s[CL], ki)
@@ -210,7 +214,7 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: in
 
 
 def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int = 128, BN: int = 128, BK: int = 32,
-                    WM: int = 64, WN: int = 32, pad: int = 8):
+                    WM: int = 64, WN: int = 32, pad: int = 8, stages: int = 2):
     """C = A @ B on Tensor Cores: A (M, K) and B (K, N) of `dtype` (float16 or bfloat16), C
     (M, N) float32, tensorized onto the wmma intrinsics (ember.intrinsics.wmma). A block computes
     a BM x BN tile of C with (BM/WM) x (BN/WN) warps (threadIdx.y the warp, threadIdx.x its 32
@@ -224,9 +228,10 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     makes 2 (WM/16)(WN/16)). The nest of the calls binds threadIdx.y only: every lane of the warp
     runs it, as the warp-level calls need. Returns the te schedule and [A, B, C].
 
-    Not yet: the copies to shared memory are not overlapped with the products (no double
-    buffering, no cp.async). The first version of this schedule (a call per fragment, no
-    padding) ran the fp16 GEMM 4096^3 at 15% of cuBLAS on an H200; this one is not measured yet."""
+    `stages` 2 (the default): the K loop is pipelined, the next tiles copied by cp.async while
+    this one's products run (ember.cuda.pipeline). The first version of this schedule (a call
+    per fragment, no padding, no pipelining) ran the fp16 GEMM 4096^3 at 14-15% of cuBLAS on an
+    H200; this one is not measured yet."""
     from ..intrinsics import wmma
 
     if dtype not in wmma.DTYPES:
@@ -264,6 +269,8 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     kf, kt = s[CF].split(ki, factor=16)
     s[CF].reorder(ko, kf, ci, cj, kt)
     s[CF].unroll(kf)
+    if stages > 1:
+        s[CF].pragma(ko, "software_pipeline", stages)
     for axis in (store_fi, store_fj):
         s[C].unroll(axis)
     threads = (BM // WM) * (BN // WN) * 32

@@ -7,6 +7,8 @@ scopes and barriers) as a Python generator of ONE thread, `def k(A, B, C, _ix, _
 - a loop bound to a GPU index is that index (`i = _ix['threadIdx.x']`), guarded where its extent
   is less than the launch's dimension, as the CUDA renderer does;
 - `__syncthreads()` is `yield n` (n: which barrier);
+- an asynchronous copy (ember.cuda.pipeline) is held by the thread with the value it read and
+  lands at the thread's wait for its group (`_cp`), so a tile read before its wait is stale;
 - a "shared" allocation is the block's (`_blk.shared`), one array per block, filled with NaN (or
   a pattern for integers) so that a read before any write shows; other scratch is the thread's
   own (a "wmma.accumulator" is its warp's, and a call that touches one, collective on the GPU, is
@@ -26,21 +28,34 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from ..codegen.common import single_index
 from ..codegen.python import PythonRenderer, load_python, symbol
 from ..errors import RaceError
 from ..runtime.module import PythonKernel
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, Call, PrimExpr, Ramp, as_int
-from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, THREAD_TAGS, Allocate, CallRoutine, Evaluate, For, PrimFunc, Stmt
+from ..tir.stmt import (
+    BLOCK_TAGS,
+    THREAD_BINDING,
+    THREAD_TAGS,
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    PrimFunc,
+    Stmt,
+)
 from . import fragments
 from .codegen import SYNC, launch_dims
+from .kernel import prepare
 from .limits import GPULimits, check_limits
 from .nvrtc import DEFAULT_ARCH
-from .scopes import infer_scopes
-from .sync import insert_syncs
+from .pipeline import ASYNC, COMMIT, WAIT
 
 WARP = 32
 
@@ -97,6 +112,27 @@ class SharedArray:
                         f"__syncthreads()?)")
 
 
+class AsyncCopies:
+    """A thread's asynchronous copies (ember.cuda.pipeline): each store held, with the value it
+    read, until a wait lands its group."""
+
+    def __init__(self):
+        self.open: list = []
+        self.groups: list[list] = []
+
+    def issue(self, array, index, value) -> None:
+        self.open.append((array, index, np.copy(value) if isinstance(value, np.ndarray) else value))
+
+    def commit(self) -> None:
+        self.groups.append(self.open)
+        self.open = []
+
+    def wait(self, in_flight: int) -> None:
+        while len(self.groups) > in_flight:
+            for array, index, value in self.groups.pop(0):
+                array[index] = value
+
+
 class Block:
     """One block's state while it runs: its shared arrays, its warps' accumulators, the thread
     running now (`tid`, linear in the block)."""
@@ -121,6 +157,9 @@ class Block:
         for a in self._shared.values():
             a.barrier()
 
+    def copies(self) -> AsyncCopies:
+        return AsyncCopies()
+
 
 class SimtRenderer(PythonRenderer):
     """One thread of a GPU-bound function as a Python generator (see the module doc)."""
@@ -130,11 +169,13 @@ class SimtRenderer(PythonRenderer):
         self.dims = dims
         self._barriers = itertools.count()
         self._allocations = itertools.count()
+        self._async = False  # rendering an asynchronous copy
 
     def render(self) -> str:
         f = self.func
         params = [self._name(b) for b in f.params] + [self._name(v) for v in f.size_vars] + ["_ix", "_tid", "_blk"]
-        lines = [f"def {symbol(f)}({', '.join(params)}):", f'    """{f.name}: one thread"""']
+        lines = [f"def {symbol(f)}({', '.join(params)}):", f'    """{f.name}: one thread"""',
+                 "    _cp = _blk.copies()"]
         self._stmt(f.body, 1, lines)
         lines += ["    return", "    yield  # a generator even without barriers"]
         return "\n".join(lines) + "\n"
@@ -142,6 +183,10 @@ class SimtRenderer(PythonRenderer):
     def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         pad = "    " * depth
         match s:
+            case For() if s.annotation(ASYNC) and not self._async:
+                self._async = True
+                self._stmt(replace(s, annotations=tuple(a for a in s.annotations if a[0] != ASYNC)), depth, out)
+                self._async = False
             case For(v, _, ext, _, body) if s.kind == THREAD_BINDING:
                 self._vars.add(v)
                 out.append(f"{pad}{self._name(v)} = _ix[{s.thread_tag!r}]")
@@ -152,6 +197,18 @@ class SimtRenderer(PythonRenderer):
                 self._vars.discard(v)
             case Evaluate(Call(name)) if name == SYNC:
                 out.append(f"{pad}yield {next(self._barriers)}")
+            case Evaluate(Call(name)) if name == COMMIT:
+                out.append(f"{pad}_cp.commit()")
+            case Evaluate(Call(name, (n,))) if name == WAIT:
+                out.append(f"{pad}_cp.wait({as_int(n)})")
+            case BufferStore(buf, value, _) if self._async and buf.scope == "shared":
+                index = single_index(s)
+                if isinstance(index, Ramp) and as_int(index.stride) == 1:
+                    base = self._e(index.base)
+                    where = f"slice({base}, {base} + {index.lanes})"
+                else:
+                    where = self._e(index)
+                out.append(f"{pad}_cp.issue({self._access_base(buf)}, {where}, {self._e(value)})")
             case Allocate(buf, body) if buf.scope in ("shared", fragments.SCOPE):
                 size = " * ".join(self._e(d) for d in buf.shape) or "1"
                 key = next(self._allocations)
@@ -233,7 +290,7 @@ def is_gpu_kernel(func: PrimFunc) -> bool:
 def build_simt(func: PrimFunc, *, seed: int = 0) -> SimtKernel:
     """The interpreter's kernel of a GPU-bound function: its scratch given scopes and its
     barriers inserted as for the GPU (ember.cuda.scopes, ember.cuda.sync), its limits checked."""
-    func = insert_syncs(infer_scopes(func))
+    func = prepare(func)
     check_limits(func, launch_dims(func), GPULimits(DEFAULT_ARCH))  # those every GPU shares
     return SimtKernel(func, seed)
 

@@ -74,17 +74,18 @@ def vector_loop(loop: For) -> VectorLoop | None:
     return VectorLoop(store, base, tuple(vectors))
 
 
-def copy_loop(loop: For) -> tuple[BufferStore, PrimExpr, BufferLoad, PrimExpr] | None:
+def copy_loop(loop: For, words: bool = False) -> tuple[BufferStore, PrimExpr, BufferLoad, PrimExpr] | None:
     """(store, its base, load, its base) where `loop` copies 16 bytes of any element type (8
     halves of a shared tile) from one buffer to another, both aligned: one `uint4` load and
-    store; else None."""
+    store; else None. 4 lanes of 4 bytes are vector_loop's, unless `words` (an asynchronous
+    copy, which is one instruction whatever the type)."""
     store, v = loop.body, loop.loop_var
     if (loop.kind != "vectorized" or as_int(loop.min) != 0 or not isinstance(store, BufferStore)
             or len(store.indices) != 1 or not isinstance(store.value, BufferLoad) or len(store.value.indices) != 1):
         return None
     load = store.value
     lanes = 128 // dt.bits(store.buffer.dtype)
-    if load.buffer.dtype != store.buffer.dtype or as_int(loop.extent) != lanes or lanes == LANES:
+    if load.buffer.dtype != store.buffer.dtype or as_int(loop.extent) != lanes or (lanes == LANES and not words):
         return None  # 4 lanes of 4 bytes: vector_loop's
     bases = [_aligned(b.buffer, b.indices[0], v, lanes) for b in (store, load)]
     return None if None in bases else (store, bases[0], load, bases[1])

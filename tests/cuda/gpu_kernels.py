@@ -86,13 +86,14 @@ def row_sum(n: int = 512, m: int = 96, threads: int = 128):
     return s, [A, B], lambda a: a.sum(1)
 
 
-def gemm(M: int = 128, N: int = 128, K: int = 64, vector: int = 1, **tiles):
+def gemm(M: int = 128, N: int = 128, K: int = 64, vector: int = 1, stages: int = 1, **tiles):
     A = te.placeholder((M, K), name="A")
     B = te.placeholder((K, N), name="B")
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     s = te.create_schedule(C.op)
-    schedules.gemm(s, A, B, C, **(tiles or {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4}), vector=vector)
+    schedules.gemm(s, A, B, C, **(tiles or {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4}), vector=vector,
+                   stages=stages)
     return s, [A, B, C], lambda a, b: a @ b
 
 

@@ -102,9 +102,9 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
     assert "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
     # each k step loads a warp's 4 fragments of A and 2 of B once, then makes its 8 products
     assert "ember_wmma_warp_mma_64x32x16_" in src and src.count("wmma.load.a.sync") == 1
-    assert "__half A_shared[5120];" in src or "__nv_bfloat16 A_shared[5120];" in src  # 128 rows of 32 + 8
+    assert "A_shared[10240];" in src  # two stages of 128 rows of 32 + 8 (ember.cuda.pipeline)
     assert "__shared__ __align__(32)" in src and "__syncthreads();" in src
-    assert "*reinterpret_cast<uint4*>(&A_shared[" in src  # 8 halves copied a thread at a time
+    assert "cp.async.cg.shared.global" in src  # 8 halves copied a thread at a time, asynchronously
     # the calls run in every lane: no fragment index depends on a loop (registers, not local memory)
     assert "C_wmma_accumulator[(0) / 512" in src
 

@@ -1,6 +1,7 @@
 """GPU schedule of matmul: a float32 product of two 2-D operands, C = A @ B, tiled in shared
 memory with a register tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a
-thread, 8-wide panels of k, 16-byte copies) where those tiles divide its shape. Other products
+thread, 8-wide panels of k, 16-byte copies, the next panels copied while this one's products
+run) where those tiles divide its shape. Other products
 (batched, float16/bfloat16, tiles that do not divide) decline: the default computes an output
 element a thread, its reduction in a register."""
 
@@ -25,5 +26,5 @@ def schedule_matmul(s, outputs, target) -> bool | None:
     if M % TILES["BM"] or N % TILES["BN"] or K % TILES["BK"]:
         return False
     A, B = inputs
-    gpu.gemm(s, A, B, C, **TILES, vector=4)
+    gpu.gemm(s, A, B, C, **TILES, vector=4, stages=2)
     return None

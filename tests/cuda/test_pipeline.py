@@ -1,0 +1,83 @@
+"""Software pipelining (ember.cuda.pipeline): a K loop's next tiles copied into the other half of
+double-buffered shared memory while this one's products run, by cp.async from sm_80; checked for
+its numbers on the interpreter (which lands a thread's asynchronous copies at its wait, so a
+missing wait shows), and compiled by NVRTC with and without cp.async."""
+
+from dataclasses import replace
+
+import gpu_kernels as kernels
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember import te
+from ember.cuda import schedules
+from ember.cuda.pipeline import WAIT
+from ember.cuda.simt import SimtKernel
+from ember.errors import LowerError
+from ember.tir.expr import Call
+from ember.tir.functor import mutate_stmt
+from ember.tir.stmt import Evaluate, SeqStmt
+
+RNG = np.random.default_rng(31)
+
+
+def _gemm(stages=2):
+    return kernels.gemm(64, 64, 32, BM=32, BN=32, BK=8, TM=4, TN=4, vector=4, stages=stages)
+
+
+def _inputs():
+    return RNG.standard_normal((64, 32), dtype="float32"), RNG.standard_normal((32, 64), dtype="float32")
+
+
+def test_a_pipelined_gemm_is_right_on_the_interpreter():
+    s, args, reference = _gemm()
+    a, b = _inputs()
+    out = np.full((64, 64), np.nan, "float32")
+    ember.build(s, args, target="python", seed=3)(a, b, out)
+    np.testing.assert_allclose(out, reference(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_without_its_wait_the_tiles_are_read_before_they_land():
+    s, args, _ = _gemm()
+    kernel = ember.build(s, args, target="python")
+    no_wait = mutate_stmt(kernel.func.body, f_stmt=lambda x: SeqStmt(())
+                          if isinstance(x, Evaluate) and isinstance(x.value, Call) and x.value.name == WAIT else None)
+    broken = SimtKernel(replace(kernel.func, body=no_wait))
+    assert "_cp.wait(" in kernel.source and "_cp.wait(" not in broken.source
+    a, b = _inputs()
+    out = np.zeros((64, 64), "float32")
+    broken(a, b, out)
+    assert np.isnan(out).all()  # the shared tiles were never written: NaN, as a block's shared memory starts
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_75"])
+def test_cp_async_from_sm80(arch):
+    s, args, _ = _gemm()
+    src = ember.build(s, args, target="cuda", arch=arch).source
+    uses = "cp.async.cg.shared.global" in src
+    assert uses == (arch == "sm_90")
+    assert ("cp.async.wait_group 1;" in src) == uses and ("cp.async.commit_group;" in src) == uses
+    assert "float A_shared[512];" in src  # two stages of 32 x 8
+
+
+@needs_nvrtc
+def test_the_tensor_core_gemm_is_pipelined():
+    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32)
+    src = ember.build(s, args, target="cuda", arch="sm_90").source
+    assert src.count("cp.async.cg.shared.global") == 4  # A's and B's tiles, before the loop and in it
+    assert "__half A_shared[5120];" in src  # two stages of 64 rows of 32 + 8
+
+
+def test_a_loop_that_does_not_copy_first_is_refused():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    outer, inner = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(inner, te.thread_axis("threadIdx.x"))
+    s[B].pragma(outer, "software_pipeline", 2)
+    with pytest.raises(LowerError, match="loop i_0: software pipelining takes a body that allocates shared buffers, "
+                                         "copies tiles into them, then computes from them"):
+        ember.build(s, [A, B], target="python")
