@@ -96,17 +96,17 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
     s, args = schedules.tensorcore_gemm(256, 256, 128, dtype)
     f = ember.build(s, args, target="cuda")
     assert f.arch.startswith("sm_") and len(f.binary) > 0
-    assert f.block == (32, 8, 1) and f.grid == (2, 2, 1)
+    assert f.block == (32, 4, 1) and f.grid == (2, 2, 1)
     src = f.source
     assert "wmma.mma.sync.aligned.row.row.m16n16k16" in src and "#include <mma.h>" not in src
-    assert "C_wmma_accumulator[8];" in src  # 4x2 fragments a warp
-    # each k step loads a warp's 4 fragments of A and 2 of B once, then makes its 8 products
-    assert "ember_wmma_warp_mma_64x32x16_" in src and src.count("wmma.load.a.sync") == 1
+    assert "C_wmma_accumulator[16];" in src  # 4x4 fragments a warp
+    # each k step loads a warp's 4 fragments of A and 4 of B once, then makes its 16 products
+    assert "ember_wmma_warp_mma_64x64x16_" in src and src.count("wmma.load.a.sync") == 1
     assert "A_shared[10240];" in src  # two stages of 128 rows of 32 + 8 (ember.cuda.pipeline)
     assert "__shared__ __align__(32)" in src and "__syncthreads();" in src
     assert "cp.async.cg.shared.global" in src  # 8 halves copied a thread at a time, asynchronously
     # the calls run in every lane: no fragment index depends on a loop (registers, not local memory)
-    assert "C_wmma_accumulator[(0) / 512" in src
+    assert "C_wmma_accumulator[(0) / 1024" in src
 
 
 @needs_gpu
