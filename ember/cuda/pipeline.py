@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import LowerError
+from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, BufferLoad, Call, Const, PrimExpr, as_int, binary
 from ..tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
 from ..tir.stmt import Allocate, BufferStore, CallRoutine, Evaluate, For, IfThenElse, Pointer, PrimFunc, SeqStmt, Stmt
@@ -74,10 +75,13 @@ def _pipelined(loop: For) -> Stmt:
     doubled = {b: Buffer(b.name, (Const(2 * _size(b), "int64"),), b.dtype, "shared") for b in shared}
     v, n = loop.loop_var, as_int(loop.extent)
 
+    ana = Analyzer()
+    ana.bind_range(v, loop.min, loop.extent)
+
     def at(stmts: list[Stmt], k: PrimExpr, mark: bool) -> Stmt:
         """stmts at iteration k, on stage k % 2 of the doubled buffers."""
-        stage = binary("%", binary("-", k, loop.min), Const(2, k.dtype))
-        out = [_staged(_at(s, v, k) if k is not v else s, doubled, stage) for s in stmts]
+        stage = ana.simplify(binary("%", binary("-", k, loop.min), Const(2, k.dtype)))
+        out = [_staged(_at(s, v, k) if k is not v else s, doubled, stage, ana) for s in stmts]
         return SeqStmt(tuple(_asynchronous(s) if mark else s for s in out))
 
     commit = Evaluate(Call(COMMIT, (), "int32"))
@@ -104,10 +108,10 @@ def _size(buf: Buffer) -> int:
     return n
 
 
-def _staged(s: Stmt, doubled: dict[Buffer, Buffer], stage: PrimExpr) -> Stmt:
+def _staged(s: Stmt, doubled: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
     """s with its accesses to each buffer moved to the given stage of its doubled one."""
     def shifted(b: Buffer, index: PrimExpr) -> PrimExpr:
-        return binary("+", index, binary("*", stage, Const(_size(b), stage.dtype)))
+        return ana.simplify(binary("+", index, binary("*", stage, Const(_size(b), stage.dtype))))
 
     def on_expr(e):
         if isinstance(e, BufferLoad) and e.buffer in doubled:

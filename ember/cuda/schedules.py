@@ -240,31 +240,69 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
 
     if dtype not in wmma.DTYPES:
         raise ScheduleError(f"tensorcore_gemm takes {wmma.DTYPES} inputs, not {dtype}")
-    if M % BM or N % BN or K % BK or BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
-        raise ScheduleError(f"tensorcore_gemm: tiles {BM}x{BN}x{BK} (warps' {WM}x{WN}, in 16x16x16 steps) must "
-                            f"divide {M}x{N}x{K}")
-    if pad % 8 or pad < 0:
-        raise ScheduleError(f"tensorcore_gemm: rows padded by {pad} elements; wmma loads rows 16 bytes apart (a "
-                            f"multiple of 8)")
+    _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad)
     A = te.placeholder((M, K), dtype, name="A")
     B = te.placeholder((K, N), dtype, name="B")
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
                    name="C")
     s = te.create_schedule(C.op)
-    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
-    CF = s.cache_write(C, "wmma.accumulator")
+    caches = (s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), s.cache_write(C, "wmma.accumulator"))
     i, j = s[C].op.axis
     bi, ii = s[C].split(i, factor=BM)
-    wi, ii = s[C].split(ii, factor=WM)
-    store_fi, store_i = s[C].split(ii, factor=16)
     bj, jj = s[C].split(j, factor=BN)
-    wj, jj = s[C].split(jj, factor=WN)
-    store_fj, store_j = s[C].split(jj, factor=16)
-    s[C].reorder(bi, bj, wi, wj, store_fi, store_fj, store_i, store_j)
-    warp = s[C].fuse(wi, wj)
     s[C].bind(bi, ThreadAxis("blockIdx.y"))
     s[C].bind(bj, ThreadAxis("blockIdx.x"))
+    _warp_tiles(s, C, *caches, (bi, bj, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype)
+    return s, [A, B, C]
+
+
+def tensorcore_matmul(s: TESchedule, A, B, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
+                      WN: int = 64, pad: int = 8, stages: int = 2) -> None:
+    """An operator's float16/bfloat16 matmul on Tensor Cores: C, its float32 product of A (M, K)
+    and B (K, N) (C[i, j] = sum of A[i, k] * B[k, j] in float32), and `out`, C cast to the
+    inputs' type. A block computes a BM x BN tile of C as `tensorcore_gemm` does, its fragments
+    stored into a float32 tile in shared memory, which the block's threads then cast into `out`
+    (coalesced)."""
+    M, N = (as_int(d) for d in out.shape)
+    _check_tensorcore(M, N, as_int(s[C].op.reduce_axis[0].dom.extent), BM, BN, BK, WM, WN, pad)
+    caches = (s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), s.cache_write(C, "wmma.accumulator"))
+    i, j = s[out].op.axis
+    bi, ii = s[out].split(i, factor=BM)
+    bj, jj = s[out].split(j, factor=BN)
+    s[out].reorder(bi, bj, ii, jj)
+    s[out].bind(bi, ThreadAxis("blockIdx.y"))
+    s[out].bind(bj, ThreadAxis("blockIdx.x"))
+    _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
+    y, x = s[out].split(rest, factor=32)
+    s[out].bind(y, ThreadAxis("threadIdx.y"))
+    s[out].bind(x, ThreadAxis("threadIdx.x"))
+    s[C].compute_at(s[out], bj)
+    _warp_tiles(s, C, *caches, (None, None, *s[C].op.axis), BM, BN, BK, WM, WN, pad, stages, A.dtype)
+
+
+def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad) -> None:
+    if M % BM or N % BN or K % BK or BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
+        raise ScheduleError(f"tensorcore_gemm: tiles {BM}x{BN}x{BK} (warps' {WM}x{WN}, in 16x16x16 steps) must "
+                            f"divide {M}x{N}x{K}")
+    if pad % 8 or pad < 0:
+        raise ScheduleError(f"tensorcore_gemm: rows padded by {pad} elements; wmma loads rows 16 bytes apart (a "
+                            f"multiple of 8)")
+
+
+def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, stages, dtype) -> None:
+    """C's BM x BN block tile (`axes`: its block loops, None where they are another stage's,
+    then its loops over the tile) on the block's warps, each a WM x WN tile of fragments (CF)
+    over the K loop, with A's and B's tiles staged in AS and BS (see tensorcore_gemm)."""
+    from ..intrinsics import wmma
+
+    bi, bj, ii, jj = axes
+    wi, ii = s[C].split(ii, factor=WM)
+    store_fi, store_i = s[C].split(ii, factor=16)
+    wj, jj = s[C].split(jj, factor=WN)
+    store_fj, store_j = s[C].split(jj, factor=16)
+    s[C].reorder(*[a for a in (bi, bj) if a is not None], wi, wj, store_fi, store_fj, store_i, store_j)
+    warp = s[C].fuse(wi, wj)
     s[C].bind(warp, ThreadAxis("threadIdx.y"))
     s[CF].compute_at(s[C], warp)
     ci, cj = s[CF].op.axis
@@ -292,4 +330,3 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     # tensorize removes the blocks: the primitives on their loops come first
     s[CF].tensorize(ci, wmma.warp_mma(dtype, WM, WN))
     s[C].tensorize(store_i, wmma.STORE)
-    return s, [A, B, C]

@@ -3,6 +3,7 @@ from where it is allocated and written, as TVM infers the scope of a stage attac
 loops.
 
 - inside a loop bound to threadIdx: the thread's own ("local": registers or local memory);
+  (a tensorized call writes a buffer as a store does: a warp's fragments stored to a tile)
 - inside a block's loops but outside its threads:
   - written inside loops bound to threadIdx (each thread its part): the block's ("shared"),
     which the sync pass then guards with barriers;
@@ -23,7 +24,19 @@ from dataclasses import replace
 from ..errors import LowerError
 from ..tir.expr import Buffer, BufferLoad
 from ..tir.functor import mutate_stmt, stmt_children
-from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
+from ..tir.stmt import (
+    THREAD_BINDING,
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    For,
+    IfThenElse,
+    Pointer,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+    While,
+)
 
 
 def infer_scopes(func: PrimFunc) -> PrimFunc:
@@ -65,9 +78,11 @@ def _scope(buf: Buffer, body: Stmt, in_block: bool) -> str:
 
 
 def _writers(s: Stmt, buf: Buffer, bound: bool = False) -> tuple[bool, bool]:
-    """Whether buf is stored to inside a bound loop under s, and whether outside one."""
-    if isinstance(s, BufferStore):
-        return (bound, not bound) if s.buffer is buf else (False, False)
+    """Whether buf is stored to (or written by a tensorized call) inside a bound loop under s, and
+    whether outside one."""
+    if isinstance(s, BufferStore | CallRoutine):  # (a tensorized call writes through pointers)
+        writes = s.buffer is buf if isinstance(s, BufferStore) else any(p.buffer is buf for p in s.writes)
+        return (bound, not bound) if writes else (False, False)
     if isinstance(s, For) and s.kind == THREAD_BINDING and s.thread_tag.startswith("threadIdx"):
         bound = True
     inside = outside = False
@@ -84,6 +99,12 @@ def _rescoped(s: Allocate, new: Buffer) -> Allocate:
         return BufferLoad(new, e.indices, e.dtype) if isinstance(e, BufferLoad) and e.buffer is old else None
 
     def on_stmt(x):
-        return BufferStore(new, x.value, x.indices) if isinstance(x, BufferStore) and x.buffer is old else None
+        if isinstance(x, BufferStore) and x.buffer is old:
+            return BufferStore(new, x.value, x.indices)
+        if isinstance(x, CallRoutine) and any(p.buffer is old for p in x.reads + x.writes):  # a tensorized call
+            def moved(ps):
+                return tuple(Pointer(new, p.offset) if p.buffer is old else p for p in ps)
+            return replace(x, reads=moved(x.reads), writes=moved(x.writes))
+        return None
 
     return Allocate(new, mutate_stmt(s.body, f_stmt=on_stmt, f_expr=on_expr))

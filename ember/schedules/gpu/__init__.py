@@ -12,8 +12,9 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   warp shuffles (`rows`);
 - `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis of a 2-D input, a row a
   block, each statistic of the row reduced across the block's threads;
-- `matmul`: matmul and gemm of 2-D float32 operands tiled in shared memory (register tiles per
-  thread), of float16/bfloat16 ones on Tensor Cores, where the tiles divide the shapes.
+- `matmul`: matmul of 2-D float32 operands tiled in shared memory (register tiles per thread,
+  the K loop pipelined), of float16/bfloat16 ones on Tensor Cores, where the tiles divide the
+  shapes.
 A declared schedule that does not fit a kernel declines it (returns False) before changing
 anything, and the default runs.
 """
