@@ -12,7 +12,9 @@ against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 o
 (`schedules.tensorcore_gemm`: wmma fragments held across the K loop, each fragment of A and B
 loaded once per k step, shared rows padded, the K loop pipelined with cp.async; fp32
 accumulators and output; with and without the padding and the pipelining) against cuBLAS on the
-same inputs (its output in the inputs' type). Every kernel is
+same inputs (its output in the inputs' type); and operators (softmax, layer norm, a reduction,
+gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
+against torch. Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -255,8 +257,61 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
         rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
 
 
+# operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
+# (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
+DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.softmax(1), True),
+            ("layer_norm", ((4096, 4096), (4096,), (4096,)), "float32", {"normalized_ndim": 1, "eps": 1e-5},
+             lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
+            ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
+            ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
+            ("matmul", ((4096, 4096), (4096, 4096)), "float32", {}, lambda a, b: a @ b, False),
+            ("matmul", ((4096, 4096), (4096, 4096)), "float16", {}, lambda a, b: a @ b, False))
+
+
+def _functional():
+    import torch
+
+    return torch.nn.functional
+
+
+def defaults(n: int, runs: int, rows: list) -> None:
+    """The operators of DEFAULTS as the CUDA target schedules them by default, against torch."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for op, shapes, dtype, attrs, torch_fn, memory_bound in DEFAULTS:
+        name = f"default {op} {dtype}"
+        try:
+            types = [TensorType(shape, dtype) for shape in shapes]
+            bound, outs = infer_types(op, types, attrs)
+            t0 = time.perf_counter()
+            s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+            f = ember.build(s, args, target="cuda")
+            build_s = time.perf_counter() - t0
+            xs = [torch.randn(shape, device="cuda").to(getattr(torch, dtype)) for shape in shapes]
+            ys = [torch.empty(tuple(int(d) for d in t.shape), device="cuda", dtype=getattr(torch, t.dtype))
+                  for t in outs]
+            f(*xs, *ys)
+            torch.testing.assert_close(ys[0].float(), torch_fn(*xs).float(), rtol=2e-2, atol=2e-2)
+            work = (sum(x.numel() * x.element_size() for x in (*xs, *ys)) / 1e9 if memory_bound
+                    else 2 * shapes[0][0] * shapes[0][1] * shapes[1][1] / 1e12)
+            t = timed(lambda f=f, xs=xs, ys=ys: f(*xs, *ys), runs)
+            rows.append((name, f"ember grid {f.grid} block {f.block}", t, work / t, build_s))
+            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+            rows.append((name, "torch", t, work / t, None))
+        except Exception:  # one operator's failure must not hide the others'
+            print(f"--- {name} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
-         "tensorcore_gemm": tensorcore_gemm}
+         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults}
 
 
 def main() -> int:
