@@ -308,3 +308,14 @@ def test_other_illegal_directives():
         sch.rfactor(i)
     with pytest.raises(ScheduleError, match="storage scope"):
         sch.cache_write(sch.get_block("C"), 0, "shared_memory")
+
+
+def test_storage_align_pads_a_scratch_tile_on_every_target():
+    A, B, C, D = gemm_relu()
+    s = te.create_schedule(D.op)
+    i, j = s[D].op.axis
+    io, ii = s[D].split(i, factor=8)
+    s[C].compute_at(s[D], io)
+    s[C].storage_align(s[C].op.axis[0], 16, 3)  # C's 8 x 20 tile, its rows 35 apart
+    assert "C = alloc((8, 35), 'float32'" in str(ember.lower(s, [A, B, D]))
+    check_schedule(s, [A, B, D], relu_mm_ref, targets=TARGETS, rtol=1e-5, atol=1e-5)
