@@ -15,6 +15,7 @@ import numpy as np
 
 from ..codegen.c import CRenderer, codegen_c, launcher_symbol
 from ..codegen.entry import render_entry, render_spec
+from ..errors import ConfigError
 from ..passes.pipeline import TARGET_PASSES
 from ..program import Program
 from ..runtime.build import build_library, is_cached
@@ -25,6 +26,7 @@ from ..runtime.module import CKernel, build_c_module
 from ..runtime.spec import ModelSpec
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
+from ..tir.tensor_intrin import required_features
 from ..tune.features import extract_features
 from ..tune.measure import LocalRunner
 from ..tune.space import design_space
@@ -49,6 +51,7 @@ class CBackend(Backend):
 
     def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
                checked: bool, target) -> Rendered:
+        _check_units(program.kernels, target)
         renderer = CRenderer(checked, target.align)
         status = frozenset(f.name for f in program.kernels if renderer.takes_status(f))
         return Rendered("\n".join([renderer.render_unit(program.kernels),
@@ -64,11 +67,19 @@ class CBackend(Backend):
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CKernel]:
         """Options: checked, num_threads (ember.runtime.module.build_c_module)."""
+        _check_units(funcs, target)
         return build_c_module(funcs, cc=target.cc, cflags=target.cflags, align=target.align, **options)
 
     def open_launcher(self, source: str, name: str, target):
         handle = open_library(build_library(source, cc=target.cc, cflags=target.cflags)).handle
         return getattr(handle, launcher_symbol(name)), handle
+
+
+def _check_units(funcs: Sequence[PrimFunc], target) -> None:
+    """Kernels call a unit's intrinsics only for a target whose flags enable the unit."""
+    if missing := {f: i for f, i in required_features(funcs).items() if f not in target.features}:
+        raise ConfigError("; ".join(f"the tensor intrinsic {i} needs {f}, which the flags of target {target.key!r} "
+                                    f"do not enable" for f, i in missing.items()))
 
 
 register(CBackend())

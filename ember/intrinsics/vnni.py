@@ -77,8 +77,8 @@ def declare(name: str = DOT_16X4, c_source: str = C_SOURCE):
                 te.hardware_intrinsic("ember_vnni_reset16", pc.access_ptr("w")),
                 te.hardware_intrinsic("ember_vnni_dot16x4_update", *args))
 
-    return te.decl_tensor_intrin(c.op, lower_fn, name=name, c_source=c_source, strides={b: (4, 1)},
-                                 feature=FEATURE, override=True)
+    # (no feature: the C chooses at run time, so any target may call it)
+    return te.decl_tensor_intrin(c.op, lower_fn, name=name, c_source=c_source, strides={b: (4, 1)}, override=True)
 
 
 INTRIN = declare()

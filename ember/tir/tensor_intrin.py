@@ -8,7 +8,10 @@ computation), built over formal pointers (`IntrinBuffer.access_ptr`) and formal 
 that tensorize replaces by the matched loop nest's. `c_source` defines the C functions; a C unit
 holds it once, in its prelude. The loop-IR interpreter runs `desc` in place of the call, so a
 tensorized kernel is checked on any machine (ember.codegen.python). `feature` names the CPU
-feature the C code needs (a `Target.features` name), or None.
+feature the C code needs (a `Target.features` name), or None for C that runs on any CPU (VNNI's
+chooses at run time): a C kernel calling an intrinsic is built only for a target whose flags
+enable its feature (`required_features`; ember.backends.c), so the unit is chosen at compile time
+and a machine without it is refused before anything runs (Target.check_runs_here).
 
 The call of a role passes its pointers read, then its pointers written, then its scalars: the
 arguments of the C function, in that order (the order `CallRoutine` keeps).
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from ..errors import ScheduleError
 from .dtype import INDEX_DTYPE
 from .expr import Buffer, PrimExpr, Var, convert
+from .functor import collect
 from .stmt import BlockRealize, CallRoutine, For, Pointer, PrimFunc
 
 ROLES = ("body", "reset", "update")
@@ -116,3 +120,14 @@ def get_intrin(name: str) -> TensorIntrin:
 
 def formal_stride(name: str) -> Var:
     return Var(name, INDEX_DTYPE)
+
+
+def required_features(funcs) -> dict[str, str]:
+    """{feature: the first intrinsic that needs it} over the tensorized calls of `funcs`."""
+    needed: dict[str, str] = {}
+    for f in funcs:
+        for call in collect(f.body, lambda s: isinstance(s, CallRoutine) and "intrin" in dict(s.params)):
+            it = get_intrin(dict(call.params)["intrin"])
+            if it.feature is not None:
+                needed.setdefault(it.feature, it.name)
+    return needed
