@@ -71,7 +71,7 @@ from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
 from .ops import get as get_op
 from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
-from .passes.pipeline import PassReport
+from .passes.pipeline import PassReport, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .program import Program
 from .runtime.model import CompiledModel
@@ -109,7 +109,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
-                  checked: bool | None = None) -> CompiledModel | SegmentedModel:
+                  checked: bool | None = None, precision: str = "fp32") -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -127,23 +127,28 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         database.
     checked: an integer division by zero raises ZeroDivisionError (default: the checked option);
         unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
+    precision: "fp32", or "bf16": the weights of linear layers stored in bf16 and their products
+        on the target's bf16 unit (AMX, else AVX512-BF16; without one, the same bf16 products on
+        fp32 vectors) summed in fp32, all else fp32 (ember.passes.bf16_weights).
     """
     start = time.perf_counter()
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
     backend = target.backend
     backend.check_options(checked=checked)
+    pipeline_of(opt_level, precision)  # (a bad level or precision named before anything runs)
     target.check_runs_here()  # the model is built to run here
     check_graph(graph)
     if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
         return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
                                             num_threads=num_threads, jobs=jobs, target=target, database=database,
-                                            schedules=schedules, checked=checked))
+                                            schedules=schedules, checked=checked, precision=precision))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
         schedules = database.schedules(target.key)
     passes: list[PassReport] = []
-    fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes)
+    fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes,
+                      precision=precision)
     ranges = graph.ranges
     graph = fused.graph
     _check_loops(graph)

@@ -119,12 +119,13 @@ def kernel_name(ops: Iterable[str]) -> str:
 
 
 def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *, target: Target | None = None,
-              print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None) -> FusedGraph:
-    """The graph after the passes of `opt_level` for `target` (default: C on this machine;
-    ember.passes.pipeline.run_pipeline: `print_ir` and `report` as there), cut into the groups
-    that become kernels."""
+              print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None,
+              precision: str = "fp32") -> FusedGraph:
+    """The graph after the passes of `opt_level` and `precision` for `target` (default: C on this
+    machine; ember.passes.pipeline.run_pipeline: `print_ir` and `report` as there), cut into the
+    groups that become kernels."""
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
-                         report=report)
+                         report=report, precision=precision)
     if cut_regions(opt_level, disabled_passes) is unfused:
         return unfused(graph)
     fused = fuse(graph)

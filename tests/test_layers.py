@@ -41,7 +41,7 @@ LAYERS: dict[str, set[str]] = {
     "accel": {"codegen", "runtime", "te", "kernel"},  # a simulated accelerator (kernel: its tuner builds candidates)
     "testing": {"kernel", "schedules"},  # a schedule or an operator against NumPy on every target
     "graph": set(),  # graph IR data structures only
-    "ops": {"graph", "te"},  # what each operator is, in both worlds
+    "ops": {"graph", "te", "intrinsics"},  # what each operator is, in both worlds (a unit's packed layout)
     "schedules": {"ops", "cuda"},  # schedules of the operators, per target
     "frontend": {"graph", "ops", "checks"},
     "passes": {"graph", "ops", "program"},

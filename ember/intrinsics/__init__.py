@@ -1,7 +1,9 @@
 """Tensor intrinsics of real hardware, declared through `te.decl_tensor_intrin` (one module per
 unit: importing it registers its intrinsics for `sch.tensorize`), and the check of whether this
-CPU has a unit (`cpu_has`)."""
+CPU has a unit (`cpu_has`). The tile units (bf16, amx) are imported with the package, so that a
+kernel that calls one of their intrinsics finds it by name in any process (tiles.UNITS)."""
 
+from . import amx, bf16
 from .cpu import cpu_has
 
-__all__ = ["cpu_has"]
+__all__ = ["amx", "bf16", "cpu_has"]

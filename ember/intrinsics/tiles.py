@@ -11,7 +11,8 @@ accumulators (rows any stride apart). G is what one lane's instruction takes of 
 unit keeps its accumulators in registers (or tiles) from the first k to the last and stores them
 once: the C function takes KG and the strides of a's rows, b's blocks and c's rows as scalars.
 The description's extents are fixed, so there is one intrinsic per (unit, MR, NV, KG), declared
-on first use (`Unit.intrin`).
+on first use (`Unit.intrin`), or by its name (`<unit>_<MR>x<NV * 16>x<K>`) where a kernel lowered
+in another process calls it (the units register themselves, `UNITS`).
 
 `gemm` is C = A @ B over such operands, tiled MR x NV * 16 and tensorized: the tiles over one
 block of columns next to each other (its panel of b stays in L2 while the rows pass), the
@@ -27,8 +28,10 @@ from dataclasses import dataclass
 from .. import te
 from ..errors import ScheduleError
 from ..tir.expr import as_int
+from ..tir.tensor_intrin import RESOLVERS
 
 LANES = 16  # the columns of one block of b: a 512-bit register of fp32 or int32, a tile's row
+UNITS: dict[str, Unit] = {}
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class Unit:
     shapes: tuple[tuple[int, int], ...]
     c_source: Callable[[int, int], str]
     kg_step: int = 1
+
+    def __post_init__(self):
+        UNITS[self.name] = self
 
     def function(self, mr: int, nv: int) -> str:
         return f"ember_{self.name}_tile_{mr}x{nv}"
@@ -75,6 +81,19 @@ def _declare(unit: Unit, mr: int, nv: int, kg: int):
     return te.decl_tensor_intrin(c.op, lower_fn, name=f"{unit.name}_{mr}x{nv * LANES}x{kg * g}",
                                  c_source=unit.c_source(mr, nv), feature=unit.feature, override=True,
                                  strides={a: (None, g, 1), b: (None, LANES * g, g, 1), c: (None, LANES, 1)})
+
+
+def _resolve(name: str):
+    """The intrinsic named `name` (see `_declare`), declared now, if a unit's."""
+    unit, _, shape = name.rpartition("_")
+    dims = shape.split("x")
+    if unit not in UNITS or len(dims) != 3 or not all(d.isdigit() for d in dims):
+        return None
+    (mr, cols, k), u = (int(d) for d in dims), UNITS[unit]
+    return u.intrin(mr, cols // LANES, k // u.group)
+
+
+RESOLVERS.append(_resolve)
 
 
 def _product(a, b, acc_dtype: str):

@@ -3,6 +3,9 @@ level, and run with instrumentation.
 
     graph = run_pipeline(graph, opt_level=2, disabled_passes=("cse",), print_ir="all", debug=True)
 
+A `precision` other than "fp32" adds its passes (PRECISIONS: "bf16" stores the weights of linear
+layers in bf16, ember.passes.bf16_weights) before pad_gemv, or at the end of a pipeline without it.
+
 Per pass, `run_pipeline` records a PassReport (name, seconds, node counts before and after,
 whether the graph changed) in `report` when given one; in debug mode (debug=True, or
 EMBER_DEBUG=1 when debug is None) it runs the verifier (ember.graph.verify with
@@ -36,6 +39,7 @@ from ..graph.verify import verify
 from ..ops.registry import infer_types
 from ..target import Target
 from .algebraic import simplify
+from .bf16_weights import bf16_weights
 from .cse import cse
 from .dce import dce
 from .flatten_products import flatten_products
@@ -55,12 +59,17 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
                                                     slice_products, fold_batch_norm, fuse_siblings, fold_qkv_split,
-                                                    flatten_products, pad_gemv, layout, pack_weights, dce)}
+                                                    flatten_products, bf16_weights, pad_gemv, layout, pack_weights,
+                                                    dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
 # backend names those it gives its target (Backend.graph_passes); ember's own give these.
 TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
+
+# the passes a precision adds to a pipeline of level 2 or 3, before pad_gemv (on the 2-D gemms that
+# flatten_products makes, before pack_weights puts fp32 weights in panels)
+PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
@@ -95,16 +104,17 @@ class PassReport:
 
 def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (), target: Target | None = None,
                  print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
-                 report: list[PassReport] | None = None) -> Graph:
+                 report: list[PassReport] | None = None, precision: str = "fp32") -> Graph:
     if opt_level not in PIPELINES:
         raise ConfigError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
+    names = pipeline_of(opt_level, precision)
     disabled = disabled_passes_of(disabled_passes)
     printed = printed_passes(print_ir)
     debug = config.get("debug") if debug is None else debug
     if debug:
         _verify(graph, "the pipeline's input")
     target_passes = TARGET_PASSES if target is None else target.backend.graph_passes
-    for name in PIPELINES[opt_level]:
+    for name in names:
         if name in disabled:
             continue
         before = _signature(graph)
@@ -123,6 +133,15 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
         if entry.changed:
             graph = out  # else the graph itself goes on: unchanged means the same object
     return graph
+
+
+def pipeline_of(opt_level: int, precision: str = "fp32") -> list[str]:
+    """The passes of `opt_level` with those of `precision` (PRECISIONS) before pad_gemv."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    names = PIPELINES[opt_level]
+    at = names.index("pad_gemv") if "pad_gemv" in names else len(names)
+    return [*names[:at], *PRECISIONS[precision], *names[at:]]
 
 
 def printed_passes(print_ir: str | Iterable[str] | None = None) -> set[str]:

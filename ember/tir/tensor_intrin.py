@@ -19,6 +19,7 @@ arguments of the C function, in that order (the order `CallRoutine` keeps).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -112,8 +113,13 @@ def register_intrin(intrin: TensorIntrin, override: bool = False) -> TensorIntri
     return intrin
 
 
+# functions that declare an intrinsic of a family by its name on first use (or return None): a
+# kernel lowered in a worker process names intrinsics this process has not declared yet
+RESOLVERS: list[Callable[[str], TensorIntrin | None]] = []
+
+
 def get_intrin(name: str) -> TensorIntrin:
-    if name not in INTRINSICS:
+    if name not in INTRINSICS and not any(resolve(name) is not None for resolve in RESOLVERS):
         raise ScheduleError(f"no tensor intrinsic named {name!r}; the declared ones are {sorted(INTRINSICS)}")
     return INTRINSICS[name]
 

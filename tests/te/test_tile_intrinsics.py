@@ -91,7 +91,7 @@ def test_amx_compiles_for_sapphire_rapids(amx_kernels):
     assert {"amx-tile", "amx-bf16", "amx-int8"} <= spr.features
     source = spr.backend.render_kernels([f for _, f in amx_kernels.values()], spr)
     assert all(f"_tile_{op}(" in source for op in ("loadconfig", "loadd", "dpbf16ps", "dpbusd", "dpbssd", "stored"))
-    build_library(source, cc=spr.cc, cflags=spr.cflags)  # compiled (their common C once), not run: this CPU may lack AMX
+    build_library(source, cc=spr.cc, cflags=spr.cflags)  # compiled (the common C once), not run: this CPU may lack AMX
 
 
 def test_amx_kernels_run_here(amx_kernels):

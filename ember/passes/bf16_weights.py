@@ -1,0 +1,43 @@
+"""The weights of linear layers in bf16 (`ember.compile(..., precision="bf16")`):
+
+    gemm(a, W, c?; beta)  ->  gemm_bf16(a, pack(bf16(W)), c?; beta)       W' = W.T when trans_b
+
+bf16(W) rounds to nearest even; pack lays it out as the bf16 units read it ([N / 16][K / 2][16][2],
+ember.ops.matmul_bf16), once, at compile time. The product then runs on AMX or AVX512-BF16 where
+the target has them (ember.schedules.cpu.matmul_bf16), with a rounded to bf16 and the sums in
+fp32; the bias, the epilogue and everything else (normalizations, softmax, reductions) stay fp32.
+
+Rewritten: a gemm of a constant 2-D floating-point W (not transposed a, alpha 1) whose N is a
+multiple of 16, K of 2 and M a number known at compile time (flatten_products, which runs before,
+has made every linear layer such a gemm). Others keep fp32: a product of two activations
+(attention's, whose routine computes in fp32), a convolution, a symbolic number of rows, a
+classifier of 1000 columns.
+"""
+
+from __future__ import annotations
+
+from ..graph.core import Graph, Node, Value
+from ..intrinsics.tiles import LANES, pack
+from ..ops.matmul_bf16 import GROUP
+from ..tir import dtype as dt
+from .rewrite import Rewriter, rebuild
+
+
+def bf16_weights(graph: Graph) -> Graph:
+    return rebuild(graph, _rewrite)
+
+
+def _rewrite(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    if node.op != "gemm" or node.attrs["trans_a"] or node.attrs["b_panels"] or node.attrs["alpha"] != 1:
+        return None
+    a, b = inputs[:2]
+    weights = rw.constant_data(b)
+    if weights is None or weights.ndim != 2 or not dt.is_float(b.type.dtype) or not dt.is_float(a.type.dtype):
+        return None
+    w = weights.T if node.attrs["trans_b"] else weights
+    (m, k), n = a.type.shape, w.shape[1]
+    if not isinstance(m, int) or k % GROUP or n % LANES:
+        return None
+    packed = rw.constant(pack(w.astype(dt.to_numpy("bfloat16")), GROUP), f"{b.name}.bf16")
+    return rw.emit("gemm_bf16", [a, packed, *inputs[2:]], {"beta": node.attrs["beta"]}, hint=node.name,
+                   out_names=[node.outputs[0].name])
