@@ -21,8 +21,11 @@ DIR`) as one more runtime, timed in the same rounds: before and after a change, 
 machine shared with other work, the time a thread waited for its core is not counted (the caches
 the neighbours emptied still are); it implies --threads 1.
 
+--dtype bf16 | int8 times the square sizes on the CPU's matrix units instead, against the unit's peak
+measured in the same run, torch's matmul and NumPy's fp32 (benchmarks/gemm_lowp.py).
+
     python benchmarks/gemm.py [--sizes 512 1024 2048] [--rows 1 16 128 512] [--rounds 3] [--threads 2]
-                              [--baseline DIR] [--cpu-time]
+                              [--baseline DIR] [--cpu-time] [--dtype fp32 | bf16 | int8]
 """
 
 from __future__ import annotations
@@ -182,12 +185,21 @@ def main(argv=None) -> None:
     ap.add_argument("--before", action="store_true", help="also time ember without compile-time weight packing")
     ap.add_argument("--baseline", help="also time ember from this folder (another checkout), in the same rounds")
     ap.add_argument("--cpu-time", action="store_true", help="one thread, timed by its own CPU time")
+    ap.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32",
+                    help="bf16 or int8: the square sizes on the CPU's matrix units, against their measured peak "
+                         "(benchmarks/gemm_lowp.py)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cpu_time:
         args.threads = 1
     if args.worker:
         worker(args.worker, args.rows, args.repeat, args.cpu_time)
+        return
+    if args.dtype != "fp32":
+        os.environ["EMBER_NUM_THREADS"] = str(args.threads)
+        from gemm_lowp import run  # (this script's folder is on sys.path)
+
+        run(args.dtype, args.sizes, args.threads, args.repeat, cpu_times if args.cpu_time else None)
         return
     if args.rows:
         transformer_shapes(args)

@@ -1,9 +1,9 @@
 """Tensor intrinsics of real hardware, declared through `te.decl_tensor_intrin` (one module per
 unit: importing it registers its intrinsics for `sch.tensorize`), and the check of whether this
-CPU has a unit (`cpu_has`). The tile units (bf16, amx) are imported with the package, so that a
+CPU has a unit (`cpu_has`). The tile units (avx512, amx) are imported with the package, so that a
 kernel that calls one of their intrinsics finds it by name in any process (tiles.UNITS)."""
 
-from . import amx, bf16
+from . import amx, avx512
 from .cpu import cpu_has
 
-__all__ = ["amx", "bf16", "cpu_has"]
+__all__ = ["amx", "avx512", "cpu_has"]

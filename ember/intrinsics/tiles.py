@@ -1,5 +1,6 @@
-"""A register or matrix tile of a GEMM as one tensor intrinsic: the product that AVX512-BF16
-(`bf16.py`) and AMX (`amx.py`) compute a block of, declared once, and the GEMM schedule onto it.
+"""A register or matrix tile of a GEMM as one tensor intrinsic: the product that AVX512-BF16 and
+AVX512-VNNI (`avx512.py`) and AMX (`amx.py`) compute a block of, declared once, and the GEMM
+schedule onto it.
 
     c[i, v, l] = sum over k < KG, g < G of a[i, k, g] * b[v, k, l, g]      (in the accumulator type)
 

@@ -1,5 +1,5 @@
 """The tile intrinsics of the CPU's bf16 and int8 units (ember.intrinsics.tiles): AVX512-BF16's
-vdpbf16ps and AMX's tdpbf16ps / tdpbusd / tdpbssd tensorizing a GEMM, checked against NumPy
+vdpbf16ps, AVX512-VNNI's vpdpbusd and AMX's tdpbf16ps / tdpbusd / tdpbssd tensorizing a GEMM, checked against NumPy
 (bf16-rounded inputs summed in fp32; exact integer sums) on the interpreter everywhere and in C
 where this CPU has the unit; AMX compiled for a Sapphire Rapids target, and run here through
 the fallback its kernels take where Linux refuses the tile state."""
@@ -9,7 +9,7 @@ import pytest
 
 import ember
 from ember.errors import ConfigError, ScheduleError
-from ember.intrinsics import amx, bf16, cpu_has, tiles
+from ember.intrinsics import amx, avx512, cpu_has, tiles
 from ember.runtime.build import build_library
 from ember.runtime.module import build_c_module
 from ember.target import Target
@@ -41,16 +41,19 @@ def run(f, unit, m, n, a, bp):
 
 
 @pytest.mark.parametrize("target", ["python", "c"])
-def test_avx512_bf16_gemm(target):
-    if target == "c" and not cpu_has("avx512_bf16"):
-        pytest.skip("this CPU has no avx512_bf16 (/proc/cpuinfo)")
+@pytest.mark.parametrize("kind", ["bf16", "u8s8"])
+def test_avx512_tile_gemm(kind, target):
+    unit = avx512.UNITS[kind]
+    flag = {"bf16": "avx512_bf16", "u8s8": "avx512_vnni"}[kind]
+    if target == "c" and not cpu_has(flag):
+        pytest.skip(f"this CPU has no {flag} (/proc/cpuinfo)")
     m, n, k = (8, 32, 8) if target == "python" else (40, 80, 320)  # 8 x 1 tiles (80: 5 blocks of 16)
-    s, args = tiles.gemm(bf16.UNIT, m, n, k)
-    a, bp, ref, atol = operands(bf16.UNIT, m, n, k)
+    s, args = tiles.gemm(unit, m, n, k)
+    a, bp, ref, atol = operands(unit, m, n, k)
     f = ember.build(s, args, target=target)
-    np.testing.assert_allclose(run(f, bf16.UNIT, m, n, a, bp), ref, rtol=1e-5, atol=atol)
-    if target == "c":
-        assert f.source.count("_mm512_dpbf16_ps(") == 8  # one tile function of 8 x 1 accumulators
+    np.testing.assert_allclose(run(f, unit, m, n, a, bp), ref, rtol=1e-5, atol=atol)
+    if target == "c":  # one tile function of 8 x 1 accumulators
+        assert f.source.count("_mm512_dpbf16_ps(" if kind == "bf16" else "_mm512_dpbusd_epi32(") == 8
     verify_trace_roundtrip(s)
 
 
@@ -62,7 +65,7 @@ def test_tile_packing():
 
 
 def test_a_tile_needs_its_unit_in_the_target():
-    s, args = tiles.gemm(bf16.UNIT, 8, 32, 16)
+    s, args = tiles.gemm(avx512.BF16, 8, 32, 16)
     with pytest.raises(ConfigError, match="bf16_avx512_8x32x16 needs avx512bf16"):
         ember.build(s, args, target=Target.x86("avx2"))
     with pytest.raises(ScheduleError, match="no tile"):

@@ -7,7 +7,7 @@ vectorized loops of their own."""
 
 from __future__ import annotations
 
-from ...intrinsics import amx, bf16
+from ...intrinsics import amx, avx512
 from ...intrinsics.tiles import schedule as tile_schedule
 from ...ops.matmul_bf16 import ANCHOR, CAST
 from ...tir.expr import as_int
@@ -16,7 +16,7 @@ from . import schedules
 from .default import parallel_vectorize
 from .tiling import find_anchor
 
-UNITS = (amx.BF16, bf16.UNIT)  # the first the target has and whose tiles fit
+UNITS = (amx.BF16, avx512.BF16)  # the first the target has and whose tiles fit
 
 
 def unit_for(target, m: int | None, n: int, k: int):
