@@ -1,5 +1,5 @@
-"""`ember.compile(..., precision="bf16")`: the weights of linear layers in bf16, their products on
-the target's bf16 unit (AVX512-BF16 where this CPU has it) summed in fp32, checked against
+"""`ember.compile(..., precision="bf16")`: the weights of linear layers and convolutions in bf16,
+their products on the target's bf16 unit (AVX512-BF16 where this CPU has it) summed in fp32, checked against
 torch's fp32 at ||out - ref|| / ||ref|| <= 1e-2; the fallback on targets without the unit; bf16
 models in and out; a precision ember does not know."""
 
@@ -44,25 +44,54 @@ def test_transformer_layer_in_bf16(transformer):
     assert 1e-5 < error <= TOL  # rounded to bf16 (not fp32 throughout), within the bound
 
 
-def test_without_a_bf16_unit_the_same_products_on_fp32_vectors(transformer):
-    """The interpreter and an AVX2 target have no bf16 unit: gemm_bf16 sums the same bf16 products
-    on fp32 vectors, so their results are the unit's up to the order of the sums."""
-    layer, x, ref, compiled = transformer
-    fallback = ember.compile(layer, (x,), precision="bf16", target=Target.x86("avx2"))
-    assert "gemm_bf16" in nodes(fallback) and "dpbf16" not in fallback.source
-    np.testing.assert_allclose(fallback(x), compiled(x), rtol=1e-4, atol=1e-4)
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.c2, self.c3 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.Conv2d(32, 32, 1)
+        self.fc = torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.c1(x)))
+        x = torch.relu(self.c2(x))
+        return self.fc((x + self.c3(x)).mean((2, 3)))
 
 
-def test_mlp_on_the_interpreter():
+def test_small_cnn_in_bf16():
+    torch.manual_seed(3)
+    cnn = SmallCNN().eval()
+    with torch.no_grad():
+        cnn.bn.weight.uniform_(0.5, 1.5)
+        cnn.bn.running_var.uniform_(0.5, 1.5)
+        x = torch.randn(1, 3, 16, 16)
+        ref = cnn(x).numpy()
+    compiled = ember.compile(cnn, (x,), precision="bf16")
+    assert nodes(compiled).count("conv2d_bf16") == 3 and nodes(compiled).count("gemm_bf16") == 1
+    error = rel_error(compiled(x), ref)
+    print(f"bf16 CNN: ||out - ref|| / ||ref|| = {error:.1e}")
+    assert 1e-5 < error <= TOL
+
+
+@pytest.fixture(scope="module")
+def mlp():
     torch.manual_seed(1)
-    mlp = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.LayerNorm(48),
-                              torch.nn.Linear(48, 16)).eval()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.LayerNorm(48),
+                                torch.nn.Linear(48, 16)).eval()
     x = torch.randn(4, 32)
     with torch.no_grad():
-        ref = mlp(x).numpy()
-    compiled = ember.compile(mlp, (x,), precision="bf16", target="python")
-    assert nodes(compiled).count("gemm_bf16") == 2
-    assert rel_error(compiled(x), ref) <= TOL
+        ref = model(x).numpy()
+    return model, x, ref, ember.compile(model, (x,), precision="bf16")
+
+
+def test_without_a_bf16_unit_the_same_products_on_fp32_vectors(mlp):
+    """An AVX2 target has no bf16 unit (nor has the interpreter, tests/ops/test_matmul_bf16.py):
+    gemm_bf16 sums the same bf16 products on fp32 vectors, the unit's results up to the order of
+    the sums."""
+    model, x, ref, compiled = mlp
+    assert nodes(compiled).count("gemm_bf16") == 2 and rel_error(compiled(x), ref) <= TOL
+    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"))
+    assert nodes(fallback).count("gemm_bf16") == 2 and "dpbf16" not in fallback.source
+    np.testing.assert_allclose(fallback(x), compiled(x), rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_model_in_and_out():
