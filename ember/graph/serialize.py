@@ -5,7 +5,8 @@ form's lines}) and folder/constants.safetensors; `load_graph(folder)` reads them
 `graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
 metadata. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
 text (exact bits, any size), and every dtype that safetensors stores round-trips (bool,
-int8..int64, uint8..uint64, float16/32/64).
+int8..int64, uint8..uint64, float16/32/64, bfloat16: safetensors writes "BF16", which its NumPy
+reader does not read, so `_load` reads those as their bits).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load, load_file, save, save_file
+from safetensors.numpy import load, save, save_file
 
+from ..tir import dtype as dt
 from .core import Graph, GraphError
 from .parser import parse_graph
 from .printer import graph_to_text
@@ -43,7 +45,7 @@ def load_graph(folder: str | Path) -> Graph:
         raise GraphError(f"{folder} holds no saved graph: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise GraphError(f"{folder / GRAPH_FILE} is not an {FORMAT} file of version {VERSION}")
-    return parse_graph("\n".join(manifest["graph"]), load_file(folder / CONSTANTS_FILE))
+    return parse_graph("\n".join(manifest["graph"]), _load((folder / CONSTANTS_FILE).read_bytes()))
 
 
 def graph_to_bytes(graph: Graph) -> bytes:
@@ -60,8 +62,24 @@ def graph_from_bytes(blob: bytes) -> Graph:
         raise GraphError(f"not a saved graph: {e}") from None
     if metadata.get("format") != FORMAT or metadata.get("version") != str(VERSION):
         raise GraphError(f"not an {FORMAT} blob of version {VERSION}")
-    return parse_graph(metadata["graph"], load(blob))
+    return parse_graph(metadata["graph"], _load(blob))
 
 
 def _tensors(graph: Graph) -> dict[str, np.ndarray]:
     return {key: np.asarray(data, order="C") for key, data in graph.all_constants()}
+
+
+def _load(blob: bytes) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors blob, bf16 ones too: read as uint16 (the header says "U16"
+    for them), then viewed as bfloat16."""
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + size])
+    bf16 = [k for k, v in header.items() if k != "__metadata__" and v.get("dtype") == "BF16"]
+    if not bf16:
+        return load(blob)
+    for k in bf16:
+        header[k]["dtype"] = "U16"
+    head = json.dumps(header).encode()
+    head += b" " * (-len(head) % 8)
+    out = load(len(head).to_bytes(8, "little") + head + blob[8 + size:])
+    return {k: v.view(dt.to_numpy("bfloat16")) if k in bf16 else v for k, v in out.items()}

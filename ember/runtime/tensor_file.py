@@ -16,8 +16,11 @@ import math
 
 import numpy as np
 
+from ..tir import dtype as dt
+
 DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
-          "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+          "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
+          "F64": "float64"}
 
 
 def tensors(data: bytes) -> dict[str, np.ndarray]:
@@ -43,7 +46,7 @@ def tensors(data: bytes) -> dict[str, np.ndarray]:
 
 def _tensor(name: str, entry, body: memoryview) -> np.ndarray:
     try:
-        dtype = np.dtype(DTYPES[entry["dtype"]]).newbyteorder("<")
+        dtype = np.dtype(dt.to_numpy(DTYPES[entry["dtype"]])).newbyteorder("<")
         shape = tuple(int(d) for d in entry["shape"])
         begin, end = (int(o) for o in entry["data_offsets"])
     except (KeyError, TypeError, ValueError):

@@ -94,6 +94,15 @@ def test_without_a_bf16_unit_the_same_products_on_fp32_vectors(mlp):
     np.testing.assert_allclose(fallback(x), compiled(x), rtol=1e-5, atol=1e-5)
 
 
+def test_saved_with_its_bf16_weights(mlp, tmp_path):
+    """The packed bf16 weights go to disk as safetensors' BF16 and come back bit for bit."""
+    model, x, ref, compiled = mlp
+    compiled.save(tmp_path / "mlp")
+    loaded = ember.load(tmp_path / "mlp")
+    assert nodes(loaded).count("gemm_bf16") == 2
+    np.testing.assert_array_equal(loaded(x), compiled(x))
+
+
 def test_bf16_model_in_and_out():
     torch.manual_seed(2)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32)).eval()
