@@ -64,6 +64,9 @@ class Unit:
         return next(((mr, nv) for mr, nv in self.shapes if m % mr == 0 and n % (nv * LANES) == 0), None)
 
     def intrin(self, mr: int, nv: int, kg: int):
+        if (mr, nv) not in self.shapes or kg < 1 or kg % self.kg_step:
+            raise ScheduleError(f"{self.name} computes tiles of {self.shapes} (MR, NV) over a multiple of "
+                                f"{self.kg_step} groups of k, not ({mr}, {nv}) over {kg}")
         return _declare(self, mr, nv, kg)
 
 

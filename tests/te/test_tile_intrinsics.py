@@ -70,6 +70,8 @@ def test_a_tile_needs_its_unit_in_the_target():
         ember.build(s, args, target=Target.x86("avx2"))
     with pytest.raises(ScheduleError, match="no tile"):
         tiles.gemm(amx.BF16, 16, 32, 48)  # K not a multiple of 32
+    with pytest.raises(ScheduleError, match=r"not \(16, 2\) over 8"):
+        amx.BF16.intrin(16, 2, 8)
 
 
 @pytest.mark.parametrize("kind", sorted(amx.UNITS))
