@@ -3,6 +3,8 @@ their products on the target's bf16 unit (AVX512-BF16 where this CPU has it) sum
 torch's fp32 at ||out - ref|| / ||ref|| <= 1e-2; the fallback on targets without the unit; bf16
 models in and out; a precision ember does not know."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -67,6 +69,8 @@ def test_small_cnn_in_bf16():
         ref = cnn(x).numpy()
     compiled = ember.compile(cnn, (x,), precision="bf16")
     assert nodes(compiled).count("conv2d_bf16") == 3 and nodes(compiled).count("gemm_bf16") == 1
+    if cpu_has("avx512_bf16"):  # every product on the unit: 3 convolutions, 1 linear layer
+        assert len(re.findall(r"ember_bf16_avx512_tile_\w+\(\(const void\*\)", compiled.source)) == 4
     error = rel_error(compiled(x), ref)
     print(f"bf16 CNN: ||out - ref|| / ||ref|| = {error:.1e}")
     assert 1e-5 < error <= TOL

@@ -1,15 +1,16 @@
-"""CPU schedule of gemm_bf16 (ember.ops.matmul_bf16): the tile product on the best bf16 unit the
+"""CPU schedule of gemm_bf16 and conv2d_bf16 (ember.ops.matmul_bf16): the tile product on the best bf16 unit the
 target's flags enable, chosen at compile time: AMX (`tdpbf16ps`, tiles of 16 or 32 rows) ahead of
 AVX512-BF16 (`vdpbf16ps`, register tiles of up to 8 rows), each where its tiles cover the shape;
 elsewhere (no unit, the interpreter, a shape no tile covers) the same bf16 products summed in fp32
-on fp32 vectors. The rows of a in bf16 and the result (with its fused epilogue) are parallel,
-vectorized loops of their own."""
+on fp32 vectors. The rows of a in bf16 (a convolution's windows) and the result (with its fused
+epilogue) are parallel, vectorized loops of their own."""
 
 from __future__ import annotations
 
 from ...intrinsics import amx, avx512
+from ...intrinsics.tiles import LANES
 from ...intrinsics.tiles import schedule as tile_schedule
-from ...ops.matmul_bf16 import ANCHOR, CAST
+from ...ops.matmul_bf16 import ANCHOR, CAST, GROUP
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
 from . import schedules
@@ -26,8 +27,8 @@ def unit_for(target, m: int | None, n: int, k: int):
     return next(((u, fit) for u in UNITS if u.feature in target.features and (fit := u.fits(m, n, k))), None)
 
 
-@schedules("gemm_bf16")
-def schedule_gemm_bf16(s, outputs, target):
+@schedules("gemm_bf16", "conv2d_bf16")
+def schedule_bf16_product(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     cast = find_anchor(outputs, CAST)
     if anchor is None or cast is None or len(outputs) != 1:
@@ -37,8 +38,8 @@ def schedule_gemm_bf16(s, outputs, target):
     lanes = target.lanes()
     parallel_vectorize(s, cast.output(0), lanes)
     m, blocks, _ = (as_int(d) for d in acc.shape)
-    k = as_int(cast.output(0).shape[1]) * 2
-    chosen = unit_for(target, m, blocks * 16, k)
+    k = as_int(cast.output(0).shape[1]) * GROUP
+    chosen = unit_for(target, m, blocks * LANES, k)
     if chosen is not None:
         tile_schedule(s, acc, chosen[0], *chosen[1])
     else:
