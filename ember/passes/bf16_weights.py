@@ -1,10 +1,11 @@
 """The weights of linear layers and convolutions in bf16 (`ember.compile(..., precision="bf16")`):
 
     gemm(a, W, c?; beta)   ->  gemm_bf16(a, pack(bf16(W')), c?; beta)      W' = W.T when trans_b
-    conv2d(x, W, b?)       ->  conv2d_bf16(x, pack(bf16(W as (C * KH * KW, OC), rows padded to even)), b?)
+    conv2d(x, W, b?)       ->  conv2d_bf16(x, bf16(W as (OC, C * KH * KW / 2, 2), padded to even), b?)
 
 bf16(W) rounds to nearest even; pack lays it out as the bf16 units read it ([N / 16][K / 2][16][2],
-ember.ops.matmul_bf16), once, at compile time. The product then runs on AMX or AVX512-BF16 where
+ember.ops.matmul_bf16), once, at compile time (a convolution's weights are the product's left
+operand, rows of pairs, and its windows the packed one). The product then runs on AMX or AVX512-BF16 where
 the target has them (ember.schedules.cpu.matmul_bf16), with a rounded to bf16 and the sums in
 fp32; the bias, the epilogue and everything else (normalizations, softmax, reductions) stay fp32.
 
@@ -59,8 +60,8 @@ def _conv(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
             or not dt.is_float(x.type.dtype) or not dt.is_float(w.type.dtype):
         return None
     oc, taps = weights.shape[0], weights[0].size
-    matrix = np.zeros((taps + taps % GROUP, oc), dt.to_numpy("bfloat16"))
-    matrix[:taps] = weights.reshape(oc, taps).T
-    packed = rw.constant(pack(matrix, GROUP), f"{w.name}.bf16")
+    rows = np.zeros((oc, taps + taps % GROUP), dt.to_numpy("bfloat16"))
+    rows[:, :taps] = weights.reshape(oc, taps)
+    packed = rw.constant(rows.reshape(oc, -1, GROUP), f"{w.name}.bf16")
     attrs = {"kernel": weights.shape[2:], **{k: node.attrs[k] for k in ("strides", "padding", "dilations")}}
     return rw.emit("conv2d_bf16", [x, packed, *inputs[2:]], attrs, hint=node.name, out_names=[node.outputs[0].name])

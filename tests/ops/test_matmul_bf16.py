@@ -26,12 +26,14 @@ def test_gemm_bf16():
 
 
 def test_conv2d_bf16_with_odd_taps_and_padding():
-    """5 channels x 3 x 3 taps = 45 rows of weights, padded to 46 with zeros; stride 2, padding 1."""
+    """5 channels x 3 x 3 taps = 45 columns of weights, padded to 46 with zeros; stride 2, padding 1;
+    2 x 5 x 5 = 50 output pixels, 4 blocks of 16 with the last one padded."""
     rng = np.random.default_rng(1)
     x, w, b = random_array((2, 5, 9, 9), rng=rng), random_array((16, 5, 3, 3), rng=rng), random_array((16,), rng=rng)
-    matrix = np.zeros((46, 16), BF16)
-    matrix[:45] = w.reshape(16, 45).T
+    rows = np.zeros((16, 46), BF16)
+    rows[:, :45] = w.reshape(16, 45)
     attrs = {"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), "dilations": (1, 1)}
-    out, = check_op("conv2d_bf16", [x, pack(matrix, 2), b], attrs, rtol=1e-5, atol=1e-5, targets=("c", "python"))
+    out, = check_op("conv2d_bf16", [x, rows.reshape(16, 23, 2), b], attrs, rtol=1e-5, atol=1e-5,
+                    targets=("c", "python"))
     ref = torch.nn.functional.conv2d(bf16(x), bf16(w), torch.from_numpy(b), stride=2, padding=1)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
