@@ -8,8 +8,9 @@ A call computes MR = 16 or 32 rows x NV = 1 or 2 blocks: up to 2 x 2 accumulator
 multiple of 32 (bf16) or 64 (int8).
 
 Linux gives a process the tile state only when asked (`arch_prctl(ARCH_REQ_XCOMP_PERM,
-XFEATURE_XTILEDATA)`): the first call asks, once per process; where it is refused, every call
-computes the same sums in C, lane by lane. Each call loads its tile configuration
+XFEATURE_XTILEDATA)`): the first call of a library asks, and remembers the answer (a process
+with several models asks once per model; the grant is the process's); where it is refused,
+every call computes the same sums in C, lane by lane. Each call loads its tile configuration
 (`ldtilecfg`: 8 tiles of 16 x 64 bytes), since the configuration is per thread and another
 library in the process (oneDNN under torch) may load its own between two calls. The C functions
 are compiled for AMX alone (`__attribute__((target))`); a kernel calls them only where the
