@@ -313,6 +313,9 @@ OPTIONS = {
         Option("triton_debug", False, "EMBER_TRITON_DEBUG",
                "compiled ember.triton kernels check every load and store against its argument's bounds and "
                "raise instead of corrupting memory (TRITON_DEBUG and EMBER_DEBUG turn it on too)", Boolean()),
+        Option("lowered_cache", True, "EMBER_LOWERED_CACHE",
+               "keep lowered kernels in the cache folder (cache_dir/lowered), so that another process compiling "
+               "the same operators lowers nothing again", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
         Option("fast_call", True, "EMBER_FAST_CALL",

@@ -25,8 +25,11 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
   types), never its constants' values, which reach a kernel as buffers; so a model compiled again,
   or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again;
   its kernels are the same objects as before, whose C the code generator keeps (ember.codegen.c).
+  Below it, the cache folder keeps lowered kernels for other processes (ember.runtime.kept, by
+  `_disk_key`: the workload's key and the target's every fact; EMBER_LOWERED_CACHE), so a
+  process compiling what another one compiled lowers nothing (`Lowered.loaded`).
   Tuned compiles (a schedule lookup given) and compiles that print or verify the loop IR
-  (EMBER_PRINT_LOWER, EMBER_DEBUG) lower every kernel.
+  (EMBER_PRINT_LOWER, EMBER_DEBUG) lower every kernel, and read and keep none on disk.
 
 Nothing here knows of tuning databases: the caller gives the lookup.
 """
@@ -48,6 +51,7 @@ from .graph.core import Graph, TensorType
 from .kernel import lower
 from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
+from .runtime import kept
 from .schedules.apply import GroupNode, group_kernel
 from .target import Target, as_target
 from .te.schedule import TESchedule
@@ -190,6 +194,7 @@ class Lowered:
     lowered: int
     jobs: int
     reused: int = 0  # of the `lowered` workloads, those whose kernel came from LOWERED
+    loaded: int = 0  # of the `lowered` workloads, those whose kernel came from the disk (ember.runtime.kept)
 
 
 # a workload's lowered function, its structural hash, and the kernels made of it by name
@@ -246,11 +251,20 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
     memo = schedules is None and not config.get("print_lower") and not config.get("debug")
     found = {w: LOWERED.get((w, target)) for w in workloads} if memo else {}
     missing = [w for w in workloads if found.get(w) is None]
+    reused = len(workloads) - len(missing)
+    on_disk = memo and config.get("lowered_cache")
+    for w in missing if on_disk else ():
+        if (entry := kept.get("lowered", _disk_key(w, target))) is not None:
+            found[w] = (*entry, {})
+            LOWERED.put((w, target), found[w])
+    missing = [w for w in missing if found.get(w) is None]
     jobs = _jobs(jobs, len(missing))
-    for w, func in zip(missing, _lower_all(missing, schedules, target, jobs)):
-        found[w] = func, structural_hash(func), {}
+    for w, (func, key) in zip(missing, _lower_all(missing, schedules, target, jobs)):
+        found[w] = func, key, {}
         if memo:
             LOWERED.put((w, target), found[w])
+        if on_disk:
+            kept.put("lowered", _disk_key(w, target), found[w][:2])
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
     shared: dict[Workload, PrimFunc] = {}  # workload -> its kernel
     for w in workloads:
@@ -260,7 +274,13 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
             kernels[key] = named.get(name) or named.setdefault(name, dataclasses.replace(func, name=name))
         shared[w] = kernels[key]
     calls = tuple((g, found[w][0], shared[w]) for g, w in zip(groups, of_group))
-    return Lowered(calls, tuple(kernels.values()), len(workloads), jobs, len(workloads) - len(missing))
+    return Lowered(calls, tuple(kernels.values()), len(workloads), jobs, reused,
+                   len(workloads) - reused - len(missing))
+
+
+def _disk_key(w: Workload, target: Target) -> str:
+    """A workload's key on disk: its structure and every fact of the target, as text."""
+    return repr((w.key, target))
 
 
 def _jobs(jobs: int | None, n: int) -> int:
@@ -271,15 +291,23 @@ def _jobs(jobs: int | None, n: int) -> int:
     return max(1, min(jobs, n))
 
 
+def lowered_and_hashed(w: Workload, schedules: ScheduleLookup | None, target: Target | str) -> tuple[PrimFunc, str]:
+    """`lower_workload`, and the structural hash of its function: hashed where it was lowered, so
+    that workers hash in parallel and the parent hashes nothing (a tenth of a lowering)."""
+    func = lower_workload(w, schedules, target)
+    return func, structural_hash(func)
+
+
 def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, target: Target | str,
-               jobs: int) -> list[PrimFunc]:
-    """The lowered function of each workload, in `jobs` worker processes of ember's own
-    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
-    raised again here as it was raised there; a worker that dies raises CompileError."""
+               jobs: int) -> list[tuple[PrimFunc, str]]:
+    """The lowered function of each workload and its structural hash, in `jobs` worker processes
+    of ember's own (ember.workers: they work from any script, thread or daemonic process). A
+    lowering error is raised again here as it was raised there; a worker that dies raises
+    CompileError."""
     if jobs <= 1:
-        return [lower_workload(w, schedules, target) for w in workloads]
+        return [lowered_and_hashed(w, schedules, target) for w in workloads]
     with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
-        outcomes = pool.run([Call(f"{__name__}:lower_workload", (w, schedules, target)) for w in workloads])
+        outcomes = pool.run([Call(f"{__name__}:lowered_and_hashed", (w, schedules, target)) for w in workloads])
     for w, outcome in zip(workloads, outcomes):
         if outcome.status == "lost":
             raise CompileError(f"the worker process lowering a {w.name} kernel {outcome.value}; "

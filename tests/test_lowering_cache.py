@@ -39,7 +39,9 @@ def weights(k: int = 24, n: int = 40):
 
 @pytest.fixture
 def lowerings(monkeypatch):
-    """The workloads lowered from now on (ember.lowering.lower_workload's calls), LOWERED emptied."""
+    """The workloads lowered from now on (ember.lowering.lower_workload's calls), LOWERED emptied
+    and none read from the disk."""
+    monkeypatch.setenv("EMBER_LOWERED_CACHE", "0")
     LOWERED.clear()
     calls = []
     lower = ember.lowering.lower_workload
@@ -162,3 +164,4 @@ def test_threads_compiling_at_once_each_get_their_own_weights(lowerings):
     assert not errors and all(m is not None for m in models)
     for cm, (_, ref) in zip(models, graphs):
         check(cm, ref)
+

@@ -190,7 +190,9 @@ def test_a_graph_over_many_weight_sets_compiles_once_per_set(monkeypatch, weight
 
 @pytest.fixture
 def counted(monkeypatch):
-    """A recording backend, the graphs it made, and the exports and lowerings since (LOWERED emptied)."""
+    """A recording backend, the graphs it made, and the exports and lowerings since (LOWERED emptied,
+    none read from the disk)."""
+    monkeypatch.setenv("EMBER_LOWERED_CACHE", "0")
     LOWERED.clear()
     exports, lowerings = [], []
     export_, lower = ember.torch_backend.export, ember.lowering.lower_workload

@@ -230,7 +230,8 @@ def _valid(name: str, value) -> bool:
             return isinstance(value, int) and 0 <= value <= config.max_threads()
         case "max_specializations":
             return isinstance(value, int) and value >= 1
-        case "debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug" | "fast_call":
+        case ("debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug" | "fast_call"
+              | "lowered_cache"):
             return isinstance(value, bool)
         case "cc":
             return bool(shlex.split(value))

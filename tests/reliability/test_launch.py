@@ -67,8 +67,9 @@ def compile_chain(database=None):
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory):
-    """One build cache for the launches below: they tune the same candidates."""
-    return {"EMBER_CACHE_DIR": str(tmp_path_factory.mktemp("launch-cache"))}
+    """One build cache for the launches below: they tune the same candidates (each compile lowers
+    its kernels again, in its worker processes: none are read from the disk)."""
+    return {"EMBER_CACHE_DIR": str(tmp_path_factory.mktemp("launch-cache")), "EMBER_LOWERED_CACHE": "0"}
 
 
 def tuned_once(run) -> None:

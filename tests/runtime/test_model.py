@@ -183,8 +183,9 @@ def test_second_compile_hits_the_build_cache(monkeypatch):
     check(again(x, b), ref(x, b))
 
 
-def test_lowering_in_worker_processes_gives_the_same_model():
+def test_lowering_in_worker_processes_gives_the_same_model(monkeypatch):
     g, _ = residual_graph()
+    monkeypatch.setenv("EMBER_LOWERED_CACHE", "0")  # nor read from the disk
     LOWERED.clear()  # kernels lowered by earlier tests would be reused: each compile lowers its own
     parallel = compile_graph(g, jobs=2)
     assert parallel.stats.jobs == 2  # whatever threads earlier tests left behind

@@ -1,0 +1,78 @@
+"""Values kept on disk between processes, by key: what a compile made that the next process would
+make again the same way (ember.lowering keeps its lowered kernels here).
+
+    put("lowered", key, value)      get("lowered", key) -> value, or None
+
+An entry is `<cache_dir>/<folder>/<k[:2]>/<k>.pkl`, k the sha256 of the caller's key (a string),
+Python's version and ember's own source (`source_digest`: every module of the package), so an
+entry made by other code is never read: editing ember, or installing another version, starts
+afresh. An entry is the sha256 of its pickle, then the pickle; a read whose bytes do not match
+(a truncated or damaged file) is a miss, as is one that does not unpickle. Writes go to a
+temporary file renamed into place, so a reader sees a whole entry or none, and a cache that
+cannot be written is skipped (the build, which writes there too, says why).
+
+The trust is the build cache's: its libraries are loaded and run, these are unpickled; both are
+the user's own folder (EMBER_CACHE_DIR).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import config
+
+_EMBER = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def source_digest() -> str:
+    """The sha256 of ember's modules (their paths and bytes), read once per process (~30 ms)."""
+    h = hashlib.sha256()
+    for path in sorted(_EMBER.rglob("*.py")):
+        h.update(str(path.relative_to(_EMBER)).encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def entry_path(folder: str, key: str) -> Path:
+    """Where the value of `key` lives in `folder` of the cache."""
+    k = hashlib.sha256("\0".join((key, sys.version, source_digest())).encode()).hexdigest()
+    return Path(config.get("cache_dir")) / folder / k[:2] / f"{k}.pkl"
+
+
+def get(folder: str, key: str):
+    """The value kept under `key`, or None (none kept, or its entry is damaged)."""
+    try:
+        data = entry_path(folder, key).read_bytes()
+    except OSError:
+        return None
+    digest, payload = data[:32], data[32:]
+    if hashlib.sha256(payload).digest() != digest:
+        return None
+    try:
+        return pickle.loads(payload)
+    except Exception:  # (bytes that match their digest but not today's classes: a miss all the same)
+        return None
+
+
+def put(folder: str, key: str, value) -> None:
+    """Keep `value` under `key` (atomically; nothing when the cache cannot be written)."""
+    path = entry_path(folder, key)
+    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".kept-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(hashlib.sha256(payload).digest() + payload)
+            os.replace(tmp, path)
+        except OSError:
+            os.unlink(tmp)
+            raise
