@@ -28,8 +28,8 @@
 5. hands the kernels and the program to the target's backend (ember.backends), which renders
    them (for "c": ONE C translation unit of every kernel and the entry function that runs the
    program), builds them (once: the build cache keys the unit by content hash) and returns its
-   compiled model (ember.runtime.model), whose `stats` holds the time of each phase (and the
-   report of each graph pass).
+   compiled model (ember.runtime.model), whose `stats` (CompileStats) holds the time of each phase
+   (and the report of each graph pass), which `compile_report()` says in words.
 
 A graph with nodes whose output size depends on the data (nonzero, unique: ember.ops.dynamic) is
 cut around them first (ember.passes.host_segments): each segment between them goes through the
@@ -54,6 +54,7 @@ compiled.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
@@ -83,25 +84,54 @@ from .target import Target, as_target
 
 @dataclass(frozen=True)
 class CompileStats:
-    """Where the compile time went (seconds), and how much was shared or cached."""
+    """Where the compile time went (seconds), and how much was shared or cached; `report()` says it
+    in words (`CompiledModel.compile_report()`, `ember.compile(..., report=True)`)."""
 
     nodes: int
     kernels: int  # distinct kernels in the library
     lowered: int  # distinct operator applications (workloads)
     jobs: int  # processes that lowered those not reused
-    lower_s: float
-    codegen_s: float
-    build_s: float
+    lower_s: float  # lowering the kernels (schedules and loop passes)
+    codegen_s: float  # the memory plan, the call program and the source
+    build_s: float  # the C compiler, or the build cache's lookup
     total_s: float
     cached: bool  # the library came from the build cache
     passes: tuple[PassReport, ...] = ()  # the graph passes run, in order
     reused: int = 0  # of the `lowered` workloads, those lowered by an earlier compile of this process
+    loaded: int = 0  # of the `lowered` workloads, those read from the disk (lowered by another process)
+    import_s: float = 0.0  # the frontend: torch.export and the ATen graph's conversion, or the ONNX import
+    passes_s: float = 0.0  # the graph passes (weight packing among them) and fusion
+    load_s: float = 0.0  # loading the library and copying the weights into aligned buffers
 
     def __str__(self):
-        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self.lowered - self.reused} "
-                f"lowered in {self.jobs} process(es), {self.reused} reused): lower {self.lower_s:.2f} s, codegen "
-                f"{self.codegen_s:.2f} s, build "
+        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self._fresh} lowered in "
+                f"{self.jobs} process(es), {self.reused} reused, {self.loaded} from disk): lower "
+                f"{self.lower_s:.2f} s, codegen {self.codegen_s:.2f} s, build "
                 f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
+
+    @property
+    def _fresh(self) -> int:
+        return self.lowered - self.reused - self.loaded
+
+    def report(self, slowest: int = 3) -> str:
+        """Each phase's seconds and share of the total, what was cached, and the `slowest` graph
+        passes (weight packing is the pack_weights pass, plus the aligned copies at load)."""
+        passes = sorted(self.passes, key=lambda r: -r.seconds)[:slowest]
+        rows = [
+            ("import", self.import_s, "the frontend (torch.export and its conversion, or the ONNX import)"
+             if self.import_s else "a graph: nothing imported"),
+            ("passes", self.passes_s, "graph passes and fusion; slowest: " + ", ".join(
+                f"{r.name} {r.seconds:.2f} s" for r in passes) if passes else "graph passes and fusion"),
+            ("lowering", self.lower_s, f"{self.lowered} workloads: {self._fresh} lowered in {self.jobs} process(es), "
+                                       f"{self.reused} reused from this process, {self.loaded} read from the disk"),
+            ("codegen", self.codegen_s, "memory plan, call program, source"),
+            ("C compiler", self.build_s, "build cache hit" if self.cached else "built"),
+            ("load", self.load_s, "the library loaded, the weights copied aligned"),
+        ]
+        total = self.total_s or 1.0
+        lines = [f"compiled in {self.total_s:.2f} s: {self.nodes} nodes, {self.kernels} kernels"]
+        lines += [f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%  {what}" for name, s, what in rows]
+        return "\n".join(lines)
 
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
@@ -153,12 +183,13 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     graph = fused.graph
     _check_loops(graph)
     symbols = _symbols(graph)
-
     steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes))  # kernels, views, in-place writes, regions
-    lowered = lower_groups(steps.kernels, jobs, schedules, target)
-    lower_s = time.perf_counter() - start
-
     t = time.perf_counter()
+    passes_s = t - start
+
+    lowered = lower_groups(steps.kernels, jobs, schedules, target)
+    lower_s, t = time.perf_counter() - t, time.perf_counter()
+
     plan = plan_memory(steps, target.align)
     program = call_program(steps, plan, lowered.calls, lowered.kernels, symbols)
     spec = _model_spec(name, graph, symbols, ranges, program, lowered.calls, target)
@@ -167,16 +198,16 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     checked = config.get("checked") if checked is None else bool(checked)
     rendered = backend.render(program, spec, plan, weights, checked=checked, target=target)
-    codegen_s = time.perf_counter() - t
+    codegen_s, t = time.perf_counter() - t, time.perf_counter()
 
-    t = time.perf_counter()
     built, cached = backend.build(rendered, target)
-    build_s = time.perf_counter() - t
+    build_s, t = time.perf_counter() - t, time.perf_counter()
 
-    stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s, codegen_s,
-                         build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused)
-    return backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads,
-                         stats=stats)
+    model = backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads)
+    model.stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s,
+                               codegen_s, build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused,
+                               lowered.loaded, passes_s=passes_s, load_s=time.perf_counter() - t)
+    return model
 
 
 def _model_spec(name: str, graph: Graph, symbols: list[str], ranges, program: Program, calls,
@@ -226,23 +257,33 @@ def _host_function(node):
 
 
 def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializations: int | None = None,
-            **options) -> CompiledModel | SpecializedModel:
+            report: bool = False, **options) -> CompiledModel | SpecializedModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`; `dynamic_shapes` is
     torch.export's specification, e.g. ({1: torch.export.Dim("seq", min=1, max=512)},): one
     compile serves every size in range), or an ONNX model (a path or a ModelProto). Options:
     those of `compile_graph`. An ONNX model with runtime-valued
     inputs (a graph input giving axes, k, pads, scales, a shape) is a SpecializedModel, compiled on
     call for each value of those, for at most `max_specializations` values (default: the
-    max_specializations option)."""
+    max_specializations option). report=True prints where the time went to stderr
+    (`CompileStats.report`; the model's `compile_report()` returns it)."""
     limit = config.resolve("max_specializations", max_specializations)
+    start = time.perf_counter()
     try:
         graph = import_model(model, example_inputs, dynamic_shapes=dynamic_shapes)
     except EmberError as e:
         value_inputs = _runtime_valued(e)
         if not value_inputs and not _structured(e):
             raise
-        return _specialized(model, value_inputs, limit, options)
-    return compile_graph(graph, **options)
+        compiled = _specialized(model, value_inputs, limit, options)
+    else:
+        import_s = time.perf_counter() - start
+        compiled = compile_graph(graph, **options)
+        if isinstance(compiled, CompiledModel) and graph is not model:
+            compiled.stats = dataclasses.replace(compiled.stats, import_s=import_s,
+                                                 total_s=compiled.stats.total_s + import_s)
+    if report:
+        print(compiled.compile_report(), file=sys.stderr)
+    return compiled
 
 
 def _runtime_valued(e: EmberError) -> tuple[str, ...]:

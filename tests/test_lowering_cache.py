@@ -165,3 +165,42 @@ def test_threads_compiling_at_once_each_get_their_own_weights(lowerings):
     for cm, (_, ref) in zip(models, graphs):
         check(cm, ref)
 
+
+@pytest.fixture
+def on_disk(lowerings, monkeypatch, tmp_path):
+    """Lowered kernels kept on disk, in a cache folder of this test's own; the lowerings counted."""
+    monkeypatch.setenv("EMBER_LOWERED_CACHE", "1")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    return lowerings
+
+
+def test_another_process_reads_the_kernels_from_the_disk(on_disk):
+    (g1, ref1), (g2, ref2) = dense(*weights()), dense(*weights())
+    first = compile_graph(g1, jobs=1)
+    assert on_disk and first.stats.loaded == 0
+    LOWERED.clear()  # as in a new process
+    done = len(on_disk)
+    second = compile_graph(g2, jobs=1)
+    assert len(on_disk) == done and second.stats.loaded == second.stats.lowered == first.stats.lowered
+    assert second.stats.reused == 0 and second.source == first.source
+    check(second, ref2)
+    check(first, ref1)
+
+
+def test_a_damaged_entry_or_other_code_lowers_anew(on_disk, tmp_path, monkeypatch):
+    from ember.runtime import kept
+
+    g, ref = dense(*weights())
+    first = compile_graph(g, jobs=1)
+    for entry in (tmp_path / "lowered").rglob("*.pkl"):
+        entry.write_bytes(entry.read_bytes()[:-7])  # truncated
+    LOWERED.clear()
+    done = len(on_disk)
+    again = compile_graph(g, jobs=1)
+    assert len(on_disk) == done + first.stats.lowered and again.stats.loaded == 0
+    check(again, ref)
+    monkeypatch.setattr(kept, "source_digest", lambda: "another ember")  # an edited or another version
+    LOWERED.clear()
+    other = compile_graph(g, jobs=1)
+    assert len(on_disk) == done + 2 * first.stats.lowered and other.stats.loaded == 0
+    check(other, ref)

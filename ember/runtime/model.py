@@ -203,6 +203,13 @@ class CompiledModel:
         latest `profile` run if any, and the memory plan."""
         return summary(self)
 
+    def compile_report(self) -> str:
+        """Where the compile time went: import, graph passes (weight packing among them), lowering,
+        code generation, the C compiler, loading; what the caches gave (ember.compiler.CompileStats)."""
+        if self.stats is None:
+            return f"model {self.name} was loaded, not compiled, in this process: no compile report"
+        return f"{self.name}: " + self.stats.report()
+
     def save(self, path: str | Path) -> Path:
         """Write the artifact folder (library, weights, manifest); `ember.load(path)` reads it."""
         from .artifact import save_artifact

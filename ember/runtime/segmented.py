@@ -64,6 +64,10 @@ class SegmentedModel:
             outputs = [torch.from_numpy(np.ascontiguousarray(o)) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    def compile_report(self) -> str:
+        """The compile report of each compiled segment (CompiledModel.compile_report)."""
+        return "\n".join(m.compile_report() for m in self.segments)
+
     def save(self, path):
         raise ArtifactError(f"model {self.name} runs {len(self.segments)} compiled segments with host steps between "
                             "them, which one artifact does not hold; save a segment (model.segments)")

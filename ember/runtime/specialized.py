@@ -141,6 +141,12 @@ class SpecializedModel:
                             [f"the sequence or optional input(s) {list(self.structured)}"] * bool(self.structured)) \
             or "its outputs (sequences or optionals, regrouped)"
 
+    def compile_report(self) -> str:
+        """The compile report of each specialization compiled so far (they compile on call)."""
+        reports = [m.compile_report() for m in self.specializations.values() if hasattr(m, "compile_report")]
+        return "\n".join([f"model {self.name} compiles on call, once per value or structure of "
+                           f"{self._specialized_on()}: {len(reports)} compiled so far", *reports])
+
     def save(self, path):
         raise ArtifactError(f"model {self.name} is compiled per value or structure of {self._specialized_on()}; "
                             "save one of its specializations (model.specializations)")
