@@ -26,8 +26,9 @@
    a branch or a loop around the launches of the regions of each control-flow node
    (ember.ops.control), each region fused, lowered and planned with the rest;
 5. hands the kernels and the program to the target's backend (ember.backends), which renders
-   them (for "c": ONE C translation unit of every kernel and the entry function that runs the
-   program), builds them (once: the build cache keys the unit by content hash) and returns its
+   them (for "c": ONE library of every kernel and the entry function that runs the program, its
+   source cut into units compiled in parallel when it is large), builds them (once: the build
+   cache keys the source by content hash) and returns its
    compiled model (ember.runtime.model), whose `stats` (CompileStats) holds the time of each phase
    (and the report of each graph pass), which `compile_report()` says in words.
 

@@ -29,7 +29,7 @@ How it works:
   `close()` stops them and reaps them; an unclosed pool is closed when it is collected.
 - A worker is stopped the way a Ctrl-C stops the parent: SIGTERM, which its main thread turns
   into KeyboardInterrupt, so that the call under way unwinds and the C compiler it waits for is
-  killed with the compiler's children (ember.runtime.build.run_compiler); a worker that has not
+  killed with the compiler's children (ember.runtime.build.run_compilers); a worker that has not
   exited TERM_TIMEOUT_S later (stuck in native code) is killed. A pool's workers are stopped
   together, so closing a pool of busy workers (after a Ctrl-C) waits as long as for one. A worker
   whose parent died does the same to itself.

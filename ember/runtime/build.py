@@ -15,7 +15,12 @@ the library is moved into place. An entry is used only when its bytes match its 
 truncated or damaged library (a full disk, a copy gone wrong, an entry of an older ember without a
 sidecar) is compiled again, never loaded.
 
-The compiler runs in a process group of its own (`run_compiler`), killed whole if the build is
+A source may hold several translation units, separated by UNIT_SEPARATOR lines (a large
+model's kernels: ember.backends.c): each is compiled to an object at once, in parallel, and the
+objects are linked into the library; the key is the whole source's, and a compile error points
+at the lines of the unit it is in.
+
+The compiler runs in a process group of its own (`run_compilers`), killed whole if the build is
 interrupted (Ctrl-C, a worker process told to stop): no compiler process outlives the build.
 
 A compiler error raises `BuildError` with the compiler's error lines, each followed by the
@@ -49,6 +54,7 @@ from ..errors import ArtifactError, BuildError, ConfigError
 from .library import Digest, read_checked
 
 LIBS = ("-lm",)  # after the source file, where the linker wants libraries
+UNIT_SEPARATOR = "\n/* ember: the next translation unit */\n"  # between the units of one source
 
 _ERROR = re.compile(r"^(?P<file>[^\s:]+\.c):(?P<line>\d+):(?P<col>\d+): (?:fatal )?error: .*$", re.M)
 _MAX_CONTEXTS = 5  # errors shown with their source lines; the rest only as the compiler's line
@@ -157,45 +163,66 @@ def _locked(path: Path):
 
 
 def _compile(source: str, cc: str, flags: list[str], path: Path) -> None:
+    units = source.split(UNIT_SEPARATOR)
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
-        src, lib = Path(tmp) / f"{path.stem[:16]}.c", Path(tmp) / "lib.so"
-        src.write_text(source)
-        cmd = [*shlex.split(cc), *flags, "-o", str(lib), str(src), *LIBS]
-        try:
-            result = run_compiler(cmd)
-        except OSError as e:
-            raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another with the "
-                             f"cc option (EMBER_CC, or cc=)", source=source) from e
-        if result.returncode != 0 and _NO_SPACE in result.stderr:  # the library could not be written
-            raise _unwritable(path.parent, f"the C compiler could not write its output: {_NO_SPACE.lower()}, "
-                                           f"there or in its temporary folder")
-        if result.returncode != 0:
-            raise BuildError(_error_message(cmd, result, source), source=source,
-                             compiler_output=result.stderr)
+        srcs, lib = [Path(tmp) / f"{path.stem[:16]}_{k}.c" for k in range(len(units))], Path(tmp) / "lib.so"
+        if len(units) == 1:
+            srcs = [Path(tmp) / f"{path.stem[:16]}.c"]
+        for src, unit in zip(srcs, units):
+            src.write_text(unit)
+        if len(units) == 1:
+            steps = [[[*shlex.split(cc), *flags, "-o", str(lib), str(srcs[0]), *LIBS]]]
+        else:  # each unit to an object, all at once; then one link
+            objs = [src.with_suffix(".o") for src in srcs]
+            steps = [[[*shlex.split(cc), *flags, "-c", "-o", str(o), str(src)] for src, o in zip(srcs, objs)],
+                     [[*shlex.split(cc), *flags, "-o", str(lib), *map(str, objs), *LIBS]]]
+        for cmds in steps:
+            try:
+                results = run_compilers(cmds)
+            except OSError as e:
+                raise BuildError(f"cannot run the C compiler {cc!r} ({e}); install one or choose another with the "
+                                 f"cc option (EMBER_CC, or cc=)", source=source) from e
+            for cmd, result in zip(cmds, results):
+                if result.returncode != 0 and _NO_SPACE in result.stderr:  # an output could not be written
+                    raise _unwritable(path.parent, f"the C compiler could not write its output: {_NO_SPACE.lower()}, "
+                                                   f"there or in its temporary folder")
+                if result.returncode != 0:
+                    unit = next((u for src, u in zip(srcs, units) if str(src) in cmd), source)
+                    raise BuildError(_error_message(cmd, result, unit), source=source,
+                                     compiler_output=result.stderr)
         if not lib.is_file() or lib.stat().st_size == 0:
             said = (result.stdout + result.stderr).strip()
             raise BuildError(f"the C compiler {cc!r} (EMBER_CC, or cc=) exited 0 but produced no library: "
                              f"{shlex.join(cmd)}" + (f"\n{said}" if said else ""), source=source,
                              compiler_output=result.stderr)
         if config.get("keep_source"):
-            os.replace(src, path.with_suffix(".c"))
+            path.with_suffix(".c").write_text(source)
         _install(lib, path)  # last: a library in the cache is always complete
 
 
-def run_compiler(cmd: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Run a compiler command to its end, its output captured. The compiler runs in a process
-    group of its own, killed whole when the wait ends any other way (a Ctrl-C, a worker told to
-    stop, a timeout): killing the driver alone would leave the cc1, as and ld it started running."""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                          errors="replace", process_group=0) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except BaseException:
+def run_compilers(cmds: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    """Run compiler commands at once, each to its end, their output captured. Each compiler runs
+    in a process group of its own, all killed whole when the wait ends any other way (a Ctrl-C, a
+    worker told to stop): killing a driver alone would leave the cc1, as and ld it
+    started running."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for cmd in cmds:
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          stdin=subprocess.DEVNULL, text=True, errors="replace", process_group=0))
+        outputs = [proc.communicate() for proc in procs]  # (one at a time: none waits on another)
+    except BaseException:
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        raise
+    finally:
+        for proc in procs:
+            for stream in (proc.stdout, proc.stderr):
+                stream.close()
+    return [subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+            for cmd, proc, (out, err) in zip(cmds, procs, outputs)]
 
 
 def _error_message(cmd: list[str], result: subprocess.CompletedProcess, source: str) -> str:

@@ -85,3 +85,22 @@ def test_the_cuda_backend_refuses_models_and_lowers_without_vectors():
     s[B].vectorize(inner)
     assert "vectorized" in str(ember.lower(s, [A, B], target="cuda", skip=("vectorize",)))  # a loop CUDA C unrolls
     assert "vectorized" not in str(ember.lower(s, [A, B], target="c"))  # vector expressions
+
+
+def test_a_large_model_is_several_translation_units_built_into_one_library(monkeypatch):
+    import ember.backends.c
+    from ember.runtime.build import UNIT_SEPARATOR
+
+    g = Graph("units")
+    x = g.add_input("x", TensorType((8, 16)))
+    h, ref = x, lambda x: x
+    for k, op in enumerate(("relu", "neg", "exp", "tanh")):  # four kernels of their own
+        (h,) = add_op(g, op, [add_op(g, "matmul", [h, g.add_constant(w := random_array((16, 16)), f"w{k}")])[0]])
+        ref = (lambda r, w, f: lambda x: f(r(x) @ w))(ref, w.astype(np.float64), {
+            "relu": lambda v: np.maximum(v, 0), "neg": np.negative, "exp": np.exp, "tanh": np.tanh}[op])
+    g.set_outputs([h])
+    monkeypatch.setattr(ember.backends.c, "UNIT_BYTES", 1)  # a unit per kernel, at most one per core
+    cm = ember.compile(g, target=Target(cores=3))
+    assert cm.source.count(UNIT_SEPARATOR) == 2
+    data = random_array((8, 16))
+    np.testing.assert_allclose(cm(data), ref(data.astype(np.float64)), rtol=1e-4, atol=1e-5)

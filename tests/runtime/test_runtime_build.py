@@ -86,14 +86,14 @@ def test_missing_compiler_says_how_to_choose_one():
 
 def test_concurrent_builds_compile_once(monkeypatch):
     compiles = []
-    run = build.run_compiler
+    run = build.run_compilers
 
-    def counting_run(cmd, *args, **kwargs):
-        compiles.append(cmd)
-        return run(cmd, *args, **kwargs)
+    def counting_run(cmds, *args, **kwargs):
+        compiles.extend(cmds)
+        return run(cmds, *args, **kwargs)
 
     build.compiler_version(build.explain_cache_key(SOURCE)["cc"])  # asked before the threads start
-    monkeypatch.setattr(build, "run_compiler", counting_run)
+    monkeypatch.setattr(build, "run_compilers", counting_run)
     paths: list[Path] = []
     threads = [threading.Thread(target=lambda: paths.append(build_library(SOURCE))) for _ in range(4)]
     for t in threads:
@@ -119,3 +119,20 @@ def test_vectorized_kernel_uses_vector_registers(vscale):
                          text=True, check=True).stdout
     body = out.split("<vscale>:")[1].split("\n\n")[0]
     assert "%ymm" in body or "%zmm" in body, body
+
+
+def test_units_are_compiled_apart_and_linked_into_one_library(cache_dir):
+    import ctypes
+
+    units = ["int twice(int x) { return 2 * x; }\n",
+             "int twice(int x);\nint quadruple(int x) { return twice(twice(x)); }\n"]
+    path = build_library(build.UNIT_SEPARATOR.join(units))
+    lib = ctypes.CDLL(str(path))
+    assert lib.quadruple(5) == 20 and lib.twice(-3) == -6
+    assert path.with_suffix(".c").read_text() == build.UNIT_SEPARATOR.join(units)
+
+
+def test_an_error_in_a_unit_shows_that_units_lines():
+    with pytest.raises(BuildError) as e:
+        build_library(build.UNIT_SEPARATOR.join([SOURCE, BROKEN]))
+    assert ">     5 |   int y = x + ;" in str(e.value) and "_1.c:5:" in str(e.value)
