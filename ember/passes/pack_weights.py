@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..graph.core import Graph, Node, Value
 from ..target import Target
 from ..tir import dtype as dt
@@ -58,7 +60,9 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Val
     width = panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
     if width is None:
         return None
-    w = weights.T if trans_b else weights
-    panels = rw.constant(w.reshape(k, n // width, width).transpose(1, 0, 2).copy(), f"{b.name}.panels")
+    # one copy: W' = W.T's panels read straight from W's rows (reshaping W.T would copy it first)
+    panels = weights.reshape(n // width, width, k).transpose(0, 2, 1) if trans_b else \
+        weights.reshape(k, n // width, width).transpose(1, 0, 2)
+    panels = rw.constant(np.ascontiguousarray(panels), f"{b.name}.panels")
     attrs = {**(node.attrs if node.op == "gemm" else {}), "trans_b": False, "b_panels": width}
     return rw.emit("gemm", [a, panels, *inputs[2:]], attrs, hint=node.name, out_names=[node.outputs[0].name])
