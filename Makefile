@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# test workers (pytest-xdist): one per core; a module's tests (or a class's) run in one worker, so
+# its module- and class-scoped compiled fixtures are made once
+TEST_WORKERS ?= auto
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +20,7 @@ demo: setup
 
 test: setup
 	$(PY) -m ruff check ember tests benchmarks examples
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadscope
 
 lint: setup
 	$(PY) -m ruff check ember tests benchmarks examples
