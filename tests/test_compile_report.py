@@ -34,7 +34,7 @@ def test_an_onnx_model_reports_every_phase(capsys):
     printed = capsys.readouterr().err
     assert printed.strip() == cm.compile_report()
     got = seconds(printed)
-    assert list(got) == list(PHASES) and got["import"] > 0, printed
+    assert list(got) == list(PHASES), printed
     stats = cm.stats
     assert stats.import_s > 0 and stats.total_s >= stats.import_s + stats.lower_s + stats.build_s
     assert printed.startswith(f"mlp: compiled in {stats.total_s:.2f} s")
