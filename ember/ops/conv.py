@@ -325,6 +325,7 @@ def _conv_op(name: str, n: int) -> OpDef:
         num_inputs=(2, 3),
         doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped.",
         lanes=True,
+        takes_prologue=False,
     )
 
 
@@ -340,6 +341,7 @@ def _conv_transpose_op(name: str, n: int) -> OpDef:
         num_inputs=(2, 3),
         doc=f"{n}-d transposed convolution (the gradient of conv{n}d by its input), w as (in, out/groups, k...).",
         lanes=True,
+        takes_prologue=False,
     )
 
 

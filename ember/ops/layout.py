@@ -325,6 +325,7 @@ register(OpDef(
     attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc"},
     num_inputs=(2, 3),
     doc="2-d convolution in blocked channel layouts: x NCHW{ib}c (or NCHW), w OIHW{ib}i{ob}o, out NCHW{ob}c.",
+    takes_prologue=False,
 ))
 
 

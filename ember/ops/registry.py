@@ -7,7 +7,8 @@ An `OpDef` says, for an operator name:
   tested against and what constant folding runs;
 - `compute(in_tensors, attrs, out_types) -> out_tensors`: its tensor expression, from te
   placeholders of the input types to te tensors of the output types;
-- `pattern`: its fusion pattern kind (PATTERNS).
+- `pattern`: its fusion pattern kind (PATTERNS); `takes_prologue`: whether an elementwise
+  producer may fuse into it.
 
 How its kernel is scheduled is not part of an operator: each target family keeps its schedules
 apart (ember.schedules.cpu: a schedule declared for the operator's name, else the default for
@@ -55,6 +56,11 @@ class OpDef:
     # its compute sizes a packed layout to whole vectors: it reads attrs["lanes"] (fp32 lanes),
     # which the kernel's target binds (ember.schedules.apply), never a node's attribute
     lanes: bool = False
+    # an elementwise producer of its inputs may be inlined into its kernel (fusion's prologue).
+    # False where the compute reads each input element many times (a convolution: once per
+    # output-channel block and kernel tap), so that an inlined prologue (a GELU, a batch norm's
+    # scale and shift) would be recomputed as often
+    takes_prologue: bool = True
 
     def __post_init__(self):
         if self.pattern not in PATTERNS:

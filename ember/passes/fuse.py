@@ -21,9 +21,10 @@ The algorithm, after TVM (src/relay/transforms/fuse_ops.cc):
      from 2-d around a gemm) is computed over the anchor's own loops
      (ember.schedules.apply.group_kernel). A reshape that splits or merges dimensions otherwise
      would read the anchor through divisions that hide its tile from the bound analysis;
-   - an elementwise or broadcast node when the nodes between are at most injective and D's group
+   - an elementwise or broadcast node when the nodes between are at most injective, D's group
      is anything but opaque (so the residual branch joins a conv's epilogue, a prologue joins a
-     reduction);
+     reduction) and D takes a prologue (OpDef.takes_prologue: not a convolution, which would
+     recompute it once per output-channel block and kernel tap; TVM fuses none into an anchor);
    - an injective node (in a second round, so that the anchors take their epilogues first) when
      every node on the paths, D's group included, is at most injective.
    Reductions and opaque nodes are never merged into a later node. Since every path from a node
@@ -130,7 +131,8 @@ def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list
         return lambda j, sink: ((kinds[j] <= BROADCAST or nodes[j].op == "reshape")
                                 and all(_same_elements(v.type, out) for v in nodes[j].outputs))
     if rnd == 0 and pattern <= BROADCAST:
-        return lambda j, sink: groups.pattern[groups.find(j)] < OPAQUE if sink else kinds[j] <= INJECTIVE
+        return lambda j, sink: (groups.pattern[groups.find(j)] < OPAQUE and get(nodes[j].op).takes_prologue
+                                if sink else kinds[j] <= INJECTIVE)
     if rnd == 1 and pattern == INJECTIVE:
         return lambda j, sink: groups.pattern[groups.find(j)] <= INJECTIVE
     return None

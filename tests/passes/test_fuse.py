@@ -1,6 +1,6 @@
 """Operator fusion: which nodes group into one kernel (the textbook conv2d -> bias -> relu ->
-batch_norm, elementwise chains, reduction prologues, diamonds and residual adds, values read
-outside a chain), and fused compiles computing what the NumPy references compute."""
+batch_norm, no prologue into a convolution, elementwise chains, reduction prologues, diamonds
+and residual adds, values read outside a chain), and fused compiles computing what the NumPy references compute."""
 
 import numpy as np
 import pytest
@@ -44,6 +44,18 @@ def residual_block() -> Graph:
     (y,) = add_op(g, "relu", [y])
     (y,) = add_op(g, "conv2d", [y, g.add_constant(random_array((8, 8, 3, 3)), "w2")], {"padding": (1, 1, 1, 1)})
     (y,) = add_op(g, "add", [y, x])
+    g.set_outputs(add_op(g, "relu", [y]))
+    return g
+
+
+def conv_prologue() -> Graph:
+    """relu(conv1d(gelu(x))): the gelu stays a kernel of its own (a convolution reads each input
+    element once per tap and output-channel block, an inlined gelu would be computed as often);
+    the relu is the convolution's epilogue."""
+    g = Graph("conv_prologue")
+    x = g.add_input("x", TensorType((1, 4, 40)))
+    (y,) = add_op(g, "gelu", [x])
+    (y,) = add_op(g, "conv1d", [y, g.add_constant(random_array((8, 4, 3)), "w")], {"strides": (2,)})
     g.set_outputs(add_op(g, "relu", [y]))
     return g
 
@@ -153,6 +165,7 @@ def residual_layer_norm(projected: bool) -> Graph:
 GRAPHS = {
     "textbook": (conv_bias_relu_bn, [["conv2d", "add", "relu", "batch_norm"]]),
     "residual": (residual_block, [["conv2d", "add", "relu"], ["conv2d", "add", "relu"]]),
+    "conv_prologue": (conv_prologue, [["gelu"], ["conv1d", "relu"]]),
     "chain": (elementwise_chain, [["exp", "mul", "transpose", "tanh"]]),
     "diamond": (diamond, [["exp", "sigmoid", "neg", "add"]]),
     "reduction": (reduction_prologue, [["exp", "mul", "sum"], ["relu"]]),

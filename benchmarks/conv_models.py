@@ -1,0 +1,186 @@
+"""The layers where hub CNNs and audio/vision models ran slower than torch eager, as small torch
+models: ember against torch eager at batch 1 on --threads threads, in one process, alternating
+rounds (the best median of each), checked against eager first.
+
+    python benchmarks/conv_models.py [--models wav2vec2_encoder resnext_block ...] [--rounds 3]
+                                     [--runs 20] [--threads 2] [--profile]
+
+The models: wav2vec2's convolutional feature encoder (Conv1d k=10 s=5 over 16000 samples, then
+k=3 s=2 and k=2 s=2 ones, GroupNorm on the first, GELU), a ResNeXt bottleneck (grouped 3x3,
+32 groups), a DenseNet dense block (concatenation after every layer), DeepLabV3's dilated 3x3 at
+a large map, a MobileNet depthwise block, bilinear upsampling of a large map, and ViT's patch
+embedding with one attention layer at 197 tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+class Wav2Vec2Encoder(nn.Module):
+    """wav2vec2/HuBERT's feature encoder (conv_dim 512, kernels 10,3,3,3,3,2,2, strides 5,2,...),
+    `width` channels."""
+
+    def __init__(self, width: int = 512):
+        super().__init__()
+        kernels, strides = (10, 3, 3, 3, 3, 2, 2), (5, 2, 2, 2, 2, 2, 2)
+        self.convs = nn.ModuleList(nn.Conv1d(1 if i == 0 else width, width, k, s, bias=False)
+                                   for i, (k, s) in enumerate(zip(kernels, strides)))
+        self.norm = nn.GroupNorm(width, width)
+
+    def forward(self, x):
+        x = nn.functional.gelu(self.norm(self.convs[0](x)))
+        for conv in self.convs[1:]:
+            x = nn.functional.gelu(conv(x))
+        return x
+
+
+class ResNeXtBlock(nn.Module):
+    """ResNeXt-50's bottleneck of its second stage: 1x1, grouped 3x3 (32 groups), 1x1, residual."""
+
+    def __init__(self, channels: int = 512, width: int = 256, groups: int = 32):
+        super().__init__()
+        self.a = nn.Conv2d(channels, width, 1, bias=False)
+        self.b = nn.Conv2d(width, width, 3, padding=1, groups=groups, bias=False)
+        self.c = nn.Conv2d(width, channels, 1, bias=False)
+        self.bns = nn.ModuleList(nn.BatchNorm2d(c) for c in (width, width, channels))
+
+    def forward(self, x):
+        y = torch.relu(self.bns[0](self.a(x)))
+        y = torch.relu(self.bns[1](self.b(y)))
+        return torch.relu(self.bns[2](self.c(y)) + x)
+
+
+class DenseBlock(nn.Module):
+    """DenseNet-121's first dense block, 6 layers (BN-ReLU-1x1-BN-ReLU-3x3, growth 32), each
+    concatenating its output to everything before it."""
+
+    def __init__(self, channels: int = 64, layers: int = 6, growth: int = 32):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(
+            nn.BatchNorm2d(channels + i * growth), nn.ReLU(),
+            nn.Conv2d(channels + i * growth, 4 * growth, 1, bias=False),
+            nn.BatchNorm2d(4 * growth), nn.ReLU(), nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+            for i in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.cat([x, layer(x)], 1)
+        return x
+
+
+class Dilated(nn.Module):
+    """DeepLabV3's dilated 3x3 convolutions (dilation 2, then an ASPP branch at 12) at a large map."""
+
+    def __init__(self, channels: int = 256):
+        super().__init__()
+        self.a = nn.Conv2d(channels, channels, 3, padding=2, dilation=2, bias=False)
+        self.b = nn.Conv2d(channels, channels, 3, padding=12, dilation=12, bias=False)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x))))
+
+
+class Depthwise(nn.Module):
+    """MobileNetV2's inverted residual: 1x1 expand, depthwise 3x3, 1x1 project."""
+
+    def __init__(self, channels: int = 32, expand: int = 6):
+        super().__init__()
+        hidden = channels * expand
+        self.a = nn.Conv2d(channels, hidden, 1)
+        self.b = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.c = nn.Conv2d(hidden, channels, 1)
+
+    def forward(self, x):
+        return self.c(nn.functional.relu6(self.b(nn.functional.relu6(self.a(x))))) + x
+
+
+class Upsample(nn.Module):
+    """A segmentation head's bilinear upsampling of a large map (x8 to 520x520), after a 1x1."""
+
+    def __init__(self, channels: int = 64, classes: int = 21):
+        super().__init__()
+        self.head = nn.Conv2d(channels, classes, 1)
+
+    def forward(self, x):
+        return nn.functional.interpolate(self.head(x), scale_factor=8, mode="bilinear", align_corners=False)
+
+
+class ViTLayer(nn.Module):
+    """ViT-B/16's patch embedding (16x16 stride 16 conv), class token, and one encoder layer at
+    197 tokens."""
+
+    def __init__(self, dim: int = 768, heads: int = 12):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 16, 16)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+        self.layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, activation="gelu",
+                                                batch_first=True, norm_first=True)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        return self.layer(torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1))
+
+
+MODELS = {
+    "wav2vec2_encoder": (Wav2Vec2Encoder, (1, 1, 16000)),
+    "resnext_block": (ResNeXtBlock, (1, 512, 28, 28)),
+    "dense_block": (DenseBlock, (1, 64, 56, 56)),
+    "dilated": (Dilated, (1, 256, 65, 65)),
+    "depthwise": (Depthwise, (1, 32, 56, 56)),
+    "upsample": (Upsample, (1, 64, 65, 65)),
+    "vit_layer": (ViTLayer, (1, 3, 224, 224)),
+}
+
+
+def run(name: str, rounds: int, runs: int, threads: int, show_profile: bool) -> dict:
+    import ember
+
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        expected = model(x)
+    cm = ember.compile(model, example_inputs=(x,))
+    cm.num_threads = threads
+    got = cm(x)
+    err = float((got - expected).norm() / expected.norm())
+    xn = x.numpy()
+    times = {"ember": [], "eager": []}
+    torch.set_num_threads(threads)
+    for _ in range(rounds):
+        times["ember"].append(ember.bench(lambda: cm(xn), warmup=3, repeat=runs).median)
+        with torch.no_grad():
+            times["eager"].append(ember.bench(lambda: model(x), warmup=3, repeat=runs).median)
+    if show_profile:
+        cm.profile(xn, repeat=runs)
+        print(cm.summary())
+    best = {k: min(v) for k, v in times.items()}
+    return {"name": name, "rel_err": err, **best, "speedup": best["eager"] / best["ember"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="*", default=list(MODELS))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args()
+    print(f"{'model':18} {'ember ms':>9} {'eager ms':>9} {'x eager':>8} {'rel err':>9}")
+    for name in args.models:
+        r = run(name, args.rounds, args.runs, args.threads, args.profile)
+        print(f"{name:18} {r['ember'] * 1e3:9.2f} {r['eager'] * 1e3:9.2f} {r['speedup']:8.2f} {r['rel_err']:9.1e}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
