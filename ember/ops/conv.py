@@ -17,8 +17,12 @@ The te compute, for n spatial dimensions:
   registers;
 - depthwise (groups == C == OC): the same, with the padded input also in blocks of B channels
   (N, C/B, spatial..., B), so that any stride reads whole vectors;
-- other groups: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the
-  output columns when their count allows.
+- other groups, when a block of B output channels lies in one group (B divides OC/groups) or
+  spans at most MAX_SPAN whole groups (OC/groups divides B): the same accumulation, each block
+  reading its groups' input channels against packed weights that are zero where a lane's group
+  does not take the channel (_grouped_blocks);
+- else: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the output
+  columns when their count allows.
 float16 accumulates in float32. Bias is added as the accumulation is read back.
 """
 
@@ -35,6 +39,9 @@ from .hints import PACK
 from .registry import OpDef, OpTypeError, register
 
 ANCHOR, GROUPED = "conv", "conv_grouped"
+# the most groups one block of output channels may span (a grouped convolution computed as blocks
+# of a vector of output channels: that many times its arithmetic, see _grouped_blocks)
+MAX_SPAN = 4
 
 
 # -- sliding windows -----------------------------------------------------------------------------
@@ -267,8 +274,11 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
         return read_back(te.compute(acc_shape, lambda *i: te.sum(
             cast(acc_dtype, xb[(i[0], i[1]) + window(i[2:2 + n]) + (i[-1],)]) * wp[(i[1], *taps, i[-1])],
             axis=taps), name="conv", tag=ANCHOR))
-    xp = _input_stage(x, pads_b, pads_e, spread)
     ocg = oc // groups
+    if ocg % block == 0 or (block % ocg == 0 and groups % (block // ocg) == 0 and block // ocg <= MAX_SPAN):
+        return read_back(_grouped_blocks(x, weight, block, cg, ocg, kernel, window, (ic, taps), acc_shape,
+                                         _input_stage(x, pads_b, pads_e, spread), packed_weights))
+    xp = _input_stage(x, pads_b, pads_e, spread)
     acc = te.compute(
         (x.shape[0], oc) + tuple(out_spatial),
         lambda *i: te.sum(cast(acc_dtype, xp[(i[0], i[1] // ocg * cg + ic) + window(i[2:])])
@@ -281,6 +291,36 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
         return cast(x.dtype, acc[i] if bias is None else acc[i] + cast(acc_dtype, bias[i[1]]))
 
     return te.compute(acc.shape, finish, name="conv_out")
+
+
+def _grouped_blocks(x, weight, block: int, cg: int, ocg: int, kernel, window, reduce_axes, acc_shape, xp,
+                    packed_weights):
+    """A grouped convolution as blocks of `block` output channels in one vector (the dense
+    accumulation's layout and schedule). A block inside one group (ocg a multiple of block) reads
+    that group's cg input channels; a block spanning span = block / ocg groups reads their
+    span * cg channels against block-diagonal packed weights (zero where a lane's group does not
+    take the channel): span times the arithmetic, in whole vectors, where the per-group form
+    filled a vector only when the output columns did (a 28-wide map: 4 lanes of 16)."""
+    ic, taps = reduce_axes
+    span = max(block // ocg, 1)
+    acc_dtype = dt.compute_dtype(x.dtype)
+
+    def base(blk):  # the first input channel a block reads
+        return blk * (span * cg) if span > 1 else blk * block // ocg * cg
+
+    def element(o, rest):
+        c, *t = rest
+        if span == 1:
+            return weight(o, c, *t)
+        c = c + (o // block) * span * cg - o // ocg * cg  # the channel within o's group
+        return te.if_then_else(te.all(c >= 0, c < cg), cast(acc_dtype, weight(o, c, *t)), const(0, acc_dtype))
+
+    reduce_ic = te.reduce_axis((0, span * cg), name="ic") if span > 1 else ic
+    wp = packed_weights((acc_shape[1], span * cg) + tuple(kernel), element)
+    n = len(kernel)
+    return te.compute(acc_shape, lambda *i: te.sum(
+        cast(acc_dtype, xp[(i[0], base(i[1]) + reduce_ic) + window(i[2:2 + n])]) * wp[(i[1], reduce_ic, *taps, i[-1])],
+        axis=[reduce_ic, *taps]), name="conv", tag=ANCHOR)
 
 
 def _compute_conv(inputs, attrs, out_types):

@@ -46,6 +46,11 @@ CONV2D = [
     ((1, 32, 28, 28), (64, 32, 3, 3), True, {"padding": (1, 1, 1, 1)}),
     ((1, 64, 14, 14), (32, 64, 1, 1), False, {}),
     ((1, 16, 12, 12), (16, 4, 3, 3), False, {"padding": (1, 1, 1, 1), "groups": 4}),  # 4-lane columns
+    # grouped, in blocks of output channels: a block spanning groups (ResNeXt's 8 per group), and
+    # blocks inside one group; 6 groups of 4 do not make whole blocks of 16 (the per-group form)
+    ((1, 64, 10, 10), (64, 8, 3, 3), True, {"padding": (1, 1, 1, 1), "groups": 8}),
+    ((1, 64, 9, 9), (64, 32, 3, 3), False, {"padding": (1, 1, 1, 1), "groups": 2, "strides": (2, 2)}),
+    ((1, 24, 6, 6), (24, 4, 3, 3), False, {"groups": 6}),
 ]
 
 
@@ -60,6 +65,13 @@ def test_conv2d_against_torch(x_shape, w_shape, bias, attrs):
                         groups=attrs.get("groups", 1))
 
     check_op("conv2d", inputs, attrs, **TOL, torch_fn=torch_fn)
+
+
+def test_grouped_conv1d_against_torch():
+    """wav2vec2's positional convolution, small: groups of 16 output channels, a long kernel."""
+    x, w, b = rand(1, 32, 40), rand(32, 16, 9), rand(32)
+    check_op("conv1d", [x, w, b], {"padding": (4, 4), "groups": 2}, **TOL,
+             torch_fn=lambda x, w, b: F.conv1d(x, w, b, padding=4, groups=2))
 
 
 def test_conv1d_against_torch():
@@ -77,6 +89,7 @@ def test_conv1d_against_torch():
     ((1, 8, 4, 4), (8, 16, 4, 4), False, {"strides": (2, 2), "padding": (1, 1, 1, 1)}, {"stride": 2, "padding": 1}),
     ((1, 6, 4, 5), (6, 1, 3, 3), True, {"strides": (2, 2), "padding": (1, 1, 1, 1), "groups": 6},
      {"stride": 2, "padding": 1, "groups": 6}),  # depthwise
+    ((1, 16, 5, 5), (16, 8, 3, 3), True, {"strides": (2, 2), "groups": 2}, {"stride": 2, "groups": 2}),
 ])
 def test_conv_transpose2d_against_torch(x_shape, w_shape, bias, attrs, torch_kwargs):
     inputs = [rand(*x_shape), rand(*w_shape)] + ([rand(w_shape[1] * attrs.get("groups", 1))] if bias else [])
@@ -95,6 +108,7 @@ def test_conv2d_symbolic_batch():
 @pytest.mark.parametrize("op, x_shape, w_shape, attrs", [
     ("conv2d", (1, 2, 4, 4), (3, 2, 3, 3), {"padding": (1, 0, 0, 1)}),
     ("conv2d", (1, 4, 5, 4), (4, 2, 2, 2), {"groups": 2, "strides": (2, 1)}),
+    ("conv1d", (1, 8, 9), (8, 2, 3), {"groups": 4, "padding": (1, 1)}),
     ("conv_transpose2d", (1, 2, 3, 3), (2, 3, 2, 2), {"strides": (2, 2)}),
 ])
 def test_tiny_convs_on_the_interpreter(op, x_shape, w_shape, attrs):
