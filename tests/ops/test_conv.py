@@ -1,8 +1,8 @@
 """Convolutions (ember/ops/conv.py) against their NumPy references and PyTorch on the C target:
 strides, asymmetric padding, dilations, groups (depthwise too), bias, output channels that do not
 fill a 16-channel block, conv1d, conv_transpose2d; a symbolic batch; tiny cases on the
-interpreter; the register-tiled schedule with an elementwise epilogue fused after the conv; and
-the errors of bad inputs."""
+interpreter; the register-tiled schedule with an elementwise epilogue fused after the conv, and
+its full tiles unguarded where the last one has a tail; and the errors of bad inputs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from ember.target import Target
 from ember.te.tensor import input_tensors_of
 from ember.testing import assert_close, check_op, check_op_sizes
 from ember.tir.expr import as_int
+from ember.tir.functor import collect
+from ember.tir.stmt import IfThenElse
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -149,6 +151,22 @@ def test_conv2d_with_a_fused_relu_epilogue():
     f(x, w, b, out)
     expected = F.conv2d(*map(torch.from_numpy, (x, w, b)), padding=1).relu().numpy()
     assert_close(out, expected, **TOL, what="conv2d + relu")
+
+
+def test_a_tile_with_a_tail_of_columns_runs_its_full_tiles_unguarded():
+    """29 output columns in tiles of 12: the tiles' guards are tested once per tile (a copy
+    without them for the full tiles), not on every step of the reduction."""
+    x, w = rand(1, 8, 59), rand(32, 8, 3)
+    in_types = [TensorType(a.shape) for a in (x, w)]
+    attrs, out_types = infer_types("conv1d", in_types, {"strides": (2,)})
+    inputs, (out,) = compute_node("conv1d", in_types, attrs, out_types)
+    s = te.create_schedule(out.op)
+    schedule_for(get("conv1d"))(s, [out], Target())
+    func = ember.lower(s, [*inputs, out])
+    assert collect(func.body, lambda n: isinstance(n, IfThenElse) and n.else_case is not None)
+    got = np.empty(out_types[0].shape, "float32")
+    ember.build(s, [*inputs, out])(x, w, got)
+    assert_close(got, F.conv1d(torch.from_numpy(x), torch.from_numpy(w), stride=2).numpy(), **TOL, what="conv1d")
 
 
 @pytest.mark.parametrize("op, shapes, attrs, message", [

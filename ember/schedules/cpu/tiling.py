@@ -127,6 +127,10 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     s[acc].compute_at(stage, at)
     if serial is not None:  # every row tile guarded: a copy without the guards for the full ones
         stage.pragma(serial, "version_guards")  # (ember.tir.transform.version_guards)
+    elif _static_tail(axes[col_axis], nr) or (row_axis is not None and _static_tail(axes[row_axis], mr)):
+        # the last tile guarded (1599 output columns in tiles of 12), and with it every tile, inside
+        # the reduction too: the full tiles run a copy without the guards
+        stage.pragma(fused, "version_guards")
     acc_stage = s[acc]
     spatial = list(acc_stage.op.axis)
     last = [spatial[-1]]
@@ -136,3 +140,9 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     for a in spatial[:-1]:
         acc_stage.unroll(a)
     acc_stage.vectorize(last[-1])
+
+
+def _static_tail(axis, factor: int) -> bool:
+    """A static extent that `factor` does not divide (its last tile guarded)."""
+    extent = as_int(axis.dom.extent)
+    return extent is not None and extent % factor != 0
