@@ -9,6 +9,10 @@ graph output, the kernel that makes the value it views writes the output's bytes
 or is viewed so already), the group stays a kernel that copies. A kernel may write its output over
 an input of its type that only elementwise operators read, up to the output (`Step.in_place`: an
 elementwise chain, a residual add in a conv's or gemm's epilogue, a cache update: tensor_scatter).
+A group that is one concat whose inputs are contiguous slabs of its output (the dimensions
+before the axis are ones: NCHW channels at batch 1), each at an offset the alignment divides and
+made by a kernel (or by such a concat: DenseNet's nested ones), is a view too (`Step.slabs`): the
+kernels that make its inputs write them into its bytes (`WorkspaceTensor.at`), and no copy runs.
 
 A tensor in the workspace is live from the step that writes it to the last step that reads it,
 both included, so a kernel's inputs and outputs never share bytes (kernels take `restrict`
@@ -17,6 +21,8 @@ pointers), but for two exceptions, where a tensor takes the bytes of another
 - a view runs nothing: its output is its input's bytes under another shape (a reshape of a
   contiguous buffer). A view of a graph input, constant or output is those bytes, outside the
   workspace; a view is never a graph output itself (see above);
+- the inputs of a concat written in place are slabs of its buffer (`at`: where each starts), and
+  its bytes are never written over in place (`in_place` below) while it lives;
 - a kernel may write an output over an input (`in_place`: pairs of output and input positions,
   where the kernel computes each output element from the input element at the same place): it
   does when the input is a workspace tensor of the output's type whose buffer nothing reads after
@@ -75,6 +81,9 @@ class Step:
     view: bool = False
     in_place: tuple[tuple[int, int], ...] = ()
     group: Group | None = None  # the fused group it computes
+    # a view that concatenates (a concat written in place): input k is the output's bytes from
+    # byte slabs[k], where the kernel that makes it wrote it
+    slabs: tuple[int, ...] = ()
     regions: tuple[KernelGraph, ...] = ()  # a control-flow node's regions (its group's one node)
 
     @property
@@ -114,14 +123,19 @@ class KernelGraph:
         return sum(s.span for s in self.steps)
 
 
-def kernel_graph(fused: FusedGraph, cut: Callable[[Graph], FusedGraph] = fuse) -> KernelGraph:
+def kernel_graph(fused: FusedGraph, cut: Callable[[Graph], FusedGraph] = fuse,
+                 align: int = Target.align) -> KernelGraph:
     """The steps of a fused graph: a view for each group of reshapes alone that is not a graph
-    output, a kernel for every other group but those an output views (see the module doc); a
-    control-flow node's regions cut into groups by `cut` (the fusion of the enclosing graph)."""
+    output and for each concat its inputs' kernels write in place (slabs `align` bytes apart), a
+    kernel for every other group but those an output views (see the module doc); a control-flow
+    node's regions cut into groups by `cut` (the fusion of the enclosing graph)."""
     views, output_views = _views(fused)
-    steps = tuple(Step(f"view{k}", g.inputs, g.outputs, view=True, group=g) if g in views else
+    concats = _concats_in_place(fused, views, output_views, align)
+    steps = tuple(Step(f"view{k}", g.inputs, g.outputs, view=True, group=g, slabs=concats[id(g)])
+                  if id(g) in concats else
+                  Step(f"view{k}", g.inputs, g.outputs, view=True, group=g) if g in views else
                   Step(f"kernel{k}", g.inputs, g.outputs, in_place=_in_place(g), group=g,
-                       regions=tuple(kernel_graph(cut(r), cut) for r in g.nodes[0].regions))
+                       regions=tuple(kernel_graph(cut(r), cut, align) for r in g.nodes[0].regions))
                   for k, g in enumerate(fused.groups) if g not in output_views.values())
     position = {}
     for k, v in enumerate(fused.graph.outputs):
@@ -148,6 +162,50 @@ def _views(fused: FusedGraph) -> tuple[set[Group], dict[int, Group]]:
         elif id(x) in made_by_kernel and id(x) not in outputs and id(x) not in output_views:
             output_views[id(x)] = g
     return views, output_views
+
+
+def _concats_in_place(fused: FusedGraph, views: set[Group], output_views: dict[int, Group],
+                      align: int) -> dict[int, tuple[int, ...]]:
+    """The groups that are one concat whose inputs the kernels that make them write into the
+    concat's bytes (DenseNet's blocks: no copy), by id, with each input's byte offset: each input
+    is a contiguous slab of the output (the dimensions before the axis are ones, every size is
+    static), at an offset the alignment divides; made by a kernel of this level or by such a
+    concat (nested ones, one buffer), of the output's dtype, no graph output nor written as one,
+    and taken by no other concat."""
+    outputs = {id(v) for v in fused.graph.outputs}
+    written = set(output_views)
+    made = {id(v) for g in fused.groups if g not in views and g not in output_views.values()
+            and not g.nodes[0].regions for v in g.outputs}
+    taken: set[int] = set()
+    found = {}
+    for g in fused.groups:
+        if len(g.nodes) != 1 or g.nodes[0].op != "concat" or id(g.outputs[0]) in outputs | written:
+            continue
+        xs, y = g.nodes[0].inputs, g.outputs[0]
+        slabs = _slabs(xs, y, g.nodes[0].attrs["axis"], align)
+        ids = [id(x) for x in xs]
+        if slabs is None or len(set(ids)) != len(ids) or any(
+                k not in made or k in taken | outputs | written for k in ids):
+            continue
+        taken.update(ids)
+        found[id(g)] = slabs
+    return found
+
+
+def _slabs(xs, y: Value, axis: int, align: int) -> tuple[int, ...] | None:
+    """The byte offset of each input of a concat in its output, when each is a contiguous slab
+    of it at an aligned offset; else None."""
+    axis %= y.type.rank
+    shapes = [tuple(v.shape) for v in (*xs, y)]
+    if not all(isinstance(d, int) for shape in shapes for d in shape) or any(d != 1 for d in y.shape[:axis]):
+        return None
+    if any(x.type.dtype != y.type.dtype or x.type.rank != y.type.rank for x in xs):
+        return None
+    itemsize, offsets, at = np.dtype(y.type.dtype).itemsize, [], 0
+    for x in xs:
+        offsets.append(at)
+        at += int(np.prod(x.shape)) * itemsize
+    return tuple(offsets) if all(o % align == 0 for o in offsets) and 0 not in map(np.prod, shapes) else None
 
 
 def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
@@ -184,6 +242,7 @@ class WorkspaceTensor:
     first: int
     last: int
     shares: str | None = None  # the tensor whose bytes it takes (a view of it, or written over it)
+    at: int = 0  # where in those bytes it starts (a slab of a concat written in place)
 
     def nbytes(self, symbols: Mapping[str, int], align: int) -> int:
         """Its size in bytes, rounded up to `align`, for this binding of the symbols."""
@@ -227,20 +286,21 @@ class MemoryPlan:
         life = {b: (self.tensors[b].first, self.tensors[b].last) for b in buffers}
         for k, t in enumerate(self.tensors):
             b = of[k]
-            size[b] = max(size[b], sizes[k])
+            size[b] = max(size[b], t.at + sizes[k])
             life[b] = (min(life[b][0], t.first), max(life[b][1], t.last))
         offsets, peak = greedy_by_size([size[b] for b in buffers], [life[b] for b in buffers])
         at = dict(zip(buffers, offsets))
-        return Layout(tuple(at[b] for b in of), peak, sum(sizes))
+        return Layout(tuple(at[b] + t.at for b, t in zip(of, self.tensors)), peak, sum(sizes))
 
     def to_json(self) -> list[dict]:
         return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "first": t.first, "last": t.last,
-                 **({"shares": t.shares} if t.shares is not None else {})} for t in self.tensors]
+                 **({"shares": t.shares} if t.shares is not None else {}), **({"at": t.at} if t.at else {})}
+                for t in self.tensors]
 
     @classmethod
     def from_json(cls, data: Sequence[Mapping], align: int = Target.align) -> MemoryPlan:
         return cls(tuple(WorkspaceTensor(d["name"], tuple(d["shape"]), d["dtype"], d["first"], d["last"],
-                                         d.get("shares")) for d in data), align)
+                                         d.get("shares"), d.get("at", 0)) for d in data), align)
 
 
 def plan_memory(kernels: KernelGraph, align: int = Target.align) -> MemoryPlan:
@@ -271,23 +331,43 @@ def _plan(kernels: KernelGraph, start: int, prefix: str, tensors: list[Workspace
         for v in node.inputs:
             last_use[id(v)] = end[k]
     owner: dict[int, Value] = {}  # workspace value -> the one whose buffer it is in
+    start_at: dict[int, int] = {}  # workspace value -> where in its buffer it starts
     buffer_last: dict[int, int] = {}  # buffer (its owner) -> the last step that reads it so far
+    slab = {id(x): (s.outputs[0], b) for s in kernels.steps for x, b in zip(s.inputs, s.slabs)}
+    pinned = {id(s.outputs[0]) for s in kernels.steps if s.slabs}  # concat buffers: never written over
 
-    def place(v: Value, step: int, into: Value | None, last: int = -1) -> None:
+    def slot(v: Value) -> tuple[Value, int]:
+        """The outermost concat written in place that holds v, and where in it v starts."""
+        offset = 0
+        while id(v) in slab:
+            v, b = slab[id(v)]
+            offset += b
+        return v, offset
+
+    def place(v: Value, step: int, into: Value | None, last: int = -1, offset: int = 0) -> None:
         owner[id(v)] = into or v
+        start_at[id(v)] = offset
         last = max(last_use.get(id(v), step), last)
         buffer_last[id(into or v)] = max(buffer_last.get(id(into or v), last), last)
         tensors.append(WorkspaceTensor(prefix + v.name, v.shape, v.dtype, step, last,
-                                       prefix + into.name if into else None))
+                                       prefix + into.name if into else None, offset))
 
     for k, node in enumerate(kernels.steps):
         step = at[k]
+        if node.slabs or (not node.view and not node.regions and any(id(y) in slab for y in node.outputs)):
+            for y in node.outputs:  # a slab of a concat (or the concat itself): in its buffer
+                if id(y) in slab:
+                    root, offset = slot(y)
+                    place(y, step, root, offset=offset)
+                elif id(y) not in outputs:
+                    place(y, step, None)
+            continue
         if node.view:
             (x,), (y,) = node.inputs, node.outputs
             if id(y) in outputs:
                 raise ValueError(f"view {node.name}: its output %{y.name} is a graph output, which needs a copy")
             if id(x) in owner:  # else a view of an input, a constant or an output: outside the workspace
-                place(y, step, owner[id(x)])
+                place(y, step, owner[id(x)], offset=start_at[id(x)])
             continue
         if node.regions:
             cf = node.control
@@ -311,7 +391,7 @@ def _plan(kernels: KernelGraph, start: int, prefix: str, tensors: list[Workspace
             x = node.inputs[pairs[j]] if j in pairs else None
             into = owner.get(id(x)) if x is not None and x.type == y.type else None
             others = {id(owner[id(v)]) for v in node.inputs if v is not x and id(v) in owner}  # read elsewhere
-            if into is None or buffer_last[id(into)] > step or id(into) in taken | others:
+            if into is None or buffer_last[id(into)] > step or id(into) in taken | others | pinned:
                 into = None
             else:
                 taken.add(id(into))

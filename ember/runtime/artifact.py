@@ -74,7 +74,8 @@ SCHEMA = {
     "inputs": [TENSOR], "outputs": [TENSOR], "symbols": [str], "weights": [str],
     "kernels": [{"name": str, "ops": [str], "nodes": [str]}],
     "target": {"machine": str, "*": (str, int, float, bool, None, [str])},
-    "workspace": [{"name": str, "shape": [(int, str)], "dtype": str, "first": int, "last": int, "shares?": str}],
+    "workspace": [{"name": str, "shape": [(int, str)], "dtype": str, "first": int, "last": int, "shares?": str,
+                   "at?": int}],
     "files": {"library": FILE, "source": (None, FILE), "weights": FILE, "graph": (None, FILE)},
     "ranges?": {"*": [(int, None)]},  # symbol -> [min, max or null], checked at each call
 }

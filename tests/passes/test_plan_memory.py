@@ -2,7 +2,8 @@
 force on random lifetimes and random graphs, with views and in-place writes), reuse makes the
 workspace smaller than one buffer per tensor, symbolic shapes are planned per binding; views
 share their input's bytes for as long as they are read, in-place writes take the bytes of an input
-that dies there and of no other; compiled models with reshapes that are views (of the workspace,
+that dies there and of no other, the inputs of a concat are written into its bytes when they lie
+at aligned offsets; compiled models with reshapes that are views (of the workspace,
 of inputs and constants, as outputs) and elementwise kernels writing in place compute what the
 NumPy references compute."""
 
@@ -335,3 +336,43 @@ def test_kernel_graph_of_a_fused_graph():
     [(value, position)] = steps.written_as  # the gemm's value, written as output 0 (zr views it)
     assert position == 0 and value.shape == (6, 24)
     assert any(s.in_place for s in steps.steps)
+
+
+def concat_graph() -> Graph:
+    """exp(x) and tanh(x) concatenated, that and its sigmoid concatenated again (nested); a reshape
+    of tanh(x) read later; a concat of 3 x 5 slabs, whose 60-byte offset no alignment divides."""
+    g = Graph("concats")
+    x = g.add_input("x", TensorType((1, 16, 4, 4)))
+    z = g.add_input("z", TensorType((1, 3, 5)))
+    (a,) = add_op(g, "exp", [x])
+    (b,) = add_op(g, "tanh", [x])
+    (c1,) = add_op(g, "concat", [a, b], {"axis": 1})
+    (d,) = add_op(g, "sigmoid", [c1])
+    (c2,) = add_op(g, "concat", [c1, d], {"axis": 1})
+    (r,) = add_op(g, "reshape", [b], {"shape": (16, 16)})
+    (p,) = add_op(g, "exp", [z])
+    (q,) = add_op(g, "tanh", [z])
+    (c3,) = add_op(g, "concat", [p, q], {"axis": 1})
+    g.set_outputs([add_op(g, "relu", [c2])[0], add_op(g, "neg", [r])[0], add_op(g, "relu", [c3])[0]])
+    return g
+
+
+@pytest.mark.parametrize("target", ["c", "python"])
+def test_concats_are_written_in_place(target):
+    """The kernels that make a concat's inputs write them into its bytes (nested concats: one
+    buffer), the concat runs nothing; a reshape of a slab views it where it lies; misaligned
+    slabs are copied by a concat kernel."""
+    g = concat_graph()
+    fused = partition(g, 0)
+    slabs = [s.slabs for s in kernel_graph(fused).steps if s.slabs]
+    assert slabs == [(0, 1024), (0, 2048)]
+    cm = ember.compile(g, disabled_passes=["fuse"], target=target)
+    assert [k.ops for k in cm.kernels].count(("concat",)) == 1  # the misaligned one
+    where = {t.name: (t.shares, t.at) for t in cm.plan.tensors}
+    assert where["exp"] == ("concat_0", 0) and where["tanh"] == ("concat_0", 1024)
+    assert where["concat"] == ("concat_0", 0) and where["sigmoid"] == ("concat_0", 2048)
+    assert where["reshape"] == ("concat_0", 1024) and where["concat_3"] == (None, 0)
+    assert MemoryPlan.from_json(cm.plan.to_json()) == cm.plan
+    x, z = random_array((1, 16, 4, 4)), random_array((1, 3, 5))
+    for got, want in zip(cm(x, z), evaluate(g, x, z), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
