@@ -41,8 +41,11 @@ def parallel_vectorize(sch: Schedule, block: BlockRV, lanes: Sequence[int] = ())
 
     With `lanes` (the default schedules), a nest without reduction loops has its innermost loop
     split by the first width in `lanes` that divides its static extent, and the inner part
-    vectorized: one register's worth, and a loop no width divides stays scalar (a guarded vector
-    loop would run scalar anyway); the innermost spatial loop stays out of the parallel loop.
+    vectorized: one register's worth; where no width divides it and the block reads every input
+    at its own place (same-shape elementwise: a GELU over 512 x 3199), the fewest innermost loops
+    whose extents multiply to a multiple of a width are fused and split so instead; else the
+    loop stays scalar (a guarded vector loop would run scalar anyway). The innermost spatial
+    loop stays out of the parallel loop.
     Without (the tuner's sketches), the innermost loop is vectorized whole where it is spatial
     (the lowering splits it into registers), and above reduction loops every spatial loop runs in
     parallel. A vector loop the vectorizer cannot take raises ScheduleError, the parallel loop
@@ -57,7 +60,12 @@ def parallel_vectorize(sch: Schedule, block: BlockRV, lanes: Sequence[int] = ())
     elif lanes:
         extent = as_int(sch.get_for(loops[-1]).extent)
         width = next((w for w in lanes if extent is not None and extent % w == 0), None)
-        if width is None:
+        trailing = _trailing_vector(sch, block, loops, lanes) if width is None else None
+        if trailing is not None:  # the innermost loops fused, a register's worth of their elements
+            count, width = trailing
+            outer, vector = sch.split(sch.fuse(*loops[-count:]), factors=[None, width])
+            parallel = [*spatial[:-count], outer]
+        elif width is None:
             parallel, vector = spatial[:-1] or spatial, None
         else:
             outer, vector = sch.split(loops[-1], factors=[None, width])
@@ -68,3 +76,33 @@ def parallel_vectorize(sch: Schedule, block: BlockRV, lanes: Sequence[int] = ())
         sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
     if vector is not None:
         sch.vectorize(vector)
+
+
+def _trailing_vector(sch: Schedule, block: BlockRV, loops, lanes: Sequence[int]) -> tuple[int, int] | None:
+    """(loops, width): the fewest innermost loops (two or more) whose static extents multiply to a
+    multiple of a width in `lanes`, for a block that reads every buffer at the place it writes
+    (their fused index is the flat one: no division per lane) or at a fixed place (a scalar);
+    None otherwise."""
+    realized = sch.get_realize(block).block
+    ivs = [iv.var for iv in realized.iter_vars]
+    (write,) = realized.writes if len(realized.writes) == 1 else (None,)
+    def at_place(r) -> bool:
+        return (tuple(r.buffer.shape) == tuple(write.buffer.shape) and len(r.region) == len(ivs)
+                and all((rng.min is iv or (as_int(d) == 1 and as_int(rng.min) == 0)) and as_int(rng.extent) == 1
+                        for rng, iv, d in zip(r.region, ivs, r.buffer.shape)))
+
+    def invariant(r) -> bool:  # (a scalar operand, broadcast to every lane)
+        return all(as_int(rng.min) is not None and as_int(rng.extent) is not None for rng in r.region)
+
+    if write is None or not at_place(write) or not all(at_place(r) or invariant(r) for r in realized.reads):
+        return None
+    product = 1
+    for count in range(1, len(loops) + 1):
+        extent = as_int(sch.get_for(loops[-count]).extent)
+        if extent is None:
+            return None
+        product *= extent
+        width = next((w for w in lanes if product % w == 0), None)
+        if width is not None and count > 1:
+            return count, width
+    return None
