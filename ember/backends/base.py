@@ -8,7 +8,7 @@ kind:
 - single kernels (ember.build, the tuner's measurement through it, ember.debug.bisect_kernels):
   `build_kernels`; the tile launcher (ember.triton): `tile_emitter` (how a tile kernel's block
   operations become loops on this machine), `render_kernels` and `open_launcher`, since it caches
-  a kernel's source apart from its loop IR;
+  a kernel's source apart from its loop IR, and `call_tile` (a launch's arguments passed to it);
 - the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline) and the
   loop passes in order (`loop_passes`, those of ember.tir.lower);
 - the tuner's rules (`tuner`: the design space, the features the cost model sees, the runner
@@ -19,14 +19,17 @@ A backend is one object, registered by its `name` (the target's kind).
 
 from __future__ import annotations
 
+import ctypes
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
+from .. import config
+from ..errors import ArgumentTypeError, ConfigError
 from ..program import Program
+from ..runtime import fork
 from ..runtime.module import Kernel
 from ..runtime.spec import ModelSpec
 from ..tir.stmt import PrimFunc
@@ -65,7 +68,8 @@ class Backend(ABC):
     graph_passes: tuple[str, ...]  # the graph passes that read the target
     loop_passes: Sequence  # (name, pass) pairs, in order
     tuner: TunerRules | None  # None: kernels of this target are not tuned
-    # the Emitter of tile kernels (ember.triton.compiler.emitter), built as tile_emitter(target, debug);
+    # the Emitter of tile kernels (ember.triton.compiler.emitter), built as
+    # tile_emitter(target, debug, num_warps=) (num_warps: the launch's, a GPU's warps per program);
     # None: this backend launches no tile kernels
     tile_emitter: Callable | None = None
 
@@ -94,6 +98,34 @@ class Backend(ABC):
     def open_launcher(self, source: str, name: str, target):
         """The launcher of kernel `name` in `source` (render_kernels'), built and loaded."""
         raise self.no_tile_kernels()
+
+    def call_tile(self, compiled, tensors: list, scalars: list, grid: tuple[int, int, int], options: dict) -> int:
+        """Run a tile kernel's launcher (`compiled.cfunc`, open_launcher's) over `grid`; tensors:
+        (name, TensorArg) pairs, scalars: their values, in the parameters' order. Returns the
+        status word: 0, or the number of the check that failed. This default is the C launcher's
+        convention: host pointers, then a pointer to each scalar, the spans, the status word, the
+        grid's sizes and the OpenMP thread count (0: the calling thread's; one on the thread that
+        forked this process)."""
+        from ..triton.args import TensorArg
+
+        pointers, keep, spans = [], [], []
+        for name, t in tensors:
+            if not isinstance(t, TensorArg):
+                raise ArgumentTypeError(f"kernel {compiled.name}: argument '{name}' is in a GPU's memory; a launch "
+                                        f"for target {self.name!r} takes host arrays (NumPy, CPU tensors), or "
+                                        f"launch with target='cuda'")
+            pointers.append(t.data_ptr)
+            spans += t.span
+        for v, dtype in zip(scalars, compiled.scalar_dtypes):
+            arr = np.array([v], dtype=dtype)
+            keep.append(arr)
+            pointers.append(arr.ctypes.data)
+        meta = np.array(spans or [0], dtype=np.int64)
+        status = np.zeros(1, dtype=np.int64)
+        threads = fork.threads(config.threads())
+        compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
+                       ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid), ctypes.c_int(threads))
+        return int(status[0])
 
     def no_tile_kernels(self) -> ConfigError:
         """The error of a tile launch for this backend's targets when it launches none."""

@@ -78,7 +78,9 @@ class CBackend(Backend):
 
     def open_launcher(self, source: str, name: str, target):
         handle = open_library(build_library(source, cc=target.cc, cflags=target.cflags)).handle
-        return getattr(handle, launcher_symbol(name)), handle
+        cfunc = getattr(handle, launcher_symbol(name))
+        cfunc.restype = None
+        return cfunc, handle
 
 
 def _check_units(funcs: Sequence[PrimFunc], target) -> None:

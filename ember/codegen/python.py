@@ -185,7 +185,21 @@ def run_tensor_intrin(params: dict, reads, writes, scalars) -> None:
                 view[...] = view + result
 
 
-NAMESPACE = {"np": np, "_erf": _erf, "_pow": power, "_floordiv": _floordiv, "_floormod": _floormod,
+_ATOMIC_UPDATES = {
+    "atomic_add": lambda old, v: old + v, "atomic_max": np.maximum, "atomic_min": np.minimum,
+    "atomic_and": lambda old, v: old & v, "atomic_or": lambda old, v: old | v, "atomic_xor": lambda old, v: old ^ v,
+    "atomic_xchg": lambda old, v: v, "atomic_cas": lambda old, cmp, v: v if old == cmp else old,
+}
+
+
+def _atomic(name, array, index, *values):
+    """An atomic read-modify-write of array[index] (one thread runs at a time here): the old value."""
+    old = array[index]
+    array[index] = _ATOMIC_UPDATES[name](old, *values)
+    return old
+
+
+NAMESPACE = {"np": np, "_erf": _erf, "_atomic": _atomic, "_pow": power, "_floordiv": _floordiv, "_floormod": _floormod,
              "_astype": _astype, "_reinterpret": _reinterpret, "_index": _index,
              "_routines": PYTHON_ROUTINES, "_intrin": run_tensor_intrin} | _scalar_types()
 RESERVED = frozenset([*keyword.kwlist, *keyword.softkwlist, *dir(builtins), *NAMESPACE])
@@ -327,6 +341,9 @@ class PythonRenderer:
                 return f"_reinterpret({self._e(x)}, {TYPES[src]}, {TYPES[dst]}, {TYPES[dt.compute_dtype(dst)]})"
             case Call(name, (i, n), _) if name == INDEX:
                 return f"_index({self._e(i)}, {self._e(n)})"
+            case Call(name, (BufferLoad(buf, _, _) as target, *values), _) if name in _ATOMIC_UPDATES:
+                return (f"_atomic({name!r}, {self._access_base(buf)}, {self._e(single_index(target))}"
+                        f"{''.join(', ' + self._e(v) for v in values)})")
             case Call(name, args, _):
                 if name in EXPRS:
                     return EXPRS[name].format(self._e(args[0]))

@@ -82,11 +82,12 @@ private public protected virtual friend typename explicit nullptr throw try catc
 
 def launch_dims(func: PrimFunc) -> dict[str, int]:
     """The launch's extent along each GPU index ("blockIdx.x": 64, "threadIdx.x": 256): the
-    largest extent of a loop bound to it (absent indices are 1)."""
+    largest extent of a loop bound to it (absent indices are 1). A loop over blocks whose extent
+    is not a constant (a tile kernel's grid) takes the grid the launch gives: it is not counted."""
     dims: dict[str, int] = {}
 
     def visit(s):
-        if isinstance(s, For) and s.kind == THREAD_BINDING:
+        if isinstance(s, For) and s.kind == THREAD_BINDING and as_int(s.extent) is not None:
             dims[s.thread_tag] = max(dims.get(s.thread_tag, 1), as_int(s.extent))
 
     visit_stmt(func.body, visit)
@@ -138,7 +139,7 @@ class CUDARenderer(CStyleRenderer):
         self._params = list(func.params)
         allocated: list = []
         visit_stmt(func.body, lambda s: allocated.append(s.buffer) if isinstance(s, Allocate) else None)
-        counts = [functools.reduce(operator.mul, [as_int(d) for d in b.shape], 1)
+        counts = [None if None in (dims := [as_int(d) for d in b.shape]) else functools.reduce(operator.mul, dims, 1)
                   for b in (*func.params, *allocated)]
         self._int32_indices = all(c is not None and c < 2**31 for c in counts)
         fragments.check_warps(func.body, self._dims, func.name)
@@ -199,7 +200,7 @@ class CUDARenderer(CStyleRenderer):
         out.append(f"{pad}  const {self._index_type(s.loop_var)} {v} = {s.thread_tag};")
         self._vars.add(s.loop_var)
         self._nonnegative_vars.add(s.loop_var)
-        guarded = extent < self._dims[s.thread_tag]
+        guarded = extent is not None and extent < self._dims[s.thread_tag]
         if guarded:
             out.append(f"{pad}  if ({v} < {extent}) {{")
         self._stmt(s.body, depth + 1 + guarded, out)
@@ -286,6 +287,14 @@ class CUDARenderer(CStyleRenderer):
         self._vars.difference_update((lane, r, total, other))
         self._nonnegative_vars.difference_update((lane, r))
         out.append(f"{pad}}}")
+
+    def _const(self, value, dtype: str) -> tuple[str, int]:
+        """A half-precision constant is of its type (`__half(0.0f)`): CUDA's __half converts both
+        ways with float, so a float literal beside one is ambiguous (`c ? h : 0.0f`)."""
+        code, prec = super()._const(value, dtype)
+        if dtype in ("float16", "bfloat16"):
+            return f"{self.SCALAR_TYPES[dtype]}({code})", PRIMARY
+        return code, prec
 
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
         if self._lane is not None and (name := self._vector_loads.get((buf, self._e(index)))):

@@ -104,12 +104,13 @@ class Module:
         self.symbol = symbol
 
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[tuple[int, type]],
-               stream: int = 0) -> None:
-        """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default). The
-        driver copies the arguments at the launch, from the array of their addresses."""
+               stream: int = 0, shared: int = 0) -> None:
+        """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default), with
+        `shared` bytes of dynamic shared memory. The driver copies the arguments at the launch,
+        from the array of their addresses."""
         values = [t(v) for v, t in args]
         addresses = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-        check(driver().cuLaunchKernel(self.function, *grid, *block, 0, driver().CUstream(stream),
+        check(driver().cuLaunchKernel(self.function, *grid, *block, shared, driver().CUstream(stream),
                                       ctypes.addressof(addresses), 0),
               f"launching kernel {self.symbol} (grid {grid}, block {block})")
 

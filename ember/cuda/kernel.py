@@ -46,7 +46,7 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
     func = prepare(func)
     dims = launch_dims(func)
     if arch is None:
-        arch = _device_arch()
+        arch = device_arch()
     check_limits(func, dims, limits_for(arch))
     renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug, arch=arch)
     source = renderer.render_unit(func)
@@ -60,7 +60,8 @@ def prepare(func: PrimFunc) -> PrimFunc:
     return insert_syncs(pipeline(infer_scopes(func)))
 
 
-def _device_arch() -> str:
+def device_arch() -> str:
+    """The GPU's architecture ("sm_90"), or sm_90 where there is no GPU to ask."""
     from .driver import device
 
     try:

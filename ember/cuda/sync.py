@@ -6,9 +6,9 @@ sequence, and between iterations of a serial loop:
 
 - in a sequence, a statement that reads a shared buffer written since the last barrier (a
   read after write), or writes one read since then (a write after read), gets a barrier before it;
-- a serial loop whose body reads and writes a shared buffer gets a barrier at the end of its body,
-  so the next iteration's writes wait for this one's reads (the k loop of a tiled GEMM loads the
-  next tiles over the ones just read).
+- a serial loop (or a `while` loop) whose body reads and writes a shared buffer gets a barrier at
+  the end of its body, so the next iteration's writes wait for this one's reads (the k loop of a
+  tiled GEMM loads the next tiles over the ones just read).
 
 An access at the thread's own index (`X[tx]`, where tx is bound to the block's only thread
 dimension: a thread's partial of a cross-thread reduction) is private: two private accesses never
@@ -36,6 +36,7 @@ from ..tir.stmt import (
     PrimFunc,
     SeqStmt,
     Stmt,
+    While,
 )
 from .codegen import SYNC, launch_dims
 
@@ -105,12 +106,12 @@ def _sync(s: Stmt, shared: set[Buffer], own: set[Var]) -> Stmt:
             return _sync_seq([_sync(x, shared, own) for x in stmts], shared, own)
         case For() if s.kind == THREAD_BINDING:
             return s.with_body(_sync(s.body, shared, own))
-        case For():
+        case For() | While():
             body = _sync(s.body, shared, own)
             t = _touches(body, shared, own)
             if t.races(t):  # this iteration's accesses against the next one's
                 body = SeqStmt((*body.stmts, BARRIER) if isinstance(body, SeqStmt) else (body, BARRIER))
-            return s.with_body(body)
+            return s if body is s.body else replace(s, body=body)
         case Allocate(_, body):
             new = _sync(body, shared, own)
             return s if new is body else replace(s, body=new)

@@ -53,6 +53,55 @@ class TensorArg:
                                                writeable=self.array.flags.writeable)
 
 
+@dataclass(frozen=True)
+class DeviceTensorArg:
+    """A tensor in a GPU's memory (a torch CUDA tensor, or anything with
+    `__cuda_array_interface__`: CuPy, Numba): its address, element type and reachable span (in
+    elements, as TensorArg's), the GPU's ordinal, and whether it is torch's (whose current stream
+    a launch runs on)."""
+
+    data_ptr: int
+    dtype: tld.dtype
+    span: tuple[int, int]
+    device: int
+    torch: bool
+
+
+def on_device(value) -> bool:
+    """Whether value is a tensor in a GPU's memory."""
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.device.type == "cuda"
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def device_tensor_arg(name: str, value) -> DeviceTensorArg:
+    """The DeviceTensorArg of a GPU tensor given for parameter `name`."""
+    torch = _torch()
+    if torch is not None and isinstance(value, torch.Tensor):
+        dtype_name = str(value.dtype).removeprefix("torch.")
+        shape, strides = tuple(value.shape), tuple(value.stride())
+        ptr, device, is_torch = value.data_ptr(), value.device.index or 0, True
+    else:
+        cai = value.__cuda_array_interface__
+        np_dtype = np.dtype(cai["typestr"])
+        dtype_name = str(np_dtype)
+        shape = tuple(cai["shape"])
+        strides = tuple(s // np_dtype.itemsize for s in cai["strides"]) if cai.get("strides") else \
+            tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+        ptr, is_torch = int(cai["data"][0]), False
+        device = int(getattr(getattr(value, "device", None), "id", 0) or 0)
+    if dtype_name not in tld.DTYPES:
+        raise ArgumentTypeError(f"argument '{name}': dtype {dtype_name} is not a type of the tile language "
+                                f"({', '.join(tld.DTYPES)})")
+    if 0 in shape:
+        span = (0, 0)
+    else:
+        span = (sum(min(0, (n - 1) * s) for n, s in zip(shape, strides)),
+                sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + 1)
+    return DeviceTensorArg(ptr, tld.DTYPES[dtype_name], span, device, is_torch)
+
+
 def tensor_arg(name: str, value) -> TensorArg:
     """The TensorArg of an array or CPU torch tensor given for parameter `name`."""
     if not isinstance(value, np.ndarray):
@@ -73,8 +122,8 @@ def _torch_array(name: str, value) -> np.ndarray:
         raise ArgumentTypeError(f"argument '{name}': a numpy array, a CPU torch tensor or a scalar, "
                                 f"not {type(value).__name__}")
     if value.device.type != "cpu":
-        raise ArgumentTypeError(f"argument '{name}' is on {value.device}: ember.triton runs on the CPU, "
-                                f"pass a CPU tensor (.cpu())")
+        raise ArgumentTypeError(f"argument '{name}' is on {value.device}: this launch runs on the CPU; pass a "
+                                f"CPU tensor (.cpu()), or launch with target='cuda'")
     value = value.detach()
     needed = (value.storage_offset() + _reach(value)) * value.element_size() if value.numel() else 0
     if value.untyped_storage().nbytes() < needed:

@@ -202,7 +202,7 @@ class Autotuner(KernelInterface):
             every = {**nargs, **kwargs}
             key = tuple(_key_value(every[k]) for k in self.keys if k in every)
             key += tuple(str(v.dtype) for v in every.values() if hasattr(v, "dtype") and hasattr(v, "shape"))
-            target = self._target(kwargs)
+            target = self._target(kwargs, every.values())
             if (target, key) not in self.cache:
                 self.cache[target, key] = self._stored(key, target) or self._tune(key, target, args, nargs, grid,
                                                                                   kwargs)
@@ -243,11 +243,12 @@ class Autotuner(KernelInterface):
         digest = hashlib.sha256(text.encode()).hexdigest()
         return _Workload(f"triton:{digest}", f"triton.autotune:{self.base_fn.__name__}", text)
 
-    def _target(self, kwargs: dict) -> str:
-        """The key of the target a launch with these keyword arguments compiles for."""
+    def _target(self, kwargs: dict, values) -> str:
+        """The key of the target a launch with these keyword arguments and argument values
+        compiles for."""
         if interpret():
             return "interpret"
-        return self.base_fn.launch_target({} if "target" in self.arg_names else kwargs).key
+        return self.base_fn.launch_target({} if "target" in self.arg_names else kwargs, values).key
 
     def _stored(self, key: tuple, target: str) -> Config | None:
         db = self._db()

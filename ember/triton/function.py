@@ -3,7 +3,8 @@ its parameters (which are `tl.constexpr`, and the types scalar ones are declared
 tl.int32`), and how a launch's arguments bind to them: a value its declared type cannot hold (a
 float for an int) is refused as Triton's launcher refuses it, and a grid past CUDA's limits
 (GRID_LIMITS) too; and the target a launch compiles for (`launch_target`): the launch's `target=`
-option, else the kernel's own (`@jit(target=...)`), else "c".
+option, else the kernel's own (`@jit(target=...)`), else "cuda" when an argument is a GPU tensor,
+else "c".
 
 jit.py makes it launchable (`kernel[grid](...)`); the compiler and the interpreter import this
 module, not jit.py, which imports them.
@@ -21,6 +22,7 @@ import numpy as np
 
 from ..errors import ArgumentTypeError
 from ..target import Target, as_target
+from .args import on_device
 from .language import dtypes as tld
 from .language.dtypes import constexpr
 
@@ -127,10 +129,13 @@ class KernelFunction:
                 _check_declared(self.__name__, p, bound.arguments[p.name])
         return dict(bound.arguments), options
 
-    def launch_target(self, options: dict) -> Target:
-        """The target a launch with these options compiles for: its `target=`, else the kernel's
-        own, else "c"."""
+    def launch_target(self, options: dict, values=()) -> Target:
+        """The target a launch with these options and argument values compiles for: its
+        `target=`, else the kernel's own, else "cuda" when an argument is in a GPU's memory (a
+        torch CUDA tensor, CuPy), else "c"."""
         target = options.get("target")
+        if target is None and self.target is None and any(on_device(v) for v in values):
+            target = "cuda"
         return as_target(target if target is not None else self.target or "c")
 
     def grid_of(self, grid, bound: dict) -> tuple[int, int, int]:

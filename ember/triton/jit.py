@@ -47,14 +47,14 @@ class JITFunction(KernelFunction, KernelInterface):
         grid = self.grid_of(grid, bound)
         if interpret():
             return interpreter.launch(self, grid, bound, options)
-        return compiler.launch(self, grid, bound, options, self.launch_target(options))
+        return compiler.launch(self, grid, bound, options, self.launch_target(options, bound.values()))
 
     def compile(self, *args, **kwargs):
         """The compiled specialization of these arguments (and launch options: `target=`), run
         nowhere; its `asm` is Triton's dict of the kernel's code: {"tir": the loop IR, "c": the C}."""
         kwargs.pop("grid", None)
         bound, options = self.bind(args, kwargs)
-        return compiler.prepare(self, bound, options, self.launch_target(options))[0]
+        return compiler.prepare(self, bound, options, self.launch_target(options, bound.values()))[0]
 
     def ir(self, *args, **kwargs) -> str:
         """The lowered loop IR of the kernel for these arguments (`kernel.ir(x, y, n, BLOCK=64)`)."""

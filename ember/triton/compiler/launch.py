@@ -31,7 +31,6 @@ returns, a failed check included. On the thread that forked this process, one (e
 from __future__ import annotations
 
 import ast
-import ctypes
 import functools
 import hashlib
 import json
@@ -45,13 +44,12 @@ import numpy as np
 from ... import config
 from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
-from ...runtime import fork
 from ...runtime.library import write_atomic
 from ...target import Target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
 from ...tir.stmt import PrimFunc
-from ..args import TensorArg, scalar_dtype, tensor_arg
+from ..args import DeviceTensorArg, TensorArg, device_tensor_arg, on_device, scalar_dtype, tensor_arg
 from ..function import KernelFunction
 from ..language import dtypes as tld
 from . import values as V
@@ -68,6 +66,7 @@ class Spec:
 
     kinds: tuple[tuple[str, object], ...]
     key: str
+    num_warps: int = 4  # a GPU's warps per program (the CPU's Emitter takes none)
 
 
 @dataclass
@@ -98,11 +97,12 @@ stats = {"compiled": 0, "loaded": 0}  # specializations built from the kernel, r
 
 @functools.cache
 def compiler_digest() -> str:
-    """The hash of this compiler's own modules and of the loop IR's passes and code generator:
-    a cached specialization is only reused by the compiler that made it."""
+    """The hash of this compiler's own modules, of the loop IR's passes and code generators and
+    of the backends' (the GPU's in ember/cuda): a cached specialization is only reused by the
+    compiler that made it."""
     h = hashlib.sha256()
     ember_root = Path(__file__).parents[2]
-    for folder in (Path(__file__).parent, ember_root / "codegen", ember_root / "tir"):
+    for folder in (Path(__file__).parent, *(ember_root / f for f in ("codegen", "tir", "backends", "cuda"))):
         for f in sorted(folder.rglob("*.py")):
             h.update(f.read_bytes())
     return h.hexdigest()
@@ -188,9 +188,10 @@ def _names(f: KernelFunction) -> tuple[tuple[str, str | None], ...]:
     return tuple((n, a) for n, a in _names_of(f.src) if n not in local and n in f.__globals__)
 
 
-def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target) -> tuple[Spec, list]:
-    """The specialization of a launch for `target` and its run-time arguments (TensorArgs and
-    scalars)."""
+def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
+               num_warps: int = 4) -> tuple[Spec, list]:
+    """The specialization of a launch for `target` and its run-time arguments, (name, value)
+    pairs: TensorArgs, or DeviceTensorArgs for tensors in a GPU's memory, and scalars."""
     kinds, runtime = [], []
     for p in jit_fn.params:
         v = bound[p.name]
@@ -209,17 +210,17 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target)
                 continue
             hint = bool(d.is_int() and not d.is_bool() and int(v) % 16 == 0 and not p.do_not_specialize)
             kinds.append(("scalar", d.name, hint))
-            runtime.append(v)
+            runtime.append((p.name, v))
             continue
-        t = tensor_arg(p.name, v)
+        t = device_tensor_arg(p.name, v) if on_device(v) else tensor_arg(p.name, v)
         if t.dtype.name not in V.TIR_OF:
             raise ArgumentTypeError(f"kernel {jit_fn.__name__}, argument '{p.name}': dtype {t.dtype.name} is not "
                                     f"supported by the compiler yet ({', '.join(V.TIR_OF)})")
         kinds.append(("tensor", t.dtype.name))
-        runtime.append(t)
+        runtime.append((p.name, t))
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
-                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags))
-    return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32]), runtime
+                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, num_warps))
+    return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32], num_warps), runtime
 
 
 def _key_part(kind):
@@ -235,7 +236,7 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
                target: Target) -> tuple[PrimFunc, list[str], list[str]]:
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
-    em = target.backend.tile_emitter(target, debug)
+    em = target.backend.tile_emitter(target, debug, num_warps=spec.num_warps)
     tensors, scalars, values = [], [], {}
     params: dict = {}
     sizes = (Var("grid_x"), Var("grid_y"), Var("grid_z"))  # the kernel's int64 size arguments
@@ -267,7 +268,8 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
     frontend.run(jit_fn, values)
     body = em.kernel(p, grid[0] * grid[1] * grid[2])
     name = f"triton_{jit_fn.__name__}_{spec.key[:8]}"
-    func = PrimFunc(name, (*tensors, *scalars, meta, status), body)
+    # "tile_scalars": the parameters that hold one scalar each (a GPU passes them by value)
+    func = PrimFunc(name, (*tensors, *scalars, meta, status), body, (("tile_scalars", tuple(b.name for b in scalars)),))
     return func, builtins.sites, [b.dtype for b in scalars]
 
 
@@ -293,7 +295,6 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool, target: Target
         else:
             stats["loaded"] += 1
         cfunc, library = backend.open_launcher(compiled.source, compiled.name, target)
-        cfunc.restype = None
         compiled.cfunc, compiled.library = cfunc, library
         if not path.exists():
             _write_cached(path, compiled)
@@ -327,7 +328,10 @@ def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: Target) 
     if target.backend.tile_emitter is None:
         raise target.backend.no_tile_kernels()
     debug = debug_mode(jit_fn, options)
-    spec, runtime = specialize(jit_fn, bound, debug, target)
+    num_warps = options.get("num_warps") or 4
+    if not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
+        raise ArgumentTypeError(f"kernel {jit_fn.__name__}: num_warps is a power of 2 from 1 to 32, got {num_warps!r}")
+    spec, runtime = specialize(jit_fn, bound, debug, target, num_warps)
     return compile_spec(jit_fn, spec, debug, target), runtime
 
 
@@ -344,26 +348,9 @@ def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, opti
                                     f"writable copy")
     if grid[0] * grid[1] * grid[2] == 0:
         return compiled
-    pointers, keep, spans = [], [], []
-    scalar_values = iter(compiled.scalar_dtypes)
-    for v in runtime:
-        if isinstance(v, TensorArg):
-            pointers.append(v.data_ptr)
-            spans += v.span
-    for v in runtime:
-        if not isinstance(v, TensorArg):
-            arr = np.array([v], dtype=_numpy_of(next(scalar_values)))
-            keep.append(arr)
-            pointers.append(arr.ctypes.data)
-    meta = np.array(spans or [0], dtype=np.int64)
-    status = np.zeros(1, dtype=np.int64)
-    threads = fork.threads(config.threads())  # one on the thread that forked this process
-    compiled.cfunc(*(ctypes.c_void_p(x) for x in pointers), ctypes.c_void_p(meta.ctypes.data),
-                   ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid), ctypes.c_int(threads))
-    if status[0]:
-        raise TileError(f"kernel {jit_fn.__name__}: {compiled.sites[int(status[0]) - 1]}")
+    tensors = [(name, v) for name, v in runtime if isinstance(v, TensorArg | DeviceTensorArg)]
+    scalars = [v for _, v in runtime if not isinstance(v, TensorArg | DeviceTensorArg)]
+    status = target.backend.call_tile(compiled, tensors, scalars, grid, options)
+    if status:
+        raise TileError(f"kernel {jit_fn.__name__}: {compiled.sites[status - 1]}")
     return compiled
-
-
-def _numpy_of(tir_dtype: str) -> str:
-    return "bool" if tir_dtype == "bool" else tir_dtype

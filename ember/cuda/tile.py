@@ -1,0 +1,162 @@
+"""Tile kernels (ember.triton) on the GPU: their CUDA C and their launch.
+
+A tile kernel's loop-IR function (ember.triton.compiler.cuda's Emitter: programs bound to
+blockIdx.x, block statements to threadIdx.x) takes its scalar arguments as one-element buffers
+and its grid's sizes as int64 sizes, as the CPU's launcher does. On the GPU the scalars are
+passed by value: the function is rendered as a `__device__` body, and the kernel is a wrapper
+taking each scalar by value and passing the body its address (inlined, the address is the
+value). Its scratch takes its scopes (ember.cuda.scopes) and barriers (ember.cuda.sync) as any
+GPU kernel's, and the block's shared memory is checked against the static limit.
+
+`TileLauncher` launches the flattened grid as blocks of the kernel's threads through the driver
+API, on the stream it is given. The launch stays asynchronous unless the kernel has checks (the
+debug mode, `tl.device_assert`): then its spans and status word go to the GPU, and the launch
+waits to read the status back. Which GPU and stream, and that every argument is there, is the
+caller's (ember.backends.cuda).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import operator
+import re
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..tir import dtype as dt
+from ..tir.expr import Var, as_int
+from ..tir.stmt import PrimFunc, Stmt
+from .codegen import CUDARenderer, threads_per_block
+from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .kernel import prepare
+
+SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
+SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
+SHARED = "ember_shared"  # the kernel's dynamic shared memory, which its shared blocks are carved from
+_BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)")
+_SHARED_BYTES = re.compile(r"/\* dynamic shared memory: (\d+) bytes \*/")
+_CTYPES = {"bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
+           "uint16": ctypes.c_uint16, "int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64,
+           "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double}
+
+
+class TileRenderer(CUDARenderer):
+    """A tile kernel as a `__device__` body and a `__global__` wrapper taking scalars by value;
+    its shared blocks are carved, 32-byte aligned, from dynamic shared memory (a tile kernel's
+    blocks outgrow the 48 KiB of static shared memory: a 64x128 float32 accumulator is 32 KiB),
+    each scope's blocks freed at its end; the unit says how many bytes the launch asks for."""
+
+    def _begin_kernel(self, func: PrimFunc) -> None:
+        super()._begin_kernel(func)
+        self._shared_top = self._shared_bytes = 0
+        self._shared_names: list[str] = []
+
+    def _allocate(self, buf, body: Stmt, depth: int, out: list[str]) -> None:
+        if buf.scope != "shared":
+            super()._allocate(buf, body, depth, out)
+            return
+        pad, base = "  " * depth, self._shared_top
+        ctype = self.SCALAR_TYPES[buf.dtype]
+        size = functools.reduce(operator.mul, [as_int(d) for d in buf.shape], 1) * dt.bits(buf.dtype) // 8
+        self._shared_top = base + -(-size // 32) * 32
+        self._shared_bytes = max(self._shared_bytes, self._shared_top)
+        self._shared_names.append(buf.name)
+        out.append(f"{pad}{{")
+        out.append(f"{pad}  {ctype}* __restrict__ {self._name(buf)} = reinterpret_cast<{ctype}*>({SHARED} + {base});")
+        self._buffers.add(buf)
+        self._stmt(body, depth + 1, out)
+        self._buffers.discard(buf)
+        out.append(f"{pad}}}")
+        self._shared_top = base
+
+    def _prologue(self, func: PrimFunc) -> list[str]:
+        if not self._shared_bytes:
+            return []
+        return [f"  extern __shared__ __align__(32) unsigned char {SHARED}[];"]
+
+    def _signature(self, func: PrimFunc, params: list[str]) -> str:
+        scalars = set(dict(func.attrs).get(SCALARS, ()))
+        symbol = self.symbol(func)
+        outer, inner = [], []
+        for b, text in zip(func.params, params):
+            if b.name in scalars:
+                value = self._name(Var(f"{b.name}_value", b.dtype))
+                outer.append(f"{self.SCALAR_TYPES[b.dtype]} {value}")
+                inner.append(f"&{value}")
+            else:
+                outer.append(text)
+                inner.append(self._name(b))
+        outer += params[len(func.params):]
+        inner += [self._name(v) for v in func.size_vars]
+        self._wrapper = (f'extern "C" __global__ void __launch_bounds__({threads_per_block(self._dims)}) '
+                         f"{symbol}({', '.join(outer)}) {{\n  {symbol}_body({', '.join(inner)});\n}}")
+        return f"static __device__ __forceinline__ void {symbol}_body({', '.join(params)})"
+
+    def _index_type(self, var) -> str:
+        """int: a tile kernel's loops count threads, a block's elements, the grid's programs
+        (fewer than 2^31) and its own ranges (int32 in Triton)."""
+        return "int" if var.dtype in ("int64", "int32") else self.SCALAR_TYPES[var.dtype]
+
+    def render_kernel(self, func: PrimFunc) -> str:
+        text = super().render_kernel(func)
+        if self._shared_bytes > SHARED_LIMIT:
+            raise ScheduleError(f"kernel {func.name} keeps {self._shared_bytes} bytes of blocks in shared memory "
+                                f"({', '.join(self._shared_names)}): past the {SHARED_LIMIT} bytes a block may have "
+                                f"on sm_90; use smaller blocks")
+        return f"/* dynamic shared memory: {self._shared_bytes} bytes */\n{text}\n\n{self._wrapper}"
+
+
+def render_tile(func: PrimFunc) -> str:
+    """The CUDA C unit of a lowered tile kernel (the module doc)."""
+    return TileRenderer().render_unit(prepare(func))
+
+
+class TileLauncher:
+    """A tile kernel compiled for `arch` (NVRTC); loaded on the GPU at its first launch."""
+
+    def __init__(self, source: str, name: str, arch: str = DEFAULT_ARCH):
+        self.source, self.name, self.arch = source, name, arch
+        self.binary = compile_cuda(source, arch)
+        self.threads = int(_BOUNDS.search(source).group(1))
+        self.shared = int(_SHARED_BYTES.search(source).group(1))
+        self.symbol = TileRenderer.symbol_of(name)
+        self._module = None
+
+    def __call__(self, pointers: list[int], scalars: list[tuple[object, str]], spans: list[int], sites: int,
+                 grid: tuple[int, int, int], ordinal: int, stream: int) -> int:
+        """Launch over `grid` on GPU `ordinal` (pointers: the tensors' device addresses; scalars:
+        (value, dtype)); the status word (0, or the number of the failed check) when the kernel
+        has checks, else 0 without waiting."""
+        from .driver import INT64, POINTER, Module, check, device, driver
+
+        dev = device(ordinal)
+        dev.activate()
+        if self._module is None:
+            self._module = Module(self.binary, self.symbol, dev)
+            if self.shared > 48 * 1024:  # past the default, the function opts in
+                cu = driver()
+                check(cu.cuFuncSetAttribute(
+                    self._module.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.shared), f"cuFuncSetAttribute of kernel {self.name}")
+        args = [(p, POINTER) for p in pointers] + [(v, _CTYPES[d]) for v, d in scalars]
+        sizes = [(g, INT64) for g in grid]
+        blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), (self.threads, 1, 1)
+        if not sites:
+            self._module.launch(blocks, threads, [*args, (0, POINTER), (0, POINTER), *sizes], stream, self.shared)
+            return 0
+        cu = driver()
+        spans_array = np.array(spans or [0], dtype=np.int64)
+        memory = check(cu.cuMemAlloc(spans_array.nbytes + 8), "cuMemAlloc")
+        try:
+            check(cu.cuMemsetD8(memory, 0, 8), "cuMemsetD8")
+            check(cu.cuMemcpyHtoD(int(memory) + 8, spans_array.ctypes.data, spans_array.nbytes), "cuMemcpyHtoD")
+            self._module.launch(blocks, threads, [*args, (int(memory) + 8, POINTER), (int(memory), POINTER), *sizes],
+                                stream, self.shared)
+            check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
+            status = np.zeros(1, dtype=np.int64)
+            check(cu.cuMemcpyDtoH(status.ctypes.data, memory, 8), "cuMemcpyDtoH")
+        finally:
+            cu.cuMemFree(memory)
+        return int(status[0])

@@ -1,0 +1,255 @@
+"""The GPU's Emitter: a program is a CUDA block, its block operations spread over the block's threads.
+
+The loop over programs is bound to blockIdx.x (the flattened grid), and `num_warps` warps are the
+block's 32 * num_warps threads. Every block statement is a loop bound to threadIdx.x in which
+each thread takes a strided share of the block's elements (element e = j * threads + thread,
+counted along the block's innermost memory dimension, so a warp's neighbouring threads touch
+neighbouring addresses); masks stay guards on each element. The statements' loops are separate
+thread-bound loops of one index, as TVM writes them, so the CUDA target (ember.cuda) gives the
+kernel's intermediates their scopes (a block written by the threads is "shared", a scalar every
+thread computes is the thread's own) and places `__syncthreads()` where a shared block written by
+some threads is read by others; the loop-IR interpreter runs the same loops one after another,
+which is the order the barriers give.
+
+A statement of one element writes kernel-local scalars in every thread (each its own copy, as
+Triton keeps a uniform scalar in every thread), unless it writes memory or calls an atomic: then
+thread 0 alone runs it (a scalar store, a scalar atomic whose result the others read after a
+barrier). A reduction to a scalar is two phases: each thread folds its share into a shared
+partial, then every thread folds the partials (which the CUDA target turns into warp shuffles,
+ember.cuda.warp); a reduction keeping other axes gives each output element to one thread, as do
+scans and arg-reductions. `tl.dot` gives each thread a strided share of the output tile, each
+element accumulated over k in a register.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
+from ...tir.expr import binary as te_binary
+from ...tir.functor import stmt_exprs, visit_expr, visit_stmt
+from ...tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, Stmt, seq
+from . import values as V
+from .emitter import Body, Deferred, Emitter, buffer_block
+
+WARP = 32
+
+
+def bound(var: Var, extent: int, tag: str, body: Stmt) -> For:
+    return For(var, const(0), const(extent), THREAD_BINDING, body, (("thread_tag", tag),))
+
+
+class CUDAEmitter(Emitter):
+    """Block operations spread over 32 * num_warps threads of a CUDA block (the module doc)."""
+
+    def __init__(self, target, debug: bool, num_warps: int = 4):
+        super().__init__(debug)
+        self.threads = WARP * num_warps
+
+    def lanes(self, dtype: str) -> int:
+        return 1
+
+    def local(self, hint: str, shape: tuple[int, ...], dtype: str) -> Buffer:
+        """Scratch of "global" scope: ember.cuda.scopes makes it shared or the thread's own from
+        where it is written."""
+        n = 1
+        for d in shape:
+            n *= d
+        buf = Buffer(self.name(hint), (const(max(n, 1)),), dtype, scope="global")
+        self.allocs.append(buf)
+        return buf
+
+    # -- loop nests ------------------------------------------------------------------------------
+    def _spread(self, shape: tuple[int, ...], inner: int | None,
+                body: Callable[[tuple[PrimExpr, ...]], Stmt | None]) -> Stmt | None:
+        """body over shape, each thread a strided share; `inner`: the dimension consecutive
+        threads walk (default: the last)."""
+        total = 1
+        for n in shape:
+            total *= n
+        inner = len(shape) - 1 if inner is None else inner
+        t, j = Var("tx"), Var("j")
+        steps = -(-total // self.threads)
+        e = t if steps == 1 else j * self.threads + t
+        idx: list[PrimExpr] = [const(0)] * len(shape)
+        walk = [d for d in [inner, *reversed(range(len(shape)))] if shape[d] != 1]  # fastest first
+        walk = list(dict.fromkeys(walk))
+        rest = e
+        for k, d in enumerate(walk):
+            idx[d] = rest if k == len(walk) - 1 else rest % shape[d]
+            rest = rest // shape[d]
+        s = body(tuple(idx))
+        if s is None:
+            return None
+        if steps > 1:
+            if total % self.threads:
+                s = IfThenElse(te_binary("<", e, const(total)), s)
+            s = For(j, const(0), const(steps), "serial", s)
+        return bound(t, min(total, self.threads), "threadIdx.x", s)
+
+    def nest(self, shape: tuple[int, ...], body: Callable[[tuple[PrimExpr, ...]], Stmt | None], *,
+             vector: bool = True, lanes: int = 16, inner: int | None = None) -> Stmt | None:
+        if any(n != 1 for n in shape):
+            return self._spread(shape, inner, body)
+        s = body(tuple(const(0) for _ in shape))
+        if s is None or not self._effects(s):
+            return s  # every thread computes its own copy
+        return bound(Var("tx"), 1, "threadIdx.x", s)
+
+    def _effects(self, s: Stmt) -> bool:
+        """Whether s writes memory other than the kernel's scratch, or calls an atomic."""
+        found = []
+        local = set(self.allocs)
+
+        def on_expr(e):
+            if isinstance(e, Call) and e.name.startswith("atomic_"):
+                found.append(e)
+
+        def on_stmt(x):
+            if isinstance(x, BufferStore) and x.buffer not in local:
+                found.append(x)
+            for e in stmt_exprs(x):
+                visit_expr(e, on_expr)
+
+        visit_stmt(s, on_stmt)
+        return bool(found)
+
+    def versioned(self, shape: tuple[int, ...], body: Body, lanes: int, inner: int | None = None,
+                  fast_nest: Callable | None = None) -> None:
+        """One nest with every mask a guard: a GPU thread tests its own elements."""
+        saved = self.masks, self.full
+        try:
+            self.masks, self.full = [], False
+            s = self.nest(shape, lambda idx: body(idx, False), inner=inner)
+        finally:
+            self.masks, self.full = saved
+        self.emit(s)
+
+    # -- reductions --------------------------------------------------------------------------------
+    def reduce(self, x: V.Block, axis: int, combine: Callable, init: PrimExpr, dtype) -> V.Block | V.Scalar:
+        tdtype = V.tir_dtype(dtype)
+        shape = x.shape
+        out_shape = shape[:axis] + shape[axis + 1:]
+
+        def value(idx):
+            return V.convert(V.element(x, idx), x.dtype, dtype)
+
+        if not out_shape:
+            return self._reduce_all(shape[0], value, combine, init, dtype)
+        out = self.local("r", out_shape, tdtype)
+        self.emit(self.nest(out_shape, lambda o: self._line(out, out_shape, o, axis, shape[axis], value, combine,
+                                                            init)))
+        return buffer_block(out, out_shape, dtype)
+
+    def _line(self, out: Buffer, out_shape, o, axis: int, n: int, value, combine, init) -> Stmt:
+        """out[o] = the fold of value along axis, in one thread."""
+        at = (V.flat_index(out_shape, o),)
+        k = Var("k")
+        acc = BufferLoad(out, at, out.dtype)
+        step = BufferStore(out, combine(acc, value((*o[:axis], k, *o[axis:]))), at)
+        return seq(BufferStore(out, init, at), For(k, const(0), const(n), "serial", step))
+
+    def _reduce_all(self, n: int, value, combine, init, dtype) -> V.Scalar:
+        """A 1-D block to a scalar: a partial per thread (shared), then every thread folds them."""
+        tdtype = V.tir_dtype(dtype)
+        width = min(n, self.threads)
+        part = self.local("p", (width,), tdtype)
+        out = self.local("r", (), tdtype)
+        t, j, r = Var("tx"), Var("j"), Var("r")
+        acc = Buffer(self.name("a"), (const(1),), tdtype, scope="global")  # in the thread's loop: its own
+        e = j * width + t
+        step = BufferStore(acc, combine(BufferLoad(acc, (const(0),), tdtype), value((e,))), (const(0),))
+        if n % width:
+            step = IfThenElse(te_binary("<", e, const(n)), step)
+        share = Allocate(acc, seq(BufferStore(acc, init, (const(0),)),
+                                  For(j, const(0), const(-(-n // width)), "serial", step),
+                                  BufferStore(part, BufferLoad(acc, (const(0),), tdtype), (t,))))
+        self.emit(bound(t, width, "threadIdx.x", share))
+        fold = BufferStore(out, combine(BufferLoad(out, (const(0),), tdtype), BufferLoad(part, (r,), tdtype)),
+                           (const(0),))
+        self.emit(seq(BufferStore(out, init, (const(0),)), For(r, const(0), const(width), "serial", fold)))
+        return V.Scalar(BufferLoad(out, (const(0),), tdtype), dtype)
+
+    def arg_reduce(self, x: V.Block, axis: int, better: Callable, init: PrimExpr, index_dtype):
+        """Each output element in one thread, a serial scan of its line (the first best index)."""
+        tdtype = V.tir_dtype(x.dtype)
+        shape = x.shape
+        out_shape = shape[:axis] + shape[axis + 1:]
+        val = self.local("mv", out_shape, tdtype)
+        arg = self.local("mi", out_shape, "int32")
+
+        def line(o):
+            at = (V.flat_index(out_shape, o),)
+            k = Var("k")
+            v = V.element(x, (*o[:axis], k, *o[axis:]))
+            cur = BufferLoad(val, at, tdtype)
+            b = better(v, cur)
+            kk = Cast("int32", k) if k.dtype != "int32" else k
+            step = seq(BufferStore(arg, select(b, kk, BufferLoad(arg, at, "int32")), at),
+                       BufferStore(val, select(b, v, cur), at))
+            return seq(BufferStore(val, init, at), BufferStore(arg, const(0, "int32"), at),
+                       For(k, const(0), const(shape[axis]), "serial", step))
+
+        self.emit(self.nest(out_shape, line))
+        if not out_shape:
+            return (V.Scalar(BufferLoad(val, (const(0),), tdtype), x.dtype),
+                    V.Scalar(BufferLoad(arg, (const(0),), "int32"), index_dtype))
+        return buffer_block(val, out_shape, x.dtype), buffer_block(arg, out_shape, index_dtype)
+
+    def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
+        """Each line along the axis in one thread, serially."""
+        tdtype = V.tir_dtype(dtype)
+        shape = x.shape
+        out = self.local("scan", shape, tdtype)
+        rest = shape[:axis] + shape[axis + 1:]
+        n = shape[axis]
+
+        def line(ridx):
+            j = Var("j")
+            pos = const(n - 1) - j if reverse else j
+            prev = const(n) - j if reverse else j - 1
+            idx = (*ridx[:axis], pos, *ridx[axis:])
+            before = (*ridx[:axis], prev, *ridx[axis:])
+            value = V.convert(V.element(x, idx), x.dtype, dtype)
+            acc = select(te_binary("==", j, const(0)), value,
+                         combine(BufferLoad(out, (V.flat_index(shape, before),), tdtype), value))
+            return For(j, const(0), const(n), "serial", BufferStore(out, acc, (V.flat_index(shape, idx),)))
+
+        if rest:
+            self.emit(self._spread(rest, None, line))
+        else:
+            self.emit(bound(Var("tx"), 1, "threadIdx.x", line(())))
+        return buffer_block(out, shape, dtype)
+
+    # -- tl.dot ----------------------------------------------------------------------------------
+    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
+        """Each thread a strided share of c's elements, each summed over k in a register."""
+        acc = Buffer(self.name("acc"), (const(1),), c.dtype, scope="global")
+        kk = Var("kk")
+
+        def element(idx):
+            i, jj = idx
+            at = (i * n + jj,)
+            prod = BufferLoad(a, (i * k + kk,), a.dtype) * BufferLoad(b, (kk * n + jj,), b.dtype)
+            zero = (const(0),)
+            return Allocate(acc, seq(BufferStore(acc, BufferLoad(c, at, c.dtype), zero),
+                                     For(kk, const(0), const(k), "serial",
+                                         BufferStore(acc, BufferLoad(acc, zero, c.dtype) + prod, zero)),
+                                     BufferStore(c, BufferLoad(acc, zero, c.dtype), at)))
+
+        self.emit(self._spread((m, n), None, element))
+
+    # -- deferred loads ----------------------------------------------------------------------------
+    def read_in(self, d: Deferred) -> Buffer:
+        buf = self.local("ld", d.shape, d.dtype)
+        self.versioned(d.shape, lambda idx, full: BufferStore(buf, d.direct(idx, full), (V.flat_index(d.shape, idx),)),
+                       1, d.inner)
+        return buf
+
+    # -- the grid ----------------------------------------------------------------------------------
+    def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
+        """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
+        body = seq(*self.lists[0])
+        for buf in reversed(self.allocs):
+            body = Allocate(buf, body)
+        return For(pid, const(0), programs, THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))

@@ -1,0 +1,224 @@
+"""ember.triton on the GPU: the tutorials of examples/triton compiled for target "cuda".
+
+Without a GPU each launch is compiled as on one (the GPU's Emitter, CUDA C, NVRTC to an sm_90
+cubin) and its loop IR (programs bound to blocks, block statements to threads) is run by the
+loop-IR interpreter, whose thread-bound loops run one after another: the order the barriers
+give. With a GPU the same tutorials run on torch CUDA tensors."""
+
+import importlib
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+import ember.triton as triton
+import ember.triton.language as tl
+from ember.codegen.python import codegen_python, load_python
+from ember.errors import ArgumentTypeError
+from ember.target import as_target
+from ember.tir.lower import lower
+from ember.triton import compiler
+from ember.triton.args import TensorArg
+
+L = importlib.import_module("ember.triton.compiler.launch")
+TUTORIALS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton"
+CUDA = as_target("cuda")
+HAS_NVRTC = importlib.util.find_spec("cuda.bindings") is not None
+needs_nvrtc = pytest.mark.skipif(not HAS_NVRTC, reason="NVRTC (cuda-bindings) is not installed")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU here: the launches on CUDA tensors "
+                                                                     "run where a GPU is lent")
+
+
+def tutorial(name: str):
+    spec = importlib.util.spec_from_file_location(f"tile_cuda_{name}", TUTORIALS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tutorials():
+    return {p.stem: tutorial(p.stem) for p in sorted(TUTORIALS.glob("0*.py"))}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+def interpret_cuda(jit_fn, grid, bound, options, target):
+    """A launch compiled for the GPU (NVRTC included) whose loop IR runs on the interpreter."""
+    launch, sources = interpret_cuda.launch, interpret_cuda.sources
+    compiled, runtime = L.prepare(jit_fn, bound, options, CUDA)
+    assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch  # an sm_90 (or the GPU's) cubin
+    sources.append(compiled.source)
+    debug = L.debug_mode(jit_fn, options)
+    spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4)
+    func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
+    lowered = lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes)
+    run = load_python(codegen_python(lowered), lowered)
+    arrays, spans = [], []
+    for _, v in runtime:
+        if isinstance(v, TensorArg):
+            assert v.span[0] == 0
+            arrays.append(v.flat())
+            spans += v.span
+    scalar_dtypes = iter(compiled.scalar_dtypes)
+    arrays += [np.array([v], dtype=next(scalar_dtypes)) for _, v in runtime if not isinstance(v, TensorArg)]
+    meta = np.array(spans or [0], dtype=np.int64)
+    status = np.zeros(1, dtype=np.int64)
+    run(*arrays, meta, status, *grid)
+    assert status[0] == 0
+    launch.append(grid)
+    return compiled
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    """Launches compiled for "cuda" and interpreted; the CUDA C of each in the returned list."""
+    interpret_cuda.launch, interpret_cuda.sources = [], []
+    monkeypatch.setattr(compiler, "launch", interpret_cuda)
+    monkeypatch.delenv("EMBER_INTERPRET", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return interpret_cuda.sources
+
+
+@needs_nvrtc
+def test_vector_add(tutorials, rng, on_cuda):
+    x, y = rng.standard_normal(1000, dtype=np.float32), rng.standard_normal(1000, dtype=np.float32)
+    out = tutorials["01_vector_add"].add(x, y, block_size=256)
+    np.testing.assert_array_equal(out, x + y)
+    (source,) = on_cuda
+    assert "__launch_bounds__(128)" in source and "blockIdx.x" in source and "threadIdx.x" in source
+
+
+@needs_nvrtc
+def test_fused_softmax(tutorials, rng, on_cuda):
+    x = (3 * rng.standard_normal((5, 300))).astype(np.float32)  # a row of 300 in a block of 512
+    y = tutorials["02_fused_softmax"].softmax(x)
+    np.testing.assert_allclose(y, tutorials["02_fused_softmax"].reference(x), rtol=1e-5, atol=1e-7)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("float32", 1e-5)])
+def test_matmul(tutorials, rng, on_cuda, dtype, tol):
+    M, N, K = 37, 29, 41  # no block size divides these
+    a, b = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+    c = np.empty((M, N), dtype)
+    grid = (triton.cdiv(M, 16) * triton.cdiv(N, 16),)
+    tutorials["03_matmul"].matmul_kernel.base_fn[grid](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
+        ACTIVATION="leaky_relu", num_warps=2)
+    want = tutorials["03_matmul"].reference(a, b, "leaky_relu")
+    np.testing.assert_allclose(c.astype(np.float32), want, rtol=tol, atol=tol * 10)
+
+
+@needs_nvrtc
+def test_layer_norm_forward_and_backward(tutorials, rng, on_cuda):
+    ln = tutorials["04_layer_norm"]
+    M, N = 9, 40
+    x = rng.standard_normal((M, N), dtype=np.float32)
+    w, b = rng.standard_normal(N, dtype=np.float32), rng.standard_normal(N, dtype=np.float32)
+    dy = rng.standard_normal((M, N), dtype=np.float32)
+    y, mean, rstd = ln.layer_norm_forward(x, w, b, block_size=32)
+    dx, dw, db = ln.layer_norm_backward(dy, x, w, mean, rstd, group_size_m=4)
+    tx, tw, tb = (torch.from_numpy(v).double().requires_grad_() for v in (x, w, b))
+    ty = torch.nn.functional.layer_norm(tx, (N,), tw, tb, eps=1e-5)
+    ty.backward(torch.from_numpy(dy).double())
+    for got, want in ((y, ty), (dx, tx.grad), (dw, tw.grad), (db, tb.grad)):
+        want = want.detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * (1 + np.abs(want).max()))
+    assert any("atomicCAS" in s for s in on_cuda)  # the backward's lock
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention(tutorials, rng, on_cuda, causal):
+    q, k, v = (rng.standard_normal((1, 2, 21, 16)).astype("float16") for _ in range(3))
+    o = tutorials["05_fused_attention"].attention(q, k, v, causal, block_m=16, block_n=16)
+    want = tutorials["05_fused_attention"].reference(q, k, v, causal)
+    np.testing.assert_allclose(o.astype("float64"), want, rtol=5e-3, atol=5e-3)
+
+
+@triton.jit
+def scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * factor, mask=offs < n)
+
+
+class FakeGPUArray:
+    """A GPU array as __cuda_array_interface__ describes it (never dereferenced here)."""
+
+    def __init__(self, n: int, device: int = 0):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (0x10000, False), "version": 3}
+        self.device = type("Device", (), {"id": device})()
+
+
+@needs_nvrtc
+def test_host_arrays_and_a_second_gpu_are_refused_before_any_launch():
+    x, out = np.ones(10, np.float32), np.empty(10, np.float32)
+    with pytest.raises(ArgumentTypeError, match="argument 'x_ptr' is in host memory.*move it with .cuda"):
+        scale[(1,)](x, out, 10, 2.0, BLOCK=16, target="cuda")
+    with pytest.raises(ArgumentTypeError, match="argument 'out_ptr' is on cuda:1, the tensors before it on cuda:0"):
+        scale[(1,)](FakeGPUArray(10), FakeGPUArray(10, device=1), 10, 2.0, BLOCK=16)  # the target follows them
+    with pytest.raises(ArgumentTypeError, match="argument 'x_ptr' is in a GPU's memory.*target='cuda'"):
+        scale[(1,)](FakeGPUArray(10), out, 10, 2.0, BLOCK=16, target="c")
+
+
+def test_gpu_arguments_choose_the_cuda_target():
+    assert scale.launch_target({}, [FakeGPUArray(4), 3]).kind == "cuda"
+    assert scale.launch_target({}, [np.ones(4), 3]).kind == "c"
+    assert scale.launch_target({"target": "c"}, [FakeGPUArray(4)]).kind == "c"
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return torch.Generator(device="cuda").manual_seed(0) if torch.cuda.is_available() else None
+
+
+@needs_gpu
+def test_on_the_gpu_vector_add_and_softmax(tutorials, gpu):
+    x, y = (torch.randn(5003, device="cuda", generator=gpu) for _ in range(2))
+    out = torch.empty_like(x)
+    tutorials["01_vector_add"].add_kernel[(triton.cdiv(5003, 1024),)](x, y, out, 5003, BLOCK_SIZE=1024)
+    np.testing.assert_array_equal(out.cpu().numpy(), x.cpu().numpy() + y.cpu().numpy())
+    s = 3 * torch.randn(37, 781, device="cuda", generator=gpu)
+    o = torch.empty_like(s)
+    tutorials["02_fused_softmax"].softmax_kernel[(37,)](o, s, s.stride(0), o.stride(0), 781, BLOCK_SIZE=1024)
+    want = tutorials["02_fused_softmax"].reference(s.cpu().numpy())
+    np.testing.assert_allclose(o.cpu().numpy(), want, rtol=1e-5, atol=1e-7)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 2e-3), (torch.float32, 1e-4)])
+def test_on_the_gpu_matmul_autotuned(tutorials, gpu, dtype, tol):
+    M, N, K = 300, 260, 200
+    a = torch.randn(M, K, device="cuda", generator=gpu).to(dtype)
+    b = torch.randn(K, N, device="cuda", generator=gpu).to(dtype)
+    c = torch.empty(M, N, device="cuda", dtype=dtype)
+    mm = tutorials["03_matmul"]
+    grid = lambda META: (triton.cdiv(M, META["BLOCK_SIZE_M"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)  # noqa: E731
+    mm.matmul_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), ACTIVATION="")
+    want = mm.reference(a.cpu().numpy(), b.cpu().numpy())
+    np.testing.assert_allclose(c.float().cpu().numpy(), want, rtol=tol, atol=tol * 10)
+
+
+@needs_gpu
+def test_on_the_gpu_layer_norm_and_attention(tutorials, gpu):
+    M, N = 203, 77
+    x = torch.randn(M, N, device="cuda", generator=gpu)
+    w, b = torch.randn(N, device="cuda", generator=gpu), torch.randn(N, device="cuda", generator=gpu)
+    y, mean, rstd = torch.empty_like(x), torch.empty(M, device="cuda"), torch.empty(M, device="cuda")
+    tutorials["04_layer_norm"]._layer_norm_fwd_fused[(M,)](x, y, w, b, mean, rstd, x.stride(0), N, 1e-5,
+                                                           BLOCK_SIZE=128)
+    want = torch.nn.functional.layer_norm(x.double(), (N,), w.double(), b.double(), eps=1e-5)
+    np.testing.assert_allclose(y.cpu().numpy(), want.cpu().numpy(), rtol=1e-4, atol=1e-4)
+    q, k, v = (torch.randn(2, 2, 75, 32, device="cuda", generator=gpu).half() for _ in range(3))
+    o = torch.empty_like(q)
+    tutorials["05_fused_attention"]._attn_fwd[(triton.cdiv(75, 32), 4)](
+        q, k, v, o, 32 ** -0.5, *q.stride(), *k.stride(), *v.stride(), *o.stride(), 2, 75, HEAD_DIM=32, BLOCK_M=32,
+        BLOCK_N=16, CAUSAL=True)
+    want = tutorials["05_fused_attention"].reference(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), True)
+    np.testing.assert_allclose(o.double().cpu().numpy(), want, rtol=5e-3, atol=5e-3)
