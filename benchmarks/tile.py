@@ -10,6 +10,20 @@
 Rounds alternate the peers; a figure is the median over rounds of each process's median.
 
     python benchmarks/tile.py [--rounds 3] [--only vadd softmax matmul attention compile]
+
+With `--device cuda` the same kernels run on the GPU (target "cuda", torch CUDA tensors) against
+Triton compiling the very same source (the kernels' text imported under the real `triton`, where it
+is installed) and torch, timed with CUDA events (median of --reps launches, in one process):
+
+    vector add     GB/s against a copy of the same size (torch's copy_): the bandwidth of the GPU
+    softmax        (4096, N), N in 1024, 4096: ms against Triton and torch.softmax
+    matmul         float16 4096^3 in TFLOP/s, the best of a few block configs each, against Triton
+    attention      float16 (8 heads, 2048, 64) against Triton and torch's scaled_dot_product_attention
+
+Every case first checks ember's result (and Triton's) against torch. Without a GPU it compiles
+every case for sm_90 (NVRTC) and says that the timings need one.
+
+    python benchmarks/tile.py --device cuda [--reps 50] [--only vadd softmax matmul attention]
 """
 
 from __future__ import annotations
@@ -101,6 +115,137 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: 
 
 
 MATMUL_CONFIGS = [(64, 64, 32), (64, 128, 32), (128, 128, 32), (32, 128, 64)]
+GPU_MATMUL_CONFIGS = [(64, 64, 32, 4), (128, 64, 32, 4), (128, 128, 32, 8), (64, 128, 64, 4)]  # BM, BN, BK, warps
+KERNELS = (add_kernel, softmax_kernel, matmul_kernel, attention_kernel)
+
+
+def triton_twins():
+    """The kernels above compiled by the real Triton (the same source under `import triton`), or
+    None where Triton is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None or importlib.util.find_spec("triton.language") is None:
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="ember-tile-twins-"))
+    path = folder / "twins.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + "\n\n".join(k.src for k in KERNELS))
+    spec = importlib.util.spec_from_file_location("ember_tile_twins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gpu_timed(fn, reps: int) -> float:
+    """Median seconds of fn on the GPU (CUDA events around each call), after a warm-up."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def gpu_cases(ns, only: list[str]):
+    """(name, {peer: launch}, check) per case, on torch CUDA tensors; `ns` holds the kernels (ember's
+    module or Triton's twins); check(run) compares what run() leaves against torch."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    cases = []
+    if "vadd" in only:
+        n = 1 << 26
+        x, y = (torch.rand(n, device="cuda", generator=g) for _ in range(2))
+        out = torch.empty_like(x)
+        cases.append(("vadd", n, lambda k: lambda: k.add_kernel[(triton.cdiv(n, 4096),)](x, y, out, n, BLOCK=4096),
+                      lambda: torch.testing.assert_close(out, x + y, rtol=0, atol=0), lambda: out.copy_(x)))
+    if "softmax" in only:
+        for n in (1024, 4096):
+            x = torch.randn(4096, n, device="cuda", generator=g)
+            out = torch.empty_like(x)
+            cases.append((f"softmax{n}", n, lambda k, x=x, out=out, n=n: lambda: k.softmax_kernel[(4096,)](
+                out, x, n, n, n, BLOCK=n), lambda x=x, out=out: torch.testing.assert_close(
+                out, torch.softmax(x, 1), rtol=1e-5, atol=1e-6), lambda x=x: torch.softmax(x, 1)))
+    if "matmul" in only:
+        n = 4096
+        a, b = (torch.randn(n, n, device="cuda", generator=g).half() for _ in range(2))
+        c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+        for bm, bn, bk, warps in GPU_MATMUL_CONFIGS:
+            grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
+            cases.append((f"matmul {bm}x{bn}x{bk} w{warps}", n, lambda k, grid=grid, bm=bm, bn=bn, bk=bk, w=warps: (
+                lambda: k.matmul_kernel[grid](a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
+                                              num_warps=w)),
+                lambda: torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1),
+                lambda: a @ b))
+    if "attention" in only:
+        heads, s, d = 8, 2048, 64
+        q, k_, v = (torch.randn(heads, s, d, device="cuda", generator=g).half() for _ in range(3))
+        o = torch.empty_like(q)
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q[None], k_[None], v[None])  # noqa: E731
+        cases.append(("attention", s, lambda k: lambda: k.attention_kernel[(triton.cdiv(s, 64), heads)](
+            q, k_, v, o, s, d ** -0.5, D=d, BM=64, BN=64),
+            lambda: torch.testing.assert_close(o.float(), sdpa()[0].float(), rtol=1e-2, atol=1e-2), sdpa))
+    return cases
+
+
+def gpu_main(args) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        compile_for_sm90(args.only)
+        return
+    twins = triton_twins()
+    print(f"ember.triton on {torch.cuda.get_device_name()}, medians of {args.reps} launches (CUDA events); "
+          f"Triton {'installed' if twins else 'not installed'}")
+    ember_ns = sys.modules[__name__]
+    for name, size, launch, check, peer in gpu_cases(ember_ns, args.only):
+        times = {}
+        for who, ns in (("ember", ember_ns), ("triton", twins)):
+            if ns is None:
+                continue
+            run = launch(ns)
+            run()
+            check()  # every figure is of a correct kernel
+            times[who] = gpu_timed(run, args.reps)
+        times["torch"] = gpu_timed(peer, args.reps)
+        print(gpu_line(name, size, times))
+
+
+def gpu_line(name: str, size: int, t: dict[str, float]) -> str:
+    vs = "".join(f", {p} {v * 1e3:.3f} ms (x{v / t['ember']:.2f})" for p, v in t.items() if p != "ember")
+    if name == "vadd":
+        add, copy = 12 * size / t["ember"] / 1e9, 8 * size / t["torch"] / 1e9
+        return f"vector add {size}: {add:.0f} GB/s, copy {copy:.0f} GB/s, ratio {add / copy:.2f}{vs}"
+    if name.startswith("matmul"):
+        tf = {p: 2 * size ** 3 / v / 1e12 for p, v in t.items()}
+        return f"{name} float16 {size}^3: ember {tf['ember']:.1f} TFLOP/s" + "".join(
+            f", {p} {v:.1f} TFLOP/s (ratio {tf['ember'] / v:.2f})" for p, v in tf.items() if p != "ember")
+    return f"{name}: ember {t['ember'] * 1e3:.3f} ms{vs}"
+
+
+def compile_for_sm90(only: list[str]) -> None:
+    """Without a GPU: every case's kernel compiled for target "cuda" (its CUDA C, NVRTC's sm_90 cubin)."""
+    f32, f16 = np.zeros(1 << 12, np.float32), np.zeros(1 << 12, np.float16)
+    m16 = f16.reshape(64, 64)
+    built = []
+    if "vadd" in only:
+        built.append(add_kernel.compile(f32, f32, f32, 4096, BLOCK=4096, target="cuda"))
+    if "softmax" in only:
+        built += [softmax_kernel.compile(f32, f32, n, n, n, BLOCK=n, target="cuda") for n in (1024, 4096)]
+    if "matmul" in only:
+        built += [matmul_kernel.compile(m16, m16, m16, 64, 64, 64, 64, 1, 64, 1, 64, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
+                                        num_warps=w, target="cuda") for bm, bn, bk, w in GPU_MATMUL_CONFIGS]
+    if "attention" in only:
+        built.append(attention_kernel.compile(m16, m16, m16, m16, 64, 0.125, D=64, BM=64, BN=64, target="cuda"))
+    sizes = ", ".join(f"{c.name}: {len(c.cfunc.binary)} B" for c in built)
+    print(f"no GPU here: compiled {len(built)} kernels for {built[0].cfunc.arch} with NVRTC ({sizes}); "
+          f"the timings need a GPU")
 
 
 def timed(fn, runs: int) -> float:
@@ -211,7 +356,12 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=["vadd", "softmax", "matmul", "attention", "compile"])
     ap.add_argument("--worker", nargs=4, metavar=("CASE", "PEER", "SIZE", "RUNS"))
     ap.add_argument("--compile", metavar="KERNEL")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--reps", type=int, default=50, help="launches timed per figure on the GPU")
     args = ap.parse_args()
+    if args.device == "cuda":
+        gpu_main(args)
+        return
     if args.worker:
         case, peer, size, runs = args.worker
         print(json.dumps(worker(case, peer, int(size), int(runs))))

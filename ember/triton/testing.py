@@ -3,7 +3,9 @@
 `do_bench(fn, warmup=25, rep=100, quantiles=None, return_mode="mean")` times `fn()` in
 milliseconds like Triton's: one call first (it may compile), then enough calls to fill about
 `warmup` ms of warm-up and `rep` ms of measurement, one timing per call (ember.runtime.bench,
-the compiler's timer, measures them). `assert_close` compares NumPy arrays, torch tensors or
+the compiler's timer, measures them). In a process that uses a GPU (torch's CUDA initialized)
+each timed call waits for the GPU, since a launch returns before its kernel runs: the autotuner
+then measures kernels on the GPU, not their launches. `assert_close` compares NumPy arrays, torch tensors or
 numbers (Triton's defaults: atol 1e-2, rtol 0). `Benchmark` and `perf_report` run a function over
 a grid of sizes and print the table of its results.
 """
@@ -11,6 +13,7 @@ a grid of sizes and print the table of its results.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ def do_bench(fn: Callable[[], object], warmup: float = 25, rep: float = 100, gra
     else their `return_mode` (min, max, mean, median, or all of them as a list)."""
     if return_mode not in RETURN_MODES:
         raise ConfigError(f"do_bench: return_mode is one of {', '.join(RETURN_MODES)}, got {return_mode!r}")
+    fn = _waited(fn)
     fn()
     start = time.perf_counter()
     fn()
@@ -42,6 +46,19 @@ def do_bench(fn: Callable[[], object], warmup: float = 25, rep: float = 100, gra
     if return_mode == "all":
         return times
     return {"min": min, "max": max, "mean": statistics.fmean, "median": statistics.median}[return_mode](times)
+
+
+def _waited(fn: Callable[[], object]) -> Callable[[], object]:
+    """fn followed by a wait for the GPU where this process uses one (see the module doc)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return fn
+
+    def waited():
+        fn()
+        torch.cuda.synchronize()
+
+    return waited
 
 
 def _numpy(value) -> np.ndarray:
