@@ -16,9 +16,15 @@ import torch
 import ember.triton as triton
 import ember.triton.language as tl
 from ember.codegen.python import codegen_python, load_python
+from ember.cuda.codegen import SYNC
+from ember.cuda.scopes import infer_scopes
+from ember.cuda.sync import BARRIER, insert_syncs
 from ember.errors import ArgumentTypeError
 from ember.target import as_target
+from ember.tir.expr import as_int
+from ember.tir.functor import stmt_children
 from ember.tir.lower import lower
+from ember.tir.stmt import Evaluate, For, IfThenElse
 from ember.triton import compiler
 from ember.triton.args import TensorArg
 
@@ -58,6 +64,7 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4)
     func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
     lowered = lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes)
+    check_barriers(insert_syncs(infer_scopes(lowered)), 32 * (options.get("num_warps") or 4))
     run = load_python(codegen_python(lowered), lowered)
     arrays, spans = [], []
     for _, v in runtime:
@@ -73,6 +80,26 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     assert status[0] == 0
     launch.append(grid)
     return compiled
+
+
+def check_barriers(func, threads: int) -> None:
+    """Every barrier is reached by every thread of the block: none in a thread loop shorter than
+    the block, nor under a branch inside a thread loop."""
+    def walk(s, divergent: bool):
+        if s == BARRIER or (isinstance(s, Evaluate) and getattr(s.value, "name", None) == SYNC):
+            assert not divergent, f"a barrier not every thread reaches in {func.name}"
+        if isinstance(s, For) and s.thread_tag == "threadIdx.x":
+            divergent = divergent or as_int(s.extent) < threads
+            inside.append(s)
+        if isinstance(s, IfThenElse) and inside:
+            divergent = True
+        for c in stmt_children(s):
+            walk(c, divergent)
+        if isinstance(s, For) and s.thread_tag == "threadIdx.x":
+            inside.pop()
+
+    inside: list = []
+    walk(func.body, False)
 
 
 @pytest.fixture
@@ -140,6 +167,26 @@ def test_fused_attention(tutorials, rng, on_cuda, causal):
     o = tutorials["05_fused_attention"].attention(q, k, v, causal, block_m=16, block_n=16)
     want = tutorials["05_fused_attention"].reference(q, k, v, causal)
     np.testing.assert_allclose(o.astype("float64"), want, rtol=5e-3, atol=5e-3)
+
+
+@triton.jit
+def rows_kernel(x_ptr, out_ptr, arg_ptr, cum_ptr, R: tl.constexpr, C: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :])
+    tl.store(out_ptr + tl.arange(0, C), tl.sum(x, axis=0))  # across rows: a thread per column
+    tl.store(arg_ptr + tl.arange(0, R), tl.argmax(x, axis=1))
+    tl.store(cum_ptr + tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :], tl.cumsum(x, axis=1))
+    tl.store(out_ptr + C, tl.max(tl.max(x, axis=1), axis=0))  # to a scalar: partials, then a fold
+
+
+@needs_nvrtc
+def test_reductions_arg_reductions_and_scans(rng, on_cuda):
+    x = rng.standard_normal((8, 64), dtype=np.float32)
+    out, arg, cum = np.zeros(65, np.float32), np.zeros(8, np.int32), np.zeros((8, 64), np.float32)
+    rows_kernel[(1,)](x, out, arg, cum, R=8, C=64, num_warps=1)
+    np.testing.assert_allclose(out[:64], x.sum(0), rtol=1e-5, atol=1e-5)
+    assert out[64] == x.max()
+    np.testing.assert_array_equal(arg, x.argmax(1))
+    np.testing.assert_allclose(cum, np.cumsum(x, 1), rtol=1e-5, atol=1e-5)
 
 
 @triton.jit

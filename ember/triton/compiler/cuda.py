@@ -141,13 +141,20 @@ class CUDAEmitter(Emitter):
                                                             init)))
         return buffer_block(out, out_shape, dtype)
 
+    def register(self, hint: str, dtype: str) -> tuple[Buffer, tuple[PrimExpr], BufferLoad]:
+        """A scalar of the thread's own (allocated inside its thread loop): the buffer, its index
+        and its value. A fold keeps its running value there, so that no loop of a thread writes
+        shared memory it reads (which would need a barrier inside a loop not every thread runs)."""
+        buf = Buffer(self.name(hint), (const(1),), dtype, scope="global")
+        return buf, (const(0),), BufferLoad(buf, (const(0),), dtype)
+
     def _line(self, out: Buffer, out_shape, o, axis: int, n: int, value, combine, init) -> Stmt:
         """out[o] = the fold of value along axis, in one thread."""
-        at = (V.flat_index(out_shape, o),)
         k = Var("k")
-        acc = BufferLoad(out, at, out.dtype)
-        step = BufferStore(out, combine(acc, value((*o[:axis], k, *o[axis:]))), at)
-        return seq(BufferStore(out, init, at), For(k, const(0), const(n), "serial", step))
+        acc, at, now = self.register("a", out.dtype)
+        step = BufferStore(acc, combine(now, value((*o[:axis], k, *o[axis:]))), at)
+        return Allocate(acc, seq(BufferStore(acc, init, at), For(k, const(0), const(n), "serial", step),
+                                 BufferStore(out, now, (V.flat_index(out_shape, o),))))
 
     def _reduce_all(self, n: int, value, combine, init, dtype) -> V.Scalar:
         """A 1-D block to a scalar: a partial per thread (shared), then every thread folds them."""
@@ -156,14 +163,13 @@ class CUDAEmitter(Emitter):
         part = self.local("p", (width,), tdtype)
         out = self.local("r", (), tdtype)
         t, j, r = Var("tx"), Var("j"), Var("r")
-        acc = Buffer(self.name("a"), (const(1),), tdtype, scope="global")  # in the thread's loop: its own
+        acc, at, now = self.register("a", tdtype)
         e = j * width + t
-        step = BufferStore(acc, combine(BufferLoad(acc, (const(0),), tdtype), value((e,))), (const(0),))
+        step = BufferStore(acc, combine(now, value((e,))), at)
         if n % width:
             step = IfThenElse(te_binary("<", e, const(n)), step)
-        share = Allocate(acc, seq(BufferStore(acc, init, (const(0),)),
-                                  For(j, const(0), const(-(-n // width)), "serial", step),
-                                  BufferStore(part, BufferLoad(acc, (const(0),), tdtype), (t,))))
+        share = Allocate(acc, seq(BufferStore(acc, init, at), For(j, const(0), const(-(-n // width)), "serial", step),
+                                  BufferStore(part, now, (t,))))
         self.emit(bound(t, width, "threadIdx.x", share))
         fold = BufferStore(out, combine(BufferLoad(out, (const(0),), tdtype), BufferLoad(part, (r,), tdtype)),
                            (const(0),))
@@ -179,16 +185,18 @@ class CUDAEmitter(Emitter):
         arg = self.local("mi", out_shape, "int32")
 
         def line(o):
-            at = (V.flat_index(out_shape, o),)
+            out = (V.flat_index(out_shape, o),)
             k = Var("k")
             v = V.element(x, (*o[:axis], k, *o[axis:]))
-            cur = BufferLoad(val, at, tdtype)
+            best, at, cur = self.register("mv", tdtype)
+            first, _, where = self.register("mi", "int32")
             b = better(v, cur)
             kk = Cast("int32", k) if k.dtype != "int32" else k
-            step = seq(BufferStore(arg, select(b, kk, BufferLoad(arg, at, "int32")), at),
-                       BufferStore(val, select(b, v, cur), at))
-            return seq(BufferStore(val, init, at), BufferStore(arg, const(0, "int32"), at),
-                       For(k, const(0), const(shape[axis]), "serial", step))
+            step = seq(BufferStore(first, select(b, kk, where), at), BufferStore(best, select(b, v, cur), at))
+            return Allocate(best, Allocate(first, seq(
+                BufferStore(best, init, at), BufferStore(first, const(0, "int32"), at),
+                For(k, const(0), const(shape[axis]), "serial", step),
+                BufferStore(val, cur, out), BufferStore(arg, where, out))))
 
         self.emit(self.nest(out_shape, line))
         if not out_shape:
@@ -207,13 +215,12 @@ class CUDAEmitter(Emitter):
         def line(ridx):
             j = Var("j")
             pos = const(n - 1) - j if reverse else j
-            prev = const(n) - j if reverse else j - 1
             idx = (*ridx[:axis], pos, *ridx[axis:])
-            before = (*ridx[:axis], prev, *ridx[axis:])
             value = V.convert(V.element(x, idx), x.dtype, dtype)
-            acc = select(te_binary("==", j, const(0)), value,
-                         combine(BufferLoad(out, (V.flat_index(shape, before),), tdtype), value))
-            return For(j, const(0), const(n), "serial", BufferStore(out, acc, (V.flat_index(shape, idx),)))
+            acc, at, now = self.register("a", tdtype)
+            step = seq(BufferStore(acc, select(te_binary("==", j, const(0)), value, combine(now, value)), at),
+                       BufferStore(out, now, (V.flat_index(shape, idx),)))
+            return Allocate(acc, For(j, const(0), const(n), "serial", step))
 
         if rest:
             self.emit(self._spread(rest, None, line))
@@ -224,18 +231,16 @@ class CUDAEmitter(Emitter):
     # -- tl.dot ----------------------------------------------------------------------------------
     def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
         """Each thread a strided share of c's elements, each summed over k in a register."""
-        acc = Buffer(self.name("acc"), (const(1),), c.dtype, scope="global")
+        acc, zero, now = self.register("acc", c.dtype)
         kk = Var("kk")
 
         def element(idx):
             i, jj = idx
             at = (i * n + jj,)
             prod = BufferLoad(a, (i * k + kk,), a.dtype) * BufferLoad(b, (kk * n + jj,), b.dtype)
-            zero = (const(0),)
             return Allocate(acc, seq(BufferStore(acc, BufferLoad(c, at, c.dtype), zero),
-                                     For(kk, const(0), const(k), "serial",
-                                         BufferStore(acc, BufferLoad(acc, zero, c.dtype) + prod, zero)),
-                                     BufferStore(c, BufferLoad(acc, zero, c.dtype), at)))
+                                     For(kk, const(0), const(k), "serial", BufferStore(acc, now + prod, zero)),
+                                     BufferStore(c, now, at)))
 
         self.emit(self._spread((m, n), None, element))
 
