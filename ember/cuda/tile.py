@@ -35,8 +35,7 @@ from .kernel import prepare
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
 SHARED = "ember_shared"  # the kernel's dynamic shared memory, which its shared blocks are carved from
-_BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)")
-_SHARED_BYTES = re.compile(r"/\* dynamic shared memory: (\d+) bytes \*/")
+_LAUNCH = re.compile(r"/\* block (\d+)x(\d+)x(\d+), dynamic shared memory (\d+) bytes \*/")
 _CTYPES = {"bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
            "uint16": ctypes.c_uint16, "int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64,
            "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double}
@@ -105,7 +104,8 @@ class TileRenderer(CUDARenderer):
             raise ScheduleError(f"kernel {func.name} keeps {self._shared_bytes} bytes of blocks in shared memory "
                                 f"({', '.join(self._shared_names)}): past the {SHARED_LIMIT} bytes a block may have "
                                 f"on sm_90; use smaller blocks")
-        return f"/* dynamic shared memory: {self._shared_bytes} bytes */\n{text}\n\n{self._wrapper}"
+        block = "x".join(str(self._dims.get(f"threadIdx.{a}", 1)) for a in "xyz")
+        return f"/* block {block}, dynamic shared memory {self._shared_bytes} bytes */\n{text}\n\n{self._wrapper}"
 
 
 def render_tile(func: PrimFunc) -> str:
@@ -119,8 +119,8 @@ class TileLauncher:
     def __init__(self, source: str, name: str, arch: str = DEFAULT_ARCH):
         self.source, self.name, self.arch = source, name, arch
         self.binary = compile_cuda(source, arch)
-        self.threads = int(_BOUNDS.search(source).group(1))
-        self.shared = int(_SHARED_BYTES.search(source).group(1))
+        *block, shared = (int(x) for x in _LAUNCH.search(source).groups())
+        self.block, self.shared = tuple(block), shared
         self.symbol = TileRenderer.symbol_of(name)
         self._module = None
 
@@ -142,7 +142,7 @@ class TileLauncher:
                     self.shared), f"cuFuncSetAttribute of kernel {self.name}")
         args = [(p, POINTER) for p in pointers] + [(v, _CTYPES[d]) for v, d in scalars]
         sizes = [(g, INT64) for g in grid]
-        blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), (self.threads, 1, 1)
+        blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), self.block
         if not sites:
             self._module.launch(blocks, threads, [*args, (0, POINTER), (0, POINTER), *sizes], stream, self.shared)
             return 0

@@ -8,7 +8,10 @@ Two intrinsics per input type, and a store:
   tiles (any row stride: `ldm`), c a 16x16 fragment of a "wmma.accumulator" buffer. Its reset
   zeroes the fragment, its update loads a's and b's fragments and runs the product;
 - `STORE`: out[i, j] = c[i, j], a fragment stored to memory (row-major, any row stride), the
-  copy out of a cache_write "wmma.accumulator".
+  copy out of a cache_write "wmma.accumulator";
+- `SHARED_MMA[dtype]`: c[i, j] += sum over k < 16 of a[i, k] * b[k, j] with c a row-major fp32
+  tile in memory (loaded into a fragment, multiplied into, stored back): a tile kernel's `tl.dot`
+  (ember.triton on the GPU), whose accumulator lives in shared memory between its statements.
 
 `warp_mma(dtype, WM, WN)`: a warp's whole WM x WN tile of fragments updated by one 16-wide step
 of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per fragment makes
@@ -197,5 +200,48 @@ def warp_mma(dtype: str, wm: int, wn: int):
 
 
 _WARP: dict = {}
+
+
+def _shared_mma_source(dtype: str) -> str:
+    s = _suffix(dtype)
+    return f"""{_mma_source(dtype)}
+static __device__ __forceinline__ void ember_wmma_shared_mma_{s}(const void* a, const void* b, void* c, int64_t lda,
+                                                                 int64_t ldb, int64_t ldc) {{
+  {ACC_TYPE} acc;
+  float* d = acc.x;
+  asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {_regs(0, 8)}, [%8], %9;"
+               : {_outs("d", 8, "=f")} : "l"(c), "r"((int)ldc) : "memory");
+  ember_wmma_mma_{s}(a, b, &acc, lda, ldb);
+  ember_wmma_store(&acc, c, ldc);
+}}
+static __device__ __forceinline__ void ember_wmma_shared_zero_{s}(void* c, int64_t ldc) {{
+  {ACC_TYPE} acc;
+  ember_wmma_fill_{s}(&acc);
+  ember_wmma_store(&acc, c, ldc);
+}}"""
+
+
+def declare_shared_mma(dtype: str):
+    """Declare (and register) c += a @ b on 16x16x16 tiles, c fp32 in memory."""
+    a = te.placeholder((TILE, TILE), dtype, name="a")
+    b = te.placeholder((TILE, TILE), dtype, name="b")
+    k = te.reduce_axis((0, TILE), name="k")
+    c = te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
+                                                     axis=k), name="c")
+    s = _suffix(dtype)
+
+    def lower_fn(ins, outs):
+        (pa, pb), (pc,) = ins, outs
+        reset = te.hardware_intrinsic(f"ember_wmma_shared_zero_{s}", pc.access_ptr("w"), pc.strides[0])
+        return None, reset, te.hardware_intrinsic(f"ember_wmma_shared_mma_{s}", pa.access_ptr("r"),
+                                                 pb.access_ptr("r"), pc.access_ptr("w"), pa.strides[0],
+                                                 pb.strides[0], pc.strides[0])
+
+    return te.decl_tensor_intrin(c.op, lower_fn, name=f"wmma_shared_mma_16x16x16_{s}_f32",
+                                 c_source=_STORE_SOURCE + "\n" + _shared_mma_source(dtype), feature=FEATURE,
+                                 override=True)
+
+
 MMA = {dtype: declare_mma(dtype) for dtype in DTYPES}
+SHARED_MMA = {dtype: declare_shared_mma(dtype) for dtype in DTYPES}
 STORE = declare_store()

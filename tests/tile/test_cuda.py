@@ -16,9 +16,9 @@ import torch
 import ember.triton as triton
 import ember.triton.language as tl
 from ember.codegen.python import codegen_python, load_python
-from ember.cuda.codegen import SYNC
+from ember.cuda.codegen import SYNC, launch_dims
 from ember.cuda.scopes import infer_scopes
-from ember.cuda.sync import BARRIER, insert_syncs
+from ember.cuda.sync import insert_syncs
 from ember.errors import ArgumentTypeError
 from ember.target import as_target
 from ember.tir.expr import as_int
@@ -64,7 +64,7 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4)
     func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
     lowered = lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes)
-    check_barriers(insert_syncs(infer_scopes(lowered)), 32 * (options.get("num_warps") or 4))
+    check_barriers(insert_syncs(infer_scopes(lowered)))
     run = load_python(codegen_python(lowered), lowered)
     arrays, spans = [], []
     for _, v in runtime:
@@ -82,24 +82,24 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     return compiled
 
 
-def check_barriers(func, threads: int) -> None:
+def check_barriers(func) -> None:
     """Every barrier is reached by every thread of the block: none in a thread loop shorter than
-    the block, nor under a branch inside a thread loop."""
-    def walk(s, divergent: bool):
-        if s == BARRIER or (isinstance(s, Evaluate) and getattr(s.value, "name", None) == SYNC):
+    the block's dimension, nor under a branch inside a thread loop."""
+    dims = launch_dims(func)
+
+    def walk(s, threads: bool, divergent: bool):
+        if isinstance(s, Evaluate) and getattr(s.value, "name", None) == SYNC:
             assert not divergent, f"a barrier not every thread reaches in {func.name}"
-        if isinstance(s, For) and s.thread_tag == "threadIdx.x":
-            divergent = divergent or as_int(s.extent) < threads
-            inside.append(s)
-        if isinstance(s, IfThenElse) and inside:
+            found.append(s)
+        if isinstance(s, For) and (s.thread_tag or "").startswith("threadIdx"):
+            threads, divergent = True, divergent or as_int(s.extent) < dims[s.thread_tag]
+        if isinstance(s, IfThenElse) and threads:
             divergent = True
         for c in stmt_children(s):
-            walk(c, divergent)
-        if isinstance(s, For) and s.thread_tag == "threadIdx.x":
-            inside.pop()
+            walk(c, threads, divergent)
 
-    inside: list = []
-    walk(func.body, False)
+    found: list = []
+    walk(func.body, False, False)
 
 
 @pytest.fixture
@@ -140,6 +140,8 @@ def test_matmul(tutorials, rng, on_cuda, dtype, tol):
         ACTIVATION="leaky_relu", num_warps=2)
     want = tutorials["03_matmul"].reference(a, b, "leaky_relu")
     np.testing.assert_allclose(c.astype(np.float32), want, rtol=tol, atol=tol * 10)
+    # float16 on the Tensor Cores (a wmma call per 16x16x16 tile), float32 on CUDA cores
+    assert ("ember_wmma_shared_mma_f16(" in on_cuda[0]) == (dtype == "float16")
 
 
 @needs_nvrtc

@@ -332,8 +332,9 @@ class Builtins:
         elif out_dtype is None or not out_dtype.is_floating() or out_dtype == tld.float16:
             out_dtype = tld.float32 if out_dtype != tld.float16 else out_dtype
         work = tld.float32 if out_dtype.is_floating() else tld.int32
-        a = self._operand(input, work)
-        b = self._operand(other, work)
+        inputs = self.em.dot_inputs(input.dtype, m, n, k) if input.dtype == other.dtype else None
+        a = self._operand(input, inputs or work)
+        b = self._operand(other, inputs or work)
         t = V.tir_dtype(work)
         if acc is not None and isinstance(acc, Block) and acc.buffer is not None and acc.dtype == work \
                 and acc.buffer in self.frontend.carried and acc.shape == (m, n):

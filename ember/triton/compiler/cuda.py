@@ -1,10 +1,11 @@
 """The GPU's Emitter: a program is a CUDA block, its block operations spread over the block's threads.
 
 The loop over programs is bound to blockIdx.x (the flattened grid), and `num_warps` warps are the
-block's 32 * num_warps threads. Every block statement is a loop bound to threadIdx.x in which
-each thread takes a strided share of the block's elements (element e = j * threads + thread,
-counted along the block's innermost memory dimension, so a warp's neighbouring threads touch
-neighbouring addresses); masks stay guards on each element. The statements' loops are separate
+block's threads: warps along threadIdx.y, their 32 lanes along threadIdx.x (so that a warp can
+make a Tensor Core call together). Every block statement is a pair of thread-bound loops in
+which each thread takes a strided share of the block's elements (element e = j * threads +
+thread, counted along the block's innermost memory dimension, so a warp's neighbouring lanes
+touch neighbouring addresses); masks stay guards on each element. The statements' loops are separate
 thread-bound loops of one index, as TVM writes them, so the CUDA target (ember.cuda) gives the
 kernel's intermediates their scopes (a block written by the threads is "shared", a scalar every
 thread computes is the thread's own) and places `__syncthreads()` where a shared block written by
@@ -17,8 +18,12 @@ thread 0 alone runs it (a scalar store, a scalar atomic whose result the others 
 barrier). A reduction to a scalar is two phases: each thread folds its share into a shared
 partial, then every thread folds the partials (which the CUDA target turns into warp shuffles,
 ember.cuda.warp); a reduction keeping other axes gives each output element to one thread, as do
-scans and arg-reductions. `tl.dot` gives each thread a strided share of the output tile, each
-element accumulated over k in a register.
+scans and arg-reductions; a fold keeps its running value in the thread's register, so no barrier
+falls in a loop only some threads run. `tl.dot` of float16 blocks whose sizes are multiples of 16
+runs on the Tensor Cores: the operands stay float16 in shared memory and each warp takes a
+strided share of the output's 16x16 tiles, one wmma call per 16 of k (ember.intrinsics.wmma's
+SHARED_MMA, which the interpreter runs as its description); any other `tl.dot` gives each thread
+a strided share of the output tile on CUDA cores, each element summed over k in a register.
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from collections.abc import Callable
 from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
 from ...tir.functor import stmt_exprs, visit_expr, visit_stmt
-from ...tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, Stmt, seq
+from ...tir.stmt import THREAD_BINDING, Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, Stmt, seq
+from ..language import dtypes as tld
 from . import values as V
 from .emitter import Body, Deferred, Emitter, buffer_block
 
 WARP = 32
+TILE = 16  # a Tensor Core product's tile: 16x16x16
+SUFFIX = "f16"  # of ember.intrinsics.wmma's float16 calls
 
 
 def bound(var: Var, extent: int, tag: str, body: Stmt) -> For:
@@ -45,6 +53,7 @@ class CUDAEmitter(Emitter):
     def __init__(self, target, debug: bool, num_warps: int = 4):
         super().__init__(debug)
         self.threads = WARP * num_warps
+        self.warps = num_warps
 
     def lanes(self, dtype: str) -> int:
         return 1
@@ -68,24 +77,41 @@ class CUDAEmitter(Emitter):
         for n in shape:
             total *= n
         inner = len(shape) - 1 if inner is None else inner
-        t, j = Var("tx"), Var("j")
-        steps = -(-total // self.threads)
-        e = t if steps == 1 else j * self.threads + t
-        idx: list[PrimExpr] = [const(0)] * len(shape)
         walk = [d for d in [inner, *reversed(range(len(shape)))] if shape[d] != 1]  # fastest first
         walk = list(dict.fromkeys(walk))
-        rest = e
-        for k, d in enumerate(walk):
-            idx[d] = rest if k == len(walk) - 1 else rest % shape[d]
-            rest = rest // shape[d]
-        s = body(tuple(idx))
-        if s is None:
-            return None
-        if steps > 1:
+        steps = -(-total // self.threads)
+
+        def share(t):
+            j = Var("j")
+            e = t if steps == 1 else j * self.threads + t
+            idx: list[PrimExpr] = [const(0)] * len(shape)
+            rest = e
+            for k, d in enumerate(walk):
+                idx[d] = rest if k == len(walk) - 1 else rest % shape[d]
+                rest = rest // shape[d]
+            s = body(tuple(idx))
+            if s is None or steps == 1:
+                return s
             if total % self.threads:
                 s = IfThenElse(te_binary("<", e, const(total)), s)
-            s = For(j, const(0), const(steps), "serial", s)
-        return bound(t, min(total, self.threads), "threadIdx.x", s)
+            return For(j, const(0), const(steps), "serial", s)
+
+        return self.on_threads(min(total, self.threads), share)
+
+    def on_threads(self, count: int, make: Callable[[PrimExpr], Stmt | None]) -> Stmt | None:
+        """make(t) run by threads t = 0 to count - 1 of the block: its warps along threadIdx.y,
+        their lanes along threadIdx.x (t = 32 * warp + lane)."""
+        ty, tx = Var("ty"), Var("tx")
+        if count <= WARP:
+            s = make(tx)
+            return None if s is None else bound(ty, 1, "threadIdx.y", bound(tx, count, "threadIdx.x", s))
+        t = ty * WARP + tx
+        s = make(t)
+        if s is None:
+            return None
+        if count % WARP:
+            s = IfThenElse(te_binary("<", t, const(count)), s)
+        return bound(ty, -(-count // WARP), "threadIdx.y", bound(tx, WARP, "threadIdx.x", s))
 
     def nest(self, shape: tuple[int, ...], body: Callable[[tuple[PrimExpr, ...]], Stmt | None], *,
              vector: bool = True, lanes: int = 16, inner: int | None = None) -> Stmt | None:
@@ -94,7 +120,7 @@ class CUDAEmitter(Emitter):
         s = body(tuple(const(0) for _ in shape))
         if s is None or not self._effects(s):
             return s  # every thread computes its own copy
-        return bound(Var("tx"), 1, "threadIdx.x", s)
+        return self.on_threads(1, lambda t: s)
 
     def _effects(self, s: Stmt) -> bool:
         """Whether s writes memory other than the kernel's scratch, or calls an atomic."""
@@ -162,15 +188,18 @@ class CUDAEmitter(Emitter):
         width = min(n, self.threads)
         part = self.local("p", (width,), tdtype)
         out = self.local("r", (), tdtype)
-        t, j, r = Var("tx"), Var("j"), Var("r")
+        j, r = Var("j"), Var("r")
         acc, at, now = self.register("a", tdtype)
-        e = j * width + t
-        step = BufferStore(acc, combine(now, value((e,))), at)
-        if n % width:
-            step = IfThenElse(te_binary("<", e, const(n)), step)
-        share = Allocate(acc, seq(BufferStore(acc, init, at), For(j, const(0), const(-(-n // width)), "serial", step),
-                                  BufferStore(part, now, (t,))))
-        self.emit(bound(t, width, "threadIdx.x", share))
+
+        def share(t):
+            e = j * width + t
+            step = BufferStore(acc, combine(now, value((e,))), at)
+            if n % width:
+                step = IfThenElse(te_binary("<", e, const(n)), step)
+            return Allocate(acc, seq(BufferStore(acc, init, at), For(j, const(0), const(-(-n // width)), "serial",
+                                                                       step), BufferStore(part, now, (t,))))
+
+        self.emit(self.on_threads(width, share))
         fold = BufferStore(out, combine(BufferLoad(out, (const(0),), tdtype), BufferLoad(part, (r,), tdtype)),
                            (const(0),))
         self.emit(seq(BufferStore(out, init, (const(0),)), For(r, const(0), const(width), "serial", fold)))
@@ -225,12 +254,20 @@ class CUDAEmitter(Emitter):
         if rest:
             self.emit(self._spread(rest, None, line))
         else:
-            self.emit(bound(Var("tx"), 1, "threadIdx.x", line(())))
+            self.emit(self.on_threads(1, lambda t: line(())))
         return buffer_block(out, shape, dtype)
 
     # -- tl.dot ----------------------------------------------------------------------------------
+    def dot_inputs(self, dtype, m: int, n: int, k: int):
+        """float16 operands stay float16 for the Tensor Cores when the product is of 16x16x16 tiles."""
+        return dtype if dtype == tld.float16 and m % TILE == n % TILE == k % TILE == 0 else None
+
     def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
-        """Each thread a strided share of c's elements, each summed over k in a register."""
+        """float16 operands on the Tensor Cores (`_tensor_cores`); else each thread a strided share
+        of c's elements, each summed over k in a register."""
+        if a.dtype == "float16":
+            self.emit(self._tensor_cores(a, b, c, m, n, k))
+            return
         acc, zero, now = self.register("acc", c.dtype)
         kk = Var("kk")
 
@@ -243,6 +280,28 @@ class CUDAEmitter(Emitter):
                                      BufferStore(c, now, at)))
 
         self.emit(self._spread((m, n), None, element))
+
+    def _tensor_cores(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> Stmt:
+        """Each warp a strided share of c's 16x16 tiles, each updated once per 16 of k by the wmma
+        call that loads the tile of c from shared memory, multiplies a's and b's tiles into it
+        and stores it back (ember.intrinsics.wmma's SHARED_MMA: the whole warp makes each call)."""
+        cols, tiles = n // TILE, (m // TILE) * (n // TILE)
+        ty, s, kk = Var("ty"), Var("s"), Var("kk")
+        steps = -(-tiles // self.warps)
+        tile = ty if steps == 1 else s * self.warps + ty
+        row, col = tile // cols * TILE, tile % cols * TILE
+        strides = tuple(const(x) for x in (k, 1, n, 1, n, 1))
+        call = CallRoutine(f"ember_wmma_shared_mma_{SUFFIX}", (
+            ("intrin", f"wmma_shared_mma_16x16x16_{SUFFIX}_f32"), ("role", "update"), ("c_reads", (0, 1)),
+            ("c_writes", (2,)), ("c_scalars", 3)),
+            (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)), (Pointer(c, row * n + col),),
+            (const(k), const(n), const(n), *strides))
+        body = For(kk, const(0), const(k // TILE), "serial", call)
+        if steps > 1:
+            if tiles % self.warps:
+                body = IfThenElse(te_binary("<", tile, const(tiles)), body)
+            body = For(s, const(0), const(steps), "serial", body)
+        return bound(ty, min(tiles, self.warps), "threadIdx.y", body)
 
     # -- deferred loads ----------------------------------------------------------------------------
     def read_in(self, d: Deferred) -> Buffer:

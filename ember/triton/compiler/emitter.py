@@ -122,9 +122,15 @@ class Emitter(ABC):
     def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
         """The inclusive scan of x along axis (tl.cumsum, tl.cumprod)."""
 
+    def dot_inputs(self, dtype, m: int, n: int, k: int):
+        """The type (ember.triton.language) in which `dot` takes operands of `dtype` for an
+        (m, k) @ (k, n) product; None: c's type, to which they are converted (the default)."""
+        return None
+
     @abstractmethod
     def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
-        """c[m, n] += a[m, k] @ b[k, n] (row-major local buffers of c's type)."""
+        """c[m, n] += a[m, k] @ b[k, n] (row-major local buffers of c's type, or of the type
+        `dot_inputs` asked for)."""
 
     @abstractmethod
     def read_in(self, d: Deferred) -> Buffer:
