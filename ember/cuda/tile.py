@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ..errors import ScheduleError
+from ..errors import ArgumentTypeError, ScheduleError
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int
 from ..tir.stmt import PrimFunc, Stmt
@@ -98,6 +98,14 @@ class TileRenderer(CUDARenderer):
         (fewer than 2^31) and its own ranges (int32 in Triton)."""
         return "int" if var.dtype in ("int64", "int32") else self.SCALAR_TYPES[var.dtype]
 
+    def _atomic(self, name: str, args) -> str:
+        """Triton's atomics are acquire-release at the GPU's scope (its default `sem`), CUDA's are
+        relaxed: a fence before (what this block wrote is seen first: the release of a lock) and
+        after (what it reads next is not older: the acquire)."""
+        fenced = self._helper("ember_fenced", "template <typename T> static __device__ __forceinline__ T "
+                                              "ember_fenced(T v) { __threadfence(); return v; }")
+        return f"{fenced}((__threadfence(), {super()._atomic(name, args)}))"
+
     def render_kernel(self, func: PrimFunc) -> str:
         text = super().render_kernel(func)
         if self._shared_bytes > SHARED_LIMIT:
@@ -143,6 +151,9 @@ class TileLauncher:
         args = [(p, POINTER) for p in pointers] + [(v, _CTYPES[d]) for v, d in scalars]
         sizes = [(g, INT64) for g in grid]
         blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), self.block
+        if blocks[0] >= 2**31:
+            raise ArgumentTypeError(f"kernel {self.name}: a grid of {grid} is {blocks[0]} programs, more than the "
+                                    f"2^31 - 1 blocks of a launch")
         if not sites:
             self._module.launch(blocks, threads, [*args, (0, POINTER), (0, POINTER), *sizes], stream, self.shared)
             return 0

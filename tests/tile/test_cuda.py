@@ -159,7 +159,7 @@ def test_layer_norm_forward_and_backward(tutorials, rng, on_cuda):
     for got, want in ((y, ty), (dx, tx.grad), (dw, tw.grad), (db, tb.grad)):
         want = want.detach().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * (1 + np.abs(want).max()))
-    assert any("atomicCAS" in s for s in on_cuda)  # the backward's lock
+    assert any("ember_fenced((__threadfence(), atomicCAS(" in s for s in on_cuda)  # the lock, acquire-release
 
 
 @needs_nvrtc
