@@ -11,8 +11,8 @@ scopes and barriers) as a Python generator of ONE thread, `def k(A, B, C, _ix, _
   lands at the thread's wait for its group (`_cp`), so a tile read before its wait is stale;
 - a "shared" allocation is the block's (`_blk.shared`), one array per block, filled with NaN (or
   a pattern for integers) so that a read before any write shows; other scratch is the thread's
-  own (a "wmma.accumulator" is its warp's, and a call that touches one, collective on the GPU, is
-  made by the warp's first lane only).
+  own (a "wmma.accumulator" is its warp's, and a call that touches one, or any Tensor Core call,
+  collective on the GPU, is made by the warp's first lane only).
 
 `run_grid` runs the blocks in a shuffled order (a GPU runs them in any), and within a block runs
 every thread to its next barrier, in a shuffled order, phase after phase. Shared arrays record
@@ -35,6 +35,7 @@ import numpy as np
 from ..codegen.common import single_index
 from ..codegen.python import PythonRenderer, load_python, symbol
 from ..errors import RaceError
+from ..intrinsics.wmma import FEATURE
 from ..runtime.module import PythonKernel
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, Call, PrimExpr, Ramp, as_int
@@ -50,6 +51,7 @@ from ..tir.stmt import (
     PrimFunc,
     Stmt,
 )
+from ..tir.tensor_intrin import get_intrin
 from . import fragments
 from .codegen import SYNC, launch_dims
 from .kernel import prepare
@@ -190,7 +192,7 @@ class SimtRenderer(PythonRenderer):
             case For(v, _, ext, _, body) if s.kind == THREAD_BINDING:
                 self._vars.add(v)
                 out.append(f"{pad}{self._name(v)} = _ix[{s.thread_tag!r}]")
-                if as_int(ext) < self.dims[s.thread_tag]:
+                if as_int(ext) is not None and as_int(ext) < self.dims[s.thread_tag]:  # (else the launch's: a grid)
                     out.append(f"{pad}if {self._name(v)} < {self._e(ext)}:")
                     depth += 1
                 self._stmt(body, depth, out)
@@ -218,7 +220,7 @@ class SimtRenderer(PythonRenderer):
                 self._buffers.add(buf)
                 self._stmt(body, depth, out)
                 self._buffers.discard(buf)
-            case CallRoutine() if any(p.buffer.scope == fragments.SCOPE for p in s.reads + s.writes):
+            case CallRoutine() if _collective(s):
                 out.append(f"{pad}if _tid % {WARP} == 0:  # a warp's collective call, made once")
                 super()._stmt(s, depth + 1, out)
             case _:
@@ -236,6 +238,15 @@ class SimtRenderer(PythonRenderer):
             base = self._e(index.base)
             return f"{name}[{base}:{base} + {index.lanes}]"
         return f"{name}[{self._e(index)}]"
+
+
+def _collective(call: CallRoutine) -> bool:
+    """Whether a tensorized call is a warp's: it touches a fragment, or it is a Tensor Core call
+    on tiles in memory (a tile kernel's tl.dot)."""
+    if any(p.buffer.scope == fragments.SCOPE for p in call.reads + call.writes):
+        return True
+    name = dict(call.params).get("intrin")
+    return name is not None and get_intrin(name).feature == FEATURE
 
 
 def run_grid(thread: Callable, name: str, args: Sequence, dims: dict[str, int], seed: int) -> None:

@@ -29,8 +29,8 @@ from ..tir import dtype as dt
 from ..tir.expr import Var, as_int
 from ..tir.stmt import PrimFunc, Stmt
 from .codegen import CUDARenderer, threads_per_block
-from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .kernel import prepare
+from .nvrtc import DEFAULT_ARCH, compile_cuda
 
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)

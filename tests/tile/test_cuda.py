@@ -1,9 +1,10 @@
 """ember.triton on the GPU: the tutorials of examples/triton compiled for target "cuda".
 
 Without a GPU each launch is compiled as on one (the GPU's Emitter, CUDA C, NVRTC to an sm_90
-cubin) and its loop IR (programs bound to blocks, block statements to threads) is run by the
-loop-IR interpreter, whose thread-bound loops run one after another: the order the barriers
-give. With a GPU the same tutorials run on torch CUDA tensors."""
+cubin) and its loop IR (programs bound to blocks, block statements to threads, with its scopes
+and barriers) is run by the interpreter with GPU semantics (ember.cuda.simt: blocks and threads
+in a shuffled order, a race or a barrier not every thread reaches is an error). With a GPU the
+same tutorials run on torch CUDA tensors."""
 
 import importlib
 import importlib.util
@@ -15,10 +16,10 @@ import torch
 
 import ember.triton as triton
 import ember.triton.language as tl
-from ember.codegen.python import codegen_python, load_python
+from ember.codegen.python import load_python
 from ember.cuda.codegen import SYNC, launch_dims
-from ember.cuda.scopes import infer_scopes
-from ember.cuda.sync import insert_syncs
+from ember.cuda.kernel import prepare
+from ember.cuda.simt import SimtRenderer, run_grid
 from ember.errors import ArgumentTypeError
 from ember.target import as_target
 from ember.tir.expr import as_int
@@ -55,7 +56,8 @@ def rng():
 
 
 def interpret_cuda(jit_fn, grid, bound, options, target):
-    """A launch compiled for the GPU (NVRTC included) whose loop IR runs on the interpreter."""
+    """A launch compiled for the GPU (NVRTC included) whose loop IR runs on the interpreter with
+    GPU semantics, the grid's blocks as the launch gives them."""
     launch, sources = interpret_cuda.launch, interpret_cuda.sources
     compiled, runtime = L.prepare(jit_fn, bound, options, CUDA)
     assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch  # an sm_90 (or the GPU's) cubin
@@ -63,9 +65,10 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     debug = L.debug_mode(jit_fn, options)
     spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4)
     func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
-    lowered = lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes)
-    check_barriers(insert_syncs(infer_scopes(lowered)))
-    run = load_python(codegen_python(lowered), lowered)
+    lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes))
+    check_barriers(lowered)
+    dims = {**launch_dims(lowered), "blockIdx.x": grid[0] * grid[1] * grid[2]}
+    thread = load_python(SimtRenderer(lowered, dims).render(), lowered)
     arrays, spans = [], []
     for _, v in runtime:
         if isinstance(v, TensorArg):
@@ -76,7 +79,7 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     arrays += [np.array([v], dtype=next(scalar_dtypes)) for _, v in runtime if not isinstance(v, TensorArg)]
     meta = np.array(spans or [0], dtype=np.int64)
     status = np.zeros(1, dtype=np.int64)
-    run(*arrays, meta, status, *grid)
+    run_grid(thread, lowered.name, [*arrays, meta, status, *grid], dims, seed=len(launch))
     assert status[0] == 0
     launch.append(grid)
     return compiled

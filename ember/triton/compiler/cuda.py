@@ -9,15 +9,16 @@ touch neighbouring addresses); masks stay guards on each element. The statements
 thread-bound loops of one index, as TVM writes them, so the CUDA target (ember.cuda) gives the
 kernel's intermediates their scopes (a block written by the threads is "shared", a scalar every
 thread computes is the thread's own) and places `__syncthreads()` where a shared block written by
-some threads is read by others; the loop-IR interpreter runs the same loops one after another,
-which is the order the barriers give.
+some threads is read by others; the loop-IR interpreter runs them with GPU semantics
+(ember.cuda.simt), or one after another, which is the order the barriers give.
 
 A statement of one element writes kernel-local scalars in every thread (each its own copy, as
-Triton keeps a uniform scalar in every thread), unless it writes memory or calls an atomic: then
-thread 0 alone runs it (a scalar store, a scalar atomic whose result the others read after a
-barrier). A reduction to a scalar is two phases: each thread folds its share into a shared
-partial, then every thread folds the partials (which the CUDA target turns into warp shuffles,
-ember.cuda.warp); a reduction keeping other axes gives each output element to one thread, as do
+Triton keeps a uniform scalar in every thread), unless it writes memory, calls an atomic or reads
+a tensor: then thread 0 alone runs it (a scalar store, a scalar atomic or load whose result the
+others read after a barrier, so that all of them see the same value). A reduction to a scalar is
+two phases: each thread folds its share into a shared partial, then every thread folds the
+partials (which the CUDA target turns into warp shuffles, ember.cuda.warp, in a block of one
+warp); a reduction keeping other axes gives each output element to one thread, as do
 scans and arg-reductions; a fold keeps its running value in the thread's register, so no barrier
 falls in a loop only some threads run. `tl.dot` of float16 blocks whose sizes are multiples of 16
 runs on the Tensor Cores: the operands stay float16 in shared memory and each warp takes a
@@ -123,12 +124,15 @@ class CUDAEmitter(Emitter):
         return self.on_threads(1, lambda t: s)
 
     def _effects(self, s: Stmt) -> bool:
-        """Whether s writes memory other than the kernel's scratch, or calls an atomic."""
+        """Whether s writes memory other than the kernel's scratch, calls an atomic, or reads a
+        tensor (whose element another thread may change meanwhile: a count behind a lock, read
+        once so that every thread takes the same branch on it)."""
         found = []
         local = set(self.allocs)
 
         def on_expr(e):
-            if isinstance(e, Call) and e.name.startswith("atomic_"):
+            if isinstance(e, Call) and e.name.startswith("atomic_") or isinstance(e, BufferLoad) \
+                    and e.buffer in self.tensors:
                 found.append(e)
 
         def on_stmt(x):

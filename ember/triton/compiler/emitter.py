@@ -37,6 +37,7 @@ class Emitter(ABC):
         self.masks: list[PrimExpr] | None = None  # collected while a versioned nest is built
         self.full = False  # building the unmasked version of a versioned nest
         self.pending: list[Deferred] = []  # loads not yet read into memory
+        self.tensors: set[Buffer] = set()  # the kernel's tensor arguments: memory others may write
         self._names = itertools.count()
 
     # -- statements and buffers ----------------------------------------------------------------

@@ -258,6 +258,7 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
             buf = Buffer(p.name, (const(1),), V.tir_dtype(d))
             scalars.append(buf)
             values[p.name] = V.Scalar(BufferLoad(buf, (const(0),), buf.dtype), d)
+    em.tensors.update(tensors)
     grid = sizes
     p = Var("pid")
     program = (cast("int32", p % grid[0]), cast("int32", (p // grid[0]) % grid[1]),
