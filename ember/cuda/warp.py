@@ -8,8 +8,9 @@ Run as written, that is E shared loads and a chain of E dependent operations in 
 The same total comes from each of a warp's 32 lanes folding every 32nd partial (E/32 loads),
 then the lanes combining theirs in five `__shfl_xor_sync` steps, after which every lane holds
 the total (a butterfly). This applies to a sum, max or min of a 4- or 8-byte scalar type, where
-E is a multiple of 32 and every thread of the block reaches the loop (threadIdx.x only, a
-multiple of 32 threads, outside any branch): the shuffles need the whole warp. The operands
+E is a multiple of 32 and every thread of the block reaches the loop (threadIdx.x a multiple
+of 32, so that each warp is 32 consecutive threadIdx.x of one threadIdx.y and z; outside any
+branch): the shuffles need the whole warp. The operands
 are those of the loop; only their association differs, as it does in every parallel reduction
 (a float sum may differ from the serial one in its last bits). The interpreter runs the loop
 as written.
@@ -50,7 +51,7 @@ def warp_reduction(loop: For, threads: dict[str, int]) -> WarpReduction | None:
     store, r = loop.body, loop.loop_var
     x = threads.get("threadIdx.x", 1)
     if (loop.kind not in ("serial", "unrolled") or as_int(loop.min) != 0 or as_int(loop.extent) is None
-            or as_int(loop.extent) % WARP or x % WARP or any(n > 1 for t, n in threads.items() if t != "threadIdx.x")
+            or as_int(loop.extent) % WARP or x % WARP
             or not isinstance(store, BufferStore) or len(store.indices) != 1 or store.buffer.dtype not in TYPES
             or uses_var(store.indices[0], [r])):
         return None

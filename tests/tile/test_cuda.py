@@ -129,6 +129,7 @@ def test_fused_softmax(tutorials, rng, on_cuda):
     x = (3 * rng.standard_normal((5, 300))).astype(np.float32)  # a row of 300 in a block of 512
     y = tutorials["02_fused_softmax"].softmax(x)
     np.testing.assert_allclose(y, tutorials["02_fused_softmax"].reference(x), rtol=1e-5, atol=1e-7)
+    assert on_cuda[0].count("__shfl_xor_sync") == 2 * 5  # each warp's share of the max and of the sum
 
 
 @needs_nvrtc
