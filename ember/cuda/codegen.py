@@ -50,14 +50,23 @@ from ..tir import dtype as dt
 from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Var, as_int, binary
 from ..tir.expr_functor import substitute
 from ..tir.functor import collect, visit_stmt
-from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, Allocate, CallRoutine, For, IfThenElse, PrimFunc, Stmt, While
+from ..tir.stmt import (
+    BLOCK_TAGS,
+    SYNC,
+    THREAD_BINDING,
+    Allocate,
+    CallRoutine,
+    For,
+    IfThenElse,
+    PrimFunc,
+    Stmt,
+    While,
+)
 from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
 from .pipeline import ASYNC, COMMIT, WAIT
 from .vectors import VECTOR_TYPES, copy_loop, vector_loop
 from .warp import WARP, WarpReduction, warp_reduction
-
-SYNC = "cuda.syncthreads"  # Evaluate(Call(SYNC)): a barrier of the block's threads
 
 PRELUDE = """\
 typedef signed char int8_t;

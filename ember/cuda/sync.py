@@ -125,6 +125,10 @@ def _sync_seq(stmts: list[Stmt], shared: set[Buffer], own: set[Var]) -> Stmt:
     out: list[Stmt] = []
     since = _Touches()  # what ran since the last barrier
     for x in stmts:
+        if isinstance(x, Evaluate) and isinstance(x.value, Call) and x.value.name == SYNC:  # one already
+            out.append(x)
+            since = _Touches()
+            continue
         t = _touches(x, shared, own)
         if since.races(t):
             out.append(BARRIER)

@@ -71,6 +71,7 @@ class BufferRegion:
 # are the same hardware index, as in TVM; the interpreter runs each thread (ember.cuda.simt).
 THREAD_BINDING = "thread_binding"
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+SYNC = "cuda.syncthreads"  # Evaluate(Call(SYNC)): a barrier of a GPU block's threads
 THREAD_TAGS = (*BLOCK_TAGS, "threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 

@@ -275,3 +275,20 @@ def test_on_the_gpu_layer_norm_and_attention(tutorials, gpu):
         BLOCK_N=16, CAUSAL=True)
     want = tutorials["05_fused_attention"].reference(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), True)
     np.testing.assert_allclose(o.double().cpu().numpy(), want, rtol=5e-3, atol=5e-3)
+
+
+@triton.jit
+def reverse_through_memory(x_ptr, tmp_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(tmp_ptr + offs, tl.load(x_ptr + offs) * 2)
+    tl.debug_barrier()  # the other threads' stores are seen after it
+    tl.store(out_ptr + offs, tl.load(tmp_ptr + BLOCK - 1 - offs))
+
+
+@needs_nvrtc
+def test_debug_barrier_is_a_block_barrier(rng, on_cuda):
+    x = rng.standard_normal(256, dtype=np.float32)
+    tmp, out = np.zeros(256, np.float32), np.zeros(256, np.float32)
+    reverse_through_memory[(1,)](x, tmp, out, BLOCK=256, num_warps=2)
+    np.testing.assert_array_equal(out, 2 * x[::-1])
+    assert on_cuda[0].count("__syncthreads()") == 1  # its own, and none besides (no shared block is reused)

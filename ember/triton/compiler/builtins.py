@@ -562,6 +562,7 @@ class Builtins:
 
     def b_debug_barrier(self):
         self.frontend.flush()
+        self.em.barrier()
 
     def b_static_assert(self, cond, msg=""):
         if V.is_runtime(cond):

@@ -34,7 +34,19 @@ from collections.abc import Callable
 from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
 from ...tir.functor import stmt_exprs, visit_expr, visit_stmt
-from ...tir.stmt import THREAD_BINDING, Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, Stmt, seq
+from ...tir.stmt import (
+    SYNC,
+    THREAD_BINDING,
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    IfThenElse,
+    Pointer,
+    Stmt,
+    seq,
+)
 from ..language import dtypes as tld
 from . import values as V
 from .emitter import Body, Deferred, Emitter, buffer_block
@@ -260,6 +272,11 @@ class CUDAEmitter(Emitter):
         else:
             self.emit(self.on_threads(1, lambda t: line(())))
         return buffer_block(out, shape, dtype)
+
+    def barrier(self) -> None:
+        """`__syncthreads()`: what the threads wrote to memory (global too: the sync pass places
+        barriers for shared memory only) is seen by all of them after it."""
+        self.emit(Evaluate(Call(SYNC, (), "int32")))
 
     # -- tl.dot ----------------------------------------------------------------------------------
     def dot_inputs(self, dtype, m: int, n: int, k: int):

@@ -123,6 +123,9 @@ class Emitter(ABC):
     def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
         """The inclusive scan of x along axis (tl.cumsum, tl.cumprod)."""
 
+    def barrier(self) -> None:  # noqa: B027 (a machine whose program is one thread needs none)
+        """tl.debug_barrier: every thread of the program past this point before any goes on."""
+
     def dot_inputs(self, dtype, m: int, n: int, k: int):
         """The type (ember.triton.language) in which `dot` takes operands of `dtype` for an
         (m, k) @ (k, n) product; None: c's type, to which they are converted (the default)."""
