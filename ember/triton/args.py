@@ -5,9 +5,11 @@ NumPy view of the same memory, its element type, and the span of memory the kern
 from its first element (what the debug mode checks loads and stores against). As in Triton a
 kernel sees a pointer to the first element; strides are the kernel's own integer arguments.
 Python ints become int32 (int64 when they do not fit, uint64 past that), floats float32, bools
-int1. Anything else (a GPU tensor, a dtype the language lacks, a string, a torch tensor whose storage
-is smaller than its shape: freed by `untyped_storage().resize_(0)`) is an ArgumentTypeError
-naming the parameter, raised before any kernel runs.
+int1. A tensor in a GPU's memory (a torch CUDA tensor, anything with `__cuda_array_interface__`)
+becomes a DeviceTensorArg for the compiler (its address, type, span and GPU); the interpreter
+takes none. Anything else (a dtype the language lacks, a string, a torch tensor whose storage is
+smaller than its shape: freed by `untyped_storage().resize_(0)`) is an ArgumentTypeError naming
+the parameter, raised before any kernel runs.
 """
 
 from __future__ import annotations

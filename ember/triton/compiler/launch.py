@@ -22,10 +22,13 @@ launches no tile kernels), its loop passes, its kernel renderer, and its builder
 the launcher.
 A launch refuses a read-only array (NumPy's writeable flag: a read-only memmap, a view of bytes)
 for a parameter the kernel stores to (`Compiled.written`, from the lowered function), and calls it
-through its launcher (ember.codegen.c) with the num_threads option, read at
-each launch (0: the calling thread's setting): the grid runs on that many OpenMP threads and the
-calling thread's own setting (torch.set_num_threads sets the same one) is back when the launch
-returns, a failed check included. On the thread that forked this process, one (ember.runtime.fork).
+through the backend's `call_tile`, which checks where the tensors are (host memory for "c", one
+GPU for "cuda") before anything runs. The C launcher (ember.codegen.c) takes the num_threads
+option, read at each launch (0: the calling thread's setting): the grid runs on that many OpenMP
+threads and the calling thread's own setting (torch.set_num_threads sets the same one) is back
+when the launch returns, a failed check included. On the thread that forked this process, one
+(ember.runtime.fork). The GPU's (ember.cuda.tile) passes scalars by value and the grid as blocks
+through the driver.
 """
 
 from __future__ import annotations
