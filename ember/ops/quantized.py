@@ -52,6 +52,21 @@ def unpack(wp: np.ndarray) -> np.ndarray:
     return wp.transpose(1, 3, 0, 2).reshape(kg * GROUP, groups * LANES)
 
 
+def fold_weights(w: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """int8 weights (K, N) and an int32 bias (N,) (None: zeros) as qgemm takes them: K padded with
+    zero rows to whole K-groups and N with zero columns to whole panels, the weights packed
+    (`pack`). Returns (packed weights, bias, column sums): the sums are what an activation
+    zero point za costs, bias - za * sums the bias of a qgemm over the raw activations."""
+    k, n = w.shape
+    kp, np_ = -(-k // GROUP) * GROUP, -(-n // LANES) * LANES
+    wp = np.zeros((kp, np_), np.int8)
+    wp[:k, :n] = w
+    full = np.zeros(np_, np.int32)
+    if bias is not None:
+        full[:n] = bias
+    return pack(wp), full, wp.astype(np.int32).sum(0, dtype=np.int32)
+
+
 def _range(dtype: str) -> tuple[int, int]:
     return dt.int_range(dtype) if dtype in ("uint8", "int8") else (None, None)
 
