@@ -14,11 +14,12 @@ units of the product's scale); the weights are symmetric (zero point 0). The epi
   hi), in float64 as onnx's reference computes it, so that the result is bit-exact; lo and hi
   default to the type's range, and a fused ReLU raises lo to the zero point.
 
-im2col(x) of a (N, C, H, W) input is (N * OH * OW, K) with K = C * KH * KW rounded up to a
-multiple of 4 (VNNI's K-groups): row (n, oh, ow) holds the patch x[n, c, oh * s - p + kh * d,
-...] in the order (c, kh, kw) of a (Cout, C, KH, KW) weight's rows, and `pad_value` (the
-activations' zero point, so that a padded element counts as zero) outside the input and in the
-columns past C * KH * KW.
+im2col(x) of an NHWC input (N, H, W, C) is (N * OH * OW, KH * KW * Cp), Cp = C rounded up to
+a multiple of 4 (so that K is whole K-groups of VNNI): row (n, oh, ow) holds the patch
+x[n, oh * s - p + kh * d, ow * s - p + kw * d, c] in the order (kh, kw, c), channels innermost
+(each tap a contiguous run of the input's channels, which its schedule copies as a vector), and
+`pad_value` (the activations' zero point, so that a padded element counts as zero) outside the
+input and in the channels past C: the left operand of qgemm against `conv_weights(w)`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..tir.expr import as_int, cast
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 ANCHOR = "qgemm"
+IM2COL = "im2col"  # the tag of im2col's stage, whose attribute "channels" is Cp
 GROUP = 4  # VNNI's K-group: 4 bytes of a row per 32-bit lane
 LANES = 16  # int32 lanes of a 512-bit vector: the columns of one packed panel
 OUT_DTYPES = ("int32", "float32", "uint8", "int8")
@@ -157,59 +159,67 @@ register(OpDef(
 ))
 
 
-def _im2col_shape(x: TensorType, attrs) -> tuple[int, int, int, int]:
-    """(OH, OW, K unpadded, K padded) of im2col over x."""
+def conv_weights(w: np.ndarray) -> np.ndarray:
+    """A convolution's weights (Cout, C, KH, KW) as the (KH * KW * Cp, Cout) matrix that multiplies
+    im2col's rows: C padded with zeros to Cp, a multiple of GROUP."""
+    cout, c, kh, kw = w.shape
+    padded = np.zeros((cout, -(-c // GROUP) * GROUP, kh, kw), w.dtype)
+    padded[:, :c] = w
+    return np.ascontiguousarray(padded.transpose(2, 3, 1, 0).reshape(-1, cout))
+
+
+def _im2col_shape(x: TensorType, attrs) -> tuple[int, int, int]:
+    """(OH, OW, Cp) of im2col over x."""
     if x.rank != 4 or not all(isinstance(d, int) for d in x.shape):
-        raise OpTypeError(f"im2col: takes a static (N, C, H, W) input, got shape {x.shape}")
-    _, c, h, w = x.shape
+        raise OpTypeError(f"im2col: takes a static (N, H, W, C) input, got shape {x.shape}")
+    _, h, w, c = x.shape
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if oh < 1 or ow < 1:
         raise OpTypeError(f"im2col: a {kh}x{kw} kernel does not fit the padded input of shape {x.shape}")
-    kdim = c * kh * kw
-    return oh, ow, kdim, -(-kdim // GROUP) * GROUP
+    return oh, ow, -(-c // GROUP) * GROUP
 
 
 def _infer_im2col(types, attrs):
     (x,) = types
-    oh, ow, _, kp = _im2col_shape(x, attrs)
-    return [TensorType((x.shape[0] * oh * ow, kp), x.dtype)]
+    oh, ow, cp = _im2col_shape(x, attrs)
+    kh, kw = attrs["kernel"]
+    return [TensorType((x.shape[0] * oh * ow, kh * kw * cp), x.dtype)]
 
 
 def _reference_im2col(inputs, attrs):
     (x,) = inputs
-    n, c, _, _ = x.shape
-    oh, ow, kdim, kp = _im2col_shape(TensorType(x.shape, x.dtype.name), attrs)
+    n, _, _, c = x.shape
+    oh, ow, cp = _im2col_shape(TensorType(x.shape, x.dtype.name), attrs)
     (kh, kw), (sh, sw), (dh, dw), (pt, pl, pb, pr) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
-    padded = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=attrs["pad_value"])
-    cols = np.full((n, oh, ow, c, kh, kw), attrs["pad_value"], x.dtype)
+    fill = attrs["pad_value"]
+    padded = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, cp - c)), constant_values=fill)
+    out = np.empty((n, oh, ow, kh, kw, cp), x.dtype)
     for i in range(kh):
         for j in range(kw):
-            cols[..., i, j] = padded[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh,
-                                     j * dw: j * dw + sw * (ow - 1) + 1: sw].transpose(0, 2, 3, 1)
-    out = np.full((n * oh * ow, kp), attrs["pad_value"], x.dtype)
-    out[:, :kdim] = cols.reshape(n * oh * ow, kdim)
-    return [out]
+            y, z = i * dh, j * dw
+            out[:, :, :, i, j] = padded[:, y: y + sh * (oh - 1) + 1: sh, z: z + sw * (ow - 1) + 1: sw]
+    return [out.reshape(n * oh * ow, kh * kw * cp)]
 
 
 def _compute_im2col(inputs, attrs, out_types):
     (x,) = inputs
     shape = tuple(as_int(d) for d in x.shape)
-    _, c, h, w = shape
-    oh, ow, kdim, kp = _im2col_shape(TensorType(shape, x.dtype), attrs)
-    (kh, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
+    _, h, w, c = shape
+    oh, ow, cp = _im2col_shape(TensorType(shape, x.dtype), attrs)
+    (_, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
     fill = te.const(attrs["pad_value"], x.dtype)
 
     def element(r, q):
         b, y, z = r // (oh * ow), r // ow % oh, r % ow
-        ch, i, j = q // (kh * kw), q // kw % kh, q % kw
-        hy, wz = y * sh - pt + i * dh, z * sw - pl + j * dw
-        inside = te.all(q < kdim, hy >= 0, hy < h, wz >= 0, wz < w)
-        return te.if_then_else(inside, x[b, te.min(ch, c - 1), te.max(te.min(hy, h - 1), 0),
-                                         te.max(te.min(wz, w - 1), 0)], fill)
+        tap, ch = q // cp, q % cp  # (a schedule splits q by cp: tap and ch are then loops of their own)
+        hy, wz = y * sh - pt + tap // kw * dh, z * sw - pl + tap % kw * dw
+        inside = te.all(hy >= 0, hy < h, wz >= 0, wz < w, *([ch < c] if cp != c else []))
+        return te.if_then_else(inside, x[b, te.max(te.min(hy, h - 1), 0), te.max(te.min(wz, w - 1), 0),
+                                         te.min(ch, c - 1) if cp != c else ch], fill)
 
-    return [te.compute(tuple(out_types[0].shape), element, name="im2col")]
+    return [te.compute(tuple(out_types[0].shape), element, name="im2col", tag=IM2COL, attrs={"channels": cp})]
 
 
 register(OpDef(
@@ -219,6 +229,6 @@ register(OpDef(
     compute=_compute_im2col,
     pattern="injective",
     attrs={"kernel": REQUIRED, "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "pad_value": 0},
-    doc="A convolution's patches as rows (N * OH * OW, C * KH * KW rounded up to 4), pad_value outside the "
-        "input: the left operand of qgemm.",
+    doc="A convolution's patches of an NHWC input as rows (N * OH * OW, KH * KW * Cp), Cp = C rounded up to 4, "
+        "pad_value outside the input: the left operand of qgemm.",
 ))

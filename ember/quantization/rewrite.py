@@ -1,7 +1,7 @@
 """The products of a float graph with constant weights as int8 products on qgemm
 (ember/ops/quantized.py):
 
-    conv2d(x, W, b)  ->  transpose(reshape(qgemm(im2col(q(x)), Wq, -za * sums, sa * sw)), NCHW) + b
+    conv2d(x, W, b)  ->  transpose(reshape(qgemm(im2col(NHWC(q(x))), Wq, -za * sums, sa * sw)), NCHW) + b
     gemm(a, W, c)    ->  qgemm(q(a), Wq, -za * sums, sa * sw) + c
     matmul(a, W)     ->  reshape(qgemm(q(reshape(a, (R, K))), Wq, ...), (..., N))
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
-from ..ops.quantized import fold_weights
+from ..ops.quantized import conv_weights, fold_weights
 from ..passes.rewrite import Rewriter
 from .calibrate import activation_params, weight_params
 
@@ -46,7 +46,7 @@ def _weights(graph: Graph, node: Node, dynamic: bool) -> np.ndarray | None:
     a = node.attrs
     if node.op == "conv2d" and not dynamic and a["groups"] == 1 and (len(node.inputs) == 2 or graph.is_constant(
             node.inputs[2])):
-        return w.reshape(w.shape[0], -1).T
+        return conv_weights(w)
     if node.op == "gemm" and not a["trans_a"] and not a["b_panels"] and a["alpha"] == 1 and w.ndim == 2 and (
             len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
         return w.T if a["trans_b"] else w
@@ -124,8 +124,9 @@ def _product(rw: Rewriter, graph: Graph, node: Node, w: np.ndarray, quantized: t
     if node.op == "conv2d":
         a = node.attrs
         kernel = graph.constants[node.inputs[1].name].shape[2:]
-        rows = op("im2col", [q], {"kernel": kernel, "strides": tuple(a["strides"]),
-                                  "dilations": tuple(a["dilations"]), "pads": tuple(a["padding"]), "pad_value": za})
+        rows = op("im2col", [op("transpose", [q], {"perm": (0, 2, 3, 1)})], {
+            "kernel": kernel, "strides": tuple(a["strides"]), "dilations": tuple(a["dilations"]),
+            "pads": tuple(a["padding"]), "pad_value": za})
     else:
         rows = q if len(shape) == 2 else op("reshape", [q], {"shape": (int(np.prod(shape[:-1])), k)})
         if rows.type.shape[1] != packed.shape[1] * 4:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
-from ember.ops.quantized import pack, unpack
+from ember.ops.quantized import conv_weights, pack, unpack
 from ember.target import Target, as_target
 from ember.testing import check_op
 
@@ -50,15 +50,14 @@ def test_qgemm_without_vnni(target):
 
 
 def test_conv_as_im2col_and_qgemm():
-    """A 3x3 convolution with stride 2, padding and dilation: the patches padded with the
-    activations' zero point (so padding counts as zero), against torch's of (x - zp) and w."""
+    """A 3x3 convolution with stride 2, padding and dilation: the patches of the NHWC input padded
+    with the activations' zero point (so padding counts as zero), against torch's of (x - zp) and w."""
     zp, attrs = 9, {"kernel": (3, 3), "strides": (2, 2), "dilations": (1, 2), "pads": (1, 2, 1, 0), "pad_value": 9}
     x = RNG.integers(0, 256, (2, 3, 9, 10), dtype=np.uint8)
     w = RNG.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
-    (cols,) = check_op("im2col", [x], attrs, 0, 0)
-    assert cols.shape == (2 * 5 * 4, 28)  # K = 27 rounded up to whole K-groups of 4
-    wk = np.zeros((28, 16), np.int8)
-    wk[:27] = w.reshape(16, 27).T
+    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0)
+    assert cols.shape == (2 * 5 * 4, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
+    wk = conv_weights(w)
     bias = (-zp * wk.astype(np.int32).sum(0)).astype(np.int32)  # the zero point's cost folded in
     (y,) = check_op("qgemm", [cols, pack(wk), bias], {}, 0, 0)
     xt = torch.from_numpy(x.astype(np.float64) - zp)

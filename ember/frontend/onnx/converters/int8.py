@@ -4,7 +4,8 @@ operands fit it: uint8 activations with one zero point (a constant, or computed 
 DynamicQuantizeLinear), int8 constant weights with zero point 0 (symmetric, per tensor or per
 output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D, one
 group). The weights are packed at import, the activations' zero point folded into the bias;
-a convolution is im2col then qgemm, its (N * OH * OW, C) rows taken back to NCHW. Each builder
+a convolution is im2col (of the input in NHWC) then qgemm, its (N * OH * OW, C) rows taken back
+to NCHW. Each builder
 returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on wider
 types (quantize.py)."""
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ops.quantized import fold_weights
+from ....ops.quantized import conv_weights, fold_weights
 from ..node import NodeContext, Tensor
 from .nn import _window
 
@@ -79,10 +80,11 @@ def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: T
     if x_zero is not None and not isinstance(x_zero, np.ndarray) and any(pads):
         return None  # padding must read as the zero point, which only the run knows
     fill = int(x_zero.reshape(-1)[0]) if isinstance(x_zero, np.ndarray) else 0
-    cols = cx.op("im2col", [x], {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads,
-                                 "pad_value": fill})
+    nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
+    cols = cx.op("im2col", [nhwc], {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads,
+                                    "pad_value": fill})
     cout = weights.shape[0]
-    y = _qgemm(cx, cols, x_zero, weights.reshape(cout, -1).T, bias, out, scale, zero_point)
+    y = _qgemm(cx, cols, x_zero, conv_weights(weights), bias, out, scale, zero_point)
     n, _, h, wd = cx.type(x).shape
     oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
