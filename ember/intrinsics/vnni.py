@@ -10,7 +10,9 @@ K-groups of 4, contiguous: b's strides are 4 and 1), into 16 int32 of C (unit st
 The C functions are compiled for the unit alone (`__attribute__((target))`, whatever the build's
 flags) and test the CPU at run time (`__builtin_cpu_supports`): a kernel built with them runs
 `vpdpbusd` where the CPU has it and the same sums lane by lane elsewhere, never an illegal
-instruction.
+instruction. NATIVE is the same intrinsic without that test, for a target whose features
+include avx512vnni (qgemm's schedule, ember.schedules.cpu.quantized): inlined into a register
+tile, its accumulators then stay in registers across the K loop.
 """
 
 from __future__ import annotations

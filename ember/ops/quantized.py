@@ -227,7 +227,7 @@ register(OpDef(
     infer=_infer_im2col,
     reference=_reference_im2col,
     compute=_compute_im2col,
-    pattern="injective",
+    pattern="opaque",  # (never fused with its producer: it reads each element up to KH * KW times)
     attrs={"kernel": REQUIRED, "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "pad_value": 0},
     doc="A convolution's patches of an NHWC input as rows (N * OH * OW, KH * KW * Cp), Cp = C rounded up to 4, "
         "pad_value outside the input: the left operand of qgemm.",
