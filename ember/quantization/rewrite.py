@@ -77,28 +77,27 @@ def quantize_products(graph: Graph, ranges: Mapping[str, tuple[float, float]] | 
 
 
 def _quantize(rw: Rewriter, x: Value, bounds: tuple[float, float] | None, hint: str) -> tuple:
-    """(uint8 x, its scale, its zero point): constants for static ranges, values of the graph
-    for dynamic ones (a zero point that is a constant int goes into im2col's padding)."""
+    """(uint8 x, its scale, its zero point): a float32 and an int for static ranges, values of the
+    graph for dynamic ones (DynamicQuantizeLinear's arithmetic: uint8 over the range of x widened
+    to hold 0)."""
     def op(name, inputs, attrs=None):
         return rw.emit(name, inputs, attrs, hint=f"{hint}_q")[0]
 
-    def const(v, dtype="float32"):
-        return rw.constant(np.asarray(v, dtype), f"{hint}_q")
+    def const(v):
+        return rw.constant(np.asarray(v, np.float32), f"{hint}_q")
 
     if bounds is not None:
         scale, zero = activation_params(*bounds)
-        s, z = scale, zero
-    else:  # DynamicQuantizeLinear: uint8 over the range of x widened to hold 0
-        zero_c = const(0)
-        low = op("minimum", [op("min", [x]), zero_c])
-        high = op("maximum", [op("max", [x]), zero_c])
+        s, z = const(scale), const(zero)
+    else:
+        low = op("minimum", [op("min", [x]), const(0)])
+        high = op("maximum", [op("max", [x]), const(0)])
         span = op("sub", [high, low])
-        span = op("where", [op("equal", [span, zero_c]), const(1), span])
-        s = op("div", [span, const(255)])
-        z = op("round", [op("clip", [op("neg", [op("div", [low, s])])], {"min": 0.0, "max": 255.0})])
-    q = op("add", [op("round", [op("div", [x, s if bounds is None else const(s)])]), z if bounds is None else const(z)])
-    q = op("cast", [op("clip", [q], {"min": 0.0, "max": 255.0})], {"dtype": "uint8"})
-    return q, s, z
+        span = op("where", [op("equal", [span, const(0)]), const(1), span])
+        scale = s = op("div", [span, const(255)])
+        zero = z = op("round", [op("clip", [op("neg", [op("div", [low, s])])], {"min": 0.0, "max": 255.0})])
+    q = op("add", [op("round", [op("div", [x, s])]), z])
+    return op("cast", [op("clip", [q], {"min": 0.0, "max": 255.0})], {"dtype": "uint8"}), scale, zero
 
 
 def _product(rw: Rewriter, graph: Graph, node: Node, w: np.ndarray, quantized: tuple, per_channel: bool) -> Value:
