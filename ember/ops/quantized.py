@@ -30,6 +30,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
+from .hints import PACK
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 ANCHOR = "qgemm"
@@ -123,6 +124,9 @@ def _compute_qgemm(inputs, attrs, out_types):
     scale = inputs[3] if len(inputs) == 4 else None
     m, k = (as_int(d) for d in a.shape)
     n = as_int(w.shape[0]) * LANES
+    # the rows as a stage of their own, which the intrinsic reads from memory: where a
+    # quantization fuses before the product, it runs once there (the schedule inlines a plain copy)
+    a = te.compute((m, k), lambda i, q: a[i, q], name="qgemm_rows", tag=PACK)
     ko = te.reduce_axis((0, k // GROUP), name="ko")
     ki = te.reduce_axis((0, GROUP), name="ki")
     # accumulated in panels of 16 columns, the shape the intrinsic writes (schedules/cpu/quantized)

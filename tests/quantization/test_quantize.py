@@ -15,6 +15,7 @@ import ember
 from ember.errors import ArgumentTypeError
 from ember.quantization import error
 from ember.quantization.calibrate import Observer
+from ember.target import as_target
 
 torch.manual_seed(0)
 
@@ -68,6 +69,9 @@ def test_dynamic_transformer_against_fp32():
     x = torch.randn(2, 8, 32)
     q = ember.quantize(model, (x,), dynamic=True)
     assert [n.op for n in q.graph.nodes].count("qgemm") >= 4  # QKV, the output projection, the MLP, the head
+    if "avx512vnni" in as_target("c").features:  # each on vpdpbusd (its quantization fused before it)
+        kernels = q.source.split("\nvoid ")
+        assert sum("ember_vnni_native_dot16x4_update(" in k for k in kernels) >= 4
     x = torch.randn(2, 8, 32)
     with torch.no_grad():
         ref = model(x)

@@ -17,6 +17,7 @@ the compiler turns into the vector unit's own widening multiply-adds.
 from __future__ import annotations
 
 from ...intrinsics import vnni
+from ...ops.hints import PACK
 from ...ops.quantized import ANCHOR, IM2COL, LANES
 from ...te.tensor import ComputeOp
 from ...tir.expr import as_int
@@ -48,7 +49,11 @@ def schedule_qgemm(s, outputs, target):
     if m is None or n is None or n != as_int(anchor.output(0).shape[1]) * LANES:
         return False
     rows, panels = tile(m, n)
-    prepare(s, outputs, anchor, target.lanes())
+    rows_in = next(t for t in anchor.input_tensors if t.op.tag == PACK)
+    if isinstance(rows_in.op.input_tensors[0].op, ComputeOp):  # a quantization fused before: once, at the root
+        prepare(s, outputs, anchor, target.lanes())
+    else:  # the kernel's input itself, read in place
+        inline_intermediates(s.sch)
     acc = s.cache_write(anchor.output(0), "local")
     s[anchor.output(0)].compute_inline()
     stage = s[out]
