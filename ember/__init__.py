@@ -50,6 +50,16 @@ def load(path, **options):
     return _load(path, **options)
 
 
+def quantize(model, example_inputs=None, calibration_data=None, **options):
+    """A compiled model whose products run in int8: post-training static quantization calibrated on
+    `calibration_data` (method="minmax" | "percentile" | "entropy", per_channel=True), or dynamic
+    (dynamic=True: activation scales at run time, for linear layers); the other options are
+    ember.compile's. See ember.quantization."""
+    from .quantization import quantize as _quantize
+
+    return _quantize(model, example_inputs, calibration_data, **options)
+
+
 def bench(f, *args, **kwargs):
     """Time a kernel: warm-up, repeats, median (seconds in `.median`)."""
     from .runtime.bench import bench as _bench
@@ -60,7 +70,7 @@ def bench(f, *args, **kwargs):
 __all__ = [
     "ArgumentTypeError", "ArtifactError", "BuildError", "CompileError", "ConfigError", "EmberError", "LowerError",
     "OutOfMemoryError", "ScheduleError", "ShapeError", "Target", "TuneError",
-    "bench", "build", "compile", "load", "lower", "te", "tir",
+    "bench", "build", "compile", "load", "lower", "quantize", "te", "tir",
 ]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from ..codegen.c import CRenderer, codegen_c, launcher_symbol
 from ..codegen.entry import render_entry, render_spec
 from ..errors import ConfigError
+from ..intrinsics import vnni  # noqa: F401  (registers what qgemm's schedule tensorizes onto: rendered by name)
 from ..passes.pipeline import TARGET_PASSES
 from ..program import Program
 from ..runtime.build import UNIT_SEPARATOR, build_library, is_cached

@@ -453,6 +453,10 @@ class CRenderer(CStyleRenderer):
             if dt.is_float(src) or self.lib.value_vec(src, lanes) != target or src == "bool":
                 code = f"__builtin_convertvector({code}, {target})"
             return f"{self.lib.wrap(dst, lanes)}({code})", PRIMARY
+        elif src in ("float32", "float64") and dt.is_int(dst) and dt.bits(dst) < 32:
+            # GCC converts floats to 8- and 16-bit lanes one by one; through int32 it is two
+            # instructions (vcvttps2dq, vpmovdb), with the same values wherever C defines them
+            code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
             return self._expr(v)
         return f"__builtin_convertvector({code}, {target})", PRIMARY

@@ -10,7 +10,9 @@ K-groups of 4, contiguous: b's strides are 4 and 1), into 16 int32 of C (unit st
 The C functions are compiled for the unit alone (`__attribute__((target))`, whatever the build's
 flags) and test the CPU at run time (`__builtin_cpu_supports`): a kernel built with them runs
 `vpdpbusd` where the CPU has it and the same sums lane by lane elsewhere, never an illegal
-instruction.
+instruction. NATIVE is the same intrinsic without that test, for a target whose features
+include avx512vnni (qgemm's schedule, ember.schedules.cpu.quantized): inlined into a register
+tile, its accumulators then stay in registers across the K loop.
 """
 
 from __future__ import annotations
@@ -63,8 +65,34 @@ static inline void ember_vnni_dot16x4_update(const void* a, const void* b, void*
 """
 
 
-def declare(name: str = DOT_16X4, c_source: str = C_SOURCE):
-    """Declare (and register) the intrinsic under `name` with the C functions of `c_source`."""
+# For a target whose features include avx512vnni (its flags let the compiler use the unit, and a
+# model built so refuses to load on a CPU without it: ember.runtime.artifact): no test per call,
+# so that once inlined into a register tile the accumulators stay in registers across the K loop.
+DOT_16X4_NATIVE = "dot_16x4_u8s8s32_vnni_native"
+C_SOURCE_NATIVE = r"""#include <string.h>
+#include <immintrin.h>
+
+__attribute__((target("avx512f,avx512vnni")))
+static inline void ember_vnni_native_dot16x4(const void* a, const void* b, void* c) {
+  int32_t a4;
+  memcpy(&a4, a, 4);
+  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+}
+
+static inline void ember_vnni_native_reset16(void* c) { memset(c, 0, 64); }
+
+__attribute__((target("avx512f,avx512vnni")))
+static inline void ember_vnni_native_dot16x4_update(const void* a, const void* b, void* c) {
+  int32_t a4;
+  memcpy(&a4, a, 4);
+  _mm512_storeu_si512(c, _mm512_dpbusd_epi32(_mm512_loadu_si512(c), _mm512_set1_epi32(a4), _mm512_loadu_si512(b)));
+}
+"""
+
+
+def declare(name: str = DOT_16X4, c_source: str = C_SOURCE, prefix: str = "ember_vnni"):
+    """Declare (and register) the intrinsic under `name` with the C functions of `c_source`, named
+    `prefix`_dot16x4, `prefix`_reset16 and `prefix`_dot16x4_update."""
     a = te.placeholder((4,), "uint8", name="a")
     b = te.placeholder((16, 4), "int8", name="b")
     k = te.reduce_axis((0, 4), name="k")
@@ -73,15 +101,16 @@ def declare(name: str = DOT_16X4, c_source: str = C_SOURCE):
     def lower_fn(ins, outs):
         (pa, pb), (pc,) = ins, outs
         args = (pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"))
-        return (te.hardware_intrinsic("ember_vnni_dot16x4", *args),
-                te.hardware_intrinsic("ember_vnni_reset16", pc.access_ptr("w")),
-                te.hardware_intrinsic("ember_vnni_dot16x4_update", *args))
+        return (te.hardware_intrinsic(f"{prefix}_dot16x4", *args),
+                te.hardware_intrinsic(f"{prefix}_reset16", pc.access_ptr("w")),
+                te.hardware_intrinsic(f"{prefix}_dot16x4_update", *args))
 
     # (no feature: the C chooses at run time, so any target may call it)
     return te.decl_tensor_intrin(c.op, lower_fn, name=name, c_source=c_source, strides={b: (4, 1)}, override=True)
 
 
 INTRIN = declare()
+NATIVE = declare(DOT_16X4_NATIVE, C_SOURCE_NATIVE, "ember_vnni_native")
 
 
 def gemm(m: int, n: int, k: int, rows: int = 4, vectors: int = 2, intrin=INTRIN):

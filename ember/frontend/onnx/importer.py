@@ -21,6 +21,9 @@
    recorded, the nodes that depend on it (through their subgraphs too) are skipped, and at the end
    one UnsupportedOpError lists every one of them with its node name (convert.py). The subgraphs
    of If, Loop and Scan are converted the same way, each into a region (converters/control.py).
+   Before that, QDQ products of the graph (DequantizeLinear operands of a Conv or MatMul whose
+   output is quantized) become QLinearConv / QLinearMatMul nodes (qdq.py), which run on ember's
+   int8 kernel.
 4. Outputs: an output that no node computes (a graph input, a constant, a value given twice) is
    passed through `identity`, so that every graph output is a node's own. The types the model
    declares, for its outputs and for intermediate values (value_info), are checked against the
@@ -44,7 +47,7 @@ from google.protobuf.message import DecodeError
 from ... import dims
 from ...errors import ArgumentTypeError, CompileError
 from ...graph.core import Dim, Graph, TensorType, Value
-from . import converters, structured  # noqa: F401  (registers the converters)
+from . import converters, qdq, structured  # noqa: F401  (registers the converters)
 from .convert import MAX_OPSET, MIN_OPSET, convert_nodes
 from .functions import DEFAULT_DOMAINS
 from .node import (
@@ -91,7 +94,8 @@ def import_graph(model: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     env = _graph_inputs(importer, proto.graph, dict(input_shapes or {}), dict(input_values or {}))
     inputs = {id(v): name for name, v in env.items() if isinstance(v, Value)}
     try:
-        convert_nodes(importer, proto.graph.node, importer.opset, env)
+        constants = {name: t for name, t in env.items() if isinstance(t, np.ndarray)}
+        convert_nodes(importer, qdq.fuse(proto.graph.node, constants), importer.opset, env)
     except ConstantInputError as e:
         e.inputs = _input_sources(e.value, inputs)
         e.add_note(f"it is computed from the graph input(s) {list(e.inputs)}: ember.compile specializes the model "

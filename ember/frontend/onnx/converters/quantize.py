@@ -2,7 +2,9 @@
 QuantizeLinear, DequantizeLinear (per tensor, per axis, and blocked), DynamicQuantizeLinear,
 MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 
-The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zero_point) *
+MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv run on ember's int8 kernel where their
+operands fit it (int8.py: uint8 activations, constant int8 weights of zero point 0, one group);
+the rest as follows. The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zero_point) *
 scale, quantizing is rint(x / scale) + zero_point saturated to the integer type; the integer
 matmuls accumulate in int32, and QLinearMatMul rescales the int32 sums in float64; the integer
 convolutions run in float64 (exact: every sum of products of 8-bit values is an integer far below
@@ -19,9 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from ....tir import dtype as dt
 from ..node import NodeContext, Tensor, to_dtype
 from ..registry import converts
+from . import int8
 from .elementwise import SATURATING
 from .nn import _conv
 
@@ -132,8 +137,22 @@ def _centered(cx: NodeContext, x: Tensor, zero_point: Tensor | None, row_axis: b
     return cx.op("sub", [y, zp])
 
 
+def _requantized(cx: NodeContext, a_scale: Tensor, w_scale: Tensor, y_scale: Tensor, y_zero: Tensor):
+    """(out dtype, a_scale * w_scale / y_scale, y's zero point) for the int8 kernel's epilogue
+    (the factor in float32, as onnx's reference computes it), or None where the zero point is
+    not one constant or a_scale is not one number."""
+    if not isinstance(y_zero, np.ndarray) or y_zero.size != 1 or np.size(a_scale) != 1 \
+            or len(cx.type(a_scale).shape) > 1:
+        return None
+    factor = cx.op("div", [cx.op("mul", [a_scale, w_scale]), y_scale])
+    return cx.type(y_zero).dtype, factor, int(y_zero.reshape(-1)[0])
+
+
 @converts("MatMulInteger")
 def _matmul_integer(cx: NodeContext):
+    y = int8.matmul(cx, cx.input(0), cx.optional(2), cx.input(1), cx.optional(3), "int32")
+    if y is not None:
+        return [y]
     a = _centered(cx, cx.input(0), cx.optional(2), row_axis=True)
     b = _centered(cx, cx.input(1), cx.optional(3), row_axis=False)
     return [cx.op("matmul", [a, b])]
@@ -142,6 +161,12 @@ def _matmul_integer(cx: NodeContext):
 @converts("QLinearMatMul")
 def _qlinear_matmul(cx: NodeContext):
     a_scale, b_scale, y_scale, y_zero = (cx.input(k) for k in (1, 4, 6, 7))
+    epilogue = _requantized(cx, a_scale, b_scale, y_scale, y_zero)
+    if epilogue is not None:
+        out, factor, zp = epilogue
+        y = int8.matmul(cx, cx.input(0), cx.input(2), cx.input(3), cx.input(5), out, factor, zp)
+        if y is not None:
+            return [y]
     acc = cx.op("matmul", [_centered(cx, cx.input(0), cx.input(2), row_axis=True),
                            _centered(cx, cx.input(3), cx.input(5), row_axis=False)])
     if len(cx.type(a_scale).shape) == 1 and cx.type(a_scale).shape[0] != 1:
@@ -175,6 +200,9 @@ def _centered_conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor,
 
 @converts("ConvInteger")
 def _conv_integer(cx: NodeContext):
+    y = int8.conv(cx, cx.input(0), cx.optional(2), cx.input(1), cx.optional(3), None, "int32")
+    if y is not None:
+        return [y]
     y = _centered_conv(cx, cx.input(0), cx.optional(2), cx.input(1), cx.optional(3), None)
     return [cx.op("cast", [y], {"dtype": "int32"})]
 
@@ -182,6 +210,12 @@ def _conv_integer(cx: NodeContext):
 @converts("QLinearConv")
 def _qlinear_conv(cx: NodeContext):
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = (cx.input(k) for k in range(8))
+    epilogue = _requantized(cx, x_scale, w_scale, y_scale, y_zero)
+    if epilogue is not None:
+        out, factor, zp = epilogue
+        y = int8.conv(cx, x, x_zero, w, w_zero, cx.optional(8), out, factor, zp)
+        if y is not None:
+            return [y]
     acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
     wshape = cx.type(w_scale).shape
     if len(wshape) == 1 and wshape[0] != 1:  # one scale per output channel

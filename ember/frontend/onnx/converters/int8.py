@@ -1,0 +1,92 @@
+"""The integer products of ONNX's quantization operators (MatMulInteger, QLinearMatMul,
+ConvInteger, QLinearConv) on ember's int8 kernel, `qgemm` (ember/ops/quantized.py), where their
+operands fit it: uint8 activations with one zero point (a constant, or computed at run time by
+DynamicQuantizeLinear), int8 constant weights with zero point 0 (symmetric, per tensor or per
+output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D, one
+group). The weights are packed at import, the activations' zero point folded into the bias;
+a convolution is im2col (of the input in NHWC) then qgemm, its (N * OH * OW, C) rows taken back
+to NCHW. Each builder
+returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on wider
+types (quantize.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ....ops.quantized import conv_weights, fold_weights
+from ..node import NodeContext, Tensor
+from .nn import _window
+
+
+def _weights(cx: NodeContext, w: Tensor, zero: Tensor | None) -> np.ndarray | None:
+    """The constant int8 weights of zero point 0, else None."""
+    if not isinstance(w, np.ndarray) or w.dtype != np.int8:
+        return None
+    if zero is not None and (not isinstance(zero, np.ndarray) or zero.any()):
+        return None
+    return w
+
+
+def _fits(cx: NodeContext, x: Tensor, zero: Tensor | None) -> bool:
+    """uint8 activations of a static shape and one zero point (or none)."""
+    t = cx.type(x)
+    return (t.dtype == "uint8" and all(isinstance(d, int) for d in t.shape)
+            and (zero is None or cx.type(zero).shape in ((), (1,))))
+
+
+def _qgemm(cx: NodeContext, rows: Tensor, zero: Tensor | None, w: np.ndarray, bias: np.ndarray | None, out: str,
+           scale: Tensor | None, zero_point: int = 0) -> Tensor:
+    """qgemm of uint8 rows (M, K) by weights (K, N): (M, N), padded columns cut off."""
+    n = w.shape[1]
+    packed, folded, sums = fold_weights(w, bias)
+    if rows_k := packed.shape[1] * 4 - cx.type(rows).shape[1]:  # whole K-groups: zero columns, zero weights
+        rows = cx.op("pad", [rows], {"pads": (0, 0, 0, rows_k)})
+    bias_in: Tensor = folded
+    if zero is not None:
+        za = cx.op("cast", [cx.op("reshape", [zero], {"shape": ()})], {"dtype": "int32"})
+        bias_in = cx.op("sub", [folded, cx.op("mul", [za, sums])])
+    inputs = [rows, packed, bias_in]
+    if out != "int32":
+        if cx.type(scale).shape not in ((), (n,)):
+            scale = cx.op("reshape", [scale], {"shape": ()})
+        if cx.type(scale).shape == (n,) and len(folded) != n:
+            scale = cx.op("pad", [scale], {"pads": (0, len(folded) - n), "value": 1.0})
+        inputs.append(scale)
+    y = cx.op("qgemm", inputs, {"out_dtype": out, "zero_point": zero_point})
+    return y if len(folded) == n else cx.op("slice", [y], {"starts": (0,), "ends": (n,), "axes": (1,)})
+
+
+def matmul(cx: NodeContext, a: Tensor, a_zero: Tensor | None, w: Tensor, w_zero: Tensor | None, out: str,
+           scale: Tensor | None = None, zero_point: int = 0) -> Tensor | None:
+    """a (..., K) @ w (K, N) on qgemm, or None where the operands do not fit it."""
+    weights = _weights(cx, w, w_zero)
+    if weights is None or weights.ndim != 2 or not _fits(cx, a, a_zero) or cx.type(a).rank < 2:
+        return None
+    shape = cx.type(a).shape
+    rows = cx.op("reshape", [a], {"shape": (int(np.prod(shape[:-1])), shape[-1])})
+    y = _qgemm(cx, rows, a_zero, weights, None, out, scale, zero_point)
+    return cx.op("reshape", [y], {"shape": (*shape[:-1], weights.shape[1])})
+
+
+def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,
+         bias: Tensor | None, out: str, scale: Tensor | None = None, zero_point: int = 0) -> Tensor | None:
+    """A 2-D convolution of one group as im2col then qgemm, or None where it does not fit."""
+    weights = _weights(cx, w, w_zero)
+    if (weights is None or weights.ndim != 4 or cx.attr("group", 1) != 1 or not _fits(cx, x, x_zero)
+            or cx.type(x).rank != 4 or not (bias is None or isinstance(bias, np.ndarray))):
+        return None
+    kernel = weights.shape[2:]
+    strides, dilations, pads = _window(cx, x, kernel)
+    if x_zero is not None and not isinstance(x_zero, np.ndarray) and any(pads):
+        return None  # padding must read as the zero point, which only the run knows
+    fill = int(x_zero.reshape(-1)[0]) if isinstance(x_zero, np.ndarray) else 0
+    nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
+    cols = cx.op("im2col", [nhwc], {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads,
+                                    "pad_value": fill})
+    cout = weights.shape[0]
+    y = _qgemm(cx, cols, x_zero, conv_weights(weights), bias, out, scale, zero_point)
+    n, _, h, wd = cx.type(x).shape
+    oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+    y = cx.op("reshape", [y], {"shape": (n, oh, ow, cout)})
+    return cx.op("transpose", [y], {"perm": (0, 3, 1, 2)})

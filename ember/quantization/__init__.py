@@ -1,0 +1,103 @@
+"""Post-training int8 quantization: `ember.quantize(model, example_inputs, calibration_data)`.
+
+The model is imported and optimized as ember.compile does (batch norms folded into
+convolutions, linear layers flattened to 2-D gemms), up to the passes that lay weights out for
+the target. Static quantization (the default) then compiles that float graph once more with the
+activations that products read as its outputs, runs it on the calibration batches (progress on
+stderr) and gives each activation a range (calibrate.py: "minmax", "percentile" or "entropy");
+dynamic quantization (`dynamic=True`, for linear layers: transformers) skips calibration and
+takes each activation's range at run time. The products are rewritten onto ember's int8 kernel
+(rewrite.py: symmetric int8 weights, per output channel unless per_channel=False, asymmetric
+uint8 activations) and the graph is compiled with the remaining options of ember.compile: the
+result is a CompiledModel like any other (it saves and loads as one).
+
+`error(out, ref)` gives the measures a quantized model is reported by: the relative error
+||out - ref|| / ||ref|| and the agreement of the top-1 class (argmax over the last axis).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..compiler import compile_graph
+from ..errors import ArgumentTypeError
+from ..frontend import import_model
+from ..passes.pipeline import TARGET_PASSES, run_pipeline
+from ..passes.rewrite import Rewriter
+from .calibrate import METHODS, Observer
+from .rewrite import products, quantize_products
+
+
+def quantize(model, example_inputs=None, calibration_data: Iterable | None = None, *, method: str = "minmax",
+             per_channel: bool = True, dynamic: bool = False, percentile: float = 99.99, progress: bool = True,
+             **compile_options):
+    """A compiled model of `model` (a torch.nn.Module with `example_inputs`, an ONNX model, a
+    Graph) whose products with constant weights run in int8 (see the module doc).
+    calibration_data: batches (each a tuple of the model's inputs, or one input), for static
+    quantization; method: how a range is read from them; percentile: for method="percentile".
+    compile_options: those of ember.compile (target, opt_level, num_threads, ...)."""
+    if method not in METHODS:
+        raise ArgumentTypeError(f"ember.quantize: method must be one of {METHODS}, got {method!r}")
+    if not dynamic and calibration_data is None:
+        raise ArgumentTypeError("ember.quantize: static quantization needs calibration_data (batches of inputs); "
+                                "dynamic=True takes the activations' ranges at run time instead")
+    graph = import_model(model, example_inputs, caller="ember.quantize")
+    opt_level = compile_options.get("opt_level", 2)
+    graph = run_pipeline(graph, opt_level, disabled_passes=TARGET_PASSES)
+    ranges = None
+    if not dynamic:
+        observers = _calibrate(graph, calibration_data, progress, compile_options)
+        ranges = {name: o.range(method, percentile) for name, o in observers.items()}
+    return compile_graph(quantize_products(graph, ranges, per_channel), **compile_options)
+
+
+def _calibrate(graph, batches: Iterable, progress: bool, options: dict) -> dict[str, Observer]:
+    """An Observer per activation a product reads, fed by every batch."""
+    watched = list(dict.fromkeys(n.inputs[0] for n in products(graph)))
+    if not watched:
+        return {}
+    inputs = {v: k for k, v in enumerate(graph.inputs)}
+    computed = [v for v in watched if v not in inputs]
+    probe = compile_graph(_with_outputs(graph, computed), **options) if computed else None
+    observers = {v.name: Observer(seed=k) for k, v in enumerate(watched)}
+    batches = list(batches) if not hasattr(batches, "__len__") else batches
+    total = len(batches)
+    if total == 0:
+        raise ArgumentTypeError("ember.quantize: calibration_data holds no batch")
+    for k, batch in enumerate(batches):
+        arrays = [_array(x) for x in (batch if isinstance(batch, tuple | list) else (batch,))]
+        outs = probe(*arrays) if probe is not None else ()
+        outs = outs if isinstance(outs, tuple | list) else (outs,)
+        for v, out in zip(computed, outs):
+            observers[v.name].update(_array(out))
+        for v in watched:
+            if v in inputs:
+                observers[v.name].update(arrays[inputs[v]])
+        if progress:
+            print(f"\rember.quantize: calibrating, batch {k + 1}/{total}", end="" if k + 1 < total else "\n",
+                  file=sys.stderr, flush=True)
+    return observers
+
+
+def _with_outputs(graph, values):
+    """The graph with `values` as its outputs (what reads nothing of them is dropped later)."""
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        rw.copy(node, rw.inputs(node))
+    rw.new.set_outputs([rw.value(v) for v in values])
+    return rw.new
+
+
+def _array(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def error(out, ref) -> tuple[float, float]:
+    """(||out - ref|| / ||ref||, the share of rows whose argmax over the last axis agrees)."""
+    out, ref = (_array(x).astype(np.float64) for x in (out, ref))
+    rel = float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+    top1 = float(np.mean(out.reshape(-1, out.shape[-1]).argmax(-1) == ref.reshape(-1, ref.shape[-1]).argmax(-1)))
+    return rel, top1

@@ -1,0 +1,109 @@
+"""The CPU schedules of qgemm and im2col (ember.ops.quantized). qgemm: a register tile of rows x
+panels of 16 int32 accumulators (`tile`), the reduction over K-groups of 4 outside it, the tiles
+over the operand that is larger in the outer parallel loop (each panel of weights, or each row
+block of activations, read from memory once), and the epilogue
+(requantization and whatever elementwise work fused after it) vectorized over the tile's columns
+as it leaves the registers.
+
+Where the target has AVX512-VNNI (`avx512vnni` among its features) the tile's inner product is
+tensorized onto `vpdpbusd` (ember.intrinsics.vnni's NATIVE form, with no test of the CPU per
+call: a model built for the feature refuses to load without it; one instruction per panel and
+K-group, the accumulators in registers across the K loop since their reset is a block of its
+own); elsewhere it is
+portable C, the 4 products of a group unrolled and the 16 lanes of a panel vectorized, which
+the compiler turns into the vector unit's own widening multiply-adds.
+"""
+
+from __future__ import annotations
+
+from ...intrinsics import vnni
+from ...ops.hints import PACK
+from ...ops.quantized import ANCHOR, IM2COL, LANES
+from ...te.tensor import ComputeOp
+from ...tir.expr import as_int
+from ..rules import inline_intermediates
+from . import schedules
+from .tiling import find_anchor, prepare
+
+FEATURE = "avx512vnni"  # the compiler's name of the feature (ember.target.FEATURES)
+
+
+ACCUMULATORS = 28  # vector registers a tile's accumulators may take (of 32: the rest broadcast and load)
+
+
+def tile(m: int, n: int) -> tuple[int, int]:
+    """(rows, panels) of the register tile: up to 4 panels of 16 accumulators and the most rows
+    (up to 7) dividing m that keep them within ACCUMULATORS registers (7 x 4 for ResNet's 56 x 56,
+    28 x 28, 14 x 14 and 7 x 7 outputs alike)."""
+    panels = next(p for p in (4, 2, 1) if (n // LANES) % p == 0)
+    return next(r for r in (7, 6, 5, 4, 3, 2, 1) if m % r == 0 and r * panels <= ACCUMULATORS), panels
+
+
+@schedules("qgemm")
+def schedule_qgemm(s, outputs, target):
+    anchor = find_anchor(outputs, ANCHOR)
+    if anchor is None or len(outputs) != 1 or outputs[0].ndim != 2:
+        return False
+    out = outputs[0]
+    m, n = (as_int(d) for d in out.shape)
+    if m is None or n is None or n != as_int(anchor.output(0).shape[1]) * LANES:
+        return False
+    rows, panels = tile(m, n)
+    rows_in = next(t for t in anchor.input_tensors if t.op.tag == PACK)
+    if isinstance(rows_in.op.input_tensors[0].op, ComputeOp):  # a quantization fused before: once, at the root
+        prepare(s, outputs, anchor, target.lanes())
+    else:  # the kernel's input itself, read in place
+        inline_intermediates(s.sch)
+    acc = s.cache_write(anchor.output(0), "local")
+    s[anchor.output(0)].compute_inline()
+    stage = s[out]
+    i, j = stage.op.axis
+    io, jo, ii, ji = stage.tile(i, j, rows, panels * LANES)
+    if n > m:  # more weights than activations: each column panel read once, from L2, by every row tile
+        stage.reorder(jo, io, ii, ji)
+        io, jo = jo, io
+    fused = stage.fuse(io, jo)
+    stage.parallel(fused)
+    stage.unroll(ii)
+    s[acc].compute_at(stage, fused)
+    # the epilogue a panel (16 lanes) at a time: wider vector types GCC splits badly
+    panel, lanes = stage.split(ji, factor=LANES)
+    stage.unroll(panel)
+    stage.vectorize(lanes)
+    inner = s[acc]
+    ai, ap, al = inner.op.axis
+    ko, ki = inner.op.reduce_axis
+    if FEATURE in target.features:
+        inner.reorder(ko, ai, ap, al, ki)
+        inner.unroll(ai)
+        inner.unroll(ap)
+        inner.decompose_reduction(ko)
+        inner.tensorize(al, vnni.NATIVE)
+    else:
+        inner.reorder(ko, ai, ap, ki, al)
+        inner.unroll(ai)
+        inner.unroll(ap)
+        inner.unroll(ki)
+        inner.vectorize(al)
+    return None
+
+
+@schedules("im2col")
+def schedule_im2col(s, outputs, target):
+    """The patches (and whatever fused before them: a layout change, the quantization) one row per
+    parallel iteration, each tap of the row a vector over its contiguous channels."""
+    out = outputs[0]
+    if len(outputs) != 1 or not isinstance(out.op, ComputeOp) or out.op.tag != IM2COL:
+        return False
+    inline_intermediates(s.sch)
+    stage = s[out]
+    rows, cols = stage.op.axis
+    channels = out.op.attrs["channels"]
+    _, inner = stage.split(cols, factor=channels)
+    lanes = target.lanes()  # (the widest type of a quantizing copy is float32)
+    if channels > lanes and channels % lanes == 0:
+        outer, inner = stage.split(inner, factor=lanes)
+        stage.unroll(outer)
+    stage.parallel(rows)
+    stage.vectorize(inner)
+    return None

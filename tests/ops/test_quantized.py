@@ -1,0 +1,77 @@
+"""qgemm and im2col (ember/ops/quantized.py) against their NumPy references, exactly: each
+epilogue on the C target (tensorized onto vpdpbusd where the target has avx512vnni), the portable
+C of a target without it and the interpreter; im2col + qgemm against torch's convolution of the
+same integers; the errors of bad operands."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.graph.core import TensorType
+from ember.ops import OpTypeError, infer_types
+from ember.ops.quantized import conv_weights, pack, unpack
+from ember.target import Target, as_target
+from ember.testing import check_op
+
+RNG = np.random.default_rng()
+
+
+def operands(m: int, k: int, n: int, scaled: bool = True) -> list[np.ndarray]:
+    a = RNG.integers(0, 256, (m, k), dtype=np.uint8)
+    w = RNG.integers(-128, 128, (k, n), dtype=np.int8)
+    bias = RNG.integers(-20000, 20000, (n,), dtype=np.int32)
+    scale = RNG.uniform(2e-5, 2e-4, (n,)).astype(np.float32)
+    return [a, pack(w), bias] + ([scale] if scaled else [])
+
+
+def test_packing_round_trips():
+    w = RNG.integers(-128, 128, (12, 32), dtype=np.int8)
+    np.testing.assert_array_equal(unpack(pack(w)), w)
+    assert pack(w)[1, 2, 3].tolist() == w[8:12, 19].tolist()  # panel 1, K-group 2, column 16 + 3
+
+
+@pytest.mark.parametrize("m, k, n, out, attrs", [
+    (8, 64, 128, "int32", {}),
+    (6, 20, 48, "uint8", {"zero_point": 7}),
+    (5, 8, 16, "float32", {}),
+    (12, 36, 64, "int8", {"zero_point": -3, "lo": -3}),  # a ReLU fused into the clip
+])
+def test_qgemm_epilogues(m, k, n, out, attrs):
+    print(f"avx512vnni in the target's features: {'avx512vnni' in as_target('c').features}")
+    check_op("qgemm", operands(m, k, n, out != "int32"), {"out_dtype": out, **attrs}, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("target", [Target.x86("avx2"), "python"], ids=["c-avx2", "python"])
+def test_qgemm_without_vnni(target):
+    check_op("qgemm", operands(6, 20, 48), {"out_dtype": "uint8", "zero_point": 128}, 0, 0, targets=[target])
+
+
+def test_conv_as_im2col_and_qgemm():
+    """A 3x3 convolution with stride 2, padding and dilation: the patches of the NHWC input padded
+    with the activations' zero point (so padding counts as zero), against torch's of (x - zp) and w."""
+    zp, attrs = 9, {"kernel": (3, 3), "strides": (2, 2), "dilations": (1, 2), "pads": (1, 2, 1, 0), "pad_value": 9}
+    x = RNG.integers(0, 256, (2, 3, 9, 10), dtype=np.uint8)
+    w = RNG.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
+    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0)
+    assert cols.shape == (2 * 5 * 4, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
+    wk = conv_weights(w)
+    bias = (-zp * wk.astype(np.int32).sum(0)).astype(np.int32)  # the zero point's cost folded in
+    (y,) = check_op("qgemm", [cols, pack(wk), bias], {}, 0, 0)
+    xt = torch.from_numpy(x.astype(np.float64) - zp)
+    ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=(1, 2))
+    np.testing.assert_array_equal(y.reshape(2, 5, 4, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
+
+
+@pytest.mark.parametrize("types, attrs, message", [
+    ([((4, 8), "int8"), ((1, 2, 16, 4), "int8"), ((16,), "int32")], {}, "uint8 activations"),
+    ([((4, 12), "uint8"), ((1, 2, 16, 4), "int8"), ((16,), "int32")], {}, "K = 12"),
+    ([((4, 8), "uint8"), ((1, 2, 16, 4), "int8"), ((16,), "int32")], {"out_dtype": "uint8"}, "float32 scale"),
+    ([((4, 8), "uint8"), ((1, 2, 16, 4), "int8"), ((16,), "int32"), ((16,), "float32")],
+     {"out_dtype": "uint8", "lo": -1}, "leaves the range"),
+])
+def test_qgemm_errors(types, attrs, message):
+    with pytest.raises(OpTypeError, match=message):
+        infer_types("qgemm", [TensorType(s, d) for s, d in types], attrs)

@@ -1,0 +1,101 @@
+"""ember.quantize (ember/quantization): a small CNN quantized statically (batch norms folded,
+a residual add, a linear head) and a small transformer layer quantized dynamically, each against
+torch's fp32 on fresh inputs: ||out - ref|| / ||ref|| and top-1 agreement within stated bounds;
+the quantized CNN saves and loads; each calibration method's range on known data; the errors of
+misuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import ember
+from ember.errors import ArgumentTypeError
+from ember.quantization import error
+from ember.quantization.calibrate import Observer
+from ember.target import as_target
+
+torch.manual_seed(0)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.c2, self.b2 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32)
+        self.c3 = nn.Conv2d(32, 32, 3, padding=1)
+        self.fc = nn.Linear(32, 10)
+        for b in (self.b1, self.b2):
+            b.running_mean.uniform_(-0.5, 0.5)
+            b.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        x = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(x)))
+        y = torch.relu(self.c3(y) + y)
+        return self.fc(y.mean((2, 3)))
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model = SmallCNN().eval()
+    calibration = [torch.randn(8, 3, 12, 12) for _ in range(3)]
+    return model, ember.quantize(model, (calibration[0],), calibration, method="percentile", progress=True)
+
+
+def test_static_cnn_against_fp32(cnn):
+    model, q = cnn
+    assert [n.op for n in q.graph.nodes].count("qgemm") == 4  # three convolutions and the head
+    x = torch.randn(8, 3, 12, 12)
+    with torch.no_grad():
+        ref = model(x)
+    rel, top1 = error(q(x.numpy()), ref)
+    print(f"small CNN, static int8 (percentile): relative error {rel:.2e}, top-1 agreement {top1:.2f}")
+    assert rel < 3e-2 and top1 >= 0.75
+
+
+def test_static_cnn_saves_and_loads(cnn, tmp_path):
+    _, q = cnn
+    x = np.random.default_rng().standard_normal((8, 3, 12, 12)).astype(np.float32)
+    q.save(tmp_path / "int8")
+    np.testing.assert_array_equal(ember.load(tmp_path / "int8")(x), q(x))
+
+
+def test_dynamic_transformer_against_fp32():
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = nn.Sequential(layer, nn.Linear(32, 10)).eval()
+    x = torch.randn(2, 8, 32)
+    q = ember.quantize(model, (x,), dynamic=True)
+    assert [n.op for n in q.graph.nodes].count("qgemm") >= 4  # QKV, the output projection, the MLP, the head
+    if "avx512vnni" in as_target("c").features:  # each on vpdpbusd (its quantization fused before it)
+        kernels = q.source.split("\nvoid ")
+        assert sum("ember_vnni_native_dot16x4_update(" in k for k in kernels) >= 4
+    x = torch.randn(2, 8, 32)
+    with torch.no_grad():
+        ref = model(x)
+    rel, top1 = error(q(x.numpy()), ref)
+    print(f"transformer layer, dynamic int8: relative error {rel:.2e}, top-1 agreement {top1:.2f}")
+    assert rel < 3e-2 and top1 >= 0.85
+
+
+def test_calibration_ranges():
+    rng = np.random.default_rng(0)
+    o = Observer()
+    for _ in range(3):  # a ReLU's output: half zeros, a long upper tail
+        o.update(np.maximum(rng.standard_normal(40000), 0) ** 2)
+    lo, hi = o.range("minmax")
+    assert lo == 0 and hi == pytest.approx(float(o.hi))
+    assert 0 < o.range("percentile", 99.9)[1] < hi
+    assert 0 < o.range("entropy")[1] < hi and o.range("entropy")[0] == 0
+    assert o.sample.size <= 1 << 16
+
+
+def test_misuse():
+    model = SmallCNN().eval()
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.raises(ArgumentTypeError, match="needs calibration_data"):
+        ember.quantize(model, (x,))
+    with pytest.raises(ArgumentTypeError, match="method must be one of"):
+        ember.quantize(model, (x,), [x], method="mse")
