@@ -80,3 +80,45 @@ def diagonal(b, x, offset=0, dim1=0, dim2=1):
     start = offset if offset >= 0 else -offset * m
     return b.op("slice", [y], starts=(start,), ends=(start + (length - 1) * (m + 1) + 1,), axes=(-1,),
                 steps=(m + 1,))
+
+
+@handles("index_put.default", "index_put_.default", "_unsafe_index_put.default")
+def index_put(b, x, indices, values, accumulate=False):
+    """x[i, :, j, ...] = values (accumulate: +=), the write of advanced indexing: the indexed dims
+    moved first, the index tensors broadcast to a shape B and stacked on a last axis, one
+    scatter_nd of values laid out as (B..., other dims...); values come laid out as reading
+    x[indices] gives them (B in place of adjacent indexed dims, else first), and broadcast to it."""
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if any(b.type_of(i).dtype == "bool" for _, i in given):
+        raise Unsupported("index_put with a boolean mask: ember takes integer index tensors")
+    shapes = [b.type_of(i).shape for _, i in given]
+    x_shape = b.type_of(x).shape
+    if not all(isinstance(n, int) for s in (*shapes, x_shape) for n in s):
+        raise Unsupported(f"index_put into {x_shape} at indices of shapes {shapes}: ember takes static shapes")
+    dims = [d for d, _ in given]
+    rank = len(x_shape)
+    kept = [d for d in range(rank) if d not in dims]
+    batch = tuple(np.broadcast_shapes(*shapes))
+    nb = len(batch)
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    lead = dims[0] if adjacent else 0  # where B sits among the read's dims
+    read_shape = (*x_shape[:lead], *batch, *(x_shape[d] for d in kept[lead:]))
+    vals = b.v(values, b.type_of(x).dtype)
+    if tuple(vals.shape) != read_shape:
+        vals = b.op("expand", [vals], shape=read_shape)
+    if lead:  # B first
+        b_first = (*range(lead, lead + nb), *range(lead), *range(lead + nb, len(read_shape)))
+        vals = b.op("transpose", [vals], perm=b_first)
+    stacked = []
+    for _, i in given:
+        i = b.v(i, "int64")
+        i = i if tuple(i.shape) == batch else b.op("expand", [i], shape=batch)
+        stacked.append(b.op("unsqueeze", [i], axes=(nb,)))
+    data = b.v(x)
+    perm = (*dims, *kept)
+    moved = perm != tuple(range(rank))
+    if moved:
+        data = b.op("transpose", [data], perm=perm)
+    where = stacked[0] if len(stacked) == 1 else b.op("concat", stacked, axis=nb)
+    y = b.op("scatter_nd", [data, where, vals], reduction="add" if accumulate else "none")
+    return b.op("transpose", [y], perm=tuple(int(k) for k in np.argsort(perm))) if moved else y

@@ -1,0 +1,141 @@
+"""The routing of mixture-of-experts layers: histc (tokens counted per expert) and grouped_matmul
+(each token's rows multiplied by its own expert's weight).
+
+- histc(x; bins, min, max): float32[bins], the count of the elements of x in each of `bins`
+  equal bins over [min, max] (torch.histc with min < max): an element's bin is
+  floor((x - min) * bins / (max - min)), computed in float64, the last bin taking x == max too;
+  elements outside [min, max] and NaNs are not counted. torch finds the bin by a search among
+  the edges it made with linspace, which may put a value within an ulp of an edge in the
+  neighbouring bin; the counts of integer values (expert ids) are the same.
+- grouped_matmul(x, w, offsets): out[s] = x[s] @ w[g(s)], x (S, K), w (E, K, N), offsets (E,)
+  integer cumulative row counts (rows offsets[e-1]..offsets[e] belong to expert e: the tokens
+  sorted by expert, as transformers' grouped_mm takes them), out (S, N); rows from offsets[-1]
+  on belong to no expert and are zero. Each row is multiplied by one expert's weight only, so
+  the work is that of the routed tokens (S x K x N), never every expert for every token.
+
+Both are pattern `opaque` (histc: a reduction over every element per bin, bins x numel work,
+small for a router's top-k ids; grouped_matmul: each row's expert found by a search over the E
+offsets, then the row's product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir import dtype as dt
+from ..tir.expr import cast, const
+from .common import check_float
+from .registry import REQUIRED, OpDef, OpTypeError, register
+
+# -- histc -------------------------------------------------------------------------------------
+
+
+def _check_histc(attrs) -> tuple[int, float, float]:
+    bins, lo, hi = attrs["bins"], attrs["min"], attrs["max"]
+    if not isinstance(bins, int) or bins < 1:
+        raise OpTypeError(f"histc: bins must be a positive integer, got {bins!r}")
+    if not float(lo) < float(hi):
+        raise OpTypeError(f"histc: min ({lo}) must be below max ({hi})")
+    return bins, float(lo), float(hi)
+
+
+def _infer_histc(types, attrs):
+    (x,) = types
+    check_float("histc", x)
+    bins, _, _ = _check_histc(attrs)
+    return [TensorType((bins,), "float32")]
+
+
+def _reference_histc(inputs, attrs):
+    bins, lo, hi = _check_histc(attrs)
+    x = inputs[0].astype(np.float64).reshape(-1)
+    x = x[(x >= lo) & (x <= hi)]  # (NaNs fail both)
+    pos = np.minimum(np.floor((x - lo) * bins / (hi - lo)).astype(np.int64), bins - 1)
+    return [np.bincount(pos, minlength=bins).astype(np.float32)]
+
+
+def _compute_histc(inputs, attrs, out_types):
+    (x,) = inputs
+    bins, lo, hi = _check_histc(attrs)
+    axes = [te.reduce_axis((0, n), name=f"r{d}") for d, n in enumerate(x.shape)]
+
+    def count(b):
+        v = cast("float64", x[tuple(a.var for a in axes)])
+        pos = cast("int64", te.floor((v - const(lo, "float64")) * const(float(bins), "float64")
+                                     / const(hi - lo, "float64")))
+        at = te.if_then_else(pos >= bins, const(bins - 1, "int64"), pos)
+        hit = te.all(v >= const(lo, "float64"), v <= const(hi, "float64"), at == cast("int64", b))
+        return te.sum(te.if_then_else(hit, const(1.0, "float32"), const(0.0, "float32")), axis=axes)
+
+    return [te.compute((bins,), count, name="histc")]
+
+
+register(OpDef(
+    name="histc",
+    infer=_infer_histc,
+    reference=_reference_histc,
+    compute=_compute_histc,
+    pattern="opaque",
+    attrs={"bins": 100, "min": REQUIRED, "max": REQUIRED},
+    doc="torch.histc with min < max: float32 counts of the elements in equal bins over [min, max].",
+))
+
+
+# -- grouped_matmul ----------------------------------------------------------------------------
+
+
+def _infer_grouped_matmul(types, attrs):
+    x, w, offsets = types
+    if x.rank != 2 or w.rank != 3 or offsets.rank != 1:
+        raise OpTypeError(f"grouped_matmul takes x (S, K), w (E, K, N) and offsets (E,), got {x.shape}, {w.shape} "
+                          f"and {offsets.shape}")
+    if not dt.is_int(offsets.dtype):
+        raise OpTypeError(f"grouped_matmul: offsets must be integers, got {offsets.dtype}")
+    if x.dtype != w.dtype:
+        raise OpTypeError(f"grouped_matmul: x and w must have one dtype, got {x.dtype} and {w.dtype}")
+    if x.shape[1] != w.shape[1] or offsets.shape[0] != w.shape[0]:
+        raise OpTypeError(f"grouped_matmul: x {x.shape}, w {w.shape} and offsets {offsets.shape} disagree (x's K must "
+                          f"be w's K, one offset per expert)")
+    return [TensorType((x.shape[0], w.shape[2]), x.dtype)]
+
+
+def _reference_grouped_matmul(inputs, attrs):
+    x, w, offsets = inputs
+    out = np.zeros((x.shape[0], w.shape[2]), x.dtype)
+    start = 0
+    for e, end in enumerate(offsets.tolist()):
+        end = min(max(end, start), x.shape[0])
+        out[start:end] = x[start:end] @ w[e]
+        start = end
+    return [out]
+
+
+def _compute_grouped_matmul(inputs, attrs, out_types):
+    x, w, offsets = inputs
+    experts = w.shape[0]
+    e = te.reduce_axis((0, experts), name="e")
+    # a row's expert: how many experts end at or before it (experts, past the last offset: none)
+    group = te.compute((x.shape[0],), lambda s: te.sum(
+        te.if_then_else(cast("int64", offsets[e.var]) <= cast("int64", s), const(1, "int64"), const(0, "int64")),
+        axis=e), name="group")
+    k = te.reduce_axis((0, x.shape[1]), name="k")
+    zero = const(0.0, x.dtype)
+
+    def row(s, n):
+        g = group[s]
+        return te.sum(te.if_then_else(g < experts, x[s, k.var] * w[te.min(g, experts - 1), k.var, n], zero), axis=k)
+
+    return [te.compute((x.shape[0], w.shape[2]), row, name="grouped_matmul")]
+
+
+register(OpDef(
+    name="grouped_matmul",
+    infer=_infer_grouped_matmul,
+    reference=_reference_grouped_matmul,
+    compute=_compute_grouped_matmul,
+    pattern="opaque",
+    num_inputs=(3, 3),
+    doc="Rows of x grouped by cumulative offsets, each group multiplied by its expert's weight (MoE).",
+))
