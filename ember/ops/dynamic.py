@@ -1,4 +1,4 @@
-"""Operators whose output shape depends on their input's data: nonzero and unique.
+"""Operators whose output shape depends on their input's data: nonzero, unique and bincount.
 
 The number of their output elements is known only once the data is, so no kernel of a memory
 plan laid out in advance can produce them. Their type has a dimension named by the `dim`
@@ -12,19 +12,23 @@ ember.runtime.segmented; docs/design.md says why). HOST_OPS names them.
 - unique(x; dim, axis=None, sorted=True): ONNX Unique's four outputs: the distinct values
   (flattened, or the distinct slices along `axis`), the index of each one's first occurrence,
   the index of each element's (or slice's) value among them, and each one's count; sorted
-  ascending, or in order of first occurrence.
+  ascending, or in order of first occurrence;
+- bincount(x, weights?; dim, minlength=0): torch.bincount: the count of each value 0..max(x) of
+  the non-negative integers x (at least minlength of them), int64, or the sum of the weights
+  of each, in the weights' dtype; a negative value raises IndexOutOfRangeError.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import LowerError
+from ..errors import IndexOutOfRangeError, LowerError
 from ..graph.core import TensorType
+from ..tir import dtype as dt
 from .common import normalize_axis
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
-HOST_OPS = frozenset({"nonzero", "unique", "non_max_suppression"})  # (the last: ember.ops.nms)
+HOST_OPS = frozenset({"nonzero", "unique", "bincount", "non_max_suppression"})  # (the last: ember.ops.nms)
 
 
 def _dim(op: str, attrs) -> str:
@@ -96,4 +100,34 @@ register(OpDef(
     pattern="opaque",
     attrs={"dim": REQUIRED, "axis": None, "sorted": True},
     doc="ONNX Unique: distinct values (or slices along axis), first indices, inverse indices, counts.",
+))
+
+
+def _bincount_type(types: list[TensorType], attrs) -> list[TensorType]:
+    x = types[0]
+    if x.rank != 1 or not dt.is_int(x.dtype):
+        raise OpTypeError(f"bincount counts a 1-d tensor of integers, got {x}")
+    if len(types) == 2 and (types[1].shape != x.shape or not dt.is_float(types[1].dtype)):
+        raise OpTypeError(f"bincount: the weights must be floats of the input's shape {x.shape}, got {types[1]}")
+    return [TensorType((_dim("bincount", attrs),), types[1].dtype if len(types) == 2 else "int64")]
+
+
+def _bincount(inputs, attrs):
+    x = inputs[0]
+    if x.size and x.min() < 0:
+        raise IndexOutOfRangeError(f"bincount of a negative value {x.min()}: it counts non-negative integers")
+    weights = inputs[1] if len(inputs) == 2 else None
+    out = np.bincount(x.astype(np.int64), weights, minlength=attrs["minlength"])
+    return [out.astype(np.int64 if weights is None else weights.dtype)]
+
+
+register(OpDef(
+    name="bincount",
+    infer=_bincount_type,
+    reference=_bincount,
+    compute=_host_only("bincount"),
+    pattern="opaque",
+    attrs={"dim": REQUIRED, "minlength": 0},
+    num_inputs=(1, 2),
+    doc="torch.bincount: counts (or summed weights) of each value 0..max(x), at least minlength; dim from the data.",
 ))

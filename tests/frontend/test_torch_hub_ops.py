@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 from test_torch_indexing import Fn
-from torch_check import check_import
+from torch_check import check_import, run_ember
 
+from ember.errors import IndexOutOfRangeError
 from ember.ops.registry import UnsupportedOpError
 
 
@@ -89,3 +90,12 @@ def test_torch_grouped_mm_in_bfloat16():
 def test_histc_over_the_datas_own_range_is_refused():
     with pytest.raises(UnsupportedOpError, match="not the data's own"):
         check_import(Fn(lambda x: torch.histc(x, bins=4)), torch.randn(6))
+
+
+def test_bincount_and_nonzero_sizes_from_the_data():
+    x, w = torch.randint(0, 6, (10,)), torch.randn(10)
+    graph = check_import(Fn(lambda x, w: (torch.bincount(x, minlength=3) * 2, torch.bincount(x, w, minlength=9) + 1,
+                                          torch.nonzero(x > 2))), x, w)
+    assert {"bincount", "nonzero"} <= set(graph.op_histogram())
+    with pytest.raises(IndexOutOfRangeError, match="negative"):
+        run_ember(graph, [x - 3, w])

@@ -130,6 +130,8 @@ def _call(b: Builder, node: torch.fx.Node, env: dict, problems: list):
     if isinstance(val, torch.SymInt | int) and (str(target).startswith("aten.sym_") or
                                                  not isinstance(target, torch._ops.OpOverload)):
         return b.dim(val)  # arithmetic on sizes
+    if isinstance(val, torch.SymBool) and all(str(u.target) in IGNORED for u in node.users):
+        return None  # a condition on sizes that only run-time assertions read (a data-dependent size's bounds)
     unavailable = [a for a in flat if isinstance(a, Unavailable)]
     if unavailable:
         problems.append((f"{target} uses {unavailable[0].reason}", origin(node)))

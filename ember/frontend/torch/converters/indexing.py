@@ -122,3 +122,22 @@ def index_put(b, x, indices, values, accumulate=False):
     where = stacked[0] if len(stacked) == 1 else b.op("concat", stacked, axis=nb)
     y = b.op("scatter_nd", [data, where, vals], reduction="add" if accumulate else "none")
     return b.op("transpose", [y], perm=tuple(int(k) for k in np.argsort(perm))) if moved else y
+
+
+@handles("bincount.default")
+def bincount(b, x, weights=None, minlength=0):
+    """ember's host-computed bincount: its length is a symbol of the data (torch's unbacked size)."""
+    length = b.out.shape[0]
+    if not isinstance(length, str):
+        raise Unsupported(f"bincount of static length {length}")
+    inputs = [b.v(x)] + ([] if weights is None else [b.v(weights, b.out.dtype)])
+    return b.op("bincount", inputs, minlength=minlength, dim=length)
+
+
+@handles("nonzero.default")
+def nonzero(b, x):
+    """ember's host-computed nonzero gives (rank, n); torch's is (n, rank)."""
+    length = b.out.shape[0]
+    if not isinstance(length, str):
+        raise Unsupported(f"nonzero of static length {length}")
+    return b.op("transpose", [b.op("nonzero", [b.v(x)], dim=length)], perm=(1, 0))
