@@ -1,0 +1,31 @@
+"""A sample of the hub sweep (benchmarks/hub_sweep.py): a small model of each library, built from
+its definition with random weights at reduced size, compiled by ember and within 1e-4 of torch
+eager (‖out − ref‖ / ‖ref‖, fp32). torchvision and timm come from their own folder (`make
+hub-libs`); without it their cases skip."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ember
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.models import hub_libs  # noqa: E402
+from benchmarks.models.hub import HUB  # noqa: E402
+
+SAMPLE = ["tv_squeezenet1_1", "timm_mobilenetv3_large_100", "hf_bert", "hf_mixtral"]
+
+
+@pytest.mark.parametrize("name", SAMPLE)
+def test_hub_model_matches_eager(name):
+    if HUB[name].library != "transformers" and not hub_libs.available():
+        pytest.skip(f"torchvision and timm are not in {hub_libs.HUB_LIBS} (make hub-libs)")
+    model, inputs = HUB[name].build(small=True)
+    with torch.no_grad():
+        expected = model(*inputs).numpy()
+    got = ember.compile(model, example_inputs=inputs)(*inputs).numpy()
+    assert got.shape == expected.shape
+    assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
