@@ -5,9 +5,10 @@ mixture-of-experts), built from their definitions with random weights, no downlo
 `HUB[name]` is a `HubModel`: its library, its kind and `build(small)` -> (model, inputs), the
 model returning one tensor (logits, a segmentation map or the last hidden state), seeded so that
 two processes build the same weights. Full size: the library's default configuration at batch 1
-(images 224 x 224, 128 tokens, one second of 16 kHz audio); small=True: the same architecture
-over small inputs (images 64 x 64) and, for transformers, a reduced configuration (2 layers,
-hidden 64). torchvision and timm come from hub_libs (their own folder).
+(images 224 x 224, 128 tokens, one second of 16 kHz audio), or for the decoders whose default has
+billions of parameters a base-size one (hidden 768, 6 layers; 8 experts for mixture-of-experts);
+small=True: the same architecture over small inputs (images 64 x 64) and, for transformers, a
+reduced configuration (2 layers, hidden 64). torchvision and timm come from hub_libs (their own folder).
 """
 
 from __future__ import annotations
@@ -123,13 +124,15 @@ def _tokens(config, small: bool, *names: str) -> tuple:
     return tuple(torch.randint(0, min(config.vocab_size, 1000), (1, 16 if small else TEXT)) for _ in names)
 
 
-def _hf(kind: str, config: str, model: str, small: dict, inputs: Callable | tuple[str, ...] = ("input_ids",)):
+def _hf(kind: str, config: str, model: str, small: dict, inputs: Callable | tuple[str, ...] = ("input_ids",),
+        full: dict | None = None):
     """A transformers model built from its config class (small: the config with `small`'s
-    values); `inputs` the names of token-id inputs, or a function (config, small) -> {name: tensor}."""
+    values; full: the default config, or with `full`'s values where the default is billions of
+    parameters); `inputs` the names of token-id inputs, or a function (config, small) -> {name: tensor}."""
     def make(is_small: bool):
         import transformers
 
-        cfg = getattr(transformers, config)(**(small if is_small else {}))
+        cfg = getattr(transformers, config)(**(small if is_small else full or {}))
         cfg._attn_implementation = "eager"
         net = getattr(transformers, model)(cfg)
         if callable(inputs):
@@ -162,6 +165,11 @@ def _whisper(cfg, small: bool) -> dict:
 VISION_SMALL = {**SMALL, "image_size": 32, "patch_size": 8}
 CONV_AUDIO = {"conv_dim": (32,) * 7, "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4}
 MOE_SMALL = {**SMALL, "num_key_value_heads": 2}
+# "full" size for the models whose default config has billions of parameters: a base-size one (~100M parameters
+# in the blocks: hidden 768, 6 layers; mixture-of-experts: 8 experts of 1024, 2 per token)
+LLM = {"hidden_size": 768, "num_hidden_layers": 6, "num_attention_heads": 12, "num_key_value_heads": 4,
+       "intermediate_size": 2048, "vocab_size": 32000}
+MOE = {**LLM, "intermediate_size": 1024}
 SEQ2SEQ_SMALL = {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                  "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "vocab_size": 1000}
 
@@ -174,11 +182,12 @@ TRANSFORMERS = {
     "hf_electra": _hf("encoder", "ElectraConfig", "ElectraModel", {**SMALL, "embedding_size": 32}),
     "hf_deberta_v2": _hf("encoder", "DebertaV2Config", "DebertaV2Model", SMALL),
     "hf_gpt2": _hf("decoder", "GPT2Config", "GPT2Model", {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 1000}),
-    "hf_llama": _hf("decoder", "LlamaConfig", "LlamaModel", MOE_SMALL),
-    "hf_mistral": _hf("decoder", "MistralConfig", "MistralModel", MOE_SMALL),
-    "hf_qwen2": _hf("decoder", "Qwen2Config", "Qwen2Model", MOE_SMALL),
-    "hf_gemma": _hf("decoder", "GemmaConfig", "GemmaModel", {**MOE_SMALL, "head_dim": 16}),
-    "hf_phi": _hf("decoder", "PhiConfig", "PhiModel", SMALL),
+    "hf_llama": _hf("decoder", "LlamaConfig", "LlamaModel", MOE_SMALL, full=LLM),
+    "hf_mistral": _hf("decoder", "MistralConfig", "MistralModel", MOE_SMALL, full=LLM),
+    "hf_qwen2": _hf("decoder", "Qwen2Config", "Qwen2Model", MOE_SMALL, full=LLM),
+    "hf_gemma": _hf("decoder", "GemmaConfig", "GemmaModel", {**MOE_SMALL, "head_dim": 16},
+                    full={**LLM, "head_dim": 64}),
+    "hf_phi": _hf("decoder", "PhiConfig", "PhiModel", SMALL, full=LLM),
     "hf_opt": _hf("decoder", "OPTConfig", "OPTModel", {"hidden_size": 64, "num_hidden_layers": 2,
                                                        "num_attention_heads": 4, "ffn_dim": 128,
                                                        "word_embed_proj_dim": 64, "vocab_size": 1000}),
@@ -201,11 +210,15 @@ TRANSFORMERS = {
                       {"d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                        "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
                        "vocab_size": 1000, "num_mel_bins": 16, "max_source_positions": 32}, _whisper),
-    "hf_mixtral": _hf("moe", "MixtralConfig", "MixtralModel", {**MOE_SMALL, "num_local_experts": 4}),
+    "hf_mixtral": _hf("moe", "MixtralConfig", "MixtralModel", {**MOE_SMALL, "num_local_experts": 4},
+                      full={**MOE, "num_local_experts": 8}),
     "hf_qwen2_moe": _hf("moe", "Qwen2MoeConfig", "Qwen2MoeModel",
                         {**MOE_SMALL, "num_experts": 4, "moe_intermediate_size": 32,
-                         "shared_expert_intermediate_size": 64}),
-    "hf_olmoe": _hf("moe", "OlmoeConfig", "OlmoeModel", {**MOE_SMALL, "num_experts": 4, "num_experts_per_tok": 2}),
+                         "shared_expert_intermediate_size": 64},
+                        full={**MOE, "num_experts": 8, "moe_intermediate_size": 512,
+                              "shared_expert_intermediate_size": 1024}),
+    "hf_olmoe": _hf("moe", "OlmoeConfig", "OlmoeModel", {**MOE_SMALL, "num_experts": 4, "num_experts_per_tok": 2},
+                    full={**MOE, "num_experts": 8, "num_experts_per_tok": 2}),
 }
 
 HUB: dict[str, HubModel] = {
