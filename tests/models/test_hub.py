@@ -29,3 +29,19 @@ def test_hub_model_matches_eager(name):
     got = ember.compile(model, example_inputs=inputs)(*inputs).numpy()
     assert got.shape == expected.shape
     assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
+
+
+def test_missing_hub_libs_say_how_to_get_them(monkeypatch, tmp_path):
+    monkeypatch.setattr(hub_libs, "HUB_LIBS", tmp_path)
+    monkeypatch.delitem(sys.modules, "torchvision", raising=False)
+    with pytest.raises(hub_libs.HubLibsMissing, match="make hub-libs"):
+        hub_libs.load()
+
+
+def test_sweep_groups_failures_by_cause():
+    from benchmarks.hub_sweep import cause
+    from ember.ops.registry import UnsupportedOpError
+
+    missing = UnsupportedOpError([("aten.foo.default", "at node foo"), ("aten.foo.default: a variant", "at node f2")])
+    assert cause(missing) == "unsupported: aten.foo.default"
+    assert cause(ValueError("size 12 of 'x' is odd")) == cause(ValueError("size 7 of 'y' is odd"))
