@@ -99,8 +99,8 @@ TIMM = (
     "swin_tiny_patch4_window7_224", "levit_128s", "mixer_s16_224", "poolformer_s12", "mobilevit_xxs",
     "efficientformer_l1", "fastvit_t8", "repvit_m0_9", "edgenext_xx_small", "coatnet_nano_rw_224",
 )
-TIMM_SIZED = ("vit_", "deit_", "swin_", "levit_", "mixer_", "efficientformer_", "coatnet_", "mobilevit_",
-              "fastvit_")  # their input size is part of their definition
+TIMM_SIZED = ("vit_", "deit_", "swin_", "levit_", "mixer_", "coatnet_", "mobilevit_")  # input size in the definition
+TIMM_FIXED = ("efficientformer_",)  # 224 x 224 only (its attention biases are sized for it)
 
 
 def _timm(name: str):
@@ -108,7 +108,7 @@ def _timm(name: str):
         _, timm = hub_libs.load()
         sized = small and name.startswith(TIMM_SIZED)
         model = timm.create_model(name, pretrained=False, num_classes=10, **({"img_size": 64} if sized else {}))
-        return OneOutput(model), _image(small)
+        return OneOutput(model), _image(small and not name.startswith(TIMM_FIXED))
 
     return HubModel("timm", "classification", make)
 
@@ -195,7 +195,8 @@ TRANSFORMERS = {
                  {"d_model": 64, "d_ff": 128, "d_kv": 16, "num_layers": 2, "num_heads": 4, "vocab_size": 1000},
                  ("input_ids", "decoder_input_ids")),
     "hf_bart": _hf("encoder-decoder", "BartConfig", "BartModel", SEQ2SEQ_SMALL, ("input_ids", "decoder_input_ids")),
-    "hf_marian": _hf("encoder-decoder", "MarianConfig", "MarianModel", SEQ2SEQ_SMALL,
+    "hf_marian": _hf("encoder-decoder", "MarianConfig", "MarianModel",
+                     {**SEQ2SEQ_SMALL, "pad_token_id": 999, "decoder_start_token_id": 999},
                      ("input_ids", "decoder_input_ids")),
     "hf_vit": _hf("vision", "ViTConfig", "ViTModel", VISION_SMALL, _pixels),
     "hf_deit": _hf("vision", "DeiTConfig", "DeiTModel", VISION_SMALL, _pixels),
