@@ -30,8 +30,14 @@ class HubModel:
     make: Callable[[bool], tuple[nn.Module, tuple]]
 
     def build(self, small: bool = False) -> tuple[nn.Module, tuple]:
+        """The model in eval mode and its inputs; weight matrices a library initialises to zero
+        (timm's classifier heads) made random, so that the output depends on the input."""
         torch.manual_seed(0)
         model, inputs = self.make(small)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2 and not p.any():
+                    p.normal_(0.0, 0.02)
         return model.eval(), inputs
 
 
