@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph.core import Graph, Node, Value
-from ..tir.nbits import GROUPS, PANEL, pack_int4, pack_int8, panels
+from ..tir.nbits import GROUPS, pack_int4, pack_int8, pad_columns
 from .rewrite import Rewriter, rebuild
 
 WEIGHTS = ("int8", "int4")
@@ -57,7 +57,7 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top = np.abs(w).max(axis=0)
     scale = np.where(top > 0, top / 127, 1).astype(np.float32)
     q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
-    return pack_int8(q), _pad_columns(scale)
+    return pack_int8(q), pad_columns(scale)
 
 
 def quantize_int4(w: np.ndarray, group: int, zero_points: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -69,19 +69,13 @@ def quantize_int4(w: np.ndarray, group: int, zero_points: bool) -> tuple[np.ndar
         scale = np.where(hi > lo, (hi - lo) / 15, 1).astype(np.float32)
         zero = np.clip(np.rint(-lo / scale), 0, 15)
         q = np.clip(np.rint(g / scale[:, None]) + zero[:, None], 0, 15)
-        offsets = _pad_columns((-scale * zero).astype(np.float32))
+        offsets = pad_columns((-scale * zero).astype(np.float32))
     else:
         top = np.abs(g).max(axis=1)
         scale = np.where(top > 0, top / 7, 1).astype(np.float32)
         q = np.clip(np.rint(g / scale[:, None]), -8, 7) + 8
         offsets = None
-    return pack_int4(q.reshape(k, n).astype(np.uint8)), _pad_columns(scale), offsets
-
-
-def _pad_columns(a: np.ndarray) -> np.ndarray:
-    """Per-column data padded with zeros to whole panels."""
-    pad = panels(a.shape[-1]) * PANEL - a.shape[-1]
-    return np.ascontiguousarray(np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]))
+    return pack_int4(q.reshape(k, n).astype(np.uint8)), pad_columns(scale), offsets
 
 
 def quantize_weights(graph: Graph, fmt: WeightFormat | None = None) -> Graph:
@@ -109,7 +103,7 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
         if c is None or node.attrs["beta"] != 1 or c.dtype != np.float32 or c.size not in (1, n) \
                 or (c.size == n and c.shape[-1] != n):
             return None
-        bias = _pad_columns(np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32))
+        bias = pad_columns(np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32))
     key = (wv.name, trans)
     if key not in done:
         dense = w.T if trans else w

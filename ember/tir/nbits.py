@@ -31,6 +31,12 @@ def panels(n: int) -> int:
     return -(-n // PANEL)
 
 
+def pad_columns(a: np.ndarray) -> np.ndarray:
+    """Per-column data (scales, offsets, a bias) with zero columns up to whole panels."""
+    pad = panels(a.shape[-1]) * PANEL - a.shape[-1]
+    return np.ascontiguousarray(np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]))
+
+
 def pack_int8(q: np.ndarray) -> np.ndarray:
     """(K, N) int8 codes as (N' / 32, K, 32) panels."""
     k, n = q.shape

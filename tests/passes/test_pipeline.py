@@ -142,8 +142,8 @@ def test_compile_runs_the_pipeline(capsys):
     cm = ember.compile(g, disabled_passes=["cse"], print_ir="dce")
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "fold_transposes", "simplify",
                                                  "slice_products", "fold_batch_norm", "fuse_siblings",
-                                                 "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv", "layout",
-                                                 "pack_weights", "fold_constants", "dce"]
+                                                 "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
+                                                 "layout", "pack_weights", "fold_constants", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")
     np.testing.assert_allclose(cm(x), plain(x), rtol=1e-4, atol=1e-5)
