@@ -6,7 +6,7 @@ A decode step's GEMV (M < GEMM_NBITS_STREAM) streams the panel's codes once per 
 codes is widened to int32 and converted to float32 in registers (int4: the low and high nibbles
 of a byte are two columns) and multiplied by a broadcast x[k], into four sets of accumulators
 (k mod 4) so that the FMAs' latency does not bound the stream. int8's per-channel scale
-multiplies the sum once at the end; int4 sums each group of G rows on its own and adds
+multiplies the sum once at the end (per group: each group's sum); int4 sums each group of G rows on its own and adds
 scale * (sum - 8 * sum(x of the group)) (symmetric) or scale * sum + offset * sum(x of the group)
 (zero points), so the dequantization costs per group, not per weight. Nothing but the codes and
 the scales is read: no dequantized copy of the weight exists.
@@ -101,6 +101,26 @@ _STREAM8 = """\
         acc[t] = (part[0][t] + part[1][t] + part[2][t] + part[3][t]) * *(const U*)(scales + t * W);
 """
 
+# int8 per group (Q8_0): each group's sum in four partial sums, scaled once
+_STREAM8G = """\
+      for (int64_t g = 0; g < K / G; ++g) {
+        const float* restrict xg = xr + g * G;
+        V part[4][NV];
+        for (int u = 0; u < 4; ++u)
+          for (int t = 0; t < NV; ++t) part[u][t] = zero;
+        const int8_t* restrict cg = codes + g * G * PANEL;
+        for (int k = 0; k < G; k += 4)
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u) {
+            float a = xg[k + u];
+            for (int t = 0; t < NV; ++t)
+              part[u][t] += a * __builtin_convertvector(WIDEN(cg + (k + u) * PANEL + t * W), V);
+          }
+        for (int t = 0; t < NV; ++t)
+          acc[t] += (part[0][t] + part[1][t] + part[2][t] + part[3][t]) * *(const U*)(scales + g * s_rs + t * W);
+      }
+"""
+
 # int4: per group, sum_k x[k] q[k] in four partial sums, then scaled (and offset) once
 _STREAM4 = """\
       for (int64_t g = 0; g < K / G; ++g) {
@@ -146,11 +166,10 @@ _WIDEN = """\
 """
 
 _DEQUANT8 = """\
-  for (int t = 0; t < NV; ++t) {
-    V s = *(const U*)(scales + t * W);
+  for (int t = 0; t < NV; ++t)
     for (int64_t k = 0; k < K; ++k)
-      *(V*)(tile + k * PANEL + t * W) = __builtin_convertvector(WIDEN(codes + k * PANEL + t * W), V) * s;
-  }
+      *(V*)(tile + k * PANEL + t * W) = __builtin_convertvector(WIDEN(codes + k * PANEL + t * W), V) *
+                                        *(const U*)(scales + {row_group} * s_rs + t * W);
 """
 
 _DEQUANT4 = """\
@@ -171,7 +190,7 @@ def gemm_nbits(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, 
     """The name of the routine's C function for this variant, for vectors of `lanes` float32
     lanes (4 to 16 used), written into the prelude the first time."""
     w = max(4, min(16, lanes))
-    name = f"ember_gemm_int{bits}{f'_g{group}' if bits == 4 else ''}{'_zp' if offsets else ''}{'_bias' if bias else ''}"
+    name = f"ember_gemm_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}{'_bias' if bias else ''}"
     name += f"_w{w}"
 
     def make() -> str:
@@ -181,7 +200,8 @@ def gemm_nbits(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, 
         params = (" const float* restrict offsets," if offsets else "") + \
             (" const float* restrict bias," if bias else "")
         if bits == 8:
-            stream, dequant = _STREAM8, _DEQUANT8
+            stream = _STREAM8G if group else _STREAM8
+            dequant = _DEQUANT8.replace("{row_group}", "(k / G)" if group else "0")
         else:
             term = "s * sum + *(const U*)(offsets + g * s_rs + t * W) * xsum" if offsets else "s * (sum - 8.0f * xsum)"
             stream = _STREAM4.replace("{group_term}", term)
@@ -192,7 +212,7 @@ def gemm_nbits(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, 
                 lo, hi = "s0 * (lo - 8.0f)", "s1 * (hi - 8.0f)"
             dequant = _DEQUANT4.replace("{lo}", lo).replace("{hi}", hi)
         body = _BODY.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, lanes=w,
-                            panel=PANEL, group=max(group, 1), rows=ROWS, stream=GEMM_NBITS_STREAM,
+                            panel=PANEL, group=group, rows=ROWS, stream=GEMM_NBITS_STREAM,
                             stream_body=stream, dequant_body=dequant, align=lib.align,
                             bias_add=" + *(const U*)(bias + t * W)" if bias else "")
         widen = _WIDEN.replace("W_", str(w)).replace("{ext}", "epi" if bits == 8 else "epu")

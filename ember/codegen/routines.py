@@ -84,12 +84,12 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     bits = params["bits"]
     (x, x_off), (codes, c_off), *rest = reads
     width = PANEL if bits == 8 else PANEL // 2
-    groups = 1 if bits == 8 else k // params["group"]
+    group = params["group"]
     cols = np.arange(PANEL)[None, :]
 
     def per_group(arr, off):
-        block = arr[off + np.arange(groups)[:, None] * s_rs + cols]
-        return block[0] if bits == 8 else block
+        block = arr[off + np.arange(k // group if group else 1)[:, None] * s_rs + cols]
+        return block if group else block[0]
 
     scales = per_group(*rest[0])
     offsets = per_group(*rest[1]) if params["offsets"] else None

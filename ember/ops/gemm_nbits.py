@@ -1,6 +1,6 @@
 """gemm_nbits(x, codes, scales[, offsets][, bias]; bits, group, n, offsets): x w + bias for a
-float32 x (M, K) and a weight-only quantized w (K, n), int8 per output channel or int4 per group
-of `group` rows, in the packed layout of ember.tir.nbits (codes in panels of 32 columns, scales
+float32 x (M, K) and a weight-only quantized w (K, n), int8 per output channel (group 0) or per
+group of `group` rows, or int4 per group, in the packed layout of ember.tir.nbits (codes in panels of 32 columns, scales
 and bias over the N' padded columns). The weight stays in its codes: what a language model's
 linear layers read per token is a quarter (int8) or an eighth (int4) of their float32 bytes.
 
@@ -32,8 +32,8 @@ def _infer(types, attrs):
     name = "gemm_nbits"
     if bits not in BITS:
         raise OpTypeError(f"{name}: bits must be one of {BITS}, got {bits!r}")
-    if bits == 4 and group not in GROUPS:
-        raise OpTypeError(f"{name}: int4 group must be one of {GROUPS}, got {group!r}")
+    if group not in GROUPS and not (bits == 8 and group == 0):
+        raise OpTypeError(f"{name}: the group must be one of {GROUPS} (int8 also 0: per channel), got {group!r}")
     if x.dtype != "float32" or x.rank != 2:
         raise OpTypeError(f"{name}: x must be float32 (M, K), got {x.dtype} {x.shape}")
     k = x.shape[1]
@@ -45,9 +45,9 @@ def _infer(types, attrs):
     if codes.dtype != code_dtype or codes.shape != want:
         raise OpTypeError(f"{name}: int{bits} codes must be {code_dtype} {want}, got {codes.dtype} {codes.shape}")
     cols = panels(n) * PANEL
-    if bits == 4 and k % group:
+    if group and k % group:
         raise OpTypeError(f"{name}: K = {k} is not a multiple of the group size {group}")
-    per_group = (cols,) if bits == 8 else (k // group, cols)
+    per_group = (k // group, cols) if group else (cols,)
     extra = list(types[3:])
     if attrs["offsets"]:
         if bits == 8 or not extra:
@@ -99,7 +99,7 @@ def _compute(inputs, attrs, out_types):
         reads += [Pointer(buf, p * PANEL) for buf in bufs[3:]]
         scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), min_(const(PANEL), n - p * PANEL), const(k),
                    const(n), const(cols))
-        params = (("bits", bits), ("group", attrs["group"] if bits == 4 else 0), ("offsets", bool(attrs["offsets"])),
+        params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
                   ("bias", has_bias), ("lanes", attrs["lanes"]))
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, "parallel", call)
@@ -115,6 +115,6 @@ register(OpDef(
     pattern="opaque",
     attrs={"bits": None, "group": 0, "n": None, "offsets": False},
     num_inputs=(3, 5),
-    doc="x w + bias with w weight-only quantized (int8 per channel, int4 per group) in packed panels.",
+    doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,
 ))

@@ -7,7 +7,8 @@ A (K, N) weight is stored in panels of PANEL = 32 columns, N rounded up to N' = 
 row and a thread reads whole panels:
 
     int8   codes  (N' / 32, K, 32) int8, column c of a panel at byte c of its row;
-           scales (N',) float32: w[k, n] = scales[n] * q[k, n]  (per output channel)
+           scales (N',) float32: w[k, n] = scales[n] * q[k, n]  (per output channel), or
+           (K / G, N') per group of G rows: w = scales[g, n] * q (llama.cpp's Q8_0, G = 32)
     int4   codes  (N' / 32, K, 16) uint8, codes 0..15: byte j of a panel's row holds column j in
            its low nibble and column j + 16 in its high nibble;
            scales (K / G, N') float32 per group of G rows; without offsets (symmetric, llama.cpp's
@@ -64,10 +65,11 @@ def unpack(codes: np.ndarray, bits: int) -> np.ndarray:
 def dequantize(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None, bits: int) -> np.ndarray:
     """The (K, N') float32 weight of packed codes (the module doc's formulas)."""
     q = unpack(codes, bits).astype(np.float32)
+    s = scales.astype(np.float32)
+    if s.ndim == 2:
+        s = np.repeat(s, q.shape[0] // s.shape[0], axis=0)
     if bits == 8:
-        return q * scales.astype(np.float32)
-    group = q.shape[0] // scales.shape[0]
-    s = np.repeat(scales.astype(np.float32), group, axis=0)
+        return q * s
     if offsets is None:
         return s * (q - np.float32(8))
-    return s * q + np.repeat(offsets.astype(np.float32), group, axis=0)
+    return s * q + np.repeat(offsets.astype(np.float32), q.shape[0] // offsets.shape[0], axis=0)
