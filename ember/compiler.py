@@ -141,8 +141,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
-                  checked: bool | None = None, precision: str = "fp32", weights: str | None = None,
-                  group_size: int = 128, zero_points: bool = False) -> CompiledModel | SegmentedModel:
+                  checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int = 128,
+                  zero_points: bool = False) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -165,7 +165,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         fp32 vectors) summed in fp32, all else fp32 (ember.passes.bf16_weights).
     weights: "int8" or "int4": the linear layers' constant weights quantized, weight-only
         (ember.passes.quantize_weights: int8 per output channel; int4 per group of `group_size`
-        rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32.
+        rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
+        weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
+        own codes, the others stay float32.
     """
     start = time.perf_counter()
     fmt = WeightFormat.of(weights, group_size, zero_points)

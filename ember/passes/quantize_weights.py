@@ -10,6 +10,10 @@ int4: per group of G rows and channel; symmetric: scale = max |w| / 7, codes q +
 (llama.cpp's Q4_0, w = scale (q - 8)); with zero points (GPTQ/AWQ's asymmetric form):
 scale = (max - min) / 15, zero = round(-min / scale), w = scale (q - zero).
 
+Weights quantized already (a GGUF file's, ember.frontend.gguf) reach the graph as their exact
+float32 dequantization; given as `known` (by the digest of that float32 weight), they take
+their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)).
+
 Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4), a
 non-constant weight, alpha or beta other than 1, or a bias that is not one value per column.
 The activations and the embedding's gather stay float32 (the gather reads one row per token).
@@ -18,13 +22,14 @@ Run it before pad_gemv and pack_weights, which then find no float32 weight to pa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..graph.core import Graph, Node, Value
-from ..tir.nbits import GROUPS, pack_int4, pack_int8, pad_columns
+from ..tir.nbits import GROUPS, QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
 from .rewrite import Rewriter, rebuild
 
 WEIGHTS = ("int8", "int4")
@@ -34,13 +39,18 @@ WEIGHTS = ("int8", "int4")
 class WeightFormat:
     """How weights are quantized: bits 8 or 4; int4's group size and whether it has zero points."""
 
-    bits: int
+    bits: int  # 0: only the weights `known` holds are quantized
     group: int = 128
     zero_points: bool = False
+    known: Mapping[str, QuantizedWeight] | None = None  # by digest of the float32 weight
 
     @classmethod
-    def of(cls, weights: str | None, group_size: int = 128, zero_points: bool = False) -> WeightFormat | None:
-        """The format the options of ember.compile name (None: weights stay float32)."""
+    def of(cls, weights: str | Mapping[str, QuantizedWeight] | None, group_size: int = 128,
+           zero_points: bool = False) -> WeightFormat | None:
+        """The format the options of ember.compile name (None: weights stay float32); a mapping
+        is weights quantized already (ember.frontend.gguf's), found by their float32 form."""
+        if isinstance(weights, Mapping):
+            return cls(0, known=weights)
         if weights is None or weights == "float32":
             return None
         if weights not in WEIGHTS:
@@ -82,7 +92,7 @@ def quantize_weights(graph: Graph, fmt: WeightFormat | None = None) -> Graph:
     """The graph with its gemms' constant float32 weights quantized to `fmt` (None: unchanged)."""
     if fmt is None:
         return graph
-    done: dict[tuple[str, bool], list[Value]] = {}  # a weight two gemms share (a tied head) once
+    done: dict[tuple[str, bool], tuple] = {}  # a weight two gemms share (a tied head) once
     return rebuild(graph, lambda rw, node, ins: _rewrite(rw, node, ins, fmt, done))
 
 
@@ -95,8 +105,6 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
         return None
     trans = bool(node.attrs["trans_b"])
     k, n = w.shape[::-1] if trans else w.shape
-    if fmt.bits == 4 and k % fmt.group:
-        return None
     bias = None
     if len(ins) == 3:
         c = rw.constant_data(ins[2])
@@ -106,16 +114,27 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
         bias = pad_columns(np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32))
     key = (wv.name, trans)
     if key not in done:
-        dense = w.T if trans else w
-        if fmt.bits == 8:
-            codes, scales = quantize_int8(dense)
-            parts = [codes, scales]
-        else:
-            codes, scales, offsets = quantize_int4(dense, fmt.group, fmt.zero_points)
-            parts = [codes, scales] + ([offsets] if offsets is not None else [])
+        q = _quantized(w.T if trans else w, fmt)
+        parts = [] if q is None else [q.codes, q.scales] + ([q.offsets] if q.offsets is not None else [])
         names = ("codes", "scales", "offsets")
-        done[key] = [rw.constant(p, f"{wv.name}_{name}") for p, name in zip(parts, names)]
-    inputs = list(done[key]) + ([rw.constant(bias, f"{ins[2].name}_padded")] if bias is not None else [])
-    attrs = {"bits": fmt.bits, "group": fmt.group if fmt.bits == 4 else 0, "n": n,
-             "offsets": fmt.bits == 4 and fmt.zero_points}
+        done[key] = q, [rw.constant(p, f"{wv.name}_{name}") for p, name in zip(parts, names)]
+    q, values = done[key]
+    if q is None:
+        return None
+    inputs = values + ([rw.constant(bias, f"{ins[2].name}_padded")] if bias is not None else [])
+    attrs = {"bits": q.bits, "group": q.group, "n": n, "offsets": q.offsets is not None}
     return rw.emit("gemm_nbits", [x] + inputs, attrs, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _quantized(dense: np.ndarray, fmt: WeightFormat) -> QuantizedWeight | None:
+    """The quantized form of a (K, N) weight: the one `fmt.known` holds for it, else quantized to
+    fmt's bits (None: it stays float32)."""
+    if fmt.known:
+        q = fmt.known.get(digest(dense))
+        if q is not None:
+            return q
+    if fmt.bits == 8:
+        return QuantizedWeight(8, 0, *quantize_int8(dense))
+    if fmt.bits == 4 and dense.shape[0] % fmt.group == 0:
+        return QuantizedWeight(4, fmt.group, *quantize_int4(dense, fmt.group, fmt.zero_points))
+    return None

@@ -21,6 +21,9 @@ The dequantization is float32 arithmetic in this order, which the kernels fold i
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+
 import numpy as np
 
 PANEL = 32  # columns of a panel: two AVX-512 vectors of float32
@@ -73,3 +76,26 @@ def dequantize(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None
     if offsets is None:
         return s * (q - np.float32(8))
     return s * q + np.repeat(offsets.astype(np.float32), q.shape[0] // offsets.shape[0], axis=0)
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight already quantized (read from a GGUF file): its codes, scales and offsets in the
+    layout above; `group` 0 for int8 per column."""
+
+    bits: int
+    group: int
+    codes: np.ndarray
+    scales: np.ndarray
+    offsets: np.ndarray | None = None
+
+    def dense(self, n: int) -> np.ndarray:
+        """The (K, n) float32 weight it stands for."""
+        return dequantize(self.codes, self.scales, self.offsets, self.bits)[:, :n]
+
+
+def digest(dense: np.ndarray) -> str:
+    """A key of a (K, N) float32 weight by its shape and bytes: how a pass finds the quantized
+    form of a weight that reached the graph dequantized (ember.passes.quantize_weights)."""
+    dense = np.ascontiguousarray(dense, dtype=np.float32)
+    return f"{dense.shape}:{hashlib.sha1(dense.view(np.uint8)).hexdigest()}"
