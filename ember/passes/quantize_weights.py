@@ -6,8 +6,9 @@ decode step reads a quarter or an eighth of the weight bytes:
     gemm(x[M, K], w[K, N], c[N]) -> gemm_nbits(x, codes, scales[, offsets], c_padded)
 
 int8: per output channel, symmetric: scale = max |w[:, n]| / 127, q = round(w / scale).
-int4: per group of G rows and channel; symmetric: scale = max |w| / 7, codes q + 8 in 0..15
-(llama.cpp's Q4_0, w = scale (q - 8)); with zero points (GPTQ/AWQ's asymmetric form):
+int4: per group of G rows and channel; symmetric as llama.cpp's Q4_0: scale = -m / 8 for m the
+group's weight of the largest magnitude (which becomes code -8: all 16 codes used), codes q + 8
+in 0..15, w = scale (q - 8); with zero points (GPTQ/AWQ's asymmetric form):
 scale = (max - min) / 15, zero = round(-min / scale), w = scale (q - zero).
 
 Weights quantized already (a GGUF file's, ember.frontend.gguf) reach the graph as their exact
@@ -81,8 +82,9 @@ def quantize_int4(w: np.ndarray, group: int, zero_points: bool) -> tuple[np.ndar
         q = np.clip(np.rint(g / scale[:, None]) + zero[:, None], 0, 15)
         offsets = pad_columns((-scale * zero).astype(np.float32))
     else:
-        top = np.abs(g).max(axis=1)
-        scale = np.where(top > 0, top / 7, 1).astype(np.float32)
+        at = np.abs(g).argmax(axis=1)[:, None]  # llama.cpp's Q4_0: the largest magnitude, signed, is code -8
+        top = np.take_along_axis(g, at, axis=1)[:, 0]
+        scale = np.where(top != 0, top / -8, 1).astype(np.float32)
         q = np.clip(np.rint(g / scale[:, None]), -8, 7) + 8
         offsets = None
     return pack_int4(q.reshape(k, n).astype(np.uint8)), pad_columns(scale), offsets
