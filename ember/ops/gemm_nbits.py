@@ -20,6 +20,7 @@ from ..tir.expr import Var, as_int, const, min_
 from ..tir.nbits import BITS, GROUPS, PANEL, dequantize, panels
 from ..tir.routines import GEMM_NBITS
 from ..tir.stmt import CallRoutine, For, Pointer
+from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
 
@@ -102,7 +103,11 @@ def _compute(inputs, attrs, out_types):
         params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
                   ("bias", has_bias), ("lanes", attrs["lanes"]))
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
-        return For(t, const(0), blocks * count, "parallel", call)
+        return For(t, const(0), blocks * count, kind, call)
+
+    # threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)
+    fmas = None if rows is None else rows * k * cols // 16
+    kind = "parallel" if fmas is None or fmas >= PARALLEL_MIN_WORK else "serial"
 
     return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
 
