@@ -60,7 +60,7 @@ def step_bytes(model) -> int:
             readers.setdefault(v.name, set()).add(node.op)
     total = 0
     for name, w in model.weights.items():
-        total += w[0].nbytes if readers.get(name) == {"gather"} else w.nbytes
+        total += w[0].nbytes if readers.get(name, {"?"}) <= {"gather", "embedding"} else w.nbytes
     return total
 
 
