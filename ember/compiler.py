@@ -75,6 +75,7 @@ from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
+from .passes.quantize_weights import WeightFormat
 from .program import Program
 from .runtime.model import CompiledModel
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
@@ -140,7 +141,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
-                  checked: bool | None = None, precision: str = "fp32") -> CompiledModel | SegmentedModel:
+                  checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int = 128,
+                  zero_points: bool = False) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -161,8 +163,14 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     precision: "fp32", or "bf16": the weights of linear layers stored in bf16 and their products
         on the target's bf16 unit (AMX, else AVX512-BF16; without one, the same bf16 products on
         fp32 vectors) summed in fp32, all else fp32 (ember.passes.bf16_weights).
+    weights: "int8" or "int4": the linear layers' constant weights quantized, weight-only
+        (ember.passes.quantize_weights: int8 per output channel; int4 per group of `group_size`
+        rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
+        weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
+        own codes, the others stay float32.
     """
     start = time.perf_counter()
+    fmt = WeightFormat.of(weights, group_size, zero_points)
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
     backend = target.backend
     backend.check_options(checked=checked)
@@ -172,14 +180,15 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
         return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
                                             num_threads=num_threads, jobs=jobs, target=target, database=database,
-                                            schedules=schedules, checked=checked, precision=precision))
+                                            schedules=schedules, checked=checked, precision=precision,
+                                            weights=weights, group_size=group_size, zero_points=zero_points))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
         schedules = database.schedules(target.key)
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes,
-                      precision=precision)
+                      precision=precision, weights=fmt)
     ranges = graph.ranges
     graph = fused.graph
     _check_loops(graph)

@@ -229,8 +229,8 @@ class PassNames:
 # ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
 # that this ground-layer module need not import the passes
 GRAPH_PASSES = ("fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products",
-                "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "bf16_weights", "pad_gemv",
-                "layout", "pack_weights", "dce", "fuse")
+                "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
+                "bf16_weights", "pad_gemv", "layout", "pack_weights", "dce", "fuse")
 
 
 def _pass_names() -> tuple[str, ...]:

@@ -87,3 +87,9 @@ class IndexOutOfRangeError(EmberError, IndexError):
     def __init__(self, message: str, index: int | None = None, size: int | None = None):
         super().__init__(message)
         self.index, self.size = index, size
+
+
+class WeightsFileError(EmberError, ValueError):
+    """A weights file (GGUF) ember cannot map onto a model: a tensor of a quantization type it
+    does not read, an architecture it cannot build, a tensor missing or of the wrong shape; names
+    the tensor, its type and what is supported."""

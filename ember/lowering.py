@@ -51,6 +51,7 @@ from .graph.core import Graph, TensorType
 from .kernel import lower
 from .passes.fuse import FUSE_LEVEL, FusedGraph, Group, fuse, unfused
 from .passes.pipeline import PassReport, disabled_passes_of, printed_passes, run_pipeline
+from .passes.quantize_weights import WeightFormat
 from .runtime import kept
 from .schedules.apply import GroupNode, group_kernel
 from .target import Target, as_target
@@ -124,12 +125,12 @@ def kernel_name(ops: Iterable[str]) -> str:
 
 def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *, target: Target | None = None,
               print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None,
-              precision: str = "fp32") -> FusedGraph:
+              precision: str = "fp32", weights: WeightFormat | None = None) -> FusedGraph:
     """The graph after the passes of `opt_level` and `precision` for `target` (default: C on this
-    machine; ember.passes.pipeline.run_pipeline: `print_ir` and `report` as there), cut into the
-    groups that become kernels."""
+    machine; ember.passes.pipeline.run_pipeline: `print_ir`, `report` and `weights` as there),
+    cut into the groups that become kernels."""
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
-                         report=report, precision=precision)
+                         report=report, precision=precision, weights=weights)
     if cut_regions(opt_level, disabled_passes) is unfused:
         return unfused(graph)
     fused = fuse(graph)

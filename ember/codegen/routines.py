@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import LowerError
-from ..tir.routines import ATTENTION
+from ..tir.nbits import PANEL, dequantize
+from ..tir.routines import ATTENTION, GEMM_NBITS
 from ..tir.stmt import CallRoutine
 from ..tir.tensor_intrin import get_intrin
 from .c_attention import attention as c_attention
+from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -28,6 +30,8 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return routine
     if routine == ATTENTION:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"])
+    if routine == GEMM_NBITS:
+        return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     raise LowerError(f"no C code for the routine {routine!r}")
 
 
@@ -73,4 +77,30 @@ def _attention(params: dict, reads, writes, scalars) -> None:
     out[o_off + rows * o_rs + np.arange(ev)[None, :]] = result.astype(out.dtype)
 
 
-PYTHON_ROUTINES = {ATTENTION: _attention}
+def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
+    """The gemm_nbits routine on flat arrays: the panel dequantized (ember.tir.nbits.dequantize),
+    x w in float64, rounded to float32 once."""
+    m, k, ncols, x_rs, o_rs, s_rs = (int(v) for v in scalars)
+    bits = params["bits"]
+    (x, x_off), (codes, c_off), *rest = reads
+    width = PANEL if bits == 8 else PANEL // 2
+    group = params["group"]
+    cols = np.arange(PANEL)[None, :]
+
+    def per_group(arr, off):
+        block = arr[off + np.arange(k // group if group else 1)[:, None] * s_rs + cols]
+        return block if group else block[0]
+
+    scales = per_group(*rest[0])
+    offsets = per_group(*rest[1]) if params["offsets"] else None
+    w = dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, offsets, bits).astype(np.float64)
+    rows = x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]].astype(np.float64)
+    y = rows @ w
+    if params["bias"]:
+        bias, b_off = rest[-1]
+        y = y + bias[b_off:b_off + PANEL]
+    (out, o_off), = writes
+    out[o_off + np.arange(m)[:, None] * o_rs + np.arange(ncols)[None, :]] = y[:, :ncols].astype(out.dtype)
+
+
+PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits}

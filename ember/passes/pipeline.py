@@ -27,6 +27,7 @@ asks `disabled_passes_of` and `printed_passes` whether to).
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -52,6 +53,7 @@ from .fuse_siblings import fuse_siblings
 from .layout import layout
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
+from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
 
@@ -59,8 +61,8 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
                                                     slice_products, fold_batch_norm, fuse_siblings, fold_qkv_split,
-                                                    flatten_products, bf16_weights, pad_gemv, layout, pack_weights,
-                                                    dce)}
+                                                    flatten_products, quantize_weights, bf16_weights, pad_gemv, layout,
+                                                    pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
@@ -75,17 +77,18 @@ PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
 LATE_PASSES = ("fuse",)
 
-# the fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
+# quantize_weights (ember.compile's weights= option, run_pipeline's `weights`) changes nothing
+# without a format. The fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
 # level for transformations that may change results beyond rounding, none so far)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "flatten_products", "pad_gemv", "layout", "pack_weights", "fold_constants",
-        "dce"],
+        "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
+        "fold_constants", "dce"],
     3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "flatten_products", "pad_gemv", "layout", "pack_weights", "fold_constants",
-        "dce"],
+        "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
+        "fold_constants", "dce"],
 }
 
 
@@ -104,7 +107,8 @@ class PassReport:
 
 def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (), target: Target | None = None,
                  print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
-                 report: list[PassReport] | None = None, precision: str = "fp32") -> Graph:
+                 report: list[PassReport] | None = None, precision: str = "fp32",
+                 weights: WeightFormat | None = None) -> Graph:
     if opt_level not in PIPELINES:
         raise ConfigError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
     names = pipeline_of(opt_level, precision)
@@ -119,7 +123,8 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
             continue
         before = _signature(graph)
         start = time.perf_counter()
-        out = _everywhere(PASSES[name], name in target_passes, target)(graph)
+        p = functools.partial(quantize_weights, fmt=weights) if name == "quantize_weights" else PASSES[name]
+        out = _everywhere(p, name in target_passes, target)(graph)
         seconds = time.perf_counter() - start
         if debug:
             _verify(out, f"pass {name}")

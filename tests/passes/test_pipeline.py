@@ -48,8 +48,8 @@ def test_levels_and_report():
     # no attention, no sibling products, no product of a weight matrix, no GEMV, no packing; an
     # isolated conv keeps the plain layout, and then there are no conversions left to fold
     assert [r.name for r in report if not r.changed] == ["fold_attention", "slice_products", "fuse_siblings",
-                                                         "fold_qkv_split", "flatten_products", "pad_gemv", "layout",
-                                                         "pack_weights", "fold_constants"]
+                                                         "fold_qkv_split", "flatten_products", "quantize_weights",
+                                                         "pad_gemv", "layout", "pack_weights", "fold_constants"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
 
@@ -85,7 +85,7 @@ def test_disabled_passes():
     assert "batch_norm" in ops(out) and "exp" in ops(out)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse",
                                         "slice_products", "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                        "pad_gemv", "layout", "pack_weights", "fold_constants"]
+                                        "quantize_weights", "pad_gemv", "layout", "pack_weights", "fold_constants"]
     check_same(g, out)
 
 
@@ -97,7 +97,8 @@ def test_environment_overrides(monkeypatch, capsys):
     run_pipeline(g, 2, report=report)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "fold_transposes", "simplify",
                                         "slice_products", "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                        "pad_gemv", "layout", "pack_weights", "fold_constants", "dce"]
+                                        "quantize_weights", "pad_gemv", "layout", "pack_weights", "fold_constants",
+                                        "dce"]
     assert capsys.readouterr().err.count("# after") == 2
     run_pipeline(g, 2, print_ir="fold_constants")  # an argument beats the variable (it runs twice)
     assert capsys.readouterr().err.count("# after") == 2
@@ -141,8 +142,8 @@ def test_compile_runs_the_pipeline(capsys):
     cm = ember.compile(g, disabled_passes=["cse"], print_ir="dce")
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "fold_transposes", "simplify",
                                                  "slice_products", "fold_batch_norm", "fuse_siblings",
-                                                 "fold_qkv_split", "flatten_products", "pad_gemv", "layout",
-                                                 "pack_weights", "fold_constants", "dce"]
+                                                 "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
+                                                 "layout", "pack_weights", "fold_constants", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")
     np.testing.assert_allclose(cm(x), plain(x), rtol=1e-4, atol=1e-5)

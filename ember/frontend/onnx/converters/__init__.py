@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (each registers its converters)
     indexing,
     legacy,
     loss,
+    matmul_nbits,
     ml,
     nn,
     preview,

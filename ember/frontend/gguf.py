@@ -1,0 +1,145 @@
+"""GGUF files (llama.cpp's format, read with the `gguf` package) in: a GPT-2 model's tensors
+mapped onto transformers' GPT2LMHeadModel, built from the file's metadata, and its quantized
+tensors kept as gemm_nbits codes, so that a llama.cpp user's weights run on ember's kernels:
+
+    g = load_gguf("gpt2.Q4_0.gguf")
+    step = ember.compile(Step(g.model), inputs, dynamic_shapes=..., weights=g.weights)
+
+F32 and F16 tensors are set as they are. Q8_0 and Q4_0 tensors are blocks of 32 weights along a
+row, each with a float16 scale d: Q8_0 holds 32 int8 codes, w = d q; Q4_0 16 bytes, element j in
+the low nibble of byte j and element j + 16 in the high one, w = d (q - 8). They become
+gemm_nbits' panels (ember.tir.nbits: int8 and int4 per group of 32, Q4_0 symmetric) with the
+scales in float32, and the torch model gets their float32 dequantization, bit for bit what
+`gguf.quants.dequantize` gives; by the digest of that weight the compiler's quantize_weights pass
+finds the codes again (`weights`, for ember.compile's weights= option).
+
+The names are llama.cpp's (token_embd, position_embd, blk.N.attn_norm, attn_qkv, attn_output,
+ffn_norm, ffn_up, ffn_down, output_norm, output: the matrices stored (out, in)); the LM head is
+tied to token_embd when the file has no output.weight. Another architecture, another tensor
+type, or a missing tensor or metadata key is a WeightsFileError that names it and what ember
+reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WeightsFileError
+from ..tir.nbits import QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
+
+ARCHITECTURES = ("gpt2",)
+TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+BLOCK = 32  # weights per Q8_0 / Q4_0 block
+
+
+@dataclass
+class GGUFModel:
+    """A GGUF file as a torch model (its weights dequantized) and the quantized weights by the
+    digest of their float32 form (ember.compile's weights=)."""
+
+    model: object  # transformers' GPT2LMHeadModel, eval mode
+    weights: dict[str, QuantizedWeight] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)  # tensor name -> its GGUF type
+
+
+def load_gguf(path: str | Path) -> GGUFModel:
+    """The model of a GGUF file (see the module doc)."""
+    import gguf
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    reader = gguf.GGUFReader(str(path))
+    arch = _field(reader, path, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise WeightsFileError(f"{path}: architecture {arch!r}: ember maps {', '.join(ARCHITECTURES)}")
+    tensors = {t.name: t for t in reader.tensors}
+    for t in reader.tensors:
+        if t.tensor_type.name not in TYPES:
+            raise WeightsFileError(f"{path}: tensor {t.name!r} is of type {t.tensor_type.name}; ember reads "
+                                   f"{', '.join(TYPES)}")
+    layers = int(_field(reader, path, "gpt2.block_count"))
+    vocab = int(_tensor(tensors, path, "token_embd.weight").shape[1])
+    config = GPT2Config(n_embd=int(_field(reader, path, "gpt2.embedding_length")), n_layer=layers,
+                        n_head=int(_field(reader, path, "gpt2.attention.head_count")),
+                        n_positions=int(_field(reader, path, "gpt2.context_length")),
+                        n_inner=int(_field(reader, path, "gpt2.feed_forward_length")),
+                        layer_norm_epsilon=float(_field(reader, path, "gpt2.attention.layer_norm_epsilon")),
+                        vocab_size=vocab, tie_word_embeddings="output.weight" not in tensors,
+                        bos_token_id=_token(reader, "bos", vocab), eos_token_id=_token(reader, "eos", vocab))
+    model = GPT2LMHeadModel(config).eval()
+    params = dict(model.named_parameters(remove_duplicate=False))
+    out = GGUFModel(model)
+    for hf, name, conv in _gpt2_names(layers, tied=config.tie_word_embeddings):
+        t = _tensor(tensors, path, name)
+        dense, q = _read(t)
+        out.types[name] = t.tensor_type.name
+        if q is not None:
+            out.weights[digest(dense.T)] = q
+        value = dense.T if conv else dense
+        if tuple(params[hf].shape) != value.shape:
+            raise WeightsFileError(f"{path}: tensor {name!r} is {value.shape} where the model built from the file's "
+                                   f"metadata needs {tuple(params[hf].shape)}")
+        with torch.no_grad():
+            params[hf].copy_(torch.from_numpy(np.ascontiguousarray(value)))
+    return out
+
+
+def _read(t) -> tuple[np.ndarray, QuantizedWeight | None]:
+    """A tensor's float32 data in NumPy's order (rows of ne0), and its codes if it is quantized
+    (for the (ne0, rows) weight a product reads)."""
+    shape = tuple(int(d) for d in reversed(t.shape))
+    kind = t.tensor_type.name
+    if kind in ("F32", "F16"):
+        return np.asarray(t.data).astype(np.float32).reshape(shape), None
+    k = int(t.shape[0])
+    width = 2 + (BLOCK if kind == "Q8_0" else BLOCK // 2)
+    blocks = np.asarray(t.data).reshape(-1, width)
+    rows = blocks.shape[0] * BLOCK // k
+    scales = blocks[:, :2].copy().view(np.float16).astype(np.float32).reshape(rows, k // BLOCK)
+    if kind == "Q8_0":
+        codes = blocks[:, 2:].copy().view(np.int8).reshape(rows, k)
+        q = QuantizedWeight(8, BLOCK, pack_int8(codes.T), pad_columns(scales.T))
+    else:
+        nibbles = blocks[:, 2:]
+        codes = np.concatenate([nibbles & 15, nibbles >> 4], axis=1).reshape(rows, k)
+        q = QuantizedWeight(4, BLOCK, pack_int4(codes.T), pad_columns(scales.T))
+    return q.dense(rows).T.reshape(shape), q
+
+
+def _gpt2_names(layers: int, tied: bool):
+    """(transformers' parameter, the GGUF tensor, whether transformers holds it transposed: GPT-2's
+    Conv1D keeps (in, out))."""
+    yield "transformer.wte.weight", "token_embd.weight", False
+    yield "transformer.wpe.weight", "position_embd.weight", False
+    for i in range(layers):
+        for hf, name, conv in (("ln_1", "attn_norm", False), ("attn.c_attn", "attn_qkv", True),
+                               ("attn.c_proj", "attn_output", True), ("ln_2", "ffn_norm", False),
+                               ("mlp.c_fc", "ffn_up", True), ("mlp.c_proj", "ffn_down", True)):
+            yield f"transformer.h.{i}.{hf}.weight", f"blk.{i}.{name}.weight", conv
+            yield f"transformer.h.{i}.{hf}.bias", f"blk.{i}.{name}.bias", False
+    yield "transformer.ln_f.weight", "output_norm.weight", False
+    yield "transformer.ln_f.bias", "output_norm.bias", False
+    if not tied:
+        yield "lm_head.weight", "output.weight", False
+
+
+def _tensor(tensors: dict, path, name: str):
+    if name not in tensors:
+        raise WeightsFileError(f"{path}: no tensor {name!r}, which a GPT-2 model needs")
+    return tensors[name]
+
+
+def _token(reader, which: str, vocab: int) -> int:
+    """The file's bos or eos token, else GPT-2's (50256) within the vocabulary."""
+    f = reader.fields.get(f"tokenizer.ggml.{which}_token_id")
+    return int(f.contents()) if f is not None else min(50256, vocab - 1)
+
+
+def _field(reader, path, key: str):
+    f = reader.fields.get(key)
+    if f is None:
+        raise WeightsFileError(f"{path}: no metadata key {key!r}, which a GPT-2 model needs")
+    return f.contents()

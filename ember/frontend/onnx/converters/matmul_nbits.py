@@ -1,0 +1,54 @@
+"""com.microsoft MatMulNBits (ONNX Runtime's 4-bit weight-only matmul, what its GenAI builder and
+Olive export): Y = A dequantize(B)^T + bias onto ember's gemm_nbits (int4 per group), its
+constant codes repacked once into gemm_nbits' panels (ember.tir.nbits).
+
+ONNX Runtime's layout: B (N, K / block_size, block_size / 2) uint8, element k of a column's
+block at byte k / 2, the low nibble first; scales (N, K / block_size) (or flat); zero_points
+absent (8), packed uint8 nibbles (N, ceil(blocks / 2)), or floats of the scales' type;
+w[k, n] = (q - zero) * scale. Only bits=4, block sizes gemm_nbits has (32, 64, 128), constant
+B, scales and zero points, and no g_idx (act-order) are taken; anything else is an
+UnsupportedOpError naming the node and what ember takes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .... import dims
+from ....tir.nbits import GROUPS, pack_int4, pad_columns
+from ..node import NodeContext
+from ..registry import converts
+
+
+@converts("MatMulNBits", domain="com.microsoft")
+def _matmul_nbits(cx: NodeContext):
+    k, n, bits, block = (int(cx.attr(a, d)) for a, d in (("K", 0), ("N", 0), ("bits", 4), ("block_size", 0)))
+    if bits != 4 or block not in GROUPS or k % block:
+        raise cx.unsupported(f"bits={bits}, block_size={block}, K={k}: ember takes bits=4 with block_size in "
+                             f"{GROUPS} dividing K")
+    if cx.optional(4) is not None:
+        raise cx.unsupported("g_idx: ember takes blocks in order (no act-order)")
+    blocks = k // block
+    codes = cx.const(1, "B").reshape(n, blocks * block // 2)
+    q = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, k).T  # (K, N) codes 0..15
+    scales = cx.const(2, "scales").astype(np.float32).reshape(n, blocks).T
+    zeros = cx.const(3, "zero_points")
+    inputs = [pack_int4(q), pad_columns(scales)]
+    if zeros is not None:
+        if zeros.dtype == np.uint8:
+            z = zeros.reshape(n, -1)
+            z = np.stack([z & 15, z >> 4], axis=-1).reshape(n, -1)[:, :blocks].T.astype(np.float32)
+        else:
+            z = zeros.astype(np.float32).reshape(n, blocks).T
+        inputs.append(pad_columns((-scales * z).astype(np.float32)))
+    bias = cx.const(5, "bias")
+    if bias is not None:
+        inputs.append(pad_columns(bias.astype(np.float32).reshape(n)))
+    a = cx.input(0)
+    shape = cx.type(a).shape
+    if cx.type(a).dtype != "float32" or shape[-1] != k:
+        raise cx.unsupported(f"A {cx.type(a).dtype} {shape}: ember takes float32 A with K = {k} columns")
+    rows = cx.op("reshape", [a], {"shape": (dims.mul(*shape[:-1]), k)}) if len(shape) != 2 else a
+    y = cx.op("gemm_nbits", [rows, *inputs], {"bits": 4, "group": block, "n": n, "offsets": zeros is not None})
+    return [cx.op("reshape", [y], {"shape": (*shape[:-1], n)}) if len(shape) != 2 else y]
+

@@ -1,0 +1,142 @@
+"""Weight-only quantization: a gemm of float32 rows by a constant float32 weight (a linear layer
+after flatten_products; a language model's LM head, its weight the token embedding transposed)
+becomes a gemm_nbits over the weight's int8 or int4 codes (ember.ops.gemm_nbits), so that a
+decode step reads a quarter or an eighth of the weight bytes:
+
+    gemm(x[M, K], w[K, N], c[N]) -> gemm_nbits(x, codes, scales[, offsets], c_padded)
+
+int8: per output channel, symmetric: scale = max |w[:, n]| / 127, q = round(w / scale).
+int4: per group of G rows and channel; symmetric as llama.cpp's Q4_0: scale = -m / 8 for m the
+group's weight of the largest magnitude (which becomes code -8: all 16 codes used), codes q + 8
+in 0..15, w = scale (q - 8); with zero points (GPTQ/AWQ's asymmetric form):
+scale = (max - min) / 15, zero = round(-min / scale), w = scale (q - zero).
+
+Weights quantized already (a GGUF file's, ember.frontend.gguf) reach the graph as their exact
+float32 dequantization; given as `known` (by the digest of that float32 weight), they take
+their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)).
+
+Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4), a
+non-constant weight, alpha or beta other than 1, or a bias that is not one value per column.
+The activations and the embedding's gather stay float32 (the gather reads one row per token).
+Run it before pad_gemv and pack_weights, which then find no float32 weight to pad or pack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..graph.core import Graph, Node, Value
+from ..tir.nbits import GROUPS, QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
+from .rewrite import Rewriter, rebuild
+
+WEIGHTS = ("int8", "int4")
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How weights are quantized: bits 8 or 4; int4's group size and whether it has zero points."""
+
+    bits: int  # 0: only the weights `known` holds are quantized
+    group: int = 128
+    zero_points: bool = False
+    known: Mapping[str, QuantizedWeight] | None = None  # by digest of the float32 weight
+
+    @classmethod
+    def of(cls, weights: str | Mapping[str, QuantizedWeight] | None, group_size: int = 128,
+           zero_points: bool = False) -> WeightFormat | None:
+        """The format the options of ember.compile name (None: weights stay float32); a mapping
+        is weights quantized already (ember.frontend.gguf's), found by their float32 form."""
+        if isinstance(weights, Mapping):
+            return cls(0, known=weights)
+        if weights is None or weights == "float32":
+            return None
+        if weights not in WEIGHTS:
+            raise ConfigError(f"weights must be one of {WEIGHTS} or None, got {weights!r}")
+        if weights == "int4" and group_size not in GROUPS:
+            raise ConfigError(f"group_size must be one of {GROUPS} for int4 weights, got {group_size!r}")
+        if weights == "int8" and zero_points:
+            raise ConfigError("zero_points are for int4 weights; int8 weights are symmetric per channel")
+        return cls(8 if weights == "int8" else 4, group_size, bool(zero_points))
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(K, N) float weight -> (codes in panels, scales (N',)), symmetric per column."""
+    top = np.abs(w).max(axis=0)
+    scale = np.where(top > 0, top / 127, 1).astype(np.float32)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    return pack_int8(q), pad_columns(scale)
+
+
+def quantize_int4(w: np.ndarray, group: int, zero_points: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(K, N) float weight -> (codes in panels, scales (K / G, N'), offsets (K / G, N') or None)."""
+    k, n = w.shape
+    g = w.reshape(k // group, group, n)
+    if zero_points:
+        lo, hi = np.minimum(g.min(axis=1), 0), np.maximum(g.max(axis=1), 0)
+        scale = np.where(hi > lo, (hi - lo) / 15, 1).astype(np.float32)
+        zero = np.clip(np.rint(-lo / scale), 0, 15)
+        q = np.clip(np.rint(g / scale[:, None]) + zero[:, None], 0, 15)
+        offsets = pad_columns((-scale * zero).astype(np.float32))
+    else:
+        at = np.abs(g).argmax(axis=1)[:, None]  # llama.cpp's Q4_0: the largest magnitude, signed, is code -8
+        top = np.take_along_axis(g, at, axis=1)[:, 0]
+        scale = np.where(top != 0, top / -8, 1).astype(np.float32)
+        q = np.clip(np.rint(g / scale[:, None]), -8, 7) + 8
+        offsets = None
+    return pack_int4(q.reshape(k, n).astype(np.uint8)), pad_columns(scale), offsets
+
+
+def quantize_weights(graph: Graph, fmt: WeightFormat | None = None) -> Graph:
+    """The graph with its gemms' constant float32 weights quantized to `fmt` (None: unchanged)."""
+    if fmt is None:
+        return graph
+    done: dict[tuple[str, bool], tuple] = {}  # a weight two gemms share (a tied head) once
+    return rebuild(graph, lambda rw, node, ins: _rewrite(rw, node, ins, fmt, done))
+
+
+def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done: dict):
+    if node.op != "gemm" or node.attrs["trans_a"] or node.attrs["b_panels"] or node.attrs["alpha"] != 1:
+        return None
+    x, wv = ins[0], ins[1]
+    w = rw.constant_data(wv)
+    if w is None or w.dtype != np.float32 or x.dtype != "float32" or w.ndim != 2:
+        return None
+    trans = bool(node.attrs["trans_b"])
+    k, n = w.shape[::-1] if trans else w.shape
+    bias = None
+    if len(ins) == 3:
+        c = rw.constant_data(ins[2])
+        if c is None or node.attrs["beta"] != 1 or c.dtype != np.float32 or c.size not in (1, n) \
+                or (c.size == n and c.shape[-1] != n):
+            return None
+        bias = pad_columns(np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32))
+    key = (wv.name, trans)
+    if key not in done:
+        q = _quantized(w.T if trans else w, fmt)
+        parts = [] if q is None else [q.codes, q.scales] + ([q.offsets] if q.offsets is not None else [])
+        names = ("codes", "scales", "offsets")
+        done[key] = q, [rw.constant(p, f"{wv.name}_{name}") for p, name in zip(parts, names)]
+    q, values = done[key]
+    if q is None:
+        return None
+    inputs = values + ([rw.constant(bias, f"{ins[2].name}_padded")] if bias is not None else [])
+    attrs = {"bits": q.bits, "group": q.group, "n": n, "offsets": q.offsets is not None}
+    return rw.emit("gemm_nbits", [x] + inputs, attrs, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _quantized(dense: np.ndarray, fmt: WeightFormat) -> QuantizedWeight | None:
+    """The quantized form of a (K, N) weight: the one `fmt.known` holds for it, else quantized to
+    fmt's bits (None: it stays float32)."""
+    if fmt.known:
+        q = fmt.known.get(digest(dense))
+        if q is not None:
+            return q
+    if fmt.bits == 8:
+        return QuantizedWeight(8, 0, *quantize_int8(dense))
+    if fmt.bits == 4 and dense.shape[0] % fmt.group == 0:
+        return QuantizedWeight(4, fmt.group, *quantize_int4(dense, fmt.group, fmt.zero_points))
+    return None

@@ -1,0 +1,101 @@
+"""The packed layout of a weight-only quantized matrix, as the gemm_nbits routine reads it
+(ember.tir.routines): packing from integer codes, and the NumPy dequantization that the
+operator's reference and the interpreter's twin of the routine both use.
+
+A (K, N) weight is stored in panels of PANEL = 32 columns, N rounded up to N' = whole panels
+(zero columns past N), each panel's rows contiguous, so that a GEMV streams one panel row after
+row and a thread reads whole panels:
+
+    int8   codes  (N' / 32, K, 32) int8, column c of a panel at byte c of its row;
+           scales (N',) float32: w[k, n] = scales[n] * q[k, n]  (per output channel), or
+           (K / G, N') per group of G rows: w = scales[g, n] * q (llama.cpp's Q8_0, G = 32)
+    int4   codes  (N' / 32, K, 16) uint8, codes 0..15: byte j of a panel's row holds column j in
+           its low nibble and column j + 16 in its high nibble;
+           scales (K / G, N') float32 per group of G rows; without offsets (symmetric, llama.cpp's
+           Q4_0) w = scales[g, n] * (q - 8); with offsets (GPTQ/AWQ's zero points z, stored as
+           offsets = -scales * z) w = scales[g, n] * q + offsets[g, n]
+
+The dequantization is float32 arithmetic in this order, which the kernels fold into their sums
+(ember.codegen.c_gemm_nbits) and which GGUF's Q8_0 and Q4_0 blocks define.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+PANEL = 32  # columns of a panel: two AVX-512 vectors of float32
+BITS = (4, 8)
+GROUPS = (32, 64, 128)  # the group sizes of int4 scales
+
+
+def panels(n: int) -> int:
+    return -(-n // PANEL)
+
+
+def pad_columns(a: np.ndarray) -> np.ndarray:
+    """Per-column data (scales, offsets, a bias) with zero columns up to whole panels."""
+    pad = panels(a.shape[-1]) * PANEL - a.shape[-1]
+    return np.ascontiguousarray(np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad)]))
+
+
+def pack_int8(q: np.ndarray) -> np.ndarray:
+    """(K, N) int8 codes as (N' / 32, K, 32) panels."""
+    k, n = q.shape
+    padded = np.zeros((k, panels(n) * PANEL), np.int8)
+    padded[:, :n] = q
+    return np.ascontiguousarray(padded.reshape(k, -1, PANEL).transpose(1, 0, 2))
+
+
+def pack_int4(q: np.ndarray) -> np.ndarray:
+    """(K, N) codes 0..15 as (N' / 32, K, 16) uint8 panels, two columns a byte."""
+    k, n = q.shape
+    padded = np.zeros((k, panels(n) * PANEL), np.uint8)
+    padded[:, :n] = q
+    p = padded.reshape(k, -1, PANEL).transpose(1, 0, 2)
+    return np.ascontiguousarray(p[..., :PANEL // 2] | (p[..., PANEL // 2:] << 4))
+
+
+def unpack(codes: np.ndarray, bits: int) -> np.ndarray:
+    """The (K, N') codes of packed panels (int8, or int4's 0..15 as uint8)."""
+    if bits == 4:
+        codes = np.concatenate([codes & 15, codes >> 4], axis=-1)
+    return codes.transpose(1, 0, 2).reshape(codes.shape[1], -1)
+
+
+def dequantize(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None, bits: int) -> np.ndarray:
+    """The (K, N') float32 weight of packed codes (the module doc's formulas)."""
+    q = unpack(codes, bits).astype(np.float32)
+    s = scales.astype(np.float32)
+    if s.ndim == 2:
+        s = np.repeat(s, q.shape[0] // s.shape[0], axis=0)
+    if bits == 8:
+        return q * s
+    if offsets is None:
+        return s * (q - np.float32(8))
+    return s * q + np.repeat(offsets.astype(np.float32), q.shape[0] // offsets.shape[0], axis=0)
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight already quantized (read from a GGUF file): its codes, scales and offsets in the
+    layout above; `group` 0 for int8 per column."""
+
+    bits: int
+    group: int
+    codes: np.ndarray
+    scales: np.ndarray
+    offsets: np.ndarray | None = None
+
+    def dense(self, n: int) -> np.ndarray:
+        """The (K, n) float32 weight it stands for."""
+        return dequantize(self.codes, self.scales, self.offsets, self.bits)[:, :n]
+
+
+def digest(dense: np.ndarray) -> str:
+    """A key of a (K, N) float32 weight by its shape and bytes: how a pass finds the quantized
+    form of a weight that reached the graph dequantized (ember.passes.quantize_weights)."""
+    dense = np.ascontiguousarray(dense, dtype=np.float32)
+    return f"{dense.shape}:{hashlib.sha1(dense.view(np.uint8)).hexdigest()}"

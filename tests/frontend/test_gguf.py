@@ -1,0 +1,112 @@
+"""GGUF weights in (ember/frontend/gguf.py): a reduced GPT-2 written by the `gguf` package the way
+llama.cpp's converter writes it (matrices (out, in), Q8_0 or Q4_0, the rest F32), read back: the
+dequantization of every quantized tensor bit-exact against gguf.quants.dequantize, the decode
+step compiled on the file's own codes (every product a gemm_nbits) against torch on the same
+dequantized weights; another tensor type or architecture is a WeightsFileError naming it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import ember  # noqa: E402
+from benchmarks.models.decode import Step, cache_shape, gpt2_lm  # noqa: E402
+from ember.errors import WeightsFileError  # noqa: E402
+from ember.frontend.gguf import load_gguf  # noqa: E402
+from ember.tir.nbits import digest  # noqa: E402
+
+T = gguf.GGMLQuantizationType
+CONV = ("attn_qkv", "attn_output", "ffn_up", "ffn_down")
+
+
+def write_gpt2(path: Path, model, matrices: T, arch: str = "gpt2") -> None:
+    """The model's tensors under llama.cpp's names, its matrices quantized to `matrices`."""
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(c.n_layer)
+    w.add_context_length(c.n_positions)
+    w.add_embedding_length(c.n_embd)
+    w.add_feed_forward_length(4 * c.n_embd)
+    w.add_head_count(c.n_head)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+    names = {"wte": "token_embd", "wpe": "position_embd", "ln_f": "output_norm", "ln_1": "attn_norm",
+             "attn.c_attn": "attn_qkv", "attn.c_proj": "attn_output", "ln_2": "ffn_norm", "mlp.c_fc": "ffn_up",
+             "mlp.c_proj": "ffn_down"}
+    for hf, p in model.transformer.state_dict().items():
+        parts = hf.split(".")
+        if parts[-2:] in (["attn", "bias"], ["attn", "masked_bias"]):  # the causal mask's buffers
+            continue
+        block = f"blk.{parts[1]}." if parts[0] == "h" else ""
+        key = ".".join(parts[2:-1] if block else parts[:-1])
+        name = f"{block}{names[key]}.{parts[-1]}"
+        data = p.numpy()
+        if names[key] in CONV and data.ndim == 2:
+            data = np.ascontiguousarray(data.T)
+        if data.ndim == 2 and name != "position_embd.weight":
+            w.add_tensor(name, gguf.quants.quantize(data, matrices), raw_dtype=matrices)
+        else:
+            w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The reduced GPT-2 written with Q8_0 and with Q4_0 matrices."""
+    folder, model = tmp_path_factory.mktemp("gguf"), gpt2_lm(small=True)
+    for qtype in (T.Q8_0, T.Q4_0):
+        write_gpt2(folder / f"{qtype.name}.gguf", model, qtype)
+    return folder
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0])
+def test_dequantization_is_bit_exact(files, qtype):
+    g = load_gguf(files / f"{qtype.name}.gguf")
+    reader = gguf.GGUFReader(str(files / f"{qtype.name}.gguf"))
+    quantized = [t for t in reader.tensors if t.tensor_type == qtype]
+    assert len(quantized) == 1 + 4 * g.model.config.n_layer == len(g.weights)
+    for t in quantized:
+        want = gguf.quants.dequantize(t.data, qtype)
+        q = g.weights[digest(want.T)]
+        assert q.bits == (8 if qtype == T.Q8_0 else 4)
+        assert np.array_equal(q.dense(want.shape[0]).T, want)
+    params = dict(g.model.named_parameters())
+    np.testing.assert_array_equal(params["transformer.wte.weight"].detach().numpy(),
+                                  gguf.quants.dequantize(reader.tensors[0].data, qtype))
+
+
+def test_gguf_gpt2_step_runs_on_the_files_codes(files):
+    g = load_gguf(files / "Q4_0.gguf")
+    kv = [torch.zeros(cache_shape(g.model, 4)) for _ in range(2 * g.model.config.n_layer)]
+    past = torch.export.Dim("past", min=1, max=31)
+    ids = torch.zeros((1, 1), dtype=torch.int64)
+    step = ember.compile(Step(g.model).eval(), (ids, *kv), dynamic_shapes=(None, tuple({2: past} for _ in kv)),
+                         weights=g.weights)
+    ops = [n.op for n in step.graph.nodes]
+    assert ops.count("gemm_nbits") == 1 + 4 * g.model.config.n_layer and "gemm" not in ops
+    ids = torch.tensor([[7]])
+    kv = [torch.randn(cache_shape(g.model, 9)) for _ in kv]
+    got = step(ids, *kv)
+    with torch.no_grad():
+        want = Step(g.model)(ids, *kv)
+    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-3, atol=1e-3)
+
+
+def test_what_ember_does_not_read_is_named(tmp_path):
+    model = gpt2_lm(small=True)
+    write_gpt2(tmp_path / "q5.gguf", model, T.Q5_0)
+    with pytest.raises(WeightsFileError, match=r"tensor 'token_embd.weight' is of type Q5_0; ember reads F32, F16, "
+                                               r"Q8_0, Q4_0"):
+        load_gguf(tmp_path / "q5.gguf")
+    write_gpt2(tmp_path / "llama.gguf", model, T.Q8_0, arch="llama")
+    with pytest.raises(WeightsFileError, match="architecture 'llama': ember maps gpt2"):
+        load_gguf(tmp_path / "llama.gguf")

@@ -1,0 +1,57 @@
+"""com.microsoft MatMulNBits (ember/frontend/onnx/converters/matmul_nbits.py) imported onto
+gemm_nbits: a (batch, seq, K) activation by 4-bit weights with group scales, without zero points,
+with packed uint8 and with float zero points, and a bias, against ONNX Runtime's own kernel on
+the same file; a form ember does not take is an UnsupportedOpError naming it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.ops import UnsupportedOpError
+
+ort = pytest.importorskip("onnxruntime")
+RNG = np.random.default_rng()
+K, N = 128, 40
+
+
+def _model(block: int, zeros: str, bits: int = 4, bias: bool = True) -> onnx.ModelProto:
+    blocks = K // block
+    b = RNG.integers(0, 256, (N, blocks, block // 2), dtype=np.uint8)
+    inits = [numpy_helper.from_array(b, "B"),
+             numpy_helper.from_array(RNG.uniform(0.01, 0.1, N * blocks).astype(np.float32), "scales")]
+    names = ["A", "B", "scales"]
+    if zeros == "uint8":
+        inits.append(numpy_helper.from_array(RNG.integers(0, 256, (N * -(-blocks // 2),), dtype=np.uint8), "zp"))
+    elif zeros == "float":
+        inits.append(numpy_helper.from_array(RNG.uniform(0, 15, N * blocks).astype(np.float32), "zp"))
+    names.append("zp" if zeros != "none" else "")
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(N).astype(np.float32), "bias"))
+        names += ["", "bias"]
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft",
+                            K=K, N=N, bits=bits, block_size=block)
+    graph = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, "seq", K])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, "seq", N])], inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("block,zeros,bias", [(32, "none", True), (64, "uint8", False), (128, "float", True)])
+def test_matmul_nbits_against_onnxruntime(block, zeros, bias):
+    model = _model(block, zeros, bias=bias)
+    a = RNG.standard_normal((2, 3, K)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"A": a})[0]
+    compiled = ember.compile(model)
+    assert [n.op for n in compiled.graph.nodes if n.op == "gemm_nbits"] == ["gemm_nbits"]
+    np.testing.assert_allclose(compiled(a), want, rtol=1e-4, atol=1e-4)
+
+
+def test_unsupported_forms_are_named():
+    with pytest.raises(UnsupportedOpError, match="bits=8, block_size=32"):
+        ember.compile(_model(32, "none", bits=8))
+    with pytest.raises(UnsupportedOpError, match="block_size=16"):
+        ember.compile(_model(16, "none"))
