@@ -58,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +71,7 @@ from .frontend import import_model
 from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
 from .ops import get as get_op
+from .ops.dynamic import HOST_OPS
 from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.pipeline import PassReport, pipeline_of
@@ -142,7 +143,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
                   checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int = 128,
-                  zero_points: bool = False) -> CompiledModel | SegmentedModel:
+                  zero_points: bool = False,
+                  host: Mapping[str, Callable] | None = None) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
@@ -168,6 +170,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
         weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
         own codes, the others stay float32.
+    host: node name -> a function `run(*arrays) -> list of arrays` that computes that node instead
+        of a kernel: the graph is cut around those nodes as around data-dependent ones, and the
+        result is a SegmentedModel (ember.quantize's offload of products to an accelerator).
     """
     start = time.perf_counter()
     fmt = WeightFormat.of(weights, group_size, zero_points)
@@ -177,11 +182,11 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     pipeline_of(opt_level, precision)  # (a bad level or precision named before anything runs)
     target.check_runs_here()  # the model is built to run here
     check_graph(graph)
-    if has_host_nodes(graph):  # (nonzero, unique: compiled around, computed on the host)
-        return _segmented(graph, name, dict(opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir,
-                                            num_threads=num_threads, jobs=jobs, target=target, database=database,
-                                            schedules=schedules, checked=checked, precision=precision,
-                                            weights=weights, group_size=group_size, zero_points=zero_points))
+    if host or has_host_nodes(graph):  # (nonzero, unique, `host`: compiled around, computed on the host)
+        return _segmented(graph, name, host or {}, dict(
+            opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir, num_threads=num_threads, jobs=jobs,
+            target=target, database=database, schedules=schedules, checked=checked, precision=precision,
+            weights=weights, group_size=group_size, zero_points=zero_points))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
@@ -240,16 +245,18 @@ def _model_spec(name: str, graph: Graph, symbols: list[str], ranges, program: Pr
     )
 
 
-def _segmented(graph: Graph, name: str, options: dict) -> SegmentedModel:
-    """A graph with nodes whose output size depends on the data: its segments between them
-    compiled, those nodes run on the host with their NumPy reference (ember.runtime.segmented)."""
+def _segmented(graph: Graph, name: str, host: Mapping[str, Callable], options: dict) -> SegmentedModel:
+    """A graph with nodes whose output size depends on the data, or nodes `host` computes: its
+    segments between them compiled, those nodes run on the host with their function in `host`,
+    else their NumPy reference (ember.runtime.segmented)."""
     steps = []
-    for k, step in enumerate(host_segments(graph)):
+    for k, step in enumerate(host_segments(graph, lambda n: n.op in HOST_OPS or n.name in host)):
         if step.graph is not None:
             steps.append(segment_step(compile_graph(step.graph, name=f"{name}_{k}", **options), step.inputs,
                                       step.outputs))
         else:
-            steps.append(RunStep(_host_function(step.node), step.inputs, step.outputs,
+            run = host.get(step.node.name) or _host_function(step.node)
+            steps.append(RunStep(run, step.inputs, step.outputs,
                                  what=f"{step.node.op} ({step.node.name})"))
     return SegmentedModel(name, [_spec(v) for v in graph.inputs], [v.name for v in graph.outputs], steps,
                           graph.constants)

@@ -54,7 +54,8 @@ LAYERS: dict[str, set[str]] = {
     "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
     # one per target kind, found through the registry (target.backend)
     "backends": {"runtime", "passes", "tune", "cuda", "triton", "accel"},  # (triton: the CPU's tile-kernel Emitter)
-    "quantization": {"compiler"},  # ember.quantize: calibration, the int8 rewrite, then the compiler
+    # ember.quantize: calibration, the int8 rewrite, then the compiler (accel: its products offloaded)
+    "quantization": {"compiler", "accel"},
     "ember": {"compiler", "quantization"},  # the package itself: the public API
     "debug": {"ember"},  # bisect, draw
     "cli": {"debug", "cuda"},  # the `ember` command (ember doctor asks ember.cuda for NVRTC and the GPU)

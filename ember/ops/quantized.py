@@ -107,16 +107,22 @@ def _infer_qgemm(types, attrs):
 
 
 def _reference_qgemm(inputs, attrs):
-    a, w, bias = inputs[:3]
-    acc = a.astype(np.int32) @ unpack(w).astype(np.int32) + bias
+    a, w = inputs[:2]
+    return [epilogue(a.astype(np.int32) @ unpack(w).astype(np.int32), inputs[2:], attrs)]
+
+
+def epilogue(acc: np.ndarray, inputs, attrs) -> np.ndarray:
+    """qgemm's epilogue in NumPy on its int32 sums `acc`: inputs are the bias and the scale, if
+    any; the same roundings as the kernel's (a float32 product, float64 requantization)."""
+    acc = acc + inputs[0]
     out = attrs["out_dtype"]
     if out == "int32":
-        return [acc]
+        return acc
     if out == "float32":
-        return [acc.astype(np.float32) * inputs[3]]
+        return acc.astype(np.float32) * inputs[1]
     lo, hi = _bounds(attrs)
-    y = np.rint(acc.astype(np.float64) * inputs[3].astype(np.float64)) + attrs["zero_point"]
-    return [np.clip(y, lo, hi).astype(out)]
+    y = np.rint(acc.astype(np.float64) * inputs[1].astype(np.float64)) + attrs["zero_point"]
+    return np.clip(y, lo, hi).astype(out)
 
 
 def _compute_qgemm(inputs, attrs, out_types):

@@ -9,11 +9,13 @@ is a symbol, as an input: that call binds the symbol like any dimension of an in
 stay constants of the segment that uses them; a control-flow node's regions, isolated from
 above, go with it (a host node inside a region is not cut out: it fails to lower, named). Not a
 pipeline pass: the compiler cuts the graph
-before anything else runs, and the passes then run on each segment.
+before anything else runs, and the passes then run on each segment. `on_host` chooses other nodes
+to cut around (ember.quantize's offload: the products an accelerator runs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..graph.core import Graph, Node, Value
@@ -35,10 +37,10 @@ def has_host_nodes(graph: Graph) -> bool:
     return any(n.op in HOST_OPS for n in graph.nodes)
 
 
-def host_segments(graph: Graph) -> list[Step]:
+def host_segments(graph: Graph, on_host: Callable[[Node], bool] | None = None) -> list[Step]:
     runs: list[list[Node] | Node] = [[]]
     for n in graph.nodes:
-        if n.op in HOST_OPS:
+        if (n.op in HOST_OPS) if on_host is None else on_host(n):
             runs += [n, []]
         else:
             runs[-1].append(n)

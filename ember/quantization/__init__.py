@@ -9,7 +9,10 @@ dynamic quantization (`dynamic=True`, for linear layers: transformers) skips cal
 takes each activation's range at run time. The products are rewritten onto ember's int8 kernel
 (rewrite.py: symmetric int8 weights, per output channel unless per_channel=False, asymmetric
 uint8 activations) and the graph is compiled with the remaining options of ember.compile: the
-result is a CompiledModel like any other (it saves and loads as one).
+result is a CompiledModel like any other (it saves and loads as one). With `offload=vta` (an int8
+accelerator of ember.accel) the int8 products run on that device's simulator and the rest on the
+CPU (offload.py): the result is a SegmentedModel, bit-exact against the CPU's, and
+`device_reports(model)` gives each product's cycles, DMA bytes and GEMM-core utilization.
 
 `error(out, ref)` gives the measures a quantized model is reported by: the relative error
 ||out - ref|| / ||ref|| and the agreement of the top-1 class (argmax over the last axis).
@@ -28,22 +31,29 @@ from ..frontend import import_model
 from ..passes.pipeline import TARGET_PASSES, run_pipeline
 from ..passes.rewrite import Rewriter
 from .calibrate import METHODS, Observer
+from .offload import check_accelerator, device_reports
+from .offload import offload as offload_products
 from .rewrite import products, quantize_products
+
+__all__ = ["device_reports", "error", "quantize"]
 
 
 def quantize(model, example_inputs=None, calibration_data: Iterable | None = None, *, method: str = "minmax",
              per_channel: bool = True, dynamic: bool = False, percentile: float = 99.99, progress: bool = True,
-             **compile_options):
+             offload=None, **compile_options):
     """A compiled model of `model` (a torch.nn.Module with `example_inputs`, an ONNX model, a
     Graph) whose products with constant weights run in int8 (see the module doc).
     calibration_data: batches (each a tuple of the model's inputs, or one input), for static
     quantization; method: how a range is read from them; percentile: for method="percentile".
+    offload: an int8 accelerator (ember.accel.vta) to run the int8 products on (see the module doc).
     compile_options: those of ember.compile (target, opt_level, num_threads, ...)."""
     if method not in METHODS:
         raise ArgumentTypeError(f"ember.quantize: method must be one of {METHODS}, got {method!r}")
     if not dynamic and calibration_data is None:
         raise ArgumentTypeError("ember.quantize: static quantization needs calibration_data (batches of inputs); "
                                 "dynamic=True takes the activations' ranges at run time instead")
+    if offload is not None:
+        check_accelerator(offload)
     graph = import_model(model, example_inputs, caller="ember.quantize")
     opt_level = compile_options.get("opt_level", 2)
     graph = run_pipeline(graph, opt_level, disabled_passes=TARGET_PASSES)
@@ -51,7 +61,9 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     if not dynamic:
         observers = _calibrate(graph, calibration_data, progress, compile_options)
         ranges = {name: o.range(method, percentile) for name, o in observers.items()}
-    return compile_graph(quantize_products(graph, ranges, per_channel), **compile_options)
+    quantized = quantize_products(graph, ranges, per_channel)
+    host = offload_products(quantized, offload) if offload is not None else None
+    return compile_graph(quantized, host=host, **compile_options)
 
 
 def _calibrate(graph, batches: Iterable, progress: bool, options: dict) -> dict[str, Observer]:
