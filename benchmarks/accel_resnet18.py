@@ -6,7 +6,15 @@ fit the memories, single or double buffering of the inputs or of whole tiles), e
 bit-exact against integer NumPy. The stem's 3 input channels are padded to 16 (the core's
 multiple), and every layer's output rows to 16. Optionally writes the tuned layers' Chrome traces (--traces DIR).
 
+--model: the whole network instead (the zoo's ResNet-18, random weights), quantized by
+ember.quantize (static, calibrated on --calibration fresh batches) and run with its int8 products
+offloaded to the simulator (`offload=vta`: the product on the device with one core tile, the
+epilogue and everything else on the CPU) against the same model on the CPU's int8 path, on a fresh
+input: bit-exact or not, then each offloaded product's GEMM, cycles, GEMM-core utilization and DMA
+bytes (--small: the zoo's reduced ResNet-18, 64 x 64, width 16).
+
     python benchmarks/accel_resnet18.py [--trials 8] [--layers 0 1 2] [--traces DIR]
+    python benchmarks/accel_resnet18.py --model [--small] [--calibration 2]
 """
 
 from __future__ import annotations
@@ -14,9 +22,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
+import ember
 from ember.accel import vta
 from ember.accel.conv import Conv2d
 from ember.accel.tune import tune_conv
+from ember.quantization.offload import DeviceProduct
 
 # (name, conv, how many times the network runs it)
 LAYERS = [
@@ -34,12 +46,43 @@ LAYERS = [
 ]
 
 
+def whole_model(small: bool, calibration: int) -> None:
+    from benchmarks.models import resnet18
+
+    model, (example,) = resnet18(small=small)
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal(example.shape).astype(np.float32) for _ in range(calibration)]
+    cpu = ember.quantize(model, (example,), batches)
+    device = ember.quantize(model, (example,), batches, offload=vta)
+    x = rng.standard_normal(example.shape).astype(np.float32)
+    want, got = cpu(x), device(x)
+    print(f"{vta!r}\nResNet-18{' (small)' if small else ''}: offloaded int8 products against the CPU int8 path: "
+          f"{'bit-exact' if np.array_equal(got, want) else f'max |diff| {np.abs(got - want).max():.3g}'}")
+    print(f"{'product':28} {'GEMM m x n x k':>18} {'cycles':>10} {'util':>6} {'DMA bytes (inp/wgt/acc/out)':>30}")
+    total = 0
+    for step in device.steps:
+        if isinstance(step.run, DeviceProduct):
+            p, r = step.run, step.run.report()
+            total += r.cycles
+            shape = f"{p.mp}x{p.weights.shape[0]}x{p.kp}"
+            dma = "/".join(str(v) for v in r.dma_bytes.values())
+            print(f"{step.what:28} {shape:>18} {r.cycles:>10} {r.utilization:>6.1%} {dma:>30}", flush=True)
+    mhz = vta.costs.clock_mhz
+    print(f"{'all products, one core tile each':48}: {total} cycles, {total / mhz / 1e3:.2f} ms at {mhz} MHz")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--layers", type=int, nargs="+", default=list(range(len(LAYERS))))
     parser.add_argument("--traces", type=Path, default=None)
+    parser.add_argument("--model", action="store_true", help="the whole network, its products offloaded")
+    parser.add_argument("--small", action="store_true", help="with --model: the reduced ResNet-18")
+    parser.add_argument("--calibration", type=int, default=2, help="with --model: calibration batches")
     args = parser.parse_args()
+    if args.model:
+        whole_model(args.small, args.calibration)
+        return
     print(f"{vta!r}\n{'layer':24} {'default cycles':>15} {'util':>6} {'tuned cycles':>13} {'util':>6} {'x':>6}  tiles")
     total = [0, 0]
     for index in args.layers:
