@@ -13,8 +13,9 @@ The device's core is signed (int8 x int8), qgemm's activations uint8: the host f
 adds 128 * sum_k w per column back (sum_k a w = sum_k (a - 128) w + 128 sum_k w, exact in
 int32); rows and K are padded with zeros to the core's multiples (qgemm's N already is one). The
 weights are laid out for the device once, at compile time; each GEMM shape builds one device
-kernel (ember.accel.schedules.gemm, one core tile unless `tiles` gives others for its shape;
-equal shapes share the built library). `device_reports(model)` gives the simulator's report of
+kernel (ember.accel.schedules.gemm, one core tile single buffered unless `tiles` gives a
+schedule for its shape, as ember.accel.tune.tune_gemm finds one; equal shapes share the built
+library). `device_reports(model)` gives the simulator's report of
 each product's last call.
 """
 
@@ -39,7 +40,8 @@ class DeviceProduct:
     module doc); the node's packed weights are passed but not read: the device's copy is laid out
     at compile time."""
 
-    def __init__(self, accel: Accelerator, node: Node, weights: np.ndarray, tiles: Tiles | None):
+    def __init__(self, accel: Accelerator, node: Node, weights: np.ndarray,
+                 schedule: tuple[Tiles, str] = (None, "single")):
         k, n = weights.shape
         self.attrs = node.attrs
         self.m, self.k = node.inputs[0].type.shape[0], k
@@ -47,7 +49,7 @@ class DeviceProduct:
         self.weights = np.zeros((n, self.kp), np.int8)  # VTA's weight rows: (N, K)
         self.weights[:, :k] = weights.T
         self.fold = ZERO * weights.astype(np.int32).sum(0, dtype=np.int32)
-        s, args = gemm(accel, self.mp, n, self.kp, tiles)
+        s, args = gemm(accel, self.mp, n, self.kp, *schedule)
         self.kernel = build(s, args, target=accel, name=f"qgemm_{self.mp}x{n}x{self.kp}")
 
     def __call__(self, a: np.ndarray, _packed: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -79,11 +81,12 @@ def check_accelerator(accel) -> None:
                                 f"(ember.accel.vta), got {what}")
 
 
-def offload(graph: Graph, accel: Accelerator, tiles: Mapping[tuple[int, int, int], Tiles] | None = None
-            ) -> dict[str, DeviceProduct]:
+def offload(graph: Graph, accel: Accelerator,
+            tiles: Mapping[tuple[int, int, int], tuple[Tiles, str]] | None = None) -> dict[str, DeviceProduct]:
     """The host function of each qgemm of the graph the device takes (static rows, constant
     weights), by node name: compile_graph's `host`. tiles: (m, n, k) of a padded GEMM (`padded`)
-    -> its device tiles (default: one core tile; ember.accel.tune.tune_gemm finds better)."""
+    -> its (tiles, buffering) (default: one core tile, single buffered; the best Trial of
+    ember.accel.tune.tune_gemm gives better)."""
     check_accelerator(accel)
     host = {}
     for node in graph.nodes:
@@ -92,7 +95,7 @@ def offload(graph: Graph, accel: Accelerator, tiles: Mapping[tuple[int, int, int
             continue
         weights = unpack(graph.constants[node.inputs[1].name])
         shape = padded(accel, node.inputs[0].type.shape[0], weights.shape[1], weights.shape[0])
-        host[node.name] = DeviceProduct(accel, node, weights, (tiles or {}).get(shape))
+        host[node.name] = DeviceProduct(accel, node, weights, *([tiles[shape]] if tiles and shape in tiles else []))
     return host
 
 
