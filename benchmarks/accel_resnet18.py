@@ -11,10 +11,12 @@ ember.quantize (static, calibrated on --calibration fresh batches) and run with 
 offloaded to the simulator (`offload=vta`: the product on the device with one core tile, the
 epilogue and everything else on the CPU) against the same model on the CPU's int8 path, on a fresh
 input: bit-exact or not, then each offloaded product's GEMM, cycles, GEMM-core utilization and DMA
-bytes (--small: the zoo's reduced ResNet-18, 64 x 64, width 16).
+bytes (--small: the zoo's reduced ResNet-18, 64 x 64, width 16). With --trials N (N > 0), each
+distinct GEMM is then tuned (ember.accel.tune.tune_gemm, N candidates) and the model quantized
+again with those schedules (offload_tiles), checked bit-exact again, and its cycles shown too.
 
     python benchmarks/accel_resnet18.py [--trials 8] [--layers 0 1 2] [--traces DIR]
-    python benchmarks/accel_resnet18.py --model [--small] [--calibration 2]
+    python benchmarks/accel_resnet18.py --model [--small] [--calibration 2] [--trials 0]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import ember
 from ember.accel import vta
 from ember.accel.conv import Conv2d
-from ember.accel.tune import tune_conv
+from ember.accel.tune import tune_conv, tune_gemm
 from ember.quantization.offload import DeviceProduct
 
 # (name, conv, how many times the network runs it)
@@ -46,7 +48,16 @@ LAYERS = [
 ]
 
 
-def whole_model(small: bool, calibration: int) -> None:
+def products(model) -> list:
+    """The model's steps that run a product on the device."""
+    return [s for s in model.steps if isinstance(s.run, DeviceProduct)]
+
+
+def gemm_of(product: DeviceProduct) -> tuple[int, int, int]:
+    return product.mp, product.weights.shape[0], product.kp
+
+
+def whole_model(small: bool, calibration: int, trials: int) -> None:
     from benchmarks.models import resnet18
 
     model, (example,) = resnet18(small=small)
@@ -55,25 +66,34 @@ def whole_model(small: bool, calibration: int) -> None:
     cpu = ember.quantize(model, (example,), batches)
     device = ember.quantize(model, (example,), batches, offload=vta)
     x = rng.standard_normal(example.shape).astype(np.float32)
-    want, got = cpu(x), device(x)
-    print(f"{vta!r}\nResNet-18{' (small)' if small else ''}: offloaded int8 products against the CPU int8 path: "
-          f"{'bit-exact' if np.array_equal(got, want) else f'max |diff| {np.abs(got - want).max():.3g}'}")
-    print(f"{'product':28} {'GEMM m x n x k':>18} {'cycles':>10} {'util':>6} {'DMA bytes (inp/wgt/acc/out)':>30}")
-    total = 0
-    for step in device.steps:
-        if isinstance(step.run, DeviceProduct):
-            p, r = step.run, step.run.report()
-            total += r.cycles
-            shape = f"{p.mp}x{p.weights.shape[0]}x{p.kp}"
-            dma = "/".join(str(v) for v in r.dma_bytes.values())
-            print(f"{step.what:28} {shape:>18} {r.cycles:>10} {r.utilization:>6.1%} {dma:>30}", flush=True)
+    want = cpu(x)
+    print(f"{vta!r}\nResNet-18{' (small)' if small else ''}, its int8 products offloaded, against the CPU int8 path:")
+    runs = [("default", device)]
+    if trials > 0:
+        shapes = dict.fromkeys(gemm_of(s.run) for s in products(device))
+        best = {shape: tune_gemm(vta, *shape, trials=trials).best for shape in shapes}
+        tuned = ember.quantize(model, (example,), batches, offload=vta,
+                               offload_tiles={shape: (t.tiles, t.buffering) for shape, t in best.items()})
+        runs.append(("tuned", tuned))
     mhz = vta.costs.clock_mhz
-    print(f"{'all products, one core tile each':48}: {total} cycles, {total / mhz / 1e3:.2f} ms at {mhz} MHz")
+    for label, m in runs:
+        got = m(x)
+        exact = "bit-exact" if np.array_equal(got, want) else f"max |diff| {np.abs(got - want).max():.3g}"
+        print(f"\n{label} schedules: {exact}\n{'product':30} {'GEMM m x n x k':>16} {'cycles':>10} {'util':>6} "
+              f"{'DMA bytes (inp/wgt/acc/out)':>30}")
+        total = 0
+        for step in products(m):
+            r = step.run.report()
+            total += r.cycles
+            dma = "/".join(str(v) for v in r.dma_bytes.values())
+            print(f"{step.what:30} {'x'.join(map(str, gemm_of(step.run))):>16} {r.cycles:>10} {r.utilization:>6.1%} "
+                  f"{dma:>30}", flush=True)
+        print(f"{'all products':30}: {total} cycles, {total / mhz / 1e3:.2f} ms at {mhz} MHz")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=None, help="tuned candidates (default 8; with --model: 0)")
     parser.add_argument("--layers", type=int, nargs="+", default=list(range(len(LAYERS))))
     parser.add_argument("--traces", type=Path, default=None)
     parser.add_argument("--model", action="store_true", help="the whole network, its products offloaded")
@@ -81,13 +101,13 @@ def main() -> None:
     parser.add_argument("--calibration", type=int, default=2, help="with --model: calibration batches")
     args = parser.parse_args()
     if args.model:
-        whole_model(args.small, args.calibration)
+        whole_model(args.small, args.calibration, args.trials or 0)
         return
     print(f"{vta!r}\n{'layer':24} {'default cycles':>15} {'util':>6} {'tuned cycles':>13} {'util':>6} {'x':>6}  tiles")
     total = [0, 0]
     for index in args.layers:
         name, conv, times = LAYERS[index]
-        result = tune_conv(vta, conv, shift=10, relu=True, trials=args.trials)
+        result = tune_conv(vta, conv, shift=10, relu=True, trials=args.trials or 8)
         d, b = result.default, result.best
         total[0] += times * d.cycles
         total[1] += times * b.cycles
