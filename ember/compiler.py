@@ -40,6 +40,9 @@ SegmentedModel (ember.runtime.segmented).
 On target "python" (ember.backends.python), steps 1-4 are the same and step 5 renders no C: the
 kernels run on the loop-IR interpreter, and the program too (ember.runtime.interpreted), branches
 and loops included: slow, exact, no compiler.
+On target "cuda" (ember.backends.cuda), the kernels are the GPU family's, built by NVRTC, and the
+program runs on the GPU (ember.cuda.model), or on the interpreter with GPU semantics for
+Target("cuda", simulate=True).
 
 `compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
 ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
@@ -152,7 +155,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
     jobs: processes that lower kernels (default: one per core when there are at least
         PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
-    target: "c", "python" (the loop-IR interpreter runs every kernel), or an ember.target.Target:
+    target: "c", "python" (the loop-IR interpreter runs every kernel), "cuda" (the GPU), or an
+        ember.target.Target (Target("cuda", simulate=True): GPU kernels on the interpreter):
         its backend (ember.backends: renderers, builder, compiled-model class), the SIMD width the
         kernels and the layout pass are made for, the key of tuned schedules.
     cc, cflags: the C compiler and its flags (default: the target's, else the options).

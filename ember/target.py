@@ -6,11 +6,15 @@ and the runtime read them from the Target they are given.
     ember.compile(model, target="c")        # C with OpenMP and SIMD, built by the configured compiler
     ember.compile(model, target="python")   # the loop-IR interpreter: slow, exact, no compiler
     ember.build(s, [A, B], target="cuda")   # one GPU kernel: CUDA C through NVRTC (ember.cuda)
+    ember.compile(model, target="cuda")     # every kernel on the GPU, launched through the driver API
+    ember.compile(model, target=Target("cuda", simulate=True))  # the same kernels built, run on the CPU's
+                                                                 # interpreter with GPU semantics (no GPU)
     ember.compile(model, target=Target("c", cc="clang", cflags="-O2 -fopenmp -shared -fPIC"))
     ember.compile(model, target=Target.x86("avx2"))   # AVX2 + FMA only (8 float lanes), any x86-64 since 2013
 
-A `Target` holds its kind (the name of its backend, `target.backend`: ember.backends; "cuda"
-builds single kernels for now), the C compiler and flags, and the machine facts:
+A `Target` holds its kind (the name of its backend, `target.backend`: ember.backends; for "cuda",
+`simulate`: run on the interpreter with GPU semantics, no GPU needed), the C compiler and flags,
+and the machine facts:
 - `features`: the instruction-set extensions the code may use (x86: avx2, fma, avx512f/bw/vl/dq,
   avx512vnni, avx512bf16, avx512fp16, amx-tile/int8/bf16; ARM: neon, sve, dotprod, bf16). Code
   generation follows the compiler and flags, so these are read from the compiler's own predefined
@@ -116,12 +120,15 @@ class Target:
     caches: tuple[int, int, int] | None = None  # L1d, L2, L3 bytes
     cores: int | None = None
     accel: object = None  # kind "accel": the accelerator's description (ember.accel.Accelerator)
+    simulate: bool = False  # kind "cuda": every kernel built by NVRTC, the model run on the interpreter, GPU semantics
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ConfigError(f"unknown target {self.kind!r}; targets are {KINDS} or an ember.target.Target")
         if (self.kind == "accel") != (self.accel is not None):
             raise ConfigError("a target of kind 'accel' and only it holds an accelerator's description (accel=)")
+        if self.simulate and self.kind != "cuda":
+            raise ConfigError(f"simulate=True is for target 'cuda' (its GPU simulated on the CPU), not {self.kind!r}")
         if self.schedules is None:
             object.__setattr__(self, "schedules", "gpu" if self.kind == "cuda" else "cpu")
         if self.kind in HOST_C:
@@ -199,8 +206,8 @@ class Target:
     def describe(self) -> dict:
         """What a compiled model's manifest records of its target (`features`: what a machine
         that loads it must have)."""
-        return {"target": self.kind, "machine": platform.machine(), "vector_bytes": self.vector_bytes,
-                "align": self.align, "features": sorted(self.features),
+        return {"target": self.kind, **({"simulate": True} if self.simulate else {}), "machine": platform.machine(),
+                "vector_bytes": self.vector_bytes, "align": self.align, "features": sorted(self.features),
                 **({"cc": self.cc, "cflags": self.cflags} if self.kind in HOST_C else {})}
 
 

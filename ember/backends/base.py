@@ -9,8 +9,9 @@ kind:
   `build_kernels`; the tile launcher (ember.triton): `tile_emitter` (how a tile kernel's block
   operations become loops on this machine), `render_kernels` and `open_launcher`, since it caches
   a kernel's source apart from its loop IR, and `call_tile` (a launch's arguments passed to it);
-- the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline) and the
-  loop passes in order (`loop_passes`, those of ember.tir.lower);
+- the graph passes that read the target (`graph_passes`, names of ember.passes.pipeline), those
+  it leaves out (`skipped_passes`), and the loop passes in order (`loop_passes`, those of
+  ember.tir.lower);
 - the tuner's rules (`tuner`: the design space, the features the cost model sees, the runner
   that measures), which ember.tune takes from the target it tunes for.
 
@@ -66,6 +67,8 @@ class Backend(ABC):
     # None: no model compiles for this target (check_options says so)
     model: type | None
     graph_passes: tuple[str, ...]  # the graph passes that read the target
+    # graph passes this target leaves out: those making operators it has no schedule for
+    skipped_passes: tuple[str, ...] = ()
     loop_passes: Sequence  # (name, pass) pairs, in order
     tuner: TunerRules | None  # None: kernels of this target are not tuned
     # the Emitter of tile kernels (ember.triton.compiler.emitter), built as

@@ -1,30 +1,56 @@
-"""The CUDA backend (target "cuda"): single GPU kernels (ember.build of a schedule bound to blocks
-and threads) and tile kernels (ember.triton: the GPU's Emitter spreads a program's blocks over a
-CUDA block's threads), CUDA C on the C-style base, built by NVRTC and launched through the driver
-API (ember.cuda). Models are not compiled for it yet.
+"""The CUDA backend (target "cuda"): GPU kernels in CUDA C on the C-style base, built by NVRTC and
+launched through the driver API (ember.cuda), for single kernels (ember.build of a schedule bound
+to blocks and threads), tile kernels (ember.triton: the GPU's Emitter spreads a program's blocks
+over a CUDA block's threads) and whole models.
+
+A model takes no target graph passes (no blocked layouts, no weight packing: the GPU family's
+schedules read the plain layouts) and no fold_attention (attention stays matmul, softmax, matmul,
+which the family schedules; a fused attention kernel for the GPU is still to come). Every kernel
+is scheduled by the GPU family (ember.schedules.gpu) and built by NVRTC, for the GPU's
+architecture (sm_90 without one); a kernel whose loops the family bound to no block or thread
+(an extern call, a scalar output) is a CompileError naming its operators, at compile time.
+The model runs its call program on the GPU (ember.cuda.model.CUDAModel), or, for
+`Target("cuda", simulate=True)`, on the loop-IR interpreter with GPU semantics
+(ember.cuda.simt: the same lowered kernels, blocks and threads in a shuffled order, races
+checked), which needs no GPU. Static shapes only, no control flow.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from ..cuda import CUDAKernel, build_cuda
 from ..cuda.kernel import device_arch
+from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
+from ..cuda.nvrtc import DEFAULT_ARCH
+from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.tile import TileLauncher, render_tile
-from ..errors import ArgumentTypeError, ConfigError
+from ..errors import ArgumentTypeError, CompileError, ConfigError
+from ..program import Branch, Loop, Program
+from ..runtime.interpreted import InterpretedEntry
+from ..runtime.spec import ModelSpec
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
 from . import register
-from .base import Backend
+from .base import Backend, Rendered
 
 SKIPPED = ("vectorize", "simplify_vectors")  # CUDA C renders no vector expressions yet (it unrolls the loops)
 
 
+def _model(spec, built, weights, plan, **options):
+    """The compiled model of what `build` gave: on the GPU, or simulated on the interpreter."""
+    cls = SimulatedModel if isinstance(built, InterpretedEntry) else CUDAModel
+    return cls(spec, built, weights, plan, **options)
+
+
 class CUDABackend(Backend):
     name = "cuda"
-    model = None
+    model = staticmethod(_model)
     graph_passes = ()
+    skipped_passes = ("fold_attention",)  # its attention operator is a CPU extern call: matmul, softmax, matmul here
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = None
 
@@ -36,8 +62,27 @@ class CUDABackend(Backend):
         return CUDAEmitter
 
     def check_options(self, *, checked: bool | None) -> None:
-        raise ConfigError("target 'cuda' builds single kernels for now (ember.build of a GPU schedule, ember.triton "
-                          "kernels); models compile for 'c' or 'python'")
+        if checked:
+            raise ConfigError("checked=True needs target 'c': CUDA kernels do not check divisions")
+
+    def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
+               checked: bool, target) -> Rendered:
+        """Every kernel built by NVRTC (cached on disk), and the entry that runs the program."""
+        if any(isinstance(st, Branch | Loop) for st in program.body):
+            raise CompileError(f"model {spec.name}: control flow (if, loop) does not compile for target 'cuda' yet; "
+                               f"compile it for 'c'")
+        for f in program.kernels:
+            if not is_gpu_kernel(f):
+                info = next(k for k in spec.kernels if k.name == f.name)
+                raise CompileError(f"model {spec.name}: kernel {f.name} ({' + '.join(info.ops)}; nodes "
+                                   f"{', '.join(info.nodes)}) has no GPU schedule: its loops are bound to no block "
+                                   f"or thread")
+        kernels = {f.name: build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None) for f in program.kernels}
+        entry = InterpretedEntry(program, load=build_simt) if target.simulate else DeviceEntry(program, kernels)
+        return Rendered("\n\n".join(k.source for k in kernels.values()), entry)
+
+    def build(self, rendered: Rendered, target) -> tuple[object, bool]:
+        return rendered.entry, False  # built as rendered (NVRTC's cache holds the cubins)
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CUDAKernel]:
         """Options: arch, ptx, debug (ember.cuda.build_cuda)."""

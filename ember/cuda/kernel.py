@@ -93,14 +93,12 @@ class CUDAKernel:
         return f"<CUDAKernel {self.name} grid={self.grid} block={self.block} {self.arch}>"
 
     def __call__(self, *arrays, stream: int | None = None) -> None:
-        from .driver import POINTER, Module, check, device, driver
+        from .driver import check, device, driver
 
         if len(arrays) != len(self.func.params):
             raise ArgumentTypeError(f"kernel {self.name} takes {len(self.func.params)} arrays, got {len(arrays)}")
         dev = device()
         dev.activate()
-        if self._module is None:
-            self._module = Module(self.binary, self.symbol, dev)
         cu = driver()
         copies, pointers = [], []
         try:
@@ -113,15 +111,9 @@ class CUDAKernel:
                     pointers.append(int(ptr))
                 else:
                     pointers.append(_device_pointer(buf, a, k, self.name))
-                    if buf in self.aligned and pointers[-1] % 16:
-                        raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({buf.name}) is at an address "
-                                                f"that is not a multiple of 16; the kernel accesses it 16 bytes "
-                                                f"at a time (a view at an offset: pass a copy)")
             if stream is None:
                 stream = _torch_stream(arrays, dev.ordinal)
-            self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
-            if self.checks:
-                check_status(self._module, self.name, [b.name for b in self.func.params], cu.CUstream(stream))
+            self.launch(pointers, stream)
             if copies:
                 check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
                 written = written_buffers(self.func)
@@ -131,6 +123,23 @@ class CUDAKernel:
         finally:
             for ptr, _, _ in copies:
                 cu.cuMemFree(ptr)
+
+    def launch(self, pointers: Sequence[int], stream: int = 0) -> None:
+        """Run on the device addresses `pointers` (one per parameter, checked for the 16-byte
+        alignment of `aligned`) in `stream`, the driver's context current; loaded on first use.
+        A kernel that checks accesses waits for the launch and raises what it found."""
+        from .driver import POINTER, Module, device, driver
+
+        for k, (buf, p) in enumerate(zip(self.func.params, pointers)):
+            if buf in self.aligned and p % 16:
+                raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({buf.name}) is at an address that is "
+                                        f"not a multiple of 16; the kernel accesses it 16 bytes at a time (a view "
+                                        f"at an offset: pass a copy)")
+        if self._module is None:
+            self._module = Module(self.binary, self.symbol, device())
+        self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
+        if self.checks:
+            check_status(self._module, self.name, [b.name for b in self.func.params], driver().CUstream(stream))
 
 
 def _check(buf, shape, dtype, contiguous: bool, k: int, name: str) -> None:

@@ -118,6 +118,7 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
     if debug:
         _verify(graph, "the pipeline's input")
     target_passes = TARGET_PASSES if target is None else target.backend.graph_passes
+    disabled |= set(target.backend.skipped_passes) if target is not None else set()
     for name in names:
         if name in disabled:
             continue

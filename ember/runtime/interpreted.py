@@ -24,16 +24,18 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..codegen.c import kernel_symbol
 from ..codegen.entry import INTERRUPTED
-from ..codegen.python import IndexOutOfRange, codegen_python, load_python
+from ..codegen.python import IndexOutOfRange
 from ..errors import ConfigError
 from ..program import Branch, Copy, Dims, Launch, Loop, Program, Ref, SizeExpr
+from ..tir.stmt import PrimFunc
 from .model import CompiledModel
+from .module import PythonKernel
 
 
 class InterpretedEntry:
@@ -42,11 +44,13 @@ class InterpretedEntry:
     holds the lowered kernels by name; `run_call(launch, arrays, sizes)` runs one launch on flat
     arrays over the arguments' bytes (ember.debug.bisect_kernels wraps it)."""
 
-    def __init__(self, program: Program):
-        sources = {f.name: codegen_python(f) for f in program.kernels}
-        self.source = "\n\n".join(sources.values())
+    def __init__(self, program: Program, load: Callable[[PrimFunc], PythonKernel] = PythonKernel):
+        """`load(func)`: the kernel that runs func (default: the interpreter's; the CUDA target's
+        simulation gives ember.cuda.simt's, GPU semantics)."""
+        loaded = {f.name: load(f) for f in program.kernels}
+        self.source = "\n\n".join(k.source for k in loaded.values())
         self.funcs = {f.name: f for f in program.kernels}
-        self.kernels = {f.name: load_python(sources[f.name], f) for f in program.kernels}
+        self.kernels = {name: k.pyfunc for name, k in loaded.items()}
         self.program = program
         self.run_call = self.interpret
         self.order = program.launches()  # as the C entry numbers them (ember.codegen.entry)

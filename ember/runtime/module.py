@@ -121,10 +121,10 @@ class PythonKernel(Kernel):
         """`source` and `pyfunc`: another rendering of func and what runs it (default: codegen_python's)."""
         source = codegen_python(func) if source is None else source
         super().__init__(func, source)
-        self._pyfunc = load_python(source, func) if pyfunc is None else pyfunc
+        self.pyfunc = load_python(source, func) if pyfunc is None else pyfunc  # on flat arrays, then sizes
 
     def _launcher(self, arrays, sizes):
-        pyfunc, args = self._pyfunc, [a.reshape(-1) for a in arrays] + sizes
+        pyfunc, args = self.pyfunc, [a.reshape(-1) for a in arrays] + sizes
 
         def run():
             with np.errstate(all="ignore"):  # wrap-around and overflow are semantics, not errors

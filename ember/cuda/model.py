@@ -1,0 +1,296 @@
+"""A whole model on the GPU (target "cuda"): its call program run by launches through the driver.
+
+`CUDAModel` is a CompiledModel whose entry is a `DeviceEntry`: the program's launches and copies
+issued from Python on one stream, each kernel a CUDAKernel (NVRTC's cubin) launched with
+`cuLaunchKernel` on device addresses. The weights are uploaded once (the first call), into one
+device buffer; the memory plan's workspace is one device arena, allocated once per model and
+grown if a call needs more. A call:
+
+1. checks every input before anything is launched: a torch CUDA tensor or a CuPy array
+   (`__cuda_array_interface__`) on the model's GPU is used in place; a NumPy array is copied to
+   the GPU (and the outputs back); a CPU torch tensor, or an array on another GPU, is an
+   ArgumentTypeError naming the input and where it should be;
+2. binds the sizes and checks the shapes as CompiledModel does;
+3. allocates the outputs (torch CUDA tensors when an input is a torch tensor, CuPy arrays when
+   one is a CuPy array, else NumPy after a copy back) and runs the program on `stream=` (a handle,
+   a torch.cuda.Stream or a CuPy stream), else on torch's current stream when an input is a torch
+   tensor, else on the default stream. A call with GPU arrays only does not wait for the GPU.
+
+Calls share the arena: they are serialized (a lock), and a call on another stream than the
+previous call's first waits for that stream. Launching from Python costs the host about
+`launch_us` per kernel (measured at each call, shown by `summary()`) above the GPU's time; the
+entry function issuing the launches from native code is the next step.
+
+No driver or no GPU is a DeviceError at the first call, never at compile time or import.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+
+import numpy as np
+
+from .. import dims
+from ..errors import ArgumentTypeError, ConfigError
+from ..program import Copy, Launch, Program, Ref
+from ..runtime.interpreted import InterpretedModel
+from ..runtime.model import CompiledModel
+from .kernel import CUDAKernel
+
+
+class DeviceEntry:
+    """The call program (Launch and Copy statements; the backend refuses control flow) over
+    device addresses: `run(address, stream)` with `address(ref)` the device address of a
+    reference."""
+
+    def __init__(self, program: Program, kernels: Mapping[str, CUDAKernel]):
+        self.program, self.kernels = program, dict(kernels)
+        self.order = program.launches()
+        self.source = "\n\n".join(k.source for k in self.kernels.values())
+
+    def run(self, address, stream: int) -> None:
+        from .driver import check, driver
+
+        cu = driver()
+        for st in self.program.body:
+            match st:
+                case Launch():
+                    self.kernels[st.kernel].launch([address(a.ref) for a in st.args], stream)
+                case Copy():
+                    nbytes = int(np.prod(st.dims, dtype=np.int64)) * st.itemsize
+                    check(cu.cuMemcpyDtoDAsync(address(st.dst), address(st.src), nbytes, cu.CUstream(stream)),
+                          "cuMemcpyDtoDAsync")
+
+
+class CUDAModel(CompiledModel):
+    """A model whose kernels run on the GPU (see the module doc). `cm(*inputs, stream=None)`;
+    `launch_us`: the host's microseconds per launch in the latest call."""
+
+    def _open(self, entry: DeviceEntry) -> DeviceEntry:
+        self.library = self.library_path = self._library = None
+        self._lock = threading.Lock()
+        self._weights_on_device = None  # (base address, the address of each weight)
+        self._arena = (0, 0)  # (address, bytes)
+        self._last_stream = None
+        self.launch_us = None
+        return entry
+
+    def __call__(self, *inputs, stream=None):
+        from .driver import device
+
+        dev = device()
+        dev.activate()
+        with self._lock:
+            return self._run(inputs, stream, dev)
+
+    def _run(self, inputs, stream, dev):
+        from .driver import check, driver
+
+        cu = driver()
+        if len(inputs) != len(self.spec.inputs):
+            names = ", ".join(t.name for t in self.spec.inputs)
+            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
+                                    f"got {len(inputs)}")
+        given = [self._on_device(k, x, dev.ordinal) for k, x in enumerate(inputs)]  # (array, shape), kept alive
+        symbols = self._bind([SimpleNamespace(shape=shape) for _, shape in given])
+        offsets, workspace_bytes = self._layout_of(tuple(symbols[s] for s in self.spec.symbols))
+        kind = "torch" if any(_is_torch(x) for x in inputs) else "cupy" if any(_is_cupy(x) for x in inputs) else "numpy"
+        stream = _stream_handle(stream, kind, dev.ordinal)
+        if self._last_stream is not None and self._last_stream != stream:  # the arena's previous user
+            check(cu.cuStreamSynchronize(cu.CUstream(self._last_stream)), "cuStreamSynchronize")
+        self._last_stream = stream
+        weights = self._upload_weights(cu)
+        workspace = self._workspace_on_device(cu, workspace_bytes)
+        staged = []  # device copies of NumPy inputs and outputs, freed after the call
+        try:
+            ins = [self._staged(cu, staged, x, stream) if isinstance(x, np.ndarray) else _address(x) for x, _ in given]
+            outputs = [_empty(kind, tuple(dims.evaluate(d, symbols) for d in t.shape), t.dtype, dev.ordinal)
+                       for t in self.spec.outputs]
+            outs = [self._staged(cu, staged, o, None) if kind == "numpy" else _address(o) for o in outputs]
+            pointers = {"input": ins, "output": outs, "weight": weights}
+
+            def address(ref: Ref) -> int:
+                return workspace + int(offsets[ref.index]) if ref.kind == "workspace" else pointers[ref.kind][ref.index]
+
+            start = time.perf_counter()
+            self._entry.run(address, stream)
+            self.launch_us = (time.perf_counter() - start) * 1e6 / max(1, len(self._entry.order))
+            if staged:
+                check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
+            if kind == "numpy":
+                for o, p in zip(outputs, outs):
+                    check(cu.cuMemcpyDtoH(o.ctypes.data, p, o.nbytes), "cuMemcpyDtoH")
+        finally:
+            for p in staged:
+                cu.cuMemFree(p)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _on_device(self, k: int, x, ordinal: int):
+        """Input k as (a GPU array used in place, or a NumPy array to copy; its shape), checked."""
+        spec = self.spec.inputs[k]
+        if isinstance(x, np.ndarray):
+            a = np.ascontiguousarray(x)
+            dtype, shape = a.dtype.name, a.shape
+            found = (a, shape)
+        elif _is_torch(x):
+            if x.device.type != "cuda" or x.device.index != ordinal:
+                raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; model {self.name} runs on "
+                                        f"cuda:{ordinal}: pass {spec.name}.to('cuda:{ordinal}')")
+            dtype, shape = str(x.dtype).removeprefix("torch."), tuple(x.shape)
+            found = (x.detach().contiguous(), shape)
+        elif hasattr(x, "__cuda_array_interface__"):
+            cai = x.__cuda_array_interface__
+            dtype, shape = np.dtype(cai["typestr"]).name, tuple(cai["shape"])
+            strides = cai.get("strides")
+            if strides is not None and tuple(strides) != tuple(np.dtype(dtype).itemsize * int(np.prod(shape[i + 1:]))
+                                                               for i in range(len(shape))):
+                raise ArgumentTypeError(f"input '{spec.name}' is not contiguous (row-major): pass a contiguous copy")
+            on = _pointer_device(cai["data"][0])
+            if on != ordinal:
+                raise ArgumentTypeError(f"input '{spec.name}' is on cuda:{on}; model {self.name} runs on "
+                                        f"cuda:{ordinal}")
+            found = (x, shape)
+        else:
+            raise ArgumentTypeError(f"input {k + 1} ('{spec.name}') must be a torch CUDA tensor, a CuPy array "
+                                    f"(__cuda_array_interface__) or a numpy.ndarray, got {type(x).__name__}")
+        if dtype != spec.dtype:
+            raise ArgumentTypeError(f"input '{spec.name}' has dtype {dtype}, expected {spec.dtype}")
+        if len(shape) != len(spec.shape):
+            raise ArgumentTypeError(f"input '{spec.name}' has {len(shape)} dimension(s), expected {len(spec.shape)}")
+        return found
+
+    def _staged(self, cu, staged: list, a: np.ndarray, stream: int | None) -> int:
+        """A device copy of `a` (its contents copied when `stream` is given), freed after the call."""
+        from .driver import check
+
+        p = int(check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc"))
+        staged.append(p)
+        if stream is not None:
+            check(cu.cuMemcpyHtoD(p, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+        return p
+
+    def _upload_weights(self, cu) -> list[int]:
+        """The weights' device addresses: uploaded at the first call, into one buffer."""
+        from .driver import check
+
+        if self._weights_on_device is None:
+            align = self.plan.align
+            starts, total = [], 0
+            for w in self.weights.values():
+                starts.append(total)
+                total += -(-w.nbytes // align) * align
+            base = int(check(cu.cuMemAlloc(max(total + align, 1)), "cuMemAlloc of the weights"))
+            first = -(-base // align) * align
+            for w, at in zip(self.weights.values(), starts):
+                check(cu.cuMemcpyHtoD(first + at, w.ctypes.data, w.nbytes), "cuMemcpyHtoD of the weights")
+            self._weights_on_device = (base, [first + at for at in starts])
+        return self._weights_on_device[1]
+
+    def _workspace_on_device(self, cu, nbytes: int) -> int:
+        """The arena's aligned address, at least nbytes (allocated once, grown when needed)."""
+        from .driver import check
+
+        align = self.plan.align
+        base, size = self._arena
+        if size < nbytes + align:
+            if base:
+                check(cu.cuMemFree(base), "cuMemFree")
+            base = int(check(cu.cuMemAlloc(nbytes + align), "cuMemAlloc of the workspace"))
+            self._arena = (base, nbytes + align)
+        return -(-base // align) * align
+
+    def summary(self) -> str:
+        launch = (f"{self.launch_us:.1f} us of the host per launch in the latest call" if self.launch_us is not None
+                  else "not called yet")
+        return (f"{super().summary()}\nlaunches: {len(self._entry.order)} from Python through the driver API "
+                f"({launch}); the weights and the workspace on the GPU")
+
+    def save(self, path):
+        raise ConfigError(f"model {self.name} runs on the GPU (target 'cuda'), which is not saved yet; compile it "
+                          f"with target='c' to save it")
+
+    def profile(self, *inputs, repeat: int = 10):
+        raise ConfigError(f"model {self.name} runs on the GPU (target 'cuda'), which is not profiled per kernel yet")
+
+    def __del__(self):
+        try:
+            from .driver import driver
+
+            for p in (getattr(self, "_arena", (0,))[0], (getattr(self, "_weights_on_device", None) or (0,))[0]):
+                if p:
+                    driver().cuMemFree(p)
+        except Exception:  # noqa: BLE001 (at interpreter exit the driver may be gone)
+            pass
+
+
+class SimulatedModel(InterpretedModel):
+    """A model compiled for `Target("cuda", simulate=True)`: every kernel built by NVRTC (its CUDA
+    C in `source`), the call program run on the loop-IR interpreter with GPU semantics
+    (ember.cuda.simt), on the CPU's NumPy arrays and torch tensors, no GPU needed."""
+
+    def summary(self) -> str:
+        return (f"{super().summary()}\nsimulated: {len(self._entry.order)} launches on the interpreter with GPU "
+                f"semantics (blocks and threads in a shuffled order, races checked)")
+
+
+def _is_torch(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_cupy(x) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def _address(x) -> int:
+    return int(x.data_ptr()) if _is_torch(x) else int(x.__cuda_array_interface__["data"][0])
+
+
+def _empty(kind: str, shape: tuple[int, ...], dtype: str, ordinal: int):
+    """An output array of the call's kind: a torch CUDA tensor, a CuPy array, or NumPy."""
+    if kind == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=f"cuda:{ordinal}")
+    if kind == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(ordinal):
+            return cupy.empty(shape, dtype)
+    return np.empty(shape, dtype)
+
+
+def _stream_handle(stream, kind: str, ordinal: int) -> int:
+    """The stream a call runs on: `stream` (a handle, a torch stream's, a CuPy stream's), else
+    torch's current stream for torch inputs, CuPy's for CuPy inputs, else the default (0)."""
+    if stream is None:
+        if kind == "torch":
+            import torch
+
+            return int(torch.cuda.current_stream(ordinal).cuda_stream)
+        if kind == "cupy":
+            import cupy
+
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    if isinstance(stream, int):
+        return stream
+    raise ArgumentTypeError(f"stream must be a CUDA stream handle, a torch.cuda.Stream or a CuPy stream, got "
+                            f"{type(stream).__name__}")
+
+
+def _pointer_device(address: int) -> int:
+    """The ordinal of the GPU that holds a device address."""
+    from .driver import check, driver
+
+    cu = driver()
+    return int(check(cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address),
+                     "cuPointerGetAttribute"))
