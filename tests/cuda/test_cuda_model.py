@@ -3,13 +3,16 @@
 (Target("cuda", simulate=True)) and checked against torch at 1e-4; on a GPU, through the driver
 (skipped with the reason where there is none)."""
 
+import ctypes
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
-from ember.errors import CompileError, ConfigError, DeviceError
+from ember.errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
 from ember.target import Target
 
 pytestmark = needs_nvrtc
@@ -135,3 +138,105 @@ def test_on_the_gpu_a_cpu_tensor_is_refused_before_any_launch(on_gpu):
     _, cm = on_gpu
     with pytest.raises(ember.errors.ArgumentTypeError, match=r"is on cpu.*to\('cuda:0'\)"):
         cm(torch.randn(2, 16))
+
+
+# -- the driver path's bookkeeping on a stand-in driver whose device memory is host memory --------
+class HostDriver:
+    """The driver calls CUDAModel makes, over host memory: an allocation is a NumPy buffer, a copy
+    a memmove; `launches` counts the kernels run (each on the interpreter, GPU semantics)."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    class CUpointer_attribute:  # noqa: N801 (the driver's name)
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 8
+
+    def __init__(self, ordinal_of_arrays=0):
+        self.buffers, self.launches, self.ordinal_of_arrays = {}, 0, ordinal_of_arrays
+
+    @staticmethod
+    def CUstream(handle):  # noqa: N802
+        return handle
+
+    def cuMemAlloc(self, n):  # noqa: N802
+        buf = np.empty(n, np.uint8)
+        self.buffers[buf.ctypes.data] = buf
+        return 0, buf.ctypes.data
+
+    def cuMemFree(self, p):  # noqa: N802
+        self.buffers.pop(int(p))
+        return (0,)
+
+    def cuMemcpyHtoD(self, dst, src, n):  # noqa: N802
+        ctypes.memmove(dst, src, n)
+        return (0,)
+
+    cuMemcpyDtoH = cuMemcpyHtoD
+
+    def cuMemcpyDtoDAsync(self, dst, src, n, stream):  # noqa: N802
+        return self.cuMemcpyHtoD(dst, src, n)
+
+    def cuStreamSynchronize(self, stream):  # noqa: N802
+        return (0,)
+
+    def cuPointerGetAttribute(self, attribute, address):  # noqa: N802
+        return 0, self.ordinal_of_arrays
+
+
+class DeviceArray:
+    """A GPU array as CuPy shows one (__cuda_array_interface__), over the stand-in's memory."""
+
+    def __init__(self, host: np.ndarray, cu: HostDriver):
+        _, self.address = cu.cuMemAlloc(host.nbytes)
+        ctypes.memmove(self.address, host.ctypes.data, host.nbytes)
+        self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str, "strides": None,
+                                         "data": (self.address, False), "version": 3}
+
+
+@pytest.fixture
+def host_driver(monkeypatch):
+    from ember.cuda import driver, kernel
+    from ember.cuda.simt import SimtKernel
+    from ember.runtime.interpreted import _view
+    from ember.tir import dtype as dt
+    from ember.tir.expr import as_int
+
+    cu = HostDriver()
+
+    def launch(self, pointers, stream=0):  # the kernel on the interpreter, at the addresses given
+        arrays = [_view(p, int(np.prod([as_int(d) for d in b.shape])), np.dtype(dt.to_numpy(b.dtype)))
+                  for b, p in zip(self.func.params, pointers)]
+        SimtKernel(self.func).pyfunc(*arrays)
+        cu.launches += 1
+
+    monkeypatch.setattr(driver, "driver", lambda: cu)
+    monkeypatch.setattr(driver, "device", lambda ordinal=0: SimpleNamespace(ordinal=0, activate=lambda: None))
+    monkeypatch.setattr(kernel.CUDAKernel, "launch", launch)
+    return cu
+
+
+def test_the_driver_path_runs_the_program_over_one_arena_and_uploaded_weights(on_gpu, host_driver):
+    model, cm = on_gpu
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(cm(x.numpy()), expected, rtol=TOL, atol=TOL)  # NumPy: copied in and out
+    arena, weights = cm._arena, cm._weights_on_device
+    got = cm(DeviceArray(x.numpy(), host_driver))  # a GPU array: in place
+    np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
+    assert (cm._arena, cm._weights_on_device) == (arena, weights)  # allocated once
+    assert host_driver.launches == 2 * len(cm.kernels)
+    assert len(host_driver.buffers) == 3  # the arena, the weights, the GPU array: the call's copies freed
+    assert "us of the host per launch" in cm.summary()
+
+
+def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on_gpu, host_driver):
+    _, cm = on_gpu
+    with pytest.raises(ArgumentTypeError, match=r"is on cpu; model model runs on cuda:0"):
+        cm(torch.randn(2, 16))
+    host_driver.ordinal_of_arrays = 1
+    with pytest.raises(ArgumentTypeError, match="is on cuda:1"):
+        cm(DeviceArray(np.ones((2, 16), np.float32), host_driver))
+    with pytest.raises(ArgumentTypeError, match="has dtype float64"):
+        cm(np.ones((2, 16)))
+    assert host_driver.launches == 0
