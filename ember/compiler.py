@@ -202,6 +202,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     graph = fused.graph
     _check_loops(graph)
     symbols = _symbols(graph)
+    backend.check_graph(graph, symbols)
     steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes), target.align)  # kernels, views, in place
     t = time.perf_counter()
     passes_s = t - start

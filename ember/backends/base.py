@@ -2,7 +2,7 @@
 
 Everything above the target asks `target.backend` (ember.backends) for these and branches on no
 kind:
-- the compiler (ember.compiler): `check_options`, then `render` (the kernels and the call program,
+- the compiler (ember.compiler): `check_options`, `check_graph`, then `render` (the kernels and the call program,
   ember.program, as one unit of source: the kernel renderer and the wrapper renderer), `build`
   (the builder and the loader), and `model`, the compiled-model class that runs what `build` gave;
 - single kernels (ember.build, the tuner's measurement through it, ember.debug.bisect_kernels):
@@ -79,6 +79,10 @@ class Backend(ABC):
     def check_options(self, *, checked: bool | None) -> None:  # noqa: B027 (most backends take every option)
         """Refuse, before anything is compiled, a model this backend cannot compile with these
         options (ConfigError); none by default."""
+
+    def check_graph(self, graph, symbols: Sequence[str]) -> None:  # noqa: B027 (most backends take every graph)
+        """Refuse, before any kernel is lowered, a fused graph this backend cannot compile
+        (CompileError naming why); `symbols`: the sizes each call binds. None by default."""
 
     def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
                checked: bool, target) -> Rendered:

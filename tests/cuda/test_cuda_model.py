@@ -93,6 +93,13 @@ def test_a_kernel_without_a_gpu_schedule_is_named_at_compile_time():
         ember.compile(Total(), (torch.randn(3, 4),), target=SIMULATED)
 
 
+def test_symbolic_sizes_are_refused_at_compile_time():
+    x = torch.randn(2, 16)
+    with pytest.raises(CompileError, match="symbolic sizes .* do not compile for target 'cuda' yet"):
+        ember.compile(torch.nn.ReLU(), (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},),
+                      target=SIMULATED)
+
+
 def test_simulate_is_for_the_cuda_target_only():
     with pytest.raises(ConfigError, match="simulate=True is for target 'cuda'"):
         Target("c", simulate=True)
