@@ -236,6 +236,14 @@ class SimulatedModel(InterpretedModel):
         return (f"{super().summary()}\nsimulated: {len(self._entry.order)} launches on the interpreter with GPU "
                 f"semantics (blocks and threads in a shuffled order, races checked)")
 
+    def save(self, path):
+        raise ConfigError(f"model {self.name} is simulated (Target('cuda', simulate=True)) and has no library to "
+                          f"save; compile it with target='c' to save it")
+
+    def profile(self, *inputs, repeat: int = 10):
+        raise ConfigError(f"model {self.name} is simulated (Target('cuda', simulate=True)): its times on the "
+                          f"interpreter say nothing of the GPU's; profile it compiled for a GPU or for 'c'")
+
 
 def _is_torch(x) -> bool:
     torch = sys.modules.get("torch")

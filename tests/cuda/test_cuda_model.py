@@ -74,6 +74,8 @@ def test_a_model_runs_with_gpu_semantics_and_matches_torch(simulated):
     np.testing.assert_allclose(cm(x.numpy()), expected, rtol=TOL, atol=TOL)  # NumPy in, NumPy out
     assert cm.source.count("__global__") == len(cm.kernels)  # every kernel CUDA C, built by NVRTC
     assert "with GPU semantics" in cm.summary()
+    with pytest.raises(ConfigError, match="is simulated"):
+        cm.save("unused")
 
 
 def test_the_cuda_target_takes_no_cpu_layouts_or_packing():
