@@ -61,9 +61,12 @@ class CUDABackend(Backend):
 
         return CUDAEmitter
 
-    def check_options(self, *, checked: bool | None) -> None:
+    def check_options(self, *, checked: bool | None, precision: str = "fp32") -> None:
         if checked:
             raise ConfigError("checked=True needs target 'c': CUDA kernels do not check divisions")
+        if precision != "fp32":
+            raise ConfigError(f"precision={precision!r} does not compile for target 'cuda' yet (its weight packing is "
+                              f"the CPU's); models on the GPU are fp32")
 
     def check_graph(self, graph, symbols: Sequence[str]) -> None:
         if symbols:

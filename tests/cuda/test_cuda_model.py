@@ -102,6 +102,11 @@ def test_symbolic_sizes_are_refused_at_compile_time():
                       target=SIMULATED)
 
 
+def test_a_lower_precision_is_refused_before_anything_compiles():
+    with pytest.raises(ConfigError, match="precision='bf16' does not compile for target 'cuda' yet"):
+        ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), target=SIMULATED, precision="bf16")
+
+
 def test_simulate_is_for_the_cuda_target_only():
     with pytest.raises(ConfigError, match="simulate=True is for target 'cuda'"):
         Target("c", simulate=True)
