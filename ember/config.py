@@ -228,9 +228,9 @@ class PassNames:
 # the graph passes by name, as EMBER_PRINT_IR and EMBER_DISABLE_PASSES name them, in the order
 # ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
 # that this ground-layer module need not import the passes
-GRAPH_PASSES = ("fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products",
-                "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
-                "bf16_weights", "pad_gemv", "layout", "pack_weights", "dce", "fuse")
+GRAPH_PASSES = ("fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse",
+                "slice_products", "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products",
+                "quantize_weights", "bf16_weights", "pad_gemv", "layout", "pack_weights", "dce", "fuse")
 
 
 def _pass_names() -> tuple[str, ...]:

@@ -3,9 +3,10 @@ launched through the driver API (ember.cuda), for single kernels (ember.build of
 to blocks and threads), tile kernels (ember.triton: the GPU's Emitter spreads a program's blocks
 over a CUDA block's threads) and whole models.
 
-A model takes no target graph passes (no blocked layouts, no weight packing: the GPU family's
-schedules read the plain layouts) and no fold_attention (attention stays matmul, softmax, matmul,
-which the family schedules; a fused attention kernel for the GPU is still to come). Every kernel
+A model takes none of the CPU's target graph passes (no blocked layouts, no weight packing: the
+GPU family's schedules read the plain layouts) and no fold_attention: its attention is unfolded
+into matmul, softmax, matmul (ember.passes.unfold_attention), which the family schedules; a fused
+attention kernel for the GPU is still to come. Every kernel
 is scheduled by the GPU family (ember.schedules.gpu) and built by NVRTC, for the GPU's
 architecture (sm_90 without one); a kernel whose loops the family bound to no block or thread
 (an extern call, a scalar output) is a CompileError naming its operators, at compile time.
@@ -49,8 +50,8 @@ def _model(spec, built, weights, plan, **options):
 class CUDABackend(Backend):
     name = "cuda"
     model = staticmethod(_model)
-    graph_passes = ()
-    skipped_passes = ("fold_attention",)  # its attention operator is a CPU extern call: matmul, softmax, matmul here
+    graph_passes = ("unfold_attention",)  # the attention operator is a CPU extern call: matmul, softmax, matmul here
+    skipped_passes = ("fold_attention",)  # (which would fold them back)
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = None
 

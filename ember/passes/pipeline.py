@@ -56,17 +56,19 @@ from .pad_gemv import pad_gemv
 from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
+from .unfold_attention import unfold_attention
 
 Pass = Callable[[Graph], Graph]
 
-PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_transposes, simplify, cse,
-                                                    slice_products, fold_batch_norm, fuse_siblings, fold_qkv_split,
-                                                    flatten_products, quantize_weights, bf16_weights, pad_gemv, layout,
-                                                    pack_weights, dce)}
+PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
+                                                   simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
+                                                   fold_qkv_split, flatten_products, quantize_weights, bf16_weights,
+                                                   pad_gemv, layout, pack_weights, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
-# backend names those it gives its target (Backend.graph_passes); ember's own give these.
+# backend names those it gives its target (Backend.graph_passes); ember's own give these. (CUDA's:
+# unfold_attention, which changes nothing for the CPU's family.)
 TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
 
 # the passes a precision adds to a pipeline of level 2 or 3, before pad_gemv (on the 2-D gemms that
@@ -83,12 +85,12 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
-        "fold_constants", "dce"],
-    3: ["fold_constants", "fold_attention", "fold_transposes", "simplify", "cse", "slice_products", "fold_batch_norm",
-        "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
-        "fold_constants", "dce"],
+    2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
+        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
+        "layout", "pack_weights", "fold_constants", "dce"],
+    3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
+        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
+        "layout", "pack_weights", "fold_constants", "dce"],
 }
 
 
