@@ -51,7 +51,9 @@ class CUDABackend(Backend):
     name = "cuda"
     model = staticmethod(_model)
     graph_passes = ("unfold_attention",)  # the attention operator is a CPU extern call: matmul, softmax, matmul here
-    skipped_passes = ("fold_attention",)  # (which would fold them back)
+    # fold_attention would fold them back; the CPU's target passes (given no target, they would
+    # block and pack for this machine's vectors) make layouts the GPU schedules do not read
+    skipped_passes = ("fold_attention", "pad_gemv", "layout", "pack_weights")
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = None
 

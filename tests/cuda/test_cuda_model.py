@@ -84,6 +84,7 @@ def test_the_cuda_target_takes_no_cpu_layouts_or_packing():
     cm = ember.compile(model, (torch.randn(1, 2, 6, 6),), target=SIMULATED)
     ops = {op for k in cm.kernels for op in k.ops}
     assert "conv2d" in ops and not any("nchwc" in op or "packed" in op for op in ops)
+    assert not {"pad_gemv", "layout", "pack_weights", "fold_attention"} & {r.name for r in cm.stats.passes}
 
 
 def test_a_kernel_without_a_gpu_schedule_is_named_at_compile_time():
