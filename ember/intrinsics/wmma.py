@@ -38,6 +38,7 @@ interpreter runs the descriptions (fp16/bf16 products summed in float32).
 from __future__ import annotations
 
 from .. import te
+from ..errors import ScheduleError
 
 TILE = 16
 FEATURE = "wmma"
@@ -177,7 +178,7 @@ def warp_mma(dtype: str, wm: int, wn: int):
     memory, c a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
     fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once."""
     if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
-        raise ValueError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
+        raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
     name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32"
     if name in _WARP:
         return _WARP[name]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
+from ..errors import ShapeError
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
@@ -45,7 +46,7 @@ def pack(w: np.ndarray) -> np.ndarray:
     (N / 16, K / 4, 16, 4)."""
     k, n = w.shape
     if k % GROUP or n % LANES:
-        raise ValueError(f"pack: weights of shape {w.shape} need K a multiple of {GROUP} and N of {LANES}")
+        raise ShapeError(f"pack: weights of shape {w.shape} need K a multiple of {GROUP} and N of {LANES}")
     return np.ascontiguousarray(w.reshape(k // GROUP, GROUP, n // LANES, LANES).transpose(2, 0, 3, 1))
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
+
 METHODS = ("minmax", "percentile", "entropy")
 SAMPLE = 1 << 16
 HISTOGRAM = 2048
@@ -48,7 +50,7 @@ class Observer:
 
     def range(self, method: str = "minmax", percentile: float = 99.99) -> tuple[float, float]:
         if self.seen == 0:
-            raise ValueError("the observer saw no values")
+            raise ConfigError("calibration saw no values: calibration_data holds no batches")
         if method == "minmax":
             lo, hi = self.lo, self.hi
         elif method == "percentile":
@@ -56,7 +58,7 @@ class Observer:
         elif method == "entropy":
             lo, hi = _entropy_range(self.sample, self.lo, self.hi)
         else:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+            raise ConfigError(f"method must be one of {METHODS}, got {method!r}")
         return min(lo, 0.0), max(hi, 0.0)
 
 

@@ -53,7 +53,7 @@ BUILTIN_RAISES = {
     "tir/expr.py": (3, "expression construction: KeyError/TypeError as Python's own operators raise them"),
     "graph/core.py": (1, "Attrs mapping protocol (KeyError)"),
     "ops/registry.py": (2, "an operator declared twice or with an unknown pattern (a bug in ember's operator library)"),
-    "schedules/cpu/__init__.py": (1, "two schedules declared for one operator (a bug in the library)"),
+    "schedules/family.py": (1, "two schedules declared for one operator (a bug in the library)"),
     "frontend/onnx/registry.py": (1, "two converters for one ONNX op (a bug in the library)"),
     "frontend/torch/registry.py": (1, "two handlers for one ATen op (a bug in the library)"),
     "passes/fold_constants.py": (1, "an operator's reference disagreeing with its type inference (a bug)"),
