@@ -74,6 +74,8 @@ TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
 # the passes a precision adds to a pipeline of level 2 or 3, before pad_gemv (on the 2-D gemms that
 # flatten_products makes, before pack_weights puts fp32 weights in panels)
 PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
+# the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's
+FP32_PASSES = tuple(sorted(set(PASSES) - {p for passes in PRECISIONS.values() for p in passes}))
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
