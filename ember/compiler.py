@@ -182,7 +182,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     fmt = WeightFormat.of(weights, group_size, zero_points)
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
     backend = target.backend
-    backend.check_options(checked=checked, precision=precision)
+    backend.check_options(checked=checked, precision=precision, weights=weights)
     pipeline_of(opt_level, precision)  # (a bad level or precision named before anything runs)
     target.check_runs_here()  # the model is built to run here
     check_graph(graph)

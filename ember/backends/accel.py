@@ -26,7 +26,8 @@ class AccelBackend(Backend):
     loop_passes = (*((n, p) for n, p in PASSES if n not in SKIPPED), ("accel_instructions", to_instructions))
     tuner = None
 
-    def check_options(self, *, checked: bool | None, precision: str = "fp32") -> None:
+    def check_options(self, *, checked: bool | None, precision: str = "fp32",
+                      weights: str | None = None) -> None:
         raise ConfigError("an accelerator target builds single kernels for now (ember.build of a tensorized "
                           "schedule); models compile for 'c' or 'python'")
 

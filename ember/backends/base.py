@@ -76,7 +76,8 @@ class Backend(ABC):
     # None: this backend launches no tile kernels
     tile_emitter: Callable | None = None
 
-    def check_options(self, *, checked: bool | None, precision: str = "fp32") -> None:  # noqa: B027 (most backends take every option)
+    def check_options(self, *, checked: bool | None, precision: str = "fp32",  # noqa: B027 (most take every option)
+                      weights: str | None = None) -> None:
         """Refuse, before anything is compiled, a model this backend cannot compile with these
         options (ConfigError); none by default."""
 

@@ -64,12 +64,16 @@ class CUDABackend(Backend):
 
         return CUDAEmitter
 
-    def check_options(self, *, checked: bool | None, precision: str = "fp32") -> None:
+    def check_options(self, *, checked: bool | None, precision: str = "fp32",
+                      weights: str | None = None) -> None:
         if checked:
             raise ConfigError("checked=True needs target 'c': CUDA kernels do not check divisions")
         if precision != "fp32":
             raise ConfigError(f"precision={precision!r} does not compile for target 'cuda' yet (its weight packing is "
                               f"the CPU's); models on the GPU are fp32")
+        if weights is not None:
+            raise ConfigError(f"weights={weights!r} does not compile for target 'cuda' yet (its kernels are the "
+                              f"CPU's); models on the GPU keep their float weights")
 
     def check_graph(self, graph, symbols: Sequence[str]) -> None:
         if symbols:

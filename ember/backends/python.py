@@ -33,7 +33,8 @@ class PythonBackend(Backend):
     loop_passes = PASSES
     tuner = None  # the interpreter is the oracle, not a target to make fast
 
-    def check_options(self, *, checked: bool | None, precision: str = "fp32") -> None:
+    def check_options(self, *, checked: bool | None, precision: str = "fp32",
+                      weights: str | None = None) -> None:
         if checked:
             raise ConfigError("checked=True needs target 'c': the interpreter (target 'python') does not check "
                               "divisions")

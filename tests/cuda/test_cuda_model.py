@@ -106,6 +106,8 @@ def test_symbolic_sizes_are_refused_at_compile_time():
 def test_a_lower_precision_is_refused_before_anything_compiles():
     with pytest.raises(ConfigError, match="precision='bf16' does not compile for target 'cuda' yet"):
         ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), target=SIMULATED, precision="bf16")
+    with pytest.raises(ConfigError, match="weights='int8' does not compile for target 'cuda' yet"):
+        ember.compile(torch.nn.Linear(3, 4), (torch.randn(2, 3),), target=SIMULATED, weights="int8")
 
 
 def test_simulate_is_for_the_cuda_target_only():
