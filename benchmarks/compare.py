@@ -59,6 +59,22 @@ def quiet_fds():
             os.close(fd)
 
 
+def export_onnx(model, inputs, path: Path) -> None:
+    """The model as ONNX at path, silently: by the TorchScript exporter, else (it cannot take every
+    model) by the dynamo one."""
+    import torch
+
+    with warnings.catch_warnings(), quiet_fds():
+        warnings.simplefilter("ignore")
+        buf = io.BytesIO()
+        try:
+            torch.onnx.export(model, inputs, buf, dynamo=False)
+        except Exception:
+            buf = io.BytesIO()
+            torch.onnx.export(model, inputs, buf, dynamo=True)
+    path.write_bytes(buf.getvalue())
+
+
 def median_latency(fn, runs: int) -> float:
     import ember
 
@@ -107,15 +123,7 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
             report["ember"][label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
     if onnx:
         try:
-            with warnings.catch_warnings(), quiet_fds():
-                warnings.simplefilter("ignore")
-                buf = io.BytesIO()
-                try:
-                    torch.onnx.export(model, inputs, buf, dynamo=False)
-                except Exception:  # the TorchScript exporter cannot take every model: the dynamo one
-                    buf = io.BytesIO()
-                    torch.onnx.export(model, inputs, buf, dynamo=True)
-            (folder / "model.onnx").write_bytes(buf.getvalue())
+            export_onnx(model, inputs, folder / "model.onnx")
         except Exception as e:
             report["onnx_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
     return report

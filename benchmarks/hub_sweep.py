@@ -21,7 +21,6 @@ torchvision and timm are imported from their own folder (`make hub-libs`; benchm
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
@@ -29,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare import median_latency, quiet_fds, timed  # noqa: E402
+from benchmarks.compare import export_onnx, median_latency, timed  # noqa: E402
 
 TOLERANCE = 1e-4  # ‖out − ref‖ / ‖ref‖, fp32
 RUNTIMES = ("ember", "eager", "onnxruntime")
@@ -94,15 +92,7 @@ def prepare(name: str, small: bool, folder: Path, onnx: bool) -> dict:
         return {**report, "status": "fail", "cause": cause(e), "message": str(e).splitlines()[0][:200]}
     if onnx:
         try:
-            with warnings.catch_warnings(), quiet_fds():
-                warnings.simplefilter("ignore")
-                buf = io.BytesIO()
-                try:
-                    torch.onnx.export(model, inputs, buf, dynamo=False)
-                except Exception:  # the TorchScript exporter cannot take every model: the dynamo one
-                    buf = io.BytesIO()
-                    torch.onnx.export(model, inputs, buf, dynamo=True)
-            (folder / "model.onnx").write_bytes(buf.getvalue())
+            export_onnx(model, inputs, folder / "model.onnx")
         except Exception as e:
             report["onnx_error"] = cause(e)
     return report

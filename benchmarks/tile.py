@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import ember.triton as triton  # noqa: E402
 import ember.triton.language as tl  # noqa: E402
+from benchmarks.cuda_kernels import timed as gpu_timed  # noqa: E402 (CUDA events after a warm-up)
 
 
 @triton.jit
@@ -133,23 +134,6 @@ def triton_twins():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def gpu_timed(fn, reps: int) -> float:
-    """Median seconds of fn on the GPU (CUDA events around each call), after a warm-up."""
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
 
 
 def gpu_cases(ns, only: list[str]):
