@@ -96,13 +96,18 @@ static __device__ __forceinline__ void ember_wmma_mma_{s}(const void* a, const v
 }}"""
 
 
-def declare_mma(dtype: str):
-    """Declare (and register) the 16x16x16 product of `dtype` tiles into fp32 fragments."""
+def _mma_description(dtype: str):
+    """What a 16x16x16 Tensor Core step computes: c[i, j] = sum over k of a[i, k] * b[k, j] in fp32."""
     a = te.placeholder((TILE, TILE), dtype, name="a")
     b = te.placeholder((TILE, TILE), dtype, name="b")
     k = te.reduce_axis((0, TILE), name="k")
-    c = te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
-                                                     axis=k), name="c")
+    return te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
+                                                        axis=k), name="c")
+
+
+def declare_mma(dtype: str):
+    """Declare (and register) the 16x16x16 product of `dtype` tiles into fp32 fragments."""
+    c = _mma_description(dtype)
     s = _suffix(dtype)
 
     def lower_fn(ins, outs):
@@ -224,11 +229,7 @@ static __device__ __forceinline__ void ember_wmma_shared_zero_{s}(void* c, int64
 
 def declare_shared_mma(dtype: str):
     """Declare (and register) c += a @ b on 16x16x16 tiles, c fp32 in memory."""
-    a = te.placeholder((TILE, TILE), dtype, name="a")
-    b = te.placeholder((TILE, TILE), dtype, name="b")
-    k = te.reduce_axis((0, TILE), name="k")
-    c = te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
-                                                     axis=k), name="c")
+    c = _mma_description(dtype)
     s = _suffix(dtype)
 
     def lower_fn(ins, outs):
