@@ -321,6 +321,9 @@ OPTIONS = {
         Option("fast_call", True, "EMBER_FAST_CALL",
                "check a model's arguments and call it through ember's compiled call extension (built once per "
                "cache; off, or where it cannot be built: the Python call path, same checks and errors)", Boolean()),
+        Option("cuda_graphs", True, "EMBER_CUDA_GRAPHS",
+               "a model on the GPU (target 'cuda') replays its launches as one CUDA graph per call from its second "
+               "call (off: every kernel launched from Python, as its first call does)", Boolean()),
         Option("max_specializations", 8, "EMBER_MAX_SPECIALIZATIONS",
                "the most values of a model's runtime-valued inputs (ONNX axes, k, pads, scales given as graph "
                "inputs), or structures of its ONNX sequence and optional inputs, compiled for, one specialization "

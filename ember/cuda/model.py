@@ -16,10 +16,19 @@ grown if a call needs more. A call:
    a torch.cuda.Stream or a CuPy stream), else on torch's current stream when an input is a torch
    tensor, else on the default stream. A call with GPU arrays only does not wait for the GPU.
 
+From the second call on, the launches are one CUDA graph replayed (ember.cuda.graph): the inputs
+are copied into the model's own input slots (NumPy straight from the host), or read in place
+when their addresses are the previous call's, the graph (keyed by the addresses it bakes in:
+captured once per key, at most a few kept) runs with one `cuGraphLaunch` on the call's stream and
+writes the model's output slots, which are copied into the outputs. The first call launches the
+kernels one by one (they are loaded, and a failing launch names its kernel); so do calls where a
+capture cannot hold (kernels that check their accesses in debug mode wait for each launch; a
+capture the driver refused) or graphs are off (EMBER_CUDA_GRAPHS=0, or `cm.use_graphs = False`),
+and `summary()` says why.
+
 Calls share the arena: they are serialized (a lock), and a call on another stream than the
 previous call's first waits for that stream. Launching from Python costs the host about
-`launch_us` per kernel (measured at each call, shown by `summary()`) above the GPU's time; the
-entry function issuing the launches from native code is the next step.
+`launch_us` per kernel (measured at each call, shown by `summary()`) above the GPU's time.
 
 No driver or no GPU is a DeviceError at the first call, never at compile time or import.
 """
@@ -34,12 +43,15 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .. import dims
+from .. import config, dims
 from ..errors import ArgumentTypeError, ConfigError
 from ..program import Copy, Launch, Program, Ref
 from ..runtime.interpreted import InterpretedModel
 from ..runtime.model import CompiledModel
+from .graph import Graphs, capture_blocker
 from .kernel import CUDAKernel
+
+_FIRST = "the first call issues them one by one (the kernels loaded, every launch checked)"
 
 
 class DeviceEntry:
@@ -68,7 +80,9 @@ class DeviceEntry:
 
 class CUDAModel(CompiledModel):
     """A model whose kernels run on the GPU (see the module doc). `cm(*inputs, stream=None)`;
-    `launch_us`: the host's microseconds per launch in the latest call."""
+    `host_us`: the host's microseconds issuing the latest call's work; `use_graphs`: replay the
+    launches as a CUDA graph (the cuda_graphs option); `graph_reason`: why the latest call did
+    not, or None."""
 
     def _open(self, entry: DeviceEntry) -> DeviceEntry:
         self.library = self.library_path = self._library = None
@@ -76,8 +90,22 @@ class CUDAModel(CompiledModel):
         self._weights_on_device = None  # (base address, the address of each weight)
         self._arena = (0, 0)  # (address, bytes)
         self._last_stream = None
-        self.launch_us = None
+        self.host_us = None  # the host's microseconds issuing the latest call's work
+        self.use_graphs = config.get("cuda_graphs")
+        self.graph_reason = None  # why the latest call's launches were not a graph replay, when they were not
+        self._graphs = Graphs()
+        self._blocker = capture_blocker(entry.kernels.values())
+        self._capture_failure = None
+        self._io = None  # (the input and output slots' buffer, their sizes)
+        self._previous_inputs = None  # the latest call's input addresses (None: a NumPy array's)
+        self._calls = 0
         return entry
+
+    @property
+    def launch_us(self) -> float | None:
+        """The host's microseconds per kernel in the latest call (its work issued, divided by its
+        launches: a replayed graph's call costs about one launch)."""
+        return None if self.host_us is None else self.host_us / max(1, len(self._entry.order))
 
     def __call__(self, *inputs, stream=None):
         from .driver import device
@@ -105,20 +133,32 @@ class CUDAModel(CompiledModel):
         self._last_stream = stream
         weights = self._upload_weights(cu)
         workspace = self._workspace_on_device(cu, workspace_bytes)
+        outputs = [_empty(kind, tuple(dims.evaluate(d, symbols) for d in t.shape), t.dtype, dev.ordinal)
+                   for t in self.spec.outputs]
+
+        def address_in(pointers):
+            def address(ref: Ref) -> int:
+                return workspace + int(offsets[ref.index]) if ref.kind == "workspace" else pointers[ref.kind][ref.index]
+            return address
+
+        self.graph_reason = self._why_not_replayed()
+        if self.graph_reason is None:
+            start = time.perf_counter()
+            failed = self._replay(cu, given, outputs, {"weight": weights}, address_in, workspace, stream)
+            if failed is None:
+                self.host_us = (time.perf_counter() - start) * 1e6
+                self._calls += 1
+                return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            self._capture_failure = failed
+            self.graph_reason = self._why_not_replayed()
         staged = []  # device copies of NumPy inputs and outputs, freed after the call
         try:
             ins = [self._staged(cu, staged, x, stream) if isinstance(x, np.ndarray) else _address(x) for x, _ in given]
-            outputs = [_empty(kind, tuple(dims.evaluate(d, symbols) for d in t.shape), t.dtype, dev.ordinal)
-                       for t in self.spec.outputs]
             outs = [self._staged(cu, staged, o, None) if kind == "numpy" else _address(o) for o in outputs]
-            pointers = {"input": ins, "output": outs, "weight": weights}
-
-            def address(ref: Ref) -> int:
-                return workspace + int(offsets[ref.index]) if ref.kind == "workspace" else pointers[ref.kind][ref.index]
-
             start = time.perf_counter()
-            self._entry.run(address, stream)
-            self.launch_us = (time.perf_counter() - start) * 1e6 / max(1, len(self._entry.order))
+            self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream)
+            self.host_us = (time.perf_counter() - start) * 1e6
+            self._previous_inputs = None
             if staged:
                 check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
             if kind == "numpy":
@@ -127,7 +167,72 @@ class CUDAModel(CompiledModel):
         finally:
             for p in staged:
                 cu.cuMemFree(p)
+        self._calls += 1
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _why_not_replayed(self) -> str | None:
+        """Why this call issues its launches one by one rather than replaying a CUDA graph, or None."""
+        if not self.use_graphs:
+            return "CUDA graphs are off (EMBER_CUDA_GRAPHS=0, or use_graphs = False)"
+        if self._blocker is not None:
+            return self._blocker
+        if self._capture_failure is not None:
+            return f"capturing them failed: {self._capture_failure}"
+        if self._calls == 0:
+            return _FIRST
+        return None
+
+    def _replay(self, cu, given, outputs, pointers, address_in, workspace: int, stream: int) -> str | None:
+        """Run the program by replaying its CUDA graph (see ember.cuda.graph): the inputs copied into
+        the model's input slots, or read in place when their addresses are the previous call's
+        (stable: a graph on them is worth capturing), the outputs written to the model's output
+        slots and copied out. Returns None, or why the capture failed (nothing launched then)."""
+        from .driver import check
+
+        arrays = [x for x, _ in given]
+        here = [None if isinstance(x, np.ndarray) else _address(x) for x in arrays]
+        in_place = None not in here and here == self._previous_inputs
+        self._previous_inputs = here
+        slots_in, slots_out = self._io_slots(cu, arrays, outputs)
+        ins = here if in_place else slots_in
+        if not in_place:
+            for x, p, slot in zip(arrays, here, slots_in):
+                if p is None:
+                    check(cu.cuMemcpyHtoDAsync(slot, x.ctypes.data, x.nbytes, cu.CUstream(stream)), "cuMemcpyHtoDAsync")
+                else:
+                    check(cu.cuMemcpyDtoDAsync(slot, p, _nbytes(x), cu.CUstream(stream)), "cuMemcpyDtoDAsync")
+        key = (tuple(ins), tuple(slots_out), workspace)  # the weights' addresses never change
+        address = address_in({**pointers, "input": ins, "output": slots_out})
+        failed = self._graphs.replay(key, lambda s: self._entry.run(address, s), stream)
+        if failed is not None:
+            return failed
+        if isinstance(outputs[0], np.ndarray):
+            check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
+            for o, slot in zip(outputs, slots_out):
+                check(cu.cuMemcpyDtoH(o.ctypes.data, slot, o.nbytes), "cuMemcpyDtoH")
+        else:
+            for o, slot in zip(outputs, slots_out):
+                check(cu.cuMemcpyDtoDAsync(_address(o), slot, _nbytes(o), cu.CUstream(stream)), "cuMemcpyDtoDAsync")
+        return None
+
+    def _io_slots(self, cu, inputs, outputs) -> tuple[list[int], list[int]]:
+        """The device addresses of the model's own input and output slots (one buffer, allocated
+        once for the arrays' sizes), which a replayed graph reads and writes."""
+        from .driver import check
+
+        sizes = tuple(_nbytes(x) for x in [*inputs, *outputs])
+        if self._io is None or self._io[1] != sizes:
+            if self._io is not None:
+                check(cu.cuMemFree(self._io[0]), "cuMemFree")
+            align = self.plan.align
+            total = sum(-(-n // align) * align for n in sizes)
+            self._io = (int(check(cu.cuMemAlloc(total + align), "cuMemAlloc of the input and output slots")), sizes)
+        align, (base, sizes) = self.plan.align, self._io
+        slots, at = [], -(-base // align) * align
+        for n in sizes:
+            slots.append(at)
+            at += -(-n // align) * align
+        return slots[:len(inputs)], slots[len(inputs):]
 
     def _on_device(self, k: int, x, ordinal: int):
         """Input k as (a GPU array used in place, or a NumPy array to copy; its shape), checked."""
@@ -204,10 +309,19 @@ class CUDAModel(CompiledModel):
         return -(-base // align) * align
 
     def summary(self) -> str:
-        launch = (f"{self.launch_us:.1f} us of the host per launch in the latest call" if self.launch_us is not None
-                  else "not called yet")
-        return (f"{super().summary()}\nlaunches: {len(self._entry.order)} from Python through the driver API "
-                f"({launch}); the weights and the workspace on the GPU")
+        n = len(self._entry.order)
+        if self._calls == 0:
+            why = self._why_not_replayed()
+            launches = f"launches: {n} from Python through the driver API, not called yet; " + (
+                "from the second call, one CUDA graph replayed" if why == _FIRST else f"not as a CUDA graph: {why}")
+        elif self.graph_reason is None:
+            launches = (f"launches: {n} replayed as one CUDA graph ({self._graphs.captures} captured; "
+                        f"{self.host_us:.1f} us of the host in the latest call: input copies, one cuGraphLaunch, "
+                        f"output copies)")
+        else:
+            launches = (f"launches: {n} from Python through the driver API ({self.launch_us:.1f} us of the host per "
+                        f"launch in the latest call), not as a CUDA graph: {self.graph_reason}")
+        return f"{super().summary()}\n{launches}; the weights and the workspace on the GPU"
 
     def save(self, path):
         raise ConfigError(f"model {self.name} runs on the GPU (target 'cuda'), which is not saved yet; compile it "
@@ -220,7 +334,10 @@ class CUDAModel(CompiledModel):
         try:
             from .driver import driver
 
-            for p in (getattr(self, "_arena", (0,))[0], (getattr(self, "_weights_on_device", None) or (0,))[0]):
+            if getattr(self, "_graphs", None) is not None:
+                self._graphs.clear()
+            for p in (getattr(self, "_arena", (0,))[0], (getattr(self, "_weights_on_device", None) or (0,))[0],
+                      (getattr(self, "_io", None) or (0,))[0]):
                 if p:
                     driver().cuMemFree(p)
         except Exception:  # noqa: BLE001 (at interpreter exit the driver may be gone)
@@ -253,6 +370,16 @@ def _is_torch(x) -> bool:
 def _is_cupy(x) -> bool:
     cupy = sys.modules.get("cupy")
     return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def _nbytes(x) -> int:
+    """The bytes of an array: NumPy's, a torch tensor's or a __cuda_array_interface__ array's."""
+    if _is_torch(x):
+        return x.numel() * x.element_size()
+    if isinstance(x, np.ndarray) or _is_cupy(x):
+        return int(x.nbytes)
+    cai = x.__cuda_array_interface__
+    return int(np.prod(cai["shape"], dtype=np.int64)) * np.dtype(cai["typestr"]).itemsize
 
 
 def _address(x) -> int:

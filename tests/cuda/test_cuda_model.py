@@ -12,6 +12,7 @@ import torch
 from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
+from ember.cuda.graph import capture_blocker
 from ember.errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
 from ember.target import Target
 
@@ -151,6 +152,20 @@ def test_on_the_gpu_torch_cuda_tensors_in_place_and_numpy_copied(on_gpu):
 
 
 @needs_gpu
+def test_on_the_gpu_the_second_call_replays_a_cuda_graph(on_gpu):
+    model, cm = on_gpu
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    xs = x.cuda()
+    for _ in range(4):  # plain, through the input slot, captured in place, replayed
+        got = cm(xs)
+        np.testing.assert_allclose(got.cpu().numpy(), expected, rtol=TOL, atol=TOL)
+    assert "replayed as one CUDA graph" in cm.summary()
+    np.testing.assert_allclose(cm(x.numpy()), expected, rtol=TOL, atol=TOL)
+
+
+@needs_gpu
 def test_on_the_gpu_a_cpu_tensor_is_refused_before_any_launch(on_gpu):
     _, cm = on_gpu
     with pytest.raises(ember.errors.ArgumentTypeError, match=r"is on cpu.*to\('cuda:0'\)"):
@@ -160,7 +175,10 @@ def test_on_the_gpu_a_cpu_tensor_is_refused_before_any_launch(on_gpu):
 # -- the driver path's bookkeeping on a stand-in driver whose device memory is host memory --------
 class HostDriver:
     """The driver calls CUDAModel makes, over host memory: an allocation is a NumPy buffer, a copy
-    a memmove; `launches` counts the kernels run (each on the interpreter, GPU semantics)."""
+    a memmove; `launches` counts the kernels run (each on the interpreter, GPU semantics). A stream
+    being captured records its launches and copies instead (a graph: the recorded list), which
+    `cuGraphLaunch` runs; `graph_launches` counts those. `refuse_capture`: the error
+    cuStreamBeginCapture returns (0: none)."""
 
     class CUresult:
         CUDA_SUCCESS = 0
@@ -168,12 +186,26 @@ class HostDriver:
     class CUpointer_attribute:  # noqa: N801 (the driver's name)
         CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 8
 
+    class CUstream_flags:  # noqa: N801
+        CU_STREAM_NON_BLOCKING = 1
+
+    class CUstreamCaptureMode:  # noqa: N801
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+
     def __init__(self, ordinal_of_arrays=0):
         self.buffers, self.launches, self.ordinal_of_arrays = {}, 0, ordinal_of_arrays
+        self.capturing, self.streams, self.graph_launches, self.refuse_capture = {}, 0, 0, 0
 
     @staticmethod
     def CUstream(handle):  # noqa: N802
         return handle
+
+    def run(self, stream, work):
+        """Do `work` now, or record it when the stream is being captured."""
+        if stream in self.capturing:
+            self.capturing[stream].append(work)
+        else:
+            work()
 
     def cuMemAlloc(self, n):  # noqa: N802
         buf = np.empty(n, np.uint8)
@@ -191,13 +223,49 @@ class HostDriver:
     cuMemcpyDtoH = cuMemcpyHtoD
 
     def cuMemcpyDtoDAsync(self, dst, src, n, stream):  # noqa: N802
-        return self.cuMemcpyHtoD(dst, src, n)
+        self.run(stream, lambda: ctypes.memmove(dst, src, n))
+        return (0,)
+
+    cuMemcpyHtoDAsync = cuMemcpyDtoDAsync
 
     def cuStreamSynchronize(self, stream):  # noqa: N802
         return (0,)
 
     def cuPointerGetAttribute(self, attribute, address):  # noqa: N802
         return 0, self.ordinal_of_arrays
+
+    def cuStreamCreate(self, flags):  # noqa: N802
+        self.streams += 1
+        return 0, 1000 + self.streams
+
+    def cuStreamBeginCapture(self, stream, mode):  # noqa: N802
+        if self.refuse_capture:
+            return (self.refuse_capture,)
+        self.capturing[stream] = []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):  # noqa: N802
+        return 0, self.capturing.pop(stream)
+
+    def cuGraphInstantiate(self, graph, flags):  # noqa: N802
+        return 0, tuple(graph)
+
+    def cuGraphLaunch(self, executable, stream):  # noqa: N802
+        self.graph_launches += 1
+        for work in executable:
+            work()
+        return (0,)
+
+    def cuGraphDestroy(self, graph):  # noqa: N802
+        return (0,)
+
+    cuGraphExecDestroy = cuStreamDestroy = cuGraphDestroy
+
+    def cuGetErrorName(self, err):  # noqa: N802
+        return 0, b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+
+    def cuGetErrorString(self, err):  # noqa: N802
+        return 0, b"operation not permitted when stream is capturing"
 
 
 class DeviceArray:
@@ -221,10 +289,15 @@ def host_driver(monkeypatch):
     cu = HostDriver()
 
     def launch(self, pointers, stream=0):  # the kernel on the interpreter, at the addresses given
-        arrays = [_view(p, int(np.prod([as_int(d) for d in b.shape])), np.dtype(dt.to_numpy(b.dtype)))
-                  for b, p in zip(self.func.params, pointers)]
-        SimtKernel(self.func).pyfunc(*arrays)
-        cu.launches += 1
+        func, pointers = self.func, list(pointers)
+
+        def run():
+            arrays = [_view(p, int(np.prod([as_int(d) for d in b.shape])), np.dtype(dt.to_numpy(b.dtype)))
+                      for b, p in zip(func.params, pointers)]
+            SimtKernel(func).pyfunc(*arrays)
+            cu.launches += 1
+
+        cu.run(stream, run)
 
     monkeypatch.setattr(driver, "driver", lambda: cu)
     monkeypatch.setattr(driver, "device", lambda ordinal=0: SimpleNamespace(ordinal=0, activate=lambda: None))
@@ -232,8 +305,16 @@ def host_driver(monkeypatch):
     return cu
 
 
+def on_stand_in(cm):
+    """The model as never called: its device state (the weights, the arena, graphs) was an earlier
+    stand-in driver's."""
+    cm._open(cm._entry)
+    return cm
+
+
 def test_the_driver_path_runs_the_program_over_one_arena_and_uploaded_weights(on_gpu, host_driver):
     model, cm = on_gpu
+    on_stand_in(cm)
     x = torch.randn(2, 16)
     with torch.no_grad():
         expected = model(x).numpy()
@@ -243,12 +324,12 @@ def test_the_driver_path_runs_the_program_over_one_arena_and_uploaded_weights(on
     np.testing.assert_allclose(got, expected, rtol=TOL, atol=TOL)
     assert (cm._arena, cm._weights_on_device) == (arena, weights)  # allocated once
     assert host_driver.launches == 2 * len(cm.kernels)
-    assert len(host_driver.buffers) == 3  # the arena, the weights, the GPU array: the call's copies freed
-    assert "us of the host per launch" in cm.summary()
+    # the arena, the weights, the GPU array, the slots a graph reads and writes: the call's copies freed
+    assert len(host_driver.buffers) == 4
 
 
 def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on_gpu, host_driver):
-    _, cm = on_gpu
+    cm = on_stand_in(on_gpu[1])
     with pytest.raises(ArgumentTypeError, match=r"is on cpu; model model runs on cuda:0"):
         cm(torch.randn(2, 16))
     host_driver.ordinal_of_arrays = 1
@@ -257,3 +338,52 @@ def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on
     with pytest.raises(ArgumentTypeError, match="has dtype float64"):
         cm(np.ones((2, 16)))
     assert host_driver.launches == 0
+
+
+def test_from_the_second_call_the_launches_are_one_cuda_graph_recaptured_on_a_new_input_pointer(on_gpu, host_driver):
+    model, cm = on_gpu
+    on_stand_in(cm)
+    kernels = len(cm.kernels)
+
+    def call(x, array=None):
+        with torch.no_grad():
+            expected = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(cm(x if array is None else array), expected, rtol=TOL, atol=TOL)
+        return cm._graphs.captures, host_driver.graph_launches
+
+    x = np.random.default_rng(0).standard_normal((2, 16), np.float32)
+    assert call(x) == (0, 0) and host_driver.launches == kernels  # the first call: launches one by one
+    assert "not as a CUDA graph: the first call" in cm.summary()
+    assert call(x + 1) == (1, 1)  # captured (nothing run), then replayed: NumPy copied into the input slot
+    assert call(x - 1) == (1, 2)  # new values, the same slots: the same graph
+    assert host_driver.launches == 3 * kernels
+    assert "replayed as one CUDA graph (1 captured" in cm.summary()
+    a = DeviceArray(x * 2, host_driver)
+    assert call(x * 2, a) == (1, 3)  # a GPU array copied into the slot: its address is new
+    assert call(x * 2, a) == (2, 4)  # the same address again: a graph that reads it in place
+    assert call(x * 2, a) == (2, 5)
+    b = DeviceArray(x * 3, host_driver)
+    assert call(x * 3, b) == (2, 6)  # another address: through the slot again
+    assert call(x * 3, b) == (3, 7)  # and stable: captured on it
+    assert host_driver.launches == 8 * kernels
+
+
+def test_graphs_off_or_a_capture_that_fails_launch_one_by_one_and_say_why(on_gpu, host_driver, monkeypatch):
+    model, cm = on_gpu
+    x = np.random.default_rng(1).standard_normal((2, 16), np.float32)
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    monkeypatch.setenv("EMBER_CUDA_GRAPHS", "0")
+    on_stand_in(cm)
+    for _ in range(2):
+        np.testing.assert_allclose(cm(x), expected, rtol=TOL, atol=TOL)
+    assert host_driver.graph_launches == 0 and "not as a CUDA graph: CUDA graphs are off" in cm.summary()
+    monkeypatch.delenv("EMBER_CUDA_GRAPHS")
+    on_stand_in(cm)
+    host_driver.refuse_capture = 900
+    for _ in range(3):
+        np.testing.assert_allclose(cm(x), expected, rtol=TOL, atol=TOL)
+    assert host_driver.graph_launches == 0 and host_driver.launches == 5 * len(cm.kernels)
+    assert "capturing them failed: cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" in cm.summary()
+    checking = [SimpleNamespace(name="fused_dense", checks=True)]  # debug mode: each launch waited for
+    assert "check their accesses as they run (debug mode: fused_dense)" in capture_blocker(checking)

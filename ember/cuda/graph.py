@@ -1,0 +1,104 @@
+"""A model's launch sequence captured as a CUDA graph and replayed with one `cuGraphLaunch`.
+
+At batch 1 a model's kernels are short: launching them one by one from Python costs the host
+about 5 us each, more than many of them take on the GPU. A graph holds the whole sequence (the
+kernels, their arguments, the device-to-device copies) and the driver submits it in one call.
+
+A graph bakes in every address its launches take, so each one is kept under the tuple of those
+addresses (`Graphs.replay(key, ...)`): a call whose addresses differ replays another graph, or
+captures one. The sequence is recorded by stream capture (`cuStreamBeginCapture` on a stream of
+our own, the launches issued as usual, `cuStreamEndCapture`, `cuGraphInstantiate`); nothing runs
+while it is recorded, and the executable graph runs on any stream, the caller's included (the
+legacy default stream cannot be captured, but a graph can be launched on it).
+
+`capture_blocker` says why a model's launches cannot be captured (then they are issued one by one,
+and the model's summary says why).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+
+from ..errors import DeviceError
+from . import driver as cuda_driver  # looked up at each call, so that a stand-in driver can take its place
+
+MAX_GRAPHS = 4  # executable graphs kept per model (by their addresses), the least recently used dropped
+
+
+def capture_blocker(kernels: Iterable) -> str | None:
+    """Why launches of `kernels` cannot be captured, or None: a kernel that checks its accesses
+    (debug mode) waits for each launch to read its status, which a capture cannot hold."""
+    checking = [k.name for k in kernels if k.checks]
+    if checking:
+        return (f"the kernels check their accesses as they run (debug mode: {', '.join(checking[:3])}"
+                f"{', ...' if len(checking) > 3 else ''}), each launch waited for")
+    return None
+
+
+class Graph:
+    """An executable graph of what `issue(stream)` launches on a stream, recorded by capture."""
+
+    def __init__(self, issue: Callable[[int], None], stream: int):
+        cu = cuda_driver.driver()
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL  # other threads' work is not ours
+        cuda_driver.check(cu.cuStreamBeginCapture(cu.CUstream(stream), mode), "cuStreamBeginCapture")
+        try:
+            issue(stream)
+        finally:  # a capture that failed is ended too, so that the stream is usable again
+            ended = cu.cuStreamEndCapture(cu.CUstream(stream))
+        graph = cuda_driver.check(ended, "cuStreamEndCapture")
+        try:
+            self.executable = cuda_driver.check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            cu.cuGraphDestroy(graph)
+
+    def launch(self, stream: int) -> None:
+        cu = cuda_driver.driver()
+        cuda_driver.check(cu.cuGraphLaunch(self.executable, cu.CUstream(stream)), "cuGraphLaunch")
+
+    def destroy(self) -> None:
+        cuda_driver.driver().cuGraphExecDestroy(self.executable)
+
+
+class Graphs:
+    """A model's executable graphs by the addresses they bake in, at most MAX_GRAPHS, and the
+    stream they are captured on. `captures`: how many were recorded."""
+
+    def __init__(self):
+        self._graphs: OrderedDict[Hashable, Graph] = OrderedDict()
+        self._stream = None
+        self.captures = 0
+
+    def replay(self, key: Hashable, issue: Callable[[int], None], stream: int) -> str | None:
+        """Launch the graph of `key` on `stream`, capturing it from `issue` first when there is
+        none. Returns None, or why the capture failed (then nothing was launched)."""
+        graph = self._graphs.get(key)
+        if graph is None:
+            try:
+                graph = Graph(issue, self._capture_stream())
+            except DeviceError as e:
+                return str(e)
+            self.captures += 1
+            self._graphs[key] = graph
+            if len(self._graphs) > MAX_GRAPHS:
+                self._graphs.popitem(last=False)[1].destroy()
+        self._graphs.move_to_end(key)
+        graph.launch(stream)
+        return None
+
+    def _capture_stream(self) -> int:
+        if self._stream is None:
+            cu = cuda_driver.driver()
+            created = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            self._stream = int(cuda_driver.check(created, "cuStreamCreate"))
+        return self._stream
+
+    def clear(self) -> None:
+        """Destroy every graph and the capture stream."""
+        for graph in self._graphs.values():
+            graph.destroy()
+        self._graphs.clear()
+        if self._stream is not None:
+            cuda_driver.driver().cuStreamDestroy(cuda_driver.driver().CUstream(self._stream))
+            self._stream = None
