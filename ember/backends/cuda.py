@@ -35,9 +35,13 @@ from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
+from ..tune.gpu_features import gpu_features
+from ..tune.gpu_measure import GPURunner
+from ..tune.gpu_space import gpu_design_space
 from . import register
-from .base import Backend, Rendered
+from .base import Backend, Rendered, TunerRules
 
+REGISTER_BYTES = 255 * 4  # a thread's registers: local scratch past them spills to (slow) local memory
 SKIPPED = ("vectorize", "simplify_vectors")  # CUDA C renders no vector expressions yet (it unrolls the loops)
 
 
@@ -55,7 +59,7 @@ class CUDABackend(Backend):
     # block and pack for this machine's vectors) make layouts the GPU schedules do not read
     skipped_passes = ("fold_attention", "pad_gemv", "layout", "pack_weights")
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
-    tuner = None
+    tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
 
     @property
     def tile_emitter(self):

@@ -206,6 +206,18 @@ class TESchedule:
                 for t in op.outputs:
                     self._block_of[t.buffer] = op.name
 
+    @classmethod
+    def over(cls, sch: Schedule) -> TESchedule:
+        """The stage API over an existing loop-IR schedule (its blocks the stages, each found by
+        the buffers it writes), so that schedules written in te apply to it: the tuner's GPU
+        sketches (ember.tune.gpu_space) run them on the schedule the search samples."""
+        self = cls.__new__(cls)
+        self.sch = sch
+        self._block_of = {w.buffer: r.block.name for r in sch.all_realizes() if r.block.name != "root"
+                          for w in r.block.writes}
+        self._stages, self.axis_alias, self.attach = {}, {}, {}
+        return self
+
     def computed(self, t) -> bool:
         """Whether a block still computes tensor t (False once it was inlined into its readers)."""
         name = self._block_of.get(_buffer_of(t))

@@ -93,6 +93,8 @@ class LocalRunner:
     repeated calls on one set of arguments, which stays cached when it fits).
     """
 
+    worker = f"{worker_module.__name__}:answer"  # the function that answers requests in a worker
+
     def __init__(self, workers: int = 1, timeout_s: float = 10.0, repeats: int = 5, min_repeat_s: float = 0.01,
                  check: bool = True, flush_cache: bool = True):
         if workers < 1 or repeats < 1 or timeout_s <= 0 or min_repeat_s < 0:
@@ -101,7 +103,8 @@ class LocalRunner:
                              f"min_repeat_s={min_repeat_s}")
         self.timeout_s, self.repeats, self.min_repeat_s = timeout_s, repeats, min_repeat_s
         self.check, self.flush_cache = check, flush_cache
-        self._pool: WorkerPool | None = WorkerPool(workers, preload=[worker_module.__name__], name="ember-measure")
+        self._pool: WorkerPool | None = WorkerPool(workers, preload=[self.worker.partition(":")[0]],
+                                                   name="ember-measure")
         self._kernels: dict[int, set[int]] = {}  # process number -> the candidates it built and still holds
         self._builds: dict[int, int] = {}  # process number -> kernels it built
         self._references: dict[str, list | str] = {}  # workload key -> outputs, or why there are none
@@ -120,8 +123,9 @@ class LocalRunner:
         batch = next(self._batches)
         cids = [next(self._ids) for _ in inputs]
         new = {i.task.key: i.task for i in inputs if self.check and i.task.key not in self._references}
-        jobs = [_job(("reference", task), REFERENCE_TIMEOUT_S) for task in new.values()]
-        jobs += [_job(("build", batch, cid, i.task, i.trace.to_json()), self.timeout_s) for cid, i in zip(cids, inputs)]
+        jobs = [self._job(("reference", task), REFERENCE_TIMEOUT_S) for task in new.values()]
+        jobs += [self._job(("build", batch, cid, i.task, i.trace.to_json()), self.timeout_s)
+                 for cid, i in zip(cids, inputs)]
         done = self._dispatch(jobs)
         for key, d in zip(new, done):
             self._references[key] = d.reply[1] if d.reply[0] == "ok" else _during(d.reply[1], "computing it")
@@ -151,17 +155,21 @@ class LocalRunner:
         if isinstance(reference, str):
             return MeasureResult((), f"no reference to check against: {reference}", build_s)
         if cid not in self._kernels.get(self._pool.process(w), ()):  # the worker was replaced since it built this
-            [d] = self._dispatch([_job(("build", batch, cid, inp.task, inp.trace.to_json()), self.timeout_s, w)])
+            [d] = self._dispatch([self._job(("build", batch, cid, inp.task, inp.trace.to_json()), self.timeout_s, w)])
             build_s += d.seconds
             if d.reply[0] != "ok":
                 return MeasureResult((), _during(d.reply[1], "building"), build_s)
             self._built(d.process, cid)
         request = ("run", cid, inp.task, reference, self.flush_cache, repeats, self.min_repeat_s, cutoff_s)
-        [d] = self._dispatch([_job(request, self.run_limit_s(cutoff_s, repeats), w)])
+        [d] = self._dispatch([self._job(request, self.run_limit_s(cutoff_s, repeats), w)])
         self._kernels.get(d.process, set()).discard(cid)
         if d.reply[0] != "ok":
             return MeasureResult((), _during(d.reply[1], "running"), build_s, d.seconds)
         return MeasureResult(tuple(d.reply[1]), None, build_s, d.seconds)
+
+    def _job(self, request: tuple, limit_s: float, worker: int | None = None) -> Call:
+        """A request to the worker function, under a time limit, on `worker` (None: any)."""
+        return Call(self.worker, request, limit_s, worker)
 
     def _dispatch(self, jobs: list[Call]) -> list[_Done]:
         """Run the jobs on the workers, each worker one job at a time, each job under its limit;
@@ -200,11 +208,6 @@ class LocalRunner:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _job(request: tuple, limit_s: float, worker: int | None = None) -> Call:
-    """A request to ember.tune.worker, under a time limit, on `worker` (None: any)."""
-    return Call(f"{worker_module.__name__}:answer", request, limit_s, worker)
 
 
 def _during(error: str, step: str) -> str:

@@ -25,6 +25,7 @@ instructions (ember.tir.schedule.sampling): a sketch is a trace whose decisions 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
@@ -51,6 +52,7 @@ class Sketch:
 
     name: str
     pack: bool
+    rules: Callable[[Schedule], None] | None = None  # another target's rules (ember.tune.gpu_space); None: these
 
 
 def design_space(task: Task) -> list[Sketch]:
@@ -64,7 +66,10 @@ def apply_sketch(task: Task, sketch: Sketch, decisions: list | None = None, seed
     ones sampled with `seed`). Raises ScheduleError when the rules reject what was sampled."""
     sch = Schedule(task.func, seed=seed)
     sch.forced = list(decisions or [])
-    _apply_rules(sch, sketch.pack)
+    if sketch.rules is not None:
+        sketch.rules(sch)
+    else:
+        _apply_rules(sch, sketch.pack)
     return sch
 
 
@@ -106,7 +111,7 @@ def _apply_rules(sch: Schedule, pack: bool) -> bool:
         if name != "root" and _at_root(sch, name):
             with contextlib.suppress(ScheduleError):  # a vector loop the vectorizer cannot take stays scalar
                 parallel_vectorize(sch, sch.get_block(name))
-    for loop in _root_loops(sch):
+    for loop in root_loops(sch):
         limit = sch.sample_categorical(list(UNROLL_STEPS), [1] * len(UNROLL_STEPS))
         sch.annotate(loop, "pragma_auto_unroll_max_step", limit)
     return tiled
@@ -222,7 +227,7 @@ def _at_root(sch: Schedule, name: str) -> bool:
     return _exists(sch, name) and all(f.kind == "serial" for f in _loops_of(sch, name))
 
 
-def _root_loops(sch: Schedule) -> list[LoopRV]:
+def root_loops(sch: Schedule) -> list[LoopRV]:
     """The outermost loop of every nest at the root (found through a block inside it, so that
     the handle comes from a traced get_loops)."""
     nests = [s for s in _seq(sch.root_block().body) if isinstance(s, For)]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ArgumentTypeError, ConfigError, ScheduleError, TuneError
-from ..target import Target
+from ..target import Target, as_target
 from ..tir.schedule import Trace
 from .search import Candidate, EvolutionarySearch
 from .space import sketch_of
@@ -232,17 +232,19 @@ class TaskTuner:
 
 def tune(computation, trials: int = 500, *, database=None, seed: int = 0, runner=None, cost_model=None,
          time_budget_s: float | None = None, early_stop: int | None = None, batch: int = BATCH,
-         progress: bool = False) -> TuneResult:
+         progress: bool = False, target: str | Target = "c") -> TuneResult:
     """Tune one kernel: `computation` is a Task or the te tensors of a kernel (arguments in call
-    order). Stops after `trials` measurements, after `time_budget_s` seconds, or once
+    order), for `target` (its backend's design space, features and runner: "cuda" tunes GPU
+    schedules). Stops after `trials` measurements, after `time_budget_s` seconds, or once
     `early_stop` trials in a row found nothing faster, whichever comes first. Raises TuneError
     when every measurement failed."""
     task = computation if isinstance(computation, Task) else task_from_tensors(_tensors(computation))
+    target = as_target(target)
     own_runner = runner is None
-    runner = runner if runner is not None else tuner_rules(Target()).runner(workers=os.cpu_count() or 1)
+    runner = runner if runner is not None else tuner_rules(target).runner(workers=os.cpu_count() or 1)
     try:
         tuner = TaskTuner(task, runner=runner, database=database, cost_model=cost_model, seed=seed,
-                          progress=progress)
+                          target=target, progress=progress)
         deadline = None if time_budget_s is None else time.perf_counter() + time_budget_s
         while tuner.trials < trials and (deadline is None or time.perf_counter() < deadline) and \
                 (early_stop is None or tuner.trials_since_improvement < early_stop or not tuner.history):

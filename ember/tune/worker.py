@@ -49,25 +49,27 @@ MAX_COPIES = 1024  # argument copies a timing rotates through, at most
 _DEFAULT_LLC_BYTES = 32 << 20
 
 
-_worker = None  # this process's _Worker, made by the first request
-
-
 class WrongResult(Exception):
     """A candidate's output differs from the reference beyond the tolerance."""
 
 
-def answer(step: str, *args) -> tuple:
-    """Answer one request in this worker process (started by ember.workers): ("ok", ...) or
-    ("error", message). What it builds stays here for the requests that follow."""
-    global _worker
-    if _worker is None:
-        _worker = _Worker()
-    try:
-        return ("ok", *getattr(_worker, step)(*args))
-    except WrongResult as e:
-        return ("error", _clip(str(e)))
-    except Exception as e:  # a candidate may fail in any way: the runner records how
-        return ("error", _clip(f"{step} failed: {type(e).__name__}: {e}"))
+def answering(cls):
+    """The `answer` of a worker process whose requests an instance of `cls` handles: ("ok", ...)
+    or ("error", message). The instance, made by the first request, keeps what it builds for the
+    requests that follow."""
+    made = []
+
+    def answer(step: str, *args) -> tuple:
+        if not made:
+            made.append(cls())
+        try:
+            return ("ok", *getattr(made[0], step)(*args))
+        except WrongResult as e:
+            return ("error", _clip(str(e)))
+        except Exception as e:  # a candidate may fail in any way: the runner records how
+            return ("error", _clip(f"{step} failed: {type(e).__name__}: {e}"))
+
+    return answer
 
 
 def _clip(text: str, limit: int = 4000) -> str:
@@ -142,6 +144,9 @@ class _Worker:
             # np.copy writes every page now, so no first-touch page faults land in the timing
             self.copies = (task.key, [[np.copy(a) for a in args] for _ in range(count)])
         return self.copies[1]
+
+
+answer = answering(_Worker)  # this module's requests (the runner's Call names "ember.tune.worker:answer")
 
 
 def _one_call(launch) -> float:
