@@ -19,6 +19,7 @@ checked against torch before it is timed; times are medians of CUDA-event interv
 that fails prints its error and the others still run.
 
     python benchmarks/cuda_kernels.py [--size 4096] [--runs 30] [--parts gemm tensorcore_gemm ...]
+    python benchmarks/cuda_kernels.py --tune 64   # a tuning run of the fp32 GEMM: the curve, best vs default
 
 Needs a GPU, torch with CUDA, cuda-bindings and NVRTC; runs in well under 3 minutes on an H100.
 """
@@ -310,6 +311,52 @@ def defaults(n: int, runs: int, rows: list) -> None:
             traceback.print_exc(limit=6, file=sys.stdout)
 
 
+def tuning(n: int, trials: int, runs: int) -> None:
+    """A search of `trials` GPU candidates for the fp32 GEMM n^3 (ember.tune's GPU sketches,
+    measured with CUDA events in worker processes): the best latency after each round, then the
+    winner against the GPU family's default schedule (ember.schedules.gpu.matmul, the search's
+    baseline) and cuBLAS."""
+    import os
+
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+    from ember.schedules.gpu.matmul import TILES
+    from ember.target import Target
+    from ember.tune import GPURunner, Task, task_from_tensors
+    from ember.tune.tuner import TaskTuner
+
+    A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    schedules.gemm(s, A, B, C, **TILES, vector=4, stages=2)
+    plain = task_from_tensors([A, B, C], f"gemm{n}")
+    task = Task(plain.name, plain.func, default_trace=s.trace)
+    tflop = 2 * n**3 / 1e12
+    with GPURunner(workers=min(8, os.cpu_count() or 1)) as runner:
+        tuner = TaskTuner(task, runner=runner, target=Target("cuda"), progress=True)
+        default_s = tuner.measure_default()
+        print(f"\ntuning fp32 GEMM {n}^3, {trials} trials; the default schedule: {default_s * 1e3:.3f} ms "
+              f"({tflop / default_s:.1f} TFLOP/s)")
+        print(f"{'trials':>7} {'best ms':>9} {'TFLOP/s':>8} {'elapsed s':>10}")
+        while tuner.trials < trials and tuner.step(min(16, trials - tuner.trials)):
+            measured, best, elapsed = tuner.history[-1]
+            print(f"{measured:7d} {best * 1e3:9.3f} {tflop / best:8.1f} {elapsed:10.0f}", flush=True)
+        result = tuner.result()
+    failures = "; ".join(f"{count} x {error.splitlines()[0][:100]}" for error, count in tuner.failures.most_common(3))
+    print(f"invalid candidates: {sum(tuner.failures.values())} ({failures or 'none'})")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b, c = (torch.randn(n, n, device="cuda") for _ in range(3))
+    cublas = timed(lambda: torch.matmul(a, b, out=c), runs)
+    print(f"best {result.latency_s * 1e3:.3f} ms ({result.gflops / 1e3:.1f} TFLOP/s), "
+          f"{tuner.baseline_s / result.latency_s:.2f}x the default schedule ({tuner.baseline_s * 1e3:.3f} ms), "
+          f"{cublas / result.latency_s:.0%} of cuBLAS fp32 ({cublas * 1e3:.3f} ms)")
+    decisions = [line for line in str(result.trace).splitlines() if "sample_" in line]
+    print("its decisions (BM, BN, BK, TM, TN, vector, stages):\n" + "\n".join(decisions))
+
+
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults}
 
@@ -319,6 +366,9 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--tune", type=int, metavar="TRIALS", default=0,
+                        help="only tune the fp32 GEMM --size^3 on the GPU for TRIALS candidates: the curve, "
+                             "and the best against the default schedule and cuBLAS")
     args = parser.parse_args()
     import torch
 
@@ -326,6 +376,9 @@ def main() -> int:
         print("no GPU: torch.cuda.is_available() is False")
         return 1
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.tune:
+        tuning(args.size, args.tune, args.runs)
+        return 0
     rows: list = []
     failed = False
     for part in (PARTS[p] for p in args.parts):
