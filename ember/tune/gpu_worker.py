@@ -45,11 +45,11 @@ class DeviceWorker(_Worker):
     def reference(self, task):
         """The outputs of the task's own GPU schedule on the device (a large GEMM unscheduled on
         the CPU would take minutes), else of its unscheduled function on the CPU."""
-        from ..cuda.driver import check, driver
+        from ..cuda.driver import check
 
         if task.default_trace is None:
             return (_unscheduled(self, task),)
-        cu = driver()
+        cu = _driver()
         kernel = task.build(task.default_trace, target="cuda")
         pointers = self._device_args(task)
         kernel.launch(pointers)
@@ -66,9 +66,9 @@ class DeviceWorker(_Worker):
         return ()
 
     def run(self, cid, task, reference, flush_cache, repeats, min_repeat_s, cutoff_s=None):
-        from ..cuda.driver import check, driver
+        from ..cuda.driver import check
 
-        cu = driver()
+        cu = _driver()
         kernel = self.kernels.pop(cid)
         pointers = self._device_args(task)
         outputs = pointers[task.num_inputs:]
@@ -91,9 +91,9 @@ class DeviceWorker(_Worker):
 
     def _device_args(self, task) -> list[int]:
         """The workload's inputs on the GPU (uploaded once) and its outputs (allocated once)."""
-        from ..cuda.driver import check, driver
+        from ..cuda.driver import check
 
-        cu = driver()
+        cu = _driver()
         if self.device_args is None or self.device_args[0] != task.key:
             if self.device_args is not None:
                 for p in self.device_args[1]:
@@ -105,6 +105,15 @@ class DeviceWorker(_Worker):
                 check(cu.cuMemcpyHtoD(p, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
             self.device_args = (task.key, pointers)
         return self.device_args[1]
+
+
+def _driver():
+    """The driver API with the GPU's primary context current in this process (a DeviceError
+    saying why where there is no driver or GPU)."""
+    from ..cuda.driver import device, driver
+
+    device().activate()
+    return driver()
 
 
 def _unscheduled(worker: _Worker, task) -> list:

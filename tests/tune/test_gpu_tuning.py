@@ -74,6 +74,19 @@ def test_the_search_runs_end_to_end_and_its_best_is_correct_on_the_interpreter(r
     assert "__global__" in result.build(target="cuda").source
 
 
+def test_without_a_gpu_the_device_runner_records_why_and_stays_usable():
+    from gpu_kernels import gpu_missing
+
+    if gpu_missing() is None:
+        pytest.skip("this machine has a GPU")
+    task = matmul(16, 16, 8)
+    [sketch] = gpu_design_space(task)
+    with GPURunner(check=False) as gpu:
+        for seed in range(2):  # the worker replaced after the first device error: the second is measured too
+            [result] = gpu.measure([MeasureInput(task, sample(task, sketch, seed).trace)])
+            assert not result.ok and "DeviceError" in result.error
+
+
 @needs_gpu
 def test_on_the_gpu_candidates_are_timed_with_cuda_events():
     task = matmul(256, 256, 64)
