@@ -5,7 +5,8 @@ the sampling decisions the search mutates.
 - **gemm** (C = A @ B, float32, A of M x K and B of K x N placeholders): the shared-memory tiled
   product (`schedules.gemm`): a block's tile BM x BN, a thread's register tile TM x TN, panels of
   BK columns of k staged in shared memory, copied `vector` elements a thread at a time (16 bytes
-  for 4), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later);
+  for 4), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the loops that
+  `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit;
 - **reduce** (one reduction over the last axis, an output element per row): a row per block,
   reduced across `threads` threads (`schedules.reduce_block`: partials in shared memory, folded
   with warp shuffles), the inner loops unrolled up to a sampled limit;
@@ -82,9 +83,11 @@ def gemm_rules(sch: Schedule) -> None:
     TN = _choice(sch, [t for t in THREAD_TILES if BN % t == 0])
     vector = _choice(sch, [v for v in VECTORS if BK % v == 0 and TN % v == 0])
     stages = _choice(sch, STAGES)
+    unroll = _choice(sch, UNROLL_STEPS)
     s, t = _view(sch)
     schedules.gemm(s, t[A.name], t[B.name], t[C.name], BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, vector=vector,
                    stages=stages)
+    _unroll(sch, unroll)
 
 
 def reduce_rules(sch: Schedule) -> None:

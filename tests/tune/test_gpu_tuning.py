@@ -53,7 +53,7 @@ def runner():
 def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runner):
     task = matmul(64, 64, 16)
     [sketch] = gpu_design_space(task)
-    # decisions: indices into BM, BN (16, 32, 64), BK (4, ...), TM, TN (1, 2, 4, 8), vector, stages
+    # decisions: indices into BM, BN (16, 32, 64), BK (4, ...), TM, TN (1, 2, 4, 8), vector, stages (unroll sampled)
     too_many_threads = apply_sketch(task, sketch, [2, 2, 0, 0, 0, 0, 0])  # 64x64 threads a block
     fine = apply_sketch(task, sketch, [1, 1, 1, 2, 2, 1, 1])  # 8x8 threads of 4x4, 16 bytes a copy, pipelined
     bad, good = runner.measure([MeasureInput(task, too_many_threads.trace), MeasureInput(task, fine.trace)])
@@ -64,8 +64,8 @@ def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runn
 def test_the_search_runs_end_to_end_and_its_best_is_correct_on_the_interpreter(runner, monkeypatch):
     monkeypatch.setattr(search, "POPULATION", 8)  # a small search: what is checked is that it runs through
     task = matmul(16, 32, 8)
-    result = tune(task, trials=3, batch=3, runner=runner, target=Target("cuda"), seed=1)
-    assert result.trials == 3 and np.isfinite(result.latency_s)
+    result = tune(task, trials=2, batch=2, runner=runner, target=Target("cuda"), seed=1)
+    assert result.trials == 2 and np.isfinite(result.latency_s)
     rng = np.random.default_rng(7)
     a, b = rng.standard_normal((16, 8), np.float32), rng.standard_normal((8, 32), np.float32)
     c = np.full((16, 32), np.nan, np.float32)
