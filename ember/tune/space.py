@@ -52,7 +52,8 @@ class Sketch:
 
     name: str
     pack: bool
-    rules: Callable[[Schedule], None] | None = None  # another target's rules (ember.tune.gpu_space); None: these
+    # the rules that sample it: a GPU sketch's (ember.tune.gpu_space); None: this module's
+    rules: Callable[[Schedule], None] | None = None
 
 
 def design_space(task: Task) -> list[Sketch]:
