@@ -8,7 +8,12 @@ Two intrinsics per input type, and a store:
   tiles (any row stride: `ldm`), c a 16x16 fragment of a "wmma.accumulator" buffer. Its reset
   zeroes the fragment, its update loads a's and b's fragments and runs the product;
 - `STORE`: out[i, j] = c[i, j], a fragment stored to memory (row-major, any row stride), the
-  copy out of a cache_write "wmma.accumulator";
+  copy out of a cache_write "wmma.accumulator"; `LOAD`: the other way, a fragment loaded from an
+  fp32 tile in memory (a tile kernel's accumulator entering its K loop);
+- `MMA["float32"]`: the same 16x16x16 step on fp32 tiles as TF32 (two m16n16k8 steps), each
+  operand rounded to TF32's 10 bits of mantissa, to nearest with ties away from zero
+  (`cvt.rna.tf32.f32`, which the description does on the bits), products summed in fp32: Triton's
+  `input_precision="tf32"`;
 - `SHARED_MMA[dtype]`: c[i, j] += sum over k < 16 of a[i, k] * b[k, j] with c a row-major fp32
   tile in memory (loaded into a fragment, multiplied into, stored back): a tile kernel's `tl.dot`
   (ember.triton on the GPU), whose accumulator lives in shared memory between its statements.
@@ -39,10 +44,11 @@ from __future__ import annotations
 
 from .. import te
 from ..errors import ScheduleError
+from ..tir.expr import binary, const, reinterpret
 
 TILE = 16
 FEATURE = "wmma"
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16")  # the inputs of a GEMM schedule's fragments (the tf32 product is a tile kernel's)
 ACC_TYPE = "ember_wmma_acc"  # a lane's part of an fp32 16x16 accumulator fragment: 8 floats
 
 _ACC = f"""#ifndef EMBER_WMMA_ACC
@@ -52,7 +58,7 @@ struct {ACC_TYPE} {{ float x[8]; }};
 
 
 def _suffix(dtype: str) -> str:
-    return {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    return {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[dtype]
 
 
 def _regs(first: int, n: int) -> str:
@@ -71,8 +77,48 @@ static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out
 }}"""
 
 
+_LOAD_SOURCE = f"""{_ACC}
+static __device__ __forceinline__ void ember_wmma_load(const void* src, void* c, int64_t ldm) {{
+  float* d = (({ACC_TYPE}*)c)->x;
+  asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {_regs(0, 8)}, [%8], %9;"
+               : {_outs("d", 8, "=f")} : "l"(src), "r"((int)ldm) : "memory");
+}}"""
+
+
+def _tf32_source() -> str:
+    """Two m16n16k8 steps; each loaded operand rounded to TF32 (the load keeps fp32's bits,
+    which the product would truncate)."""
+    return f"""{_ACC}
+static __device__ __forceinline__ void ember_wmma_fill_tf32(void* c) {{
+  for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)->x[i] = 0.0f;
+}}
+static __device__ __forceinline__ void ember_wmma_mma_tf32(const void* a, const void* b, void* c, int64_t lda,
+                                                           int64_t ldb) {{
+  unsigned fa[4], fb[4];
+  float* d = (({ACC_TYPE}*)c)->x;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    asm volatile("wmma.load.a.sync.aligned.row.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                 : {_outs("fa", 4)} : "l"((const float*)a + 8 * h), "r"((int)lda) : "memory");
+    asm volatile("wmma.load.b.sync.aligned.row.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                 : {_outs("fb", 4)} : "l"((const float*)b + 8 * h * ldb), "r"((int)ldb) : "memory");
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {{
+      asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(fa[i]) : "f"(__uint_as_float(fa[i])));
+      asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(fb[i]) : "f"(__uint_as_float(fb[i])));
+    }}
+    asm volatile("wmma.mma.sync.aligned.row.row.m16n16k8.f32.tf32.tf32.f32 {_regs(0, 8)}, {_regs(8, 4)}, "
+                 "{_regs(12, 4)}, {_regs(0, 8)};"
+                 : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[{i}])' for i in range(4))},
+                   {", ".join(f'"r"(fb[{i}])' for i in range(4))});
+  }}
+}}"""
+
+
 def _mma_source(dtype: str) -> str:
     """fp16 fragments of A and B are 8 registers a lane (2 halves each), bf16's 4."""
+    if dtype == "float32":
+        return _tf32_source()
     s = _suffix(dtype)
     n = 8 if dtype == "float16" else 4
     ptx = "f16" if dtype == "float16" else "bf16"
@@ -97,12 +143,22 @@ static __device__ __forceinline__ void ember_wmma_mma_{s}(const void* a, const v
 
 
 def _mma_description(dtype: str):
-    """What a 16x16x16 Tensor Core step computes: c[i, j] = sum over k of a[i, k] * b[k, j] in fp32."""
+    """What a 16x16x16 Tensor Core step computes: c[i, j] = sum over k of a[i, k] * b[k, j] in fp32
+    (fp32 operands rounded to TF32 first)."""
     a = te.placeholder((TILE, TILE), dtype, name="a")
     b = te.placeholder((TILE, TILE), dtype, name="b")
     k = te.reduce_axis((0, TILE), name="k")
-    return te.compute((TILE, TILE), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"),
-                                                        axis=k), name="c")
+    wide = _tf32 if dtype == "float32" else (lambda x: x.astype("float32"))
+    return te.compute((TILE, TILE), lambda i, j: te.sum(wide(a[i, k]) * wide(b[k, j]), axis=k), name="c")
+
+
+def _tf32(x):
+    """x rounded to TF32 as `cvt.rna.tf32.f32` does: the magnitude's bits plus half of the last kept
+    bit's unit, the 13 bits below it cleared (no carry reaches the sign), the sign put back."""
+    bits = reinterpret("uint32", x)
+    magnitude = binary("&", bits, const(0x7FFFFFFF, "uint32"))
+    rounded = binary("&", binary("+", magnitude, const(0x1000, "uint32")), const(0xFFFFE000, "uint32"))
+    return reinterpret("float32", binary("|", rounded, binary("&", bits, const(0x80000000, "uint32"))))
 
 
 def declare_mma(dtype: str):
@@ -117,6 +173,19 @@ def declare_mma(dtype: str):
         return None, te.hardware_intrinsic(f"ember_wmma_fill_{s}", pc.access_ptr("w")), update
 
     return te.decl_tensor_intrin(c.op, lower_fn, name=f"wmma_mma_16x16x16_{s}_f32", c_source=_mma_source(dtype),
+                                 feature=FEATURE, override=True)
+
+
+def declare_load():
+    """Declare (and register) the load of an fp32 fragment from a row-major 16x16 tile."""
+    c = te.placeholder((TILE, TILE), "float32", name="c")
+    out = te.compute((TILE, TILE), lambda i, j: c[i, j], name="frag")
+
+    def lower_fn(ins, outs):
+        (pc,), (po,) = ins, outs
+        return te.hardware_intrinsic("ember_wmma_load", pc.access_ptr("r"), po.access_ptr("w"), pc.strides[0])
+
+    return te.decl_tensor_intrin(out.op, lower_fn, name="wmma_load_16x16_f32", c_source=_LOAD_SOURCE,
                                  feature=FEATURE, override=True)
 
 
@@ -244,6 +313,7 @@ def declare_shared_mma(dtype: str):
                                  override=True)
 
 
-MMA = {dtype: declare_mma(dtype) for dtype in DTYPES}
-SHARED_MMA = {dtype: declare_shared_mma(dtype) for dtype in DTYPES}
+MMA = {dtype: declare_mma(dtype) for dtype in (*DTYPES, "float32")}
+SHARED_MMA = {dtype: declare_shared_mma(dtype) for dtype in (*DTYPES, "float32")}
 STORE = declare_store()
+LOAD = declare_load()

@@ -20,7 +20,7 @@ from ember.codegen.python import load_python
 from ember.cuda.codegen import SYNC, launch_dims
 from ember.cuda.kernel import prepare
 from ember.cuda.simt import SimtRenderer, run_grid
-from ember.errors import ArgumentTypeError
+from ember.errors import ArgumentTypeError, TileError
 from ember.target import as_target
 from ember.tir.expr import as_int
 from ember.tir.functor import stmt_children
@@ -132,20 +132,73 @@ def test_fused_softmax(tutorials, rng, on_cuda):
     assert on_cuda[0].count("__shfl_xor_sync") == 2 * 5  # each warp's share of the max and of the sum
 
 
+def tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 as the Tensor Cores take it (cvt.rna: to nearest, ties away from 0)."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = ((bits & 0x7FFFFFFF) + 0x1000) & 0xFFFFE000
+    return (rounded | (bits & 0x80000000)).view(np.float32)
+
+
+def operands(rng, dtype, shape):
+    if dtype == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        return rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+    return rng.standard_normal(shape).astype(dtype)
+
+
 @needs_nvrtc
-@pytest.mark.parametrize("dtype,tol", [("float16", 2e-3), ("float32", 1e-5)])
-def test_matmul(tutorials, rng, on_cuda, dtype, tol):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda, dtype):
+    """The tutorial's `accumulator = tl.dot(a, b, accumulator)` over K: each warp's tiles of the
+    accumulator loaded into fragments once before the loop, multiplied into there (fp16, bf16,
+    and float32 as TF32, Triton's default input_precision), stored once after it."""
     M, N, K = 37, 29, 41  # no block size divides these
-    a, b = rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
-    c = np.empty((M, N), dtype)
-    grid = (triton.cdiv(M, 16) * triton.cdiv(N, 16),)
+    a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
+    c = np.empty((M, N), a.dtype)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
     tutorials["03_matmul"].matmul_kernel.base_fn[grid](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
-        ACTIVATION="leaky_relu", num_warps=2)
-    want = tutorials["03_matmul"].reference(a, b, "leaky_relu")
-    np.testing.assert_allclose(c.astype(np.float32), want, rtol=tol, atol=tol * 10)
-    # float16 on the Tensor Cores (a wmma call per 16x16x16 tile), float32 on CUDA cores
-    assert ("ember_wmma_shared_mma_f16(" in on_cuda[0]) == (dtype == "float16")
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
+        ACTIVATION="", num_warps=2)  # two of the four 16x16 tiles a warp
+    wide = [x.astype(np.float64) for x in ((tf32(a), tf32(b)) if dtype == "float32" else (a, b))]
+    want = wide[0] @ wide[1]
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-5}[dtype]  # c's rounding, or fp32's sums
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
+    if dtype == "float32":  # TF32 is not float32: the exact product is further away
+        assert np.abs(c - a.astype(np.float64) @ b).max() > 1e-4 * np.abs(want).max()
+    (source,) = on_cuda
+    suffix = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[dtype]
+    # a warp's two tiles: two products in the loop, two loads before it, two stores after (+ each definition)
+    assert source.count(f"ember_wmma_mma_{suffix}(") == source.count("ember_wmma_load(") == 2 + 1
+    assert source.count("ember_wmma_store(") == 2 + 1
+    assert "ember_wmma_shared_mma" not in source
+
+
+@triton.jit
+def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr,
+             PRECISION: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, BK)
+    acc = tl.zeros((M, N), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+@needs_nvrtc
+def test_float32_dot_as_ieee_runs_on_cuda_cores(rng, on_cuda):
+    a, b = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 16), dtype=np.float32)
+    c = np.empty((16, 16), np.float32)
+    dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION="ieee", num_warps=1)
+    want = a.astype(np.float64) @ b
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert "wmma" not in on_cuda[0]
+
+
+def test_dot_precision_is_one_of_tritons(rng):
+    a, c = np.ones((16, 16), np.float32), np.empty((16, 16), np.float32)
+    with pytest.raises(TileError, match="input_precision 'tf16' is not one of tf32, tf32x3, ieee"):
+        dot_loop[(1,)](a, a, c, 16, M=16, N=16, BK=16, PRECISION="tf16", target="cuda")
 
 
 @needs_nvrtc
@@ -254,7 +307,8 @@ def test_on_the_gpu_matmul_autotuned(tutorials, gpu, dtype, tol):
     mm = tutorials["03_matmul"]
     grid = lambda META: (triton.cdiv(M, META["BLOCK_SIZE_M"]) * triton.cdiv(N, META["BLOCK_SIZE_N"]),)  # noqa: E731
     mm.matmul_kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), ACTIVATION="")
-    want = mm.reference(a.cpu().numpy(), b.cpu().numpy())
+    a, b = a.cpu().numpy(), b.cpu().numpy()
+    want = mm.reference(*((tf32(a), tf32(b)) if dtype == torch.float32 else (a, b)))  # TF32: Triton's default
     np.testing.assert_allclose(c.float().cpu().numpy(), want, rtol=tol, atol=tol * 10)
 
 

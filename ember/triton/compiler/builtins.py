@@ -332,7 +332,8 @@ class Builtins:
         elif out_dtype is None or not out_dtype.is_floating() or out_dtype == tld.float16:
             out_dtype = tld.float32 if out_dtype != tld.float16 else out_dtype
         work = tld.float32 if out_dtype.is_floating() else tld.int32
-        inputs = self.em.dot_inputs(input.dtype, m, n, k) if input.dtype == other.dtype else None
+        precision = input_precision_of(input_precision, allow_tf32)
+        inputs = self.em.dot_inputs(input.dtype, m, n, k, precision) if input.dtype == other.dtype else None
         a = self._operand(input, inputs or work)
         b = self._operand(other, inputs or work)
         t = V.tir_dtype(work)
@@ -343,7 +344,7 @@ class Builtins:
             c = self.em.local("dot", (m, n), t)
             init = ops.cast_to(acc, work) if acc is not None else Scalar(const(0, t), work)
             self.em.store_block(c, init, (m, n))
-        self.em.dot(a, b, c, m, n, k)
+        self.em.dot(a, b, c, m, n, k, precision)
         out = buffer_block(c, (m, n), work)
         return out if out_dtype == work else ops.cast_to(out, out_dtype)
 
@@ -604,6 +605,20 @@ class Builtins:
                 return Evaluate(Call(f"{te.PRINT} {prefix}", (*pid, *where, V.element(a, idx)), "int32"))
 
             self.em.emit(self.em.nest(shape, body, vector=False))
+
+
+PRECISIONS = ("tf32", "tf32x3", "ieee")
+
+
+def input_precision_of(input_precision, allow_tf32) -> str:
+    """tl.dot's precision of float32 operands as Triton reads it: `input_precision`, else its old
+    spelling `allow_tf32`, else "tf32" (Triton's default on NVIDIA GPUs)."""
+    input_precision, allow_tf32 = _c(input_precision), _c(allow_tf32)
+    if input_precision is None:
+        return "ieee" if allow_tf32 is False else "tf32"
+    if input_precision not in PRECISIONS:
+        raise TileTypeError(f"tl.dot: input_precision {input_precision!r} is not one of {', '.join(PRECISIONS)}")
+    return input_precision
 
 
 def _not(c: PrimExpr) -> PrimExpr:

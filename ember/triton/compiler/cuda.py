@@ -20,20 +20,32 @@ two phases: each thread folds its share into a shared partial, then every thread
 partials (which the CUDA target turns into warp shuffles, ember.cuda.warp, in a block of one
 warp); a reduction keeping other axes gives each output element to one thread, as do
 scans and arg-reductions; a fold keeps its running value in the thread's register, so no barrier
-falls in a loop only some threads run. `tl.dot` of float16 blocks whose sizes are multiples of 16
-runs on the Tensor Cores: the operands stay float16 in shared memory and each warp takes a
-strided share of the output's 16x16 tiles, one wmma call per 16 of k (ember.intrinsics.wmma's
-SHARED_MMA, which the interpreter runs as its description); any other `tl.dot` gives each thread
-a strided share of the output tile on CUDA cores, each element summed over k in a register.
+falls in a loop only some threads run. `tl.dot` on the Tensor Cores: float16 and bfloat16
+blocks, and float32 ones as TF32 where Triton's `input_precision` says "tf32" (its default;
+`allow_tf32=False`, "ieee" and "tf32x3" keep float32), when the sizes are multiples of 16: the
+operands stay in their type in shared memory and each warp takes a strided share of the output's
+16x16 tiles, one wmma call per 16 of k (ember.intrinsics.wmma). In a loop whose dots are the only
+accesses to their accumulator (Triton's `acc = tl.dot(a, b, acc)` over K), each warp keeps its
+tiles of the accumulator as wmma fragments in registers for the whole loop: loaded once before
+it, multiplied into by each step, stored back once after it. A dot elsewhere, or whose
+accumulator the loop also reads (attention's rescaled one, `acc += tl.dot(a, b)`'s sum), loads
+and stores its tile in shared memory around each call (SHARED_MMA). wmma rather than mma.sync:
+the fragments' layout across the lanes is the compiler's, and the same calls serve fp16, bf16 and
+TF32 without per-shape register bookkeeping (ember.intrinsics.wmma's module doc). Any other
+`tl.dot` gives each thread a strided share of the output tile on CUDA cores, each element summed
+over k in a register.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from ...cuda import fragments
+from ...intrinsics.wmma import LOAD, MMA, SHARED_MMA, STORE
 from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
-from ...tir.functor import stmt_exprs, visit_expr, visit_stmt
+from ...tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
 from ...tir.stmt import (
     SYNC,
     THREAD_BINDING,
@@ -53,7 +65,30 @@ from .emitter import Body, Deferred, Emitter, buffer_block
 
 WARP = 32
 TILE = 16  # a Tensor Core product's tile: 16x16x16
-SUFFIX = "f16"  # of ember.intrinsics.wmma's float16 calls
+DOT = "tile_dot"  # a Tensor Core dot's statement: its index among the Emitter's dots
+_NOP = Evaluate(const(0, "int32"))
+
+
+def _params(intrin, role: str, reads: tuple, writes: tuple, scalars: int) -> tuple:
+    """A tensorized call's parameters (ember.tir.schedule.tensorize's): which of its pointers and
+    how many of its scalars the C call takes."""
+    return (("intrin", intrin.name), ("role", role), ("c_reads", reads), ("c_writes", writes),
+            ("c_scalars", scalars))
+
+
+def _touches(s: Stmt, buf: Buffer) -> bool:
+    """Whether s reads or writes buf (a tensorized call through its pointers)."""
+    found = []
+
+    def on_stmt(x):
+        if isinstance(x, BufferStore) and x.buffer is buf or isinstance(x, CallRoutine) and any(
+                p.buffer is buf for p in x.reads + x.writes):
+            found.append(x)
+        for e in stmt_exprs(x):
+            visit_expr(e, lambda y: found.append(y) if isinstance(y, BufferLoad) and y.buffer is buf else None)
+
+    visit_stmt(s, on_stmt)
+    return bool(found)
 
 
 def bound(var: Var, extent: int, tag: str, body: Stmt) -> For:
@@ -67,6 +102,7 @@ class CUDAEmitter(Emitter):
         super().__init__(debug)
         self.threads = WARP * num_warps
         self.warps = num_warps
+        self._dots: list[tuple] = []  # each Tensor Core dot's (a, b, c, m, n, k), by its DOT mark
 
     def lanes(self, dtype: str) -> int:
         return 1
@@ -279,14 +315,20 @@ class CUDAEmitter(Emitter):
         self.emit(Evaluate(Call(SYNC, (), "int32")))
 
     # -- tl.dot ----------------------------------------------------------------------------------
-    def dot_inputs(self, dtype, m: int, n: int, k: int):
-        """float16 operands stay float16 for the Tensor Cores when the product is of 16x16x16 tiles."""
-        return dtype if dtype == tld.float16 and m % TILE == n % TILE == k % TILE == 0 else None
+    def dot_inputs(self, dtype, m: int, n: int, k: int, precision: str):
+        """float16 and bfloat16 operands stay as they are for the Tensor Cores when the product is
+        of 16x16x16 tiles; so do float32 ones that may be rounded to TF32."""
+        if m % TILE or n % TILE or k % TILE:
+            return None
+        if dtype in (tld.float16, tld.bfloat16) or dtype == tld.float32 and precision == "tf32":
+            return dtype
+        return None
 
-    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
-        """float16 operands on the Tensor Cores (`_tensor_cores`); else each thread a strided share
-        of c's elements, each summed over k in a register."""
-        if a.dtype == "float16":
+    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int, precision: str = "ieee") -> None:
+        """fp16, bf16 and TF32 products of 16x16x16 tiles on the Tensor Cores (`_tensor_cores`);
+        else each thread a strided share of c's elements, each summed over k in a register."""
+        if c.dtype == "float32" and not m % TILE and not n % TILE and not k % TILE and (
+                a.dtype in ("float16", "bfloat16") or a.dtype == "float32" and precision == "tf32"):
             self.emit(self._tensor_cores(a, b, c, m, n, k))
             return
         acc, zero, now = self.register("acc", c.dtype)
@@ -305,24 +347,106 @@ class CUDAEmitter(Emitter):
     def _tensor_cores(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> Stmt:
         """Each warp a strided share of c's 16x16 tiles, each updated once per 16 of k by the wmma
         call that loads the tile of c from shared memory, multiplies a's and b's tiles into it
-        and stores it back (ember.intrinsics.wmma's SHARED_MMA: the whole warp makes each call)."""
+        and stores it back (ember.intrinsics.wmma's SHARED_MMA: the whole warp makes each call).
+        The statement is marked (DOT) so that the K loop around it may keep c in fragments
+        instead (`_in_registers`)."""
+        mma = SHARED_MMA[a.dtype]
+        kk = Var("kk")
+
+        def tile(s, row, col):
+            strides = tuple(const(x) for x in (k, 1, n, 1, n, 1))
+            call = CallRoutine(mma.call("update").routine, _params(mma, "update", (0, 1), (2,), 3),
+                               (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)),
+                               (Pointer(c, row * n + col),), (const(k), const(n), const(n), *strides))
+            return For(kk, const(0), const(k // TILE), "serial", call)
+
+        self._dots.append((a, b, c, m, n, k))
+        loop = self._warp_tiles(m, n, "serial", tile)
+        return replace(loop, annotations=(*loop.annotations, (DOT, len(self._dots) - 1)))
+
+    def _warp_tiles(self, m: int, n: int, kind: str, tile: Callable[[PrimExpr, PrimExpr, PrimExpr], Stmt]) -> For:
+        """tile(s, row, col) for each warp's s-th 16x16 tile of an (m, n) block (tile s * warps +
+        warp, row-major), the warps along threadIdx.y; `kind`: that of the loop over s."""
         cols, tiles = n // TILE, (m // TILE) * (n // TILE)
-        ty, s, kk = Var("ty"), Var("s"), Var("kk")
+        ty, s = Var("ty"), Var("s")
         steps = -(-tiles // self.warps)
-        tile = ty if steps == 1 else s * self.warps + ty
-        row, col = tile // cols * TILE, tile % cols * TILE
-        strides = tuple(const(x) for x in (k, 1, n, 1, n, 1))
-        call = CallRoutine(f"ember_wmma_shared_mma_{SUFFIX}", (
-            ("intrin", f"wmma_shared_mma_16x16x16_{SUFFIX}_f32"), ("role", "update"), ("c_reads", (0, 1)),
-            ("c_writes", (2,)), ("c_scalars", 3)),
-            (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)), (Pointer(c, row * n + col),),
-            (const(k), const(n), const(n), *strides))
-        body = For(kk, const(0), const(k // TILE), "serial", call)
+        t = ty if steps == 1 else s * self.warps + ty
+        body = tile(const(0) if steps == 1 else s, t // cols * TILE, t % cols * TILE)
         if steps > 1:
             if tiles % self.warps:
-                body = IfThenElse(te_binary("<", tile, const(tiles)), body)
-            body = For(s, const(0), const(steps), "serial", body)
+                body = IfThenElse(te_binary("<", t, const(tiles)), body)
+            body = For(s, const(0), const(steps), kind, body)
         return bound(ty, min(tiles, self.warps), "threadIdx.y", body)
+
+    def _in_registers(self, body: Stmt) -> Stmt:
+        """body with each serial loop whose Tensor Core dots are the only accesses to their
+        accumulator (Triton's `acc = tl.dot(a, b, acc)` over K) keeping that accumulator in
+        fragments for the whole loop: each warp loads its tiles of it before the loop, each dot
+        multiplies into them, and they are stored back once after it. Other dots keep theirs in
+        shared memory."""
+        def unmarked(x):
+            if isinstance(x, For) and x.annotation(DOT) is not None:
+                return replace(x, annotations=tuple(p for p in x.annotations if p[0] != DOT))
+            return None
+
+        body = mutate_stmt(body, f_stmt=lambda x: self._hoisted(x) if isinstance(x, For) and x.kind == "serial"
+                           else None)
+        return mutate_stmt(body, f_stmt=unmarked)
+
+    def _hoisted(self, loop: For) -> Stmt | None:
+        marked = collect(loop.body, lambda x: isinstance(x, For) and x.annotation(DOT) is not None)
+        by_acc: dict[Buffer, list[For]] = {}
+        for x in marked:
+            by_acc.setdefault(self._dots[x.annotation(DOT)][2], []).append(x)
+        before, after, moved = [], [], {}
+        for c, dots in by_acc.items():
+            if _touches(mutate_stmt(loop.body, f_stmt=lambda x, d=dots: _NOP if any(x is y for y in d) else None), c):
+                continue
+            frag, load, store = self._fragments(c, *self._dots[dots[0].annotation(DOT)][3:5])
+            before.append(load)
+            after.append(store)
+            moved.update({d: self._fragment_dot(d.annotation(DOT), frag) for d in dots})
+        if not moved:
+            return None
+        body = mutate_stmt(loop.body, f_stmt=lambda x: next((v for d, v in moved.items() if d is x), None))
+        return seq(*before, replace(loop, body=body), *after)
+
+    def _fragments(self, c: Buffer, m: int, n: int) -> tuple[Buffer, Stmt, Stmt]:
+        """Fragments for each warp's tiles of the (m, n) accumulator c (`_warp_tiles`' order), the
+        statement loading them from c and the one storing them back (ember.intrinsics.wmma's LOAD
+        and STORE)."""
+        steps = -(-(m // TILE) * (n // TILE) // self.warps)
+        frag = Buffer(self.name("frag"), (const(steps * TILE), const(TILE)), "float32", scope=fragments.SCOPE)
+        self.allocs.append(frag)
+
+        def copy(intrin, frag_first: bool):
+            """frag's tile s from or to c's (row, col) tile: c's row stride is the call's ldm."""
+            def call(s, row, col):
+                tiles = [Pointer(c, row * n + col), Pointer(frag, s * TILE * TILE)]
+                strides = [const(n), const(1), const(TILE), const(1)]
+                if frag_first:
+                    tiles, strides = tiles[::-1], strides[2:] + strides[:2]
+                return CallRoutine(intrin.call("body").routine, _params(intrin, "body", (0,), (1,), 1),
+                                   (tiles[0],), (tiles[1],), (const(n), *strides))
+            return call
+
+        return (frag, self._warp_tiles(m, n, "unrolled", copy(LOAD, False)),
+                self._warp_tiles(m, n, "unrolled", copy(STORE, True)))
+
+    def _fragment_dot(self, key: int, frag: Buffer) -> Stmt:
+        """Dot `key` multiplying into the warps' fragments `frag` (ember.intrinsics.wmma's MMA)."""
+        a, b, _, m, n, k = self._dots[key]
+        mma = MMA[a.dtype]
+        kk = Var("kk")
+
+        def tile(s, row, col):
+            strides = tuple(const(x) for x in (k, 1, n, 1, TILE, 1))
+            call = CallRoutine(mma.call("update").routine, _params(mma, "update", (0, 1), (2,), 2),
+                               (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)),
+                               (Pointer(frag, s * TILE * TILE),), (const(k), const(n), *strides))
+            return For(kk, const(0), const(k // TILE), "serial", call)
+
+        return self._warp_tiles(m, n, "unrolled", tile)
 
     # -- deferred loads ----------------------------------------------------------------------------
     def read_in(self, d: Deferred) -> Buffer:
@@ -334,7 +458,7 @@ class CUDAEmitter(Emitter):
     # -- the grid ----------------------------------------------------------------------------------
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
-        body = seq(*self.lists[0])
+        body = self._in_registers(seq(*self.lists[0]))
         for buf in reversed(self.allocs):
             body = Allocate(buf, body)
         return For(pid, const(0), programs, THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))

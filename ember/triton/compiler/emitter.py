@@ -126,15 +126,16 @@ class Emitter(ABC):
     def barrier(self) -> None:  # noqa: B027 (a machine whose program is one thread needs none)
         """tl.debug_barrier: every thread of the program past this point before any goes on."""
 
-    def dot_inputs(self, dtype, m: int, n: int, k: int):
+    def dot_inputs(self, dtype, m: int, n: int, k: int, precision: str):
         """The type (ember.triton.language) in which `dot` takes operands of `dtype` for an
         (m, k) @ (k, n) product; None: c's type, to which they are converted (the default)."""
         return None
 
     @abstractmethod
-    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
+    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int, precision: str = "ieee") -> None:
         """c[m, n] += a[m, k] @ b[k, n] (row-major local buffers of c's type, or of the type
-        `dot_inputs` asked for)."""
+        `dot_inputs` asked for); `precision`: Triton's input_precision, of float32 operands
+        ("tf32": they may be rounded to TF32 first; "ieee", "tf32x3": not)."""
 
     @abstractmethod
     def read_in(self, d: Deferred) -> Buffer:

@@ -196,8 +196,8 @@ class VectorEmitter(Emitter):
         return buffer_block(out, shape, dtype)
 
     # -- tl.dot --------------------------------------------------------------------------------------
-    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> None:
-        """The micro-kernel (the module doc)."""
+    def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int, precision: str = "ieee") -> None:
+        """The micro-kernel (the module doc): float32 products at any precision (no TF32 here)."""
         lanes = self.lanes(c.dtype)
         nr = min(n, 2 * lanes)
         # accumulators, a broadcast of A and the vectors of B within the target's vector registers
