@@ -122,6 +122,8 @@ def test_vector_add(tutorials, rng, on_cuda):
     np.testing.assert_array_equal(out, x + y)
     (source,) = on_cuda
     assert "__launch_bounds__(128)" in source and "blockIdx.x" in source and "threadIdx.x" in source
+    # each thread's elements of x and y in its registers, from global memory to the sum: no shared block
+    assert "dynamic shared memory 0 bytes" in source and "__syncthreads" not in source
 
 
 @needs_nvrtc
@@ -130,6 +132,8 @@ def test_fused_softmax(tutorials, rng, on_cuda):
     y = tutorials["02_fused_softmax"].softmax(x)
     np.testing.assert_allclose(y, tutorials["02_fused_softmax"].reference(x), rtol=1e-5, atol=1e-7)
     assert on_cuda[0].count("__shfl_xor_sync") == 2 * 5  # each warp's share of the max and of the sum
+    # the row and its exponentials in each thread's registers; in shared memory only the partials
+    assert on_cuda[0].count("reinterpret_cast<float*>(ember_shared + ") == 2
 
 
 def tf32(x: np.ndarray) -> np.ndarray:

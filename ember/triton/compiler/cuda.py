@@ -12,6 +12,13 @@ thread computes is the thread's own) and places `__syncthreads()` where a shared
 some threads is read by others; the loop-IR interpreter runs them with GPU semantics
 (ember.cuda.simt), or one after another, which is the order the barriers give.
 
+A block that only statements spreading its shape the same way touch, each thread at its own
+elements alone (a load read in for an elementwise consumer, vector add's operands, a softmax row
+read by the max's partials, its exponentials by the sum's and the division), is held by each
+thread in registers, its elements j = 0, 1, ... in a local array: global memory to registers and
+back with no shared block and no barrier, as Triton's blocked layouts keep them (`_thread_own`).
+Any other block a statement's threads write is shared.
+
 A statement of one element writes kernel-local scalars in every thread (each its own copy, as
 Triton keeps a uniform scalar in every thread), unless it writes memory, calls an atomic or reads
 a tensor: then thread 0 alone runs it (a scalar store, a scalar atomic or load whose result the
@@ -59,6 +66,7 @@ from ...tir.stmt import (
     Stmt,
     seq,
 )
+from ...tir.structural import structural_key
 from ..language import dtypes as tld
 from . import values as V
 from .emitter import Body, Deferred, Emitter, buffer_block
@@ -66,6 +74,7 @@ from .emitter import Body, Deferred, Emitter, buffer_block
 WARP = 32
 TILE = 16  # a Tensor Core product's tile: 16x16x16
 DOT = "tile_dot"  # a Tensor Core dot's statement: its index among the Emitter's dots
+SPREAD = "tile_spread"  # a statement spread over the threads (`_spread`): its index among them
 _NOP = Evaluate(const(0, "int32"))
 
 
@@ -103,6 +112,7 @@ class CUDAEmitter(Emitter):
         self.threads = WARP * num_warps
         self.warps = num_warps
         self._dots: list[tuple] = []  # each Tensor Core dot's (a, b, c, m, n, k), by its DOT mark
+        self._spreads: list[tuple] = []  # each spread statement's (mapping, flat element, its j, steps)
 
     def lanes(self, dtype: str) -> int:
         return 1
@@ -129,15 +139,17 @@ class CUDAEmitter(Emitter):
         walk = [d for d in [inner, *reversed(range(len(shape)))] if shape[d] != 1]  # fastest first
         walk = list(dict.fromkeys(walk))
         steps = -(-total // self.threads)
+        j = Var("j")
+        flat: list[PrimExpr] = []
 
         def share(t):
-            j = Var("j")
             e = t if steps == 1 else j * self.threads + t
             idx: list[PrimExpr] = [const(0)] * len(shape)
             rest = e
             for k, d in enumerate(walk):
                 idx[d] = rest if k == len(walk) - 1 else rest % shape[d]
                 rest = rest // shape[d]
+            flat.append(V.flat_index(shape, tuple(idx)))
             s = body(tuple(idx))
             if s is None or steps == 1:
                 return s
@@ -145,7 +157,11 @@ class CUDAEmitter(Emitter):
                 s = IfThenElse(te_binary("<", e, const(total)), s)
             return For(j, const(0), const(steps), "serial", s)
 
-        return self.on_threads(min(total, self.threads), share)
+        s = self.on_threads(min(total, self.threads), share)
+        if s is None:
+            return None
+        self._spreads.append(((shape, tuple(walk)), flat[0], const(0) if steps == 1 else j, steps))
+        return replace(s, annotations=(*s.annotations, (SPREAD, len(self._spreads) - 1)))
 
     def on_threads(self, count: int, make: Callable[[PrimExpr], Stmt | None]) -> Stmt | None:
         """make(t) run by threads t = 0 to count - 1 of the block: its warps along threadIdx.y,
@@ -242,16 +258,21 @@ class CUDAEmitter(Emitter):
         out = self.local("r", (), tdtype)
         j, r = Var("j"), Var("r")
         acc, at, now = self.register("a", tdtype)
+        steps = -(-n // width)
+        flat: list[PrimExpr] = []
 
         def share(t):
-            e = j * width + t
+            e = t if steps == 1 else j * width + t  # (a 1-D block's elements as `_spread` gives them)
+            flat.append(V.flat_index((n,), (e,)))
             step = BufferStore(acc, combine(now, value((e,))), at)
             if n % width:
                 step = IfThenElse(te_binary("<", e, const(n)), step)
-            return Allocate(acc, seq(BufferStore(acc, init, at), For(j, const(0), const(-(-n // width)), "serial",
-                                                                       step), BufferStore(part, now, (t,))))
+            fold = step if steps == 1 else For(j, const(0), const(steps), "serial", step)
+            return Allocate(acc, seq(BufferStore(acc, init, at), fold, BufferStore(part, now, (t,))))
 
-        self.emit(self.on_threads(width, share))
+        first = self.on_threads(width, share)
+        self._spreads.append((((n,), (0,)), flat[0], const(0) if steps == 1 else j, steps))
+        self.emit(replace(first, annotations=(*first.annotations, (SPREAD, len(self._spreads) - 1))))
         fold = BufferStore(out, combine(BufferLoad(out, (const(0),), tdtype), BufferLoad(part, (r,), tdtype)),
                            (const(0),))
         self.emit(seq(BufferStore(out, init, (const(0),)), For(r, const(0), const(width), "serial", fold)))
@@ -448,6 +469,60 @@ class CUDAEmitter(Emitter):
 
         return self._warp_tiles(m, n, "unrolled", tile)
 
+    # -- blocks in registers ----------------------------------------------------------------------
+    def _thread_own(self, body: Stmt) -> Stmt:
+        """body with each scratch block that only statements spreading the same shape the same way
+        touch, each thread only at its own elements, held by each thread as its own elements
+        (registers) rather than in shared memory: a load read in, an elementwise intermediate
+        (vector add's operands, a softmax row's exponentials read back by the division)."""
+        spreads = collect(body, lambda x: isinstance(x, For) and x.annotation(SPREAD) is not None)
+        for buf in [b for b in self.allocs if b.scope == "global"]:
+            users = [x for x in spreads if _touches(x, buf)]
+            if not users or {self._spreads[x.annotation(SPREAD)][0] for x in users} != {
+                    self._spreads[users[0].annotation(SPREAD)][0]}:
+                continue
+            rest = mutate_stmt(body, f_stmt=lambda x, u=users: _NOP if any(x is y for y in u) else None)
+            if _touches(rest, buf) or not all(self._own_elements(x, buf) for x in users):
+                continue
+            mine = Buffer(buf.name, (const(self._spreads[users[0].annotation(SPREAD)][3]),), buf.dtype, scope="local")
+            moved = {x: self._moved(x, buf, mine) for x in users}
+            body = mutate_stmt(body, f_stmt=lambda x, m=moved: next((v for u, v in m.items() if u is x), None))
+            spreads = [moved.get(x, x) for x in spreads]
+            self.allocs[self.allocs.index(buf)] = mine
+        return mutate_stmt(body, f_stmt=lambda x: replace(x, annotations=tuple(
+            p for p in x.annotations if p[0] != SPREAD)) if isinstance(x, For) and x.annotation(SPREAD) is not None
+            else None)
+
+    def _own_elements(self, spread: For, buf: Buffer) -> bool:
+        """Whether every access of spread to buf is at the statement's own element."""
+        _, flat, _, _ = self._spreads[spread.annotation(SPREAD)]
+        key = structural_key(flat)
+        found = []
+
+        def on_stmt(x):
+            if isinstance(x, CallRoutine) and any(p.buffer is buf for p in x.reads + x.writes):
+                found.append(None)
+            if isinstance(x, BufferStore) and x.buffer is buf:
+                found.append(x.indices)
+            for e in stmt_exprs(x):
+                visit_expr(e, lambda y: found.append(y.indices) if isinstance(y, BufferLoad) and y.buffer is buf
+                           else None)
+
+        visit_stmt(spread, on_stmt)
+        return all(i is not None and len(i) == 1 and structural_key(i[0]) == key for i in found)
+
+    def _moved(self, spread: For, buf: Buffer, mine: Buffer) -> Stmt:
+        """spread with its accesses to buf made to the thread's own element j of mine."""
+        _, _, j, _ = self._spreads[spread.annotation(SPREAD)]
+
+        def on_expr(e):
+            return BufferLoad(mine, (j,), e.dtype) if isinstance(e, BufferLoad) and e.buffer is buf else None
+
+        def on_stmt(x):
+            return BufferStore(mine, x.value, (j,)) if isinstance(x, BufferStore) and x.buffer is buf else None
+
+        return mutate_stmt(spread, f_stmt=on_stmt, f_expr=on_expr)
+
     # -- deferred loads ----------------------------------------------------------------------------
     def read_in(self, d: Deferred) -> Buffer:
         buf = self.local("ld", d.shape, d.dtype)
@@ -458,7 +533,7 @@ class CUDAEmitter(Emitter):
     # -- the grid ----------------------------------------------------------------------------------
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
-        body = self._in_registers(seq(*self.lists[0]))
+        body = self._thread_own(self._in_registers(seq(*self.lists[0])))
         for buf in reversed(self.allocs):
             body = Allocate(buf, body)
         return For(pid, const(0), programs, THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
