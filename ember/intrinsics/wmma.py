@@ -69,20 +69,26 @@ def _outs(name: str, n: int, constraint: str = "=r") -> str:
     return ", ".join(f'"{constraint}"({name}[{i}])' for i in range(n))
 
 
-_STORE_SOURCE = f"""{_ACC}
+def _once(guard: str, text: str) -> str:
+    """text defined once in a unit that several intrinsics' sources bring it into (a kernel
+    calling SHARED_MMA and MMA, STORE and SHARED_MMA)."""
+    return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
+
+
+_STORE_SOURCE = _once("EMBER_WMMA_STORE", f"""{_ACC}
 static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out, int64_t ldm) {{
   const float* d = ((const {ACC_TYPE}*)c)->x;
   asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {_regs(1, 8)}, %9;"
                :: "l"(out), {", ".join(f'"f"(d[{i}])' for i in range(8))}, "r"((int)ldm) : "memory");
-}}"""
+}}""")
 
 
-_LOAD_SOURCE = f"""{_ACC}
+_LOAD_SOURCE = _once("EMBER_WMMA_LOAD", f"""{_ACC}
 static __device__ __forceinline__ void ember_wmma_load(const void* src, void* c, int64_t ldm) {{
   float* d = (({ACC_TYPE}*)c)->x;
   asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {_regs(0, 8)}, [%8], %9;"
                : {_outs("d", 8, "=f")} : "l"(src), "r"((int)ldm) : "memory");
-}}"""
+}}""")
 
 
 def _tf32_source() -> str:
@@ -116,9 +122,12 @@ static __device__ __forceinline__ void ember_wmma_mma_tf32(const void* a, const 
 
 
 def _mma_source(dtype: str) -> str:
+    text = _tf32_source() if dtype == "float32" else _wmma_source(dtype)
+    return _once(f"EMBER_WMMA_MMA_{_suffix(dtype).upper()}", text)
+
+
+def _wmma_source(dtype: str) -> str:
     """fp16 fragments of A and B are 8 registers a lane (2 halves each), bf16's 4."""
-    if dtype == "float32":
-        return _tf32_source()
     s = _suffix(dtype)
     n = 8 if dtype == "float16" else 4
     ptx = "f16" if dtype == "float16" else "bf16"

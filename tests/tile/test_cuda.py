@@ -186,17 +186,28 @@ def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.co
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    acc = tl.dot(a, b, acc, input_precision=PRECISION)  # outside the loop: its tiles from shared memory
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
 
 
 @needs_nvrtc
-def test_float32_dot_as_ieee_runs_on_cuda_cores(rng, on_cuda):
-    a, b = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 16), dtype=np.float32)
+@pytest.mark.parametrize("dtype,precision", [("float32", "ieee"), ("float16", "tf32")])
+def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
+    """float32 as "ieee" on CUDA cores; float16 on the Tensor Cores, the loop's accumulator in
+    fragments and the dot after it on tiles in shared memory, in one unit."""
+    a, b = rng.standard_normal((16, 32)).astype(dtype), rng.standard_normal((32, 16)).astype(dtype)
     c = np.empty((16, 16), np.float32)
-    dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION="ieee", num_warps=1)
-    want = a.astype(np.float64) @ b
+    dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION=precision, num_warps=1)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    want = a @ b + a[:, :16] @ b[:16]
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    assert "wmma" not in on_cuda[0]
+    (source,) = on_cuda
+    if dtype == "float32":
+        assert "wmma" not in source
+    else:
+        assert "ember_wmma_load(" in source and "ember_wmma_shared_mma_f16(" in source
 
 
 def test_dot_precision_is_one_of_tritons(rng):
