@@ -185,7 +185,7 @@ def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.co
     for k in range(0, K, BK):
         a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
         b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc += tl.dot(a, b, input_precision=PRECISION)  # (the tutorial's is `acc = tl.dot(a, b, acc)`)
     a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
     b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
     acc = tl.dot(a, b, acc, input_precision=PRECISION)  # outside the loop: its tiles from shared memory
@@ -195,8 +195,9 @@ def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.co
 @needs_nvrtc
 @pytest.mark.parametrize("dtype,precision", [("float32", "ieee"), ("float16", "tf32")])
 def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
-    """float32 as "ieee" on CUDA cores; float16 on the Tensor Cores, the loop's accumulator in
-    fragments and the dot after it on tiles in shared memory, in one unit."""
+    """float32 as "ieee" on CUDA cores; float16 on the Tensor Cores, the loop's `acc +=` folded
+    into its dot and the accumulator in fragments, the dot after it on tiles in shared memory, in
+    one unit."""
     a, b = rng.standard_normal((16, 32)).astype(dtype), rng.standard_normal((32, 16)).astype(dtype)
     c = np.empty((16, 16), np.float32)
     dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION=precision, num_warps=1)

@@ -34,9 +34,10 @@ operands stay in their type in shared memory and each warp takes a strided share
 16x16 tiles, one wmma call per 16 of k (ember.intrinsics.wmma). In a loop whose dots are the only
 accesses to their accumulator (Triton's `acc = tl.dot(a, b, acc)` over K), each warp keeps its
 tiles of the accumulator as wmma fragments in registers for the whole loop: loaded once before
-it, multiplied into by each step, stored back once after it. A dot elsewhere, or whose
-accumulator the loop also reads (attention's rescaled one, `acc += tl.dot(a, b)`'s sum), loads
-and stores its tile in shared memory around each call (SHARED_MMA). wmma rather than mma.sync:
+it, multiplied into by each step, stored back once after it; `acc += tl.dot(a, b)` is first
+folded into a dot into acc, as Triton does. A dot elsewhere, or whose accumulator the loop also
+reads (attention's rescaled one), loads and stores its tile in shared memory around each call
+(SHARED_MMA). wmma rather than mma.sync:
 the fragments' layout across the lanes is the compiler's, and the same calls serve fp16, bf16 and
 TF32 without per-shape register bookkeeping (ember.intrinsics.wmma's module doc). Any other
 `tl.dot` gives each thread a strided share of the output tile on CUDA cores, each element summed
@@ -63,6 +64,7 @@ from ...tir.stmt import (
     For,
     IfThenElse,
     Pointer,
+    SeqStmt,
     Stmt,
     seq,
 )
@@ -83,6 +85,22 @@ def _params(intrin, role: str, reads: tuple, writes: tuple, scalars: int) -> tup
     how many of its scalars the C call takes."""
     return (("intrin", intrin.name), ("role", role), ("c_reads", reads), ("c_writes", writes),
             ("c_scalars", scalars))
+
+
+def _replaced(s: Stmt, table: dict[Stmt, Stmt]) -> Stmt:
+    """s with each statement of the table (the very object) replaced by its value."""
+    return mutate_stmt(s, f_stmt=lambda x: table.get(x))
+
+
+def _in_turn(body: Stmt, zero: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
+    """Whether zero, dot and add are statements of one sequence, in this order, with none between
+    dot and add touching acc (the dot may then write acc where add did)."""
+    for block in collect(body, lambda x: isinstance(x, SeqStmt) and any(y is dot for y in x.stmts)):
+        at = {id(y): i for i, y in enumerate(block.stmts)}
+        i, j, k = (at.get(id(x)) for x in (zero, dot, add))
+        return i is not None and k is not None and i < j < k and not any(
+            _touches(y, acc) for y in block.stmts[j + 1:k])
+    return False
 
 
 def _touches(s: Stmt, buf: Buffer) -> bool:
@@ -399,6 +417,48 @@ class CUDAEmitter(Emitter):
             body = For(s, const(0), const(steps), kind, body)
         return bound(ty, min(tiles, self.warps), "threadIdx.y", body)
 
+    def _accumulate_in_place(self, body: Stmt) -> Stmt:
+        """body with each `acc += tl.dot(a, b)` a dot into acc itself, as `acc = tl.dot(a, b, acc)`
+        is (Triton folds the sum into the dot too): the dot's own block, zeroed before it and
+        added to acc after it, touched nowhere else, is dropped (so that `_in_registers` may keep
+        acc in fragments)."""
+        for key, (a, b, d, m, n, k) in enumerate(self._dots):
+            dot = collect(body, lambda x, key=key: isinstance(x, For) and x.annotation(DOT) == key)
+            users = [x for x in collect(body, lambda x: isinstance(x, For) and x.annotation(SPREAD) is not None)
+                     if _touches(x, d)]
+            if len(dot) != 1 or len(users) != 2:
+                continue
+            zero, add = users
+            acc = self._sum_into(add, d)
+            if acc is None or not self._zeroes(zero, d) or not _in_turn(body, zero, dot[0], add, acc) or _touches(
+                    _replaced(body, dict.fromkeys((zero, add, dot[0]), _NOP)), d):
+                continue
+            self._dots[key] = (a, b, acc, m, n, k)
+            into = self._tensor_cores(a, b, acc, m, n, k)
+            self._dots.pop()  # (the new statement's entry: it keeps the dot's key)
+            into = replace(into, annotations=tuple((p, key if p == DOT else v) for p, v in into.annotations))
+            body = _replaced(body, {zero: SeqStmt(()), add: SeqStmt(()), dot[0]: into})
+            self.allocs.remove(d)
+        return body
+
+    def _sum_into(self, add: For, d: Buffer) -> Buffer | None:
+        """acc where `add` is acc[e] = acc[e] + d[e] at its own elements e, else None."""
+        _, flat, _, _ = self._spreads[add.annotation(SPREAD)]
+        stores = collect(add, lambda x: isinstance(x, BufferStore | CallRoutine))
+        if len(stores) != 1 or not isinstance(stores[0], BufferStore):
+            return None
+        acc = stores[0].buffer
+        want = BufferLoad(acc, (flat,), acc.dtype) + BufferLoad(d, (flat,), d.dtype)
+        same = structural_key(stores[0].indices[0]) == structural_key(flat)
+        return acc if same and structural_key(stores[0].value) == structural_key(want) else None
+
+    def _zeroes(self, zero: For, d: Buffer) -> bool:
+        """Whether `zero` only stores 0 to d at its own elements."""
+        stores = collect(zero, lambda x: isinstance(x, BufferStore | CallRoutine))
+        return (len(stores) == 1 and isinstance(stores[0], BufferStore) and stores[0].buffer is d
+                and self._own_elements(zero, d) and structural_key(stores[0].value) == structural_key(
+                    const(0, d.dtype)))
+
     def _in_registers(self, body: Stmt) -> Stmt:
         """body with each serial loop whose Tensor Core dots are the only accesses to their
         accumulator (Triton's `acc = tl.dot(a, b, acc)` over K) keeping that accumulator in
@@ -421,7 +481,7 @@ class CUDAEmitter(Emitter):
             by_acc.setdefault(self._dots[x.annotation(DOT)][2], []).append(x)
         before, after, moved = [], [], {}
         for c, dots in by_acc.items():
-            if _touches(mutate_stmt(loop.body, f_stmt=lambda x, d=dots: _NOP if any(x is y for y in d) else None), c):
+            if _touches(_replaced(loop.body, dict.fromkeys(dots, _NOP)), c):
                 continue
             frag, load, store = self._fragments(c, *self._dots[dots[0].annotation(DOT)][3:5])
             before.append(load)
@@ -429,8 +489,7 @@ class CUDAEmitter(Emitter):
             moved.update({d: self._fragment_dot(d.annotation(DOT), frag) for d in dots})
         if not moved:
             return None
-        body = mutate_stmt(loop.body, f_stmt=lambda x: next((v for d, v in moved.items() if d is x), None))
-        return seq(*before, replace(loop, body=body), *after)
+        return seq(*before, replace(loop, body=_replaced(loop.body, moved)), *after)
 
     def _fragments(self, c: Buffer, m: int, n: int) -> tuple[Buffer, Stmt, Stmt]:
         """Fragments for each warp's tiles of the (m, n) accumulator c (`_warp_tiles`' order), the
@@ -481,12 +540,12 @@ class CUDAEmitter(Emitter):
             if not users or {self._spreads[x.annotation(SPREAD)][0] for x in users} != {
                     self._spreads[users[0].annotation(SPREAD)][0]}:
                 continue
-            rest = mutate_stmt(body, f_stmt=lambda x, u=users: _NOP if any(x is y for y in u) else None)
-            if _touches(rest, buf) or not all(self._own_elements(x, buf) for x in users):
+            if _touches(_replaced(body, dict.fromkeys(users, _NOP)), buf) or not all(
+                    self._own_elements(x, buf) for x in users):
                 continue
             mine = Buffer(buf.name, (const(self._spreads[users[0].annotation(SPREAD)][3]),), buf.dtype, scope="local")
             moved = {x: self._moved(x, buf, mine) for x in users}
-            body = mutate_stmt(body, f_stmt=lambda x, m=moved: next((v for u, v in m.items() if u is x), None))
+            body = _replaced(body, moved)
             spreads = [moved.get(x, x) for x in spreads]
             self.allocs[self.allocs.index(buf)] = mine
         return mutate_stmt(body, f_stmt=lambda x: replace(x, annotations=tuple(
@@ -533,7 +592,7 @@ class CUDAEmitter(Emitter):
     # -- the grid ----------------------------------------------------------------------------------
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
-        body = self._thread_own(self._in_registers(seq(*self.lists[0])))
+        body = self._thread_own(self._in_registers(self._accumulate_in_place(seq(*self.lists[0]))))
         for buf in reversed(self.allocs):
             body = Allocate(buf, body)
         return For(pid, const(0), programs, THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
