@@ -49,6 +49,23 @@ def test_mma_matches_numpy(dtype):
     assert np.abs(out).max() > 1.0
 
 
+def test_tf32_step_rounds_operands_to_nearest_ties_away():
+    """The TF32 product (Triton's input_precision="tf32") keeps 10 bits of each operand's mantissa
+    as cvt.rna does: a tie goes away from zero (nearest-even would keep 1.0), signs kept."""
+    from ember.codegen.python import run_tensor_intrin
+
+    ulp = 2.0 ** -10  # of TF32 at 1.0
+    x = np.array([1 + ulp / 2, -(1 + ulp / 2), 1 + ulp / 2 - 2.0 ** -23, 1 + 3 * ulp / 2, 3.0], np.float32)
+    want = np.array([1 + ulp, -(1 + ulp), 1.0, 1 + 2 * ulp, 3.0], np.float32)  # ties away; below a tie down
+    a, b = np.zeros((16, 16), np.float32), np.zeros((16, 16), np.float32)
+    a[:len(x), 0], b[0, 0] = x, 1.0  # c[i, 0] = tf32(x[i]) * 1
+    c = np.zeros((16, 16), np.float32)
+    it = wmma.MMA["float32"]
+    run_tensor_intrin({"intrin": it.name, "role": "update", "c_scalars": 0}, [(a.reshape(-1), 0), (b.reshape(-1), 0)],
+                      [(c.reshape(-1), 0)], [16, 1] * 3)
+    np.testing.assert_array_equal(c[:len(x), 0], want)
+
+
 def test_store_copies_tiles():
     c = te.placeholder((32, 48), "float32", name="c")
     out = te.compute((32, 48), lambda i, j: c[i, j], name="out")
