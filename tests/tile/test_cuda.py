@@ -265,6 +265,22 @@ def test_reductions_arg_reductions_and_scans(rng, on_cuda):
 
 
 @triton.jit
+def other_elements(x_ptr, out_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)[:, None] * N + tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + offs) * 2  # read back at its own elements and at others (the transpose, a row)
+    tl.store(out_ptr + offs, x + tl.trans(x) + tl.sum(x, axis=0)[None, :])
+
+
+@needs_nvrtc
+def test_blocks_read_at_other_elements_stay_shared(rng, on_cuda):
+    x = rng.standard_normal((32, 32), dtype=np.float32)
+    out = np.empty_like(x)
+    other_elements[(1,)](x, out, N=32, num_warps=2)
+    np.testing.assert_allclose(out, 2 * (x + x.T + x.sum(0)), rtol=1e-5, atol=1e-5)
+    assert "__syncthreads" in on_cuda[0]  # 2x is shared: other threads read it
+
+
+@triton.jit
 def scale(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * factor, mask=offs < n)
