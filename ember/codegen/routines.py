@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import LowerError
+from ..tir import winograd
 from ..tir.nbits import PANEL, dequantize
-from ..tir.routines import ATTENTION, GEMM_NBITS
+from ..tir.routines import ATTENTION, GEMM_NBITS, WINOGRAD_INPUT, WINOGRAD_PRODUCT
 from ..tir.stmt import CallRoutine
 from ..tir.tensor_intrin import get_intrin
 from .c_attention import attention as c_attention
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
+from .c_winograd import winograd_input, winograd_product
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -32,6 +34,11 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"])
     if routine == GEMM_NBITS:
         return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
+    if routine == WINOGRAD_INPUT:
+        return winograd_input(lib, params["m"], params["ib"], params["r"])
+    if routine == WINOGRAD_PRODUCT:
+        return winograd_product(lib, params["m"], params["c"], params["ob"], params["r"], params["rg"], params["nb"],
+                                params["bias"], params["residual"], params["relu"])
     raise LowerError(f"no C code for the routine {routine!r}")
 
 
@@ -103,4 +110,53 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     out[o_off + np.arange(m)[:, None] * o_rs + np.arange(ncols)[None, :]] = y[:, :ncols].astype(out.dtype)
 
 
-PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits}
+def _winograd_input(params: dict, reads, writes, scalars) -> None:
+    """winograd_input on flat arrays: ember.tir.winograd.transform_input, rounded to float32."""
+    p0, count, rows, c, h, w, grid_h, grid_w, pad_t, pad_l, images = (int(v) for v in scalars)
+    m, ib, r = params["m"], params["ib"], params["r"]
+    (x, x_off), = reads
+    (v, v_off), = writes
+    plain = x[x_off:x_off + images * c * h * w].reshape(images, c // ib, h, w, ib).transpose(0, 1, 4, 2, 3)
+    live = max(0, min(r, count - p0))
+    tiles = np.zeros((r, (m + 2) ** 2, c))
+    tiles[:live] = winograd.transform_input(plain.reshape(images, c, h, w), m, (pad_t, pad_l), (grid_h, grid_w),
+                                            p0, live)
+    view = v[v_off:v_off + (m + 2) ** 2 * rows * c].reshape((m + 2) ** 2, rows, c)
+    view[:, p0:p0 + r] = tiles.transpose(1, 0, 2).astype(v.dtype)
+
+
+def _winograd_product(params: dict, reads, writes, scalars) -> None:
+    """winograd_product on flat arrays: ember.tir.winograd.transform_output in float64, the
+    epilogue, rounded to float32 once."""
+    p0, j, count, rows, ocb, oh, ow, grid_h, grid_w, images = (int(v) for v in scalars)
+    m, c, ob, nb = params["m"], params["c"], params["ob"], params["nb"]
+    taps = (m + 2) ** 2
+    (v, v_off), (u, u_off), *rest = reads
+    (y, y_off), = writes
+    live = max(0, min(params["r"] * params["rg"], count - p0))
+    tiles = v[v_off:v_off + taps * rows * c].reshape(taps, rows, c)[:, p0:p0 + live].transpose(1, 0, 2)
+    panels = u[u_off:u_off + taps * ocb * c * ob].reshape(taps, ocb, c, ob)[:, j * nb:(j + 1) * nb]
+    out = winograd.transform_output(tiles, panels, m)  # (live, nb * ob, m, m)
+    if params["bias"]:
+        bias, b_off = rest.pop(0)
+        out = out + bias[b_off + j * nb * ob:b_off + (j + 1) * nb * ob].astype(np.float64)[None, :, None, None]
+    shape = (images, ocb, oh, ow, ob)
+    yv = y[y_off:y_off + images * ocb * oh * ow * ob].reshape(shape)
+    res = rest[0][0][rest[0][1]:rest[0][1] + yv.size].reshape(shape) if params["residual"] else None
+    img, ty, tx, _, _ = winograd.tile_origin(np.arange(p0, p0 + live), (grid_h, grid_w), m, (0, 0))
+    for q in range(live):
+        for i in range(m):
+            for k in range(m):
+                oy, ox = ty[q] * m + i, tx[q] * m + k
+                if oy >= oh or ox >= ow:
+                    continue
+                value = out[q, :, i, k].reshape(nb, ob)
+                if res is not None:
+                    value = value + res[img[q], j * nb:(j + 1) * nb, oy, ox]
+                if params["relu"]:
+                    value = np.maximum(value, 0)
+                yv[img[q], j * nb:(j + 1) * nb, oy, ox] = value
+
+
+PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits, WINOGRAD_INPUT: _winograd_input,
+                   WINOGRAD_PRODUCT: _winograd_product}

@@ -57,13 +57,14 @@ from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
 from .unfold_attention import unfold_attention
+from .winograd import winograd
 
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
                                                    fold_qkv_split, flatten_products, quantize_weights, bf16_weights,
-                                                   pad_gemv, layout, pack_weights, dce)}
+                                                   pad_gemv, layout, pack_weights, winograd, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
@@ -89,10 +90,10 @@ PIPELINES: dict[int, list[str]] = {
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
-        "layout", "pack_weights", "fold_constants", "dce"],
+        "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
-        "layout", "pack_weights", "fold_constants", "dce"],
+        "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }
 
 

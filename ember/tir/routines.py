@@ -37,3 +37,28 @@ panel of a weight-only quantized w (ember.tir.nbits: the layout and its dequanti
     writes:  out      out[m, c] at out + m * o_rs + c for c < ncols
     scalars: M, K, ncols, x_rs, o_rs, s_rs (int64)
 """
+
+WINOGRAD_INPUT = "winograd_input"
+WINOGRAD_PRODUCT = "winograd_product"
+"""Winograd's F(m x m, 3 x 3) over NCHW{b}c tensors (ember.tir.winograd: the matrices, the packed
+weights u (alpha^2, OC/ob, C, ob)), float32, in two routines around a scratch V (alpha^2, rows, C),
+rows the tiles rounded up to whole calls of winograd_product. Tiles are numbered over (image,
+tile row, tile column) of a grid_h x grid_w grid of m x m output tiles.
+
+winograd_input (params: m, ib: the input's channel block, r: tiles a call): V[tap, p, :] =
+B^T d B of input tiles p0 .. p0 + r - 1 (zero for p >= P), d the alpha x alpha window of x at
+(p's tile row * m - pad_t, p's tile column * m - pad_l), zero outside x.
+
+    reads:   x  (N, C/ib, H, W, ib)
+    writes:  v  (alpha^2, rows, C)
+    scalars: p0, P, rows, C, H, W, grid_h, grid_w, pad_t, pad_l, N (int64)
+
+winograd_product (params: m, c: the input channels, ob: the output's channel block, r, rg: r x rg tiles a call, nb:
+blocks of ob output channels a call, bias, residual, relu: bool): for tiles p0 .. p0 + r * rg - 1
+below P and output channel blocks j * nb .. j * nb + nb - 1, A^T (sum_c U . V) A, plus bias, plus
+the residual at the same place, ReLU, written where inside the OH x OW output.
+
+    reads:   v, u, bias (OC,) if bias, res (N, OC/ob, OH, OW, ob) if residual
+    writes:  y  (N, OC/ob, OH, OW, ob)
+    scalars: p0, j, P, rows, OCB (= OC / ob), OH, OW, grid_h, grid_w, N (int64)
+"""
