@@ -3,9 +3,10 @@
 on each, in alternating rounds (the best median of each), and what ember.passes.winograd's rule
 picks. The measurements behind that rule.
 
-    python benchmarks/winograd_layers.py [--rounds 3] [--layers 64x56 128x28 256x14 512x7]
+    python benchmarks/winograd_layers.py [--rounds 3] [--runs 100] [--threads 0] [--layers 64x56 128x28 ...]
 
-Prints per layer the microseconds of each form, its GFLOP/s counted as the direct form's
+Each form's time is the fastest of its runs over all rounds (on a shared machine the fastest run
+is the one no other process interrupted). Prints per layer the microseconds of each form, its GFLOP/s counted as the direct form's
 2 * 9 * C * OC * H * W (Winograd's as that count over its own time: the effective rate), and
 the rule's choice.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,8 @@ def kernels(c: int, size: int, block: int = 16):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=0, help="OpenMP threads a call (0: OpenMP's own)")
     parser.add_argument("--layers", nargs="*", default=["64x56", "128x28", "256x14", "512x7"])
     args = parser.parse_args()
     for layer in args.layers:
@@ -55,8 +59,13 @@ def main():
         best = {name: float("inf") for name in forms}
         for _ in range(args.rounds):
             for name, (k, arrays) in forms.items():
-                outs = [np.empty(t.shape, t.dtype) for t in k.out_types]
-                best[name] = min(best[name], k.kernel.bench(*arrays, *outs, repeat=15).median)
+                k.kernel.num_threads = args.threads
+                run = k.kernel.prepare(*arrays, *[np.empty(t.shape, t.dtype) for t in k.out_types])
+                run()
+                for _ in range(args.runs):
+                    start = time.perf_counter()
+                    run()
+                    best[name] = min(best[name], time.perf_counter() - start)
         flops = 2 * 9 * c * c * size * size
         row = "  ".join(f"{name} {t * 1e6:7.1f} us ({flops / t / 1e9:5.0f} GFLOP/s)" for name, t in best.items())
         pick = choose_tile(c, c, size, size)

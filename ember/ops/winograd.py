@@ -86,10 +86,11 @@ def _reference(inputs, attrs):
 
 def plan(tiles: int, m: int, ob: int, blocks: int, lanes: int) -> tuple[int, int, int]:
     """(R, RG, NB): R tiles x NB blocks of output channels a register tile, R x RG tiles a
-    product call. R from the target's registers, the fewest padded tiles among the widths
-    allowed (the largest of those)."""
+    product call. R from the target's registers: of the widths from half the registers' worth
+    (or all the tiles, when fewer) up to all of it, the one with the fewest padded tiles (the
+    largest of those)."""
     most = 12 if lanes >= 16 else 6
-    r = min(range(most // 2, most + 1), key=lambda r: (-(-tiles // r) * r - tiles, -r))
+    r = min(range(min(most // 2, tiles), most + 1), key=lambda r: (-(-tiles // r) * r - tiles, -r))
     nb = 2 if blocks % 2 == 0 else 1
     rg = max(1, min(-(-tiles // r), PRODUCTS_BYTES // ((m + 2) ** 2 * r * nb * ob * 4)))
     return r, rg, nb

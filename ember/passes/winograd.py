@@ -9,9 +9,12 @@ add of a residual of the output's shape and the ReLU after it are taken into the
 output transform applies them in registers) when the convolution's result has no other use; the
 fused node stands where the last of them stood, so that the residual is computed before it.
 
-The rule (`choose_tile`), measured on ResNet-18's layers (AMD EPYC Zen 5, AVX-512, 2 threads,
-batch 1; benchmarks/winograd_layers.py): F(4x4) on maps of at least 14 x 14; F(2x2) on smaller
-maps while the transformed weights (16 / 9 of the direct ones) are at most 8 MiB; else direct.
+The rule (`choose_tile`), measured on ResNet-18's layers and a few others (AMD EPYC Zen 5,
+AVX-512, one thread, batch 1; benchmarks/winograd_layers.py): F(4x4) on maps of at least 10 x 10
+(2.7-3.4x faster than the direct form on ResNet-18's 56, 28 and 14; 1.5x with 16 channels),
+F(2x2) on smaller maps down to 4 x 4 (1.8x at 7 x 7 and 2.3x at 4 x 4 with 512 channels, where
+F(4x4)'s one or two tiles a side waste most of their products and its weights are 2.25 times
+F(2x2)'s); at least 16 channels in and out.
 Run after layout and the fold_constants that folds its weight conversions; disabled like any
 pass (disabled_passes=("winograd",)), which restores the direct convolutions.
 """
@@ -23,18 +26,17 @@ from ..ops.layout import convert_layout
 from ..tir.winograd import pack_weights
 from .rewrite import Rewriter
 
-MIN_F4_MAP = 14  # output rows and columns at least this: F(4x4)
-MIN_F2_MAP = 7  # at least this (and under MIN_F4_MAP): F(2x2); fewer tiles do not pay for the transforms
-MAX_F2_BYTES = 8 << 20  # F(2x2)'s transformed weights at most this (they stream from cache at every call)
+MIN_F4_MAP = 10  # output rows and columns at least this: F(4x4)
+MIN_F2_MAP = 4  # at least this (and under MIN_F4_MAP): F(2x2); fewer tiles do not pay for the transforms
+MIN_CHANNELS = 16  # input and output channels at least this (measured down to 16)
 
 
 def choose_tile(channels: int, out_channels: int, out_h: int, out_w: int) -> int | None:
     """The output tile m of F(m x m, 3 x 3) for a layer, or None for the direct convolution."""
-    if min(out_h, out_w) >= MIN_F4_MAP:
-        return 4
-    if 16 * channels * out_channels * 4 <= MAX_F2_BYTES and min(out_h, out_w) >= MIN_F2_MAP:
-        return 2
-    return None
+    side = min(out_h, out_w)
+    if min(channels, out_channels) < MIN_CHANNELS or side < MIN_F2_MAP:
+        return None
+    return 4 if side >= MIN_F4_MAP else 2
 
 
 def winograd(graph: Graph) -> Graph:

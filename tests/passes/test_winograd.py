@@ -50,10 +50,10 @@ def optimized():
 
 def test_rule_on_resnet18_layers():
     assert choose_tile(64, 64, 56, 56) == 4
-    assert choose_tile(128, 128, 28, 28) == 4
     assert choose_tile(256, 256, 14, 14) == 4
-    assert choose_tile(512, 512, 7, 7) is None  # F(2x2)'s 16 MiB of weights: direct
-    assert choose_tile(32, 32, 4, 4) is None  # too few tiles to pay for the transforms
+    assert choose_tile(512, 512, 7, 7) == 2  # F(4x4)'s two tiles a side: half their products wasted
+    assert choose_tile(512, 512, 3, 3) is None  # too few tiles to pay for the transforms
+    assert choose_tile(8, 64, 56, 56) is None  # too few channels
 
 
 def test_the_pass_picks_and_fuses(optimized):
