@@ -51,7 +51,7 @@ def test_levels_and_report():
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "slice_products",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "pad_gemv", "layout", "pack_weights",
-                                                         "fold_constants"]
+                                                         "fold_constants", "winograd"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
 
@@ -88,7 +88,7 @@ def test_disabled_passes():
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "cse", "slice_products", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
-                                        "fold_constants"]
+                                        "fold_constants", "winograd"]
     check_same(g, out)
 
 
@@ -101,7 +101,7 @@ def test_environment_overrides(monkeypatch, capsys):
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "slice_products", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
-                                        "fold_constants", "dce"]
+                                        "fold_constants", "winograd", "dce"]
     assert capsys.readouterr().err.count("# after") == 2
     run_pipeline(g, 2, print_ir="fold_constants")  # an argument beats the variable (it runs twice)
     assert capsys.readouterr().err.count("# after") == 2
@@ -147,7 +147,7 @@ def test_compile_runs_the_pipeline(capsys):
                                                  "fold_transposes", "simplify", "slice_products", "fold_batch_norm",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "pad_gemv", "layout", "pack_weights",
-                                                 "fold_constants", "dce"]
+                                                 "fold_constants", "winograd", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")
     np.testing.assert_allclose(cm(x), plain(x), rtol=1e-4, atol=1e-5)
