@@ -6,9 +6,9 @@ picks. The measurements behind that rule.
     python benchmarks/winograd_layers.py [--rounds 3] [--runs 100] [--threads 0] [--layers 64x56 128x28 ...]
 
 Each form's time is the fastest of its runs over all rounds (on a shared machine the fastest run
-is the one no other process interrupted). Prints per layer the microseconds of each form, its GFLOP/s counted as the direct form's
-2 * 9 * C * OC * H * W (Winograd's as that count over its own time: the effective rate), and
-the rule's choice.
+is the one no other process interrupted). Prints per layer the microseconds of each form, its
+GFLOP/s counted as the direct form's 2 * 9 * C * OC * H * W (Winograd's as that count over its
+own time: the effective rate), and the rule's choice.
 """
 
 from __future__ import annotations

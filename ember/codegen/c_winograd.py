@@ -80,7 +80,7 @@ static void {name}(const float* restrict v, const float* restrict u,{params} flo
                    int64_t grid_h, int64_t grid_w, int64_t N) {{
   (void)N;
   enum {{ M = {m}, A = {alpha}, C = {c}, OB = {ob}, R = {r}, RG = {rg}, T = {r} * {rg}, NB = {nb} }};
-  VO* restrict mbuf = aligned_alloc({align}, sizeof(VO) * A * A * T * NB);
+  VO* restrict mbuf = aligned_alloc({align}, (sizeof(VO) * A * A * T * NB + {align} - 1) / {align} * {align});
   for (int e = 0; e < A * A; ++e) {{
     const float* restrict ue = u + (e * OCB + j * NB) * C * OB;
     for (int g = 0; g < RG && p0 + g * R < P; ++g) {{

@@ -44,6 +44,7 @@ def winograd(graph: Graph) -> Graph:
     users = graph.users()
     plans = {}  # the last node of a fused chain -> (conv, residual value or None, relu)
     skipped: set[int] = set()
+    claimed: set[int] = set()  # the adds and relus a fused node takes
     outputs = set(graph.outputs)
     for node in graph.nodes:
         m = _tile(graph, node)
@@ -51,14 +52,15 @@ def winograd(graph: Graph) -> Graph:
             continue
         last, residual, relu = node, None, False
         nxt = _only_user(users, last, outputs)
-        if nxt is not None and nxt.op == "add" and _residual(nxt, last) is not None:
+        if nxt is not None and nxt.op == "add" and id(nxt) not in claimed and _residual(nxt, last) is not None:
             skipped.add(id(last))
             last, residual = nxt, _residual(nxt, last)
             nxt = _only_user(users, last, outputs)
-        if nxt is not None and nxt.op == "relu":
+        if nxt is not None and nxt.op == "relu" and id(nxt) not in claimed:
             skipped.add(id(last))
             last, relu = nxt, True
         plans[id(last)] = (node, m, residual, relu)
+        claimed |= {id(last), *skipped}  # (the add of two convolutions' results goes to the first)
     if not plans:
         return graph
     rw = Rewriter(graph)

@@ -28,13 +28,14 @@ def op(g, name, *inputs, **attrs):
 
 
 def block_graph() -> Graph:
-    """A first conv (on the plain input: direct), conv-relu, conv-add-relu (a residual block) on
-    16 x 16, a max pool, then on 8 x 8 a conv whose result two operators read, a strided conv,
-    and a global mean."""
+    """A first conv (on the plain input: direct), conv-relu, conv-add-relu (a residual block),
+    the sum of two convs then relu on 16 x 16, a max pool, then on 8 x 8 a conv whose result two
+    operators read, a strided conv, and a global mean."""
     g = Graph("blocks")
     x = g.add_input("x", TensorType((1, 16, 16, 16)))
     a = op(g, "relu", conv(g, op(g, "relu", conv(g, x, 16)), 16))
     b = op(g, "relu", op(g, "add", conv(g, a, 16), a))
+    b = op(g, "relu", op(g, "add", conv(g, b, 16), conv(g, b, 16)))  # the first conv takes the add
     p = op(g, "max_pool2d", b, kernel=(2, 2), strides=(2, 2))
     c = conv(g, p, 32)
     d = op(g, "add", op(g, "relu", c), c)  # c read twice: its relu stays outside
@@ -59,7 +60,7 @@ def test_rule_on_resnet18_layers():
 def test_the_pass_picks_and_fuses(optimized):
     wino = [n for n in optimized.nodes if n.op == "conv2d_winograd"]
     assert [(n.inputs[1].shape[0], n.attrs["residual"], n.attrs["relu"]) for n in wino] == [
-        (36, False, True), (36, True, True), (16, False, False)]
+        (36, False, True), (36, True, True), (36, False, False), (36, True, True), (16, False, False)]
     assert all(optimized.is_constant(n.inputs[1]) for n in wino)
     assert ops(optimized).count("conv2d_nchwc") == 2  # the first and the strided one
     assert ops(optimized).count("relu") == 3  # theirs and the shared conv's
@@ -67,7 +68,7 @@ def test_the_pass_picks_and_fuses(optimized):
 
 def test_disabled_by_name():
     out = run_pipeline(block_graph(), LEVEL, disabled_passes=["winograd"])
-    assert "conv2d_winograd" not in ops(out) and ops(out).count("conv2d_nchwc") == 5
+    assert "conv2d_winograd" not in ops(out) and ops(out).count("conv2d_nchwc") == 7
 
 
 def test_compiled_matches_unoptimized():
