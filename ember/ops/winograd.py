@@ -12,7 +12,9 @@ calls (R x RG tiles x NB blocks of output channels each: the GEMMs over the chan
 register tile of R tiles x NB vectors, and the output transform with the epilogue); their C in
 ember.codegen.c_winograd, the calling conventions in ember.tir.routines. R is sized to the
 target's registers (12 tiles x 2 vectors with AVX-512's 32, 6 x 2 with 16) and to the tile
-count (the fewest padded tiles); RG so that one call's products stay in L2.
+count (the fewest padded tiles); RG so that one call's products stay in L2. The product calls
+run pair of output blocks by pair, its tiles' calls in turn: a thread's consecutive calls read
+the same weights, and the partial last call of each pair spreads over the threads.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def _compute(inputs, attrs, out_types):
         product = CallRoutine(WINOGRAD_PRODUCT, params,
                               (Pointer(v, const(0)),) + tuple(Pointer(b, const(0)) for b in bufs[1:]),
                               (Pointer(y, const(0)),),
-                              (t_out // pairs * (r * rg), t_out % pairs) + tuple(
+                              (t_out % calls * (r * rg), t_out // calls) + tuple(
                                   const(s) for s in (tiles, rows, ocb, out[2], out[3], *grid, n)))
         return Allocate(v, seq(For(t_in, const(0), const(rows // r), "parallel", read_in),
                                For(t_out, const(0), const(calls * pairs), "parallel", product)))

@@ -44,6 +44,7 @@ CASES = [
     (2, 2, 24, 8, 5, 6, 8, 8, (1, 0, 1, 2), False, False, True),  # C not a multiple of 16: blocks of 8
     (4, 1, 8, 24, 6, 13, 8, 8, (0, 1, 2, 1), True, False, False),  # 3 output blocks: one a register tile
     (2, 1, 16, 16, 3, 3, 16, 16, (0, 0, 0, 0), False, True, False),  # one output tile, unpadded
+    (4, 1, 16, 32, 24, 24, 16, 16, (1, 1, 1, 1), True, True, True),  # two product calls, the second half empty
 ]
 
 
@@ -73,6 +74,7 @@ def test_kernel_against_torch(case):
 
 def test_register_tile_plan():
     """R tiles from the registers with the fewest padded tiles; RG so one call's sums fit."""
+    assert plan(36, 4, 16, 2, 16) == (12, 2, 2)  # the last case above: 24 tiles a call
     assert plan(196, 4, 16, 4, 16) == (7, 4, 2)  # 14 x 14 tiles: 7 divides them; 36 x 28 x 2 vectors in L2
     assert plan(49, 2, 16, 32, 16)[0] == 7
     assert plan(16, 2, 16, 3, 16)[2] == 1  # an odd number of output blocks: one a register tile
