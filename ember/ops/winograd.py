@@ -100,7 +100,7 @@ def plan(tiles: int, m: int, ob: int, blocks: int, lanes: int) -> tuple[int, int
 
 def _compute(inputs, attrs, out_types):
     x, u = inputs[:2]
-    n, icb, h, w, ib = (as_int(d) for d in x.shape)
+    n, _, h, w, ib = (as_int(d) for d in x.shape)
     taps, ocb, c, ob = (as_int(d) for d in u.shape)
     m = {(t + 2) ** 2: t for t in winograd.TILES}[taps]
     out = tuple(out_types[0].shape)
