@@ -9,6 +9,19 @@ Each form's time is the fastest of its runs over all rounds (on a shared machine
 is the one no other process interrupted). Prints per layer the microseconds of each form, its
 GFLOP/s counted as the direct form's 2 * 9 * C * OC * H * W (Winograd's as that count over its
 own time: the effective rate), and the rule's choice.
+
+Measured on the project's 2-core AMD EPYC (Zen 5 class, AVX-512), shared and loaded (load average
+9-12, so 2-thread figures swing 3x between runs), --threads 1, fastest of 300 runs, microseconds:
+    layer          direct    F(2x2)   F(4x4)   rule
+    C=64  56x56     1024      542      301     F(4x4)   3.4x
+    C=128 28x28      926      441      306     F(4x4)   3.0x
+    C=256 14x14      927      410      344     F(4x4)   2.7x
+    C=512  7x7      1168      642     1467     F(2x2)   1.8x
+    C=16  56x56       68       70       45     F(4x4)   1.5x
+    C=128 10x10      129       61       47     F(4x4)   2.7x
+    C=512  4x4       566      243     1475     F(2x2)   2.3x
+The same by each run's CPU time (median of 60, unaffected by the waits): 1020 / 601 / 322,
+990 / 474 / 328, 968 / 465 / 422, 1208 / 783 / 1564.
 """
 
 from __future__ import annotations
