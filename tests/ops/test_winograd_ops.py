@@ -42,7 +42,7 @@ def test_packed_weights_layout():
 CASES = [
     (4, 1, 16, 32, 9, 7, 16, 16, (1, 1, 1, 1), True, True, True),  # partial tiles both ways
     (2, 2, 24, 8, 5, 6, 8, 8, (1, 0, 1, 2), False, False, True),  # C not a multiple of 16: blocks of 8
-    (4, 1, 8, 24, 6, 13, 8, 8, (0, 1, 2, 1), True, False, False),  # 3 output blocks: one a register tile
+    (4, 1, 16, 24, 6, 13, 16, 8, (0, 1, 2, 1), True, False, False),  # 3 output blocks of 8 from blocks of 16
     (2, 1, 16, 16, 3, 3, 16, 16, (0, 0, 0, 0), False, True, False),  # one output tile, unpadded
     (4, 1, 16, 32, 24, 24, 16, 16, (1, 1, 1, 1), True, True, True),  # two product calls, the second half empty
 ]
