@@ -1,0 +1,178 @@
+"""A direct convolution's register tile on AVX512-BF16 (`vdpbf16ps`) as one tensor intrinsic: MR
+output columns x NV blocks of 16 output channels, summed over every input channel block, kernel
+row, kernel column and pair of channels in one call, so that the MR x NV accumulators stay in zmm
+registers from the first tap to the last (no im2col: each pair of input channels is broadcast
+from where it lies in the padded input).
+
+    c[i, v, l] = sum over q, r, s, k, g of a[q, r*DH, i*SW + s*DW, 2k + g] * b[v, q, r, s, k, l, g]
+
+a is the input padded and rounded to bf16 in blocks of channels, (CB, H, W, 2 * IP) (a view at
+the tile's first pixel, its rows, columns and blocks any stride apart, the channels of a pixel
+contiguous); b the weights packed (NV, CB, KH, KW, IP, 16, 2), the pairs of input channels
+along k, 16 output channels in a row (ember.ops.conv_bf16); c MR columns x NV blocks of 16 fp32
+(columns and blocks any stride apart). Per pair of channels and tap, a tile takes NV loads of b,
+MR broadcasts of a pair and MR x NV instructions. Reduction axes of one iteration (a 1x1 kernel,
+one block of channels, one pair) are left out of the description, as they are out of the
+operator's compute, so that the two nests match loop for loop. The extents, the stride along
+columns and the dilations are the C function's constants: one intrinsic per geometry, declared
+on first use (`intrin`), or by its name (`bf16conv_...`, `_resolve`) where a kernel lowered in
+another process calls it. The interpreter runs the description (the fp32 sums in another order).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from .. import te
+from ..errors import ScheduleError
+from ..tir.tensor_intrin import RESOLVERS
+from .tiles import LANES, guard
+
+FEATURE = "avx512bf16"
+MAX_ACCUMULATORS = 28  # of the 32 zmm registers: NV for b and one for a's broadcast pair left
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    """A tile's geometry: MR columns x NV blocks, over CB blocks of 2 * IP channels x KH x KW taps,
+    SW the stride along columns, (DH, DW) the dilations."""
+
+    mr: int
+    nv: int
+    cb: int
+    kh: int
+    kw: int
+    ip: int
+    sw: int = 1
+    dh: int = 1
+    dw: int = 1
+
+    @property
+    def name(self) -> str:
+        return (f"bf16conv_{self.mr}x{self.nv * LANES}_{self.cb}x{self.kh}x{self.kw}x{2 * self.ip}"
+                f"_s{self.sw}_d{self.dh}x{self.dw}")
+
+    @property
+    def function(self) -> str:
+        return f"ember_{self.name}"
+
+
+def choose(columns: int, blocks: int) -> tuple[int, int] | None:
+    """(MR, NV) for a row of `columns` output pixels by `blocks` blocks of 16 channels: MR a divisor
+    of columns (whole tiles, at least 2), NV of blocks (up to 4), the most accumulators, and of
+    those the fewest loads per instruction (MR + NV); None when no MR fits."""
+    fits = [(mr * nv, -(mr + nv), mr, nv) for nv in (4, 2, 1) if blocks % nv == 0
+            for mr in range(2, MAX_ACCUMULATORS // nv + 1) if columns % mr == 0]
+    return max(fits)[2:] if fits else None
+
+
+def intrin(tile: ConvTile):
+    if tile.mr < 1 or tile.nv < 1 or tile.mr * tile.nv > MAX_ACCUMULATORS:
+        raise ScheduleError(f"{tile.name}: a tile holds at most {MAX_ACCUMULATORS} accumulators (MR x NV), "
+                            f"not {tile.mr} x {tile.nv}")
+    return _declare(tile)
+
+
+def reduce_axes(cb: int, kh: int, kw: int, ip: int) -> dict[str, object]:
+    """The reduction axes (q, r, s, k over blocks, rows, columns, pairs; g over a pair), each an
+    axis where its extent is above 1, else 0: what the operator's compute and the description sum over."""
+    axes = {name: te.reduce_axis((0, n), name=name) if n > 1 else 0
+            for name, n in (("q", cb), ("r", kh), ("s", kw), ("k", ip))}
+    axes["g"] = te.reduce_axis((0, 2), name="g")
+    return axes
+
+
+def summed(axes: dict) -> list:
+    return [a for a in axes.values() if not isinstance(a, int)]
+
+
+@functools.cache
+def _declare(t: ConvTile):
+    ax = reduce_axes(t.cb, t.kh, t.kw, t.ip)
+    q, r, s, k, g = (ax[n] for n in "qrskg")
+    # a's dimensions: only those a loop walks (a dimension of one iteration would not match the nest)
+    a_dims = [(t.cb, lambda i: q)] if t.cb > 1 else []
+    a_dims += [((t.kh - 1) * t.dh + 1, lambda i: r * t.dh)] if t.kh > 1 else []
+    a_dims += [((t.mr - 1) * t.sw + (t.kw - 1) * t.dw + 1, lambda i: i * t.sw + s * t.dw),
+               (2 * t.ip, lambda i: g if t.ip == 1 else k * 2 + g)]
+    a = te.placeholder(tuple(n for n, _ in a_dims), "bfloat16", name="a")
+    full = (t.nv, t.cb, t.kh, t.kw, t.ip, LANES, 2)
+    kept = [0] + [d for d, n in zip((1, 2, 3, 4), (t.cb, t.kh, t.kw, t.ip)) if n > 1] + [5, 6]
+    b = te.placeholder(tuple(full[d] for d in kept), "bfloat16", name="b")
+    b_strides = [None] + [_row_major(full)[d] for d in kept[1:]]
+    index = {1: q, 2: r, 3: s, 4: k, 6: g}
+
+    def body(i, v, lane):
+        bi = tuple(v if d == 0 else lane if d == 5 else index[d] for d in kept)
+        return te.sum(a[tuple(f(i) for _, f in a_dims)].astype("float32") * b[bi].astype("float32"), axis=summed(ax))
+
+    c = te.compute((t.mr, t.nv, LANES), body, name="c")
+    walks = [t.cb > 1, t.kh > 1, True]  # the strides of a's blocks, rows and columns, where a walks them
+
+    def lower_fn(ins, outs):
+        (pa, pb), (pc,) = ins, outs
+        strides = iter(pa.strides)
+        sa = [next(strides) if w else 0 for w in walks]
+        return te.hardware_intrinsic(t.function, pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"),
+                                     *sa, pb.strides[0], pc.strides[0], pc.strides[1])
+
+    return te.decl_tensor_intrin(c.op, lower_fn, name=t.name, c_source=_c_source(t), feature=FEATURE,
+                                 override=True, strides={a: (None,) * (len(a_dims) - 1) + (1,), b: tuple(b_strides),
+                                                         c: (None, None, 1)})
+
+
+def _row_major(shape) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return out[::-1]
+
+
+def _c_source(t: ConvTile) -> str:
+    acc = [(i, v) for i in range(t.mr) for v in range(t.nv)]
+    lines = [f"  __m512 c{i}_{v} = _mm512_setzero_ps();" for i, v in acc]
+    lines += [f"  for (int64_t q = 0; q < {t.cb}; ++q)",
+              f"  for (int64_t r = 0; r < {t.kh}; ++r)",
+              f"  for (int64_t s = 0; s < {t.kw}; ++s) {{",
+              f"    const uint16_t* xa = pa + q * sq + r * {t.dh} * sh + s * {t.dw} * sw;",
+              f"    const uint16_t* xb = pb + ((q * {t.kh} + r) * {t.kw} + s) * {t.ip * 2 * LANES};",
+              f"    for (int64_t k = 0; k < {t.ip}; ++k) {{"]
+    lines += [f"      __m512bh b{v} = (__m512bh)_mm512_loadu_si512(xb + {v} * sb + k * {2 * LANES});"
+              for v in range(t.nv)]
+    for i in range(t.mr):
+        lines.append(f"      memcpy(&pair, xa + {i * t.sw} * sw + 2 * k, 4);")
+        lines.append(f"      __m512bh a{i} = (__m512bh)_mm512_set1_epi32(pair);")
+        lines += [f"      c{i}_{v} = _mm512_dpbf16_ps(c{i}_{v}, a{i}, b{v});" for v in range(t.nv)]
+    lines += ["    }", "  }"]
+    lines += [f"  _mm512_storeu_ps(pc + {i} * sc + {v} * sv, c{i}_{v});" for i, v in acc]
+    body = "\n".join(lines)
+    return guard(t.function, f"""#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+__attribute__((target("avx512f,avx512bf16")))
+static void {t.function}(const void* a, const void* b, void* c, int64_t sq, int64_t sh, int64_t sw, int64_t sb,
+                         int64_t sc, int64_t sv) {{
+  const uint16_t* pa = a;
+  const uint16_t* pb = b;
+  float* pc = c;
+  int32_t pair;
+{body}
+}}""")
+
+
+_NAME = re.compile(r"bf16conv_(\d+)x(\d+)_(\d+)x(\d+)x(\d+)x(\d+)_s(\d+)_d(\d+)x(\d+)")
+
+
+def _resolve(name: str):
+    """The intrinsic named `name` (ConvTile.name), declared now, if a convolution tile's."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    mr, cols, cb, kh, kw, chans, sw, dh, dw = (int(x) for x in m.groups())
+    return intrin(ConvTile(mr, cols // LANES, cb, kh, kw, chans // 2, sw, dh, dw))
+
+
+RESOLVERS.append(_resolve)

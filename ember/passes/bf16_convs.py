@@ -1,0 +1,57 @@
+"""The blocked convolutions in bf16 where the target's bf16 unit pays (`ember.compile(...,
+precision="bf16")`, after the layout pass and the folding of its weight conversions):
+
+    conv2d_nchwc(x, W, b?)  ->  conv2d_nchwc_bf16(x, pack(bf16(W)), b?)
+
+the weights rounded to bf16 and packed in pairs of input channels once, at compile time
+(ember.ops.conv_bf16), the activations staying fp32 in NCHW{b}c between kernels and rounded to
+bf16 inside each convolution, the sums in fp32, the epilogues (bias, ReLU, a residual add) fused
+as the fp32 convolution's are. The choice per layer, from the target and the layer's shape:
+
+- the target has AVX512-BF16 (`vdpbf16ps`; a target with AMX has it too, and its convolutions run
+  there: there is no AMX convolution tile yet). Without it the layer stays fp32: the same bf16
+  products on fp32 vectors would be slower than the fp32 convolution;
+- groups 1: a depthwise convolution has one input channel per output channel, nothing for a
+  pair of channels to sum, and stays fp32;
+- output blocks of 16 channels (the unit's register; a convolution of 24 channels, in blocks of
+  8, stays fp32) and a register tile of at least 2 output columns that divides the row
+  (ember.intrinsics.conv_bf16.choose).
+
+Measured (AMD EPYC Zen 5 class, AVX512-BF16, 2 threads, batch 1): see docs/design.md, "bf16 models".
+"""
+
+from __future__ import annotations
+
+from ..graph.core import Graph, Node, Value
+from ..intrinsics import conv_bf16
+from ..intrinsics.tiles import LANES
+from ..ops.conv_bf16 import pack
+from ..ops.layout import convert_layout
+from ..target import Target
+from ..tir import dtype as dt
+from .rewrite import Rewriter, rebuild
+
+
+def bf16_convs(graph: Graph, target: Target | None = None) -> Graph:
+    features = (target or Target()).features
+    if conv_bf16.FEATURE not in features:
+        return graph
+    return rebuild(graph, _rewrite)
+
+
+def _rewrite(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+    if node.op != "conv2d_nchwc" or node.attrs["groups"] != 1:
+        return None
+    x, w = inputs[:2]
+    weights = rw.constant_data(w)
+    if weights is None or weights.shape[5] != LANES or not dt.is_float(x.type.dtype) \
+            or min(node.attrs["padding"]) < 0:
+        return None
+    if conv_bf16.choose(node.outputs[0].type.shape[3], weights.shape[0]) is None:  # (OW in either layout)
+        return None
+    in_block = x.type.shape[4] if x.type.rank == 5 else x.type.shape[1]
+    plain = convert_layout(weights, f"OIHW{weights.shape[4]}i{LANES}o", "OIHW")
+    packed = rw.constant(pack(plain, in_block), f"{w.name}.bf16")
+    attrs = {k: node.attrs[k] for k in ("strides", "padding", "dilations", "out_layout")}
+    return rw.emit("conv2d_nchwc_bf16", [x, packed, *inputs[2:]], attrs, hint=node.name,
+                   out_names=[node.outputs[0].name])

@@ -1,0 +1,62 @@
+"""CPU schedule of conv2d_nchwc_bf16 (ember.ops.conv_bf16): the padded bf16 input once per call, a
+parallel vectorized loop; the sum in tiles of MR output columns x NV blocks of 16 channels, each
+one call of AVX512-BF16's direct-convolution tile (ember.intrinsics.conv_bf16) where the target
+has the unit and a tile divides the row; elsewhere (the interpreter, a target without it) the same
+bf16 products summed in fp32 on fp32 vectors of 16 channels. The result and its fused epilogue, a
+parallel vectorized loop of its own."""
+
+from __future__ import annotations
+
+from ...intrinsics import conv_bf16
+from ...ops.conv_bf16 import ANCHOR, CAST
+from ...tir.expr import as_int
+from ..rules import inline_intermediates
+from . import schedules
+from .default import parallel_vectorize
+from .tiling import find_anchor
+
+
+def tile_for(target, acc_shape, w_shape, strides, dilations) -> conv_bf16.ConvTile | None:
+    """The tile of a sum of shape (N, OCB, OH, OW, 16) by weights `w_shape` on `target`, or None."""
+    if conv_bf16.FEATURE not in target.features:
+        return None
+    fit = conv_bf16.choose(as_int(acc_shape[3]), as_int(acc_shape[1]))
+    if fit is None:
+        return None
+    _, cb, kh, kw, ip = (as_int(d) for d in w_shape[:5])
+    return conv_bf16.ConvTile(*fit, cb, kh, kw, ip, strides[1], *dilations)
+
+
+@schedules("conv2d_nchwc_bf16")
+def schedule_conv_bf16(s, outputs, target):
+    anchor, cast = find_anchor(outputs, ANCHOR), find_anchor(outputs, CAST)
+    if anchor is None or cast is None or len(outputs) != 1:
+        return False
+    inline_intermediates(s.sch, where=lambda block: block.name != cast.name)
+    lanes = target.lanes()
+    parallel_vectorize(s, cast.output(0), lanes)
+    acc = anchor.output(0)
+    w = anchor.input_tensors[1]
+    strides, dilations = anchor.attrs["strides"], anchor.attrs["dilations"]
+    tile = tile_for(target, acc.shape, w.shape, strides, dilations)
+    if tile is not None:
+        tensorize(s, acc, tile)
+    else:
+        stage = s[acc]
+        n, o, y, z, lane = stage.op.axis
+        stage.reorder(n, o, y, z, *stage.op.reduce_axis, lane)
+        stage.parallel(stage.fuse(n, o, y))
+        stage.vectorize(lane)
+    parallel_vectorize(s, outputs[0], lanes)
+    return None
+
+
+def tensorize(s, acc, tile: conv_bf16.ConvTile) -> None:
+    """The sum `acc` in tiles of `tile`, the tiles one parallel loop."""
+    stage = s[acc]
+    n, o, y, z, lane = stage.op.axis
+    zo, zi = stage.split(z, factor=tile.mr)
+    oo, oi = stage.split(o, factor=tile.nv)
+    stage.reorder(n, oo, y, zo, zi, oi, lane, *stage.op.reduce_axis)
+    stage.parallel(stage.fuse(n, oo, y, zo))
+    stage.tensorize(zi, conv_bf16.intrin(tile))

@@ -1,0 +1,97 @@
+"""conv2d_nchwc_bf16 (ember.ops.conv_bf16) against NumPy's convolution of bf16-rounded operands
+summed in float64: on this CPU's AVX512-BF16 tile where it has one (ember.intrinsics.conv_bf16),
+on an AVX2 target and the interpreter (the same products on fp32 vectors), the tile's
+description on the interpreter, and the tile compiled for a Sapphire Rapids target."""
+
+import re
+
+import numpy as np
+import pytest
+
+import ember
+from ember.graph.core import TensorType
+from ember.intrinsics import conv_bf16, cpu_has
+from ember.ops.conv_bf16 import pack, unpack
+from ember.ops.layout import convert_layout
+from ember.ops.registry import get, infer_types
+from ember.runtime.build import build_library
+from ember.schedules.apply import node_kernel
+from ember.target import Target
+from ember.testing import assert_close, check_op, random_array
+
+OP = "conv2d_nchwc_bf16"
+TILE_CALL = re.compile(r"ember_bf16conv_\w+\(\(const void\*\)")
+
+
+def operands(n, c, hw, oc, k, in_block, bias=True, seed=0):
+    """x in NCHW{in_block}c (or NCHW when in_block is c), w packed, the bias."""
+    rng = np.random.default_rng(seed)
+    x, w = random_array((n, c, *hw), rng=rng), random_array((oc, c, k, k), rng=rng)
+    x = x if in_block == c else convert_layout(x, "NCHW", f"NCHW{in_block}c")
+    return [x, pack(w, in_block)] + ([random_array((oc,), rng=rng)] if bias else [])
+
+
+def attrs(stride=1, padding=(0, 0, 0, 0), dilation=1, out_layout="NCHWc"):
+    return {"strides": (stride, stride), "padding": padding, "dilations": (dilation, dilation),
+            "out_layout": out_layout}
+
+
+def test_packing_round_trips_with_an_odd_block():
+    w = random_array((32, 6, 3, 3), rng=np.random.default_rng(4))
+    packed = pack(w, 3)  # two blocks of 3 channels, each in 2 pairs, the last pair's second zero
+    assert packed.shape == (2, 2, 3, 3, 2, 16, 2) and not packed[:, :, :, :, 1, :, 1].astype(np.float32).any()
+    np.testing.assert_array_equal(unpack(packed, 3), w.astype(packed.dtype))
+
+
+CASES = [  # (x: n, c, (h, w), oc, k, in block; attrs)
+    ((1, 32, (8, 8), 32, 3, 16), attrs(padding=(1, 1, 1, 1))),  # 3x3, two blocks of each
+    ((1, 3, (9, 11), 16, 3, 3), attrs(stride=2, padding=(1, 0, 1, 1))),  # a first layer: 3 channels, stride 2
+    ((2, 24, (6, 6), 48, 1, 8), attrs(out_layout="NCHW")),  # 1x1 over blocks of 8, written as NCHW
+    ((1, 16, (9, 9), 32, 3, 16), attrs(padding=(2, 2, 2, 2), dilation=2)),  # dilated
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_against_numpy(case):
+    shape, at = CASES[case]
+    inputs = operands(*shape, bias=case != 2, seed=case)
+    targets = ["c", "python", Target.x86("avx2")] if case == 1 else ["c"]  # (the interpreter on a small one)
+    check_op(OP, inputs, at, rtol=1e-5, atol=1e-5, targets=targets)
+
+
+@pytest.mark.skipif(not cpu_has("avx512_bf16"), reason="this CPU has no avx512_bf16 (/proc/cpuinfo)")
+def test_the_tile_where_the_cpu_has_it():
+    types = [TensorType((1, 2, 8, 8, 16), "float32"), TensorType((2, 2, 3, 3, 8, 16, 2), "bfloat16")]
+    source = ember.build(*node_kernel(OP, types, *infer_types(OP, types, attrs(padding=(1, 1, 1, 1)))),
+                         target="c").source
+    assert len(TILE_CALL.findall(source)) == 1 and source.count("_mm512_dpbf16_ps(") == 8 * 2  # 8 x 2 tiles
+
+
+@pytest.fixture(scope="module")
+def sapphire_rapids():
+    return Target("c", cflags=Target().cflags.replace("-march=native", "") + " -march=sapphirerapids")
+
+
+def test_the_tile_on_the_interpreter_and_compiled_for_sapphire_rapids(sapphire_rapids):
+    """Scheduled for a target with the unit: the interpreter runs the tile's description in each
+    call's place; the C compiles for that target (not run: this CPU may lack its features)."""
+    inputs = operands(1, 16, (4, 4), 32, 3, 8, seed=5)  # two blocks of 8 channels in, two of 16 out
+    at = attrs(stride=1, padding=(1, 1, 1, 1))
+    types = [TensorType(x.shape, x.dtype.name) for x in inputs]
+    bound, out_types = infer_types(OP, types, at)
+    s, args = node_kernel(OP, types, bound, out_types, target=sapphire_rapids)
+    out = np.full(out_types[0].shape, np.nan, np.float32)
+    ember.build(s, args, target="python")(*inputs, out)
+    assert_close(out, get(OP).reference(inputs, bound)[0], 1e-5, 1e-5, "the tile on the interpreter")
+    func = ember.lower(s, args, name="conv_bf16_spr")
+    source = sapphire_rapids.backend.render_kernels([func], sapphire_rapids)
+    assert len(TILE_CALL.findall(source)) == 1
+    build_library(source, cc=sapphire_rapids.cc, cflags=sapphire_rapids.cflags)
+
+
+def test_tile_choice():
+    assert conv_bf16.choose(56, 4) == (7, 4)  # 28 accumulators, the fewest loads among them (11 a step)
+    assert conv_bf16.choose(56, 2) == (14, 2)
+    assert conv_bf16.choose(7, 8) == (7, 4)
+    assert conv_bf16.choose(7, 1) == (7, 1)
+    assert conv_bf16.choose(29, 2) is None  # no tile of 2 or more columns divides the row
