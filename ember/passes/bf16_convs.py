@@ -15,7 +15,15 @@ as the fp32 convolution's are. The choice per layer, from the target and the lay
   pair of channels to sum, and stays fp32;
 - output blocks of 16 channels (the unit's register; a convolution of 24 channels, in blocks of
   8, stays fp32) and a register tile of at least 2 output columns that divides the row
-  (ember.intrinsics.conv_bf16.choose).
+  (ember.intrinsics.conv_bf16.choose);
+- an input already in blocks: a first layer's plain NCHW input (3 channels) would be gathered
+  from its planes one value at a time into pixels of pairs, which cost more than the products
+  saved (ResNet-18's 7x7 layer 1.23 ms in bf16 against 1.00 in fp32, MobileNetV2's 3x3 0.43
+  against 0.18, one thread);
+- at least MIN_PRODUCTS products per input value (OC * KH * KW / (SH * SW)): each call rounds
+  its input to bf16 once, a pass over it that a convolution of few products per value does not
+  earn back (MobileNetV2's 1x1 of 32 to 16 channels at 112 x 112, 16 products a value: 151 us
+  against 66 in fp32; of 16 to 96, 96 a value: 233 against 269).
 
 Measured (AMD EPYC Zen 5 class, AVX512-BF16, 2 threads, batch 1): see docs/design.md, "bf16 models".
 """
@@ -31,6 +39,8 @@ from ..target import Target
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
+MIN_PRODUCTS = 64  # per input value, for the bf16 convolution to pay for rounding its input (see above)
+
 
 def bf16_convs(graph: Graph, target: Target | None = None) -> Graph:
     features = (target or Target()).features
@@ -44,14 +54,16 @@ def _rewrite(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | Non
         return None
     x, w = inputs[:2]
     weights = rw.constant_data(w)
-    if weights is None or weights.shape[5] != LANES or not dt.is_float(x.type.dtype) \
+    if weights is None or weights.shape[5] != LANES or x.type.rank != 5 or not dt.is_float(x.type.dtype) \
             or min(node.attrs["padding"]) < 0:
+        return None
+    sh, sw = node.attrs["strides"]
+    if weights.shape[0] * LANES * weights.shape[2] * weights.shape[3] < MIN_PRODUCTS * sh * sw:
         return None
     if conv_bf16.choose(node.outputs[0].type.shape[3], weights.shape[0]) is None:  # (OW in either layout)
         return None
-    in_block = x.type.shape[4] if x.type.rank == 5 else x.type.shape[1]
     plain = convert_layout(weights, f"OIHW{weights.shape[4]}i{LANES}o", "OIHW")
-    packed = rw.constant(pack(plain, in_block), f"{w.name}.bf16")
+    packed = rw.constant(pack(plain, x.type.shape[4]), f"{w.name}.bf16")
     attrs = {k: node.attrs[k] for k in ("strides", "padding", "dilations", "out_layout")}
     return rw.emit("conv2d_nchwc_bf16", [x, packed, *inputs[2:]], attrs, hint=node.name,
                    out_names=[node.outputs[0].name])

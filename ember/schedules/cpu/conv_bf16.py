@@ -39,6 +39,9 @@ def schedule_conv_bf16(s, outputs, target):
     w = anchor.input_tensors[1]
     strides, dilations = anchor.attrs["strides"], anchor.attrs["dilations"]
     tile = tile_for(target, acc.shape, w.shape, strides, dilations)
+    if tile is not None and outputs[0].ndim == 5:
+        tensorize_at_output(s, outputs[0], acc, tile)
+        return None
     if tile is not None:
         tensorize(s, acc, tile)
     else:
@@ -60,3 +63,23 @@ def tensorize(s, acc, tile: conv_bf16.ConvTile) -> None:
     stage.reorder(n, oo, y, zo, zi, oi, lane, *stage.op.reduce_axis)
     stage.parallel(stage.fuse(n, oo, y, zo))
     stage.tensorize(zi, conv_bf16.intrin(tile))
+
+
+def tensorize_at_output(s, out, acc, tile: conv_bf16.ConvTile) -> None:
+    """The sum of each tile of the NCHW16c output computed where the output's tile is written
+    (its epilogue reads the accumulators while they are in L1), the tiles one parallel loop."""
+    stage = s[out]
+    n, o, y, z, lane = stage.op.axis
+    zo, zi = stage.split(z, factor=tile.mr)
+    oo, oi = stage.split(o, factor=tile.nv)
+    stage.reorder(n, oo, y, zo, oi, zi, lane)
+    fused = stage.fuse(n, oo, y, zo)
+    stage.parallel(fused)
+    stage.vectorize(lane)
+    local = s.cache_write(acc, "local")  # (on the stack, not the heap: a tile's accumulators)
+    s[acc].compute_inline()
+    s[local].compute_at(stage, fused)
+    a = s[local]
+    an, ao, ay, az, al = a.op.axis
+    a.reorder(an, ay, az, ao, al, *a.op.reduce_axis)
+    a.tensorize(az, conv_bf16.intrin(tile))
