@@ -17,15 +17,16 @@ as the fp32 convolution's are. The choice per layer, from the target and the lay
   8, stays fp32) and a register tile of at least 2 output columns that divides the row
   (ember.intrinsics.conv_bf16.choose);
 - an input already in blocks: a first layer's plain NCHW input (3 channels) would be gathered
-  from its planes one value at a time into pixels of pairs, which cost more than the products
-  saved (ResNet-18's 7x7 layer 1.23 ms in bf16 against 1.00 in fp32, MobileNetV2's 3x3 0.43
-  against 0.18, one thread);
+  from its planes one value at a time into pixels of pairs, which costs what the products save
+  or more (one Zen 5 core: ResNet-18's 7x7 layer 1.02 ms in bf16 against 1.04 in fp32,
+  MobileNetV2's 3x3 0.44 against 0.19);
 - at least MIN_PRODUCTS products per input value (OC * KH * KW / (SH * SW)): each call rounds
   its input to bf16 once, a pass over it that a convolution of few products per value does not
-  earn back (MobileNetV2's 1x1 of 32 to 16 channels at 112 x 112, 16 products a value: 151 us
-  against 66 in fp32; of 16 to 96, 96 a value: 233 against 269).
+  earn back. One Zen 5 core, 1x1 convolutions: 32 to 16 channels at 112 x 112 (16 a value)
+  137 us in bf16 against 98 in fp32; 192 to 32 at 28 x 28 (32) 67 against 72; 64 to 128 at
+  56 x 56, stride 2 (32) 87 against 91; 384 to 64 at 14 x 14 (64) 52 against 65.
 
-Measured (AMD EPYC Zen 5 class, AVX512-BF16, 2 threads, batch 1): see docs/design.md, "bf16 models".
+Whole models: docs/design.md, "bf16 models".
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from ..target import Target
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
-MIN_PRODUCTS = 64  # per input value, for the bf16 convolution to pay for rounding its input (see above)
+MIN_PRODUCTS = 32  # per input value, for the bf16 convolution to pay for rounding its input (see above)
 
 
 def bf16_convs(graph: Graph, target: Target | None = None) -> Graph:
