@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ember
+from ember.errors import ScheduleError
 from ember.graph.core import TensorType
 from ember.intrinsics import conv_bf16, cpu_has
 from ember.ops.conv_bf16 import pack, unpack
@@ -18,6 +19,7 @@ from ember.runtime.build import build_library
 from ember.schedules.apply import node_kernel
 from ember.target import Target
 from ember.testing import assert_close, check_op, random_array
+from ember.tir.tensor_intrin import get_intrin
 
 OP = "conv2d_nchwc_bf16"
 TILE_CALL = re.compile(r"ember_bf16conv_\w+\(\(const void\*\)")
@@ -94,3 +96,12 @@ def test_tile_choice():
     assert conv_bf16.choose(7, 8) == (7, 2)
     assert conv_bf16.choose(112, 1) == (28, 1)  # one block of 16 channels
     assert conv_bf16.choose(29, 2) is None  # no tile of 2 or more columns divides the row
+
+
+def test_a_tile_is_found_by_its_name():
+    """As a kernel lowered in another process names it: declared from the name alone."""
+    name = "bf16conv_6x32_3x1x3x8_s2_d1x1"  # 6 columns x 2 blocks, 3 blocks of 8 channels, 1x3 taps, stride 2
+    intrin = get_intrin(name)
+    assert intrin.name == name and intrin.feature == conv_bf16.FEATURE
+    with pytest.raises(ScheduleError, match="at most 28 accumulators"):
+        conv_bf16.intrin(conv_bf16.ConvTile(16, 2, 1, 1, 1, 8))
