@@ -17,6 +17,13 @@ operator's compute, so that the two nests match loop for loop. The extents, the 
 columns and the dilations are the C function's constants: one intrinsic per geometry, declared
 on first use (`intrin`), or by its name (`bf16conv_...`, `_resolve`) where a kernel lowered in
 another process calls it. The interpreter runs the description (the fp32 sums in another order).
+
+On AMX (`tdpbf16ps`, unit "amx") the same description is one tile product per tap: a tile of a
+is MR pixels (up to 16 rows, a row SW pixels apart: `tileloadd`'s stride) x the IP pairs of a
+block (IP * 4 bytes), a tile of b the tap's IP rows of 16 pairs of one block (64 bytes a row), an
+accumulator tile MR x 16 fp32 per block; NV accumulator tiles, one of a, NV of b, configured per
+call (ldtilecfg, as ember.intrinsics.amx does). Where Linux refuses the tile state, the call
+computes the same sums in C, lane by lane (amx.py's `ember_amx_granted`).
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ from dataclasses import dataclass
 from .. import te
 from ..errors import ScheduleError
 from ..tir.tensor_intrin import RESOLVERS
+from .amx import COMMON as AMX_COMMON
 from .tiles import LANES, guard
 
 FEATURE = "avx512bf16"
+FEATURES = {"avx512": FEATURE, "amx": "amx-bf16"}  # a tile's unit -> the target feature it needs
 MAX_ACCUMULATORS = 28  # of the 32 zmm registers: NV for b and one for a's broadcast pair left
+AMX_ROWS = 16  # rows of an AMX tile: MR at most, and IP (a tile of b's rows)
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,17 @@ class ConvTile:
     sw: int = 1
     dh: int = 1
     dw: int = 1
+    unit: str = "avx512"  # or "amx"
 
     @property
     def name(self) -> str:
-        return (f"bf16conv_{self.mr}x{self.nv * LANES}_{self.cb}x{self.kh}x{self.kw}x{2 * self.ip}"
+        prefix = "bf16conv" if self.unit == "avx512" else f"{self.unit}_bf16conv"
+        return (f"{prefix}_{self.mr}x{self.nv * LANES}_{self.cb}x{self.kh}x{self.kw}x{2 * self.ip}"
                 f"_s{self.sw}_d{self.dh}x{self.dw}")
+
+    @property
+    def feature(self) -> str:
+        return FEATURES[self.unit]
 
     @property
     def function(self) -> str:
@@ -70,10 +86,23 @@ def choose(columns: int, blocks: int) -> tuple[int, int] | None:
     return None if mr is None else (mr, nv)
 
 
+def choose_amx(columns: int, blocks: int, pairs: int) -> tuple[int, int] | None:
+    """(MR, NV) of an AMX tile: MR the largest divisor of columns up to 16 (at least 2), NV 2
+    where the blocks pair up (2 accumulator tiles, 2 of b, 1 of a); None when no MR fits or a
+    block's pairs are more than a tile's 16 rows."""
+    mr = max((d for d in range(2, AMX_ROWS + 1) if columns % d == 0), default=None)
+    return None if mr is None or pairs > AMX_ROWS else (mr, 2 if blocks % 2 == 0 else 1)
+
+
 def intrin(tile: ConvTile):
+    if tile.unit not in FEATURES:
+        raise ScheduleError(f"{tile.name}: the unit must be one of {sorted(FEATURES)}, not {tile.unit!r}")
     if tile.mr < 1 or tile.nv < 1 or tile.mr * tile.nv > MAX_ACCUMULATORS:
         raise ScheduleError(f"{tile.name}: a tile holds at most {MAX_ACCUMULATORS} accumulators (MR x NV), "
                             f"not {tile.mr} x {tile.nv}")
+    if tile.unit == "amx" and (tile.mr > AMX_ROWS or tile.nv > 2 or tile.ip > AMX_ROWS):
+        raise ScheduleError(f"{tile.name}: an AMX tile has at most {AMX_ROWS} rows of pixels and of pairs, "
+                            f"and 2 blocks")
     return _declare(tile)
 
 
@@ -120,7 +149,8 @@ def _declare(t: ConvTile):
         return te.hardware_intrinsic(t.function, pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"),
                                      *sa, pb.strides[0], pc.strides[0], pc.strides[1])
 
-    return te.decl_tensor_intrin(c.op, lower_fn, name=t.name, c_source=_c_source(t), feature=FEATURE,
+    source = _c_source(t) if t.unit == "avx512" else _amx_source(t)
+    return te.decl_tensor_intrin(c.op, lower_fn, name=t.name, c_source=source, feature=t.feature,
                                  override=True, strides={a: (None,) * (len(a_dims) - 1) + (1,), b: tuple(b_strides),
                                                          c: (None, None, 1)})
 
@@ -165,7 +195,53 @@ static void {t.function}(const void* a, const void* b, void* c, int64_t sq, int6
 }}""")
 
 
-_NAME = re.compile(r"bf16conv_(\d+)x(\d+)_(\d+)x(\d+)x(\d+)x(\d+)_s(\d+)_d(\d+)x(\d+)")
+def _amx_source(t: ConvTile) -> str:
+    nl = "\n"
+    config = [f"  cfg.rows[{v}] = {t.mr}; cfg.colsb[{v}] = 64;" for v in range(t.nv)]
+    config += [f"  cfg.rows[4] = {t.mr}; cfg.colsb[4] = {4 * t.ip};"]
+    config += [f"  cfg.rows[{6 + v}] = {t.ip}; cfg.colsb[{6 + v}] = 64;" for v in range(t.nv)]
+    steps = [f"    _tile_loadd(4, xa, {t.sw} * sw * 2);"]
+    steps += [f"    _tile_loadd({6 + v}, xb + {v} * sb, 64);" for v in range(t.nv)]
+    steps += [f"    _tile_dpbf16ps({v}, 4, {6 + v});" for v in range(t.nv)]
+    return AMX_COMMON + guard(t.function, f"""__attribute__((target("amx-tile,amx-bf16")))
+static void {t.function}(const void* a, const void* b, void* c, int64_t sq, int64_t sh, int64_t sw, int64_t sb,
+                         int64_t sc, int64_t sv) {{
+  const uint16_t* pa = a;
+  const uint16_t* pb = b;
+  float* pc = c;
+  if (!ember_amx_granted()) {{  /* the same sums, lane by lane */
+    for (int i = 0; i < {t.mr}; ++i)
+      for (int j = 0; j < {t.nv * LANES}; ++j) {{
+        float s = 0;
+        for (int64_t q = 0; q < {t.cb}; ++q)
+          for (int64_t r = 0; r < {t.kh}; ++r)
+            for (int64_t x = 0; x < {t.kw}; ++x)
+              for (int64_t k = 0; k < {2 * t.ip}; ++k)
+                s += ember_amx_bf16_f32(pa[q * sq + r * {t.dh} * sh + (i * {t.sw} + x * {t.dw}) * sw + k])
+                     * ember_amx_bf16_f32(pb[j / {LANES} * sb + (((q * {t.kh} + r) * {t.kw} + x) * {t.ip} + k / 2)
+                                             * {2 * LANES} + j % {LANES} * 2 + k % 2]);
+        pc[i * sc + j / {LANES} * sv + j % {LANES}] = s;
+      }}
+    return;
+  }}
+  struct {{ uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; }} cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+{nl.join(config)}
+  _tile_loadconfig(&cfg);
+{nl.join(f"  _tile_zero({v});" for v in range(t.nv))}
+  for (int64_t q = 0; q < {t.cb}; ++q)
+  for (int64_t r = 0; r < {t.kh}; ++r)
+  for (int64_t x = 0; x < {t.kw}; ++x) {{
+    const uint16_t* xa = pa + q * sq + r * {t.dh} * sh + x * {t.dw} * sw;
+    const uint16_t* xb = pb + ((q * {t.kh} + r) * {t.kw} + x) * {t.ip * 2 * LANES};
+{nl.join(steps)}
+  }}
+{nl.join(f"  _tile_stored({v}, pc + {v} * sv, sc * 4);" for v in range(t.nv))}
+}}""")
+
+
+_NAME = re.compile(r"(amx_)?bf16conv_(\d+)x(\d+)_(\d+)x(\d+)x(\d+)x(\d+)_s(\d+)_d(\d+)x(\d+)")
 
 
 def _resolve(name: str):
@@ -173,8 +249,8 @@ def _resolve(name: str):
     m = _NAME.fullmatch(name)
     if m is None:
         return None
-    mr, cols, cb, kh, kw, chans, sw, dh, dw = (int(x) for x in m.groups())
-    return intrin(ConvTile(mr, cols // LANES, cb, kh, kw, chans // 2, sw, dh, dw))
+    mr, cols, cb, kh, kw, chans, sw, dh, dw = (int(x) for x in m.groups()[1:])
+    return intrin(ConvTile(mr, cols // LANES, cb, kh, kw, chans // 2, sw, dh, dw, "amx" if m[1] else "avx512"))
 
 
 RESOLVERS.append(_resolve)

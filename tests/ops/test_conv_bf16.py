@@ -1,7 +1,7 @@
 """conv2d_nchwc_bf16 (ember.ops.conv_bf16) against NumPy's convolution of bf16-rounded operands
 summed in float64: on this CPU's AVX512-BF16 tile where it has one (ember.intrinsics.conv_bf16),
-on an AVX2 target and the interpreter (the same products on fp32 vectors), the tile's
-description on the interpreter, and the tile compiled for a Sapphire Rapids target."""
+on an AVX2 target and the interpreter (the same products on fp32 vectors); AMX's tile scheduled
+for a Sapphire Rapids target, on the interpreter, compiled for that target, and run here."""
 
 import re
 
@@ -16,13 +16,14 @@ from ember.ops.conv_bf16 import pack, unpack
 from ember.ops.layout import convert_layout
 from ember.ops.registry import get, infer_types
 from ember.runtime.build import build_library
+from ember.runtime.module import build_c_module
 from ember.schedules.apply import node_kernel
 from ember.target import Target
 from ember.testing import assert_close, check_op, random_array
 from ember.tir.tensor_intrin import get_intrin
 
 OP = "conv2d_nchwc_bf16"
-TILE_CALL = re.compile(r"ember_bf16conv_\w+\(\(const void\*\)")
+TILE_CALL = re.compile(r"ember_(?:amx_)?bf16conv_\w+\(\(const void\*\)")
 
 
 def operands(n, c, hw, oc, k, in_block, bias=True, seed=0):
@@ -74,21 +75,29 @@ def sapphire_rapids():
     return Target("c", cflags=Target().cflags.replace("-march=native", "") + " -march=sapphirerapids")
 
 
-def test_the_tile_on_the_interpreter_and_compiled_for_sapphire_rapids(sapphire_rapids):
-    """Scheduled for a target with the unit: the interpreter runs the tile's description in each
-    call's place; the C compiles for that target (not run: this CPU may lack its features)."""
+def test_the_amx_tile_on_the_interpreter_compiled_for_sapphire_rapids_and_run_here(sapphire_rapids):
+    """Scheduled for a target with AMX: the interpreter runs the tile's description in each call's
+    place; the C compiles for that target; built for this machine, each call computes its sums
+    in C where Linux refuses the tile state (a CPU without AMX), AMX's tiles where it grants it."""
     inputs = operands(1, 16, (4, 4), 32, 3, 8, seed=5)  # two blocks of 8 channels in, two of 16 out
     at = attrs(stride=1, padding=(1, 1, 1, 1))
     types = [TensorType(x.shape, x.dtype.name) for x in inputs]
     bound, out_types = infer_types(OP, types, at)
+    expected = get(OP).reference(inputs, bound)[0]
     s, args = node_kernel(OP, types, bound, out_types, target=sapphire_rapids)
     out = np.full(out_types[0].shape, np.nan, np.float32)
     ember.build(s, args, target="python")(*inputs, out)
-    assert_close(out, get(OP).reference(inputs, bound)[0], 1e-5, 1e-5, "the tile on the interpreter")
+    assert_close(out, expected, 1e-5, 1e-5, "the tile on the interpreter")
     func = ember.lower(s, args, name="conv_bf16_spr")
     source = sapphire_rapids.backend.render_kernels([func], sapphire_rapids)
-    assert len(TILE_CALL.findall(source)) == 1
+    assert TILE_CALL.findall(source) == ["ember_amx_bf16conv_4x32_2x3x3x8_s1_d1x1((const void*)"]
+    assert all(f"_tile_{op}(" in source for op in ("loadconfig", "loadd", "dpbf16ps", "stored"))
     build_library(source, cc=sapphire_rapids.cc, cflags=sapphire_rapids.cflags)
+    here = Target()
+    built = build_c_module([func], cc=here.cc, cflags=here.cflags, align=here.align)["conv_bf16_spr"]
+    out = np.full(out_types[0].shape, np.nan, np.float32)
+    built(*inputs, out)
+    assert_close(out, expected, 1e-5, 1e-5, f"the AMX tile here (amx_bf16: {cpu_has('amx_bf16')})")
 
 
 def test_tile_choice():

@@ -1,9 +1,10 @@
 """CPU schedule of conv2d_nchwc_bf16 (ember.ops.conv_bf16): the padded bf16 input once per call, a
 parallel vectorized loop; the sum in tiles of MR output columns x NV blocks of 16 channels, each
-one call of AVX512-BF16's direct-convolution tile (ember.intrinsics.conv_bf16) where the target
-has the unit and a tile divides the row; elsewhere (the interpreter, a target without it) the same
-bf16 products summed in fp32 on fp32 vectors of 16 channels. The result and its fused epilogue, a
-parallel vectorized loop of its own."""
+one call of a direct-convolution tile (ember.intrinsics.conv_bf16: AMX's where the target has it,
+else AVX512-BF16's) where a tile divides the row; elsewhere (the interpreter, a target without
+either) the same bf16 products summed in fp32 on fp32 vectors of 16 channels. The result and its
+fused epilogue: at each tile, where the output is NCHW16c, else a parallel vectorized loop of its
+own."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from .tiling import find_anchor
 
 
 def tile_for(target, acc_shape, w_shape, strides, dilations) -> conv_bf16.ConvTile | None:
-    """The tile of a sum of shape (N, OCB, OH, OW, 16) by weights `w_shape` on `target`, or None."""
-    if conv_bf16.FEATURE not in target.features:
-        return None
-    fit = conv_bf16.choose(as_int(acc_shape[3]), as_int(acc_shape[1]))
-    if fit is None:
-        return None
+    """The tile of a sum of shape (N, OCB, OH, OW, 16) by weights `w_shape` on `target`: AMX's
+    where the target has it and its tiles fit, else AVX512-BF16's, else None."""
+    columns, blocks = as_int(acc_shape[3]), as_int(acc_shape[1])
     _, cb, kh, kw, ip = (as_int(d) for d in w_shape[:5])
-    return conv_bf16.ConvTile(*fit, cb, kh, kw, ip, strides[1], *dilations)
+    geometry = (cb, kh, kw, ip, strides[1], *dilations)
+    if {"amx-tile", "amx-bf16"} <= target.features and (fit := conv_bf16.choose_amx(columns, blocks, ip)):
+        return conv_bf16.ConvTile(*fit, *geometry, unit="amx")
+    if conv_bf16.FEATURE in target.features and (fit := conv_bf16.choose(columns, blocks)):
+        return conv_bf16.ConvTile(*fit, *geometry)
+    return None
 
 
 @schedules("conv2d_nchwc_bf16")
