@@ -8,9 +8,9 @@ the weights rounded to bf16 and packed in pairs of input channels once, at compi
 bf16 inside each convolution, the sums in fp32, the epilogues (bias, ReLU, a residual add) fused
 as the fp32 convolution's are. The choice per layer, from the target and the layer's shape:
 
-- the target has AVX512-BF16 (`vdpbf16ps`; a target with AMX has it too, and its convolutions run
-  there: there is no AMX convolution tile yet). Without it the layer stays fp32: the same bf16
-  products on fp32 vectors would be slower than the fp32 convolution;
+- the target has AVX512-BF16 (`vdpbf16ps`; a target with AMX has it too, and its convolutions
+  run on AMX's tile where it fits, ember.schedules.cpu.conv_bf16). Without it the layer stays
+  fp32: the same bf16 products on fp32 vectors would be slower than the fp32 convolution;
 - groups 1: a depthwise convolution has one input channel per output channel, nothing for a
   pair of channels to sum, and stays fp32;
 - output blocks of 16 channels (the unit's register; a convolution of 24 channels, in blocks of
