@@ -27,6 +27,7 @@ from ..intrinsics.conv_bf16 import reduce_axes, summed
 from ..intrinsics.tiles import LANES
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
+from .common import te_shape
 from .conv import conv_reference, window_attrs, window_out
 from .layout import blocked, convert_layout
 from .registry import OpDef, OpTypeError, register
@@ -132,7 +133,7 @@ def _compute(inputs, attrs, out_types):
         channel = i[1] if plain else i[1] * LANES + i[4]
         return cast(x.dtype, value if bias is None else value + cast("float32", bias[channel]))
 
-    return [te.compute(out_types[0].shape, finish, name="conv_nchwc_bf16_out")]
+    return [te.compute(te_shape(out_types[0], inputs), finish, name="conv_nchwc_bf16_out")]
 
 
 register(OpDef(

@@ -19,7 +19,7 @@ from ember.runtime.build import build_library
 from ember.runtime.module import build_c_module
 from ember.schedules.apply import node_kernel
 from ember.target import Target
-from ember.testing import assert_close, check_op, random_array
+from ember.testing import assert_close, check_op, check_op_sizes, random_array
 from ember.tir.tensor_intrin import get_intrin
 
 OP = "conv2d_nchwc_bf16"
@@ -114,3 +114,11 @@ def test_a_tile_is_found_by_its_name():
     assert intrin.name == name and intrin.feature == conv_bf16.FEATURE
     with pytest.raises(ScheduleError, match="at most 28 accumulators"):
         conv_bf16.intrin(conv_bf16.ConvTile(16, 2, 1, 1, 1, 8))
+
+
+def test_a_symbolic_batch():
+    """One kernel for any batch (a model compiled with dynamic_shapes): batches of 1 and 3."""
+    sets = [operands(n, 32, (5, 5), 32, 3, 16, seed=n) for n in (1, 3)]
+    types = [TensorType(("batch", 2, 5, 5, 16), "float32"), TensorType(sets[0][1].shape, "bfloat16"),
+             TensorType((32,), "float32")]
+    check_op_sizes(OP, types, attrs(padding=(1, 1, 1, 1)), sets, rtol=1e-5, atol=1e-5)

@@ -51,32 +51,33 @@ def schedule_conv_bf16(s, outputs, target):
         stage = s[acc]
         n, o, y, z, lane = stage.op.axis
         stage.reorder(n, o, y, z, *stage.op.reduce_axis, lane)
-        stage.parallel(stage.fuse(n, o, y))
+        stage.parallel(stage.fuse(o, y))
         stage.vectorize(lane)
     parallel_vectorize(s, outputs[0], lanes)
     return None
 
 
 def tensorize(s, acc, tile: conv_bf16.ConvTile) -> None:
-    """The sum `acc` in tiles of `tile`, the tiles one parallel loop."""
+    """The sum `acc` in tiles of `tile`, the tiles of an image one parallel loop."""
     stage = s[acc]
     n, o, y, z, lane = stage.op.axis
     zo, zi = stage.split(z, factor=tile.mr)
     oo, oi = stage.split(o, factor=tile.nv)
     stage.reorder(n, oo, y, zo, zi, oi, lane, *stage.op.reduce_axis)
-    stage.parallel(stage.fuse(n, oo, y, zo))
+    stage.parallel(stage.fuse(oo, y, zo))
     stage.tensorize(zi, conv_bf16.intrin(tile))
 
 
 def tensorize_at_output(s, out, acc, tile: conv_bf16.ConvTile) -> None:
     """The sum of each tile of the NCHW16c output computed where the output's tile is written
-    (its epilogue reads the accumulators while they are in L1), the tiles one parallel loop."""
+    (its epilogue reads the accumulators while they are in L1), the tiles of an image one
+    parallel loop."""
     stage = s[out]
     n, o, y, z, lane = stage.op.axis
     zo, zi = stage.split(z, factor=tile.mr)
     oo, oi = stage.split(o, factor=tile.nv)
     stage.reorder(n, oo, y, zo, oi, zi, lane)
-    fused = stage.fuse(n, oo, y, zo)
+    fused = stage.fuse(oo, y, zo)  # (the images one after the other: a symbolic batch bounds no fused index)
     stage.parallel(fused)
     stage.vectorize(lane)
     local = s.cache_write(acc, "local")  # (on the stack, not the heap: a tile's accumulators)
