@@ -78,9 +78,10 @@ def cnn():
     return model, x, ref
 
 
-def test_small_cnn_in_bf16(cnn):
+def test_small_cnn_in_bf16(cnn, tmp_path):
     """The blocked convolutions in bf16 where this CPU has AVX512-BF16 (c3 with the residual add
-    and ReLU6 fused); the first layer (a plain input of 3 channels) and the depthwise one fp32."""
+    and ReLU6 fused); the first layer (a plain input of 3 channels) and the depthwise one fp32.
+    Saved and loaded, the same results."""
     model, x, ref = cnn
     compiled = ember.compile(model, (x,), precision="bf16")
     convs = 2 if "avx512bf16" in Target().features else 0
@@ -91,6 +92,8 @@ def test_small_cnn_in_bf16(cnn):
     error = rel_error(compiled(x), ref)
     print(f"bf16 CNN: ||out - ref|| / ||ref|| = {error:.1e}")
     assert 1e-5 < error <= TOL
+    compiled.save(tmp_path / "cnn")
+    np.testing.assert_array_equal(ember.load(tmp_path / "cnn")(x), compiled(x))
 
 
 def test_convolutions_stay_fp32_without_the_unit(cnn):
