@@ -26,7 +26,8 @@ as the fp32 convolution's are. The choice per layer, from the target and the lay
   137 us in bf16 against 98 in fp32; 192 to 32 at 28 x 28 (32) 67 against 72; 64 to 128 at
   56 x 56, stride 2 (32) 87 against 91; 384 to 64 at 14 x 14 (64) 52 against 65.
 
-Whole models: docs/design.md, "bf16 models".
+Per layer: benchmarks/conv_bf16.py --layers (every layer of ResNet-18's and MobileNetV2's shapes
+this rule puts in bf16 runs faster there, the one it keeps fp32 slower); whole models: README.md.
 """
 
 from __future__ import annotations
