@@ -4,7 +4,9 @@ level, and run with instrumentation.
     graph = run_pipeline(graph, opt_level=2, disabled_passes=("cse",), print_ir="all", debug=True)
 
 A `precision` other than "fp32" adds its passes (PRECISIONS: "bf16" stores the weights of linear
-layers in bf16, ember.passes.bf16_weights) before pad_gemv, or at the end of a pipeline without it.
+layers in bf16, ember.passes.bf16_weights) before pad_gemv, or at the end of a pipeline without it,
+and those that rewrite the blocked layout's operators (LAYOUT_PRECISIONS: "bf16" its convolutions,
+ember.passes.bf16_convs) before the last dce, after the weights' conversions are folded.
 
 Per pass, `run_pipeline` records a PassReport (name, seconds, node counts before and after,
 whether the graph changed) in `report` when given one; in debug mode (debug=True, or
@@ -40,6 +42,7 @@ from ..graph.verify import verify
 from ..ops.registry import infer_types
 from ..target import Target
 from .algebraic import simplify
+from .bf16_convs import bf16_convs
 from .bf16_weights import bf16_weights
 from .cse import cse
 from .dce import dce
@@ -64,19 +67,22 @@ Pass = Callable[[Graph], Graph]
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
                                                    fold_qkv_split, flatten_products, quantize_weights, bf16_weights,
-                                                   pad_gemv, layout, pack_weights, winograd, dce)}
+                                                   pad_gemv, layout, pack_weights, winograd, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
 # backend names those it gives its target (Backend.graph_passes); ember's own give these. (CUDA's:
 # unfold_attention, which changes nothing for the CPU's family.)
-TARGET_PASSES = ("pad_gemv", "layout", "pack_weights")
+TARGET_PASSES = ("pad_gemv", "layout", "pack_weights", "bf16_convs")
 
 # the passes a precision adds to a pipeline of level 2 or 3, before pad_gemv (on the 2-D gemms that
 # flatten_products makes, before pack_weights puts fp32 weights in panels)
 PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
+# and those it adds before the last dce (on the blocked convolutions, their weights folded constants)
+LAYOUT_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_convs",)}
 # the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's
-FP32_PASSES = tuple(sorted(set(PASSES) - {p for passes in PRECISIONS.values() for p in passes}))
+FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRECISIONS)
+                                          for passes in table.values() for p in passes}))
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
 # others: fuse (ember.passes.fuse: Graph -> FusedGraph, at opt_level >= fuse.FUSE_LEVEL)
@@ -147,12 +153,15 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
 
 
 def pipeline_of(opt_level: int, precision: str = "fp32") -> list[str]:
-    """The passes of `opt_level` with those of `precision` (PRECISIONS) before pad_gemv."""
+    """The passes of `opt_level` with those of `precision`: PRECISIONS' before pad_gemv,
+    LAYOUT_PRECISIONS' before the last dce."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
     names = PIPELINES[opt_level]
     at = names.index("pad_gemv") if "pad_gemv" in names else len(names)
-    return [*names[:at], *PRECISIONS[precision], *names[at:]]
+    names = [*names[:at], *PRECISIONS[precision], *names[at:]]
+    last = len(names) - names[::-1].index("dce") - 1 if "dce" in names else len(names)
+    return [*names[:last], *LAYOUT_PRECISIONS[precision], *names[last:]]
 
 
 def printed_passes(print_ir: str | Iterable[str] | None = None) -> set[str]:

@@ -27,8 +27,8 @@ def nodes(model) -> list[str]:
 
 
 def unit_calls(model) -> list[str]:
-    """The calls of a bf16 unit's tile function (AVX512-BF16's or AMX's) in the model's C."""
-    return re.findall(r"ember_(?:bf16_avx512|amx_bf16)_tile_\w+\(\(const void\*\)", model.source)
+    """The calls of a bf16 unit's tile function (AVX512-BF16's or AMX's, a convolution's) in the model's C."""
+    return re.findall(r"ember_(?:bf16_avx512_tile|amx_bf16_tile|bf16conv)_\w+\(\(const void\*\)", model.source)
 
 
 @pytest.fixture(scope="module")
@@ -55,30 +55,54 @@ class SmallCNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.c1, self.bn = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
-        self.c2, self.c3 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.Conv2d(32, 32, 1)
+        self.c2, self.c3 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1), torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.dw = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
         self.fc = torch.nn.Linear(32, 16)
 
     def forward(self, x):
         x = torch.relu(self.bn(self.c1(x)))
         x = torch.relu(self.c2(x))
-        return self.fc((x + self.c3(x)).mean((2, 3)))
+        x = torch.nn.functional.relu6(x + self.c3(x))
+        return self.fc(self.dw(x).mean((2, 3)))
 
 
-def test_small_cnn_in_bf16():
+@pytest.fixture(scope="module")
+def cnn():
     torch.manual_seed(3)
-    cnn = SmallCNN().eval()
+    model = SmallCNN().eval()
     with torch.no_grad():
-        cnn.bn.weight.uniform_(0.5, 1.5)
-        cnn.bn.running_var.uniform_(0.5, 1.5)
+        model.bn.weight.uniform_(0.5, 1.5)
+        model.bn.running_var.uniform_(0.5, 1.5)
         x = torch.randn(1, 3, 16, 16)
-        ref = cnn(x).numpy()
-    compiled = ember.compile(cnn, (x,), precision="bf16")
-    assert nodes(compiled).count("conv2d_bf16") == 3 and nodes(compiled).count("gemm_bf16") == 1
-    if cpu_has("avx512_bf16"):  # every product on a unit: 3 convolutions, 1 linear layer
-        assert len(unit_calls(compiled)) == 4
+        ref = model(x).numpy()
+    return model, x, ref
+
+
+def test_small_cnn_in_bf16(cnn, tmp_path):
+    """The blocked convolutions in bf16 where this CPU has AVX512-BF16 (c3 with the residual add
+    and ReLU6 fused); the first layer (a plain input of 3 channels) and the depthwise one fp32.
+    Saved and loaded, the same results."""
+    model, x, ref = cnn
+    compiled = ember.compile(model, (x,), precision="bf16")
+    convs = 2 if "avx512bf16" in Target().features else 0
+    assert nodes(compiled).count("conv2d_nchwc_bf16") == convs and nodes(compiled).count("gemm_bf16") == 1
+    assert nodes(compiled).count("conv2d_nchwc") == 4 - convs
+    if cpu_has("avx512_bf16"):  # 2 convolutions, 1 linear layer on the unit
+        assert len(unit_calls(compiled)) == 3
     error = rel_error(compiled(x), ref)
     print(f"bf16 CNN: ||out - ref|| / ||ref|| = {error:.1e}")
     assert 1e-5 < error <= TOL
+    compiled.save(tmp_path / "cnn")
+    np.testing.assert_array_equal(ember.load(tmp_path / "cnn")(x), compiled(x))
+
+
+def test_convolutions_stay_fp32_without_the_unit(cnn):
+    """An AVX2 target has no AVX512-BF16: its convolutions stay the fp32 blocked ones (bf16
+    products on fp32 vectors would be slower), its linear layer gemm_bf16 on fp32 vectors."""
+    model, x, ref = cnn
+    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"))
+    assert "conv2d_nchwc_bf16" not in nodes(fallback) and nodes(fallback).count("conv2d_nchwc") == 4
+    assert rel_error(fallback(x), ref) <= TOL
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
-"""CPU schedule of gemm_bf16 and conv2d_bf16 (ember.ops.matmul_bf16): the tile product on the best bf16 unit the
+"""CPU schedule of gemm_bf16 (ember.ops.matmul_bf16): the tile product on the best bf16 unit the
 target's flags enable, chosen at compile time: AMX (`tdpbf16ps`, tiles of 16 or 32 rows) ahead of
 AVX512-BF16 (`vdpbf16ps`, register tiles of up to 8 rows), each where its tiles cover the shape;
 elsewhere (no unit, the interpreter, a shape no tile covers) the same bf16 products summed in fp32
-on fp32 vectors. The rows of a in bf16 (a convolution's windows) and the result (with its fused
-epilogue) are parallel, vectorized loops of their own."""
+on fp32 vectors. The rows of a in bf16 and the result (with its fused epilogue) are parallel,
+vectorized loops of their own."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def unit_for(target, m: int | None, n: int, k: int):
     return next(((u, fit) for u in UNITS if u.feature in target.features and (fit := u.fits(m, n, k))), None)
 
 
-@schedules("gemm_bf16", "conv2d_bf16")
+@schedules("gemm_bf16")
 def schedule_bf16_product(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     cast = find_anchor(outputs, CAST)
@@ -36,7 +36,7 @@ def schedule_bf16_product(s, outputs, target):
     acc = anchor.output(0)
     inline_intermediates(s.sch, where=lambda block: block.name != cast.name)
     lanes = target.lanes()
-    _activations(s, cast.output(0), lanes)
+    parallel_vectorize(s, cast.output(0), lanes)
     m, blocks, _ = (as_int(d) for d in acc.shape)
     k = as_int(cast.output(0).shape[1]) * GROUP
     chosen = unit_for(target, m, blocks * LANES, k)
@@ -55,18 +55,3 @@ def _fp32_vectors(s, acc) -> None:
     stage.reorder(i, jo, *stage.op.reduce_axis, ji)
     stage.parallel(stage.fuse(i, jo))
     stage.vectorize(ji)
-
-
-def _activations(s, t, lanes: int) -> None:
-    """The bf16 activations: a's rows in pairs as a default loop nest; a convolution's windows,
-    packed (blocks, K / 2, 16, 2), a vector over a block's 16 pixels for each k (the index
-    arithmetic of k once per vector: 1.9x faster than over the block's 32 values of a pair)."""
-    if t.ndim != 4:
-        parallel_vectorize(s, t, lanes)
-        return
-    stage = s[t]
-    block, pair, lane, g = stage.op.axis
-    stage.reorder(block, pair, g, lane)
-    stage.parallel(stage.fuse(block, pair))
-    stage.unroll(g)
-    stage.vectorize(lane)
