@@ -81,9 +81,10 @@ def cnn():
 def test_small_cnn_in_bf16(cnn, tmp_path):
     """The blocked convolutions in bf16 where this CPU has AVX512-BF16 (c3 with the residual add
     and ReLU6 fused); the first layer (a plain input of 3 channels) and the depthwise one fp32.
-    Saved and loaded, the same results."""
+    Saved and loaded, the same results. (Winograd, which takes stride-1 3x3 layers in fp32 before
+    bf16_convs, is off: this is about the bf16 ones.)"""
     model, x, ref = cnn
-    compiled = ember.compile(model, (x,), precision="bf16")
+    compiled = ember.compile(model, (x,), precision="bf16", disabled_passes=("winograd",))
     convs = 2 if "avx512bf16" in Target().features else 0
     assert nodes(compiled).count("conv2d_nchwc_bf16") == convs and nodes(compiled).count("gemm_bf16") == 1
     assert nodes(compiled).count("conv2d_nchwc") == 4 - convs
@@ -100,7 +101,7 @@ def test_convolutions_stay_fp32_without_the_unit(cnn):
     """An AVX2 target has no AVX512-BF16: its convolutions stay the fp32 blocked ones (bf16
     products on fp32 vectors would be slower), its linear layer gemm_bf16 on fp32 vectors."""
     model, x, ref = cnn
-    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"))
+    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"), disabled_passes=("winograd",))
     assert "conv2d_nchwc_bf16" not in nodes(fallback) and nodes(fallback).count("conv2d_nchwc") == 4
     assert rel_error(fallback(x), ref) <= TOL
 
@@ -122,7 +123,7 @@ def test_without_a_bf16_unit_the_same_products_on_fp32_vectors(mlp):
     the sums."""
     model, x, ref, compiled = mlp
     assert nodes(compiled).count("gemm_bf16") == 2 and rel_error(compiled(x), ref) <= TOL
-    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"))
+    fallback = ember.compile(model, (x,), precision="bf16", target=Target.x86("avx2"), disabled_passes=("winograd",))
     assert nodes(fallback).count("gemm_bf16") == 2 and "dpbf16" not in fallback.source
     np.testing.assert_allclose(fallback(x), compiled(x), rtol=1e-5, atol=1e-5)
 
