@@ -104,9 +104,7 @@ def test_symbolic_sizes_are_refused_at_compile_time():
                       target=SIMULATED)
 
 
-def test_a_lower_precision_is_refused_before_anything_compiles():
-    with pytest.raises(ConfigError, match="precision='bf16' does not compile for target 'cuda' yet"):
-        ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), target=SIMULATED, precision="bf16")
+def test_quantized_weights_are_refused_before_anything_compiles():
     with pytest.raises(ConfigError, match="weights='int8' does not compile for target 'cuda' yet"):
         ember.compile(torch.nn.Linear(3, 4), (torch.randn(2, 3),), target=SIMULATED, weights="int8")
 
