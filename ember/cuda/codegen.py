@@ -27,7 +27,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   (ember.cuda.checks), its vectorized loops then left per lane; `reinterpret` reads the bits
   through a union;
 - atomics are CUDA's (`atomicAdd`, ...);
-- float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used); a
+- float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used), an
+  element loaded as the float it holds and a stored float rounded, so kernels compute them in fp32; a
   tensorized call (ember.tir.schedule.tensorize) is its intrinsic's CUDA source, once in the
   unit, and a call of it; a "wmma.accumulator" buffer is an array of Tensor Core fragments
   (ember.cuda.fragments).
