@@ -15,16 +15,20 @@ One block per (batch..., head) and tile of t queries (`tile_rows`), a thread per
 No score outlives its tile of keys and nothing of size L x S reaches memory. A thread's state
 (its q row, running max, sum and accumulator) is laid out across the threads, element d of
 thread tx at d * t + tx: shared loads without bank conflicts, and accesses the sync pass sees as
-the thread's own, so only the k and v tiles take barriers. Sequence lengths
-need not be multiples of the tiles (rows and keys past the end are guarded). Operands of any
-float type are loaded as floats: every product and sum is fp32 on CUDA cores; the output is
-stored in the operands' type. The tiles live in static shared memory (`shared_bytes`: at most
-48 KiB, which `tile_rows` picks the tiles for). The statement is the kernel itself (a te.extern
-bound to blocks and threads), so the GPU family schedules nothing of it; only the CUDA target
-runs it (the interpreter with GPU semantics included).
+the thread's own, so only the k and v tiles take barriers. Sequence lengths need not be
+multiples of the tiles (rows and keys past the end are guarded). The tiles live in static shared
+memory (`shared_bytes`: at most 48 KiB, which `tile_rows` picks the tiles for).
 
-Not yet: Tensor Cores for q k^T and p v in fp16/bf16 (a warp per 16 queries), the state in
-registers rather than shared memory, symbolic lengths.
+float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
+q k^T and p v (ember.ops.flash_attention_tc: a warp a block, wmma calls on tiles in shared
+memory, p rounded to the operands' type as the product reads it); other operands are loaded as
+floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
+type. The statement is the kernel itself (a te.extern bound to blocks and threads), so the GPU
+family schedules nothing of it; only the CUDA target runs it (the interpreter with GPU semantics
+included).
+
+Not yet: the state in registers rather than shared memory (mma.sync fragments), more warps a
+block, symbolic lengths.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ import math
 
 from .. import te
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
+from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
+from . import flash_attention_tc as tc
 from .attention import infer_heads_first, reference
-from .common import broadcast_index, te_shape
+from .common import te_shape
+from .gpu_loops import at, batch_index, serial, threads
 from .registry import OpDef, OpTypeError, register
 
 SHARED_LIMIT = 48 * 1024  # static shared memory a block may take on every GPU since sm_50
@@ -78,22 +84,14 @@ def _compute(inputs, attrs, out_types):
     e = as_int(q.shape[-1])
     scale = 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
 
+    tensor_cores = len({x.dtype for x in (q, k, v)}) == 1 and tc.fits(q.dtype, e, as_int(v.shape[-1]), SHARED_LIMIT)
+
     def build(bufs, outs):
-        return _kernel(*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0],
-                       float(scale), bool(attrs["causal"]))
+        kernel = tc.kernel if tensor_cores else _kernel
+        return kernel(*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0],
+                      float(scale), bool(attrs["causal"]))
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
-
-
-def _threads(body_of, rows: int, tag: str = "threadIdx.x") -> For:
-    """A loop over the tile's threads, its body made of the thread's index."""
-    tx = Var("tx", dt.INDEX_DTYPE)
-    return For(tx, const(0), const(rows), THREAD_BINDING, body_of(tx), (("thread_tag", tag),))
-
-
-def _serial(name: str, extent: int, body_of) -> For:
-    i = Var(name, dt.INDEX_DTYPE)
-    return For(i, const(0), const(extent), "serial", body_of(i))
 
 
 def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
@@ -108,25 +106,20 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
     scores, scalar = Buffer("scores", (const(t),), FLOAT), Buffer("running", (const(2),), FLOAT)
     minus_inf = const(-math.inf, FLOAT)
     heads, tile = Var("heads", dt.INDEX_DTYPE), Var("tile", dt.INDEX_DTYPE)
-    rest, index = heads, []
-    for d in reversed(batch):
-        index.append(rest % d)
-        rest = rest // d
-    index = index[::-1]
+    index = batch_index(heads, batch)
 
     def load(buf, *i):
-        at = tuple(convert(x) for x in broadcast_index(index, buf.shape[:-2])) + i
-        return cast(FLOAT, BufferLoad(buf, at, buf.dtype))
+        return cast(FLOAT, BufferLoad(buf, at(index, buf, *i), buf.dtype))
 
     def row_of(tx):
         return tile * t + tx
 
-    load_q = _threads(lambda tx: _serial("d", e, lambda d: IfThenElse(
+    load_q = threads(lambda tx: serial("d", e, lambda d: IfThenElse(
         row_of(tx) < length, BufferStore(q_tile, load(qb, row_of(tx), d) * scale, (d * t + tx,)),
         BufferStore(q_tile, const(0.0, FLOAT), (d * t + tx,)))), t)
-    init = _threads(lambda tx: SeqStmt((
+    init = threads(lambda tx: SeqStmt((
         BufferStore(top, minus_inf, (tx,)), BufferStore(total, const(0.0, FLOAT), (tx,)),
-        _serial("d", ev, lambda d: BufferStore(acc, const(0.0, FLOAT), (d * t + tx,))))), t)
+        serial("d", ev, lambda d: BufferStore(acc, const(0.0, FLOAT), (d * t + tx,))))), t)
 
     def copy(tile_buf, src, width, key0):
         """The block's threads copy a tile of keys' rows together, a strided share each."""
@@ -137,8 +130,8 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
                 value = select(key < keys, load(src, binary("min", key, const(keys - 1)), flat % width),
                                const(0.0, FLOAT))
                 return BufferStore(tile_buf, value, (flat,))
-            return _serial("c", width, step)  # t * width elements, t threads
-        return _threads(body, t)
+            return serial("c", width, step)  # t * width elements, t threads
+        return threads(body, t)
 
     def attend(key0):
         def body(tx):
@@ -146,7 +139,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
 
             def score(j):
                 key = key0 + j
-                dot = _serial("d", e, lambda d: BufferStore(
+                dot = serial("d", e, lambda d: BufferStore(
                     scores, BufferLoad(scores, (j,), FLOAT) + BufferLoad(q_tile, (d * t + tx,), FLOAT)
                     * BufferLoad(k_tile, (j * e + d,), FLOAT), (j,)))
                 keep = (key < keys) & (row < length)
@@ -155,8 +148,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
                 s = BufferLoad(scores, (j,), FLOAT)
                 masked = [BufferStore(scores, select(keep, s, minus_inf), (j,))]
                 if mb is not None:
-                    at = tuple(convert(x) for x in broadcast_index(index + [row, key], mb.shape))
-                    m = BufferLoad(mb, at, mb.dtype)
+                    m = BufferLoad(mb, at(index, mb, row, key), mb.dtype)
                     masked = [IfThenElse(keep, BufferStore(scores, select(m, s, minus_inf) if dt.is_bool(mb.dtype)
                                                            else s + cast(FLOAT, m), (j,)),
                                          BufferStore(scores, minus_inf, (j,)))]
@@ -167,20 +159,20 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
             alpha = BufferLoad(scalar, (const(1),), FLOAT)
             p = lambda j: BufferLoad(scores, (j,), FLOAT)  # noqa: E731
             return Allocate(scores, Allocate(scalar, SeqStmt((
-                _serial("j", t, score),
+                serial("j", t, score),
                 BufferStore(scalar, BufferLoad(top, (tx,), FLOAT), (const(0),)),
-                _serial("j", t, lambda j: BufferStore(scalar, binary("max", new_top, p(j)), (const(0),))),
+                serial("j", t, lambda j: BufferStore(scalar, binary("max", new_top, p(j)), (const(0),))),
                 BufferStore(scalar, te.exp(BufferLoad(top, (tx,), FLOAT) - shift), (const(1),)),
-                _serial("j", t, lambda j: BufferStore(scores, te.exp(p(j) - shift), (j,))),
+                serial("j", t, lambda j: BufferStore(scores, te.exp(p(j) - shift), (j,))),
                 BufferStore(total, BufferLoad(total, (tx,), FLOAT) * alpha, (tx,)),
-                _serial("j", t, lambda j: BufferStore(total, BufferLoad(total, (tx,), FLOAT) + p(j), (tx,))),
-                _serial("d", ev, lambda d: SeqStmt((
+                serial("j", t, lambda j: BufferStore(total, BufferLoad(total, (tx,), FLOAT) + p(j), (tx,))),
+                serial("d", ev, lambda d: SeqStmt((
                     BufferStore(acc, BufferLoad(acc, (d * t + tx,), FLOAT) * alpha, (d * t + tx,)),
-                    _serial("j", t, lambda j: BufferStore(
+                    serial("j", t, lambda j: BufferStore(
                         acc, BufferLoad(acc, (d * t + tx,), FLOAT) + p(j) * BufferLoad(v_tile, (j * ev + d,), FLOAT),
                         (d * t + tx,)))))),
                 BufferStore(top, new_top, (tx,))))))
-        return _threads(body, t)
+        return threads(body, t)
 
     kt = Var("kt", dt.INDEX_DTYPE)
     key_tiles = const(-(-keys // t))
@@ -197,9 +189,9 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
                            BufferLoad(acc, (d * t + tx,), FLOAT) / l)  # every key masked out: 0
             return BufferStore(ob, cast(ob.dtype, value), (*index, row, d))
 
-        return IfThenElse(row < length, _serial("d", ev, element))
+        return IfThenElse(row < length, serial("d", ev, element))
 
-    body = SeqStmt((load_q, init, steps, _threads(store, t)))
+    body = SeqStmt((load_q, init, steps, threads(store, t)))
     for buf in (q_tile, k_tile, v_tile, acc, top, total):
         body = Allocate(buf, body)
     tiles = For(tile, const(0), const(-(-length // t)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
