@@ -39,18 +39,20 @@ def bf16_activations(graph: Graph) -> Graph:
 def half_precision(graph: Graph, half: str) -> Graph:
     rw = Rewriter(graph)
     outputs = {v.name for v in graph.outputs}
-    converted: dict[str, Value] = {}  # a float32 input or constant's name -> its half value
+    converted: dict[str, Value] = {}  # an old value's name -> the new value nodes read (half where it was float32)
 
     def narrow(old: Value) -> Value:
-        v = rw.value(old)
-        if v.type.dtype != WIDE:
-            return v
-        got = converted.get(v.name)
-        if got is None:
-            data = rw.constant_data(v)
-            got = rw.constant(data.astype(dt.to_numpy(half)), f"{v.name}.{half}") if data is not None else \
-                rw.emit("cast", [v], {"dtype": half}, hint=f"{v.name}.{half}")[0]
-            converted[v.name] = got
+        got = converted.get(old.name)
+        if got is not None:
+            return got
+        if graph.is_constant(old):  # (converted from the old graph's data: the float32 copy is never made)
+            data = graph.constants[old.name]
+            got = rw.constant(data.astype(dt.to_numpy(half)), f"{old.name}.{half}") if data.dtype == WIDE else \
+                rw.value(old)
+        else:
+            v = rw.value(old)
+            got = v if v.type.dtype != WIDE else rw.emit("cast", [v], {"dtype": half}, hint=f"{old.name}.{half}")[0]
+        converted[old.name] = got
         return got
 
     def widen(old: Value) -> Value:

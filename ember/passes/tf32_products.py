@@ -13,31 +13,31 @@ everything else stay float32, as are the values in memory: tf32 changes no value
 
 from __future__ import annotations
 
-from ..graph.core import Graph, Node, Value
+from ..graph.core import Graph, Value
 from ..ops.bits import round_tf32
-from .rewrite import Rewriter, rebuild
+from .rewrite import Rewriter
 
 # the operators whose first two inputs are multiplied together
 PRODUCTS = frozenset({"gemm", "matmul", *(f"conv{n}d" for n in (1, 2, 3)), *(f"conv_transpose{n}d" for n in (1, 2, 3))})
 
 
 def tf32_products(graph: Graph) -> Graph:
-    rounded: dict[str, Value] = {}  # a value's name -> its rounding
+    rw = Rewriter(graph)
+    rounded: dict[str, Value] = {}  # an old value's name -> its rounding
 
-    def tf32(rw: Rewriter, v: Value) -> Value:
-        if v.type.dtype != "float32":
-            return v
-        got = rounded.get(v.name)
-        if got is None:
-            data = rw.constant_data(v)
-            got = rw.constant(round_tf32(data), f"{v.name}.tf32") if data is not None else \
-                rw.emit("round_tf32", [v], hint=f"{v.name}.tf32")[0]
-            rounded[v.name] = got
+    def tf32(old: Value) -> Value:
+        if old.type.dtype != "float32":
+            return rw.value(old)
+        got = rounded.get(old.name)
+        if got is None:  # (a constant rounded from the old graph's data: the unrounded copy is never made)
+            got = rw.constant(round_tf32(graph.constants[old.name]), f"{old.name}.tf32") if graph.is_constant(old) \
+                else rw.emit("round_tf32", [rw.value(old)], hint=f"{old.name}.tf32")[0]
+            rounded[old.name] = got
         return got
 
-    def rewrite(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-        if node.op not in PRODUCTS or all(v.type.dtype != "float32" for v in inputs[:2]):
-            return None
-        return rw.copy(node, [tf32(rw, v) for v in inputs[:2]] + inputs[2:])
-
-    return rebuild(graph, rewrite)
+    for node in graph.nodes:
+        if node.op in PRODUCTS:
+            rw.copy(node, [tf32(v) for v in node.inputs[:2]] + [rw.value(v) for v in node.inputs[2:]])
+        else:
+            rw.copy(node, rw.inputs(node))
+    return rw.finish()
