@@ -19,6 +19,10 @@ eager under CPU autocast to bf16 ("autocast": oneDNN's bf16 kernels) and ONNX Ru
     python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--batch 1] [--runs 20] [--rounds 2]
                                  [--threads 2] [--peers onnxruntime inductor eager autocast] [--after-torch]
                                  [--precision fp32 | bf16]
+
+--device cuda compares on the GPU instead (benchmarks/compare_cuda.py: ember in fp32 and fp16 next
+to torch eager and torch.compile "default" and "reduce-overhead", CUDA events; --runs, --small and
+--models as here); without a GPU it says so and exits with 1.
 """
 
 from __future__ import annotations
@@ -251,6 +255,8 @@ def main(argv=None) -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: also ember with precision='bf16'")
     ap.add_argument("--after-torch", action="store_true", help="also time ember after torch ran in its process")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: ember in fp32 and fp16 on the GPU next to torch eager and torch.compile")
     # the child processes
     ap.add_argument("--prepare", metavar="MODEL")
     ap.add_argument("--measure", nargs=2, metavar=("RUNTIME", "MODEL"))
@@ -258,6 +264,11 @@ def main(argv=None) -> None:
     ap.add_argument("--label", default="ember")
     ap.add_argument("--onnx", action="store_true")
     args = ap.parse_args(argv)
+    if args.device == "cuda":
+        from benchmarks import compare_cuda
+
+        compare_cuda.main(args.models, args.small, args.runs, ["fp32", "fp16"])
+        return
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if args.prepare:

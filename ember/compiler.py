@@ -168,7 +168,11 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         unchecked, x // 0 == x % 0 == 0 as in numpy (ember.ops.binary).
     precision: "fp32", or "bf16": the weights of linear layers stored in bf16 and their products
         on the target's bf16 unit (AMX, else AVX512-BF16; without one, the same bf16 products on
-        fp32 vectors) summed in fp32, all else fp32 (ember.passes.bf16_weights).
+        fp32 vectors) summed in fp32, all else fp32 (ember.passes.bf16_weights). For target
+        "cuda" (its backend's precisions): "fp16" or "bf16", every weight and activation stored
+        in that type, sums in fp32, inputs and outputs converted at the boundary
+        (ember.passes.half_precision); "tf32", the products' operands rounded to tf32
+        (ember.passes.tf32_products).
     weights: "int8" or "int4": the linear layers' constant weights quantized, weight-only
         (ember.passes.quantize_weights: int8 per output channel; int4 per group of `group_size`
         rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
@@ -183,7 +187,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
     backend = target.backend
     backend.check_options(checked=checked, precision=precision, weights=weights)
-    pipeline_of(opt_level, precision)  # (a bad level or precision named before anything runs)
+    pipeline_of(opt_level, precision, target)  # (a bad level or precision named before anything runs)
     target.check_runs_here()  # the model is built to run here
     check_graph(graph)
     if host or has_host_nodes(graph):  # (nonzero, unique, `host`: compiled around, computed on the host)

@@ -69,6 +69,8 @@ class Backend(ABC):
     graph_passes: tuple[str, ...]  # the graph passes that read the target
     # graph passes this target leaves out: those making operators it has no schedule for
     skipped_passes: tuple[str, ...] = ()
+    # precision -> the graph passes it adds (ember.passes.pipeline); None: the pipeline's PRECISIONS
+    precisions: Mapping[str, tuple[str, ...]] | None = None
     loop_passes: Sequence  # (name, pass) pairs, in order
     tuner: TunerRules | None  # None: kernels of this target are not tuned
     # the Emitter of tile kernels (ember.triton.compiler.emitter), built as

@@ -13,7 +13,9 @@ architecture (sm_90 without one); a kernel whose loops the family bound to no bl
 The model runs its call program on the GPU (ember.cuda.model.CUDAModel), or, for
 `Target("cuda", simulate=True)`, on the loop-IR interpreter with GPU semantics
 (ember.cuda.simt: the same lowered kernels, blocks and threads in a shuffled order, races
-checked), which needs no GPU. Static shapes only, no control flow.
+checked), which needs no GPU. Static shapes only, no control flow. Its precisions
+(ember.passes.pipeline.GPU_PRECISIONS): fp32, tf32 (products of tf32-rounded operands), fp16 and
+bf16 (every weight and activation in half precision, sums in fp32).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.tile import TileLauncher, render_tile
 from ..errors import ArgumentTypeError, CompileError, ConfigError
+from ..passes.pipeline import GPU_PRECISIONS
 from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
@@ -58,6 +61,7 @@ class CUDABackend(Backend):
     # fold_attention would fold them back; the CPU's target passes (given no target, they would
     # block and pack for this machine's vectors) make layouts the GPU schedules do not read
     skipped_passes = ("fold_attention", "pad_gemv", "layout", "pack_weights")
+    precisions = GPU_PRECISIONS  # fp16/bf16: every activation and weight in half precision, sums in fp32
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
 
@@ -72,9 +76,6 @@ class CUDABackend(Backend):
                       weights: str | None = None) -> None:
         if checked:
             raise ConfigError("checked=True needs target 'c': CUDA kernels do not check divisions")
-        if precision != "fp32":
-            raise ConfigError(f"precision={precision!r} does not compile for target 'cuda' yet (its weight packing is "
-                              f"the CPU's); models on the GPU are fp32")
         if weights is not None:
             raise ConfigError(f"weights={weights!r} does not compile for target 'cuda' yet (its kernels are the "
                               f"CPU's); models on the GPU keep their float weights")

@@ -27,7 +27,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   (ember.cuda.checks), its vectorized loops then left per lane; `reinterpret` reads the bits
   through a union;
 - atomics are CUDA's (`atomicAdd`, ...);
-- float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used); a
+- float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used), an
+  element loaded as the float it holds and a stored float rounded, so kernels compute them in fp32; a
   tensorized call (ember.tir.schedule.tensorize) is its intrinsic's CUDA source, once in the
   unit, and a call of it; a "wmma.accumulator" buffer is an array of Tensor Core fragments
   (ember.cuda.fragments).
@@ -105,6 +106,11 @@ def launch_dims(func: PrimFunc) -> dict[str, int]:
 
 def threads_per_block(dims: dict[str, int]) -> int:
     return functools.reduce(operator.mul, (n for tag, n in dims.items() if tag not in BLOCK_TAGS), 1)
+
+
+# half-precision element types: the float they hold, and a float rounded into one
+WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
+NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -297,25 +303,44 @@ class CUDARenderer(CStyleRenderer):
         self._nonnegative_vars.difference_update((lane, r))
         out.append(f"{pad}}}")
 
-    def _const(self, value, dtype: str) -> tuple[str, int]:
-        """A half-precision constant is of its type (`__half(0.0f)`): CUDA's __half converts both
-        ways with float, so a float literal beside one is ambiguous (`c ? h : 0.0f`)."""
-        code, prec = super()._const(value, dtype)
-        if dtype in ("float16", "bfloat16"):
-            return f"{self.SCALAR_TYPES[dtype]}({code})", PRIMARY
-        return code, prec
-
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
+        """A half-precision element is loaded as the float it holds (`__half2float`): kernels
+        compute float16 and bfloat16 in float32 (ember.tir.dtype.compute_dtype), and CUDA's own
+        half operators beside its conversions would make `h * h` ambiguous."""
+        code = self._element(buf, index)
+        widen = WIDEN.get(buf.dtype)
+        return (f"{widen}({code})", PRIMARY) if widen else (code, PRIMARY)
+
+    def _element(self, buf: Buffer, index: PrimExpr) -> str:
+        """The element as stored (an lvalue, or a lane of a vector load)."""
         if self._lane is not None and (name := self._vector_loads.get((buf, self._e(index)))):
-            return f"{name}.{'xyzw'[self._lane]}", PRIMARY
+            return f"{name}.{'xyzw'[self._lane]}"
         if self.debug and buf in self._params:
-            return f"{self._buffer(buf)}[{self._in_bounds(buf, index)}]", PRIMARY
-        return super()._load(buf, index)
+            return f"{self._buffer(buf)}[{self._in_bounds(buf, index)}]"
+        return super()._load(buf, index)[0]
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
-        if self.debug and buf in self._params:
-            return f"{self._buffer(buf)}[{self._in_bounds(buf, index)}] = {self._e(value)}"
-        return super()._store(buf, index, value)
+        """A float stored into a half-precision buffer is rounded to nearest even
+        (`__float2half_rn`); an element copied from a buffer of the same type keeps its bits."""
+        if dt.lanes_of(index.dtype) > 1:
+            raise self._no_vectors()
+        checked = self.debug and buf in self._params
+        target = f"{self._buffer(buf)}[{self._in_bounds(buf, index) if checked else self._e(index)}]"
+        narrow = NARROW.get(buf.dtype)
+        if narrow is None:
+            code = self._e(value)
+        elif isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
+            code = self._element(value.buffer, value.indices[0])
+        else:
+            code = f"{narrow}({self._e(value)})"
+        return f"{target} = {code}"
+
+    def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
+        """A cast to half precision rounds and goes on in float32 (as a store and a load would)."""
+        if dtype in NARROW:
+            self._headers.add(self.HEADERS[dtype])
+            return f"{WIDEN[dtype]}({NARROW[dtype]}({self._e(v)}))", PRIMARY
+        return super()._cast(dtype, v)
 
     def _in_bounds(self, buf: Buffer, index: PrimExpr) -> str:
         """A global access's index, checked against the buffer's size (debug mode)."""

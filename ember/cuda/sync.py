@@ -11,8 +11,10 @@ sequence, and between iterations of a serial loop:
   tiled GEMM loads the next tiles over the ones just read).
 
 An access at the thread's own index (`X[tx]`, where tx is bound to the block's only thread
-dimension: a thread's partial of a cross-thread reduction) is private: two private accesses never
-race, a private one and another do. Otherwise the pass is conservative: a barrier is placed
+dimension: a thread's partial of a cross-thread reduction; or `X[tx + a * c]`, c a multiple of the
+block's T threads and `a` free of tx: the elements whose index is tx modulo T, a thread's row of
+state laid out across the threads) is private: two private accesses never race, a private one and
+another do. Otherwise the pass is conservative: a barrier is placed
 wherever a hazard may cross threads (which thread touches which element is not analysed). It is
 TVM's storage-sync pass restricted to shared memory, and it assumes a barrier's statement is
 reached by every thread of the block (a bound loop shorter than the block's dimension guards its
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..tir.expr import Buffer, BufferLoad, Call, Var
+from ..tir.expr import Binary, Buffer, BufferLoad, Call, Const, PrimExpr, Var
 from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
 from ..tir.stmt import (
     THREAD_BINDING,
@@ -73,15 +75,41 @@ def insert_syncs(func: PrimFunc) -> PrimFunc:
         return func
     threads = [tag for tag, n in launch_dims(func).items() if tag.startswith("threadIdx") and n > 1]
     own = {s.loop_var for s in found if isinstance(s, For) and len(threads) == 1 and s.thread_tag == threads[0]}
-    body = _sync(func.body, shared, own)
+    body = _sync(func.body, shared, Own(own, launch_dims(func)[threads[0]] if own else 1))
     return func if body is func.body else PrimFunc(func.name, func.params, body, func.attrs)
 
 
-def _touches(s: Stmt, shared: set[Buffer], own: set[Var]) -> _Touches:
+@dataclass(frozen=True)
+class Own:
+    """The loop variables of the block's one thread dimension, and its thread count."""
+
+    vars: set[Var]
+    threads: int
+
+    def owns(self, index: PrimExpr) -> bool:
+        """Whether the element at index is the thread's own: tx, or tx + a * c (c a multiple of
+        the thread count, a free of tx), whose elements are those equal to tx modulo the count."""
+        if isinstance(index, Var):
+            return index in self.vars
+        if not (isinstance(index, Binary) and index.op == "+"):
+            return False
+        for tx, rest in ((index.a, index.b), (index.b, index.a)):
+            if isinstance(tx, Var) and tx in self.vars and isinstance(rest, Binary) and rest.op == "*" and \
+                    isinstance(rest.b, Const) and rest.b.value % self.threads == 0 and not self._uses(rest.a):
+                return True
+        return False
+
+    def _uses(self, e: PrimExpr) -> bool:
+        found: list = []
+        visit_expr(e, lambda x: found.append(x) if isinstance(x, Var) and x in self.vars else None)
+        return bool(found)
+
+
+def _touches(s: Stmt, shared: set[Buffer], own: Own) -> _Touches:
     t = _Touches()
 
     def private(index) -> bool:
-        return len(index) == 1 and isinstance(index[0], Var) and index[0] in own
+        return len(index) == 1 and own.owns(index[0])
 
     def on_expr(e):
         if isinstance(e, BufferLoad) and e.buffer in shared:
@@ -100,7 +128,7 @@ def _touches(s: Stmt, shared: set[Buffer], own: set[Var]) -> _Touches:
     return t
 
 
-def _sync(s: Stmt, shared: set[Buffer], own: set[Var]) -> Stmt:
+def _sync(s: Stmt, shared: set[Buffer], own: Own) -> Stmt:
     match s:
         case SeqStmt(stmts):
             return _sync_seq([_sync(x, shared, own) for x in stmts], shared, own)
@@ -121,7 +149,7 @@ def _sync(s: Stmt, shared: set[Buffer], own: set[Var]) -> Stmt:
     return s
 
 
-def _sync_seq(stmts: list[Stmt], shared: set[Buffer], own: set[Var]) -> Stmt:
+def _sync_seq(stmts: list[Stmt], shared: set[Buffer], own: Own) -> Stmt:
     out: list[Stmt] = []
     since = _Touches()  # what ran since the last barrier
     for x in stmts:

@@ -16,7 +16,8 @@ Two intrinsics per input type, and a store:
   `input_precision="tf32"`;
 - `SHARED_MMA[dtype]`: c[i, j] += sum over k < 16 of a[i, k] * b[k, j] with c a row-major fp32
   tile in memory (loaded into a fragment, multiplied into, stored back): a tile kernel's `tl.dot`
-  (ember.triton on the GPU), whose accumulator lives in shared memory between its statements.
+  (ember.triton on the GPU), whose accumulator lives in shared memory between its statements,
+  and flash_attention's products on the GPU; `shared_mma_call` is the statement of one call.
 
 `warp_mma(dtype, WM, WN)`: a warp's whole WM x WN tile of fragments updated by one 16-wide step
 of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per fragment makes
@@ -45,6 +46,7 @@ from __future__ import annotations
 from .. import te
 from ..errors import ScheduleError
 from ..tir.expr import binary, const, reinterpret
+from ..tir.stmt import CallRoutine, Pointer
 
 TILE = 16
 FEATURE = "wmma"
@@ -320,6 +322,15 @@ def declare_shared_mma(dtype: str):
     return te.decl_tensor_intrin(c.op, lower_fn, name=f"wmma_shared_mma_16x16x16_{s}_f32",
                                  c_source=_STORE_SOURCE + "\n" + _shared_mma_source(dtype), feature=FEATURE,
                                  override=True)
+
+
+def shared_mma_call(dtype: str, a: Pointer, b: Pointer, c: Pointer, lda: int, ldb: int, ldc: int) -> CallRoutine:
+    """The statement c += a @ b on 16x16x16 tiles (SHARED_MMA[dtype]): a and b of dtype, c fp32, all
+    row-major in memory at those row strides; the whole warp makes the call."""
+    s = _suffix(dtype)
+    return CallRoutine(f"ember_wmma_shared_mma_{s}", (
+        ("intrin", f"wmma_shared_mma_16x16x16_{s}_f32"), ("role", "update"), ("c_reads", (0, 1)), ("c_writes", (2,)),
+        ("c_scalars", 3)), (a, b), (c,), tuple(const(x) for x in (lda, ldb, ldc, lda, 1, ldb, 1, ldc, 1)))
 
 
 MMA = {dtype: declare_mma(dtype) for dtype in (*DTYPES, "float32")}

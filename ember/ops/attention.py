@@ -66,9 +66,9 @@ def _infer(types, attrs):
         if min(t.rank for t in types[:3]) < 3:
             raise OpTypeError(f"scaled_dot_product_attention: layout bshd needs q, k, v of rank >= 3, got "
                               f"{', '.join(str(t.shape) for t in types[:3])}")
-        (out,) = _infer_heads_first([_heads_first(t) for t in types[:3]] + list(types[3:]), attrs)
+        (out,) = infer_heads_first([_heads_first(t) for t in types[:3]] + list(types[3:]), attrs)
         return [_heads_first(out)]
-    return _infer_heads_first(types, attrs)
+    return infer_heads_first(types, attrs)
 
 
 def _check_heads(types, attrs) -> list[TensorType]:
@@ -92,7 +92,7 @@ def _select_heads(inputs, attrs) -> list:
     return [x[..., f:f + count, :] for x, f in zip(inputs[:3], firsts)] + list(inputs[3:])
 
 
-def _infer_heads_first(types, attrs):
+def infer_heads_first(types, attrs):
     q, k, v = types[:3]
     dtype = result_dtype("scaled_dot_product_attention", q, k, v)
     check_float("scaled_dot_product_attention", q)
@@ -122,7 +122,7 @@ def _scale(attrs, e: int) -> float:
     return 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
 
 
-def _reference(inputs, attrs):
+def reference(inputs, attrs):
     if attrs.get("heads") is not None:
         inputs = _select_heads(inputs, attrs)
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
@@ -308,7 +308,7 @@ def _staged(inputs, attrs, out_types):
 register(OpDef(
     name="scaled_dot_product_attention",
     infer=_infer,
-    reference=_reference,
+    reference=reference,
     compute=_compute,
     pattern="opaque",
     attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None},

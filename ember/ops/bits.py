@@ -116,3 +116,39 @@ register(OpDef(
     attrs={"dtype": REQUIRED},
     doc="Each element's bits (as its dtype holds them in memory) read as `dtype`, of as many bits.",
 ))
+
+
+# TF32 keeps float32's exponent and 10 of its 23 mantissa bits: the 13 below them rounded off to
+# nearest, ties away from zero, as the GPU's `cvt.rna.tf32.f32` does (inf and NaN kept)
+TF32_HALF, TF32_MASK = 0x1000, 0xFFFFE000
+
+
+def round_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (what the round_tf32 operator computes)."""
+    x = np.asarray(x, np.float32)
+    bits = (x.view(np.uint32) + np.uint32(TF32_HALF)) & np.uint32(TF32_MASK)
+    return np.where(np.isfinite(x), bits.view(np.float32), x)
+
+
+def _round_tf32(x):
+    bits = binary("&", binary("+", reinterpret("uint32", x), const(TF32_HALF, "uint32")), const(TF32_MASK, "uint32"))
+    return te.if_then_else(te.abs(x) < const(np.inf, "float32"), reinterpret("float32", bits), x)
+
+
+def _infer_round_tf32(types: list[TensorType], attrs) -> list[TensorType]:
+    (x,) = types
+    if x.dtype != "float32":
+        raise OpTypeError(f"round_tf32: rounds float32 values, got {x.dtype}")
+    return [x]
+
+
+register(OpDef(
+    name="round_tf32",
+    infer=_infer_round_tf32,
+    reference=lambda inputs, attrs: [round_tf32(inputs[0])],
+    compute=lambda inputs, attrs, out_types: [te.compute(
+        inputs[0].shape, lambda *i: _round_tf32(inputs[0][i]), name="out")],
+    pattern="elementwise",
+    doc="Each float32 rounded to TF32 (10 mantissa bits; to nearest, ties away from zero), as a GPU's "
+        "Tensor Cores read a product's operands in tf32.",
+))

@@ -4,9 +4,12 @@ level, and run with instrumentation.
     graph = run_pipeline(graph, opt_level=2, disabled_passes=("cse",), print_ir="all", debug=True)
 
 A `precision` other than "fp32" adds its passes (PRECISIONS: "bf16" stores the weights of linear
-layers in bf16, ember.passes.bf16_weights) before pad_gemv, or at the end of a pipeline without it,
-and those that rewrite the blocked layout's operators (LAYOUT_PRECISIONS: "bf16" its convolutions,
-ember.passes.bf16_convs) before the last dce, after the weights' conversions are folded.
+layers in bf16, ember.passes.bf16_weights; a backend may have its own, as the GPU's
+GPU_PRECISIONS: "fp16" and "bf16" store every activation and weight in half precision,
+ember.passes.half_precision) before pad_gemv, or at the end of a pipeline without it, and on
+ember's CPU targets those that rewrite the blocked layout's operators (LAYOUT_PRECISIONS: "bf16"
+its convolutions, ember.passes.bf16_convs) before the last dce, after the weights' conversions
+are folded.
 
 Per pass, `run_pipeline` records a PassReport (name, seconds, node counts before and after,
 whether the graph changed) in `report` when given one; in debug mode (debug=True, or
@@ -53,12 +56,14 @@ from .fold_constants import fold_constants
 from .fold_qkv_split import fold_qkv_split
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
+from .half_precision import bf16_activations, fp16_activations
 from .layout import layout
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
 from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
+from .tf32_products import tf32_products
 from .unfold_attention import unfold_attention
 from .winograd import winograd
 
@@ -67,7 +72,8 @@ Pass = Callable[[Graph], Graph]
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
                                                    fold_qkv_split, flatten_products, quantize_weights, bf16_weights,
-                                                   pad_gemv, layout, pack_weights, winograd, bf16_convs, dce)}
+                                                   fp16_activations, bf16_activations, tf32_products, pad_gemv, layout,
+                                                   pack_weights, winograd, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
 # by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
@@ -80,8 +86,12 @@ TARGET_PASSES = ("pad_gemv", "layout", "pack_weights", "bf16_convs")
 PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
 # and those it adds before the last dce (on the blocked convolutions, their weights folded constants)
 LAYOUT_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_convs",)}
+# a GPU's (Backend.precisions): activations and weights stored in half precision (products on
+# Tensor Cores); tf32 changes no value's type, its products read their operands rounded to tf32
+GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "tf32": ("tf32_products",), "fp16": ("fp16_activations",),
+                                              "bf16": ("bf16_activations",)}
 # the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's
-FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRECISIONS)
+FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRECISIONS, GPU_PRECISIONS)
                                           for passes in table.values() for p in passes}))
 
 # passes the compiler runs after the pipeline, named here so that they can be disabled like the
@@ -122,7 +132,7 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
                  weights: WeightFormat | None = None) -> Graph:
     if opt_level not in PIPELINES:
         raise ConfigError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
-    names = pipeline_of(opt_level, precision)
+    names = pipeline_of(opt_level, precision, target)
     disabled = disabled_passes_of(disabled_passes)
     printed = printed_passes(print_ir)
     debug = config.get("debug") if debug is None else debug
@@ -152,14 +162,19 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
     return graph
 
 
-def pipeline_of(opt_level: int, precision: str = "fp32") -> list[str]:
-    """The passes of `opt_level` with those of `precision`: PRECISIONS' before pad_gemv,
-    LAYOUT_PRECISIONS' before the last dce."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+def pipeline_of(opt_level: int, precision: str = "fp32", target: Target | None = None) -> list[str]:
+    """The passes of `opt_level` with those of `precision`: the target's (Backend.precisions) or
+    PRECISIONS' before pad_gemv, and with PRECISIONS, LAYOUT_PRECISIONS' before the last dce."""
+    own = target is not None and target.backend.precisions is not None
+    table = target.backend.precisions if own else PRECISIONS
+    if precision not in table:
+        where = "" if target is None else f" for target {target.kind!r}"
+        raise ConfigError(f"precision must be one of {sorted(table)}{where}, got {precision!r}")
     names = PIPELINES[opt_level]
     at = names.index("pad_gemv") if "pad_gemv" in names else len(names)
-    names = [*names[:at], *PRECISIONS[precision], *names[at:]]
+    names = [*names[:at], *table[precision], *names[at:]]
+    if own:
+        return names
     last = len(names) - names[::-1].index("dce") - 1 if "dce" in names else len(names)
     return [*names[:last], *LAYOUT_PRECISIONS[precision], *names[last:]]
 

@@ -1,17 +1,21 @@
-"""For a GPU target, scaled_dot_product_attention written out as products and a softmax:
+"""For a GPU target, scaled_dot_product_attention as the GPU's fused kernel where it applies, else
+written out as products and a softmax:
 
     scaled_dot_product_attention(q, k, v [, mask]; causal, scale)
+        -> flash_attention(q, k, v [, mask]; causal, scale)           static shapes, head sizes whose
+                                                                      tiles fit (ember.ops.flash_attention)
         -> matmul(softmax(where(causal, matmul(q, T(k)) * scale, -inf) [+ mask | where mask], axis=-1), v)
 
-since its kernel (ember.ops.attention) is a CPU routine called through te.extern, which the GPU
-schedules cannot bind to blocks and threads, while matmul and softmax have GPU schedules. Only
-the form the frontends make is unfolded (layout "bhsd", no heads: it runs where fold_attention,
-which the GPU target leaves out, would run, before fold_transposes and fold_qkv_split could
-change it). A row whose every key is masked out is NaN here (softmax's 0 / 0) where the fused
-kernel gives 0; causal needs static sequence lengths. Targets of the CPU family keep the fused
-attention: the pass reads the target and changes nothing for them.
+since the CPU's fused kernel (ember.ops.attention) is a routine called through te.extern, which
+the GPU schedules cannot bind to blocks and threads. flash_attention is one kernel bound to
+blocks and threads by itself (tiles in shared memory, an online softmax); the unfolded form is
+three kernels the GPU family schedules, with the L x S scores in memory. Only the form the
+frontends make is rewritten (layout "bhsd", no heads: it runs where fold_attention, which the
+GPU target leaves out, would run, before fold_transposes and fold_qkv_split could change it). A
+row whose every key is masked out is 0 in flash_attention (as torch and the CPU kernel give) and
+NaN in the unfolded form (softmax's 0 / 0); causal needs static sequence lengths. Targets of the
+CPU family keep the fused attention: the pass reads the target and changes nothing for them.
 """
-
 from __future__ import annotations
 
 import math
@@ -19,6 +23,8 @@ import math
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.flash_attention import tile_rows
+from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
 SDPA = "scaled_dot_product_attention"
@@ -34,6 +40,9 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
     if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
         return None
     q, k, v, *mask = inputs
+    if _fits_flash(inputs):
+        return rw.emit("flash_attention", inputs, {"causal": node.attrs["causal"], "scale": node.attrs["scale"]},
+                       hint=node.name, out_names=[node.outputs[0].name])
     rank, dtype = k.type.rank, q.type.dtype
     length, keys, e = (d if isinstance(d, int) else None
                        for d in (q.type.shape[-2], k.type.shape[-2], q.type.shape[-1]))
@@ -53,3 +62,12 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
                 else rw.emit("add", [s, m], hint=f"{node.name}_masked"))
     (p,) = rw.emit("softmax", [s], {"axis": -1}, hint=f"{node.name}_p")
     return rw.emit("matmul", [p, v], hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _fits_flash(inputs: list[Value]) -> bool:
+    """Static shapes, float operands, a bool or float mask, head sizes whose tiles fit."""
+    q, k, v, *mask = inputs
+    static = all(isinstance(d, int) for x in inputs for d in x.type.shape)
+    floats = all(dt.is_float(x.type.dtype) for x in (q, k, v)) and all(
+        dt.is_float(m.type.dtype) or dt.is_bool(m.type.dtype) for m in mask)
+    return static and floats and q.type.rank >= 2 and tile_rows(q.type.shape[-1], v.type.shape[-1]) is not None

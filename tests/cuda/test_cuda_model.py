@@ -45,7 +45,7 @@ class Block(torch.nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # unfolded for the GPU
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # one fused kernel on the GPU
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
 
@@ -79,6 +79,12 @@ def test_a_model_runs_with_gpu_semantics_and_matches_torch(simulated):
         cm.save("unused")
 
 
+def test_attention_is_one_fused_kernel_on_the_gpu(simulated):
+    model, cm, _ = simulated
+    ops = {op for k in cm.kernels for op in k.ops}
+    assert ("flash_attention" in ops) == isinstance(model, Block) and "softmax" not in ops
+
+
 def test_the_cuda_target_takes_no_cpu_layouts_or_packing():
     torch.manual_seed(1)
     model = SmallCNN().eval()
@@ -104,9 +110,7 @@ def test_symbolic_sizes_are_refused_at_compile_time():
                       target=SIMULATED)
 
 
-def test_a_lower_precision_is_refused_before_anything_compiles():
-    with pytest.raises(ConfigError, match="precision='bf16' does not compile for target 'cuda' yet"):
-        ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), target=SIMULATED, precision="bf16")
+def test_quantized_weights_are_refused_before_anything_compiles():
     with pytest.raises(ConfigError, match="weights='int8' does not compile for target 'cuda' yet"):
         ember.compile(torch.nn.Linear(3, 4), (torch.randn(2, 3),), target=SIMULATED, weights="int8")
 

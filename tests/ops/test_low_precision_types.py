@@ -193,3 +193,15 @@ def test_bitcast_reads_the_bits(src, dst):
             x = x[~np.isnan(x.view(dst).astype(np.float32))] if dst in dt.MINIFLOATS else x & 0x0F
     out = check_op("bitcast", [x], {"dtype": dst}, rtol=0, atol=0, targets=("c", "python"))[0]
     np.testing.assert_array_equal(_bits(out), _bits(x.view(dst)))
+
+
+def test_round_tf32_keeps_ten_mantissa_bits_ties_away_from_zero():
+    ulp = 2.0 ** -10  # TF32's step at 1
+    exact = np.array([1 + ulp / 2, -(1 + ulp / 2), 1 + ulp / 2 - 2 ** -23, 1 + ulp * 1.5, np.inf, -np.inf, np.nan,
+                      np.finfo(np.float32).max, -0.0], np.float32)
+    expected = np.array([1 + ulp, -(1 + ulp), 1, 1 + 2 * ulp, np.inf, -np.inf, np.nan, np.inf, -0.0], np.float32)
+    x = np.concatenate([exact, (RNG.standard_normal(300) * 10).astype(np.float32)])
+    out = check_op("round_tf32", [x], None, rtol=0, atol=0, targets=("c", "python"))[0]
+    np.testing.assert_array_equal(out[:len(exact)], expected)
+    assert not np.any(out[len(exact):].view(np.uint32) & 0x1FFF)  # 13 low bits cleared
+    np.testing.assert_allclose(out[len(exact):], x[len(exact):], rtol=2.0 ** -11, atol=0)

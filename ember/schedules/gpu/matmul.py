@@ -39,6 +39,8 @@ def schedule_matmul(s, outputs, target) -> bool | None:
 
 def _tensor_cores(s, out) -> bool | None:
     """out = C cast to float16/bfloat16, C the float32 product of two 2-D placeholders."""
+    if len(out.op.input_tensors) != 1:  # (an epilogue fused after the cast, or a batched product's broadcast)
+        return False
     (C,) = out.op.input_tensors
     inputs = C.op.input_tensors
     if (out.ndim != 2 or out.op.reduce_axis or C.dtype != "float32" or len(C.op.reduce_axis) != 1

@@ -1,0 +1,212 @@
+"""flash_attention(q, k, v, mask?; causal, scale): scaled_dot_product_attention (layout "bhsd",
+its semantics and NumPy reference: ember.ops.attention) as one GPU kernel, the flash-attention
+recurrence, which ember.passes.unfold_attention writes for a GPU target where it applies.
+
+One block per (batch..., head) and tile of t queries (`tile_rows`), a thread per query:
+
+    q tile -> shared (scaled)             once
+    for each tile of t keys and values (with causal, up to the diagonal):
+        k, v tiles -> shared              the block's threads copy them together
+        s = q k^T (+ mask), causal and keys past S at -inf, in the thread's registers
+        m' = max(m, max s);  p = exp(s - m');  l = l exp(m - m') + sum p
+        acc = acc exp(m - m') + p v       (the running max, sum and accumulator in fp32)
+    out = acc / l                         (0 where every key is masked out, as torch gives)
+
+No score outlives its tile of keys and nothing of size L x S reaches memory. A thread's state
+(its q row, running max, sum and accumulator) is laid out across the threads, element d of
+thread tx at d * t + tx: shared loads without bank conflicts, and accesses the sync pass sees as
+the thread's own, so only the k and v tiles take barriers. Sequence lengths need not be
+multiples of the tiles (rows and keys past the end are guarded). The tiles live in static shared
+memory (`shared_bytes`: at most 48 KiB, which `tile_rows` picks the tiles for).
+
+float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
+q k^T and p v (ember.ops.flash_attention_tc: a warp a block, wmma calls on tiles in shared
+memory, p rounded to the operands' type as the product reads it); other operands are loaded as
+floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
+type. The statement is the kernel itself (a te.extern bound to blocks and threads), so the GPU
+family schedules nothing of it; only the CUDA target runs it (the interpreter with GPU semantics
+included).
+
+Not yet: the state in registers rather than shared memory (mma.sync fragments), more warps a
+block, symbolic lengths.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import te
+from ..tir import dtype as dt
+from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, select
+from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
+from . import flash_attention_tc as tc
+from .attention import infer_heads_first, reference
+from .common import te_shape
+from .gpu_loops import at, batch_index, serial, threads
+from .registry import OpDef, OpTypeError, register
+
+SHARED_LIMIT = 48 * 1024  # static shared memory a block may take on every GPU since sm_50
+FLOAT = "float32"
+
+
+def tile_rows(e: int, ev: int) -> int | None:
+    """Queries (and keys) per tile for head sizes e and ev: 32, else 16, where the block's shared
+    memory fits; None where neither does."""
+    return next((t for t in (32, 16) if shared_bytes(t, e, ev) <= SHARED_LIMIT), None)
+
+
+def shared_bytes(t: int, e: int, ev: int) -> int:
+    """The q, k, v tiles, the accumulator and the running max and sum of a tile of t."""
+    return 4 * (t * e + t * e + t * ev + t * ev + 2 * t)
+
+
+def _infer(types, attrs):
+    out = infer_heads_first(types, {**attrs, "layout": "bhsd"})
+    q, k, v = types[:3]
+    if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
+        raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {SHARED_LIMIT} bytes "
+                          f"of shared memory, got q {q.shape} and v {v.shape}")
+    if not all(isinstance(d, int) for x in types for d in x.shape):
+        raise OpTypeError("flash_attention: static shapes only (the grid is the number of query tiles)")
+    return out
+
+
+def _reference(inputs, attrs):
+    return reference(inputs, {**attrs, "layout": "bhsd"})
+
+
+def _compute(inputs, attrs, out_types):
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) == 4 else None
+    out_shape = te_shape(out_types[0], inputs)
+    ins = list(dict.fromkeys(inputs))  # q, k, v may be one tensor
+    slots = [ins.index(x) for x in inputs]
+    e = as_int(q.shape[-1])
+    scale = 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
+
+    tensor_cores = len({x.dtype for x in (q, k, v)}) == 1 and tc.fits(q.dtype, e, as_int(v.shape[-1]), SHARED_LIMIT)
+
+    def build(bufs, outs):
+        kernel = tc.kernel if tensor_cores else _kernel
+        return kernel(*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0],
+                      float(scale), bool(attrs["causal"]))
+
+    return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
+
+
+def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
+    batch = [as_int(d) for d in ob.shape[:-2]]
+    length, keys = as_int(qb.shape[-2]), as_int(kb.shape[-2])
+    e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
+    t = tile_rows(e, ev)
+    q_tile, k_tile, v_tile = (Buffer(n, (const(t * d),), FLOAT) for n, d in (("q_tile", e), ("k_tile", e),
+                                                                             ("v_tile", ev)))
+    acc, top, total = Buffer("acc", (const(t * ev),), FLOAT), Buffer("top", (const(t),), FLOAT), \
+        Buffer("total", (const(t),), FLOAT)
+    scores, scalar = Buffer("scores", (const(t),), FLOAT), Buffer("running", (const(2),), FLOAT)
+    minus_inf = const(-math.inf, FLOAT)
+    heads, tile = Var("heads", dt.INDEX_DTYPE), Var("tile", dt.INDEX_DTYPE)
+    index = batch_index(heads, batch)
+
+    def load(buf, *i):
+        return cast(FLOAT, BufferLoad(buf, at(index, buf, *i), buf.dtype))
+
+    def row_of(tx):
+        return tile * t + tx
+
+    load_q = threads(lambda tx: serial("d", e, lambda d: IfThenElse(
+        row_of(tx) < length, BufferStore(q_tile, load(qb, row_of(tx), d) * scale, (d * t + tx,)),
+        BufferStore(q_tile, const(0.0, FLOAT), (d * t + tx,)))), t)
+    init = threads(lambda tx: SeqStmt((
+        BufferStore(top, minus_inf, (tx,)), BufferStore(total, const(0.0, FLOAT), (tx,)),
+        serial("d", ev, lambda d: BufferStore(acc, const(0.0, FLOAT), (d * t + tx,))))), t)
+
+    def copy(tile_buf, src, width, key0):
+        """The block's threads copy a tile of keys' rows together, a strided share each."""
+        def body(tx):
+            def step(c):
+                flat = c * t + tx
+                key = key0 + flat // width
+                value = select(key < keys, load(src, binary("min", key, const(keys - 1)), flat % width),
+                               const(0.0, FLOAT))
+                return BufferStore(tile_buf, value, (flat,))
+            return serial("c", width, step)  # t * width elements, t threads
+        return threads(body, t)
+
+    def attend(key0):
+        def body(tx):
+            row = row_of(tx)
+
+            def score(j):
+                key = key0 + j
+                dot = serial("d", e, lambda d: BufferStore(
+                    scores, BufferLoad(scores, (j,), FLOAT) + BufferLoad(q_tile, (d * t + tx,), FLOAT)
+                    * BufferLoad(k_tile, (j * e + d,), FLOAT), (j,)))
+                keep = (key < keys) & (row < length)
+                if causal:
+                    keep = keep & (key <= row)
+                s = BufferLoad(scores, (j,), FLOAT)
+                masked = [BufferStore(scores, select(keep, s, minus_inf), (j,))]
+                if mb is not None:
+                    m = BufferLoad(mb, at(index, mb, row, key), mb.dtype)
+                    masked = [IfThenElse(keep, BufferStore(scores, select(m, s, minus_inf) if dt.is_bool(mb.dtype)
+                                                           else s + cast(FLOAT, m), (j,)),
+                                         BufferStore(scores, minus_inf, (j,)))]
+                return SeqStmt((BufferStore(scores, const(0.0, FLOAT), (j,)), dot, *masked))
+
+            new_top = BufferLoad(scalar, (const(0),), FLOAT)
+            shift = select(binary("==", new_top, minus_inf), const(0.0, FLOAT), new_top)  # every key so far masked out
+            alpha = BufferLoad(scalar, (const(1),), FLOAT)
+            p = lambda j: BufferLoad(scores, (j,), FLOAT)  # noqa: E731
+            return Allocate(scores, Allocate(scalar, SeqStmt((
+                serial("j", t, score),
+                BufferStore(scalar, BufferLoad(top, (tx,), FLOAT), (const(0),)),
+                serial("j", t, lambda j: BufferStore(scalar, binary("max", new_top, p(j)), (const(0),))),
+                BufferStore(scalar, te.exp(BufferLoad(top, (tx,), FLOAT) - shift), (const(1),)),
+                serial("j", t, lambda j: BufferStore(scores, te.exp(p(j) - shift), (j,))),
+                BufferStore(total, BufferLoad(total, (tx,), FLOAT) * alpha, (tx,)),
+                serial("j", t, lambda j: BufferStore(total, BufferLoad(total, (tx,), FLOAT) + p(j), (tx,))),
+                serial("d", ev, lambda d: SeqStmt((
+                    BufferStore(acc, BufferLoad(acc, (d * t + tx,), FLOAT) * alpha, (d * t + tx,)),
+                    serial("j", t, lambda j: BufferStore(
+                        acc, BufferLoad(acc, (d * t + tx,), FLOAT) + p(j) * BufferLoad(v_tile, (j * ev + d,), FLOAT),
+                        (d * t + tx,)))))),
+                BufferStore(top, new_top, (tx,))))))
+        return threads(body, t)
+
+    kt = Var("kt", dt.INDEX_DTYPE)
+    key_tiles = const(-(-keys // t))
+    if causal:  # the tiles up to the diagonal: keys past the tile's last query are all masked out
+        key_tiles = binary("min", key_tiles, tile + 1)
+    steps = For(kt, const(0), key_tiles, "serial", SeqStmt((
+        copy(k_tile, kb, e, kt * t), copy(v_tile, vb, ev, kt * t), attend(kt * t))))
+
+    def store(tx):
+        row, l = row_of(tx), BufferLoad(total, (tx,), FLOAT)
+
+        def element(d):
+            value = select(binary("==", l, const(0.0, FLOAT)), const(0.0, FLOAT),
+                           BufferLoad(acc, (d * t + tx,), FLOAT) / l)  # every key masked out: 0
+            return BufferStore(ob, cast(ob.dtype, value), (*index, row, d))
+
+        return IfThenElse(row < length, serial("d", ev, element))
+
+    body = SeqStmt((load_q, init, steps, threads(store, t)))
+    for buf in (q_tile, k_tile, v_tile, acc, top, total):
+        body = Allocate(buf, body)
+    tiles = For(tile, const(0), const(-(-length // t)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
+    count = math.prod(batch)
+    return For(heads, const(0), const(count), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))
+
+
+register(OpDef(
+    name="flash_attention",
+    infer=_infer,
+    reference=_reference,
+    compute=_compute,
+    pattern="opaque",
+    attrs={"causal": False, "scale": None},
+    num_inputs=(3, 4),
+    doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
+        "softmax (the CUDA target's; static shapes, head sizes whose tiles fit 48 KiB of shared memory).",
+))

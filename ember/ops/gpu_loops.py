@@ -1,0 +1,36 @@
+"""Loop-IR helpers for operators whose compute is a GPU kernel written as a statement
+(ember.ops.flash_attention): loops bound to the block's threads, serial loops, and the index of a
+block's (batch...) number in a tensor that broadcasts over the batch."""
+
+from __future__ import annotations
+
+from ..tir import dtype as dt
+from ..tir.expr import Buffer, PrimExpr, Var, const, convert
+from ..tir.stmt import THREAD_BINDING, For
+from .common import broadcast_index
+
+
+def threads(body_of, count: int, tag: str = "threadIdx.x") -> For:
+    """A loop over `count` threads bound to `tag`, its body made of the thread's index."""
+    tx = Var("tx", dt.INDEX_DTYPE)
+    return For(tx, const(0), const(count), THREAD_BINDING, body_of(tx), (("thread_tag", tag),))
+
+
+def serial(name: str, extent, body_of) -> For:
+    i = Var(name, dt.INDEX_DTYPE)
+    return For(i, const(0), convert(extent), "serial", body_of(i))
+
+
+def batch_index(number: PrimExpr, batch: list[int]) -> list[PrimExpr]:
+    """The index in a batch of shape `batch` of its element `number` (row-major)."""
+    rest, index = number, []
+    for d in reversed(batch):
+        index.append(rest % d)
+        rest = rest // d
+    return index[::-1]
+
+
+def at(index: list[PrimExpr], buf: Buffer, *inner) -> tuple[PrimExpr, ...]:
+    """buf's index of batch element `index` (broadcast to buf's leading axes) and `inner`."""
+    lead = broadcast_index(index, buf.shape[:buf.ndim - len(inner)])
+    return tuple(convert(x) for x in (*lead, *inner))
