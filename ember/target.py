@@ -194,11 +194,12 @@ class Target:
     @property
     def key(self) -> str:
         """The name schedules are tuned under: "c | <CPU model> | <SIMD features, sorted>" (the
-        features the compiler enables under its flags), or "python"."""
+        features the compiler enables under its flags), or the backend's (Backend.machine: "python";
+        "cuda | <GPU> | <arch>")."""
         if self.kind == "accel":
             return f"accel | {self.accel.name}"
         if self.kind != "c":
-            return self.kind
+            return self.backend.machine(self)
         features = sorted({m.rstrip("_").lower() for m in _SIMD_MACRO.findall(_macros(self.cc, self.cflags))
                            if not m.endswith("_MATH__")})
         return f"c | {_cpu_model()} | {' '.join(features)}"

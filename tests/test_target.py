@@ -37,7 +37,7 @@ def test_targets_by_name_and_by_value():
     python = as_target("python")
     assert python.vector_bytes is None and python.lanes() == 1 and python.key == "python" and python.cc is None
     cuda = as_target("cuda")
-    assert cuda.vector_bytes is None and cuda.lanes() == 1 and cuda.key == "cuda" and cuda.cc is None
+    assert cuda.vector_bytes is None and cuda.lanes() == 1 and cuda.key.startswith("cuda | ") and cuda.cc is None
     assert as_target("c", cflags="-O1 -fopenmp -shared -fPIC").cflags == "-O1 -fopenmp -shared -fPIC"
 
 
@@ -170,3 +170,10 @@ def test_a_compiled_model_is_built_for_its_target():
     narrow = ember.compile(g, target=Target(vector_bytes=16))
     assert narrow.spec.target["vector_bytes"] == 16 and narrow.spec.target["target"] == "c"
     np.testing.assert_allclose(narrow(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_gpu_targets_tuning_records_name_the_gpu():
+    """Tuning records of one GPU are not another's: the key names the GPU and its architecture,
+    and a simulated GPU (the interpreter's times) has a key of its own."""
+    assert Target("cuda", simulate=True).key == "cuda | simulated | sm_90"
+    assert Target("cuda").key.count(" | ") == 2

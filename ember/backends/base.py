@@ -92,6 +92,10 @@ class Backend(ABC):
         """The model's kernels and call program as this backend's source."""
         raise ConfigError(f"target {self.name!r} compiles no models")
 
+    def machine(self, target) -> str:
+        """The machine `target` runs on, as tuning records are kept under it (Target.key)."""
+        return target.kind
+
     def build(self, rendered: Rendered, target) -> tuple[object, bool]:
         """What `model` runs (a library, an entry), and whether it came from the build cache."""
         raise ConfigError(f"target {self.name!r} compiles no models")

@@ -26,12 +26,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..cuda import CUDAKernel, build_cuda
+from ..cuda.driver import device
 from ..cuda.kernel import device_arch
 from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
 from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.tile import TileLauncher, render_tile
-from ..errors import ArgumentTypeError, CompileError, ConfigError
+from ..errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
 from ..passes.pipeline import GPU_PRECISIONS
 from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
@@ -64,6 +65,16 @@ class CUDABackend(Backend):
     precisions = GPU_PRECISIONS  # fp16/bf16: every activation and weight in half precision, sums in fp32
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
+
+    def machine(self, target) -> str:
+        """ "cuda | <GPU> | <arch>"; a simulated GPU's times are the interpreter's: "cuda | simulated"."""
+        if target.simulate:
+            return f"cuda | simulated | {DEFAULT_ARCH}"
+        try:
+            dev = device()
+        except DeviceError:
+            return f"cuda | no GPU | {DEFAULT_ARCH}"
+        return f"cuda | {dev.name} | {dev.arch}"
 
     @property
     def tile_emitter(self):
