@@ -19,7 +19,10 @@ a multiple of 4 (so that K is whole K-groups of VNNI): row (n, oh, ow) holds the
 x[n, oh * s - p + kh * d, ow * s - p + kw * d, c] in the order (kh, kw, c), channels innermost
 (each tap a contiguous run of the input's channels, which its schedule copies as a vector), and
 `pad_value` (the activations' zero point, so that a padded element counts as zero) outside the
-input and in the channels past C: the left operand of qgemm against `conv_weights(w)`.
+input and in the channels past C: the left operand of qgemm against `conv_weights(w)`. Where Cp
+is narrower than a vector (a first layer's 3 channels), the taps read a padded copy of x (a PACK
+stage holding pad_value around and past C), so that each is a plain copy of Cp bytes, not Cp
+tests of the bounds.
 """
 
 from __future__ import annotations
@@ -222,13 +225,26 @@ def _compute_im2col(inputs, attrs, out_types):
     (_, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
     fill = te.const(attrs["pad_value"], x.dtype)
 
-    def element(r, q):
-        b, y, z = r // (oh * ow), r // ow % oh, r % ow
-        tap, ch = q // cp, q % cp  # (a schedule splits q by cp: tap and ch are then loops of their own)
-        hy, wz = y * sh - pt + tap // kw * dh, z * sw - pl + tap % kw * dw
+    def bounded(b, hy, wz, ch):
+        """x at (b, hy, wz, ch), the fill outside it."""
         inside = te.all(hy >= 0, hy < h, wz >= 0, wz < w, *([ch < c] if cp != c else []))
         return te.if_then_else(inside, x[b, te.max(te.min(hy, h - 1), 0), te.max(te.min(wz, w - 1), 0),
                                          te.min(ch, c - 1) if cp != c else ch], fill)
+
+    read = bounded
+    if cp < LANES:  # taps narrower than a vector (a first layer's 3 channels): tests per tap cost
+        kh = attrs["kernel"][0]  # more than the copy, so the taps read a padded copy of x instead
+        reach = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
+        padded = te.compute((shape[0], *reach, cp), lambda b, y, z, ch: bounded(b, y - pt, z - pl, ch),
+                            name="im2col_padded", tag=PACK)
+
+        def read(b, hy, wz, ch):
+            return padded[b, hy + pt, wz + pl, ch]
+
+    def element(r, q):
+        b, y, z = r // (oh * ow), r // ow % oh, r % ow
+        tap, ch = q // cp, q % cp  # (a schedule splits q by cp: tap and ch are then loops of their own)
+        return read(b, y * sh - pt + tap // kw * dh, z * sw - pl + tap % kw * dw, ch)
 
     return [te.compute(tuple(out_types[0].shape), element, name="im2col", tag=IM2COL, attrs={"channels": cp})]
 

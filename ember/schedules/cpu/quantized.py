@@ -91,11 +91,12 @@ def schedule_qgemm(s, outputs, target):
 @schedules("im2col")
 def schedule_im2col(s, outputs, target):
     """The patches (and whatever fused before them: a layout change, the quantization) one row per
-    parallel iteration, each tap of the row a vector over its contiguous channels."""
+    parallel iteration, each tap of the row a vector over its contiguous channels; a padded copy
+    of a narrow input (ember.ops.quantized) a stage of its own, before."""
     out = outputs[0]
     if len(outputs) != 1 or not isinstance(out.op, ComputeOp) or out.op.tag != IM2COL:
         return False
-    inline_intermediates(s.sch)
+    prepare(s, outputs, out.op, target.lanes())
     stage = s[out]
     rows, cols = stage.op.axis
     channels = out.op.attrs["channels"]
