@@ -25,8 +25,11 @@ quantized by the pool's output range: quantization is monotone, so that is exact
 value also has its NCHW form (a transpose), for the operators that read it otherwise; what
 nothing reads is dropped with the rest of the dead code.
 
-Left in float: products whose weights are not constants, grouped and 1-D or 3-D convolutions,
-products of a transposed activation, and (dynamic) convolutions.
+A depthwise convolution whose channels fill panels of 16 runs on qdepthwise (ember/ops/qdepthwise.py),
+its taps quantized as a product's weights, its output NHWC rows like a convolution's.
+
+Left in float: products whose weights are not constants, other grouped convolutions, 1-D and 3-D
+convolutions, products of a transposed activation, and (dynamic) convolutions.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
-from ..ops.quantized import GROUP, conv_weights, fold_weights
+from ..ops.quantized import GROUP, LANES, conv_weights, fold_weights
 from ..ops.registry import get as get_op
 from ..passes.rewrite import Rewriter
 from .calibrate import activation_params, weight_params
@@ -56,9 +59,11 @@ def _weights(graph: Graph, node: Node, dynamic: bool) -> np.ndarray | None:
     if w.dtype != np.float32:
         return None
     a = node.attrs
-    if node.op == "conv2d" and not dynamic and a["groups"] == 1 and (len(node.inputs) == 2 or graph.is_constant(
-            node.inputs[2])):
-        return conv_weights(w)
+    if node.op == "conv2d" and not dynamic and (len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
+        if a["groups"] == 1:
+            return conv_weights(w)
+        if a["groups"] == w.shape[0] == node.inputs[0].type.shape[1] and w.shape[0] % LANES == 0:
+            return w.reshape(w.shape[0], -1).T  # depthwise: (KH * KW, C)
     if node.op == "gemm" and not a["trans_a"] and not a["b_panels"] and a["alpha"] == 1 and w.ndim == 2 and (
             len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
         return w.T if a["trans_b"] else w
@@ -176,6 +181,8 @@ class _Quantizer:
     # -- products -----------------------------------------------------------------------------
 
     def _product(self, node: Node, w: np.ndarray) -> Value:
+        if node.op == "conv2d" and node.attrs["groups"] > 1:
+            return self._depthwise(node, w)
         rw, graph = self.rw, self.graph
         x = node.inputs[0]
         conv = node.op == "conv2d"
@@ -225,6 +232,31 @@ class _Quantizer:
         elif len(shape) != 2:
             y = op("reshape", [y], {"shape": out_shape})
         return y
+
+    def _depthwise(self, node: Node, w: np.ndarray) -> Value:
+        """A depthwise convolution (w: its (KH * KW, C) taps) on qdepthwise, over NHWC uint8."""
+        x, a = node.inputs[0], node.attrs
+        q, sa, za = self._quantize(x, self.nhwc)
+        n, c, h, wd = x.type.shape
+        hint = f"{node.name}_int8"
+        wq, sw = weight_params(w, self.per_channel)
+        sums = wq.astype(np.int32).sum(0, dtype=np.int32)
+        nhwc = self._emit("reshape", [q], {"shape": (n, h, wd, c)}, hint) if q.type.rank == 2 else \
+            self._emit("transpose", [q], {"perm": (0, 2, 3, 1)}, hint)
+        kernel = self.graph.constants[node.inputs[1].name].shape[2:]
+        y = self._emit("qdepthwise", [nhwc, self.rw.constant(wq.reshape(*kernel, c), f"{hint}_weights"),
+                                      self.rw.constant(-za * sums, f"{hint}_bias"),
+                                      self.rw.constant((sa * sw).astype(np.float32))], {
+            "strides": tuple(a["strides"]), "dilations": tuple(a["dilations"]), "pads": tuple(a["padding"]),
+            "pad_value": za}, hint)
+        if len(node.inputs) == 3:
+            y = self._emit("add", [y, self.rw.constant(self.graph.constants[node.inputs[2].name].astype(
+                np.float32), f"{hint}_b")], hint=hint)
+        _, _, oh, ow = node.outputs[0].type.shape
+        if self.nhwc:
+            self.rows[node.outputs[0]] = y, (n, oh, ow, c)
+        return self._emit("transpose", [self._emit("reshape", [y], {"shape": (n, oh, ow, c)}, hint)],
+                          {"perm": (0, 3, 1, 2)}, hint)
 
     def _patches(self, node: Node, q: Value, za: int, k: int, hint: str) -> Value:
         """The left operand of a convolution's qgemm: the uint8 NHWC rows themselves for a 1x1
