@@ -49,20 +49,23 @@ def test_qgemm_without_vnni(target):
     check_op("qgemm", operands(6, 20, 48), {"out_dtype": "uint8", "zero_point": 128}, 0, 0, targets=[target])
 
 
-def test_conv_as_im2col_and_qgemm():
+@pytest.mark.parametrize("dilations", [(1, 2), (2, 1)])  # (a kernel row's taps one run of bytes where W's is 1)
+def test_conv_as_im2col_and_qgemm(dilations):
     """A 3x3 convolution with stride 2, padding and dilation: the patches of the NHWC input padded
     with the activations' zero point (so padding counts as zero), against torch's of (x - zp) and w."""
-    zp, attrs = 9, {"kernel": (3, 3), "strides": (2, 2), "dilations": (1, 2), "pads": (1, 2, 1, 0), "pad_value": 9}
+    zp = 9
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "dilations": dilations, "pads": (1, 2, 1, 0), "pad_value": zp}
     x = RNG.integers(0, 256, (2, 3, 9, 10), dtype=np.uint8)
     w = RNG.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
-    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0)
-    assert cols.shape == (2 * 5 * 4, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
+    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0, targets=("c", "python"))
+    oh, ow = (9 + 2 - 2 * dilations[0] - 1) // 2 + 1, (10 + 2 - 2 * dilations[1] - 1) // 2 + 1
+    assert cols.shape == (2 * oh * ow, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
     wk = conv_weights(w)
     bias = (-zp * wk.astype(np.int32).sum(0)).astype(np.int32)  # the zero point's cost folded in
     (y,) = check_op("qgemm", [cols, pack(wk), bias], {}, 0, 0)
     xt = torch.from_numpy(x.astype(np.float64) - zp)
-    ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=(1, 2))
-    np.testing.assert_array_equal(y.reshape(2, 5, 4, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
+    ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=dilations)
+    np.testing.assert_array_equal(y.reshape(2, oh, ow, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
 
 
 @pytest.mark.parametrize("shape, stride, pads, dilation, targets", [
