@@ -5,8 +5,9 @@
     gemm(a, W, c)    ->  qgemm(q(a), Wq, -za * sums, sa * sw) + c
     matmul(a, W)     ->  reshape(qgemm(q(reshape(a, (R, K))), Wq, ...), (..., N))
 
-q(x) is x quantized to uint8 by its scale sa and zero point za (QuantizeLinear's arithmetic:
-rint(x / sa) + za, clipped), from the range calibration gave it (static) or from its own minimum
+q(x) is x quantized to uint8 by its scale sa and zero point za (QuantizeLinear's arithmetic,
+rint(x / sa) + za, clipped, with x * (1 / sa) for a static sa: a division in every epilogue costs
+more than it rounds better), from the range calibration gave it (static) or from its own minimum
 and maximum at each run (dynamic: DynamicQuantizeLinear's arithmetic, as graph operators); each
 activation is quantized once for every product that reads it. Wq are the weights in symmetric
 int8, one scale per output channel (or one for all), packed at compile time; the zero point's
@@ -286,15 +287,22 @@ def _quantize(rw: Rewriter, x: Value, bounds: tuple[float, float] | None, hint: 
     def const(v):
         return rw.constant(np.asarray(v, np.float32), f"{hint}_q")
 
-    if bounds is not None:
+    if bounds is not None:  # (times the reciprocal: a division costs each epilogue more than it rounds better)
         scale, zero = activation_params(*bounds)
-        s, z = const(scale), const(zero)
-    else:
-        low = op("minimum", [op("min", [x]), const(0)])
-        high = op("maximum", [op("max", [x]), const(0)])
-        span = op("sub", [high, low])
-        span = op("where", [op("equal", [span, const(0)]), const(1), span])
-        scale = s = op("div", [span, const(255)])
-        zero = z = op("round", [op("clip", [op("neg", [op("div", [low, s])])], {"min": 0.0, "max": 255.0})])
-    q = op("add", [op("round", [op("div", [x, s])]), z])
-    return op("cast", [op("clip", [q], {"min": 0.0, "max": 255.0})], {"dtype": "uint8"}), scale, zero
+        return _round_clip(rw, op("mul", [x, const(np.float32(1) / scale)]), const(zero), hint), scale, zero
+    low = op("minimum", [op("min", [x]), const(0)])
+    high = op("maximum", [op("max", [x]), const(0)])
+    span = op("sub", [high, low])
+    span = op("where", [op("equal", [span, const(0)]), const(1), span])
+    s = op("div", [span, const(255)])
+    z = op("round", [op("clip", [op("neg", [op("div", [low, s])])], {"min": 0.0, "max": 255.0})])
+    return _round_clip(rw, op("div", [x, s]), z, hint), s, z
+
+
+def _round_clip(rw: Rewriter, scaled: Value, zero: Value, hint: str) -> Value:
+    """uint8 clip(rint(scaled) + zero, 0, 255)."""
+    def op(name, inputs, attrs=None):
+        return rw.emit(name, inputs, attrs, hint=f"{hint}_q")[0]
+
+    q = op("add", [op("round", [scaled]), zero])
+    return op("cast", [op("clip", [q], {"min": 0.0, "max": 255.0})], {"dtype": "uint8"})
