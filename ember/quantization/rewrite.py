@@ -134,8 +134,8 @@ class _Quantizer:
         op = get_op(node.op)
         out = node.outputs[0].type
         if op.pattern not in ("elementwise", "broadcast") or len(node.outputs) != 1 or out.dtype != "float32" \
-                or not any(x in self.rows for x in node.inputs):
-            return False
+                or not any(x in self.rows for x in node.inputs) or {"axis", "axes"} & set(node.attrs):
+            return False  # (an axis would name an NCHW dimension)
         shape = next(self.rows[x][1] for x in node.inputs if x in self.rows)
         if tuple(out.shape) != (shape[0], shape[3], shape[1], shape[2]):
             return False
