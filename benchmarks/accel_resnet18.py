@@ -63,7 +63,7 @@ def whole_model(small: bool, calibration: int, trials: int) -> None:
     model, (example,) = resnet18(small=small)
     rng = np.random.default_rng(0)
     batches = [rng.standard_normal(example.shape).astype(np.float32) for _ in range(calibration)]
-    cpu = ember.quantize(model, (example,), batches)
+    cpu = ember.quantize(model, (example,), batches, nhwc=False)  # (the CPU path whose float products offload's match)
     device = ember.quantize(model, (example,), batches, offload=vta)
     x = rng.standard_normal(example.shape).astype(np.float32)
     want = cpu(x)

@@ -457,6 +457,13 @@ class CRenderer(CStyleRenderer):
             # GCC converts floats to 8- and 16-bit lanes one by one; through int32 it is two
             # instructions (vcvttps2dq, vpmovdb), with the same values wherever C defines them
             code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
+        elif dt.is_int(src) and src not in dt.SUBBYTE_INTS and dt.bits(src) < 32 <= dt.bits(dst):
+            # GCC (12) widens 8- and 16-bit lanes to 32 bits or floats one by one; twice the width
+            # at a time, each step is one instruction (vpmovzxbw, vpmovzxwd), and the same values
+            if dt.bits(src) == 8:
+                code = f"__builtin_convertvector({code}, {self.lib.vec(src.replace('8', '16'), lanes)})"
+            if dst != "int32":
+                code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
             return self._expr(v)
         return f"__builtin_convertvector({code}, {target})", PRIMARY

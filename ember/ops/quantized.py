@@ -19,7 +19,10 @@ a multiple of 4 (so that K is whole K-groups of VNNI): row (n, oh, ow) holds the
 x[n, oh * s - p + kh * d, ow * s - p + kw * d, c] in the order (kh, kw, c), channels innermost
 (each tap a contiguous run of the input's channels, which its schedule copies as a vector), and
 `pad_value` (the activations' zero point, so that a padded element counts as zero) outside the
-input and in the channels past C: the left operand of qgemm against `conv_weights(w)`.
+input and in the channels past C: the left operand of qgemm against `conv_weights(w)`. Where Cp
+is narrower than a vector (a first layer's 3 channels), the taps read a padded copy of x (a PACK
+stage holding pad_value around and past C), so that the KW taps of a kernel row are one plain copy
+of KW * Cp bytes (where the dilation along W is 1), not KW * Cp tests of the bounds.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .hints import PACK
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 ANCHOR = "qgemm"
-IM2COL = "im2col"  # the tag of im2col's stage, whose attribute "channels" is Cp
+IM2COL = "im2col"  # the tag of im2col's stage, whose attribute "run" is the bytes of one contiguous copy
 GROUP = 4  # VNNI's K-group: 4 bytes of a row per 32-bit lane
 LANES = 16  # int32 lanes of a 512-bit vector: the columns of one packed panel
 OUT_DTYPES = ("int32", "float32", "uint8", "int8")
@@ -222,15 +225,35 @@ def _compute_im2col(inputs, attrs, out_types):
     (_, kw), (sh, sw), (dh, dw), (pt, pl, _, _) = (attrs[a] for a in ("kernel", "strides", "dilations", "pads"))
     fill = te.const(attrs["pad_value"], x.dtype)
 
-    def element(r, q):
-        b, y, z = r // (oh * ow), r // ow % oh, r % ow
-        tap, ch = q // cp, q % cp  # (a schedule splits q by cp: tap and ch are then loops of their own)
-        hy, wz = y * sh - pt + tap // kw * dh, z * sw - pl + tap % kw * dw
+    def bounded(b, hy, wz, ch):
+        """x at (b, hy, wz, ch), the fill outside it."""
         inside = te.all(hy >= 0, hy < h, wz >= 0, wz < w, *([ch < c] if cp != c else []))
         return te.if_then_else(inside, x[b, te.max(te.min(hy, h - 1), 0), te.max(te.min(wz, w - 1), 0),
                                          te.min(ch, c - 1) if cp != c else ch], fill)
 
-    return [te.compute(tuple(out_types[0].shape), element, name="im2col", tag=IM2COL, attrs={"channels": cp})]
+    if cp >= LANES:
+        def element(r, q):
+            b, y, z = r // (oh * ow), r // ow % oh, r % ow
+            tap, ch = q // cp, q % cp  # (a schedule splits q by cp: tap and ch are then loops of their own)
+            return bounded(b, y * sh - pt + tap // kw * dh, z * sw - pl + tap % kw * dw, ch)
+
+        run = cp
+    else:  # taps narrower than a vector (a first layer's 3 channels): tests per tap cost more than
+        # the copy, so the taps read a padded copy of x, (N, H', W' * Cp), in which the KW taps of
+        # a kernel row are one run of KW * Cp bytes where the dilation along W is 1
+        kh = attrs["kernel"][0]
+        reach = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
+        padded = te.compute((shape[0], reach[0], reach[1] * cp),
+                            lambda b, y, zc: bounded(b, y - pt, zc // cp - pl, zc % cp), name="im2col_padded",
+                            tag=PACK)
+        run = kw * cp if dw == 1 else cp
+
+        def element(r, q):
+            b, y, z = r // (oh * ow), r // ow % oh, r % ow
+            col = z * sw * cp + q % run if dw == 1 else (z * sw + q // cp % kw * dw) * cp + q % cp
+            return padded[b, y * sh + q // (kw * cp) * dh, col]
+
+    return [te.compute(tuple(out_types[0].shape), element, name="im2col", tag=IM2COL, attrs={"run": run})]
 
 
 register(OpDef(

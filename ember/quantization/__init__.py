@@ -40,11 +40,14 @@ __all__ = ["device_reports", "error", "quantize"]
 
 def quantize(model, example_inputs=None, calibration_data: Iterable | None = None, *, method: str = "minmax",
              per_channel: bool = True, dynamic: bool = False, percentile: float = 99.99, progress: bool = True,
-             offload=None, offload_tiles=None, **compile_options):
+             nhwc: bool = True, offload=None, offload_tiles=None, **compile_options):
     """A compiled model of `model` (a torch.nn.Module with `example_inputs`, an ONNX model, a
     Graph) whose products with constant weights run in int8 (see the module doc).
     calibration_data: batches (each a tuple of the model's inputs, or one input), for static
     quantization; method: how a range is read from them; percentile: for method="percentile".
+    nhwc: convolutions chained in NHWC uint8 rows, each requantizing in its kernel's epilogue for the
+    next (rewrite.py); False: each convolution's float32 output back in NCHW, its epilogue in the
+    operators after it (what offload does, so that a product's epilogue can run on the host).
     offload: an int8 accelerator (ember.accel.vta) to run the int8 products on (see the module doc);
     offload_tiles: the device tiles of some of its GEMM shapes (ember.quantization.offload.offload).
     compile_options: those of ember.compile (target, opt_level, num_threads, ...)."""
@@ -62,7 +65,7 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     if not dynamic:
         observers = _calibrate(graph, calibration_data, progress, compile_options)
         ranges = {name: o.range(method, percentile) for name, o in observers.items()}
-    quantized = quantize_products(graph, ranges, per_channel)
+    quantized = quantize_products(graph, ranges, per_channel, nhwc=nhwc and offload is None)
     host = offload_products(quantized, offload, offload_tiles) if offload is not None else None
     return compile_graph(quantized, host=host, **compile_options)
 

@@ -1,7 +1,7 @@
-"""qgemm and im2col (ember/ops/quantized.py) against their NumPy references, exactly: each
-epilogue on the C target (tensorized onto vpdpbusd where the target has avx512vnni), the portable
-C of a target without it and the interpreter; im2col + qgemm against torch's convolution of the
-same integers; the errors of bad operands."""
+"""qgemm and im2col (ember/ops/quantized.py) and qdepthwise (ember/ops/qdepthwise.py) against
+their NumPy references, exactly: each epilogue on the C target (tensorized onto vpdpbusd where the
+target has avx512vnni), the portable C of a target without it and the interpreter; im2col + qgemm
+and qdepthwise against torch's convolutions of the same integers; the errors of bad operands."""
 
 from __future__ import annotations
 
@@ -49,20 +49,55 @@ def test_qgemm_without_vnni(target):
     check_op("qgemm", operands(6, 20, 48), {"out_dtype": "uint8", "zero_point": 128}, 0, 0, targets=[target])
 
 
-def test_conv_as_im2col_and_qgemm():
+@pytest.mark.parametrize("dilations", [(1, 2), (2, 1)])  # (a kernel row's taps one run of bytes where W's is 1)
+def test_conv_as_im2col_and_qgemm(dilations):
     """A 3x3 convolution with stride 2, padding and dilation: the patches of the NHWC input padded
     with the activations' zero point (so padding counts as zero), against torch's of (x - zp) and w."""
-    zp, attrs = 9, {"kernel": (3, 3), "strides": (2, 2), "dilations": (1, 2), "pads": (1, 2, 1, 0), "pad_value": 9}
+    zp = 9
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "dilations": dilations, "pads": (1, 2, 1, 0), "pad_value": zp}
     x = RNG.integers(0, 256, (2, 3, 9, 10), dtype=np.uint8)
     w = RNG.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
-    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0)
-    assert cols.shape == (2 * 5 * 4, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
+    (cols,) = check_op("im2col", [x.transpose(0, 2, 3, 1).copy()], attrs, 0, 0, targets=("c", "python"))
+    oh, ow = (9 + 2 - 2 * dilations[0] - 1) // 2 + 1, (10 + 2 - 2 * dilations[1] - 1) // 2 + 1
+    assert cols.shape == (2 * oh * ow, 3 * 3 * 4)  # 3 channels padded to a whole K-group of 4
     wk = conv_weights(w)
     bias = (-zp * wk.astype(np.int32).sum(0)).astype(np.int32)  # the zero point's cost folded in
     (y,) = check_op("qgemm", [cols, pack(wk), bias], {}, 0, 0)
     xt = torch.from_numpy(x.astype(np.float64) - zp)
-    ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=(1, 2))
-    np.testing.assert_array_equal(y.reshape(2, 5, 4, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
+    ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=dilations)
+    np.testing.assert_array_equal(y.reshape(2, oh, ow, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
+
+
+@pytest.mark.parametrize("shape, stride, pads, dilation, targets", [
+    ((1, 9, 10, 32), (2, 2), (1, 1, 1, 1), (1, 1), ("c",)),  # the tile of 16-channel panels
+    ((2, 7, 7, 20), (1, 1), (1, 2, 0, 1), (1, 2), ("c", "python")),  # channels no panel divides
+])
+def test_depthwise(shape, stride, pads, dilation, targets):
+    """qdepthwise against torch's depthwise convolution of (x - zp) by w, the zero point's cost in
+    the bias: padded taps count as zero."""
+    zp, c = 9, shape[3]
+    x = RNG.integers(0, 256, shape, dtype=np.uint8)
+    w = RNG.integers(-127, 128, (3, 3, c), dtype=np.int8)
+    bias = (-zp * w.astype(np.int32).sum((0, 1)) + RNG.integers(-2000, 2000, c)).astype(np.int32)
+    scale = RNG.uniform(1e-4, 1e-3, c).astype(np.float32)
+    attrs = {"strides": stride, "pads": pads, "dilations": dilation, "pad_value": zp}
+    (y,) = check_op("qdepthwise", [x, w, bias, scale], attrs, 1e-6, 1e-6, targets=targets)
+    xt = F.pad(torch.from_numpy(x.transpose(0, 3, 1, 2).astype(np.float64) - zp), (pads[1], pads[3], pads[0], pads[2]))
+    acc = F.conv2d(xt, torch.from_numpy(w.transpose(2, 0, 1)[:, None].astype(np.float64)), stride=stride,
+                   dilation=dilation, groups=c).numpy()
+    ref = (acc.transpose(0, 2, 3, 1).reshape(-1, c) + bias + zp * w.astype(np.int32).sum((0, 1))) * scale
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("types, message", [
+    ([((1, 5, 5, 16), "int8"), ((3, 3, 16), "int8"), ((16,), "int32"), ((16,), "float32")], "uint8 x"),
+    ([((1, 5, 5, 16), "uint8"), ((3, 3, 8), "int8"), ((16,), "int32"), ((16,), "float32")], r"\(KH, KW, 16\)"),
+    ([((1, 5, 5, 16), "uint8"), ((3, 3, 16), "int8"), ((8,), "int32"), ((16,), "float32")], "shape \\(16,\\)"),
+    ([((1, 2, 2, 16), "uint8"), ((3, 3, 16), "int8"), ((16,), "int32"), ((16,), "float32")], "does not fit"),
+])
+def test_depthwise_errors(types, message):
+    with pytest.raises(OpTypeError, match=message):
+        infer_types("qdepthwise", [TensorType(s, d) for s, d in types], {})
 
 
 @pytest.mark.parametrize("types, attrs, message", [

@@ -5,6 +5,8 @@ threshold, gelu's two forms), casts, symbolic dims, and the errors of bad inputs
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ import torch.nn.functional as F
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
-from ember.testing import check_op, check_op_sizes
+from ember.testing import build_op, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 POSITIVE = {"log", "sqrt", "rsqrt"}
@@ -145,7 +147,8 @@ def test_logical_not():
 @pytest.mark.parametrize("src, dst", [
     ("float32", "int32"), ("float32", "int8"), ("float32", "bool"), ("float32", "float16"), ("float32", "float64"),
     ("int32", "float32"), ("int32", "int8"), ("int64", "int32"), ("bool", "float32"), ("bool", "int32"),
-    ("float16", "float32"), ("float16", "int32"), ("uint8", "float32"), ("int8", "uint8"),
+    ("float16", "float32"), ("float16", "int32"), ("uint8", "float32"), ("int8", "uint8"), ("int8", "float32"),
+    ("uint8", "int32"), ("int16", "float32"), ("int8", "int64"), ("uint8", "float64"),
 ])
 def test_cast(src, dst):
     """Floats to integers round toward zero, to bool test nonzero; integers wrap (two's complement)."""
@@ -158,6 +161,13 @@ def test_cast(src, dst):
         x = RNG.integers(max(info.min, -1000), min(info.max, 1000), (4, 48)).astype(src)
     torch_fn = (lambda t: t.to(getattr(torch, dst))) if "uint8" not in (src, dst) and dst != "int8" else None
     check_op("cast", [x], {"dtype": dst}, rtol=0, atol=0, torch_fn=torch_fn)
+
+
+def test_vector_widening_doubles_the_width_a_step():
+    """8-bit lanes reach float32 through 16- and 32-bit ones (GCC widens them one by one else)."""
+    source = build_op("cast", [TensorType((4, 64), "uint8")], {"dtype": "float32"}).kernel.source
+    assert re.search(r"__builtin_convertvector\(__builtin_convertvector\(__builtin_convertvector\([^;]*"
+                     r"uint16x\d+\), int32x\d+\), float32x\d+\)", source)
 
 
 def test_cast_on_interpreter():

@@ -43,7 +43,8 @@ class TinyCNN(nn.Module):
 def models():
     model = TinyCNN().eval()
     calibration = [torch.randn(2, 3, 8, 8) for _ in range(2)]
-    cpu = ember.quantize(model, (calibration[0],), calibration, progress=False)
+    # (the CPU path whose float products the device's match: each convolution's output in NCHW)
+    cpu = ember.quantize(model, (calibration[0],), calibration, progress=False, nhwc=False)
     device = ember.quantize(model, (calibration[0],), calibration, progress=False, offload=vta)
     return cpu, device
 

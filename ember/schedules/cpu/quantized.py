@@ -91,19 +91,23 @@ def schedule_qgemm(s, outputs, target):
 @schedules("im2col")
 def schedule_im2col(s, outputs, target):
     """The patches (and whatever fused before them: a layout change, the quantization) one row per
-    parallel iteration, each tap of the row a vector over its contiguous channels."""
+    parallel iteration, each contiguous run of the row (a tap's channels, or a kernel row's taps
+    of a narrow input) a vector copy; the padded copy of a narrow input (ember.ops.quantized) a
+    stage of its own, before."""
     out = outputs[0]
     if len(outputs) != 1 or not isinstance(out.op, ComputeOp) or out.op.tag != IM2COL:
         return False
-    inline_intermediates(s.sch)
+    prepare(s, outputs, out.op, target.lanes())
     stage = s[out]
     rows, cols = stage.op.axis
-    channels = out.op.attrs["channels"]
-    _, inner = stage.split(cols, factor=channels)
+    run = out.op.attrs["run"]
+    _, inner = stage.split(cols, factor=run)
     lanes = target.lanes()  # (the widest type of a quantizing copy is float32)
-    if channels > lanes and channels % lanes == 0:
+    if run > lanes and run % lanes == 0:
         outer, inner = stage.split(inner, factor=lanes)
         stage.unroll(outer)
     stage.parallel(rows)
-    stage.vectorize(inner)
+    if run % lanes == 0 or run & (run - 1) == 0:
+        stage.vectorize(inner)
+    # (else a run of a first layer's taps, 7 x 4 bytes, which C copies as it likes: no vector type has that width)
     return None
