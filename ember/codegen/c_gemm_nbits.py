@@ -49,7 +49,7 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
     }}
     return;
   }}
-  float* tile = aligned_alloc({align}, sizeof(float) * {panel} * (size_t)K);
+  float* tile = {scratch}(sizeof(float) * {panel} * (size_t)K);  /* this thread's */
 {dequant_body}  for (int64_t m0 = 0; m0 < M; m0 += R) {{
     int64_t nr = M - m0 < R ? M - m0 : R;
     V acc[R][NV];
@@ -78,7 +78,6 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
       for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = row[c];
     }}
   }}
-  free(tile);
 }}"""
 
 # int8: acc = scale * sum_k x[k] q[k], four partial sums (k mod 4)
@@ -213,7 +212,7 @@ def gemm_nbits(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, 
             dequant = _DEQUANT4.replace("{lo}", lo).replace("{hi}", hi)
         body = _BODY.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, lanes=w,
                             panel=PANEL, group=group, rows=ROWS, stream=GEMM_NBITS_STREAM,
-                            stream_body=stream, dequant_body=dequant, align=lib.align,
+                            stream_body=stream, dequant_body=dequant, scratch=lib.thread_scratch(),
                             bias_add=" + *(const U*)(bias + t * W)" if bias else "")
         widen = _WIDEN.replace("W_", str(w)).replace("{ext}", "epi" if bits == 8 else "epu")
         return (f"#define V {v}\n#define U {u}\n#define QV {c}\n#define IV {i}\n#define PANEL {PANEL}\n{widen}{body}\n"

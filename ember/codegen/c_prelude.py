@@ -498,6 +498,25 @@ class CPrelude:
             "/* aligned_alloc wants a multiple of the alignment */\n}"
         ))
 
+    def thread_scratch(self) -> str:
+        """`void* ember_thread_scratch(size_t bytes)`: this thread's scratch of at least `bytes`
+        at the unit's alignment, kept for the thread's life and grown when asked for more. A
+        routine called per tile (a panel's dequantized or repacked codes) takes it instead of
+        aligned_alloc and free per call, which returned the pages to the system above malloc's
+        trim threshold and faulted them in again at every call."""
+        name = "ember_thread_scratch"
+        return self._helper(name, lambda: (
+            f"static void* {name}(size_t bytes) {{\n"
+            "  static __thread void* buf = NULL;\n"
+            "  static __thread size_t cap = 0;\n"
+            "  if (bytes > cap) {\n"
+            "    free(buf);\n"
+            f"    cap = (bytes + {self.align - 1}) / {self.align} * {self.align};\n"
+            f"    buf = aligned_alloc({self.align}, cap);\n"
+            "  }\n"
+            "  return buf;\n}"
+        ))
+
 
 def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0

@@ -12,12 +12,14 @@ import numpy as np
 
 from ..errors import LowerError
 from ..tir import winograd
-from ..tir.nbits import PANEL, dequantize
-from ..tir.routines import ATTENTION, GEMM_NBITS, WINOGRAD_INPUT, WINOGRAD_PRODUCT
+from ..tir.nbits import PANEL, dequantize, quantize_rows
+from ..tir.routines import ATTENTION, GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_ROWS, WINOGRAD_INPUT, WINOGRAD_PRODUCT
 from ..tir.stmt import CallRoutine
 from ..tir.tensor_intrin import get_intrin
 from .c_attention import attention as c_attention
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
+from .c_gemm_nbits_vnni import gemm_nbits_int8 as c_gemm_nbits_int8
+from .c_gemm_nbits_vnni import quantize_rows as c_quantize_rows
 from .c_winograd import winograd_input, winograd_product
 
 if TYPE_CHECKING:
@@ -33,7 +35,10 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
     if routine == ATTENTION:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"])
     if routine == GEMM_NBITS:
-        return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
+        make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
+        return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
+    if routine == QUANTIZE_ROWS:
+        return c_quantize_rows(lib)
     if routine == WINOGRAD_INPUT:
         return winograd_input(lib, params["m"], params["ib"], params["r"])
     if routine == WINOGRAD_PRODUCT:
@@ -86,10 +91,14 @@ def _attention(params: dict, reads, writes, scalars) -> None:
 
 def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     """The gemm_nbits routine on flat arrays: the panel dequantized (ember.tir.nbits.dequantize),
-    x w in float64, rounded to float32 once."""
+    x w in float64, rounded to float32 once (act int8: as the operator's reference computes it)."""
     m, k, ncols, x_rs, o_rs, s_rs = (int(v) for v in scalars)
     bits = params["bits"]
-    (x, x_off), (codes, c_off), *rest = reads
+    (x, x_off), *rest = reads
+    int8 = params.get("act") == "int8"
+    if int8:
+        (xq, q_off), (meta, t_off), *rest = rest
+    (codes, c_off), *rest = rest
     width = PANEL if bits == 8 else PANEL // 2
     group = params["group"]
     cols = np.arange(PANEL)[None, :]
@@ -101,8 +110,19 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     scales = per_group(*rest[0])
     offsets = per_group(*rest[1]) if params["offsets"] else None
     w = dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, offsets, bits).astype(np.float64)
-    rows = x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]].astype(np.float64)
-    y = rows @ w
+    if int8 and m >= GEMM_NBITS_STREAM:
+        ms = 1 + k // 32
+        xd = meta[t_off + np.arange(m) * ms][:, None].astype(np.float64) * \
+            (xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]].astype(np.float64) - 128)
+        if offsets is None:
+            y = xd @ w
+        else:
+            y = xd @ dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, np.zeros_like(offsets),
+                                bits).astype(np.float64)
+            sums = meta[t_off + np.arange(m)[:, None] * ms + 1 + np.arange(k // 32)[None, :]].astype(np.float64)
+            y = y + sums.reshape(m, k // group, -1).sum(axis=2) @ offsets.astype(np.float64)
+    else:
+        y = x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]].astype(np.float64) @ w
     if params["bias"]:
         bias, b_off = rest[-1]
         y = y + bias[b_off:b_off + PANEL]
@@ -158,5 +178,15 @@ def _winograd_product(params: dict, reads, writes, scalars) -> None:
                 yv[img[q], j * nb:(j + 1) * nb, oy, ox] = value
 
 
-PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits, WINOGRAD_INPUT: _winograd_input,
-                   WINOGRAD_PRODUCT: _winograd_product}
+def _quantize_rows(params: dict, reads, writes, scalars) -> None:
+    """The quantize_rows routine on flat arrays: the operator's reference on the rows."""
+    m, k, x_rs = (int(v) for v in scalars)
+    (x, x_off), = reads
+    (xq, q_off), (meta, t_off) = writes
+    q, t = quantize_rows(x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]])
+    xq[q_off:q_off + m * k] = q.reshape(-1)
+    meta[t_off:t_off + t.size] = t.reshape(-1)
+
+
+PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits, QUANTIZE_ROWS: _quantize_rows,
+                   WINOGRAD_INPUT: _winograd_input, WINOGRAD_PRODUCT: _winograd_product}

@@ -1,4 +1,4 @@
-"""gemm_nbits(x, codes, scales[, offsets][, bias]; bits, group, n, offsets): x w + bias for a
+"""gemm_nbits(x, [xq, meta,] codes, scales[, offsets][, bias]; bits, group, n, offsets, act): x w + bias for a
 float32 x (M, K) and a weight-only quantized w (K, n), int8 per output channel (group 0) or per
 group of `group` rows, or int4 per group, in the packed layout of ember.tir.nbits (codes in panels of 32 columns, scales
 and bias over the N' padded columns). The weight stays in its codes: what a language model's
@@ -7,6 +7,13 @@ linear layers read per token is a quarter (int8) or an eighth (int4) of their fl
 The kernel is one te.extern: a parallel loop over (block of GEMM_NBITS_ROWS rows, panel) calls
 the gemm_nbits routine (ember.tir.routines; its C in ember.codegen.c_gemm_nbits), which
 dequantizes in registers (a GEMV) or into one panel-sized tile (more rows). Pattern opaque.
+
+act "int8" (ember.passes.quantize_rows, for a prefill on VNNI, from act "auto": weights that
+ember.compile(weights=...) or a GGUF file quantized, not an ONNX MatMulNBits of an accuracy level
+other than 4, which keeps float32): x's rows also come quantized to
+uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
+rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
+fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
 """
 
 from __future__ import annotations
@@ -17,20 +24,30 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, const, min_
-from ..tir.nbits import BITS, GROUPS, PANEL, dequantize, panels
-from ..tir.routines import GEMM_NBITS
+from ..tir.nbits import BITS, GROUPS, PANEL, QUANTIZE_BLOCK, dequantize, panels, quantize_rows
+from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
 
 GEMM_NBITS_ROWS = 64  # rows of x per call: a prefill's dequantized panel serves this many
+# what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
+# rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
+ACTS = ("float32", "int8", "auto")
 
 
 def _infer(types, attrs):
     bits, group, n = attrs["bits"], attrs["group"], attrs["n"]
-    x, codes, scales = types[:3]
     name = "gemm_nbits"
+    if attrs["act"] not in ACTS:
+        raise OpTypeError(f"{name}: act must be one of {ACTS}, got {attrs['act']!r}")
+    if attrs["act"] == "int8":
+        if len(types) < 5 or types[1:3] != _quantized_types(types[0]):
+            raise OpTypeError(f"{name}: act int8 takes x, then quantize_rows(x)'s xq and meta, "
+                              f"{_quantized_types(types[0])}; got {types[1:3]}")
+        types = [types[0], *types[3:]]
+    x, codes, scales = types[:3]
     if bits not in BITS:
         raise OpTypeError(f"{name}: bits must be one of {BITS}, got {bits!r}")
     if group not in GROUPS and not (bits == 8 and group == 0):
@@ -66,23 +83,52 @@ def _infer(types, attrs):
     return [TensorType((x.shape[0], n), "float32")]
 
 
+def _quantized_types(x: TensorType) -> list[TensorType]:
+    """The types of quantize_rows(x): xq (M, K) uint8, meta (M, 1 + K / 32) float32."""
+    m, k = x.shape
+    return [TensorType((m, k), "uint8"), TensorType((m, 1 + k // QUANTIZE_BLOCK), "float32")]
+
+
+def _weights(inputs, attrs) -> list:
+    """A node's inputs from the codes on (x and quantize_rows' outputs left out)."""
+    return inputs[3 if attrs["act"] == "int8" else 1:]
+
+
 def weight(inputs, attrs) -> np.ndarray:
     """The (K, n) float32 weight of the codes, scales (and offsets) of a node's inputs."""
-    offsets = inputs[3] if attrs["offsets"] else None
-    return dequantize(inputs[1], inputs[2], offsets, attrs["bits"])[:, :attrs["n"]]
+    codes, scales, *rest = _weights(inputs, attrs)
+    return dequantize(codes, scales, rest[0] if attrs["offsets"] else None, attrs["bits"])[:, :attrs["n"]]
 
 
 def _reference(inputs, attrs):
-    y = inputs[0].astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
-    if len(inputs) == 4 + attrs["offsets"]:
-        y = y + inputs[-1][:attrs["n"]]
+    x, w = inputs[0], _weights(inputs, attrs)
+    if attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
+        y = _int8_products(inputs[1], inputs[2], w, attrs)
+    else:
+        y = x.astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
+    if len(w) == 3 + attrs["offsets"]:
+        y = y + w[-1][:attrs["n"]]
     return [y.astype(np.float32)]
 
 
+def _int8_products(xq, meta, w, attrs) -> np.ndarray:
+    """What the int8 products compute: x as s (xq - 128) times the weight, of which with zero points
+    the offsets multiply the float32 sums of x (meta's) instead."""
+    codes, scales, *rest = w
+    xd = meta[:, :1].astype(np.float64) * (xq.astype(np.float64) - 128)
+    if not attrs["offsets"]:
+        return xd @ dequantize(codes, scales, None, attrs["bits"])[:, :attrs["n"]].astype(np.float64)
+    dense = dequantize(codes, scales, np.zeros_like(rest[0]), attrs["bits"])[:, :attrs["n"]]
+    per = attrs["group"] // QUANTIZE_BLOCK
+    sums = meta[:, 1:].astype(np.float64).reshape(len(meta), -1, per).sum(axis=2)
+    return xd @ dense.astype(np.float64) + sums @ rest[0][:, :attrs["n"]].astype(np.float64)
+
+
 def _compute(inputs, attrs, out_types):
-    x, codes, scales = inputs[:3]
+    x = inputs[0]
     bits, n = attrs["bits"], attrs["n"]
-    has_bias = len(inputs) == 4 + attrs["offsets"]
+    int8 = attrs["act"] == "int8"
+    has_bias = len(_weights(inputs, attrs)) == 3 + attrs["offsets"]
     k = as_int(x.shape[1])
     (m, _) = te_shape(out_types[0], inputs)
     count = panels(n)
@@ -96,12 +142,16 @@ def _compute(inputs, attrs, out_types):
         t = Var("tile", dt.INDEX_DTYPE)
         p, b = t % count, t // count
         m0 = b * GEMM_NBITS_ROWS
-        reads = [Pointer(bufs[0], m0 * k), Pointer(bufs[1], p * (k * width)), Pointer(bufs[2], p * PANEL)]
+        reads = [Pointer(bufs[0], m0 * k)]
+        if int8:
+            reads += [Pointer(bufs[1], m0 * k), Pointer(bufs[2], m0 * (1 + k // QUANTIZE_BLOCK))]
+            bufs = [bufs[0], *bufs[3:]]
+        reads += [Pointer(bufs[1], p * (k * width)), Pointer(bufs[2], p * PANEL)]
         reads += [Pointer(buf, p * PANEL) for buf in bufs[3:]]
         scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), min_(const(PANEL), n - p * PANEL), const(k),
                    const(n), const(cols))
         params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
-                  ("bias", has_bias), ("lanes", attrs["lanes"]))
+                  ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", "int8"),) if int8 else ())
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
@@ -118,8 +168,46 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"bits": None, "group": 0, "n": None, "offsets": False},
-    num_inputs=(3, 5),
+    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32"},
+    num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,
+))
+
+
+def _quantize_infer(types, attrs):
+    (x,) = types
+    if x.dtype != "float32" or x.rank != 2 or not isinstance(x.shape[1], int) or x.shape[1] % QUANTIZE_BLOCK:
+        raise OpTypeError(f"quantize_rows: x must be float32 (M, K), K static and a multiple of {QUANTIZE_BLOCK}, "
+                          f"got {x.dtype} {x.shape}")
+    return _quantized_types(x)
+
+
+def _quantize_compute(inputs, attrs, out_types):
+    (x,) = inputs
+    k = as_int(x.shape[1])
+    m = te_shape(out_types[0], inputs)[0]
+    rows = GEMM_NBITS_ROWS
+    blocks = (m + rows - 1) // rows
+
+    def build(bufs, outs):
+        b = Var("block", dt.INDEX_DTYPE)
+        m0 = b * rows
+        call = CallRoutine(QUANTIZE_ROWS, (), (Pointer(bufs[0], m0 * k),),
+                           (Pointer(outs[0], m0 * k), Pointer(outs[1], m0 * (1 + k // QUANTIZE_BLOCK))),
+                           (min_(const(rows), m - m0), const(k), const(k)))
+        return For(b, const(0), blocks, "parallel", call)
+
+    return te.extern([((m, const(k)), "uint8"), ((m, const(1 + k // QUANTIZE_BLOCK)), "float32")], [x], build,
+                     name="quantize_rows")
+
+
+register(OpDef(
+    name="quantize_rows",
+    infer=_quantize_infer,
+    reference=lambda inputs, attrs: list(quantize_rows(inputs[0])),
+    compute=_quantize_compute,
+    pattern="opaque",
+    num_inputs=(1, 1),
+    doc="Rows of x quantized to uint8 (scale per row, offset 128) with sums of 32 columns: gemm_nbits' int8 input.",
 ))

@@ -60,6 +60,7 @@ from .half_precision import bf16_activations, fp16_activations
 from .layout import layout
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
+from .quantize_rows import quantize_rows
 from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
@@ -71,15 +72,16 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
-                                                   fold_qkv_split, flatten_products, quantize_weights, bf16_weights,
-                                                   fp16_activations, bf16_activations, tf32_products, pad_gemv, layout,
-                                                   pack_weights, winograd, bf16_convs, dce)}
+                                                   fold_qkv_split, flatten_products, quantize_weights, quantize_rows,
+                                                   bf16_weights, fp16_activations, bf16_activations, tf32_products,
+                                                   pad_gemv, layout, pack_weights, winograd, bf16_convs, dce)}
 
-# passes that read the target (ember.target.Target; None: C on this machine): layout blocks channels
-# by its SIMD width, pack_weights sizes its panels and pad_gemv its padding to its vectors. A
-# backend names those it gives its target (Backend.graph_passes); ember's own give these. (CUDA's:
-# unfold_attention, which changes nothing for the CPU's family.)
-TARGET_PASSES = ("pad_gemv", "layout", "pack_weights", "bf16_convs")
+# passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
+# prefill's weight-only products on VNNI where it has it, layout blocks channels by its SIMD width,
+# pack_weights sizes its panels and pad_gemv its padding to its vectors. A backend names those it
+# gives its target (Backend.graph_passes); ember's own give these. (CUDA's: unfold_attention,
+# which changes nothing for the CPU's family.)
+TARGET_PASSES = ("quantize_rows", "pad_gemv", "layout", "pack_weights", "bf16_convs")
 
 # the passes a precision adds to a pipeline of level 2 or 3, before pad_gemv (on the 2-D gemms that
 # flatten_products makes, before pack_weights puts fp32 weights in panels)
@@ -105,11 +107,11 @@ PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
-        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
-        "layout", "pack_weights", "fold_constants", "winograd", "dce"],
+        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
-        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "pad_gemv",
-        "layout", "pack_weights", "fold_constants", "winograd", "dce"],
+        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }
 
 

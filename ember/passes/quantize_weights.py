@@ -124,7 +124,7 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
     if q is None:
         return None
     inputs = values + ([rw.constant(bias, f"{ins[2].name}_padded")] if bias is not None else [])
-    attrs = {"bits": q.bits, "group": q.group, "n": n, "offsets": q.offsets is not None}
+    attrs = {"bits": q.bits, "group": q.group, "n": n, "offsets": q.offsets is not None, "act": "auto"}
     return rw.emit("gemm_nbits", [x] + inputs, attrs, hint=node.name, out_names=[node.outputs[0].name])
 
 

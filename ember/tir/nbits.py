@@ -29,6 +29,7 @@ import numpy as np
 PANEL = 32  # columns of a panel: two AVX-512 vectors of float32
 BITS = (4, 8)
 GROUPS = (32, 64, 128)  # the group sizes of int4 scales
+QUANTIZE_BLOCK = 32  # quantize_rows' meta sums x over blocks of this many columns
 
 
 def panels(n: int) -> int:
@@ -76,6 +77,18 @@ def dequantize(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None
     if offsets is None:
         return s * (q - np.float32(8))
     return s * q + np.repeat(offsets.astype(np.float32), q.shape[0] // offsets.shape[0], axis=0)
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(xq, meta) of float32 rows x (ember.tir.routines.QUANTIZE_ROWS: the formulas), in float32
+    arithmetic as the C does it."""
+    top = np.abs(x).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(top > 0, np.float32(127) / top, np.float32(0)).astype(np.float32)
+    xq = (np.rint(x * inv).astype(np.int32) + 128).astype(np.uint8)
+    scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    sums = x.reshape(len(x), -1, QUANTIZE_BLOCK).sum(axis=2, dtype=np.float32)
+    return xq, np.concatenate([scale, sums], axis=1).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,23 @@ panel of a weight-only quantized w (ember.tir.nbits: the layout and its dequanti
              bias     (if bias) bias[c] at bias + c, 32 columns readable
     writes:  out      out[m, c] at out + m * o_rs + c for c < ncols
     scalars: M, K, ncols, x_rs, o_rs, s_rs (int64)
+
+With `act` "int8" (a prefill on a target with VNNI: ember.passes.quantize_rows) two reads follow x,
+the rows quantized by quantize_rows (xq at xq + m * K + k, uint8; their meta at meta + m * (1 + K /
+32)): M >= GEMM_NBITS_STREAM rows multiply xq's integers by the codes (vpdpbusd), M < it reads x
+as above. K is then a multiple of 32.
+"""
+
+QUANTIZE_ROWS = "quantize_rows"
+"""quantize_rows (params: none), float32 -> uint8: each row of x quantized to 8 bits, as the int8
+products of gemm_nbits read it: s = max |x[m, :]| / 127 (1 for a zero row), xq = rint(x * (127 /
+max)) + 128 in 1..255, so that x ~ s (xq - 128); and the float32 sum of each block of 32 columns
+of x (int4 weights with zero points add offset * sum(x of the group)).
+
+    reads:   x     x[m, k] at x + m * x_rs + k
+    writes:  xq    xq[m, k] at xq + m * K + k
+             meta  meta[m, 0] = s, meta[m, 1 + b] = sum of x[m, 32 b: 32 b + 32], at meta + m * (1 + K / 32)
+    scalars: M, K, x_rs (int64); K a multiple of 32
 """
 
 WINOGRAD_INPUT = "winograd_input"

@@ -10,9 +10,11 @@ import pytest
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
+from ember.ops.registry import get
 from ember.passes.quantize_weights import quantize_int4, quantize_int8
+from ember.target import Target
 from ember.testing import check_op_sizes
-from ember.tir.nbits import dequantize, pack_int4, pack_int8, unpack
+from ember.tir.nbits import dequantize, pack_int4, pack_int8, quantize_rows, unpack
 
 RNG = np.random.default_rng()
 K, N = 128, 75  # three panels, the last with 11 columns
@@ -40,6 +42,47 @@ def test_gemm_nbits_against_dequantized_product(bits, group, zero_points, bias):
     types = [TensorType(("m", K), "float32")] + [TensorType(p.shape, p.dtype.name) for p in weights]
     sets = [[RNG.standard_normal((m, K)).astype(np.float32)] + weights for m in (1, 3, 70)]
     check_op_sizes("gemm_nbits", types, attrs, sets, rtol=1e-4, atol=1e-4, targets=("c", "python"))
+
+
+@pytest.mark.parametrize("bits,group,zero_points,bias", [(8, 0, False, True), (8, 32, False, False),
+                                                          (4, 128, False, True), (4, 64, True, False)])
+def test_int8_products_against_reference(bits, group, zero_points, bias):
+    """act int8: the rows quantized by quantize_rows, their products on VNNI (a scalar twin where
+    the target has none) against the reference's, which computes the same quantized x; 3 rows take
+    the float32 path, 70 and 13 (a partial register tile) the int8 one."""
+    weights, attrs = _inputs(bits, group, zero_points, bias)
+    types = [TensorType(("m", K), "float32"), TensorType(("m", K), "uint8"), TensorType(("m", 1 + K // 32), "float32")]
+    types += [TensorType(p.shape, p.dtype.name) for p in weights]
+    xs = [RNG.standard_normal((m, K)).astype(np.float32) for m in (3, 70, 13)]
+    sets = [[x, *quantize_rows(x)] + weights for x in xs]
+    check_op_sizes("gemm_nbits", types, {**attrs, "act": "int8"}, sets, rtol=1e-4, atol=1e-4, targets=("c", "python"))
+    w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :N]
+    x = xs[1]
+    op = get("gemm_nbits")
+    (y,) = op.reference(sets[1], op.bind_attrs({**attrs, "act": "int8"}))
+    exact = x @ w + (weights[-1][:N] if bias else 0)
+    assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < 0.02  # the rows' 8-bit rounding
+
+
+def test_int8_products_without_vnni():
+    """The scalar twin of the int8 products (a target without VNNI or VBMI: AVX2) gives the same."""
+    weights, attrs = _inputs(4, 64, True, True)
+    types = [TensorType(("m", K), "float32"), TensorType(("m", K), "uint8"), TensorType(("m", 1 + K // 32), "float32")]
+    x = RNG.standard_normal((13, K)).astype(np.float32)
+    avx2 = Target("c", cflags="-O2 -march=x86-64-v3 -fopenmp -shared -fPIC -std=gnu11")
+    check_op_sizes("gemm_nbits", types + [TensorType(p.shape, p.dtype.name) for p in weights], {**attrs, "act": "int8"},
+                   [[x, *quantize_rows(x)] + weights], rtol=1e-4, atol=1e-4, targets=(avx2,))
+
+
+def test_quantize_rows_against_reference():
+    x = RNG.standard_normal((70, K)).astype(np.float32)
+    x[5] = 0  # a zero row: scale 1, codes 128
+    check_op_sizes("quantize_rows", [TensorType(("m", K), "float32")], {}, [[x], [x[:3]]], rtol=1e-5, atol=1e-5,
+                   targets=("c", "python"))
+    xq, meta = quantize_rows(x)
+    assert np.all(xq[5] == 128) and meta[5, 0] == 1
+    back = meta[:, :1] * (xq.astype(np.float32) - 128)
+    assert np.abs(back - x).max() <= meta[:, 0].max() / 2 * 1.0001
 
 
 def test_quantization_error_is_small():

@@ -50,7 +50,8 @@ def test_levels_and_report():
     # no conversions left to fold
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "slice_products",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                         "quantize_weights", "pad_gemv", "layout", "pack_weights",
+                                                         "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                                         "pack_weights",
                                                          "fold_constants", "winograd"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
@@ -87,7 +88,8 @@ def test_disabled_passes():
     assert "batch_norm" in ops(out) and "exp" in ops(out)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "cse", "slice_products", "fuse_siblings", "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                        "pack_weights",
                                         "fold_constants", "winograd"]
     check_same(g, out)
 
@@ -100,7 +102,8 @@ def test_environment_overrides(monkeypatch, capsys):
     run_pipeline(g, 2, report=report)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "slice_products", "fuse_siblings", "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "pad_gemv", "layout", "pack_weights",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                        "pack_weights",
                                         "fold_constants", "winograd", "dce"]
     assert capsys.readouterr().err.count("# after") == 2
     run_pipeline(g, 2, print_ir="fold_constants")  # an argument beats the variable (it runs twice)
@@ -146,7 +149,8 @@ def test_compile_runs_the_pipeline(capsys):
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "unfold_attention",
                                                  "fold_transposes", "simplify", "slice_products", "fold_batch_norm",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                 "quantize_weights", "pad_gemv", "layout", "pack_weights",
+                                                 "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                                 "pack_weights",
                                                  "fold_constants", "winograd", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")

@@ -49,16 +49,17 @@ def test_what_the_layout_cannot_take_stays_gemm():
     assert ops(quantize_weights(_graph(alpha=0.5), WeightFormat.of("int8"))) == ["gemm", "gemm_nbits", "gemm_nbits"]
 
 
-@pytest.mark.parametrize("weights,group,zero_points,tol", [("int8", 128, False, 0.02), ("int4", 32, False, 0.2),
+@pytest.mark.parametrize("weights,group,zero_points,tol", [("int8", 128, False, 0.03), ("int4", 32, False, 0.2),
                                                           ("int4", 64, True, 0.2)])
 def test_compiled_against_float32(weights, group, zero_points, tol):
     g = _graph()
     model = ember.compile(g, weights=weights, group_size=group, zero_points=zero_points)
-    x = _rand(3, 64)
     c = dict(g.constants)
-    want = [x @ c["w"] + c["c"], x @ c["tied"].T, x @ c["tied"].T]
-    for got, ref in zip(model(x), want):
-        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < tol
+    for rows in (3, 20):  # 20: the rows' int8 products where the machine has VNNI (passes/quantize_rows.py)
+        x = _rand(rows, 64)
+        want = [x @ c["w"] + c["c"], x @ c["tied"].T, x @ c["tied"].T]
+        for got, ref in zip(model(x), want):
+            assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < tol
 
 
 def test_bad_options_are_config_errors():

@@ -7,7 +7,9 @@ block at byte k / 2, the low nibble first; scales (N, K / block_size) (or flat);
 absent (8), packed uint8 nibbles (N, ceil(blocks / 2)), or floats of the scales' type;
 w[k, n] = (q - zero) * scale. Only bits=4, block sizes gemm_nbits has (32, 64, 128), constant
 B, scales and zero points, and no g_idx (act-order) are taken; anything else is an
-UnsupportedOpError naming the node and what ember takes.
+UnsupportedOpError naming the node and what ember takes. accuracy_level 4 (int8 activations
+allowed, as ONNX Runtime's own kernels then quantize them) lets a prefill's rows be quantized to
+int8 (gemm_nbits' act "auto": ember.passes.quantize_rows); any other level keeps float32 rows.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def _matmul_nbits(cx: NodeContext):
     if cx.type(a).dtype != "float32" or shape[-1] != k:
         raise cx.unsupported(f"A {cx.type(a).dtype} {shape}: ember takes float32 A with K = {k} columns")
     rows = cx.op("reshape", [a], {"shape": (dims.mul(*shape[:-1]), k)}) if len(shape) != 2 else a
-    y = cx.op("gemm_nbits", [rows, *inputs], {"bits": 4, "group": block, "n": n, "offsets": zeros is not None})
+    act = "auto" if int(cx.attr("accuracy_level", 0)) == 4 else "float32"
+    y = cx.op("gemm_nbits", [rows, *inputs], {"bits": 4, "group": block, "n": n, "offsets": zeros is not None,
+                                              "act": act})
     return [cx.op("reshape", [y], {"shape": (*shape[:-1], n)}) if len(shape) != 2 else y]
 

@@ -1,0 +1,254 @@
+"""The C of gemm_nbits' int8 products (the routine with act "int8", ember.tir.routines) and of the
+quantize_rows routine that feeds them: a prefill's rows quantized once to uint8, each panel's codes
+multiplied by them on VNNI's vpdpbusd (64 byte products a vector instruction, four times the
+float32 FMA's), where the float32 path (ember.codegen.c_gemm_nbits) dequantizes every code.
+
+A call repacks its panel once into a (K / 4, 32, 4) int8 tile in the thread's scratch, the layout
+vpdpbusd reads (four consecutive k of a column in one 32-bit lane: one vpermt2b per 64 bytes where
+the target has VBMI; int4's nibbles unpacked, minus 8 when symmetric), and sums each group's
+column codes (times 128: xq's offset). A register tile of R rows x 32 columns accumulates
+sum_k xq[m, k] q[k, c] in int32 over a group, takes the offset's 128 colsum off exactly, and adds
+it times the group's scales into float32; at the end y = s_m * that sum (+ offset_g[c] * the float32
+sum of x over group g, with zero points) (+ bias). Fewer than GEMM_NBITS_STREAM rows take the
+float32 routine on x.
+
+Where the compiler does not target VNNI the same integer sums are scalar C (exact, slow): the
+graph pass only asks for this variant on targets with VNNI (ember.passes.quantize_rows).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..tir.nbits import PANEL
+from ..tir.routines import GEMM_NBITS_STREAM
+from .c_gemm_nbits import gemm_nbits
+
+if TYPE_CHECKING:
+    from .c_prelude import CPrelude
+
+ROWS = 8  # rows of the register tile: 16 int32 accumulators of 16 lanes
+
+_QUANTIZE = """\
+static void ember_quantize_rows(const float* restrict x, uint8_t* restrict xq, float* restrict meta, int64_t M,
+                                int64_t K, int64_t x_rs) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* restrict xr = x + m * x_rs;
+    float* restrict mr = meta + m * (1 + K / 32);
+    uint32_t bits = 0;  /* max |x| as the bits of |x| (ordered as the values are), which vectorizes */
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t b;
+      __builtin_memcpy(&b, xr + k, 4);
+      b &= 0x7fffffffu;
+      bits = b > bits ? b : bits;
+    }
+    float top;
+    __builtin_memcpy(&top, &bits, 4);
+    float inv = top > 0.0f ? 127.0f / top : 0.0f;
+    mr[0] = top > 0.0f ? top / 127.0f : 1.0f;
+    for (int64_t k = 0; k < K; ++k) xq[m * K + k] = (uint8_t)((int32_t)nearbyintf(xr[k] * inv) + 128);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      float sum = 0.0f;
+      for (int k = 0; k < 32; ++k) sum += xr[b * 32 + k];
+      mr[1 + b] = sum;
+    }
+  }
+}"""
+
+# the panel's codes as vpdpbusd reads them: tile[(k / 4) * 128 + c * 4 + k % 4] = q[k, c]
+# (int4: the code minus 8 when symmetric)
+_REPACK = {8: """\
+#if defined(__AVX512VBMI__)
+  {
+    __m512i first = _mm512_set_epi8({idx_first}), second = _mm512_set_epi8({idx_second});
+    for (int64_t k = 0; k < K; k += 4) {
+      __m512i a = _mm512_loadu_si512(codes + k * 32), b = _mm512_loadu_si512(codes + k * 32 + 64);
+      _mm512_store_si512(tile + k * 32, _mm512_permutex2var_epi8(a, first, b));
+      _mm512_store_si512(tile + k * 32 + 64, _mm512_permutex2var_epi8(a, second, b));
+    }
+  }
+#else
+  for (int64_t k = 0; k < K; ++k)
+    for (int c = 0; c < 32; ++c) tile[(k / 4) * 128 + c * 4 + k % 4] = codes[k * 32 + c];
+#endif
+""", 4: """\
+#if defined(__AVX512VBMI__)
+  {
+    __m512i idx = _mm512_set_epi8({idx4}), mask = _mm512_set1_epi8(15), eight = _mm512_set1_epi8({minus});
+    for (int64_t k = 0; k < K; k += 4) {
+      __m512i v = _mm512_loadu_si512(codes + k * 16);
+      __m512i lo = _mm512_sub_epi8(_mm512_and_si512(v, mask), eight);
+      __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), mask), eight);
+      _mm512_store_si512(tile + k * 32, _mm512_permutexvar_epi8(idx, lo));
+      _mm512_store_si512(tile + k * 32 + 64, _mm512_permutexvar_epi8(idx, hi));
+    }
+  }
+#else
+  for (int64_t k = 0; k < K; ++k)
+    for (int c = 0; c < 16; ++c) {
+      tile[(k / 4) * 128 + c * 4 + k % 4] = (int8_t)((codes[k * 16 + c] & 15) - {minus});
+      tile[(k / 4) * 128 + (c + 16) * 4 + k % 4] = (int8_t)((codes[k * 16 + c] >> 4) - {minus});
+    }
+#endif
+"""}
+
+# R rows' int32 sums over one group: vpdpbusd where the target has it (the accumulators named
+# one by one: GCC moves an array of them between registers at every step), else scalar
+_GROUP = """\
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+      __m512i {zeros};
+      for (int64_t k = g0; k < g0 + GK; k += 4) {
+        __m512i b0 = _mm512_load_si512(tile + k * 32), b1 = _mm512_load_si512(tile + k * 32 + 64), a;
+        int32_t four;
+{steps}      }
+      __m512i acc[R][2] = {{acc}};
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < 2; ++t) {
+          __m512 f = _mm512_loadu_ps(yf[r] + 16 * t);
+          __m512i exact = _mm512_sub_epi32(acc[r][t], _mm512_loadu_si512(cg + 16 * t));
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(exact), _mm512_loadu_ps(s + 16 * t), f);
+          _mm512_storeu_ps(yf[r] + 16 * t, f);
+        }
+#else
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < 32; ++c) {
+          int32_t sum = 0;
+          for (int64_t k = g0; k < g0 + GK; ++k) sum += (int32_t)xr[r * K + k] * tile[(k / 4) * 128 + c * 4 + k % 4];
+          yf[r][c] += (float)(sum - cg[c]) * s[c];
+        }
+#endif
+"""
+_STEP = """\
+        __builtin_memcpy(&four, xr + {r} * K + k, 4);
+        a = _mm512_set1_epi32(four);
+        DPBUSD(c{r}_0, a, b0);
+        DPBUSD(c{r}_1, a, b1);
+"""
+
+
+def _group() -> str:
+    """_GROUP with its ROWS x 2 accumulators written out."""
+    names = [f"c{r}_{t}" for r in range(ROWS) for t in range(2)]
+    return (_GROUP.replace("{zeros}", ", ".join(f"{n} = _mm512_setzero_si512()" for n in names))
+            .replace("{steps}", "".join(_STEP.replace("{r}", str(r)) for r in range(ROWS)))
+            .replace("{{acc}}", "{" + ", ".join(f"{{c{r}_0, c{r}_1}}" for r in range(ROWS)) + "}"))
+
+
+_BODY = """\
+static void {name}(const float* restrict x, const uint8_t* restrict xq, const float* restrict meta,
+                   const {code}* restrict codes, const float* restrict scales,{params}
+                   float* restrict out, int64_t M, int64_t K, int64_t ncols, int64_t x_rs, int64_t o_rs,
+                   int64_t s_rs) {{
+  if (M < {stream}) {{
+    {fallback}(x, codes, scales,{args} out, M, K, ncols, x_rs, o_rs, s_rs);
+    return;
+  }}
+  enum {{ R = {rows}, G = {group} }};
+  const int64_t GK = G ? G : K, ms = 1 + K / 32;
+  /* this thread's scratch: the repacked panel, 128 x the column sums per group, the last rows */
+  int8_t* restrict tile = {scratch}((size_t)K * 32 + sizeof(int32_t) * 32 * (size_t)(K / GK) + (size_t)R * K);
+  int32_t* restrict comp = (int32_t*)(tile + K * 32);
+  uint8_t* restrict pad = (uint8_t*)(comp + 32 * (K / GK));
+{repack}  for (int64_t g0 = 0; g0 < K; g0 += GK)  /* 128 times each group's column sums: xq's offset */
+{colsum}  for (int64_t m0 = 0; m0 < M; m0 += R) {{
+    int64_t nr = M - m0 < R ? M - m0 : R;
+    const uint8_t* restrict xr = xq + m0 * K;
+    if (nr < R) {{  /* the last rows, zeros after them */
+      __builtin_memset(pad, 0, (size_t)R * K);
+      __builtin_memcpy(pad, xr, (size_t)nr * K);
+      xr = pad;
+    }}
+    float yf[R][32], zf[R][32];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 32; ++c) yf[r][c] = zf[r][c] = 0.0f;
+    for (int64_t g0 = 0; g0 < K; g0 += GK) {{
+      const float* restrict s = scales + (G ? g0 / G : 0) * s_rs;
+      const int32_t* restrict cg = comp + (g0 / GK) * 32;
+{group_body}{offsets_body}    }}
+    for (int64_t r = 0; r < nr; ++r) {{
+      float sx = meta[(m0 + r) * ms];
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add};
+    }}
+  }}
+}}"""
+
+_COLSUM = """\
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+  {
+    __m512i c0 = _mm512_setzero_si512(), c1 = c0, ones = _mm512_set1_epi8(1);
+    for (int64_t k = g0; k < g0 + GK; k += 4) {
+      __m512i b0 = _mm512_load_si512(tile + k * 32), b1 = _mm512_load_si512(tile + k * 32 + 64);
+      DPBUSD(c0, ones, b0);
+      DPBUSD(c1, ones, b1);
+    }
+    _mm512_store_si512(comp + (g0 / GK) * 32, _mm512_slli_epi32(c0, 7));
+    _mm512_store_si512(comp + (g0 / GK) * 32 + 16, _mm512_slli_epi32(c1, 7));
+  }
+#else
+  for (int c = 0; c < 32; ++c) {
+    int32_t sum = 0;
+    for (int64_t k = g0; k < g0 + GK; ++k) sum += tile[(k / 4) * 128 + c * 4 + k % 4];
+    comp[(g0 / GK) * 32 + c] = 128 * sum;
+  }
+#endif
+"""
+
+# acc += a (u8) . b (s8) in 32-bit lanes: the instruction by inline assembly, since GCC copies the
+# accumulator of the intrinsic to another register and back around every vpdpbusd
+_INCLUDE = """\
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#ifndef DPBUSD
+#define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#endif
+"""
+
+# zero points: offset_g[c] * the float32 sum of x over the group (meta's sums of 32 columns)
+_OFFSETS = """\
+      const float* restrict o = offsets + (g0 / G) * s_rs;
+      for (int64_t r = 0; r < nr; ++r) {
+        float xs = 0.0f;
+        for (int64_t b = g0 / 32; b < (g0 + G) / 32; ++b) xs += meta[(m0 + r) * ms + 1 + b];
+        for (int c = 0; c < 32; ++c) zf[r][c] += o[c] * xs;
+      }
+"""
+
+
+def _indices(values) -> str:
+    """_mm512_set_epi8's arguments (byte 63 first) for byte j = values[j]."""
+    return ", ".join(str(v) for v in reversed(list(values)))
+
+
+def quantize_rows(lib: CPrelude) -> str:
+    """The name of the quantize_rows routine's C function, written into the prelude once."""
+    return lib._helper("ember_quantize_rows", lambda: _QUANTIZE)
+
+
+def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, lanes: int) -> str:
+    """The name of gemm_nbits' C function with int8 products for this variant (its float32 twin,
+    for a few rows, written first)."""
+    fallback = gemm_nbits(lib, bits, group, offsets, bias, lanes)
+    name = fallback.replace("ember_gemm_", "ember_gemm_q8_")
+
+    def make() -> str:
+        params = (" const float* restrict offsets," if offsets else "") + \
+            (" const float* restrict bias," if bias else "")
+        args = (" offsets," if offsets else "") + (" bias," if bias else "")
+        # byte j of the two outputs: row j % 4 and column j / 4 (+ 16), as indices into the rows
+        # k .. k + 3 (int8: 128 bytes over two vectors; int4: one vector of nibbles)
+        lo8 = _indices((j % 4) * 32 + j // 4 for j in range(64))
+        hi8 = _indices((j % 4) * 32 + 16 + j // 4 for j in range(64))
+        repack = _REPACK[bits].replace("{idx_first}", lo8).replace("{idx_second}", hi8)
+        repack = repack.replace("{idx4}", _indices((j % 4) * 16 + j // 4 for j in range(64)))
+        repack = repack.replace("{minus}", "0" if offsets else "8")
+        return _INCLUDE + _BODY.format(
+            name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, args=args, stream=GEMM_NBITS_STREAM,
+            fallback=fallback, scratch=lib.thread_scratch(), rows=ROWS, group=group, repack=repack,
+            group_body=_group(), colsum=_COLSUM,
+            offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "")
+
+    return lib._helper(name, make)
+
+
+assert PANEL == 32  # the tile's layout and the repack's indices are written for 32 columns

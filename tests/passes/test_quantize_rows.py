@@ -1,0 +1,41 @@
+"""int8 products for a prefill (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits
+nodes whose x may have many rows read it quantized by one quantize_rows per x; a decode step's
+single row, a target without VNNI and K not a multiple of 32 keep the float32 path."""
+
+import numpy as np
+from pass_check import ops
+
+from ember.graph import Graph, TensorType
+from ember.ops.nodes import add_op
+from ember.passes.quantize_rows import quantize_rows
+from ember.passes.quantize_weights import WeightFormat, quantize_weights
+from ember.target import Target
+
+RNG = np.random.default_rng()
+VNNI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni")
+
+
+def _graph(rows, k=64):
+    """Two gemms of one x and a third of the first's result, weights int8."""
+    g = Graph()
+    x = g.add_input("x", TensorType((rows, k)))
+    a, = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((k, 64)).astype("float32"), "wa")])
+    b, = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((k, 40)).astype("float32"), "wb")])
+    c, = add_op(g, "gemm", [a, g.add_constant(RNG.standard_normal((64, 40)).astype("float32"), "wc")])
+    g.set_outputs([b, c])
+    return quantize_weights(g, WeightFormat.of("int8"))
+
+
+def test_a_prefill_reads_its_rows_quantized_once_per_x():
+    out = quantize_rows(_graph("seq"), VNNI)
+    assert ops(out) == ["quantize_rows", "gemm_nbits", "gemm_nbits", "quantize_rows", "gemm_nbits"]
+    first, a, b = out.nodes[:3]
+    assert a.inputs[1:3] == b.inputs[1:3] == first.outputs
+    assert all(n.attrs["act"] == "int8" for n in out.nodes if n.op == "gemm_nbits")
+
+
+def test_a_decode_step_other_targets_and_odd_k_keep_float32_rows():
+    for graph, target in ((_graph(1), VNNI), (_graph("seq"), Target("c", cflags="-O2 -march=x86-64-v3")),
+                          (_graph("seq"), Target("python"))):
+        assert "quantize_rows" not in ops(quantize_rows(graph, target))
+    assert ops(quantize_rows(_graph("seq", k=48), VNNI))[:2] == ["gemm_nbits", "gemm_nbits"]  # x's K: 48
