@@ -45,7 +45,7 @@ static void {name}(const float* restrict q, const float* restrict k, const float
   const V ninf = (V){{0}} - INFINITY, zero = (V){{0}};
   const M iota = (M){{{iota}}};
   int64_t evp = (Ev + W - 1) / W * W, kbp = (MR * E + W - 1) / W * W;
-  float* scratch = aligned_alloc({align}, sizeof(float) * (size_t)(E * R + (BK + MR) * R + R * evp + kbp + 3 * R));
+  float* scratch = {scratch}(sizeof(float) * (size_t)(E * R + (BK + MR) * R + R * evp + kbp + 3 * R));
   float *qt = scratch, *s = qt + E * R, *o = s + (BK + MR) * R, *kb = o + R * evp, *m = kb + kbp, *l = m + R;
   float* alpha = l + R;
   /* q transposed (qt[e][i]) and scaled; the queries past nq are zero. W x W blocks go through
@@ -157,7 +157,6 @@ static void {name}(const float* restrict q, const float* restrict k, const float
     float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];  /* every key masked out: 0, as torch gives */
     for (int64_t c = 0; c < Ev; ++c) out[(q0 + i) * o_rs + c] = o[i * evp + c] * inv;
   }}
-  free(scratch);
 }}"""
 
 # A tile of scores stored as it is (a mask array is applied in a pass of its own, _MASK_PASS)
@@ -268,8 +267,8 @@ _MASKS = {
 
 def attention(lib: CPrelude, mask: str, causal: bool, lanes: int) -> str:
     """The name of the routine's C function for this variant (`ember_attention_<mask>[_causal]`),
-    for vectors of `lanes` float32 lanes (one width per unit: its target's), its scratch at the
-    unit's alignment (`lib.align`, the target's), written into the prelude the first time."""
+    for vectors of `lanes` float32 lanes (one width per unit: its target's), its scratch the
+    thread's (`lib.thread_scratch`, at the target's alignment), written into the prelude the first time."""
     name = f"ember_attention_{mask}{'_causal' if causal else ''}"
 
     def make() -> str:
@@ -285,7 +284,7 @@ def attention(lib: CPrelude, mask: str, causal: bool, lanes: int) -> str:
             name=name, mask_param=mask_param, rows=ATTENTION_ROWS, keys=KEYS,
             mr=SCORE_ROWS, or_=OUT_ROWS, lanes=lanes, iota=", ".join(map(str, range(lanes))),
             kend="q0 + nq < S ? q0 + nq : S" if causal else "S", tile_store=tile_store, mask_pass=mask_pass,
-            transpose=_transpose(lanes), align=lib.align,
+            transpose=_transpose(lanes), scratch=lib.thread_scratch(),
             exp2=_exp2_nonpositive(lib, v, m))
         return (f"#define V {v}\n#define U {u}\n#define M {m}\n"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{body}\n"
