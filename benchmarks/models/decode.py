@@ -53,6 +53,108 @@ class Step(nn.Module):
         return (out.logits[:, -1], *new)
 
 
+class RowStep(nn.Module):
+    """One forward of the model over `ids` after a cache kept by the caller: `kv` (k0, v0, k1, ...)
+    are the cache's first `past` positions, position-major (1, past, heads, head_dim), so that
+    they are a contiguous prefix of one preallocated buffer; the step returns the logits of the
+    last position and only its own positions' keys and values (1, len(ids), heads, head_dim),
+    which the caller writes after the cache. The attention reads the cache where it is
+    (ember.passes.fold_cache_append): nothing cache-sized is copied per step. With no cache,
+    the prefill of a prompt (its rows: the whole prompt's)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids, *kv):
+        cache = _RowCache(self.model.config, kv)
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        return (out.logits[:, -1], *cache.rows)
+
+
+def _row_cache_class():
+    from transformers.cache_utils import DynamicCache
+
+    class RowCache(DynamicCache):
+        """A DynamicCache (its lengths, for the masks and positions) whose update gives the
+        attention concat(the caller's cache, the new positions), position-major, and records the
+        new positions as the step's rows; the DynamicCache's own concatenation is read by
+        nothing and goes (dead code in the compiled step)."""
+
+        def __init__(self, config, kv):
+            super().__init__(config=config)
+            self.kv, self.rows = kv, []
+            for layer in range(len(kv) // 2):
+                super().update(kv[2 * layer].transpose(1, 2), kv[2 * layer + 1].transpose(1, 2), layer)
+
+        def update(self, keys, values, layer_idx, *args, **kwargs):
+            super().update(keys, values, layer_idx, *args, **kwargs)
+            rows = [keys.transpose(1, 2), values.transpose(1, 2)]
+            self.rows += rows
+            if not self.kv:
+                return keys, values
+            past = self.kv[2 * layer_idx:2 * layer_idx + 2]
+            return tuple(torch.cat([p, r], 1).transpose(1, 2) for p, r in zip(past, rows))
+
+    return RowCache
+
+
+def _RowCache(config, kv):  # noqa: N802 (a class made once transformers is imported)
+    global _RowCache
+    cls = _row_cache_class()
+    _RowCache = cls
+    return cls(config, kv)
+
+
+def heads(model: nn.Module) -> tuple[int, int, int]:
+    """(layers, heads, head_dim) of the model's key/value cache."""
+    c = model.config
+    layers = getattr(c, "num_hidden_layers", None) or c.n_layer
+    n = getattr(c, "num_key_value_heads", None) or getattr(c, "num_attention_heads", None) or c.n_head
+    dim = getattr(c, "head_dim", None) or c.hidden_size // (getattr(c, "num_attention_heads", None) or c.n_head)
+    return layers, n, dim
+
+
+def compile_in_place(model: nn.Module, prompt_len: int, max_len: int, **options):
+    """(prefill, step) of RowStep, each compiled once: the prompt's length "seq" in [2, max_len],
+    the cache's "past" in [1, max_len - 1]."""
+    import ember
+
+    step = RowStep(model).eval()
+    ids = torch.zeros((1, prompt_len), dtype=torch.int64)
+    seq = torch.export.Dim("seq", min=2, max=max_len)
+    prefill = ember.compile(step, (ids,), dynamic_shapes=({1: seq},), **options)
+    layers, n, dim = heads(model)
+    kv = [torch.zeros((1, prompt_len, n, dim)) for _ in range(2 * layers)]
+    past = torch.export.Dim("past", min=1, max=max_len - 1)
+    decode = ember.compile(step, (ids[:, :1], *kv), dynamic_shapes=(None, tuple({1: past} for _ in kv)), **options)
+    return prefill, decode
+
+
+def generate_in_place(prefill, decode, prompt: np.ndarray, steps: int, max_len: int,
+                      times: list | None = None) -> list[int]:
+    """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
+    value of each layer, (1, max_len, heads, head_dim): each step reads the first `past` positions
+    in place and its rows are written at position `past` (the time of each step appended to
+    `times`, the row writes included)."""
+    logits, *rows = prefill(prompt)
+    bufs = [np.empty((1, max_len) + r.shape[2:], np.float32) for r in rows]
+    past = prompt.shape[1]
+    for b, r in zip(bufs, rows):
+        b[:, :past] = r
+    tokens = [int(np.argmax(logits[0]))]
+    for _ in range(steps - 1):
+        start = time.perf_counter()
+        logits, *rows = decode(np.array([[tokens[-1]]], dtype=np.int64), *(b[:, :past] for b in bufs))
+        for b, r in zip(bufs, rows):
+            b[:, past] = r[:, 0]
+        past += 1
+        tokens.append(int(np.argmax(logits[0])))
+        if times is not None:
+            times.append(time.perf_counter() - start)
+    return tokens
+
+
 def cache_shape(model: nn.Module, past: int) -> tuple[int, ...]:
     c = model.config
     return (1, c.n_head, past, c.n_embd // c.n_head)

@@ -35,7 +35,7 @@ SCORE_ROWS = 8  # rows of the scores' register tile (x 2 vectors)
 OUT_ROWS = 4  # rows of the output's register tile (x up to 4 vectors)
 
 _BODY = """\
-static void {name}(const float* restrict q, const float* restrict k, const float* restrict v,{mask_param}
+static void {name}(const float* restrict q, const float* restrict k, const float* restrict v,{mask_param}{new_param}
                    float* restrict out, int64_t q0, int64_t nq, int64_t S, int64_t E, int64_t Ev, int64_t q_rs,
                    int64_t k_rs, int64_t v_rs, int64_t o_rs, int64_t m_rs, int64_t m_cs, float scale) {{
   enum {{ R = {rows}, BK = {keys}, MR = {mr}, OR = {or_}, W = {lanes}, NV = R / W }};
@@ -76,9 +76,9 @@ static void {name}(const float* restrict q, const float* restrict k, const float
     for (int64_t jg = 0; jg < nk; jg += MR) {{
       const float* kr = k + (j0 + jg) * k_rs;
       int64_t krs = k_rs;
-      if (jg + MR > nk) {{  /* the last keys, copied (never a row past the caller's array) */
+      if (jg + MR > nk{last_group}) {{  /* the last keys, copied (never a row past the caller's array) */
         for (int64_t r = 0; r < MR; ++r)
-          for (int64_t e = 0; e < E; ++e) kb[r * E + e] = jg + r < nk ? kr[r * k_rs + e] : 0.0f;
+          for (int64_t e = 0; e < E; ++e) kb[r * E + e] = jg + r < nk ? {key_row}[e] : 0.0f;
         kr = kb;
         krs = E;
       }}
@@ -123,7 +123,7 @@ static void {name}(const float* restrict q, const float* restrict k, const float
         for (int r = 0; r < OR; ++r)
           for (int t = 0; t < 4; ++t) acc[r][t] = *(V*)(o + (rg + r) * evp + c + t * W);
         for (int64_t j = 0; j < nk; ++j) {{
-          const float* vr = v + (j0 + j) * v_rs + c;
+          const float* vr = {value_row} + c;
           V b0 = *(const U*)vr, b1 = *(const U*)(vr + W), b2 = *(const U*)(vr + 2 * W), b3 = *(const U*)(vr + 3 * W);
 #pragma GCC unroll {or_}
           for (int r = 0; r < OR; ++r) {{
@@ -142,7 +142,7 @@ static void {name}(const float* restrict q, const float* restrict k, const float
         V acc[OR];
         for (int r = 0; r < OR; ++r) acc[r] = *(V*)(o + (rg + r) * evp + c);
         for (int64_t j = 0; j < nk; ++j) {{
-          const float* vr = v + (j0 + j) * v_rs + c;
+          const float* vr = {value_row} + c;
           V b = zero;
           if (width == W) b = *(const U*)vr;
           else for (int64_t t = 0; t < width; ++t) b[t] = vr[t];
@@ -265,11 +265,11 @@ _MASKS = {
 }
 
 
-def attention(lib: CPrelude, mask: str, causal: bool, lanes: int) -> str:
+def attention(lib: CPrelude, mask: str, causal: bool, lanes: int, appended: bool = False) -> str:
     """The name of the routine's C function for this variant (`ember_attention_<mask>[_causal]`),
     for vectors of `lanes` float32 lanes (one width per unit: its target's), its scratch the
     thread's (`lib.thread_scratch`, at the target's alignment), written into the prelude the first time."""
-    name = f"ember_attention_{mask}{'_causal' if causal else ''}"
+    name = f"ember_attention_{mask}{'_causal' if causal else ''}{'_appended' if appended else ''}"
 
     def make() -> str:
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
@@ -285,6 +285,10 @@ def attention(lib: CPrelude, mask: str, causal: bool, lanes: int) -> str:
             mr=SCORE_ROWS, or_=OUT_ROWS, lanes=lanes, iota=", ".join(map(str, range(lanes))),
             kend="q0 + nq < S ? q0 + nq : S" if causal else "S", tile_store=tile_store, mask_pass=mask_pass,
             transpose=_transpose(lanes), scratch=lib.thread_scratch(),
+            new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",
+            last_group=" || j0 + jg + MR >= S" if appended else "",
+            key_row="(j0 + jg + r == S - 1 ? k_new : kr + r * k_rs)" if appended else "(kr + r * k_rs)",
+            value_row="(j0 + j == S - 1 ? v_new : v + (j0 + j) * v_rs)" if appended else "(v + (j0 + j) * v_rs)",
             exp2=_exp2_nonpositive(lib, v, m))
         return (f"#define V {v}\n#define U {u}\n#define M {m}\n"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{body}\n"

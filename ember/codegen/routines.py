@@ -33,7 +33,7 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         lib.source(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
         return routine
     if routine == ATTENTION:
-        return c_attention(lib, params["mask"], params["causal"], params["lanes"])
+        return c_attention(lib, params["mask"], params["causal"], params["lanes"], params.get("appended", False))
     if routine == GEMM_NBITS:
         make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
         return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
@@ -67,8 +67,13 @@ def _attention(params: dict, reads, writes, scalars) -> None:
     rows = np.arange(q0, q0 + nq)[:, None]
     keys = np.arange(s)[None, :]
     qb = q[q_off + rows * q_rs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scale)
-    kb = k[k_off + keys.T * k_rs + np.arange(e)[None, :]].astype(np.float64)
-    vb = v[v_off + keys.T * v_rs + np.arange(ev)[None, :]].astype(np.float64)
+    old = np.arange(s - 1 if params.get("appended") else s)[:, None]
+    kb = k[k_off + old * k_rs + np.arange(e)[None, :]].astype(np.float64)
+    vb = v[v_off + old * v_rs + np.arange(ev)[None, :]].astype(np.float64)
+    if params.get("appended"):  # the last key and value: the step's own, after the cache's
+        (kn, kn_off), (vn, vn_off) = reads[-2:]
+        kb = np.concatenate([kb, kn[kn_off:kn_off + e][None].astype(np.float64)])
+        vb = np.concatenate([vb, vn[vn_off:vn_off + ev][None].astype(np.float64)])
     scores = qb @ kb.T
     keep = np.ones(scores.shape, bool)
     if params["causal"]:

@@ -19,6 +19,12 @@ count) of their inputs (axis -2), so that one fused projection's output, reshape
 (..., L, 3 H, E), is read in place as all three (ember.passes.fold_qkv_split) instead of being
 split into three copies. The result has `count` heads.
 
+appended (a decode step over a cache kept in place): two more inputs, k_new and v_new, one
+position each, are the keys and values after k's and v's: the attention reads
+concat(k, k_new) and concat(v, v_new) on the sequence axis without making them, so that a cache
+the caller keeps in its own buffer is read where it is, once, and only the step's new row is
+written (ember.passes.fold_cache_append makes it from that concat).
+
 float32 attention with static embedding sizes (E, Ev) is fused, flash-attention style, whatever
 its sequence lengths, heads and batch (symbols included: a prefill of any length, a decode step
 over a cache of any length): one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
@@ -39,7 +45,7 @@ import math
 
 import numpy as np
 
-from .. import te
+from .. import dims, te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, cast, const, min_
@@ -57,7 +63,32 @@ def _heads_first(t: TensorType) -> TensorType:
     return TensorType(t.shape[:-3] + (t.shape[-2], t.shape[-3], t.shape[-1]), t.dtype)
 
 
+def _appended(types, attrs):
+    """The inputs with k_new and v_new (attribute appended) written into k and v as their types
+    (arrays) after the cache's: what the attention computes over."""
+    if not attrs.get("appended"):
+        return list(types)
+    *types, kn, vn = types
+    if isinstance(kn, TensorType):
+        axis = -3 if attrs["layout"] == "bshd" else -2
+        for name, old, new in (("k", types[1], kn), ("v", types[2], vn)):
+            if new.rank != old.rank or new.shape[axis] != 1 or new.shape[:axis] + new.shape[axis + 1:] != \
+                    old.shape[:axis] + old.shape[axis + 1:] or new.dtype != old.dtype:
+                raise OpTypeError(f"scaled_dot_product_attention: {name}_new must be {name} {old.shape} with one "
+                                  f"position on axis {axis}, got {new.dtype} {new.shape}")
+        grown = [TensorType(t.shape[:axis] + (dims.add(t.shape[axis], 1),) + t.shape[axis + 1:], t.dtype)
+                 for t in types[1:3]]
+        return [types[0], *grown, *types[3:]]
+    axis = -3 if attrs["layout"] == "bshd" else -2
+    return [types[0], np.concatenate([types[1], kn], axis), np.concatenate([types[2], vn], axis), *types[3:]]
+
+
 def _infer(types, attrs):
+    if len(types) < 3 + 2 * bool(attrs.get("appended")):
+        raise OpTypeError("scaled_dot_product_attention: appended takes q, k, v[, mask], k_new, v_new")
+    if attrs.get("appended") and attrs.get("heads") is not None:
+        raise OpTypeError("scaled_dot_product_attention: appended keys take whole k and v, not heads of them")
+    types = _appended(types, attrs)
     if attrs["layout"] not in LAYOUTS:
         raise OpTypeError(f"scaled_dot_product_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
     if attrs.get("heads") is not None:
@@ -123,6 +154,7 @@ def _scale(attrs, e: int) -> float:
 
 
 def reference(inputs, attrs):
+    inputs = _appended(inputs, attrs)
     if attrs.get("heads") is not None:
         inputs = _select_heads(inputs, attrs)
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
@@ -150,15 +182,30 @@ def reference(inputs, attrs):
 
 
 def _compute(inputs, attrs, out_types):
+    new = inputs[-2:] if attrs.get("appended") else None
+    if new is not None:
+        inputs = inputs[:-2]
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
     static = as_int(q.shape[-1]) is not None and as_int(v.shape[-1]) is not None  # E and Ev
     if static and {x.dtype for x in (q, k, v)} == {"float32"} and (mask is None or mask.dtype in ("bool", "float32")):
-        return [_fused(q, k, v, mask, attrs, out_types)]
+        return [_fused(q, k, v, mask, attrs, out_types, new)]
+    if new is not None:  # the staged stages read the keys whole: concatenated, as stages
+        inputs = [inputs[0], *(_grown(x, n, attrs) for x, n in zip(inputs[1:3], new)), *inputs[3:]]
     if attrs.get("heads") is not None:  # the staged stages read q, k, v whole: their heads copied out
         count, *firsts = attrs.get("heads")
         inputs = [_heads_of(x, count, f, n) for x, f, n in zip(inputs[:3], firsts, "qkv")] + list(inputs[3:])
     return _staged(inputs, attrs, out_types)
+
+
+def _grown(x, new, attrs):
+    """concat(x, new) on the sequence axis, as a stage."""
+    axis = x.ndim - (3 if attrs["layout"] == "bshd" else 2)
+    n = x.shape[axis]
+    shape = x.shape[:axis] + (n + 1,) + x.shape[axis + 1:]
+    return te.compute(shape, lambda *i: te.if_then_else(
+        i[axis] < n, x[i[:axis] + (min_(i[axis], n - 1),) + i[axis + 1:]], new[i[:axis] + (0,) + i[axis + 1:]]),
+        name="appended")
 
 
 def _heads_of(x, count: int, first: int, name: str):
@@ -181,21 +228,24 @@ def _strides(shape) -> list:
     return out[::-1]
 
 
-def _fused(q, k, v, mask, attrs, out_types):
+def _fused(q, k, v, mask, attrs, out_types, new=None):
     """The fused kernel (see the module doc): the routine per block of queries."""
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
     e_dim, ev_dim = as_int(qs[-1]), as_int(vs[-1])
     s_dim, l_dim = ks[-2], qs[-2]  # static or symbolic
+    if new is not None:
+        s_dim = s_dim + 1
     scale = _scale(attrs, e_dim)
-    out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []))
+    out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []) + list(new or []))
     batch = list(_swap(out_shape, bshd)[:-2])
     rows = as_int(l_dim)
     blocks = const(-(-rows // ATTENTION_ROWS)) if rows is not None else (l_dim + (ATTENTION_ROWS - 1)) // ATTENTION_ROWS
 
-    ins = list(dict.fromkeys([q, k, v] + ([mask] if mask is not None else [])))  # q, k, v may be one tensor
-    slots = [ins.index(x) for x in [q, k, v] + ([mask] if mask is not None else [])]
+    operands = [q, k, v] + ([mask] if mask is not None else []) + list(new or [])
+    ins = list(dict.fromkeys(operands))  # q, k, v may be one tensor
+    slots = [ins.index(x) for x in operands]
 
     def build(bufs, outs):
         bufs = [bufs[a] for a in slots]
@@ -231,10 +281,14 @@ def _fused(q, k, v, mask, attrs, out_types):
                 m_rs = m_st[-2]
             if as_int(mb.shape[-1]) != 1:
                 m_cs = m_st[-1]
+        if new is not None:
+            kn_shape, vn_shape = (_swap(x.shape, bshd) for x in new)
+            reads += [Pointer(bufs[-2], base(bufs[-2], kn_shape)[0]), Pointer(bufs[-1], base(bufs[-1], vn_shape)[0])]
         kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
         scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), s_dim, const(e_dim), const(ev_dim),
                    q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
-        call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"])), ("lanes", attrs["lanes"])),
+        params = (("mask", kind), ("causal", bool(attrs["causal"])), ("lanes", attrs["lanes"]))
+        call = CallRoutine(ATTENTION, params + ((("appended", True),) if new is not None else ()),
                            tuple(reads),
                            (Pointer(out, o_off),), scalars)
         total = blocks
@@ -311,8 +365,8 @@ register(OpDef(
     reference=reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None},
-    num_inputs=(3, 4),
+    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "appended": False},
+    num_inputs=(3, 6),
     doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd; q, k, v as heads of "
         "one packed input.",
     lanes=True,

@@ -52,6 +52,7 @@ from .dce import dce
 from .flatten_products import flatten_products
 from .fold_attention import fold_attention
 from .fold_batch_norm import fold_batch_norm
+from .fold_cache_append import fold_cache_append
 from .fold_constants import fold_constants
 from .fold_qkv_split import fold_qkv_split
 from .fold_transposes import fold_transposes
@@ -71,10 +72,11 @@ from .winograd import winograd
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
-                                                   simplify, cse, slice_products, fold_batch_norm, fuse_siblings,
-                                                   fold_qkv_split, flatten_products, quantize_weights, quantize_rows,
-                                                   bf16_weights, fp16_activations, bf16_activations, tf32_products,
-                                                   pad_gemv, layout, pack_weights, winograd, bf16_convs, dce)}
+                                                   simplify, fold_cache_append, cse, slice_products, fold_batch_norm,
+                                                   fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
+                                                   quantize_rows, bf16_weights, fp16_activations, bf16_activations,
+                                                   tf32_products, pad_gemv, layout, pack_weights, winograd, bf16_convs,
+                                                   dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
 # prefill's weight-only products on VNNI where it has it, layout blocks channels by its SIMD width,
@@ -106,10 +108,12 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
+    2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
+        "fold_cache_append", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
-    3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify", "cse", "slice_products",
+    3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
+        "fold_cache_append", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }

@@ -3,7 +3,7 @@ the calls (ember.ops) and the code generators that implement them (ember.codegen
 read them here.
 
 attention (params: mask "none" | "bool" | "additive", causal: bool, lanes: the target's float32
-lanes, the routine's vector width), float32: softmax(q k^T + mask)
+lanes, the routine's vector width, appended: bool, absent when false), float32: softmax(q k^T + mask)
 v for the query rows q0 .. q0 + nq - 1 (nq <= ATTENTION_ROWS) of one (batch, head), with an online
 softmax over blocks of keys (a running maximum and sum per row; the accumulated output rescaled
 when the maximum grows), so no row of scores outlives its block of keys.
@@ -12,6 +12,8 @@ when the maximum grows), so no row of scores outlives its block of keys.
              k     k[j, e] at k + j * k_rs + e
              v     v[j, c] at v + j * v_rs + c
              mask  (if any) mask[i, j] at mask + i * m_rs + j * m_cs (bool: bytes, additive: float32)
+             k_new, v_new  (if appended) key and value S - 1, at k_new + e and v_new + c: k and v
+                   hold keys 0 .. S - 2 only (a decode step's own row after a cache read in place)
     writes:  out   out[i, c] at out + i * o_rs + c
     scalars: q0, nq, S, E, Ev, q_rs, k_rs, v_rs, o_rs, m_rs, m_cs (int64), scale (float32)
 

@@ -175,3 +175,25 @@ def test_the_routine_s_scratch_takes_the_target_s_alignment(align):
     cm = ember.compile(Attention(), example_inputs=(q, k, v), target=Target(align=align))
     assert re.findall(r"aligned_alloc\((\d+),", cm.source) == [str(align)]  # the routine's scratch
     np.testing.assert_allclose(cm(q, k, v).numpy(), torch_sdpa()(q, k, v).numpy(), **TOL)
+
+
+@pytest.mark.parametrize("past", [5, 127, 130])
+def test_appended_row_after_a_cache_read_in_place(past):
+    """appended: one query over a cache of `past` keys and the step's own key and value (k_new,
+    v_new), the cache read where it is; in layout bshd with the decode step's bool mask, and
+    bhsd, against torch over the concatenated keys (past + 1 = 128: the new key alone in the
+    last group of a full block)."""
+    q, kn, vn = (rand(1, 1, 3, 16) for _ in range(3))
+    k, v = rand(1, past, 3, 16), rand(1, past, 3, 16)
+    keep = keep_mask(1, 1, 1, past + 1)
+
+    def fn(q, k, v, keep, kn, vn):
+        k, v = torch.cat([k, kn], 1).transpose(1, 2), torch.cat([v, vn], 1).transpose(1, 2)
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=keep).transpose(1, 2)
+
+    check_op(SDPA, [q, k, v, keep, kn, vn], {"layout": "bshd", "appended": True}, **TOL, targets=("c", "python"),
+             torch_fn=fn)
+    heads = [np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v, kn, vn)]
+    check_op(SDPA, heads, {"appended": True, "causal": False}, **TOL,
+             torch_fn=lambda q, k, v, kn, vn: F.scaled_dot_product_attention(q, torch.cat([k, kn], 2),
+                                                                                torch.cat([v, vn], 2)))
