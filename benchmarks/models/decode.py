@@ -1,6 +1,6 @@
-"""GPT-2 greedy generation with a KV cache, as ember compiles it: transformers' GPT2LMHeadModel
-(random weights; small=True: 2 layers, hidden 64, 2 heads), its step exported with the cache
-as explicit tensors in and out.
+"""GPT-2 and LLaMA greedy generation with a KV cache, as ember compiles it: transformers'
+GPT2LMHeadModel and LlamaForCausalLM (random weights; small=True: 2 layers, hidden 64), the step
+exported with the cache as explicit tensors.
 
 `Step(model)` takes the token ids and the cache as flat tensors (keys and values of each layer,
 each (1, heads, past, head_dim)) and returns the logits of the last position and the cache one
@@ -32,6 +32,23 @@ def gpt2_lm(small: bool = False, seed: int = 0):
     config = GPT2Config() if not small else GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=1000,
                                                        initializer_range=0.3, bos_token_id=1, eos_token_id=1)
     return GPT2LMHeadModel(config).eval()
+
+
+def llama_lm(small: bool = False, seed: int = 0):
+    """LlamaForCausalLM from a config of GPT-2 small's size (hidden 768, 12 layers of 12 heads,
+    MLP 2048, vocabulary 32000, untied head: 134 M parameters) or the reduced one (2 layers,
+    hidden 64, 4 heads, its weights drawn wider so that greedy tokens vary), random weights drawn
+    from `seed`, eval mode. As many key/value heads as heads: grouped heads' repeat would copy
+    the cache."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                vocab_size=1000, initializer_range=0.3) if small else \
+        dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, vocab_size=32000)
+    config = LlamaConfig(**size, num_key_value_heads=size["num_attention_heads"], max_position_embeddings=2048,
+                         bos_token_id=1, eos_token_id=1)
+    return LlamaForCausalLM(config).eval()
 
 
 class Step(nn.Module):

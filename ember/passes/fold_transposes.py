@@ -6,10 +6,14 @@
     matmul(T(a), b), matmul(a, T(b)) of rank 2             -> gemm(a, b; trans_a, trans_b)
 
 where T swaps axes -3 and -2 (the rest in place) for the attention, the two axes of a matrix for
-the gemm. A transformer splits heads as reshape(x, (B, S, H, D)) then T, and merges them as T then
-reshape: with the attention in layout bshd, the T it now writes meets the T of the merge and
-simplify cancels the pair; the reshapes are views of a buffer (no kernel, ember.passes.plan_memory).
-So this pass runs before simplify; the transposes it leaves unread go to dce.
+the gemm. An attention whose k and v are such transposes but whose q is not (LLaMA's: the rotary
+embedding computed in the heads-first layout) takes T(q) instead: one transpose of the queries
+for two of the keys and values (a decode step's cache among them).
+
+A transformer splits heads as reshape(x, (B, S, H, D)) then T, and merges them as T then reshape:
+with the attention in layout bshd, the T it now writes meets the T of the merge and simplify
+cancels the pair; the reshapes are views of a buffer (no kernel, ember.passes.plan_memory). So
+this pass runs before simplify; the transposes it leaves unread go to dce.
 """
 
 from __future__ import annotations
@@ -35,9 +39,13 @@ def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
 
 def _attention(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
     q, k, v = inputs[:3]
-    if not all(_swaps_heads(x) for x in (q, k, v)):
+    if not (_swaps_heads(k) and _swaps_heads(v)) or q.type.rank < 3 or node.attrs.get("appended"):
         return None
-    (out,) = rw.emit(SDPA, [x.node.inputs[0] for x in (q, k, v)] + inputs[3:], {**node.attrs, "layout": "bshd"},
+    if _swaps_heads(q):
+        q = q.node.inputs[0]
+    else:  # the query's rows (RoPE's, a decode step's one) transposed instead of the keys and values
+        (q,) = rw.emit("transpose", [q], {"perm": _head_swap(q.type.rank)}, hint=f"{node.name}_query")
+    (out,) = rw.emit(SDPA, [q, k.node.inputs[0], v.node.inputs[0]] + inputs[3:], {**node.attrs, "layout": "bshd"},
                      hint=node.name)
     return rw.emit("transpose", [out], {"perm": _head_swap(out.type.rank)}, hint=f"{node.name}_heads",
                    out_names=[node.outputs[0].name])

@@ -14,6 +14,10 @@ accelerator of ember.accel) the int8 products run on that device's simulator and
 CPU (offload.py): the result is a SegmentedModel, bit-exact against the CPU's, and
 `device_reports(model)` gives each product's cycles, DMA bytes and GEMM-core utilization.
 
+`weights="int8" | "int4"` (with group_size, zero_points, dynamic_shapes: ember.compile's options)
+is weight-only quantization instead, a language model's decode: the same as ember.compile with
+those options (ember.passes.quantize_weights), nothing to calibrate.
+
 `error(out, ref)` gives the measures a quantized model is reported by: the relative error
 ||out - ref|| / ||ref|| and the agreement of the top-1 class (argmax over the last axis).
 """
@@ -25,6 +29,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..compiler import compile as compile_model
 from ..compiler import compile_graph
 from ..errors import ArgumentTypeError
 from ..frontend import import_model
@@ -50,7 +55,13 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     operators after it (what offload does, so that a product's epilogue can run on the host).
     offload: an int8 accelerator (ember.accel.vta) to run the int8 products on (see the module doc);
     offload_tiles: the device tiles of some of its GEMM shapes (ember.quantization.offload.offload).
-    compile_options: those of ember.compile (target, opt_level, num_threads, ...)."""
+    compile_options: those of ember.compile (target, opt_level, num_threads, ...); weights=
+    "int8" | "int4": weight-only quantization, ember.compile's."""
+    if compile_options.get("weights") not in (None, "float32"):
+        if calibration_data is not None or dynamic or offload is not None:
+            raise ArgumentTypeError("ember.quantize: weights= quantizes the weights only (float32 activations): "
+                                    "it takes no calibration_data, dynamic or offload")
+        return compile_model(model, example_inputs, **compile_options)
     if method not in METHODS:
         raise ArgumentTypeError(f"ember.quantize: method must be one of {METHODS}, got {method!r}")
     if not dynamic and calibration_data is None:

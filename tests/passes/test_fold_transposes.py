@@ -77,6 +77,16 @@ def test_attention_with_some_heads_not_transposed_is_left_alone():
     assert ops(out) == ops(g)
 
 
+def test_keys_and_values_transposed_but_not_the_query_fold_with_the_query_transposed():
+    """LLaMA's case (the rotary embedding applied to q heads-first): k and v fold, q takes one
+    transpose."""
+    g = attention_block(transposed=("k", "v"))
+    out = dce(simplify(fold_transposes(g)))
+    (sdpa,) = [n for n in out.nodes if n.op == SDPA]
+    assert sdpa.attrs["layout"] == "bshd" and ops(out).count("transpose") == 1
+    check_same(g, out)
+
+
 def matrix_graph(op: str, transpose_a: bool, transpose_b: bool, attrs=None) -> Graph:
     g = Graph("matrices")
     a = g.add_input("a", TensorType((5, 7) if transpose_a else (7, 5)))

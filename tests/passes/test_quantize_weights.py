@@ -9,7 +9,7 @@ import pytest
 from pass_check import ops
 
 import ember
-from ember.errors import ConfigError
+from ember.errors import ArgumentTypeError, ConfigError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
 from ember.passes.quantize_weights import WeightFormat, quantize_weights
@@ -60,6 +60,16 @@ def test_compiled_against_float32(weights, group, zero_points, tol):
         want = [x @ c["w"] + c["c"], x @ c["tied"].T, x @ c["tied"].T]
         for got, ref in zip(model(x), want):
             assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < tol
+
+
+def test_ember_quantize_with_weights_is_weight_only():
+    g = _graph()
+    model = ember.quantize(g, weights="int8")
+    assert {n.op for n in model.graph.nodes if n.op.startswith("gemm")} == {"gemm_nbits"}
+    x = _rand(2, 64)
+    np.testing.assert_array_equal(model(x)[0], ember.compile(g, weights="int8")(x)[0])
+    with pytest.raises(ArgumentTypeError, match="weights only"):
+        ember.quantize(g, calibration_data=[x], weights="int4")
 
 
 def test_bad_options_are_config_errors():
