@@ -1,31 +1,34 @@
-"""GPT-2 small greedy decode with a KV cache: tokens/s of ember (float32 weights, and weight-only
-int8 and int4), torch eager and transformers' `generate`, next to the memory-bandwidth bound, each
-runtime in its own process.
+"""Greedy decode with a KV cache, GPT-2 small and a LLaMA-architecture model of its size
+(benchmarks/models/decode.py: transformers' models, random weights): tokens/s of ember (float32
+weights, and weight-only int8 and int4), torch eager and transformers' `generate`, at two
+context lengths, next to the memory-bandwidth bound, each runtime in its own process.
 
-A decode step reads every weight once (the embedding tables but one row each; the LM head, tied to
-the token embedding, in full): at batch 1 it is a chain of GEMVs, bound by memory bandwidth. The
-bound is copy bandwidth / weight bytes per token, the copy bandwidth measured in the same run
-(STREAM's copy: a 256 MiB array copied by torch on --threads threads, read + write bytes counted).
-ember's int8 and int4 steps read their weights' codes and scales (ember.compile(..., weights=));
-their bytes per token are the compiled step's weights (an embedding table the step only gathers
-from counted as one row) and each has its own bound. Their greedy tokens are compared with
-float32's (the agreement: the share of the steps that give float32's token).
+A decode step reads every weight once (the embedding tables but one row each; an LM head in
+full) and the cache of its context once: at batch 1 it is a chain of GEMVs and an attention,
+bound by memory bandwidth. Bytes per token are the compiled step's weights (ember's int8 and
+int4: their codes and scales; a table the step only gathers from counted as one row) plus the
+cache read at that context (keys and values of every layer, float32); the bound is copy
+bandwidth / bytes per token, the copy bandwidth measured in the same run (STREAM's copy: a 256
+MiB array copied by torch on --threads threads, read + write bytes counted). The greedy tokens
+of int8 and int4 are compared with float32's (the agreement: the share of the steps that give
+float32's token), and the prefill logits' relative error printed.
 "ember GEMV" is a chain of 12 GPT-2 MLPs (768x3072 and 3072x768 GEMVs, 226 MB of float32 weights,
 more than the caches) compiled by ember with each weight format: its weight bytes (codes and
 scales) per second, against the same copy bandwidth.
 
-The prefill of the prompt is timed apart for each of ember's weight formats, and the relative
-error of its logits against float32's printed with the tokens' agreement.
+Runtimes (benchmarks/models/decode.py): ember runs RowStep's prefill and then the step compiled
+once with the cache length a symbol, the cache in place (one preallocated buffer per key and
+value of each layer, each step reading its prefix and writing its own row:
+generate_in_place); torch eager runs the Step module over the growing cache; transformers'
+generate uses its DynamicCache. All must give the same greedy tokens (checked at the first
+context). A first process compiles and saves ember's models; each timing process loads one
+runtime only (idle threads of one runtime never slow another) and the runtimes take turns over
+--rounds rounds; each figure is the best round's median time per token (prefill excluded). The
+prefill of --prompt tokens is timed apart for each of ember's weight formats (on x86 with VNNI
+int8 and int4 weights' prefill multiplies int8 rows: ember.passes.quantize_rows).
 
-Runtimes (benchmarks/models/decode.py): ember (each weight format) runs the prefill and then the step compiled once
-with the cache length a symbol, the cache explicit tensors in and out; torch eager runs the same
-step module; transformers' generate uses its DynamicCache. All three must give the same greedy
-tokens (checked). A first process compiles and saves ember's models; each timing process loads
-one runtime only (idle threads of one runtime never slow another) and the runtimes take turns
-over --rounds rounds; each figure is the best round's median time per token (prefill excluded:
-ember's and eager's loops time each step, generate's is the difference of N tokens and 1).
-
-    python benchmarks/decode.py [--small] [--tokens 64] [--prompt 8] [--rounds 2] [--threads 2] [--group 128]
+    python benchmarks/decode.py [--small] [--models gpt2,llama] [--contexts 128,1024] [--tokens 32]
+                                [--prompt 128] [--rounds 2] [--threads 2] [--group 128]
 """
 
 from __future__ import annotations
@@ -64,36 +67,55 @@ def step_bytes(model) -> int:
     return total
 
 
-def prepare(args, folder: Path) -> dict:
+def cache_bytes(model, context: int) -> int:
+    """Bytes of float32 keys and values a step reads at `context` positions."""
+    from benchmarks.models.decode import heads
+
+    layers, n, dim = heads(model)
+    return 2 * layers * context * n * dim * 4
+
+
+def _model(name: str, small: bool):
+    from benchmarks.models.decode import gpt2_lm, llama_lm
+
+    return (gpt2_lm if name == "gpt2" else llama_lm)(small=small)
+
+
+def contexts(args, model) -> list[int]:
+    """The prompt lengths timed: --contexts, each at most what the model's positions take."""
+    limit = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    return [min(c, limit - args.tokens - 1) for c in args.contexts]
+
+
+def prepare(args, folder: Path, name: str) -> dict:
     import torch
 
-    import ember
-    from benchmarks.models.decode import compile_decode, ember_generate, gpt2_lm, hf_generate, torch_generate
+    from benchmarks.models.decode import compile_in_place, generate_in_place, hf_generate, torch_generate
 
-    model = gpt2_lm(small=args.small)
+    model = _model(name, args.small)
+    lengths = contexts(args, model)
+    max_len = max(lengths) + args.tokens + 1
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
     compile_s, tokens, nbytes, logits = {}, {}, {}, {}
     for weights in WEIGHTS:
         start = time.perf_counter()
-        prefill, step = compile_decode(model, args.prompt, args.prompt + args.tokens + 1,
-                                       weights=None if weights == "float32" else weights, group_size=args.group)
+        prefill, step = compile_in_place(model, args.prompt, max_len, weights=None if weights == "float32" else weights,
+                                         group_size=args.group)
         compile_s[weights] = time.perf_counter() - start
-        tokens[weights] = ember_generate(prefill, step, prompt.numpy(), args.tokens)
+        tokens[weights] = generate_in_place(prefill, step, prompt.numpy(), args.tokens, max_len)
         logits[weights] = prefill(prompt.numpy())[0]
         nbytes[weights] = step_bytes(step)
-        prefill.save(folder / f"prefill-{weights}")
-        step.save(folder / f"step-{weights}")
+        prefill.save(folder / f"{name}-prefill-{weights}")
+        step.save(folder / f"{name}-step-{weights}")
     same = {"eager": tokens["float32"] == torch_generate(model, prompt, args.tokens),
             "generate": tokens["float32"] == hf_generate(model, prompt, args.tokens)}
     agree = {w: float(np.mean(np.array(tokens[w]) == np.array(tokens["float32"]))) for w in WEIGHTS}
     error = {w: float(np.linalg.norm(logits[w] - logits["float32"]) / np.linalg.norm(logits["float32"]))
              for w in WEIGHTS}
-    np.save(folder / "prompt.npy", prompt.numpy())
-    for weights in WEIGHTS:
-        ember.compile(gemv_chain(), num_threads=args.threads, weights=None if weights == "float32" else weights,
-                      group_size=args.group).save(folder / f"gemv-{weights}")
+    np.save(folder / f"{name}-prompt.npy", prompt.numpy())
     return {"compile_s": compile_s, "same": same, "bytes": nbytes, "agree": agree, "error": error,
-            "params": sum(p.numel() for p in model.parameters())}
+            "params": sum(p.numel() for p in model.parameters()), "contexts": lengths, "max_len": max_len,
+            "cache": {str(c): cache_bytes(model, c) for c in lengths}}
 
 
 def gemv_chain(layers: int = 12, d: int = 768):
@@ -155,81 +177,119 @@ def worker(args, folder: Path) -> dict:
             t = ember.bench(lambda m=model: m(x), warmup=3, repeat=20, number=1).median
             gbs[weights] = sum(w.nbytes for w in model.weights.values()) / t / 1e9
         return {"gemv_gbs": gbs}
-    from benchmarks.models.decode import ember_generate, gpt2_lm, hf_generate, torch_generate
-
-    prompt = np.load(folder / "prompt.npy")
+    model = _model(args.model, args.small)
+    info = json.loads((folder / f"{args.model}-info.json").read_text())
+    out, ember_models = {}, None
     if args.worker in EMBER:
         weights = args.worker.removeprefix("ember-")
-        prefill = ember.load(folder / f"prefill-{weights}", num_threads=args.threads)
-        step = ember.load(folder / f"step-{weights}", num_threads=args.threads)
-        run = lambda n, times: ember_generate(prefill, step, prompt, n, times)
-        prefill_s = ember.bench(lambda: prefill(prompt), warmup=1, repeat=args.repeat, number=1).median
-    else:
-        model = gpt2_lm(small=args.small)
-        p = torch.from_numpy(prompt)
-        if args.worker == "eager":
-            run = lambda n, times: torch_generate(model, p, n, times)
-        else:
-            run = lambda n, times: hf_generate(model, p, n)
-    run(4, None)  # warm up
-    repeat = args.repeat if args.worker != "generate" else max(args.repeat, 3)
-    timing = {"s_per_token": per_token(run, args.tokens, repeat, timed_steps=args.worker != "generate")}
-    return timing | ({"prefill_s": prefill_s} if args.worker in EMBER else {})
+        prefill = ember.load(folder / f"{args.model}-prefill-{weights}", num_threads=args.threads)
+        step = ember.load(folder / f"{args.model}-step-{weights}", num_threads=args.threads)
+        prompt = np.load(folder / f"{args.model}-prompt.npy")
+        out["prefill_s"] = ember.bench(lambda: prefill(prompt), warmup=1, repeat=args.repeat, number=1).median
+        ember_models = (prefill, step)
+    for context in info["contexts"]:
+        ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(2))
+        run = _runner(args.worker, model, ids, info["max_len"], ember_models)
+        run(4, None)  # warm up
+        repeat = args.repeat if args.worker != "generate" else max(args.repeat, 3)
+        out[str(context)] = per_token(run, args.tokens, repeat, timed_steps=args.worker != "generate")
+    return out
+
+
+def _runner(runtime: str, model, ids, max_len: int, ember_models):
+    """run(n, times): `runtime`'s greedy generation of n tokens after the prompt ids."""
+    from benchmarks.models.decode import generate_in_place, hf_generate, torch_generate
+
+    if runtime in EMBER:
+        return lambda n, times: generate_in_place(*ember_models, ids.numpy(), n, max_len, times)
+    if runtime == "eager":
+        return lambda n, times: torch_generate(model, ids, n, times)
+    return lambda n, times: hf_generate(model, ids, n)
+
+
+def report(args, name: str, info: dict, results: dict, copy: float) -> None:
+    """The model's lines: compile times, tokens' agreement, prefill, and per context the table."""
+    label = {"gpt2": "GPT-2", "llama": "LLaMA"}[name] + (" (small config)" if args.small else "")
+    print(f"\n{label}: {info['params'] / 1e6:.0f} M parameters; ember compiled the prefill and the step in " +
+          ", ".join(f"{s:.0f} s ({w})" for w, s in info["compile_s"].items()))
+    print(f"greedy tokens identical: ember = torch eager: {info['same']['eager']}, ember = transformers generate: "
+          f"{info['same']['generate']}; agreement with float32's {args.tokens} tokens: " +
+          ", ".join(f"{w} {a:.0%}" for w, a in info["agree"].items()))
+    print("prefill logits' ||delta|| / ||float32||: " + ", ".join(f"{w} {e:.4f}" for w, e in info["error"].items()))
+    prefill = {r: min(x["prefill_s"] for x in results[r]) for r in EMBER}
+    print(f"prefill of {args.prompt} tokens: " + ", ".join(f"{r} {1e3 * s:.0f} ms ({s / prefill['ember-float32']:.2f}x)"
+                                                            for r, s in prefill.items()))
+    timed = (*EMBER, "eager", "generate")
+    for context in info["contexts"]:
+        tps = {r: 1 / min(x[str(context)] for x in results[r]) for r in timed}
+        cache = info["cache"][str(context)]
+        weights = {r: info["bytes"]["float32"] for r in timed} | {f"ember-{w}": b for w, b in info["bytes"].items()}
+        print(f"context {context} (cache {cache / 1e6:.0f} MB read per token):")
+        print(f"  {'runtime':<22}{'tokens/s':>10}{'ms/token':>10}{'MB/token':>10}{'bound':>10}{'of bound':>10}"
+              f"{'x fp32':>10}")
+        for r in timed:
+            nbytes = weights[r] + cache
+            bound = copy * 1e9 / nbytes
+            print(f"  {r:<22}{tps[r]:>10.1f}{1e3 / tps[r]:>10.1f}{nbytes / 1e6:>10.0f}{bound:>10.1f}"
+                  f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--small", action="store_true", help="the reduced GPT-2 (2 layers, hidden 64)")
-    ap.add_argument("--tokens", type=int, default=64, help="tokens generated per timed generation")
-    ap.add_argument("--prompt", type=int, default=8, help="prompt length")
+    ap.add_argument("--small", action="store_true", help="the reduced models (2 layers, hidden 64)")
+    ap.add_argument("--models", default="gpt2,llama", help="gpt2, llama or both")
+    ap.add_argument("--contexts", default="128,1024", help="context lengths (prompts) the steps are timed after")
+    ap.add_argument("--tokens", type=int, default=32, help="tokens generated per timed generation")
+    ap.add_argument("--prompt", type=int, default=128, help="the prompt length of the timed prefill")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="timed generations per process")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--group", type=int, default=128, help="int4's group size")
     ap.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.contexts = [int(c) for c in str(args.contexts).split(",")]
     if args.worker:
         print(json.dumps(worker(args, Path(args.folder))))
         return
+    names = args.models.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        info = prepare(args, folder)
-        print(f"GPT-2{' (small config)' if args.small else ''}: {info['params'] / 1e6:.0f} M parameters; ember "
-              f"compiled the prefill and the step in " + ", ".join(f"{s:.0f} s ({w})" for w, s in
-                                                                    info["compile_s"].items()), flush=True)
-        print(f"greedy tokens identical: ember = torch eager: {info['same']['eager']}, "
-              f"ember = transformers generate: {info['same']['generate']}; agreement with float32's "
-              f"{args.tokens} tokens: " + ", ".join(f"{w} {a:.0%}" for w, a in info["agree"].items()), flush=True)
-        print("prefill logits' ||delta|| / ||float32||: " + ", ".join(f"{w} {e:.4f}" for w, e in
-                                                                     info["error"].items()), flush=True)
-        results: dict[str, list[dict]] = {r: [] for r in RUNTIMES}
+        infos = {}
+        for name in names:
+            infos[name] = prepare(args, folder, name)
+            (folder / f"{name}-info.json").write_text(json.dumps(infos[name]))
+            print(f"{name} compiled", flush=True)
+        for weights in WEIGHTS:
+            ember_compile_gemv(args, folder, weights)
+        results: dict[tuple, list[dict]] = {}
+        jobs = [(None, r) for r in ("copy", "gemv")] + [(n, r) for n in names for r in (*EMBER, "eager", "generate")]
         for rnd in range(args.rounds):
-            for runtime in RUNTIMES:
+            for name, runtime in jobs:
                 cmd = [sys.executable, __file__, "--worker", runtime, "--folder", str(folder), "--tokens",
-                       str(args.tokens), "--repeat", str(args.repeat), "--threads", str(args.threads)]
+                       str(args.tokens), "--repeat", str(args.repeat), "--threads", str(args.threads),
+                       "--contexts", ",".join(map(str, args.contexts)), "--prompt", str(args.prompt)]
+                cmd += ["--model", name] if name else []
                 out = subprocess.run(cmd + ["--small"] * args.small, capture_output=True, text=True, cwd=ROOT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
                 if out.returncode:
                     raise SystemExit(f"{runtime} failed:\n{out.stderr[-3000:]}")
-                results[runtime].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                results.setdefault((name, runtime), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {rnd + 1}/{args.rounds} done", flush=True)
-    timed = (*EMBER, "eager", "generate")
-    tps = {r: 1 / min(x["s_per_token"] for x in results[r]) for r in timed}
-    copy = max(x["copy_gbs"] for x in results["copy"])
-    gemv = {w: max(x["gemv_gbs"][w] for x in results["gemv"]) for w in WEIGHTS}
-    nbytes = {r: info["bytes"]["float32"] for r in timed} | {f"ember-{w}": b for w, b in info["bytes"].items()}
-    print(f"\ncopy bandwidth {copy:.1f} GB/s; ember GEMV chain (weight bytes / time): " +
+    copy = max(x["copy_gbs"] for x in results[(None, "copy")])
+    gemv = {w: max(x["gemv_gbs"][w] for x in results[(None, "gemv")]) for w in WEIGHTS}
+    print(f"\ncopy bandwidth {copy:.1f} GB/s ({args.threads} threads); ember GEMV chain (weight bytes / time): " +
           ", ".join(f"{w} {g:.1f} GB/s = {g / copy:.0%} of copy" for w, g in gemv.items()))
-    prefill = {r: min(x["prefill_s"] for x in results[r]) for r in EMBER}
-    print(f"prefill of {args.prompt} tokens: " + ", ".join(f"{r} {1e3 * s:.0f} ms ({s / prefill['ember-float32']:.2f}x)"
-                                                            for r, s in prefill.items()))
-    print(f"{'runtime':<24}{'tokens/s':>10}{'ms/token':>10}{'MB/token':>10}{'bound':>10}{'of bound':>10}"
-          f"{'x fp32':>10}")
-    for r in timed:
-        bound = copy * 1e9 / nbytes[r]
-        print(f"{r:<24}{tps[r]:>10.1f}{1e3 / tps[r]:>10.1f}{nbytes[r] / 1e6:>10.0f}{bound:>10.1f}"
-              f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
+    for name in names:
+        report(args, name, infos[name], {r: results[(name, r)] for n, r in jobs if n == name}, copy)
+
+
+def ember_compile_gemv(args, folder: Path, weights: str) -> None:
+    import ember
+
+    ember.compile(gemv_chain(), num_threads=args.threads, weights=None if weights == "float32" else weights,
+                  group_size=args.group).save(folder / f"gemv-{weights}")
 
 
 if __name__ == "__main__":
