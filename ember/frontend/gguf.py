@@ -1,6 +1,7 @@
-"""GGUF files (llama.cpp's format, read with the `gguf` package) in: a GPT-2 model's tensors
-mapped onto transformers' GPT2LMHeadModel, built from the file's metadata, and its quantized
-tensors kept as gemm_nbits codes, so that a llama.cpp user's weights run on ember's kernels:
+"""GGUF files (llama.cpp's format, read with the `gguf` package) in: a GPT-2 or LLaMA model's
+tensors mapped onto transformers' GPT2LMHeadModel or LlamaForCausalLM, built from the file's
+metadata, and its quantized tensors kept as gemm_nbits codes, so that a llama.cpp user's weights
+run on ember's kernels:
 
     g = load_gguf("gpt2.Q4_0.gguf")
     step = ember.compile(Step(g.model), inputs, dynamic_shapes=..., weights=g.weights)
@@ -14,8 +15,12 @@ scales in float32, and the torch model gets their float32 dequantization, bit fo
 finds the codes again (`weights`, for ember.compile's weights= option).
 
 The names are llama.cpp's (token_embd, position_embd, blk.N.attn_norm, attn_qkv, attn_output,
-ffn_norm, ffn_up, ffn_down, output_norm, output: the matrices stored (out, in)); the LM head is
-tied to token_embd when the file has no output.weight. Another architecture, another tensor
+ffn_norm, ffn_up, ffn_down, output_norm, output: the matrices stored (out, in); LLaMA's attn_q,
+attn_k, attn_v and ffn_gate too, its norms RMS norms without bias). llama.cpp's converter permutes
+the rows of LLaMA's attn_q and attn_k within each head (its rotary embedding pairs adjacent
+elements, transformers' the two halves): the permutation is undone on the rows, codes and
+scales alike (whole blocks move, none is requantized). The LM head is tied to token_embd when
+the file has no output.weight. Another architecture, another tensor
 type, or a missing tensor or metadata key is a WeightsFileError that names it and what ember
 reads.
 """
@@ -28,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import WeightsFileError
-from ..tir.nbits import QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
+from ..tir.nbits import QuantizedWeight, digest, pack_int4, pack_int8, pad_columns, unpack
 
-ARCHITECTURES = ("gpt2",)
+ARCHITECTURES = ("gpt2", "llama")
 TYPES = ("F32", "F16", "Q8_0", "Q4_0")
 BLOCK = 32  # weights per Q8_0 / Q4_0 block
 
@@ -40,7 +45,7 @@ class GGUFModel:
     """A GGUF file as a torch model (its weights dequantized) and the quantized weights by the
     digest of their float32 form (ember.compile's weights=)."""
 
-    model: object  # transformers' GPT2LMHeadModel, eval mode
+    model: object  # transformers' GPT2LMHeadModel or LlamaForCausalLM, eval mode
     weights: dict[str, QuantizedWeight] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)  # tensor name -> its GGUF type
 
@@ -49,7 +54,6 @@ def load_gguf(path: str | Path) -> GGUFModel:
     """The model of a GGUF file (see the module doc)."""
     import gguf
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     reader = gguf.GGUFReader(str(path))
     arch = _field(reader, path, "general.architecture")
@@ -60,21 +64,18 @@ def load_gguf(path: str | Path) -> GGUFModel:
         if t.tensor_type.name not in TYPES:
             raise WeightsFileError(f"{path}: tensor {t.name!r} is of type {t.tensor_type.name}; ember reads "
                                    f"{', '.join(TYPES)}")
-    layers = int(_field(reader, path, "gpt2.block_count"))
     vocab = int(_tensor(tensors, path, "token_embd.weight").shape[1])
-    config = GPT2Config(n_embd=int(_field(reader, path, "gpt2.embedding_length")), n_layer=layers,
-                        n_head=int(_field(reader, path, "gpt2.attention.head_count")),
-                        n_positions=int(_field(reader, path, "gpt2.context_length")),
-                        n_inner=int(_field(reader, path, "gpt2.feed_forward_length")),
-                        layer_norm_epsilon=float(_field(reader, path, "gpt2.attention.layer_norm_epsilon")),
-                        vocab_size=vocab, tie_word_embeddings="output.weight" not in tensors,
-                        bos_token_id=_token(reader, "bos", vocab), eos_token_id=_token(reader, "eos", vocab))
-    model = GPT2LMHeadModel(config).eval()
+    tied = "output.weight" not in tensors
+    field = lambda key: _field(reader, path, f"{arch}.{key}")  # noqa: E731
+    model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader)
     params = dict(model.named_parameters(remove_duplicate=False))
     out = GGUFModel(model)
-    for hf, name, conv in _gpt2_names(layers, tied=config.tie_word_embeddings):
+    for hf, name, conv in names:
         t = _tensor(tensors, path, name)
         dense, q = _read(t)
+        if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
+            heads = model.config.num_attention_heads if "attn_q" in name else model.config.num_key_value_heads
+            dense, q = _unpermute(dense, q, heads)
         out.types[name] = t.tensor_type.name
         if q is not None:
             out.weights[digest(dense.T)] = q
@@ -85,6 +86,50 @@ def load_gguf(path: str | Path) -> GGUFModel:
         with torch.no_grad():
             params[hf].copy_(torch.from_numpy(np.ascontiguousarray(value)))
     return out
+
+
+def _gpt2(field, vocab: int, tied: bool, reader):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    layers = int(field("block_count"))
+    config = GPT2Config(n_embd=int(field("embedding_length")), n_layer=layers,
+                        n_head=int(field("attention.head_count")), n_positions=int(field("context_length")),
+                        n_inner=int(field("feed_forward_length")),
+                        layer_norm_epsilon=float(field("attention.layer_norm_epsilon")),
+                        vocab_size=vocab, tie_word_embeddings=tied,
+                        bos_token_id=_token(reader, "bos", vocab), eos_token_id=_token(reader, "eos", vocab))
+    return GPT2LMHeadModel(config).eval(), list(_gpt2_names(layers, tied))
+
+
+def _llama(field, vocab: int, tied: bool, reader):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    layers = int(field("block_count"))
+    heads = int(field("attention.head_count"))
+    kv = reader.fields.get("llama.attention.head_count_kv")
+    base = reader.fields.get("llama.rope.freq_base")
+    config = LlamaConfig(hidden_size=int(field("embedding_length")), num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=int(kv.contents()) if kv else heads,
+                         intermediate_size=int(field("feed_forward_length")),
+                         max_position_embeddings=int(field("context_length")),
+                         rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
+                         rope_theta=float(base.contents()) if base else 10000.0, vocab_size=vocab,
+                         tie_word_embeddings=tied, bos_token_id=_token(reader, "bos", vocab),
+                         eos_token_id=_token(reader, "eos", vocab))
+    return LlamaForCausalLM(config).eval(), list(_llama_names(layers, tied))
+
+
+def _unpermute(dense: np.ndarray, q: QuantizedWeight | None, heads: int):
+    """attn_q's or attn_k's (out, in) rows in transformers' order: llama.cpp's converter wrote
+    rows (head, half, i) as (head, i, half)."""
+    rows = dense.shape[0]
+    order = np.arange(rows).reshape(heads, rows // heads // 2, 2).transpose(0, 2, 1).reshape(-1)
+    if q is not None:  # the codes' and scales' columns (the output features) moved alike
+        codes = unpack(q.codes, q.bits)[:, :rows][:, order]
+        pack = pack_int8 if q.bits == 8 else pack_int4
+        q = QuantizedWeight(q.bits, q.group, pack(codes), pad_columns(q.scales[:, :rows][:, order]))
+        return q.dense(rows).T, q
+    return dense[order], None
 
 
 def _read(t) -> tuple[np.ndarray, QuantizedWeight | None]:
@@ -126,9 +171,23 @@ def _gpt2_names(layers: int, tied: bool):
         yield "lm_head.weight", "output.weight", False
 
 
+def _llama_names(layers: int, tied: bool):
+    """(transformers' parameter, the GGUF tensor, False: LLaMA's Linear layers keep (out, in))."""
+    yield "model.embed_tokens.weight", "token_embd.weight", False
+    for i in range(layers):
+        for hf, name in (("input_layernorm", "attn_norm"), ("self_attn.q_proj", "attn_q"),
+                         ("self_attn.k_proj", "attn_k"), ("self_attn.v_proj", "attn_v"),
+                         ("self_attn.o_proj", "attn_output"), ("post_attention_layernorm", "ffn_norm"),
+                         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
+            yield f"model.layers.{i}.{hf}.weight", f"blk.{i}.{name}.weight", False
+    yield "model.norm.weight", "output_norm.weight", False
+    if not tied:
+        yield "lm_head.weight", "output.weight", False
+
+
 def _tensor(tensors: dict, path, name: str):
     if name not in tensors:
-        raise WeightsFileError(f"{path}: no tensor {name!r}, which a GPT-2 model needs")
+        raise WeightsFileError(f"{path}: no tensor {name!r}, which the model of its architecture needs")
     return tensors[name]
 
 
@@ -141,5 +200,5 @@ def _token(reader, which: str, vocab: int) -> int:
 def _field(reader, path, key: str):
     f = reader.fields.get(key)
     if f is None:
-        raise WeightsFileError(f"{path}: no metadata key {key!r}, which a GPT-2 model needs")
+        raise WeightsFileError(f"{path}: no metadata key {key!r}, which the model of its architecture needs")
     return f.contents()

@@ -13,7 +13,8 @@ scale = (max - min) / 15, zero = round(-min / scale), w = scale (q - zero).
 
 Weights quantized already (a GGUF file's, ember.frontend.gguf) reach the graph as their exact
 float32 dequantization; given as `known` (by the digest of that float32 weight), they take
-their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)).
+their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)),
+also where fuse_siblings concatenated them (LLaMA's q, k and v): pieces of whole panels, joined.
 
 Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4), a
 non-constant weight, alpha or beta other than 1, or a bias that is not one value per column.
@@ -30,7 +31,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..graph.core import Graph, Node, Value
-from ..tir.nbits import GROUPS, QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
+from ..tir.nbits import GROUPS, PANEL, QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
 from .rewrite import Rewriter, rebuild
 
 WEIGHTS = ("int8", "int4")
@@ -128,11 +129,34 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
     return rw.emit("gemm_nbits", [x] + inputs, attrs, hint=node.name, out_names=[node.outputs[0].name])
 
 
+def _joined(dense: np.ndarray, known: Mapping[str, QuantizedWeight]) -> QuantizedWeight | None:
+    """The codes of a weight that fuse_siblings concatenated from known ones (LLaMA's q, k and v,
+    gate and up), pieces of whole panels of one format joined panel by panel; else None."""
+    k = dense.shape[0]
+    widths = sorted({q.codes.shape[0] * PANEL for q in known.values() if q.codes.shape[1] == k}, reverse=True)
+    pieces, at = [], 0
+    while at < dense.shape[1]:
+        found = (known.get(digest(dense[:, at:at + w])) for w in widths if at + w <= dense.shape[1])
+        piece = next((q for q in found if q is not None), None)
+        if piece is None:
+            return None
+        pieces.append(piece)
+        at += piece.codes.shape[0] * PANEL
+    first = pieces[0]
+    if len(pieces) < 2 or any((p.bits, p.group, p.offsets is None) != (first.bits, first.group, first.offsets is None)
+                              for p in pieces):
+        return None
+    join = lambda arrays, axis: np.ascontiguousarray(np.concatenate(arrays, axis=axis))  # noqa: E731
+    return QuantizedWeight(first.bits, first.group, join([p.codes for p in pieces], 0),
+                           join([p.scales for p in pieces], -1),
+                           None if first.offsets is None else join([p.offsets for p in pieces], -1))
+
+
 def _quantized(dense: np.ndarray, fmt: WeightFormat) -> QuantizedWeight | None:
     """The quantized form of a (K, N) weight: the one `fmt.known` holds for it, else quantized to
     fmt's bits (None: it stays float32)."""
     if fmt.known:
-        q = fmt.known.get(digest(dense))
+        q = fmt.known.get(digest(dense)) or _joined(dense, fmt.known)
         if q is not None:
             return q
     if fmt.bits == 8:
