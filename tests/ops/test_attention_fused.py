@@ -180,8 +180,8 @@ def test_the_routine_s_scratch_takes_the_target_s_alignment(align):
 @pytest.mark.parametrize("past", [5, 127, 130])
 def test_appended_row_after_a_cache_read_in_place(past):
     """appended: one query over a cache of `past` keys and the step's own key and value (k_new,
-    v_new), the cache read where it is; in layout bshd with the decode step's bool mask, and
-    bhsd, against torch over the concatenated keys (past + 1 = 128: the new key alone in the
+    v_new), the cache read where it is; in layout bshd with the decode step's bool mask, float64
+    (the staged stages), and bhsd, against torch over the concatenated keys (past + 1 = 128: the new key alone in the
     last group of a full block)."""
     q, kn, vn = (rand(1, 1, 3, 16) for _ in range(3))
     k, v = rand(1, past, 3, 16), rand(1, past, 3, 16)
@@ -193,6 +193,8 @@ def test_appended_row_after_a_cache_read_in_place(past):
 
     check_op(SDPA, [q, k, v, keep, kn, vn], {"layout": "bshd", "appended": True}, **TOL, targets=("c", "python"),
              torch_fn=fn)
+    wide = [x.astype("float64") for x in (q, k, v, kn, vn)]  # the staged stages: the keys concatenated
+    check_op(SDPA, wide, {"layout": "bshd", "appended": True}, rtol=1e-6, atol=1e-8)
     heads = [np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v, kn, vn)]
     check_op(SDPA, heads, {"appended": True, "causal": False}, **TOL,
              torch_fn=lambda q, k, v, kn, vn: F.scaled_dot_product_attention(q, torch.cat([k, kn], 2),
