@@ -1,19 +1,22 @@
-"""Cold and warm compiles of ResNet-18 and BERT-base (benchmarks/models, batch 1, random weights),
-phase by phase (ember's compile report: import, graph passes, lowering, code generation, the C
-compiler, loading).
+"""Cold and warm compiles of ResNet-18, BERT-base, MobileNetV2 and GPT-2 small (benchmarks/models,
+batch 1, random weights), phase by phase (ember's compile report: import, graph passes, lowering,
+code generation, the C compiler, loading, saving into the model cache).
 
     cold   a fresh process and an empty cache folder: everything is traced, lowered and compiled
-    warm   a fresh process over the cache folder the cold compile filled: the kernels are read
-           from the disk and the library from the build cache (what a second run of a script
-           costs); torch.export traces the model anew each time
+    warm   a fresh process over the cache folder the cold compile filled: the model cache gives
+           the whole model after torch.export's trace (what a second run of a script costs); with
+           --model-cache off, the kernels are read from the disk and the library from the build
+           cache, and every graph pass runs again
     again  the same model compiled again in the warm process (what torch.compile's recompiles
            and a notebook's second cell cost)
 
 Every figure is the median over --rounds rounds (a fresh cache folder each), with its spread
 (max/min); seconds of wall clock, and of CPU (the process and its children: lowering workers and
 compilers), which a machine shared with other work changes less. --small: the reduced models.
+--model-cache both: each round runs without the model cache (EMBER_MODEL_CACHE=0), then with it.
 
-    python benchmarks/compile_phases.py [--rounds 3] [--small] [--models resnet18 bert]
+    python benchmarks/compile_phases.py [--rounds 3] [--small] [--models resnet18 bert mobilenet_v2 gpt2]
+                                        [--model-cache on|off|both]
 """
 
 from __future__ import annotations
@@ -33,20 +36,15 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.compare import run_child  # noqa: E402
 
-PHASES = ("import_s", "passes_s", "lower_s", "codegen_s", "build_s", "load_s", "total_s")
+PHASES = ("import_s", "passes_s", "lower_s", "codegen_s", "build_s", "load_s", "kept_s", "total_s")
+MODELS = ("resnet18", "bert", "mobilenet_v2", "gpt2")
 
 
 def model(name: str, small: bool):
-    import torch
+    """The zoo's model (seeded: a warm process compiles the weights the cold one did)."""
+    from benchmarks.models import ZOO
 
-    if name == "resnet18":
-        from benchmarks.models.resnet import ResNet18, randomize_batch_norms
-
-        size = 64 if small else 224
-        return randomize_batch_norms(ResNet18(16 if small else 64)).eval(), (torch.randn(1, 3, size, size),)
-    from benchmarks.models.bert import bert_base
-
-    return bert_base(small)
+    return ZOO["bert_base" if name == "bert" else "gpt2_small" if name == "gpt2" else name](small)
 
 
 def cpu_s() -> float:
@@ -83,34 +81,42 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--small", action="store_true")
-    p.add_argument("--models", nargs="+", default=["resnet18", "bert"], choices=["resnet18", "bert"])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--model-cache", choices=("on", "off", "both"), default="on")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child, args.small)))
         return
+    settings = {"on": ["on"], "off": ["off"], "both": ["off", "on"]}[args.model_cache]
     for name in args.models:
-        runs: dict[str, list[dict]] = {"cold": [], "warm": [], "again": []}
+        runs: dict[str, list[dict]] = {f"{label}{f' ({c})' if len(settings) > 1 else ''}": []
+                                       for c in settings for label in ("cold", "warm", "again")}
         for r in range(args.rounds):
-            with tempfile.TemporaryDirectory() as cache:
-                os.environ["EMBER_CACHE_DIR"] = cache
-                for label in ("cold", "warm"):
-                    got = run_child(["--child", name, *["--small"] * args.small], __file__)
-                    if "error" in got:
-                        raise SystemExit(f"{name} ({label}) failed: {got['error']}")
-                    runs[label].append(got["first"])
-                    if label == "warm":
-                        runs["again"].append(got["again"])
-                    print(f"round {r + 1}: {name} {label} {got['first']['wall']:.2f} s", file=sys.stderr)
+            for setting in settings:  # (alternated within each round: the machine's load changes)
+                os.environ["EMBER_MODEL_CACHE"] = "1" if setting == "on" else "0"
+                suffix = f" ({setting})" if len(settings) > 1 else ""
+                with tempfile.TemporaryDirectory() as cache:
+                    os.environ["EMBER_CACHE_DIR"] = cache
+                    for label in ("cold", "warm"):
+                        got = run_child(["--child", name, *["--small"] * args.small], __file__)
+                        if "error" in got:
+                            raise SystemExit(f"{name} ({label}{suffix}) failed: {got['error']}")
+                        runs[label + suffix].append(got["first"])
+                        if label == "warm":
+                            runs["again" + suffix].append(got["again"])
+                        print(f"round {r + 1}: {name} {label}{suffix} {got['first']['wall']:.2f} s wall, "
+                              f"{got['first']['cpu']:.2f} s CPU", file=sys.stderr)
         print(f"{name}{' (small)' if args.small else ''}, {args.rounds} rounds: median seconds (spread max/min)")
-        print(f"{'':6}" + "".join(f"{p.removesuffix('_s'):>14}" for p in (*PHASES, "cpu")))
+        width = max(map(len, runs)) + 1
+        print(f"{'':{width}}" + "".join(f"{p.removesuffix('_s'):>14}" for p in (*PHASES, "cpu")))
         for label, rows in runs.items():
             cells = []
             for p in (*PHASES, "cpu"):
                 values = [row[p] for row in rows]
                 spread = max(values) / min(values) if min(values) > 0 else 1.0
                 cells.append(f"{statistics.median(values):8.2f} ({spread:3.1f})")
-            print(f"{label:6}" + "".join(f"{c:>14}" for c in cells))
+            print(f"{label:{width}}" + "".join(f"{c:>14}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -108,6 +108,8 @@ class CompileStats:
     import_s: float = 0.0  # the frontend: torch.export and the ATen graph's conversion, or the ONNX import
     passes_s: float = 0.0  # the graph passes (weight packing among them) and fusion
     load_s: float = 0.0  # loading the library and copying the weights into aligned buffers
+    hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
+    kept_s: float = 0.0  # saving the model into the model cache (on a miss)
 
     def __str__(self):
         return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self._fresh} lowered in "
@@ -134,8 +136,15 @@ class CompileStats:
             ("C compiler", self.build_s, "build cache hit" if self.cached else "built"),
             ("load", self.load_s, "the library loaded, the weights copied aligned"),
         ]
+        if self.hit:
+            rows = [("import", self.import_s, "torch.export's trace, the digest of its program and weights"),
+                    ("load", self.load_s, "the model cache's entry read and checked, the library loaded, "
+                                                   "the weights copied aligned; nothing converted, lowered or built")]
+        elif self.kept_s:
+            rows.append(("kept", self.kept_s, "the model saved into the model cache for the next process"))
         total = self.total_s or 1.0
-        lines = [f"compiled in {self.total_s:.2f} s: {self.nodes} nodes, {self.kernels} kernels"]
+        lines = [f"compiled in {self.total_s:.2f} s: " + (f"{self.kernels} kernels, from the model cache" if self.hit
+                                                          else f"{self.nodes} nodes, {self.kernels} kernels")]
         lines += [f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%  {what}" for name, s, what in rows]
         return "\n".join(lines)
 
@@ -294,6 +303,13 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     (`CompileStats.report`; the model's `compile_report()` returns it)."""
     limit = config.resolve("max_specializations", max_specializations)
     start = time.perf_counter()
+    torch = sys.modules.get("torch")
+    if (torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None
+            and (options_key := _options_key(options)) is not None):
+        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, start)
+        if report:
+            print(compiled.compile_report(), file=sys.stderr)
+        return compiled
     try:
         graph = import_model(model, example_inputs, dynamic_shapes=dynamic_shapes)
     except EmberError as e:
@@ -309,6 +325,60 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
                                                  total_s=compiled.stats.total_s + import_s)
     if report:
         print(compiled.compile_report(), file=sys.stderr)
+    return compiled
+
+
+def _options_key(options: dict) -> str | None:
+    """What of the options and the configuration a compiled model depends on, as text, or None
+    where the model cache does not apply: turned off, a target other than C, output asked for
+    (printed IR, debug checks), or options it cannot key (a tuning database, schedules, host
+    functions, weights given quantized). num_threads and jobs change no compiled code."""
+    if not config.get("model_cache") or config.get("debug") or config.get("print_lower") or config.get("print_ir"):
+        return None
+    if options.get("print_ir") or any(options.get(o) is not None for o in ("database", "schedules", "host")):
+        return None
+    if not isinstance(options.get("weights"), str | None):
+        return None
+    target = as_target(options.get("target", "c"), cc=options.get("cc"), cflags=options.get("cflags"))
+    if target.kind != "c":
+        return None
+    checked = options.get("checked")
+    rest = {k: v for k, v in options.items() if k not in ("num_threads", "jobs", "target", "cc", "cflags", "checked")}
+    return repr((sorted(rest.items()), target, target.key, config.get("checked") if checked is None else bool(checked),
+                 config.get("disable_passes")))
+
+
+def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str,
+                    start: float) -> CompiledModel | SegmentedModel:
+    """A torch module through the model cache (ember.runtime.model_cache): traced, then loaded
+    whole where a process compiled the same program (its weights included) with the same options
+    before; else converted, compiled and kept. Only the trace runs on a hit: its decomposition,
+    conversion, graph passes, lowering and build do not."""
+    from .frontend.torch.digest import program_digest
+    from .frontend.torch.module import checked_inputs, import_traced, symbol_names, trace
+    from .runtime import model_cache
+
+    example_inputs = checked_inputs(example_inputs)
+    traced = trace(model, example_inputs, dynamic_shapes)
+    program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
+    key = None if program is None else f"{program}|{options_key}"
+    art = None if key is None else model_cache.get(key)
+    if art is not None:
+        t = time.perf_counter()
+        compiled = _from_artifact(art, options.get("num_threads"))
+        end = time.perf_counter()
+        compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, end - start, True, hit=True,
+                                      import_s=t - start, load_s=end - t)
+        return compiled
+    graph = import_traced(traced, model, example_inputs, dynamic_shapes)
+    import_s = time.perf_counter() - start
+    compiled = compile_graph(graph, **options)
+    if isinstance(compiled, CompiledModel):
+        t = time.perf_counter()
+        if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
+            model_cache.put(key, compiled)
+        compiled.stats = dataclasses.replace(compiled.stats, import_s=import_s, kept_s=time.perf_counter() - t,
+                                             total_s=time.perf_counter() - start)
     return compiled
 
 
@@ -362,7 +432,11 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     load_module."""
     from .runtime.artifact import read_artifact
 
-    art = read_artifact(path)  # every file checked against the manifest, the manifest against the library
+    return _from_artifact(read_artifact(path), num_threads)  # every file checked, the manifest against the library
+
+
+def _from_artifact(art, num_threads: int | None) -> CompiledModel:
+    """The CompiledModel of a folder read and checked (ember.runtime.artifact.read_artifact)."""
     # (a model saved before manifests recorded the alignment was built for the default one)
     plan = MemoryPlan.from_json(art.workspace, art.spec.target.get("align", Target.align))
     return CompiledModel(art.spec, art.library, art.weights, plan,

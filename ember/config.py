@@ -319,6 +319,10 @@ OPTIONS = {
         Option("lowered_cache", True, "EMBER_LOWERED_CACHE",
                "keep lowered kernels in the cache folder (cache_dir/lowered), so that another process compiling "
                "the same operators lowers nothing again", Boolean()),
+        Option("model_cache", True, "EMBER_MODEL_CACHE",
+               "keep compiled torch modules whole in the cache folder (cache_dir/models), keyed by the traced "
+               "program, its weights, the options and the target, so that compiling one again in another "
+               "process loads it", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
         Option("fast_call", True, "EMBER_FAST_CALL",

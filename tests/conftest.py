@@ -2,7 +2,8 @@
 reproduces exactly), randomized elsewhere (to keep finding new ones); `load_example` imports a
 tutorial from examples/ without running it; `python` (`run_python`) runs code in a child process,
 for what could crash, hang or leave state in the test process (libgomp's thread settings), and
-`gomp_probe` is the source such a child starts with to read those settings."""
+`gomp_probe` is the source such a child starts with to read those settings. The model cache is
+off unless EMBER_MODEL_CACHE says otherwise."""
 
 import importlib.util
 import os
@@ -19,6 +20,10 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# Off for the suite (tests/test_model_cache.py turns it on): its tests compile the same modules
+# under patched passes and counters, and each must see its compile run, not a model kept by another.
+os.environ.setdefault("EMBER_MODEL_CACHE", "0")
 
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"

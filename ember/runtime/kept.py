@@ -41,10 +41,11 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def entry_path(folder: str, key: str) -> Path:
-    """Where the value of `key` lives in `folder` of the cache."""
+def entry_path(folder: str, key: str, suffix: str = ".pkl") -> Path:
+    """Where the value of `key` lives in `folder` of the cache (ember.runtime.model_cache keeps
+    folders there, without a suffix)."""
     k = hashlib.sha256("\0".join((key, sys.version, source_digest())).encode()).hexdigest()
-    return Path(config.get("cache_dir")) / folder / k[:2] / f"{k}.pkl"
+    return Path(config.get("cache_dir")) / folder / k[:2] / f"{k}{suffix}"
 
 
 def get(folder: str, key: str):

@@ -66,26 +66,50 @@ def decompositions() -> dict:
 def export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> ExportedProgram:
     """torch.export of the model in eval mode (its mode is restored after), lowered to core ATen
     (KEEP excepted); under `trace_lock()`."""
+    return decompose(trace(model, example_inputs, dynamic_shapes))
+
+
+def trace(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> ExportedProgram:
+    """torch.export of the model in eval mode (its mode is restored after), not yet decomposed
+    (what the model cache keys a module by: the decomposition re-traces the whole program, the
+    larger half of the frontend's time); under `trace_lock()`."""
     with trace_lock():
         training = model.training
         try:
             with torch.no_grad():
-                ep = torch.export.export(model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
-                return ep.run_decompositions(decompositions())
+                return torch.export.export(model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
         finally:
             model.train(training)
 
 
+def decompose(ep: ExportedProgram) -> ExportedProgram:
+    """A traced program lowered to core ATen (KEEP excepted); under `trace_lock()`."""
+    with trace_lock(), torch.no_grad():
+        return ep.run_decompositions(decompositions())
+
+
 def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:
     """An nn.Module as an ember graph (see the module's docstring)."""
+    example_inputs = checked_inputs(example_inputs)
+    return import_traced(trace(model, example_inputs, dynamic_shapes), model, example_inputs, dynamic_shapes)
+
+
+def checked_inputs(example_inputs) -> tuple:
+    """The example inputs as a tuple, each tensor dense (ArgumentTypeError otherwise)."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     for k, x in enumerate(example_inputs):
         if isinstance(x, torch.Tensor) and x.layout != torch.strided:
             raise ArgumentTypeError(f"example input {k + 1} has layout {x.layout}; ember compiles dense (strided) "
                                     f"tensors, pass x.to_dense()")
-    ep = export(model, example_inputs, dynamic_shapes)
-    names = _symbol_names(ep, model, example_inputs, dynamic_shapes)
+    return tuple(example_inputs)
+
+
+def import_traced(traced: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
+                  dynamic_shapes=None) -> Graph:
+    """The graph of a module's `trace`: decomposed, then imported."""
+    ep = decompose(traced)
+    names = symbol_names(ep, model, example_inputs, dynamic_shapes)
     graph = import_program(ep, symbols=names, name=type(model).__name__)
     graph.ranges.update(_ranges(ep, names))
     return graph
@@ -117,7 +141,7 @@ def import_program(ep: ExportedProgram, *, symbols=None, name: str = "main", sta
     return import_fx(ep.graph_module, constants, name=name, symbols=symbols)
 
 
-def _symbol_names(ep: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
+def symbol_names(ep: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
                   dynamic_shapes) -> dict[str, str]:
     """torch's symbol of each dynamic dimension (s0) -> the name of its torch.export.Dim.
     dynamic_shapes is a tuple (one spec per positional input) or a dict by argument name, nested

@@ -1,0 +1,63 @@
+"""Compiled models kept whole between processes, by key: a compile that another process made
+before, from the same traced program, weights, options and target, loads that model instead of
+converting, passing, lowering and building it again (ember.compile of a torch module).
+
+    get(key) -> Artifact, or None       put(key, model)
+
+An entry is the model saved as `CompiledModel.save` saves it (ember.runtime.artifact: library,
+source, graph and weights, and the manifest of their sha256s) in the folder
+`<cache_dir>/models/<k[:2]>/<k>`, k the sha256 of the caller's key, Python's version and ember's
+own source (ember.runtime.kept), so an entry made by other code is never read. Reading it runs
+the artifact's every check; an entry that fails one (a truncated, edited or half-deleted folder)
+is a miss, and the next put replaces it. A put saves into a temporary folder renamed into place,
+so a reader sees a whole entry or none; a cache that cannot be written is skipped.
+
+The trust is the build cache's: a hit loads a library of the user's own folder (EMBER_CACHE_DIR).
+EMBER_MODEL_CACHE=0 turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import ArtifactError
+from . import kept
+from .artifact import Artifact, read_artifact, save_artifact
+
+FOLDER = "models"
+
+
+def entry(key: str) -> Path:
+    """The folder of `key`'s entry."""
+    return kept.entry_path(FOLDER, key, suffix="")
+
+
+def get(key: str) -> Artifact | None:
+    """The model kept under `key`, read and checked; None when there is none or it is damaged."""
+    folder = entry(key)
+    if not folder.is_dir():
+        return None
+    try:
+        return read_artifact(folder)
+    except (ArtifactError, OSError):
+        return None
+
+
+def put(key: str, model) -> None:
+    """Keep `model` (a CompiledModel) under `key`, replacing a damaged entry; nothing when the
+    cache cannot be written."""
+    folder = entry(key)
+    with contextlib.suppress(OSError, ArtifactError):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".model-"))
+        try:
+            save_artifact(model, tmp)
+            if folder.is_dir():  # (damaged, since get missed it: or another process's, just written)
+                shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

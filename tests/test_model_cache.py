@@ -1,0 +1,86 @@
+"""The model cache (ember.runtime.model_cache): a torch module compiled again with the same
+program, weights and options loads the model kept whole, and computes as torch does; a changed
+weight, option or ember source misses; a damaged entry is a miss that the next compile replaces;
+EMBER_MODEL_CACHE=0 keeps nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ember  # noqa: E402
+from ember.runtime import kept, model_cache  # noqa: E402
+
+RTOL, ATOL = 1e-5, 1e-5
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(12, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x))).softmax(-1)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A cache folder of this module's own (its path), the model cache on, and a module with its
+    input."""
+    root = tmp_path_factory.mktemp("model-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EMBER_CACHE_DIR", str(root))
+        mp.setenv("EMBER_MODEL_CACHE", "1")
+        torch.manual_seed(0)
+        yield root, Net().eval(), torch.randn(3, 12)
+
+
+def compiled(model, x, **options):
+    """ember.compile of the module, checked against torch on a fresh input."""
+    cm = ember.compile(model, (x,), **options)
+    y = torch.randn_like(x)
+    with torch.no_grad():
+        np.testing.assert_allclose(cm(y.numpy()), model(y).numpy(), rtol=RTOL, atol=ATOL)
+    return cm
+
+
+def entries(root) -> list:
+    return sorted((root / model_cache.FOLDER).glob("*/*"))
+
+
+def test_hit_and_misses(cache, monkeypatch):
+    _, model, x = cache
+    first = compiled(model, x)
+    assert not first.stats.hit and first.stats.kept_s > 0
+    again = compiled(model, x)
+    assert again.stats.hit and again.stats.lowered == 0
+    assert "from the model cache" in again.compile_report()
+    assert again.spec == first.spec and again.graph is not None  # (its graph read from the entry)
+    assert not compiled(model, x, disabled_passes=("cse",)).stats.hit  # another option (the same C)
+    assert compiled(model, x, num_threads=1).stats.hit  # threads change no code
+    with torch.no_grad():
+        model.fc2.weight[3, 5] += 1e-3  # one weight changed
+    changed = compiled(model, x)
+    assert not changed.stats.hit
+    monkeypatch.setattr(kept, "source_digest", lambda: "another ember")
+    assert not compiled(model, x).stats.hit
+
+
+def test_damaged_entry_is_a_miss_and_replaced(cache):
+    root, model, x = cache
+    compiled(model, x, name="damaged")
+    (entry,) = [e for e in entries(root) if '"name": "damaged"' in (e / "manifest.json").read_text()]
+    weights = entry / "graph" / "constants.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4])  # truncated
+    assert not compiled(model, x, name="damaged").stats.hit  # (a miss, compiled and kept again)
+    assert compiled(model, x, name="damaged").stats.hit
+
+
+def test_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    torch.manual_seed(1)
+    compiled(Net().eval(), torch.randn(2, 12))
+    assert entries(tmp_path) == []
