@@ -359,7 +359,7 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
     from .runtime import model_cache
 
     example_inputs = checked_inputs(example_inputs)
-    traced = trace(model, example_inputs, dynamic_shapes)
+    traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
     program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
     key = None if program is None else f"{program}|{options_key}"
     art = None if key is None else model_cache.get(key)
@@ -441,7 +441,7 @@ def _from_artifact(art, num_threads: int | None) -> CompiledModel:
     plan = MemoryPlan.from_json(art.workspace, art.spec.target.get("align", Target.align))
     return CompiledModel(art.spec, art.library, art.weights, plan,
                          graph=art.read_graph if art.has_graph else None, source=art.source,
-                         num_threads=config.threads(num_threads))
+                         num_threads=config.threads(num_threads), own_weights=True)
 
 
 # -- checks -----------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ def test_hit_and_misses(cache, monkeypatch):
     assert again.stats.hit and again.stats.lowered == 0
     assert "from the model cache" in again.compile_report()
     assert again.spec == first.spec and again.graph is not None  # (its graph read from the entry)
+    align = again.plan.align  # the weights, aligned, are views of the entry's bytes as read: not copied again
+    assert all(w.ctypes.data % align == 0 for w in again.weights.values())
+    assert any(w.base is not None for w in again.weights.values())
     assert not compiled(model, x, disabled_passes=("cse",)).stats.hit  # another option (the same C)
     assert compiled(model, x, num_threads=1).stats.hit  # threads change no code
     with torch.no_grad():

@@ -51,7 +51,7 @@ import numpy as np
 from safetensors.numpy import save
 
 from ..errors import ArtifactError
-from ..target import machine_features
+from ..target import Target, machine_features
 from .contract import read_contract
 from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
 from .spec import ModelSpec
@@ -160,7 +160,7 @@ def read_artifact(path: str | Path) -> Artifact:
                             f"ember_model_spec): it was not compiled by ember {_major_minor(_version())}.x; "
                             f"compile the model again")
     _compare(manifest, agreed, where, files["library"]["path"])
-    weights = _read_weights(folder, files, agreed["weights"], where)
+    weights = _read_weights(folder, files, agreed["weights"], where, manifest["target"].get("align", Target.align))
     source = None
     if files["source"] is not None:
         data = read_checked(_path(folder, files["source"]["path"]), _digest(files["source"]), str(where))
@@ -287,8 +287,9 @@ def _difference(mine, theirs, where: str, library: str) -> str | None:
     return f"{where} is {_kind(mine)} where the library {library} has {_kind(theirs)}"
 
 
-def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path) -> dict[str, np.ndarray]:
-    """The weights the contract lists, in its order, each of its dtype and shape."""
+def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path, align: int) -> dict[str, np.ndarray]:
+    """The weights the contract lists, in its order, each of its dtype and shape: read-only views of
+    the file's bytes, read with its data on an `align`-byte boundary."""
     entry = files["weights"]
     path = _path(folder, entry["path"])
     if files["graph"] is not None:
@@ -298,7 +299,8 @@ def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path) ->
         if path != expected:
             raise ArtifactError(f"{where}: the weights are {entry['path']}, but the graph's constants are "
                                 f"{expected.relative_to(folder)}: the manifest was edited; save the model again")
-    data = read_checked(path, _digest(entry), str(where))
+    # (read with the data aligned as the model's weights are: the model takes them without a copy)
+    data = read_checked(path, _digest(entry), str(where), aligned=(align, data_offset))
     try:
         stored = tensors(data)  # views of the bytes just checked
     except ValueError as e:
@@ -314,6 +316,11 @@ def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path) ->
                                 f"expects {want}")
         weights[name] = got
     return weights
+
+
+def data_offset(head: bytes) -> int:
+    """Where a safetensors file's data starts, from its first 8 bytes (the header's length)."""
+    return 8 + int.from_bytes(head, "little")
 
 
 def _entry(folder: Path, relative: str) -> dict:

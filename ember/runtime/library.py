@@ -11,7 +11,9 @@ library, and a file changed in a folder loads as the new library it is.
 
 `read_checked(path, digest)` reads a file and checks it against the `Digest` (size, sha256) that
 a manifest or a build-cache sidecar recorded: a truncated, extended or edited file is an
-ArtifactError that names it, before anything parses or loads its bytes.
+ArtifactError that names it, before anything parses or loads its bytes. With `aligned`, the bytes
+are read into a read-only NumPy buffer placed so that a given offset of the file (a weights file's
+data) starts on a boundary, and a loaded model takes its weights from there without a copy.
 
 The first library that brings libgomp into the process is loaded with a short OpenMP spin count
 (ember.runtime.openmp).
@@ -26,8 +28,11 @@ import hashlib
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from .. import config
 from ..errors import ArtifactError, ConfigError
@@ -59,10 +64,14 @@ class Library:
     handle: ctypes.CDLL
 
 
-def read_checked(path: Path, digest: Digest | None, recorded_in: str) -> bytes:
+Aligned = tuple[int, Callable[[bytes], int]]  # (alignment, the offset to align, from the file's first 8 bytes)
+
+
+def read_checked(path: Path, digest: Digest | None, recorded_in: str, aligned: Aligned | None = None) -> bytes:
     """The bytes of `path`, which must match `digest` when one is given (`recorded_in` names the
-    file that recorded it, for the error). The size is checked before anything is read."""
-    data = read_regular(path, None if digest is None else digest.size, recorded_in)
+    file that recorded it, for the error). The size is checked before anything is read. With
+    `aligned`, a read-only NumPy uint8 array of them (`read_regular`)."""
+    data = read_regular(path, None if digest is None else digest.size, recorded_in, aligned)
     if digest is None:
         return data
     got = hashlib.sha256(data).hexdigest()
@@ -72,11 +81,13 @@ def read_checked(path: Path, digest: Digest | None, recorded_in: str) -> bytes:
     return data
 
 
-def read_regular(path: Path, size: int | None = None, recorded_in: str = "") -> bytes:
+def read_regular(path: Path, size: int | None = None, recorded_in: str = "", aligned: Aligned | None = None) -> bytes:
     """The bytes of the regular file at `path` (a symlink followed), of `size` bytes when given.
     Anything else is an ArtifactError before a byte is read: a FIFO would block the read until a
     writer came, a device (a symlink to /dev/zero) would never end, a larger file would be read
-    whole only to be refused. Opened without blocking, so that opening a FIFO returns at once."""
+    whole only to be refused. Opened without blocking, so that opening a FIFO returns at once.
+    aligned=(align, at): the bytes in a read-only NumPy uint8 array where the byte at offset
+    at(first 8 bytes) starts on an `align`-byte boundary."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -90,12 +101,30 @@ def read_regular(path: Path, size: int | None = None, recorded_in: str = "") -> 
             raise ArtifactError(f"{path} has {st.st_size} bytes, {recorded_in} records {size}: the file was "
                                 f"truncated or replaced after it was written; save or compile the model again")
         try:
-            data = f.read() if size is None else f.read(size + 1)
+            if aligned is not None:  # (one byte more than recorded: to see a longer file)
+                data = _read_aligned(f, (st.st_size if size is None else size) + 1, *aligned)
+            else:
+                data = f.read() if size is None else f.read(size + 1)
         except OSError as e:
             raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
     if size is not None and len(data) != size:  # changed while it was read
         raise ArtifactError(f"{path} has {len(data)} bytes, {recorded_in} records {size}: the file was "
                             f"truncated or replaced after it was written; save or compile the model again")
+    return data
+
+
+def _read_aligned(f, limit: int, align: int, at: Callable[[bytes], int]) -> np.ndarray:
+    """At most `limit` bytes of `f` in a read-only array placed so that offset at(head) is aligned."""
+    head = f.read(8)
+    offset = at(head) if len(head) == 8 else 0
+    buf = np.empty(limit + align, np.uint8)
+    start = (-(buf.ctypes.data + offset)) % align
+    out = buf[start:start + limit]
+    k = min(len(head), limit)
+    out[:k] = np.frombuffer(head[:k], np.uint8)
+    n = k + (f.readinto(memoryview(out)[k:]) or 0 if k < limit else 0)
+    data = out[:n]
+    data.flags.writeable = False
     return data
 
 

@@ -88,7 +88,9 @@ class CompiledModel:
     num_threads = config.ThreadCount()
 
     def __init__(self, spec: ModelSpec, library: str | Path | Library, weights: Mapping[str, np.ndarray], plan, *,
-                 graph=None, source: str | None = None, num_threads: int = 0, stats=None):
+                 graph=None, source: str | None = None, num_threads: int = 0, stats=None, own_weights: bool = False):
+        """own_weights: `weights` are read-only arrays no one else holds (an artifact's, read):
+        those already aligned are taken as they are, not copied."""
         self.spec, self.plan, self.source, self.stats = spec, plan, source, stats
         self._graph = graph
         self.num_threads = num_threads
@@ -96,7 +98,7 @@ class CompiledModel:
         missing = [w for w in spec.weights if w not in weights]
         if missing:
             raise ArtifactError(f"model {spec.name}: weights {missing} are missing")
-        self.weights = {w: aligned_copy(weights[w], plan.align) for w in spec.weights}
+        self.weights = {w: aligned_copy(weights[w], plan.align, own_weights) for w in spec.weights}
         self._weight_ptrs = _pointers(self.weights.values())
         self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}
@@ -339,9 +341,12 @@ class CompiledModel:
         return -(-buf.ctypes.data // align) * align
 
 
-def aligned_copy(a: np.ndarray, align: int) -> np.ndarray:
-    """A read-only, C-contiguous copy of `a` whose data starts on an `align`-byte boundary."""
+def aligned_copy(a: np.ndarray, align: int, own: bool = False) -> np.ndarray:
+    """A read-only, C-contiguous copy of `a` whose data starts on an `align`-byte boundary; `a`
+    itself when it is that already and `own` (the model's own: no one else holds its memory)."""
     a = np.asarray(a)
+    if own and not a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % align == 0:
+        return a
     buf = np.empty(a.nbytes + align, np.uint8)
     start = (-buf.ctypes.data) % align
     out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)

@@ -23,20 +23,22 @@ DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "
           "F64": "float64"}
 
 
-def tensors(data: bytes) -> dict[str, np.ndarray]:
-    """Every tensor of a safetensors file's bytes (views: keep `data` alive with them)."""
+def tensors(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file's bytes, or of a uint8 array of them (views: read-only
+    when `data` is, keep it alive with them)."""
+    data = memoryview(data)
     if len(data) < 8:
         raise ValueError(f"{len(data)} bytes: shorter than the header length")
     size = int.from_bytes(data[:8], "little")
     if size > len(data) - 8:
         raise ValueError(f"the header is {size} bytes, the file has {len(data) - 8} after the length")
     try:
-        header = json.loads(data[8:8 + size])
+        header = json.loads(bytes(data[8:8 + size]))
     except ValueError as e:
         raise ValueError(f"the header is not JSON ({e})") from None
     if not isinstance(header, dict):
         raise ValueError("the header is not a JSON object")
-    body = memoryview(data)[8 + size:]
+    body = data[8 + size:]
     out = {}
     for name, entry in header.items():
         if name != "__metadata__":

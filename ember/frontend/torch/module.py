@@ -24,6 +24,7 @@ nor Dynamo compiling a frame in another thread. Converting the traced graph runs
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
@@ -31,7 +32,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._sympy.numbers import int_oo
 
-from ...errors import ArgumentTypeError
+from ...errors import ArgumentTypeError, EmberError
 from ...graph.core import Graph
 from .importer import import_fx
 from .node import Const, FrontendError
@@ -69,11 +70,14 @@ def export(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -
     return decompose(trace(model, example_inputs, dynamic_shapes))
 
 
-def trace(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> ExportedProgram:
+def trace(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None, *,
+          stack_traces: bool = True) -> ExportedProgram:
     """torch.export of the model in eval mode (its mode is restored after), not yet decomposed
     (what the model cache keys a module by: the decomposition re-traces the whole program, the
-    larger half of the frontend's time); under `trace_lock()`."""
-    with trace_lock():
+    larger half of the frontend's time); under `trace_lock()`. stack_traces=False: its nodes
+    record no stack trace (torch.fx.config.do_not_emit_stack_traces, set under the lock; a
+    fifth of the trace's time), so its errors cannot name the model's lines."""
+    with trace_lock(), _stack_traces(stack_traces):
         training = model.training
         try:
             with torch.no_grad():
@@ -83,15 +87,28 @@ def trace(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) ->
 
 
 def decompose(ep: ExportedProgram) -> ExportedProgram:
-    """A traced program lowered to core ATen (KEEP excepted); under `trace_lock()`."""
-    with trace_lock(), torch.no_grad():
+    """A traced program lowered to core ATen (KEEP excepted); under `trace_lock()`. Its nodes keep
+    the stack traces of the nodes they come from, and record none of their own."""
+    with trace_lock(), _stack_traces(False), torch.no_grad():
         return ep.run_decompositions(decompositions())
+
+
+@contextlib.contextmanager
+def _stack_traces(on: bool):
+    """torch's tracers record each node's stack trace, or not (restored after; under the lock)."""
+    config = torch.fx.config
+    before, config.do_not_emit_stack_traces = config.do_not_emit_stack_traces, not on
+    try:
+        yield
+    finally:
+        config.do_not_emit_stack_traces = before
 
 
 def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:
     """An nn.Module as an ember graph (see the module's docstring)."""
     example_inputs = checked_inputs(example_inputs)
-    return import_traced(trace(model, example_inputs, dynamic_shapes), model, example_inputs, dynamic_shapes)
+    traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
+    return import_traced(traced, model, example_inputs, dynamic_shapes)
 
 
 def checked_inputs(example_inputs) -> tuple:
@@ -107,7 +124,22 @@ def checked_inputs(example_inputs) -> tuple:
 
 def import_traced(traced: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
                   dynamic_shapes=None) -> Graph:
-    """The graph of a module's `trace`: decomposed, then imported."""
+    """The graph of a module's `trace`: decomposed, then imported. A trace without stack traces
+    that does not import is traced again with them, so that the error names the model's lines."""
+    try:
+        return _imported(traced, model, example_inputs, dynamic_shapes)
+    except EmberError as e:
+        error = e
+    if any("stack_trace" in n.meta for n in traced.graph.nodes if n.op == "call_function"):
+        raise error
+    try:
+        _imported(trace(model, example_inputs, dynamic_shapes), model, example_inputs, dynamic_shapes)
+    except EmberError as located:
+        raise located from None
+    raise error
+
+
+def _imported(traced: ExportedProgram, model: torch.nn.Module, example_inputs: tuple, dynamic_shapes) -> Graph:
     ep = decompose(traced)
     names = symbol_names(ep, model, example_inputs, dynamic_shapes)
     graph = import_program(ep, symbols=names, name=type(model).__name__)
