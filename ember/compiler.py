@@ -138,8 +138,8 @@ class CompileStats:
         ]
         if self.hit:
             rows = [("import", self.import_s, "torch.export's trace, the digest of its program and weights"),
-                    ("load", self.load_s, "the model cache's entry read and checked, the library loaded, "
-                                                   "the weights copied aligned; nothing converted, lowered or built")]
+                    ("load", self.load_s, "the model cache's entry read and checked, the library loaded; "
+                                                   "nothing converted, lowered or built")]
         elif self.kept_s:
             rows.append(("kept", self.kept_s, "the model saved into the model cache for the next process"))
         total = self.total_s or 1.0
@@ -362,9 +362,9 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
     traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
     program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
     key = None if program is None else f"{program}|{options_key}"
+    t = time.perf_counter()
     art = None if key is None else model_cache.get(key)
     if art is not None:
-        t = time.perf_counter()
         compiled = _from_artifact(art, options.get("num_threads"))
         end = time.perf_counter()
         compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, end - start, True, hit=True,

@@ -36,8 +36,9 @@ arguments and the contract may change between minor versions, never between patc
 Anything else is refused with both versions named: compile the model again.
 
 The price of the checks is one read and one sha256 pass over each file: about 1 ms per MB on an
-idle core with SHA-NI (ResNet-18's 47 MB of weights: ~40 ms), most of what a load takes beyond
-copying the weights into aligned memory.
+idle core with SHA-NI (ResNet-18's 47 MB of weights: ~40 ms), most of what a load takes. The
+weights file is read into a buffer placed so that its data starts aligned, and the model takes
+each weight at an aligned offset as it is (a view of that read-only buffer), copying only the others.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ compiled model checks them at each call); a dimension torch derives from them ("
 expression of those symbols (ember.dims). A sparse example is an ArgumentTypeError. The FX graph
 is then converted by ember.frontend.torch.importer.
 
+`trace` (torch.export, not decomposed) is what the model cache keys a module by
+(ember.frontend.torch.digest); `import_traced` decomposes and converts it. ember's own traces
+record no stack traces (a fifth of the trace's time): a trace that fails to convert is traced again
+with them, so that the error names the model's lines.
+
 Threads: torch's tracing machinery (torch.export, make_fx, Dynamo) keeps its state in process
 globals, so two traces at once corrupt each other ("ProxyTorchDispatchMode slot already
 occupied"). Every trace ember starts, and the switch of the model to eval mode around it, holds
