@@ -1,6 +1,7 @@
 """The model cache (ember.runtime.model_cache): a torch module compiled again with the same
 program, weights and options loads the model kept whole, and computes as torch does; a changed
 weight, option or ember source misses; a damaged entry is a miss that the next compile replaces;
+the folder keeps at most its limit, the least recently used entries removed first;
 EMBER_MODEL_CACHE=0 keeps nothing."""
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def entries(root) -> list:
 
 
 def test_hit_and_misses(cache, monkeypatch):
-    _, model, x = cache
+    root, model, x = cache
     first = compiled(model, x)
     assert not first.stats.hit and first.stats.kept_s > 0
     again = compiled(model, x)
@@ -69,6 +70,10 @@ def test_hit_and_misses(cache, monkeypatch):
     assert not changed.stats.hit
     monkeypatch.setattr(kept, "source_digest", lambda: "another ember")
     assert not compiled(model, x).stats.hit
+    assert len(entries(root)) == 4
+    monkeypatch.setattr(model_cache, "LIMIT", 1)  # the least recently used go first, the new entry stays
+    assert not compiled(model, x, name="last").stats.hit
+    assert len(entries(root)) == 1 and compiled(model, x, name="last").stats.hit
 
 
 def test_damaged_entry_is_a_miss_and_replaced(cache):

@@ -10,7 +10,9 @@ source, graph and weights, and the manifest of their sha256s) in the folder
 own source (ember.runtime.kept), so an entry made by other code is never read. Reading it runs
 the artifact's every check; an entry that fails one (a truncated, edited or half-deleted folder)
 is a miss, and the next put replaces it. A put saves into a temporary folder renamed into place,
-so a reader sees a whole entry or none; a cache that cannot be written is skipped.
+so a reader sees a whole entry or none; a cache that cannot be written is skipped. An entry is as
+large as the model's weights, so the folder keeps at most LIMIT bytes: a put removes the least
+recently used entries (a hit touches its folder) beyond that.
 
 The trust is the build cache's: a hit loads a library of the user's own folder (EMBER_CACHE_DIR).
 EMBER_MODEL_CACHE=0 turns it off.
@@ -29,6 +31,7 @@ from . import kept
 from .artifact import Artifact, read_artifact, save_artifact
 
 FOLDER = "models"
+LIMIT = 4 << 30  # bytes of entries kept at most (BERT-base's is 0.4 GiB)
 
 
 def entry(key: str) -> Path:
@@ -42,9 +45,12 @@ def get(key: str) -> Artifact | None:
     if not folder.is_dir():
         return None
     try:
-        return read_artifact(folder)
+        art = read_artifact(folder)
     except (ArtifactError, OSError):
         return None
+    with contextlib.suppress(OSError):
+        os.utime(folder)  # (recently used: the last to be removed)
+    return art
 
 
 def put(key: str, model) -> None:
@@ -61,3 +67,20 @@ def put(key: str, model) -> None:
             os.replace(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        _evict(folder.parent.parent, folder)
+
+
+def _evict(root: Path, keep: Path) -> None:
+    """Remove the least recently used entries under `root` until they hold at most LIMIT bytes,
+    `keep` (the entry just written) aside."""
+    entries = []
+    for e in root.glob("*/*"):
+        if e.is_dir() and not e.name.startswith("."):
+            entries.append((e.stat().st_mtime, sum(f.stat().st_size for f in e.rglob("*") if f.is_file()), e))
+    total = sum(size for _, size, _ in entries)
+    for _, size, e in sorted(entries):
+        if total <= LIMIT:
+            break
+        if e != keep:
+            shutil.rmtree(e, ignore_errors=True)
+            total -= size
