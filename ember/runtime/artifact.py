@@ -20,7 +20,8 @@ this order, and the first problem is an ArtifactError that names the file and wh
 1. the manifest is JSON of this format and version, saved by a compatible ember (below), and
    fits SCHEMA exactly: every key present with its type, none extra;
 2. the library was built for this machine's architecture, with instruction-set extensions it has
-   (the target's features, ember.target; /proc/cpuinfo);
+   (the target's features, ember.target; /proc/cpuinfo), and for an alignment that is a power of
+   two of at most 4096 bytes;
 3. each file has the size and sha256 the manifest records (a truncated, edited or swapped file),
    checked on the very bytes that are then used (read once);
 4. the library, dlopened by its content (ember.runtime.library), embeds a contract equal to the
@@ -161,7 +162,11 @@ def read_artifact(path: str | Path) -> Artifact:
                             f"ember_model_spec): it was not compiled by ember {_major_minor(_version())}.x; "
                             f"compile the model again")
     _compare(manifest, agreed, where, files["library"]["path"])
-    weights = _read_weights(folder, files, agreed["weights"], where, manifest["target"].get("align", Target.align))
+    align = manifest["target"].get("align", Target.align)
+    if type(align) is not int or not 0 < align <= 4096 or align & (align - 1):
+        raise ArtifactError(f"{where}: the target's alignment {align!r} is not a power of two of at most 4096 bytes: "
+                            f"the manifest was edited; save the model again")
+    weights = _read_weights(folder, files, agreed["weights"], where, align)
     source = None
     if files["source"] is not None:
         data = read_checked(_path(folder, files["source"]["path"]), _digest(files["source"]), str(where))

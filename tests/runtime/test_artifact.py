@@ -99,6 +99,8 @@ def test_not_a_model(tmp_path):
     (lambda m: m.update(version=1), "has artifact format version 1 .* reads version 2"),
     (lambda m: m["target"].update(machine="pdp11"), "was built for pdp11; this machine is"),
     (lambda m: m["target"].update(features=["warp-drive"]), "with warp-drive, which this one lacks"),
+    (lambda m: m["target"].update(align=None), "alignment None is not a power of two"),
+    (lambda m: m["target"].update(align=48), "alignment 48 is not a power of two"),
     (lambda m: m["weights"].append("ghost"), "weights has 2 entries, the library model.so has 1"),
     (lambda m: m["files"]["library"].update(path="gone.so"), "cannot read .*gone.so"),
 ])
