@@ -33,6 +33,7 @@ from .registry import OpDef, OpTypeError, register
 
 ANCHOR = "matmul"
 GEMV_COLS = 512  # columns of one tile of a single-row product
+GEMV_MIN_COLS = 64  # the narrowest tile a single-row product streams its weight rows in at full speed
 DOT_ROWS = 32  # gemm with trans_b and fewer rows than this computes dot products along k
 
 

@@ -1,6 +1,7 @@
 """GEMV column padding: a single-row gemm with a constant weight of an odd column count is padded
-to whole column tiles and sliced back (same outputs, output names kept); left alone for several
-rows, vector-wide columns, a weight or bias that is an input, and a transposed weight. The padded
+to whole column tiles and sliced back (same outputs, output names kept), one of whole vectors but
+no wide tile (1000 columns) to a multiple of the narrowest wide tile; left alone for several rows,
+columns in wide tiles, a weight or bias that is an input, and a transposed weight. The padded
 kernel against NumPy on the C target."""
 
 import numpy as np
@@ -44,7 +45,15 @@ def test_odd_columns_are_padded(bias_shape):
     check_same(g, out)
 
 
-@pytest.mark.parametrize("kwargs", [{"rows": 2}, {"n": 1000, "bias_shape": (1000,)}, {"weight_input": True},
+def test_narrow_tiles_are_padded_to_wide_ones():
+    g = _gemv(n=1000, bias_shape=(1000,))
+    out = pad_gemv(g, Target(vector_bytes=64))
+    assert ops(out) == ["gemm", "slice", "relu"]
+    assert out.nodes[0].inputs[1].shape == (40, 1024)
+    check_same(g, out)
+
+
+@pytest.mark.parametrize("kwargs", [{"rows": 2}, {"n": 1024, "bias_shape": (1024,)}, {"weight_input": True},
                                     {"trans_b": True}, {"n": 7, "bias_shape": (7,)}])
 def test_left_alone(kwargs):
     g = _gemv(**kwargs)
@@ -52,11 +61,12 @@ def test_left_alone(kwargs):
 
 
 def test_the_padding_follows_the_targets_vectors():
-    """Half a vector of columns is the narrowest tile: 1004 = 4 x 251 fills AVX2's 4-column halves,
-    not AVX-512's 8-column ones; the interpreter has no vectors to fill."""
-    g = _gemv(n=1004, bias_shape=(1004,))
-    assert ops(pad_gemv(g, Target(vector_bytes=64))) == ["gemm", "slice", "relu"]
-    assert ops(pad_gemv(g, Target(vector_bytes=32))) == ["gemm", "relu"]
+    """Half a vector of columns is the narrowest tile: 1540 = 4 x 385 fills AVX2's 4-column halves
+    (padded to wide tiles of 64: 1600), not AVX-512's 8-column ones (padded to GEMV_COLS: 2048);
+    the interpreter has no vectors to fill."""
+    g = _gemv(n=1540, bias_shape=(1540,))
+    assert pad_gemv(g, Target(vector_bytes=64)).nodes[0].inputs[1].shape == (40, 2048)
+    assert pad_gemv(g, Target(vector_bytes=32)).nodes[0].inputs[1].shape == (40, 1600)
     assert ops(pad_gemv(g, as_target("python"))) == ["gemm", "relu"]
 
 

@@ -6,7 +6,7 @@ few-row products with b transposed as vectors of partial dot products along k.""
 from __future__ import annotations
 
 from ...ops.hints import lanes_dividing
-from ...ops.matmul import ANCHOR, GEMV_COLS
+from ...ops.matmul import ANCHOR, GEMV_COLS, GEMV_MIN_COLS
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
@@ -32,7 +32,7 @@ def schedule_matmul(s, outputs, target):
     if m == 1 and n is not None:  # a GEMV: wide rows of b streamed, accumulators in L1
         # the widest tile that leaves at least GEMV_TILES tiles to share among the threads
         widths = (GEMV_COLS, 256, 128, 64, 32, 16, 8)
-        nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == 64)),
+        nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == GEMV_MIN_COLS)),
                   next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
         prepare(s, outputs, anchor, target.lanes())
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
