@@ -103,6 +103,8 @@ CONVS = [
     ((1, 16, 8, 8), (32, 16, 1, 1), 1, 16, 32, {"strides": (2, 2)}),
     ((1, 32, 10, 10), (32, 1, 3, 3), 32, 16, 16, {"padding": (1, 1, 1, 1)}),  # depthwise
     ((2, 24, 9, 9), (24, 1, 3, 3), 24, 8, 8, {"padding": (1, 1, 1, 1), "strides": (2, 2)}),
+    # depthwise, its padded tile per output tile: uneven pads, a partial column tile, dilated rows
+    ((1, 16, 11, 33), (16, 1, 5, 5), 16, 16, 16, {"padding": (2, 1, 2, 3), "strides": (1, 2), "dilations": (2, 1)}),
     ((1, 16, 7, 30), (16, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a partial column tile
 ]
 
@@ -156,6 +158,25 @@ def test_conv2d_nchwc_with_a_fused_epilogue():
     f(xb, wb, bb, out)
     expected = np.maximum(torch_conv(x, w, bias, {"padding": (1, 1, 1, 1)}, 1), 0)
     assert_close(out, nchwc(expected, 16), **TOL, what="conv2d_nchwc + bias + relu")
+
+
+def test_depthwise_padding_is_copied_per_tile():
+    """A depthwise convolution pads the input rows and columns each register tile reads into a
+    local tile (no padded copy of the whole input, which stride 2 over a large map paid in
+    cache misses)."""
+    x, w = rand(1, 32, 15, 15), rand(32, 1, 3, 3)
+    xb, wb = nchwc(x, 16), oihw_io(w, 1, 16)
+    attrs, out_types = infer_types("conv2d_nchwc", [TensorType(xb.shape), TensorType(wb.shape)],
+                                   {"padding": (1, 1, 1, 1), "strides": (2, 2), "groups": 32})
+    inputs, (conv,) = compute_node("conv2d_nchwc", [TensorType(xb.shape), TensorType(wb.shape)], attrs, out_types)
+    s = te.create_schedule(conv.op)
+    schedule_for(get("conv2d_nchwc"))(s, [conv], Target())
+    lowered = str(ember.lower(s, [*inputs, conv]))
+    assert "x_padded_local" in lowered and "x_padded[" not in lowered
+    out = np.empty(out_types[0].shape, "float32")
+    ember.build(s, [*inputs, conv])(xb, wb, out)
+    expected = torch_conv(x, w, None, {"padding": (1, 1, 1, 1), "strides": (2, 2)}, 32)
+    assert_close(out, nchwc(expected, 16), **TOL, what="depthwise conv2d_nchwc, stride 2")
 
 
 @pytest.mark.parametrize("shapes, attrs, message", [

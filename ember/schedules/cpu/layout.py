@@ -3,7 +3,9 @@ columns x the channels of one output block, the block in vector lanes."""
 
 from __future__ import annotations
 
+from ...ops.hints import PACK
 from ...ops.layout import ANCHOR, MAX_TILE_COLUMNS, POOL_ANCHOR
+from ...te.tensor import ComputeOp
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, tile_rows_cols
@@ -15,13 +17,27 @@ def schedule_conv_nchwc(s, outputs, target):
     if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
         return False
     out = outputs[0]
-    prepare(s, outputs, anchor, target.lanes())
+    pad = _depthwise_padding(anchor) if out.ndim == 5 else None
+    prepare(s, outputs, anchor, target.lanes(), keep=(pad,) if pad is not None else ())
     columns = tile_columns(as_int(out.shape[3]))
     if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
-        tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
+        local = s.cache_read(pad.output(0), "local", [anchor.output(0)]) if pad is not None else None
+        at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
+        if local is not None:
+            s[pad.output(0)].compute_inline()
+            s[local].compute_at(s[out], at)
+            s[local].vectorize(s[local].op.axis[-1])
     else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
         tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
     return None
+
+
+def _depthwise_padding(anchor):
+    """The padded input stage of a depthwise conv2d_nchwc (its reduction the kernel window alone:
+    a dense one also sums over input channels), or None."""
+    if len(anchor.reduce_axis) != 2:
+        return None
+    return next((t.op for t in anchor.input_tensors if isinstance(t.op, ComputeOp) and t.op.tag == PACK), None)
 
 
 def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:

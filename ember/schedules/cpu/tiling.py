@@ -27,13 +27,13 @@ def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
     return found[0] if len(found) == 1 else None
 
 
-def prepare(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int) -> None:
-    """Schedule the PACK stages (for `lanes`: fp32 lanes of a register); inline every other
-    spatial intermediate but the anchor."""
+def prepare(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int, keep: tuple[ComputeOp, ...] = ()) -> None:
+    """Schedule the PACK stages (for `lanes`: fp32 lanes of a register) but those in `keep`, which
+    the caller places; inline every other spatial intermediate but the anchor."""
     out_ops = {id(t.op) for t in outputs}
     stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and id(op) not in out_ops]
     for op in reversed(stages):
-        if op.tag == PACK and op is not anchor and not op.reduce_axis:
+        if op.tag == PACK and op is not anchor and not op.reduce_axis and op not in keep:
             schedule_pack(s, op.output(0), lanes)
     inline_intermediates(s.sch, among={op.name for op in stages if op is not anchor and op.tag != PACK})
 
@@ -72,7 +72,7 @@ def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
                    vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
-                   prefetch: str | None = None) -> None:
+                   prefetch: str | None = None):
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
@@ -84,7 +84,8 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     Over a symbolic number of rows, the parallel loop runs over the column tiles only, each
     running its row tiles in turn, and the full row tiles run a copy without guards.
     `prefetch` names b's buffer when it comes in panels one tile wide: the row tiles of a panel
-    then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch)."""
+    then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch).
+    Returns the loop the accumulation is computed at (a stage the tile alone reads may go there)."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -140,6 +141,7 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     for a in spatial[:-1]:
         acc_stage.unroll(a)
     acc_stage.vectorize(last[-1])
+    return at
 
 
 def _static_tail(axis, factor: int) -> bool:
