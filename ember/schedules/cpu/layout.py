@@ -1,5 +1,6 @@
 """CPU schedules of the blocked-layout operators (ember.ops.layout): a register tile of output
-columns x the channels of one output block, the block in vector lanes."""
+columns x the channels of one output block (two for a dense convolution), the block in vector
+lanes; a depthwise convolution pads in each tile the input that tile reads."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, tile_rows_cols
 
+PAIR_TILE_COLUMNS = 12  # output columns of a tile of two channel blocks (24 accumulators; 28 spill)
+
 
 @schedules("conv2d_nchwc")
 def schedule_conv_nchwc(s, outputs, target):
@@ -17,12 +20,18 @@ def schedule_conv_nchwc(s, outputs, target):
     if anchor is None or len(outputs) != 1 or outputs[0].ndim not in (4, 5):
         return False
     out = outputs[0]
-    pad = _depthwise_padding(anchor) if out.ndim == 5 else None
+    depthwise = len(anchor.reduce_axis) == 2  # the kernel window alone: a dense one sums over channels too
+    pad = _padding(anchor) if depthwise and out.ndim == 5 else None
     prepare(s, outputs, anchor, target.lanes(), keep=(pad,) if pad is not None else ())
     columns = tile_columns(as_int(out.shape[3]))
     if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
         local = s.cache_read(pad.output(0), "local", [anchor.output(0)]) if pad is not None else None
-        at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]))
+        # a dense convolution's tile spans two blocks of output channels where it can, each input
+        # value broadcast once for both (24 accumulators at most: more spill)
+        blocks = (1, 2) if not depthwise and as_int(out.shape[1]) % 2 == 0 else None
+        if blocks is not None:
+            columns = tile_columns(as_int(out.shape[3]), PAIR_TILE_COLUMNS)
+        at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]), blocks=blocks)
         if local is not None:
             s[pad.output(0)].compute_inline()
             s[local].compute_at(s[out], at)
@@ -32,11 +41,8 @@ def schedule_conv_nchwc(s, outputs, target):
     return None
 
 
-def _depthwise_padding(anchor):
-    """The padded input stage of a depthwise conv2d_nchwc (its reduction the kernel window alone:
-    a dense one also sums over input channels), or None."""
-    if len(anchor.reduce_axis) != 2:
-        return None
+def _padding(anchor):
+    """The padded input stage of a conv2d_nchwc, or None."""
     return next((t.op for t in anchor.input_tensors if isinstance(t.op, ComputeOp) and t.op.tag == PACK), None)
 
 

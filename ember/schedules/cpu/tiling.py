@@ -72,7 +72,7 @@ def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
                    vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
-                   prefetch: str | None = None):
+                   prefetch: str | None = None, blocks: tuple[int, int] | None = None):
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
@@ -85,7 +85,10 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     running its row tiles in turn, and the full row tiles run a copy without guards.
     `prefetch` names b's buffer when it comes in panels one tile wide: the row tiles of a panel
     then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch).
-    Returns the loop the accumulation is computed at (a stage the tile alone reads may go there)."""
+    With `blocks` (axis, factor), the tile also spans that many along a third axis, outermost in
+    the tile and unrolled (a convolution's blocks of output channels: each input value loaded
+    once for all of them). Returns the loop the accumulation is computed at (a stage the tile
+    alone reads may go there)."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -108,7 +111,10 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
             # would divide its index, and no bound on the columns could be proven: every element
             # guarded, the tile scalar (a thousand times slower)
             outer, serial = [co], ro
-    rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis)]
+    if blocks is not None:
+        bo, bi = stage.split(axes[blocks[0]], factor=blocks[1])
+        outer, inner = [bo, *outer], [bi, *inner]
+    rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis, blocks and blocks[0])]
     stage.reorder(*rest, *outer, *([serial] if serial is not None else []), *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
     stage.parallel(fused)
