@@ -133,6 +133,17 @@ def test_symbolic_batch_one_build_two_sizes():
                    atol=1e-5, torch_fn=lambda t: F.group_norm(t, 2))
 
 
+def test_rows_with_a_guarded_last_vector():
+    """Rows that vector lanes do not divide (wav2vec2's GroupNorm over 3199 samples a channel):
+    the reductions and the output in vectors, the last one of a row guarded."""
+    check_op("softmax", [rand(3, 101)], None, rtol=1e-5, atol=1e-6, torch_fn=lambda t: F.softmax(t, -1))
+    x = rand(2, 4, 131, low=-3.0, high=5.0)
+    for groups in (4, 2):
+        check_op("group_norm", [x, rand(4), rand(4)], {"num_groups": groups}, rtol=1e-4, atol=1e-5,
+                 torch_fn=lambda t, w, b, groups=groups: F.group_norm(t, groups, w, b))
+    assert "ramp(" in lowered("group_norm", [TensorType((1, 4, 131))], {"num_groups": 4})
+
+
 def test_symbolic_normalized_dim():
     """Rows of symbolic length: nothing to vectorize statically, still one kernel for all sizes."""
     sets = [[rand(3, n)] for n in (5, 70)]
@@ -147,7 +158,8 @@ def lowered(name, types, attrs=None) -> str:
 
 @pytest.mark.parametrize("name, types, attrs, rows, vectors", [
     ("softmax", [TensorType((8, 96))], None, "parallel(8)", True),
-    ("softmax", [TensorType((8, 100))], None, "parallel(8)", False),  # 100: no vector lanes divide it
+    ("softmax", [TensorType((8, 100))], None, "parallel(8)", True),  # 100: the last vector guarded
+    ("softmax", [TensorType((8, 50))], None, "parallel(8)", False),  # no lanes divide 50, under 4 vectors
     ("log_softmax", [TensorType((2, 16, 4, 5))], {"axis": 1}, "parallel(40)", False),  # strided rows
     ("layer_norm", [TensorType((8, 64)), TensorType((64,)), TensorType((64,))], None, "parallel(8)", True),
     ("rms_norm", [TensorType((6, 3, 32))], {"normalized_ndim": 2}, "parallel(6)", True),

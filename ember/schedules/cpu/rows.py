@@ -100,11 +100,19 @@ def lanes_for(extent: int | None, lanes: int) -> int | None:
     return lanes_dividing(extent, (lanes, lanes // 2))
 
 
+def tail_lanes(extent: int | None, lanes: int) -> int | None:
+    """A register's `lanes` for a static extent they do not divide but span several times: the
+    last vector is guarded, and the vectorizer runs the others unguarded (a guard that passes an
+    interval of lanes: ember.tir.transform.vectorize)."""
+    return lanes if lanes > 1 and extent is not None and extent >= TAIL_VECTORS * lanes else None
+
+
 def vectorize_inner(st, inner: Sequence, lanes: int) -> None:
     """Fuse the innermost axes `inner` (te axes of the stage, adjacent, in order) and vectorize
     the fused loop when vector lanes divide its static extent."""
     extents = [as_int(a.dom.extent) for a in inner]
-    lanes = lanes_for(None if None in extents else int(np.prod(extents)), lanes)
+    extent = None if None in extents else int(np.prod(extents))
+    lanes = lanes_for(extent, lanes) or tail_lanes(extent, lanes)
     if lanes is None:
         return
     loop = st.fuse(*inner) if len(inner) > 1 else inner[0]
@@ -132,13 +140,16 @@ def factor_lanes(s, t, lanes: int):
         width = lanes_for(extent, lanes)
         if width is not None:
             break
-    else:
-        return None
+    else:  # no lanes divide: the last vector of the row guarded (tail_lanes)
+        n, width = 1, tail_lanes(as_int(ks[-1].dom.extent), lanes)
+        if width is None:
+            return None
     inner = ks[-n:]
     _, lane = st.split(st.fuse(*inner) if len(inner) > 1 else inner[0], factor=width)
     return s.rfactor(t, lane, factor_axis=t.ndim)
 
 
+TAIL_VECTORS = 4  # vectors a row spans at least for its guarded last one to pay (tail_lanes)
 ACCUMULATORS = 4  # independent vector accumulators per reduction (`vectorize_lanes`)
 
 

@@ -13,7 +13,15 @@ memory may be speculated only at an address that does not vary by lane.
 
 A body that cannot be vectorized safely (a guard that differs per lane, a store whose address
 does not depend on the loop, a per-lane select around a load it may not speculate) keeps its
-loop, marked for the C compiler's own vectorizer (`#pragma omp simd`).
+loop, marked for the C compiler's own vectorizer (`#pragma omp simd`). A loop whose whole body is
+one guard of comparisons affine in its variable (the tail of a row that vectors do not divide:
+`if (k0 * 16 + k1 < 3199)`) is tested at its first and last iteration instead: the lanes that
+pass such a guard form an interval, so when both ends pass, every lane does, and the vector body
+runs unguarded; the loop runs as before only where they do not (the last vector of the row):
+
+    for k1 in vectorized(16):                 if (k0 * 16 < 3199 && k0 * 16 + 15 < 3199):
+        if (k0 * 16 + k1 < 3199): body  ->        body as one vector
+                                              else: for k1 in vectorized(16): if (...): body
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import replace
 from ..arith import Analyzer
 from ..dtype import bits, is_int, lanes_of, with_lanes
 from ..expr import (
+    COMPARE_OPS,
     INDEX,
     Binary,
     Broadcast,
@@ -37,8 +46,10 @@ from ..expr import (
     Select,
     Var,
     as_int,
+    binary,
     const,
 )
+from ..expr_functor import substitute
 from ..functor import collect, mutate_stmt, substitute_stmt, uses_var, visit_expr, visit_stmt
 from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from ..structural import structural_key
@@ -193,9 +204,46 @@ def vectorize(func: PrimFunc, vector_bytes: int | None = None) -> PrimFunc:
                 return _vector_body(s.loop_var, n, s.body, ana)
             return seq(*(_vector_chunk(s, start, min(width, n - start), ana) for start in range(0, n, width)))
         except CannotVectorize:
-            return s
+            return _interval_guard(s, n, ana, f)
 
     return func.with_body(mutate_stmt(func.body, f_stmt=f))
+
+
+def _interval_guard(loop: For, n: int, ana: Analyzer, vectorize_loop) -> Stmt:
+    """A loop whose body is one guard that passes an interval of its iterations: the guard tested
+    at the first and the last, the body vectorized under it, the loop as it was else (see the
+    module's docstring); the loop as it was when that does not apply."""
+    guard = loop.body
+    if not isinstance(guard, IfThenElse) or guard.else_case is not None or not _affine_in(guard.cond, loop, n, ana):
+        return loop
+    fast = vectorize_loop(replace(loop, body=guard.then_case))
+    if fast is None or (isinstance(fast, For) and fast.kind == "vectorized"):
+        return loop
+    var = loop.loop_var  # (from 0, as the vectorizer's ramps are)
+    ends = binary("&&", substitute(guard.cond, {var: const(0, var.dtype)}),
+                  substitute(guard.cond, {var: const(n - 1, var.dtype)}))
+    return IfThenElse(ends, fast, loop)
+
+
+def _affine_in(cond: PrimExpr, loop: For, n: int, ana: Analyzer) -> bool:
+    """Whether cond is a conjunction of comparisons (not ==, !=) whose sides are affine in the
+    loop's variable (ramps once vectorized) and read no memory."""
+    if isinstance(cond, Binary) and cond.op == "&&":
+        return _affine_in(cond.a, loop, n, ana) and _affine_in(cond.b, loop, n, ana)
+    if not (isinstance(cond, Binary) and cond.op in COMPARE_OPS[2:]):
+        return False
+    loads: list = []
+    visit_expr(cond, lambda x: loads.append(x) if isinstance(x, BufferLoad) else None)
+    if loads:
+        return False
+    with ana.scope():
+        ana.bind(loop.loop_var, 0, n - 1)
+        vectorizer = _Vectorizer(loop.loop_var, n, ana)
+        try:
+            sides = [vectorizer.expr(cond.a), vectorizer.expr(cond.b)]
+        except CannotVectorize:
+            return False
+    return all(isinstance(x, Ramp) or not _vec(x) for x in sides)
 
 
 def _vector_chunk(loop: For, start: int, lanes: int, ana: Analyzer) -> Stmt:
