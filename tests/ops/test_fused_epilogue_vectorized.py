@@ -1,7 +1,8 @@
 """Fused conv2d and matmul epilogues (bias, activation, batch-norm scale and shift, residual add)
 write their output with vector stores while the accumulator tile stays in registers: the conv's
-tile of channel vectors is transposed in registers and stored along the output columns. The
-fused kernels compute what the NumPy references compute."""
+tile of channel vectors is transposed in registers and stored along the output columns (with a
+tail of columns, each column's channel vector is stored with the channels' stride). The fused
+kernels compute what the NumPy references compute."""
 
 import re
 
@@ -104,9 +105,12 @@ def test_conv_scale_shift_residual_relu_stores_vectors(width):
 
 
 def test_conv_with_a_column_tail_still_matches():
-    """13 columns have no tile without a tail: the columns stay unrolled, scalar stores."""
+    """13 columns have no tile without a tail: the columns stay unrolled, and the epilogue runs on
+    each column's vector of channels from the registers, stored with a channel's stride."""
     g = conv_bias_relu(13)
-    cm, _ = compile_fused(g, ("conv2d", "add", "relu"))
+    cm, kernel = compile_fused(g, ("conv2d", "add", "relu"))
+    assert not output_stores(kernel) and "ember_scatter_float32x16(" in kernel  # no scalar store left
+    assert "/* conv_local: in registers */" in kernel
     check_matches_reference(cm, g)
 
 

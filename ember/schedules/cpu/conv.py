@@ -23,12 +23,15 @@ def schedule_conv(s, outputs, target):
         # a tile of block * blocks output channels x cols output columns, the columns unrolled in
         # the accumulation (a vector of a block's channels each: the accumulation's last axis);
         # the output (and its epilogue) is written in vectors along the columns, the tile
-        # transposed in registers, unless a tail of columns would guard the lanes
+        # transposed in registers, unless a tail of columns would guard the lanes: then each
+        # column's vectors of channels, stored with a channel's stride (wav2vec2's GELU after a
+        # convolution over 1599 columns, scalar erf per element before)
         block = as_int(anchor.output(0).shape[-1])
         blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
         cols = _tile_width(width, 12 if blocks == 2 else 24)
         prepare(s, outputs, anchor, vector)
-        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, block * blocks, cols, vector_cols=width % cols == 0)
+        tail = width % cols != 0
+        tile_rows_cols(s, out, anchor, 1, out.ndim - 1, block * blocks, cols, vector_cols=not tail, vector_rows=tail)
         return None
     # grouped: 4 output channels x one vector of output columns, when the columns fill vectors
     lanes = lanes_dividing(width, (vector, vector // 2, vector // 4))

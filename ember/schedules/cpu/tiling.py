@@ -72,11 +72,14 @@ def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
 
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
                    vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
-                   prefetch: str | None = None, blocks: tuple[int, int] | None = None):
+                   prefetch: str | None = None, blocks: tuple[int, int] | None = None,
+                   vector_rows: bool = False):
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
-    last axis). Every other axis of out stays outside the tile, fused into the parallel loop.
+    last axis; with vector_rows too, the rows are vectorized inside the unrolled columns: an
+    epilogue in vectors along the rows, stored with their stride). Every other axis of out stays
+    outside the tile, fused into the parallel loop.
     With `block`, a tile wider than that many columns runs over them in blocks of `block`
     inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV).
     With `row_block` (a multiple of mr), the column tiles run over blocks of that many rows, one
@@ -114,6 +117,8 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     if blocks is not None:
         bo, bi = stage.split(axes[blocks[0]], factor=blocks[1])
         outer, inner = [bo, *outer], [bi, *inner]
+    if vector_rows:
+        inner = [*inner[:-2], inner[-1], inner[-2]]
     rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis, blocks and blocks[0])]
     stage.reorder(*rest, *outer, *([serial] if serial is not None else []), *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
@@ -127,7 +132,7 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
         stage.unroll(a)
     if block is not None and nr > block:
         stage.vectorize(stage.split(inner[-1], factor=block)[1])
-    elif vector_cols:
+    elif vector_cols or vector_rows:
         stage.vectorize(inner[-1])
     else:
         stage.unroll(inner[-1])
