@@ -107,6 +107,7 @@ CONVS = [
     ((1, 16, 11, 33), (16, 1, 5, 5), 16, 16, 16, {"padding": (2, 1, 2, 3), "strides": (1, 2), "dilations": (2, 1)}),
     ((1, 16, 7, 30), (16, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a partial column tile
     ((1, 16, 5, 29), (32, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a tile of two blocks, partial
+    ((1, 8, 6, 11), (24, 8, 1, 1), 1, 8, 8, {}),  # a tile of three blocks, a partial column tile
 ]
 
 

@@ -1,6 +1,6 @@
 """CPU schedules of the blocked-layout operators (ember.ops.layout): a register tile of output
-columns x the channels of one output block (two for a dense convolution), the block in vector
-lanes; a depthwise convolution pads in each tile the input that tile reads."""
+columns x the channels of one output block (two or three for a dense convolution), the block in
+vector lanes; a depthwise convolution pads in each tile the input that tile reads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, tile_rows_cols
 
-PAIR_TILE_COLUMNS = 12  # output columns of a tile of two channel blocks (24 accumulators; 28 spill)
+TILE_ACCUMULATORS = 24  # vectors of a tile of several channel blocks (2 blocks x 12 columns; 28 spill)
 
 
 @schedules("conv2d_nchwc")
@@ -26,11 +26,12 @@ def schedule_conv_nchwc(s, outputs, target):
     columns = tile_columns(as_int(out.shape[3]))
     if out.ndim == 5:  # a tile of columns x one block of channels, the block in vector lanes
         local = s.cache_read(pad.output(0), "local", [anchor.output(0)]) if pad is not None else None
-        # a dense convolution's tile spans two blocks of output channels where it can, each input
-        # value broadcast once for both (24 accumulators at most: more spill)
-        blocks = (1, 2) if not depthwise and as_int(out.shape[1]) % 2 == 0 else None
+        # a dense convolution's tile spans two blocks of output channels where they pair up, else
+        # three (24 channels in blocks of 8), each input value broadcast once for all of them
+        nb = next((b for b in (2, 3) if as_int(out.shape[1]) % b == 0), None)
+        blocks = (1, nb) if not depthwise and nb is not None else None
         if blocks is not None:
-            columns = tile_columns(as_int(out.shape[3]), PAIR_TILE_COLUMNS)
+            columns = tile_columns(as_int(out.shape[3]), TILE_ACCUMULATORS // nb)
         at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]), blocks=blocks)
         if local is not None:
             s[pad.output(0)].compute_inline()
