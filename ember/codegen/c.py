@@ -27,9 +27,11 @@ Loops: "parallel" is an OpenMP `parallel for` (the outermost of a nest only; an 
 serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. Scalars are plain C,
 computed in their own type (narrow integers wrap after each operation, like numpy; float16 is
 stored as `_Float16` and computed as float). Vector expressions use GCC vector extensions.
-Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack array, anything
-else `aligned_alloc`/`free` around its body. A `CallRoutine` calls the routine's C function (ember.codegen.routines),
-written into the prelude the first time a kernel of the unit calls it.
+Allocations: "local" scratch of constant size up to 64 KiB is an aligned stack array, and so is
+any buffer of constant size up to 1 KiB (a row's statistics inside a parallel loop: a heap
+allocation per row and statistic otherwise); anything else `aligned_alloc`/`free` around its
+body. A `CallRoutine` calls the routine's C function (ember.codegen.routines), written into the
+prelude the first time a kernel of the unit calls it.
 
 A kernel's C (and the prelude entries it needs) is kept as long as its function object lives:
 functions are immutable, and a compiler that finds a kernel lowered before (ember.lowering.LOWERED)
@@ -131,6 +133,7 @@ class CRenderer(CStyleRenderer):
     TARGET = "C"
     SCALAR_TYPES = {elem: row.held for elem, row in STORAGE.items()}  # as held in memory (c_storage)
     STACK_LIMIT = 64 * 1024  # bytes; larger local scratch goes to the heap
+    SMALL_LIMIT = 1024  # bytes; a buffer of any scope up to this size goes on the stack
     # ember's helpers, OpenMP's names, C's reserved `_X`, and vector type names ("float32x8")
     RESERVED_PREFIXES = ("ember_", "omp_", "_", *(f"{d}x" for d in SCALAR_TYPES))
 
@@ -290,8 +293,8 @@ class CRenderer(CStyleRenderer):
         name, ctype = self._name(buf), self.SCALAR_TYPES[buf.dtype]
         dims = [as_int(d) for d in buf.shape]
         count = None if None in dims else functools.reduce(operator.mul, dims, 1)
-        small = count is not None and count * dt.bits(buf.dtype) // 8 <= self.STACK_LIMIT
-        on_stack = buf.scope == "local" and small
+        nbytes = None if count is None else count * dt.bits(buf.dtype) // 8
+        on_stack = nbytes is not None and nbytes <= (self.STACK_LIMIT if buf.scope == "local" else self.SMALL_LIMIT)
         width = register_lanes(buf, body)
         out.append(f"{pad}{{")
         if width is not None:

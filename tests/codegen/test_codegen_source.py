@@ -122,17 +122,19 @@ def test_reserved_names_are_renamed():
 
 
 def test_allocations_stack_and_heap():
+    """Local scratch up to 64 KiB and any buffer up to 1 KiB on the stack, the rest on the heap."""
     n = Var("n")
     A = buf("A", [n])
     small, big = buf("S", [4, 4], scope="local"), buf("L", [20000], scope="local")
-    glob, sym = buf("G", [8]), buf("Y", [n, 3], "float16", scope="local")
-    body = store(A, 0, load(small, 0) + load(big, 0) + load(glob, 0) + load(sym, 0))
-    src = codegen_c(func("alloc", [A], Allocate(small, Allocate(big, Allocate(glob, Allocate(sym, body))))))
-    assert "float S[16] __attribute__((aligned(64)));" in src
+    glob, glob_big, sym = buf("G", [8]), buf("H", [1024]), buf("Y", [n, 3], "float16", scope="local")
+    body = store(A, 0, load(small, 0) + load(big, 0) + load(glob, 0) + load(glob_big, 0) + load(sym, 0))
+    src = codegen_c(func("alloc", [A], Allocate(small, Allocate(big, Allocate(glob, Allocate(glob_big, Allocate(
+        sym, body)))))))
+    assert "float S[16] __attribute__((aligned(64)));" in src and "float G[8] __attribute__((aligned(64)));" in src
     assert "float* restrict L = (float*)aligned_alloc(64, ember_padded_bytes(20000, sizeof(float)));" in src
-    assert "float* restrict G = (float*)aligned_alloc(64" in src
+    assert "float* restrict H = (float*)aligned_alloc(64" in src
     assert "Y = (_Float16*)aligned_alloc(64, ember_padded_bytes(n * 3, sizeof(_Float16)))" in src
-    assert all(f"free({b});" in src for b in "LGY") and "free(S)" not in src
+    assert all(f"free({b});" in src for b in "LHY") and "free(S)" not in src and "free(G)" not in src
 
 
 def test_vector_types_and_helpers_only_when_used():
