@@ -187,30 +187,28 @@ def declare_mma(dtype: str):
                                  feature=FEATURE, override=True)
 
 
-def declare_load():
-    """Declare (and register) the load of an fp32 fragment from a row-major 16x16 tile."""
+def _declare_copy(what: str, call: str, source: str, strided: int):
+    """Declare (and register) a copy between an fp32 fragment and a row-major 16x16 tile: `call`
+    takes the source, the destination and the row stride of the tile (input 0 or output 0)."""
     c = te.placeholder((TILE, TILE), "float32", name="c")
-    out = te.compute((TILE, TILE), lambda i, j: c[i, j], name="frag")
+    out = te.compute((TILE, TILE), lambda i, j: c[i, j], name="frag" if what == "load" else "out")
 
     def lower_fn(ins, outs):
         (pc,), (po,) = ins, outs
-        return te.hardware_intrinsic("ember_wmma_load", pc.access_ptr("r"), po.access_ptr("w"), pc.strides[0])
+        return te.hardware_intrinsic(call, pc.access_ptr("r"), po.access_ptr("w"), (pc, po)[strided].strides[0])
 
-    return te.decl_tensor_intrin(out.op, lower_fn, name="wmma_load_16x16_f32", c_source=_LOAD_SOURCE,
+    return te.decl_tensor_intrin(out.op, lower_fn, name=f"wmma_{what}_16x16_f32", c_source=source,
                                  feature=FEATURE, override=True)
+
+
+def declare_load():
+    """Declare (and register) the load of an fp32 fragment from a row-major 16x16 tile."""
+    return _declare_copy("load", "ember_wmma_load", _LOAD_SOURCE, 0)
 
 
 def declare_store():
     """Declare (and register) the store of an fp32 fragment to a row-major 16x16 tile."""
-    c = te.placeholder((TILE, TILE), "float32", name="c")
-    out = te.compute((TILE, TILE), lambda i, j: c[i, j], name="out")
-
-    def lower_fn(ins, outs):
-        (pc,), (po,) = ins, outs
-        return te.hardware_intrinsic("ember_wmma_store", pc.access_ptr("r"), po.access_ptr("w"), po.strides[0])
-
-    return te.decl_tensor_intrin(out.op, lower_fn, name="wmma_store_16x16_f32", c_source=_STORE_SOURCE,
-                                 feature=FEATURE, override=True)
+    return _declare_copy("store", "ember_wmma_store", _STORE_SOURCE, 1)
 
 
 def _warp_mma_source(dtype: str, fm: int, fn: int, name: str) -> str:
