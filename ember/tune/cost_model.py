@@ -85,8 +85,10 @@ class XGBCostModel:
         _, qid = np.unique(self.groups, return_inverse=True)
         order = np.argsort(qid, kind="stable")  # xgboost wants each query group contiguous
         labels = normalized_throughput(self.latencies, self.groups)
-        data = xgb.DMatrix(self.features[order], label=labels[order], qid=qid[order])
         p = self.params
+        # the matrix built on the model's threads too (by default xgboost's OpenMP takes every core
+        # for it, beside the OpenMP runtimes of torch and of ember's kernels in the same process)
+        data = xgb.DMatrix(self.features[order], label=labels[order], qid=qid[order], nthread=p["nthread"])
         # pairs drawn at random within each task, 32 per candidate (xgboost's default pairs only
         # the top candidates of a task, and learns less about the middle, which the search must
         # also sort); 32 bins per feature: as good as 256 here, and three times faster
@@ -100,7 +102,7 @@ class XGBCostModel:
         if self.booster is None or not len(features):
             return np.zeros(len(features))
         x = np.stack([np.asarray(f, dtype=np.float32) for f in features])
-        return self.booster.predict(_xgboost().DMatrix(x)).astype(np.float64)
+        return self.booster.predict(_xgboost().DMatrix(x, nthread=self.params["nthread"])).astype(np.float64)
 
     def save(self, path) -> None:
         """The trained trees and the data they were trained on (an update after load retrains
