@@ -71,7 +71,7 @@ from ...tir.stmt import (
 from ...tir.structural import structural_key
 from ..language import dtypes as tld
 from . import values as V
-from .emitter import Body, Deferred, Emitter, buffer_block
+from .emitter import Body, Deferred, Emitter, buffer_block, buffer_value
 
 WARP = 32
 TILE = 16  # a Tensor Core product's tile: 16x16x16
@@ -125,6 +125,10 @@ def bound(var: Var, extent: int, tag: str, body: Stmt) -> For:
 class CUDAEmitter(Emitter):
     """Block operations spread over 32 * num_warps threads of a CUDA block (the module doc)."""
 
+    # scratch of "global" scope: ember.cuda.scopes makes it shared or the thread's own from where
+    # it is written
+    scratch_scope = "global"
+
     def __init__(self, target, debug: bool, num_warps: int = 4):
         super().__init__(debug)
         self.threads = WARP * num_warps
@@ -135,15 +139,6 @@ class CUDAEmitter(Emitter):
     def lanes(self, dtype: str) -> int:
         return 1
 
-    def local(self, hint: str, shape: tuple[int, ...], dtype: str) -> Buffer:
-        """Scratch of "global" scope: ember.cuda.scopes makes it shared or the thread's own from
-        where it is written."""
-        n = 1
-        for d in shape:
-            n *= d
-        buf = Buffer(self.name(hint), (const(max(n, 1)),), dtype, scope="global")
-        self.allocs.append(buf)
-        return buf
 
     # -- loop nests ------------------------------------------------------------------------------
     def _spread(self, shape: tuple[int, ...], inner: int | None,
@@ -319,10 +314,7 @@ class CUDAEmitter(Emitter):
                 BufferStore(val, cur, out), BufferStore(arg, where, out))))
 
         self.emit(self.nest(out_shape, line))
-        if not out_shape:
-            return (V.Scalar(BufferLoad(val, (const(0),), tdtype), x.dtype),
-                    V.Scalar(BufferLoad(arg, (const(0),), "int32"), index_dtype))
-        return buffer_block(val, out_shape, x.dtype), buffer_block(arg, out_shape, index_dtype)
+        return buffer_value(val, out_shape, x.dtype), buffer_value(arg, out_shape, index_dtype)
 
     def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
         """Each line along the axis in one thread, serially."""

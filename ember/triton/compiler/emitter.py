@@ -30,6 +30,8 @@ Body = Callable[[tuple[PrimExpr, ...], bool], Stmt | None]
 class Emitter(ABC):
     """Collects a kernel's statements and its local buffers; subclasses choose the loops."""
 
+    scratch_scope = "local"  # the scope of `local`'s buffers
+
     def __init__(self, debug: bool):
         self.debug = debug
         self.lists: list[list[Stmt]] = [[]]
@@ -63,7 +65,7 @@ class Emitter(ABC):
         n = 1
         for d in shape:
             n *= d
-        buf = Buffer(self.name(hint), (const(max(n, 1)),), dtype, scope="local")
+        buf = Buffer(self.name(hint), (const(max(n, 1)),), dtype, scope=self.scratch_scope)
         self.allocs.append(buf)
         return buf
 
@@ -172,3 +174,8 @@ class Deferred:
 
 def buffer_block(buf: Buffer, shape: tuple[int, ...], dtype) -> V.Block:
     return V.Block(shape, dtype, lambda idx: BufferLoad(buf, (V.flat_index(shape, idx),), buf.dtype), buffer=buf)
+
+
+def buffer_value(buf: Buffer, shape: tuple[int, ...], dtype) -> V.Block | V.Scalar:
+    """What `buf` holds: a block of `shape`, or the scalar in its one element when shape is ()."""
+    return buffer_block(buf, shape, dtype) if shape else V.Scalar(BufferLoad(buf, (const(0),), buf.dtype), dtype)

@@ -31,7 +31,7 @@ from ..language import core as tlcore
 from ..language import dtypes as tld
 from . import ops
 from . import values as V
-from .emitter import Emitter, buffer_block
+from .emitter import Emitter, buffer_block, buffer_value
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
            ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>",
@@ -249,8 +249,7 @@ class Frontend:
                 with self.em.capture() as extra:
                     self.em.store_block(buf, ops.cast_to(side, dtype), shape)
                 stmts.extend(extra)
-            merged[name] = (buffer_block(buf, shape, dtype) if shape
-                            else V.Scalar(BufferLoad(buf, (const(0),), buf.dtype), dtype))
+            merged[name] = buffer_value(buf, shape, dtype)
         self.env.clear()
         self.env.update(merged)
         self.em.emit(IfThenElse(test, seq(*then_stmts) if then_stmts else seq(),

@@ -22,7 +22,7 @@ from ...tir.expr import binary as te_binary
 from ...tir.stmt import Allocate, BufferStore, For, IfThenElse, Stmt, seq
 from . import values as V
 from .affine import all_true, drop_wraps
-from .emitter import Body, Deferred, Emitter, buffer_block
+from .emitter import Body, Deferred, Emitter, buffer_block, buffer_value
 
 
 class VectorEmitter(Emitter):
@@ -142,9 +142,7 @@ class VectorEmitter(Emitter):
                 return BufferStore(out, combine(BufferLoad(out, (o,), tdtype), value(idx)), (o,))
 
             self.emit(self.nest(shape, step, lanes=self.lanes(tdtype)))
-        if not out_shape:
-            return V.Scalar(BufferLoad(out, (const(0),), tdtype), dtype)
-        return buffer_block(out, out_shape, dtype)
+        return buffer_value(out, out_shape, dtype)
 
     def arg_reduce(self, x: V.Block, axis: int, better: Callable, init: PrimExpr, index_dtype):
         tdtype = V.tir_dtype(x.dtype)
@@ -168,10 +166,7 @@ class VectorEmitter(Emitter):
                        BufferStore(val, select(b, v, cur), (o,)))
 
         self.emit(self.nest(shape, step, vector=axis != len(shape) - 1, lanes=self.lanes(tdtype)))
-        if not out_shape:
-            return (V.Scalar(BufferLoad(val, (const(0),), tdtype), x.dtype),
-                    V.Scalar(BufferLoad(arg, (const(0),), "int32"), index_dtype))
-        return buffer_block(val, out_shape, x.dtype), buffer_block(arg, out_shape, index_dtype)
+        return buffer_value(val, out_shape, x.dtype), buffer_value(arg, out_shape, index_dtype)
 
     def scan(self, x: V.Block, axis: int, combine: Callable, dtype, reverse: bool) -> V.Block:
         """A serial loop along the axis, inside the loops of the other axes."""
