@@ -14,11 +14,6 @@ from ember.errors import ConfigError, TuneError
 from ember.target import Target, as_target, machine_features
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def slow(seconds):
     """A config pre_hook that makes the config slow."""
     return lambda nargs: time.sleep(seconds)

@@ -8,7 +8,6 @@ same tutorials run on torch CUDA tensors."""
 
 import importlib
 import importlib.util
-import pathlib
 
 import numpy as np
 import pytest
@@ -30,7 +29,6 @@ from ember.triton import compiler
 from ember.triton.args import TensorArg
 
 L = importlib.import_module("ember.triton.compiler.launch")
-TUTORIALS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton"
 CUDA = as_target("cuda")
 HAS_NVRTC = importlib.util.find_spec("cuda.bindings") is not None
 needs_nvrtc = pytest.mark.skipif(not HAS_NVRTC, reason="NVRTC (cuda-bindings) is not installed")
@@ -38,21 +36,6 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU her
                                                                      "run where a GPU is lent")
 
 
-def tutorial(name: str):
-    spec = importlib.util.spec_from_file_location(f"tile_cuda_{name}", TUTORIALS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def tutorials():
-    return {p.stem: tutorial(p.stem) for p in sorted(TUTORIALS.glob("0*.py"))}
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
 
 
 def interpret_cuda(jit_fn, grid, bound, options, target):

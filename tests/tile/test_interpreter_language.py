@@ -23,10 +23,6 @@ def interpreted():
         yield
 
 
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
 
 def test_every_builtin_has_semantics():
     assert not [name for name in core.BUILTINS if not callable(getattr(Semantics, name, None))]

@@ -1,7 +1,6 @@
 """Every tutorial of examples/triton against NumPy or torch, interpreted and compiled, with fresh
 random data of sizes that the block sizes do not divide."""
 
-import importlib.util
 import pathlib
 import runpy
 
@@ -16,21 +15,6 @@ import ember.triton.language as tl
 TUTORIALS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton"
 
 
-def tutorial(name: str):
-    spec = importlib.util.spec_from_file_location(f"tile_tutorial_{name}", TUTORIALS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def tutorials():
-    return {p.stem: tutorial(p.stem) for p in sorted(TUTORIALS.glob("0*.py"))}
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
 
 
 @pytest.mark.parametrize("mode", MODES)

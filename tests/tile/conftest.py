@@ -1,0 +1,26 @@
+"""Fixtures of the tile-language tests: a fresh random generator, and the tutorials of
+examples/triton loaded as modules (each test module its own copies)."""
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+TUTORIALS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "triton"
+
+
+@pytest.fixture(scope="module")
+def tutorials(request):
+    """{stem: module} of the numbered tutorials, loaded under the requesting module's name."""
+    prefix = request.module.__name__.rpartition(".")[2]
+    loaded = {}
+    for path in sorted(TUTORIALS.glob("0*.py")):
+        spec = importlib.util.spec_from_file_location(f"{prefix}_{path.stem}", path)
+        loaded[path.stem] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded[path.stem])
+    return loaded
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
