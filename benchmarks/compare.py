@@ -22,7 +22,8 @@ eager under CPU autocast to bf16 ("autocast": oneDNN's bf16 kernels) and ONNX Ru
 
 --device cuda compares on the GPU instead (benchmarks/compare_cuda.py: ember in fp32 and fp16 next
 to torch eager and torch.compile "default" and "reduce-overhead", CUDA events; --runs, --small and
---models as here); without a GPU it says so and exits with 1.
+--models as here; --peers names the torch.compile modes timed, "default" and/or "reduce-overhead"); without a
+GPU it says so and exits with 1.
 """
 
 from __future__ import annotations
@@ -267,7 +268,9 @@ def main(argv=None) -> None:
     if args.device == "cuda":
         from benchmarks import compare_cuda
 
-        compare_cuda.main(args.models, args.small, args.runs, ["fp32", "fp16"])
+        modes = [p for p in args.peers if p in compare_cuda.TORCH_COMPILE_MODES] if args.peers is not None \
+            else compare_cuda.TORCH_COMPILE_MODES
+        compare_cuda.main(args.models, args.small, args.runs, ["fp32", "fp16"], modes)
         return
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)

@@ -22,6 +22,7 @@ import numpy as np
 from benchmarks.cuda_kernels import timed
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+TORCH_COMPILE_MODES = ["default", "reduce-overhead"]
 Row = tuple[str, str, float | None, float | None, str]  # runtime, precision, latency s, first call s, note
 
 
@@ -54,7 +55,7 @@ def half_inputs(inputs):
     return [x.half() if x.is_floating_point() else x for x in inputs]
 
 
-def model_rows(name: str, small: bool, runs: int, precisions: list[str]) -> list[Row]:
+def model_rows(name: str, small: bool, runs: int, precisions: list[str], peers: list[str]) -> list[Row]:
     import copy
 
     import torch
@@ -94,7 +95,7 @@ def model_rows(name: str, small: bool, runs: int, precisions: list[str]) -> list
         args = inputs if precision == "fp32" else half_inputs(inputs)
         with torch.no_grad():
             run("torch eager", precision, lambda peer=peer, args=args: (lambda: peer(*args), None, ""))
-            for mode in ("default", "reduce-overhead"):
+            for mode in (m for m in ("default", "reduce-overhead") if m in peers):
                 def compiled(peer=peer, args=args, mode=mode):
                     torch._dynamo.reset()
                     fn = torch.compile(peer, mode=mode)
@@ -109,12 +110,14 @@ def cell(value: float | None, width: int, spec: str) -> str:
     return f"{value:{width}{spec}}" if value else "-".rjust(width)
 
 
-def main(models: list[str], small: bool, runs: int, precisions: list[str]) -> None:
+def main(models: list[str], small: bool, runs: int, precisions: list[str],
+         peers: list[str] = TORCH_COMPILE_MODES) -> None:
+    """peers: the torch.compile modes timed beside torch eager ("default", "reduce-overhead")."""
     print(f"{check_gpu()}; batch 1, medians of {runs} CUDA-event intervals")
     print(f"{'model':<14} {'runtime':<28} {'prec':<5} {'latency ms':>11} {'vs eager':>9} {'vs r-o':>7} "
           f"{'first call s':>13}  note")
     for name in models:
-        rows = model_rows(name, small, runs, precisions)
+        rows = model_rows(name, small, runs, precisions, peers)
         for runtime, precision, lat, first_s, note in rows:
             peers = {r[0]: r[2] for r in rows if r[1] == precision}
             eager, overhead = peers.get("torch eager"), peers.get("torch.compile reduce-overhead")

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one run on a machine with one: the GPU tests, then the CUDA
+# benchmarks, each step under its own time limit so that one hang or slow step leaves the others
+# their time. Each step's output goes to $OUT/<step>.log; a summary of every step (its exit status,
+# seconds and the end of its log) is printed last.
+#
+#     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
+#
+# Steps: info tests kernels tile compare graphs tune decode (default: all, with the limits below).
+# Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
+# another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
+# tuner's cost model, say) are installed into a temporary folder first.
+set -u
+OUT=${OUT:-/tmp/gpu_checks}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" > /dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_site .whl/*.whl \
+        && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
+fi
+
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=70 [tile]=70 [compare]=150 [graphs]=50 [tune]=50 [decode]=60)
+ORDER=(info tests kernels tile compare graphs tune decode)
+
+run_step() {
+    case $1 in
+        info) nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+              "$PY" -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
+              "$PY" -m ember.cli doctor ;;
+        tests) "$PY" -m pytest tests/cuda tests/tile/test_cuda.py tests/tune/test_gpu_tuning.py -n 12 -q \
+                   -p no:cacheprovider --timeout 100 -rfEs --durations=10 ;;
+        kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ;;
+        tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
+        compare) "$PY" benchmarks/compare.py --device cuda --models resnet18 mobilenet_v2 bert_base gpt2_small \
+                     --runs 30 --peers reduce-overhead ;;
+        graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
+        tune) "$PY" benchmarks/cuda_kernels.py --tune 32 ;;
+        decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 --contexts 128 ;;
+        *) echo "unknown step $1"; return 2 ;;
+    esac
+}
+
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=("${ORDER[@]}")
+summary=()
+for spec in "${steps[@]}"; do
+    name=${spec%%:*}
+    limit=${LIMIT[$name]:-60}
+    [ "$spec" != "$name" ] && limit=${spec#*:}
+    echo "== $name: limit ${limit} s, started $(date -u +%T)"
+    start=$(date +%s)
+    timeout -k 5 "$limit" bash -c "$(declare -f run_step); PY='$PY'; run_step $name" > "$OUT/$name.log" 2>&1
+    rc=$?
+    summary+=("$name: rc=$rc after $(( $(date +%s) - start )) s")
+    tail -n 40 "$OUT/$name.log"
+done
+echo "== summary"
+printf '%s\n' "${summary[@]}"
