@@ -110,7 +110,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: 
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_ptr + head + rn[:, None] * D + rd[None, :], mask=rn[:, None] < S, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     tl.store(o_ptr + head + rm[:, None] * D + rd[None, :], acc / l_i[:, None], mask=rm[:, None] < S)
 
@@ -147,8 +147,9 @@ def gpu_cases(ns, only: list[str]):
         n = 1 << 26
         x, y = (torch.rand(n, device="cuda", generator=g) for _ in range(2))
         out = torch.empty_like(x)
-        cases.append(("vadd", n, lambda k: lambda: k.add_kernel[(triton.cdiv(n, 4096),)](x, y, out, n, BLOCK=4096),
-                      lambda: torch.testing.assert_close(out, x + y, rtol=0, atol=0), lambda: out.copy_(x)))
+        cases.append(("vadd", n, lambda k, x=x, y=y, out=out: lambda: k.add_kernel[(triton.cdiv(n, 4096),)](
+            x, y, out, n, BLOCK=4096), lambda x=x, y=y, out=out: torch.testing.assert_close(out, x + y, rtol=0, atol=0),
+            lambda x=x, out=out: out.copy_(x)))
     if "softmax" in only:
         for n in (1024, 4096):
             x = torch.randn(4096, n, device="cuda", generator=g)

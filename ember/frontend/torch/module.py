@@ -100,8 +100,12 @@ def decompose(ep: ExportedProgram) -> ExportedProgram:
 
 @contextlib.contextmanager
 def _stack_traces(on: bool):
-    """torch's tracers record each node's stack trace, or not (restored after; under the lock)."""
+    """torch's tracers record each node's stack trace, or not (restored after; under the lock). A
+    torch without the switch (before 2.12) records them always."""
     config = torch.fx.config
+    if not hasattr(config, "do_not_emit_stack_traces"):
+        yield
+        return
     before, config.do_not_emit_stack_traces = config.do_not_emit_stack_traces, not on
     try:
         yield
