@@ -40,7 +40,7 @@ class Graph:
     """An executable graph of what `issue(stream)` launches on a stream, recorded by capture."""
 
     def __init__(self, issue: Callable[[int], None], stream: int):
-        cu = cuda_driver.driver()
+        self._cu = cu = cuda_driver.driver()  # the driver that made it destroys it
         mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL  # other threads' work is not ours
         cuda_driver.check(cu.cuStreamBeginCapture(cu.CUstream(stream), mode), "cuStreamBeginCapture")
         try:
@@ -54,11 +54,11 @@ class Graph:
             cu.cuGraphDestroy(graph)
 
     def launch(self, stream: int) -> None:
-        cu = cuda_driver.driver()
+        cu = self._cu
         cuda_driver.check(cu.cuGraphLaunch(self.executable, cu.CUstream(stream)), "cuGraphLaunch")
 
     def destroy(self) -> None:
-        cuda_driver.driver().cuGraphExecDestroy(self.executable)
+        self._cu.cuGraphExecDestroy(self.executable)
 
 
 class Graphs:
@@ -67,7 +67,7 @@ class Graphs:
 
     def __init__(self):
         self._graphs: OrderedDict[Hashable, Graph] = OrderedDict()
-        self._stream = None
+        self._stream = None  # with the driver that created it
         self.captures = 0
 
     def replay(self, key: Hashable, issue: Callable[[int], None], stream: int) -> str | None:
@@ -88,11 +88,13 @@ class Graphs:
         return None
 
     def _capture_stream(self) -> int:
+        cu = cuda_driver.driver()
+        if self._stream is not None and self._stream[0] is not cu:  # another driver took over: start again
+            self.clear()
         if self._stream is None:
-            cu = cuda_driver.driver()
             created = cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
-            self._stream = int(cuda_driver.check(created, "cuStreamCreate"))
-        return self._stream
+            self._stream = (cu, int(cuda_driver.check(created, "cuStreamCreate")))
+        return self._stream[1]
 
     def clear(self) -> None:
         """Destroy every graph and the capture stream."""
@@ -100,5 +102,6 @@ class Graphs:
             graph.destroy()
         self._graphs.clear()
         if self._stream is not None:
-            cuda_driver.driver().cuStreamDestroy(cuda_driver.driver().CUstream(self._stream))
+            cu, stream = self._stream
+            cu.cuStreamDestroy(cu.CUstream(stream))
             self._stream = None

@@ -1,5 +1,6 @@
 """What one block of a kernel may use on the GPU it is built for, and the check of a kernel
-against it: threads per block (and per index), shared memory per block, registers.
+against it: threads per block (and per index), shared memory per block, local memory per
+thread, registers.
 
 `limits_for(arch)` gives the GPU's own (its driver attributes) when the machine has a GPU of that
 architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
@@ -23,6 +24,7 @@ from ..tir import dtype as dt
 from ..tir.expr import as_int
 from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
+from . import fragments
 from .codegen import threads_per_block
 
 MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
@@ -35,6 +37,7 @@ class GPULimits:
     threads_per_block: int = 1024
     shared_per_block: int = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
     registers_per_block: int = 65536
+    local_per_thread: int = 512 * 1024  # bytes of a thread's own arrays (every architecture since sm_20)
 
 
 def limits_for(arch: str) -> GPULimits:
@@ -59,8 +62,19 @@ def shared_bytes(func: PrimFunc) -> tuple[int, list[str]]:
     return total, [b.name for b in shared]
 
 
+def local_bytes(func: PrimFunc) -> tuple[int, list[str]]:
+    """The bytes of the arrays each thread of a kernel declares (local memory, or registers where
+    they fit and are indexed by constants), and their names."""
+    local: list = []
+    visit_stmt(func.body, lambda s: local.append(s.buffer) if isinstance(s, Allocate)
+               and s.buffer.scope not in ("shared", fragments.SCOPE) else None)
+    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in local)
+    return total, [b.name for b in local]
+
+
 def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> None:
-    """A ScheduleError naming the limit a kernel's launch or shared memory is past."""
+    """A ScheduleError naming the limit a kernel's launch, shared or local memory is past (the
+    driver would refuse its launch)."""
     threads = threads_per_block(dims)
     if threads > limits.threads_per_block:
         raise ScheduleError(f"kernel {func.name} binds {threads} threads per block "
@@ -75,6 +89,11 @@ def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> Non
         raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory ({', '.join(names)}): "
                             f"past the limit of {limits.shared_per_block} bytes of static shared memory per "
                             f"block ({limits.arch})")
+    total, names = local_bytes(func)
+    if total > limits.local_per_thread:
+        raise ScheduleError(f"kernel {func.name} declares {total} bytes of arrays per thread ({', '.join(names)}): "
+                            f"past the limit of {limits.local_per_thread} bytes of local memory per thread "
+                            f"({limits.arch}); a stage computed whole in every thread rather than at its thread?")
 
 
 EIATTR_REGCOUNT = 0x2F

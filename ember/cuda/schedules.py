@@ -2,7 +2,8 @@
 defaults a CUDA backend will choose from): each takes a te schedule and the tensor to schedule.
 
 - `elementwise`: every axis fused, split into blocks of `threads` threads of `vector` elements
-  each (a vectorized loop: 16-byte accesses for 4 lanes of 4 bytes, ember.cuda.vectors);
+  each (a vectorized loop: 16-byte accesses for 4 lanes of 4 bytes, ember.cuda.vectors), the
+  reductions it reads (a convolution under its bias and ReLU) computed at each thread;
 - `rows`: a row per thread (a reduction over the last axis, softmax), its reductions in
   registers, rows split into blocks of `threads` (coalesced only across rows: a first schedule,
   until reductions across a block's threads exist);
@@ -27,7 +28,9 @@ from ..te.schedule import TESchedule, ThreadAxis
 from ..tir.expr import as_int
 
 
-def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4) -> None:
+def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4, producers=()) -> None:
+    """`producers`: stages `out` reads (reductions, consumers first) computed at each thread,
+    for its elements only."""
     stage = s[out]
     fused = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
     if vector > 1:
@@ -36,6 +39,8 @@ def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4) -> None
     block, thread = stage.split(fused, factor=threads)
     stage.bind(block, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
+    for t in producers:
+        s[t].compute_at(stage, thread)
 
 
 def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:

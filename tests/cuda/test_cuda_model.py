@@ -13,6 +13,7 @@ from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
 from ember.cuda.graph import capture_blocker
+from ember.cuda.limits import local_bytes
 from ember.errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
 from ember.target import Target
 
@@ -83,6 +84,16 @@ def test_attention_is_one_fused_kernel_on_the_gpu(simulated):
     model, cm, _ = simulated
     ops = {op for k in cm.kernels for op in k.ops}
     assert ("flash_attention" in ops) == isinstance(model, Block) and "softmax" not in ops
+
+
+def test_each_thread_computes_only_the_outputs_it_writes():
+    """A convolution fused with its bias and ReLU, a linear layer with its bias: each output
+    element is computed in the thread that writes it, not the whole product in every thread
+    (which the driver refuses to launch once it passes a thread's local memory)."""
+    torch.manual_seed(2)
+    cm = ember.compile(SmallCNN().eval(), (torch.randn(1, 2, 6, 6),), target="cuda")
+    per_thread = {name: local_bytes(k.func)[0] for name, k in cm._entry.kernels.items()}
+    assert any(name.startswith("conv2d_relu") for name in per_thread) and max(per_thread.values()) <= 16, per_thread
 
 
 def test_the_cuda_target_takes_no_cpu_layouts_or_packing():

@@ -92,6 +92,23 @@ def test_too_much_shared_memory_names_the_limit():
 
 
 @needs_nvrtc
+def test_arrays_past_the_local_memory_of_a_thread_name_the_limit():
+    n = 140_000  # a stage left whole in every thread: 560 000 bytes each, which the driver refuses to launch
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=256)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"560000 bytes of arrays per thread \(B\): past the limit of 524288 "
+                                            r"bytes of local memory per thread \(sm_90\)"):
+        ember.build(s, [A, C], target="cuda", arch="sm_90")
+    s[B].compute_at(s[C], tx)  # an element of B at the thread that reads it
+    assert "float B[1];" in ember.build(s, [A, C], target="cuda", arch="sm_90").source
+
+
+@needs_nvrtc
 def test_a_cubin_says_how_many_registers_a_thread_takes():
     s, args, _ = kernels.gemm(128, 128, 64)
     f = ember.build(s, args, target="cuda", arch="sm_90")

@@ -6,7 +6,8 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   stages inlined; an output without reduction axes (elementwise, broadcast, injective: gather,
   transpose, concat, pad, ...) fused, 4 elements a thread where they divide it, 256 threads a
   block; an output with reduction axes (pooling, convolution, a reduction that does not take the
-  block schedule) one output element a thread, its reductions in registers;
+  block schedule), or one that reads reductions (a convolution's fused bias and ReLU), one
+  output element a thread, its reductions in registers;
 - `reduce`: a reduction over the last axis, long enough, one output element a block, the
   block's threads reducing strided parts through shared memory and the partials folded with
   warp shuffles (`rows`);

@@ -17,6 +17,8 @@ def default_schedule(s, outputs, pattern: str, target) -> None:
             continue
         if t.op.reduce_axis:
             per_thread(s, t)
+        elif reductions_of(s, t):  # an epilogue over reductions (a convolution's bias and ReLU)
+            gpu.elementwise(s, t, threads=min(THREADS, count(t)), vector=1, producers=reductions_of(s, t))
         else:
             spread(s, t)
 
