@@ -6,7 +6,8 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels tile compare graphs tune decode (default: all, with the limits below).
+# Steps: info tests kernels tile compare graphs tune decode (default: all, with the limits below);
+# MODELS= names the zoo models of `compare`.
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -32,7 +33,7 @@ run_step() {
                    -p no:cacheprovider --timeout 100 -rfEs --durations=10 ;;
         kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
-        compare) "$PY" benchmarks/compare.py --device cuda --models resnet18 mobilenet_v2 bert_base gpt2_small \
+        compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
         tune) "$PY" benchmarks/cuda_kernels.py --tune 32 ;;
