@@ -41,6 +41,8 @@ def run_model(name: str, small: bool, runs: int, torch_compile: bool, rows: list
     compile_s = time.perf_counter() - t0
     model = model.cuda()
     xs = tuple(x.cuda() for x in inputs)
+    # fp32 is IEEE fp32 for every runtime: cuDNN's convolutions would take TF32 by default
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with torch.no_grad():
         expected = model(*xs)
         for use_graphs in (True, False):
