@@ -16,7 +16,8 @@ backend returns a function that Dynamo calls with the graph's arguments:
 2. the graph is lowered as torch.export lowers a module (ember.frontend.torch.export: core ATen,
    ember's composite operators kept), with the frozen tensors as the module's buffers, and
    converted by the shared importer (ember.frontend.torch.importer); ember.compiler.compile_graph
-   compiles it.
+   compiles it, for the GPU (target "cuda": its inputs and outputs CUDA tensors used in place) when
+   the graph's tensors are on one, else for the CPU.
 3. each compiled model is cached by the arguments' shapes and dtypes, then by the frozen
    tensors' identities and versions: when Dynamo recompiles for new shapes, or hands over a
    graph with symbolic sizes, each concrete shape is compiled once, on its first call (a static
@@ -140,7 +141,8 @@ class EmberFunction:
                 module = _Bound(self.gm, args, self.names, frozen, tensors)
                 graph = import_program(self._program(module, args, frozen), state_dict=module.frozen_buffers(),
                                        name="dynamo_graph")
-                return _Entry(compile_graph(graph, name="dynamo_graph"), tensors, args, frozen)
+                return _Entry(compile_graph(graph, name="dynamo_graph", target=_target_of(args)), tensors, args,
+                              frozen)
             except Exception as e:  # noqa: BLE001 (any failure: PyTorch runs the graph)
                 why = f"{type(e).__name__}: {e}"
         warnings.warn(f"ember cannot compile a graph of torch.compile, PyTorch runs it instead: {why}",
@@ -194,6 +196,17 @@ class _Bound(torch.nn.Module):
         for k, name in self.frozen_names.items():
             args[k] = getattr(self, name)
         return self.gm(*args)
+
+
+def _target_of(args) -> str:
+    """Where the graph runs: on the GPU ("cuda") when its tensors are CUDA tensors (the module's
+    weights too), else on the CPU ("c"); tensors on both, or on two GPUs, are refused (PyTorch then
+    runs the graph, as it does any graph ember cannot compile)."""
+    devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+    if len(devices) > 1:
+        raise ValueError(f"the graph's tensors are on {len(devices)} devices "
+                         f"({', '.join(sorted(map(str, devices)))}); ember runs a graph on one")
+    return "cuda" if devices and next(iter(devices)).type == "cuda" else "c"
 
 
 def _layout(a) -> tuple:

@@ -167,6 +167,24 @@ def test_on_the_gpu_torch_cuda_tensors_in_place_and_numpy_copied(on_gpu):
 
 
 @needs_gpu
+def test_torch_compile_runs_a_module_on_the_gpu_on_the_gpu():
+    import warnings
+
+    from ember.torch_backend import EmberFallbackWarning
+
+    torch.manual_seed(3)
+    model = SmallCNN().eval().cuda()
+    compiled = torch.compile(model, backend="ember")
+    x = torch.randn(1, 2, 6, 6, device="cuda")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", EmberFallbackWarning)  # ember ran it, PyTorch did not
+        got = compiled(x)
+        expected = model(x)
+    assert got.is_cuda
+    torch.testing.assert_close(got, expected, rtol=TOL, atol=TOL)
+
+
+@needs_gpu
 def test_on_the_gpu_the_second_call_replays_a_cuda_graph(on_gpu):
     model, cm = on_gpu
     x = torch.randn(2, 16)
