@@ -13,8 +13,9 @@ the sampling decisions the search mutates.
 - **elementwise** (no reduction): every axis fused, `threads` threads a block of `vector`
   elements each.
 
-A decision past the GPU's limits (too many threads, too much shared memory) is not filtered here:
-the candidate fails its build with a ScheduleError naming the limit and counts as invalid.
+The gemm's decisions are drawn within what every GPU allows (32 to 1024 threads a block, 48 KiB
+of static shared memory for its panels of A and B), so few trials go to candidates the build
+refuses; one that fails (its build, its launch, or past the measuring time) counts as invalid.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ PANELS = (4, 8, 16, 32)  # BK
 THREAD_TILES = (1, 2, 4, 8)  # TM, TN
 VECTORS = (1, 4)
 STAGES = (1, 2)
+BLOCK_THREADS = (32, 1024)  # the gemm's threads a block: a warp at least, the limit every GPU shares
+SHARED_BYTES = 48 * 1024  # static shared memory every GPU allows a block
 THREADS = (32, 64, 128, 256, 512, 1024)
 
 
@@ -78,11 +81,15 @@ def gemm_rules(sch: Schedule) -> None:
         raise ScheduleError("gemm: C = A @ B")
     BM = _choice(sch, [t for t in TILES if M % t == 0])
     BN = _choice(sch, [t for t in TILES if N % t == 0])
-    BK = _choice(sch, [t for t in PANELS if K % t == 0])
-    TM = _choice(sch, [t for t in THREAD_TILES if BM % t == 0])
-    TN = _choice(sch, [t for t in THREAD_TILES if BN % t == 0])
+    BK = _choice(sch, [t for t in PANELS if K % t == 0 and (BM + BN) * t * 4 <= SHARED_BYTES])
+
+    def fits(tm: int, tn: int) -> bool:
+        return BM % tm == 0 and BN % tn == 0 and BLOCK_THREADS[0] <= (BM // tm) * (BN // tn) <= BLOCK_THREADS[1]
+
+    TM = _choice(sch, [t for t in THREAD_TILES if any(fits(t, u) for u in THREAD_TILES)])
+    TN = _choice(sch, [u for u in THREAD_TILES if fits(TM, u)])
     vector = _choice(sch, [v for v in VECTORS if BK % v == 0 and TN % v == 0])
-    stages = _choice(sch, STAGES)
+    stages = _choice(sch, [n for n in STAGES if n * (BM + BN) * BK * 4 <= SHARED_BYTES])
     unroll = _choice(sch, UNROLL_STEPS)
     s, t = _view(sch)
     schedules.gemm(s, t[A.name], t[B.name], t[C.name], BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, vector=vector,

@@ -11,6 +11,10 @@ import numpy as np
 import pytest
 
 from ember import te
+from ember.cuda import schedules
+from ember.cuda.codegen import launch_dims, threads_per_block
+from ember.cuda.limits import GPULimits, check_limits
+from ember.kernel import lower
 from ember.target import Target
 from ember.tune import MeasureInput, search, task_from_tensors, tune
 from ember.tune.gpu_features import GPU_FEATURE_LENGTH, gpu_features
@@ -53,12 +57,26 @@ def runner():
 def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runner):
     task = matmul(64, 64, 16)
     [sketch] = gpu_design_space(task)
-    # decisions: indices into BM, BN (16, 32, 64), BK (4, ...), TM, TN (1, 2, 4, 8), vector, stages (unroll sampled)
-    too_many_threads = apply_sketch(task, sketch, [2, 2, 0, 0, 0, 0, 0])  # 64x64 threads a block
+    A, B = te.placeholder((64, 16), name="A"), te.placeholder((16, 64), name="B")
+    r = te.reduce_axis((0, 16), name="r")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    schedules.gemm(s, A, B, C, BM=64, BN=64, BK=4, TM=1, TN=1)  # 64x64 threads a block: a hand-made trace
+    # decisions: indices into BM, BN (16, 32, 64), BK (4, ...), TM, TN, vector, stages (unroll sampled)
     fine = apply_sketch(task, sketch, [1, 1, 1, 2, 2, 1, 1])  # 8x8 threads of 4x4, 16 bytes a copy, pipelined
-    bad, good = runner.measure([MeasureInput(task, too_many_threads.trace), MeasureInput(task, fine.trace)])
+    bad, good = runner.measure([MeasureInput(task, s.trace), MeasureInput(task, fine.trace)])
     assert not bad.ok and "ScheduleError" in bad.error and "threads per block" in bad.error
     assert good.ok and good.median_s > 0
+
+
+def test_the_gemm_sketch_draws_within_the_limits_every_gpu_shares():
+    task = matmul(256, 128, 64)
+    [sketch] = gpu_design_space(task)
+    for seed in range(40):
+        func = lower(sample(task, sketch, seed), target="cuda")
+        dims = launch_dims(func)
+        assert 32 <= threads_per_block(dims) <= 1024
+        check_limits(func, dims, GPULimits("sm_90"))  # threads, shared and local memory
 
 
 def test_the_search_runs_end_to_end_and_its_best_is_correct_on_the_interpreter(runner, monkeypatch):
