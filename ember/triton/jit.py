@@ -8,6 +8,8 @@ the bound arguments that returns one), and runs the kernel: in the NumPy interpr
 EMBER_INTERPRET (or TRITON_INTERPRET) is set, else compiled (ember.triton.compiler) for the
 launch's target: its `target=` option (`kernel[grid](x, n, target=Target.x86("avx2"))`), else the
 kernel's own (`@jit(target=...)`), else "c".
+A launch of the same signature as an earlier one skips the binding and the specialization
+(compiler/relaunch.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from .. import config
 from ..errors import TileError
 from . import compiler, interpreter
+from .compiler import relaunch
 from .function import KernelFunction
 from .language.core import _active
 
@@ -43,11 +46,17 @@ class JITFunction(KernelFunction, KernelInterface):
     """A @jit function, launchable: `kernel[grid](*args, **meta)`."""
 
     def run(self, *args, grid, **kwargs):
-        bound, options = self.bind(args, kwargs)
+        done = relaunch.again(self, args, kwargs, grid)  # a launch like an earlier one: its fast path
+        if done is not None:
+            return done
+        bound, options = self.bind(args, dict(kwargs))  # (bind takes the options out of its dict)
         grid = self.grid_of(grid, bound)
         if interpret():
             return interpreter.launch(self, grid, bound, options)
-        return compiler.launch(self, grid, bound, options, self.launch_target(options, bound.values()))
+        target = self.launch_target(options, bound.values())
+        compiled = compiler.launch(self, grid, bound, options, target)
+        relaunch.remember(self, args, kwargs, bound, options, compiled, target)
+        return compiled
 
     def compile(self, *args, **kwargs):
         """The compiled specialization of these arguments (and launch options: `target=`), run

@@ -146,24 +146,36 @@ def source_digest(fn: KernelFunction) -> str:
 def _global_reads(fn: KernelFunction) -> tuple:
     """fn, then the value of every global name (and module attribute) that fn and the @jit
     functions it reaches read, in a fixed order: what its compiled code depends on outside its source."""
+    return tuple(value for _, value in global_slots(fn))
+
+
+def global_slots(fn: KernelFunction) -> list[tuple[tuple | None, object]]:
+    """Where each of `_global_reads`' values is read, (globals, name, attribute or None), with the
+    value (fn itself first, read nowhere: None): what a later launch compares to know that nothing
+    was rebound (ember.triton.compiler.relaunch)."""
     out: list = []
     seen: set[int] = set()
 
-    def visit(f: KernelFunction):
+    def visit(f: KernelFunction, slot):
         if id(f) in seen:
             return
         seen.add(id(f))
-        out.append(f)
+        out.append((slot, f))
         for name, attr in _names(f):
-            value = f.__globals__.get(name, _MISSING)
-            if attr is not None:
-                value = getattr(value, attr, _MISSING) if value is not _MISSING else value
-            out.append(value)
+            value = read_slot((f.__globals__, name, attr))
+            out.append(((f.__globals__, name, attr), value))
             if isinstance(value, KernelFunction):
-                visit(value)
+                visit(value, None)
 
-    visit(fn)
-    return tuple(out)
+    visit(fn, None)
+    return out
+
+
+def read_slot(slot: tuple) -> object:
+    """The value a (globals, name, attribute or None) slot of `global_slots` holds now."""
+    g, name, attr = slot
+    value = g.get(name, _MISSING)
+    return getattr(value, attr, _MISSING) if attr is not None and value is not _MISSING else value
 
 
 _MISSING = object()
@@ -350,6 +362,12 @@ def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, opti
             raise ArgumentTypeError(f"kernel {jit_fn.__name__} stores to argument '{name}', a read-only array "
                                     f"(its writeable flag is False: a read-only memmap, a view of bytes); pass a "
                                     f"writable copy")
+    return run(jit_fn, compiled, runtime, grid, options, target)
+
+
+def run(jit_fn: KernelFunction, compiled: Compiled, runtime: list, grid: tuple[int, int, int], options: dict,
+        target: Target) -> Compiled:
+    """Call a compiled specialization over the grid on its run-time arguments (specialize's pairs)."""
     if grid[0] * grid[1] * grid[2] == 0:
         return compiled
     tensors = [(name, v) for name, v in runtime if isinstance(v, TensorArg | DeviceTensorArg)]
@@ -358,3 +376,8 @@ def launch(jit_fn: KernelFunction, grid: tuple[int, int, int], bound: dict, opti
     if status:
         raise TileError(f"kernel {jit_fn.__name__}: {compiled.sites[status - 1]}")
     return compiled
+
+
+def in_table(compiled: Compiled) -> bool:
+    """Whether `compiled` is still the in-memory table's entry of its key."""
+    return _table.get(compiled.key) is compiled
