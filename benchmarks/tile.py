@@ -234,9 +234,22 @@ def compile_for_sm90(only: list[str]) -> None:
                                         num_warps=w, target="cuda") for bm, bn, bk, w in GPU_MATMUL_CONFIGS]
     if "attention" in only:
         built.append(attention_kernel.compile(m16, m16, m16, m16, 64, 0.125, D=64, BM=64, BN=64, target="cuda"))
-    sizes = ", ".join(f"{c.name}: {len(c.cfunc.binary)} B" for c in built)
-    print(f"no GPU here: compiled {len(built)} kernels for {built[0].cfunc.arch} with NVRTC ({sizes}); "
-          f"the timings need a GPU")
+    print(f"no GPU here: compiled {len(built)} kernels for {built[0].cfunc.arch} with NVRTC; the timings need a GPU")
+    for c in built:
+        print(f"  {c.name}: {describe(c)}")
+
+
+def describe(compiled) -> str:
+    """What the CUDA C of a tile kernel does per block: its threads, registers a thread (from the
+    cubin), shared memory, barriers and Tensor Core calls in the source."""
+    from ember.cuda.limits import cubin_registers
+
+    launcher = compiled.cfunc
+    src = compiled.source.split("_body(", 1)[1]  # (the kernel, not the helpers' definitions)
+    mma = sum(src.count(f"ember_wmma_{w}") for w in ("warp_mma_", "mma_", "shared_mma_"))
+    return (f"block {'x'.join(map(str, launcher.block))}, {cubin_registers(launcher.binary)} registers, "
+            f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers and {mma} Tensor Core calls "
+            f"in the source, {len(launcher.binary)} B of cubin")
 
 
 def timed(fn, runs: int) -> float:

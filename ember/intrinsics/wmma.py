@@ -9,7 +9,8 @@ Two intrinsics per input type, and a store:
   zeroes the fragment, its update loads a's and b's fragments and runs the product;
 - `STORE`: out[i, j] = c[i, j], a fragment stored to memory (row-major, any row stride), the
   copy out of a cache_write "wmma.accumulator"; `LOAD`: the other way, a fragment loaded from an
-  fp32 tile in memory (a tile kernel's accumulator entering its K loop);
+  fp32 tile in memory (a tile kernel's accumulator entering its K loop), its reset (`ZERO`) the
+  fragment set to zero (a tile kernel's dot into a block of zeros);
 - `MMA["float32"]`: the same 16x16x16 step on fp32 tiles as TF32 (two m16n16k8 steps), each
   operand rounded to TF32's 10 bits of mantissa, to nearest with ties away from zero
   (`cvt.rna.tf32.f32`, which the description does on the bits), products summed in fp32: Triton's
@@ -85,11 +86,16 @@ static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out
 }}""")
 
 
+ZERO = "ember_wmma_zero"  # LOAD's reset: a fragment set to zero (its C call takes the fragment alone)
 _LOAD_SOURCE = _once("EMBER_WMMA_LOAD", f"""{_ACC}
 static __device__ __forceinline__ void ember_wmma_load(const void* src, void* c, int64_t ldm) {{
   float* d = (({ACC_TYPE}*)c)->x;
   asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {_regs(0, 8)}, [%8], %9;"
                : {_outs("d", 8, "=f")} : "l"(src), "r"((int)ldm) : "memory");
+}}
+static __device__ __forceinline__ void {ZERO}(void* c) {{
+#pragma unroll
+  for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)->x[i] = 0.0f;
 }}""")
 
 

@@ -154,10 +154,30 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
         assert np.abs(c - a.astype(np.float64) @ b).max() > 1e-4 * np.abs(want).max()
     (source,) = on_cuda
     suffix = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[dtype]
-    # a warp's two tiles: two products in the loop, two loads before it, two stores after (+ each definition)
-    assert source.count(f"ember_wmma_mma_{suffix}(") == source.count("ember_wmma_load(") == 2 + 1
-    assert source.count("ember_wmma_store(") == 2 + 1
+    # the warps a 1x2 grid over the 2x2 tiles, a warp's two tiles: loaded before the loop, stored after it
+    # (+ each definition); in it one call per 16 of k for both (fp16, bf16: each fragment of A and B
+    # loaded once) or a TF32 call per tile
+    product = f"ember_wmma_mma_{suffix}(" if dtype == "float32" else f"ember_wmma_warp_mma_32x16x16_{suffix}_f32("
+    assert source.count(product) == (2 if dtype == "float32" else 1) + 1
+    assert source.count("ember_wmma_load(") == source.count("ember_wmma_store(") == 2 + 1
     assert "ember_wmma_shared_mma" not in source
+
+
+@needs_nvrtc
+def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
+    """A 64x64 block on 4 warps: a 2x2 grid of warps, each a 32x32 block of fragments (Triton's
+    warpsPerCTA), four products per 16 of k from two fragments of A and two of B."""
+    M, N, K = 70, 45, 40
+    a, b = operands(rng, "float16", (M, K)), operands(rng, "float16", (K, N))
+    c = np.empty((M, N), a.dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+        ACTIVATION="", num_warps=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2.0 ** -10, atol=2.0 ** -10 * np.abs(want).max())
+    (source,) = on_cuda
+    assert source.count("ember_wmma_warp_mma_32x32x16_f16_f32(") == 1 + 1
+    assert "threadIdx.y;" in source and "/ 2 * 2048" in source  # warp ty's rows: (ty / 2) * 32 of 64 columns
 
 
 @triton.jit
@@ -179,8 +199,8 @@ def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.co
 @pytest.mark.parametrize("dtype,precision", [("float32", "ieee"), ("float16", "tf32")])
 def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
     """float32 as "ieee" on CUDA cores; float16 on the Tensor Cores, the loop's `acc +=` folded
-    into its dot and the accumulator in fragments, the dot after it on tiles in shared memory, in
-    one unit."""
+    into its dot and the accumulator in fragments across the loop, the dot after it loading its
+    tile from shared memory into fragments and storing it back, in one unit."""
     a, b = rng.standard_normal((16, 32)).astype(dtype), rng.standard_normal((32, 16)).astype(dtype)
     c = np.empty((16, 16), np.float32)
     dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION=precision, num_warps=1)
@@ -190,8 +210,9 @@ def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
     (source,) = on_cuda
     if dtype == "float32":
         assert "wmma" not in source
-    else:
-        assert "ember_wmma_load(" in source and "ember_wmma_shared_mma_f16(" in source
+    else:  # each dot's fragments loaded once and stored once: before and after the loop, around the last dot
+        assert source.count("ember_wmma_warp_mma_16x16x16_f16_f32(") == 2 + 1
+        assert source.count("ember_wmma_load(") == source.count("ember_wmma_store(") == 2 + 1
 
 
 def test_dot_precision_is_one_of_tritons(rng):

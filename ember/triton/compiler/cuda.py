@@ -30,14 +30,16 @@ scans and arg-reductions; a fold keeps its running value in the thread's registe
 falls in a loop only some threads run. `tl.dot` on the Tensor Cores: float16 and bfloat16
 blocks, and float32 ones as TF32 where Triton's `input_precision` says "tf32" (its default;
 `allow_tf32=False`, "ieee" and "tf32x3" keep float32), when the sizes are multiples of 16: the
-operands stay in their type in shared memory and each warp takes a strided share of the output's
-16x16 tiles, one wmma call per 16 of k (ember.intrinsics.wmma). In a loop whose dots are the only
-accesses to their accumulator (Triton's `acc = tl.dot(a, b, acc)` over K), each warp keeps its
-tiles of the accumulator as wmma fragments in registers for the whole loop: loaded once before
-it, multiplied into by each step, stored back once after it; `acc += tl.dot(a, b)` is first
-folded into a dot into acc, as Triton does. A dot elsewhere, or whose accumulator the loop also
-reads (attention's rescaled one), loads and stores its tile in shared memory around each call
-(SHARED_MMA). wmma rather than mma.sync:
+operands stay in their type in shared memory and the warps are a grid over the output's 16x16
+tiles (Triton's warpsPerCTA), each warp a contiguous block of fm x fn of them, the grid chosen
+for the fewest fragment loads (fm + fn); one call per 16 of k updates the warp's whole block, each
+fragment of A and of B loaded once (ember.intrinsics.wmma.warp_mma; TF32 a call per tile; where
+no grid of the warps divides the tiles, each warp a strided share of them). A dot loads its
+warp's tiles of the accumulator from shared memory into fragments, multiplies into them over all
+of k and stores them back once. In a loop whose dots are the only accesses to their accumulator
+(Triton's `acc = tl.dot(a, b, acc)` over K), each warp keeps those fragments in registers for the
+whole loop: loaded once before it, multiplied into by each step, stored back once after it;
+`acc += tl.dot(a, b)` is first folded into a dot into acc, as Triton does. wmma rather than mma.sync:
 the fragments' layout across the lanes is the compiler's, and the same calls serve fp16, bf16 and
 TF32 without per-shape register bookkeeping (ember.intrinsics.wmma's module doc). Any other
 `tl.dot` gives each thread a strided share of the output tile on CUDA cores, each element summed
@@ -50,7 +52,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ...cuda import fragments
-from ...intrinsics.wmma import LOAD, MMA, SHARED_MMA, STORE
+from ...intrinsics.wmma import LOAD, MMA, STORE, warp_mma
+from ...intrinsics.wmma import ZERO as ZERO_FRAGMENT
 from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
 from ...tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
@@ -76,6 +79,8 @@ from .emitter import Body, Deferred, Emitter, buffer_block, buffer_value
 WARP = 32
 TILE = 16  # a Tensor Core product's tile: 16x16x16
 DOT = "tile_dot"  # a Tensor Core dot's statement: its index among the Emitter's dots
+COPY = "tile_dot_copy"  # a Tensor Core dot's load (or fill) and store of its fragments: the dot's index
+ZERO = "tile_dot_zero"  # a dot's fragments filled with zeros rather than loaded
 SPREAD = "tile_spread"  # a statement spread over the threads (`_spread`): its index among them
 _NOP = Evaluate(const(0, "int32"))
 
@@ -92,14 +97,13 @@ def _replaced(s: Stmt, table: dict[Stmt, Stmt]) -> Stmt:
     return mutate_stmt(s, f_stmt=lambda x: table.get(x))
 
 
-def _in_turn(body: Stmt, zero: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
-    """Whether zero, dot and add are statements of one sequence, in this order, with none between
-    dot and add touching acc (the dot may then write acc where add did)."""
+def _in_turn(body: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
+    """Whether dot and add are statements of one sequence, in this order, with none between them
+    touching acc (the dot may then write acc where add did)."""
     for block in collect(body, lambda x: isinstance(x, SeqStmt) and any(y is dot for y in x.stmts)):
         at = {id(y): i for i, y in enumerate(block.stmts)}
-        i, j, k = (at.get(id(x)) for x in (zero, dot, add))
-        return i is not None and k is not None and i < j < k and not any(
-            _touches(y, acc) for y in block.stmts[j + 1:k])
+        j, k = at[id(dot)], at.get(id(add))
+        return k is not None and j < k and not any(_touches(y, acc) for y in block.stmts[j + 1:k])
     return False
 
 
@@ -134,6 +138,7 @@ class CUDAEmitter(Emitter):
         self.threads = WARP * num_warps
         self.warps = num_warps
         self._dots: list[tuple] = []  # each Tensor Core dot's (a, b, c, m, n, k), by its DOT mark
+        self._frags: dict[int, Buffer] = {}  # each Tensor Core dot's own fragments of c, by its DOT mark
         self._spreads: list[tuple] = []  # each spread statement's (mapping, flat element, its j, steps)
 
     def lanes(self, dtype: str) -> int:
@@ -360,7 +365,12 @@ class CUDAEmitter(Emitter):
         else each thread a strided share of c's elements, each summed over k in a register."""
         if c.dtype == "float32" and not m % TILE and not n % TILE and not k % TILE and (
                 a.dtype in ("float16", "bfloat16") or a.dtype == "float32" and precision == "tf32"):
-            self.emit(self._tensor_cores(a, b, c, m, n, k))
+            last = self.lists[-1][-1] if self.lists[-1] else None
+            zeroed = isinstance(last, For) and last.annotation(SPREAD) is not None and self._zeroes(last, c)
+            if zeroed:  # c's zeros: its fragments start at zero instead (no shared memory written and read back)
+                self.lists[-1].pop()
+            for x in self._tensor_cores(a, b, c, m, n, k, zeroed):
+                self.emit(x)
             return
         acc, zero, now = self.register("acc", c.dtype)
         kk = Var("kk")
@@ -375,25 +385,26 @@ class CUDAEmitter(Emitter):
 
         self.emit(self._spread((m, n), None, element))
 
-    def _tensor_cores(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int) -> Stmt:
-        """Each warp a strided share of c's 16x16 tiles, each updated once per 16 of k by the wmma
-        call that loads the tile of c from shared memory, multiplies a's and b's tiles into it
-        and stores it back (ember.intrinsics.wmma's SHARED_MMA: the whole warp makes each call).
-        The statement is marked (DOT) so that the K loop around it may keep c in fragments
-        instead (`_in_registers`)."""
-        mma = SHARED_MMA[a.dtype]
-        kk = Var("kk")
-
-        def tile(s, row, col):
-            strides = tuple(const(x) for x in (k, 1, n, 1, n, 1))
-            call = CallRoutine(mma.call("update").routine, _params(mma, "update", (0, 1), (2,), 3),
-                               (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)),
-                               (Pointer(c, row * n + col),), (const(k), const(n), const(n), *strides))
-            return For(kk, const(0), const(k // TILE), "serial", call)
-
+    def _tensor_cores(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int,
+                      zeroed: bool) -> tuple[For, For, For]:
+        """Three statements: each warp's fragments of c (`_warp_fragments`) loaded from c in shared
+        memory (or zeroed: `zeroed`, c's zeros dropped), multiplied into over all of k
+        (`_fragment_dot`), stored back to c. The product is marked (DOT) and the copies (COPY) so
+        that a K loop around them may keep c in fragments across its iterations instead
+        (`_in_registers`)."""
         self._dots.append((a, b, c, m, n, k))
-        loop = self._warp_tiles(m, n, "serial", tile)
-        return replace(loop, annotations=(*loop.annotations, (DOT, len(self._dots) - 1)))
+        key = len(self._dots) - 1
+        frag, load, store = self._fragments(c, m, n, zeroed)
+        self._frags[key] = frag
+        dot = self._fragment_dot(key, frag)
+        return (replace(load, annotations=(*load.annotations, (COPY, key))),
+                replace(dot, annotations=(*dot.annotations, (DOT, key))),
+                replace(store, annotations=(*store.annotations, (COPY, key))))
+
+    def _marked(self, body: Stmt, key: int) -> tuple[list[For], list[For]]:
+        """The statements of dot `key` in body: its product, its copies."""
+        return (collect(body, lambda x: isinstance(x, For) and x.annotation(DOT) == key),
+                collect(body, lambda x: isinstance(x, For) and x.annotation(COPY) == key))
 
     def _warp_tiles(self, m: int, n: int, kind: str, tile: Callable[[PrimExpr, PrimExpr, PrimExpr], Stmt]) -> For:
         """tile(s, row, col) for each warp's s-th 16x16 tile of an (m, n) block (tile s * warps +
@@ -415,23 +426,35 @@ class CUDAEmitter(Emitter):
         added to acc after it, touched nowhere else, is dropped (so that `_in_registers` may keep
         acc in fragments)."""
         for key, (a, b, d, m, n, k) in enumerate(self._dots):
-            dot = collect(body, lambda x, key=key: isinstance(x, For) and x.annotation(DOT) == key)
+            dot, copies = self._marked(body, key)
             users = [x for x in collect(body, lambda x: isinstance(x, For) and x.annotation(SPREAD) is not None)
                      if _touches(x, d)]
-            if len(dot) != 1 or len(users) != 2:
+            if len(dot) != 1 or len(users) != 1 or self._dots_into(d) != 1:
                 continue
-            zero, add = users
+            (add,) = users
             acc = self._sum_into(add, d)
-            if acc is None or not self._zeroes(zero, d) or not _in_turn(body, zero, dot[0], add, acc) or _touches(
-                    _replaced(body, dict.fromkeys((zero, add, dot[0]), _NOP)), d):
+            gone = dict.fromkeys((add, dot[0], *copies), _NOP)
+            if acc is None or not self._zero_start(copies) or not _in_turn(body, dot[0], add, acc) or _touches(
+                    _replaced(body, gone), d):
                 continue
             self._dots[key] = (a, b, acc, m, n, k)
-            into = self._tensor_cores(a, b, acc, m, n, k)
-            self._dots.pop()  # (the new statement's entry: it keeps the dot's key)
-            into = replace(into, annotations=tuple((p, key if p == DOT else v) for p, v in into.annotations))
-            body = _replaced(body, {zero: SeqStmt(()), add: SeqStmt(()), dot[0]: into})
+            into = self._tensor_cores(a, b, acc, m, n, k, False)
+            self._dots.pop()  # (the new statements' entry: they keep the dot's key)
+            self.allocs.remove(self._frags[key])
+            self._frags[key] = self._frags.pop(len(self._dots))
+            into = [replace(x, annotations=tuple((p, key if p in (DOT, COPY) else v) for p, v in x.annotations))
+                    for x in into]
+            body = _replaced(body, {**dict.fromkeys((add, *copies), SeqStmt(())), dot[0]: SeqStmt(tuple(into))})
             self.allocs.remove(d)
         return body
+
+    def _dots_into(self, c: Buffer) -> int:
+        """How many Tensor Core dots write c."""
+        return sum(x[2] is c for x in self._dots)
+
+    def _zero_start(self, copies: list[For]) -> bool:
+        """Whether a dot's copies (its load or fill, its store) start its fragments at zero."""
+        return any(x.annotation(ZERO) for x in copies)
 
     def _sum_into(self, add: For, d: Buffer) -> Buffer | None:
         """acc where `add` is acc[e] = acc[e] + d[e] at its own elements e, else None."""
@@ -458,8 +481,8 @@ class CUDAEmitter(Emitter):
         multiplies into them, and they are stored back once after it. Other dots keep theirs in
         shared memory."""
         def unmarked(x):
-            if isinstance(x, For) and x.annotation(DOT) is not None:
-                return replace(x, annotations=tuple(p for p in x.annotations if p[0] != DOT))
+            if isinstance(x, For) and any(p[0] in (DOT, COPY, ZERO) for p in x.annotations):
+                return replace(x, annotations=tuple(p for p in x.annotations if p[0] not in (DOT, COPY, ZERO)))
             return None
 
         body = mutate_stmt(body, f_stmt=lambda x: self._hoisted(x) if isinstance(x, For) and x.kind == "serial"
@@ -473,52 +496,120 @@ class CUDAEmitter(Emitter):
             by_acc.setdefault(self._dots[x.annotation(DOT)][2], []).append(x)
         before, after, moved = [], [], {}
         for c, dots in by_acc.items():
-            if _touches(_replaced(loop.body, dict.fromkeys(dots, _NOP)), c):
-                continue
+            copies = [y for d in dots for y in self._marked(loop.body, d.annotation(DOT))[1]]
+            if any(self._zero_start(self._marked(loop.body, d.annotation(DOT))[1]) for d in dots) or _touches(
+                    _replaced(loop.body, dict.fromkeys((*dots, *copies), _NOP)), c):
+                continue  # (a dot from zero each iteration, or c touched elsewhere in the loop)
             frag, load, store = self._fragments(c, *self._dots[dots[0].annotation(DOT)][3:5])
             before.append(load)
             after.append(store)
             moved.update({d: self._fragment_dot(d.annotation(DOT), frag) for d in dots})
+            moved.update(dict.fromkeys(copies, SeqStmt(())))
+            for d in dots:  # (each dot's own fragments, which the loop's replace)
+                self.allocs.remove(self._frags[d.annotation(DOT)])
         if not moved:
             return None
         return seq(*before, replace(loop, body=_replaced(loop.body, moved)), *after)
 
-    def _fragments(self, c: Buffer, m: int, n: int) -> tuple[Buffer, Stmt, Stmt]:
-        """Fragments for each warp's tiles of the (m, n) accumulator c (`_warp_tiles`' order), the
-        statement loading them from c and the one storing them back (ember.intrinsics.wmma's LOAD
-        and STORE)."""
-        steps = -(-(m // TILE) * (n // TILE) // self.warps)
-        frag = Buffer(self.name("frag"), (const(steps * TILE), const(TILE)), "float32", scope=fragments.SCOPE)
+    def _warp_grid(self, m: int, n: int) -> tuple[int, int] | None:
+        """(fm, fn): the warps as a grid over the (m, n) accumulator's 16x16 tiles (Triton's
+        warpsPerCTA), each warp holding a contiguous fm x fn block of them, the grid chosen for the
+        fewest fragment loads per 16 of k (fm + fn: a warp loads each of its fragments of A and of B
+        once, ember.intrinsics.wmma.warp_mma); None where no grid of the warps divides the tiles."""
+        best = None
+        for wr in (1 << i for i in range(self.warps.bit_length())):
+            wc = self.warps // wr
+            if (m // TILE) % wr or (n // TILE) % wc:
+                continue
+            grid = (m // TILE // wr, n // TILE // wc)
+            if best is None or sum(grid) < sum(best):
+                best = grid
+        return best
+
+    def _warp_fragments(self, m: int, n: int, tile: Callable[[PrimExpr, PrimExpr, PrimExpr], Stmt]) -> For:
+        """tile(offset, row, col) for each of the warp's fragments of an (m, n) accumulator: at
+        element `offset` of the warp's fragment buffer (`_fragment_shape`), tile (row, col) of the
+        accumulator; a grid of warps (`_warp_grid`) where one divides the tiles, else each warp a
+        strided share of them (`_warp_tiles`)."""
+        grid = self._warp_grid(m, n)
+        if grid is None:
+            return self._warp_tiles(m, n, "unrolled", lambda s, row, col: tile(s * TILE * TILE, row, col))
+        fm, fn = grid
+        ty = Var("ty")
+        row0, col0 = ty // (n // TILE // fn) * (fm * TILE), ty % (n // TILE // fn) * (fn * TILE)
+        return bound(ty, self.warps, "threadIdx.y", seq(*(
+            tile(const(i * TILE * fn * TILE + j * TILE), row0 + i * TILE, col0 + j * TILE)
+            for i in range(fm) for j in range(fn))))
+
+    def _fragment_shape(self, m: int, n: int) -> tuple[int, int]:
+        """The shape of a warp's fragment buffer (ember.cuda.fragments: fragments row-major)."""
+        grid = self._warp_grid(m, n)
+        if grid is None:
+            return -(-(m // TILE) * (n // TILE) // self.warps) * TILE, TILE
+        return grid[0] * TILE, grid[1] * TILE
+
+    def _fragments(self, c: Buffer, m: int, n: int, zeroed: bool = False) -> tuple[Buffer, For, For]:
+        """Fragments for each warp's tiles of the (m, n) accumulator c (`_warp_fragments`), the
+        statement loading them from c (ember.intrinsics.wmma's LOAD; `zeroed`: setting them to
+        zero instead, marked ZERO) and the one storing them back (STORE)."""
+        shape = self._fragment_shape(m, n)
+        frag = Buffer(self.name("frag"), tuple(const(x) for x in shape), "float32", scope=fragments.SCOPE)
         self.allocs.append(frag)
 
         def copy(intrin, frag_first: bool):
-            """frag's tile s from or to c's (row, col) tile: c's row stride is the call's ldm."""
-            def call(s, row, col):
-                tiles = [Pointer(c, row * n + col), Pointer(frag, s * TILE * TILE)]
-                strides = [const(n), const(1), const(TILE), const(1)]
+            """frag's tile at `offset` from or to c's (row, col) tile: c's row stride is the call's ldm."""
+            def call(offset, row, col):
+                tiles = [Pointer(c, row * n + col), Pointer(frag, offset)]
+                strides = [const(n), const(1), const(shape[1]), const(1)]
                 if frag_first:
                     tiles, strides = tiles[::-1], strides[2:] + strides[:2]
                 return CallRoutine(intrin.call("body").routine, _params(intrin, "body", (0,), (1,), 1),
                                    (tiles[0],), (tiles[1],), (const(n), *strides))
             return call
 
-        return (frag, self._warp_tiles(m, n, "unrolled", copy(LOAD, False)),
-                self._warp_tiles(m, n, "unrolled", copy(STORE, True)))
+        def fill(offset, row, col):
+            """frag's tile at `offset` zeroed (LOAD's reset: its C call takes the fragment alone)."""
+            del row, col
+            at = Pointer(frag, offset)  # (its description's input too: nothing shared is read)
+            return CallRoutine(ZERO_FRAGMENT, _params(LOAD, "reset", (), (1,), 0), (at,), (at,),
+                               (const(shape[1]), const(1), const(shape[1]), const(1)))
+
+        if zeroed:
+            load = self._warp_fragments(m, n, fill)
+            load = replace(load, annotations=(*load.annotations, (ZERO, True)))
+        else:
+            load = self._warp_fragments(m, n, copy(LOAD, False))
+        return frag, load, self._warp_fragments(m, n, copy(STORE, True))
 
     def _fragment_dot(self, key: int, frag: Buffer) -> Stmt:
-        """Dot `key` multiplying into the warps' fragments `frag` (ember.intrinsics.wmma's MMA)."""
+        """Dot `key` multiplying into the warps' fragments `frag`: with a grid of warps over fp16
+        or bf16 operands, one call per 16 of k updating the warp's whole block of fragments, each
+        fragment of A and B loaded once (ember.intrinsics.wmma's warp_mma); else a call per
+        fragment (MMA)."""
         a, b, _, m, n, k = self._dots[key]
-        mma = MMA[a.dtype]
         kk = Var("kk")
+        grid = self._warp_grid(m, n)
+        if grid is not None and a.dtype in ("float16", "bfloat16"):
+            fm, fn = grid
+            mma = warp_mma(a.dtype, fm * TILE, fn * TILE)
+            ty = Var("ty")
+            row0, col0 = ty // (n // TILE // fn) * (fm * TILE), ty % (n // TILE // fn) * (fn * TILE)
+            strides = tuple(const(x) for x in (k, 1, n, 1, fn * TILE, 1))
+            call = CallRoutine(mma.call("update").routine, _params(mma, "update", (0, 1), (2,), 2),
+                               (Pointer(a, row0 * k + kk * TILE), Pointer(b, kk * TILE * n + col0)),
+                               (Pointer(frag, const(0)),), (const(k), const(n), *strides))
+            return bound(ty, self.warps, "threadIdx.y", For(kk, const(0), const(k // TILE), "serial", call))
+        mma = MMA[a.dtype]
+        ldf = self._fragment_shape(m, n)[1]
 
-        def tile(s, row, col):
-            strides = tuple(const(x) for x in (k, 1, n, 1, TILE, 1))
+        def tile(offset, row, col):
+            strides = tuple(const(x) for x in (k, 1, n, 1, ldf, 1))
             call = CallRoutine(mma.call("update").routine, _params(mma, "update", (0, 1), (2,), 2),
                                (Pointer(a, row * k + kk * TILE), Pointer(b, kk * TILE * n + col)),
-                               (Pointer(frag, s * TILE * TILE),), (const(k), const(n), *strides))
+                               (Pointer(frag, offset),), (const(k), const(n), *strides))
             return For(kk, const(0), const(k // TILE), "serial", call)
 
-        return self._warp_tiles(m, n, "unrolled", tile)
+        return self._warp_fragments(m, n, tile)
 
     # -- blocks in registers ----------------------------------------------------------------------
     def _thread_own(self, body: Stmt) -> Stmt:
