@@ -166,7 +166,8 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
 @needs_nvrtc
 def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     """A 64x64 block on 4 warps: a 2x2 grid of warps, each a 32x32 block of fragments (Triton's
-    warpsPerCTA), four products per 16 of k from two fragments of A and two of B."""
+    warpsPerCTA), four products per 16 of k from two fragments of A and two of B; the operands
+    read 16 bytes at a time where they can be."""
     M, N, K = 70, 45, 40
     a, b = operands(rng, "float16", (M, K)), operands(rng, "float16", (K, N))
     c = np.empty((M, N), a.dtype)
@@ -178,6 +179,9 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     (source,) = on_cuda
     assert source.count("ember_wmma_warp_mma_32x32x16_f16_f32(") == 1 + 1
     assert "threadIdx.y;" in source and "/ 2 * 2048" in source  # warp ty's rows: (ty / 2) * 32 of 64 columns
+    # the operands' tiles copied 16 bytes at a time where a vector is aligned and unmasked (A's rows of 40
+    # halves from the first column; K's tail of 8 in the second step), else element by element
+    assert source.count("*reinterpret_cast<uint4*>(&ld") == 2
 
 
 @triton.jit

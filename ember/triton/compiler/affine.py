@@ -11,7 +11,7 @@ condition under which every mask of a nest holds (its worst corner); `drop_wraps
 from __future__ import annotations
 
 from ...tir import dtype as tdt
-from ...tir.expr import Binary, Cast, Const, PrimExpr, Var, const
+from ...tir.expr import Binary, Cast, Const, PrimExpr, Select, Var, const
 from ...tir.expr import binary as te_binary
 from ...tir.functor import mutate_stmt, substitute, uses_var
 from ...tir.stmt import Stmt
@@ -23,7 +23,7 @@ def contiguous_dim(pointer: V.Block) -> int | None:
     (a transposed tile, `k_ptr + rn[None, :] * D + rd[:, None]`): reading along it and writing
     the local copy across is cheaper than gathering the argument's memory."""
     idx = tuple(Var(f"q{d}") for d in range(len(pointer.shape)))
-    coef = _linear(pointer.at(idx), dict.fromkeys(idx, 1))
+    coef = linear(pointer.at(idx), dict.fromkeys(idx, 1))
     if coef is None or coef.get(idx[-1], 0) == 1 or pointer.shape[-1] == 1:
         return None
     for d, v in enumerate(idx[:-1]):
@@ -32,7 +32,7 @@ def contiguous_dim(pointer: V.Block) -> int | None:
     return None
 
 
-def _linear(e: PrimExpr, lane_vars) -> dict[Var, int] | None:
+def linear(e: PrimExpr, lane_vars) -> dict[Var, int] | None:
     """The coefficients of the lane variables in e, if e is affine in them with constant
     coefficients (the rest does not depend on them); None otherwise."""
     if not uses_var(e, list(lane_vars)):
@@ -41,9 +41,9 @@ def _linear(e: PrimExpr, lane_vars) -> dict[Var, int] | None:
         case Var():
             return {e: 1}
         case Cast(dtype, v) if tdt.is_int(dtype):
-            return _linear(v, lane_vars)
+            return linear(v, lane_vars)
         case Binary("+" | "-", a, b, _):
-            la, lb = _linear(a, lane_vars), _linear(b, lane_vars)
+            la, lb = linear(a, lane_vars), linear(b, lane_vars)
             if la is None or lb is None:
                 return None
             sign = 1 if e.op == "+" else -1
@@ -54,7 +54,7 @@ def _linear(e: PrimExpr, lane_vars) -> dict[Var, int] | None:
         case Binary("*", a, b, _):
             for x, y in ((a, b), (b, a)):
                 if isinstance(y, Const):
-                    lx = _linear(x, lane_vars)
+                    lx = linear(x, lane_vars)
                     return None if lx is None else {v: c * int(y.value) for v, c in lx.items()}
     return None
 
@@ -70,7 +70,7 @@ def all_true(masks: list[PrimExpr], lane_vars: dict[Var, int]) -> PrimExpr | Non
                 continue
             if not (isinstance(p, Binary) and p.op in ("<", "<=", ">", ">=")):
                 return None
-            diff = _linear(p.a, lane_vars), _linear(p.b, lane_vars)
+            diff = linear(p.a, lane_vars), linear(p.b, lane_vars)
             if diff[0] is None or diff[1] is None:
                 return None
             coef = dict(diff[0])
@@ -90,21 +90,28 @@ def drop_wraps(s: Stmt, lane_vars: dict[Var, int]) -> tuple[Stmt, PrimExpr | Non
     """s with every integer `a % m` whose a is affine in the lane variables replaced by a, and
     the condition under which that is exact (0 <= a < m at every index; None: none found).
     Triton's matmul wraps its row offsets (`offs % M`) so that loads need no mask: where a whole
-    block is inside the matrix, the wrap is the identity and the offsets stay contiguous."""
+    block is inside the matrix, the wrap is the identity and the offsets stay contiguous. Triton's
+    truncating `%` (ops._trunc_mod: the floored one, less m where the signs differ) goes too: where
+    0 <= a < m it is the floored one."""
     conds: list[PrimExpr] = []
     variables = list(lane_vars)
+    unwrapped: set[int] = set()  # the ids of the `a` of each `a % m` replaced
 
     def on_expr(e):
         if isinstance(e, Binary) and e.op == "%" and tdt.is_int(e.dtype) and tdt.lanes_of(e.dtype) == 1 \
                 and uses_var(e.a, variables) and not uses_var(e.b, variables):
-            coef = _linear(e.a, lane_vars)
+            coef = linear(e.a, lane_vars)
             if coef is None:
                 return None
             low = {v: const((lane_vars[v] - 1) if c < 0 else 0, v.dtype) for v, c in coef.items()}
             high = {v: const((lane_vars[v] - 1) if c > 0 else 0, v.dtype) for v, c in coef.items()}
             conds.append(Binary("&&", te_binary(">=", substitute(e.a, low), const(0, e.a.dtype)),
                                 te_binary("<", substitute(e.a, high), e.b), "bool"))
+            unwrapped.add(id(e.a))
             return e.a
+        if isinstance(e, Select) and id(e.f) in unwrapped and isinstance(e.t, Binary) and e.t.op == "-" \
+                and e.t.a is e.f:
+            return e.f  # Triton's truncating `%` (ops._trunc_mod): the floored one where 0 <= a < m
         return None
 
     out = mutate_stmt(s, f_expr=on_expr)

@@ -12,6 +12,10 @@ thread computes is the thread's own) and places `__syncthreads()` where a shared
 some threads is read by others; the loop-IR interpreter runs them with GPU semantics
 (ember.cuda.simt), or one after another, which is the order the barriers give.
 
+A block read in for a Tensor Core dot whose tensor is 16-byte aligned (the specialization says
+so) and walked along the block's last dimension is copied 16 bytes a thread at a time where a
+vector's offset allows and its masks hold, element by element elsewhere (`_vector_read`).
+
 A block that only statements spreading its shape the same way touch, each thread at its own
 elements alone (a load read in for an elementwise consumer, vector add's operands, a softmax row
 read by the max's partials, its exponentials by the sum's and the division), is held by each
@@ -54,8 +58,11 @@ from dataclasses import replace
 from ...cuda import fragments
 from ...intrinsics.wmma import LOAD, MMA, STORE, warp_mma
 from ...intrinsics.wmma import ZERO as ZERO_FRAGMENT
+from ...tir import dtype as dt
+from ...tir.arith import Analyzer
 from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
 from ...tir.expr import binary as te_binary
+from ...tir.expr_functor import substitute
 from ...tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
 from ...tir.stmt import (
     SYNC,
@@ -74,6 +81,7 @@ from ...tir.stmt import (
 from ...tir.structural import structural_key
 from ..language import dtypes as tld
 from . import values as V
+from .affine import drop_wraps, linear
 from .emitter import Body, Deferred, Emitter, buffer_block, buffer_value
 
 WARP = 32
@@ -139,6 +147,7 @@ class CUDAEmitter(Emitter):
         self.warps = num_warps
         self._dots: list[tuple] = []  # each Tensor Core dot's (a, b, c, m, n, k), by its DOT mark
         self._frags: dict[int, Buffer] = {}  # each Tensor Core dot's own fragments of c, by its DOT mark
+        self._read_ins: dict[Buffer, tuple[Deferred, Stmt]] = {}  # each block read in: its load, its statement
         self._spreads: list[tuple] = []  # each spread statement's (mapping, flat element, its j, steps)
 
     def lanes(self, dtype: str) -> int:
@@ -670,12 +679,84 @@ class CUDAEmitter(Emitter):
         buf = self.local("ld", d.shape, d.dtype)
         self.versioned(d.shape, lambda idx, full: BufferStore(buf, d.direct(idx, full), (V.flat_index(d.shape, idx),)),
                        1, d.inner)
+        if self.lists[-1]:
+            self._read_ins[buf] = (d, self.lists[-1][-1])
         return buf
+
+    def _vector_operands(self, body: Stmt) -> Stmt:
+        """body with each block read in for a Tensor Core dot copied 16 bytes at a time where it
+        can be (`_vector_read`)."""
+        table = {}
+        for a, b, *_ in self._dots:
+            for buf in (a, b):
+                if buf in self._read_ins and (new := self._vector_read(buf)) is not None:
+                    table[self._read_ins[buf][1]] = new
+        return _replaced(body, table) if table else body
+
+    def _vector_read(self, buf: Buffer) -> Stmt | None:
+        """The read-in of `buf` with each thread copying 16 bytes at a time: consecutive threads
+        take consecutive 16-byte vectors along its rows, and a vector whose masks all hold and
+        whose offset is a multiple of the vector's elements is one 16-byte load and store (`uint4`,
+        `float4`: ember.cuda.vectors), the others element by element under their masks. For a
+        load whose argument is 16-byte aligned (the specialization says so) and walks memory
+        along the block's last dimension (where its wraps `offs % N` are the identity:
+        affine.drop_wraps); None otherwise."""
+        d, _ = self._read_ins[buf]
+        shape, lanes = d.shape, 128 // dt.bits(d.dtype)
+        probe = tuple(Var(f"q{i}") for i in range(len(shape)))
+        full = d.direct(probe, True)
+        if d.inner not in (None, len(shape) - 1) or shape[-1] % lanes or not (
+                isinstance(full, BufferLoad) and full.buffer in self.aligned and len(full.indices) == 1):
+            return None
+        last = probe[-1]
+        g = drop_wraps(Evaluate(full), {last: shape[-1]})[0].value.indices[0]  # (`offs % N`: see below)
+        if linear(g, {last: 1}) != {last: 1}:  # (the other dimensions' strides may be run-time values)
+            return None
+        total = 1
+        for n in shape:
+            total *= n
+        vectors, per_row = total // lanes, shape[-1] // lanes
+        steps = -(-vectors // self.threads)
+        v, j = Var("v"), Var("j")
+
+        def share(t):
+            q = t if steps == 1 else j * self.threads + t
+            outer, rest = [], q // per_row
+            for k, n in enumerate(reversed(shape[:-1])):
+                outer.insert(0, rest if k == len(shape) - 2 else rest % n)
+                rest = rest // n
+            idx = (*outer, q % per_row * lanes + v)
+            at = (V.flat_index(shape, idx),)
+            saved, self.masks = self.masks, []
+            try:
+                masked, masks = d.direct(idx, False), self.masks
+            finally:
+                self.masks = saved
+            # Triton's matmul wraps its offsets (`offs % N`) where a vector inside the matrix is contiguous
+            unwrapped, inside = drop_wraps(Evaluate(d.direct(idx, True)), {v: lanes})
+            g = unwrapped.value.indices[0]
+            base = Analyzer().simplify(substitute(g, {v: const(0, v.dtype)}))
+            guard = te_binary("==", base % lanes, const(0, base.dtype))
+            if inside is not None:
+                guard = te_binary("&&", guard, inside)
+            lane_masks = {structural_key(x): x for m in masks for x in (substitute(m, {v: const(i, v.dtype)})
+                                                                        for i in range(lanes))}
+            for m in lane_masks.values():  # (each distinct one: a row's mask is the same in every lane)
+                guard = te_binary("&&", guard, m)
+            vector = BufferStore(buf, BufferLoad(full.buffer, (base // lanes * lanes + v,), full.dtype), at)
+            s = IfThenElse(guard, For(v, const(0), const(lanes), "vectorized", vector),
+                           For(v, const(0), const(lanes), "unrolled", BufferStore(buf, masked, at)))
+            if vectors % self.threads:
+                s = IfThenElse(te_binary("<", q, const(vectors)), s)
+            return s if steps == 1 else For(j, const(0), const(steps), "serial", s)
+
+        return self.on_threads(min(vectors, self.threads), share)
 
     # -- the grid ----------------------------------------------------------------------------------
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
-        body = self._thread_own(self._in_registers(self._accumulate_in_place(seq(*self.lists[0]))))
+        body = self._in_registers(self._accumulate_in_place(seq(*self.lists[0])))
+        body = self._thread_own(self._vector_operands(body))
         for buf in reversed(self.allocs):
             body = Allocate(buf, body)
         return For(pid, const(0), programs, THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))

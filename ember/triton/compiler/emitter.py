@@ -40,6 +40,7 @@ class Emitter(ABC):
         self.full = False  # building the unmasked version of a versioned nest
         self.pending: list[Deferred] = []  # loads not yet read into memory
         self.tensors: set[Buffer] = set()  # the kernel's tensor arguments: memory others may write
+        self.aligned: set[Buffer] = set()  # those whose address is 16-byte aligned (a GPU's specialization)
         self._names = itertools.count()
 
     # -- statements and buffers ----------------------------------------------------------------

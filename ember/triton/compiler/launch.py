@@ -4,7 +4,8 @@ The specialization key is Triton's: the kernel's source and the sources of the @
 it calls, the values of the other globals they read (a helper rebound or a global constexpr
 changed compiles again: `source_digest`), the constexpr values, each tensor argument's dtype,
 each integer argument's type and whether it is 1 (then compiled in as the constant 1) or a
-multiple of 16, the debug mode and the target. A key compiles once per process (an in-memory
+multiple of 16, on the GPU whether each tensor's address is 16-byte aligned, the debug mode and
+the target. A key compiles once per process (an in-memory
 table), and once per machine: the generated C and what the launch needs are kept in the build
 cache's folder (`triton/<key>.json`) next to the library, so a new process finds both and
 compiles nothing.
@@ -64,7 +65,8 @@ FORMAT = 2  # of the cached description of a specialization
 
 @dataclass(frozen=True)
 class Spec:
-    """How one launch's arguments are compiled: per parameter, ("tensor", dtype name),
+    """How one launch's arguments are compiled: per parameter, ("tensor", dtype name[, 16-byte
+    aligned: on the GPU]),
     ("scalar", dtype name) or ("constexpr", value)."""
 
     kinds: tuple[tuple[str, object], ...]
@@ -231,7 +233,10 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
         if t.dtype.name not in V.TIR_OF:
             raise ArgumentTypeError(f"kernel {jit_fn.__name__}, argument '{p.name}': dtype {t.dtype.name} is not "
                                     f"supported by the compiler yet ({', '.join(V.TIR_OF)})")
-        kinds.append(("tensor", t.dtype.name))
+        # on the GPU, whether its address is 16-byte aligned (Triton's divisibility of pointers): a
+        # block read for tl.dot is then copied 16 bytes at a time where its offsets allow
+        kinds.append(("tensor", t.dtype.name, t.data_ptr % 16 == 0) if target.kind == "cuda" else
+                     ("tensor", t.dtype.name))
         runtime.append((p.name, t))
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
                  debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, num_warps))
@@ -265,6 +270,8 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
             buf = Buffer(p.name, (const(1),), V.tir_dtype(d))
             param = V.Param(p.name, buf, d, len(tensors))
             tensors.append(buf)
+            if kind[2:] == (True,):
+                em.aligned.add(buf)
             params[param] = (BufferLoad(meta, (const(2 * param.index),), "int64"),
                              BufferLoad(meta, (const(1 + 2 * param.index),), "int64"))
             values[p.name] = V.Scalar(const(0), tld.pointer_type(d), param)

@@ -5,7 +5,8 @@ specialization key with the sources' globals, the compiled kernel from the table
 hundred microseconds of Python: longer than a row softmax runs on a GPU, so that a benchmark
 timing launches measured the host. A launch that succeeded on the full path is remembered under a
 cheap signature of its call: per argument, what the key reads of it (a tensor's type, dtype,
-device and writeable flag; an integer's width, whether it is 1 and whether 16 divides it; a
+device, writeable flag and
+16-byte alignment; an integer's width, whether it is 1 and whether 16 divides it; a
 constexpr's value), the keywords and launch options given (the stream's value aside: it is
 passed, not compiled), and the environment variables the compiler reads. A later launch of the
 same signature, while every global the kernel reads is the same object and its specialization is
@@ -65,10 +66,10 @@ def _describe(p, v):
     if isinstance(v, float | np.floating):
         return (type(v),)
     if isinstance(v, np.ndarray):
-        return np.ndarray, v.dtype, v.flags.writeable
+        return np.ndarray, v.dtype, v.flags.writeable, v.ctypes.data % 16 == 0
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(v, torch.Tensor):
-        return torch.Tensor, v.dtype, v.device
+        return torch.Tensor, v.dtype, v.device, v.data_ptr() % 16 == 0
     return _NONE
 
 
