@@ -270,10 +270,17 @@ class CUDAEmitter(Emitter):
         return buf, (const(0),), BufferLoad(buf, (const(0),), dtype)
 
     def _line(self, out: Buffer, out_shape, o, axis: int, n: int, value, combine, init) -> Stmt:
-        """out[o] = the fold of value along axis, in one thread."""
+        """out[o] = the fold of value along axis, in one thread. Along the last axis each thread
+        starts at its own place in the line (element o % n, then on around it): the threads' lines
+        are rows of a shared block n apart, which walked in step would all fall in one bank
+        (attention's row max and sum: a 32-way conflict at every element)."""
         k = Var("k")
         acc, at, now = self.register("a", out.dtype)
-        step = BufferStore(acc, combine(now, value((*o[:axis], k, *o[axis:]))), at)
+        at_k = k
+        if axis == len(out_shape) and n > 1:
+            shifted = k + V.flat_index(out_shape, o) % n
+            at_k = select(te_binary("<", shifted, const(n)), shifted, shifted - n)
+        step = BufferStore(acc, combine(now, value((*o[:axis], at_k, *o[axis:]))), at)
         return Allocate(acc, seq(BufferStore(acc, init, at), For(k, const(0), const(n), "serial", step),
                                  BufferStore(out, now, (V.flat_index(out_shape, o),))))
 
