@@ -182,6 +182,7 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     # the operands' tiles copied 16 bytes at a time where a vector is aligned and unmasked (A's rows of 40
     # halves from the first column; K's tail of 8 in the second step), else element by element
     assert source.count("*reinterpret_cast<uint4*>(&ld") == 2
+    assert ", 40, 72);" in source  # the shared tiles' rows of 32 and 64 halves padded by 16 bytes (lda, ldb)
 
 
 @triton.jit

@@ -14,7 +14,8 @@ some threads is read by others; the loop-IR interpreter runs them with GPU seman
 
 A block read in for a Tensor Core dot whose tensor is 16-byte aligned (the specialization says
 so) and walked along the block's last dimension is copied 16 bytes a thread at a time where a
-vector's offset allows and its masks hold, element by element elsewhere (`_vector_read`).
+vector's offset allows and its masks hold, element by element elsewhere (`_vector_read`), its
+rows padded by 16 bytes against bank conflicts where only the dots read it (`_vector_operands`).
 
 A block that only statements spreading its shape the same way touch, each thread at its own
 elements alone (a load read in for an elementwise consumer, vector add's operands, a softmax row
@@ -113,6 +114,20 @@ def _in_turn(body: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
         j, k = at[id(dot)], at.get(id(add))
         return k is not None and j < k and not any(_touches(y, acc) for y in block.stmts[j + 1:k])
     return False
+
+
+def _padded(call: CallRoutine, buf: Buffer, into: Buffer, cols: int, pad: int) -> CallRoutine:
+    """A Tensor Core call reading `buf` (rows of `cols`) reading `into` instead, its rows `cols +
+    pad` apart: each pointer's offset moved to its row's new start, and its row stride (the
+    call's i-th scalar for its i-th pointer, as wmma's calls take lda and ldb, and the i-th pair
+    of strides after them, which the interpreter reads) widened."""
+    reads, scalars = list(call.reads), list(call.scalars)
+    first = dict(call.params)["c_scalars"]
+    for i, q in enumerate(call.reads):
+        if q.buffer is buf:
+            reads[i] = Pointer(into, q.offset + q.offset // cols * pad)
+            scalars[i] = scalars[first + 2 * i] = const(cols + pad)
+    return replace(call, reads=tuple(reads), scalars=tuple(scalars))
 
 
 def _touches(s: Stmt, buf: Buffer) -> bool:
@@ -692,16 +707,31 @@ class CUDAEmitter(Emitter):
 
     def _vector_operands(self, body: Stmt) -> Stmt:
         """body with each block read in for a Tensor Core dot copied 16 bytes at a time where it
-        can be (`_vector_read`)."""
-        table = {}
-        for a, b, *_ in self._dots:
-            for buf in (a, b):
-                if buf in self._read_ins and (new := self._vector_read(buf)) is not None:
-                    table[self._read_ins[buf][1]] = new
-        return _replaced(body, table) if table else body
+        can be (`_vector_read`). One that only its read-in and the dots read is padded too: 16
+        bytes after each row, so that the 8 rows of 16 bytes a fragment load reads at once fall in
+        different banks (rows of 64 or 256 bytes put 4 or 8 of them in the same ones)."""
+        for buf in dict.fromkeys(x for a, b, *_ in self._dots for x in (a, b)):
+            if buf not in self._read_ins:
+                continue
+            d, old = self._read_ins[buf]
+            calls = collect(body, lambda x, buf=buf: isinstance(x, CallRoutine) and any(
+                q.buffer is buf for q in x.reads) and not any(q.buffer is buf for q in x.writes))
+            alone = len(d.shape) == 2 and not _touches(_replaced(body, dict.fromkeys((old, *calls), _NOP)), buf)
+            pad = 128 // dt.bits(buf.dtype) if alone else 0
+            into = buf if not pad else Buffer(buf.name, (const(d.shape[0] * (d.shape[1] + pad)),), buf.dtype,
+                                              scope=buf.scope)
+            new = self._vector_read(buf, into, pad)
+            if new is None:
+                continue
+            table = {old: new, **{x: _padded(x, buf, into, d.shape[1], pad) for x in (calls if pad else ())}}
+            if pad:
+                self.allocs[self.allocs.index(buf)] = into
+            body = _replaced(body, table)
+        return body
 
-    def _vector_read(self, buf: Buffer) -> Stmt | None:
-        """The read-in of `buf` with each thread copying 16 bytes at a time: consecutive threads
+    def _vector_read(self, buf: Buffer, into: Buffer, pad: int) -> Stmt | None:
+        """The read-in of `buf`, into `into` (its rows `pad` elements apart), with each thread
+        copying 16 bytes at a time: consecutive threads
         take consecutive 16-byte vectors along its rows, and a vector whose masks all hold and
         whose offset is a multiple of the vector's elements is one 16-byte load and store (`uint4`,
         `float4`: ember.cuda.vectors), the others element by element under their masks. For a
@@ -733,7 +763,7 @@ class CUDAEmitter(Emitter):
                 outer.insert(0, rest if k == len(shape) - 2 else rest % n)
                 rest = rest // n
             idx = (*outer, q % per_row * lanes + v)
-            at = (V.flat_index(shape, idx),)
+            at = (V.flat_index(shape, idx) if not pad else idx[0] * (shape[1] + pad) + idx[1],)
             saved, self.masks = self.masks, []
             try:
                 masked, masks = d.direct(idx, False), self.masks
@@ -750,9 +780,9 @@ class CUDAEmitter(Emitter):
                                                                         for i in range(lanes))}
             for m in lane_masks.values():  # (each distinct one: a row's mask is the same in every lane)
                 guard = te_binary("&&", guard, m)
-            vector = BufferStore(buf, BufferLoad(full.buffer, (base // lanes * lanes + v,), full.dtype), at)
+            vector = BufferStore(into, BufferLoad(full.buffer, (base // lanes * lanes + v,), full.dtype), at)
             s = IfThenElse(guard, For(v, const(0), const(lanes), "vectorized", vector),
-                           For(v, const(0), const(lanes), "unrolled", BufferStore(buf, masked, at)))
+                           For(v, const(0), const(lanes), "unrolled", BufferStore(into, masked, at)))
             if vectors % self.threads:
                 s = IfThenElse(te_binary("<", q, const(vectors)), s)
             return s if steps == 1 else For(j, const(0), const(steps), "serial", s)
