@@ -14,8 +14,9 @@ some threads is read by others; the loop-IR interpreter runs them with GPU seman
 
 A block read in for a Tensor Core dot whose tensor is 16-byte aligned (the specialization says
 so) and walked along the block's last dimension is copied 16 bytes a thread at a time where a
-vector's offset allows and its masks hold, element by element elsewhere (`_vector_read`), its
-rows padded by 16 bytes against bank conflicts where only the dots read it (`_vector_operands`).
+vector's offset allows and its masks hold, element by element elsewhere (`_vector_read`); a
+dot's operand that only dots read has its rows padded by 16 bytes against bank conflicts
+(`_vector_operands`).
 
 A block that only statements spreading its shape the same way touch, each thread at its own
 elements alone (a load read in for an elementwise consumer, vector add's operands, a softmax row
@@ -61,7 +62,7 @@ from ...intrinsics.wmma import LOAD, MMA, STORE, warp_mma
 from ...intrinsics.wmma import ZERO as ZERO_FRAGMENT
 from ...tir import dtype as dt
 from ...tir.arith import Analyzer
-from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, const, select
+from ...tir.expr import Buffer, BufferLoad, Call, Cast, PrimExpr, Var, as_int, const, select
 from ...tir.expr import binary as te_binary
 from ...tir.expr_functor import substitute
 from ...tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
@@ -116,18 +117,24 @@ def _in_turn(body: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
     return False
 
 
-def _padded(call: CallRoutine, buf: Buffer, into: Buffer, cols: int, pad: int) -> CallRoutine:
-    """A Tensor Core call reading `buf` (rows of `cols`) reading `into` instead, its rows `cols +
-    pad` apart: each pointer's offset moved to its row's new start, and its row stride (the
-    call's i-th scalar for its i-th pointer, as wmma's calls take lda and ldb, and the i-th pair
-    of strides after them, which the interpreter reads) widened."""
-    reads, scalars = list(call.reads), list(call.scalars)
-    first = dict(call.params)["c_scalars"]
-    for i, q in enumerate(call.reads):
+def _padded(s: Stmt, buf: Buffer, into: Buffer, cols: int, pad: int) -> Stmt | None:
+    """s reading or writing `into` where it read or wrote `buf` (rows of `cols`), whose rows are
+    `cols + pad` apart: a store's index moved to its row's new start; a Tensor Core call's
+    pointers too, and their row strides (the call's i-th scalar for its i-th pointer, as wmma's
+    calls take lda and ldb, and the i-th pair of strides after them, which the interpreter reads)
+    widened; None for any other statement."""
+    if isinstance(s, BufferStore) and s.buffer is buf:
+        i = s.indices[0]
+        return BufferStore(into, s.value, (Analyzer().simplify(i + i // cols * pad),))
+    if not isinstance(s, CallRoutine) or not any(q.buffer is buf for q in s.reads):
+        return None
+    reads, scalars = list(s.reads), list(s.scalars)
+    first = dict(s.params)["c_scalars"]
+    for i, q in enumerate(s.reads):
         if q.buffer is buf:
             reads[i] = Pointer(into, q.offset + q.offset // cols * pad)
             scalars[i] = scalars[first + 2 * i] = const(cols + pad)
-    return replace(call, reads=tuple(reads), scalars=tuple(scalars))
+    return replace(s, reads=tuple(reads), scalars=tuple(scalars))
 
 
 def _touches(s: Stmt, buf: Buffer) -> bool:
@@ -707,27 +714,41 @@ class CUDAEmitter(Emitter):
 
     def _vector_operands(self, body: Stmt) -> Stmt:
         """body with each block read in for a Tensor Core dot copied 16 bytes at a time where it
-        can be (`_vector_read`). One that only its read-in and the dots read is padded too: 16
-        bytes after each row, so that the 8 rows of 16 bytes a fragment load reads at once fall in
-        different banks (rows of 64 or 256 bytes put 4 or 8 of them in the same ones)."""
-        for buf in dict.fromkeys(x for a, b, *_ in self._dots for x in (a, b)):
-            if buf not in self._read_ins:
-                continue
-            d, old = self._read_ins[buf]
-            calls = collect(body, lambda x, buf=buf: isinstance(x, CallRoutine) and any(
-                q.buffer is buf for q in x.reads) and not any(q.buffer is buf for q in x.writes))
-            alone = len(d.shape) == 2 and not _touches(_replaced(body, dict.fromkeys((old, *calls), _NOP)), buf)
-            pad = 128 // dt.bits(buf.dtype) if alone else 0
-            into = buf if not pad else Buffer(buf.name, (const(d.shape[0] * (d.shape[1] + pad)),), buf.dtype,
-                                              scope=buf.scope)
-            new = self._vector_read(buf, into, pad)
-            if new is None:
-                continue
-            table = {old: new, **{x: _padded(x, buf, into, d.shape[1], pad) for x in (calls if pad else ())}}
+        can be (`_vector_read`). An operand that only the dots read is padded too: 16 bytes after
+        each row, its stores and the dots' pointers moved (`_padded`), so that the 8 rows of 16
+        bytes a fragment load reads at once fall in different banks (rows of 64 or 256 bytes put
+        4 or 8 of them in the same ones)."""
+        cols: dict[Buffer, set[int]] = {}
+        for a, b, _, _, n, k in self._dots:
+            cols.setdefault(a, set()).add(k)
+            cols.setdefault(b, set()).add(n)
+        for buf, widths in cols.items():
+            width = min(widths)
+            pad = 128 // dt.bits(buf.dtype) if len(widths) == 1 and self._read_by_dots_alone(body, buf) else 0
+            into = buf if not pad else Buffer(buf.name, (const(as_int(buf.shape[0]) // width * (width + pad)),),
+                                              buf.dtype, scope=buf.scope)
+            if buf in self._read_ins and (new := self._vector_read(buf, into, pad)) is not None:
+                body = _replaced(body, {self._read_ins[buf][1]: new})
             if pad:
+                body = mutate_stmt(body, f_stmt=lambda x, buf=buf, into=into, width=width, pad=pad: _padded(
+                    x, buf, into, width, pad))
                 self.allocs[self.allocs.index(buf)] = into
-            body = _replaced(body, table)
         return body
+
+    def _read_by_dots_alone(self, body: Stmt, buf: Buffer) -> bool:
+        """Whether only Tensor Core calls read buf (and none writes it): other statements only
+        store to it."""
+        found = []
+
+        def on_stmt(x):
+            if isinstance(x, CallRoutine) and any(q.buffer is buf for q in x.writes):
+                found.append(x)
+            if not isinstance(x, CallRoutine):
+                for e in stmt_exprs(x):
+                    visit_expr(e, lambda y: found.append(y) if isinstance(y, BufferLoad) and y.buffer is buf else None)
+
+        visit_stmt(body, on_stmt)
+        return not found
 
     def _vector_read(self, buf: Buffer, into: Buffer, pad: int) -> Stmt | None:
         """The read-in of `buf`, into `into` (its rows `pad` elements apart), with each thread
