@@ -89,8 +89,14 @@ def device_tensor_arg(name: str, value) -> DeviceTensorArg:
         np_dtype = np.dtype(cai["typestr"])
         dtype_name = str(np_dtype)
         shape = tuple(cai["shape"])
-        strides = tuple(s // np_dtype.itemsize for s in cai["strides"]) if cai.get("strides") else \
-            tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+        if cai.get("strides"):
+            strides = tuple(s // np_dtype.itemsize for s in cai["strides"])
+        else:  # C order (a product per axis, not numpy.prod's: this runs at every launch)
+            strides, step = [], 1
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+            strides = tuple(strides)
         ptr, is_torch = int(cai["data"][0]), False
         device = int(getattr(getattr(value, "device", None), "id", 0) or 0)
     if dtype_name not in tld.DTYPES:

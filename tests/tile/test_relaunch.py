@@ -81,3 +81,20 @@ def test_what_the_key_reads_takes_the_full_path(rng, monkeypatch):
     launch(rng)
     assert len(calls) == 1
     assert relaunch.signature(scaled_add, (np.zeros(2), object()), {}) is None  # nothing it can describe
+
+
+class CudaArray:
+    """A GPU array as CuPy shows one (its address is all a signature reads of where it is)."""
+
+    def __init__(self, address: int):
+        self.__cuda_array_interface__ = {"shape": (100,), "typestr": "<f4", "data": (address, False), "version": 3}
+
+
+def test_gpu_arrays_are_described_by_their_type_and_alignment():
+    """On the GPU the specialization reads whether a tensor's address is 16-byte aligned (its
+    operand tiles are then copied 16 bytes at a time), so the signature does too."""
+    def sig(address):
+        return relaunch.signature(scaled_add, (CudaArray(address), CudaArray(1 << 20), CudaArray(1 << 21), 100),
+                                  {"BLOCK": 64})
+
+    assert sig(1 << 12) is not None and sig(1 << 12) == sig(1 << 16) != sig((1 << 12) + 4)

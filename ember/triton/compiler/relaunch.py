@@ -5,8 +5,8 @@ specialization key with the sources' globals, the compiled kernel from the table
 hundred microseconds of Python: longer than a row softmax runs on a GPU, so that a benchmark
 timing launches measured the host. A launch that succeeded on the full path is remembered under a
 cheap signature of its call: per argument, what the key reads of it (a tensor's type, dtype,
-device, writeable flag and
-16-byte alignment; an integer's width, whether it is 1 and whether 16 divides it; a
+device (a CUDA array's typestr), writeable flag
+and 16-byte alignment; an integer's width, whether it is 1 and whether 16 divides it; a
 constexpr's value), the keywords and launch options given (the stream's value aside: it is
 passed, not compiled), and the environment variables the compiler reads. A later launch of the
 same signature, while every global the kernel reads is the same object and its specialization is
@@ -70,6 +70,9 @@ def _describe(p, v):
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(v, torch.Tensor):
         return torch.Tensor, v.dtype, v.device, v.data_ptr() % 16 == 0
+    cai = getattr(v, "__cuda_array_interface__", None)  # CuPy, Numba
+    if cai is not None:
+        return type(v), cai["typestr"], cai["data"][0] % 16 == 0
     return _NONE
 
 
