@@ -176,11 +176,11 @@ def global_slots(fn: KernelFunction) -> list[tuple[tuple | None, object]]:
 def read_slot(slot: tuple) -> object:
     """The value a (globals, name, attribute or None) slot of `global_slots` holds now."""
     g, name, attr = slot
-    value = g.get(name, _MISSING)
-    return getattr(value, attr, _MISSING) if attr is not None and value is not _MISSING else value
+    value = g.get(name, MISSING)
+    return getattr(value, attr, MISSING) if attr is not None and value is not MISSING else value
 
 
-_MISSING = object()
+MISSING = object()
 
 
 def _keyed(value) -> bool:

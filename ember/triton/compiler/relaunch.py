@@ -42,12 +42,20 @@ class Entry:
 
     def __init__(self, fn: KernelFunction, compiled: L.Compiled, target, runtime: list):
         self.compiled, self.target = compiled, target
-        self.slots = [(s, v) for s, v in L.global_slots(fn) if s is not None]
+        self.slots = tuple((*s, v) for s, v in L.global_slots(fn) if s is not None)
         self.runtime = [(name, isinstance(v, L.TensorArg | L.DeviceTensorArg)) for name, v in runtime]
         self.defaults = {p.name: p.default for p in fn.params}
 
     def valid(self) -> bool:
-        return L.in_table(self.compiled) and all(L.read_slot(s) is v for s, v in self.slots)
+        if not L.in_table(self.compiled):
+            return False
+        for g, name, attr, value in self.slots:  # (launch.read_slot, inline: this runs at every launch)
+            now = g.get(name, L.MISSING)
+            if attr is not None and now is not L.MISSING:
+                now = getattr(now, attr, L.MISSING)
+            if now is not value:
+                return False
+        return True
 
 
 def _int(v: int) -> tuple:
