@@ -190,13 +190,14 @@ def gpu_main(args) -> None:
           f"Triton {'installed' if twins else 'not installed'}")
     ember_ns = sys.modules[__name__]
     for name, size, launch, check, peer in gpu_cases(ember_ns, args.only):
-        times = {}
+        times, kernel = {}, None
         for who, ns in (("ember", ember_ns), ("triton", twins)):
             if ns is None:
                 continue
             try:
                 run = launch(ns)
-                run()
+                compiled = run()
+                kernel = describe(compiled) if who == "ember" else kernel
                 check()  # every figure is of a correct kernel
             except Exception as e:  # noqa: BLE001 (a peer that fails is reported, the others still run)
                 print(f"{name}: {who} failed: {type(e).__name__}: {str(e)[:300]}")
@@ -206,6 +207,7 @@ def gpu_main(args) -> None:
             continue
         times["torch"] = gpu_timed(peer, args.reps)
         print(gpu_line(name, size, times))
+        print(f"  ember's kernel: {kernel}")
 
 
 def gpu_line(name: str, size: int, t: dict[str, float]) -> str:
@@ -241,15 +243,16 @@ def compile_for_sm90(only: list[str]) -> None:
 
 def describe(compiled) -> str:
     """What the CUDA C of a tile kernel does per block: its threads, registers a thread (from the
-    cubin), shared memory, barriers and Tensor Core calls in the source."""
+    cubin), shared memory, and the barriers, Tensor Core calls and 16-byte copies in its source."""
     from ember.cuda.limits import cubin_registers
 
     launcher = compiled.cfunc
     src = compiled.source.split("_body(", 1)[1]  # (the kernel, not the helpers' definitions)
     mma = sum(src.count(f"ember_wmma_{w}") for w in ("warp_mma_", "mma_", "shared_mma_"))
+    vectors = sum(src.count(f"*reinterpret_cast<{t}*>(") for t in ("uint4", "float4"))
     return (f"block {'x'.join(map(str, launcher.block))}, {cubin_registers(launcher.binary)} registers, "
-            f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers and {mma} Tensor Core calls "
-            f"in the source, {len(launcher.binary)} B of cubin")
+            f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers, {mma} Tensor Core calls and "
+            f"{vectors} 16-byte stores in the source, {len(launcher.binary)} B of cubin")
 
 
 def timed(fn, runs: int) -> float:
