@@ -62,6 +62,14 @@ class SizeExpr:
 Dims = tuple[int | Ref | SizeExpr, ...]
 
 
+def numel(dims: Dims, sizes) -> int:
+    """The elements of `dims` for the call's `sizes` (the model's symbols, in order)."""
+    n = 1
+    for d in dims:
+        n *= int(sizes[d.index]) if isinstance(d, Ref) else d.value(sizes) if isinstance(d, SizeExpr) else d
+    return n
+
+
 @dataclass(frozen=True)
 class Arg:
     """A buffer argument of a launch: where it is, its dimensions and its dtype."""

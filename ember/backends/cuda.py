@@ -91,11 +91,6 @@ class CUDABackend(Backend):
             raise ConfigError(f"weights={weights!r} does not compile for target 'cuda' yet (its kernels are the "
                               f"CPU's); models on the GPU keep their float weights")
 
-    def check_graph(self, graph, symbols: Sequence[str]) -> None:
-        if symbols:
-            raise CompileError(f"graph {graph.name}: symbolic sizes ({', '.join(symbols)}) do not compile for target "
-                               f"'cuda' yet; compile it with static shapes (no dynamic_shapes)")
-
     def render(self, program: Program, spec: ModelSpec, plan, weights: Mapping[str, np.ndarray], *,
                checked: bool, target) -> Rendered:
         """Every kernel built by NVRTC (cached on disk), and the entry that runs the program."""

@@ -6,7 +6,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 - a loop bound to a GPU index (`sch.bind`) is not a loop: its variable is that index
   (`int64_t i_1 = threadIdx.x;`), guarded where its extent is less than the launch's dimension;
   the launch's grid and block are the largest extent bound to each index (`launch_dims`), and
-  `__launch_bounds__` gives the compiler the block's thread count;
+  `__launch_bounds__` gives the compiler the block's thread count; a block index of symbolic
+  extent is the launch's grid, computed per call from the kernel's sizes (ember.cuda.grid);
 - a "shared" allocation is a `__shared__` array (one per block), a "local" one an array of the
   thread (registers when its indices are constant after unrolling); both need a constant size,
   and intermediates get one of the two first (ember.cuda.scopes);
@@ -65,6 +66,7 @@ from ..tir.stmt import (
 )
 from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
+from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
 from .vectors import VECTOR_TYPES, copy_loop, vector_loop
 from .warp import WARP, WarpReduction, warp_reduction
@@ -151,6 +153,7 @@ class CUDARenderer(CStyleRenderer):
 
     def _begin_kernel(self, func: PrimFunc) -> None:
         self._dims = launch_dims(func)
+        self._guarded = guarded_tags(func)  # block indices of symbolic extents that not every block covers
         self._params = list(func.params)
         allocated: list = []
         visit_stmt(func.body, lambda s: allocated.append(s.buffer) if isinstance(s, Allocate) else None)
@@ -215,9 +218,9 @@ class CUDARenderer(CStyleRenderer):
         out.append(f"{pad}  const {self._index_type(s.loop_var)} {v} = {s.thread_tag};")
         self._vars.add(s.loop_var)
         self._nonnegative_vars.add(s.loop_var)
-        guarded = extent is not None and extent < self._dims[s.thread_tag]
+        guarded = s.thread_tag in self._guarded or (extent is not None and extent < self._dims[s.thread_tag])
         if guarded:
-            out.append(f"{pad}  if ({v} < {extent}) {{")
+            out.append(f"{pad}  if ({v} < {self._e(s.extent)}) {{")
         self._stmt(s.body, depth + 1 + guarded, out)
         if guarded:
             out.append(f"{pad}  }}")

@@ -22,12 +22,13 @@ import numpy as np
 
 from .. import config
 from ..codegen.common import written_buffers
-from ..errors import ArgumentTypeError, DeviceError, LowerError, ShapeError
+from ..errors import ArgumentTypeError, DeviceError, ShapeError
 from ..tir import dtype as dt
 from ..tir.expr import as_int
 from ..tir.stmt import PrimFunc
 from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
+from .grid import Grid
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .pipeline import pipeline
@@ -40,9 +41,6 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
     compile for (default: the GPU's, sm_90 without one); `ptx`: ship PTX, which the driver
     compiles for its device at load; `debug` (default: the debug option, EMBER_DEBUG): every
     access to a parameter checked against its size as the kernel runs (ember.cuda.checks)."""
-    if func.size_vars:
-        raise LowerError(f"CUDA kernels take static shapes for now; {func.name} has the sizes "
-                         f"{[v.name for v in func.size_vars]}")
     func = prepare(func)
     dims = launch_dims(func)
     if arch is None:
@@ -83,7 +81,8 @@ class CUDAKernel:
         self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
         self.checks = checks  # it checks accesses as it runs: each call waits for it and reports
         self.aligned = frozenset(aligned)
-        self.grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+        self.grid_of = Grid(func, dims)  # the blocks of a launch, from its sizes where they are symbolic
+        self.grid = self.grid_of.static  # (None: symbolic)
         self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
         self.symbol = CUDARenderer.symbol(func)
         self.registers = cubin_registers(binary)
@@ -97,6 +96,10 @@ class CUDAKernel:
 
         if len(arrays) != len(self.func.params):
             raise ArgumentTypeError(f"kernel {self.name} takes {len(self.func.params)} arrays, got {len(arrays)}")
+        if self.func.size_vars:
+            names = ", ".join(v.name for v in self.func.size_vars)
+            raise ArgumentTypeError(f"kernel {self.name} has symbolic sizes ({names}): a compiled model launches it "
+                                    f"with the sizes it binds; build it with static shapes to call it alone")
         dev = device()
         dev.activate()
         cu = driver()
@@ -124,11 +127,13 @@ class CUDAKernel:
             for ptr, _, _ in copies:
                 cu.cuMemFree(ptr)
 
-    def launch(self, pointers: Sequence[int], stream: int = 0) -> None:
+    def launch(self, pointers: Sequence[int], stream: int = 0, sizes: Sequence[int] = ()) -> None:
         """Run on the device addresses `pointers` (one per parameter, checked for the 16-byte
-        alignment of `aligned`) in `stream`, the driver's context current; loaded on first use.
-        A kernel that checks accesses waits for the launch and raises what it found."""
-        from .driver import POINTER, Module, device, driver
+        alignment of `aligned`) and the size arguments `sizes` (the grid computed from them,
+        ember.cuda.grid; no launch where they leave no block) in `stream`, the driver's context
+        current; loaded on first use. A kernel that checks accesses waits for the launch and
+        raises what it found."""
+        from .driver import INT64, POINTER, Module, device, driver
 
         for k, (buf, p) in enumerate(zip(self.func.params, pointers)):
             if buf in self.aligned and p % 16:
@@ -137,7 +142,10 @@ class CUDAKernel:
                                         f"at an offset: pass a copy)")
         if self._module is None:
             self._module = Module(self.binary, self.symbol, device())
-        self._module.launch(self.grid, self.block, [(p, POINTER) for p in pointers], stream)
+        grid = self.grid_of(sizes)
+        if 0 in grid:
+            return
+        self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream)
         if self.checks:
             check_status(self._module, self.name, [b.name for b in self.func.params], driver().CUstream(stream))
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from types import SimpleNamespace
 
@@ -45,13 +46,15 @@ import numpy as np
 
 from .. import config, dims
 from ..errors import ArgumentTypeError, ConfigError
-from ..program import Copy, Launch, Program, Ref
+from ..program import Copy, Launch, Program, Ref, numel
 from ..runtime.interpreted import InterpretedModel
 from ..runtime.model import CompiledModel
 from .graph import Graphs, capture_blocker
 from .kernel import CUDAKernel
 
 _FIRST = "the first call issues them one by one (the kernels loaded, every launch checked)"
+SEEN_SIZES = 64  # the symbols' values of recent calls kept: a repeat of one is captured as a graph
+RESERVE = 1 << 30  # bytes the arena and the slots may take at once for the symbols' upper bounds
 
 
 class DeviceEntry:
@@ -64,18 +67,22 @@ class DeviceEntry:
         self.order = program.launches()
         self.source = "\n\n".join(k.source for k in self.kernels.values())
 
-    def run(self, address, stream: int) -> None:
+    def run(self, address, stream: int, sizes: tuple[int, ...] = ()) -> None:
+        """Issue the program's work on `stream` for the call's `sizes` (the model's symbols, in
+        order: each launch takes those its kernel names, and its grid follows from them)."""
         from .driver import check, driver
 
         cu = driver()
         for st in self.program.body:
             match st:
                 case Launch():
-                    self.kernels[st.kernel].launch([address(a.ref) for a in st.args], stream)
+                    self.kernels[st.kernel].launch([address(a.ref) for a in st.args], stream,
+                                                   [sizes[r.index] for r in st.sizes])
                 case Copy():
-                    nbytes = int(np.prod(st.dims, dtype=np.int64)) * st.itemsize
-                    check(cu.cuMemcpyDtoDAsync(address(st.dst), address(st.src), nbytes, cu.CUstream(stream)),
-                          "cuMemcpyDtoDAsync")
+                    nbytes = numel(st.dims, sizes) * st.itemsize
+                    if nbytes:
+                        check(cu.cuMemcpyDtoDAsync(address(st.dst), address(st.src), nbytes, cu.CUstream(stream)),
+                              "cuMemcpyDtoDAsync")
 
 
 class CUDAModel(CompiledModel):
@@ -96,7 +103,9 @@ class CUDAModel(CompiledModel):
         self._graphs = Graphs()
         self._blocker = capture_blocker(entry.kernels.values())
         self._capture_failure = None
-        self._io = None  # (the input and output slots' buffer, their sizes)
+        self._io = None  # (the input and output slots' buffer, each slot's bytes)
+        self._seen_sizes = OrderedDict()  # the symbols' values of recent calls, the latest last
+        self._reserve = None  # (workspace bytes, each slot's bytes) at the symbols' upper bounds
         self._previous_inputs = None  # the latest call's input addresses (None: a NumPy array's)
         self._calls = 0
         return entry
@@ -125,7 +134,8 @@ class CUDAModel(CompiledModel):
                                     f"got {len(inputs)}")
         given = [self._on_device(k, x, dev.ordinal) for k, x in enumerate(inputs)]  # (array, shape), kept alive
         symbols = self._bind([SimpleNamespace(shape=shape) for _, shape in given])
-        offsets, workspace_bytes = self._layout_of(tuple(symbols[s] for s in self.spec.symbols))
+        sizes = tuple(symbols[s] for s in self.spec.symbols)
+        offsets, workspace_bytes = self._layout_of(sizes)
         kind = "torch" if any(_is_torch(x) for x in inputs) else "cupy" if any(_is_cupy(x) for x in inputs) else "numpy"
         stream = _stream_handle(stream, kind, dev.ordinal)
         if self._last_stream is not None and self._last_stream != stream:  # the arena's previous user
@@ -141,22 +151,26 @@ class CUDAModel(CompiledModel):
                 return workspace + int(offsets[ref.index]) if ref.kind == "workspace" else pointers[ref.kind][ref.index]
             return address
 
-        self.graph_reason = self._why_not_replayed()
+        self.graph_reason = self._why_not_replayed(sizes)
+        self._seen_sizes[sizes] = None
+        self._seen_sizes.move_to_end(sizes)
+        if len(self._seen_sizes) > SEEN_SIZES:
+            self._seen_sizes.popitem(last=False)
         if self.graph_reason is None:
             start = time.perf_counter()
-            failed = self._replay(cu, given, outputs, {"weight": weights}, address_in, workspace, stream)
+            failed = self._replay(cu, given, outputs, {"weight": weights}, address_in, workspace, stream, sizes)
             if failed is None:
                 self.host_us = (time.perf_counter() - start) * 1e6
                 self._calls += 1
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             self._capture_failure = failed
-            self.graph_reason = self._why_not_replayed()
+            self.graph_reason = self._why_not_replayed(sizes)
         staged = []  # device copies of NumPy inputs and outputs, freed after the call
         try:
             ins = [self._staged(cu, staged, x, stream) if isinstance(x, np.ndarray) else _address(x) for x, _ in given]
             outs = [self._staged(cu, staged, o, None) if kind == "numpy" else _address(o) for o in outputs]
             start = time.perf_counter()
-            self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream)
+            self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream, sizes)
             self.host_us = (time.perf_counter() - start) * 1e6
             self._previous_inputs = None
             if staged:
@@ -170,8 +184,9 @@ class CUDAModel(CompiledModel):
         self._calls += 1
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _why_not_replayed(self) -> str | None:
-        """Why this call issues its launches one by one rather than replaying a CUDA graph, or None."""
+    def _why_not_replayed(self, sizes: tuple[int, ...] | None = None) -> str | None:
+        """Why a call for `sizes` (the symbols' values; None: the next call's, unknown) issues its
+        launches one by one rather than replaying a CUDA graph, or None."""
         if not self.use_graphs:
             return "CUDA graphs are off (EMBER_CUDA_GRAPHS=0, or use_graphs = False)"
         if self._blocker is not None:
@@ -180,13 +195,18 @@ class CUDAModel(CompiledModel):
             return f"capturing them failed: {self._capture_failure}"
         if self._calls == 0:
             return _FIRST
+        if sizes is not None and sizes not in self._seen_sizes:
+            bound = ", ".join(f"{s}={n}" for s, n in zip(self.spec.symbols, sizes))
+            return f"the sizes {bound} are new: a graph is captured for sizes that a later call repeats"
         return None
 
-    def _replay(self, cu, given, outputs, pointers, address_in, workspace: int, stream: int) -> str | None:
+    def _replay(self, cu, given, outputs, pointers, address_in, workspace: int, stream: int,
+                sizes: tuple[int, ...]) -> str | None:
         """Run the program by replaying its CUDA graph (see ember.cuda.graph): the inputs copied into
         the model's input slots, or read in place when their addresses are the previous call's
         (stable: a graph on them is worth capturing), the outputs written to the model's output
-        slots and copied out. Returns None, or why the capture failed (nothing launched then)."""
+        slots and copied out; a graph per key of addresses and sizes. Returns None, or why the
+        capture failed (nothing launched then)."""
         from .driver import check
 
         arrays = [x for x, _ in given]
@@ -201,9 +221,9 @@ class CUDAModel(CompiledModel):
                     check(cu.cuMemcpyHtoDAsync(slot, x.ctypes.data, x.nbytes, cu.CUstream(stream)), "cuMemcpyHtoDAsync")
                 else:
                     check(cu.cuMemcpyDtoDAsync(slot, p, _nbytes(x), cu.CUstream(stream)), "cuMemcpyDtoDAsync")
-        key = (tuple(ins), tuple(slots_out), workspace)  # the weights' addresses never change
+        key = (tuple(ins), tuple(slots_out), workspace, sizes)  # the weights' addresses never change
         address = address_in({**pointers, "input": ins, "output": slots_out})
-        failed = self._graphs.replay(key, lambda s: self._entry.run(address, s), stream)
+        failed = self._graphs.replay(key, lambda s: self._entry.run(address, s, sizes), stream)
         if failed is not None:
             return failed
         if isinstance(outputs[0], np.ndarray):
@@ -217,11 +237,15 @@ class CUDAModel(CompiledModel):
 
     def _io_slots(self, cu, inputs, outputs) -> tuple[list[int], list[int]]:
         """The device addresses of the model's own input and output slots (one buffer, allocated
-        once for the arrays' sizes), which a replayed graph reads and writes."""
+        for the symbols' upper bounds where `_reserved` gives them, else for the arrays' sizes
+        and grown when a call needs more), which a replayed graph reads and writes: the same
+        addresses for every size that fits, so that a graph captured for one stays valid."""
         from .driver import check
 
-        sizes = tuple(_nbytes(x) for x in [*inputs, *outputs])
-        if self._io is None or self._io[1] != sizes:
+        need = [_nbytes(x) for x in [*inputs, *outputs]]
+        if self._io is None or any(n > c for n, c in zip(need, self._io[1])):
+            held = self._io[1] if self._io is not None else self._reserved()[1]
+            sizes = tuple(max(n, c) for n, c in zip(need, held))
             if self._io is not None:
                 check(cu.cuMemFree(self._io[0]), "cuMemFree")
             align = self.plan.align
@@ -296,7 +320,8 @@ class CUDAModel(CompiledModel):
         return self._weights_on_device[1]
 
     def _workspace_on_device(self, cu, nbytes: int) -> int:
-        """The arena's aligned address, at least nbytes (allocated once, grown when needed)."""
+        """The arena's aligned address, at least nbytes (allocated once, for the symbols' upper
+        bounds where `_reserved` gives them, grown when a call needs more)."""
         from .driver import check
 
         align = self.plan.align
@@ -304,9 +329,28 @@ class CUDAModel(CompiledModel):
         if size < nbytes + align:
             if base:
                 check(cu.cuMemFree(base), "cuMemFree")
+            else:
+                nbytes = max(nbytes, self._reserved()[0])
             base = int(check(cu.cuMemAlloc(nbytes + align), "cuMemAlloc of the workspace"))
             self._arena = (base, nbytes + align)
         return -(-base // align) * align
+
+    def _reserved(self) -> tuple[int, list[int]]:
+        """(the workspace's bytes, each input's and output's bytes) at the symbols' upper bounds
+        (`spec.ranges`) when every symbol has one and they take at most RESERVE bytes in all, so
+        that the arena and the slots are allocated once whatever sizes the calls bind; else
+        nothing reserved (zeros): they are grown as calls need."""
+        if self._reserve is None:
+            tensors = [*self.spec.inputs, *self.spec.outputs]
+            self._reserve = (0, [0] * len(tensors))
+            top = {s: self.spec.ranges.get(s, (0, None))[1] for s in self.spec.symbols}
+            if top and None not in top.values():
+                slots = [int(np.prod([dims.evaluate(d, top) for d in t.shape], dtype=np.int64))
+                         * np.dtype(t.dtype).itemsize for t in tensors]
+                workspace = self._layout_of(tuple(top[s] for s in self.spec.symbols))[1]
+                if workspace + sum(slots) <= RESERVE:
+                    self._reserve = (workspace, slots)
+        return self._reserve
 
     def summary(self) -> str:
         n = len(self._entry.order)

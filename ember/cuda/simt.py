@@ -54,6 +54,7 @@ from ..tir.stmt import (
 from ..tir.tensor_intrin import get_intrin
 from . import fragments
 from .codegen import SYNC, launch_dims
+from .grid import Grid, guarded_tags
 from .kernel import prepare
 from .limits import GPULimits, check_limits
 from .nvrtc import DEFAULT_ARCH
@@ -169,6 +170,7 @@ class SimtRenderer(PythonRenderer):
     def __init__(self, func: PrimFunc, dims: dict[str, int]):
         super().__init__(func)
         self.dims = dims
+        self.guarded = guarded_tags(func)  # (a symbolic extent alone is the launch's grid: unguarded)
         self._barriers = itertools.count()
         self._allocations = itertools.count()
         self._async = False  # rendering an asynchronous copy
@@ -192,7 +194,7 @@ class SimtRenderer(PythonRenderer):
             case For(v, _, ext, _, body) if s.kind == THREAD_BINDING:
                 self._vars.add(v)
                 out.append(f"{pad}{self._name(v)} = _ix[{s.thread_tag!r}]")
-                if as_int(ext) is not None and as_int(ext) < self.dims[s.thread_tag]:  # (else the launch's: a grid)
+                if s.thread_tag in self.guarded or (as_int(ext) is not None and as_int(ext) < self.dims[s.thread_tag]):
                     out.append(f"{pad}if {self._name(v)} < {self._e(ext)}:")
                     depth += 1
                 self._stmt(body, depth, out)
@@ -290,7 +292,14 @@ class SimtKernel(PythonKernel):
         dims = launch_dims(func)
         source = SimtRenderer(func, dims).render()
         thread = load_python(source, func)
-        super().__init__(func, source, lambda *args: run_grid(thread, func.name, args, dims, seed))
+        grid = Grid(func, dims)
+
+        def run(*args):  # the pointers, then the sizes that give the grid (ember.cuda.grid)
+            blocks = grid(args[len(func.params):])
+            if 0 not in blocks:
+                run_grid(thread, func.name, args, {**dims, **dict(zip(BLOCK_TAGS, blocks))}, seed)
+
+        super().__init__(func, source, run)
 
 
 def is_gpu_kernel(func: PrimFunc) -> bool:

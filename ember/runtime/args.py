@@ -53,7 +53,7 @@ class Signature:
         env = self._bind_sizes(arrays)
         for i, a in enumerate(arrays):
             for k, d in enumerate(self.shapes[i]):
-                want = _eval(d, env)
+                want = evaluate(d, env)
                 if a.shape[k] != want:
                     how = "" if isinstance(d, Const) else f" ({d} with {_show(env)})"
                     raise ShapeError(
@@ -128,16 +128,17 @@ def _solver(d: PrimExpr) -> tuple[Var, Callable[[int], int | None]] | None:
     return None
 
 
-def _eval(e: PrimExpr, env: dict[Var, int]) -> int:
+def evaluate(e: PrimExpr, env: dict[Var, int]) -> int:
+    """The int value of a shape expression with its variables bound by `env`."""
     match e:
         case Const(value):
             return int(value)
         case Var():
             return env[e]
         case Binary(op, a, b) if op in _INT_OPS:
-            return _INT_OPS[op](_eval(a, env), _eval(b, env))
+            return _INT_OPS[op](evaluate(a, env), evaluate(b, env))
         case Cast(_, v):
-            return _eval(v, env)
+            return evaluate(v, env)
     raise ShapeError(f"cannot evaluate the shape expression {e}")
 
 

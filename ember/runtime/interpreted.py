@@ -32,7 +32,7 @@ from ..codegen.c import kernel_symbol
 from ..codegen.entry import INTERRUPTED
 from ..codegen.python import IndexOutOfRange
 from ..errors import ConfigError
-from ..program import Branch, Copy, Dims, Launch, Loop, Program, Ref, SizeExpr
+from ..program import Branch, Copy, Launch, Loop, Program, Ref, numel
 from ..tir.stmt import PrimFunc
 from .model import CompiledModel
 from .module import PythonKernel
@@ -74,10 +74,6 @@ class InterpretedEntry:
                 return local[ref.index]
             return workspace + offset[ref.index] if ref.kind == "workspace" else pointers[ref.kind][ref.index]
 
-        def numel(dims: Dims) -> int:
-            return int(np.prod([size[d.index] if isinstance(d, Ref) else d.value(size) if isinstance(d, SizeExpr) else d
-                                for d in dims], dtype=np.int64))
-
         def byte(ref: Ref) -> int:
             return ctypes.c_uint8.from_address(address(ref)).value
 
@@ -85,14 +81,14 @@ class InterpretedEntry:
             for st in stmts:
                 match st:
                     case Launch():
-                        arrays = [_view(address(a.ref), numel(a.dims), np.dtype(a.dtype)) for a in st.args]
+                        arrays = [_view(address(a.ref), numel(a.dims, size), np.dtype(a.dtype)) for a in st.args]
                         try:
                             self.run_call(st, arrays, [int(size[r.index]) for r in st.sizes])
                         except IndexOutOfRange as e:
                             e.call = st
                             raise
                     case Copy():
-                        ctypes.memmove(address(st.dst), address(st.src), numel(st.dims) * st.itemsize)
+                        ctypes.memmove(address(st.dst), address(st.src), numel(st.dims, size) * st.itemsize)
                     case Branch():
                         run(st.then if byte(st.cond) else st.other)
                     case Loop():
@@ -106,7 +102,7 @@ class InterpretedEntry:
                             for sl in st.slices:
                                 n = size[sl.length.index] if isinstance(sl.length, Ref) else sl.length
                                 at = n - 1 - i.value if sl.reverse else i.value
-                                local[sl.local] = address(sl.base) + at * numel(sl.dims) * sl.itemsize
+                                local[sl.local] = address(sl.base) + at * numel(sl.dims, size) * sl.itemsize
                             run(st.body)
                             cond.value = byte(st.cond_out)
                             for v in st.carried:
@@ -114,7 +110,7 @@ class InterpretedEntry:
                             i.value += 1
                         for v in st.carried:
                             if local[v.current] != address(v.output):
-                                ctypes.memmove(address(v.output), local[v.current], numel(v.dims) * v.itemsize)
+                                ctypes.memmove(address(v.output), local[v.current], numel(v.dims, size) * v.itemsize)
 
         try:
             run(self.program.body)

@@ -114,13 +114,6 @@ def test_a_kernel_without_a_gpu_schedule_is_named_at_compile_time():
         ember.compile(Total(), (torch.randn(3, 4),), target=SIMULATED)
 
 
-def test_symbolic_sizes_are_refused_at_compile_time():
-    x = torch.randn(2, 16)
-    with pytest.raises(CompileError, match="symbolic sizes .* do not compile for target 'cuda' yet"):
-        ember.compile(torch.nn.ReLU(), (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},),
-                      target=SIMULATED)
-
-
 def test_quantized_weights_are_refused_before_anything_compiles():
     with pytest.raises(ConfigError, match="weights='int8' does not compile for target 'cuda' yet"):
         ember.compile(torch.nn.Linear(3, 4), (torch.randn(2, 3),), target=SIMULATED, weights="int8")
@@ -315,19 +308,20 @@ class DeviceArray:
 def host_driver(monkeypatch):
     from ember.cuda import driver, kernel
     from ember.cuda.simt import SimtKernel
+    from ember.runtime.args import evaluate
     from ember.runtime.interpreted import _view
     from ember.tir import dtype as dt
-    from ember.tir.expr import as_int
 
     cu = HostDriver()
 
-    def launch(self, pointers, stream=0):  # the kernel on the interpreter, at the addresses given
-        func, pointers = self.func, list(pointers)
+    def launch(self, pointers, stream=0, sizes=()):  # the kernel on the interpreter, at the addresses given
+        func, pointers, sizes = self.func, list(pointers), list(sizes)
+        env = dict(zip(func.size_vars, sizes))
 
         def run():
-            arrays = [_view(p, int(np.prod([as_int(d) for d in b.shape])), np.dtype(dt.to_numpy(b.dtype)))
+            arrays = [_view(p, int(np.prod([evaluate(d, env) for d in b.shape])), np.dtype(dt.to_numpy(b.dtype)))
                       for b, p in zip(func.params, pointers)]
-            SimtKernel(func).pyfunc(*arrays)
+            SimtKernel(func).pyfunc(*arrays, *sizes)
             cu.launches += 1
 
         cu.run(stream, run)
@@ -420,3 +414,58 @@ def test_graphs_off_or_a_capture_that_fails_launch_one_by_one_and_say_why(on_gpu
     assert "capturing them failed: cuStreamBeginCapture failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED" in cm.summary()
     checking = [SimpleNamespace(name="fused_dense", checks=True)]  # debug mode: each launch waited for
     assert "check their accesses as they run (debug mode: fused_dense)" in capture_blocker(checking)
+
+
+# -- symbolic sizes: kernels take the sizes, their grids computed per launch, a graph per size ----
+BATCH = torch.export.Dim("batch", min=1, max=8)
+
+
+@pytest.fixture(scope="module")
+def symbolic_mlp():
+    torch.manual_seed(3)
+    model = MODELS["mlp"][0]().eval()
+    return model, ember.compile(model, (torch.randn(2, 16),), dynamic_shapes=({0: BATCH},), target="cuda")
+
+
+def test_symbolic_sizes_run_with_gpu_semantics_at_each_size():
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.GELU(), torch.nn.LayerNorm(5)).eval()
+    cm = ember.compile(model, (torch.randn(2, 3, 6),), dynamic_shapes=({1: torch.export.Dim("seq", max=16)},),
+                       target=SIMULATED)
+    for seq in (3, 7, 3):
+        x = torch.randn(2, seq, 6)
+        with torch.no_grad():
+            np.testing.assert_allclose(cm(x).numpy(), model(x).numpy(), rtol=TOL, atol=TOL)
+
+
+def test_symbolic_kernels_take_their_sizes_and_compute_their_grids(symbolic_mlp):
+    _, cm = symbolic_mlp
+    kernels = cm._entry.kernels.values()
+    assert all(k.grid is None and k.func.size_vars for k in kernels)
+    assert all("int64_t batch" in k.source for k in kernels)
+    k = next(iter(kernels))
+    assert k.grid_of([1]) == (1, 1, 1) and k.grid_of([8]) >= k.grid_of([1]) and k.grid_of([0]) == (0, 1, 1)
+    with pytest.raises(ArgumentTypeError, match="has symbolic sizes"):
+        k(np.ones((2, 16), np.float32), *[np.ones(1, np.float32)] * (len(k.func.params) - 1))
+
+
+def test_symbolic_sizes_on_the_driver_path_capture_a_graph_per_size_and_keep_it(symbolic_mlp, host_driver):
+    model, cm = symbolic_mlp
+    on_stand_in(cm)
+    rng = np.random.default_rng(5)
+
+    def call(batch):
+        x = rng.standard_normal((batch, 16), np.float32)
+        with torch.no_grad():
+            expected = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(cm(x), expected, rtol=TOL, atol=TOL)
+        return cm._graphs.captures, host_driver.graph_launches
+
+    assert call(3) == (0, 0)  # the first call: one by one
+    assert call(3) == (1, 1)  # the same sizes again: captured, replayed
+    assert call(5) == (1, 1) and "the sizes batch=5 are new" in cm.summary()  # new sizes: one by one
+    assert call(5) == (2, 2)
+    assert call(3) == (2, 3)  # the first size's graph again: the arena and slots reserved for batch <= 8
+    assert "replayed as one CUDA graph (2 captured" in cm.summary()
+    arena = cm._arena
+    assert call(8) == (2, 3) and cm._arena == arena

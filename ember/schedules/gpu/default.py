@@ -18,7 +18,9 @@ def default_schedule(s, outputs, pattern: str, target) -> None:
         if t.op.reduce_axis:
             per_thread(s, t)
         elif reductions_of(s, t):  # an epilogue over reductions (a convolution's bias and ReLU)
-            gpu.elementwise(s, t, threads=min(THREADS, count(t)), vector=1, producers=reductions_of(s, t))
+            n = count(t)
+            gpu.elementwise(s, t, threads=THREADS if n is None else min(THREADS, n), vector=1,
+                            producers=reductions_of(s, t))
         else:
             spread(s, t)
 
@@ -26,10 +28,13 @@ def default_schedule(s, outputs, pattern: str, target) -> None:
 def spread(s, t) -> None:
     """Every element of t on its own thread: the axes fused, 4 consecutive elements a thread
     where 4 divides their count (16-byte accesses where they are contiguous); a scalar on one
-    thread."""
+    thread. A symbolic count takes blocks of THREADS, as many as the call's sizes need."""
     if not t.op.axis:
         return
     n = count(t)
+    if n is None:  # a symbolic count: whole blocks, the last one guarded, no vectors
+        gpu.elementwise(s, t, threads=THREADS, vector=1)
+        return
     vector = 4 if n % 4 == 0 and n >= 4 else 1
     gpu.elementwise(s, t, threads=min(THREADS, max(1, n // vector)), vector=vector)
 
@@ -40,7 +45,7 @@ def per_thread(s, t) -> None:
     if not t.op.axis:
         return
     n = count(t)
-    gpu.rows(s, t, reductions_of(s, t), threads=min(THREADS // 2, n))
+    gpu.rows(s, t, reductions_of(s, t), threads=THREADS // 2 if n is None else min(THREADS // 2, n))
 
 
 def reductions_of(s, t) -> list:
@@ -49,8 +54,11 @@ def reductions_of(s, t) -> list:
             if isinstance(op, ComputeOp) and op is not t.op and op.reduce_axis and s.computed(op.output(0))]
 
 
-def count(t) -> int:
+def count(t) -> int | None:
+    """t's elements, or None when a dimension is symbolic (an expression of the model's sizes)."""
     n = 1
     for d in t.shape:
+        if as_int(d) is None:
+            return None
         n *= as_int(d)
     return n

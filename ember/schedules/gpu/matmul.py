@@ -3,7 +3,7 @@ shape: float32 tiled in shared memory with a register tile per thread (ember.cud
 64x64 block tiles, 4x4 a thread, 16-wide panels of k, 16-byte copies, the next panels copied
 while this one's products run); float16 and bfloat16 on Tensor Cores, its float32 product cast
 to the inputs' type (ember.cuda.schedules.tensorcore_matmul: 64x64 block tiles, 32x64 a warp).
-Other products (batched, tiles that do not divide) decline: the default computes an output
+Other products (batched, tiles that do not divide, symbolic sizes) decline: the default computes an output
 element a thread, its reduction in a register."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def schedule_matmul(s, outputs, target) -> bool | None:
             or not all(isinstance(t.op, PlaceholderOp) and t.ndim == 2 for t in inputs)):
         return False
     (M, N), K = (as_int(d) for d in C.shape), as_int(C.op.reduce_axis[0].dom.extent)
-    if M % TILES["BM"] or N % TILES["BN"] or K % TILES["BK"]:
+    if None in (M, N, K) or M % TILES["BM"] or N % TILES["BN"] or K % TILES["BK"]:
         return False
     A, B = inputs
     gpu.gemm(s, A, B, C, **TILES, vector=4, stages=2)
@@ -47,7 +47,7 @@ def _tensor_cores(s, out) -> bool | None:
             or len(inputs) != 2 or not all(isinstance(t.op, PlaceholderOp) and t.ndim == 2 for t in inputs)):
         return False
     (M, N), K = (as_int(d) for d in out.shape), as_int(C.op.reduce_axis[0].dom.extent)
-    if M % TENSOR_CORE["BM"] or N % TENSOR_CORE["BN"] or K % TENSOR_CORE["BK"]:
+    if None in (M, N, K) or M % TENSOR_CORE["BM"] or N % TENSOR_CORE["BN"] or K % TENSOR_CORE["BK"]:
         return False
     gpu.tensorcore_matmul(s, *inputs, C, out, **TENSOR_CORE)
     return None

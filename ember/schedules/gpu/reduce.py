@@ -1,7 +1,7 @@
 """GPU schedule of the long reductions (ember.ops.reduce: sum, mean, max, min over one axis of at
 least 256 elements): an output element a block, reduced across the block's threads
 (ember.cuda.schedules.reduce_block: partials in shared memory, folded with warp shuffles). Short
-reductions, and those over several axes, decline: the default reduces an output element a
+reductions, those over several axes or of symbolic length, decline: the default reduces an output element a
 thread."""
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ def schedule_reduce(s, outputs, target) -> bool | None:
     if len(red.op.reduce_axis) != 1 or [as_int(d) for d in red.shape] != [as_int(d) for d in out.shape]:
         return False
     m = as_int(red.op.reduce_axis[0].dom.extent)
+    if m is None:  # a reduction of symbolic length
+        return False
     threads = block_threads(m, 1)
     if m < LONG or threads is None:
         return False

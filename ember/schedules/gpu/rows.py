@@ -2,7 +2,7 @@
 rms_norm) over the last axis of a 2-D input: a row a block, each statistic of the row reduced
 across the block's threads (ember.cuda.schedules.row_block: partials in shared memory, folded
 with warp shuffles), 4 consecutive elements a thread where they divide the row. Other shapes
-decline: the default computes a row a thread."""
+(and rows of symbolic length) decline: the default computes a row a thread."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ def schedule_row_blocks(s, outputs, target) -> bool | None:
     if out.ndim != 2 or out.op.attrs.get("rows", ((0,), (1,))) != ((0,), (1,)):
         return False
     m = as_int(out.shape[1])
+    if m is None:  # a row of symbolic length
+        return False
     vector = 4 if block_threads(m, 4) else 1
     threads = block_threads(m, vector)
     if threads is None:

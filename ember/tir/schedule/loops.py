@@ -16,7 +16,7 @@ from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Var, as_int, const
 from ..functor import free_vars, mutate_stmt, stmt_children, substitute_stmt, uses_var
-from ..stmt import THREAD_BINDING, THREAD_TAGS, BlockRealize, For, Stmt
+from ..stmt import BLOCK_TAGS, THREAD_BINDING, THREAD_TAGS, BlockRealize, For, Stmt
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule
 
@@ -225,13 +225,14 @@ def unroll(sch: Schedule, loop: LoopRV) -> None:
 def bind(sch: Schedule, loop: LoopRV, thread: str) -> None:
     """Run a loop's iterations on GPU blocks or threads: `thread` is one of blockIdx.x/y/z,
     threadIdx.x/y/z. The loop's extent must be constant (the launch's grid and block are read off
-    the bound loops); loops bound to one tag in a kernel are one hardware index.
+    the bound loops), but a block index's may be symbolic: each launch evaluates it for its sizes
+    (ember.cuda.grid); loops bound to one tag in a kernel are one hardware index.
 
     for i in range(256)  ->  for i in thread_binding(256, thread_tag='threadIdx.x')"""
     if thread not in THREAD_TAGS:
         raise ScheduleError(f"bind: unknown thread index {thread!r}; the indices are {THREAD_TAGS}")
     f = sch.get_for(loop)
-    if as_int(f.extent) is None:
+    if as_int(f.extent) is None and thread not in BLOCK_TAGS:
         raise ScheduleError(f"cannot bind loop {f.loop_var.name} to {thread}: its extent {f.extent} is not constant")
     _set_kind(sch, loop, THREAD_BINDING, (("thread_tag", thread),))
 
