@@ -29,6 +29,17 @@ int8 and int4 weights' prefill multiplies int8 rows: ember.passes.quantize_rows)
 
     python benchmarks/decode.py [--small] [--models gpt2,llama] [--contexts 128,1024] [--tokens 32]
                                 [--prompt 128] [--rounds 2] [--threads 2] [--group 128]
+
+On the GPU (`--device cuda`, float32 only, one process: `cuda_main`): the prefill and the step
+compiled once for target "cuda" (the cache length a symbol, kernels whose grids each launch
+computes from it), run by generate_in_place on torch CUDA tensors (the cache buffers on the GPU,
+each step reading their prefix in place), next to transformers' `generate` and the eager Step loop
+on the same GPU; the greedy tokens must be identical to both (checked at each context, a failure
+is the exit status). Tokens/s is the median step (its token read back included) for ember and
+eager, generate's by the difference of 1 and --tokens tokens. A minute on an H100 with
+`--small --models gpt2` (most of it compiling); GPT-2 small itself compiles in about two:
+
+    python benchmarks/decode.py --device cuda [--small] [--models gpt2] [--contexts 128,512] [--tokens 32]
 """
 
 from __future__ import annotations
@@ -234,6 +245,59 @@ def report(args, name: str, info: dict, results: dict, copy: float) -> None:
                   f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
 
 
+def cuda_main(args) -> int:
+    """The GPU's decode (see the module doc): ember's step on target "cuda" against transformers'
+    generate and the eager loop; 1 where the greedy tokens differ."""
+    import torch
+
+    from benchmarks.models.decode import compile_in_place
+
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda needs a GPU that torch sees")
+    device = torch.cuda.get_device_name()
+    failed = 0
+    for name in args.models.split(","):
+        model = _model(name, args.small)
+        lengths = contexts(args, model)
+        max_len = max(lengths) + args.tokens + 1
+        start = time.perf_counter()
+        prefill, step = compile_in_place(model, args.prompt, max_len, target="cuda")
+        compile_s = time.perf_counter() - start
+        model = model.cuda()
+        label = {"gpt2": "GPT-2", "llama": "LLaMA"}[name] + (" (small config)" if args.small else "")
+        print(f"\n{label} on {device}, float32: ember compiled the prefill and the step for 'cuda' in "
+              f"{compile_s:.0f} s ({len(step.kernels)} kernels in the step)")
+        print(f"  {'context':>8}{'runtime':>12}{'tokens/s':>10}{'ms/token':>10}{'x generate':>12}  same tokens")
+        for context in lengths:
+            ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(2))
+            seconds, same = cuda_context(args, prefill, step, model, ids.cuda(), max_len)
+            failed += not all(same.values())
+            for runtime, t in seconds.items():
+                agrees = "" if runtime == "ember" else str(same[runtime])
+                print(f"  {context:>8}{runtime:>12}{1 / t:>10.1f}{1e3 * t:>10.2f}{seconds['generate'] / t:>12.2f}  "
+                      f"{agrees}")
+        print(f"  ember's step: {step.summary().splitlines()[-1]}")
+    return 1 if failed else 0
+
+
+def cuda_context(args, prefill, step, model, ids, max_len: int) -> tuple[dict, dict]:
+    """Seconds per token of ember, eager and generate after the prompt `ids` (on the GPU), and
+    whether eager's and generate's greedy tokens are ember's."""
+    from benchmarks.models.decode import generate_in_place, hf_generate, torch_generate
+
+    tokens = generate_in_place(prefill, step, ids, args.tokens, max_len)
+    same = {"generate": tokens == hf_generate(model, ids, args.tokens),
+            "eager": tokens == torch_generate(model, ids, args.tokens)}
+    runs = {"ember": lambda n, times: generate_in_place(prefill, step, ids, n, max_len, times),
+            "eager": lambda n, times: torch_generate(model, ids, n, times),
+            "generate": lambda n, times: hf_generate(model, ids, n)}
+    seconds = {}
+    for runtime, run in runs.items():
+        run(4, None)  # warm up
+        seconds[runtime] = per_token(run, args.tokens, args.repeat, timed_steps=runtime != "generate")
+    return seconds, same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", action="store_true", help="the reduced models (2 layers, hidden 64)")
@@ -245,11 +309,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="timed generations per process")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--group", type=int, default=128, help="int4's group size")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: float32 decode on the GPU against transformers' generate there (cuda_main)")
     ap.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.contexts = [int(c) for c in str(args.contexts).split(",")]
+    if args.device == "cuda":
+        raise SystemExit(cuda_main(args))
     if args.worker:
         print(json.dumps(worker(args, Path(args.folder))))
         return

@@ -430,8 +430,13 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
     before ember can ask it anything, and the sha256 checks catch damage, not someone who
     re-records them. Load only models you trust, as with torch.load and TVM's
     load_module."""
-    from .runtime.artifact import read_artifact
+    from .runtime.artifact import backend_of, read_artifact
 
+    backend = backend_of(path)
+    if backend is not None:  # a folder in a backend's own format (a GPU model's cubins)
+        from .backends import get
+
+        return get(backend).load_model(path)
     return _from_artifact(read_artifact(path), num_threads)  # every file checked, the manifest against the library
 
 

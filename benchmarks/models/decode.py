@@ -148,25 +148,29 @@ def compile_in_place(model: nn.Module, prompt_len: int, max_len: int, **options)
     return prefill, decode
 
 
-def generate_in_place(prefill, decode, prompt: np.ndarray, steps: int, max_len: int,
-                      times: list | None = None) -> list[int]:
+def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: list | None = None) -> list[int]:
     """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
     value of each layer, (1, max_len, heads, head_dim): each step reads the first `past` positions
     in place and its rows are written at position `past` (the time of each step appended to
-    `times`, the row writes included)."""
+    `times`, the row writes and the token's read included). `prompt`: a NumPy array, or a torch
+    tensor on the device the models run on (a GPU's: the cache there, nothing copied to the host
+    but each token)."""
+    on = prompt.device if isinstance(prompt, torch.Tensor) else None
     logits, *rows = prefill(prompt)
-    bufs = [np.empty((1, max_len) + r.shape[2:], np.float32) for r in rows]
+    shape = [(1, max_len, *r.shape[2:]) for r in rows]
+    bufs = [np.empty(s, np.float32) if on is None else torch.empty(s, device=on) for s in shape]
     past = prompt.shape[1]
     for b, r in zip(bufs, rows):
         b[:, :past] = r
-    tokens = [int(np.argmax(logits[0]))]
+    tokens = [int(logits[0].argmax())]
     for _ in range(steps - 1):
         start = time.perf_counter()
-        logits, *rows = decode(np.array([[tokens[-1]]], dtype=np.int64), *(b[:, :past] for b in bufs))
+        ids = np.array([[tokens[-1]]], dtype=np.int64) if on is None else torch.tensor([[tokens[-1]]], device=on)
+        logits, *rows = decode(ids, *(b[:, :past] for b in bufs))
         for b, r in zip(bufs, rows):
             b[:, past] = r[:, 0]
         past += 1
-        tokens.append(int(np.argmax(logits[0])))
+        tokens.append(int(logits[0].argmax()))
         if times is not None:
             times.append(time.perf_counter() - start)
     return tokens
@@ -214,7 +218,7 @@ def torch_generate(model: nn.Module, prompt: torch.Tensor, steps: int, times: li
     tokens = [int(logits[0].argmax())]
     for _ in range(steps - 1):
         start = time.perf_counter()
-        logits, *kv = step(torch.tensor([[tokens[-1]]]), *kv)
+        logits, *kv = step(torch.tensor([[tokens[-1]]], device=prompt.device), *kv)
         tokens.append(int(logits[0].argmax()))
         if times is not None:
             times.append(time.perf_counter() - start)

@@ -92,6 +92,10 @@ class Backend(ABC):
         """The model's kernels and call program as this backend's source."""
         raise ConfigError(f"target {self.name!r} compiles no models")
 
+    def load_model(self, path):
+        """The model saved in `path` in this backend's own format (ember.runtime.artifact.backend_of)."""
+        raise ConfigError(f"target {self.name!r} saves no models in a format of its own")
+
     def machine(self, target) -> str:
         """The machine `target` runs on, as tuning records are kept under it (Target.key)."""
         return target.kind

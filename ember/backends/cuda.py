@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..cuda import CUDAKernel, build_cuda
+from ..cuda.artifact import read_cuda
 from ..cuda.driver import device
 from ..cuda.kernel import device_arch
 from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
@@ -34,6 +35,7 @@ from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.tile import TileLauncher, render_tile
 from ..errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
 from ..passes.pipeline import GPU_PRECISIONS
+from ..passes.plan_memory import MemoryPlan
 from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
@@ -106,6 +108,13 @@ class CUDABackend(Backend):
         kernels = {f.name: build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None) for f in program.kernels}
         entry = InterpretedEntry(program, load=build_simt) if target.simulate else DeviceEntry(program, kernels)
         return Rendered("\n\n".join(k.source for k in kernels.values()), entry)
+
+    def load_model(self, path) -> CUDAModel:
+        """A CUDA model saved by `cm.save(path)` (ember.cuda.artifact): every file checked, nothing
+        compiled, no GPU touched before the first call."""
+        saved = read_cuda(path)
+        plan = MemoryPlan.from_json(saved.workspace, saved.align)
+        return CUDAModel(saved.spec, saved.entry, saved.weights, plan, source=saved.source, own_weights=True)
 
     def build(self, rendered: Rendered, target) -> tuple[object, bool]:
         return rendered.entry, False  # built as rendered (NVRTC's cache holds the cubins)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from ..errors import LowerError
 from ..runtime.args import evaluate
-from ..tir.expr import PrimExpr, as_int
+from ..tir.expr import Binary, Cast, Const, PrimExpr, Var, as_int, binary, const
 from ..tir.expr_functor import free_vars
 from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, For, PrimFunc
@@ -55,8 +55,45 @@ class Grid:
                 if as_int(e) is None and not free_vars(e) <= set(self.size_vars):
                     raise LowerError(f"kernel {func.name}: the extent {e} of {tag} is not an expression of the "
                                      f"kernel's sizes ({', '.join(v.name for v in self.size_vars) or 'none'})")
-        self._dims = dims
+        self._dims = dict(dims)
         self.static = None if self._symbolic else tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+
+    def to_json(self) -> dict:
+        """The grid as JSON: the constant extents, and each symbolic one as a tree of [op, a, b],
+        ints and {"size": k} (the kernel's k-th size argument)."""
+        index = {v: k for k, v in enumerate(self.size_vars)}
+
+        def tree(e):
+            match e:
+                case Const(value):
+                    return int(value)
+                case Var():
+                    return {"size": index[e]}
+                case Binary(op, a, b):
+                    return [op, tree(a), tree(b)]
+                case Cast(_, v):
+                    return tree(v)
+            raise LowerError(f"the grid extent {e} has no saved form")
+
+        return {"sizes": len(self.size_vars), "dims": self._dims,
+                "symbolic": {tag: [tree(e) for e in es] for tag, es in self._symbolic.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Grid:
+        size_vars = tuple(Var(f"s{k}") for k in range(d["sizes"]))
+
+        def expr(t):
+            if isinstance(t, int):
+                return const(t)
+            if isinstance(t, dict):
+                return size_vars[t["size"]]
+            return binary(t[0], expr(t[1]), expr(t[2]))
+
+        grid = cls.__new__(cls)
+        grid.size_vars, grid._dims = size_vars, dict(d["dims"])
+        grid._symbolic = {tag: [expr(t) for t in ts] for tag, ts in d["symbolic"].items()}
+        grid.static = None if grid._symbolic else tuple(grid._dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+        return grid
 
     def __call__(self, sizes: Sequence[int]) -> tuple[int, int, int]:
         if self.static is not None:

@@ -72,7 +72,8 @@ class CUDAKernel:
     """A compiled GPU kernel: `f(*arrays, stream=None)`; `f.source` is its CUDA C, `f.binary` the
     cubin (or PTX), `f.grid` and `f.block` its launch, `f.registers` a thread's registers (None
     for PTX); `aligned`: the parameters it reads or writes 16 bytes at a time, whose addresses
-    must be multiples of 16."""
+    must be multiples of 16. `to_json()` and `restore(record, binary, source)`: what launching it
+    needs, without its loop IR (a saved model's kernels, ember.cuda.artifact; `func` None)."""
 
     target = "cuda"
 
@@ -81,12 +82,31 @@ class CUDAKernel:
         self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
         self.checks = checks  # it checks accesses as it runs: each call waits for it and reports
         self.aligned = frozenset(aligned)
+        self.params = [b.name for b in func.params]
+        self._aligned_at = [k for k, b in enumerate(func.params) if b in self.aligned]
         self.grid_of = Grid(func, dims)  # the blocks of a launch, from its sizes where they are symbolic
         self.grid = self.grid_of.static  # (None: symbolic)
         self.block = tuple(dims.get(f"threadIdx.{a}", 1) for a in "xyz")
         self.symbol = CUDARenderer.symbol(func)
         self.registers = cubin_registers(binary)
         self._module = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "symbol": self.symbol, "arch": self.arch, "params": self.params,
+                "aligned": self._aligned_at, "checks": self.checks, "block": list(self.block),
+                "grid": self.grid_of.to_json()}
+
+    @classmethod
+    def restore(cls, record: dict, binary: bytes, source: str) -> CUDAKernel:
+        """The kernel `to_json` described, on its cubin (or PTX) and CUDA C."""
+        k = cls.__new__(cls)
+        k.func, k.name, k.source, k.binary, k.arch = None, record["name"], source, binary, record["arch"]
+        k.checks, k.params, k._aligned_at = record["checks"], list(record["params"]), list(record["aligned"])
+        k.aligned = frozenset(k.params[i] for i in k._aligned_at)
+        k.grid_of = Grid.from_json(record["grid"])
+        k.grid, k.block, k.symbol = k.grid_of.static, tuple(record["block"]), record["symbol"]
+        k.registers, k._module = cubin_registers(binary), None
+        return k
 
     def __repr__(self):
         return f"<CUDAKernel {self.name} grid={self.grid} block={self.block} {self.arch}>"
@@ -135,9 +155,9 @@ class CUDAKernel:
         raises what it found."""
         from .driver import INT64, POINTER, Module, device, driver
 
-        for k, (buf, p) in enumerate(zip(self.func.params, pointers)):
-            if buf in self.aligned and p % 16:
-                raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({buf.name}) is at an address that is "
+        for k in self._aligned_at:
+            if pointers[k] % 16:
+                raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({self.params[k]}) is at an address that is "
                                         f"not a multiple of 16; the kernel accesses it 16 bytes at a time (a view "
                                         f"at an offset: pass a copy)")
         if self._module is None:
@@ -147,7 +167,7 @@ class CUDAKernel:
             return
         self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream)
         if self.checks:
-            check_status(self._module, self.name, [b.name for b in self.func.params], driver().CUstream(stream))
+            check_status(self._module, self.name, self.params, driver().CUstream(stream))
 
 
 def _check(buf, shape, dtype, contiguous: bool, k: int, name: str) -> None:

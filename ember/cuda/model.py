@@ -49,8 +49,10 @@ from ..errors import ArgumentTypeError, ConfigError
 from ..program import Copy, Launch, Program, Ref, numel
 from ..runtime.interpreted import InterpretedModel
 from ..runtime.model import CompiledModel
+from ..runtime.summary import KernelTime, Profile
 from .graph import Graphs, capture_blocker
 from .kernel import CUDAKernel
+from .timing import Marks
 
 _FIRST = "the first call issues them one by one (the kernels loaded, every launch checked)"
 SEEN_SIZES = 64  # the symbols' values of recent calls kept: a repeat of one is captured as a graph
@@ -67,13 +69,16 @@ class DeviceEntry:
         self.order = program.launches()
         self.source = "\n\n".join(k.source for k in self.kernels.values())
 
-    def run(self, address, stream: int, sizes: tuple[int, ...] = ()) -> None:
+    def run(self, address, stream: int, sizes: tuple[int, ...] = (), marks: Marks | None = None) -> None:
         """Issue the program's work on `stream` for the call's `sizes` (the model's symbols, in
-        order: each launch takes those its kernel names, and its grid follows from them)."""
+        order: each launch takes those its kernel names, and its grid follows from them); with
+        `marks`, an event before each statement and after the last (ember.cuda.timing)."""
         from .driver import check, driver
 
         cu = driver()
         for st in self.program.body:
+            if marks is not None:
+                marks.mark(stream)
             match st:
                 case Launch():
                     self.kernels[st.kernel].launch([address(a.ref) for a in st.args], stream,
@@ -83,6 +88,8 @@ class DeviceEntry:
                     if nbytes:
                         check(cu.cuMemcpyDtoDAsync(address(st.dst), address(st.src), nbytes, cu.CUstream(stream)),
                               "cuMemcpyDtoDAsync")
+        if marks is not None:
+            marks.mark(stream)
 
 
 class CUDAModel(CompiledModel):
@@ -108,6 +115,7 @@ class CUDAModel(CompiledModel):
         self._reserve = None  # (workspace bytes, each slot's bytes) at the symbols' upper bounds
         self._previous_inputs = None  # the latest call's input addresses (None: a NumPy array's)
         self._calls = 0
+        self._marks = None  # a profiled call's events (ember.cuda.timing): its launches one by one
         return entry
 
     @property
@@ -170,7 +178,7 @@ class CUDAModel(CompiledModel):
             ins = [self._staged(cu, staged, x, stream) if isinstance(x, np.ndarray) else _address(x) for x, _ in given]
             outs = [self._staged(cu, staged, o, None) if kind == "numpy" else _address(o) for o in outputs]
             start = time.perf_counter()
-            self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream, sizes)
+            self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream, sizes, self._marks)
             self.host_us = (time.perf_counter() - start) * 1e6
             self._previous_inputs = None
             if staged:
@@ -187,6 +195,8 @@ class CUDAModel(CompiledModel):
     def _why_not_replayed(self, sizes: tuple[int, ...] | None = None) -> str | None:
         """Why a call for `sizes` (the symbols' values; None: the next call's, unknown) issues its
         launches one by one rather than replaying a CUDA graph, or None."""
+        if self._marks is not None:
+            return "the call is profiled: an event between every two launches"
         if not self.use_graphs:
             return "CUDA graphs are off (EMBER_CUDA_GRAPHS=0, or use_graphs = False)"
         if self._blocker is not None:
@@ -368,11 +378,37 @@ class CUDAModel(CompiledModel):
         return f"{super().summary()}\n{launches}; the weights and the workspace on the GPU"
 
     def save(self, path):
-        raise ConfigError(f"model {self.name} runs on the GPU (target 'cuda'), which is not saved yet; compile it "
-                          f"with target='c' to save it")
+        """Write the folder (cubins, call program, weights; ember.cuda.artifact) that
+        `ember.load(path)` reads back."""
+        from .artifact import save_cuda
 
-    def profile(self, *inputs, repeat: int = 10):
-        raise ConfigError(f"model {self.name} runs on the GPU (target 'cuda'), which is not profiled per kernel yet")
+        return save_cuda(self, path)
+
+    def profile(self, *inputs, repeat: int = 10) -> Profile:
+        """Time every kernel on the GPU over `repeat` calls on these inputs (after one call that
+        loads the kernels and uploads the weights): CUDA events recorded on the call's stream
+        between the launches, issued one by one (ember.cuda.timing), so a kernel's time is the
+        GPU's, its launch from the host not counted; `total_us` from the first event to the last.
+        Per kernel the median over the calls of the sum over its launches (Profile, as the CPU's
+        profile gives); `summary()` shows the latest."""
+        if repeat < 1:
+            raise ConfigError(f"repeat must be at least 1, got {repeat}")
+        self(*inputs)
+        order = [st.kernel if isinstance(st, Launch) else None for st in self._entry.program.body]
+        runs = []
+        for _ in range(repeat):
+            self._marks = Marks()
+            try:
+                self(*inputs)
+                runs.append(self._marks.elapsed_us())
+            finally:
+                self._marks = None
+        times = np.array(runs)  # calls x statements
+        at = {name: [i for i, k in enumerate(order) if k == name] for name in order if name is not None}
+        kernels = tuple(KernelTime(name, len(cols), float(np.median(times[:, cols].sum(axis=1))))
+                        for name, cols in at.items())
+        self.last_profile = Profile(kernels, float(np.median(times.sum(axis=1))), repeat)
+        return self.last_profile
 
     def __del__(self):
         try:

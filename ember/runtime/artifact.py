@@ -174,6 +174,18 @@ def read_artifact(path: str | Path) -> Artifact:
     return Artifact(folder, manifest, ModelSpec.from_json(manifest), library, weights, manifest["workspace"], source)
 
 
+def backend_of(path: str | Path) -> str | None:
+    """The backend that saved the folder in a format of its own ("ember.model/<backend>": a GPU's
+    cubins and call program, ember.cuda.artifact), or None: this module's format, or no manifest
+    that reads (read_artifact then says what is wrong)."""
+    try:
+        manifest = json.loads(read_regular(Path(path) / MANIFEST))
+    except (ArtifactError, ValueError):
+        return None
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    return found.removeprefix(f"{FORMAT}/") if isinstance(found, str) and found.startswith(f"{FORMAT}/") else None
+
+
 # -- the manifest ------------------------------------------------------------------------------
 def _read_manifest(folder: Path) -> dict:
     """The manifest of a folder, of this format, of a compatible version, fitting SCHEMA."""

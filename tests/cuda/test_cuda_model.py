@@ -4,6 +4,7 @@
 (skipped with the reason where there is none)."""
 
 import ctypes
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,7 +15,7 @@ from gpu_kernels import needs_gpu, needs_nvrtc
 import ember
 from ember.cuda.graph import capture_blocker
 from ember.cuda.limits import local_bytes
-from ember.errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
+from ember.errors import ArgumentTypeError, ArtifactError, CompileError, ConfigError, DeviceError
 from ember.target import Target
 
 pytestmark = needs_nvrtc
@@ -287,6 +288,21 @@ class HostDriver:
 
     cuGraphExecDestroy = cuStreamDestroy = cuGraphDestroy
 
+    def cuEventCreate(self, flags):  # noqa: N802
+        return 0, [0.0]  # the host's time when the stream reached it
+
+    def cuEventRecord(self, event, stream):  # noqa: N802
+        self.run(stream, lambda: event.__setitem__(0, time.perf_counter()))
+        return (0,)
+
+    def cuEventSynchronize(self, event):  # noqa: N802
+        return (0,)
+
+    def cuEventElapsedTime(self, start, end):  # noqa: N802
+        return 0, (end[0] - start[0]) * 1e3
+
+    cuEventDestroy = cuGraphDestroy
+
     def cuGetErrorName(self, err):  # noqa: N802
         return 0, b"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
 
@@ -438,6 +454,39 @@ def test_symbolic_sizes_run_with_gpu_semantics_at_each_size():
             np.testing.assert_allclose(cm(x).numpy(), model(x).numpy(), rtol=TOL, atol=TOL)
 
 
+class CacheStep(torch.nn.Module):
+    """A decode step of one attention head: the new position's key and value appended to a cache
+    of symbolic length, the query attending to all of it; returns the output and the longer cache."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x, keys, values):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        keys, values = torch.cat([keys, k], 1), torch.cat([values, v], 1)
+        scores = torch.softmax(q @ keys.transpose(1, 2) / 8 ** 0.5, -1)
+        return self.out(scores @ values), keys, values
+
+
+def test_a_kv_cache_decode_step_with_a_symbolic_cache_length_runs_step_after_step():
+    torch.manual_seed(5)
+    model = CacheStep().eval()
+    past = torch.export.Dim("past", min=1, max=16)
+    cache = torch.randn(1, 3, 8)
+    cm = ember.compile(model, (torch.randn(1, 1, 8), cache, cache.clone()), dynamic_shapes=(None, {1: past}, {1: past}),
+                       target=SIMULATED)
+    keys, values = torch.randn(1, 3, 8), torch.randn(1, 3, 8)
+    for _ in range(3):  # past 3, 4, 5: each step's cache the previous step's output
+        x = torch.randn(1, 1, 8)
+        with torch.no_grad():
+            expected = model(x, keys, values)
+        got = cm(x, keys, values)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=TOL, atol=TOL)
+        keys, values = got[1], got[2]
+
+
 def test_symbolic_kernels_take_their_sizes_and_compute_their_grids(symbolic_mlp):
     _, cm = symbolic_mlp
     kernels = cm._entry.kernels.values()
@@ -469,3 +518,36 @@ def test_symbolic_sizes_on_the_driver_path_capture_a_graph_per_size_and_keep_it(
     assert "replayed as one CUDA graph (2 captured" in cm.summary()
     arena = cm._arena
     assert call(8) == (2, 3) and cm._arena == arena
+
+
+def test_a_saved_cuda_model_loads_without_compiling_and_runs_at_each_size(symbolic_mlp, host_driver, tmp_path):
+    model, cm = symbolic_mlp
+    folder = cm.save(tmp_path / "mlp")
+    loaded = ember.load(folder)
+    assert type(loaded) is type(cm) and loaded.spec == cm.spec
+    for name, k in loaded._entry.kernels.items():
+        original = cm._entry.kernels[name]
+        assert k.binary == original.binary and k.to_json() == original.to_json() and k.source == original.source
+        k.func = original.func  # the stand-in interprets the loop IR, which a saved model does not keep
+    rng = np.random.default_rng(6)
+    for batch in (2, 7, 2):
+        x = rng.standard_normal((batch, 16), np.float32)
+        with torch.no_grad():
+            np.testing.assert_allclose(loaded(x), model(torch.from_numpy(x)).numpy(), rtol=TOL, atol=TOL)
+    cubin = next((folder / "kernels").glob("*.cubin"))
+    data = cubin.read_bytes()
+    cubin.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])  # one bit flipped
+    with pytest.raises(ArtifactError, match=f"{cubin.name}"):
+        ember.load(folder)
+
+
+def test_profile_times_each_kernel_between_events_on_the_stream(symbolic_mlp, host_driver):
+    _, cm = symbolic_mlp
+    on_stand_in(cm)
+    x = np.random.default_rng(7).standard_normal((4, 16), np.float32)
+    prof = cm.profile(x, repeat=3)  # the stand-in's events hold the host's times (kernels interpreted)
+    assert [k.name for k in prof.kernels] == [k.name for k in cm.kernels]
+    assert all(k.calls == 1 and k.median_us > 0 for k in prof.kernels)
+    assert prof.total_us >= sum(k.median_us for k in prof.kernels) * 0.5 and prof.repeat == 3
+    assert host_driver.graph_launches == 0 and cm._marks is None
+    assert "us" in cm.summary()
