@@ -13,7 +13,9 @@ architecture (sm_90 without one); a kernel whose loops the family bound to no bl
 The model runs its call program on the GPU (ember.cuda.model.CUDAModel), or, for
 `Target("cuda", simulate=True)`, on the loop-IR interpreter with GPU semantics
 (ember.cuda.simt: the same lowered kernels, blocks and threads in a shuffled order, races
-checked), which needs no GPU. Static shapes only, no control flow. Its precisions
+checked), which needs no GPU. Static or symbolic shapes (a kernel's grid computed per launch
+from its sizes, ember.cuda.grid), no control flow; saved by `cm.save` in a format of its own
+(ember.cuda.artifact), which `load_model` reads back. Its precisions
 (ember.passes.pipeline.GPU_PRECISIONS): fp32, tf32 (products of tf32-rounded operands), fp16 and
 bf16 (every weight and activation in half precision, sums in fp32).
 """

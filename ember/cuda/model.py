@@ -18,13 +18,21 @@ grown if a call needs more. A call:
 
 From the second call on, the launches are one CUDA graph replayed (ember.cuda.graph): the inputs
 are copied into the model's own input slots (NumPy straight from the host), or read in place
-when their addresses are the previous call's, the graph (keyed by the addresses it bakes in:
-captured once per key, at most a few kept) runs with one `cuGraphLaunch` on the call's stream and
-writes the model's output slots, which are copied into the outputs. The first call launches the
-kernels one by one (they are loaded, and a failing launch names its kernel); so do calls where a
-capture cannot hold (kernels that check their accesses in debug mode wait for each launch; a
-capture the driver refused) or graphs are off (EMBER_CUDA_GRAPHS=0, or `cm.use_graphs = False`),
-and `summary()` says why.
+when their addresses are the previous call's, the graph (keyed by the addresses it bakes in and
+the call's sizes: captured once per key, at most a few kept) runs with one `cuGraphLaunch` on the
+call's stream and writes the model's output slots, which are copied into the outputs. The first
+call launches the kernels one by one (they are loaded, and a failing launch names its kernel); so
+do calls where a capture cannot hold (kernels that check their accesses in debug mode wait for
+each launch; a capture the driver refused), calls at sizes no recent call had (a graph is
+captured for sizes a later call repeats: a decode step's sizes are each new), profiled calls, or
+graphs are off (EMBER_CUDA_GRAPHS=0, or `cm.use_graphs = False`), and `summary()` says why.
+
+Symbolic sizes: each launch passes its kernel the sizes it names and computes its grid from them
+(ember.cuda.grid); the workspace is laid out per binding (the plan's layout), in an arena that,
+like the input and output slots, is allocated once for the symbols' upper bounds where the
+ranges give them (`_reserved`), so a graph captured at one size stays valid at the next.
+`save(path)` writes the cubins, the program and the weights (ember.cuda.artifact; `ember.load`
+reads them back); `profile(x)` times each kernel between CUDA events (ember.cuda.timing).
 
 Calls share the arena: they are serialized (a lock), and a call on another stream than the
 previous call's first waits for that stream. Launching from Python costs the host about

@@ -1,7 +1,8 @@
 """Whole models for target "cuda": every kernel scheduled by the GPU family and built by NVRTC
 (sm_90 without a GPU), the model run on the interpreter with GPU semantics
 (Target("cuda", simulate=True)) and checked against torch at 1e-4; on a GPU, through the driver
-(skipped with the reason where there is none)."""
+(skipped with the reason where there is none); the driver path's bookkeeping (the arena, graphs
+per address and per size, saving and loading, profiling) on a stand-in driver over host memory."""
 
 import ctypes
 import time
