@@ -115,8 +115,9 @@ class CUDABackend(Backend):
         """A CUDA model saved by `cm.save(path)` (ember.cuda.artifact): every file checked, nothing
         compiled, no GPU touched before the first call."""
         saved = read_cuda(path)
+        entry = DeviceEntry(saved.program, saved.kernels)
         plan = MemoryPlan.from_json(saved.workspace, saved.align)
-        return CUDAModel(saved.spec, saved.entry, saved.weights, plan, source=saved.source, own_weights=True)
+        return CUDAModel(saved.spec, entry, saved.weights, plan, source=entry.source, own_weights=True)
 
     def build(self, rendered: Rendered, target) -> tuple[object, bool]:
         return rendered.entry, False  # built as rendered (NVRTC's cache holds the cubins)

@@ -36,7 +36,6 @@ from ..runtime.library import read_checked, read_regular
 from ..runtime.spec import ModelSpec
 from ..target import Target
 from .kernel import CUDAKernel
-from .model import DeviceEntry
 
 FORMAT = "ember.model/cuda"
 VERSION = 1
@@ -73,11 +72,11 @@ class Saved:
     """A CUDA model's folder, read and checked: what the model is made of."""
 
     spec: ModelSpec
-    entry: DeviceEntry
+    program: Program  # its launches and copies (no loop IR: `kernels` are launched by name)
+    kernels: dict[str, CUDAKernel]
     weights: dict[str, np.ndarray]
     workspace: list  # the memory plan as JSON (ember.passes.plan_memory.MemoryPlan.to_json)
     align: int
-    source: str
 
 
 def read_cuda(path: str | Path) -> Saved:
@@ -104,8 +103,7 @@ def read_cuda(path: str | Path) -> Saved:
     missing = [k for st in program.launches() if (k := st.kernel) not in kernels]
     if missing:
         raise ArtifactError(f"{where}: the program launches kernel(s) {missing} that the manifest does not list")
-    entry = DeviceEntry(program, kernels)
-    return Saved(spec, entry, weights, workspace, align, entry.source)
+    return Saved(spec, program, kernels, weights, workspace, align)
 
 
 def _manifest(folder: Path) -> dict:
