@@ -552,3 +552,20 @@ def test_profile_times_each_kernel_between_events_on_the_stream(symbolic_mlp, ho
     assert prof.total_us >= sum(k.median_us for k in prof.kernels) * 0.5 and prof.repeat == 3
     assert host_driver.graph_launches == 0 and cm._marks is None
     assert "us" in cm.summary()
+
+
+@needs_gpu
+def test_on_the_gpu_symbolic_sizes_saved_and_profiled(symbolic_mlp, tmp_path):
+    model, cm = symbolic_mlp
+    on_stand_in(cm)  # (its device state may be a stand-in's from the tests above: dropped)
+    rng = np.random.default_rng(8)
+    for batch in (3, 3, 5, 5, 3):
+        x = rng.standard_normal((batch, 16), np.float32)
+        with torch.no_grad():
+            expected = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(cm(torch.from_numpy(x).cuda()).cpu().numpy(), expected, rtol=TOL, atol=TOL)
+    assert cm._graphs.captures == 2 and cm.graph_reason is None
+    loaded = ember.load(cm.save(tmp_path / "mlp"))
+    np.testing.assert_allclose(loaded(x), expected, rtol=TOL, atol=TOL)
+    prof = loaded.profile(x, repeat=3)
+    assert [k.name for k in prof.kernels] == [k.name for k in cm.kernels] and prof.total_us > 0
