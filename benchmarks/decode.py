@@ -36,8 +36,9 @@ computes from it), run by generate_in_place on torch CUDA tensors (the cache buf
 each step reading their prefix in place), next to transformers' `generate` and the eager Step loop
 on the same GPU; the greedy tokens must be identical to both (checked at each context, a failure
 is the exit status). Tokens/s is the median step (its token read back included) for ember and
-eager, generate's by the difference of 1 and --tokens tokens. A minute on an H100 with
-`--small --models gpt2` (most of it compiling); GPT-2 small itself compiles in about two:
+eager, generate's by the difference of 1 and --tokens tokens. Most of a --small run is the
+compile (GPT-2's reduced config: about 20 s on a 2-core AMD EPYC, NVRTC included; GPT-2 small's
+prefill and step: about 110 s there):
 
     python benchmarks/decode.py --device cuda [--small] [--models gpt2] [--contexts 128,512] [--tokens 32]
 """
