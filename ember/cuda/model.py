@@ -365,7 +365,7 @@ class CUDAModel(CompiledModel):
             if top and None not in top.values():
                 slots = [int(np.prod([dims.evaluate(d, top) for d in t.shape], dtype=np.int64))
                          * np.dtype(t.dtype).itemsize for t in tensors]
-                workspace = self._layout_of(tuple(top[s] for s in self.spec.symbols))[1]
+                workspace = self.plan.layout(top).peak_bytes  # (not kept: `memory` shows the calls' layouts)
                 if workspace + sum(slots) <= RESERVE:
                     self._reserve = (workspace, slots)
         return self._reserve
