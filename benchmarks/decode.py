@@ -262,7 +262,7 @@ def cuda_main(args) -> int:
         lengths = contexts(args, model)
         max_len = max(lengths) + args.tokens + 1
         start = time.perf_counter()
-        prefill, step = compile_in_place(model, args.prompt, max_len, target="cuda")
+        prefill, step = compile_in_place(model, min(args.prompt, max(lengths)), max_len, target="cuda")
         compile_s = time.perf_counter() - start
         model = model.cuda()
         label = {"gpt2": "GPT-2", "llama": "LLaMA"}[name] + (" (small config)" if args.small else "")

@@ -12,6 +12,8 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread;
 - `reduce_block`: an element of a reduction's output per block, reduced across the block's
   threads as `row_block`'s statistics are;
+- `gemv`: a one-row product (a decode step's linear layer), a block per 32 columns, each
+  column's reduction split over 8 threads and folded through shared memory;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
   (BM/TM) x (BN/TN) threads, each a TM x TN register tile (cache_write "local"); the K loop
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
@@ -120,6 +122,41 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     s[red].compute_at(stage, block)
     s[partials].compute_at(stage, block)
     s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
+
+
+def gemv(s: TESchedule, out, product, columns: int = 32, slices: int = 8) -> None:
+    """`out`, one row (its axes fused) computed from `product`, a reduction at the same index (a
+    vector-matrix product: a decode step's linear layer), `columns` consecutive elements a block:
+    the block's threads are `columns` x `slices`, thread (x, y) summing the products of rows
+    y, y + slices, ... of its column (a warp reads `columns` consecutive elements of a row of
+    the matrix: coalesced) in a register, stored once into a shared array of partials
+    (rfactor), then one thread per column (`columns` of the block's threads) folds its
+    column's partials and stores the element. The barrier between the phases comes from
+    ember.cuda.sync."""
+    if columns % slices:
+        raise ScheduleError(f"gemv: {slices} slices do not divide {columns} columns")
+    stage = s[out]
+    axes = stage.op.axis
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    block, column = stage.split(fused, factor=columns)
+    stage.bind(block, ThreadAxis("blockIdx.x"))
+    # a column's element folded and stored by one thread of the block: the others must not read
+    # an input the output overwrites in place (a residual's buffer)
+    row, at = stage.split(column, factor=columns // slices)
+    stage.bind(row, ThreadAxis("threadIdx.y"))
+    stage.bind(at, ThreadAxis("threadIdx.x"))
+    (axis,) = s[product].op.reduce_axis
+    _, part = s[product].split(axis, factor=slices)
+    partials = s.rfactor(product, part, factor_axis=len(s[product].op.axis))
+    local = s.cache_write(partials, "local")  # each thread's sum in a register, stored once
+    s[product].compute_at(stage, at)
+    s[partials].compute_at(stage, block)
+    p = s[partials]
+    inner = p.fuse(*p.op.axis[:-1]) if len(p.op.axis) > 2 else p.op.axis[0]
+    p.bind(inner, ThreadAxis("threadIdx.x"))
+    slice_ = p.op.axis[-1]
+    p.bind(slice_, ThreadAxis("threadIdx.y"))
+    s[local].compute_at(p, slice_)
 
 
 def _reads(s: TESchedule, stage, tensor) -> bool:

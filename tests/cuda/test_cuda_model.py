@@ -82,6 +82,30 @@ def test_a_model_runs_with_gpu_semantics_and_matches_torch(simulated):
         cm.save("unused")
 
 
+class Residual(torch.nn.Module):
+    """h + linear(norm(h)) at batch 1: the sum may take h's buffer in place (the memory plan)."""
+
+    def __init__(self, d=64):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.Linear(d, 32)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.c(h + self.b(self.norm(h)))
+
+
+def test_a_one_row_product_is_split_over_threads_and_stores_each_element_once():
+    torch.manual_seed(6)
+    model = Residual().eval()
+    cm = ember.compile(model, (torch.randn(1, 64),), target=SIMULATED)
+    assert any("shares" in t for t in cm.plan.to_json())  # the residual overwritten in place
+    assert sum("threadIdx.y" in str(f) for f in cm._entry.funcs.values()) == 3  # the three linear layers
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        np.testing.assert_allclose(cm(x).numpy(), model(x).numpy(), rtol=TOL, atol=TOL)
+
+
 def test_attention_is_one_fused_kernel_on_the_gpu(simulated):
     model, cm, _ = simulated
     ops = {op for k in cm.kernels for op in k.ops}

@@ -41,6 +41,7 @@ CASES = {
     "fp16 gemm": ("matmul", lambda: [random_array((64, 32), "float16", RNG), random_array((32, 64), "float16", RNG)],
                   {}, "wmma.mma.sync"),  # on Tensor Cores
     "batched matmul": ("matmul", lambda: [_x(2, 5, 7), _x(7, 3)], {}, "threadIdx.x"),
+    "gemv": ("gemm", lambda: [_x(1, 96), _x(96, 64)], {}, "threadIdx.y"),  # a column's sum over 8 threads
     "conv": ("conv2d", lambda: [_x(1, 3, 6, 6), _x(4, 3, 3, 3)], {}, "threadIdx.x"),
 }
 

@@ -15,7 +15,9 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   block, each statistic of the row reduced across the block's threads;
 - `matmul`: matmul of 2-D float32 operands tiled in shared memory (register tiles per thread,
   the K loop pipelined), of float16/bfloat16 ones on Tensor Cores, where the tiles divide the
-  shapes.
+  shapes;
+- `gemv`: gemm with one output row (a linear layer at batch 1), a block per 32 columns, each
+  column's reduction split over 8 threads and folded through shared memory.
 A declared schedule that does not fit a kernel declines it (returns False) before changing
 anything, and the default runs.
 """
