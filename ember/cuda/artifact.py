@@ -97,7 +97,7 @@ def read_cuda(path: str | Path) -> Saved:
         weights = _read_weights(folder, {"weights": files["weights"], "graph": None}, manifest["weight_types"],
                                 where, align)
         workspace = list(manifest["workspace"])
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise ArtifactError(f"{where}: the manifest is not one this ember wrote ({type(e).__name__}: {e}); save the "
                             f"model again") from None
     missing = [k for st in program.launches() if (k := st.kernel) not in kernels]

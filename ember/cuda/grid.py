@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import LowerError
-from ..runtime.args import evaluate
-from ..tir.expr import Binary, Cast, Const, PrimExpr, Var, as_int, binary, const
+from ..tir.expr import Binary, Cast, Const, PrimExpr, Var, as_int
 from ..tir.expr_functor import free_vars
 from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, THREAD_BINDING, For, PrimFunc
@@ -45,68 +44,73 @@ def guarded_tags(func: PrimFunc) -> set[str]:
 class Grid:
     """The blocks of a launch along x, y, z: `grid(sizes)` for the kernel's size arguments (in
     `func.size_vars` order), 0 along an axis where the sizes leave no work (then nothing is
-    launched); `static`: the grid when no extent is symbolic, else None."""
+    launched); `static`: the grid when no extent is symbolic, else None. The symbolic extents
+    are kept as trees of [op, a, b], ints and {"size": k} (the kernel's k-th size argument),
+    its saved form (`to_json`), and evaluated by one Python function made of them: a launch
+    pays about a microsecond for its grid, not a walk of the tree."""
 
     def __init__(self, func: PrimFunc, dims: dict[str, int]):
-        self.size_vars = func.size_vars
-        self._symbolic = symbolic_extents(func)
-        for tag, es in self._symbolic.items():
+        index = {v: k for k, v in enumerate(func.size_vars)}
+        symbolic = {}
+        for tag, es in symbolic_extents(func).items():
             for e in es:
-                if as_int(e) is None and not free_vars(e) <= set(self.size_vars):
+                if as_int(e) is None and not free_vars(e) <= set(index):
                     raise LowerError(f"kernel {func.name}: the extent {e} of {tag} is not an expression of the "
-                                     f"kernel's sizes ({', '.join(v.name for v in self.size_vars) or 'none'})")
-        self._dims = dict(dims)
-        self.static = None if self._symbolic else tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+                                     f"kernel's sizes ({', '.join(v.name for v in index) or 'none'})")
+            symbolic[tag] = [_tree(e, index) for e in es]
+        self._set(len(index), dict(dims), symbolic)
+
+    def _set(self, sizes: int, dims: dict[str, int], symbolic: dict[str, list]) -> None:
+        self._sizes, self._dims, self._symbolic = sizes, dims, symbolic
+        self.static = None if symbolic else tuple(dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+        axes = [f"max(0, {', '.join(_python(t, sizes) for t in symbolic[tag])})" if tag in symbolic
+                else str(int(dims.get(tag, 1))) for tag in BLOCK_TAGS]
+        self._blocks = eval(f"lambda s: ({', '.join(axes)})")  # noqa: S307 (text of ints, s[k] and _OPS only)
 
     def to_json(self) -> dict:
-        """The grid as JSON: the constant extents, and each symbolic one as a tree of [op, a, b],
-        ints and {"size": k} (the kernel's k-th size argument)."""
-        index = {v: k for k, v in enumerate(self.size_vars)}
-
-        def tree(e):
-            match e:
-                case Const(value):
-                    return int(value)
-                case Var():
-                    return {"size": index[e]}
-                case Binary(op, a, b):
-                    return [op, tree(a), tree(b)]
-                case Cast(_, v):
-                    return tree(v)
-            raise LowerError(f"the grid extent {e} has no saved form")
-
-        return {"sizes": len(self.size_vars), "dims": self._dims,
-                "symbolic": {tag: [tree(e) for e in es] for tag, es in self._symbolic.items()}}
+        return {"sizes": self._sizes, "dims": self._dims, "symbolic": self._symbolic}
 
     @classmethod
     def from_json(cls, d: dict) -> Grid:
-        size_vars = tuple(Var(f"s{k}") for k in range(d["sizes"]))
-
-        def expr(t):
-            if isinstance(t, int):
-                return const(t)
-            if isinstance(t, dict):
-                return size_vars[t["size"]]
-            return binary(t[0], expr(t[1]), expr(t[2]))
-
+        """The grid `to_json` gave; a ValueError for anything else (a tree of other operators)."""
         grid = cls.__new__(cls)
-        grid.size_vars, grid._dims = size_vars, dict(d["dims"])
-        grid._symbolic = {tag: [expr(t) for t in ts] for tag, ts in d["symbolic"].items()}
-        grid.static = None if grid._symbolic else tuple(grid._dims.get(f"blockIdx.{a}", 1) for a in "xyz")
+        grid._set(int(d["sizes"]), {str(t): int(n) for t, n in d["dims"].items()},
+                  {str(t): list(trees) for t, trees in d["symbolic"].items()})
         return grid
 
     def __call__(self, sizes: Sequence[int]) -> tuple[int, int, int]:
         if self.static is not None:
             return self.static
-        env = dict(zip(self.size_vars, (int(n) for n in sizes)))
-        grid = []
-        for axis in "xyz":
-            tag = f"blockIdx.{axis}"
-            if tag in self._symbolic:
-                grid.append(max(0, *(evaluate(e, env) for e in self._symbolic[tag])))
-            else:
-                grid.append(self._dims.get(tag, 1))
-        return tuple(grid)
+        return self._blocks(sizes)
+
+
+_OPS = {"+", "-", "*", "//", "%", "min", "max"}  # those of an extent, as Python computes them on ints
+
+
+def _tree(e: PrimExpr, index: dict):
+    """An extent as a tree of [op, a, b], ints and {"size": k}."""
+    match e:
+        case Const(value):
+            return int(value)
+        case Var() if e in index:
+            return {"size": index[e]}
+        case Binary(op, a, b) if op in _OPS:
+            return [op, _tree(a, index), _tree(b, index)]
+        case Cast(_, v):
+            return _tree(v, index)
+    raise LowerError(f"the grid extent {e} is not an integer expression of the kernel's sizes")
+
+
+def _python(tree, sizes: int) -> str:
+    """A tree (see _tree) as Python source over `s`, the sizes; a ValueError for anything else."""
+    if type(tree) is int:
+        return str(tree)
+    if isinstance(tree, dict) and set(tree) == {"size"} and type(tree["size"]) is int and 0 <= tree["size"] < sizes:
+        return f"s[{tree['size']}]"
+    if isinstance(tree, list) and len(tree) == 3 and tree[0] in _OPS:
+        a, b = _python(tree[1], sizes), _python(tree[2], sizes)
+        return f"{tree[0]}({a}, {b})" if tree[0] in ("min", "max") else f"({a} {tree[0]} {b})"
+    raise ValueError(f"{tree!r} is not a grid extent")
 
 
 def _same(a: PrimExpr, b: PrimExpr) -> bool:

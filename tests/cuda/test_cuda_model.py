@@ -5,6 +5,7 @@
 per address and per size, saving and loading, profiling) on a stand-in driver over host memory."""
 
 import ctypes
+import json
 import time
 from types import SimpleNamespace
 
@@ -559,6 +560,13 @@ def test_a_saved_cuda_model_loads_without_compiling_and_runs_at_each_size(symbol
         x = rng.standard_normal((batch, 16), np.float32)
         with torch.no_grad():
             np.testing.assert_allclose(loaded(x), model(torch.from_numpy(x)).numpy(), rtol=TOL, atol=TOL)
+    text = (folder / "manifest.json").read_text()
+    manifest = json.loads(text)
+    manifest["kernel_launches"][0]["grid"]["symbolic"]["blockIdx.x"] = [["__import__('os').getpid() +", 1, 2]]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="is not a grid extent"):  # only ints, sizes and arithmetic
+        ember.load(folder)
+    (folder / "manifest.json").write_text(text)
     cubin = next((folder / "kernels").glob("*.cubin"))
     data = cubin.read_bytes()
     cubin.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])  # one bit flipped
