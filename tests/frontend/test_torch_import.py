@@ -396,3 +396,19 @@ def test_non_tensor_input_is_refused():
 
     with pytest.raises(FrontendError, match="input k is float, not a tensor"):
         import_module(Scaled(), (torch.randn(2), 3.0))
+
+
+def test_example_inputs_that_share_memory_are_traced_as_distinct_inputs():
+    """torch.export traces one tensor given twice as one input: compiled from (x, c, c), the model
+    must still read its third argument where it is given another tensor."""
+    import ember
+
+    class Mix(nn.Module):
+        def forward(self, x, a, b):
+            return x + a * 2 + b * 3
+
+    x, c, w = torch.randn(4), torch.randn(4), torch.randn(2, 4)
+    for example in ((x, c, c), (x, w[0], w[1])):  # the same tensor twice; two views of one tensor
+        cm = ember.compile(Mix(), example)
+        a, b = torch.randn(4), torch.randn(4)
+        assert_close(cm(x, a, b).numpy(), Mix()(x, a, b).numpy(), 1e-6, 1e-6, "aliased example inputs")

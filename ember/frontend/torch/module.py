@@ -35,6 +35,7 @@ import inspect
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
 from ...errors import ArgumentTypeError, EmberError
@@ -86,9 +87,26 @@ def trace(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None, *,
         training = model.training
         try:
             with torch.no_grad():
-                return torch.export.export(model.eval(), tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+                return torch.export.export(model.eval(), _distinct(example_inputs), dynamic_shapes=dynamic_shapes)
         finally:
             model.train(training)
+
+
+def _distinct(example_inputs) -> tuple:
+    """The example inputs, each tensor that shares memory with an earlier one cloned: torch.export
+    traces inputs that alias as one input read twice, so a model compiled from `(x, c, c)` would
+    read its second argument for its third when called with two different tensors."""
+    seen = set()
+
+    def own(x):
+        if isinstance(x, torch.Tensor) and x.numel():
+            storage = x.untyped_storage().data_ptr()
+            if storage in seen:
+                return x.clone()
+            seen.add(storage)
+        return x
+
+    return tuple(pytree.tree_map(own, tuple(example_inputs)))
 
 
 def decompose(ep: ExportedProgram) -> ExportedProgram:
