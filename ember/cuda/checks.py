@@ -5,8 +5,9 @@ buffer against that buffer's size, as the tile language's debug mode does.
 
 A check that fails records the first failure in the unit's `__device__ ember_status[4]` (what
 failed, the index, the size, which parameter) and the access goes to element 0, so the kernel
-runs on without faulting. A kernel with checks makes its call synchronous: after the launch the
-host reads the status, clears it, and raises an IndexOutOfRangeError naming the kernel (an
+runs on without faulting. A kernel with checks makes its call synchronous: after the launch (a
+model's kernels: after the model's call, a replayed CUDA graph's too) the host reads the status,
+clears it, and raises an IndexOutOfRangeError naming the kernel (an
 index read from a tensor) or a DeviceError naming the kernel, the buffer, the index and its
 size (an access out of bounds).
 """

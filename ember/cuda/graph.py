@@ -11,29 +11,19 @@ our own, the launches issued as usual, `cuStreamEndCapture`, `cuGraphInstantiate
 while it is recorded, and the executable graph runs on any stream, the caller's included (the
 legacy default stream cannot be captured, but a graph can be launched on it).
 
-`capture_blocker` says why a model's launches cannot be captured (then they are issued one by one,
-and the model's summary says why).
+Kernels that check what they read (ember.cuda.checks) are captured like any other: their checks
+record failures on the device as they run, and the model reads them after the call.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 
 from ..errors import DeviceError
 from . import driver as cuda_driver  # looked up at each call, so that a stand-in driver can take its place
 
 MAX_GRAPHS = 4  # executable graphs kept per model (by their addresses), the least recently used dropped
-
-
-def capture_blocker(kernels: Iterable) -> str | None:
-    """Why launches of `kernels` cannot be captured, or None: a kernel that checks its accesses
-    (debug mode) waits for each launch to read its status, which a capture cannot hold."""
-    checking = [k.name for k in kernels if k.checks]
-    if checking:
-        return (f"the kernels check their accesses as they run (debug mode: {', '.join(checking[:3])}"
-                f"{', ...' if len(checking) > 3 else ''}), each launch waited for")
-    return None
 
 
 class Graph:

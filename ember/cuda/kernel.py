@@ -147,13 +147,14 @@ class CUDAKernel:
             for ptr, _, _ in copies:
                 cu.cuMemFree(ptr)
 
-    def launch(self, pointers: Sequence[int], stream: int = 0, sizes: Sequence[int] = ()) -> None:
+    def launch(self, pointers: Sequence[int], stream: int = 0, sizes: Sequence[int] = (), report: bool = True) -> None:
         """Run on the device addresses `pointers` (one per parameter, checked for the 16-byte
         alignment of `aligned`) and the size arguments `sizes` (the grid computed from them,
         ember.cuda.grid; no launch where they leave no block) in `stream`, the driver's context
         current; loaded on first use. A kernel that checks accesses waits for the launch and
-        raises what it found."""
-        from .driver import INT64, POINTER, Module, device, driver
+        raises what it found, or with `report=False` leaves that to `report` (a model reads its
+        kernels' checks once, after its call)."""
+        from .driver import INT64, POINTER, Module, device
 
         for k in self._aligned_at:
             if pointers[k] % 16:
@@ -166,7 +167,15 @@ class CUDAKernel:
         if 0 in grid:
             return
         self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream)
-        if self.checks:
+        if report:
+            self.report(stream)
+
+    def report(self, stream: int) -> None:
+        """What the kernel's checks found in the launches on `stream` so far (waiting for them),
+        raised; nothing for a kernel without checks or not launched yet."""
+        from .driver import driver
+
+        if self.checks and self._module is not None:
             check_status(self._module, self.name, self.params, driver().CUstream(stream))
 
 

@@ -22,10 +22,12 @@ when their addresses are the previous call's, the graph (keyed by the addresses 
 the call's sizes: captured once per key, at most a few kept) runs with one `cuGraphLaunch` on the
 call's stream and writes the model's output slots, which are copied into the outputs. The first
 call launches the kernels one by one (they are loaded, and a failing launch names its kernel); so
-do calls where a capture cannot hold (kernels that check their accesses in debug mode wait for
-each launch; a capture the driver refused), calls at sizes no recent call had (a graph is
+do calls where a capture cannot hold (the driver refused it), calls at sizes no recent call had (a graph is
 captured for sizes a later call repeats: a decode step's sizes are each new), profiled calls, or
 graphs are off (EMBER_CUDA_GRAPHS=0, or `cm.use_graphs = False`), and `summary()` says why.
+Kernels that check what they read (an embedding's indices; every access in debug mode) record a
+failure on the device as they run; after the call, graph or not, the model waits for it and
+raises what the first of them found (ember.cuda.checks).
 
 Symbolic sizes: each launch passes its kernel the sizes it names and computes its grid from them
 (ember.cuda.grid); the workspace is laid out per binding (the plan's layout), in an arena that,
@@ -58,7 +60,7 @@ from ..program import Copy, Launch, Program, Ref, numel
 from ..runtime.interpreted import InterpretedModel
 from ..runtime.model import CompiledModel
 from ..runtime.summary import KernelTime, Profile
-from .graph import Graphs, capture_blocker
+from .graph import Graphs
 from .kernel import CUDAKernel
 from .timing import Marks
 
@@ -90,7 +92,7 @@ class DeviceEntry:
             match st:
                 case Launch():
                     self.kernels[st.kernel].launch([address(a.ref) for a in st.args], stream,
-                                                   [sizes[r.index] for r in st.sizes])
+                                                   [sizes[r.index] for r in st.sizes], report=False)
                 case Copy():
                     nbytes = numel(st.dims, sizes) * st.itemsize
                     if nbytes:
@@ -98,6 +100,13 @@ class DeviceEntry:
                               "cuMemcpyDtoDAsync")
         if marks is not None:
             marks.mark(stream)
+
+    def report(self, stream: int) -> None:
+        """Raise what the kernels' checks found in the call issued on `stream` (ember.cuda.checks:
+        an index read from a tensor out of range, or in debug mode an access out of bounds), the
+        first kernel in the program's order first; waits for the call where a kernel checks."""
+        for name in dict.fromkeys(st.kernel for st in self.program.body if isinstance(st, Launch)):
+            self.kernels[name].report(stream)
 
 
 class CUDAModel(CompiledModel):
@@ -116,7 +125,6 @@ class CUDAModel(CompiledModel):
         self.use_graphs = config.get("cuda_graphs")
         self.graph_reason = None  # why the latest call's launches were not a graph replay, when they were not
         self._graphs = Graphs()
-        self._blocker = capture_blocker(entry.kernels.values())
         self._capture_failure = None
         self._io = None  # (the input and output slots' buffer, each slot's bytes)
         self._seen_sizes = OrderedDict()  # the symbols' values of recent calls, the latest last
@@ -178,6 +186,7 @@ class CUDAModel(CompiledModel):
             if failed is None:
                 self.host_us = (time.perf_counter() - start) * 1e6
                 self._calls += 1
+                self._entry.report(stream)
                 return outputs[0] if len(outputs) == 1 else tuple(outputs)
             self._capture_failure = failed
             self.graph_reason = self._why_not_replayed(sizes)
@@ -189,6 +198,7 @@ class CUDAModel(CompiledModel):
             self._entry.run(address_in({"input": ins, "output": outs, "weight": weights}), stream, sizes, self._marks)
             self.host_us = (time.perf_counter() - start) * 1e6
             self._previous_inputs = None
+            self._entry.report(stream)
             if staged:
                 check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
             if kind == "numpy":
@@ -207,8 +217,6 @@ class CUDAModel(CompiledModel):
             return "the call is profiled: an event between every two launches"
         if not self.use_graphs:
             return "CUDA graphs are off (EMBER_CUDA_GRAPHS=0, or use_graphs = False)"
-        if self._blocker is not None:
-            return self._blocker
         if self._capture_failure is not None:
             return f"capturing them failed: {self._capture_failure}"
         if self._calls == 0:
