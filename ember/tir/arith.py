@@ -513,8 +513,11 @@ class _Rewriter:
         """rest // d, with constant divisors reduced by the common factor of rest and d."""
         if dfs or dc < 0:
             return Binary("//", self.to_expr(rest, dtype), self.to_expr(lb, dtype), dtype)
-        g = math.gcd(dc, rest.const, *(c for c, _ in rest.terms.values()))
+        # (g y + r) // (g k) is (y + r // g) // k: floor(floor(x / g) / k) = floor(x / (g k))
+        g = math.gcd(dc, *(c for c, _ in rest.terms.values()))
         rest, dc = _Sum({k: (c // g, fs) for k, (c, fs) in rest.terms.items()}, rest.const // g), dc // g
+        if g > 1:
+            return self._divmod("//", self.to_expr(rest, dtype), const(dc, dtype), dtype)
         match rest.monomial():  # (x // c1) // c2 -> x // (c1*c2)
             case (1, (Binary("//", x, Const(c1)),)) if c1 > 0:
                 return self._divmod("//", x, const(c1 * dc, dtype), dtype)

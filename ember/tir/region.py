@@ -53,6 +53,11 @@ def interval_of(e: PrimExpr, dom: dict[Var, Interval], ana: Analyzer) -> Interva
             ia = interval_of(a, dom, ana)
             return None if ia is None else Interval(ia.lo // c, ia.hi // c)
         case Binary("%", a, b, _) if (c := as_int(b)) is not None and c > 0:
+            # x % c is x - c * (x // c): x shifted where x // c is one value over the interval (a
+            # tile of rows within one image row, its flat row index r % OW)
+            ia = interval_of(a, dom, ana)
+            if ia is not None and as_int(ana.simplify(ia.hi // c - ia.lo // c)) == 0:
+                return Interval(ia.lo % c, ia.lo % c + (ia.hi - ia.lo))
             return Interval(const(0), const(c - 1))
         case Binary("min" | "max" as op, a, b, _):
             ia, ib = interval_of(a, dom, ana), interval_of(b, dom, ana)

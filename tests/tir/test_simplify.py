@@ -199,6 +199,16 @@ def test_split_patterns(ana):
     assert text(ana.simplify((i % 16) % 4)) == "i % 4"
 
 
+def test_a_common_factor_leaves_the_divisor(ana):
+    """(g y + r) // (g k) is (y + r // g) // k: a tile of 7 columns of a 112-wide row, its flat
+    index f * 7 + 6, lies in row f // 16, as its first column does."""
+    assert text(ana.simplify((i * 7 + 6) // 112)) == "i // 16"
+    assert text(ana.simplify((i * 4 + 6) // 8)) == "(i + 1) // 2"
+    for e in ((i * 7 + 6) // 112, (i * 4 + 6) // 8, (i * 6 - 1) // 4, (i * 4 - 5) // 12):
+        got = ana.simplify(e)
+        assert [evaluate(got, {i: v}) for v in range(-40, 300)] == [evaluate(e, {i: v}) for v in range(-40, 300)]
+
+
 def test_fuse_patterns():
     a = Analyzer()
     a.bind(x, 0, 9)
