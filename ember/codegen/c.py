@@ -50,6 +50,7 @@ can differ from numpy's in the last bit.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import threading
 import weakref
@@ -68,6 +69,7 @@ from ..tir.expr import (
     Buffer,
     BufferLoad,
     Cast,
+    Const,
     Not,
     PrimExpr,
     Ramp,
@@ -409,6 +411,10 @@ class CRenderer(CStyleRenderer):
         return f"{self.lib.broadcast(elem, dt.lanes_of(e.dtype))}({self._e(e.value)})", PRIMARY
 
     def _binary(self, e: Binary) -> tuple[str, int]:
+        if (e.op in ("min", "max") and dt.element_of(e.dtype) == "float32" and dt.lanes_of(e.dtype) > 1
+                and (_number(e.b) or _number(e.a))):  # a clip's bound: one instruction (ember_maxc_*)
+            x, c = (e.a, e.b) if _number(e.b) else (e.b, e.a)
+            return f"{self.lib.minmax_const(e.op, dt.lanes_of(e.dtype))}({self._e(x)}, {self._e(c)})", PRIMARY
         code, p = self._binary_code(e)
         elem = dt.element_of(e.dtype)
         if elem in dt.SUBBYTE_INTS:  # computed in a byte, wrapped to the width after each operation
@@ -461,12 +467,11 @@ class CRenderer(CStyleRenderer):
             # instructions (vcvttps2dq, vpmovdb), with the same values wherever C defines them
             code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
         elif dt.is_int(src) and src not in dt.SUBBYTE_INTS and dt.bits(src) < 32 <= dt.bits(dst):
-            # GCC (12) widens 8- and 16-bit lanes to 32 bits or floats one by one; twice the width
-            # at a time, each step is one instruction (vpmovzxbw, vpmovzxwd), and the same values
-            if dt.bits(src) == 8:
-                code = f"__builtin_convertvector({code}, {self.lib.vec(src.replace('8', '16'), lanes)})"
-            if dst != "int32":
-                code = f"__builtin_convertvector({code}, {self.lib.vec('int32', lanes)})"
+            # GCC (12) widens 8- and 16-bit lanes to 32 bits or floats one by one, or in pieces:
+            # through int32 by the unit's own widening (ember_widen_*), then on
+            code = f"{self.lib.widen_int32(src, lanes)}({code})"
+            if dst == "int32":
+                return code, PRIMARY
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
             return self._expr(v)
         return f"__builtin_convertvector({code}, {target})", PRIMARY
@@ -627,3 +632,10 @@ def _power_of_two(n: int) -> bool:
 
 def _contiguous(index: PrimExpr) -> bool:
     return isinstance(index, Ramp) and as_int(index.stride) == 1
+
+
+def _number(e: PrimExpr) -> bool:
+    """e is a float constant other than NaN, or the broadcast of one."""
+    if isinstance(e, Broadcast):
+        e = e.value
+    return isinstance(e, Const) and not math.isnan(float(e.value))

@@ -327,6 +327,27 @@ class CPrelude:
         body = STORAGE[elem].widen(self, lanes, f"*(const {u}*)p")
         return self._helper(name, lambda: f"static inline {t} {name}(const {s}* p) {{ return {body}; }}")
 
+    def widen_int32(self, elem: str, lanes: int) -> str:
+        """`int32xN ember_widen_<elem>x<N>(elemxN v)`: 8- or 16-bit integer lanes as int32, by one
+        vpmovzx/vpmovsx where the target has the vector width (GCC 12 widens a 16-lane
+        __builtin_convertvector of bytes in 8-lane pieces and lane inserts), twice the width at a
+        time elsewhere."""
+        t, v, bits = self.vec("int32", lanes), self.vec(elem, lanes), dt.bits(elem)
+        name = f"ember_widen_{elem}x{lanes}"
+        portable = f"__builtin_convertvector(v, {self.vec(elem.replace('8', '16'), lanes)})" if bits == 8 else "v"
+        unit = {16: ("__AVX512F__", "_mm512"), 8: ("__AVX2__", "_mm256")}.get(lanes)
+        if unit is None or lanes * bits < 128:  # (8 bytes: no vector type of the intrinsic's operand)
+            return self._helper(name, lambda: (
+                f"static inline {t} {name}({v} v) {{ return __builtin_convertvector({portable}, {t}); }}"))
+        feature, prefix = unit
+        operand = f"__m{lanes * bits}i"
+        call = f"{prefix}_cvtep{'u' if elem.startswith('u') else 'i'}{bits}_epi32(({operand})v)"
+        return self._helper(name, lambda: (
+            f"#if defined({feature})\n#include <immintrin.h>\n#endif\n"
+            f"static inline {t} {name}({v} v) {{\n#if defined({feature})\n  return ({t}){call};\n#else\n"
+            f"  return __builtin_convertvector({portable}, {t});\n#endif\n}}"
+        ))
+
     def store(self, elem: str, lanes: int) -> str:
         """`void ember_store_<elem>x<lanes>(S* p, T v)`: the lanes of v to p, p + 1, ..."""
         t, s = self.value_vec(elem, lanes), self.types[elem]
@@ -418,6 +439,25 @@ class CPrelude:
             body = f"{self.select(elem, lanes)}({take_a}, a, b)"
         name = f"ember_{op}_{elem if lanes == 1 else t}"
         return self._helper(name, lambda: f"static inline {t} {name}({t} a, {t} b) {{ return {body}; }}")
+
+    def minmax_const(self, op: str, lanes: int) -> str:
+        """`float32xN ember_maxc_float32xN(x, c)` (or minc): numpy.maximum(x, c) for a c that is not
+        NaN, in one instruction where the target has the width: x86's maxps(c, x) is c > x ? c : x,
+        which gives x where x is NaN (ember_max_* tests for NaN besides: four instructions). Where
+        x equals c (zeros of two signs), x."""
+        t = self.vec("float32", lanes)
+        cmp = ">" if op == "max" else "<"
+        name = f"ember_{op}c_{t}"
+        unit = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__AVX__", "_mm256", "__m256")}.get(lanes)
+        fallback = f"{self.select('float32', lanes)}(c {cmp} x, c, x)"
+        if unit is None:
+            return self._helper(name, lambda: f"static inline {t} {name}({t} x, {t} c) {{ return {fallback}; }}")
+        feature, prefix, reg = unit
+        return self._helper(name, lambda: (
+            f"#if defined({feature})\n#include <immintrin.h>\n#endif\n"
+            f"static inline {t} {name}({t} x, {t} c) {{\n#if defined({feature})\n"
+            f"  return ({t}){prefix}_{op}_ps(({reg})c, ({reg})x);\n#else\n  return {fallback};\n#endif\n}}"
+        ))
 
     def floordiv(self, op: str, elem: str, lanes: int, checked: bool = False) -> str:
         """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules

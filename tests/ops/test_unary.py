@@ -105,6 +105,20 @@ def test_integers(name, attrs, torch_fn, dtype):
     check_op(name, [x], attrs, rtol=0, atol=0, torch_fn=None if dtype == "int8" else torch_fn)
 
 
+@pytest.mark.parametrize("name, attrs", [("clip", {"min": -1.5, "max": 2.0}), ("relu", None)])
+def test_clip_to_constants_keeps_nan(name, attrs):
+    """A bound that is a constant is one maxps/minps with the value second (x86 returns the second
+    operand where either is NaN): NaN stays NaN, infinities clip, as in NumPy."""
+    x = RNG.uniform(-4, 4, (2, 48)).astype("float32")
+    x[0, :6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan]
+    x[1, 16:19] = [np.nan, 1.5, np.nan]  # NaN in every vector of 16 lanes
+    kernel = build_op(name, [TensorType(x.shape, "float32")], attrs)
+    assert re.search(r"ember_m(ax|in)c_float32x\d+\(", kernel.kernel.source)
+    (y,) = kernel.run(x)
+    lo, hi = (-1.5, 2.0) if name == "clip" else (0.0, np.inf)
+    np.testing.assert_array_equal(y, np.clip(x, lo, hi))
+
+
 def test_round_is_half_to_even():
     x = data("round", (3, 48))
     x[0, :9] = [-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5]
@@ -163,11 +177,14 @@ def test_cast(src, dst):
     check_op("cast", [x], {"dtype": dst}, rtol=0, atol=0, torch_fn=torch_fn)
 
 
-def test_vector_widening_doubles_the_width_a_step():
-    """8-bit lanes reach float32 through 16- and 32-bit ones (GCC widens them one by one else)."""
+def test_vector_widening_is_the_units_own():
+    """8-bit lanes reach float32 through int32 by one vpmovzxbd where the vector is 16 lanes of
+    AVX-512 (GCC widens a 16-lane __builtin_convertvector of bytes in 8-lane pieces else)."""
     source = build_op("cast", [TensorType((4, 64), "uint8")], {"dtype": "float32"}).kernel.source
-    assert re.search(r"__builtin_convertvector\(__builtin_convertvector\(__builtin_convertvector\([^;]*"
-                     r"uint16x\d+\), int32x\d+\), float32x\d+\)", source)
+    found = re.search(r"__builtin_convertvector\(ember_widen_uint8x(\d+)\([^;]*float32x\1\)", source)
+    assert found
+    if found.group(1) == "16":
+        assert "_mm512_cvtepu8_epi32((__m128i)v)" in source
 
 
 def test_cast_on_interpreter():
