@@ -7,9 +7,10 @@ scale per channel), an int32 bias (C,) and a float32 scale (C,); row (n, oh, ow)
 is float32(sum over the taps of x * w + bias) * scale, the sums in int32. The padding holds
 `pad_value`, the activations' zero point, whose cost -za * (the channel's weight sum) the bias
 carries as qgemm's does (ember.ops.quantized), so that a padded tap counts as zero. The taps read
-a padded copy of x widened to int32 (a PACK stage), so that none tests the bounds; the sums are
-vectors of int32 over the channels (schedules/cpu/qdepthwise.py), which the 3x3 windows leave too few products
-per channel for VNNI's groups of 4 to pay.
+a padded copy of x widened to int32 (PADDED, which the CPU schedule computes per register tile:
+the rows and columns of the window the tile's output columns read), so that none tests the
+bounds; the sums are vectors of int32 over the channels (schedules/cpu/qdepthwise.py), which the
+3x3 windows leave too few products per channel for VNNI's groups of 4 to pay.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .hints import PACK
 from .registry import OpDef, OpTypeError, register
 
 ANCHOR = "qdepthwise"  # the tag of the int32 sums' stage
+PADDED = "qdepthwise_padded"  # the name of the padded input's stage
 
 
 def _sizes(x: TensorType, w: TensorType, attrs) -> tuple[int, int]:
@@ -83,12 +85,12 @@ def _compute(inputs, attrs, out_types):
 
     # both operands widened to int32 once, in stages of their own: a vector widened from bytes
     # inside the sums would be widened once per tap, and GCC widens 16 bytes lane by lane
-    padded = te.compute((n, *reach, c), pad, name="qdepthwise_padded", tag=PACK)
+    padded = te.compute((n, *reach, c), pad, name=PADDED, tag=PACK)
     wide = te.compute(tuple(w.shape), lambda i, j, ch: cast("int32", w[i, j, ch]), name="qdepthwise_w", tag=PACK)
     i, j = te.reduce_axis((0, kh), name="kh"), te.reduce_axis((0, kw), name="kw")
     acc = te.compute((n * oh * ow, c), lambda r, ch: te.sum(
         padded[r // (oh * ow), r // ow % oh * sh + i * dh, r % ow * sw + j * dw, ch] * wide[i, j, ch],
-        axis=[i, j]), name="qdepthwise_acc", tag=ANCHOR)
+        axis=[i, j]), name="qdepthwise_acc", tag=ANCHOR, attrs={"ow": ow})
     return [te.compute((n * oh * ow, c), lambda r, ch: cast("float32", acc[r, ch] + bias[ch]) * scale[ch],
                        name="qdepthwise")]
 

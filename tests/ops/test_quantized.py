@@ -14,7 +14,7 @@ from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
 from ember.ops.quantized import conv_weights, pack, unpack
 from ember.target import Target, as_target
-from ember.testing import check_op
+from ember.testing import build_op, check_op
 
 RNG = np.random.default_rng()
 
@@ -69,7 +69,7 @@ def test_conv_as_im2col_and_qgemm(dilations):
 
 
 @pytest.mark.parametrize("shape, stride, pads, dilation, targets", [
-    ((1, 9, 10, 32), (2, 2), (1, 1, 1, 1), (1, 1), ("c",)),  # the tile of 16-channel panels
+    ((2, 9, 10, 32), (2, 2), (1, 1, 1, 1), (1, 1), ("c",)),  # the tile of 16-channel panels, two images
     ((2, 7, 7, 20), (1, 1), (1, 2, 0, 1), (1, 2), ("c", "python")),  # channels no panel divides
 ])
 def test_depthwise(shape, stride, pads, dilation, targets):
@@ -87,6 +87,17 @@ def test_depthwise(shape, stride, pads, dilation, targets):
                    dilation=dilation, groups=c).numpy()
     ref = (acc.transpose(0, 2, 3, 1).reshape(-1, c) + bias + zp * w.astype(np.int32).sum((0, 1))) * scale
     np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_depthwise_pads_a_window_per_tile():
+    """The C kernel pads the rows and columns each register tile reads (3 rows x 9 columns of 32
+    channels for 7 output columns of one output row at stride 1) into a local array, widened
+    once, where it padded and widened the whole input at the root."""
+    types = [TensorType((1, 14, 14, 32), "uint8"), TensorType((3, 3, 32), "int8"), TensorType((32,), "int32"),
+             TensorType((32,), "float32")]
+    source = build_op("qdepthwise", types, {"pads": (1, 1, 1, 1), "pad_value": 3}).kernel.source
+    assert "int32_t qdepthwise_padded_local[864]" in source
+    assert "qdepthwise_padded =" not in source  # (no copy of the whole input)
 
 
 @pytest.mark.parametrize("types, message", [

@@ -1,18 +1,26 @@
-"""The CPU schedule of qdepthwise (ember.ops.qdepthwise): a register tile of output rows x panels
-of 16 channels of int32 sums (the tile of qgemm's schedule, `quantized.tile`), the taps outside
-it, each a widening multiply-add of 16 uint8 activations by 16 int8 weights per panel; the padded
-copy of the input a stage of its own, before; the epilogue (the scale and whatever fused after it:
-ReLU6, the next product's quantization) vectorized over the tile's channels as it leaves the
-registers."""
+"""The CPU schedule of qdepthwise (ember.ops.qdepthwise): a register tile of output columns of one
+output row x panels of 16 channels of int32 sums (up to qgemm's ACCUMULATORS registers), the taps
+outside it, each a multiply-add of 16 widened activations by 16 widened weights per panel; the
+padded input widened to int32 per tile, into a local array of the rows and columns the tile reads
+(a tile within one output row, so that its window is a box); the epilogue (the scale and whatever
+fused after it: ReLU6, the next product's quantization) vectorized over the tile's channels as it
+leaves the registers."""
 
 from __future__ import annotations
 
-from ...ops.qdepthwise import ANCHOR
+from ...ops.qdepthwise import ANCHOR, PADDED
 from ...ops.quantized import LANES
 from ...tir.expr import as_int
 from . import schedules
-from .quantized import tile
+from .quantized import ACCUMULATORS
 from .tiling import find_anchor, prepare
+
+
+def tile(ow: int, c: int) -> tuple[int, int]:
+    """(columns, panels) of the register tile: up to 4 panels of 16 channels and the most columns
+    (up to 7) dividing the output row's ow that keep them within ACCUMULATORS registers."""
+    panels = next(p for p in (4, 2, 1) if (c // LANES) % p == 0)
+    return next(r for r in (7, 6, 5, 4, 3, 2, 1) if ow % r == 0 and r * panels <= ACCUMULATORS), panels
 
 
 @schedules("qdepthwise")
@@ -24,20 +32,29 @@ def schedule_qdepthwise(s, outputs, target):
     m, c = (as_int(d) for d in out.shape)
     if m is None or c is None or c % LANES:
         return False
-    rows, panels = tile(m, c)
-    prepare(s, outputs, anchor, target.lanes())
+    ow = anchor.attrs["ow"]
+    cols, panels = tile(ow, c)
+    pad = next(t.op for t in anchor.input_tensors if t.op.name == PADDED)
+    prepare(s, outputs, anchor, target.lanes(), keep=(pad,))
+    window = s.cache_read(pad.output(0), "local", [anchor.output(0)])
+    s[pad.output(0)].compute_inline()
     acc = s.cache_write(anchor.output(0), "local")
     s[anchor.output(0)].compute_inline()
     stage = s[out]
     i, j = stage.op.axis
-    io, jo, ii, ji = stage.tile(i, j, rows, panels * LANES)
-    fused = stage.fuse(io, jo)
+    line, col = stage.split(i, factor=ow)
+    co, ii = stage.split(col, factor=cols)
+    jo, ji = stage.split(j, factor=panels * LANES)
+    stage.reorder(line, co, jo, ii, ji)
+    fused = stage.fuse(line, co, jo)
     stage.parallel(fused)
     stage.unroll(ii)
     panel, lanes = stage.split(ji, factor=LANES)
     stage.unroll(panel)
     stage.vectorize(lanes)
     s[acc].compute_at(stage, fused)
+    s[window].compute_at(stage, fused)
+    s[window].vectorize(s[window].op.axis[-1])
     inner = s[acc]
     ai, aj = inner.op.axis
     kh, kw = inner.op.reduce_axis
