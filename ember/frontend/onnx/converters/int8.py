@@ -5,7 +5,8 @@ DynamicQuantizeLinear), int8 constant weights with zero point 0 (symmetric, per 
 output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D, one
 group). The weights are packed at import, the activations' zero point folded into the bias;
 a convolution is im2col (of the input in NHWC) then qgemm, its (N * OH * OW, C) rows taken back
-to NCHW. Each builder
+to NCHW; a depthwise one (a group per channel) is qdepthwise, whose float32 rows hold the int32
+sums exactly for the caller's requantization. Each builder
 returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on wider
 types (quantize.py)."""
 
@@ -90,3 +91,32 @@ def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: T
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
     y = cx.op("reshape", [y], {"shape": (n, oh, ow, cout)})
     return cx.op("transpose", [y], {"perm": (0, 3, 1, 2)})
+
+
+def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,
+              bias: Tensor | None) -> Tensor | None:
+    """A depthwise 2-D convolution (one group per channel) on qdepthwise: the int32 sums of (x -
+    x_zero) by w plus the bias, as float32 in NCHW (exact: the sums of a window under 2^24), or
+    None where it does not fit."""
+    weights = _weights(cx, w, w_zero)
+    channels = cx.type(x).shape[1] if cx.type(x).rank == 4 else None
+    if (weights is None or weights.ndim != 4 or weights.shape[1] != 1 or not _fits(cx, x, x_zero)
+            or not cx.attr("group", 1) == channels == weights.shape[0] > 1
+            or not (bias is None or isinstance(bias, np.ndarray))
+            or not (x_zero is None or isinstance(x_zero, np.ndarray))):
+        return None
+    c, kernel = weights.shape[0], weights.shape[2:]
+    if np.prod(kernel) * 255 * 128 >= 1 << 24:
+        return None  # (a window whose sums float32 would round)
+    strides, dilations, pads = _window(cx, x, kernel)
+    fill = int(x_zero.reshape(-1)[0]) if x_zero is not None else 0
+    taps = np.ascontiguousarray(weights[:, 0].transpose(1, 2, 0))  # (KH, KW, C)
+    folded = (np.zeros(c, np.int32) if bias is None else bias.astype(np.int32)) \
+        - fill * taps.astype(np.int32).sum((0, 1), dtype=np.int32)
+    nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
+    y = cx.op("qdepthwise", [nhwc, taps, folded.astype(np.int32), np.ones(c, np.float32)],
+              {"strides": strides, "dilations": dilations, "pads": pads, "pad_value": fill})
+    n, _, h, wd = cx.type(x).shape
+    oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+    return cx.op("transpose", [cx.op("reshape", [y], {"shape": (n, oh, ow, c)})], {"perm": (0, 3, 1, 2)})

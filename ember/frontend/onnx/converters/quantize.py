@@ -216,7 +216,11 @@ def _qlinear_conv(cx: NodeContext):
         y = int8.conv(cx, x, x_zero, w, w_zero, cx.optional(8), out, factor, zp)
         if y is not None:
             return [y]
-    acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
+    acc = int8.depthwise(cx, x, x_zero, w, w_zero, cx.optional(8))
+    if acc is not None:  # the int32 sums, exact in float32, then ONNX's requantization below
+        acc = cx.op("cast", [acc], {"dtype": "float64"})
+    else:
+        acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
     wshape = cx.type(w_scale).shape
     if len(wshape) == 1 and wshape[0] != 1:  # one scale per output channel
         w_scale = cx.op("reshape", [w_scale], {"shape": (wshape[0],) + (1,) * (cx.type(acc).rank - 2)})
