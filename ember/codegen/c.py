@@ -411,10 +411,10 @@ class CRenderer(CStyleRenderer):
         return f"{self.lib.broadcast(elem, dt.lanes_of(e.dtype))}({self._e(e.value)})", PRIMARY
 
     def _binary(self, e: Binary) -> tuple[str, int]:
-        if (e.op in ("min", "max") and dt.element_of(e.dtype) == "float32" and dt.lanes_of(e.dtype) > 1
-                and (_number(e.b) or _number(e.a))):  # a clip's bound: one instruction (ember_maxc_*)
-            x, c = (e.a, e.b) if _number(e.b) else (e.b, e.a)
-            return f"{self.lib.minmax_const(e.op, dt.lanes_of(e.dtype))}({self._e(x)}, {self._e(c)})", PRIMARY
+        elem, lanes = dt.element_of(e.dtype), dt.lanes_of(e.dtype)
+        if e.op in ("min", "max") and elem in ("float32", "float64") and lanes > 1 and (_number(e.b) or _number(e.a)):
+            x, c = (e.a, e.b) if _number(e.b) else (e.b, e.a)  # a clip's bound: ember_maxc_*
+            return f"{self.lib.minmax_const(e.op, elem, lanes)}({self._e(x)}, {self._e(c)})", PRIMARY
         code, p = self._binary_code(e)
         elem = dt.element_of(e.dtype)
         if elem in dt.SUBBYTE_INTS:  # computed in a byte, wrapped to the width after each operation

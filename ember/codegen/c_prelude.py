@@ -440,23 +440,32 @@ class CPrelude:
         name = f"ember_{op}_{elem if lanes == 1 else t}"
         return self._helper(name, lambda: f"static inline {t} {name}({t} a, {t} b) {{ return {body}; }}")
 
-    def minmax_const(self, op: str, lanes: int) -> str:
-        """`float32xN ember_maxc_float32xN(x, c)` (or minc): numpy.maximum(x, c) for a c that is not
-        NaN, in one instruction where the target has the width: x86's maxps(c, x) is c > x ? c : x,
-        which gives x where x is NaN (ember_max_* tests for NaN besides: four instructions). Where
-        x equals c (zeros of two signs), x."""
-        t = self.vec("float32", lanes)
+    def minmax_const(self, op: str, elem: str, lanes: int) -> str:
+        """`T ember_maxc_T(x, c)` (or minc) for a float vector type T: numpy.maximum(x, c) for a c
+        that is not NaN, one instruction a register where the target has the width: x86's
+        maxps(c, x) is c > x ? c : x, which gives x where x is NaN (ember_max_* tests for NaN
+        besides: four instructions, and GCC writes a float64x16 one lane by lane). Where x equals
+        c (zeros of two signs), x."""
+        t = self.vec(elem, lanes)
         cmp = ">" if op == "max" else "<"
         name = f"ember_{op}c_{t}"
-        unit = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__AVX__", "_mm256", "__m256")}.get(lanes)
-        fallback = f"{self.select('float32', lanes)}(c {cmp} x, c, x)"
-        if unit is None:
+        fallback = f"{self.select(elem, lanes)}(c {cmp} x, c, x)"
+        bits, suffix = lanes * dt.bits(elem), "ps" if elem == "float32" else "pd"
+        units = [(f, w) for f, w in (("__AVX512F__", 512), ("__AVX__", 256)) if bits % w == 0]
+        if not units:
             return self._helper(name, lambda: f"static inline {t} {name}({t} x, {t} c) {{ return {fallback}; }}")
-        feature, prefix, reg = unit
+
+        def body(width: int) -> str:
+            reg, n = f"__m{width}{'' if elem == 'float32' else 'd'}", bits // width
+            return (f"  union {{ {t} v; {reg} r[{n}]; }} a = {{x}}, b = {{c}};\n"
+                    f"  for (int i = 0; i < {n}; ++i) a.r[i] = _mm{width}_{op}_{suffix}(b.r[i], a.r[i]);\n"
+                    "  return a.v;\n")
+
+        branches = "".join(f"#{'if' if k == 0 else 'elif'} defined({f})\n{body(w)}" for k, (f, w) in enumerate(units))
+        guard = " || ".join(f"defined({f})" for f, _ in units)
         return self._helper(name, lambda: (
-            f"#if defined({feature})\n#include <immintrin.h>\n#endif\n"
-            f"static inline {t} {name}({t} x, {t} c) {{\n#if defined({feature})\n"
-            f"  return ({t}){prefix}_{op}_ps(({reg})c, ({reg})x);\n#else\n  return {fallback};\n#endif\n}}"
+            f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+            f"static inline {t} {name}({t} x, {t} c) {{\n{branches}#else\n  return {fallback};\n#endif\n}}"
         ))
 
     def floordiv(self, op: str, elem: str, lanes: int, checked: bool = False) -> str:

@@ -105,15 +105,16 @@ def test_integers(name, attrs, torch_fn, dtype):
     check_op(name, [x], attrs, rtol=0, atol=0, torch_fn=None if dtype == "int8" else torch_fn)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name, attrs", [("clip", {"min": -1.5, "max": 2.0}), ("relu", None)])
-def test_clip_to_constants_keeps_nan(name, attrs):
-    """A bound that is a constant is one maxps/minps with the value second (x86 returns the second
-    operand where either is NaN): NaN stays NaN, infinities clip, as in NumPy."""
-    x = RNG.uniform(-4, 4, (2, 48)).astype("float32")
+def test_clip_to_constants_keeps_nan(name, attrs, dtype):
+    """A bound that is a constant is one maxps/minps (maxpd) a register with the value second (x86
+    returns the second operand where either is NaN): NaN stays NaN, infinities clip, as in NumPy."""
+    x = RNG.uniform(-4, 4, (2, 48)).astype(dtype)
     x[0, :6] = [np.nan, np.inf, -np.inf, -0.0, 0.0, np.nan]
     x[1, 16:19] = [np.nan, 1.5, np.nan]  # NaN in every vector of 16 lanes
-    kernel = build_op(name, [TensorType(x.shape, "float32")], attrs)
-    assert re.search(r"ember_m(ax|in)c_float32x\d+\(", kernel.kernel.source)
+    kernel = build_op(name, [TensorType(x.shape, dtype)], attrs)
+    assert re.search(rf"ember_m(ax|in)c_{dtype}x\d+\(", kernel.kernel.source)
     (y,) = kernel.run(x)
     lo, hi = (-1.5, 2.0) if name == "clip" else (0.0, np.inf)
     np.testing.assert_array_equal(y, np.clip(x, lo, hi))
