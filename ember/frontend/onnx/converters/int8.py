@@ -94,10 +94,11 @@ def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: T
 
 
 def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,
-              bias: Tensor | None) -> Tensor | None:
+              bias: Tensor | None) -> tuple[Tensor, tuple[int, ...]] | None:
     """A depthwise 2-D convolution (one group per channel) on qdepthwise: the int32 sums of (x -
-    x_zero) by w plus the bias, as float32 in NCHW (exact: the sums of a window under 2^24), or
-    None where it does not fit."""
+    x_zero) by w plus the bias, as float32 NHWC rows (N * OH * OW, C) (exact: the sums of a window
+    under 2^24), and (N, OH, OW, C) for `nchw`; or None where it does not fit. The caller's
+    requantization of the rows fuses into the kernel."""
     weights = _weights(cx, w, w_zero)
     channels = cx.type(x).shape[1] if cx.type(x).rank == 4 else None
     if (weights is None or weights.ndim != 4 or weights.shape[1] != 1 or not _fits(cx, x, x_zero)
@@ -114,9 +115,14 @@ def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_ze
     folded = (np.zeros(c, np.int32) if bias is None else bias.astype(np.int32)) \
         - fill * taps.astype(np.int32).sum((0, 1), dtype=np.int32)
     nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
-    y = cx.op("qdepthwise", [nhwc, taps, folded.astype(np.int32), np.ones(c, np.float32)],
-              {"strides": strides, "dilations": dilations, "pads": pads, "pad_value": fill})
+    rows = cx.op("qdepthwise", [nhwc, taps, folded.astype(np.int32), np.ones(c, np.float32)],
+                 {"strides": strides, "dilations": dilations, "pads": pads, "pad_value": fill})
     n, _, h, wd = cx.type(x).shape
     oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
-    return cx.op("transpose", [cx.op("reshape", [y], {"shape": (n, oh, ow, c)})], {"perm": (0, 3, 1, 2)})
+    return rows, (n, oh, ow, c)
+
+
+def nchw(cx: NodeContext, rows: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """NHWC rows (N * OH * OW, C) as the NCHW tensor of `shape` (N, OH, OW, C)."""
+    return cx.op("transpose", [cx.op("reshape", [rows], {"shape": shape})], {"perm": (0, 3, 1, 2)})

@@ -216,11 +216,14 @@ def _qlinear_conv(cx: NodeContext):
         y = int8.conv(cx, x, x_zero, w, w_zero, cx.optional(8), out, factor, zp)
         if y is not None:
             return [y]
-    acc = int8.depthwise(cx, x, x_zero, w, w_zero, cx.optional(8))
-    if acc is not None:  # the int32 sums, exact in float32, then ONNX's requantization below
-        acc = cx.op("cast", [acc], {"dtype": "float64"})
-    else:
-        acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
+    depthwise = int8.depthwise(cx, x, x_zero, w, w_zero, cx.optional(8))
+    if depthwise is not None:  # its NHWC rows requantized (per channel along the rows), then NCHW
+        rows, shape = depthwise
+        factor = cx.op("cast", [cx.op("div", [cx.op("mul", [x_scale, w_scale]), y_scale])], {"dtype": "float64"})
+        y = cx.op("add", [cx.op("mul", [cx.op("cast", [rows], {"dtype": "float64"}), factor]),
+                          cx.op("cast", [cx.op("reshape", [y_zero], {"shape": ()})], {"dtype": "float64"})])
+        return [int8.nchw(cx, _saturate(cx, cx.op("round", [y]), cx.type(y_zero).dtype), shape)]
+    acc = _centered_conv(cx, x, x_zero, w, w_zero, cx.optional(8))
     wshape = cx.type(w_scale).shape
     if len(wshape) == 1 and wshape[0] != 1:  # one scale per output channel
         w_scale = cx.op("reshape", [w_scale], {"shape": (wshape[0],) + (1,) * (cx.type(acc).rank - 2)})
