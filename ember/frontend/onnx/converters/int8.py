@@ -4,11 +4,12 @@ operands fit it: uint8 activations with one zero point (a constant, or computed 
 DynamicQuantizeLinear), int8 constant weights with zero point 0 (symmetric, per tensor or per
 output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D, one
 group). The weights are packed at import, the activations' zero point folded into the bias;
-a convolution is im2col (of the input in NHWC) then qgemm, its (N * OH * OW, C) rows taken back
-to NCHW; a depthwise one (a group per channel) is qdepthwise, whose float32 rows hold the int32
-sums exactly for the caller's requantization. Each builder
-returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on wider
-types (quantize.py)."""
+a convolution is im2col (of the input in NHWC; a 1x1 one of stride 1 reads the NHWC rows as
+they are, which the previous convolution's rows are once the transposes between cancel) then
+qgemm, its (N * OH * OW, C) rows taken back to NCHW; a depthwise one (a group per channel) is
+qdepthwise, whose float32 rows hold the int32 sums exactly for the caller's requantization. Each
+builder returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on
+wider types (quantize.py)."""
 
 from __future__ import annotations
 
@@ -82,8 +83,12 @@ def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: T
         return None  # padding must read as the zero point, which only the run knows
     fill = int(x_zero.reshape(-1)[0]) if isinstance(x_zero, np.ndarray) else 0
     nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
-    cols = cx.op("im2col", [nhwc], {"kernel": kernel, "strides": strides, "dilations": dilations, "pads": pads,
-                                    "pad_value": fill})
+    if tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(pads):  # its patches are the rows
+        n, c, h, wd = cx.type(x).shape
+        cols = cx.op("reshape", [nhwc], {"shape": (n * h * wd, c)})
+    else:
+        cols = cx.op("im2col", [nhwc], {"kernel": kernel, "strides": strides, "dilations": dilations,
+                                        "pads": pads, "pad_value": fill})
     cout = weights.shape[0]
     y = _qgemm(cx, cols, x_zero, conv_weights(weights), bias, out, scale, zero_point)
     n, _, h, wd = cx.type(x).shape
