@@ -416,7 +416,6 @@ class CRenderer(CStyleRenderer):
             x, c = (e.a, e.b) if _number(e.b) else (e.b, e.a)  # a clip's bound: ember_maxc_*
             return f"{self.lib.minmax_const(e.op, elem, lanes)}({self._e(x)}, {self._e(c)})", PRIMARY
         code, p = self._binary_code(e)
-        elem = dt.element_of(e.dtype)
         if elem in dt.SUBBYTE_INTS:  # computed in a byte, wrapped to the width after each operation
             return f"{self.lib.wrap(elem, dt.lanes_of(e.dtype))}({code})", PRIMARY
         return code, p

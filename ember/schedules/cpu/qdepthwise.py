@@ -1,5 +1,5 @@
 """The CPU schedule of qdepthwise (ember.ops.qdepthwise): a register tile of output columns of one
-output row x panels of 16 channels of int32 sums (up to qgemm's ACCUMULATORS registers), the taps
+output row x panels of 16 channels of int32 sums (qgemm's tile, up to 7 x 4), the taps
 outside it, each a multiply-add of 16 widened activations by 16 widened weights per panel; the
 padded input widened to int32 per tile, into a local array of the rows and columns the tile reads
 (a tile within one output row, so that its window is a box); the epilogue (the scale and whatever
@@ -12,15 +12,8 @@ from ...ops.qdepthwise import ANCHOR, PADDED
 from ...ops.quantized import LANES
 from ...tir.expr import as_int
 from . import schedules
-from .quantized import ACCUMULATORS
+from .quantized import tile
 from .tiling import find_anchor, prepare
-
-
-def tile(ow: int, c: int) -> tuple[int, int]:
-    """(columns, panels) of the register tile: up to 4 panels of 16 channels and the most columns
-    (up to 7) dividing the output row's ow that keep them within ACCUMULATORS registers."""
-    panels = next(p for p in (4, 2, 1) if (c // LANES) % p == 0)
-    return next(r for r in (7, 6, 5, 4, 3, 2, 1) if ow % r == 0 and r * panels <= ACCUMULATORS), panels
 
 
 @schedules("qdepthwise")
@@ -33,7 +26,7 @@ def schedule_qdepthwise(s, outputs, target):
     if m is None or c is None or c % LANES:
         return False
     ow = anchor.attrs["ow"]
-    cols, panels = tile(ow, c)
+    cols, panels = tile(ow, c)  # (qgemm's tile over the columns of one output row)
     pad = next(t.op for t in anchor.input_tensors if t.op.name == PADDED)
     prepare(s, outputs, anchor, target.lanes(), keep=(pad,))
     window = s.cache_read(pad.output(0), "local", [anchor.output(0)])
