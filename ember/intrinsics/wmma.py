@@ -217,11 +217,13 @@ def declare_store():
     return _declare_copy("store", "ember_wmma_store", _STORE_SOURCE, 1)
 
 
-def _warp_mma_source(dtype: str, fm: int, fn: int, name: str) -> str:
+def _warp_mma_source(dtype: str, fm: int, fn: int, name: str, b_layout: str = "row") -> str:
     """A warp's fm x fn fragments updated by one 16-wide step of k: fm fragments of A and fn of
     B loaded once each (fm + fn loads where the 16x16x16 call makes 2 fm fn), then the fm fn
-    products; every loop unrolled, so the fragments stay in registers."""
+    products; every loop unrolled, so the fragments stay in registers. `b_layout` "col": b is
+    given as its transpose (wn, 16), row-major (a linear layer's weights, (N, K))."""
     n = 8 if dtype == "float16" else 4
+    step_b = f"j * {TILE} * ldb" if b_layout == "col" else f"j * {TILE}"
     ptx = "f16" if dtype == "float16" else "bf16"
     kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
     return f"""{_ACC}
@@ -241,14 +243,14 @@ static __device__ __forceinline__ void {name}(const void* a, const void* b, void
                  : {_outs("fa[i]", n)} : "l"(pa + i * {TILE} * lda), "r"((int)lda) : "memory");
 #pragma unroll
   for (int j = 0; j < {fn}; ++j)
-    asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
-                 : {_outs("fb[j]", n)} : "l"(pb + j * {TILE}), "r"((int)ldb) : "memory");
+    asm volatile("wmma.load.b.sync.aligned.{b_layout}.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+                 : {_outs("fb[j]", n)} : "l"(pb + {step_b}), "r"((int)ldb) : "memory");
 #pragma unroll
   for (int i = 0; i < {fm}; ++i)
 #pragma unroll
     for (int j = 0; j < {fn}; ++j) {{
       float* d = (({ACC_TYPE}*)c)[i * {fn} + j].x;
-      asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, "
+      asm volatile("wmma.mma.sync.aligned.row.{b_layout}.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, "
                    "{_regs(8 + n, n)}, {_regs(0, 8)};"
                    : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[i][{k}])' for k in range(n))},
                      {", ".join(f'"r"(fb[j][{k}])' for k in range(n))});
@@ -260,22 +262,30 @@ def _dtype_c(dtype: str) -> str:
     return {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
 
 
-def warp_mma(dtype: str, wm: int, wn: int):
+def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     """The intrinsic of a warp's whole wm x wn tile of fp32 fragments updated by a 16-wide step
     of k, `dtype` inputs (declared and registered the first time it is asked for): c[i, j] (+)=
     sum over k < 16 of a[i, k] * b[k, j], a (wm, 16) and b (16, wn) row-major tiles in shared
-    memory, c a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
+    memory (b_layout "col": b given as its transpose, a (wn, 16) row-major tile read bt[j, k]), c
+    a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
     fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once."""
     if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
         raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
-    name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32"
+    if b_layout not in ("row", "col"):
+        raise ScheduleError(f"a warp's b tile is row-major or its transpose (\"row\" or \"col\"), not {b_layout!r}")
+    name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
     if name in _WARP:
         return _WARP[name]
     a = te.placeholder((wm, TILE), dtype, name="a")
-    b = te.placeholder((TILE, wn), dtype, name="b")
     k = te.reduce_axis((0, TILE), name="k")
-    c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
-                   name="c")
+    if b_layout == "col":
+        b = te.placeholder((wn, TILE), dtype, name="b")
+        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[j, k].astype("float32"), axis=k),
+                       name="c")
+    else:
+        b = te.placeholder((TILE, wn), dtype, name="b")
+        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+                       name="c")
     fn_name = f"ember_{name}"
 
     def lower_fn(ins, outs):
@@ -285,7 +295,7 @@ def warp_mma(dtype: str, wm: int, wn: int):
         return None, te.hardware_intrinsic(f"{fn_name}_fill", pc.access_ptr("w")), update
 
     _WARP[name] = te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True,
-                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name))
+                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name, b_layout))
     return _WARP[name]
 
 

@@ -1,0 +1,62 @@
+"""The products of a model in float16/bfloat16 on Tensor Cores at any shape (ember.schedules.gpu.
+matmul, ember.cuda.schedules.tensorcore_product): linear layers (weights read transposed) with
+their bias, batched and broadcast matmul, M, N and K that the tiles do not divide (padded with
+zeros), batch-1 rows; each on the interpreter with GPU semantics against NumPy and compiled by
+NVRTC for sm_90."""
+
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.graph.core import TensorType
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.schedules.gpu.matmul import SMS, tensor_core_tiles
+from ember.target import Target
+from ember.testing import check_op, random_array
+
+RNG = np.random.default_rng(31)
+ON_INTERPRETER = Target("python", schedules="gpu")
+
+
+def _h(*shape, dtype="float16"):
+    return random_array(shape, dtype, RNG)
+
+
+CASES = {  # name: (operator, inputs, attributes)
+    "linear, one row": ("gemm", lambda: [_h(1, 24), _h(40, 24), _h(40)], {"trans_b": True}),
+    "linear, partial tiles": ("gemm", lambda: [_h(5, 40), _h(48, 40), _h(48)], {"trans_b": True}),
+    "gemm, bf16, partial tiles": ("gemm", lambda: [_h(33, 48, dtype="bfloat16"), _h(48, 17, dtype="bfloat16")], {}),
+    "batched": ("matmul", lambda: [_h(2, 20, 24), _h(2, 24, 36)], {}),
+    "broadcast batch, bf16": ("matmul", lambda: [_h(2, 3, 20, 24, dtype="bfloat16"), _h(1, 24, 36, dtype="bfloat16")],
+                              {}),
+    "whole tiles": ("matmul", lambda: [_h(64, 32), _h(32, 64)], {}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_product_on_tensor_cores_matches_numpy_on_the_interpreter(case):
+    name, inputs, attrs = CASES[case]
+    check_op(name, inputs(), attrs, rtol=1e-2, atol=1e-2, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", ["linear, partial tiles", "broadcast batch, bf16"])
+def test_a_product_on_tensor_cores_compiles_for_sm90(case):
+    name, inputs, attrs = CASES[case]
+    types = [TensorType(x.shape, x.dtype.name) for x in inputs()]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.binary[:4] == b"\x7fELF" and "wmma.mma.sync" in f.source
+    if attrs.get("trans_b"):  # the weights (N, K) read as B's columns, in place
+        assert "wmma.load.b.sync.aligned.col" in f.source
+
+
+def test_tiles_shrink_until_the_grid_fills_the_gpu():
+    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 64}
+    small = tensor_core_tiles(1, 128, 3072, 768)  # BERT-base's MLP at 128 tokens, batch 1
+    assert small["BM"] * small["BN"] < 64 * 64 and 128 // small["BM"] * 3072 // small["BN"] >= SMS
+    assert tensor_core_tiles(1, 1, 768, 768)["BM"] == 16  # a decoded token: one row
+    assert tensor_core_tiles(12, 128, 128, 64)["BK"] == 32
