@@ -305,13 +305,15 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     products (C[.., i, j] = sum over k of A[.., i, k] * B[.., k, j], batch axes first; B may be
     read transposed, B[.., j, k], a linear layer's weights), and `out`, the kernel's output of
     C's shape computed from C (its cast to the inputs' type, and any epilogue fused after it: a
-    bias, a GELU, a residual). A block computes a BM x BN tile of C (a batch element each) as
+    bias, a GELU, a residual; or of C's shape with its last axis split in two, a convolution's
+    output positions (OH*OW) as (OH, OW)). A block computes a BM x BN tile of C (a batch element each) as
     `tensorcore_gemm` does, its fragments stored into a float32 tile in shared memory, from
     which the block's threads compute `out` (coalesced, the epilogue applied to the fp32 sums).
     Where the tiles do not divide M, N or K, the product is padded with zeros (pad_einsum): the
     copies of A's and B's tiles into shared memory write zeros past the operands' ends, so the
     sums are unchanged and the fragments stay whole, and the tiles of `out` are guarded. The
-    operands are read with `product_operands`' layouts."""
+    operands are read with `product_operands`' layouts; one that is a stage of the kernel (a
+    convolution's columns, ember.ops.conv_gemm) is computed as its tiles are copied."""
     A, B, b_layout = product_operands(s, C)
     batch, (M, N), K = C.shape[:-2], (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
     _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad)
@@ -324,9 +326,13 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
         copy = s.cache_read(padded.get(X.buffer, X), "shared", [C])
         if X.buffer in padded:
             s[padded[X.buffer]].compute_inline()  # zeros past the operand's end, written as the tile is copied
+        if s.computed(X):
+            s[X].compute_inline()  # (a convolution's columns: computed as their tile is copied)
         operands.append(copy)
     CF = s.cache_write(C, "wmma.accumulator")
-    *outer, i, j = s[out].op.axis
+    *outer, i, j = s[out].op.axis[:C.ndim]
+    if out.ndim == C.ndim + 1:  # C's columns as out's last two axes (a convolution's output positions)
+        j = s[out].fuse(j, s[out].op.axis[-1])
     bi, ii = s[out].split(i, factor=BM)
     bj, jj = s[out].split(j, factor=BN)
     # the longest batch axis over blocks, any other a loop in the block (fused, the fragments' and

@@ -44,10 +44,13 @@ interpreter runs the descriptions (fp16/bf16 products summed in float32).
 
 from __future__ import annotations
 
+import re
+
 from .. import te
 from ..errors import ScheduleError
 from ..tir.expr import binary, const, reinterpret
 from ..tir.stmt import CallRoutine, Pointer
+from ..tir.tensor_intrin import RESOLVERS
 
 TILE = 16
 FEATURE = "wmma"
@@ -300,6 +303,20 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
 
 
 _WARP: dict = {}
+_WARP_NAME = re.compile(r"wmma_warp_mma_(\d+)x(\d+)x16_(f16|bf16)_f32(_bt)?")
+
+
+def _resolve(name: str):
+    """The warp's intrinsic named `name`, declared now (a kernel lowered in a worker process names
+    one this process has not declared)."""
+    m = _WARP_NAME.fullmatch(name)
+    if m is None:
+        return None
+    dtype = {"f16": "float16", "bf16": "bfloat16"}[m.group(3)]
+    return warp_mma(dtype, int(m.group(1)), int(m.group(2)), "col" if m.group(4) else "row")
+
+
+RESOLVERS.append(_resolve)
 
 
 def _shared_mma_source(dtype: str) -> str:

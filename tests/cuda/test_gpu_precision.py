@@ -47,6 +47,7 @@ def test_a_model_in_lower_precision_matches_torch_fp32(compiled):
     else:  # the weights and the activations between kernels in half precision, converted at the boundary
         assert "cast" in ops and HALF_TYPE[precision] in cm.source
         assert "wmma.mma.sync" in cm.source  # the linear layers on Tensor Cores, whatever their shapes
+        assert "conv2d" not in ops  # and the convolutions, as implicit GEMMs (conv2d_gemm)
         half = {"fp16": np.float16, "bf16": ember.tir.dtype.to_numpy("bfloat16")}[precision]
         assert all(w.dtype == half for w in cm.weights.values() if w.dtype != bool)  # (a causal mask stays bool)
 

@@ -1,8 +1,8 @@
 """The products of a model in float16/bfloat16 on Tensor Cores at any shape (ember.schedules.gpu.
 matmul, ember.cuda.schedules.tensorcore_product): linear layers (weights read transposed) with
 their bias, batched and broadcast matmul, M, N and K that the tiles do not divide (padded with
-zeros), batch-1 rows; each on the interpreter with GPU semantics against NumPy and compiled by
-NVRTC for sm_90."""
+zeros), batch-1 rows, convolutions as implicit GEMMs (ember.ops.conv_gemm); each on the
+interpreter with GPU semantics against NumPy and compiled by NVRTC for sm_90."""
 
 import numpy as np
 import pytest
@@ -32,6 +32,12 @@ CASES = {  # name: (operator, inputs, attributes)
     "broadcast batch, bf16": ("matmul", lambda: [_h(2, 3, 20, 24, dtype="bfloat16"), _h(1, 24, 36, dtype="bfloat16")],
                               {}),
     "whole tiles": ("matmul", lambda: [_h(64, 32), _h(32, 64)], {}),
+    # convolutions as implicit GEMMs: the columns computed as their tiles are copied
+    "conv 3x3, padded": ("conv2d_gemm", lambda: [_h(1, 3, 7, 7), _h(8, 27), _h(8)], {"kernel": (3, 3),
+                                                                                   "padding": (1, 1, 1, 1)}),
+    "conv 2x2, stride 2, bf16": ("conv2d_gemm", lambda: [_h(1, 3, 9, 9, dtype="bfloat16"), _h(5, 12, dtype="bfloat16")],
+                                 {"kernel": (2, 2), "strides": (2, 2), "padding": (0, 1, 1, 0)}),
+    "conv 1x1, batch 2": ("conv2d_gemm", lambda: [_h(2, 4, 6, 5), _h(6, 4)], {"kernel": (1, 1)}),
 }
 
 
@@ -42,7 +48,7 @@ def test_a_product_on_tensor_cores_matches_numpy_on_the_interpreter(case):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("case", ["linear, partial tiles", "broadcast batch, bf16"])
+@pytest.mark.parametrize("case", ["linear, partial tiles", "broadcast batch, bf16", "conv 3x3, padded"])
 def test_a_product_on_tensor_cores_compiles_for_sm90(case):
     name, inputs, attrs = CASES[case]
     types = [TensorType(x.shape, x.dtype.name) for x in inputs()]

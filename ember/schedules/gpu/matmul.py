@@ -1,9 +1,11 @@
-"""GPU schedules of the products (matmul, gemm: linear layers, batched matmul).
+"""GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
+convolutions as implicit GEMMs).
 
 float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16") take Tensor
 Cores at any shape (ember.cuda.schedules.tensorcore_product): the kernel's output (the product
 cast to the inputs' type, and the epilogue fused after it: a bias, a GELU, a residual) computed
-from the fp32 sums of a block's tile; tiles that do not divide the shape padded with zeros.
+from the fp32 sums of a block's tile; tiles that do not divide the shape padded with zeros; a
+convolution's columns (im2col) computed as their tiles are copied into shared memory.
 The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
 where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding).
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 from ...cuda import schedules as gpu
 from ...errors import ScheduleError
 from ...intrinsics import wmma
+from ...ops.conv_gemm import COLUMNS
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
@@ -37,7 +40,7 @@ def schedule_gemm(s, outputs, target) -> bool | None:
     return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul")
+@schedules("matmul", "conv2d_gemm")
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
@@ -54,11 +57,15 @@ def _half_operands(C) -> bool:
 
 def _tensor_cores(s, C, out) -> bool | None:
     """out computed from C, the float32 product of half operands (see the module doc)."""
-    shape = [as_int(d) for d in C.shape]
-    if ([as_int(d) for d in out.shape] != shape or None in shape or len(C.op.reduce_axis) != 1
+    shape, out_shape = [as_int(d) for d in C.shape], [as_int(d) for d in out.shape]
+    if len(out_shape) == len(shape) + 1 and out_shape[-2] * out_shape[-1] == shape[-1]:
+        out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
+    if (out_shape != shape or None in shape or len(C.op.reduce_axis) != 1
             or as_int(C.op.reduce_axis[0].dom.extent) is None):
         return False
-    inline_intermediates(s.sch)  # (b transposed for the CPU's vectors: read in place)
+    columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
+    # (b transposed for the CPU's vectors: read in place; a convolution's columns stay a stage)
+    inline_intermediates(s.sch, where=lambda block: block.name not in columns)
     try:
         gpu.product_operands(s, C)
     except ScheduleError:
@@ -73,8 +80,8 @@ def _tensor_cores(s, C, out) -> bool | None:
 
 def tensor_core_tiles(batch: int, M: int, N: int, K: int) -> dict:
     """Block tiles BM x BN (16, 32 or 64: the least that covers a small M or N), halved from 64
-    while the grid has fewer blocks than the GPU has multiprocessors; 32-wide steps of k (16 for
-    a short K); warps of at most 32 x 64, two a block where the tile splits."""
+    to 32 while the grid has fewer blocks than the GPU has multiprocessors; 32-wide steps of k
+    (16 for a short K); warps of at most 32 x 64, two a block where the tile splits."""
     BM, BN = (16 if n <= 16 else 32 if n <= 32 else 64 for n in (M, N))
     while batch * -(-M // BM) * -(-N // BN) < SMS and max(BM, BN) > 32:
         if BN >= BM:
