@@ -27,6 +27,7 @@ from __future__ import annotations
 from .. import te
 from ..errors import ScheduleError
 from ..te.schedule import TESchedule, ThreadAxis
+from ..tir import dtype as dt
 from ..tir.expr import as_int
 
 
@@ -300,8 +301,9 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
 
 
 def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
-                       WN: int = 64, pad: int = 8, stages: int = 2) -> None:
-    """An operator's float16/bfloat16 product on Tensor Cores, any shape: C, its float32 sum of
+                       WN: int = 64, stages: int = 2) -> None:
+    """An operator's float16/bfloat16 product on Tensor Cores, any shape (or float32 operands as
+    TF32, a "tf32" model's): C, its float32 sum of
     products (C[.., i, j] = sum over k of A[.., i, k] * B[.., k, j], batch axes first; B may be
     read transposed, B[.., j, k], a linear layer's weights), and `out`, the kernel's output of
     C's shape computed from C (its cast to the inputs' type, and any epilogue fused after it: a
@@ -316,7 +318,8 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     convolution's columns, ember.ops.conv_gemm) is computed as its tiles are copied."""
     A, B, b_layout = product_operands(s, C)
     batch, (M, N), K = C.shape[:-2], (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
-    _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad)
+    pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
+    _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad, A.dtype)
     padded = s.pad_einsum(C, [1] * len(batch) + [BM, BN, BK])
     if C.buffer in padded:  # the copy of C's part out, read by the epilogue
         s[C].compute_inline()
@@ -356,8 +359,8 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
 def product_operands(s: TESchedule, C):
     """(A, B, B's layout) of C's product as its block reads them, A[.., i, k] and B[.., k, j]
     ("row") or B[.., j, k] ("col"), batch dimensions first (read at C's batch axes or at 0, a
-    broadcast); a ScheduleError where C is not such a product of two float16 or bfloat16
-    operands."""
+    broadcast); a ScheduleError where C is not such a product of two float16, bfloat16 or
+    float32 (TF32) operands."""
     from ..intrinsics import wmma
     from ..te.tensor import Tensor
 
@@ -373,7 +376,7 @@ def product_operands(s: TESchedule, C):
     by_tail = {}  # (the variables of its last two indices) -> the operand
     for r in reads:
         *lead, p, q = [x.min for x in r.region]
-        if (r.buffer.dtype not in wmma.DTYPES or len(lead) > len(batch)
+        if (r.buffer.dtype not in (*wmma.DTYPES, "float32") or len(lead) > len(batch)
                 or any(x is not v and as_int(x) is None for x, v in zip(reversed(lead), reversed(batch)))):
             raise ScheduleError(f"tensorcore_product: {blk.name} reads {r.buffer.name} as no Tensor Core operand")
         by_tail[id(p), id(q)] = r.buffer
@@ -387,13 +390,14 @@ def product_operands(s: TESchedule, C):
     return Tensor(C.op, 0, a), Tensor(C.op, 0, b), b_layout
 
 
-def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad) -> None:
+def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad, dtype: str = "float16") -> None:
     if M % BM or N % BN or K % BK or BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
         raise ScheduleError(f"tensorcore_gemm: tiles {BM}x{BN}x{BK} (warps' {WM}x{WN}, in 16x16x16 steps) must "
                             f"divide {M}x{N}x{K}")
-    if pad % 8 or pad < 0:
+    lanes = 128 // dt.bits(dtype)
+    if pad % lanes or pad < 0:
         raise ScheduleError(f"tensorcore_gemm: rows padded by {pad} elements; wmma loads rows 16 bytes apart (a "
-                            f"multiple of 8)")
+                            f"multiple of {lanes})")
 
 
 def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, stages, dtype,
@@ -429,7 +433,8 @@ def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, sta
         *lead, row, col = s[S].op.axis
         if pad:
             s[S].storage_align(row, row_length, pad)
-        col, lanes = s[S].split(col, factor=8)  # 16 bytes a thread at a time (ember.cuda.vectors.copy_loop)
+        # 16 bytes a thread at a time (ember.cuda.vectors)
+        col, lanes = s[S].split(col, factor=128 // dt.bits(dtype))
         s[S].vectorize(lanes)
         _, rest = s[S].split(s[S].fuse(*lead, row, col), factor=threads)
         y, x = s[S].split(rest, factor=32)

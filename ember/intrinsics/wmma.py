@@ -225,6 +225,8 @@ def _warp_mma_source(dtype: str, fm: int, fn: int, name: str, b_layout: str = "r
     B loaded once each (fm + fn loads where the 16x16x16 call makes 2 fm fn), then the fm fn
     products; every loop unrolled, so the fragments stay in registers. `b_layout` "col": b is
     given as its transpose (wn, 16), row-major (a linear layer's weights, (N, K))."""
+    if dtype == "float32":
+        return _warp_tf32_source(fm, fn, name, b_layout)
     n = 8 if dtype == "float16" else 4
     step_b = f"j * {TILE} * ldb" if b_layout == "col" else f"j * {TILE}"
     ptx = "f16" if dtype == "float16" else "bf16"
@@ -261,6 +263,55 @@ static __device__ __forceinline__ void {name}(const void* a, const void* b, void
 }}"""
 
 
+def _warp_tf32_source(fm: int, fn: int, name: str, b_layout: str) -> str:
+    """`_warp_mma_source` for fp32 tiles as TF32: each 16-wide step of k two m16n16k8 steps, the
+    loaded fragments rounded (cvt.rna: a "tf32" model's operands are TF32 values already, so the
+    rounding changes nothing for them; the load keeps fp32's bits, which the product would
+    truncate)."""
+    step_b = f"j * {TILE} * ldb + 8 * h" if b_layout == "col" else f"8 * h * ldb + j * {TILE}"
+    cvt = 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({0}) : "f"(__uint_as_float({0})));'
+    return f"""{_ACC}
+static __device__ __forceinline__ void {name}_fill(void* c) {{
+#pragma unroll
+  for (int f = 0; f < {fm * fn}; ++f)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)[f].x[i] = 0.0f;
+}}
+static __device__ __forceinline__ void {name}(const void* a, const void* b, void* c, int64_t lda, int64_t ldb) {{
+  unsigned fa[{fm}][4], fb[{fn}][4];
+  const float* pa = (const float*)a;
+  const float* pb = (const float*)b;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+#pragma unroll
+    for (int i = 0; i < {fm}; ++i)
+      asm volatile("wmma.load.a.sync.aligned.row.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                   : {_outs("fa[i]", 4)} : "l"(pa + i * {TILE} * lda + 8 * h), "r"((int)lda) : "memory");
+#pragma unroll
+    for (int j = 0; j < {fn}; ++j)
+      asm volatile("wmma.load.b.sync.aligned.{b_layout}.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                   : {_outs("fb[j]", 4)} : "l"(pb + {step_b}), "r"((int)ldb) : "memory");
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {{
+#pragma unroll
+      for (int i = 0; i < {fm}; ++i) {cvt.format("fa[i][r]")}
+#pragma unroll
+      for (int j = 0; j < {fn}; ++j) {cvt.format("fb[j][r]")}
+    }}
+#pragma unroll
+    for (int i = 0; i < {fm}; ++i)
+#pragma unroll
+      for (int j = 0; j < {fn}; ++j) {{
+        float* d = (({ACC_TYPE}*)c)[i * {fn} + j].x;
+        asm volatile("wmma.mma.sync.aligned.row.{b_layout}.m16n16k8.f32.tf32.tf32.f32 {_regs(0, 8)}, "
+                     "{_regs(8, 4)}, {_regs(12, 4)}, {_regs(0, 8)};"
+                     : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[i][{k}])' for k in range(4))},
+                       {", ".join(f'"r"(fb[j][{k}])' for k in range(4))});
+      }}
+  }}
+}}"""
+
+
 def _dtype_c(dtype: str) -> str:
     return {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
 
@@ -271,7 +322,9 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     sum over k < 16 of a[i, k] * b[k, j], a (wm, 16) and b (16, wn) row-major tiles in shared
     memory (b_layout "col": b given as its transpose, a (wn, 16) row-major tile read bt[j, k]), c
     a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
-    fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once."""
+    fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once.
+    `dtype` "float32": fp32 tiles of TF32 values (a "tf32" model's operands, rounded where they
+    are made), multiplied as TF32 (`_warp_tf32_source`)."""
     if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
         raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
     if b_layout not in ("row", "col"):
@@ -303,7 +356,7 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
 
 
 _WARP: dict = {}
-_WARP_NAME = re.compile(r"wmma_warp_mma_(\d+)x(\d+)x16_(f16|bf16)_f32(_bt)?")
+_WARP_NAME = re.compile(r"wmma_warp_mma_(\d+)x(\d+)x16_(f16|bf16|tf32)_f32(_bt)?")
 
 
 def _resolve(name: str):
@@ -312,7 +365,7 @@ def _resolve(name: str):
     m = _WARP_NAME.fullmatch(name)
     if m is None:
         return None
-    dtype = {"f16": "float16", "bf16": "bfloat16"}[m.group(3)]
+    dtype = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}[m.group(3)]
     return warp_mma(dtype, int(m.group(1)), int(m.group(2)), "col" if m.group(4) else "row")
 
 

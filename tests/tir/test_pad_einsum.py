@@ -54,3 +54,15 @@ def test_what_is_not_a_sum_of_products_is_refused():
     sch = Schedule(te.create_prim_func([x, total]))
     with pytest.raises(ScheduleError, match="its update is not a product of loads"):
         sch.pad_einsum(sch.get_block("total"), padding=[1, 4])
+
+
+def test_a_factor_computed_from_its_load_is_computed_in_its_pad_stage():
+    A = te.placeholder((21, 11), name="A")
+    B = te.placeholder((11, 13), name="B")
+    r = te.reduce_axis((0, 11), name="k")
+    C = te.compute((21, 13), lambda i, j: te.sum(te.exp(A[i, r]) * B[r, j], axis=r), name="C")  # exp(0) is 1
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    sch.pad_einsum(sch.get_block("C"), padding=[8, 8, 4])
+    product = next(r for r in sch.all_realizes() if r.block.name == "C").block
+    assert "exp" not in str(product.body) and "exp" in str(sch.mod)  # the product reads plain loads
+    check_schedule(sch, None, lambda a, b: np.exp(a) @ b, targets=("python",), rtol=1e-5, atol=1e-5)

@@ -1,10 +1,11 @@
 """GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
 convolutions as implicit GEMMs).
 
-float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16") take Tensor
-Cores at any shape (ember.cuda.schedules.tensorcore_product): the kernel's output (the product
-cast to the inputs' type, and the epilogue fused after it: a bias, a GELU, a residual) computed
-from the fp32 sums of a block's tile; tiles that do not divide the shape padded with zeros; a
+float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
+ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
+(ember.cuda.schedules.tensorcore_product): the kernel's output (the product cast to the inputs'
+type, and the epilogue fused after it: a bias, a GELU, a residual) computed from the fp32 sums
+of a block's tile; tiles that do not divide the shape padded with zeros; a
 convolution's columns (im2col) computed as their tiles are copied into shared memory.
 The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
 where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding).
@@ -44,15 +45,17 @@ def schedule_gemm(s, outputs, target) -> bool | None:
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
-    if len(found) == 1 and found[0] is not out and _half_operands(found[0]):
+    if len(found) == 1 and found[0] is not out and _tensor_core_operands(found[0]):
         return _tensor_cores(s, found[0], out)
     if out.op.name != "matmul" or found != [out]:
         return False
     return _float32(s, out)
 
 
-def _half_operands(C) -> bool:
-    return C.dtype == "float32" and all(t.dtype in wmma.DTYPES for t in C.op.input_tensors)
+def _tensor_core_operands(C) -> bool:
+    """C sums products of half operands, or of float32 ones marked TF32 (a "tf32" model's)."""
+    dtypes = {t.dtype for t in C.op.input_tensors}
+    return C.dtype == "float32" and (dtypes <= set(wmma.DTYPES) or (dtypes == {"float32"} and C.op.attrs.get("tf32")))
 
 
 def _tensor_cores(s, C, out) -> bool | None:
@@ -73,15 +76,17 @@ def _tensor_cores(s, C, out) -> bool | None:
     batch = 1
     for d in shape[:-2]:
         batch *= d
-    tiles = tensor_core_tiles(batch, *shape[-2:], as_int(C.op.reduce_axis[0].dom.extent))
+    K = as_int(C.op.reduce_axis[0].dom.extent)
+    tiles = tensor_core_tiles(batch, *shape[-2:], K, C.op.input_tensors[0].dtype)
     gpu.tensorcore_product(s, C, out, **tiles)
     return None
 
 
-def tensor_core_tiles(batch: int, M: int, N: int, K: int) -> dict:
+def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16") -> dict:
     """Block tiles BM x BN (16, 32 or 64: the least that covers a small M or N), halved from 64
     to 32 while the grid has fewer blocks than the GPU has multiprocessors; 32-wide steps of k
-    (16 for a short K); warps of at most 32 x 64, two a block where the tile splits."""
+    (16 for a short K, and for float32 tiles, twice the bytes); warps of at most 32 x 64, two a
+    block where the tile splits."""
     BM, BN = (16 if n <= 16 else 32 if n <= 32 else 64 for n in (M, N))
     while batch * -(-M // BM) * -(-N // BN) < SMS and max(BM, BN) > 32:
         if BN >= BM:
@@ -91,7 +96,7 @@ def tensor_core_tiles(batch: int, M: int, N: int, K: int) -> dict:
     WM, WN = min(BM, 32), min(BN, 64)
     if BM == WM and BN == WN and WN > 16:
         WN //= 2
-    return {"BM": BM, "BN": BN, "BK": 16 if K <= 16 else 32, "WM": WM, "WN": WN}
+    return {"BM": BM, "BN": BN, "BK": 16 if K <= 16 or dtype == "float32" else 32, "WM": WM, "WN": WN}
 
 
 def _float32(s, C) -> bool | None:
