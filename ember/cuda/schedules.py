@@ -302,20 +302,20 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
 
 def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
                        WN: int = 64, stages: int = 2) -> None:
-    """An operator's float16/bfloat16 product on Tensor Cores, any shape (or float32 operands as
-    TF32, a "tf32" model's): C, its float32 sum of
-    products (C[.., i, j] = sum over k of A[.., i, k] * B[.., k, j], batch axes first; B may be
-    read transposed, B[.., j, k], a linear layer's weights), and `out`, the kernel's output of
-    C's shape computed from C (its cast to the inputs' type, and any epilogue fused after it: a
-    bias, a GELU, a residual; or of C's shape with its last axis split in two, a convolution's
-    output positions (OH*OW) as (OH, OW)). A block computes a BM x BN tile of C (a batch element each) as
-    `tensorcore_gemm` does, its fragments stored into a float32 tile in shared memory, from
-    which the block's threads compute `out` (coalesced, the epilogue applied to the fp32 sums).
-    Where the tiles do not divide M, N or K, the product is padded with zeros (pad_einsum): the
-    copies of A's and B's tiles into shared memory write zeros past the operands' ends, so the
-    sums are unchanged and the fragments stay whole, and the tiles of `out` are guarded. The
-    operands are read with `product_operands`' layouts; one that is a stage of the kernel (a
-    convolution's columns, ember.ops.conv_gemm) is computed as its tiles are copied."""
+    """An operator's float16/bfloat16 product on Tensor Cores, any shape (float32 operands as
+    TF32, a "tf32" model's): C, its float32 sum of products (C[.., i, j] = sum over k of
+    A[.., i, k] * B[.., k, j], batch axes first; B may be read transposed, B[.., j, k], a linear
+    layer's weights), and `out`, the kernel's output computed from C (its cast to the inputs'
+    type, and any epilogue fused after it: a bias, a GELU, a residual), of C's shape or with C's
+    last axis split in two (a convolution's output positions, OH*OW as (OH, OW)). A block
+    computes a BM x BN tile of C (of one batch element) as `tensorcore_gemm` does, its fragments
+    stored into a float32 tile in shared memory, from which the block's threads compute `out`
+    (coalesced, the epilogue applied to the fp32 sums). Where the tiles do not divide M, N or K,
+    the product is padded with zeros (pad_einsum): the copies of A's and B's tiles into shared
+    memory write zeros past the operands' ends, so the sums are unchanged and the fragments stay
+    whole, and the tiles of `out` are guarded. The operands are read with `product_operands`'
+    layouts; one that is a stage of the kernel (a convolution's columns, ember.ops.conv_gemm; a
+    prologue, in its pad stage) is computed as its tiles are copied."""
     A, B, b_layout = product_operands(s, C)
     batch, (M, N), K = C.shape[:-2], (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
     pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
