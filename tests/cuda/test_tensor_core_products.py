@@ -36,7 +36,6 @@ CASES = {  # name: (operator, inputs, attributes)
     "batched": ("matmul", lambda: [_h(2, 20, 24), _h(2, 24, 36)], {}),
     "broadcast batch, bf16": ("matmul", lambda: [_h(2, 3, 20, 24, dtype="bfloat16"), _h(1, 24, 36, dtype="bfloat16")],
                               {}),
-    "whole tiles": ("matmul", lambda: [_h(64, 32), _h(32, 64)], {}),
     # convolutions as implicit GEMMs: the columns computed as their tiles are copied
     "conv 3x3, padded": ("conv2d_gemm", lambda: [_h(1, 3, 7, 7), _h(8, 27), _h(8)], {"kernel": (3, 3),
                                                                                    "padding": (1, 1, 1, 1)}),
@@ -55,7 +54,7 @@ def test_a_product_on_tensor_cores_matches_numpy_on_the_interpreter(case):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("case", ["linear, partial tiles", "broadcast batch, bf16", "conv 3x3, padded", "linear, tf32"])
+@pytest.mark.parametrize("case", ["linear, partial tiles", "conv 3x3, padded", "linear, tf32"])
 def test_a_product_on_tensor_cores_compiles_for_sm90(case):
     name, inputs, attrs = CASES[case]
     types = [TensorType(x.shape, x.dtype.name) for x in inputs()]
