@@ -14,7 +14,8 @@ loaded once per k step, shared rows padded, the K loop pipelined with cp.async; 
 accumulators and output; with and without the padding and the pipelining) against cuBLAS on the
 same inputs (its output in the inputs' type); and operators (softmax, layer norm, a reduction,
 gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
-against torch. Every kernel is
+against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
+a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN. Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -311,6 +312,56 @@ def defaults(n: int, runs: int, rows: list) -> None:
             traceback.print_exc(limit=6, file=sys.stdout)
 
 
+# a model's products in fp16 as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at
+# any shape, the bias fused): (name, operator, input shapes, attributes, torch's function on the same inputs)
+PRODUCTS = (("linear 128x768->3072 +b", "gemm", ((128, 768), (3072, 768), (3072,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b)),  # BERT-base's MLP up, 128 tokens, batch 1
+            ("linear 1x768->3072 +b", "gemm", ((1, 768), (3072, 768), (3072,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b)),  # a decoded token
+            ("bmm 12x128x64x128", "matmul", ((12, 128, 64), (12, 64, 128)), {}, lambda a, b: a @ b),
+            # ResNet's 3x3 convolutions at batch 1 as implicit GEMMs (ember.ops.conv_gemm: the weights (OC, C*9))
+            ("conv3x3 64ch 56^2 +b", "conv2d_gemm", ((1, 64, 56, 56), (64, 576), (64,)),
+             {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
+             lambda x, w, b: _functional().conv2d(x, w.view(64, 64, 3, 3), b, padding=1)),
+            ("conv3x3 256ch 14^2 +b", "conv2d_gemm", ((1, 256, 14, 14), (256, 2304), (256,)),
+             {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
+             lambda x, w, b: _functional().conv2d(x, w.view(256, 256, 3, 3), b, padding=1)))
+
+
+def products(n: int, runs: int, rows: list) -> None:
+    """The products of PRODUCTS in fp16 as the CUDA target schedules them, against torch (cuBLAS,
+    cuDNN) on the same inputs; TFLOP/s of the products' 2 M N K."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    for name, op, shapes, attrs, torch_fn in PRODUCTS:
+        try:
+            types = [TensorType(shape, "float16") for shape in shapes]
+            bound, outs = infer_types(op, types, attrs)
+            t0 = time.perf_counter()
+            s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+            f = ember.build(s, args, target="cuda")
+            build_s = time.perf_counter() - t0
+            xs = [torch.randn(shape, device="cuda").half() / shape[-1] ** 0.25 for shape in shapes]
+            y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda", dtype=torch.float16)
+            f(*xs, y)
+            torch.testing.assert_close(y.float(), torch_fn(*xs).float(), rtol=2e-2, atol=2e-2)
+            out, k = y.numel(), shapes[1][-1] if op == "conv2d_gemm" else shapes[0][-1]
+            tflop = 2 * out * k / 1e12
+            t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+            rows.append((name, f"ember grid {f.grid} block {f.block}", t, tflop / t, build_s))
+            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+            rows.append((name, "torch fp16", t, tflop / t, None))
+        except Exception:  # one product's failure must not hide the others'
+            print(f"--- {name} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
 def tuning(n: int, trials: int, runs: int) -> None:
     """A search of `trials` GPU candidates for the fp32 GEMM n^3 (ember.tune's GPU sketches,
     measured with CUDA events in worker processes): the best latency after each round, then the
@@ -358,7 +409,7 @@ def tuning(n: int, trials: int, runs: int) -> None:
 
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
-         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults}
+         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products}
 
 
 def main() -> int:

@@ -232,7 +232,7 @@ GRAPH_PASSES = ("fold_constants", "fold_attention", "unfold_attention", "fold_tr
                 "fold_cache_append", "cse",
                 "slice_products", "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products",
                 "quantize_weights", "quantize_rows", "bf16_weights", "fp16_activations", "bf16_activations",
-                "tf32_products",
+                "tf32_products", "conv_gemm",
                 "pad_gemv", "layout", "pack_weights", "winograd", "bf16_convs", "dce", "fuse")
 
 

@@ -2,9 +2,10 @@
 warp that makes each call (ember.intrinsics.wmma).
 
 A buffer of scope "wmma.accumulator" is a (R, C) array of fp32 accumulators, R and C multiples
-of 16, that only tensorized calls touch: it is declared as R/16 * C/16 fragments in the registers of
-the warp (a fragment is spread over the 32 lanes, 8 floats each), and the address of a 16x16
-tile's first element, at flat offset o, names fragment (o / (16 C)) * (C / 16) + (o % C) / 16.
+of 16 (after any leading dimensions of 1: a batched product's tile), that only tensorized calls
+touch: it is declared as R/16 * C/16 fragments in the registers of the warp (a fragment is
+spread over the 32 lanes, 8 floats each), and the address of a 16x16 tile's first element, at
+flat offset o, names fragment (o / (16 C)) * (C / 16) + (o % C) / 16.
 
 A wmma call is collective: the 32 lanes of a warp make it together, with the same arguments.
 The kernel's threadIdx.x is the lane (exactly 32), and a call sits in no loop bound to
@@ -28,8 +29,9 @@ FRAGMENT = ACC_TYPE
 
 def declaration(buf: Buffer, name: str) -> str:
     """The fragments holding an accumulator buffer."""
-    dims = [as_int(d) for d in buf.shape]
-    if len(dims) != 2 or buf.dtype != "float32" or any(d is None or d % TILE for d in dims):
+    lead, dims = [as_int(d) for d in buf.shape[:-2]], [as_int(d) for d in buf.shape[-2:]]
+    if (len(dims) != 2 or any(d != 1 for d in lead) or buf.dtype != "float32"
+            or any(d is None or d % TILE for d in dims)):
         raise LowerError(f"a {SCOPE} buffer is a 2-D float32 array of 16x16 tiles; {buf.name} is "
                          f"{buf.dtype}{list(buf.shape)}")
     return f"{FRAGMENT} {name}[{dims[0] // TILE * (dims[1] // TILE)}];"
@@ -37,7 +39,7 @@ def declaration(buf: Buffer, name: str) -> str:
 
 def address(buf: Buffer, name: str, offset: str) -> str:
     """The fragment whose tile starts at element `offset` (C code) of the buffer."""
-    cols = as_int(buf.shape[1])
+    cols = as_int(buf.shape[-1])
     return f"(void*)&{name}[({offset}) / {TILE * cols} * {cols // TILE} + ({offset}) % {cols} / {TILE}]"
 
 

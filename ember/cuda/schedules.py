@@ -27,6 +27,7 @@ from __future__ import annotations
 from .. import te
 from ..errors import ScheduleError
 from ..te.schedule import TESchedule, ThreadAxis
+from ..tir import dtype as dt
 from ..tir.expr import as_int
 
 
@@ -299,43 +300,112 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     return s, [A, B, C]
 
 
-def tensorcore_matmul(s: TESchedule, A, B, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
-                      WN: int = 64, pad: int = 8, stages: int = 2) -> None:
-    """An operator's float16/bfloat16 matmul on Tensor Cores: C, its float32 product of A (M, K)
-    and B (K, N) (C[i, j] = sum of A[i, k] * B[k, j] in float32), and `out`, C cast to the
-    inputs' type. A block computes a BM x BN tile of C as `tensorcore_gemm` does, its fragments
-    stored into a float32 tile in shared memory, which the block's threads then cast into `out`
-    (coalesced)."""
-    M, N = (as_int(d) for d in out.shape)
-    _check_tensorcore(M, N, as_int(s[C].op.reduce_axis[0].dom.extent), BM, BN, BK, WM, WN, pad)
-    caches = (s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C]), s.cache_write(C, "wmma.accumulator"))
-    i, j = s[out].op.axis
+def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
+                       WN: int = 64, stages: int = 2) -> None:
+    """An operator's float16/bfloat16 product on Tensor Cores, any shape (float32 operands as
+    TF32, a "tf32" model's): C, its float32 sum of products (C[.., i, j] = sum over k of
+    A[.., i, k] * B[.., k, j], batch axes first; B may be read transposed, B[.., j, k], a linear
+    layer's weights), and `out`, the kernel's output computed from C (its cast to the inputs'
+    type, and any epilogue fused after it: a bias, a GELU, a residual), of C's shape or with C's
+    last axis split in two (a convolution's output positions, OH*OW as (OH, OW)). A block
+    computes a BM x BN tile of C (of one batch element) as `tensorcore_gemm` does, its fragments
+    stored into a float32 tile in shared memory, from which the block's threads compute `out`
+    (coalesced, the epilogue applied to the fp32 sums). Where the tiles do not divide M, N or K,
+    the product is padded with zeros (pad_einsum): the copies of A's and B's tiles into shared
+    memory write zeros past the operands' ends, so the sums are unchanged and the fragments stay
+    whole, and the tiles of `out` are guarded. The operands are read with `product_operands`'
+    layouts; one that is a stage of the kernel (a convolution's columns, ember.ops.conv_gemm; a
+    prologue, in its pad stage) is computed as its tiles are copied."""
+    A, B, b_layout = product_operands(s, C)
+    batch, (M, N), K = C.shape[:-2], (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
+    pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
+    _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad, A.dtype)
+    padded = s.pad_einsum(C, [1] * len(batch) + [BM, BN, BK])
+    if C.buffer in padded:  # the copy of C's part out, read by the epilogue
+        s[C].compute_inline()
+    C = padded.get(C.buffer, C)
+    operands = []
+    for X in (A, B):
+        copy = s.cache_read(padded.get(X.buffer, X), "shared", [C])
+        if X.buffer in padded:
+            s[padded[X.buffer]].compute_inline()  # zeros past the operand's end, written as the tile is copied
+        if s.computed(X):
+            s[X].compute_inline()  # (a convolution's columns: computed as their tile is copied)
+        operands.append(copy)
+    CF = s.cache_write(C, "wmma.accumulator")
+    *outer, i, j = s[out].op.axis[:C.ndim]
+    if out.ndim == C.ndim + 1:  # C's columns as out's last two axes (a convolution's output positions)
+        j = s[out].fuse(j, s[out].op.axis[-1])
     bi, ii = s[out].split(i, factor=BM)
     bj, jj = s[out].split(j, factor=BN)
-    s[out].reorder(bi, bj, ii, jj)
+    # the longest batch axis over blocks, any other a loop in the block (fused, the fragments' and
+    # tiles' addresses would leave the buffers' regions unknown to their compaction)
+    z = max(outer, key=lambda a: as_int(a.dom.extent), default=None)
+    serial = [a for a in outer if a is not z]
+    s[out].reorder(*([z] if z is not None else []), bi, bj, *serial, ii, jj)
+    if z is not None:
+        s[out].bind(z, ThreadAxis("blockIdx.z"))
     s[out].bind(bi, ThreadAxis("blockIdx.y"))
     s[out].bind(bj, ThreadAxis("blockIdx.x"))
     _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
     y, x = s[out].split(rest, factor=32)
     s[out].bind(y, ThreadAxis("threadIdx.y"))
     s[out].bind(x, ThreadAxis("threadIdx.x"))
-    s[C].compute_at(s[out], bj)
-    _warp_tiles(s, C, *caches, (None, None, *s[C].op.axis), BM, BN, BK, WM, WN, pad, stages, A.dtype)
+    s[C].compute_at(s[out], serial[-1] if serial else bj)
+    _warp_tiles(s, C, *operands, CF, (None, None, *s[C].op.axis[-2:]), BM, BN, BK, WM, WN, pad, stages, A.dtype,
+                b_layout)
 
 
-def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad) -> None:
+def product_operands(s: TESchedule, C):
+    """(A, B, B's layout) of C's product as its block reads them, A[.., i, k] and B[.., k, j]
+    ("row") or B[.., j, k] ("col"), batch dimensions first (read at C's batch axes or at 0, a
+    broadcast); a ScheduleError where C is not such a product of two float16, bfloat16 or
+    float32 (TF32) operands."""
+    from ..intrinsics import wmma
+    from ..te.tensor import Tensor
+
+    blk = s.sch.get_realize(s[C].block).block
+    spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
+    reduce = [iv.var for iv in blk.iter_vars if iv.kind == "reduce"]
+    reads = [r for r in blk.reads if r.buffer is not C.buffer]
+    if len(reduce) != 1 or len(spatial) < 2 or len(reads) != 2 or C.dtype != "float32":
+        raise ScheduleError(f"tensorcore_product: {blk.name} is not a float32 sum over one axis of products of two "
+                            "operands")
+    *batch, i, j = spatial
+    (k,) = reduce
+    by_tail = {}  # (the variables of its last two indices) -> the operand
+    for r in reads:
+        *lead, p, q = [x.min for x in r.region]
+        if (r.buffer.dtype not in (*wmma.DTYPES, "float32") or len(lead) > len(batch)
+                or any(x is not v and as_int(x) is None for x, v in zip(reversed(lead), reversed(batch)))):
+            raise ScheduleError(f"tensorcore_product: {blk.name} reads {r.buffer.name} as no Tensor Core operand")
+        by_tail[id(p), id(q)] = r.buffer
+    a = by_tail.get((id(i), id(k)))
+    b, b_layout = by_tail.get((id(k), id(j))), "row"
+    if b is None:
+        b, b_layout = by_tail.get((id(j), id(k))), "col"
+    if a is None or b is None or a.dtype != b.dtype:
+        raise ScheduleError(f"tensorcore_product: {blk.name} does not read A[.., i, k] and B[.., k, j] (or "
+                            "B[.., j, k]) of one type")
+    return Tensor(C.op, 0, a), Tensor(C.op, 0, b), b_layout
+
+
+def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad, dtype: str = "float16") -> None:
     if M % BM or N % BN or K % BK or BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
         raise ScheduleError(f"tensorcore_gemm: tiles {BM}x{BN}x{BK} (warps' {WM}x{WN}, in 16x16x16 steps) must "
                             f"divide {M}x{N}x{K}")
-    if pad % 8 or pad < 0:
+    lanes = 128 // dt.bits(dtype)
+    if pad % lanes or pad < 0:
         raise ScheduleError(f"tensorcore_gemm: rows padded by {pad} elements; wmma loads rows 16 bytes apart (a "
-                            f"multiple of 8)")
+                            f"multiple of {lanes})")
 
 
-def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, stages, dtype) -> None:
+def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, stages, dtype,
+                b_layout: str = "row") -> None:
     """C's BM x BN block tile (`axes`: its block loops, None where they are another stage's,
-    then its loops over the tile) on the block's warps, each a WM x WN tile of fragments (CF)
-    over the K loop, with A's and B's tiles staged in AS and BS (see tensorcore_gemm)."""
+    then its loops over the tile; any batch axes before them span one element) on the block's
+    warps, each a WM x WN tile of fragments (CF) over the K loop, with A's and B's tiles staged
+    in AS and BS (B's transposed for `b_layout` "col"; see tensorcore_gemm)."""
     from ..intrinsics import wmma
 
     bi, bj, ii, jj = axes
@@ -347,7 +417,7 @@ def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, sta
     warp = s[C].fuse(wi, wj)
     s[C].bind(warp, ThreadAxis("threadIdx.y"))
     s[CF].compute_at(s[C], warp)
-    ci, cj = s[CF].op.axis
+    ci, cj = s[CF].op.axis[-2:]
     (kk,) = s[CF].op.reduce_axis
     ko, ki = s[CF].split(kk, factor=BK)
     kf, kt = s[CF].split(ki, factor=16)
@@ -358,17 +428,18 @@ def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, sta
     for axis in (store_fi, store_fj):
         s[C].unroll(axis)
     threads = (BM // WM) * (BN // WN) * 32
-    for S, row_length in ((AS, BK), (BS, BN)):
+    for S, row_length in ((AS, BK), (BS, BK if b_layout == "col" else BN)):
         s[S].compute_at(s[CF], ko)
-        row, col = s[S].op.axis
+        *lead, row, col = s[S].op.axis
         if pad:
             s[S].storage_align(row, row_length, pad)
-        col, lanes = s[S].split(col, factor=8)  # 16 bytes a thread at a time (ember.cuda.vectors.copy_loop)
+        # 16 bytes a thread at a time (ember.cuda.vectors)
+        col, lanes = s[S].split(col, factor=128 // dt.bits(dtype))
         s[S].vectorize(lanes)
-        _, rest = s[S].split(s[S].fuse(row, col), factor=threads)
+        _, rest = s[S].split(s[S].fuse(*lead, row, col), factor=threads)
         y, x = s[S].split(rest, factor=32)
         s[S].bind(y, ThreadAxis("threadIdx.y"))
         s[S].bind(x, ThreadAxis("threadIdx.x"))
     # tensorize removes the blocks: the primitives on their loops come first
-    s[CF].tensorize(ci, wmma.warp_mma(dtype, WM, WN))
+    s[CF].tensorize(ci, wmma.warp_mma(dtype, WM, WN, b_layout))
     s[C].tensorize(store_i, wmma.STORE)

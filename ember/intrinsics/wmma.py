@@ -44,10 +44,13 @@ interpreter runs the descriptions (fp16/bf16 products summed in float32).
 
 from __future__ import annotations
 
+import re
+
 from .. import te
 from ..errors import ScheduleError
 from ..tir.expr import binary, const, reinterpret
 from ..tir.stmt import CallRoutine, Pointer
+from ..tir.tensor_intrin import RESOLVERS
 
 TILE = 16
 FEATURE = "wmma"
@@ -217,11 +220,15 @@ def declare_store():
     return _declare_copy("store", "ember_wmma_store", _STORE_SOURCE, 1)
 
 
-def _warp_mma_source(dtype: str, fm: int, fn: int, name: str) -> str:
+def _warp_mma_source(dtype: str, fm: int, fn: int, name: str, b_layout: str = "row") -> str:
     """A warp's fm x fn fragments updated by one 16-wide step of k: fm fragments of A and fn of
     B loaded once each (fm + fn loads where the 16x16x16 call makes 2 fm fn), then the fm fn
-    products; every loop unrolled, so the fragments stay in registers."""
+    products; every loop unrolled, so the fragments stay in registers. `b_layout` "col": b is
+    given as its transpose (wn, 16), row-major (a linear layer's weights, (N, K))."""
+    if dtype == "float32":
+        return _warp_tf32_source(fm, fn, name, b_layout)
     n = 8 if dtype == "float16" else 4
+    step_b = f"j * {TILE} * ldb" if b_layout == "col" else f"j * {TILE}"
     ptx = "f16" if dtype == "float16" else "bf16"
     kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
     return f"""{_ACC}
@@ -241,14 +248,14 @@ static __device__ __forceinline__ void {name}(const void* a, const void* b, void
                  : {_outs("fa[i]", n)} : "l"(pa + i * {TILE} * lda), "r"((int)lda) : "memory");
 #pragma unroll
   for (int j = 0; j < {fn}; ++j)
-    asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
-                 : {_outs("fb[j]", n)} : "l"(pb + j * {TILE}), "r"((int)ldb) : "memory");
+    asm volatile("wmma.load.b.sync.aligned.{b_layout}.m16n16k16.{ptx} {_regs(0, n)}, [%{n}], %{n + 1};"
+                 : {_outs("fb[j]", n)} : "l"(pb + {step_b}), "r"((int)ldb) : "memory");
 #pragma unroll
   for (int i = 0; i < {fm}; ++i)
 #pragma unroll
     for (int j = 0; j < {fn}; ++j) {{
       float* d = (({ACC_TYPE}*)c)[i * {fn} + j].x;
-      asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, "
+      asm volatile("wmma.mma.sync.aligned.row.{b_layout}.m16n16k16.{kind} {_regs(0, 8)}, {_regs(8, n)}, "
                    "{_regs(8 + n, n)}, {_regs(0, 8)};"
                    : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[i][{k}])' for k in range(n))},
                      {", ".join(f'"r"(fb[j][{k}])' for k in range(n))});
@@ -256,26 +263,85 @@ static __device__ __forceinline__ void {name}(const void* a, const void* b, void
 }}"""
 
 
+def _warp_tf32_source(fm: int, fn: int, name: str, b_layout: str) -> str:
+    """`_warp_mma_source` for fp32 tiles as TF32: each 16-wide step of k two m16n16k8 steps, the
+    loaded fragments rounded (cvt.rna: a "tf32" model's operands are TF32 values already, so the
+    rounding changes nothing for them; the load keeps fp32's bits, which the product would
+    truncate)."""
+    step_b = f"j * {TILE} * ldb + 8 * h" if b_layout == "col" else f"8 * h * ldb + j * {TILE}"
+    cvt = 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({0}) : "f"(__uint_as_float({0})));'
+    return f"""{_ACC}
+static __device__ __forceinline__ void {name}_fill(void* c) {{
+#pragma unroll
+  for (int f = 0; f < {fm * fn}; ++f)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)[f].x[i] = 0.0f;
+}}
+static __device__ __forceinline__ void {name}(const void* a, const void* b, void* c, int64_t lda, int64_t ldb) {{
+  unsigned fa[{fm}][4], fb[{fn}][4];
+  const float* pa = (const float*)a;
+  const float* pb = (const float*)b;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+#pragma unroll
+    for (int i = 0; i < {fm}; ++i)
+      asm volatile("wmma.load.a.sync.aligned.row.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                   : {_outs("fa[i]", 4)} : "l"(pa + i * {TILE} * lda + 8 * h), "r"((int)lda) : "memory");
+#pragma unroll
+    for (int j = 0; j < {fn}; ++j)
+      asm volatile("wmma.load.b.sync.aligned.{b_layout}.m16n16k8.tf32 {_regs(0, 4)}, [%4], %5;"
+                   : {_outs("fb[j]", 4)} : "l"(pb + {step_b}), "r"((int)ldb) : "memory");
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {{
+#pragma unroll
+      for (int i = 0; i < {fm}; ++i) {cvt.format("fa[i][r]")}
+#pragma unroll
+      for (int j = 0; j < {fn}; ++j) {cvt.format("fb[j][r]")}
+    }}
+#pragma unroll
+    for (int i = 0; i < {fm}; ++i)
+#pragma unroll
+      for (int j = 0; j < {fn}; ++j) {{
+        float* d = (({ACC_TYPE}*)c)[i * {fn} + j].x;
+        asm volatile("wmma.mma.sync.aligned.row.{b_layout}.m16n16k8.f32.tf32.tf32.f32 {_regs(0, 8)}, "
+                     "{_regs(8, 4)}, {_regs(12, 4)}, {_regs(0, 8)};"
+                     : {_outs("d", 8, "+f")} : {", ".join(f'"r"(fa[i][{k}])' for k in range(4))},
+                       {", ".join(f'"r"(fb[j][{k}])' for k in range(4))});
+      }}
+  }}
+}}"""
+
+
 def _dtype_c(dtype: str) -> str:
     return {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
 
 
-def warp_mma(dtype: str, wm: int, wn: int):
+def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     """The intrinsic of a warp's whole wm x wn tile of fp32 fragments updated by a 16-wide step
     of k, `dtype` inputs (declared and registered the first time it is asked for): c[i, j] (+)=
     sum over k < 16 of a[i, k] * b[k, j], a (wm, 16) and b (16, wn) row-major tiles in shared
-    memory, c a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
-    fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once."""
+    memory (b_layout "col": b given as its transpose, a (wn, 16) row-major tile read bt[j, k]), c
+    a (wm, wn) "wmma.accumulator" buffer whose fragments it takes in order (ember.cuda.
+    fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once.
+    `dtype` "float32": fp32 tiles of TF32 values (a "tf32" model's operands, rounded where they
+    are made), multiplied as TF32 (`_warp_tf32_source`)."""
     if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
         raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
-    name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32"
+    if b_layout not in ("row", "col"):
+        raise ScheduleError(f"a warp's b tile is row-major or its transpose (\"row\" or \"col\"), not {b_layout!r}")
+    name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
     if name in _WARP:
         return _WARP[name]
     a = te.placeholder((wm, TILE), dtype, name="a")
-    b = te.placeholder((TILE, wn), dtype, name="b")
     k = te.reduce_axis((0, TILE), name="k")
-    c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
-                   name="c")
+    if b_layout == "col":
+        b = te.placeholder((wn, TILE), dtype, name="b")
+        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[j, k].astype("float32"), axis=k),
+                       name="c")
+    else:
+        b = te.placeholder((TILE, wn), dtype, name="b")
+        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+                       name="c")
     fn_name = f"ember_{name}"
 
     def lower_fn(ins, outs):
@@ -285,11 +351,25 @@ def warp_mma(dtype: str, wm: int, wn: int):
         return None, te.hardware_intrinsic(f"{fn_name}_fill", pc.access_ptr("w")), update
 
     _WARP[name] = te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True,
-                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name))
+                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name, b_layout))
     return _WARP[name]
 
 
 _WARP: dict = {}
+_WARP_NAME = re.compile(r"wmma_warp_mma_(\d+)x(\d+)x16_(f16|bf16|tf32)_f32(_bt)?")
+
+
+def _resolve(name: str):
+    """The warp's intrinsic named `name`, declared now (a kernel lowered in a worker process names
+    one this process has not declared)."""
+    m = _WARP_NAME.fullmatch(name)
+    if m is None:
+        return None
+    dtype = {"f16": "float16", "bf16": "bfloat16", "tf32": "float32"}[m.group(3)]
+    return warp_mma(dtype, int(m.group(1)), int(m.group(2)), "col" if m.group(4) else "row")
+
+
+RESOLVERS.append(_resolve)
 
 
 def _shared_mma_source(dtype: str) -> str:

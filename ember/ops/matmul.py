@@ -11,7 +11,8 @@ vectorizes, so the b operand is read along that axis. When b would be read acros
 with trans_b and many rows) or its columns do not fill whole vectors, b is first copied into a
 (K, N padded to a multiple of L, or of L/2 for fewer than L rows; L the target's fp32 lanes,
 attrs["lanes"]) panel, a PACK stage, and the result is cut back to N. float16 accumulates in
-float32.
+float32. `tf32` (set by ember.passes.tf32_products): the operands are TF32 values, which a GPU
+multiplies on Tensor Cores as TF32; the compute and the reference are the float32 product's.
 
 Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to 12 x 32); a
 single row (a GEMV) in 512-column tiles whose accumulators sit in L1 while rows of b stream by;
@@ -114,7 +115,7 @@ def _broadcast_te(x, y):
     return [q if p is None or (as_int(p) == 1 and q is not None) else p for p, q in zip(x, y)]
 
 
-def product(a, b, lanes: int, trans_a: bool = False, trans_b: bool = False, panels: int = 0):
+def product(a, b, lanes: int, trans_a: bool = False, trans_b: bool = False, panels: int = 0, tf32: bool = False):
     """The te stages of a' @ b' (a', b' transposed when asked; 1-D operands as in NumPy; with
     `panels`, b is a 2-D operand given in panels of that many columns, see the module docstring),
     packed for vectors of `lanes` fp32 lanes.
@@ -165,20 +166,21 @@ def product(a, b, lanes: int, trans_a: bool = False, trans_b: bool = False, pane
 
     shape = list(batch) + ([m] if rows else []) + ([n_acc] if cols else [])
     acc = te.compute(shape, element, name="matmul", tag=ANCHOR,
-                     attrs={"rows": rows, "cols": cols, "dot_lanes": dot_lanes, "panels": panels})
+                     attrs={"rows": rows, "cols": cols, "dot_lanes": dot_lanes, "panels": panels, "tf32": tf32})
     out_shape = list(batch) + ([m] if rows else []) + ([n] if cols else [])
     exact = n_acc is n and acc_dtype == a.dtype
     return acc, out_shape, None if exact else (lambda *i: cast(a.dtype, acc[i]))
 
 
 def _compute_matmul(inputs, attrs, out_types):
-    acc, shape, value = product(*inputs, attrs["lanes"])
+    acc, shape, value = product(*inputs, attrs["lanes"], tf32=attrs["tf32"])
     return [acc if value is None else te.compute(shape, value, name="matmul_out")]
 
 
 def _compute_gemm(inputs, attrs, out_types):
     a, b = inputs[:2]
-    acc, shape, value = product(a, b, attrs["lanes"], attrs["trans_a"], attrs["trans_b"], attrs["b_panels"])
+    acc, shape, value = product(a, b, attrs["lanes"], attrs["trans_a"], attrs["trans_b"], attrs["b_panels"],
+                                attrs["tf32"])
     alpha, beta = attrs["alpha"], attrs["beta"]
     c = inputs[2] if len(inputs) == 3 else None
     if c is None and alpha == 1 and value is None:
@@ -200,6 +202,7 @@ register(OpDef(
     reference=_reference_matmul,
     compute=_compute_matmul,
     pattern="out_elementwise_fusable",
+    attrs={"tf32": False},
     num_inputs=(2, 2),
     doc="NumPy matmul: 1-D operands promoted, batch dimensions broadcast.",
     lanes=True,
@@ -211,7 +214,7 @@ register(OpDef(
     reference=_reference_gemm,
     compute=_compute_gemm,
     pattern="out_elementwise_fusable",
-    attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False, "b_panels": 0},
+    attrs={"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False, "b_panels": 0, "tf32": False},
     num_inputs=(2, 3),
     doc="alpha * a' @ b' + beta * c (ONNX Gemm); b_panels > 0: b in panels (N / P, K, P).",
     lanes=True,

@@ -11,8 +11,8 @@ Every other node is emitted again on the converted values, its types inferred, s
 activations become half ones and every kernel loads and stores 16 bits an element. Inside a kernel
 the loop IR computes a half value in float32 (ember.tir.dtype.compute_dtype), and the operators
 accumulate in float32 (matmul, convolution, reductions, normalizations, softmax: ember.ops.reduction's
-`acc`), so only what a kernel stores is rounded. A product of half operands takes the GPU's
-Tensor Cores where its tiles divide (ember.schedules.gpu.matmul). Inputs and outputs keep the
+`acc`), so only what a kernel stores is rounded. A product of half operands (matmul, gemm) takes
+the GPU's Tensor Cores at any shape (ember.schedules.gpu.matmul). Inputs and outputs keep the
 user's dtype: a float32 input is converted where it is read (the cast fuses into the kernel that
 reads it), an output back to float32 in the kernel that makes it; a model given half inputs
 (`model.half()`) takes and returns them as they are. Float64 and integer values are left as they

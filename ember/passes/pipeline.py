@@ -47,6 +47,7 @@ from ..target import Target
 from .algebraic import simplify
 from .bf16_convs import bf16_convs
 from .bf16_weights import bf16_weights
+from .conv_gemm import conv_gemm
 from .cse import cse
 from .dce import dce
 from .flatten_products import flatten_products
@@ -75,8 +76,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    simplify, fold_cache_append, cse, slice_products, fold_batch_norm,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
-                                                   tf32_products, pad_gemv, layout, pack_weights, winograd, bf16_convs,
-                                                   dce)}
+                                                   tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
+                                                   bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
 # prefill's weight-only products on VNNI where it has it, layout blocks channels by its SIMD width,
@@ -91,9 +92,11 @@ PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_weights",)}
 # and those it adds before the last dce (on the blocked convolutions, their weights folded constants)
 LAYOUT_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_convs",)}
 # a GPU's (Backend.precisions): activations and weights stored in half precision (products on
-# Tensor Cores); tf32 changes no value's type, its products read their operands rounded to tf32
-GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "tf32": ("tf32_products",), "fp16": ("fp16_activations",),
-                                              "bf16": ("bf16_activations",)}
+# Tensor Cores, convolutions as implicit GEMMs); tf32 changes no value's type, its products read
+# their operands rounded to tf32
+GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "tf32": ("tf32_products",),
+                                              "fp16": ("fp16_activations", "conv_gemm"),
+                                              "bf16": ("bf16_activations", "conv_gemm")}
 # the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's
 FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRECISIONS, GPU_PRECISIONS)
                                           for passes in table.values() for p in passes}))

@@ -272,6 +272,27 @@ class TESchedule:
         self._block_of[cache_buf] = self.sch.block_name(copy)
         return Tensor(tensor.op, 0, cache_buf)
 
+    def pad_einsum(self, tensor: Tensor, padding: Sequence[int]) -> dict[Buffer, Tensor]:
+        """Pad the product computing `tensor` to multiples of `padding` (one per axis, reduction
+        axes last) with zeros (ember.tir.schedule.padding). Returns the padded tensors by the
+        buffer each stands for (its inputs', and its own when an output axis grew): s[padded]
+        is the compute of the padded product, s[tensor] then the copy of its part out."""
+        stage = self[tensor]
+        wanted = {f"{b.name}_pad": b for b in (*self._reads(stage), tensor.buffer)}
+        self.sch.pad_einsum(stage.block, padding=list(padding))
+        made = {}
+        for r in self.sch.all_realizes():
+            for w in r.block.writes:
+                if w.buffer.name in wanted:
+                    self._block_of[w.buffer] = r.block.name
+                    made[wanted[w.buffer.name]] = Tensor(tensor.op, 0, w.buffer)
+        if tensor.buffer in made:
+            self._block_of[tensor.buffer] = f"{tensor.buffer.name}_unpad"
+        return made
+
+    def _reads(self, stage) -> list[Buffer]:
+        return [r.buffer for r in self.sch.get_realize(stage.block).block.reads]
+
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         stage = self[tensor]
         rf = self.sch.rfactor(stage._loop(axis), factor_axis=factor_axis)

@@ -44,8 +44,11 @@ def test_a_model_in_lower_precision_matches_torch_fp32(compiled):
     ops = {op for k in cm.kernels for op in k.ops}
     if precision == "tf32":
         assert "round_tf32" in ops and "cast" not in ops
+        assert "m16n16k8.f32.tf32" in cm.source  # the products on Tensor Cores, as TF32
     else:  # the weights and the activations between kernels in half precision, converted at the boundary
         assert "cast" in ops and HALF_TYPE[precision] in cm.source
+        assert "wmma.mma.sync" in cm.source  # the linear layers on Tensor Cores, whatever their shapes
+        assert "conv2d" not in ops  # and the convolutions, as implicit GEMMs (conv2d_gemm)
         half = {"fp16": np.float16, "bf16": ember.tir.dtype.to_numpy("bfloat16")}[precision]
         assert all(w.dtype == half for w in cm.weights.values() if w.dtype != bool)  # (a causal mask stays bool)
 

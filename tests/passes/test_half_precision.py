@@ -10,6 +10,7 @@ import torch
 from ember.frontend.torch import import_module
 from ember.ops.bits import round_tf32
 from ember.ops.evaluate import evaluate
+from ember.passes.conv_gemm import conv_gemm
 from ember.passes.half_precision import bf16_activations, fp16_activations
 from ember.passes.tf32_products import tf32_products
 
@@ -44,3 +45,21 @@ def test_tf32_rounds_the_products_operands_only(mlp_graph):
     assert all(v.type.dtype == "float32" for n in out.nodes for v in n.outputs)
     weights = [c for c in out.constants.values() if c.ndim == 2]
     assert weights and all(np.array_equal(w, round_tf32(w)) for w in weights)
+
+
+def test_convolutions_of_one_group_become_implicit_gemms_and_depthwise_ones_stay():
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8),
+                                torch.nn.Conv2d(8, 4, 1)).eval()
+    x = torch.randn(1, 3, 9, 9)
+    half = fp16_activations(import_module(model, (x,)))
+    out = conv_gemm(half)
+    assert [n.op for n in out.nodes if n.op.startswith("conv")] == ["conv2d_gemm", "conv2d", "conv2d_gemm"]
+    assert {c.shape for c in out.constants.values() if c.ndim == 2} == {(8, 27), (4, 8)}  # (OC, C*KH*KW)
+    fresh = torch.randn(1, 3, 9, 9)
+    (got,) = evaluate(out, fresh.numpy())
+    (before,) = evaluate(half, fresh.numpy())
+    np.testing.assert_allclose(got, before, rtol=1e-2, atol=1e-2)  # the same sums, in another order
+    want = model(fresh).detach().numpy()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2

@@ -13,11 +13,14 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   warp shuffles (`rows`);
 - `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis of a 2-D input, a row a
   block, each statistic of the row reduced across the block's threads;
-- `matmul`: matmul of 2-D float32 operands tiled in shared memory (register tiles per thread,
-  the K loop pipelined), of float16/bfloat16 ones on Tensor Cores, where the tiles divide the
-  shapes;
-- `gemv`: gemm with one output row (a linear layer at batch 1), a block per 32 columns, each
-  column's reduction split over 8 threads and folded through shared memory.
+- `matmul`: matmul and gemm of float16/bfloat16 operands (or marked tf32) on Tensor Cores at
+  any shape (linear layers, batched matmul; the epilogue fused after them from the fp32 sums),
+  convolutions as implicit GEMMs (conv2d_gemm) likewise, and matmul of 2-D float32 operands
+  tiled in shared memory (register tiles per thread, the K loop pipelined) where the tiles
+  divide the shape;
+- `gemv`: gemm with one output row (a linear layer at batch 1), whatever its type, a block per
+  32 columns, each column's reduction split over 8 threads and folded through shared memory
+  (`matmul`'s gemm tries it first).
 A declared schedule that does not fit a kernel declines it (returns False) before changing
 anything, and the default runs.
 """

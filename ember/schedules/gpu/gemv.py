@@ -12,15 +12,14 @@ from __future__ import annotations
 from ...cuda import schedules as gpu
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from . import schedules
 from .default import count, reductions_of
 
 COLUMNS, SLICES = 32, 8
 SHORT = 64  # reductions shorter than this stay on one thread
 
 
-@schedules("gemm")
 def schedule_gemv(s, outputs, target) -> bool | None:
+    """gemm's schedule where its output is one row (ember.schedules.gpu.matmul tries it first)."""
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
     if len(found) != 1 or not out.op.axis:

@@ -1,30 +1,105 @@
-"""GPU schedule of matmul, the product of two 2-D operands C = A @ B, where its tiles divide the
-shape: float32 tiled in shared memory with a register tile per thread (ember.cuda.schedules.gemm:
-64x64 block tiles, 4x4 a thread, 16-wide panels of k, 16-byte copies, the next panels copied
-while this one's products run); float16 and bfloat16 on Tensor Cores, its float32 product cast
-to the inputs' type (ember.cuda.schedules.tensorcore_matmul: 64x64 block tiles, 32x64 a warp).
-Other products (batched, tiles that do not divide, symbolic sizes) decline: the default computes an output
-element a thread, its reduction in a register."""
+"""GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
+convolutions as implicit GEMMs).
+
+float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
+ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
+(ember.cuda.schedules.tensorcore_product): the kernel's output (the product cast to the inputs'
+type, and the epilogue fused after it: a bias, a GELU, a residual) computed from the fp32 sums
+of a block's tile; tiles that do not divide the shape padded with zeros; a
+convolution's columns (im2col) computed as their tiles are copied into shared memory.
+The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
+where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding).
+
+float32 matmul of 2-D operands whose tiles divide the shape: shared-memory tiles with a register
+tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread, 16-wide panels of
+k, 16-byte copies, the next panels copied while this one's products run). A gemm with one output
+row (a decode step's linear layers) takes `gemv` first. Other products (and symbolic sizes)
+decline: the default computes an output element a thread, its reduction in a register.
+"""
 
 from __future__ import annotations
 
 from ...cuda import schedules as gpu
+from ...errors import ScheduleError
 from ...intrinsics import wmma
+from ...ops.conv_gemm import COLUMNS
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
+from ..rules import inline_intermediates
 from . import schedules
+from .default import reductions_of
+from .gemv import schedule_gemv
 
 TILES = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}  # a tile of A or B: one float4 a thread
+SMS = 132  # blocks that occupy every multiprocessor of an H100 or H200 once
 
 
-TENSOR_CORE = {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 64}
+@schedules("gemm")
+def schedule_gemm(s, outputs, target) -> bool | None:
+    if schedule_gemv(s, outputs, target) is None:  # (it declines before changing anything)
+        return None
+    return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul")
+@schedules("matmul", "conv2d_gemm")
 def schedule_matmul(s, outputs, target) -> bool | None:
-    (C,) = outputs
-    if C.dtype in wmma.DTYPES:
-        return _tensor_cores(s, C)
+    (out,) = outputs
+    found = [out] if out.op.reduce_axis else reductions_of(s, out)
+    if len(found) == 1 and found[0] is not out and _tensor_core_operands(found[0]):
+        return _tensor_cores(s, found[0], out)
+    if out.op.name != "matmul" or found != [out]:
+        return False
+    return _float32(s, out)
+
+
+def _tensor_core_operands(C) -> bool:
+    """C sums products of half operands, or of float32 ones marked TF32 (a "tf32" model's)."""
+    dtypes = {t.dtype for t in C.op.input_tensors}
+    return C.dtype == "float32" and (dtypes <= set(wmma.DTYPES) or (dtypes == {"float32"} and C.op.attrs.get("tf32")))
+
+
+def _tensor_cores(s, C, out) -> bool | None:
+    """out computed from C, the float32 product of half operands (see the module doc)."""
+    shape, out_shape = [as_int(d) for d in C.shape], [as_int(d) for d in out.shape]
+    if len(out_shape) == len(shape) + 1 and out_shape[-2] * out_shape[-1] == shape[-1]:
+        out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
+    if (out_shape != shape or None in shape or len(C.op.reduce_axis) != 1
+            or as_int(C.op.reduce_axis[0].dom.extent) is None):
+        return False
+    columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
+    # (b transposed for the CPU's vectors: read in place; a convolution's columns stay a stage)
+    inline_intermediates(s.sch, where=lambda block: block.name not in columns)
+    try:
+        gpu.product_operands(s, C)
+    except ScheduleError:
+        return False
+    batch = 1
+    for d in shape[:-2]:
+        batch *= d
+    K = as_int(C.op.reduce_axis[0].dom.extent)
+    tiles = tensor_core_tiles(batch, *shape[-2:], K, C.op.input_tensors[0].dtype)
+    gpu.tensorcore_product(s, C, out, **tiles)
+    return None
+
+
+def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16") -> dict:
+    """Block tiles BM x BN (16, 32 or 64: the least that covers a small M or N), halved from 64
+    to 32 while the grid has fewer blocks than the GPU has multiprocessors; 32-wide steps of k
+    (16 for a short K, and for float32 tiles, twice the bytes); warps of at most 32 x 64, two a
+    block where the tile splits."""
+    BM, BN = (16 if n <= 16 else 32 if n <= 32 else 64 for n in (M, N))
+    while batch * -(-M // BM) * -(-N // BN) < SMS and max(BM, BN) > 32:
+        if BN >= BM:
+            BN //= 2
+        else:
+            BM //= 2
+    WM, WN = min(BM, 32), min(BN, 64)
+    if BM == WM and BN == WN and WN > 16:
+        WN //= 2
+    return {"BM": BM, "BN": BN, "BK": 16 if K <= 16 or dtype == "float32" else 32, "WM": WM, "WN": WN}
+
+
+def _float32(s, C) -> bool | None:
     inputs = C.op.input_tensors
     if (C.ndim != 2 or C.dtype != "float32" or len(C.op.reduce_axis) != 1 or len(inputs) != 2
             or not all(isinstance(t.op, PlaceholderOp) and t.ndim == 2 for t in inputs)):
@@ -34,20 +109,4 @@ def schedule_matmul(s, outputs, target) -> bool | None:
         return False
     A, B = inputs
     gpu.gemm(s, A, B, C, **TILES, vector=4, stages=2)
-    return None
-
-
-def _tensor_cores(s, out) -> bool | None:
-    """out = C cast to float16/bfloat16, C the float32 product of two 2-D placeholders."""
-    if len(out.op.input_tensors) != 1:  # (an epilogue fused after the cast, or a batched product's broadcast)
-        return False
-    (C,) = out.op.input_tensors
-    inputs = C.op.input_tensors
-    if (out.ndim != 2 or out.op.reduce_axis or C.dtype != "float32" or len(C.op.reduce_axis) != 1
-            or len(inputs) != 2 or not all(isinstance(t.op, PlaceholderOp) and t.ndim == 2 for t in inputs)):
-        return False
-    (M, N), K = (as_int(d) for d in out.shape), as_int(C.op.reduce_axis[0].dom.extent)
-    if None in (M, N, K) or M % TENSOR_CORE["BM"] or N % TENSOR_CORE["BN"] or K % TENSOR_CORE["BK"]:
-        return False
-    gpu.tensorcore_matmul(s, *inputs, C, out, **TENSOR_CORE)
     return None

@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (register primitives)
     compute_location,
     inline,
     loops,
+    padding,
     reduction,
     sampling,
     storage_align,

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from .. import region as region_mod
 from ..arith import Analyzer
-from ..expr import Buffer, BufferLoad, const
+from ..expr import Buffer, BufferLoad, as_int, const
 from ..functor import collect, free_vars, mutate_stmt, stmt_children
 from ..intrin_regions import call_boxes, is_tensorized, rebased
 from ..region import const_extent, region_under
@@ -37,9 +37,10 @@ def _use_paths(root: Stmt, buf: Buffer) -> tuple[list[list[For]], set]:
             return
         if isinstance(s, CallRoutine) and any(p.buffer is buf for p in s.reads + s.writes):
             paths.append(loops)  # a tensorized call, in no block: it carries values across the loops
-            for p in s.writes:  # its address does not move with (an update's reduction)
-                if p.buffer is buf:
-                    carried.update(f.loop_var for f in loops if f.loop_var not in free_vars(p.offset))
+            for p in s.writes:  # its address does not move with (an update's reduction; a loop of
+                if p.buffer is buf:  # one iteration carries nothing)
+                    carried.update(f.loop_var for f in loops if f.loop_var not in free_vars(p.offset)
+                                   and as_int(f.extent) != 1)
             return
         inner = loops + [s] if isinstance(s, For) else loops
         for c in stmt_children(s):

@@ -1,0 +1,108 @@
+"""conv2d_gemm: a 2-D convolution of one group as a matrix product (implicit GEMM), what a GPU's
+Tensor Cores compute (ember.passes.conv_gemm writes it for a model in half precision):
+
+    out[n, o, p] = sum over q of w[o, q] * cols[n, q, p]  (+ bias[o])
+
+w the weights reshaped once to (OC, C*KH*KW), q = (c, ky, kx); p = (oh, ow) an output position,
+and cols[n, q, p] the input element that tap q of position p reads (im2col: x[n, c, oh*sh - pt +
+ky*dh, ow*sw - pl + kx*dw], 0 in the padding). The output is the convolution's, (N, OC, OH, OW),
+out[n, o, oh, ow] the product's [n, o, oh*OW + ow]. cols is a stage of the kernel, never a tensor in memory:
+the GPU schedule computes it as it copies a tile of it into shared memory (ember.schedules.gpu.
+matmul), so the columns cost what reading the input costs. Sums accumulate in float32 for
+float16/bfloat16 operands.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir import dtype as dt
+from ..tir.expr import as_int, cast
+from .common import check_float, result_dtype
+from .conv import conv_reference, window_out
+from .registry import REQUIRED, OpDef, OpTypeError, register
+
+COLUMNS = "im2col"  # the tag of the columns' stage
+
+
+def _window(attrs):
+    kh, kw = attrs["kernel"]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    pt, pl, pb, pr = attrs["padding"]
+    return (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr)
+
+
+def _out_size(x_shape, attrs) -> tuple[int, int]:
+    """(OH, OW) of the window over x (N, C, H, W)."""
+    kernel, strides, dilations, begin, end = _window(attrs)
+    return tuple(window_out("conv2d_gemm", *a) for a in zip(x_shape[2:], kernel, strides, begin, end, dilations))
+
+
+def _infer(types, attrs):
+    x, w = types[:2]
+    dtype = result_dtype("conv2d_gemm", *types)
+    check_float("conv2d_gemm", x)
+    if x.rank != 4 or w.rank != 2 or any(isinstance(d, str) for d in (*x.shape, *w.shape)):
+        raise OpTypeError(f"conv2d_gemm: x (N, C, H, W) and w (OC, C*KH*KW) of static shapes, got {x.shape} and "
+                          f"{w.shape}")
+    kh, kw = _window(attrs)[0]
+    n, c = x.shape[:2]
+    oc, q = w.shape
+    if q != c * kh * kw:
+        raise OpTypeError(f"conv2d_gemm: w {w.shape} must have C*KH*KW = {c * kh * kw} columns for x {x.shape} and "
+                          f"kernel {(kh, kw)}")
+    if len(types) == 3 and tuple(types[2].shape) != (oc,):
+        raise OpTypeError(f"conv2d_gemm: bias of shape {types[2].shape} must be ({oc},)")
+    oh, ow = _out_size(x.shape, attrs)
+    return [TensorType((n, oc, oh, ow), dtype)]
+
+
+def _reference(inputs, attrs):
+    x, w = inputs[:2]
+    (kh, kw), strides, dilations, begin, end = _window(attrs)
+    w4 = w.reshape(w.shape[0], x.shape[1], kh, kw)
+    return [conv_reference(x, w4, inputs[2] if len(inputs) == 3 else None, strides, begin, end, dilations, 1)]
+
+
+def _compute(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = _window(attrs)
+    n, c, h, wd = (as_int(d) for d in x.shape)
+    oc, q = (as_int(d) for d in w.shape)
+    oh, ow = _out_size((n, c, h, wd), attrs)
+    positions = oh * ow
+
+    def column(b, k, p):
+        y = p // ow * sh - pt + k // kw % kh * dh
+        z = p % ow * sw - pl + k % kw * dw
+        value = x[b, k // (kh * kw), y, z]
+        if not any((pt, pl, pb, pr)):
+            return value
+        return te.if_then_else(te.all(y >= 0, y < h, z >= 0, z < wd), value, te.const(0, x.dtype))
+
+    cols = te.compute((n, q, positions), column, name="cols", tag=COLUMNS)
+    acc_dtype = dt.compute_dtype(x.dtype)
+    r = te.reduce_axis((0, q), name="q")
+    acc = te.compute((n, oc, positions),
+                     lambda b, o, p: te.sum(cast(acc_dtype, w[o, r]) * cast(acc_dtype, cols[b, r, p]), axis=r),
+                     name="matmul")
+    bias = inputs[2] if len(inputs) == 3 else None
+
+    def element(b, o, y, z):
+        v = acc[b, o, y * ow + z]
+        return cast(x.dtype, v if bias is None else v + cast(acc_dtype, bias[o]))
+
+    return [te.compute((n, oc, oh, ow), element, name="conv")]
+
+
+register(OpDef(
+    name="conv2d_gemm",
+    infer=_infer,
+    reference=_reference,
+    compute=_compute,
+    pattern="out_elementwise_fusable",
+    attrs={"kernel": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1)},
+    num_inputs=(2, 3),
+    doc="2-D convolution of one group as w (OC, C*KH*KW) @ im2col(x).",
+    takes_prologue=False,
+))

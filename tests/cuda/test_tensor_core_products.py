@@ -1,0 +1,75 @@
+"""The products of a model in float16/bfloat16 on Tensor Cores at any shape (ember.schedules.gpu.
+matmul, ember.cuda.schedules.tensorcore_product): linear layers (weights read transposed) with
+their bias, batched and broadcast matmul, M, N and K that the tiles do not divide (padded with
+zeros), batch-1 rows, convolutions as implicit GEMMs (ember.ops.conv_gemm), float32 products marked
+tf32 as TF32; each on the interpreter with GPU semantics against NumPy and compiled by NVRTC for sm_90."""
+
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.graph.core import TensorType
+from ember.ops.bits import round_tf32
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.schedules.gpu.matmul import SMS, tensor_core_tiles
+from ember.target import Target
+from ember.testing import check_op, random_array
+
+RNG = np.random.default_rng(31)
+ON_INTERPRETER = Target("python", schedules="gpu")
+
+
+def _h(*shape, dtype="float16"):
+    return random_array(shape, dtype, RNG)
+
+
+def _tf32(*shape):  # float32 values that are TF32 already, as a "tf32" model's operands are
+    return round_tf32(random_array(shape, "float32", RNG))
+
+
+CASES = {  # name: (operator, inputs, attributes)
+    "linear, one row": ("gemm", lambda: [_h(1, 24), _h(40, 24), _h(40)], {"trans_b": True}),
+    "linear, partial tiles": ("gemm", lambda: [_h(5, 40), _h(48, 40), _h(48)], {"trans_b": True}),
+    "gemm, bf16, partial tiles": ("gemm", lambda: [_h(33, 48, dtype="bfloat16"), _h(48, 17, dtype="bfloat16")], {}),
+    "batched": ("matmul", lambda: [_h(2, 20, 24), _h(2, 24, 36)], {}),
+    "broadcast batch, bf16": ("matmul", lambda: [_h(2, 3, 20, 24, dtype="bfloat16"), _h(1, 24, 36, dtype="bfloat16")],
+                              {}),
+    # convolutions as implicit GEMMs: the columns computed as their tiles are copied
+    "conv 3x3, padded": ("conv2d_gemm", lambda: [_h(1, 3, 7, 7), _h(8, 27), _h(8)], {"kernel": (3, 3),
+                                                                                   "padding": (1, 1, 1, 1)}),
+    "conv 2x2, stride 2, bf16": ("conv2d_gemm", lambda: [_h(1, 3, 9, 9, dtype="bfloat16"), _h(5, 12, dtype="bfloat16")],
+                                 {"kernel": (2, 2), "strides": (2, 2), "padding": (0, 1, 1, 0)}),
+    "conv 1x1, batch 2": ("conv2d_gemm", lambda: [_h(2, 4, 6, 5), _h(6, 4)], {"kernel": (1, 1)}),
+    # float32 products marked tf32 (ember.passes.tf32_products): m16n16k8 steps
+    "linear, tf32": ("gemm", lambda: [_tf32(5, 40), _tf32(24, 40), _tf32(24)], {"trans_b": True, "tf32": True}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_product_on_tensor_cores_matches_numpy_on_the_interpreter(case):
+    name, inputs, attrs = CASES[case]
+    check_op(name, inputs(), attrs, rtol=1e-2, atol=1e-2, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", ["linear, partial tiles", "conv 3x3, padded", "linear, tf32"])
+def test_a_product_on_tensor_cores_compiles_for_sm90(case):
+    name, inputs, attrs = CASES[case]
+    types = [TensorType(x.shape, x.dtype.name) for x in inputs()]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.binary[:4] == b"\x7fELF" and "wmma.mma.sync" in f.source
+    assert ("m16n16k8.f32.tf32" in f.source) == attrs.get("tf32", False)
+    if attrs.get("trans_b"):  # the weights (N, K) read as B's columns, in place
+        assert "wmma.load.b.sync.aligned.col" in f.source
+
+
+def test_tiles_shrink_until_the_grid_fills_the_gpu():
+    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 64}
+    small = tensor_core_tiles(1, 128, 3072, 768)  # BERT-base's MLP at 128 tokens, batch 1
+    assert small["BM"] * small["BN"] < 64 * 64 and 128 // small["BM"] * 3072 // small["BN"] >= SMS
+    assert tensor_core_tiles(1, 1, 768, 768)["BM"] == 16  # a decoded token: one row
+    assert tensor_core_tiles(12, 128, 128, 64)["BK"] == 32
