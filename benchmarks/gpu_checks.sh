@@ -7,7 +7,8 @@
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
 # Steps: info tests kernels tile compare graphs tune decode (default: all, with the limits below);
-# MODELS= names the zoo models of `compare`.
+# MODELS= names the zoo models of `compare`, PARTS= the parts of `kernels` (default: all), DECODE=
+# the sizes of `decode` (default: the reduced GPT-2, "--contexts 128" for the full one).
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -31,13 +32,13 @@ run_step() {
               "$PY" -m ember.cli doctor ;;
         tests) "$PY" -m pytest tests/cuda tests/tile/test_cuda.py tests/tune/test_gpu_tuning.py -n 12 -q \
                    -p no:cacheprovider --timeout 100 -rfEs --durations=10 ;;
-        kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ;;
+        kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ${PARTS:+--parts $PARTS} ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
         tune) "$PY" benchmarks/cuda_kernels.py --tune 32 ;;
-        decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 --contexts 128 ;;
+        decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 ${DECODE:---small --contexts 64 --tokens 16} ;;
         *) echo "unknown step $1"; return 2 ;;
     esac
 }
