@@ -119,8 +119,8 @@ def main(models: list[str], small: bool, runs: int, precisions: list[str],
     for name in models:
         rows = model_rows(name, small, runs, precisions, peers)
         for runtime, precision, lat, first_s, note in rows:
-            peers = {r[0]: r[2] for r in rows if r[1] == precision}
-            eager, overhead = peers.get("torch eager"), peers.get("torch.compile reduce-overhead")
+            latency = {r[0]: r[2] for r in rows if r[1] == precision}
+            eager, overhead = latency.get("torch eager"), latency.get("torch.compile reduce-overhead")
             ratios = cell(lat and eager and lat / eager, 9, ".2f"), cell(lat and overhead and lat / overhead, 7, ".2f")
             print(f"{name:<14} {runtime:<28} {precision:<5} {cell(lat and lat * 1e3, 11, '.3f')} {' '.join(ratios)} "
                   f"{cell(first_s, 13, '.2f')}  {note}", flush=True)

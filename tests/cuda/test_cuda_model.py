@@ -612,8 +612,10 @@ def test_on_the_gpu_symbolic_sizes_saved_and_profiled(symbolic_mlp, tmp_path):
         x = rng.standard_normal((batch, 16), np.float32)
         with torch.no_grad():
             expected = model(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(cm(torch.from_numpy(x).cuda()).cpu().numpy(), expected, rtol=TOL, atol=TOL)
-    assert cm._graphs.captures == 2 and cm.graph_reason is None
+        np.testing.assert_allclose(cm(x), expected, rtol=TOL, atol=TOL)  # copied into the input slots
+    assert cm._graphs.captures == 2 and cm.graph_reason is None  # one graph a size, replayed for 3 again
+    # (torch's caching allocator may give a new tensor the previous call's address: a graph in place)
+    np.testing.assert_allclose(cm(torch.from_numpy(x).cuda()).cpu().numpy(), expected, rtol=TOL, atol=TOL)
     loaded = ember.load(cm.save(tmp_path / "mlp"))
     np.testing.assert_allclose(loaded(x), expected, rtol=TOL, atol=TOL)
     prof = loaded.profile(x, repeat=3)
