@@ -147,7 +147,7 @@ def gpu_cases(ns, only: list[str]):
         n = 1 << 26
         x, y = (torch.rand(n, device="cuda", generator=g) for _ in range(2))
         out = torch.empty_like(x)
-        cases.append(("vadd", n, lambda k, x=x, y=y, out=out: lambda: k.add_kernel[(triton.cdiv(n, 4096),)](
+        cases.append(("vadd", n, lambda k, x=x, y=y, out=out, n=n: lambda: k.add_kernel[(triton.cdiv(n, 4096),)](
             x, y, out, n, BLOCK=4096), lambda x=x, y=y, out=out: torch.testing.assert_close(out, x + y, rtol=0, atol=0),
             lambda x=x, out=out: out.copy_(x)))
     if "softmax" in only:
