@@ -125,6 +125,16 @@ def test_conv2d_nchwc_against_torch(x_shape, w_shape, groups, ib, ob, attrs, bia
     assert_close(plain, convert_layout(out, f"NCHW{ob}c", "NCHW"), **TOL, what="NCHW output")
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_conv2d_nchwc_sums_over_in_channels_only(k):
+    """24 channels in two blocks of 16: the last 8 lanes (random here, not zeros) are never read."""
+    x, w, b = rand(1, 24, 6, 13), rand(32, 24, k, k), rand(32)
+    xb = nchwc(np.concatenate([x, rand(1, 8, 6, 13)], axis=1), 16)
+    wb = oihw_io(np.concatenate([w, rand(32, 8, k, k)], axis=1), 16, 16)
+    attrs = {"padding": (k // 2,) * 4, "in_channels": 24}
+    check_op("conv2d_nchwc", [xb, wb, b], attrs, **TOL, torch_fn=lambda *_: nchwc(torch_conv(x, w, b, attrs, 1), 16))
+
+
 def test_tiny_cases_on_the_interpreter():
     x, w = rand(1, 8, 4, 5), rand(8, 8, 3, 3)
     check_op("layout_transform", [x], {"src": "NCHW", "dst": "NCHW4c"}, rtol=0, atol=0, targets=("c", "python"))
@@ -189,6 +199,8 @@ def test_depthwise_padding_is_copied_per_tile():
     ([(1, 32, 8), (2, 2, 3, 3, 16, 16)], {}, "x must be N, C/ib, H, W, ib"),
     ([(1, 2, "h", 8, 16), (2, 2, 3, 3, 16, 16)], {}, "may only have a symbolic batch dimension"),
     ([(1, 2, 2, 2, 16), (2, 2, 3, 3, 16, 16)], {}, "larger than the padded input"),
+    ([(1, 2, 4, 4, 16), (2, 2, 1, 1, 16, 16)], {"in_channels": 33}, "in_channels=33 must be a count"),
+    ([(1, 16, 4, 4), (2, 16, 1, 1, 1, 16)], {"in_channels": 8}, "for a blocked x and groups 1"),
 ])
 def test_conv2d_nchwc_errors(shapes, attrs, message):
     with pytest.raises(OpTypeError) as e:
