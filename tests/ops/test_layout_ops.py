@@ -105,6 +105,8 @@ CONVS = [
     ((2, 24, 9, 9), (24, 1, 3, 3), 24, 8, 8, {"padding": (1, 1, 1, 1), "strides": (2, 2)}),
     # depthwise, its padded tile per output tile: uneven pads, a partial column tile, dilated rows
     ((1, 16, 11, 33), (16, 1, 5, 5), 16, 16, 16, {"padding": (2, 1, 2, 3), "strides": (1, 2), "dilations": (2, 1)}),
+    # depthwise, stride 1: a tile of two output rows, a partial column tile
+    ((1, 16, 6, 29), (16, 1, 3, 3), 16, 16, 16, {"padding": (1, 1, 1, 1)}),
     ((1, 16, 7, 30), (16, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a partial column tile
     ((1, 16, 5, 29), (32, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a tile of two blocks, partial
     ((1, 8, 6, 11), (24, 8, 1, 1), 1, 8, 8, {}),  # a tile of three blocks, a partial column tile
