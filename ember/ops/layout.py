@@ -7,9 +7,11 @@ weights), a number and a lower-case letter a block of that many of its primal ax
 upper-case one then counts in blocks of. "NCHW16c" is (N, C/16, H, W, 16); "OIHW16i32o" is
 (O/32, I/16, H, W, 16, 32). Plain NCHW is NCHW1c with the unit axis left out.
 
-conv2d_nchwc(x, w, bias?; strides, padding, dilations, groups):
+conv2d_nchwc(x, w, bias?; strides, padding, dilations, groups, in_channels):
 - x: (N, C/ib, H, W, ib), or plain (N, C, H, W) (ib = 1: a first layer of 3 channels reads its
-  input as it comes);
+  input as it comes); a dense convolution with in_channels sums over x's first in_channels
+  channels only (the rest are a padded block's padding lanes, ember.passes.layout: 24 channels
+  in two blocks of 16, whose last 8 lanes no output reads);
 - w: (OC/ob, C/ib, KH, KW, ib, ob) ("OIHW{ib}i{ob}o"), or for a depthwise convolution (groups
   = C = OC, the block of x and of the output the same) (C/ob, 1, KH, KW, 1, ob) ("OIHW1i{ob}o");
 - bias: (OC,); out: (N, OC/ob, OH, OW, ob), or with out_layout="NCHW" (N, OC, OH, OW).
@@ -235,6 +237,11 @@ def _infer_conv(types, attrs):
     conv = blocked_conv(op, x, w, attrs["groups"])
     if len(types) == 3 and tuple(types[2].shape) != (conv.out_channels,):
         raise OpTypeError(f"{op}: bias of shape {types[2].shape} must be ({conv.out_channels},)")
+    used = attrs["in_channels"]
+    if used is not None and (attrs["groups"] != 1 or x.rank != 5 or not isinstance(used, int)
+                             or not 0 < used <= x.shape[1] * x.shape[4]):
+        raise OpTypeError(f"{op}: in_channels={used!r} must be a count of x's {x.shape} channels, for a blocked "
+                          f"x and groups 1")
     strides, pads_b, pads_e, dilations = window_attrs(op, attrs, 2)
     out_hw = tuple(window_out(op, *args) for args in zip(x.shape[2:4], conv.kernel, strides, pads_b, pads_e,
                                                           dilations))
@@ -253,7 +260,8 @@ def _reference_conv(inputs, attrs):
     x_layout = blocked("NCHW", "C", conv.in_block) if x.ndim == 5 else "NCHW"
     w_layout = f"OIHW{w.shape[4]}i{conv.out_block}o"
     strides, pads_b, pads_e, dilations = window_attrs("conv2d_nchwc", attrs, 2)
-    out = conv_reference(convert_layout(x, x_layout, "NCHW"), convert_layout(w, w_layout, "OIHW"),
+    used = attrs["in_channels"]
+    out = conv_reference(convert_layout(x, x_layout, "NCHW")[:, :used], convert_layout(w, w_layout, "OIHW")[:, :used],
                          inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations,
                          attrs["groups"])
     plain = attrs["out_layout"] == "NCHW"
@@ -294,6 +302,13 @@ def _compute_conv(inputs, attrs, out_types):
     if attrs["groups"] != 1:  # depthwise: one block of x against the same block of w
         def element(n, c, oh, ow, k):
             return te.sum(tap(n, c, oh, ow, k) * cast(acc_dtype, w[c, 0, rh, rw, 0, k]), axis=[rh, rw])
+    elif attrs["in_channels"] not in (None, icb * ib):  # over the used channels, then the kernel window
+        rc = te.reduce_axis((0, attrs["in_channels"]), name="ic")
+
+        def element(n, c, oh, ow, k):
+            at = (n, rc // ib, oh * strides[0] + rh * dilations[0], ow * strides[1] + rw * dilations[1], rc % ib)
+            return te.sum(cast(acc_dtype, xp[at]) * cast(acc_dtype, w[c, rc // ib, rh, rw, rc % ib, k]),
+                          axis=[rc, rh, rw])
     else:  # over the input channel blocks, the kernel window, the channels of a block
         rc = te.reduce_axis((0, icb), name="icb")
         ri = te.reduce_axis((0, ib), name="ici") if ib > 1 else 0
@@ -322,7 +337,8 @@ register(OpDef(
     reference=_reference_conv,
     compute=_compute_conv,
     pattern="out_elementwise_fusable",
-    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc"},
+    attrs={"strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1), "groups": 1, "out_layout": "NCHWc",
+           "in_channels": None},
     num_inputs=(2, 3),
     doc="2-d convolution in blocked channel layouts: x NCHW{ib}c (or NCHW), w OIHW{ib}i{ob}o, out NCHW{ob}c.",
     takes_prologue=False,

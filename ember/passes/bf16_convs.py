@@ -52,7 +52,7 @@ def bf16_convs(graph: Graph, target: Target | None = None) -> Graph:
 
 
 def _rewrite(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    if node.op != "conv2d_nchwc" or node.attrs["groups"] != 1:
+    if node.op != "conv2d_nchwc" or node.attrs["groups"] != 1 or node.attrs["in_channels"] is not None:
         return None
     x, w = inputs[:2]
     weights = rw.constant_data(w)

@@ -87,6 +87,8 @@ def _tile(graph: Graph, node: Node) -> int | None:
     """F(m x m)'s m for a conv2d_nchwc Winograd can compute, by the rule; else None."""
     if node.op != "conv2d_nchwc" or node.attrs["out_layout"] != "NCHWc" or node.attrs["groups"] != 1:
         return None
+    if node.attrs["in_channels"] is not None:  # (a padded block's lanes, which its sum would read)
+        return None
     x, w = node.inputs[:2]
     out = node.outputs[0].type
     if (x.type.rank != 5 or not x.type.is_static or out.dtype != "float32" or x.type.dtype != "float32"

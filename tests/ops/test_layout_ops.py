@@ -105,6 +105,8 @@ CONVS = [
     ((2, 24, 9, 9), (24, 1, 3, 3), 24, 8, 8, {"padding": (1, 1, 1, 1), "strides": (2, 2)}),
     # depthwise, its padded tile per output tile: uneven pads, a partial column tile, dilated rows
     ((1, 16, 11, 33), (16, 1, 5, 5), 16, 16, 16, {"padding": (2, 1, 2, 3), "strides": (1, 2), "dilations": (2, 1)}),
+    # depthwise, stride 1: a tile of two output rows, a partial column tile
+    ((1, 16, 6, 29), (16, 1, 3, 3), 16, 16, 16, {"padding": (1, 1, 1, 1)}),
     ((1, 16, 7, 30), (16, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a partial column tile
     ((1, 16, 5, 29), (32, 16, 3, 3), 1, 16, 16, {"padding": (1, 1, 1, 1)}),  # a tile of two blocks, partial
     ((1, 8, 6, 11), (24, 8, 1, 1), 1, 8, 8, {}),  # a tile of three blocks, a partial column tile
@@ -123,6 +125,16 @@ def test_conv2d_nchwc_against_torch(x_shape, w_shape, groups, ib, ob, attrs, bia
                    torch_fn=lambda *_: nchwc(torch_conv(x, w, b, attrs, groups), ob))[0]
     plain = check_op("conv2d_nchwc", [xb, wb] + ([b] if bias else []), {**attrs, "out_layout": "NCHW"}, **TOL)[0]
     assert_close(plain, convert_layout(out, f"NCHW{ob}c", "NCHW"), **TOL, what="NCHW output")
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_conv2d_nchwc_sums_over_in_channels_only(k):
+    """24 channels in two blocks of 16: the last 8 lanes (random here, not zeros) are never read."""
+    x, w, b = rand(1, 24, 6, 13), rand(32, 24, k, k), rand(32)
+    xb = nchwc(np.concatenate([x, rand(1, 8, 6, 13)], axis=1), 16)
+    wb = oihw_io(np.concatenate([w, rand(32, 8, k, k)], axis=1), 16, 16)
+    attrs = {"padding": (k // 2,) * 4, "in_channels": 24}
+    check_op("conv2d_nchwc", [xb, wb, b], attrs, **TOL, torch_fn=lambda *_: nchwc(torch_conv(x, w, b, attrs, 1), 16))
 
 
 def test_tiny_cases_on_the_interpreter():
@@ -189,6 +201,8 @@ def test_depthwise_padding_is_copied_per_tile():
     ([(1, 32, 8), (2, 2, 3, 3, 16, 16)], {}, "x must be N, C/ib, H, W, ib"),
     ([(1, 2, "h", 8, 16), (2, 2, 3, 3, 16, 16)], {}, "may only have a symbolic batch dimension"),
     ([(1, 2, 2, 2, 16), (2, 2, 3, 3, 16, 16)], {}, "larger than the padded input"),
+    ([(1, 2, 4, 4, 16), (2, 2, 1, 1, 16, 16)], {"in_channels": 33}, "in_channels=33 must be a count"),
+    ([(1, 16, 4, 4), (2, 16, 1, 1, 1, 16)], {"in_channels": 8}, "for a blocked x and groups 1"),
 ])
 def test_conv2d_nchwc_errors(shapes, attrs, message):
     with pytest.raises(OpTypeError) as e:

@@ -220,3 +220,58 @@ def test_a_symbolic_batch_stays_symbolic():
     for n in (1, 3):
         x = random_array((n, 16, 6, 6))
         np.testing.assert_allclose(cm(x), plain(x), **TOL)
+
+
+def test_channels_no_block_divides_are_padded_to_whole_blocks():
+    """A block and a half of channels (MobileNetV2's 24 in 16-lane blocks) run in two whole
+    blocks: weights and biases padded with zeros, the dense convolution that reads them summing
+    over the real channels only (in_channels), cropped where they leave the layout (a graph
+    output, a convolution that writes NCHW)."""
+    c = LANES * 3 // 2
+    g = Graph("padded")
+    x = g.add_input("x", TensorType((1, 16, 10, 10)))
+    e = op(g, "clip", conv(g, x, c, k=1), min=0.0, max=6.0)
+    d = op(g, "clip", conv(g, e, c, groups=c, bias=False, strides=(2, 2)), min=0.0, max=6.0)
+    stats = [g.add_constant(random_array((c,)) + 1.5, name) for name in ("mean", "var", "gamma", "beta")]
+    r = op(g, "add", op(g, "batch_norm", conv(g, d, c, k=1), *stats, eps=1e-3), d)
+    y = op(g, "sigmoid", conv(g, r, 32))  # (reads the padded r)
+    g.set_outputs([op(g, "reshape", conv(g, y, c), shape=(1, c * 25)), r,
+                   op(g, "mean", r, axes=(2, 3), keepdims=True)])
+    out = run_pipeline(g, LEVEL)
+    convs = [n for n in out.nodes if n.op == "conv2d_nchwc"]
+    assert len(convs) == 5 and "conv2d" not in ops(out)
+    widths = [n.outputs[0].shape[1] * (n.outputs[0].shape[4] if n.outputs[0].type.rank == 5 else 1) for n in convs]
+    assert widths == [2 * LANES] * 3 + [32, 2 * LANES]
+    assert convs[1].attrs["groups"] == 2 * LANES
+    assert [n.attrs["in_channels"] for n in convs] == [None, None, c, c, None]
+    check_same(g, out, **TOL)
+    compiled_same(g, opt_level=LEVEL)
+
+
+def test_padded_channels_match_torch():
+    """An inverted residual block on a block and a half of channels against torch."""
+    torch = pytest.importorskip("torch")
+    c = LANES * 3 // 2
+    torch.manual_seed(0)
+
+    def unit(cin, cout, k=1, groups=1, act=True):
+        return [torch.nn.Conv2d(cin, cout, k, padding=k // 2, groups=groups), torch.nn.BatchNorm2d(cout)] + (
+            [torch.nn.ReLU6()] if act else [])
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = torch.nn.Sequential(*unit(8, c))
+            self.body = torch.nn.Sequential(*unit(c, 6 * c), *unit(6 * c, 6 * c, 3, 6 * c), *unit(6 * c, c, act=False))
+
+        def forward(self, x):
+            y = self.stem(x)
+            return (y + self.body(y)).mean((2, 3))
+
+    model = Block().eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2)
+    x = random_array((1, 8, 12, 12))
+    got = ember.compile(model, (torch.from_numpy(x),))(x)
+    np.testing.assert_allclose(got, model(torch.from_numpy(x)).detach().numpy(), **TOL)

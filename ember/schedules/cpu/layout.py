@@ -1,6 +1,7 @@
 """CPU schedules of the blocked-layout operators (ember.ops.layout): a register tile of output
 columns x the channels of one output block (two or three for a dense convolution), the block in
-vector lanes; a depthwise convolution pads in each tile the input that tile reads."""
+vector lanes; a depthwise convolution pads in each tile the input that tile reads (two output
+rows a tile at stride 1)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def schedule_conv_nchwc(s, outputs, target):
         blocks = (1, nb) if not depthwise and nb is not None else None
         if blocks is not None:
             columns = tile_columns(as_int(out.shape[3]), TILE_ACCUMULATORS // nb)
+        elif local is not None and as_int(out.shape[2]) % 2 == 0 and _same_rows(pad, out):
+            # a depthwise one's tile spans two output rows, which read 4 padded input rows where
+            # one row read 3 (2 of them again for the next): MobileNetV2's stride-1 layers over
+            # 112x112 and 56x56 10-15% faster; at stride 2, 5 rows for 2 are not (28x28: 8% slower)
+            blocks = (2, 2)
+            columns = tile_columns(as_int(out.shape[3]), TILE_ACCUMULATORS // 2)
         at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]), blocks=blocks)
         if local is not None:
             s[pad.output(0)].compute_inline()
@@ -45,6 +52,11 @@ def schedule_conv_nchwc(s, outputs, target):
 def _padding(anchor):
     """The padded input stage of a conv2d_nchwc, or None."""
     return next((t.op for t in anchor.input_tensors if isinstance(t.op, ComputeOp) and t.op.tag == PACK), None)
+
+
+def _same_rows(pad, out) -> bool:
+    """A depthwise convolution with as many output rows as input rows (stride 1, same padding)."""
+    return as_int(pad.input_tensors[0].shape[2]) == as_int(out.shape[2])
 
 
 def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
