@@ -24,6 +24,10 @@ The te compute, for n spatial dimensions:
 - else: out[n, oc, ...] directly (tagged "conv_grouped"), the schedule vectorizing the output
   columns when their count allows.
 float16 accumulates in float32. Bias is added as the accumulation is read back.
+
+Packed weights (attrs w_block = B > 0, set by ember.passes.pack_weights on constant weights): w is
+the PACK stage's (blocks, ..., B) array itself (pack_weights below, w_shape its (OC, C/groups,
+kernel...)), packed once at compile time instead of at every call.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ def _static_dims(op: str, t: TensorType, what: str) -> tuple[int, ...]:
 
 def _conv_types(op: str, n: int, types: list[TensorType], attrs, transposed: bool):
     x, w = types[:2]
+    if not transposed and attrs["w_block"]:
+        w = _packed_type(op, w, attrs, x)
     dtype = result_dtype(op, *types)
     check_float(op, x)
     if x.rank != n + 2 or w.rank != n + 2:
@@ -127,6 +133,89 @@ def _conv_types(op: str, n: int, types: list[TensorType], attrs, transposed: boo
     return [TensorType((x.shape[0], oc) + out_spatial, dtype)]
 
 
+# -- packed weights ------------------------------------------------------------------------------
+
+
+def packed_form(oc: int, cg: int, groups: int, block: int) -> str | None:
+    """How conv_compute packs the weights of a convolution in blocks of `block` output channels:
+    "dense" (one group, or a block inside one group: (blocks, cg, kernel..., block)), "depthwise"
+    ((blocks, kernel..., block)), "spanning" (a block over span whole groups, block-diagonal:
+    (blocks, span * cg, kernel..., block)); None where it reads w as it is (per output element)."""
+    ocg = oc // groups
+    if groups == 1:
+        return "dense"
+    if cg == 1 and oc == groups:
+        return "depthwise"
+    if ocg % block == 0:
+        return "dense"
+    if block % ocg == 0 and groups % (block // ocg) == 0 and block // ocg <= MAX_SPAN:
+        return "spanning"
+    return None
+
+
+def packed_shape(w_shape, groups: int, block: int) -> tuple[int, ...] | None:
+    """The shape of the packed weights of (OC, C/groups, kernel...) `w_shape` (see packed_form)."""
+    oc, cg, *kernel = w_shape
+    form = packed_form(oc, cg, groups, block)
+    blocks = -(-oc // block)
+    if form is None:
+        return None
+    return {"dense": (blocks, cg), "depthwise": (blocks,),
+            "spanning": (blocks, block // (oc // groups) * cg)}[form] + tuple(kernel) + (block,)
+
+
+def pack_weights(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """(OC, C/groups, kernel...) weights as conv_compute's PACK stage computes them (zero past OC,
+    and where a spanning block's lane does not take the channel)."""
+    oc, cg, *kernel = w.shape
+    form = packed_form(oc, cg, groups, block)
+    blocks = -(-oc // block)
+    full = np.zeros((blocks * block,) + w.shape[1:], w.dtype)
+    full[:oc] = w
+    if form == "depthwise":
+        full = full[:, 0]
+    elif form == "spanning":
+        span = block // (oc // groups)
+        wide = np.zeros((blocks * block, span * cg) + tuple(kernel), w.dtype)
+        for lane_group in range(span):  # the output channels of the block's lane_group-th group
+            rows = (np.arange(blocks * block) % block) // (oc // groups) == lane_group
+            wide[rows, lane_group * cg:(lane_group + 1) * cg] = full[rows]
+        full = wide
+    return np.ascontiguousarray(np.moveaxis(full.reshape((blocks, block) + full.shape[1:]), 1, -1))
+
+
+def unpack_weights(wp: np.ndarray, w_shape, groups: int) -> np.ndarray:
+    """pack_weights' inverse: the (OC, C/groups, kernel...) weights of packed `wp`."""
+    oc, cg, *kernel = w_shape
+    block = wp.shape[-1]
+    full = np.moveaxis(wp, -1, 1).reshape((wp.shape[0] * block,) + wp.shape[1:-1])[:oc]
+    form = packed_form(oc, cg, groups, block)
+    if form == "depthwise":
+        return np.ascontiguousarray(full[:, None])
+    if form == "spanning":
+        lane_group = (np.arange(oc) % block) // (oc // groups)
+        return np.ascontiguousarray(full[np.arange(oc)[:, None], lane_group[:, None] * cg + np.arange(cg)])
+    return np.ascontiguousarray(full)
+
+
+def _packed_type(op: str, w: TensorType, attrs, x: TensorType) -> TensorType:
+    """The (OC, C/groups, kernel...) type of packed weights `w`, their shape checked."""
+    w_shape, block, groups = attrs["w_shape"], attrs["w_block"], attrs["groups"]
+    w_shape = tuple(w_shape) if isinstance(w_shape, (tuple, list)) else w_shape
+    if not isinstance(w_shape, tuple) or len(w_shape) != x.rank or not all(isinstance(d, int) and d > 0
+                                                                            for d in w_shape):
+        raise OpTypeError(f"{op}: packed weights (w_block={block}) need w_shape, the (OC, C/groups, kernel...) "
+                          f"shape they were packed from, as {x.rank} positive integers; got {w_shape!r}")
+    if not isinstance(block, int) or block < 1 or not isinstance(groups, int) or groups < 1 or w_shape[0] % groups:
+        raise OpTypeError(f"{op}: w_block {block!r} and groups {groups!r} must be positive integers, groups "
+                          f"dividing the {w_shape[0]} output channels")
+    expected = packed_shape(w_shape, groups, block)
+    if expected is None or tuple(w.shape) != expected:
+        raise OpTypeError(f"{op}: weights {w_shape} packed in blocks of {block} (groups={attrs['groups']}) have "
+                          f"shape {expected}, got {w.shape}")
+    return TensorType(w_shape, w.dtype)
+
+
 # -- NumPy references ----------------------------------------------------------------------------
 
 
@@ -158,6 +247,8 @@ def conv_reference(x: np.ndarray, w: np.ndarray, bias, strides, pads_b, pads_e, 
 
 def _reference_conv(inputs, attrs):
     x, w = inputs[:2]
+    if attrs["w_block"]:
+        w = unpack_weights(w, attrs["w_shape"], attrs["groups"])
     strides, pads_b, pads_e, dilations = window_attrs("conv", attrs, x.ndim - 2)
     return [conv_reference(x, w, inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations,
                            attrs["groups"])]
@@ -231,10 +322,11 @@ def _input_stage(x, pads_b, pads_e, spread, block: int | None = None):
 
 
 def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups: int, bias, out_spatial,
-                 pads_b, pads_e, spread, block: int):
+                 pads_b, pads_e, spread, block: int, prepacked=None):
     """The te convolution of x padded by pads_b/pads_e (and spread, see _input_stage);
     weight(oc, ic, *taps) is the weight element (an expression: transposed convolutions remap
-    it); `block` output channels per packed weight block (the target's fp32 lanes)."""
+    it); `block` output channels per packed weight block (the target's fp32 lanes); `prepacked`: the
+    weights already packed (pack_weights), read in place of the PACK stage."""
     n = len(kernel)
     acc_dtype = dt.compute_dtype(x.dtype)
     ic = te.reduce_axis((0, cg), name="ic")
@@ -245,6 +337,9 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
 
     def packed_weights(shape, element):
         """Weights in blocks of `block` output channels (the last axis), zero past oc."""
+        if prepacked is not None:
+            return prepacked
+
         def packed(*i):
             o = i[0] * block + i[-1]
             value = cast(acc_dtype, element(o, i[1:-1]))
@@ -275,7 +370,7 @@ def conv_compute(x, weight, oc: int, cg: int, kernel, strides, dilations, groups
             cast(acc_dtype, xb[(i[0], i[1]) + window(i[2:2 + n]) + (i[-1],)]) * wp[(i[1], *taps, i[-1])],
             axis=taps), name="conv", tag=ANCHOR))
     ocg = oc // groups
-    if ocg % block == 0 or (block % ocg == 0 and groups % (block // ocg) == 0 and block // ocg <= MAX_SPAN):
+    if packed_form(oc, cg, groups, block) is not None:
         return read_back(_grouped_blocks(x, weight, block, cg, ocg, kernel, window, (ic, taps), acc_shape,
                                          _input_stage(x, pads_b, pads_e, spread), packed_weights))
     xp = _input_stage(x, pads_b, pads_e, spread)
@@ -327,10 +422,10 @@ def _compute_conv(inputs, attrs, out_types):
     x, w = inputs[:2]
     n = x.ndim - 2
     strides, pads_b, pads_e, dilations = window_attrs("conv", attrs, n)
-    kernel = [as_int(d) for d in w.shape[2:]]
-    return [conv_compute(x, lambda o, c, *t: w[(o, c) + t], as_int(w.shape[0]), as_int(w.shape[1]), kernel,
-                         strides, dilations, attrs["groups"], inputs[2] if len(inputs) == 3 else None,
-                         out_types[0].shape[2:], pads_b, pads_e, (1,) * n, attrs["lanes"])]
+    oc, cg, *kernel = tuple(attrs["w_shape"]) if attrs["w_block"] else [as_int(d) for d in w.shape]
+    return [conv_compute(x, lambda o, c, *t: w[(o, c) + t], oc, cg, kernel, strides, dilations, attrs["groups"],
+                         inputs[2] if len(inputs) == 3 else None, out_types[0].shape[2:], pads_b, pads_e, (1,) * n,
+                         attrs["w_block"] or attrs["lanes"], prepacked=w if attrs["w_block"] else None)]
 
 
 def _compute_conv_transpose(inputs, attrs, out_types):
@@ -361,9 +456,11 @@ def _conv_op(name: str, n: int) -> OpDef:
         reference=_reference_conv,
         compute=_compute_conv,
         pattern="out_elementwise_fusable",
-        attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "dilations": (1,) * n, "groups": 1},
+        attrs={"strides": (1,) * n, "padding": (0,) * (2 * n), "dilations": (1,) * n, "groups": 1, "w_block": 0,
+               "w_shape": None},
         num_inputs=(2, 3),
-        doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped.",
+        doc=f"{n}-d convolution (cross-correlation), ONNX-style padding, grouped; w_block > 0: w packed in blocks "
+            "of that many output channels (pack_weights), w_shape its (OC, C/groups, kernel...).",
         lanes=True,
         takes_prologue=False,
     )

@@ -48,7 +48,8 @@ def _foldable(graph: Graph) -> dict[Node, Node]:
             continue
         x = bn.inputs[0]
         producer = x.node
-        if producer is None or producer.op not in CHANNEL_OPS or x in outputs or len(users[x]) != 1:
+        if producer is None or producer.op not in CHANNEL_OPS or x in outputs or len(users[x]) != 1 \
+                or producer.attrs.get("w_block"):  # (weights packed already: ember.passes.pack_weights)
             continue
         match producer.op:
             case "conv1d" | "conv2d" | "gemm":

@@ -60,6 +60,7 @@ from .rewrite import Rewriter
 PLAIN = "NCHW"
 BROADCASTING = frozenset([name for name, *_ in ARITHMETIC + COMPARISONS + LOGIC] + ["where"])
 SPATIAL_REDUCTIONS = ("mean", "sum", "max", "min")
+WINDOW_ATTRS = ("strides", "padding", "dilations", "groups")  # what conv2d_nchwc takes of a conv2d's attributes
 
 
 def layout(graph: Graph, target: Target | None = None) -> Graph:
@@ -241,7 +242,7 @@ class _Layouts:
         found = self.blocked_form(x)
         if ob is None or (found is None and out not in self.leads):
             return False
-        depthwise, attrs = node.attrs["groups"] != 1, dict(node.attrs)
+        depthwise, attrs = node.attrs["groups"] != 1, {k: node.attrs[k] for k in WINDOW_ATTRS}
         if depthwise:
             ib, xin = ob, self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))
         else:

@@ -1,5 +1,5 @@
 """Constant weights of a matrix product packed once, at compile time, into the panels the register
-tile reads (ember.ops.matmul, b_panels):
+tile reads (ember.ops.matmul, b_panels), and a convolution's into its blocks (see the end):
 
     gemm(a, W, c?; trans_b)  -> gemm(a, panels(W'), c?; b_panels=P)      W' = W.T when trans_b
     matmul(a, W)             -> gemm(a, panels(W); b_panels=P)          a and W 2-D
@@ -16,6 +16,13 @@ a panel serves a single row too, one contiguous stream per tile); a single row k
 time, a GEMV or a decode step, keeps the row-major weights its schedule streams. P is the register
 tile's width: 2 vectors, or 4 for fewer than 4 rows (ember.schedules.cpu.tiling), of the target's
 fp32 lanes (a target pass: ember.passes.pipeline.TARGET_PASSES).
+
+    conv{1,2,3}d(x, W, bias?) -> conv{1,2,3}d(x, packed(W), bias?; w_block=B, w_shape=W's shape)
+
+A convolution the layout pass leaves as it is (a 1-d or 3-d one, a grouped one, an isolated one)
+reads its float32 constant weights packed as its PACK stage would pack them at every call
+(ember.ops.conv.pack_weights: blocks of B output channels, the target's fp32 lanes, in the last
+axis), once here instead; those its compute reads per output element stay as they are.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import functools
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.conv import pack_weights as pack_conv_weights
+from ..ops.conv import packed_form
 from ..target import Target
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
@@ -33,8 +42,8 @@ MIN_WEIGHTS = 64 * 1024  # elements: 256 KiB of float32, beyond L1 and most of L
 
 
 def pack_weights(graph: Graph, target: Target | None = None) -> Graph:
-    """The graph with constant weights in panels for the target's vectors (default: C on this
-    machine)."""
+    """The graph with constant weights in panels (convolutions': blocks) for the target's vectors
+    (default: C on this machine)."""
     return rebuild(graph, functools.partial(_pack, lanes=(target or Target()).lanes("float32")))
 
 
@@ -46,6 +55,8 @@ def panel_width(m: int | str, n: int, lanes: int) -> int | None:
 
 
 def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Value] | None:
+    if node.op in CONVS:
+        return _pack_conv(rw, node, inputs, lanes)
     if node.op not in ("gemm", "matmul") or node.attrs.get("b_panels"):
         return None
     a, b = inputs[:2]
@@ -66,3 +77,18 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Val
     panels = rw.constant(np.ascontiguousarray(panels), f"{b.name}.panels")
     attrs = {**(node.attrs if node.op == "gemm" else {}), "trans_b": False, "b_panels": width}
     return rw.emit("gemm", [a, panels, *inputs[2:]], attrs, hint=node.name, out_names=[node.outputs[0].name])
+
+
+CONVS = ("conv1d", "conv2d", "conv3d")
+
+
+def _pack_conv(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Value] | None:
+    weights = rw.constant_data(inputs[1])
+    groups = node.attrs["groups"]
+    if node.attrs["w_block"] or weights is None or weights.dtype != np.float32 or lanes < 2 or \
+            packed_form(weights.shape[0], weights.shape[1], groups, lanes) is None:
+        return None
+    packed = rw.constant(pack_conv_weights(weights, groups, lanes), f"{inputs[1].name}.packed")
+    attrs = {**node.attrs, "w_block": lanes, "w_shape": tuple(weights.shape)}
+    return rw.emit(node.op, [inputs[0], packed, *inputs[2:]], attrs, hint=node.name,
+                   out_names=[node.outputs[0].name])

@@ -60,7 +60,8 @@ def _weights(graph: Graph, node: Node, dynamic: bool) -> np.ndarray | None:
     if w.dtype != np.float32:
         return None
     a = node.attrs
-    if node.op == "conv2d" and not dynamic and (len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
+    if node.op == "conv2d" and not a["w_block"] and not dynamic and (
+            len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
         if a["groups"] == 1:
             return conv_weights(w)
         if a["groups"] == w.shape[0] == node.inputs[0].type.shape[1] and w.shape[0] % LANES == 0:

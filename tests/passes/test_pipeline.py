@@ -46,14 +46,13 @@ def test_levels_and_report():
     assert all(a.nodes_after == b.nodes_before for a, b in zip(report, report[1:]))
     assert report[0].nodes_before == len(g.nodes) and report[-1].nodes_after == len(out.nodes)
     # no attention (and a CPU target, which keeps it fused), no sibling products, no product of a
-    # weight matrix, no GEMV, no packing; an isolated conv keeps the plain layout, and then there are
-    # no conversions left to fold
+    # weight matrix, no GEMV; an isolated conv keeps the plain layout, its weights packed (and the
+    # passes after drop the unpacked ones)
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "fold_cache_append",
                                                          "slice_products",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
-                                                         "pack_weights",
-                                                         "fold_constants", "winograd"]
+                                                         "winograd"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
 
