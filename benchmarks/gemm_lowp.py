@@ -71,17 +71,30 @@ float ember_peak_amx(int64_t iters, int int8) {
   return 0;
 }
 
+/* fp32 FMA in vectors of the target's width (GNU C contracts c * a + b into one FMA) */
+typedef float ember_peak_vf __attribute__((vector_size(%(vector_bytes)d)));
+float ember_peak_fma(int64_t iters) {
+  ember_peak_vf c[CHAINS], a = (ember_peak_vf){} + 0.999f, b = (ember_peak_vf){} + 1e-3f;
+  for (int i = 0; i < CHAINS; ++i) c[i] = (ember_peak_vf){} + (float)i;
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < CHAINS; ++i) c[i] = c[i] * a + b;
+  float s = 0;
+  for (int i = 0; i < CHAINS; ++i) s += c[i][0];
+  return s;
+}
+
 float ember_peak_run(int which, int64_t iters, int threads) {
   float s = 0;
   #pragma omp parallel num_threads(threads) reduction(+:s)
   s += which == 0 ? ember_peak_vdpbf16ps(iters) : which == 1 ? ember_peak_vpdpbusd(iters)
-       : ember_peak_amx(iters, which == 3);
+       : which == 4 ? ember_peak_fma(iters) : ember_peak_amx(iters, which == 3);
   return s;
 }
 """
-# operations per instruction (AMX: per iteration, 4 tile products)
-PEAK_OPS = {0: 16 * 2 * 2, 1: 16 * 4 * 2, 2: 4 * 16 * 16 * 32 * 2, 3: 4 * 16 * 16 * 64 * 2}
-PEAK_NAMES = {0: "vdpbf16ps", 1: "vpdpbusd", 2: "AMX tdpbf16ps", 3: "AMX tdpbusd"}
+# operations per instruction (AMX: per iteration, 4 tile products; fp32 FMA: 2 a lane, see measure_peak)
+PEAK_OPS = {0: 16 * 2 * 2, 1: 16 * 4 * 2, 2: 4 * 16 * 16 * 32 * 2, 3: 4 * 16 * 16 * 64 * 2, 4: 2}
+PEAK_NAMES = {0: "vdpbf16ps", 1: "vpdpbusd", 2: "AMX tdpbf16ps", 3: "AMX tdpbusd", 4: "fp32 FMA"}
+FP32_FMA = 4  # measure_peak's fp32 FMA, in vectors of the target's width
 
 
 def measure_peak(which: int, threads: int, cpu_time: bool, repeat: int = 10) -> float:
@@ -91,12 +104,15 @@ def measure_peak(which: int, threads: int, cpu_time: bool, repeat: int = 10) -> 
     from ember.target import Target
 
     here, best = Target(), 0.0
-    for chains in PEAK_CHAINS if which < 2 else (1,):
-        lib = ctypes.CDLL(str(build_library(PEAK_C % {"chains": chains}, cc=here.cc, cflags=here.cflags)))
+    lanes = here.lanes("float32") if which == FP32_FMA else 1
+    for chains in PEAK_CHAINS if which in (0, 1, FP32_FMA) else (1,):
+        lib = ctypes.CDLL(str(build_library(PEAK_C % {"chains": chains, "vector_bytes": 4 * here.lanes("float32")},
+                                            cc=here.cc, cflags=here.cflags)))
         run = lib.ember_peak_run
         run.argtypes, run.restype = [ctypes.c_int, ctypes.c_int64, ctypes.c_int], ctypes.c_float
-        iters = 50_000 if which < 2 else 5_000  # (short runs, many: on a shared machine the best finds the cores free)
-        ops = PEAK_OPS[which] * (chains if which < 2 else 1) * iters * threads
+        # (short runs, many: on a shared machine the best finds the cores free)
+        iters = 5_000 if which in (2, 3) else 50_000
+        ops = PEAK_OPS[which] * lanes * (1 if which in (2, 3) else chains) * iters * threads
         clock = time.thread_time if cpu_time else time.perf_counter
         for _ in range(repeat):
             start = clock()

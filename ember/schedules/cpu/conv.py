@@ -27,7 +27,14 @@ def schedule_conv(s, outputs, target):
         # column's vectors of channels, stored with a channel's stride (wav2vec2's GELU after a
         # convolution over 1599 columns, scalar erf per element before)
         block = as_int(anchor.output(0).shape[-1])
-        blocks = 2 if as_int(anchor.output(0).shape[1]) % 2 == 0 else 1
+        # two blocks where they pair up, but in a 1-d convolution whose taps do not overlap or whose
+        # rows are long: there one block of up to 24 columns was faster, measured on wav2vec2's
+        # 512 -> 512 layers (benchmarks/conv1d_layers.py, one thread, AMD EPYC Zen 5): k=3 s=2 over
+        # 1599 and 799 columns 190 -> 205 GFLOP/s, k=2 s=2 over 99 and 49 117 -> 195; k=3 over 399
+        # and 199 columns ran 170 -> 117, and keep two blocks
+        pairs = as_int(anchor.output(0).shape[1]) % 2 == 0 and not (
+            out.ndim == 3 and (width >= 512 or _taps_apart(anchor, width)))
+        blocks = 2 if pairs else 1
         cols = _tile_width(width, 12 if blocks == 2 else 24)
         prepare(s, outputs, anchor, vector)
         tail = width % cols != 0
@@ -48,3 +55,12 @@ def _tile_width(width: int, most: int) -> int:
     `most` (with a tail) when width has none above a third of it."""
     best = max(d for d in range(1, min(width, most) + 1) if width % d == 0)
     return best if best * 3 > min(width, most) else min(width, most)
+
+
+
+def _taps_apart(anchor, width: int) -> bool:
+    """Whether a 1-d convolution's taps read disjoint input columns (its kernel no wider than its
+    stride), from the width of its (padded) input and of its output."""
+    kernel = as_int(anchor.reduce_axis[-1].dom.extent)
+    length = max(as_int(t.shape[-1]) for t in anchor.input_tensors if t.ndim == 3)
+    return width > 1 and kernel <= (length - kernel) // (width - 1)
