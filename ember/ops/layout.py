@@ -13,7 +13,9 @@ conv2d_nchwc(x, w, bias?; strides, padding, dilations, groups, in_channels):
   channels only (the rest are a padded block's padding lanes, ember.passes.layout: 24 channels
   in two blocks of 16, whose last 8 lanes no output reads);
 - w: (OC/ob, C/ib, KH, KW, ib, ob) ("OIHW{ib}i{ob}o"), or for a depthwise convolution (groups
-  = C = OC, the block of x and of the output the same) (C/ob, 1, KH, KW, 1, ob) ("OIHW1i{ob}o");
+  = C = OC, the block of x and of the output the same) (C/ob, 1, KH, KW, 1, ob) ("OIHW1i{ob}o"),
+  or for other groups (ib = ob, grouped_blocks) (OC/ob, the input blocks of an output block's
+  groups, KH, KW, ob, ob), zero where a lane's group does not take the channel (grouped_weights);
 - bias: (OC,); out: (N, OC/ob, OH, OW, ob), or with out_layout="NCHW" (N, OC, OH, OW).
 The te compute pads x in its own layout (PACK) and accumulates over (input channel blocks,
 kernel rows, kernel columns, channels of a block) into (N, OC/ob, OH, OW, ob), tagged
@@ -38,7 +40,7 @@ from ..graph.core import Dim, TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
-from .conv import conv_reference, window_attrs, window_out
+from .conv import MAX_SPAN, conv_reference, pack_weights, window_attrs, window_out
 from .hints import PACK
 from .pool import pool_attrs
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
@@ -226,8 +228,38 @@ def blocked_conv(op: str, x: TensorType, w: TensorType, groups) -> BlockedConv:
         return BlockedConv(in_block, ocb * ob, ob, (kh, kw))
     if groups == channels and (icb, wib) == (1, 1) and ob == in_block and ocb * ob == channels:
         return BlockedConv(in_block, channels, ob, (kh, kw))
+    if isinstance(groups, int) and groups > 1 and wib == ob == in_block and (icb, ocb * ob) == grouped_blocks(
+            channels, ocb * ob, groups, ob):
+        return BlockedConv(in_block, ocb * ob, ob, (kh, kw))
     raise OpTypeError(f"{op}: groups={groups!r} must be 1, or the {channels} channels of x {x.shape} for a "
-                      f"depthwise w of shape ({x.shape[1]}, 1, KH, KW, 1, {in_block}); w is {w.shape}")
+                      f"depthwise w of shape ({x.shape[1]}, 1, KH, KW, 1, {in_block}), or groups whose blocks of "
+                      f"{in_block} channels read whole blocks of x (see grouped_blocks); w is {w.shape}")
+
+
+def grouped_blocks(channels: int, out_channels: int, groups: int, block: int) -> tuple[int, int] | None:
+    """(input blocks an output block reads, output channels) of a grouped conv2d_nchwc over
+    `channels` in blocks of `block`, else None. A block of output channels lies in one group (the
+    group's input channels are whole blocks) or spans whole groups (their input channels together
+    one or more whole blocks, at most MAX_SPAN groups); the weights are zero where a lane's group
+    does not take the channel."""
+    if groups < 2 or channels % groups or out_channels % groups or channels % block or out_channels % block:
+        return None
+    cg, ocg = channels // groups, out_channels // groups
+    if ocg % block == 0 and cg % block == 0:
+        return cg // block, out_channels
+    if block % ocg == 0 and block // ocg <= MAX_SPAN and block // ocg * cg % block == 0:
+        return block // ocg * cg // block, out_channels
+    return None
+
+
+def grouped_weights(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """(OC, C/groups, KH, KW) weights as a grouped conv2d_nchwc reads them: (OC/block, the input
+    blocks of a block's groups, KH, KW, block, block), zero where a lane's group does not take the
+    channel (ember.ops.conv.pack_weights' blocks, their input channels in blocks)."""
+    packed = pack_weights(w, groups, block)  # (OC/block, span * C/groups, KH, KW, block)
+    blocks, channels, kh, kw, _ = packed.shape
+    return np.ascontiguousarray(packed.reshape(blocks, channels // block, block, kh, kw, block)
+                                .transpose(0, 1, 3, 4, 2, 5))
 
 
 def _infer_conv(types, attrs):
@@ -258,12 +290,21 @@ def _reference_conv(inputs, attrs):
     conv = blocked_conv("conv2d_nchwc", TensorType(x.shape, x.dtype.name), TensorType(w.shape, w.dtype.name),
                         attrs["groups"])
     x_layout = blocked("NCHW", "C", conv.in_block) if x.ndim == 5 else "NCHW"
-    w_layout = f"OIHW{w.shape[4]}i{conv.out_block}o"
     strides, pads_b, pads_e, dilations = window_attrs("conv2d_nchwc", attrs, 2)
-    used = attrs["in_channels"]
-    out = conv_reference(convert_layout(x, x_layout, "NCHW")[:, :used], convert_layout(w, w_layout, "OIHW")[:, :used],
-                         inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations,
-                         attrs["groups"])
+    groups, ob = attrs["groups"], conv.out_block
+    x = convert_layout(x, x_layout, "NCHW")
+    if groups != 1 and w.shape[1] * w.shape[4] > 1:  # grouped: as one group of block-diagonal weights
+        ocb, icb, kh, kw, ib, _ = w.shape
+        first = _first_block(x.shape[1], conv.out_channels, groups, ob, ib)
+        dense = np.zeros((conv.out_channels, x.shape[1], kh, kw), w.dtype)
+        for c in range(ocb):
+            dense[c * ob:(c + 1) * ob, first(c) * ib:(first(c) + icb) * ib] = \
+                w[c].transpose(4, 0, 3, 1, 2).reshape(ob, icb * ib, kh, kw)
+        w, groups = dense, 1
+    else:
+        used = attrs["in_channels"]
+        x, w = x[:, :used], convert_layout(w, f"OIHW{w.shape[4]}i{ob}o", "OIHW")[:, :used]
+    out = conv_reference(x, w, inputs[2] if len(inputs) == 3 else None, strides, pads_b, pads_e, dilations, groups)
     plain = attrs["out_layout"] == "NCHW"
     return [out if plain else convert_layout(out, "NCHW", blocked("NCHW", "C", conv.out_block))]
 
@@ -285,6 +326,14 @@ def _padded(x, pads_b, pads_e, fill=None):
     return te.compute(shape, element, name="x_padded", tag=PACK)
 
 
+def _first_block(channels: int, out_channels: int, groups: int, ob: int, ib: int):
+    """The first input block output block c reads: 0 for one group, else its first group's."""
+    if groups == 1:
+        return lambda c: 0
+    cg, ocg = channels // groups, out_channels // groups
+    return lambda c: c * ob // ocg * cg // ib
+
+
 def _compute_conv(inputs, attrs, out_types):
     x, w = inputs[:2]
     bias = inputs[2] if len(inputs) == 3 else None
@@ -299,7 +348,8 @@ def _compute_conv(inputs, attrs, out_types):
         at = (n, c, oh * strides[0] + rh * dilations[0], ow * strides[1] + rw * dilations[1])
         return cast(acc_dtype, xp[at + ((k,) if x.ndim == 5 else ())])
 
-    if attrs["groups"] != 1:  # depthwise: one block of x against the same block of w
+    groups = attrs["groups"]
+    if groups != 1 and icb == ib == 1:  # depthwise: one block of x against the same block of w
         def element(n, c, oh, ow, k):
             return te.sum(tap(n, c, oh, ow, k) * cast(acc_dtype, w[c, 0, rh, rw, 0, k]), axis=[rh, rw])
     elif attrs["in_channels"] not in (None, icb * ib):  # over the used channels, then the kernel window
@@ -309,12 +359,13 @@ def _compute_conv(inputs, attrs, out_types):
             at = (n, rc // ib, oh * strides[0] + rh * dilations[0], ow * strides[1] + rw * dilations[1], rc % ib)
             return te.sum(cast(acc_dtype, xp[at]) * cast(acc_dtype, w[c, rc // ib, rh, rw, rc % ib, k]),
                           axis=[rc, rh, rw])
-    else:  # over the input channel blocks, the kernel window, the channels of a block
+    else:  # over the input channel blocks (a group's: from its first), the kernel window, a block's channels
         rc = te.reduce_axis((0, icb), name="icb")
         ri = te.reduce_axis((0, ib), name="ici") if ib > 1 else 0
+        first = _first_block(as_int(x.shape[1]) * ib, ocb * ob, groups, ob, ib)
 
         def element(n, c, oh, ow, k):
-            return te.sum(tap(n, rc, oh, ow, ri) * cast(acc_dtype, w[c, rc, rh, rw, ri, k]),
+            return te.sum(tap(n, first(c) + rc, oh, ow, ri) * cast(acc_dtype, w[c, rc, rh, rw, ri, k]),
                           axis=[rc, rh, rw] + ([ri] if ib > 1 else []))
 
     out_hw = tuple(out_types[0].shape[2:4])

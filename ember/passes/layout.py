@@ -6,7 +6,9 @@ vectors, its weights are packed once instead of at every call, and an epilogue o
 layout (bias, activation, residual add) stays vectorized; the layout pays when tensors stay in it
 from one convolution to the next. One walk in graph order:
 
-- conv2d (2-d, groups 1 or depthwise) becomes conv2d_nchwc (ember.ops.layout), b =
+- conv2d (2-d, groups 1, depthwise, or grouped with groups that fill whole blocks: see
+  ember.ops.layout.grouped_blocks; its block-diagonal weights packed here, constant) becomes
+  conv2d_nchwc (ember.ops.layout), b =
   channel_block(OC); its weights go through a layout_transform to OIHW{ib}i{b}o, which constant
   folding (the next pass in the pipeline) folds: the weights are transformed once, at compile
   time. A dense convolution reads its input in the blocked layout when there is one, else as it
@@ -52,7 +54,7 @@ import numpy as np
 from ..graph.core import Graph, Node, TensorType, Value
 from ..ops.binary import TABLE as ARITHMETIC
 from ..ops.compare import COMPARISONS, LOGIC
-from ..ops.layout import blocked, parse_layout, primal_sizes
+from ..ops.layout import blocked, grouped_blocks, grouped_weights, parse_layout, primal_sizes
 from ..ops.registry import get
 from ..target import Target
 from .rewrite import Rewriter
@@ -197,10 +199,15 @@ class _Layouts:
         x, w = node.inputs[:2]
         if not self._nchw(x) or self.own_layout.get(w, "OIHW") != "OIHW" or not TensorType(x.shape[1:]).is_static:
             return None
-        groups = node.attrs["groups"]
-        if not (groups == 1 or groups == x.shape[1] == w.shape[0] and w.shape[1] == 1):
+        groups, block = node.attrs["groups"], channel_block(w.shape[0], self.lanes)
+        if groups == 1 or groups == x.shape[1] == w.shape[0] and w.shape[1] == 1:
+            return block
+        # grouped: constant weights, and blocks of both sides that whole groups fill (ResNeXt, RegNet)
+        if block is None or self.rw.constant_data(self.as_is(w)) is None or \
+                channel_block(x.shape[1], self.lanes) != block or \
+                grouped_blocks(x.shape[1], w.shape[0], groups, block) is None:
             return None
-        return channel_block(w.shape[0], self.lanes)
+        return block
 
     # -- rules ----------------------------------------------------------------------------------
     def _rewrite(self, node: Node) -> bool:
@@ -242,7 +249,13 @@ class _Layouts:
         found = self.blocked_form(x)
         if ob is None or (found is None and out not in self.leads):
             return False
-        depthwise, attrs = node.attrs["groups"] != 1, {k: node.attrs[k] for k in WINDOW_ATTRS}
+        groups, attrs = node.attrs["groups"], {k: node.attrs[k] for k in WINDOW_ATTRS}
+        if groups != 1 and w.shape[1] != 1:  # grouped: x in the output's blocks, whole ones (grouped_blocks)
+            xin = self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))
+            weights = self.rw.constant(grouped_weights(self.rw.constant_data(self.as_is(w)), groups, ob),
+                                       f"{w.name}_grouped{ob}")  # block-diagonal, packed here
+            return self._conv_out(node, [xin, weights, *(self.as_is(v) for v in node.inputs[2:])], attrs, ob, 0)
+        depthwise = groups != 1
         if depthwise:
             ib, xin = ob, self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))
         else:
@@ -267,14 +280,19 @@ class _Layouts:
         if grow[0] and bias:
             bias = self.rw.emit("pad", bias, {"pads": (0, grow[0])}, hint="pad_channels")
         ins = [xin, wp, *bias]
+        return self._conv_out(node, ins, attrs, ob, grow[0])
+
+    def _conv_out(self, node: Node, ins: list[Value], attrs: dict, ob: int, crop: int) -> bool:
+        """conv2d_nchwc on `ins`: blocked where its result leads to a blocked input, else NCHW
+        (its last `crop` channels, padding, cut off)."""
+        out = node.outputs[0]
         if out in self.leads:
             return self._emit("conv2d_nchwc", ins, attrs, node, blocked(PLAIN, "C", ob))
         # the result goes on in NCHW only: the convolution writes it so, with no conversion after
         attrs["out_layout"] = "NCHW"
-        new, = self.rw.emit("conv2d_nchwc", ins, attrs, hint=node.name,
-                            out_names=[] if grow[0] else [out.name])
-        if grow[0]:
-            new, = self.rw.emit("pad", [new], {"pads": (0, 0, 0, 0, 0, -grow[0], 0, 0)}, hint="pad_channels",
+        new, = self.rw.emit("conv2d_nchwc", ins, attrs, hint=node.name, out_names=[] if crop else [out.name])
+        if crop:
+            new, = self.rw.emit("pad", [new], {"pads": (0, 0, 0, 0, 0, -crop, 0, 0)}, hint="pad_channels",
                                 out_names=[out.name])
         self.rw.alias(out, new)
         return True

@@ -13,7 +13,7 @@ import ember
 from ember import te
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
-from ember.ops.layout import convert_layout
+from ember.ops.layout import convert_layout, grouped_weights
 from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
 from ember.target import Target
@@ -135,6 +135,26 @@ def test_conv2d_nchwc_sums_over_in_channels_only(k):
     wb = oihw_io(np.concatenate([w, rand(32, 8, k, k)], axis=1), 16, 16)
     attrs = {"padding": (k // 2,) * 4, "in_channels": 24}
     check_op("conv2d_nchwc", [xb, wb, b], attrs, **TOL, torch_fn=lambda *_: nchwc(torch_conv(x, w, b, attrs, 1), 16))
+
+
+# grouped (x shape, w shape, groups, block, attributes): blocks spanning 4 and 2 groups (ResNeXt's
+# 4 and 8 channels a group), a block inside a group of 16, two input blocks a group of 32; RegNet's
+# groups of 8 in blocks of 8; partial column tiles
+GROUPED = [
+    ((1, 64, 6, 13), (64, 4, 3, 3), 16, 16, {"padding": (1, 1, 1, 1)}),
+    ((1, 32, 7, 9), (32, 8, 3, 3), 4, 16, {"padding": (1, 1, 1, 1), "strides": (2, 2)}),
+    ((1, 32, 5, 7), (32, 16, 3, 3), 2, 16, {"padding": (1, 1, 1, 1)}),
+    ((1, 64, 5, 6), (64, 32, 3, 3), 2, 16, {"padding": (1, 1, 1, 1)}),
+    ((1, 24, 5, 11), (24, 8, 3, 3), 3, 8, {"padding": (1, 1, 1, 1)}),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, groups, block, attrs", GROUPED)
+def test_grouped_conv2d_nchwc_against_torch(x_shape, w_shape, groups, block, attrs):
+    x, w, b = rand(*x_shape), rand(*w_shape), rand(w_shape[0])
+    attrs = {**attrs, "groups": groups}
+    check_op("conv2d_nchwc", [nchwc(x, block), grouped_weights(w, groups, block), b], attrs, **TOL,
+             torch_fn=lambda *_: nchwc(torch_conv(x, w, b, attrs, groups), block))
 
 
 def test_tiny_cases_on_the_interpreter():

@@ -154,6 +154,21 @@ def test_batch_norm_and_per_pixel_constants_follow_the_layout():
     compiled_same(g, opt_level=LEVEL)
 
 
+def test_grouped_convolutions_whose_groups_fill_blocks_are_blocked():
+    """ResNeXt's bottleneck: 1x1, grouped 3x3 (blocks spanning groups of 8), 1x1; no conversion
+    between them, the grouped weights constant and block-diagonal."""
+    g = Graph("resnext")
+    x = g.add_input("x", TensorType((1, 16, 6, 7)))
+    y = op(g, "relu", conv(g, op(g, "relu", conv(g, op(g, "relu", conv(g, x, 32, k=1)), 32, groups=4)), 16, k=1))
+    g.set_outputs([y])
+    out = dce(layout(g))
+    assert ops(out).count("conv2d_nchwc") == 3 and "conv2d" not in ops(out)
+    assert conversions(out) == []  # the first reads NCHW, the last writes it
+    grouped, = (n for n in out.nodes if n.op == "conv2d_nchwc" and n.attrs["groups"] == 4)
+    assert out.is_constant(grouped.inputs[1]) and grouped.inputs[1].shape == (2, 1, 3, 3, 16, 16)
+    check_same(g, out, **TOL)
+
+
 def test_isolated_and_unblockable_convolutions_stay_conv2d():
     g = Graph("alone")
     x = g.add_input("x", TensorType((1, 16, 6, 6)))
@@ -163,7 +178,7 @@ def test_isolated_and_unblockable_convolutions_stay_conv2d():
     g = Graph("grouped")
     x = g.add_input("x", TensorType((1, 16, 6, 6)))
     y = op(g, "relu", conv(g, op(g, "relu", conv(g, x, 32)), 32))
-    g.set_outputs([conv(g, y, 32, groups=2)])  # groups 2: neither dense nor depthwise
+    g.set_outputs([conv(g, y, 32, groups=16)])  # groups of 2 channels: a block would span 8 of them
     out = dce(layout(g))
     assert ops(out).count("conv2d") == 1 and ops(out).count("conv2d_nchwc") == 2
     assert conversions(out) == []  # the conv before it writes NCHW
