@@ -37,7 +37,8 @@ def unfold_attention(graph: Graph, target=None) -> Graph:
 
 
 def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
+    if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None \
+            or node.attrs.get("gqa"):
         return None
     q, k, v, *mask = inputs
     if _fits_flash(inputs):
