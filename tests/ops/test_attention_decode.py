@@ -93,17 +93,3 @@ def test_grouped_heads_must_divide():
         get(SDPA).infer([TensorType((1, 6, 1, 8)), TensorType((1, 4, 9, 8)), TensorType((1, 4, 9, 8))],
                         {"gqa": True, "causal": False, "scale": None, "layout": "bhsd"})
 
-
-def test_grouped_heads_on_the_gpu_are_repeated():
-    """The GPU's kernels (ember.passes.unfold_attention) take grouped heads repeated: the
-    GPU-semantics interpreter against torch."""
-    import ember
-    from ember.target import Target
-
-    class Attention(torch.nn.Module):
-        def forward(self, q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
-    q, k, v = (torch.from_numpy(rand(1, h, 8, 16)) for h in (4, 2, 2))
-    cm = ember.compile(Attention(), (q, k, v), target=Target("cuda", simulate=True))
-    np.testing.assert_allclose(cm(q.numpy(), k.numpy(), v.numpy()), Attention()(q, k, v).numpy(), **TOL)
