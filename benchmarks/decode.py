@@ -1,13 +1,15 @@
-"""Greedy decode with a KV cache, GPT-2 small and a LLaMA-architecture model of its size
-(benchmarks/models/decode.py: transformers' models, random weights): tokens/s of ember (float32
-weights, and weight-only int8 and int4), torch eager and transformers' `generate`, at two
-context lengths, next to the memory-bandwidth bound, each runtime in its own process.
+"""Greedy decode with a KV cache, GPT-2 small and a LLaMA-architecture model of its size (12 heads
+over 4 key/value heads; benchmarks/models/decode.py: transformers' models, random weights):
+tokens/s of ember (float32 weights, and weight-only int8 and int4, their cache in bfloat16 unless
+--kv-cache float32), torch eager and transformers' `generate`, at two context lengths, next to
+the memory-bandwidth bound, each runtime in its own process.
 
 A decode step reads every weight once (the embedding tables but one row each; an LM head in
 full) and the cache of its context once: at batch 1 it is a chain of GEMVs and an attention,
 bound by memory bandwidth. Bytes per token are the compiled step's weights (ember's int8 and
 int4: their codes and scales; a table the step only gathers from counted as one row) plus the
-cache read at that context (keys and values of every layer, float32); the bound is copy
+cache read at that context (keys and values of every layer, float32, or bfloat16 for int8 and
+int4 with --kv-cache bf16: ember.compile's kv_cache option); the bound is copy
 bandwidth / bytes per token, the copy bandwidth measured in the same run (STREAM's copy: a 256
 MiB array copied by torch on --threads threads, read + write bytes counted). The greedy tokens
 of int8 and int4 are compared with float32's (the agreement: the share of the steps that give
@@ -28,7 +30,7 @@ prefill of --prompt tokens is timed apart for each of ember's weight formats (on
 int8 and int4 weights' prefill multiplies int8 rows: ember.passes.quantize_rows).
 
     python benchmarks/decode.py [--small] [--models gpt2,llama] [--contexts 128,1024] [--tokens 32]
-                                [--prompt 128] [--rounds 2] [--threads 2] [--group 128]
+                                [--prompt 128] [--rounds 2] [--threads 2] [--group 128] [--kv-cache bf16]
 
 On the GPU (`--device cuda`, float32 only, one process: `cuda_main`): the prefill and the step
 compiled once for target "cuda" (the cache length a symbol, kernels whose grids each launch
@@ -79,12 +81,17 @@ def step_bytes(model) -> int:
     return total
 
 
-def cache_bytes(model, context: int) -> int:
-    """Bytes of float32 keys and values a step reads at `context` positions."""
+def cache_bytes(model, context: int, kv_cache: str = "float32") -> int:
+    """Bytes of keys and values a step reads at `context` positions."""
     from benchmarks.models.decode import heads
 
     layers, n, dim = heads(model)
-    return 2 * layers * context * n * dim * 4
+    return 2 * layers * context * n * dim * (2 if kv_cache == "bf16" else 4)
+
+
+def kv_cache(args, weights: str) -> str:
+    """The cache's dtype option of ember's step for a weight format: --kv-cache for int8 and int4."""
+    return "float32" if weights == "float32" else args.kv_cache
 
 
 def _model(name: str, small: bool):
@@ -112,7 +119,7 @@ def prepare(args, folder: Path, name: str) -> dict:
     for weights in WEIGHTS:
         start = time.perf_counter()
         prefill, step = compile_in_place(model, args.prompt, max_len, weights=None if weights == "float32" else weights,
-                                         group_size=args.group)
+                                         group_size=args.group, kv_cache=kv_cache(args, weights))
         compile_s[weights] = time.perf_counter() - start
         tokens[weights] = generate_in_place(prefill, step, prompt.numpy(), args.tokens, max_len)
         logits[weights] = prefill(prompt.numpy())[0]
@@ -127,7 +134,7 @@ def prepare(args, folder: Path, name: str) -> dict:
     np.save(folder / f"{name}-prompt.npy", prompt.numpy())
     return {"compile_s": compile_s, "same": same, "bytes": nbytes, "agree": agree, "error": error,
             "params": sum(p.numel() for p in model.parameters()), "contexts": lengths, "max_len": max_len,
-            "cache": {str(c): cache_bytes(model, c) for c in lengths}}
+            "cache": {w: {str(c): cache_bytes(model, c, kv_cache(args, w)) for c in lengths} for w in WEIGHTS}}
 
 
 def gemv_chain(layers: int = 12, d: int = 768):
@@ -234,13 +241,15 @@ def report(args, name: str, info: dict, results: dict, copy: float) -> None:
     timed = (*EMBER, "eager", "generate")
     for context in info["contexts"]:
         tps = {r: 1 / min(x[str(context)] for x in results[r]) for r in timed}
-        cache = info["cache"][str(context)]
+        cache = {r: info["cache"]["float32"][str(context)] for r in timed} | {
+            f"ember-{w}": c[str(context)] for w, c in info["cache"].items()}
         weights = {r: info["bytes"]["float32"] for r in timed} | {f"ember-{w}": b for w, b in info["bytes"].items()}
-        print(f"context {context} (cache {cache / 1e6:.0f} MB read per token):")
+        print(f"context {context} (cache {cache['eager'] / 1e6:.0f} MB read per token in float32, "
+              f"{cache['ember-int8'] / 1e6:.0f} MB for int8 and int4 with --kv-cache {args.kv_cache}):")
         print(f"  {'runtime':<22}{'tokens/s':>10}{'ms/token':>10}{'MB/token':>10}{'bound':>10}{'of bound':>10}"
               f"{'x fp32':>10}")
         for r in timed:
-            nbytes = weights[r] + cache
+            nbytes = weights[r] + cache[r]
             bound = copy * 1e9 / nbytes
             print(f"  {r:<22}{tps[r]:>10.1f}{1e3 / tps[r]:>10.1f}{nbytes / 1e6:>10.0f}{bound:>10.1f}"
                   f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
@@ -312,6 +321,8 @@ def main():
     ap.add_argument("--group", type=int, default=128, help="int4's group size")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: float32 decode on the GPU against transformers' generate there (cuda_main)")
+    ap.add_argument("--kv-cache", default="bf16", choices=("float32", "bf16"),
+                    help="the cache's dtype of int8's and int4's steps (float32's stays float32)")
     ap.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)

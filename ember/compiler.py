@@ -77,6 +77,7 @@ from .ops import get as get_op
 from .ops.dynamic import HOST_OPS
 from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
+from .passes.kv_cache import check_kv_cache
 from .passes.pipeline import PassReport, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
@@ -155,7 +156,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
                   checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int = 128,
-                  zero_points: bool = False,
+                  zero_points: bool = False, kv_cache: str = "float32",
                   host: Mapping[str, Callable] | None = None) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
 
@@ -187,12 +188,17 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
         weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
         own codes, the others stay float32.
+    kv_cache: "float32" or "bf16": a decode step's key/value cache read in place (the graph
+        inputs that only appended attentions read as keys and values, ember.passes.kv_cache)
+        taken in bfloat16, half the bytes a step reads at a long context; the caller's cache
+        buffers are then bfloat16 (ml_dtypes'), the step's own rows still float32 outputs.
     host: node name -> a function `run(*arrays) -> list of arrays` that computes that node instead
         of a kernel: the graph is cut around those nodes as around data-dependent ones, and the
         result is a SegmentedModel (ember.quantize's offload of products to an accelerator).
     """
     start = time.perf_counter()
     fmt = WeightFormat.of(weights, group_size, zero_points)
+    kv_dtype = check_kv_cache(kv_cache)
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
     backend = target.backend
     backend.check_options(checked=checked, precision=precision, weights=weights)
@@ -203,14 +209,14 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         return _segmented(graph, name, host or {}, dict(
             opt_level=opt_level, disabled_passes=disabled_passes, print_ir=print_ir, num_threads=num_threads, jobs=jobs,
             target=target, database=database, schedules=schedules, checked=checked, precision=precision,
-            weights=weights, group_size=group_size, zero_points=zero_points))
+            weights=weights, group_size=group_size, zero_points=zero_points, kv_cache=kv_cache))
     if database is not None:
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
         schedules = database.schedules(target.key)
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes,
-                      precision=precision, weights=fmt)
+                      precision=precision, weights=fmt, kv_cache=kv_dtype)
     ranges = graph.ranges
     graph = fused.graph
     _check_loops(graph)

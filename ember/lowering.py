@@ -125,12 +125,13 @@ def kernel_name(ops: Iterable[str]) -> str:
 
 def partition(graph: Graph, opt_level: int = 2, disabled_passes: Sequence[str] = (), *, target: Target | None = None,
               print_ir: str | Sequence[str] | None = None, report: list[PassReport] | None = None,
-              precision: str = "fp32", weights: WeightFormat | None = None) -> FusedGraph:
+              precision: str = "fp32", weights: WeightFormat | None = None,
+              kv_cache: str | None = None) -> FusedGraph:
     """The graph after the passes of `opt_level` and `precision` for `target` (default: C on this
-    machine; ember.passes.pipeline.run_pipeline: `print_ir`, `report` and `weights` as there),
+    machine; ember.passes.pipeline.run_pipeline: `print_ir`, `report`, `weights` and `kv_cache` as there),
     cut into the groups that become kernels."""
     graph = run_pipeline(graph, opt_level, disabled_passes=disabled_passes, target=target, print_ir=print_ir,
-                         report=report, precision=precision, weights=weights)
+                         report=report, precision=precision, weights=weights, kv_cache=kv_cache)
     if cut_regions(opt_level, disabled_passes) is unfused:
         return unfused(graph)
     fused = fuse(graph)

@@ -34,21 +34,40 @@ def gpt2_lm(small: bool = False, seed: int = 0):
     return GPT2LMHeadModel(config).eval()
 
 
-def llama_lm(small: bool = False, seed: int = 0):
-    """LlamaForCausalLM from a config of GPT-2 small's size (hidden 768, 12 layers of 12 heads,
-    MLP 2048, vocabulary 32000, untied head: 134 M parameters) or the reduced one (2 layers,
-    hidden 64, 4 heads, its weights drawn wider so that greedy tokens vary), random weights drawn
-    from `seed`, eval mode. As many key/value heads as heads: grouped heads' repeat would copy
-    the cache."""
+def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None):
+    """LlamaForCausalLM from a config of GPT-2 small's size (hidden 768, 12 layers of 12 heads over
+    4 key/value heads, MLP 2048, vocabulary 32000, untied head: 125 M parameters) or the reduced
+    one (2 layers, hidden 64, 4 heads over 2 key/value heads, its weights drawn wider so that
+    greedy tokens vary), random weights drawn from `seed`, eval mode; `kv_heads` another count of
+    key/value heads. Grouped heads reach the attention as they are (torch's enable_gqa, read by
+    ember's attention per group), not through transformers' repeat_kv, which copies the cache
+    once per group: see UNMASKED."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                 vocab_size=1000, initializer_range=0.3) if small else \
         dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, vocab_size=32000)
-    config = LlamaConfig(**size, num_key_value_heads=size["num_attention_heads"], max_position_embeddings=2048,
-                         bos_token_id=1, eos_token_id=1)
+    kv_heads = kv_heads or size["num_attention_heads"] // (2 if small else 3)
+    grouped = kv_heads != size["num_attention_heads"]
+    config = LlamaConfig(**size, num_key_value_heads=kv_heads, max_position_embeddings=2048, bos_token_id=1,
+                         eos_token_id=1, attn_implementation=_unmasked_sdpa() if grouped else "sdpa")
     return LlamaForCausalLM(config).eval()
+
+
+UNMASKED = "sdpa_unmasked"
+
+
+def _unmasked_sdpa() -> str:
+    """transformers' SDPA attention registered as UNMASKED, with no mask function: the model then
+    makes no mask (a batch of one, no padding: the prefill causal, a step's one query over the
+    whole cache), and with no mask transformers passes grouped key/value heads to
+    scaled_dot_product_attention as they are (enable_gqa) where a mask made it repeat them."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(UNMASKED, sdpa_attention_forward)
+    return UNMASKED
 
 
 class Step(nn.Module):
@@ -150,15 +169,19 @@ def compile_in_place(model: nn.Module, prompt_len: int, max_len: int, **options)
 
 def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: list | None = None) -> list[int]:
     """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
-    value of each layer, (1, max_len, heads, head_dim): each step reads the first `past` positions
-    in place and its rows are written at position `past` (the time of each step appended to
-    `times`, the row writes and the token's read included). `prompt`: a NumPy array, or a torch
-    tensor on the device the models run on (a GPU's: the cache there, nothing copied to the host
-    but each token)."""
+    value of each layer, (1, max_len, heads, head_dim), in the dtype the step takes its cache in
+    (bfloat16 with ember.compile's kv_cache="bf16"; the rows rounded as they are written): each
+    step reads the first `past` positions in place and its rows are written at position `past`
+    (the time of each step appended to `times`, the row writes and the token's read included).
+    `prompt`: a NumPy array, or a torch tensor on the device the models run on (a GPU's: the
+    cache there, nothing copied to the host but each token)."""
     on = prompt.device if isinstance(prompt, torch.Tensor) else None
     logits, *rows = prefill(prompt)
     shape = [(1, max_len, *r.shape[2:]) for r in rows]
-    bufs = [np.empty(s, np.float32) if on is None else torch.empty(s, device=on) for s in shape]
+    spec = getattr(decode, "spec", None)
+    dtypes = [t.dtype for t in spec.inputs[1:]] if spec is not None else ["float32"] * len(rows)
+    bufs = [np.empty(s, d) if on is None else torch.empty(s, device=on, dtype=getattr(torch, d))
+            for s, d in zip(shape, dtypes)]
     past = prompt.shape[1]
     for b, r in zip(bufs, rows):
         b[:, :past] = r

@@ -13,10 +13,19 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import winograd
 from ..tir.nbits import PANEL, dequantize, quantize_rows
-from ..tir.routines import ATTENTION, GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_ROWS, WINOGRAD_INPUT, WINOGRAD_PRODUCT
+from ..tir.routines import (
+    ATTENTION,
+    ATTENTION_DECODE,
+    GEMM_NBITS,
+    GEMM_NBITS_STREAM,
+    QUANTIZE_ROWS,
+    WINOGRAD_INPUT,
+    WINOGRAD_PRODUCT,
+)
 from ..tir.stmt import CallRoutine
 from ..tir.tensor_intrin import get_intrin
 from .c_attention import attention as c_attention
+from .c_attention_decode import attention_decode as c_attention_decode
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
 from .c_gemm_nbits_vnni import gemm_nbits_int8 as c_gemm_nbits_int8
 from .c_gemm_nbits_vnni import quantize_rows as c_quantize_rows
@@ -34,6 +43,8 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return routine
     if routine == ATTENTION:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"], params.get("appended", False))
+    if routine == ATTENTION_DECODE:
+        return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params.get("appended", False))
     if routine == GEMM_NBITS:
         make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
         return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
@@ -92,6 +103,33 @@ def _attention(params: dict, reads, writes, scalars) -> None:
         total = w.sum(axis=1, keepdims=True)
         result = np.where(total == 0, 0, (w @ vb) / total)  # every key masked out: 0
     out[o_off + rows * o_rs + np.arange(ev)[None, :]] = result.astype(out.dtype)
+
+
+def _attention_decode(params: dict, reads, writes, scalars) -> None:
+    """The decode attention routine on flat arrays: each of the G heads' one query as the
+    attention routine computes a row (float64 softmax, rounded to float32 once)."""
+    g_count, s, e, ev, q_hs, k_rs, v_rs, o_hs, m_hs, m_cs = (int(x) for x in scalars[:10])
+    (q, q_off), (k, k_off), (v, v_off) = reads[:3]
+    (out, o_off), = writes
+    cached = np.arange(s - 1 if params.get("appended") else s)[:, None]
+    kb = k[k_off + cached * k_rs + np.arange(e)[None, :]].astype(np.float64)
+    vb = v[v_off + cached * v_rs + np.arange(ev)[None, :]].astype(np.float64)
+    if params.get("appended"):
+        (kn, kn_off), (vn, vn_off) = reads[-2:]
+        kb = np.concatenate([kb, kn[kn_off:kn_off + e][None].astype(np.float64)])
+        vb = np.concatenate([vb, vn[vn_off:vn_off + ev][None].astype(np.float64)])
+    heads = np.arange(g_count)[:, None]
+    scores = q[q_off + heads * q_hs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scalars[10]) @ kb.T
+    if params["mask"] != "none":
+        mask, m_off = reads[3]
+        m = mask[m_off + heads * m_hs + np.arange(s)[None, :] * m_cs]
+        scores = np.where(m.astype(bool), scores, -np.inf) if params["mask"] == "bool" else scores + m
+    with np.errstate(invalid="ignore", divide="ignore"):
+        top = scores.max(axis=1, keepdims=True)
+        w = np.exp(scores - np.where(np.isneginf(top), 0, top))
+        total = w.sum(axis=1, keepdims=True)
+        result = np.where(total == 0, 0, (w @ vb) / total)
+    out[o_off + heads * o_hs + np.arange(ev)[None, :]] = result.astype(out.dtype)
 
 
 def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
@@ -193,5 +231,6 @@ def _quantize_rows(params: dict, reads, writes, scalars) -> None:
     meta[t_off:t_off + t.size] = t.reshape(-1)
 
 
-PYTHON_ROUTINES = {ATTENTION: _attention, GEMM_NBITS: _gemm_nbits, QUANTIZE_ROWS: _quantize_rows,
+PYTHON_ROUTINES = {ATTENTION: _attention, ATTENTION_DECODE: _attention_decode, GEMM_NBITS: _gemm_nbits,
+                   QUANTIZE_ROWS: _quantize_rows,
                    WINOGRAD_INPUT: _winograd_input, WINOGRAD_PRODUCT: _winograd_product}

@@ -25,6 +25,12 @@ concat(k, k_new) and concat(v, v_new) on the sequence axis without making them, 
 the caller keeps in its own buffer is read where it is, once, and only the step's new row is
 written (ember.passes.fold_cache_append makes it from that concat).
 
+gqa (grouped-query attention, torch's enable_gqa): k and v have Hkv heads (axis -3 in the default
+layout), a divisor of q's H; query head h reads key/value head h // (H / Hkv), as transformers'
+repeat_kv would make them, without the copy. k and v may both be bfloat16 under a float32 q (with
+`appended`, k_new and v_new float32 or bfloat16): a cache kept in half the bytes, read converted
+to float32 (ember.passes.kv_cache).
+
 float32 attention with static embedding sizes (E, Ev) is fused, flash-attention style, whatever
 its sequence lengths, heads and batch (symbols included: a prefill of any length, a decode step
 over a cache of any length): one te.extern runs a parallel loop over (batch..., head, block of ATTENTION_ROWS queries)
@@ -32,7 +38,10 @@ that calls the attention routine (ember.tir.routines; its C in ember.codegen.c_a
 the operands where they are: the scores of one block of keys at a time in a register tile, an
 online softmax (running maximum and sum, the output rescaled as the maximum grows), and p v
 accumulated in registers. No row of scores outlives its block of keys, and nothing of size
-L x S reaches memory.
+L x S reaches memory. One query (a decode step: L = 1, not causal) takes the decode routine
+instead, one call per (batch..., key/value head) computing the query heads of its group, so
+that each call reads its keys and values once (ember.codegen.c_attention_decode); it also reads
+a bfloat16 cache (with float32 k_new and v_new), which more queries read in the staged compute.
 
 Other dtypes (float16, float64) and symbolic embedding sizes take the staged compute: a row-wise softmax
 in stages (scores q k^T, their row maximum, the exponentials, their row sum, and the weighted
@@ -49,7 +58,7 @@ from .. import dims, te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, cast, const, min_
-from ..tir.routines import ATTENTION, ATTENTION_ROWS
+from ..tir.routines import ATTENTION, ATTENTION_DECODE, ATTENTION_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
 from .hints import PACK
@@ -73,14 +82,15 @@ def _appended(types, attrs):
         axis = -3 if attrs["layout"] == "bshd" else -2
         for name, old, new in (("k", types[1], kn), ("v", types[2], vn)):
             if new.rank != old.rank or new.shape[axis] != 1 or new.shape[:axis] + new.shape[axis + 1:] != \
-                    old.shape[:axis] + old.shape[axis + 1:] or new.dtype != old.dtype:
+                    old.shape[:axis] + old.shape[axis + 1:] or new.dtype not in (old.dtype, types[0].dtype):
                 raise OpTypeError(f"scaled_dot_product_attention: {name}_new must be {name} {old.shape} with one "
                                   f"position on axis {axis}, got {new.dtype} {new.shape}")
         grown = [TensorType(t.shape[:axis] + (dims.add(t.shape[axis], 1),) + t.shape[axis + 1:], t.dtype)
                  for t in types[1:3]]
         return [types[0], *grown, *types[3:]]
     axis = -3 if attrs["layout"] == "bshd" else -2
-    return [types[0], np.concatenate([types[1], kn], axis), np.concatenate([types[2], vn], axis), *types[3:]]
+    return [types[0], *(np.concatenate([c.astype(np.float32), n.astype(np.float32)], axis)
+                         for c, n in ((types[1], kn), (types[2], vn))), *types[3:]]
 
 
 def _infer(types, attrs):
@@ -123,10 +133,32 @@ def _select_heads(inputs, attrs) -> list:
     return [x[..., f:f + count, :] for x, f in zip(inputs[:3], firsts)] + list(inputs[3:])
 
 
+def kv_groups(q_shape, k_shape, v_shape, attrs) -> int:
+    """Query heads per key/value head: q's heads (axis -3, heads first) over k's and v's with
+    attribute gqa, else 1."""
+    if not attrs.get("gqa"):
+        return 1
+    heads = [as_int(s[-3]) if len(s) >= 3 and not isinstance(s[-3], str) else None for s in (q_shape, k_shape, v_shape)]
+    if not all(isinstance(h, int) and h > 0 for h in heads) or heads[1] != heads[2] or heads[0] % heads[1]:
+        raise OpTypeError(f"scaled_dot_product_attention: gqa needs static heads on axis -3 (heads first), k's and "
+                          f"v's equal and dividing q's; got q {q_shape}, k {k_shape}, v {v_shape}")
+    return heads[0] // heads[1]
+
+
+def _value_dtype(q: TensorType, k: TensorType, v: TensorType) -> str:
+    """The result's dtype: q's, with k and v of it, or both bfloat16 under a float32 q (a cache
+    kept in half the bytes)."""
+    if q.dtype == "float32" and k.dtype == v.dtype == "bfloat16":
+        return q.dtype
+    return result_dtype("scaled_dot_product_attention", q, k, v)
+
+
 def infer_heads_first(types, attrs):
     q, k, v = types[:3]
-    dtype = result_dtype("scaled_dot_product_attention", q, k, v)
+    dtype = _value_dtype(q, k, v)
     check_float("scaled_dot_product_attention", q)
+    if kv_groups(q.shape, k.shape, v.shape, attrs) > 1:  # broadcast as if repeated to q's heads
+        k, v = (TensorType(x.shape[:-3] + (q.shape[-3],) + x.shape[-2:], x.dtype) for x in (k, v))
     if min(q.rank, k.rank, v.rank) < 2:
         raise OpTypeError(f"scaled_dot_product_attention: q, k, v must have rank >= 2, got {q.shape}, {k.shape}, "
                           f"{v.shape}")
@@ -160,6 +192,9 @@ def reference(inputs, attrs):
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
     if attrs["layout"] == "bshd":
         q, k, v = (np.swapaxes(x, -3, -2) for x in (q, k, v))
+    groups = kv_groups(q.shape, k.shape, v.shape, attrs)
+    if groups > 1:
+        k, v = (np.repeat(x, groups, axis=-3) for x in (k, v))
     s = q @ np.swapaxes(k, -1, -2) * _scale(attrs, q.shape[-1])
     keep = np.ones(s.shape[-2:], bool)
     if attrs["causal"]:
@@ -188,24 +223,41 @@ def _compute(inputs, attrs, out_types):
     q, k, v = inputs[:3]
     mask = inputs[3] if len(inputs) == 4 else None
     static = as_int(q.shape[-1]) is not None and as_int(v.shape[-1]) is not None  # E and Ev
-    if static and {x.dtype for x in (q, k, v)} == {"float32"} and (mask is None or mask.dtype in ("bool", "float32")):
-        return [_fused(q, k, v, mask, attrs, out_types, new)]
+    kv = k.dtype if k.dtype == v.dtype and all(x.dtype == "float32" for x in new or ()) else None
+    if static and q.dtype == "float32" and kv in ("float32", "bfloat16") and \
+            (mask is None or mask.dtype in ("bool", "float32")):
+        if as_int(_swap(q.shape, attrs["layout"] == "bshd")[-2]) == 1 and not attrs["causal"]:
+            return [_fused(q, k, v, mask, attrs, out_types, new, decode=True)]
+        if kv == "float32":
+            return [_fused(q, k, v, mask, attrs, out_types, new)]
     if new is not None:  # the staged stages read the keys whole: concatenated, as stages
         inputs = [inputs[0], *(_grown(x, n, attrs) for x, n in zip(inputs[1:3], new)), *inputs[3:]]
     if attrs.get("heads") is not None:  # the staged stages read q, k, v whole: their heads copied out
         count, *firsts = attrs.get("heads")
         inputs = [_heads_of(x, count, f, n) for x, f, n in zip(inputs[:3], firsts, "qkv")] + list(inputs[3:])
+    bshd = attrs["layout"] == "bshd"
+    groups = kv_groups(*(_swap(x.shape, bshd) for x in inputs[:3]), attrs)
+    if groups > 1:  # the staged stages read one head per query head: each key/value head repeated
+        inputs = [inputs[0], *(_repeated(x, groups, bshd) for x in inputs[1:3]), *inputs[3:]]
     return _staged(inputs, attrs, out_types)
 
 
 def _grown(x, new, attrs):
-    """concat(x, new) on the sequence axis, as a stage."""
+    """concat(x, new) on the sequence axis, as a stage (in new's dtype: a bfloat16 cache's
+    float32 row stays exact)."""
     axis = x.ndim - (3 if attrs["layout"] == "bshd" else 2)
     n = x.shape[axis]
     shape = x.shape[:axis] + (n + 1,) + x.shape[axis + 1:]
     return te.compute(shape, lambda *i: te.if_then_else(
-        i[axis] < n, x[i[:axis] + (min_(i[axis], n - 1),) + i[axis + 1:]], new[i[:axis] + (0,) + i[axis + 1:]]),
-        name="appended")
+        i[axis] < n, cast(new.dtype, x[i[:axis] + (min_(i[axis], n - 1),) + i[axis + 1:]]),
+        new[i[:axis] + (0,) + i[axis + 1:]]), name="appended")
+
+
+def _repeated(x, groups: int, bshd: bool):
+    """x with each head repeated `groups` times (transformers' repeat_kv), as a stage."""
+    axis = x.ndim - (2 if bshd else 3)
+    shape = x.shape[:axis] + (x.shape[axis] * groups,) + x.shape[axis + 1:]
+    return te.compute(shape, lambda *i: x[i[:axis] + (i[axis] // groups,) + i[axis + 1:]], name="repeated")
 
 
 def _heads_of(x, count: int, first: int, name: str):
@@ -228,8 +280,9 @@ def _strides(shape) -> list:
     return out[::-1]
 
 
-def _fused(q, k, v, mask, attrs, out_types, new=None):
-    """The fused kernel (see the module doc): the routine per block of queries."""
+def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
+    """The fused kernel (see the module doc): the attention routine per block of queries, or
+    (`decode`: one query) the decode routine per key/value head and its group of query heads."""
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
@@ -238,10 +291,14 @@ def _fused(q, k, v, mask, attrs, out_types, new=None):
     if new is not None:
         s_dim = s_dim + 1
     scale = _scale(attrs, e_dim)
+    groups = kv_groups(qs, ks, vs, attrs)
     out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []) + list(new or []))
     batch = list(_swap(out_shape, bshd)[:-2])
+    if decode and groups > 1:
+        batch[-1] = batch[-1] // groups  # a call per key/value head computes its group's query heads
     rows = as_int(l_dim)
-    blocks = const(-(-rows // ATTENTION_ROWS)) if rows is not None else (l_dim + (ATTENTION_ROWS - 1)) // ATTENTION_ROWS
+    blocks = const(1) if decode else const(-(-rows // ATTENTION_ROWS)) if rows is not None else \
+        (l_dim + (ATTENTION_ROWS - 1)) // ATTENTION_ROWS
 
     operands = [q, k, v] + ([mask] if mask is not None else []) + list(new or [])
     ins = list(dict.fromkeys(operands))  # q, k, v may be one tensor
@@ -257,21 +314,26 @@ def _fused(q, k, v, mask, attrs, out_types, new=None):
             index.append(rest % d)
             rest = rest // d
         index = index[::-1]
+        # the query head's index (decode: the group's first), and its key/value head's
+        kv_index = index
+        if groups > 1:
+            index, kv_index = (index[:-1] + [index[-1] * groups], index) if decode else \
+                (index, index[:-1] + [index[-1] // groups])
 
-        def base(buf, heads_first_shape, first=0):
+        def base(buf, heads_first_shape, first=0, at=index):
             """The offset of the (batch..., 0, 0) element of buf (heads counted from `first`), and
             its heads-first strides."""
             st = _swap(_strides(buf.shape), bshd)
-            at = broadcast_index(index, heads_first_shape[:-2])
+            at = broadcast_index(at, heads_first_shape[:-2])
             return sum((i * s for i, s in zip(at, st)), const(first) * st[-3] if first else const(0)), st
 
         q_off, q_st = base(qb, qs, firsts[0])
-        k_off, k_st = base(kb, ks, firsts[1])
-        v_off, v_st = base(vb, vs, firsts[2])
+        k_off, k_st = base(kb, ks, firsts[1], kv_index)
+        v_off, v_st = base(vb, vs, firsts[2], kv_index)
         o_off, o_st = base(out, _swap(out.shape, bshd))
         q0 = (t % blocks) * ATTENTION_ROWS
         reads = [Pointer(qb, q_off), Pointer(kb, k_off), Pointer(vb, v_off)]
-        m_rs = m_cs = const(0)
+        m_hs = m_rs = m_cs = const(0)
         if mask is not None:
             mb = bufs[3]
             m_st = _strides(mb.shape)
@@ -281,16 +343,26 @@ def _fused(q, k, v, mask, attrs, out_types, new=None):
                 m_rs = m_st[-2]
             if as_int(mb.shape[-1]) != 1:
                 m_cs = m_st[-1]
+            if mb.ndim >= 3 and as_int(mb.shape[-3]) != 1:
+                m_hs = m_st[-3]
         if new is not None:
             kn_shape, vn_shape = (_swap(x.shape, bshd) for x in new)
-            reads += [Pointer(bufs[-2], base(bufs[-2], kn_shape)[0]), Pointer(bufs[-1], base(bufs[-1], vn_shape)[0])]
+            reads += [Pointer(bufs[-2], base(bufs[-2], kn_shape, at=kv_index)[0]),
+                      Pointer(bufs[-1], base(bufs[-1], vn_shape, at=kv_index)[0])]
         kind = "none" if mask is None else "bool" if dt.is_bool(mask.dtype) else "additive"
-        scalars = (q0, min_(const(ATTENTION_ROWS), l_dim - q0), s_dim, const(e_dim), const(ev_dim),
-                   q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, const(float(scale), "float32"))
-        params = (("mask", kind), ("causal", bool(attrs["causal"])), ("lanes", attrs["lanes"]))
-        call = CallRoutine(ATTENTION, params + ((("appended", True),) if new is not None else ()),
-                           tuple(reads),
-                           (Pointer(out, o_off),), scalars)
+        scale_c = const(float(scale), "float32")
+        appended = (("appended", True),) if new is not None else ()
+        if decode:
+            head = lambda st: st[-3] if len(st) >= 3 and groups > 1 else const(0)  # noqa: E731
+            call = CallRoutine(ATTENTION_DECODE, (("mask", kind), ("kv", kb.dtype), ("lanes", attrs["lanes"]))
+                               + appended, tuple(reads), (Pointer(out, o_off),),
+                               (const(groups), s_dim, const(e_dim), const(ev_dim), head(q_st), k_st[-2], v_st[-2],
+                                head(o_st), m_hs, m_cs, scale_c))
+        else:
+            call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"])),
+                                           ("lanes", attrs["lanes"])) + appended, tuple(reads), (Pointer(out, o_off),),
+                               (q0, min_(const(ATTENTION_ROWS), l_dim - q0), s_dim, const(e_dim), const(ev_dim),
+                                q_st[-2], k_st[-2], v_st[-2], o_st[-2], m_rs, m_cs, scale_c))
         total = blocks
         for d in batch:
             total = total * d
@@ -365,7 +437,7 @@ register(OpDef(
     reference=reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "appended": False},
+    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "appended": False, "gqa": False},
     num_inputs=(3, 6),
     doc="softmax(q k^T * scale + mask) v, with an optional causal mask; layout bhsd or bshd; q, k, v as heads of "
         "one packed input.",

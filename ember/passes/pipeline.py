@@ -59,6 +59,7 @@ from .fold_qkv_split import fold_qkv_split
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .half_precision import bf16_activations, fp16_activations
+from .kv_cache import kv_cache
 from .layout import layout
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
@@ -73,7 +74,8 @@ from .winograd import winograd
 Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
-                                                   simplify, fold_cache_append, cse, slice_products, fold_batch_norm,
+                                                   simplify, fold_cache_append, kv_cache, cse, slice_products,
+                                                   fold_batch_norm,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
                                                    tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
@@ -106,17 +108,18 @@ FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRE
 LATE_PASSES = ("fuse",)
 
 # quantize_weights (ember.compile's weights= option, run_pipeline's `weights`) changes nothing
-# without a format. The fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
+# without a format, nor kv_cache (kv_cache=, run_pipeline's `kv_cache`: the cache's dtype)
+# without a dtype. The fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
 # level for transformations that may change results beyond rounding, none so far)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
-        "fold_cache_append", "cse", "slice_products",
+        "fold_cache_append", "kv_cache", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
-        "fold_cache_append", "cse", "slice_products",
+        "fold_cache_append", "kv_cache", "cse", "slice_products",
         "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }
@@ -138,7 +141,7 @@ class PassReport:
 def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[str] = (), target: Target | None = None,
                  print_ir: str | Iterable[str] | None = None, debug: bool | None = None,
                  report: list[PassReport] | None = None, precision: str = "fp32",
-                 weights: WeightFormat | None = None) -> Graph:
+                 weights: WeightFormat | None = None, kv_cache: str | None = None) -> Graph:
     if opt_level not in PIPELINES:
         raise ConfigError(f"opt_level must be one of {sorted(PIPELINES)}, got {opt_level!r}")
     names = pipeline_of(opt_level, precision, target)
@@ -154,7 +157,8 @@ def run_pipeline(graph: Graph, opt_level: int = 2, *, disabled_passes: Iterable[
             continue
         before = _signature(graph)
         start = time.perf_counter()
-        p = functools.partial(quantize_weights, fmt=weights) if name == "quantize_weights" else PASSES[name]
+        p = functools.partial(quantize_weights, fmt=weights) if name == "quantize_weights" else \
+            functools.partial(PASSES[name], dtype=kv_cache) if name == "kv_cache" else PASSES[name]
         out = _everywhere(p, name in target_passes, target)(graph)
         seconds = time.perf_counter() - start
         if debug:
@@ -216,7 +220,7 @@ def _verify(graph: Graph, after: str) -> None:
 
 def _signature(graph: Graph) -> tuple:
     """What a pass can change: the nodes (operator, inputs, attributes, outputs), the constants
-    and the outputs, by name."""
+    and the outputs, by name, and the inputs' types (ember.passes.kv_cache's)."""
     return (tuple((n.op, tuple(v.name for v in n.inputs), n.attrs, tuple(v.name for v in n.outputs),
                    tuple(_signature(r) for r in n.regions)) for n in graph.nodes),
-            tuple(graph.constants), tuple(v.name for v in graph.outputs))
+            tuple(graph.constants), tuple(v.name for v in graph.outputs), tuple(v.type for v in graph.inputs))

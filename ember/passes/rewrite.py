@@ -24,20 +24,22 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..graph.core import Graph, Node, Value
+from ..graph.core import Graph, Node, TensorType, Value
 from ..ops.control import inline
 from ..ops.registry import infer_types
 
 
 class Rewriter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, input_types: Mapping[str, TensorType] | None = None):
+        """`input_types`: graph inputs (by name) that the new graph takes in another type (a
+        decode step's cache in bfloat16: ember.passes.kv_cache); the others keep theirs."""
         self.old = graph
         self.new = Graph(graph.name)
         self._map: dict[Value, Value] = {}
         self._node_names: set[str] = set()
         self._outputs = {v for v in graph.outputs}
         for v in graph.inputs:
-            self._map[v] = self.new.add_input(v.name, v.type)
+            self._map[v] = self.new.add_input(v.name, (input_types or {}).get(v.name, v.type))
 
     # -- values -------------------------------------------------------------------------------
     def value(self, v: Value) -> Value:

@@ -13,7 +13,8 @@ three kernels the GPU family schedules, with the L x S scores in memory. Only th
 frontends make is rewritten (layout "bhsd", no heads: it runs where fold_attention, which the
 GPU target leaves out, would run, before fold_transposes and fold_qkv_split could change it). A
 row whose every key is masked out is 0 in flash_attention (as torch and the CPU kernel give) and
-NaN in the unfolded form (softmax's 0 / 0); causal needs static sequence lengths. Targets of the
+NaN in the unfolded form (softmax's 0 / 0); causal needs static sequence lengths. Grouped
+key/value heads (gqa) are repeated to the query's heads first (static sizes). Targets of the
 CPU family keep the fused attention: the pass reads the target and changes nothing for them.
 """
 from __future__ import annotations
@@ -40,6 +41,11 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
     if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
         return None
     q, k, v, *mask = inputs
+    if node.attrs.get("gqa"):
+        k, v = (_repeated(rw, x, q.type.shape[-3], f"{node.name}_{n}") for x, n in ((k, "k"), (v, "v")))
+        if k is None or v is None:
+            return None
+        inputs = [q, k, v, *mask]
     if _fits_flash(inputs):
         return rw.emit("flash_attention", inputs, {"causal": node.attrs["causal"], "scale": node.attrs["scale"]},
                        hint=node.name, out_names=[node.outputs[0].name])
@@ -62,6 +68,17 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
                 else rw.emit("add", [s, m], hint=f"{node.name}_masked"))
     (p,) = rw.emit("softmax", [s], {"axis": -1}, hint=f"{node.name}_p")
     return rw.emit("matmul", [p, v], hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _repeated(rw: Rewriter, x: Value, heads: int, hint: str) -> Value | None:
+    """x (..., Hkv, S, E) with each head repeated to `heads` heads (transformers' repeat_kv: a
+    copy, which the GPU's kernels need), or None for symbolic sizes."""
+    *lead, hkv, s, e = x.type.shape
+    if not all(isinstance(d, int) for d in x.type.shape):
+        return None
+    (x,) = rw.emit("reshape", [x], {"shape": (*lead, hkv, 1, s, e)}, hint=hint)
+    (x,) = rw.emit("expand", [x], {"shape": (*lead, hkv, heads // hkv, s, e)}, hint=hint)
+    return rw.emit("reshape", [x], {"shape": (*lead, heads, s, e)}, hint=hint)[0]
 
 
 def _fits_flash(inputs: list[Value]) -> bool:

@@ -14,7 +14,7 @@ accelerator of ember.accel) the int8 products run on that device's simulator and
 CPU (offload.py): the result is a SegmentedModel, bit-exact against the CPU's, and
 `device_reports(model)` gives each product's cycles, DMA bytes and GEMM-core utilization.
 
-`weights="int8" | "int4"` (with group_size, zero_points, dynamic_shapes: ember.compile's options)
+`weights="int8" | "int4"` (with group_size, zero_points, kv_cache, dynamic_shapes: ember.compile's options)
 is weight-only quantization instead, a language model's decode: the same as ember.compile with
 those options (ember.passes.quantize_weights), nothing to calibrate.
 

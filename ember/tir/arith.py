@@ -574,9 +574,13 @@ class _Rewriter:
                 r = a if isinstance(a, Ramp) else b
                 return self._ramp(s("*", r.base, x), s("*", r.stride, x), lanes, dtype)
             case ("//" | "%", Ramp(base, Const(st)), Broadcast(Const(c) as cc)) if c > 0 and st >= 0:
-                # all lanes in one block of c: base = c*k + r with r + st*(lanes-1) < c
+                # all lanes in one block of c: base = m*k + r, and either m a multiple of c with
+                # r % c + st*(lanes-1) < c, or m a divisor of c with r % m + st*(lanes-1) < m (base % c
+                # is then at most c - m + r % m: a vector of a transpose's flattened index, base a
+                # multiple of the lanes, inside one row of 64 or 768)
                 m, r = self.modset(self.lin(base))
-                if m % c == 0 and r % c + st * (lanes - 1) < c:
+                span = st * (lanes - 1)
+                if (m % c == 0 and r % c + span < c) or (m > 0 and c % m == 0 and r % m + span < m):
                     if op == "//":
                         return Broadcast(s("//", base, cc), lanes, dtype)
                     return Ramp(s("%", base, cc), a.stride, lanes, dtype)

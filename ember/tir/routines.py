@@ -24,6 +24,23 @@ ATTENTION = "attention"
 ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of up to 32 lanes)
 ATTENTION_MASKS = ("none", "bool", "additive")
 
+ATTENTION_DECODE = "attention_decode"
+"""attention_decode (params: mask as attention's, kv: "float32" | "bfloat16", the cache's type,
+lanes, appended: bool, absent when false): one query of each of the G query heads that share one
+key/value head (a decode step; grouped-query attention when G > 1), softmax(q k^T + mask) v, with
+an online softmax over blocks of keys, the keys and values read once for the G heads.
+
+    reads:   q     query head g's row at q + g * q_hs (float32; scaled by `scale`)
+             k     k[j, e] at k + j * k_rs + e (kv)
+             v     v[j, c] at v + j * v_rs + c (kv)
+             mask  (if any) head g's key j at mask + g * m_hs + j * m_cs
+             k_new, v_new  (if appended) key and value S - 1, float32, as attention's
+    writes:  out   head g's row at out + g * o_hs
+    scalars: G, S, E, Ev, q_hs, k_rs, v_rs, o_hs, m_hs, m_cs (int64), scale (float32)
+
+A head whose keys are all masked out is 0 (torch's).
+"""
+
 GEMM_NBITS = "gemm_nbits"
 GEMM_NBITS_STREAM = 4  # fewer rows than this stream the codes per row; more dequantize the panel once
 """gemm_nbits (params: bits 8 | 4, group: rows per scale (int8: 0, one scale per column), offsets: bool, bias:

@@ -1,9 +1,10 @@
 """LLaMA decode with the cache in place (benchmarks/models/decode.py's RowStep, the reduced
-config; its rotary queries transposed to the cache's layout by fold_transposes; GPT-2's step
-takes the same path, which benchmarks/decode.py checks against torch's tokens):
-the step compiled once (the past length a symbol; the prompt's rows from torch), its attentions
-reading the caller's cache buffer (appended: nothing else reads the cache), and the greedy
-tokens of generate_in_place identical to torch's eager loop over the growing cache."""
+config: 4 heads over 2 key/value heads; its rotary queries transposed to the cache's layout by
+fold_transposes; GPT-2's step takes the same path, which benchmarks/decode.py checks against
+torch's tokens): the step compiled once (the past length a symbol; the prompt's rows from torch),
+its attentions reading the caller's cache buffer (appended: nothing else reads the cache) with
+the key/value heads grouped (gqa: not repeated), and the greedy tokens of generate_in_place
+identical to torch's eager loop over the growing cache."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_in_place_greedy_tokens_as_torch():
     step = ember.compile(RowStep(model).eval(), (torch.zeros((1, 1), dtype=torch.int64), *kv),
                          dynamic_shapes=(None, tuple({1: past} for _ in kv)))
     attentions = [n for n in step.graph.nodes if n.op == "scaled_dot_product_attention"]
-    assert len(attentions) == layers and all(n.attrs["appended"] for n in attentions)
+    assert len(attentions) == layers and all(n.attrs["appended"] and n.attrs["gqa"] for n in attentions)
     caches = {v.name for v in step.graph.inputs[1:]}  # read by the attentions alone (and its length): no copy
     assert {n.op for n in step.graph.nodes if caches & {v.name for v in n.inputs}} <= {SDPA, "size"}
     prompt = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(0))

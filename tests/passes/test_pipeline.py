@@ -49,6 +49,7 @@ def test_levels_and_report():
     # weight matrix, no GEMV; an isolated conv keeps the plain layout, its weights packed (and the
     # passes after drop the unpacked ones)
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "fold_cache_append",
+                                                         "kv_cache",
                                                          "slice_products",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
@@ -87,7 +88,8 @@ def test_disabled_passes():
     out = run_pipeline(g, 2, disabled_passes=["fold_batch_norm", "dce"], report=report)
     assert "batch_norm" in ops(out) and "exp" in ops(out)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
-                                        "simplify", "fold_cache_append", "cse", "slice_products", "fuse_siblings",
+                                        "simplify", "fold_cache_append", "kv_cache", "cse", "slice_products",
+                                        "fuse_siblings",
                                         "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
@@ -102,7 +104,7 @@ def test_environment_overrides(monkeypatch, capsys):
     report = []
     run_pipeline(g, 2, report=report)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
-                                        "simplify", "fold_cache_append", "slice_products", "fuse_siblings",
+                                        "simplify", "fold_cache_append", "kv_cache", "slice_products", "fuse_siblings",
                                         "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
@@ -149,7 +151,8 @@ def test_compile_runs_the_pipeline(capsys):
     assert plain.stats.passes == () and plain.stats.nodes == len(g.nodes)
     cm = ember.compile(g, disabled_passes=["cse"], print_ir="dce")
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "unfold_attention",
-                                                 "fold_transposes", "simplify", "fold_cache_append", "slice_products",
+                                                 "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
+                                                 "slice_products",
                                                  "fold_batch_norm",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "quantize_rows", "pad_gemv", "layout",

@@ -553,3 +553,7 @@ def test_random_vector_rules(data):
     r = Ramp(x * c, const(1), lanes, vt)
     assert isinstance(check_same(binary("//", r, Broadcast(const(c), lanes, vt)), ana, points), Broadcast)
     assert isinstance(check_same(binary("%", r, Broadcast(const(c), lanes, vt)), ana, points), Ramp)
+    # a transpose's flattened index: the base a multiple of the lanes, the divisor of c * 3 (a row)
+    r = Ramp(x * lanes, const(1), lanes, vt)
+    assert isinstance(check_same(binary("//", r, Broadcast(const(3 * c), lanes, vt)), ana, points), Broadcast)
+    assert isinstance(check_same(binary("%", r, Broadcast(const(3 * c), lanes, vt)), ana, points), Ramp)

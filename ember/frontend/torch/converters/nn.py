@@ -164,15 +164,13 @@ def scaled_dot_product_attention(b, query, key, value, attn_mask=None, dropout_p
                                  scale=None, enable_gqa=False):
     if dropout_p:
         raise Unsupported(f"attention dropout p={dropout_p} (inference only)")
-    if enable_gqa:
-        raise Unsupported("grouped-query attention (enable_gqa=True)")
     q = b.v(query)
     mask = []
     if attn_mask is not None:
         m = b.v(attn_mask)
         mask = [m if m.dtype == "bool" else b.cast(m, q.dtype)]
     return b.op("scaled_dot_product_attention", [q, b.v(key), b.v(value), *mask], causal=bool(is_causal),
-                scale=None if scale is None else float(scale))
+                scale=None if scale is None else float(scale), gqa=bool(enable_gqa))
 
 
 @handles("embedding.default")

@@ -1,0 +1,69 @@
+"""A decode step's key/value cache kept in fewer bytes (ember.compile(..., kv_cache="bf16")): the
+graph inputs that are a cache read in place (the k and v of attentions with `appended` keys,
+ember.passes.fold_cache_append) become bfloat16 inputs, which the attention reads converted to
+float32 in registers (ember.codegen.c_attention_decode).
+
+    step(ids, k0: float32[1, past, H, E], ...) -> step(ids, k0: bfloat16[1, past, H, E], ...)
+
+At a long context the cache, not the weights, is most of the bytes a step reads (GPT-2 small at
+1024 positions: 75 MB of float32 keys and values a token, against 124 MB of int8 weights), so
+halving it is what lets weight-only quantization keep its speedup there. The caller keeps its
+cache buffers in bfloat16 (ml_dtypes' type) and writes the step's own rows, still float32
+outputs, into them rounded (NumPy's assignment); the step's attention reads its own row in
+float32. An input that anything else reads (but its size) is left float32, and with it the
+other of its attention's keys and values, as is every attention without a cache (a prefill).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..graph.core import Graph, TensorType
+from .dce import dce
+from .rewrite import Rewriter
+
+SDPA = "scaled_dot_product_attention"
+KV_CACHES = {"float32": None, "bf16": "bfloat16"}  # the option's values: the cache's stored dtype
+
+
+def check_kv_cache(kv_cache: str) -> str | None:
+    """The dtype the option names (None: float32, nothing changes), or a ConfigError."""
+    if kv_cache not in KV_CACHES:
+        raise ConfigError(f"kv_cache must be one of {sorted(KV_CACHES)}, got {kv_cache!r}")
+    return KV_CACHES[kv_cache]
+
+
+def kv_cache(graph: Graph, dtype: str | None = None) -> Graph:
+    if dtype is None or not any(n.op == SDPA and n.attrs["appended"] for n in graph.nodes):
+        return graph  # unchanged: the same graph
+    live = dce(graph)  # the concatenations that fold_cache_append left to no reader read the cache too
+    caches = _caches(live)
+    if not caches:
+        return graph
+    graph = live
+    types = {v.name: TensorType(v.type.shape, dtype) for v in graph.inputs if v.name in caches}
+    rw = Rewriter(graph, input_types=types)
+    for node in graph.nodes:
+        ins = rw.inputs(node)
+        if node.op == SDPA and any(v.name in caches for v in node.inputs):
+            rw.replace(node, rw.emit(SDPA, ins, node.attrs, hint=node.name, out_names=[node.outputs[0].name]))
+        else:
+            rw.copy(node, ins)
+    return rw.finish()
+
+
+def _caches(graph: Graph) -> set[str]:
+    """The float32 graph inputs read only as the cache (k or v) of appended attentions, or by
+    `size`, each attention's k and v both."""
+    inputs = {v.name for v in graph.inputs if v.type.dtype == "float32"}
+    as_cache, other = set(), set()
+    for node in graph.nodes:
+        for slot, v in enumerate(node.inputs):
+            if v.name not in inputs:
+                continue
+            cache = node.op == SDPA and node.attrs["appended"] and slot in (1, 2)
+            (as_cache if cache else other if node.op != "size" else set()).add(v.name)
+    caches = as_cache - other - {v.name for v in graph.outputs}
+    pairs = [{v.name for v in n.inputs[1:3]} for n in graph.nodes if n.op == SDPA and n.attrs["appended"]]
+    while any(0 < len(p & caches) < 2 for p in pairs):  # an attention's k and v are of one dtype
+        caches -= set().union(*(p for p in pairs if 0 < len(p & caches) < 2))
+    return caches

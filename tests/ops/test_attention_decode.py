@@ -1,0 +1,95 @@
+"""One query's attention (a decode step) on the decode routine (ember/codegen/c_attention_decode.py)
+against torch.nn.functional.scaled_dot_product_attention: every mask kind, head dims that are
+and are not whole vectors, grouped key/value heads (torch's enable_gqa: a call per key/value
+head, its group's query heads in it), a cache in bfloat16 read converted in registers, the
+step's own key and value appended; the interpreter's NumPy twin agrees. Grouped heads over
+more queries take the attention routine (and float64 the staged stages), as torch computes them.
+
+Tolerance: rtol 1e-4, atol 1e-5 against torch (float32, inputs in [-1, 1]); a bfloat16 cache is
+compared with torch on the same bfloat16 values widened to float32."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.graph.core import TensorType
+from ember.ops.registry import get
+from ember.schedules.apply import node_kernel
+from ember.testing import check_op
+from ember.tir.arith import simplify
+from ember.tir.expr import as_int
+from ember.tir.functor import collect
+from ember.tir.stmt import CallRoutine, For
+
+RNG = np.random.default_rng()
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+SDPA = "scaled_dot_product_attention"
+
+
+def rand(*shape) -> np.ndarray:
+    return RNG.uniform(-1, 1, shape).astype("float32")
+
+
+def sdpa(q, k, v, mask=None, gqa=False):
+    return F.scaled_dot_product_attention(q, k.float(), v.float(), attn_mask=mask, enable_gqa=gqa)
+
+
+@pytest.mark.parametrize("mask, dim", [("none", 64), ("bool", 40), ("additive", 40)])
+def test_masks_and_head_dims_against_torch(mask, dim):
+    """200 keys: three full blocks of 64 and a partial one; 40 dims: two vectors and a tail."""
+    q, k, v = rand(2, 3, 1, dim), rand(2, 3, 200, dim), rand(2, 3, 200, dim)
+    keep = RNG.random((2, 1, 1, 200)) < 0.7
+    keep[..., 0] = True
+    extra = {"none": [], "bool": [keep], "additive": [rand(1, 3, 1, 200) * 4]}[mask]
+    check_op(SDPA, [q, k, v, *extra], None, **TOL, targets=("c", "python"), torch_fn=sdpa)
+
+
+def test_grouped_heads_one_call_per_key_value_head():
+    """8 query heads over 2 key/value heads: 2 x 2 calls of 4 heads each, a per-head mask."""
+    q, k, v, add = rand(2, 8, 1, 32), rand(2, 2, 77, 32), rand(2, 2, 77, 24), rand(2, 8, 1, 77)
+    check_op(SDPA, [q, k, v, add], {"gqa": True}, **TOL, targets=("c", "python"),
+             torch_fn=lambda *x: sdpa(*x, gqa=True))
+    types = [TensorType(x.shape) for x in (q, k, v)]
+    attrs = {"gqa": True, "causal": False, "scale": None, "layout": "bhsd"}
+    s, args = node_kernel(SDPA, types, attrs, get(SDPA).infer(types, attrs))
+    body = s.to_prim_func(args).body
+    assert [c.routine for c in collect(body, lambda x: isinstance(x, CallRoutine))] == ["attention_decode"]
+    (loop,) = collect(body, lambda x: isinstance(x, For))
+    assert loop.kind == "parallel" and as_int(simplify(loop.extent)) == 2 * 2
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_cache_read_in_place_bf16_and_grouped(kv):
+    """A decode step in layout bshd: 4 query heads over 2 key/value heads, a cache of 130
+    positions (in `kv`) and the step's own float32 key and value appended (a block of one)."""
+    past = 130
+    q, kn, vn = rand(1, 1, 4, 16), rand(1, 1, 2, 16), rand(1, 1, 2, 16)
+    k, v = (rand(1, past, 2, 16).astype(ml_dtypes.bfloat16 if kv == "bfloat16" else np.float32) for _ in "kv")
+
+    def fn(q, k, v, kn, vn):
+        k, v = (torch.cat([c.float(), n], 1).transpose(1, 2) for c, n in ((k, kn), (v, vn)))
+        return sdpa(q.transpose(1, 2), k, v, gqa=True).transpose(1, 2)
+
+    attrs = {"layout": "bshd", "appended": True, "gqa": True}
+    torch_fn = fn if kv == "float32" else None  # (torch takes no ml_dtypes array: the reference, float64)
+    check_op(SDPA, [q, k, v, kn, vn], attrs, **TOL, targets=("c", "python"), torch_fn=torch_fn)
+
+
+def test_grouped_heads_over_many_queries():
+    """A prefill with grouped heads: the attention routine reads head h's keys at h // groups."""
+    q, k, v = rand(1, 6, 45, 32), rand(1, 2, 45, 32), rand(1, 2, 45, 32)
+    check_op(SDPA, [q, k, v], {"gqa": True, "causal": True}, **TOL,
+             torch_fn=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
+    wide = [x.astype("float64") for x in (q, k, v)]  # the staged stages: each head repeated
+    check_op(SDPA, wide, {"gqa": True}, rtol=1e-6, atol=1e-8)
+
+
+def test_grouped_heads_must_divide():
+    with pytest.raises(Exception, match="gqa needs static heads"):
+        get(SDPA).infer([TensorType((1, 6, 1, 8)), TensorType((1, 4, 9, 8)), TensorType((1, 4, 9, 8))],
+                        {"gqa": True, "causal": False, "scale": None, "layout": "bhsd"})
+

@@ -1,0 +1,59 @@
+"""ember.passes.kv_cache (ember.compile's kv_cache="bf16"): the graph inputs that are a decode
+step's cache read in place become bfloat16 inputs, read by the attention converted in registers
+(checked against the operator's reference on the same bfloat16 values, rtol 1e-4, atol 1e-5); an
+input something else reads stays float32; an unknown option is a ConfigError naming the choices."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember
+from ember.errors import ConfigError
+from ember.graph.core import Graph, TensorType
+from ember.ops.nodes import add_op
+from ember.ops.registry import get
+from ember.passes.kv_cache import kv_cache
+
+RNG = np.random.default_rng()
+SDPA = "scaled_dot_product_attention"
+ATTRS = {"layout": "bshd", "appended": True, "gqa": True}
+
+
+def step_graph(past: int = 40, k_read_elsewhere: bool = False) -> Graph:
+    """One decode attention: 4 query heads over 2 key/value heads, the cache (k, v) and the
+    step's row (kn, vn); optionally k also a graph output's input."""
+    g = Graph("step")
+    q = g.add_input("q", TensorType((1, 1, 4, 16)))
+    k, v = (g.add_input(n, TensorType((1, past, 2, 16))) for n in "kv")
+    kn, vn = (g.add_input(n, TensorType((1, 1, 2, 16))) for n in ("kn", "vn"))
+    (out,) = add_op(g, SDPA, [q, k, v, kn, vn], ATTRS)
+    outs = [out]
+    if k_read_elsewhere:
+        outs += add_op(g, "exp", [k])
+    g.set_outputs(outs)
+    return g
+
+
+def test_cache_inputs_become_bf16_and_are_read_in_registers():
+    past = 40
+    cm = ember.compile(step_graph(past), kv_cache="bf16")
+    assert [s.dtype for s in cm.spec.inputs] == ["float32", "bfloat16", "bfloat16", "float32", "float32"]
+    assert "ember_attention_decode_none_bfloat16_appended(" in cm.source
+    q = RNG.uniform(-1, 1, (1, 1, 4, 16)).astype("float32")
+    kn, vn = RNG.uniform(-1, 1, (2, 1, 1, 2, 16)).astype("float32")
+    k, v = RNG.uniform(-1, 1, (2, 1, past, 2, 16)).astype(ml_dtypes.bfloat16)
+    (want,) = get(SDPA).reference([q, k, v, kn, vn], {**get(SDPA).attrs, **ATTRS})
+    np.testing.assert_allclose(cm(q, k, v, kn, vn), want, rtol=1e-4, atol=1e-5)
+
+
+def test_an_input_read_elsewhere_stays_float32():
+    g = step_graph(k_read_elsewhere=True)
+    assert kv_cache(g, "bfloat16") is g  # k read elsewhere, and v with it: unchanged
+    assert kv_cache(g, None) is g  # float32: unchanged
+
+
+def test_unknown_option_is_named():
+    with pytest.raises(ConfigError, match=r"kv_cache must be one of \['bf16', 'float32'\], got 'int3'"):
+        ember.compile(step_graph(), kv_cache="int3")

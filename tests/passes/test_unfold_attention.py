@@ -1,0 +1,22 @@
+"""ember.passes.unfold_attention for a GPU target: grouped key/value heads (gqa) are repeated to
+the query's heads before the GPU's kernels (flash_attention, or the products and softmax), the
+rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5)."""
+
+from __future__ import annotations
+
+from pass_check import check_same, ops
+
+from ember.graph import Graph, TensorType
+from ember.ops.nodes import add_op
+from ember.passes.unfold_attention import unfold_attention
+from ember.target import Target
+
+
+def test_grouped_heads_are_repeated_for_the_gpu():
+    g = Graph("attention")
+    q = g.add_input("q", TensorType((1, 4, 8, 16)))
+    k, v = (g.add_input(n, TensorType((1, 2, 8, 16))) for n in "kv")
+    g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, k, v], {"causal": True, "gqa": True}))
+    out = unfold_attention(g, Target("cuda", simulate=True))
+    assert "scaled_dot_product_attention" not in ops(out) and ops(out).count("expand") == 2
+    check_same(g, out)
