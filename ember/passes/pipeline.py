@@ -67,6 +67,7 @@ from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
 from .tf32_products import tf32_products
+from .trim_taps import trim_taps
 from .unfold_attention import unfold_attention
 from .winograd import winograd
 
@@ -74,10 +75,10 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, fold_cache_append, cse, slice_products, fold_batch_norm,
-                                                   fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
-                                                   quantize_rows, bf16_weights, fp16_activations, bf16_activations,
-                                                   tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
-                                                   bf16_convs, dce)}
+                                                   trim_taps, fuse_siblings, fold_qkv_split, flatten_products,
+                                                   quantize_weights, quantize_rows, bf16_weights, fp16_activations,
+                                                   bf16_activations, tf32_products, conv_gemm, pad_gemv, layout,
+                                                   pack_weights, winograd, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
 # prefill's weight-only products on VNNI where it has it, layout blocks channels by its SIMD width,
@@ -113,11 +114,13 @@ PIPELINES: dict[int, list[str]] = {
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "cse", "slice_products",
-        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
+        "fold_batch_norm", "trim_taps", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
+        "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "cse", "slice_products",
-        "fold_batch_norm", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights", "quantize_rows",
+        "fold_batch_norm", "trim_taps", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
+        "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }
 
