@@ -607,9 +607,12 @@ class _Rewriter:
                 r = a if isinstance(a, Ramp) else b
                 return self._ramp(s("*", r.base, x), s("*", r.stride, x), lanes, dtype)
             case ("//" | "%", Ramp(base, Const(st)), Broadcast(Const(c) as cc)) if c > 0 and st >= 0:
-                # all lanes in one block of c: base = c*k + r with r + st*(lanes-1) < c
+                # all lanes in one block of c: base = g*k + r, g = gcd(m, c) a divisor of c (base = m*k' + r),
+                # so base % c is at most c - g + r % g, and r % g + st*(lanes-1) < g keeps the last lane in
+                # the block (a ramp from 16*k by 1 over 16 lanes, by 32 or by 3136 = 16 * 196)
                 m, r = self.modset(self.lin(base))
-                if m % c == 0 and r % c + st * (lanes - 1) < c:
+                g = math.gcd(m, c)
+                if r % g + st * (lanes - 1) < g:
                     if op == "//":
                         return Broadcast(s("//", base, cc), lanes, dtype)
                     return Ramp(s("%", base, cc), a.stride, lanes, dtype)

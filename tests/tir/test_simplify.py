@@ -349,6 +349,24 @@ def test_vectors():
     assert text(simplify(r % Broadcast(const(4), 4, "int64x4"))) == "ramp(0, 1, 4)"
 
 
+def test_vector_lanes_in_one_block_of_a_multiple():
+    """A ramp from a multiple of its lanes stays in one block of any multiple of them: the heads
+    of a window split apart (MaxViT's (1, 64, 49, 64) into (128, 49, 32)) load whole vectors."""
+    def b(v):
+        return Broadcast(const(v), 4, "int64x4")
+
+    r = Ramp(i * 4, const(1), 4, "int64x4")
+    assert text(simplify(r // b(8))) == "broadcast(i // 2, 4)"
+    assert text(simplify(r // b(12))) == "broadcast(i // 3, 4)"
+    flat = r // b(12) * b(12) + r // b(8) % b(3) * b(16) + r % b(8)
+    out = simplify(flat)
+    assert isinstance(out, Ramp) and text(out.stride) == "1"
+    for v in range(40):
+        assert evaluate(out, {i: v}) == evaluate(flat, {i: v})
+    assert isinstance(simplify(Ramp(i * 2, const(1), 4, "int64x4") // b(8)), Binary)  # may cross a block
+    assert isinstance(simplify(Ramp(i * 4 + 1, const(1), 4, "int64x4") // b(8)), Binary)
+
+
 # -- statements ---------------------------------------------------------------------------------------
 
 A = Buffer("A", (1024,), "float32")
