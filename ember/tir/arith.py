@@ -295,7 +295,7 @@ class _Rewriter:
                     s = s.add(_Sum({want: div, mod_key: s.terms[mod_key]}), -1).add(self.lin(m.a).scale(c))
                     merged = True
                     break
-                digit = self._next_digit(s, m, c) if not dfs and dc > 0 else None
+                digit = self._next_digit(s, m, dc, c) if not dfs and dc > 0 else None
                 if digit is not None:
                     key, modulus = digit
                     wider = self.lin(Binary("%", m.a, const(modulus, m.dtype), m.dtype))
@@ -304,10 +304,10 @@ class _Rewriter:
                     break
         return s
 
-    def _next_digit(self, s: _Sum, m: Binary, c: int) -> tuple[tuple, int] | None:
+    def _next_digit(self, s: _Sum, m: Binary, d: int, c: int) -> tuple[tuple, int] | None:
         """The key of a term c*d*(x // d % e) or c*d*(x % M // d) (d divides M) of s, for m = x % d
         (d a positive constant), and the modulus the two digits make (d*e, or M)."""
-        d, x = m.b.value, self.key(m.a)
+        x = self.key(m.a)
         for key, (coeff, fs) in s.terms.items():
             if coeff != c * d or len(fs) != 1:
                 continue
