@@ -9,11 +9,14 @@ over --rounds rounds; a runtime's latency is its best median. The table gives ea
 status, error, compile time, latencies and ember's speed-up over eager and ONNX Runtime (above
 1: ember is faster); then the pass rate, the slowest ratios and the failures grouped by cause. A
 model whose output hardly changes with a new random float input (random weights whose activations
-vanish) is "weak", not "pass": its check says little.
+vanish) is "weak", not "pass": its check says little. --cpu-time times each call by the process's
+CPU time rather than the wall clock: with --threads 1, a fair measure on a machine that other
+processes load, where wall time counts the waits for a core (with more threads it counts their
+spinning too).
 
     python benchmarks/hub_sweep.py [--libraries torchvision timm transformers] [--kinds encoder moe ...]
                                    [--models tv_resnet18 hf_bert ...] [--small] [--no-timing]
-                                   [--rounds 2] [--runs 10] [--threads 2] [--timeout 1800]
+                                   [--rounds 2] [--runs 10] [--threads 2] [--timeout 1800] [--cpu-time]
 
 torchvision and timm are imported from their own folder (`make hub-libs`; benchmarks/models/hub_libs.py).
 """
@@ -36,7 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare import export_onnx, median_latency, timed  # noqa: E402
+from benchmarks.compare import export_onnx, timed  # noqa: E402
+from benchmarks.compare import median_latency as wall_latency  # noqa: E402
 
 TOLERANCE = 1e-4  # ‖out − ref‖ / ‖ref‖, fp32
 RUNTIMES = ("ember", "eager", "onnxruntime")
@@ -98,14 +102,29 @@ def prepare(name: str, small: bool, folder: Path, onnx: bool) -> dict:
     return report
 
 
-def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threads: int) -> dict:
-    """One runtime's median latency in this process."""
+def cpu_latency(fn, runs: int) -> float:
+    """The median CPU time of this process per call (user and system, all its threads), after 3
+    calls of warm-up."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return float(np.median(times))
+
+
+def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threads: int,
+            cpu_time: bool = False) -> dict:
+    """One runtime's median latency in this process (its CPU time per call with `cpu_time`)."""
+    latency = cpu_latency if cpu_time else wall_latency
     inputs = [np.load(folder / f"input{k}.npy") for k in range(len(list(folder.glob("input*.npy"))))]
     if runtime == "ember":
         import ember
 
         cm = ember.load(folder / "ember")
-        return {"median": median_latency(lambda: cm(*inputs), runs)}
+        return {"median": latency(lambda: cm(*inputs), runs)}
     if runtime == "onnxruntime":
         import onnxruntime as ort
 
@@ -113,7 +132,7 @@ def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threa
         opts.intra_op_num_threads = threads
         sess = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
         feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
-        return {"median": median_latency(lambda: sess.run(None, feed), runs)}
+        return {"median": latency(lambda: sess.run(None, feed), runs)}
     import torch
 
     from benchmarks.models.hub import HUB
@@ -122,7 +141,7 @@ def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threa
     model, _ = HUB[name].build(small)
     tensors = [torch.from_numpy(x) for x in inputs]
     with torch.no_grad():
-        return {"median": median_latency(lambda: model(*tensors), runs)}
+        return {"median": latency(lambda: model(*tensors), runs)}
 
 
 def run_child(argv: list[str], timeout: float) -> dict:
@@ -152,7 +171,8 @@ def sweep_model(name: str, args) -> dict:
         for _ in range(args.rounds):
             for runtime in runtimes:
                 got = run_child(["--measure", runtime, name, *common, "--runs", str(args.runs),
-                                 "--threads", str(args.threads)], args.timeout)
+                                 "--threads", str(args.threads), *(["--cpu-time"] if args.cpu_time else [])],
+                                args.timeout)
                 if "median" in got:
                     medians[runtime].append(got["median"])
         report["latency"] = {r: min(m) for r, m in medians.items()}
@@ -218,6 +238,8 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a child process may take")
     ap.add_argument("--list", action="store_true", help="list the selected models and stop")
+    ap.add_argument("--cpu-time", action="store_true", help="time calls by the process's CPU time (with --threads 1: "
+                                                            "fair on a loaded machine)")
     # the child processes
     ap.add_argument("--prepare", metavar="MODEL")
     ap.add_argument("--measure", nargs=2, metavar=("RUNTIME", "MODEL"))
@@ -230,7 +252,8 @@ def main(argv=None) -> None:
         print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), args.onnx)))
         return
     if args.measure:
-        print(json.dumps(measure(*args.measure, args.small, Path(args.folder), args.runs, args.threads)))
+        print(json.dumps(measure(*args.measure, args.small, Path(args.folder), args.runs, args.threads,
+                                 args.cpu_time)))
         return
     names = [n for n, m in HUB.items()
              if (not args.libraries or m.library in args.libraries) and (not args.kinds or m.kind in args.kinds)
@@ -240,7 +263,7 @@ def main(argv=None) -> None:
         return
     print(f"{len(names)} models, {'small' if args.small else 'full'} size, batch 1, {args.threads} threads"
           + ("" if args.no_timing else f"; each runtime in its own process, {args.rounds} rounds, best median of "
-                                        f"{args.runs} runs"), flush=True)
+                                        f"{args.runs} runs" + (" of CPU time" if args.cpu_time else "")), flush=True)
     print(HEADER, flush=True)
     started = time.perf_counter()
     results = {}

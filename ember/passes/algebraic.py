@@ -8,6 +8,9 @@ in the same walk) and returns the values that replace its outputs, or None.
     reshape(x) to x's shape, transpose(x) by the identity permutation  -> x
     reshape(reshape(x))                       -> reshape(x), or x when that has the shape
     transpose(transpose(x, p), q)             -> transpose(x, p∘q), or x when that is the identity
+    transpose(x, p) moving only axes of size 1 -> reshape(x)   (the same bytes in the same order:
+                                                      a view, where the transpose was a copy;
+                                                      nn.MultiheadAttention's (1, L, E) <-> (L, 1, E))
     pow(x, 2), pow(x, 3)                      -> x * x, x * x * x   (float32/64 x, a scalar exponent
                                                       constant: a multiplication or two instead of
                                                       the vector pow's e^{3 log|x|} in double; GPT-2's
@@ -81,6 +84,10 @@ def _transpose(rw, node, inputs):
         x, perm = x.node.inputs[0], tuple(inner[p] for p in perm)
     if perm == tuple(range(len(perm))):
         return [x]
+    out = node.outputs[0]
+    moved = [p for p in perm if x.type.shape[p] != 1]
+    if moved == sorted(moved) and all(isinstance(d, int) for d in out.shape):
+        return rw.emit("reshape", [x], {"shape": tuple(out.shape)}, hint=node.name, out_names=[out.name])
     if x is inputs[0]:
         return None
     return rw.copy(node, [x], {"perm": perm})

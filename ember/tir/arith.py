@@ -10,7 +10,8 @@ call:
 - Integer index arithmetic (int32/int64 `+ - *`) becomes a *linear form*: constant + sum of
   coeff * product(factors), where a factor is an atom (Var, BufferLoad, `//`, `%`, min, max,
   Select, ...). Like terms are collected by structural key, constant products distributed, and
-  `(x // d)*d + x % d` folded back into x. The form prints back with the larger coefficients
+  `(x // d)*d + x % d` folded back into x, and so are the digits of a mixed radix
+  (`x // 128 * 128 + x // 32 % 4 * 32 + x % 32` is x). The form prints back with the larger coefficients
   first (ties in order of appearance) and the constant last.
 - `a // d` and `a % d` (d a constant or a single symbolic term) pull out the terms of a that d
   divides, then decide the rest from its bounds: `(io*32 + ii) // 32 -> io` when ii in [0, 32).
@@ -272,19 +273,51 @@ class _Rewriter:
         return out
 
     def _merge_divmod(self, s: _Sum) -> _Sum:
-        """c*(x % d) + c*d*(x // d) -> c*x."""
-        mods = [fs[0] for _, fs in s.terms.values()
-                if len(fs) == 1 and isinstance(fs[0], Binary) and fs[0].op == "%"]
-        for m in mods:
-            mono, mod_key = self.lin(m.b).monomial(), (self.key(m),)
-            if mono is None or mod_key not in s.terms:
-                continue
-            dc, dfs = mono
-            want = tuple(sorted((("b", "//", self.key(m.a), self.key(m.b)), *map(self.key, dfs))))
-            c, div = s.terms[mod_key][0], s.terms.get(want)
-            if div is not None and div[0] == c * dc:
-                s = s.add(_Sum({want: div, mod_key: s.terms[mod_key]}), -1).add(self.lin(m.a).scale(c))
+        """c*(x % d) + c*d*(x // d) -> c*x, and the digits of a mixed radix into one:
+        c*(x % d) + c*d*(x // d % e) -> c*(x % (d*e)), and the same of c*d*(x % (d*k) // d), so that
+        an index unflattened and flattened again (a reshape between two layouts of the same
+        bytes) is the flat index again. Repeated while one merges: x // 128 * 128 + x // 32 % 4
+        * 32 + x % 32 is x."""
+        merged = True
+        while merged:
+            merged = False
+            mods = [fs[0] for _, fs in s.terms.values()
+                    if len(fs) == 1 and isinstance(fs[0], Binary) and fs[0].op == "%"]
+            for m in mods:
+                mono, mod_key = self.lin(m.b).monomial(), (self.key(m),)
+                if mono is None or mod_key not in s.terms:
+                    continue
+                dc, dfs = mono
+                c = s.terms[mod_key][0]
+                want = tuple(sorted((("b", "//", self.key(m.a), self.key(m.b)), *map(self.key, dfs))))
+                div = s.terms.get(want)
+                if div is not None and div[0] == c * dc:
+                    s = s.add(_Sum({want: div, mod_key: s.terms[mod_key]}), -1).add(self.lin(m.a).scale(c))
+                    merged = True
+                    break
+                digit = self._next_digit(s, m, dc, c) if not dfs and dc > 0 else None
+                if digit is not None:
+                    key, modulus = digit
+                    wider = self.lin(Binary("%", m.a, const(modulus, m.dtype), m.dtype))
+                    s = s.add(_Sum({key: s.terms[key], mod_key: s.terms[mod_key]}), -1).add(wider.scale(c))
+                    merged = True
+                    break
         return s
+
+    def _next_digit(self, s: _Sum, m: Binary, d: int, c: int) -> tuple[tuple, int] | None:
+        """The key of a term c*d*(x // d % e) or c*d*(x % M // d) (d divides M) of s, for m = x % d
+        (d a positive constant), and the modulus the two digits make (d*e, or M)."""
+        x = self.key(m.a)
+        for key, (coeff, fs) in s.terms.items():
+            if coeff != c * d or len(fs) != 1:
+                continue
+            match fs[0]:
+                case Binary("%", Binary("//", a, Const(dd)), Const(e)) if dd == d and e > 0 and self.key(a) == x:
+                    return key, d * e
+                case Binary("//", Binary("%", a, Const(big)), Const(dd)) if (
+                        dd == d and big > 0 and big % d == 0 and self.key(a) == x):
+                    return key, big
+        return None
 
     def to_expr(self, s: _Sum, dtype: str) -> PrimExpr:
         if not s.terms:
@@ -574,13 +607,13 @@ class _Rewriter:
                 r = a if isinstance(a, Ramp) else b
                 return self._ramp(s("*", r.base, x), s("*", r.stride, x), lanes, dtype)
             case ("//" | "%", Ramp(base, Const(st)), Broadcast(Const(c) as cc)) if c > 0 and st >= 0:
-                # all lanes in one block of c: base = m*k + r, and either m a multiple of c with
-                # r % c + st*(lanes-1) < c, or m a divisor of c with r % m + st*(lanes-1) < m (base % c
-                # is then at most c - m + r % m: a vector of a transpose's flattened index, base a
-                # multiple of the lanes, inside one row of 64 or 768)
+                # all lanes in one block of c: base = g*k + r, g = gcd(m, c) a divisor of c (base = m*k' + r),
+                # so base % c is at most c - g + r % g, and r % g + st*(lanes-1) < g keeps the last lane in
+                # the block (a ramp from 16*k by 1 over 16 lanes, by 32 or by 3136 = 16 * 196; a transpose's
+                # flattened index, base a multiple of the lanes, inside one row of 64 or 768)
                 m, r = self.modset(self.lin(base))
-                span = st * (lanes - 1)
-                if (m % c == 0 and r % c + span < c) or (m > 0 and c % m == 0 and r % m + span < m):
+                g = math.gcd(m, c)
+                if r % g + st * (lanes - 1) < g:
                     if op == "//":
                         return Broadcast(s("//", base, cc), lanes, dtype)
                     return Ramp(s("%", base, cc), a.stride, lanes, dtype)

@@ -45,12 +45,12 @@ def test_levels_and_report():
     assert all(isinstance(r, PassReport) and r.seconds >= 0 for r in report)
     assert all(a.nodes_after == b.nodes_before for a, b in zip(report, report[1:]))
     assert report[0].nodes_before == len(g.nodes) and report[-1].nodes_after == len(out.nodes)
-    # no attention (and a CPU target, which keeps it fused), no sibling products, no product of a
-    # weight matrix, no GEMV; an isolated conv keeps the plain layout, its weights packed (and the
-    # passes after drop the unpacked ones)
+    # no attention (and a CPU target, which keeps it fused), no tap reading padding alone, no sibling
+    # products, no product of a weight matrix, no GEMV; an isolated conv keeps the plain layout, its
+    # weights packed (and the passes after drop the unpacked ones)
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "fold_cache_append",
                                                          "kv_cache",
-                                                         "slice_products",
+                                                         "slice_products", "trim_taps",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                                          "winograd"]
@@ -89,8 +89,7 @@ def test_disabled_passes():
     assert "batch_norm" in ops(out) and "exp" in ops(out)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "fold_cache_append", "kv_cache", "cse", "slice_products",
-                                        "fuse_siblings",
-                                        "fold_qkv_split",
+                                        "trim_taps", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd"]
@@ -104,8 +103,8 @@ def test_environment_overrides(monkeypatch, capsys):
     report = []
     run_pipeline(g, 2, report=report)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
-                                        "simplify", "fold_cache_append", "kv_cache", "slice_products", "fuse_siblings",
-                                        "fold_qkv_split",
+                                        "simplify", "fold_cache_append", "kv_cache", "slice_products", "trim_taps",
+                                        "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "dce"]
@@ -153,7 +152,7 @@ def test_compile_runs_the_pipeline(capsys):
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "unfold_attention",
                                                  "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
                                                  "slice_products",
-                                                 "fold_batch_norm",
+                                                 "fold_batch_norm", "trim_taps",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                                  "pack_weights",

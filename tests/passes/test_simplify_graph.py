@@ -100,6 +100,21 @@ def test_inverse_transposes_cancel():
     check_same(g, out)
 
 
+@pytest.mark.parametrize("shape, perm, rule", [((1, 5, 6), (1, 0, 2), "reshape"),
+                                               ((5, 1, 1, 6), (2, 0, 3, 1), "reshape"),
+                                               ((1, 5, 6), (2, 0, 1), "transpose"),
+                                               ((2, 5, 1), (1, 0, 2), "transpose")])
+def test_transpose_of_unit_axes_is_a_reshape(shape, perm, rule):
+    """A transpose that moves only axes of size 1 keeps the bytes in order: a reshape (a view);
+    one that reorders two larger axes stays."""
+    g, x = _graph(shape)
+    y, = add_op(g, "transpose", [x], {"perm": perm})
+    g.set_outputs([y])
+    out = dce(simplify(g))
+    assert ops(out) == [rule]
+    check_same(g, out)
+
+
 def test_graph_output_keeps_its_name():
     g, x = _graph()
     y, = add_op(g, "identity", [x], name="y")

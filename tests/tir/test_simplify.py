@@ -209,6 +209,31 @@ def test_a_common_factor_leaves_the_divisor(ana):
         assert [evaluate(got, {i: v}) for v in range(-40, 300)] == [evaluate(e, {i: v}) for v in range(-40, 300)]
 
 
+def test_mixed_radix_digits_merge():
+    """An index unflattened and flattened again (a reshape between two layouts of the same bytes)
+    is the flat index: the vectorizer then loads a contiguous vector, not a gather."""
+    assert text(simplify((i // 128) * 128 + (i // 32) % 4 * 32 + i % 32)) == "i"
+    assert text(simplify((i // 128) * 128 + (i % 128) // 32 * 32 + i % 32)) == "i"
+    assert text(simplify((i // 32) % 4 * 32 + i % 32)) == "i % 128"
+    assert text(simplify((i // 128) * 256 + (i // 32) % 4 * 64 + i % 32 * 2 + 3)) == "i * 2 + 3"
+    assert text(simplify((i // 32) % 4 * 32 + i % 16)) == "i // 32 % 4 * 32 + i % 16"  # not digits of one radix
+    assert text(simplify((i // 32) % 4 * 16 + i % 32)) == "i // 32 % 4 * 16 + i % 32"
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 4), st.integers(-3, 3), st.booleans(),
+       st.lists(st.integers(-500, 500), min_size=4, max_size=4))
+def test_mixed_radix_digits_keep_their_value(d, e, k, c, nested, xs):
+    """c*(i % d) + c*d*(i // d % e) (or c*d*(i % (d*k) // d)), with i // (d*e) above, merged or not,
+    keeps its value for negative i too (floor division)."""
+    top = d * (e if not nested else k)
+    digit = (i // d) % e if not nested else (i % top) // d
+    expr = (i // top) * (c * top) + digit * (c * d) + (i % d) * c + 7
+    s = simplify(expr)
+    for v in xs:
+        assert evaluate(s, {i: v}) == evaluate(expr, {i: v}), f"{expr} -> {s} at i = {v}"
+
+
 def test_fuse_patterns():
     a = Analyzer()
     a.bind(x, 0, 9)
@@ -322,6 +347,24 @@ def test_vectors():
     assert simplify(c) is c
     assert text(simplify(r // Broadcast(const(4), 4, "int64x4"))) == "broadcast(i, 4)"
     assert text(simplify(r % Broadcast(const(4), 4, "int64x4"))) == "ramp(0, 1, 4)"
+
+
+def test_vector_lanes_in_one_block_of_a_multiple():
+    """A ramp from a multiple of its lanes stays in one block of any multiple of them: the heads
+    of a window split apart (MaxViT's (1, 64, 49, 64) into (128, 49, 32)) load whole vectors."""
+    def b(v):
+        return Broadcast(const(v), 4, "int64x4")
+
+    r = Ramp(i * 4, const(1), 4, "int64x4")
+    assert text(simplify(r // b(8))) == "broadcast(i // 2, 4)"
+    assert text(simplify(r // b(12))) == "broadcast(i // 3, 4)"
+    flat = r // b(12) * b(12) + r // b(8) % b(3) * b(16) + r % b(8)
+    out = simplify(flat)
+    assert isinstance(out, Ramp) and text(out.stride) == "1"
+    for v in range(40):
+        assert evaluate(out, {i: v}) == evaluate(flat, {i: v})
+    assert isinstance(simplify(Ramp(i * 2, const(1), 4, "int64x4") // b(8)), Binary)  # may cross a block
+    assert isinstance(simplify(Ramp(i * 4 + 1, const(1), 4, "int64x4") // b(8)), Binary)
 
 
 # -- statements ---------------------------------------------------------------------------------------
