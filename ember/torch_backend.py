@@ -65,6 +65,7 @@ from torch._dynamo.source import is_from_unspecialized_param_buffer_source
 from torch.export import ExportedProgram
 
 from .compiler import compile_graph
+from .errors import ArgumentTypeError
 from .frontend.torch import export, import_program, trace_lock
 
 NAME = "ember"
@@ -204,7 +205,7 @@ def _target_of(args) -> str:
     runs the graph, as it does any graph ember cannot compile)."""
     devices = {a.device for a in args if isinstance(a, torch.Tensor)}
     if len(devices) > 1:
-        raise ValueError(f"the graph's tensors are on {len(devices)} devices "
+        raise ArgumentTypeError(f"the graph's tensors are on {len(devices)} devices "
                          f"({', '.join(sorted(map(str, devices)))}); ember runs a graph on one")
     return "cuda" if devices and next(iter(devices)).type == "cuda" else "c"
 

@@ -421,7 +421,8 @@ class CUDAModel(CompiledModel):
                 self._marks = None
         times = np.array(runs)  # calls x statements
         at = {name: [i for i, k in enumerate(order) if k == name] for name in order if name is not None}
-        kernels = tuple(KernelTime(name, len(cols), float(np.median(times[:, cols].sum(axis=1))))
+        kernels = tuple(KernelTime(name, len(cols), float(np.median(per_run := times[:, cols].sum(axis=1))),
+                                   float(np.percentile(per_run, 10)))
                         for name, cols in at.items())
         self.last_profile = Profile(kernels, float(np.median(times.sum(axis=1))), repeat)
         return self.last_profile

@@ -21,7 +21,7 @@ P = 32  # the panel width of the CPU schedule's register tile (two vectors of 16
 def _kernel(m: int, k: int, n: int):
     types = [TensorType((m, k), "float32"), TensorType((n // P, k, P), "float32"), TensorType((n,), "float32")]
     return node_kernel("gemm", types, {"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False,
-                                       "b_panels": P}, [TensorType((m, n), "float32")])
+                                       "b_panels": P, "tf32": False}, [TensorType((m, n), "float32")])
 
 
 def _prefetches(func) -> list[Evaluate]:
