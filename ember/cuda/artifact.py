@@ -31,8 +31,8 @@ from safetensors.numpy import save
 
 from ..errors import ArtifactError
 from ..program import Arg, Copy, Launch, Program, Ref, SizeExpr
-from ..runtime.artifact import _digest, _major_minor, _path, _read_weights, _version, _write
-from ..runtime.library import read_checked, read_regular
+from ..runtime.artifact import _digest, _path, _read_weights, _write, read_manifest
+from ..runtime.library import read_checked
 from ..runtime.spec import ModelSpec
 from ..target import Target
 from .kernel import CUDAKernel
@@ -107,22 +107,7 @@ def read_cuda(path: str | Path) -> Saved:
 
 
 def _manifest(folder: Path) -> dict:
-    where = folder / MANIFEST
-    try:
-        manifest = json.loads(read_regular(where))
-    except ArtifactError as e:
-        raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST}: {e}") from None
-    except ValueError as e:
-        raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST} ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{where} is not an {FORMAT} manifest")
-    theirs = manifest.get("ember_version")
-    if manifest.get("version") != VERSION or not isinstance(theirs, str) or _major_minor(theirs) != _major_minor(
-            _version()):
-        raise ArtifactError(f"{where} has format version {manifest.get('version')!r}, saved by ember {theirs!r}; this "
-                            f"is ember {_version()}, which reads version {VERSION} saved by ember "
-                            f"{_major_minor(_version())}.x: compile the model again")
-    return manifest
+    return read_manifest(folder, FORMAT, VERSION)
 
 
 # -- the call program as JSON -----------------------------------------------------------------

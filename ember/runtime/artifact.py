@@ -187,8 +187,9 @@ def backend_of(path: str | Path) -> str | None:
 
 
 # -- the manifest ------------------------------------------------------------------------------
-def _read_manifest(folder: Path) -> dict:
-    """The manifest of a folder, of this format, of a compatible version, fitting SCHEMA."""
+def read_manifest(folder: Path, form: str, version: int) -> dict:
+    """The JSON manifest of a folder saved in format `form` (this one's, a backend's), of
+    `version`, saved by an ember of this major.minor version: else an ArtifactError saying which."""
     where = folder / MANIFEST
     try:
         manifest = json.loads(read_regular(where))
@@ -196,18 +197,25 @@ def _read_manifest(folder: Path) -> dict:
         raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST}: {e}") from None
     except ValueError as e:  # not JSON
         raise ArtifactError(f"{folder} is not a saved ember model: cannot read {MANIFEST} ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") != form:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
-        raise ArtifactError(f"{where} is not an {FORMAT} manifest (format {found!r})")
+        raise ArtifactError(f"{where} is not an {form} manifest (format {found!r})")
     ours, theirs = _version(), manifest.get("ember_version")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") != version:
         raise ArtifactError(f"{where} has artifact format version {manifest.get('version')!r} (saved by ember "
-                            f"{theirs}); this is ember {ours}, which reads version {VERSION}: compile the model "
+                            f"{theirs}); this is ember {ours}, which reads version {version}: compile the model "
                             f"again")
     if not isinstance(theirs, str) or _major_minor(theirs) != _major_minor(ours):
         raise ArtifactError(f"{where} was saved by ember {theirs!r}; this is ember {ours}, which loads models "
                             f"saved by ember {_major_minor(ours)}.x only: compile the model again with this "
                             f"ember (or load it with the ember that saved it)")
+    return manifest
+
+
+def _read_manifest(folder: Path) -> dict:
+    """The manifest of a folder, of this format, of a compatible version, fitting SCHEMA."""
+    manifest = read_manifest(folder, FORMAT, VERSION)
+    where = folder / MANIFEST
     problem = _check(manifest, SCHEMA, "manifest")
     if problem:
         raise ArtifactError(f"{where}: {problem}")
