@@ -41,8 +41,10 @@ def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None):
     greedy tokens vary), random weights drawn from `seed`, eval mode; `kv_heads` another count of
     key/value heads. Grouped heads reach the attention as they are (torch's enable_gqa, read by
     ember's attention per group), not through transformers' repeat_kv, which copies the cache
-    once per group: see UNMASKED."""
+    once per group: see ember.frontend.gguf.unmasked_attention."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ember.frontend.gguf import unmasked_attention
 
     torch.manual_seed(seed)
     size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -51,23 +53,8 @@ def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None):
     kv_heads = kv_heads or size["num_attention_heads"] // (2 if small else 3)
     grouped = kv_heads != size["num_attention_heads"]
     config = LlamaConfig(**size, num_key_value_heads=kv_heads, max_position_embeddings=2048, bos_token_id=1,
-                         eos_token_id=1, attn_implementation=_unmasked_sdpa() if grouped else "sdpa")
+                         eos_token_id=1, attn_implementation=unmasked_attention() if grouped else "sdpa")
     return LlamaForCausalLM(config).eval()
-
-
-UNMASKED = "sdpa_unmasked"
-
-
-def _unmasked_sdpa() -> str:
-    """transformers' SDPA attention registered as UNMASKED, with no mask function: the model then
-    makes no mask (a batch of one, no padding: the prefill causal, a step's one query over the
-    whole cache), and with no mask transformers passes grouped key/value heads to
-    scaled_dot_product_attention as they are (enable_gqa) where a mask made it repeat them."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    AttentionInterface.register(UNMASKED, sdpa_attention_forward)
-    return UNMASKED
 
 
 class Step(nn.Module):

@@ -101,15 +101,34 @@ def _gpt2(field, vocab: int, tied: bool, reader):
     return GPT2LMHeadModel(config).eval(), list(_gpt2_names(layers, tied))
 
 
+UNMASKED = "sdpa_unmasked"
+
+
+def unmasked_attention() -> str:
+    """The name of transformers' SDPA attention registered without a mask function (registered
+    on first use): a model using it makes no mask (a batch of one without padding: a prefill is
+    causal, a step's one query reads the whole cache), and without a mask transformers passes
+    grouped key/value heads to scaled_dot_product_attention as they are (enable_gqa), where a mask
+    made it repeat them (repeat_kv: a copy of the cache per group, which torch.export also
+    refuses over a dynamic cache length)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register(UNMASKED, sdpa_attention_forward)
+    return UNMASKED
+
+
 def _llama(field, vocab: int, tied: bool, reader):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     layers = int(field("block_count"))
     heads = int(field("attention.head_count"))
     kv = reader.fields.get("llama.attention.head_count_kv")
+    kv_heads = int(kv.contents()) if kv else heads
     base = reader.fields.get("llama.rope.freq_base")
     config = LlamaConfig(hidden_size=int(field("embedding_length")), num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=int(kv.contents()) if kv else heads,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         attn_implementation=unmasked_attention() if kv_heads != heads else "sdpa",
                          intermediate_size=int(field("feed_forward_length")),
                          max_position_embeddings=int(field("context_length")),
                          rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
