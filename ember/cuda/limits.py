@@ -55,21 +55,22 @@ def limits_for(arch: str) -> GPULimits:
 
 def shared_bytes(func: PrimFunc) -> tuple[int, list[str]]:
     """The bytes of shared memory a kernel declares, and the names of its shared buffers."""
-    shared: list = []
-    visit_stmt(func.body, lambda s: shared.append(s.buffer) if isinstance(s, Allocate)
-               and s.buffer.scope == "shared" else None)
-    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in shared)
-    return total, [b.name for b in shared]
+    return _declared(func, lambda scope: scope == "shared")
 
 
 def local_bytes(func: PrimFunc) -> tuple[int, list[str]]:
     """The bytes of the arrays each thread of a kernel declares (local memory, or registers where
     they fit and are indexed by constants), and their names."""
-    local: list = []
-    visit_stmt(func.body, lambda s: local.append(s.buffer) if isinstance(s, Allocate)
-               and s.buffer.scope not in ("shared", fragments.SCOPE) else None)
-    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in local)
-    return total, [b.name for b in local]
+    return _declared(func, lambda scope: scope not in ("shared", fragments.SCOPE))
+
+
+def _declared(func: PrimFunc, in_scope) -> tuple[int, list[str]]:
+    """The bytes and names of the buffers the kernel allocates in the scopes `in_scope` accepts."""
+    found: list = []
+    visit_stmt(func.body, lambda s: found.append(s.buffer) if isinstance(s, Allocate)
+               and in_scope(s.buffer.scope) else None)
+    total = sum(int(np.prod([as_int(d) for d in b.shape])) * dt.bits(b.dtype) // 8 for b in found)
+    return total, [b.name for b in found]
 
 
 def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> None:

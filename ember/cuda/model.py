@@ -78,6 +78,8 @@ class DeviceEntry:
         self.program, self.kernels = program, dict(kernels)
         self.order = program.launches()
         self.source = "\n\n".join(k.source for k in self.kernels.values())
+        launched = dict.fromkeys(st.kernel for st in program.body if isinstance(st, Launch))
+        self._checking = [self.kernels[name] for name in launched if self.kernels[name].checks]  # in program order
 
     def run(self, address, stream: int, sizes: tuple[int, ...] = (), marks: Marks | None = None) -> None:
         """Issue the program's work on `stream` for the call's `sizes` (the model's symbols, in
@@ -105,8 +107,8 @@ class DeviceEntry:
         """Raise what the kernels' checks found in the call issued on `stream` (ember.cuda.checks:
         an index read from a tensor out of range, or in debug mode an access out of bounds), the
         first kernel in the program's order first; waits for the call where a kernel checks."""
-        for name in dict.fromkeys(st.kernel for st in self.program.body if isinstance(st, Launch)):
-            self.kernels[name].report(stream)
+        for kernel in self._checking:
+            kernel.report(stream)
 
 
 class CUDAModel(CompiledModel):

@@ -17,10 +17,9 @@ def default_schedule(s, outputs, pattern: str, target) -> None:
             continue
         if t.op.reduce_axis:
             per_thread(s, t)
-        elif reductions_of(s, t):  # an epilogue over reductions (a convolution's bias and ReLU)
+        elif producers := reductions_of(s, t):  # an epilogue over reductions (a convolution's bias and ReLU)
             n = count(t)
-            gpu.elementwise(s, t, threads=THREADS if n is None else min(THREADS, n), vector=1,
-                            producers=reductions_of(s, t))
+            gpu.elementwise(s, t, threads=THREADS if n is None else min(THREADS, n), vector=1, producers=producers)
         else:
             spread(s, t)
 
