@@ -4,8 +4,9 @@ folded through shared memory (ember.cuda.schedules.gemv), so that a layer of N o
 N / 32 blocks of 256 threads, each thread summing K / 8 products, its warp reading rows of the
 weight 128 bytes at a time. An output element a thread (the default) runs N / 128 blocks whose
 threads each sum all K products: few blocks for a GPU, and each thread a chain of K dependent
-additions. Other shapes (several rows, symbolic sizes, columns that 32 does not divide, short
-reductions or those 8 does not divide) decline: the default computes an element a thread."""
+additions. A reduction that 8 does not divide leaves its last slices a shorter part (guarded).
+Other shapes (several rows, symbolic sizes, columns that 32 does not divide, short reductions)
+decline: the default computes an element a thread."""
 
 from __future__ import annotations
 
@@ -31,8 +32,6 @@ def schedule_gemv(s, outputs, target) -> bool | None:
     k = as_int(product.op.reduce_axis[0].dom.extent)
     columns = as_int(product.shape[-1])
     if None in (n, rows, k, columns) or rows != columns or n != columns or columns % COLUMNS or k < SHORT:
-        return False
-    if k % SLICES:  # (rfactor of a split that does not divide the reduction would leave its tail unguarded)
         return False
     inline_intermediates(s.sch)
     if product is out:  # the product itself is the output: its fold into a register first

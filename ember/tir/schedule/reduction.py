@@ -180,10 +180,12 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     # A conjunct of the predicate over reduction loops only (the tail of a split reduction axis)
     # guards the update, not the block: `loop` is now spatial, and each element of the rf buffer
     # must be initialised even where its range is empty (a factor larger than the extent, or an
-    # nparts split), else the write-back reads garbage.
+    # nparts split), else the write-back reads garbage. Its other variables may be sizes (the tail
+    # of a split of symbolic length), never other loops.
+    loops = {f.loop_var for f in fors}
     kept, guards = [], []
     for c in conjuncts(realize.predicate):
-        used = free_vars(c)
+        used = free_vars(c) & loops
         if used and used <= set(loop_to_block):
             guards.append(substitute(c, loop_to_block))
         else:
