@@ -11,7 +11,7 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   threads in two phases, partials through shared memory, their fold through warp shuffles
   (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread;
 - `reduce_block`: an element of a reduction's output per block, reduced across the block's
-  threads as `row_block`'s statistics are;
+  threads as `row_block`'s statistics are, stored by one thread;
 - `gemv`: a one-row product (a decode step's linear layer), a block per 32 columns, each
   column's reduction split over 8 threads and folded through shared memory;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
@@ -111,12 +111,16 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     (`out` itself) or reads at its own index (a mean's sum), is reduced across the block's
     `threads` threads in two phases as `row_block`'s are: each thread's strided part into a
     shared array (rfactor), then those partials into every thread's register (through warp
-    shuffles), from which every thread stores the same element of `out`."""
+    shuffles), from which thread 0 alone computes and stores the element of `out` (every thread
+    storing it, one could overwrite an input that another still reads, where the memory plan gives
+    `out` that input's buffer: a residual's)."""
     red = s.cache_write(out, "local") if reduction is out else reduction  # the fold into a register
     stage = s[out]
     axes = stage.op.axis
     block = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    block, one = stage.split(block, factor=1)
     stage.bind(block, ThreadAxis("blockIdx.x"))
+    stage.bind(one, ThreadAxis("threadIdx.x"))  # (of extent 1: thread 0, the others guarded off)
     (axis,) = s[red].op.reduce_axis
     _, part = s[red].split(axis, factor=threads)
     partials = s.rfactor(red, part, factor_axis=len(s[red].op.axis))

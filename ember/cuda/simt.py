@@ -20,7 +20,11 @@ which thread wrote and read each element since the last barrier: a thread that r
 another wrote in the same phase, or writes one another read or wrote, is a RaceError naming the
 buffer, the element and both threads (a missing barrier is an error, not a silent answer); so is
 a block whose threads stop at different barriers, or some at a barrier while others have
-finished (a deadlock on the GPU). Accesses inside tensorized calls are not tracked.
+finished (a deadlock on the GPU). Stores to the kernel's parameters (global memory) are recorded
+per block and phase the same way: two threads of a block storing one element between two barriers
+is a RaceError too (a GPU keeps either store, and a memory plan that gives the output an input's
+buffer makes the later one overwrite what another thread still reads). Loads of global memory, and
+accesses inside tensorized calls, are not tracked.
 """
 
 from __future__ import annotations
@@ -138,12 +142,24 @@ class AsyncCopies:
 
 class Block:
     """One block's state while it runs: its shared arrays, its warps' accumulators, the thread
-    running now (`tid`, linear in the block)."""
+    running now (`tid`, linear in the block), and which thread stored each element of global
+    memory since the last barrier."""
 
     def __init__(self, kernel: str, index: tuple[int, ...]):
         self.kernel, self.index, self.tid = kernel, index, 0
         self._shared: dict[int, SharedArray] = {}
         self._warps: dict[tuple[int, int], np.ndarray] = {}
+        self._stored: dict[tuple[str, int], int] = {}
+
+    def stores(self, name: str, index) -> None:
+        """The running thread stores `name`[index] (an element, or a slice of a vector store)."""
+        t = self.tid
+        for i in range(index.start, index.stop) if type(index) is slice else np.atleast_1d(index).tolist():
+            other = self._stored.setdefault((name, i), t)
+            if other != t:
+                raise RaceError(f"kernel {self.kernel}, block {self.index}: thread {t} stores {name}[{i}], which "
+                                f"thread {other} stored since the last barrier (one element stored by several "
+                                "threads: store it from one)")
 
     def shared(self, key: int, name: str, n: int, dtype: str) -> SharedArray:
         if key not in self._shared:
@@ -159,6 +175,7 @@ class Block:
     def barrier(self) -> None:
         for a in self._shared.values():
             a.barrier()
+        self._stored.clear()
 
     def copies(self) -> AsyncCopies:
         return AsyncCopies()
@@ -206,13 +223,10 @@ class SimtRenderer(PythonRenderer):
             case Evaluate(Call(name, (n,))) if name == WAIT:
                 out.append(f"{pad}_cp.wait({as_int(n)})")
             case BufferStore(buf, value, _) if self._async and buf.scope == "shared":
-                index = single_index(s)
-                if isinstance(index, Ramp) and as_int(index.stride) == 1:
-                    base = self._e(index.base)
-                    where = f"slice({base}, {base} + {index.lanes})"
-                else:
-                    where = self._e(index)
-                out.append(f"{pad}_cp.issue({self._access_base(buf)}, {where}, {self._e(value)})")
+                out.append(f"{pad}_cp.issue({self._access_base(buf)}, {self._where(s)}, {self._e(value)})")
+            case BufferStore(buf, _, _) if buf in self.func.params:
+                out.append(f"{pad}_blk.stores({buf.name!r}, {self._where(s)})")
+                super()._stmt(s, depth, out)
             case Allocate(buf, body) if buf.scope in ("shared", fragments.SCOPE):
                 size = " * ".join(self._e(d) for d in buf.shape) or "1"
                 key = next(self._allocations)
@@ -227,6 +241,14 @@ class SimtRenderer(PythonRenderer):
                 super()._stmt(s, depth + 1, out)
             case _:
                 super()._stmt(s, depth, out)
+
+    def _where(self, store: BufferStore) -> str:
+        """The elements a store writes: a slice for a stride-1 vector, else its index."""
+        index = single_index(store)
+        if isinstance(index, Ramp) and as_int(index.stride) == 1:
+            base = self._e(index.base)
+            return f"slice({base}, {base} + {index.lanes})"
+        return self._e(index)
 
     def _access_base(self, buf: Buffer) -> str:
         base = super()._access_base(buf)

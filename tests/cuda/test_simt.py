@@ -88,3 +88,19 @@ def test_a_barrier_some_threads_skip_is_an_error():
     with pytest.raises(RaceError, match=r"kernel skips, block \(0, 0, 0\): the threads stopped some at a barrier, "
                                         r"the others finished"):
         f(np.zeros(64, "float32"))
+
+
+def test_an_element_several_threads_store_is_a_race():
+    """Every thread of a block storing the block's one output (a block reduction's old store): on
+    a GPU any of the stores may land last, and one may overwrite an input that another thread
+    still reads where the output takes that input's buffer."""
+    out = Buffer("out", (Const(4, "int64"),), "float32")
+    bx, tx = Var("bx"), Var("tx")
+    body = For(bx, Const(0, "int64"), Const(4, "int64"), THREAD_BINDING,
+               For(tx, Const(0, "int64"), Const(32, "int64"), THREAD_BINDING,
+                   BufferStore(out, Const(1.0, "float32"), (bx,)), (("thread_tag", "threadIdx.x"),)),
+               (("thread_tag", "blockIdx.x"),))
+    f = SimtKernel(PrimFunc("every_thread", (out,), body))
+    with pytest.raises(RaceError, match=r"kernel every_thread, block \(\d, 0, 0\): thread \d+ stores out\[\d\], which "
+                                        r"thread \d+ stored since the last barrier"):
+        f(np.zeros(4, "float32"))
