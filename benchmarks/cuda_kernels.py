@@ -15,7 +15,9 @@ accumulators and output; with and without the padding and the pipelining) agains
 same inputs (its output in the inputs' type); and operators (softmax, layer norm, a reduction,
 gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
-a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN. Every kernel is
+a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,
+and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on
+both sides). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -312,25 +314,31 @@ def defaults(n: int, runs: int, rows: list) -> None:
             traceback.print_exc(limit=6, file=sys.stdout)
 
 
-# a model's products in fp16 as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at
-# any shape, the bias fused): (name, operator, input shapes, attributes, torch's function on the same inputs)
+# a model's products as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at any shape
+# in fp16, CUDA cores in fp32, the bias fused): (name, operator, input shapes, attributes, torch's function on the
+# same inputs, the types it runs in)
+FP16, BOTH = ("float16",), ("float16", "float32")
 PRODUCTS = (("linear 128x768->3072 +b", "gemm", ((128, 768), (3072, 768), (3072,)), {"trans_b": True},
-             lambda x, w, b: _functional().linear(x, w, b)),  # BERT-base's MLP up, 128 tokens, batch 1
+             lambda x, w, b: _functional().linear(x, w, b), BOTH),  # BERT-base's MLP up, 128 tokens, batch 1
+            ("linear 128x3072->768 +b", "gemm", ((128, 3072), (768, 3072), (768,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), ("float32",)),  # its MLP down
+            ("linear 128x768->768 +b", "gemm", ((128, 768), (768, 768), (768,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), ("float32",)),  # its attention projections
             ("linear 1x768->3072 +b", "gemm", ((1, 768), (3072, 768), (3072,)), {"trans_b": True},
-             lambda x, w, b: _functional().linear(x, w, b)),  # a decoded token
-            ("bmm 12x128x64x128", "matmul", ((12, 128, 64), (12, 64, 128)), {}, lambda a, b: a @ b),
+             lambda x, w, b: _functional().linear(x, w, b), BOTH),  # a decoded token
+            ("bmm 12x128x64x128", "matmul", ((12, 128, 64), (12, 64, 128)), {}, lambda a, b: a @ b, BOTH),
             # ResNet's 3x3 convolutions at batch 1 as implicit GEMMs (ember.ops.conv_gemm: the weights (OC, C*9))
             ("conv3x3 64ch 56^2 +b", "conv2d_gemm", ((1, 64, 56, 56), (64, 576), (64,)),
              {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
-             lambda x, w, b: _functional().conv2d(x, w.view(64, 64, 3, 3), b, padding=1)),
+             lambda x, w, b: _functional().conv2d(x, w.view(64, 64, 3, 3), b, padding=1), FP16),
             ("conv3x3 256ch 14^2 +b", "conv2d_gemm", ((1, 256, 14, 14), (256, 2304), (256,)),
              {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
-             lambda x, w, b: _functional().conv2d(x, w.view(256, 256, 3, 3), b, padding=1)))
+             lambda x, w, b: _functional().conv2d(x, w.view(256, 256, 3, 3), b, padding=1), FP16))
 
 
 def products(n: int, runs: int, rows: list) -> None:
-    """The products of PRODUCTS in fp16 as the CUDA target schedules them, against torch (cuBLAS,
-    cuDNN) on the same inputs; TFLOP/s of the products' 2 M N K."""
+    """The products of PRODUCTS in each of their types as the CUDA target schedules them, against
+    torch (cuBLAS, cuDNN; TF32 off) on the same inputs; TFLOP/s of the products' 2 M N K."""
     import torch
 
     import ember
@@ -339,27 +347,32 @@ def products(n: int, runs: int, rows: list) -> None:
     from ember.schedules.apply import node_kernel
     from ember.target import Target
 
-    for name, op, shapes, attrs, torch_fn in PRODUCTS:
-        try:
-            types = [TensorType(shape, "float16") for shape in shapes]
-            bound, outs = infer_types(op, types, attrs)
-            t0 = time.perf_counter()
-            s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
-            f = ember.build(s, args, target="cuda")
-            build_s = time.perf_counter() - t0
-            xs = [torch.randn(shape, device="cuda").half() / shape[-1] ** 0.25 for shape in shapes]
-            y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda", dtype=torch.float16)
-            f(*xs, y)
-            torch.testing.assert_close(y.float(), torch_fn(*xs).float(), rtol=2e-2, atol=2e-2)
-            out, k = y.numel(), shapes[1][-1] if op == "conv2d_gemm" else shapes[0][-1]
-            tflop = 2 * out * k / 1e12
-            t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
-            rows.append((name, f"ember grid {f.grid} block {f.block}", t, tflop / t, build_s))
-            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
-            rows.append((name, "torch fp16", t, tflop / t, None))
-        except Exception:  # one product's failure must not hide the others'
-            print(f"--- {name} failed:")
-            traceback.print_exc(limit=6, file=sys.stdout)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        for dtype in dtypes:
+            short = "fp16" if dtype == "float16" else "fp32"
+            try:
+                types = [TensorType(shape, dtype) for shape in shapes]
+                bound, outs = infer_types(op, types, attrs)
+                t0 = time.perf_counter()
+                s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+                f = ember.build(s, args, target="cuda")
+                build_s = time.perf_counter() - t0
+                xs = [(torch.randn(shape, device="cuda") / shape[-1] ** 0.25).to(getattr(torch, dtype))
+                      for shape in shapes]
+                y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda", dtype=getattr(torch, dtype))
+                f(*xs, y)
+                tolerance = 2e-2 if dtype == "float16" else 1e-4
+                torch.testing.assert_close(y.float(), torch_fn(*xs).float(), rtol=tolerance, atol=tolerance)
+                out, k = y.numel(), shapes[1][-1] if op == "conv2d_gemm" else shapes[0][-1]
+                tflop = 2 * out * k / 1e12
+                t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} {short}", f"ember grid {f.grid} block {f.block}", t, tflop / t, build_s))
+                t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+                rows.append((f"{name} {short}", f"torch {short}", t, tflop / t, None))
+            except Exception:  # one product's failure must not hide the others'
+                print(f"--- {name} {short} failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
 
 
 def tuning(n: int, trials: int, runs: int) -> None:

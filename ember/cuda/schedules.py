@@ -321,10 +321,82 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     layouts; one that is a stage of the kernel (a convolution's columns, ember.ops.conv_gemm; a
     prologue, in its pad stage) is computed as its tiles are copied."""
     A, B, b_layout = product_operands(s, C)
-    batch, (M, N), K = C.shape[:-2], (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
+    (M, N), K = (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
     pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
     _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad, A.dtype)
-    padded = s.pad_einsum(C, [1] * len(batch) + [BM, BN, BK])
+    C, operands = _shared_operands(s, C, A, B, BM, BN, BK)
+    CF = s.cache_write(C, "wmma.accumulator")
+    ii, jj, at = _block_grid(s, out, C, BM, BN)
+    _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
+    y, x = s[out].split(rest, factor=32)
+    s[out].bind(y, ThreadAxis("threadIdx.y"))
+    s[out].bind(x, ThreadAxis("threadIdx.x"))
+    s[C].compute_at(s[out], at)
+    _warp_tiles(s, C, *operands, CF, (None, None, *s[C].op.axis[-2:]), BM, BN, BK, WM, WN, pad, stages, A.dtype,
+                b_layout)
+
+
+def cuda_core_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 16, TM: int = 4,
+                      TN: int = 4, stages: int = 2) -> None:
+    """An operator's float32 product on CUDA cores, any shape: C, its sum of products (read as
+    `product_operands` says: batch axes first, B possibly transposed, a linear layer's weights
+    read in place), and `out`, the kernel's output computed from C (C itself, or an epilogue
+    fused after it: a bias, an activation, a residual), of C's shape. A block computes a BM x BN
+    tile of C (of one batch element) with (BM/TM) x (BN/TN) threads, each a TM x TN tile of sums
+    in registers over the K loop, from which the same thread computes and stores its elements of
+    `out` (the epilogue applied to the register tile, no shared round trip). The K loop stages
+    BK-wide panels of A and B in shared memory, copied by the block's threads 4 elements at a
+    time (16 bytes where the operands' rows are aligned), the next panels copied while this one's
+    products run (`stages` 2: ember.cuda.pipeline). Where the tiles do not divide M, N or K the
+    product is padded with zeros (pad_einsum, as `tensorcore_product`) and `out`'s tiles are
+    guarded. B read transposed (B[.., j, k]) has its panel's rows padded by one element
+    (storage_align), so that the threads of a warp reading a column of it hit distinct banks."""
+    A, B, b_layout = product_operands(s, C)
+    if BM % TM or BN % TN or BK % 4:
+        raise ScheduleError(f"cuda_core_product: threads' tiles {TM}x{TN} must divide the block's {BM}x{BN}, and 4 "
+                            f"the panels' {BK} columns")
+    if C is out:  # the sums into registers first
+        C = s.cache_write(out, "local")
+    C, operands = _shared_operands(s, C, A, B, BM, BN, BK)
+    ii, jj, _ = _block_grid(s, out, C, BM, BN)
+    ti, ri = s[out].split(ii, factor=TM)
+    tj, rj = s[out].split(jj, factor=TN)
+    s[out].reorder(ti, tj, ri, rj)
+    s[out].bind(ti, ThreadAxis("threadIdx.y"))
+    s[out].bind(tj, ThreadAxis("threadIdx.x"))
+    s[C].compute_at(s[out], tj)  # the thread's tile of sums: registers (ember.cuda.scopes)
+    *_, ci, cj = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
+    ko, ki = s[C].split(k, factor=BK)
+    s[C].reorder(ko, ki, ci, cj)
+    if stages > 1:
+        s[C].pragma(ko, "software_pipeline", stages)
+    for axis in (ki, ci, cj):
+        s[C].unroll(axis)
+    tx = BN // TN
+    for S, transposed, tile in zip(operands, (False, b_layout == "col"), (BM * BK, BK * BN)):
+        s[S].compute_at(s[C], ko)
+        *lead, row, col = s[S].op.axis
+        if transposed:
+            s[S].storage_align(row, BK, 1)
+        else:  # 4 consecutive elements a thread at a time (16-byte accesses where aligned: ember.cuda.vectors)
+            col, lanes = s[S].split(col, factor=4)
+            s[S].vectorize(lanes)
+            tile //= 4
+        rest = s[S].fuse(*lead, row, col)
+        if tile > (BM // TM) * tx:  # (fewer: rows of threads left out, no guard around each vector)
+            _, rest = s[S].split(rest, factor=(BM // TM) * tx)
+        y, x = s[S].split(rest, factor=tx)
+        s[S].bind(y, ThreadAxis("threadIdx.y"))
+        s[S].bind(x, ThreadAxis("threadIdx.x"))
+
+
+def _shared_operands(s: TESchedule, C, A, B, BM: int, BN: int, BK: int):
+    """C's product padded with zeros to whole BM x BN x BK tiles (pad_einsum; the copy of its part
+    out inlined into its reader), and A's and B's copies into shared memory for it, the padding
+    written as their tiles are copied (an operand that is a stage of the kernel, a convolution's
+    columns, computed there too). Returns (the padded C, [A's copy, B's copy])."""
+    padded = s.pad_einsum(C, [1] * (C.ndim - 2) + [BM, BN, BK])
     if C.buffer in padded:  # the copy of C's part out, read by the epilogue
         s[C].compute_inline()
     C = padded.get(C.buffer, C)
@@ -336,14 +408,20 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
         if s.computed(X):
             s[X].compute_inline()  # (a convolution's columns: computed as their tile is copied)
         operands.append(copy)
-    CF = s.cache_write(C, "wmma.accumulator")
+    return C, operands
+
+
+def _block_grid(s: TESchedule, out, C, BM: int, BN: int):
+    """out's BM x BN tiles of C's last two axes over blockIdx.y and x (C's columns may be out's
+    last two axes: a convolution's output positions), the longest batch axis over blockIdx.z and
+    any other a loop in the block (fused, the tiles' addresses would leave the buffers' regions
+    unknown to their compaction). Returns (the tile's row loop, its column loop, the innermost
+    loop outside them, where the block's tile of C is computed)."""
     *outer, i, j = s[out].op.axis[:C.ndim]
     if out.ndim == C.ndim + 1:  # C's columns as out's last two axes (a convolution's output positions)
         j = s[out].fuse(j, s[out].op.axis[-1])
     bi, ii = s[out].split(i, factor=BM)
     bj, jj = s[out].split(j, factor=BN)
-    # the longest batch axis over blocks, any other a loop in the block (fused, the fragments' and
-    # tiles' addresses would leave the buffers' regions unknown to their compaction)
     z = max(outer, key=lambda a: as_int(a.dom.extent), default=None)
     serial = [a for a in outer if a is not z]
     s[out].reorder(*([z] if z is not None else []), bi, bj, *serial, ii, jj)
@@ -351,13 +429,7 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
         s[out].bind(z, ThreadAxis("blockIdx.z"))
     s[out].bind(bi, ThreadAxis("blockIdx.y"))
     s[out].bind(bj, ThreadAxis("blockIdx.x"))
-    _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
-    y, x = s[out].split(rest, factor=32)
-    s[out].bind(y, ThreadAxis("threadIdx.y"))
-    s[out].bind(x, ThreadAxis("threadIdx.x"))
-    s[C].compute_at(s[out], serial[-1] if serial else bj)
-    _warp_tiles(s, C, *operands, CF, (None, None, *s[C].op.axis[-2:]), BM, BN, BK, WM, WN, pad, stages, A.dtype,
-                b_layout)
+    return ii, jj, serial[-1] if serial else bj
 
 
 def product_operands(s: TESchedule, C):

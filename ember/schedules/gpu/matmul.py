@@ -10,14 +10,22 @@ convolution's columns (im2col) computed as their tiles are copied into shared me
 The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
 where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding).
 
-float32 matmul of 2-D operands whose tiles divide the shape: shared-memory tiles with a register
-tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread, 16-wide panels of
-k, 16-byte copies, the next panels copied while this one's products run). A gemm with one output
-row (a decode step's linear layers) takes `gemv` first. Other products (and symbolic sizes)
-decline: the default computes an output element a thread, its reduction in a register.
+float32 matmul of 2-D operands whose tiles divide the shape, and no epilogue: shared-memory tiles
+with a register tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread,
+16-wide panels of k, 16-byte copies, the next panels copied while this one's products run). Every
+other float32 product (linear layers, their weights read in place; batched and broadcast matmul;
+any M, N, K; an epilogue: bias, activation, residual) on CUDA cores the same way, its tiles padded
+where they do not divide the shape (ember.cuda.schedules.cuda_core_product): the block tiles
+follow the shape as the Tensor Cores' do (`block_tiles`), 16 x 16 threads a block, each a register
+tile of (BM/16) x (BN/16) sums from which it computes its outputs, the epilogue included. A gemm
+with one output row (a decode step's linear layers) takes `gemv` first. Products of fewer than
+SMALL multiply-adds (launch-bound on a GPU whatever their schedule) and symbolic sizes decline:
+the default computes an output element a thread, its reduction in a register.
 """
 
 from __future__ import annotations
+
+from math import prod
 
 from ...cuda import schedules as gpu
 from ...errors import ScheduleError
@@ -32,6 +40,7 @@ from .gemv import schedule_gemv
 
 TILES = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}  # a tile of A or B: one float4 a thread
 SMS = 132  # blocks that occupy every multiprocessor of an H100 or H200 once
+SMALL = 1 << 15  # multiply-adds below which a float32 product keeps the default (launch-bound either way)
 
 
 @schedules("gemm")
@@ -45,11 +54,14 @@ def schedule_gemm(s, outputs, target) -> bool | None:
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
-    if len(found) == 1 and found[0] is not out and _tensor_core_operands(found[0]):
-        return _tensor_cores(s, found[0], out)
-    if out.op.name != "matmul" or found != [out]:
+    if len(found) != 1:
         return False
-    return _float32(s, out)
+    (C,) = found
+    if C is not out and _tensor_core_operands(C):
+        return _tensor_cores(s, C, out)
+    if out.op.name == "matmul" and C is out and _float32(s, out) is None:
+        return None
+    return _cuda_cores(s, C, out)
 
 
 def _tensor_core_operands(C) -> bool:
@@ -60,39 +72,69 @@ def _tensor_core_operands(C) -> bool:
 
 def _tensor_cores(s, C, out) -> bool | None:
     """out computed from C, the float32 product of half operands (see the module doc)."""
-    shape, out_shape = [as_int(d) for d in C.shape], [as_int(d) for d in out.shape]
-    if len(out_shape) == len(shape) + 1 and out_shape[-2] * out_shape[-1] == shape[-1]:
-        out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
-    if (out_shape != shape or None in shape or len(C.op.reduce_axis) != 1
-            or as_int(C.op.reduce_axis[0].dom.extent) is None):
-        return False
     columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
-    # (b transposed for the CPU's vectors: read in place; a convolution's columns stay a stage)
-    inline_intermediates(s.sch, where=lambda block: block.name not in columns)
-    try:
-        gpu.product_operands(s, C)
-    except ScheduleError:
+    shape = _product_shape(s, C, out, conv=True, keep=columns)
+    if shape is None:
         return False
-    batch = 1
-    for d in shape[:-2]:
-        batch *= d
-    K = as_int(C.op.reduce_axis[0].dom.extent)
-    tiles = tensor_core_tiles(batch, *shape[-2:], K, C.op.input_tensors[0].dtype)
-    gpu.tensorcore_product(s, C, out, **tiles)
+    *batch, M, N, K = shape
+    gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype))
     return None
 
 
-def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16") -> dict:
+def _cuda_cores(s, C, out) -> bool | None:
+    """out computed from C, a float32 product of float32 operands (see the module doc)."""
+    if C.dtype != "float32" or any(t.dtype != "float32" or getattr(t.op, "tag", "") == COLUMNS
+                                   for t in C.op.input_tensors):
+        return False
+    shape = _product_shape(s, C, out)
+    if shape is None or prod(shape) < SMALL:
+        return False
+    *batch, M, N, _ = shape
+    gpu.cuda_core_product(s, C, out, **cuda_core_tiles(prod(batch), M, N), stages=2)
+    return None
+
+
+def _product_shape(s, C, out, conv: bool = False, keep=()) -> list[int] | None:
+    """(*batch, M, N, K) of C's product, whose output `out` is of C's shape (with `conv`, or
+    C's columns split in two: a convolution's output positions), after inlining the kernel's
+    intermediates but those named in `keep` (b transposed for the CPU's vectors is then read in
+    place); None where the shapes are symbolic or C is no product of two operands."""
+    shape, out_shape = [as_int(d) for d in C.shape], [as_int(d) for d in out.shape]
+    if conv and len(out_shape) == len(shape) + 1 and out_shape[-2] * out_shape[-1] == shape[-1]:
+        out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
+    if (out_shape != shape or None in shape or len(shape) < 2 or len(C.op.reduce_axis) != 1
+            or as_int(C.op.reduce_axis[0].dom.extent) is None):
+        return None
+    inline_intermediates(s.sch, where=lambda block: block.name not in keep)
+    try:
+        gpu.product_operands(s, C)
+    except ScheduleError:
+        return None
+    return [*shape, as_int(C.op.reduce_axis[0].dom.extent)]
+
+
+def block_tiles(batch: int, M: int, N: int) -> tuple[int, int]:
     """Block tiles BM x BN (16, 32 or 64: the least that covers a small M or N), halved from 64
-    to 32 while the grid has fewer blocks than the GPU has multiprocessors; 32-wide steps of k
-    (16 for a short K, and for float32 tiles, twice the bytes); warps of at most 32 x 64, two a
-    block where the tile splits."""
+    to 32 while the grid has fewer blocks than the GPU has multiprocessors."""
     BM, BN = (16 if n <= 16 else 32 if n <= 32 else 64 for n in (M, N))
     while batch * -(-M // BM) * -(-N // BN) < SMS and max(BM, BN) > 32:
         if BN >= BM:
             BN //= 2
         else:
             BM //= 2
+    return BM, BN
+
+
+def cuda_core_tiles(batch: int, M: int, N: int) -> dict:
+    """`block_tiles`, with 16 x 16 threads a block, each a (BM/16) x (BN/16) register tile."""
+    BM, BN = block_tiles(batch, M, N)
+    return {"BM": BM, "BN": BN, "BK": 16, "TM": BM // 16, "TN": BN // 16}
+
+
+def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16") -> dict:
+    """`block_tiles`; 32-wide steps of k (16 for a short K, and for float32 tiles, twice the
+    bytes); warps of at most 32 x 64, two a block where the tile splits."""
+    BM, BN = block_tiles(batch, M, N)
     WM, WN = min(BM, 32), min(BN, 64)
     if BM == WM and BN == WN and WN > 16:
         WN //= 2

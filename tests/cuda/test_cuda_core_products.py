@@ -1,0 +1,101 @@
+"""float32 products on CUDA cores at any shape (ember.schedules.gpu.matmul, ember.cuda.schedules.
+cuda_core_product): shared-memory tiles, a register tile of sums per thread from which it computes
+its outputs, the epilogue included; linear layers with their weights read in place, batched
+matmul, M, N and K that the tiles do not divide (padded with zeros); each on the interpreter with
+GPU semantics against NumPy, compiled by NVRTC for sm_90, and a transformer's MLP at reduced size
+against torch."""
+
+import math
+
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.graph import Graph, TensorType
+from ember.ops.nodes import add_op
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.schedules.gpu.matmul import SMS, block_tiles, cuda_core_tiles
+from ember.target import Target
+from ember.testing import check_op, random_array
+
+RNG = np.random.default_rng(41)
+ON_INTERPRETER = Target("python", schedules="gpu")
+
+
+def _x(*shape):
+    return random_array(shape, "float32", RNG)
+
+
+CASES = {  # name: (operator, inputs, attributes)
+    "odd shape": ("matmul", lambda: [_x(37, 29), _x(29, 50)], {}),
+    "batched": ("matmul", lambda: [_x(2, 13, 64), _x(2, 64, 48)], {}),
+    "linear, partial tiles": ("gemm", lambda: [_x(37, 29), _x(50, 29), _x(50)], {"trans_b": True}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_float32_product_matches_numpy_on_the_interpreter(case):
+    name, inputs, attrs = CASES[case]
+    check_op(name, inputs(), attrs, rtol=1e-4, atol=1e-4, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", CASES)
+def test_a_float32_product_compiles_for_sm90_in_register_tiles(case):
+    name, inputs, attrs = CASES[case]
+    types = [TensorType(x.shape, x.dtype.name) for x in inputs()]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.binary[:4] == b"\x7fELF" and "__shared__" in f.source and "wmma" not in f.source
+    assert f.block == (16, 16, 1) and len(args) == len(types) + 1  # the weights read in place: no copy of them
+
+
+@needs_nvrtc
+def test_a_linear_layer_of_bert_base_compiles_with_whole_tiles_copied_16_bytes_at_a_time():
+    types = [TensorType((128, 768), "float32"), TensorType((768, 768), "float32"), TensorType((768,), "float32")]
+    bound, outs = infer_types("gemm", types, {"trans_b": True})
+    s, args = node_kernel("gemm", types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.grid == (24, 4, 1) and f.block == (16, 16, 1)  # 32 x 32 tiles: 96 blocks
+    assert "cp.async.cg" in f.source  # the next panels copied while this one's products run
+
+
+def test_tiles_follow_the_shape_until_the_grid_fills_the_gpu():
+    assert block_tiles(1, 4096, 4096) == (64, 64)
+    BM, BN = block_tiles(1, 128, 768)  # BERT-base's attention projections at 128 tokens, batch 1
+    assert (BM, BN) == (32, 32) and 128 // BM * 768 // BN < SMS  # (no smaller tiles: 96 blocks)
+    assert cuda_core_tiles(1, 128, 3072) == {"BM": 64, "BN": 32, "BK": 16, "TM": 4, "TN": 2}  # its MLP up
+
+
+def _mlp(d=32, tokens=24):
+    """A transformer's MLP with its residual, x + (gelu(x W1^T + b1) W2^T + b2): BERT-base's shape
+    at reduced size, and its NumPy reference."""
+    w1, b1, w2, b2 = _x(4 * d, d), _x(4 * d), _x(d, 4 * d), _x(d)
+    g = Graph()
+    x = g.add_input("x", TensorType((tokens, d)))
+    h, = add_op(g, "gemm", [x, g.add_constant(w1, "w1"), g.add_constant(b1, "b1")], {"trans_b": True})
+    h, = add_op(g, "gelu", [h])
+    y, = add_op(g, "gemm", [h, g.add_constant(w2, "w2"), g.add_constant(b2, "b2")], {"trans_b": True})
+    y, = add_op(g, "add", [x, y])
+    g.set_outputs([y])
+
+    def reference(x):
+        h = x @ w1.T + b1
+        h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+        return x + h @ w2.T + b2
+
+    return g, reference
+
+
+@needs_nvrtc
+def test_linear_layers_compute_their_epilogues_from_the_register_tiles():
+    g, reference = _mlp()
+    cm = ember.compile(g, target=Target("cuda", simulate=True))
+    assert [set(k.ops) for k in cm.kernels] == [{"gemm", "gelu"}, {"gemm", "add"}]  # the epilogues fused
+    # each thread's 2 x 2 sums in registers, the GELU (of the sum plus the bias) computed from them
+    assert cm.source.count("float matmul_pad[4];") == 2 and "erff((matmul_pad[" in cm.source
+    x = _x(24, 32)
+    np.testing.assert_allclose(cm(x), reference(x.astype("float64")), rtol=1e-4, atol=1e-4)
