@@ -13,7 +13,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   and intermediates get one of the two first (ember.cuda.scopes);
 - `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`); a pipelined loop's
   copies of 16 bytes into shared memory are `cp.async` on sm_80 and later, with their
-  commit and wait (ember.cuda.pipeline);
+  commit and wait (ember.cuda.pipeline), and so are its copies of one 4-byte element (a
+  transposed panel's, copied an element a thread);
 - a loop at block scope that folds a shared array of partials into every thread's register (a
   cross-thread reduction's second phase) is a strided fold per lane and five `__shfl_xor_sync`
   steps (ember.cuda.warp);
@@ -49,7 +50,7 @@ from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
 from ..codegen.routines import tensor_intrin_args
 from ..errors import LowerError
 from ..tir import dtype as dt
-from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Var, as_int, binary
+from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary
 from ..tir.expr_functor import substitute
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
@@ -57,6 +58,7 @@ from ..tir.stmt import (
     SYNC,
     THREAD_BINDING,
     Allocate,
+    BufferStore,
     CallRoutine,
     For,
     IfThenElse,
@@ -131,6 +133,7 @@ class CUDARenderer(CStyleRenderer):
         super().__init__()
         self.debug = debug
         self.async_copies = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("a")) >= 80  # cp.async
+        self._async_loops = 0  # the asynchronous copies' loops (ember.cuda.pipeline) the renderer is in
 
     def render_unit(self, func: PrimFunc) -> str:
         """The unit's CUDA C; after it, `vector_buffers` holds the parameters accessed 16 bytes at
@@ -176,12 +179,35 @@ class CUDARenderer(CStyleRenderer):
                 f"{self.symbol(func)}({', '.join(params)})")
 
     def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
+        if self._async_loops and isinstance(s, BufferStore) and (copy := self._word_copy(s)) is not None:
+            out.append(f"{'  ' * depth}asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\\n\" :: "
+                       f"\"r\"((unsigned)__cvta_generic_to_shared(&{self._buffer(s.buffer)}[{self._e(copy[0])}])), "
+                       f"\"l\"(&{self._buffer(copy[1].buffer)}[{self._e(copy[2])}]) : \"memory\");")
+            return
         branch = isinstance(s, IfThenElse | While)
         self._branches += branch
         super()._stmt(s, depth, out)
         self._branches -= branch
 
+    def _word_copy(self, store: BufferStore):
+        """(its index, the load, the load's index) where `store`, in a pipelined loop's copies,
+        copies one 4-byte element from global to shared memory as it is (a cp.async of 4 bytes;
+        not in debug mode, whose accesses are checked); else None."""
+        load = store.value
+        if (self.debug or not self.async_copies or store.buffer.scope != "shared" or not isinstance(load, BufferLoad)
+                or load.buffer.scope != "global" or load.buffer.dtype != store.buffer.dtype
+                or store.buffer.dtype not in VECTOR_TYPES):  # (their elements are 4 bytes)
+            return None
+        index, load_index = single_index(store), single_index(load)
+        return None if isinstance(index, Ramp) or isinstance(load_index, Ramp) else (index, load, load_index)
+
     def _for(self, s: For, depth: int, out: list[str]) -> None:
+        asynchronous = bool(s.annotation(ASYNC))
+        self._async_loops += asynchronous
+        self._loop(s, depth, out)
+        self._async_loops -= asynchronous
+
+    def _loop(self, s: For, depth: int, out: list[str]) -> None:
         if self.debug and s.kind == "vectorized":  # every access checked, one lane at a time
             super()._for(s, depth, out)
             return

@@ -19,7 +19,10 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   stages BK-wide panels of A and B in shared memory (cache_read "shared"), loaded by all the
   block's threads together (with `vector=4`, 16 bytes a thread, and B's register tile loaded
   16 bytes at a time); the barriers come from ember.cuda.sync. `matmul` builds the same
-  product with its shared tiles laid out for conflict-free reads (a compute of its own).
+  product with its shared tiles laid out for conflict-free reads (a compute of its own);
+- `cuda_core_product`: an operator's float32 product tiled as `gemm` is, at any shape (batch
+  axes, B transposed, tiles padded), its epilogue computed from each thread's register tile;
+- `tensorcore_gemm`, `tensorcore_product`: the same on Tensor Cores (wmma fragments).
 """
 
 from __future__ import annotations

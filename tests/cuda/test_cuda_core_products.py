@@ -54,13 +54,16 @@ def test_a_float32_product_compiles_for_sm90_in_register_tiles(case):
 
 
 @needs_nvrtc
-def test_a_linear_layer_of_bert_base_compiles_with_whole_tiles_copied_16_bytes_at_a_time():
+def test_a_linear_layer_of_bert_base_compiles_with_its_panels_copied_asynchronously():
     types = [TensorType((128, 768), "float32"), TensorType((768, 768), "float32"), TensorType((768,), "float32")]
     bound, outs = infer_types("gemm", types, {"trans_b": True})
     s, args = node_kernel("gemm", types, bound, outs, target=Target("cuda"))
     f = ember.build(s, args, target="cuda", arch="sm_90")
     assert f.grid == (24, 4, 1) and f.block == (16, 16, 1)  # 32 x 32 tiles: 96 blocks
-    assert "cp.async.cg" in f.source  # the next panels copied while this one's products run
+    # the next panels copied while this one's products run: the activations' 16 bytes at a time, the
+    # weights' (read in place, along k) an element at a time
+    assert "cp.async.cg.shared.global [%0], [%1], 16;" in f.source
+    assert "cp.async.ca.shared.global [%0], [%1], 4;" in f.source
 
 
 def test_tiles_follow_the_shape_until_the_grid_fills_the_gpu():
