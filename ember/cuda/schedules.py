@@ -352,8 +352,9 @@ def cuda_core_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: 
     time (16 bytes where the operands' rows are aligned), the next panels copied while this one's
     products run (`stages` 2: ember.cuda.pipeline). Where the tiles do not divide M, N or K the
     product is padded with zeros (pad_einsum, as `tensorcore_product`) and `out`'s tiles are
-    guarded. B read transposed (B[.., j, k]) has its panel's rows padded by one element
-    (storage_align), so that the threads of a warp reading a column of it hit distinct banks."""
+    guarded. The panels' rows are padded (storage_align) so that a warp's reads hit distinct
+    banks: A's by 4 elements (its two rows of threads read rows TM apart), B's read transposed
+    (B[.., j, k], copied an element a thread) by one (its threads read a column)."""
     A, B, b_layout = product_operands(s, C)
     if BM % TM or BN % TN or BK % 4:
         raise ScheduleError(f"cuda_core_product: threads' tiles {TM}x{TN} must divide the block's {BM}x{BN}, and 4 "
@@ -383,6 +384,8 @@ def cuda_core_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: 
         if transposed:
             s[S].storage_align(row, BK, 1)
         else:  # 4 consecutive elements a thread at a time (16-byte accesses where aligned: ember.cuda.vectors)
+            if S is operands[0]:  # A's rows 16 bytes longer: a warp's two rows of threads read distinct banks
+                s[S].storage_align(row, BK, 4)
             col, lanes = s[S].split(col, factor=4)
             s[S].vectorize(lanes)
             tile //= 4
