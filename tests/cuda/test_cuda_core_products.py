@@ -31,6 +31,7 @@ def _x(*shape):
 CASES = {  # name: (operator, inputs, attributes)
     "odd shape": ("matmul", lambda: [_x(37, 29), _x(29, 50)], {}),
     "batched": ("matmul", lambda: [_x(2, 13, 64), _x(2, 64, 48)], {}),
+    "broadcast batch": ("matmul", lambda: [_x(2, 3, 9, 24), _x(1, 24, 40)], {}),  # one batch axis a loop in the block
     "linear, partial tiles": ("gemm", lambda: [_x(37, 29), _x(50, 29), _x(50)], {"trans_b": True}),
 }
 
