@@ -14,7 +14,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 - `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`); a pipelined loop's
   copies of 16 bytes into shared memory are `cp.async` on sm_80 and later, with their
   commit and wait (ember.cuda.pipeline), and so are its copies of one 4-byte element (a
-  transposed panel's, copied an element a thread);
+  transposed panel's, copied an element a thread), either also where it copies `cond ? x : 0`
+  (a padded tile's: the source size 0 where cond fails, zeros written and nothing read);
 - a loop at block scope that folds a shared array of partials into every thread's register (a
   cross-thread reduction's second phase) is a strided fold per lane and five `__shfl_xor_sync`
   steps (ember.cuda.warp);
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from dataclasses import replace
 
 from ..codegen.c_prelude import scalar_floordiv
 from ..codegen.common import single_index
@@ -51,7 +53,7 @@ from ..codegen.routines import tensor_intrin_args
 from ..errors import LowerError
 from ..tir import dtype as dt
 from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary
-from ..tir.expr_functor import substitute
+from ..tir.expr_functor import substitute, uses_var
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
     BLOCK_TAGS,
@@ -70,7 +72,7 @@ from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
 from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
-from .vectors import VECTOR_TYPES, copy_loop, vector_loop
+from .vectors import VECTOR_TYPES, copy_loop, vector_loop, zero_filled
 from .warp import WARP, WarpReduction, warp_reduction
 
 PRELUDE = """\
@@ -180,9 +182,7 @@ class CUDARenderer(CStyleRenderer):
 
     def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         if self._async_loops and isinstance(s, BufferStore) and (copy := self._word_copy(s)) is not None:
-            out.append(f"{'  ' * depth}asm volatile(\"cp.async.ca.shared.global [%0], [%1], 4;\\n\" :: "
-                       f"\"r\"((unsigned)__cvta_generic_to_shared(&{self._buffer(s.buffer)}[{self._e(copy[0])}])), "
-                       f"\"l\"(&{self._buffer(copy[1].buffer)}[{self._e(copy[2])}]) : \"memory\");")
+            self._async_copy(s, *copy, depth, out, size=4)
             return
         branch = isinstance(s, IfThenElse | While)
         self._branches += branch
@@ -190,16 +190,17 @@ class CUDARenderer(CStyleRenderer):
         self._branches -= branch
 
     def _word_copy(self, store: BufferStore):
-        """(its index, the load, the load's index) where `store`, in a pipelined loop's copies,
-        copies one 4-byte element from global to shared memory as it is (a cp.async of 4 bytes;
-        not in debug mode, whose accesses are checked); else None."""
-        load = store.value
+        """(its index, the load, the load's index, the condition it is read on or None) where
+        `store`, in a pipelined loop's copies, copies one 4-byte element from global to shared
+        memory, as it is or zero where a condition fails (a padded tile's: `zero_filled`): a
+        cp.async of 4 bytes; not in debug mode, whose accesses are checked. Else None."""
+        cond, load = zero_filled(store.value)
         if (self.debug or not self.async_copies or store.buffer.scope != "shared" or not isinstance(load, BufferLoad)
                 or load.buffer.scope != "global" or load.buffer.dtype != store.buffer.dtype
                 or store.buffer.dtype not in VECTOR_TYPES):  # (their elements are 4 bytes)
             return None
         index, load_index = single_index(store), single_index(load)
-        return None if isinstance(index, Ramp) or isinstance(load_index, Ramp) else (index, load, load_index)
+        return None if isinstance(index, Ramp) or isinstance(load_index, Ramp) else (index, load, load_index, cond)
 
     def _for(self, s: For, depth: int, out: list[str]) -> None:
         asynchronous = bool(s.annotation(ASYNC))
@@ -211,11 +212,13 @@ class CUDARenderer(CStyleRenderer):
         if self.debug and s.kind == "vectorized":  # every access checked, one lane at a time
             super()._for(s, depth, out)
             return
-        if (s.kind == "vectorized" and s.annotation(ASYNC) and self.async_copies
-                and (copy := copy_loop(s, words=True)) is not None and copy[2].buffer.scope == "global"
-                and copy[0].buffer.scope == "shared"):
-            self._async_copy(*copy, depth, out)
-            return
+        if s.kind == "vectorized" and s.annotation(ASYNC) and self.async_copies:
+            if (copy := self._vector_copy(s)) is not None:
+                self._async_copy(*copy, depth, out)
+                return
+            if isinstance(s.body, BufferStore) and self._word_copy(s.body) is not None:
+                super()._for(s, depth, out)  # lane by lane, each lane's copy a cp.async of 4 bytes
+                return
         if s.kind == "vectorized" and (plan := vector_loop(s)) is not None:
             self._vector_for(s, plan, depth, out)
             return
@@ -254,14 +257,34 @@ class CUDARenderer(CStyleRenderer):
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
 
-    def _async_copy(self, store, base, load, load_base, depth: int, out: list[str]) -> None:
-        """16 bytes from global to shared memory that the thread does not wait for (cp.async,
-        sm_80 and later; ember.cuda.pipeline): landed at the wait of its group."""
+    def _vector_copy(self, loop: For):
+        """(store, its base, load, its base, the condition it is read on or None) where the
+        vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
+        zeros where a condition of no lane fails (`zero_filled`); else None."""
+        store = loop.body
+        if not isinstance(store, BufferStore):
+            return None
+        cond, load = zero_filled(store.value)
+        if cond is not None and uses_var(cond, [loop.loop_var]):
+            return None
+        copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
+        if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
+            return None
+        return (*copy, cond)
+
+    def _async_copy(self, store, base, load, load_base, cond, depth: int, out: list[str], size: int = 16) -> None:
+        """`size` bytes (16, or 4: one element) from global to shared memory that the thread does
+        not wait for (cp.async, sm_80 and later; ember.cuda.pipeline), zeros where `cond` fails
+        (then nothing is read: cp.async's source size 0); landed at the wait of its group."""
         pad = "  " * depth
-        out.append(f"{pad}asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\\n\" :: "
+        cache = "cg" if size == 16 else "ca"  # (.cg, past L1, takes 16 bytes only)
+        source = "" if cond is None else f", \"r\"(({self._e(cond)}) ? {size} : 0)"
+        out.append(f"{pad}asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {size}"
+                   f"{'' if cond is None else ', %2'};\\n\" :: "
                    f"\"r\"((unsigned)__cvta_generic_to_shared(&{self._buffer(store.buffer)}[{self._e(base)}])), "
-                   f"\"l\"(&{self._buffer(load.buffer)}[{self._e(load_base)}]) : \"memory\");")
-        self.vector_buffers |= {store.buffer, load.buffer}
+                   f"\"l\"(&{self._buffer(load.buffer)}[{self._e(load_base)}]){source} : \"memory\");")
+        if size == 16:
+            self.vector_buffers |= {store.buffer, load.buffer}
 
     def _vector_for(self, s: For, plan, depth: int, out: list[str]) -> None:
         """A 4-lane loop as 16-byte loads, the lanes' values, one 16-byte store (ember.cuda.vectors)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.arith_bound import modular_set
-from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Var, as_int, binary
+from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Select, Var, as_int, binary
 from ..tir.expr_functor import substitute, uses_var, visit_expr
 from ..tir.stmt import BufferStore, For
 
@@ -89,6 +89,15 @@ def copy_loop(loop: For, words: bool = False) -> tuple[BufferStore, PrimExpr, Bu
         return None  # 4 lanes of 4 bytes: vector_loop's
     bases = [_aligned(b.buffer, b.indices[0], v, lanes) for b in (store, load)]
     return None if None in bases else (store, bases[0], load, bases[1])
+
+
+def zero_filled(value: PrimExpr) -> tuple[PrimExpr | None, PrimExpr]:
+    """(cond, x) where `value` is `cond ? x : 0` (an element of a tile padded with zeros:
+    ember.tir.schedule.padding), else (None, value)."""
+    if (isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0
+            and dt.lanes_of(value.cond.dtype) == 1):
+        return value.cond, value.t
+    return None, value
 
 
 def aligned_base(buf: Buffer, index: PrimExpr, v: Var) -> PrimExpr | None:

@@ -52,6 +52,10 @@ def test_a_float32_product_compiles_for_sm90_in_register_tiles(case):
     f = ember.build(s, args, target="cuda", arch="sm_90")
     assert f.binary[:4] == b"\x7fELF" and "__shared__" in f.source and "wmma" not in f.source
     assert f.block == (16, 16, 1) and len(args) == len(types) + 1  # the weights read in place: no copy of them
+    # the padded tiles copied asynchronously too, zeros where a row or column is past the operand's end
+    zero_filled = {"odd shape": "cp.async.ca.shared.global [%0], [%1], 4, %2;",  # (rows of 29: an element a copy)
+                   "batched": "cp.async.cg.shared.global [%0], [%1], 16, %2;"}  # (13 rows of 64: 16 bytes a copy)
+    assert zero_filled.get(case, "") in f.source
 
 
 @needs_nvrtc
