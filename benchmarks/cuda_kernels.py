@@ -17,7 +17,7 @@ gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
 a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,
 and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on
-both sides). Every kernel is
+both sides), those of 128 rows also in other tiles than the default's (`fp32_tiles`). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -375,6 +375,52 @@ def products(n: int, runs: int, rows: list) -> None:
                 traceback.print_exc(limit=6, file=sys.stdout)
 
 
+# BERT-base's fp32 linear layers at 128 tokens on CUDA cores in other tiles than the default's (BM, BN, TM, TN):
+# which one the default should take (ember.schedules.gpu.matmul.cuda_core_tiles) is for a GPU to say
+FP32_TILES = ((32, 32, 2, 2), (32, 32, 4, 4), (64, 32, 4, 2), (64, 64, 4, 4), (32, 64, 2, 4))
+
+
+def fp32_tiles(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows in each of FP32_TILES, against cuBLAS (TF32 off)."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.schedules.gpu.default import reductions_of
+    from ember.schedules.gpu.matmul import cuda_cores
+    from ember.target import Target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        if "float32" not in dtypes or op != "gemm" or shapes[0][0] != 128:
+            continue
+        types = [TensorType(shape, "float32") for shape in shapes]
+        bound, outs = infer_types(op, types, attrs)
+        xs = [torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes]
+        y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda")
+        tflop = 2 * y.numel() * shapes[0][-1] / 1e12
+        for BM, BN, TM, TN in FP32_TILES:
+            try:
+                t0 = time.perf_counter()
+                s, args = node_kernel(op, types, bound, outs, schedule=False, target=Target("cuda"))
+                out = args[-1]
+                (C,) = [out] if out.op.reduce_axis else reductions_of(s, out)
+                cuda_cores(s, C, out, {"BM": BM, "BN": BN, "BK": 16, "TM": TM, "TN": TN})
+                f = ember.build(s, args, target="cuda")
+                build_s = time.perf_counter() - t0
+                f(*xs, y)
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} fp32", f"{BM}x{BN} tiles, {TM}x{TN} a thread", t, tflop / t, build_s))
+            except Exception:  # one variant's failure must not hide the others'
+                print(f"--- {name} fp32 in tiles {BM}x{BN} ({TM}x{TN}) failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+        rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
+
+
 def tuning(n: int, trials: int, runs: int) -> None:
     """A search of `trials` GPU candidates for the fp32 GEMM n^3 (ember.tune's GPU sketches,
     measured with CUDA events in worker processes): the best latency after each round, then the
@@ -422,7 +468,7 @@ def tuning(n: int, trials: int, runs: int) -> None:
 
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
-         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products}
+         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles}
 
 
 def main() -> int:

@@ -61,7 +61,7 @@ def schedule_matmul(s, outputs, target) -> bool | None:
         return _tensor_cores(s, C, out)
     if out.op.name == "matmul" and C is out and _float32(s, out) is None:
         return None
-    return _cuda_cores(s, C, out)
+    return cuda_cores(s, C, out)
 
 
 def _tensor_core_operands(C) -> bool:
@@ -81,8 +81,10 @@ def _tensor_cores(s, C, out) -> bool | None:
     return None
 
 
-def _cuda_cores(s, C, out) -> bool | None:
-    """out computed from C, a float32 product of float32 operands (see the module doc)."""
+def cuda_cores(s, C, out, tiles: dict | None = None) -> bool | None:
+    """out computed from C, a float32 product of float32 operands (see the module doc), in
+    `tiles` (cuda_core_product's BM, BN, BK, TM, TN; default: `cuda_core_tiles`); False where it
+    declines."""
     if C.dtype != "float32" or any(t.dtype != "float32" or getattr(t.op, "tag", "") == COLUMNS
                                    for t in C.op.input_tensors):
         return False
@@ -90,7 +92,7 @@ def _cuda_cores(s, C, out) -> bool | None:
     if shape is None or prod(shape) < SMALL:
         return False
     *batch, M, N, _ = shape
-    gpu.cuda_core_product(s, C, out, **cuda_core_tiles(prod(batch), M, N), stages=2)
+    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)), stages=2)
     return None
 
 
