@@ -413,10 +413,10 @@ def _infer_pool(types, attrs):
 
 
 def _reference_pool(inputs, attrs):
-    (x,) = inputs
-    layout = blocked("NCHW", "C", x.shape[4])
-    (out,) = get("max_pool2d").reference([convert_layout(x, layout, "NCHW")], attrs)
-    return [convert_layout(out, "NCHW", layout)]
+    (x,) = inputs  # (N, C/b, H, W, b), b = 1 among them (which a blocked Layout does not name)
+    n, cb, h, w, b = x.shape
+    (out,) = get("max_pool2d").reference([x.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)], attrs)
+    return [out.reshape(n, cb, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2)]
 
 
 def _compute_pool(inputs, attrs, out_types):

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (each registers its converters)
     bits,
     composite,
+    contrib_int8,
     control,
     dynamic,
     einsum,

@@ -59,14 +59,15 @@ def _qgemm(cx: NodeContext, rows: Tensor, zero: Tensor | None, w: np.ndarray, bi
 
 
 def matmul(cx: NodeContext, a: Tensor, a_zero: Tensor | None, w: Tensor, w_zero: Tensor | None, out: str,
-           scale: Tensor | None = None, zero_point: int = 0) -> Tensor | None:
-    """a (..., K) @ w (K, N) on qgemm, or None where the operands do not fit it."""
+           scale: Tensor | None = None, zero_point: int = 0, bias: Tensor | None = None) -> Tensor | None:
+    """a (..., K) @ w (K, N) (+ an int32 bias (N,)) on qgemm, or None where the operands do not fit it."""
     weights = _weights(cx, w, w_zero)
-    if weights is None or weights.ndim != 2 or not _fits(cx, a, a_zero) or cx.type(a).rank < 2:
+    if (weights is None or weights.ndim != 2 or not _fits(cx, a, a_zero) or cx.type(a).rank < 2
+            or not (bias is None or isinstance(bias, np.ndarray) and bias.shape == weights.shape[1:])):
         return None
     shape = cx.type(a).shape
     rows = cx.op("reshape", [a], {"shape": (int(np.prod(shape[:-1])), shape[-1])})
-    y = _qgemm(cx, rows, a_zero, weights, None, out, scale, zero_point)
+    y = _qgemm(cx, rows, a_zero, weights, bias, out, scale, zero_point)
     return cx.op("reshape", [y], {"shape": (*shape[:-1], weights.shape[1])})
 
 
@@ -126,6 +127,20 @@ def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_ze
     oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
     return rows, (n, oh, ow, c)
+
+
+def max_pool(cx: NodeContext, x: Tensor, attrs: dict) -> Tensor | None:
+    """A 2-D max pool of uint8 or int8 x (N, C, H, W) in NHWC (max_pool2d_nchwc with one block of all
+    C channels), between transposes that cancel against the convolutions' around it; None where x
+    is not such a tensor of a static shape."""
+    t = cx.type(x)
+    if t.dtype not in ("uint8", "int8") or t.rank != 4 or not all(isinstance(d, int) for d in t.shape):
+        return None
+    n, c, h, w = t.shape
+    nhwc = cx.op("reshape", [cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})], {"shape": (n, 1, h, w, c)})
+    pooled = cx.op("max_pool2d_nchwc", [nhwc], attrs)
+    _, _, oh, ow, _ = cx.type(pooled).shape
+    return nchw(cx, pooled, (n, oh, ow, c))
 
 
 def nchw(cx: NodeContext, rows: Tensor, shape: tuple[int, ...]) -> Tensor:

@@ -240,6 +240,12 @@ def _pool(cx: NodeContext):
     if cx.node.op_type != "MaxPool":  # AveragePool, and LpPool's average of |x|^p
         attrs["count_include_pad"] = bool(cx.attr("count_include_pad", 0))
         return [cx.op(f"avg_pool{n}d", [x], {**attrs, "dilations": dilations})]
+    if n == 2 and not cx.wants_output(1):  # (a quantized model's: its convolutions' rows are NHWC)
+        from .int8 import max_pool  # (int8 builds on this module's windows)
+
+        pooled = max_pool(cx, x, {**attrs, "dilations": dilations})
+        if pooled is not None:
+            return [pooled]
     outs = [cx.op(f"max_pool{n}d", [x], {**attrs, "dilations": dilations})]
     if cx.wants_output(1):  # flat indices into x, row-major (storage_order 0) or column-major spatially
         outs.append(cx.op("max_pool_indices", [x], {**attrs, "dilations": dilations,

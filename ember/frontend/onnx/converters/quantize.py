@@ -68,45 +68,56 @@ def _quantized_dtype(cx: NodeContext, zero_point: Tensor | None) -> str:
 
 @converts("DequantizeLinear")
 def _dequantize(cx: NodeContext):
-    x, scale, zero_point = cx.input(0), cx.input(1), cx.optional(2)
+    out = cx.type(cx.input(1)).dtype
+    if cx.attr("output_dtype", 0):
+        out = to_dtype(cx.attr("output_dtype"), cx.where)
+    return [dequantize(cx, cx.input(0), cx.input(1), cx.optional(2), cx.attr("axis", 1), cx.attr("block_size", 0),
+                       out)]
+
+
+def dequantize(cx: NodeContext, x: Tensor, scale: Tensor, zero_point: Tensor | None, axis: int = 1, block: int = 0,
+               out: str = "float32") -> Tensor:
+    """DequantizeLinear's arithmetic: (float32(x) - zero_point) * scale, cast to `out`."""
     shape = cx.static_shape(x, "DequantizeLinear")
-    axis, block = cx.attr("axis", 1), cx.attr("block_size", 0)
     y = cx.op("cast", [x], {"dtype": "float32"})
     if zero_point is not None and not dt.is_float(cx.type(x).dtype):
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "float32"})
         y = cx.op("sub", [y, zero])
-    out = cx.type(scale).dtype
-    wide = scale if out == "float32" else cx.op("cast", [scale], {"dtype": "float32"})
+    wide = scale if cx.type(scale).dtype == "float32" else cx.op("cast", [scale], {"dtype": "float32"})
     y = cx.op("mul", [y, _per_axis(cx, wide, shape, axis, block)])
-    if cx.attr("output_dtype", 0):
-        out = to_dtype(cx.attr("output_dtype"), cx.where)
-    return [y if out == "float32" else cx.op("cast", [y], {"dtype": out})]
+    return y if out == "float32" else cx.op("cast", [y], {"dtype": out})
 
 
 @converts("QuantizeLinear")
 def _quantize(cx: NodeContext):
-    x, scale, zero_point = cx.input(0), cx.input(1), cx.optional(2)
+    zero_point = cx.optional(2)
+    return [quantize(cx, cx.input(0), cx.input(1), zero_point, _quantized_dtype(cx, zero_point), cx.attr("axis", 1),
+                     cx.attr("block_size", 0), bool(cx.attr("saturate", 1)))]
+
+
+def quantize(cx: NodeContext, x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: str, axis: int = 1,
+             block: int = 0, saturate: bool = True) -> Tensor:
+    """QuantizeLinear's arithmetic: rint(x / scale) + zero_point saturated to the integer `dtype`
+    (x / scale cast to a narrow float one)."""
     shape = cx.static_shape(x, "QuantizeLinear")
-    axis, block = cx.attr("axis", 1), cx.attr("block_size", 0)
-    dtype = _quantized_dtype(cx, zero_point)
     if cx.type(scale).dtype != cx.type(x).dtype:
         scale = cx.op("cast", [scale], {"dtype": cx.type(x).dtype})
     y = cx.op("div", [x, _per_axis(cx, scale, shape, axis, block)])
     if dtype in SATURATING:
-        if cx.attr("saturate", 1):
+        if saturate:
             top = float(dt.MINIFLOATS[dtype].value(dt.MINIFLOATS[dtype].max_code))
             y = cx.op("clip", [y], {"min": -top, "max": top})
-        return [cx.op("cast", [y], {"dtype": dtype})]
+        return cx.op("cast", [y], {"dtype": dtype})
     if dtype == "float4_e2m1fn":
         if zero_point is not None:
             zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": cx.type(y).dtype})
             y = cx.op("add", [y, zero])
-        return [cx.op("cast", [y], {"dtype": dtype})]
+        return cx.op("cast", [y], {"dtype": dtype})
     y = cx.op("cast", [cx.op("round", [y])], {"dtype": "int32"})
     if zero_point is not None:
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "int32"})
         y = cx.op("add", [y, zero])
-    return [_saturate(cx, y, dtype)]
+    return _saturate(cx, y, dtype)
 
 
 @converts("DynamicQuantizeLinear")

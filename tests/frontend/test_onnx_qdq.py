@@ -1,0 +1,127 @@
+"""ONNX Runtime's QDQ forms beyond the products (qdq.py, converters/contrib_int8.py): a residual
+Add, MaxPool, GlobalAveragePool and the classifier's Gemm fused into QLinearAdd, a uint8 MaxPool,
+QLinearGlobalAveragePool and QGemm; checked against onnx's reference evaluator of the QDQ model
+(bit-exact where the QDQ form's float32 arithmetic is followed exactly) and, in a residual block,
+for the kernels they compile to: the add in the producing convolution's epilogue, no transpose."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import ember
+from ember.frontend.onnx import import_onnx
+from ember.passes.dce import dce
+
+RNG = np.random.default_rng()
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "qdq", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model, check_type=True)
+
+
+def _vi(name, elem, shape=None):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _dq(x, s, z, out, **kw):
+    return helper.make_node("DequantizeLinear", [x, s, z], [out], **kw)
+
+
+def _q(x, s, z, out):
+    return helper.make_node("QuantizeLinear", [x, s, z], [out])
+
+
+@pytest.fixture(scope="module")
+def elementwise():
+    """uint8 a, b (1, 16, 5, 6): Add, MaxPool and GlobalAveragePool between DQ and Q."""
+    inits = {"as": np.float32(0.037), "az": np.uint8(121), "bs": np.float32(0.052), "bz": np.uint8(17),
+             "cs": np.float32(0.061), "cz": np.uint8(90), "gs": np.float32(0.011), "gz": np.uint8(3)}
+    nodes = [
+        _dq("a", "as", "az", "ad"), _dq("b", "bs", "bz", "bd"),
+        helper.make_node("Add", ["ad", "bd"], ["sum"]), _q("sum", "cs", "cz", "y1"),
+        helper.make_node("MaxPool", ["ad"], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        _q("pool", "as", "az", "y2"),
+        helper.make_node("GlobalAveragePool", ["bd"], ["avg"]), _q("avg", "gs", "gz", "y3"),
+    ]
+    ins = [_vi("a", TensorProto.UINT8, [1, 16, 5, 6]), _vi("b", TensorProto.UINT8, [1, 16, 5, 6])]
+    model = _model(nodes, ins, [_vi(k, TensorProto.UINT8) for k in ("y1", "y2", "y3")], inits)
+    return model, ember.compile(model)
+
+
+def test_elementwise_qdq_fuse(elementwise):
+    model, _ = elementwise
+    ops = [n.op for n in dce(import_onnx(model)).nodes]
+    assert "max_pool2d_nchwc" in ops and "max_pool2d" not in ops, ops
+    assert ops.count("mean") == 1 and "global_avg_pool" not in ops, ops
+
+
+def test_elementwise_qdq_match_the_reference(elementwise):
+    model, compiled = elementwise
+    for _ in range(2):
+        a, b = (RNG.integers(0, 256, (1, 16, 5, 6), dtype=np.uint8) for _ in range(2))
+        y1, y2, y3 = compiled(a, b)
+        e1, e2, e3 = ReferenceEvaluator(model).run(None, {"a": a, "b": b})
+        np.testing.assert_array_equal(y1, e1)  # QLinearAdd: the QDQ form's float32 arithmetic
+        np.testing.assert_array_equal(y2, e2)  # max of uint8: exact
+        assert y3.dtype == e3.dtype and np.abs(y3.astype(int) - e3).max() <= 1  # (the sum's order)
+
+
+@pytest.fixture(scope="module")
+def block():
+    """x -> Q -> a 3x3 and a 1x1 convolution -> Add -> GlobalAveragePool -> Flatten -> Gemm, each
+    between DQ and Q, as ONNX Runtime's quantize_static writes a ResNet's last block."""
+    f = lambda *s: RNG.uniform(0.002, 0.01, s).astype(np.float32)  # noqa: E731
+    xs, w1s, w2s, gs = np.float32(0.03), f(16), f(16), f(24)
+    c1, c2, ps, ls = np.float32(0.05), np.float32(0.04), np.float32(0.07), np.float32(0.06)
+    inits = {
+        "xs": xs, "xz": np.uint8(128), "u8": np.uint8(0),
+        "w1": RNG.integers(-127, 128, (16, 8, 3, 3), dtype=np.int8), "w1s": w1s, "wz": np.zeros(16, np.int8),
+        "b1": RNG.integers(-2000, 2000, 16, dtype=np.int32), "b1s": xs * w1s, "bz": np.zeros(16, np.int32),
+        "w2": RNG.integers(-127, 128, (16, 8, 1, 1), dtype=np.int8), "w2s": w2s,
+        "c1": c1, "c1z": np.uint8(0), "c2": c2, "c2z": np.uint8(70), "ss": np.float32(0.08),
+        "ps": ps, "lw": RNG.integers(-127, 128, (24, 16), dtype=np.int8), "lws": gs, "lwz": np.zeros(24, np.int8),
+        "lb": RNG.integers(-3000, 3000, 24, dtype=np.int32), "lbs": ps * gs, "lbz": np.zeros(24, np.int32),
+        "ls": ls, "lz": np.uint8(128),
+    }
+    nodes = [
+        _q("x", "xs", "xz", "xq"), _dq("xq", "xs", "xz", "xd"),
+        _dq("w1", "w1s", "wz", "w1d", axis=0), _dq("b1", "b1s", "bz", "b1d", axis=0),
+        helper.make_node("Conv", ["xd", "w1d", "b1d"], ["c1f"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        _q("c1f", "c1", "c1z", "c1q"), _dq("c1q", "c1", "c1z", "c1d"),
+        _dq("w2", "w2s", "wz", "w2d", axis=0),
+        helper.make_node("Conv", ["xd", "w2d"], ["c2f"], kernel_shape=[1, 1]),
+        _q("c2f", "c2", "c2z", "c2q"), _dq("c2q", "c2", "c2z", "c2d"),
+        helper.make_node("Add", ["c1d", "c2d"], ["sf"]), _q("sf", "ss", "u8", "sq"), _dq("sq", "ss", "u8", "sd"),
+        helper.make_node("GlobalAveragePool", ["sd"], ["pf"]), _q("pf", "ps", "u8", "pq"), _dq("pq", "ps", "u8", "pd"),
+        helper.make_node("Flatten", ["pd"], ["ff"]), _q("ff", "ps", "u8", "fq"), _dq("fq", "ps", "u8", "fd"),
+        _dq("lw", "lws", "lwz", "lwd", axis=0), _dq("lb", "lbs", "lbz", "lbd", axis=0),
+        helper.make_node("Gemm", ["fd", "lwd", "lbd"], ["lf"], transB=1), _q("lf", "ls", "lz", "lq"),
+        _dq("lq", "ls", "lz", "y"),
+    ]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 8, 6, 5])], [_vi("y", TensorProto.FLOAT)], inits)
+    return model, ember.compile(model)
+
+
+def test_residual_block_runs_in_nhwc_rows(block):
+    model, compiled = block
+    ops = [n.op for n in dce(import_onnx(model)).nodes]
+    assert ops.count("qgemm") == 3 and not {"conv2d", "gemm", "matmul"} & set(ops), ops
+    kernels = [k.ops for k in compiled.kernels]
+    assert [k for k in kernels if "transpose" in k] == [kernels[0]], kernels  # (only the input's, to NHWC)
+    assert any("qgemm" in k and "add" in k and "round" in k for k in kernels), kernels  # the add in an epilogue
+
+
+def test_residual_block_matches_the_reference(block):
+    model, compiled = block
+    x = RNG.uniform(-3, 3, (1, 8, 6, 5)).astype(np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+    steps = np.abs(compiled(x) - expected) / np.float32(0.06)
+    assert steps.max() <= 2.001 and (steps > 0.5).mean() < 0.2, steps.max()  # (one step of each conv, at most)
