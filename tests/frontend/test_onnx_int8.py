@@ -1,6 +1,7 @@
 """ONNX's quantized operators on ember's int8 kernel (qgemm, converters/int8.py), compiled for
 the C target and checked bit-exact against onnx's reference evaluator: QLinearConv (per-channel
-scales, a bias, stride and padding; a depthwise one on qdepthwise), ConvInteger,
+scales, a bias, stride and padding; a depthwise one on qdepthwise, a grouped one a qgemm a
+group), ConvInteger,
 DynamicQuantizeLinear into MatMulInteger (the zero point known at run time only), QLinearMatMul
 to int8; and a QDQ model (qdq.py: its Conv and MatMul fused into QOperators) within one step of
 the output's quantization."""
@@ -44,6 +45,8 @@ def _qoperators() -> onnx.ModelProto:
         "os": np.float32(0.7), "oz": np.int8(-5),
         "dw": RNG.integers(-127, 128, (16, 1, 3, 3), dtype=np.int8), "dws": f(16), "dwz": np.zeros(16, np.int8),
         "db": RNG.integers(-3000, 3000, 16, dtype=np.int32), "dz": np.uint8(7), "ds": np.float32(0.4),
+        "gw": RNG.integers(-128, 128, (6, 4, 3, 3), dtype=np.int8), "gws": f(6), "gwz": np.zeros(6, np.int8),
+        "gb": RNG.integers(-3000, 3000, 6, dtype=np.int32),
     }
     nodes = [
         helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y1"],
@@ -54,12 +57,15 @@ def _qoperators() -> onnx.ModelProto:
         helper.make_node("QLinearMatMul", ["a", "as", "az", "m", "ms", "mz", "os", "oz"], ["y4"]),
         helper.make_node("QLinearConv", ["d", "xs", "dz", "dw", "dws", "dwz", "ds", "yz", "db"], ["y5"],
                          kernel_shape=[3, 3], pads=[1, 1, 0, 1], strides=[2, 1], group=16),  # depthwise
+        helper.make_node("QLinearConv", ["g", "xs", "dz", "gw", "gws", "gwz", "ds", "yz", "gb"], ["y6"],
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2),  # two groups of 4 channels
     ]
     inputs = [_vi("x", TensorProto.UINT8, [1, 3, 9, 7]), _vi("f", TensorProto.FLOAT, [2, 5, 24]),
-              _vi("a", TensorProto.UINT8, [6, 24]), _vi("d", TensorProto.UINT8, [1, 16, 7, 8])]
+              _vi("a", TensorProto.UINT8, [6, 24]), _vi("d", TensorProto.UINT8, [1, 16, 7, 8]),
+              _vi("g", TensorProto.UINT8, [1, 8, 5, 6])]
     outputs = [_vi(n, e) for n, e in [("y1", TensorProto.UINT8), ("y2", TensorProto.INT32),
                                       ("y3", TensorProto.INT32), ("y4", TensorProto.INT8),
-                                      ("y5", TensorProto.UINT8)]]
+                                      ("y5", TensorProto.UINT8), ("y6", TensorProto.UINT8)]]
     return _model(nodes, inputs, outputs, inits)
 
 
@@ -72,7 +78,7 @@ def qoperators():
 def test_qoperators_run_on_the_int8_kernel(qoperators):
     model, _ = qoperators
     ops = [n.op for n in import_onnx(model).nodes]
-    assert ops.count("qgemm") == 4 and ops.count("qdepthwise") == 1 and "conv2d" not in ops and "matmul" not in ops
+    assert ops.count("qgemm") == 6 and ops.count("qdepthwise") == 1 and "conv2d" not in ops and "matmul" not in ops
 
 
 def test_qoperators_bit_exact(qoperators):
@@ -82,8 +88,9 @@ def test_qoperators_bit_exact(qoperators):
         f = RNG.uniform(-3, 5, (2, 5, 24)).astype(np.float32)
         a = RNG.integers(0, 256, (6, 24), dtype=np.uint8)
         d = RNG.integers(0, 256, (1, 16, 7, 8), dtype=np.uint8)
-        expected = ReferenceEvaluator(model).run(None, {"x": x, "f": f, "a": a, "d": d})
-        for name, got, want in zip(["y1", "y2", "y3", "y4", "y5"], compiled(x, f, a, d), expected):
+        g = RNG.integers(0, 256, (1, 8, 5, 6), dtype=np.uint8)
+        expected = ReferenceEvaluator(model).run(None, {"x": x, "f": f, "a": a, "d": d, "g": g})
+        for name, got, want in zip(["y1", "y2", "y3", "y4", "y5", "y6"], compiled(x, f, a, d, g), expected):
             assert got.dtype == want.dtype, name
             np.testing.assert_array_equal(got, want, err_msg=name)
 

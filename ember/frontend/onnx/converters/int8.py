@@ -2,11 +2,12 @@
 ConvInteger, QLinearConv) on ember's int8 kernel, `qgemm` (ember/ops/quantized.py), where their
 operands fit it: uint8 activations with one zero point (a constant, or computed at run time by
 DynamicQuantizeLinear), int8 constant weights with zero point 0 (symmetric, per tensor or per
-output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D, one
-group). The weights are packed at import, the activations' zero point folded into the bias;
-a convolution is im2col (of the input in NHWC; a 1x1 one of stride 1 reads the NHWC rows as
+output channel: what ONNX Runtime's quantizer writes), a 2-D weight (a convolution: 2-D). The
+weights are packed at import, the activations' zero point folded into the bias; a convolution
+is im2col (of the input in NHWC; a 1x1 one of stride 1 reads the NHWC rows as
 they are, which the previous convolution's rows are once the transposes between cancel) then
-qgemm, its (N * OH * OW, C) rows taken back to NCHW; a depthwise one (a group per channel) is
+qgemm, its (N * OH * OW, C) rows taken back to NCHW (a grouped one: an im2col and a qgemm per
+group over its channels, the groups' rows concatenated); a depthwise one (a group per channel) is
 qdepthwise, whose float32 rows hold the int32 sums exactly for the caller's requantization. Each
 builder returns None where the operands do not fit; the caller then keeps ONNX's arithmetic on
 wider types (quantize.py)."""
@@ -73,30 +74,43 @@ def matmul(cx: NodeContext, a: Tensor, a_zero: Tensor | None, w: Tensor, w_zero:
 
 def conv(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,
          bias: Tensor | None, out: str, scale: Tensor | None = None, zero_point: int = 0) -> Tensor | None:
-    """A 2-D convolution of one group as im2col then qgemm, or None where it does not fit."""
+    """A 2-D convolution as im2col then qgemm, or None where it does not fit. A grouped one (more
+    than one channel a group: a depthwise one is qdepthwise's) is one im2col and qgemm per group,
+    over its slice of the NHWC channels, the groups' rows concatenated."""
     weights = _weights(cx, w, w_zero)
-    if (weights is None or weights.ndim != 4 or cx.attr("group", 1) != 1 or not _fits(cx, x, x_zero)
-            or cx.type(x).rank != 4 or not (bias is None or isinstance(bias, np.ndarray))):
+    groups = cx.attr("group", 1)
+    if (weights is None or weights.ndim != 4 or not _fits(cx, x, x_zero) or cx.type(x).rank != 4
+            or not (bias is None or isinstance(bias, np.ndarray)) or weights.shape[0] % groups
+            or cx.type(x).shape[1] != weights.shape[1] * groups or (groups > 1 and weights.shape[1] == 1)):
         return None
     kernel = weights.shape[2:]
     strides, dilations, pads = _window(cx, x, kernel)
     if x_zero is not None and not isinstance(x_zero, np.ndarray) and any(pads):
         return None  # padding must read as the zero point, which only the run knows
     fill = int(x_zero.reshape(-1)[0]) if isinstance(x_zero, np.ndarray) else 0
+    n, c, h, wd = cx.type(x).shape
+    cout, cg, og = weights.shape[0], c // groups, weights.shape[0] // groups
     nhwc = cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})
-    if tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(pads):  # its patches are the rows
-        n, c, h, wd = cx.type(x).shape
-        cols = cx.op("reshape", [nhwc], {"shape": (n * h * wd, c)})
-    else:
-        cols = cx.op("im2col", [nhwc], {"kernel": kernel, "strides": strides, "dilations": dilations,
-                                        "pads": pads, "pad_value": fill})
-    cout = weights.shape[0]
-    y = _qgemm(cx, cols, x_zero, conv_weights(weights), bias, out, scale, zero_point)
-    n, _, h, wd = cx.type(x).shape
+    if groups > 1 and scale is not None and cx.type(scale).shape not in ((), (1,)):
+        scale = cx.op("reshape", [scale], {"shape": (cout,)})
+    ys = []
+    for g in range(groups):
+        part = nhwc if groups == 1 else cx.op("slice", [nhwc], {"starts": (g * cg,), "ends": ((g + 1) * cg,),
+                                                                "axes": (3,)})
+        if tuple(kernel) == (1, 1) and tuple(strides) == (1, 1) and not any(pads):  # its patches are the rows
+            cols = cx.op("reshape", [part], {"shape": (n * h * wd, cg)})
+        else:
+            cols = cx.op("im2col", [part], {"kernel": kernel, "strides": strides, "dilations": dilations,
+                                            "pads": pads, "pad_value": fill})
+        outs = slice(g * og, (g + 1) * og)
+        s = scale if groups == 1 or scale is None or cx.type(scale).shape != (cout,) else cx.op(
+            "slice", [scale], {"starts": (outs.start,), "ends": (outs.stop,), "axes": (0,)})
+        ys.append(_qgemm(cx, cols, x_zero, conv_weights(weights[outs]), None if bias is None else bias[outs], out,
+                         s, zero_point))
+    y = ys[0] if groups == 1 else cx.op("concat", ys, {"axis": 1})
     oh = (h + pads[0] + pads[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
     ow = (wd + pads[1] + pads[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
-    y = cx.op("reshape", [y], {"shape": (n, oh, ow, cout)})
-    return cx.op("transpose", [y], {"perm": (0, 3, 1, 2)})
+    return nchw(cx, y, (n, oh, ow, cout))
 
 
 def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_zero: Tensor | None,

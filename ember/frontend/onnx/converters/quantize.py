@@ -3,8 +3,8 @@ QuantizeLinear, DequantizeLinear (per tensor, per axis, and blocked), DynamicQua
 MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv.
 
 MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv run on ember's int8 kernel where their
-operands fit it (int8.py: uint8 activations, constant int8 weights of zero point 0, one group);
-the rest as follows. The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zero_point) *
+operands fit it (int8.py: uint8 activations, constant int8 weights of zero point 0; a qgemm a
+group); the rest as follows. The arithmetic is ONNX's reference arithmetic: dequantizing is (float32(x) - zero_point) *
 scale, quantizing is rint(x / scale) + zero_point saturated to the integer type; the integer
 matmuls accumulate in int32, and QLinearMatMul rescales the int32 sums in float64; the integer
 convolutions run in float64 (exact: every sum of products of 8-bit values is an integer far below
