@@ -29,8 +29,12 @@ nothing reads is dropped with the rest of the dead code.
 A depthwise convolution whose channels fill panels of 16 runs on qdepthwise (ember/ops/qdepthwise.py),
 its taps quantized as a product's weights, its output NHWC rows like a convolution's.
 
-Left in float: products whose weights are not constants, other grouped convolutions, 1-D and 3-D
-convolutions, products of a transposed activation, and (dynamic) convolutions.
+A grouped convolution (more than one channel a group) is an im2col and a qgemm per group, over its
+slice of the NHWC channels, the groups' float32 rows concatenated.
+
+Left in float: products whose weights are not constants, depthwise convolutions of other channel
+counts or of more than one output a channel, 1-D and 3-D convolutions, products of a transposed
+activation, and (dynamic) convolutions.
 """
 
 from __future__ import annotations
@@ -62,10 +66,10 @@ def _weights(graph: Graph, node: Node, dynamic: bool) -> np.ndarray | None:
     a = node.attrs
     if node.op == "conv2d" and not a["w_block"] and not dynamic and (
             len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
-        if a["groups"] == 1:
+        if a["groups"] == w.shape[0] == node.inputs[0].type.shape[1]:
+            return w.reshape(w.shape[0], -1).T if w.shape[0] % LANES == 0 else None  # depthwise: (KH * KW, C)
+        if a["groups"] == 1 or w.shape[1] > 1:  # (grouped: a (KH * KW * Cp, Cout / groups) block a group)
             return conv_weights(w)
-        if a["groups"] == w.shape[0] == node.inputs[0].type.shape[1] and w.shape[0] % LANES == 0:
-            return w.reshape(w.shape[0], -1).T  # depthwise: (KH * KW, C)
     if node.op == "gemm" and not a["trans_a"] and not a["b_panels"] and a["alpha"] == 1 and w.ndim == 2 and (
             len(node.inputs) == 2 or graph.is_constant(node.inputs[2])):
         return w.T if a["trans_b"] else w
@@ -183,38 +187,29 @@ class _Quantizer:
     # -- products -----------------------------------------------------------------------------
 
     def _product(self, node: Node, w: np.ndarray) -> Value:
-        if node.op == "conv2d" and node.attrs["groups"] > 1:
+        conv = node.op == "conv2d"
+        if conv and node.attrs["groups"] > 1 and node.attrs["groups"] == node.inputs[0].type.shape[1]:
             return self._depthwise(node, w)
         rw, graph = self.rw, self.graph
         x = node.inputs[0]
-        conv = node.op == "conv2d"
         q, sa, za = self._quantize(x, conv and self.nhwc)
         hint = f"{node.name}_int8"  # (the node's own name stays free for a graph output's identity)
         k, n = w.shape
         wq, sw = weight_params(w, self.per_channel)
-        packed, bias0, sums = fold_weights(wq)
-        padded = len(bias0)
-        sw = np.pad(sw, (0, padded - n), constant_values=1.0)
 
         def op(name, inputs, attrs=None):
             return rw.emit(name, inputs, attrs, hint=hint)[0]
 
-        if isinstance(za, int):  # static: the bias and the scale are constants
-            bias, scale = rw.constant(bias0 - za * sums, f"{hint}_bias"), rw.constant((sa * sw).astype(np.float32))
-        else:
-            zi = op("cast", [za], {"dtype": "int32"})
-            bias = op("sub", [rw.constant(bias0), op("mul", [zi, rw.constant(sums)])])
-            scale = op("mul", [sa, rw.constant(sw)])
         shape = x.type.shape
         if conv:
-            rows = self._patches(node, q, za, packed.shape[1] * GROUP, hint)
+            groups = node.attrs["groups"]
+            og = n // groups
+            parts = [self._qgemm(self._patches(node, q, za, hint, g), wq[:, g * og:(g + 1) * og],
+                                 sw[g * og:(g + 1) * og], sa, za, hint) for g in range(groups)]
+            y = parts[0] if groups == 1 else op("concat", parts, {"axis": 1})
         else:
             rows = q if len(shape) == 2 else op("reshape", [q], {"shape": (int(np.prod(shape[:-1])), k)})
-            if rows.type.shape[1] != packed.shape[1] * GROUP:
-                rows = op("pad", [rows], {"pads": (0, 0, 0, packed.shape[1] * GROUP - k)})
-        y = op("qgemm", [rows, rw.constant(packed, f"{hint}_weights"), bias, scale], {"out_dtype": "float32"})
-        if padded != n:
-            y = op("slice", [y], {"starts": (0,), "ends": (n,), "axes": (1,)})
+            y = self._qgemm(rows, wq, sw, sa, za, hint)
         out_shape = node.outputs[0].type.shape
         if conv:
             if len(node.inputs) == 3:
@@ -234,6 +229,29 @@ class _Quantizer:
         elif len(shape) != 2:
             y = op("reshape", [y], {"shape": out_shape})
         return y
+
+    def _qgemm(self, rows: Value, wq: np.ndarray, sw: np.ndarray, sa, za, hint: str) -> Value:
+        """The float32 (M, N) product of uint8 rows (M, K) by int8 weights wq (K, N) of scales sw
+        (N,): qgemm over the rows padded to whole K-groups, the zero point's cost in its bias."""
+        rw = self.rw
+
+        def op(name, inputs, attrs=None):
+            return rw.emit(name, inputs, attrs, hint=hint)[0]
+
+        n = wq.shape[1]
+        packed, bias0, sums = fold_weights(wq)
+        padded = len(bias0)
+        sw = np.pad(sw, (0, padded - n), constant_values=1.0)
+        if isinstance(za, int):  # static: the bias and the scale are constants
+            bias, scale = rw.constant(bias0 - za * sums, f"{hint}_bias"), rw.constant((sa * sw).astype(np.float32))
+        else:
+            zi = op("cast", [za], {"dtype": "int32"})
+            bias = op("sub", [rw.constant(bias0), op("mul", [zi, rw.constant(sums)])])
+            scale = op("mul", [sa, rw.constant(sw)])
+        if rows.type.shape[1] != packed.shape[1] * GROUP:
+            rows = op("pad", [rows], {"pads": (0, 0, 0, packed.shape[1] * GROUP - rows.type.shape[1])})
+        y = op("qgemm", [rows, rw.constant(packed, f"{hint}_weights"), bias, scale], {"out_dtype": "float32"})
+        return y if padded == n else op("slice", [y], {"starts": (0,), "ends": (n,), "axes": (1,)})
 
     def _depthwise(self, node: Node, w: np.ndarray) -> Value:
         """A depthwise convolution (w: its (KH * KW, C) taps) on qdepthwise, over NHWC uint8."""
@@ -260,19 +278,25 @@ class _Quantizer:
         return self._emit("transpose", [self._emit("reshape", [y], {"shape": (n, oh, ow, c)}, hint)],
                           {"perm": (0, 3, 1, 2)}, hint)
 
-    def _patches(self, node: Node, q: Value, za: int, k: int, hint: str) -> Value:
-        """The left operand of a convolution's qgemm: the uint8 NHWC rows themselves for a 1x1
-        convolution of stride 1 without padding whose channels fill K-groups, else im2col."""
+    def _patches(self, node: Node, q: Value, za: int, hint: str, group: int = 0) -> Value:
+        """The left operand of a convolution's qgemm (of its `group`'s channels): the uint8 NHWC rows
+        themselves for a 1x1 convolution of stride 1 without padding and one group, else im2col
+        (whose rows qgemm pads to whole K-groups)."""
         a = node.attrs
         x = node.inputs[0]
         kernel = tuple(self.graph.constants[node.inputs[1].name].shape[2:])
         n, c, h, w = x.type.shape
+        groups = a["groups"]
         if q.type.rank == 2:  # rows
-            if kernel == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["padding"]) and c == k:
+            if kernel == (1, 1) and tuple(a["strides"]) == (1, 1) and not any(a["padding"]) and groups == 1:
                 return q
             nhwc = self.rw.emit("reshape", [q], {"shape": (n, h, w, c)}, hint=hint)[0]
         else:
             nhwc = self.rw.emit("transpose", [q], {"perm": (0, 2, 3, 1)}, hint=hint)[0]
+        if groups > 1:
+            cg = c // groups
+            nhwc = self.rw.emit("slice", [nhwc], {"starts": (group * cg,), "ends": ((group + 1) * cg,), "axes": (3,)},
+                                hint=hint)[0]
         return self.rw.emit("im2col", [nhwc], {
             "kernel": kernel, "strides": tuple(a["strides"]), "dilations": tuple(a["dilations"]),
             "pads": tuple(a["padding"]), "pad_value": za}, hint=hint)[0]

@@ -1,5 +1,5 @@
 """ember.quantize (ember/quantization): a small CNN quantized statically (batch norms folded,
-a max pool, a depthwise and a 1x1 convolution, a residual add, a linear head; chained in NHWC
+a max pool, a grouped, a depthwise and a 1x1 convolution, a residual add, a linear head; chained in NHWC
 uint8) and a small transformer layer quantized dynamically, each against torch's fp32 on fresh
 inputs: ||out - ref|| / ||ref|| and top-1 agreement within stated bounds; the quantized CNN saves
 and loads; each calibration method's range on known data; the errors of misuse."""
@@ -25,6 +25,7 @@ class SmallCNN(nn.Module):
         super().__init__()
         self.c1, self.b1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
         self.c2, self.b2 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32)
+        self.g = nn.Conv2d(32, 32, 3, padding=1, groups=2)
         self.dw, self.b3 = nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.BatchNorm2d(32)
         self.c3 = nn.Conv2d(32, 32, 1)
         self.fc = nn.Linear(32, 10)
@@ -34,7 +35,7 @@ class SmallCNN(nn.Module):
 
     def forward(self, x):
         x = nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 3, 2, 1)
-        y = torch.relu(self.b2(self.c2(x)))
+        y = torch.relu(self.g(torch.relu(self.b2(self.c2(x)))))
         y = torch.relu(self.c3(nn.functional.relu6(self.b3(self.dw(y)))) + y)
         return self.fc(y.mean((2, 3)))
 
@@ -49,10 +50,11 @@ def cnn():
 def test_static_cnn_against_fp32(cnn):
     model, q = cnn
     ops = [n.op for n in q.graph.nodes]
-    assert ops.count("qgemm") == 4 and ops.count("qdepthwise") == 1  # (the head's too)
+    # (the head's too; the grouped convolution's two groups a qgemm and an im2col each)
+    assert ops.count("qgemm") == 6 and ops.count("qdepthwise") == 1
     # NHWC uint8 rows from the input's quantization to the mean: a transpose at each end, the max
     # pool over uint8, no im2col for the 1x1 convolution
-    assert ops.count("transpose") == 2 and ops.count("im2col") == 2
+    assert ops.count("transpose") == 2 and ops.count("im2col") == 4 and "conv2d" not in ops
     (pool,) = [n for n in q.graph.nodes if n.op == "max_pool2d_nchwc"]
     assert pool.inputs[0].type.dtype == "uint8"
     x = torch.randn(8, 3, 12, 12)
