@@ -6,13 +6,16 @@ ember int8 (ember.quantize: static, calibrated on --calibration batches of fresh
 model's size, by --method, for CNNs; dynamic for transformers); the fp32 ONNX export and ONNX
 Runtime's int8 model of it (onnxruntime.quantization: quantize_static, QDQ, per-channel int8
 weights and uint8 activations, on the same calibration batches, for CNNs; quantize_dynamic for
-transformers); and ember's compile of that ONNX Runtime int8 model (its QDQ products fused onto
-ember's int8 kernel). Accuracy over --tests inputs that calibration never saw: ||out - ref|| /
+transformers); and ember's compile of that ONNX Runtime int8 model (its QDQ operators fused onto
+ember's int8 kernels: frontend/onnx/qdq.py). Accuracy over --tests inputs that calibration never saw: ||out - ref|| /
 ||ref|| and top-1 agreement (argmax over the last axis) against torch's fp32. Latency: each
-runtime in a fresh process, the runtimes taking turns over --rounds rounds, the best median.
+runtime in a fresh process, the runtimes taking turns over --rounds rounds, the best median (of
+the process's CPU time per call with --cpu-time: with --threads 1 a fair figure on a machine
+other processes load).
 
     python benchmarks/quantize.py [--models resnet18 bert_base] [--small] [--method minmax]
                                   [--calibration 8] [--tests 4] [--runs 20] [--rounds 2] [--threads 2]
+                                  [--cpu-time]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from compare import ROOT, median_latency, quiet_fds, run_child, timed  # (this script's folder is on sys.path)
+from hub_sweep import cpu_latency
 
 TRANSFORMERS = {"bert_base", "gpt2_small"}
 
@@ -113,13 +117,14 @@ def prepare(name: str, small: bool, folder: Path, method: str, batches: int, tes
     return report
 
 
-def measure(runtime: str, folder: Path, runs: int, threads: int) -> dict:
+def measure(runtime: str, folder: Path, runs: int, threads: int, cpu_time: bool = False) -> dict:
+    latency = cpu_latency if cpu_time else median_latency
     inputs = [np.load(folder / f"input{k}.npy") for k in range(len(list(folder.glob("input*.npy"))))]
     if runtime.startswith("ember"):
         import ember
 
         cm = ember.load(folder / runtime)
-        return {"median": median_latency(lambda: cm(*inputs), runs)}
+        return {"median": latency(lambda: cm(*inputs), runs)}
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -127,7 +132,7 @@ def measure(runtime: str, folder: Path, runs: int, threads: int) -> dict:
     path = folder / ("int8.onnx" if runtime == "onnxruntime_int8" else "fp32.onnx")
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
-    return {"median": median_latency(lambda: sess.run(None, feed), runs)}
+    return {"median": latency(lambda: sess.run(None, feed), runs)}
 
 
 def main(argv=None) -> None:
@@ -140,6 +145,7 @@ def main(argv=None) -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cpu-time", action="store_true", help="time each call by the process's CPU time")
     ap.add_argument("--prepare", metavar="MODEL")
     ap.add_argument("--measure", metavar="RUNTIME")
     ap.add_argument("--folder")
@@ -150,13 +156,14 @@ def main(argv=None) -> None:
                                  args.tests)))
         return
     if args.measure:
-        print(json.dumps(measure(args.measure, Path(args.folder), args.runs, args.threads)))
+        print(json.dumps(measure(args.measure, Path(args.folder), args.runs, args.threads, args.cpu_time)))
         return
     from ember.target import machine_flags
 
     flags = machine_flags() or frozenset()
     print(f"{args.threads} threads, batch 1; avx512_vnni: {'avx512_vnni' in flags}, amx_int8: {'amx_int8' in flags}; "
-          f"each runtime in its own process, {args.rounds} rounds, best median of {args.runs} runs")
+          f"each runtime in its own process, {args.rounds} rounds, best median of {args.runs} runs"
+          + (" of CPU time" if args.cpu_time else ""))
     print(f"{'model':<12} {'runtime':<18} {'latency ms':>11} {'vs ember fp32':>14} {'rel. error':>11} {'top-1':>6}")
     for name in args.models:
         with tempfile.TemporaryDirectory() as tmp:
@@ -171,7 +178,8 @@ def main(argv=None) -> None:
             for _ in range(args.rounds):
                 for job in jobs:
                     got[job].append(run_child(["--measure", job, "--folder", tmp, "--runs", str(args.runs),
-                                               "--threads", str(args.threads)], script=__file__))
+                                               "--threads", str(args.threads),
+                                               *(["--cpu-time"] if args.cpu_time else [])], script=__file__))
         best = {job: min((r["median"] for r in rs if "error" not in r), default=None) for job, rs in got.items()}
         for job in jobs + [k for k, r in prep["ember"].items() if "error" in r]:
             lat, base = best.get(job), best.get("ember_fp32")

@@ -125,3 +125,30 @@ def test_residual_block_matches_the_reference(block):
     (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
     steps = np.abs(compiled(x) - expected) / np.float32(0.06)
     assert steps.max() <= 2.001 and (steps > 0.5).mean() < 0.2, steps.max()  # (one step of each conv, at most)
+
+
+def test_qgemm_of_onnx_runtime_against_numpy():
+    """com.microsoft QGemm as ONNX Runtime's QOperator models hold it: float32 out (no y_scale),
+    and requantized to uint8 with B transposed; bit-exact against NumPy's arithmetic."""
+    a_scale, az = np.float32(0.02), np.uint8(133)
+    b = RNG.integers(-127, 128, (20, 24), dtype=np.int8)
+    bs = RNG.uniform(0.002, 0.01, 24).astype(np.float32)
+    c = RNG.integers(-4000, 4000, 24, dtype=np.int32)
+    ys, yz = np.float32(0.3), np.uint8(100)
+    inits = {"as": a_scale, "az": az, "b": b, "bt": np.ascontiguousarray(b.T), "bs": bs, "bz": np.zeros(24, np.int8),
+             "c": c, "ys": ys, "yz": yz}
+    nodes = [helper.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz", "c"], ["f"], domain="com.microsoft"),
+             helper.make_node("QGemm", ["a", "as", "az", "bt", "bs", "bz", "c", "ys", "yz"], ["q"],
+                              domain="com.microsoft", transB=1)]
+    graph = helper.make_graph(nodes, "qgemm", [_vi("a", TensorProto.UINT8, [5, 20])],
+                              [_vi("f", TensorProto.FLOAT, [5, 24]), _vi("q", TensorProto.UINT8, [5, 24])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    a = RNG.integers(0, 256, (5, 20), dtype=np.uint8)
+    f, q = ember.compile(model)(a)
+    acc = (a.astype(np.int32) - np.int32(az)) @ b.astype(np.int32) + c
+    np.testing.assert_array_equal(f, acc.astype(np.float32) * (a_scale * bs))
+    factor = (a_scale * bs / ys).astype(np.float64)
+    np.testing.assert_array_equal(q, np.clip(np.rint(acc * factor) + 100, 0, 255).astype(np.uint8))
