@@ -143,20 +143,6 @@ def depthwise(cx: NodeContext, x: Tensor, x_zero: Tensor | None, w: Tensor, w_ze
     return rows, (n, oh, ow, c)
 
 
-def max_pool(cx: NodeContext, x: Tensor, attrs: dict) -> Tensor | None:
-    """A 2-D max pool of uint8 or int8 x (N, C, H, W) in NHWC (max_pool2d_nchwc with one block of all
-    C channels), between transposes that cancel against the convolutions' around it; None where x
-    is not such a tensor of a static shape."""
-    t = cx.type(x)
-    if t.dtype not in ("uint8", "int8") or t.rank != 4 or not all(isinstance(d, int) for d in t.shape):
-        return None
-    n, c, h, w = t.shape
-    nhwc = cx.op("reshape", [cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})], {"shape": (n, 1, h, w, c)})
-    pooled = cx.op("max_pool2d_nchwc", [nhwc], attrs)
-    _, _, oh, ow, _ = cx.type(pooled).shape
-    return nchw(cx, pooled, (n, oh, ow, c))
-
-
 def nchw(cx: NodeContext, rows: Tensor, shape: tuple[int, ...]) -> Tensor:
     """NHWC rows (N * OH * OW, C) as the NCHW tensor of `shape` (N, OH, OW, C)."""
     return cx.op("transpose", [cx.op("reshape", [rows], {"shape": shape})], {"perm": (0, 3, 1, 2)})

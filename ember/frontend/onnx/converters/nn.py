@@ -240,17 +240,29 @@ def _pool(cx: NodeContext):
     if cx.node.op_type != "MaxPool":  # AveragePool, and LpPool's average of |x|^p
         attrs["count_include_pad"] = bool(cx.attr("count_include_pad", 0))
         return [cx.op(f"avg_pool{n}d", [x], {**attrs, "dilations": dilations})]
-    if n == 2 and not cx.wants_output(1):  # (a quantized model's: its convolutions' rows are NHWC)
-        from .int8 import max_pool  # (int8 builds on this module's windows)
-
-        pooled = max_pool(cx, x, {**attrs, "dilations": dilations})
-        if pooled is not None:
-            return [pooled]
+    if n == 2 and not cx.wants_output(1) and _quantized_nchw(cx, x):
+        return [_quantized_max_pool(cx, x, {**attrs, "dilations": dilations})]
     outs = [cx.op(f"max_pool{n}d", [x], {**attrs, "dilations": dilations})]
     if cx.wants_output(1):  # flat indices into x, row-major (storage_order 0) or column-major spatially
         outs.append(cx.op("max_pool_indices", [x], {**attrs, "dilations": dilations,
                                                      "storage_order": cx.attr("storage_order", 0)}))
     return outs
+
+
+def _quantized_nchw(cx: NodeContext, x: Tensor) -> bool:
+    t = cx.type(x)
+    return t.dtype in ("uint8", "int8") and t.rank == 4 and all(isinstance(d, int) for d in t.shape)
+
+
+def _quantized_max_pool(cx: NodeContext, x: Tensor, attrs: dict) -> Tensor:
+    """A 2-D max pool of a quantized model's uint8 or int8 (N, C, H, W) in NHWC (max_pool2d_nchwc
+    with one block of all C channels), between transposes that cancel against those around the
+    int8 convolutions, whose rows are NHWC (converters/int8.py)."""
+    n, c, h, w = cx.type(x).shape
+    nhwc = cx.op("reshape", [cx.op("transpose", [x], {"perm": (0, 2, 3, 1)})], {"shape": (n, 1, h, w, c)})
+    pooled = cx.op("max_pool2d_nchwc", [nhwc], attrs)
+    _, _, oh, ow, _ = cx.type(pooled).shape
+    return cx.op("transpose", [cx.op("reshape", [pooled], {"shape": (n, oh, ow, c)})], {"perm": (0, 3, 1, 2)})
 
 
 @converts("MaxUnpool")
