@@ -41,18 +41,23 @@ def _q(x, s, z, out):
 
 @pytest.fixture(scope="module")
 def elementwise():
-    """uint8 a, b (1, 16, 5, 6): Add, MaxPool and GlobalAveragePool between DQ and Q."""
+    """uint8 a, b (1, 16, 5, 6): Add, MaxPool and GlobalAveragePool between DQ and Q; and a Gemm of
+    asymmetric uint8 weights, which the int8 kernel does not take: left to the float operators."""
     inits = {"as": np.float32(0.037), "az": np.uint8(121), "bs": np.float32(0.052), "bz": np.uint8(17),
-             "cs": np.float32(0.061), "cz": np.uint8(90), "gs": np.float32(0.011), "gz": np.uint8(3)}
+             "cs": np.float32(0.061), "cz": np.uint8(90), "gs": np.float32(0.011), "gz": np.uint8(3),
+             "w": RNG.integers(0, 256, (480, 8), dtype=np.uint8), "ws": np.float32(0.002), "wz": np.uint8(120),
+             "ys": np.float32(0.5), "yz": np.uint8(128)}
     nodes = [
         _dq("a", "as", "az", "ad"), _dq("b", "bs", "bz", "bd"),
         helper.make_node("Add", ["ad", "bd"], ["sum"]), _q("sum", "cs", "cz", "y1"),
         helper.make_node("MaxPool", ["ad"], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         _q("pool", "as", "az", "y2"),
         helper.make_node("GlobalAveragePool", ["bd"], ["avg"]), _q("avg", "gs", "gz", "y3"),
+        helper.make_node("Flatten", ["ad"], ["flat"]), _dq("w", "ws", "wz", "wd"),
+        helper.make_node("Gemm", ["flat", "wd"], ["prod"]), _q("prod", "ys", "yz", "y4"),
     ]
     ins = [_vi("a", TensorProto.UINT8, [1, 16, 5, 6]), _vi("b", TensorProto.UINT8, [1, 16, 5, 6])]
-    model = _model(nodes, ins, [_vi(k, TensorProto.UINT8) for k in ("y1", "y2", "y3")], inits)
+    model = _model(nodes, ins, [_vi(k, TensorProto.UINT8) for k in ("y1", "y2", "y3", "y4")], inits)
     return model, ember.compile(model)
 
 
@@ -60,18 +65,19 @@ def test_elementwise_qdq_fuse(elementwise):
     model, _ = elementwise
     ops = [n.op for n in dce(import_onnx(model)).nodes]
     assert "max_pool2d_nchwc" in ops and "max_pool2d" not in ops, ops
-    assert ops.count("mean") == 1 and "global_avg_pool" not in ops, ops
+    assert ops.count("mean") == 1 and "global_avg_pool" not in ops and "qgemm" not in ops, ops
 
 
 def test_elementwise_qdq_match_the_reference(elementwise):
     model, compiled = elementwise
     for _ in range(2):
         a, b = (RNG.integers(0, 256, (1, 16, 5, 6), dtype=np.uint8) for _ in range(2))
-        y1, y2, y3 = compiled(a, b)
-        e1, e2, e3 = ReferenceEvaluator(model).run(None, {"a": a, "b": b})
+        y1, y2, y3, y4 = compiled(a, b)
+        e1, e2, e3, e4 = ReferenceEvaluator(model).run(None, {"a": a, "b": b})
         np.testing.assert_array_equal(y1, e1)  # QLinearAdd: the QDQ form's float32 arithmetic
         np.testing.assert_array_equal(y2, e2)  # max of uint8: exact
-        assert y3.dtype == e3.dtype and np.abs(y3.astype(int) - e3).max() <= 1  # (the sum's order)
+        for got, want in ((y3, e3), (y4, e4)):  # (the sums' order)
+            assert got.dtype == want.dtype and np.abs(got.astype(int) - want).max() <= 1
 
 
 @pytest.fixture(scope="module")

@@ -107,6 +107,9 @@ def _gemm(q, gemm, operands, constants) -> onnx.NodeProto | None:
         return None
     (dx, dw, *bias) = operands
     x_scale, w_scale = constants.get(dx.input[1]), constants.get(dw.input[1])
+    w, w_zero, x_zero = (constants.get(name) for name in (dw.input[0], dw.input[2], dx.input[2]))
+    if w is None or w.dtype != np.int8 or w_zero is None or w_zero.any() or x_zero is None or x_zero.dtype != np.uint8:
+        return None  # (QGemm runs on the int8 kernel only: constant symmetric int8 weights, uint8 activations)
     trans_b = int(attrs.get("transB", 0))
     if x_scale is None or w_scale is None or x_scale.size != 1 or w_scale.ndim > 1 or not (
             w_scale.size == 1 or _axis(dw) % 2 == (0 if trans_b else 1)) or not _bias_fits(
