@@ -141,6 +141,8 @@ def _max_pool(q, pool, operands, constants) -> onnx.NodeProto | None:
     if len(pool.output) != 1 or not all(a is not None and b is not None and a.size == 1 and a.dtype == b.dtype
                                         and a.reshape(()) == b.reshape(()) for a, b in same):
         return None
+    if same[1][0].dtype not in (np.uint8, np.int8):
+        return None  # (ONNX's MaxPool takes 8-bit integers only)
     node = onnx.helper.make_node("MaxPool", [d.input[0]], list(q.output), name=q.name or q.output[0])
     node.attribute.extend(a for a in pool.attribute)
     return node
