@@ -3,7 +3,7 @@
 frontend.py walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
 typing; builtins.py: the tl.* calls); an Emitter (emitter.py: the interface) builds the loop
 nests of block operations, vector.py the CPU's (affine.py: the analysis of masks and offsets it
-reads); launch.py specializes, caches and calls (relaunch.py: a launch like an earlier one, without
+reads), cuda/ the GPU's; launch.py specializes, caches and calls (relaunch.py: a launch like an earlier one, without
 binding and specializing again). `launch(jit_fn, grid, bound, options, target)`
 is what `JITFunction.run` calls (the compiler reads a kernel as a function.KernelFunction), for
 the launch's target; the Emitter is that target's backend's (`tile_emitter`).
