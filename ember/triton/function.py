@@ -24,7 +24,7 @@ from ..errors import ArgumentTypeError
 from ..target import Target, as_target
 from .args import on_device
 from .language import dtypes as tld
-from .language.dtypes import constexpr
+from .language.dtypes import constexpr, unwrap
 
 # keyword arguments of a launch that are options of its compilation (Triton's GPU ones, and
 # ember's `target`), not parameters
@@ -65,7 +65,7 @@ def _declared(annotation) -> tld.dtype | None:
 def _check_declared(kernel: str, p: Param, value) -> None:
     """A value for a parameter declared `p.declared`, as Triton's launcher converts it: an int
     type takes an integer in its range (a float is refused, not truncated), a float type a number."""
-    value = value.value if isinstance(value, constexpr) else value
+    value = unwrap(value)
     d = p.declared
     if d.is_floating():
         ok = isinstance(value, numbers.Real)
@@ -148,7 +148,7 @@ class KernelFunction:
                                     f"the meta-parameters returning one), got {grid!r}")
         sizes = []
         for axis, g in enumerate(grid):
-            g = g.value if isinstance(g, constexpr) else g
+            g = unwrap(g)
             if not isinstance(g, int) or isinstance(g, bool) or g < 0:
                 raise ArgumentTypeError(f"kernel {self.__name__}: grid sizes are ints >= 0, got {grid!r}")
             if g > GRID_LIMITS[axis]:

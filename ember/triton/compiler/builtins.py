@@ -12,15 +12,12 @@ from ...tir.expr import BufferLoad, Call, PrimExpr, cast, const, select
 from ...tir.stmt import BufferStore, Evaluate, IfThenElse, seq
 from ..language import core as tlcore
 from ..language import dtypes as tld
+from ..language.dtypes import unwrap
 from . import ops
 from . import values as V
 from .affine import contiguous_dim
 from .emitter import Deferred, Emitter, buffer_block
 from .values import Block, BlockPtr, Scalar, TileTypeError
-
-
-def _c(v):
-    return v.value if isinstance(v, tld.constexpr) else v
 
 
 class Builtins:
@@ -45,7 +42,7 @@ class Builtins:
         except TypeError as e:
             raise TileTypeError(f"tl.{name}{sig}: {e}") from None
         bound.apply_defaults()
-        return impl(*(_c(a) for a in bound.args), **{k: _c(v) for k, v in bound.kwargs.items()})
+        return impl(*(unwrap(a) for a in bound.args), **{k: unwrap(v) for k, v in bound.kwargs.items()})
 
     def method(self, v, attr: str):
         """`x.to(...)`, `x.dtype`, `x.shape`, `x.T` and the like on a run-time value."""
@@ -54,7 +51,8 @@ class Builtins:
         if attr == "shape":
             return list(v.shape) if not isinstance(v, BlockPtr) else list(v.block_shape)
         if attr == "to":
-            return lambda dtype, fp_downcast_rounding=None, bitcast=False: self.b_cast(v, _c(dtype), bitcast=bitcast)
+            return lambda dtype, fp_downcast_rounding=None, bitcast=False: self.b_cast(v, unwrap(dtype),
+                                                                                       bitcast=bitcast)
         if attr == "T":
             return self.b_trans(v)
         if attr in tlcore.MEMBERS:
@@ -517,7 +515,7 @@ class Builtins:
             return cast("int64", s.expr)
 
         return BlockPtr(base.base, base.expr, tuple(expr(x) for x in shape), tuple(expr(x) for x in strides),
-                        tuple(expr(x) for x in offsets), tuple(_c(b) for b in block_shape), tuple(order))
+                        tuple(expr(x) for x in offsets), tuple(unwrap(b) for b in block_shape), tuple(order))
 
     def b_advance(self, base, offsets):
         if not isinstance(base, BlockPtr):
@@ -613,7 +611,7 @@ PRECISIONS = ("tf32", "tf32x3", "ieee")
 def input_precision_of(input_precision, allow_tf32) -> str:
     """tl.dot's precision of float32 operands as Triton reads it: `input_precision`, else its old
     spelling `allow_tf32`, else "tf32" (Triton's default on NVIDIA GPUs)."""
-    input_precision, allow_tf32 = _c(input_precision), _c(allow_tf32)
+    input_precision, allow_tf32 = unwrap(input_precision), unwrap(allow_tf32)
     if input_precision is None:
         return "ieee" if allow_tf32 is False else "tf32"
     if input_precision not in PRECISIONS:
@@ -628,7 +626,7 @@ def _not(c: PrimExpr) -> PrimExpr:
 def _shape(shape) -> tuple[int, ...]:
     if isinstance(shape, int):
         return (shape,)
-    return tuple(_c(s) for s in shape)
+    return tuple(unwrap(s) for s in shape)
 
 
 def _lowest(t: str) -> PrimExpr:

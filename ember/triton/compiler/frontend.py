@@ -29,6 +29,7 @@ from ...tir.structural import structural_equal
 from ..function import KernelFunction
 from ..language import core as tlcore
 from ..language import dtypes as tld
+from ..language.dtypes import unwrap
 from . import ops
 from . import values as V
 from .emitter import Emitter, buffer_block, buffer_value
@@ -51,10 +52,6 @@ class Frame:
 
     fn: KernelFunction
     env: dict
-
-
-def unwrap(v):
-    return v.value if isinstance(v, tld.constexpr) else v
 
 
 class Frontend:

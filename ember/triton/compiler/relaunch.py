@@ -135,7 +135,7 @@ def again(fn: KernelFunction, args: tuple, kwargs: dict, grid) -> L.Compiled | N
         if tensor:
             runtime.append((name, device_tensor_arg(name, v) if on_device(v) else tensor_arg(name, v)))
         else:
-            runtime.append((name, v.value if isinstance(v, tld.constexpr) else v))
+            runtime.append((name, tld.unwrap(v)))
     return L.run(fn, entry.compiled, runtime, grid, options, entry.target)
 
 

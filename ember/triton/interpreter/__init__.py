@@ -27,7 +27,7 @@ import numpy as np
 from ...errors import ArgumentTypeError
 from ..args import scalar_dtype, tensor_arg
 from ..language.core import semantics
-from ..language.dtypes import constexpr
+from ..language.dtypes import constexpr, unwrap
 from .ops import Semantics
 from .program import PACKAGE
 from .values import Block, BlockPointer, Buffer, Pointer, np_dtype
@@ -57,7 +57,7 @@ def launch(jit_fn, grid: tuple[int, int, int], bound: dict, options: dict) -> No
     for param in jit_fn.params:
         value = bound[param.name]
         if param.is_constexpr:
-            args[param.name] = value.value if isinstance(value, constexpr) else value
+            args[param.name] = unwrap(value)
         else:
             args[param.name] = argument(param.name, value)
     impl = Semantics(jit_fn.__name__, grid)

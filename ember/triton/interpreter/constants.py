@@ -9,7 +9,8 @@ import numpy as np
 
 from ...errors import TileError
 from ..language import dtypes as tld
-from .values import Block, unwrap
+from ..language.dtypes import unwrap
+from .values import Block
 
 MAX_NUMEL = 1 << 20  # Triton's largest block
 

@@ -14,9 +14,10 @@ import numpy as np
 
 from ...errors import TileError
 from ..language import dtypes as tld
+from ..language.dtypes import unwrap
 from .constants import int_of, shape_of
 from .program import Program
-from .values import Block, BlockPointer, Pointer, as_block, unwrap
+from .values import Block, BlockPointer, Pointer, as_block
 
 SPIN_LIMIT = 10_000  # failed atomic_cas in a row on one address that make a deadlock
 

@@ -15,9 +15,10 @@ import numpy as np
 
 from ...errors import TileError
 from ..language import dtypes as tld
+from ..language.dtypes import unwrap
 from .constants import axis_of, const_int, dims_of, dtype_of, shape_of
 from .memory import Memory
-from .values import Block, Buffer, Pointer, as_block, binary, computation_type, is_low_float, np_dtype, unwrap
+from .values import Block, Buffer, Pointer, as_block, binary, computation_type, is_low_float, np_dtype
 
 
 def _float_math(name: str, fn, allow_int: bool = False):

@@ -23,6 +23,7 @@ import numpy as np
 from ...errors import TileError
 from ..language import core
 from ..language import dtypes as tld
+from ..language.dtypes import unwrap
 
 _NUMPY: dict[str, np.dtype] = {}
 
@@ -93,10 +94,6 @@ def python_dtype(value) -> tld.dtype:
     from ..args import scalar_dtype
 
     return scalar_dtype(value)
-
-
-def unwrap(value):
-    return value.value if isinstance(value, tld.constexpr) else value
 
 
 def as_block(value, what: str = "operand") -> Block:

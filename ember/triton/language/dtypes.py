@@ -93,7 +93,7 @@ class constexpr:
     it makes the parameter part of the specialization key; `tl.constexpr(4)` wraps a value."""
 
     def __init__(self, value):
-        self.value = value.value if isinstance(value, constexpr) else value
+        self.value = unwrap(value)
 
     def __repr__(self) -> str:
         return f"constexpr[{self.value!r}]"
@@ -105,7 +105,12 @@ class constexpr:
         return bool(self.value)
 
     def __eq__(self, other):
-        return self.value == (other.value if isinstance(other, constexpr) else other)
+        return self.value == unwrap(other)
 
     def __hash__(self):
         return hash(self.value)
+
+
+def unwrap(value):
+    """value, or the value a constexpr wraps."""
+    return value.value if isinstance(value, constexpr) else value
