@@ -1,12 +1,14 @@
 """The tile language's compiler: a kernel's Python AST to ember's loop IR, C and a native library.
 
-frontend.py walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
-typing; builtins.py: the tl.* calls); an Emitter (emitter.py: the interface) builds the loop
-nests of block operations, vector.py the CPU's (affine.py: the analysis of masks and offsets it
-reads), cuda/ the GPU's; launch.py specializes, caches and calls (relaunch.py: a launch like an earlier one, without
-binding and specializing again). `launch(jit_fn, grid, bound, options, target)`
-is what `JITFunction.run` calls (the compiler reads a kernel as a function.KernelFunction), for
-the launch's target; the Emitter is that target's backend's (`tile_emitter`).
+frontend/ walks the AST (values.py: the compile-time values; ops.py: arithmetic with Triton's
+typing; builtins/: the tl.* calls); an Emitter (emitter.py: the interface) builds the loop nests
+of block operations, vector.py the CPU's (affine.py: the analysis of masks and offsets it reads),
+cuda/ the GPU's; launch.py specializes, caches and calls (relaunch.py: a launch like an earlier
+one, without binding and specializing again). Each package holds one idea a module, each a layer
+of its class (frontend.Frontend, builtins.Builtins, cuda.CUDAEmitter). `launch(jit_fn, grid,
+bound, options, target)` is what `JITFunction.run` calls (the compiler reads a kernel as a
+function.KernelFunction), for the launch's target; the Emitter is that target's backend's
+(`tile_emitter`).
 
 Not compiled yet (each a TileError naming the kernel's line): `return` inside a loop, or of a
 value under a run-time condition (the early-return idiom `if c: return` is supported); shifts
