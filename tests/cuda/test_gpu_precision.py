@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from gpu_kernels import needs_nvrtc
-from test_cuda_model import MODELS, SIMULATED
+from model_cases import MODELS, SIMULATED
 
 import ember
 from ember.errors import ConfigError
