@@ -4,10 +4,10 @@ where the reduction starts) as one reset before the loop, as the instruction str
 from __future__ import annotations
 
 from ..tir.arith import Analyzer
-from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr
-from ..tir.expr_functor import free_vars, substitute, visit_expr
-from ..tir.functor import stmt_exprs, visit_stmt
-from ..tir.stmt import Allocate, BufferStore, CallRoutine, For, IfThenElse, SeqStmt, Stmt, seq
+from ..tir.expr import Const, PrimExpr
+from ..tir.expr_functor import free_vars, substitute
+from ..tir.functor import stmt_exprs, touches, visit_stmt
+from ..tir.stmt import Allocate, CallRoutine, For, IfThenElse, SeqStmt, Stmt, seq
 
 
 def hoist_resets(s: Stmt) -> Stmt:
@@ -26,7 +26,7 @@ def hoist_resets(s: Stmt) -> Stmt:
                 if (isinstance(x, IfThenElse) and x.else_case is None and isinstance(x.then_case, CallRoutine)
                         and dict(x.then_case.params).get("op") == "reset" and _first_iteration(x.cond, s)
                         and x.then_case.writes[0].buffer not in allocs
-                        and not _touches(stmts[:k], x.then_case.writes[0].buffer)
+                        and not any(touches(y, x.then_case.writes[0].buffer) for y in stmts[:k])
                         and s.loop_var not in _free_vars_of(x.then_case)):
                     rest = seq(*stmts[:k], *stmts[k + 1:])
                     for buf in reversed(allocs):
@@ -59,16 +59,3 @@ def _free_vars_of(s: Stmt) -> set:
     return out
 
 
-def _touches(stmts, buf: Buffer) -> bool:
-    hit = []
-
-    def on_stmt(x):
-        if isinstance(x, BufferStore) and x.buffer is buf or isinstance(x, CallRoutine) and any(
-                p.buffer is buf for p in x.reads + x.writes):
-            hit.append(x)
-        for e in stmt_exprs(x):
-            visit_expr(e, lambda n: hit.append(n) if isinstance(n, BufferLoad) and n.buffer is buf else None)
-
-    for x in stmts:
-        visit_stmt(x, on_stmt)
-    return bool(hit)

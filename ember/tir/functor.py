@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from .expr import INDEX, Call, PrimExpr, Var
+from .expr import INDEX, BufferLoad, Call, PrimExpr, Var
 from .expr_functor import ExprFn, all_same, mutate_expr
 from .expr_functor import expr_children as expr_children  # offered here too: one import traverses both
 from .expr_functor import free_vars as free_vars
@@ -184,4 +184,20 @@ def checks_indices(s: Stmt) -> bool:
     found = []
     visit_stmt(s, lambda x: [visit_expr(e, lambda n: found.append(n) if isinstance(n, Call) and n.name == INDEX
                                         else None) for e in stmt_exprs(x)])
+    return bool(found)
+
+
+def touches(s: Stmt, buffer) -> bool:
+    """Whether s reads or writes `buffer` (the very object): a load, a store, or a tensorized
+    call through its pointers."""
+    found = []
+
+    def on_stmt(x):
+        if isinstance(x, BufferStore) and x.buffer is buffer or isinstance(x, CallRoutine) and any(
+                p.buffer is buffer for p in x.reads + x.writes):
+            found.append(x)
+        for e in stmt_exprs(x):
+            visit_expr(e, lambda y: found.append(y) if isinstance(y, BufferLoad) and y.buffer is buffer else None)
+
+    visit_stmt(s, on_stmt)
     return bool(found)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....tir.expr import Buffer, BufferLoad
-from ....tir.functor import collect, mutate_stmt
+from ....tir.functor import collect, mutate_stmt, touches
 from ....tir.stmt import BufferStore, CallRoutine, For, SeqStmt, Stmt, seq
 from ....tir.structural import structural_key
 from .dot import COPY, DOT, ZERO, Dots
-from .rewrite import replaced, touched_besides, touches
+from .rewrite import replaced, touched_besides
 from .threads import SPREAD
 
 

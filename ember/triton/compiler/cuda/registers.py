@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....tir.expr import Buffer, BufferLoad, const
-from ....tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
+from ....tir.functor import collect, mutate_stmt, stmt_exprs, touches, visit_expr, visit_stmt
 from ....tir.stmt import BufferStore, CallRoutine, For, Stmt
 from ....tir.structural import structural_key
-from .rewrite import replaced, touched_besides, touches
+from .rewrite import replaced, touched_besides
 from .threads import SPREAD, ThreadEmitter
 
 
