@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from ...tir.expr import Buffer, BufferLoad, PrimExpr, Var, const
-from ...tir.stmt import BufferStore, Stmt
+from ...tir.stmt import Allocate, BufferStore, Stmt
 from . import values as V
 
 # a masked nest's body: body(index, full) -> its statement, `full` when built unmasked
@@ -89,6 +89,12 @@ class Emitter(ABC):
         shape = v.shape if shape is None else shape
         self.emit(self.nest(shape, lambda idx: BufferStore(buf, V.element(v, idx), (V.flat_index(shape, idx),)),
                             lanes=self.lanes(buf.dtype)))
+
+    def allocated(self, body: Stmt) -> Stmt:
+        """body inside the allocations of the kernel's local buffers (each program's own)."""
+        for buf in reversed(self.allocs):
+            body = Allocate(buf, body)
+        return body
 
     def scalar(self, expr: PrimExpr, dtype, hint: str = "s") -> V.Scalar:
         """A scalar computed here, once (kept in a one-element local buffer)."""
@@ -171,6 +177,11 @@ class Deferred:
     def read(self) -> None:
         if self.buffer is None:
             self.buffer = self.em.read_in(self)
+
+    def into(self, buf: Buffer) -> Body:
+        """The body of a nest reading the load into buf (its elements row-major): an Emitter's
+        `read_in`."""
+        return lambda idx, full: BufferStore(buf, self.direct(idx, full), (V.flat_index(self.shape, idx),))
 
 
 def buffer_block(buf: Buffer, shape: tuple[int, ...], dtype) -> V.Block:

@@ -223,8 +223,7 @@ class VectorEmitter(Emitter):
         lanes = self.lanes(d.dtype)
         transposed = d.inner == 0 and len(d.shape) == 2 and lanes > 1 and all(n % lanes == 0 for n in d.shape)
         fast = (lambda: self._transposed(d, buf, lanes)) if transposed else None
-        self.versioned(d.shape, lambda idx, full: BufferStore(buf, d.direct(idx, full), (V.flat_index(d.shape, idx),)),
-                       lanes, d.inner, fast)
+        self.versioned(d.shape, d.into(buf), lanes, d.inner, fast)
         return buf
 
     def _transposed(self, d: Deferred, buf: Buffer, lanes: int) -> Stmt:
@@ -250,7 +249,4 @@ class VectorEmitter(Emitter):
     # -- the grid ----------------------------------------------------------------------------------
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """One parallel loop over the programs; each has its own local buffers."""
-        body = seq(*self.lists[0])
-        for buf in reversed(self.allocs):
-            body = Allocate(buf, body)
-        return For(pid, const(0), programs, "parallel", body)
+        return For(pid, const(0), programs, "parallel", self.allocated(seq(*self.lists[0])))

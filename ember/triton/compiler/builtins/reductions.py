@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ....tir import expr as te
 from ....tir.expr import PrimExpr, const
 from ...language import dtypes as tld
@@ -63,7 +65,7 @@ class Reductions(Blocks):
         if ax is None:
             return (input, Scalar(const(0, "int32"), tld.int32)) if return_indices else input
         t = V.tir_dtype(input.dtype)
-        init = _lowest(t) if op == "max" else _highest(t)
+        init = _identity(op, t)
         if return_indices:
             better = (lambda a, b: a > b) if op == "max" else (lambda a, b: a < b)
             vals, idx = self.em.arg_reduce(input, ax, better, init, tld.int32)
@@ -103,21 +105,12 @@ class Reductions(Blocks):
         return ops.binary("/", e, self.b_sum(e, len(input.shape) - 1, keep_dims=True))
 
 
-def _lowest(t: str) -> PrimExpr:
+def _identity(op: str, t: str) -> PrimExpr:
+    """The start of a "max" (t's lowest value) or "min" (its highest) reduction of type t."""
+    lowest = op == "max"
     if t.startswith("float"):
-        return const(float("-inf"), t)
+        return const(float("-inf") if lowest else float("inf"), t)
     if t == "bool":
-        return const(False)
-    import numpy as np
-
-    return const(int(np.iinfo(t).min), t)
-
-
-def _highest(t: str) -> PrimExpr:
-    if t.startswith("float"):
-        return const(float("inf"), t)
-    if t == "bool":
-        return const(True)
-    import numpy as np
-
-    return const(int(np.iinfo(t).max), t)
+        return const(not lowest)
+    info = np.iinfo(t)
+    return const(int(info.min if lowest else info.max), t)

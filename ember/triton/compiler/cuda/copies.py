@@ -58,8 +58,7 @@ class OperandCopies(Dots):
 
     def read_in(self, d: Deferred) -> Buffer:
         buf = self.local("ld", d.shape, d.dtype)
-        self.versioned(d.shape, lambda idx, full: BufferStore(buf, d.direct(idx, full), (V.flat_index(d.shape, idx),)),
-                       1, d.inner)
+        self.versioned(d.shape, d.into(buf), 1, d.inner)
         if self.lists[-1]:
             self._read_ins[buf] = (d, self.lists[-1][-1])
         return buf

@@ -36,6 +36,7 @@ SPREAD = "tile_spread"  # a statement spread over the threads (`_spread`): its i
 
 
 def bound(var: Var, extent: int, tag: str, body: Stmt) -> For:
+    """body over var in [0, extent), bound to the thread index `tag` ("threadIdx.x", ...)."""
     return For(var, const(0), const(extent), THREAD_BINDING, body, (("thread_tag", tag),))
 
 
