@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....tir.expr import Buffer, BufferLoad, const
-from ....tir.functor import collect, mutate_stmt, stmt_exprs, touches, visit_expr, visit_stmt
+from ....tir.functor import collect, mutate_stmt, touches
+from ....tir.region import accesses
 from ....tir.stmt import BufferStore, CallRoutine, For, Stmt
 from ....tir.structural import structural_key
 from .rewrite import replaced, touched_besides
@@ -51,19 +52,9 @@ class ThreadOwnBlocks(ThreadEmitter):
         """Whether every access of spread to buf is at the statement's own element."""
         _, flat, _, _ = self._spreads[spread.annotation(SPREAD)]
         key = structural_key(flat)
-        found = []
-
-        def on_stmt(x):
-            if isinstance(x, CallRoutine) and any(p.buffer is buf for p in x.reads + x.writes):
-                found.append(None)
-            if isinstance(x, BufferStore) and x.buffer is buf:
-                found.append(x.indices)
-            for e in stmt_exprs(x):
-                visit_expr(e, lambda y: found.append(y.indices) if isinstance(y, BufferLoad) and y.buffer is buf
-                           else None)
-
-        visit_stmt(spread, on_stmt)
-        return all(i is not None and len(i) == 1 and structural_key(i[0]) == key for i in found)
+        if collect(spread, lambda x: isinstance(x, CallRoutine) and any(p.buffer is buf for p in x.reads + x.writes)):
+            return False  # (a tensorized call reads or writes a whole tile)
+        return all(len(i) == 1 and structural_key(i[0]) == key for i in accesses(spread, buf))
 
     def _moved(self, spread: For, buf: Buffer, mine: Buffer) -> Stmt:
         """spread with its accesses to buf made to the thread's own element j of mine."""
