@@ -163,8 +163,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     opt_level, disabled_passes, print_ir: the graph passes to run, to skip, and to print the
         graph after (see ember.passes.pipeline.run_pipeline).
     num_threads: OpenMP threads of each call (default: the num_threads option; 0: OpenMP's own).
-    jobs: processes that lower kernels (default: one per core when there are at least
-        PARALLEL_MIN_KERNELS distinct kernels, else 1; see ember.workers).
+    jobs: processes that lower kernels (default: this one, the rest handed to one worker per core
+        once what is left would take lowering.PARALLEL_MIN_S; see ember.workers).
     target: "c", "python" (the loop-IR interpreter runs every kernel), "cuda" (the GPU), or an
         ember.target.Target (Target("cuda", simulate=True): GPU kernels on the interpreter):
         its backend (ember.backends: renderers, builder, compiled-model class), the SIMD width the

@@ -16,9 +16,10 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
 - `lower_workload(workload, schedules, target)`: the lowered kernel, for the target's SIMD
   width, scheduled by the tuned trace that `schedules` (a lookup from workload key to trace,
   e.g. `Database.schedules(target.key)`) has for it, else by its operators' own schedule.
-- `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in worker processes when
-  there are many; structurally equal kernels are one kernel, named after the operators of the
-  first group that uses it (`conv2d_add_relu_3`).
+- `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in this process, the rest
+  handed to worker processes once what is left would take PARALLEL_MIN_S (a worker's start costs
+  its import of ember, half a second of CPU); structurally equal kernels are one kernel, named
+  after the operators of the first group that uses it (`conv2d_add_relu_3`).
 - `LOWERED`: the kernels lowered in this process, by workload and target (every fact of the
   target is part of the key: a kernel lowered for 16 lanes is never reused for 8; an LRU of
   LOWERED_CACHE_SIZE kernels). A workload is the group's structure only (operators, attributes,
@@ -41,6 +42,7 @@ import functools
 import os
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -63,7 +65,7 @@ from .tir.stmt import PrimFunc
 from .tir.structural import structural_hash
 from .workers import Call, WorkerPool
 
-PARALLEL_MIN_KERNELS = 8  # fewer distinct kernels are lowered in this process
+PARALLEL_MIN_S = 2.0  # CPU seconds of lowering left, estimated, past which the rest goes to workers
 MAX_NAME_OPS = 4  # operators named in a kernel's name
 LOWERED_CACHE_SIZE = 512  # lowered kernels kept in a process (LOWERED), least recently used first out
 
@@ -244,9 +246,8 @@ LOWERED = LoweredCache(LOWERED_CACHE_SIZE)
 def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: ScheduleLookup | None = None,
                  target: Target | str = "c") -> Lowered:
     """The kernel of each group (see `Lowered`): distinct workloads lowered once, those not in
-    LOWERED (see the module doc) in `jobs` worker processes (default: one per core when there
-    are at least PARALLEL_MIN_KERNELS of them, else this one); structurally equal functions
-    share one kernel, named after its first group's operators."""
+    LOWERED (see the module doc) in `jobs` worker processes (default: see `_lower_all`);
+    structurally equal functions share one kernel, named after its first group's operators."""
     target = as_target(target)
     of_group = [workload_of(g) for g in groups]
     workloads = list(dict.fromkeys(of_group))
@@ -260,8 +261,8 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
             found[w] = (*entry, {})
             LOWERED.put((w, target), found[w])
     missing = [w for w in missing if found.get(w) is None]
-    jobs = _jobs(jobs, len(missing))
-    for w, (func, key) in zip(missing, _lower_all(missing, schedules, target, jobs)):
+    results, jobs = _lower_all(missing, schedules, target, jobs)
+    for w, (func, key) in zip(missing, results):
         found[w] = func, key, {}
         if memo:
             LOWERED.put((w, target), found[w])
@@ -285,14 +286,6 @@ def _disk_key(w: Workload, target: Target) -> str:
     return repr((w.key, target))
 
 
-def _jobs(jobs: int | None, n: int) -> int:
-    """Processes to lower n distinct kernels in: by default one per core when there are at least
-    PARALLEL_MIN_KERNELS of them (fewer are not worth a worker's start), else this one."""
-    if jobs is None:
-        jobs = (os.cpu_count() or 1) if n >= PARALLEL_MIN_KERNELS else 1
-    return max(1, min(jobs, n))
-
-
 def lowered_and_hashed(w: Workload, schedules: ScheduleLookup | None, target: Target | str) -> tuple[PrimFunc, str]:
     """`lower_workload`, and the structural hash of its function: hashed where it was lowered, so
     that workers hash in parallel and the parent hashes nothing (a tenth of a lowering)."""
@@ -301,13 +294,33 @@ def lowered_and_hashed(w: Workload, schedules: ScheduleLookup | None, target: Ta
 
 
 def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, target: Target | str,
-               jobs: int) -> list[tuple[PrimFunc, str]]:
-    """The lowered function of each workload and its structural hash, in `jobs` worker processes
-    of ember's own (ember.workers: they work from any script, thread or daemonic process). A
-    lowering error is raised again here as it was raised there; a worker that dies raises
-    CompileError."""
-    if jobs <= 1:
-        return [lowered_and_hashed(w, schedules, target) for w in workloads]
+               jobs: int | None) -> tuple[list[tuple[PrimFunc, str]], int]:
+    """The lowered function of each workload and its structural hash, and the processes that
+    lowered them: `jobs` worker processes when given (1: this one). By default this process lowers
+    them in turn until the CPU time they took, per workload, times those left reaches
+    PARALLEL_MIN_S; the rest then go to one worker per core. A worker costs its start (importing
+    ember: about 0.45 s of CPU on this project's 2-core machine, more than ResNet-18's 20 kernels
+    take to lower), so only a long lowering gains by them."""
+    if jobs is not None:
+        jobs = max(1, min(jobs, len(workloads)))
+        if jobs == 1:
+            return [lowered_and_hashed(w, schedules, target) for w in workloads], 1
+        return _in_workers(workloads, schedules, target, jobs), jobs
+    cores, done, start = os.cpu_count() or 1, [], time.process_time()
+    for k, w in enumerate(workloads):
+        left = len(workloads) - k
+        if k and cores > 1 and left > 1 and (time.process_time() - start) / k * left >= PARALLEL_MIN_S:
+            jobs = min(cores, left)
+            return done + _in_workers(workloads[k:], schedules, target, jobs), jobs
+        done.append(lowered_and_hashed(w, schedules, target))
+    return done, 1
+
+
+def _in_workers(workloads: list[Workload], schedules: ScheduleLookup | None, target: Target | str,
+                jobs: int) -> list[tuple[PrimFunc, str]]:
+    """`lowered_and_hashed` of each workload in `jobs` worker processes of ember's own
+    (ember.workers: they work from any script, thread or daemonic process). A lowering error is
+    raised again here as it was raised there; a worker that dies raises CompileError."""
     with WorkerPool(jobs, preload=[__name__], name="ember-lower") as pool:
         outcomes = pool.run([Call(f"{__name__}:lowered_and_hashed", (w, schedules, target)) for w in workloads])
     for w, outcome in zip(workloads, outcomes):

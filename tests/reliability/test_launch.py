@@ -224,7 +224,7 @@ def test_torch_models_lower_in_parallel(python):
         layers = [m for k in range(8) for m in (torch.nn.Linear(16 + k, 17 + k), torch.nn.ReLU())]
         model = torch.nn.Sequential(*layers).eval()
         x = torch.randn(4, 16)
-        cm = ember.compile(model, example_inputs=(x,))
+        cm = ember.compile(model, example_inputs=(x,), jobs=os.cpu_count())
         np.testing.assert_allclose(cm(x.numpy()), model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
         print("STATS", cm.stats.jobs, cm.stats.lowered, os.cpu_count())
         """), timeout=180)

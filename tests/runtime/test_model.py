@@ -4,6 +4,7 @@ cache, and calls from several threads at once."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -184,13 +185,27 @@ def test_second_compile_hits_the_build_cache(monkeypatch):
 
 
 def test_lowering_in_worker_processes_gives_the_same_model(monkeypatch):
-    g, _ = residual_graph()
-    monkeypatch.setenv("EMBER_LOWERED_CACHE", "0")  # nor read from the disk
-    LOWERED.clear()  # kernels lowered by earlier tests would be reused: each compile lowers its own
-    parallel = compile_graph(g, jobs=2)
-    assert parallel.stats.jobs == 2  # whatever threads earlier tests left behind
+    """By default a quick lowering stays in this process (a worker's start would cost more); one
+    estimated to take PARALLEL_MIN_S goes on in workers, giving the same model."""
+    g = Graph("chain")
+    h = g.add_input("x", TensorType((4, 16)))
+    for k in range(4):  # four matmuls of distinct shapes: four workloads
+        h = add_op(g, "matmul", [h, g.add_constant(random_array((16 + k, 17 + k)), f"w{k}")])[0]
+    g.set_outputs([h])
+    monkeypatch.setenv("EMBER_LOWERED_CACHE", "0")
     LOWERED.clear()
-    assert parallel.source == compile_graph(g, jobs=1).source
+    alone = compile_graph(g)
+    assert alone.stats.jobs == 1 and alone.stats.lowered == 4
+    data = random_array((4, 16))
+    expected = data.astype(np.float64)
+    for k in range(4):
+        expected = expected @ g.constants[f"w{k}"]
+    np.testing.assert_allclose(alone(data), expected, rtol=1e-4, atol=1e-4)
+    if (os.cpu_count() or 1) > 1:
+        monkeypatch.setattr("ember.lowering.PARALLEL_MIN_S", 0.0)
+        LOWERED.clear()
+        handed = compile_graph(g)
+        assert handed.stats.jobs > 1 and handed.source == alone.source
 
 
 def test_calls_from_several_threads():
