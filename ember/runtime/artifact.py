@@ -351,7 +351,7 @@ def data_offset(head: bytes) -> int:
 
 def _entry(folder: Path, relative: str) -> dict:
     """The manifest's record of a file written: its path, size and sha256."""
-    return {"path": relative, **Digest.of((folder / relative).read_bytes()).to_json()}
+    return {"path": relative, **Digest.of_file(folder / relative).to_json()}
 
 
 def _write(folder: Path, relative: str, data: bytes) -> dict:

@@ -147,7 +147,7 @@ def _install(lib: Path, path: Path) -> None:
     """Move a freshly built library to `path`, its sidecar first: a library in the cache is whole
     and a reader checks it against the sidecar written for it."""
     sidecar = lib.with_suffix(".json")
-    sidecar.write_text(json.dumps(Digest.of(lib.read_bytes()).to_json()) + "\n")
+    sidecar.write_text(json.dumps(Digest.of_file(lib).to_json()) + "\n")
     os.replace(sidecar, path.with_suffix(".json"))
     os.replace(lib, path)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import mmap
 import os
 import stat
 import threading
@@ -49,6 +50,18 @@ class Digest:
     @classmethod
     def of(cls, data: bytes) -> Digest:
         return cls(len(data), hashlib.sha256(data).hexdigest())
+
+    @classmethod
+    def of_file(cls, path: Path) -> Digest:
+        """The digest of a file just written, hashed through a mapping of its pages: reading it
+        into memory first would copy the bytes once more (a model's weights file: 0.2 s of CPU
+        per 400 MB)."""
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size:
+                return cls.of(b"")
+            with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as data:
+                return cls(size, hashlib.sha256(data).hexdigest())
 
     def to_json(self) -> dict:
         return {"size": self.size, "sha256": self.sha256}

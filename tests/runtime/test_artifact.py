@@ -111,3 +111,10 @@ def test_broken_artifacts(tmp_path, change, message):
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match=message):
         ember.load(path)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4099])
+def test_a_files_digest_through_its_pages_is_its_bytes_digest(tmp_path, size):
+    path = tmp_path / "data.bin"
+    path.write_bytes(np.random.default_rng().integers(0, 256, size, dtype=np.uint8).tobytes())
+    assert Digest.of_file(path) == Digest.of(path.read_bytes())
