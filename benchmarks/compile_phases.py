@@ -11,8 +11,9 @@ code generation, the C compiler, loading, saving into the model cache).
            and a notebook's second cell cost)
 
 Every figure is the median over --rounds rounds (a fresh cache folder each), with its spread
-(max/min); seconds of wall clock, and of CPU (the process and its children: lowering workers and
-compilers), which a machine shared with other work changes less. --small: the reduced models.
+(max/min); two tables: seconds of wall clock, then of CPU (the process and its children: lowering
+workers and compilers; the compile report's CPU column), which a machine shared with other work
+changes less. --small: the reduced models.
 --model-cache both: each round runs without the model cache (EMBER_MODEL_CACHE=0), then with it.
 
     python benchmarks/compile_phases.py [--rounds 3] [--small] [--models resnet18 bert mobilenet_v2 gpt2]
@@ -38,6 +39,8 @@ from benchmarks.compare import run_child  # noqa: E402
 
 PHASES = ("import_s", "passes_s", "lower_s", "codegen_s", "build_s", "load_s", "kept_s", "total_s")
 MODELS = ("resnet18", "bert", "mobilenet_v2", "gpt2")
+CPU = {"import_s": "import", "passes_s": "passes", "lower_s": "lowering", "codegen_s": "codegen",
+       "build_s": "C compiler", "load_s": "load", "kept_s": "kept"}  # the phases' names in CompileStats.cpu
 
 
 def model(name: str, small: bool):
@@ -69,7 +72,7 @@ def child(name: str, small: bool) -> dict:
         wall, cpu = time.perf_counter(), cpu_s()
         cm = ember.compile(m, inputs)
         out[label] = {**{p: getattr(cm.stats, p) for p in PHASES}, "wall": time.perf_counter() - wall,
-                      "cpu": cpu_s() - cpu}
+                      "cpu": cpu_s() - cpu, **{f"cpu {p}": cm.stats.cpu.get(name, 0.0) for p, name in CPU.items()}}
     with torch.no_grad():
         ref = m(*inputs).numpy()
     got = cm(*(x.numpy() for x in inputs))
@@ -107,16 +110,18 @@ def main(argv=None) -> None:
                             runs["again" + suffix].append(got["again"])
                         print(f"round {r + 1}: {name} {label}{suffix} {got['first']['wall']:.2f} s wall, "
                               f"{got['first']['cpu']:.2f} s CPU", file=sys.stderr)
-        print(f"{name}{' (small)' if args.small else ''}, {args.rounds} rounds: median seconds (spread max/min)")
-        width = max(map(len, runs)) + 1
-        print(f"{'':{width}}" + "".join(f"{p.removesuffix('_s'):>14}" for p in (*PHASES, "cpu")))
-        for label, rows in runs.items():
-            cells = []
-            for p in (*PHASES, "cpu"):
-                values = [row[p] for row in rows]
-                spread = max(values) / min(values) if min(values) > 0 else 1.0
-                cells.append(f"{statistics.median(values):8.2f} ({spread:3.1f})")
-            print(f"{label:{width}}" + "".join(f"{c:>14}" for c in cells))
+        for clock, columns in (("wall", (*PHASES, "cpu")), ("CPU", (*(f"cpu {p}" for p in CPU), "cpu"))):
+            print(f"{name}{' (small)' if args.small else ''}, {args.rounds} rounds: median {clock} seconds "
+                  f"(spread max/min)")
+            width = max(map(len, runs)) + 1
+            print(f"{'':{width}}" + "".join(f"{p.removeprefix('cpu ').removesuffix('_s'):>14}" for p in columns))
+            for label, rows in runs.items():
+                cells = []
+                for p in columns:
+                    values = [row[p] for row in rows]
+                    spread = max(values) / min(values) if min(values) > 0 else 1.0
+                    cells.append(f"{statistics.median(values):8.2f} ({spread:3.1f})")
+                print(f"{label:{width}}" + "".join(f"{c:>14}" for c in cells))
 
 
 if __name__ == "__main__":

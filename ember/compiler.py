@@ -59,6 +59,7 @@ compiled.
 from __future__ import annotations
 
 import dataclasses
+import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +112,7 @@ class CompileStats:
     load_s: float = 0.0  # loading the library and copying the weights into aligned buffers
     hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
     kept_s: float = 0.0  # saving the model into the model cache (on a miss)
+    cpu: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each phase's CPU seconds (`Clock`)
 
     def __str__(self):
         return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self._fresh} lowered in "
@@ -123,8 +125,9 @@ class CompileStats:
         return self.lowered - self.reused - self.loaded
 
     def report(self, slowest: int = 3) -> str:
-        """Each phase's seconds and share of the total, what was cached, and the `slowest` graph
-        passes (weight packing is the pack_weights pass, plus the aligned copies at load)."""
+        """Each phase's seconds and share of the total, its CPU seconds (its children's too: the C
+        compiler, lowering workers), what was cached, and the `slowest` graph passes (weight
+        packing is the pack_weights pass, plus the aligned copies at load)."""
         passes = sorted(self.passes, key=lambda r: -r.seconds)[:slowest]
         rows = [
             ("import", self.import_s, "the frontend (torch.export and its conversion, or the ONNX import)"
@@ -144,10 +147,35 @@ class CompileStats:
         elif self.kept_s:
             rows.append(("kept", self.kept_s, "the model saved into the model cache for the next process"))
         total = self.total_s or 1.0
-        lines = [f"compiled in {self.total_s:.2f} s: " + (f"{self.kernels} kernels, from the model cache" if self.hit
-                                                          else f"{self.nodes} nodes, {self.kernels} kernels")]
-        lines += [f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%  {what}" for name, s, what in rows]
+        cpu = f" ({sum(self.cpu.values()):.2f} s of CPU)" if self.cpu else ""
+        made = f"{self.kernels} kernels, from the model cache" if self.hit else \
+            f"{self.nodes} nodes, {self.kernels} kernels"
+        lines = [f"compiled in {self.total_s:.2f} s{cpu}: {made}"]
+        for name, s, what in rows:
+            used = f" {self.cpu.get(name, 0.0):6.2f} s CPU" if cpu else ""
+            lines.append(f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%{used}  {what}")
         return "\n".join(lines)
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (the C compiler, lowering workers)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+class Clock:
+    """Wall and CPU seconds of a compile's phases, lap by lap: on a machine other work shares, the
+    wall clock counts the waits for a core, the CPU time only the work."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), _cpu_s()
+
+    def lap(self) -> tuple[float, float]:
+        """The wall and CPU seconds since the last lap (or the start)."""
+        wall, cpu = time.perf_counter(), _cpu_s()
+        since = wall - self.wall, cpu - self.cpu
+        self.wall, self.cpu = wall, cpu
+        return since
 
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
@@ -196,7 +224,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         of a kernel: the graph is cut around those nodes as around data-dependent ones, and the
         result is a SegmentedModel (ember.quantize's offload of products to an accelerator).
     """
-    start = time.perf_counter()
+    clock = Clock()
     fmt = WeightFormat.of(weights, group_size, zero_points)
     kv_dtype = check_kv_cache(kv_cache)
     num_threads, target = config.threads(num_threads), as_target(target, cc=cc, cflags=cflags)
@@ -223,11 +251,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     symbols = _symbols(graph)
     backend.check_graph(graph, symbols)
     steps = kernel_graph(fused, cut_regions(opt_level, disabled_passes), target.align)  # kernels, views, in place
-    t = time.perf_counter()
-    passes_s = t - start
+    passes_s, passes_cpu = clock.lap()
 
     lowered = lower_groups(steps.kernels, jobs, schedules, target)
-    lower_s, t = time.perf_counter() - t, time.perf_counter()
+    lower_s, lower_cpu = clock.lap()
 
     plan = plan_memory(steps, target.align)
     program = call_program(steps, plan, lowered.calls, lowered.kernels, symbols)
@@ -237,15 +264,18 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     checked = config.get("checked") if checked is None else bool(checked)
     rendered = backend.render(program, spec, plan, weights, checked=checked, target=target)
-    codegen_s, t = time.perf_counter() - t, time.perf_counter()
+    codegen_s, codegen_cpu = clock.lap()
 
     built, cached = backend.build(rendered, target)
-    build_s, t = time.perf_counter() - t, time.perf_counter()
+    build_s, build_cpu = clock.lap()
 
     model = backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads)
+    load_s, load_cpu = clock.lap()
     model.stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s,
-                               codegen_s, build_s, time.perf_counter() - start, cached, tuple(passes), lowered.reused,
-                               lowered.loaded, passes_s=passes_s, load_s=time.perf_counter() - t)
+                               codegen_s, build_s, passes_s + lower_s + codegen_s + build_s + load_s, cached,
+                               tuple(passes), lowered.reused, lowered.loaded, passes_s=passes_s, load_s=load_s,
+                               cpu={"passes": passes_cpu, "lowering": lower_cpu, "codegen": codegen_cpu,
+                                    "C compiler": build_cpu, "load": load_cpu})
     return model
 
 
@@ -308,11 +338,11 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     max_specializations option). report=True prints where the time went to stderr
     (`CompileStats.report`; the model's `compile_report()` returns it)."""
     limit = config.resolve("max_specializations", max_specializations)
-    start = time.perf_counter()
+    clock = Clock()
     torch = sys.modules.get("torch")
     if (torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None
             and (options_key := _options_key(options)) is not None):
-        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, start)
+        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, clock)
         if report:
             print(compiled.compile_report(), file=sys.stderr)
         return compiled
@@ -324,11 +354,10 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
             raise
         compiled = _specialized(model, value_inputs, limit, options)
     else:
-        import_s = time.perf_counter() - start
+        import_s, import_cpu = clock.lap()
         compiled = compile_graph(graph, **options)
         if isinstance(compiled, CompiledModel) and graph is not model:
-            compiled.stats = dataclasses.replace(compiled.stats, import_s=import_s,
-                                                 total_s=compiled.stats.total_s + import_s)
+            compiled.stats = _with_import(compiled.stats, import_s, import_cpu)
     if report:
         print(compiled.compile_report(), file=sys.stderr)
     return compiled
@@ -354,8 +383,15 @@ def _options_key(options: dict) -> str | None:
                  config.get("disable_passes")))
 
 
+def _with_import(stats: CompileStats, import_s: float, import_cpu: float, **more) -> CompileStats:
+    """The stats of a compile_graph with the frontend's seconds (and `more` phases: kept_s) added."""
+    kept_s, kept_cpu = more.get("kept", (0.0, 0.0))
+    return dataclasses.replace(stats, import_s=import_s, kept_s=kept_s, total_s=stats.total_s + import_s + kept_s,
+                               cpu={"import": import_cpu, **stats.cpu, **({"kept": kept_cpu} if kept_s else {})})
+
+
 def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str,
-                    start: float) -> CompiledModel | SegmentedModel:
+                    clock: Clock) -> CompiledModel | SegmentedModel:
     """A torch module through the model cache (ember.runtime.model_cache): traced, then loaded
     whole where a process compiled the same program (its weights included) with the same options
     before; else converted, compiled and kept. Only the trace runs on a hit: its decomposition,
@@ -368,23 +404,22 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
     traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
     program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
     key = None if program is None else f"{program}|{options_key}"
-    t = time.perf_counter()
+    trace_s, trace_cpu = clock.lap()
     art = None if key is None else model_cache.get(key)
     if art is not None:
         compiled = _from_artifact(art, options.get("num_threads"))
-        end = time.perf_counter()
-        compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, end - start, True, hit=True,
-                                      import_s=t - start, load_s=end - t)
+        load_s, load_cpu = clock.lap()
+        compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, trace_s + load_s, True, hit=True,
+                                      import_s=trace_s, load_s=load_s, cpu={"import": trace_cpu, "load": load_cpu})
         return compiled
     graph = import_traced(traced, model, example_inputs, dynamic_shapes)
-    import_s = time.perf_counter() - start
+    import_s, import_cpu = clock.lap()
     compiled = compile_graph(graph, **options)
     if isinstance(compiled, CompiledModel):
-        t = time.perf_counter()
+        clock.lap()
         if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
             model_cache.put(key, compiled)
-        compiled.stats = dataclasses.replace(compiled.stats, import_s=import_s, kept_s=time.perf_counter() - t,
-                                             total_s=time.perf_counter() - start)
+        compiled.stats = _with_import(compiled.stats, trace_s + import_s, trace_cpu + import_cpu, kept=clock.lap())
     return compiled
 
 
