@@ -142,6 +142,20 @@ def test_linear_and_matmul():
     assert "gemm" in g.op_histogram()
 
 
+def test_the_graph_keeps_its_weights_when_the_module_changes():
+    """A linear layer's weight is transposed into memory of the graph's own, once; a weight of one
+    row or one column, its own transpose, is copied like any parameter."""
+    model = nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 1), nn.ReLU(), nn.Linear(1, 3)).eval()
+    g = import_module(model, (torch.randn(4, 8),))
+    before = {k: v.copy() for k, v in g.constants.items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert before.keys() == g.constants.keys() and len(before) == 6
+    for k, v in before.items():
+        assert (g.constants[k] == v).all(), k
+
+
 def test_pooling_and_resize():
     check_import(Fn(lambda x: (
         F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),

@@ -62,12 +62,14 @@ def _scalar_array(value, dtype: str) -> np.ndarray:
 
 
 class Const:
-    """A tensor known at import time."""
+    """A tensor known at import time; `owned`: made by the import (a converter's copy), so the
+    graph takes its memory as it is, where a model's parameter is copied (the graph must not
+    change when the module does)."""
 
-    __slots__ = ("tensor", "name")
+    __slots__ = ("tensor", "name", "owned")
 
-    def __init__(self, tensor: torch.Tensor, name: str):
-        self.tensor, self.name = tensor, name
+    def __init__(self, tensor: torch.Tensor, name: str, owned: bool = False):
+        self.tensor, self.name, self.owned = tensor, name, owned
 
     def __repr__(self):
         return f"Const({self.name}: {TORCH_TO_EMBER.get(self.tensor.dtype)}{list(self.tensor.shape)})"
@@ -161,7 +163,8 @@ class Builder:
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
                 data = as_numpy(dense(x.tensor.detach()).cpu().contiguous())
-                data = data if self.folding else data.copy()  # (a scratch graph is discarded: no copy of weights)
+                # (a scratch graph is discarded, an owned tensor is the import's: no copy of weights)
+                data = data if self.folding or x.owned else data.copy()
                 if key[1] is not None:
                     if dtype == "float8_e4m3fn" and data.dtype != bool:  # saturated, as torch converts (cast)
                         data = np.clip(data.astype(np.float32), -E4M3FN_MAX, E4M3FN_MAX)

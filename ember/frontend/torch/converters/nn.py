@@ -42,9 +42,12 @@ def convolution(b, x, weight, bias, stride, padding, dilation, transposed, outpu
 
 def _transposed_weight(b, weight) -> tuple[object, bool]:
     """The (out, in) weight of a linear layer as gemm's b: a constant is transposed now, once,
-    so the kernel reads it in the order it multiplies (trans_b=False); otherwise trans_b."""
+    so the kernel reads it in the order it multiplies (trans_b=False); otherwise trans_b. The
+    transposed copy is the graph's (not copied again: BERT-base's 340 MB of linear weights)."""
     if isinstance(weight, Const):
-        return b.v(Const(weight.tensor.t().contiguous(), weight.name + ".T")), False
+        wt = weight.tensor.t()
+        copied = not wt.is_contiguous()  # (a single row or column is its own transpose: a view)
+        return b.v(Const(wt.contiguous(), weight.name + ".T", owned=copied)), False
     return b.v(weight), True
 
 
