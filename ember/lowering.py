@@ -18,7 +18,7 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
   e.g. `Database.schedules(target.key)`) has for it, else by its operators' own schedule.
 - `lower_groups(groups, jobs, schedules)`: every group's kernel, lowered in this process, the rest
   handed to worker processes once what is left would take PARALLEL_MIN_S (a worker's start costs
-  its import of ember, half a second of CPU); structurally equal kernels are one kernel, named
+  its import of ember, a quarter to half a second of CPU); structurally equal kernels are one kernel, named
   after the operators of the first group that uses it (`conv2d_add_relu_3`).
 - `LOWERED`: the kernels lowered in this process, by workload and target (every fact of the
   target is part of the key: a kernel lowered for 16 lanes is never reused for 8; an LRU of
@@ -299,8 +299,8 @@ def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, targ
     lowered them: `jobs` worker processes when given (1: this one). By default this process lowers
     them in turn until the CPU time they took, per workload, times those left reaches
     PARALLEL_MIN_S; the rest then go to one worker per core. A worker costs its start (importing
-    ember: about 0.45 s of CPU on this project's 2-core machine, more than ResNet-18's 20 kernels
-    take to lower), so only a long lowering gains by them."""
+    ember: 0.25 s of CPU on this project's 2-core machine with Python's bytecode cached, 0.45 s
+    without; ResNet-18's 20 kernels take 0.55 s to lower), so only a long lowering gains by them."""
     if jobs is not None:
         jobs = max(1, min(jobs, len(workloads)))
         if jobs == 1:
