@@ -47,8 +47,9 @@ class Rendered:
 
 @dataclass(frozen=True)
 class TunerRules:
-    """How the tuner explores a target's kernels: `space(task)`, the task's design space (a list
-    of sketches, ember.tune.space); `features(func, target)`, what the cost model sees of a
+    """How the tuner explores a target's kernels: `space(task, target=)`, the task's design space
+    on that target (a list of sketches, ember.tune.space: a tile unit's only where the target has
+    it); `features(func, target)`, what the cost model sees of a
     candidate (ember.tune.features); `runner(workers=...)`, what builds, checks and times
     candidates (ember.tune.measure.LocalRunner's interface); `stack_limit`, the bytes of local
     scratch the renderer keeps on the stack (larger goes to the heap, which the features count)."""

@@ -13,6 +13,9 @@ The rules run over the blocks of the unscheduled function:
 - **packing** (second sketch): each reused input of a tiled block is copied, at a sampled outer
   tile loop, into a buffer that compaction shrinks to the tile's panel, so the innermost loops
   read it contiguously (a B panel of a GEMM, GotoBLAS style);
+- **tensorize** (a sketch per tile unit the target has, ember.tune.tile_rule): a product whose
+  operands are in the unit's layout and dtypes is tiled to the unit's tile and each tile mapped
+  onto its intrinsic, in place of the multi-level tiling;
 - **parallel, vectorize, unroll** for every other nest at the root: its outer spatial loops
   fused and parallel, its innermost spatial loop vectorized; and on every nest an unroll limit
   sampled from UNROLL_STEPS.
@@ -29,12 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
+from ..intrinsics.tiles import UNITS
 from ..schedules.rules import inline_intermediates, parallel_vectorize
+from ..target import Target
 from ..tir.expr import BufferLoad, Var, as_int
 from ..tir.functor import collect, uses_var, visit_expr
 from ..tir.schedule import BlockRV, LoopRV, Schedule
 from ..tir.stmt import Block, BlockRealize, BufferStore, For
 from .task import Task
+from .tile_rule import tensorize_tiles, tile_extents, units_for
 
 UNROLL_STEPS = (0, 16, 64)  # 512 (MetaSchedule's fourth) makes kernels the compiler takes seconds over
 SPATIAL_LEVELS, REDUCE_LEVELS = 4, 2
@@ -54,12 +60,23 @@ class Sketch:
     pack: bool
     # the rules that sample it: a GPU sketch's (ember.tune.gpu_space); None: this module's
     rules: Callable[[Schedule], None] | None = None
+    unit: str | None = None  # the tile unit (ember.intrinsics.tiles.UNITS) its products are tensorized onto
 
 
-def design_space(task: Task) -> list[Sketch]:
-    """The sketches of a task: with and without packing when some block is tiled, else one."""
+def design_space(task: Task, target: Target | None = None) -> list[Sketch]:
+    """The sketches of a task: with and without packing when some block is tiled, else one; and
+    one per tile unit of `target` (this machine's by default) some product of the task fits."""
     tiled = _apply_rules(Schedule(task.func, seed=0), pack=False)
-    return [Sketch("tile", False), Sketch("tile+pack", True)] if tiled else [Sketch("simple", False)]
+    sketches = [Sketch("tile", False), Sketch("tile+pack", True)] if tiled else [Sketch("simple", False)]
+    blocks = [r.block for r in Schedule(task.func).all_realizes()]
+    for unit in units_for(target if target is not None else Target()):
+        if not any(tile_extents(b, unit) for b in blocks):
+            continue
+        sch = Schedule(task.func, seed=0)
+        _apply_rules(sch, pack=False, unit=unit.name)
+        if any(i.kind == "tensorize" for i in sch.trace):
+            sketches.append(Sketch(f"tensorize:{unit.name}", False, unit=unit.name))
+    return sketches
 
 
 def apply_sketch(task: Task, sketch: Sketch, decisions: list | None = None, seed: int = 0) -> Schedule:
@@ -70,14 +87,18 @@ def apply_sketch(task: Task, sketch: Sketch, decisions: list | None = None, seed
     if sketch.rules is not None:
         sketch.rules(sch)
     else:
-        _apply_rules(sch, sketch.pack)
+        _apply_rules(sch, sketch.pack, sketch.unit)
     return sch
 
 
 def sketch_of(sketches: list[Sketch], trace) -> Sketch:
-    """The sketch that made `trace` (a record's): the packing one when it copies an input."""
+    """The sketch that made `trace` (a record's): the one of the unit it tensorizes onto, else the
+    packing one when it copies an input."""
+    intrins = [dict(i.attrs)["intrin"] for i in trace if i.kind == "tensorize"]
+    if intrins:
+        return next((s for s in sketches if s.unit and intrins[0].startswith(f"{s.unit}_")), sketches[0])
     packs = any(i.kind == "cache_read" for i in trace)
-    return next((s for s in sketches if s.pack == packs), sketches[0])
+    return next((s for s in sketches if s.pack == packs and s.unit is None), sketches[0])
 
 
 def sample(task: Task, sketch: Sketch, seed: int) -> Schedule | None:
@@ -89,8 +110,9 @@ def sample(task: Task, sketch: Sketch, seed: int) -> Schedule | None:
 
 
 # -- the rules ------------------------------------------------------------------------------------
-def _apply_rules(sch: Schedule, pack: bool) -> bool:
-    """Apply every rule to a fresh schedule; True when some block was tiled."""
+def _apply_rules(sch: Schedule, pack: bool, unit: str | None = None) -> bool:
+    """Apply every rule to a fresh schedule, the products of `unit`'s tiles tensorized onto it;
+    True when some block was tiled."""
     outputs = {id(p) for p in sch.mod.params}
     inline_intermediates(sch, where=_elementwise)
     tiled = False
@@ -98,6 +120,13 @@ def _apply_rules(sch: Schedule, pack: bool) -> bool:
         if name == "root" or not _exists(sch, name):
             continue
         realize = _realize(sch, name)
+        if unit is not None and tile_extents(realize.block, UNITS[unit]) is not None:
+            saved = sch.copy()
+            try:
+                tensorize_tiles(sch, sch.get_block(name), UNITS[unit])
+                continue
+            except ScheduleError:
+                sch.__dict__.update(saved.__dict__)
         if realize.block.is_reduction and _has_reuse(realize.block) and _static(sch, name):
             for fuse_consumer in (True, False):  # the consumer's indexing may not allow fusing it
                 saved = sch.copy()

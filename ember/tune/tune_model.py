@@ -73,14 +73,15 @@ class ModelTuneReport:
 
 def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time_budget_s: float | None = None,
                runner=None, seed: int = 0, opt_level: int = 2, batch: int = BATCH, progress: bool = True,
-               max_tasks: int | None = None) -> ModelTuneReport:
+               max_tasks: int | None = None, precision: str = "fp32") -> ModelTuneReport:
     """Tune the kernels of a model (a Graph, a torch.nn.Module with example_inputs, an ONNX model)
     until `trials` measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
-    heaviest tasks. Records go to `database`; compile with `database=` to use them. Raises
+    heaviest tasks; `precision` is the one the model will be compiled at. Records go to
+    `database`; compile with `database=` (and the same precision) to use them. Raises
     TuneError when every measurement of every task failed (see the module doc)."""
 
     start = time.perf_counter()
-    tasks = extract_tasks(model, example_inputs, opt_level=opt_level)[:max_tasks]
+    tasks = extract_tasks(model, example_inputs, opt_level=opt_level, precision=precision)[:max_tasks]
     if progress:
         print(f"{len(tasks)} tasks; tuning with {trials} trials"
               + (f" or {time_budget_s:.0f} s" if time_budget_s else ""), file=sys.stderr)

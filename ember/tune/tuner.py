@@ -95,7 +95,7 @@ class TaskTuner:
         self.cost_model = cost_model if cost_model is not None else XGBCostModel(seed=seed)
         self.target = target.key  # the database's name of the target
         self.search = EvolutionarySearch(task, self.cost_model, functools.partial(candidate_features, target=target),
-                                         seed=seed, space=tuner_rules(target).space)
+                                         seed=seed, space=functools.partial(tuner_rules(target).space, target=target))
         self.progress = progress
         self.time = TimeSpent()
         self.trials = 0  # measured by this tuner
