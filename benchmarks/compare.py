@@ -18,7 +18,10 @@ eager under CPU autocast to bf16 ("autocast": oneDNN's bf16 kernels) and ONNX Ru
 
     python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--batch 1] [--runs 20] [--rounds 2]
                                  [--threads 2] [--peers onnxruntime inductor eager autocast] [--after-torch]
-                                 [--precision fp32 | bf16]
+                                 [--precision fp32 | bf16] [--cpu-time]
+
+--cpu-time: one thread, each run timed by the process's CPU time, not the wall clock (on a few
+cores other processes load, a run's wall time is mostly its waits for a core).
 
 --device cuda compares on the GPU instead (benchmarks/compare_cuda.py: ember in fp32 and fp16 next
 to torch eager and torch.compile "default" and "reduce-overhead", CUDA events; --runs, --small and
@@ -80,10 +83,22 @@ def export_onnx(model, inputs, path: Path) -> None:
     path.write_bytes(buf.getvalue())
 
 
+CPU_TIME = False  # --cpu-time: each run timed by the process's CPU time (one thread)
+
+
 def median_latency(fn, runs: int) -> float:
     import ember
 
-    return ember.bench(fn, warmup=3, repeat=runs, number=1).median
+    if not CPU_TIME:
+        return ember.bench(fn, warmup=3, repeat=runs, number=1).median
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return float(np.median(times))
 
 
 def timed(fn):
@@ -202,7 +217,8 @@ LABELS = {"onnxruntime": "onnxruntime", "eager": "torch eager", "inductor": "tor
 
 
 def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, peers: list[str],
-                  variants: dict[str, dict] | None = None, after_torch: bool = False, batch: int = 1) -> list[Row]:
+                  variants: dict[str, dict] | None = None, after_torch: bool = False, batch: int = 1,
+                  cpu_time: bool = False) -> list[Row]:
     """Rows for each ember variant (a label -> ember.compile options, a tuning database as its
     path; default "ember": none) and
     each peer, every latency the best median over `rounds` rounds of one fresh process each."""
@@ -222,7 +238,8 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
             for runtime, label in jobs:
                 results[(runtime, label)].append(run_child(
                     ["--measure", runtime, name, "--folder", tmp, "--label", label, "--runs", str(runs),
-                     "--threads", str(threads), *(["--small"] if small else [])]))
+                     "--threads", str(threads), *(["--small"] if small else []),
+                     *(["--cpu-time"] if cpu_time else [])]))
     rows: list[Row] = []
     for label, r in prep["ember"].items():
         if "error" in r:
@@ -255,6 +272,8 @@ def main(argv=None) -> None:
                                                "onnxruntime autocast")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: also ember with precision='bf16'")
+    ap.add_argument("--cpu-time", action="store_true", help="one thread, each run timed by the process's CPU "
+                    "time (a fair measure on a machine other processes load)")
     ap.add_argument("--after-torch", action="store_true", help="also time ember after torch ran in its process")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: ember in fp32 and fp16 on the GPU next to torch eager and torch.compile")
@@ -272,6 +291,9 @@ def main(argv=None) -> None:
             else compare_cuda.TORCH_COMPILE_MODES
         compare_cuda.main(args.models, args.small, args.runs, ["fp32", "fp16"], modes)
         return
+    if args.cpu_time:
+        global CPU_TIME
+        CPU_TIME, args.threads = True, 1
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if args.prepare:
@@ -285,12 +307,13 @@ def main(argv=None) -> None:
     if args.peers is None:
         args.peers = ["onnxruntime", "autocast"] if args.precision == "bf16" else ["onnxruntime", "eager", "inductor"]
     variants = {"ember": {}, **({"ember-bf16": {"precision": "bf16"}} if args.precision == "bf16" else {})}
-    print(f"batch {args.batch}, {args.threads} threads; each runtime in its own process, {args.rounds} rounds, "
+    clock = ", the process's CPU time" if args.cpu_time else ""
+    print(f"batch {args.batch}, {args.threads} threads{clock}; each runtime in its own process, {args.rounds} rounds, "
           f"best median of {args.runs} runs")
     print(f"{'model':<14} {'runtime':<18} {'latency ms':>11} {'vs ORT':>7} {'vs eager':>9} {'compile s':>10}  note")
     for name in args.models:
         rows = compare_model(name, args.small, args.runs, args.rounds, args.threads, args.peers, variants,
-                             after_torch=args.after_torch, batch=args.batch)
+                             after_torch=args.after_torch, batch=args.batch, cpu_time=args.cpu_time)
         ort = next((lat for runtime, lat, _, _ in rows if runtime == "onnxruntime" and lat), None)
         eager = next((lat for runtime, lat, _, _ in rows if runtime == "torch eager" and lat), None)
         for runtime, lat, comp, note in rows:
