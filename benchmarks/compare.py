@@ -117,7 +117,12 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
     import ember
     from benchmarks.models import ZOO
 
-    model, inputs = ZOO[name](small=small, **({"batch": batch} if batch != 1 else {}))
+    if name in ZOO:
+        model, inputs = ZOO[name](small=small, **({"batch": batch} if batch != 1 else {}))
+    else:  # a hub model (benchmarks/models/hub.py: tv_densenet121, ...), at batch 1
+        from benchmarks.models.hub import HUB
+
+        model, inputs = HUB[name].build(small)
     with torch.no_grad():
         expected = model(*inputs)
     for k, x in enumerate(inputs):

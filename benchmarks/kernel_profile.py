@@ -11,6 +11,9 @@ node's kernel time); each runtime runs in its own process, the two taking turns 
 rounds, and each kernel keeps its best round. The table lists both in run order.
 
     python benchmarks/kernel_profile.py --model mobilenet_v2 [--threads 2] [--runs 300] [--rounds 2]
+
+--model takes the zoo's models (benchmarks/models) and the hub's (benchmarks/models/hub.py:
+tv_densenet121, ...; EMBER_HUB_LIBS names torchvision's and timm's folder).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Blocked channel layouts (NCHW[x]c, Liu et al., "Optimizing CNN Model Inference on CPUs"):
 `layout_transform` between layouts, and the operators that read and write them, what
-ember.passes.layout rewrites conv2d and max_pool2d into: `conv2d_nchwc`, `max_pool2d_nchwc`.
+ember.passes.layout rewrites conv2d, max_pool2d and avg_pool2d into: `conv2d_nchwc`, `max_pool2d_nchwc`,
+`avg_pool2d_nchwc`.
 
 A layout is a string of axes: an upper-case letter is a primal axis (N, C, H, W; O, I for
 weights), a number and a lower-case letter a block of that many of its primal axis, which the
@@ -25,7 +26,8 @@ broadcast against one vector of weights; the loops outside the tile run in paral
 tile is what an epilogue over the same layout (bias, activation, residual add) reads, so fusion
 keeps it in registers too. An NCHW output is written from the same tile, a channel at a time.
 
-max_pool2d_nchwc: max_pool2d's window over x in NCHW{b}c, a tile of output columns x one block.
+max_pool2d_nchwc, avg_pool2d_nchwc: the pool's window over x in NCHW{b}c, a tile of output columns x
+one block (an average's sum in the tile, divided as it is stored: ember.ops.pool.window_mean).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from ..tir.expr import as_int, cast
 from .common import check_float, result_dtype, te_shape
 from .conv import MAX_SPAN, conv_reference, pack_weights, window_attrs, window_out
 from .hints import PACK
-from .pool import pool_attrs
+from .pool import pool_attrs, window_mean
 from .registry import REQUIRED, OpDef, OpTypeError, get, register
 
 ANCHOR, POOL_ANCHOR = "conv_nchwc", "pool_nchwc"
@@ -396,50 +398,63 @@ register(OpDef(
 ))
 
 
-# -- max_pool2d_nchwc ----------------------------------------------------------------------------
+# -- max_pool2d_nchwc, avg_pool2d_nchwc -------------------------------------------------------------
 
 
-def _plain_type(x: TensorType) -> TensorType:
+def _plain_type(op: str, x: TensorType) -> TensorType:
     """The NCHW type of an NCHW{b}c one."""
     if x.rank != 5 or any(isinstance(d, str) for d in x.shape[1:]):
-        raise OpTypeError(f"max_pool2d_nchwc: x must be N, C/b, H, W, b of known sizes but N, got {x.shape}")
+        raise OpTypeError(f"{op}_nchwc: x must be N, C/b, H, W, b of known sizes but N, got {x.shape}")
     return TensorType((x.shape[0], x.shape[1] * x.shape[4]) + tuple(x.shape[2:4]), x.dtype)
 
 
-def _infer_pool(types, attrs):
-    (x,) = types
-    (out,) = get("max_pool2d").infer([_plain_type(x)], attrs)
-    return [TensorType((x.shape[0], x.shape[1]) + tuple(out.shape[2:]) + (x.shape[4],), x.dtype)]
+def _pool_op(op: str) -> None:
+    """Register `op`_nchwc (op: max_pool2d or avg_pool2d): op's window over x in NCHW{b}c."""
+
+    def infer(types, attrs):
+        (x,) = types
+        (out,) = get(op).infer([_plain_type(op, x)], attrs)
+        return [TensorType((x.shape[0], x.shape[1]) + tuple(out.shape[2:]) + (x.shape[4],), x.dtype)]
+
+    def reference(inputs, attrs):
+        (x,) = inputs  # (N, C/b, H, W, b), b = 1 among them (which a blocked Layout does not name)
+        n, cb, h, w, b = x.shape
+        (out,) = get(op).reference([x.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)], attrs)
+        return [out.reshape(n, cb, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2)]
+
+    def compute(inputs, attrs, out_types):
+        (x,) = inputs
+        kernel = attrs["kernel"]
+        strides, pads_b, _, dilations = window_attrs(f"{op}_nchwc", attrs, 2, tuple(kernel))
+        out_hw = [as_int(d) for d in out_types[0].shape[2:4]]
+        # padded as far as the last window reaches (a ceil_mode window may reach past the padding)
+        reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out_hw, strides, dilations, kernel)]
+        pads_e = [max(r - as_int(n) - b, 0) for r, n, b in zip(reach, x.shape[2:4], pads_b)]
+        rh, rw = te.reduce_axis((0, kernel[0]), name="kh"), te.reduce_axis((0, kernel[1]), name="kw")
+
+        def tap(xp, n, c, h, w, k):
+            return xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1], k]
+
+        shape = te_shape(out_types[0], inputs)
+        if op == "max_pool2d":
+            xp = _padded(x, pads_b, pads_e, te.max.identity(x.dtype))
+            return [te.compute(shape, lambda *i: te.max(tap(xp, *i), axis=[rh, rw]), name=f"{op}_nchwc",
+                               tag=POOL_ANCHOR)]
+        xp, acc_dtype = _padded(x, pads_b, pads_e), dt.compute_dtype(x.dtype)
+        acc = te.compute(shape, lambda *i: te.sum(cast(acc_dtype, tap(xp, *i)), axis=[rh, rw]), name="pool_sum",
+                         tag=POOL_ANCHOR)
+        return [window_mean(acc, x.dtype, attrs, [as_int(d) for d in x.shape[2:4]], slice(2, 4), f"{op}_nchwc")]
+
+    register(OpDef(
+        name=f"{op}_nchwc",
+        infer=infer,
+        reference=reference,
+        compute=compute,
+        pattern="reduction",
+        attrs=pool_attrs(2),
+        doc=f"{op} over x in NCHW{{b}}c, out in the same layout.",
+    ))
 
 
-def _reference_pool(inputs, attrs):
-    (x,) = inputs  # (N, C/b, H, W, b), b = 1 among them (which a blocked Layout does not name)
-    n, cb, h, w, b = x.shape
-    (out,) = get("max_pool2d").reference([x.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)], attrs)
-    return [out.reshape(n, cb, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2)]
-
-
-def _compute_pool(inputs, attrs, out_types):
-    (x,) = inputs
-    kernel = attrs["kernel"]
-    strides, pads_b, _, dilations = window_attrs("max_pool2d_nchwc", attrs, 2, tuple(kernel))
-    out_hw = [as_int(d) for d in out_types[0].shape[2:4]]
-    # padded as far as the last window reaches (a ceil_mode window may reach past the padding)
-    reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out_hw, strides, dilations, kernel)]
-    pads_e = [max(r - as_int(n) - b, 0) for r, n, b in zip(reach, x.shape[2:4], pads_b)]
-    xp = _padded(x, pads_b, pads_e, te.max.identity(x.dtype))
-    rh, rw = te.reduce_axis((0, kernel[0]), name="kh"), te.reduce_axis((0, kernel[1]), name="kw")
-    return [te.compute(te_shape(out_types[0], inputs), lambda n, c, h, w, k: te.max(
-        xp[n, c, h * strides[0] + rh * dilations[0], w * strides[1] + rw * dilations[1], k], axis=[rh, rw]),
-        name="max_pool2d_nchwc", tag=POOL_ANCHOR)]
-
-
-register(OpDef(
-    name="max_pool2d_nchwc",
-    infer=_infer_pool,
-    reference=_reference_pool,
-    compute=_compute_pool,
-    pattern="reduction",
-    attrs=pool_attrs(2),
-    doc="max_pool2d over x in NCHW{b}c, out in the same layout.",
-))
+for _op in ("max_pool2d", "avg_pool2d"):
+    _pool_op(_op)

@@ -160,8 +160,7 @@ def _compute_pool(op: str):
         out_spatial = out_types[0].shape[2:]
         if op.startswith("max"):
             return [_window_max(x, attrs, out_spatial)]
-        kernel, strides, pads_b, pads_e, dilations = _window(op, attrs, x.ndim - 2)
-        size = [as_int(d) for d in x.shape[2:]]
+        kernel, strides, _, _, dilations = _window(op, attrs, x.ndim - 2)
         xp = _padded_input(x, attrs, out_spatial, te.const(0, x.dtype))
         taps = [te.reduce_axis((0, k), name=f"k{d}") for d, k in enumerate(kernel)]
         acc_dtype = dt.compute_dtype(x.dtype)
@@ -171,20 +170,33 @@ def _compute_pool(op: str):
             return te.sum(cast(acc_dtype, xp[i[:2] + pos]), axis=taps)
 
         acc = te.compute(tuple(x.shape[:2]) + tuple(out_spatial), total, name="pool", tag=ANCHOR)
-
-        def count(i, axis):
-            lo, hi = (-pads_b[axis], size[axis] + pads_e[axis]) if attrs["count_include_pad"] else (0, size[axis])
-            return _taps(i * strides[axis] - pads_b[axis], kernel[axis], dilations[axis], lo, hi, min_, max_)
-
-        def mean(*i):
-            taps_in = count(i[2], 0)
-            for axis, p in enumerate(i[3:], start=1):
-                taps_in = taps_in * count(p, axis)
-            return cast(x.dtype, acc[i] / cast(acc_dtype, taps_in))
-
-        return [te.compute(acc.shape, mean, name="avg_pool")]
+        return [window_mean(acc, x.dtype, attrs, [as_int(d) for d in x.shape[2:]], slice(2, None), "avg_pool")]
 
     return compute
+
+
+def window_mean(acc, dtype, attrs, size, spatial: slice, name: str):
+    """Each window's sum `acc` divided by how many of its taps count (inside the input, or inside
+    the padded input with count_include_pad), as `dtype`; `spatial` picks acc's spatial indices
+    (NCHW's [2:], a blocked NCHW{b}c's [2:4]). Windows that all count alike divide by a constant."""
+    kernel, strides, pads_b, pads_e, dilations = _window("avg_pool", attrs, len(size))
+    out = [as_int(d) for d in acc.shape[spatial]]
+
+    def count(i, axis, mn, mx):
+        lo, hi = (-pads_b[axis], size[axis] + pads_e[axis]) if attrs["count_include_pad"] else (0, size[axis])
+        return _taps(i * strides[axis] - pads_b[axis], kernel[axis], dilations[axis], lo, hi, mn, mx)
+
+    counts = [{count(i, axis, min, max) for i in range(o)} for axis, o in enumerate(out)]
+    if all(len(c) == 1 for c in counts):
+        constant = math.prod(c.pop() for c in counts)
+        return te.compute(acc.shape, lambda *i: cast(dtype, acc[i] / te.const(constant, acc.dtype)), name=name)
+
+    def mean(*i):
+        taps_in = math.prod((count(p, axis, min_, max_) for axis, p in enumerate(i[spatial][1:], start=1)),
+                            start=count(i[spatial][0], 0, min_, max_))
+        return cast(dtype, acc[i] / cast(acc.dtype, taps_in))
+
+    return te.compute(acc.shape, mean, name=name)
 
 
 for _n in RANKS:

@@ -21,7 +21,8 @@ from one convolution to the next. One walk in graph order:
   and the NumPy-broadcasting ones (BROADCASTING), their other operands brought into the same
   layout (a per-channel constant (C, 1, 1) is transformed, a per-pixel one (1, 1, H, W) only
   gets a unit block axis); batch_norm with constant statistics, as x * scale + shift with
-  blocked scale and shift; max_pool2d (as max_pool2d_nchwc); mean/sum/max/min over H and W
+  blocked scale and shift; max_pool2d and avg_pool2d (as max_pool2d_nchwc, avg_pool2d_nchwc:
+  DenseNet's transitions, 1x1 convolution then a 2x2 average, stay blocked); mean/sum/max/min over H and W
   with keepdims, and global_avg_pool (as a mean over H and W);
 - everything else reads the plain layout: a layout_transform back to NCHW is inserted where a
   blocked value first meets such an operator (flatten, reshape, matmul, anything unknown) or is a
@@ -188,7 +189,7 @@ class _Layouts:
 
     def _takes_blocked(self, node: Node) -> bool:
         return (node.op == "conv2d" and self._conv_block(node) is not None) or node.op in (
-            "max_pool2d", "global_avg_pool", *SPATIAL_REDUCTIONS)
+            "max_pool2d", "avg_pool2d", "global_avg_pool", *SPATIAL_REDUCTIONS)
 
     def _agnostic(self, node: Node) -> bool:
         return len(node.outputs) == 1 and (node.op in BROADCASTING or node.op == "batch_norm"
@@ -219,9 +220,9 @@ class _Layouts:
                 return self._conv(node)
             case "batch_norm":
                 return self._batch_norm(node)
-            case "max_pool2d":
+            case "max_pool2d" | "avg_pool2d":
                 found = self.blocked_form(node.inputs[0])
-                return found is not None and self._emit("max_pool2d_nchwc", [found[1]], node.attrs, node,
+                return found is not None and self._emit(f"{node.op}_nchwc", [found[1]], node.attrs, node,
                                                         blocked(PLAIN, "C", found[0]))
             case "global_avg_pool" | "mean" | "sum" | "max" | "min":
                 return self._spatial_reduction(node)

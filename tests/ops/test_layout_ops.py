@@ -1,6 +1,6 @@
 """Blocked channel layouts (ember/ops/layout.py): layout_transform against NumPy reshapes and
 transposes, conv2d_nchwc (dense, plain NCHW input, depthwise, NCHW output, a symbolic batch, a
-fused epilogue) and max_pool2d_nchwc against PyTorch, and the errors of bad layouts and shapes."""
+fused epilogue), max_pool2d_nchwc and avg_pool2d_nchwc against PyTorch, and the errors of bad layouts and shapes."""
 
 from __future__ import annotations
 
@@ -246,6 +246,21 @@ def test_max_pool2d_nchwc_against_torch(shape, block, attrs, torch_kwargs):
              torch_fn=lambda _: nchwc(F.max_pool2d(torch.from_numpy(x), **torch_kwargs).numpy(), block))
 
 
-def test_max_pool2d_nchwc_needs_a_blocked_input():
-    with pytest.raises(OpTypeError, match="max_pool2d_nchwc: x must be N, C/b, H, W, b"):
-        infer_types("max_pool2d_nchwc", [TensorType((1, 16, 8, 8))], {"kernel": (2, 2)})
+@pytest.mark.parametrize("shape, block, attrs, torch_kwargs", [
+    ((1, 32, 8, 8), 16, {"kernel": (2, 2), "strides": (2, 2)}, {"kernel_size": 2, "stride": 2}),  # DenseNet's
+    ((1, 16, 9, 11), 8, {"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1), "ceil_mode": True,
+                         "count_include_pad": False},
+     {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False}),
+    ((1, 8, 7, 6), 8, {"kernel": (3, 2), "padding": (1, 0, 1, 0), "strides": (1, 1)},
+     {"kernel_size": (3, 2), "stride": 1, "padding": (1, 0)}),
+])
+def test_avg_pool2d_nchwc_against_torch(shape, block, attrs, torch_kwargs):
+    x = rand(*shape)
+    check_op("avg_pool2d_nchwc", [nchwc(x, block)], attrs, **TOL,
+             torch_fn=lambda _: nchwc(F.avg_pool2d(torch.from_numpy(x), **torch_kwargs).numpy(), block))
+
+
+def test_blocked_pools_need_a_blocked_input():
+    for op in ("max_pool2d_nchwc", "avg_pool2d_nchwc"):
+        with pytest.raises(OpTypeError, match=f"{op}: x must be N, C/b, H, W, b"):
+            infer_types(op, [TensorType((1, 16, 8, 8))], {"kernel": (2, 2)})

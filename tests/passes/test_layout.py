@@ -1,6 +1,6 @@
 """The layout pass (ember/passes/layout.py) on small conv graphs: convolutions in NCHW{b}c with
 their weights folded into blocked constants by the pipeline, the layout carried through
-elementwise operators, bias and batch-norm constants, residual adds and pooling, conversions
+elementwise operators, bias and batch-norm constants, residual adds and pooling (max and average), conversions
 only at the boundaries (reshape, graph outputs, operators that need NCHW), adjacent conversions
 cancelled, isolated or unblockable convolutions left alone; every result compared with the
 unoptimized graph (NumPy references and compiled kernels) at rtol = atol = 1e-4."""
@@ -166,6 +166,19 @@ def test_grouped_convolutions_whose_groups_fill_blocks_are_blocked():
     assert conversions(out) == []  # the first reads NCHW, the last writes it
     grouped, = (n for n in out.nodes if n.op == "conv2d_nchwc" and n.attrs["groups"] == 4)
     assert out.is_constant(grouped.inputs[1]) and grouped.inputs[1].shape == (2, 1, 3, 3, 16, 16)
+    check_same(g, out, **TOL)
+
+
+def test_a_transition_stays_blocked_through_its_average_pool():
+    """DenseNet's transition, a 1x1 convolution then a 2x2 average, and the convolution after it:
+    no conversion between them."""
+    g = Graph("transition")
+    x = g.add_input("x", TensorType((1, 16, 8, 8)))
+    y = op(g, "avg_pool2d", op(g, "relu", conv(g, x, 32, k=1)), kernel=(2, 2), strides=(2, 2))
+    g.set_outputs([op(g, "relu", conv(g, y, 16))])
+    out = dce(layout(g))
+    assert "avg_pool2d_nchwc" in ops(out) and "avg_pool2d" not in ops(out)
+    assert conversions(out) == []
     check_same(g, out, **TOL)
 
 

@@ -66,7 +66,7 @@ def tile_columns(width: int, most: int = MAX_TILE_COLUMNS) -> int:
     return best if 2 * best >= min(width, most) else most
 
 
-@schedules("max_pool2d_nchwc")
+@schedules("max_pool2d_nchwc", "avg_pool2d_nchwc")
 def schedule_pool_nchwc(s, outputs, target):
     anchor = find_anchor(outputs, POOL_ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
