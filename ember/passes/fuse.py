@@ -27,7 +27,9 @@ The algorithm, after TVM (src/relay/transforms/fuse_ops.cc):
      recompute it once per output-channel block and kernel tap; TVM fuses none into an anchor);
    - an injective node (in a second round, so that the anchors take their epilogues first) when
      every node on the paths, D's group included, is at most injective.
-   Reductions and opaque nodes are never merged into a later node. Since every path from a node
+   Reductions and opaque nodes are never merged into a later node, nor is a concat that memory
+   planning may write in place (its inputs contiguous slabs of it: channels at batch 1), nor
+   anything into it: its inputs' kernels write their slabs, and it runs nothing. Since every path from a node
    to the outputs passes through its post-dominator, an intermediate value of a group is only
    read inside its group: a group's outputs are the values of its last node that others read,
    and the values nobody reads (an unused output of split), which are written as before.
@@ -41,6 +43,8 @@ values, which a bound keeps from growing without limit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from .. import dims
 from ..graph.core import Graph, Node, TensorType, Value
@@ -105,6 +109,7 @@ def fuse(graph: Graph) -> FusedGraph:
     ipdom = _post_dominators(nodes, users, outputs)
     kinds = [kind(n) for n in nodes]
     groups = _Groups(nodes, kinds)
+    alone = _slab_concats(nodes, users, index)
     for rnd in (0, 1):
         for k in range(len(nodes)):
             d = ipdom[k]
@@ -114,12 +119,28 @@ def fuse(graph: Graph) -> FusedGraph:
             if ok is None:
                 continue
             path = _path(k, d, users)
-            if all(ok(j, j == d) for j in path - {k}):
+            if alone.isdisjoint(path) and all(ok(j, j == d) for j in path - {k}):
                 groups.merge(path, d)
     members: dict[int, list[Node]] = {}
     for k, n in enumerate(nodes):
         members.setdefault(groups.find(k), []).append(n)
     return _grouped(graph, list(members.values()))
+
+
+def _slab_concats(nodes: list[Node], users: list[list[int]], index: dict[int, int]) -> set[int]:
+    """The concats that memory planning may write in place (ember.passes.plan_memory): each input
+    a contiguous slab of the output, made by a node of this graph and read by no other concat.
+    They stay groups of their own, neither fused into their readers nor taking their inputs'
+    nodes, so that each input's kernel writes its slab and the concat copies nothing (DenseNet's
+    blocks: fused into the batch norm that reads it, each concat copied every feature before it)."""
+    found = set()
+    for k, n in enumerate(nodes):
+        if n.op != "concat" or slab_offsets(n.inputs, n.outputs[0], n.attrs["axis"], 1) is None:
+            continue
+        makers = [index.get(id(v.node)) if v.node is not None else None for v in n.inputs]
+        if None not in makers and not any(nodes[u].op == "concat" and u != k for m in makers for u in users[m]):
+            found.add(k)
+    return found
 
 
 def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list[int]):
@@ -264,3 +285,19 @@ def _run_order(groups: list[Group], where: dict[int, int]) -> list[Group]:
     if len(order) != len(groups):
         raise AssertionError("fusion made a cycle of groups")  # a bug of this module, never the user's
     return order
+
+
+def slab_offsets(xs, y: Value, axis: int, align: int) -> tuple[int, ...] | None:
+    """The byte offset of each input of a concat in its output, when each is a contiguous slab
+    of it at an aligned offset; else None."""
+    axis %= y.type.rank
+    shapes = [tuple(v.shape) for v in (*xs, y)]
+    if not all(isinstance(d, int) for shape in shapes for d in shape) or any(d != 1 for d in y.shape[:axis]):
+        return None
+    if any(x.type.dtype != y.type.dtype or x.type.rank != y.type.rank for x in xs):
+        return None
+    itemsize, offsets, at = np.dtype(y.type.dtype).itemsize, [], 0
+    for x in xs:
+        offsets.append(at)
+        at += int(np.prod(x.shape)) * itemsize
+    return tuple(offsets) if all(o % align == 0 for o in offsets) and 0 not in map(np.prod, shapes) else None

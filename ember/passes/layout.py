@@ -23,7 +23,9 @@ from one convolution to the next. One walk in graph order:
   gets a unit block axis); batch_norm with constant statistics, as x * scale + shift with
   blocked scale and shift; max_pool2d and avg_pool2d (as max_pool2d_nchwc, avg_pool2d_nchwc:
   DenseNet's transitions, 1x1 convolution then a 2x2 average, stay blocked); mean/sum/max/min over H and W
-  with keepdims, and global_avg_pool (as a mean over H and W);
+  with keepdims, and global_avg_pool (as a mean over H and W); a concat along the channels
+  where one input is blocked and the block divides the channels of each (DenseNet's blocks, an
+  inception's branches: each convolution writes its slab of the concat blocked);
 - everything else reads the plain layout: a layout_transform back to NCHW is inserted where a
   blocked value first meets such an operator (flatten, reshape, matmul, anything unknown) or is a
   graph output, once per value.
@@ -182,7 +184,7 @@ class _Layouts:
         leads: set[Value] = set()
         for node in reversed(self.old.nodes):
             for v in node.outputs:
-                if any(self._takes_blocked(u) or (self._agnostic(u) and u.outputs[0] in leads)
+                if any(self._takes_blocked(u) or (self._follows(u) and u.outputs[0] in leads)
                        for u in users.get(v, [])):
                     leads.add(v)
         return leads
@@ -194,6 +196,15 @@ class _Layouts:
     def _agnostic(self, node: Node) -> bool:
         return len(node.outputs) == 1 and (node.op in BROADCASTING or node.op == "batch_norm"
                                            or get(node.op).pattern == "elementwise")
+
+    def _follows(self, node: Node) -> bool:
+        """An operator that takes the layout of its inputs."""
+        return self._agnostic(node) or self._channel_concat(node)
+
+    @staticmethod
+    def _channel_concat(node: Node) -> bool:
+        """A concat of NCHW tensors along their channels (DenseNet's blocks, an inception's branches)."""
+        return node.op == "concat" and node.outputs[0].type.rank == 4 and node.attrs["axis"] % 4 == 1
 
     def _conv_block(self, node: Node) -> int | None:
         """The output block of a conv2d that conv2d_nchwc can run, else None."""
@@ -226,6 +237,8 @@ class _Layouts:
                                                         blocked(PLAIN, "C", found[0]))
             case "global_avg_pool" | "mean" | "sum" | "max" | "min":
                 return self._spatial_reduction(node)
+            case "concat":
+                return self._concat(node)
         return self._agnostic(node) and self._elementwise(node)
 
     def _transform(self, node: Node) -> bool:
@@ -341,6 +354,17 @@ class _Layouts:
                         for c, what in ((scale, "scale"), (bias - mean * scale, "shift")))
         y, = self.rw.emit("mul", [xin, scale], hint=node.name, out_names=[f"{out.name}_scaled"])
         return self._emit("add", [y, shift], {}, node, layout)
+
+    def _concat(self, node: Node) -> bool:
+        """A concat of channels, one of whose inputs is blocked: the same over the inputs in its
+        layout, where that block divides the channels of each (whole blocks, no padding between)."""
+        found = next(filter(None, map(self.blocked_form, node.inputs)), None)
+        if not self._channel_concat(node) or found is None or not all(
+                self._nchw(v) and isinstance(v.shape[1], int) and v.shape[1] % found[0] == 0 for v in node.inputs):
+            return False
+        layout = blocked(PLAIN, "C", found[0])
+        return self._emit("concat", [self.form(self.root.get(v, v), layout) for v in node.inputs], {"axis": 1}, node,
+                          layout)
 
     def _spatial_reduction(self, node: Node) -> bool:
         """A reduction over H and W (kept), or global_avg_pool: the same over the blocked form."""

@@ -61,6 +61,7 @@ from .fuse_siblings import fuse_siblings
 from .half_precision import bf16_activations, fp16_activations
 from .kv_cache import kv_cache
 from .layout import layout
+from .nest_concats import nest_concats
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
 from .quantize_rows import quantize_rows
@@ -76,7 +77,7 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, fold_cache_append, kv_cache, cse, slice_products,
-                                                   fold_batch_norm, trim_taps,
+                                                   fold_batch_norm, trim_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
                                                    tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
@@ -117,12 +118,14 @@ PIPELINES: dict[int, list[str]] = {
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
+        "fold_batch_norm", "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split", "flatten_products",
+        "quantize_weights",
         "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "fuse_siblings", "fold_qkv_split", "flatten_products", "quantize_weights",
+        "fold_batch_norm", "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split", "flatten_products",
+        "quantize_weights",
         "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }

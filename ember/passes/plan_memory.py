@@ -64,7 +64,7 @@ from .. import dims
 from ..graph.core import Dim, Graph, Node, Value, region_key
 from ..ops.tensor_scatter import SAME_PLACE
 from ..target import Target
-from .fuse import BROADCAST, FusedGraph, Group, fuse, kind
+from .fuse import BROADCAST, FusedGraph, Group, fuse, kind, slab_offsets
 
 VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
@@ -182,7 +182,7 @@ def _concats_in_place(fused: FusedGraph, views: set[Group], output_views: dict[i
         if len(g.nodes) != 1 or g.nodes[0].op != "concat" or id(g.outputs[0]) in outputs | written:
             continue
         xs, y = g.nodes[0].inputs, g.outputs[0]
-        slabs = _slabs(xs, y, g.nodes[0].attrs["axis"], align)
+        slabs = slab_offsets(xs, y, g.nodes[0].attrs["axis"], align)
         ids = [id(x) for x in xs]
         if slabs is None or len(set(ids)) != len(ids) or any(
                 k not in made or k in taken | outputs | written for k in ids):
@@ -190,22 +190,6 @@ def _concats_in_place(fused: FusedGraph, views: set[Group], output_views: dict[i
         taken.update(ids)
         found[id(g)] = slabs
     return found
-
-
-def _slabs(xs, y: Value, axis: int, align: int) -> tuple[int, ...] | None:
-    """The byte offset of each input of a concat in its output, when each is a contiguous slab
-    of it at an aligned offset; else None."""
-    axis %= y.type.rank
-    shapes = [tuple(v.shape) for v in (*xs, y)]
-    if not all(isinstance(d, int) for shape in shapes for d in shape) or any(d != 1 for d in y.shape[:axis]):
-        return None
-    if any(x.type.dtype != y.type.dtype or x.type.rank != y.type.rank for x in xs):
-        return None
-    itemsize, offsets, at = np.dtype(y.type.dtype).itemsize, [], 0
-    for x in xs:
-        offsets.append(at)
-        at += int(np.prod(x.shape)) * itemsize
-    return tuple(offsets) if all(o % align == 0 for o in offsets) and 0 not in map(np.prod, shapes) else None
 
 
 def _in_place(group: Group) -> tuple[tuple[int, int], ...]:
