@@ -230,8 +230,8 @@ class PassNames:
 # that this ground-layer module need not import the passes
 GRAPH_PASSES = ("fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
                 "fold_cache_append", "kv_cache", "cse",
-                "slice_products", "fold_batch_norm", "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
-                "flatten_products",
+                "slice_products", "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
+                "fold_qkv_split", "flatten_products",
                 "quantize_weights", "quantize_rows", "bf16_weights", "fp16_activations", "bf16_activations",
                 "tf32_products", "conv_gemm",
                 "pad_gemv", "layout", "pack_weights", "winograd", "bf16_convs", "dce", "fuse")

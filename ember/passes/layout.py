@@ -25,7 +25,8 @@ from one convolution to the next. One walk in graph order:
   DenseNet's transitions, 1x1 convolution then a 2x2 average, stay blocked); mean/sum/max/min over H and W
   with keepdims, and global_avg_pool (as a mean over H and W); a concat along the channels
   where one input is blocked and the block divides the channels of each (DenseNet's blocks, an
-  inception's branches: each convolution writes its slab of the concat blocked);
+  inception's branches: each convolution writes its slab of the concat blocked), and slices and
+  concats along H and W (a convolution's regions, ember.passes.split_taps);
 - everything else reads the plain layout: a layout_transform back to NCHW is inserted where a
   blocked value first meets such an operator (flatten, reshape, matmul, anything unknown) or is a
   graph output, once per value.
@@ -199,12 +200,24 @@ class _Layouts:
 
     def _follows(self, node: Node) -> bool:
         """An operator that takes the layout of its inputs."""
-        return self._agnostic(node) or self._channel_concat(node)
+        return self._agnostic(node) or self._concat_axis(node) is not None or self._spatial_slice(node) is not None
 
     @staticmethod
-    def _channel_concat(node: Node) -> bool:
-        """A concat of NCHW tensors along their channels (DenseNet's blocks, an inception's branches)."""
-        return node.op == "concat" and node.outputs[0].type.rank == 4 and node.attrs["axis"] % 4 == 1
+    def _concat_axis(node: Node) -> int | None:
+        """The axis of a concat of NCHW tensors along C, H or W (DenseNet's blocks, an inception's
+        branches; a convolution's regions, ember.passes.split_taps), else None."""
+        if node.op != "concat" or node.outputs[0].type.rank != 4 or node.attrs["axis"] % 4 == 0:
+            return None
+        return node.attrs["axis"] % 4
+
+    @staticmethod
+    def _spatial_slice(node: Node) -> dict | None:
+        """The attributes of a slice of an NCHW tensor along H and W alone, in steps of 1, with
+        its axes counted from the front (as they are in NCHW{b}c), else None."""
+        if node.op != "slice" or node.inputs[0].type.rank != 4 or any(s != 1 for s in node.attrs["steps"] or ()):
+            return None
+        axes = [a % 4 for a in (node.attrs["axes"] or range(len(node.attrs["starts"])))]
+        return {**node.attrs, "axes": axes} if set(axes) <= {2, 3} else None
 
     def _conv_block(self, node: Node) -> int | None:
         """The output block of a conv2d that conv2d_nchwc can run, else None."""
@@ -239,6 +252,10 @@ class _Layouts:
                 return self._spatial_reduction(node)
             case "concat":
                 return self._concat(node)
+            case "slice":
+                found, attrs = self.blocked_form(node.inputs[0]), self._spatial_slice(node)
+                return found is not None and attrs is not None and self._emit(
+                    "slice", [found[1]], attrs, node, blocked(PLAIN, "C", found[0]))
         return self._agnostic(node) and self._elementwise(node)
 
     def _transform(self, node: Node) -> bool:
@@ -356,15 +373,16 @@ class _Layouts:
         return self._emit("add", [y, shift], {}, node, layout)
 
     def _concat(self, node: Node) -> bool:
-        """A concat of channels, one of whose inputs is blocked: the same over the inputs in its
-        layout, where that block divides the channels of each (whole blocks, no padding between)."""
-        found = next(filter(None, map(self.blocked_form, node.inputs)), None)
-        if not self._channel_concat(node) or found is None or not all(
-                self._nchw(v) and isinstance(v.shape[1], int) and v.shape[1] % found[0] == 0 for v in node.inputs):
+        """A concat one of whose inputs is blocked: the same over the inputs in its layout, along H
+        or W, or along C where that block divides the channels of each (whole blocks, no padding
+        between)."""
+        axis, found = self._concat_axis(node), next(filter(None, map(self.blocked_form, node.inputs)), None)
+        if axis is None or found is None or not all(self._nchw(v) and (
+                axis != 1 or isinstance(v.shape[1], int) and v.shape[1] % found[0] == 0) for v in node.inputs):
             return False
         layout = blocked(PLAIN, "C", found[0])
-        return self._emit("concat", [self.form(self.root.get(v, v), layout) for v in node.inputs], {"axis": 1}, node,
-                          layout)
+        return self._emit("concat", [self.form(self.root.get(v, v), layout) for v in node.inputs], {"axis": axis},
+                          node, layout)
 
     def _spatial_reduction(self, node: Node) -> bool:
         """A reduction over H and W (kept), or global_avg_pool: the same over the blocked form."""

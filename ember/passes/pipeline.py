@@ -68,6 +68,7 @@ from .quantize_rows import quantize_rows
 from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
+from .split_taps import split_taps
 from .tf32_products import tf32_products
 from .trim_taps import trim_taps
 from .unfold_attention import unfold_attention
@@ -77,7 +78,7 @@ Pass = Callable[[Graph], Graph]
 
 PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
                                                    simplify, fold_cache_append, kv_cache, cse, slice_products,
-                                                   fold_batch_norm, trim_taps, nest_concats,
+                                                   fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
                                                    tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
@@ -118,14 +119,14 @@ PIPELINES: dict[int, list[str]] = {
     1: ["fold_constants", "dce"],
     2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split", "flatten_products",
-        "quantize_weights",
+        "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+        "flatten_products", "quantize_weights",
         "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split", "flatten_products",
-        "quantize_weights",
+        "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+        "flatten_products", "quantize_weights",
         "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
 }

@@ -50,7 +50,7 @@ def test_levels_and_report():
     # weights packed (and the passes after drop the unpacked ones)
     assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "fold_cache_append",
                                                          "kv_cache",
-                                                         "slice_products", "trim_taps", "nest_concats",
+                                                         "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                                          "winograd"]
@@ -89,7 +89,7 @@ def test_disabled_passes():
     assert "batch_norm" in ops(out) and "exp" in ops(out)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "fold_cache_append", "kv_cache", "cse", "slice_products",
-                                        "trim_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+                                        "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd"]
@@ -104,7 +104,7 @@ def test_environment_overrides(monkeypatch, capsys):
     run_pipeline(g, 2, report=report)
     assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
                                         "simplify", "fold_cache_append", "kv_cache", "slice_products", "trim_taps",
-                                        "nest_concats", "fuse_siblings", "fold_qkv_split",
+                                        "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "dce"]
@@ -152,7 +152,7 @@ def test_compile_runs_the_pipeline(capsys):
     assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "unfold_attention",
                                                  "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
                                                  "slice_products",
-                                                 "fold_batch_norm", "trim_taps", "nest_concats",
+                                                 "fold_batch_norm", "trim_taps", "split_taps", "nest_concats",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                                  "pack_weights",
