@@ -13,11 +13,12 @@ padding (every tap left reads the input); the regions are concatenated along W w
 rows, the bands along H. The sums lose only products with zero. ember.passes.layout carries the
 slices and concats along H and W in the blocked layout.
 
-A convolution is split where the regions' taps times outputs are at most SPLIT_WORK of the
-whole's (rate 12 over 28 x 28: 0.51, rate 24: 0.18; a 3 x 3 convolution of padding 1 over 56 x
-56, 0.93, and DeepLabV3's backbone at dilation 4 over 28 x 28, 0.82, stay whole), of constant
-weights and static sizes, and where no region reads padding alone (ember.passes.trim_taps cuts
-those taps first).
+A dilated convolution is split where the regions' taps times outputs are at most SPLIT_WORK of
+the whole's (rate 12 over 28 x 28: 0.51, rate 24: 0.18; DeepLabV3's backbone at dilation 4 over
+28 x 28, 0.82, stays whole), of constant weights and static sizes, and where no region reads
+padding alone (ember.passes.trim_taps cuts those taps first). An undilated axis stays whole, its
+padding kept (and an undilated convolution with it): a padding of 1 wastes much only on maps of
+a few pixels (3 x 3: 0.6), whose regions would cost more in kernels than the taps they save.
 """
 
 from __future__ import annotations
@@ -50,9 +51,14 @@ def _bands(graph: Graph, node: Node) -> list[list[tuple[int, int, int, int]]] | 
     if not graph.is_constant(w) or not all(isinstance(v, int) for v in (*x.type.shape, *outs)):
         return None
     strides, pads_b, _, dilations = window_attrs(node.op, node.attrs, 2)
+    if max(dilations) == 1:
+        return None
     kernel = graph.constants[w.name].shape[2:]
     axes = []
     for size, k, s, pb, d, o in zip(spatial, kernel, strides, pads_b, dilations, outs):
+        if d == 1:  # an undilated axis stays whole, with its padding
+            axes.append([(0, o, 0, k - 1)])
+            continue
         bands: list[tuple[int, int, int, int]] = []
         for i in range(o):
             live = [t for t in range(k) if 0 <= i * s - pb + t * d < size]
@@ -73,21 +79,24 @@ def _regions(rw: Rewriter, graph: Graph, node: Node, axes) -> Value:
     """The convolution computed region by region and concatenated back."""
     x, w = rw.value(node.inputs[0]), graph.constants[node.inputs[1].name]
     bias = [rw.value(v) for v in node.inputs[2:]]
-    strides, pads_b, _, dilations = window_attrs(node.op, node.attrs, 2)
-    attrs = {**node.attrs, "padding": (0, 0, 0, 0)}
+    strides, pads_b, pads_e, dilations = window_attrs(node.op, node.attrs, 2)
+    whole = [d == 1 for d in dilations]
+    attrs = {**node.attrs, "padding": tuple(p if keep else 0 for p, keep in zip((*pads_b, *pads_e), whole * 2))}
     name, rows = node.outputs[0].name, []
     for i, row in enumerate(axes[0]):
         pieces = []
         for j, col in enumerate(axes[1]):
-            reads = [(a * s - pb + t0 * d, (b - 1) * s - pb + t1 * d + 1)
-                     for (a, b, t0, t1), s, pb, d in zip((row, col), strides, pads_b, dilations)]
+            reads = [(0, n) if keep else (a * s - pb + t0 * d, (b - 1) * s - pb + t1 * d + 1)
+                     for (a, b, t0, t1), s, pb, d, n, keep in zip((row, col), strides, pads_b, dilations, x.shape[2:],
+                                                                  whole)]
             sliced = [(axis, lo, hi) for axis, (lo, hi), n in zip((2, 3), reads, x.shape[2:]) if (lo, hi) != (0, n)]
             xr = x if not sliced else rw.emit("slice", [x], {
                 "starts": [lo for _, lo, _ in sliced], "ends": [hi for *_, hi in sliced],
                 "axes": [axis for axis, *_ in sliced]}, hint=f"{node.name}_reads")[0]
             wr = rw.constant(w[:, :, row[2]:row[3] + 1, col[2]:col[3] + 1].copy(), f"{node.inputs[1].name}_region")
             pieces.append(rw.emit("conv2d", [xr, wr, *bias], attrs, hint=node.name, out_names=[f"{name}_{i}_{j}"])[0])
+        row_name = name if len(axes[0]) == 1 else f"{name}_{i}"
         rows.append(pieces[0] if len(pieces) == 1 else
-                    rw.emit("concat", pieces, {"axis": 3}, hint="regions", out_names=[f"{name}_{i}"])[0])
+                    rw.emit("concat", pieces, {"axis": 3}, hint="regions", out_names=[row_name])[0])
     return rw.emit("concat", rows, {"axis": 2}, hint="regions", out_names=[name])[0] if len(rows) > 1 else rows[0]
 
