@@ -71,7 +71,14 @@ def schedule_pool_nchwc(s, outputs, target):
     anchor = find_anchor(outputs, POOL_ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != 5:
         return False
-    out = outputs[0]
-    prepare(s, outputs, anchor, target.lanes())
-    tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
+    out, pad = outputs[0], _padding(anchor)
+    prepare(s, outputs, anchor, target.lanes(), keep=(pad,) if pad is not None else ())
+    # each tile pads only the input rows and columns it reads, as a depthwise convolution does (a
+    # padded copy of the whole input cost more than the pooling: 112 x 112 x 64, 3 x 3 of stride 2)
+    local = s.cache_read(pad.output(0), "local", [anchor.output(0)]) if pad is not None else None
+    at = tile_rows_cols(s, out, anchor, 3, 4, tile_columns(as_int(out.shape[3])), as_int(out.shape[4]))
+    if local is not None:
+        s[pad.output(0)].compute_inline()
+        s[local].compute_at(s[out], at)
+        s[local].vectorize(s[local].op.axis[-1])
     return None
