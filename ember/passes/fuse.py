@@ -58,6 +58,7 @@ FUSE_LEVEL = 2
 MAX_GROUP_NODES = 32
 KIND = {"elementwise": 0, "broadcast": 1, "injective": 2, "reduction": 3, "out_elementwise_fusable": 4, "opaque": 5}
 ELEMENTWISE, BROADCAST, INJECTIVE, REDUCTION, ANCHOR, OPAQUE = range(6)
+VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,7 +130,8 @@ def fuse(graph: Graph) -> FusedGraph:
 
 def _slab_concats(nodes: list[Node], users: list[list[int]], index: dict[int, int]) -> set[int]:
     """The concats that memory planning may write in place (ember.passes.plan_memory): each input
-    a contiguous slab of the output, made by a node of this graph and read by no other concat.
+    a contiguous slab of the output, made by a node of this graph that computes (no reshape: a
+    view) and read by no other concat.
     They stay groups of their own, neither fused into their readers nor taking their inputs'
     nodes, so that each input's kernel writes its slab and the concat copies nothing (DenseNet's
     blocks: fused into the batch norm that reads it, each concat copied every feature before it)."""
@@ -138,7 +140,8 @@ def _slab_concats(nodes: list[Node], users: list[list[int]], index: dict[int, in
         if n.op != "concat" or slab_offsets(n.inputs, n.outputs[0], n.attrs["axis"], 1) is None:
             continue
         makers = [index.get(id(v.node)) if v.node is not None else None for v in n.inputs]
-        if None not in makers and not any(nodes[u].op == "concat" and u != k for m in makers for u in users[m]):
+        if None not in makers and not any(nodes[m].op in VIEW_OPS for m in makers) and not any(
+                nodes[u].op == "concat" and u != k for m in makers for u in users[m]):
             found.add(k)
     return found
 

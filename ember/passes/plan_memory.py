@@ -64,9 +64,7 @@ from .. import dims
 from ..graph.core import Dim, Graph, Node, Value, region_key
 from ..ops.tensor_scatter import SAME_PLACE
 from ..target import Target
-from .fuse import BROADCAST, FusedGraph, Group, fuse, kind, slab_offsets
-
-VIEW_OPS = ("reshape", "flatten", "squeeze", "unsqueeze", "identity")  # the same bytes under another shape
+from .fuse import BROADCAST, VIEW_OPS, FusedGraph, Group, fuse, kind, slab_offsets
 
 
 @dataclass(frozen=True, eq=False)
