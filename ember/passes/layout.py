@@ -222,7 +222,8 @@ class _Layouts:
     def _conv_block(self, node: Node) -> int | None:
         """The output block of a conv2d that conv2d_nchwc can run, else None."""
         x, w = node.inputs[:2]
-        if not self._nchw(x) or self.own_layout.get(w, "OIHW") != "OIHW" or not TensorType(x.shape[1:]).is_static:
+        if not self._nchw(x) or self.own_layout.get(w, "OIHW") != "OIHW" or not TensorType(x.shape[1:]).is_static \
+                or node.attrs.get("w_block"):  # (weights packed already: ember.passes.pack_weights)
             return None
         groups, block = node.attrs["groups"], channel_block(w.shape[0], self.lanes)
         if groups == 1 or groups == x.shape[1] == w.shape[0] and w.shape[1] == 1:
