@@ -39,7 +39,7 @@ def tile(m: int, n: int) -> tuple[int, int]:
     return next(r for r in (7, 6, 5, 4, 3, 2, 1) if m % r == 0 and r * panels <= ACCUMULATORS), panels
 
 
-@schedules("qgemm")
+@schedules("qgemm", "qconv")
 def schedule_qgemm(s, outputs, target):
     anchor = find_anchor(outputs, ANCHOR)
     if anchor is None or len(outputs) != 1 or outputs[0].ndim != 2:
@@ -49,11 +49,22 @@ def schedule_qgemm(s, outputs, target):
     if m is None or n is None or n != as_int(anchor.output(0).shape[1]) * LANES:
         return False
     rows, panels = tile(m, n)
-    rows_in = next(t for t in anchor.input_tensors if t.op.tag == PACK)
-    if isinstance(rows_in.op.input_tensors[0].op, ComputeOp):  # a quantization fused before: once, at the root
+    rows_in = next(t for t in anchor.input_tensors if t.op.tag in (PACK, IM2COL))
+    patches = rows_in.op if rows_in.op.tag == IM2COL else None  # qconv's
+    if patches is not None:
+        prepare(s, outputs, anchor, target.lanes(), keep=(patches,))
+    elif isinstance(rows_in.op.input_tensors[0].op, ComputeOp):  # a quantization fused before: once, at the root
         prepare(s, outputs, anchor, target.lanes())
     else:  # the kernel's input itself, read in place
         inline_intermediates(s.sch)
+    # qconv's patches: where the row tiles are the outer loop, each one's gathered into a local
+    # array before its column tiles; else all of them at the root (few: m < n), each once
+    gathered = patches is not None and n <= m
+    if gathered:
+        window = s.cache_read(rows_in, "local", [anchor.output(0)])
+        s[rows_in].compute_inline()
+    elif patches is not None:
+        copy_runs(s, rows_in, patches.attrs["run"], target.lanes(), parallel=True)
     acc = s.cache_write(anchor.output(0), "local")
     s[anchor.output(0)].compute_inline()
     stage = s[out]
@@ -62,10 +73,13 @@ def schedule_qgemm(s, outputs, target):
     if n > m:  # more weights than activations: each column panel read once, from L2, by every row tile
         stage.reorder(jo, io, ii, ji)
         io, jo = jo, io
-    fused = stage.fuse(io, jo)
-    stage.parallel(fused)
+    at = jo if gathered else stage.fuse(io, jo)
+    stage.parallel(io if gathered else at)
     stage.unroll(ii)
-    s[acc].compute_at(stage, fused)
+    s[acc].compute_at(stage, at)
+    if gathered:
+        s[window].compute_at(stage, io)
+        copy_runs(s, window, patches.attrs["run"], target.lanes())
     # the epilogue a panel (16 lanes) at a time: wider vector types GCC splits badly
     panel, lanes = stage.split(ji, factor=LANES)
     stage.unroll(panel)
@@ -98,16 +112,22 @@ def schedule_im2col(s, outputs, target):
     if len(outputs) != 1 or not isinstance(out.op, ComputeOp) or out.op.tag != IM2COL:
         return False
     prepare(s, outputs, out.op, target.lanes())
-    stage = s[out]
+    copy_runs(s, out, out.op.attrs["run"], target.lanes(), parallel=True)
+    return None
+
+
+def copy_runs(s, patches, run: int, lanes: int, parallel: bool = False) -> None:
+    """A stage of im2col's rows (`patches`) a row at a time (in parallel, or not), each contiguous
+    `run` of the row (a tap's channels, or a kernel row's taps of a narrow input) a vector copy of
+    `lanes`."""
+    stage = s[patches]
     rows, cols = stage.op.axis
-    run = out.op.attrs["run"]
     _, inner = stage.split(cols, factor=run)
-    lanes = target.lanes()  # (the widest type of a quantizing copy is float32)
     if run > lanes and run % lanes == 0:
         outer, inner = stage.split(inner, factor=lanes)
         stage.unroll(outer)
-    stage.parallel(rows)
+    if parallel:
+        stage.parallel(rows)
     if run % lanes == 0 or run & (run - 1) == 0:
         stage.vectorize(inner)
     # (else a run of a first layer's taps, 7 x 4 bytes, which C copies as it likes: no vector type has that width)
-    return None
