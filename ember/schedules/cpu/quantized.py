@@ -17,7 +17,7 @@ the compiler turns into the vector unit's own widening multiply-adds.
 from __future__ import annotations
 
 from ...intrinsics import vnni
-from ...ops.hints import PACK
+from ...ops.hints import PACK, lanes_dividing
 from ...ops.quantized import ANCHOR, IM2COL, LANES
 from ...te.tensor import ComputeOp
 from ...tir.expr import as_int
@@ -64,7 +64,7 @@ def schedule_qgemm(s, outputs, target):
         window = s.cache_read(rows_in, "local", [anchor.output(0)])
         s[rows_in].compute_inline()
     elif patches is not None:
-        copy_runs(s, rows_in, patches.attrs["run"], target.lanes(), parallel=True)
+        copy_runs(s, rows_in, patches.attrs["run"], _widths(target), parallel=True)
     acc = s.cache_write(anchor.output(0), "local")
     s[anchor.output(0)].compute_inline()
     stage = s[out]
@@ -79,7 +79,7 @@ def schedule_qgemm(s, outputs, target):
     s[acc].compute_at(stage, at)
     if gathered:
         s[window].compute_at(stage, io)
-        copy_runs(s, window, patches.attrs["run"], target.lanes())
+        copy_runs(s, window, patches.attrs["run"], _widths(target))
     # the epilogue a panel (16 lanes) at a time: wider vector types GCC splits badly
     panel, lanes = stage.split(ji, factor=LANES)
     stage.unroll(panel)
@@ -102,6 +102,12 @@ def schedule_qgemm(s, outputs, target):
     return None
 
 
+def _widths(target) -> tuple[int, ...]:
+    """The vector widths of qconv's copies of uint8 patches: a register's bytes, halves, quarters."""
+    lanes = target.lanes("uint8")
+    return lanes, lanes // 2, lanes // 4
+
+
 @schedules("im2col")
 def schedule_im2col(s, outputs, target):
     """The patches (and whatever fused before them: a layout change, the quantization) one row per
@@ -112,22 +118,23 @@ def schedule_im2col(s, outputs, target):
     if len(outputs) != 1 or not isinstance(out.op, ComputeOp) or out.op.tag != IM2COL:
         return False
     prepare(s, outputs, out.op, target.lanes())
-    copy_runs(s, out, out.op.attrs["run"], target.lanes(), parallel=True)
+    copy_runs(s, out, out.op.attrs["run"], (target.lanes(),), parallel=True)
     return None
 
 
-def copy_runs(s, patches, run: int, lanes: int, parallel: bool = False) -> None:
+def copy_runs(s, patches, run: int, widths: tuple[int, ...], parallel: bool = False) -> None:
     """A stage of im2col's rows (`patches`) a row at a time (in parallel, or not), each contiguous
-    `run` of the row (a tap's channels, or a kernel row's taps of a narrow input) a vector copy of
-    `lanes`."""
+    `run` of the row (a tap's channels, or a kernel row's taps of a narrow input) in vector copies
+    of the first of `widths` (lanes) dividing it."""
     stage = s[patches]
     rows, cols = stage.op.axis
     _, inner = stage.split(cols, factor=run)
-    if run > lanes and run % lanes == 0:
-        outer, inner = stage.split(inner, factor=lanes)
+    width = lanes_dividing(run, widths)
+    if width is not None and run > width:
+        outer, inner = stage.split(inner, factor=width)
         stage.unroll(outer)
     if parallel:
         stage.parallel(rows)
-    if run % lanes == 0 or run & (run - 1) == 0:
+    if width is not None or run & (run - 1) == 0:
         stage.vectorize(inner)
     # (else a run of a first layer's taps, 7 x 4 bytes, which C copies as it likes: no vector type has that width)
