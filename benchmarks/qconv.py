@@ -4,7 +4,8 @@ gathering its patches a row tile at a time, ember.passes.gather_patches) and onc
 disabled (im2col writes all the patches, then qgemm reads them), both from the same calibration.
 Their outputs must agree exactly. Latency: one thread, each call timed by the process's CPU time,
 the two taking turns over --rounds rounds, the best median; per kernel: each one's 10th
-percentile over --runs profiled runs (cm.profile), the convolutions' kernels summed by operator.
+percentile over --runs profiled runs (cm.profile), the products' kernels listed and
+summed by operator.
 
     python benchmarks/qconv.py [--model resnet18] [--calibration 4] [--runs 50] [--rounds 3]
 """
@@ -50,33 +51,25 @@ def main() -> None:
         print(f"{label}: {ops.count('qconv')} qconv, {ops.count('im2col')} im2col, {ops.count('qgemm')} qgemm")
     best = dict.fromkeys(variants, float("inf"))
     kernels: dict[str, dict[str, float]] = {label: {} for label in variants}
+    calls: dict[str, dict[str, int]] = {label: {} for label in variants}
     for _ in range(args.rounds):
         for label, cm in variants.items():
             best[label] = min(best[label], cpu_latency(lambda cm=cm: cm(*x), args.runs))
             prof = cm.profile(*x, repeat=args.runs)
             for k in prof.kernels:
                 kernels[label][k.name] = min(kernels[label].get(k.name, float("inf")), k.p10_us)
+                calls[label][k.name] = k.calls
     print(f"{args.model} int8, one thread, CPU time per call (best median of {args.rounds} rounds):")
     for label in variants:
         print(f"  {label:18s} {best[label] * 1e3:.2f} ms; sum of kernel p10s {sum(kernels[label].values()):.0f} us")
-    gathered, written = (products(kernels[label]) for label in variants)
-    print("  each product in run order, p10 us: gathered (qconv) | im2col + qgemm = sum")
-    for k, ((_, g), (i, q)) in enumerate(zip(gathered, written)):
-        print(f"    {k:2d}  {g:7.1f} | {i:6.1f} + {q:6.1f} = {i + q:7.1f}  ({g - i - q:+.1f})")
-    g, i, q = sum(t for _, t in gathered), sum(t for t, _ in written), sum(t for _, t in written)
-    print(f"   all  {g:7.1f} | {i:6.1f} + {q:6.1f} = {i + q:7.1f}  ({g - i - q:+.1f})")
-
-
-def products(kernels: dict[str, float]) -> list[tuple[float, float]]:
-    """(the im2col kernel before it, or 0; its own) p10 us of each product kernel, in run order."""
-    out, pending = [], 0.0
-    for name, us in kernels.items():
-        if "im2col" in name:
-            pending = us
-        elif "qconv" in name or "qgemm" in name:
-            out.append((pending, us))
-            pending = 0.0
-    return out
+    for label in variants:
+        sums = {op: sum(us for name, us in kernels[label].items() if op in name) for op in ("im2col", "qgemm", "qconv")}
+        print(f"  {label}: the products' kernels in run order, p10 us over all calls a run (a kernel that"
+              f" layers of one shape share runs once for each); sums " + ", ".join(
+                  f"{op} {us:.0f}" for op, us in sums.items() if us))
+        for name, us in kernels[label].items():
+            if any(op in name for op in sums):
+                print(f"    {us:7.1f}  {calls[label][name]}x {name}")
 
 
 if __name__ == "__main__":

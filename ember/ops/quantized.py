@@ -1,5 +1,7 @@
-"""Quantized products: `qgemm`, an int8 GEMM with its requantization in the epilogue, and
-`im2col`, the rows of a convolution's patches that turn it into one.
+"""Quantized products: `qgemm`, an int8 GEMM with its requantization in the epilogue,
+`im2col`, the rows of a convolution's patches that turn it into one, and `qconv`, the two as one
+operator (qgemm(im2col(x), ...), ember.passes.gather_patches), whose kernel gathers the patches
+from x as its row tiles need them rather than reading all of them from memory.
 
 qgemm(a, w, bias, scale?) multiplies a (M, K) uint8 by int8 weights given in AVX512-VNNI's
 layout, (N / 16, K / 4, 16, 4) (`pack`: 16 columns by K-groups of 4, the order `vpdpbusd` reads

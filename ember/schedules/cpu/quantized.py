@@ -1,9 +1,11 @@
-"""The CPU schedules of qgemm and im2col (ember.ops.quantized). qgemm: a register tile of rows x
+"""The CPU schedules of qgemm, qconv and im2col (ember.ops.quantized). qgemm: a register tile of rows x
 panels of 16 int32 accumulators (`tile`), the reduction over K-groups of 4 outside it, the tiles
 over the operand that is larger in the outer parallel loop (each panel of weights, or each row
 block of activations, read from memory once), and the epilogue
 (requantization and whatever elementwise work fused after it) vectorized over the tile's columns
-as it leaves the registers.
+as it leaves the registers. qconv: qgemm's, its patches gathered into a local array per row tile
+where those are the outer loop (at the root of the kernel, all of them, where the column panels
+are).
 
 Where the target has AVX512-VNNI (`avx512vnni` among its features) the tile's inner product is
 tensorized onto `vpdpbusd` (ember.intrinsics.vnni's NATIVE form, with no test of the CPU per
