@@ -255,7 +255,7 @@ def _compute_im2col(inputs, attrs, out_types):
         reach = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
         padded = te.compute((shape[0], reach[0], reach[1] * cp),
                             lambda b, y, zc: bounded(b, y - pt, zc // cp - pl, zc % cp), name="im2col_padded",
-                            tag=PACK)
+                            tag=PACK, attrs={"channels": cp})
         run = kw * cp if dw == 1 else cp
 
         def element(r, q):

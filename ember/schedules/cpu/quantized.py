@@ -54,7 +54,10 @@ def schedule_qgemm(s, outputs, target):
     rows_in = next(t for t in anchor.input_tensors if t.op.tag in (PACK, IM2COL))
     patches = rows_in.op if rows_in.op.tag == IM2COL else None  # qconv's
     if patches is not None:
-        prepare(s, outputs, anchor, target.lanes(), keep=(patches,))
+        padded = [t.op for t in patches.input_tensors if isinstance(t.op, ComputeOp) and t.op.tag == PACK]
+        prepare(s, outputs, anchor, target.lanes(), keep=(patches, *padded))
+        for op in padded:
+            pad_pixels(s, op.output(0))
     elif isinstance(rows_in.op.input_tensors[0].op, ComputeOp):  # a quantization fused before: once, at the root
         prepare(s, outputs, anchor, target.lanes())
     else:  # the kernel's input itself, read in place
@@ -102,6 +105,16 @@ def schedule_qgemm(s, outputs, target):
         inner.unroll(ki)
         inner.vectorize(al)
     return None
+
+
+def pad_pixels(s, padded) -> None:
+    """im2col's padded copy of a narrow input (N, H', W' * Cp) a pixel of Cp bytes at a time, its
+    rows in parallel: the test of the bounds once per pixel, not per byte."""
+    stage = s[padded]
+    b, y, zc = stage.op.axis
+    _, c = stage.split(zc, factor=padded.op.attrs["channels"])
+    stage.parallel(stage.fuse(b, y))
+    stage.unroll(c)
 
 
 def _widths(target) -> tuple[int, ...]:
