@@ -279,7 +279,10 @@ register(OpDef(
 
 
 def _infer_qconv(types, attrs):
-    return _infer_qgemm([*_infer_im2col(types[:1], attrs), *types[1:]], attrs)
+    try:
+        return _infer_qgemm([*_infer_im2col(types[:1], attrs), *types[1:]], attrs)
+    except OpTypeError as e:  # (said of the operator the model has)
+        raise OpTypeError(f"qconv, qgemm over im2col's patches: {e}") from None
 
 
 def _reference_qconv(inputs, attrs):

@@ -85,6 +85,15 @@ def test_qconv(shape, cout, kernel, stride, pads, targets):
     check_op("qconv", [x, wp, bias - zp * sums, scale], attrs, 0, 0, targets=targets)
 
 
+def test_qconv_errors():
+    """Patches of 3 x 3 taps of 8 channels (K = 72) against weights of K = 8, and int8 activations."""
+    w, bias = TensorType((1, 2, 16, 4), "int8"), TensorType((16,), "int32")
+    with pytest.raises(OpTypeError, match=r"qconv, qgemm over im2col's patches: qgemm: a has K = 72"):
+        infer_types("qconv", [TensorType((1, 5, 5, 8), "uint8"), w, bias], {"kernel": (3, 3)})
+    with pytest.raises(OpTypeError, match="uint8 activations"):
+        infer_types("qconv", [TensorType((1, 5, 5, 8), "int8"), w, bias], {"kernel": (1, 1)})
+
+
 def test_qconv_gathers_a_row_tile_at_a_time():
     """The C kernel of a 3x3 convolution of 56 x 56 x 64 copies each row tile's patches (7 rows
     of 9 taps of 64 channels) into a local array, not the whole im2col (3136 rows) to memory."""
