@@ -234,7 +234,7 @@ GRAPH_PASSES = ("fold_constants", "fold_attention", "unfold_attention", "fold_tr
                 "fold_qkv_split", "flatten_products",
                 "quantize_weights", "quantize_rows", "bf16_weights", "fp16_activations", "bf16_activations",
                 "tf32_products", "conv_gemm",
-                "pad_gemv", "layout", "pack_weights", "winograd", "bf16_convs", "dce", "fuse")
+                "pad_gemv", "layout", "pack_weights", "winograd", "gather_patches", "bf16_convs", "dce", "fuse")
 
 
 def _pass_names() -> tuple[str, ...]:

@@ -1,5 +1,7 @@
-"""Quantized products: `qgemm`, an int8 GEMM with its requantization in the epilogue, and
-`im2col`, the rows of a convolution's patches that turn it into one.
+"""Quantized products: `qgemm`, an int8 GEMM with its requantization in the epilogue,
+`im2col`, the rows of a convolution's patches that turn it into one, and `qconv`, the two as one
+operator (qgemm(im2col(x), ...), ember.passes.gather_patches), whose kernel gathers the patches
+from x as its row tiles need them rather than reading all of them from memory.
 
 qgemm(a, w, bias, scale?) multiplies a (M, K) uint8 by int8 weights given in AVX512-VNNI's
 layout, (N / 16, K / 4, 16, 4) (`pack`: 16 columns by K-groups of 4, the order `vpdpbusd` reads
@@ -130,13 +132,21 @@ def epilogue(acc: np.ndarray, inputs, attrs) -> np.ndarray:
 
 
 def _compute_qgemm(inputs, attrs, out_types):
-    a, w, bias = inputs[:3]
-    scale = inputs[3] if len(inputs) == 4 else None
+    a = inputs[0]
     m, k = (as_int(d) for d in a.shape)
-    n = as_int(w.shape[0]) * LANES
     # the rows as a stage of their own, which the intrinsic reads from memory: where a
     # quantization fuses before the product, it runs once there (the schedule inlines a plain copy)
-    a = te.compute((m, k), lambda i, q: a[i, q], name="qgemm_rows", tag=PACK)
+    rows = te.compute((m, k), lambda i, q: a[i, q], name="qgemm_rows", tag=PACK)
+    return [product(rows, inputs[1:], attrs)]
+
+
+def product(a: te.Tensor, inputs, attrs) -> te.Tensor:
+    """qgemm's stages over the rows `a` (M, K), a stage the intrinsic reads from memory: inputs are
+    the packed weights, the bias and the scale, if any."""
+    w, bias = inputs[:2]
+    scale = inputs[2] if len(inputs) == 3 else None
+    m, k = (as_int(d) for d in a.shape)
+    n = as_int(w.shape[0]) * LANES
     ko = te.reduce_axis((0, k // GROUP), name="ko")
     ki = te.reduce_axis((0, GROUP), name="ki")
     # accumulated in panels of 16 columns, the shape the intrinsic writes (schedules/cpu/quantized)
@@ -157,7 +167,7 @@ def _compute_qgemm(inputs, attrs, out_types):
         y = te.min(te.max(y, te.const(float(lo), "float64")), te.const(float(hi), "float64"))
         return cast(out, y)
 
-    return [te.compute((m, n), element, name="qgemm")]
+    return te.compute((m, n), element, name="qgemm")
 
 
 register(OpDef(
@@ -245,7 +255,7 @@ def _compute_im2col(inputs, attrs, out_types):
         reach = ((oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1)
         padded = te.compute((shape[0], reach[0], reach[1] * cp),
                             lambda b, y, zc: bounded(b, y - pt, zc // cp - pl, zc % cp), name="im2col_padded",
-                            tag=PACK)
+                            tag=PACK, attrs={"channels": cp})
         run = kw * cp if dw == 1 else cp
 
         def element(r, q):
@@ -265,4 +275,36 @@ register(OpDef(
     attrs={"kernel": REQUIRED, "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0), "pad_value": 0},
     doc="A convolution's patches of an NHWC input as rows (N * OH * OW, KH * KW * Cp), Cp = C rounded up to 4, "
         "pad_value outside the input: the left operand of qgemm.",
+))
+
+
+def _infer_qconv(types, attrs):
+    try:
+        return _infer_qgemm([*_infer_im2col(types[:1], attrs), *types[1:]], attrs)
+    except OpTypeError as e:  # (said of the operator the model has)
+        raise OpTypeError(f"qconv, qgemm over im2col's patches: {e}") from None
+
+
+def _reference_qconv(inputs, attrs):
+    return _reference_qgemm([*_reference_im2col(inputs[:1], attrs), *inputs[1:]], attrs)
+
+
+def _compute_qconv(inputs, attrs, out_types):
+    x = inputs[0]
+    (rows,) = _infer_im2col([TensorType(tuple(as_int(d) for d in x.shape), x.dtype)], attrs)
+    return [product(_compute_im2col([x], attrs, [rows])[0], inputs[1:], attrs)]
+
+
+register(OpDef(
+    name="qconv",
+    infer=_infer_qconv,
+    reference=_reference_qconv,
+    compute=_compute_qconv,
+    pattern="out_elementwise_fusable",
+    takes_prologue=False,  # (a quantization before it would run once per tap)
+    attrs={"out_dtype": "int32", "zero_point": 0, "lo": None, "hi": None, "kernel": REQUIRED, "strides": (1, 1),
+           "dilations": (1, 1), "pads": (0, 0, 0, 0), "pad_value": 0},
+    num_inputs=(3, 4),
+    doc="qgemm(im2col(x), w, bias, scale?) of an NHWC uint8 x, the patches gathered by the kernel a row tile at a "
+        "time rather than written to memory first; the attributes of both.",
 ))

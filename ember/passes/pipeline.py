@@ -58,6 +58,7 @@ from .fold_constants import fold_constants
 from .fold_qkv_split import fold_qkv_split
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
+from .gather_patches import gather_patches
 from .half_precision import bf16_activations, fp16_activations
 from .kv_cache import kv_cache
 from .layout import layout
@@ -82,7 +83,7 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
                                                    tf32_products, conv_gemm, pad_gemv, layout, pack_weights, winograd,
-                                                   bf16_convs, dce)}
+                                                   gather_patches, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
 # prefill's weight-only products on VNNI where it has it, layout blocks channels by its SIMD width,
@@ -122,13 +123,13 @@ PIPELINES: dict[int, list[str]] = {
         "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
         "flatten_products", "quantize_weights",
         "quantize_rows",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"],
     3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
         "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
         "flatten_products", "quantize_weights",
         "quantize_rows",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "dce"],
+        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"],
 }
 
 

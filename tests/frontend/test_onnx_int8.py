@@ -95,6 +95,32 @@ def test_qoperators_bit_exact(qoperators):
             np.testing.assert_array_equal(got, want, err_msg=name)
 
 
+def test_qlinearconv_gathers_its_patches():
+    """QLinearConv's patches read from its NHWC input by the product's kernel (qconv, no im2col in
+    memory): a first layer's 7x7 of stride 2 over 3 channels, and a dilated 3x3 over 10 channels
+    (no whole K-group), the padding read as the zero point; bit-exact against onnx's reference."""
+    f = lambda *s: RNG.uniform(0.001, 0.01, s).astype(np.float32)  # noqa: E731
+    inits = {"xs": np.float32(0.02), "xz": np.uint8(13), "w": RNG.integers(-128, 128, (16, 3, 7, 7), dtype=np.int8),
+             "ws": f(16), "wz": np.zeros(16, np.int8), "ys": np.float32(0.5), "yz": np.uint8(90),
+             "b": RNG.integers(-3000, 3000, 16, dtype=np.int32),
+             "v": RNG.integers(-128, 128, (24, 10, 3, 3), dtype=np.int8), "vs": f(24), "vz": np.zeros(24, np.int8)}
+    nodes = [
+        helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y1"],
+                         kernel_shape=[7, 7], pads=[3, 3, 3, 3], strides=[2, 2]),
+        helper.make_node("QLinearConv", ["u", "xs", "xz", "v", "vs", "vz", "ys", "yz"], ["y2"],
+                         kernel_shape=[3, 3], pads=[2, 1, 2, 1], dilations=[2, 1]),
+    ]
+    model = _model(nodes, [_vi("x", TensorProto.UINT8, [1, 3, 15, 14]), _vi("u", TensorProto.UINT8, [2, 10, 6, 5])],
+                   [_vi("y1", TensorProto.UINT8), _vi("y2", TensorProto.UINT8)], inits)
+    compiled = ember.compile(model)
+    ops = [n.op for n in compiled.graph.nodes]
+    assert ops.count("qconv") == 2 and "im2col" not in ops and "qgemm" not in ops
+    x = RNG.integers(0, 256, (1, 3, 15, 14), dtype=np.uint8)
+    u = RNG.integers(0, 256, (2, 10, 6, 5), dtype=np.uint8)
+    for got, want in zip(compiled(x, u), ReferenceEvaluator(model).run(None, {"x": x, "u": u})):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_qdq_products_fuse_into_qoperators():
     """x -> Q -> DQ -> Conv(DQ(w), DQ(b)) -> Q -> DQ -> MatMul(DQ(m)) -> Q -> DQ, weights per
     output channel, as ONNX Runtime's quantize_static writes a model."""

@@ -1,4 +1,4 @@
-"""qgemm and im2col (ember/ops/quantized.py) and qdepthwise (ember/ops/qdepthwise.py) against
+"""qgemm, im2col and qconv (ember/ops/quantized.py) and qdepthwise (ember/ops/qdepthwise.py) against
 their NumPy references, exactly: each epilogue on the C target (tensorized onto vpdpbusd where the
 target has avx512vnni), the portable C of a target without it and the interpreter; im2col + qgemm
 and qdepthwise against torch's convolutions of the same integers; the errors of bad operands."""
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
-from ember.ops.quantized import conv_weights, pack, unpack
+from ember.ops.quantized import conv_weights, fold_weights, pack, unpack
 from ember.target import Target, as_target
 from ember.testing import build_op, check_op
 
@@ -66,6 +66,40 @@ def test_conv_as_im2col_and_qgemm(dilations):
     xt = torch.from_numpy(x.astype(np.float64) - zp)
     ref = F.conv2d(F.pad(xt, (2, 0, 1, 1)), torch.from_numpy(w.astype(np.float64)), stride=2, dilation=dilations)
     np.testing.assert_array_equal(y.reshape(2, oh, ow, 16).transpose(0, 3, 1, 2), ref.numpy().astype(np.int32))
+
+
+@pytest.mark.parametrize("shape, cout, kernel, stride, pads, targets", [
+    ((1, 6, 7, 20), 16, (3, 3), (1, 1), (1, 1, 1, 1), ("c", "python")),  # rows >= columns: a row tile's patches
+    ((1, 4, 5, 8), 48, (3, 3), (2, 2), (1, 0, 1, 2), ("c",)),  # fewer rows than columns: all of them, first
+    ((1, 11, 10, 3), 16, (7, 7), (2, 2), (3, 3, 3, 3), ("c",)),  # a first layer's, from a padded copy
+])
+def test_qconv(shape, cout, kernel, stride, pads, targets):
+    """qconv, qgemm over im2col's patches gathered by the kernel, against the two in NumPy."""
+    zp = 5
+    wp, bias, sums = fold_weights(conv_weights(RNG.integers(-128, 128, (cout, shape[3], *kernel), dtype=np.int8)),
+                                  RNG.integers(-2000, 2000, cout, dtype=np.int32))
+    scale = RNG.uniform(1e-4, 1e-3, len(bias)).astype(np.float32)
+    x = RNG.integers(0, 256, shape, dtype=np.uint8)
+    attrs = {"kernel": kernel, "strides": stride, "pads": pads, "pad_value": zp, "out_dtype": "uint8",
+             "zero_point": 3}
+    check_op("qconv", [x, wp, bias - zp * sums, scale], attrs, 0, 0, targets=targets)
+
+
+def test_qconv_errors():
+    """Patches of 3 x 3 taps of 8 channels (K = 72) against weights of K = 8, and int8 activations."""
+    w, bias = TensorType((1, 2, 16, 4), "int8"), TensorType((16,), "int32")
+    with pytest.raises(OpTypeError, match=r"qconv, qgemm over im2col's patches: qgemm: a has K = 72"):
+        infer_types("qconv", [TensorType((1, 5, 5, 8), "uint8"), w, bias], {"kernel": (3, 3)})
+    with pytest.raises(OpTypeError, match="uint8 activations"):
+        infer_types("qconv", [TensorType((1, 5, 5, 8), "int8"), w, bias], {"kernel": (1, 1)})
+
+
+def test_qconv_gathers_a_row_tile_at_a_time():
+    """The C kernel of a 3x3 convolution of 56 x 56 x 64 copies each row tile's patches (7 rows
+    of 9 taps of 64 channels) into a local array, not the whole im2col (3136 rows) to memory."""
+    types = [TensorType((1, 56, 56, 64), "uint8"), TensorType((4, 144, 16, 4), "int8"), TensorType((64,), "int32")]
+    source = build_op("qconv", types, {"kernel": (3, 3), "pads": (1, 1, 1, 1), "pad_value": 3}).kernel.source
+    assert "uint8_t im2col_local[4032]" in source and "aligned_alloc" not in source
 
 
 @pytest.mark.parametrize("shape, stride, pads, dilation, targets", [

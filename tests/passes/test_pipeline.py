@@ -53,7 +53,7 @@ def test_levels_and_report():
                                                          "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
-                                                         "winograd"]
+                                                         "winograd", "gather_patches"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
 
@@ -92,7 +92,7 @@ def test_disabled_passes():
                                         "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
-                                        "fold_constants", "winograd"]
+                                        "fold_constants", "winograd", "gather_patches"]
     check_same(g, out)
 
 
@@ -107,7 +107,7 @@ def test_environment_overrides(monkeypatch, capsys):
                                         "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
-                                        "fold_constants", "winograd", "dce"]
+                                        "fold_constants", "winograd", "gather_patches", "dce"]
     assert capsys.readouterr().err.count("# after") == 2
     run_pipeline(g, 2, print_ir="fold_constants")  # an argument beats the variable (it runs twice)
     assert capsys.readouterr().err.count("# after") == 2
@@ -156,7 +156,7 @@ def test_compile_runs_the_pipeline(capsys):
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                                  "pack_weights",
-                                                 "fold_constants", "winograd", "dce"]
+                                                 "fold_constants", "winograd", "gather_patches", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4
     assert capsys.readouterr().err.startswith("# after dce (")
     np.testing.assert_allclose(cm(x), plain(x), rtol=1e-4, atol=1e-5)

@@ -50,11 +50,11 @@ def cnn():
 def test_static_cnn_against_fp32(cnn):
     model, q = cnn
     ops = [n.op for n in q.graph.nodes]
-    # (the head's too; the grouped convolution's two groups a qgemm and an im2col each)
-    assert ops.count("qgemm") == 6 and ops.count("qdepthwise") == 1
+    # (the head's qgemm too; the grouped convolution's two groups a qconv each, gathering their patches)
+    assert ops.count("qgemm") == 2 and ops.count("qconv") == 4 and ops.count("qdepthwise") == 1
     # NHWC uint8 rows from the input's quantization to the mean: a transpose at each end, the max
-    # pool over uint8, no im2col for the 1x1 convolution
-    assert ops.count("transpose") == 2 and ops.count("im2col") == 4 and "conv2d" not in ops
+    # pool over uint8, the 1x1 convolution's qgemm reading them as they are
+    assert ops.count("transpose") == 2 and "im2col" not in ops and "conv2d" not in ops
     (pool,) = [n for n in q.graph.nodes if n.op == "max_pool2d_nchwc"]
     assert pool.inputs[0].type.dtype == "uint8"
     x = torch.randn(8, 3, 12, 12)

@@ -29,13 +29,14 @@ def find_anchor(outputs: list[Tensor], tag: str) -> ComputeOp | None:
 
 def prepare(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int, keep: tuple[ComputeOp, ...] = ()) -> None:
     """Schedule the PACK stages (for `lanes`: fp32 lanes of a register) but those in `keep`, which
-    the caller places; inline every other spatial intermediate but the anchor."""
+    the caller places; inline every other spatial intermediate but the anchor and those in `keep`."""
     out_ops = {id(t.op) for t in outputs}
     stages = [op for op in input_tensors_of(outputs) if isinstance(op, ComputeOp) and id(op) not in out_ops]
     for op in reversed(stages):
         if op.tag == PACK and op is not anchor and not op.reduce_axis and op not in keep:
             schedule_pack(s, op.output(0), lanes)
-    inline_intermediates(s.sch, among={op.name for op in stages if op is not anchor and op.tag != PACK})
+    inline_intermediates(s.sch, among={op.name for op in stages
+                                       if op is not anchor and op.tag != PACK and op not in keep})
 
 
 def untiled(s, outputs: list[Tensor], anchor: ComputeOp, lanes: int) -> None:
