@@ -54,6 +54,10 @@ class WeightFormat:
         """The format the options of ember.compile name (None: weights stay float32); a mapping
         is weights quantized already (ember.frontend.gguf's), found by their float32 form."""
         if isinstance(weights, Mapping):
+            odd = next((v for v in weights.values() if not isinstance(v, QuantizedWeight)), None)
+            if odd is not None:
+                raise ConfigError(f"weights given as a mapping hold QuantizedWeights by digest (load_gguf's "
+                                  f"`weights`), got a value of type {type(odd).__name__}")
             return cls(0, known=weights)
         if weights is None or weights == "float32":
             return None
