@@ -81,6 +81,9 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     if not dynamic and calibration_data is None:
         raise ArgumentTypeError("ember.quantize: static quantization needs calibration_data (batches of inputs); "
                                 "dynamic=True takes the activations' ranges at run time instead")
+    if not dynamic and (hasattr(calibration_data, "shape") or not isinstance(calibration_data, Iterable)):
+        raise ArgumentTypeError(f"ember.quantize: calibration_data is an iterable of batches (a list, a generator), "
+                                f"got {type(calibration_data).__name__}; one batch x is [x]")
     target = as_target(compile_options.get("target", "c"))
     if target.kind not in ("c", "python"):
         raise ConfigError(f"ember.quantize: target {target.kind!r} has no int8 product kernels yet (they are the "
@@ -114,9 +117,9 @@ def _calibrate(graph, batches: Iterable, progress: bool, options: dict) -> dict[
     if total == 0:
         raise ArgumentTypeError("ember.quantize: calibration_data holds no batch")
     for k, batch in enumerate(batches):
-        arrays = [_array(x) for x in (batch if isinstance(batch, tuple | list) else (batch,))]
+        arrays = _batch(batch, graph.inputs, k)
         for v in watched:  # (an input's NaN named before what it makes of the values after it)
-            if v in inputs and inputs[v] < len(arrays):
+            if v in inputs:
                 observers[v.name].update(_finite(arrays[inputs[v]], v.name, k))
         outs = probe(*arrays) if probe is not None else ()
         outs = outs if isinstance(outs, tuple | list) else (outs,)
@@ -126,6 +129,22 @@ def _calibrate(graph, batches: Iterable, progress: bool, options: dict) -> dict[
             print(f"\rember.quantize: calibrating, batch {k + 1}/{total}", end="" if k + 1 < total else "\n",
                   file=sys.stderr, flush=True)
     return observers
+
+
+def _batch(batch, inputs, k: int) -> list[np.ndarray]:
+    """Calibration batch k as arrays, one per graph input of its dtype (a DataLoader's (x, label)
+    pairs, a dict or float64 data named here, not as a call's error or not at all where the
+    batch's arrays feed the observers directly)."""
+    arrays = [_array(x) for x in (batch if isinstance(batch, tuple | list) else (batch,))]
+    names = ", ".join(v.name for v in inputs)
+    if len(arrays) != len(inputs):
+        raise ArgumentTypeError(f"ember.quantize: calibration batch {k} holds {len(arrays)} array(s); the model takes "
+                                f"{len(inputs)} input(s) ({names}): a batch is a tuple of them, or the one input")
+    for a, v in zip(arrays, inputs):
+        if str(a.dtype) != v.type.dtype:
+            raise ArgumentTypeError(f"ember.quantize: calibration batch {k}: input {v.name!r} has dtype {a.dtype}, "
+                                    f"expected {v.type.dtype}")
+    return arrays
 
 
 def _finite(x: np.ndarray, name: str, batch: int) -> np.ndarray:

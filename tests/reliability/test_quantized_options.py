@@ -113,3 +113,18 @@ def test_int4_weights_the_groups_do_not_divide_warn(linear):
         cm = ember.compile(model, (x,), weights="int4", group_size=128)
     with torch.no_grad():
         np.testing.assert_allclose(cm(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("data, says", [
+    (lambda x: x, "calibration_data is an iterable of batches .* got Tensor; one batch x is \\[x\\]"),
+    (lambda x: 5, "calibration_data is an iterable of batches .* got int"),
+    (lambda x: [(x, torch.arange(4))], r"calibration batch 0 holds 2 array\(s\); the model takes 1 input\(s\)"),
+    (lambda x: [x, {"input": x}], "calibration batch 1: input 'input' has dtype object, expected float32"),
+    (lambda x: [x.double()], "calibration batch 0: input 'input' has dtype float64, expected float32"),
+])
+def test_calibration_data_of_another_form_is_named(linear, data, says):
+    """(a DataLoader's (x, label) pairs and ONNX Runtime's dict batches are the likely mistakes;
+    a float64 batch was converted silently where it fed the observers directly)"""
+    model, x = linear
+    with pytest.raises(ArgumentTypeError, match=says):
+        ember.quantize(model, (x,), data(x), progress=False)
