@@ -32,8 +32,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..compiler import check_option_names, compile_graph
 from ..compiler import compile as compile_model
-from ..compiler import compile_graph
 from ..errors import ArgumentTypeError, ConfigError
 from ..frontend import import_model
 from ..passes.pipeline import TARGET_PASSES, run_pipeline
@@ -62,6 +62,8 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     dynamic_shapes: torch.export's, for a torch.nn.Module (as ember.compile's).
     compile_options: those of ember.compile (target, opt_level, num_threads, ...); weights=
     "int8" | "int4": weight-only quantization, ember.compile's."""
+    check_option_names(compile_options, "ember.quantize", ("method", "per_channel", "dynamic", "percentile", "progress",
+                                                           "nhwc", "offload", "offload_tiles", "dynamic_shapes"))
     for name, value in (("per_channel", per_channel), ("dynamic", dynamic), ("progress", progress), ("nhwc", nhwc)):
         if not isinstance(value, bool | np.bool_):
             raise ArgumentTypeError(f"ember.quantize: {name} must be True or False, got {value!r}")

@@ -128,3 +128,12 @@ def test_calibration_data_of_another_form_is_named(linear, data, says):
     model, x = linear
     with pytest.raises(ArgumentTypeError, match=says):
         ember.quantize(model, (x,), data(x), progress=False)
+
+
+def test_a_misspelt_option_is_named_before_the_import(linear):
+    model, x = linear
+    with pytest.raises(ArgumentTypeError, match="ember.compile: unknown option\\(s\\) 'precison'; the options are .*"
+                                                "precision"):
+        ember.compile(model, (x,), precison="bf16")
+    with pytest.raises(ArgumentTypeError, match="ember.quantize: unknown option\\(s\\) 'per_chanel'; .*per_channel"):
+        ember.quantize(model, (x,), [x], per_chanel=False)
