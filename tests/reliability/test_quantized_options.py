@@ -137,3 +137,13 @@ def test_a_misspelt_option_is_named_before_the_import(linear):
         ember.compile(model, (x,), precison="bf16")
     with pytest.raises(ArgumentTypeError, match="ember.quantize: unknown option\\(s\\) 'per_chanel'; .*per_channel"):
         ember.quantize(model, (x,), [x], per_chanel=False)
+
+
+def test_torch_compile_options_the_backend_does_not_take_are_named():
+    """(they were ignored: options={"precision": "bf16"} ran in float32)"""
+    model = torch.nn.Linear(8, 4).eval()
+    compiled = torch.compile(model, backend="ember", options={"precision": "bf16"})
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(torch.from_numpy(RNG.standard_normal((2, 8)).astype(np.float32)))
+    inner = getattr(info.value, "inner_exception", info.value)
+    assert isinstance(inner, ConfigError) and "unknown option(s) 'precision'; the backend takes 'freeze'" in str(inner)
