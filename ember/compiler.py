@@ -59,6 +59,7 @@ compiled.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import resource
 import sys
 import time
@@ -337,6 +338,7 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     call for each value of those, for at most `max_specializations` values (default: the
     max_specializations option). report=True prints where the time went to stderr
     (`CompileStats.report`; the model's `compile_report()` returns it)."""
+    check_option_names(options, "ember.compile", ("dynamic_shapes", "max_specializations", "report"))
     limit = config.resolve("max_specializations", max_specializations)
     clock = Clock()
     torch = sys.modules.get("torch")
@@ -361,6 +363,16 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     if report:
         print(compiled.compile_report(), file=sys.stderr)
     return compiled
+
+
+def check_option_names(options: Mapping, caller: str, more: Sequence[str] = ()) -> None:
+    """Refuse a keyword compile_graph does not take before anything is traced or calibrated (a
+    misspelt option failed as compile_graph's TypeError only once the model was imported)."""
+    known = [n for n in inspect.signature(compile_graph).parameters if n != "graph"]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ArgumentTypeError(f"{caller}: unknown option(s) {', '.join(map(repr, unknown))}; the options are "
+                                f"{', '.join(sorted([*known, *more]))}")
 
 
 def _options_key(options: dict) -> str | None:

@@ -65,7 +65,7 @@ from torch._dynamo.source import is_from_unspecialized_param_buffer_source
 from torch.export import ExportedProgram
 
 from .compiler import compile_graph
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, ConfigError
 from .frontend.torch import export, import_program, trace_lock
 
 NAME = "ember"
@@ -77,6 +77,10 @@ class EmberFallbackWarning(UserWarning):
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, **_):
     """The torch.compile backend (see the module's docstring). options: {"freeze": bool}."""
+    unknown = sorted(set(options or {}) - {"freeze"})
+    if unknown:  # (they were ignored: options={"precision": "bf16"} compiled in float32)
+        raise ConfigError(f"torch.compile(backend='ember'): unknown option(s) {', '.join(map(repr, unknown))}; "
+                          "the backend takes 'freeze'")
     fn = EmberFunction(gm, freeze=bool((options or {}).get("freeze", True)))
     if all(isinstance(x, int | float | bool) or (isinstance(x, torch.Tensor) and not _is_fake(x))
            for x in example_inputs):  # a static example (no SymInt): compile now

@@ -21,7 +21,9 @@ the rows of LLaMA's attn_q and attn_k within each head (its rotary embedding pai
 elements, transformers' the two halves): the permutation is undone on the rows, codes and
 scales alike (whole blocks move, none is requantized). The LM head is tied to token_embd when
 the file has no output.weight. Another architecture, another tensor
-type, or a missing tensor or metadata key is a WeightsFileError that names it and what ember
+type, a missing tensor or metadata key, metadata no model is built from (a count that is not a
+positive integer, heads that do not divide the embedding), or a file the gguf package cannot
+parse (missing, truncated, another version) is a WeightsFileError that names it and what ember
 reads.
 """
 
@@ -55,7 +57,7 @@ def load_gguf(path: str | Path) -> GGUFModel:
     import gguf
     import torch
 
-    reader = gguf.GGUFReader(str(path))
+    reader = _open(gguf, path)
     arch = _field(reader, path, "general.architecture")
     if arch not in ARCHITECTURES:
         raise WeightsFileError(f"{path}: architecture {arch!r}: ember maps {', '.join(ARCHITECTURES)}")
@@ -67,6 +69,9 @@ def load_gguf(path: str | Path) -> GGUFModel:
     vocab = int(_tensor(tensors, path, "token_embd.weight").shape[1])
     tied = "output.weight" not in tensors
     field = lambda key: _field(reader, path, f"{arch}.{key}")  # noqa: E731
+    heads = field("attention.head_count")
+    kv_heads = field("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in reader.fields else heads
+    _check_heads(path, field("embedding_length"), heads, kv_heads)
     model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader)
     params = dict(model.named_parameters(remove_duplicate=False))
     out = GGUFModel(model)
@@ -220,4 +225,26 @@ def _field(reader, path, key: str):
     f = reader.fields.get(key)
     if f is None:
         raise WeightsFileError(f"{path}: no metadata key {key!r}, which the model of its architecture needs")
-    return f.contents()
+    value = f.contents()
+    if key.endswith(("_count", "_length", "_count_kv")) and (isinstance(value, bool) or not isinstance(value, int)
+                                                             or value <= 0):
+        raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a positive integer")
+    return value
+
+
+def _open(gguf, path):
+    """The file's reader; a file the gguf package cannot parse (missing, not GGUF, another
+    version, cut short: the reader maps every tensor's bytes) is a WeightsFileError naming it."""
+    try:
+        return gguf.GGUFReader(str(path))
+    except (OSError, ValueError, IndexError, KeyError) as e:
+        raise WeightsFileError(f"{path}: cannot be read as a GGUF file (missing, another format or version, or "
+                               f"truncated): {type(e).__name__}: {e}") from e
+
+
+def _check_heads(path, embedding: int, heads: int, kv_heads: int) -> None:
+    """Head counts that divide the embedding (and the query heads, for grouped key/value heads),
+    checked before transformers builds the model (whose own check is a bare ValueError)."""
+    if embedding % heads or heads % kv_heads:
+        raise WeightsFileError(f"{path}: {heads} heads over {kv_heads} key/value heads do not divide an embedding of "
+                               f"{embedding} (heads must divide it, key/value heads the heads)")

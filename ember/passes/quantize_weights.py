@@ -16,14 +16,16 @@ float32 dequantization; given as `known` (by the digest of that float32 weight),
 their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)),
 also where fuse_siblings concatenated them (LLaMA's q, k and v): pieces of whole panels, joined.
 
-Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4), a
-non-constant weight, alpha or beta other than 1, or a bias that is not one value per column.
+Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4: a
+RuntimeWarning names them), a non-constant weight, alpha or beta other than 1, or a bias that is
+not one value per column.
 The activations and the embedding's gather stay float32 (the gather reads one row per token).
 Run it before pad_gemv and pack_weights, which then find no float32 weight to pad or pack.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,16 +54,23 @@ class WeightFormat:
         """The format the options of ember.compile name (None: weights stay float32); a mapping
         is weights quantized already (ember.frontend.gguf's), found by their float32 form."""
         if isinstance(weights, Mapping):
+            odd = next((v for v in weights.values() if not isinstance(v, QuantizedWeight)), None)
+            if odd is not None:
+                raise ConfigError(f"weights given as a mapping hold QuantizedWeights by digest (load_gguf's "
+                                  f"`weights`), got a value of type {type(odd).__name__}")
             return cls(0, known=weights)
         if weights is None or weights == "float32":
             return None
         if weights not in WEIGHTS:
             raise ConfigError(f"weights must be one of {WEIGHTS} or None, got {weights!r}")
-        if weights == "int4" and group_size not in GROUPS:
+        if weights == "int4" and (isinstance(group_size, bool) or not isinstance(group_size, int | np.integer)
+                                  or group_size not in GROUPS):
             raise ConfigError(f"group_size must be one of {GROUPS} for int4 weights, got {group_size!r}")
+        if not isinstance(zero_points, bool | np.bool_):
+            raise ConfigError(f"zero_points must be True or False, got {zero_points!r}")
         if weights == "int8" and zero_points:
             raise ConfigError("zero_points are for int4 weights; int8 weights are symmetric per channel")
-        return cls(8 if weights == "int8" else 4, group_size, bool(zero_points))
+        return cls(8 if weights == "int8" else 4, int(group_size), bool(zero_points))
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +105,13 @@ def quantize_weights(graph: Graph, fmt: WeightFormat | None = None) -> Graph:
     if fmt is None:
         return graph
     done: dict[tuple[str, bool], tuple] = {}  # a weight two gemms share (a tied head) once
-    return rebuild(graph, lambda rw, node, ins: _rewrite(rw, node, ins, fmt, done))
+    out = rebuild(graph, lambda rw, node, ins: _rewrite(rw, node, ins, fmt, done))
+    kept = [name for (name, _), (q, _) in done.items() if q is None]
+    if fmt.bits == 4 and kept:  # (as llama.cpp's quantizer says which tensors fall back)
+        warnings.warn(f"weights='int4', group_size={fmt.group}: {len(kept)} weight(s) keep float32, their K not a "
+                      f"multiple of {fmt.group} ({', '.join(kept[:3])}{', ...' if len(kept) > 3 else ''}); a "
+                      "group_size that divides K quantizes them", RuntimeWarning, stacklevel=2)
+    return out
 
 
 def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done: dict):

@@ -17,6 +17,7 @@ from ..tir.params import bind_params
 from ..tir.schedule import LoopRV, Schedule
 from ..tir.schedule.nest import exclusive_top
 from ..tir.stmt import THREAD_TAGS, For, IterVar, PrimFunc
+from ..tir.tensor_intrin import TensorIntrin
 from .tensor import ComputeOp, ExternOp, Operation, PlaceholderOp, Tensor, input_tensors_of
 from .to_tir import create_prim_func
 
@@ -152,7 +153,7 @@ class Stage:
 
     def tensorize(self, axis, intrin):
         """Map the loops from `axis` inward onto a tensor intrinsic (te.decl_tensor_intrin's, or its name)."""
-        self.sch.tensorize(self._loop(axis), intrin=intrin if isinstance(intrin, str) else intrin.name)
+        self.sch.tensorize(self._loop(axis), intrin=intrin.name if isinstance(intrin, TensorIntrin) else intrin)
 
     def pragma(self, axis, key: str, value=True):
         """pragma(axis, "auto_unroll_max_step", 16): the unroll limit annotation."""

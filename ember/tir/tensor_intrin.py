@@ -119,6 +119,9 @@ RESOLVERS: list[Callable[[str], TensorIntrin | None]] = []
 
 
 def get_intrin(name: str) -> TensorIntrin:
+    if not isinstance(name, str):
+        raise ScheduleError(f"a tensor intrinsic is given by its name or as te.decl_tensor_intrin returns it, got "
+                            f"{type(name).__name__} {name!r}")
     if name not in INTRINSICS and not any(resolve(name) is not None for resolve in RESOLVERS):
         raise ScheduleError(f"no tensor intrinsic named {name!r}; the declared ones are {sorted(INTRINSICS)}")
     return INTRINSICS[name]

@@ -25,27 +25,32 @@ from ..registry import converts
 @converts("MatMulNBits", domain="com.microsoft")
 def _matmul_nbits(cx: NodeContext):
     k, n, bits, block = (int(cx.attr(a, d)) for a, d in (("K", 0), ("N", 0), ("bits", 4), ("block_size", 0)))
+    if k <= 0 or n <= 0:
+        raise cx.error(f"K={k}, N={n}: MatMulNBits needs both attributes, positive")
     if bits != 4 or block not in GROUPS or k % block:
         raise cx.unsupported(f"bits={bits}, block_size={block}, K={k}: ember takes bits=4 with block_size in "
                              f"{GROUPS} dividing K")
     if cx.optional(4) is not None:
         raise cx.unsupported("g_idx: ember takes blocks in order (no act-order)")
     blocks = k // block
-    codes = cx.const(1, "B").reshape(n, blocks * block // 2)
+    codes = _sized(cx, 1, "B", n * k // 2).reshape(n, k // 2)
     q = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, k).T  # (K, N) codes 0..15
-    scales = cx.const(2, "scales").astype(np.float32).reshape(n, blocks).T
+    scales = _sized(cx, 2, "scales", n * blocks).astype(np.float32).reshape(n, blocks).T
     zeros = cx.const(3, "zero_points")
     inputs = [pack_int4(q), pad_columns(scales)]
     if zeros is not None:
         if zeros.dtype == np.uint8:
-            z = zeros.reshape(n, -1)
+            z = _sized(cx, 3, "zero_points", n * -(-blocks // 2)).reshape(n, -1)
             z = np.stack([z & 15, z >> 4], axis=-1).reshape(n, -1)[:, :blocks].T.astype(np.float32)
+        elif zeros.dtype == scales.dtype or zeros.dtype.kind == "f":
+            z = _sized(cx, 3, "zero_points", n * blocks).astype(np.float32).reshape(n, blocks).T
         else:
-            z = zeros.astype(np.float32).reshape(n, blocks).T
+            raise cx.error(f"zero_points of dtype {zeros.dtype}: MatMulNBits takes packed uint8 or the scales' "
+                           "float type")
         inputs.append(pad_columns((-scales * z).astype(np.float32)))
     bias = cx.const(5, "bias")
     if bias is not None:
-        inputs.append(pad_columns(bias.astype(np.float32).reshape(n)))
+        inputs.append(pad_columns(_sized(cx, 5, "bias", n).astype(np.float32).reshape(n)))
     a = cx.input(0)
     shape = cx.type(a).shape
     if cx.type(a).dtype != "float32" or shape[-1] != k:
@@ -56,3 +61,13 @@ def _matmul_nbits(cx: NodeContext):
                                               "act": act})
     return [cx.op("reshape", [y], {"shape": (*shape[:-1], n)}) if len(shape) != 2 else y]
 
+
+
+def _sized(cx: NodeContext, k: int, what: str, size: int) -> np.ndarray:
+    """Constant input k, refused unless it holds the `size` elements that K, N and block_size
+    give it (a file whose attributes and data disagree: ONNX Runtime refuses it too)."""
+    data = cx.const(k, what)
+    if data.size != size:
+        raise cx.error(f"input {k} ({what}) {data.dtype} {tuple(data.shape)} has {data.size} elements; K, N and "
+                       f"block_size give it {size}")
+    return data

@@ -37,10 +37,13 @@ def _per_axis(cx: NodeContext, v: Tensor, shape: tuple, axis: int, block: int) -
     vshape = cx.type(v).shape
     if len(vshape) == 0 or (len(vshape) == 1 and vshape[0] == 1):
         return cx.op("reshape", [v], {"shape": ()}) if vshape else v
+    if not -len(shape) <= axis < len(shape):
+        raise cx.error(f"axis {axis} is outside the input's {len(shape)} axes")
     axis %= len(shape)
     if not block:
-        if len(vshape) != 1:
-            raise cx.error(f"a per-axis scale or zero point must be 1-D, got shape {vshape}")
+        if len(vshape) != 1 or vshape[0] != shape[axis]:
+            raise cx.error(f"a per-axis scale or zero point must be 1-D of the length of axis {axis} "
+                           f"({shape[axis]}), got shape {vshape}")
         return cx.op("reshape", [v], {"shape": tuple(vshape[0] if d == axis else 1 for d in range(len(shape)))})
     blocks = vshape[axis]
     v = cx.op("unsqueeze", [v], {"axes": (axis + 1,)})
@@ -80,6 +83,9 @@ def dequantize(cx: NodeContext, x: Tensor, scale: Tensor, zero_point: Tensor | N
     """DequantizeLinear's arithmetic: (float32(x) - zero_point) * scale, cast to `out`."""
     shape = cx.static_shape(x, "DequantizeLinear")
     y = cx.op("cast", [x], {"dtype": "float32"})
+    if zero_point is not None and cx.type(zero_point).dtype != cx.type(x).dtype:
+        raise cx.error(f"x is {cx.type(x).dtype} and its zero point {cx.type(zero_point).dtype}: ONNX gives both "
+                       "one type")
     if zero_point is not None and not dt.is_float(cx.type(x).dtype):
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "float32"})
         y = cx.op("sub", [y, zero])
@@ -113,7 +119,13 @@ def quantize(cx: NodeContext, x: Tensor, scale: Tensor, zero_point: Tensor | Non
             zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": cx.type(y).dtype})
             y = cx.op("add", [y, zero])
         return cx.op("cast", [y], {"dtype": dtype})
-    y = cx.op("cast", [cx.op("round", [y])], {"dtype": "int32"})
+    # clipped where int32 holds it before the cast (1e10 or an infinity wrapped to INT_MIN):
+    # past the type's span no zero point brings a value back into range, so saturating after is exact
+    if not dt.is_int(dtype):
+        raise cx.unsupported(f"quantized type {dtype}")
+    lo, hi = dt.int_range(dtype)
+    y = cx.op("clip", [cx.op("round", [y])], {"min": float(lo - hi), "max": float(hi - lo)})
+    y = cx.op("cast", [y], {"dtype": "int32"})
     if zero_point is not None:
         zero = cx.op("cast", [_per_axis(cx, zero_point, shape, axis, block)], {"dtype": "int32"})
         y = cx.op("add", [y, zero])
