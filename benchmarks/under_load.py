@@ -8,7 +8,7 @@ cores. This times each runtime at batch 1 with --load busy-loop processes starte
 this script beside it, and without them, in alternating rounds (a slow spell of a shared machine
 falls on all of them alike); ember once per --policies entry (libgomp's settings for its process,
 "default": ember's own; --int8 adds ember.quantize's model). Each figure is a fresh process that
-loads what a first process compiled and saved, and calls it for --seconds (at least 20 calls): the
+loads what a first process compiled and saved, and calls it for --seconds (at least 5 calls): the
 median and the 10th percentile of the call's wall time, and the process's CPU time per call (every
 thread's: spinning counts).
 
@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,12 +58,13 @@ def busy_loops(count: int):
 
 
 def timed_calls(fn, seconds: float) -> dict:
-    """Wall-time median and 10th percentile (ms) of `fn` over `seconds` (at least 20 calls, after
-    3 of warm-up), and the process's CPU time per call (ms)."""
+    """Wall-time median and 10th percentile (ms) of `fn` over `seconds` (at least 5 calls, after
+    3 of warm-up: torch eager's call can take seconds under load), and the process's CPU time per
+    call (ms)."""
     for _ in range(3):
         fn()
     walls, cpu, start = [], time.process_time(), time.perf_counter()
-    while len(walls) < 20 or time.perf_counter() - start < seconds:
+    while len(walls) < 5 or time.perf_counter() - start < seconds:
         t = time.perf_counter()
         fn()
         walls.append(time.perf_counter() - t)
@@ -179,6 +181,7 @@ def main(argv=None) -> None:
         runtime, name = args.measure
         print(json.dumps(measure(runtime, name, args.small, Path(args.folder), args.seconds, args.threads)))
         return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a terminated run still stops its busy loops
     print(f"batch 1, {args.threads} threads{', SCHED_FIFO' if args.realtime else ''}; medians over {args.rounds} "
           f"alternating rounds of one process each, {os.cpu_count()} CPUs")
     print(f"{'model':<13} {'runtime':<34} {'load':>4} {'median ms':>10} {'p10 ms':>9} {'best p10':>9} "
