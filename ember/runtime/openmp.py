@@ -25,21 +25,24 @@ the machine loaded by other processes (load average 9-16, with and without 3 bus
 benchmark's): MobileNetV2's call took 92-98 ms with 10,000 spins (31 ms of CPU a call; 1.6 ms
 quiet), 22-36 ms with 2,000 (9 ms of CPU), 11-30 ms with 1,000 and 8-15 ms with none
 (OMP_WAIT_POLICY=passive), ONNX Runtime's 32-73 ms; its int8 model's 82-115, 22-28, 12-21 and 5-8
-ms; ResNet-18's 116-203, 37-53, 33-39 and 32-36 ms, ONNX Runtime's 78-206 ms. With the cores free
-(timed under SCHED_FIFO, which takes a core from any ordinary process at once), against 10,000
-spins: 2,000 cost 1-1.5% (medians of five rounds), 1,000 2-5%, 300 5-7%, none 15-100% (each region
-then wakes its threads from a futex). The gaps a spin has to bridge on a quiet machine are the
-waits inside a call (a region's end, where the static halves of a kernel finish close together, and
-the small kernels the caller runs alone between regions) and the Python between two calls: some
-tens of microseconds. SPIN_COUNT is the shortest count that covers them within the noise of a quiet
-machine; a longer spin buys nothing there and costs in full under load, and a user who expects a
-busy machine can start the process with OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=1000), which
-ember leaves as it is. A spin is a count, not a time (`pause` takes 10 to 140 cycles depending on
-the CPU), so elsewhere the same count spins shorter or longer. What was not the cause: dynamic or
-guided scheduling of the parallel loops (a preempted thread's tiles taken by the other) measured no
-better than static under load, and one parallel region per call would keep a barrier per kernel
-(one wait where a region has two, at the price of every kernel's allocations and serial code in
-`single` constructs); neither changes what a wait costs, which is where the time went.
+ms; ResNet-18's 116-203, 37-53, 33-39 and 32-36 ms, ONNX Runtime's 78-206 ms. BERT-base, whose
+kernels are long, 318 ms with 10,000 spins, 244 with 2,000, 211 passive, ONNX Runtime's 626 ms.
+With the cores free (timed under SCHED_FIFO, which takes a core from any ordinary process at once),
+against 10,000 spins: 2,000 cost 0-1.6% (medians of five rounds, two runs; the second: MobileNetV2
+1.56 ms against 1.58, ResNet-18 6.18 against 6.08, BERT-base 47.5 against 47.2, ONNX Runtime's
+1.81, 8.00 and 66.3 ms), 1,000 2-5%, 300 5-7%, none 15-100% (each region then wakes its threads
+from a futex). The gaps a spin has to bridge on a quiet machine are the waits inside a call (a
+region's end, where the static halves of a kernel finish close together, and the small kernels the
+caller runs alone between regions) and the Python between two calls: some tens of microseconds.
+SPIN_COUNT is the shortest count that covers them within the noise of a quiet machine; a longer
+spin buys nothing there and costs in full under load, and a user who expects a busy machine can
+start the process with OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=1000), which ember leaves as it
+is. A spin is a count, not a time (`pause` takes 10 to 140 cycles depending on the CPU), so
+elsewhere the same count spins shorter or longer. What was not the cause: dynamic or guided
+scheduling of the parallel loops (a preempted thread's tiles taken by the other) measured no better
+than static under load, and one parallel region per call would keep a barrier per kernel (one wait
+where a region has two, at the price of every kernel's allocations and serial code in `single`
+constructs); neither changes what a wait costs, which is where the time went.
 
 libgomp reads its settings once, when it is loaded; so when ember loads the process's first
 libgomp and the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, ember sets
