@@ -203,10 +203,11 @@ def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threa
     raise ValueError(f"unknown runtime {runtime}")
 
 
-def run_child(argv: list[str], script: str = __file__) -> dict:
-    """Run `script` (this file) in a fresh process with `argv`; its last stdout line is a JSON object."""
+def run_child(argv: list[str], script: str = __file__, env: dict[str, str] | None = None) -> dict:
+    """Run `script` (this file) in a fresh process with `argv` (and `env` added to the environment);
+    its last stdout line is a JSON object."""
     run = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     lines = run.stdout.strip().splitlines()
     if run.returncode != 0 or not lines:
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
