@@ -229,6 +229,21 @@ class Graph:
             for k, region in enumerate(n.regions):
                 yield from region.all_constants(region_key(prefix, n.name, k))
 
+    def share_constants(self, arrays: Mapping[str, np.ndarray], prefix: str = "") -> None:
+        """Replace each constant keyed (as all_constants keys it) in `arrays` by that array, of
+        its dtype and shape: a compiled model's graph then holds its weights' own buffers, not a
+        second copy of every weight."""
+        for name, data in self.constants.items():
+            new = arrays.get(prefix + name)
+            if new is not None and new is not data:
+                if new.dtype != data.dtype or new.shape != data.shape:
+                    raise GraphError(f"constant {prefix + name} is {data.dtype}{list(data.shape)}, cannot share "
+                                     f"{new.dtype}{list(new.shape)}")
+                self.constants[name] = new
+        for n in self.nodes:
+            for k, region in enumerate(n.regions):
+                region.share_constants(arrays, region_key(prefix, n.name, k))
+
     def op_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
         for n in self.nodes:

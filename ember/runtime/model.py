@@ -4,7 +4,9 @@
 translation unit (see ember.codegen.entry for the entry function) by its content (a path is
 dlopened from a copy named by the sha256 of its bytes, ember.runtime.library, so a library changed
 on disk is never mistaken for one loaded before), and copies the weights once into 64-byte
-aligned memory. A call:
+aligned memory; the graph it was compiled from then holds those copies as its constants (the
+weights in the form the kernels read: packed panels where packed), so the model holds each
+weight once, and its graph is what `save` writes. A call:
 
 1. checks every input before any native code runs: the count, the kind (numpy.ndarray or CPU
    torch.Tensor), the dtype, the rank and each dimension; symbols are bound by name from the first
@@ -99,6 +101,8 @@ class CompiledModel:
         if missing:
             raise ArtifactError(f"model {spec.name}: weights {missing} are missing")
         self.weights = {w: aligned_copy(weights[w], plan.align, own_weights) for w in spec.weights}
+        if graph is not None and not callable(graph):  # (a loaded model's graph is read when asked for)
+            graph.share_constants(self.weights)  # each weight held once: the graph's are these
         self._weight_ptrs = _pointers(self.weights.values())
         self._dtypes = [np.dtype(t.dtype) for t in spec.inputs]
         self._layouts: dict[tuple[int, ...], tuple[np.ndarray, int]] = {}

@@ -113,6 +113,22 @@ def memory(cm) -> MemoryUsage:
     return MemoryUsage(layout.peak_bytes, layout.unplanned_bytes, len(cm.plan.tensors))
 
 
+def held_bytes(cm) -> int:
+    """The bytes of the distinct buffers behind the model's weights and its graph's constants (a
+    loaded model's graph only once read): what the model keeps alive of its weights, each buffer
+    counted once however many arrays view it."""
+    graph = cm._graph if cm._graph is not None and not callable(cm._graph) else None
+    arrays = [*cm.weights.values(), *(a for _, a in graph.all_constants())] if graph is not None else \
+        list(cm.weights.values())
+    buffers = {}
+    for a in arrays:
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        owner = a if a.base is None else a.base  # an array, or the bytes or mapping it views
+        buffers[id(owner)] = a.nbytes if owner is a else memoryview(owner).nbytes
+    return sum(buffers.values())
+
+
 def summary(cm) -> str:
     kernels = cm.kernels
     prof = cm.last_profile

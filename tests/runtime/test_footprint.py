@@ -1,0 +1,40 @@
+"""A compiled model holds each weight once: its graph's constants are the aligned weights its
+kernels read (packed panels where packed), not a second copy; saving and loading still work."""
+
+import numpy as np
+import pytest
+import torch
+
+import ember
+from ember.runtime.summary import held_bytes
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(48, 256), torch.nn.GELU(), torch.nn.Linear(256, 256)).eval()
+    x = torch.randn(8, 48)
+    return model, x, ember.compile(model, (x,))
+
+
+def test_weights_held_once(compiled):
+    _, _, cm = compiled
+    packed = sum(a.nbytes for a in cm.weights.values())
+    assert any(".panels" in name for name in cm.weights)  # (256 x 256: pack_weights.MIN_WEIGHTS)
+    assert held_bytes(cm) <= 1.1 * packed
+    constants = dict(cm.graph.all_constants())
+    assert all(constants[w] is a for w, a in cm.weights.items())
+    assert all(not a.flags.writeable and a.ctypes.data % cm.plan.align == 0 for a in cm.weights.values())
+
+
+def test_outputs_and_save_load_unchanged(compiled, tmp_path):
+    model, x, cm = compiled
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(cm(x.numpy()), expected, rtol=1e-5, atol=1e-5)
+    loaded = ember.load(cm.save(tmp_path / "saved"))
+    np.testing.assert_array_equal(loaded(x.numpy()), cm(x.numpy()))
+    assert held_bytes(loaded) <= 1.1 * sum(a.nbytes for a in loaded.weights.values())
+    for name, a in loaded.graph.all_constants():  # the graph read back: the weights the model was saved with
+        if name in cm.weights:
+            np.testing.assert_array_equal(a, cm.weights[name])
