@@ -84,10 +84,11 @@ from .passes.pipeline import PassReport, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
-from .runtime.model import CompiledModel
+from .runtime.model import CompiledModel, aligned_copy
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
 from .runtime.specialized import SpecializedModel
+from .runtime.summary import buffer_of
 from .target import Target, as_target
 
 
@@ -243,6 +244,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         if schedules is not None:
             raise ArgumentTypeError("compile_graph takes a database or its schedules, not both")
         schedules = database.schedules(target.key)
+    given = {id(b): b for b in map(buffer_of, (a for _, a in graph.all_constants()))}  # (the caller's)
     passes: list[PassReport] = []
     fused = partition(graph, opt_level, disabled_passes, target=target, print_ir=print_ir, report=passes,
                       precision=precision, weights=fmt, kv_cache=kv_dtype)
@@ -261,7 +263,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     program = call_program(steps, plan, lowered.calls, lowered.kernels, symbols)
     spec = _model_spec(name, graph, symbols, ranges, program, lowered.calls, target)
     constants = dict(graph.all_constants())
-    weights = {w: constants[w] for w in program.weights}
+    weights = {w: _model_weight(constants[w], given, target.align) for w in program.weights}
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     checked = config.get("checked") if checked is None else bool(checked)
     rendered = backend.render(program, spec, plan, weights, checked=checked, target=target)
@@ -270,7 +272,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     built, cached = backend.build(rendered, target)
     build_s, build_cpu = clock.lap()
 
-    model = backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads)
+    model = backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads,
+                          own_weights=True)
     load_s, load_cpu = clock.lap()
     model.stats = CompileStats(len(graph.nodes), len(lowered.kernels), lowered.lowered, lowered.jobs, lower_s,
                                codegen_s, build_s, passes_s + lower_s + codegen_s + build_s + load_s, cached,
@@ -278,6 +281,16 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                                cpu={"passes": passes_cpu, "lowering": lower_cpu, "codegen": codegen_cpu,
                                     "C compiler": build_cpu, "load": load_cpu})
     return model
+
+
+def _model_weight(a: np.ndarray, given: Mapping[int, object], align: int) -> np.ndarray:
+    """A weight as the model holds it: the compile's own array where it made one aligned (a
+    packed weight: no one else holds it), made read-only; else an aligned copy (the caller's
+    constants, which the caller may change)."""
+    if id(buffer_of(a)) in given or not a.flags.c_contiguous or a.ctypes.data % align:
+        return aligned_copy(a, align)
+    a.flags.writeable = False
+    return a
 
 
 def _model_spec(name: str, graph: Graph, symbols: list[str], ranges, program: Program, calls,

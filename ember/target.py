@@ -52,6 +52,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from . import backends, config
 from .errors import ConfigError
 from .tir import dtype as dt
@@ -231,6 +233,16 @@ def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str 
         raise ConfigError(f"target {target!r} has no C compiler: cc and cflags are for target 'c'")
     return Target(target, config.resolve("cc", cc) if target == "c" else None,
                   config.resolve("cflags", cflags) if target == "c" else None)
+
+
+def aligned_empty(shape: tuple[int, ...], dtype, align: int) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on an `align`-byte boundary (a
+    Target's `align`): what a model's weights are held in, so that a weight the compile writes
+    there (a packed one) is taken by the model as it is."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    return np.ndarray(shape, dtype, buffer=buf, offset=(-buf.ctypes.data) % align)
 
 
 @functools.cache

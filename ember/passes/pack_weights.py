@@ -34,7 +34,7 @@ import numpy as np
 from ..graph.core import Graph, Node, Value
 from ..ops.conv import pack_weights as pack_conv_weights
 from ..ops.conv import packed_form
-from ..target import Target
+from ..target import Target, aligned_empty
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
 
@@ -44,7 +44,8 @@ MIN_WEIGHTS = 64 * 1024  # elements: 256 KiB of float32, beyond L1 and most of L
 def pack_weights(graph: Graph, target: Target | None = None) -> Graph:
     """The graph with constant weights in panels (convolutions': blocks) for the target's vectors
     (default: C on this machine)."""
-    return rebuild(graph, functools.partial(_pack, lanes=(target or Target()).lanes("float32")))
+    target = target or Target()
+    return rebuild(graph, functools.partial(_pack, lanes=target.lanes("float32"), align=target.align))
 
 
 def panel_width(m: int | str, n: int, lanes: int) -> int | None:
@@ -54,7 +55,7 @@ def panel_width(m: int | str, n: int, lanes: int) -> int | None:
     return next((w for w in widths if lanes > 1 and n % w == 0), None)
 
 
-def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Value] | None:
+def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int) -> list[Value] | None:
     if node.op in CONVS:
         return _pack_conv(rw, node, inputs, lanes)
     if node.op not in ("gemm", "matmul") or node.attrs.get("b_panels"):
@@ -71,10 +72,14 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Val
     width = panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
     if width is None:
         return None
-    # one copy: W' = W.T's panels read straight from W's rows (reshaping W.T would copy it first)
-    panels = weights.reshape(n // width, width, k).transpose(0, 2, 1) if trans_b else \
+    # one copy: W' = W.T's panels read straight from W's rows (reshaping W.T would copy it first),
+    # into the aligned memory the compiled model holds its weights in (it takes them as they are)
+    view = weights.reshape(n // width, width, k).transpose(0, 2, 1) if trans_b else \
         weights.reshape(k, n // width, width).transpose(1, 0, 2)
-    panels = rw.constant(np.ascontiguousarray(panels), f"{b.name}.panels")
+    panels = aligned_empty(view.shape, view.dtype, align)
+    panels[...] = view
+    panels.flags.writeable = False
+    panels = rw.constant(panels, f"{b.name}.panels")
     attrs = {**(node.attrs if node.op == "gemm" else {}), "trans_b": False, "b_panels": width}
     return rw.emit("gemm", [a, panels, *inputs[2:]], attrs, hint=node.name, out_names=[node.outputs[0].name])
 

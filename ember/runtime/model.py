@@ -59,6 +59,7 @@ from .. import config, dims
 from ..codegen.c import kernel_symbol
 from ..codegen.entry import ENTRY, INDEX_ERROR, INTERRUPTED
 from ..errors import ArgumentTypeError, ArtifactError, IndexOutOfRangeError, OutOfMemoryError, ShapeError
+from ..target import aligned_empty
 from ..tir import dtype as dt
 from . import fastcall, fork, interrupt
 from .library import Library, open_library
@@ -351,9 +352,7 @@ def aligned_copy(a: np.ndarray, align: int, own: bool = False) -> np.ndarray:
     a = np.asarray(a)
     if own and not a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % align == 0:
         return a
-    buf = np.empty(a.nbytes + align, np.uint8)
-    start = (-buf.ctypes.data) % align
-    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out = aligned_empty(a.shape, a.dtype, align)
     out[...] = a
     out.flags.writeable = False
     return out

@@ -120,13 +120,15 @@ def held_bytes(cm) -> int:
     graph = cm._graph if cm._graph is not None and not callable(cm._graph) else None
     arrays = [*cm.weights.values(), *(a for _, a in graph.all_constants())] if graph is not None else \
         list(cm.weights.values())
-    buffers = {}
-    for a in arrays:
-        while isinstance(a.base, np.ndarray):
-            a = a.base
-        owner = a if a.base is None else a.base  # an array, or the bytes or mapping it views
-        buffers[id(owner)] = a.nbytes if owner is a else memoryview(owner).nbytes
-    return sum(buffers.values())
+    buffers = {id(owner): owner for owner in map(buffer_of, arrays)}
+    return sum(b.nbytes if isinstance(b, np.ndarray) else memoryview(b).nbytes for b in buffers.values())
+
+
+def buffer_of(a: np.ndarray):
+    """What holds an array's memory: the array that owns it, or the bytes or mapping it views."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a if a.base is None else a.base
 
 
 def summary(cm) -> str:

@@ -1,12 +1,17 @@
 """A compiled model holds each weight once: its graph's constants are the aligned weights its
-kernels read (packed panels where packed), not a second copy; saving and loading still work."""
+kernels read (packed panels where packed), not a second copy; saving and loading still work; a
+caller's constants are still copied."""
 
 import numpy as np
 import pytest
 import torch
 
 import ember
+from ember.compiler import compile_graph
+from ember.graph import Graph, TensorType
+from ember.ops.nodes import add_op
 from ember.runtime.summary import held_bytes
+from ember.testing import random_array
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +43,19 @@ def test_outputs_and_save_load_unchanged(compiled, tmp_path):
     for name, a in loaded.graph.all_constants():  # the graph read back: the weights the model was saved with
         if name in cm.weights:
             np.testing.assert_array_equal(a, cm.weights[name])
+
+
+def test_caller_constants_copied():
+    """A constant of the caller's graph is copied (the caller may change it); one the compile made
+    (a packed weight) is taken as it is."""
+    g = Graph("given")
+    x = g.add_input("x", TensorType((4, 16)))
+    w = random_array((16, 16))
+    y, = add_op(g, "matmul", [x, g.add_constant(w, "w")])
+    g.set_outputs([y])
+    cm = compile_graph(g, opt_level=0)
+    a = random_array((4, 16))
+    expected = a @ w
+    w[...] = 0  # the caller's array changed after the compile
+    np.testing.assert_allclose(cm(a), expected, rtol=1e-5, atol=1e-5)
+    assert not np.shares_memory(cm.weights["w"], w)
