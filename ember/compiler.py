@@ -84,6 +84,7 @@ from .passes.pipeline import PassReport, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
+from .runtime.heap import release_free_memory
 from .runtime.model import CompiledModel, aligned_copy
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
@@ -358,6 +359,7 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     if (torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None
             and (options_key := _options_key(options)) is not None):
         compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, clock)
+        release_free_memory()  # (the import's copies and what the passes freed: glibc keeps them otherwise)
         if report:
             print(compiled.compile_report(), file=sys.stderr)
         return compiled
@@ -373,6 +375,8 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
         compiled = compile_graph(graph, **options)
         if isinstance(compiled, CompiledModel) and graph is not model:
             compiled.stats = _with_import(compiled.stats, import_s, import_cpu)
+        del graph  # (its constants, unpacked)
+    release_free_memory()
     if report:
         print(compiled.compile_report(), file=sys.stderr)
     return compiled
