@@ -219,10 +219,12 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
         weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
         own codes, the others stay float32.
-    kv_cache: "float32" or "bf16": a decode step's key/value cache read in place (the graph
+    kv_cache: "float32", "bf16" or "int8": a decode step's key/value cache read in place (the graph
         inputs that only appended attentions read as keys and values, ember.passes.kv_cache)
         taken in bfloat16, half the bytes a step reads at a long context; the caller's cache
-        buffers are then bfloat16 (ml_dtypes'), the step's own rows still float32 outputs.
+        buffers are then bfloat16 (ml_dtypes'), the step's own rows still float32 outputs. "int8":
+        a quarter of the bytes, each row (a position of a head) int8 codes and a float32 scale,
+        (..., E + 4) int8 buffers whose rows the caller writes with ember.tir.kv_int8.quantize_rows.
     host: node name -> a function `run(*arrays) -> list of arrays` that computes that node instead
         of a kernel: the graph is cut around those nodes as around data-dependent ones, and the
         result is a SegmentedModel (ember.quantize's offload of products to an accelerator).

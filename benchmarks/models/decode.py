@@ -157,28 +157,34 @@ def compile_in_place(model: nn.Module, prompt_len: int, max_len: int, **options)
 def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: list | None = None) -> list[int]:
     """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
     value of each layer, (1, max_len, heads, head_dim), in the dtype the step takes its cache in
-    (bfloat16 with ember.compile's kv_cache="bf16"; the rows rounded as they are written): each
-    step reads the first `past` positions in place and its rows are written at position `past`
+    (bfloat16 with ember.compile's kv_cache="bf16", the rows rounded as they are written; int8
+    with kv_cache="int8", (1, max_len, heads, head_dim + 4), each row quantized as it is written,
+    ember.tir.kv_int8): each step reads the first `past` positions in place and its rows are
+    written at position `past`
     (the time of each step appended to `times`, the row writes and the token's read included).
     `prompt`: a NumPy array, or a torch tensor on the device the models run on (a GPU's: the
     cache there, nothing copied to the host but each token)."""
+    from ember.tir.kv_int8 import quantize_rows
+
     on = prompt.device if isinstance(prompt, torch.Tensor) else None
     logits, *rows = prefill(prompt)
-    shape = [(1, max_len, *r.shape[2:]) for r in rows]
     spec = getattr(decode, "spec", None)
-    dtypes = [t.dtype for t in spec.inputs[1:]] if spec is not None else ["float32"] * len(rows)
-    bufs = [np.empty(s, d) if on is None else torch.empty(s, device=on, dtype=getattr(torch, d))
-            for s, d in zip(shape, dtypes)]
+    types = [(t.dtype, t.shape[2:]) for t in spec.inputs[1:]] if spec is not None else \
+        [("float32", r.shape[2:]) for r in rows]
+    bufs = [np.empty((1, max_len, *s), d) if on is None else torch.empty((1, max_len, *s), device=on,
+                                                                          dtype=getattr(torch, d))
+            for d, s in types]
+    stored = [quantize_rows if d == "int8" else (lambda r: r) for d, _ in types]
     past = prompt.shape[1]
-    for b, r in zip(bufs, rows):
-        b[:, :past] = r
+    for b, r, store in zip(bufs, rows, stored):
+        b[:, :past] = store(r)
     tokens = [int(logits[0].argmax())]
     for _ in range(steps - 1):
         start = time.perf_counter()
         ids = np.array([[tokens[-1]]], dtype=np.int64) if on is None else torch.tensor([[tokens[-1]]], device=on)
         logits, *rows = decode(ids, *(b[:, :past] for b in bufs))
-        for b, r in zip(bufs, rows):
-            b[:, past] = r[:, 0]
+        for b, r, store in zip(bufs, rows, stored):
+            b[:, past] = store(r[:, 0])
         past += 1
         tokens.append(int(logits[0].argmax()))
         if times is not None:

@@ -14,8 +14,11 @@ or the block's keys:
     p v     o_g += p[g][j] v_j: up to 4 W-lane accumulators over the value dimension, down the keys
 
 A cache kept in bfloat16 (kv "bfloat16") is widened in registers as it is loaded (a shift of each
-16-bit lane into a float's upper half): half the bytes read, no converted copy. The step's own
-key and value (appended) are float32 and run as a last block of one key.
+16-bit lane into a float's upper half): half the bytes read, no converted copy. One kept in int8
+(kv "int8": rows of codes and a float32 scale, ember.tir.kv_int8) is widened and converted the
+same way (a quarter of the bytes), its scales folded into the sums: a key's scale multiplies its
+score once (q . (c s) = (q . c) s), a value's its weight p once. The step's own key and value
+(appended) are float32 and run as a last block of one key.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* r
       for (int64_t e = 0; e < ew; e += W) acc += *(const V*)(qg + e) * {load}(kr + e);
       float x = {hsum}(acc);
       for (int64_t e = ew; e < E; ++e) x += qg[e] * {scalar}(kr[e]);
-      s[g * BK + j] = x;
+      s[g * BK + j] = x{kscale};
     }}
   }}
 }}
@@ -64,7 +67,7 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
       V a0 = *(V*)(og + c), a1 = *(V*)(og + c + W), a2 = *(V*)(og + c + 2 * W), a3 = *(V*)(og + c + 3 * W);
       for (int64_t j = 0; j < nk; ++j) {{
         const {kt}* vr = v + j * v_rs + c;
-        float pj = pg[j];
+        float pj = pg[j]{vscale};
         a0 += pj * {load}(vr);
         a1 += pj * {load}(vr + W);
         a2 += pj * {load}(vr + 2 * W);
@@ -77,12 +80,12 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
     }}
     for (; c + W <= Ev; c += W) {{
       V a = *(V*)(og + c);
-      for (int64_t j = 0; j < nk; ++j) a += pg[j] * {load}(v + j * v_rs + c);
+      for (int64_t j = 0; j < nk; ++j) a += pg[j]{vscale} * {load}(v + j * v_rs + c);
       *(V*)(og + c) = a;
     }}
     for (; c < Ev; ++c) {{
       float a = og[c];
-      for (int64_t j = 0; j < nk; ++j) a += pg[j] * {scalar}(v[j * v_rs + c]);
+      for (int64_t j = 0; j < nk; ++j) a += pg[j]{vscale} * {scalar}(v[j * v_rs + c]);
       og[c] = a;
     }}
   }}
@@ -194,6 +197,14 @@ def _reduce(lib: CPrelude, op: str, lanes: int) -> str:
     return lib._helper(name, make)
 
 
+def _row_scale(lib: CPrelude) -> str:
+    """`float ember_kv_row_scale(const int8_t* p)`: the float32 scale stored at p (an int8 cache
+    row's, after its codes: any alignment)."""
+    name = "ember_kv_row_scale"
+    return lib._helper(name, lambda: (
+        f"static inline float {name}(const int8_t* p) {{ float s; __builtin_memcpy(&s, p, 4); return s; }}"))
+
+
 def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bool = False) -> str:
     """The name of the routine's C function for this variant (`ember_attention_decode_<mask>_<kv>
     [_appended]`), for vectors of `lanes` float32 lanes, written into the prelude the first time."""
@@ -203,11 +214,16 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bo
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        f32 = dict(kt="float", load="LOADF", scalar="")
+        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
             loads = f"#define LOADK(p) {lib.bf16_widen(lanes)}(({b})(*(const {bu}*)(p)))\n"
-            typed = dict(kt=lib.types["bfloat16"], load="LOADK", scalar=lib.bf16_to_float())
+            typed = dict(f32, kt=lib.types["bfloat16"], load="LOADK", scalar=lib.bf16_to_float())
+        elif kv == "int8":
+            loads = f"#define LOADK(p) __builtin_convertvector(*(const {lib.unaligned_vec('int8', lanes)}*)(p), V)\n"
+            scale = _row_scale(lib)
+            typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
+                         vscale=f" * {scale}(v + j * v_rs + Ev)")
         else:
             loads, typed = "", f32
         mask_block = _MASK_BLOCKS[mask]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import LowerError
 from ..tir import winograd
+from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
 from ..tir.nbits import PANEL, dequantize, quantize_rows
 from ..tir.routines import (
     ATTENTION,
@@ -107,13 +108,15 @@ def _attention(params: dict, reads, writes, scalars) -> None:
 
 def _attention_decode(params: dict, reads, writes, scalars) -> None:
     """The decode attention routine on flat arrays: each of the G heads' one query as the
-    attention routine computes a row (float64 softmax, rounded to float32 once)."""
+    attention routine computes a row (float64 softmax, rounded to float32 once); an int8 cache's
+    rows dequantized (ember.tir.kv_int8)."""
     g_count, s, e, ev, q_hs, k_rs, v_rs, o_hs, m_hs, m_cs = (int(x) for x in scalars[:10])
     (q, q_off), (k, k_off), (v, v_off) = reads[:3]
     (out, o_off), = writes
     cached = np.arange(s - 1 if params.get("appended") else s)[:, None]
-    kb = k[k_off + cached * k_rs + np.arange(e)[None, :]].astype(np.float64)
-    vb = v[v_off + cached * v_rs + np.arange(ev)[None, :]].astype(np.float64)
+    row = SCALE_BYTES if params["kv"] == "int8" else 0  # an int8 row's scale, after its codes
+    kb, vb = ((dequantize_rows if row else np.asarray)(x[off + cached * rs + np.arange(n + row)[None, :]]).astype(
+        np.float64) for x, off, rs, n in ((k, k_off, k_rs, e), (v, v_off, v_rs, ev)))
     if params.get("appended"):
         (kn, kn_off), (vn, vn_off) = reads[-2:]
         kb = np.concatenate([kb, kn[kn_off:kn_off + e][None].astype(np.float64)])

@@ -29,7 +29,9 @@ gqa (grouped-query attention, torch's enable_gqa): k and v have Hkv heads (axis 
 layout), a divisor of q's H; query head h reads key/value head h // (H / Hkv), as transformers'
 repeat_kv would make them, without the copy. k and v may both be bfloat16 under a float32 q (with
 `appended`, k_new and v_new float32 or bfloat16): a cache kept in half the bytes, read converted
-to float32 (ember.passes.kv_cache).
+to float32 (ember.passes.kv_cache). Or both int8 under a float32 q: rows of E codes and their
+float32 scale (ember.tir.kv_int8, the last axis E + 4), a quarter of the bytes, which one query's
+attention (the decode routine) reads dequantized in registers; they hold codes * scale.
 
 float32 attention with static embedding sizes (E, Ev) is fused, flash-attention style, whatever
 its sequence lengths, heads and batch (symbols included: a prefill of any length, a decode step
@@ -41,7 +43,8 @@ accumulated in registers. No row of scores outlives its block of keys, and nothi
 L x S reaches memory. One query (a decode step: L = 1, not causal) takes the decode routine
 instead, one call per (batch..., key/value head) computing the query heads of its group, so
 that each call reads its keys and values once (ember.codegen.c_attention_decode); it also reads
-a bfloat16 cache (with float32 k_new and v_new), which more queries read in the staged compute.
+a bfloat16 cache (with float32 k_new and v_new), which more queries read in the staged compute,
+and an int8 one, which only it reads.
 
 Other dtypes (float16, float64) and symbolic embedding sizes take the staged compute: a row-wise softmax
 in stages (scores q k^T, their row maximum, the exponentials, their row sum, and the weighted
@@ -58,6 +61,7 @@ from .. import dims, te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, cast, const, min_
+from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
 from ..tir.routines import ATTENTION, ATTENTION_DECODE, ATTENTION_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from .common import broadcast_index, broadcast_shapes, check_float, result_dtype, te_shape
@@ -93,12 +97,27 @@ def _appended(types, attrs):
                          for c, n in ((types[1], kn), (types[2], vn))), *types[3:]]
 
 
+def _int8_rows(types):
+    """The inputs with an int8 cache's k and v (rows of codes and a scale, ember.tir.kv_int8)
+    as what they hold: float32 rows of E values (types or arrays)."""
+    q, k, v = types[:3]
+    if not (k.dtype == v.dtype == "int8" and q.dtype == "float32"):
+        return list(types)
+    if not isinstance(k, TensorType):
+        return [q, dequantize_rows(k), dequantize_rows(v), *types[3:]]
+    if not all(isinstance(x.shape[-1], int) and x.shape[-1] > SCALE_BYTES for x in (k, v)):
+        raise OpTypeError(f"scaled_dot_product_attention: an int8 cache's rows are E codes and a 4-byte scale "
+                          f"(E + 4 on the last axis, static); got k {k.shape}, v {v.shape}")
+    rows = [TensorType(x.shape[:-1] + (x.shape[-1] - SCALE_BYTES,), "float32") for x in (k, v)]
+    return [q, *rows, *types[3:]]
+
+
 def _infer(types, attrs):
     if len(types) < 3 + 2 * bool(attrs.get("appended")):
         raise OpTypeError("scaled_dot_product_attention: appended takes q, k, v[, mask], k_new, v_new")
     if attrs.get("appended") and attrs.get("heads") is not None:
         raise OpTypeError("scaled_dot_product_attention: appended keys take whole k and v, not heads of them")
-    types = _appended(types, attrs)
+    types = _appended(_int8_rows(types), attrs)
     if attrs["layout"] not in LAYOUTS:
         raise OpTypeError(f"scaled_dot_product_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
     if attrs.get("heads") is not None:
@@ -186,7 +205,7 @@ def _scale(attrs, e: int) -> float:
 
 
 def reference(inputs, attrs):
-    inputs = _appended(inputs, attrs)
+    inputs = _appended(_int8_rows(inputs), attrs)
     if attrs.get("heads") is not None:
         inputs = _select_heads(inputs, attrs)
     q, k, v = (x.astype(np.float64) for x in inputs[:3])
@@ -224,12 +243,16 @@ def _compute(inputs, attrs, out_types):
     mask = inputs[3] if len(inputs) == 4 else None
     static = as_int(q.shape[-1]) is not None and as_int(v.shape[-1]) is not None  # E and Ev
     kv = k.dtype if k.dtype == v.dtype and all(x.dtype == "float32" for x in new or ()) else None
-    if static and q.dtype == "float32" and kv in ("float32", "bfloat16") and \
+    if static and q.dtype == "float32" and kv in ("float32", "bfloat16", "int8") and \
             (mask is None or mask.dtype in ("bool", "float32")):
         if as_int(_swap(q.shape, attrs["layout"] == "bshd")[-2]) == 1 and not attrs["causal"]:
             return [_fused(q, k, v, mask, attrs, out_types, new, decode=True)]
         if kv == "float32":
             return [_fused(q, k, v, mask, attrs, out_types, new)]
+    if "int8" in (k.dtype, v.dtype):
+        raise OpTypeError(f"scaled_dot_product_attention: an int8 cache is read by one query's attention only (a "
+                          f"decode step, not causal, float32 q and mask, float32 k_new and v_new); got q {q.dtype} "
+                          f"{q.shape}, k {k.dtype}, v {v.dtype}")
     if new is not None:  # the staged stages read the keys whole: concatenated, as stages
         inputs = [inputs[0], *(_grown(x, n, attrs) for x, n in zip(inputs[1:3], new)), *inputs[3:]]
     if attrs.get("heads") is not None:  # the staged stages read q, k, v whole: their heads copied out
@@ -286,7 +309,7 @@ def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
-    e_dim, ev_dim = as_int(qs[-1]), as_int(vs[-1])
+    e_dim, ev_dim = as_int(qs[-1]), as_int(vs[-1]) - (SCALE_BYTES if v.dtype == "int8" else 0)  # an int8 row's scale
     s_dim, l_dim = ks[-2], qs[-2]  # static or symbolic
     if new is not None:
         s_dim = s_dim + 1

@@ -1,28 +1,33 @@
-"""A decode step's key/value cache kept in fewer bytes (ember.compile(..., kv_cache="bf16")): the
-graph inputs that are a cache read in place (the k and v of attentions with `appended` keys,
-ember.passes.fold_cache_append) become bfloat16 inputs, which the attention reads converted to
-float32 in registers (ember.codegen.c_attention_decode).
+"""A decode step's key/value cache kept in fewer bytes (ember.compile(..., kv_cache="bf16" or
+"int8")): the graph inputs that are a cache read in place (the k and v of attentions with
+`appended` keys, ember.passes.fold_cache_append) become bfloat16 inputs, or int8 rows of codes
+and a float32 scale each (ember.tir.kv_int8), which the attention reads converted to float32 in
+registers (ember.codegen.c_attention_decode).
 
     step(ids, k0: float32[1, past, H, E], ...) -> step(ids, k0: bfloat16[1, past, H, E], ...)
+                                               or step(ids, k0: int8[1, past, H, E + 4], ...)
 
 At a long context the cache, not the weights, is most of the bytes a step reads (GPT-2 small at
 1024 positions: 75 MB of float32 keys and values a token, against 124 MB of int8 weights), so
 halving it is what lets weight-only quantization keep its speedup there. The caller keeps its
 cache buffers in bfloat16 (ml_dtypes' type) and writes the step's own rows, still float32
-outputs, into them rounded (NumPy's assignment); the step's attention reads its own row in
-float32. An input that anything else reads (but its size) is left float32, and with it the
-other of its attention's keys and values, as is every attention without a cache (a prefill).
+outputs, into them rounded (NumPy's assignment; int8: ember.tir.kv_int8.quantize_rows, a row
+once, when it is written); the step's attention reads its own row in float32. An input that
+anything else reads (but its size) is left float32, and with it the other of its attention's
+keys and values, as is every attention without a cache (a prefill); int8 only where one query
+reads the cache (the decode routine; the staged attention of more queries reads no int8 rows).
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
 from ..graph.core import Graph, TensorType
+from ..tir.kv_int8 import SCALE_BYTES
 from .dce import dce
 from .rewrite import Rewriter
 
 SDPA = "scaled_dot_product_attention"
-KV_CACHES = {"float32": None, "bf16": "bfloat16"}  # the option's values: the cache's stored dtype
+KV_CACHES = {"float32": None, "bf16": "bfloat16", "int8": "int8"}  # the option's values: the cache's stored dtype
 
 
 def check_kv_cache(kv_cache: str) -> str | None:
@@ -36,11 +41,11 @@ def kv_cache(graph: Graph, dtype: str | None = None) -> Graph:
     if dtype is None or not any(n.op == SDPA and n.attrs["appended"] for n in graph.nodes):
         return graph  # unchanged: the same graph
     live = dce(graph)  # the concatenations that fold_cache_append left to no reader read the cache too
-    caches = _caches(live)
+    caches = _caches(live, one_query=dtype == "int8")
     if not caches:
         return graph
     graph = live
-    types = {v.name: TensorType(v.type.shape, dtype) for v in graph.inputs if v.name in caches}
+    types = {v.name: _stored(v.type, dtype) for v in graph.inputs if v.name in caches}
     rw = Rewriter(graph, input_types=types)
     for node in graph.nodes:
         ins = rw.inputs(node)
@@ -51,16 +56,31 @@ def kv_cache(graph: Graph, dtype: str | None = None) -> Graph:
     return rw.finish()
 
 
-def _caches(graph: Graph) -> set[str]:
-    """The float32 graph inputs read only as the cache (k or v) of appended attentions, or by
-    `size`, each attention's k and v both."""
+def _stored(t: TensorType, dtype: str) -> TensorType:
+    """A cache input's type in `dtype` (int8: a row's codes, then its scale's 4 bytes)."""
+    if dtype != "int8":
+        return TensorType(t.shape, dtype)
+    return TensorType(t.shape[:-1] + (t.shape[-1] + SCALE_BYTES,), dtype)
+
+
+def _decode(node) -> bool:
+    """Whether an attention reads its cache with one query (the decode routine), its row size
+    static."""
+    q, k = (v.type.shape for v in node.inputs[:2])
+    position = -3 if node.attrs["layout"] == "bshd" else -2
+    return q[position] == 1 and not node.attrs["causal"] and isinstance(k[-1], int)
+
+
+def _caches(graph: Graph, one_query: bool = False) -> set[str]:
+    """The float32 graph inputs read only as the cache (k or v) of appended attentions (of one
+    query, with `one_query`), or by `size`, each attention's k and v both."""
     inputs = {v.name for v in graph.inputs if v.type.dtype == "float32"}
     as_cache, other = set(), set()
     for node in graph.nodes:
         for slot, v in enumerate(node.inputs):
             if v.name not in inputs:
                 continue
-            cache = node.op == SDPA and node.attrs["appended"] and slot in (1, 2)
+            cache = node.op == SDPA and node.attrs["appended"] and slot in (1, 2) and (_decode(node) or not one_query)
             (as_cache if cache else other if node.op != "size" else set()).add(v.name)
     caches = as_cache - other - {v.name for v in graph.outputs}
     pairs = [{v.name for v in n.inputs[1:3]} for n in graph.nodes if n.op == SDPA and n.attrs["appended"]]

@@ -1,7 +1,8 @@
 """One query's attention (a decode step) on the decode routine (ember/codegen/c_attention_decode.py)
 against torch.nn.functional.scaled_dot_product_attention: every mask kind, head dims that are
 and are not whole vectors, grouped key/value heads (torch's enable_gqa: a call per key/value
-head, its group's query heads in it), a cache in bfloat16 read converted in registers, the
+head, its group's query heads in it), a cache in bfloat16 or int8 (per-row scales) read
+converted in registers, the
 step's own key and value appended; the interpreter's NumPy twin agrees. Grouped heads over
 more queries take the attention routine (and float64 the staged stages), as torch computes them.
 
@@ -23,6 +24,7 @@ from ember.testing import check_op
 from ember.tir.arith import simplify
 from ember.tir.expr import as_int
 from ember.tir.functor import collect
+from ember.tir.kv_int8 import dequantize_rows, quantize_rows
 from ember.tir.stmt import CallRoutine, For
 
 RNG = np.random.default_rng()
@@ -62,13 +64,15 @@ def test_grouped_heads_one_call_per_key_value_head():
     assert loop.kind == "parallel" and as_int(simplify(loop.extent)) == 2 * 2
 
 
-@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
-def test_cache_read_in_place_bf16_and_grouped(kv):
+@pytest.mark.parametrize("kv", ["float32", "bfloat16", "int8"])
+def test_cache_read_in_place_bf16_int8_and_grouped(kv):
     """A decode step in layout bshd: 4 query heads over 2 key/value heads, a cache of 130
-    positions (in `kv`) and the step's own float32 key and value appended (a block of one)."""
+    positions (in `kv`; int8: rows of codes and a scale, ember.tir.kv_int8) and the step's own
+    float32 key and value appended (a block of one)."""
     past = 130
     q, kn, vn = rand(1, 1, 4, 16), rand(1, 1, 2, 16), rand(1, 1, 2, 16)
-    k, v = (rand(1, past, 2, 16).astype(ml_dtypes.bfloat16 if kv == "bfloat16" else np.float32) for _ in "kv")
+    store = {"float32": lambda x: x, "bfloat16": lambda x: x.astype(ml_dtypes.bfloat16), "int8": quantize_rows}[kv]
+    k, v = (store(rand(1, past, 2, 16)) for _ in "kv")
 
     def fn(q, k, v, kn, vn):
         k, v = (torch.cat([c.float(), n], 1).transpose(1, 2) for c, n in ((k, kn), (v, vn)))
@@ -77,6 +81,10 @@ def test_cache_read_in_place_bf16_and_grouped(kv):
     attrs = {"layout": "bshd", "appended": True, "gqa": True}
     torch_fn = fn if kv == "float32" else None  # (torch takes no ml_dtypes array: the reference, float64)
     check_op(SDPA, [q, k, v, kn, vn], attrs, **TOL, targets=("c", "python"), torch_fn=torch_fn)
+    if kv == "int8":  # the reference reads what the rows hold, within a row's rounding of the floats
+        (got,) = get(SDPA).reference([q, k, v, kn, vn], {**get(SDPA).attrs, **attrs})
+        want = fn(*(torch.from_numpy(x) for x in (q, dequantize_rows(k), dequantize_rows(v), kn, vn))).numpy()
+        np.testing.assert_allclose(got, want, **TOL)
 
 
 def test_grouped_heads_over_many_queries():
