@@ -19,8 +19,11 @@ object that holds ints, symbol names and expressions of them. It folds through t
 (fold.SHAPE_OPS: gather, concat, slice, ...), integer casts and integer arithmetic (add, sub,
 mul, exact division: ember.frontend.symbolic, whose expressions such as batch * 8 may cancel
 again), so `x.view(x.size(0), -1)` and `x.view(x.size(0) * 4 // 4, -1)` work with a symbolic
-batch; another operator on symbols, an expression that a dimension would have to be, or a
-symbolic shape used as a tensor at run time, is an OnnxImportError.
+batch. A symbolic shape that another operator reads (a position computed from the cache's
+length, cast to float for a rotary embedding) becomes a tensor at run time: each symbolic element
+an ember `size` node, which reads the dimension from a graph input that has its symbols
+(ember.ops.sizes), as torch's sym_size is imported; a symbol no graph input has is an
+OnnxImportError.
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
+from ... import dims
 from ...errors import EmberError
 from ...graph.core import Dim, Graph, TensorType, Value
 from ...ops import UnsupportedOpError
 from ...ops.nodes import add_op
 from ...tir import dtype as dt
 from ..fold import SHAPE_OPS, array_type, fold, is_symbolic
-from ..symbolic import fold_arithmetic, is_dim
+from ..symbolic import ARITHMETIC, fold_arithmetic, is_dim
 from .registry import lookup
 
 Tensor = Value | np.ndarray
@@ -130,15 +134,37 @@ class Importer:
         """`t` as a graph value (an array is added as a constant once)."""
         if isinstance(t, Value):
             return t
-        if is_symbolic(t):
-            raise OnnxImportError(f"the shape {t.tolist()} with symbolic dimensions is used as a tensor at run "
-                                  "time; ember knows shapes at compile time only (import_onnx(..., input_shapes=...) "
-                                  "can make them static)")
         v = self._materialized.get(id(t), (t, None))[1]
         if v is None:  # the array is kept in _materialized, so its id stays unique
-            v = self.graph.add_constant(t, name=self._names.get(id(t), hint))
+            v = self._sizes(t, hint) if is_symbolic(t) else \
+                self.graph.add_constant(t, name=self._names.get(id(t), hint))
             self._materialized[id(t)] = (t, v)
         return v
+
+    def _sizes(self, t: np.ndarray, hint: str) -> Value:
+        """A symbolic shape as an int64 tensor of its shape computed at run time: its symbolic
+        elements `size` nodes bound to the graph inputs that have their symbols as dimensions."""
+        parts = []
+        for d in t.reshape(-1).tolist():
+            if isinstance(d, int | np.integer):
+                parts.append(self.graph.add_constant(np.array([d], np.int64), name=f"{hint}_dim"))
+                continue
+            d = dims.canonical(str(d))  # a symbol or an expression of symbols (ember.frontend.symbolic's Expr)
+            carriers, bind = [], []
+            for sym in dims.symbols_of(d):
+                found = next(((v, axis) for v in self.graph.inputs for axis, x in enumerate(v.type.shape)
+                              if x == sym), None)
+                if found is None:
+                    raise OnnxImportError(f"the size {d!r} is used as a tensor at run time, but no graph input has "
+                                          f"{sym!r} as a dimension (import_onnx(..., input_shapes=...) can make it "
+                                          "static)")
+                if found[0] not in carriers:
+                    carriers.append(found[0])
+                bind.append((sym, carriers.index(found[0]), found[1]))
+            (size,) = add_op(self.graph, "size", carriers, {"dim": d, "bind": tuple(bind)})
+            parts += add_op(self.graph, "reshape", [size], {"shape": (1,)})
+        flat = parts[0] if len(parts) == 1 else add_op(self.graph, "concat", parts, {"axis": 0})[0]
+        return add_op(self.graph, "reshape", [flat], {"shape": t.shape}, out_names=[hint])[0]
 
     def add_node(self, op: str, inputs: Sequence[Tensor], attrs: Mapping | None, names: Sequence[str]) -> list[Value]:
         """A node of ember operator `op` whose outputs are named after `names` (arrays among the
@@ -211,16 +237,12 @@ class NodeContext:
         return None if data is None else [int(v) for v in data.reshape(-1)]
 
     def const_dims(self, k: int, what: str) -> list[Dim] | None:
-        """A shape input: ints and, from a symbolic shape, symbol names."""
+        """A shape input: ints and, from a symbolic shape, symbols or expressions of them (a
+        cache's "past + 1": ember.dims)."""
         data = self.const(k, what, symbolic=True)
         if data is None:
             return None
-        for v in data.flat:
-            if not is_dim(v):
-                raise self.error(f"input {k} ({what}) is {data.tolist()}: the dimension {v} is an expression of "
-                                 "symbols, and ember's dimensions are ints or symbols (import_onnx(..., "
-                                 "input_shapes=...) can make them static)")
-        return [v if isinstance(v, str) else int(v) for v in data.flat]
+        return [v if isinstance(v, str) else int(v) if is_dim(v) else dims.canonical(str(v)) for v in data.flat]
 
     def type(self, t: Tensor) -> TensorType:
         return tensor_type(t)
@@ -273,7 +295,9 @@ class NodeContext:
             inputs.pop()
         if any(t is None for t in inputs):
             raise OnnxImportError(f"{self.where}: ember's {name} cannot leave out an input before a given one")
-        if not all(isinstance(t, np.ndarray) for t in inputs):
+        if not all(isinstance(t, np.ndarray) for t in inputs) or \
+                (name == "gather" and is_symbolic(inputs[1]) and not is_symbolic(inputs[0])):
+            # (a table gathered at a symbolic position, a position embedding's row: read at run time)
             return self.importer.add_node(name, inputs, attrs, self.out_names)
         if any(is_symbolic(t) for t in inputs) and name not in SHAPE_OPS:
             if name == "cast" and np.dtype(dict(attrs)["dtype"]).kind in "iu":
@@ -281,11 +305,12 @@ class NodeContext:
             folded = fold_arithmetic(name, inputs)
             if folded is not None:
                 return [folded]
-            shapes = [t.tolist() for t in inputs if is_symbolic(t)]
-            raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds the data movement of "
-                             "symbolic shapes (Gather, Concat, Slice, ...), integer casts, and add, sub, mul and "
-                             "exact division of them, not this (import_onnx(..., input_shapes=...) can make them "
-                             "static)")
+            if name in ARITHMETIC:  # (an inexact division)
+                shapes = [t.tolist() for t in inputs if is_symbolic(t)]
+                raise self.error(f"{name} of the symbolic shape(s) {shapes}: ember folds add, sub, mul and exact "
+                                 "division of symbolic shapes, not this (import_onnx(..., input_shapes=...) can make "
+                                 "them static)")
+            return self.importer.add_node(name, inputs, attrs, self.out_names)  # the sizes read at run time
         outs = fold(name, inputs, attrs, self.where)
         return self.importer.add_node(name, inputs, attrs, self.out_names) if outs is None else outs
 

@@ -16,10 +16,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from .... import dims
 from ....checks import check_fits
 from ....graph.core import Dim, TensorType
 from ....ops.common import broadcast_shapes
 from ....tir import dtype as dt
+from ...fold import is_symbolic
 from ..node import NodeContext
 from ..registry import converts
 
@@ -72,13 +74,27 @@ def _constant_of_shape(cx: NodeContext):
 
 @converts("Range")
 def _range(cx: NodeContext):
-    start, limit, delta = (cx.const(k, name) for k, name in enumerate(("start", "limit", "delta")))
+    start, limit, delta = (cx.const(k, name, symbolic=True) for k, name in enumerate(("start", "limit", "delta")))
+    if any(is_symbolic(x) for x in (start, limit, delta)):
+        return [_symbolic_range(cx, start, limit, delta)]
     given = f"start {start.item()}, limit {limit.item()}, delta {delta.item()}"
     if delta.item() == 0 or not all(math.isfinite(v.item()) for v in (start, limit, delta)):
         raise cx.error(f"{given}: the delta must be nonzero and every value finite")
     count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
     check_fits(TensorType((count,), dt.from_numpy(start.dtype)), f"{cx.where}: the range of {given}")
     return [(start + delta * np.arange(count)).astype(start.dtype)]
+
+
+def _symbolic_range(cx: NodeContext, start, limit, delta):
+    """Range(start, limit, 1) with a symbolic limit (a prefill's positions up to its length), its
+    start a number: ember's arange of the length limit - start, which may be symbolic."""
+    if is_symbolic(start) or is_symbolic(delta) or delta.item() != 1:
+        raise cx.error(f"start {start.tolist()}, limit {limit.tolist()}, delta {delta.tolist()}: ember takes a "
+                       "symbolic limit with a numeric start and delta 1 (import_onnx(..., input_shapes=...) can make "
+                       "them static)")
+    length = dims.add(str(limit.item()), -int(start.item()))  # (a symbol, or an expression: symbolic.Expr)
+    return cx.op("arange", [], {"length": length, "start": start.item(), "step": 1,
+                                "dtype": dt.from_numpy(start.dtype)})
 
 
 @converts("Shape")
@@ -184,14 +200,18 @@ def _tile(cx: NodeContext):
 @converts("Trilu")
 def _trilu(cx: NodeContext):
     """The upper (or lower) triangle of the last two dimensions, from the k-th diagonal on; the
-    rest zeros: `where` with a constant mask."""
+    rest zeros: `where` with a constant mask, or, of symbolic sizes (a prefill's causal mask over
+    its length), a mask compared from two aranges: column - row >= k (upper) or <= k."""
     x = cx.input(0)
     rows, cols = cx.type(x).shape[-2:]
-    if not isinstance(rows, int) or not isinstance(cols, int):
-        raise cx.error(f"Trilu needs static sizes of the last two dimensions, got {(rows, cols)}")
     (k,) = cx.const_ints(1, "k") or [0]
-    ones = np.ones((rows, cols), dtype=bool)
-    keep = np.triu(ones, k) if cx.attr("upper", 1) else np.tril(ones, k)
+    if isinstance(rows, int) and isinstance(cols, int):
+        ones = np.ones((rows, cols), dtype=bool)
+        keep = np.triu(ones, k) if cx.attr("upper", 1) else np.tril(ones, k)
+    else:
+        row, col = (cx.op("arange", [], {"length": n, "start": 0, "step": 1, "dtype": "int64"}) for n in (rows, cols))
+        diagonal = cx.op("sub", [col, cx.op("reshape", [row], {"shape": (rows, 1)})])
+        keep = cx.op("greater_equal" if cx.attr("upper", 1) else "less_equal", [diagonal, np.array(k, np.int64)])
     return [cx.op("where", [keep, x, cx.scalar(0, x)])]
 
 
