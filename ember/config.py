@@ -228,7 +228,7 @@ class PassNames:
 # the graph passes by name, as EMBER_PRINT_IR and EMBER_DISABLE_PASSES name them, in the order
 # ember.passes.pipeline runs them (fuse last, run by the compiler); a test keeps the two equal, so
 # that this ground-layer module need not import the passes
-GRAPH_PASSES = ("fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
+GRAPH_PASSES = ("fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
                 "fold_cache_append", "kv_cache", "cse",
                 "slice_products", "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                 "fold_qkv_split", "flatten_products",

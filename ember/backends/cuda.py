@@ -63,9 +63,10 @@ class CUDABackend(Backend):
     name = "cuda"
     model = staticmethod(_model)
     graph_passes = ("unfold_attention",)  # the attention operator is a CPU extern call: matmul, softmax, matmul here
-    # fold_attention would fold them back; the CPU's target passes (given no target, they would
+    # fold_attention would fold them back (and fold_repeat_kv make gqa of a repeat, which
+    # unfold_attention would repeat again); the CPU's target passes (given no target, they would
     # block and pack for this machine's vectors) make layouts the GPU schedules do not read
-    skipped_passes = ("fold_attention", "pad_gemv", "layout", "pack_weights")
+    skipped_passes = ("fold_attention", "fold_repeat_kv", "pad_gemv", "layout", "pack_weights")
     precisions = GPU_PRECISIONS  # fp16/bf16: every activation and weight in half precision, sums in fp32
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)

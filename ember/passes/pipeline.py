@@ -56,6 +56,7 @@ from .fold_batch_norm import fold_batch_norm
 from .fold_cache_append import fold_cache_append
 from .fold_constants import fold_constants
 from .fold_qkv_split import fold_qkv_split
+from .fold_repeat_kv import fold_repeat_kv
 from .fold_transposes import fold_transposes
 from .fuse_siblings import fuse_siblings
 from .gather_patches import gather_patches
@@ -77,7 +78,8 @@ from .winograd import winograd
 
 Pass = Callable[[Graph], Graph]
 
-PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, unfold_attention, fold_transposes,
+PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attention, fold_repeat_kv, unfold_attention,
+                                                   fold_transposes,
                                                    simplify, fold_cache_append, kv_cache, cse, slice_products,
                                                    fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
@@ -118,13 +120,13 @@ LATE_PASSES = ("fuse",)
 PIPELINES: dict[int, list[str]] = {
     0: [],
     1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
+    2: ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
         "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
         "flatten_products", "quantize_weights",
         "quantize_rows",
         "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"],
-    3: ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes", "simplify",
+    3: ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
         "fold_cache_append", "kv_cache", "cse", "slice_products",
         "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
         "flatten_products", "quantize_weights",

@@ -48,8 +48,8 @@ def test_levels_and_report():
     # no attention (and a CPU target, which keeps it fused), no tap reading padding alone, no sibling
     # products, no product of a weight matrix, no GEMV; an isolated conv keeps the plain layout, its
     # weights packed (and the passes after drop the unpacked ones)
-    assert [r.name for r in report if not r.changed] == ["fold_attention", "unfold_attention", "fold_cache_append",
-                                                         "kv_cache",
+    assert [r.name for r in report if not r.changed] == ["fold_attention", "fold_repeat_kv", "unfold_attention",
+                                                         "fold_cache_append", "kv_cache",
                                                          "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "layout",
@@ -87,9 +87,10 @@ def test_disabled_passes():
     report = []
     out = run_pipeline(g, 2, disabled_passes=["fold_batch_norm", "dce"], report=report)
     assert "batch_norm" in ops(out) and "exp" in ops(out)
-    assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
-                                        "simplify", "fold_cache_append", "kv_cache", "cse", "slice_products",
-                                        "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+    assert [r.name for r in report] == ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention",
+                                        "fold_transposes", "simplify", "fold_cache_append", "kv_cache", "cse",
+                                        "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
+                                        "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches"]
@@ -102,9 +103,10 @@ def test_environment_overrides(monkeypatch, capsys):
     monkeypatch.setenv("EMBER_PRINT_IR", "simplify,dce")
     report = []
     run_pipeline(g, 2, report=report)
-    assert [r.name for r in report] == ["fold_constants", "fold_attention", "unfold_attention", "fold_transposes",
-                                        "simplify", "fold_cache_append", "kv_cache", "slice_products", "trim_taps",
-                                        "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+    assert [r.name for r in report] == ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention",
+                                        "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
+                                        "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
+                                        "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches", "dce"]
@@ -117,7 +119,8 @@ def test_unknown_names():
     g = _graph()
     with pytest.raises(ConfigError, match=r"disabled_passes=\['fuze'\] \(keyword argument\): unknown pass\(es\) "
                                           r"\['fuze'\]; allowed: comma-separated names from: fold_constants, "
-                                          r"fold_attention, unfold_attention, fold_transposes, simplify"):
+                                          r"fold_attention, fold_repeat_kv, unfold_attention, fold_transposes, "
+                                          r"simplify"):
         run_pipeline(g, 2, disabled_passes=["fuze"])
     with pytest.raises(ConfigError, match=r"print_ir='nope' \(keyword argument\): unknown"):
         run_pipeline(g, 2, print_ir="nope")
@@ -149,8 +152,9 @@ def test_compile_runs_the_pipeline(capsys):
     plain = ember.compile(g, opt_level=0)
     assert plain.stats.passes == () and plain.stats.nodes == len(g.nodes)
     cm = ember.compile(g, disabled_passes=["cse"], print_ir="dce")
-    assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "unfold_attention",
-                                                 "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
+    assert [r.name for r in cm.stats.passes] == ["fold_constants", "fold_attention", "fold_repeat_kv",
+                                                 "unfold_attention", "fold_transposes", "simplify", "fold_cache_append",
+                                                 "kv_cache",
                                                  "slice_products",
                                                  "fold_batch_norm", "trim_taps", "split_taps", "nest_concats",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
