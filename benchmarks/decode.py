@@ -1,19 +1,25 @@
 """Greedy decode with a KV cache, GPT-2 small and a LLaMA-architecture model of its size (12 heads
 over 4 key/value heads; benchmarks/models/decode.py: transformers' models, random weights):
 tokens/s of ember (float32 weights, and weight-only int8 and int4, their cache in bfloat16 unless
---kv-cache float32), torch eager and transformers' `generate`, at two context lengths, next to
-the memory-bandwidth bound, each runtime in its own process.
+--kv-cache says otherwise: float32, bf16, int8, or several, a step for each), ONNX Runtime on the
+step exported to ONNX (float32, and its own MatMulNBits quantization at 8 and 4 bits: ort-*),
+ember on that int4 ONNX file (ember-onnx-int4: pre-quantized weights in), torch eager and
+transformers' `generate`, at two context lengths, next to the memory-bandwidth bound, each
+runtime in its own process.
 
 A decode step reads every weight once (the embedding tables but one row each; an LM head in
 full) and the cache of its context once: at batch 1 it is a chain of GEMVs and an attention,
 bound by memory bandwidth. Bytes per token are the compiled step's weights (ember's int8 and
-int4: their codes and scales; a table the step only gathers from counted as one row) plus the
-cache read at that context (keys and values of every layer, float32, or bfloat16 for int8 and
-int4 with --kv-cache bf16: ember.compile's kv_cache option); the bound is copy
-bandwidth / bytes per token, the copy bandwidth measured in the same run (STREAM's copy: a 256
-MiB array copied by torch on --threads threads, read + write bytes counted). The greedy tokens
-of int8 and int4 are compared with float32's (the agreement: the share of the steps that give
-float32's token), and the prefill logits' relative error printed.
+int4: their codes and scales; ONNX Runtime's: its file's initializers; a table the step only
+gathers from counted as one row) plus the cache read at that context (keys and values of every
+layer, float32, bfloat16, or int8 rows with a float32 scale each: ember.compile's kv_cache
+option); the bound is copy bandwidth / bytes per token, the copy bandwidth measured in the same
+run (STREAM's copy: a 256 MiB array copied by torch on --threads threads, read + write bytes
+counted). Accuracy, against ember float32's greedy decode of --agree tokens (64) after the
+prompt: the share of the tokens that are float32's (free running: one token that differs
+changes the context of the rest) and the first that differs; teacher forced (each step fed
+float32's token), the share of the steps whose argmax is float32's and the logits' ||delta|| /
+||float32's|| (the mean over the prefill and the steps, and the prefill's alone).
 "ember GEMV" is a chain of 12 GPT-2 MLPs (768x3072 and 3072x768 GEMVs, 226 MB of float32 weights,
 more than the caches) compiled by ember with each weight format: its weight bytes (codes and
 scales) per second, against the same copy bandwidth.
@@ -21,16 +27,23 @@ scales) per second, against the same copy bandwidth.
 Runtimes (benchmarks/models/decode.py): ember runs RowStep's prefill and then the step compiled
 once with the cache length a symbol, the cache in place (one preallocated buffer per key and
 value of each layer, each step reading its prefix and writing its own row:
-generate_in_place); torch eager runs the Step module over the growing cache; transformers'
-generate uses its DynamicCache. All must give the same greedy tokens (checked at the first
-context). A first process compiles and saves ember's models; each timing process loads one
-runtime only (idle threads of one runtime never slow another) and the runtimes take turns over
---rounds rounds; each figure is the best round's median time per token (prefill excluded). The
-prefill of --prompt tokens is timed apart for each of ember's weight formats (on x86 with VNNI
-int8 and int4 weights' prefill multiplies int8 rows: ember.passes.quantize_rows).
+generate_in_place); ONNX Runtime runs the same RowStep exported (benchmarks/models/decode_onnx.py:
+the past length a symbolic dimension) under the same loop, each step given the buffers' prefixes
+(its graph concatenates them with the new row: a copy per step, as any exported torch cache
+does); torch eager runs the Step module over the growing cache; transformers' generate uses its
+DynamicCache. ember float32, eager and generate must give the same greedy tokens (ONNX Runtime
+float32 too: printed). A first process compiles and saves ember's models and exports and
+quantizes ONNX Runtime's; each timing process loads one runtime only (idle threads of one
+runtime never slow another) and the runtimes take turns over --rounds rounds; each figure is the
+best round's median time per token (prefill excluded). The prefill of --prompt tokens is timed
+apart for ember's and ONNX Runtime's (on x86 with VNNI int8 and int4 weights' prefill multiplies
+int8 rows: ember.passes.quantize_rows; MatMulNBits at accuracy level 4 does too).
 
     python benchmarks/decode.py [--small] [--models gpt2,llama] [--contexts 128,1024] [--tokens 32]
                                 [--prompt 128] [--rounds 2] [--threads 2] [--group 128] [--kv-cache bf16]
+                                [--agree 64] [--no-onnx]
+
+(--small takes --group 32: its hidden size, 64, is no multiple of 128.)
 
 On the GPU (`--device cuda`, float32 only, one process: `cuda_main`): the prefill and the step
 compiled once for target "cuda" (the cache length a symbol, kernels whose grids each launch
@@ -63,8 +76,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 WEIGHTS = ("float32", "int8", "int4")
-EMBER = tuple(f"ember-{w}" for w in WEIGHTS)
-RUNTIMES = (*EMBER, "eager", "generate", "copy", "gemv")
+ORT = ("ort-float32", "ort-int8", "ort-int4")  # ONNX Runtime on the exported step (its MatMulNBits)
+ONNX_EMBER = "ember-onnx-int4"  # ember on ONNX Runtime's int4 file
+OTHERS = ("eager", "generate")
+
+
+def variants(args) -> list[tuple[str, str, str]]:
+    """ember's compiled steps as (runtime, weights, kv_cache): float32 weights over a float32
+    cache, and int8 and int4 weights over each --kv-cache (ember-int8, or ember-int8/bf16 where
+    several caches are asked for)."""
+    out = [("ember-float32", "float32", "float32")]
+    for weights in WEIGHTS[1:]:
+        for kv in args.kv_cache:
+            out.append((f"ember-{weights}" + (f"/{kv}" if len(args.kv_cache) > 1 else ""), weights, kv))
+    return out
+
+
+def runtimes(args) -> list[str]:
+    """Every runtime timed, in the tables' order."""
+    return [r for r, _, _ in variants(args)] + ([ONNX_EMBER, *ORT] if args.onnx else []) + list(OTHERS)
 
 
 def step_bytes(model) -> int:
@@ -77,21 +107,19 @@ def step_bytes(model) -> int:
             readers.setdefault(v.name, set()).add(node.op)
     total = 0
     for name, w in model.weights.items():
-        total += w[0].nbytes if readers.get(name, {"?"}) <= {"gather", "embedding"} else w.nbytes
+        table = w.ndim > 1 and readers.get(name, {"?"}) <= {"gather", "embedding"}
+        total += w[0].nbytes if table else w.nbytes
     return total
 
 
 def cache_bytes(model, context: int, kv_cache: str = "float32") -> int:
-    """Bytes of keys and values a step reads at `context` positions."""
+    """Bytes of keys and values a step reads at `context` positions (int8: each row's codes and
+    its float32 scale, ember.tir.kv_int8)."""
     from benchmarks.models.decode import heads
 
     layers, n, dim = heads(model)
-    return 2 * layers * context * n * dim * (2 if kv_cache == "bf16" else 4)
-
-
-def kv_cache(args, weights: str) -> str:
-    """The cache's dtype option of ember's step for a weight format: --kv-cache for int8 and int4."""
-    return "float32" if weights == "float32" else args.kv_cache
+    row = {"float32": 4 * dim, "bf16": 2 * dim, "int8": dim + 4}[kv_cache]
+    return 2 * layers * context * n * row
 
 
 def _model(name: str, small: bool):
@@ -106,35 +134,99 @@ def contexts(args, model) -> list[int]:
     return [min(c, limit - args.tokens - 1) for c in args.contexts]
 
 
+def _file(runtime: str) -> str:
+    return runtime.replace("/", "-")
+
+
 def prepare(args, folder: Path, name: str) -> dict:
     import torch
 
-    from benchmarks.models.decode import compile_in_place, generate_in_place, hf_generate, torch_generate
+    from benchmarks.models.decode import compile_prefill, compile_step, hf_generate, torch_generate
 
     model = _model(name, args.small)
     lengths = contexts(args, model)
-    max_len = max(lengths) + args.tokens + 1
+    max_len = max(max(lengths) + args.tokens, args.prompt + args.agree) + 1
     prompt = torch.randint(0, model.config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
-    compile_s, tokens, nbytes, logits = {}, {}, {}, {}
-    for weights in WEIGHTS:
+    compile_s, nbytes, runs, files, prefills, cache_of = {}, {}, {}, {}, {}, {}
+    for runtime, weights, kv in variants(args):
         start = time.perf_counter()
-        prefill, step = compile_in_place(model, args.prompt, max_len, weights=None if weights == "float32" else weights,
-                                         group_size=args.group, kv_cache=kv_cache(args, weights))
-        compile_s[weights] = time.perf_counter() - start
-        tokens[weights] = generate_in_place(prefill, step, prompt.numpy(), args.tokens, max_len)
-        logits[weights] = prefill(prompt.numpy())[0]
-        nbytes[weights] = step_bytes(step)
-        prefill.save(folder / f"{name}-prefill-{weights}")
-        step.save(folder / f"{name}-step-{weights}")
-    same = {"eager": tokens["float32"] == torch_generate(model, prompt, args.tokens),
-            "generate": tokens["float32"] == hf_generate(model, prompt, args.tokens)}
-    agree = {w: float(np.mean(np.array(tokens[w]) == np.array(tokens["float32"]))) for w in WEIGHTS}
-    error = {w: float(np.linalg.norm(logits[w] - logits["float32"]) / np.linalg.norm(logits["float32"]))
-             for w in WEIGHTS}
+        options = dict(weights=None if weights == "float32" else weights, group_size=args.group)
+        if weights not in prefills:
+            prefills[weights] = compile_prefill(model, args.prompt, max_len, **options)
+            prefills[weights].save(folder / f"{name}-prefill-{weights}")
+        step = compile_step(model, args.prompt, max_len, kv_cache=kv, **options)
+        compile_s[runtime] = time.perf_counter() - start
+        step.save(folder / f"{name}-step-{_file(runtime)}")
+        runs[runtime] = (prefills[weights], step)
+        files[runtime] = [str(folder / f"{name}-prefill-{weights}"), str(folder / f"{name}-step-{_file(runtime)}")]
+        nbytes[runtime], cache_of[runtime] = step_bytes(step), kv
+    if args.onnx:
+        prepare_onnx(args, folder / f"{name}-onnx", model, max_len, compile_s, nbytes, runs, files)
+    accuracy = agreement(runs, prompt.numpy(), args.agree, max_len)
+    reference = accuracy.pop("tokens")
+    same = {"eager": reference[:args.tokens] == torch_generate(model, prompt, args.tokens),
+            "generate": reference[:args.tokens] == hf_generate(model, prompt, args.tokens)}
+    if args.onnx:
+        same["ort-float32"] = accuracy["ort-float32"]["agree"] == 1.0
     np.save(folder / f"{name}-prompt.npy", prompt.numpy())
-    return {"compile_s": compile_s, "same": same, "bytes": nbytes, "agree": agree, "error": error,
+    nbytes |= {r: nbytes["ember-float32"] for r in OTHERS}
+    return {"compile_s": compile_s, "same": same, "bytes": nbytes, "accuracy": accuracy, "files": files,
             "params": sum(p.numel() for p in model.parameters()), "contexts": lengths, "max_len": max_len,
-            "cache": {w: {str(c): cache_bytes(model, c, kv_cache(args, w)) for c in lengths} for w in WEIGHTS}}
+            "cache": {r: {str(c): cache_bytes(model, c, cache_of.get(r, "float32")) for c in lengths}
+                      for r in runtimes(args)}}
+
+
+def prepare_onnx(args, folder: Path, model, max_len: int, compile_s, nbytes, runs, files) -> None:
+    """ONNX Runtime's runtimes (benchmarks/models/decode_onnx.py): RowStep's prefill and step
+    exported, float32 and quantized by ONNX Runtime (MatMulNBits, 8 and 4 bits, blocks of
+    --group), each run by a session; and ember's compile of the int4 files."""
+    import ember
+    from benchmarks.models.decode_onnx import export, onnx_bytes, quantize, session
+
+    folder.mkdir()
+    start = time.perf_counter()
+    plain = export(model, folder, args.prompt, max_len)
+    exported = time.perf_counter() - start
+    for runtime in ORT:
+        start = time.perf_counter()
+        bits = {"ort-int8": 8, "ort-int4": 4}.get(runtime)
+        paths = plain if bits is None else tuple(quantize(p, p.with_name(f"{p.stem}-{runtime}.onnx"), bits, args.group)
+                                                 for p in plain)
+        compile_s[runtime] = exported + time.perf_counter() - start  # the export and ONNX Runtime's quantizer
+        files[runtime] = [str(p) for p in paths]
+        runs[runtime] = tuple(session(p, args.threads) for p in paths)
+        nbytes[runtime] = onnx_bytes(paths[1])
+    start = time.perf_counter()
+    prefill, step = (ember.compile(str(p)) for p in files["ort-int4"])
+    compile_s[ONNX_EMBER] = time.perf_counter() - start
+    files[ONNX_EMBER] = [str(folder / "ember-prefill"), str(folder / "ember-step")]
+    prefill.save(files[ONNX_EMBER][0])
+    step.save(files[ONNX_EMBER][1])
+    runs[ONNX_EMBER] = (prefill, step)
+    nbytes[ONNX_EMBER] = step_bytes(step)
+
+
+def agreement(runs: dict, prompt: np.ndarray, steps: int, max_len: int) -> dict:
+    """Each runtime's greedy decode of `steps` tokens after the prompt against ember float32's:
+    the share of the tokens that are float32's ("agree", free running: a token that differs
+    changes the context of the rest) and the first that differs ("first"); teacher forced on
+    float32's tokens, the share of the steps whose argmax is float32's ("forced") and the logits'
+    ||delta|| / ||float32's|| (the prefill's and each step's: "error" their mean, "prefill" the
+    first); "tokens": float32's."""
+    from benchmarks.models.decode import generate_in_place
+
+    ref_logits: list = []
+    reference = generate_in_place(*runs["ember-float32"], prompt, steps, max_len, logits_out=ref_logits)
+    out: dict = {"tokens": reference}
+    for runtime, (prefill, step) in runs.items():
+        free = np.array(generate_in_place(prefill, step, prompt, steps, max_len)) == reference
+        logits: list = []
+        forced = generate_in_place(prefill, step, prompt, steps, max_len, feed=reference, logits_out=logits)
+        errors = [float(np.linalg.norm(a - b) / np.linalg.norm(b)) for a, b in zip(logits, ref_logits)]
+        out[runtime] = {"agree": float(free.mean()), "first": int(steps if free.all() else np.argmin(free)),
+                        "forced": float(np.mean(np.array(forced) == reference)), "error": float(np.mean(errors)),
+                        "prefill": errors[0]}
+    return out
 
 
 def gemv_chain(layers: int = 12, d: int = 768):
@@ -198,29 +290,32 @@ def worker(args, folder: Path) -> dict:
         return {"gemv_gbs": gbs}
     model = _model(args.model, args.small)
     info = json.loads((folder / f"{args.model}-info.json").read_text())
-    out, ember_models = {}, None
-    if args.worker in EMBER:
-        weights = args.worker.removeprefix("ember-")
-        prefill = ember.load(folder / f"{args.model}-prefill-{weights}", num_threads=args.threads)
-        step = ember.load(folder / f"{args.model}-step-{weights}", num_threads=args.threads)
+    out, pair = {}, None
+    if args.worker in info["files"]:
+        if args.worker in ORT:
+            from benchmarks.models.decode_onnx import session
+
+            pair = tuple(session(Path(f), args.threads) for f in info["files"][args.worker])
+        else:
+            pair = tuple(ember.load(f, num_threads=args.threads) for f in info["files"][args.worker])
         prompt = np.load(folder / f"{args.model}-prompt.npy")
-        out["prefill_s"] = ember.bench(lambda: prefill(prompt), warmup=1, repeat=args.repeat, number=1).median
-        ember_models = (prefill, step)
+        out["prefill_s"] = ember.bench(lambda: pair[0](prompt), warmup=1, repeat=args.repeat, number=1).median
     for context in info["contexts"]:
         ids = torch.randint(0, model.config.vocab_size, (1, context), generator=torch.Generator().manual_seed(2))
-        run = _runner(args.worker, model, ids, info["max_len"], ember_models)
+        run = _runner(args.worker, model, ids, info["max_len"], pair)
         run(4, None)  # warm up
         repeat = args.repeat if args.worker != "generate" else max(args.repeat, 3)
         out[str(context)] = per_token(run, args.tokens, repeat, timed_steps=args.worker != "generate")
     return out
 
 
-def _runner(runtime: str, model, ids, max_len: int, ember_models):
-    """run(n, times): `runtime`'s greedy generation of n tokens after the prompt ids."""
+def _runner(runtime: str, model, ids, max_len: int, pair):
+    """run(n, times): `runtime`'s greedy generation of n tokens after the prompt ids (`pair`: its
+    prefill and step, ember's or ONNX Runtime's)."""
     from benchmarks.models.decode import generate_in_place, hf_generate, torch_generate
 
-    if runtime in EMBER:
-        return lambda n, times: generate_in_place(*ember_models, ids.numpy(), n, max_len, times)
+    if pair is not None:
+        return lambda n, times: generate_in_place(*pair, ids.numpy(), n, max_len, times)
     if runtime == "eager":
         return lambda n, times: torch_generate(model, ids, n, times)
     return lambda n, times: hf_generate(model, ids, n)
@@ -229,27 +324,27 @@ def _runner(runtime: str, model, ids, max_len: int, ember_models):
 def report(args, name: str, info: dict, results: dict, copy: float) -> None:
     """The model's lines: compile times, tokens' agreement, prefill, and per context the table."""
     label = {"gpt2": "GPT-2", "llama": "LLaMA"}[name] + (" (small config)" if args.small else "")
-    print(f"\n{label}: {info['params'] / 1e6:.0f} M parameters; ember compiled the prefill and the step in " +
-          ", ".join(f"{s:.0f} s ({w})" for w, s in info["compile_s"].items()))
-    print(f"greedy tokens identical: ember = torch eager: {info['same']['eager']}, ember = transformers generate: "
-          f"{info['same']['generate']}; agreement with float32's {args.tokens} tokens: " +
-          ", ".join(f"{w} {a:.0%}" for w, a in info["agree"].items()))
-    print("prefill logits' ||delta|| / ||float32||: " + ", ".join(f"{w} {e:.4f}" for w, e in info["error"].items()))
-    prefill = {r: min(x["prefill_s"] for x in results[r]) for r in EMBER}
-    print(f"prefill of {args.prompt} tokens: " + ", ".join(f"{r} {1e3 * s:.0f} ms ({s / prefill['ember-float32']:.2f}x)"
+    print(f"\n{label}: {info['params'] / 1e6:.0f} M parameters; compiled in (ONNX Runtime: exported and quantized) " +
+          ", ".join(f"{r} {s:.0f} s" for r, s in info["compile_s"].items()))
+    print("greedy tokens identical to ember float32's: " + ", ".join(f"{r}: {v}" for r, v in info["same"].items()))
+    print(f"against ember float32 over {args.agree} greedy tokens after the {args.prompt}-token prompt "
+          "(forced: each step fed float32's token):")
+    print(f"  {'runtime':<22}{'agree':>8}{'1st diff':>10}{'forced':>8}{'logits |d|/|ref|':>18}{'prefill':>9}")
+    for r, a in info["accuracy"].items():
+        print(f"  {r:<22}{a['agree']:>8.0%}{a['first']:>10}{a['forced']:>8.0%}{a['error']:>18.4f}{a['prefill']:>9.4f}")
+    prefill = {r: min(x["prefill_s"] for x in results[r]) for r in results if "prefill_s" in results[r][0]}
+    print(f"prefill of {args.prompt} tokens: " + ", ".join(f"{r} {1e3 * s:.1f} ms ({s / prefill['ember-float32']:.2f}x)"
                                                             for r, s in prefill.items()))
-    timed = (*EMBER, "eager", "generate")
     for context in info["contexts"]:
-        tps = {r: 1 / min(x[str(context)] for x in results[r]) for r in timed}
-        cache = {r: info["cache"]["float32"][str(context)] for r in timed} | {
-            f"ember-{w}": c[str(context)] for w, c in info["cache"].items()}
-        weights = {r: info["bytes"]["float32"] for r in timed} | {f"ember-{w}": b for w, b in info["bytes"].items()}
-        print(f"context {context} (cache {cache['eager'] / 1e6:.0f} MB read per token in float32, "
-              f"{cache['ember-int8'] / 1e6:.0f} MB for int8 and int4 with --kv-cache {args.kv_cache}):")
+        tps = {r: 1 / min(x[str(context)] for x in results[r]) for r in results}
+        cache = {r: info["cache"][r][str(context)] for r in results}
+        print(f"context {context} (cache read per token: " +
+              ", ".join(f"{kv} {cache_bytes(_model(name, args.small), context, kv) / 1e6:.0f} MB"
+                        for kv in dict.fromkeys(["float32", *args.kv_cache])) + "):")
         print(f"  {'runtime':<22}{'tokens/s':>10}{'ms/token':>10}{'MB/token':>10}{'bound':>10}{'of bound':>10}"
               f"{'x fp32':>10}")
-        for r in timed:
-            nbytes = weights[r] + cache[r]
+        for r in results:
+            nbytes = info["bytes"][r] + cache[r]
             bound = copy * 1e9 / nbytes
             print(f"  {r:<22}{tps[r]:>10.1f}{1e3 / tps[r]:>10.1f}{nbytes / 1e6:>10.0f}{bound:>10.1f}"
                   f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
@@ -321,13 +416,20 @@ def main():
     ap.add_argument("--group", type=int, default=128, help="int4's group size")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: float32 decode on the GPU against transformers' generate there (cuda_main)")
-    ap.add_argument("--kv-cache", default="bf16", choices=("float32", "bf16"),
-                    help="the cache's dtype of int8's and int4's steps (float32's stays float32)")
-    ap.add_argument("--worker", choices=RUNTIMES, help=argparse.SUPPRESS)
+    ap.add_argument("--kv-cache", default="bf16",
+                    help="the cache's dtype of int8's and int4's steps, float32, bf16 or int8, or several "
+                         "(float32,bf16,int8: a step of each; float32 weights' cache stays float32)")
+    ap.add_argument("--agree", type=int, default=64, help="greedy tokens compared with float32's")
+    ap.add_argument("--onnx", action=argparse.BooleanOptionalAction, default=True,
+                    help="ONNX Runtime's rows (the step exported, float32 and MatMulNBits) and ember on its int4 file")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.contexts = [int(c) for c in str(args.contexts).split(",")]
+    args.kv_cache = str(args.kv_cache).split(",")
+    if not set(args.kv_cache) <= {"float32", "bf16", "int8"}:
+        ap.error(f"--kv-cache takes float32, bf16 and int8, got {args.kv_cache}")
     if args.device == "cuda":
         raise SystemExit(cuda_main(args))
     if args.worker:
@@ -344,12 +446,13 @@ def main():
         for weights in WEIGHTS:
             ember_compile_gemv(args, folder, weights)
         results: dict[tuple, list[dict]] = {}
-        jobs = [(None, r) for r in ("copy", "gemv")] + [(n, r) for n in names for r in (*EMBER, "eager", "generate")]
+        jobs = [(None, r) for r in ("copy", "gemv")] + [(n, r) for n in names for r in runtimes(args)]
         for rnd in range(args.rounds):
             for name, runtime in jobs:
                 cmd = [sys.executable, __file__, "--worker", runtime, "--folder", str(folder), "--tokens",
                        str(args.tokens), "--repeat", str(args.repeat), "--threads", str(args.threads),
-                       "--contexts", ",".join(map(str, args.contexts)), "--prompt", str(args.prompt)]
+                       "--contexts", ",".join(map(str, args.contexts)), "--prompt", str(args.prompt),
+                       "--kv-cache", ",".join(args.kv_cache)]
                 cmd += ["--model", name] if name else []
                 out = subprocess.run(cmd + ["--small"] * args.small, capture_output=True, text=True, cwd=ROOT,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})

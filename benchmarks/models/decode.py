@@ -141,20 +141,32 @@ def heads(model: nn.Module) -> tuple[int, int, int]:
 def compile_in_place(model: nn.Module, prompt_len: int, max_len: int, **options):
     """(prefill, step) of RowStep, each compiled once: the prompt's length "seq" in [2, max_len],
     the cache's "past" in [1, max_len - 1]."""
+    return compile_prefill(model, prompt_len, max_len, **options), compile_step(model, prompt_len, max_len, **options)
+
+
+def compile_prefill(model: nn.Module, prompt_len: int, max_len: int, **options):
+    """RowStep's prefill compiled once, the prompt's length "seq" in [2, max_len] (a kv_cache
+    option changes nothing: a prefill reads no cache)."""
     import ember
 
-    step = RowStep(model).eval()
     ids = torch.zeros((1, prompt_len), dtype=torch.int64)
     seq = torch.export.Dim("seq", min=2, max=max_len)
-    prefill = ember.compile(step, (ids,), dynamic_shapes=({1: seq},), **options)
+    return ember.compile(RowStep(model).eval(), (ids,), dynamic_shapes=({1: seq},), **options)
+
+
+def compile_step(model: nn.Module, prompt_len: int, max_len: int, **options):
+    """RowStep's decode step compiled once, the cache's length "past" in [1, max_len - 1]."""
+    import ember
+
     layers, n, dim = heads(model)
     kv = [torch.zeros((1, prompt_len, n, dim)) for _ in range(2 * layers)]
     past = torch.export.Dim("past", min=1, max=max_len - 1)
-    decode = ember.compile(step, (ids[:, :1], *kv), dynamic_shapes=(None, tuple({1: past} for _ in kv)), **options)
-    return prefill, decode
+    return ember.compile(RowStep(model).eval(), (torch.zeros((1, 1), dtype=torch.int64), *kv),
+                         dynamic_shapes=(None, tuple({1: past} for _ in kv)), **options)
 
 
-def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: list | None = None) -> list[int]:
+def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: list | None = None,
+                      feed: list[int] | None = None, logits_out: list | None = None) -> list[int]:
     """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
     value of each layer, (1, max_len, heads, head_dim), in the dtype the step takes its cache in
     (bfloat16 with ember.compile's kv_cache="bf16", the rows rounded as they are written; int8
@@ -163,7 +175,9 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
     written at position `past`
     (the time of each step appended to `times`, the row writes and the token's read included).
     `prompt`: a NumPy array, or a torch tensor on the device the models run on (a GPU's: the
-    cache there, nothing copied to the host but each token)."""
+    cache there, nothing copied to the host but each token). `feed`: the tokens to feed instead
+    of the greedy ones (another run's: the logits of each step on the same context, teacher
+    forced); `logits_out`: a list the logits of the prefill and each step are appended to."""
     from ember.tir.kv_int8 import quantize_rows
 
     on = prompt.device if isinstance(prompt, torch.Tensor) else None
@@ -179,9 +193,12 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
     for b, r, store in zip(bufs, rows, stored):
         b[:, :past] = store(r)
     tokens = [int(logits[0].argmax())]
-    for _ in range(steps - 1):
+    for i in range(steps - 1):
+        if logits_out is not None:
+            logits_out.append(np.array(logits[0]))
         start = time.perf_counter()
-        ids = np.array([[tokens[-1]]], dtype=np.int64) if on is None else torch.tensor([[tokens[-1]]], device=on)
+        token = tokens[-1] if feed is None else feed[i]
+        ids = np.array([[token]], dtype=np.int64) if on is None else torch.tensor([[token]], device=on)
         logits, *rows = decode(ids, *(b[:, :past] for b in bufs))
         for b, r, store in zip(bufs, rows, stored):
             b[:, past] = store(r[:, 0])
@@ -189,6 +206,8 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
         tokens.append(int(logits[0].argmax()))
         if times is not None:
             times.append(time.perf_counter() - start)
+    if logits_out is not None:
+        logits_out.append(np.array(logits[0]))
     return tokens
 
 
