@@ -220,7 +220,9 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bo
             loads = f"#define LOADK(p) {lib.bf16_widen(lanes)}(({b})(*(const {bu}*)(p)))\n"
             typed = dict(f32, kt=lib.types["bfloat16"], load="LOADK", scalar=lib.bf16_to_float())
         elif kv == "int8":
-            loads = f"#define LOADK(p) __builtin_convertvector(*(const {lib.unaligned_vec('int8', lanes)}*)(p), V)\n"
+            # (bytes to int32 by one vpmovsxbd: GCC 12 converts bytes to floats a lane at a time)
+            widen, b = lib.widen_int32("int8", lanes), lib.unaligned_vec("int8", lanes)
+            loads = f"#define LOADK(p) __builtin_convertvector({widen}(*(const {b}*)(p)), V)\n"
             scale = _row_scale(lib)
             typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
                          vscale=f" * {scale}(v + j * v_rs + Ev)")
