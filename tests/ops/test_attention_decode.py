@@ -64,15 +64,15 @@ def test_grouped_heads_one_call_per_key_value_head():
     assert loop.kind == "parallel" and as_int(simplify(loop.extent)) == 2 * 2
 
 
-@pytest.mark.parametrize("kv", ["float32", "bfloat16", "int8"])
-def test_cache_read_in_place_bf16_int8_and_grouped(kv):
+@pytest.mark.parametrize("kv, dim", [("float32", 16), ("bfloat16", 16), ("int8", 16), ("int8", 40)])
+def test_cache_read_in_place_bf16_int8_and_grouped(kv, dim):
     """A decode step in layout bshd: 4 query heads over 2 key/value heads, a cache of 130
-    positions (in `kv`; int8: rows of codes and a scale, ember.tir.kv_int8) and the step's own
-    float32 key and value appended (a block of one)."""
+    positions (in `kv`; int8: rows of codes and a scale, ember.tir.kv_int8; 40 dims: whole
+    vectors and a tail) and the step's own float32 key and value appended (a block of one)."""
     past = 130
-    q, kn, vn = rand(1, 1, 4, 16), rand(1, 1, 2, 16), rand(1, 1, 2, 16)
+    q, kn, vn = rand(1, 1, 4, dim), rand(1, 1, 2, dim), rand(1, 1, 2, dim)
     store = {"float32": lambda x: x, "bfloat16": lambda x: x.astype(ml_dtypes.bfloat16), "int8": quantize_rows}[kv]
-    k, v = (store(rand(1, past, 2, 16)) for _ in "kv")
+    k, v = (store(rand(1, past, 2, dim)) for _ in "kv")
 
     def fn(q, k, v, kn, vn):
         k, v = (torch.cat([c.float(), n], 1).transpose(1, 2) for c, n in ((k, kn), (v, vn)))
