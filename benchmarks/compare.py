@@ -89,8 +89,12 @@ CPU_TIME = False  # --cpu-time: each run timed by the process's CPU time (one th
 def median_latency(fn, runs: int) -> float:
     import ember
 
-    if not CPU_TIME:
-        return ember.bench(fn, warmup=3, repeat=runs, number=1).median
+    return cpu_latency(fn, runs) if CPU_TIME else ember.bench(fn, warmup=3, repeat=runs, number=1).median
+
+
+def cpu_latency(fn, runs: int) -> float:
+    """The median CPU time of this process per call (user and system, all its threads), after 3
+    calls of warm-up."""
     for _ in range(3):
         fn()
     times = []

@@ -39,7 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.compare import export_onnx, timed  # noqa: E402
+from benchmarks.compare import cpu_latency, export_onnx, timed  # noqa: E402
 from benchmarks.compare import median_latency as wall_latency  # noqa: E402
 
 TOLERANCE = 1e-4  # ‖out − ref‖ / ‖ref‖, fp32
@@ -100,19 +100,6 @@ def prepare(name: str, small: bool, folder: Path, onnx: bool) -> dict:
         except Exception as e:
             report["onnx_error"] = cause(e)
     return report
-
-
-def cpu_latency(fn, runs: int) -> float:
-    """The median CPU time of this process per call (user and system, all its threads), after 3
-    calls of warm-up."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return float(np.median(times))
 
 
 def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threads: int,

@@ -7,28 +7,17 @@ for the kernels they compile to: the add in the producing convolution's epilogue
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx_graphs import model as _model
+from onnx_graphs import value_info as _vi
 
 import ember
 from ember.frontend.onnx import import_onnx
 from ember.passes.dce import dce
 
 RNG = np.random.default_rng()
-
-
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "qdq", inputs, outputs,
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return onnx.shape_inference.infer_shapes(model, check_type=True)
-
-
-def _vi(name, elem, shape=None):
-    return helper.make_tensor_value_info(name, elem, shape)
 
 
 def _dq(x, s, z, out, **kw):
