@@ -24,6 +24,7 @@ from .nest import (
     check_writes_its_point,
     detach,
     insert_in_body,
+    iter_predicate,
     loop_analyzer,
     nest_over,
     output_buffers,
@@ -69,6 +70,7 @@ def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
         )
     check_writes_its_point(realize.block, "compute_at")
     check_sole_writer(sch, realize, "compute_at")
+    carried = iter_predicate(sch, block, "compute_at")
     detach(sch, block)
     target = sch.get_for(loop)
     path = sch.find_path(lambda s: s is target)
@@ -77,7 +79,7 @@ def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
     if any(b.scope == "shared" for b in outs):
         region = _relax_threads(region, path, ana)
     spatial = [iv.var for iv in realize.block.iter_vars if iv.kind == "spatial"]
-    nest = nest_over(realize, dict(zip(spatial, region)), ana)
+    nest = nest_over(realize, dict(zip(spatial, region)), ana, carried)
     replace_loop_body(sch, target, insert_in_body(target.body, nest, before_reader_of=set(outs)))
 
 
@@ -122,6 +124,7 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
     _check_inputs_ready(sch, realize, target, set(produced))
     kinds = {iv.var: iv for iv in blk.iter_vars}
     ranges: dict = {}
+    carried = iter_predicate(sch, block, "reverse_compute_at")
     detach(sch, block)
     target = sch.get_for(loop)
     path = sch.find_path(lambda s: s is target)
@@ -144,7 +147,7 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV) -> None:
                         f"reverse_compute_at: block {name!r} reads {buf.name} at {i}; each index must be "
                         "one of its iteration variables"
                     )
-    nest = nest_over(realize, ranges, ana)
+    nest = nest_over(realize, ranges, ana, carried)
     replace_loop_body(sch, target, insert_in_body(target.body, nest, after_writer_of=set(produced)))
 
 
@@ -179,7 +182,8 @@ def compute_root(sch: Schedule, block: BlockRV) -> None:
     realize = sch.get_realize(block)
     outs = output_buffers(realize.block)
     check_sole_writer(sch, realize, "compute_root")
+    carried = iter_predicate(sch, block, "compute_root")
     detach(sch, block)
-    nest = nest_over(realize, {}, Analyzer())
+    nest = nest_over(realize, {}, Analyzer(), carried)
     root = sch.root_block()
     sch.set_root(replace(root, body=insert_in_body(root.body, nest, before_reader_of=set(outs))))

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from ...errors import ScheduleError
 from ..arith import Analyzer
-from ..expr import BufferLoad, PrimExpr, Var, all_, as_int, const
+from ..expr import Binary, BufferLoad, PrimExpr, Var, all_, as_int, const
+from ..expr_functor import free_vars, substitute
 from ..functor import collect, mutate_stmt, stmt_exprs, visit_expr
 from ..region import Interval
 from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
@@ -108,34 +109,75 @@ def loop_analyzer(path: list[Stmt]) -> Analyzer:
     return ana
 
 
-def nest_over(realize: BlockRealize, ranges: dict[Var, Interval], ana: Analyzer) -> Stmt:
+def conjuncts(e: PrimExpr) -> list[PrimExpr]:
+    if isinstance(e, Binary) and e.op == "&&":
+        return conjuncts(e.a) + conjuncts(e.b)
+    return [e]
+
+
+def iter_predicate(sch: Schedule, block: BlockRV, primitive: str) -> list[PrimExpr]:
+    """The block's predicate over its iteration variables, for a primitive that rebuilds its
+    loops: the old loop variables go away, and a conjunct over them (the tail guard of a
+    non-dividing split, or of an rfactor's partial axis) must survive as a condition on the
+    points the block computes. Each binding v = rest + u, with u one of the loops and rest free
+    of it, gives u = v - rest; a conjunct that still names a loop after that is refused."""
+    realize = sch.get_realize(block)
+    loops = {f.loop_var for f in sch.loops_of(block)}
+    ana = Analyzer()
+    solved: dict[Var, PrimExpr] = {}
+    for iv, b in zip(realize.block.iter_vars, realize.iter_values):
+        for u in sorted(free_vars(b) & loops - set(solved), key=lambda x: x.name, reverse=True):
+            rest = ana.simplify(b - u)
+            if u not in free_vars(rest):
+                solved[u] = ana.simplify(iv.var - rest)
+                break
+    carried = []
+    for c in conjuncts(realize.predicate):
+        rewritten = ana.simplify(substitute(c, solved))
+        if free_vars(rewritten) & loops:
+            raise ScheduleError(
+                f"{primitive}: the predicate {c} of block {realize.block.name!r} is not a condition on its "
+                "iteration variables, so it cannot be kept over the block's new loops"
+            )
+        carried.append(rewritten)
+    with ana.scope():
+        for iv in realize.block.iter_vars:
+            ana.bind_range(iv.var, iv.dom.min, iv.dom.extent)
+        # what the domain implies, the new nest keeps (its loops or its domain guards do)
+        return [c for c in carried if not ana.can_prove(c)]
+
+
+def nest_over(realize: BlockRealize, ranges: dict[Var, Interval], ana: Analyzer,
+              carried: list[PrimExpr]) -> Stmt:
     """A fresh loop nest for the block: iteration variable v in `ranges` runs over its interval
     (lo + ax), the others over their whole domain; a predicate keeps v inside its domain where
-    the interval may stick out."""
+    the interval may stick out, and keeps each condition of `carried` (the block's old predicate
+    over its iteration variables, from iter_predicate) that the new loops do not prove."""
     block = realize.block
     loops: list[tuple[Var, PrimExpr]] = []
     values: list[PrimExpr] = []
     conds: list[PrimExpr] = []
-    for iv in block.iter_vars:
-        ax = Var(iv.var.name)
-        if iv.var in ranges:
-            r = ranges[iv.var]
-            ext = ana.simplify(r.hi - r.lo + 1)
-            if as_int(ext) is None:
-                _, bound = ana.const_int_bound(ext)
-                ext = const(bound) if bound is not None else ext
-            val = ana.simplify(r.lo + ax)
-            with ana.scope():
-                ana.bind_range(ax, const(0), ext)
-                for c in (val >= iv.dom.min, val < iv.dom.min + iv.dom.extent):
-                    if not ana.can_prove(c):
-                        conds.append(c)
-        else:
-            ext = iv.dom.extent
-            val = ana.simplify(iv.dom.min + ax)
-        loops.append((ax, ext))
-        values.append(val)
-    pred = ana.simplify(all_(*conds)) if conds else const(True)
+    with ana.scope():
+        for iv in block.iter_vars:
+            ax = Var(iv.var.name)
+            if iv.var in ranges:
+                r = ranges[iv.var]
+                ext = ana.simplify(r.hi - r.lo + 1)
+                if as_int(ext) is None:
+                    _, bound = ana.const_int_bound(ext)
+                    ext = const(bound) if bound is not None else ext
+                val = ana.simplify(r.lo + ax)
+                conds += [val >= iv.dom.min, val < iv.dom.min + iv.dom.extent]
+            else:
+                ext = iv.dom.extent
+                val = ana.simplify(iv.dom.min + ax)
+            ana.bind_range(ax, const(0), ext)
+            loops.append((ax, ext))
+            values.append(val)
+        at = {iv.var: v for iv, v in zip(block.iter_vars, values)}
+        conds += [substitute(c, at) for c in carried]
+        conds = [c for c in conds if not ana.can_prove(c)]
+        pred = ana.simplify(all_(*conds)) if conds else const(True)
     body: Stmt = BlockRealize(tuple(values), pred, block)
     for v, ext in reversed(loops):
         body = For(v, const(0), ext, "serial", body)

@@ -23,16 +23,9 @@ from ..expr import Binary, Buffer, BufferLoad, PrimExpr, Var, all_, binary, cons
 from ..functor import free_vars, substitute, substitute_stmt, uses_var
 from ..region import reduce_loop_vars, with_regions
 from ..stmt import Block, BlockRealize, BufferStore, For, IfThenElse, IterVar, Range, Stmt, seq
-from .nest import common_loop, insert_in_body, names_in_use, reads_buffer, realizes_in, same_nest
+from .nest import common_loop, conjuncts, insert_in_body, names_in_use, reads_buffer, realizes_in, same_nest
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule, replace_stmt
-
-
-def conjuncts(e: PrimExpr) -> list[PrimExpr]:
-    if isinstance(e, Binary) and e.op == "&&":
-        return conjuncts(e.a) + conjuncts(e.b)
-    return [e]
-
 
 
 @primitive
