@@ -99,13 +99,20 @@ def test_a_predicate_the_domain_implies_is_dropped():
     check_schedule(sch, None, ref, targets=TARGETS)
 
 
-def test_a_predicate_over_loops_the_bindings_do_not_give_is_refused():
+def test_a_guard_of_which_loop_visits_a_point_is_dropped_only_where_accesses_stay_in_bounds():
     X, C = chain(10)
     sch = Schedule(te.create_prim_func([X, C]))
     _, inner = split_block(sch, "B", 4)
-    sch.split(inner, [None, 3])  # i_1 < 4 is about the old loops only
+    sch.split(inner, [None, 3])  # i_1 < 4: which iteration visits a point, not which points
+    outer, _ = split_block(sch, "C", 5)
+    sch.compute_at(sch.get_block("B"), outer)
+    check_schedule(sch, None, ref, targets=TARGETS)
+
+    sch = Schedule(te.create_prim_func([X, C]))
+    _, inner = split_block(sch, "B", 4)
+    sch.split(inner, [None, 3])
     widen(sch, "B", 12)
-    with pytest.raises(ScheduleError, match="not a condition on its iteration variables"):
+    with pytest.raises(ScheduleError, match="not in bounds over its whole domain"):
         sch.compute_root(sch.get_block("B"))
 
 

@@ -120,10 +120,14 @@ def iter_predicate(sch: Schedule, block: BlockRV, primitive: str) -> list[PrimEx
     loops: the old loop variables go away, and a conjunct over them (the tail guard of a
     non-dividing split, or of an rfactor's partial axis) must survive as a condition on the
     points the block computes. Each binding v = rest + u, with u one of the loops and rest free
-    of it, gives u = v - rest; a conjunct that still names a loop after that is refused."""
+    of it, gives u = v - rest. A conjunct that still names a loop after that (the inner guard of
+    a split of a split loop: which loop iteration visits a point, not which points) is dropped
+    where the block's regions are in bounds over its whole domain, and refused elsewhere."""
     realize = sch.get_realize(block)
     loops = {f.loop_var for f in sch.loops_of(block)}
     ana = Analyzer()
+    for iv in realize.block.iter_vars:
+        ana.bind_range(iv.var, iv.dom.min, iv.dom.extent)
     solved: dict[Var, PrimExpr] = {}
     for iv, b in zip(realize.block.iter_vars, realize.iter_values):
         for u in sorted(free_vars(b) & loops - set(solved), key=lambda x: x.name, reverse=True):
@@ -134,17 +138,22 @@ def iter_predicate(sch: Schedule, block: BlockRV, primitive: str) -> list[PrimEx
     carried = []
     for c in conjuncts(realize.predicate):
         rewritten = ana.simplify(substitute(c, solved))
-        if free_vars(rewritten) & loops:
+        if not free_vars(rewritten) & loops:
+            carried.append(rewritten)
+        elif not in_bounds_over_domain(realize.block, ana):
             raise ScheduleError(
                 f"{primitive}: the predicate {c} of block {realize.block.name!r} is not a condition on its "
-                "iteration variables, so it cannot be kept over the block's new loops"
+                "iteration variables, and its accesses are not in bounds over its whole domain without it"
             )
-        carried.append(rewritten)
-    with ana.scope():
-        for iv in realize.block.iter_vars:
-            ana.bind_range(iv.var, iv.dom.min, iv.dom.extent)
-        # what the domain implies, the new nest keeps (its loops or its domain guards do)
-        return [c for c in carried if not ana.can_prove(c)]
+    # what the domain implies, the new nest keeps (its loops or its domain guards do)
+    return [c for c in carried if not ana.can_prove(c)]
+
+
+def in_bounds_over_domain(block: Block, ana: Analyzer) -> bool:
+    """Every region the block reads or writes lies inside its buffer, for each point of its
+    domain (ana knows the domain)."""
+    return all(ana.can_prove(r.min >= 0) and ana.can_prove(r.min + r.extent <= d)
+               for br in (*block.reads, *block.writes) for r, d in zip(br.region, br.buffer.shape))
 
 
 def nest_over(realize: BlockRealize, ranges: dict[Var, Interval], ana: Analyzer,
