@@ -30,9 +30,10 @@ def extract_tasks(model, example_inputs=None, *, opt_level: int = 2, disabled_pa
                   precision: str = "fp32") -> list[Task]:
     """The tuning tasks of a model (a Graph, a torch.nn.Module with example inputs, an ONNX
     model) compiled at `precision` (ember.compile's: "bf16" makes its linear layers bf16 tile
-    products, which the design space tensorizes), heaviest first (flops x weight). Kernels with
-    symbolic dimensions, kernels that compute nothing (copies), and kernels that call a routine
-    (ember.tir.stmt.CallRoutine: their loops are the routine's, not a schedule's) are left out."""
+    products, which the design space tensorizes), heaviest first (operations x weight: an int8
+    product's integer multiply-adds count, Task.flops). Kernels with symbolic dimensions, kernels
+    that compute nothing (copies), and kernels that call a routine (ember.tir.stmt.CallRoutine:
+    their loops are the routine's, not a schedule's) are left out."""
     fused = partition(import_model(model, example_inputs), opt_level, disabled_passes, precision=precision)
     groups = kernel_graph(fused, cut_regions(opt_level, disabled_passes)).kernels
     tasks: dict[str, Task] = {}

@@ -19,12 +19,13 @@ import numpy as np
 from ..errors import ScheduleError
 from ..lowering import workload_key
 from ..tir import dtype as dt
-from ..tir.expr import Binary, Call, Select, as_int
-from ..tir.functor import collect, visit_expr
+from ..tir.expr import Binary, BufferLoad, Call, PrimExpr, Select, as_int
+from ..tir.expr_functor import expr_children
+from ..tir.functor import collect
 from ..tir.schedule import Schedule, Trace
 from ..tir.stmt import Block, BlockRealize, BufferStore, PrimFunc
 
-FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
+COUNTED_OPS = ("+", "-", "*", "/", "min", "max")
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,8 +41,23 @@ class Task:
         return workload_key(self.func)
 
     @cached_property
+    def _ops(self) -> tuple[int, int]:
+        return op_counts(self.func)
+
+    @property
     def flops(self) -> int:
-        return flop_count(self.func)
+        """Operations the kernel performs: floating-point ones and integer ones on values (an int8
+        product's multiply-adds), not on addresses."""
+        return sum(self._ops)
+
+    @property
+    def integer(self) -> bool:
+        """Whether most of its operations are on integers (an int8 product): its rate is in GOP/s."""
+        return self._ops[1] > self._ops[0]
+
+    @property
+    def rate_unit(self) -> str:
+        return "GOP/s" if self.integer else "GFLOP/s"
 
     @property
     def num_inputs(self) -> int:
@@ -108,25 +124,40 @@ def _check_static(func: PrimFunc) -> None:
 
 
 def flop_count(func: PrimFunc) -> int:
-    """Arithmetic operations the unscheduled function performs: for each block, the size of its
-    iteration domain times the floating-point operations in what it stores (a math call or a
-    select counts as one; a copy counts none)."""
-    total = 0
+    """Arithmetic operations the unscheduled function performs (see op_counts), both kinds."""
+    return sum(op_counts(func))
+
+
+def op_counts(func: PrimFunc) -> tuple[int, int]:
+    """(floating-point, integer) operations the unscheduled function performs: for each block,
+    the size of its iteration domain times the operations in what it stores (a math call or a
+    select counts as one; a copy counts none). An integer operation counts where it computes on
+    loaded values (an int8 product's widened multiply-add), not where it only computes an
+    address or a condition from the loop variables; a load's indices count nothing."""
+    floats = ints = 0
     for r in collect(func.body, lambda s: isinstance(s, BlockRealize)):
         block = r.block
         if not block.iter_vars:
             continue
         points = reduce(lambda a, b: a * b, (as_int(iv.dom.extent) or 1 for iv in block.iter_vars), 1)
-        ops = 0
         for store in collect(block.body, lambda s: isinstance(s, BufferStore)):
-            counted = [0]
+            counts = [0, 0]
+            _count(store.value, counts)
+            floats += points * counts[0]
+            ints += points * counts[1]
+    return floats, ints
 
-            def count(e, counted=counted):
-                if isinstance(e, Binary) and e.op in FLOAT_OPS and e.dtype.startswith("float") \
-                        or isinstance(e, Call | Select):
-                    counted[0] += 1
 
-            visit_expr(store.value, count)
-            ops += counted[0]
-        total += points * ops
-    return total
+def _count(e: PrimExpr, counts: list[int]) -> bool:
+    """Add e's operations to counts ([float, int]); whether e reads a buffer."""
+    if isinstance(e, BufferLoad):
+        return True
+    reads = [_count(c, counts) for c in expr_children(e)]
+    if isinstance(e, Call | Select):
+        counts[0] += 1
+    elif isinstance(e, Binary) and e.op in COUNTED_OPS:
+        if dt.is_float(e.dtype):
+            counts[0] += 1
+        elif any(reads):
+            counts[1] += 1
+    return any(reads)

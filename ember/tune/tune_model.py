@@ -63,7 +63,9 @@ class ModelTuneReport:
                 continue
             best = min(r.latency_s, b)
             gflops = r.task.flops / best / 1e9 if best < float("inf") else 0.0
-            lines.append(f"{r.task.name[:32]:32s} {w:6d} {r.trials:6d} {b * 1e3:11.3f} {best * 1e3:9.3f} {gflops:8.1f}")
+            unit = " (GOP/s: integer)" if r.task.integer else ""
+            lines.append(f"{r.task.name[:32]:32s} {w:6d} {r.trials:6d} {b * 1e3:11.3f} {best * 1e3:9.3f} {gflops:8.1f}"
+                         f"{unit}")
         lines.append(f"estimated model latency: {self.estimated_baseline_s * 1e3:.3f} ms untuned -> "
                      f"{self.estimated_latency_s * 1e3:.3f} ms tuned, {self.trials} trials in {self.elapsed_s:.0f} s"
                      + (f" ({len(self.failed)} failed task(s) left out)" if self.failed else ""))

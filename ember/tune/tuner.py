@@ -174,7 +174,7 @@ class TaskTuner:
         if self.progress:
             failed = sum(not r.ok for r in results)
             latency = self.best_latency_s
-            best = (f"best {latency * 1e3:9.3f} ms ({self.task.flops / latency / 1e9:7.1f} GFLOP/s)"
+            best = (f"best {latency * 1e3:9.3f} ms ({self.task.flops / latency / 1e9:7.1f} {self.task.rate_unit})"
                     if np.isfinite(latency) else "no valid candidate yet")
             print(f"[{self.task.name}] trials {self.trials:5d}  {best}  failed {failed}/{len(batch)}  "
                   f"elapsed {self.history[-1][2]:6.0f} s", file=sys.stderr, flush=True)

@@ -16,6 +16,10 @@ from ember.errors import ArgumentTypeError
 from ember.quantization import error
 from ember.quantization.calibrate import Observer
 from ember.target import as_target
+from ember.tir.expr import as_int
+from ember.tir.functor import collect
+from ember.tir.stmt import BlockRealize
+from ember.tune.extract import extract_tasks
 
 torch.manual_seed(0)
 
@@ -70,6 +74,21 @@ def test_static_cnn_saves_and_loads(cnn, tmp_path):
     x = np.random.default_rng().standard_normal((8, 3, 12, 12)).astype(np.float32)
     q.save(tmp_path / "int8")
     np.testing.assert_array_equal(ember.load(tmp_path / "int8")(x), q(x))
+
+
+def test_static_cnn_tasks_count_integer_ops(cnn):
+    """The tuner extracts the int8 products as tasks: their multiply-adds count as operations
+    (two per point of the int32 accumulation), reported in GOP/s."""
+    _, q = cnn
+    products = []
+    for task in extract_tasks(q.graph):
+        acc = [r.block for r in collect(task.func.body, lambda s: isinstance(s, BlockRealize))
+               if r.block.name == "qgemm_acc"]
+        if acc:
+            products.append(task)
+            points = int(np.prod([as_int(iv.dom.extent) for iv in acc[0].iter_vars]))
+            assert task.integer and task.rate_unit == "GOP/s" and task.flops >= 2 * points
+    assert len(products) >= 5  # the qgemm of the head, the 1x1's, the qconvs
 
 
 def test_dynamic_transformer_against_fp32():
