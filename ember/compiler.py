@@ -77,10 +77,11 @@ from .graph.core import Graph, Value
 from .lowering import ScheduleLookup, cut_regions, lower_groups, partition
 from .ops import get as get_op
 from .ops.dynamic import HOST_OPS
+from .passes.bf16_weights import kept_fp32
 from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.kv_cache import check_kv_cache
-from .passes.pipeline import PassReport, pipeline_of
+from .passes.pipeline import PassReport, disabled_passes_of, pipeline_of
 from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
@@ -89,7 +90,7 @@ from .runtime.model import CompiledModel, aligned_copy
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
 from .runtime.specialized import SpecializedModel
-from .runtime.summary import buffer_of
+from .runtime.summary import buffer_of, kept_lines
 from .target import Target, as_target
 
 
@@ -116,6 +117,8 @@ class CompileStats:
     hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
     kept_s: float = 0.0  # saving the model into the model cache (on a miss)
     cpu: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each phase's CPU seconds (`Clock`)
+    # precision "bf16": the products kept in fp32 and why (ember.passes.bf16_weights.kept_fp32)
+    kept_fp32: tuple[str, ...] = ()
 
     def __str__(self):
         return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self._fresh} lowered in "
@@ -157,7 +160,7 @@ class CompileStats:
         for name, s, what in rows:
             used = f" {self.cpu.get(name, 0.0):6.2f} s CPU" if cpu else ""
             lines.append(f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%{used}  {what}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *kept_lines(self.kept_fp32)])
 
 
 def _cpu_s() -> float:
@@ -282,7 +285,9 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                                codegen_s, build_s, passes_s + lower_s + codegen_s + build_s + load_s, cached,
                                tuple(passes), lowered.reused, lowered.loaded, passes_s=passes_s, load_s=load_s,
                                cpu={"passes": passes_cpu, "lowering": lower_cpu, "codegen": codegen_cpu,
-                                    "C compiler": build_cpu, "load": load_cpu})
+                                    "C compiler": build_cpu, "load": load_cpu},
+                               kept_fp32=tuple(kept_fp32(graph)) if any(r.name == "bf16_weights" for r in passes)
+                               else ())
     return model
 
 
@@ -421,6 +426,14 @@ def _with_import(stats: CompileStats, import_s: float, import_cpu: float, **more
                                cpu={"import": import_cpu, **stats.cpu, **({"kept": kept_cpu} if kept_s else {})})
 
 
+def _kept_fp32(compiled: CompiledModel, options: dict) -> tuple[str, ...]:
+    """The products of a bf16 model from the model cache that kept fp32 (as its compile said)."""
+    if options.get("precision") != "bf16" or "bf16_weights" in disabled_passes_of(options.get("disabled_passes", ())) \
+            or compiled.graph is None:
+        return ()
+    return tuple(kept_fp32(compiled.graph))
+
+
 def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str,
                     clock: Clock) -> CompiledModel | SegmentedModel:
     """A torch module through the model cache (ember.runtime.model_cache): traced, then loaded
@@ -441,7 +454,8 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
         compiled = _from_artifact(art, options.get("num_threads"))
         load_s, load_cpu = clock.lap()
         compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, trace_s + load_s, True, hit=True,
-                                      import_s=trace_s, load_s=load_s, cpu={"import": trace_cpu, "load": load_cpu})
+                                      import_s=trace_s, load_s=load_s, cpu={"import": trace_cpu, "load": load_cpu},
+                                      kept_fp32=_kept_fp32(compiled, options))
         return compiled
     graph = import_traced(traced, model, example_inputs, dynamic_shapes)
     import_s, import_cpu = clock.lap()

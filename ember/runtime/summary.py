@@ -1,7 +1,8 @@
 """What a compiled model is made of: its kernels, their times, and its memory plan.
 
     cm.profile(x, repeat=10)   # Profile: per-kernel median microseconds
-    print(cm.summary())        # kernels in run order, operators fused into each, times, memory
+    print(cm.summary())        # kernels in run order, operators fused into each, times, memory,
+                               # and under precision="bf16" the products kept in float32 and why
     cm.memory.peak_bytes, cm.memory.unplanned_bytes
 
 Profiling calls the library's timed twin of the entry function (ember.codegen.entry:
@@ -16,6 +17,7 @@ call pays them.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,7 +151,14 @@ def summary(cm) -> str:
         lines.append(f"memory: {memory(cm)}")
     except ValueError as e:
         lines.append(f"memory: {e}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *kept_lines(cm.stats.kept_fp32 if cm.stats is not None else ())])
+
+
+def kept_lines(kept: Sequence[str]) -> list[str]:
+    """The lines that say which products of a bf16 model kept fp32 (none: no line)."""
+    if not kept:
+        return []
+    return [f"precision bf16: {len(kept)} product(s) kept in float32:", *(f"  {line}" for line in kept)]
 
 
 def _bytes(n: int) -> str:

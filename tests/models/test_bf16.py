@@ -137,6 +137,26 @@ def test_saved_with_its_bf16_weights(mlp, tmp_path):
     np.testing.assert_array_equal(loaded(x), compiled(x))
 
 
+def test_products_kept_fp32_are_reported(mlp, tmp_path, monkeypatch):
+    """A linear layer whose K (33) or N (10) the bf16 units do not take stays fp32, and the
+    summary and the compile report say which and why, a model cache's hit as its first compile."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_MODEL_CACHE", "1")
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(33, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10)).eval()
+    x = torch.randn(4, 33)
+    first, again = (ember.compile(model, (x,), precision="bf16") for _ in range(2))
+    assert not first.stats.hit and again.stats.hit and nodes(first).count("gemm") == 2
+    for cm in (first, again):
+        for text in (cm.summary(), cm.compile_report()):
+            assert "precision bf16: 2 product(s) kept in float32:" in text
+            assert re.search(r"\(4 x 33 x 32\): K=33 is not a multiple of 2", text)
+            assert re.search(r"\(4 x 32 x 10\): N=10 is not a multiple of 16", text)
+    with torch.no_grad():
+        assert rel_error(first(x), model(x).numpy()) <= 1e-5  # (fp32 throughout)
+    assert "kept in float32" not in mlp[3].summary()  # (all its products in bf16: nothing to say)
+
+
 def test_bf16_model_in_and_out():
     torch.manual_seed(2)
     mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32)).eval()
