@@ -20,8 +20,10 @@ this order, and the first problem is an ArtifactError that names the file and wh
 1. the manifest is JSON of this format and version, saved by a compatible ember (below), and
    fits SCHEMA exactly: every key present with its type, none extra;
 2. the library was built for this machine's architecture, with instruction-set extensions it has
-   (the target's features, ember.target; /proc/cpuinfo), and for an alignment that is a power of
-   two of at most 4096 bytes;
+   (/proc/cpuinfo): those of the target's features (ember.target) that its code needs, as the
+   compile read them from the built library (isa.py: the -march's, less the units' extensions,
+   VNNI, AVX512-BF16, AVX512-FP16 and AMX, whose instructions it does not contain), and for an
+   alignment that is a power of two of at most 4096 bytes;
 3. each file has the size and sha256 the manifest records (a truncated, edited or swapped file),
    checked on the very bytes that are then used (read once);
 4. the library, dlopened by its content (ember.runtime.library), embeds a contract equal to the

@@ -6,6 +6,8 @@ and loads; each calibration method's range on known data; the errors of misuse."
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -74,6 +76,9 @@ def test_static_cnn_saves_and_loads(cnn, tmp_path):
     x = np.random.default_rng().standard_normal((8, 3, 12, 12)).astype(np.float32)
     q.save(tmp_path / "int8")
     np.testing.assert_array_equal(ember.load(tmp_path / "int8")(x), q(x))
+    if "avx512vnni" in as_target("c").features:  # (its kernels' vpdpbusd: a machine without VNNI refuses it)
+        manifest = json.loads((tmp_path / "int8" / "manifest.json").read_text())
+        assert "avx512vnni" in manifest["target"]["features"]
 
 
 def test_static_cnn_tasks_count_integer_ops(cnn):

@@ -1,0 +1,63 @@
+"""The instruction-set extensions a built library needs on the machine that loads it.
+
+The C build compiles every kernel with the target's one -march (ember.target), so the compiler
+may emit any instruction that -march enables anywhere: in the functions of the units' intrinsics
+(`__attribute__((target))`), in code behind the -march's macros (`#if __AVX512VNNI__`), and in
+plain loops it vectorizes. What a library needs is therefore read from the library itself: the
+x86 units' extensions (VNNI, AVX512-BF16, AVX512-FP16, AMX) have instructions of their own,
+found by disassembling it (objdump); every other extension the -march enables (AVX2, FMA, the
+AVX-512 foundation and its BW/VL/DQ subsets, ARM's) has none that tells it apart from plain
+vector code, so it stays needed. A float32 model built on a machine with AVX512-BF16 then loads
+where the rest is present; one whose kernels use vdpbf16ps still needs AVX512-BF16 (as does one
+whose kernel picks the unit at run time, `__builtin_cpu_supports`: its instructions are there).
+Where the library cannot be disassembled (no objdump), every extension of the -march stays
+needed. ember.compile records the result in the model's spec (`cm.spec.target["features"]`),
+which its manifest saves and ember.load checks against /proc/cpuinfo.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+
+# an extension the units' code needs: the instructions only it has (AT&T mnemonics, objdump's)
+UNIT_INSTRUCTIONS = {
+    "avx512vnni": re.compile(r"vpdp(?:busds?|wssds?)"),  # (AVX-VNNI's VEX forms too: counted as it)
+    "avx512bf16": re.compile(r"vcvtne2?ps2bf16\w*|vdpbf16ps"),
+    # packed or scalar half-precision arithmetic and conversions (F16C's vcvtph2ps/vcvtps2ph are not)
+    "avx512fp16": re.compile(r"vmovw|v(?!cvtph2ps\b|cvtps2ph\b)\w+(?:ph|sh)x?"),
+    "amx-tile": re.compile(r"ldtilecfg|sttilecfg|tile(?:loadd\w*|stored|release|zero)"),
+    "amx-bf16": re.compile(r"tdpbf16ps"),
+    "amx-int8": re.compile(r"tdpb[su][su]d"),
+}
+_INSTRUCTION = re.compile(r"^\s*[0-9a-f]+:\t(?:\{\w+\} )?([a-z]\w*)", re.M)
+
+
+def needed_features(library: str | os.PathLike, features: Iterable[str]) -> list[str]:
+    """The extensions of `features` (the target's) that the library at path `library` needs (see
+    the module doc), sorted."""
+    features = set(features)
+    units = features & UNIT_INSTRUCTIONS.keys()
+    if not units:
+        return sorted(features)
+    mnemonics = _mnemonics(str(library))
+    used = units if mnemonics is None else {u for u in units if any(map(UNIT_INSTRUCTIONS[u].fullmatch, mnemonics))}
+    return sorted((features - units) | used)
+
+
+@functools.lru_cache(maxsize=64)  # (a build cache's library is named by its source and flags: the same code)
+def _mnemonics(library: str) -> frozenset[str] | None:
+    """The instructions the library's code holds; None where it cannot be disassembled."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        return None
+    try:
+        listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True,
+                                 timeout=120, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return frozenset(_INSTRUCTION.findall(listing))
