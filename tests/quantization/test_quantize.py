@@ -7,6 +7,9 @@ and loads; each calibration method's range on known data; the errors of misuse."
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,6 +97,16 @@ def test_static_cnn_tasks_count_integer_ops(cnn):
             points = int(np.prod([as_int(iv.dom.extent) for iv in acc[0].iter_vars]))
             assert task.integer and task.rate_unit == "GOP/s" and task.flops >= 2 * points
     assert len(products) >= 5  # the qgemm of the head, the 1x1's, the qconvs
+
+
+def test_a_fresh_process_finds_the_vnni_intrinsic():
+    """A tuner's measuring process replays a qgemm task's own schedule, which tensorizes onto VNNI's
+    intrinsic: importing the tasks registers it, not only importing qgemm's schedule."""
+    code = ("import ember.tune.task\nfrom ember.tir.tensor_intrin import get_intrin\n"
+            "print(get_intrin('dot_16x4_u8s8s32_vnni_native').name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(ember.__file__).parents[1])
+    assert out.stdout.strip() == "dot_16x4_u8s8s32_vnni_native", out.stderr[-2000:]
 
 
 def test_dynamic_transformer_against_fp32():
