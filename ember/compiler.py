@@ -86,7 +86,6 @@ from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
 from .runtime.heap import release_free_memory
-from .runtime.isa import needed_features
 from .runtime.model import CompiledModel, aligned_copy
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
@@ -277,9 +276,6 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     codegen_s, codegen_cpu = clock.lap()
 
     built, cached = backend.build(rendered, target)
-    if isinstance(built, Path) and "features" in spec.target:  # (what its code needs of the -march's: isa.py)
-        spec = dataclasses.replace(spec, target={**spec.target, "features": needed_features(built,
-                                                                                            spec.target["features"])})
     build_s, build_cpu = clock.lap()
 
     model = backend.model(spec, built, weights, plan, graph=graph, source=rendered.source, num_threads=num_threads,

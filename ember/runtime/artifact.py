@@ -20,10 +20,10 @@ this order, and the first problem is an ArtifactError that names the file and wh
 1. the manifest is JSON of this format and version, saved by a compatible ember (below), and
    fits SCHEMA exactly: every key present with its type, none extra;
 2. the library was built for this machine's architecture, with instruction-set extensions it has
-   (/proc/cpuinfo): those of the target's features (ember.target) that its code needs, as the
-   compile read them from the built library (isa.py: the -march's, less the units' extensions,
-   VNNI, AVX512-BF16, AVX512-FP16 and AMX, whose instructions it does not contain), and for an
-   alignment that is a power of two of at most 4096 bytes;
+   (/proc/cpuinfo): those of the target's features (ember.target) that its code needs, read from
+   the library at save (isa.py: the -march's, less the units' extensions, VNNI, AVX512-BF16,
+   AVX512-FP16 and AMX, whose instructions it does not contain; a loaded model's spec has these),
+   and for an alignment that is a power of two of at most 4096 bytes;
 3. each file has the size and sha256 the manifest records (a truncated, edited or swapped file),
    checked on the very bytes that are then used (read once);
 4. the library, dlopened by its content (ember.runtime.library), embeds a contract equal to the
@@ -57,6 +57,7 @@ from safetensors.numpy import save
 from ..errors import ArtifactError
 from ..target import Target, machine_features
 from .contract import read_contract
+from .isa import needed_features
 from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
 from .spec import ModelSpec
 from .tensor_file import tensors
@@ -133,9 +134,13 @@ def save_artifact(model, path: str | Path) -> Path:
     else:
         files["weights"] = _write(folder, WEIGHTS, save({k: np.ascontiguousarray(v) for k, v in model.weights.items()}))
         files["graph"] = None
+    spec = model.spec.to_json()
+    if "features" in spec["target"]:  # (those its code needs, not all that its -march enables: isa.py)
+        spec["target"] = {**spec["target"], "features": needed_features(model.library.path,
+                                                                         spec["target"]["features"])}
     manifest = {
         "format": FORMAT, "version": VERSION, "ember_version": __version__,
-        **model.spec.to_json(),
+        **spec,
         "workspace": model.plan.to_json(),
         "files": files,
     }

@@ -11,8 +11,9 @@ vector code, so it stays needed. A float32 model built on a machine with AVX512-
 where the rest is present; one whose kernels use vdpbf16ps still needs AVX512-BF16 (as does one
 whose kernel picks the unit at run time, `__builtin_cpu_supports`: its instructions are there).
 Where the library cannot be disassembled (no objdump), every extension of the -march stays
-needed. ember.compile records the result in the model's spec (`cm.spec.target["features"]`),
-which its manifest saves and ember.load checks against /proc/cpuinfo.
+needed. The artifact's manifest records the result, read when a model is saved (objdump takes a
+few tenths of a second on a 2 MB library, which a compile need not pay), and ember.load checks
+it against /proc/cpuinfo; a model in memory keeps its target's features.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ UNIT_INSTRUCTIONS = {
     "amx-bf16": re.compile(r"tdpbf16ps"),
     "amx-int8": re.compile(r"tdpb[su][su]d"),
 }
-_INSTRUCTION = re.compile(r"^\s*[0-9a-f]+:\t(?:\{\w+\} )?([a-z]\w*)", re.M)
+# an instruction of objdump's listing (a tab, a {vex} or {evex} mark, the mnemonic) that may be a unit's
+_CANDIDATE = re.compile(rb"\t(?:\{\w+\} )?(v\w*(?:ph|sh)x?|vpdp\w+|vcvtne\w+|vdpbf16ps|vmovw|ldtilecfg|sttilecfg|"
+                        rb"tile\w+|tdp\w+)[ \n]")
 
 
 def needed_features(library: str | os.PathLike, features: Iterable[str]) -> list[str]:
@@ -44,20 +47,22 @@ def needed_features(library: str | os.PathLike, features: Iterable[str]) -> list
     units = features & UNIT_INSTRUCTIONS.keys()
     if not units:
         return sorted(features)
-    mnemonics = _mnemonics(str(library))
-    used = units if mnemonics is None else {u for u in units if any(map(UNIT_INSTRUCTIONS[u].fullmatch, mnemonics))}
+    found = _unit_mnemonics(str(library))
+    used = units if found is None else {u for u in units if any(map(UNIT_INSTRUCTIONS[u].fullmatch, found))}
     return sorted((features - units) | used)
 
 
 @functools.lru_cache(maxsize=64)  # (a build cache's library is named by its source and flags: the same code)
-def _mnemonics(library: str) -> frozenset[str] | None:
-    """The instructions the library's code holds; None where it cannot be disassembled."""
+def _unit_mnemonics(library: str) -> frozenset[str] | None:
+    """The instructions of the library's code that may be a unit's (CANDIDATE: every other one
+    is left out, which makes the scan of a long listing cheap); None where it cannot be
+    disassembled."""
     objdump = shutil.which("objdump")
     if objdump is None:
         return None
     try:
-        listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True, text=True,
+        listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", library], capture_output=True,
                                  timeout=120, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return frozenset(_INSTRUCTION.findall(listing))
+    return frozenset(m.decode() for m in _CANDIDATE.findall(listing))

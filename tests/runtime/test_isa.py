@@ -71,8 +71,8 @@ def test_without_objdump_every_feature_stays(saved, monkeypatch):
     library = str(paths["fp32"] / "model.so")
     assert not set(isa.needed_features(library, TARGET.features)) & UNITS
     monkeypatch.setattr(isa.shutil, "which", lambda name: None)
-    isa._mnemonics.cache_clear()  # (what it read of the library before, objdump present)
+    isa._unit_mnemonics.cache_clear()  # (what it read of the library before, objdump present)
     try:
         assert isa.needed_features(library, TARGET.features) == sorted(TARGET.features)
     finally:
-        isa._mnemonics.cache_clear()
+        isa._unit_mnemonics.cache_clear()
