@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ..frontend import import_model
 from ..lowering import Workload, cut_regions, group_schedule, partition, unscheduled, workload_of
 from ..passes.plan_memory import kernel_graph
+from ..runtime.model import CompiledModel
 from ..tir.functor import collect
 from ..tir.schedule import Trace
 from ..tir.stmt import CallRoutine
@@ -29,12 +30,14 @@ def workload_task(workload: Workload, name: str = "kernel") -> Task:
 def extract_tasks(model, example_inputs=None, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
                   precision: str = "fp32") -> list[Task]:
     """The tuning tasks of a model (a Graph, a torch.nn.Module with example inputs, an ONNX
-    model) compiled at `precision` (ember.compile's: "bf16" makes its linear layers bf16 tile
-    products, which the design space tensorizes), heaviest first (operations x weight: an int8
+    model, or a CompiledModel: its graph, ember.quantize's with its int8 products) compiled at
+    `precision` (ember.compile's: "bf16" makes its linear layers bf16 tile products, which the
+    design space tensorizes), heaviest first (operations x weight: an int8
     product's integer multiply-adds count, Task.flops). Kernels with symbolic dimensions, kernels
     that compute nothing (copies), and kernels that call a routine (ember.tir.stmt.CallRoutine:
     their loops are the routine's, not a schedule's) are left out."""
-    fused = partition(import_model(model, example_inputs), opt_level, disabled_passes, precision=precision)
+    graph = model.graph if isinstance(model, CompiledModel) else import_model(model, example_inputs)
+    fused = partition(graph, opt_level, disabled_passes, precision=precision)
     groups = kernel_graph(fused, cut_regions(opt_level, disabled_passes)).kernels
     tasks: dict[str, Task] = {}
     counts: Counter = Counter()

@@ -76,8 +76,9 @@ class ModelTuneReport:
 def tune_model(model, example_inputs=None, *, database, trials: int = 2000, time_budget_s: float | None = None,
                runner=None, seed: int = 0, opt_level: int = 2, batch: int = BATCH, progress: bool = True,
                max_tasks: int | None = None, precision: str = "fp32") -> ModelTuneReport:
-    """Tune the kernels of a model (a Graph, a torch.nn.Module with example_inputs, an ONNX model)
-    until `trials` measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
+    """Tune the kernels of a model (a Graph, a torch.nn.Module with example_inputs, an ONNX model,
+    a CompiledModel: ember.quantize's int8 products are tasks as any other) until `trials`
+    measurements or `time_budget_s` seconds are spent; `max_tasks` keeps only the
     heaviest tasks; `precision` is the one the model will be compiled at. Records go to
     `database`; compile with `database=` (and the same precision) to use them. Raises
     TuneError when every measurement of every task failed (see the module doc)."""

@@ -89,7 +89,7 @@ def test_static_cnn_tasks_count_integer_ops(cnn):
     (two per point of the int32 accumulation), reported in GOP/s."""
     _, q = cnn
     products = []
-    for task in extract_tasks(q.graph):
+    for task in extract_tasks(q):  # (a compiled model: its graph)
         acc = [r.block for r in collect(task.func.body, lambda s: isinstance(s, BlockRealize))
                if r.block.name == "qgemm_acc"]
         if acc:
