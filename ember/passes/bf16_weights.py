@@ -12,8 +12,9 @@ multiple of 16, K of 2 and M a number known at compile time (flatten_products, w
 has made every linear layer such a gemm). Others keep fp32: a product of two activations
 (attention's, whose routine computes in fp32), a symbolic number of rows, a classifier of 1000
 columns. `kept_fp32` names the gemms of a compiled graph that kept fp32 and why (the compile
-report lists them: CompileStats.kept_fp32). Convolutions are left to the layout pass, which blocks them, and then to
-ember.passes.bf16_convs, which puts the blocked ones in bf16 where the target's unit pays.
+report and the summary list them: CompileStats.kept_fp32). Convolutions are left to the layout
+pass, which blocks them, and then to ember.passes.bf16_convs, which puts the blocked ones in bf16
+where the target's unit pays.
 """
 
 from __future__ import annotations

@@ -148,16 +148,27 @@ def op_counts(func: PrimFunc) -> tuple[int, int]:
     return floats, ints
 
 
-def _count(e: PrimExpr, counts: list[int]) -> bool:
-    """Add e's operations to counts ([float, int]); whether e reads a buffer."""
-    if isinstance(e, BufferLoad):
-        return True
-    reads = [_count(c, counts) for c in expr_children(e)]
-    if isinstance(e, Call | Select):
-        counts[0] += 1
-    elif isinstance(e, Binary) and e.op in COUNTED_OPS:
-        if dt.is_float(e.dtype):
+def _count(e: PrimExpr, counts: list[int]) -> None:
+    """Add e's operations to counts ([float, int]), children first (a stack, not recursion: a
+    long chain of selects or sums is deep)."""
+    reads: dict[int, bool] = {}  # id of a visited node -> whether it reads a buffer
+    stack = [(e, False)]
+    while stack:
+        node, done = stack.pop()
+        if isinstance(node, BufferLoad):  # (its indices are addresses: not counted)
+            reads[id(node)] = True
+            continue
+        children = expr_children(node)
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children)
+            continue
+        loaded = any(reads[id(c)] for c in children)
+        reads[id(node)] = loaded
+        if isinstance(node, Call | Select):
             counts[0] += 1
-        elif any(reads):
-            counts[1] += 1
-    return any(reads)
+        elif isinstance(node, Binary) and node.op in COUNTED_OPS:
+            if dt.is_float(node.dtype):
+                counts[0] += 1
+            elif loaded:
+                counts[1] += 1
