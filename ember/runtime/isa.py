@@ -30,14 +30,14 @@ UNIT_INSTRUCTIONS = {
     "avx512vnni": re.compile(r"vpdp(?:busds?|wssds?)"),  # (AVX-VNNI's VEX forms too: counted as it)
     "avx512bf16": re.compile(r"vcvtne2?ps2bf16\w*|vdpbf16ps"),
     # packed or scalar half-precision arithmetic and conversions (F16C's vcvtph2ps/vcvtps2ph are not)
-    "avx512fp16": re.compile(r"vmovw|v(?!cvtph2ps\b|cvtps2ph\b)\w+(?:ph|sh)x?"),
+    "avx512fp16": re.compile(r"vmovw|v(?!cvtps2ph\b)\w+(?:ph|sh)x?|vcvtt?[ps]h2(?!ps\b)\w+"),
     "amx-tile": re.compile(r"ldtilecfg|sttilecfg|tile(?:loadd\w*|stored|release|zero)"),
     "amx-bf16": re.compile(r"tdpbf16ps"),
     "amx-int8": re.compile(r"tdpb[su][su]d"),
 }
 # an instruction of objdump's listing (a tab, a {vex} or {evex} mark, the mnemonic) that may be a unit's
-_CANDIDATE = re.compile(rb"\t(?:\{\w+\} )?(v\w*(?:ph|sh)x?|vpdp\w+|vcvtne\w+|vdpbf16ps|vmovw|ldtilecfg|sttilecfg|"
-                        rb"tile\w+|tdp\w+)[ \n]")
+_CANDIDATE = re.compile(rb"\t(?:\{\w+\} )?(v\w*(?:ph|sh)x?|vcvtt?[ps]h2\w+|vpdp\w+|vcvtne\w+|vdpbf16ps|vmovw|"
+                        rb"ldtilecfg|sttilecfg|tile\w+|tdp\w+)[ \n]")
 
 
 def needed_features(library: str | os.PathLike, features: Iterable[str]) -> list[str]:

@@ -20,7 +20,7 @@ UNITS = {"avx512bf16", "avx512vnni"}
 # x86-64-v4 (AVX-512 F/BW/VL/DQ) with the two units: what a Zen 4 or 5 or a Xeon's -march=native enables
 TARGET = Target.x86("avx512", cflags="-O2 -mavx512bf16 -mavx512vnni -fopenmp -shared -fPIC -std=gnu11")
 
-pytestmark = pytest.mark.skipif(not (machine_features() or set()) >= UNITS,
+needs_units = pytest.mark.skipif(not (machine_features() or set()) >= UNITS,
                                 reason="builds for AVX512-BF16 and VNNI, which this machine lacks")
 
 
@@ -47,6 +47,7 @@ def without(monkeypatch, lacking: set[str]) -> None:
     monkeypatch.setattr(artifact, "machine_features", lambda: have)
 
 
+@needs_units
 def test_float32_model_loads_without_the_units(saved, monkeypatch):
     paths, x, ref = saved
     assert TARGET.features >= UNITS and not features(paths["fp32"]) & UNITS
@@ -55,6 +56,7 @@ def test_float32_model_loads_without_the_units(saved, monkeypatch):
     np.testing.assert_allclose(ember.load(paths["fp32"])(x), ref, rtol=1e-4, atol=1e-4)
 
 
+@needs_units
 def test_bf16_model_needs_avx512bf16(saved, monkeypatch):
     paths, x, ref = saved
     assert "avx512bf16" in features(paths["bf16"]) and "avx512vnni" not in features(paths["bf16"])
@@ -66,6 +68,7 @@ def test_bf16_model_needs_avx512bf16(saved, monkeypatch):
         ember.load(paths["bf16"])
 
 
+@needs_units
 def test_without_objdump_every_feature_stays(saved, monkeypatch):
     paths, _, _ = saved
     library = str(paths["fp32"] / "model.so")
@@ -76,3 +79,19 @@ def test_without_objdump_every_feature_stays(saved, monkeypatch):
         assert isa.needed_features(library, TARGET.features) == sorted(TARGET.features)
     finally:
         isa._unit_mnemonics.cache_clear()
+
+
+@pytest.mark.parametrize("mnemonic, unit", [
+    ("vpdpbusd", "avx512vnni"), ("vpdpwssds", "avx512vnni"), ("vdpbf16ps", "avx512bf16"),
+    ("vcvtneps2bf16", "avx512bf16"), ("vaddph", "avx512fp16"), ("vfmadd231ph", "avx512fp16"),
+    ("vmovsh", "avx512fp16"), ("vcvtph2psx", "avx512fp16"), ("vcvtss2sh", "avx512fp16"), ("vmovw", "avx512fp16"),
+    ("tileloadd", "amx-tile"), ("ldtilecfg", "amx-tile"), ("tdpbf16ps", "amx-bf16"), ("tdpbusd", "amx-int8"),
+    ("vcvtph2ps", None), ("vcvtps2ph", None), ("vpshufhw", None), ("vfmadd231ps", None), ("vpmaddwd", None),
+])
+def test_unit_instructions(mnemonic, unit):
+    """Each unit's instructions name it, and only it; F16C's conversions and plain AVX-512 none."""
+    line = f"  1139:\t{mnemonic} %zmm1,%zmm2,%zmm3\n".encode()
+    if unit is not None:  # (the listing's scan keeps it)
+        assert isa._CANDIDATE.findall(line) == [mnemonic.encode()]
+    named = [u for u, pattern in isa.UNIT_INSTRUCTIONS.items() if pattern.fullmatch(mnemonic)]
+    assert named == ([unit] if unit else [])
