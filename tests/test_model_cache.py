@@ -6,8 +6,6 @@ least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,6 @@ torch = pytest.importorskip("torch")
 import ember  # noqa: E402
 from ember.compiler import Clock  # noqa: E402
 from ember.runtime import kept, model_cache  # noqa: E402
-from ember.runtime.isa import needed_features  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-5
 
@@ -77,10 +74,7 @@ def test_hit_and_misses(cache, monkeypatch):
     again = phases_sum_to_the_total(model, x)
     assert again.stats.hit and again.stats.lowered == 0
     assert "from the model cache" in again.compile_report()
-    # (the entry's target has the extensions the library's code needs, as every saved model's: isa.py)
-    needed = needed_features(first.library.path, first.spec.target["features"])
-    assert again.spec == dataclasses.replace(first.spec, target={**first.spec.target, "features": needed})
-    assert again.graph is not None  # (its graph read from the entry)
+    assert again.spec == first.spec and again.graph is not None  # (its graph read from the entry)
     align = again.plan.align  # the weights, aligned, are views of the entry's bytes as read: not copied again
     assert all(w.ctypes.data % align == 0 for w in again.weights.values())
     assert any(w.base is not None for w in again.weights.values())

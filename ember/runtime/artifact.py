@@ -112,9 +112,12 @@ class Artifact:
         return load_graph(_path(self.folder, files["graph"]["path"]).parent)
 
 
-def save_artifact(model, path: str | Path) -> Path:
+def save_artifact(model, path: str | Path, needed_only: bool = True) -> Path:
     """Write the artifact folder of `model` (a CompiledModel, ember.runtime.model: this module is
-    below it, which saves itself through here)."""
+    below it, which saves itself through here). needed_only: the manifest's target lists the CPU
+    extensions the library's code uses (isa.py reads them from its instructions, a fraction of a
+    second), else all its target has (the model cache's entries, read back only by machines whose
+    target is in their key)."""
     from ..version import __version__
 
     folder = Path(path)
@@ -135,7 +138,7 @@ def save_artifact(model, path: str | Path) -> Path:
         files["weights"] = _write(folder, WEIGHTS, save({k: np.ascontiguousarray(v) for k, v in model.weights.items()}))
         files["graph"] = None
     spec = model.spec.to_json()
-    if "features" in spec["target"]:  # (those its code needs, not all that its -march enables: isa.py)
+    if needed_only and "features" in spec["target"]:  # (those its code needs, not all that its -march enables: isa.py)
         spec["target"] = {**spec["target"], "features": needed_features(model.library.path,
                                                                          spec["target"]["features"])}
     manifest = {

@@ -61,7 +61,7 @@ def put(key: str, model) -> None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".model-"))
         try:
-            save_artifact(model, tmp)
+            save_artifact(model, tmp, needed_only=False)
             if folder.is_dir():  # (damaged, since get missed it: or another process's, just written)
                 shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
