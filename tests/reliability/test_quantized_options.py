@@ -35,7 +35,7 @@ def linear():
     ({"weights": "int4", "group_size": 32.0}, "got 32.0"),
     ({"weights": "int4", "zero_points": "yes"}, "zero_points must be True or False, got 'yes'"),
     ({"precision": "fp8"}, r"precision must be one of \['bf16', 'fp32'\] for target 'c', got 'fp8'"),
-    ({"kv_cache": "int8"}, r"kv_cache must be one of \['bf16', 'float32'\], got 'int8'"),
+    ({"kv_cache": "int4"}, r"kv_cache must be one of \['bf16', 'float32', 'int8'\], got 'int4'"),
     ({"weights": {"abc": 1}}, "weights given as a mapping hold QuantizedWeights by digest .* got a value of type int"),
 ])
 def test_compile_options_are_named(options, says):
