@@ -14,8 +14,9 @@ from one convolution to the next. One walk in graph order:
   time. A dense convolution reads its input in the blocked layout when there is one, else as it
   is (NCHW: a first layer of 3 channels); a depthwise one reads NCHW{b}c. It writes NCHW{b}c when
   its result reaches (through the operators below that follow the layout) another operator that
-  takes a blocked input, else NCHW directly (out_layout="NCHW": no conversion after the last
-  convolution before a flatten). A convolution stays conv2d when no block divides its channels,
+  takes a blocked input or where its multiply-adds reach MIN_BLOCKED_OUT (converted after), else
+  NCHW directly (out_layout="NCHW": no conversion after a small last convolution before a
+  flatten). A convolution stays conv2d when no block divides its channels,
   or when it is isolated: NCHW in and NCHW out (conv -> bias -> relu -> batch_norm stays as is);
 - operators that do not care about the layout follow their inputs into it: the elementwise ones
   and the NumPy-broadcasting ones (BROADCASTING), their other operands brought into the same
@@ -53,6 +54,8 @@ against 74.7 ms with this pass disabled, MobileNetV2 12.9 ms against 21.7 ms.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..graph.core import Graph, Node, TensorType, Value
@@ -67,6 +70,13 @@ PLAIN = "NCHW"
 BROADCASTING = frozenset([name for name, *_ in ARITHMETIC + COMPARISONS + LOGIC] + ["where"])
 SPATIAL_REDUCTIONS = ("mean", "sum", "max", "min")
 WINDOW_ATTRS = ("strides", "padding", "dilations", "groups")  # what conv2d_nchwc takes of a conv2d's attributes
+# multiply-adds from which a convolution whose result goes on in NCHW writes it blocked all the same,
+# converted after: its register tile then writes vectors along the columns, where written as NCHW
+# it writes a block's channels element by element (one thread of an AMD EPYC Zen 5, blocked +
+# conversion against NCHW written: 64 -> 64 3x3 over 14 x 14 59 against 67 us, 256 -> 1024 1x1
+# over 28 x 28 1.92 against 2.11 ms, 2048 -> 512 3x3 over 28 x 28 75.8 against 87.0 ms; 16 -> 32
+# 3x3 over 8 x 8 5 against 4 us), and a 3x3 one can become Winograd's (ember.passes.winograd)
+MIN_BLOCKED_OUT = 1 << 22
 
 
 def layout(graph: Graph, target: Target | None = None) -> Graph:
@@ -318,9 +328,9 @@ class _Layouts:
         """conv2d_nchwc on `ins`: blocked where its result leads to a blocked input, else NCHW
         (its last `crop` channels, padding, cut off)."""
         out = node.outputs[0]
-        if out in self.leads:
+        if out in self.leads or _multiply_adds(node) >= MIN_BLOCKED_OUT:
             return self._emit("conv2d_nchwc", ins, attrs, node, blocked(PLAIN, "C", ob))
-        # the result goes on in NCHW only: the convolution writes it so, with no conversion after
+        # the result goes on in NCHW only: a small convolution writes it so, with no conversion after
         attrs["out_layout"] = "NCHW"
         new, = self.rw.emit("conv2d_nchwc", ins, attrs, hint=node.name, out_names=[] if crop else [out.name])
         if crop:
@@ -399,3 +409,10 @@ class _Layouts:
                 return False
             op, attrs = node.op, {**node.attrs, "axes": tuple(sorted({a % 4 for a in axes}))}
         return self._emit(op, [found[1]], attrs, node, blocked(PLAIN, "C", found[0]))
+
+
+def _multiply_adds(node: Node) -> int:
+    """A convolution's multiply-adds (0 where a size is symbolic)."""
+    out, w = node.outputs[0].shape, node.inputs[1].shape
+    sizes = (*out, *w[1:])
+    return math.prod(sizes) if all(isinstance(d, int) for d in sizes) else 0

@@ -182,6 +182,24 @@ def test_a_transition_stays_blocked_through_its_average_pool():
     check_same(g, out, **TOL)
 
 
+def test_a_large_last_convolution_writes_blocked_and_converts_after():
+    """A last conv of MIN_BLOCKED_OUT multiply-adds or more writes its blocks in vectors and is
+    converted once after, where written as NCHW it would store element by element; compiled, its
+    3x3 then goes to Winograd's form."""
+    g = Graph("large_last")
+    x = g.add_input("x", TensorType((1, 32, 16, 16)))
+    y = op(g, "relu", conv(g, op(g, "relu", conv(g, x, 64)), 64))  # 64 * 64 * 9 * 256: 9.4M multiply-adds
+    g.set_outputs([op(g, "reshape", y, shape=(1, 64 * 256))])
+    out = dce(layout(g))
+    assert [n.attrs["out_layout"] for n in out.nodes if n.op == "conv2d_nchwc"] == ["NCHWc", "NCHWc"]
+    assert len(conversions(out)) == 1
+    check_same(g, out, **TOL)
+    cm, x = ember.compile(g), random_array(g.inputs[0].shape)
+    assert "conv2d_winograd" in [op for k in cm.kernels for op in k.ops]
+    want = ember.compile(g, opt_level=0)(x)  # Winograd's rounding: to the scale of the outputs
+    np.testing.assert_allclose(cm(x), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
 def test_isolated_and_unblockable_convolutions_stay_conv2d():
     g = Graph("alone")
     x = g.add_input("x", TensorType((1, 16, 6, 6)))
