@@ -49,16 +49,17 @@ def export(model: nn.Module, folder: Path, prompt_len: int, max_len: int) -> tup
     return prefill, decode
 
 
-def quantize(src: Path, dst: Path, bits: int, block: int) -> Path:
+def quantize(src: Path, dst: Path, bits: int, block: int, accuracy_level: int = 4) -> Path:
     """`src` with its constant-weight MatMuls as MatMulNBits (ONNX Runtime's quantizer: `bits`,
-    blocks of `block` rows, asymmetric, accuracy level 4), written to `dst`. The quantizer takes
+    blocks of `block` rows, asymmetric, `accuracy_level`: 4 lets a prefill's rows be int8, 0
+    keeps float32 ones), written to `dst`. The quantizer takes
     MatMuls whose B is an initializer: GPT-2's exported Gemms (its Conv1D layers) and its LM head
     (a MatMul by the transpose of the tied embedding) are made such MatMuls first."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     quantizer = MatMulNBitsQuantizer(_matmuls(onnx.load(str(src))), bits=bits, block_size=block, is_symmetric=False,
-                                     accuracy_level=4)
+                                     accuracy_level=accuracy_level)
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=False)
     return dst

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..graph.core import Graph, Node, Value
 from ..ops.registry import OpTypeError, infer_types
+from .position_masks import CAUSAL, kept_keys
 from .rewrite import Rewriter, rebuild
 
 SDPA = "scaled_dot_product_attention"
@@ -128,14 +129,17 @@ def _fold(rw: Rewriter, node: Node, uses: dict[Value, int]) -> tuple[list[Value]
             found, mask = _scaled_scores(rw, b, sole), a
     if found is None and sole(x) and x.node.op == "where":
         found, mask = _masked_by_where(rw, x.node, sole)
-    if found is None or (guarded and mask is not None and not _keeps_a_key_per_row(rw, mask)):
+    kept = _kept_by_position(rw, mask, x.node.op == "where") if found is not None and mask is not None else None
+    if found is None or (guarded and mask is not None and kept is None and not _keeps_a_key_per_row(rw, mask)):
         return None
     q, kt, scale = found
     if min(q.type.rank, kt.type.rank, v.type.rank) < 2 or q.type.dtype != v.type.dtype:
         return None
+    if kept == CAUSAL and not (q.type.shape[-2] == v.type.shape[-2] == mask.type.shape[-1]):
+        return None  # (the mask's one position broadcast over more queries or keys)
     k = _swap_last(rw, kt)
-    ins = [rw.value(q), k, rw.value(v)] + ([rw.value(mask)] if mask is not None else [])
-    attrs = {"causal": False, "scale": scale, "layout": "bhsd", "heads": None}
+    ins = [rw.value(q), k, rw.value(v)] + ([rw.value(mask)] if mask is not None and kept is None else [])
+    attrs = {"causal": kept == CAUSAL, "scale": scale, "layout": "bhsd", "heads": None}
     try:
         infer_types(SDPA, [x.type for x in ins], attrs)
     except OpTypeError:  # a mask that does not broadcast to the scores, batch dims that do not match
@@ -163,6 +167,19 @@ def _masked_by_where(rw: Rewriter, where: Node, sole) -> tuple[tuple | None, Val
         return None, None
     found = _scaled_scores(rw, x, sole)
     return (found, m) if found is not None else (None, None)
+
+
+def _kept_by_position(rw: Rewriter, mask: Value, boolean: bool) -> str | None:
+    """Which keys a mask made of positions keeps (ember.passes.position_masks: ALL or CAUSAL),
+    the bool mask of a where or the additive where(m, 0, c) (c as _masked_by_where takes it)."""
+    if boolean:
+        return kept_keys(mask)
+    if mask.node is None or mask.node.op != "where":
+        return None
+    m, zero, fill = mask.node.inputs
+    if _scalar(rw, zero) != 0.0 or (_scalar(rw, fill) or 0.0) > -1e30:
+        return None
+    return kept_keys(m)
 
 
 def _keeps_a_key_per_row(rw: Rewriter, mask: Value) -> bool:
