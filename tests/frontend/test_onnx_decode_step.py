@@ -4,7 +4,8 @@ MatMulNBitsQuantizer: ember runs them on the kernels of its own int4 weights. Th
 masks are computed from positions (arange against the cache's size; a prefill's causal
 triangle), so ember.passes.position_masks reads them and fold_attention drops them: the step's
 attentions read the cache in place (appended: no copy, the one-query routine), the prefill's are
-causal without a mask, and the products are gemm_nbits; numbers against ONNX Runtime's on the
+causal without a mask, the products are gemm_nbits (the LM head's a GEMV of the last
+position: slice_products takes the exporter's gather of it); numbers against ONNX Runtime's on the
 same files."""
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def test_prefill_is_causal_without_a_mask(files):
     prefill = ember.compile(str(prefill_file))
     attentions = [x for x in prefill.graph.nodes if x.op == SDPA]
     assert len(attentions) == heads(model)[0] and all(a.attrs["causal"] and len(a.inputs) == 3 for a in attentions)
+    head = [x for x in prefill.graph.nodes if x.op == "gemm_nbits"][-1]  # the last position's logits alone: a GEMV
+    assert head.attrs["n"] == model.config.vocab_size and head.inputs[0].type.shape[0] == 1
     ids = RNG.integers(0, model.config.vocab_size, (1, 11))
     for got, want in zip(prefill(ids), session(prefill_file, 1)(ids)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

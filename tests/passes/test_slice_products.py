@@ -108,3 +108,23 @@ def test_last_position_of_one_sequence_becomes_a_2d_gemm():
     for seq in (1, 6, 67):
         x = _rand(1, seq, 24)
         np.testing.assert_allclose(cm(x), (x.astype(np.float64) @ w)[:, -1:], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("index", [-1, 3, -9])
+def test_gather_of_one_position_sliced_before_the_product(index):
+    g = Graph()
+    x = g.add_input("x", TensorType((2, 9, 24)))
+    y, = add_op(g, "matmul", [x, g.add_constant(_rand(24, 40), "w")], name="logits")
+    z, = add_op(g, "gather", [y, g.add_constant(np.array(index, np.int64), "i")], {"axis": 1}, out_names=["last"])
+    g.set_outputs([z])
+    out = dce(slice_products(g))
+    assert ops(out)[0] == "slice" and "gather" not in ops(out) and out.nodes[0].inputs[0].name == "x"
+    check_same(g, out)
+
+
+def test_gather_out_of_range_left_alone():
+    g = Graph()
+    x = g.add_input("x", TensorType((2, 9, 24)))
+    y, = add_op(g, "matmul", [x, g.add_constant(_rand(24, 40), "w")])
+    g.set_outputs(add_op(g, "gather", [y, g.add_constant(np.array(9, np.int64), "i")], {"axis": 1}))
+    assert ops(dce(slice_products(g))) == ["matmul", "gather"]
