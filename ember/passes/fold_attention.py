@@ -170,16 +170,27 @@ def _masked_by_where(rw: Rewriter, where: Node, sole) -> tuple[tuple | None, Val
 
 
 def _kept_by_position(rw: Rewriter, mask: Value, boolean: bool) -> str | None:
-    """Which keys a mask made of positions keeps (ember.passes.position_masks: ALL or CAUSAL),
-    the bool mask of a where or the additive where(m, 0, c) (c as _masked_by_where takes it)."""
+    """Which keys a mask made of positions keeps (ember.passes.position_masks: ALL or CAUSAL):
+    the bool mask of a where, or an additive one, where(m, 0, c) or where(equal(where(m, a, 0), 0), c, 0)
+    for a nonzero a (onnxscript's causal attention), c as _masked_by_where takes it."""
+    constants = rw.old.constants
     if boolean:
-        return kept_keys(mask)
+        return kept_keys(mask, constants)
     if mask.node is None or mask.node.op != "where":
         return None
     m, zero, fill = mask.node.inputs
-    if _scalar(rw, zero) != 0.0 or (_scalar(rw, fill) or 0.0) > -1e30:
+    if _scalar(rw, zero) == 0.0 and (_scalar(rw, fill) or 0.0) <= -1e30:
+        return kept_keys(m, constants)
+    m, fill, zero = mask.node.inputs  # the keys dropped where m is True
+    if not (_scalar(rw, zero) == 0.0 and (_scalar(rw, fill) or 0.0) <= -1e30 and m.node is not None
+            and m.node.op == "equal" and _scalar(rw, m.node.inputs[1]) == 0.0):
         return None
-    return kept_keys(m)
+    kept = m.node.inputs[0].node
+    if kept is None or kept.op != "where" or _scalar(rw, kept.inputs[2]) != 0.0:
+        return None
+    one = kept.inputs[1]
+    one = one.node.inputs[0] if one.node is not None and one.node.op == "expand" else one
+    return kept_keys(kept.inputs[0], constants) if _scalar(rw, one) not in (None, 0.0) else None
 
 
 def _keeps_a_key_per_row(rw: Rewriter, mask: Value) -> bool:
