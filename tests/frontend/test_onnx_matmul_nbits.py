@@ -12,13 +12,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.ops import UnsupportedOpError
+from ember.target import Target
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng()
 K, N = 128, 40
 
 
-def _model(block: int, zeros: str, bits: int = 4, bias: bool = True) -> onnx.ModelProto:
+def _model(block: int, zeros: str, bits: int = 4, bias: bool = True, accuracy_level: int = 0) -> onnx.ModelProto:
     blocks = K // block
     b = RNG.integers(0, 256, (N, blocks, block // 2), dtype=np.uint8)
     inits = [numpy_helper.from_array(b, "B"),
@@ -33,7 +34,7 @@ def _model(block: int, zeros: str, bits: int = 4, bias: bool = True) -> onnx.Mod
         inits.append(numpy_helper.from_array(RNG.standard_normal(N).astype(np.float32), "bias"))
         names += ["", "bias"]
     node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft",
-                            K=K, N=N, bits=bits, block_size=block)
+                            K=K, N=N, bits=bits, block_size=block, accuracy_level=accuracy_level)
     graph = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, "seq", K])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, "seq", N])], inits)
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
@@ -48,6 +49,20 @@ def test_matmul_nbits_against_onnxruntime(block, zeros, bias):
     compiled = ember.compile(model)
     assert [n.op for n in compiled.graph.nodes if n.op == "gemm_nbits"] == ["gemm_nbits"]
     np.testing.assert_allclose(compiled(a), want, rtol=1e-4, atol=1e-4)
+
+
+def test_accuracy_level_4_prefill_rows_in_int8():
+    """accuracy_level 4 lets a prefill's rows be int8 (the VNNI products, where the target has
+    them: passes/quantize_rows.py), as ONNX Runtime's kernel quantizes them; a step's one row stays float32."""
+    model = _model(32, "uint8", accuracy_level=4)
+    compiled = ember.compile(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    int8 = {"avx512vnni", "avx512bw"} <= Target("c").features
+    assert ("quantize_rows" in {n.op for n in compiled.graph.nodes}) == int8
+    for seq in (1, 24):
+        a = RNG.standard_normal((2, seq, K)).astype(np.float32)
+        want = session.run(None, {"A": a})[0]
+        assert np.linalg.norm(compiled(a) - want) / np.linalg.norm(want) < 0.03
 
 
 def test_unsupported_forms_are_named():
