@@ -117,22 +117,13 @@ LATE_PASSES = ("fuse",)
 # without a format, nor kv_cache (kv_cache=, run_pipeline's `kv_cache`: the cache's dtype)
 # without a dtype. The fold_constants after layout folds the weight conversions it inserts; level 3 is level 2 (the
 # level for transformations that may change results beyond rounding, none so far)
-PIPELINES: dict[int, list[str]] = {
-    0: [],
-    1: ["fold_constants", "dce"],
-    2: ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
-        "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
-        "flatten_products", "quantize_weights",
-        "quantize_rows",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"],
-    3: ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
-        "fold_cache_append", "kv_cache", "cse", "slice_products",
-        "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
-        "flatten_products", "quantize_weights",
-        "quantize_rows",
-        "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"],
-}
+_LEVEL_2 = ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attention", "fold_transposes", "simplify",
+            "fold_cache_append", "kv_cache", "cse", "slice_products",
+            "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
+            "flatten_products", "quantize_weights",
+            "quantize_rows",
+            "pad_gemv", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"]
+PIPELINES: dict[int, list[str]] = {0: [], 1: ["fold_constants", "dce"], 2: _LEVEL_2, 3: list(_LEVEL_2)}
 
 
 @dataclass(frozen=True)
