@@ -116,11 +116,19 @@ def test_residual_block_runs_in_nhwc_rows(block):
 
 
 def test_residual_block_matches_the_reference(block):
+    """A rounding tie decided otherwise upstream (the integer requantization against the QDQ form's
+    float32) moves the averaged row by one step and with it many of the 24 outputs, on about one
+    input in ten: so each output within two steps, and the share off by a step averaged over 16
+    inputs (about 0.05; an off-by-one kernel would put it near 1)."""
     model, compiled = block
-    x = RNG.uniform(-3, 3, (1, 8, 6, 5)).astype(np.float32)
-    (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
-    steps = np.abs(compiled(x) - expected) / np.float32(0.06)
-    assert steps.max() <= 2.001 and (steps > 0.5).mean() < 0.2, steps.max()  # (one step of each conv, at most)
+    off = []
+    for _ in range(16):
+        x = RNG.uniform(-3, 3, (1, 8, 6, 5)).astype(np.float32)
+        (expected,) = ReferenceEvaluator(model).run(None, {"x": x})
+        steps = np.abs(compiled(x) - expected) / np.float32(0.06)
+        assert steps.max() <= 2.001, steps.max()  # (one step of each conv, at most)
+        off.append((steps > 0.5).mean())
+    assert np.mean(off) < 0.3, off
 
 
 def test_qgemm_of_onnx_runtime_against_numpy():
