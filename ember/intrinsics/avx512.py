@@ -21,6 +21,7 @@ fp32 vectors (ember.schedules.cpu.matmul_bf16).
 from __future__ import annotations
 
 from .tiles import LANES, Unit, guard
+from .vnni import DPBUSD
 
 SHAPES = ((8, 2), (4, 4), (4, 2), (8, 1), (4, 1), (2, 2), (2, 1), (1, 2), (1, 1))  # (MR, NV): 16 accumulators at most
 
@@ -30,7 +31,7 @@ KINDS = {
     "bf16": ("uint16_t", "uint16_t", "float", "__m512", "_mm512_setzero_ps()", "_mm512_storeu_ps", "__m512bh",
              "_mm512_dpbf16_ps", "avx512f,avx512bf16"),
     "u8s8": ("uint8_t", "int8_t", "int32_t", "__m512i", "_mm512_setzero_si512()", "_mm512_storeu_si512", "__m512i",
-             "_mm512_dpbusd_epi32", "avx512f,avx512vnni"),
+             "ember_dpbusd", "avx512f,avx512vnni"),
 }
 
 
@@ -52,7 +53,8 @@ def _source(kind: str):
         lines.append("  }")
         lines += [f"  {store}(pc + {i} * sc + {v * LANES}, c{i}_{v});" for i, v in acc]
         body = "\n".join(lines)
-        return guard(fn, f"""#include <immintrin.h>
+        prelude = DPBUSD if kind == "u8s8" else ""
+        return prelude + guard(fn, f"""#include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 __attribute__((target("{features}")))

@@ -53,8 +53,23 @@ def test_avx512_tile_gemm(kind, target):
     f = ember.build(s, args, target=target)
     np.testing.assert_allclose(run(f, unit, m, n, a, bp), ref, rtol=1e-5, atol=atol)
     if target == "c":  # one tile function of 8 x 1 accumulators
-        assert f.source.count("_mm512_dpbf16_ps(" if kind == "bf16" else "_mm512_dpbusd_epi32(") == 8
+        assert f.source.count("_mm512_dpbf16_ps(" if kind == "bf16" else "ember_dpbusd(c") == 8
     verify_trace_roundtrip(s)
+
+
+@pytest.mark.skipif(not cpu_has("avx512_vnni"), reason="this CPU has no avx512_vnni (/proc/cpuinfo)")
+@pytest.mark.parametrize("m, n, k", [(40, 64, 1028), (12, 64, 36), (7, 48, 20)], ids=["8x2", "4x4", "1x1"])
+def test_vnni_tiles_are_exact(m, n, k):
+    """vpdpbusd's register tiles (16 accumulators, and one; K an odd number of groups) against
+    NumPy's int32 sums, bit for bit, on random bytes with a row of 255s and a column of -128s
+    (each operand's extreme, whose products of 4 a 16-bit step would saturate)."""
+    rng = np.random.default_rng()
+    a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    a[1], w[:, 3] = 255, -128
+    s, args = tiles.gemm(avx512.U8S8, m, n, k)
+    got = run(ember.build(s, args, target="c"), avx512.U8S8, m, n, a.reshape(m, k // 4, 4), tiles.pack(w, 4))
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ w.astype(np.int32))
 
 
 def test_tile_packing():
