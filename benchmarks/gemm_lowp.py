@@ -5,13 +5,16 @@ the VNNI GEMM of ember.intrinsics.vnni, one vpdpbusd per call, is shown next to 
 the unit's peak measured in the same run by a throughput loop (independent chains of the unit's
 instruction in every thread: vdpbf16ps, vpdpbusd, or AMX's tile product), torch's matmul in
 bf16 (int8: torch has no CPU int8 matmul that uses the unit; its int32 matmul is shown) and
-NumPy's fp32 BLAS. Square sizes; weights packed beforehand (as a compiled model packs them at
-compile time), a already in the unit's input type; GFLOP/s (GOP/s) as 2 n^3 / median time.
+NumPy's fp32 BLAS (in a process of its own, its BLAS given the same number of threads). Square
+sizes; weights packed beforehand (as a compiled model packs them at compile time), a already in
+the unit's input type; GFLOP/s (GOP/s) as 2 n^3 / median time.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
 import sys
 import time
 
@@ -122,6 +125,29 @@ def measure_peak(which: int, threads: int, cpu_time: bool, repeat: int = 10) -> 
     return best
 
 
+NUMPY_TIMER = """import sys, time, numpy as np
+n, repeat, clock = int(sys.argv[1]), int(sys.argv[2]), getattr(time, sys.argv[3])
+a, b = np.random.rand(n, n).astype("float32"), np.random.rand(n, n).astype("float32")
+ts = []
+for i in range(repeat + 2):
+    start = clock()
+    a @ b
+    ts.append(clock() - start)
+print(float(np.median(ts[2:])))
+"""
+
+
+def numpy_seconds(n: int, threads: int, repeat: int, cpu_time: bool) -> float:
+    """The median time of NumPy's fp32 (n, n) matmul in a process of its own whose BLAS runs
+    `threads` threads (its thread count is read when the BLAS loads, already done in this one);
+    with cpu_time (one thread), timed by that thread's CPU time."""
+    env = {**os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    clock = "thread_time" if cpu_time else "perf_counter"
+    out = subprocess.run([sys.executable, "-c", NUMPY_TIMER, str(n), str(repeat), clock], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out)
+
+
 def run(dtype: str, sizes: list[int], threads: int, repeat: int, cpu_times=None) -> None:
     """With `cpu_times(f, inputs, repeat)` (one thread), each run timed by its thread's CPU time."""
     import ember
@@ -179,8 +205,7 @@ def run(dtype: str, sizes: list[int], threads: int, repeat: int, cpu_times=None)
         if dtype == "int8":  # the VNNI GEMM of one vpdpbusd per call, its accumulators in memory
             f8 = ember.build(*vnni.gemm(n, n, n), target="c", num_threads=threads)
             vnni_rate = f" {rate(median(f8, a, inputs[1], inputs[2])):10.1f}"
-        # (NumPy by the clock: its BLAS runs threads of its own, whose CPU time the caller's does not count)
-        t_np = ember.bench(np.matmul, a.astype(np.float32), b.astype(np.float32), repeat=repeat).median
+        t_np = numpy_seconds(n, threads, repeat, cpu_times is not None)
         t_torch = median(torch.matmul, ta, tb, repeat=repeat if dtype == "bf16" else 3) if torch else float("nan")
         print(f"{n:>6} {rate(t_ember):16.1f} {100 * rate(t_ember) / peak:9.0f}%{vnni_rate} {rate(t_torch):12.1f} "
               f"{rate(t_np):11.1f} {t_torch / t_ember:12.2f}")
