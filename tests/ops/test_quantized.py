@@ -34,7 +34,8 @@ def test_packing_round_trips():
 
 
 @pytest.mark.parametrize("m, k, n, out, attrs", [
-    (8, 64, 128, "int32", {}),
+    (8, 64, 128, "int32", {}),  # a 4 x 4 tile: b's panels in registers (vnni.NATIVE)
+    (7, 36, 64, "int32", {}),  # 7 x 4: the compiler's intrinsic (vnni.NATIVE_GCC)
     (6, 20, 48, "uint8", {"zero_point": 7}),
     (5, 8, 16, "float32", {}),
     (12, 36, 64, "int8", {"zero_point": -3, "lo": -3}),  # a ReLU fused into the clip

@@ -97,7 +97,7 @@ def schedule_qgemm(s, outputs, target):
         inner.unroll(ai)
         inner.unroll(ap)
         inner.decompose_reduction(ko)
-        inner.tensorize(al, vnni.NATIVE)
+        inner.tensorize(al, vnni.native(rows, panels))
     else:
         inner.reorder(ko, ai, ap, ki, al)
         inner.unroll(ai)
