@@ -6,8 +6,9 @@ A call names each argument by a flat, row-major offset and the strides it walks 
 its intrinsic's dimensions (the call's trailing scalars). For a buffer of constant shape, the
 offset splits back into one index per dimension, `(offset % stride[d-1]) // stride[d]`, which
 the analyzer reduces to the affine indices it was built from; the call touches the box from
-those indices, `extent` long in each dimension it walks (its description's extent) and one in
-the others.
+those indices, `(extent - 1) * step + 1` long in each dimension it walks (its description's
+extent; the step 1, or the group's size where one dimension is walked in several of the
+description's: a row of K bytes as K / 4 groups of 4) and one in the others.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def _arguments(call: CallRoutine):
     return it, out
 
 
-def _dims(buf: Buffer, strides: tuple[PrimExpr, ...], ana: Analyzer) -> list[int] | None:
-    """The buffer's dimension each walked stride runs along (None where the shape is not constant)."""
+def _dims(buf: Buffer, strides: tuple[PrimExpr, ...], ana: Analyzer) -> list[tuple[int, int]] | None:
+    """The buffer's dimension each walked stride runs along and its step there, in indices of that
+    dimension (more than 1 where a dimension is walked in groups: K in groups of 4); None where
+    the shape or a stride is not constant."""
     shape = [as_int(d) for d in buf.shape]
     if None in shape:
         return None
@@ -52,10 +55,12 @@ def _dims(buf: Buffer, strides: tuple[PrimExpr, ...], ana: Analyzer) -> list[int
     out = []
     for s in strides:
         v = as_int(ana.simplify(s))
-        d = max((d for d, r in enumerate(rows) if r == v and shape[d] > 1), default=None)
+        if v is None:
+            return None
+        d = max((d for d, r in enumerate(rows) if v and v % r == 0 and v // r < shape[d]), default=None)
         if d is None:
             return None
-        out.append(d)
+        out.append((d, v // rows[d]))
     return out
 
 
@@ -81,8 +86,8 @@ def call_boxes(call: CallRoutine, buf: Buffer, ana: Analyzer) -> list[tuple[Prim
             return None
         first = _indices(buf, p.offset, ana)
         last = list(first)
-        for j, dim in enumerate(dims):
-            last[dim] = ana.simplify(first[dim] + (as_int(d.shape[j]) - 1))
+        for j, (dim, step) in enumerate(dims):
+            last[dim] = ana.simplify(last[dim] + (as_int(d.shape[j]) - 1) * step)
         out += [tuple(first), tuple(last)]
     return out
 
@@ -102,7 +107,7 @@ def rebased(call: CallRoutine, old: Buffer, new: Buffer, lo: list[PrimExpr], ana
         idx = _indices(old, p.offset, ana)
         flat = sum(((i - m) * r for i, m, r in zip(idx, lo, new_rows)), const(0))
         ptrs.append(Pointer(new, ana.simplify(flat)))
-        walked.append(tuple(const(new_rows[d]) for d in _dims(old, strides, ana)))
+        walked.append(tuple(const(new_rows[d] * step) for d, step in _dims(old, strides, ana)))
     smap = {v: s for st, w in zip(it.strides, walked) for v, s in zip(st, w) if isinstance(v, Var)}
     role = it.call(dict(call.params)["role"])
     scalars = tuple(ana.simplify(substitute(x, smap)) for x in role.scalars)

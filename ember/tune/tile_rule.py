@@ -1,10 +1,11 @@
 """The tensorize rule of the design space: a product whose operands are in a tile unit's layout
-(ember.intrinsics.tiles: a (M, K / G, G) by b (N / 16, K / G, 16, G) into (M, N / 16, 16), the
-dtypes the unit takes: bf16 x bf16 -> fp32 on AVX512-BF16 and AMX, u8 x s8 -> s32 on VNNI and
-AMX) is tiled to one of the unit's tile shapes, its tile loops moved innermost and mapped onto
-the unit's intrinsic by `sch.tensorize` (a traced step: a record replays it, the interpreter runs
-its description). Only units whose feature the target's flags enable are offered, so a target
-without the unit never draws a candidate that calls it.
+(ember.intrinsics.tiles: a (M, K / G, G), or (M, K) read in groups of G as qgemm's rows are, by
+b (N / 16, K / G, 16, G) into (M, N / 16, 16), the dtypes the unit takes: bf16 x bf16 -> fp32 on
+AVX512-BF16 and AMX, u8 x s8 -> s32 on VNNI and AMX) is tiled to one of the unit's tile shapes,
+its tile loops moved innermost and mapped onto the unit's intrinsic by `sch.tensorize` (a traced
+step: a record replays it, the interpreter runs its description). Only units whose feature the
+target's flags enable are offered, so a target without the unit never draws a candidate that
+calls it.
 
     for jo_0, i_0 (fused, parallel):         the tile shape (MR, NV) and which of the two outer
       for i_1 < MR, jo_1 < NV, ji < 16,      loops is outermost are sampling decisions; the

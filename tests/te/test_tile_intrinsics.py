@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ember
+from ember import te
 from ember.errors import ConfigError, ScheduleError
 from ember.intrinsics import amx, avx512, cpu_has, tiles
 from ember.runtime.build import build_library
@@ -70,6 +71,36 @@ def test_vnni_tiles_are_exact(m, n, k):
     s, args = tiles.gemm(avx512.U8S8, m, n, k)
     got = run(ember.build(s, args, target="c"), avx512.U8S8, m, n, a.reshape(m, k // 4, 4), tiles.pack(w, 4))
     np.testing.assert_array_equal(got, a.astype(np.int32) @ w.astype(np.int32))
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["in-place", "local-copy"])
+def test_a_row_of_k_bytes_tensorizes_as_groups(cached):
+    """A (M, K) read as a[i, kg * 4 + g] (qgemm's rows) walks the tile's a (MR, K / 4, 4): strides
+    (K, 4, 1); copied into a local tile per call, the copy is compacted to the rows it covers.
+    Exact against NumPy on the interpreter and, where this CPU has VNNI, in C."""
+    m, n, k = 12, 64, 36
+    a = te.placeholder((m, k), "uint8", name="A")
+    bp = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="Bp")
+    kg, g = te.reduce_axis((0, k // 4), name="kg"), te.reduce_axis((0, 4), name="g")
+    c = te.compute((m, n // 16, 16), lambda i, v, lane: te.sum(
+        a[i, kg * 4 + g].astype("int32") * bp[v, kg, lane, g].astype("int32"), axis=[kg, g]), name="C")
+    s = te.create_schedule(c.op)
+    i, v, _ = s[c].op.axis
+    io, ii = s[c].split(i, factor=4)
+    vo, vi = s[c].split(v, factor=2)
+    s[c].reorder(vo, io, ii, vi)
+    tile = s[c].fuse(vo, io)
+    if cached:
+        s[s.cache_read(a, "local", [c])].compute_at(s[c], tile)
+    s[c].tensorize(ii, avx512.U8S8.intrin(4, 2, k // 4))
+    if cached:
+        assert "alloc((4, 36), 'uint8', scope='local')" in str(ember.lower(s, [a, bp, c]))
+    rng = np.random.default_rng()
+    x = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    for target in ["python"] + (["c"] if cpu_has("avx512_vnni") else []):
+        got = run(ember.build(s, [a, bp, c], target=target), avx512.U8S8, m, n, x, tiles.pack(w, 4))
+        np.testing.assert_array_equal(got, x.astype(np.int32) @ w.astype(np.int32), err_msg=target)
 
 
 def test_tile_packing():

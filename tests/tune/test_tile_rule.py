@@ -89,3 +89,30 @@ def test_a_bf16_models_linear_layer_is_offered_its_unit():
     task.build(task.default_trace, target="python")(*args[:-1], want)  # the hand-written tile schedule
     task.build(sch.trace, target="python")(*args[:-1], got)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_int8_models_qgemm_is_offered_its_unit():
+    """qgemm reads its rows as (M, K), which tensorize walks as the tile's (MR, K / 4, 4)."""
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+    from ember.ops.quantized import pack
+    from ember.tune.extract import extract_tasks
+
+    rng = np.random.default_rng(1)
+    g = Graph("qlinear")
+    x = g.add_input("x", TensorType((16, 32), "uint8"))
+    w = g.add_constant(pack(rng.integers(-128, 128, (32, 64), dtype=np.int8)), "w")
+    bias = g.add_constant(rng.integers(-1000, 1000, (64,), dtype=np.int32), "bias")
+    (y,) = add_op(g, "qgemm", [x, w, bias], {"out_dtype": "int32"})
+    g.set_outputs([y])
+    [task] = extract_tasks(g)
+    assert tensorize_sketches(task, Target.x86("avx512")) == []
+    assert tensorize_sketches(task, Target(cflags=SPR)) == ["tensorize:u8s8_vnni"]  # (AMX: K = 32, not 64)
+    sch = sample(task, next(s for s in design_space(task, Target(cflags=SPR)) if s.unit), seed=5)
+    assert [i for i in sch.trace if i.kind == "tensorize"]
+    a, wp, b, out = task.random_args(np.random.default_rng(2))
+    want = a.astype(np.int32) @ wp.transpose(1, 3, 0, 2).reshape(32, 64).astype(np.int32) + b
+    for target in ["python"] + (["c"] if cpu_has("avx512_vnni") else []):
+        got = np.full_like(out, -1)
+        task.build(sch.trace, target=target)(a, wp, b, got)
+        np.testing.assert_array_equal(got, want, err_msg=target)

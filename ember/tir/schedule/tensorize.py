@@ -8,8 +8,9 @@ split into its base (the loops outside, `k_0 * 4`) and its part inside (`k_1`). 
 and init, with each iteration variable replaced by base + the description's variable, must be
 the description's expression for expression, with the dtypes the intrinsic takes; in each access
 `A[.., base + i, ..]` a dimension either stays put inside (part of the address) or walks one of
-the description's dimensions (`a[i]`), in any order, with the stride the intrinsic takes (a
-transposed read walks with the row stride).
+the description's dimensions (`a[i]`), or several (`A[i, k_0 * 4 + k_1]` walks a[i, kg, g]: a row
+of K values in groups of 4, with strides K, 4 and 1), in any order, with the stride the intrinsic
+takes (a transposed read walks with the row stride).
 
     for i_1 in range(4):                   if k_0 == 0:
       for j in range(4):                      routine.mm4_reset(C + i_0*64 + j_0*4, 16)
@@ -165,7 +166,7 @@ class _Matcher:
         if buf.dtype != dbuf.dtype:
             self.fail(f"{buf.name} is {buf.dtype}, the intrinsic's {dbuf.name} is {dbuf.dtype}")
         zero = {v: const(0, v.dtype) for v in self.dvars}
-        offsets, dim_of = [], {}  # desc dimension -> the buffer's dimension it walks
+        offsets, dim_of = [], {}  # desc dimension -> (the buffer's dimension it walks, its step there)
         for i, e in enumerate(idx):
             off = self.ana.simplify(substitute(e, zero))
             offsets.append(off)
@@ -173,15 +174,19 @@ class _Matcher:
             if is_const(part, 0):
                 continue
             j = next((j for j, de in enumerate(didx) if j not in dim_of and self.ana.can_prove_equal(part, de)), None)
-            if j is None:
+            if j is not None:
+                dim_of[j] = (i, 1)
+                continue
+            split = self._split(part, [(j, de) for j, de in enumerate(didx) if j not in dim_of], zero)
+            if split is None:
                 break
-            dim_of[j] = i
+            dim_of.update((j, (i, c)) for j, c in split.items())
         if len(dim_of) != len(didx):
             self.fail(f"the access {buf.name}[{', '.join(map(str, idx))}] does not follow the intrinsic's "
                       f"{dbuf.name}[{', '.join(map(str, didx))}]")
         strides = tuple(self.ana.simplify(x) for x in _row_major(buf.shape))
         flat = self.ana.simplify(sum((i * s for i, s in zip(offsets, strides)), const(0)))
-        walked = tuple(strides[dim_of[j]] for j in range(len(didx)))
+        walked = tuple(self.ana.simplify(strides[dim_of[j][0]] * dim_of[j][1]) for j in range(len(didx)))
         old = self.args.get(dbuf)
         if old is not None:
             if old[0] is not buf or not self.ana.can_prove_equal(old[1], flat):
@@ -190,9 +195,26 @@ class _Matcher:
         i = self.it.desc.params.index(dbuf)
         for j, (s, want) in enumerate(zip(walked, self.it.strides[i])):
             if not isinstance(want, Var) and not self.ana.can_prove_equal(s, want):
-                self.fail(f"{buf.name} has stride {s} in dimension {dim_of[j]}, the intrinsic's "
+                self.fail(f"{buf.name} has stride {s} in dimension {dim_of[j][0]}, the intrinsic's "
                           f"{dbuf.name} takes stride {want}")
         self.args[dbuf] = (buf, flat, walked)
+
+    def _split(self, part: PrimExpr, free: list[tuple[int, PrimExpr]], zero) -> dict[int, int] | None:
+        """`part` (one dimension's index inside the loop) as a sum of constant multiples of two or
+        more of the description's free dimensions that are its iteration variables, {dimension:
+        multiple}, else None: a dimension the nest walks as several of the description's, as
+        A[i, k_0 * 4 + k_1] walks a[i, kg, g] (a row of K values as K / 4 groups of 4)."""
+        steps = {}
+        for j, de in free:
+            if not isinstance(de, Var) or de not in self.dvars:
+                continue
+            step = as_int(self.ana.simplify(substitute(part, {**zero, de: const(1, de.dtype)})))
+            if step is None:
+                return None
+            if step:
+                steps[j] = step
+        total = sum((const(c) * dict(free)[j] for j, c in steps.items()), const(0))
+        return steps if len(steps) > 1 and self.ana.can_prove_equal(part, total) else None
 
     # -- the calls -------------------------------------------------------------------------
     def calls(self, first: PrimExpr | None) -> Stmt:
