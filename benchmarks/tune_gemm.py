@@ -6,6 +6,7 @@ machine has, next to the unit's peak measured in the same run.
     python benchmarks/tune_gemm.py [--sizes 1024 2048] [--trials 1000] [--minutes 15] [--early-stop 256]
                                    [--db gemm.db]
     python benchmarks/tune_gemm.py --dtype bf16 | int8 --sizes 512 --trials 32 [--cpu-time]
+    python benchmarks/tune_gemm.py --dtype int8 --qgemm --sizes 512 --trials 24 --cpu-time
 
 For each size: tune (live progress on stderr), then time the winner and NumPy's BLAS here, in
 alternating blocks, medians of repeated runs; report GFLOP/s, the ratio, the trials and the tuning
@@ -18,6 +19,11 @@ best plain one, the best tensorized one's decisions applied to a 64^3 product an
 loop-IR interpreter (the intrinsic's description) against NumPy, and the winner's and the
 hand-written tile schedule's (tiles.gemm) GFLOP/s (GOP/s) against the peak of the unit's
 instruction (benchmarks/gemm_lowp.py's loop).
+
+With --qgemm, the kernel of an int8 model instead: qgemm (ember.ops.quantized, its rows read as
+(M, K), int32 sums plus a bias) as a model's task (extract_tasks of a one-operator graph), whose
+design space has the VNNI tile's tensorize sketch too; the winner (tensorized or not) against
+the operator's own schedule, both checked against NumPy's integers.
 """
 
 from __future__ import annotations
@@ -141,6 +147,46 @@ def tune_lowp(args) -> None:
         print(f"  {best.time}")
 
 
+def tune_qgemm(args) -> None:
+    from gemm import cpu_times
+    from gemm_lowp import measure_peak
+
+    import ember
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+    from ember.ops.quantized import pack
+    from ember.tune import Database
+    from ember.tune.extract import extract_tasks
+
+    peak = measure_peak(1, args.threads, cpu_time=args.cpu_time)
+    print(f"qgemm (int32 out), {args.threads} thread(s); vpdpbusd peak {peak:.1f} GOP/s")
+    db, rng = Database(args.db), np.random.default_rng(0)
+    for n in args.sizes:
+        g = Graph(f"qgemm_{n}")
+        x = g.add_input("x", TensorType((n, n), "uint8"))
+        w = g.add_constant(pack(rng.integers(-128, 128, (n, n), dtype=np.int8)), "w")
+        bias = g.add_constant(rng.integers(-1000, 1000, (n,), dtype=np.int32), "bias")
+        g.set_outputs(add_op(g, "qgemm", [x, w, bias], {"out_dtype": "int32"}))
+        [task] = extract_tasks(g)
+        best = ember.tune.tune(task, trials=args.trials, database=db, seed=args.seed,
+                               time_budget_s=args.minutes * 60, early_stop=args.early_stop, progress=True)
+        a, wp, b, out = task.random_args(rng)
+        want = a.astype(np.int32) @ wp.transpose(1, 3, 0, 2).reshape(n, n).astype(np.int32) + b
+        rates = {}
+        for name, trace in (("winner", best.trace), ("qgemm's schedule", task.default_trace)):
+            f = task.build(trace)
+            f(a, wp, b, out)
+            np.testing.assert_array_equal(out, want)
+            operands = (a, wp, b, out)
+            runs = cpu_times(f, operands, 20) if args.cpu_time else ember.bench(f, *operands, repeat=20).times
+            rates[name] = 2.0 * n**3 / float(np.median(runs)) / 1e9
+        intrins = [dict(i.attrs)["intrin"] for i in best.trace if i.kind == "tensorize"]
+        print(f"\n{n}^3: winner {'tensorized onto ' + intrins[0] if intrins else 'plain'}")
+        for name, r in rates.items():
+            print(f"  {name:17s} {r:8.1f} GOP/s ({100 * r / peak:3.0f}% of peak)")
+        print(f"  {best.time}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048])
@@ -151,12 +197,15 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", choices=["fp32", *LOWP], default="fp32")
+    ap.add_argument("--qgemm", action="store_true", help="int8: tune an int8 model's qgemm kernel instead")
     ap.add_argument("--cpu-time", action="store_true", help="bf16 / int8: one thread, timed by its CPU time (a "
                     "loaded machine's fair measure)")
     args = ap.parse_args(argv)
     if args.cpu_time:
         args.threads = 1
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
+    if args.qgemm:
+        return tune_qgemm(args)
     if args.dtype != "fp32":
         return tune_lowp(args)
     import ember
