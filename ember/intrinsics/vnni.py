@@ -10,9 +10,10 @@ K-groups of 4, contiguous: b's strides are 4 and 1), into 16 int32 of C (unit st
 The C functions are compiled for the unit alone (`__attribute__((target))`, whatever the build's
 flags) and test the CPU at run time (`__builtin_cpu_supports`): a kernel built with them runs
 `vpdpbusd` where the CPU has it and the same sums lane by lane elsewhere, never an illegal
-instruction. NATIVE is the same intrinsic without that test, for a target whose features
-include avx512vnni (qgemm's schedule, ember.schedules.cpu.quantized): inlined into a register
-tile, its accumulators then stay in registers across the K loop.
+instruction. NATIVE (and NATIVE_GCC) is the same intrinsic without that test, for a
+target whose features include avx512vnni (qgemm's schedule, ember.schedules.cpu.quantized):
+inlined into a register tile, its accumulators then stay in registers across the K loop; `native`
+picks the form by how many registers the tile leaves for the weights.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ NATIVE_GCC = declare(DOT_16X4_NATIVE_GCC, C_SOURCE_NATIVE_GCC, "ember_vnni_nativ
 def native(rows: int, panels: int):
     """The native intrinsic for a register tile of rows x panels accumulators: b's panels in
     registers, each loaded once a K-group for all the rows, where they fit beside the
-    accumulators and the broadcast (qgemm's 4 x 4 at 1024^3: 41% -> 85% of vpdpbusd's peak, one
+    accumulators and the broadcast (qgemm's 4 x 4 at 1024^3: 41% -> 85-89% of vpdpbusd's peak, one
     thread of an AMD EPYC Zen 5); else the compiler's intrinsic, which keeps in registers the
     panels it has room for and reads the others from L1 (7 x 4: 3 of the 4, at 93-95% of the peak
     for ResNet-18's 3x3 layers, where the fifth register of b would spill an accumulator)."""
