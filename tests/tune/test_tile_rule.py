@@ -100,19 +100,21 @@ def test_an_int8_models_qgemm_is_offered_its_unit():
 
     rng = np.random.default_rng(1)
     g = Graph("qlinear")
-    x = g.add_input("x", TensorType((16, 32), "uint8"))
-    w = g.add_constant(pack(rng.integers(-128, 128, (32, 64), dtype=np.int8)), "w")
-    bias = g.add_constant(rng.integers(-1000, 1000, (64,), dtype=np.int32), "bias")
+    x = g.add_input("x", TensorType((16, 64), "uint8"))
+    w = g.add_constant(pack(rng.integers(-128, 128, (64, 32), dtype=np.int8)), "w")
+    bias = g.add_constant(rng.integers(-1000, 1000, (32,), dtype=np.int32), "bias")
     (y,) = add_op(g, "qgemm", [x, w, bias], {"out_dtype": "int32"})
     g.set_outputs([y])
     [task] = extract_tasks(g)
     assert tensorize_sketches(task, Target.x86("avx512")) == []
-    assert tensorize_sketches(task, Target(cflags=SPR)) == ["tensorize:u8s8_vnni"]  # (AMX: K = 32, not 64)
-    sch = sample(task, next(s for s in design_space(task, Target(cflags=SPR)) if s.unit), seed=5)
-    assert [i for i in sch.trace if i.kind == "tensorize"]
+    assert tensorize_sketches(task, Target(cflags=SPR)) == ["tensorize:amx_u8s8", "tensorize:u8s8_vnni"]
     a, wp, b, out = task.random_args(np.random.default_rng(2))
-    want = a.astype(np.int32) @ wp.transpose(1, 3, 0, 2).reshape(32, 64).astype(np.int32) + b
-    for target in ["python"] + (["c"] if cpu_has("avx512_vnni") else []):
-        got = np.full_like(out, -1)
-        task.build(sch.trace, target=target)(a, wp, b, got)
-        np.testing.assert_array_equal(got, want, err_msg=target)
+    want = a.astype(np.int32) @ wp.transpose(1, 3, 0, 2).reshape(64, 32).astype(np.int32) + b
+    for sketch in (s for s in design_space(task, Target(cflags=SPR)) if s.unit):
+        sch = sample(task, sketch, seed=5)
+        assert [i for i in sch.trace if i.kind == "tensorize"]
+        here = sketch.unit == "u8s8_vnni" and cpu_has("avx512_vnni")
+        for target in ["python"] + (["c"] if here else []):
+            got = np.full_like(out, -1)
+            task.build(sch.trace, target=target)(a, wp, b, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"{sketch.name} on {target}")
