@@ -42,6 +42,7 @@ from ..target import as_target
 from .calibrate import METHODS, Observer
 from .offload import check_accelerator, device_reports
 from .offload import offload as offload_products
+from .requant import fold_requantization
 from .rewrite import products, quantize_products
 
 __all__ = ["device_reports", "error", "quantize"]
@@ -100,6 +101,8 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
         observers = _calibrate(graph, calibration_data, progress, compile_options)
         ranges = {name: o.range(method, percentile) for name, o in observers.items()}
     quantized = quantize_products(graph, ranges, per_channel, nhwc=nhwc and offload is None)
+    if offload is None:  # (an offloaded product's epilogue stays the host's)
+        quantized = fold_requantization(quantized)
     quantized.ranges.update(imported.ranges)  # (the sizes' ranges, checked at each call, as ember.compile's)
     host = offload_products(quantized, offload, offload_tiles) if offload is not None else None
     return compile_graph(quantized, host=host, **compile_options)
