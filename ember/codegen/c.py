@@ -68,6 +68,7 @@ from ..tir.expr import (
     Broadcast,
     Buffer,
     BufferLoad,
+    Call,
     Cast,
     Const,
     Not,
@@ -448,6 +449,8 @@ class CRenderer(CStyleRenderer):
                 return self._expr(v)
             return f"{self._e(v, EQ)} != 0", EQ
         target = self.lib.value_vec(dst, lanes)
+        if (src, dst) == ("float32", "int32") and isinstance(v, Call) and v.name == "round":
+            return f"{self.lib.rint_int32(lanes)}({self._e(v.args[0])})", PRIMARY
         code = f"{self._e(v, ADD)} & 1" if src == "bool" else self._e(v)  # mask lanes -1 -> 1
         if dst == "float16":
             code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"

@@ -468,6 +468,33 @@ class CPrelude:
             f"static inline {t} {name}({t} x, {t} c) {{\n{branches}#else\n  return {fallback};\n#endif\n}}"
         ))
 
+    def rint_int32(self, lanes: int) -> str:
+        """`ember_rint_int32x<lanes>(float32 vector x)`: (int32)rintf(x) a lane, one instruction a
+        register where the target has the width (cvtps2dq rounds by the current mode, as rintf
+        does) where rounding (vrndscaleps) then converting (vcvttps2dq) takes two: a requantizing
+        epilogue's rint before its uint8."""
+        t, i = self.vec("float32", lanes), self.vec("int32", lanes)
+        name = f"ember_rint_{i}"
+        rounded = self.lanewise(f"ember_rint_{t}", t, f"{t} x", lanes, "rintf(x[l])")
+        fallback = f"__builtin_convertvector({rounded}(x), {i})"
+        units = [(f, w) for f, w in (("__AVX512F__", 512), ("__AVX__", 256)) if lanes * 32 % w == 0]
+
+        def body(width: int) -> str:
+            n = lanes * 32 // width
+            return (f"  union {{ {t} v; __m{width} r[{n}]; }} a = {{x}};\n"
+                    f"  union {{ __m{width}i r[{n}]; {i} v; }} b;\n"
+                    f"  for (int k = 0; k < {n}; ++k) b.r[k] = _mm{width}_cvtps_epi32(a.r[k]);\n"
+                    "  return b.v;\n")
+
+        if not units:
+            return self._helper(name, lambda: f"static inline {i} {name}({t} x) {{ return {fallback}; }}")
+        branches = "".join(f"#{'if' if k == 0 else 'elif'} defined({f})\n{body(w)}" for k, (f, w) in enumerate(units))
+        guard = " || ".join(f"defined({f})" for f, _ in units)
+        return self._helper(name, lambda: (
+            f"#if {guard}\n#include <immintrin.h>\n#endif\n"
+            f"static inline {i} {name}({t} x) {{\n{branches}#else\n  return {fallback};\n#endif\n}}"
+        ))
+
     def floordiv(self, op: str, elem: str, lanes: int, checked: bool = False) -> str:
         """`ember_floordiv_<type>` / `ember_floormod_<type>`: `//` and `%` with numpy's rules
         (integers: x // 0 == x % 0 == 0, MIN // -1 == MIN), scalar or vector, of any type.

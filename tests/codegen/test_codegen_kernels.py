@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from ir_builders import Var, bcast, buf, const, func, load, loop, ramp, rand, store
 
+from ember.codegen.c import codegen_c
 from ember.runtime.module import build_c_module
 from ember.tir import dtype as dt
 from ember.tir.expr import MATH_FUNCS, Select, binary, call, cast, max_, min_, select
@@ -353,3 +354,16 @@ def test_constants_exact(check):
     runs = check(nan, [rand(len(values), rng=rng)], {})
     assert all(np.isnan(r[0][0]) for r in runs.values())
 
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 4])
+def test_vector_rint_to_int32(check, lanes):
+    """cast(int32, round(x)) on vectors: one conversion by the current rounding mode where the
+    target has the width (ember_rint_int32x*), rintf's values: ties to even, both signs."""
+    v = Var("v")
+    A, Q = buf("A", [64]), buf("Q", [64], "int32")
+    r = ramp(v * lanes, 1, lanes)
+    f = func("rint32", [A, Q], loop(v, 64 // lanes, store(Q, r, cast(f"int32x{lanes}", call("round", load(A, r))))))
+    assert f"ember_rint_int32x{lanes}(ember_load_float32x{lanes}(" in codegen_c(f)
+    a = np.concatenate([np.arange(-8, 8) + 0.5, rng.uniform(-300, 300, 48)]).astype(np.float32)
+    check(f, [a, np.zeros(64, "int32")], {1: np.rint(a).astype(np.int32)})
