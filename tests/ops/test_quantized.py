@@ -126,12 +126,14 @@ def test_depthwise(shape, stride, pads, dilation, targets):
 
 def test_depthwise_pads_a_window_per_tile():
     """The C kernel pads the rows and columns each register tile reads (3 rows x 9 columns of 32
-    channels for 7 output columns of one output row at stride 1) into a local array, widened
-    once, where it padded and widened the whole input at the root."""
+    channels for 7 output columns of one output row at stride 1) into a local array of bytes,
+    each tap widening its vector as it loads it, where it padded and widened the whole input at
+    the root."""
     types = [TensorType((1, 14, 14, 32), "uint8"), TensorType((3, 3, 32), "int8"), TensorType((32,), "int32"),
              TensorType((32,), "float32")]
     source = build_op("qdepthwise", types, {"pads": (1, 1, 1, 1), "pad_value": 3}).kernel.source
-    assert "int32_t qdepthwise_padded_local[864]" in source
+    assert "uint8_t qdepthwise_padded_local[864]" in source
+    assert "ember_widen_uint8x16(ember_load_uint8x16(qdepthwise_padded_local + " in source
     assert "qdepthwise_padded =" not in source  # (no copy of the whole input)
 
 

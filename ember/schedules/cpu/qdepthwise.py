@@ -1,8 +1,8 @@
 """The CPU schedule of qdepthwise (ember.ops.qdepthwise): a register tile of output columns of one
 output row x panels of 16 channels of int32 sums (qgemm's tile, up to 7 x 4), the taps
-outside it, each a multiply-add of 16 widened activations by 16 widened weights per panel; the
-padded input widened to int32 per tile, into a local array of the rows and columns the tile reads
-(a tile within one output row, so that its window is a box); the epilogue (the scale and whatever
+outside it, each a multiply-add of 16 activations widened as they load by 16 widened weights
+per panel; the padded input per tile, a local array of the bytes of the rows and columns the tile
+reads (a tile within one output row, so that its window is a box); the epilogue (the scale and whatever
 fused after it: ReLU6, the next product's quantization) vectorized over the tile's channels as it
 leaves the registers."""
 
