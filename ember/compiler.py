@@ -115,6 +115,8 @@ class CompileStats:
     passes_s: float = 0.0  # the graph passes (weight packing among them) and fusion
     load_s: float = 0.0  # loading the library and copying the weights into aligned buffers
     hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
+    untraced: bool = False  # found by the module's key, before any trace (ember.frontend.module_key)
+    unkeyed: str = ""  # why a torch module had no key before tracing (it was traced to find or make the model)
     kept_s: float = 0.0  # saving the model into the model cache (on a miss)
     cpu: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each phase's CPU seconds (`Clock`)
     # precision "bf16": the products kept in fp32 and why (ember.passes.bf16_weights.kept_fp32)
@@ -147,7 +149,9 @@ class CompileStats:
             ("load", self.load_s, "the library loaded, the weights copied aligned"),
         ]
         if self.hit:
-            rows = [("import", self.import_s, "torch.export's trace, the digest of its program and weights"),
+            rows = [("import", self.import_s, "the module's key (its classes' code, attributes and weights hashed): "
+                                              "nothing traced" if self.untraced else
+                     "torch.export's trace, the digest of its program and weights"),
                     ("load", self.load_s, "the model cache's entry read and checked, the library loaded; "
                                                    "nothing converted, lowered or built")]
         elif self.kept_s:
@@ -160,6 +164,8 @@ class CompileStats:
         for name, s, what in rows:
             used = f" {self.cpu.get(name, 0.0):6.2f} s CPU" if cpu else ""
             lines.append(f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%{used}  {what}")
+        if self.unkeyed:
+            lines.append(f"  (traced: no key before tracing: {self.unkeyed})")
         return "\n".join([*lines, *kept_lines(self.kept_fp32)])
 
 
@@ -350,7 +356,7 @@ def _host_function(node):
 
 
 def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializations: int | None = None,
-            report: bool = False, **options) -> CompiledModel | SpecializedModel:
+            report: bool = False, cache: str = "module", **options) -> CompiledModel | SpecializedModel:
     """Compile a Graph, a torch.nn.Module (traced with `example_inputs`; `dynamic_shapes` is
     torch.export's specification, e.g. ({1: torch.export.Dim("seq", min=1, max=512)},): one
     compile serves every size in range), or an ONNX model (a path or a ModelProto). Options:
@@ -358,14 +364,20 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     inputs (a graph input giving axes, k, pads, scales, a shape) is a SpecializedModel, compiled on
     call for each value of those, for at most `max_specializations` values (default: the
     max_specializations option). report=True prints where the time went to stderr
-    (`CompileStats.report`; the model's `compile_report()` returns it)."""
-    check_option_names(options, "ember.compile", ("dynamic_shapes", "max_specializations", "report"))
+    (`CompileStats.report`; the model's `compile_report()` returns it).
+    cache: how the model cache (ember.runtime.model_cache) finds a torch module compiled before:
+    "module" by its key before tracing (ember.frontend.module_key: its classes' code, attributes,
+    weights and the inputs' specs), else by its trace; "trace" by its trace only (torch.export
+    runs: for a forward that reads state the module's key cannot see, see that module)."""
+    check_option_names(options, "ember.compile", ("dynamic_shapes", "max_specializations", "report", "cache"))
+    if cache not in ("module", "trace"):
+        raise ArgumentTypeError(f"ember.compile: cache is 'module' or 'trace', got {cache!r}")
     limit = config.resolve("max_specializations", max_specializations)
     clock = Clock()
     torch = sys.modules.get("torch")
     if (torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None
             and (options_key := _options_key(options)) is not None):
-        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, clock)
+        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, clock, cache)
         release_free_memory()  # (the import's copies and what the passes freed: glibc keeps them otherwise)
         if report:
             print(compiled.compile_report(), file=sys.stderr)
@@ -434,37 +446,62 @@ def _kept_fp32(compiled: CompiledModel, options: dict) -> tuple[str, ...]:
     return tuple(kept_fp32(compiled.graph))
 
 
-def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str,
-                    clock: Clock) -> CompiledModel | SegmentedModel:
-    """A torch module through the model cache (ember.runtime.model_cache): traced, then loaded
-    whole where a process compiled the same program (its weights included) with the same options
-    before; else converted, compiled and kept. Only the trace runs on a hit: its decomposition,
-    conversion, graph passes, lowering and build do not."""
+def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str, clock: Clock,
+                    cache: str) -> CompiledModel | SegmentedModel:
+    """A torch module through the model cache (ember.runtime.model_cache): loaded whole where a
+    process compiled the same module with the same options before, found by the module's key
+    (ember.frontend.module_key: nothing traced), else by its trace (torch.export, then the
+    digest of its program and weights); else converted, compiled and kept under both keys."""
+    from .frontend.module_key import module_key
+    from .runtime import model_cache
+
+    inputs = (example_inputs,) if isinstance(example_inputs, sys.modules["torch"].Tensor) else tuple(example_inputs)
+    mkey, unkeyed = module_key(model, inputs, dynamic_shapes) if cache == "module" else (None, "")
+    mkey = None if mkey is None else f"module {mkey}|{options_key}"
+    key = None if mkey is None else model_cache.aliased(mkey)
+    if key is not None and (hit := _hit(key, clock, options, untraced=True)) is not None:
+        return hit
     from .frontend.torch.digest import program_digest
     from .frontend.torch.module import checked_inputs, import_traced, symbol_names, trace
-    from .runtime import model_cache
 
     example_inputs = checked_inputs(example_inputs)
     traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
     program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
     key = None if program is None else f"{program}|{options_key}"
-    trace_s, trace_cpu = clock.lap()
-    art = None if key is None else model_cache.get(key)
-    if art is not None:
-        compiled = _from_artifact(art, options.get("num_threads"))
-        load_s, load_cpu = clock.lap()
-        compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, trace_s + load_s, True, hit=True,
-                                      import_s=trace_s, load_s=load_s, cpu={"import": trace_cpu, "load": load_cpu},
-                                      kept_fp32=_kept_fp32(compiled, options))
-        return compiled
-    graph = import_traced(traced, model, example_inputs, dynamic_shapes)
+    if key is not None and (hit := _hit(key, clock, options, unkeyed=unkeyed)) is not None:
+        if mkey is not None:
+            model_cache.alias(mkey, key)
+        return hit
     import_s, import_cpu = clock.lap()
+    graph = import_traced(traced, model, example_inputs, dynamic_shapes)
+    more_s, more_cpu = clock.lap()
     compiled = compile_graph(graph, **options)
     if isinstance(compiled, CompiledModel):
         clock.lap()
         if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
             model_cache.put(key, compiled)
-        compiled.stats = _with_import(compiled.stats, trace_s + import_s, trace_cpu + import_cpu, kept=clock.lap())
+            if mkey is not None:
+                model_cache.alias(mkey, key)
+        compiled.stats = dataclasses.replace(
+            _with_import(compiled.stats, import_s + more_s, import_cpu + more_cpu, kept=clock.lap()), unkeyed=unkeyed)
+    return compiled
+
+
+def _hit(key: str, clock: Clock, options: dict, untraced: bool = False, unkeyed: str = "") -> CompiledModel | None:
+    """The model of the model cache's entry `key` with the stats of a hit (the import: `clock`'s
+    lap less the load), or None: no entry."""
+    from .runtime import model_cache
+
+    load = Clock()
+    art = model_cache.get(key)
+    if art is None:
+        return None
+    compiled = _from_artifact(art, options.get("num_threads"))
+    (load_s, load_cpu), (total_s, total_cpu) = load.lap(), clock.lap()
+    import_s, import_cpu = total_s - load_s, total_cpu - load_cpu
+    compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, import_s + load_s, True, hit=True,
+                                  import_s=import_s, load_s=load_s, cpu={"import": import_cpu, "load": load_cpu},
+                                  kept_fp32=_kept_fp32(compiled, options), untraced=untraced, unkeyed=unkeyed)
     return compiled
 
 

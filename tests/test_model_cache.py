@@ -1,5 +1,6 @@
 """The model cache (ember.runtime.model_cache): a torch module compiled again with the same
-program, weights and options loads the model kept whole, and computes as torch does; a changed
+program, weights and options loads the model kept whole, and computes as torch does, found by
+the module's key without tracing (or by its trace, with a hook or cache="trace"); a changed
 weight, option or ember source misses; the report's phases add up to the compile's time; a
 damaged entry is a miss that the next compile replaces; the folder keeps at most its limit, the
 least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing."""
@@ -51,8 +52,9 @@ def compiled(model, x, **options):
 def phases_sum_to_the_total(model, x) -> ember.CompiledModel:
     """A compile whose report's phases (wall and CPU seconds) add up to about what it took."""
     clock = Clock()
-    cm = compiled(model, x)
-    wall, cpu = clock.lap()  # (the check against torch included)
+    cm = ember.compile(model, (x,))
+    wall, cpu = clock.lap()
+    compiled(model, x)  # (checked against torch: a hit again)
     s = cm.stats
     phases = (s.import_s, s.load_s) if s.hit else \
         (s.import_s, s.passes_s, s.lower_s, s.codegen_s, s.build_s, s.load_s, s.kept_s)
@@ -100,6 +102,38 @@ def test_damaged_entry_is_a_miss_and_replaced(cache):
     weights.write_bytes(weights.read_bytes()[:-4])  # truncated
     assert not compiled(model, x, name="damaged").stats.hit  # (a miss, compiled and kept again)
     assert compiled(model, x, name="damaged").stats.hit
+
+
+def test_found_before_tracing(cache, monkeypatch):
+    """A module compiled again is found by its key before tracing (torch.export never runs); one
+    whose key changed but not its program is found by its trace, and by its key after that; a
+    hook or cache="trace" keys it by its trace."""
+    from ember.frontend.torch import module as frontend
+
+    root, _, x = cache
+    torch.manual_seed(2)
+    model = Net().eval()
+    first = compiled(model, x)
+    assert not first.stats.hit and not first.stats.unkeyed
+    traced = frontend.trace
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced")
+
+    monkeypatch.setattr(frontend, "trace", no_trace)
+    again = compiled(model, x)
+    assert again.stats.hit and again.stats.untraced and "nothing traced" in again.compile_report()
+    monkeypatch.setattr(frontend, "trace", traced)
+    assert compiled(model, x, cache="trace").stats.hit and not compiled(model, x, cache="trace").stats.untraced
+    model.note = "unread"  # another key, the same program: found by its trace, then by its key
+    assert not compiled(model, x).stats.untraced and compiled(model, x).stats.untraced
+    handle = model.fc1.register_forward_hook(lambda m, args, out: out)
+    hooked = compiled(model, x)
+    handle.remove()
+    assert hooked.stats.hit and "no key before tracing: module fc1 (Linear) has forward hooks" in \
+        hooked.compile_report()
+    with pytest.raises(ember.ArgumentTypeError, match="cache is 'module' or 'trace'"):
+        ember.compile(model, (x,), cache="never")
 
 
 def test_off(tmp_path, monkeypatch):

@@ -2,6 +2,10 @@
 
 `save_graph(graph, folder)` writes folder/graph.json ({"format", "version", "graph": the text
 form's lines}) and folder/constants.safetensors; `load_graph(folder)` reads them back.
+The constants file's data starts on a page (PAGE bytes; the header padded with spaces, as the
+format allows), the tensors of a multiple of 64 bytes first: a mapping of the file (the model
+cache's entries, ember.runtime.model_cache) holds them aligned as a model holds its weights, so
+they are used where they lie, not copied.
 `graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
 metadata. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
 text (exact bits, any size), and every dtype that safetensors stores round-trips (bool,
@@ -26,12 +30,13 @@ FORMAT = "ember.graph"
 VERSION = 1
 GRAPH_FILE = "graph.json"
 CONSTANTS_FILE = "constants.safetensors"
+PAGE = 4096
 
 
 def save_graph(graph: Graph, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(_tensors(graph), folder / CONSTANTS_FILE)
+    _save_constants(_tensors(graph), folder / CONSTANTS_FILE)
     manifest = {"format": FORMAT, "version": VERSION, "graph": graph_to_text(graph, max_inline=0).splitlines()}
     (folder / GRAPH_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
     return folder
@@ -63,6 +68,28 @@ def graph_from_bytes(blob: bytes) -> Graph:
     if metadata.get("format") != FORMAT or metadata.get("version") != str(VERSION):
         raise GraphError(f"not an {FORMAT} blob of version {VERSION}")
     return parse_graph(metadata["graph"], _load(blob))
+
+
+def _save_constants(tensors: dict[str, np.ndarray], path: Path) -> None:
+    """A safetensors file of `tensors` whose data starts at a multiple of PAGE bytes, the tensors
+    of a multiple of 64 bytes first (see the module doc); one of a dtype ember's reader does not
+    know (dt.SAFETENSORS) is saved by safetensors as it lays it out."""
+    names = {d: s for s, d in dt.SAFETENSORS.items()}
+    if any(a.dtype.name not in names for a in tensors.values()):
+        save_file(tensors, path)
+        return
+    order = sorted(tensors, key=lambda k: (tensors[k].nbytes % 64 != 0, k))
+    header, at = {}, 0
+    for k in order:
+        a = tensors[k]
+        header[k] = {"dtype": names[a.dtype.name], "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        at += a.nbytes
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-(8 + len(head)) % PAGE)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for k in order:
+            f.write(np.ascontiguousarray(tensors[k]).reshape(-1).view(np.uint8))
 
 
 def _tensors(graph: Graph) -> dict[str, np.ndarray]:

@@ -58,7 +58,7 @@ from ..errors import ArtifactError
 from ..target import Target, machine_features
 from .contract import read_contract
 from .isa import needed_features
-from .library import Digest, Library, open_library, read_checked, read_regular, write_atomic
+from .library import Digest, Library, map_regular, open_library, read_checked, read_regular, write_atomic
 from .spec import ModelSpec
 from .tensor_file import tensors
 
@@ -151,7 +151,10 @@ def save_artifact(model, path: str | Path, needed_only: bool = True) -> Path:
     return folder
 
 
-def read_artifact(path: str | Path) -> Artifact:
+def read_artifact(path: str | Path, mapped: bool = False) -> Artifact:
+    """The folder's model, every check above run (see the module doc). mapped: the weights file
+    is mapped instead of read, and its sha256 not checked (the model cache's own entries, which
+    no one writes in place: ember.runtime.model_cache)."""
     folder = Path(path)
     where = folder / MANIFEST
     manifest = _read_manifest(folder)
@@ -176,7 +179,7 @@ def read_artifact(path: str | Path) -> Artifact:
     if type(align) is not int or not 0 < align <= 4096 or align & (align - 1):
         raise ArtifactError(f"{where}: the target's alignment {align!r} is not a power of two of at most 4096 bytes: "
                             f"the manifest was edited; save the model again")
-    weights = _read_weights(folder, files, agreed["weights"], where, align)
+    weights = _read_weights(folder, files, agreed["weights"], where, align, mapped)
     source = None
     if files["source"] is not None:
         data = read_checked(_path(folder, files["source"]["path"]), _digest(files["source"]), str(where))
@@ -323,9 +326,11 @@ def _difference(mine, theirs, where: str, library: str) -> str | None:
     return f"{where} is {_kind(mine)} where the library {library} has {_kind(theirs)}"
 
 
-def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path, align: int) -> dict[str, np.ndarray]:
+def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path, align: int,
+                  mapped: bool = False) -> dict[str, np.ndarray]:
     """The weights the contract lists, in its order, each of its dtype and shape: read-only views of
-    the file's bytes, read with its data on an `align`-byte boundary."""
+    the file's bytes, read with its data on an `align`-byte boundary (mapped: views of its pages,
+    aligned where the file's data starts on a page, as `save_graph` writes it)."""
     entry = files["weights"]
     path = _path(folder, entry["path"])
     if files["graph"] is not None:
@@ -336,7 +341,8 @@ def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path, al
             raise ArtifactError(f"{where}: the weights are {entry['path']}, but the graph's constants are "
                                 f"{expected.relative_to(folder)}: the manifest was edited; save the model again")
     # (read with the data aligned as the model's weights are: the model takes them without a copy)
-    data = read_checked(path, _digest(entry), str(where), aligned=(align, data_offset))
+    data = map_regular(path, entry["size"], str(where)) if mapped else \
+        read_checked(path, _digest(entry), str(where), aligned=(align, data_offset))
     try:
         stored = tensors(data)  # views of the bytes just checked
     except ValueError as e:

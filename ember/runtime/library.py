@@ -101,18 +101,8 @@ def read_regular(path: Path, size: int | None = None, recorded_in: str = "", ali
     whole only to be refused. Opened without blocking, so that opening a FIFO returns at once.
     aligned=(align, at): the bytes in a read-only NumPy uint8 array where the byte at offset
     at(first 8 bytes) starts on an `align`-byte boundary."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ArtifactError(f"{path} is not a regular file (a FIFO, a device or a folder); ember reads the "
-                                f"files of a saved model only from regular files")
-        if size is not None and st.st_size != size:
-            raise ArtifactError(f"{path} has {st.st_size} bytes, {recorded_in} records {size}: the file was "
-                                f"truncated or replaced after it was written; save or compile the model again")
+    with _opened(path, size, recorded_in) as f:
+        st = os.fstat(f.fileno())
         try:
             if aligned is not None:  # (one byte more than recorded: to see a longer file)
                 data = _read_aligned(f, (st.st_size if size is None else size) + 1, *aligned)
@@ -124,6 +114,42 @@ def read_regular(path: Path, size: int | None = None, recorded_in: str = "", ali
         raise ArtifactError(f"{path} has {len(data)} bytes, {recorded_in} records {size}: the file was "
                             f"truncated or replaced after it was written; save or compile the model again")
     return data
+
+
+def _opened(path: Path, size: int | None, recorded_in: str):
+    """The regular file at `path`, opened for reading, of `size` bytes when given (ArtifactError
+    otherwise: see `read_regular`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ArtifactError(f"cannot read {path} ({e.strerror or e})") from None
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = (f"{path} is not a regular file (a FIFO, a device or a folder); ember reads the files of a saved "
+                   f"model only from regular files")
+    elif size is not None and st.st_size != size:
+        problem = (f"{path} has {st.st_size} bytes, {recorded_in} records {size}: the file was truncated or "
+                   f"replaced after it was written; save or compile the model again")
+    if problem:
+        f.close()
+        raise ArtifactError(problem)
+    return f
+
+
+def map_regular(path: Path, size: int, recorded_in: str) -> np.ndarray:
+    """The bytes of the regular file at `path`, of `size` bytes, as a read-only uint8 array over
+    a mapping of its pages (nothing copied; `read_regular`'s checks). A file truncated while the
+    array is in use faults the process (SIGBUS): for files no one writes in place."""
+    with _opened(path, size, recorded_in) as f:
+        if not size:
+            return np.empty(0, np.uint8)
+        try:
+            pages = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise ArtifactError(f"cannot map {path} ({e.strerror or e})") from None
+    return np.frombuffer(pages, np.uint8)
 
 
 def _read_aligned(f, limit: int, align: int, at: Callable[[bytes], int]) -> np.ndarray:

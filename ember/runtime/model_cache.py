@@ -3,13 +3,23 @@ before, from the same traced program, weights, options and target, loads that mo
 converting, passing, lowering and building it again (ember.compile of a torch module).
 
     get(key) -> Artifact, or None       put(key, model)
+    alias(other, key)                   aliased(other) -> key, or None
+
+A key is the traced program's (ember.frontend.torch.digest); `alias` files another key for the
+same entry (the module's key before tracing, ember.frontend.module_key: a small record in the
+folder "model-keys", ember.runtime.kept), so a later compile finds the model without tracing.
 
 An entry is the model saved as `CompiledModel.save` saves it (ember.runtime.artifact: library,
 source, graph and weights, and the manifest of their sha256s) in the folder
 `<cache_dir>/models/<k[:2]>/<k>`, k the sha256 of the caller's key, Python's version and ember's
 own source (ember.runtime.kept), so an entry made by other code is never read. Reading it runs
 the artifact's every check; an entry that fails one (a truncated, edited or half-deleted folder)
-is a miss, and the next put replaces it. A put saves into a temporary folder renamed into place,
+is a miss, and the next put replaces it. The weights file is the
+exception: it is mapped, not read, its size checked but not its sha256 (hashing BERT-base's 440 MB
+would take longer than the rest of a warm compile); a put never writes into an entry's folder
+(it writes a new one and renames it into place, and removes old ones by unlinking, which leaves
+a mapping valid), so only a file edited in place from outside ember is read as it is, and one
+truncated under a running model faults it (SIGBUS). A put saves into a temporary folder renamed into place,
 so a reader sees a whole entry or none; a cache that cannot be written is skipped. An entry is as
 large as the model's weights, so the folder keeps at most LIMIT bytes: a put removes the least
 recently used entries (a hit touches its folder) beyond that.
@@ -31,6 +41,7 @@ from . import kept
 from .artifact import Artifact, read_artifact, save_artifact
 
 FOLDER = "models"
+ALIASES = "model-keys"  # ember.runtime.kept's folder of the other keys of entries
 LIMIT = 4 << 30  # bytes of entries kept at most (BERT-base's is 0.4 GiB)
 
 
@@ -45,7 +56,7 @@ def get(key: str) -> Artifact | None:
     if not folder.is_dir():
         return None
     try:
-        art = read_artifact(folder)
+        art = read_artifact(folder, mapped=True)
     except (ArtifactError, OSError):
         return None
     with contextlib.suppress(OSError):
@@ -68,6 +79,17 @@ def put(key: str, model) -> None:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         _evict(folder.parent.parent, folder)
+
+
+def alias(other: str, key: str) -> None:
+    """File `other` as another key of `key`'s entry."""
+    kept.put(ALIASES, other, key)
+
+
+def aliased(other: str) -> str | None:
+    """The key that `other` was filed for, or None."""
+    key = kept.get(ALIASES, other)
+    return key if isinstance(key, str) else None
 
 
 def _evict(root: Path, keep: Path) -> None:

@@ -5,8 +5,9 @@ bytes: `safetensors.numpy.load` would copy every tensor before CompiledModel cop
 aligned memory, and mapping the file instead would let a file truncated meanwhile kill the process
 (SIGBUS). The format: an 8-byte little-endian header length, a JSON header naming each tensor's
 dtype, shape and [begin, end) byte offsets into the data that follows (and an optional
-"__metadata__"), then the data. Anything that is not that (a header out of bounds, an unknown
-dtype, offsets that do not fit the shape) is a ValueError that says what.
+"__metadata__"), then the data, every byte of which the tensors index. Anything that is not that
+(a header out of bounds, an unknown dtype, offsets that do not fit the shape, data the tensors do
+not end at) is a ValueError that says what.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ import numpy as np
 
 from ..tir import dtype as dt
 
-DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
-          "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-          "F64": "float64"}
+DTYPES = dt.SAFETENSORS
 
 
 def tensors(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
@@ -43,6 +42,9 @@ def tensors(data: bytes | np.ndarray) -> dict[str, np.ndarray]:
     for name, entry in header.items():
         if name != "__metadata__":
             out[name] = _tensor(name, entry, body)
+    end = max((int(e["data_offsets"][1]) for n, e in header.items() if n != "__metadata__"), default=0)
+    if end != len(body):  # (the format indexes every byte: a header length edited into its padding shows here)
+        raise ValueError(f"the tensors end at byte {end} of the data, which has {len(body)}")
     return out
 
 

@@ -31,6 +31,10 @@ SCALAR_DTYPES = (
     "float16", "bfloat16", "float32", "float64",
 )
 INDEX_DTYPE = "int64"
+# safetensors' names of the dtypes ember reads from and writes to its files (ember.runtime.tensor_file)
+SAFETENSORS = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16", "I16": "int16", "U32": "uint32",
+               "I32": "int32", "U64": "uint64", "I64": "int64", "F16": "float16", "BF16": "bfloat16",
+               "F32": "float32", "F64": "float64"}
 
 _VECTOR = re.compile(r"^([a-z][a-z0-9_]*?)x([0-9]+)$")
 

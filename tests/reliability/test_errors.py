@@ -41,7 +41,7 @@ def test_misuse_is_an_ember_error():
 BUILTIN_RAISES = {
     "dims.py": (3, "the dimension parser's own signals, caught by parse: a string that is no expression is a symbol"),
     "config.py": (18, "each value check raises ValueError, which get/resolve turn into ConfigError"),
-    "runtime/tensor_file.py": (6, "the weights reader's checks, turned into ArtifactError by the artifact reader"),
+    "runtime/tensor_file.py": (7, "the weights reader's checks, turned into ArtifactError by the artifact reader"),
     "cuda/grid.py": (1, "a saved grid extent of other operators, made ArtifactError by the CUDA artifact reader"),
     "codegen/cstyle.py": (1, "a node the renderer does not know (compiler bug)"),
     "codegen/c.py": (1, "two kernels of one name (compiler bug)"),

@@ -6,8 +6,9 @@ It covers what the compiled model depends on: the code of the traced program and
 submodules (control flow's regions), its signature, the shapes and dtypes of its inputs (symbols
 included, with their ranges and the names of their `torch.export.Dim`s), torch's version, and
 every parameter, buffer and lifted constant: its name, dtype, shape and bytes. The bytes are
-hashed once, as they are (sha256, about 2 GB/s on one core with SHA-NI: BERT-base's 440 MB in
-about 0.2 s), so a changed weight changes the digest. The module's Python code counts only
+hashed once, as they are (ember.frontend.module_key.hasher: xxh3-128 where xxhash is installed,
+BERT-base's 440 MB in a few hundredths of a second; else sha256, about 2 GB/s on one core with
+SHA-NI), so a changed weight changes the digest. The module's Python code counts only
 through what it traced: a model whose forward changed traces another program.
 
 None where a value has no bytes to hash as they are (a sparse, quantized, meta or subclassed
@@ -16,21 +17,21 @@ tensor, an opaque object): such a program is not cached.
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 from torch.export import ExportedProgram
+
+from ..module_key import hasher, tensor_bytes
 
 
 def program_digest(ep: ExportedProgram, names: dict[str, str]) -> str | None:
     """The digest of a traced program (see the module doc); `names`: the Dim name of each symbol."""
-    h = hashlib.sha256()
+    h = hasher()
 
     def add(*parts) -> None:
         for p in parts:
             h.update(str(p).encode() + b"\0")
 
-    add(torch.__version__, ep.graph_signature)
+    add(type(h).__name__, torch.__version__, ep.graph_signature)
     for name, module in ep.graph_module.named_modules():
         if isinstance(module, torch.fx.GraphModule):
             add(name, module.code)
@@ -41,18 +42,9 @@ def program_digest(ep: ExportedProgram, names: dict[str, str]) -> str | None:
     add(sorted((str(s), str(r)) for s, r in ep.range_constraints.items()), sorted(names.items()))
     values = {**ep.state_dict, **ep.constants}
     for name in sorted(values):
-        data = _bytes(values[name])
+        data = tensor_bytes(values[name])
         if data is None:
             return None
         add(name, values[name].dtype, tuple(values[name].shape))
         h.update(data)
     return h.hexdigest()
-
-
-def _bytes(t) -> memoryview | None:
-    """A tensor's bytes in row-major order, or None (not a plain dense CPU tensor)."""
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or t.is_quantized \
-            or t.device.type != "cpu":
-        return None
-    flat = t.detach().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
