@@ -4,7 +4,8 @@ code generation, the C compiler, loading, saving into the model cache).
 
     cold   a fresh process and an empty cache folder: everything is traced, lowered and compiled
     warm   a fresh process over the cache folder the cold compile filled: the model cache gives
-           the whole model after torch.export's trace (what a second run of a script costs); with
+           the whole model, found by the module's key before any trace (what a second run of a
+           script costs); with
            --model-cache off, the kernels are read from the disk and the library from the build
            cache, and every graph pass runs again
     again  the same model compiled again in the warm process (what torch.compile's recompiles

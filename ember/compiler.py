@@ -152,7 +152,7 @@ class CompileStats:
             rows = [("import", self.import_s, "the module's key (its classes' code, attributes and weights hashed): "
                                               "nothing traced" if self.untraced else
                      "torch.export's trace, the digest of its program and weights"),
-                    ("load", self.load_s, "the model cache's entry read and checked, the library loaded; "
+                    ("load", self.load_s, "the model cache's entry checked, its weights mapped, the library loaded; "
                                                    "nothing converted, lowered or built")]
         elif self.kept_s:
             rows.append(("kept", self.kept_s, "the model saved into the model cache for the next process"))

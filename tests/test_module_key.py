@@ -7,6 +7,7 @@ a global hook, an attribute it cannot read or a tensor that is not dense on the 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -148,3 +149,9 @@ def test_no_key():
     del m.blocks[0].lock
     m.blocks[0].register_buffer("sparse", torch.eye(3).to_sparse())
     assert "not a plain dense CPU tensor" in module_key(m, X)[1]
+
+
+def test_without_xxhash_sha256(monkeypatch):
+    base = key(net())
+    monkeypatch.setitem(sys.modules, "xxhash", None)  # (not installed: sha256, another key)
+    assert key(net()) == key(net()) != base
