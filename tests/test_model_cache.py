@@ -7,6 +7,8 @@ least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing."""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 
@@ -63,6 +65,13 @@ def phases_sum_to_the_total(model, x) -> ember.CompiledModel:
                           {"import", "passes", "lowering", "codegen", "C compiler", "load", "kept"})
     assert 0 < sum(s.cpu.values()) <= cpu and f"({sum(s.cpu.values()):.2f} s of CPU)" in cm.compile_report()
     return cm
+
+
+def owner(a):
+    """What holds an array's memory, through the arrays and memoryviews it is a view of."""
+    while (held := a.base if isinstance(a, np.ndarray) else a.obj if isinstance(a, memoryview) else None) is not None:
+        a = held
+    return a
 
 
 def entries(root) -> list:
@@ -123,6 +132,8 @@ def test_found_before_tracing(cache, monkeypatch):
     monkeypatch.setattr(frontend, "trace", no_trace)
     again = compiled(model, x)
     assert again.stats.hit and again.stats.untraced and "nothing traced" in again.compile_report()
+    for w in again.weights.values():  # views of the entry's mapped pages, aligned as they lie
+        assert w.ctypes.data % again.plan.align == 0 and isinstance(owner(w), mmap.mmap)
     monkeypatch.setattr(frontend, "trace", traced)
     assert compiled(model, x, cache="trace").stats.hit and not compiled(model, x, cache="trace").stats.untraced
     model.note = "unread"  # another key, the same program: found by its trace, then by its key

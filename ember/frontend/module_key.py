@@ -9,17 +9,19 @@ guards stand in for a re-trace: it hashes what the trace reads, as far as it can
 outside the forward pass:
 
 - each submodule's place in the tree (shared submodules and tensors named once), its class
-  (module and qualname) and, for each class of its MRO, the source file of the class's module
-  and the code of every function in the class's namespace (so a class edited, or a forward
-  monkeypatched on the class or the instance, changes the key), its plain class attributes, and
-  what the functions name as globals: plain values, and the code of Python functions called
-  (followed to their own globals, outside torch and the standard library);
-- every other attribute of each submodule (plain values: None, bool, int, float, str, bytes,
-  tuples, lists, sets, dicts, torch's dtype, device and Size, enums; objects such as
-  transformers' PretrainedConfig by their class and attributes; functions by their code);
+  (module and qualname) and, for each class of its MRO outside torch, the source file of the
+  class's module, the code of every function in the class's namespace (so a class edited, or a
+  forward monkeypatched on the class or the instance, changes the key) and its plain class
+  attributes; for the submodule's own class, also what its functions name as globals: plain
+  values, and the code of the Python functions named (followed to their own globals, outside
+  torch and the standard library);
+- every other attribute of each submodule: plain values (None, bool, int, float, str, bytes,
+  tuples, lists, sets, dicts, torch's dtype, device and Size, enums), tensors and NumPy arrays by
+  their bytes, objects such as transformers' PretrainedConfig by their class and attributes,
+  functions by their code;
 - each parameter and buffer: name, type, dtype, shape, strides and the hash of its bytes
-  (xxh3-128 where the xxhash package is installed, 2-3 GB/s; else sha256; a hash of the bytes in
-  order, so permuted weights differ);
+  (`hasher`: xxh3-128 where the xxhash package is installed, else sha256; the bytes in order, so
+  permuted weights differ);
 - the example inputs' structure, dtypes, shapes, strides and aliasing, and dynamic_shapes (each
   Dim's name and range, a derived Dim's function);
 - torch's version and default dtype (ember's source, Python's version, the options and the
@@ -46,6 +48,7 @@ import sys
 import sysconfig
 import types
 
+import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
@@ -84,6 +87,8 @@ def module_key(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=Non
         return _Key(model).of(example_inputs, dynamic_shapes), ""
     except Unkeyed as e:
         return None, str(e)
+    except Exception as e:  # (a value that fails to be read, a structure too deep: the key is only a shortcut)
+        return None, f"reading the module failed ({type(e).__name__}: {e})"
 
 
 class _Key:
@@ -143,6 +148,14 @@ class _Key:
         self.h.update(data)
         return f"{type(t).__name__} {t.dtype} {tuple(t.shape)} {t.stride()} {t.requires_grad} #{len(data)}"
 
+    def array(self, a: np.ndarray, where: str) -> str:
+        """A NumPy array's description, its bytes hashed."""
+        if a.dtype.hasobject:
+            raise Unkeyed(f"{where} is a NumPy array of Python objects")
+        data = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        self.h.update(data)
+        return f"ndarray {a.dtype} {a.shape} #{data.size}"
+
     def inputs(self, example_inputs) -> None:
         leaves, spec = pytree.tree_flatten(tuple(example_inputs))
         self.parts.append(f"inputs {spec}")
@@ -174,6 +187,8 @@ class _Key:
             return f"{_class_name(type(v))}.{v.name}"
         if isinstance(v, torch.Tensor):
             return self.tensor(v, where)
+        if isinstance(v, np.ndarray | np.generic):
+            return self.array(np.asarray(v), where)
         if isinstance(v, type):
             return _class_name(v)
         if isinstance(v, _FUNCTIONS):
