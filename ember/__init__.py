@@ -35,7 +35,9 @@ def compile(model, example_inputs=None, **options):
     zero raises ZeroDivisionError instead of giving 0 as numpy does), max_specializations (an
     ONNX model with runtime-valued inputs, such as axes given as a graph input, or with
     sequence or optional inputs, is a SpecializedModel that compiles per value or structure of
-    those, for at most this many); see
+    those, for at most this many), cache ("module", the default: a torch module compiled before
+    is found in the model cache by its key, without tracing; "trace": by torch.export's trace,
+    for a forward that reads state its key cannot see, ember.frontend.module_key); see
     ember.compiler.compile_graph."""
     from .compiler import compile as _compile
 

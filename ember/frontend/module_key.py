@@ -99,7 +99,7 @@ class _Key:
         self.h = hasher()
         self.parts: list[str] = [type(self.h).__name__, torch.__version__, str(torch.get_default_dtype())]
         self.names: dict[int, str] = {}  # id of a module or tensor -> its first name
-        self.seen: dict[int, int] = {}  # id of an object, class or function encoded -> its first part
+        self.seen: dict[tuple, int] = {}  # (what, how, id) of an object, class or function encoded -> its order
         self.keep: list = []  # (what `seen` names stays alive while the walk runs)
 
     def of(self, example_inputs, dynamic_shapes) -> str:
