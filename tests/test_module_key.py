@@ -155,3 +155,19 @@ def test_without_xxhash_sha256(monkeypatch):
     base = key(net())
     monkeypatch.setitem(sys.modules, "xxhash", None)  # (not installed: sha256, another key)
     assert key(net()) == key(net()) != base
+
+
+def test_a_helper_module_counts_by_its_source(tmp_path, monkeypatch):
+    """forward calling `helpers.scale(x)`: the helpers module's source file is keyed."""
+    (tmp_path / "key_helpers.py").write_text("def scale(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import key_helpers
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            return key_helpers.scale(x)
+
+    base = key(Scaled())
+    (tmp_path / "key_helpers.py").write_text("def scale(x):\n    return 3 * x  # edited\n")
+    assert key(Scaled()) != base
+    monkeypatch.delitem(sys.modules, "key_helpers")

@@ -13,8 +13,8 @@ outside the forward pass:
   class's module, the code of every function in the class's namespace (so a class edited, or a
   forward monkeypatched on the class or the instance, changes the key) and its plain class
   attributes; for the submodule's own class, also what its functions name as globals: plain
-  values, and the code of the Python functions named (followed to their own globals, outside
-  torch and the standard library);
+  values, the code of the Python functions named (followed to their own globals, outside torch
+  and the standard library), the source file of the Python modules named (`utils.helper(x)`);
 - every other attribute of each submodule: plain values (None, bool, int, float, str, bytes,
   tuples, lists, sets, dicts, torch's dtype, device and Size, enums), tensors and NumPy arrays by
   their bytes, objects such as transformers' PretrainedConfig by their class and attributes,
@@ -33,9 +33,10 @@ dense CPU one. Training flags are not keyed: ember traces in eval mode.
 
 The limit: what forward reads that is none of these is not seen. A module-level global that is
 an object (a dict of functions, a logger, a flag object) counts by its type only; a function
-reached through a module attribute (`F.gelu`, `utils.helper`) by the source file of its caller
-only; a value changed at run time inside a library (torch.backends flags, a monkeypatched torch
-function) not at all. ember.compile(..., cache="trace") keys such a model by its trace.
+reached through a Python module (`utils.helper`) by that module's source file, so a function
+put there at run time is not seen; a value changed at run time inside a library
+(torch.backends flags, a monkeypatched torch function) not at all. ember.compile(...,
+cache="trace") keys such a model by its trace.
 """
 
 from __future__ import annotations
@@ -243,8 +244,8 @@ class _Key:
         """A function or method as its code (`_code`), source file, defaults and closure, and with
         `follow` the globals it names (functions among them followed in turn); torch's and the
         standard library's by name (their versions key them)."""
-        if isinstance(f, types.ModuleType):
-            return f"module {f.__name__}"
+        if isinstance(f, types.ModuleType):  # (what forward calls through it: by the module's source file)
+            return f"module {f.__name__} {'' if _is_library(f.__name__) else _module_file_digest(f.__name__)}"
         if isinstance(f, staticmethod | classmethod):
             return f"{type(f).__name__}({self.function(f.__func__, where, strict, follow)})"
         if isinstance(f, property):
