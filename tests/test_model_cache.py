@@ -134,6 +134,8 @@ def test_found_before_tracing(cache, monkeypatch):
     assert again.stats.hit and again.stats.untraced and "nothing traced" in again.compile_report()
     for w in again.weights.values():  # views of the entry's mapped pages, aligned as they lie
         assert w.ctypes.data % again.plan.align == 0 and isinstance(owner(w), mmap.mmap)
+    y = torch.randn_like(x).numpy()
+    np.testing.assert_array_equal(again(y), first(y))  # the very model the first compile made
     monkeypatch.setattr(frontend, "trace", traced)
     assert compiled(model, x, cache="trace").stats.hit and not compiled(model, x, cache="trace").stats.untraced
     model.note = "unread"  # another key, the same program: found by its trace, then by its key
