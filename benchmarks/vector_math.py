@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ember import te  # noqa: E402
-from ember.codegen import c as c_codegen  # noqa: E402
+from ember.codegen import c_expr  # noqa: E402
 from ember.kernel import build  # noqa: E402
 
 try:
@@ -65,12 +65,12 @@ KERNELS = {
 @contextlib.contextmanager
 def libm_per_lane():
     """Generate code the way ember did before its vector math: libm lane by lane."""
-    saved = c_codegen.VECTOR_MATH
-    c_codegen.VECTOR_MATH = {}
+    saved = c_expr.VECTOR_MATH
+    c_expr.VECTOR_MATH = {}
     try:
         yield
     finally:
-        c_codegen.VECTOR_MATH = saved
+        c_expr.VECTOR_MATH = saved
 
 
 def kernel(fn, n: int, lanes: int, scalar: bool = True):
