@@ -68,6 +68,7 @@ from .common import broadcast_index, broadcast_shapes, check_float, result_dtype
 from .hints import PACK
 from .registry import OpDef, OpTypeError, register
 
+SDPA = "scaled_dot_product_attention"  # the operator's name, which passes match
 LAYOUTS = ("bhsd", "bshd")
 
 
@@ -169,13 +170,13 @@ def _value_dtype(q: TensorType, k: TensorType, v: TensorType) -> str:
     kept in half the bytes)."""
     if q.dtype == "float32" and k.dtype == v.dtype == "bfloat16":
         return q.dtype
-    return result_dtype("scaled_dot_product_attention", q, k, v)
+    return result_dtype(SDPA, q, k, v)
 
 
 def infer_heads_first(types, attrs):
     q, k, v = types[:3]
     dtype = _value_dtype(q, k, v)
-    check_float("scaled_dot_product_attention", q)
+    check_float(SDPA, q)
     if kv_groups(q.shape, k.shape, v.shape, attrs) > 1:  # broadcast as if repeated to q's heads
         k, v = (TensorType(x.shape[:-3] + (q.shape[-3],) + x.shape[-2:], x.dtype) for x in (k, v))
     if min(q.rank, k.rank, v.rank) < 2:
@@ -186,7 +187,7 @@ def infer_heads_first(types, attrs):
     if k.shape[-2] != v.shape[-2]:
         raise OpTypeError(f"scaled_dot_product_attention: k and v have different sequence lengths: {k.shape} vs "
                           f"{v.shape}")
-    batch = broadcast_shapes("scaled_dot_product_attention", q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = broadcast_shapes(SDPA, q.shape[:-2], k.shape[:-2], v.shape[:-2])
     scores = batch + (q.shape[-2], k.shape[-2])
     if len(types) == 4:
         mask = types[3]
@@ -455,7 +456,7 @@ def _staged(inputs, attrs, out_types):
 
 
 register(OpDef(
-    name="scaled_dot_product_attention",
+    name=SDPA,
     infer=_infer,
     reference=reference,
     compute=_compute,

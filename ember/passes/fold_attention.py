@@ -41,11 +41,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from ..ops.registry import OpTypeError, infer_types
 from .position_masks import CAUSAL, kept_keys
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def fold_attention(graph: Graph) -> Graph:

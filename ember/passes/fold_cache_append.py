@@ -14,9 +14,8 @@ concatenation something else reads (a graph output) stays for that reader.
 from __future__ import annotations
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def fold_cache_append(graph: Graph) -> Graph:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def fold_qkv_split(graph: Graph) -> Graph:

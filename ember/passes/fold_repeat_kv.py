@@ -16,9 +16,8 @@ something else also reads stays for that reader.
 from __future__ import annotations
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def fold_repeat_kv(graph: Graph) -> Graph:

@@ -19,9 +19,8 @@ this pass runs before simplify; the transposes it leaves unread go to dce.
 from __future__ import annotations
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def fold_transposes(graph: Graph) -> Graph:
@@ -29,11 +28,10 @@ def fold_transposes(graph: Graph) -> Graph:
 
 
 def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    match node.op:
-        case "scaled_dot_product_attention" if node.attrs["layout"] == "bhsd":
-            return _attention(rw, node, inputs)
-        case "gemm" | "matmul" if all(x.type.rank == 2 for x in inputs[:2]):
-            return _gemm(rw, node, inputs)
+    if node.op == SDPA and node.attrs["layout"] == "bhsd":
+        return _attention(rw, node, inputs)
+    if node.op in ("gemm", "matmul") and all(x.type.rank == 2 for x in inputs[:2]):
+        return _gemm(rw, node, inputs)
     return None
 
 

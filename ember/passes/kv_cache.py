@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from ..graph.core import Graph, TensorType
+from ..ops.attention import SDPA
 from ..tir.kv_int8 import SCALE_BYTES
 from .dce import dce
 from .rewrite import Rewriter
 
-SDPA = "scaled_dot_product_attention"
 KV_CACHES = {"float32": None, "bf16": "bfloat16", "int8": "int8"}  # the option's values: the cache's stored dtype
 
 

@@ -24,11 +24,10 @@ import math
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops.attention import SDPA
 from ..ops.flash_attention import tile_rows
 from ..tir import dtype as dt
 from .rewrite import Rewriter, rebuild
-
-SDPA = "scaled_dot_product_attention"
 
 
 def unfold_attention(graph: Graph, target=None) -> Graph:

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import ember  # noqa: E402
 from benchmarks.models.decode import gpt2_lm, heads  # noqa: E402
 from benchmarks.models.decode_onnx import export, quantize, session  # noqa: E402
+from ember.ops.attention import SDPA  # noqa: E402
 
-SDPA = "scaled_dot_product_attention"
 PROMPT, MAX_LEN = 6, 40
 RNG = np.random.default_rng()
 

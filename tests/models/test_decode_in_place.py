@@ -17,9 +17,9 @@ import torch
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.models.decode import RowStep, generate_in_place, heads, llama_lm, torch_generate  # noqa: E402
+from ember.ops.attention import SDPA  # noqa: E402
 
 PROMPT, TOKENS = 5, 12
-SDPA = "scaled_dot_product_attention"
 
 
 @torch.no_grad()
@@ -32,7 +32,7 @@ def test_in_place_greedy_tokens_as_torch():
     past = torch.export.Dim("past", min=1, max=PROMPT + TOKENS)
     step = ember.compile(RowStep(model).eval(), (torch.zeros((1, 1), dtype=torch.int64), *kv),
                          dynamic_shapes=(None, tuple({1: past} for _ in kv)))
-    attentions = [n for n in step.graph.nodes if n.op == "scaled_dot_product_attention"]
+    attentions = [n for n in step.graph.nodes if n.op == SDPA]
     assert len(attentions) == layers and all(n.attrs["appended"] and n.attrs["gqa"] for n in attentions)
     caches = {v.name for v in step.graph.inputs[1:]}  # read by the attentions alone (and its length): no copy
     assert {n.op for n in step.graph.nodes if caches & {v.name for v in n.inputs}} <= {SDPA, "size"}

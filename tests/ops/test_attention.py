@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
+from ember.ops.attention import SDPA
 from ember.testing import check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-5, "atol": 1e-6}
-SDPA = "scaled_dot_product_attention"
 
 
 def rand(*shape) -> np.ndarray:

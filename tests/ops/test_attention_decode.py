@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.graph.core import TensorType
+from ember.ops.attention import SDPA
 from ember.ops.registry import get
 from ember.schedules.apply import node_kernel
 from ember.testing import check_op
@@ -29,7 +30,6 @@ from ember.tir.stmt import CallRoutine, For
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-5}
-SDPA = "scaled_dot_product_attention"
 
 
 def rand(*shape) -> np.ndarray:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 import ember
 from ember.graph.core import TensorType
+from ember.ops.attention import SDPA
 from ember.ops.registry import get
 from ember.schedules.apply import node_kernel
 from ember.target import Target
@@ -32,7 +33,6 @@ from ember.tir.stmt import Allocate, CallRoutine, For
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-5}
-SDPA = "scaled_dot_product_attention"
 
 
 def rand(*shape) -> np.ndarray:

@@ -18,13 +18,12 @@ from pass_check import check_same, ops
 import ember
 from ember.frontend import import_model
 from ember.graph import Graph, TensorType
+from ember.ops.attention import SDPA
 from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.fold_attention import fold_attention
 from ember.passes.pipeline import run_pipeline
 from ember.testing import random_array
-
-SDPA = "scaled_dot_product_attention"
 
 
 class Block(torch.nn.Module):

@@ -17,13 +17,13 @@ from pass_check import check_same, ops
 import ember
 from ember.graph import Graph, TensorType
 from ember.ops import OpTypeError, infer_types
+from ember.ops.attention import SDPA
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.fold_qkv_split import fold_qkv_split
 from ember.testing import check_op, random_array
 
-SDPA = "scaled_dot_product_attention"
 S, H, E = 6, 3, 4
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 

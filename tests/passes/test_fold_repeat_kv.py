@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 import ember
 from ember.graph.core import Graph, TensorType
+from ember.ops.attention import SDPA
 from ember.ops.nodes import add_op
 from ember.passes.dce import dce
 from ember.passes.fold_repeat_kv import fold_repeat_kv
 
 RNG = np.random.default_rng()
-SDPA = "scaled_dot_product_attention"
 
 
 def repeat_graph(tiled: bool = False) -> Graph:

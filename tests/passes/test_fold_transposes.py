@@ -9,6 +9,7 @@ from pass_check import check_same, ops
 
 import ember
 from ember.graph import Graph, TensorType
+from ember.ops.attention import SDPA
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.algebraic import simplify
@@ -18,7 +19,6 @@ from ember.passes.pipeline import run_pipeline
 from ember.testing import random_array
 
 B, S, H, D = 2, 6, 3, 4
-SDPA = "scaled_dot_product_attention"
 
 
 def attention_block(transposed=("q", "k", "v"), mask: bool = True) -> Graph:

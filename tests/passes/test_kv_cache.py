@@ -15,13 +15,13 @@ import pytest
 import ember
 from ember.errors import ConfigError
 from ember.graph.core import Graph, TensorType
+from ember.ops.attention import SDPA
 from ember.ops.nodes import add_op
 from ember.ops.registry import get
 from ember.passes.kv_cache import kv_cache
 from ember.tir.kv_int8 import quantize_rows
 
 RNG = np.random.default_rng()
-SDPA = "scaled_dot_product_attention"
 ATTRS = {"layout": "bshd", "appended": True, "gqa": True}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...ops.attention import SDPA
 from ...ops.hints import PACK, lanes_dividing
 from ...te.tensor import ComputeOp, ExternOp, input_tensors_of
 from ...tir.expr import as_int
@@ -9,7 +10,7 @@ from . import schedules
 from .tiling import register_tile, schedule_pack, tile_rows_cols
 
 
-@schedules("scaled_dot_product_attention")
+@schedules(SDPA)
 def schedule_attention(s, outputs, target):
     """The fused kernel (an extern: its loops are its own): nothing. The staged compute: the two
     products (scores = q k^T, weighted = p v) in register tiles where their
