@@ -19,7 +19,9 @@ a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's c
 and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on
 both sides), those of 128 rows also in other tiles than the default's (`fp32_tiles`) and built for
 a symbolic number of tokens (`symbolic`: one kernel, its grid per launch, run at 128 and 384 tokens
-next to the static kernel of that size and cuBLAS). Every kernel is
+next to the static kernel of that size and cuBLAS) and split over K where their grid leaves
+multiprocessors idle (`split_k`: partial sums, then their sum; the default's one pass is in
+`products`). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -430,6 +432,7 @@ def symbolic(n: int, runs: int, rows: list) -> None:
     import torch
 
     import ember
+    from ember.cuda.driver import device
     from ember.graph.core import TensorType
     from ember.ops.registry import infer_types
     from ember.schedules.apply import node_kernel
@@ -443,6 +446,7 @@ def symbolic(n: int, runs: int, rows: list) -> None:
         return ember.build(s, args, target="cuda"), time.perf_counter() - t0
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    device().activate()  # (`launch`, unlike a call, expects the context current)
     stream = torch.cuda.current_stream().cuda_stream
     for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
         if "float32" not in dtypes or op != "gemm" or shapes[0][0] != 128:
@@ -471,6 +475,44 @@ def symbolic(n: int, runs: int, rows: list) -> None:
                 rows.append((f"{name} fp32, {tokens} tokens", "torch fp32", t, tflop / t, None))
         except Exception:  # one layer's failure must not hide the others'
             print(f"--- {name} fp32 with symbolic tokens failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
+def split_k(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows whose grid leaves multiprocessors idle, split over K
+    (ember.schedules.gpu.split_k: partial sums, then their sum with the bias) next to the default
+    kernel (one pass, fewer blocks) and cuBLAS (TF32 off); each checked against torch first."""
+    import torch
+
+    import ember
+    from ember.schedules.gpu.split_k import split_k_gemm, splits_for
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, _, torch_fn, dtypes in PRODUCTS:
+        (M, K), (N, _) = shapes[0], shapes[1]
+        if "float32" not in dtypes or op != "gemm" or M != 128 or (splits := splits_for(1, M, N, K)) == 1:
+            continue
+        try:
+            t0 = time.perf_counter()
+            (first, partial_args), (second, sum_args) = split_k_gemm(M, N, K, splits, trans_b=True, bias=True)
+            partials = ember.build(first, partial_args, target="cuda")
+            total = ember.build(second, sum_args, target="cuda")
+            build_s = time.perf_counter() - t0
+            x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
+            P, y = torch.empty(splits, M, N, device="cuda"), torch.empty(M, N, device="cuda")
+
+            def run(x=x, w=w, b=b, P=P, y=y, partials=partials, total=total):
+                partials(x, w, P)
+                total(P, b, y)
+
+            run()
+            torch.testing.assert_close(y, torch_fn(x, w, b), rtol=1e-4, atol=1e-4)
+            tflop = 2 * M * N * K / 1e12
+            t = timed(run, runs)
+            rows.append((f"{name} fp32", f"ember split-K {splits} parts, grid {partials.grid} + {total.grid}", t,
+                         tflop / t, build_s))
+        except Exception:  # one layer's failure must not hide the others'
+            print(f"--- {name} fp32 split over K failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
 
 
@@ -522,7 +564,7 @@ def tuning(n: int, trials: int, runs: int) -> None:
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,
-         "symbolic": symbolic}
+         "symbolic": symbolic, "split_k": split_k}
 
 
 def main() -> int:
