@@ -20,8 +20,8 @@ and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched ma
 both sides), those of 128 rows also in other tiles than the default's (`fp32_tiles`) and built for
 a symbolic number of tokens (`symbolic`: one kernel, its grid per launch, run at 128 and 384 tokens
 next to the static kernel of that size and cuBLAS) and split over K where their grid leaves
-multiprocessors idle (`split_k`: partial sums, then their sum; the default's one pass is in
-`products`). Every kernel is
+multiprocessors idle (`split_k`: a model of one layer compiled with and without the pass
+split_k: partial sums, then their sum with the bias). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -479,41 +479,43 @@ def symbolic(n: int, runs: int, rows: list) -> None:
 
 
 def split_k(n: int, runs: int, rows: list) -> None:
-    """PRODUCTS' fp32 linear layers of 128 rows whose grid leaves multiprocessors idle, split over K
-    (ember.schedules.gpu.split_k: partial sums, then their sum with the bias) next to the default
-    kernel (one pass, fewer blocks) and cuBLAS (TF32 off); each checked against torch first."""
+    """PRODUCTS' fp32 linear layers of 128 rows whose grid leaves multiprocessors idle, compiled as a
+    model of one layer for target "cuda" with split-K (ember.passes.split_k: partial sums, then
+    their sum with the bias) and without (the one pass, fewer blocks), and cuBLAS (TF32 off); each
+    checked against torch first. The models' calls replay CUDA graphs (from their second call)."""
     import torch
 
     import ember
-    from ember.schedules.gpu.split_k import split_k_gemm, splits_for
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+    from ember.schedules.gpu.split_k import splits_for
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    for name, op, shapes, _, torch_fn, dtypes in PRODUCTS:
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
         (M, K), (N, _) = shapes[0], shapes[1]
         if "float32" not in dtypes or op != "gemm" or M != 128 or (splits := splits_for(1, M, N, K)) == 1:
             continue
-        try:
-            t0 = time.perf_counter()
-            (first, partial_args), (second, sum_args) = split_k_gemm(M, N, K, splits, trans_b=True, bias=True)
-            partials = ember.build(first, partial_args, target="cuda")
-            total = ember.build(second, sum_args, target="cuda")
-            build_s = time.perf_counter() - t0
-            x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
-            P, y = torch.empty(splits, M, N, device="cuda"), torch.empty(M, N, device="cuda")
-
-            def run(x=x, w=w, b=b, P=P, y=y, partials=partials, total=total):
-                partials(x, w, P)
-                total(P, b, y)
-
-            run()
-            torch.testing.assert_close(y, torch_fn(x, w, b), rtol=1e-4, atol=1e-4)
-            tflop = 2 * M * N * K / 1e12
-            t = timed(run, runs)
-            rows.append((f"{name} fp32", f"ember split-K {splits} parts, grid {partials.grid} + {total.grid}", t,
-                         tflop / t, build_s))
-        except Exception:  # one layer's failure must not hide the others'
-            print(f"--- {name} fp32 split over K failed:")
-            traceback.print_exc(limit=6, file=sys.stdout)
+        x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
+        g = Graph()
+        (y,) = add_op(g, "gemm", [g.add_input("x", TensorType((M, K))), g.add_constant(w.cpu().numpy(), "w"),
+                                  g.add_constant(b.cpu().numpy(), "b")], attrs)
+        g.set_outputs([y])
+        expected = torch_fn(x, w, b)
+        tflop = 2 * M * N * K / 1e12
+        for label, disabled in ((f"ember split-K, {splits} parts", ()), ("ember one pass", ("split_k",))):
+            try:
+                t0 = time.perf_counter()
+                cm = ember.compile(g, target="cuda", disabled_passes=disabled)
+                build_s = time.perf_counter() - t0
+                torch.testing.assert_close(cm(x), expected, rtol=1e-4, atol=1e-4)
+                t = timed(lambda cm=cm, x=x: cm(x), runs)
+                kernels = ", ".join("+".join(sorted(k.ops)) for k in cm.kernels)
+                rows.append((f"{name} fp32", f"{label}: {kernels}", t, tflop / t, build_s))
+            except Exception:  # one variant's failure must not hide the others'
+                print(f"--- {name} fp32 ({label}) failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda fn=torch_fn, xs=(x, w, b): fn(*xs), runs)
+        rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
 
 
 def tuning(n: int, trials: int, runs: int) -> None:
