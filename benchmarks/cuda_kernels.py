@@ -17,7 +17,11 @@ gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
 a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,
 and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on
-both sides), those of 128 rows also in other tiles than the default's (`fp32_tiles`). Every kernel is
+both sides), those of 128 rows also in other tiles than the default's (`fp32_tiles`) and built for
+a symbolic number of tokens (`symbolic`: one kernel, its grid per launch, run at 128 and 384 tokens
+next to the static kernel of that size and cuBLAS) and split over K where their grid leaves
+multiprocessors idle (`split_k`: a model of one layer compiled with and without the pass
+split_k: partial sums, then their sum with the bias). Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -421,6 +425,99 @@ def fp32_tiles(n: int, runs: int, rows: list) -> None:
         rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
 
 
+def symbolic(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows built once with a symbolic number of tokens (a model
+    compiled with `dynamic_shapes`), launched at 128 and 384 tokens, next to the kernel built for
+    that size and cuBLAS (TF32 off); each checked against torch first."""
+    import torch
+
+    import ember
+    from ember.cuda.driver import device
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    def kernel(op, shapes, attrs):
+        types = [TensorType(shape, "float32") for shape in shapes]
+        bound, outs = infer_types(op, types, attrs)
+        t0 = time.perf_counter()
+        s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+        return ember.build(s, args, target="cuda"), time.perf_counter() - t0
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device().activate()  # (`launch`, unlike a call, expects the context current)
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        if "float32" not in dtypes or op != "gemm" or shapes[0][0] != 128:
+            continue
+        name = name.replace("128x", "")
+        try:
+            f, build_s = kernel(op, [("tokens", shapes[0][1]), *shapes[1:]], attrs)
+            for tokens in (128, 384):
+                sized = [(tokens, shapes[0][1]), *shapes[1:]]
+                xs = [torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in sized]
+                y = torch.empty(tokens, shapes[1][0], device="cuda")
+                pointers = [x.data_ptr() for x in (*xs, y)]
+                f.launch(pointers, stream, [tokens])
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                tflop = 2 * y.numel() * shapes[0][-1] / 1e12
+                t = timed(lambda f=f, pointers=pointers, tokens=tokens: f.launch(pointers, stream, [tokens]), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", f"ember symbolic grid {f.grid_of([tokens])}", t,
+                             tflop / t, build_s))
+                static, static_s = kernel(op, sized, attrs)
+                static(*xs, y)
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                t = timed(lambda f=static, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", f"ember static grid {static.grid}", t, tflop / t,
+                             static_s))
+                t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", "torch fp32", t, tflop / t, None))
+        except Exception:  # one layer's failure must not hide the others'
+            print(f"--- {name} fp32 with symbolic tokens failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
+def split_k(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows whose grid leaves multiprocessors idle, compiled as a
+    model of one layer for target "cuda" with split-K (ember.passes.split_k: partial sums, then
+    their sum with the bias) and without (the one pass, fewer blocks), and cuBLAS (TF32 off); each
+    checked against torch first. The models' calls replay CUDA graphs (from their second call)."""
+    import torch
+
+    import ember
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+    from ember.schedules.gpu.split_k import splits_for
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        (M, K), (N, _) = shapes[0], shapes[1]
+        if "float32" not in dtypes or op != "gemm" or M != 128 or (splits := splits_for(1, M, N, K)) == 1:
+            continue
+        x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
+        g = Graph()
+        (y,) = add_op(g, "gemm", [g.add_input("x", TensorType((M, K))), g.add_constant(w.cpu().numpy(), "w"),
+                                  g.add_constant(b.cpu().numpy(), "b")], attrs)
+        g.set_outputs([y])
+        expected = torch_fn(x, w, b)
+        tflop = 2 * M * N * K / 1e12
+        for label, disabled in ((f"ember split-K, {splits} parts", ()), ("ember one pass", ("split_k",))):
+            try:
+                t0 = time.perf_counter()
+                cm = ember.compile(g, target="cuda", disabled_passes=disabled)
+                build_s = time.perf_counter() - t0
+                torch.testing.assert_close(cm(x), expected, rtol=1e-4, atol=1e-4)
+                t = timed(lambda cm=cm, x=x: cm(x), runs)
+                kernels = ", ".join("+".join(sorted(k.ops)) for k in cm.kernels)
+                rows.append((f"{name} fp32", f"{label}: {kernels}", t, tflop / t, build_s))
+            except Exception:  # one variant's failure must not hide the others'
+                print(f"--- {name} fp32 ({label}) failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda fn=torch_fn, xs=(x, w, b): fn(*xs), runs)
+        rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
+
+
 def tuning(n: int, trials: int, runs: int) -> None:
     """A search of `trials` GPU candidates for the fp32 GEMM n^3 (ember.tune's GPU sketches,
     measured with CUDA events in worker processes): the best latency after each round, then the
@@ -468,7 +565,8 @@ def tuning(n: int, trials: int, runs: int) -> None:
 
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
-         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles}
+         "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,
+         "symbolic": symbolic, "split_k": split_k}
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=90 [tile]=70 [compare]=150 [graphs]=50 [tune]=50 [decode]=60)
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [tile]=70 [compare]=150 [graphs]=50 [tune]=50 [decode]=60)
 ORDER=(info tests kernels tile compare graphs tune decode)
 
 run_step() {

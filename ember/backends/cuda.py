@@ -41,6 +41,7 @@ from ..passes.plan_memory import MemoryPlan
 from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
+from ..schedules.gpu.split_k import splits_for
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
 from ..tune.gpu_features import gpu_features
@@ -62,7 +63,9 @@ def _model(spec, built, weights, plan, **options):
 class CUDABackend(Backend):
     name = "cuda"
     model = staticmethod(_model)
-    graph_passes = ("unfold_attention",)  # the attention operator is a CPU extern call: matmul, softmax, matmul here
+    graph_passes = ("unfold_attention", "split_k")  # the attention operator is a CPU extern call: matmul, softmax,
+    # matmul here; split_k asks k_splits how many parts of K a product's grid needs
+    k_splits = staticmethod(lambda m, n, k: splits_for(1, m, n, k))
     # fold_attention would fold them back (and fold_repeat_kv make gqa of a repeat, which
     # unfold_attention would repeat again); the CPU's target passes (given no target, they would
     # block and pack for this machine's vectors) make layouts the GPU schedules do not read

@@ -3,7 +3,8 @@ cuda_core_product): shared-memory tiles, a register tile of sums per thread from
 its outputs, the epilogue included; linear layers with their weights read in place, batched
 matmul, M, N and K that the tiles do not divide (padded with zeros); each on the interpreter with
 GPU semantics against NumPy, compiled by NVRTC for sm_90, and a transformer's MLP at reduced size
-against torch."""
+against torch. Symbolic M, N or K are tiled too, each checked at sizes below one tile and past
+it (not multiples of the tiles)."""
 
 import math
 
@@ -18,7 +19,7 @@ from ember.ops.registry import infer_types
 from ember.schedules.apply import node_kernel
 from ember.schedules.gpu.matmul import SMS, block_tiles, cuda_core_tiles
 from ember.target import Target
-from ember.testing import check_op, random_array
+from ember.testing import check_op, check_op_sizes, random_array
 
 RNG = np.random.default_rng(41)
 ON_INTERPRETER = Target("python", schedules="gpu")
@@ -56,6 +57,33 @@ def test_a_float32_product_compiles_for_sm90_in_register_tiles(case):
     zero_filled = {"odd shape": "cp.async.ca.shared.global [%0], [%1], 4, %2;",  # (rows of 29: an element a copy)
                    "batched": "cp.async.cg.shared.global [%0], [%1], 16, %2;"}  # (13 rows of 64: 16 bytes a copy)
     assert zero_filled.get(case, "") in f.source
+
+
+SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)
+    "rows": ("gemm", [TensorType(("m", 29)), TensorType((50, 29)), TensorType((50,))], {"trans_b": True},
+             lambda m: [_x(m, 29), _x(50, 29), _x(50)]),
+    "reduction": ("matmul", [TensorType((2, 9, "n")), TensorType((2, "n", 40))], None,
+                  lambda n: [_x(2, 9, n), _x(2, n, 40)]),
+    "columns": ("matmul", [TensorType((2, 9, 24)), TensorType((2, 24, "n"))], None,
+                lambda n: [_x(2, 9, 24), _x(2, 24, n)]),
+}
+
+
+@pytest.mark.parametrize("case", SYMBOLIC)
+def test_a_product_of_a_symbolic_size_matches_numpy_at_each_size(case):
+    name, types, attrs, inputs = SYMBOLIC[case]
+    check_op_sizes(name, types, attrs, [inputs(n) for n in (1, 37)], 1e-4, 1e-4, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+def test_a_linear_layer_of_symbolic_rows_is_tiled_its_grid_computed_per_launch():
+    types = [TensorType(("tokens", 768)), TensorType((768, 768)), TensorType((768,))]
+    bound, outs = infer_types("gemm", types, {"trans_b": True})
+    s, args = node_kernel("gemm", types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.block == (16, 16, 1) and f.grid is None and "int64_t tokens" in f.source
+    assert f.grid_of([128]) == (24, 4, 1) and f.grid_of([300]) == (24, 10, 1) and f.grid_of([1]) == (24, 1, 1)
+    assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in f.source  # rows past the size: zeros
 
 
 @needs_nvrtc

@@ -65,7 +65,7 @@ def test_symbolic_kernels_take_their_sizes_and_compute_their_grids(symbolic_mlp)
     assert all(k.grid is None and k.func.size_vars for k in kernels)
     assert all("int64_t batch" in k.source for k in kernels)
     k = next(iter(kernels))
-    assert k.grid_of([1]) == (1, 1, 1) and k.grid_of([8]) >= k.grid_of([1]) and k.grid_of([0]) == (0, 1, 1)
+    assert k.grid_of([1]) == (1, 1, 1) and k.grid_of([8]) >= k.grid_of([1]) and 0 in k.grid_of([0])  # (no launch)
     with pytest.raises(ArgumentTypeError, match="has symbolic sizes"):
         k(np.ones((2, 16), np.float32), *[np.ones(1, np.float32)] * (len(k.func.params) - 1))
 

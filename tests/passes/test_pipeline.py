@@ -52,7 +52,8 @@ def test_levels_and_report():
                                                          "fold_cache_append", "kv_cache",
                                                          "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                         "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                                         "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                                         "layout",
                                                          "winograd", "gather_patches"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
@@ -91,7 +92,8 @@ def test_disabled_passes():
                                         "fold_transposes", "simplify", "fold_cache_append", "kv_cache", "cse",
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                        "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches"]
     check_same(g, out)
@@ -107,7 +109,8 @@ def test_environment_overrides(monkeypatch, capsys):
                                         "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                        "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches", "dce"]
     assert capsys.readouterr().err.count("# after") == 2
@@ -158,7 +161,8 @@ def test_compile_runs_the_pipeline(capsys):
                                                  "slice_products",
                                                  "fold_batch_norm", "trim_taps", "split_taps", "nest_concats",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                 "quantize_weights", "quantize_rows", "pad_gemv", "layout",
+                                                 "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                                 "layout",
                                                  "pack_weights",
                                                  "fold_constants", "winograd", "gather_patches", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4

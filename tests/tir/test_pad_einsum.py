@@ -33,6 +33,19 @@ def test_a_padded_product_tiled_by_its_padding_matches_numpy(transposed):
                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("m", [3, 21])
+def test_a_symbolic_extent_is_padded_to_whole_tiles_at_each_size(m):
+    rows = te.var("m")
+    A, B, C, D = _product(rows, 13, 11)
+    sch = Schedule(te.create_prim_func([A, B, D]))
+    sch.pad_einsum(sch.get_block("C"), padding=[8, 8, 4])
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.split(i, factors=[None, 8])  # ceil(m / 8) * 8 rows: whole tiles whatever m is
+    assert "(m + 7) // 8 * 8" in str(sch.mod)
+    check_schedule(sch, None, lambda a, b: np.maximum(a @ b, 0), sizes={rows: m}, targets=("c", "python"),
+                   rtol=1e-5, atol=1e-5)
+
+
 def test_a_product_its_padding_divides_is_left_as_it_is():
     A, B, C, D = _product(16, 8, 4)
     sch = Schedule(te.create_prim_func([A, B, D]))

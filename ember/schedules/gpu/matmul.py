@@ -19,8 +19,17 @@ where they do not divide the shape (ember.cuda.schedules.cuda_core_product): the
 follow the shape as the Tensor Cores' do (`block_tiles`), 16 x 16 threads a block, each a register
 tile of (BM/16) x (BN/16) sums from which it computes its outputs, the epilogue included. A gemm
 with one output row (a decode step's linear layers) takes `gemv` first. Products of fewer than
-SMALL multiply-adds (launch-bound on a GPU whatever their schedule) and symbolic sizes decline:
-the default computes an output element a thread, its reduction in a register.
+SMALL multiply-adds (launch-bound on a GPU whatever their schedule) decline: the default computes
+an output element a thread, its reduction in a register.
+
+Symbolic sizes of a float32 product on CUDA cores (a model compiled with `dynamic_shapes`: rows
+as batch x sequence, a KV cache's length as N or K of attention's products) are tiled as static
+ones are: the product padded to whole tiles as an expression of the sizes (pad_einsum), the grid's
+blocks along that axis ceil(size / tile) at each launch (ember.cuda.grid), the partial tiles
+guarded; a symbolic K loop is not pipelined. The tiles are chosen, and SMALL compared, as for a
+size of TYPICAL (128 tokens) where one is symbolic. On Tensor Cores a symbolic size declines (the
+default runs): the shared tiles that the tensorized calls read are not compacted to constant
+shapes.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from .gemv import schedule_gemv
 TILES = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}  # a tile of A or B: one float4 a thread
 SMS = 132  # blocks that occupy every multiprocessor of an H100 or H200 once
 SMALL = 1 << 15  # multiply-adds below which a float32 product keeps the default (launch-bound either way)
+TYPICAL = 128  # the size a symbolic dimension is tiled for (rows: tokens of a prefill, a BERT's sequence)
 
 
 @schedules("gemm")
@@ -74,7 +84,7 @@ def _tensor_cores(s, C, out) -> bool | None:
     """out computed from C, the float32 product of half operands (see the module doc)."""
     columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
     shape = _product_shape(s, C, out, conv=True, keep=columns)
-    if shape is None:
+    if shape is None or None in shape:  # (a symbolic size: the tensorized calls' shared tiles stay uncompacted)
         return False
     *batch, M, N, K = shape
     gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype))
@@ -89,30 +99,47 @@ def cuda_cores(s, C, out, tiles: dict | None = None) -> bool | None:
                                    for t in C.op.input_tensors):
         return False
     shape = _product_shape(s, C, out)
-    if shape is None or prod(shape) < SMALL:
+    if shape is None or prod(_typical(shape)) < SMALL:
         return False
-    *batch, M, N, _ = shape
-    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)), stages=2)
+    *batch, M, N, _ = _typical(shape)
+    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)), stages=_stages(shape))
     return None
 
 
-def _product_shape(s, C, out, conv: bool = False, keep=()) -> list[int] | None:
-    """(*batch, M, N, K) of C's product, whose output `out` is of C's shape (with `conv`, or
-    C's columns split in two: a convolution's output positions), after inlining the kernel's
-    intermediates but those named in `keep` (b transposed for the CPU's vectors is then read in
-    place); None where the shapes are symbolic or C is no product of two operands."""
-    shape, out_shape = [as_int(d) for d in C.shape], [as_int(d) for d in out.shape]
-    if conv and len(out_shape) == len(shape) + 1 and out_shape[-2] * out_shape[-1] == shape[-1]:
+def _product_shape(s, C, out, conv: bool = False, keep=()) -> list[int | None] | None:
+    """(*batch, M, N, K) of C's product (None for a symbolic size), whose output `out` is of C's
+    shape (with `conv`, or C's columns split in two: a convolution's output positions), after
+    inlining the kernel's intermediates but those named in `keep` (b transposed for the CPU's
+    vectors is then read in place); None where C is no product of two operands."""
+    shape, out_shape = [_dim(d) for d in C.shape], [_dim(d) for d in out.shape]
+    if (conv and len(out_shape) == len(shape) + 1 and all(isinstance(d, int) for d in (*out_shape[-2:], shape[-1]))
+            and out_shape[-2] * out_shape[-1] == shape[-1]):
         out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
-    if (out_shape != shape or None in shape or len(shape) < 2 or len(C.op.reduce_axis) != 1
-            or as_int(C.op.reduce_axis[0].dom.extent) is None):
+    if out_shape != shape or len(shape) < 2 or len(C.op.reduce_axis) != 1:
         return None
     inline_intermediates(s.sch, where=lambda block: block.name not in keep)
     try:
         gpu.product_operands(s, C)
     except ScheduleError:
         return None
-    return [*shape, as_int(C.op.reduce_axis[0].dom.extent)]
+    return [as_int(d) for d in C.shape] + [as_int(C.op.reduce_axis[0].dom.extent)]
+
+
+def _dim(d) -> int | str:
+    """A dimension as its value, or a symbolic one as its expression's text (comparable)."""
+    n = as_int(d)
+    return str(d) if n is None else n
+
+
+def _stages(shape: list[int | None]) -> int:
+    """2 (the next panels copied while this one's products run) where K is static; 1 where the K
+    loop's extent is symbolic (ember.cuda.pipeline pipelines constant extents only)."""
+    return 1 if shape[-1] is None else 2
+
+
+def _typical(shape: list[int | None]) -> list[int]:
+    """The shape with TYPICAL for each symbolic size (what the tiles are chosen for)."""
+    return [TYPICAL if n is None else n for n in shape]
 
 
 def block_tiles(batch: int, M: int, N: int) -> tuple[int, int]:

@@ -16,6 +16,10 @@ description reads) and the zeros past the ends are zeros whatever the function m
 blocks are meant to be inlined into the copies that stage the operands (cache_read into shared
 memory: the zeros written as the tile is copied), and the last copy into C's reader (its
 epilogue).
+
+An extent may be symbolic (a model's sequence length): it is padded to the next multiple of its
+tile as an expression of the sizes, ceil(M / p) * p, and the loads past its end read as zeros as
+the static ones do.
 """
 
 from __future__ import annotations
@@ -46,13 +50,13 @@ def pad_einsum(sch: Schedule, block: BlockRV, padding: list[int]) -> None:
     if len(padding) != len(blk.iter_vars) or any(not isinstance(p, int) or p < 1 for p in padding):
         raise ScheduleError(f"{where} has {len(blk.iter_vars)} iteration variables; padding {padding} must give a "
                             "positive multiple for each")
-    extents = [as_int(iv.dom.extent) for iv in blk.iter_vars]
-    if None in extents or not all(is_const(iv.dom.min, 0) for iv in blk.iter_vars):
-        raise ScheduleError(f"{where} has an iteration domain that is not static from 0")
+    if not all(is_const(iv.dom.min, 0) for iv in blk.iter_vars):
+        raise ScheduleError(f"{where} has an iteration domain that does not start at 0")
     if not is_const(realize.predicate, True):
         raise ScheduleError(f"{where} has the predicate {realize.predicate}")
     factors, store = _product(blk, where)
-    grown = {iv.var: -(-n // p) * p for iv, n, p in zip(blk.iter_vars, extents, padding) if n % p}
+    grown = {iv.var: g for iv, p in zip(blk.iter_vars, padding)
+             if (g := _grown(iv.dom.extent, p)) is not iv.dom.extent}
     if not grown and all(f is ld for f, ld in factors):
         return
     for iv in blk.iter_vars:
@@ -75,17 +79,26 @@ def pad_einsum(sch: Schedule, block: BlockRV, padding: list[int]) -> None:
     out = store.buffer
     spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
     out_pad = _buffer(out, store.indices, grown, taken) if any(v in grown for v in spatial) else None
-    ivs = tuple(replace(iv, dom=Range(const(0), const(grown[iv.var]))) if iv.var in grown else iv
+    ivs = tuple(replace(iv, dom=Range(const(0), grown[iv.var])) if iv.var in grown else iv
                 for iv in blk.iter_vars)
     nests.append(_nest(with_regions(replace(_redirect(blk, pads, out, out_pad), iter_vars=ivs))))
     if out_pad is not None:
         unpad = f"{out.name}_unpad"
         if unpad in taken:
             raise ScheduleError(f"pad_einsum: a block named {unpad!r} exists already")
-        nests.append(_copy(unpad, out, [as_int(d) for d in out.shape], lambda idx: BufferLoad(out_pad, idx, out.dtype)))
+        nests.append(_copy(unpad, out, out.shape, lambda idx: BufferLoad(out_pad, idx, out.dtype)))
     body = replace_stmt(root.body, top, seq(*nests))
     made = tuple(ld.buffer for ld in pads.values()) + ((out_pad,) if out_pad is not None else ())
     sch.set_root(replace(root, body=body, alloc_buffers=root.alloc_buffers + made))
+
+
+def _grown(extent, p: int):
+    """`extent` padded to a multiple of p: a constant where it is static (the extent itself, the
+    same object, where p divides it), else ceil(extent / p) * p."""
+    n = as_int(extent)
+    if n is not None:
+        return extent if n % p == 0 else const(-(-n // p) * p)
+    return extent if p == 1 else (extent + (p - 1)) // p * p
 
 
 def _product(blk: Block, where: str):
@@ -141,7 +154,7 @@ def _buffer(buf: Buffer, indices, grown: dict, taken: set, dtype: str | None = N
     name = f"{buf.name}_pad"
     if name in taken:
         raise ScheduleError(f"pad_einsum: a block or buffer named {name!r} exists already")
-    shape = tuple(const(grown[i]) if isinstance(i, Var) and i in grown else d for i, d in zip(indices, buf.shape))
+    shape = tuple(grown[i] if isinstance(i, Var) and i in grown else d for i, d in zip(indices, buf.shape))
     return Buffer(name, shape, dtype or buf.dtype, buf.scope)
 
 
@@ -149,20 +162,20 @@ def _zero_padded_copy(f, ld: BufferLoad, pad: Buffer) -> Stmt:
     """pad = the factor f (of its load ld) where inside the source, else 0 (a dimension not
     padded, such as a broadcast one read at a constant, is copied whole)."""
     src = ld.buffer
-    sizes = [as_int(d) for d in src.shape]
 
     def value(idx):
         at = tuple(v if isinstance(i, Var) else i for v, i in zip(idx, ld.indices))
         e = mutate_expr(f, lambda x: BufferLoad(src, at, src.dtype) if isinstance(x, BufferLoad) else None)
-        inside = [v < n for v, n, g in zip(idx, sizes, pad.shape) if as_int(g) != n]
+        inside = [v < n for v, n, g in zip(idx, src.shape, pad.shape) if g is not n]
         return select(all_(*inside), e, const(0, f.dtype)) if inside else e
 
-    return _copy(pad.name, pad, [as_int(d) for d in pad.shape], value)
+    return _copy(pad.name, pad, pad.shape, value)
 
 
-def _copy(name: str, dst: Buffer, shape: list[int], value) -> Stmt:
-    """A block `name` storing value(index) into dst over `shape`, in loops of its own."""
-    ivs = tuple(IterVar(Var(f"v{d}"), Range(const(0), const(n)), "spatial") for d, n in enumerate(shape))
+def _copy(name: str, dst: Buffer, shape, value) -> Stmt:
+    """A block `name` storing value(index) into dst over `shape` (extents, static or symbolic),
+    in loops of its own."""
+    ivs = tuple(IterVar(Var(f"v{d}"), Range(const(0), n), "spatial") for d, n in enumerate(shape))
     idx = tuple(iv.var for iv in ivs)
     return _nest(with_regions(Block(name, ivs, (), (), BufferStore(dst, value(idx), idx))))
 

@@ -1,0 +1,50 @@
+"""Split-K for a GPU: a float32 linear layer whose output tiles would leave multiprocessors idle
+(BERT-base's 768-wide layers at 128 tokens) as partial sums over parts of K, then their sum:
+
+    gemm(x, W, c?)  ->  sum_partials(gemm_partials(x, W')) [+ c]
+
+W' the weights ((N, K) with trans_b, else (K, N)) cut once at compile time into (S, N, K/S)
+(ember.ops.gemm_partials). The target's backend says into how many parts (`Backend.k_splits(M, N, K)`: the GPU's
+ember.schedules.gpu.split_k.splits_for; 1 leaves the gemm as it is), so a target without it
+changes nothing. Only gemms of float32 activations (not marked tf32: those take Tensor Cores),
+constant weights, static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is
+in a fixed order (deterministic), its epilogue (the bias, an activation, a residual) fused after
+it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph, Node
+from .rewrite import Rewriter, rebuild
+
+
+def split_k(graph: Graph, target=None) -> Graph:
+    splits_of = getattr(getattr(target, "backend", None), "k_splits", None)
+    if splits_of is None or not any(n.op == "gemm" for n in graph.nodes):
+        return graph  # (the pipeline reports it unchanged)
+    return rebuild(graph, lambda rw, node, inputs: _split(rw, node, inputs, graph, splits_of))
+
+
+def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of):
+    a = node.attrs
+    if (node.op != "gemm" or a["trans_a"] or a["b_panels"] or a["tf32"] or a["alpha"] != 1.0
+            or (len(inputs) == 3 and a["beta"] != 1.0)):
+        return None
+    x, w = node.inputs[:2]
+    if x.type.dtype != "float32" or not x.type.is_static or x.type.rank != 2 or not graph.is_constant(w):
+        return None
+    weights = graph.constants[w.name] if a["trans_b"] else graph.constants[w.name].T  # (N, K)
+    (m, k), n = x.type.shape, weights.shape[0]
+    splits = splits_of(m, n, k)
+    if splits < 2:
+        return None
+    weights = weights.reshape(n, splits, k // splits).transpose(1, 0, 2)
+    parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
+    (partials,) = rw.emit("gemm_partials", [inputs[0], parts], hint=f"{node.name}_partials")
+    out = [node.outputs[0].name]  # (a graph output keeps its name)
+    if len(inputs) == 2:
+        return rw.emit("sum_partials", [partials], hint=node.name, out_names=out)
+    (total,) = rw.emit("sum_partials", [partials], hint=f"{node.name}_sum")
+    return rw.emit("add", [total, inputs[2]], hint=node.name, out_names=out)
