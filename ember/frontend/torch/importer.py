@@ -14,7 +14,7 @@ torch.export (ember.frontend.torch.module) and the torch.compile backend share.
 - any other call goes to its handler (converters/), which appends ember nodes; the
   result's types are checked against torch's metadata, so a mapping mistake is caught at its node;
 - the output node gives the graph's outputs (none when the model returns None, which the
-  compiler refuses).
+  compiler refuses); a call no output depends on is not converted.
 Every operator without a handler, and every use a handler refuses, is collected with the node's
 name and source location; they are raised together as one UnsupportedOpError at the end. A node
 that depends on a failed one is not converted, but listed too if it has no handler either.
@@ -62,6 +62,7 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
     env: dict[torch.fx.Node, object] = {}
     problems: list[tuple[str, str]] = []
     outputs: list = []
+    live = _live(gm.graph)
 
     for node in gm.graph.nodes:
         b.node = node
@@ -72,7 +73,7 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
                 obj = _attr(gm, node.target)
                 env[node] = obj if isinstance(obj, torch.fx.GraphModule) else Const(obj, node.target)
             case "call_function":
-                env[node] = _call(b, node, env, problems)
+                env[node] = _call(b, node, env, problems) if node in live else None
             case "output":
                 outputs = _flatten(map_aggregate(node.args[0], lambda n: env[n] if isinstance(n, torch.fx.Node) else n))
                 if all(x is None for x in outputs):  # `return None`, exported as (None,)
@@ -92,6 +93,19 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, Const], *, name:
     if problems:
         raise UnsupportedOpError(problems)
     return graph
+
+
+def _live(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """The nodes the outputs depend on (a trace not yet decomposed still computes what the model
+    discards: BERT's pooler)."""
+    live: set[torch.fx.Node] = set()
+    todo = [n for n in graph.nodes if n.op == "output"]
+    while todo:
+        node = todo.pop()
+        if node not in live:
+            live.add(node)
+            todo += node.all_input_nodes
+    return live
 
 
 def _placeholder(b: Builder, node: torch.fx.Node, constants: Mapping[str, Const]):

@@ -15,7 +15,8 @@ expression of those symbols (ember.dims). A sparse example is an ArgumentTypeErr
 is then converted by ember.frontend.torch.importer.
 
 `trace` (torch.export, not decomposed) is what the model cache keys a module by
-(ember.frontend.torch.digest); `import_traced` decomposes and converts it. ember's own traces
+(ember.frontend.torch.digest); `import_traced` converts it, as it is where it can
+(ember.frontend.torch.direct: the decomposition traces the whole program again), else decomposed. ember's own traces
 record no stack traces (a fifth of the trace's time): a trace that fails to convert is traced again
 with them, so that the error names the model's lines.
 
@@ -40,6 +41,7 @@ from torch.utils._sympy.numbers import int_oo
 
 from ...errors import ArgumentTypeError, EmberError
 from ...graph.core import Graph
+from .direct import convertible
 from .importer import import_fx
 from .node import Const, FrontendError
 
@@ -167,7 +169,17 @@ def import_traced(traced: ExportedProgram, model: torch.nn.Module, example_input
 
 
 def _imported(traced: ExportedProgram, model: torch.nn.Module, example_inputs: tuple, dynamic_shapes) -> Graph:
-    ep = decompose(traced)
+    """The trace converted as it is where it can be (ember.frontend.torch.direct: no second trace),
+    else, or where that conversion fails, decomposed first (so an error is the decomposed one's)."""
+    if convertible(traced):
+        try:
+            return _converted(traced, model, example_inputs, dynamic_shapes)
+        except EmberError:
+            pass
+    return _converted(decompose(traced), model, example_inputs, dynamic_shapes)
+
+
+def _converted(ep: ExportedProgram, model: torch.nn.Module, example_inputs: tuple, dynamic_shapes) -> Graph:
     names = symbol_names(ep, model, example_inputs, dynamic_shapes)
     graph = import_program(ep, symbols=names, name=type(model).__name__)
     graph.ranges.update(_ranges(ep, names))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from torch._ops import OpOverload
+
 HANDLERS: dict[str, Callable] = {}
 
 
@@ -33,7 +35,16 @@ def handles(*overloads: str, namespace: str = "aten"):
 
 
 def lookup(target) -> Callable | None:
-    return HANDLERS.get(str(target))
+    """The operator's handler; an in-place operator (relu_) takes its out-of-place one's (relu):
+    the importer sees one only in a trace converted undecomposed, where it writes into a tensor
+    nothing else reads (ember.frontend.torch.direct)."""
+    name = str(target)
+    handler = HANDLERS.get(name)
+    if handler is None and isinstance(target, OpOverload) and target._schema.is_mutable:
+        namespace, op, overload = name.split(".")
+        if op.endswith("_") and not op.endswith("__"):
+            handler = HANDLERS.get(f"{namespace}.{op[:-1]}.{overload}")
+    return handler
 
 
 class Unavailable:
