@@ -170,6 +170,28 @@ def test_min_max_propagate_nan(check):
     check(f, [a, b, rand(n, rng=rng), rand(n, rng=rng)], {2: np.maximum(a, b), 3: np.minimum(a, b)})
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_min_max_with_a_constant_keep_x_where_nan_or_equal(check, dtype):
+    """ember_maxc/minc (a clip's bounds) over 8, 16 and 32 lanes (one register, or pieces of one,
+    each width's path): c > x ? c : x (c < x for min), so NaN and a zero of the other sign stay x."""
+    n, v = 64, Var("v")
+    funcs = []
+    for lanes in (8, 16, 32):
+        A, B, C = buf("A", [n], dtype), buf("B", [n], dtype), buf("C", [n], dtype)
+        r = ramp(v * lanes, 1, lanes)
+        funcs.append(func(f"clip{lanes}", [A, B, C],
+                          loop(v, n // lanes, store(B, r, max_(load(A, r), bcast(const(0.0, dtype), lanes))),
+                               store(C, r, min_(load(A, r), bcast(const(-0.0, dtype), lanes))))))
+    a = rand(n, dtype, rng=rng)
+    a[[0, 17, 40]], a[[1, 33]], a[[2, 50]] = np.nan, -0.0, 0.0
+    for f in funcs:
+        runs = check(f, [a, rand(n, dtype, rng=rng), rand(n, dtype, rng=rng)],
+                     {1: np.where(a < 0.0, 0.0, a), 2: np.where(a > -0.0, -0.0, a)})
+        zeros = [1, 2, 33, 50]  # (equal to a zero of either sign, so assert_array_equal does not tell)
+        for got in (runs["c"][1], runs["c"][2]):
+            np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(a[zeros]))
+
+
 _DOMAIN = {"log": (0.1, 4), "sqrt": (0.1, 4), "rsqrt": (0.1, 4), "log2": (0.1, 4), "log1p": (-0.5, 4),
            "pow": (0.1, 3)}
 _NUMPY = {"rsqrt": lambda x: 1 / np.sqrt(x), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "round": np.rint,
