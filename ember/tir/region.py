@@ -177,13 +177,13 @@ def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
     call's box: ember.tir.intrin_regions), as intervals in terms of the variables bound outside
     it: block bindings are substituted and the loops inside loop_body vary over their ranges.
     None if nothing in loop_body touches the buffer."""
-    dom: dict[Var, Interval] = {}
+    dom = _LoopRanges(ana)
     idx_all: list[tuple[PrimExpr, ...]] = []
 
     def walk(st: Stmt):
         match st:
             case For(v, mn, ext, _, body):
-                dom[v] = Interval(mn, ana.simplify(mn + ext - 1))
+                dom.loops[v] = mn, ext
                 walk(body)
             case BlockRealize(vals, _, block) if is_leaf(block):
                 bind = {iv.var: val for iv, val in zip(block.iter_vars, vals)}
@@ -201,6 +201,24 @@ def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
     if not idx_all:
         return None
     return merge_indices(idx_all, dom, ana)
+
+
+class _LoopRanges:
+    """The interval of each loop variable under a statement, as interval_of reads a domain (its
+    keys, an item), each simplified when first read: most loops under a buffer's loop bound none
+    of its indices (a row kernel's 42 buffers each walked its 100 loops, a simplification each)."""
+
+    def __init__(self, ana: Analyzer):
+        self.ana, self.loops, self._made = ana, {}, {}
+
+    def keys(self):
+        return self.loops.keys()
+
+    def __getitem__(self, v: Var) -> Interval:
+        if v not in self._made:
+            mn, ext = self.loops[v]
+            self._made[v] = Interval(mn, self.ana.simplify(mn + ext - 1))
+        return self._made[v]
 
 
 def const_extent(iv: Interval, ana: Analyzer) -> int | None:
