@@ -5,11 +5,12 @@ reader could see go through the decomposition, and calls no output needs are not
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch_check import check_import
+from torch_check import check_import, expected_outputs
 
 from ember.frontend.torch.direct import convertible
 from ember.frontend.torch.module import decompose, import_program, trace
 from ember.ops.evaluate import evaluate
+from ember.testing import assert_close
 
 
 class Composites(torch.nn.Module):
@@ -34,9 +35,13 @@ def test_composites_convert_as_their_decomposition():
     assert convertible(traced)
     direct, decomposed = import_program(traced), import_program(decompose(traced))
     assert sorted(n.op for n in direct.nodes) == sorted(n.op for n in decomposed.nodes)  # (the order may differ)
-    for a, b in zip(evaluate(direct, *(x.numpy() for x in inputs)), evaluate(decomposed, *(x.numpy() for x in inputs))):
+    arrays = [x.numpy() for x in inputs]
+    outputs = evaluate(direct, *arrays)
+    for a, b in zip(outputs, evaluate(decomposed, *arrays), strict=True):
         np.testing.assert_array_equal(a, b)
-    check_import(model, *inputs)
+    for k, (a, e) in enumerate(zip(outputs, expected_outputs(model, inputs), strict=True)):
+        assert a.dtype == e.dtype, k
+        assert_close(a, e, 1e-4, 1e-4, f"output {k}")
 
 
 class ReadBeforeWrite(torch.nn.Module):
