@@ -74,7 +74,7 @@ def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
                    vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
                    prefetch: str | None = None, blocks: tuple[int, int] | None = None,
-                   vector_rows: bool = False):
+                   vector_rows: bool = False, blocks_first: bool = False):
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
@@ -95,8 +95,10 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch).
     With `blocks` (axis, factor), the tile also spans that many along a third axis, outermost in
     the tile and unrolled (a convolution's blocks of output channels: each input value loaded
-    once for all of them). Returns the loop the accumulation is computed at (a stage the tile
-    alone reads may go there)."""
+    once for all of them); with `blocks_first` too, those blocks are the outermost loop, before
+    every other axis of out (a convolution whose weights outweigh its input reads each block's
+    weights once for all its rows, not once a row). Returns the loop the accumulation is computed
+    at (a stage the tile alone reads may go there)."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -127,6 +129,8 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     if blocks is not None:
         bo, bi = stage.split(axes[blocks[0]], factor=blocks[1])
         outer, inner = [bo, *outer], [bi, *inner]
+        if blocks_first:
+            rest, outer = [bo, *rest], outer[1:]
     if vector_rows:
         inner = [*inner[:-2], inner[-1], inner[-2]]
     stage.reorder(*blocks_outside, *rest, *outer, *([serial] if serial is not None else []), *inner)
