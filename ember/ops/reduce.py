@@ -14,7 +14,9 @@ to the small end (values below n * FLT_MIN losing digits to subnormals), and a s
 a pass over it, a third of the time of the most common reduction.
 Kernels run their output elements in parallel, each computing the reduction stages it needs
 (the sum of mean and var, the max of argmax) inside its iteration, with reductions over
-contiguous elements in vector lanes (ember.schedules.cpu.rows, every output element a row).
+contiguous elements in vector lanes (ember.schedules.cpu.rows, every output element a row), or,
+where keepdims keeps a last axis that fills vectors (a blocked layout's pool over H and W),
+vectors of output elements at once (ember.schedules.cpu.reduce).
 """
 
 from __future__ import annotations

@@ -97,6 +97,19 @@ def padded(channels: int, block: int) -> int:
     return -(-channels // block) * block
 
 
+def padded_groups(channels: int, out_channels: int, groups: int, block: int) -> int | None:
+    """The groups of a grouped convolution over channels padded to whole blocks, the padding on
+    both sides as many more groups of zero weights (RegNet's 104 and 440 channels in groups of 8,
+    in 16-lane blocks: one more group each), when grouped_blocks takes them; else None. Each real
+    output channel then reads its own group only, never a padding lane."""
+    extra, rest = divmod(padded(channels, block) - channels, channels // groups)
+    if rest or padded(out_channels, block) - out_channels != extra * (out_channels // groups):
+        return None
+    total = groups + extra
+    return total if grouped_blocks(channels + extra * (channels // groups),
+                                   out_channels + extra * (out_channels // groups), total, block) else None
+
+
 class _Layouts:
     def __init__(self, graph: Graph, lanes: int):
         self.old, self.lanes = graph, lanes
@@ -241,7 +254,7 @@ class _Layouts:
         # grouped: constant weights, and blocks of both sides that whole groups fill (ResNeXt, RegNet)
         if block is None or self.rw.constant_data(self.as_is(w)) is None or \
                 channel_block(x.shape[1], self.lanes) != block or \
-                grouped_blocks(x.shape[1], w.shape[0], groups, block) is None:
+                padded_groups(x.shape[1], w.shape[0], groups, block) is None:
             return None
         return block
 
@@ -294,9 +307,15 @@ class _Layouts:
         groups, attrs = node.attrs["groups"], {k: node.attrs[k] for k in WINDOW_ATTRS}
         if groups != 1 and w.shape[1] != 1:  # grouped: x in the output's blocks, whole ones (grouped_blocks)
             xin = self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))
-            weights = self.rw.constant(grouped_weights(self.rw.constant_data(self.as_is(w)), groups, ob),
+            attrs["groups"] = padded_groups(x.shape[1], w.shape[0], groups, ob)
+            extra = (attrs["groups"] - groups) * (w.shape[0] // groups)  # the padding's groups' output channels
+            data = np.pad(self.rw.constant_data(self.as_is(w)), ((0, extra), (0, 0), (0, 0), (0, 0)))
+            weights = self.rw.constant(grouped_weights(data, attrs["groups"], ob),
                                        f"{w.name}_grouped{ob}")  # block-diagonal, packed here
-            return self._conv_out(node, [xin, weights, *(self.as_is(v) for v in node.inputs[2:])], attrs, ob, 0)
+            bias = [self.as_is(v) for v in node.inputs[2:]]
+            if extra and bias:
+                bias = self.rw.emit("pad", bias, {"pads": (0, extra)}, hint="pad_channels")
+            return self._conv_out(node, [xin, weights, *bias], attrs, ob, extra)
         depthwise = groups != 1
         if depthwise:
             ib, xin = ob, self.form(self.root.get(x, x), blocked(PLAIN, "C", ob))

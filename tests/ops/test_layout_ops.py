@@ -18,6 +18,8 @@ from ember.schedules.apply import compute_node
 from ember.schedules.cpu import schedule_for
 from ember.target import Target
 from ember.testing import assert_close, check_op, check_op_sizes
+from ember.tir.functor import collect
+from ember.tir.stmt import For
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -211,6 +213,24 @@ def test_depthwise_padding_is_copied_per_tile():
     ember.build(s, [*inputs, conv])(xb, wb, out)
     expected = torch_conv(x, w, None, {"padding": (1, 1, 1, 1), "strides": (2, 2)}, 32)
     assert_close(out, nchwc(expected, 16), **TOL, what="depthwise conv2d_nchwc, stride 2")
+
+
+@pytest.mark.parametrize("hw, cin, cout, blocks_first", [(3, 64, 128, True), (16, 32, 32, False)])
+def test_a_convolution_whose_weights_outweigh_its_input_runs_blocks_outermost(hw, cin, cout, blocks_first):
+    """Where the weights outweigh the input (a 1x1 over 7 x 7 from 1024 channels), the tiles of a
+    pair of output blocks go over every row before the next pair, each block's weights read from
+    memory once; elsewhere the rows stay outermost."""
+    xb, wb = nchwc(rand(1, cin, hw, hw), 16), oihw_io(rand(cout, cin, 1, 1), 16, 16)
+    types = [TensorType(xb.shape), TensorType(wb.shape)]
+    attrs, out_types = infer_types("conv2d_nchwc", types, {})
+    inputs, (conv,) = compute_node("conv2d_nchwc", types, attrs, out_types)
+    s = te.create_schedule(conv.op)
+    schedule_for(get("conv2d_nchwc"))(s, [conv], Target())
+    (loop,) = collect(ember.lower(s, [*inputs, conv]).body, lambda x: isinstance(x, For) and x.kind == "parallel")
+    assert loop.loop_var.name.startswith("ax1_0_ax0_ax2" if blocks_first else "ax0_ax2_ax1_0"), loop.loop_var.name
+    out = np.empty(out_types[0].shape, "float32")
+    ember.build(s, [*inputs, conv])(xb, wb, out)
+    assert_close(out, get("conv2d_nchwc").reference([xb, wb], attrs)[0], **TOL, what="conv2d_nchwc")
 
 
 @pytest.mark.parametrize("shapes, attrs, message", [

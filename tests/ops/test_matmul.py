@@ -15,10 +15,13 @@ import ember
 from ember import te
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, get, infer_types
-from ember.schedules.apply import compute_node
+from ember.schedules.apply import compute_node, node_kernel
 from ember.schedules.cpu import schedule_for
+from ember.schedules.cpu.matmul import row_block_of
 from ember.target import Target
 from ember.testing import assert_close, check_op, check_op_sizes
+from ember.tir.functor import collect
+from ember.tir.stmt import For
 
 RNG = np.random.default_rng()
 TOL = {"rtol": 1e-4, "atol": 1e-4}
@@ -75,6 +78,36 @@ def test_gemm_against_torch(shapes, attrs):
 def test_linear_as_gemm():
     x, w, b = rand(2, 48), rand(24, 48), rand(24)
     check_op("gemm", [x, w, b], {"trans_b": True}, **TOL, torch_fn=F.linear)
+
+
+@pytest.mark.parametrize("m, k, blocks", [
+    (256, 768, [256]),  # a fits the L2 beside a panel: one block
+    (257, 768, [136, 121]),  # a row past it: two even blocks, not 256 and 1
+    (257, 3072, [56] * 4 + [33]),  # not 64 * 4 and 1
+    (256, 3072, [64] * 4),
+    (70, 3072, [40, 30]),
+])
+def test_row_blocks_even(m, k, blocks):
+    """The row blocks of a product with b in panels (each block streams all of b from L3) are even:
+    no small last block that streams b again for a few rows."""
+    rows = row_block_of(m, 8, k, 1 << 20)
+    got = [m] if rows is None else [min(rows, m - r) for r in range(0, m, rows)]
+    assert got == blocks
+
+
+def test_threads_share_each_row_block():
+    """The row blocks of a product with b in panels are a serial loop around the parallel one, so
+    that every thread takes a share of each block (a parallel loop over all the blocks gave each
+    thread whole blocks: 257 rows in two left one thread 121 and the other 136, or 1 and 256)."""
+    m, k, n, p = 257, 3072, 64, 32
+    types = [TensorType((m, k)), TensorType((n // p, k, p)), TensorType((n,))]
+    s, args = node_kernel("gemm", types, {"alpha": 1.0, "beta": 1.0, "trans_a": False, "trans_b": False,
+                                          "b_panels": p, "tf32": False}, [TensorType((m, n))])
+    func = ember.lower(s, args)
+    rows = row_block_of(m, 8, k, Target().caches[1])
+    outer = collect(func.body, lambda x: isinstance(x, For) and x.kind == "serial"
+                    and any(f.kind == "parallel" for f in collect(x.body, lambda y: isinstance(y, For))))
+    assert rows is not None and [f.extent.value for f in outer] == [-(-m // rows)], func
 
 
 def test_symbolic_batch_and_rows():

@@ -157,6 +157,19 @@ def test_schedules_parallel_rows_vectorized_reductions(name, attrs, vectors):
     assert ("_rf = alloc" in body and "ramp(" in body) == vectors, text
 
 
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min"])
+def test_pools_over_a_blocked_layout_in_vectors_of_channels(name):
+    """A reduction over H and W of NCHW{b}c with keepdims (a blocked global pool): the kept last
+    axis in vector lanes, the sums of a vector in registers (no scalar row per lane)."""
+    x = RNG.uniform(-1, 1, (1, 3, 5, 7, 16)).astype("float32")
+    attrs = {"axes": (2, 3), "keepdims": True}
+    check_op(name, [x], attrs, rtol=1e-5, atol=1e-6)
+    t = TensorType(x.shape)
+    bound, out_types = infer_types(name, [t], attrs)
+    text = str(ember.lower(*node_kernel(name, [t], bound, out_types)))
+    assert "parallel(" in text and "ramp(" in text.partition("parallel(")[2], text
+
+
 @pytest.mark.parametrize("n, accumulators", [(768, 4), (96, 2), (64, 2), (32, 1), (80, 1)])
 def test_independent_accumulators_keep_nan_and_inf(n, accumulators):
     """A row of n = 16 * v elements reduces into 4 independent vectors where 4 divide its v vectors

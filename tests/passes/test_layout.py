@@ -169,6 +169,24 @@ def test_grouped_convolutions_whose_groups_fill_blocks_are_blocked():
     check_same(g, out, **TOL)
 
 
+def test_grouped_convolutions_over_padded_channels_take_a_group_of_padding():
+    """RegNet's 104 channels in groups of 8, in 16-lane blocks (here 1.5 blocks in groups of half
+    a block): padded to whole blocks, the padding one more group of zero weights, blocked with no
+    conversion around it; the padding lanes that a sigmoid made 0.5 reach no real channel."""
+    c, width = LANES + LANES // 2, LANES // 2
+    g = Graph("regnet")
+    x = g.add_input("x", TensorType((1, 16, 6, 7)))
+    y = op(g, "sigmoid", conv(g, x, c, k=1))
+    y = op(g, "relu", conv(g, op(g, "relu", conv(g, y, c, groups=c // width)), 16, k=1))
+    g.set_outputs([y])
+    out = dce(layout(g))
+    assert ops(out).count("conv2d_nchwc") == 3 and "conv2d" not in ops(out)
+    assert [n for n in conversions(out) if n.attrs["src"] != "OIHW"] == []  # (padded weights: folded later)
+    grouped, = (n for n in out.nodes if n.op == "conv2d_nchwc" and n.attrs["groups"] != 1)
+    assert grouped.attrs["groups"] == c // width + 1 and out.is_constant(grouped.inputs[1])
+    check_same(g, out, **TOL)
+
+
 def test_a_transition_stays_blocked_through_its_average_pool():
     """DenseNet's transition, a 1x1 convolution then a 2x2 average, and the convolution after it:
     no conversion between them."""

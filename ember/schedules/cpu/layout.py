@@ -5,6 +5,8 @@ rows a tile at stride 1)."""
 
 from __future__ import annotations
 
+import math
+
 from ...ops.hints import PACK
 from ...ops.layout import ANCHOR, MAX_TILE_COLUMNS, POOL_ANCHOR
 from ...te.tensor import ComputeOp
@@ -39,7 +41,8 @@ def schedule_conv_nchwc(s, outputs, target):
             # 112x112 and 56x56 10-15% faster; at stride 2, 5 rows for 2 are not (28x28: 8% slower)
             blocks = (2, 2)
             columns = tile_columns(as_int(out.shape[3]), TILE_ACCUMULATORS // 2)
-        at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]), blocks=blocks)
+        at = tile_rows_cols(s, out, anchor, 3, 4, columns, as_int(out.shape[4]), blocks=blocks,
+                            blocks_first=not depthwise and blocks is not None and _weights_outweigh(anchor))
         if local is not None:
             s[pad.output(0)].compute_inline()
             s[local].compute_at(s[out], at)
@@ -47,6 +50,19 @@ def schedule_conv_nchwc(s, outputs, target):
     else:  # written as NCHW: the same tile, its channels unrolled, read from the accumulators' lanes
         tile_rows_cols(s, out, anchor, 1, 3, as_int(anchor.output(0).shape[4]), columns, vector_cols=False)
     return None
+
+
+def _weights_outweigh(anchor) -> bool:
+    """More weights than input values per image: the tiles of a block of output channels go over
+    all the rows before the next block (its weights then come from memory once, from L2 for the
+    other rows), not each row over all the blocks (ResNeXt-50's 1024 -> 2048 1x1 over 7 x 7 read
+    its 8 MiB of weights 7 times a call)."""
+    w = next((t for t in anchor.input_tensors if t.ndim == 6), None)
+    x = next((t for t in anchor.input_tensors if t.ndim in (4, 5)), None)
+    if w is None or x is None:
+        return False
+    weights, inputs = math.prod(as_int(d) or 0 for d in w.shape), math.prod(as_int(d) or 0 for d in x.shape[1:])
+    return weights > inputs > 0
 
 
 def _padding(anchor):

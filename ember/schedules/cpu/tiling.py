@@ -74,7 +74,7 @@ def register_tile(m: int | None, n: int, lanes: int) -> tuple[int, int]:
 def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_axis: int, mr: int, nr: int,
                    vector_cols: bool = True, block: int | None = None, row_block: int | None = None,
                    prefetch: str | None = None, blocks: tuple[int, int] | None = None,
-                   vector_rows: bool = False):
+                   vector_rows: bool = False, blocks_first: bool = False):
     """Tile `out` by mr rows (axis row_axis; None: no row axis) x nr columns (axis col_axis),
     compute the anchor at the tile with its reduction outside, rows unrolled, columns
     vectorized (or unrolled too, with vector_cols=False: the anchor then vectorizes its own
@@ -85,14 +85,20 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     inside the reduction (accumulators in L1 rather than registers: a wide row of a GEMV).
     With `row_block` (a multiple of mr), the column tiles run over blocks of that many rows, one
     block after the other: the block of the left operand stays in L2 while the columns go by.
+    Where out has no other axis of more than one element, the blocks are a serial loop around
+    the parallel one, so that the threads share each block's tiles: one parallel loop over all
+    the blocks gave each thread whole blocks (at two threads, ViT's 257 rows in blocks of 256 and 1
+    left the second thread one row; in blocks of 56, 197 rows left it 85 to the first's 112).
     Over a symbolic number of rows, the parallel loop runs over the column tiles only, each
     running its row tiles in turn, and the full row tiles run a copy without guards.
     `prefetch` names b's buffer when it comes in panels one tile wide: the row tiles of a panel
     then fetch the next panel into the caches while they compute (ember.tir.transform.prefetch).
     With `blocks` (axis, factor), the tile also spans that many along a third axis, outermost in
     the tile and unrolled (a convolution's blocks of output channels: each input value loaded
-    once for all of them). Returns the loop the accumulation is computed at (a stage the tile
-    alone reads may go there)."""
+    once for all of them); with `blocks_first` too, those blocks are the outermost loop, before
+    every other axis of out (a convolution whose weights outweigh its input reads each block's
+    weights once for all its rows, not once a row). Returns the loop the accumulation is computed
+    at (a stage the tile alone reads may go there)."""
     stage = s[out]
     axes = list(stage.op.axis)
     if out.op is anchor:
@@ -102,13 +108,18 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
         s[anchor.output(0)].compute_inline()
     stage = s[out]
     co, ci = stage.split(axes[col_axis], factor=nr)
-    outer, inner, serial = [co], [ci], None
+    outer, inner, serial, blocks_outside = [co], [ci], None, []
+    rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis, blocks and blocks[0])]
     if row_axis is not None:
         ro, ri = stage.split(axes[row_axis], factor=mr)
         outer, inner = [co, ro], [ri, ci]
         if row_block is not None:
             rb, ro = stage.split(ro, factor=row_block // mr)
-            outer = [rb, co, ro]
+            if all(as_int(a.dom.extent) == 1 for a in rest) and blocks is None:
+                outer, blocks_outside = [co, ro], [*rest, rb]
+                rest = []
+            else:
+                outer = [rb, co, ro]
         elif as_int(axes[row_axis].dom.extent) is None:
             # symbolic rows (a prefill of any length): the row tiles run one after the other inside
             # each parallel column tile. Fused into the parallel loop, the rows' symbolic extent
@@ -118,10 +129,11 @@ def tile_rows_cols(s, out: Tensor, anchor: ComputeOp, row_axis: int | None, col_
     if blocks is not None:
         bo, bi = stage.split(axes[blocks[0]], factor=blocks[1])
         outer, inner = [bo, *outer], [bi, *inner]
+        if blocks_first:
+            rest, outer = [bo, *rest], outer[1:]
     if vector_rows:
         inner = [*inner[:-2], inner[-1], inner[-2]]
-    rest = [a for k, a in enumerate(axes) if k not in (row_axis, col_axis, blocks and blocks[0])]
-    stage.reorder(*rest, *outer, *([serial] if serial is not None else []), *inner)
+    stage.reorder(*blocks_outside, *rest, *outer, *([serial] if serial is not None else []), *inner)
     fused = stage.fuse(*rest, *outer) if len(rest) + len(outer) > 1 else outer[0]
     stage.parallel(fused)
     if prefetch is not None and row_axis is not None and serial is None:
