@@ -14,11 +14,21 @@ prepares the model once: torch eager's outputs, ember's compiled model saved as 
 --precision bf16 adds ember compiled with precision="bf16" ("ember-bf16": the weights of linear
 layers and convolutions in bf16, their products on the CPU's bf16 unit), checked against torch's
 fp32 at ||out - ref|| / ||ref|| <= 1e-2 (the note gives the error), and its peers become torch
-eager under CPU autocast to bf16 ("autocast": oneDNN's bf16 kernels) and ONNX Runtime in fp32.
+eager under CPU autocast to bf16 ("autocast": oneDNN's bf16 kernels), ONNX Runtime in fp32 and
+OpenVINO in bf16 ("openvino-bf16": its INFERENCE_PRECISION_HINT, from the ONNX file).
+
+--int8 adds ember's int8 model ("ember-int8": ember.quantize, dynamic for transformers, static for
+CNNs on --calibration batches of fresh inputs, as benchmarks/quantize.py does), with ONNX Runtime's
+int8 model of the same ONNX export as a peer ("onnxruntime-int8": quantize_dynamic with per-channel
+weights for transformers, quantize_static to QDQ for CNNs), next to the bf16 peers. A low-precision
+peer's note gives its ||out - ref|| / ||ref|| against torch's fp32, and each model ends with ember's
+best against the best of torch autocast bf16, OpenVINO bf16 and ONNX Runtime int8. OpenVINO is
+optional: without it its peers are skipped, and the table says why.
 
     python benchmarks/compare.py [--models resnet18 bert_base] [--small] [--batch 1] [--runs 20] [--rounds 2]
                                  [--threads 2] [--peers onnxruntime inductor eager autocast] [--after-torch]
-                                 [--precision fp32 | bf16] [--cpu-time]
+                                 [--precision fp32 | bf16] [--int8] [--cpu-time]
+                                 [--peers ... openvino openvino-bf16 onnxruntime-int8]
 
 --cpu-time: one thread, each run timed by the process's CPU time, not the wall clock (on a few
 cores other processes load, a run's wall time is mostly its waits for a core).
@@ -33,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -113,9 +124,60 @@ def timed(fn):
 
 # --- the child processes ----------------------------------------------------------------------------
 
-def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onnx: bool, batch: int = 1) -> dict:
+TRANSFORMERS = {"bert_base", "gpt2_small"}  # int8: dynamic quantization of their linear layers
+CALIBRATION = 4  # --int8: the batches a CNN's static quantization (ember's, ONNX Runtime's) calibrates on
+INT8_BOUND = 0.1  # --int8: ember's int8 model is refused above this ||out - ref|| / ||ref|| (ONNX Runtime's: 2-4e-2)
+
+
+def fresh(inputs, rng: np.random.Generator) -> list[np.ndarray]:
+    """Inputs of the example's shapes and dtypes: normal floats, token ids below 1000."""
+    return [rng.standard_normal(x.shape).astype(np.float32) if x.is_floating_point()
+            else rng.integers(0, 1000, tuple(x.shape)).astype(x.numpy().dtype) for x in inputs]
+
+
+def relative_error(out, ref) -> float:
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def ort_int8(fp32: Path, int8: Path, dynamic: bool, calibration: list[list[np.ndarray]]) -> None:
+    """ONNX Runtime's int8 model of the ONNX file fp32, written to int8: quantize_dynamic (int8
+    weights per output channel, uint8 activations quantized at run time: its MatMulInteger or
+    DynamicQuantizeMatMul kernels) where dynamic, else quantize_static to QDQ (per-channel int8
+    weights, uint8 activations) calibrated on the batches."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    with quiet_fds():
+        if dynamic:
+            quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
+            return
+        names = [i.name for i in ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).get_inputs()]
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.batches = iter(calibration)
+
+            def get_next(self):
+                batch = next(self.batches, None)
+                return None if batch is None else dict(zip(names, batch))
+
+        quantize_static(str(fp32), str(int8), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onnx: bool, batch: int = 1,
+            onnx_int8: bool = False) -> dict:
     """Inputs and torch eager's outputs as .npy, each ember variant compiled, checked and saved
-    (folder/<label>/), and the ONNX file: what the timing processes load."""
+    (folder/<label>/), and the ONNX file (and ONNX Runtime's int8 model of it where onnx_int8):
+    what the timing processes load. A variant's option quantize="dynamic" | "static" makes it
+    ember.quantize's (static: calibrated on fresh inputs)."""
     import torch
 
     import ember
@@ -131,6 +193,9 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
         expected = model(*inputs)
     for k, x in enumerate(inputs):
         np.save(folder / f"input{k}.npy", x.numpy())
+    np.save(folder / "expected.npy", expected.numpy())
+    rng = np.random.default_rng(0)
+    calibration = [fresh(inputs, rng) for _ in range(CALIBRATION)]
     report = {"inputs": len(inputs), "ember": {}}
     for label, options in variants.items():
         if "database" in options:  # a path: a Database is no JSON
@@ -138,13 +203,19 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
 
             options = {**options, "database": Database(options["database"])}
         try:
-            cm, t_compile = timed(lambda options=options: ember.compile(model, example_inputs=inputs, **options))
+            quantize = options.get("quantize")
+            if quantize:
+                rest = {k: v for k, v in options.items() if k != "quantize"}
+                cm, t_compile = timed(lambda rest=rest, dynamic=quantize == "dynamic": ember.quantize(
+                    model, inputs, None if dynamic else calibration, dynamic=dynamic, progress=False, **rest))
+            else:
+                cm, t_compile = timed(lambda options=options: ember.compile(model, example_inputs=inputs, **options))
             out, note = cm(*inputs).numpy(), f"{len(cm.kernels)} kernels"
-            if options.get("precision", "fp32") == "fp32":
+            if options.get("precision", "fp32") == "fp32" and not quantize:
                 np.testing.assert_allclose(out, expected.numpy(), rtol=1e-3, atol=1e-3)
-            else:  # rounded to bf16: the bound of the whole output's relative error
-                error = float(np.linalg.norm(out - expected.numpy()) / np.linalg.norm(expected.numpy()))
-                assert error <= 1e-2, f"||out - ref|| / ||ref|| = {error:.1e} > 1e-2"
+            else:  # rounded to bf16 or int8: the bound of the whole output's relative error
+                error, bound = relative_error(out, expected.numpy()), INT8_BOUND if quantize else 1e-2
+                assert error <= bound, f"||out - ref|| / ||ref|| = {error:.1e} > {bound}"
                 note += f", rel. error {error:.1e}"
             cm.save(folder / label)
             report["ember"][label] = {"compile": t_compile, "note": note}
@@ -155,6 +226,11 @@ def prepare(name: str, small: bool, folder: Path, variants: dict[str, dict], onn
             export_onnx(model, inputs, folder / "model.onnx")
         except Exception as e:
             report["onnx_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    if onnx_int8 and "onnx_error" not in report:
+        try:
+            ort_int8(folder / "model.onnx", folder / "int8.onnx", name in TRANSFORMERS, calibration)
+        except Exception as e:
+            report["onnx_int8_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
     return report
 
 
@@ -166,17 +242,32 @@ def measure(runtime: str, name: str, small: bool, folder: Path, runs: int, threa
 
         cm = ember.load(folder / label)
         return {"median": median_latency(lambda: cm(*inputs), runs), "compile": None}
-    if runtime == "onnxruntime":
+    if runtime in ("onnxruntime", "onnxruntime-int8"):
         import onnxruntime as ort
 
         def session():
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = threads
-            return ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+            path = folder / ("int8.onnx" if runtime == "onnxruntime-int8" else "model.onnx")
+            return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
         sess, t_compile = timed(session)
         feed = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
-        return {"median": median_latency(lambda: sess.run(None, feed), runs), "compile": t_compile}
+        return {"median": median_latency(lambda: sess.run(None, feed), runs), "compile": t_compile,
+                "rel": relative_error(sess.run(None, feed)[0], np.load(folder / "expected.npy"))}
+    if runtime in ("openvino", "openvino-bf16"):
+        import openvino as ov
+
+        def compiled():
+            core = ov.Core()
+            return core.compile_model(core.read_model(str(folder / "model.onnx")), "CPU", {
+                "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": "bf16" if runtime == "openvino-bf16" else "f32"})
+
+        model, t_compile = timed(compiled)
+        request = model.create_infer_request()
+        return {"median": median_latency(lambda: request.infer(inputs), runs), "compile": t_compile,
+                "rel": relative_error(request.infer(inputs)[model.output(0)], np.load(folder / "expected.npy"))}
     import torch
 
     from benchmarks.models import ZOO
@@ -223,7 +314,10 @@ def run_child(argv: list[str], script: str = __file__, env: dict[str, str] | Non
 
 Row = tuple[str, float | None, float | None, str]  # runtime, latency s, compile s, note
 LABELS = {"onnxruntime": "onnxruntime", "eager": "torch eager", "inductor": "torch.compile",
-          "ember_after_torch": "ember after torch", "autocast": "torch autocast bf16"}
+          "ember_after_torch": "ember after torch", "autocast": "torch autocast bf16",
+          "onnxruntime-int8": "onnxruntime int8", "openvino": "openvino", "openvino-bf16": "openvino bf16"}
+ONNX_PEERS = {"onnxruntime", "onnxruntime-int8", "openvino", "openvino-bf16"}  # the peers that load the ONNX file
+LOW_PRECISION = ("torch autocast bf16", "openvino bf16", "onnxruntime int8")  # the peers ember's best is held to
 
 
 def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, peers: list[str],
@@ -237,12 +331,14 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
         folder = Path(tmp)
         (folder / "variants.json").write_text(json.dumps(variants))
         prep = run_child(["--prepare", name, "--folder", tmp, "--batch", str(batch), *(["--small"] if small else []),
-                       *(["--onnx"] if "onnxruntime" in peers else [])])
+                          *(["--onnx"] if ONNX_PEERS & set(peers) else []),
+                          *(["--onnx-int8"] if "onnxruntime-int8" in peers else [])])
         if "error" in prep:
             return [("prepare", None, None, prep["error"])]
         jobs = [("ember", label) for label, r in prep["ember"].items() if "error" not in r]
         jobs += [("ember_after_torch", "ember")] if after_torch and ("ember", "ember") in jobs else []
-        jobs += [(p, "") for p in peers if p != "onnxruntime" or "onnx_error" not in prep]
+        jobs += [(p, "") for p in peers if not (p in ONNX_PEERS and "onnx_error" in prep)
+                 and not (p == "onnxruntime-int8" and "onnx_int8_error" in prep)]
         results: dict = {job: [] for job in jobs}
         for _ in range(rounds):
             for runtime, label in jobs:
@@ -256,6 +352,8 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
             rows.append((label, None, None, f"failed: {r['error']}"))
     if "onnx_error" in prep:
         rows.append(("onnxruntime", None, None, f"export failed: {prep['onnx_error']}"))
+    if "onnx_int8_error" in prep:
+        rows.append(("onnxruntime int8", None, None, f"quantization failed: {prep['onnx_int8_error']}"))
     for (runtime, label), got in results.items():
         ok = [g for g in got if "error" not in g]
         shown = label if runtime == "ember" else LABELS[runtime]
@@ -263,9 +361,19 @@ def compare_model(name: str, small: bool, runs: int, rounds: int, threads: int, 
             rows.append((shown, None, None, f"failed: {got[0]['error']}"))
             continue
         compile_s = prep["ember"][label]["compile"] if runtime == "ember" else ok[0]["compile"]
-        note = prep["ember"][label]["note"] if runtime == "ember" else ""
+        note = prep["ember"][label]["note"] if runtime == "ember" else \
+            f"rel. error {ok[0]['rel']:.1e}" if "rel" in ok[0] else ""
         rows.append((shown, min(g["median"] for g in ok), compile_s, note))
     return rows
+
+
+def best_low_precision(name: str, rows: list[Row]) -> None:
+    """The line that holds ember's best variant to the best of the low-precision peers in rows."""
+    ours = [(lat, runtime) for runtime, lat, _, _ in rows if runtime.startswith("ember") and lat]
+    peers = [(lat, runtime) for runtime, lat, _, _ in rows if runtime in LOW_PRECISION and lat]
+    if ours and peers:
+        (lat, runtime), (peer, peer_name) = min(ours), min(peers)
+        print(f"{name:<14} {runtime} / {peer_name} (the best of each): {lat / peer:.2f}x", flush=True)
 
 
 def main(argv=None) -> None:
@@ -279,9 +387,12 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--peers", nargs="*", help="default: onnxruntime eager inductor; with --precision bf16, "
-                                               "onnxruntime autocast")
+                                               "onnxruntime autocast openvino-bf16; with --int8, those and "
+                                               "onnxruntime-int8 (also: openvino, fp32)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="bf16: also ember with precision='bf16'")
+    ap.add_argument("--int8", action="store_true", help="also ember.quantize's int8 model (dynamic for "
+                    "transformers, static for CNNs), and ONNX Runtime's int8 model as a peer")
     ap.add_argument("--cpu-time", action="store_true", help="one thread, each run timed by the process's CPU "
                     "time (a fair measure on a machine other processes load)")
     ap.add_argument("--after-torch", action="store_true", help="also time ember after torch ran in its process")
@@ -293,6 +404,7 @@ def main(argv=None) -> None:
     ap.add_argument("--folder")
     ap.add_argument("--label", default="ember")
     ap.add_argument("--onnx", action="store_true")
+    ap.add_argument("--onnx-int8", action="store_true")
     args = ap.parse_args(argv)
     if args.device == "cuda":
         from benchmarks import compare_cuda
@@ -308,21 +420,28 @@ def main(argv=None) -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     if args.prepare:
         variants = json.loads((Path(args.folder) / "variants.json").read_text())
-        print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), variants, args.onnx, args.batch)))
+        print(json.dumps(prepare(args.prepare, args.small, Path(args.folder), variants, args.onnx, args.batch,
+                                 args.onnx_int8)))
         return
     if args.measure:
         runtime, name = args.measure
         print(json.dumps(measure(runtime, name, args.small, Path(args.folder), args.runs, args.threads, args.label)))
         return
     if args.peers is None:
-        args.peers = ["onnxruntime", "autocast"] if args.precision == "bf16" else ["onnxruntime", "eager", "inductor"]
+        args.peers = ["onnxruntime", "autocast", "openvino-bf16"] if args.precision == "bf16" or args.int8 else \
+            ["onnxruntime", "eager", "inductor"]
+        args.peers += ["onnxruntime-int8"] if args.int8 else []
+    if importlib.util.find_spec("openvino") is None and {"openvino", "openvino-bf16"} & set(args.peers):
+        print("openvino and openvino-bf16 skipped: OpenVINO is not installed (pip install openvino)")
+        args.peers = [p for p in args.peers if not p.startswith("openvino")]
     variants = {"ember": {}, **({"ember-bf16": {"precision": "bf16"}} if args.precision == "bf16" else {})}
     clock = ", the process's CPU time" if args.cpu_time else ""
     print(f"batch {args.batch}, {args.threads} threads{clock}; each runtime in its own process, {args.rounds} rounds, "
           f"best median of {args.runs} runs")
     print(f"{'model':<14} {'runtime':<18} {'latency ms':>11} {'vs ORT':>7} {'vs eager':>9} {'compile s':>10}  note")
     for name in args.models:
-        rows = compare_model(name, args.small, args.runs, args.rounds, args.threads, args.peers, variants,
+        int8 = {"ember-int8": {"quantize": "dynamic" if name in TRANSFORMERS else "static"}} if args.int8 else {}
+        rows = compare_model(name, args.small, args.runs, args.rounds, args.threads, args.peers, {**variants, **int8},
                              after_torch=args.after_torch, batch=args.batch, cpu_time=args.cpu_time)
         ort = next((lat for runtime, lat, _, _ in rows if runtime == "onnxruntime" and lat), None)
         eager = next((lat for runtime, lat, _, _ in rows if runtime == "torch eager" and lat), None)
@@ -332,6 +451,7 @@ def main(argv=None) -> None:
             vs_eager = f"{lat / eager:9.2f}" if lat and eager else f"{'-':>9}"
             comp_s = f"{comp:10.1f}" if comp is not None else f"{'-':>10}"
             print(f"{name:<14} {runtime:<18} {lat_s} {vs_ort} {vs_eager} {comp_s}  {note}", flush=True)
+        best_low_precision(name, rows)
     print("vs ORT, vs eager: latency / the peer's latency (below 1: faster than the peer)")
 
 

@@ -4,9 +4,9 @@ accuracy and latency, each runtime in its own process.
 For each model, a first process prepares: torch's fp32 outputs; ember fp32 (ember.compile);
 ember int8 (ember.quantize: static, calibrated on --calibration batches of fresh inputs of the
 model's size, by --method, for CNNs; dynamic for transformers); the fp32 ONNX export and ONNX
-Runtime's int8 model of it (onnxruntime.quantization: quantize_static, QDQ, per-channel int8
-weights and uint8 activations, on the same calibration batches, for CNNs; quantize_dynamic for
-transformers); and ember's compile of that ONNX Runtime int8 model (its QDQ operators fused onto
+Runtime's int8 model of it (compare.ort_int8: quantize_static, QDQ, per-channel int8 weights and
+uint8 activations, on the same calibration batches, for CNNs; quantize_dynamic, per-channel int8
+weights, for transformers); and ember's compile of that ONNX Runtime int8 model (its QDQ operators fused onto
 ember's int8 kernels: frontend/onnx/qdq.py). Accuracy over --tests inputs that calibration never saw: ||out - ref|| /
 ||ref|| and top-1 agreement (argmax over the last axis) against torch's fp32. Latency: each
 runtime in a fresh process, the runtimes taking turns over --rounds rounds, the best median (of
@@ -30,28 +30,22 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from compare import ROOT, median_latency, quiet_fds, run_child, timed  # (this script's folder is on sys.path)
+from compare import (  # (this script's folder is on sys.path)
+    ROOT,
+    TRANSFORMERS,
+    fresh,
+    median_latency,
+    ort_int8,
+    quiet_fds,
+    run_child,
+    timed,
+)
 from hub_sweep import cpu_latency
-
-TRANSFORMERS = {"bert_base", "gpt2_small"}
-
-
-def fresh(inputs, rng: np.random.Generator) -> list[np.ndarray]:
-    """Inputs of the example's shapes and dtypes: normal floats, token ids below 1000."""
-    return [rng.standard_normal(x.shape).astype(np.float32) if x.is_floating_point()
-            else rng.integers(0, 1000, tuple(x.shape)).astype(x.numpy().dtype) for x in inputs]
 
 
 def prepare(name: str, small: bool, folder: Path, method: str, batches: int, tests: int) -> dict:
     import onnxruntime as ort
     import torch
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_dynamic,
-        quantize_static,
-    )
 
     import ember
     from benchmarks.models import ZOO
@@ -89,22 +83,7 @@ def prepare(name: str, small: bool, folder: Path, method: str, batches: int, tes
         torch.onnx.export(model, inputs, buf, dynamo=False)
     (folder / "fp32.onnx").write_bytes(buf.getvalue())
     names = [i.name for i in ort.InferenceSession(str(folder / "fp32.onnx")).get_inputs()]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter(calibration)
-
-        def get_next(self):
-            batch = next(self.batches, None)
-            return None if batch is None else dict(zip(names, batch))
-
-    with quiet_fds():
-        if dynamic:
-            quantize_dynamic(str(folder / "fp32.onnx"), str(folder / "int8.onnx"), weight_type=QuantType.QInt8)
-        else:
-            quantize_static(str(folder / "fp32.onnx"), str(folder / "int8.onnx"), Reader(),
-                            quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8)
+    ort_int8(folder / "fp32.onnx", folder / "int8.onnx", dynamic, calibration)
     sess = ort.InferenceSession(str(folder / "int8.onnx"), providers=["CPUExecutionProvider"])
     check("onnxruntime_int8", lambda x: sess.run(None, dict(zip(names, x)))[0])
     try:

@@ -6,7 +6,8 @@ the target. Static quantization (the default) then compiles that float graph onc
 activations that products read as its outputs, runs it on the calibration batches (progress on
 stderr) and gives each activation a range (calibrate.py: "minmax", "percentile" or "entropy");
 dynamic quantization (`dynamic=True`, for linear layers: transformers) skips calibration and
-takes each activation's range at run time. The products are rewritten onto ember's int8 kernel
+takes each activation's range at run time (a linear layer's input a row at a time, rewrite.py).
+The products are rewritten onto ember's int8 kernel
 (rewrite.py: symmetric int8 weights, per output channel unless per_channel=False, asymmetric
 uint8 activations) and the graph is compiled with the remaining options of ember.compile: the
 result is a CompiledModel like any other (it saves and loads as one), for target "c" or "python"
