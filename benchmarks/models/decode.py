@@ -170,9 +170,9 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
     """Greedy tokens of RowStep's prefill and step over one preallocated cache buffer per key and
     value of each layer, (1, max_len, heads, head_dim), in the dtype the step takes its cache in
     (bfloat16 with ember.compile's kv_cache="bf16", the rows rounded as they are written; int8
-    with kv_cache="int8", (1, max_len, heads, head_dim + 4), each row quantized as it is written,
-    ember.tir.kv_int8): each step reads the first `past` positions in place and its rows are
-    written at position `past`
+    with kv_cache="int8", (1, max_len, heads, head_dim + 4), ember.tir.kv_int8: the prefill's rows
+    quantized as they are written, a step's returned as int8 rows): each step reads the first
+    `past` positions in place and its rows are written at position `past`
     (the time of each step appended to `times`, the row writes and the token's read included).
     `prompt`: a NumPy array, or a torch tensor on the device the models run on (a GPU's: the
     cache there, nothing copied to the host but each token). `feed`: the tokens to feed instead
@@ -188,7 +188,9 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
     bufs = [np.empty((1, max_len, *s), d) if on is None else torch.empty((1, max_len, *s), device=on,
                                                                           dtype=getattr(torch, d))
             for d, s in types]
-    stored = [quantize_rows if d == "int8" else (lambda r: r) for d, _ in types]
+    # int8 rows: the prefill's float32 quantized here, a step's already int8 (ember.ops.kv_rows)
+    stored = [(lambda r: r if r.dtype == np.int8 else quantize_rows(r)) if d == "int8" else (lambda r: r)
+              for d, _ in types]
     past = prompt.shape[1]
     for b, r, store in zip(bufs, rows, stored):
         b[:, :past] = store(r)

@@ -11,18 +11,20 @@ At a long context the cache, not the weights, is most of the bytes a step reads 
 1024 positions: 75 MB of float32 keys and values a token, against 124 MB of int8 weights), so
 halving it is what lets weight-only quantization keep its speedup there. The caller keeps its
 cache buffers in bfloat16 (ml_dtypes' type) and writes the step's own rows, still float32
-outputs, into them rounded (NumPy's assignment; int8: ember.tir.kv_int8.quantize_rows, a row
-once, when it is written); the step's attention reads its own row in float32. An input that
-anything else reads (but its size) is left float32, and with it the other of its attention's
-keys and values, as is every attention without a cache (a prefill); int8 only where one query
-reads the cache (the decode routine; the staged attention of more queries reads no int8 rows).
+outputs, into them rounded (NumPy's assignment); an int8 step returns its rows as int8 rows
+(ember.ops.kv_rows), whose bytes the caller copies; the step's attention reads its own row in
+float32. An input that anything else reads (but its size) is left float32, and with it the other
+of its attention's keys and values, as is every attention without a cache (a prefill); int8 only
+where one query reads the cache (the decode routine; the staged attention of more queries reads
+no int8 rows).
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..graph.core import Graph, TensorType
+from ..graph.core import Graph, TensorType, Value
 from ..ops.attention import SDPA
+from ..ops.nodes import add_op
 from ..tir.kv_int8 import SCALE_BYTES
 from .dce import dce
 from .rewrite import Rewriter
@@ -53,7 +55,22 @@ def kv_cache(graph: Graph, dtype: str | None = None) -> Graph:
             rw.replace(node, rw.emit(SDPA, ins, node.attrs, hint=node.name, out_names=[node.outputs[0].name]))
         else:
             rw.copy(node, ins)
-    return rw.finish()
+    graph = rw.finish()
+    return _rows_out(graph) if dtype == "int8" else graph
+
+
+def _rows_out(graph: Graph) -> Graph:
+    """The graph with each of its outputs that is an int8-cache attention's own row (k_new or
+    v_new: what the caller writes after the cache) returned as int8 rows of the cache's format
+    (kv_int8_rows), so that the caller copies its bytes instead of quantizing it."""
+    rows = {v.name for n in graph.nodes if n.op == SDPA and n.attrs["appended"] and n.inputs[1].type.dtype == "int8"
+            for v in n.inputs[-2:]}
+    quantized: dict[str, Value] = {}
+    for v in graph.outputs:
+        if v.name in rows and v.name not in quantized:
+            (quantized[v.name],) = add_op(graph, "kv_int8_rows", [v])
+    graph.set_outputs([quantized.get(v.name, v) for v in graph.outputs])
+    return graph
 
 
 def _stored(t: TensorType, dtype: str) -> TensorType:

@@ -3,8 +3,8 @@ decode step's cache read in place become bfloat16 inputs, or int8 rows with a sc
 the attention converted in registers (checked against the operator's reference on the same stored
 values, rtol 1e-4, atol 1e-5; int8's rows also against the float32 attention of the rows before
 they were quantized, atol 2e-2: a row's rounding, max |row| / 254); an input something else reads
-stays float32, and int8 is only for one query's attention; an unknown option is a ConfigError
-naming the choices."""
+stays float32, and int8 is only for one query's attention, whose step returns its own rows as
+int8 rows (bit-exact with quantize_rows); an unknown option is a ConfigError naming the choices."""
 
 from __future__ import annotations
 
@@ -65,6 +65,24 @@ def test_cache_inputs_become_int8_rows_with_scales():
     got = cm(q, kq, vq, kn, vn)
     np.testing.assert_allclose(got, get(SDPA).reference([q, kq, vq, kn, vn], attrs)[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got, get(SDPA).reference([q, k, v, kn, vn], attrs)[0], atol=2e-2)
+
+
+def test_int8_step_returns_its_rows_as_int8_rows():
+    """The step's own key and value, graph outputs as RowStep returns them, come out as int8 rows
+    (kv_int8_rows) that are quantize_rows' bytes, so that the caller copies them."""
+    g = Graph("step")
+    q = g.add_input("q", TensorType((1, 1, 4, 16)))
+    k, v = (g.add_input(n, TensorType((1, 30, 2, 16))) for n in "kv")
+    kn, vn = (add_op(g, "neg", [g.add_input(n, TensorType((1, 1, 2, 16)))])[0] for n in ("kn", "vn"))
+    (out,) = add_op(g, SDPA, [q, k, v, kn, vn], ATTRS)
+    g.set_outputs([out, kn, vn])
+    cm = ember.compile(g, kv_cache="int8")
+    assert [(s.dtype, s.shape) for s in cm.spec.outputs[1:]] == [("int8", (1, 1, 2, 20))] * 2
+    q, kn, vn = (RNG.uniform(-2, 2, s).astype("float32") for s in ((1, 1, 4, 16), (1, 1, 2, 16), (1, 1, 2, 16)))
+    k, v = (quantize_rows(RNG.uniform(-1, 1, (1, 30, 2, 16)).astype("float32")) for _ in "kv")
+    _, kq, vq = cm(q, k, v, kn, vn)
+    np.testing.assert_array_equal(kq, quantize_rows(-kn))
+    np.testing.assert_array_equal(vq, quantize_rows(-vn))
 
 
 def test_int8_is_for_one_query_only():
