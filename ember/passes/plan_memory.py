@@ -50,7 +50,9 @@ the loop's outputs. A body tensor lives within one iteration, so reusing its byt
 
 Graph inputs, graph outputs and constants are not in the workspace: the caller's arrays and the
 weights hold them. Dimensions may be symbols: `plan_memory` records each tensor's shape and
-lifetime, and `MemoryPlan.layout(symbols)` computes the offsets for one binding of the symbols.
+lifetime, and `MemoryPlan.layout(symbols)` computes the offsets for one binding of the symbols;
+`MemoryPlan.bounded(upper)` the offsets at the symbols' upper bounds, which serve every binding
+under which no tensor is larger (its buffer there holds it; lifetimes do not depend on sizes).
 """
 
 from __future__ import annotations
@@ -244,6 +246,20 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class BoundedLayout:
+    """A layout made at the symbols' upper bounds (MemoryPlan.bounded): each tensor keeps its
+    bytes there for any binding that makes it no larger, so one layout serves every call in
+    range, not one per binding (a decode step's cache length is new at every step)."""
+
+    layout: Layout
+    sized: tuple[tuple[WorkspaceTensor, int], ...]  # the symbolic tensors, and their bytes at the bounds
+    align: int
+
+    def holds(self, symbols: Mapping[str, int]) -> bool:
+        return all(t.nbytes(symbols, self.align) <= n for t, n in self.sized)
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     tensors: tuple[WorkspaceTensor, ...]
     align: int = Target.align  # bytes every tensor's offset is a multiple of: the target's
@@ -273,6 +289,16 @@ class MemoryPlan:
         offsets, peak = greedy_by_size([size[b] for b in buffers], [life[b] for b in buffers])
         at = dict(zip(buffers, offsets))
         return Layout(tuple(at[b] + t.at for b, t in zip(of, self.tensors)), peak, sum(sizes))
+
+    def bounded(self, upper: Mapping[str, int], limit: int) -> BoundedLayout | None:
+        """The layout at the symbols' upper bounds, which holds every binding under which no
+        tensor is larger (`BoundedLayout.holds`), where its workspace is at most `limit` bytes."""
+        layout = self.layout(upper)
+        if layout.peak_bytes > limit:
+            return None
+        sized = tuple((t, t.nbytes(upper, self.align)) for t in self.tensors
+                      if any(not isinstance(d, int) for d in t.shape))
+        return BoundedLayout(layout, sized, self.align)
 
     def to_json(self) -> list[dict]:
         return [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "first": t.first, "last": t.last,

@@ -1,6 +1,7 @@
 """Memory planning: offsets never overlap for tensors live at the same step (checked by brute
 force on random lifetimes and random graphs, with views and in-place writes), reuse makes the
-workspace smaller than one buffer per tensor, symbolic shapes are planned per binding; views
+workspace smaller than one buffer per tensor, symbolic shapes are planned per binding (or once
+at their upper bounds, for every binding that makes no tensor larger); views
 share their input's bytes for as long as they are read, in-place writes take the bytes of an input
 that dies there and of no other, the inputs of a concat are written into its bytes when they lie
 at aligned offsets; compiled models with reshapes that are views (of the workspace,
@@ -136,6 +137,33 @@ def test_symbolic_shapes_plan_per_binding():
     assert small.peak_bytes == 2 * ALIGN and big.peak_bytes == 2 * 12288
     with pytest.raises(ShapeError, match="needs symbol 'n'"):
         plan.layout({})
+
+
+def test_a_layout_at_the_upper_bounds_holds_every_smaller_binding():
+    plan = plan_memory(steps_of(chain(4, ("n", 3))))
+    bounded = plan.bounded({"n": 1024}, limit=1 << 20)
+    assert bounded.layout == plan.layout({"n": 1024})
+    assert bounded.holds({"n": 2}) and bounded.holds({"n": 1024}) and not bounded.holds({"n": 1025})
+    assert plan.bounded({"n": 1024}, limit=2 * 12288 - 1) is None  # its workspace over the limit
+
+
+def test_a_model_with_bounded_symbols_lays_its_workspace_out_once():
+    """Each call in range uses the layout at the symbols' upper bounds (a decode step's new
+    cache length every step), and computes what NumPy computes; out of range, a ShapeError."""
+    g = Graph("bounded")
+    x = g.add_input("x", TensorType(("n", 8)))
+    (y,) = add_op(g, "neg", [x])
+    for op in ("exp", "sin"):
+        (y,) = add_op(g, op, [y])
+    g.set_outputs(add_op(g, "concat", [y, x], {"axis": 0}))
+    g.ranges = {"n": (1, 40)}
+    cm = ember.compile(g, opt_level=0)
+    for n in (3, 17, 40):
+        a = random_array((n, 8), "float32")
+        np.testing.assert_allclose(cm(a), np.concatenate([np.sin(np.exp(-a)), a]), rtol=1e-5, atol=1e-6)
+    assert len({id(v) for v in cm._layouts.values()}) == 1
+    with pytest.raises(ShapeError):
+        cm(random_array((41, 8), "float32"))
 
 
 def test_plan_json_roundtrip():
