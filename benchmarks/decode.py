@@ -13,9 +13,14 @@ bound by memory bandwidth. Bytes per token are the compiled step's weights (embe
 int4: their codes and scales; ONNX Runtime's: its file's initializers; a table the step only
 gathers from counted as one row) plus the cache read at that context (keys and values of every
 layer, float32, bfloat16, or int8 rows with a float32 scale each: ember.compile's kv_cache
-option); the bound is copy bandwidth / bytes per token, the copy bandwidth measured in the same
-run (STREAM's copy: a 256 MiB array copied by torch on --threads threads, read + write bytes
-counted). Accuracy, against ember float32's greedy decode of --agree tokens (64) after the
+option); the bound is copy bandwidth / bytes per token, the copy bandwidth the best measured in the
+same run (STREAM's copy: a 256 MiB array copied by torch on --threads threads, read + write bytes
+counted, the fastest of 10 copies; measured by a process of its own and by each runtime's process
+right before and after its timing, so that the bound is the memory's best over the run, not one
+figure taken while other processes loaded the machine: a run with one copy figure, taken minutes
+before the timings, read ember float32 at 141-167% of its bound where a re-run read 99%, most
+likely a copy measured under load); a runtime above its bound is marked "!"
+(its figure is not to be quoted). Accuracy, against ember float32's greedy decode of --agree tokens (64) after the
 prompt: the share of the tokens that are float32's (free running: one token that differs
 changes the context of the rest) and the first that differs; teacher forced (each step fed
 float32's token), the share of the steps whose argmax is float32's and the logits' ||delta|| /
@@ -265,19 +270,41 @@ def per_token(run, tokens: int, repeat: int, timed_steps: bool) -> float:
     return (statistics.median(whole) - statistics.median(one)) / (tokens - 1)
 
 
+def copy_gbs(repeat: int = 10) -> float:
+    """STREAM's copy on torch's threads: a 256 MiB float32 array copied, read + write bytes over
+    the fastest of `repeat` copies (the least disturbed by other processes: a bound is the most
+    the memory gives)."""
+    import torch
+
+    src = torch.rand(64 * 2**20)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t)
+    return 2 * src.numel() * 4 / min(times) / 1e9
+
+
 def worker(args, folder: Path) -> dict:
+    """One runtime's figures (or the copy's, or the GEMV chain's); each runtime's worker measures
+    the copy bandwidth too, right before and after its timing, in its own process: the bound
+    is then the best bandwidth seen over the whole run, not one figure taken minutes away from
+    the timings (under other processes' load it can be half the bandwidth a quiet moment gives,
+    which put a runtime far above its bound)."""
     import torch
 
     torch.set_num_threads(args.threads)
     if args.worker == "copy":
-        src = torch.rand(64 * 2**20)
-        dst = torch.empty_like(src)
-        times = []
-        for _ in range(20):
-            t = time.perf_counter()
-            dst.copy_(src)
-            times.append(time.perf_counter() - t)
-        return {"copy_gbs": 2 * src.numel() * 4 / statistics.median(times) / 1e9}
+        return {"copy_gbs": copy_gbs(20)}
+    before = copy_gbs()
+    out = timings(args, folder)
+    return {**out, "copy_gbs": max(before, copy_gbs())}
+
+
+def timings(args, folder: Path) -> dict:
+    import torch
+
     import ember
 
     if args.worker == "gemv":
@@ -343,11 +370,16 @@ def report(args, name: str, info: dict, results: dict, copy: float) -> None:
                         for kv in dict.fromkeys(["float32", *args.kv_cache])) + "):")
         print(f"  {'runtime':<22}{'tokens/s':>10}{'ms/token':>10}{'MB/token':>10}{'bound':>10}{'of bound':>10}"
               f"{'x fp32':>10}")
+        above = []
         for r in results:
             nbytes = info["bytes"][r] + cache[r]
             bound = copy * 1e9 / nbytes
+            above += [r] if tps[r] > bound else []
             print(f"  {r:<22}{tps[r]:>10.1f}{1e3 / tps[r]:>10.1f}{nbytes / 1e6:>10.0f}{bound:>10.1f}"
-                  f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}")
+                  f"{tps[r] / bound:>10.0%}{tps[r] / tps['ember-float32']:>10.2f}{' !' if tps[r] > bound else ''}")
+        if above:
+            print(f"  ! above its bound ({', '.join(above)}): the step read fewer bytes than counted, or the "
+                  "memory gave it more than any copy measured in this run; not a figure to quote")
 
 
 def cuda_main(args) -> int:
@@ -460,10 +492,12 @@ def main():
                     raise SystemExit(f"{runtime} failed:\n{out.stderr[-3000:]}")
                 results.setdefault((name, runtime), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {rnd + 1}/{args.rounds} done", flush=True)
-    copy = max(x["copy_gbs"] for x in results[(None, "copy")])
+    copies = [x["copy_gbs"] for xs in results.values() for x in xs]
+    copy = max(copies)
     gemv = {w: max(x["gemv_gbs"][w] for x in results[(None, "gemv")]) for w in WEIGHTS}
-    print(f"\ncopy bandwidth {copy:.1f} GB/s ({args.threads} threads); ember GEMV chain (weight bytes / time): " +
-          ", ".join(f"{w} {g:.1f} GB/s = {g / copy:.0%} of copy" for w, g in gemv.items()))
+    print(f"\ncopy bandwidth {copy:.1f} GB/s ({args.threads} threads; the best of {len(copies)} measurements, one "
+          f"before and after each runtime's timing, the lowest {min(copies):.1f}); ember GEMV chain (weight "
+          "bytes / time): " + ", ".join(f"{w} {g:.1f} GB/s = {g / copy:.0%} of copy" for w, g in gemv.items()))
     for name in names:
         report(args, name, infos[name], {r: results[(name, r)] for n, r in jobs if n == name}, copy)
 
