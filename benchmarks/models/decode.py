@@ -188,12 +188,12 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
     bufs = [np.empty((1, max_len, *s), d) if on is None else torch.empty((1, max_len, *s), device=on,
                                                                           dtype=getattr(torch, d))
             for d, s in types]
-    # int8 rows: the prefill's float32 quantized here, a step's already int8 (ember.ops.kv_rows)
-    stored = [(lambda r: r if r.dtype == np.int8 else quantize_rows(r)) if d == "int8" else (lambda r: r)
+    # int8 rows: the prefill's float32 quantized here, a step's already the buffer's (ember.ops.kv_rows)
+    stored = [(lambda r, b: r if r.dtype == b.dtype else quantize_rows(r)) if d == "int8" else (lambda r, b: r)
               for d, _ in types]
     past = prompt.shape[1]
     for b, r, store in zip(bufs, rows, stored):
-        b[:, :past] = store(r)
+        b[:, :past] = store(r, b)
     tokens = [int(logits[0].argmax())]
     for i in range(steps - 1):
         if logits_out is not None:
@@ -203,7 +203,7 @@ def generate_in_place(prefill, decode, prompt, steps: int, max_len: int, times: 
         ids = np.array([[token]], dtype=np.int64) if on is None else torch.tensor([[token]], device=on)
         logits, *rows = decode(ids, *(b[:, :past] for b in bufs))
         for b, r, store in zip(bufs, rows, stored):
-            b[:, past] = store(r[:, 0])
+            b[:, past] = store(r[:, 0], b)
         past += 1
         tokens.append(int(logits[0].argmax()))
         if times is not None:
