@@ -16,7 +16,7 @@ spinning too).
 
     python benchmarks/hub_sweep.py [--libraries torchvision timm transformers] [--kinds encoder moe ...]
                                    [--models tv_resnet18 hf_bert ...] [--small] [--no-timing]
-                                   [--rounds 2] [--runs 10] [--threads 2] [--timeout 1800] [--cpu-time]
+                                   [--no-ort] [--rounds 2] [--runs 10] [--threads 2] [--timeout 1800] [--cpu-time]
 
 torchvision and timm are imported from their own folder (`make hub-libs`; benchmarks/models/hub_libs.py).
 """
@@ -150,7 +150,8 @@ def run_child(argv: list[str], timeout: float) -> dict:
 def sweep_model(name: str, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         common = ["--folder", tmp, *(["--small"] if args.small else [])]
-        report = run_child(["--prepare", name, *common, *([] if args.no_timing else ["--onnx"])], args.timeout)
+        onnx = not (args.no_timing or args.no_ort)
+        report = run_child(["--prepare", name, *common, *(["--onnx"] if onnx else [])], args.timeout)
         if report.get("status") not in ("pass", "weak") or args.no_timing:
             return report
         runtimes = [r for r in RUNTIMES if r != "onnxruntime" or (Path(tmp) / "model.onnx").exists()]
@@ -220,6 +221,7 @@ def main(argv=None) -> None:
     ap.add_argument("--models", nargs="+", help="by name (see benchmarks/models/hub.py), or a regular expression")
     ap.add_argument("--small", action="store_true", help="reduced inputs and configurations")
     ap.add_argument("--no-timing", action="store_true", help="compile and check only")
+    ap.add_argument("--no-ort", action="store_true", help="time ember and eager only (no ONNX export)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
