@@ -31,6 +31,30 @@ def test_hub_model_matches_eager(name):
     assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
 
 
+def test_a_layer_run_many_times_keeps_one_copy_of_its_weights():
+    """ALBERT runs one layer 12 times: its weights transposed, concatenated (q, k, v) and packed once,
+    not once per call (full size: 12 x 0.8 GB, which ran the machine out of memory)."""
+    import transformers
+
+    from benchmarks.models.hub import OneOutput
+    from ember.frontend import import_model
+    from ember.passes.pipeline import run_pipeline
+
+    torch.manual_seed(0)
+    cfg = transformers.AlbertConfig(hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+                                    intermediate_size=512, vocab_size=100, embedding_size=32)  # (packed: 128 x 512)
+    cfg._attn_implementation = "eager"
+    model = OneOutput(transformers.AlbertModel(cfg).eval(), ("input_ids",))
+    ids = torch.randint(0, 100, (1, 8))
+    graph = run_pipeline(import_model(model, example_inputs=(ids,)), opt_level=2)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(d.nbytes for d in graph.constants.values()) < 1.5 * params
+    with torch.no_grad():
+        expected = model(ids).numpy()
+    got = ember.compile(model, example_inputs=(ids,))(ids).numpy()
+    assert np.linalg.norm(got - expected) <= 1e-4 * np.linalg.norm(expected)
+
+
 def test_missing_hub_libs_say_how_to_get_them(monkeypatch, tmp_path):
     monkeypatch.setattr(hub_libs, "HUB_LIBS", tmp_path)
     monkeypatch.delitem(sys.modules, "torchvision", raising=False)

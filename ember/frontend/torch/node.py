@@ -118,6 +118,7 @@ class Builder:
         self.node: torch.fx.Node | None = None  # the node being converted
         self._consts: dict[tuple, tuple[Const, Value]] = {}  # (id(Const), cast) -> (the Const, its value)
         self._scalars: dict[tuple, Value] = {}
+        self._transposed: dict[int, tuple[Const, Const]] = {}  # id(weight) -> (the weight, its transpose)
 
     # -- types ------------------------------------------------------------------------------
     def dim(self, d) -> Dim:
@@ -174,6 +175,15 @@ class Builder:
         if not isinstance(x, Value):
             raise Unsupported(f"expected a tensor, got {x!r}")
         return self.cast(x, dtype) if dtype else x
+
+    def transposed(self, weight: Const) -> Value:
+        """A constant matrix transposed (contiguous), once per weight: a layer that a model calls
+        many times (ALBERT's one layer, run 12 times) keeps one copy of it, not one per call."""
+        if id(weight) not in self._transposed:
+            wt = weight.tensor.t()
+            copied = not wt.is_contiguous()  # (a single row or column is its own transpose: a view)
+            self._transposed[id(weight)] = (weight, Const(wt.contiguous(), weight.name + ".T", owned=copied))
+        return self.v(self._transposed[id(weight)][1])
 
     def operand(self, x, dtype: str) -> Value:
         """A tensor, Python number or symbolic size (a size used as a value) as a value of the

@@ -45,9 +45,7 @@ def _transposed_weight(b, weight) -> tuple[object, bool]:
     so the kernel reads it in the order it multiplies (trans_b=False); otherwise trans_b. The
     transposed copy is the graph's (not copied again: BERT-base's 340 MB of linear weights)."""
     if isinstance(weight, Const):
-        wt = weight.tensor.t()
-        copied = not wt.is_contiguous()  # (a single row or column is its own transpose: a view)
-        return b.v(Const(wt.contiguous(), weight.name + ".T", owned=copied)), False
+        return b.transposed(weight), False
     return b.v(weight), True
 
 
@@ -63,7 +61,7 @@ def linear(b, x, weight, bias=None):
         out = b.op("gemm", [flat, w, *c], trans_b=trans_b)
         return out if t.rank == 2 else b.op("reshape", [out], shape=b.out.shape)
     if isinstance(weight, Const):  # transposed now, with torch
-        wt = b.v(Const(weight.tensor.t(), weight.name + ".T"))
+        wt = b.transposed(weight)
     else:
         wt = b.op("transpose", [b.v(weight)], perm=(1, 0))
     out = b.op("matmul", [y, wt])
