@@ -182,8 +182,9 @@ def row(name: str, r: dict, model) -> str:
     speed = [f"{v:8.2f}x" if v else f"{'-':>9}" for v in (ratio(r, "eager"), ratio(r, "onnxruntime"))]
     err = f"{r['error']:8.1e}" if "error" in r else f"{'-':>8}"
     comp = f"{r['compile']:9.1f}" if "compile" in r else f"{'-':>9}"
+    why = f"  ({r['cause']}{': ' + r['message'] if 'message' in r else ''})" if "cause" in r else ""
     return (f"{name:<36} {model.library:<12} {model.kind:<15} {r.get('status', 'fail'):<12} {err} {comp} "
-            f"{' '.join(ms)} {' '.join(speed)}")
+            f"{' '.join(ms)} {' '.join(speed)}{why}")
 
 
 def summarize(results: dict[str, dict]) -> None:
