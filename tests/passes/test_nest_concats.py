@@ -61,7 +61,7 @@ def test_a_dense_block_is_written_in_place(block):
     cm = ember.compile(g)
     assert not any("concat" in k.ops for k in cm.kernels)  # every concat a view of one buffer
     # each convolution writes its slab of that buffer, blocked
-    slabs = {t.name: t.shares for t in cm.plan.tensors if t.name.startswith("convolution")}
+    slabs = {t.name: t.shares for t in cm.plan.tensors if t.name.startswith("conv")}  # convolution, conv2d
     assert len(slabs) == 3 and all(name.endswith("c") for name in slabs) and len(set(slabs.values())) == 1
     assert None not in slabs.values()
     for _ in range(2):
