@@ -47,10 +47,9 @@ def fuse_siblings(graph: Graph) -> Graph:
     biases = {g[0]: _bias_adds(graph, g, users) for g in groups}
     fused = {n for g in groups for n in g} | {a for adds in biases.values() for a in adds or ()}
     rw = Rewriter(graph)
-    wide: dict[tuple, Value] = {}  # the weights concatenated, once for a layer run many times (ALBERT)
     for node in graph.nodes:
         if node in first:
-            _emit(graph, rw, first[node], biases[node], wide)
+            _emit(graph, rw, first[node], biases[node])
         elif node not in fused:
             rw.copy(node, rw.inputs(node))
     return rw.finish()
@@ -99,18 +98,14 @@ def _per_column_bias(graph: Graph, c: Value) -> bool:
     return graph.is_constant(c) and (c.type.rank <= 1 or c.type.shape[0] == 1)
 
 
-def _emit(graph: Graph, rw: Rewriter, group: list[Node], bias_adds: list[Node] | None,
-          wide_weights: dict[tuple, Value]) -> None:
+def _emit(graph: Graph, rw: Rewriter, group: list[Node], bias_adds: list[Node] | None) -> None:
     head = group[0]
     a = rw.value(head.inputs[0])
     trans_b = head.op == "gemm" and head.attrs["trans_b"]
     weights = [graph.constants[n.inputs[1].name] for n in group]
     widths = [w.shape[0] if trans_b else w.shape[1] for w in weights]
-    key = (trans_b, *(n.inputs[1] for n in group))
-    if key not in wide_weights:
-        wide_weights[key] = rw.constant(np.concatenate(weights, axis=0 if trans_b else 1),
-                                        f"{head.inputs[1].name}.siblings")
-    b = wide_weights[key]
+    b = rw.derived(("siblings", trans_b, *(n.inputs[1] for n in group)),
+                   lambda: np.concatenate(weights, axis=0 if trans_b else 1), f"{head.inputs[1].name}.siblings")
     inputs = [a, b]
     if head.op == "gemm" and any(len(n.inputs) == 3 for n in group):
         biases = [np.broadcast_to(graph.constants[n.inputs[2].name].reshape(-1), (w,)) if len(n.inputs) == 3

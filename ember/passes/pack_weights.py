@@ -45,8 +45,7 @@ def pack_weights(graph: Graph, target: Target | None = None) -> Graph:
     """The graph with constant weights in panels (convolutions': blocks) for the target's vectors
     (default: C on this machine)."""
     target = target or Target()
-    packed: dict[tuple, Value] = {}  # a weight packed once, however many products read it (a layer run many times)
-    return rebuild(graph, functools.partial(_pack, lanes=target.lanes("float32"), align=target.align, packed=packed))
+    return rebuild(graph, functools.partial(_pack, lanes=target.lanes("float32"), align=target.align))
 
 
 def panel_width(m: int | str, n: int, lanes: int) -> int | None:
@@ -56,10 +55,9 @@ def panel_width(m: int | str, n: int, lanes: int) -> int | None:
     return next((w for w in widths if lanes > 1 and n % w == 0), None)
 
 
-def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int,
-          packed: dict[tuple, Value]) -> list[Value] | None:
+def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int) -> list[Value] | None:
     if node.op in CONVS:
-        return _pack_conv(rw, node, inputs, lanes, packed)
+        return _pack_conv(rw, node, inputs, lanes)
     if node.op not in ("gemm", "matmul") or node.attrs.get("b_panels"):
         return None
     a, b = inputs[:2]
@@ -74,9 +72,8 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int,
     width = panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
     if width is None:
         return None
-    if (b, trans_b, width) not in packed:
-        packed[b, trans_b, width] = rw.constant(_panels(weights, trans_b, width, align), f"{b.name}.panels")
-    panels = packed[b, trans_b, width]
+    panels = rw.derived(("panels", b, trans_b, width), lambda: _panels(weights, trans_b, width, align),
+                        f"{b.name}.panels")
     attrs = {**(node.attrs if node.op == "gemm" else {}), "trans_b": False, "b_panels": width}
     return rw.emit("gemm", [a, panels, *inputs[2:]], attrs, hint=node.name, out_names=[node.outputs[0].name])
 
@@ -96,15 +93,14 @@ def _panels(weights: np.ndarray, trans_b: bool, width: int, align: int) -> np.nd
 CONVS = ("conv1d", "conv2d", "conv3d")
 
 
-def _pack_conv(rw: Rewriter, node: Node, inputs: list[Value], lanes: int,
-               packed: dict[tuple, Value]) -> list[Value] | None:
+def _pack_conv(rw: Rewriter, node: Node, inputs: list[Value], lanes: int) -> list[Value] | None:
     weights = rw.constant_data(inputs[1])
     groups = node.attrs["groups"]
     if node.attrs["w_block"] or weights is None or weights.dtype != np.float32 or lanes < 2 or \
             packed_form(weights.shape[0], weights.shape[1], groups, lanes) is None:
         return None
-    if (inputs[1], groups) not in packed:
-        packed[inputs[1], groups] = rw.constant(pack_conv_weights(weights, groups, lanes), f"{inputs[1].name}.packed")
+    packed = rw.derived(("conv", inputs[1], groups), lambda: pack_conv_weights(weights, groups, lanes),
+                        f"{inputs[1].name}.packed")
     attrs = {**node.attrs, "w_block": lanes, "w_shape": tuple(weights.shape)}
-    return rw.emit(node.op, [inputs[0], packed[inputs[1], groups], *inputs[2:]], attrs, hint=node.name,
+    return rw.emit(node.op, [inputs[0], packed, *inputs[2:]], attrs, hint=node.name,
                    out_names=[node.outputs[0].name])

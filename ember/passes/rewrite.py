@@ -38,6 +38,7 @@ class Rewriter:
         self._map: dict[Value, Value] = {}
         self._node_names: set[str] = set()
         self._outputs = {v for v in graph.outputs}
+        self._derived: dict[tuple, Value] = {}
         for v in graph.inputs:
             self._map[v] = self.new.add_input(v.name, (input_types or {}).get(v.name, v.type))
 
@@ -60,6 +61,14 @@ class Rewriter:
 
     def constant(self, data, hint: str = "const") -> Value:
         return self.new.add_constant(np.asarray(data), hint)
+
+    def derived(self, key: tuple, make, hint: str = "const") -> Value:
+        """A constant made from others (a transpose, panels, weights side by side) by `make()`,
+        once per `key` in this rewrite: a layer that a model calls many times (ALBERT's one layer,
+        run 12 times) keeps one copy of it, not one per product that reads it."""
+        if key not in self._derived:
+            self._derived[key] = self.constant(make(), hint)
+        return self._derived[key]
 
     def constant_data(self, v: Value) -> np.ndarray | None:
         """The data of a new-graph value, or None when it is not a constant."""
