@@ -12,7 +12,7 @@ per kernel, what the runtime calls: the kernel's arguments, then the call's Open
     void ember_launch_vadd(void* ember_p0, void* ember_p1, void* ember_p2, int64_t ember_s0, int ember_threads)
 
 which runs the kernel on that many threads (0: the calling thread's setting) and gives the calling
-thread its own setting back when the kernel returns (`c_prelude.enter_threads`, the helpers a
+thread its own setting back when the kernel returns (`c_runtime.enter_threads`, the helpers a
 model's entry uses too: ember.codegen.entry), so that a kernel's thread count never changes the
 caller's, torch's included (one libgomp per process: ember.runtime.openmp).
 
@@ -20,7 +20,7 @@ Integer division never traps (c_expr). A checked renderer (`CRenderer(checked=Tr
 `checked` option) gives every kernel one more parameter, `int64_t* ember_status`, and a division
 by zero stores 1 there; the results are the same. A kernel that reads indices from a tensor (the
 loop IR's INDEX intrinsic: gather, embedding, scatters) takes that parameter in every mode, and an
-index out of range is recorded there (c_prelude's ember_index; ember.codegen.entry).
+index out of range is recorded there (c_runtime's ember_index; ember.codegen.entry).
 
 Loops: "parallel" is an OpenMP `parallel for` (the outermost of a nest only; an inner one is
 serial), "vectorized" an `omp simd` loop, "unrolled" a `GCC unroll` loop. A `CallRoutine` calls
@@ -51,8 +51,10 @@ from ..tir.expr import as_int
 from ..tir.functor import checks_indices
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, PrimFunc, Stmt
 from ..tir.work import PARALLEL_MIN_WORK, static_work
+from . import c_runtime
 from .c_buffers import CBufferRenderer
-from .c_prelude import CPrelude, enter_threads
+from .c_prelude import CPrelude
+from .c_runtime import enter_threads
 from .common import not_lowered
 from .cstyle import ADD, REL
 from .routines import c_routine, tensor_intrin_args
@@ -144,7 +146,7 @@ class CRenderer(CBufferRenderer):
                                  f"{seen[sym]!r} and {f.name!r}; rename one")
             seen[sym] = f.name
         kernels = [self._kept(f) for f in funcs]
-        self.lib.threads()  # for the launchers, or the model's entry
+        c_runtime.threads(self.lib)  # for the launchers, or the model's entry
         return kernels
 
     def _head(self, funcs: Sequence[PrimFunc]) -> list[str]:

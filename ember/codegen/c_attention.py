@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.routines import ATTENTION_ROWS
+from . import c_runtime
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -284,7 +285,7 @@ def attention(lib: CPrelude, mask: str, causal: bool, lanes: int, appended: bool
             name=name, mask_param=mask_param, rows=ATTENTION_ROWS, keys=KEYS,
             mr=SCORE_ROWS, or_=OUT_ROWS, lanes=lanes, iota=", ".join(map(str, range(lanes))),
             kend="q0 + nq < S ? q0 + nq : S" if causal else "S", tile_store=tile_store, mask_pass=mask_pass,
-            transpose=_transpose(lanes), scratch=lib.thread_scratch(),
+            transpose=_transpose(lanes), scratch=c_runtime.thread_scratch(lib),
             new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",
             last_group=" || j0 + jg + MR >= S" if appended else "",
             key_row="(j0 + jg + r == S - 1 ? k_new : kr + r * k_rs)" if appended else "(kr + r * k_rs)",

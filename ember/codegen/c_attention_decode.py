@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import c_runtime, c_x86
 from .c_attention import _exp2_nonpositive
 
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bo
             typed = dict(f32, kt=lib.types["bfloat16"], load="LOADK", scalar=lib.bf16_to_float())
         elif kv == "int8":
             # (bytes to int32 by one vpmovsxbd: GCC 12 converts bytes to floats a lane at a time)
-            widen, b = lib.widen_int32("int8", lanes), lib.unaligned_vec("int8", lanes)
+            widen, b = c_x86.widen_int32(lib, "int8", lanes), lib.unaligned_vec("int8", lanes)
             loads = f"#define LOADK(p) __builtin_convertvector({widen}(*(const {b}*)(p)), V)\n"
             scale = _row_scale(lib)
             typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
@@ -239,7 +240,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bo
             text += _TYPED.format(name=name, suffix="_new", **f32, **helpers)
         text += _SOFTMAX.format(name=name, **helpers)
         text += _BODY.format(
-            name=name, kt=typed["kt"], scratch=lib.thread_scratch(), cached="S - 1" if appended else "S",
+            name=name, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib), cached="S - 1" if appended else "S",
             mask_param={"none": "", "bool": " const uint8_t* restrict mask,",
                         "additive": " const float* restrict mask,"}[mask],
             new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",

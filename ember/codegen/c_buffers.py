@@ -20,6 +20,7 @@ from ..tir import dtype as dt
 from ..tir.expr import Broadcast, Buffer, BufferLoad, PrimExpr, Ramp, as_int
 from ..tir.schedule.cache import DEVICE_SCOPES
 from ..tir.stmt import PrimFunc, Stmt
+from . import c_runtime
 from .c_expr import CExprRenderer
 from .c_storage import HELD_AS_BITS, STORAGE
 from .common import single_index
@@ -61,7 +62,7 @@ class CBufferRenderer(CExprRenderer):
         else:
             size = self._e(functools.reduce(operator.mul, buf.shape)) if buf.shape else "1"
             out.append(f"{inner}{ctype}* restrict {name} = ({ctype}*)aligned_alloc({self.align}, "
-                       f"{self.lib.padded_bytes()}({size}, sizeof({ctype})));")
+                       f"{c_runtime.padded_bytes(self.lib)}({size}, sizeof({ctype})));")
         self._buffers.add(buf)
         self._stmt(body, depth + 1, out)
         self._buffers.discard(buf)

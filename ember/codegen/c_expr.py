@@ -37,6 +37,7 @@ from ..tir.expr import (
     Ramp,
     Select,
 )
+from . import c_floordiv, c_runtime, c_x86
 from .c_prelude import CPrelude
 from .c_storage import STORAGE
 from .c_vmath import VECTOR_MATH, vector_math
@@ -79,7 +80,7 @@ class CExprRenderer(CStyleRenderer):
         elem, lanes = dt.element_of(e.dtype), dt.lanes_of(e.dtype)
         if e.op in ("min", "max") and elem in ("float32", "float64") and lanes > 1 and (_number(e.b) or _number(e.a)):
             x, c = (e.a, e.b) if _number(e.b) else (e.b, e.a)  # a clip's bound: ember_maxc_*
-            return f"{self.lib.minmax_const(e.op, elem, lanes)}({self._e(x)}, {self._e(c)})", PRIMARY
+            return f"{c_x86.minmax_const(self.lib, e.op, elem, lanes)}({self._e(x)}, {self._e(c)})", PRIMARY
         code, p = self._binary_code(e)
         if elem in dt.SUBBYTE_INTS:  # computed in a byte, wrapped to the width after each operation
             return f"{self.lib.wrap(elem, dt.lanes_of(e.dtype))}({code})", PRIMARY
@@ -91,7 +92,7 @@ class CExprRenderer(CStyleRenderer):
     def _floordiv(self, op: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
         checked = self.checked and dt.is_int(elem)
         status = f", {self.STATUS}" if checked else ""
-        return f"{self.lib.floordiv(op, elem, lanes, checked)}({self._e(a)}, {self._e(b)}{status})"
+        return f"{c_floordiv.floordiv(self.lib, op, elem, lanes, checked)}({self._e(a)}, {self._e(b)}{status})"
 
     def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
         lanes = dt.lanes_of(dtype)
@@ -114,7 +115,7 @@ class CExprRenderer(CStyleRenderer):
             return f"{self._e(v, EQ)} != 0", EQ
         target = self.lib.value_vec(dst, lanes)
         if (src, dst) == ("float32", "int32") and isinstance(v, Call) and v.name == "round":
-            return f"{self.lib.rint_int32(lanes)}({self._e(v.args[0])})", PRIMARY
+            return f"{c_x86.rint_int32(self.lib, lanes)}({self._e(v.args[0])})", PRIMARY
         code = f"{self._e(v, ADD)} & 1" if src == "bool" else self._e(v)  # mask lanes -1 -> 1
         if dst == "float16":
             code = f"__builtin_convertvector({code}, {self.lib.vec('float16', lanes)})"
@@ -135,7 +136,7 @@ class CExprRenderer(CStyleRenderer):
         elif dt.is_int(src) and src not in dt.SUBBYTE_INTS and dt.bits(src) < 32 <= dt.bits(dst):
             # GCC (12) widens 8- and 16-bit lanes to 32 bits or floats one by one, or in pieces:
             # through int32 by the unit's own widening (ember_widen_*), then on
-            code = f"{self.lib.widen_int32(src, lanes)}({code})"
+            code = f"{c_x86.widen_int32(self.lib, src, lanes)}({code})"
             if dst == "int32":
                 return code, PRIMARY
         elif self.lib.value_vec(src, lanes) == target and src != "bool":
@@ -145,7 +146,7 @@ class CExprRenderer(CStyleRenderer):
     def _call(self, name: str, args: tuple[PrimExpr, ...], dtype: str) -> tuple[str, int]:
         if name == INDEX:
             i, n = (self._e(a) for a in args)
-            return f"{self.lib.index()}({i}, {n}, {self.STATUS})", PRIMARY
+            return f"{c_runtime.index(self.lib)}({i}, {n}, {self.STATUS})", PRIMARY
         if name == PREFETCH:  # read, kept in every level of the caches
             (target,) = args
             return f"__builtin_prefetch(&{self._buffer(target.buffer)}[{self._e(single_index(target))}], 0, 3)", PRIMARY

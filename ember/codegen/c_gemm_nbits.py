@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
 from ..tir.routines import GEMM_NBITS_STREAM
+from . import c_runtime
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -212,7 +213,7 @@ def gemm_nbits(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, 
             dequant = _DEQUANT4.replace("{lo}", lo).replace("{hi}", hi)
         body = _BODY.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, lanes=w,
                             panel=PANEL, group=group, rows=ROWS, stream=GEMM_NBITS_STREAM,
-                            stream_body=stream, dequant_body=dequant, scratch=lib.thread_scratch(),
+                            stream_body=stream, dequant_body=dequant, scratch=c_runtime.thread_scratch(lib),
                             bias_add=" + *(const U*)(bias + t * W)" if bias else "")
         widen = _WIDEN.replace("W_", str(w)).replace("{ext}", "epi" if bits == 8 else "epu")
         return (f"#define V {v}\n#define U {u}\n#define QV {c}\n#define IV {i}\n#define PANEL {PANEL}\n{widen}{body}\n"

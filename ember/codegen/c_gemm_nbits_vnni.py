@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
 from ..tir.routines import GEMM_NBITS_STREAM
+from . import c_runtime
 from .c_gemm_nbits import gemm_nbits
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
         repack = repack.replace("{minus}", "0" if offsets else "8")
         return _INCLUDE + _BODY.format(
             name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, args=args, stream=GEMM_NBITS_STREAM,
-            fallback=fallback, scratch=lib.thread_scratch(), rows=ROWS, group=group, repack=repack,
+            fallback=fallback, scratch=c_runtime.thread_scratch(lib), rows=ROWS, group=group, repack=repack,
             group_body=_group(), colsum=_COLSUM,
             offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "")
 

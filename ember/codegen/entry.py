@@ -16,7 +16,7 @@ it views; a kernel writing in place is handed the same workspace offset for an i
 Outputs that no kernel writes (an input or a weight returned as is, an output listed twice) are
 copied at the end. `num_threads` > 0 sets the OpenMP threads of the calling thread for the call, and
 its own setting comes back on return (torch.set_num_threads is the same setting): the helpers of
-`c_prelude.enter_threads`, which the unit the entry is appended to holds (CRenderer.render_unit),
+`c_runtime.enter_threads`, which the unit the entry is appended to holds (CRenderer.render_unit),
 as the launchers of single kernels use them. Returns 0.
 
 Control flow runs here, in C, with no Python per iteration (ember.ops.control): a `Branch` runs the
@@ -63,7 +63,7 @@ from collections.abc import Sequence
 
 from ..program import Branch, Copy, Launch, Loop, Ref, SizeExpr, Stmt, launches
 from .c import kernel_symbol
-from .c_prelude import enter_threads
+from .c_runtime import enter_threads
 
 ENTRY = "ember_model_run"
 PROFILE_ENTRY = "ember_model_profile"

@@ -46,7 +46,7 @@ import functools
 import operator
 from dataclasses import replace
 
-from ..codegen.c_prelude import scalar_floordiv
+from ..codegen.c_floordiv import scalar_floordiv
 from ..codegen.common import single_index
 from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
 from ..codegen.routines import tensor_intrin_args
