@@ -1,7 +1,7 @@
 """The zoo on one GPU (`compare.py --device cuda`): ember (target "cuda", precision fp32 and fp16)
 next to torch eager and torch.compile (mode "default" and "reduce-overhead"), fp32 and fp16
 (`model.half()`), each latency the median of CUDA-event intervals after a warm-up
-(cuda_kernels.timed), and each first call (compile included) timed. Every ember model is checked
+(cuda_timing.timed), and each first call (compile included) timed. Every ember model is checked
 against torch eager in fp32 first (||out - ref|| / ||ref|| within 1e-4 for fp32, 1e-2 for fp16);
 a runtime that fails prints its error in its row and the others go on.
 
@@ -19,7 +19,7 @@ import traceback
 
 import numpy as np
 
-from benchmarks.cuda_kernels import timed
+from benchmarks.cuda_timing import timed
 
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 TORCH_COMPILE_MODES = ["default", "reduce-overhead"]

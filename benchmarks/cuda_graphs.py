@@ -3,7 +3,7 @@ same model launching every kernel from Python (EMBER_CUDA_GRAPHS off: `cm.use_gr
 torch eager and torch.compile(mode="reduce-overhead") (its CUDA graphs), in one process on one GPU.
 
 Each model is compiled once for target "cuda", checked against torch eager on the GPU
-(||out - ref|| / ||ref|| <= 1e-4, fp32), then timed with CUDA events (cuda_kernels.timed: medians
+(||out - ref|| / ||ref|| <= 1e-4, fp32), then timed with CUDA events (cuda_timing.timed: medians
 after a warm-up), inputs torch CUDA tensors used in place. "host us" is the host's time issuing
 the latest call's work (cm.host_us: input copies, cuGraphLaunch, output copies; or every launch),
 "vs eager" torch eager's latency over the row's. A model or a peer that fails prints its error and
@@ -29,7 +29,7 @@ TOLERANCE = 1e-4
 
 def run_model(name: str, small: bool, runs: int, torch_compile: bool, rows: list) -> None:
     import torch
-    from cuda_kernels import timed
+    from cuda_timing import timed
     from models import ZOO
 
     import ember

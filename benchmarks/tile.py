@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import ember.triton as triton  # noqa: E402
 import ember.triton.language as tl  # noqa: E402
-from benchmarks.cuda_kernels import timed as gpu_timed  # noqa: E402 (CUDA events after a warm-up)
+from benchmarks.cuda_timing import timed as gpu_timed  # noqa: E402 (CUDA events after a warm-up)
 
 
 @triton.jit

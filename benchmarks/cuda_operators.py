@@ -1,0 +1,268 @@
+"""The parts of benchmarks/cuda_kernels.py that time kernels as the CUDA target schedules a
+model's operators by default (ember.schedules.gpu): operators, a model's products in fp16 and
+fp32, those in other tiles than the default's, built for a symbolic number of tokens and split
+over K, each next to torch. A part appends its rows (kernel, implementation, seconds, GB/s or
+TFLOP/s, build seconds or None for a peer) to `rows`."""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.cuda_timing import timed  # noqa: E402
+
+# operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
+# (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
+DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.softmax(1), True),
+            ("layer_norm", ((4096, 4096), (4096,), (4096,)), "float32", {"normalized_ndim": 1, "eps": 1e-5},
+             lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
+            ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
+            ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
+            ("matmul", ((4096, 4096), (4096, 4096)), "float32", {}, lambda a, b: a @ b, False),
+            ("matmul", ((4096, 4096), (4096, 4096)), "float16", {}, lambda a, b: a @ b, False))
+
+
+def _functional():
+    import torch
+
+    return torch.nn.functional
+
+
+def defaults(n: int, runs: int, rows: list) -> None:
+    """The operators of DEFAULTS as the CUDA target schedules them by default, against torch."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for op, shapes, dtype, attrs, torch_fn, memory_bound in DEFAULTS:
+        name = f"default {op} {dtype}"
+        try:
+            types = [TensorType(shape, dtype) for shape in shapes]
+            bound, outs = infer_types(op, types, attrs)
+            t0 = time.perf_counter()
+            s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+            f = ember.build(s, args, target="cuda")
+            build_s = time.perf_counter() - t0
+            xs = [torch.randn(shape, device="cuda").to(getattr(torch, dtype)) for shape in shapes]
+            ys = [torch.empty(tuple(int(d) for d in t.shape), device="cuda", dtype=getattr(torch, t.dtype))
+                  for t in outs]
+            f(*xs, *ys)
+            torch.testing.assert_close(ys[0].float(), torch_fn(*xs).float(), rtol=2e-2, atol=2e-2)
+            work = (sum(x.numel() * x.element_size() for x in (*xs, *ys)) / 1e9 if memory_bound
+                    else 2 * shapes[0][0] * shapes[0][1] * shapes[1][1] / 1e12)
+            t = timed(lambda f=f, xs=xs, ys=ys: f(*xs, *ys), runs)
+            rows.append((name, f"ember grid {f.grid} block {f.block}", t, work / t, build_s))
+            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+            rows.append((name, "torch", t, work / t, None))
+        except Exception:  # one operator's failure must not hide the others'
+            print(f"--- {name} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
+# a model's products as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at any shape
+# in fp16, CUDA cores in fp32, the bias fused): (name, operator, input shapes, attributes, torch's function on the
+# same inputs, the types it runs in)
+FP16, BOTH = ("float16",), ("float16", "float32")
+PRODUCTS = (("linear 128x768->3072 +b", "gemm", ((128, 768), (3072, 768), (3072,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), BOTH),  # BERT-base's MLP up, 128 tokens, batch 1
+            ("linear 128x3072->768 +b", "gemm", ((128, 3072), (768, 3072), (768,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), ("float32",)),  # its MLP down
+            ("linear 128x768->768 +b", "gemm", ((128, 768), (768, 768), (768,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), ("float32",)),  # its attention projections
+            ("linear 1x768->3072 +b", "gemm", ((1, 768), (3072, 768), (3072,)), {"trans_b": True},
+             lambda x, w, b: _functional().linear(x, w, b), BOTH),  # a decoded token
+            ("bmm 12x128x64x128", "matmul", ((12, 128, 64), (12, 64, 128)), {}, lambda a, b: a @ b, BOTH),
+            # ResNet's 3x3 convolutions at batch 1 as implicit GEMMs (ember.ops.conv_gemm: the weights (OC, C*9))
+            ("conv3x3 64ch 56^2 +b", "conv2d_gemm", ((1, 64, 56, 56), (64, 576), (64,)),
+             {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
+             lambda x, w, b: _functional().conv2d(x, w.view(64, 64, 3, 3), b, padding=1), FP16),
+            ("conv3x3 256ch 14^2 +b", "conv2d_gemm", ((1, 256, 14, 14), (256, 2304), (256,)),
+             {"kernel": (3, 3), "padding": (1, 1, 1, 1)},
+             lambda x, w, b: _functional().conv2d(x, w.view(256, 256, 3, 3), b, padding=1), FP16))
+
+
+def products(n: int, runs: int, rows: list) -> None:
+    """The products of PRODUCTS in each of their types as the CUDA target schedules them, against
+    torch (cuBLAS, cuDNN; TF32 off) on the same inputs; TFLOP/s of the products' 2 M N K."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        for dtype in dtypes:
+            short = "fp16" if dtype == "float16" else "fp32"
+            try:
+                types = [TensorType(shape, dtype) for shape in shapes]
+                bound, outs = infer_types(op, types, attrs)
+                t0 = time.perf_counter()
+                s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+                f = ember.build(s, args, target="cuda")
+                build_s = time.perf_counter() - t0
+                xs = [(torch.randn(shape, device="cuda") / shape[-1] ** 0.25).to(getattr(torch, dtype))
+                      for shape in shapes]
+                y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda", dtype=getattr(torch, dtype))
+                f(*xs, y)
+                tolerance = 2e-2 if dtype == "float16" else 1e-4
+                torch.testing.assert_close(y.float(), torch_fn(*xs).float(), rtol=tolerance, atol=tolerance)
+                out, k = y.numel(), shapes[1][-1] if op == "conv2d_gemm" else shapes[0][-1]
+                tflop = 2 * out * k / 1e12
+                t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} {short}", f"ember grid {f.grid} block {f.block}", t, tflop / t, build_s))
+                t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+                rows.append((f"{name} {short}", f"torch {short}", t, tflop / t, None))
+            except Exception:  # one product's failure must not hide the others'
+                print(f"--- {name} {short} failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+
+
+# BERT-base's fp32 linear layers at 128 tokens on CUDA cores in other tiles than the default's (BM, BN, TM, TN):
+# which one the default should take (ember.schedules.gpu.matmul.cuda_core_tiles) is for a GPU to say
+FP32_TILES = ((32, 32, 2, 2), (32, 32, 4, 4), (64, 32, 4, 2), (64, 64, 4, 4), (32, 64, 2, 4))
+
+
+def fp32_tiles(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows in each of FP32_TILES, against cuBLAS (TF32 off)."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.schedules.gpu.default import reductions_of
+    from ember.schedules.gpu.matmul import cuda_cores
+    from ember.target import Target
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        if "float32" not in dtypes or op != "gemm" or shapes[0][0] != 128:
+            continue
+        types = [TensorType(shape, "float32") for shape in shapes]
+        bound, outs = infer_types(op, types, attrs)
+        xs = [torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes]
+        y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda")
+        tflop = 2 * y.numel() * shapes[0][-1] / 1e12
+        for BM, BN, TM, TN in FP32_TILES:
+            try:
+                t0 = time.perf_counter()
+                s, args = node_kernel(op, types, bound, outs, schedule=False, target=Target("cuda"))
+                out = args[-1]
+                (C,) = [out] if out.op.reduce_axis else reductions_of(s, out)
+                cuda_cores(s, C, out, {"BM": BM, "BN": BN, "BK": 16, "TM": TM, "TN": TN})
+                f = ember.build(s, args, target="cuda")
+                build_s = time.perf_counter() - t0
+                f(*xs, y)
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} fp32", f"{BM}x{BN} tiles, {TM}x{TN} a thread", t, tflop / t, build_s))
+            except Exception:  # one variant's failure must not hide the others'
+                print(f"--- {name} fp32 in tiles {BM}x{BN} ({TM}x{TN}) failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+        rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
+
+
+def symbolic(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows built once with a symbolic number of tokens (a model
+    compiled with `dynamic_shapes`), launched at 128 and 384 tokens, next to the kernel built for
+    that size and cuBLAS (TF32 off); each checked against torch first."""
+    import torch
+
+    import ember
+    from ember.cuda.driver import device
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    def kernel(op, shapes, attrs):
+        types = [TensorType(shape, "float32") for shape in shapes]
+        bound, outs = infer_types(op, types, attrs)
+        t0 = time.perf_counter()
+        s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+        return ember.build(s, args, target="cuda"), time.perf_counter() - t0
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    device().activate()  # (`launch`, unlike a call, expects the context current)
+    stream = torch.cuda.current_stream().cuda_stream
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        if "float32" not in dtypes or op != "gemm" or shapes[0][0] != 128:
+            continue
+        name = name.replace("128x", "")
+        try:
+            f, build_s = kernel(op, [("tokens", shapes[0][1]), *shapes[1:]], attrs)
+            for tokens in (128, 384):
+                sized = [(tokens, shapes[0][1]), *shapes[1:]]
+                xs = [torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in sized]
+                y = torch.empty(tokens, shapes[1][0], device="cuda")
+                pointers = [x.data_ptr() for x in (*xs, y)]
+                f.launch(pointers, stream, [tokens])
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                tflop = 2 * y.numel() * shapes[0][-1] / 1e12
+                t = timed(lambda f=f, pointers=pointers, tokens=tokens: f.launch(pointers, stream, [tokens]), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", f"ember symbolic grid {f.grid_of([tokens])}", t,
+                             tflop / t, build_s))
+                static, static_s = kernel(op, sized, attrs)
+                static(*xs, y)
+                torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
+                t = timed(lambda f=static, xs=xs, y=y: f(*xs, y), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", f"ember static grid {static.grid}", t, tflop / t,
+                             static_s))
+                t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+                rows.append((f"{name} fp32, {tokens} tokens", "torch fp32", t, tflop / t, None))
+        except Exception:  # one layer's failure must not hide the others'
+            print(f"--- {name} fp32 with symbolic tokens failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+
+
+def split_k(n: int, runs: int, rows: list) -> None:
+    """PRODUCTS' fp32 linear layers of 128 rows whose grid leaves multiprocessors idle, compiled as a
+    model of one layer for target "cuda" with split-K (ember.passes.split_k: partial sums, then
+    their sum with the bias) and without (the one pass, fewer blocks), and cuBLAS (TF32 off); each
+    checked against torch first. The models' calls replay CUDA graphs (from their second call)."""
+    import torch
+
+    import ember
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+    from ember.schedules.gpu.split_k import splits_for
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        (M, K), (N, _) = shapes[0], shapes[1]
+        if "float32" not in dtypes or op != "gemm" or M != 128 or (splits := splits_for(1, M, N, K)) == 1:
+            continue
+        x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
+        g = Graph()
+        (y,) = add_op(g, "gemm", [g.add_input("x", TensorType((M, K))), g.add_constant(w.cpu().numpy(), "w"),
+                                  g.add_constant(b.cpu().numpy(), "b")], attrs)
+        g.set_outputs([y])
+        expected = torch_fn(x, w, b)
+        tflop = 2 * M * N * K / 1e12
+        for label, disabled in ((f"ember split-K, {splits} parts", ()), ("ember one pass", ("split_k",))):
+            try:
+                t0 = time.perf_counter()
+                cm = ember.compile(g, target="cuda", disabled_passes=disabled)
+                build_s = time.perf_counter() - t0
+                torch.testing.assert_close(cm(x), expected, rtol=1e-4, atol=1e-4)
+                t = timed(lambda cm=cm, x=x: cm(x), runs)
+                kernels = ", ".join("+".join(sorted(k.ops)) for k in cm.kernels)
+                rows.append((f"{name} fp32", f"{label}: {kernels}", t, tflop / t, build_s))
+            except Exception:  # one variant's failure must not hide the others'
+                print(f"--- {name} fp32 ({label}) failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda fn=torch_fn, xs=(x, w, b): fn(*xs), runs)
+        rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))

@@ -1,0 +1,206 @@
+"""The parts of benchmarks/cuda_kernels.py that time kernels scheduled by hand with
+ember.cuda.schedules: an elementwise chain, row softmax and layer norm in several row schedules,
+the device copy they are measured against, the fp32 GEMM's shared-memory tilings and the fp16 and
+bf16 Tensor Core GEMMs, each next to its torch or cuBLAS peer. A part appends its rows (kernel,
+implementation, seconds, GB/s or TFLOP/s, build seconds or None for a peer) to `rows`."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.cuda_timing import build, timed  # noqa: E402
+
+
+def elementwise(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    for m in (n, 4 * n):
+        def make(m=m):
+            A, B = te.placeholder((m, n), name="A"), te.placeholder((m, n), name="B")
+            C = te.compute((m, n), lambda i, j: te.exp(A[i, j]) * B[i, j] + A[i, j], name="C")
+            s = te.create_schedule(C.op)
+            schedules.elementwise(s, C, 256)
+            return s, [A, B, C]
+
+        f, build_s = build(make)
+        a, b, c = (torch.randn(m, n, device="cuda") for _ in range(3))
+        f(a, b, c)
+        torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
+        gb = 3 * a.numel() * 4 / 1e9
+        name = f"elementwise {m}x{n}"
+        t = timed(lambda f=f, a=a, b=b, c=c: f(a, b, c), runs)
+        rows.append((name, "ember (4 lanes a thread)", t, gb / t, build_s))
+        t = timed(lambda a=a, b=b, c=c: torch.add(torch.mul(torch.exp(a), b), a, out=c), runs)
+        rows.append((name, "torch eager (3 kernels)", t, gb / t, None))
+        del a, b, c
+
+
+def softmax(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember.cuda import schedules, workloads
+
+    def make(threads: int, vector: int, staged: bool):
+        w = workloads.row_softmax(n, n)
+        if threads:
+            schedules.row_block(w.s, w.out, [w.mx, w.total, w.inv], threads, vector, staged=w.A if staged else None)
+        else:
+            w.s[w.inv].compute_inline()
+            schedules.rows(w.s, w.out, [w.total, w.mx], 64)
+        return w.s, w.args
+
+    a, out = torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    gb = 2 * a.numel() * 4 / 1e9
+    name = f"row softmax {n}x{n}"
+    for threads, vector, staged in SOFTMAX:
+        impl = f"ember row/block {threads}t x{vector}{' staged' if staged else ''}" if threads \
+            else "ember (a row per thread)"
+        try:
+            f, build_s = build(lambda threads=threads, vector=vector, staged=staged: make(threads, vector, staged))
+            out.zero_()
+            f(a, out)
+            torch.testing.assert_close(out, torch.softmax(a, 1), rtol=1e-5, atol=1e-6)
+            t = timed(lambda f=f: f(a, out), runs)
+            rows.append((name, impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the others'
+            print(f"--- softmax, {impl}, failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.softmax(a, 1), runs)
+    rows.append((name, "torch.softmax", t, gb / t, None))
+
+
+def layer_norm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember.cuda import schedules, workloads
+
+    eps = 1e-5
+
+    def make(threads: int, vector: int, staged: bool):
+        w = workloads.layer_norm(n, n, eps)
+        schedules.row_block(w.s, w.out, [w.mean, w.var, w.rstd], threads, vector, staged=w.A if staged else None)
+        return w.s, w.args
+
+    a, out = torch.randn(n, n, device="cuda") * 3 + 1, torch.empty(n, n, device="cuda")
+    g, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    expected = torch.nn.functional.layer_norm(a, (n,), g, b, eps)
+    gb = 2 * a.numel() * 4 / 1e9
+    name = f"layer norm {n}x{n}"
+    for threads, vector, staged in LAYER_NORM:
+        impl = f"ember row/block {threads}t x{vector}{' staged' if staged else ''}"
+        try:
+            f, build_s = build(lambda threads=threads, vector=vector, staged=staged: make(threads, vector, staged))
+            out.zero_()
+            f(a, g, b, out)
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+            t = timed(lambda f=f: f(a, g, b, out), runs)
+            rows.append((name, impl, t, gb / t, build_s))
+        except Exception:  # one schedule's failure must not hide the others'
+            print(f"--- layer norm, {impl}, failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.nn.functional.layer_norm(a, (n,), g, b, eps), runs)
+    rows.append((name, "torch layer_norm", t, gb / t, None))
+
+
+def copy(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    for m in (n, 4 * n):
+        a = torch.randn(m, n, device="cuda")
+        t = timed(lambda a=a: a.clone(), runs)
+        rows.append((f"device copy {m}x{n}", "torch clone", t, 2 * a.numel() * 4 / 1e9 / t, None))
+        del a
+
+
+# row softmax and layer norm: (threads a block, lanes a thread, the row staged in shared memory);
+# 0 threads: a row per thread
+SOFTMAX = ((256, 1, False), (256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True),
+           (0, 1, False))
+LAYER_NORM = ((256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True))
+# (laid out for conflict-free reads: schedules.matmul, else schedules.gemm), BM, BN, BK, TM, TN, lanes, stages
+# (2: the K loop pipelined, cp.async)
+TILINGS = ((True, 128, 128, 8, 8, 8, 1, 1), (False, 128, 128, 8, 8, 8, 1, 1), (False, 128, 128, 8, 8, 8, 4, 1),
+           (False, 128, 128, 16, 8, 8, 4, 1), (False, 128, 128, 32, 8, 8, 4, 1), (False, 128, 64, 8, 8, 4, 4, 1),
+           (False, 128, 128, 8, 8, 8, 4, 2), (False, 128, 128, 16, 8, 8, 4, 2), (False, 128, 64, 16, 8, 4, 4, 2))
+
+
+def gemm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember import te
+    from ember.cuda import schedules
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b, c = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    expected = torch.matmul(a, b)
+    tflop = 2 * n**3 / 1e12
+    name = f"fp32 GEMM {n}^3"
+    for views, BM, BN, BK, TM, TN, lanes, stages in TILINGS:
+        tiles = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN}
+
+        def make(views=views, tiles=tiles, lanes=lanes, stages=stages):
+            if views:
+                return schedules.matmul(n, n, n, **tiles)
+            A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+            k = te.reduce_axis((0, n), name="k")
+            C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+            s = te.create_schedule(C.op)
+            schedules.gemm(s, A, B, C, **tiles, vector=lanes, stages=stages)
+            return s, [A, B, C]
+
+        impl = f"ember {'matmul' if views else 'gemm'} {BM}x{BN}x{BK}, {TM}x{TN}/thr x{lanes} s{stages}"
+        try:
+            f, build_s = build(make)
+            c.zero_()
+            f(a, b, c)
+            torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+            t = timed(lambda f=f: f(a, b, c), runs)
+            rows.append((name, impl, t, tflop / t, build_s))
+        except Exception:  # one tiling's failure must not hide the others'
+            print(f"--- {impl} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
+    t = timed(lambda: torch.matmul(a, b, out=c), runs)
+    rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
+
+
+# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, a warp's WM x WN, the rows' padding, stages
+# (2: the K loop pipelined, cp.async; larger tiles in 2 stages need more than 48 KiB of shared memory)
+TC_TILINGS = ((128, 128, 32, 64, 32, 8, 2), (128, 128, 32, 64, 64, 8, 2), (128, 128, 32, 64, 32, 8, 1),
+              (128, 128, 32, 64, 32, 0, 2), (128, 256, 32, 64, 64, 8, 1), (256, 128, 32, 64, 64, 8, 1))
+
+
+def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
+    import torch
+
+    from ember.cuda import schedules
+
+    tflop = 2 * n**3 / 1e12
+    for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        a = torch.randn(n, n, device="cuda").to(torch_dtype)
+        b = torch.randn(n, n, device="cuda").to(torch_dtype)
+        c = torch.empty(n, n, device="cuda")
+        expected = torch.matmul(a.float(), b.float())  # fp32 products of the same inputs (TF32 off)
+        name = f"{'fp16' if dtype == 'float16' else 'bf16'} GEMM {n}^3"
+        for BM, BN, BK, WM, WN, pad, stages in TC_TILINGS:
+            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "pad": pad, "stages": stages}
+            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN} p{pad} s{stages}"
+            try:
+                f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
+                c.zero_()
+                f(a, b, c)
+                torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+                t = timed(lambda f=f, a=a, b=b, c=c: f(a, b, c), runs)
+                rows.append((name, impl, t, tflop / t, build_s))
+            except Exception:  # one tiling's failure must not hide the others'
+                print(f"--- {name} {impl} failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        out = torch.empty(n, n, device="cuda", dtype=torch_dtype)
+        t = timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), runs)
+        rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
