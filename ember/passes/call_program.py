@@ -9,7 +9,7 @@ listed twice) are copied at the end of their level.
 
 Where each value lives (`_Refs`): an input or an output of its level (a region's are the
 references its control-flow node gives them), a weight (the constants in order of first use; one
-weight per array, and one per content among arrays of one dtype and shape, so a weight the
+weight per array, and one per content among arrays of one dtype, shape and bytes, so a weight the
 regions share is stored once), or a tensor of the memory plan's workspace; a view outside the
 workspace refers to what it views.
 """
@@ -25,6 +25,7 @@ from ..graph.core import Dim, Value, region_key
 from ..ops.control import loop_parts
 from ..program import Arg, Branch, Carried, Copy, Launch, Loop, Program, Ref, SizeExpr, Slice, Stmt
 from .plan_memory import KernelGraph, MemoryPlan, Step, next_name
+from .same_bytes import SameBytes
 
 
 def call_program(steps: KernelGraph, plan: MemoryPlan, calls: Iterable[tuple], kernels: Sequence,
@@ -52,7 +53,7 @@ class _Refs:
 
     def __init__(self, steps: KernelGraph, plan: MemoryPlan, symbols: list[str], inputs: list[Ref] | None = None,
                  outputs: list[Ref] | None = None, prefix: str = "", weights: dict[str, int] | None = None,
-                 arrays: dict | None = None):
+                 arrays: dict[int, int] | None = None, contents: SameBytes[int] | None = None):
         graph = steps.graph
         self.graph, self.plan, self.symbols, self.prefix = graph, plan, symbols, prefix
         self.viewed = {id(s.outputs[0]): s.inputs[0] for s in steps.steps if s.view}
@@ -65,12 +66,12 @@ class _Refs:
             self.outputs[id(v)] = k
         self.workspace = {t.name: k for k, t in enumerate(plan.tensors)}
         self.weights: dict[str, int] = {} if weights is None else weights
-        # id(constant data) -> its weight; (dtype, shape, sample) -> the weights' arrays of that kind
-        self.arrays: dict = {} if arrays is None else arrays
+        self.arrays: dict[int, int] = {} if arrays is None else arrays  # id(constant data) -> its weight
+        self.contents: SameBytes[int] = SameBytes() if contents is None else contents  # a weight per content
         self.produced = {id(v) for n in graph.nodes for v in n.outputs}
 
     def region(self, steps: KernelGraph, prefix: str, inputs: list[Ref], outputs: list[Ref]) -> _Refs:
-        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights, self.arrays)
+        return _Refs(steps, self.plan, self.symbols, inputs, outputs, prefix, self.weights, self.arrays, self.contents)
 
     def of(self, v: Value) -> Ref:
         if id(v) in self.inputs:
@@ -84,18 +85,14 @@ class _Refs:
         return self.of(self.viewed[id(v)])
 
     def weight(self, v: Value) -> int:
-        """The weight of a constant: one per array, and one per content among arrays of one type
-        (regions name their copies of an outer weight apart; cse merges equal constants within a
-        graph only)."""
+        """The weight of a constant: one per array, and one per content (dtype, shape and bytes:
+        same_bytes) among arrays (regions name their copies of an outer weight apart; cse merges
+        equal constants within a graph only)."""
         data = self.graph.constants[v.name]
-        if id(data) not in self.arrays:  # compared in full only when a sample of 64 elements agrees
-            sample = data.reshape(-1)[::max(1, data.size // 64)].tobytes()
-            same = self.arrays.setdefault((data.dtype.name, data.shape, sample), [])
-            index = next((k for other, k in same if np.array_equal(other, data)), None)
-            if index is None:
-                index = self.weights.setdefault(self.prefix + v.name, len(self.weights))
-                same.append((data, index))
-            self.arrays[id(data)] = index
+        if id(data) not in self.arrays:
+            name = self.prefix + v.name
+            self.arrays[id(data)] = self.contents.setdefault(
+                data, lambda: self.weights.setdefault(name, len(self.weights)))
         return self.arrays[id(data)]
 
     def dims(self, shape: tuple[Dim, ...]) -> tuple[int | Ref | SizeExpr, ...]:

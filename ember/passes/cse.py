@@ -1,33 +1,27 @@
 """Common subexpression elimination: two nodes that apply the same operator to the same inputs
 with the same attributes compute the same values, so the later one is replaced by the earlier
-one; constants with the same dtype, shape and bytes are merged first, so that nodes on equal
-weights merge too (their bytes compared in full only where a sample of 64 agrees). One walk in
+one; constants with the same dtype, shape and bytes are merged first (same_bytes), so that nodes
+on equal weights merge too. One walk in
 topological order: a merge makes the users of the merged values identical, so chains merge in
 the same walk.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..graph.core import Graph, Node, Value
 from .rewrite import Rewriter
+from .same_bytes import SameBytes
 
 
 def cse(graph: Graph) -> Graph:
     rw = Rewriter(graph)
-    first: dict[tuple, list[tuple[Value, np.ndarray]]] = {}  # (dtype, shape, sample) -> the constants kept
+    first: SameBytes[Value] = SameBytes()  # the constant kept for each content
     by_type: dict[tuple, int] = {}
     for data in graph.constants.values():
         by_type[(data.dtype.name, data.shape)] = by_type.get((data.dtype.name, data.shape), 0) + 1
     for name, data in graph.constants.items():
         if by_type[(data.dtype.name, data.shape)] > 1:  # only equal-typed constants can be equal
-            flat = _bytes(data)
-            bucket = first.setdefault((data.dtype.name, data.shape, flat[::max(1, flat.size // 64)].tobytes()), [])
-            kept = next((v for v, other in bucket if np.array_equal(other, flat)), None)
-            if kept is None:
-                kept = graph.value(name)
-                bucket.append((kept, flat))
+            kept = first.setdefault(data, lambda name=name: graph.value(name))
             rw.alias(graph.value(name), rw.value(kept))
 
     seen: dict[tuple, Node] = {}  # (op, inputs, attrs) -> the first node of the new graph
@@ -40,12 +34,6 @@ def cse(graph: Graph) -> Graph:
         outs = rw.copy(node, ins)
         seen.setdefault(key, outs[0].node)
     return rw.finish()
-
-
-def _bytes(data: np.ndarray) -> np.ndarray:
-    """A constant's bytes, as a flat uint8 view (no copy of a contiguous one: BERT-base's 415 MB
-    were copied, and hashed as Python bytes, to be compared)."""
-    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
 
 def _same_types(node: Node, other: Node) -> bool:

@@ -62,3 +62,24 @@ def test_the_interpreter_runs_the_program():
     got = ember.compile(g, target="python", opt_level=0)(x)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_weights_merge_by_their_bits():
+    """Constants of one dtype and shape share a weight only where their bytes are the same: a 0.0
+    and a -0.0 stay apart (x / 0.0 is inf, x / -0.0 is -inf), and a NaN shares with the same NaN.
+    The lanes that differ lie outside the sample of 64 that buckets the arrays, so the bytes decide."""
+    a, c = random_array((128,)), random_array((128,))
+    a[1], c[3] = 0.0, np.nan
+    b, d = a.copy(), c.copy()  # d: c's bits in another array
+    b[1] = -0.0
+    g = Graph("signed_zeros")
+    x = g.add_input("x", TensorType((128,)))
+    weights = {"a": a, "b": b, "c": c, "d": d}
+    g.set_outputs([add_op(g, "div", [x, g.add_constant(w, name)])[0] for name, w in weights.items()])
+    program, _ = program_of(g)
+    assert program.weights == ("a", "b", "c")
+    xs = np.abs(random_array((128,))) + 0.5
+    got = ember.compile(g, target="python", opt_level=0)(xs)
+    for out, w in zip(got, weights.values(), strict=True):
+        np.testing.assert_allclose(out, xs / w, rtol=1e-6, atol=0)
+    assert got[0][1] == np.inf and got[1][1] == -np.inf
