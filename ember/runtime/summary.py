@@ -1,17 +1,27 @@
 """What a compiled model is made of: its kernels, their times, and its memory plan.
 
-    cm.profile(x, repeat=10)   # Profile: per-kernel median microseconds
+    cm.profile(x, repeat=10)   # Profile: per-kernel median microseconds, wall and CPU
     print(cm.summary())        # kernels in run order, operators fused into each, times, memory,
                                # and under precision="bf16" the products kept in float32 and why
     cm.memory.peak_bytes, cm.memory.unplanned_bytes
 
 Profiling calls the library's timed twin of the entry function (ember.codegen.entry:
-`ember_model_profile`), which stores a CLOCK_MONOTONIC timestamp before the first kernel call and
-after each one, `repeat` times. A kernel's time in one run is the sum over its calls (a kernel can
-serve several nodes); the profile reports its median over the runs, and its 10th percentile
-(summed over the kernels, a model's time that other processes on the cores disturb little:
-benchmarks/kernel_profile.py). Times include the OpenMP fork and join of each call, as a normal
-call pays them.
+`ember_model_profile`), which reads the wall clock (CLOCK_MONOTONIC) and the calling thread's CPU
+clock before the first kernel call and after each one, `repeat` times. A kernel's time in one run
+is the sum over its calls (a kernel can serve several nodes); the profile reports its median over
+the runs, and its 10th percentile (summed over the kernels, a model's time that other processes on
+the cores disturb little: benchmarks/kernel_profile.py). Times include the OpenMP fork and join of
+each call, as a normal call pays them.
+
+CPU time (`cpu_us`, the `summary()` column next to wall) is that of the thread that calls the
+model (CLOCK_THREAD_CPUTIME_ID): on a machine whose cores other processes share, the wall time
+holds the time the thread waited for a core and the CPU time does not (on this project's 2-core
+AMD EPYC under a load of 8, wall was 3-4x CPU). A kernel that runs on the calling thread (one
+thread, or a serial kernel) spends all its CPU time there; of a parallel kernel it is the calling
+thread's share, its chunk of the loop and its wait at the barrier (a spin counts, a sleep does
+not), and the OpenMP workers' time is not in it. Each CPU interval also holds part of a reading of
+that clock (a system call: well under a microsecond on a quiet machine). A library built before
+ember read the CPU clock has no CPU times (None).
 """
 
 from __future__ import annotations
@@ -33,16 +43,18 @@ class KernelTime:
     calls: int  # calls per run
     median_us: float
     p10_us: float  # the 10th percentile: what a machine loaded by other processes disturbs least
+    cpu_us: float | None = None  # median CPU time of the calling thread (module doc); None: not measured
 
 
 @dataclass(frozen=True)
 class Profile:
     """Per-kernel median times (microseconds) over `repeat` runs, kernels in run order, and the
-    median of the whole run."""
+    median of the whole run, wall and CPU."""
 
     kernels: tuple[KernelTime, ...]
     total_us: float
     repeat: int
+    cpu_total_us: float | None = None
 
     def times(self) -> dict[str, float]:
         """Kernel name -> median microseconds."""
@@ -72,21 +84,31 @@ def profile(cm, inputs, repeat: int) -> Profile:
     symbols = call_symbols(cm._library)  # written with the profiling entry
     run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
     run.restype = ctypes.c_int
-    ticks = np.zeros((repeat, len(symbols) + 1), np.int64)
+    n = len(symbols)
+    ticks = np.full((repeat, 3 * (n + 1)), -1, np.int64)  # the clocks at each boundary (ember.codegen.entry)
     for r in range(repeat):
         _outputs, args, _keep = cm._arguments(inputs)
         rc = run(*args, ticks[r].ctypes.data)
         if rc != 0:
             raise cm.status_error(rc, "profiling entry")
-    per_call = np.diff(ticks, axis=1) / 1e3  # microseconds, runs x calls
+    ended, cpu, started = ticks[:, :n + 1], ticks[:, n + 1:2 * (n + 1)], ticks[:, 2 * (n + 1):]
+    if (cpu < 0).any():  # an older library: the wall clock alone, at ticks[:n + 1]
+        per_call, per_call_cpu = np.diff(ended, axis=1) / 1e3, None
+        total, cpu_total = np.median(ended[:, -1] - ended[:, 0]) / 1e3, None
+    else:  # microseconds, runs x calls; the total without the CPU clock's readings between calls
+        per_call, per_call_cpu = (ended[:, 1:] - started[:, :-1]) / 1e3, np.diff(cpu, axis=1) / 1e3
+        spans = ended[:, -1] - started[:, 0] - (started[:, 1:-1] - ended[:, 1:-1]).sum(axis=1)
+        total = np.median(spans) / 1e3 if n else 0.0
+        cpu_total = float(np.median(cpu[:, -1] - cpu[:, 0])) / 1e3
     by_symbol = {kernel_symbol(k.name): k.name for k in cm.kernels}
     order: dict[str, list[int]] = {}
     for c, s in enumerate(symbols):
         order.setdefault(by_symbol.get(s, s), []).append(c)
     kernels = tuple(KernelTime(name, len(cs), float(np.median(per_run := per_call[:, cs].sum(axis=1))),
-                               float(np.percentile(per_run, 10)))
+                               float(np.percentile(per_run, 10)),
+                               None if per_call_cpu is None else float(np.median(per_call_cpu[:, cs].sum(axis=1))))
                     for name, cs in order.items())
-    return Profile(kernels, float(np.median(ticks[:, -1] - ticks[:, 0])) / 1e3, repeat)
+    return Profile(kernels, float(total), repeat, cpu_total)
 
 
 def call_symbols(library: ctypes.CDLL) -> list[str]:
@@ -139,12 +161,14 @@ def summary(cm) -> str:
     times = {k.name: k for k in prof.kernels} if prof is not None else {}
     head = f"model {cm.name}: {len(kernels)} kernels"
     if prof is not None:
-        head += f", {prof.total_us:.1f} us per run (median of {prof.repeat} profiled runs)"
+        cpu = f", {prof.cpu_total_us:.1f} us of the calling thread's CPU" if prof.cpu_total_us is not None else ""
+        head += f", {prof.total_us:.1f} us per run{cpu} (median of {prof.repeat} profiled runs)"
     lines = [head]
     width = max([len(k.name) for k in kernels] + [6])
     for i, k in enumerate(kernels):
         t = times.get(k.name)
-        timing = f"{t.median_us:10.1f} us" if t is not None else ""
+        timing = "" if t is None else f"{t.median_us:10.1f} us" if t.cpu_us is None else \
+            f"{t.median_us:10.1f} us wall {t.cpu_us:8.1f} us cpu"
         calls = f"  x{len(k.nodes)}" if len(k.nodes) > 1 else ""
         lines.append(f"  {i:3d}  {k.name:<{width}}  {timing}  {' + '.join(k.ops)}{calls}")
     try:

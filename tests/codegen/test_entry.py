@@ -37,10 +37,13 @@ def test_profiling_twin_times_every_call():
     text = render_entry(calls)
     body = [line.strip() for line in text[text.index("int ember_model_profile("):].splitlines()]
     assert body[1].endswith("int num_threads, int64_t* ticks) {")
-    assert body[4:] == ["ticks[0] = ember_profile_now();",
-                        "add_0(inputs[0], outputs[0]);", "ticks[1] = ember_profile_now();",
-                        "add_0(outputs[0], outputs[1]);", "ticks[2] = ember_profile_now();",
+    assert body[4:] == ["ember_profile_tick(ticks, 0);",
+                        "add_0(inputs[0], outputs[0]);", "ember_profile_tick(ticks, 1);",
+                        "add_0(outputs[0], outputs[1]);", "ember_profile_tick(ticks, 2);",
                         "return 0;", "}"]
+    # three clocks a boundary: wall, the thread's CPU, wall again (2 calls: 3 boundaries)
+    assert "ticks[3 + j] = ember_profile_now(CLOCK_THREAD_CPUTIME_ID);" in text
+    assert "ticks[6 + j] = ember_profile_now(CLOCK_MONOTONIC);" in text
     assert 'const char* const ember_model_profile_calls[] = {"add_0", "add_0", 0};' in text
 
 

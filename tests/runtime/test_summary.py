@@ -1,5 +1,7 @@
 """Seeing the result: cm.summary() (kernels in run order, their operators, times, memory plan),
-cm.profile (one positive median per kernel), cm.memory (the plan's peak and unplanned bytes)."""
+cm.profile (one positive median per kernel, wall and CPU), cm.memory (the plan's peak and unplanned bytes)."""
+
+import os
 
 import numpy as np
 import pytest
@@ -44,7 +46,13 @@ def test_profile_times_every_kernel():
     assert set(prof.times()) == {k.name for k in cm.kernels}
     assert cm.last_profile is prof
     text = cm.summary()
-    assert "median of 3 profiled runs" in text and text.count(" us") == len(cm.kernels) + 1
+    assert "median of 3 profiled runs" in text and text.count(" us wall ") == len(cm.kernels)
+    # the calling thread's CPU time: positive, and no more than the wall time of the threads the
+    # kernel may run on (slack: the clock's own reading, a system call)
+    threads = cm._num_threads or os.cpu_count()
+    assert all(0 < k.cpu_us <= k.median_us * threads + 50 for k in prof.kernels)
+    assert 0 < prof.cpu_total_us <= prof.total_us * threads + 50 * len(prof.kernels)
+    assert all(f"{k.cpu_us:8.1f} us cpu" in text for k in prof.kernels)
     # profiling computes what a call computes
     expected = np.maximum(x @ cm.weights["w"], 0) + x
     np.testing.assert_allclose(cm(x), expected, rtol=1e-5, atol=1e-5)
