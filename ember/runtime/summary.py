@@ -15,13 +15,16 @@ each call, as a normal call pays them.
 
 CPU time (`cpu_us`, the `summary()` column next to wall) is that of the thread that calls the
 model (CLOCK_THREAD_CPUTIME_ID): on a machine whose cores other processes share, the wall time
-holds the time the thread waited for a core and the CPU time does not (on this project's 2-core
-AMD EPYC under a load of 8, wall was 3-4x CPU). A kernel that runs on the calling thread (one
-thread, or a serial kernel) spends all its CPU time there; of a parallel kernel it is the calling
-thread's share, its chunk of the loop and its wait at the barrier (a spin counts, a sleep does
-not), and the OpenMP workers' time is not in it. Each CPU interval also holds part of a reading of
-that clock (a system call: well under a microsecond on a quiet machine). A library built before
-ember read the CPU clock has no CPU times (None).
+holds the time the thread waited for a core and the CPU time does not. A kernel that runs on the
+calling thread (num_threads=1, or a serial kernel) spends all its CPU time there, so with one
+thread the column is the kernels' own cost. Of a parallel kernel it is the calling thread's share:
+its chunk of the loop and its wait at the barrier (a spin counts, a sleep does not); the OpenMP
+workers' time is not in it. On this project's 2-core AMD EPYC under a load average of 12, a small
+MLP's kernels took 25-28 ms of wall and 3.7-4.0 ms of CPU at 2 threads (the calling thread
+mostly spinning for workers that waited for a core), and at 1 thread 4.6-84 us of wall, within
+a microsecond of their CPU. Each CPU interval also holds part of a reading of that clock (a
+system call, about 1.2 us there). A library built before ember read the CPU clock has no CPU
+times (None).
 """
 
 from __future__ import annotations
