@@ -191,7 +191,7 @@ class CompiledModel:
 
     def _call_symbols(self) -> list[str]:
         """The C name of the kernel of each call of the entry function, in order."""
-        return call_symbols(self._library)
+        return call_symbols(self._library) or []
 
     def _index_error(self) -> tuple[int, int]:
         """The index out of range, and its axis size, of this thread's latest failed call."""

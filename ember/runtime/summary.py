@@ -84,7 +84,10 @@ def profile(cm, inputs, repeat: int) -> Profile:
     except AttributeError:
         raise ArtifactError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
                            f"it was built by an older ember, compile it again") from None
-    symbols = call_symbols(cm._library)  # written with the profiling entry
+    symbols = call_symbols(cm._library)
+    if symbols is None:  # its entry would write a clock per call past a buffer sized for none
+        raise ArtifactError(f"model {cm.name}: its library has no table of its calls ({PROFILE_CALLS}) to "
+                            f"profile by; it was built by an older ember, compile it again")
     run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
     run.restype = ctypes.c_int
     n = len(symbols)
@@ -114,13 +117,14 @@ def profile(cm, inputs, repeat: int) -> Profile:
     return Profile(kernels, float(total), repeat, cpu_total)
 
 
-def call_symbols(library: ctypes.CDLL) -> list[str]:
-    """The C name of the kernel of each call of the entry function, in order."""
+def call_symbols(library: ctypes.CDLL) -> list[str] | None:
+    """The C name of the kernel of each call of the entry function, in order; None for a library
+    built by an older ember, without the table."""
     try:
         names = ctypes.cast(ctypes.addressof((ctypes.c_char_p * 0).in_dll(library, PROFILE_CALLS)),
                             ctypes.POINTER(ctypes.c_char_p))
-    except ValueError:  # built by an older ember, without the table
-        return []
+    except ValueError:
+        return None
     out = []
     while names[len(out)] is not None:
         out.append(names[len(out)].decode())

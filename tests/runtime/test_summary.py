@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ember.compiler import compile_graph
+from ember.errors import ArtifactError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
 from ember.testing import random_array
@@ -62,6 +63,17 @@ def test_profile_checks_its_arguments():
     cm = _model()
     with pytest.raises(ValueError, match="repeat must be at least 1"):
         cm.profile(random_array((16, 16)), repeat=0)
+
+
+def test_profile_refuses_a_library_without_its_call_table(monkeypatch):
+    """A library built before the table of calls has a profiling entry that writes one clock per
+    call into the buffer it is given, which would be sized for none: refused before the call."""
+    import ember.runtime.summary as summary
+
+    cm = _model()
+    monkeypatch.setattr(summary, "call_symbols", lambda library: None)
+    with pytest.raises(ArtifactError, match="no table of its calls .* compile it again"):
+        cm.profile(random_array((16, 16)))
 
 
 def test_memory_of_a_symbolic_model_needs_a_call():
