@@ -22,6 +22,10 @@ one at the end of the loop (the next iteration overwrites the stage this one rea
 interpreter (ember.cuda.simt) lands a thread's asynchronous copies at its wait, so a read before
 the wait shows as a race or a wrong answer.
 
+The loop's extent may be symbolic (a product's K of a symbolic size, padded to whole tiles): the
+copies of the first iteration are then guarded by the loop running at all, and those of the next
+one by there being one, as for a constant extent.
+
 The copies are the statements at the start of the body that write the shared buffers
 allocated at its top and read none of them; a loop that is not so shaped is a LowerError
 naming it.
@@ -56,8 +60,8 @@ def pipeline(func: PrimFunc) -> PrimFunc:
 
 def _pipelined(loop: For) -> Stmt:
     name = loop.loop_var.name
-    if loop.annotation(PIPELINE) != 2 or loop.kind != "serial" or as_int(loop.extent) is None:
-        raise LowerError(f"loop {name}: software pipelining takes a serial loop of constant extent and 2 stages, "
+    if loop.annotation(PIPELINE) != 2 or loop.kind != "serial":
+        raise LowerError(f"loop {name}: software pipelining takes a serial loop and 2 stages, "
                          f"not {loop.annotation(PIPELINE)!r}")
     shared: list[Buffer] = []
     body = loop.body
@@ -72,10 +76,13 @@ def _pipelined(loop: For) -> Stmt:
     if not shared or not copies or not compute:
         raise LowerError(f"loop {name}: software pipelining takes a body that allocates shared buffers, copies "
                          f"tiles into them, then computes from them")
+    symbolic = [b.name for b in shared if any(as_int(d) is None for d in b.shape)]
+    if symbolic:
+        raise LowerError(f"loop {name}: software pipelining doubles shared buffers of constant shapes; "
+                         f"{', '.join(symbolic)} stayed symbolic")
     doubled = {b: Buffer(b.name, (Const(2 * _size(b), "int64"),), b.dtype, "shared") for b in shared}
-    v, n = loop.loop_var, as_int(loop.extent)
-
-    ana = Analyzer()
+    v, ana = loop.loop_var, Analyzer()
+    end = ana.simplify(binary("+", loop.min, loop.extent))
     ana.bind_range(v, loop.min, loop.extent)
 
     def at(stmts: list[Stmt], k: PrimExpr, mark: bool) -> Stmt:
@@ -86,11 +93,14 @@ def _pipelined(loop: For) -> Stmt:
 
     commit = Evaluate(Call(COMMIT, (), "int32"))
     wait = Evaluate(Call(WAIT, (Const(1, "int32"),), "int32"))
-    following = IfThenElse(binary("<", binary("+", v, Const(1, v.dtype)), binary("+", loop.min, Const(n, v.dtype))),
+    following = IfThenElse(binary("<", binary("+", v, Const(1, v.dtype)), end),
                            at(copies, binary("+", v, Const(1, v.dtype)), True))
     new_loop = replace(loop, body=SeqStmt((following, commit, wait, at(compute, v, False))),
                        annotations=tuple(a for a in loop.annotations if a[0] != PIPELINE))
-    out: Stmt = SeqStmt((at(copies, loop.min, True), commit, new_loop))
+    first = at(copies, loop.min, True)
+    if not ana.can_prove(binary(">", loop.extent, Const(0, loop.extent.dtype))):  # (a symbolic extent may be 0)
+        first = IfThenElse(binary("<", loop.min, end), first)
+    out: Stmt = SeqStmt((first, commit, new_loop))
     for b in reversed(shared):
         out = Allocate(doubled[b], out)
     return out

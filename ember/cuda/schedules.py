@@ -326,7 +326,8 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     A, B, b_layout = product_operands(s, C)
     (M, N), K = (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
     pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
-    _check_tensorcore(BM * -(-M // BM), BN * -(-N // BN), BK * -(-K // BK), BM, BN, BK, WM, WN, pad, A.dtype)
+    _check_tensorcore(*(t if n is None else t * -(-n // t) for n, t in ((M, BM), (N, BN), (K, BK))),
+                      BM, BN, BK, WM, WN, pad, A.dtype)
     C, operands = _shared_operands(s, C, A, B, BM, BN, BK)
     CF = s.cache_write(C, "wmma.accumulator")
     ii, jj, at = _block_grid(s, out, C, BM, BN)

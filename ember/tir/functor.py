@@ -46,6 +46,15 @@ def _mut_region(br: BufferRegion, f: ExprFn) -> BufferRegion:
     return br if all_same(nr, br.region) else BufferRegion(br.buffer, nr)
 
 
+def mutate_pointer(p: Pointer, ex: Callable) -> Pointer:
+    """p with `ex` applied to its offset and indices (p itself where none changes)."""
+    o = ex(p.offset)
+    idx = None if p.indices is None else tuple(ex(i) for i in p.indices)
+    if o is p.offset and (idx is None or all(a is b for a, b in zip(idx, p.indices))):
+        return p
+    return Pointer(p.buffer, o, idx)
+
+
 def mutate_stmt(
     s: Stmt,
     f_stmt: Callable[[Stmt], Stmt | None] | None = None,
@@ -79,8 +88,7 @@ def mutate_stmt(
                 nv = ex(v)
                 out = s if nv is v else Evaluate(nv)
             case CallRoutine(_, _, reads, writes, scalars):
-                nr = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in reads)
-                nw = tuple(p if (o := ex(p.offset)) is p.offset else Pointer(p.buffer, o) for p in writes)
+                nr, nw = (tuple(mutate_pointer(p, ex) for p in ps) for ps in (reads, writes))
                 ns = tuple(ex(x) for x in scalars)
                 out = s if all_same((*nr, *nw, *ns), (*reads, *writes, *scalars)) else replace(
                     s, reads=nr, writes=nw, scalars=ns)

@@ -132,10 +132,13 @@ class Evaluate(Stmt):
 @dataclass(frozen=True, eq=False, repr=False)
 class Pointer:
     """The address of element `offset` (a flat, row-major offset) of `buffer`: an argument of a
-    `CallRoutine`."""
+    `CallRoutine`. `indices`: the same element as one index per dimension, where the call's maker
+    knows them (tensorize does): a buffer of symbolic shape, whose offset cannot be split back into
+    indices, is then still compacted around the call (ember.tir.intrin_regions)."""
 
     buffer: Buffer
     offset: PrimExpr
+    indices: tuple[PrimExpr, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -87,6 +87,17 @@ def test_a_linear_layer_of_symbolic_rows_is_tiled_its_grid_computed_per_launch()
 
 
 @needs_nvrtc
+def test_a_symbolic_k_loop_is_pipelined():
+    name, types, attrs, _ = SYMBOLIC["reduction"]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    src = ember.build(s, args, target="cuda", arch="sm_90").source
+    # the first panels copied before the loop where it runs at all, the next ones while this one's products run
+    assert "if (0 < (n + 15) / 16) {" in src and "if (k_0 + 1 < (n + 15) / 16) {" in src
+    assert "cp.async.wait_group 1;" in src
+
+
+@needs_nvrtc
 def test_a_linear_layer_of_bert_base_compiles_with_its_panels_copied_asynchronously():
     types = [TensorType((128, 768), "float32"), TensorType((768, 768), "float32"), TensorType((768,), "float32")]
     bound, outs = infer_types("gemm", types, {"trans_b": True})

@@ -2,7 +2,8 @@
 matmul, ember.cuda.schedules.tensorcore_product): linear layers (weights read transposed) with
 their bias, batched and broadcast matmul, M, N and K that the tiles do not divide (padded with
 zeros), batch-1 rows, convolutions as implicit GEMMs (ember.ops.conv_gemm), float32 products marked
-tf32 as TF32; each on the interpreter with GPU semantics against NumPy and compiled by NVRTC for sm_90."""
+tf32 as TF32, symbolic M, N and K (a model's tokens; attention's length as K, its loop pipelined);
+each on the interpreter with GPU semantics against NumPy and compiled by NVRTC for sm_90."""
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from ember.ops.registry import infer_types
 from ember.schedules.apply import node_kernel
 from ember.schedules.gpu.matmul import SMS, tensor_core_tiles
 from ember.target import Target
-from ember.testing import check_op, random_array
+from ember.testing import check_op, check_op_sizes, random_array
 
 RNG = np.random.default_rng(31)
 ON_INTERPRETER = Target("python", schedules="gpu")
@@ -73,3 +74,35 @@ def test_tiles_shrink_until_the_grid_fills_the_gpu():
     assert small["BM"] * small["BN"] < 64 * 64 and 128 // small["BM"] * 3072 // small["BN"] >= SMS
     assert tensor_core_tiles(1, 1, 768, 768)["BM"] == 16  # a decoded token: one row
     assert tensor_core_tiles(12, 128, 128, 64)["BK"] == 32
+
+
+SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)
+    "linear, symbolic rows": ("gemm", [TensorType(("m", 40), "float16"), TensorType((48, 40), "float16"),
+                                       TensorType((48,), "float16")], {"trans_b": True},
+                              lambda m: [_h(m, 40), _h(48, 40), _h(48)]),
+    "batched, symbolic K, bf16": ("matmul", [TensorType((2, 9, "n"), "bfloat16"), TensorType((2, "n", 40), "bfloat16")],
+                                  None, lambda n: [_h(2, 9, n, dtype="bfloat16"), _h(2, n, 40, dtype="bfloat16")]),
+    "symbolic columns": ("matmul", [TensorType((9, 24), "float16"), TensorType((24, "n"), "float16")], None,
+                         lambda n: [_h(9, 24), _h(24, n)]),
+}
+
+
+@pytest.mark.parametrize("case", SYMBOLIC)
+def test_a_product_of_a_symbolic_size_on_tensor_cores_matches_numpy_at_each_size(case):
+    """One kernel for every size: under a tile, past one (odd: 37) and several tiles (128, four
+    iterations of a symbolic K loop)."""
+    name, types, attrs, inputs = SYMBOLIC[case]
+    check_op_sizes(name, types, attrs, [inputs(n) for n in (1, 37, 128)], 1e-2, 1e-2, targets=[ON_INTERPRETER])
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("case", SYMBOLIC)
+def test_a_product_of_a_symbolic_size_takes_tensor_cores_its_k_loop_pipelined(case):
+    name, types, attrs, _ = SYMBOLIC[case]
+    bound, outs = infer_types(name, types, attrs)
+    s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.binary[:4] == b"\x7fELF" and "wmma.mma.sync" in f.source
+    assert (f.grid is None) == ("symbolic K" not in case)  # (a grid over symbolic rows or columns: per launch)
+    assert "cp.async.wait_group 1;" in f.source  # the next tiles copied while this one's products run
+    assert "__shared__" in f.source and "(n + 31) / 32 * 32]" not in f.source  # shared tiles of constant shapes

@@ -22,14 +22,16 @@ with one output row (a decode step's linear layers) takes `gemv` first. Products
 SMALL multiply-adds (launch-bound on a GPU whatever their schedule) decline: the default computes
 an output element a thread, its reduction in a register.
 
-Symbolic sizes of a float32 product on CUDA cores (a model compiled with `dynamic_shapes`: rows
-as batch x sequence, a KV cache's length as N or K of attention's products) are tiled as static
-ones are: the product padded to whole tiles as an expression of the sizes (pad_einsum), the grid's
-blocks along that axis ceil(size / tile) at each launch (ember.cuda.grid), the partial tiles
-guarded; a symbolic K loop is not pipelined. The tiles are chosen, and SMALL compared, as for a
-size of TYPICAL (128 tokens) where one is symbolic. On Tensor Cores a symbolic size declines (the
-default runs): the shared tiles that the tensorized calls read are not compacted to constant
-shapes.
+Symbolic sizes of a product (a model compiled with `dynamic_shapes`: rows as batch x sequence, a
+KV cache's length as N or K of attention's products), on CUDA cores and on Tensor Cores alike,
+are tiled as static ones are: the product padded to whole tiles as an expression of the sizes
+(pad_einsum), the shared tiles of constant shapes (compacted around the copies and the
+tensorized calls, whose pointers keep their indices: ember.tir.intrin_regions), zeros copied past
+the symbolic edge, the grid's blocks along that axis ceil(size / tile) at each launch
+(ember.cuda.grid), the partial tiles of the output guarded, and a symbolic K loop pipelined as a
+constant one is (its first copies guarded by K > 0, the next ones by a next iteration:
+ember.cuda.pipeline). The tiles are chosen, and SMALL compared, as for a size of TYPICAL (128
+tokens) where one is symbolic.
 """
 
 from __future__ import annotations
@@ -84,9 +86,9 @@ def _tensor_cores(s, C, out) -> bool | None:
     """out computed from C, the float32 product of half operands (see the module doc)."""
     columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
     shape = _product_shape(s, C, out, conv=True, keep=columns)
-    if shape is None or None in shape:  # (a symbolic size: the tensorized calls' shared tiles stay uncompacted)
+    if shape is None:
         return False
-    *batch, M, N, K = shape
+    *batch, M, N, K = _typical(shape)  # (a symbolic size tiled as TYPICAL)
     gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype))
     return None
 
@@ -102,7 +104,7 @@ def cuda_cores(s, C, out, tiles: dict | None = None) -> bool | None:
     if shape is None or prod(_typical(shape)) < SMALL:
         return False
     *batch, M, N, _ = _typical(shape)
-    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)), stages=_stages(shape))
+    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)))
     return None
 
 
@@ -129,12 +131,6 @@ def _dim(d) -> int | str:
     """A dimension as its value, or a symbolic one as its expression's text (comparable)."""
     n = as_int(d)
     return str(d) if n is None else n
-
-
-def _stages(shape: list[int | None]) -> int:
-    """2 (the next panels copied while this one's products run) where K is static; 1 where the K
-    loop's extent is symbolic (ember.cuda.pipeline pipelines constant extents only)."""
-    return 1 if shape[-1] is None else 2
 
 
 def _typical(shape: list[int | None]) -> list[int]:

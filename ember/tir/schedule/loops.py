@@ -56,7 +56,8 @@ def split(sch: Schedule, loop: LoopRV, factors: list) -> list[LoopRV]:
     """Split a loop into len(factors) nested loops; one factor may be None (inferred).
 
     for i in range(n)  ->  for i_0 in range(ceil(n/f)): for i_1 in range(f): i = i_0*f + i_1
-    (with the predicate i < n on the blocks inside when f does not divide n)."""
+    (with the predicate i < n on the blocks inside when f does not divide n, or a symbolic n
+    cannot be proven a multiple of f)."""
     f = sch.get_for(loop)
     factors = list(factors)
     if len(factors) < 2:
@@ -81,7 +82,8 @@ def split(sch: Schedule, loop: LoopRV, factors: list) -> list[LoopRV]:
         combined = combined * ext + v
     combined = ana.simplify(combined)
     n = as_int(extent)
-    exact = n is not None and total == n
+    # (a symbolic extent is split exactly where it is a multiple of the factors: a padded one)
+    exact = total == n if n is not None else ana.can_prove_equal(prod(factors), extent)
     if n is not None and total < n:
         raise ScheduleError(f"split: factors {factors} cover {total} iterations of a loop of {n}")
     pred = None if exact else combined < extent

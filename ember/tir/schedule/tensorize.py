@@ -197,7 +197,7 @@ class _Matcher:
             if not isinstance(want, Var) and not self.ana.can_prove_equal(s, want):
                 self.fail(f"{buf.name} has stride {s} in dimension {dim_of[j][0]}, the intrinsic's "
                           f"{dbuf.name} takes stride {want}")
-        self.args[dbuf] = (buf, flat, walked)
+        self.args[dbuf] = (buf, flat, walked, tuple(offsets))
 
     def _split(self, part: PrimExpr, free: list[tuple[int, PrimExpr]], zero) -> dict[int, int] | None:
         """`part` (one dimension's index inside the loop) as a sum of constant multiples of two or
@@ -241,7 +241,7 @@ class _Matcher:
             self.fail(f"the block does not access the intrinsic's {', '.join(missing)}")
         smap = {v: s for p, st in zip(params, it.strides) for v, s in zip(st, self.args[p][2]) if isinstance(v, Var)}
         n_in = it.n_inputs
-        ptrs = [Pointer(self.args[p][0], self.args[p][1]) for p in params]
+        ptrs = [Pointer(self.args[p][0], self.args[p][1], self.args[p][3]) for p in params]
         scalars = tuple(self.ana.simplify(substitute(x, smap)) for x in c.scalars)
         strides = tuple(s for p in params for s in self.args[p][2])
         order = {p: i for i, p in enumerate(params)}

@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import dtype as dt
 from ..arith import Analyzer
 from ..expr import Binary, Const, Not, PrimExpr, Var
-from ..functor import substitute_stmt
+from ..functor import mutate_pointer, substitute_stmt
 from ..stmt import (
     Allocate,
     Block,
@@ -22,7 +22,6 @@ from ..stmt import (
     For,
     IfThenElse,
     IterVar,
-    Pointer,
     PrimFunc,
     Range,
     SeqStmt,
@@ -89,7 +88,7 @@ class _StmtSimplifier:
                 nb = self.visit(body)
                 return s if nb is body else Allocate(buf, nb)
             case CallRoutine(_, _, reads, writes, scalars):
-                nr, nw = ([Pointer(p.buffer, self.ex(p.offset)) for p in ps] for ps in (reads, writes))
+                nr, nw = ([mutate_pointer(p, self.ex) for p in ps] for ps in (reads, writes))
                 return replace(s, reads=tuple(nr), writes=tuple(nw), scalars=tuple(map(self.ex, scalars)))
             case Block():
                 return self._block(s)
