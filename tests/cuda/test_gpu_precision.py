@@ -72,3 +72,31 @@ def test_a_precision_the_gpu_has_not_is_refused_naming_those_it_has():
         ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), target=SIMULATED, precision="fp8")
     with pytest.raises(ConfigError, match=r"precision must be one of \['bf16', 'fp32'\] for target 'c', got 'fp16'"):
         ember.compile(torch.nn.ReLU(), (torch.randn(2, 3),), precision="fp16")
+
+
+
+class TokenMixer(torch.nn.Module):
+    """Linear layers over the tokens and products between them: tokens as M, as N and as K."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.inp, self.out = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.inp(x))
+        return self.out((h @ h.transpose(1, 2) / 16) @ h)
+
+
+def test_a_model_over_symbolic_tokens_in_fp16_runs_its_products_on_tensor_cores():
+    """One compile for every token count, every product on Tensor Cores, its tiles padded to the
+    size of each call (the causal attention of a symbolic length, in any precision, is not yet
+    scheduled for the GPU)."""
+    torch.manual_seed(6)
+    model = TokenMixer().eval()
+    cm = ember.compile(model, (torch.randn(1, 4, 16),), target=SIMULATED, precision="fp16",
+                       dynamic_shapes=({1: torch.export.Dim("tokens", max=64)},))
+    assert cm.source.count("wmma.mma.sync") >= 4 and "int64_t tokens" in cm.source
+    for tokens in (1, 37):
+        x = torch.randn(1, tokens, 16)
+        with torch.no_grad():
+            assert relative_error(cm(x).numpy(), model(x).numpy()) <= TOLERANCE["fp16"]
