@@ -277,7 +277,8 @@ def _cuda() -> dict[str, tuple[bool, str]]:
         dev = driver.device()
         out["CUDA driver"] = True, f"CUDA {driver.driver_version()}"
         out["GPU"] = True, (f"{dev.name}, compute capability {dev.compute_capability[0]}."
-                            f"{dev.compute_capability[1]}, {dev.threads_per_block} threads and "
+                            f"{dev.compute_capability[1]}, {dev.multiprocessors} multiprocessors, "
+                            f"{dev.threads_per_block} threads and "
                             f"{dev.shared_per_block // 1024} KiB of shared memory per block "
                             f"({dev.shared_per_block_optin // 1024} KiB opted in)")
     except EmberError as e:

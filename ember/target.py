@@ -31,6 +31,12 @@ and the machine facts:
 - `caches` (L1d, L2, L3 bytes, from /sys/devices/system/cpu/cpu0/cache/, else FALLBACK_CACHES)
   and `cores` (os.cpu_count()): this machine's, unless given;
 - `schedules`: the family of default schedules (ember.schedules.<family>);
+- `gpu` (the GPU family's targets: "cuda", and the interpreter with schedules="gpu"): the GPU's
+  facts that shape its kernels (`GPU`: multiprocessors, which the products' tiles and split-K
+  fill; shared memory and threads a block), the device's driver attributes where the backend
+  finds one (`Backend.gpu`), else GPU()'s defaults, an H100's or H200's, what a build without a
+  device assumes. Part of the target, so of every key built from it (a lowered kernel's on disk,
+  the model cache's): a kernel tiled for one count is not reused for another;
 - `key`: the name the tuning database files schedules under.
 
 A target for another machine is named by its flags: `Target.x86(level)` is C for an x86-64
@@ -107,6 +113,16 @@ _SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AM
 
 
 @dataclass(frozen=True)
+class GPU:
+    """The facts of a GPU that its kernels' schedules read (see the module doc); the defaults are
+    an H100's or H200's multiprocessors and the block limits every GPU since sm_50 shares."""
+
+    multiprocessors: int = 132  # blocks that occupy every multiprocessor once
+    shared_per_block: int = 48 * 1024  # bytes of static shared memory a block may declare
+    threads_per_block: int = 1024
+
+
+@dataclass(frozen=True)
 class Target:
     """Where kernels run (see the module doc). For kind "c", cc and cflags default to the options
     (EMBER_CC, EMBER_CFLAGS) and vector_bytes to what they target; "python" has no compiler and
@@ -123,6 +139,7 @@ class Target:
     cores: int | None = None
     accel: object = None  # kind "accel": the accelerator's description (ember.accel.Accelerator)
     simulate: bool = False  # kind "cuda": every kernel built by NVRTC, the model run on the interpreter, GPU semantics
+    gpu: GPU | None = None  # the GPU family's targets: the GPU's facts (default: the device's, else GPU())
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -133,6 +150,11 @@ class Target:
             raise ConfigError(f"simulate=True is for target 'cuda' (its GPU simulated on the CPU), not {self.kind!r}")
         if self.schedules is None:
             object.__setattr__(self, "schedules", "gpu" if self.kind == "cuda" else "cpu")
+        if self.gpu is None and self.schedules == "gpu":
+            facts = getattr(self.backend, "gpu", None)
+            object.__setattr__(self, "gpu", facts(self) if facts is not None else GPU())
+        if self.gpu is not None and self.gpu.multiprocessors < 1:
+            raise ConfigError(f"a GPU has at least one multiprocessor, got {self.gpu.multiprocessors}")
         if self.kind in HOST_C:
             cc, cflags = config.resolve("cc", self.cc), config.resolve("cflags", self.cflags)
             object.__setattr__(self, "cc", cc)
@@ -211,7 +233,8 @@ class Target:
         that loads it must have)."""
         return {"target": self.kind, **({"simulate": True} if self.simulate else {}), "machine": platform.machine(),
                 "vector_bytes": self.vector_bytes, "align": self.align, "features": sorted(self.features),
-                **({"cc": self.cc, "cflags": self.cflags} if self.kind in HOST_C else {})}
+                **({"cc": self.cc, "cflags": self.cflags} if self.kind in HOST_C else {}),
+                **({"gpu": dataclasses.asdict(self.gpu)} if self.gpu is not None else {})}
 
 
 def as_target(target: str | Target = "c", *, cc: str | None = None, cflags: str | None = None) -> Target:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..cuda import CUDAKernel, build_cuda
+from ..cuda import driver as cuda_driver
 from ..cuda.artifact import read_cuda
 from ..cuda.driver import device
 from ..cuda.kernel import device_arch
@@ -42,6 +43,7 @@ from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
 from ..schedules.gpu.split_k import splits_for
+from ..target import GPU
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
 from ..tune.gpu_features import gpu_features
@@ -65,7 +67,9 @@ class CUDABackend(Backend):
     model = staticmethod(_model)
     graph_passes = ("unfold_attention", "split_k")  # the attention operator is a CPU extern call: matmul, softmax,
     # matmul here; split_k asks k_splits how many parts of K a product's grid needs
-    k_splits = staticmethod(lambda m, n, k: splits_for(1, m, n, k))
+    def k_splits(self, m: int, n: int, k: int, target) -> int:
+        return splits_for(1, m, n, k, target.gpu.multiprocessors)
+
     # fold_attention would fold them back (and fold_repeat_kv make gqa of a repeat, which
     # unfold_attention would repeat again); the CPU's target passes (given no target, they would
     # block and pack for this machine's vectors) make layouts the GPU schedules do not read
@@ -73,6 +77,17 @@ class CUDABackend(Backend):
     precisions = GPU_PRECISIONS  # fp16/bf16: every activation and weight in half precision, sums in fp32
     loop_passes = tuple((name, p) for name, p in PASSES if name not in SKIPPED)
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
+
+    def gpu(self, target) -> GPU:
+        """The device's facts (its driver attributes), GPU()'s defaults where there is none or the
+        GPU is simulated (its kernels built for sm_90)."""
+        if target.simulate:
+            return GPU()
+        try:
+            dev = cuda_driver.device()  # (looked up at the call: a stand-in driver in tests replaces it)
+        except DeviceError:
+            return GPU()
+        return GPU(dev.multiprocessors, dev.shared_per_block, dev.threads_per_block)
 
     def machine(self, target) -> str:
         """ "cuda | <GPU> | <arch>"; a simulated GPU's times are the interpreter's: "cuda | simulated"."""

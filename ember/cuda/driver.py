@@ -46,6 +46,7 @@ class Device:
     shared_per_block: int  # bytes of static shared memory a block may use
     shared_per_block_optin: int  # bytes with the opt-in attribute (dynamic shared memory)
     threads_per_block: int
+    multiprocessors: int  # (the grid that fills the GPU once: ember.target.GPU)
     registers_per_block: int = 65536
 
     @property
@@ -82,6 +83,7 @@ def device(ordinal: int = 0) -> Device:
                  get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
                  get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
                  get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                 get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
                  get(attr.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK))
     dev.activate()
     return dev

@@ -4,8 +4,9 @@
     gemm(x, W, c?)  ->  sum_partials(gemm_partials(x, W')) [+ c]
 
 W' the weights ((N, K) with trans_b, else (K, N)) cut once at compile time into (S, N, K/S)
-(ember.ops.gemm_partials). The target's backend says into how many parts (`Backend.k_splits(M, N, K)`: the GPU's
-ember.schedules.gpu.split_k.splits_for; 1 leaves the gemm as it is), so a target without it
+(ember.ops.gemm_partials). The target's backend says into how many parts
+(`Backend.k_splits(M, N, K, target)`: the GPU's ember.schedules.gpu.split_k.splits_for, for the
+target's multiprocessors; 1 leaves the gemm as it is), so a target without it
 changes nothing. Only gemms of float32 activations (not marked tf32: those take Tensor Cores),
 constant weights, static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is
 in a fixed order (deterministic), its epilogue (the bias, an activation, a residual) fused after
@@ -24,10 +25,10 @@ def split_k(graph: Graph, target=None) -> Graph:
     splits_of = getattr(getattr(target, "backend", None), "k_splits", None)
     if splits_of is None or not any(n.op == "gemm" for n in graph.nodes):
         return graph  # (the pipeline reports it unchanged)
-    return rebuild(graph, lambda rw, node, inputs: _split(rw, node, inputs, graph, splits_of))
+    return rebuild(graph, lambda rw, node, inputs: _split(rw, node, inputs, graph, splits_of, target))
 
 
-def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of):
+def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
     a = node.attrs
     if (node.op != "gemm" or a["trans_a"] or a["b_panels"] or a["tf32"] or a["alpha"] != 1.0
             or (len(inputs) == 3 and a["beta"] != 1.0)):
@@ -37,7 +38,7 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of):
         return None
     weights = graph.constants[w.name] if a["trans_b"] else graph.constants[w.name].T  # (N, K)
     (m, k), n = x.type.shape, weights.shape[0]
-    splits = splits_of(m, n, k)
+    splits = splits_of(m, n, k, target)
     if splits < 2:
         return None
     weights = weights.reshape(n, splits, k // splits).transpose(1, 0, 2)

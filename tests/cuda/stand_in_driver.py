@@ -135,8 +135,9 @@ class DeviceArray:
                                          "data": (self.address, False), "version": 3}
 
 
-def install(monkeypatch) -> HostDriver:
-    """A HostDriver in place of the driver (and the device), its launches interpreted."""
+def install(monkeypatch, multiprocessors: int = 132) -> HostDriver:
+    """A HostDriver in place of the driver (and the device, of `multiprocessors` SMs), its
+    launches interpreted."""
     cu = HostDriver()
 
     def launch(self, pointers, stream=0, sizes=(), report=True):  # the kernel on the interpreter, at those addresses
@@ -152,7 +153,9 @@ def install(monkeypatch) -> HostDriver:
         cu.run(stream, run)
 
     monkeypatch.setattr(driver, "driver", lambda: cu)
-    monkeypatch.setattr(driver, "device", lambda ordinal=0: SimpleNamespace(ordinal=0, activate=lambda: None))
+    monkeypatch.setattr(driver, "device", lambda ordinal=0: SimpleNamespace(
+        ordinal=0, activate=lambda: None, multiprocessors=multiprocessors, shared_per_block=48 * 1024,
+        threads_per_block=1024))
     monkeypatch.setattr(kernel.CUDAKernel, "launch", launch)
     return cu
 

@@ -8,7 +8,8 @@ type, and the epilogue fused after it: a bias, a GELU, a residual) computed from
 of a block's tile; tiles that do not divide the shape padded with zeros; a
 convolution's columns (im2col) computed as their tiles are copied into shared memory.
 The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
-where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding).
+where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding); the
+GPU's multiprocessors are the target's (`Target.gpu`: the device's, SMS without one).
 
 float32 matmul of 2-D operands whose tiles divide the shape, and no epilogue: shared-memory tiles
 with a register tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread,
@@ -42,6 +43,7 @@ from ...cuda import schedules as gpu
 from ...errors import ScheduleError
 from ...intrinsics import wmma
 from ...ops.conv_gemm import COLUMNS
+from ...target import GPU
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
@@ -50,7 +52,7 @@ from .default import reductions_of
 from .gemv import schedule_gemv
 
 TILES = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}  # a tile of A or B: one float4 a thread
-SMS = 132  # blocks that occupy every multiprocessor of an H100 or H200 once
+SMS = GPU().multiprocessors  # blocks that fill the GPU once where no device says: an H100's or H200's
 SMALL = 1 << 15  # multiply-adds below which a float32 product keeps the default (launch-bound either way)
 TYPICAL = 128  # the size a symbolic dimension is tiled for (rows: tokens of a prefill, a BERT's sequence)
 
@@ -69,11 +71,12 @@ def schedule_matmul(s, outputs, target) -> bool | None:
     if len(found) != 1:
         return False
     (C,) = found
+    sms = target.gpu.multiprocessors
     if C is not out and _tensor_core_operands(C):
-        return _tensor_cores(s, C, out)
+        return _tensor_cores(s, C, out, sms)
     if out.op.name == "matmul" and C is out and _float32(s, out) is None:
         return None
-    return cuda_cores(s, C, out)
+    return cuda_cores(s, C, out, sms=sms)
 
 
 def _tensor_core_operands(C) -> bool:
@@ -82,21 +85,21 @@ def _tensor_core_operands(C) -> bool:
     return C.dtype == "float32" and (dtypes <= set(wmma.DTYPES) or (dtypes == {"float32"} and C.op.attrs.get("tf32")))
 
 
-def _tensor_cores(s, C, out) -> bool | None:
+def _tensor_cores(s, C, out, sms: int) -> bool | None:
     """out computed from C, the float32 product of half operands (see the module doc)."""
     columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
     shape = _product_shape(s, C, out, conv=True, keep=columns)
     if shape is None:
         return False
     *batch, M, N, K = _typical(shape)  # (a symbolic size tiled as TYPICAL)
-    gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype))
+    gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype, sms))
     return None
 
 
-def cuda_cores(s, C, out, tiles: dict | None = None) -> bool | None:
+def cuda_cores(s, C, out, tiles: dict | None = None, sms: int = SMS) -> bool | None:
     """out computed from C, a float32 product of float32 operands (see the module doc), in
-    `tiles` (cuda_core_product's BM, BN, BK, TM, TN; default: `cuda_core_tiles`); False where it
-    declines."""
+    `tiles` (cuda_core_product's BM, BN, BK, TM, TN; default: `cuda_core_tiles` for a GPU of `sms`
+    multiprocessors); False where it declines."""
     if C.dtype != "float32" or any(t.dtype != "float32" or getattr(t.op, "tag", "") == COLUMNS
                                    for t in C.op.input_tensors):
         return False
@@ -104,7 +107,7 @@ def cuda_cores(s, C, out, tiles: dict | None = None) -> bool | None:
     if shape is None or prod(_typical(shape)) < SMALL:
         return False
     *batch, M, N, _ = _typical(shape)
-    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N)))
+    gpu.cuda_core_product(s, C, out, **(tiles or cuda_core_tiles(prod(batch), M, N, sms)))
     return None
 
 
@@ -138,11 +141,11 @@ def _typical(shape: list[int | None]) -> list[int]:
     return [TYPICAL if n is None else n for n in shape]
 
 
-def block_tiles(batch: int, M: int, N: int) -> tuple[int, int]:
+def block_tiles(batch: int, M: int, N: int, sms: int = SMS) -> tuple[int, int]:
     """Block tiles BM x BN (16, 32 or 64: the least that covers a small M or N), halved from 64
-    to 32 while the grid has fewer blocks than the GPU has multiprocessors."""
+    to 32 while the grid has fewer blocks than the GPU has multiprocessors (`sms`)."""
     BM, BN = (16 if n <= 16 else 32 if n <= 32 else 64 for n in (M, N))
-    while batch * -(-M // BM) * -(-N // BN) < SMS and max(BM, BN) > 32:
+    while batch * -(-M // BM) * -(-N // BN) < sms and max(BM, BN) > 32:
         if BN >= BM:
             BN //= 2
         else:
@@ -150,16 +153,16 @@ def block_tiles(batch: int, M: int, N: int) -> tuple[int, int]:
     return BM, BN
 
 
-def cuda_core_tiles(batch: int, M: int, N: int) -> dict:
+def cuda_core_tiles(batch: int, M: int, N: int, sms: int = SMS) -> dict:
     """`block_tiles`, with 16 x 16 threads a block, each a (BM/16) x (BN/16) register tile."""
-    BM, BN = block_tiles(batch, M, N)
+    BM, BN = block_tiles(batch, M, N, sms)
     return {"BM": BM, "BN": BN, "BK": 16, "TM": BM // 16, "TN": BN // 16}
 
 
-def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16") -> dict:
+def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16", sms: int = SMS) -> dict:
     """`block_tiles`; 32-wide steps of k (16 for a short K, and for float32 tiles, twice the
     bytes); warps of at most 32 x 64, two a block where the tile splits."""
-    BM, BN = block_tiles(batch, M, N)
+    BM, BN = block_tiles(batch, M, N, sms)
     WM, WN = min(BM, 32), min(BN, 64)
     if BM == WM and BN == WN and WN > 16:
         WN //= 2

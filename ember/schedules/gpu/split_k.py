@@ -1,6 +1,7 @@
-"""Split-K: a float32 product whose output tiles are fewer than the GPU's multiprocessors (BERT-base's
-768-wide layers at 128 tokens: 96 blocks of 32 x 32 on a GPU of 132) computed as `splits`
-products over parts of K, then their sum (ember.passes.split_k rewrites a model's gemm so).
+"""Split-K: a float32 product whose output tiles are fewer than the GPU's multiprocessors (the
+target's, `Target.gpu`; BERT-base's 768-wide layers at 128 tokens: 96 blocks of 32 x 32 on a GPU
+of 132) computed as `splits` products over parts of K, then their sum (ember.passes.split_k
+rewrites a model's gemm so).
 
 Two kernels, deterministic: `gemm_partials` (ember.ops.gemm_partials) computes partial sums
 P[s, i, j] over K's part s into a workspace of splits x M x N floats (`cuda_core_product` with
@@ -36,7 +37,7 @@ BK = 16  # the K panels of cuda_core_product: a part a whole number of them
 
 def splits_for(batch: int, M: int, N: int, K: int, sms: int = SMS) -> int:
     """The parts K is split into (see the module doc)."""
-    tiles = cuda_core_tiles(batch, M, N)
+    tiles = cuda_core_tiles(batch, M, N, sms)
     blocks = batch * -(-M // tiles["BM"]) * -(-N // tiles["BN"])
     best = 1
     if M * N * K < SMALL:
@@ -57,4 +58,4 @@ def schedule_partials(s, outputs, target) -> None:
     parts = {t.op.name for t in P.op.input_tensors if getattr(t.op, "tag", "") == PARTS}
     inline_intermediates(s.sch, where=lambda block: block.name not in parts)
     splits, M, N = (as_int(d) for d in P.shape)
-    gpu.cuda_core_product(s, P, P, **cuda_core_tiles(splits, M, N), stages=2)
+    gpu.cuda_core_product(s, P, P, **cuda_core_tiles(splits, M, N, target.gpu.multiprocessors), stages=2)
