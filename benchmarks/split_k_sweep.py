@@ -1,0 +1,135 @@
+"""Split-K's thresholds, measured on a GPU: float32 linear layers (gemm of weights read in place,
+and a bias) of a few shapes, each compiled as a one-layer model for target "cuda" in one pass and
+split over K into 2, 4 and 8 parts (ember.passes.split_k forced to that count: partial sums, then
+their sum with the bias), each checked against torch, then timed with CUDA events (medians; the
+models' calls replay CUDA graphs), next to cuBLAS (TF32 off). Per shape: the one pass's blocks
+against the GPU's multiprocessors, each count's time and speed-up over the one pass, and the
+count `splits_for` chooses now (MIN_PART, matmul.SMALL and the target's SM count), marked '*',
+so that the thresholds can be set from the numbers; the last lines say where the measured best
+and the current choice differ.
+
+    python benchmarks/split_k_sweep.py [--runs 30] [--splits 1 2 4 8]
+
+Needs a GPU, torch with CUDA, cuda-bindings and NVRTC (benchmarks/gpu_checks.sh runs it as the
+step `splitk`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# (M, N, K): BERT-base's layers at 16 to 256 tokens, and wider ones of a long K
+SHAPES = ((16, 768, 768), (16, 768, 3072), (64, 768, 768), (64, 768, 3072), (128, 768, 768), (128, 768, 3072),
+          (128, 3072, 768), (256, 768, 768), (32, 4096, 4096), (128, 1024, 4096))
+BK = 16  # cuda_core_product's panels of K: a part a whole number of them
+
+
+def layer(M: int, N: int, K: int, w, b):
+    """A graph of one linear layer y = x w^T + b, x (M, K) its input."""
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+
+    g = Graph()
+    (y,) = add_op(g, "gemm", [g.add_input("x", TensorType((M, K))), g.add_constant(w, "w"), g.add_constant(b, "b")],
+                  {"trans_b": True})
+    g.set_outputs([y])
+    return g
+
+
+def compiled(g, splits: int, target="cuda"):
+    """The layer compiled with its K split into `splits` parts (1: one pass): the pass split_k
+    asked for that count by a backend of its own, then compiled without the pass."""
+    import ember
+    from ember.passes.split_k import split_k
+
+    if splits > 1:
+        g = split_k(g, SimpleNamespace(backend=SimpleNamespace(k_splits=lambda m, n, k, target: splits)))
+    return ember.compile(g, target=target, disabled_passes=("split_k",))
+
+
+def sweep(runs: int, counts: list[int]) -> list[tuple]:
+    """(M, N, K, the one pass's blocks, splits, seconds, chosen now) per shape and count, and
+    cuBLAS's as splits 0."""
+    import torch
+    from cuda_kernels import timed
+
+    from ember.schedules.gpu.matmul import cuda_core_tiles
+    from ember.schedules.gpu.split_k import splits_for
+    from ember.target import Target
+
+    sms = Target("cuda").gpu.multiprocessors
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    for M, N, K in SHAPES:
+        tiles = cuda_core_tiles(1, M, N, sms)
+        blocks = -(-M // tiles["BM"]) * -(-N // tiles["BN"])
+        chosen = splits_for(1, M, N, K, sms)
+        x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in ((M, K), (N, K), (N,)))
+        expected = torch.nn.functional.linear(x, w, b)
+        g = layer(M, N, K, w.cpu().numpy(), b.cpu().numpy())
+        for splits in counts:
+            if K % splits or (K // splits) % BK:
+                continue
+            try:
+                cm = compiled(g, splits)
+                torch.testing.assert_close(cm(x), expected, rtol=1e-4, atol=1e-4)
+                rows.append((M, N, K, blocks, splits, timed(lambda cm=cm, x=x: cm(x), runs), chosen))
+            except Exception:  # one count's failure must not hide the others'
+                print(f"--- {M}x{N}x{K} in {splits} parts failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda xs=(x, w, b): torch.nn.functional.linear(*xs), runs)
+        rows.append((M, N, K, blocks, 0, t, chosen))
+    return rows
+
+
+def report(rows: list[tuple], sms: int) -> None:
+    print(f"\n{'M x N x K':18} {'blocks':>6} {'parts':>6} {'median us':>10} {'vs one pass':>12} {'TFLOP/s':>8}")
+    best_of, mismatches = {}, []
+    for M, N, K, blocks, splits, t, chosen in rows:
+        one = next((r[5] for r in rows if r[:3] == (M, N, K) and r[4] == 1), None)
+        label = "cuBLAS" if splits == 0 else f"{splits}{'*' if splits == chosen else ''}"
+        speedup = f"{one / t:.2f}x" if one else ""
+        tflops = 2 * M * N * K / t / 1e12
+        print(f"{f'{M}x{N}x{K}':18} {blocks:6d} {label:>6} {t * 1e6:10.1f} {speedup:>12} {tflops:8.2f}")
+        if splits and ((M, N, K) not in best_of or t < best_of[M, N, K][1]):
+            best_of[M, N, K] = (splits, t, chosen, blocks)
+    for (M, N, K), (best, t, chosen, blocks) in best_of.items():
+        if best != chosen:
+            at = next((r[5] for r in rows if r[:3] == (M, N, K) and r[4] == chosen), None)
+            loss = f", {at / t:.2f}x the best's time" if at else ""
+            mismatches.append(f"{M}x{N}x{K} ({blocks} blocks): best in {best} parts, splits_for chooses {chosen}{loss}")
+    print(f"\n'*': splits_for's choice for {sms} multiprocessors; blocks: the one pass's grid")
+    print("\n".join(mismatches) if mismatches else "splits_for chose the best count for every shape")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8])
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no GPU: torch.cuda.is_available() is False")
+        return 1
+    from ember.target import Target
+
+    t0 = time.perf_counter()
+    sms = Target("cuda").gpu.multiprocessors
+    print(f"{torch.cuda.get_device_name()}, {sms} multiprocessors, torch {torch.__version__}")
+    rows = sweep(args.runs, sorted(set(args.splits) | {1}))
+    report(rows, sms)
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
