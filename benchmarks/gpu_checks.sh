@@ -6,8 +6,9 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels splitk tile compare graphs tune decode (default: all, with the limits
-# below; splitk: split-K against one pass per layer shape and count of parts, to set its thresholds);
+# Steps: info tests kernels splitk symbolic tile compare graphs tune decode (default: all, with the
+# limits below; splitk: split-K against one pass per layer shape and count of parts, to set its
+# thresholds; symbolic: fp16 Tensor Core products built for symbolic tokens against static ones);
 # MODELS= names the zoo models of `compare`, PARTS= the parts of `kernels` (default: all), DECODE=
 # the sizes of `decode` (default: the reduced GPT-2, "--contexts 128" for the full one).
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
@@ -23,9 +24,9 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [splitk]=120 [tile]=70 [compare]=150 [graphs]=50 [tune]=50
-                  [decode]=60)
-ORDER=(info tests kernels splitk tile compare graphs tune decode)
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [splitk]=120 [symbolic]=60 [tile]=70 [compare]=150 [graphs]=50
+                  [tune]=50 [decode]=60)
+ORDER=(info tests kernels splitk symbolic tile compare graphs tune decode)
 
 run_step() {
     case $1 in
@@ -36,6 +37,7 @@ run_step() {
                    -p no:cacheprovider --timeout 100 -rfEs --durations=10 ;;
         kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ${PARTS:+--parts $PARTS} ;;
         splitk) "$PY" benchmarks/split_k_sweep.py --runs 20 ;;
+        symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ;;
