@@ -92,8 +92,9 @@ def test_a_symbolic_k_loop_is_pipelined():
     bound, outs = infer_types(name, types, attrs)
     s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
     src = ember.build(s, args, target="cuda", arch="sm_90").source
-    # the first panels copied before the loop where it runs at all, the next ones while this one's products run
-    assert "if (0 < (n + 15) / 16) {" in src and "if (k_0 + 1 < (n + 15) / 16) {" in src
+    # the first panels copied before the loop (which runs at least once), the next ones while this one's products run
+    assert "for (int64_t k_0 = 0; k_0 < (ember_max_int64(n, 1) + 15) / 16; ++k_0) {" in src  # (K = 0: a tile of zeros)
+    assert "if (k_0 + 1 < (ember_max_int64(n, 1) + 15) / 16) {" in src
     assert "cp.async.wait_group 1;" in src
 
 

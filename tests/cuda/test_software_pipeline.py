@@ -81,3 +81,20 @@ def test_a_loop_that_does_not_copy_first_is_refused():
     with pytest.raises(LowerError, match="loop i_0: software pipelining takes a body that allocates shared buffers, "
                                          "copies tiles into them, then computes from them"):
         ember.build(s, [A, B], target="python")
+
+
+def test_a_k_loop_of_symbolic_trip_count_is_pipelined_its_first_copies_guarded():
+    n = te.var("n")
+    A, B = te.placeholder((32, n), name="A"), te.placeholder((n, 32), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    schedules.gemm(s, A, B, C, BM=32, BN=32, BK=8, TM=4, TN=4, stages=2)
+    f = ember.build(s, [A, B, C], target="python", seed=5)
+    assert "if (0 < _floordiv((n + 7), 8)):" in f.source  # (the loop may not run: no copies before it then)
+    assert "if ((k_0 + 1) < _floordiv((n + 7), 8)):" in f.source
+    for size in (1, 20):  # one partial panel; two whole and a partial one
+        a, b = RNG.standard_normal((32, size), dtype="float32"), RNG.standard_normal((size, 32), dtype="float32")
+        out = np.full((32, 32), np.nan, "float32")
+        f(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)

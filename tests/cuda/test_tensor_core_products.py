@@ -90,9 +90,9 @@ SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)
 @pytest.mark.parametrize("case", SYMBOLIC)
 def test_a_product_of_a_symbolic_size_on_tensor_cores_matches_numpy_at_each_size(case):
     """One kernel for every size: under a tile, past one (odd: 37) and, for K, several tiles (128:
-    four iterations of the pipelined K loop)."""
+    four iterations of the pipelined K loop) and none (0: zeros)."""
     name, types, attrs, inputs = SYMBOLIC[case]
-    sizes = (1, 37, 128) if "symbolic K" in case else (1, 37)
+    sizes = (0, 1, 37, 128) if "symbolic K" in case else (1, 37)
     check_op_sizes(name, types, attrs, [inputs(n) for n in sizes], 1e-2, 1e-2, targets=[ON_INTERPRETER])
 
 

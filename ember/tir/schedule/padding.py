@@ -19,7 +19,8 @@ epilogue).
 
 An extent may be symbolic (a model's sequence length): it is padded to the next multiple of its
 tile as an expression of the sizes, ceil(M / p) * p, and the loads past its end read as zeros as
-the static ones do.
+the static ones do; a symbolic reduction's is at least one tile (ceil(max(K, 1) / p) * p: a sum
+over K = 0 is a tile of zeros, so that sums reset in the K loop's first iteration are reset).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...errors import ScheduleError
-from ..expr import Binary, Buffer, BufferLoad, Cast, Var, all_, as_int, const, is_const, select
+from ..expr import Binary, Buffer, BufferLoad, Cast, Var, all_, as_int, const, is_const, max_, select
 from ..expr_functor import mutate_expr
 from ..functor import free_vars, mutate_stmt, visit_expr
 from ..region import with_regions
@@ -56,7 +57,7 @@ def pad_einsum(sch: Schedule, block: BlockRV, padding: list[int]) -> None:
         raise ScheduleError(f"{where} has the predicate {realize.predicate}")
     factors, store = _product(blk, where)
     grown = {iv.var: g for iv, p in zip(blk.iter_vars, padding)
-             if (g := _grown(iv.dom.extent, p)) is not iv.dom.extent}
+             if (g := _grown(iv.dom.extent, p, iv.kind == "reduce")) is not iv.dom.extent}
     if not grown and all(f is ld for f, ld in factors):
         return
     for iv in blk.iter_vars:
@@ -92,13 +93,17 @@ def pad_einsum(sch: Schedule, block: BlockRV, padding: list[int]) -> None:
     sch.set_root(replace(root, body=body, alloc_buffers=root.alloc_buffers + made))
 
 
-def _grown(extent, p: int):
+def _grown(extent, p: int, reduce: bool = False):
     """`extent` padded to a multiple of p: a constant where it is static (the extent itself, the
-    same object, where p divides it), else ceil(extent / p) * p."""
+    same object, where p divides it), else ceil(extent / p) * p; a symbolic reduction's at least
+    one p (a sum over none is one tile of zeros, so that a schedule that resets its sums in the
+    loop's first iteration, as Tensor Cores' fragments are, still resets them)."""
     n = as_int(extent)
     if n is not None:
         return extent if n % p == 0 else const(-(-n // p) * p)
-    return extent if p == 1 else (extent + (p - 1)) // p * p
+    if p == 1:
+        return extent
+    return (max_(extent, const(1, extent.dtype)) + (p - 1)) // p * p if reduce else (extent + (p - 1)) // p * p
 
 
 def _product(blk: Block, where: str):
