@@ -59,7 +59,7 @@ def sweep(runs: int, counts: list[int]) -> list[tuple]:
     """(M, N, K, the one pass's blocks, splits, seconds, chosen now) per shape and count, and
     cuBLAS's as splits 0."""
     import torch
-    from cuda_kernels import timed
+    from cuda_timing import timed
 
     from ember.schedules.gpu.matmul import cuda_core_tiles
     from ember.schedules.gpu.split_k import splits_for

@@ -50,7 +50,7 @@ def kernel(op: str, shapes, attrs):
 
 def run(runs: int, counts: list[int]) -> list[tuple]:
     import torch
-    from cuda_kernels import timed
+    from cuda_timing import timed
 
     from ember.cuda.driver import device
 
