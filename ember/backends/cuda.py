@@ -126,7 +126,8 @@ class CUDABackend(Backend):
                 raise CompileError(f"model {spec.name}: kernel {f.name} ({' + '.join(info.ops)}; nodes "
                                    f"{', '.join(info.nodes)}) has no GPU schedule: its loops are bound to no block "
                                    f"or thread")
-        kernels = {f.name: build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None) for f in program.kernels}
+        kernels = {f.name: build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None, gpu=target.gpu)
+                   for f in program.kernels}
         entry = InterpretedEntry(program, load=build_simt) if target.simulate else DeviceEntry(program, kernels)
         return Rendered("\n\n".join(k.source for k in kernels.values()), entry)
 
@@ -142,8 +143,8 @@ class CUDABackend(Backend):
         return rendered.entry, False  # built as rendered (NVRTC's cache holds the cubins)
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CUDAKernel]:
-        """Options: arch, ptx, debug (ember.cuda.build_cuda)."""
-        return {f.name: build_cuda(f, **options) for f in funcs}
+        """Options: arch, ptx, debug (ember.cuda.build_cuda); checked against the target's block limits."""
+        return {f.name: build_cuda(f, gpu=target.gpu, **options) for f in funcs}
 
     def render_kernels(self, funcs: Sequence[PrimFunc], target, *, checked: bool = False) -> str:
         return "\n".join(render_tile(f) for f in funcs)

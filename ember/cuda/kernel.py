@@ -36,16 +36,19 @@ from .scopes import infer_scopes
 from .sync import insert_syncs
 
 
-def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, debug: bool | None = None) -> CUDAKernel:
+def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, debug: bool | None = None,
+               gpu=None) -> CUDAKernel:
     """A GPU kernel of one lowered function (see the module doc). `arch`: the architecture to
     compile for (default: the GPU's, sm_90 without one); `ptx`: ship PTX, which the driver
     compiles for its device at load; `debug` (default: the debug option, EMBER_DEBUG): every
-    access to a parameter checked against its size as the kernel runs (ember.cuda.checks)."""
+    access to a parameter checked against its size as the kernel runs (ember.cuda.checks); `gpu`:
+    the target's GPU facts (ember.target.GPU), whose block limits the kernel is checked against
+    (default: the device's, ember.cuda.limits)."""
     func = prepare(func)
     dims = launch_dims(func)
     if arch is None:
         arch = device_arch()
-    check_limits(func, dims, limits_for(arch))
+    check_limits(func, dims, limits_for(arch, gpu))
     renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug, arch=arch)
     source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,

@@ -2,8 +2,9 @@
 against it: threads per block (and per index), shared memory per block, local memory per
 thread, registers.
 
-`limits_for(arch)` gives the GPU's own (its driver attributes) when the machine has a GPU of that
-architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
+`limits_for(arch, gpu)` gives the target's (`Target.gpu`: the device's driver attributes where
+the machine has a GPU, ember.target.GPU), or without them the GPU's own when the machine has a GPU
+of that architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
 shared memory, 64 Ki registers a block). Each check is a ScheduleError naming the limit, the
 kernel and the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
 the compiler fit a block's registers in the GPU's (spilling to local memory if it must); they are
@@ -40,9 +41,12 @@ class GPULimits:
     local_per_thread: int = 512 * 1024  # bytes of a thread's own arrays (every architecture since sm_20)
 
 
-def limits_for(arch: str) -> GPULimits:
-    """The limits of `arch` (see the module doc)."""
+def limits_for(arch: str, gpu=None) -> GPULimits:
+    """The limits of `arch`, from `gpu` (the target's GPU facts) where given (see the module doc)."""
     from .driver import device
+
+    if gpu is not None:
+        return GPULimits(arch, gpu.threads_per_block, gpu.shared_per_block)
 
     try:
         dev = device()

@@ -1,13 +1,17 @@
 """The GPU's facts in the Target (ember.target.GPU): the device's multiprocessors, shared memory
 and threads a block, read from the driver where there is a device (here the stand-in's), the
 defaults (an H100's or H200's 132 SMs) where there is none; the products' tiles and split-K follow
-the target's count, and the count is part of the target, so of every key built from it."""
+the target's count, the count is part of the target, so of every key built from it, and a kernel
+is checked against the target's block limits."""
 
 import numpy as np
+import pytest
 from gpu_kernels import needs_nvrtc
 from stand_in_driver import install
 
 import ember
+from ember.cuda import schedules
+from ember.errors import ScheduleError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
 from ember.ops.registry import infer_types
@@ -49,3 +53,11 @@ def test_split_k_splits_for_the_targets_multiprocessors():
     g.set_outputs([y])
     assert [n.op for n in split_k(g, Target("cuda", gpu=GPU())).nodes] == ["gemm_partials", "sum_partials"]
     assert [n.op for n in split_k(g, Target("cuda", gpu=FEW)).nodes] == ["gemm"]  # 24 blocks of 64 x 64 fill 16 SMs
+
+
+@needs_nvrtc
+def test_a_kernel_is_checked_against_the_targets_block_limits():
+    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32)
+    small = Target("cuda", gpu=GPU(shared_per_block=8 * 1024))
+    with pytest.raises(ScheduleError, match="past the limit of 8192 bytes of static shared memory per block"):
+        ember.build(s, args, target=small, arch="sm_90")
