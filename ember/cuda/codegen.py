@@ -52,7 +52,7 @@ from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
 from ..codegen.routines import tensor_intrin_args
 from ..errors import LowerError
 from ..tir import dtype as dt
-from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary
+from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary, is_const
 from ..tir.expr_functor import substitute, uses_var
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
@@ -72,7 +72,7 @@ from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
 from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
-from .vectors import VECTOR_TYPES, copy_loop, vector_loop, zero_filled
+from .vectors import VECTOR_TYPES, copy_loop, lane_uniform, vector_loop, zero_filled
 from .warp import WARP, WarpReduction, warp_reduction
 
 PRELUDE = """\
@@ -260,13 +260,17 @@ class CUDARenderer(CStyleRenderer):
     def _vector_copy(self, loop: For):
         """(store, its base, load, its base, the condition it is read on or None) where the
         vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
-        zeros where a condition of no lane fails (`zero_filled`); else None."""
+        zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`);
+        else None."""
         store = loop.body
         if not isinstance(store, BufferStore):
             return None
         cond, load = zero_filled(store.value)
         if cond is not None and uses_var(cond, [loop.loop_var]):
-            return None
+            lanes = as_int(loop.extent)
+            cond = lane_uniform(cond, loop.loop_var, lanes) if lanes and is_const(loop.min, 0) else None
+            if cond is None:
+                return None
         copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
         if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
             return None

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.arith_bound import modular_set
-from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, Select, Var, as_int, binary
+from ..tir.expr import Binary, Buffer, BufferLoad, Const, PrimExpr, Select, Var, all_, as_int, binary, const
 from ..tir.expr_functor import substitute, uses_var, visit_expr
+from ..tir.schedule.nest import conjuncts
 from ..tir.stmt import BufferStore, For
 
 LANES = 4
@@ -98,6 +99,26 @@ def zero_filled(value: PrimExpr) -> tuple[PrimExpr | None, PrimExpr]:
             and dt.lanes_of(value.cond.dtype) == 1):
         return value.cond, value.t
     return None, value
+
+
+def lane_uniform(cond: PrimExpr, v: Var, lanes: int) -> PrimExpr | None:
+    """`cond`, which reads the lane v (0 to lanes - 1), as one condition of all the lanes (its
+    value at lane 0) where each conjunct that reads v is `e + v < b` with b - e a multiple of
+    `lanes` (a tile padded past a row whose length is a multiple of the vector: a vector's lanes
+    are all inside or all past it, since e < b then means e + lanes <= b); else None."""
+    ana, out = Analyzer(), []
+    for c in conjuncts(cond):
+        if not uses_var(c, [v]):
+            out.append(c)
+            continue
+        if not (isinstance(c, Binary) and c.op == "<") or uses_var(c.b, [v]):
+            return None
+        base = substitute(c.a, {v: const(0, v.dtype)})
+        if not (ana.can_prove_equal(c.a - base, v)
+                and ana.can_prove(binary("==", binary("%", c.b - base, const(lanes, v.dtype)), const(0, v.dtype)))):
+            return None
+        out.append(binary("<", base, c.b))
+    return ana.simplify(all_(*out))
 
 
 def aligned_base(buf: Buffer, index: PrimExpr, v: Var) -> PrimExpr | None:

@@ -12,9 +12,11 @@ from gpu_kernels import needs_gpu, needs_nvrtc
 import ember
 from ember import te
 from ember.cuda import schedules
-from ember.cuda.vectors import vector_loop
+from ember.cuda.vectors import lane_uniform, vector_loop
 from ember.errors import ArgumentTypeError
-from ember.tir.expr import Buffer, BufferLoad, Var, binary
+from ember.tir.arith import simplify
+from ember.tir.expr import Buffer, BufferLoad, Var, binary, const
+from ember.tir.expr_functor import substitute, uses_var
 from ember.tir.stmt import BufferStore, For
 
 RNG = np.random.default_rng(11)
@@ -112,3 +114,18 @@ def test_a_staged_row_is_read_from_global_memory_once():
     assert source.count("A[i * 1024") == 1  # the one 16-byte copy into shared memory
     body = source[source.index("*reinterpret_cast<float4*>(&A_shared["):]
     assert body.index("__syncthreads();") < body.index("mx_rf[vk_1] = ember_max_float32(mx_rf[vk_1], A_shared[")
+
+
+def test_a_padded_rows_condition_is_one_for_a_vectors_lanes_where_the_row_is_whole_vectors():
+    lane, x, n = Var("lane", "int64"), Var("x", "int64"), Var("n", "int64")
+    start = x * 8  # (a thread's 8 halves of a row)
+    cond = binary("<", start + lane, const(40, "int64"))
+    uniform = lane_uniform(cond, lane, 8)
+    assert uniform is not None and not uses_var(uniform, [lane])
+    for at in range(7):  # every lane of the vector at x is inside exactly where the lane-0 condition holds
+        lanes = {bool(simplify(substitute(cond, {x: const(at, "int64"), lane: const(v, "int64")})).value)
+                 for v in range(8)}
+        assert lanes == {bool(simplify(substitute(uniform, {x: const(at, "int64")})).value)}
+    assert lane_uniform(binary("<", start + lane, const(36, "int64")), lane, 8) is None  # (a vector straddles 36)
+    assert lane_uniform(binary("<", start + lane, n), lane, 8) is None  # (a symbolic row: n % 8 unknown)
+    assert lane_uniform(binary("<", start + 2 * lane, const(40, "int64")), lane, 8) is None  # (lanes 2 apart)
