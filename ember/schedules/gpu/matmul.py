@@ -30,9 +30,9 @@ are tiled as static ones are: the product padded to whole tiles as an expression
 tensorized calls, whose pointers keep their indices: ember.tir.intrin_regions), zeros copied past
 the symbolic edge, the grid's blocks along that axis ceil(size / tile) at each launch
 (ember.cuda.grid), the partial tiles of the output guarded, and a symbolic K loop pipelined as a
-constant one is (its first copies guarded by K > 0, the next ones by a next iteration:
-ember.cuda.pipeline). The tiles are chosen, and SMALL compared, as for a size of TYPICAL (128
-tokens) where one is symbolic.
+constant one is (ember.cuda.pipeline: the next copies guarded by a next iteration; K padded to
+at least one tile, so that K = 0 sums a tile of zeros). The tiles are chosen, and SMALL
+compared, as for a size of TYPICAL (128 tokens) where one is symbolic.
 """
 
 from __future__ import annotations
