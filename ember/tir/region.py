@@ -9,7 +9,7 @@ bounds inference, TVM's InferBound), and what buffer compaction needs to shrink 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import ScheduleError
@@ -77,15 +77,20 @@ def union(a: Interval, b: Interval, ana: Analyzer) -> Interval:
 
 def accesses(s: Stmt, buffer, *, loads=True, stores=True) -> list[tuple[PrimExpr, ...]]:
     """The index tuples of every load and/or store of `buffer` in s (block bodies included)."""
-    found: list[tuple[PrimExpr, ...]] = []
+    return accesses_of(s, (buffer,), loads=loads, stores=stores)[buffer]
+
+
+def accesses_of(s: Stmt, buffers: Iterable, *, loads=True, stores=True) -> dict:
+    """`accesses` of each of `buffers`, in one walk of s: buffer -> its index tuples, in order."""
+    found: dict = {b: [] for b in buffers}
 
     def on_expr(e):
-        if loads and isinstance(e, BufferLoad) and e.buffer is buffer:
-            found.append(e.indices)
+        if loads and isinstance(e, BufferLoad) and e.buffer in found:
+            found[e.buffer].append(e.indices)
 
     def on_stmt(st):
-        if stores and isinstance(st, BufferStore) and st.buffer is buffer:
-            found.append(st.indices)
+        if stores and isinstance(st, BufferStore) and st.buffer in found:
+            found[st.buffer].append(st.indices)
         for e in stmt_exprs(st):
             visit_expr(e, on_expr)
 
@@ -177,8 +182,15 @@ def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
     call's box: ember.tir.intrin_regions), as intervals in terms of the variables bound outside
     it: block bindings are substituted and the loops inside loop_body vary over their ranges.
     None if nothing in loop_body touches the buffer."""
+    return regions_under(loop_body, (buffer,), loads=loads, stores=stores, ana=ana)[0]
+
+
+def regions_under(loop_body: Stmt, buffers: Sequence, *, loads: bool, stores: bool,
+                  ana: Analyzer) -> list[list[Interval] | None]:
+    """`region_under` of each of `buffers`, in one walk of `loop_body` (buffer compaction asks it
+    of every scratch buffer placed at one loop: a row kernel's 21 each walked the same body)."""
     dom = _LoopRanges(ana)
-    idx_all: list[tuple[PrimExpr, ...]] = []
+    idx_all: dict = {b: [] for b in buffers}
 
     def walk(st: Stmt):
         match st:
@@ -187,20 +199,19 @@ def region_under(loop_body: Stmt, buffer, *, loads: bool, stores: bool,
                 walk(body)
             case BlockRealize(vals, _, block) if is_leaf(block):
                 bind = {iv.var: val for iv, val in zip(block.iter_vars, vals)}
-                for idx in accesses(block, buffer, loads=loads, stores=stores):
-                    idx_all.append(tuple(substitute(i, bind) for i in idx))
+                for b, found in accesses_of(block, idx_all, loads=loads, stores=stores).items():
+                    idx_all[b].extend(tuple(substitute(i, bind) for i in idx) for idx in found)
             case BlockRealize(_, _, block):
                 walk(block.body)
             case CallRoutine() if is_tensorized(st):
-                idx_all.extend(call_boxes(st, buffer, ana) or ())
+                for b, found in idx_all.items():
+                    found.extend(call_boxes(st, b, ana) or ())
             case _:
                 for child in stmt_children(st):
                     walk(child)
 
     walk(loop_body)
-    if not idx_all:
-        return None
-    return merge_indices(idx_all, dom, ana)
+    return [merge_indices(idx_all[b], dom, ana) if idx_all[b] else None for b in buffers]
 
 
 class _LoopRanges:
