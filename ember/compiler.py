@@ -155,7 +155,8 @@ class CompileStats:
                     ("load", self.load_s, "the model cache's entry checked, its weights mapped, the library loaded; "
                                                    "nothing converted, lowered or built")]
         elif self.kept_s:
-            rows.append(("kept", self.kept_s, "the model saved into the model cache for the next process"))
+            rows.append(("kept", self.kept_s, "the model handed to the model cache for the next process (saved "
+                                              "in the background: ember.runtime.model_cache)"))
         total = self.total_s or 1.0
         cpu = f" ({sum(self.cpu.values()):.2f} s of CPU)" if self.cpu else ""
         made = f"{self.kernels} kernels, from the model cache" if self.hit else \
@@ -479,9 +480,7 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
     if isinstance(compiled, CompiledModel):
         clock.lap()
         if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
-            model_cache.put(key, compiled)
-            if mkey is not None:
-                model_cache.alias(mkey, key)
+            model_cache.put(key, compiled, aliases=() if mkey is None else (mkey,))  # (saved in the background)
         compiled.stats = dataclasses.replace(
             _with_import(compiled.stats, import_s + more_s, import_cpu + more_cpu, kept=clock.lap()), unkeyed=unkeyed)
     return compiled

@@ -3,11 +3,20 @@ program, weights and options loads the model kept whole, and computes as torch d
 the module's key without tracing (or by its trace, with a hook or cache="trace"); a changed
 weight, option or ember source misses; the report's phases add up to the compile's time; a
 damaged entry is a miss that the next compile replaces; the folder keeps at most its limit, the
-least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing."""
+least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing; an entry saved in
+the background is not seen before it is whole, and a process that exits right after a put leaves
+it whole."""
 
 from __future__ import annotations
 
+import json
 import mmap
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,7 +84,9 @@ def owner(a):
 
 
 def entries(root) -> list:
-    return sorted((root / model_cache.FOLDER).glob("*/*"))
+    """The entries in place once this process's saves have ended."""
+    model_cache.wait()
+    return sorted(e for e in (root / model_cache.FOLDER).glob("*/*") if not e.name.startswith("."))
 
 
 def test_hit_and_misses(cache, monkeypatch):
@@ -155,3 +166,71 @@ def test_off(tmp_path, monkeypatch):
     torch.manual_seed(1)
     compiled(Net().eval(), torch.randn(2, 12))
     assert entries(tmp_path) == []
+
+
+def test_saved_in_the_background(cache, monkeypatch):
+    """A save under way shows nothing (no entry, no other key) until its entry is whole; a
+    compile's first look waits for it; a killed save's temporary folder goes once STALE_S old."""
+    root, _, x = cache
+    torch.manual_seed(4)
+    model = Net().eval()
+    started, go = threading.Event(), threading.Event()
+    save = model_cache.save_artifact
+
+    def slow(*args, **kwargs):
+        folder = save(*args, **kwargs)  # (written whole, not yet renamed into place)
+        started.set()
+        go.wait(timeout=60)
+        return folder
+
+    monkeypatch.setattr(model_cache, "save_artifact", slow)
+    stale = root / model_cache.FOLDER / "00" / f"{model_cache.TEMPORARY}killed"
+    stale.mkdir(parents=True)
+    os.utime(stale, (time.time() - model_cache.STALE_S - 1,) * 2)
+    before = set((root / model_cache.FOLDER).glob("*/*")), set((root / model_cache.ALIASES).rglob("*"))
+    first = compiled(model, x, name="background")
+    assert started.wait(timeout=60)
+    made = set((root / model_cache.FOLDER).glob("*/*")) - before[0]
+    assert [e.name.startswith(model_cache.TEMPORARY) for e in made] == [True]  # (only its temporary folder)
+    assert set((root / model_cache.ALIASES).rglob("*")) == before[1]  # (its module's key not filed yet)
+    go.set()
+    again = compiled(model, x, name="background")  # (its module key's look waited for the save)
+    assert again.stats.hit and again.stats.untraced and not stale.exists()
+    y = torch.randn_like(x).numpy()
+    np.testing.assert_array_equal(again(y), first(y))
+
+
+def test_a_process_exiting_after_a_put_leaves_its_entry_whole(cache, tmp_path):
+    """A process that puts a model and exits at once (its save still under way) leaves the whole
+    entry, which this process then reads and runs as the model it saved."""
+    root, model, x = cache
+    cm = compiled(model, x, name="exiting")
+    cm.save(tmp_path / "saved")
+    script = ("import sys, ember; from ember.runtime import model_cache; "
+              "model_cache.put(sys.argv[2], ember.load(sys.argv[1]))")
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "saved"), "put by a process that exits"],
+                   check=True, cwd=Path(__file__).resolve().parents[1],
+                   env={**os.environ, "EMBER_CACHE_DIR": str(root), "EMBER_MODEL_CACHE": "1"})
+    entry = model_cache.entry("put by a process that exits")
+    y = torch.randn_like(x).numpy()  # (ember.load checks every file's sha256: the entry is whole)
+    np.testing.assert_array_equal(ember.load(entry)(y), cm(y))
+
+
+def test_weights_hashed_by_xxh3(cache):
+    """An entry's weights are recorded by their xxh3-128 (where xxhash is installed), which a
+    full load checks: one bit changed is an error that names it."""
+    pytest.importorskip("xxhash")
+    root, model, x = cache
+    compiled(model, x, name="xxh3")
+    (entry,) = [e for e in entries(root) if '"name": "xxh3"' in (e / "manifest.json").read_text()]
+    record = json.loads((entry / "manifest.json").read_text())["files"]["weights"]
+    assert set(record) == {"path", "size", "xxh3_128"}
+    y = torch.randn_like(x).numpy()
+    np.testing.assert_array_equal(ember.load(entry)(y), compiled(model, x, name="xxh3")(y))
+    with open(entry / record["path"], "r+b") as f:  # (in place, not truncated: the hit above maps it)
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last ^ 1]))
+    with pytest.raises(ember.ArtifactError, match="has xxh3_128"):
+        ember.load(entry)

@@ -89,7 +89,7 @@ def read_cuda(path: str | Path) -> Saved:
         files = manifest["files"]
         kernels = {}
         for record in manifest["kernel_launches"]:
-            binary, source = (read_checked(_path(folder, record[f]["path"]), _digest(record[f]), str(where))
+            binary, source = (read_checked(_path(folder, record[f]["path"]), _digest(record[f], where), str(where))
                               for f in ("file", "source"))
             kernels[record["name"]] = CUDAKernel.restore(record, bytes(binary), bytes(source).decode())
         program = Program((), tuple(_statement_of(st) for st in manifest["program"]), tuple(spec.weights))

@@ -4,7 +4,8 @@ files are checked before any of them is trusted.
     model.ember/
       manifest.json              format, ember version, name, inputs, outputs (names, shapes,
                                  dtypes), symbols, weights, kernels, target, workspace plan, and
-                                 the path, size and sha256 of each file below
+                                 the path, size and sha256 of each file below (xxh3-128 for
+                                 the weights of the model cache's entries: save_artifact)
       model.so                   the shared library (the entry function, every kernel, and the
                                  contract: what it expects, ember.runtime.contract)
       model.c                    its C source, for reading and debugging
@@ -73,7 +74,7 @@ WEIGHTS = "weights.safetensors"
 # The manifest, exactly (see `_check`): a type; None for null; (a, b) for either; [s] for a list
 # of s; {key: s} for an object with exactly these keys ("key?" may be absent; "*" any other key).
 TENSOR = {"name": str, "shape": [(int, str)], "dtype": str}
-FILE = {"path": str, "size": int, "sha256": str}
+FILE = {"path": str, "size": int, "sha256?": str, "xxh3_128?": str}  # one hash (library.Digest.from_json)
 SCHEMA = {
     "format": str, "version": int, "ember_version": str, "name": str,
     "inputs": [TENSOR], "outputs": [TENSOR], "symbols": [str], "weights": [str],
@@ -108,16 +109,18 @@ class Artifact:
 
         files = self.manifest["files"]
         for key in ("graph", "weights"):
-            read_checked(_path(self.folder, files[key]["path"]), _digest(files[key]), str(self.folder / MANIFEST))
+            where = str(self.folder / MANIFEST)
+            read_checked(_path(self.folder, files[key]["path"]), _digest(files[key], where), where)
         return load_graph(_path(self.folder, files["graph"]["path"]).parent)
 
 
-def save_artifact(model, path: str | Path, needed_only: bool = True) -> Path:
+def save_artifact(model, path: str | Path, needed_only: bool = True, weights_hash: str = "sha256") -> Path:
     """Write the artifact folder of `model` (a CompiledModel, ember.runtime.model: this module is
     below it, which saves itself through here). needed_only: the manifest's target lists the CPU
     extensions the library's code uses (isa.py reads them from its instructions, a fraction of a
     second), else all its target has (the model cache's entries, read back only by machines whose
-    target is in their key)."""
+    target is in their key). weights_hash: the weights file's (library.HASHES; the model cache's
+    entries are hashed by xxh3-128 where it is installed, 15 times faster than sha256)."""
     from ..version import __version__
 
     folder = Path(path)
@@ -132,10 +135,11 @@ def save_artifact(model, path: str | Path, needed_only: bool = True) -> Path:
         from ..graph.serialize import CONSTANTS_FILE, GRAPH_FILE, save_graph
 
         save_graph(graph, folder / GRAPH)
-        files["weights"] = _entry(folder, f"{GRAPH}/{CONSTANTS_FILE}")
+        files["weights"] = _entry(folder, f"{GRAPH}/{CONSTANTS_FILE}", weights_hash)
         files["graph"] = _entry(folder, f"{GRAPH}/{GRAPH_FILE}")
     else:
-        files["weights"] = _write(folder, WEIGHTS, save({k: np.ascontiguousarray(v) for k, v in model.weights.items()}))
+        files["weights"] = _write(folder, WEIGHTS, save({k: np.ascontiguousarray(v) for k, v in model.weights.items()}),
+                                  weights_hash)
         files["graph"] = None
     spec = model.spec.to_json()
     if needed_only and "features" in spec["target"]:  # (those its code needs, not all that its -march enables: isa.py)
@@ -168,7 +172,7 @@ def read_artifact(path: str | Path, mapped: bool = False) -> Artifact:
         raise ArtifactError(f"{folder} was built for a machine with {', '.join(lacking)}, which this one lacks: "
                             f"compile the model again here")
     files = manifest["files"]
-    library = open_library(_path(folder, files["library"]["path"]), _digest(files["library"]), str(where))
+    library = open_library(_path(folder, files["library"]["path"]), _digest(files["library"], where), str(where))
     agreed = read_contract(library.handle)
     if agreed is None:
         raise ArtifactError(f"{folder / files['library']['path']} embeds no contract this ember reads (no "
@@ -182,7 +186,7 @@ def read_artifact(path: str | Path, mapped: bool = False) -> Artifact:
     weights = _read_weights(folder, files, agreed["weights"], where, align, mapped)
     source = None
     if files["source"] is not None:
-        data = read_checked(_path(folder, files["source"]["path"]), _digest(files["source"]), str(where))
+        data = read_checked(_path(folder, files["source"]["path"]), _digest(files["source"], where), str(where))
         source = data.decode(errors="replace")
     return Artifact(folder, manifest, ModelSpec.from_json(manifest), library, weights, manifest["workspace"], source)
 
@@ -295,8 +299,8 @@ def _path(folder: Path, relative: str) -> Path:
     return folder / parts
 
 
-def _digest(entry: dict) -> Digest:
-    return Digest(entry["size"], entry["sha256"])
+def _digest(entry: dict, where) -> Digest:
+    return Digest.from_json(entry, str(where))
 
 
 def _compare(manifest: dict, agreed: dict, where: Path, library: str) -> None:
@@ -342,7 +346,7 @@ def _read_weights(folder: Path, files: dict, agreed: list[dict], where: Path, al
                                 f"{expected.relative_to(folder)}: the manifest was edited; save the model again")
     # (read with the data aligned as the model's weights are: the model takes them without a copy)
     data = map_regular(path, entry["size"], str(where)) if mapped else \
-        read_checked(path, _digest(entry), str(where), aligned=(align, data_offset))
+        read_checked(path, _digest(entry, where), str(where), aligned=(align, data_offset))
     try:
         stored = tensors(data)  # views of the bytes just checked
     except ValueError as e:
@@ -365,12 +369,12 @@ def data_offset(head: bytes) -> int:
     return 8 + int.from_bytes(head, "little")
 
 
-def _entry(folder: Path, relative: str) -> dict:
-    """The manifest's record of a file written: its path, size and sha256."""
-    return {"path": relative, **Digest.of_file(folder / relative).to_json()}
+def _entry(folder: Path, relative: str, algorithm: str = "sha256") -> dict:
+    """The manifest's record of a file written: its path, size and hash."""
+    return {"path": relative, **Digest.of_file(folder / relative, algorithm).to_json()}
 
 
-def _write(folder: Path, relative: str, data: bytes) -> dict:
+def _write(folder: Path, relative: str, data: bytes, algorithm: str = "sha256") -> dict:
     """Write `data` to folder/relative atomically (a temporary file, renamed); its record."""
     write_atomic(folder / relative, data)
-    return {"path": relative, **Digest.of(data).to_json()}
+    return {"path": relative, **Digest.of(data, algorithm).to_json()}

@@ -65,7 +65,12 @@ def get(folder: str, key: str):
 
 def put(folder: str, key: str, value) -> None:
     """Keep `value` under `key` (atomically; nothing when the cache cannot be written)."""
-    path = entry_path(folder, key)
+    write(entry_path(folder, key), value)
+
+
+def write(path: Path, value) -> None:
+    """Keep `value` as the entry at `path` (an `entry_path`: one found before, by a caller that
+    writes later, from another thread)."""
     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -299,8 +299,8 @@ def test_loaded_libraries_are_named_by_content(saved, cache_dir, tmp_path, monke
     that cannot hold the copy is a ConfigError that names the option."""
     first, second = ember.load(saved["a"]), ember.load(saved["a"])
     digest = Digest.of((saved["a"] / "model.so").read_bytes())
-    assert first.library_path == second.library_path == cache_dir / "libraries" / digest.sha256[:2] / \
-        f"{digest.sha256}.so"
+    assert first.library_path == second.library_path == cache_dir / "libraries" / digest.value[:2] / \
+        f"{digest.value}.so"
     assert len(list(cache_dir.glob("libraries/*/*"))) == 1
     np.testing.assert_allclose(second(saved["x"]), saved["y"], rtol=RTOL, atol=ATOL)
     (tmp_path / "file").write_text("not a folder")
