@@ -96,6 +96,18 @@ def visit_expr(e: PrimExpr, f: Callable[[PrimExpr], None]) -> None:
             stack.append((c, False))
 
 
+def any_node(e: PrimExpr, pred: Callable[[PrimExpr], bool]) -> bool:
+    """Whether some node of e satisfies pred, looked for until the first that does (in no
+    particular order: visit_expr's children-first order costs a second visit of each node)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if pred(node):
+            return True
+        stack.extend(expr_children(node))
+    return False
+
+
 def free_vars(e: PrimExpr) -> set[Var]:
     out: set[Var] = set()
     visit_expr(e, lambda n: out.add(n) if isinstance(n, Var) else None)
@@ -104,9 +116,7 @@ def free_vars(e: PrimExpr) -> set[Var]:
 
 def uses_var(e: PrimExpr, vs) -> bool:
     vs = set(vs)
-    found = []
-    visit_expr(e, lambda n: found.append(n) if isinstance(n, Var) and n in vs else None)
-    return bool(found)
+    return any_node(e, lambda n: isinstance(n, Var) and n in vs)
 
 
 def substitute(e: PrimExpr, vmap: dict) -> PrimExpr:

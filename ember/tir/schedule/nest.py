@@ -10,8 +10,8 @@ from dataclasses import replace
 from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Binary, BufferLoad, PrimExpr, Var, all_, as_int, const
-from ..expr_functor import free_vars, substitute
-from ..functor import collect, mutate_stmt, stmt_exprs, visit_expr
+from ..expr_functor import any_node, free_vars, substitute
+from ..functor import collect, mutate_stmt, stmt_exprs
 from ..region import Interval
 from ..stmt import Block, BlockRealize, BufferStore, For, SeqStmt, Stmt, seq
 from .state import BlockRV, Schedule
@@ -70,11 +70,10 @@ def detach(sch: Schedule, block: BlockRV) -> BlockRealize:
 
 
 def reads_buffer(s: Stmt, buffers) -> bool:
-    found = []
-    for st in collect(s, lambda _: True):
-        for e in stmt_exprs(st):
-            visit_expr(e, lambda n: found.append(n) if isinstance(n, BufferLoad) and n.buffer in buffers else None)
-    return bool(found)
+    def loads(n) -> bool:
+        return isinstance(n, BufferLoad) and n.buffer in buffers
+
+    return any(any_node(e, loads) for st in collect(s, lambda _: True) for e in stmt_exprs(st))
 
 
 def writes_buffer(s: Stmt, buffers) -> bool:
