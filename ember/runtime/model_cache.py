@@ -11,7 +11,7 @@ same entry (the module's key before tracing, ember.frontend.module_key: a small 
 folder "model-keys", ember.runtime.kept), so a later compile finds the model without tracing.
 
 An entry is the model saved as `CompiledModel.save` saves it (ember.runtime.artifact: library,
-source, graph and weights, and the manifest of their sha256s) in the folder
+source, graph and weights, and the manifest of their hashes) in the folder
 `<cache_dir>/models/<k[:2]>/<k>`, k the sha256 of the caller's key, Python's version and ember's
 own source (ember.runtime.kept), so an entry made by other code is never read. Reading it runs
 the artifact's every check; an entry that fails one (a truncated, edited or half-deleted folder)
@@ -87,9 +87,9 @@ def put(key: str, model, aliases: tuple[str, ...] = ()) -> None:
     cannot be written."""
     paths = entry(key), [kept.entry_path(ALIASES, a) for a in aliases]  # (found now: the cache folder is now's)
     thread = threading.Thread(target=_put, args=(*paths, key, model), name="ember-model-cache")
+    thread.start()
     with _lock:
         _saving.append(thread)
-    thread.start()
 
 
 def wait() -> None:
