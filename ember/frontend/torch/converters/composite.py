@@ -16,7 +16,7 @@ from ..registry import HANDLERS, handles
 from .elementwise import copy, to_copy
 from .nn import adaptive_avg_pool2d, convolution, max_pool_with_indices
 from .reduce import batch_norm, log_softmax, softmax
-from .shape import permute, view
+from .shape import INT64_MAX, constant_pad_nd, permute, view
 
 
 def _each(v, n: int) -> list:
@@ -90,6 +90,47 @@ def log_softmax_int(b, x, dim, dtype=None):
 @handles("to.dtype", "to.dtype_layout")
 def to(b, x, *_, device=None, **__):
     return to_copy(b, x, device=device)
+
+
+@handles("to.device")
+def to_device(b, x, device, *_, **__):
+    return to_copy(b, x, device=device)
+
+
+@handles("to.other")
+def to_other(b, x, other, *_, **__):
+    return to_copy(b, x)  # (the importer's tensors are all on the CPU)
+
+
+@handles("pad.default")
+def pad(b, x, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise Unsupported(f"padding mode {mode!r}")
+    return constant_pad_nd(b, x, pad, 0 if value is None else value)
+
+
+@handles("adaptive_avg_pool1d.default")
+def adaptive_avg_pool1d(b, x, output_size):
+    y = b.op("unsqueeze", [b.v(x)], axes=(b.type_of(x).rank - 1,))
+    y = adaptive_avg_pool2d(b, y, (1, *output_size))
+    return b.op("squeeze", [y], axes=(b.out.rank - 1,))
+
+
+@handles("diff.default")
+def diff(b, x, n=1, dim=-1, prepend=None, append=None):
+    """The n-th forward difference along dim of prepend, x and append joined: n times, the
+    elements after the first less those before the last (on bools, whether they differ); n=0: x
+    itself, not joined (as torch and NumPy give)."""
+    if n == 0:
+        return x
+    dtype, dim = b.out.dtype, dim % b.out.rank
+    parts = [b.v(p, dtype) for p in (prepend, x, append) if p is not None]
+    y = b.op("concat", parts, axis=dim) if len(parts) > 1 else parts[0]
+    for _ in range(n):
+        later = b.op("slice", [y], starts=(1,), ends=(INT64_MAX,), axes=(dim,))
+        earlier = b.op("slice", [y], starts=(0,), ends=(-1,), axes=(dim,))
+        y = b.op("not_equal" if dtype == "bool" else "sub", [later, earlier])
+    return y
 
 
 @handles("sum.default")

@@ -108,7 +108,8 @@ BINARY = {  # ATen overload -> ember operator
     "add.Tensor": "add", "add.Scalar": "add", "sub.Tensor": "sub", "sub.Scalar": "sub",
     "mul.Tensor": "mul", "mul.Scalar": "mul", "div.Tensor": "div", "div.Scalar": "div",
     "pow.Tensor_Tensor": "pow", "pow.Scalar": "pow",
-    "maximum.default": "maximum", "minimum.default": "minimum", "remainder.Tensor": "mod", "remainder.Scalar": "mod",
+    "maximum.default": "maximum", "minimum.default": "minimum", "max.other": "maximum", "min.other": "minimum",
+    "remainder.Tensor": "mod", "remainder.Scalar": "mod",
 }
 
 
@@ -153,6 +154,11 @@ def div_mode(b, x, other, *, rounding_mode=None):
         return b.op("trunc_divide", [a, c])
     q = b.op("div", [a, c])  # trunc(q) = sign(q) * floor(|q|)
     return b.op("mul", [b.op("sign", [q]), b.op("floor", [b.op("abs", [q])])])
+
+
+@handles("floor_divide.default", "floor_divide.Scalar")
+def floor_divide(b, x, other):
+    return div_mode(b, x, other, rounding_mode="floor")
 
 
 # -- comparisons and logic -----------------------------------------------------------------------
@@ -210,9 +216,12 @@ def _bitwise(logical: str, bitwise: str):
     return handler
 
 
-handles("bitwise_and.Tensor", "bitwise_and.Scalar")(_bitwise("logical_and", "bitwise_and"))
-handles("bitwise_or.Tensor", "bitwise_or.Scalar")(_bitwise("logical_or", "bitwise_or"))
-handles("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bitwise("not_equal", "bitwise_xor"))
+handles("bitwise_and.Tensor", "bitwise_and.Scalar", "__and__.Tensor", "__and__.Scalar")(
+    _bitwise("logical_and", "bitwise_and"))
+handles("bitwise_or.Tensor", "bitwise_or.Scalar", "__or__.Tensor", "__or__.Scalar")(
+    _bitwise("logical_or", "bitwise_or"))
+handles("bitwise_xor.Tensor", "bitwise_xor.Scalar", "__xor__.Tensor", "__xor__.Scalar")(
+    _bitwise("not_equal", "bitwise_xor"))
 
 
 @handles("__lshift__.Tensor", "__lshift__.Scalar", "bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar")
@@ -242,16 +251,26 @@ def bitwise_not(b, x):
     return b.op("logical_not" if b.out.dtype == "bool" else "bitwise_not", [b.v(x)])
 
 
-@handles("where.self")
+@handles("where.self", "where.ScalarOther", "where.ScalarSelf", "where.Scalar")
 def where(b, condition, x, other):
     dtype = b.out.dtype
     return b.op("where", [b.v(condition, "bool"), b.operand(x, dtype), b.operand(other, dtype)])
 
 
+@handles("masked_fill.Scalar", "masked_fill.Tensor")
+def masked_fill(b, x, mask, value):
+    return where(b, mask, value, x)
+
+
 # -- copies and casts ----------------------------------------------------------------------------
-@handles("clone.default", "alias.default")
+@handles("clone.default", "alias.default", "contiguous.default", "detach.default", "lift_fresh_copy.default")
 def copy(b, x, **_):
     return x
+
+
+@handles("type_as.default")
+def type_as(b, x, other):
+    return b.v(x, b.out.dtype)
 
 
 @handles("_to_copy.default")

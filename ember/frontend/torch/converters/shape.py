@@ -74,6 +74,17 @@ def split_with_sizes(b, x, split_sizes, dim=0):
     return tuple(b.ops("split", [b.v(x)], axis=dim, sizes=tuple(split_sizes)))
 
 
+@handles("split.Tensor", "chunk.default")
+def split(b, x, size_or_chunks, dim=0):
+    """Pieces of one size, the last one shorter where it does not divide the dimension (chunk: as
+    many as torch's metadata has, which may be fewer than asked for)."""
+    dim %= b.type_of(x).rank
+    sizes = tuple(t.shape[dim] for t in b.out_types)
+    if not all(isinstance(s, int) for s in sizes):
+        raise Unsupported(f"a split of a symbolic dimension into {sizes}")
+    return split_with_sizes(b, x, sizes, dim)
+
+
 @handles("slice.Tensor")
 def slice_(b, x, dim=0, start=None, end=None, step=1):
     t = b.type_of(x)
@@ -96,6 +107,16 @@ def squeeze(b, x, dim):
     shape = b.type_of(x).shape
     axes = tuple(sorted({d % len(shape) for d in dim if shape[d] == 1})) if shape else ()
     return b.op("squeeze", [b.v(x)], axes=axes) if axes else x
+
+
+@handles("squeeze.dim")
+def squeeze_dim(b, x, dim):
+    return squeeze(b, x, [dim])
+
+
+@handles("squeeze.default")
+def squeeze_all(b, x):
+    return squeeze(b, x, range(b.type_of(x).rank))
 
 
 @handles("unsqueeze.default")
@@ -170,3 +191,20 @@ def full_like(b, x, fill_value, **_):
 @handles("full.default")
 def full(b, size, fill_value, **_):
     return _fill(b, fill_value)
+
+
+@handles("new_full.default")
+def new_full(b, x, size, fill_value, **_):
+    return _fill(b, fill_value)
+
+
+# an empty tensor's values are whatever memory held: zeros are as good as any
+@handles("zeros.default", "new_zeros.default", "zeros_like.default", "empty.memory_format", "new_empty.default",
+         "empty_like.default")
+def zeros(b, *_, **__):
+    return _fill(b, 0)
+
+
+@handles("ones.default", "new_ones.default", "ones_like.default")
+def ones(b, *_, **__):
+    return _fill(b, 1)
