@@ -15,7 +15,8 @@
 
 Both are pattern `opaque` (histc: a reduction over every element per bin, bins x numel work,
 small for a router's top-k ids; grouped_matmul: each row's expert found by a search over the E
-offsets, then the row's product).
+offsets, then the row's product, the stage tagged ANCHOR that the CPU schedule tiles in registers
+as a matmul's: ember.schedules.cpu.moe).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from ..tir import dtype as dt
 from ..tir.expr import cast, const
 from .common import check_float
 from .registry import REQUIRED, OpDef, OpTypeError, register
+
+ANCHOR = "grouped_matmul"  # the te tag of the accumulating stage
 
 # -- histc -------------------------------------------------------------------------------------
 
@@ -121,13 +124,13 @@ def _compute_grouped_matmul(inputs, attrs, out_types):
         te.if_then_else(cast("int64", offsets[e.var]) <= cast("int64", s), const(1, "int64"), const(0, "int64")),
         axis=e), name="group")
     k = te.reduce_axis((0, x.shape[1]), name="k")
+    # each row's product with its expert's weight (the last expert's for a row of none, zeroed
+    # after: no guard inside the reduction, whose register tile reads rows of w along n)
+    acc = te.compute((x.shape[0], w.shape[2]), lambda s, n: te.sum(
+        x[s, k.var] * w[te.min(group[s], experts - 1), k.var, n], axis=k), name="grouped_matmul", tag=ANCHOR)
     zero = const(0.0, x.dtype)
-
-    def row(s, n):
-        g = group[s]
-        return te.sum(te.if_then_else(g < experts, x[s, k.var] * w[te.min(g, experts - 1), k.var, n], zero), axis=k)
-
-    return [te.compute((x.shape[0], w.shape[2]), row, name="grouped_matmul")]
+    return [te.compute(acc.shape, lambda s, n: te.if_then_else(group[s] < experts, acc[s, n], zero),
+                       name="grouped_rows")]
 
 
 register(OpDef(

@@ -1,7 +1,8 @@
 """histc and grouped_matmul (ember/ops/moe.py) on the C target against their NumPy references and
 torch: histc over random floats (values outside the range, the range's ends) and over expert ids
 as transformers' routers count them; grouped_matmul over tokens sorted by expert, an expert with
-no tokens, rows past the last offset; and the errors of bad attributes and shapes."""
+no tokens, rows past the last offset, in its register tile and without; and the errors of bad
+attributes and shapes."""
 
 from __future__ import annotations
 
@@ -31,11 +32,15 @@ def test_histc_counts_expert_ids():
              torch_fn=lambda t: torch.histc(t, bins=experts, min=0, max=experts - 1))
 
 
-def test_grouped_matmul_is_transformers_grouped_mm():
-    experts, k, n = 4, 24, 10
-    counts = np.array([3, 0, 5, 2])  # an expert without tokens
+@pytest.mark.parametrize("counts, k, n", [
+    ((3, 0, 5, 2), 24, 10),  # columns no vector divides: the default schedule
+    ((9, 0, 17, 9), 40, 48),  # the register tile, its tiles of rows across the experts' bounds, the last one short
+])
+def test_grouped_matmul_is_transformers_grouped_mm(counts, k, n):
+    experts = len(counts)  # an expert without tokens
     offsets = np.cumsum(counts).astype("int32")
-    x = RNG.standard_normal((12, k)).astype("float32")  # 2 rows past the last offset: zero
+    rows = offsets[-1] + 2
+    x = RNG.standard_normal((rows, k)).astype("float32")  # 2 rows past the last offset: zero
     w = RNG.standard_normal((experts, k, n)).astype("float32")
 
     def torch_grouped(xt, wt, ot):
@@ -47,7 +52,7 @@ def test_grouped_matmul_is_transformers_grouped_mm():
         return out
 
     (out,) = check_op("grouped_matmul", [x, w, offsets], None, rtol=1e-5, atol=1e-5, torch_fn=torch_grouped)
-    assert not out[10:].any()
+    assert not out[offsets[-1]:].any()
 
 
 def test_errors():
