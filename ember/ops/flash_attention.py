@@ -16,7 +16,9 @@ No score outlives its tile of keys and nothing of size L x S reaches memory. A t
 (its q row, running max, sum and accumulator) is laid out across the threads, element d of
 thread tx at d * t + tx: shared loads without bank conflicts, and accesses the sync pass sees as
 the thread's own, so only the k and v tiles take barriers. Sequence lengths need not be
-multiples of the tiles (rows and keys past the end are guarded). The tiles live in static shared
+multiples of the tiles (rows and keys past the end are guarded), and may be symbolic: the grid's
+query tiles and the loop's key tiles are then counted from the lengths, parameters of the kernel
+(the batch and head axes and the head sizes stay static). The tiles live in static shared
 memory (`shared_bytes`: at most 48 KiB, which `tile_rows` picks the tiles for).
 
 float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
@@ -28,7 +30,7 @@ family schedules nothing of it; only the CUDA target runs it (the interpreter wi
 included).
 
 Not yet: the state in registers rather than shared memory (mma.sync fragments), more warps a
-block, symbolic lengths.
+block.
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ import math
 
 from .. import te
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, select
+from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
 from . import flash_attention_tc as tc
 from .attention import infer_heads_first, reference
 from .common import te_shape
-from .gpu_loops import at, batch_index, serial, threads
+from .gpu_loops import at, batch_index, ceil_div, extent, serial, threads
 from .registry import OpDef, OpTypeError, register
 
 SHARED_LIMIT = 48 * 1024  # static shared memory a block may take on every GPU since sm_50
@@ -66,8 +68,9 @@ def _infer(types, attrs):
     if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
         raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {SHARED_LIMIT} bytes "
                           f"of shared memory, got q {q.shape} and v {v.shape}")
-    if not all(isinstance(d, int) for x in types for d in x.shape):
-        raise OpTypeError("flash_attention: static shapes only (the grid is the number of query tiles)")
+    if not all(isinstance(d, int) for x in types for d in x.shape[:-2]):
+        raise OpTypeError("flash_attention: the batch and head axes must be static (the grid's blocks, a head each), "
+                          f"got q {q.shape}, k {k.shape}, v {v.shape}")
     return out
 
 
@@ -96,7 +99,7 @@ def _compute(inputs, attrs, out_types):
 
 def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
     batch = [as_int(d) for d in ob.shape[:-2]]
-    length, keys = as_int(qb.shape[-2]), as_int(kb.shape[-2])
+    length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
     t = tile_rows(e, ev)
     q_tile, k_tile, v_tile = (Buffer(n, (const(t * d),), FLOAT) for n, d in (("q_tile", e), ("k_tile", e),
@@ -127,7 +130,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
             def step(c):
                 flat = c * t + tx
                 key = key0 + flat // width
-                value = select(key < keys, load(src, binary("min", key, const(keys - 1)), flat % width),
+                value = select(key < keys, load(src, binary("min", key, convert(keys - 1)), flat % width),
                                const(0.0, FLOAT))
                 return BufferStore(tile_buf, value, (flat,))
             return serial("c", width, step)  # t * width elements, t threads
@@ -175,7 +178,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
         return threads(body, t)
 
     kt = Var("kt", dt.INDEX_DTYPE)
-    key_tiles = const(-(-keys // t))
+    key_tiles = convert(ceil_div(keys, t))
     if causal:  # the tiles up to the diagonal: keys past the tile's last query are all masked out
         key_tiles = binary("min", key_tiles, tile + 1)
     steps = For(kt, const(0), key_tiles, "serial", SeqStmt((
@@ -194,7 +197,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
     body = SeqStmt((load_q, init, steps, threads(store, t)))
     for buf in (q_tile, k_tile, v_tile, acc, top, total):
         body = Allocate(buf, body)
-    tiles = For(tile, const(0), const(-(-length // t)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
+    tiles = For(tile, const(0), convert(ceil_div(length, t)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
     count = math.prod(batch)
     return For(heads, const(0), const(count), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))
 
@@ -208,5 +211,6 @@ register(OpDef(
     attrs={"causal": False, "scale": None},
     num_inputs=(3, 4),
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
-        "softmax (the CUDA target's; static shapes, head sizes whose tiles fit 48 KiB of shared memory).",
+        "softmax (the CUDA target's; symbolic lengths, static batch and heads, head sizes whose tiles fit 48 KiB of "
+        "shared memory).",
 ))

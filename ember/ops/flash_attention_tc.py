@@ -25,9 +25,9 @@ import math
 from .. import te
 from ..intrinsics import wmma
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, select
+from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, Pointer, SeqStmt
-from .gpu_loops import at, batch_index, serial, threads
+from .gpu_loops import at, batch_index, ceil_div, extent, serial, threads
 
 T = 32  # queries and keys per tile: one warp
 FLOAT = "float32"
@@ -46,7 +46,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
     """The kernel's statement (flash_attention's te.extern)."""
     half = qb.dtype
     batch = [as_int(d) for d in ob.shape[:-2]]
-    length, keys = as_int(qb.shape[-2]), as_int(kb.shape[-2])
+    length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
     q_tile, kt_tile, v_tile, p_tile = (Buffer(n, (const(size),), half) for n, size in (
         ("q_tile", T * e), ("kt_tile", e * T), ("v_tile", T * ev), ("p_tile", T * T)))
@@ -64,14 +64,14 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         return threads(lambda tx: serial("c", n // T, lambda c: BufferStore(buf, value, (c * T + tx,))), T)
 
     load_q = threads(lambda tx: serial("d", e, lambda d: BufferStore(q_tile, select(
-        row_of(tx) < length, BufferLoad(qb, at(index, qb, binary("min", row_of(tx), const(length - 1)), d), half),
+        row_of(tx) < length, BufferLoad(qb, at(index, qb, binary("min", row_of(tx), convert(length - 1)), d), half),
         const(0.0, half)), (tx * e + d,))), T)
 
     def copy(key0):
         """k^T and v's tiles, the threads a key each (keys past S are zeros)."""
         def body(tx):
             key = key0 + tx
-            inside, clamped = key < keys, binary("min", key, const(keys - 1))
+            inside, clamped = key < keys, binary("min", key, convert(keys - 1))
 
             def element(src, d):
                 return select(inside, BufferLoad(src, at(index, src, clamped, d), half), const(0.0, half))
@@ -123,7 +123,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                 BufferStore(top, new_top, (tx,)))))
         return threads(body, T)
 
-    key_tiles = const(-(-keys // T))
+    key_tiles = convert(ceil_div(keys, T))
     if causal:  # the tiles up to the diagonal
         key_tiles = binary("min", key_tiles, tile + 1)
     steps = For(kt, const(0), key_tiles, "serial", SeqStmt((
@@ -143,5 +143,5 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
     body = SeqStmt((load_q, init, fill(acc, T * ev, zero), steps, threads(store, T)))
     for buf in (q_tile, kt_tile, v_tile, p_tile, scores, acc, top, total):
         body = Allocate(buf, body)
-    tiles = For(tile, const(0), const(-(-length // T)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
+    tiles = For(tile, const(0), convert(ceil_div(length, T)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
     return For(heads, const(0), const(math.prod(batch)), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))

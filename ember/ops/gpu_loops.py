@@ -1,11 +1,12 @@
 """Loop-IR helpers for operators whose compute is a GPU kernel written as a statement
 (ember.ops.flash_attention): loops bound to the block's threads, serial loops, and the index of a
-block's (batch...) number in a tensor that broadcasts over the batch."""
+block's (batch...) number in a tensor that broadcasts over the batch, and sizes that may be
+symbolic (a sequence's length)."""
 
 from __future__ import annotations
 
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, PrimExpr, Var, const, convert
+from ..tir.expr import Buffer, PrimExpr, Var, as_int, const, convert
 from ..tir.stmt import THREAD_BINDING, For
 from .common import broadcast_index
 
@@ -34,3 +35,15 @@ def at(index: list[PrimExpr], buf: Buffer, *inner) -> tuple[PrimExpr, ...]:
     """buf's index of batch element `index` (broadcast to buf's leading axes) and `inner`."""
     lead = broadcast_index(index, buf.shape[:buf.ndim - len(inner)])
     return tuple(convert(x) for x in (*lead, *inner))
+
+
+def extent(d: PrimExpr) -> int | PrimExpr:
+    """A buffer's size as an int where it is static (so that the kernel's arithmetic on it stays
+    constant), else its expression (a symbolic length, a parameter of the kernel)."""
+    n = as_int(d)
+    return d if n is None else n
+
+
+def ceil_div(n: int | PrimExpr, t: int) -> int | PrimExpr:
+    """The number of tiles of t that cover n (static or symbolic)."""
+    return -(-n // t) if isinstance(n, int) else (n + (t - 1)) // t

@@ -2,8 +2,9 @@
 written out as products and a softmax:
 
     scaled_dot_product_attention(q, k, v [, mask]; causal, scale)
-        -> flash_attention(q, k, v [, mask]; causal, scale)           static shapes, head sizes whose
-                                                                      tiles fit (ember.ops.flash_attention)
+        -> flash_attention(q, k, v [, mask]; causal, scale)           static batch and head sizes whose
+                                                                      tiles fit, lengths static or symbolic
+                                                                      (ember.ops.flash_attention)
         -> matmul(softmax(where(causal, matmul(q, T(k)) * scale, -inf) [+ mask | where mask], axis=-1), v)
 
 since the CPU's fused kernel (ember.ops.attention) is a routine called through te.extern, which
@@ -13,7 +14,7 @@ three kernels the GPU family schedules, with the L x S scores in memory. Only th
 frontends make is rewritten (layout "bhsd", no heads: it runs where fold_attention, which the
 GPU target leaves out, would run, before fold_transposes and fold_qkv_split could change it). A
 row whose every key is masked out is 0 in flash_attention (as torch and the CPU kernel give) and
-NaN in the unfolded form (softmax's 0 / 0); causal needs static sequence lengths. Grouped
+NaN in the unfolded form (softmax's 0 / 0); the unfolded form's causal mask needs static lengths. Grouped
 key/value heads (gqa) are repeated to the query's heads first (static sizes). Targets of the
 CPU family keep the fused attention: the pass reads the target and changes nothing for them.
 """
@@ -81,9 +82,11 @@ def _repeated(rw: Rewriter, x: Value, heads: int, hint: str) -> Value | None:
 
 
 def _fits_flash(inputs: list[Value]) -> bool:
-    """Static shapes, float operands, a bool or float mask, head sizes whose tiles fit."""
+    """Static batch and heads (the lengths static or symbolic), float operands, a bool or float
+    mask, head sizes whose tiles fit."""
     q, k, v, *mask = inputs
-    static = all(isinstance(d, int) for x in inputs for d in x.type.shape)
+    static = all(isinstance(d, int) for x in inputs for d in x.type.shape[:-2]) and all(
+        isinstance(x.type.shape[-1], int) for x in (q, v))  # the lengths may be symbolic
     floats = all(dt.is_float(x.type.dtype) for x in (q, k, v)) and all(
         dt.is_float(m.type.dtype) or dt.is_bool(m.type.dtype) for m in mask)
     return static and floats and q.type.rank >= 2 and tile_rows(q.type.shape[-1], v.type.shape[-1]) is not None

@@ -3,16 +3,19 @@ with GPU semantics (blocks and threads shuffled, races checked) against the NumP
 small sizes whose lengths are not multiples of the tiles (several query and key tiles), causal,
 additive and bool masks (a row with every key masked out gives 0), on CUDA cores (float32, and
 half operands whose head sizes are not multiples of 16) and on Tensor Cores (float16 and
-bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin."""
+bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin. Symbolic
+query and key lengths: one kernel run at each size (one, a partial tile past several, more
+queries than keys), causal and masked, its grid computed per launch."""
 
 import numpy as np
 import pytest
+import torch
 from gpu_kernels import needs_nvrtc
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
 from ember.target import Target
-from ember.testing import build_op, check_op
+from ember.testing import build_op, check_op, check_op_sizes
 from ember.tir import dtype as dt
 
 GPU_INTERPRETER = (Target("python", schedules="gpu"),)
@@ -74,3 +77,47 @@ def test_head_sizes_past_shared_memory_are_refused():
     big = TensorType((1, 1, 8, 512), "float32")
     with pytest.raises(OpTypeError, match="fit the tiles in 49152 bytes of shared memory"):
         infer_types("flash_attention", [big, big, big], {})
+
+
+SIZES = ((1, 1), (37, 128), (128, 37))  # (queries, keys): one each; a partial tile after 4; causal tiles skipped
+
+
+def symbolic_lengths(dtype, e, mask):
+    """flash_attention's types over symbolic lengths l and s, and inputs at each of SIZES."""
+    shapes = (1, 1, "l", e), (1, 1, "s", e), (1, 1, "s", e)
+    types = [TensorType(shape, dtype) for shape in shapes]
+    if mask != "causal":
+        types.append(TensorType(("l", "s"), "bool" if mask == "bool" else dtype))
+
+    def inputs(l, s):
+        xs = [RNG.standard_normal((1, 1, n, e)).astype(dt.to_numpy(dtype)) for n in (l, s, s)]
+        if mask == "bool":
+            xs.append(RNG.random((l, s)) < 0.7)
+        elif mask == "additive":
+            xs.append(RNG.standard_normal((l, s)).astype(xs[0].dtype))
+        return xs
+
+    return types, [inputs(*size) for size in SIZES]
+
+
+@pytest.mark.parametrize("dtype, e, mask", [("float32", 4, "causal"), ("float32", 4, "bool"),
+                                            ("float16", 16, "additive")])  # (float16 on Tensor Cores)
+def test_symbolic_lengths_one_kernel_at_each_size(dtype, e, mask):
+    types, input_sets = symbolic_lengths(dtype, e, mask)
+    causal, tol = mask == "causal", {"float32": 1e-5, "float16": 3e-3}[dtype]
+
+    def attention(q, k, v, *m):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, *m, is_causal=causal)
+
+    check_op_sizes("flash_attention", types, {"causal": causal}, input_sets, tol, tol,
+                   attention if dtype == "float32" else None, targets=GPU_INTERPRETER)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_nvrtc_compiles_it_over_symbolic_lengths_its_grid_per_launch(dtype):
+    types, _ = symbolic_lengths(dtype, 16, "causal")
+    f = build_op("flash_attention", types, {"causal": True}, target=Target("cuda", simulate=True)).kernel
+    assert f.binary[:4] == b"\x7fELF" and f.arch == "sm_90" and f.grid is None  # (the query tiles: per launch)
+    assert "int64_t l, int64_t s)" in f.source  # the lengths, parameters of the kernel
+    assert "kt < ember_min_int64((s + 31) / 32, tile + 1)" in f.source  # causal: no tile past the diagonal

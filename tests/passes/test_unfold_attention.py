@@ -1,12 +1,15 @@
 """ember.passes.unfold_attention for a GPU target: grouped key/value heads (gqa) are repeated to
 the query's heads before the GPU's kernels (flash_attention, or the products and softmax), the
-rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5)."""
+rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5);
+symbolic lengths take flash_attention too."""
 
 from __future__ import annotations
 
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
+from ember.graph.verify import verify
+from ember.ops import infer_types
 from ember.ops.nodes import add_op
 from ember.passes.unfold_attention import unfold_attention
 from ember.target import Target
@@ -20,3 +23,14 @@ def test_grouped_heads_are_repeated_for_the_gpu():
     out = unfold_attention(g, Target("cuda", simulate=True))
     assert "scaled_dot_product_attention" not in ops(out) and ops(out).count("expand") == 2
     check_same(g, out)
+
+
+def test_causal_attention_over_symbolic_lengths_is_the_fused_kernel():
+    """(Its numerics at each length: tests/cuda/test_flash_attention.py.)"""
+    g = Graph("attention")
+    q = g.add_input("q", TensorType((1, 2, "l", 16)))
+    k, v = (g.add_input(n, TensorType((1, 2, "s", 16))) for n in "kv")
+    g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, k, v], {"causal": True}))
+    out = unfold_attention(g, Target("cuda", simulate=True))
+    verify(out, infer_types)
+    assert ops(out) == ["flash_attention"] and out.outputs[0].type == TensorType((1, 2, "l", 16))
