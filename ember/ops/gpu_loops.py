@@ -32,9 +32,9 @@ def batch_index(number: PrimExpr, batch: list[int]) -> list[PrimExpr]:
 
 
 def at(index: list[PrimExpr], buf: Buffer, *inner) -> tuple[PrimExpr, ...]:
-    """buf's index of batch element `index` (broadcast to buf's leading axes) and `inner`."""
-    lead = broadcast_index(index, buf.shape[:buf.ndim - len(inner)])
-    return tuple(convert(x) for x in (*lead, *inner))
+    """buf's index of batch element `index` and `inner`, broadcast to buf's axes (a mask of one
+    row for every query, a padding mask, reads row 0)."""
+    return tuple(convert(x) for x in broadcast_index([*index, *inner], buf.shape))
 
 
 def extent(d: PrimExpr) -> int | PrimExpr:

@@ -5,7 +5,8 @@ additive and bool masks (a row with every key masked out gives 0), on CUDA cores
 half operands whose head sizes are not multiples of 16) and on Tensor Cores (float16 and
 bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin. Symbolic
 query and key lengths: one kernel run at each size (one, a partial tile past several, more
-queries than keys), causal and masked, its grid computed per launch."""
+queries than keys), causal and masked (a padding mask broadcast over the queries), its grid
+computed per launch."""
 
 import numpy as np
 import pytest
@@ -86,13 +87,15 @@ def symbolic_lengths(dtype, e, mask):
     """flash_attention's types over symbolic lengths l and s, and inputs at each of SIZES."""
     shapes = (1, 1, "l", e), (1, 1, "s", e), (1, 1, "s", e)
     types = [TensorType(shape, dtype) for shape in shapes]
-    if mask != "causal":
-        types.append(TensorType(("l", "s"), "bool" if mask == "bool" else dtype))
+    if mask == "padding":  # keys kept per key, broadcast over the queries
+        types.append(TensorType((1, 1, 1, "s"), "bool"))
+    elif mask == "additive":
+        types.append(TensorType(("l", "s"), dtype))
 
     def inputs(l, s):
         xs = [RNG.standard_normal((1, 1, n, e)).astype(dt.to_numpy(dtype)) for n in (l, s, s)]
-        if mask == "bool":
-            xs.append(RNG.random((l, s)) < 0.7)
+        if mask == "padding":
+            xs.append(RNG.random((1, 1, 1, s)) < 0.7)
         elif mask == "additive":
             xs.append(RNG.standard_normal((l, s)).astype(xs[0].dtype))
         return xs
@@ -100,7 +103,7 @@ def symbolic_lengths(dtype, e, mask):
     return types, [inputs(*size) for size in SIZES]
 
 
-@pytest.mark.parametrize("dtype, e, mask", [("float32", 4, "causal"), ("float32", 4, "bool"),
+@pytest.mark.parametrize("dtype, e, mask", [("float32", 4, "causal"), ("float32", 4, "padding"),
                                             ("float16", 16, "additive")])  # (float16 on Tensor Cores)
 def test_symbolic_lengths_one_kernel_at_each_size(dtype, e, mask):
     types, input_sets = symbolic_lengths(dtype, e, mask)
