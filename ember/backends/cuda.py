@@ -36,7 +36,7 @@ from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
 from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.tile import TileLauncher, render_tile
-from ..errors import ArgumentTypeError, CompileError, ConfigError, DeviceError
+from ..errors import ArgumentTypeError, CompileError, ConfigError, DeviceError, LowerError
 from ..passes.pipeline import GPU_PRECISIONS
 from ..passes.plan_memory import MemoryPlan
 from ..program import Branch, Loop, Program
@@ -60,6 +60,12 @@ def _model(spec, built, weights, plan, **options):
     """The compiled model of what `build` gave: on the GPU, or simulated on the interpreter."""
     cls = SimulatedModel if isinstance(built, InterpretedEntry) else CUDAModel
     return cls(spec, built, weights, plan, **options)
+
+
+def _kernel_named(spec: ModelSpec, f: PrimFunc) -> str:
+    """A kernel as an error names it: its operators and the graph's nodes."""
+    info = next(k for k in spec.kernels if k.name == f.name)
+    return f"kernel {f.name} ({' + '.join(info.ops)}; nodes {', '.join(info.nodes)})"
 
 
 class CUDABackend(Backend):
@@ -122,12 +128,15 @@ class CUDABackend(Backend):
                                f"compile it for 'c'")
         for f in program.kernels:
             if not is_gpu_kernel(f):
-                info = next(k for k in spec.kernels if k.name == f.name)
-                raise CompileError(f"model {spec.name}: kernel {f.name} ({' + '.join(info.ops)}; nodes "
-                                   f"{', '.join(info.nodes)}) has no GPU schedule: its loops are bound to no block "
-                                   f"or thread")
-        kernels = {f.name: build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None, gpu=target.gpu)
-                   for f in program.kernels}
+                raise CompileError(f"model {spec.name}: {_kernel_named(spec, f)} has no GPU schedule: its loops are "
+                                   f"bound to no block or thread")
+        kernels = {}
+        for f in program.kernels:
+            try:
+                kernels[f.name] = build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None, gpu=target.gpu)
+            except LowerError as e:  # (a kernel the GPU family schedules in part only)
+                raise CompileError(f"model {spec.name}: {_kernel_named(spec, f)} does not lower for the GPU: "
+                                   f"{e}") from e
         entry = InterpretedEntry(program, load=build_simt) if target.simulate else DeviceEntry(program, kernels)
         return Rendered("\n\n".join(k.source for k in kernels.values()), entry)
 

@@ -97,6 +97,17 @@ def test_a_kernel_without_a_gpu_schedule_is_named_at_compile_time():
         ember.compile(Total(), (torch.randn(3, 4),), target=SIMULATED)
 
 
+def test_a_kernel_scheduled_in_part_only_is_named_at_compile_time():
+    class Attend(torch.nn.Module):  # heads of 256 past flash_attention's tiles, causal over symbolic lengths
+        def forward(self, q):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    with pytest.raises(CompileError, match=r"kernel \w+ \(scaled_dot_product_attention; .* does not lower for the GPU: "
+                                           r"buffer scores is written by bound threads outside the loop over blocks"):
+        ember.compile(Attend(), (torch.randn(1, 1, 5, 256),), dynamic_shapes=({2: torch.export.Dim("seq")},),
+                      target=SIMULATED, precision="fp16")
+
+
 def test_quantized_weights_are_refused_before_anything_compiles():
     with pytest.raises(ConfigError, match="weights='int8' does not compile for target 'cuda' yet"):
         ember.compile(torch.nn.Linear(3, 4), (torch.randn(2, 3),), target=SIMULATED, weights="int8")
