@@ -8,9 +8,10 @@
 #
 # Steps: info tests kernels splitk symbolic tile compare graphs tune decode (default: all, with the
 # limits below; splitk: split-K against one pass per layer shape and count of parts, to set its
-# thresholds; symbolic: fp16 Tensor Core products built for symbolic tokens against static ones);
-# MODELS= names the zoo models of `compare`, PARTS= the parts of `kernels` (default: all), DECODE=
-# the sizes of `decode` (default: the reduced GPT-2, "--contexts 128" for the full one).
+# thresholds; symbolic: fp16 Tensor Core products and causal flash attention built for symbolic
+# tokens against static ones); MODELS= names the zoo models of `compare`, PARTS= the parts of
+# `kernels` (default: all), DECODE= the sizes of `decode` (default: the reduced GPT-2,
+# "--contexts 128" for the full one).
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -24,7 +25,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [splitk]=120 [symbolic]=60 [tile]=70 [compare]=150 [graphs]=50
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [splitk]=120 [symbolic]=80 [tile]=70 [compare]=150 [graphs]=50
                   [tune]=50 [decode]=60)
 ORDER=(info tests kernels splitk symbolic tile compare graphs tune decode)
 

@@ -1,9 +1,10 @@
 """fp16 products on Tensor Cores built once for a symbolic number of tokens (a model compiled with
 `dynamic_shapes`), on a GPU: BERT-base's linear layers (tokens as M) and attention's products over
 12 heads (q k^T: tokens as M and N; p v: as M and K, its K loop pipelined over a symbolic trip
-count), each kernel launched at 128 and 384 tokens (its grid computed per launch) next to the
-kernel built for that size and torch fp16 (cuBLAS); each checked against torch first, times the
-medians of CUDA-event intervals.
+count) and causal flash attention over 12 heads of 64 (query and key lengths the tokens), each
+kernel launched at 128 and 384 tokens (its grid computed per launch) next to the kernel built for
+that size and torch fp16 (cuBLAS; torch's fused attention); each checked against torch first,
+times the medians of CUDA-event intervals.
 
     python benchmarks/symbolic_tensor_cores.py [--runs 30] [--tokens 128 384]
 
@@ -30,7 +31,16 @@ PRODUCTS = {
                             lambda x, w, b: x @ w.T + b, lambda t: t * 768 * 3072),
     "q k^T, 12 heads": ("matmul", ((12, "t", 64), (12, 64, "t")), {}, lambda a, b: a @ b, lambda t: 12 * t * t * 64),
     "p v, 12 heads": ("matmul", ((12, "t", "t"), (12, "t", 64)), {}, lambda a, b: a @ b, lambda t: 12 * t * t * 64),
+    # the fused kernel: q k^T and p v over the keys up to the diagonal (about half of each)
+    "flash attention, 12 heads, causal": ("flash_attention", ((1, 12, "t", 64),) * 3, {"causal": True},
+                                          lambda q, k, v: _causal_attention(q, k, v), lambda t: 12 * t * t * 64),
 }
+
+
+def _causal_attention(q, k, v):
+    from torch.nn.functional import scaled_dot_product_attention
+
+    return scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def kernel(op: str, shapes, attrs):
