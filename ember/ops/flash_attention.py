@@ -16,10 +16,10 @@ No score outlives its tile of keys and nothing of size L x S reaches memory. A t
 (its q row, running max, sum and accumulator) is laid out across the threads, element d of
 thread tx at d * t + tx: shared loads without bank conflicts, and accesses the sync pass sees as
 the thread's own, so only the k and v tiles take barriers. Sequence lengths need not be
-multiples of the tiles (rows and keys past the end are guarded), and may be symbolic: the grid's
-query tiles and the loop's key tiles are then counted from the lengths, parameters of the kernel
-(the batch and head axes and the head sizes stay static). The tiles live in static shared
-memory (`shared_bytes`: at most 48 KiB, which `tile_rows` picks the tiles for).
+multiples of the tiles (rows and keys past the end are guarded), and may be symbolic, as may the
+batch: the grid and the loop's key tiles are then counted from them, parameters of the kernel
+(the head sizes stay static). The tiles live in static shared memory (`shared_bytes`: at most
+48 KiB, which `tile_rows` picks the tiles for).
 
 float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
 q k^T and p v (ember.ops.flash_attention_tc: a warp a block, wmma calls on tiles in shared
@@ -68,9 +68,6 @@ def _infer(types, attrs):
     if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
         raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {SHARED_LIMIT} bytes "
                           f"of shared memory, got q {q.shape} and v {v.shape}")
-    if not all(isinstance(d, int) for x in types for d in x.shape[:-2]):
-        raise OpTypeError("flash_attention: the batch and head axes must be static (the grid's blocks, a head each), "
-                          f"got q {q.shape}, k {k.shape}, v {v.shape}")
     return out
 
 
@@ -98,7 +95,7 @@ def _compute(inputs, attrs, out_types):
 
 
 def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
-    batch = [as_int(d) for d in ob.shape[:-2]]
+    batch = [extent(d) for d in ob.shape[:-2]]  # (a symbolic batch: the grid per launch)
     length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
     t = tile_rows(e, ev)
@@ -199,7 +196,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
         body = Allocate(buf, body)
     tiles = For(tile, const(0), convert(ceil_div(length, t)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
     count = math.prod(batch)
-    return For(heads, const(0), const(count), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))
+    return For(heads, const(0), convert(count), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))
 
 
 register(OpDef(
@@ -211,6 +208,6 @@ register(OpDef(
     attrs={"causal": False, "scale": None},
     num_inputs=(3, 4),
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
-        "softmax (the CUDA target's; symbolic lengths, static batch and heads, head sizes whose tiles fit 48 KiB of "
+        "softmax (the CUDA target's; a symbolic batch and lengths, static head sizes whose tiles fit 48 KiB of "
         "shared memory).",
 ))

@@ -45,7 +45,7 @@ def shared_bytes(e: int, ev: int) -> int:
 def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
     """The kernel's statement (flash_attention's te.extern)."""
     half = qb.dtype
-    batch = [as_int(d) for d in ob.shape[:-2]]
+    batch = [extent(d) for d in ob.shape[:-2]]  # (a symbolic batch: the grid per launch)
     length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
     q_tile, kt_tile, v_tile, p_tile = (Buffer(n, (const(size),), half) for n, size in (
@@ -144,4 +144,4 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
     for buf in (q_tile, kt_tile, v_tile, p_tile, scores, acc, top, total):
         body = Allocate(buf, body)
     tiles = For(tile, const(0), convert(ceil_div(length, T)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
-    return For(heads, const(0), const(math.prod(batch)), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))
+    return For(heads, const(0), convert(math.prod(batch)), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))

@@ -2,9 +2,9 @@
 written out as products and a softmax:
 
     scaled_dot_product_attention(q, k, v [, mask]; causal, scale)
-        -> flash_attention(q, k, v [, mask]; causal, scale)           static batch and head sizes whose
-                                                                      tiles fit, lengths static or symbolic
-                                                                      (ember.ops.flash_attention)
+        -> flash_attention(q, k, v [, mask]; causal, scale)           static head sizes whose tiles fit
+                                                                      (the batch and lengths static or
+                                                                      symbolic: ember.ops.flash_attention)
         -> matmul(softmax(where(causal, matmul(q, T(k)) * scale, -inf) [+ mask | where mask], axis=-1), v)
 
 since the CPU's fused kernel (ember.ops.attention) is a routine called through te.extern, which
@@ -82,11 +82,9 @@ def _repeated(rw: Rewriter, x: Value, heads: int, hint: str) -> Value | None:
 
 
 def _fits_flash(inputs: list[Value]) -> bool:
-    """Static batch and heads (the lengths static or symbolic), float operands, a bool or float
-    mask, head sizes whose tiles fit."""
+    """Static head sizes whose tiles fit, float operands, a bool or float mask."""
     q, k, v, *mask = inputs
-    static = all(isinstance(d, int) for x in inputs for d in x.type.shape[:-2]) and all(
-        isinstance(x.type.shape[-1], int) for x in (q, v))  # the lengths may be symbolic
+    static = all(isinstance(x.type.shape[-1], int) for x in (q, v))  # (the batch and lengths may be symbolic)
     floats = all(dt.is_float(x.type.dtype) for x in (q, k, v)) and all(
         dt.is_float(m.type.dtype) or dt.is_bool(m.type.dtype) for m in mask)
     return static and floats and q.type.rank >= 2 and tile_rows(q.type.shape[-1], v.type.shape[-1]) is not None

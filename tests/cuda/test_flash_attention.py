@@ -4,7 +4,7 @@ small sizes whose lengths are not multiples of the tiles (several query and key 
 additive and bool masks (a row with every key masked out gives 0), on CUDA cores (float32, and
 half operands whose head sizes are not multiples of 16) and on Tensor Cores (float16 and
 bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin. Symbolic
-query and key lengths: one kernel run at each size (one, a partial tile past several, more
+batch, query and key lengths: one kernel run at each size (one, a partial tile past several, more
 queries than keys), causal and masked (a padding mask broadcast over the queries), its grid
 computed per launch."""
 
@@ -80,22 +80,22 @@ def test_head_sizes_past_shared_memory_are_refused():
         infer_types("flash_attention", [big, big, big], {})
 
 
-SIZES = ((1, 1), (37, 128), (128, 37))  # (queries, keys): one each; a partial tile after 4; causal tiles skipped
+SIZES = ((2, 1, 1), (1, 37, 128), (1, 128, 37))  # (batch, queries, keys): a partial tile after 4; tiles skipped
 
 
 def symbolic_lengths(dtype, e, mask):
-    """flash_attention's types over symbolic lengths l and s, and inputs at each of SIZES."""
-    shapes = (1, 1, "l", e), (1, 1, "s", e), (1, 1, "s", e)
+    """flash_attention's types over a symbolic batch b and lengths l and s, and inputs at each of SIZES."""
+    shapes = ("b", 1, "l", e), ("b", 1, "s", e), ("b", 1, "s", e)
     types = [TensorType(shape, dtype) for shape in shapes]
     if mask == "padding":  # keys kept per key, broadcast over the queries
-        types.append(TensorType((1, 1, 1, "s"), "bool"))
+        types.append(TensorType(("b", 1, 1, "s"), "bool"))
     elif mask == "additive":
         types.append(TensorType(("l", "s"), dtype))
 
-    def inputs(l, s):
-        xs = [RNG.standard_normal((1, 1, n, e)).astype(dt.to_numpy(dtype)) for n in (l, s, s)]
+    def inputs(b, l, s):
+        xs = [RNG.standard_normal((b, 1, n, e)).astype(dt.to_numpy(dtype)) for n in (l, s, s)]
         if mask == "padding":
-            xs.append(RNG.random((1, 1, 1, s)) < 0.7)
+            xs.append(RNG.random((b, 1, 1, s)) < 0.7)
         elif mask == "additive":
             xs.append(RNG.standard_normal((l, s)).astype(xs[0].dtype))
         return xs
@@ -105,7 +105,7 @@ def symbolic_lengths(dtype, e, mask):
 
 @pytest.mark.parametrize("dtype, e, mask", [("float32", 4, "causal"), ("float32", 4, "padding"),
                                             ("float16", 16, "additive")])  # (float16 on Tensor Cores)
-def test_symbolic_lengths_one_kernel_at_each_size(dtype, e, mask):
+def test_a_symbolic_batch_and_lengths_one_kernel_at_each_size(dtype, e, mask):
     types, input_sets = symbolic_lengths(dtype, e, mask)
     causal, tol = mask == "causal", {"float32": 1e-5, "float16": 3e-3}[dtype]
 
@@ -122,5 +122,5 @@ def test_nvrtc_compiles_it_over_symbolic_lengths_its_grid_per_launch(dtype):
     types, _ = symbolic_lengths(dtype, 16, "causal")
     f = build_op("flash_attention", types, {"causal": True}, target=Target("cuda", simulate=True)).kernel
     assert f.binary[:4] == b"\x7fELF" and f.arch == "sm_90" and f.grid is None  # (the query tiles: per launch)
-    assert "int64_t l, int64_t s)" in f.source  # the lengths, parameters of the kernel
+    assert "int64_t b, int64_t l, int64_t s)" in f.source  # the batch and lengths, parameters of the kernel
     assert "kt < ember_min_int64((s + 31) / 32, tile + 1)" in f.source  # causal: no tile past the diagonal

@@ -1,7 +1,7 @@
 """ember.passes.unfold_attention for a GPU target: grouped key/value heads (gqa) are repeated to
 the query's heads before the GPU's kernels (flash_attention, or the products and softmax), the
 rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5);
-symbolic lengths take flash_attention too."""
+a symbolic batch and lengths take flash_attention too."""
 
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ def test_grouped_heads_are_repeated_for_the_gpu():
     check_same(g, out)
 
 
-def test_causal_attention_over_symbolic_lengths_is_the_fused_kernel():
+def test_causal_attention_over_a_symbolic_batch_and_lengths_is_the_fused_kernel():
     """(Its numerics at each length: tests/cuda/test_flash_attention.py.)"""
     g = Graph("attention")
-    q = g.add_input("q", TensorType((1, 2, "l", 16)))
-    k, v = (g.add_input(n, TensorType((1, 2, "s", 16))) for n in "kv")
+    q = g.add_input("q", TensorType(("b", 2, "l", 16)))
+    k, v = (g.add_input(n, TensorType(("b", 2, "s", 16))) for n in "kv")
     g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, k, v], {"causal": True}))
     out = unfold_attention(g, Target("cuda", simulate=True))
     verify(out, infer_types)
-    assert ops(out) == ["flash_attention"] and out.outputs[0].type == TensorType((1, 2, "l", 16))
+    assert ops(out) == ["flash_attention"] and out.outputs[0].type == TensorType(("b", 2, "l", 16))
