@@ -1,5 +1,6 @@
 """CUDA models with symbolic sizes: run with GPU semantics at each size (a KV cache step after
-step), kernels that take the sizes and compute their grids per launch, and on the stand-in
+step), kernels that take the sizes and compute their grids per launch (causal attention over
+symbolic tokens one flash_attention on Tensor Cores in fp16), and on the stand-in
 driver a CUDA graph captured per size and kept."""
 
 import numpy as np
@@ -90,3 +91,22 @@ def test_symbolic_sizes_on_the_driver_path_capture_a_graph_per_size_and_keep_it(
     assert "replayed as one CUDA graph (2 captured" in cm.summary()
     arena = cm._arena
     assert call(8) == (2, 3) and cm._arena == arena
+
+
+class CausalAttention(torch.nn.Module):
+    """q, k, v of one head over symbolic tokens (the thirds of x's features), attending causally."""
+
+    def forward(self, x):
+        q, k, v = (t.unsqueeze(1) for t in x.chunk(3, -1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).squeeze(1)
+
+
+def test_causal_attention_over_symbolic_tokens_is_one_fused_kernel_in_fp16():
+    model = CausalAttention()
+    cm = ember.compile(model, (torch.randn(1, 5, 48),), dynamic_shapes=({1: torch.export.Dim("tokens", max=256)},),
+                       target=SIMULATED, precision="fp16")
+    assert sum("flash_attention" in k.ops for k in cm.kernels) == 1 and "wmma.mma.sync" in cm.source
+    for tokens in (1, 37):
+        x = torch.randn(1, tokens, 48)
+        ref = model(x).numpy()
+        assert np.linalg.norm(cm(x).numpy() - ref) / np.linalg.norm(ref) <= 1e-2  # fp16's tolerance against fp32
