@@ -226,7 +226,7 @@ def reference(inputs, attrs):
         else:
             s = s + mask
     s = np.where(keep, s, -np.inf)
-    top = s.max(axis=-1, keepdims=True)
+    top = s.max(axis=-1, keepdims=True, initial=-np.inf)  # (no keys at all: -inf, the output 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.exp(s - np.where(top == -np.inf, 0, top))  # every key masked out: p = 0
         total = p.sum(axis=-1, keepdims=True)

@@ -80,7 +80,8 @@ def test_head_sizes_past_shared_memory_are_refused():
         infer_types("flash_attention", [big, big, big], {})
 
 
-SIZES = ((2, 1, 1), (1, 37, 128), (1, 128, 37))  # (batch, queries, keys): a partial tile after 4; tiles skipped
+# (batch, queries, keys): one each; a partial tile after 4; causal tiles skipped; no keys (0, as torch gives)
+SIZES = ((2, 1, 1), (1, 37, 128), (1, 128, 37), (1, 3, 0))
 
 
 def symbolic_lengths(dtype, e, mask):
