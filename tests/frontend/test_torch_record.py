@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch_check import expected_outputs
 
-from ember.frontend.torch import module
 from ember.frontend.torch.digest import program_digest
 from ember.frontend.torch.module import first_trace, import_program, import_traced, trace
 from ember.frontend.torch.record import NotRecorded, Recorded, record
@@ -133,7 +132,6 @@ def test_what_the_run_cannot_stand_for_is_refused_before_it_runs(model, reason):
 
 
 def test_a_refused_recording_is_traced_by_torch_export_with_the_reason(monkeypatch):
-    monkeypatch.setattr(module, "_export_instead", lambda: "")  # (record though Dynamo is loaded)
     x = torch.randn(3, 4)
     for model in (Counts(), WritesInput()):
         traced, why = first_trace(model, (x,))
@@ -141,9 +139,5 @@ def test_a_refused_recording_is_traced_by_torch_export_with_the_reason(monkeypat
     traced, why = first_trace(Block().eval(), (torch.randn(2, 4, 6, 6), torch.randn(2, 2, 3, 4)))
     assert isinstance(traced, Recorded) and why == ""
     assert first_trace(torch.nn.ReLU(), (x,), dynamic_shapes=({0: torch.export.Dim("n")},))[1] == "dynamic shapes"
-
-
-def test_records_only_while_dynamo_is_not_loaded(monkeypatch):
-    assert "Dynamo is loaded" in module._export_instead()  # (the suite has loaded it: torch.export costs less)
     monkeypatch.setenv("EMBER_RECORD_TRACE", "0")
-    assert module._export_instead() == "EMBER_RECORD_TRACE is off"
+    assert first_trace(torch.nn.ReLU(), (x,))[1] == "EMBER_RECORD_TRACE is off"

@@ -14,9 +14,9 @@ compiled model checks them at each call); a dimension torch derives from them ("
 expression of those symbols (ember.dims). A sparse example is an ArgumentTypeError. The FX graph
 is then converted by ember.frontend.torch.importer.
 
-`first_trace` is the module's trace: recorded by one eager run of its forward where it can be, while
-Dynamo is not loaded (ember.frontend.torch.record: torch.export's first call in a process imports
-it), else `trace` (torch.export, not decomposed), with the reason; it is what the model cache keys
+`first_trace` is the module's trace: recorded by one eager run of its forward where it can be
+(ember.frontend.torch.record: torch.export's first call in a process imports Dynamo), else
+`trace` (torch.export, not decomposed), with the reason; it is what the model cache keys
 a module by (ember.frontend.torch.digest). `import_traced` converts it, as it is where it can
 (ember.frontend.torch.direct: the decomposition traces the whole program again), else decomposed. ember's own traces
 record no stack traces (a fifth of the trace's time): a trace that fails to convert is traced again
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import sys
 
 import torch
 from torch.export import ExportedProgram
@@ -150,9 +149,10 @@ def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=
 def first_trace(model: torch.nn.Module, example_inputs: tuple,
                 dynamic_shapes=None) -> tuple[Recorded | ExportedProgram, str]:
     """The module's trace: recorded by one eager run where it can be (static shapes; a graph the
-    importer takes undecomposed: ember.frontend.torch.record), else torch.export's (`trace`,
-    without stack traces); and why it is torch.export's ("" where recorded)."""
-    why = "dynamic shapes" if dynamic_shapes is not None else _export_instead()
+    importer takes undecomposed; the record_trace option on: ember.frontend.torch.record), else
+    torch.export's (`trace`, without stack traces); and why it is torch.export's ("" where recorded)."""
+    why = "dynamic shapes" if dynamic_shapes is not None else "" if config.get("record_trace") else \
+        "EMBER_RECORD_TRACE is off"
     if not why:
         try:
             rec = record(model, _distinct(example_inputs))
@@ -174,16 +174,6 @@ def checked_inputs(example_inputs) -> tuple:
             raise ArgumentTypeError(f"example input {k + 1} has layout {x.layout}; ember compiles dense (strided) "
                                     f"tensors, pass x.to_dense()")
     return tuple(example_inputs)
-
-
-def _export_instead() -> str:
-    """Why a module of static shapes is not recorded ("": it is): the option is off, or Dynamo is
-    loaded already, and then torch.export's trace costs less than an eager run (ResNet-18 0.15
-    against 0.2 s of CPU, BERT-base 0.5 against 2 s on this project's 2-core AMD EPYC)."""
-    if not config.get("record_trace"):
-        return "EMBER_RECORD_TRACE is off"
-    return "Dynamo is loaded (torch.export's trace costs less than an eager run)" \
-        if "torch._dynamo" in sys.modules else ""
 
 
 def import_traced(traced: Recorded | ExportedProgram, model: torch.nn.Module, example_inputs: tuple,

@@ -10,9 +10,10 @@ grad) where torch.export's trace records them: at torch's PreDispatch key, above
 composite (conv2d, batch_norm, linear, layer_norm) is one call, as in the undecomposed trace, and
 the importer and its converters take the graph as they take that trace (ember.frontend.torch.direct).
 
-The run is torch's own kernels on the real tensors (ResNet-18: 0.2 s of CPU at batch 1), so what
-it records is what the forward computes for these inputs; it holds for every input of these
-shapes where the forward's Python does not read a tensor's values. The recording refuses
+The run is torch's own kernels on the real tensors, on one thread (ResNet-18 at batch 1: 0.03 s
+of CPU, 0.08 s wall; on two threads of the 2-core machine shared with other work, 0.2 to 0.9 s of
+CPU, the team's spin-waits); what it records is what the forward computes for these inputs, which
+holds for every input of these shapes where the forward's Python does not read a tensor's values. The recording refuses
 (NotRecorded, with the reason; the caller traces with torch.export instead, as before):
 - a call that reads values (item, bool(t), `t.tolist()`, `t.numpy()`: what a fake tensor cannot
   answer, where torch.export fails too) or whose result's shape depends on them (nonzero);
@@ -84,7 +85,8 @@ def record(model: torch.nn.Module, example_inputs: tuple) -> Recorded:
     """The ATen calls of one run of `model` on `example_inputs` (see the module's docstring)."""
     names = _input_names(model, example_inputs)
     with traces_lock():
-        training = model.training
+        training, threads = model.training, torch.get_num_threads()
+        torch.set_num_threads(1)  # (see the module's doc)
         try:
             return _record(model.eval(), example_inputs, names)
         except NotRecorded:
@@ -94,6 +96,7 @@ def record(model: torch.nn.Module, example_inputs: tuple) -> Recorded:
             raise NotRecorded(f"the eager run failed: {type(e).__name__}: {first}") from e
         finally:
             model.train(training)
+            torch.set_num_threads(threads)
 
 
 def _record(model: torch.nn.Module, example_inputs: tuple, names: list[str]) -> Recorded:
