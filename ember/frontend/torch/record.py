@@ -11,9 +11,10 @@ composite (conv2d, batch_norm, linear, layer_norm) is one call, as in the undeco
 the importer and its converters take the graph as they take that trace (ember.frontend.torch.direct).
 
 The run is torch's own kernels on the real tensors, on one thread (ResNet-18 at batch 1: 0.03 s
-of CPU, 0.08 s wall; on two threads of the 2-core machine shared with other work, 0.2 to 0.9 s of
-CPU, the team's spin-waits); what it records is what the forward computes for these inputs, which
-holds for every input of these shapes where the forward's Python does not read a tensor's values. The recording refuses
+of CPU, 0.08 s wall; on two threads of the 2-core machine shared with other work, 0.2 to 0.9 s
+of CPU, the team's spin-waits; torch's thread count is the process's, set back after the run).
+What it records is what the forward computes for these inputs, which holds for every input of
+these shapes where the forward's Python does not read a tensor's values. The recording refuses
 (NotRecorded, with the reason; the caller traces with torch.export instead, as before):
 - a call that reads values (item, bool(t), `t.tolist()`, `t.numpy()`: what a fake tensor cannot
   answer, where torch.export fails too) or whose result's shape depends on them (nonzero);
