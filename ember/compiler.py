@@ -117,6 +117,7 @@ class CompileStats:
     hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
     untraced: bool = False  # found by the module's key, before any trace (ember.frontend.module_key)
     unkeyed: str = ""  # why a torch module had no key before tracing (it was traced to find or make the model)
+    exported: str = ""  # why a torch module was traced by torch.export, not recorded (ember.frontend.torch.record)
     kept_s: float = 0.0  # saving the model into the model cache (on a miss)
     cpu: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each phase's CPU seconds (`Clock`)
     # precision "bf16": the products kept in fp32 and why (ember.passes.bf16_weights.kept_fp32)
@@ -138,7 +139,7 @@ class CompileStats:
         packing is the pack_weights pass, plus the aligned copies at load)."""
         passes = sorted(self.passes, key=lambda r: -r.seconds)[:slowest]
         rows = [
-            ("import", self.import_s, "the frontend (torch.export and its conversion, or the ONNX import)"
+            ("import", self.import_s, "the frontend (the module's trace and its conversion, or the ONNX import)"
              if self.import_s else "a graph: nothing imported"),
             ("passes", self.passes_s, "graph passes and fusion; slowest: " + ", ".join(
                 f"{r.name} {r.seconds:.2f} s" for r in passes) if passes else "graph passes and fusion"),
@@ -167,6 +168,8 @@ class CompileStats:
             lines.append(f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%{used}  {what}")
         if self.unkeyed:
             lines.append(f"  (traced: no key before tracing: {self.unkeyed})")
+        if self.exported:
+            lines.append(f"  (traced by torch.export, not recorded: {self.exported})")
         return "\n".join([*lines, *kept_lines(self.kept_fp32)])
 
 
@@ -376,9 +379,8 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     limit = config.resolve("max_specializations", max_specializations)
     clock = Clock()
     torch = sys.modules.get("torch")
-    if (torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None
-            and (options_key := _options_key(options)) is not None):
-        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, options_key, clock, cache)
+    if torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None:
+        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, _options_key(options), clock, cache)
         release_free_memory()  # (the import's copies and what the passes freed: glibc keeps them otherwise)
         if report:
             print(compiled.compile_report(), file=sys.stderr)
@@ -447,27 +449,30 @@ def _kept_fp32(compiled: CompiledModel, options: dict) -> tuple[str, ...]:
     return tuple(kept_fp32(compiled.graph))
 
 
-def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str, clock: Clock,
+def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str | None, clock: Clock,
                     cache: str) -> CompiledModel | SegmentedModel:
-    """A torch module through the model cache (ember.runtime.model_cache): loaded whole where a
-    process compiled the same module with the same options before, found by the module's key
-    (ember.frontend.module_key: nothing traced), else by its trace (torch.export, then the
-    digest of its program and weights); else converted, compiled and kept under both keys."""
+    """A torch module through the model cache (ember.runtime.model_cache; options_key None: not
+    cached): loaded whole where a process compiled the same module with the same options before,
+    found by the module's key (ember.frontend.module_key: nothing traced), else by its trace (a
+    recording or torch.export's: ember.frontend.torch.module.first_trace, then the digest of its
+    program and weights); else converted, compiled and kept under both keys."""
     from .frontend.module_key import module_key
     from .runtime import model_cache
 
     inputs = (example_inputs,) if isinstance(example_inputs, sys.modules["torch"].Tensor) else tuple(example_inputs)
-    mkey, unkeyed = module_key(model, inputs, dynamic_shapes) if cache == "module" else (None, "")
+    keyed = cache == "module" and options_key is not None
+    mkey, unkeyed = module_key(model, inputs, dynamic_shapes) if keyed else (None, "")
     mkey = None if mkey is None else f"module {mkey}|{options_key}"
     key = None if mkey is None else model_cache.aliased(mkey)
     if key is not None and (hit := _hit(key, clock, options, untraced=True)) is not None:
         return hit
     from .frontend.torch.digest import program_digest
-    from .frontend.torch.module import checked_inputs, import_traced, symbol_names, trace
+    from .frontend.torch.module import checked_inputs, first_trace, import_traced, symbol_names
 
     example_inputs = checked_inputs(example_inputs)
-    traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
-    program = program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
+    traced, exported = first_trace(model, example_inputs, dynamic_shapes)
+    program = None if options_key is None else \
+        program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
     key = None if program is None else f"{program}|{options_key}"
     if key is not None and (hit := _hit(key, clock, options, unkeyed=unkeyed)) is not None:
         if mkey is not None:
@@ -479,10 +484,13 @@ def _compile_module(model, example_inputs, dynamic_shapes, options: dict, option
     compiled = compile_graph(graph, **options)
     if isinstance(compiled, CompiledModel):
         clock.lap()
+        kept = (0.0, 0.0)
         if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
             model_cache.put(key, compiled, aliases=() if mkey is None else (mkey,))  # (saved in the background)
+            kept = clock.lap()
         compiled.stats = dataclasses.replace(
-            _with_import(compiled.stats, import_s + more_s, import_cpu + more_cpu, kept=clock.lap()), unkeyed=unkeyed)
+            _with_import(compiled.stats, import_s + more_s, import_cpu + more_cpu, kept=kept), unkeyed=unkeyed,
+            exported=exported)
     return compiled
 
 

@@ -324,6 +324,10 @@ OPTIONS = {
                "keep compiled torch modules whole in the cache folder (cache_dir/models), keyed by the traced "
                "program, its weights, the options and the target, so that compiling one again in another "
                "process loads it", Boolean()),
+        Option("record_trace", True, "EMBER_RECORD_TRACE",
+               "trace a torch module of static shapes by one eager run of its forward (ember.frontend.torch."
+               "record; torch.export's first call in a process imports Dynamo: 1.1 s of CPU); off: always "
+               "torch.export", Boolean()),
         Option("keep_source", True, "EMBER_KEEP_SOURCE", "keep the generated C next to the cached library",
                Boolean()),
         Option("fast_call", True, "EMBER_FAST_CALL",

@@ -3,9 +3,9 @@ program, weights and options loads the model kept whole, and computes as torch d
 the module's key without tracing (or by its trace, with a hook or cache="trace"); a changed
 weight, option or ember source misses; the report's phases add up to the compile's time; a
 damaged entry is a miss that the next compile replaces; the folder keeps at most its limit, the
-least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing; an entry saved in
-the background is not seen before it is whole, and a process that exits right after a put leaves
-it whole."""
+least recently used entries removed first; EMBER_MODEL_CACHE=0 keeps nothing (and the compile
+report says why a module was traced by torch.export); an entry saved in the background is not
+seen before it is whole, and a process that exits right after a put leaves it whole."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def entries(root) -> list:
 def test_hit_and_misses(cache, monkeypatch):
     root, model, x = cache
     first = phases_sum_to_the_total(model, x)
-    assert not first.stats.hit and first.stats.kept_s > 0
+    assert not first.stats.hit and first.stats.kept_s > 0 and first.stats.exported == ""  # (recorded)
     again = phases_sum_to_the_total(model, x)
     assert again.stats.hit and again.stats.lowered == 0
     assert "from the model cache" in again.compile_report()
@@ -163,9 +163,11 @@ def test_found_before_tracing(cache, monkeypatch):
 def test_off(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("EMBER_MODEL_CACHE", "0")
+    monkeypatch.setenv("EMBER_RECORD_TRACE", "0")
     torch.manual_seed(1)
-    compiled(Net().eval(), torch.randn(2, 12))
+    cm = compiled(Net().eval(), torch.randn(2, 12))
     assert entries(tmp_path) == []
+    assert "(traced by torch.export, not recorded: EMBER_RECORD_TRACE is off)" in cm.compile_report()
 
 
 def test_saved_in_the_background(cache, monkeypatch):

@@ -1,6 +1,7 @@
-"""The PyTorch frontend: `import_module(model, example_inputs) -> Graph`, through torch.export.
+"""The PyTorch frontend: `import_module(model, example_inputs) -> Graph`, through a trace of the module.
 
-- module.py: the entry: torch.export of the module, lowered to core ATen, then imported;
+- module.py: the entry: the module's trace (one eager run recorded, record.py, or torch.export's,
+  lowered to core ATen where the importer needs it), then imported;
 - importer.py: an FX graph of core ATen operators converted node by node (shared with the
   torch.compile backend, ember.torch_backend);
 - node.py: what a handler sees while one node is converted (`Builder`), constants as `Const`;

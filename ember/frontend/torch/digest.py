@@ -1,6 +1,6 @@
 """The digest of a traced module: what ember.compile's model cache keys a torch module by.
 
-    program_digest(trace(model, inputs), names) -> a sha256 hex string, or None
+    program_digest(first_trace(model, inputs)[0], names) -> a sha256 hex string, or None
 
 It covers what the compiled model depends on: the code of the traced program and of its
 submodules (control flow's regions), its signature, the shapes and dtypes of its inputs (symbols
@@ -21,26 +21,36 @@ import torch
 from torch.export import ExportedProgram
 
 from ..module_key import hasher, tensor_bytes
+from .record import Recorded
 
 
-def program_digest(ep: ExportedProgram, names: dict[str, str]) -> str | None:
-    """The digest of a traced program (see the module doc); `names`: the Dim name of each symbol."""
+def program_digest(traced: ExportedProgram | Recorded, names: dict[str, str]) -> str | None:
+    """The digest of a traced program (see the module doc), torch.export's or a recording's
+    (ember.frontend.torch.record: its graph, inputs' strides and every constant);
+    `names`: the Dim name of each symbol."""
     h = hasher()
 
     def add(*parts) -> None:
         for p in parts:
             h.update(str(p).encode() + b"\0")
 
-    add(type(h).__name__, torch.__version__, ep.graph_signature)
-    for name, module in ep.graph_module.named_modules():
+    recorded = isinstance(traced, Recorded)
+    gm = traced.gm if recorded else traced.graph_module
+    add(type(h).__name__, torch.__version__, "recorded" if recorded else traced.graph_signature)
+    for name, module in gm.named_modules():
         if isinstance(module, torch.fx.GraphModule):
             add(name, module.code)
-    for node in ep.graph.nodes:
+    for node in gm.graph.nodes:
         if node.op == "placeholder":
             val = node.meta.get("val")
             add(node.name, (tuple(map(str, val.shape)), val.dtype) if isinstance(val, torch.Tensor) else repr(val))
-    add(sorted((str(s), str(r)) for s, r in ep.range_constraints.items()), sorted(names.items()))
-    values = {**ep.state_dict, **ep.constants}
+            if recorded:
+                add(val.stride())
+    if recorded:
+        values = {**{p: t for p, (_, t) in traced.weights.items()}, **dict(gm.named_buffers())}
+    else:
+        add(sorted((str(s), str(r)) for s, r in traced.range_constraints.items()), sorted(names.items()))
+        values = {**traced.state_dict, **traced.constants}
     for name in sorted(values):
         data = tensor_bytes(values[name])
         if data is None:

@@ -28,8 +28,15 @@ from .registry import lookup
 
 def convertible(ep: torch.export.ExportedProgram) -> bool:
     """Whether the importer can take the trace's graph undecomposed (see the module's doc)."""
-    known = {s.arg.name for s in ep.graph_signature.input_specs if s.kind != InputKind.USER_INPUT}
-    for node in ep.graph.nodes:
+    return graph_convertible(ep.graph, {s.arg.name for s in ep.graph_signature.input_specs
+                                        if s.kind != InputKind.USER_INPUT})
+
+
+def graph_convertible(graph: torch.fx.Graph, constants: set[str]) -> bool:
+    """`convertible` of a graph whose placeholders named in `constants` are constants (a
+    recorded trace's: ember.frontend.torch.record)."""
+    known = set(constants)
+    for node in graph.nodes:
         if node.op == "get_attr" or node.op == "placeholder" and node.name in known or \
                 node.op == "call_function" and all(x in known for x in node.all_input_nodes):
             known.add(node)  # (computed from constants alone: the importer folds it, by torch if no handler has it)

@@ -14,8 +14,10 @@ compiled model checks them at each call); a dimension torch derives from them ("
 expression of those symbols (ember.dims). A sparse example is an ArgumentTypeError. The FX graph
 is then converted by ember.frontend.torch.importer.
 
-`trace` (torch.export, not decomposed) is what the model cache keys a module by
-(ember.frontend.torch.digest); `import_traced` converts it, as it is where it can
+`first_trace` is the module's trace: recorded by one eager run of its forward where it can be
+(ember.frontend.torch.record: torch.export's first call in a process imports Dynamo), else
+`trace` (torch.export, not decomposed), with the reason; it is what the model cache keys
+a module by (ember.frontend.torch.digest). `import_traced` converts it, as it is where it can
 (ember.frontend.torch.direct: the decomposition traces the whole program again), else decomposed. ember's own traces
 record no stack traces (a fifth of the trace's time): a trace that fails to convert is traced again
 with them, so that the error names the model's lines.
@@ -23,9 +25,11 @@ with them, so that the error names the model's lines.
 Threads: torch's tracing machinery (torch.export, make_fx, Dynamo) keeps its state in process
 globals, so two traces at once corrupt each other ("ProxyTorchDispatchMode slot already
 occupied"). Every trace ember starts, and the switch of the model to eval mode around it, holds
-`trace_lock()`: Dynamo's own compile lock (a process-wide RLock, taken the same way by Inductor
-for work it does outside Dynamo's frame compilation), so ember's traces never overlap each other
-nor Dynamo compiling a frame in another thread. Converting the traced graph runs unlocked.
+`trace_lock()`: ember's own lock, then Dynamo's compile lock (a process-wide RLock, taken the same
+way by Inductor for work it does outside Dynamo's frame compilation), so ember's traces never
+overlap each other nor Dynamo compiling a frame in another thread; a recording takes Dynamo's
+lock where Dynamo is loaded (ember.frontend.torch.record.traces_lock). Converting the traced
+graph runs unlocked.
 """
 
 from __future__ import annotations
@@ -37,13 +41,14 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
-from torch.utils._sympy.numbers import int_oo
 
+from ... import config
 from ...errors import ArgumentTypeError, EmberError
 from ...graph.core import Graph
-from .direct import convertible
+from .direct import convertible, graph_convertible
 from .importer import import_fx
 from .node import Const, FrontendError
+from .record import NotRecorded, Recorded, record, traces_lock
 
 aten = torch.ops.aten
 
@@ -57,11 +62,12 @@ KEEP = (  # composite operators ember implements directly: not decomposed
 
 
 def trace_lock():
-    """The process-wide lock around torch's tracing machinery (see the module's docstring);
-    imported when first needed, as torch.export imports Dynamo only when it first runs."""
-    from torch._dynamo.convert_frame import compile_lock
+    """The process-wide lock around torch's tracing machinery (see the module's docstring):
+    ember's own (ember.frontend.torch.record.traces_lock), then Dynamo's, imported here as
+    torch.export imports it at its first call anyway."""
+    import torch._dynamo.convert_frame  # noqa: F401
 
-    return compile_lock
+    return traces_lock()
 
 
 def decompositions() -> dict:
@@ -136,8 +142,27 @@ def _stack_traces(on: bool):
 def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:
     """An nn.Module as an ember graph (see the module's docstring)."""
     example_inputs = checked_inputs(example_inputs)
-    traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
+    traced, _ = first_trace(model, example_inputs, dynamic_shapes)
     return import_traced(traced, model, example_inputs, dynamic_shapes)
+
+
+def first_trace(model: torch.nn.Module, example_inputs: tuple,
+                dynamic_shapes=None) -> tuple[Recorded | ExportedProgram, str]:
+    """The module's trace: recorded by one eager run where it can be (static shapes; a graph the
+    importer takes undecomposed; the record_trace option on: ember.frontend.torch.record), else
+    torch.export's (`trace`, without stack traces); and why it is torch.export's ("" where recorded)."""
+    why = "dynamic shapes" if dynamic_shapes is not None else "" if config.get("record_trace") else \
+        "EMBER_RECORD_TRACE is off"
+    if not why:
+        try:
+            rec = record(model, _distinct(example_inputs))
+        except NotRecorded as e:
+            why = str(e)
+        else:
+            if graph_convertible(rec.gm.graph, set(rec.weights)):
+                return rec, ""
+            why = "an operator the importer takes only decomposed"
+    return trace(model, example_inputs, dynamic_shapes, stack_traces=False), why
 
 
 def checked_inputs(example_inputs) -> tuple:
@@ -151,10 +176,18 @@ def checked_inputs(example_inputs) -> tuple:
     return tuple(example_inputs)
 
 
-def import_traced(traced: ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
+def import_traced(traced: Recorded | ExportedProgram, model: torch.nn.Module, example_inputs: tuple,
                   dynamic_shapes=None) -> Graph:
-    """The graph of a module's `trace`: decomposed, then imported. A trace without stack traces
+    """The graph of a module's `first_trace`: a recording converted as it is, or, where that
+    fails, the module traced by torch.export and imported as below; torch.export's trace
+    converted as it is where it can be, else decomposed first. A trace without stack traces
     that does not import is traced again with them, so that the error names the model's lines."""
+    if isinstance(traced, Recorded):
+        try:
+            return import_fx(traced.gm, {p: Const(t, name) for p, (name, t) in traced.weights.items()},
+                             name=type(model).__name__)
+        except EmberError:
+            traced = trace(model, example_inputs, dynamic_shapes, stack_traces=False)
     try:
         return _imported(traced, model, example_inputs, dynamic_shapes)
     except EmberError as e:
@@ -264,6 +297,8 @@ def _align(example, spec, out: list) -> None:
 def _ranges(ep: ExportedProgram, names: dict[str, str]) -> dict[str, tuple[int, int | None]]:
     """The range of each named symbol (its Dim's min and max; None: no upper bound, which torch
     writes as its integer infinity int_oo, whose sympy `is_finite` is true)."""
+    from torch.utils._sympy.numbers import int_oo  # (sympy: imported where a shape is dynamic)
+
     out = {}
     for sym, vr in ep.range_constraints.items():
         if str(sym) in names:
