@@ -13,6 +13,15 @@ Accuracy: one MLP's output ||delta|| / ||float32's|| for each weight format, and
 kernels' outputs against each other.
 
     python benchmarks/gemv_nbits.py [--group 128] [--threads 1,2] [--rounds 5]
+
+--decode: instead, GPT-2 small's whole decode step (benchmarks/models/decode.py's RowStep over an
+int8 cache, generate_in_place) with int4 weights, compiled twice (float32 GEMV, VNNI GEMV), the
+two alternating in one process at --threads' first count over --rounds rounds of --tokens steps
+after a prompt of each of --contexts' lengths: tokens/s of each round's median step; accuracy,
+teacher forced on the float32 GEMV's greedy tokens: the logits' ||delta|| / ||float32 GEMV's||
+(mean over the steps) and the share of the steps whose argmax agrees.
+
+    python benchmarks/gemv_nbits.py --decode [--contexts 128,991] [--tokens 32] [--threads 1]
 """
 
 from __future__ import annotations
@@ -48,8 +57,13 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=128, help="int4's group size")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--decode", action="store_true", help="GPT-2 small's whole decode step instead")
+    ap.add_argument("--contexts", default="128,991")
+    ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, features {' '.join(sorted(Target().features))}")
+    if args.decode:
+        return decode(args)
     x = np.random.default_rng(1).standard_normal((1, 768)).astype(np.float32)
     def options(name):
         opts, _ = VARIANTS[name]
@@ -84,6 +98,42 @@ def main() -> None:
             print("  alternating (float32 GEMV / VNNI GEMV, ms): " +
                   ", ".join(f"{a * 1e3:.2f}/{b * 1e3:.2f}" for a, b in pairs) +
                   f"; median ratio {np.median([a / b for a, b in pairs]):.2f}x")
+
+
+def decode(args) -> None:
+    import torch
+
+    from benchmarks.models.decode import compile_prefill, compile_step, generate_in_place, gpt2_lm
+
+    model = gpt2_lm()
+    threads = int(args.threads.split(",")[0])
+    torch.set_num_threads(threads)
+    lengths = [int(c) for c in args.contexts.split(",")]
+    max_len = max(lengths) + args.tokens + 1
+    options = {"weights": "int4", "group_size": args.group, "kv_cache": "int8", "num_threads": threads}
+    prefill = compile_prefill(model, min(lengths), max_len, **options)
+    steps = {name: compile_step(model, min(lengths), max_len, **{**options, **VARIANTS[name][0]}) for name in PAIR}
+    rng = np.random.default_rng(1)
+    for context in lengths:
+        prompt = rng.integers(0, model.config.vocab_size, (1, context))
+        logits = {n: [] for n in PAIR}
+        tokens = generate_in_place(prefill, steps[PAIR[0]], prompt, args.tokens, max_len, logits_out=logits[PAIR[0]])
+        generate_in_place(prefill, steps[PAIR[1]], prompt, args.tokens, max_len, feed=tokens[:-1],
+                          logits_out=logits[PAIR[1]])
+        a, b = (np.array(logits[n][1:]) for n in PAIR)  # the steps' (the prefill's is the same model)
+        error = np.mean(np.linalg.norm(b - a, axis=1) / np.linalg.norm(a, axis=1))
+        agree = np.mean(a.argmax(axis=1) == b.argmax(axis=1))
+        rounds = []
+        for _ in range(args.rounds):
+            rounds.append([])
+            for name in PAIR:
+                times: list[float] = []
+                generate_in_place(prefill, steps[name], prompt, args.tokens, max_len, times)
+                rounds[-1].append(float(np.median(times)))
+        print(f"context {context}, {threads} thread(s): tokens/s float32 GEMV / VNNI GEMV per round " +
+              ", ".join(f"{1 / t0:.0f}/{1 / t1:.0f}" for t0, t1 in rounds) +
+              f"; median ratio {np.median([t0 / t1 for t0, t1 in rounds]):.2f}x; logits ||delta|| / ||float32 "
+              f"GEMV's|| {error:.4f}, argmax agreement {agree:.0%} (teacher forced)")
 
 
 def _median(model, x) -> float:
