@@ -16,7 +16,7 @@ A `Target` holds its kind (the name of its backend, `target.backend`: ember.back
 `simulate`: run on the interpreter with GPU semantics, no GPU needed), the C compiler and flags,
 and the machine facts:
 - `features`: the instruction-set extensions the code may use (x86: avx2, fma, avx512f/bw/vl/dq,
-  avx512vnni, avx512bf16, avx512fp16, amx-tile/int8/bf16; ARM: neon, sve, dotprod, bf16). Code
+  avx512vnni, avx512vbmi, avx512bf16, avx512fp16, amx-tile/int8/bf16; ARM: neon, sve, dotprod, bf16). Code
   generation follows the compiler and flags, so these are read from the compiler's own predefined
   macros under the flags (`cc -march=... -dM -E`), and `vector_bytes` (one SIMD register) with
   them. The machine's own extensions (`machine_features`, from /proc/cpuinfo) govern only whether
@@ -77,6 +77,7 @@ FEATURES = {
     "avx512f": ("__AVX512F__", "avx512f"), "avx512bw": ("__AVX512BW__", "avx512bw"),
     "avx512vl": ("__AVX512VL__", "avx512vl"), "avx512dq": ("__AVX512DQ__", "avx512dq"),
     "avx512vnni": ("__AVX512VNNI__", "avx512_vnni"), "avx512bf16": ("__AVX512BF16__", "avx512_bf16"),
+    "avx512vbmi": ("__AVX512VBMI__", "avx512vbmi"),
     "avx512fp16": ("__AVX512FP16__", "avx512_fp16"),
     "amx-tile": ("__AMX_TILE__", "amx_tile"), "amx-int8": ("__AMX_INT8__", "amx_int8"),
     "amx-bf16": ("__AMX_BF16__", "amx_bf16"),

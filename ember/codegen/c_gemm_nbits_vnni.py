@@ -196,7 +196,7 @@ _COLSUM = """\
 
 # acc += a (u8) . b (s8) in 32-bit lanes: the instruction by inline assembly, since GCC copies the
 # accumulator of the intrinsic to another register and back around every vpdpbusd
-_INCLUDE = """\
+VNNI_INCLUDE = """\
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -216,7 +216,7 @@ _OFFSETS = """\
 """
 
 
-def _indices(values) -> str:
+def epi8_indices(values) -> str:
     """_mm512_set_epi8's arguments (byte 63 first) for byte j = values[j]."""
     return ", ".join(str(v) for v in reversed(list(values)))
 
@@ -238,12 +238,12 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
         args = (" offsets," if offsets else "") + (" bias," if bias else "")
         # byte j of the two outputs: row j % 4 and column j / 4 (+ 16), as indices into the rows
         # k .. k + 3 (int8: 128 bytes over two vectors; int4: one vector of nibbles)
-        lo8 = _indices((j % 4) * 32 + j // 4 for j in range(64))
-        hi8 = _indices((j % 4) * 32 + 16 + j // 4 for j in range(64))
+        lo8 = epi8_indices((j % 4) * 32 + j // 4 for j in range(64))
+        hi8 = epi8_indices((j % 4) * 32 + 16 + j // 4 for j in range(64))
         repack = _REPACK[bits].replace("{idx_first}", lo8).replace("{idx_second}", hi8)
-        repack = repack.replace("{idx4}", _indices((j % 4) * 16 + j // 4 for j in range(64)))
+        repack = repack.replace("{idx4}", epi8_indices((j % 4) * 16 + j // 4 for j in range(64)))
         repack = repack.replace("{minus}", "0" if offsets else "8")
-        return _INCLUDE + _BODY.format(
+        return VNNI_INCLUDE + _BODY.format(
             name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, args=args, stream=GEMM_NBITS_STREAM,
             fallback=fallback, scratch=c_runtime.thread_scratch(lib), rows=ROWS, group=group, repack=repack,
             group_body=_group(), colsum=_COLSUM,

@@ -13,12 +13,13 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import winograd
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
-from ..tir.nbits import PANEL, dequantize, quantize_rows
+from ..tir.nbits import PANEL, dequantize, dequantize_groups, quantize_groups, quantize_rows
 from ..tir.routines import (
     ATTENTION,
     ATTENTION_DECODE,
     GEMM_NBITS,
     GEMM_NBITS_STREAM,
+    QUANTIZE_GROUPS,
     QUANTIZE_ROWS,
     WINOGRAD_INPUT,
     WINOGRAD_PRODUCT,
@@ -30,6 +31,8 @@ from .c_attention_decode import attention_decode as c_attention_decode
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
 from .c_gemm_nbits_vnni import gemm_nbits_int8 as c_gemm_nbits_int8
 from .c_gemm_nbits_vnni import quantize_rows as c_quantize_rows
+from .c_gemv_nbits_vnni import gemv_int4_vnni as c_gemv_int4_vnni
+from .c_gemv_nbits_vnni import quantize_groups as c_quantize_groups
 from .c_winograd import winograd_input, winograd_product
 
 if TYPE_CHECKING:
@@ -46,11 +49,15 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"], params.get("appended", False))
     if routine == ATTENTION_DECODE:
         return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params.get("appended", False))
+    if routine == GEMM_NBITS and params.get("act") == "int8_groups":
+        return c_gemv_int4_vnni(lib, params["group"], params["offsets"], params["bias"])
     if routine == GEMM_NBITS:
         make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
         return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)
+    if routine == QUANTIZE_GROUPS:
+        return c_quantize_groups(lib, params["group"])
     if routine == WINOGRAD_INPUT:
         return winograd_input(lib, params["m"], params["ib"], params["r"])
     if routine == WINOGRAD_PRODUCT:
@@ -137,12 +144,12 @@ def _attention_decode(params: dict, reads, writes, scalars) -> None:
 
 def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     """The gemm_nbits routine on flat arrays: the panel dequantized (ember.tir.nbits.dequantize),
-    x w in float64, rounded to float32 once (act int8: as the operator's reference computes it)."""
+    x w in float64, rounded to float32 once (act int8 and int8_groups: as the operator's reference computes it)."""
     m, k, ncols, x_rs, o_rs, s_rs = (int(v) for v in scalars)
     bits = params["bits"]
     (x, x_off), *rest = reads
-    int8 = params.get("act") == "int8"
-    if int8:
+    act = params.get("act")
+    if act in ("int8", "int8_groups"):
         (xq, q_off), (meta, t_off), *rest = rest
     (codes, c_off), *rest = rest
     width = PANEL if bits == 8 else PANEL // 2
@@ -156,7 +163,11 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     scales = per_group(*rest[0])
     offsets = per_group(*rest[1]) if params["offsets"] else None
     w = dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, offsets, bits).astype(np.float64)
-    if int8 and m >= GEMM_NBITS_STREAM:
+    if act == "int8_groups":
+        groups = k // group
+        y = dequantize_groups(xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]],
+                              meta[t_off + np.arange(m)[:, None] * 2 * groups + np.arange(2 * groups)[None, :]]) @ w
+    elif act == "int8" and m >= GEMM_NBITS_STREAM:
         ms = 1 + k // 32
         xd = meta[t_off + np.arange(m) * ms][:, None].astype(np.float64) * \
             (xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]].astype(np.float64) - 128)
@@ -234,6 +245,16 @@ def _quantize_rows(params: dict, reads, writes, scalars) -> None:
     meta[t_off:t_off + t.size] = t.reshape(-1)
 
 
+def _quantize_groups(params: dict, reads, writes, scalars) -> None:
+    """The quantize_groups routine on flat arrays: the operator's reference on the rows."""
+    m, k, x_rs = (int(v) for v in scalars)
+    (x, x_off), = reads
+    (xq, q_off), (meta, t_off) = writes
+    q, t = quantize_groups(x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]], params["group"])
+    xq[q_off:q_off + m * k] = q.reshape(-1)
+    meta[t_off:t_off + t.size] = t.reshape(-1)
+
+
 PYTHON_ROUTINES = {ATTENTION: _attention, ATTENTION_DECODE: _attention_decode, GEMM_NBITS: _gemm_nbits,
-                   QUANTIZE_ROWS: _quantize_rows,
+                   QUANTIZE_ROWS: _quantize_rows, QUANTIZE_GROUPS: _quantize_groups,
                    WINOGRAD_INPUT: _winograd_input, WINOGRAD_PRODUCT: _winograd_product}

@@ -14,6 +14,12 @@ other than 4, which keeps float32): x's rows also come quantized to
 uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
+
+act "int8_groups" (ember.passes.quantize_rows, for a decode step's int4 GEMV on VNNI): x's rows come
+quantized per group of the weights' group size to int8 by quantize_groups(x; group) -> (xq, meta:
+each group's scale and sum of xq), and every row is computed from them
+(ember.codegen.c_gemv_nbits_vnni): x ~ the group's scale times xq, the nibbles times xq in int32
+per group. The reference computes the same quantized x times the dequantized weight.
 """
 
 from __future__ import annotations
@@ -24,8 +30,18 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, const, min_
-from ..tir.nbits import BITS, GROUPS, PANEL, QUANTIZE_BLOCK, dequantize, panels, quantize_rows
-from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_ROWS
+from ..tir.nbits import (
+    BITS,
+    GROUPS,
+    PANEL,
+    QUANTIZE_BLOCK,
+    dequantize,
+    dequantize_groups,
+    panels,
+    quantize_groups,
+    quantize_rows,
+)
+from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_GROUPS, QUANTIZE_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
@@ -34,7 +50,9 @@ from .registry import OpDef, OpTypeError, register
 GEMM_NBITS_ROWS = 64  # rows of x per call: a prefill's dequantized panel serves this many
 # what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
 # rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
-ACTS = ("float32", "int8", "auto")
+# int8_groups: int8 rows per group of the weights' (quantize_groups), every M computed from them
+ACTS = ("float32", "int8", "int8_groups", "auto")
+QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
 
 
 def _infer(types, attrs):
@@ -46,6 +64,11 @@ def _infer(types, attrs):
         if len(types) < 5 or types[1:3] != _quantized_types(types[0]):
             raise OpTypeError(f"{name}: act int8 takes x, then quantize_rows(x)'s xq and meta, "
                               f"{_quantized_types(types[0])}; got {types[1:3]}")
+        types = [types[0], *types[3:]]
+    if attrs["act"] == "int8_groups":
+        if bits != 4 or len(types) < 5 or types[1:3] != _grouped_types(types[0], group):
+            raise OpTypeError(f"{name}: act int8_groups takes int4 codes and x, then quantize_groups(x)'s xq and "
+                              f"meta, {_grouped_types(types[0], group)}; got bits {bits}, {types[1:3]}")
         types = [types[0], *types[3:]]
     x, codes, scales = types[:3]
     if bits not in BITS:
@@ -89,9 +112,15 @@ def _quantized_types(x: TensorType) -> list[TensorType]:
     return [TensorType((m, k), "uint8"), TensorType((m, 1 + k // QUANTIZE_BLOCK), "float32")]
 
 
+def _grouped_types(x: TensorType, group: int) -> list[TensorType]:
+    """The types of quantize_groups(x; group): xq (M, K) int8, meta (M, 2 K / group) float32."""
+    m, k = x.shape
+    return [TensorType((m, k), "int8"), TensorType((m, 2 * (k // group) if group else 0), "float32")]
+
+
 def _weights(inputs, attrs) -> list:
-    """A node's inputs from the codes on (x and quantize_rows' outputs left out)."""
-    return inputs[3 if attrs["act"] == "int8" else 1:]
+    """A node's inputs from the codes on (x and its quantized rows left out)."""
+    return inputs[3 if attrs["act"] in QUANTIZED else 1:]
 
 
 def weight(inputs, attrs) -> np.ndarray:
@@ -102,7 +131,9 @@ def weight(inputs, attrs) -> np.ndarray:
 
 def _reference(inputs, attrs):
     x, w = inputs[0], _weights(inputs, attrs)
-    if attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
+    if attrs["act"] == "int8_groups":
+        y = dequantize_groups(inputs[1], inputs[2]) @ weight(inputs, attrs).astype(np.float64)
+    elif attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
         y = _int8_products(inputs[1], inputs[2], w, attrs)
     else:
         y = x.astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
@@ -127,7 +158,7 @@ def _int8_products(xq, meta, w, attrs) -> np.ndarray:
 def _compute(inputs, attrs, out_types):
     x = inputs[0]
     bits, n = attrs["bits"], attrs["n"]
-    int8 = attrs["act"] == "int8"
+    act = attrs["act"]
     has_bias = len(_weights(inputs, attrs)) == 3 + attrs["offsets"]
     k = as_int(x.shape[1])
     (m, _) = te_shape(out_types[0], inputs)
@@ -143,15 +174,16 @@ def _compute(inputs, attrs, out_types):
         p, b = t % count, t // count
         m0 = b * GEMM_NBITS_ROWS
         reads = [Pointer(bufs[0], m0 * k)]
-        if int8:
-            reads += [Pointer(bufs[1], m0 * k), Pointer(bufs[2], m0 * (1 + k // QUANTIZE_BLOCK))]
+        if act in QUANTIZED:
+            meta = 1 + k // QUANTIZE_BLOCK if act == "int8" else 2 * (k // attrs["group"])
+            reads += [Pointer(bufs[1], m0 * k), Pointer(bufs[2], m0 * meta)]
             bufs = [bufs[0], *bufs[3:]]
         reads += [Pointer(bufs[1], p * (k * width)), Pointer(bufs[2], p * PANEL)]
         reads += [Pointer(buf, p * PANEL) for buf in bufs[3:]]
         scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), min_(const(PANEL), n - p * PANEL), const(k),
                    const(n), const(cols))
         params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
-                  ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", "int8"),) if int8 else ())
+                  ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ())
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
@@ -210,4 +242,40 @@ register(OpDef(
     pattern="opaque",
     num_inputs=(1, 1),
     doc="Rows of x quantized to uint8 (scale per row, offset 128) with sums of 32 columns: gemm_nbits' int8 input.",
+))
+
+
+def _groups_infer(types, attrs):
+    (x,) = types
+    group = attrs["group"]
+    if group not in GROUPS:
+        raise OpTypeError(f"quantize_groups: the group must be one of {GROUPS}, got {group!r}")
+    if x.dtype != "float32" or x.rank != 2 or not isinstance(x.shape[1], int) or x.shape[1] % group:
+        raise OpTypeError(f"quantize_groups: x must be float32 (M, K), K static and a multiple of {group}, "
+                          f"got {x.dtype} {x.shape}")
+    return _grouped_types(x, group)
+
+
+def _groups_compute(inputs, attrs, out_types):
+    (x,) = inputs
+    k, group = as_int(x.shape[1]), attrs["group"]
+    m = te_shape(out_types[0], inputs)[0]
+
+    def build(bufs, outs):  # one call: a decode step's row or few are microseconds of work
+        return CallRoutine(QUANTIZE_GROUPS, (("group", group),), (Pointer(bufs[0], const(0)),),
+                           (Pointer(outs[0], const(0)), Pointer(outs[1], const(0))), (m, const(k), const(k)))
+
+    return te.extern([((m, const(k)), "int8"), ((m, const(2 * (k // group))), "float32")], [x], build,
+                     name="quantize_groups")
+
+
+register(OpDef(
+    name="quantize_groups",
+    infer=_groups_infer,
+    reference=lambda inputs, attrs: list(quantize_groups(inputs[0], attrs["group"])),
+    compute=_groups_compute,
+    pattern="opaque",
+    attrs={"group": None},
+    num_inputs=(1, 1),
+    doc="Rows of x quantized to int8 per group of columns (a scale and a sum of codes each): act int8_groups' input.",
 ))

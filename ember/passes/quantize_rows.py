@@ -1,17 +1,22 @@
-"""int8 products for a prefill: a gemm_nbits (of act "auto": weights the user asked to quantize)
-whose x may have GEMM_NBITS_STREAM rows or more (a symbolic M: a prompt) takes its rows also
-quantized to uint8, once, by quantize_rows, and computes those products on VNNI, xq's integers
-times the weight's codes (ember.ops.gemm_nbits, act "int8"; the kernel:
-ember.codegen.c_gemm_nbits_vnni):
+"""int8 products on VNNI for weight-only quantized products, their rows quantized once per x
+(ember.ops.gemm_nbits; gemm_nbits nodes sharing an x share its quantization):
+
+- a prefill: a gemm_nbits (of act "auto": weights the user asked to quantize) whose x may have
+  GEMM_NBITS_STREAM rows or more (a symbolic M: a prompt) takes its rows also quantized to uint8
+  by quantize_rows (per row, max |x| / 127: about 1% more error in the products), the products
+  xq's integers times the weight's codes (act "int8"; ember.codegen.c_gemm_nbits_vnni):
 
     gemm_nbits(x, codes, ...; act="auto") -> gemm_nbits(x, *quantize_rows(x), codes, ...; act="int8")
 
-vpdpbusd multiplies 64 bytes a vector instruction where the float32 path dequantizes each code to
-an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do. The
-rows' 8-bit rounding (per row, max |x| / 127) adds about 1% to the products' error
-(ember.ops.gemm_nbits' reference computes the same). A decode step (M static below
-GEMM_NBITS_STREAM) keeps float32 activations. A target pass (ember.passes.pipeline.TARGET_PASSES):
-only targets with AVX512-VNNI and AVX512-BW; gemm_nbits nodes sharing an x share its quantize_rows.
+  vpdpbusd multiplies 64 bytes a vector instruction where the float32 path dequantizes each code
+  to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do;
+- a decode step (M static below GEMM_NBITS_STREAM) of int4 weights: x quantized per group of the
+  weights' group size to int8 by quantize_groups (llama.cpp's Q8_0), the nibbles times its bytes
+  in int32 per group (act "int8_groups"; ember.codegen.c_gemv_nbits_vnni), where the float32 GEMV
+  is compute-bound below the memory's bandwidth at one thread. Needs VBMI too (one vpermb per 64
+  bytes of codes); int8 weights keep float32 rows (their GEMV runs at the memory's bandwidth).
+
+A target pass (ember.passes.pipeline.TARGET_PASSES): only targets with AVX512-VNNI and AVX512-BW.
 """
 
 from __future__ import annotations
@@ -25,25 +30,33 @@ from ..tir.routines import GEMM_NBITS_STREAM
 from .rewrite import Rewriter, rebuild
 
 FEATURES = frozenset({"avx512vnni", "avx512bw"})
+GEMV_FEATURES = FEATURES | {"avx512vbmi"}  # a decode step's int4 GEMV
 
 
 def quantize_rows(graph: Graph, target: Target | None = None) -> Graph:
-    """The graph with its prefill's gemm_nbits on int8 products where the target (default: C on
-    this machine) has VNNI."""
-    if not (target or Target()).features >= FEATURES:
+    """The graph with its gemm_nbits on int8 products where the target (default: C on this
+    machine) has VNNI: a prefill's, and a decode step's int4 ones where it has VBMI too."""
+    features = (target or Target()).features
+    if not features >= FEATURES:
         return graph
-    return rebuild(graph, functools.partial(_rewrite, done={}))
+    return rebuild(graph, functools.partial(_rewrite, gemv=features >= GEMV_FEATURES, done={}))
 
 
-def _rewrite(rw: Rewriter, node: Node, ins: list[Value], done: dict):
+def _rewrite(rw: Rewriter, node: Node, ins: list[Value], gemv: bool, done: dict):
     if node.op != "gemm_nbits" or node.attrs["act"] != "auto":
         return None
     x = ins[0]
     m, k = x.shape
-    if (isinstance(m, int) and m < GEMM_NBITS_STREAM) or k % QUANTIZE_BLOCK:
+    if isinstance(m, int) and m < GEMM_NBITS_STREAM:
+        if not gemv or node.attrs["bits"] != 4:
+            return None
+        op, attrs, act = "quantize_groups", {"group": node.attrs["group"]}, "int8_groups"
+    elif k % QUANTIZE_BLOCK:
         return None
-    if x.name not in done:
-        done[x.name] = rw.emit("quantize_rows", [x], hint=f"{node.name}_rows")
-    attrs = {**node.attrs, "act": "int8"}
-    return rw.emit("gemm_nbits", [x, *done[x.name], *ins[1:]], attrs, hint=node.name,
+    else:
+        op, attrs, act = "quantize_rows", {}, "int8"
+    key = (x.name, op, attrs.get("group"))
+    if key not in done:
+        done[key] = rw.emit(op, [x], attrs, hint=f"{node.name}_rows")
+    return rw.emit("gemm_nbits", [x, *done[key], *ins[1:]], {**node.attrs, "act": act}, hint=node.name,
                    out_names=[node.outputs[0].name])

@@ -91,6 +91,27 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xq, np.concatenate([scale, sums], axis=1).astype(np.float32)
 
 
+def quantize_groups(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """(xq, meta) of float32 rows x quantized per group of `group` columns
+    (ember.tir.routines.QUANTIZE_GROUPS: the formulas), in float32 arithmetic as the C does it."""
+    m, k = x.shape
+    xg = x.reshape(m, k // group, group)
+    top = np.abs(xg).max(axis=2, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(top > 0, np.float32(127) / top, np.float32(0)).astype(np.float32)
+    q = np.rint(xg * inv).astype(np.int32)
+    scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    meta = np.concatenate([scale, q.sum(axis=2, keepdims=True).astype(np.float32)], axis=2)
+    return q.astype(np.int8).reshape(m, k), meta.reshape(m, 2 * (k // group))
+
+
+def dequantize_groups(xq: np.ndarray, meta: np.ndarray) -> np.ndarray:
+    """The float64 rows that quantize_groups' (xq, meta) stand for: each group's scale times its codes."""
+    m, k = xq.shape
+    scales = meta.reshape(m, -1, 2)[:, :, 0].astype(np.float64)
+    return np.repeat(scales, k // scales.shape[1], axis=1) * xq.astype(np.float64)
+
+
 @dataclass(frozen=True)
 class QuantizedWeight:
     """A weight already quantized (read from a GGUF file): its codes, scales and offsets in the

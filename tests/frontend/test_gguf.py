@@ -2,7 +2,8 @@
 llama.cpp's converter writes it (matrices (out, in), Q8_0 or Q4_0, the rest F32), read back: the
 dequantization of every quantized tensor bit-exact against gguf.quants.dequantize, the decode
 step compiled on the file's own codes (every product a gemm_nbits) against torch on the same
-dequantized weights; a reduced LLaMA written the same way (attn_q and attn_k permuted as
+dequantized weights (within the rounding of the rows to int8 where the target multiplies int4
+codes on VNNI); a reduced LLaMA written the same way (attn_q and attn_k permuted as
 llama.cpp's converter does) read back and run likewise; another tensor type or architecture is a
 WeightsFileError naming it."""
 
@@ -100,7 +101,12 @@ def test_gguf_gpt2_step_runs_on_the_files_codes(files):
     got = step(ids, *kv)
     with torch.no_grad():
         want = Step(g.model)(ids, *kv)
-    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-3, atol=1e-3)
+    assert _error(got[0], want[0]) < 0.05, _error(got[0], want[0])  # the int8 rows' rounding (VNNI's)
+
+
+def _error(got, want) -> float:
+    """||got - want|| / ||want||."""
+    return float(np.linalg.norm(got.numpy() - want.numpy()) / np.linalg.norm(want.numpy()))
 
 
 def test_what_ember_does_not_read_is_named(tmp_path):
@@ -179,4 +185,5 @@ def test_gguf_llama_on_the_files_codes(tmp_path):
     ids, kv = torch.tensor([[7]]), [torch.randn((1, 9, n, dim)) for _ in kv]
     with torch.no_grad():
         want = RowStep(g.model)(ids, *kv)
-    np.testing.assert_allclose(step(ids, *kv)[0].numpy(), want[0].numpy(), rtol=1e-3, atol=1e-3)
+    got = step(ids, *kv)[0]
+    assert _error(got, want[0]) < 0.05, _error(got, want[0])  # the int8 rows' rounding (VNNI's)

@@ -14,19 +14,27 @@ from ember.ops.registry import get
 from ember.passes.quantize_weights import quantize_int4, quantize_int8
 from ember.target import Target
 from ember.testing import check_op_sizes
-from ember.tir.nbits import dequantize, pack_int4, pack_int8, quantize_rows, unpack
+from ember.tir.nbits import (
+    dequantize,
+    dequantize_groups,
+    pack_int4,
+    pack_int8,
+    quantize_groups,
+    quantize_rows,
+    unpack,
+)
 
 RNG = np.random.default_rng()
 K, N = 128, 75  # three panels, the last with 11 columns
 
 
-def _inputs(bits: int, group: int = 0, zero_points: bool = False, bias: bool = True):
-    w = RNG.standard_normal((K, N)).astype(np.float32)
+def _inputs(bits: int, group: int = 0, zero_points: bool = False, bias: bool = True, k: int = K):
+    w = RNG.standard_normal((k, N)).astype(np.float32)
     if bits == 8:
         parts = list(quantize_int8(w))
         if group:  # per group: the per-column scales varied down the rows
-            vary = RNG.uniform(0.5, 2, (K // group, 1)).astype(np.float32)
-            parts[1] = np.repeat(parts[1][None], K // group, 0) * vary
+            vary = RNG.uniform(0.5, 2, (k // group, 1)).astype(np.float32)
+            parts[1] = np.repeat(parts[1][None], k // group, 0) * vary
     else:
         codes, scales, offsets = quantize_int4(w, group, zero_points)
         parts = [codes, scales] + ([offsets] if zero_points else [])
@@ -74,6 +82,61 @@ def test_int8_products_without_vnni():
                    [[x, *quantize_rows(x)] + weights], rtol=1e-4, atol=1e-4, targets=(avx2,))
 
 
+def _grouped_types(k: int, group: int, weights) -> list[TensorType]:
+    return [TensorType(("m", k), "float32"), TensorType(("m", k), "int8"),
+            TensorType(("m", 2 * (k // group)), "float32")] + [TensorType(p.shape, p.dtype.name) for p in weights]
+
+
+AVX2 = Target("c", cflags="-O2 -march=x86-64-v3 -fopenmp -shared -fPIC -std=gnu11")  # no VNNI: the scalar twins
+
+
+@pytest.mark.parametrize("k,group,zero_points,bias,targets", [(96, 32, False, True, ("c", "python")),
+                                                              (192, 64, True, False, ("c", AVX2)),
+                                                              (256, 128, False, False, ("c",))])
+def test_int4_gemv_on_vnni_against_reference(k, group, zero_points, bias, targets):
+    """act int8_groups: a decode step's rows quantized per group (quantize_groups), the nibbles
+    times their bytes (vpdpbusd, a scalar twin where the target has no VNNI) against the
+    reference's float64 product of the same quantized rows; an odd count of groups, 75 columns."""
+    weights, attrs = _inputs(4, group, zero_points, bias, k)
+    xs = [RNG.standard_normal((m, k)).astype(np.float32) for m in (1, 3)]
+    sets = [[x, *quantize_groups(x, group)] + weights for x in xs]
+    check_op_sizes("gemm_nbits", _grouped_types(k, group, weights), {**attrs, "act": "int8_groups"}, sets,
+                   rtol=1e-5, atol=1e-4, targets=targets)
+    op = get("gemm_nbits")
+    (y,) = op.reference(sets[1], op.bind_attrs({**attrs, "act": "int8_groups"}))
+    w = dequantize(*weights[:2], weights[2] if zero_points else None, 4)[:, :N]
+    exact = xs[1] @ w + (weights[-1][:N] if bias else 0)
+    assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < 0.01  # the rows' 8-bit rounding per group
+
+
+def test_int4_gemv_integer_sums_are_exact():
+    """Scales of 1 and rows of integers whose groups each hold 127: x is its own codes, and the
+    product sum (q - 8) x comes out exactly (an integer below 2^24)."""
+    k, group = 256, 64
+    q = RNG.integers(0, 16, (k, N)).astype(np.uint8)
+    weights = [pack_int4(q), np.ones((k // group, 96), np.float32)]
+    x = RNG.integers(-127, 128, (1, k)).astype(np.float32)
+    x[0, ::group] = 127
+    xq, meta = quantize_groups(x, group)
+    assert np.array_equal(xq, x.astype(np.int8)) and np.all(meta[:, ::2] == 1)
+    attrs = {"bits": 4, "group": group, "n": N, "offsets": False, "act": "int8_groups"}
+    (y,) = check_op_sizes("gemm_nbits", _grouped_types(k, group, weights), attrs, [[x, xq, meta] + weights],
+                          rtol=0, atol=0, targets=("c", AVX2))[0]
+    assert np.array_equal(y, x @ (q.astype(np.float32) - 8))
+
+
+def test_quantize_groups_against_reference():
+    x = RNG.standard_normal((3, 192)).astype(np.float32)
+    x[1, 64:128] = 0  # a zero group: scale 1, codes 0
+    check_op_sizes("quantize_groups", [TensorType(("m", 192), "float32")], {"group": 64}, [[x], [x[:1]]],
+                   rtol=0, atol=0, targets=("c", "python"))
+    xq, meta = quantize_groups(x, 64)
+    assert not xq[1, 64:128].any() and meta[1, 2] == 1
+    assert np.array_equal(meta[:, 1::2], xq.reshape(3, 3, 64).sum(axis=2))
+    back = dequantize_groups(xq, meta)
+    assert np.all(np.abs(back - x) <= np.repeat(meta[:, ::2], 64, axis=1) / 2 * 1.0001)
+
+
 def test_quantize_rows_against_reference():
     x = RNG.standard_normal((70, K)).astype(np.float32)
     x[5] = 0  # a zero row: scale 1, codes 128
@@ -115,3 +178,10 @@ def test_bad_inputs_are_op_type_errors():
     types8 = types[:1] + [TensorType(p.shape, p.dtype.name) for p in weights8]
     with pytest.raises(OpTypeError, match="offsets"):
         infer_types("gemm_nbits", types8, {**attrs8, "offsets": True})
+    with pytest.raises(OpTypeError, match="act int8_groups takes int4 codes"):
+        infer_types("gemm_nbits", types8[:1] + _grouped_types(K, 32, [])[1:] + types8[1:],
+                    {**attrs8, "act": "int8_groups"})
+    with pytest.raises(OpTypeError, match="group must be one of"):
+        infer_types("quantize_groups", [TensorType((1, K), "float32")], {"group": 48})
+    with pytest.raises(OpTypeError, match="a multiple of 64"):
+        infer_types("quantize_groups", [TensorType((1, 96), "float32")], {"group": 64})

@@ -1,6 +1,7 @@
-"""int8 products for a prefill (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits
-nodes whose x may have many rows read it quantized by one quantize_rows per x; a decode step's
-single row, a target without VNNI and K not a multiple of 32 keep the float32 path."""
+"""int8 products (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits nodes whose x
+may have many rows read it quantized by one quantize_rows per x, a decode step's int4 ones (VBMI
+too) by one quantize_groups per x; a decode step's int8 weights, a target without VNNI and K not a
+multiple of 32 keep the float32 path."""
 
 import numpy as np
 from pass_check import ops
@@ -13,17 +14,18 @@ from ember.target import Target
 
 RNG = np.random.default_rng()
 VNNI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni")
+VBMI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni -mavx512vbmi")
 
 
-def _graph(rows, k=64):
-    """Two gemms of one x and a third of the first's result, weights int8."""
+def _graph(rows, k=64, weights="int8"):
+    """Two gemms of one x and a third of the first's result, weights int8 (or int4 per group of 32)."""
     g = Graph()
     x = g.add_input("x", TensorType((rows, k)))
     a, = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((k, 64)).astype("float32"), "wa")])
     b, = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((k, 40)).astype("float32"), "wb")])
     c, = add_op(g, "gemm", [a, g.add_constant(RNG.standard_normal((64, 40)).astype("float32"), "wc")])
     g.set_outputs([b, c])
-    return quantize_weights(g, WeightFormat.of("int8"))
+    return quantize_weights(g, WeightFormat.of(weights, 32))
 
 
 def test_a_prefill_reads_its_rows_quantized_once_per_x():
@@ -39,3 +41,13 @@ def test_a_decode_step_other_targets_and_odd_k_keep_float32_rows():
                           (_graph("seq"), Target("python"))):
         assert "quantize_rows" not in ops(quantize_rows(graph, target))
     assert ops(quantize_rows(_graph("seq", k=48), VNNI))[:2] == ["gemm_nbits", "gemm_nbits"]  # x's K: 48
+
+
+def test_a_decode_steps_int4_gemvs_read_their_row_quantized_per_group_once_per_x():
+    out = quantize_rows(_graph(1, weights="int4"), VBMI)
+    assert ops(out) == ["quantize_groups", "gemm_nbits", "gemm_nbits", "quantize_groups", "gemm_nbits"]
+    first, a, b = out.nodes[:3]
+    assert first.attrs["group"] == 32 and a.inputs[1:3] == b.inputs[1:3] == first.outputs
+    assert all(n.attrs["act"] == "int8_groups" for n in out.nodes if n.op == "gemm_nbits")
+    for target in (VNNI, Target("python")):  # no VBMI; no VNNI
+        assert ops(quantize_rows(_graph(1, weights="int4"), target))[:2] == ["gemm_nbits", "gemm_nbits"]

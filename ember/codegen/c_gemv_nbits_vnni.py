@@ -1,0 +1,159 @@
+"""The C of a decode step's int4 GEMV on VNNI (gemm_nbits with act "int8_groups",
+ember.tir.routines) and of the quantize_groups routine that feeds it: llama.cpp's Q4_0 x Q8_0 dot.
+
+The float32 GEMV (ember.codegen.c_gemm_nbits) widens every nibble to a float and FMAs it, 16
+weights an instruction: at one thread that is compute-bound below the memory's bandwidth. Here the
+row x comes quantized once per call of the step, per group of the weights' group size, to int8
+(a scale and the sum of the codes per group), and vpdpbusd multiplies 64 code bytes by x's bytes
+an instruction, summing in int32 per group: each 64 bytes of the panel (4 rows k of 32 columns,
+two columns a byte) take one vpermb into vpdpbusd's layout (the 4 rows of a column in one 32-bit
+lane), a mask and a shift for the two nibbles, and two vpdpbusd, the nibbles 0..15 as the unsigned
+operand and x's int8 as the signed one broadcast. The group's sum then takes 8 x the sum of x's
+codes off exactly (symmetric) or adds the offsets times it (zero points), and x's scale times the
+weights' scales carries it into a float32 accumulator:
+
+    y[c] = sum_g xs_g * (s[g, c] * (sum_k xq[k] q[k, c] - 8 sum_k xq[k]))           symmetric
+    y[c] = sum_g xs_g * (s[g, c] * sum_k xq[k] q[k, c] + o[g, c] * sum_k xq[k])      zero points
+
+Where the compiler does not target VNNI and VBMI the same integer sums are scalar C (exact, slow):
+the graph pass only asks for this variant on targets with them (ember.passes.quantize_rows).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..tir.nbits import PANEL
+from .c_gemm_nbits_vnni import VNNI_INCLUDE, epi8_indices
+
+if TYPE_CHECKING:
+    from .c_prelude import CPrelude
+
+_QUANTIZE = """\
+static void {name}(const float* restrict x, int8_t* restrict xq, float* restrict meta, int64_t M, int64_t K,
+                   int64_t x_rs) {{
+  enum {{ G = {group} }};
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < K / G; ++g) {{
+      const float* restrict xg = x + m * x_rs + g * G;
+      int8_t* restrict qg = xq + m * K + g * G;
+      uint32_t bits = 0;  /* max |x| as the bits of |x| (ordered as the values are), which vectorizes */
+      for (int k = 0; k < G; ++k) {{
+        uint32_t b;
+        __builtin_memcpy(&b, xg + k, 4);
+        b &= 0x7fffffffu;
+        bits = b > bits ? b : bits;
+      }}
+      float top;
+      __builtin_memcpy(&top, &bits, 4);
+      float inv = top > 0.0f ? 127.0f / top : 0.0f;
+      int32_t sum = 0;
+      for (int k = 0; k < G; ++k) {{
+        int32_t q = (int32_t)nearbyintf(xg[k] * inv);
+        qg[k] = (int8_t)q;
+        sum += q;
+      }}
+      meta[m * 2 * (K / G) + 2 * g] = top > 0.0f ? top / 127.0f : 1.0f;
+      meta[m * 2 * (K / G) + 2 * g + 1] = (float)sum;
+    }}
+}}"""
+
+_BODY = """\
+static void {name}(const float* restrict x, const int8_t* restrict xq, const float* restrict meta,
+                   const uint8_t* restrict codes, const float* restrict scales,{params}
+                   float* restrict out, int64_t M, int64_t K, int64_t ncols, int64_t x_rs, int64_t o_rs,
+                   int64_t s_rs) {{
+  enum {{ G = {group} }};
+  (void)x;
+  (void)x_rs;
+  for (int64_t m = 0; m < M; ++m) {{
+    const int8_t* restrict xr = xq + m * K;
+    const float* restrict mr = meta + m * 2 * (K / G);
+    float row[32];
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
+    const __m512i idx = _mm512_set_epi8({idx}), mask = _mm512_set1_epi8(15);
+    __m512 y0 = _mm512_setzero_ps(), y1 = y0;
+    for (int64_t g = 0; g < K / G; ++g) {{
+      const uint8_t* restrict cg = codes + g * G * 16;
+      const int8_t* restrict xg = xr + g * G;
+      /* two sets of accumulators (k mod 8 below or above 4) for the latency of vpdpbusd */
+      __m512i a0 = _mm512_setzero_si512(), a1 = a0, b0 = a0, b1 = a0;
+      for (int k = 0; k < G; k += 8) {{
+        __m512i v = _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(cg + k * 16));
+        __m512i w = _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(cg + k * 16 + 64));
+        int32_t f0, f1;
+        __builtin_memcpy(&f0, xg + k, 4);
+        __builtin_memcpy(&f1, xg + k + 4, 4);
+        __m512i x0 = _mm512_set1_epi32(f0), x1 = _mm512_set1_epi32(f1);
+        DPBUSD(a0, _mm512_and_si512(v, mask), x0);
+        DPBUSD(a1, _mm512_and_si512(_mm512_srli_epi16(v, 4), mask), x0);
+        DPBUSD(b0, _mm512_and_si512(w, mask), x1);
+        DPBUSD(b1, _mm512_and_si512(_mm512_srli_epi16(w, 4), mask), x1);
+      }}
+      a0 = _mm512_add_epi32(a0, b0);
+      a1 = _mm512_add_epi32(a1, b1);
+      const float* restrict s = scales + g * s_rs;
+      __m512 xs = _mm512_set1_ps(mr[2 * g]);
+{group_vnni}    }}
+    _mm512_storeu_ps(row, y0);
+    _mm512_storeu_ps(row + 16, y1);
+#else
+    for (int c = 0; c < 32; ++c) row[c] = 0.0f;
+    for (int64_t g = 0; g < K / G; ++g) {{
+      const float* restrict s = scales + g * s_rs;
+      int32_t xsum = (int32_t)mr[2 * g + 1];
+      for (int c = 0; c < 32; ++c) {{
+        int32_t acc = 0;
+        for (int64_t k = g * G; k < (g + 1) * G; ++k) acc += ((codes[k * 16 + c % 16] >> (c / 16 * 4)) & 15) * xr[k];
+{group_scalar}      }}
+    }}
+#endif
+    for (int64_t c = 0; c < ncols; ++c) out[m * o_rs + c] = row[c]{bias_add};
+  }}
+}}"""
+
+# the group's int32 sums a0 (columns 0..15) and a1 (16..31) into y0, y1
+_GROUP_SYMMETRIC = """\
+      __m512i eight = _mm512_set1_epi32(8 * (int32_t)mr[2 * g + 1]);
+      y0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a0, eight)), _mm512_mul_ps(_mm512_loadu_ps(s), xs), y0);
+      y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a1, eight)), _mm512_mul_ps(_mm512_loadu_ps(s + 16), xs),
+                           y1);
+"""
+_GROUP_OFFSETS = """\
+      const float* restrict o = offsets + g * s_rs;
+      __m512 xsum = _mm512_set1_ps(mr[2 * g + 1]);
+      y0 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_loadu_ps(s),
+                                           _mm512_mul_ps(_mm512_loadu_ps(o), xsum)), xs, y0);
+      y1 = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_loadu_ps(s + 16),
+                                           _mm512_mul_ps(_mm512_loadu_ps(o + 16), xsum)), xs, y1);
+"""
+_SCALAR_SYMMETRIC = "        row[c] += mr[2 * g] * (s[c] * (float)(acc - 8 * xsum));\n"
+_SCALAR_OFFSETS = "        row[c] += mr[2 * g] * (s[c] * (float)acc + offsets[g * s_rs + c] * (float)xsum);\n"
+
+
+def quantize_groups(lib: CPrelude, group: int) -> str:
+    """The name of the quantize_groups routine's C function for this group size, written into
+    the prelude once."""
+    name = f"ember_quantize_groups_g{group}"
+    return lib._helper(name, lambda: _QUANTIZE.format(name=name, group=group))
+
+
+def gemv_int4_vnni(lib: CPrelude, group: int, offsets: bool, bias: bool) -> str:
+    """The name of gemm_nbits' C function with act int8_groups (int4 codes) for this variant."""
+    name = f"ember_gemv_q8_int4_g{group}{'_zp' if offsets else ''}{'_bias' if bias else ''}"
+
+    def make() -> str:
+        params = (" const float* restrict offsets," if offsets else "") + \
+            (" const float* restrict bias," if bias else "")
+        # byte j of a permuted 64: row j % 4 of the four, byte j / 4 of the row (columns j / 4, j / 4 + 16)
+        idx = epi8_indices((j % 4) * 16 + j // 4 for j in range(64))
+        return VNNI_INCLUDE + _BODY.format(
+            name=name, params=params, group=group, idx=idx,
+            group_vnni=_GROUP_OFFSETS if offsets else _GROUP_SYMMETRIC,
+            group_scalar=_SCALAR_OFFSETS if offsets else _SCALAR_SYMMETRIC,
+            bias_add=" + bias[c]" if bias else "")
+
+    return lib._helper(name, make)
+
+
+assert PANEL == 32  # the permutation and the two accumulators are written for 32 columns
