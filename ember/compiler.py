@@ -28,9 +28,9 @@
 5. hands the kernels and the program to the target's backend (ember.backends), which renders
    them (for "c": ONE library of every kernel and the entry function that runs the program, its
    source cut into units compiled in parallel when it is large), builds them (once: the build
-   cache keys the source by content hash) and returns its
-   compiled model (ember.runtime.model), whose `stats` (CompileStats) holds the time of each phase
-   (and the report of each graph pass), which `compile_report()` says in words.
+   cache keys the source by content hash) and returns its compiled model (ember.runtime.model),
+   whose `stats` (ember.compile_stats.CompileStats) holds the time of each phase (and the report
+   of each graph pass), which `compile_report()` says in words.
 
 A graph with nodes whose output size depends on the data (nonzero, unique: ember.ops.dynamic) is
 cut around them first (ember.passes.host_segments): each segment between them goes through the
@@ -44,11 +44,12 @@ On target "cuda" (ember.backends.cuda), the kernels are the GPU family's, built 
 program runs on the GPU (ember.cuda.model), or on the interpreter with GPU semantics for
 Target("cuda", simulate=True).
 
-`compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch) or an ONNX file or
-ModelProto (ember.frontend.onnx); an ONNX model with runtime-valued inputs (a graph input that
-gives axes, k, pads, a shape), or with sequences or optionals among its inputs or outputs,
-becomes a SpecializedModel (ember.runtime.specialized), which compiles on call one model per
-value of those inputs (per structure: the lengths and shapes of the lists it is given);
+`compile(obj)` dispatches a Graph, a torch.nn.Module (ember.frontend.torch, through the model
+cache: ember.compile_module) or an ONNX file or ModelProto (ember.frontend.onnx); an ONNX model
+with runtime-valued inputs (a graph input that gives axes, k, pads, a shape), or with sequences or
+optionals among its inputs or outputs, becomes a SpecializedModel (ember.runtime.specialized),
+which compiles on call one model per value of those inputs (per structure: the lengths and shapes
+of the lists it is given);
 `load(path)` reads a saved artifact without lowering or compiling anything.
 
 Options read (ember.config): num_threads, checked, max_specializations, and through the build: cc, cflags, cache_dir.
@@ -58,19 +59,17 @@ compiled.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import resource
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import config, dims
 from .checks import check_graph, check_model_fits
+from .compile_module import compile_module, from_artifact
+from .compile_stats import Clock, CompileStats, with_import
 from .errors import ArgumentTypeError, CompileError, EmberError, ShapeError
 from .frontend import import_model
 from .graph.core import Graph, Value
@@ -81,8 +80,8 @@ from .passes.bf16_weights import kept_fp32
 from .passes.call_program import call_program
 from .passes.host_segments import has_host_nodes, host_segments
 from .passes.kv_cache import check_kv_cache
-from .passes.pipeline import PassReport, disabled_passes_of, pipeline_of
-from .passes.plan_memory import MemoryPlan, kernel_graph, plan_memory
+from .passes.pipeline import PassReport, pipeline_of
+from .passes.plan_memory import kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
 from .runtime.heap import release_free_memory
@@ -90,108 +89,8 @@ from .runtime.model import CompiledModel, aligned_copy
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
 from .runtime.specialized import SpecializedModel
-from .runtime.summary import buffer_of, kept_lines
+from .runtime.summary import buffer_of
 from .target import Target, as_target
-
-
-@dataclass(frozen=True)
-class CompileStats:
-    """Where the compile time went (seconds), and how much was shared or cached; `report()` says it
-    in words (`CompiledModel.compile_report()`, `ember.compile(..., report=True)`)."""
-
-    nodes: int
-    kernels: int  # distinct kernels in the library
-    lowered: int  # distinct operator applications (workloads)
-    jobs: int  # processes that lowered those not reused
-    lower_s: float  # lowering the kernels (schedules and loop passes)
-    codegen_s: float  # the memory plan, the call program and the source
-    build_s: float  # the C compiler, or the build cache's lookup
-    total_s: float
-    cached: bool  # the library came from the build cache
-    passes: tuple[PassReport, ...] = ()  # the graph passes run, in order
-    reused: int = 0  # of the `lowered` workloads, those lowered by an earlier compile of this process
-    loaded: int = 0  # of the `lowered` workloads, those read from the disk (lowered by another process)
-    import_s: float = 0.0  # the frontend: torch.export and the ATen graph's conversion, or the ONNX import
-    passes_s: float = 0.0  # the graph passes (weight packing among them) and fusion
-    load_s: float = 0.0  # loading the library and copying the weights into aligned buffers
-    hit: bool = False  # the whole model came from the model cache (ember.runtime.model_cache)
-    untraced: bool = False  # found by the module's key, before any trace (ember.frontend.module_key)
-    unkeyed: str = ""  # why a torch module had no key before tracing (it was traced to find or make the model)
-    exported: str = ""  # why a torch module was traced by torch.export, not recorded (ember.frontend.torch.record)
-    kept_s: float = 0.0  # saving the model into the model cache (on a miss)
-    cpu: Mapping[str, float] = dataclasses.field(default_factory=dict)  # each phase's CPU seconds (`Clock`)
-    # precision "bf16": the products kept in fp32 and why (ember.passes.bf16_weights.kept_fp32)
-    kept_fp32: tuple[str, ...] = ()
-
-    def __str__(self):
-        return (f"{self.nodes} nodes, {self.kernels} kernels ({self.lowered} workloads: {self._fresh} lowered in "
-                f"{self.jobs} process(es), {self.reused} reused, {self.loaded} from disk): lower "
-                f"{self.lower_s:.2f} s, codegen {self.codegen_s:.2f} s, build "
-                f"{self.build_s:.2f} s{' (cached)' if self.cached else ''}, total {self.total_s:.2f} s")
-
-    @property
-    def _fresh(self) -> int:
-        return self.lowered - self.reused - self.loaded
-
-    def report(self, slowest: int = 3) -> str:
-        """Each phase's seconds and share of the total, its CPU seconds (its children's too: the C
-        compiler, lowering workers), what was cached, and the `slowest` graph passes (weight
-        packing is the pack_weights pass, plus the aligned copies at load)."""
-        passes = sorted(self.passes, key=lambda r: -r.seconds)[:slowest]
-        rows = [
-            ("import", self.import_s, "the frontend (the module's trace and its conversion, or the ONNX import)"
-             if self.import_s else "a graph: nothing imported"),
-            ("passes", self.passes_s, "graph passes and fusion; slowest: " + ", ".join(
-                f"{r.name} {r.seconds:.2f} s" for r in passes) if passes else "graph passes and fusion"),
-            ("lowering", self.lower_s, f"{self.lowered} workloads: {self._fresh} lowered in {self.jobs} process(es), "
-                                       f"{self.reused} reused from this process, {self.loaded} read from the disk"),
-            ("codegen", self.codegen_s, "memory plan, call program, source"),
-            ("C compiler", self.build_s, "build cache hit" if self.cached else "built"),
-            ("load", self.load_s, "the library loaded, the weights copied aligned"),
-        ]
-        if self.hit:
-            rows = [("import", self.import_s, "the module's key (its classes' code, attributes and weights hashed): "
-                                              "nothing traced" if self.untraced else
-                     "torch.export's trace, the digest of its program and weights"),
-                    ("load", self.load_s, "the model cache's entry checked, its weights mapped, the library loaded; "
-                                                   "nothing converted, lowered or built")]
-        elif self.kept_s:
-            rows.append(("kept", self.kept_s, "the model handed to the model cache for the next process (saved "
-                                              "in the background: ember.runtime.model_cache)"))
-        total = self.total_s or 1.0
-        cpu = f" ({sum(self.cpu.values()):.2f} s of CPU)" if self.cpu else ""
-        made = f"{self.kernels} kernels, from the model cache" if self.hit else \
-            f"{self.nodes} nodes, {self.kernels} kernels"
-        lines = [f"compiled in {self.total_s:.2f} s{cpu}: {made}"]
-        for name, s, what in rows:
-            used = f" {self.cpu.get(name, 0.0):6.2f} s CPU" if cpu else ""
-            lines.append(f"  {name:<11}{s:7.2f} s {100 * s / total:4.0f}%{used}  {what}")
-        if self.unkeyed:
-            lines.append(f"  (traced: no key before tracing: {self.unkeyed})")
-        if self.exported:
-            lines.append(f"  (traced by torch.export, not recorded: {self.exported})")
-        return "\n".join([*lines, *kept_lines(self.kept_fp32)])
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process and of its children that ended (the C compiler, lowering workers)."""
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
-
-
-class Clock:
-    """Wall and CPU seconds of a compile's phases, lap by lap: on a machine other work shares, the
-    wall clock counts the waits for a core, the CPU time only the work."""
-
-    def __init__(self):
-        self.wall, self.cpu = time.perf_counter(), _cpu_s()
-
-    def lap(self) -> tuple[float, float]:
-        """The wall and CPU seconds since the last lap (or the start)."""
-        wall, cpu = time.perf_counter(), _cpu_s()
-        since = wall - self.wall, cpu - self.cpu
-        self.wall, self.cpu = wall, cpu
-        return since
 
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),
@@ -380,7 +279,7 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     clock = Clock()
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None:
-        compiled = _compile_module(model, example_inputs, dynamic_shapes, options, _options_key(options), clock, cache)
+        compiled = compile_module(model, example_inputs, dynamic_shapes, options, clock, cache, compile_graph)
         release_free_memory()  # (the import's copies and what the passes freed: glibc keeps them otherwise)
         if report:
             print(compiled.compile_report(), file=sys.stderr)
@@ -396,7 +295,7 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
         import_s, import_cpu = clock.lap()
         compiled = compile_graph(graph, **options)
         if isinstance(compiled, CompiledModel) and graph is not model:
-            compiled.stats = _with_import(compiled.stats, import_s, import_cpu)
+            compiled.stats = with_import(compiled.stats, import_s, import_cpu)
         del graph  # (its constants, unpacked)
     release_free_memory()
     if report:
@@ -412,104 +311,6 @@ def check_option_names(options: Mapping, caller: str, more: Sequence[str] = ()) 
     if unknown:
         raise ArgumentTypeError(f"{caller}: unknown option(s) {', '.join(map(repr, unknown))}; the options are "
                                 f"{', '.join(sorted([*known, *more]))}")
-
-
-def _options_key(options: dict) -> str | None:
-    """What of the options and the configuration a compiled model depends on, as text, or None
-    where the model cache does not apply: turned off, a target other than C, output asked for
-    (printed IR, debug checks), or options it cannot key (a tuning database, schedules, host
-    functions, weights given quantized). num_threads and jobs change no compiled code."""
-    if not config.get("model_cache") or config.get("debug") or config.get("print_lower") or config.get("print_ir"):
-        return None
-    if options.get("print_ir") or any(options.get(o) is not None for o in ("database", "schedules", "host")):
-        return None
-    if not isinstance(options.get("weights"), str | None):
-        return None
-    target = as_target(options.get("target", "c"), cc=options.get("cc"), cflags=options.get("cflags"))
-    if target.kind != "c":
-        return None
-    checked = options.get("checked")
-    rest = {k: v for k, v in options.items() if k not in ("num_threads", "jobs", "target", "cc", "cflags", "checked")}
-    return repr((sorted(rest.items()), target, target.key, config.get("checked") if checked is None else bool(checked),
-                 config.get("disable_passes")))
-
-
-def _with_import(stats: CompileStats, import_s: float, import_cpu: float, **more) -> CompileStats:
-    """The stats of a compile_graph with the frontend's seconds (and `more` phases: kept_s) added."""
-    kept_s, kept_cpu = more.get("kept", (0.0, 0.0))
-    return dataclasses.replace(stats, import_s=import_s, kept_s=kept_s, total_s=stats.total_s + import_s + kept_s,
-                               cpu={"import": import_cpu, **stats.cpu, **({"kept": kept_cpu} if kept_s else {})})
-
-
-def _kept_fp32(compiled: CompiledModel, options: dict) -> tuple[str, ...]:
-    """The products of a bf16 model from the model cache that kept fp32 (as its compile said)."""
-    if options.get("precision") != "bf16" or "bf16_weights" in disabled_passes_of(options.get("disabled_passes", ())) \
-            or compiled.graph is None:
-        return ()
-    return tuple(kept_fp32(compiled.graph))
-
-
-def _compile_module(model, example_inputs, dynamic_shapes, options: dict, options_key: str | None, clock: Clock,
-                    cache: str) -> CompiledModel | SegmentedModel:
-    """A torch module through the model cache (ember.runtime.model_cache; options_key None: not
-    cached): loaded whole where a process compiled the same module with the same options before,
-    found by the module's key (ember.frontend.module_key: nothing traced), else by its trace (a
-    recording or torch.export's: ember.frontend.torch.module.first_trace, then the digest of its
-    program and weights); else converted, compiled and kept under both keys."""
-    from .frontend.module_key import module_key
-    from .runtime import model_cache
-
-    inputs = (example_inputs,) if isinstance(example_inputs, sys.modules["torch"].Tensor) else tuple(example_inputs)
-    keyed = cache == "module" and options_key is not None
-    mkey, unkeyed = module_key(model, inputs, dynamic_shapes) if keyed else (None, "")
-    mkey = None if mkey is None else f"module {mkey}|{options_key}"
-    key = None if mkey is None else model_cache.aliased(mkey)
-    if key is not None and (hit := _hit(key, clock, options, untraced=True)) is not None:
-        return hit
-    from .frontend.torch.digest import program_digest
-    from .frontend.torch.module import checked_inputs, first_trace, import_traced, symbol_names
-
-    example_inputs = checked_inputs(example_inputs)
-    traced, exported = first_trace(model, example_inputs, dynamic_shapes)
-    program = None if options_key is None else \
-        program_digest(traced, symbol_names(traced, model, example_inputs, dynamic_shapes))
-    key = None if program is None else f"{program}|{options_key}"
-    if key is not None and (hit := _hit(key, clock, options, unkeyed=unkeyed)) is not None:
-        if mkey is not None:
-            model_cache.alias(mkey, key)
-        return hit
-    import_s, import_cpu = clock.lap()
-    graph = import_traced(traced, model, example_inputs, dynamic_shapes)
-    more_s, more_cpu = clock.lap()
-    compiled = compile_graph(graph, **options)
-    if isinstance(compiled, CompiledModel):
-        clock.lap()
-        kept = (0.0, 0.0)
-        if key is not None and type(compiled) is CompiledModel:  # (a CUDA or interpreted model is not saved)
-            model_cache.put(key, compiled, aliases=() if mkey is None else (mkey,))  # (saved in the background)
-            kept = clock.lap()
-        compiled.stats = dataclasses.replace(
-            _with_import(compiled.stats, import_s + more_s, import_cpu + more_cpu, kept=kept), unkeyed=unkeyed,
-            exported=exported)
-    return compiled
-
-
-def _hit(key: str, clock: Clock, options: dict, untraced: bool = False, unkeyed: str = "") -> CompiledModel | None:
-    """The model of the model cache's entry `key` with the stats of a hit (the import: `clock`'s
-    lap less the load), or None: no entry."""
-    from .runtime import model_cache
-
-    load = Clock()
-    art = model_cache.get(key)
-    if art is None:
-        return None
-    compiled = _from_artifact(art, options.get("num_threads"))
-    (load_s, load_cpu), (total_s, total_cpu) = load.lap(), clock.lap()
-    import_s, import_cpu = total_s - load_s, total_cpu - load_cpu
-    compiled.stats = CompileStats(0, len(art.spec.kernels), 0, 0, 0.0, 0.0, 0.0, import_s + load_s, True, hit=True,
-                                  import_s=import_s, load_s=load_s, cpu={"import": import_cpu, "load": load_cpu},
-                                  kept_fp32=_kept_fp32(compiled, options), untraced=untraced, unkeyed=unkeyed)
-    return compiled
 
 
 def _runtime_valued(e: EmberError) -> tuple[str, ...]:
@@ -567,16 +368,7 @@ def load(path: str | Path, *, num_threads: int | None = None) -> CompiledModel:
         from .backends import get
 
         return get(backend).load_model(path)
-    return _from_artifact(read_artifact(path), num_threads)  # every file checked, the manifest against the library
-
-
-def _from_artifact(art, num_threads: int | None) -> CompiledModel:
-    """The CompiledModel of a folder read and checked (ember.runtime.artifact.read_artifact)."""
-    # (a model saved before manifests recorded the alignment was built for the default one)
-    plan = MemoryPlan.from_json(art.workspace, art.spec.target.get("align", Target.align))
-    return CompiledModel(art.spec, art.library, art.weights, plan,
-                         graph=art.read_graph if art.has_graph else None, source=art.source,
-                         num_threads=config.threads(num_threads), own_weights=True)
+    return from_artifact(read_artifact(path), num_threads)  # every file checked, the manifest against the library
 
 
 # -- checks -----------------------------------------------------------------------------------

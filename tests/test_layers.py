@@ -49,7 +49,9 @@ LAYERS: dict[str, set[str]] = {
     "workers": set(),  # ember's own worker processes
     "lowering": {"passes", "kernel", "schedules", "workers"},  # a graph partition to loop-IR functions
     "tune": {"kernel", "lowering", "workers", "frontend"},  # task extraction imports models
-    "compiler": {"frontend", "checks", "tune", "lowering", "workers", "testing"},  # the driver
+    "compile_stats": {"passes", "runtime"},  # where a compile's time went: CompileStats, Clock
+    "compile_module": {"compile_stats", "frontend"},  # a torch module through the model cache
+    "compiler": {"compile_module", "frontend", "checks", "tune", "lowering", "workers", "testing"},  # the driver
     "torch_backend": {"compiler"},  # the torch.compile backend: compiles what the frontend imports
     "triton": {"kernel", "tune"},  # the tile language: kernels to loop IR and C, their autotuner
     # one per target kind, found through the registry (target.backend)

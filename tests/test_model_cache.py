@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import ember  # noqa: E402
-from ember.compiler import Clock  # noqa: E402
+from ember.compile_stats import Clock  # noqa: E402
 from ember.runtime import kept, model_cache  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-5

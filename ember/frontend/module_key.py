@@ -1,5 +1,5 @@
 """The key of a torch module before it is traced: what ember.compile's model cache finds a model
-compiled by an earlier process with, without running torch.export (ember.compiler).
+compiled by an earlier process with, without running torch.export (ember.compile_module).
 
     module_key(model, example_inputs, dynamic_shapes) -> (key, "") or (None, why)
 

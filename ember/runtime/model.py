@@ -218,7 +218,7 @@ class CompiledModel:
 
     def compile_report(self) -> str:
         """Where the compile time went: import, graph passes (weight packing among them), lowering,
-        code generation, the C compiler, loading; what the caches gave (ember.compiler.CompileStats)."""
+        code generation, the C compiler, loading; what the caches gave (ember.compile_stats.CompileStats)."""
         if self.stats is None:
             return f"model {self.name} was loaded, not compiled, in this process: no compile report"
         return f"{self.name}: " + self.stats.report()
