@@ -12,6 +12,10 @@
   sorted by expert, as transformers' grouped_mm takes them), out (S, N); rows from offsets[-1]
   on belong to no expert and are zero. Each row is multiplied by one expert's weight only, so
   the work is that of the routed tokens (S x K x N), never every expert for every token.
+  With w_panels = P > 0 (set by ember.passes.pack_experts on constant weights), w comes as each
+  expert's panels (E, N / P, K, P), the layout matmul's packed weights have (ember.ops.matmul,
+  b_panels): a register tile one panel wide reads its expert's weights as one contiguous stream,
+  not K rows N floats apart.
 
 Both are pattern `opaque` (histc: a reduction over every element per bin, bins x numel work,
 small for a router's top-k ids; grouped_matmul: each row's expert found by a search over the E
@@ -91,21 +95,32 @@ register(OpDef(
 
 def _infer_grouped_matmul(types, attrs):
     x, w, offsets = types
-    if x.rank != 2 or w.rank != 3 or offsets.rank != 1:
-        raise OpTypeError(f"grouped_matmul takes x (S, K), w (E, K, N) and offsets (E,), got {x.shape}, {w.shape} "
+    panels = attrs["w_panels"]
+    if x.rank != 2 or w.rank != (4 if panels else 3) or offsets.rank != 1 or (panels and w.shape[3] != panels):
+        what = f"w in panels (E, N / {panels}, K, {panels})" if panels else "w (E, K, N)"
+        raise OpTypeError(f"grouped_matmul takes x (S, K), {what} and offsets (E,), got {x.shape}, {w.shape} "
                           f"and {offsets.shape}")
+    k, n = (w.shape[2], w.shape[1] * panels) if panels else w.shape[1:]
     if not dt.is_int(offsets.dtype):
         raise OpTypeError(f"grouped_matmul: offsets must be integers, got {offsets.dtype}")
     if x.dtype != w.dtype:
         raise OpTypeError(f"grouped_matmul: x and w must have one dtype, got {x.dtype} and {w.dtype}")
-    if x.shape[1] != w.shape[1] or offsets.shape[0] != w.shape[0]:
+    if x.shape[1] != k or offsets.shape[0] != w.shape[0]:
         raise OpTypeError(f"grouped_matmul: x {x.shape}, w {w.shape} and offsets {offsets.shape} disagree (x's K must "
                           f"be w's K, one offset per expert)")
-    return [TensorType((x.shape[0], w.shape[2]), x.dtype)]
+    return [TensorType((x.shape[0], n), x.dtype)]
+
+
+def expert_panels(w: np.ndarray, width: int) -> np.ndarray:
+    """Each expert's (K, N) weights as panels (N / width, K, width): a view of w (E, K, N)."""
+    experts, k, n = w.shape
+    return w.reshape(experts, k, n // width, width).transpose(0, 2, 1, 3)
 
 
 def _reference_grouped_matmul(inputs, attrs):
     x, w, offsets = inputs
+    if attrs["w_panels"]:  # back to (E, K, N)
+        w = w.transpose(0, 2, 1, 3).reshape(w.shape[0], w.shape[2], -1)
     out = np.zeros((x.shape[0], w.shape[2]), x.dtype)
     start = 0
     for e, end in enumerate(offsets.tolist()):
@@ -117,7 +132,8 @@ def _reference_grouped_matmul(inputs, attrs):
 
 def _compute_grouped_matmul(inputs, attrs, out_types):
     x, w, offsets = inputs
-    experts = w.shape[0]
+    experts, panels = w.shape[0], attrs["w_panels"]
+    n_cols = out_types[0].shape[1]
     e = te.reduce_axis((0, experts), name="e")
     # a row's expert: how many experts end at or before it (experts, past the last offset: none)
     group = te.compute((x.shape[0],), lambda s: te.sum(
@@ -126,8 +142,12 @@ def _compute_grouped_matmul(inputs, attrs, out_types):
     k = te.reduce_axis((0, x.shape[1]), name="k")
     # each row's product with its expert's weight (the last expert's for a row of none, zeroed
     # after: no guard inside the reduction, whose register tile reads rows of w along n)
-    acc = te.compute((x.shape[0], w.shape[2]), lambda s, n: te.sum(
-        x[s, k.var] * w[te.min(group[s], experts - 1), k.var, n], axis=k), name="grouped_matmul", tag=ANCHOR)
+    def weight(s, n):
+        g = te.min(group[s], experts - 1)
+        return w[g, n // panels, k.var, n % panels] if panels else w[g, k.var, n]
+
+    acc = te.compute((x.shape[0], n_cols), lambda s, n: te.sum(x[s, k.var] * weight(s, n), axis=k),
+                     name="grouped_matmul", tag=ANCHOR, attrs={"panels": panels})
     zero = const(0.0, x.dtype)
     return [te.compute(acc.shape, lambda s, n: te.if_then_else(group[s] < experts, acc[s, n], zero),
                        name="grouped_rows")]
@@ -140,5 +160,7 @@ register(OpDef(
     compute=_compute_grouped_matmul,
     pattern="opaque",
     num_inputs=(3, 3),
-    doc="Rows of x grouped by cumulative offsets, each group multiplied by its expert's weight (MoE).",
+    attrs={"w_panels": 0},
+    doc="Rows of x grouped by cumulative offsets, each group multiplied by its expert's weight (MoE); "
+        "w_panels > 0: w in panels (E, N / P, K, P).",
 ))

@@ -23,6 +23,9 @@ A convolution the layout pass leaves as it is (a 1-d or 3-d one, a grouped one, 
 reads its float32 constant weights packed as its PACK stage would pack them at every call
 (ember.ops.conv.pack_weights: blocks of B output channels, the target's fp32 lanes, in the last
 axis), once here instead; those its compute reads per output element stay as they are.
+
+A mixture-of-experts grouped_matmul's constant expert weights go into panels too, per expert
+(ember.passes.pack_experts).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ..ops.conv import pack_weights as pack_conv_weights
 from ..ops.conv import packed_form
 from ..target import Target, aligned_empty
 from ..tir import dtype as dt
+from .pack_experts import pack_experts
 from .rewrite import Rewriter, rebuild
 
 MIN_WEIGHTS = 64 * 1024  # elements: 256 KiB of float32, beyond L1 and most of L2 per panel set
@@ -55,9 +59,17 @@ def panel_width(m: int | str, n: int, lanes: int) -> int | None:
     return next((w for w in widths if lanes > 1 and n % w == 0), None)
 
 
+def _width(m: int | str, k: int, n: int, lanes: int) -> int | None:
+    """The panel width of (k, n) weights that m rows read, or None to keep them as they are."""
+    rows = not isinstance(m, int) or m >= 2
+    return panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
+
+
 def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int) -> list[Value] | None:
     if node.op in CONVS:
         return _pack_conv(rw, node, inputs, lanes)
+    if node.op == "grouped_matmul":
+        return pack_experts(rw, node, inputs, functools.partial(_width, lanes=lanes), align)
     if node.op not in ("gemm", "matmul") or node.attrs.get("b_panels"):
         return None
     a, b = inputs[:2]
@@ -68,8 +80,7 @@ def _pack(rw: Rewriter, node: Node, inputs: list[Value], lanes: int, align: int)
     trans_b = node.op == "gemm" and node.attrs["trans_b"]
     m = a.type.shape[1 if trans_a else 0]
     k, n = weights.shape[::-1] if trans_b else weights.shape
-    rows = not isinstance(m, int) or m >= 2
-    width = panel_width(m, n, lanes) if rows and k * n >= MIN_WEIGHTS else None
+    width = _width(m, k, n, lanes)
     if width is None:
         return None
     panels = rw.derived(("panels", b, trans_b, width), lambda: _panels(weights, trans_b, width, align),

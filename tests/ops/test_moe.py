@@ -1,8 +1,9 @@
 """histc and grouped_matmul (ember/ops/moe.py) on the C target against their NumPy references and
 torch: histc over random floats (values outside the range, the range's ends) and over expert ids
 as transformers' routers count them; grouped_matmul over tokens sorted by expert, an expert with
-no tokens, rows past the last offset, in its register tile and without; and the errors of bad
-attributes and shapes."""
+no tokens, rows past the last offset, in its register tile and without, its weights in place and
+in panels (ember.passes.pack_experts packs constant ones); and the errors of bad attributes and
+shapes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from ember.graph.core import TensorType
+from ember.graph.core import Graph, TensorType
 from ember.ops import OpTypeError, infer_types
+from ember.ops.evaluate import evaluate
+from ember.ops.moe import expert_panels
+from ember.ops.nodes import add_op
+from ember.passes.pack_weights import pack_weights
+from ember.target import Target
 from ember.testing import check_op
 
 RNG = np.random.default_rng()
@@ -32,11 +38,12 @@ def test_histc_counts_expert_ids():
              torch_fn=lambda t: torch.histc(t, bins=experts, min=0, max=experts - 1))
 
 
-@pytest.mark.parametrize("counts, k, n", [
-    ((3, 0, 5, 2), 24, 10),  # columns no vector divides: the default schedule
-    ((9, 0, 17, 9), 40, 48),  # the register tile, its tiles of rows across the experts' bounds, the last one short
+@pytest.mark.parametrize("counts, k, n, panels", [
+    ((3, 0, 5, 2), 24, 10, 0),  # columns no vector divides: the default schedule
+    ((9, 0, 17, 9), 40, 48, 0),  # the register tile, its tiles of rows across the experts' bounds, the last one short
+    ((9, 0, 17, 9), 40, 48, 16),  # the same, the weights in panels: a tile one panel wide
 ])
-def test_grouped_matmul_is_transformers_grouped_mm(counts, k, n):
+def test_grouped_matmul_is_transformers_grouped_mm(counts, k, n, panels):
     experts = len(counts)  # an expert without tokens
     offsets = np.cumsum(counts).astype("int32")
     rows = offsets[-1] + 2
@@ -51,11 +58,37 @@ def test_grouped_matmul_is_transformers_grouped_mm(counts, k, n):
             start = end
         return out
 
-    (out,) = check_op("grouped_matmul", [x, w, offsets], None, rtol=1e-5, atol=1e-5, torch_fn=torch_grouped)
+    packed = np.ascontiguousarray(expert_panels(w, panels)) if panels else w
+    (out,) = check_op("grouped_matmul", [x, packed, offsets], {"w_panels": panels}, rtol=1e-5, atol=1e-5,
+                      torch_fn=lambda xt, _, ot: torch_grouped(xt, torch.from_numpy(w), ot))
     assert not out[offsets[-1]:].any()
 
 
+def _experts_layer(rows) -> Graph:
+    """x (rows, 128) through 3 constant experts of 128 x 512 (MIN_WEIGHTS elements each)."""
+    g = Graph()
+    x = g.add_input("x", TensorType((rows, 128)))
+    w = g.add_constant(RNG.standard_normal((3, 128, 512)).astype("float32"), "w")
+    y, = add_op(g, "grouped_matmul", [x, w, g.add_constant(np.array([5, 5, 11], "int64"), "offsets")])
+    g.set_outputs([y])
+    return g
+
+
+def test_constant_experts_are_packed_in_panels():
+    g = _experts_layer("m")  # any number of rows: packed, as matmul's weights are
+    (node,) = pack_weights(g, Target(vector_bytes=64)).nodes
+    assert node.attrs["w_panels"] == 32 and node.inputs[1].type.shape == (3, 16, 128, 32)
+    (node,) = pack_weights(_experts_layer(1), Target(vector_bytes=64)).nodes  # one row streams w as it is
+    assert node.attrs["w_panels"] == 0
+    g = _experts_layer(13)
+    x = RNG.standard_normal((13, 128)).astype("float32")
+    np.testing.assert_allclose(evaluate(pack_weights(g), x)[0], evaluate(g, x)[0], rtol=1e-5, atol=1e-4)
+
+
 def test_errors():
+    with pytest.raises(OpTypeError, match=r"w in panels \(E, N / 16, K, 16\)"):
+        infer_types("grouped_matmul", [TensorType((4, 8), "float32"), TensorType((2, 2, 8, 8), "float32"),
+                                       TensorType((2,), "int32")], {"w_panels": 16})
     with pytest.raises(OpTypeError, match="min .* must be below max"):
         infer_types("histc", [TensorType((4,), "float32")], {"bins": 3, "min": 1.0, "max": 1.0})
     with pytest.raises(OpTypeError, match="floating-point"):
