@@ -179,6 +179,8 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
     spec = _model_spec(name, graph, symbols, ranges, program, lowered.calls, target)
     constants = dict(graph.all_constants())
     weights = {w: _model_weight(constants[w], given, target.align) for w in program.weights}
+    graph.share_constants({k: np.array(a) for k, a in constants.items()  # (the rest of the caller's: small)
+                           if k not in weights and id(buffer_of(a)) in given})
     check_model_fits(graph.name, plan, weights, (v.type for v in graph.outputs))
     checked = config.get("checked") if checked is None else bool(checked)
     rendered = backend.render(program, spec, plan, weights, checked=checked, target=target)

@@ -23,8 +23,9 @@ from ..graph.core import Graph
 
 def import_model(model, example_inputs=None, caller: str = "ember.compile", dynamic_shapes=None) -> Graph:
     """The graph of a Graph (as is), a torch.nn.Module (traced with `example_inputs`, and
-    torch.export's `dynamic_shapes`), or an ONNX model (a path or a ModelProto); `caller` names
-    the function in the errors."""
+    torch.export's `dynamic_shapes`; its constants views of the module's tensors, for a caller
+    that compiles it at once: ember.frontend.torch.module.import_views), or an ONNX model (a path
+    or a ModelProto); `caller` names the function in the errors."""
     torch, onnx = sys.modules.get("torch"), sys.modules.get("onnx")
     if dynamic_shapes is not None and not (torch is not None and isinstance(model, torch.nn.Module)):
         raise ArgumentTypeError(f"{caller}: dynamic_shapes is torch.export's specification, for a torch.nn.Module; "
@@ -34,9 +35,9 @@ def import_model(model, example_inputs=None, caller: str = "ember.compile", dyna
     if torch is not None and isinstance(model, torch.nn.Module):
         if example_inputs is None:
             raise ArgumentTypeError(f"{caller} of a torch.nn.Module needs example_inputs (a tuple of tensors)")
-        from .torch import import_module
+        from .torch.module import import_views
 
-        return import_module(model, example_inputs, dynamic_shapes)
+        return import_views(model, example_inputs, dynamic_shapes)
     if isinstance(model, str | os.PathLike) or (onnx is not None and isinstance(model, onnx.ModelProto)):
         from .onnx import import_onnx
 

@@ -178,7 +178,13 @@ class Graph:
         return v
 
     def add_constant(self, data, name: str = "const") -> Value:
-        arr = np.asarray(data, order="C")  # (np.ascontiguousarray would make a scalar 1-D)
+        """A constant of `data` as it is where it is dense in C or Fortran order (a linear layer's
+        weight transposed, a view of the model's parameter: ember.frontend.torch.node.borrowed),
+        else copied in C order. NumPy reads either by index; what needs C order (a compiled
+        model's weights, a file) copies it there."""
+        arr = np.asarray(data)
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            arr = np.asarray(arr, order="C")  # (np.ascontiguousarray would make a scalar 1-D)
         v = self._define(Value(self.fresh_name(name), TensorType(arr.shape, arr.dtype.name)))
         self.constants[v.name] = arr
         return v

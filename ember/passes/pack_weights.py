@@ -93,6 +93,8 @@ def _panels(weights: np.ndarray, trans_b: bool, width: int, align: int) -> np.nd
     """One copy: W' = W.T's panels read straight from W's rows (reshaping W.T would copy it first),
     into the aligned memory the compiled model holds its weights in (it takes them as they are)."""
     k, n = weights.shape[::-1] if trans_b else weights.shape
+    if not weights.flags.c_contiguous:  # (W.T of a C-order W: a linear layer's weight, imported as a view)
+        weights, trans_b = weights.T, not trans_b
     view = weights.reshape(n // width, width, k).transpose(0, 2, 1) if trans_b else \
         weights.reshape(k, n // width, width).transpose(1, 0, 2)
     panels = aligned_empty(view.shape, view.dtype, align)

@@ -8,6 +8,7 @@ fresh random data; outputs must match torch eager within rtol = atol = 1e-4 (flo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -16,6 +17,7 @@ from torch_check import check_import, expected_outputs, run_ember
 
 from ember.compiler import compile_graph
 from ember.frontend.torch import import_module, import_program
+from ember.frontend.torch.module import import_views
 from ember.frontend.torch.node import FrontendError
 from ember.ops import UnsupportedOpError
 from ember.testing import assert_close
@@ -143,8 +145,8 @@ def test_linear_and_matmul():
 
 
 def test_the_graph_keeps_its_weights_when_the_module_changes():
-    """A linear layer's weight is transposed into memory of the graph's own, once; a weight of one
-    row or one column, its own transpose, is copied like any parameter."""
+    """import_module's graph holds copies of its own (the import takes views of the module's
+    tensors, a linear layer's weight transposed too, and import_module copies them)."""
     model = nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 1), nn.ReLU(), nn.Linear(1, 3)).eval()
     g = import_module(model, (torch.randn(4, 8),))
     before = {k: v.copy() for k, v in g.constants.items()}
@@ -154,6 +156,21 @@ def test_the_graph_keeps_its_weights_when_the_module_changes():
     assert before.keys() == g.constants.keys() and len(before) == 6
     for k, v in before.items():
         assert (g.constants[k] == v).all(), k
+
+
+def test_import_views_takes_the_weights_where_they_lie():
+    """The graph ember.compile imports views the module's weights, a linear layer's transposed too
+    (a weight is not held twice while a model compiles), read-only: a pass cannot write into the
+    module."""
+    model = nn.Sequential(nn.Linear(8, 5), nn.ReLU(), nn.Linear(5, 1)).eval()
+    g = import_views(model, (torch.randn(4, 8),))
+    params = [p.detach().numpy() for p in model.parameters()]
+    assert len(g.constants) == len(params)
+    for data in g.constants.values():
+        assert not data.flags.writeable
+        assert sum(np.shares_memory(data, p) for p in params) == 1
+    (w,) = (g.constants[n.inputs[1].name] for n in g.nodes if n.op == "gemm" and n.inputs[1].shape == (8, 5))
+    np.testing.assert_array_equal(w, model[0].weight.detach().numpy().T)
 
 
 def test_pooling_and_resize():

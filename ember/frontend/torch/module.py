@@ -7,7 +7,10 @@ torch.export traces the module in eval mode; `run_decompositions` lowers it to t
 operator set, except for the composite operators that ember implements directly (`KEEP`:
 linear, matmul, layer_norm, attention, ...), which stay whole: the graph is smaller and each
 maps to one ember operator. Parameters, buffers and lifted constants become the graph's
-constants (copied, so the graph does not change when the model does; a sparse one densified);
+constants (a sparse one densified): read-only views of the tensors as the importer makes them,
+not copies (`node.borrowed`, `import_views`: ember.compile's graph lives only while it compiles, and
+the model keeps copies of its own), copied by `import_module`, whose graph does not change when the
+model does;
 user inputs become its inputs, with the example's dtypes and, for dimensions made dynamic,
 symbols named after the `torch.export.Dim`s, whose min and max become the graph's `ranges` (the
 compiled model checks them at each call); a dimension torch derives from them ("s0 + 1") is an
@@ -37,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 
+import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
@@ -140,7 +144,17 @@ def _stack_traces(on: bool):
 
 
 def import_module(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:
-    """An nn.Module as an ember graph (see the module's docstring)."""
+    """An nn.Module as an ember graph (see the module's docstring) that holds its own copies of
+    the module's tensors: it does not change when the module does."""
+    graph = import_views(model, example_inputs, dynamic_shapes)
+    graph.share_constants({k: np.array(a, order="C") for k, a in graph.all_constants() if not a.flags.writeable})
+    return graph
+
+
+def import_views(model: torch.nn.Module, example_inputs: tuple, dynamic_shapes=None) -> Graph:
+    """`import_module`'s graph with its constants read-only views of the module's tensors
+    (`node.borrowed`), for a caller that compiles it while the module stays as it is: the
+    compiled model keeps copies of its own, and the weights are not held twice meanwhile."""
     example_inputs = checked_inputs(example_inputs)
     traced, _ = first_trace(model, example_inputs, dynamic_shapes)
     return import_traced(traced, model, example_inputs, dynamic_shapes)
@@ -180,7 +194,8 @@ def import_traced(traced: Recorded | ExportedProgram, model: torch.nn.Module, ex
                   dynamic_shapes=None) -> Graph:
     """The graph of a module's `first_trace`: a recording converted as it is, or, where that
     fails, the module traced by torch.export and imported as below; torch.export's trace
-    converted as it is where it can be, else decomposed first. A trace without stack traces
+    converted as it is where it can be, else decomposed first. Its constants are read-only views
+    of the module's tensors (ember.frontend.torch.node.borrowed). A trace without stack traces
     that does not import is traced again with them, so that the error names the model's lines."""
     if isinstance(traced, Recorded):
         try:

@@ -62,14 +62,12 @@ def _scalar_array(value, dtype: str) -> np.ndarray:
 
 
 class Const:
-    """A tensor known at import time; `owned`: made by the import (a converter's copy), so the
-    graph takes its memory as it is, where a model's parameter is copied (the graph must not
-    change when the module does)."""
+    """A tensor known at import time (a parameter, a buffer, a folded subgraph)."""
 
-    __slots__ = ("tensor", "name", "owned")
+    __slots__ = ("tensor", "name")
 
-    def __init__(self, tensor: torch.Tensor, name: str, owned: bool = False):
-        self.tensor, self.name, self.owned = tensor, name, owned
+    def __init__(self, tensor: torch.Tensor, name: str):
+        self.tensor, self.name = tensor, name
 
     def __repr__(self):
         return f"Const({self.name}: {TORCH_TO_EMBER.get(self.tensor.dtype)}{list(self.tensor.shape)})"
@@ -91,6 +89,19 @@ def as_numpy(t: torch.Tensor) -> np.ndarray:
     if t.dtype.itemsize == 1 and t.dtype.is_floating_point:
         return t.view(torch.uint8).numpy().view(dt.to_numpy(TORCH_TO_EMBER[t.dtype]))
     return t.numpy()
+
+
+def borrowed(t: torch.Tensor) -> np.ndarray:
+    """A constant's values as a read-only NumPy view of its tensor's memory, not a copy: a graph
+    does not hold a model's weights a second time while it compiles (the compiled model copies
+    what it keeps). A view where the graph can keep it as it lies (C order, or a matrix in
+    Fortran order: a linear layer's weight transposed), else a copy in C order."""
+    t = dense(t.detach()).cpu()
+    if not (t.is_contiguous() or t.dim() == 2 and t.t().is_contiguous()):
+        t = t.contiguous()
+    data = as_numpy(t)
+    data.flags.writeable = False  # (a pass that wrote into it would write into the model)
+    return data
 
 
 def ember_dtype(dtype: torch.dtype) -> str:
@@ -163,9 +174,7 @@ class Builder:
         if isinstance(x, Const):  # cast now, folded: no cast node for a constant
             key = (id(x), dtype if dtype and dtype != ember_dtype(x.tensor.dtype) else None)
             if key not in self._consts:
-                data = as_numpy(dense(x.tensor.detach()).cpu().contiguous())
-                # (a scratch graph is discarded, an owned tensor is the import's: no copy of weights)
-                data = data if self.folding or x.owned else data.copy()
+                data = borrowed(x.tensor)
                 if key[1] is not None:
                     if dtype == "float8_e4m3fn" and data.dtype != bool:  # saturated, as torch converts (cast)
                         data = np.clip(data.astype(np.float32), -E4M3FN_MAX, E4M3FN_MAX)
@@ -177,12 +186,11 @@ class Builder:
         return self.cast(x, dtype) if dtype else x
 
     def transposed(self, weight: Const) -> Value:
-        """A constant matrix transposed (contiguous), once per weight: a layer that a model calls
-        many times (ALBERT's one layer, run 12 times) keeps one copy of it, not one per call."""
+        """A constant matrix transposed: a view of it (`borrowed`, in Fortran order), once per
+        weight: a layer that a model calls many times (ALBERT's one layer, run 12 times) has one
+        constant, not one per call."""
         if id(weight) not in self._transposed:
-            wt = weight.tensor.t()
-            copied = not wt.is_contiguous()  # (a single row or column is its own transpose: a view)
-            self._transposed[id(weight)] = (weight, Const(wt.contiguous(), weight.name + ".T", owned=copied))
+            self._transposed[id(weight)] = (weight, Const(weight.tensor.t(), weight.name + ".T"))
         return self.v(self._transposed[id(weight)][1])
 
     def operand(self, x, dtype: str) -> Value:
