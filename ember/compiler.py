@@ -85,12 +85,12 @@ from .passes.plan_memory import kernel_graph, plan_memory
 from .passes.quantize_weights import WeightFormat
 from .program import Program
 from .runtime.heap import release_free_memory
-from .runtime.model import CompiledModel, aligned_copy
+from .runtime.model import CompiledModel
 from .runtime.segmented import RunStep, SegmentedModel, segment_step
 from .runtime.spec import KernelInfo, ModelSpec, TensorSpec
 from .runtime.specialized import SpecializedModel
 from .runtime.summary import buffer_of
-from .target import Target, as_target
+from .target import Target, aligned_copy, as_target
 
 
 def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence[str] = (),

@@ -269,6 +269,18 @@ def aligned_empty(shape: tuple[int, ...], dtype, align: int) -> np.ndarray:
     return np.ndarray(shape, dtype, buffer=buf, offset=(-buf.ctypes.data) % align)
 
 
+def aligned_copy(a: np.ndarray, align: int, own: bool = False) -> np.ndarray:
+    """A read-only, C-contiguous copy of `a` whose data starts on an `align`-byte boundary; `a`
+    itself when it is that already and `own` (the model's own: no one else holds its memory)."""
+    a = np.asarray(a)
+    if own and not a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % align == 0:
+        return a
+    out = aligned_empty(a.shape, a.dtype, align)
+    out[...] = a
+    out.flags.writeable = False
+    return out
+
+
 @functools.cache
 def machine_flags() -> frozenset[str] | None:
     """This machine's CPU flags by their Linux names, from /proc/cpuinfo's flags (x86) or

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from ..graph.core import Node, Value
 from ..ops.moe import expert_panels
-from ..target import aligned_empty
+from ..target import aligned_copy
 from ..tir import dtype as dt
 from .rewrite import Rewriter
 
@@ -35,15 +33,7 @@ def pack_experts(rw: Rewriter, node: Node, inputs: list[Value], width_of: Callab
     width = width_of(x.type.shape[0], k, n)
     if width is None:
         return None
-    panels = rw.derived(("expert_panels", w, width), lambda: _aligned(expert_panels(weights, width), align),
+    panels = rw.derived(("expert_panels", w, width), lambda: aligned_copy(expert_panels(weights, width), align),
                         f"{w.name}.panels")
     return rw.emit("grouped_matmul", [x, panels, inputs[2]], {"w_panels": width}, hint=node.name,
                    out_names=[node.outputs[0].name])
-
-
-def _aligned(view: np.ndarray, align: int) -> np.ndarray:
-    """The panels copied into the aligned memory the compiled model holds its weights in."""
-    out = aligned_empty(view.shape, view.dtype, align)
-    out[...] = view
-    out.flags.writeable = False
-    return out

@@ -37,7 +37,7 @@ import numpy as np
 from ..graph.core import Graph, Node, Value
 from ..ops.conv import pack_weights as pack_conv_weights
 from ..ops.conv import packed_form
-from ..target import Target, aligned_empty
+from ..target import Target, aligned_copy
 from ..tir import dtype as dt
 from .pack_experts import pack_experts
 from .rewrite import Rewriter, rebuild
@@ -97,10 +97,7 @@ def _panels(weights: np.ndarray, trans_b: bool, width: int, align: int) -> np.nd
         weights, trans_b = weights.T, not trans_b
     view = weights.reshape(n // width, width, k).transpose(0, 2, 1) if trans_b else \
         weights.reshape(k, n // width, width).transpose(1, 0, 2)
-    panels = aligned_empty(view.shape, view.dtype, align)
-    panels[...] = view
-    panels.flags.writeable = False
-    return panels
+    return aligned_copy(view, align)
 
 
 CONVS = ("conv1d", "conv2d", "conv3d")

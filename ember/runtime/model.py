@@ -63,7 +63,7 @@ from .. import config, dims
 from ..codegen.c import kernel_symbol
 from ..codegen.entry import ENTRY, INDEX_ERROR, INTERRUPTED
 from ..errors import ArgumentTypeError, ArtifactError, IndexOutOfRangeError, OutOfMemoryError, ShapeError
-from ..target import aligned_empty
+from ..target import aligned_copy
 from ..tir import dtype as dt
 from . import fastcall, fork, interrupt
 from .library import Library, open_library
@@ -371,18 +371,6 @@ class CompiledModel:
         if buf is None or buf.size < nbytes + align:
             buf = self._local.workspace = np.empty(nbytes + align, np.uint8)
         return -(-buf.ctypes.data // align) * align
-
-
-def aligned_copy(a: np.ndarray, align: int, own: bool = False) -> np.ndarray:
-    """A read-only, C-contiguous copy of `a` whose data starts on an `align`-byte boundary; `a`
-    itself when it is that already and `own` (the model's own: no one else holds its memory)."""
-    a = np.asarray(a)
-    if own and not a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % align == 0:
-        return a
-    out = aligned_empty(a.shape, a.dtype, align)
-    out[...] = a
-    out.flags.writeable = False
-    return out
 
 
 def _unusual_tensor(name: str, x) -> np.ndarray:
