@@ -69,7 +69,8 @@ def phases_sum_to_the_total(model, x) -> ember.CompiledModel:
     s = cm.stats
     phases = (s.import_s, s.load_s) if s.hit else \
         (s.import_s, s.passes_s, s.lower_s, s.codegen_s, s.build_s, s.load_s, s.kept_s)
-    assert sum(phases) == pytest.approx(s.total_s) and 0.5 * wall <= s.total_s <= wall
+    # the phases cover the compile but for its bookkeeping (slack for a loaded machine's pauses)
+    assert sum(phases) == pytest.approx(s.total_s) and 0.5 * wall - 0.2 <= s.total_s <= wall
     assert set(s.cpu) == ({"import", "load"} if s.hit else
                           {"import", "passes", "lowering", "codegen", "C compiler", "load", "kept"})
     assert 0 < sum(s.cpu.values()) <= cpu and f"({sum(s.cpu.values()):.2f} s of CPU)" in cm.compile_report()
