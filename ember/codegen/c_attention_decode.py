@@ -47,20 +47,32 @@ AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the ne
 PARALLEL_ROWS = 4096  # rows (a head's key at a position) a thread takes at least
 
 _TYPED = """\
+/* the lines of nk keys' and values' rows, each row's last byte's too (a head's rows are strided:
+   the cache position-major, heads interleaved, where the hardware's prefetchers stop). (No
+   select in the addresses: GCC 12 dropped every prefetch of a loop that had one.) */
+static inline void {name}_fetch{suffix}(const {kt}* k, const {kt}* v, int64_t nk, int64_t k_rs, int64_t v_rs,
+                                        int64_t E, int64_t Ev) {{
+  int64_t kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
+  for (int64_t j = 0; j < nk; ++j) {{
+    const char *kr = (const char*)(k + j * k_rs), *vr = (const char*)(v + j * v_rs);
+    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch(kr + b);
+    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch(vr + b);
+    __builtin_prefetch(kr + kb - 1);
+    __builtin_prefetch(vr + vb - 1);
+  }}
+}}
 static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* restrict k, const {kt}* restrict v,
                                          int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E, int64_t Ev,
                                          int64_t ep, float* restrict s) {{
   int64_t ew = E / W * W, kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
   for (int64_t j = 0; j < nk; ++j) {{
     const {kt}* kr = k + j * k_rs;
-    /* this head's key and value rows AHEAD keys on (the next block's, which this head reads
-       after every other head's block: time enough for memory), each row's lines whole: a
-       head's rows are strided (the cache position-major, heads interleaved), where the
-       hardware's prefetchers stop */
-    for (int64_t b = 0; b < kb + 63; b += 64) {{
-      __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + (b < kb ? b : kb - 1));
-      __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + (b < vb ? b : vb - 1));
-    }}
+    /* this head's rows AHEAD keys on (the next block's, which this head reads after every other
+       head's block: time enough for memory), written out here: through _fetch GCC 12 kept none */
+    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + b);
+    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + b);
+    __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + kb - 1);
+    __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + vb - 1);
     for (int64_t g = 0; g < G; ++g) {{
       const float* qg = qs + g * ep;
       V acc = (V){{0}};
@@ -78,8 +90,25 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
     float* og = o + g * evp;
     int64_t c = 0;
     for (; c + 4 * W <= Ev; c += 4 * W) {{
+      /* two keys at a time into two sets of accumulators: one set waited on its FMAs' latency */
       V a0 = *(V*)(og + c), a1 = *(V*)(og + c + W), a2 = *(V*)(og + c + 2 * W), a3 = *(V*)(og + c + 3 * W);
-      for (int64_t j = 0; j < nk; ++j) {{
+      V b0 = (V){{0}}, b1 = (V){{0}}, b2 = (V){{0}}, b3 = (V){{0}};
+      int64_t j = 0;
+      for (; j + 2 <= nk; j += 2) {{
+        const {kt}* vr = v + j * v_rs + c;
+        float pj = pg[j]{vscale};
+        a0 += pj * {load}(vr);
+        a1 += pj * {load}(vr + W);
+        a2 += pj * {load}(vr + 2 * W);
+        a3 += pj * {load}(vr + 3 * W);
+        vr += v_rs;
+        float pk = pg[j + 1]{vscale1};
+        b0 += pk * {load}(vr);
+        b1 += pk * {load}(vr + W);
+        b2 += pk * {load}(vr + 2 * W);
+        b3 += pk * {load}(vr + 3 * W);
+      }}
+      for (; j < nk; ++j) {{
         const {kt}* vr = v + j * v_rs + c;
         float pj = pg[j]{vscale};
         a0 += pj * {load}(vr);
@@ -87,10 +116,10 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
         a2 += pj * {load}(vr + 2 * W);
         a3 += pj * {load}(vr + 3 * W);
       }}
-      *(V*)(og + c) = a0;
-      *(V*)(og + c + W) = a1;
-      *(V*)(og + c + 2 * W) = a2;
-      *(V*)(og + c + 3 * W) = a3;
+      *(V*)(og + c) = a0 + b0;
+      *(V*)(og + c + W) = a1 + b1;
+      *(V*)(og + c + 2 * W) = a2 + b2;
+      *(V*)(og + c + 3 * W) = a3 + b3;
     }}
     for (; c + W <= Ev; c += W) {{
       V a = *(V*)(og + c);
@@ -190,8 +219,12 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
     }}
     /* the thread's blocks of keys, every head's in each before the next block: the heads' rows
        of a block lie together in a position-major cache, so that the cache streams once */
+    int64_t start = blocks * t / T * BK;
     int64_t end = blocks * (t + 1) / T * BK < cached ? blocks * (t + 1) / T * BK : cached;
-    for (int64_t j0 = blocks * t / T * BK; j0 < end; j0 += BK) {{
+    for (int64_t h = 0; h < H; ++h)  /* the first block's rows, which no block before fetched */
+      {name}_fetch(k + h * k_hs + start * k_rs, v + h * v_hs + start * v_rs, end - start < BK ? end - start : BK,
+                   k_rs, v_rs, {E}, {Ev});
+    for (int64_t j0 = start; j0 < end; j0 += BK) {{
       int64_t nk = end - j0 < BK ? end - j0 : BK;
       for (int64_t h = 0; h < H; ++h) {{
         const {kt}* vh = v + h * v_hs + j0 * v_rs;
@@ -289,7 +322,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="", extra="")
+        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
             loads = f"#define LOADK(p) {lib.bf16_widen(lanes)}(({b})(*(const {bu}*)(p)))\n"
@@ -300,7 +333,8 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
             loads = f"#define LOADK(p) __builtin_convertvector({widen}(*(const {b}*)(p)), V)\n"
             scale = _row_scale(lib)
             typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
-                         vscale=f" * {scale}(v + j * v_rs + Ev)", extra=f" + {SCALE_BYTES}")
+                         vscale=f" * {scale}(v + j * v_rs + Ev)", vscale1=f" * {scale}(v + (j + 1) * v_rs + Ev)",
+                         extra=f" + {SCALE_BYTES}")
         else:
             loads, typed = "", f32
         mask_block = _MASK_BLOCKS[mask].format(G=groups)
