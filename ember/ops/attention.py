@@ -309,7 +309,7 @@ def _strides(shape) -> list:
 
 def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
     """The fused kernel (see the module doc): the attention routine per block of queries, or
-    (`decode`: one query) the decode routine per key/value head and its group of query heads."""
+    (`decode`: one query) the decode routine per batch element, every head in one call."""
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
