@@ -1,12 +1,12 @@
 """The C of the decode attention routine (ember.tir.routines.ATTENTION_DECODE: the calling
-convention): one query of each of the G query heads that share a key/value head, the keys and
-values read once for all G.
+convention): one query of each of the H * G query heads, G over each of H key/value heads, the
+keys and values read once for all G, every head's keys of a block before the next block.
 
 A decode step's attention is a GEMV over the cache: each key is read once and used for one dot
 product per head, so the general routine's 32-query register tile (c_attention) would compute
-32 rows of scores to keep one. Here the G queries are scaled (log2 e folded in, as there) into
-scratch, and each block of BK keys takes three passes, each vectorized over the head dimension
-or the block's keys:
+32 rows of scores to keep one. Here the queries are scaled (log2 e folded in, as there) into
+scratch, and each block of BK keys, for each key/value head, takes three passes, each vectorized
+over the head dimension or the block's keys:
 
     scores  s[g][j] = q_g . k_j: W-lane FMAs over the head dimension, one horizontal sum a key
     softmax the block's maximum per head, p = 2^(s - max) over W keys at a time, the running
@@ -19,12 +19,23 @@ A cache kept in bfloat16 (kv "bfloat16") is widened in registers as it is loaded
 same way (a quarter of the bytes), its scales folded into the sums: a key's scale multiplies its
 score once (q . (c s) = (q . c) s), a value's its weight p once. The step's own key and value
 (appended) are float32 and run as a last block of one key.
+
+One call computes every head, a block of keys at a time: in a position-major cache (the step's
+(1, past, heads, E)) a block's rows of all heads lie together, so that the cache streams once;
+one call per head walked the whole cache per head, a row of 68 bytes (int8) at each position,
+and each call ramped its prefetches up again. The keys are shared among the caller's OpenMP
+threads (a contiguous range of blocks each, every head in it; each thread's output, maximum and
+sum per head merged at the end, as flash-decoding splits its keys), where there are
+PARALLEL_ROWS rows a thread: a parallel loop over the heads gave each thread rows strided
+through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the next
+block's, which the head reads after every other head's block: time enough for memory.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..tir.kv_int8 import SCALE_BYTES
 from . import c_runtime, c_x86
 from .c_attention import _exp2_nonpositive
 
@@ -32,27 +43,36 @@ if TYPE_CHECKING:
     from .c_prelude import CPrelude
 
 KEYS = 64  # keys per block: their scores and, for p v, their values stay in L1
-PREFETCH = 16  # keys ahead that the scores pass prefetches
-SPAN = 256  # bytes of each of those keys' rows prefetched, from the head's own: the next heads' too
+AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the next block's
+PARALLEL_ROWS = 4096  # rows (a head's key at a position) a thread takes at least
 
 _TYPED = """\
+/* the lines of nk keys' and values' rows, each row's last byte's too (a head's rows are strided:
+   the cache position-major, heads interleaved, where the hardware's prefetchers stop). (No
+   select in the addresses: GCC 12 dropped every prefetch of a loop that had one.) */
+static inline void {name}_fetch{suffix}(const {kt}* k, const {kt}* v, int64_t nk, int64_t k_rs, int64_t v_rs,
+                                        int64_t E, int64_t Ev) {{
+  int64_t kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
+  for (int64_t j = 0; j < nk; ++j) {{
+    const char *kr = (const char*)(k + j * k_rs), *vr = (const char*)(v + j * v_rs);
+    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch(kr + b);
+    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch(vr + b);
+    __builtin_prefetch(kr + kb - 1);
+    __builtin_prefetch(vr + vb - 1);
+  }}
+}}
 static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* restrict k, const {kt}* restrict v,
-                                         int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E, int64_t ep,
-                                         float* restrict s) {{
-  int64_t ew = E / W * W;
-  int64_t span = k_rs * (int64_t)sizeof({kt}) < SPAN ? k_rs * (int64_t)sizeof({kt}) : SPAN;
+                                         int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E, int64_t Ev,
+                                         int64_t ep, float* restrict s) {{
+  int64_t ew = E / W * W, kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
   for (int64_t j = 0; j < nk; ++j) {{
     const {kt}* kr = k + j * k_rs;
-    /* the keys' and values' rows PREFETCH ahead: a head's rows are strided (the cache
-       position-major, heads interleaved), often a page apart, where the hardware's prefetchers
-       stop; SPAN bytes from the head's own row, so that the next heads' rows (their calls come
-       next) are on their way too: a row of 68 bytes (int8) fetched alone from memory left the
-       call waiting on each (GPT-2's 12 heads at 991 positions, the cache out of the caches, one
-       thread of a loaded AMD EPYC Zen 5: int8 203 -> 107 us, bfloat16 271 -> 172, float32 same) */
-    for (int64_t b = 0; b < span; b += 64) {{
-      __builtin_prefetch((const char*)(kr + PREFETCH * k_rs) + b);
-      __builtin_prefetch((const char*)(v + (j + PREFETCH) * v_rs) + b);
-    }}
+    /* this head's rows AHEAD keys on (the next block's, which this head reads after every other
+       head's block: time enough for memory), written out here: through _fetch GCC 12 kept none */
+    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + b);
+    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + b);
+    __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + kb - 1);
+    __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + vb - 1);
     for (int64_t g = 0; g < G; ++g) {{
       const float* qg = qs + g * ep;
       V acc = (V){{0}};
@@ -70,8 +90,25 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
     float* og = o + g * evp;
     int64_t c = 0;
     for (; c + 4 * W <= Ev; c += 4 * W) {{
+      /* two keys at a time into two sets of accumulators: one set waited on its FMAs' latency */
       V a0 = *(V*)(og + c), a1 = *(V*)(og + c + W), a2 = *(V*)(og + c + 2 * W), a3 = *(V*)(og + c + 3 * W);
-      for (int64_t j = 0; j < nk; ++j) {{
+      V b0 = (V){{0}}, b1 = (V){{0}}, b2 = (V){{0}}, b3 = (V){{0}};
+      int64_t j = 0;
+      for (; j + 2 <= nk; j += 2) {{
+        const {kt}* vr = v + j * v_rs + c;
+        float pj = pg[j]{vscale};
+        a0 += pj * {load}(vr);
+        a1 += pj * {load}(vr + W);
+        a2 += pj * {load}(vr + 2 * W);
+        a3 += pj * {load}(vr + 3 * W);
+        vr += v_rs;
+        float pk = pg[j + 1]{vscale1};
+        b0 += pk * {load}(vr);
+        b1 += pk * {load}(vr + W);
+        b2 += pk * {load}(vr + 2 * W);
+        b3 += pk * {load}(vr + 3 * W);
+      }}
+      for (; j < nk; ++j) {{
         const {kt}* vr = v + j * v_rs + c;
         float pj = pg[j]{vscale};
         a0 += pj * {load}(vr);
@@ -79,10 +116,10 @@ static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restri
         a2 += pj * {load}(vr + 2 * W);
         a3 += pj * {load}(vr + 3 * W);
       }}
-      *(V*)(og + c) = a0;
-      *(V*)(og + c + W) = a1;
-      *(V*)(og + c + 2 * W) = a2;
-      *(V*)(og + c + 3 * W) = a3;
+      *(V*)(og + c) = a0 + b0;
+      *(V*)(og + c + W) = a1 + b1;
+      *(V*)(og + c + 2 * W) = a2 + b2;
+      *(V*)(og + c + 3 * W) = a3 + b3;
     }}
     for (; c + W <= Ev; c += W) {{
       V a = *(V*)(og + c);
@@ -131,54 +168,113 @@ static inline void {name}_softmax(float* restrict s, int64_t nk, int64_t G, floa
 }}
 """
 
+_THREADS = """\
+/* the threads that share the keys: the caller's team when it is not in a parallel region
+   already, at most one per PARALLEL_ROWS rows (a head's key at a position) and per block */
+static inline int {name}_threads(int64_t rows, int64_t blocks) {{
+#ifdef _OPENMP
+  if (omp_in_parallel()) return 1;
+  int64_t t = omp_get_max_threads();
+  if (rows / PARALLEL_ROWS < t) t = rows / PARALLEL_ROWS;
+  if (blocks < t) t = blocks;
+  return t < 1 ? 1 : (int)t;
+#else
+  (void)rows; (void)blocks;
+  return 1;
+#endif
+}}
+"""
+
 _BODY = """\
 static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* restrict v,{mask_param}{new_param}
-                   float* restrict out, int64_t G, int64_t S, int64_t E, int64_t Ev, int64_t q_hs, int64_t k_rs,
-                   int64_t v_rs, int64_t o_hs, int64_t m_hs, int64_t m_cs, float scale) {{
-  (void)m_hs; (void)m_cs;
+                   float* restrict out, int64_t H, int64_t g_count, int64_t S, int64_t e_dim, int64_t ev_dim,
+                   int64_t q_hs, int64_t k_hs, int64_t k_rs, int64_t v_hs, int64_t v_rs, int64_t o_hs, int64_t m_hs,
+                   int64_t m_cs, int64_t kn_hs, int64_t vn_hs, float scale) {{
+  (void)m_hs; (void)m_cs; (void)kn_hs; (void)vn_hs;
+  (void)g_count; (void)e_dim; (void)ev_dim;  /* the variant's: constants in its text */
   scale *= 1.44269504088896341f;  /* scores in base-2 units (log2 e folded into q) */
-  int64_t ep = (E + W - 1) / W * W, evp = (Ev + W - 1) / W * W;
-  float* scratch = {scratch}(sizeof(float) * (size_t)(G * (ep + BK + evp + 2)));
-  float *qs = scratch, *s = qs + G * ep, *o = s + G * BK, *m = o + G * evp, *l = m + G;
-  for (int64_t g = 0; g < G; ++g) {{
-    for (int64_t e = 0; e < ep; ++e) qs[g * ep + e] = e < E ? q[g * q_hs + e] * scale : 0.0f;
-    for (int64_t c = 0; c < evp; ++c) o[g * evp + c] = 0.0f;
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-  }}
-  int64_t cached = {cached};
-  for (int64_t j0 = 0; j0 < cached; j0 += BK) {{
-    int64_t nk = cached - j0 < BK ? cached - j0 : BK;
-    {name}_scores(qs, k + j0 * k_rs, v + j0 * v_rs, nk, k_rs, v_rs, G, E, ep, s);
-{mask_block}    {name}_softmax(s, nk, G, o, evp, m, l);
-    {name}_pv(s, v + j0 * v_rs, nk, v_rs, G, Ev, evp, o);
-  }}
-{appended}  for (int64_t g = 0; g < G; ++g) {{
-    float inv = l[g] == 0.0f ? 0.0f : 1.0f / l[g];  /* every key masked out: 0, as torch gives */
-    for (int64_t c = 0; c < Ev; ++c) out[g * o_hs + c] = o[g * evp + c] * inv;
+  int64_t Q = H * {G}, ep = ({E} + W - 1) / W * W, evp = ({Ev} + W - 1) / W * W;
+  int64_t part = Q * evp + (2 * Q + W - 1) / W * W;  /* whole vectors: every part aligned */
+  int64_t cached = {cached}, blocks = (cached + BK - 1) / BK;
+  int T = {name}_threads(H * cached, blocks);
+  /* the scaled queries, each thread's part (its heads' output, running maximum and sum) and
+     the first thread's scores; the others' scores in their own scratch */
+  float* scratch = {scratch}(sizeof(float) * (size_t)(Q * ep + T * part + {G} * BK));
+  float *qs = scratch, *parts = qs + Q * ep;
+  for (int64_t i = 0; i < Q; ++i)
+    for (int64_t e = 0; e < ep; ++e) qs[i * ep + e] = e < {E} ? q[i * q_hs + e] * scale : 0.0f;
+  #pragma omp parallel num_threads(T) if(T > 1)
+  {{
+#ifdef _OPENMP
+    int t = T > 1 ? omp_get_thread_num() : 0;
+#else
+    int t = 0;
+#endif
+    float* s = t == 0 ? parts + T * part : (float*){scratch}(sizeof(float) * (size_t)({G} * BK));
+    float *o = parts + t * part, *m = o + Q * evp, *l = m + Q;
+    for (int64_t i = 0; i < Q; ++i) {{
+      for (int64_t c = 0; c < evp; ++c) o[i * evp + c] = 0.0f;
+      m[i] = -INFINITY;
+      l[i] = 0.0f;
+    }}
+    /* the thread's blocks of keys, every head's in each before the next block: the heads' rows
+       of a block lie together in a position-major cache, so that the cache streams once */
+    int64_t start = blocks * t / T * BK;
+    int64_t end = blocks * (t + 1) / T * BK < cached ? blocks * (t + 1) / T * BK : cached;
+    for (int64_t h = 0; h < H; ++h)  /* the first block's rows, which no block before fetched */
+      {name}_fetch(k + h * k_hs + start * k_rs, v + h * v_hs + start * v_rs, end - start < BK ? end - start : BK,
+                   k_rs, v_rs, {E}, {Ev});
+    for (int64_t j0 = start; j0 < end; j0 += BK) {{
+      int64_t nk = end - j0 < BK ? end - j0 : BK;
+      for (int64_t h = 0; h < H; ++h) {{
+        const {kt}* vh = v + h * v_hs + j0 * v_rs;
+        float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
+        {name}_scores(qs + h * {G} * ep, k + h * k_hs + j0 * k_rs, vh, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
+{mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
+        {name}_pv(s, vh, nk, v_rs, {G}, {Ev}, evp, oh);
+      }}
+    }}
+{appended}  }}
+  /* the threads' parts merged: each rescaled to the largest maximum */
+  for (int64_t i = 0; i < Q; ++i) {{
+    float top = -INFINITY, sum = 0.0f;
+    for (int t = 0; t < T; ++t) top = parts[t * part + Q * evp + i] > top ? parts[t * part + Q * evp + i] : top;
+    float shift = top == -INFINITY ? 0.0f : top;
+    for (int64_t c = 0; c < {Ev}; ++c) out[i * o_hs + c] = 0.0f;
+    for (int t = 0; t < T; ++t) {{
+      const float* pt = parts + t * part;
+      float a = {exp2}((V){{0}} + (pt[Q * evp + i] - shift))[0];
+      sum += pt[Q * evp + Q + i] * a;
+      for (int64_t c = 0; c < {Ev}; ++c) out[i * o_hs + c] += pt[i * evp + c] * a;
+    }}
+    float inv = sum == 0.0f ? 0.0f : 1.0f / sum;  /* every key masked out: 0, as torch gives */
+    for (int64_t c = 0; c < {Ev}; ++c) out[i * o_hs + c] *= inv;
   }}
 }}
 """
 
 _APPENDED = """\
-  {{  /* the step's own key and value (float32), a block of one key */
-    int64_t j0 = S - 1, nk = 1;
-    {name}_scores_new(qs, k_new, v_new, 1, 0, 0, G, E, ep, s);
-{mask_block}    {name}_softmax(s, nk, G, o, evp, m, l);
-    {name}_pv_new(s, v_new, 1, 0, G, Ev, evp, o);
-  }}
+    if (t == T - 1)  /* the step's own key and value (float32), a block of one key, the last thread's */
+      for (int64_t h = 0; h < H; ++h) {{
+        int64_t j0 = S - 1, nk = 1;
+        float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
+        {name}_scores_new(qs + h * {G} * ep, k_new + h * kn_hs, v_new + h * vn_hs, 1, 0, 0, {G}, {E}, {Ev}, ep, s);
+{mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
+        {name}_pv_new(s, v_new + h * vn_hs, 1, 0, {G}, {Ev}, evp, oh);
+      }}
 """
 
-_MASK_BLOCKS = {
+_MASK_BLOCKS = {  # (head h's query g is query head h * G + g)
     "none": "",
     "bool": """\
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t j = 0; j < nk; ++j)
-        if (!mask[g * m_hs + (j0 + j) * m_cs]) s[g * BK + j] = -INFINITY;
+        for (int64_t g = 0; g < {G}; ++g)
+          for (int64_t j = 0; j < nk; ++j)
+            if (!mask[(h * {G} + g) * m_hs + (j0 + j) * m_cs]) s[g * BK + j] = -INFINITY;
 """,
     "additive": """\
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t j = 0; j < nk; ++j) s[g * BK + j] += mask[g * m_hs + (j0 + j) * m_cs] * 1.44269504088896341f;
+        for (int64_t g = 0; g < {G}; ++g)
+          for (int64_t j = 0; j < nk; ++j)
+            s[g * BK + j] += mask[(h * {G} + g) * m_hs + (j0 + j) * m_cs] * 1.44269504088896341f;
 """,
 }
 
@@ -211,16 +307,22 @@ def _row_scale(lib: CPrelude) -> str:
         f"static inline float {name}(const int8_t* p) {{ float s; __builtin_memcpy(&s, p, 4); return s; }}"))
 
 
-def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bool = False) -> str:
+def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[int, int, int],
+                     appended: bool = False) -> str:
     """The name of the routine's C function for this variant (`ember_attention_decode_<mask>_<kv>
-    [_appended]`), for vectors of `lanes` float32 lanes, written into the prelude the first time."""
-    name = f"ember_attention_decode_{mask}_{kv}{'_appended' if appended else ''}"
+    [_appended]_<E>_<Ev>_<G>`), for vectors of `lanes` float32 lanes and `dims` (E, Ev, G) written
+    into its text as constants, written into the prelude the first time. (Constants, not the
+    scalars: the threads' region reads its variables through the struct OpenMP passes it, where
+    GCC propagates no constant, and the loops over E and Ev and the G heads unknown ran 40%
+    slower: GPT-2's 12 heads over 991 positions of an int8 cache, in L2.)"""
+    e_dim, ev_dim, groups = dims
+    name = f"ember_attention_decode_{mask}_{kv}{'_appended' if appended else ''}_{e_dim}_{ev_dim}_{groups}"
 
     def make() -> str:
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="")
+        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
             loads = f"#define LOADK(p) {lib.bf16_widen(lanes)}(({b})(*(const {bu}*)(p)))\n"
@@ -231,26 +333,28 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, appended: bo
             loads = f"#define LOADK(p) __builtin_convertvector({widen}(*(const {b}*)(p)), V)\n"
             scale = _row_scale(lib)
             typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
-                         vscale=f" * {scale}(v + j * v_rs + Ev)")
+                         vscale=f" * {scale}(v + j * v_rs + Ev)", vscale1=f" * {scale}(v + (j + 1) * v_rs + Ev)",
+                         extra=f" + {SCALE_BYTES}")
         else:
             loads, typed = "", f32
-        mask_block = _MASK_BLOCKS[mask]
+        mask_block = _MASK_BLOCKS[mask].format(G=groups)
         text = _TYPED.format(name=name, suffix="", **typed, **helpers)
         if appended:
             text += _TYPED.format(name=name, suffix="_new", **f32, **helpers)
-        text += _SOFTMAX.format(name=name, **helpers)
+        text += _SOFTMAX.format(name=name, **helpers) + _THREADS.format(name=name)
+        consts = dict(name=name, mask_block=mask_block, G=groups, E=e_dim, Ev=ev_dim)
         text += _BODY.format(
-            name=name, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib), cached="S - 1" if appended else "S",
+            **helpers, **consts, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib),
+            cached="S - 1" if appended else "S",
             mask_param={"none": "", "bool": " const uint8_t* restrict mask,",
                         "additive": " const float* restrict mask,"}[mask],
             new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",
-            mask_block=mask_block,
-            appended=_APPENDED.format(name=name, mask_block=mask_block) if appended else "")
-        return (f"#define V {v}\n#define M {m}\n#define BK {KEYS}\n#define W {lanes}\n#define PREFETCH {PREFETCH}\n"
-                f"#define SPAN {SPAN}\n"
+            appended=_APPENDED.format(**consts) if appended else "")
+        return (f"#define V {v}\n#define M {m}\n#define BK {KEYS}\n#define W {lanes}\n#define AHEAD {AHEAD}\n"
+                f"#define PARALLEL_ROWS {PARALLEL_ROWS}\n"
                 f"#define LOADF(p) ((V)(*(const {u}*)(p)))\n{loads}"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{text}"
-                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef PREFETCH\n#undef SPAN\n#undef LOADF\n#undef LOADK\n"
-                "#undef SEL")
+                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef AHEAD\n#undef PARALLEL_ROWS\n#undef LOADF\n"
+                "#undef LOADK\n#undef SEL")
 
     return lib._helper(name, make)

@@ -48,7 +48,8 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
     if routine == ATTENTION:
         return c_attention(lib, params["mask"], params["causal"], params["lanes"], params.get("appended", False))
     if routine == ATTENTION_DECODE:
-        return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params.get("appended", False))
+        return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params["dims"],
+                                  params.get("appended", False))
     if routine == GEMM_NBITS and params.get("act") == "int8_groups":
         return c_gemv_int4_vnni(lib, params["group"], params["offsets"], params["bias"])
     if routine == GEMM_NBITS:
@@ -114,32 +115,34 @@ def _attention(params: dict, reads, writes, scalars) -> None:
 
 
 def _attention_decode(params: dict, reads, writes, scalars) -> None:
-    """The decode attention routine on flat arrays: each of the G heads' one query as the
-    attention routine computes a row (float64 softmax, rounded to float32 once); an int8 cache's
-    rows dequantized (ember.tir.kv_int8)."""
-    g_count, s, e, ev, q_hs, k_rs, v_rs, o_hs, m_hs, m_cs = (int(x) for x in scalars[:10])
+    """The decode attention routine on flat arrays: each key/value head's G query heads' one
+    query as the attention routine computes a row (float64 softmax, rounded to float32 once); an
+    int8 cache's rows dequantized (ember.tir.kv_int8)."""
+    h_count, g_count, s, e, ev, q_hs, k_hs, k_rs, v_hs, v_rs, o_hs, m_hs, m_cs, kn_hs, vn_hs = \
+        (int(x) for x in scalars[:15])
     (q, q_off), (k, k_off), (v, v_off) = reads[:3]
     (out, o_off), = writes
     cached = np.arange(s - 1 if params.get("appended") else s)[:, None]
     row = SCALE_BYTES if params["kv"] == "int8" else 0  # an int8 row's scale, after its codes
-    kb, vb = ((dequantize_rows if row else np.asarray)(x[off + cached * rs + np.arange(n + row)[None, :]]).astype(
-        np.float64) for x, off, rs, n in ((k, k_off, k_rs, e), (v, v_off, v_rs, ev)))
-    if params.get("appended"):
-        (kn, kn_off), (vn, vn_off) = reads[-2:]
-        kb = np.concatenate([kb, kn[kn_off:kn_off + e][None].astype(np.float64)])
-        vb = np.concatenate([vb, vn[vn_off:vn_off + ev][None].astype(np.float64)])
-    heads = np.arange(g_count)[:, None]
-    scores = q[q_off + heads * q_hs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scalars[10]) @ kb.T
-    if params["mask"] != "none":
-        mask, m_off = reads[3]
-        m = mask[m_off + heads * m_hs + np.arange(s)[None, :] * m_cs]
-        scores = np.where(m.astype(bool), scores, -np.inf) if params["mask"] == "bool" else scores + m
-    with np.errstate(invalid="ignore", divide="ignore"):
-        top = scores.max(axis=1, keepdims=True)
-        w = np.exp(scores - np.where(np.isneginf(top), 0, top))
-        total = w.sum(axis=1, keepdims=True)
-        result = np.where(total == 0, 0, (w @ vb) / total)
-    out[o_off + heads * o_hs + np.arange(ev)[None, :]] = result.astype(out.dtype)
+    for h in range(h_count):
+        kb, vb = ((dequantize_rows if row else np.asarray)(x[off + cached * rs + np.arange(n + row)[None, :]]).astype(
+            np.float64) for x, off, rs, n in ((k, k_off + h * k_hs, k_rs, e), (v, v_off + h * v_hs, v_rs, ev)))
+        if params.get("appended"):
+            (kn, kn_off), (vn, vn_off) = reads[-2:]
+            kb = np.concatenate([kb, kn[kn_off + h * kn_hs:][:e][None].astype(np.float64)])
+            vb = np.concatenate([vb, vn[vn_off + h * vn_hs:][:ev][None].astype(np.float64)])
+        heads = h * g_count + np.arange(g_count)[:, None]  # the query heads of key/value head h
+        scores = q[q_off + heads * q_hs + np.arange(e)[None, :]].astype(np.float64) * np.float32(scalars[15]) @ kb.T
+        if params["mask"] != "none":
+            mask, m_off = reads[3]
+            m = mask[m_off + heads * m_hs + np.arange(s)[None, :] * m_cs]
+            scores = np.where(m.astype(bool), scores, -np.inf) if params["mask"] == "bool" else scores + m
+        with np.errstate(invalid="ignore", divide="ignore"):
+            top = scores.max(axis=1, keepdims=True)
+            w = np.exp(scores - np.where(np.isneginf(top), 0, top))
+            total = w.sum(axis=1, keepdims=True)
+            result = np.where(total == 0, 0, (w @ vb) / total)
+        out[o_off + heads * o_hs + np.arange(ev)[None, :]] = result.astype(out.dtype)
 
 
 def _gemm_nbits(params: dict, reads, writes, scalars) -> None:

@@ -41,8 +41,10 @@ the operands where they are: the scores of one block of keys at a time in a regi
 online softmax (running maximum and sum, the output rescaled as the maximum grows), and p v
 accumulated in registers. No row of scores outlives its block of keys, and nothing of size
 L x S reaches memory. One query (a decode step: L = 1, not causal) takes the decode routine
-instead, one call per (batch..., key/value head) computing the query heads of its group, so
-that each call reads its keys and values once (ember.codegen.c_attention_decode); it also reads
+instead, one call per batch element computing every head (each key/value head's group of query
+heads), a block of keys at a time, so that the keys and values are read once and a
+position-major cache streams once; the call shares its keys among the threads itself
+(ember.codegen.c_attention_decode); it also reads
 a bfloat16 cache (with float32 k_new and v_new), which more queries read in the staged compute,
 and an int8 one, which only it reads.
 
@@ -60,7 +62,8 @@ import numpy as np
 from .. import dims, te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import Var, as_int, cast, const, min_
+from ..tir.arith import simplify
+from ..tir.expr import Var, as_int, cast, const, convert, min_
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
 from ..tir.routines import ATTENTION, ATTENTION_DECODE, ATTENTION_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
@@ -306,7 +309,7 @@ def _strides(shape) -> list:
 
 def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
     """The fused kernel (see the module doc): the attention routine per block of queries, or
-    (`decode`: one query) the decode routine per key/value head and its group of query heads."""
+    (`decode`: one query) the decode routine per batch element, every head in one call."""
     bshd = attrs["layout"] == "bshd"
     count, *firsts = attrs.get("heads") or (None, 0, 0, 0)
     qs, ks, vs = (_swap(x.shape if count is None else x.shape[:-2] + (count, x.shape[-1]), bshd) for x in (q, k, v))
@@ -318,8 +321,9 @@ def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
     groups = kv_groups(qs, ks, vs, attrs)
     out_shape = te_shape(out_types[0], [q, k, v] + ([mask] if mask is not None else []) + list(new or []))
     batch = list(_swap(out_shape, bshd)[:-2])
-    if decode and groups > 1:
-        batch[-1] = batch[-1] // groups  # a call per key/value head computes its group's query heads
+    heads = convert(batch[-1] if batch else 1)
+    if decode and batch:
+        batch[-1] = 1  # one call computes every head, a block of keys at a time
     rows = as_int(l_dim)
     blocks = const(1) if decode else const(-(-rows // ATTENTION_ROWS)) if rows is not None else \
         (l_dim + (ATTENTION_ROWS - 1)) // ATTENTION_ROWS
@@ -377,11 +381,17 @@ def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
         scale_c = const(float(scale), "float32")
         appended = (("appended", True),) if new is not None else ()
         if decode:
-            head = lambda st: st[-3] if len(st) >= 3 and groups > 1 else const(0)  # noqa: E731
-            call = CallRoutine(ATTENTION_DECODE, (("mask", kind), ("kv", kb.dtype), ("lanes", attrs["lanes"]))
-                               + appended, tuple(reads), (Pointer(out, o_off),),
-                               (const(groups), s_dim, const(e_dim), const(ev_dim), head(q_st), k_st[-2], v_st[-2],
-                                head(o_st), m_hs, m_cs, scale_c))
+            def head(st, shape):  # the heads' stride, 0 where they broadcast
+                return st[-3] if len(st) >= 3 and as_int(shape[-3]) != 1 else const(0)
+
+            kn_hs = vn_hs = const(0)
+            if new is not None:
+                kn_hs, vn_hs = (head(_swap(_strides(b.shape), bshd), _swap(b.shape, bshd)) for b in bufs[-2:])
+            params = (("mask", kind), ("kv", kb.dtype), ("lanes", attrs["lanes"]), ("dims", (e_dim, ev_dim, groups)))
+            call = CallRoutine(ATTENTION_DECODE, params + appended, tuple(reads), (Pointer(out, o_off),),
+                               (heads // groups, const(groups), s_dim, const(e_dim), const(ev_dim), head(q_st, qs),
+                                head(k_st, ks), k_st[-2], head(v_st, vs), v_st[-2],
+                                head(o_st, _swap(out.shape, bshd)), m_hs, m_cs, kn_hs, vn_hs, scale_c))
         else:
             call = CallRoutine(ATTENTION, (("mask", kind), ("causal", bool(attrs["causal"])),
                                            ("lanes", attrs["lanes"])) + appended, tuple(reads), (Pointer(out, o_off),),
@@ -390,7 +400,10 @@ def _fused(q, k, v, mask, attrs, out_types, new=None, decode: bool = False):
         total = blocks
         for d in batch:
             total = total * d
-        return For(t, const(0), total, "parallel", call)
+        # one decode call shares its keys among the threads itself: the loop over the batch is
+        # parallel only where it has more than one call (a call inside runs on its thread alone)
+        loop = "serial" if decode and as_int(simplify(total)) == 1 else "parallel"
+        return For(t, const(0), total, loop, call)
 
     return te.extern([(out_shape, q.dtype)], ins, build, name="attention")[0]
 

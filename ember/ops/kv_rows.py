@@ -14,6 +14,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir.expr import const, reinterpret
 from ..tir.kv_int8 import SCALE_BYTES, quantize_rows
+from .hints import by_rows
 from .reduction import reduce_over
 from .registry import OpDef, OpTypeError, register
 
@@ -52,7 +53,8 @@ def _compute(inputs, attrs, out_types):
     def element(*i):
         return te.if_then_else(i[-1] < e, code(i), scale_byte(i))
 
-    return [te.compute(tuple(x.shape[:-1]) + (e + SCALE_BYTES,), element, name="out")]
+    return [te.compute(tuple(x.shape[:-1]) + (e + SCALE_BYTES,), element, name="out",
+                       attrs=by_rows(range(last), (last,)))]
 
 
 register(OpDef(

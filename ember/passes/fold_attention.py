@@ -27,7 +27,8 @@ attention this pass makes:
         or a float one of zeros there and -inf (or <= -1e30) above (the dynamo ONNX exporter's)
     scaled_dot_product_attention(q, k, v, mask)  -> scaled_dot_product_attention(q, k, v)
         where mask is a constant bool of all True, or a constant float of all zeros (BERT's, with
-        no padding)
+        no padding), or a bool made of positions that keeps every key (ember.passes.position_masks:
+        torch's trace of a transformers decode step, arange(past + 1) <= past + arange(1))
 
 so that the kernel computes the causal mask from the indices (and skips the keys above the
 diagonal) instead of reading a mask. kT is the keys with their last two axes swapped; when a transpose made it, T is
@@ -43,7 +44,7 @@ import numpy as np
 from ..graph.core import Graph, Node, Value
 from ..ops.attention import SDPA
 from ..ops.registry import OpTypeError, infer_types
-from .position_masks import CAUSAL, kept_keys
+from .position_masks import ALL, CAUSAL, kept_keys
 from .rewrite import Rewriter, rebuild
 
 
@@ -55,7 +56,7 @@ def fold_attention(graph: Graph) -> Graph:
     for v in graph.outputs:
         uses[v] = uses.get(v, 0) + 1
     if not any((n.op == "matmul" and n.inputs[0].node is not None and n.inputs[0].node.op in ("softmax", "where"))
-               or (n.op == SDPA and len(n.inputs) == 4 and graph.is_constant(n.inputs[3])) for n in graph.nodes):
+               or (n.op == SDPA and len(n.inputs) == 4) for n in graph.nodes):
         return graph  # nothing to fold: the graph itself (the pipeline reports it unchanged)
     return rebuild(graph, lambda rw, node, inputs: _folded(rw, node, uses) or _plain_mask(rw, node, inputs))
 
@@ -70,11 +71,27 @@ def _folded(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | N
 
 
 def _plain_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    """The attention without its constant mask (see _without_mask), or None."""
+    """The attention without its mask (see _without_mask and _without_position_mask), or None."""
     if node.op != SDPA:
         return None
-    found = _without_mask(rw, inputs, node.attrs)
+    found = _without_mask(rw, inputs, node.attrs) or _without_position_mask(rw, node, inputs)
     return None if found is None else rw.emit(SDPA, *found, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def _without_position_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> tuple[list[Value], dict] | None:
+    """(q, k, v; attributes) of the attention `node` without its bool mask where the mask is made
+    of positions (ember.passes.position_masks) and keeps every key, or exactly the causal ones of
+    as many queries as keys: torch's trace of transformers' decode step passes
+    arange(past + 1) <= past + arange(1), every key, to every attention, read from memory and
+    applied at every step; else None."""
+    if len(inputs) != 4 or inputs[3].type.dtype != "bool":
+        return None
+    kept = kept_keys(node.inputs[3], rw.old.constants)
+    if kept == ALL:
+        return inputs[:3], dict(node.attrs)
+    if kept == CAUSAL:
+        return inputs[:3], {**node.attrs, "causal": True}
+    return None
 
 
 def _without_mask(rw: Rewriter, inputs: list[Value], attrs) -> tuple[list[Value], dict] | None:

@@ -3,14 +3,18 @@ symbolic (torch.onnx's dynamo exporter on transformers' masks): which keys such 
 read from how it is made, so that fold_attention drops it as it drops a constant mask.
 
     less_equal(arange(n), size(past))   n - 1 <= past: every key (a decode step's mask over the
-                                        cache and its own position)
+                                        cache and its own position; also past + c for constant
+                                        c >= 0, the positions as torch's trace of transformers
+                                        writes them: cache_position = past + arange(1))
     less_equal(cols, rows)              cols and rows one arange(n) on the last axis and the one
                                         before it: key j for query i when j <= i (a prefill's;
                                         also as less_equal(sub(cols, rows), 0), onnxscript's
                                         causal attention)
 
-each of its operands under unsqueezes and reshapes that only add unit axes. A mask read this way
-needs no constant: the kernel knows it from the indices (causal) or it says nothing at all.
+each of its operands under unsqueezes and reshapes that only add unit axes, the mask itself under
+an expand that leaves its last two axes (torch's attention mask broadcast to the batch). A mask
+read this way needs no constant: the kernel knows it from the indices (causal) or it says nothing
+at all.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
     """ALL when the bool `cond` is True everywhere, CAUSAL when it keeps key j (its last axis)
     for query i (the axis before) exactly when j <= i; None when its making says neither.
     `constants`: the graph's (less_equal(sub(cols, rows), 0) is less_equal(cols, rows))."""
+    while cond.node is not None and cond.node.op == "expand" and \
+            cond.type.shape[-2:] == cond.node.inputs[0].type.shape[-2:]:
+        cond = cond.node.inputs[0]
     n = cond.node
     if n is None or n.op != "less_equal" or cond.type.rank < 2:
         return None
@@ -36,12 +43,14 @@ def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
     zero = constants.get(b.name) if b.node is None else None
     if a.node is not None and a.node.op == "sub" and zero is not None and zero.size == 1 and not zero.any():
         a, b = a.node.inputs
-    cols, rows = _unit_axes_of(a), _unit_axes_of(b)
+    (cols, (_, col_most)), (rows, (row_least, _)) = _shifted(a, constants), _shifted(b, constants)
     if cols is None or rows is None or not _counts(cols):
         return None
     length = cols.node.attrs["length"]
-    if rows.node.op == "size" and _at_most(dims.add(length, -1), rows.node.attrs["dim"]):
+    if rows.node.op == "size" and _at_most(dims.add(length, col_most - 1 - row_least), rows.node.attrs["dim"]):
         return ALL
+    if _unit_axes_of(a).node.op == "add" or _unit_axes_of(b).node.op == "add":
+        return None
     if _counts(rows) and rows.node.attrs["length"] == length and _from_right(a, length) == 1 \
             and _from_right(b, length) == 2:
         return CAUSAL
@@ -49,13 +58,29 @@ def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
 
 
 def _unit_axes_of(x: Value) -> Value | None:
-    """The arange or size that x is, under unsqueezes and reshapes that add or drop unit axes."""
+    """The arange, size or add that x is, under unsqueezes and reshapes that add or drop unit axes."""
     while x.node is not None and x.node.op in ("unsqueeze", "reshape"):
         source = x.node.inputs[0]
         if [d for d in x.type.shape if d != 1] != [d for d in source.type.shape if d != 1]:
             return None
         x = source
-    return x if x.node is not None and x.node.op in ("arange", "size") else None
+    return x if x.node is not None and x.node.op in ("arange", "size", "add") else None
+
+
+def _shifted(x: Value, constants: Mapping[str, np.ndarray]) -> tuple[Value | None, tuple[int, int]]:
+    """(y, (least, most)): x is the arange or size y (under unit axes) plus an integer constant
+    whose elements lie in [least, most] ((0, 0): none added), as torch's trace of transformers
+    writes positions (cache_position = past + arange(1), the keys' arange(n) + 0); y None where
+    x is neither."""
+    x = _unit_axes_of(x)
+    if x is None or x.node.op != "add":
+        return x, (0, 0)
+    for y, c in (x.node.inputs, x.node.inputs[::-1]):
+        data = constants.get(c.name) if c.node is None else None
+        y = _unit_axes_of(y)
+        if data is not None and data.size and data.dtype.kind in "iu" and y is not None and y.node.op != "add":
+            return y, (int(data.min()), int(data.max()))
+    return None, (0, 0)
 
 
 def _counts(x: Value) -> bool:
@@ -64,10 +89,10 @@ def _counts(x: Value) -> bool:
 
 
 def _at_most(a, b) -> bool:
-    """Whether dimension a <= dimension b: two sizes, or one expression of the symbols."""
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a <= b
-    return dims.canonical(a) == dims.canonical(b)
+    """Whether dimension a <= dimension b: b - a a constant at least 0 (two sizes, or two
+    expressions of the symbols that differ by a constant)."""
+    difference = dims.add(b, dims.mul(-1, a))
+    return isinstance(difference, int) and difference >= 0
 
 
 def _from_right(x: Value, length) -> int | None:

@@ -25,20 +25,26 @@ ATTENTION_ROWS = 32  # the most query rows one call takes (whole vectors of up t
 ATTENTION_MASKS = ("none", "bool", "additive")
 
 ATTENTION_DECODE = "attention_decode"
-"""attention_decode (params: mask as attention's, kv: "float32" | "bfloat16", the cache's type,
-lanes, appended: bool, absent when false): one query of each of the G query heads that share one
-key/value head (a decode step; grouped-query attention when G > 1), softmax(q k^T + mask) v, with
-an online softmax over blocks of keys, the keys and values read once for the G heads.
+"""attention_decode (params: mask as attention's, kv: "float32" | "bfloat16" | "int8", the cache's
+type, lanes, dims: (E, Ev, G), the scalars' that the C writes as constants, appended: bool, absent
+when false): one query of each of the H * G query heads, G of
+them over each of H key/value heads (a decode step; grouped-query attention when G > 1),
+softmax(q k^T + mask) v, with an online softmax over blocks of keys, every head's keys of a block
+before the next block, so that a position-major cache streams once; the routine shares the blocks
+among the caller's OpenMP threads itself (one per key range, merged at the end) unless it runs
+inside a parallel region already.
 
-    reads:   q     query head g's row at q + g * q_hs (float32; scaled by `scale`)
-             k     k[j, e] at k + j * k_rs + e (kv)
-             v     v[j, c] at v + j * v_rs + c (kv)
-             mask  (if any) head g's key j at mask + g * m_hs + j * m_cs
-             k_new, v_new  (if appended) key and value S - 1, float32, as attention's
-    writes:  out   head g's row at out + g * o_hs
-    scalars: G, S, E, Ev, q_hs, k_rs, v_rs, o_hs, m_hs, m_cs (int64), scale (float32)
+    reads:   q     query head i's row at q + i * q_hs (float32; scaled by `scale`)
+             k     key/value head h's k[j, e] at k + h * k_hs + j * k_rs + e (kv)
+             v     its v[j, c] at v + h * v_hs + j * v_rs + c (kv)
+             mask  (if any) query head i's key j at mask + i * m_hs + j * m_cs
+             k_new, v_new  (if appended) key and value S - 1 of head h, float32, at k_new + h * kn_hs
+                   and v_new + h * vn_hs
+    writes:  out   query head i's row at out + i * o_hs
+    scalars: H, G, S, E, Ev, q_hs, k_hs, k_rs, v_hs, v_rs, o_hs, m_hs, m_cs, kn_hs, vn_hs (int64),
+             scale (float32)
 
-A head whose keys are all masked out is 0 (torch's).
+Query head i = h * G + g reads key/value head h. A head whose keys are all masked out is 0 (torch's).
 """
 
 GEMM_NBITS = "gemm_nbits"

@@ -1,7 +1,7 @@
 """GPT-2 greedy decode with a KV cache (benchmarks/models/decode.py, the reduced config): the
 prefill and the step, each compiled once (the past length a symbol, the cache explicit tensors in
 and out), give torch's greedy tokens for 32 steps, and the step's logits and cache match torch's
-at every length tried."""
+at every length tried, its attentions reading no mask (torch's of every key dropped)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from benchmarks.models.decode import (  # noqa: E402
     hf_generate,
     torch_generate,
 )
+from ember.ops.attention import SDPA  # noqa: E402
 
 PROMPT, MAX_LEN = 8, 64
 
@@ -46,6 +47,10 @@ def test_greedy_tokens_match_torch(decoder):
 def test_the_step_matches_torch_at_every_length(decoder):
     model, _, step = decoder
     assert step.spec.ranges == {"past": (1, MAX_LEN - 1)}
+    # torch's trace passes every attention arange(past + 1) <= past + arange(1), every key: dropped
+    attentions = [n for n in step.graph.nodes if n.op == SDPA]
+    assert len(attentions) == model.config.n_layer
+    assert all(len(n.inputs) == (5 if n.attrs["appended"] else 3) for n in attentions)
     assert [t.shape[2] for t in step.spec.outputs[1:]] == ["past + 1"] * 2 * model.config.n_layer
     for past in (1, 9, MAX_LEN - 1):
         ids = torch.randint(0, model.config.vocab_size, (1, 1))

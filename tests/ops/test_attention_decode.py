@@ -50,18 +50,21 @@ def test_masks_and_head_dims_against_torch(mask, dim):
     check_op(SDPA, [q, k, v, *extra], None, **TOL, targets=("c", "python"), torch_fn=sdpa)
 
 
-def test_grouped_heads_one_call_per_key_value_head():
-    """8 query heads over 2 key/value heads: 2 x 2 calls of 4 heads each, a per-head mask."""
+def test_grouped_heads_one_call_per_batch():
+    """8 query heads over 2 key/value heads, a per-head mask: one call per batch element computes
+    every head (a block of keys at a time), the loop over the batch parallel; a batch of one is
+    one call, its loop serial (the routine shares the keys among the threads itself)."""
     q, k, v, add = rand(2, 8, 1, 32), rand(2, 2, 77, 32), rand(2, 2, 77, 24), rand(2, 8, 1, 77)
     check_op(SDPA, [q, k, v, add], {"gqa": True}, **TOL, targets=("c", "python"),
              torch_fn=lambda *x: sdpa(*x, gqa=True))
-    types = [TensorType(x.shape) for x in (q, k, v)]
     attrs = {"gqa": True, "causal": False, "scale": None, "layout": "bhsd"}
-    s, args = node_kernel(SDPA, types, attrs, get(SDPA).infer(types, attrs))
-    body = s.to_prim_func(args).body
-    assert [c.routine for c in collect(body, lambda x: isinstance(x, CallRoutine))] == ["attention_decode"]
-    (loop,) = collect(body, lambda x: isinstance(x, For))
-    assert loop.kind == "parallel" and as_int(simplify(loop.extent)) == 2 * 2
+    for batch, kind in ((2, "parallel"), (1, "serial")):
+        types = [TensorType((batch,) + x.shape[1:]) for x in (q, k, v)]
+        s, args = node_kernel(SDPA, types, attrs, get(SDPA).infer(types, attrs))
+        body = s.to_prim_func(args).body
+        assert [c.routine for c in collect(body, lambda x: isinstance(x, CallRoutine))] == ["attention_decode"]
+        (loop,) = collect(body, lambda x: isinstance(x, For))
+        assert loop.kind == kind and as_int(simplify(loop.extent)) == batch
 
 
 @pytest.mark.parametrize("kv, dim", [("float32", 16), ("bfloat16", 16), ("int8", 16), ("int8", 40)])
@@ -101,3 +104,27 @@ def test_grouped_heads_must_divide():
         get(SDPA).infer([TensorType((1, 6, 1, 8)), TensorType((1, 4, 9, 8)), TensorType((1, 4, 9, 8))],
                         {"gqa": True, "causal": False, "scale": None, "layout": "bhsd"})
 
+
+
+def test_keys_shared_among_threads():
+    """2 key/value heads over 4500 positions: enough rows for two threads, each a half of the
+    keys of every head, their parts merged. Head 1 keeps only the first 1000 keys (the second
+    thread's part all masked out), head 2 none (0), as torch gives at one thread and at two."""
+    import ember
+    from ember.graph.core import Graph
+    from ember.ops.nodes import add_op
+
+    q, k, v = rand(1, 4, 1, 16), rand(1, 2, 4500, 16), rand(1, 2, 4500, 16)
+    keep = RNG.random((1, 4, 1, 4500)) < 0.8
+    keep[0, 1, 0, 1000:] = False
+    keep[0, 2] = False
+    g = Graph(name="decode")
+    ins = [g.add_input(n, TensorType(x.shape, x.dtype.name)) for n, x in zip("qkvm", (q, k, v, keep))]
+    (o,) = add_op(g, SDPA, ins, {"gqa": True})
+    g.set_outputs([o])
+    cm = ember.compile(g)
+    want = sdpa(*(torch.from_numpy(x) for x in (q, k, v, keep)), gqa=True).numpy()
+    for threads in (1, 2):
+        cm.num_threads = threads
+        np.testing.assert_allclose(cm(q, k, v, keep), want, **TOL)
+    assert not want[0, 2].any()

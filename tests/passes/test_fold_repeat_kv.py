@@ -41,7 +41,7 @@ def test_repeat_becomes_gqa_and_matches_torch():
     assert attn.attrs["gqa"] and [v.name for v in attn.inputs[1:]] == ["k", "v"]
     assert not {"expand", "reshape", "unsqueeze"} & {n.op for n in folded.nodes}
     cm = ember.compile(repeat_graph())
-    assert "ember_attention_decode_none_float32(" in cm.source  # one call per key/value head
+    assert "ember_attention_decode_none_float32_16_16_2(" in cm.source  # the key/value heads grouped
     q = RNG.uniform(-1, 1, (1, 4, 1, 16)).astype("float32")
     k, v = RNG.uniform(-1, 1, (2, 1, 2, 40, 16)).astype("float32")
     want = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), enable_gqa=True).numpy()

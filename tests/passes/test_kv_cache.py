@@ -44,7 +44,7 @@ def test_cache_inputs_become_bf16_and_are_read_in_registers():
     past = 40
     cm = ember.compile(step_graph(past), kv_cache="bf16")
     assert [s.dtype for s in cm.spec.inputs] == ["float32", "bfloat16", "bfloat16", "float32", "float32"]
-    assert "ember_attention_decode_none_bfloat16_appended(" in cm.source
+    assert "ember_attention_decode_none_bfloat16_appended_16_16_2(" in cm.source
     q = RNG.uniform(-1, 1, (1, 1, 4, 16)).astype("float32")
     kn, vn = RNG.uniform(-1, 1, (2, 1, 1, 2, 16)).astype("float32")
     k, v = RNG.uniform(-1, 1, (2, 1, past, 2, 16)).astype(ml_dtypes.bfloat16)
@@ -56,7 +56,7 @@ def test_cache_inputs_become_int8_rows_with_scales():
     past = 70
     cm = ember.compile(step_graph(past), kv_cache="int8")
     assert [(s.dtype, s.shape) for s in cm.spec.inputs[1:3]] == [("int8", (1, past, 2, 20))] * 2
-    assert "ember_attention_decode_none_int8_appended(" in cm.source
+    assert "ember_attention_decode_none_int8_appended_16_16_2(" in cm.source
     q = RNG.uniform(-1, 1, (1, 1, 4, 16)).astype("float32")
     kn, vn = RNG.uniform(-1, 1, (2, 1, 1, 2, 16)).astype("float32")
     k, v = RNG.uniform(-1, 1, (2, 1, past, 2, 16)).astype("float32")

@@ -1,9 +1,11 @@
 """Masks made of positions (ember/passes/position_masks.py): a decode step's arange against the
-cache's size keeps every key, a prefill's two aranges the causal triangle (also as onnxscript's
-causal attention writes it, which fold_attention then folds to the causal kernel), each judged
-from how it is made (the lengths symbolic, as an export writes them) and checked against the
-mask's values at a few lengths; the masks that differ from those (one position too many, an
-arange from 1, the triangle the other way) are left unread."""
+cache's size keeps every key (also as torch's trace of transformers writes it, constants added
+to both and the mask broadcast, which fold_attention then drops from the attention), a
+prefill's two aranges the causal triangle (also as onnxscript's causal attention writes it,
+which fold_attention then folds to the causal kernel), each judged from how it is made (the
+lengths symbolic, as an export writes them) and checked against the mask's values at a few
+lengths; the masks that differ from those (one position too many, an arange from 1, the
+triangle the other way, the size less one) are left unread."""
 
 from __future__ import annotations
 
@@ -20,16 +22,25 @@ from ember.passes.fold_attention import fold_attention
 from ember.passes.position_masks import ALL, CAUSAL, kept_keys
 
 
-def _decode_mask(past="past", extra: int = 0, start: int = 0) -> Graph:
-    """less_equal(arange(start, past + 1 + extra), size(past)) over (1, 1, 1, past + 1 + extra)."""
+def _decode_mask(past="past", extra: int = 0, start: int = 0, rows_plus=None, cols_plus=None,
+                 expand: bool = False) -> Graph:
+    """less_equal(arange(start, past + 1 + extra), size(past)) over (1, 1, 1, past + 1 + extra);
+    rows_plus and cols_plus: constants added to the size and the arange (torch's trace of
+    transformers: past + arange(1), arange(past + 1) + 0); expand: the mask broadcast to 2 heads."""
     g = Graph(name="decode_mask")
     cache = g.add_input("k", TensorType((1, past, 2, 4)))
     (ar,) = add_op(g, "arange", [], {"length": dims.add(past, 1 + extra), "start": start})
+    if cols_plus is not None:
+        (ar,) = add_op(g, "add", [ar, g.add_constant(np.array(cols_plus, np.int64), "cols_plus")])
     (cols,) = add_op(g, "unsqueeze", [ar], {"axes": (0, 1, 2)})
     bind = (("past", 0, 1),) if isinstance(past, str) else ()
     (n,) = add_op(g, "size", [cache], {"dim": past, "bind": bind})
+    if rows_plus is not None:
+        (n,) = add_op(g, "add", [g.add_constant(np.array(rows_plus, np.int64), "rows_plus"), n])
     (rows,) = add_op(g, "reshape", [n], {"shape": (1, 1, 1, 1)})
     g.outputs = add_op(g, "less_equal", [cols, rows])
+    if expand:
+        g.outputs = add_op(g, "expand", g.outputs, {"shape": (1, 2, 1, dims.add(past, 1 + extra))})
     return g
 
 
@@ -54,7 +65,11 @@ def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph 
                                                (_decode_mask, {"extra": 1}, None),
                                                (_decode_mask, {"start": 1}, None),
                                                (_prefill_mask, {"sub": True}, CAUSAL),
-                                               (_prefill_mask, {"swapped": True}, None)])
+                                               (_prefill_mask, {"swapped": True}, None),
+                                               (_decode_mask, {"rows_plus": [0], "cols_plus": 0, "expand": True}, ALL),
+                                               (_decode_mask, {"rows_plus": [-1]}, None),
+                                               (_decode_mask, {"rows_plus": [1], "cols_plus": 1}, ALL),
+                                               (_decode_mask, {"cols_plus": 1}, None)])
 def test_kept_keys_as_the_mask_computes(make, options, kind):
     g = make(**options)
     assert kept_keys(g.outputs[0], g.constants) == kind
@@ -86,3 +101,17 @@ def test_onnxscript_causal_attention_folds_to_the_causal_kernel():
     (attention,) = [n for n in out.nodes if n.op == "scaled_dot_product_attention"]
     assert attention.attrs["causal"] and len(attention.inputs) == 3
     check_same(g, out)
+
+
+def test_torch_decode_mask_is_dropped_from_the_attention():
+    """torch's trace of a transformers decode step passes arange(past + 1) + 0 <= past + arange(1)
+    (broadcast) to scaled_dot_product_attention: every key, dropped; one that keeps fewer stays."""
+    for rows_plus, dropped in (([0], True), ([-1], False)):
+        g = _decode_mask(rows_plus=rows_plus, cols_plus=0, expand=True)
+        (mask,) = g.outputs
+        q = g.add_input("q", TensorType((1, 2, 1, 4)))
+        kv = [g.add_input(x, TensorType((1, 2, dims.add("past", 1), 4))) for x in "ab"]
+        g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, *kv, mask]))
+        out = dce(fold_attention(g))
+        (attention,) = [n for n in out.nodes if n.op == "scaled_dot_product_attention"]
+        assert (len(attention.inputs) == 3) == dropped
