@@ -10,9 +10,10 @@ grad) where torch.export's trace records them: at torch's PreDispatch key, above
 composite (conv2d, batch_norm, linear, layer_norm) is one call, as in the undecomposed trace, and
 the importer and its converters take the graph as they take that trace (ember.frontend.torch.direct).
 
-The run is torch's own kernels on the real tensors, on one thread (ResNet-18 at batch 1: 0.03 s
-of CPU, 0.08 s wall; on two threads of the 2-core machine shared with other work, 0.2 to 0.9 s
-of CPU, the team's spin-waits; torch's thread count is the process's, set back after the run).
+The run is torch's own kernels on the real tensors, on torch's threads (ResNet-18 at batch 1:
+0.03 s of CPU on one thread; on two threads of the 2-core machine shared with other work, 0.2 to
+0.9 s of CPU, the team's spin-waits). torch's thread count is left alone: once a process has set
+it, torch's forward in a child forked after a parallel run hangs (libgomp's team is not reset).
 What it records is what the forward computes for these inputs, which holds for every input of
 these shapes where the forward's Python does not read a tensor's values. The recording refuses
 (NotRecorded, with the reason; the caller traces with torch.export instead, as before):
@@ -86,8 +87,7 @@ def record(model: torch.nn.Module, example_inputs: tuple) -> Recorded:
     """The ATen calls of one run of `model` on `example_inputs` (see the module's docstring)."""
     names = _input_names(model, example_inputs)
     with traces_lock():
-        training, threads = model.training, torch.get_num_threads()
-        torch.set_num_threads(1)  # (see the module's doc)
+        training = model.training
         try:
             return _record(model.eval(), example_inputs, names)
         except NotRecorded:
@@ -97,7 +97,6 @@ def record(model: torch.nn.Module, example_inputs: tuple) -> Recorded:
             raise NotRecorded(f"the eager run failed: {type(e).__name__}: {first}") from e
         finally:
             model.train(training)
-            torch.set_num_threads(threads)
 
 
 def _record(model: torch.nn.Module, example_inputs: tuple, names: list[str]) -> Recorded:
@@ -112,7 +111,10 @@ def _record(model: torch.nn.Module, example_inputs: tuple, names: list[str]) -> 
             weights[node.name] = (name, t)
             recorder.add(t, node, protected=True)
     for name, x in zip(names, example_inputs):
-        recorder.add(x, graph.placeholder(name), protected=True)
+        node = graph.placeholder(name)
+        if node.name != name and all(n.name != name for n in graph.nodes):
+            node.name = name  # (FX's names avoid Python's builtins, `input`; torch.export's keep the argument's)
+        recorder.add(x, node, protected=True)
     with torch.no_grad(), enable_python_dispatcher(), recorder:
         out = model(*example_inputs)
     graph.output(tuple(recorder.arg(x) if isinstance(x, torch.Tensor) else x for x in pytree.tree_leaves(out)))
