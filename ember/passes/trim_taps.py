@@ -48,7 +48,8 @@ def _live_taps(graph: Graph, node: Node) -> tuple[list[tuple[int, int]], tuple[i
     x, w = node.inputs[0], node.inputs[1]
     n = x.type.rank - 2
     spatial, outs = x.type.shape[2:], node.outputs[0].type.shape[2:]
-    if not graph.is_constant(w) or not all(isinstance(v, int) for v in (*spatial, *outs)):
+    if not graph.is_constant(w) or not all(isinstance(v, int) for v in (*spatial, *outs)) \
+            or node.attrs.get("w_block"):  # (weights packed, not OIHW: ember.passes.pack_weights)
         return None
     strides, pads_b, pads_e, dilations = window_attrs(node.op, node.attrs, n)
     kernel = graph.constants[w.name].shape[2:]
