@@ -30,21 +30,27 @@ if TYPE_CHECKING:
 
 ROWS = 8  # rows of the register tile: 16 int32 accumulators of 16 lanes
 
+_ABS_MAX = """\
+static inline float ember_abs_max(const float* restrict x, int64_t n) {
+  uint32_t bits = 0;  /* max |x| as the bits of |x| (ordered as the values are), which vectorizes */
+  for (int64_t k = 0; k < n; ++k) {
+    uint32_t b;
+    __builtin_memcpy(&b, x + k, 4);
+    b &= 0x7fffffffu;
+    bits = b > bits ? b : bits;
+  }
+  float top;
+  __builtin_memcpy(&top, &bits, 4);
+  return top;
+}"""
+
 _QUANTIZE = """\
 static void ember_quantize_rows(const float* restrict x, uint8_t* restrict xq, float* restrict meta, int64_t M,
                                 int64_t K, int64_t x_rs) {
   for (int64_t m = 0; m < M; ++m) {
     const float* restrict xr = x + m * x_rs;
     float* restrict mr = meta + m * (1 + K / 32);
-    uint32_t bits = 0;  /* max |x| as the bits of |x| (ordered as the values are), which vectorizes */
-    for (int64_t k = 0; k < K; ++k) {
-      uint32_t b;
-      __builtin_memcpy(&b, xr + k, 4);
-      b &= 0x7fffffffu;
-      bits = b > bits ? b : bits;
-    }
-    float top;
-    __builtin_memcpy(&top, &bits, 4);
+    float top = ember_abs_max(xr, K);
     float inv = top > 0.0f ? 127.0f / top : 0.0f;
     mr[0] = top > 0.0f ? top / 127.0f : 1.0f;
     for (int64_t k = 0; k < K; ++k) xq[m * K + k] = (uint8_t)((int32_t)nearbyintf(xr[k] * inv) + 128);
@@ -221,8 +227,15 @@ def epi8_indices(values) -> str:
     return ", ".join(str(v) for v in reversed(list(values)))
 
 
+def abs_max(lib: CPrelude) -> str:
+    """The name of the C function of max |x| over n floats (compared as their bits, which GCC
+    vectorizes), written into the prelude once: the row and group quantizations' scale."""
+    return lib._helper("ember_abs_max", lambda: _ABS_MAX)
+
+
 def quantize_rows(lib: CPrelude) -> str:
     """The name of the quantize_rows routine's C function, written into the prelude once."""
+    abs_max(lib)  # (before the function that calls it)
     return lib._helper("ember_quantize_rows", lambda: _QUANTIZE)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
-from .c_gemm_nbits_vnni import VNNI_INCLUDE, epi8_indices
+from .c_gemm_nbits_vnni import VNNI_INCLUDE, abs_max, epi8_indices
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -37,15 +37,7 @@ static void {name}(const float* restrict x, int8_t* restrict xq, float* restrict
     for (int64_t g = 0; g < K / G; ++g) {{
       const float* restrict xg = x + m * x_rs + g * G;
       int8_t* restrict qg = xq + m * K + g * G;
-      uint32_t bits = 0;  /* max |x| as the bits of |x| (ordered as the values are), which vectorizes */
-      for (int k = 0; k < G; ++k) {{
-        uint32_t b;
-        __builtin_memcpy(&b, xg + k, 4);
-        b &= 0x7fffffffu;
-        bits = b > bits ? b : bits;
-      }}
-      float top;
-      __builtin_memcpy(&top, &bits, 4);
+      float top = ember_abs_max(xg, G);
       float inv = top > 0.0f ? 127.0f / top : 0.0f;
       int32_t sum = 0;
       for (int k = 0; k < G; ++k) {{
@@ -135,6 +127,7 @@ def quantize_groups(lib: CPrelude, group: int) -> str:
     """The name of the quantize_groups routine's C function for this group size, written into
     the prelude once."""
     name = f"ember_quantize_groups_g{group}"
+    abs_max(lib)  # (before the function that calls it)
     return lib._helper(name, lambda: _QUANTIZE.format(name=name, group=group))
 
 
