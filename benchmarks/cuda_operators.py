@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_timing import timed  # noqa: E402
+from benchmarks.cuda_timing import operator_kernel, timed  # noqa: E402
 
 # operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
 # (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
@@ -36,22 +36,11 @@ def defaults(n: int, runs: int, rows: list) -> None:
     """The operators of DEFAULTS as the CUDA target schedules them by default, against torch."""
     import torch
 
-    import ember
-    from ember.graph.core import TensorType
-    from ember.ops.registry import infer_types
-    from ember.schedules.apply import node_kernel
-    from ember.target import Target
-
     torch.backends.cuda.matmul.allow_tf32 = False
     for op, shapes, dtype, attrs, torch_fn, memory_bound in DEFAULTS:
         name = f"default {op} {dtype}"
         try:
-            types = [TensorType(shape, dtype) for shape in shapes]
-            bound, outs = infer_types(op, types, attrs)
-            t0 = time.perf_counter()
-            s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
-            f = ember.build(s, args, target="cuda")
-            build_s = time.perf_counter() - t0
+            f, outs, build_s = operator_kernel(op, shapes, dtype, attrs)
             xs = [torch.randn(shape, device="cuda").to(getattr(torch, dtype)) for shape in shapes]
             ys = [torch.empty(tuple(int(d) for d in t.shape), device="cuda", dtype=getattr(torch, t.dtype))
                   for t in outs]
@@ -95,23 +84,12 @@ def products(n: int, runs: int, rows: list) -> None:
     torch (cuBLAS, cuDNN; TF32 off) on the same inputs; TFLOP/s of the products' 2 M N K."""
     import torch
 
-    import ember
-    from ember.graph.core import TensorType
-    from ember.ops.registry import infer_types
-    from ember.schedules.apply import node_kernel
-    from ember.target import Target
-
     torch.backends.cuda.matmul.allow_tf32 = False
     for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
         for dtype in dtypes:
             short = "fp16" if dtype == "float16" else "fp32"
             try:
-                types = [TensorType(shape, dtype) for shape in shapes]
-                bound, outs = infer_types(op, types, attrs)
-                t0 = time.perf_counter()
-                s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
-                f = ember.build(s, args, target="cuda")
-                build_s = time.perf_counter() - t0
+                f, outs, build_s = operator_kernel(op, shapes, dtype, attrs)
                 xs = [(torch.randn(shape, device="cuda") / shape[-1] ** 0.25).to(getattr(torch, dtype))
                       for shape in shapes]
                 y = torch.empty(tuple(int(d) for d in outs[0].shape), device="cuda", dtype=getattr(torch, dtype))
@@ -181,19 +159,7 @@ def symbolic(n: int, runs: int, rows: list) -> None:
     that size and cuBLAS (TF32 off); each checked against torch first."""
     import torch
 
-    import ember
     from ember.cuda.driver import device
-    from ember.graph.core import TensorType
-    from ember.ops.registry import infer_types
-    from ember.schedules.apply import node_kernel
-    from ember.target import Target
-
-    def kernel(op, shapes, attrs):
-        types = [TensorType(shape, "float32") for shape in shapes]
-        bound, outs = infer_types(op, types, attrs)
-        t0 = time.perf_counter()
-        s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
-        return ember.build(s, args, target="cuda"), time.perf_counter() - t0
 
     torch.backends.cuda.matmul.allow_tf32 = False
     device().activate()  # (`launch`, unlike a call, expects the context current)
@@ -203,7 +169,7 @@ def symbolic(n: int, runs: int, rows: list) -> None:
             continue
         name = name.replace("128x", "")
         try:
-            f, build_s = kernel(op, [("tokens", shapes[0][1]), *shapes[1:]], attrs)
+            f, _, build_s = operator_kernel(op, [("tokens", shapes[0][1]), *shapes[1:]], "float32", attrs)
             for tokens in (128, 384):
                 sized = [(tokens, shapes[0][1]), *shapes[1:]]
                 xs = [torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in sized]
@@ -215,7 +181,7 @@ def symbolic(n: int, runs: int, rows: list) -> None:
                 t = timed(lambda f=f, pointers=pointers, tokens=tokens: f.launch(pointers, stream, [tokens]), runs)
                 rows.append((f"{name} fp32, {tokens} tokens", f"ember symbolic grid {f.grid_of([tokens])}", t,
                              tflop / t, build_s))
-                static, static_s = kernel(op, sized, attrs)
+                static, _, static_s = operator_kernel(op, sized, "float32", attrs)
                 static(*xs, y)
                 torch.testing.assert_close(y, torch_fn(*xs), rtol=1e-4, atol=1e-4)
                 t = timed(lambda f=static, xs=xs, y=y: f(*xs, y), runs)

@@ -36,3 +36,17 @@ def build(make):
     s, args = make()
     f = ember.build(s, args, target="cuda")
     return f, time.perf_counter() - t0
+
+
+def operator_kernel(op: str, shapes, dtype: str, attrs: dict):
+    """The CUDA target's default kernel of `op` on inputs of `shapes` and `dtype` (a symbolic size
+    by its name), its output types and the seconds it took to schedule and compile."""
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.target import Target
+
+    types = [TensorType(shape, dtype) for shape in shapes]
+    bound, outs = infer_types(op, types, attrs)
+    f, build_s = build(lambda: node_kernel(op, types, bound, outs, target=Target("cuda")))
+    return f, outs, build_s

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -43,24 +42,9 @@ def _causal_attention(q, k, v):
     return scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def kernel(op: str, shapes, attrs):
-    """The CUDA target's default kernel of `op` on float16 inputs of `shapes`, and its build seconds."""
-    import ember
-    from ember.graph.core import TensorType
-    from ember.ops.registry import infer_types
-    from ember.schedules.apply import node_kernel
-    from ember.target import Target
-
-    types = [TensorType(shape, "float16") for shape in shapes]
-    bound, outs = infer_types(op, types, attrs)
-    t0 = time.perf_counter()
-    s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
-    return ember.build(s, args, target="cuda"), time.perf_counter() - t0
-
-
 def run(runs: int, counts: list[int]) -> list[tuple]:
     import torch
-    from cuda_timing import timed
+    from cuda_timing import operator_kernel, timed
 
     from ember.cuda.driver import device
 
@@ -69,7 +53,8 @@ def run(runs: int, counts: list[int]) -> list[tuple]:
     rows = []
     for name, (op, shapes, attrs, torch_fn, macs) in PRODUCTS.items():
         try:
-            f, build_s = kernel(op, [tuple("tokens" if d == "t" else d for d in s) for s in shapes], attrs)
+            symbolic = [tuple("tokens" if d == "t" else d for d in s) for s in shapes]
+            f, _, build_s = operator_kernel(op, symbolic, "float16", attrs)
             assert "wmma.mma.sync" in f.source, f"{name}: not on Tensor Cores"
             for tokens in counts:
                 sized = [tuple(tokens if d == "t" else d for d in s) for s in shapes]
@@ -83,7 +68,7 @@ def run(runs: int, counts: list[int]) -> list[tuple]:
                 label = f"{name}, {tokens} tokens"
                 t = timed(lambda f=f, p=pointers, n=tokens: f.launch(p, stream, [n]), runs)
                 rows.append((label, f"ember symbolic, grid {f.grid_of([tokens])}", t, tflop / t, build_s))
-                static, static_s = kernel(op, sized, attrs)
+                static, _, static_s = operator_kernel(op, sized, "float16", attrs)
                 static(*xs, y)
                 torch.testing.assert_close(y, expected, rtol=1e-2, atol=1e-2)
                 t = timed(lambda f=static, xs=xs, y=y: f(*xs, y), runs)
