@@ -208,8 +208,10 @@ def split_k(n: int, runs: int, rows: list) -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     for name, op, shapes, attrs, torch_fn, dtypes in PRODUCTS:
+        if "float32" not in dtypes or op != "gemm" or len(shapes[0]) != 2:
+            continue  # (a batched product's operands are 3-D)
         (M, K), (N, _) = shapes[0], shapes[1]
-        if "float32" not in dtypes or op != "gemm" or M != 128 or (splits := splits_for(1, M, N, K)) == 1:
+        if M != 128 or (splits := splits_for(1, M, N, K)) == 1:
             continue
         x, w, b = (torch.randn(shape, device="cuda") / shape[-1] ** 0.25 for shape in shapes)
         g = Graph()
