@@ -22,15 +22,13 @@ batch: the grid and the loop's key tiles are then counted from them, parameters 
 48 KiB, which `tile_rows` picks the tiles for).
 
 float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
-q k^T and p v (ember.ops.flash_attention_tc: a warp a block, wmma calls on tiles in shared
-memory, p rounded to the operands' type as the product reads it); other operands are loaded as
-floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
+q k^T and p v (ember.ops.flash_attention_tc: 4 warps of 16 queries a block, each warp's running
+max and sum in its lanes' registers and its output accumulator in wmma fragments for the whole
+loop over keys, p rounded to the operands' type as the product reads it); other operands are
+loaded as floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
 type. The statement is the kernel itself (a te.extern bound to blocks and threads), so the GPU
 family schedules nothing of it; only the CUDA target runs it (the interpreter with GPU semantics
 included).
-
-Not yet: the state in registers rather than shared memory (mma.sync fragments), more warps a
-block.
 """
 
 from __future__ import annotations
@@ -87,9 +85,9 @@ def _compute(inputs, attrs, out_types):
     tensor_cores = len({x.dtype for x in (q, k, v)}) == 1 and tc.fits(q.dtype, e, as_int(v.shape[-1]), SHARED_LIMIT)
 
     def build(bufs, outs):
-        kernel = tc.kernel if tensor_cores else _kernel
-        return kernel(*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0],
-                      float(scale), bool(attrs["causal"]))
+        args = (*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0], float(scale),
+                bool(attrs["causal"]))
+        return tc.kernel(*args, SHARED_LIMIT) if tensor_cores else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
 

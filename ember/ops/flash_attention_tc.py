@@ -1,21 +1,35 @@
 """flash_attention's kernel on Tensor Cores (ember.ops.flash_attention chooses it for float16 and
-bfloat16 operands whose head sizes are multiples of 16): the same recurrence, its two products
-as wmma calls (ember.intrinsics.wmma's SHARED_MMA, 16x16x16 tiles, fp32 accumulators in shared
-memory).
+bfloat16 operands whose head sizes are multiples of 16): the same recurrence, each warp's running
+state in registers, its two products as wmma calls (ember.intrinsics.wmma's warp_mma).
 
-A block is one warp: 32 queries, a thread per query for the softmax, the whole warp for each
-Tensor Core call. Per tile of 32 keys:
+A block is 4 warps over 64 queries, each warp 16 of them (one fragment's height). Per tile of
+`bn` keys (`key_tile`: 64, 32 or 16, the largest whose tiles fit the shared memory):
 
-    k^T, v tiles -> shared (half)          the threads copy them together (k transposed: wmma's
-                                           b is row-major)
-    scores = q k^T                         2 x 2 output tiles, e / 16 calls each, into zeroed fp32
-    per thread (its row): s = scores * scale (+ mask), causal and keys past S at -inf;
-        m' = max(m, max s); p = exp(s - m') -> shared (half); l = l exp(m - m') + sum p (of the
-        rounded p, which the product reads); acc row *= exp(m - m')
-    acc += p v                             2 x (ev / 16) output tiles, 2 calls each
+    k, v tiles -> shared (half)           the block's threads copy them together
+    per warp:
+      s = q k^T                           its 16 x bn scores in accumulator fragments (k read as
+                                          the product's transposed b: no transposed copy), stored
+                                          to the warp's own tile of shared memory
+      per row, two lanes (each half of the row's keys):
+        s * scale (+ mask), causal and keys past S at -inf
+        m' = max(m, max s); p = exp(s - m') -> the warp's p tile (half)
+        l = l exp(m - m') + sum p (of the rounded p, which the product reads)
+        exp(m - m') -> the row of the warp's factor tile (16 x 16)
+      o *= factors                        o's fragments scaled in registers (wmma_rows.scale_call)
+      o += p v                            into o's fragments
 
-The accumulator, the scores and the running max and sum are fp32 in shared memory; q, k, v and p
-are the operands' half type, as the Tensor Cores read them.
+Why the scores go through shared memory: wmma leaves the lanes' layout of a fragment to the
+compiler, so no lane knows which row an element of s is in, and a row's max and sum need the row.
+mma.sync's documented layout would keep s in registers too (a row's max two shuffles across the 4
+lanes holding it), at the price of per-shape register bookkeeping that the Tensor Core GEMM does
+not carry yet. The output accumulator needs no row of its own: its rescaling multiplies each
+fragment by a fragment loaded from the tile of factors, whose layout is the same (ember.
+intrinsics.wmma_rows). The running max and each lane's share of the sum live in the thread's
+registers for the whole loop; o in the warp's fragments. Each lane's half of a row sums its own
+share of l; the two shares are added once at the end.
+
+Causal: the tiles of keys past the block's last query are not visited. Rows past the queries'
+end read zeros and store nothing; keys past the end are zeros in the tiles and -inf in s.
 """
 
 from __future__ import annotations
@@ -24,124 +38,205 @@ import math
 
 from .. import te
 from ..intrinsics import wmma
+from ..intrinsics.wmma_rows import scale_call
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
-from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, Pointer, SeqStmt
+from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, SeqStmt
 from .gpu_loops import at, batch_index, ceil_div, extent, serial, threads
 
-T = 32  # queries and keys per tile: one warp
+WARPS = 4
+ROWS = wmma.TILE  # queries a warp: one fragment's height
+BLOCK_ROWS = WARPS * ROWS  # queries a block
+LANES = 32
 FLOAT = "float32"
+FRAGMENTS = "wmma.accumulator"  # the scope of a warp's fragments (ember.cuda.fragments)
+TILE = wmma.TILE
+
+
+def key_tile(e: int, ev: int, limit: int) -> int | None:
+    """Keys a tile: the largest of 64, 32, 16 whose tiles fit `limit` bytes; None where none does."""
+    return next((bn for bn in (64, 32, 16) if shared_bytes(e, ev, bn) <= limit), None)
 
 
 def fits(dtype: str, e: int, ev: int, limit: int) -> bool:
-    return dtype in wmma.DTYPES and e % wmma.TILE == 0 and ev % wmma.TILE == 0 and shared_bytes(e, ev) <= limit
+    return dtype in wmma.DTYPES and e % TILE == 0 and ev % TILE == 0 and key_tile(e, ev, limit) is not None
 
 
-def shared_bytes(e: int, ev: int) -> int:
-    """q, k^T, v and p in half precision; the scores, the accumulator, the max and the sum in fp32."""
-    return 2 * (T * e + e * T + T * ev + T * T) + 4 * (T * T + T * ev + 2 * T)
+def shared_bytes(e: int, ev: int, bn: int) -> int:
+    """The block's q, a tile of k and of v, and each warp's p in half precision; each warp's
+    scores and tile of row factors in fp32."""
+    return 2 * (BLOCK_ROWS * e + bn * e + bn * ev + WARPS * ROWS * bn) + 4 * WARPS * ROWS * (bn + TILE)
 
 
-def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
-    """The kernel's statement (flash_attention's te.extern)."""
+def _call(intrin, role: str, reads, writes, c_reads, c_writes, scalars, strides) -> CallRoutine:
+    """A tensorized call: `scalars` passed to C, then every pointer's strides for the interpreter."""
+    return CallRoutine(intrin.call(role).routine, (
+        ("intrin", intrin.name), ("role", role), ("c_reads", c_reads), ("c_writes", c_writes),
+        ("c_scalars", len(scalars))), tuple(reads), tuple(writes), tuple(const(x) for x in (*scalars, *strides)))
+
+
+def _zero(frag: Pointer, ldf: int) -> CallRoutine:
+    """A fragment set to zero (wmma's LOAD reset: its C call takes the fragment alone)."""
+    return CallRoutine(wmma.ZERO, (("intrin", wmma.LOAD.name), ("role", "reset"), ("c_reads", ()), ("c_writes", (1,)),
+                                   ("c_scalars", 0)), (frag,), (frag,), tuple(const(x) for x in (ldf, 1, ldf, 1)))
+
+
+def _store(frag: Pointer, ldf: int, out: Pointer, ldo: int) -> CallRoutine:
+    return _call(wmma.STORE, "body", (frag,), (out,), (0,), (1,), (ldo,), (ldf, 1, ldo, 1))
+
+
+def _mma(half: str, wn: int, b_layout: str, a: Pointer, lda: int, b: Pointer, ldb: int, c: Pointer) -> CallRoutine:
+    """c (16 x wn fragments) += a (16 x 16) @ b (16 x wn, or given as its (wn, 16) transpose)."""
+    intrin = wmma.warp_mma(half, ROWS, wn, b_layout)
+    return _call(intrin, "update", (a, b), (c,), (0, 1), (2,), (lda, ldb), (lda, 1, ldb, 1, wn, 1))
+
+
+def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool,
+           limit: int) -> For:
+    """The kernel's statement (flash_attention's te.extern), its tiles within `limit` bytes."""
     half = qb.dtype
     batch = [extent(d) for d in ob.shape[:-2]]  # (a symbolic batch: the grid per launch)
     length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
-    q_tile, kt_tile, v_tile, p_tile = (Buffer(n, (const(size),), half) for n, size in (
-        ("q_tile", T * e), ("kt_tile", e * T), ("v_tile", T * ev), ("p_tile", T * T)))
-    scores, acc = Buffer("scores", (const(T * T),), FLOAT), Buffer("acc", (const(T * ev),), FLOAT)
-    top, total = Buffer("top", (const(T),), FLOAT), Buffer("total", (const(T),), FLOAT)
-    running = Buffer("running", (const(2),), FLOAT)
+    bn = key_tile(e, ev, limit)
+    half_row, per_warp = bn // 2, ROWS * bn  # a lane's keys of a row; a warp's scores
+    q_tile, k_tile, v_tile, p_tile = (Buffer(n, (const(size),), half) for n, size in (
+        ("q_tile", BLOCK_ROWS * e), ("k_tile", bn * e), ("v_tile", bn * ev), ("p_tile", WARPS * per_warp)))
+    s_tile, f_tile = (Buffer(n, (const(WARPS * ROWS * cols),), FLOAT) for n, cols in (("s_tile", bn),
+                                                                                        ("f_tile", TILE)))
+    top, total = (Buffer(n, (const(1),), FLOAT, scope="local") for n in ("top", "total"))
+    s_frag, o_frag = (Buffer(n, (const(ROWS), const(cols)), FLOAT, scope=FRAGMENTS) for n, cols in (
+        ("s_frag", bn), ("o_frag", ev)))
+    running = Buffer("running", (const(3),), FLOAT)  # the new max, exp(m - m'), a p
     minus_inf, zero = const(-math.inf, FLOAT), const(0.0, FLOAT)
-    heads, tile, kt = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt"))
+    heads, tile, kt, kk = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt", "kk"))
     index = batch_index(heads, batch)
 
-    def row_of(tx):
-        return tile * T + tx
+    def warps(body_of):
+        return threads(body_of, WARPS, "threadIdx.y")  # (the lanes left to the Tensor Core calls)
 
-    def fill(buf, n, value):
-        return threads(lambda tx: serial("c", n // T, lambda c: BufferStore(buf, value, (c * T + tx,))), T)
+    def lanes(body_of):
+        """body_of(ty, tx): every thread, tx the lane of warp ty."""
+        return warps(lambda ty: threads(lambda tx: body_of(ty, tx), LANES))
 
-    load_q = threads(lambda tx: serial("d", e, lambda d: BufferStore(q_tile, select(
-        row_of(tx) < length, BufferLoad(qb, at(index, qb, binary("min", row_of(tx), convert(length - 1)), d), half),
-        const(0.0, half)), (tx * e + d,))), T)
+    def row_lanes(body_of):
+        """body_of(ty, r, h, row): lane tx holds half h of row r of warp ty's queries (row: the query)."""
+        return lanes(lambda ty, tx: body_of(ty, tx // 2, tx % 2, tile * BLOCK_ROWS + ty * ROWS + tx // 2))
 
-    def copy(key0):
-        """k^T and v's tiles, the threads a key each (keys past S are zeros)."""
-        def body(tx):
-            key = key0 + tx
-            inside, clamped = key < keys, binary("min", key, convert(keys - 1))
+    def copy(tile_buf, src, width, first, count, end):
+        """tile_buf[i * width + d] = src[first + i, d] for i < count (zeros past `end`), the block's
+        threads a strided share each."""
+        def body(ty, tx):
+            def step(c):
+                flat = c * (WARPS * LANES) + ty * LANES + tx
+                i = first + flat // width
+                clamped = binary("min", i, convert(end - 1))
+                value = select(i < end, BufferLoad(src, at(index, src, clamped, flat % width), half), const(0.0, half))
+                return BufferStore(tile_buf, value, (flat,))
+            return serial("c", count * width // (WARPS * LANES), step)
+        return lanes(body)
 
-            def element(src, d):
-                return select(inside, BufferLoad(src, at(index, src, clamped, d), half), const(0.0, half))
+    def scores(ty):
+        """The warp's 16 x bn scores q k^T in fragments, stored to its tile."""
+        return SeqStmt((
+            *(_zero(Pointer(s_frag, const(j * TILE)), bn) for j in range(bn // TILE)),
+            For(kk, const(0), const(e // TILE), "serial", _mma(
+                half, bn, "col", Pointer(q_tile, ty * ROWS * e + kk * TILE), e, Pointer(k_tile, kk * TILE),
+                e, Pointer(s_frag, const(0)))),
+            *(_store(Pointer(s_frag, const(j * TILE)), bn, Pointer(s_tile, ty * per_warp + j * TILE), bn)
+              for j in range(bn // TILE))))
 
-            return SeqStmt((serial("d", e, lambda d: BufferStore(kt_tile, element(kb, d), (d * T + tx,))),
-                            serial("d", ev, lambda d: BufferStore(v_tile, element(vb, d), (tx * ev + d,)))))
-        return threads(body, T)
-
-    def products(a, b, c, k, n, lda, ldb, ldc):
-        """c (T x n) += a (T x k) @ b (k x n), every 16x16 tile of c by the warp."""
-        mi, nj, kk = (Var(x, dt.INDEX_DTYPE) for x in ("mi", "nj", "kk"))
-        w = wmma.TILE
-        call = wmma.shared_mma_call(half, Pointer(a, (mi * lda + kk) * w), Pointer(b, (kk * ldb + nj) * w),
-                                    Pointer(c, (mi * ldc + nj) * w), lda, ldb, ldc)
-        loops = For(mi, const(0), const(T // w), "serial", For(nj, const(0), const(n // w), "serial", For(
-            kk, const(0), const(k // w), "serial", call)))
-        return threads(lambda ty: loops, 1, "threadIdx.y")  # the one warp (its lanes left to the calls)
+    def masked(ty, r, row, key0, col):
+        """Score `col` of row r of warp ty: s * scale (+ mask), -inf where causal, past S or past
+        the queries (the mask read at clamped indices: never out of bounds)."""
+        key = key0 + col
+        s = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT) * scale
+        keep = (key < keys) & (row < length)
+        if causal:
+            keep = keep & (key <= row)
+        if mb is not None:
+            m = BufferLoad(mb, at(index, mb, binary("min", row, convert(length - 1)),
+                                  binary("min", key, convert(keys - 1))), mb.dtype)
+            keep, s = (keep & m, s) if dt.is_bool(mb.dtype) else (keep, s + cast(FLOAT, m))
+        return select(keep, s, minus_inf)
 
     def softmax(key0):
-        def body(tx):
-            row = row_of(tx)
-
-            def masked(j):
-                key, s = key0 + j, BufferLoad(scores, (tx * T + j,), FLOAT) * scale
-                keep = (key < keys) & (row < length)
-                if causal:
-                    keep = keep & (key <= row)
-                if mb is None:
-                    return BufferStore(scores, select(keep, s, minus_inf), (tx * T + j,))
-                m = BufferLoad(mb, at(index, mb, row, key), mb.dtype)
-                value = select(m, s, minus_inf) if dt.is_bool(mb.dtype) else s + cast(FLOAT, m)
-                return IfThenElse(keep, BufferStore(scores, value, (tx * T + j,)),
-                                  BufferStore(scores, minus_inf, (tx * T + j,)))
-
-            s = lambda j: BufferLoad(scores, (tx * T + j,), FLOAT)  # noqa: E731
-            new_top, alpha = BufferLoad(running, (const(0),), FLOAT), BufferLoad(running, (const(1),), FLOAT)
+        """Each lane: the row's new max over all of its scores, then its half's p and share of l.
+        Nothing it reads from shared memory is written in the same phase (no barrier inside)."""
+        def body(ty, r, h, row):
+            held = lambda buf, i=0: BufferLoad(buf, (const(i),), FLOAT)  # noqa: E731
+            new_top, alpha, p = held(running), held(running, 1), held(running, 2)
             shift = select(binary("==", new_top, minus_inf), zero, new_top)  # every key so far masked out
-            p = lambda j: cast(FLOAT, BufferLoad(p_tile, (tx * T + j,), half))  # noqa: E731
+            own = ty * per_warp + r * bn + h * half_row
+
+            def element(j):
+                return SeqStmt((
+                    BufferStore(running, te.exp(masked(ty, r, row, key0, h * half_row + j) - shift), (const(2),)),
+                    BufferStore(p_tile, cast(half, p), (own + j,)),
+                    BufferStore(total, held(total) + cast(FLOAT, cast(half, p)), (const(0),))))  # (p as rounded)
+
             return Allocate(running, SeqStmt((
-                serial("j", T, masked),
-                BufferStore(running, BufferLoad(top, (tx,), FLOAT), (const(0),)),
-                serial("j", T, lambda j: BufferStore(running, binary("max", new_top, s(j)), (const(0),))),
-                BufferStore(running, te.exp(BufferLoad(top, (tx,), FLOAT) - shift), (const(1),)),
-                serial("j", T, lambda j: BufferStore(p_tile, cast(half, te.exp(s(j) - shift)), (tx * T + j,))),
-                BufferStore(total, BufferLoad(total, (tx,), FLOAT) * alpha, (tx,)),
-                serial("j", T, lambda j: BufferStore(total, BufferLoad(total, (tx,), FLOAT) + p(j), (tx,))),
-                serial("d", ev, lambda d: BufferStore(acc, BufferLoad(acc, (tx * ev + d,), FLOAT) * alpha,
-                                                      (tx * ev + d,))),
-                BufferStore(top, new_top, (tx,)))))
-        return threads(body, T)
+                BufferStore(running, held(top), (const(0),)),
+                serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(ty, r, row, key0, j)),
+                                                      (const(0),))),
+                BufferStore(running, te.exp(held(top) - shift), (const(1),)),
+                BufferStore(total, held(total) * alpha, (const(0),)),
+                serial("j", half_row, element),
+                serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (ty * ROWS * TILE + r * TILE
+                                                                             + h * (TILE // 2) + i,))),
+                BufferStore(top, new_top, (const(0),)))))
+        return row_lanes(body)
 
-    key_tiles = convert(ceil_div(keys, T))
-    if causal:  # the tiles up to the diagonal
-        key_tiles = binary("min", key_tiles, tile + 1)
+    def accumulate(ty):
+        """o *= the rows' factors; o += p v."""
+        return SeqStmt((
+            *(scale_call(Pointer(f_tile, ty * ROWS * TILE), TILE, Pointer(o_frag, const(j * TILE)), ev)
+              for j in range(ev // TILE)),
+            For(kk, const(0), const(bn // TILE), "serial", _mma(
+                half, ev, "row", Pointer(p_tile, ty * per_warp + kk * TILE), bn, Pointer(v_tile, kk * TILE * ev), ev,
+                Pointer(o_frag, const(0))))))
+
+    key_tiles = convert(ceil_div(keys, bn))
+    if causal:  # the tiles up to the block's last query
+        key_tiles = binary("min", key_tiles, (tile + 1) * (BLOCK_ROWS // bn))
     steps = For(kt, const(0), key_tiles, "serial", SeqStmt((
-        copy(kt * T), fill(scores, T * T, zero), products(q_tile, kt_tile, scores, e, T, e, T, T), softmax(kt * T),
-        products(p_tile, v_tile, acc, T, ev, T, ev, ev))))
+        copy(k_tile, kb, e, kt * bn, bn, keys), copy(v_tile, vb, ev, kt * bn, bn, keys),
+        warps(scores), softmax(kt * bn), warps(accumulate))))
 
-    def store(tx):
-        row, l = row_of(tx), BufferLoad(total, (tx,), FLOAT)
+    def partner(tx):  # the other lane of tx's row
+        return tx - tx % 2 + (1 - tx % 2)
 
-        def element(d):
-            value = select(binary("==", l, zero), zero, BufferLoad(acc, (tx * ev + d,), FLOAT) / l)
-            return BufferStore(ob, cast(ob.dtype, value), (*index, row, d))
+    # each lane's share of l, added to its partner's (the sum of a row is the same in both lanes)
+    shares = lanes(lambda ty, tx: BufferStore(f_tile, BufferLoad(total, (const(0),), FLOAT), (ty * ROWS * TILE + tx,)))
+    sums = lanes(lambda ty, tx: BufferStore(total, BufferLoad(f_tile, (ty * ROWS * TILE + tx,), FLOAT) + BufferLoad(
+        f_tile, (ty * ROWS * TILE + partner(tx),), FLOAT), (const(0),)))
 
-        return IfThenElse(row < length, serial("d", ev, element))
+    chunk = math.gcd(bn, ev)  # o's columns staged through the scores' tile at a time
 
-    init = threads(lambda tx: SeqStmt((BufferStore(top, minus_inf, (tx,)), BufferStore(total, zero, (tx,)))), T)
-    body = SeqStmt((load_q, init, fill(acc, T * ev, zero), steps, threads(store, T)))
-    for buf in (q_tile, kt_tile, v_tile, p_tile, scores, acc, top, total):
+    def out_chunk(c):
+        def element(ty, r, h, row):
+            l = BufferLoad(total, (const(0),), FLOAT)
+
+            def one(j):
+                col = h * (chunk // 2) + j
+                value = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT) / l
+                return BufferStore(ob, cast(ob.dtype, select(binary("==", l, zero), zero, value)),
+                                   (*index, row, c * chunk + col))  # every key masked out: 0
+
+            return IfThenElse(row < length, serial("j", chunk // 2, one))
+        stage = warps(lambda ty: SeqStmt(tuple(
+            _store(Pointer(o_frag, const(c * chunk + j * TILE)), ev, Pointer(s_tile, ty * per_warp + j * TILE), bn)
+            for j in range(chunk // TILE))))
+        return SeqStmt((stage, row_lanes(element)))
+
+    init = SeqStmt((
+        lanes(lambda ty, tx: SeqStmt((BufferStore(top, minus_inf, (const(0),)),
+                                      BufferStore(total, zero, (const(0),))))),
+        warps(lambda ty: SeqStmt(tuple(_zero(Pointer(o_frag, const(j * TILE)), ev) for j in range(ev // TILE))))))
+    body = SeqStmt((copy(q_tile, qb, e, tile * BLOCK_ROWS, BLOCK_ROWS, length), init, steps, shares, sums,
+                    *(out_chunk(c) for c in range(ev // chunk))))
+    for buf in (q_tile, k_tile, v_tile, p_tile, s_tile, f_tile, top, total, s_frag, o_frag):
         body = Allocate(buf, body)
-    tiles = For(tile, const(0), convert(ceil_div(length, T)), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
+    tiles = For(tile, const(0), convert(ceil_div(length, BLOCK_ROWS)), THREAD_BINDING, body,
+                (("thread_tag", "blockIdx.x"),))
     return For(heads, const(0), convert(math.prod(batch)), THREAD_BINDING, tiles, (("thread_tag", "blockIdx.y"),))

@@ -67,11 +67,15 @@ def test_nvrtc_compiles_it_for_sm_90_with_the_tiles_in_shared_memory(dtype, e):
     types = [TensorType((1, 2, 40, e), dtype)] * 3 + [TensorType((40, 40), dtype)]
     f = build_op("flash_attention", types, {"causal": True}, target=Target("cuda", simulate=True)).kernel
     assert f.binary[:4] == b"\x7fELF" and f.arch == "sm_90"
-    assert f.grid == (2, 2, 1) and f.block[0] == 32
-    if dtype == "float32":  # CUDA cores: only the k and v tiles take barriers
+    if dtype == "float32":  # CUDA cores, a thread per query: only the k and v tiles take barriers
+        assert f.grid == (2, 2, 1) and f.block == (32, 1, 1)
         assert f.source.count("__shared__") == 6 and f.source.count("__syncthreads()") == 2
-    else:  # q k^T and p v on Tensor Cores
-        assert f.source.count("__shared__") == 8 and f.source.count("ember_wmma_shared_mma_f16(") == 3
+    else:  # Tensor Cores, 4 warps of 16 queries; the state in registers, o in fragments
+        assert f.grid == (1, 2, 1) and f.block == (32, 4, 1)
+        assert f.source.count("__shared__") == 6 and "ember_wmma_acc o_frag[4];" in f.source
+        assert f.source.count("ember_wmma_fragment_scale((const void*)") == 4  # o's 4 fragments rescaled
+        assert f.source.count("__syncthreads()") == 10  # 4 a tile of keys (none inside a thread's loops)
+        assert f.registers <= 128
 
 
 def test_head_sizes_past_shared_memory_are_refused():
@@ -124,4 +128,30 @@ def test_nvrtc_compiles_it_over_symbolic_lengths_its_grid_per_launch(dtype):
     f = build_op("flash_attention", types, {"causal": True}, target=Target("cuda", simulate=True)).kernel
     assert f.binary[:4] == b"\x7fELF" and f.arch == "sm_90" and f.grid is None  # (the query tiles: per launch)
     assert "int64_t b, int64_t l, int64_t s)" in f.source  # the batch and lengths, parameters of the kernel
-    assert "kt < ember_min_int64((s + 31) / 32, tile + 1)" in f.source  # causal: no tile past the diagonal
+    tiles = "(s + 31) / 32, tile + 1)" if dtype == "float32" else "(s + 63) / 64, tile + 1)"  # (64 keys a tile)
+    assert f"kt < ember_min_int64({tiles}" in f.source  # causal: no tile past the diagonal
+
+
+def sdpa(q, k, v, mask, causal):
+    """torch's scaled_dot_product_attention in float32 on the (rounded) half inputs, a row of no
+    keys 0 as the kernel gives it."""
+    t = [torch.from_numpy(x.astype("float32")) for x in (q, k, v)]
+    if mask is not None:
+        mask = torch.from_numpy(mask)
+    out = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=mask, is_causal=causal)
+    return np.nan_to_num(out.numpy(), nan=0.0)
+
+
+@pytest.mark.parametrize("dtype, mask, tol", [("float16", "causal", 1e-3), ("bfloat16", "padding", 1e-2)])
+def test_four_warps_state_in_registers_against_torch(dtype, mask, tol):
+    """Tensor Cores at a head size of 64 (4 warps of 16 queries, tiles of 32 keys), one kernel over
+    symbolic lengths at each of SIZES: ‖out - sdpa‖ / ‖sdpa‖ within tol."""
+    types, input_sets = symbolic_lengths(dtype, 64, mask)
+    causal = mask == "causal"
+    kernel = build_op("flash_attention", types, {"causal": causal}, target=GPU_INTERPRETER[0])
+    for xs in input_sets:
+        (out,) = kernel.run(*xs)
+        want = sdpa(*xs[:3], xs[3] if len(xs) == 4 else None, causal)
+        got = out.astype("float32")
+        assert got.shape == want.shape
+        assert np.linalg.norm(got - want) <= tol * max(np.linalg.norm(want), 1e-30), (xs[0].shape, xs[1].shape)
