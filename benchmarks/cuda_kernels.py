@@ -21,7 +21,10 @@ both sides), those of 128 rows also in other tiles than the default's (`fp32_til
 a symbolic number of tokens (`symbolic`: one kernel, its grid per launch, run at 128 and 384 tokens
 next to the static kernel of that size and cuBLAS) and split over K where their grid leaves
 multiprocessors idle (`split_k`: a model of one layer compiled with and without the pass
-split_k: partial sums, then their sum with the bias). Every kernel is
+split_k: partial sums, then their sum with the bias); and, only when asked for (`--parts
+attention`, the step `attention` of benchmarks/gpu_checks.sh), flash attention on Tensor Cores in
+fp16 and bf16 (BERT-base's, 8x16x2048x64, causal 4x16x1024x64; static, over symbolic tokens, and
+in other tiles of keys) against torch's scaled_dot_product_attention. Every kernel is
 checked against torch before it is timed; times are medians of CUDA-event intervals. A part
 that fails prints its error and the others still run.
 
@@ -40,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_operators import defaults, fp32_tiles, products, split_k, symbolic  # noqa: E402
+from benchmarks.cuda_operators import attention, defaults, fp32_tiles, products, split_k, symbolic  # noqa: E402
 from benchmarks.cuda_schedules import copy, elementwise, gemm, layer_norm, softmax, tensorcore_gemm  # noqa: E402
 from benchmarks.cuda_timing import timed  # noqa: E402
 
@@ -93,14 +96,15 @@ def tuning(n: int, trials: int, runs: int) -> None:
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,
-         "symbolic": symbolic, "split_k": split_k}
+         "symbolic": symbolic, "split_k": split_k, "attention": attention}
+DEFAULT_PARTS = [p for p in PARTS if p != "attention"]  # (attention: its own step of benchmarks/gpu_checks.sh)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=DEFAULT_PARTS)
     parser.add_argument("--tune", type=int, metavar="TRIALS", default=0,
                         help="only tune the fp32 GEMM --size^3 on the GPU for TRIALS candidates: the curve, "
                              "and the best against the default schedule and cuBLAS")

@@ -234,3 +234,113 @@ def split_k(n: int, runs: int, rows: list) -> None:
                 traceback.print_exc(limit=6, file=sys.stdout)
         t = timed(lambda fn=torch_fn, xs=(x, w, b): fn(*xs), runs)
         rows.append((f"{name} fp32", "torch fp32", t, tflop / t, None))
+
+
+# flash attention's cases: (name, batch, heads, tokens, head size, causal)
+ATTENTION = (("BERT-base 1x12x128x64", 1, 12, 128, 64, False), ("8x16x2048x64", 8, 16, 2048, 64, False),
+             ("causal 4x16x1024x64", 4, 16, 1024, 64, True))
+KEY_TILES = (32, 16)  # the Tensor Core kernel's keys a tile: the candidates timed (the first: the default at d=64)
+
+
+def attention(n: int, runs: int, rows: list) -> None:
+    """flash_attention on Tensor Cores (ember.ops.flash_attention_tc) in fp16 and bf16 at ATTENTION's
+    sizes, against torch's scaled_dot_product_attention (its fused kernels) on the same inputs:
+    the kernel as the CUDA target builds it (static), built once over a symbolic number of tokens
+    (its grid per launch), and at each of KEY_TILES keys a tile (fp16, static); each checked
+    against torch first (‖out - ref‖ / ‖ref‖ within 1e-2). Each is timed twice: a call, and per
+    launch in a CUDA graph of 20 (the GPU's time, without the ~20 us of Python a call costs at
+    BERT's size). The best variant is printed after each case, with its speed relative to torch's."""
+    from ember.cuda.driver import device
+
+    device().activate()  # (`launch`, unlike a call, expects the context current)
+    for name, b, h, tokens, d, causal in ATTENTION:
+        for dtype in ("float16", "bfloat16"):
+            label = f"attention {name} {'fp16' if dtype == 'float16' else 'bf16'}"
+            try:
+                _attention_case(label, (b, h, tokens, d), dtype, causal, runs, rows)
+            except Exception:  # one case's failure must not hide the others'
+                print(f"--- {label} failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+
+
+def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows: list) -> None:
+    import torch
+
+    b, h, tokens, d = shape
+    tflop = 4 * b * h * tokens * tokens * d / (2 if causal else 1) / 1e12
+    xs = [torch.randn(shape, device="cuda", dtype=getattr(torch, dtype)) for _ in range(3)]
+    y = torch.empty_like(xs[0])
+
+    def sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(*xs, is_causal=causal)
+
+    expected = sdpa().float()
+    pointers = [x.data_ptr() for x in (*xs, y)]
+    f, _, build_s = operator_kernel("flash_attention", [shape] * 3, dtype, {"causal": causal})
+    variants = [(f"ember static grid {f.grid}", lambda: f(*xs, y), build_s)]
+    sym, _, sym_s = operator_kernel("flash_attention", [(b, h, "tokens", d)] * 3, dtype, {"causal": causal})
+    variants.append(("ember symbolic tokens", lambda: sym.launch(pointers, torch.cuda.current_stream().cuda_stream,
+                                                                 [tokens]), sym_s))
+    if dtype == "float16":
+        for bn in KEY_TILES[1:]:
+            g, g_s = _key_tile_kernel(shape, dtype, causal, bn)
+            variants.append((f"ember static, {bn} keys a tile", lambda g=g: g(*xs, y), g_s))
+    best = None
+    for impl, call, seconds in variants:
+        y.fill_(float("nan"))
+        call()
+        error = ((y.float() - expected).norm() / expected.norm()).item()
+        assert error <= 1e-2, f"{impl}: ‖out - sdpa‖ / ‖sdpa‖ = {error:.2e}"
+        t, t_graph = timed(call, runs), _graph_time(call, runs)
+        rows.append((label, f"{impl}, error {error:.1e}", t, tflop / t, seconds))
+        if t_graph is not None:
+            rows.append((f"{label} (graph)", impl, t_graph, tflop / t_graph, seconds))
+        best = min(best or (t_graph or t, impl), (t_graph or t, impl))
+    t, t_graph = timed(sdpa, runs), _graph_time(sdpa, runs)
+    rows.append((label, "torch sdpa", t, tflop / t, None))
+    if t_graph is not None:
+        rows.append((f"{label} (graph)", "torch sdpa", t_graph, tflop / t_graph, None))
+    print(f"{label}: best ember {best[1]} {best[0] * 1e3:.3f} ms, torch sdpa {(t_graph or t) * 1e3:.3f} ms: "
+          f"{(t_graph or t) / best[0]:.0%} of torch's speed", flush=True)
+
+
+def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
+    """flash_attention's Tensor Core kernel with `bn` keys a tile (its shared memory bound set to
+    that tile's), and the seconds it took to build."""
+    import math
+
+    from benchmarks.cuda_timing import build
+    from ember import te
+    from ember.ops import flash_attention_tc as tc
+
+    d = shape[-1]
+    limit = tc.shared_bytes(d, d, bn)
+
+    def make():
+        q, k, v = (te.placeholder(shape, dtype, name=x) for x in "qkv")
+        (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: tc.kernel(
+            *ins, None, outs[0], 1 / math.sqrt(d), causal, limit), name="flash_attention")
+        return te.create_schedule(out.op), [q, k, v, out]
+
+    return build(make)
+
+
+def _graph_time(call, runs: int, launches: int = 20) -> float | None:
+    """Seconds a launch of `call` takes replayed from a CUDA graph of `launches` of them (the GPU's
+    time alone), or None where the capture fails (printed)."""
+    import torch
+
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()  # (warm: nothing loaded or allocated during the capture)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                call()
+        return timed(graph.replay, runs) / launches
+    except Exception as e:  # a capture the launch path does not allow: the call's time stands alone
+        print(f"(no CUDA graph: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        return None
