@@ -5,7 +5,10 @@ state in registers, its two products as wmma calls (ember.intrinsics.wmma's warp
 A block is 4 warps over 64 queries, each warp 16 of them (one fragment's height). Per tile of
 `bn` keys (`key_tile`: 64, 32 or 16, the largest whose tiles fit the shared memory):
 
-    k, v tiles -> shared (half)           the block's threads copy them together
+    k, v tiles -> shared (half)           the block's threads copy them together, 16 bytes at a
+                                          time: cp.async into the other of two stages while this
+                                          tile computes (the key loop software-pipelined,
+                                          ember.cuda.pipeline), zero-filled past the keys' end
     per warp:
       s = q k^T                           its 16 x bn scores in accumulator fragments (k read as
                                           the product's transposed b: no transposed copy), stored
@@ -51,6 +54,8 @@ LANES = 32
 FLOAT = "float32"
 FRAGMENTS = "wmma.accumulator"  # the scope of a warp's fragments (ember.cuda.fragments)
 TILE = wmma.TILE
+VECTOR = 8  # halves a copy moves at a time: 16 bytes
+PIPELINE = "pragma_software_pipeline"  # the key loop's k and v tiles double-buffered (ember.cuda.pipeline)
 
 
 def key_tile(e: int, ev: int, limit: int) -> int | None:
@@ -63,9 +68,9 @@ def fits(dtype: str, e: int, ev: int, limit: int) -> bool:
 
 
 def shared_bytes(e: int, ev: int, bn: int) -> int:
-    """The block's q, a tile of k and of v, and each warp's p in half precision; each warp's
-    scores and tile of row factors in fp32."""
-    return 2 * (BLOCK_ROWS * e + bn * e + bn * ev + WARPS * ROWS * bn) + 4 * WARPS * ROWS * (bn + TILE)
+    """The block's q, two stages of the k and v tiles, and each warp's p in half precision; each
+    warp's scores and tile of row factors in fp32."""
+    return 2 * (BLOCK_ROWS * e + 2 * bn * (e + ev) + WARPS * ROWS * bn) + 4 * WARPS * ROWS * (bn + TILE)
 
 
 def _call(intrin, role: str, reads, writes, c_reads, c_writes, scalars, strides) -> CallRoutine:
@@ -109,7 +114,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         ("s_frag", bn), ("o_frag", ev)))
     running = Buffer("running", (const(3),), FLOAT)  # the new max, exp(m - m'), a p
     minus_inf, zero = const(-math.inf, FLOAT), const(0.0, FLOAT)
-    heads, tile, kt, kk = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt", "kk"))
+    heads, tile, kt, kk, lane = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt", "kk", "lane"))
     index = batch_index(heads, batch)
 
     def warps(body_of):
@@ -123,17 +128,25 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         """body_of(ty, r, h, row): lane tx holds half h of row r of warp ty's queries (row: the query)."""
         return lanes(lambda ty, tx: body_of(ty, tx // 2, tx % 2, tile * BLOCK_ROWS + ty * ROWS + tx // 2))
 
-    def copy(tile_buf, src, width, first, count, end):
-        """tile_buf[i * width + d] = src[first + i, d] for i < count (zeros past `end`), the block's
-        threads a strided share each."""
+    def copy(tile_buf, src, width, first, count, end, zeros=True):
+        """tile_buf[i * width + d] = src[first + i, d] for i < count (past `end`: zeros, or with
+        `zeros` False the last row again), 16 bytes (8 halves) at a time, the block's threads a
+        strided share each (a pipelined loop's: cp.async on sm_80 and later, zero-filled past the
+        end; others one uint4 load and store where they read no condition)."""
+        vectors = count * width // VECTOR
+
         def body(ty, tx):
             def step(c):
-                flat = c * (WARPS * LANES) + ty * LANES + tx
+                at_vector = c * (WARPS * LANES) + ty * LANES + tx
+                flat = at_vector * VECTOR
                 i = first + flat // width
                 clamped = binary("min", i, convert(end - 1))
-                value = select(i < end, BufferLoad(src, at(index, src, clamped, flat % width), half), const(0.0, half))
-                return BufferStore(tile_buf, value, (flat,))
-            return serial("c", count * width // (WARPS * LANES), step)
+                value = BufferLoad(src, at(index, src, clamped, flat % width + lane), half)
+                if zeros:
+                    value = select(i < end, value, const(0.0, half))
+                lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(tile_buf, value, (flat + lane,)))
+                return lanes_ if vectors % (WARPS * LANES) == 0 else IfThenElse(at_vector < vectors, lanes_)
+            return serial("c", ceil_div(vectors, WARPS * LANES), step)
         return lanes(body)
 
     def scores(ty):
@@ -199,9 +212,9 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
     key_tiles = convert(ceil_div(keys, bn))
     if causal:  # the tiles up to the block's last query
         key_tiles = binary("min", key_tiles, (tile + 1) * (BLOCK_ROWS // bn))
-    steps = For(kt, const(0), key_tiles, "serial", SeqStmt((
+    steps = For(kt, const(0), key_tiles, "serial", Allocate(k_tile, Allocate(v_tile, SeqStmt((
         copy(k_tile, kb, e, kt * bn, bn, keys), copy(v_tile, vb, ev, kt * bn, bn, keys),
-        warps(scores), softmax(kt * bn), warps(accumulate))))
+        warps(scores), softmax(kt * bn), warps(accumulate))))), annotations=((PIPELINE, 2),))
 
     def partner(tx):  # the other lane of tx's row
         return tx - tx % 2 + (1 - tx % 2)
@@ -233,9 +246,10 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         lanes(lambda ty, tx: SeqStmt((BufferStore(top, minus_inf, (const(0),)),
                                       BufferStore(total, zero, (const(0),))))),
         warps(lambda ty: SeqStmt(tuple(_zero(Pointer(o_frag, const(j * TILE)), ev) for j in range(ev // TILE))))))
-    body = SeqStmt((copy(q_tile, qb, e, tile * BLOCK_ROWS, BLOCK_ROWS, length), init, steps, shares, sums,
+    # q's rows past the end repeat its last (their scores are all -inf and nothing of them is stored)
+    body = SeqStmt((copy(q_tile, qb, e, tile * BLOCK_ROWS, BLOCK_ROWS, length, zeros=False), init, steps, shares, sums,
                     *(out_chunk(c) for c in range(ev // chunk))))
-    for buf in (q_tile, k_tile, v_tile, p_tile, s_tile, f_tile, top, total, s_frag, o_frag):
+    for buf in (q_tile, p_tile, s_tile, f_tile, top, total, s_frag, o_frag):
         body = Allocate(buf, body)
     tiles = For(tile, const(0), convert(ceil_div(length, BLOCK_ROWS)), THREAD_BINDING, body,
                 (("thread_tag", "blockIdx.x"),))

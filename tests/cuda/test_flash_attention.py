@@ -74,7 +74,9 @@ def test_nvrtc_compiles_it_for_sm_90_with_the_tiles_in_shared_memory(dtype, e):
         assert f.grid == (1, 2, 1) and f.block == (32, 4, 1)
         assert f.source.count("__shared__") == 6 and "ember_wmma_acc o_frag[4];" in f.source
         assert f.source.count("ember_wmma_fragment_scale((const void*)") == 4  # o's 4 fragments rescaled
-        assert f.source.count("__syncthreads()") == 10  # 4 a tile of keys (none inside a thread's loops)
+        assert f.source.count("__syncthreads()") == 11  # 4 a tile of keys (none inside a thread's loops)
+        assert f.source.count("cp.async.cg.shared.global") == 4  # k and v: the first tiles, then the next ones
+        assert "*reinterpret_cast<uint4*>(&q_tile[" in f.source  # q 16 bytes at a time
         assert f.registers <= 128
 
 
