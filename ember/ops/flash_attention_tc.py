@@ -14,10 +14,11 @@ A block is 4 warps over 64 queries, each warp 16 of them (one fragment's height)
                                           the product's transposed b: no transposed copy), stored
                                           to the warp's own tile of shared memory
       per row, two lanes (each half of the row's keys):
-        s * scale (+ mask), causal and keys past S at -inf
-        m' = max(m, max s); p = exp(s - m') -> the warp's p tile (half)
-        l = l exp(m - m') + sum p (of the rounded p, which the product reads)
-        exp(m - m') -> the row of the warp's factor tile (16 x 16)
+        s * scale (+ mask), causal and keys past S at -inf, times log2(e) (exp2 is cheaper
+        than exp: without fast math, expf is several instructions around the one ex2)
+        m' = max(m, max s); p = exp2(s - m') -> the warp's p tile (half)
+        l = l exp2(m - m') + sum p (of the rounded p, which the product reads)
+        exp2(m - m') -> the row of the warp's factor tile (16 x 16)
       o *= factors                        o's fragments scaled in registers (wmma_rows.scale_call)
       o += p v                            into o's fragments
 
@@ -32,7 +33,8 @@ registers for the whole loop; o in the warp's fragments. Each lane's half of a r
 share of l; the two shares are added once at the end.
 
 Causal: the tiles of keys past the block's last query are not visited. Rows past the queries'
-end read zeros and store nothing; keys past the end are zeros in the tiles and -inf in s.
+end repeat the last query and store nothing (their scores are all -inf); keys past the end are
+zeros in the tiles and -inf in s.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ FLOAT = "float32"
 FRAGMENTS = "wmma.accumulator"  # the scope of a warp's fragments (ember.cuda.fragments)
 TILE = wmma.TILE
 VECTOR = 8  # halves a copy moves at a time: 16 bytes
+LOG2E = math.log2(math.e)
 PIPELINE = "pragma_software_pipeline"  # the key loop's k and v tiles double-buffered (ember.cuda.pipeline)
 
 
@@ -160,18 +163,23 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
               for j in range(bn // TILE))))
 
     def masked(ty, r, row, key0, col):
-        """Score `col` of row r of warp ty: s * scale (+ mask), -inf where causal, past S or past
-        the queries (the mask read at clamped indices: never out of bounds)."""
+        """Score `col` of row r of warp ty in base 2, (s * scale (+ mask)) log2(e), whose exp2 is
+        the softmax's exp (one multiply where there is no additive mask); -inf where causal,
+        past S or past the queries (the mask read at clamped indices: never out of bounds)."""
         key = key0 + col
-        s = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT) * scale
+        s = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT)
         keep = (key < keys) & (row < length)
         if causal:
             keep = keep & (key <= row)
+        s2 = s * (scale * LOG2E)
         if mb is not None:
             m = BufferLoad(mb, at(index, mb, binary("min", row, convert(length - 1)),
                                   binary("min", key, convert(keys - 1))), mb.dtype)
-            keep, s = (keep & m, s) if dt.is_bool(mb.dtype) else (keep, s + cast(FLOAT, m))
-        return select(keep, s, minus_inf)
+            if dt.is_bool(mb.dtype):
+                keep = keep & m
+            else:
+                s2 = (s * scale + cast(FLOAT, m)) * LOG2E
+        return select(keep, s2, minus_inf)
 
     def softmax(key0):
         """Each lane: the row's new max over all of its scores, then its half's p and share of l.
@@ -184,7 +192,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
 
             def element(j):
                 return SeqStmt((
-                    BufferStore(running, te.exp(masked(ty, r, row, key0, h * half_row + j) - shift), (const(2),)),
+                    BufferStore(running, te.exp2(masked(ty, r, row, key0, h * half_row + j) - shift), (const(2),)),
                     BufferStore(p_tile, cast(half, p), (own + j,)),
                     BufferStore(total, held(total) + cast(FLOAT, cast(half, p)), (const(0),))))  # (p as rounded)
 
@@ -192,7 +200,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                 BufferStore(running, held(top), (const(0),)),
                 serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(ty, r, row, key0, j)),
                                                       (const(0),))),
-                BufferStore(running, te.exp(held(top) - shift), (const(1),)),
+                BufferStore(running, te.exp2(held(top) - shift), (const(1),)),
                 BufferStore(total, held(total) * alpha, (const(0),)),
                 serial("j", half_row, element),
                 serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (ty * ROWS * TILE + r * TILE
