@@ -162,6 +162,12 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
             *(_store(Pointer(s_frag, const(j * TILE)), bn, Pointer(s_tile, ty * per_warp + j * TILE), bn)
               for j in range(bn // TILE))))
 
+    def turned(j, r, n):
+        """Step j of a lane's n columns of row r: (j + r) % n, so that the 16 rows' lanes, whose
+        rows are a multiple of 32 words apart, read and write distinct banks at each step (in
+        order, all 16 rows would hit one bank at once)."""
+        return (j + r) % n
+
     def masked(ty, r, row, key0, col):
         """Score `col` of row r of warp ty in base 2, (s * scale (+ mask)) log2(e), whose exp2 is
         the softmax's exp (one multiply where there is no additive mask); -inf where causal,
@@ -191,20 +197,21 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
             own = ty * per_warp + r * bn + h * half_row
 
             def element(j):
+                col = turned(j, r, half_row)
                 return SeqStmt((
-                    BufferStore(running, te.exp2(masked(ty, r, row, key0, h * half_row + j) - shift), (const(2),)),
-                    BufferStore(p_tile, cast(half, p), (own + j,)),
+                    BufferStore(running, te.exp2(masked(ty, r, row, key0, h * half_row + col) - shift), (const(2),)),
+                    BufferStore(p_tile, cast(half, p), (own + col,)),
                     BufferStore(total, held(total) + cast(FLOAT, cast(half, p)), (const(0),))))  # (p as rounded)
 
             return Allocate(running, SeqStmt((
                 BufferStore(running, held(top), (const(0),)),
-                serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(ty, r, row, key0, j)),
-                                                      (const(0),))),
+                serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(
+                    ty, r, row, key0, turned(j, r, bn))), (const(0),))),
                 BufferStore(running, te.exp2(held(top) - shift), (const(1),)),
                 BufferStore(total, held(total) * alpha, (const(0),)),
                 serial("j", half_row, element),
-                serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (ty * ROWS * TILE + r * TILE
-                                                                             + h * (TILE // 2) + i,))),
+                serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (
+                    ty * ROWS * TILE + r * TILE + h * (TILE // 2) + turned(i, r // 2, TILE // 2),))),
                 BufferStore(top, new_top, (const(0),)))))
         return row_lanes(body)
 
@@ -239,7 +246,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
             l = BufferLoad(total, (const(0),), FLOAT)
 
             def one(j):
-                col = h * (chunk // 2) + j
+                col = h * (chunk // 2) + turned(j, r, chunk // 2)
                 value = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT) / l
                 return BufferStore(ob, cast(ob.dtype, select(binary("==", l, zero), zero, value)),
                                    (*index, row, c * chunk + col))  # every key masked out: 0
