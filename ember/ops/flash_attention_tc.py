@@ -57,6 +57,7 @@ FLOAT = "float32"
 FRAGMENTS = "wmma.accumulator"  # the scope of a warp's fragments (ember.cuda.fragments)
 TILE = wmma.TILE
 VECTOR = 8  # halves a copy moves at a time: 16 bytes
+PAD = 16  # bytes past each row of a shared tile (see `strides`)
 LOG2E = math.log2(math.e)
 PIPELINE = "pragma_software_pipeline"  # the key loop's k and v tiles double-buffered (ember.cuda.pipeline)
 
@@ -70,10 +71,19 @@ def fits(dtype: str, e: int, ev: int, limit: int) -> bool:
     return dtype in wmma.DTYPES and e % TILE == 0 and ev % TILE == 0 and key_tile(e, ev, limit) is not None
 
 
+def strides(e: int, ev: int, bn: int) -> tuple[int, int, int, int, int]:
+    """The row strides in elements of the q (and k), v, p, scores and factors tiles: each row
+    padded by 16 bytes, so that the 8 rows of 16 bytes a fragment's load or store touches at once
+    fall in distinct banks (rows of 64 or 128 bytes put them in the same ones: an 8-way
+    conflict), and the lanes' steps along their rows stay within 2 ways."""
+    return e + PAD // 2, ev + PAD // 2, bn + PAD // 2, bn + PAD // 4, TILE + PAD // 4
+
+
 def shared_bytes(e: int, ev: int, bn: int) -> int:
     """The block's q, two stages of the k and v tiles, and each warp's p in half precision; each
-    warp's scores and tile of row factors in fp32."""
-    return 2 * (BLOCK_ROWS * e + 2 * bn * (e + ev) + WARPS * ROWS * bn) + 4 * WARPS * ROWS * (bn + TILE)
+    warp's scores and tile of row factors in fp32; rows padded (`strides`)."""
+    lq, lv, lp, ls, lf = strides(e, ev, bn)
+    return 2 * (BLOCK_ROWS * lq + 2 * bn * (lq + lv) + WARPS * ROWS * lp) + 4 * WARPS * ROWS * (ls + lf)
 
 
 def _call(intrin, role: str, reads, writes, c_reads, c_writes, scalars, strides) -> CallRoutine:
@@ -107,11 +117,11 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
     length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
     e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
     bn = key_tile(e, ev, limit)
-    half_row, per_warp = bn // 2, ROWS * bn  # a lane's keys of a row; a warp's scores
+    half_row = bn // 2  # a lane's keys of a row
+    lq, lv, lp, ls, lf = strides(e, ev, bn)
     q_tile, k_tile, v_tile, p_tile = (Buffer(n, (const(size),), half) for n, size in (
-        ("q_tile", BLOCK_ROWS * e), ("k_tile", bn * e), ("v_tile", bn * ev), ("p_tile", WARPS * per_warp)))
-    s_tile, f_tile = (Buffer(n, (const(WARPS * ROWS * cols),), FLOAT) for n, cols in (("s_tile", bn),
-                                                                                        ("f_tile", TILE)))
+        ("q_tile", BLOCK_ROWS * lq), ("k_tile", bn * lq), ("v_tile", bn * lv), ("p_tile", WARPS * ROWS * lp)))
+    s_tile, f_tile = (Buffer(n, (const(WARPS * ROWS * ld),), FLOAT) for n, ld in (("s_tile", ls), ("f_tile", lf)))
     top, total = (Buffer(n, (const(1),), FLOAT, scope="local") for n in ("top", "total"))
     s_frag, o_frag = (Buffer(n, (const(ROWS), const(cols)), FLOAT, scope=FRAGMENTS) for n, cols in (
         ("s_frag", bn), ("o_frag", ev)))
@@ -131,8 +141,8 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         """body_of(ty, r, h, row): lane tx holds half h of row r of warp ty's queries (row: the query)."""
         return lanes(lambda ty, tx: body_of(ty, tx // 2, tx % 2, tile * BLOCK_ROWS + ty * ROWS + tx // 2))
 
-    def copy(tile_buf, src, width, first, count, end, zeros=True):
-        """tile_buf[i * width + d] = src[first + i, d] for i < count (past `end`: zeros, or with
+    def copy(tile_buf, src, width, ld, first, count, end, zeros=True):
+        """tile_buf[i * ld + d] = src[first + i, d] for i < count, d < width (past `end`: zeros, or with
         `zeros` False the last row again), 16 bytes (8 halves) at a time, the block's threads a
         strided share each (a pipelined loop's: cp.async on sm_80 and later, zero-filled past the
         end; others one uint4 load and store where they read no condition)."""
@@ -147,7 +157,8 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                 value = BufferLoad(src, at(index, src, clamped, flat % width + lane), half)
                 if zeros:
                     value = select(i < end, value, const(0.0, half))
-                lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(tile_buf, value, (flat + lane,)))
+                lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(
+                    tile_buf, value, (flat // width * ld + flat % width + lane,)))
                 return lanes_ if vectors % (WARPS * LANES) == 0 else IfThenElse(at_vector < vectors, lanes_)
             return serial("c", ceil_div(vectors, WARPS * LANES), step)
         return lanes(body)
@@ -157,15 +168,15 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         return SeqStmt((
             *(_zero(Pointer(s_frag, const(j * TILE)), bn) for j in range(bn // TILE)),
             For(kk, const(0), const(e // TILE), "serial", _mma(
-                half, bn, "col", Pointer(q_tile, ty * ROWS * e + kk * TILE), e, Pointer(k_tile, kk * TILE),
-                e, Pointer(s_frag, const(0)))),
-            *(_store(Pointer(s_frag, const(j * TILE)), bn, Pointer(s_tile, ty * per_warp + j * TILE), bn)
+                half, bn, "col", Pointer(q_tile, ty * ROWS * lq + kk * TILE), lq, Pointer(k_tile, kk * TILE),
+                lq, Pointer(s_frag, const(0)))),
+            *(_store(Pointer(s_frag, const(j * TILE)), bn, Pointer(s_tile, ty * ROWS * ls + j * TILE), ls)
               for j in range(bn // TILE))))
 
     def turned(j, r, n):
-        """Step j of a lane's n columns of row r: (j + r) % n, so that the 16 rows' lanes, whose
-        rows are a multiple of 32 words apart, read and write distinct banks at each step (in
-        order, all 16 rows would hit one bank at once)."""
+        """Step j of a lane's n columns of row r: (j + r) % n, so that the 16 rows' lanes touch
+        distinct banks at each step (2 ways at most on p; in order, on the padded rows, 2 to 4
+        ways; unpadded, 16)."""
         return (j + r) % n
 
     def masked(ty, r, row, key0, col):
@@ -173,7 +184,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         the softmax's exp (one multiply where there is no additive mask); -inf where causal,
         past S or past the queries (the mask read at clamped indices: never out of bounds)."""
         key = key0 + col
-        s = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT)
+        s = BufferLoad(s_tile, ((ty * ROWS + r) * ls + col,), FLOAT)
         keep = (key < keys) & (row < length)
         if causal:
             keep = keep & (key <= row)
@@ -194,7 +205,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
             held = lambda buf, i=0: BufferLoad(buf, (const(i),), FLOAT)  # noqa: E731
             new_top, alpha, p = held(running), held(running, 1), held(running, 2)
             shift = select(binary("==", new_top, minus_inf), zero, new_top)  # every key so far masked out
-            own = ty * per_warp + r * bn + h * half_row
+            own = (ty * ROWS + r) * lp + h * half_row
 
             def element(j):
                 col = turned(j, r, half_row)
@@ -211,33 +222,33 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                 BufferStore(total, held(total) * alpha, (const(0),)),
                 serial("j", half_row, element),
                 serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (
-                    ty * ROWS * TILE + r * TILE + h * (TILE // 2) + turned(i, r // 2, TILE // 2),))),
+                    (ty * ROWS + r) * lf + h * (TILE // 2) + turned(i, r // 2, TILE // 2),))),
                 BufferStore(top, new_top, (const(0),)))))
         return row_lanes(body)
 
     def accumulate(ty):
         """o *= the rows' factors; o += p v."""
         return SeqStmt((
-            *(scale_call(Pointer(f_tile, ty * ROWS * TILE), TILE, Pointer(o_frag, const(j * TILE)), ev)
+            *(scale_call(Pointer(f_tile, ty * ROWS * lf), lf, Pointer(o_frag, const(j * TILE)), ev)
               for j in range(ev // TILE)),
             For(kk, const(0), const(bn // TILE), "serial", _mma(
-                half, ev, "row", Pointer(p_tile, ty * per_warp + kk * TILE), bn, Pointer(v_tile, kk * TILE * ev), ev,
+                half, ev, "row", Pointer(p_tile, ty * ROWS * lp + kk * TILE), lp, Pointer(v_tile, kk * TILE * lv), lv,
                 Pointer(o_frag, const(0))))))
 
     key_tiles = convert(ceil_div(keys, bn))
     if causal:  # the tiles up to the block's last query
         key_tiles = binary("min", key_tiles, (tile + 1) * (BLOCK_ROWS // bn))
     steps = For(kt, const(0), key_tiles, "serial", Allocate(k_tile, Allocate(v_tile, SeqStmt((
-        copy(k_tile, kb, e, kt * bn, bn, keys), copy(v_tile, vb, ev, kt * bn, bn, keys),
+        copy(k_tile, kb, e, lq, kt * bn, bn, keys), copy(v_tile, vb, ev, lv, kt * bn, bn, keys),
         warps(scores), softmax(kt * bn), warps(accumulate))))), annotations=((PIPELINE, 2),))
 
     def partner(tx):  # the other lane of tx's row
         return tx - tx % 2 + (1 - tx % 2)
 
     # each lane's share of l, added to its partner's (the sum of a row is the same in both lanes)
-    shares = lanes(lambda ty, tx: BufferStore(f_tile, BufferLoad(total, (const(0),), FLOAT), (ty * ROWS * TILE + tx,)))
-    sums = lanes(lambda ty, tx: BufferStore(total, BufferLoad(f_tile, (ty * ROWS * TILE + tx,), FLOAT) + BufferLoad(
-        f_tile, (ty * ROWS * TILE + partner(tx),), FLOAT), (const(0),)))
+    shares = lanes(lambda ty, tx: BufferStore(f_tile, BufferLoad(total, (const(0),), FLOAT), (ty * ROWS * lf + tx,)))
+    sums = lanes(lambda ty, tx: BufferStore(total, BufferLoad(f_tile, (ty * ROWS * lf + tx,), FLOAT) + BufferLoad(
+        f_tile, (ty * ROWS * lf + partner(tx),), FLOAT), (const(0),)))
 
     chunk = math.gcd(bn, ev)  # o's columns staged through the scores' tile at a time
 
@@ -247,13 +258,13 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
 
             def one(j):
                 col = h * (chunk // 2) + turned(j, r, chunk // 2)
-                value = BufferLoad(s_tile, (ty * per_warp + r * bn + col,), FLOAT) / l
+                value = BufferLoad(s_tile, ((ty * ROWS + r) * ls + col,), FLOAT) / l
                 return BufferStore(ob, cast(ob.dtype, select(binary("==", l, zero), zero, value)),
                                    (*index, row, c * chunk + col))  # every key masked out: 0
 
             return IfThenElse(row < length, serial("j", chunk // 2, one))
         stage = warps(lambda ty: SeqStmt(tuple(
-            _store(Pointer(o_frag, const(c * chunk + j * TILE)), ev, Pointer(s_tile, ty * per_warp + j * TILE), bn)
+            _store(Pointer(o_frag, const(c * chunk + j * TILE)), ev, Pointer(s_tile, ty * ROWS * ls + j * TILE), ls)
             for j in range(chunk // TILE))))
         return SeqStmt((stage, row_lanes(element)))
 
@@ -262,7 +273,8 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                                       BufferStore(total, zero, (const(0),))))),
         warps(lambda ty: SeqStmt(tuple(_zero(Pointer(o_frag, const(j * TILE)), ev) for j in range(ev // TILE))))))
     # q's rows past the end repeat its last (their scores are all -inf and nothing of them is stored)
-    body = SeqStmt((copy(q_tile, qb, e, tile * BLOCK_ROWS, BLOCK_ROWS, length, zeros=False), init, steps, shares, sums,
+    q = copy(q_tile, qb, e, lq, tile * BLOCK_ROWS, BLOCK_ROWS, length, zeros=False)
+    body = SeqStmt((q, init, steps, shares, sums,
                     *(out_chunk(c) for c in range(ev // chunk))))
     for buf in (q_tile, p_tile, s_tile, f_tile, top, total, s_frag, o_frag):
         body = Allocate(buf, body)
