@@ -179,29 +179,34 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
         ways; unpadded, 16)."""
         return (j + r) % n
 
-    def masked(ty, r, row, key0, col):
+    def masked(ty, r, row, key0, col, edge):
         """Score `col` of row r of warp ty in base 2, (s * scale (+ mask)) log2(e), whose exp2 is
-        the softmax's exp (one multiply where there is no additive mask); -inf where causal,
-        past S or past the queries (the mask read at clamped indices: never out of bounds)."""
+        the softmax's exp (one multiply where there is no additive mask); -inf where the mask
+        says so and, on an `edge` tile, where causal, past S or past the queries (the mask then
+        read at clamped indices: never out of bounds)."""
         key = key0 + col
         s = BufferLoad(s_tile, ((ty * ROWS + r) * ls + col,), FLOAT)
-        keep = (key < keys) & (row < length)
-        if causal:
-            keep = keep & (key <= row)
+        keep = None
+        if edge:
+            keep = (key < keys) & (row < length)
+            if causal:
+                keep = keep & (key <= row)
         s2 = s * (scale * LOG2E)
         if mb is not None:
-            m = BufferLoad(mb, at(index, mb, binary("min", row, convert(length - 1)),
-                                  binary("min", key, convert(keys - 1))), mb.dtype)
+            m_row, m_key = (binary("min", row, convert(length - 1)), binary("min", key, convert(keys - 1))) if edge \
+                else (row, key)
+            m = BufferLoad(mb, at(index, mb, m_row, m_key), mb.dtype)
             if dt.is_bool(mb.dtype):
-                keep = keep & m
+                keep = m if keep is None else keep & m
             else:
                 s2 = (s * scale + cast(FLOAT, m)) * LOG2E
-        return select(keep, s2, minus_inf)
+        return s2 if keep is None else select(keep, s2, minus_inf)
 
     def softmax(key0):
         """Each lane: the row's new max over all of its scores, then its half's p and share of l.
-        Nothing it reads from shared memory is written in the same phase (no barrier inside)."""
-        def body(ty, r, h, row):
+        Nothing it reads from shared memory is written in the same phase (no barrier inside).
+        A tile inside the queries and keys (and below the diagonal) checks no bound."""
+        def body(ty, r, h, row, edge):
             held = lambda buf, i=0: BufferLoad(buf, (const(i),), FLOAT)  # noqa: E731
             new_top, alpha, p = held(running), held(running, 1), held(running, 2)
             shift = select(binary("==", new_top, minus_inf), zero, new_top)  # every key so far masked out
@@ -209,22 +214,27 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
 
             def element(j):
                 col = turned(j, r, half_row)
+                score = masked(ty, r, row, key0, h * half_row + col, edge)
                 return SeqStmt((
-                    BufferStore(running, te.exp2(masked(ty, r, row, key0, h * half_row + col) - shift), (const(2),)),
+                    BufferStore(running, te.exp2(score - shift), (const(2),)),
                     BufferStore(p_tile, cast(half, p), (own + col,)),
                     BufferStore(total, held(total) + cast(FLOAT, cast(half, p)), (const(0),))))  # (p as rounded)
 
             return Allocate(running, SeqStmt((
                 BufferStore(running, held(top), (const(0),)),
                 serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(
-                    ty, r, row, key0, turned(j, r, bn))), (const(0),))),
+                    ty, r, row, key0, turned(j, r, bn), edge)), (const(0),))),
                 BufferStore(running, te.exp2(held(top) - shift), (const(1),)),
                 BufferStore(total, held(total) * alpha, (const(0),)),
                 serial("j", half_row, element),
                 serial("i", TILE // 2, lambda i: BufferStore(f_tile, alpha, (
                     (ty * ROWS + r) * lf + h * (TILE // 2) + turned(i, r // 2, TILE // 2),))),
                 BufferStore(top, new_top, (const(0),)))))
-        return row_lanes(body)
+
+        inside = (key0 + bn <= keys) & ((tile + 1) * BLOCK_ROWS <= length)
+        if causal:
+            inside = inside & (key0 + (bn - 1) <= tile * BLOCK_ROWS)
+        return IfThenElse(inside, row_lanes(lambda *a: body(*a, False)), row_lanes(lambda *a: body(*a, True)))
 
     def accumulate(ty):
         """o *= the rows' factors; o += p v."""
