@@ -6,12 +6,14 @@ half operands whose head sizes are not multiples of 16) and on Tensor Cores (flo
 bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin. Symbolic
 batch, query and key lengths: one kernel run at each size (one, a partial tile past several, more
 queries than keys), causal and masked (a padding mask broadcast over the queries), its grid
-computed per launch."""
+computed per launch. The Tensor Core kernel (4 warps, the state in registers) against torch's
+scaled_dot_product_attention at those sizes in fp16 and bf16: on the interpreter, and on a GPU
+where there is one."""
 
 import numpy as np
 import pytest
 import torch
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import needs_gpu, needs_nvrtc
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
@@ -160,4 +162,30 @@ def test_four_warps_state_in_registers_against_torch(dtype, mask, tol):
         want = sdpa(*xs[:3], mask_, causal)
         got = out.astype("float32")
         assert got.shape == want.shape
+        assert np.linalg.norm(got - want) <= tol * max(np.linalg.norm(want), 1e-30), (xs[0].shape, xs[1].shape)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype, mask, tol", [("float16", "causal", 1e-3), ("bfloat16", "padding", 1e-2)])
+def test_on_the_gpu_against_torch(dtype, mask, tol):
+    """On a GPU: the kernel at a head size of 64 over symbolic lengths, launched at each of SIZES on
+    torch CUDA tensors, against torch's scaled_dot_product_attention in float32 on the same
+    values (‖out - sdpa‖ / ‖sdpa‖ within tol)."""
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    from ember.cuda.driver import device
+
+    types, input_sets = symbolic_lengths(dtype, 64, mask)
+    causal = mask == "causal"
+    f = build_op("flash_attention", types, {"causal": causal}, target=Target("cuda")).kernel
+    device().activate()
+    for xs in input_sets:
+        ts = [torch.from_numpy(x.astype("float32")).cuda().to(getattr(torch, dtype)) for x in xs[:3]]
+        ts += [torch.from_numpy(x).cuda() for x in xs[3:]]  # (the padding mask: bool)
+        out = torch.full_like(ts[0], float("nan"))
+        b, l, s = xs[0].shape[0], xs[0].shape[2], xs[1].shape[2]
+        f.launch([t.data_ptr() for t in (*ts, out)], torch.cuda.current_stream().cuda_stream, [b, l, s])
+        torch.cuda.synchronize()
+        want = sdpa(*xs[:3], xs[3] if len(xs) == 4 else None, causal)
+        got = out.float().cpu().numpy()
         assert np.linalg.norm(got - want) <= tol * max(np.linalg.norm(want), 1e-30), (xs[0].shape, xs[1].shape)
