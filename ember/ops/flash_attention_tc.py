@@ -220,10 +220,16 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                     BufferStore(p_tile, cast(half, p), (own + col,)),
                     BufferStore(total, held(total) + cast(FLOAT, cast(half, p)), (const(0),))))  # (p as rounded)
 
+            if edge or mb is not None or scale <= 0:
+                row_max = (BufferStore(running, held(top), (const(0),)), serial("j", bn, lambda j: BufferStore(
+                    running, binary("max", new_top, masked(ty, r, row, key0, turned(j, r, bn), edge)), (const(0),))))
+            else:  # the max of the scores as they are, scaled once (max(c s) = c max(s) for c > 0)
+                raw = lambda j: BufferLoad(s_tile, ((ty * ROWS + r) * ls + turned(j, r, bn),), FLOAT)  # noqa: E731
+                row_max = (BufferStore(running, minus_inf, (const(0),)),
+                           serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, raw(j)), (const(0),))),
+                           BufferStore(running, binary("max", held(top), new_top * (scale * LOG2E)), (const(0),)))
             return Allocate(running, SeqStmt((
-                BufferStore(running, held(top), (const(0),)),
-                serial("j", bn, lambda j: BufferStore(running, binary("max", new_top, masked(
-                    ty, r, row, key0, turned(j, r, bn), edge)), (const(0),))),
+                *row_max,
                 BufferStore(running, te.exp2(held(top) - shift), (const(1),)),
                 BufferStore(total, held(total) * alpha, (const(0),)),
                 serial("j", half_row, element),
