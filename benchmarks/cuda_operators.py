@@ -277,7 +277,7 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
     expected = sdpa().float()
     pointers = [x.data_ptr() for x in (*xs, y)]
     f, _, build_s = operator_kernel("flash_attention", [shape] * 3, dtype, {"causal": causal})
-    variants = [(f"ember static grid {f.grid}", lambda: f(*xs, y), build_s)]
+    variants = [(f"ember static grid {f.grid}, {f.registers} registers", lambda: f(*xs, y), build_s)]
     sym, _, sym_s = operator_kernel("flash_attention", [(b, h, "tokens", d)] * 3, dtype, {"causal": causal})
     variants.append(("ember symbolic tokens", lambda: sym.launch(pointers, torch.cuda.current_stream().cuda_stream,
                                                                  [tokens]), sym_s))

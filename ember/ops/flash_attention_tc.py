@@ -32,6 +32,10 @@ intrinsics.wmma_rows). The running max and each lane's share of the sum live in 
 registers for the whole loop; o in the warp's fragments. Each lane's half of a row sums its own
 share of l; the two shares are added once at the end.
 
+Shared memory: every tile's rows padded by 16 bytes (`strides`), and each lane walking its row
+from its own column (`turned`), so that fragments' loads and stores and the lanes' steps along
+their rows fall in distinct banks; 48 KiB in all (static shared memory), which bounds the tiles.
+
 Causal: the tiles of keys past the block's last query are not visited. Rows past the queries'
 end repeat the last query and store nothing (their scores are all -inf); keys past the end are
 zeros in the tiles and -inf in s.
