@@ -90,11 +90,12 @@ def shared_bytes(e: int, ev: int, bn: int) -> int:
     return 2 * (BLOCK_ROWS * lq + 2 * bn * (lq + lv) + WARPS * ROWS * lp) + 4 * WARPS * ROWS * (ls + lf)
 
 
-def _call(intrin, role: str, reads, writes, c_reads, c_writes, scalars, strides) -> CallRoutine:
-    """A tensorized call: `scalars` passed to C, then every pointer's strides for the interpreter."""
+def _call(intrin, role: str, reads, writes, c_reads, c_writes, scalars, steps) -> CallRoutine:
+    """A tensorized call: `scalars` passed to C, then every pointer's strides (`steps`) for the
+    interpreter."""
     return CallRoutine(intrin.call(role).routine, (
         ("intrin", intrin.name), ("role", role), ("c_reads", c_reads), ("c_writes", c_writes),
-        ("c_scalars", len(scalars))), tuple(reads), tuple(writes), tuple(const(x) for x in (*scalars, *strides)))
+        ("c_scalars", len(scalars))), tuple(reads), tuple(writes), tuple(const(x) for x in (*scalars, *steps)))
 
 
 def _zero(frag: Pointer, ldf: int) -> CallRoutine:
