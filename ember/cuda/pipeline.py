@@ -1,30 +1,33 @@
 """Software pipelining of shared-memory stages: a serial loop annotated
-"pragma_software_pipeline" = 2 (`s[CL].pragma(ko, "software_pipeline", 2)`,
-`sch.annotate(loop, "pragma_software_pipeline", 2)`) whose body first copies tiles into shared
-buffers, then computes from them (a GEMM's K loop), gets the tiles of its next iteration copied
-while it computes from this one's (double buffering):
+"pragma_software_pipeline" = S >= 2 (`s[CL].pragma(ko, "software_pipeline", 3)`,
+`sch.annotate(loop, "pragma_software_pipeline", 3)`) whose body first copies tiles into shared
+buffers, then computes from them (a GEMM's K loop), gets the tiles of its next S - 1 iterations
+in flight while it computes from this one's (S stages of each buffer):
 
-    for k in range(n):                  X2 = alloc 2 stages of X (shared)
-        X = alloc (shared)              copy(0) into stage 0, async; commit
+    for k in range(n):                  X3 = alloc S stages of X (shared)
+        X = alloc (shared)              copy(s) into stage s, async; commit   (each s < S - 1)
         copy(k) into X          ->      for k in range(n):
-        compute(k) from X                   if k + 1 < n: copy(k + 1) into stage (k + 1) % 2, async
-                                            commit; wait until all but the newest group landed
-                                            compute(k) from stage k % 2
+        compute(k) from X                   wait until at most S - 2 groups are in flight
+                                            __syncthreads()
+                                            if k + S - 1 < n: copy(k + S - 1) into stage (k + S - 1) % S, async
+                                            commit
+                                            compute(k) from stage k % S
 
 The copies' loops are marked asynchronous ("async_copy"): on sm_80 and later a
 16-byte copy from global to shared memory is one `cp.async` (ember.cuda.codegen), which the
 thread does not wait for, so the loads of the next tiles overlap the products of this one; a
-`cp.async.commit_group` closes each iteration's copies and `cp.async.wait_group 1` waits for all
-but the newest, i.e. for this iteration's tiles. Other copies, and every copy below sm_80, are
-plain ones, which are complete when issued. The barriers come from ember.cuda.sync as for any
-kernel: one after the wait (the tiles are read by other threads than those that copied them),
-one at the end of the loop (the next iteration overwrites the stage this one read). The
-interpreter (ember.cuda.simt) lands a thread's asynchronous copies at its wait, so a read before
-the wait shows as a race or a wrong answer.
+`cp.async.commit_group` closes each iteration's copies (an empty group where there are none, so
+that every iteration counts one) and `cp.async.wait_group S-2` waits for all but the newest S - 2,
+i.e. for this iteration's tiles. Other copies, and every copy below sm_80, are plain ones, which
+are complete when issued. The loop's one barrier comes after the wait: past it, every thread's
+copies of this iteration's tiles have landed, and every thread has finished the products of the
+last iteration, whose stage the copies issued next overwrite. The loop is annotated STAGED with
+its buffers' names, which ember.cuda.sync then leaves to it (a barrier per buffer, by stages, is
+more than it can see). The interpreter (ember.cuda.simt) lands a thread's asynchronous copies at
+its wait, so a read before the wait shows as a race or a wrong answer.
 
 The loop's extent may be symbolic (a product's K of a symbolic size, padded to whole tiles): the
-copies of the first iteration are then guarded by the loop running at all, and those of the next
-one by there being one, as for a constant extent.
+copies before it are then guarded by there being those iterations, as those in it are.
 
 The copies are the statements at the start of the body that write the shared buffers
 allocated at its top and read none of them; a loop that is not so shaped is a LowerError
@@ -39,16 +42,29 @@ from ..errors import LowerError
 from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, BufferLoad, Call, Const, PrimExpr, as_int, binary
 from ..tir.functor import collect, mutate_stmt, stmt_exprs, visit_expr, visit_stmt
-from ..tir.stmt import Allocate, BufferStore, CallRoutine, Evaluate, For, IfThenElse, Pointer, PrimFunc, SeqStmt, Stmt
+from ..tir.stmt import (
+    SYNC,
+    Allocate,
+    BufferStore,
+    CallRoutine,
+    Evaluate,
+    For,
+    IfThenElse,
+    Pointer,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
 
 PIPELINE = "pragma_software_pipeline"
 ASYNC = "async_copy"  # a vectorized loop of an asynchronous copy
 COMMIT = "cuda.cp_async_commit"  # Evaluate(Call(COMMIT)): close the thread's group of copies
 WAIT = "cuda.cp_async_wait"  # Evaluate(Call(WAIT, (n,))): wait until at most n groups are in flight
+STAGED = "pipeline_staged"  # a pipelined loop's annotation: the names of the buffers it synchronizes itself
 
 
 def pipeline(func: PrimFunc) -> PrimFunc:
-    """func with every annotated loop double-buffered (see the module doc)."""
+    """func with every annotated loop given its stages (see the module doc)."""
     def on_stmt(s):
         if isinstance(s, For) and s.annotation(PIPELINE) is not None:
             return _pipelined(s)
@@ -60,9 +76,10 @@ def pipeline(func: PrimFunc) -> PrimFunc:
 
 def _pipelined(loop: For) -> Stmt:
     name = loop.loop_var.name
-    if loop.annotation(PIPELINE) != 2 or loop.kind != "serial":
-        raise LowerError(f"loop {name}: software pipelining takes a serial loop and 2 stages, "
-                         f"not {loop.annotation(PIPELINE)!r}")
+    stages = loop.annotation(PIPELINE)
+    if not isinstance(stages, int) or stages < 2 or loop.kind != "serial":
+        raise LowerError(f"loop {name}: software pipelining takes a serial loop and 2 stages or more, "
+                         f"not {stages!r}")
     shared: list[Buffer] = []
     body = loop.body
     while isinstance(body, Allocate) and body.buffer.scope == "shared":
@@ -78,31 +95,37 @@ def _pipelined(loop: For) -> Stmt:
                          f"tiles into them, then computes from them")
     symbolic = [b.name for b in shared if any(as_int(d) is None for d in b.shape)]
     if symbolic:
-        raise LowerError(f"loop {name}: software pipelining doubles shared buffers of constant shapes; "
+        raise LowerError(f"loop {name}: software pipelining stages shared buffers of constant shapes; "
                          f"{', '.join(symbolic)} stayed symbolic")
-    doubled = {b: Buffer(b.name, (Const(2 * _size(b), "int64"),), b.dtype, "shared") for b in shared}
+    staged = {b: Buffer(b.name, (Const(stages * _size(b), "int64"),), b.dtype, "shared") for b in shared}
     v, ana = loop.loop_var, Analyzer()
     end = ana.simplify(binary("+", loop.min, loop.extent))
     ana.bind_range(v, loop.min, loop.extent)
 
     def at(stmts: list[Stmt], k: PrimExpr, mark: bool) -> Stmt:
-        """stmts at iteration k, on stage k % 2 of the doubled buffers."""
-        stage = ana.simplify(binary("%", binary("-", k, loop.min), Const(2, k.dtype)))
-        out = [_staged(_at(s, v, k) if k is not v else s, doubled, stage, ana) for s in stmts]
+        """stmts at iteration k, on stage k % stages of the staged buffers."""
+        stage = ana.simplify(binary("%", binary("-", k, loop.min), Const(stages, k.dtype)))
+        out = [_staged(_at(s, v, k) if k is not v else s, staged, stage, ana) for s in stmts]
         return SeqStmt(tuple(_asynchronous(s) if mark else s for s in out))
 
     commit = Evaluate(Call(COMMIT, (), "int32"))
-    wait = Evaluate(Call(WAIT, (Const(1, "int32"),), "int32"))
-    following = IfThenElse(binary("<", binary("+", v, Const(1, v.dtype)), end),
-                           at(copies, binary("+", v, Const(1, v.dtype)), True))
-    new_loop = replace(loop, body=SeqStmt((following, commit, wait, at(compute, v, False))),
-                       annotations=tuple(a for a in loop.annotations if a[0] != PIPELINE))
-    first = at(copies, loop.min, True)
-    if not ana.can_prove(binary(">", loop.extent, Const(0, loop.extent.dtype))):  # (a symbolic extent may be 0)
-        first = IfThenElse(binary("<", loop.min, end), first)
-    out: Stmt = SeqStmt((first, commit, new_loop))
+    wait = Evaluate(Call(WAIT, (Const(stages - 2, "int32"),), "int32"))
+    ahead = binary("+", v, Const(stages - 1, v.dtype))
+    barrier = Evaluate(Call(SYNC, (), "int32"))
+    new_loop = replace(loop, body=SeqStmt((wait, barrier, IfThenElse(binary("<", ahead, end), at(copies, ahead, True)),
+                                           commit, at(compute, v, False))),
+                       annotations=(*(a for a in loop.annotations if a[0] != PIPELINE),
+                                    (STAGED, tuple(b.name for b in shared))))
+    first: list[Stmt] = []
+    for s in range(stages - 1):
+        it = ana.simplify(binary("+", loop.min, Const(s, loop.min.dtype)))
+        copy = at(copies, it, True)
+        if not ana.can_prove(binary(">", loop.extent, Const(s, loop.extent.dtype))):  # (a symbolic extent may be s)
+            copy = IfThenElse(binary("<", it, end), copy)
+        first += [copy, commit]
+    out: Stmt = SeqStmt((*first, new_loop))
     for b in reversed(shared):
-        out = Allocate(doubled[b], out)
+        out = Allocate(staged[b], out)
     return out
 
 
@@ -119,7 +142,7 @@ def _size(buf: Buffer) -> int:
 
 
 def _staged(s: Stmt, doubled: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
-    """s with its accesses to each buffer moved to the given stage of its doubled one."""
+    """s with its accesses to each buffer moved to the given stage of its staged one."""
     def shifted(b: Buffer, index: PrimExpr) -> PrimExpr:
         return ana.simplify(binary("+", index, binary("*", stage, Const(_size(b), stage.dtype))))
 

@@ -8,7 +8,8 @@ sequence, and between iterations of a serial loop:
   read after write), or writes one read since then (a write after read), gets a barrier before it;
 - a serial loop (or a `while` loop) whose body reads and writes a shared buffer gets a barrier at
   the end of its body, so the next iteration's writes wait for this one's reads (the k loop of a
-  tiled GEMM loads the next tiles over the ones just read).
+  tiled GEMM loads the next tiles over the ones just read); a software-pipelined loop's stages
+  are left to the barrier ember.cuda.pipeline puts in it (they are accessed there as usual).
 
 An access at the thread's own index (`X[tx]`, where tx is bound to the block's only thread
 dimension: a thread's partial of a cross-thread reduction; or `X[tx + a * c]`, c a multiple of the
@@ -41,6 +42,7 @@ from ..tir.stmt import (
     While,
 )
 from .codegen import SYNC, launch_dims
+from .pipeline import STAGED
 
 BARRIER = Evaluate(Call(SYNC, (), "int32"))
 
@@ -135,6 +137,9 @@ def _sync(s: Stmt, shared: set[Buffer], own: Own) -> Stmt:
         case For() if s.kind == THREAD_BINDING:
             return s.with_body(_sync(s.body, shared, own))
         case For() | While():
+            staged = s.annotation(STAGED) if isinstance(s, For) else None
+            if staged:  # a pipelined loop synchronizes its stages itself (ember.cuda.pipeline)
+                shared = {b for b in shared if b.name not in staged}
             body = _sync(s.body, shared, own)
             t = _touches(body, shared, own)
             if t.races(t):  # this iteration's accesses against the next one's
