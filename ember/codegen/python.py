@@ -160,8 +160,12 @@ def run_tensor_intrin(params: dict, reads, writes, scalars) -> None:
     """A tensorized call (ember.tir.schedule.tensorize), interpreted: the intrinsic's description
     runs on copies of its inputs, viewed from the (array, offset) pairs with the strides that
     follow the C call's scalars; its role says what becomes of the outputs (body: the result,
-    reset: zero, update: += the result)."""
+    reset: zero, update: += the result). An intrinsic with an `emulate` twin runs that instead."""
     it = get_intrin(params["intrin"])
+    if it.emulate is not None:
+        n = params["c_scalars"]
+        it.emulate(params["role"], reads, writes, [int(x) for x in scalars[:n]], [int(x) for x in scalars[n:]])
+        return
     if it not in _DESCRIPTIONS:
         desc = lower(it.desc)
         _DESCRIPTIONS[it] = load_python(codegen_python(desc), desc)

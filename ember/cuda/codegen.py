@@ -72,6 +72,7 @@ from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
 from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
+from .swizzle import ALIGN
 from .vectors import VECTOR_TYPES, copy_loop, lane_uniform, vector_loop, zero_filled
 from .warp import WARP, WarpReduction, warp_reduction
 
@@ -168,6 +169,7 @@ class CUDARenderer(CStyleRenderer):
         fragments.check_warps(func.body, self._dims, func.name)
         self._call_buffers = {p.buffer for c in collect(func.body, lambda s: isinstance(s, CallRoutine))
                               for p in c.reads + c.writes}
+        self._alignment = dict(func.attr(ALIGN, ()))  # swizzled tiles' (ember.cuda.swizzle)
         for b in func.params:
             if b.dtype not in self.SCALAR_TYPES:
                 raise LowerError(f"CUDA kernels take no {b.dtype} buffers yet ({b.name})")
@@ -455,7 +457,7 @@ class CUDARenderer(CStyleRenderer):
             raise LowerError(f"CUDA kernels allocate no {buf.scope} scratch ({buf.name}): give it a scope first "
                              f"(ember.cuda.scopes)")
         count = max(1, functools.reduce(operator.mul, dims, 1))
-        align = 32 if buf in self._call_buffers else 16  # wmma loads 32-byte aligned tiles
+        align = self._alignment.get(buf.name, 32 if buf in self._call_buffers else 16)  # wmma: 32-byte aligned tiles
         qualifier = f"__shared__ __align__({align}) " if buf.scope == "shared" else ""
         out.append(f"{pad}{{")
         if buf.scope == fragments.SCOPE:

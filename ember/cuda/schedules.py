@@ -22,7 +22,7 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   product with its shared tiles laid out for conflict-free reads (a compute of its own);
 - `cuda_core_product`: an operator's float32 product tiled as `gemm` is, at any shape (batch
   axes, B transposed, tiles padded), its epilogue computed from each thread's register tile;
-- `tensorcore_gemm`, `tensorcore_product`: the same on Tensor Cores (wmma fragments).
+- `tensorcore_gemm`, `tensorcore_product`: the same on Tensor Cores (mma.sync or wmma fragments).
 """
 
 from __future__ import annotations
@@ -264,32 +264,37 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: in
 
 
 def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int = 128, BN: int = 128, BK: int = 32,
-                    WM: int = 64, WN: int = 64, pad: int = 8, stages: int = 2):
+                    WM: int = 64, WN: int = 64, pad: int | None = None, stages: int = 3, intrinsic: str = "mma",
+                    group: int = 8):
     """C = A @ B on Tensor Cores: A (M, K) and B (K, N) of `dtype` (float16 or bfloat16), C
-    (M, N) float32, tensorized onto the wmma intrinsics (ember.intrinsics.wmma). A block computes
-    a BM x BN tile of C with (BM/WM) x (BN/WN) warps (threadIdx.y the warp, threadIdx.x its 32
-    lanes), each warp a WM x WN tile held as (WM/16) x (WN/16) fp32 fragments
-    (cache_write "wmma.accumulator") for the whole K loop. The K loop stages BK-wide tiles of A
-    and B in shared memory (cache_read "shared"), copied by all the block's threads together 16
-    bytes a thread at a time, their rows `pad` elements longer (storage_align: with rows a
-    multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks); at each
-    16-wide step of k a warp loads each of its WM/16 fragments of A and WN/16 of B once and makes
-    every product of its tile (`wmma.warp_mma`: WM/16 + WN/16 loads where one call per fragment
-    makes 2 (WM/16)(WN/16)). The nest of the calls binds threadIdx.y only: every lane of the warp
-    runs it, as the warp-level calls need. Returns the te schedule and [A, B, C].
+    (M, N) float32. A block computes a BM x BN tile of C with (BM/WM) x (BN/WN) warps
+    (threadIdx.y the warp, threadIdx.x its 32 lanes), each warp a WM x WN tile of fp32
+    accumulators in registers (cache_write "wmma.accumulator") for the whole K loop, written out
+    once at its end. The K loop stages BK-wide tiles of A and B in shared memory (cache_read
+    "shared"), copied by all the block's threads together 16 bytes a thread at a time, `stages`
+    of them in flight (cp.async: ember.cuda.pipeline; 1, none); at each 16-wide step of k a warp
+    loads each of its fragments of A and B once and makes every product of its tile. The nest of
+    the calls binds threadIdx.y only: every lane of the warp runs it, as the warp-level calls need.
+    Returns the te schedule and [A, B, C].
 
-    `stages` 2 (the default): the K loop is pipelined, the next tiles copied by cp.async while
-    this one's products run (ember.cuda.pipeline).
+    `intrinsic` "mma" (the default): ldmatrix and mma.sync.m16n8k16 (ember.intrinsics.mma), the
+    shared tiles swizzled (conflict-free without padding: `pad` 0); "wmma": wmma's 16x16x16
+    (ember.intrinsics.wmma), the shared rows `pad` elements longer (default 8: with rows a
+    multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks).
+    `group`: the blocks run down `group` rows of tiles of C before the next columns (blockIdx.x
+    over (rows / group, columns, group)), so that blocks running together share tiles of A and B
+    in the L2; 1, row after row.
 
-    On an H200 (fp16 and bf16 4096^3, CUDA events): 210 TFLOP/s with the defaults, 30% of cuBLAS
-    (the first version, a call per fragment, no padding, no pipelining: 14%); without the
-    padding 15%, with 64x32 warps 25%, in one stage 24%. What separates it from cuBLAS and
-    Triton (which run sm_90's wgmma, fed by TMA) is left to mma.sync/wgmma and deeper stages in
-    dynamic shared memory (two stages of larger tiles pass the 48 KiB of static shared memory)."""
+    On an H200 (fp16 and bf16 4096^3, CUDA events), wmma: 210 TFLOP/s with 128x128x32, 64x64
+    warps, padded rows, 2 stages, 30% of cuBLAS (the first version, a call per fragment, no
+    padding, no pipelining: 14%); without the padding 15%, with 64x32 warps 25%, in one stage
+    24%. Stages and tiles stay within the 48 KiB of static shared memory (3 stages of 128x128x32,
+    2 of 128x256x32); deeper ones need dynamic shared memory."""
     from ..intrinsics import wmma
 
     if dtype not in wmma.DTYPES:
         raise ScheduleError(f"tensorcore_gemm takes {wmma.DTYPES} inputs, not {dtype}")
+    pad = _check_intrinsic(intrinsic, pad)
     _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad)
     A = te.placeholder((M, K), dtype, name="A")
     B = te.placeholder((K, N), dtype, name="B")
@@ -301,10 +306,24 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     i, j = s[C].op.axis
     bi, ii = s[C].split(i, factor=BM)
     bj, jj = s[C].split(j, factor=BN)
-    s[C].bind(bi, ThreadAxis("blockIdx.y"))
-    s[C].bind(bj, ThreadAxis("blockIdx.x"))
-    _warp_tiles(s, C, *caches, (bi, bj, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype)
+    group = max(1, min(group, M // BM))
+    if (M // BM) % group:
+        raise ScheduleError(f"tensorcore_gemm: groups of {group} rows of tiles must divide the {M // BM} rows")
+    rows, row = s[C].split(bi, factor=group)
+    s[C].reorder(rows, bj, row, ii, jj)
+    block = s[C].fuse(rows, bj, row)
+    s[C].bind(block, ThreadAxis("blockIdx.x"))
+    _warp_tiles(s, C, *caches, (block, None, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype, intrinsic=intrinsic)
     return s, [A, B, C]
+
+
+def _check_intrinsic(intrinsic: str, pad: int | None) -> int:
+    """The rows' padding of a Tensor Core schedule on `intrinsic` (its default where None)."""
+    if intrinsic not in ("mma", "wmma"):
+        raise ScheduleError(f"Tensor Core schedules run on \"mma\" (mma.sync) or \"wmma\", not {intrinsic!r}")
+    if intrinsic == "mma" and pad:
+        raise ScheduleError(f"mma.sync reads swizzled shared tiles, whose rows are not padded (pad {pad})")
+    return (8 if intrinsic == "wmma" else 0) if pad is None else pad
 
 
 def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
@@ -484,12 +503,13 @@ def _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad, dtype: str = "float16") 
 
 
 def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, stages, dtype,
-                b_layout: str = "row") -> None:
+                b_layout: str = "row", intrinsic: str = "wmma") -> None:
     """C's BM x BN block tile (`axes`: its block loops, None where they are another stage's,
     then its loops over the tile; any batch axes before them span one element) on the block's
     warps, each a WM x WN tile of fragments (CF) over the K loop, with A's and B's tiles staged
-    in AS and BS (B's transposed for `b_layout` "col"; see tensorcore_gemm)."""
-    from ..intrinsics import wmma
+    in AS and BS (B's transposed for `b_layout` "col"; see tensorcore_gemm), on `intrinsic`'s
+    calls (ember.intrinsics.mma or wmma)."""
+    from ..intrinsics import mma, wmma
 
     bi, bj, ii, jj = axes
     wi, ii = s[C].split(ii, factor=WM)
@@ -524,5 +544,6 @@ def _warp_tiles(s: TESchedule, C, AS, BS, CF, axes, BM, BN, BK, WM, WN, pad, sta
         s[S].bind(y, ThreadAxis("threadIdx.y"))
         s[S].bind(x, ThreadAxis("threadIdx.x"))
     # tensorize removes the blocks: the primitives on their loops come first
-    s[CF].tensorize(ci, wmma.warp_mma(dtype, WM, WN, b_layout))
-    s[C].tensorize(store_i, wmma.STORE)
+    calls = mma if intrinsic == "mma" else wmma
+    s[CF].tensorize(ci, calls.warp_mma(dtype, WM, WN, b_layout))
+    s[C].tensorize(store_i, calls.STORE)

@@ -24,14 +24,15 @@ Two intrinsics per input type, and a store:
 of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per fragment makes
 2 (WM/16)(WN/16)), which is what lets a GEMM keep its fragments in registers across a k step.
 
-Why wmma and not `ldmatrix` / `mma.sync`: wmma is the simplest route onto Tensor Cores, portable
-across sm_70 and later (bf16 from sm_80), with the fragments' layout across the lanes left to
-the compiler (which lowers a wmma.load of a padded shared tile to ldmatrix where it can);
-`mma.sync` would give control of the register layout (and ldmatrix over a swizzled tile,
-conflict-free without the padding) at the price of per-shape register bookkeeping. Neither is
-what cuBLAS and Triton run on sm_90 (the warpgroup's asynchronous `wgmma`, fed by TMA); what
-separates this GEMM from them first is the overlap of the copies with the products (cp.async
-stages), not wmma against mma.sync, so wmma stays until that is done and measured. The instructions are
+Why wmma, now that ember.intrinsics.mma has `ldmatrix` / `mma.sync`: the GEMM schedule
+(cuda.schedules.tensorcore_gemm) runs on mma by default, whose register layout is PTX's and
+whose tiles are swizzled in shared memory (conflict-free without padding), and wmma stays where
+mma does not reach yet: TF32 (m16n16k8, a "tf32" model's products), SHARED_MMA's accumulators in
+shared memory (the tile kernels' `tl.dot`, flash attention), and the model's products
+(`tensorcore_product`: padded tiles and convolutions' columns, rows not always a power of two
+bytes), with the fragments' layout across the lanes left to the compiler (which lowers a
+wmma.load of a padded shared tile to ldmatrix where it can). Neither is what cuBLAS and Triton
+run on sm_90 (the warpgroup's asynchronous `wgmma`, fed by TMA). The instructions are
 written as inline PTX rather than through `nvcuda::wmma` (mma.h) because that header needs the
 CUDA compiler's `crt/` headers, which NVRTC's pip packages do not always ship; the PTX is what
 mma.h emits, and NVRTC compiles it for any of those architectures.
@@ -332,16 +333,7 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
     if name in _WARP:
         return _WARP[name]
-    a = te.placeholder((wm, TILE), dtype, name="a")
-    k = te.reduce_axis((0, TILE), name="k")
-    if b_layout == "col":
-        b = te.placeholder((wn, TILE), dtype, name="b")
-        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[j, k].astype("float32"), axis=k),
-                       name="c")
-    else:
-        b = te.placeholder((TILE, wn), dtype, name="b")
-        c = te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
-                       name="c")
+    c = warp_description(dtype, wm, wn, b_layout)
     fn_name = f"ember_{name}"
 
     def lower_fn(ins, outs):
@@ -353,6 +345,20 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     _WARP[name] = te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True,
                                         c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name, b_layout))
     return _WARP[name]
+
+
+def warp_description(dtype: str, wm: int, wn: int, b_layout: str):
+    """What a warp's step computes: c (wm, wn) = sum over k < 16 of a[i, k] * b[k, j] in fp32, b
+    given as (16, wn), or as its transpose (wn, 16) for b_layout "col"."""
+    a = te.placeholder((wm, TILE), dtype, name="a")
+    k = te.reduce_axis((0, TILE), name="k")
+    if b_layout == "col":
+        b = te.placeholder((wn, TILE), dtype, name="b")
+        return te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[j, k].astype("float32"),
+                                                         axis=k), name="c")
+    b = te.placeholder((TILE, wn), dtype, name="b")
+    return te.compute((wm, wn), lambda i, j: te.sum(a[i, k].astype("float32") * b[k, j].astype("float32"), axis=k),
+                      name="c")
 
 
 _WARP: dict = {}

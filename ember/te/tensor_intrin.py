@@ -32,8 +32,9 @@ from .to_tir import create_prim_func
 
 
 def decl_tensor_intrin(op, lower_fn, name: str | None = None, *, c_source: str = "", strides: dict | None = None,
-                       feature: str | None = None, override: bool = False) -> TensorIntrin:
-    """Declare (and register under `name`, by default the op's) the intrinsic computing `op`."""
+                       feature: str | None = None, override: bool = False, emulate=None) -> TensorIntrin:
+    """Declare (and register under `name`, by default the op's) the intrinsic computing `op`;
+    `emulate`: its calls' NumPy twin for the interpreter (ember.tir.tensor_intrin.TensorIntrin)."""
     if not isinstance(op, ComputeOp):
         raise ScheduleError(f"decl_tensor_intrin takes a te compute's op, got {type(op).__name__}")
     inputs = list(op.input_tensors)
@@ -57,7 +58,7 @@ def decl_tensor_intrin(op, lower_fn, name: str | None = None, *, c_source: str =
     bufs = [IntrinBuffer(t.buffer, st) for t, st in zip(tensors, formal)]
     made = lower_fn(bufs[:len(inputs)], bufs[len(inputs):])
     calls = _roles(made, desc.name)
-    intrin = TensorIntrin(desc.name, desc, len(inputs), tuple(formal), calls, c_source, feature)
+    intrin = TensorIntrin(desc.name, desc, len(inputs), tuple(formal), calls, c_source, feature, emulate)
     _check(intrin, op)
     return register_intrin(intrin, override)
 

@@ -7,7 +7,10 @@ per role, `body` (the whole computation, a reduction's init included), and for a
 computation), built over formal pointers (`IntrinBuffer.access_ptr`) and formal strides (Vars)
 that tensorize replaces by the matched loop nest's. `c_source` defines the C functions; a C unit
 holds it once, in its prelude. The loop-IR interpreter runs `desc` in place of the call, so a
-tensorized kernel is checked on any machine (ember.codegen.python). `feature` names the CPU
+tensorized kernel is checked on any machine (ember.codegen.python); an intrinsic whose operands lie
+in a layout the description cannot see (Tensor Core fragments spread over a warp's lanes, tiles
+swizzled in shared memory: ember.intrinsics.mma) gives `emulate`, a NumPy twin of its C calls
+that the interpreter runs instead, on the same pointers and scalars. `feature` names the CPU
 feature the C code needs (a `Target.features` name), or None for C that runs on any CPU (VNNI's
 chooses at run time): a C kernel calling an intrinsic is built only for a target whose flags
 enable its feature (`required_features`; ember.backends.c), so the unit is chosen at compile time
@@ -82,6 +85,9 @@ class TensorIntrin:
     calls: tuple[tuple[str, CallRoutine], ...]  # (role, call) for the roles it has
     c_source: str
     feature: str | None = None
+    # emulate(role, reads, writes, scalars, strides): the C call of `role` on (array, offset) pairs,
+    # the C call's scalars, and the strides of desc's parameters, for the interpreter (None: it runs desc)
+    emulate: Callable | None = None
 
     def call(self, role: str) -> CallRoutine | None:
         return dict(self.calls).get(role)

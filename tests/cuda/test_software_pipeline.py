@@ -65,7 +65,8 @@ def test_cp_async_from_sm80(arch):
 
 @needs_nvrtc
 def test_the_tensor_core_gemm_is_pipelined():
-    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32)
+    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32, intrinsic="wmma",
+                                        stages=2)
     src = ember.build(s, args, target="cuda", arch="sm_90").source
     assert src.count("cp.async.cg.shared.global") == 4  # A's and B's tiles, before the loop and in it
     assert "__half A_shared[5120];" in src  # two stages of 64 rows of 32 + 8
