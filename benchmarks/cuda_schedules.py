@@ -170,13 +170,20 @@ def gemm(n: int, runs: int, rows: list) -> None:
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
-# Tensor Core GEMM tilings (schedules.tensorcore_gemm): BM, BN, BK, a warp's WM x WN, the rows' padding, stages
-# (2: the K loop pipelined, cp.async; larger tiles in 2 stages need more than 48 KiB of shared memory)
-TC_TILINGS = ((128, 128, 32, 64, 32, 8, 2), (128, 128, 32, 64, 64, 8, 2), (128, 128, 32, 64, 32, 8, 1),
-              (128, 128, 32, 64, 32, 0, 2), (128, 256, 32, 64, 64, 8, 1), (256, 128, 32, 64, 64, 8, 1))
+# Tensor Core GEMM configurations (schedules.tensorcore_gemm): the intrinsic, BM, BN, BK, a warp's WM x WN,
+# the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle); every one within the 48
+# KiB of static shared memory (mma: swizzled tiles; wmma: rows padded by 8), none spilling (ptxas: 98 to 206
+# registers; 64x128 warps spill). The first is the default.
+TC_CONFIGS = (("mma", 128, 128, 32, 64, 64, 3, 8), ("mma", 128, 128, 32, 64, 32, 3, 8),
+              ("mma", 128, 128, 32, 64, 64, 2, 8), ("mma", 128, 128, 32, 64, 64, 3, 1),
+              ("mma", 128, 256, 32, 64, 64, 2, 8), ("mma", 256, 128, 32, 64, 64, 2, 8),
+              ("mma", 128, 128, 32, 32, 64, 3, 8), ("mma", 64, 128, 32, 32, 64, 4, 8),
+              ("wmma", 128, 128, 32, 64, 64, 2, 1))
 
 
 def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
+    """The configurations of TC_CONFIGS in fp16 and bf16, then cuBLAS; the best of each type
+    printed with its share of cuBLAS."""
     import torch
 
     from ember.cuda import schedules
@@ -188,19 +195,25 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
         c = torch.empty(n, n, device="cuda")
         expected = torch.matmul(a.float(), b.float())  # fp32 products of the same inputs (TF32 off)
         name = f"{'fp16' if dtype == 'float16' else 'bf16'} GEMM {n}^3"
-        for BM, BN, BK, WM, WN, pad, stages in TC_TILINGS:
-            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "pad": pad, "stages": stages}
-            impl = f"ember wmma {BM}x{BN}x{BK}, warp {WM}x{WN} p{pad} s{stages}"
+        mine = []
+        for intrinsic, BM, BN, BK, WM, WN, stages, group in TC_CONFIGS:
+            tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "stages": stages, "intrinsic": intrinsic,
+                     "group": group}
+            impl = f"ember {intrinsic} {BM}x{BN}x{BK} w{WM}x{WN} s{stages} g{group}"
             try:
                 f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
                 c.zero_()
                 f(a, b, c)
                 torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
                 t = timed(lambda f=f, a=a, b=b, c=c: f(a, b, c), runs)
-                rows.append((name, impl, t, tflop / t, build_s))
-            except Exception:  # one tiling's failure must not hide the others'
+                rows.append((name, f"{impl} r{f.registers}", t, tflop / t, build_s))
+                mine.append((t, impl))
+            except Exception:  # one configuration's failure must not hide the others'
                 print(f"--- {name} {impl} failed:")
                 traceback.print_exc(limit=6, file=sys.stdout)
         out = torch.empty(n, n, device="cuda", dtype=torch_dtype)
         t = timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), runs)
+        if mine:
+            best, impl = min(mine)
+            print(f"best {name}: {impl}, {tflop / best:.1f} TFLOP/s, {t / best:.0%} of cuBLAS ({tflop / t:.1f})")
         rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
