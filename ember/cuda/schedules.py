@@ -327,7 +327,7 @@ def _check_intrinsic(intrinsic: str, pad: int | None) -> int:
 
 
 def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
-                       WN: int = 64, stages: int = 2) -> None:
+                       WN: int = 64, stages: int = 2, intrinsic: str | None = None) -> None:
     """An operator's float16/bfloat16 product on Tensor Cores, any shape (float32 operands as
     TF32, a "tf32" model's): C, its float32 sum of products (C[.., i, j] = sum over k of
     A[.., i, k] * B[.., k, j], batch axes first; B may be read transposed, B[.., j, k], a linear
@@ -341,10 +341,17 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     memory write zeros past the operands' ends, so the sums are unchanged and the fragments stay
     whole, and the tiles of `out` are guarded. The operands are read with `product_operands`'
     layouts; one that is a stage of the kernel (a convolution's columns, ember.ops.conv_gemm; a
-    prologue, in its pad stage) is computed as its tiles are copied."""
+    prologue, in its pad stage) is computed as its tiles are copied. `intrinsic` (as
+    tensorcore_gemm's; None: "mma" where the shared tiles' rows are a power of two bytes, as
+    swizzling needs, and the inputs 16-bit, else "wmma", its rows padded by 16 bytes)."""
     A, B, b_layout = product_operands(s, C)
     (M, N), K = (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
-    pad = 128 // dt.bits(A.dtype)  # rows 16 bytes longer
+    if intrinsic is None:
+        size = dt.bits(A.dtype) // 8
+        rows = [BK * size, (BK if b_layout == "col" else BN) * size]
+        fit = A.dtype != "float32" and all(16 <= n <= 1024 and not n & (n - 1) for n in rows)
+        intrinsic = "mma" if fit else "wmma"
+    pad = _check_intrinsic(intrinsic, None if intrinsic == "mma" else 128 // dt.bits(A.dtype))  # wmma: 16 bytes
     _check_tensorcore(*(t if n is None else t * -(-n // t) for n, t in ((M, BM), (N, BN), (K, BK))),
                       BM, BN, BK, WM, WN, pad, A.dtype)
     C, operands = _shared_operands(s, C, A, B, BM, BN, BK)
@@ -356,7 +363,7 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     s[out].bind(x, ThreadAxis("threadIdx.x"))
     s[C].compute_at(s[out], at)
     _warp_tiles(s, C, *operands, CF, (None, None, *s[C].op.axis[-2:]), BM, BN, BK, WM, WN, pad, stages, A.dtype,
-                b_layout)
+                b_layout, intrinsic)
 
 
 def cuda_core_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 16, TM: int = 4,

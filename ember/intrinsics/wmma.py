@@ -24,14 +24,14 @@ Two intrinsics per input type, and a store:
 of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per fragment makes
 2 (WM/16)(WN/16)), which is what lets a GEMM keep its fragments in registers across a k step.
 
-Why wmma, now that ember.intrinsics.mma has `ldmatrix` / `mma.sync`: the GEMM schedule
-(cuda.schedules.tensorcore_gemm) runs on mma by default, whose register layout is PTX's and
-whose tiles are swizzled in shared memory (conflict-free without padding), and wmma stays where
-mma does not reach yet: TF32 (m16n16k8, a "tf32" model's products), SHARED_MMA's accumulators in
-shared memory (the tile kernels' `tl.dot`, flash attention), and the model's products
-(`tensorcore_product`: padded tiles and convolutions' columns, rows not always a power of two
-bytes), with the fragments' layout across the lanes left to the compiler (which lowers a
-wmma.load of a padded shared tile to ldmatrix where it can). Neither is what cuBLAS and Triton
+Why wmma, now that ember.intrinsics.mma has `ldmatrix` / `mma.sync`: the GEMM schedules
+(cuda.schedules.tensorcore_gemm, and tensorcore_product where its shared tiles' rows are a power
+of two bytes) run on mma, whose register layout is PTX's and whose tiles are swizzled in shared
+memory (conflict-free without padding), and wmma stays where mma does not reach yet: TF32
+(m16n16k8, a "tf32" model's products), SHARED_MMA's accumulators in shared memory (the tile
+kernels' `tl.dot`, flash attention), and products whose rows are not a power of two bytes
+(padded instead), with the fragments' layout across the lanes left to the compiler (which lowers
+a wmma.load of a padded shared tile to ldmatrix where it can). Neither is what cuBLAS and Triton
 run on sm_90 (the warpgroup's asynchronous `wgmma`, fed by TMA). The instructions are
 written as inline PTX rather than through `nvcuda::wmma` (mma.h) because that header needs the
 CUDA compiler's `crt/` headers, which NVRTC's pip packages do not always ship; the PTX is what

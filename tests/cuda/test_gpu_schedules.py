@@ -41,7 +41,7 @@ CASES = {
     "softmax, not last": ("softmax", lambda: [_x(2, 5, 6)], {"axis": 1}, "threadIdx.x"),  # a thread a row
     "gemm": ("matmul", lambda: [_x(64, 16), _x(16, 64)], {}, "cp.async.cg"),  # pipelined tiles in shared memory
     "fp16 gemm": ("matmul", lambda: [random_array((64, 32), "float16", RNG), random_array((32, 64), "float16", RNG)],
-                  {}, "wmma.mma.sync"),  # on Tensor Cores
+                  {}, "mma.sync.aligned.m16n8k16"),  # on Tensor Cores
     "batched matmul": ("matmul", lambda: [_x(2, 5, 7), _x(7, 3)], {}, "threadIdx.x"),
     "gemv": ("gemm", lambda: [_x(1, 100), _x(100, 64)], {}, "threadIdx.y"),  # a column's sum over 8 threads
     "conv": ("conv2d", lambda: [_x(1, 3, 6, 6), _x(4, 3, 3, 3)], {}, "threadIdx.x"),

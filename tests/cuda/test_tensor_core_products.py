@@ -62,10 +62,13 @@ def test_a_product_on_tensor_cores_compiles_for_sm90(case):
     bound, outs = infer_types(name, types, attrs)
     s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
     f = ember.build(s, args, target="cuda", arch="sm_90")
-    assert f.binary[:4] == b"\x7fELF" and "wmma.mma.sync" in f.source
+    assert f.binary[:4] == b"\x7fELF"
+    # mma.sync on swizzled tiles where their rows are a power of two bytes, else (and TF32) wmma
+    assert ("wmma.mma.sync" if "tf32" in case else "mma.sync.aligned.m16n8k16") in f.source
     assert ("m16n16k8.f32.tf32" in f.source) == attrs.get("tf32", False)
-    if attrs.get("trans_b"):  # the weights (N, K) read as B's columns, in place
-        assert "wmma.load.b.sync.aligned.col" in f.source
+    if attrs.get("trans_b"):  # the weights (N, K) read as B's columns, in place: ldmatrix untransposed
+        assert ("wmma.load.b.sync.aligned.col" if "tf32" in case else "_bt(") in f.source
+        assert "ember_ldmatrix_x4_trans(fb" not in f.source
 
 
 def test_tiles_shrink_until_the_grid_fills_the_gpu():
@@ -103,7 +106,9 @@ def test_a_product_of_a_symbolic_size_takes_tensor_cores_its_k_loop_pipelined(ca
     bound, outs = infer_types(name, types, attrs)
     s, args = node_kernel(name, types, bound, outs, target=Target("cuda"))
     f = ember.build(s, args, target="cuda", arch="sm_90")
-    assert f.binary[:4] == b"\x7fELF" and "wmma.mma.sync" in f.source
+    assert f.binary[:4] == b"\x7fELF"
+    # mma.sync on swizzled tiles where their rows are a power of two bytes, else (and TF32) wmma
+    assert ("wmma.mma.sync" if "tf32" in case else "mma.sync.aligned.m16n8k16") in f.source
     assert (f.grid is None) == ("symbolic K" not in case)  # (a grid over symbolic rows or columns: per launch)
     assert "cp.async.wait_group 0;" in f.source  # the next tiles copied while this one's products run
     # a padded tile's 16 bytes zero-filled past the operand's end, where its rows are whole vectors (24, 40)
