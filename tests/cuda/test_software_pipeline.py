@@ -13,12 +13,12 @@ from gpu_kernels import needs_nvrtc
 import ember
 from ember import te
 from ember.cuda import schedules
-from ember.cuda.pipeline import WAIT
+from ember.cuda.pipeline import STAGED, WAIT
 from ember.cuda.simt import SimtKernel
 from ember.errors import LowerError
 from ember.tir.expr import Call
 from ember.tir.functor import mutate_stmt
-from ember.tir.stmt import Evaluate, SeqStmt
+from ember.tir.stmt import SYNC, Evaluate, For, SeqStmt
 
 RNG = np.random.default_rng(31)
 
@@ -50,6 +50,30 @@ def test_without_its_wait_the_tiles_are_read_before_they_land():
     out = np.zeros((64, 64), "float32")
     broken(a, b, out)
     assert np.isnan(out).all()  # the shared tiles were never written: NaN, as a block's shared memory starts
+
+
+def test_three_stages_wait_for_one_group_behind_one_barrier():
+    """With 3 stages, the loop waits until one group is in flight, then its one barrier (the
+    interpreter's yield); without that barrier a thread reads tiles the others have not copied."""
+    s, args, reference = _gemm(stages=3)
+    kernel = ember.build(s, args, target="python", seed=2)
+    a, b = _inputs()
+    out = np.full((64, 64), np.nan, "float32")
+    kernel(a, b, out)
+    np.testing.assert_allclose(out, reference(a, b), rtol=1e-5, atol=1e-5)
+    assert "_cp.wait(1)" in kernel.source
+
+    def unsynced(x):
+        if isinstance(x, For) and x.annotation(STAGED):
+            return replace(x, body=SeqStmt(tuple(y for y in x.body.stmts if not (
+                isinstance(y, Evaluate) and isinstance(y.value, Call) and y.value.name == SYNC))))
+        return None
+
+    broken = SimtKernel(replace(kernel.func, body=mutate_stmt(kernel.func.body, f_stmt=unsynced)))
+    assert broken.source.count("yield") == kernel.source.count("yield") - 1
+    out = np.zeros((64, 64), "float32")
+    broken(a, b, out)
+    assert np.isnan(out).any()  # tiles read before their copies landed: NaN, as shared memory starts
 
 
 @needs_nvrtc
