@@ -10,7 +10,10 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   extent is the launch's grid, computed per call from the kernel's sizes (ember.cuda.grid);
 - a "shared" allocation is a `__shared__` array (one per block), a "local" one an array of the
   thread (registers when its indices are constant after unrolling); both need a constant size,
-  and intermediates get one of the two first (ember.cuda.scopes);
+  and intermediates get one of the two first (ember.cuda.scopes); in a kernel with a loop
+  annotated DYNAMIC (its shared tiles past the 48 KiB a block may declare statically), the
+  shared arrays are carved from dynamic shared memory instead (each at an offset aligned as its
+  array would be, freed at its scope's end), whose bytes the launch asks for (`shared_bytes`);
 - `__syncthreads()` is the barrier the sync pass inserts (`ember.cuda.sync`); a pipelined loop's
   copies of 16 bytes into shared memory are `cp.async` on sm_80 and later, with their
   commit and wait (ember.cuda.pipeline), and so are its copies of one 4-byte element (a
@@ -111,6 +114,15 @@ def launch_dims(func: PrimFunc) -> dict[str, int]:
     return dims
 
 
+DYNAMIC = "pragma_dynamic_shared"  # a loop's annotation: the kernel's shared arrays in dynamic shared memory
+DYNAMIC_SHARED = "ember_dynamic_shared"  # the kernel's dynamic shared memory
+
+
+def dynamic_shared(func: PrimFunc) -> bool:
+    """Whether the kernel asks for its shared arrays in dynamic shared memory (DYNAMIC)."""
+    return bool(collect(func.body, lambda s: isinstance(s, For) and s.annotation(DYNAMIC)))
+
+
 def threads_per_block(dims: dict[str, int]) -> int:
     return functools.reduce(operator.mul, (n for tag, n in dims.items() if tag not in BLOCK_TAGS), 1)
 
@@ -170,6 +182,9 @@ class CUDARenderer(CStyleRenderer):
         self._call_buffers = {p.buffer for c in collect(func.body, lambda s: isinstance(s, CallRoutine))
                               for p in c.reads + c.writes}
         self._alignment = dict(func.attr(ALIGN, ()))  # swizzled tiles' (ember.cuda.swizzle)
+        self._dynamic = dynamic_shared(func)
+        self.shared_bytes = self._shared_top = 0  # dynamic shared memory: the launch's bytes, the carving's top
+        self._shared_align = 16
         for b in func.params:
             if b.dtype not in self.SCALAR_TYPES:
                 raise LowerError(f"CUDA kernels take no {b.dtype} buffers yet ({b.name})")
@@ -460,14 +475,29 @@ class CUDARenderer(CStyleRenderer):
         align = self._alignment.get(buf.name, 32 if buf in self._call_buffers else 16)  # wmma: 32-byte aligned tiles
         qualifier = f"__shared__ __align__({align}) " if buf.scope == "shared" else ""
         out.append(f"{pad}{{")
-        if buf.scope == fragments.SCOPE:
+        top = self._shared_top
+        if buf.scope == "shared" and self._dynamic:  # carved from dynamic shared memory, freed at the scope's end
+            at = -(-top // align) * align
+            self._shared_top = at + count * dt.bits(buf.dtype) // 8
+            self.shared_bytes, self._shared_align = max(self.shared_bytes, self._shared_top), max(self._shared_align,
+                                                                                                 align)
+            ctype = self.SCALAR_TYPES[buf.dtype]
+            out.append(f"{pad}  {ctype}* __restrict__ {self._name(buf)} = reinterpret_cast<{ctype}*>({DYNAMIC_SHARED} "
+                       f"+ {at});")
+        elif buf.scope == fragments.SCOPE:
             out.append(f"{pad}  {fragments.declaration(buf, self._name(buf))}")
         else:
             out.append(f"{pad}  {qualifier}{self.SCALAR_TYPES[buf.dtype]} {self._name(buf)}[{count}];")
         self._buffers.add(buf)
         self._stmt(body, depth + 1, out)
         self._buffers.discard(buf)
+        self._shared_top = top
         out.append(f"{pad}}}")
+
+    def _prologue(self, func: PrimFunc) -> list[str]:
+        if not self.shared_bytes:
+            return []
+        return [f"  extern __shared__ __align__({self._shared_align}) unsigned char {DYNAMIC_SHARED}[];"]
 
     def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
         """A tensorized call: its intrinsic's CUDA source once in the unit, then the call, with

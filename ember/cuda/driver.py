@@ -105,6 +105,14 @@ class Module:
                               f"cuModuleGetFunction of kernel {symbol}")
         self.symbol = symbol
 
+    def opt_in_shared(self, shared: int) -> None:
+        """Let the function's launches ask for `shared` bytes of dynamic shared memory (past 48 KiB a
+        function must opt in)."""
+        if shared > 48 * 1024:
+            cu = driver()
+            attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(cu.cuFuncSetAttribute(self.function, attribute, shared), f"cuFuncSetAttribute of {self.symbol}")
+
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[tuple[int, type]],
                stream: int = 0, shared: int = 0) -> None:
         """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default), with

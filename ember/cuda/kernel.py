@@ -53,7 +53,8 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
     renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug, arch=arch)
     source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
-                      aligned=renderer.vector_buffers & set(func.params), checks=renderer.checks)
+                      aligned=renderer.vector_buffers & set(func.params), checks=renderer.checks,
+                      shared=renderer.shared_bytes)
 
 
 def prepare(func: PrimFunc) -> PrimFunc:
@@ -77,14 +78,17 @@ class CUDAKernel:
     """A compiled GPU kernel: `f(*arrays, stream=None)`; `f.source` is its CUDA C, `f.binary` the
     cubin (or PTX), `f.grid` and `f.block` its launch, `f.registers` a thread's registers (None
     for PTX); `aligned`: the parameters it reads or writes 16 bytes at a time, whose addresses
-    must be multiples of 16. `to_json()` and `restore(record, binary, source)`: what launching it
-    needs, without its loop IR (a saved model's kernels, ember.cuda.artifact; `func` None)."""
+    must be multiples of 16; `shared`: the bytes of dynamic shared memory its launch asks for
+    (ember.cuda.codegen.DYNAMIC; past 48 KiB, the function opts in when loaded). `to_json()` and
+    `restore(record, binary, source)`: what launching it needs, without its loop IR (a saved
+    model's kernels, ember.cuda.artifact; `func` None)."""
 
     target = "cuda"
 
     def __init__(self, func: PrimFunc, source: str, binary: bytes, dims: dict[str, int], arch: str,
-                 aligned: set = frozenset(), checks: bool = False):
+                 aligned: set = frozenset(), checks: bool = False, shared: int = 0):
         self.func, self.name, self.source, self.binary, self.arch = func, func.name, source, binary, arch
+        self.shared = shared
         self.checks = checks  # it checks accesses as it runs: each call waits for it and reports
         self.aligned = frozenset(aligned)
         self.params = [b.name for b in func.params]
@@ -99,7 +103,7 @@ class CUDAKernel:
     def to_json(self) -> dict:
         return {"name": self.name, "symbol": self.symbol, "arch": self.arch, "params": self.params,
                 "aligned": self._aligned_at, "checks": self.checks, "block": list(self.block),
-                "grid": self.grid_of.to_json()}
+                "grid": self.grid_of.to_json(), "shared": self.shared}
 
     @classmethod
     def restore(cls, record: dict, binary: bytes, source: str) -> CUDAKernel:
@@ -107,6 +111,7 @@ class CUDAKernel:
         k = cls.__new__(cls)
         k.func, k.name, k.source, k.binary, k.arch = None, record["name"], source, binary, record["arch"]
         k.checks, k.params, k._aligned_at = record["checks"], list(record["params"]), list(record["aligned"])
+        k.shared = record.get("shared", 0)  # (a model saved before dynamic shared memory: none)
         k.aligned = frozenset(k.params[i] for i in k._aligned_at)
         k.grid_of = Grid.from_json(record["grid"])
         k.grid, k.block, k.symbol = k.grid_of.static, tuple(record["block"]), record["symbol"]
@@ -168,10 +173,12 @@ class CUDAKernel:
                                         f"at an offset: pass a copy)")
         if self._module is None:
             self._module = Module(self.binary, self.symbol, device())
+            self._module.opt_in_shared(self.shared)
         grid = self.grid_of(sizes)
         if 0 in grid:
             return
-        self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream)
+        self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream,
+                            self.shared)
         if report:
             self.report(stream)
 

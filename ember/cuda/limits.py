@@ -5,7 +5,9 @@ thread, registers.
 `limits_for(arch, gpu)` gives the target's (`Target.gpu`: the device's driver attributes where
 the machine has a GPU, ember.target.GPU), or without them the GPU's own when the machine has a GPU
 of that architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
-shared memory, 64 Ki registers a block). Each check is a ScheduleError naming the limit, the
+shared memory, 64 Ki registers a block; a kernel whose shared arrays are dynamic, ember.cuda.
+codegen.DYNAMIC, may have the bytes a block opts in to: the device's, else its architecture's,
+`OPT_IN`). Each check is a ScheduleError naming the limit, the
 kernel and the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
 the compiler fit a block's registers in the GPU's (spilling to local memory if it must); they are
 known once NVRTC has compiled the kernel (`CUDAKernel.registers`, what the tuner's features read):
@@ -26,10 +28,14 @@ from ..tir.expr import as_int
 from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
 from . import fragments
-from .codegen import threads_per_block
+from .codegen import dynamic_shared, threads_per_block
 
 MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
+OPT_IN = {"sm_70": 96, "sm_72": 96, "sm_75": 64, "sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99,
+          "sm_90": 227}  # KiB of shared memory a block may opt in to, by architecture (CUDA's table)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,11 @@ class GPULimits:
     shared_per_block: int = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
     registers_per_block: int = 65536
     local_per_thread: int = 512 * 1024  # bytes of a thread's own arrays (every architecture since sm_20)
+    shared_opt_in: int | None = None  # bytes of dynamic shared memory a block may opt in to (None: OPT_IN's)
+
+    @property
+    def dynamic_shared_per_block(self) -> int:
+        return self.shared_opt_in or OPT_IN.get(self.arch.removeprefix("compute_").rstrip("a"), 48) * 1024
 
 
 def limits_for(arch: str, gpu=None) -> GPULimits:
@@ -54,7 +65,8 @@ def limits_for(arch: str, gpu=None) -> GPULimits:
         return GPULimits(arch)
     if dev.arch != arch:
         return GPULimits(arch)
-    return GPULimits(arch, dev.threads_per_block, dev.shared_per_block, dev.registers_per_block)
+    return GPULimits(arch, dev.threads_per_block, dev.shared_per_block, dev.registers_per_block,
+                     shared_opt_in=dev.shared_per_block_optin)
 
 
 def shared_bytes(func: PrimFunc) -> tuple[int, list[str]]:
@@ -90,7 +102,12 @@ def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> Non
         if n > limit:
             raise ScheduleError(f"kernel {func.name} binds {n} to {tag}: past the limit of {limit} for {tag}")
     total, names = shared_bytes(func)
-    if total > limits.shared_per_block:
+    if dynamic_shared(func):
+        if total > limits.dynamic_shared_per_block:
+            raise ScheduleError(f"kernel {func.name} keeps {total} bytes in shared memory ({', '.join(names)}): past "
+                                f"the limit of {limits.dynamic_shared_per_block} bytes of dynamic shared memory a "
+                                f"block may opt in to ({limits.arch})")
+    elif total > limits.shared_per_block:
         raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory ({', '.join(names)}): "
                             f"past the limit of {limits.shared_per_block} bytes of static shared memory per "
                             f"block ({limits.arch})")

@@ -288,8 +288,9 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     On an H200 (fp16 and bf16 4096^3, CUDA events), wmma: 210 TFLOP/s with 128x128x32, 64x64
     warps, padded rows, 2 stages, 30% of cuBLAS (the first version, a call per fragment, no
     padding, no pipelining: 14%); without the padding 15%, with 64x32 warps 25%, in one stage
-    24%. Stages and tiles stay within the 48 KiB of static shared memory (3 stages of 128x128x32,
-    2 of 128x256x32); deeper ones need dynamic shared memory."""
+    24%. Stages and tiles past the 48 KiB of static shared memory (4 stages of 128x128x32, 3 of
+    128x256x32) take dynamic shared memory (ember.cuda.codegen.DYNAMIC), up to what a block may
+    opt in to (227 KiB on sm_90)."""
     from ..intrinsics import wmma
 
     if dtype not in wmma.DTYPES:
@@ -313,6 +314,9 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     s[C].reorder(rows, bj, row, ii, jj)
     block = s[C].fuse(rows, bj, row)
     s[C].bind(block, ThreadAxis("blockIdx.x"))
+    row_a, row_b = BK + pad, BN + pad
+    if stages * (BM * row_a + BK * row_b) * dt.bits(dtype) // 8 > 48 * 1024:  # past static shared memory
+        s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.codegen.DYNAMIC)
     _warp_tiles(s, C, *caches, (block, None, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype, intrinsic=intrinsic)
     return s, [A, B, C]
 

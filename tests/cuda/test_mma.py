@@ -131,10 +131,27 @@ def test_mma_gemm_compiles_for_sm90(dtype):
     assert loop[:loop.index("ember_mma_store")].count("__syncthreads();") == 1  # the pipeline's one barrier
 
 
+@needs_nvrtc
+def test_stages_past_static_shared_memory_are_dynamic():
+    """4 stages of 128x128x32 (64 KiB) are carved from dynamic shared memory, which the launch asks
+    for and a saved kernel keeps; past what a block may opt in to, a ScheduleError."""
+    s, args = schedules.tensorcore_gemm(256, 256, 128, stages=4)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.shared == 65536 and f.to_json()["shared"] == 65536
+    assert "extern __shared__ __align__(2048) unsigned char ember_dynamic_shared[];" in f.source
+    assert "__shared__ __align__" not in f.source.replace("extern __shared__ __align__", "")
+    assert "B_shared = reinterpret_cast<__half*>(ember_dynamic_shared + 0);" in f.source
+    assert type(f).restore(f.to_json(), f.binary, f.source).shared == 65536
+    s, args = schedules.tensorcore_gemm(256, 256, 256, BM=256, BN=256, BK=64, WN=128, stages=4)  # 256 KiB
+    with pytest.raises(ScheduleError, match="past the limit of 232448 bytes of dynamic shared memory a block may opt "
+                                            "in to \\(sm_90\\)"):
+        ember.build(s, args, target="cuda", arch="sm_90")
+
+
 @needs_gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_mma_gemm_on_the_gpu(dtype):
-    s, args = schedules.tensorcore_gemm(256, 384, 96, dtype, stages=4)
+    s, args = schedules.tensorcore_gemm(256, 384, 96, dtype, stages=4)  # (64 KiB: dynamic shared memory)
     f = ember.build(s, args, target="cuda")
     rng = np.random.default_rng(11)
     a = rng.standard_normal((256, 96)).astype(NUMPY[dtype])
