@@ -23,8 +23,9 @@ are complete when issued. The loop's one barrier comes after the wait: past it, 
 copies of this iteration's tiles have landed, and every thread has finished the products of the
 last iteration, whose stage the copies issued next overwrite. The loop is annotated STAGED with
 its buffers' names, which ember.cuda.sync then leaves to it (a barrier per buffer, by stages, is
-more than it can see). The interpreter (ember.cuda.simt) lands a thread's asynchronous copies at
-its wait, so a read before the wait shows as a race or a wrong answer.
+more than it can see), but for a buffer its products also write, whose barriers stay sync's.
+The interpreter (ember.cuda.simt) lands a thread's asynchronous copies at its wait, so a read
+before the wait shows as a race or a wrong answer.
 
 The loop's extent may be symbolic (a product's K of a symbolic size, padded to whole tiles): the
 copies before it are then guarded by there being those iterations, as those in it are.
@@ -112,10 +113,11 @@ def _pipelined(loop: For) -> Stmt:
     wait = Evaluate(Call(WAIT, (Const(stages - 2, "int32"),), "int32"))
     ahead = binary("+", v, Const(stages - 1, v.dtype))
     barrier = Evaluate(Call(SYNC, (), "int32"))
+    synced = tuple(b.name for b in shared if not any(_writes(x, [b]) for x in compute))  # (the others: sync's)
     new_loop = replace(loop, body=SeqStmt((wait, barrier, IfThenElse(binary("<", ahead, end), at(copies, ahead, True)),
                                            commit, at(compute, v, False))),
                        annotations=(*(a for a in loop.annotations if a[0] != PIPELINE),
-                                    (STAGED, tuple(b.name for b in shared))))
+                                    (STAGED, synced)))
     first: list[Stmt] = []
     for s in range(stages - 1):
         it = ana.simplify(binary("+", loop.min, Const(s, loop.min.dtype)))
