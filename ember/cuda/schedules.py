@@ -351,9 +351,10 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     A, B, b_layout = product_operands(s, C)
     (M, N), K = (as_int(d) for d in C.shape[-2:]), as_int(s[C].op.reduce_axis[0].dom.extent)
     if intrinsic is None:
+        from ..intrinsics import mma_lanes
+
         size = dt.bits(A.dtype) // 8
-        rows = [BK * size, (BK if b_layout == "col" else BN) * size]
-        fit = A.dtype != "float32" and all(16 <= n <= 1024 and not n & (n - 1) for n in rows)
+        fit = A.dtype != "float32" and all(mma_lanes.swizzles(n * size) for n in (BK, BK if b_layout == "col" else BN))
         intrinsic = "mma" if fit else "wmma"
     pad = _check_intrinsic(intrinsic, None if intrinsic == "mma" else 128 // dt.bits(A.dtype))  # wmma: 16 bytes
     _check_tensorcore(*(t if n is None else t * -(-n // t) for n, t in ((M, BM), (N, BN), (K, BK))),

@@ -75,10 +75,14 @@ def mma_m16n8k16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return (A @ B + C)[c_layout()]
 
 
+def swizzles(row_bytes: int) -> bool:
+    """Whether tiles of rows of `row_bytes` can be swizzled: a power of two from 16 to 1024."""
+    return 16 <= row_bytes <= 1024 and not row_bytes & (row_bytes - 1)
+
+
 def row_shift(row_bytes: int) -> int:
-    """s of `swizzle` for rows of `row_bytes` (a power of two, 16 to 1024), a ScheduleError
-    otherwise."""
-    if row_bytes < 16 or row_bytes > 1024 or row_bytes & (row_bytes - 1):
+    """s of `swizzle` for rows of `row_bytes` (`swizzles`), a ScheduleError otherwise."""
+    if not swizzles(row_bytes):
         raise ScheduleError(f"a swizzled shared tile has rows of a power of two from 16 to 1024 bytes, not "
                             f"{row_bytes}")
     return max(7, row_bytes.bit_length() - 1)
