@@ -13,7 +13,8 @@ against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 o
 A and B loaded once per k step, the K loop pipelined with cp.async; fp32 accumulators and output;
 mma.sync and ldmatrix on swizzled tiles in several block tiles, warp tiles, stages and L2 groups,
 and wmma on padded rows; the best of each type printed) against cuBLAS on the same inputs (its
-output in the inputs' type); and operators (softmax, layer norm, a reduction,
+output in the inputs' type) and Triton's tutorial matmul where Triton is installed; and
+operators (softmax, layer norm, a reduction,
 gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
 a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,

@@ -215,7 +215,39 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
                 traceback.print_exc(limit=6, file=sys.stdout)
         out = torch.empty(n, n, device="cuda", dtype=torch_dtype)
         t = timed(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), runs)
+        rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
+        peer = _triton_matmul(a, b, c, expected, runs)
+        if peer is not None:
+            rows.append((name, "Triton tutorial 128x256x64 w8 s3", peer, tflop / peer, None))
         if mine:
             best, impl = min(mine)
-            print(f"best {name}: {impl}, {tflop / best:.1f} TFLOP/s, {t / best:.0%} of cuBLAS ({tflop / t:.1f})")
-        rows.append((name, f"cuBLAS ({dtype} out)", t, tflop / t, None))
+            triton = f", Triton {tflop / peer:.1f} ({t / peer:.0%})" if peer else ""
+            print(f"best {name}: {impl}, {tflop / best:.1f} TFLOP/s, {t / best:.0%} of cuBLAS ({tflop / t:.1f})"
+                  f"{triton}")
+
+
+def _triton_matmul(a, b, c, expected, runs: int) -> float | None:
+    """Seconds per call of Triton's tutorial matmul (benchmarks/tile.py's kernel compiled by the real
+    Triton) in its first configuration, fp32 out; None without Triton or where it fails."""
+    from benchmarks.tile import triton_twins
+
+    try:
+        twins = triton_twins()
+        if twins is None:
+            return None
+        n = a.shape[0]
+
+        def run():
+            twins.matmul_kernel[(n // 128 * (n // 256),)](a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=128, BN=256, BK=64,
+                                                          GROUP=8, num_warps=8, num_stages=3)
+
+        c.zero_()
+        run()
+        import torch
+
+        torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)
+        return timed(run, runs)
+    except Exception:  # a peer's failure must not hide ember's numbers
+        print("--- Triton's matmul failed:")
+        traceback.print_exc(limit=4, file=sys.stdout)
+        return None
