@@ -36,9 +36,9 @@ from .. import te
 from ..errors import ScheduleError
 from ..tir.tensor_intrin import RESOLVERS
 from . import mma_lanes
-from .wmma import _ACC, ACC_TYPE, DTYPES, FEATURE, TILE, _once, warp_description
+from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, once, warp_description
 
-_COMMON = _once("EMBER_MMA_LDMATRIX", """\
+_COMMON = once("EMBER_MMA_LDMATRIX", """\
 static __device__ __forceinline__ unsigned ember_swizzle(unsigned a, int row_bytes) {
   const int s = row_bytes <= 128 ? 7 : row_bytes == 256 ? 8 : row_bytes == 512 ? 9 : 10;
   return a ^ (((a >> s) & 7u) << 4);
@@ -66,7 +66,7 @@ def _source(dtype: str, fm: int, fn: int, name: str, b_layout: str) -> str:
         load_b = ("ember_ldmatrix_x4_trans(fb[j], ember_swizzle(sb + (unsigned)(((lane & 15) * ldb + 16 * j "
                   "+ 8 * (lane >> 4)) * 2), (int)ldb * 2));")
     ptx = _suffix(dtype)
-    return f"""{_ACC}
+    return f"""{ACC_SOURCE}
 {_COMMON}
 static __device__ __forceinline__ void {name}_fill(void* c) {{
 #pragma unroll
@@ -200,7 +200,7 @@ def is_swizzled(intrin_name: str) -> bool:
     return _WARP_NAME.fullmatch(intrin_name) is not None
 
 
-_STORE_SOURCE = _once("EMBER_MMA_STORE", f"""{_ACC}
+_STORE_SOURCE = once("EMBER_MMA_STORE", f"""{ACC_SOURCE}
 static __device__ __forceinline__ void ember_mma_store(const void* c, void* out, int64_t ldm) {{
   const float* d = ((const {ACC_TYPE}*)c)->x;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;

@@ -58,7 +58,7 @@ FEATURE = "wmma"
 DTYPES = ("float16", "bfloat16")  # the inputs of a GEMM schedule's fragments (the tf32 product is a tile kernel's)
 ACC_TYPE = "ember_wmma_acc"  # a lane's part of an fp32 16x16 accumulator fragment: 8 floats
 
-_ACC = f"""#ifndef EMBER_WMMA_ACC
+ACC_SOURCE = f"""#ifndef EMBER_WMMA_ACC
 #define EMBER_WMMA_ACC
 struct {ACC_TYPE} {{ float x[8]; }};
 #endif"""
@@ -76,13 +76,13 @@ def _outs(name: str, n: int, constraint: str = "=r") -> str:
     return ", ".join(f'"{constraint}"({name}[{i}])' for i in range(n))
 
 
-def _once(guard: str, text: str) -> str:
+def once(guard: str, text: str) -> str:
     """text defined once in a unit that several intrinsics' sources bring it into (a kernel
     calling SHARED_MMA and MMA, STORE and SHARED_MMA)."""
     return f"#ifndef {guard}\n#define {guard}\n{text}\n#endif"
 
 
-_STORE_SOURCE = _once("EMBER_WMMA_STORE", f"""{_ACC}
+_STORE_SOURCE = once("EMBER_WMMA_STORE", f"""{ACC_SOURCE}
 static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out, int64_t ldm) {{
   const float* d = ((const {ACC_TYPE}*)c)->x;
   asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {_regs(1, 8)}, %9;"
@@ -91,7 +91,7 @@ static __device__ __forceinline__ void ember_wmma_store(const void* c, void* out
 
 
 ZERO = "ember_wmma_zero"  # LOAD's reset: a fragment set to zero (its C call takes the fragment alone)
-_LOAD_SOURCE = _once("EMBER_WMMA_LOAD", f"""{_ACC}
+_LOAD_SOURCE = once("EMBER_WMMA_LOAD", f"""{ACC_SOURCE}
 static __device__ __forceinline__ void ember_wmma_load(const void* src, void* c, int64_t ldm) {{
   float* d = (({ACC_TYPE}*)c)->x;
   asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {_regs(0, 8)}, [%8], %9;"
@@ -106,7 +106,7 @@ static __device__ __forceinline__ void {ZERO}(void* c) {{
 def _tf32_source() -> str:
     """Two m16n16k8 steps; each loaded operand rounded to TF32 (the load keeps fp32's bits,
     which the product would truncate)."""
-    return f"""{_ACC}
+    return f"""{ACC_SOURCE}
 static __device__ __forceinline__ void ember_wmma_fill_tf32(void* c) {{
   for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)->x[i] = 0.0f;
 }}
@@ -135,7 +135,7 @@ static __device__ __forceinline__ void ember_wmma_mma_tf32(const void* a, const 
 
 def _mma_source(dtype: str) -> str:
     text = _tf32_source() if dtype == "float32" else _wmma_source(dtype)
-    return _once(f"EMBER_WMMA_MMA_{_suffix(dtype).upper()}", text)
+    return once(f"EMBER_WMMA_MMA_{_suffix(dtype).upper()}", text)
 
 
 def _wmma_source(dtype: str) -> str:
@@ -144,7 +144,7 @@ def _wmma_source(dtype: str) -> str:
     n = 8 if dtype == "float16" else 4
     ptx = "f16" if dtype == "float16" else "bf16"
     kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
-    return f"""{_ACC}
+    return f"""{ACC_SOURCE}
 static __device__ __forceinline__ void ember_wmma_fill_{s}(void* c) {{
   for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)->x[i] = 0.0f;
 }}
@@ -232,7 +232,7 @@ def _warp_mma_source(dtype: str, fm: int, fn: int, name: str, b_layout: str = "r
     step_b = f"j * {TILE} * ldb" if b_layout == "col" else f"j * {TILE}"
     ptx = "f16" if dtype == "float16" else "bf16"
     kind = "f32.f32" if dtype == "float16" else "f32.bf16.bf16.f32"
-    return f"""{_ACC}
+    return f"""{ACC_SOURCE}
 static __device__ __forceinline__ void {name}_fill(void* c) {{
 #pragma unroll
   for (int f = 0; f < {fm * fn}; ++f)
@@ -271,7 +271,7 @@ def _warp_tf32_source(fm: int, fn: int, name: str, b_layout: str) -> str:
     truncate)."""
     step_b = f"j * {TILE} * ldb + 8 * h" if b_layout == "col" else f"8 * h * ldb + j * {TILE}"
     cvt = 'asm("cvt.rna.tf32.f32 %0, %1;" : "=r"({0}) : "f"(__uint_as_float({0})));'
-    return f"""{_ACC}
+    return f"""{ACC_SOURCE}
 static __device__ __forceinline__ void {name}_fill(void* c) {{
 #pragma unroll
   for (int f = 0; f < {fm * fn}; ++f)
