@@ -8,8 +8,9 @@ sequence, and between iterations of a serial loop:
   read after write), or writes one read since then (a write after read), gets a barrier before it;
 - a serial loop (or a `while` loop) whose body reads and writes a shared buffer gets a barrier at
   the end of its body, so the next iteration's writes wait for this one's reads (the k loop of a
-  tiled GEMM loads the next tiles over the ones just read); a software-pipelined loop's stages
-  are left to the barrier ember.cuda.pipeline puts in it (they are accessed there as usual).
+  tiled GEMM loads the next tiles over the ones just read); inside a software-pipelined loop, the
+  buffers it names STAGED are left to the barrier ember.cuda.pipeline put in it (each iteration
+  copies into another stage than the one it reads), the others analysed as everywhere.
 
 An access at the thread's own index (`X[tx]`, where tx is bound to the block's only thread
 dimension: a thread's partial of a cross-thread reduction; or `X[tx + a * c]`, c a multiple of the
