@@ -143,24 +143,24 @@ def _size(buf: Buffer) -> int:
     return n
 
 
-def _staged(s: Stmt, doubled: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
-    """s with its accesses to each buffer moved to the given stage of its staged one."""
+def _staged(s: Stmt, stages: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
+    """s with its accesses to each buffer moved to the given stage of its staged one (`stages`)."""
     def shifted(b: Buffer, index: PrimExpr) -> PrimExpr:
         return ana.simplify(binary("+", index, binary("*", stage, Const(_size(b), stage.dtype))))
 
     def on_expr(e):
-        if isinstance(e, BufferLoad) and e.buffer in doubled:
+        if isinstance(e, BufferLoad) and e.buffer in stages:
             (i,) = e.indices
-            return BufferLoad(doubled[e.buffer], (shifted(e.buffer, i),), e.dtype)
+            return BufferLoad(stages[e.buffer], (shifted(e.buffer, i),), e.dtype)
         return None
 
     def on_stmt(x):
-        if isinstance(x, BufferStore) and x.buffer in doubled:
+        if isinstance(x, BufferStore) and x.buffer in stages:
             (i,) = x.indices
-            return BufferStore(doubled[x.buffer], x.value, (shifted(x.buffer, i),))
-        if isinstance(x, CallRoutine) and any(p.buffer in doubled for p in x.reads + x.writes):
+            return BufferStore(stages[x.buffer], x.value, (shifted(x.buffer, i),))
+        if isinstance(x, CallRoutine) and any(p.buffer in stages for p in x.reads + x.writes):
             def moved(ps):
-                return tuple(Pointer(doubled[p.buffer], shifted(p.buffer, p.offset)) if p.buffer in doubled else p
+                return tuple(Pointer(stages[p.buffer], shifted(p.buffer, p.offset)) if p.buffer in stages else p
                              for p in ps)
             return replace(x, reads=moved(x.reads), writes=moved(x.writes))
         return None
