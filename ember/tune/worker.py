@@ -156,6 +156,8 @@ def _one_call(launch) -> float:
 def compare(outputs: list[np.ndarray], reference: list[np.ndarray], names: list[str]) -> None:
     """Raise WrongResult when an output differs from the reference beyond the tolerance."""
     for name, out, ref in zip(names, outputs, reference):
+        if ref.dtype.kind == "f" and _close(out, ref):
+            continue
         if ref.dtype.kind == "f":
             rtol, atol = (RTOL16, ATOL16) if ref.dtype.name in dt.HALF_DTYPES else (RTOL, ATOL)
             o, r = out.astype(np.float64), ref.astype(np.float64)
@@ -174,6 +176,25 @@ def compare(outputs: list[np.ndarray], reference: list[np.ndarray], names: list[
             at = np.unravel_index(int(np.argmax(diff)), diff.shape)
             raise WrongResult(f"wrong result: max abs error {error:.3g} in {name} at {tuple(map(int, at))} "
                               f"(tolerance {tolerance:.3g}; got {out[at].item()!r}, expected {ref[at].item()!r})")
+
+
+def _close(out: np.ndarray, ref: np.ndarray) -> bool:
+    """The common case of `compare` in one pass of the output's own precision (a 4096 x 4096
+    float32 output in tens of milliseconds, where compare's exact accounting takes seconds): every
+    element within the tolerance of a finite reference. False sends the output to the exact
+    check, which also accepts NaN against NaN and infinities that match."""
+    wide = np.float32 if ref.dtype.itemsize < 4 else ref.dtype
+    o, r = out.astype(wide, copy=False), ref.astype(wide, copy=False)
+    if not r.size:
+        return True
+    with np.errstate(invalid="ignore", over="ignore"):
+        largest = max(float(r.max()), -float(r.min()))
+        if not np.isfinite(largest):
+            return False
+        rtol, atol = (RTOL16, ATOL16) if ref.dtype.name in dt.HALF_DTYPES else (RTOL, ATOL)
+        diff = np.subtract(o, r)
+        np.abs(diff, out=diff)
+        return bool(diff.max() <= atol + rtol * largest)
 
 
 @functools.cache
