@@ -122,8 +122,11 @@ class EvolutionarySearch:
             return None
         k = self.rng.randrange(len(decisions))
         decisions[k] = mutate_decision(self.rng, decisions[k], parent.sch, k)
-        if (parent.sketch.name, _hashable(decisions)) in self.measured:
+        key = (parent.sketch.name, _hashable(decisions))
+        if key in self.measured:
             return None  # a neighbour measured already: rebuilding it costs more than it tells
+        if key in self.pool:
+            return self.pool[key]  # built before: its schedule and features are known
         try:
             sch = apply_sketch(self.task, parent.sketch, decisions, seed=self.rng.getrandbits(32))
         except ScheduleError:
