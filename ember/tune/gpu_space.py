@@ -4,47 +4,60 @@ the sampling decisions the search mutates.
 
 - **gemm** (C = A @ B, float32, A of M x K and B of K x N placeholders): the shared-memory tiled
   product (`schedules.gemm`): a block's tile BM x BN, a thread's register tile TM x TN, panels of
-  BK columns of k staged in shared memory, copied `vector` elements a thread at a time (16 bytes
-  for 4), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the loops that
-  `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit;
+  BK columns of k staged in shared memory, copied 16 bytes a thread at a time wherever BK and TN
+  allow (4 floats), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the
+  loops that `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit.
+  Tiles and panels are the CHOICES largest of their kind that divide the shape (64 to 256 and 8
+  to 32 for a 4096^3 product: the default schedule's 128 x 128 x 16, 8 x 8 a thread, two stages,
+  is one candidate, `gemm_candidate`, from which a search can start);
 - **reduce** (one reduction over the last axis, an output element per row): a row per block,
   reduced across `threads` threads (`schedules.reduce_block`: partials in shared memory, folded
   with warp shuffles), the inner loops unrolled up to a sampled limit;
 - **elementwise** (no reduction): every axis fused, `threads` threads a block of `vector`
   elements each.
 
-The gemm's decisions are drawn within what every GPU allows (32 to 1024 threads a block, 48 KiB
-of static shared memory for its panels of A and B), so few trials go to candidates the build
-refuses; one that fails (its build, its launch, or past the measuring time) counts as invalid.
+The gemm's decisions are drawn within the target's limits (ember.target.GPU: threads and static
+shared memory a block; a block's registers, estimated from its tiles, within what every GPU since
+sm_50 has, ember.cuda.limits.GPULimits), so trials go to candidates the GPU runs, not to ones its
+build or launch refuses (which still count as invalid when they come: a failed build, launch, or a
+run past the measuring time).
 """
 
 from __future__ import annotations
 
+import functools
+
 from ..cuda import schedules
+from ..cuda.limits import GPULimits
 from ..errors import ScheduleError
+from ..target import GPU
 from ..te.schedule import TESchedule
 from ..te.tensor import Tensor
 from ..tir.expr import as_int
 from ..tir.functor import collect
 from ..tir.schedule import Schedule
 from ..tir.stmt import BlockRealize
-from .space import UNROLL_STEPS, Sketch, root_loops
+from .space import UNROLL_STEPS, Sketch, apply_sketch, root_loops
 from .task import Task
 
-TILES = (16, 32, 64, 128)  # block tiles BM, BN (those dividing the output)
+TILES = (16, 32, 64, 128, 256)  # block tiles BM, BN
 PANELS = (4, 8, 16, 32)  # BK
-THREAD_TILES = (1, 2, 4, 8)  # TM, TN
-VECTORS = (1, 4)
-STAGES = (1, 2)
-BLOCK_THREADS = (32, 1024)  # the gemm's threads a block: a warp at least, the limit every GPU shares
-SHARED_BYTES = 48 * 1024  # static shared memory every GPU allows a block
+CHOICES = 3  # of TILES and PANELS, the largest that divide the shape
+THREAD_TILES = (2, 4, 8, 16)  # TM, TN
+MAX_ACCUMULATORS = 128  # TM x TN: past it, a thread's registers (255 at most) spill
+SPARE_REGISTERS = 32  # a gemm thread's registers besides its tiles (addresses, indices), estimated
+VECTOR = 4  # floats a copy moves (16 bytes) wherever BK and TN are multiples of it
+STAGES = (1, 2)  # shared buffers of the K loop (ember.cuda.pipeline double-buffers)
+MIN_THREADS = 32  # a warp
 THREADS = (32, 64, 128, 256, 512, 1024)
 
 
 def gpu_design_space(task: Task, target=None) -> list[Sketch]:
-    """The one GPU sketch that fits the task (ScheduleError when none does); every GPU takes
-    the same sketches, so `target` says nothing here."""
+    """The one GPU sketch that fits the task (ScheduleError when none does), its decisions within
+    the limits of `target`'s GPU (GPU()'s when it has none)."""
+    gpu = target.gpu if target is not None and target.gpu is not None else GPU()
     for name, rules in RULES.items():
+        rules = functools.partial(rules, gpu=gpu)
         try:
             rules(Schedule(task.func, seed=0))
         except ScheduleError:
@@ -70,7 +83,7 @@ def _view(sch: Schedule) -> tuple[TESchedule, dict[str, Tensor]]:
     return TESchedule.over(sch), {p.name: Tensor(None, 0, p) for p in sch.mod.params}
 
 
-def gemm_rules(sch: Schedule) -> None:
+def gemm_rules(sch: Schedule, gpu: GPU) -> None:
     blocks = _blocks(sch)
     if len(blocks) != 1 or not blocks[0].is_reduction or len(sch.mod.params) != 3:
         raise ScheduleError("gemm: one reduction block of three parameters")
@@ -80,17 +93,14 @@ def gemm_rules(sch: Schedule) -> None:
     (M, K), (K2, N), shape = (tuple(as_int(d) for d in b.shape) for b in (A, B, C))
     if K != K2 or shape != (M, N):
         raise ScheduleError("gemm: C = A @ B")
-    BM = _choice(sch, [t for t in TILES if M % t == 0])
-    BN = _choice(sch, [t for t in TILES if N % t == 0])
-    BK = _choice(sch, [t for t in PANELS if K % t == 0 and (BM + BN) * t * 4 <= SHARED_BYTES])
-
-    def fits(tm: int, tn: int) -> bool:
-        return BM % tm == 0 and BN % tn == 0 and BLOCK_THREADS[0] <= (BM // tm) * (BN // tn) <= BLOCK_THREADS[1]
-
-    TM = _choice(sch, [t for t in THREAD_TILES if any(fits(t, u) for u in THREAD_TILES)])
-    TN = _choice(sch, [u for u in THREAD_TILES if fits(TM, u)])
-    vector = _choice(sch, [v for v in VECTORS if BK % v == 0 and TN % v == 0])
-    stages = _choice(sch, [n for n in STAGES if n * (BM + BN) * BK * 4 <= SHARED_BYTES])
+    rows, cols = ([t for t in TILES if n % t == 0][-CHOICES:] for n in (M, N))
+    BM = _choice(sch, [b for b in rows if any(_threads(gpu, b, c) for c in cols)])
+    BN = _choice(sch, [c for c in cols if _threads(gpu, BM, c)])
+    BK = _choice(sch, [t for t in PANELS if K % t == 0 and (BM + BN) * t * 4 <= gpu.shared_per_block][-CHOICES:])
+    TM = _choice(sch, [t for t in THREAD_TILES if any(_fits(gpu, BM, BN, t, u) for u in THREAD_TILES)])
+    TN = _choice(sch, [u for u in THREAD_TILES if _fits(gpu, BM, BN, TM, u)])
+    vector = VECTOR if BK % VECTOR == 0 and TN % VECTOR == 0 else 1
+    stages = _choice(sch, [n for n in STAGES if n * (BM + BN) * BK * 4 <= gpu.shared_per_block])
     unroll = _choice(sch, UNROLL_STEPS)
     s, t = _view(sch)
     schedules.gemm(s, t[A.name], t[B.name], t[C.name], BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, vector=vector,
@@ -98,7 +108,38 @@ def gemm_rules(sch: Schedule) -> None:
     _unroll(sch, unroll)
 
 
-def reduce_rules(sch: Schedule) -> None:
+def _threads(gpu: GPU, BM: int, BN: int) -> bool:
+    """Some thread tile fits a BM x BN block tile."""
+    return any(_fits(gpu, BM, BN, t, u) for t in THREAD_TILES for u in THREAD_TILES)
+
+
+def _fits(gpu: GPU, BM: int, BN: int, TM: int, TN: int) -> bool:
+    """A block of (BM/TM) x (BN/TN) threads within the GPU's threads and registers a block, each
+    thread's accumulators within MAX_ACCUMULATORS."""
+    threads = (BM // TM) * (BN // TN)
+    registers = TM * TN + TM + TN + SPARE_REGISTERS  # accumulators, a column of A's tile, a row of B's
+    return BM % TM == 0 and BN % TN == 0 and TM * TN <= MAX_ACCUMULATORS and \
+        MIN_THREADS <= threads <= gpu.threads_per_block and threads * registers <= GPULimits.registers_per_block
+
+
+def gemm_candidate(task: Task, target=None, *, BM: int, BN: int, BK: int, TM: int, TN: int, stages: int,
+                   unroll: int = 0) -> Schedule:
+    """The gemm sketch's candidate of these decisions (a ScheduleError when the space lacks one):
+    a trace the search knows as one of its own, so that a default schedule measured first seeds it."""
+    [sketch] = gpu_design_space(task, target)
+    wanted, decisions = [BM, BN, BK, TM, TN, stages, unroll], []
+    for value in wanted:  # each decision an index into the values legal after the ones before it
+        sch = apply_sketch(task, sketch, decisions)
+        inst = [i for i in sch.trace if i.kind == "sample_categorical"][len(decisions)]
+        values = list(dict(inst.attrs)["candidates"])
+        if value not in values:
+            raise ScheduleError(f"gemm: {value} is not among the legal values {values} of decision {len(decisions)} "
+                                f"(BM, BN, BK, TM, TN, stages, unroll)")
+        decisions.append(values.index(value))
+    return apply_sketch(task, sketch, decisions)
+
+
+def reduce_rules(sch: Schedule, gpu: GPU) -> None:
     blocks = _blocks(sch)
     if len(blocks) != 1 or not blocks[0].is_reduction:
         raise ScheduleError("reduce: one reduction block")
@@ -107,7 +148,7 @@ def reduce_rules(sch: Schedule) -> None:
     if len(reduce_axes) != 1 or len(block.iter_vars) < 2 or len(block.writes) != 1:
         raise ScheduleError("reduce: one reduction axis, an output element per row")
     m = as_int(reduce_axes[0].dom.extent)
-    threads = _choice(sch, [t for t in THREADS if t <= max(32, m)])
+    threads = _choice(sch, [t for t in THREADS if t <= min(max(32, m), gpu.threads_per_block)])
     unroll = _choice(sch, UNROLL_STEPS)
     s, t = _view(sch)
     out = t[block.writes[0].buffer.name]
@@ -115,12 +156,12 @@ def reduce_rules(sch: Schedule) -> None:
     _unroll(sch, unroll)
 
 
-def elementwise_rules(sch: Schedule) -> None:
+def elementwise_rules(sch: Schedule, gpu: GPU) -> None:
     blocks = _blocks(sch)
     if len(blocks) != 1 or blocks[0].is_reduction or len(blocks[0].writes) != 1:
         raise ScheduleError("elementwise: one block without a reduction")
-    threads = _choice(sch, THREADS)
-    vector = _choice(sch, VECTORS)
+    threads = _choice(sch, [t for t in THREADS if t <= gpu.threads_per_block])
+    vector = _choice(sch, (1, VECTOR))
     s, t = _view(sch)
     schedules.elementwise(s, t[blocks[0].writes[0].buffer.name], threads, vector)
 

@@ -1,14 +1,24 @@
-"""What a measuring worker does with a GPU candidate (ember.tune.worker's requests, for target
-"cuda"), in a process of its own and so with a CUDA context of its own: a candidate that corrupts
-its context (an illegal address) takes only this process with it, which the runner replaces.
+"""What the processes measuring GPU candidates do (ember.tune.gpu_measure's requests, target
+"cuda"). Building is CPU work and the time a search spends; timing a candidate on the GPU takes a
+few milliseconds. So candidates are built in parallel by `compiler` processes that never touch the
+driver (no CUDA context: they are told the device's architecture and facts), and checked and
+timed one at a time by the one `answer` process that holds the GPU's context, its device arrays
+and the reference outputs for the life of the runner; a candidate that corrupts that context (an
+illegal address) takes only this process with it, which the runner replaces.
 
-- `answer` (`DeviceWorker`): a candidate is built by NVRTC after the GPU's limits are checked
-  (ember.cuda.build_cuda: a ScheduleError names the limit); run on device arrays: the workload's
-  inputs uploaded once, its outputs allocated once, both reused by every candidate, so that no
-  host copy is timed. Checking: the outputs filled with NaN (values unlike the reference for other
-  types), one launch, copied back, compared as on the CPU (ember.tune.worker.compare). Timing:
-  `repeats` intervals between CUDA events around back-to-back launches, as many per interval as
-  last `min_repeat_s` (doubled from one); the seconds per launch of each.
+- `compiler` (`Compiler`): a candidate replayed, lowered, checked against the GPU's limits
+  (ember.cuda.limits: a ScheduleError names the limit) and built by NVRTC; answered as what the
+  device process makes the kernel again from: its launch record, cubin, CUDA C and loop IR (the
+  cubin is a few KiB, the loop IR a hundred; no kernel is loaded here).
+- `answer` (`DeviceWorker`): `facts` (the device's architecture and facts, for the compilers),
+  `reference` (the workload's outputs, kept here: the task's own GPU schedule run on the device,
+  since a large GEMM unscheduled on the CPU would take minutes, else its unscheduled function on
+  the CPU), and `run`: the candidate on device arrays (the workload's inputs uploaded once, its
+  outputs allocated once, both reused by every candidate, so that no host copy is timed).
+  Checking: the outputs filled with NaN (values unlike the reference for other types), one
+  launch, copied back, compared as on the CPU (ember.tune.worker.compare). Timing: the checking
+  launch warms up; then `repeats` intervals between CUDA events around back-to-back launches, as
+  many per interval as last `min_repeat_s` (doubled from one); the seconds per launch of each.
 - `simulated` (`SimulatedWorker`): no GPU needed: a candidate is built by NVRTC all the same (what
   fails to compile or is past the limits fails here too), and run on the interpreter with GPU
   semantics (ember.cuda.simt: blocks and threads shuffled, races checked), which checks its
@@ -37,50 +47,56 @@ class SimulatedWorker(_Worker):
         return ()
 
 
+class Compiler:
+    def build(self, task, trace_json, arch, gpu):
+        """(launch record, cubin, CUDA C, loop IR) of the candidate, built for `arch` and
+        checked against the limits of `gpu` (ember.target.GPU) without asking the driver."""
+        from ..cuda.kernel import build_cuda
+        from ..kernel import lower
+        from ..target import Target
+
+        func = lower(task.schedule(Trace.from_json(trace_json)), name=task.name, target=Target("cuda", gpu=gpu))
+        kernel = build_cuda(func, arch=arch, gpu=gpu)
+        return kernel.to_json(), kernel.binary, kernel.source, kernel.func
+
+
 class DeviceWorker(_Worker):
     def __init__(self):
         super().__init__()
         self.device_args = None  # (workload key, the inputs' and outputs' device addresses)
+        self.references: dict[str, list] = {}  # workload key -> its outputs
+
+    def facts(self):
+        """(the device's architecture, its facts as ember.target.GPU): what compilers build for."""
+        from ..cuda.driver import device
+        from ..target import Target
+
+        return device().arch, Target("cuda").gpu
 
     def reference(self, task):
-        """The outputs of the task's own GPU schedule on the device (a large GEMM unscheduled on
-        the CPU would take minutes), else of its unscheduled function on the CPU."""
-        from ..cuda.driver import check
-
+        """Compute and keep the workload's reference outputs (see the module doc)."""
         if task.default_trace is None:
-            return (_unscheduled(self, task),)
-        cu = _driver()
+            self.references[task.key] = _unscheduled(self, task)
+            return ()
         kernel = task.build(task.default_trace, target="cuda")
         pointers = self._device_args(task)
         kernel.launch(pointers)
-        check(cu.cuCtxSynchronize(), f"kernel {kernel.name}")
-        outputs = self._outputs(task)
-        for p, o in zip(pointers[task.num_inputs:], outputs):
-            check(cu.cuMemcpyDtoH(o.ctypes.data, p, o.nbytes), "cuMemcpyDtoH")
-        return (outputs,)
-
-    def build(self, batch, cid, task, trace_json):
-        if batch != self.batch:
-            self.batch, self.kernels = batch, {}
-        self.kernels[cid] = task.build(Trace.from_json(trace_json), target="cuda")
+        self.references[task.key] = self._copied_back(task, kernel, pointers)
         return ()
 
-    def run(self, cid, task, reference, flush_cache, repeats, min_repeat_s, cutoff_s=None):
-        from ..cuda.driver import check
+    def run(self, task, record, binary, source, func, check, repeats, min_repeat_s, cutoff_s=None):
+        from ..cuda.codegen import launch_dims
+        from ..cuda.kernel import CUDAKernel
 
-        cu = _driver()
-        kernel = self.kernels.pop(cid)
+        kernel = CUDAKernel(func, source, binary, launch_dims(func), record["arch"],
+                            aligned={func.params[k] for k in record["aligned"]}, checks=record["checks"])
         pointers = self._device_args(task)
-        outputs = pointers[task.num_inputs:]
-        if reference is not None:
-            host = self._outputs(task, reference)
-            for p, o in zip(outputs, host):
-                check(cu.cuMemcpyHtoD(p, o.ctypes.data, o.nbytes), "cuMemcpyHtoD")
+        if check:
+            reference = self.references[task.key]
+            self._fill(task, pointers, reference)
             kernel.launch(pointers)
-            check(cu.cuCtxSynchronize(), f"kernel {kernel.name}")
-            for p, o in zip(outputs, host):
-                check(cu.cuMemcpyDtoH(o.ctypes.data, p, o.nbytes), "cuMemcpyDtoH")
-            compare(host, reference, [p.name for p in task.func.params[task.num_inputs:]])
+            compare(self._copied_back(task, kernel, pointers), reference,
+                    [p.name for p in task.func.params[task.num_inputs:]])
         first = _timed(kernel, pointers, 1)
         if cutoff_s is not None and first > cutoff_s:
             return ((first,),)
@@ -88,6 +104,25 @@ class DeviceWorker(_Worker):
         while number < MAX_LAUNCHES_PER_REPEAT and number * first < min_repeat_s:
             number *= 2
         return ([_timed(kernel, pointers, number) / number for _ in range(repeats)],)
+
+    def _fill(self, task, pointers: list[int], reference: list) -> None:
+        """The outputs on the device set to values no correct kernel leaves there."""
+        from ..cuda.driver import check
+
+        cu = _driver()
+        for p, o in zip(pointers[task.num_inputs:], self._outputs(task, reference)):
+            check(cu.cuMemcpyHtoD(p, o.ctypes.data, o.nbytes), "cuMemcpyHtoD")
+
+    def _copied_back(self, task, kernel, pointers: list[int]) -> list:
+        """The outputs, once the kernel's launches are done, copied to the host."""
+        from ..cuda.driver import check
+
+        cu = _driver()
+        check(cu.cuStreamSynchronize(cu.CUstream(0)), f"kernel {kernel.name}")
+        outputs = self._outputs(task)
+        for p, o in zip(pointers[task.num_inputs:], outputs):
+            check(cu.cuMemcpyDtoH(o.ctypes.data, p, o.nbytes), "cuMemcpyDtoH")
+        return outputs
 
     def _device_args(self, task) -> list[int]:
         """The workload's inputs on the GPU (uploaded once) and its outputs (allocated once)."""
@@ -143,4 +178,5 @@ def _timed(kernel, pointers: list[int], number: int) -> float:
 
 
 answer = answering(DeviceWorker)
+compiler = answering(Compiler)
 simulated = answering(SimulatedWorker)

@@ -122,7 +122,9 @@ class TaskTuner:
         return min(self.search.best[0][0] if self.search.best else float("inf"), self.baseline_s)
 
     def measure_default(self) -> float:
-        """Measure (and record) the task's own schedule, when it has one: the baseline."""
+        """Measure (and record) the task's own schedule, when it has one: the baseline. A schedule
+        that is a candidate of the search's sketches (its trace samples: ember.tune.gpu_space's
+        gemm_candidate) is told to the search, whose first mutations start from it."""
         from .measure import MeasureInput
 
         if self.task.default_trace is None:
@@ -132,6 +134,9 @@ class TaskTuner:
         if self.database is not None:
             self.database.add(self.task.key, self.target, self.task.default_trace, result)
         self.baseline_s = result.median_s
+        if self.task.default_trace.decisions():
+            sch = self.task.schedule(self.task.default_trace)
+            self._learn([Candidate(sketch_of(self.search.sketches, sch.trace), sch)], [result.median_s])
         return self.baseline_s
 
     def _resume(self) -> None:

@@ -1,8 +1,10 @@
 """Tuning for target "cuda" without a GPU: the GPU sketches (block and thread tiles, shared
 staging, vector width, pipeline depth; threads and unrolling of reductions) give candidates that
 NVRTC builds and the interpreter with GPU semantics checks; a candidate past the GPU's limits is
-recorded invalid and the search goes on; the winner is correct on the interpreter. On a GPU the
-runner's workers time on device arrays with CUDA events (skipped here with the reason)."""
+recorded invalid and the search goes on; the winner is correct on the interpreter. The runner's
+device path (compiler processes, then one device process that checks and times) runs on the
+stand-in driver (gpu_stand_in.py); on a GPU it times on device arrays with CUDA events (skipped
+here with the reason)."""
 
 import sys
 from pathlib import Path
@@ -14,13 +16,15 @@ from ember import te
 from ember.cuda import schedules
 from ember.cuda.codegen import launch_dims, threads_per_block
 from ember.cuda.limits import GPULimits, check_limits
+from ember.errors import ScheduleError
 from ember.kernel import lower
 from ember.target import Target
-from ember.tune import MeasureInput, search, task_from_tensors, tune
+from ember.tune import Database, MeasureInput, Task, search, task_from_tensors, tune
 from ember.tune.gpu_features import GPU_FEATURE_LENGTH, gpu_features
 from ember.tune.gpu_measure import GPURunner
-from ember.tune.gpu_space import gpu_design_space
-from ember.tune.space import apply_sketch, sample
+from ember.tune.gpu_space import gemm_candidate, gpu_design_space
+from ember.tune.space import sample
+from ember.tune.tuner import TaskTuner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cuda"))
 from gpu_kernels import needs_gpu, needs_nvrtc  # noqa: E402
@@ -54,25 +58,39 @@ def runner():
         yield r
 
 
+def past_the_limits(m: int, n: int, k: int):
+    """A hand-made trace of a gemm whose block binds 32 x 64 threads (past every GPU's 1024)."""
+    A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    schedules.gemm(s, A, B, C, BM=32, BN=64, BK=4, TM=1, TN=1)
+    return s.trace
+
+
 def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runner):
     task = matmul(64, 64, 16)
-    [sketch] = gpu_design_space(task)
-    A, B = te.placeholder((64, 16), name="A"), te.placeholder((16, 64), name="B")
-    r = te.reduce_axis((0, 16), name="r")
-    C = te.compute((64, 64), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    s = te.create_schedule(C.op)
-    schedules.gemm(s, A, B, C, BM=64, BN=64, BK=4, TM=1, TN=1)  # 64x64 threads a block: a hand-made trace
-    # decisions: indices into BM, BN (16, 32, 64), BK (4, ...), TM, TN, vector, stages (unroll sampled)
-    fine = apply_sketch(task, sketch, [1, 1, 1, 2, 2, 1, 1])  # 8x8 threads of 4x4, 16 bytes a copy, pipelined
-    bad, good = runner.measure([MeasureInput(task, s.trace), MeasureInput(task, fine.trace)])
+    fine = gemm_candidate(task, BM=32, BN=32, BK=16, TM=4, TN=4, stages=2)  # 16 bytes a copy, pipelined
+    bad, good = runner.measure([MeasureInput(task, past_the_limits(64, 64, 16)), MeasureInput(task, fine.trace)])
     assert not bad.ok and "ScheduleError" in bad.error and "threads per block" in bad.error
     assert good.ok and good.median_s > 0
 
 
+def test_the_space_of_a_large_product_holds_the_default_and_leaves_out_what_spills():
+    task = matmul(4096, 4096, 4096)
+    default = gemm_candidate(task, BM=64, BN=64, BK=16, TM=4, TN=4, stages=2)  # ember.schedules.gpu.matmul's
+    assert gemm_candidate(task, BM=128, BN=128, BK=16, TM=8, TN=8, stages=2).trace.decisions()
+    assert len(default.trace.decisions()) == 7  # BM, BN, BK, TM, TN, stages, unroll
+    with pytest.raises(ScheduleError, match="legal values"):  # 1024 threads of 64 accumulators each
+        gemm_candidate(task, BM=256, BN=256, BK=16, TM=8, TN=8, stages=1)
+    with pytest.raises(ScheduleError, match="legal values"):  # 2 x 48 KiB of panels: past the shared memory
+        gemm_candidate(task, BM=256, BN=128, BK=32, TM=8, TN=8, stages=2)
+
+
 def test_the_gemm_sketch_draws_within_the_limits_every_gpu_shares():
-    task = matmul(256, 128, 64)
+    task = matmul(128, 128, 32)
     [sketch] = gpu_design_space(task)
-    for seed in range(40):
+    for seed in range(10):
         func = lower(sample(task, sketch, seed), target="cuda")
         dims = launch_dims(func)
         assert 32 <= threads_per_block(dims) <= 1024
@@ -93,7 +111,7 @@ def test_the_search_runs_end_to_end_and_its_best_is_correct_on_the_interpreter(r
     assert "__global__" in result.build(target="cuda").source
 
 
-def test_without_a_gpu_the_device_runner_records_why_and_replaces_its_worker():
+def test_without_a_gpu_the_device_runner_records_why_and_replaces_its_device_process():
     from gpu_kernels import gpu_missing
 
     if gpu_missing() is None:
@@ -101,10 +119,41 @@ def test_without_a_gpu_the_device_runner_records_why_and_replaces_its_worker():
     task = matmul(16, 16, 8)
     [sketch] = gpu_design_space(task)
     with GPURunner(check=False) as gpu:
-        before = gpu._pool.process(0)
+        before = gpu._device.process(0)
         [result] = gpu.measure([MeasureInput(task, sample(task, sketch, 0).trace)])
         assert not result.ok and "DeviceError" in result.error
-        assert gpu._pool.process(0) != before  # its context may be lost: a fresh process for the next
+        assert gpu._device.process(0) != before  # its context may be lost: a fresh process for the next
+
+
+def test_on_the_stand_in_driver_one_device_process_checks_and_times_every_candidate(monkeypatch):
+    """Compilers build (no driver touched), one device process holds the reference and times:
+    a search of 8 trials started from the default, an invalid candidate among them, and every
+    candidate measured valid also right on the interpreter against NumPy."""
+    monkeypatch.setattr(search, "POPULATION", 6)
+    monkeypatch.setattr(search, "GENERATIONS", 1)
+    plain = matmul(32, 64, 8)
+    default = gemm_candidate(plain, BM=16, BN=32, BK=8, TM=2, TN=4, stages=2)
+    task = Task(plain.name, plain.func, default_trace=default.trace)
+    with GPURunner(workers=2, repeats=1, min_repeat_s=0.0, device_preload=("gpu_stand_in",)) as gpu:
+        device = gpu._device.process(0)
+        bad, good = gpu.measure([MeasureInput(task, past_the_limits(32, 64, 8)), MeasureInput(task, default.trace)])
+        assert not bad.ok and "threads per block" in bad.error and good.ok
+        with Database(":memory:") as db:
+            tuner = TaskTuner(task, runner=gpu, database=db, target=Target("cuda"), seed=3)
+            assert np.isfinite(tuner.measure_default())
+            assert len(tuner.search.measured) == 1  # the default, told to the search
+            while tuner.trials < 8:
+                assert tuner.step(4) == 4
+            records = db.records(task.key, tuner.target)
+        assert gpu._device.process(0) == device  # one context for every candidate
+    valid = [r for r in records if np.isfinite(r.median_s)]
+    assert len(records) == 9 and len(valid) == 9 - sum(tuner.failures.values()) > 1
+    rng = np.random.default_rng(11)
+    a, b = rng.standard_normal((32, 8), np.float32), rng.standard_normal((8, 64), np.float32)
+    for record in valid:
+        c = np.full((32, 64), np.nan, np.float32)
+        plain.build(record.trace, target="python")(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
 @needs_gpu
