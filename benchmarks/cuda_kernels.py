@@ -47,54 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.cuda_operators import attention, defaults, fp32_tiles, products, split_k, symbolic  # noqa: E402
 from benchmarks.cuda_schedules import copy, elementwise, gemm, layer_norm, softmax, tensorcore_gemm  # noqa: E402
-from benchmarks.cuda_timing import timed  # noqa: E402
-
-
-def tuning(n: int, trials: int, runs: int) -> None:
-    """A search of `trials` GPU candidates for the fp32 GEMM n^3 (ember.tune's GPU sketches,
-    measured with CUDA events in worker processes): the best latency after each round, then the
-    winner against the GPU family's default schedule (ember.schedules.gpu.matmul, the search's
-    baseline) and cuBLAS."""
-    import os
-
-    import torch
-
-    from ember import te
-    from ember.cuda import schedules
-    from ember.schedules.gpu.matmul import TILES
-    from ember.target import Target
-    from ember.tune import GPURunner, Task, task_from_tensors
-    from ember.tune.tuner import TaskTuner
-
-    A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    schedules.gemm(s, A, B, C, **TILES, vector=4, stages=2)
-    plain = task_from_tensors([A, B, C], f"gemm{n}")
-    task = Task(plain.name, plain.func, default_trace=s.trace)
-    tflop = 2 * n**3 / 1e12
-    with GPURunner(workers=min(8, os.cpu_count() or 1)) as runner:
-        tuner = TaskTuner(task, runner=runner, target=Target("cuda"), progress=True)
-        default_s = tuner.measure_default()
-        print(f"\ntuning fp32 GEMM {n}^3, {trials} trials; the default schedule: {default_s * 1e3:.3f} ms "
-              f"({tflop / default_s:.1f} TFLOP/s)")
-        print(f"{'trials':>7} {'best ms':>9} {'TFLOP/s':>8} {'elapsed s':>10}")
-        while tuner.trials < trials and tuner.step(min(16, trials - tuner.trials)):
-            measured, best, elapsed = tuner.history[-1]
-            print(f"{measured:7d} {best * 1e3:9.3f} {tflop / best:8.1f} {elapsed:10.0f}", flush=True)
-        result = tuner.result()
-    failures = "; ".join(f"{count} x {error.splitlines()[0][:100]}" for error, count in tuner.failures.most_common(3))
-    print(f"invalid candidates: {sum(tuner.failures.values())} ({failures or 'none'})")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    a, b, c = (torch.randn(n, n, device="cuda") for _ in range(3))
-    cublas = timed(lambda: torch.matmul(a, b, out=c), runs)
-    print(f"best {result.latency_s * 1e3:.3f} ms ({result.gflops / 1e3:.1f} TFLOP/s), "
-          f"{tuner.baseline_s / result.latency_s:.2f}x the default schedule ({tuner.baseline_s * 1e3:.3f} ms), "
-          f"{cublas / result.latency_s:.0%} of cuBLAS fp32 ({cublas * 1e3:.3f} ms)")
-    decisions = [line for line in str(result.trace).splitlines() if "sample_" in line]
-    print("its decisions (BM, BN, BK, TM, TN, vector, stages):\n" + "\n".join(decisions))
-
+from benchmarks.cuda_tuning import tuning  # noqa: E402
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,

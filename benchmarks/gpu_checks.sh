@@ -30,7 +30,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [compare]=150 [graphs]=50 [tune]=50 [decode]=60)
+                  [tile]=70 [compare]=150 [graphs]=50 [tune]=90 [decode]=60)
 ORDER=(info tests kernels mma splitk symbolic attention tile compare graphs tune decode)
 
 run_step() {
@@ -49,7 +49,7 @@ run_step() {
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
-        tune) "$PY" benchmarks/cuda_kernels.py --tune 32 ;;
+        tune) "$PY" benchmarks/cuda_kernels.py --tune 64 ;;
         decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 ${DECODE:---small --contexts 64 --tokens 16} ;;
         *) echo "unknown step $1"; return 2 ;;
     esac
