@@ -17,6 +17,7 @@ import time
 from benchmarks.cuda_timing import timed
 
 BATCH = 16  # candidates a round: the cost model retrains between rounds
+TOP = 6  # the fastest candidates printed with their decisions
 HAND_PICKED = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8}
 
 
@@ -69,9 +70,13 @@ def tuning(n: int, trials: int, runs: int) -> None:
           f"schedule ({tuner.baseline_s * 1e3:.3f} ms), {hand_result.median_s / best:.2f}x {_tiles(HAND_PICKED)} "
           f"({hand_result.median_s * 1e3:.3f} ms{'' if hand_result.ok else ': ' + str(hand_result.error)[:100]}), "
           f"{cublas / best:.0%} of cuBLAS fp32 ({cublas * 1e3:.3f} ms, {tflop / cublas:.1f} TFLOP/s)")
-    values = [dict(i.attrs)["candidates"][dict(i.attrs)["decision"]] for i in result.trace
-              if i.kind == "sample_categorical"]
-    print(f"its decisions (BM, BN, BK, TM, TN, stages, unroll): {values}")
+    print(f"its decisions (BM, BN, BK, TM, TN, stages, unroll): {_decisions(result.trace)}; the fastest measured:")
+    for latency, candidate in tuner.search.best[:TOP]:
+        print(f"  {latency * 1e3:7.3f} ms {tflop / latency:6.1f} TFLOP/s  {_decisions(candidate.sch.trace)}")
+
+
+def _decisions(trace) -> list[int]:
+    return [dict(i.attrs)["candidates"][dict(i.attrs)["decision"]] for i in trace if i.kind == "sample_categorical"]
 
 
 def _tiles(t: dict) -> str:
