@@ -8,8 +8,9 @@ the sampling decisions the search mutates.
   allow (4 floats), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the
   loops that `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit.
   Tiles and panels are the CHOICES largest of their kind that divide the shape (64 to 256 and 8
-  to 32 for a 4096^3 product: the default schedule's 128 x 128 x 16, 8 x 8 a thread, two stages,
-  is one candidate, `gemm_candidate`, from which a search can start);
+  to 32 for a 4096^3 product), so the GPU family's default (ember.schedules.gpu.matmul: 64 x 64
+  x 16, 4 x 4 a thread, two stages) is a candidate (`gemm_candidate`) from which a search can
+  start, and so is 128 x 128 x 16, 8 x 8 a thread;
 - **reduce** (one reduction over the last axis, an output element per row): a row per block,
   reduced across `threads` threads (`schedules.reduce_block`: partials in shared memory, folded
   with warp shuffles), the inner loops unrolled up to a sampled limit;
@@ -127,6 +128,8 @@ def gemm_candidate(task: Task, target=None, *, BM: int, BN: int, BK: int, TM: in
     """The gemm sketch's candidate of these decisions (a ScheduleError when the space lacks one):
     a trace the search knows as one of its own, so that a default schedule measured first seeds it."""
     [sketch] = gpu_design_space(task, target)
+    if sketch.name != "gpu-gemm":
+        raise ScheduleError(f"task {task.name} is not a float32 product C = A @ B: its GPU sketch is {sketch.name}")
     wanted, decisions = [BM, BN, BK, TM, TN, stages, unroll], []
     for value in wanted:  # each decision an index into the values legal after the ones before it
         sch = apply_sketch(task, sketch, decisions)

@@ -85,6 +85,10 @@ def test_the_space_of_a_large_product_holds_the_default_and_leaves_out_what_spil
         gemm_candidate(task, BM=256, BN=256, BK=16, TM=8, TN=8, stages=1)
     with pytest.raises(ScheduleError, match="legal values"):  # 2 x 48 KiB of panels: past the shared memory
         gemm_candidate(task, BM=256, BN=128, BK=32, TM=8, TN=8, stages=2)
+    A = te.placeholder((64, 64), name="A")
+    exp = task_from_tensors([A, te.compute((64, 64), lambda i, j: te.exp(A[i, j]), name="E")], "exp")
+    with pytest.raises(ScheduleError, match="not a float32 product"):
+        gemm_candidate(exp, BM=64, BN=64, BK=16, TM=4, TN=4, stages=2)
 
 
 def test_the_gemm_sketch_draws_within_the_limits_every_gpu_shares():
