@@ -58,14 +58,19 @@ def runner():
         yield r
 
 
-def past_the_limits(m: int, n: int, k: int):
-    """A hand-made trace of a gemm whose block binds 32 x 64 threads (past every GPU's 1024)."""
+def hand_made(m: int, n: int, k: int, **tiles):
+    """The trace of a gemm of these tiles, made by hand (outside the sketch's space)."""
     A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
     r = te.reduce_axis((0, k), name="r")
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
     s = te.create_schedule(C.op)
-    schedules.gemm(s, A, B, C, BM=32, BN=64, BK=4, TM=1, TN=1)
+    schedules.gemm(s, A, B, C, **tiles)
     return s.trace
+
+
+def past_the_limits(m: int, n: int, k: int):
+    """A block of 32 x 64 threads, past every GPU's 1024."""
+    return hand_made(m, n, k, BM=32, BN=64, BK=4, TM=1, TN=1)
 
 
 def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runner):
@@ -131,17 +136,23 @@ def test_without_a_gpu_the_device_runner_records_why_and_replaces_its_device_pro
 
 def test_on_the_stand_in_driver_one_device_process_checks_and_times_every_candidate(monkeypatch):
     """Compilers build (no driver touched), one device process holds the reference and times:
-    a search of 8 trials started from the default, an invalid candidate among them, and every
-    candidate measured valid also right on the interpreter against NumPy."""
+    a candidate past the limits and one whose launch fails are invalid and the next is measured;
+    a search of 8 trials started from the default, every candidate it measured valid also right
+    on the interpreter against NumPy."""
     monkeypatch.setattr(search, "POPULATION", 6)
     monkeypatch.setattr(search, "GENERATIONS", 1)
     plain = matmul(32, 64, 8)
     default = gemm_candidate(plain, BM=16, BN=32, BK=8, TM=2, TN=4, stages=2)
     task = Task(plain.name, plain.func, default_trace=default.trace)
+    failing = hand_made(32, 64, 8, BM=16, BN=64, BK=8, TM=2, TN=1)  # 64 x 8 threads: no draw of the sketch's
+    monkeypatch.setenv("STAND_IN_FAILING_BLOCK", "64,8,1")  # its launch fails (gpu_stand_in.py)
     with GPURunner(workers=2, repeats=1, min_repeat_s=0.0, device_preload=("gpu_stand_in",)) as gpu:
+        inputs = [past_the_limits(32, 64, 8), failing, default.trace]
+        bad, lost, good = gpu.measure([MeasureInput(task, trace) for trace in inputs])
+        assert not bad.ok and "threads per block" in bad.error
+        assert not lost.ok and "CUDA_ERROR_ILLEGAL_ADDRESS" in lost.error
+        assert good.ok  # on a fresh device process (its context may be lost), its reference computed again
         device = gpu._device.process(0)
-        bad, good = gpu.measure([MeasureInput(task, past_the_limits(32, 64, 8)), MeasureInput(task, default.trace)])
-        assert not bad.ok and "threads per block" in bad.error and good.ok
         with Database(":memory:") as db:
             tuner = TaskTuner(task, runner=gpu, database=db, target=Target("cuda"), seed=3)
             assert np.isfinite(tuner.measure_default())
