@@ -70,7 +70,8 @@ def tuning(n: int, trials: int, runs: int) -> None:
           f"schedule ({tuner.baseline_s * 1e3:.3f} ms), {hand_result.median_s / best:.2f}x {_tiles(HAND_PICKED)} "
           f"({hand_result.median_s * 1e3:.3f} ms{'' if hand_result.ok else ': ' + str(hand_result.error)[:100]}), "
           f"{cublas / best:.0%} of cuBLAS fp32 ({cublas * 1e3:.3f} ms, {tflop / cublas:.1f} TFLOP/s)")
-    print(f"its decisions (BM, BN, BK, TM, TN, stages, unroll): {_decisions(result.trace)}; the fastest measured:")
+    print(f"its decisions (BM, BN, BK, TM, TN, stages, group, unroll): {_decisions(result.trace)}; "
+          f"the fastest measured:")
     for latency, candidate in tuner.search.best[:TOP]:
         print(f"  {latency * 1e3:7.3f} ms {tflop / latency:6.1f} TFLOP/s  {_decisions(candidate.sch.trace)}")
 

@@ -6,7 +6,8 @@ the sampling decisions the search mutates.
   product (`schedules.gemm`): a block's tile BM x BN, a thread's register tile TM x TN, panels of
   BK columns of k staged in shared memory, copied 16 bytes a thread at a time wherever BK and TN
   allow (4 floats), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the
-  loops that `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit.
+  blocks launched `group` rows of tiles at a time down each column (for the L2), the loops that
+  `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit.
   Tiles and panels are the CHOICES largest of their kind that divide the shape (64 to 256 and 8
   to 32 for a 4096^3 product), so the GPU family's default (ember.schedules.gpu.matmul: 64 x 64
   x 16, 4 x 4 a thread, two stages) is a candidate (`gemm_candidate`) from which a search can
@@ -49,6 +50,7 @@ MAX_ACCUMULATORS = 128  # TM x TN: past it, a thread's registers (255 at most) s
 SPARE_REGISTERS = 32  # a gemm thread's registers besides its tiles (addresses, indices), estimated
 VECTOR = 4  # floats a copy moves (16 bytes) wherever BK and TN are multiples of it
 STAGES = (1, 2)  # shared buffers of the K loop (ember.cuda.pipeline double-buffers)
+GROUPS = (1, 4, 16)  # rows of tiles a column of blocks walks before the next (those dividing the rows)
 MIN_THREADS = 32  # a warp
 THREADS = (32, 64, 128, 256, 512, 1024)
 
@@ -102,11 +104,26 @@ def gemm_rules(sch: Schedule, gpu: GPU) -> None:
     TN = _choice(sch, [u for u in THREAD_TILES if _fits(gpu, BM, BN, TM, u)])
     vector = VECTOR if BK % VECTOR == 0 and TN % VECTOR == 0 else 1
     stages = _choice(sch, [n for n in STAGES if n * (BM + BN) * BK * 4 <= gpu.shared_per_block])
+    group = _choice(sch, [g for g in GROUPS if (M // BM) % g == 0])
     unroll = _choice(sch, UNROLL_STEPS)
     s, t = _view(sch)
     schedules.gemm(s, t[A.name], t[B.name], t[C.name], BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, vector=vector,
                    stages=stages)
+    _group_rows(sch, blocks[0].name, group)
     _unroll(sch, unroll)
+
+
+def _group_rows(sch: Schedule, name: str, group: int) -> None:
+    """Blocks launched `group` rows of tiles at a time down each column of tiles (blockIdx.x the
+    column and the row within the group, the row fastest), so that the blocks that run together
+    read fewer panels of A and B, which stay in the L2 between them (Triton's grouped order);
+    1: row by row, as `gemm` binds them."""
+    if group > 1:
+        rows, cols = sch.get_loops(sch.get_block(name))[:2]
+        rows, within = sch.split(rows, [None, group])
+        sch.reorder(rows, cols, within)
+        sch.bind(rows, "blockIdx.y")
+        sch.bind(sch.fuse(cols, within), "blockIdx.x")
 
 
 def _threads(gpu: GPU, BM: int, BN: int) -> bool:
@@ -124,20 +141,20 @@ def _fits(gpu: GPU, BM: int, BN: int, TM: int, TN: int) -> bool:
 
 
 def gemm_candidate(task: Task, target=None, *, BM: int, BN: int, BK: int, TM: int, TN: int, stages: int,
-                   unroll: int = 0) -> Schedule:
+                   group: int = 1, unroll: int = 0) -> Schedule:
     """The gemm sketch's candidate of these decisions (a ScheduleError when the space lacks one):
     a trace the search knows as one of its own, so that a default schedule measured first seeds it."""
     [sketch] = gpu_design_space(task, target)
     if sketch.name != "gpu-gemm":
         raise ScheduleError(f"task {task.name} is not a float32 product C = A @ B: its GPU sketch is {sketch.name}")
-    wanted, decisions = [BM, BN, BK, TM, TN, stages, unroll], []
+    wanted, decisions = [BM, BN, BK, TM, TN, stages, group, unroll], []
     for value in wanted:  # each decision an index into the values legal after the ones before it
         sch = apply_sketch(task, sketch, decisions)
         inst = [i for i in sch.trace if i.kind == "sample_categorical"][len(decisions)]
         values = list(dict(inst.attrs)["candidates"])
         if value not in values:
             raise ScheduleError(f"gemm: {value} is not among the legal values {values} of decision {len(decisions)} "
-                                f"(BM, BN, BK, TM, TN, stages, unroll)")
+                                f"(BM, BN, BK, TM, TN, stages, group, unroll)")
         decisions.append(values.index(value))
     return apply_sketch(task, sketch, decisions)
 

@@ -81,11 +81,23 @@ def test_a_candidate_past_the_limits_is_invalid_and_the_others_are_measured(runn
     assert good.ok and good.median_s > 0
 
 
+def test_blocks_grouped_down_the_columns_compute_the_product():
+    task = matmul(64, 64, 16)
+    sch = gemm_candidate(task, BM=16, BN=32, BK=8, TM=2, TN=4, stages=2, group=4)
+    kernel = task.build(sch.trace, target="cuda")
+    assert kernel.grid == (8, 1, 1) and "blockIdx.y" in kernel.source  # 2 columns x 4 rows, 1 group
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 16), np.float32), rng.standard_normal((16, 64), np.float32)
+    c = np.full((64, 64), np.nan, np.float32)
+    task.build(sch.trace, target="python")(a, b, c)  # the interpreter with GPU semantics
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
 def test_the_space_of_a_large_product_holds_the_default_and_leaves_out_what_spills():
     task = matmul(4096, 4096, 4096)
     default = gemm_candidate(task, BM=64, BN=64, BK=16, TM=4, TN=4, stages=2)  # ember.schedules.gpu.matmul's
     assert gemm_candidate(task, BM=128, BN=128, BK=16, TM=8, TN=8, stages=2).trace.decisions()
-    assert len(default.trace.decisions()) == 7  # BM, BN, BK, TM, TN, stages, unroll
+    assert len(default.trace.decisions()) == 8  # BM, BN, BK, TM, TN, stages, group, unroll
     with pytest.raises(ScheduleError, match="legal values"):  # 1024 threads of 64 accumulators each
         gemm_candidate(task, BM=256, BN=256, BK=16, TM=8, TN=8, stages=1)
     with pytest.raises(ScheduleError, match="legal values"):  # 2 x 48 KiB of panels: past the shared memory
