@@ -5,9 +5,10 @@ the sampling decisions the search mutates.
 - **gemm** (C = A @ B, float32, A of M x K and B of K x N placeholders): the shared-memory tiled
   product (`schedules.gemm`): a block's tile BM x BN, a thread's register tile TM x TN, panels of
   BK columns of k staged in shared memory, copied 16 bytes a thread at a time wherever BK and TN
-  allow (4 floats), the K loop pipelined over `stages` buffers (cp.async on sm_80 and later), the
-  blocks launched `group` rows of tiles at a time down each column (for the L2), the loops that
-  `gemm` leaves rolled (the copies' chunks a thread) unrolled up to a sampled limit.
+  allow (4 floats), the K loop pipelined over `stages` buffers (1 to 4, those that fit the shared
+  memory; cp.async on sm_80 and later), the blocks launched `group` rows of tiles at a time down
+  each column (for the L2), the loops that `gemm` leaves rolled (the copies' chunks a thread)
+  unrolled up to a sampled limit.
   Tiles and panels are the CHOICES largest of their kind that divide the shape (64 to 256 and 8
   to 32 for a 4096^3 product), so the GPU family's default (ember.schedules.gpu.matmul: 64 x 64
   x 16, 4 x 4 a thread, two stages) is a candidate (`gemm_candidate`) from which a search can
@@ -49,7 +50,7 @@ THREAD_TILES = (2, 4, 8, 16)  # TM, TN
 MAX_ACCUMULATORS = 128  # TM x TN: past it, a thread's registers (255 at most) spill
 SPARE_REGISTERS = 32  # a gemm thread's registers besides its tiles (addresses, indices), estimated
 VECTOR = 4  # floats a copy moves (16 bytes) wherever BK and TN are multiples of it
-STAGES = (1, 2)  # shared buffers of the K loop (ember.cuda.pipeline double-buffers)
+STAGES = (1, 2, 3, 4)  # shared buffers of the K loop (ember.cuda.pipeline: copies S - 1 iterations ahead)
 GROUPS = (1, 4, 16)  # rows of tiles a column of blocks walks before the next (those dividing the rows)
 MIN_THREADS = 32  # a warp
 THREADS = (32, 64, 128, 256, 512, 1024)
