@@ -116,7 +116,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S, scale, D: tl.constexpr, BM: 
 
 
 MATMUL_CONFIGS = [(64, 64, 32), (64, 128, 32), (128, 128, 32), (32, 128, 64)]
-GPU_MATMUL_CONFIGS = [(64, 64, 32, 4), (128, 64, 32, 4), (128, 128, 32, 8), (64, 128, 64, 4)]  # BM, BN, BK, warps
+# BM, BN, BK, warps, stages (Triton's default num_stages is 3)
+GPU_MATMUL_CONFIGS = [(64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (128, 128, 32, 8, 2), (128, 128, 32, 8, 3),
+                      (128, 128, 32, 8, 4), (64, 128, 64, 4, 3)]
 KERNELS = (add_kernel, softmax_kernel, matmul_kernel, attention_kernel)
 
 
@@ -161,11 +163,12 @@ def gpu_cases(ns, only: list[str]):
         n = 4096
         a, b = (torch.randn(n, n, device="cuda", generator=g).half() for _ in range(2))
         c = torch.empty(n, n, device="cuda", dtype=torch.float16)
-        for bm, bn, bk, warps in GPU_MATMUL_CONFIGS:
+        for bm, bn, bk, warps, stages in GPU_MATMUL_CONFIGS:
             grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
-            cases.append((f"matmul {bm}x{bn}x{bk} w{warps}", n, lambda k, grid=grid, bm=bm, bn=bn, bk=bk, w=warps: (
+            cases.append((f"matmul {bm}x{bn}x{bk} w{warps} s{stages}", n, lambda k, grid=grid, bm=bm, bn=bn, bk=bk,
+                          w=warps, st=stages: (
                 lambda: k.matmul_kernel[grid](a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
-                                              num_warps=w)),
+                                              num_warps=w, num_stages=st)),
                 lambda: torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-1),
                 lambda: a @ b))
     if "attention" in only:
@@ -189,8 +192,9 @@ def gpu_main(args) -> None:
     print(f"ember.triton on {torch.cuda.get_device_name()}, medians of {args.reps} launches (CUDA events); "
           f"Triton {'installed' if twins else 'not installed'}")
     ember_ns = sys.modules[__name__]
+    best: dict[str, tuple[float, str]] = {}  # each peer's fastest matmul config
     for name, size, launch, check, peer in gpu_cases(ember_ns, args.only):
-        times, kernel = {}, None
+        times, host, kernel = {}, {}, None
         for who, ns in (("ember", ember_ns), ("triton", twins)):
             if ns is None:
                 continue
@@ -202,19 +206,43 @@ def gpu_main(args) -> None:
             except Exception as e:  # noqa: BLE001 (a peer that fails is reported, the others still run)
                 print(f"{name}: {who} failed: {type(e).__name__}: {str(e)[:300]}")
                 continue
-            times[who] = gpu_timed(run, args.reps)
+            times[who], host[who] = gpu_timed(run, args.reps), host_time(run, args.reps)
         if "ember" not in times:
             continue
         times["torch"] = gpu_timed(peer, args.reps)
         print(gpu_line(name, size, times))
-        print(f"  ember's kernel: {kernel}")
+        print(f"  ember's kernel: {kernel}; host time a launch: " + ", ".join(
+            f"{p} {v * 1e6:.0f} us" for p, v in host.items()))
+        if name.startswith("matmul"):
+            for p, v in times.items():
+                if p != "torch" and v < best.get(p, (float("inf"), ""))[0]:
+                    best[p] = (v, name.removeprefix("matmul "))
+    if "ember" in best:
+        tf = {p: (2 * 4096 ** 3 / v / 1e12, cfg) for p, (v, cfg) in best.items()}
+        print("matmul float16 4096^3, best config each: " + ", ".join(
+            f"{p} {v:.1f} TFLOP/s ({cfg})" for p, (v, cfg) in tf.items()) + (
+            f", ember / triton {tf['ember'][0] / tf['triton'][0]:.2f}" if "triton" in tf else ""))
+
+
+def host_time(fn, runs: int) -> float:
+    """Seconds of the host a call of fn takes, launches queued back to back (the GPU's time hidden
+    where it is shorter): whether CUDA events around one launch time the host or the kernel."""
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / runs
 
 
 def gpu_line(name: str, size: int, t: dict[str, float]) -> str:
     vs = "".join(f", {p} {v * 1e3:.3f} ms (x{v / t['ember']:.2f})" for p, v in t.items() if p != "ember")
     if name == "vadd":
         add, copy = 12 * size / t["ember"] / 1e9, 8 * size / t["torch"] / 1e9
-        return f"vector add {size}: {add:.0f} GB/s, copy {copy:.0f} GB/s, ratio {add / copy:.2f}{vs}"
+        return f"vector add {size}: {add:.0f} GB/s, copy {copy:.0f} GB/s, {100 * add / copy:.0f}% of copy{vs}"
     if name.startswith("matmul"):
         tf = {p: 2 * size ** 3 / v / 1e12 for p, v in t.items()}
         return f"{name} float16 {size}^3: ember {tf['ember']:.1f} TFLOP/s" + "".join(
@@ -233,7 +261,8 @@ def compile_for_sm90(only: list[str]) -> None:
         built += [softmax_kernel.compile(f32, f32, n, n, n, BLOCK=n, target="cuda") for n in (1024, 4096)]
     if "matmul" in only:
         built += [matmul_kernel.compile(m16, m16, m16, 64, 64, 64, 64, 1, 64, 1, 64, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
-                                        num_warps=w, target="cuda") for bm, bn, bk, w in GPU_MATMUL_CONFIGS]
+                                        num_warps=w, num_stages=st, target="cuda")
+                  for bm, bn, bk, w, st in GPU_MATMUL_CONFIGS]
     if "attention" in only:
         built.append(attention_kernel.compile(m16, m16, m16, m16, 64, 0.125, D=64, BM=64, BN=64, target="cuda"))
     print(f"no GPU here: compiled {len(built)} kernels for {built[0].cfunc.arch} with NVRTC; the timings need a GPU")
@@ -243,7 +272,8 @@ def compile_for_sm90(only: list[str]) -> None:
 
 def describe(compiled) -> str:
     """What the CUDA C of a tile kernel does per block: its threads, registers a thread (from the
-    cubin), shared memory, and the barriers, Tensor Core calls and 16-byte copies in its source."""
+    cubin), shared memory, and the barriers, Tensor Core calls and 16-byte copies (plain, or
+    cp.async: num_stages) in its source."""
     from ember.cuda.limits import cubin_registers
 
     launcher = compiled.cfunc
@@ -251,8 +281,9 @@ def describe(compiled) -> str:
     mma = sum(src.count(f"ember_wmma_{w}") for w in ("warp_mma_", "mma_", "shared_mma_"))
     vectors = sum(src.count(f"*reinterpret_cast<{t}*>(") for t in ("uint4", "float4"))
     return (f"block {'x'.join(map(str, launcher.block))}, {cubin_registers(launcher.binary)} registers, "
-            f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers, {mma} Tensor Core calls and "
-            f"{vectors} 16-byte stores in the source, {len(launcher.binary)} B of cubin")
+            f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers, {mma} Tensor Core calls, "
+            f"{vectors} 16-byte stores and {src.count('cp.async.cg')} cp.async in the source, "
+            f"{len(launcher.binary)} B of cubin")
 
 
 def timed(fn, runs: int) -> float:

@@ -75,7 +75,8 @@ class Backend(ABC):
     loop_passes: Sequence  # (name, pass) pairs, in order
     tuner: TunerRules | None  # None: kernels of this target are not tuned
     # the Emitter of tile kernels (ember.triton.compiler.emitter), built as
-    # tile_emitter(target, debug, num_warps=) (num_warps: the launch's, a GPU's warps per program);
+    # tile_emitter(target, debug, num_warps=, num_stages=) (the launch's: a GPU's warps per program, and
+    # stages of a loop's copies of dot operands);
     # None: this backend launches no tile kernels
     tile_emitter: Callable | None = None
 

@@ -106,8 +106,8 @@ def _pipelined(loop: For) -> Stmt:
     def at(stmts: list[Stmt], k: PrimExpr, mark: bool) -> Stmt:
         """stmts at iteration k, on stage k % stages of the staged buffers."""
         stage = ana.simplify(binary("%", binary("-", k, loop.min), Const(stages, k.dtype)))
-        out = [_staged(_at(s, v, k) if k is not v else s, staged, stage, ana) for s in stmts]
-        return SeqStmt(tuple(_asynchronous(s) if mark else s for s in out))
+        out = [on_stage(at_iteration(s, v, k) if k is not v else s, staged, stage, ana) for s in stmts]
+        return SeqStmt(tuple(asynchronous(s) if mark else s for s in out))
 
     commit = Evaluate(Call(COMMIT, (), "int32"))
     wait = Evaluate(Call(WAIT, (Const(stages - 2, "int32"),), "int32"))
@@ -131,7 +131,7 @@ def _pipelined(loop: For) -> Stmt:
     return out
 
 
-def _at(s: Stmt, v, k: PrimExpr) -> Stmt:
+def at_iteration(s: Stmt, v, k: PrimExpr) -> Stmt:
     """s with the loop variable v replaced by k."""
     return mutate_stmt(s, f_expr=lambda e: k if e is v else None)
 
@@ -143,8 +143,9 @@ def _size(buf: Buffer) -> int:
     return n
 
 
-def _staged(s: Stmt, stages: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
-    """s with its accesses to each buffer moved to the given stage of its staged one (`stages`)."""
+def on_stage(s: Stmt, stages: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyzer) -> Stmt:
+    """s with its accesses to each buffer moved to the given stage of its staged one (`stages`;
+    the tile Emitter's stages.py stages its loops' operand copies with it too)."""
     def shifted(b: Buffer, index: PrimExpr) -> PrimExpr:
         return ana.simplify(binary("+", index, binary("*", stage, Const(_size(b), stage.dtype))))
 
@@ -168,7 +169,7 @@ def _staged(s: Stmt, stages: dict[Buffer, Buffer], stage: PrimExpr, ana: Analyze
     return mutate_stmt(s, f_stmt=on_stmt, f_expr=on_expr)
 
 
-def _asynchronous(s: Stmt) -> Stmt:
+def asynchronous(s: Stmt) -> Stmt:
     """s with its loops marked as asynchronous copies (the CUDA renderer makes the vectorized ones
     of 16 bytes cp.async; the interpreter defers every store under them to the wait)."""
     def on_stmt(x):

@@ -80,9 +80,9 @@ def test_the_emitter_is_the_backend_s(monkeypatch, tmp_path):
     made = []
 
     class Spy(VectorEmitter):
-        def __init__(self, target, debug, num_warps):
+        def __init__(self, target, debug, num_warps, num_stages):
             made.append(target)
-            super().__init__(target, debug, num_warps)
+            super().__init__(target, debug, num_warps, num_stages)
 
     monkeypatch.setattr(CBackend, "tile_emitter", Spy)
 

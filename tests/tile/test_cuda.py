@@ -46,7 +46,7 @@ def interpret_cuda(jit_fn, grid, bound, options, target):
     assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch  # an sm_90 (or the GPU's) cubin
     sources.append(compiled.source)
     debug = L.debug_mode(jit_fn, options)
-    spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4)
+    spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4, options.get("num_stages") or 3)
     func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
     lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes))
     check_barriers(lowered)
@@ -137,8 +137,10 @@ def operands(rng, dtype, shape):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda, dtype):
     """The tutorial's `accumulator = tl.dot(a, b, accumulator)` over K: each warp's tiles of the
-    accumulator loaded into fragments once before the loop, multiplied into there (fp16, bf16,
-    and float32 as TF32, Triton's default input_precision), stored once after it."""
+    accumulator zeroed in fragments before the loop (`tl.zeros`: no zeros written to shared memory),
+    multiplied into there (fp16, bf16, and float32 as TF32, Triton's default input_precision),
+    stored once after it; the operands' tiles copied by cp.async two iterations ahead (Triton's
+    default num_stages=3), of three K steps."""
     M, N, K = 37, 29, 41  # no block size divides these
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
@@ -154,26 +156,31 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
         assert np.abs(c - a.astype(np.float64) @ b).max() > 1e-4 * np.abs(want).max()
     (source,) = on_cuda
     suffix = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[dtype]
-    # the warps a 1x2 grid over the 2x2 tiles, a warp's two tiles: loaded before the loop, stored after it
+    # the warps a 1x2 grid over the 2x2 tiles, a warp's two tiles: zeroed before the loop, stored after it
     # (+ each definition); in it one call per 16 of k for both (fp16, bf16: each fragment of A and B
     # loaded once) or a TF32 call per tile
     product = f"ember_wmma_mma_{suffix}(" if dtype == "float32" else f"ember_wmma_warp_mma_32x16x16_{suffix}_f32("
     assert source.count(product) == (2 if dtype == "float32" else 1) + 1
-    assert source.count("ember_wmma_load(") == source.count("ember_wmma_store(") == 2 + 1
-    assert "ember_wmma_shared_mma" not in source
+    assert source.count("ember_wmma_zero(") == source.count("ember_wmma_store(") == 2 + 1
+    assert source.count("ember_wmma_load(") == 1 and "ember_wmma_shared_mma" not in source
+    # A's and B's copies issued in the two steps before the loop and once in it, into three stages of
+    # their tiles (rows padded by 16 bytes: 3 * (32 * 24 + 16 * 40) halves, or 3 * (32 * 20 + 16 * 36)
+    # floats), whose memory the 4096 bytes of the accumulator take after the loop
+    assert "cp.async.wait_group 1;" in source and source.count("cp.async.commit_group") == 3
+    assert f"dynamic shared memory {14592 if dtype == 'float32' else 8448} bytes" in source
 
 
 @needs_nvrtc
 def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     """A 64x64 block on 4 warps: a 2x2 grid of warps, each a 32x32 block of fragments (Triton's
     warpsPerCTA), four products per 16 of k from two fragments of A and two of B; the operands
-    read 16 bytes at a time where they can be."""
+    read 16 bytes at a time where they can be (num_stages=1: in their own iteration, no cp.async)."""
     M, N, K = 70, 45, 40
     a, b = operands(rng, "float16", (M, K)), operands(rng, "float16", (K, N))
     c = np.empty((M, N), a.dtype)
     tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
         a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-        ACTIVATION="", num_warps=4)
+        ACTIVATION="", num_warps=4, num_stages=1)
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=2.0 ** -10, atol=2.0 ** -10 * np.abs(want).max())
     (source,) = on_cuda
@@ -181,7 +188,7 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     assert "threadIdx.y;" in source and "/ 2 * 2048" in source  # warp ty's rows: (ty / 2) * 32 of 64 columns
     # the operands' tiles copied 16 bytes at a time where a vector is aligned and unmasked (A's rows of 40
     # halves from the first column; K's tail of 8 in the second step), else element by element
-    assert source.count("*reinterpret_cast<uint4*>(&ld") == 2
+    assert source.count("*reinterpret_cast<uint4*>(&ld") == 2 and "cp.async" not in source
     assert ", 40, 72);" in source  # the shared tiles' rows of 32 and 64 halves padded by 16 bytes (lda, ldb)
 
 
@@ -215,9 +222,11 @@ def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
     (source,) = on_cuda
     if dtype == "float32":
         assert "wmma" not in source
-    else:  # each dot's fragments loaded once and stored once: before and after the loop, around the last dot
+    else:  # each dot's fragments stored once, after the loop and after the last dot; the loop's start at
+        # zero (acc's tl.zeros), the last dot's are loaded from shared memory
         assert source.count("ember_wmma_warp_mma_16x16x16_f16_f32(") == 2 + 1
-        assert source.count("ember_wmma_load(") == source.count("ember_wmma_store(") == 2 + 1
+        assert source.count("ember_wmma_store(") == 2 + 1
+        assert source.count("ember_wmma_load(") == source.count("ember_wmma_zero(") == 1 + 1
 
 
 def test_dot_precision_is_one_of_tritons(rng):

@@ -72,6 +72,7 @@ class Spec:
     kinds: tuple[tuple[str, object], ...]
     key: str
     num_warps: int = 4  # a GPU's warps per program (the CPU's Emitter takes none)
+    num_stages: int = 3  # a GPU's stages of a loop's copies of dot operands (Triton's default 3; none on the CPU)
 
 
 @dataclass
@@ -206,7 +207,7 @@ def _names(f: KernelFunction) -> tuple[tuple[str, str | None], ...]:
 
 
 def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
-               num_warps: int = 4) -> tuple[Spec, list]:
+               num_warps: int = 4, num_stages: int = 3) -> tuple[Spec, list]:
     """The specialization of a launch for `target` and its run-time arguments, (name, value)
     pairs: TensorArgs, or DeviceTensorArgs for tensors in a GPU's memory, and scalars."""
     kinds, runtime = [], []
@@ -239,8 +240,9 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
                      ("tensor", t.dtype.name))
         runtime.append((p.name, t))
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
-                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, num_warps))
-    return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32], num_warps), runtime
+                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, num_warps,
+                 num_stages))
+    return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32], num_warps, num_stages), runtime
 
 
 def _key_part(kind):
@@ -256,7 +258,7 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
                target: Target) -> tuple[PrimFunc, list[str], list[str]]:
     """The loop-IR function of a specialization (not lowered), the meaning of its status codes
     and the dtypes of its scalar arguments."""
-    em = target.backend.tile_emitter(target, debug, num_warps=spec.num_warps)
+    em = target.backend.tile_emitter(target, debug, num_warps=spec.num_warps, num_stages=spec.num_stages)
     tensors, scalars, values = [], [], {}
     params: dict = {}
     sizes = (Var("grid_x"), Var("grid_y"), Var("grid_z"))  # the kernel's int64 size arguments
@@ -354,7 +356,10 @@ def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: Target) 
     num_warps = options.get("num_warps") or 4
     if not isinstance(num_warps, int) or num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32:
         raise ArgumentTypeError(f"kernel {jit_fn.__name__}: num_warps is a power of 2 from 1 to 32, got {num_warps!r}")
-    spec, runtime = specialize(jit_fn, bound, debug, target, num_warps)
+    num_stages = options.get("num_stages") or 3
+    if not isinstance(num_stages, int) or not 1 <= num_stages <= 8:
+        raise ArgumentTypeError(f"kernel {jit_fn.__name__}: num_stages is an integer from 1 to 8, got {num_stages!r}")
+    spec, runtime = specialize(jit_fn, bound, debug, target, num_warps, num_stages)
     return compile_spec(jit_fn, spec, debug, target), runtime
 
 

@@ -147,7 +147,8 @@ def remember(fn: KernelFunction, args: tuple, kwargs: dict, bound: dict, options
     key = signature(fn, args, kwargs)
     if key is None:
         return
-    spec, runtime = L.specialize(fn, bound, L.debug_mode(fn, options), target, options.get("num_warps") or 4)
+    spec, runtime = L.specialize(fn, bound, L.debug_mode(fn, options), target, options.get("num_warps") or 4,
+                                 options.get("num_stages") or 3)
     if spec.key != compiled.key:
         return
     table = fn.__dict__.setdefault("_launches", {})

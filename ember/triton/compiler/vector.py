@@ -28,8 +28,8 @@ from .emitter import Body, Deferred, Emitter, buffer_block, buffer_value
 class VectorEmitter(Emitter):
     """Loop nests vectorized for the SIMD registers of `target` (ember.target.Target)."""
 
-    def __init__(self, target: Target, debug: bool, num_warps: int = 4):
-        """num_warps: a GPU's warps per program, nothing on the CPU."""
+    def __init__(self, target: Target, debug: bool, num_warps: int = 4, num_stages: int = 3):
+        """num_warps, num_stages: a GPU's warps per program and stages of copies, nothing on the CPU."""
         super().__init__(debug)
         self.vector_bytes = target.vector_bytes
         self.registers = target.vector_registers

@@ -4,9 +4,11 @@ emitted.
 In a loop whose dots are the only accesses to their accumulator (Triton's `acc = tl.dot(a, b,
 acc)` over K), each warp keeps its fragments of it in registers for the whole loop: loaded once
 before it, multiplied into by each step, stored back once after it (`_in_registers`); `acc +=
-tl.dot(a, b)` is first folded into a dot into acc, as Triton does (`_accumulate_in_place`). The
-dots' statements are found by their marks (dot.py's DOT, COPY and ZERO), which this rewrite
-drops.
+tl.dot(a, b)` is first folded into a dot into acc, as Triton does (`_accumulate_in_place`). Where
+acc was just zeroed (`tl.zeros` before the loop), the fragments start at zero instead of being
+loaded, and the zeros are not written (`_zero_entries`): acc's shared block is then touched after
+the loop alone, and may share its memory with the loop's operand tiles (lifetimes.py). The dots'
+statements are found by their marks (dot.py's DOT, COPY and ZERO), which this rewrite drops.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from ....tir.expr import Buffer, BufferLoad
 from ....tir.functor import collect, mutate_stmt, touches
 from ....tir.stmt import BufferStore, CallRoutine, For, SeqStmt, Stmt, seq
 from ....tir.structural import structural_key
-from .dot import COPY, DOT, ZERO, Dots
-from .rewrite import replaced, touched_besides
+from .dot import COPY, DOT, ZERO, Dots, zero_fragment
+from .rewrite import flat, replaced, touched_besides
 from .threads import SPREAD
+
+ENTRY = "tile_dot_entry"  # the load of a loop's accumulator into fragments before it: the first dot's index
 
 
 def _in_turn(body: Stmt, dot: Stmt, add: Stmt, acc: Buffer) -> bool:
@@ -93,14 +97,39 @@ class Accumulators(Dots):
         fragments for the whole loop: each warp loads its tiles of it before the loop, each dot
         multiplies into them, and they are stored back once after it. Other dots keep theirs in
         shared memory."""
+        marks = (DOT, COPY, ZERO, ENTRY)
+
         def unmarked(x):
-            if isinstance(x, For) and any(p[0] in (DOT, COPY, ZERO) for p in x.annotations):
-                return replace(x, annotations=tuple(p for p in x.annotations if p[0] not in (DOT, COPY, ZERO)))
+            if isinstance(x, For) and any(p[0] in marks for p in x.annotations):
+                return replace(x, annotations=tuple(p for p in x.annotations if p[0] not in marks))
             return None
 
         body = mutate_stmt(body, f_stmt=lambda x: self._hoisted(x) if isinstance(x, For) and x.kind == "serial"
                            else None)
-        return mutate_stmt(body, f_stmt=unmarked)
+        return mutate_stmt(self._zero_entries(body), f_stmt=unmarked)
+
+    def _zero_entries(self, body: Stmt) -> Stmt:
+        """body with each accumulator that a loop keeps in fragments, and that was zeroed before
+        the loop with nothing touching it in between, started at zero in its fragments: the zeros
+        not written, the fragments not loaded (`acc = tl.zeros(...)` then the K loop)."""
+        stmts = flat(body)
+        table: dict[Stmt, Stmt] = {}
+        for i, s in enumerate(stmts):
+            key = s.annotation(ENTRY) if isinstance(s, For) else None
+            if key is None:
+                continue
+            _, _, c, m, n, _ = self._dots[key]
+            j = i - 1
+            while j >= 0 and not touches(stmts[j], c):
+                j -= 1
+            zero = stmts[j] if j >= 0 else None
+            if not (isinstance(zero, For) and zero.annotation(SPREAD) is not None and self._zeroes(zero, c)):
+                continue
+            ldf = self._fragment_shape(m, n)[1]
+            table[zero] = SeqStmt(())
+            table[s] = mutate_stmt(s, f_stmt=lambda x, ldf=ldf: zero_fragment(x.writes[0], ldf)
+                                   if isinstance(x, CallRoutine) else None)
+        return replaced(body, table) if table else body
 
     def _hoisted(self, loop: For) -> Stmt | None:
         marked = collect(loop.body, lambda x: isinstance(x, For) and x.annotation(DOT) is not None)
@@ -114,7 +143,7 @@ class Accumulators(Dots):
                     loop.body, (*dots, *copies), c):
                 continue  # (a dot from zero each iteration, or c touched elsewhere in the loop)
             frag, load, store = self._fragments(c, *self._dots[dots[0].annotation(DOT)][3:5])
-            before.append(load)
+            before.append(replace(load, annotations=(*load.annotations, (ENTRY, dots[0].annotation(DOT)))))
             after.append(store)
             moved.update({d: self._fragment_dot(d.annotation(DOT), frag) for d in dots})
             moved.update(dict.fromkeys(copies, SeqStmt(())))

@@ -55,6 +55,7 @@ class OperandCopies(Dots):
     def __init__(self, debug: bool, num_warps: int):
         super().__init__(debug, num_warps)
         self._read_ins: dict[Buffer, tuple[Deferred, Stmt]] = {}  # each block read in: its load, its statement
+        self._copied: dict[Buffer, Stmt] = {}  # each operand copied 16 bytes at a time: its statement (stages.py)
 
     def read_in(self, d: Deferred) -> Buffer:
         buf = self.local("ld", d.shape, d.dtype)
@@ -80,6 +81,7 @@ class OperandCopies(Dots):
                                               buf.dtype, scope=buf.scope)
             if buf in self._read_ins and (new := self._vector_read(buf, into, pad)) is not None:
                 body = replaced(body, {self._read_ins[buf][1]: new})
+                self._copied[into] = new
             if pad:
                 body = mutate_stmt(body, f_stmt=lambda x, buf=buf, into=into, width=width, pad=pad: _padded(
                     x, buf, into, width, pad))

@@ -47,6 +47,13 @@ def _params(intrin, role: str, reads: tuple, writes: tuple, scalars: int) -> tup
             ("c_scalars", scalars))
 
 
+def zero_fragment(at: Pointer, ldf: int) -> CallRoutine:
+    """The fragment at `at` (of a buffer whose rows are ldf apart) zeroed: LOAD's reset, whose C
+    call takes the fragment alone (its description's input too: nothing shared is read)."""
+    return CallRoutine(ZERO_FRAGMENT, _params(LOAD, "reset", (), (1,), 0), (at,), (at,),
+                       (const(ldf), const(1), const(ldf), const(1)))
+
+
 class Dots(ThreadOwnBlocks):
     """tl.dot over a block's warps (the module doc); each Tensor Core dot is kept, by its DOT
     mark, for the rewrites after it (accumulate.py, copies.py)."""
@@ -184,11 +191,8 @@ class Dots(ThreadOwnBlocks):
             return call
 
         def fill(offset, row, col):
-            """frag's tile at `offset` zeroed (LOAD's reset: its C call takes the fragment alone)."""
             del row, col
-            at = Pointer(frag, offset)  # (its description's input too: nothing shared is read)
-            return CallRoutine(ZERO_FRAGMENT, _params(LOAD, "reset", (), (1,), 0), (at,), (at,),
-                               (const(shape[1]), const(1), const(shape[1]), const(1)))
+            return zero_fragment(Pointer(frag, offset), shape[1])
 
         if zeroed:
             load = self._warp_fragments(m, n, fill)
