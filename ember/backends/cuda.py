@@ -184,10 +184,18 @@ class CUDABackend(Backend):
         if stream is None:
             torch = sys.modules.get("torch")
             uses_torch = torch is not None and any(t.torch for _, t in tensors)
-            stream = int(torch.cuda.current_stream(ordinal).cuda_stream) if uses_torch else 0
+            stream = _current_stream(torch, ordinal) if uses_torch else 0
         spans = [x for _, t in tensors for x in t.span]
         return compiled.cfunc([t.data_ptr for _, t in tensors], list(zip(scalars, compiled.scalar_dtypes)), spans,
                               len(compiled.sites), grid, ordinal, int(stream))
+
+
+def _current_stream(torch, ordinal: int) -> int:
+    """torch's current stream on GPU `ordinal`, its raw handle read as Triton's launcher reads it
+    (torch._C._cuda_getCurrentRawStream: no Stream object made at each launch), else through
+    torch.cuda.current_stream."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(ordinal)) if raw is not None else int(torch.cuda.current_stream(ordinal).cuda_stream)
 
 
 register(CUDABackend())

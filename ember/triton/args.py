@@ -77,20 +77,33 @@ def on_device(value) -> bool:
     return hasattr(value, "__cuda_array_interface__")
 
 
+_NAMES: dict = {}  # a torch dtype's or an array interface's typestr's name in the language (this runs at every launch)
+
+
+def _name_of(dtype) -> str:
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = (str(dtype).removeprefix("torch.") if not isinstance(dtype, str)
+                                else str(np.dtype(dtype)))
+    return name
+
+
 def device_tensor_arg(name: str, value) -> DeviceTensorArg:
     """The DeviceTensorArg of a GPU tensor given for parameter `name`."""
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
-        dtype_name = str(value.dtype).removeprefix("torch.")
-        shape, strides = tuple(value.shape), tuple(value.stride())
+        dtype_name = _name_of(value.dtype)
         ptr, device, is_torch = value.data_ptr(), value.device.index or 0, True
+        if value.is_contiguous():  # (the common case, without walking the shape)
+            shape, strides = (value.numel(),), (1,)
+        else:
+            shape, strides = tuple(value.shape), tuple(value.stride())
     else:
         cai = value.__cuda_array_interface__
-        np_dtype = np.dtype(cai["typestr"])
-        dtype_name = str(np_dtype)
+        dtype_name = _name_of(cai["typestr"])
         shape = tuple(cai["shape"])
         if cai.get("strides"):
-            strides = tuple(s // np_dtype.itemsize for s in cai["strides"])
+            strides = tuple(s // np.dtype(cai["typestr"]).itemsize for s in cai["strides"])
         else:  # C order (a product per axis, not numpy.prod's: this runs at every launch)
             strides, step = [], 1
             for n in reversed(shape):

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 from ... import config
-from ..args import device_tensor_arg, on_device, tensor_arg
+from ..args import device_tensor_arg, tensor_arg
 from ..function import LAUNCH_OPTIONS, KernelFunction
 from ..language import dtypes as tld
 
@@ -43,7 +43,9 @@ class Entry:
     def __init__(self, fn: KernelFunction, compiled: L.Compiled, target, runtime: list):
         self.compiled, self.target = compiled, target
         self.slots = tuple((*s, v) for s, v in L.global_slots(fn) if s is not None)
-        self.runtime = [(name, isinstance(v, L.TensorArg | L.DeviceTensorArg)) for name, v in runtime]
+        # per run-time parameter: how its value is described again (a GPU tensor, a host one, a scalar)
+        self.runtime = [(name, device_tensor_arg if isinstance(v, L.DeviceTensorArg) else tensor_arg
+                         if isinstance(v, L.TensorArg) else None) for name, v in runtime]
         self.defaults = {p.name: p.default for p in fn.params}
 
     def valid(self) -> bool:
@@ -130,12 +132,9 @@ def again(fn: KernelFunction, args: tuple, kwargs: dict, grid) -> L.Compiled | N
         (bound if k in bound else options)[k] = v
     grid = fn.grid_of(grid, bound)
     runtime = []
-    for name, tensor in entry.runtime:
+    for name, describe in entry.runtime:  # (the signature says where each tensor is: as on the full path)
         v = bound[name]
-        if tensor:
-            runtime.append((name, device_tensor_arg(name, v) if on_device(v) else tensor_arg(name, v)))
-        else:
-            runtime.append((name, tld.unwrap(v)))
+        runtime.append((name, describe(name, v) if describe is not None else tld.unwrap(v)))
     return L.run(fn, entry.compiled, runtime, grid, options, entry.target)
 
 
