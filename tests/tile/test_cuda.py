@@ -229,6 +229,23 @@ def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
         assert source.count("ember_wmma_load(") == source.count("ember_wmma_zero(") == 1 + 1
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("k,stages", [(16, 4), (80, 2)])
+def test_num_stages_copies_ahead(rng, on_cuda, k, stages):
+    """The loop's operand copies issued stages - 1 iterations ahead by cp.async into as many stages
+    of each tile: more stages than iterations (one), or two stages over five; what the interpreter
+    lands at each wait is what the dots read."""
+    a, b = rng.standard_normal((16, k)).astype(np.float16), rng.standard_normal((k, 16)).astype(np.float16)
+    c = np.empty((16, 16), np.float32)
+    dot_loop[(1,)](a, b, c, k, M=16, N=16, BK=16, PRECISION="tf32", num_warps=1, num_stages=stages)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    want = a @ b + a[:, :16] @ b[:16]
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    (source,) = on_cuda
+    assert f"cp.async.wait_group {stages - 2};" in source
+    assert source.count("cp.async.commit_group") == stages  # (stages - 1 before the loop, one in it)
+
+
 def test_dot_precision_is_one_of_tritons(rng):
     a, c = np.ones((16, 16), np.float32), np.empty((16, 16), np.float32)
     with pytest.raises(TileError, match="input_precision 'tf16' is not one of tf32, tf32x3, ieee"):
