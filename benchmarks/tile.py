@@ -13,7 +13,8 @@ Rounds alternate the peers; a figure is the median over rounds of each process's
 
 With `--device cuda` the same kernels run on the GPU (target "cuda", torch CUDA tensors) against
 Triton compiling the very same source (the kernels' text imported under the real `triton`, where it
-is installed) and torch, timed with CUDA events (median of --reps launches, in one process):
+is installed) and torch, timed with CUDA events (median of --reps launches, in one process; the
+host's time a launch and the GPU's alone, launches replayed in a CUDA graph, after each line):
 
     vector add     GB/s against a copy of the same size (torch's copy_): the bandwidth of the GPU
     softmax        (4096, N), N in 1024, 4096: ms against Triton and torch.softmax
@@ -194,7 +195,7 @@ def gpu_main(args) -> None:
     ember_ns = sys.modules[__name__]
     best: dict[str, tuple[float, str]] = {}  # each peer's fastest matmul config
     for name, size, launch, check, peer in gpu_cases(ember_ns, args.only):
-        times, host, kernel = {}, {}, None
+        times, host, graphed, kernel = {}, {}, {}, None
         for who, ns in (("ember", ember_ns), ("triton", twins)):
             if ns is None:
                 continue
@@ -207,12 +208,15 @@ def gpu_main(args) -> None:
                 print(f"{name}: {who} failed: {type(e).__name__}: {str(e)[:300]}")
                 continue
             times[who], host[who] = gpu_timed(run, args.reps), host_time(run, args.reps)
+            graphed[who] = graph_time(run, max(3, args.reps // 3))
         if "ember" not in times:
             continue
         times["torch"] = gpu_timed(peer, args.reps)
         print(gpu_line(name, size, times))
-        print(f"  ember's kernel: {kernel}; host time a launch: " + ", ".join(
-            f"{p} {v * 1e6:.0f} us" for p, v in host.items()))
+        print(f"  ember's kernel: {kernel}")
+        print("  host time a launch: " + ", ".join(f"{p} {v * 1e6:.0f} us" for p, v in host.items())
+              + "; a kernel replayed in a CUDA graph (no host): " + ", ".join(
+                  f"{p} {v * 1e3:.3f} ms" if v else f"{p} (no capture)" for p, v in graphed.items()))
         if name.startswith("matmul"):
             for p, v in times.items():
                 if p != "torch" and v < best.get(p, (float("inf"), ""))[0]:
@@ -222,6 +226,23 @@ def gpu_main(args) -> None:
         print("matmul float16 4096^3, best config each: " + ", ".join(
             f"{p} {v:.1f} TFLOP/s ({cfg})" for p, (v, cfg) in tf.items()) + (
             f", ember / triton {tf['ember'][0] / tf['triton'][0]:.2f}" if "triton" in tf else ""))
+
+
+def graph_time(fn, runs: int, launches: int = 10) -> float | None:
+    """Seconds a launch of fn takes on the GPU alone: `launches` of it captured in one CUDA graph
+    (on torch's capture stream, which ember's launches and Triton's take as the current one),
+    replayed between CUDA events; None where the capture fails."""
+    import torch
+
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(launches):
+                fn()
+        return gpu_timed(graph.replay, runs) / launches
+    except Exception as e:  # noqa: BLE001 (reported, the other figures stand)
+        print(f"  (CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]})")
+        return None
 
 
 def host_time(fn, runs: int) -> float:
