@@ -217,6 +217,8 @@ def gpu_main(args) -> None:
         print("  host time a launch: " + ", ".join(f"{p} {v * 1e6:.0f} us" for p, v in host.items())
               + "; a kernel replayed in a CUDA graph (no host): " + ", ".join(
                   f"{p} {v * 1e3:.3f} ms" if v else f"{p} (no capture)" for p, v in graphed.items()))
+        if name == "softmax1024":  # (the smallest kernel: where the host's part shows most)
+            host_profile(launch(ember_ns), args.reps * 10)
         if name.startswith("matmul"):
             for p, v in times.items():
                 if p != "torch" and v < best.get(p, (float("inf"), ""))[0]:
@@ -243,6 +245,28 @@ def graph_time(fn, runs: int, launches: int = 10) -> float | None:
     except Exception as e:  # noqa: BLE001 (reported, the other figures stand)
         print(f"  (CUDA graph capture failed: {type(e).__name__}: {str(e)[:200]})")
         return None
+
+
+def host_profile(fn, runs: int, top: int = 12) -> None:
+    """Where the host's time of ember's launches goes: the functions taking the most of `runs`
+    launches (cProfile, the thread's CPU time)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    for _ in range(runs):
+        fn()
+    profile.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(top)
+    lines = [x for x in out.getvalue().splitlines() if x.strip()]
+    print(f"  ember's host time, {runs} launches (cProfile, CPU seconds):")
+    print("\n".join(f"    {x}" for x in lines[-top - 1:]))
 
 
 def host_time(fn, runs: int) -> float:
