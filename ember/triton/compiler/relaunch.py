@@ -86,6 +86,20 @@ def _describe(p, v):
     return _NONE
 
 
+def _environment() -> tuple:
+    """The values of ENV's variables: read from the mapping behind os.environ where CPython has one
+    (its `_data`, which every write to os.environ updates, under `encodekey`'s keys), a tenth of
+    os.environ.get's time (4 of a launch's 28 us of CPU); through os.environ.get elsewhere."""
+    data = getattr(os.environ, "_data", None)
+    if data is None or _ENV_KEYS is None:
+        return tuple(os.environ.get(e) for e in ENV)
+    return tuple(data.get(k) for k in _ENV_KEYS)
+
+
+_encode = getattr(os.environ, "encodekey", None)
+_ENV_KEYS = None if _encode is None else tuple(_encode(e) for e in ENV)  # (as os.environ's mapping keys them)
+
+
 def signature(fn: KernelFunction, args: tuple, kwargs: dict) -> tuple | None:
     """The launch's cheap signature (the module doc), or None where it takes the full path."""
     params = fn.params
@@ -102,7 +116,7 @@ def signature(fn: KernelFunction, args: tuple, kwargs: dict) -> tuple | None:
             return None
     if any(x is _NONE for x in parts):
         return None
-    key = (len(args), *parts, *(os.environ.get(e) for e in ENV))
+    key = (len(args), *parts, *_environment())
     try:
         hash(key)
     except TypeError:  # an unhashable constexpr or option
