@@ -104,12 +104,11 @@ def device_tensor_arg(name: str, value) -> DeviceTensorArg:
         shape = tuple(cai["shape"])
         if cai.get("strides"):
             strides = tuple(s // np.dtype(cai["typestr"]).itemsize for s in cai["strides"])
-        else:  # C order (a product per axis, not numpy.prod's: this runs at every launch)
-            strides, step = [], 1
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
-            strides = tuple(strides)
+        else:  # C order: its elements one after another (a product, not numpy.prod's: this runs at every launch)
+            n = 1
+            for d in shape:
+                n *= d
+            shape, strides = (n,), (1,)
         ptr, is_torch = int(cai["data"][0]), False
         device = int(getattr(getattr(value, "device", None), "id", 0) or 0)
     if dtype_name not in tld.DTYPES:

@@ -67,6 +67,12 @@ def _int(v: int) -> tuple:
 
 def _describe(p, v):
     """What the specialization reads of value v of parameter p (hashable), or _NONE."""
+    torch = sys.modules.get("torch")
+    if not p.is_constexpr:  # (a plain int and a torch tensor first: this runs for each argument of each launch)
+        if type(v) is int:
+            return _int(v)
+        if torch is not None and type(v) is torch.Tensor:
+            return torch.Tensor, v.dtype, v.device, v.data_ptr() % 16 == 0
     if p.is_constexpr or v is None or isinstance(v, str | tld.dtype | tld.constexpr):
         return type(v), v
     if isinstance(v, bool | np.bool_):
@@ -77,7 +83,6 @@ def _describe(p, v):
         return (type(v),)
     if isinstance(v, np.ndarray):
         return np.ndarray, v.dtype, v.flags.writeable, v.ctypes.data % 16 == 0
-    torch = sys.modules.get("torch")
     if torch is not None and isinstance(v, torch.Tensor):
         return torch.Tensor, v.dtype, v.device, v.data_ptr() % 16 == 0
     cai = getattr(v, "__cuda_array_interface__", None)  # CuPy, Numba
