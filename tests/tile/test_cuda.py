@@ -99,14 +99,19 @@ def on_cuda(monkeypatch):
 
 
 @needs_nvrtc
-def test_vector_add(tutorials, rng, on_cuda):
+@pytest.mark.parametrize("block", [256, 1024])
+def test_vector_add(tutorials, rng, on_cuda, block):
+    """Each thread's elements of x and y in its registers, from global memory to the sum: no
+    shared block. Where the block is a whole number of chunks of 4 a thread (1024 on 128 threads),
+    a chunk whose masks all hold is read and written 16 bytes at a time (the last of 1000 is not)."""
     x, y = rng.standard_normal(1000, dtype=np.float32), rng.standard_normal(1000, dtype=np.float32)
-    out = tutorials["01_vector_add"].add(x, y, block_size=256)
+    out = tutorials["01_vector_add"].add(x, y, block_size=block)
     np.testing.assert_array_equal(out, x + y)
     (source,) = on_cuda
     assert "__launch_bounds__(128)" in source and "blockIdx.x" in source and "threadIdx.x" in source
-    # each thread's elements of x and y in its registers, from global memory to the sum: no shared block
     assert "dynamic shared memory 0 bytes" in source and "__syncthreads" not in source
+    vectors = ("*reinterpret_cast<const float4*>(&x_ptr[", "*reinterpret_cast<float4*>(&output_ptr[")
+    assert all((v in source) == (block == 1024) for v in vectors)
 
 
 @needs_nvrtc
@@ -117,6 +122,10 @@ def test_fused_softmax(tutorials, rng, on_cuda):
     assert on_cuda[0].count("__shfl_xor_sync") == 2 * 5  # each warp's share of the max and of the sum
     # the row and its exponentials in each thread's registers; in shared memory only the partials
     assert on_cuda[0].count("reinterpret_cast<float*>(ember_shared + ") == 2
+    # a thread's 4 consecutive elements of the row read and written 16 bytes at a time where the row's start
+    # (row * 300) is a multiple of 4 and the 4 are inside the row
+    assert "*reinterpret_cast<const float4*>(&input_ptr[" in on_cuda[0]
+    assert "*reinterpret_cast<float4*>(&output_ptr[" in on_cuda[0]
 
 
 def tf32(x: np.ndarray) -> np.ndarray:

@@ -59,22 +59,27 @@ class Reductions(ThreadEmitter):
         width = min(n, self.threads)
         part = self.local("p", (width,), tdtype)
         out = self.local("r", (), tdtype)
-        j, r = Var("j"), Var("r")
+        j, v, r = Var("j"), Var("v"), Var("r")
         acc, at, now = self.register("a", tdtype)
-        steps = -(-n // width)
+        vec = self.chunk(n, n)
+        steps = -(-n // (width * vec))
         flat: list[PrimExpr] = []
 
-        def share(t):
-            e = t if steps == 1 else j * width + t  # (a 1-D block's elements as `_spread` gives them)
+        def share(t):  # (a 1-D block's elements as `_spread` gives them: chunks of vec, threads apart)
+            q = t if steps == 1 else j * width + t
+            e = q if vec == 1 else q * vec + v
             flat.append(V.flat_index((n,), (e,)))
             step = BufferStore(acc, combine(now, value((e,))), at)
             if n % width:
                 step = IfThenElse(te_binary("<", e, const(n)), step)
+            if vec > 1:
+                step = For(v, const(0), const(vec), "unrolled", step)
             fold = step if steps == 1 else For(j, const(0), const(steps), "serial", step)
             return Allocate(acc, seq(BufferStore(acc, init, at), fold, BufferStore(part, now, (t,))))
 
         first = self.on_threads(width, share)
-        self._spreads.append((((n,), (0,)), flat[0], const(0) if steps == 1 else j, steps))
+        own = j if vec == 1 else j * vec + v if steps > 1 else v
+        self._spreads.append((((n,), (0,), vec), flat[0], const(0) if vec == steps == 1 else own, steps * vec))
         self.emit(replace(first, annotations=(*first.annotations, (SPREAD, len(self._spreads) - 1))))
         fold = BufferStore(out, combine(BufferLoad(out, (const(0),), tdtype), BufferLoad(part, (r,), tdtype)),
                            (const(0),))
