@@ -255,6 +255,27 @@ def test_num_stages_copies_ahead(rng, on_cuda, k, stages):
     assert source.count("cp.async.commit_group") == stages  # (stages - 1 before the loop, one in it)
 
 
+@triton.jit
+def dot_loop_storing(a_ptr, b_ptr, c_ptr, K, BK: tl.constexpr):
+    r, rk = tl.arange(0, 16), tl.arange(0, BK)
+    acc = tl.zeros((16, 16), dtype=tl.float32)
+    for k in range(0, K, BK):
+        acc = tl.dot(tl.load(a_ptr + r[:, None] * K + (k + rk)[None, :]), tl.load(b_ptr + (k + rk)[:, None] * 16 + r),
+                     acc)
+        tl.store(c_ptr + r[:, None] * 16 + r, acc)  # (each step's sum: a loop that stores)
+
+
+@needs_nvrtc
+def test_a_loop_that_stores_is_not_pipelined(rng, on_cuda):
+    """A copy issued iterations ahead would be read before the loop's stores: no cp.async there."""
+    a, b = rng.standard_normal((16, 48)).astype(np.float16), rng.standard_normal((48, 16)).astype(np.float16)
+    c = np.empty((16, 16), np.float32)
+    dot_loop_storing[(1,)](a, b, c, 48, BK=16, num_warps=1)
+    want = a.astype(np.float64) @ b
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert "cp.async" not in on_cuda[0]
+
+
 def test_dot_precision_is_one_of_tritons(rng):
     a, c = np.ones((16, 16), np.float32), np.empty((16, 16), np.float32)
     with pytest.raises(TileError, match="input_precision 'tf16' is not one of tf32, tf32x3, ieee"):

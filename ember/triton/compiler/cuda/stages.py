@@ -17,7 +17,8 @@ element is stored as it is), of tiles that only the loop's Tensor Core calls rea
 What the copies read that the loop changes (the pointers' offsets: `a_ptrs += BK * stride`) must
 be kernel scalars that plain statements of the loop compute from each other: those statements run
 a second time on copies of the scalars, S-1 iterations ahead (the copies' own state), and the loop
-keeps its own. A loop that is not so shaped is left as it is. The barriers come from ember.cuda.sync:
+keeps its own. A loop that is not so shaped is left as it is, as is one that stores to a tensor or
+calls an atomic (a copy issued ahead would miss its stores). The barriers come from ember.cuda.sync:
 one before the dots (others' copies landed), one before the next copies (the stage they overwrite
 was read by the dots of the iteration before). The interpreter lands a thread's copies at its wait
 (ember.cuda.simt), so a tile read early reads stale values.
@@ -67,6 +68,8 @@ class Stages(OperandCopies):
                            if isinstance(x, For) and x.kind == "serial" else None)
 
     def _staged_loop(self, body: Stmt, loop: For) -> Stmt | None:
+        if self._writes_memory(loop.body):
+            return None  # (a copy issued ahead would read what an earlier iteration had not yet stored)
         stmts = flat(loop.body)
         copied = {id(s): b for b, s in self._copied.items()}
         tiles: dict[int, Buffer] = {}  # the copies pipelined: their place in the loop, their tile
@@ -120,6 +123,13 @@ class Stages(OperandCopies):
         for b, s in stages.items():
             self.allocs[self.allocs.index(b)] = s
         return seq(*first, replace(loop, body=seq(wait, *issue(binary("+", v, const(n - 1, v.dtype))), *rest)))
+
+    def _writes_memory(self, s: Stmt) -> bool:
+        """Whether s stores to a tensor or calls an atomic."""
+        found = [x for x in _writes(s) if x in self.tensors]
+        visit_stmt(s, lambda x: [visit_expr(e, lambda y: found.append(y) if isinstance(y, Call) and y.name.startswith(
+            "atomic_") else None) for e in stmt_exprs(x)])
+        return bool(found)
 
     def _copies_state(self, stmts: list[Stmt], tiles: dict[int, Buffer]) -> set[int] | None:
         """The places of the loop's statements that compute what the copies read of what the loop
