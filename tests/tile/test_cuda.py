@@ -177,6 +177,9 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
     # floats), whose memory the 4096 bytes of the accumulator take after the loop
     assert "cp.async.wait_group 1;" in source and source.count("cp.async.commit_group") == 3
     assert f"dynamic shared memory {14592 if dtype == 'float32' else 8448} bytes" in source
+    # barriers: before the loop, one in it (after the wait: the stages'), before the accumulator takes the
+    # stages' memory, before the epilogue reads it
+    assert source.count("__syncthreads()") == 4
 
 
 @needs_nvrtc

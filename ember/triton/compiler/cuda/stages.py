@@ -18,21 +18,23 @@ What the copies read that the loop changes (the pointers' offsets: `a_ptrs += BK
 be kernel scalars that plain statements of the loop compute from each other: those statements run
 a second time on copies of the scalars, S-1 iterations ahead (the copies' own state), and the loop
 keeps its own. A loop that is not so shaped is left as it is, as is one that stores to a tensor or
-calls an atomic (a copy issued ahead would miss its stores). The barriers come from ember.cuda.sync:
-one before the dots (others' copies landed), one before the next copies (the stage they overwrite
-was read by the dots of the iteration before). The interpreter lands a thread's copies at its wait
-(ember.cuda.simt), so a tile read early reads stale values.
+calls an atomic (a copy issued ahead would miss its stores). The loop's one barrier for its stages
+comes after the wait, as in ember.cuda.pipeline: past it every thread's copies of this iteration
+have landed and every thread has finished the dots of the last one, whose stage the copies issued
+next overwrite; the loop is annotated STAGED with the stages' names, which ember.cuda.sync then
+leaves to it. The interpreter lands a thread's copies at its wait (ember.cuda.simt), so a tile
+read early reads stale values.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ....cuda.pipeline import COMMIT, WAIT, asynchronous, at_iteration, on_stage
+from ....cuda.pipeline import COMMIT, STAGED, WAIT, asynchronous, at_iteration, on_stage
 from ....tir.arith import Analyzer
 from ....tir.expr import Buffer, BufferLoad, Call, as_int, binary, const
 from ....tir.functor import collect, mutate_stmt, stmt_exprs, touches, visit_expr, visit_stmt
-from ....tir.stmt import BufferStore, CallRoutine, Evaluate, For, IfThenElse, Stmt, seq
+from ....tir.stmt import SYNC, BufferStore, CallRoutine, Evaluate, For, IfThenElse, Stmt, seq
 from .copies import OperandCopies
 from .rewrite import flat, touched_besides
 
@@ -120,9 +122,12 @@ class Stages(OperandCopies):
         now = ana.simplify(binary("%", binary("-", v, loop.min), const(n, v.dtype)))
         rest = [on_stage(s, stages, now, ana) for i, s in enumerate(stmts) if i not in tiles]
         wait = Evaluate(Call(WAIT, (const(n - 2, "int32"),), "int32"))
+        barrier = Evaluate(Call(SYNC, (), "int32"))
         for b, s in stages.items():
             self.allocs[self.allocs.index(b)] = s
-        return seq(*first, replace(loop, body=seq(wait, *issue(binary("+", v, const(n - 1, v.dtype))), *rest)))
+        body = seq(wait, barrier, *issue(binary("+", v, const(n - 1, v.dtype))), *rest)
+        staged = tuple(b.name for b in stages.values())  # (their barrier is the loop's own: ember.cuda.sync)
+        return seq(*first, replace(loop, body=body, annotations=(*loop.annotations, (STAGED, staged))))
 
     def _writes_memory(self, s: Stmt) -> bool:
         """Whether s stores to a tensor or calls an atomic."""
