@@ -398,6 +398,8 @@ def main(argv=None) -> None:
     ap.add_argument("--after-torch", action="store_true", help="also time ember after torch ran in its process")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: ember in fp32 and fp16 on the GPU next to torch eager and torch.compile")
+    ap.add_argument("--gpu-precisions", nargs="+", choices=["fp32", "fp16"], default=["fp32", "fp16"],
+                    help="with --device cuda: the precisions compared (default fp32 fp16)")
     # the child processes
     ap.add_argument("--prepare", metavar="MODEL")
     ap.add_argument("--measure", nargs=2, metavar=("RUNTIME", "MODEL"))
@@ -411,7 +413,7 @@ def main(argv=None) -> None:
 
         modes = [p for p in args.peers if p in compare_cuda.TORCH_COMPILE_MODES] if args.peers is not None \
             else compare_cuda.TORCH_COMPILE_MODES
-        compare_cuda.main(args.models, args.small, args.runs, ["fp32", "fp16"], modes)
+        compare_cuda.main(args.models, args.small, args.runs, args.gpu_precisions, modes)
         return
     if args.cpu_time:
         global CPU_TIME
