@@ -15,7 +15,7 @@
 # against torch's scaled_dot_product_attention); MODELS= names the zoo models of `compare`,
 # PARTS= the parts of `kernels` (default: all but attention), DECODE= the sizes of `decode`
 # (default: the reduced GPT-2,
-# "--contexts 128" for the full one).
+# "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -47,7 +47,7 @@ run_step() {
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
-                     --runs 30 --peers reduce-overhead ;;
+                     --runs 30 --peers reduce-overhead ${PRECISIONS:+--gpu-precisions $PRECISIONS} ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
         tune) "$PY" benchmarks/cuda_kernels.py --tune 64 ;;
         decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 ${DECODE:---small --contexts 64 --tokens 16} ;;
