@@ -45,14 +45,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_operators import attention, defaults, fp32_tiles, products, split_k, symbolic  # noqa: E402
+from benchmarks.cuda_operators import (  # noqa: E402
+    attention,
+    defaults,
+    fp32_tiles,
+    products,
+    row_kernels,
+    split_k,
+    symbolic,
+)
 from benchmarks.cuda_schedules import copy, elementwise, gemm, layer_norm, softmax, tensorcore_gemm  # noqa: E402
 from benchmarks.cuda_tuning import tuning  # noqa: E402
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,
-         "symbolic": symbolic, "split_k": split_k, "attention": attention}
-DEFAULT_PARTS = [p for p in PARTS if p != "attention"]  # (attention: its own step of benchmarks/gpu_checks.sh)
+         "symbolic": symbolic, "split_k": split_k, "attention": attention, "rows": row_kernels}
+DEFAULT_PARTS = [p for p in PARTS if p not in ("attention", "rows")]  # (each its own step of benchmarks/gpu_checks.sh)
 
 
 def main() -> int:

@@ -57,6 +57,66 @@ def defaults(n: int, runs: int, rows: list) -> None:
             traceback.print_exc(limit=6, file=sys.stdout)
 
 
+# the row kernels (ember.schedules.gpu.rows) at a large shape and BERT-base's (128 tokens of 768): (operator,
+# extra inputs' shapes from the row length, attributes, torch's function)
+ROW_OPS = (("softmax", lambda m: [], {"axis": -1}, lambda x: x.softmax(-1)),
+           ("layer_norm", lambda m: [(m,), (m,)], {"normalized_ndim": 1, "eps": 1e-5},
+            lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5)),
+           ("rms_norm", lambda m: [(m,)], {"normalized_ndim": 1, "eps": 1e-5},
+            lambda x, g: _functional().rms_norm(x, (x.shape[-1],), g, 1e-5)))
+# the variants timed beside the default, (threads a block, where the row is kept), per row length
+ROW_VARIANTS = {4096: ((256, "shared"), (256, "global"), (128, None), (512, None), (1024, None)),
+                768: ((192, "shared"), (192, "global"), (32, None), (64, None), (96, None))}
+
+
+def row_kernels(n: int, runs: int, rows: list) -> None:
+    """The row kernels of ROW_OPS at n x n and 128 x 768, as the CUDA target schedules them by default
+    and in the variants of ROW_VARIANTS (threads a block; the row kept in registers, shared memory, or
+    read again from global memory by each phase), against torch and the device copy of the same
+    shape (GB/s: the input read and the output written once)."""
+    import torch
+
+    import ember
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.apply import node_kernel
+    from ember.schedules.gpu.rows import row_blocks
+    from ember.target import Target
+
+    target = Target("cuda")
+    for shape in ((n, n), (128, 768)):
+        label = f"{shape[0]}x{shape[1]}"
+        x = torch.randn(shape, device="cuda") * 3 + 1
+        t = timed(lambda x=x: x.clone(), runs)
+        rows.append((f"device copy {label}", "torch clone", t, 2 * x.numel() * 4 / 1e9 / t, None))
+        for op, params, attrs, torch_fn in ROW_OPS:
+            xs = [x, *(torch.randn(p, device="cuda") for p in params(shape[1]))]
+            types = [TensorType(tuple(a.shape), "float32") for a in xs]
+            bound, outs = infer_types(op, types, attrs)
+            expected, y = torch_fn(*xs), torch.empty_like(x)
+            gb = 2 * x.numel() * 4 / 1e9
+            for threads, scope in ((None, None), *ROW_VARIANTS.get(shape[1], ())):
+                impl = f"ember {'default' if threads is None else f'{threads}t'} {scope or ''}".rstrip()
+                try:
+                    t0 = time.perf_counter()
+                    s, args = node_kernel(op, types, bound, outs, schedule=False, target=target)
+                    row_blocks(s, args[-1], target, threads, scope)
+                    f = ember.build(s, args, target="cuda")
+                    build_s = time.perf_counter() - t0
+                    held = "registers" if "in0_local[" in f.source else "shared" if "in0_shared[" in f.source \
+                        else "global"
+                    y.zero_()
+                    f(*xs, y)
+                    torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+                    t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
+                    rows.append((f"{op} {label}", f"{impl}: {f.block[0]}t, {held}", t, gb / t, build_s))
+                except Exception:  # one variant's failure must not hide the others'
+                    print(f"--- {op} {label} {impl} failed:")
+                    traceback.print_exc(limit=6, file=sys.stdout)
+            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+            rows.append((f"{op} {label}", "torch", t, gb / t, None))
+
+
 # a model's products as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at any shape
 # in fp16, CUDA cores in fp32, the bias fused): (name, operator, input shapes, attributes, torch's function on the
 # same inputs, the types it runs in)

@@ -6,15 +6,17 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels mma splitk symbolic attention tile compare graphs tune decode (default:
-# all, with the limits below; mma: the Tensor Core GEMM's configurations (mma.sync, wmma) at 4096^3
-# fp16 and bf16 against cuBLAS and Triton, the best of each printed; splitk: split-K against one
-# pass per layer shape and count of parts, to set its thresholds; symbolic: fp16 Tensor Core
-# products and causal flash attention built for symbolic tokens against static ones; attention:
-# flash attention on Tensor Cores, fp16 and bf16, static, symbolic and in other tiles of keys,
-# against torch's scaled_dot_product_attention); MODELS= names the zoo models of `compare`,
-# PARTS= the parts of `kernels` (default: all but attention), DECODE= the sizes of `decode`
-# (default: the reduced GPT-2,
+# Steps: info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode
+# (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
+# 4096x4096 and 128x768, their default schedules and variants, and the elementwise chain,
+# against torch and the device copy of each shape; mma: the Tensor Core GEMM's configurations
+# (mma.sync, wmma) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each printed;
+# splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
+# symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
+# static ones; attention: flash attention on Tensor Cores, fp16 and bf16, static, symbolic and in
+# other tiles of keys, against torch's scaled_dot_product_attention); MODELS= names the zoo models
+# of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
+# sizes of `decode` (default: the reduced GPT-2,
 # "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
@@ -29,9 +31,9 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
                   [tile]=70 [compare]=150 [graphs]=50 [tune]=90 [decode]=60)
-ORDER=(info tests kernels mma splitk symbolic attention tile compare graphs tune decode)
+ORDER=(info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode)
 
 run_step() {
     case $1 in
@@ -41,6 +43,7 @@ run_step() {
         tests) "$PY" -m pytest tests/cuda tests/tile/test_cuda.py tests/tune/test_gpu_tuning.py -n 12 -q \
                    -p no:cacheprovider --timeout 100 -rfEs --durations=10 ;;
         kernels) "$PY" benchmarks/cuda_kernels.py --runs 20 ${PARTS:+--parts $PARTS} ;;
+        rows) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts rows elementwise ;;
         mma) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts tensorcore_gemm ;;
         splitk) "$PY" benchmarks/split_k_sweep.py --runs 20 ;;
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;

@@ -32,6 +32,7 @@ from .grid import Grid
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .pipeline import pipeline
+from .private import privatize
 from .scopes import infer_scopes
 from .swizzle import swizzle_tiles
 from .sync import insert_syncs
@@ -58,10 +59,11 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
 
 
 def prepare(func: PrimFunc) -> PrimFunc:
-    """A lowered GPU kernel as the GPU runs it: its scratch given scopes (ember.cuda.scopes), its
+    """A lowered GPU kernel as the GPU runs it: its scratch given scopes (ember.cuda.scopes), a
+    thread's part of a row kept in registers shrunk to that part (ember.cuda.private), its
     pipelined loops given their stages (ember.cuda.pipeline), the tiles of its swizzling Tensor Core
     calls swizzled (ember.cuda.swizzle), its barriers (ember.cuda.sync)."""
-    return insert_syncs(swizzle_tiles(pipeline(infer_scopes(func))))
+    return insert_syncs(swizzle_tiles(pipeline(privatize(infer_scopes(func)))))
 
 
 def device_arch() -> str:

@@ -31,7 +31,8 @@ from .. import te
 from ..errors import ScheduleError
 from ..te.schedule import TESchedule, ThreadAxis
 from ..tir import dtype as dt
-from ..tir.expr import as_int
+from ..tir.expr import BufferLoad, as_int
+from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
 
 
 def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4, producers=()) -> None:
@@ -64,26 +65,41 @@ def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:
         s[t].compute_at(stage, thread)
 
 
-def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 1, staged=None) -> None:
-    """A row of a 2-D `out` per block, its columns split over `threads` threads (`vector`
-    consecutive columns each at a time: a vectorized loop, 16-byte accesses for 4 lanes); each row
-    reduction in `reductions` (given in the order they run: a later one may read an earlier
-    one; a stage without a reduction among them, a value of the row such as 1/sqrt(var), is
-    computed once per row by every thread) is computed per block as TVM's cross-thread
-    reductions are, in two phases: each thread
-    reduces a strided part of the row into a shared buffer (rfactor), then every thread reduces
+def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 1, staged=None,
+              scope: str = "shared") -> None:
+    """A row of `out` (its last axis; any leading axes fused) per block, its columns split over
+    `threads` threads (`vector` consecutive columns each at a time: a vectorized loop, 16-byte
+    accesses for 4 lanes); each row reduction in `reductions` (given in the order they run: a
+    later one may read an earlier one; a stage without a reduction among them, a value of the row
+    such as 1/sqrt(var), is computed once per row by every thread) is computed per block as TVM's
+    cross-thread reductions are, in two phases: each thread reduces its part of the row in a
+    register, stored once into a shared array of partials (rfactor), then every thread reduces
     those partials into its own register (through warp shuffles: ember.cuda.warp). The barriers
-    between phases come from ember.cuda.sync. `staged`: an input whose row is copied into shared
-    memory first (cache_read "shared", `vector` elements a thread at a time), so that the phases
-    read it from there and it is read from global memory once."""
+    between phases come from ember.cuda.sync. Columns that `threads` x `vector` do not divide are
+    guarded.
+
+    `staged`: an input (or several) whose row is read from global memory once, 16 bytes a thread
+    at a time where `vector` is 4, into `scope`: "shared" (the block's copy of the row, which
+    the phases read, each thread a strided part: conflict-free), or "local" (registers: each
+    thread keeps the elements it reads in every phase, those of the output's columns it
+    computes, as persistent reductions do; ember.cuda.private shrinks the copy to them, and the
+    loops over them are unrolled so that their indices are constants)."""
+    staged = [] if staged is None else list(staged) if isinstance(staged, list | tuple) else [staged]
+    registers = bool(staged) and scope == "local"
+    if registers and not all(reads_own_columns(s, r, x) for r in (*reductions, out) for x in staged):
+        raise ScheduleError("row_block: a stage reads the row at another column than its own (a row's first "
+                            "element): a thread's registers hold only its columns; stage the row in shared memory")
     stage = s[out]
-    row, col = stage.op.axis
+    *lead, col = stage.op.axis
+    row = stage.fuse(*lead) if len(lead) > 1 else lead[0]
     if vector > 1:
         col, lanes = stage.split(col, factor=vector)
     outer, thread = stage.split(col, factor=threads)
     stage.reorder(row, thread, outer)
     if vector > 1:
         stage.vectorize(lanes)
+    if registers:
+        stage.unroll(outer)
     stage.bind(row, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     readers = []
@@ -92,21 +108,32 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
             s[red].compute_at(stage, row)
             continue
         (axis,) = s[red].op.reduce_axis
-        _, part = s[red].split(axis, factor=threads)
-        partials = s.rfactor(red, part, factor_axis=1)
+        if registers:  # the output's columns: column (ko * threads + part) * vector + lane
+            _, axis = s[red].split(axis, factor=threads * vector)
+            part, _ = s[red].split(axis, factor=vector)
+        else:  # a thread's columns `threads` apart: a warp reads 32 consecutive ones
+            _, part = s[red].split(axis, factor=threads)
+        partials = s.rfactor(red, part, factor_axis=len(s[red].op.axis))
+        local = s.cache_write(partials, "local")  # the thread's part reduced in a register, stored once
         s[red].compute_at(stage, row)
         s[partials].compute_at(stage, row)
         s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
-        readers.append(partials)
-    if staged is not None:
-        copy = s.cache_read(staged, "shared", [r for r in (*readers, out) if _reads(s, r, staged)])
+        s[local].compute_at(s[partials], s[partials].op.axis[-1])
+        if registers:
+            for axis in s[local].op.reduce_axis:
+                s[local].unroll(axis)
+        readers.append(local)
+    for tensor in staged:
+        copy = s.cache_read(tensor, scope, [r for r in (*readers, out) if _reads(s, r, tensor)])
         s[copy].compute_at(stage, row)
         col = s[copy].op.axis[-1]
         if vector > 1:
             col, lanes = s[copy].split(col, factor=vector)
             s[copy].vectorize(lanes)
-        _, thread = s[copy].split(col, factor=threads)
+        outer, thread = s[copy].split(col, factor=threads)
         s[copy].bind(thread, ThreadAxis("threadIdx.x"))
+        if registers:
+            s[copy].unroll(outer)
 
 
 def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
@@ -165,6 +192,21 @@ def gemv(s: TESchedule, out, product, columns: int = 32, slices: int = 8) -> Non
     slice_ = p.op.axis[-1]
     p.bind(slice_, ThreadAxis("threadIdx.y"))
     s[local].compute_at(p, slice_)
+
+
+def reads_own_columns(s: TESchedule, stage, tensor) -> bool:
+    """Whether the stage's block (after inlining) reads the tensor only at its own last
+    iteration variable in the last index (x[i, k] in a reduction over k, x[i, j] in the output):
+    the elements of a row that the thread computing that column holds (`row_block` in
+    registers)."""
+    blk = s.sch.get_realize(s[stage].block).block
+    loads: list = []
+    for part in (blk.body, blk.init):
+        if part is not None:
+            visit_stmt(part, lambda x: [visit_expr(e, lambda n: loads.append(n) if isinstance(n, BufferLoad)
+                                                   and n.buffer is tensor.buffer else None) for e in stmt_exprs(x)])
+    own = blk.iter_vars[-1].var if blk.iter_vars else None
+    return all(load.indices[-1] is own for load in loads)
 
 
 def _reads(s: TESchedule, stage, tensor) -> bool:

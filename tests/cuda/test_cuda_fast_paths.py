@@ -113,7 +113,7 @@ def test_a_staged_row_is_read_from_global_memory_once():
     assert "__shared__ __align__(16) float A_shared[1024];" in source
     assert source.count("A[i * 1024") == 1  # the one 16-byte copy into shared memory
     body = source[source.index("*reinterpret_cast<float4*>(&A_shared["):]
-    assert body.index("__syncthreads();") < body.index("mx_rf[vk_1] = ember_max_float32(mx_rf[vk_1], A_shared[")
+    assert body.index("__syncthreads();") < body.index("mx_rf_local[0] = ember_max_float32(mx_rf_local[0], A_shared[")
 
 
 def test_a_padded_rows_condition_is_one_for_a_vectors_lanes_where_the_row_is_whole_vectors():

@@ -122,10 +122,13 @@ def test_block_per_row_reduces_across_threads_through_shared_memory():
     shared = "__shared__ __align__(16) float"
     assert f"{shared} mx_rf[128];" in f.source and f"{shared} total_rf[128];" in f.source
     assert "  float mx[1];" in f.source and "  float total[1];" in f.source
-    # a thread's own partial (mx_rf[vk_1]) needs no barrier; reading all of them does
+    # a thread's part reduced in a register, stored once into its own partial (mx_rf[v1]: no barrier);
+    # reading all of them needs one
     body = f.source[f.source.index("mx_rf[128]"):]
     assert body.count("__syncthreads();") == 2
-    assert body.index("mx_rf[vk_1] = ") < body.index("__syncthreads();") < body.index("mx[0] = ember_max_float32(mx[0]")
+    assert "mx_rf_local[0] = ember_max_float32(mx_rf_local[0], A[" in body
+    assert body.index("mx_rf[v1] = mx_rf_local[0];") < body.index("__syncthreads();") \
+        < body.index("mx[0] = ember_max_float32(mx[0]")
 
 
 @needs_nvrtc

@@ -11,8 +11,9 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
 - `reduce`: a reduction over the last axis, long enough, one output element a block, the
   block's threads reducing strided parts through shared memory and the partials folded with
   warp shuffles (`rows`);
-- `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis of a 2-D input, a row a
-  block, each statistic of the row reduced across the block's threads;
+- `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis (the leading ones, static
+  or symbolic, are the rows), a row a block, the row read from global memory once (kept in
+  registers or shared memory), each statistic of the row reduced across the block's threads;
 - `matmul`: matmul and gemm of float16/bfloat16 operands (or marked tf32) on Tensor Cores at
   any shape (linear layers, batched matmul; the epilogue fused after them from the fp32 sums),
   convolutions as implicit GEMMs (conv2d_gemm) likewise, and matmul of 2-D float32 operands

@@ -1,40 +1,70 @@
 """GPU schedules of the row kernels (ember.ops.normalization: softmax, log_softmax, layer_norm,
-rms_norm) over the last axis of a 2-D input: a row a block, each statistic of the row reduced
-across the block's threads (ember.cuda.schedules.row_block: partials in shared memory, folded
-with warp shuffles), 4 consecutive elements a thread where they divide the row. Other shapes
-(and rows of symbolic length) decline: the default computes a row a thread."""
+rms_norm) over the last axis of their input (any leading axes, of static or symbolic size, are
+the rows): a row a block (ember.cuda.schedules.row_block), 4 consecutive elements a thread where
+4 divides the row (16-byte accesses). The row is staged in shared memory where it fits, so that
+it is read from global memory once however many statistics read it (softmax's max and sum, the
+normalizations' scale, mean and squares, then the output); each thread reduces its part of a
+statistic in a register, stored once into the block's partials, which every warp folds with
+shuffles. Rows of symbolic length decline: the default computes a row a thread."""
 
 from __future__ import annotations
 
 from ...cuda import schedules as gpu
+from ...te.tensor import PlaceholderOp, input_tensors_of
+from ...tir import dtype as dt
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
 from . import schedules
 from .default import reductions_of
 
-THREADS = (256, 128, 64, 32)
+WARP = 32
+MAX_THREADS = 256
+HELD = 32  # the most elements of a row a thread keeps in registers
 
 
 def block_threads(n: int, vector: int) -> int | None:
-    """The most threads (a whole number of warps) that split n elements `vector` at a time."""
-    return next((t for t in THREADS if n % (t * vector) == 0), None)
+    """The most threads (a whole number of warps, at most MAX_THREADS) that split n elements
+    `vector` at a time."""
+    return next((t for t in range(MAX_THREADS, 0, -WARP) if n % (t * vector) == 0), None)
+
+
+def row_threads(n: int, vector: int) -> int:
+    """Threads of a block over a row of n elements, `vector` at a time: the most that divide it
+    (block_threads), else whole warps enough for the row (up to MAX_THREADS), the tail guarded."""
+    return block_threads(n, vector) or min(MAX_THREADS, -(-n // (vector * WARP)) * WARP)
 
 
 @schedules("softmax", "log_softmax", "layer_norm", "rms_norm")
 def schedule_row_blocks(s, outputs, target) -> bool | None:
     (out,) = outputs
-    if out.ndim != 2 or out.op.attrs.get("rows", ((0,), (1,))) != ((0,), (1,)):
+    return None if row_blocks(s, out, target) else False
+
+
+def row_blocks(s, out, target, threads: int | None = None, scope: str | None = None) -> bool:
+    """Schedule `out`, a row kernel's output, a row a block (see the module doc); False, with
+    nothing changed, where it is not one. `threads` (a whole number of warps) and `scope` (where
+    the row is kept: "local", registers, where every stage reads only its own columns; "shared";
+    "global", read again by each phase) override the defaults, for the benchmarks' variants."""
+    n = out.ndim
+    if n < 2 or out.op.attrs.get("rows", ((0,), (1,))) != (tuple(range(n - 1)), (n - 1,)):
         return False
-    m = as_int(out.shape[1])
+    m = as_int(out.shape[-1])
     if m is None:  # a row of symbolic length
-        return False
-    vector = 4 if block_threads(m, 4) else 1
-    threads = block_threads(m, vector)
-    if threads is None:
         return False
     stages = reductions_of(s, out)  # (inlining leaves reductions)
     if any(len(t.op.reduce_axis) != 1 or as_int(t.op.reduce_axis[0].dom.extent) != m for t in stages):
         return False  # a statistic of the row that is not one reduction over it
+    vector = 4 if m % 4 == 0 else 1
+    threads = threads or row_threads(m, vector)
     inline_intermediates(s.sch)
-    gpu.row_block(s, out, list(reversed(stages)), threads, vector)
-    return None
+    stages = list(reversed(stages))
+    rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
+            if isinstance(op, PlaceholderOp) and list(map(str, op.output(0).shape)) == list(map(str, out.shape))]
+    fits = m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages) <= target.gpu.shared_per_block
+    held = -(-m // (threads * vector)) * vector * len(rows)  # a thread's elements of the rows
+    if scope is None:
+        scope = "global" if not fits else "local" if held <= HELD and all(
+            gpu.reads_own_columns(s, r, x) for r in (*stages, out) for x in rows) else "shared"
+    gpu.row_block(s, out, stages, threads, vector, staged=None if scope == "global" else rows,
+                  scope="local" if scope == "local" else "shared")
+    return True

@@ -1,0 +1,83 @@
+"""The GPU's row kernels (ember.schedules.gpu.rows: softmax, log_softmax, layer_norm, rms_norm a
+row a block): their numbers on the interpreter with GPU semantics (races checked) at odd row
+lengths, several leading axes and a symbolic number of rows; the row read from global memory once,
+kept in registers where every phase reads only its thread's columns (ember.cuda.private), else in
+shared memory; NVRTC builds for sm_90."""
+
+import numpy as np
+import pytest
+from gpu_kernels import needs_nvrtc
+
+import ember
+from ember.cuda import schedules as gpu
+from ember.cuda import workloads
+from ember.errors import ScheduleError
+from ember.graph.core import TensorType
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.target import Target
+from ember.testing import check_op, check_op_sizes, random_array
+
+RNG = np.random.default_rng(24)
+ON_INTERPRETER = Target("python", schedules="gpu")
+OPS = {"softmax": (lambda m: [], {"axis": -1}),
+       "log_softmax": (lambda m: [], {"axis": -1}),
+       "layer_norm": (lambda m: [(m,), (m,)], {"normalized_ndim": 1, "eps": 1e-5}),
+       "rms_norm": (lambda m: [(m,)], {"normalized_ndim": 1, "eps": 1e-6})}
+
+
+def _inputs(op, shape):
+    params, attrs = OPS[op]
+    x = random_array(shape, "float32", RNG) * 3 + 1
+    return [x, *(random_array(p, "float32", RNG) for p in params(shape[-1]))], attrs
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (3, 768), (5, 1000), (2, 3, 64)],
+                         ids=["1x5", "3x768", "5x1000 (a guarded tail)", "2x3x64"])
+@pytest.mark.parametrize("op", OPS)
+def test_row_kernels_match_numpy_on_the_interpreter(op, shape):
+    inputs, attrs = _inputs(op, shape)
+    check_op(op, inputs, attrs, rtol=1e-4, atol=1e-5, targets=[ON_INTERPRETER])
+
+
+def test_a_symbolic_number_of_rows_takes_the_row_kernel():
+    # a transformer over symbolic tokens: rows of a constant length, one kernel at every count
+    sets = [_inputs("layer_norm", (rows, 96))[0] for rows in (3, 1)]
+    types = [TensorType(("tokens", 96)), TensorType((96,)), TensorType((96,))]
+    check_op_sizes("layer_norm", types, OPS["layer_norm"][1], sets, rtol=1e-4, atol=1e-5, targets=[ON_INTERPRETER])
+
+
+def _source(op, shape):
+    params, attrs = OPS[op]
+    types = [TensorType(shape), *(TensorType(p) for p in params(shape[-1]))]
+    bound, outs = infer_types(op, types, attrs)
+    s, args = node_kernel(op, types, bound, outs, target=Target("cuda"))
+    return ember.build(s, args, target="cuda", arch="sm_90")
+
+
+@needs_nvrtc
+def test_a_softmax_row_is_read_once_into_registers():
+    f = _source("softmax", ("rows", 4096))
+    assert f.block == (256, 1, 1)
+    assert "float in0_local[16];" in f.source and "__shared__ __align__(16) float in0_" not in f.source
+    assert f.source.count("const float4*>(&in0[") == 4 == f.source.count("in0[")  # 16 bytes at a time, once
+    assert f.source.count("__syncthreads();") == 2  # one exchange of partials per statistic
+
+
+@needs_nvrtc
+def test_a_row_read_at_its_first_element_is_staged_in_shared_memory():
+    # layer_norm's mean is taken from the row's first element, which only thread 0 holds in registers
+    f = _source("layer_norm", (8, 768))
+    assert f.block == (192, 1, 1) and "__shared__ __align__(16) float in0_shared[768];" in f.source
+    assert f.source.count("in0[") == 1 == f.source.count("const float4*>(&in0[")  # one 16-byte copy a thread
+
+
+def test_registers_refuse_a_stage_that_reads_another_threads_column():
+    w = workloads.layer_norm(4, 64)
+    first = ember.te.compute((4,), lambda i: w.A[i, 0], name="first")  # the row's first element: thread 0's
+    out = ember.te.compute((4, 64), lambda i, j: w.out[i, j] + first[i], name="shifted")
+    s = ember.te.create_schedule(out.op)
+    s[w.out].compute_inline()
+    s[first].compute_inline()
+    with pytest.raises(ScheduleError, match="another column"):
+        gpu.row_block(s, out, [w.mean, w.var, w.rstd], 16, 4, staged=w.A, scope="local")
