@@ -70,23 +70,26 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     """A row of `out` (its last axis; any leading axes fused) per block, its columns split over
     `threads` threads (`vector` consecutive columns each at a time: a vectorized loop, 16-byte
     accesses for 4 lanes); each row reduction in `reductions` (given in the order they run: a
-    later one may read an earlier one; a stage without a reduction among them, a value of the row
-    such as 1/sqrt(var), is computed once per row by every thread) is computed per block as TVM's
-    cross-thread reductions are, in two phases: each thread reduces its part of the row in a
-    register, stored once into a shared array of partials (rfactor), then every thread reduces
-    those partials into its own register (through warp shuffles: ember.cuda.warp). The barriers
-    between phases come from ember.cuda.sync. Columns that `threads` x `vector` do not divide are
-    guarded.
+    later one may read an earlier one) is computed per block as TVM's cross-thread reductions
+    are, in two phases: each thread reduces its part of the row in a register, stored once into
+    a shared array of partials (rfactor), then every thread reduces those partials into its own
+    register (through warp shuffles: ember.cuda.warp). Among `reductions`, a stage without a
+    reduction is a value of the row such as 1/sqrt(var) (computed once per row by every thread),
+    or, of `out`'s shape, a row of its own (softmax's exp(x - max), which the sum and the output
+    read: computed once, each thread its columns). The barriers between phases come from
+    ember.cuda.sync. Columns that `threads` x `vector` do not divide are guarded.
 
     `staged`: an input (or several) whose row is read from global memory once, 16 bytes a thread
     at a time where `vector` is 4, into `scope`: "shared" (the block's copy of the row, which
     the phases read, each thread a strided part: conflict-free), or "local" (registers: each
     thread keeps the elements it reads in every phase, those of the output's columns it
-    computes, as persistent reductions do; ember.cuda.private shrinks the copy to them, and the
-    loops over them are unrolled so that their indices are constants)."""
+    computes, as persistent reductions do, and so do the rows of their own; ember.cuda.private
+    shrinks each copy to the thread's part, and the loops over them are unrolled so that their
+    indices are constants)."""
     staged = [] if staged is None else list(staged) if isinstance(staged, list | tuple) else [staged]
     registers = bool(staged) and scope == "local"
-    if registers and not all(reads_own_columns(s, r, x) for r in (*reductions, out) for x in staged):
+    rows = [t for t in reductions if not s[t].op.reduce_axis and t.ndim == out.ndim]
+    if registers and not all(reads_own_columns(s, r, x) for r in (*reductions, out) for x in (*staged, *rows)):
         raise ScheduleError("row_block: a stage reads the row at another column than its own (a row's first "
                             "element): a thread's registers hold only its columns; stage the row in shared memory")
     stage = s[out]
@@ -103,7 +106,16 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     stage.bind(row, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     readers = []
-    for red in reversed(reductions):  # a reduction is placed after the ones it reads
+    for red in reversed(reductions):  # a stage is placed after the ones it reads
+        if red in rows:  # a row of its own: in registers, else in shared memory (ember.cuda.scopes)
+            if registers:
+                local = s.cache_write(red, "local")
+                s[red].compute_inline()  # (its readers read the registers)
+                red = local
+            s[red].compute_at(stage, row)
+            _spread(s, red, threads, vector, registers)
+            readers.append(red)
+            continue
         if not s[red].op.reduce_axis:  # a value of the row computed from reductions (1 / sqrt(var))
             s[red].compute_at(stage, row)
             continue
@@ -126,14 +138,20 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     for tensor in staged:
         copy = s.cache_read(tensor, scope, [r for r in (*readers, out) if _reads(s, r, tensor)])
         s[copy].compute_at(stage, row)
-        col = s[copy].op.axis[-1]
-        if vector > 1:
-            col, lanes = s[copy].split(col, factor=vector)
-            s[copy].vectorize(lanes)
-        outer, thread = s[copy].split(col, factor=threads)
-        s[copy].bind(thread, ThreadAxis("threadIdx.x"))
-        if registers:
-            s[copy].unroll(outer)
+        _spread(s, copy, threads, vector, registers)
+
+
+def _spread(s: TESchedule, t, threads: int, vector: int, unroll: bool) -> None:
+    """A row stage computed at a block's row (its last axis; the others are the row's) spread
+    over the block's threads as the output's columns are: `vector` at a time, `threads` apart."""
+    col = s[t].op.axis[-1]
+    if vector > 1:
+        col, lanes = s[t].split(col, factor=vector)
+        s[t].vectorize(lanes)
+    outer, thread = s[t].split(col, factor=threads)
+    s[t].bind(thread, ThreadAxis("threadIdx.x"))
+    if unroll:
+        s[t].unroll(outer)
 
 
 def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:

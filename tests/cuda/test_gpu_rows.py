@@ -62,6 +62,8 @@ def test_a_softmax_row_is_read_once_into_registers():
     assert "float in0_local[16];" in f.source and "__shared__ __align__(16) float in0_" not in f.source
     assert f.source.count("const float4*>(&in0[") == 4 == f.source.count("in0[")  # 16 bytes at a time, once
     assert f.source.count("__syncthreads();") == 2  # one exchange of partials per statistic
+    # exp(x - max) once per element, kept in registers for the sum and the output
+    assert "float ex_local[16];" in f.source and f.source.count("expf(") == 4  # (4 loops of 4 lanes)
 
 
 @needs_nvrtc

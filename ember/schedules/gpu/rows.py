@@ -10,7 +10,7 @@ shuffles. Rows of symbolic length decline: the default computes a row a thread."
 from __future__ import annotations
 
 from ...cuda import schedules as gpu
-from ...te.tensor import PlaceholderOp, input_tensors_of
+from ...te.tensor import ComputeOp, PlaceholderOp, input_tensors_of
 from ...tir import dtype as dt
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
@@ -56,15 +56,41 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
         return False  # a statistic of the row that is not one reduction over it
     vector = 4 if m % 4 == 0 else 1
     threads = threads or row_threads(m, vector)
-    inline_intermediates(s.sch)
-    stages = list(reversed(stages))
     rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
-            if isinstance(op, PlaceholderOp) and list(map(str, op.output(0).shape)) == list(map(str, out.shape))]
+            if isinstance(op, PlaceholderOp) and _same_shape(op.output(0), out)]
     fits = m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages) <= target.gpu.shared_per_block
     held = -(-m // (threads * vector)) * vector * len(rows)  # a thread's elements of the rows
+    kept = kept_stages(s, out)
+    inline_intermediates(s.sch, where=lambda b: all(b.name != t.op.name for t in kept))
+    ordered = [op.output(0) for op in input_tensors_of([out])  # in the order they run
+               if op is not out.op and any(op is t.op for t in (*stages, *kept))]
+    own = [t for t in kept if t.ndim == n]
     if scope is None:
         scope = "global" if not fits else "local" if held <= HELD and all(
-            gpu.reads_own_columns(s, r, x) for r in (*stages, out) for x in rows) else "shared"
-    gpu.row_block(s, out, stages, threads, vector, staged=None if scope == "global" else rows,
+            gpu.reads_own_columns(s, r, x) for r in (*ordered, out) for x in (*rows, *own)) else "shared"
+    if scope != "local" and own:  # a row of its own only in registers (else computed by each phase)
+        inline_intermediates(s.sch, where=lambda b: any(b.name == t.op.name for t in own))
+        ordered = [t for t in ordered if all(t.op is not o.op for o in own)]
+    gpu.row_block(s, out, ordered, threads, vector, staged=None if scope == "global" else rows,
                   scope="local" if scope == "local" else "shared")
     return True
+
+
+def kept_stages(s, out) -> list:
+    """The stages without reductions that a row computes once rather than inlined where they are
+    read: the values of the row (softmax's 1 / sum, a norm's 1 / sqrt(var + eps)), and the rows
+    of their own that a reduction reads (softmax's exp(x - max), read by its sum and its output)."""
+    found = reductions_of(s, out)
+    kept = []
+    for op in input_tensors_of([out]):
+        if not isinstance(op, ComputeOp) or op is out.op or op.reduce_axis or not s.computed(op.output(0)):
+            continue
+        t = op.output(0)
+        if _same_shape(t, out) and any(any(x.op is op for x in r.op.input_tensors) for r in found) or \
+                list(map(str, t.shape)) == list(map(str, out.shape[:-1])):
+            kept.append(t)
+    return kept
+
+
+def _same_shape(a, b) -> bool:
+    return list(map(str, a.shape)) == list(map(str, b.shape))
