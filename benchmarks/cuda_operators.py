@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_timing import operator_kernel, timed  # noqa: E402
+from benchmarks.cuda_timing import operator_kernel, timed, timed_graph  # noqa: E402
 
 # operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
 # (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
@@ -73,10 +73,13 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
     """The row kernels of ROW_OPS at n x n and 128 x 768, as the CUDA target schedules them by default
     and in the variants of ROW_VARIANTS (threads a block; the row kept in registers, shared memory, or
     read again from global memory by each phase), against torch and the device copy of the same
-    shape (GB/s: the input read and the output written once)."""
+    shape (GB/s: the input read and the output written once). Each is timed as 20 launches in a CUDA
+    graph (`timed_graph`: the GPU's time, without the host's between launches); ember's kernels
+    through `launch` on the device addresses."""
     import torch
 
     import ember
+    from ember.cuda.driver import device
     from ember.graph.core import TensorType
     from ember.ops.registry import infer_types
     from ember.schedules.apply import node_kernel
@@ -84,17 +87,19 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
     from ember.target import Target
 
     target = Target("cuda")
+    device().activate()  # (`launch`, unlike a call, expects the context current)
     for shape in ((n, n), (128, 768)):
         label = f"{shape[0]}x{shape[1]}"
-        x = torch.randn(shape, device="cuda") * 3 + 1
-        t = timed(lambda x=x: x.clone(), runs)
-        rows.append((f"device copy {label}", "torch clone", t, 2 * x.numel() * 4 / 1e9 / t, None))
+        x, y = torch.randn(shape, device="cuda") * 3 + 1, torch.empty(shape, device="cuda")
+        gb = 2 * x.numel() * 4 / 1e9
+        t, graphed = timed_graph(lambda x=x, y=y: y.copy_(x), runs)
+        rows.append((f"device copy {label}", f"torch copy_{'' if graphed else ' (no graph)'}", t, gb / t, None))
         for op, params, attrs, torch_fn in ROW_OPS:
             xs = [x, *(torch.randn(p, device="cuda") for p in params(shape[1]))]
             types = [TensorType(tuple(a.shape), "float32") for a in xs]
             bound, outs = infer_types(op, types, attrs)
-            expected, y = torch_fn(*xs), torch.empty_like(x)
-            gb = 2 * x.numel() * 4 / 1e9
+            expected = torch_fn(*xs)
+            pointers = [a.data_ptr() for a in (*xs, y)]
             for threads, scope in ((None, None), *ROW_VARIANTS.get(shape[1], ())):
                 impl = f"ember {'default' if threads is None else f'{threads}t'} {scope or ''}".rstrip()
                 try:
@@ -108,13 +113,15 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
                     y.zero_()
                     f(*xs, y)
                     torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
-                    t = timed(lambda f=f, xs=xs, y=y: f(*xs, y), runs)
-                    rows.append((f"{op} {label}", f"{impl}: {f.block[0]}t, {held}", t, gb / t, build_s))
+                    t, graphed = timed_graph(
+                        lambda f=f, p=pointers: f.launch(p, torch.cuda.current_stream().cuda_stream), runs)
+                    rows.append((f"{op} {label}", f"{impl}: {f.block[0]}t, {held}{'' if graphed else ' (no graph)'}",
+                                 t, gb / t, build_s))
                 except Exception:  # one variant's failure must not hide the others'
                     print(f"--- {op} {label} {impl} failed:")
                     traceback.print_exc(limit=6, file=sys.stdout)
-            t = timed(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
-            rows.append((f"{op} {label}", "torch", t, gb / t, None))
+            t, graphed = timed_graph(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
+            rows.append((f"{op} {label}", f"torch{'' if graphed else ' (no graph)'}", t, gb / t, None))
 
 
 # a model's products as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at any shape

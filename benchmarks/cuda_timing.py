@@ -28,6 +28,27 @@ def timed(fn, runs: int) -> float:
     return statistics.median(times)
 
 
+def timed_graph(fn, runs: int, per: int = 20) -> tuple[float, bool]:
+    """(median seconds of one fn(), whether it was measured in a graph): `per` calls of fn captured
+    in a CUDA graph (fn launches on torch's current stream), the graph timed as `timed` times a
+    call, over `per`. The GPU's time alone: a kernel of tens of microseconds launched from Python
+    leaves the GPU idle between the events while the host prepares it (ember's call checks and
+    converts its arguments). Where the capture fails, fn timed alone (False)."""
+    import torch
+
+    try:
+        fn()  # (loaded and compiled before the capture)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per):
+                fn()
+        return timed(graph.replay, runs) / per, True
+    except Exception:  # (a launch the capture refuses: time it as it is)
+        torch.cuda.synchronize()
+        return timed(fn, runs), False
+
+
 def build(make):
     """An ember CUDA kernel of a schedule, and the seconds it took to lower and compile."""
     import ember

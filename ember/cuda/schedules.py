@@ -89,7 +89,9 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     staged = [] if staged is None else list(staged) if isinstance(staged, list | tuple) else [staged]
     registers = bool(staged) and scope == "local"
     rows = [t for t in reductions if not s[t].op.reduce_axis and t.ndim == out.ndim]
-    if registers and not all(reads_own_columns(s, r, x) for r in (*reductions, out) for x in (*staged, *rows)):
+    phases = [r for r in (*reductions, out) if r.ndim == out.ndim or s[r].op.reduce_axis]  # (values of the row
+    # read global memory, once per row)
+    if registers and not all(reads_own_columns(s, r, x) for r in phases for x in (*staged, *rows)):
         raise ScheduleError("row_block: a stage reads the row at another column than its own (a row's first "
                             "element): a thread's registers hold only its columns; stage the row in shared memory")
     stage = s[out]

@@ -149,8 +149,8 @@ def _moments(x, axes: Sequence[int], eps: float, centered: bool):
 def _normalized(x, params, i, row, moments, param_index):
     """Output element i: its deviation from the mean over the standard deviation, from the
     statistics of its row (`_moments`), times the weight and plus the bias if given (at param_index)."""
-    axes, scale, center, rstd = moments
-    v = deviation(x, axes, scale, center, row, i) * rstd[row]
+    _, scale, center, rstd = moments
+    v = deviation(x, scale, center, row, i) * rstd[row]
     if len(params) > 0:
         v = v * acc(params[0][param_index])
     if len(params) > 1:

@@ -72,33 +72,39 @@ def scaled(x, scale, i, index):
     return acc(x[index]) * scale[i]
 
 
-def shifted(x, axes: Sequence[int], scale, i, index, keepdims: bool = False):
-    """Element `index` of x less the first element of its row, in the frame of its row. Both are
-    exact multiples of the scale, so the difference of two close values is exact."""
-    first = input_index(i, x.ndim, {a: 0 for a in axes}, keepdims)
-    return scaled(x, scale, i, index) - scaled(x, scale, i, first)
+def shifted(x, first, scale, i, index):
+    """Element `index` of x less the first element of its row (`first`, the stage of
+    `scaled_center`), in the frame of its row. Both are exact multiples of the scale, so the
+    difference of two close values is exact."""
+    return scaled(x, scale, i, index) - acc(first[i]) * scale[i]
 
 
 def scaled_center(x, axes: Sequence[int], scale, n, keepdims: bool = False):
-    """The stage center[row]: the row's mean less its first element, in the scaled frame. Kept
-    apart from the first element, the deviations `shifted(...) - center` keep their digits when
-    the mean is large against the spread (a mean of 1e20 has float32 steps of 1e13); and a row of
-    equal values has deviations of exactly 0, as in PyTorch."""
-    total = reduce_over(x, axes, keepdims, te.sum, "total", lambda i, idx: shifted(x, axes, scale, i, idx, keepdims))
-    return te.compute(total.shape, lambda *i: total[i] / n, name="center")
+    """The stages (first[row], center[row]): the row's first element, and the row's mean less it
+    in the scaled frame. Kept apart from the first element, the deviations `shifted(...) - center`
+    keep their digits when the mean is large against the spread (a mean of 1e20 has float32 steps
+    of 1e13); and a row of equal values has deviations of exactly 0, as in PyTorch. The first
+    element is a stage of its own, read once per row (a GPU row kept in registers, each thread
+    its own columns, holds it in one thread only)."""
+    first = te.compute(scale.shape, lambda *i: x[input_index(i, x.ndim, {a: 0 for a in axes}, keepdims)],
+                       name="first")
+    total = reduce_over(x, axes, keepdims, te.sum, "total", lambda i, idx: shifted(x, first, scale, i, idx))
+    return first, te.compute(total.shape, lambda *i: total[i] / n, name="center")
 
 
-def deviation(x, axes: Sequence[int], scale, center, i, index, keepdims: bool = False):
-    """Element `index`'s deviation from its row's mean in the scaled frame (from 0 when center is None)."""
+def deviation(x, scale, center, i, index):
+    """Element `index`'s deviation from its row's mean in the scaled frame (from 0 when center is
+    None; else `scaled_center`'s stages)."""
     if center is None:
         return scaled(x, scale, i, index)
-    return shifted(x, axes, scale, i, index, keepdims) - center[i]
+    first, mean = center
+    return shifted(x, first, scale, i, index) - mean[i]
 
 
 def scaled_squares(x, axes: Sequence[int], scale, center=None, keepdims: bool = False):
     """The stage sq[row]: the sum of squared `deviation`s in the scaled frame."""
     def deviation2(i, idx):
-        d = deviation(x, axes, scale, center, i, idx, keepdims)
+        d = deviation(x, scale, center, i, idx)
         return d * d
 
     return reduce_over(x, axes, keepdims, te.sum, "sq", deviation2)

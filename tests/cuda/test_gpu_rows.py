@@ -13,8 +13,9 @@ from ember.cuda import schedules as gpu
 from ember.cuda import workloads
 from ember.errors import ScheduleError
 from ember.graph.core import TensorType
-from ember.ops.registry import infer_types
+from ember.ops.registry import get, infer_types
 from ember.schedules.apply import node_kernel
+from ember.schedules.gpu.rows import row_blocks
 from ember.target import Target
 from ember.testing import check_op, check_op_sizes, random_array
 
@@ -67,11 +68,26 @@ def test_a_softmax_row_is_read_once_into_registers():
 
 
 @needs_nvrtc
-def test_a_row_read_at_its_first_element_is_staged_in_shared_memory():
-    # layer_norm's mean is taken from the row's first element, which only thread 0 holds in registers
+def test_a_layer_norms_row_in_registers_its_first_element_read_once_a_row():
+    # the mean starts from the row's first element, which only thread 0 holds: a value of the row,
+    # every thread's, read from global memory before any output is stored
     f = _source("layer_norm", (8, 768))
-    assert f.block == (192, 1, 1) and "__shared__ __align__(16) float in0_shared[768];" in f.source
-    assert f.source.count("in0[") == 1 == f.source.count("const float4*>(&in0[")  # one 16-byte copy a thread
+    assert f.block == (192, 1, 1) and "float in0_local[4];" in f.source and "in0_shared" not in f.source
+    assert "first[0] = in0[i0 * 768];" in f.source
+    assert f.source.count("in0[") == 2 and "const float4*>(&in0[" in f.source
+
+
+def test_a_row_staged_in_shared_memory_matches_numpy():
+    # where the row does not fit a thread's registers (more than rows.HELD elements a thread)
+    inputs, attrs = _inputs("layer_norm", (3, 200))
+    types = [TensorType(x.shape, "float32") for x in inputs]
+    bound, outs = infer_types("layer_norm", types, attrs)
+    s, args = node_kernel("layer_norm", types, bound, outs, schedule=False, target=ON_INTERPRETER)
+    assert row_blocks(s, args[-1], ON_INTERPRETER, threads=32, scope="shared")
+    f = ember.build(s, args, target=ON_INTERPRETER)
+    y = np.full((3, 200), np.nan, "float32")
+    f(*inputs, y)
+    np.testing.assert_allclose(y, get("layer_norm").reference(inputs, bound)[0], rtol=1e-4, atol=1e-5)
 
 
 def test_registers_refuse_a_stage_that_reads_another_threads_column():

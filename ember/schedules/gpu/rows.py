@@ -67,7 +67,8 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
     own = [t for t in kept if t.ndim == n]
     if scope is None:
         scope = "global" if not fits else "local" if held <= HELD and all(
-            gpu.reads_own_columns(s, r, x) for r in (*ordered, out) for x in (*rows, *own)) else "shared"
+            gpu.reads_own_columns(s, r, x) for r in (*ordered, out) if r.ndim == n or r.op.reduce_axis
+            for x in (*rows, *own)) else "shared"
     if scope != "local" and own:  # a row of its own only in registers (else computed by each phase)
         inline_intermediates(s.sch, where=lambda b: any(b.name == t.op.name for t in own))
         ordered = [t for t in ordered if all(t.op is not o.op for o in own)]
