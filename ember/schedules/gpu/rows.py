@@ -49,11 +49,13 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
     if n < 2 or out.op.attrs.get("rows", ((0,), (1,))) != (tuple(range(n - 1)), (n - 1,)):
         return False
     m = as_int(out.shape[-1])
-    if m is None:  # a row of symbolic length
-        return False
     stages = reductions_of(s, out)  # (inlining leaves reductions)
-    if any(len(t.op.reduce_axis) != 1 or as_int(t.op.reduce_axis[0].dom.extent) != m for t in stages):
+    if any(len(t.op.reduce_axis) != 1 or str(t.op.reduce_axis[0].dom.extent) != str(out.shape[-1]) for t in stages):
         return False  # a statistic of the row that is not one reduction over it
+    if m is None:  # a row of symbolic length: read by each phase in chunks of the block's threads, the tail guarded
+        inline_intermediates(s.sch)
+        gpu.row_block(s, out, list(reversed(stages)), threads or MAX_THREADS)
+        return True
     vector = 4 if m % 4 == 0 else 1
     threads = threads or row_threads(m, vector)
     rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
