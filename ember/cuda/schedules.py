@@ -159,9 +159,9 @@ def _spread(s: TESchedule, t, threads: int, vector: int, unroll: bool) -> None:
 def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     """An element of `out` per block (its axes fused): `reduction`, the one reduction it is
     (`out` itself) or reads at its own index (a mean's sum), is reduced across the block's
-    `threads` threads in two phases as `row_block`'s are: each thread's strided part into a
-    shared array (rfactor), then those partials into every thread's register (through warp
-    shuffles), from which thread 0 alone computes and stores the element of `out` (every thread
+    `threads` threads in two phases as `row_block`'s are: each thread's strided part reduced in a
+    register, stored once into a shared array (rfactor), then those partials into every thread's
+    register (through warp shuffles), from which thread 0 alone computes and stores the element of `out` (every thread
     storing it, one could overwrite an input that another still reads, where the memory plan gives
     `out` that input's buffer: a residual's)."""
     red = s.cache_write(out, "local") if reduction is out else reduction  # the fold into a register
@@ -174,9 +174,11 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     (axis,) = s[red].op.reduce_axis
     _, part = s[red].split(axis, factor=threads)
     partials = s.rfactor(red, part, factor_axis=len(s[red].op.axis))
+    local = s.cache_write(partials, "local")
     s[red].compute_at(stage, block)
     s[partials].compute_at(stage, block)
     s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
+    s[local].compute_at(s[partials], s[partials].op.axis[-1])
 
 
 def gemv(s: TESchedule, out, product, columns: int = 32, slices: int = 8) -> None:
