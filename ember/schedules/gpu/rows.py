@@ -1,11 +1,17 @@
 """GPU schedules of the row kernels (ember.ops.normalization: softmax, log_softmax, layer_norm,
 rms_norm) over the last axis of their input (any leading axes, of static or symbolic size, are
-the rows): a row a block (ember.cuda.schedules.row_block), 4 consecutive elements a thread where
-4 divides the row (16-byte accesses). The row is staged in shared memory where it fits, so that
-it is read from global memory once however many statistics read it (softmax's max and sum, the
-normalizations' scale, mean and squares, then the output); each thread reduces its part of a
-statistic in a register, stored once into the block's partials, which every warp folds with
-shuffles. Rows of symbolic length decline: the default computes a row a thread."""
+the rows): a row a block (ember.cuda.schedules.row_block) of up to MAX_THREADS threads, 4
+consecutive elements a thread where 4 divides the row (16-byte accesses). The row is read from
+global memory once however many statistics read it (softmax's max and sum, the normalizations'
+scale, mean and squares, then the output): into registers, each thread its own columns in every
+phase, where every stage reads the row only at its own column and a thread holds at most HELD
+elements (as persistent reductions do), else into shared memory where it fits, else it is read
+again by each phase (L2 hits). Stages without reductions are computed once: the row's values
+(1 / sqrt(var + eps), layer_norm's first element) by every thread, softmax's exp(x - max) by
+each thread for its columns, in registers, for the sum and the output. Each thread reduces its
+part of a statistic in a register, stored once into the block's partials, which every warp folds
+with shuffles. A row of symbolic length is read by each phase in chunks of the block's threads,
+its tail guarded."""
 
 from __future__ import annotations
 
