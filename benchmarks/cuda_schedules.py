@@ -16,9 +16,10 @@ from benchmarks.cuda_timing import build, timed, timed_graph  # noqa: E402
 
 
 def elementwise(n: int, runs: int, rows: list) -> None:
-    """An elementwise chain, exp(a) * b + a, at n x n and 4n x n (past the L2), 4 lanes a thread, against
-    torch eager and the device copy of the same shape, each timed as 20 launches in a CUDA graph
-    (`timed_graph`: the GPU's time, without the host's between launches)."""
+    """An elementwise chain, exp(a) * b + a, at n x n and 4n x n (past the L2), 4 lanes a thread, in the
+    layouts of ELEMENTWISE (threads a block, vectors a thread), against torch eager and the device copy
+    of the same shape, each timed as 20 launches in a CUDA graph (`timed_graph`: the GPU's time,
+    without the host's between launches)."""
     import torch
 
     from ember import te
@@ -27,25 +28,33 @@ def elementwise(n: int, runs: int, rows: list) -> None:
 
     device().activate()  # (`launch`, unlike a call, expects the context current)
     for m in (n, 4 * n):
-        def make(m=m):
+        def make(m=m, threads=256, per_thread=1):
             A, B = te.placeholder((m, n), name="A"), te.placeholder((m, n), name="B")
             C = te.compute((m, n), lambda i, j: te.exp(A[i, j]) * B[i, j] + A[i, j], name="C")
             s = te.create_schedule(C.op)
-            schedules.elementwise(s, C, 256)
+            schedules.elementwise(s, C, threads, per_thread=per_thread)
             return s, [A, B, C]
 
-        f, build_s = build(make)
         a, b, c = (torch.randn(m, n, device="cuda") for _ in range(3))
-        f(a, b, c)
-        torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
         name = f"elementwise {m}x{n}"
         t, graphed = timed_graph(lambda a=a, c=c: c.copy_(a), runs)
         rows.append((f"device copy {m}x{n}", f"torch copy_{'' if graphed else ' (no graph)'}", t,
                      2 * a.numel() * 4 / 1e9 / t, None))
         gb = 3 * a.numel() * 4 / 1e9
         pointers = [a.data_ptr(), b.data_ptr(), c.data_ptr()]
-        t, graphed = timed_graph(lambda f=f, p=pointers: f.launch(p, torch.cuda.current_stream().cuda_stream), runs)
-        rows.append((name, f"ember (4 lanes a thread){'' if graphed else ' (no graph)'}", t, gb / t, build_s))
+        for threads, per_thread in ELEMENTWISE:
+            impl = f"ember {threads}t, {per_thread} x 4 lanes a thread"
+            try:
+                f, build_s = build(lambda m=m, threads=threads, per_thread=per_thread: make(m, threads, per_thread))
+                c.zero_()
+                f(a, b, c)
+                torch.testing.assert_close(c, a.exp() * b + a, rtol=1e-5, atol=1e-5)
+                t, graphed = timed_graph(lambda f=f, p=pointers: f.launch(p, torch.cuda.current_stream().cuda_stream),
+                                         runs)
+                rows.append((name, f"{impl}{'' if graphed else ' (no graph)'}", t, gb / t, build_s))
+            except Exception:  # one layout's failure must not hide the others'
+                print(f"--- {name}, {impl}, failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
         t, graphed = timed_graph(lambda a=a, b=b, c=c: torch.add(torch.mul(torch.exp(a), b), a, out=c), runs)
         rows.append((name, f"torch eager (3 kernels){'' if graphed else ' (no graph)'}", t, gb / t, None))
         del a, b, c
@@ -128,6 +137,8 @@ def copy(n: int, runs: int, rows: list) -> None:
         del a
 
 
+# the elementwise chain's layouts: (threads a block, vectors of 4 lanes a thread; the first is the default's)
+ELEMENTWISE = ((256, 1), (256, 2), (256, 4), (128, 4), (512, 1))
 # row softmax and layer norm: (threads a block, lanes a thread, the row staged in shared memory);
 # 0 threads: a row per thread
 SOFTMAX = ((256, 1, False), (256, 4, False), (512, 4, False), (256, 4, True), (512, 4, True), (1024, 4, True),

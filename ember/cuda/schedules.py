@@ -35,15 +35,21 @@ from ..tir.expr import BufferLoad, as_int
 from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
 
 
-def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4, producers=()) -> None:
+def elementwise(s: TESchedule, out, threads: int = 256, vector: int = 4, producers=(), per_thread: int = 1) -> None:
     """`producers`: stages `out` reads (reductions, consumers first) computed at each thread,
-    for its elements only."""
+    for its elements only. `per_thread`: vectors a thread computes, `threads` vectors apart (each
+    step of the unrolled loop coalesced across the block; more loads in flight a thread, fewer
+    blocks)."""
     stage = s[out]
     fused = stage.fuse(*stage.op.axis) if len(stage.op.axis) > 1 else stage.op.axis[0]
     if vector > 1:
         fused, lanes = stage.split(fused, factor=vector)
         stage.vectorize(lanes)
     block, thread = stage.split(fused, factor=threads)
+    if per_thread > 1:
+        block, step = stage.split(block, factor=per_thread)
+        stage.reorder(block, thread, step)
+        stage.unroll(step)
     stage.bind(block, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     for t in producers:

@@ -129,3 +129,26 @@ def test_a_padded_rows_condition_is_one_for_a_vectors_lanes_where_the_row_is_who
     assert lane_uniform(binary("<", start + lane, const(36, "int64")), lane, 8) is None  # (a vector straddles 36)
     assert lane_uniform(binary("<", start + lane, n), lane, 8) is None  # (a symbolic row: n % 8 unknown)
     assert lane_uniform(binary("<", start + 2 * lane, const(40, "int64")), lane, 8) is None  # (lanes 2 apart)
+
+
+def _chain(n: int, threads: int, per_thread: int):
+    A, B = te.placeholder((n,), name="A"), te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: te.exp(A[i]) * B[i] + A[i], name="C")
+    s = te.create_schedule(C.op)
+    schedules.elementwise(s, C, threads, per_thread=per_thread)
+    return s, [A, B, C]
+
+
+@needs_nvrtc
+def test_several_vectors_a_thread_are_16_byte_accesses_each():
+    source = ember.build(*_chain(512, 16, 4), target="cuda", arch="sm_90").source  # 2 blocks of 16 x 4 vectors
+    assert source.count("*reinterpret_cast<float4*>(&C[") == 4 == source.count("const float4*>(&A[")
+
+
+def test_several_vectors_a_thread_guard_the_last_block():
+    # 100 vectors over blocks of 16 threads x 4 vectors: the last block's threads past the end do nothing
+    f = ember.build(*_chain(400, 16, 4), target=ember.Target("python", schedules="gpu"))
+    a, b = (RNG.standard_normal(400).astype("float32") for _ in range(2))
+    c = np.full(400, np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, np.exp(a) * b + a, rtol=1e-5, atol=1e-6)
