@@ -2,14 +2,16 @@
 defaults a CUDA backend will choose from): each takes a te schedule and the tensor to schedule.
 
 - `elementwise`: every axis fused, split into blocks of `threads` threads of `vector` elements
-  each (a vectorized loop: 16-byte accesses for 4 lanes of 4 bytes, ember.cuda.vectors), the
-  reductions it reads (a convolution under its bias and ReLU) computed at each thread;
+  each (a vectorized loop: 16-byte accesses for 4 lanes of 4 bytes, ember.cuda.vectors), or of
+  `per_thread` such vectors each, the reductions it reads (a convolution under its bias and
+  ReLU) computed at each thread;
 - `rows`: a row per thread (a reduction over the last axis, softmax), its reductions in
   registers, rows split into blocks of `threads` (coalesced only across rows: a first schedule,
   until reductions across a block's threads exist);
 - `row_block`: a row per block (softmax, normalizations), its reductions across the block's
   threads in two phases, partials through shared memory, their fold through warp shuffles
-  (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread;
+  (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread, the row
+  optionally read from global memory once, into shared memory or registers;
 - `reduce_block`: an element of a reduction's output per block, reduced across the block's
   threads as `row_block`'s statistics are, stored by one thread;
 - `gemv`: a one-row product (a decode step's linear layer), a block per 32 columns, each
