@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_timing import operator_kernel, timed, timed_graph  # noqa: E402
+from benchmarks.cuda_timing import graph_time, operator_kernel, timed, timed_graph  # noqa: E402
 
 # operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
 # (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
@@ -358,12 +358,12 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
         call()
         error = ((y.float() - expected).norm() / expected.norm()).item()
         assert error <= 1e-2, f"{impl}: ‖out - sdpa‖ / ‖sdpa‖ = {error:.2e}"
-        t, t_graph = timed(call, runs), _graph_time(call, runs)
+        t, t_graph = timed(call, runs), graph_time(call, runs)
         rows.append((label, f"{impl}, error {error:.1e}", t, tflop / t, seconds))
         if t_graph is not None:
             rows.append((f"{label} (graph)", impl, t_graph, tflop / t_graph, seconds))
         best = min(best or (t_graph or t, impl), (t_graph or t, impl))
-    t, t_graph = timed(sdpa, runs), _graph_time(sdpa, runs)
+    t, t_graph = timed(sdpa, runs), graph_time(sdpa, runs)
     rows.append((label, "torch sdpa", t, tflop / t, None))
     if t_graph is not None:
         rows.append((f"{label} (graph)", "torch sdpa", t_graph, tflop / t_graph, None))
@@ -390,24 +390,3 @@ def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
         return te.create_schedule(out.op), [q, k, v, out]
 
     return build(make)
-
-
-def _graph_time(call, runs: int, launches: int = 20) -> float | None:
-    """Seconds a launch of `call` takes replayed from a CUDA graph of `launches` of them (the GPU's
-    time alone), or None where the capture fails (printed)."""
-    import torch
-
-    try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            call()  # (warm: nothing loaded or allocated during the capture)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(launches):
-                call()
-        return timed(graph.replay, runs) / launches
-    except Exception as e:  # a capture the launch path does not allow: the call's time stands alone
-        print(f"(no CUDA graph: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
-        return None

@@ -28,25 +28,33 @@ def timed(fn, runs: int) -> float:
     return statistics.median(times)
 
 
-def timed_graph(fn, runs: int, per: int = 20) -> tuple[float, bool]:
-    """(median seconds of one fn(), whether it was measured in a graph): `per` calls of fn captured
-    in a CUDA graph (fn launches on torch's current stream), the graph timed as `timed` times a
-    call, over `per`. The GPU's time alone: a kernel of tens of microseconds launched from Python
-    leaves the GPU idle between the events while the host prepares it (ember's call checks and
-    converts its arguments). Where the capture fails, fn timed alone (False)."""
+def graph_time(call, runs: int, launches: int = 20) -> float | None:
+    """Seconds a launch of `call` takes replayed from a CUDA graph of `launches` of them (the GPU's
+    time alone), or None where the capture fails (printed)."""
     import torch
 
     try:
-        fn()  # (loaded and compiled before the capture)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()  # (warm: nothing loaded or allocated during the capture)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(per):
-                fn()
-        return timed(graph.replay, runs) / per, True
-    except Exception:  # (a launch the capture refuses: time it as it is)
-        torch.cuda.synchronize()
-        return timed(fn, runs), False
+            for _ in range(launches):
+                call()
+        return timed(graph.replay, runs) / launches
+    except Exception as e:  # a capture the launch path does not allow: the call's time stands alone
+        print(f"(no CUDA graph: {type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        return None
+
+
+def timed_graph(fn, runs: int, launches: int = 20) -> tuple[float, bool]:
+    """(seconds of one fn(), whether from a graph): `graph_time`, else fn timed alone (`timed`)
+    where the capture fails. The GPU's time alone where it can: a kernel of tens of microseconds
+    launched from Python leaves the GPU idle between the events while the host prepares it."""
+    t = graph_time(fn, runs, launches)
+    return (t, True) if t is not None else (timed(fn, runs), False)
 
 
 def build(make):
