@@ -1,7 +1,7 @@
 """A thread's own part of a block's local buffer: the row a thread keeps in registers.
 
 A schedule that keeps a row in registers across the phases of a block (the row kernels:
-ember.cuda.schedules.row_block with `registers`) copies it into a "local" buffer computed at
+ember.cuda.schedules.row_block with scope "local") copies it into a "local" buffer computed at
 the block's row, its elements spread over the threads V at a time (element e is thread
 (e // V) % T's, of T threads), and each phase reads it at the same elements. Every thread then
 holds a copy of the whole row of which it touches 1/T: held so, the row would live in local
@@ -10,7 +10,8 @@ thread-bound loop, every access inside a loop bound to threadIdx.x, the block's 
 dimension, at an element provably the thread's own) is shrunk to the thread's part: element e
 at (e // (T*V)) * V + e % V, a few registers where the loops around the accesses are unrolled
 (their indices constants). A buffer some access of which is not provably the thread's stays as
-it is (correct, a whole copy a thread).
+the loop IR has it, a whole copy a thread (row_block refuses a row whose phases read other
+threads' columns: they would read what their copy never got).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _shrunk(alloc: Allocate, threads: int) -> Allocate | None:
     return Allocate(new, mutate_stmt(alloc.body, f_stmt=on_stmt, f_expr=on_expr))
 
 
-def _accesses(root: Stmt, buf: Buffer) -> list[tuple[PrimExpr, object, list[For]]] | None:
+def _accesses(root: Stmt, buf: Buffer) -> list[tuple[PrimExpr, object, list[For]]]:
     """Each access of buf under root: (its index, the threadIdx.x variable around it, the loops
     around it); an empty list where one is outside a threadIdx.x loop, or not 1-D."""
     found: list = []

@@ -87,8 +87,8 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
 
 def kept_stages(s, out) -> list:
     """The stages without reductions that a row computes once rather than inlined where they are
-    read: the values of the row (softmax's 1 / sum, a norm's 1 / sqrt(var + eps)), and the rows
-    of their own that a reduction reads (softmax's exp(x - max), read by its sum and its output)."""
+    read: the values of the row (a norm's scale, first element and 1 / sqrt(var + eps)), and the
+    rows of their own that a reduction reads (softmax's exp(x - max), read by its sum and its output)."""
     found = reductions_of(s, out)
     kept = []
     for op in input_tensors_of([out]):
