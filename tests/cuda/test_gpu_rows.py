@@ -106,3 +106,36 @@ def test_registers_refuse_a_stage_that_reads_another_threads_column():
     s[first].compute_inline()
     with pytest.raises(ScheduleError, match="another column"):
         gpu.row_block(s, out, [w.mean, w.var, w.rstd], 16, 4, staged=w.A, scope="local")
+
+
+def _row_copy(column):
+    """out[i, j] = A[i, column(j)] * 2, a row a block of 8 threads x 4 lanes, A's row copied into a "local"
+    buffer at the block's row, spread over the threads as out's columns are."""
+    A = ember.te.placeholder((4, 64), name="A")
+    out = ember.te.compute((4, 64), lambda i, j: A[i, column(j)] * 2.0, name="out")
+    s = ember.te.create_schedule(out.op)
+    copy = s.cache_read(A, "local", [out])
+    for stage in (s[out], s[copy]):
+        row, col = stage.op.axis
+        col, lanes = stage.split(col, factor=4)
+        stage.vectorize(lanes)
+        outer, thread = stage.split(col, factor=8)
+        stage.unroll(outer)
+        stage.bind(thread, ember.te.schedule.ThreadAxis("threadIdx.x"))
+        if stage is s[out]:
+            stage.reorder(row, thread, outer)
+            stage.bind(row, ember.te.schedule.ThreadAxis("blockIdx.x"))
+            s[copy].compute_at(stage, row)
+    return s, [A, out]
+
+
+@needs_nvrtc
+def test_a_local_row_each_thread_touches_at_its_own_columns_is_shrunk_to_them():
+    s, args = _row_copy(lambda j: j)
+    assert "float A_local[8];" in ember.build(s, args, target="cuda", arch="sm_90").source  # 64 / 8 threads
+    f = ember.build(s, args, target=ON_INTERPRETER)
+    a, y = random_array((4, 64), "float32", RNG), np.full((4, 64), np.nan, "float32")
+    f(a, y)
+    np.testing.assert_array_equal(y, a * 2)
+    s, args = _row_copy(lambda j: 63 - j)  # another thread's columns: the buffer stays whole
+    assert "float A_local[64];" in ember.build(s, args, target="cuda", arch="sm_90").source
