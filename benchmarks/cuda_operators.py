@@ -92,8 +92,9 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
         label = f"{shape[0]}x{shape[1]}"
         x, y = torch.randn(shape, device="cuda") * 3 + 1, torch.empty(shape, device="cuda")
         gb = 2 * x.numel() * 4 / 1e9
-        t, graphed = timed_graph(lambda x=x, y=y: y.copy_(x), runs)
-        rows.append((f"device copy {label}", f"torch copy_{'' if graphed else ' (no graph)'}", t, gb / t, None))
+        copy_s, graphed = timed_graph(lambda x=x, y=y: y.copy_(x), runs)
+        rows.append((f"device copy {label}", f"torch copy_{'' if graphed else ' (no graph)'}", copy_s, gb / copy_s,
+                     None))
         for op, params, attrs, torch_fn in ROW_OPS:
             xs = [x, *(torch.randn(p, device="cuda") for p in params(shape[1]))]
             types = [TensorType(tuple(a.shape), "float32") for a in xs]
@@ -122,6 +123,11 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
                     traceback.print_exc(limit=6, file=sys.stdout)
             t, graphed = timed_graph(lambda xs=xs, fn=torch_fn: fn(*xs), runs)
             rows.append((f"{op} {label}", f"torch{'' if graphed else ' (no graph)'}", t, gb / t, None))
+            ours = [r for r in rows if r[0] == f"{op} {label}" and r[4] is not None]
+            if ours:
+                best = min(ours, key=lambda r: r[2])
+                print(f"{op} {label}: best {best[1]} {best[2] * 1e3:.4f} ms, {copy_s / best[2]:.0%} of the copy's "
+                      f"bandwidth (torch {copy_s / t:.0%}), {t / best[2]:.2f}x torch's speed", flush=True)
 
 
 # a model's products as the CUDA target schedules them (ember.schedules.gpu.matmul: Tensor Cores at any shape
