@@ -108,6 +108,14 @@ def test_registers_refuse_a_stage_that_reads_another_threads_column():
         gpu.row_block(s, out, [w.mean, w.var, w.rstd], 16, 4, staged=w.A, scope="local")
 
 
+@needs_nvrtc
+def test_a_long_row_takes_more_threads_to_stay_in_registers():
+    # a vocabulary's logits at one token: 1024 threads of 32 elements (256 would hold 125 each)
+    f = _source("softmax", (1, 32000))
+    assert f.block == (1024, 1, 1) and "float in0_local[32];" in f.source
+    assert f.source.count("const float4*>(&in0[") == 7  # the 8th vector a thread is past the row for some: guarded
+
+
 def _row_copy(column):
     """out[i, j] = A[i, column(j)] * 2, a row a block of 8 threads x 4 lanes, A's row copied into a "local"
     buffer at the block's row, spread over the threads as out's columns are."""

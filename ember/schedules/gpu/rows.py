@@ -25,6 +25,7 @@ from .default import reductions_of
 
 WARP = 32
 MAX_THREADS = 256
+LONG_THREADS = 1024  # the most a block takes for a long row
 HELD = 32  # the most elements of a row a thread keeps in registers
 
 
@@ -36,8 +37,19 @@ def block_threads(n: int, vector: int) -> int | None:
 
 def row_threads(n: int, vector: int) -> int:
     """Threads of a block over a row of n elements, `vector` at a time: the most that divide it
-    (block_threads), else whole warps enough for the row (up to MAX_THREADS), the tail guarded."""
-    return block_threads(n, vector) or min(MAX_THREADS, -(-n // (vector * WARP)) * WARP)
+    (block_threads), else whole warps enough for the row (up to MAX_THREADS), the tail guarded;
+    where that leaves a thread more than HELD elements, the fewest warps (up to LONG_THREADS) that
+    leave it at most HELD (a long row, a vocabulary's logits: kept in registers, and spread over
+    more of the multiprocessor where there are few rows)."""
+    threads = block_threads(n, vector) or min(MAX_THREADS, -(-n // (vector * WARP)) * WARP)
+    if _held(n, threads, vector) <= HELD:
+        return threads
+    return next((t for t in range(threads, LONG_THREADS + 1, WARP) if _held(n, t, vector) <= HELD), LONG_THREADS)
+
+
+def _held(n: int, threads: int, vector: int) -> int:
+    """The elements of a row of n a thread holds, `vector` at a time over `threads` threads."""
+    return -(-n // (threads * vector)) * vector
 
 
 @schedules("softmax", "log_softmax", "layer_norm", "rms_norm")
@@ -67,16 +79,16 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
     rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
             if isinstance(op, PlaceholderOp) and _same_shape(op.output(0), out)]
     fits = m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages) <= target.gpu.shared_per_block
-    held = -(-m // (threads * vector)) * vector * len(rows)  # a thread's elements of the rows
+    held = _held(m, threads, vector) * len(rows)  # a thread's elements of the rows
     kept = kept_stages(s, out)
     inline_intermediates(s.sch, where=lambda b: all(b.name != t.op.name for t in kept))
     ordered = [op.output(0) for op in input_tensors_of([out])  # in the order they run
                if op is not out.op and any(op is t.op for t in (*stages, *kept))]
     own = [t for t in kept if t.ndim == n]
     if scope is None:
-        scope = "global" if not fits else "local" if held <= HELD and all(
+        scope = "local" if held <= HELD and all(
             gpu.reads_own_columns(s, r, x) for r in (*ordered, out) if r.ndim == n or r.op.reduce_axis
-            for x in (*rows, *own)) else "shared"
+            for x in (*rows, *own)) else "shared" if fits else "global"
     if scope != "local" and own:  # a row of its own only in registers (else computed by each phase)
         inline_intermediates(s.sch, where=lambda b: any(b.name == t.op.name for t in own))
         ordered = [t for t in ordered if all(t.op is not o.op for o in own)]
