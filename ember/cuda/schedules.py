@@ -117,7 +117,7 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     readers = []
     for red in reversed(reductions):  # a stage is placed after the ones it reads
-        if red in rows:  # a row of its own: in registers, else in shared memory (ember.cuda.scopes)
+        if any(red is r for r in rows):  # a row of its own: in registers, else in shared memory (ember.cuda.scopes)
             if registers:
                 local = s.cache_write(red, "local")
                 s[red].compute_inline()  # (its readers read the registers)
@@ -231,10 +231,14 @@ def reads_own_columns(s: TESchedule, stage, tensor) -> bool:
     registers)."""
     blk = s.sch.get_realize(s[stage].block).block
     loads: list = []
+
+    def on_expr(e):
+        if isinstance(e, BufferLoad) and e.buffer is tensor.buffer:
+            loads.append(e)
+
     for part in (blk.body, blk.init):
         if part is not None:
-            visit_stmt(part, lambda x: [visit_expr(e, lambda n: loads.append(n) if isinstance(n, BufferLoad)
-                                                   and n.buffer is tensor.buffer else None) for e in stmt_exprs(x)])
+            visit_stmt(part, lambda x: [visit_expr(e, on_expr) for e in stmt_exprs(x)])
     own = blk.iter_vars[-1].var if blk.iter_vars else None
     return all(load.indices[-1] is own for load in loads)
 
