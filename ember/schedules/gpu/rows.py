@@ -35,16 +35,17 @@ def block_threads(n: int, vector: int) -> int | None:
     return next((t for t in range(MAX_THREADS, 0, -WARP) if n % (t * vector) == 0), None)
 
 
-def row_threads(n: int, vector: int) -> int:
-    """Threads of a block over a row of n elements, `vector` at a time: the most that divide it
-    (block_threads), else whole warps enough for the row (up to MAX_THREADS), the tail guarded;
-    where that leaves a thread more than HELD elements, the fewest warps (up to LONG_THREADS) that
-    leave it at most HELD (a long row, a vocabulary's logits: kept in registers, and spread over
-    more of the multiprocessor where there are few rows)."""
+def row_threads(n: int, vector: int, rows: int = 1) -> int:
+    """Threads of a block over `rows` rows of n elements (an input and a residual added to it), `vector`
+    at a time: the most that divide a row (block_threads), else whole warps enough for it (up to
+    MAX_THREADS), the tail guarded; where that leaves a thread more than HELD elements, the fewest
+    warps (up to LONG_THREADS) that leave it at most HELD (a long row, a vocabulary's logits: kept
+    in registers, and spread over more of the multiprocessor where there are few rows)."""
     threads = block_threads(n, vector) or min(MAX_THREADS, -(-n // (vector * WARP)) * WARP)
-    if _held(n, threads, vector) <= HELD:
+    if _held(n, threads, vector) * rows <= HELD:
         return threads
-    return next((t for t in range(threads, LONG_THREADS + 1, WARP) if _held(n, t, vector) <= HELD), LONG_THREADS)
+    return next((t for t in range(threads, LONG_THREADS + 1, WARP) if _held(n, t, vector) * rows <= HELD),
+                LONG_THREADS)
 
 
 def _held(n: int, threads: int, vector: int) -> int:
@@ -75,9 +76,9 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
         gpu.row_block(s, out, list(reversed(stages)), threads or MAX_THREADS)
         return True
     vector = 4 if m % 4 == 0 else 1
-    threads = threads or row_threads(m, vector)
     rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
             if isinstance(op, PlaceholderOp) and _same_shape(op.output(0), out)]
+    threads = threads or row_threads(m, vector, max(1, len(rows)))
     fits = m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages) <= target.gpu.shared_per_block
     held = _held(m, threads, vector) * len(rows)  # a thread's elements of the rows
     kept = kept_stages(s, out)
