@@ -70,7 +70,8 @@ ROW_VARIANTS = {4096: ((256, "shared"), (256, "global"), (128, None), (512, None
 
 
 def row_kernels(n: int, runs: int, rows: list) -> None:
-    """The row kernels of ROW_OPS at n x n and 128 x 768, as the CUDA target schedules them by default
+    """The row kernels of ROW_OPS at n x n, n x 768 (BERT-base's rows at a batch of 32 x 128 tokens)
+    and 128 x 768 (one sequence), as the CUDA target schedules them by default
     and in the variants of ROW_VARIANTS (threads a block; the row kept in registers, shared memory, or
     read again from global memory by each phase), against torch and the device copy of the same
     shape (GB/s: the input read and the output written once). Each is timed as 20 launches in a CUDA
@@ -88,7 +89,7 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
 
     target = Target("cuda")
     device().activate()  # (`launch`, unlike a call, expects the context current)
-    for shape in ((n, n), (128, 768)):
+    for shape in ((n, n), (n, 768), (128, 768)):
         label = f"{shape[0]}x{shape[1]}"
         x, y = torch.randn(shape, device="cuda") * 3 + 1, torch.empty(shape, device="cuda")
         gb = 2 * x.numel() * 4 / 1e9
