@@ -64,19 +64,20 @@ ROW_OPS = (("softmax", lambda m: [], {"axis": -1}, lambda x: x.softmax(-1)),
             lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5)),
            ("rms_norm", lambda m: [(m,)], {"normalized_ndim": 1, "eps": 1e-5},
             lambda x, g: _functional().rms_norm(x, (x.shape[-1],), g, 1e-5)))
-# the variants timed beside the default, (threads a block, where the row is kept), per row length
-ROW_VARIANTS = {4096: ((256, "shared"), (256, "global"), (128, None), (512, None), (1024, None)),
-                768: ((192, "shared"), (192, "global"), (32, None), (64, None), (96, None))}
+# the variants timed beside the default, (threads a row, where the row is kept, rows a block), per row length
+ROW_VARIANTS = {4096: ((256, "shared", 1), (256, "global", 1), (128, None, 1), (512, None, 1), (1024, None, 1)),
+                768: ((192, "shared", 1), (192, "global", 1), (64, None, 1), (96, None, 1), (32, None, 4),
+                      (32, None, 8), (64, None, 4))}
 
 
 def row_kernels(n: int, runs: int, rows: list) -> None:
     """The row kernels of ROW_OPS at n x n, n x 768 (BERT-base's rows at a batch of 32 x 128 tokens)
     and 128 x 768 (one sequence), as the CUDA target schedules them by default
-    and in the variants of ROW_VARIANTS (threads a block; the row kept in registers, shared memory, or
-    read again from global memory by each phase), against torch and the device copy of the same
-    shape (GB/s: the input read and the output written once). Each is timed as 20 launches in a CUDA
-    graph (`timed_graph`: the GPU's time, without the host's between launches); ember's kernels
-    through `launch` on the device addresses."""
+    and in the variants of ROW_VARIANTS (threads a row; the row kept in registers, shared memory, or
+    read again from global memory by each phase; several rows a block, a warp each), against torch and
+    the device copy of the same shape (GB/s: the input read and the output written once). Each is
+    timed as 20 launches in a CUDA graph (`timed_graph`: the GPU's time, without the host's between
+    launches); ember's kernels through `launch` on the device addresses."""
     import torch
 
     import ember
@@ -102,12 +103,13 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
             bound, outs = infer_types(op, types, attrs)
             expected = torch_fn(*xs)
             pointers = [a.data_ptr() for a in (*xs, y)]
-            for threads, scope in ((None, None), *ROW_VARIANTS.get(shape[1], ())):
-                impl = f"ember {'default' if threads is None else f'{threads}t'} {scope or ''}".rstrip()
+            for threads, scope, per_block in ((None, None, 1), *ROW_VARIANTS.get(shape[1], ())):
+                impl = (f"ember {'default' if threads is None else f'{threads}t'} {scope or ''}".rstrip()
+                        + (f", {per_block} rows a block" if per_block > 1 else ""))
                 try:
                     t0 = time.perf_counter()
                     s, args = node_kernel(op, types, bound, outs, schedule=False, target=target)
-                    row_blocks(s, args[-1], target, threads, scope)
+                    row_blocks(s, args[-1], target, threads, scope, per_block)
                     f = ember.build(s, args, target="cuda")
                     build_s = time.perf_counter() - t0
                     held = "registers" if "in0_local[" in f.source else "shared" if "in0_shared[" in f.source \
@@ -117,8 +119,8 @@ def row_kernels(n: int, runs: int, rows: list) -> None:
                     torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
                     t, graphed = timed_graph(
                         lambda f=f, p=pointers: f.launch(p, torch.cuda.current_stream().cuda_stream), runs)
-                    rows.append((f"{op} {label}", f"{impl}: {f.block[0]}t, {held}{'' if graphed else ' (no graph)'}",
-                                 t, gb / t, build_s))
+                    rows.append((f"{op} {label}", f"{impl}: {f.block[0]}x{f.block[1]}t, {held}"
+                                 f"{'' if graphed else ' (no graph)'}", t, gb / t, build_s))
                 except Exception:  # one variant's failure must not hide the others'
                     print(f"--- {op} {label} {impl} failed:")
                     traceback.print_exc(limit=6, file=sys.stdout)

@@ -74,7 +74,7 @@ def rows(s: TESchedule, out, producers=(), threads: int = 128) -> None:
 
 
 def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 1, staged=None,
-              scope: str = "shared") -> None:
+              scope: str = "shared", rows_per_block: int = 1) -> None:
     """A row of `out` (its last axis; any leading axes fused) per block, its columns split over
     `threads` threads (`vector` consecutive columns each at a time: a vectorized loop, 16-byte
     accesses for 4 lanes); each row reduction in `reductions` (given in the order they run: a
@@ -93,7 +93,11 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     thread keeps the elements it reads in every phase, those of the output's columns it
     computes, as persistent reductions do, and so do the rows of their own; ember.cuda.private
     shrinks each copy to the thread's part, and the loops over them are unrolled so that their
-    indices are constants)."""
+    indices are constants).
+
+    `rows_per_block` > 1 (a 2-D `out`): that many rows a block, a row on each threadIdx.y (short
+    rows: a warp a row, blocks with more work); every thread folds the partials of each of the
+    block's rows (a loop over them, each through shuffles) and reads its own row's."""
     staged = [] if staged is None else list(staged) if isinstance(staged, list | tuple) else [staged]
     registers = bool(staged) and scope == "local"
     rows = [t for t in reductions if not s[t].op.reduce_axis and t.ndim == out.ndim]
@@ -102,19 +106,27 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     if registers and not all(reads_own_columns(s, r, x) for r in phases for x in (*staged, *rows)):
         raise ScheduleError("row_block: a stage reads the row at another column than its own (a row's first "
                             "element): a thread's registers hold only its columns; stage the row in shared memory")
+    if rows_per_block > 1 and out.ndim != 2:
+        raise ScheduleError(f"row_block: {rows_per_block} rows a block take a 2-D output, not {out.ndim}-D")
     stage = s[out]
     *lead, col = stage.op.axis
     row = stage.fuse(*lead) if len(lead) > 1 else lead[0]
     if vector > 1:
         col, lanes = stage.split(col, factor=vector)
     outer, thread = stage.split(col, factor=threads)
-    stage.reorder(row, thread, outer)
+    if rows_per_block > 1:
+        row, in_block = stage.split(row, factor=rows_per_block)
+        stage.reorder(row, in_block, thread, outer)
+        stage.bind(in_block, ThreadAxis("threadIdx.y"))
+    else:
+        stage.reorder(row, thread, outer)
     if vector > 1:
         stage.vectorize(lanes)
     if registers:
         stage.unroll(outer)
     stage.bind(row, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
+    several = rows_per_block > 1
     readers = []
     for red in reversed(reductions):  # a stage is placed after the ones it reads
         if any(red is r for r in rows):  # a row of its own: in registers, else in shared memory (ember.cuda.scopes)
@@ -123,7 +135,7 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
                 s[red].compute_inline()  # (its readers read the registers)
                 red = local
             s[red].compute_at(stage, row)
-            _spread(s, red, threads, vector, registers)
+            _spread(s, red, threads, vector, registers, several)
             readers.append(red)
             continue
         if not s[red].op.reduce_axis:  # a value of the row computed from reductions (1 / sqrt(var))
@@ -140,6 +152,8 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
         s[red].compute_at(stage, row)
         s[partials].compute_at(stage, row)
         s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
+        if several:
+            s[partials].bind(s[partials].op.axis[0], ThreadAxis("threadIdx.y"))
         s[local].compute_at(s[partials], s[partials].op.axis[-1])
         if registers:
             for axis in s[local].op.reduce_axis:
@@ -148,18 +162,21 @@ def row_block(s: TESchedule, out, reductions, threads: int = 256, vector: int = 
     for tensor in staged:
         copy = s.cache_read(tensor, scope, [r for r in (*readers, out) if _reads(s, r, tensor)])
         s[copy].compute_at(stage, row)
-        _spread(s, copy, threads, vector, registers)
+        _spread(s, copy, threads, vector, registers, several)
 
 
-def _spread(s: TESchedule, t, threads: int, vector: int, unroll: bool) -> None:
+def _spread(s: TESchedule, t, threads: int, vector: int, unroll: bool, several: bool = False) -> None:
     """A row stage computed at a block's row (its last axis; the others are the row's) spread
-    over the block's threads as the output's columns are: `vector` at a time, `threads` apart."""
+    over the block's threads as the output's columns are: `vector` at a time, `threads` apart;
+    `several` rows, a row on each threadIdx.y."""
     col = s[t].op.axis[-1]
     if vector > 1:
         col, lanes = s[t].split(col, factor=vector)
         s[t].vectorize(lanes)
     outer, thread = s[t].split(col, factor=threads)
     s[t].bind(thread, ThreadAxis("threadIdx.x"))
+    if several:
+        s[t].bind(s[t].op.axis[0], ThreadAxis("threadIdx.y"))
     if unroll:
         s[t].unroll(outer)
 

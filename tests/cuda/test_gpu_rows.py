@@ -116,6 +116,31 @@ def test_a_long_row_takes_more_threads_to_stay_in_registers():
     assert f.source.count("const float4*>(&in0[") == 7  # the 8th vector a thread is past the row for some: guarded
 
 
+@pytest.mark.parametrize("scope", ["local", "shared"])
+def test_several_rows_a_block_a_warp_each(scope):
+    # 6 rows, 4 a block (the second block's last two guarded), each on its warp (threadIdx.y)
+    inputs, attrs = _inputs("layer_norm", (6, 128))
+    types = [TensorType(x.shape, "float32") for x in inputs]
+    bound, outs = infer_types("layer_norm", types, attrs)
+    s, args = node_kernel("layer_norm", types, bound, outs, schedule=False, target=ON_INTERPRETER)
+    assert row_blocks(s, args[-1], ON_INTERPRETER, threads=32, scope=scope, rows_per_block=4)
+    f = ember.build(s, args, target=ON_INTERPRETER)
+    y = np.full((6, 128), np.nan, "float32")
+    f(*inputs, y)
+    np.testing.assert_allclose(y, get("layer_norm").reference(inputs, bound)[0], rtol=1e-4, atol=1e-5)
+
+
+@needs_nvrtc
+def test_several_rows_a_block_keep_each_threads_columns_in_registers():
+    types = [TensorType((64, 128))]
+    bound, outs = infer_types("softmax", types, {"axis": -1})
+    s, args = node_kernel("softmax", types, bound, outs, schedule=False, target=Target("cuda"))
+    assert row_blocks(s, args[-1], Target("cuda"), threads=32, rows_per_block=8)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert (f.grid, f.block) == ((8, 1, 1), (32, 8, 1))
+    assert "float in0_local[4];" in f.source and f.source.count("const float4*>(&in0[") == 1
+
+
 def _row_copy(column):
     """out[i, j] = A[i, column(j)] * 2, a row a block of 8 threads x 4 lanes, A's row copied into a "local"
     buffer at the block's row, spread over the threads as out's columns are."""

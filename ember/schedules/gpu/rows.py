@@ -59,11 +59,12 @@ def schedule_row_blocks(s, outputs, target) -> bool | None:
     return None if row_blocks(s, out, target) else False
 
 
-def row_blocks(s, out, target, threads: int | None = None, scope: str | None = None) -> bool:
+def row_blocks(s, out, target, threads: int | None = None, scope: str | None = None, rows_per_block: int = 1) -> bool:
     """Schedule `out`, a row kernel's output, a row a block (see the module doc); False, with
     nothing changed, where it is not one. `threads` (a whole number of warps) and `scope` (where
     the row is kept: "local", registers, where every stage reads only its own columns; "shared";
-    "global", read again by each phase) override the defaults, for the benchmarks' variants."""
+    "global", read again by each phase) override the defaults, for the benchmarks' variants, and so
+    do `rows_per_block` (a 2-D output's rows a block, one on each threadIdx.y)."""
     n = out.ndim
     if n < 2 or out.op.attrs.get("rows", ((0,), (1,))) != (tuple(range(n - 1)), (n - 1,)):
         return False
@@ -79,7 +80,8 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
     rows = [op.output(0) for op in input_tensors_of([out])  # the inputs of the row's shape: read by every phase
             if isinstance(op, PlaceholderOp) and _same_shape(op.output(0), out)]
     threads = threads or row_threads(m, vector, max(1, len(rows)))
-    fits = m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages) <= target.gpu.shared_per_block
+    fits = (m * sum(dt.bits(t.dtype) // 8 for t in rows) + threads * 4 * len(stages)) * rows_per_block \
+        <= target.gpu.shared_per_block
     held = _held(m, threads, vector) * len(rows)  # a thread's elements of the rows
     kept = kept_stages(s, out)
     inline_intermediates(s.sch, where=lambda b: all(b.name != t.op.name for t in kept))
@@ -94,7 +96,7 @@ def row_blocks(s, out, target, threads: int | None = None, scope: str | None = N
         inline_intermediates(s.sch, where=lambda b: any(b.name == t.op.name for t in own))
         ordered = [t for t in ordered if all(t.op is not o.op for o in own)]
     gpu.row_block(s, out, ordered, threads, vector, staged=None if scope == "global" else rows,
-                  scope="local" if scope == "local" else "shared")
+                  scope="local" if scope == "local" else "shared", rows_per_block=rows_per_block)
     return True
 
 
