@@ -84,17 +84,21 @@ def test_a_layer_norms_row_in_registers_its_first_element_read_once_a_row():
     assert f.source.count("in0[") == 2 and "const float4*>(&in0[" in f.source
 
 
+def _check_variant(op, shape, **options):
+    """op's kernel scheduled by rows.row_blocks with `options` on the interpreter, against NumPy."""
+    inputs, attrs = _inputs(op, shape)
+    types = [TensorType(x.shape, "float32") for x in inputs]
+    bound, outs = infer_types(op, types, attrs)
+    s, args = node_kernel(op, types, bound, outs, schedule=False, target=ON_INTERPRETER)
+    assert row_blocks(s, args[-1], ON_INTERPRETER, **options)
+    y = np.full(shape, np.nan, "float32")
+    ember.build(s, args, target=ON_INTERPRETER)(*inputs, y)
+    np.testing.assert_allclose(y, get(op).reference(inputs, bound)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_a_row_staged_in_shared_memory_matches_numpy():
     # where the row does not fit a thread's registers (more than rows.HELD elements a thread)
-    inputs, attrs = _inputs("layer_norm", (3, 200))
-    types = [TensorType(x.shape, "float32") for x in inputs]
-    bound, outs = infer_types("layer_norm", types, attrs)
-    s, args = node_kernel("layer_norm", types, bound, outs, schedule=False, target=ON_INTERPRETER)
-    assert row_blocks(s, args[-1], ON_INTERPRETER, threads=32, scope="shared")
-    f = ember.build(s, args, target=ON_INTERPRETER)
-    y = np.full((3, 200), np.nan, "float32")
-    f(*inputs, y)
-    np.testing.assert_allclose(y, get("layer_norm").reference(inputs, bound)[0], rtol=1e-4, atol=1e-5)
+    _check_variant("layer_norm", (3, 200), threads=32, scope="shared")
 
 
 def test_registers_refuse_a_stage_that_reads_another_threads_column():
@@ -119,15 +123,7 @@ def test_a_long_row_takes_more_threads_to_stay_in_registers():
 @pytest.mark.parametrize("scope", ["local", "shared"])
 def test_several_rows_a_block_a_warp_each(scope):
     # 6 rows, 4 a block (the second block's last two guarded), each on its warp (threadIdx.y)
-    inputs, attrs = _inputs("layer_norm", (6, 128))
-    types = [TensorType(x.shape, "float32") for x in inputs]
-    bound, outs = infer_types("layer_norm", types, attrs)
-    s, args = node_kernel("layer_norm", types, bound, outs, schedule=False, target=ON_INTERPRETER)
-    assert row_blocks(s, args[-1], ON_INTERPRETER, threads=32, scope=scope, rows_per_block=4)
-    f = ember.build(s, args, target=ON_INTERPRETER)
-    y = np.full((6, 128), np.nan, "float32")
-    f(*inputs, y)
-    np.testing.assert_allclose(y, get("layer_norm").reference(inputs, bound)[0], rtol=1e-4, atol=1e-5)
+    _check_variant("layer_norm", (6, 128), threads=32, scope=scope, rows_per_block=4)
 
 
 @needs_nvrtc
