@@ -8,18 +8,7 @@
 #
 # Steps: info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode
 # (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
-# Steps: info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode
-# (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
-# against torch and the device copy of each shape; mma: the Tensor Core GEMM's configurations
-# (mma.sync, wmma) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each printed;
-# splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
-# symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
-# static ones; attention: flash attention on Tensor Cores, fp16 and bf16, static, symbolic and in
-# other tiles of keys, against torch's scaled_dot_product_attention); MODELS= names the zoo models
-# of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
-# sizes of `decode` (default: the reduced GPT-2,
-# "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
 # against torch and the device copy of each shape; mma: the Tensor Core GEMM's configurations
 # (mma.sync, wmma) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each printed;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
