@@ -195,25 +195,33 @@ def gpu_main(args) -> None:
     ember_ns = sys.modules[__name__]
     best: dict[str, tuple[float, str]] = {}  # each peer's fastest matmul config
     for name, size, launch, check, peer in gpu_cases(ember_ns, args.only):
-        times, host, graphed, kernel = {}, {}, {}, None
-        for who, ns in (("ember", ember_ns), ("triton", twins)):
+        times, host, graphed = {}, {}, {}
+        kernels = {}
+        peers = [("ember", ember_ns), *([("ember mma", ember_ns)] if name.startswith("matmul") else []),
+                 ("triton", twins)]
+        for who, ns in peers:
             if ns is None:
                 continue
+            os.environ["EMBER_TILE_MMA"] = "1" if who == "ember mma" else "0"  # (tl.dot on mma.sync, else wmma)
             try:
                 run = launch(ns)
                 compiled = run()
-                kernel = describe(compiled) if who == "ember" else kernel
+                if who.startswith("ember"):
+                    kernels[who] = describe(compiled)
                 check()  # every figure is of a correct kernel
             except Exception as e:  # noqa: BLE001 (a peer that fails is reported, the others still run)
                 print(f"{name}: {who} failed: {type(e).__name__}: {str(e)[:300]}")
                 continue
-            times[who], host[who] = gpu_timed(run, args.reps), host_time(run, args.reps)
-            graphed[who] = graph_time(run, max(3, args.reps // 3))
+            times[who] = gpu_timed(run, args.reps)
+            if who != "ember mma":  # (its host's part is the other lowering's)
+                host[who], graphed[who] = host_time(run, args.reps), graph_time(run, max(3, args.reps // 3))
+        os.environ.pop("EMBER_TILE_MMA")
         if "ember" not in times:
             continue
         times["torch"] = gpu_timed(peer, args.reps)
         print(gpu_line(name, size, times))
-        print(f"  ember's kernel: {kernel}")
+        for who, kernel in kernels.items():
+            print(f"  {who}'s kernel: {kernel}")
         print("  host time a launch: " + ", ".join(f"{p} {v * 1e6:.0f} us" for p, v in host.items())
               + "; a kernel replayed in a CUDA graph (no host): " + ", ".join(
                   f"{p} {v * 1e3:.3f} ms" if v else f"{p} (no capture)" for p, v in graphed.items()))
@@ -226,8 +234,13 @@ def gpu_main(args) -> None:
     if "ember" in best:
         tf = {p: (2 * 4096 ** 3 / v / 1e12, cfg) for p, (v, cfg) in best.items()}
         print("matmul float16 4096^3, best config each: " + ", ".join(
-            f"{p} {v:.1f} TFLOP/s ({cfg})" for p, (v, cfg) in tf.items()) + (
-            f", ember / triton {tf['ember'][0] / tf['triton'][0]:.2f}" if "triton" in tf else ""))
+            f"{p} {v:.1f} TFLOP/s ({cfg})" for p, (v, cfg) in tf.items()) + "".join(
+            f", {p} / triton {tf[p][0] / tf['triton'][0]:.2f}" for p in ("ember", "ember mma")
+            if p in tf and "triton" in tf))
+        if "ember mma" in tf:
+            faster = "ember mma" if tf["ember mma"][0] > tf["ember"][0] else "ember"
+            print(f"  the faster lowering of tl.dot: {'mma.sync (EMBER_TILE_MMA=1)' if faster != 'ember' else 'wmma'}, "
+                  f"x{tf['ember mma'][0] / tf['ember'][0]:.2f} mma over wmma")
 
 
 def graph_time(fn, runs: int, launches: int = 10) -> float | None:
@@ -305,9 +318,12 @@ def compile_for_sm90(only: list[str]) -> None:
     if "softmax" in only:
         built += [softmax_kernel.compile(f32, f32, n, n, n, BLOCK=n, target="cuda") for n in (1024, 4096)]
     if "matmul" in only:
-        built += [matmul_kernel.compile(m16, m16, m16, 64, 64, 64, 64, 1, 64, 1, 64, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
-                                        num_warps=w, num_stages=st, target="cuda")
-                  for bm, bn, bk, w, st in GPU_MATMUL_CONFIGS]
+        for mma in ("0", "1"):  # (tl.dot on wmma, then on mma.sync)
+            os.environ["EMBER_TILE_MMA"] = mma
+            built += [matmul_kernel.compile(m16, m16, m16, 64, 64, 64, 64, 1, 64, 1, 64, 1, BM=bm, BN=bn, BK=bk,
+                                            GROUP=8, num_warps=w, num_stages=st, target="cuda")
+                      for bm, bn, bk, w, st in GPU_MATMUL_CONFIGS]
+        os.environ.pop("EMBER_TILE_MMA")
     if "attention" in only:
         built.append(attention_kernel.compile(m16, m16, m16, m16, 64, 0.125, D=64, BM=64, BN=64, target="cuda"))
     print(f"no GPU here: compiled {len(built)} kernels for {built[0].cfunc.arch} with NVRTC; the timings need a GPU")
@@ -324,6 +340,7 @@ def describe(compiled) -> str:
     launcher = compiled.cfunc
     src = compiled.source.split("_body(", 1)[1]  # (the kernel, not the helpers' definitions)
     mma = sum(src.count(f"ember_wmma_{w}") for w in ("warp_mma_", "mma_", "shared_mma_"))
+    mma += src.count("ember_mma_warp_") - src.count("_f32_fill(")  # (mma.sync's steps, not its fragments' zeroing)
     vectors = sum(src.count(f"*reinterpret_cast<{t}*>(") for t in ("uint4", "float4"))
     return (f"block {'x'.join(map(str, launcher.block))}, {cubin_registers(launcher.binary)} registers, "
             f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers, {mma} Tensor Core calls, "

@@ -43,23 +43,27 @@ _CTYPES = {"bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8
 
 class TileRenderer(CUDARenderer):
     """A tile kernel as a `__device__` body and a `__global__` wrapper taking scalars by value;
-    its shared blocks are carved, 32-byte aligned, from dynamic shared memory (a tile kernel's
-    blocks outgrow the 48 KiB of static shared memory: a 64x128 float32 accumulator is 32 KiB),
-    each scope's blocks freed at its end; the unit says how many bytes the launch asks for."""
+    its shared blocks are carved, 32-byte aligned (a swizzled tile: on its 8 lines, ember.cuda.swizzle),
+    from dynamic shared memory (a tile kernel's blocks outgrow the 48 KiB of static shared memory: a
+    64x128 float32 accumulator is 32 KiB), each scope's blocks freed at its end; the unit says how
+    many bytes the launch asks for."""
 
     def _begin_kernel(self, func: PrimFunc) -> None:
         super()._begin_kernel(func)
         self._shared_top = self._shared_bytes = 0
+        self._shared_align = 32
         self._shared_names: list[str] = []
 
     def _allocate(self, buf, body: Stmt, depth: int, out: list[str]) -> None:
         if buf.scope != "shared":
             super()._allocate(buf, body, depth, out)
             return
-        pad, base = "  " * depth, self._shared_top
+        align = self._alignment.get(buf.name, 32)  # (a swizzled tile's 8 lines: ember.cuda.swizzle)
+        pad, base = "  " * depth, -(-self._shared_top // align) * align
         ctype = self.SCALAR_TYPES[buf.dtype]
         size = functools.reduce(operator.mul, [as_int(d) for d in buf.shape], 1) * dt.bits(buf.dtype) // 8
-        self._shared_top = base + -(-size // 32) * 32
+        self._shared_align = max(self._shared_align, align)
+        top, self._shared_top = self._shared_top, base + -(-size // 32) * 32
         self._shared_bytes = max(self._shared_bytes, self._shared_top)
         self._shared_names.append(buf.name)
         out.append(f"{pad}{{")
@@ -68,12 +72,12 @@ class TileRenderer(CUDARenderer):
         self._stmt(body, depth + 1, out)
         self._buffers.discard(buf)
         out.append(f"{pad}}}")
-        self._shared_top = base
+        self._shared_top = top
 
     def _prologue(self, func: PrimFunc) -> list[str]:
         if not self._shared_bytes:
             return []
-        return [f"  extern __shared__ __align__(32) unsigned char {SHARED}[];"]
+        return [f"  extern __shared__ __align__({self._shared_align}) unsigned char {SHARED}[];"]
 
     def _signature(self, func: PrimFunc, params: list[str]) -> str:
         scalars = set(dict(func.attrs).get(SCALARS, ()))

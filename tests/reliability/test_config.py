@@ -231,7 +231,7 @@ def _valid(name: str, value) -> bool:
         case "max_specializations":
             return isinstance(value, int) and value >= 1
         case ("debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug" | "fast_call"
-              | "lowered_cache" | "cuda_graphs" | "model_cache" | "record_trace"):
+              | "lowered_cache" | "cuda_graphs" | "model_cache" | "record_trace" | "tile_mma"):
             return isinstance(value, bool)
         case "cc":
             return bool(shlex.split(value))

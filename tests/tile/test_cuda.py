@@ -204,6 +204,51 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
     assert ", 40, 72);" in source  # the shared tiles' rows of 32 and 64 halves padded by 16 bytes (lda, ldb)
 
 
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype):
+    """EMBER_TILE_MMA=1: the tutorial's dot on ldmatrix and mma.sync, a 2x2 grid of warps over a
+    64x64 block, K (40) not a multiple of BLOCK_SIZE_K (32) and M, N not of the block (masks at the
+    edges, on the K loop too), the operands' tiles unpadded and swizzled (on their 8 lines of 128
+    bytes), copied by cp.async in three stages (more than the K loop's two steps); the accumulator
+    zeroed and stored in mma's lane layout."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "1")
+    M, N, K = 50, 45, 40
+    a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
+    c = np.empty((M, N), a.dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+        ACTIVATION="", num_warps=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
+    (source,) = on_cuda
+    suffix = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    assert source.count(f"ember_mma_warp_32x32x16_{suffix}_f32(") == 1 + 1 and "wmma." not in source
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" in source and "mma.sync.aligned.m16n8k16" in source
+    assert source.count("ember_mma_store(") == 4 + 1 and "cp.async.wait_group 1;" in source
+    assert "ember_wmma_" not in source.replace("ember_wmma_acc", "")  # (mma's fragments are wmma's type)
+    assert ", 32, 64);" in source  # the tiles' rows of 32 and 64 elements, unpadded (lda, ldb)
+    assert "extern __shared__ __align__(1024)" in source
+
+
+@needs_nvrtc
+def test_mma_sync_beside_wmma(rng, on_cuda, monkeypatch):
+    """EMBER_TILE_MMA=1 where one dot qualifies: the loop's (from tl.zeros) on mma.sync, the one
+    after it, whose fragments are loaded from the block the first stored, on wmma."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "1")
+    a, b = rng.standard_normal((16, 48)).astype(np.float16), rng.standard_normal((48, 16)).astype(np.float16)
+    c = np.empty((16, 16), np.float32)
+    dot_loop[(1,)](a, b, c, 48, M=16, N=16, BK=16, PRECISION="tf32", num_warps=1)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    want = a @ b + a[:, :16] @ b[:16]
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    (source,) = on_cuda
+    assert source.count("ember_mma_warp_16x16x16_f16_f32(") == source.count("ember_mma_store(") == 1 + 1
+    assert source.count("ember_wmma_warp_mma_16x16x16_f16_f32(") == source.count("ember_wmma_load(") == 1 + 1
+
+
 @triton.jit
 def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr,
              PRECISION: tl.constexpr):
@@ -411,6 +456,25 @@ def test_on_the_gpu_matmul_autotuned(tutorials, gpu, dtype, tol):
     a, b = a.cpu().numpy(), b.cpu().numpy()
     want = mm.reference(*((tf32(a), tf32(b)) if dtype == torch.float32 else (a, b)))  # TF32: Triton's default
     np.testing.assert_allclose(c.float().cpu().numpy(), want, rtol=tol, atol=tol * 10)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_on_the_gpu_matmul_on_mma_sync(tutorials, gpu, monkeypatch, dtype):
+    """EMBER_TILE_MMA=1: the tutorial's dot on ldmatrix and mma.sync from swizzled tiles, masks at
+    every edge, against the same product in float64."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "1")
+    M, N, K = 300, 260, 200
+    a = torch.randn(M, K, device="cuda", generator=gpu).to(dtype)
+    b = torch.randn(K, N, device="cuda", generator=gpu).to(dtype)
+    c = torch.empty(M, N, device="cuda", dtype=dtype)
+    compiled = tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 128) * triton.cdiv(N, 128),)](
+        a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_SIZE_M=128, BLOCK_SIZE_N=128,
+        BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="", num_warps=8, num_stages=3)
+    assert "mma.sync.aligned.m16n8k16" in compiled.source
+    want = a.double() @ b.double()
+    tol = 2.0 ** -8 if dtype == torch.float16 else 2.0 ** -6
+    torch.testing.assert_close(c.double(), want, rtol=tol, atol=tol * want.abs().max().item())
 
 
 @needs_gpu

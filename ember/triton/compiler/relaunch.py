@@ -30,7 +30,7 @@ from ..function import LAUNCH_OPTIONS, KernelFunction
 from ..language import dtypes as tld
 
 L = importlib.import_module(f"{__package__}.launch")  # the module (the package's `launch` is its function)
-ENV = (*(config.OPTIONS[n].env for n in ("interpret", "triton_debug", "debug", "cc", "cflags")),
+ENV = (*(config.OPTIONS[n].env for n in ("interpret", "triton_debug", "debug", "cc", "cflags", "tile_mma")),
        "TRITON_INTERPRET", "TRITON_DEBUG")
 LIMIT = 64  # signatures remembered per kernel (a kernel launched with ever new constexprs starts over)
 _NONE = object()  # an argument the signature cannot describe: the full path

@@ -56,6 +56,7 @@ class OperandCopies(Dots):
         super().__init__(debug, num_warps)
         self._read_ins: dict[Buffer, tuple[Deferred, Stmt]] = {}  # each block read in: its load, its statement
         self._copied: dict[Buffer, Stmt] = {}  # each operand copied 16 bytes at a time: its statement (stages.py)
+        self._swizzled: set[Buffer] = set()  # operands laid out swizzled instead of padded (ldmatrix.py)
 
     def read_in(self, d: Deferred) -> Buffer:
         buf = self.local("ld", d.shape, d.dtype)
@@ -76,7 +77,8 @@ class OperandCopies(Dots):
             cols.setdefault(b, set()).add(n)
         for buf, widths in cols.items():
             width = min(widths)
-            pad = 128 // dt.bits(buf.dtype) if len(widths) == 1 and self._read_by_dots_alone(body, buf) else 0
+            pad = 128 // dt.bits(buf.dtype) if len(widths) == 1 and buf not in self._swizzled and \
+                self._read_by_dots_alone(body, buf) else 0
             into = buf if not pad else Buffer(buf.name, (const(as_int(buf.shape[0]) // width * (width + pad)),),
                                               buf.dtype, scope=buf.scope)
             if buf in self._read_ins and (new := self._vector_read(buf, into, pad)) is not None:

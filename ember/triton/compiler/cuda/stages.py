@@ -35,7 +35,7 @@ from ....tir.arith import Analyzer
 from ....tir.expr import Buffer, BufferLoad, Call, as_int, binary, const
 from ....tir.functor import collect, mutate_stmt, stmt_exprs, touches, visit_expr, visit_stmt
 from ....tir.stmt import SYNC, BufferStore, CallRoutine, Evaluate, For, IfThenElse, Stmt, seq
-from .copies import OperandCopies
+from .ldmatrix import SyncDots
 from .rewrite import flat, touched_besides
 
 
@@ -53,7 +53,7 @@ def _writes(s: Stmt) -> list[Buffer]:
         p.buffer for x in collect(s, lambda x: isinstance(x, CallRoutine)) for p in x.writes]))
 
 
-class Stages(OperandCopies):
+class Stages(SyncDots):
     """The rewrite of the kernel's body that pipelines the copies of dots' operands (the module
     doc)."""
 
