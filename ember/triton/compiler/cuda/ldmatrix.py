@@ -59,6 +59,11 @@ class SyncDots(OperandCopies):
         calls = collect(body, lambda x: isinstance(x, CallRoutine))
         ok = [c for c in calls if _WARP.fullmatch(_intrin(c)) and all(self._swizzles(body, p.buffer, s) for p, s in zip(
             c.reads, c.scalars))]
+        rows: dict[Buffer, set[int]] = {}
+        for c in ok:
+            for p, s in zip(c.reads, c.scalars):
+                rows.setdefault(p.buffer, set()).add(as_int(s))
+        ok = [c for c in ok if all(len(rows[p.buffer]) == 1 for p in c.reads)]  # (one swizzle a tile)
         while True:  # (a tile or an accumulator's fragments touched by a call that stays wmma's: its dots too)
             kept = {id(c) for c in ok}
             others = [c for c in calls if id(c) not in kept and not self._follows(c)]
