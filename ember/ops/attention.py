@@ -116,7 +116,8 @@ def _int8_rows(types):
     return [q, *rows, *types[3:]]
 
 
-def _infer(types, attrs):
+def infer(types, attrs):
+    """The result's type in any layout, of heads, appended keys or grouped heads (flash_attention's too)."""
     if len(types) < 3 + 2 * bool(attrs.get("appended")):
         raise OpTypeError("scaled_dot_product_attention: appended takes q, k, v[, mask], k_new, v_new")
     if attrs.get("appended") and attrs.get("heads") is not None:
@@ -470,7 +471,7 @@ def _staged(inputs, attrs, out_types):
 
 register(OpDef(
     name=SDPA,
-    infer=_infer,
+    infer=infer,
     reference=reference,
     compute=_compute,
     pattern="opaque",

@@ -40,9 +40,9 @@ from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
 from . import flash_attention_tc as tc
-from .attention import infer_heads_first, reference
+from .attention import LAYOUTS, infer, reference
 from .common import te_shape
-from .gpu_loops import at, batch_index, ceil_div, extent, serial, threads
+from .gpu_loops import HeadRows, at, batch_index, ceil_div, serial, threads
 from .registry import OpDef, OpTypeError, register
 
 SHARED_LIMIT = 48 * 1024  # static shared memory a block may take on every GPU since sm_50
@@ -61,7 +61,9 @@ def shared_bytes(t: int, e: int, ev: int) -> int:
 
 
 def _infer(types, attrs):
-    out = infer_heads_first(types, {**attrs, "layout": "bhsd"})
+    if attrs["layout"] not in LAYOUTS:
+        raise OpTypeError(f"flash_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
+    out = infer(types, attrs)
     q, k, v = types[:3]
     if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
         raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {SHARED_LIMIT} bytes "
@@ -70,7 +72,7 @@ def _infer(types, attrs):
 
 
 def _reference(inputs, attrs):
-    return reference(inputs, {**attrs, "layout": "bhsd"})
+    return reference(inputs, attrs)
 
 
 def _compute(inputs, attrs, out_types):
@@ -84,18 +86,23 @@ def _compute(inputs, attrs, out_types):
 
     tensor_cores = len({x.dtype for x in (q, k, v)}) == 1 and tc.fits(q.dtype, e, as_int(v.shape[-1]), SHARED_LIMIT)
 
+    bshd = attrs["layout"] == "bshd"
+    firsts = attrs["heads"][1:] if attrs["heads"] is not None else (0, 0, 0)
+
     def build(bufs, outs):
-        args = (*[bufs[a] for a in slots[:3]], bufs[slots[3]] if mask is not None else None, outs[0], float(scale),
+        operands = (HeadRows(bufs[a], bshd, first) for a, first in zip(slots[:3], firsts))
+        args = (*operands, bufs[slots[3]] if mask is not None else None, HeadRows(outs[0], bshd), float(scale),
                 bool(attrs["causal"]))
         return tc.kernel(*args, SHARED_LIMIT) if tensor_cores else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
 
 
-def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool) -> For:
-    batch = [extent(d) for d in ob.shape[:-2]]  # (a symbolic batch: the grid per launch)
-    length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
-    e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
+def _kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: HeadRows, scale: float,
+            causal: bool) -> For:
+    batch = ob.batch  # (a symbolic batch: the grid per launch)
+    length, keys = qb.rows, kb.rows  # symbolic or static
+    e, ev = qb.width, vb.width
     t = tile_rows(e, ev)
     q_tile, k_tile, v_tile = (Buffer(n, (const(t * d),), FLOAT) for n, d in (("q_tile", e), ("k_tile", e),
                                                                              ("v_tile", ev)))
@@ -106,8 +113,8 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
     heads, tile = Var("heads", dt.INDEX_DTYPE), Var("tile", dt.INDEX_DTYPE)
     index = batch_index(heads, batch)
 
-    def load(buf, *i):
-        return cast(FLOAT, BufferLoad(buf, at(index, buf, *i), buf.dtype))
+    def load(x: HeadRows, row, col):
+        return cast(FLOAT, BufferLoad(x.buf, x.at(index, row, col), x.buf.dtype))
 
     def row_of(tx):
         return tile * t + tx
@@ -185,7 +192,7 @@ def _kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, s
         def element(d):
             value = select(binary("==", l, const(0.0, FLOAT)), const(0.0, FLOAT),
                            BufferLoad(acc, (d * t + tx,), FLOAT) / l)  # every key masked out: 0
-            return BufferStore(ob, cast(ob.dtype, value), (*index, row, d))
+            return BufferStore(ob.buf, cast(ob.buf.dtype, value), ob.at(index, row, d))
 
         return IfThenElse(row < length, serial("d", ev, element))
 
@@ -203,7 +210,7 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None},
+    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None},
     num_inputs=(3, 4),
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
         "softmax (the CUDA target's; a symbolic batch and lengths, static head sizes whose tiles fit 48 KiB of "

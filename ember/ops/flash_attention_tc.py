@@ -49,9 +49,9 @@ from .. import te
 from ..intrinsics import wmma
 from ..intrinsics.wmma_rows import scale_call
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
+from ..tir.expr import Buffer, BufferLoad, Var, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, SeqStmt
-from .gpu_loops import at, batch_index, ceil_div, extent, serial, threads
+from .gpu_loops import HeadRows, at, batch_index, ceil_div, serial, threads
 
 WARPS = 4
 ROWS = wmma.TILE  # queries a warp: one fragment's height
@@ -114,13 +114,13 @@ def _mma(half: str, wn: int, b_layout: str, a: Pointer, lda: int, b: Pointer, ld
     return _call(intrin, "update", (a, b), (c,), (0, 1), (2,), (lda, ldb), (lda, 1, ldb, 1, wn, 1))
 
 
-def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, scale: float, causal: bool,
+def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: HeadRows, scale: float, causal: bool,
            limit: int) -> For:
     """The kernel's statement (flash_attention's te.extern), its tiles within `limit` bytes."""
-    half = qb.dtype
-    batch = [extent(d) for d in ob.shape[:-2]]  # (a symbolic batch: the grid per launch)
-    length, keys = extent(qb.shape[-2]), extent(kb.shape[-2])  # symbolic or static
-    e, ev = as_int(qb.shape[-1]), as_int(vb.shape[-1])
+    half = qb.buf.dtype
+    batch = ob.batch  # (a symbolic batch: the grid per launch)
+    length, keys = qb.rows, kb.rows  # symbolic or static
+    e, ev = qb.width, vb.width
     bn = key_tile(e, ev, limit)
     half_row = bn // 2  # a lane's keys of a row
     lq, lv, lp, ls, lf = strides(e, ev, bn)
@@ -159,7 +159,7 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
                 flat = at_vector * VECTOR
                 i = first + flat // width
                 clamped = binary("min", i, convert(end - 1))
-                value = BufferLoad(src, at(index, src, clamped, flat % width + lane), half)
+                value = BufferLoad(src.buf, src.at(index, clamped, flat % width + lane), half)
                 if zeros:
                     value = select(i < end, value, const(0.0, half))
                 lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(
@@ -280,8 +280,8 @@ def kernel(qb: Buffer, kb: Buffer, vb: Buffer, mb: Buffer | None, ob: Buffer, sc
             def one(j):
                 col = h * (chunk // 2) + turned(j, r, chunk // 2)
                 value = BufferLoad(s_tile, ((ty * ROWS + r) * ls + col,), FLOAT) / l
-                return BufferStore(ob, cast(ob.dtype, select(binary("==", l, zero), zero, value)),
-                                   (*index, row, c * chunk + col))  # every key masked out: 0
+                return BufferStore(ob.buf, cast(ob.buf.dtype, select(binary("==", l, zero), zero, value)),
+                                   ob.at(index, row, c * chunk + col))  # every key masked out: 0
 
             return IfThenElse(row < length, serial("j", chunk // 2, one))
         stage = warps(lambda ty: SeqStmt(tuple(

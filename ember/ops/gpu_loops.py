@@ -1,9 +1,11 @@
 """Loop-IR helpers for operators whose compute is a GPU kernel written as a statement
 (ember.ops.flash_attention): loops bound to the block's threads, serial loops, and the index of a
 block's (batch...) number in a tensor that broadcasts over the batch, and sizes that may be
-symbolic (a sequence's length)."""
+symbolic (a sequence's length), and an attention's operands in either layout of its heads."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, PrimExpr, Var, as_int, const, convert
@@ -47,3 +49,36 @@ def extent(d: PrimExpr) -> int | PrimExpr:
 def ceil_div(n: int | PrimExpr, t: int) -> int | PrimExpr:
     """The number of tiles of t that cover n (static or symbolic)."""
     return -(-n // t) if isinstance(n, int) else (n + (t - 1)) // t
+
+
+@dataclass(frozen=True)
+class HeadRows:
+    """An attention's operand (or result) as a kernel reads it: a row of a (batch..., head) is
+    `at(index, row, col)` whether the heads come first, (..., H, S, D), or after the rows,
+    (..., S, H, D) (`bshd`: a linear layer's output split into heads, read where it is, each row
+    of a head at a stride of the whole token's), the heads counted from `first` (a packed QKV
+    projection's output read in place as q, k and v: ember.passes.fold_qkv_split)."""
+
+    buf: Buffer
+    bshd: bool = False
+    first: int = 0
+
+    def at(self, index: list[PrimExpr], row, col) -> tuple[PrimExpr, ...]:
+        if not self.bshd:
+            return at(index, self.buf, row, col)
+        full = [*index[:-1], row, index[-1] + self.first, col]
+        return tuple(convert(x) for x in broadcast_index(full, self.buf.shape))
+
+    @property
+    def rows(self) -> int | PrimExpr:
+        return extent(self.buf.shape[-3 if self.bshd else -2])
+
+    @property
+    def width(self) -> int:
+        return as_int(self.buf.shape[-1])
+
+    @property
+    def batch(self) -> list[int | PrimExpr]:
+        """The (batch..., heads) its rows are grouped by (for the result: the kernel's grid)."""
+        shape = self.buf.shape
+        return [extent(d) for d in ((*shape[:-3], shape[-2]) if self.bshd else shape[:-2])]

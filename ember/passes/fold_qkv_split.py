@@ -8,8 +8,8 @@ is never copied into three tensors.
       -> scaled_dot_product_attention(x', x', x'; layout="bshd", heads=(H, q0, k0, v0))
          where x' = reshape(x, (B..., L, N / E, E)), a view, and q0 = (sizes before q's piece) / E
 
-The attention kernel (ember.ops.attention) then reads rows of q, k and v with the stride of x'
-rows. Conditions: static sizes; the three reshapes only split each piece's last axis into
+The attention kernel (ember.ops.attention, or the GPU's flash_attention) then reads rows of q, k
+and v with the stride of x' rows. Conditions: static sizes; the three reshapes only split each piece's last axis into
 (H, E) (the leading sizes flatten to x's); one E for q, k and v, dividing every piece's offset;
 an attention without `heads` already. The split itself goes to dce once nothing else reads it.
 It runs after fuse_siblings, which makes the split of a QKV projection.
@@ -20,18 +20,18 @@ from __future__ import annotations
 import math
 
 from ..graph.core import Graph, Node, Value
-from ..ops.attention import SDPA
+from .fold_transposes import ATTENTIONS
 from .rewrite import Rewriter, rebuild
 
 
 def fold_qkv_split(graph: Graph) -> Graph:
-    if not any(n.op == SDPA and n.attrs["layout"] == "bshd" and n.attrs["heads"] is None for n in graph.nodes):
+    if not any(n.op in ATTENTIONS and n.attrs["layout"] == "bshd" and n.attrs["heads"] is None for n in graph.nodes):
         return graph
     return rebuild(graph, _fold)
 
 
 def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    if node.op != SDPA or node.attrs["layout"] != "bshd" or node.attrs["heads"] is not None:
+    if node.op not in ATTENTIONS or node.attrs["layout"] != "bshd" or node.attrs["heads"] is not None:
         return None
     pieces = [_piece(x) for x in inputs[:3]]
     if any(p is None for p in pieces) or len({id(p[0]) for p in pieces}) != 1:
@@ -46,7 +46,7 @@ def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
         return None
     (packed,) = rw.emit("reshape", [x], {"shape": (*lead, x.type.shape[-1] // e, e)}, hint=f"{node.name}_qkv")
     attrs = {**node.attrs, "heads": (heads, *(o // e for o in offsets))}
-    return rw.emit(SDPA, [packed, packed, packed, *inputs[3:]], attrs, hint=node.name,
+    return rw.emit(node.op, [packed, packed, packed, *inputs[3:]], attrs, hint=node.name,
                    out_names=[node.outputs[0].name])
 
 

@@ -1,7 +1,7 @@
 """Transposes folded into the operators that read them, so that they cost no kernel:
 
     scaled_dot_product_attention(T(q), T(k), T(v), mask?)  -> T(scaled_dot_product_attention(q, k, v, mask?;
-                                                                layout="bshd"))
+                                                                layout="bshd"))      (and flash_attention)
     gemm(T(a), T(b), c?; trans_a, trans_b)                 -> gemm(a, b, c?; not trans_a, not trans_b)
     matmul(T(a), b), matmul(a, T(b)) of rank 2             -> gemm(a, b; trans_a, trans_b)
 
@@ -13,7 +13,9 @@ for two of the keys and values (a decode step's cache among them).
 A transformer splits heads as reshape(x, (B, S, H, D)) then T, and merges them as T then reshape:
 with the attention in layout bshd, the T it now writes meets the T of the merge and simplify
 cancels the pair; the reshapes are views of a buffer (no kernel, ember.passes.plan_memory). So
-this pass runs before simplify; the transposes it leaves unread go to dce.
+this pass runs before simplify; the transposes it leaves unread go to dce. On the GPU (flash_attention,
+ember.passes.unfold_attention) that is two copies of every activation a layer fewer: the kernel reads
+each head's rows at the stride of a token's and writes its output in place for the next product.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from ..graph.core import Graph, Node, Value
 from ..ops.attention import SDPA
 from .rewrite import Rewriter, rebuild
 
+ATTENTIONS = (SDPA, "flash_attention")  # (the GPU's fused kernel takes the same layouts)
+
 
 def fold_transposes(graph: Graph) -> Graph:
     return rebuild(graph, _fold)
 
 
 def _fold(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    if node.op == SDPA and node.attrs["layout"] == "bhsd":
+    if node.op in ATTENTIONS and node.attrs["layout"] == "bhsd":
         return _attention(rw, node, inputs)
     if node.op in ("gemm", "matmul") and all(x.type.rank == 2 for x in inputs[:2]):
         return _gemm(rw, node, inputs)
@@ -43,7 +47,7 @@ def _attention(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | N
         q = q.node.inputs[0]
     else:  # the query's rows (RoPE's, a decode step's one) transposed instead of the keys and values
         (q,) = rw.emit("transpose", [q], {"perm": _head_swap(q.type.rank)}, hint=f"{node.name}_query")
-    (out,) = rw.emit(SDPA, [q, k.node.inputs[0], v.node.inputs[0]] + inputs[3:], {**node.attrs, "layout": "bshd"},
+    (out,) = rw.emit(node.op, [q, k.node.inputs[0], v.node.inputs[0]] + inputs[3:], {**node.attrs, "layout": "bshd"},
                      hint=node.name)
     return rw.emit("transpose", [out], {"perm": _head_swap(out.type.rank)}, hint=f"{node.name}_heads",
                    out_names=[node.outputs[0].name])
