@@ -189,3 +189,50 @@ def test_on_the_gpu_against_torch(dtype, mask, tol):
         want = sdpa(*xs[:3], xs[3] if len(xs) == 4 else None, causal)
         got = out.float().cpu().numpy()
         assert np.linalg.norm(got - want) <= tol * max(np.linalg.norm(want), 1e-30), (xs[0].shape, xs[1].shape)
+
+
+def packed(dtype, e, tokens=L, heads=H):
+    """A fused QKV projection's output as the attention reads it in place: (1, tokens, 3 heads, e),
+    q's heads first, then k's, then v's (layout bshd: each head's rows at the stride of a token's)."""
+    return RNG.standard_normal((1, tokens, 3 * heads, e)).astype(dt.to_numpy(dtype))
+
+
+PACKED = {"layout": "bshd", "heads": (H, 0, H, 2 * H)}
+
+
+@pytest.mark.parametrize("dtype, e, causal, mask, tol", [("float32", 4, True, "bool", 1e-5),
+                                                         ("float16", 16, False, "additive", 3e-3)])
+def test_heads_read_in_place_from_a_packed_projection(dtype, e, causal, mask, tol):
+    """q, k, v as heads of one packed buffer (ember.passes.fold_qkv_split), the result written
+    (1, L, H, Ev) (bshd: the next product's rows): on CUDA cores and on Tensor Cores."""
+    x = packed(dtype, e)
+    extra = np.ascontiguousarray(keep_mask()[:, :L]) if mask == "bool" else RNG.standard_normal((L, L)).astype(x.dtype)
+    (out,) = check_op("flash_attention", [x, x, x, extra], {"causal": causal, **PACKED}, rtol=tol, atol=tol,
+                      targets=GPU_INTERPRETER)
+    assert out.shape == (1, L, H, e)
+
+
+@pytest.mark.parametrize("dtype, e", [("float32", 4), ("float16", 16)])
+def test_heads_after_the_rows_over_symbolic_tokens(dtype, e):
+    """Layout bshd over a symbolic batch and token count (a head split of x (b, t, H * e) folded
+    into the kernel), causal, one kernel at each size, against torch on the heads-first copies."""
+    types = [TensorType(("b", "t", H, e), dtype)] * 3
+    sets = [[RNG.standard_normal((b, t, H, e)).astype(dt.to_numpy(dtype)) for _ in "qkv"] for b, t in ((1, 1), (2, 37))]
+    tol = {"float32": 1e-5, "float16": 3e-3}[dtype]
+
+    def attention(q, k, v):
+        heads_first = (x.transpose(1, 2).float() for x in (q, k, v))
+        return torch.nn.functional.scaled_dot_product_attention(*heads_first, is_causal=True).transpose(1, 2)
+
+    check_op_sizes("flash_attention", types, {"causal": True, "layout": "bshd"}, sets, tol, tol, attention,
+                   targets=GPU_INTERPRETER, torch_atol=tol)
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_the_packed_heads_with_16_byte_copies():
+    """On Tensor Cores the packed rows keep cp.async's and uint4's 16-byte copies (a head's
+    offset and a token's stride multiples of 8 halves)."""
+    types = [TensorType((1, 40, 3 * H, 64), "float16")] * 3
+    f = build_op("flash_attention", types, {"causal": True, **PACKED}, target=Target("cuda", simulate=True)).kernel
+    assert f.binary[:4] == b"\x7fELF" and f.grid == (1, H, 1)
+    assert f.source.count("cp.async.cg.shared.global") == 4 and "*reinterpret_cast<uint4*>(&q_tile[" in f.source
