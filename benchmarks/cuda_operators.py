@@ -322,7 +322,9 @@ def attention(n: int, runs: int, rows: list) -> None:
     """flash_attention on Tensor Cores (ember.ops.flash_attention_tc) in fp16 and bf16 at ATTENTION's
     sizes, against torch's scaled_dot_product_attention (its fused kernels) on the same inputs:
     the kernel as the CUDA target builds it (static), built once over a symbolic number of tokens
-    (its grid per launch), and at each of KEY_TILES keys a tile (fp16, static); each checked
+    (its grid per launch), reading q, k and v as heads of one packed (B, S, 3 H, D) projection and
+    writing (B, S, H, D) (a transformer's layer in a model: its layout ops folded into the
+    kernel), and at each of KEY_TILES keys a tile (fp16, static); each checked
     against torch first (‖out - ref‖ / ‖ref‖ within 1e-2). Each is timed twice: a call, and per
     launch in a CUDA graph of 20 (the GPU's time, without the ~20 us of Python a call costs at
     BERT's size). The best variant is printed after each case, with its speed relative to torch's."""
@@ -353,19 +355,25 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
     expected = sdpa().float()
     pointers = [x.data_ptr() for x in (*xs, y)]
     f, _, build_s = operator_kernel("flash_attention", [shape] * 3, dtype, {"causal": causal})
-    variants = [(f"ember static grid {f.grid}, {f.registers} registers", lambda: f(*xs, y), build_s)]
+    variants = [(f"ember static grid {f.grid}, {f.registers} registers", lambda: f(*xs, y), build_s, y)]
     sym, _, sym_s = operator_kernel("flash_attention", [(b, h, "tokens", d)] * 3, dtype, {"causal": causal})
     variants.append(("ember symbolic tokens", lambda: sym.launch(pointers, torch.cuda.current_stream().cuda_stream,
-                                                                 [tokens]), sym_s))
+                                                                 [tokens]), sym_s, y))
+    packed = torch.cat([x.transpose(1, 2) for x in xs], 2).contiguous()  # (b, tokens, 3 h, d): q's heads, k's, v's
+    rows_out = torch.empty(b, tokens, h, d, device="cuda", dtype=y.dtype)
+    p, _, p_s = operator_kernel("flash_attention", [tuple(packed.shape)] * 3, dtype,
+                                {"causal": causal, "layout": "bshd", "heads": (h, 0, h, 2 * h)})
+    variants.append(("ember packed qkv in place, out (B, S, H, D)", lambda: p(packed, packed, packed, rows_out), p_s,
+                     rows_out.transpose(1, 2)))
     if dtype == "float16":
         for bn in KEY_TILES[1:]:
             g, g_s = _key_tile_kernel(shape, dtype, causal, bn)
-            variants.append((f"ember static, {bn} keys a tile", lambda g=g: g(*xs, y), g_s))
+            variants.append((f"ember static, {bn} keys a tile", lambda g=g: g(*xs, y), g_s, y))
     best = None
-    for impl, call, seconds in variants:
-        y.fill_(float("nan"))
+    for impl, call, seconds, out in variants:
+        out.fill_(float("nan"))
         call()
-        error = ((y.float() - expected).norm() / expected.norm()).item()
+        error = ((out.float() - expected).norm() / expected.norm()).item()
         assert error <= 1e-2, f"{impl}: ‖out - sdpa‖ / ‖sdpa‖ = {error:.2e}"
         t, t_graph = timed(call, runs), graph_time(call, runs)
         rows.append((label, f"{impl}, error {error:.1e}", t, tflop / t, seconds))
