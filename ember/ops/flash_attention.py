@@ -12,7 +12,15 @@ One block per (batch..., head) and tile of t queries (`tile_rows`), a thread per
         acc = acc exp(m - m') + p v       (the running max, sum and accumulator in fp32)
     out = acc / l                         (0 where every key is masked out, as torch gives)
 
-No score outlives its tile of keys and nothing of size L x S reaches memory. A thread's state
+No score outlives its tile of keys and nothing of size L x S reaches memory.
+
+Its operands are read where a transformer's projection wrote them, and its result written where
+the next product reads it (`layout` and `heads` as scaled_dot_product_attention's): in layout
+"bshd" q, k, v are (..., S, H, D) and the result (..., L, H, Dv), a head's rows at the stride of a
+token's (ember.passes.fold_transposes folds the head split and merge into it), and with `heads`
+(count, q0, k0, v0) q, k and v are heads of one packed QKV projection's output (ember.passes.
+fold_qkv_split folds the split into it): a layer's split, three head splits and head merge,
+each a full copy of an activation and a launch, are views (ember.ops.gpu_loops.HeadRows). A thread's state
 (its q row, running max, sum and accumulator) is laid out across the threads, element d of
 thread tx at d * t + tx: shared loads without bank conflicts, and accesses the sync pass sees as
 the thread's own, so only the k and v tiles take barriers. Sequence lengths need not be

@@ -12,7 +12,8 @@ the GPU schedules cannot bind to blocks and threads. flash_attention is one kern
 blocks and threads by itself (tiles in shared memory, an online softmax); the unfolded form is
 three kernels the GPU family schedules, with the L x S scores in memory. Only the form the
 frontends make is rewritten (layout "bhsd", no heads: it runs where fold_attention, which the
-GPU target leaves out, would run, before fold_transposes and fold_qkv_split could change it). A
+GPU target leaves out, would run, before fold_transposes and fold_qkv_split could change it; they
+then fold the heads' layout ops into flash_attention as they do into the CPU's attention). A
 row whose every key is masked out is 0 in flash_attention (as torch and the CPU kernel give) and
 NaN in the unfolded form (softmax's 0 / 0); the unfolded form's causal mask needs static lengths. Grouped
 key/value heads (gqa) are repeated to the query's heads first (static sizes). Targets of the

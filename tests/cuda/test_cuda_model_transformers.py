@@ -1,8 +1,9 @@
 """BERT and GPT-2 (transformers', one layer of 32 features over 8 tokens) compiled for "cuda": the
 QKV split, the three head splits and the head merge around the attention are views, so a layer
 is seven launches (qkv gemm, flash_attention reading the packed projection in place and writing
-(B, S, H*D) for the next gemm, out-proj + add, layer norm, ffn1 + gelu, ffn2 + add, layer norm);
-on the stand-in driver a call from the second replays one CUDA graph and matches torch in fp16."""
+(B, S, H*D) for the next gemm, out-proj + add, layer norm, ffn1 + gelu, ffn2 + add, layer norm)
+and matches torch in fp32 on the interpreter with GPU semantics; on the stand-in driver a GPT-2
+call from the second replays one CUDA graph and matches torch in fp16."""
 
 import numpy as np
 import pytest
@@ -46,6 +47,10 @@ def test_a_bert_layer_is_seven_launches_around_one_attention_reading_the_packed_
     ops = launched(cm)
     assert [o[0] for o in ops] == ["embedding", "add", *LAYER]  # (the embeddings' sum and layer norm: one kernel)
     assert not any(op in ("split", "transpose") for o in ops for op in o)
+    with torch.no_grad():
+        ref = model(ids).numpy()
+    got = cm(ids.numpy())  # on the interpreter with GPU semantics
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-5
 
 
 @pytest.fixture(scope="module")
