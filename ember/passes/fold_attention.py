@@ -71,11 +71,19 @@ def _folded(rw: Rewriter, node: Node, uses: dict[Value, int]) -> list[Value] | N
 
 
 def _plain_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
-    """The attention without its mask (see _without_mask and _without_position_mask), or None."""
+    """The attention without its mask (see without_known_mask), or None."""
+    found = without_known_mask(rw, node, inputs)
+    return None if found is None else rw.emit(SDPA, *found, hint=node.name, out_names=[node.outputs[0].name])
+
+
+def without_known_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> tuple[list[Value], dict] | None:
+    """(q, k, v; attributes) of the attention `node` on `inputs` without a mask that says nothing
+    its kernel does not know (_without_mask, _without_position_mask), or None. The GPU's
+    flash_attention asks it too (ember.passes.unfold_attention): GPT-2's constant lower triangle
+    read per score became causal, which also skips the tiles of keys above the diagonal."""
     if node.op != SDPA:
         return None
-    found = _without_mask(rw, inputs, node.attrs) or _without_position_mask(rw, node, inputs)
-    return None if found is None else rw.emit(SDPA, *found, hint=node.name, out_names=[node.outputs[0].name])
+    return _without_mask(rw, inputs, node.attrs) or _without_position_mask(rw, node, inputs)
 
 
 def _without_position_mask(rw: Rewriter, node: Node, inputs: list[Value]) -> tuple[list[Value], dict] | None:

@@ -17,7 +17,9 @@ then fold the heads' layout ops into flash_attention as they do into the CPU's a
 row whose every key is masked out is 0 in flash_attention (as torch and the CPU kernel give) and
 NaN in the unfolded form (softmax's 0 / 0); the unfolded form's causal mask needs static lengths. Grouped
 key/value heads (gqa) are repeated to the query's heads first (static sizes). Targets of the
-CPU family keep the fused attention: the pass reads the target and changes nothing for them.
+CPU family keep the fused attention: the pass reads the target and changes nothing for them. A
+mask that says nothing the kernel does not know is dropped first, as fold_attention drops it
+(`without_known_mask`: GPT-2's constant lower triangle is causal, read from the indices).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from ..graph.core import Graph, Node, Value
 from ..ops.attention import SDPA
 from ..ops.flash_attention import tile_rows
 from ..tir import dtype as dt
+from .fold_attention import without_known_mask
 from .rewrite import Rewriter, rebuild
 
 
@@ -41,6 +44,7 @@ def unfold_attention(graph: Graph, target=None) -> Graph:
 def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
     if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
         return None
+    inputs, attrs = without_known_mask(rw, node, inputs) or (inputs, node.attrs)
     q, k, v, *mask = inputs
     if node.attrs.get("gqa"):
         k, v = (_repeated(rw, x, q.type.shape[-3], f"{node.name}_{n}") for x, n in ((k, "k"), (v, "v")))
@@ -48,19 +52,19 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
             return None
         inputs = [q, k, v, *mask]
     if _fits_flash(inputs):
-        return rw.emit("flash_attention", inputs, {"causal": node.attrs["causal"], "scale": node.attrs["scale"]},
+        return rw.emit("flash_attention", inputs, {"causal": attrs["causal"], "scale": attrs["scale"]},
                        hint=node.name, out_names=[node.outputs[0].name])
     rank, dtype = k.type.rank, q.type.dtype
     length, keys, e = (d if isinstance(d, int) else None
                        for d in (q.type.shape[-2], k.type.shape[-2], q.type.shape[-1]))
-    if e is None or (node.attrs["causal"] and (length is None or keys is None)):
+    if e is None or (attrs["causal"] and (length is None or keys is None)):
         return None  # (the scale or the causal mask would need a symbolic size)
-    scale = node.attrs["scale"] if node.attrs["scale"] is not None else 1 / math.sqrt(e)
+    scale = attrs["scale"] if attrs["scale"] is not None else 1 / math.sqrt(e)
     (kt,) = rw.emit("transpose", [k], {"perm": tuple(range(rank - 2)) + (rank - 1, rank - 2)}, hint=f"{node.name}_kt")
     (s,) = rw.emit("matmul", [q, kt], hint=f"{node.name}_scores")
     (s,) = rw.emit("mul", [s, rw.constant(np.array(scale, dtype))], hint=f"{node.name}_scaled")
     minus_inf = rw.constant(np.array(-np.inf, dtype))
-    if node.attrs["causal"]:
+    if attrs["causal"]:
         keep = rw.constant(np.tril(np.ones((length, keys), bool)))
         (s,) = rw.emit("where", [keep, s, minus_inf], hint=f"{node.name}_causal")
     if mask:

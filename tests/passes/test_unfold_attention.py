@@ -1,10 +1,12 @@
 """ember.passes.unfold_attention for a GPU target: grouped key/value heads (gqa) are repeated to
 the query's heads before the GPU's kernels (flash_attention, or the products and softmax), the
 rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5);
-a symbolic batch and lengths take flash_attention too."""
+a symbolic batch and lengths take flash_attention too; a constant mask that only says causal is
+dropped for causal."""
 
 from __future__ import annotations
 
+import numpy as np
 from pass_check import check_same, ops
 
 from ember.graph import Graph, TensorType
@@ -34,3 +36,15 @@ def test_causal_attention_over_a_symbolic_batch_and_lengths_is_the_fused_kernel(
     out = unfold_attention(g, Target("cuda", simulate=True))
     verify(out, infer_types)
     assert ops(out) == ["flash_attention"] and out.outputs[0].type == TensorType(("b", 2, "l", 16))
+
+
+def test_a_constant_lower_triangle_mask_becomes_causal_for_the_fused_kernel():
+    """GPT-2's: no mask read per score, the key tiles above the diagonal skipped."""
+    g = Graph("attention")
+    q, k, v = (g.add_input(n, TensorType((1, 2, 8, 16))) for n in "qkv")
+    mask = g.add_constant(np.tril(np.ones((1, 1, 8, 8), bool)), "causal_mask")
+    g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, k, v, mask], {}))
+    out = unfold_attention(g, Target("cuda", simulate=True))
+    (node,) = out.nodes
+    assert node.op == "flash_attention" and len(node.inputs) == 3 and node.attrs["causal"]
+    check_same(g, out)
