@@ -9,16 +9,16 @@ is never copied into three tensors.
          where x' = reshape(x, (B..., L, N / E, E)), a view, and q0 = (sizes before q's piece) / E
 
 The attention kernel (ember.ops.attention, or the GPU's flash_attention) then reads rows of q, k
-and v with the stride of x' rows. Conditions: static sizes; the three reshapes only split each piece's last axis into
-(H, E) (the leading sizes flatten to x's); one E for q, k and v, dividing every piece's offset;
+and v with the stride of x' rows. Conditions: static heads and head sizes (the tokens and batch
+may be symbolic); the three reshapes only split each piece's last axis into (H, E) (the leading
+sizes flatten to x's); one E for q, k and v, dividing every piece's offset;
 an attention without `heads` already. The split itself goes to dce once nothing else reads it.
 It runs after fuse_siblings, which makes the split of a QKV projection.
 """
 
 from __future__ import annotations
 
-import math
-
+from .. import dims
 from ..graph.core import Graph, Node, Value
 from .fold_transposes import ATTENTIONS
 from .rewrite import Rewriter, rebuild
@@ -60,8 +60,8 @@ def _piece(v: Value) -> tuple[Node, int] | None:
     if split is None or split.op != "split" or split.attrs["axis"] % piece.type.rank != piece.type.rank - 1:
         return None
     shape, whole = v.type.shape, piece.type.shape
-    if not all(isinstance(d, int) for d in (*shape, *whole)):
+    if not all(isinstance(d, int) for d in (*shape[-2:], whole[-1])):
         return None
-    if math.prod(shape[:-2]) != math.prod(whole[:-1]) or shape[-2] * shape[-1] != whole[-1]:
+    if dims.mul(*shape[:-2]) != dims.mul(*whole[:-1]) or shape[-2] * shape[-1] != whole[-1]:
         return None
     return split, split.outputs.index(piece)

@@ -174,3 +174,18 @@ def test_small_bert_through_onnx_with_biases_has_no_split_kernel():
     assert not any("split" in k.ops for k in cm.kernels)
     assert [k.ops for k in cm.kernels if SDPA in k.ops] == [(SDPA,)]
     np.testing.assert_allclose(cm(inputs[0].numpy()), want, rtol=1e-4, atol=1e-4)
+
+
+def test_flash_attention_over_symbolic_tokens_reads_the_split_input_in_place():
+    """The GPU's attention (flash_attention, layout bshd) over a symbolic number of tokens t: x (1,
+    t, 3 H E) split and reshaped to (1, t, H, E) folds as at static sizes."""
+    g = Graph("qkv")
+    x = g.add_input("x", TensorType((1, "t", 3 * H * E)))
+    pieces = add_op(g, "split", [x], {"axis": -1, "sizes": (H * E,) * 3})
+    heads = [add_op(g, "reshape", [p], {"shape": (1, "t", H, E)})[0] for p in pieces]
+    g.set_outputs(add_op(g, "flash_attention", heads, {"layout": "bshd", "causal": True}))
+    out = dce(fold_qkv_split(g))
+    assert ops(out) == ["reshape", "flash_attention"] and out.nodes[1].attrs["heads"] == (H, 0, H, 2 * H)
+    assert out.nodes[0].outputs[0].type.shape == (1, "t", 3 * H, E)
+    x_at = random_array((1, S, 3 * H * E), "float32")
+    np.testing.assert_allclose(evaluate(out, x_at)[0], evaluate(g, x_at)[0], **TOL)
