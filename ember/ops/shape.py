@@ -314,6 +314,9 @@ def slice_ranges(op: str, shape: tuple[Dim, ...], attrs) -> dict[int, tuple[Dim,
             out[axis] = _symbolic_range(op, shape[axis], axis, start, end, step)
             continue
         dim = int(shape[axis])
+        if isinstance(start, str) or isinstance(end, str):
+            out[axis] = _symbolic_bound(op, dim, axis, start, end, step)
+            continue
         start = start + dim if start < 0 else start
         end = end + dim if end < 0 else end
         if step > 0:
@@ -338,6 +341,17 @@ def _symbolic_range(op: str, dim: str, axis: int, start: Dim, end: Dim, step: in
     stop = dim if to_end else dims.add(dim, end) if from_end[1] else end
     length = dims.add(stop, dims.mul(begin, -1))
     return begin, 1, max(length, 0) if isinstance(length, int) else length
+
+
+def _symbolic_bound(op: str, dim: int, axis: int, start: Dim, end: Dim, step: int) -> tuple[Dim, int, Dim]:
+    """(start, 1, length) of a slice of a static axis up to a symbolic bound (`position_ids[:, :seq]`
+    of a table of 512 positions): the bound is taken to lie within the axis, as torch.export's
+    range of the symbol asserts (its upper bound at most the axis, which the runtime checks at
+    every call); a start counted from the end or a step other than 1 is refused."""
+    if step != 1 or not (isinstance(start, int) and 0 <= start <= dim) or not isinstance(end, str):
+        raise OpTypeError(f"{op}: axis {axis} of length {dim} sliced with a symbolic bound takes step 1, a start "
+                          f"within the axis and the symbolic end (got start {start}, end {end}, step {step})")
+    return start, 1, dims.add(end, -start)
 
 
 def _infer_slice(types, attrs):

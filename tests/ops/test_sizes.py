@@ -69,3 +69,25 @@ def test_concat_flatten_and_slices_over_expressions():
     assert out.shape == (2, "seq")
     with pytest.raises(OpTypeError, match="takes step 1 and bounds from one end each"):
         infer_types("slice", [TensorType(("seq",))], {"starts": (-3,), "ends": (2,)})
+
+
+@pytest.mark.parametrize("target", ["c", "python"])
+def test_a_static_table_sliced_up_to_a_symbol(target):
+    """position_ids[:, :seq] of a table of 16 positions (BERT's over symbolic tokens): the bound is
+    taken to lie within the table, as torch.export's range of seq asserts."""
+    table = RNG.integers(0, 100, (1, 16)).astype("int64")
+    g = Graph()
+    x = g.add_input("x", TensorType((1, "seq"), "int64"))
+    (rows,) = add_op(g, "slice", [g.add_constant(table, "table")], {"starts": (0,), "ends": ("seq",), "axes": (1,)})
+    (y,) = add_op(g, "add", [x, rows])
+    g.set_outputs([y])
+    model = compile_graph(g, target=target)
+    for seq in (1, 5, 16):
+        ids = RNG.integers(0, 100, (1, seq)).astype("int64")
+        np.testing.assert_array_equal(model(ids), ids + table[:, :seq])
+    _, (out,) = infer_types("slice", [TensorType((1, 16))], {"starts": (3,), "ends": ("seq",), "axes": (1,)})
+    assert out.shape == (1, "seq - 3")
+    for bad in [{"starts": (-3,), "ends": ("seq",)}, {"starts": (0,), "ends": ("seq",), "steps": (2,)},
+                {"starts": ("seq",), "ends": (16,)}]:
+        with pytest.raises(OpTypeError, match="sliced with a symbolic bound"):
+            infer_types("slice", [TensorType((16,))], {"axes": None, "steps": None} | bad)
