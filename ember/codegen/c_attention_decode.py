@@ -26,8 +26,8 @@ one call per head walked the whole cache per head, a row of 68 bytes (int8) at e
 and each call ramped its prefetches up again. The keys are shared among the caller's OpenMP
 threads (a contiguous range of blocks each, every head in it; each thread's output, maximum and
 sum per head merged at the end, as flash-decoding splits its keys), where there are
-PARALLEL_ROWS rows a thread: a parallel loop over the heads gave each thread rows strided
-through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the next
+PARALLEL_SCORES scores (a query head's against a key) a thread: a parallel loop over the heads
+gave each thread rows strided through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the next
 block's, which the head reads after every other head's block: time enough for memory.
 """
 
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 KEYS = 64  # keys per block: their scores and, for p v, their values stay in L1
 AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the next block's
-PARALLEL_ROWS = 4096  # rows (a head's key at a position) a thread takes at least
+PARALLEL_SCORES = 4096  # scores (a query head's against a key) a thread computes at least
 
 _TYPED = """\
 /* the lines of nk keys' and values' rows, each row's last byte's too (a head's rows are strided:
@@ -170,16 +170,16 @@ static inline void {name}_softmax(float* restrict s, int64_t nk, int64_t G, floa
 
 _THREADS = """\
 /* the threads that share the keys: the caller's team when it is not in a parallel region
-   already, at most one per PARALLEL_ROWS rows (a head's key at a position) and per block */
-static inline int {name}_threads(int64_t rows, int64_t blocks) {{
+   already, at most one per PARALLEL_SCORES scores (a query head's against a key) and per block */
+static inline int {name}_threads(int64_t scores, int64_t blocks) {{
 #ifdef _OPENMP
   if (omp_in_parallel()) return 1;
   int64_t t = omp_get_max_threads();
-  if (rows / PARALLEL_ROWS < t) t = rows / PARALLEL_ROWS;
+  if (scores / PARALLEL_SCORES < t) t = scores / PARALLEL_SCORES;
   if (blocks < t) t = blocks;
   return t < 1 ? 1 : (int)t;
 #else
-  (void)rows; (void)blocks;
+  (void)scores; (void)blocks;
   return 1;
 #endif
 }}
@@ -196,7 +196,7 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
   int64_t Q = H * {G}, ep = ({E} + W - 1) / W * W, evp = ({Ev} + W - 1) / W * W;
   int64_t part = Q * evp + (2 * Q + W - 1) / W * W;  /* whole vectors: every part aligned */
   int64_t cached = {cached}, blocks = (cached + BK - 1) / BK;
-  int T = {name}_threads(H * cached, blocks);
+  int T = {name}_threads(H * {G} * cached, blocks);
   /* the scaled queries, each thread's part (its heads' output, running maximum and sum) and
      the first thread's scores; the others' scores in their own scratch */
   float* scratch = {scratch}(sizeof(float) * (size_t)(Q * ep + T * part + {G} * BK));
@@ -351,10 +351,10 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
             new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",
             appended=_APPENDED.format(**consts) if appended else "")
         return (f"#define V {v}\n#define M {m}\n#define BK {KEYS}\n#define W {lanes}\n#define AHEAD {AHEAD}\n"
-                f"#define PARALLEL_ROWS {PARALLEL_ROWS}\n"
+                f"#define PARALLEL_SCORES {PARALLEL_SCORES}\n"
                 f"#define LOADF(p) ((V)(*(const {u}*)(p)))\n{loads}"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{text}"
-                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef AHEAD\n#undef PARALLEL_ROWS\n#undef LOADF\n"
+                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef AHEAD\n#undef PARALLEL_SCORES\n#undef LOADF\n"
                 "#undef LOADK\n#undef SEL")
 
     return lib._helper(name, make)

@@ -128,3 +128,31 @@ def test_keys_shared_among_threads():
         cm.num_threads = threads
         np.testing.assert_allclose(cm(q, k, v, keep), want, **TOL)
     assert not want[0, 2].any()
+
+
+def test_grouped_cache_shared_among_threads():
+    """LLaMA's step: 12 query heads over 4 key/value heads, 700 positions of an int8 cache (8400
+    scores: two threads, where counting key/value heads' rows, 2800, kept one) and the step's own
+    key and value, which the last thread takes: the same at one thread and at two, against NumPy
+    in float64 over the rows' dequantized values."""
+    import ember
+    from ember.graph.core import Graph
+    from ember.ops.nodes import add_op
+
+    heads, groups, dim, past = 4, 3, 64, 700
+    q, kn, vn = rand(1, 1, heads * groups, dim), rand(1, 1, heads, dim), rand(1, 1, heads, dim)
+    k, v = quantize_rows(rand(1, past, heads, dim) * 3), quantize_rows(rand(1, past, heads, dim))
+    g = Graph(name="step")
+    ins = [g.add_input(n, TensorType(x.shape if n in ("q", "kn", "vn") else (1, "past", heads, dim + 4), x.dtype.name))
+           for n, x in zip(("q", "k", "v", "kn", "vn"), (q, k, v, kn, vn))]
+    (o,) = add_op(g, SDPA, ins, {"layout": "bshd", "appended": True, "gqa": True})
+    g.set_outputs([o])
+    cm = ember.compile(g)
+    keys = np.concatenate([dequantize_rows(k), kn], 1)[0].transpose(1, 0, 2).astype("float64")
+    values = np.concatenate([dequantize_rows(v), vn], 1)[0].transpose(1, 0, 2).astype("float64")
+    s = np.einsum("hge,hse->hgs", q[0, 0].reshape(heads, groups, dim).astype("float64"), keys) / np.sqrt(dim)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("hgs,hse->hge", p / p.sum(-1, keepdims=True), values).reshape(1, 1, heads * groups, dim)
+    for threads in (1, 2):
+        cm.num_threads = threads
+        np.testing.assert_allclose(cm(q, k, v, kn, vn), want, **TOL)
