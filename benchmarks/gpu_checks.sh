@@ -19,6 +19,8 @@
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,
 # "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
+# Step profile (after compare): where resnet18's and bert_base's time goes, each kernel's time,
+# share, grid and bound; PROFILE_MODELS= names other models, PRECISIONS= its precisions too.
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -33,8 +35,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [compare]=150 [graphs]=50 [tune]=90 [decode]=60)
-ORDER=(info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode)
+                  [tile]=70 [compare]=150 [profile]=75 [graphs]=50 [tune]=90 [decode]=60)
+ORDER=(info tests kernels rows mma splitk symbolic attention tile compare profile graphs tune decode)
 
 run_step() {
     case $1 in
@@ -52,6 +54,8 @@ run_step() {
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ${PRECISIONS:+--gpu-precisions $PRECISIONS} ;;
+        profile) "$PY" benchmarks/gpu_profile.py --models ${PROFILE_MODELS:-resnet18 bert_base} \
+                     ${PRECISIONS:+--precisions $PRECISIONS} --top 15 ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
         tune) "$PY" benchmarks/cuda_kernels.py --tune 64 ;;
         decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 ${DECODE:---small --contexts 64 --tokens 16} ;;

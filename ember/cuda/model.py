@@ -142,6 +142,17 @@ class CUDAModel(CompiledModel):
         launches: a replayed graph's call costs about one launch)."""
         return None if self.host_us is None else self.host_us / max(1, len(self._entry.order))
 
+    @property
+    def program(self) -> Program:
+        """The call program: its launches (each buffer argument's dimensions and dtype) and copies."""
+        return self._entry.program
+
+    @property
+    def device_kernels(self) -> dict[str, CUDAKernel]:
+        """Kernel name -> its CUDAKernel (`grid`, None where symbolic; `block`; `registers`;
+        `source`): how each is launched, for a profile's grids against the multiprocessors."""
+        return self._entry.kernels
+
     def __call__(self, *inputs, stream=None):
         from .driver import device
 
@@ -402,13 +413,18 @@ class CUDAModel(CompiledModel):
 
         return save_cuda(self, path)
 
-    def profile(self, *inputs, repeat: int = 10) -> Profile:
+    def profile(self, *inputs, repeat: int = 10, hold=None) -> Profile:
         """Time every kernel on the GPU over `repeat` calls on these inputs (after one call that
         loads the kernels and uploads the weights): CUDA events recorded on the call's stream
         between the launches, issued one by one (ember.cuda.timing), so a kernel's time is the
         GPU's, its launch from the host not counted; `total_us` from the first event to the last.
         Per kernel the median over the calls of the sum over its launches (Profile, as the CPU's
-        profile gives); `summary()` shows the latest."""
+        profile gives); `summary()` shows the latest.
+
+        A kernel shorter than its launch from Python leaves the GPU waiting for the next one, and
+        that wait falls between its events: `hold`, called before each profiled call, enqueues
+        work on the call's stream that holds it until the call's launches are all issued (torch's
+        `torch.cuda._sleep(cycles)` for torch inputs), so that the intervals are the kernels' own."""
         if repeat < 1:
             raise ConfigError(f"repeat must be at least 1, got {repeat}")
         self(*inputs)
@@ -417,6 +433,8 @@ class CUDAModel(CompiledModel):
         for _ in range(repeat):
             self._marks = Marks()
             try:
+                if hold is not None:
+                    hold()
                 self(*inputs)
                 runs.append(self._marks.elapsed_us())
             finally:
