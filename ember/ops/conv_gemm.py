@@ -64,13 +64,12 @@ def _reference(inputs, attrs):
     return [conv_reference(x, w4, inputs[2] if len(inputs) == 3 else None, strides, begin, end, dilations, 1)]
 
 
-def _compute(inputs, attrs, out_types):
-    x, w = inputs[:2]
+def column_reader(x, attrs):
+    """(column(b, k, p): the element of x (N, C, H, W) that tap k = (c, ky, kx) of output position
+    p reads, 0 in the padding; (OH, OW)), for a stage of columns."""
     (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = _window(attrs)
     n, c, h, wd = (as_int(d) for d in x.shape)
-    oc, q = (as_int(d) for d in w.shape)
     oh, ow = _out_size((n, c, h, wd), attrs)
-    positions = oh * ow
 
     def column(b, k, p):
         y = p // ow * sh - pt + k // kw % kh * dh
@@ -80,6 +79,15 @@ def _compute(inputs, attrs, out_types):
             return value
         return te.if_then_else(te.all(y >= 0, y < h, z >= 0, z < wd), value, te.const(0, x.dtype))
 
+    return column, (oh, ow)
+
+
+def _compute(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    n = as_int(x.shape[0])
+    oc, q = (as_int(d) for d in w.shape)
+    column, (oh, ow) = column_reader(x, attrs)
+    positions = oh * ow
     cols = te.compute((n, q, positions), column, name="cols", tag=COLUMNS)
     acc_dtype = dt.compute_dtype(x.dtype)
     r = te.reduce_axis((0, q), name="q")

@@ -8,7 +8,15 @@ x (M, K) an activation, w (S, N, K/S) a linear layer's (N, K) weights cut into S
 GPU schedule reads them in place as it copies their tiles into shared memory
 (ember.schedules.gpu.split_k).
 
-    sum_partials(p)[i, j] = sum over s of p[s, i, j], in the order of s
+and a convolution's as an implicit GEMM in half precision (ember.ops.conv_gemm), its taps
+q = (c, ky, kx) cut into S parts:
+
+    conv2d_gemm_partials(x, w)[s, n, o, oh, ow] = sum over q < Q/S of w[s, 0, o, q] * cols[n, s*Q/S + q, (oh, ow)]
+
+w (S, 1, OC, Q/S) the weights (OC, Q) cut once (the 1 a broadcast over the images), the sums in
+float32, the columns a stage computed as their tiles are copied, as conv2d_gemm's.
+
+    sum_partials(p)[...] = sum over s of p[s, ...], in the order of s
 
 is their sum, another kernel: an anchor as a product is (pattern out_elementwise_fusable), so
 that the epilogue the gemm had (the bias, an activation, a residual) fuses after it, which a
@@ -21,8 +29,9 @@ import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
-from ..tir.expr import as_int
-from .registry import OpDef, OpTypeError, register
+from ..tir.expr import as_int, cast
+from .conv_gemm import COLUMNS, column_reader
+from .registry import REQUIRED, OpDef, OpTypeError, get, infer_types, register
 
 PARTS = "k_parts"  # the tag of x's parts' stage
 
@@ -66,17 +75,62 @@ register(OpDef(
 ))
 
 
+def _infer_conv(types, attrs):
+    x, w = types
+    if w.rank != 4 or w.shape[1] != 1 or any(isinstance(d, str) for d in w.shape):
+        raise OpTypeError(f"conv2d_gemm_partials: w (S, 1, OC, Q/S), static, got {w}")
+    s, _, oc, part = w.shape
+    _, (out,) = infer_types("conv2d_gemm", [x, TensorType((oc, s * part), w.dtype)], attrs)
+    return [TensorType((s, *out.shape), "float32")]
+
+
+def _conv_reference(inputs, attrs):
+    x, w = inputs
+    s, _, oc, part = w.shape
+    parts = []
+    for p in range(s):  # the part's taps, the others' weights zero
+        flat = np.zeros((oc, s * part), np.float32)
+        flat[:, p * part:(p + 1) * part] = w[p, 0]
+        parts.append(get("conv2d_gemm").reference([x.astype(np.float32), flat], attrs)[0])
+    return [np.stack(parts)]
+
+
+def _conv_compute(inputs, attrs, out_types):
+    x, w = inputs
+    s, _, oc, part = (as_int(d) for d in w.shape)
+    n = as_int(x.shape[0])
+    column, (oh, ow) = column_reader(x, attrs)
+    cols = te.compute((s, n, part, oh * ow), lambda p, b, k, q: column(b, p * part + k, q), name="cols", tag=COLUMNS)
+    r = te.reduce_axis((0, part), name="q")
+    acc = te.compute((s, n, oc, oh * ow), lambda p, b, o, q: te.sum(
+        cast("float32", w[p, 0, o, r]) * cast("float32", cols[p, b, r, q]), axis=r), name="partials")
+    return [te.compute((s, n, oc, oh, ow), lambda p, b, o, y, z: acc[p, b, o, y * ow + z], name="conv_partials")]
+
+
+register(OpDef(
+    name="conv2d_gemm_partials",
+    infer=_infer_conv,
+    reference=_conv_reference,
+    compute=_conv_compute,
+    pattern="opaque",
+    attrs={"kernel": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1)},
+    num_inputs=(2, 2),
+    doc="Split-K's partial sums of a convolution as an implicit GEMM: out[s] = w[s] @ im2col(x)[part s].",
+    takes_prologue=False,
+))
+
+
 def _infer_sum(types, attrs):
     (p,) = types
-    if p.rank != 3 or p.dtype != "float32" or any(isinstance(d, str) for d in p.shape):
-        raise OpTypeError(f"sum_partials: partial sums (S, M, N), float32 and static, got {p}")
+    if p.rank < 3 or p.dtype != "float32" or any(isinstance(d, str) for d in p.shape):
+        raise OpTypeError(f"sum_partials: partial sums (S, ...), float32 and static, got {p}")
     return [TensorType(p.shape[1:], "float32")]
 
 
 def _sum_compute(inputs, attrs, out_types):
     (p,) = inputs
     r = te.reduce_axis((0, as_int(p.shape[0])), name="s")
-    return [te.compute(tuple(p.shape[1:]), lambda i, j: te.sum(p[r, i, j], axis=r), name="total")]
+    return [te.compute(tuple(p.shape[1:]), lambda *i: te.sum(p[(r, *i)], axis=r), name="total")]
 
 
 register(OpDef(

@@ -11,6 +11,15 @@ changes nothing. Only gemms of float32 activations (not marked tf32: those take 
 constant weights, static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is
 in a fixed order (deterministic), its epilogue (the bias, an activation, a residual) fused after
 it.
+
+A convolution of half operands as an implicit GEMM (ember.passes.conv_gemm: ResNet's 3x3
+convolutions at 14x14 and 7x7, whose few blocks each walk a K of C*9 taps) likewise, on Tensor
+Cores, its partial sums in float32:
+
+    conv2d_gemm(x, W, b?)  ->  cast(sum_partials(conv2d_gemm_partials(x, W')) [+ float32(b)])
+
+W' (S, 1, OC, Q/S) the weights (OC, Q) cut into parts of the taps; the cast to the half type is
+the one conv2d_gemm's epilogue made.
 """
 
 from __future__ import annotations
@@ -23,12 +32,14 @@ from .rewrite import Rewriter, rebuild
 
 def split_k(graph: Graph, target=None) -> Graph:
     splits_of = getattr(getattr(target, "backend", None), "k_splits", None)
-    if splits_of is None or not any(n.op == "gemm" for n in graph.nodes):
+    if splits_of is None or not any(n.op in ("gemm", "conv2d_gemm") for n in graph.nodes):
         return graph  # (the pipeline reports it unchanged)
     return rebuild(graph, lambda rw, node, inputs: _split(rw, node, inputs, graph, splits_of, target))
 
 
 def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
+    if node.op == "conv2d_gemm":
+        return _split_conv(rw, node, inputs, graph, splits_of, target)
     a = node.attrs
     if (node.op != "gemm" or a["trans_a"] or a["b_panels"] or a["tf32"] or a["alpha"] != 1.0
             or (len(inputs) == 3 and a["beta"] != 1.0)):
@@ -49,3 +60,26 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
         return rw.emit("sum_partials", [partials], hint=node.name, out_names=out)
     (total,) = rw.emit("sum_partials", [partials], hint=f"{node.name}_sum")
     return rw.emit("add", [total, inputs[2]], hint=node.name, out_names=out)
+
+
+def _split_conv(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
+    """A convolution as an implicit GEMM of half operands (ember.passes.conv_gemm): its float32
+    partial sums over parts of the taps, their sum, the bias in float32, then the cast to the
+    half type that conv2d_gemm's epilogue made (the same sums in another order)."""
+    w, bias = node.inputs[1], node.inputs[2] if len(node.inputs) == 3 else None
+    if not graph.is_constant(w) or (bias is not None and not graph.is_constant(bias)):
+        return None
+    weights = graph.constants[w.name]  # (OC, C*KH*KW)
+    (oc, q), (n, _, oh, ow) = weights.shape, node.outputs[0].type.shape
+    splits = splits_of(oc, n * oh * ow, q, target)  # (the images as more positions)
+    if splits < 2:
+        return None
+    weights = weights.reshape(oc, splits, q // splits).transpose(1, 0, 2)[:, None]  # (S, 1, OC, Q/S)
+    parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
+    (partials,) = rw.emit("conv2d_gemm_partials", [inputs[0], parts], node.attrs, hint=f"{node.name}_partials")
+    (total,) = rw.emit("sum_partials", [partials], hint=f"{node.name}_sum")
+    if bias is not None:
+        wide = rw.constant(graph.constants[bias.name].astype(np.float32).reshape(oc, 1, 1), f"{bias.name}.wide")
+        (total,) = rw.emit("add", [total, wide], hint=f"{node.name}_bias")
+    return rw.emit("cast", [total], {"dtype": node.outputs[0].type.dtype}, hint=node.name,
+                   out_names=[node.outputs[0].name])

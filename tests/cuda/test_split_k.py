@@ -1,13 +1,14 @@
 """Split-K (ember.passes.split_k, ember.ops.gemm_partials, ember.schedules.gpu.split_k): a float32
-linear layer whose tiles leave multiprocessors idle computed as partial sums over parts of K (a
-kernel), then their sum in a fixed order with the layer's epilogue (a second kernel); the
-operators on the interpreter with GPU semantics against NumPy, a model on the simulated GPU
-against NumPy, the partials built by NVRTC for sm_90, and the number of parts for BERT-base's
-layers at 128 tokens."""
+linear layer, or a half convolution as an implicit GEMM, whose tiles leave multiprocessors idle
+computed as partial sums over parts of K (a kernel), then their sum in a fixed order with the
+layer's epilogue (a second kernel); the operators on the interpreter with GPU semantics against
+NumPy, models on the simulated GPU against NumPy and torch, the partials built by NVRTC for sm_90,
+and the number of parts for BERT-base's layers at 128 tokens and ResNet-18's deep convolutions."""
 
 import math
 
 import numpy as np
+import torch
 from gpu_kernels import needs_nvrtc
 
 import ember
@@ -32,6 +33,37 @@ def test_partial_sums_and_their_sum_match_numpy_on_the_interpreter():
     check_op("gemm_partials", [_x(20, 96), _x(3, 24, 32)], None, rtol=1e-5, atol=1e-5,
              targets=[ON_INTERPRETER])  # tiles past M and N: padded and guarded
     check_op("sum_partials", [_x(3, 5, 7)], None, rtol=1e-6, atol=1e-6, targets=[ON_INTERPRETER])
+    check_op("sum_partials", [_x(2, 1, 3, 4, 5)], None, rtol=1e-6, atol=1e-6, targets=[ON_INTERPRETER])
+
+
+def test_a_convolutions_partial_sums_match_numpy_on_tensor_cores_on_the_interpreter():
+    x, w = random_array((1, 8, 5, 5), "float16", RNG), random_array((2, 1, 6, 36), "float16", RNG)
+    check_op("conv2d_gemm_partials", [x, w], {"kernel": (3, 3), "padding": (1, 1, 1, 1)}, rtol=1e-2, atol=1e-2,
+             targets=[ON_INTERPRETER])  # the taps of 8 channels in two parts of 36, each padded to a tile of k
+
+
+class _Residual(torch.nn.Module):
+    """A 3x3 convolution of 64 channels into 8 at 4x4 (K = 576: one tile of 16 x 16, split in two
+    parts of 288 on a GPU of 132 SMs), its bias, a residual and a ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.skip = torch.nn.Conv2d(64, 8, 3, padding=1), torch.nn.Conv2d(64, 8, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + self.skip(x))
+
+
+def test_a_half_convolution_that_leaves_the_gpu_idle_is_split_its_epilogue_after_the_sum():
+    torch.manual_seed(8)
+    model, x = _Residual().eval(), torch.randn(1, 64, 4, 4)
+    cm = ember.compile(model, (x,), target=Target("cuda", simulate=True), precision="fp16")
+    ops = [k.ops for k in cm.kernels]
+    assert ("conv2d_gemm_partials",) in ops and ("conv2d_gemm",) in ops  # (the 1x1's K of 64: one pass)
+    assert ("sum_partials", "add", "cast", "add", "relu", "cast") in ops  # bias, cast, residual, ReLU fused
+    with torch.no_grad():
+        ref = model(x).numpy()
+    assert np.linalg.norm(cm(x.numpy()) - ref) / np.linalg.norm(ref) <= 1e-2
 
 
 def test_a_linear_layer_that_leaves_the_gpu_idle_is_split_its_gelu_after_the_sum():
@@ -76,6 +108,8 @@ def test_parts_fill_the_gpu_only_where_k_is_long_enough():
     assert splits_for(1, 128, 768, 384) == 1  # parts of 192: too short
     assert splits_for(1, 16, 64, 4096) == 16  # 2 blocks of 16 x 32: as many parts of 256 as K holds
     assert splits_for(1, 4, 4, 1024) == 1  # 16 Ki multiply-adds: launch-bound whatever its grid
+    assert splits_for(1, 256, 14 * 14, 256 * 9) == 3  # ResNet-18's 3x3 convolutions at 14x14: 56 blocks -> 168
+    assert splits_for(1, 512, 7 * 7, 512 * 9) == 6  # at 7x7: 32 blocks -> 192, parts of 768
 
 
 @needs_nvrtc
@@ -86,3 +120,12 @@ def test_bert_base_layer_partials_compile_for_sm90():
     f = ember.build(s, args, target="cuda", arch="sm_90")
     assert f.grid == (24, 4, 2) and f.block == (16, 16, 1)  # 192 blocks: every multiprocessor busy
     assert "cp.async.cg.shared.global [%0], [%1], 16;" in f.source  # x's parts copied in place, 16 bytes at a time
+
+
+@needs_nvrtc
+def test_resnet18_last_convolutions_partials_compile_for_sm90():
+    types = [TensorType((1, 512, 7, 7), "float16"), TensorType((6, 1, 512, 768), "float16")]
+    bound, outs = infer_types("conv2d_gemm_partials", types, {"kernel": (3, 3), "padding": (1, 1, 1, 1)})
+    s, args = node_kernel("conv2d_gemm_partials", types, bound, outs, target=Target("cuda"))
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.grid == (2, 16, 6) and f.block == (32, 2, 1)  # 192 blocks of 32 x 32 where one pass had 32

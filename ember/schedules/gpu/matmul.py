@@ -1,5 +1,5 @@
 """GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
-convolutions as implicit GEMMs).
+convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis).
 
 float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
 ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
@@ -64,7 +64,7 @@ def schedule_gemm(s, outputs, target) -> bool | None:
     return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul", "conv2d_gemm")
+@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials")
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)

@@ -16,6 +16,10 @@ float atomics into the output would be neither deterministic nor able to apply t
 once. The workspace costs a write and a read of splits x M x N floats (768 KiB for 128 x 768 in
 two parts), against a grid that fills the GPU.
 
+A half convolution's partial sums (`conv2d_gemm_partials`, ember.passes.split_k) are a Tensor
+Core product with the part as a batch axis (ember.schedules.gpu.matmul), their sum the same
+`sum_partials`.
+
 `splits_for` gives the number of parts: the fewest that fill the multiprocessors, K divided
 into parts of at least MIN_PART (shorter parts are not worth the extra pass), 1 where none
 fits or the product is one the family leaves launch-bound (under matmul.SMALL multiply-adds: a
