@@ -57,6 +57,27 @@ def timed_graph(fn, runs: int, launches: int = 20) -> tuple[float, bool]:
     return (t, True) if t is not None else (timed(fn, runs), False)
 
 
+def held(fn, runs: int, cycles: int = 1 << 21) -> float:
+    """Median seconds the GPU spends on fn()'s work: its stream held (torch.cuda._sleep of
+    `cycles`, about a millisecond) while the host issues it, so that the interval between the
+    events is the GPU's alone, not the host's launches (which `timed` counts where the kernels are
+    shorter: a batch-1 layer's). No capture: for calls a torch graph cannot capture (a compiled
+    model replaying its own CUDA graph), where `timed_graph` would fall back to `timed`."""
+    import torch
+
+    timed(fn, 3)  # (its warm-up)
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 def build(make):
     """An ember CUDA kernel of a schedule, and the seconds it took to lower and compile."""
     import ember

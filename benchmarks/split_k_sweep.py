@@ -1,14 +1,17 @@
 """Split-K's thresholds, measured on a GPU: float32 linear layers (gemm of weights read in place,
-and a bias) of a few shapes, each compiled as a one-layer model for target "cuda" in one pass and
-split over K into 2, 4 and 8 parts (ember.passes.split_k forced to that count: partial sums, then
-their sum with the bias), each checked against torch, then timed with CUDA events (medians; the
-models' calls replay CUDA graphs), next to cuBLAS (TF32 off). Per shape: the one pass's blocks
-against the GPU's multiprocessors, each count's time and speed-up over the one pass, and the
-count `splits_for` chooses now (MIN_PART, matmul.SMALL and the target's SM count), marked '*',
-so that the thresholds can be set from the numbers; the last lines say where the measured best
-and the current choice differ.
+and a bias) of a few shapes, and fp16 convolutions with their bias and ReLU (ResNet-18's 3x3 ones
+at each resolution, MobileNetV2's 1x1 projections: implicit GEMMs on Tensor Cores), each compiled
+as a one-layer model for target "cuda" in one pass and split over K into 2, 4 and 8 parts (3, 6
+and 12 too for the convolutions; ember.passes.split_k forced to that count: partial sums, then
+their sum with the epilogue), each checked against torch, then timed with CUDA events around the
+GPU's work alone (cuda_timing.held: medians, the stream held while the host issues the call; the
+models' calls replay CUDA graphs), next to cuBLAS (TF32 off) and cuDNN (torch's conv2d and relu).
+Per shape: the one pass's blocks against the GPU's multiprocessors, each count's time and
+speed-up over the one pass, and the count `splits_for` chooses now (MIN_PART, matmul.SMALL and
+the target's SM count), marked '*', so that the thresholds can be set from the numbers; the last
+lines say where the measured best and the current choice differ.
 
-    python benchmarks/split_k_sweep.py [--runs 30] [--splits 1 2 4 8]
+    python benchmarks/split_k_sweep.py [--runs 30] [--splits 1 2 4 8] [--no-convs]
 
 Needs a GPU, torch with CUDA, cuda-bindings and NVRTC (benchmarks/gpu_checks.sh runs it as the
 step `splitk`).
@@ -29,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # (M, N, K): BERT-base's layers at 16 to 256 tokens, and wider ones of a long K
 SHAPES = ((16, 768, 768), (16, 768, 3072), (64, 768, 768), (64, 768, 3072), (128, 768, 768), (128, 768, 3072),
           (128, 3072, 768), (256, 768, 768), (32, 4096, 4096), (128, 1024, 4096))
+# (C, OC, H = W, kernel): ResNet-18's 3x3 convolutions at 56, 28, 14 and 7, MobileNetV2's 1x1 projections
+CONVS = ((64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7, 3), (576, 160, 7, 1), (960, 160, 7, 1))
+CONV_SPLITS = (1, 2, 3, 4, 6, 8, 12)
 BK = 16  # cuda_core_product's panels of K: a part a whole number of them
 
 
@@ -55,11 +61,75 @@ def compiled(g, splits: int, target="cuda"):
     return ember.compile(g, target=target, disabled_passes=("split_k",))
 
 
+def conv_layer(x, w, b, padding: int):
+    """A graph of relu(conv2d(x, w, b)) in float16, x (1, C, H, W) its input."""
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.nodes import add_op
+
+    g = Graph()
+    (y,) = add_op(g, "conv2d", [g.add_input("x", TensorType(tuple(x.shape), "float16")),
+                                g.add_constant(w, "w"), g.add_constant(b, "b")], {"padding": (padding,) * 4})
+    (y,) = add_op(g, "relu", [y])
+    g.set_outputs([y])
+    return g
+
+
+def compiled_conv(g, splits: int):
+    """The convolution compiled in fp16 (an implicit GEMM) with its taps split into `splits`
+    parts: the CUDA backend's k_splits answering that count while it compiles."""
+    import ember
+    from ember.backends import get
+
+    backend = get("cuda")
+    backend.k_splits = lambda m, n, k, target: splits
+    try:
+        return ember.compile(g, target="cuda", precision="fp16")
+    finally:
+        del backend.k_splits
+
+
+def conv_sweep(runs: int) -> list[tuple]:
+    """As `sweep`, for CONVS in fp16 (M: the output channels, N: the positions, K: the taps), each
+    count of CONV_SPLITS that makes whole panels; cuDNN's as splits 0."""
+    import torch
+    from cuda_timing import held
+
+    from ember.schedules.gpu.matmul import tensor_core_tiles
+    from ember.schedules.gpu.split_k import splits_for
+    from ember.target import Target
+
+    sms = Target("cuda").gpu.multiprocessors
+    rows = []
+    for C, OC, H, k in CONVS:
+        M, N, K = OC, H * H, C * k * k
+        tiles = tensor_core_tiles(1, M, N, K, "float16", sms)
+        blocks = -(-M // tiles["BM"]) * -(-N // tiles["BN"])
+        chosen = splits_for(1, M, N, K, sms)
+        x = torch.randn(1, C, H, H, device="cuda", dtype=torch.float16)
+        w = (torch.randn(OC, C, k, k, device="cuda") / K ** 0.5).half()
+        b = torch.randn(OC, device="cuda", dtype=torch.float16)
+        expected = torch.relu(torch.nn.functional.conv2d(x, w, b, padding=k // 2))
+        g = conv_layer(x, w.cpu().numpy(), b.cpu().numpy(), k // 2)
+        for splits in CONV_SPLITS:
+            if K % splits or (K // splits) % BK:
+                continue
+            try:
+                cm = compiled_conv(g, splits)
+                torch.testing.assert_close(cm(x), expected, rtol=1e-2, atol=1e-2)
+                rows.append((M, N, K, blocks, splits, held(lambda cm=cm, x=x: cm(x), runs), chosen))
+            except Exception:  # one count's failure must not hide the others'
+                print(f"--- conv {C}->{OC} at {H}x{H}, {k}x{k}, in {splits} parts failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = held(lambda xs=(x, w, b), p=k // 2: torch.relu(torch.nn.functional.conv2d(*xs, padding=p)), runs)
+        rows.append((M, N, K, blocks, 0, t, chosen))
+    return rows
+
+
 def sweep(runs: int, counts: list[int]) -> list[tuple]:
     """(M, N, K, the one pass's blocks, splits, seconds, chosen now) per shape and count, and
     cuBLAS's as splits 0."""
     import torch
-    from cuda_timing import timed
+    from cuda_timing import held
 
     from ember.schedules.gpu.matmul import cuda_core_tiles
     from ember.schedules.gpu.split_k import splits_for
@@ -81,21 +151,21 @@ def sweep(runs: int, counts: list[int]) -> list[tuple]:
             try:
                 cm = compiled(g, splits)
                 torch.testing.assert_close(cm(x), expected, rtol=1e-4, atol=1e-4)
-                rows.append((M, N, K, blocks, splits, timed(lambda cm=cm, x=x: cm(x), runs), chosen))
+                rows.append((M, N, K, blocks, splits, held(lambda cm=cm, x=x: cm(x), runs), chosen))
             except Exception:  # one count's failure must not hide the others'
                 print(f"--- {M}x{N}x{K} in {splits} parts failed:")
                 traceback.print_exc(limit=6, file=sys.stdout)
-        t = timed(lambda xs=(x, w, b): torch.nn.functional.linear(*xs), runs)
+        t = held(lambda xs=(x, w, b): torch.nn.functional.linear(*xs), runs)
         rows.append((M, N, K, blocks, 0, t, chosen))
     return rows
 
 
-def report(rows: list[tuple], sms: int) -> None:
+def report(rows: list[tuple], sms: int, peer: str = "cuBLAS") -> None:
     print(f"\n{'M x N x K':18} {'blocks':>6} {'parts':>6} {'median us':>10} {'vs one pass':>12} {'TFLOP/s':>8}")
     best_of, mismatches = {}, []
     for M, N, K, blocks, splits, t, chosen in rows:
         one = next((r[5] for r in rows if r[:3] == (M, N, K) and r[4] == 1), None)
-        label = "cuBLAS" if splits == 0 else f"{splits}{'*' if splits == chosen else ''}"
+        label = peer if splits == 0 else f"{splits}{'*' if splits == chosen else ''}"
         speedup = f"{one / t:.2f}x" if one else ""
         tflops = 2 * M * N * K / t / 1e12
         print(f"{f'{M}x{N}x{K}':18} {blocks:6d} {label:>6} {t * 1e6:10.1f} {speedup:>12} {tflops:8.2f}")
@@ -114,6 +184,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--no-convs", dest="convs", action="store_false", help="the float32 linear layers only")
     args = parser.parse_args()
     import torch
 
@@ -127,6 +198,9 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}, {sms} multiprocessors, torch {torch.__version__}")
     rows = sweep(args.runs, sorted(set(args.splits) | {1}))
     report(rows, sms)
+    if args.convs:
+        print("\nfp16 convolutions (+ bias, ReLU), implicit GEMMs: M the output channels, N the positions, K the taps")
+        report(conv_sweep(args.runs), sms, peer="cuDNN")
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 
