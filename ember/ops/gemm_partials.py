@@ -4,9 +4,10 @@ where a product's tiles would leave multiprocessors idle; ember.passes.split_k w
     out[s, i, j] = sum over k < K/S of x[i, s*K/S + k] * w[s, j, k]
 
 x (M, K) an activation, w (S, N, K/S) a linear layer's (N, K) weights cut into S parts of K
-(once, at compile time). The parts of x are a stage of the kernel, never a tensor in memory: the
-GPU schedule reads them in place as it copies their tiles into shared memory
-(ember.schedules.gpu.split_k).
+(once, at compile time); float32, or both of one half type (a model in fp16 or bf16: the products
+on Tensor Cores, the partial sums float32 all the same). The parts of x are a stage of the
+kernel, never a tensor in memory: the GPU schedule reads them in place as it copies their tiles
+into shared memory (ember.schedules.gpu.split_k).
 
 and a convolution's as an implicit GEMM in half precision (ember.ops.conv_gemm), its taps
 q = (c, ky, kx) cut into S parts:
@@ -38,9 +39,10 @@ PARTS = "k_parts"  # the tag of x's parts' stage
 
 def _infer(types, attrs):
     x, w = types
-    if (x.rank != 2 or w.rank != 3 or {x.dtype, w.dtype} != {"float32"}
+    if (x.rank != 2 or w.rank != 3 or x.dtype != w.dtype or x.dtype not in ("float32", "float16", "bfloat16")
             or any(isinstance(d, str) for d in (*x.shape, *w.shape))):
-        raise OpTypeError(f"gemm_partials: x (M, K) and w (S, N, K/S), float32 and static, got {x} and {w}")
+        raise OpTypeError(f"gemm_partials: x (M, K) and w (S, N, K/S), float32, float16 or bfloat16 alike and "
+                          f"static, got {x} and {w}")
     (m, k), (s, n, part) = x.shape, w.shape
     if s * part != k:
         raise OpTypeError(f"gemm_partials: w's {s} parts of {part} must make x's K = {k}")
@@ -60,7 +62,12 @@ def _compute(inputs, attrs, out_types):
     m = as_int(x.shape[0])
     xs = te.compute((s, m, part), lambda p, i, k: x[i, p * part + k], name="parts", tag=PARTS)
     r = te.reduce_axis((0, part), name="k")
-    return [te.compute((s, m, n), lambda p, i, j: te.sum(xs[p, i, r] * w[p, j, r], axis=r), name="partials")]
+    if x.dtype == "float32":
+        return [te.compute((s, m, n), lambda p, i, j: te.sum(xs[p, i, r] * w[p, j, r], axis=r), name="partials")]
+    acc = te.compute((s, m, n), lambda p, i, j: te.sum(cast("float32", xs[p, i, r]) * cast("float32", w[p, j, r]),
+                                                          axis=r), name="partials")
+    # (Tensor Cores' fragments are stored into a shared tile, from which the block writes the output)
+    return [te.compute((s, m, n), lambda p, i, j: acc[p, i, j], name="half_partials")]
 
 
 register(OpDef(

@@ -7,19 +7,20 @@ W' the weights ((N, K) with trans_b, else (K, N)) cut once at compile time into 
 (ember.ops.gemm_partials). The target's backend says into how many parts
 (`Backend.k_splits(M, N, K, target)`: the GPU's ember.schedules.gpu.split_k.splits_for, for the
 target's multiprocessors; 1 leaves the gemm as it is), so a target without it
-changes nothing. Only gemms of float32 activations (not marked tf32: those take Tensor Cores),
-constant weights, static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is
-in a fixed order (deterministic), its epilogue (the bias, an activation, a residual) fused after
-it.
+changes nothing. Only gemms of float32 or half activations (not marked tf32), constant weights,
+static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is in a fixed order
+(deterministic), its epilogue (the bias, an activation, a residual) fused after it.
 
-A convolution of half operands as an implicit GEMM (ember.passes.conv_gemm: ResNet's 3x3
-convolutions at 14x14 and 7x7, whose few blocks each walk a K of C*9 taps) likewise, on Tensor
-Cores, its partial sums in float32:
+Half operands (a model in fp16 or bf16) take Tensor Cores for the partial sums, float32 all the
+same, and a constant bias; a linear layer's, and a convolution's as an implicit GEMM
+(ember.passes.conv_gemm: ResNet's 3x3 convolutions at 14x14 and 7x7, whose few blocks each walk
+a K of C*9 taps) over parts of its taps:
 
+    gemm(x, W, b?)         ->  cast(sum_partials(gemm_partials(x, W')) [+ float32(b)])
     conv2d_gemm(x, W, b?)  ->  cast(sum_partials(conv2d_gemm_partials(x, W')) [+ float32(b)])
 
-W' (S, 1, OC, Q/S) the weights (OC, Q) cut into parts of the taps; the cast to the half type is
-the one conv2d_gemm's epilogue made.
+W' (S, 1, OC, Q/S) for a convolution, the weights (OC, Q) cut into parts of the taps; the cast to
+the half type is the one the product's epilogue made.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.core import Graph, Node
+from .conv_gemm import HALF
 from .rewrite import Rewriter, rebuild
 
 
@@ -45,7 +47,10 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
             or (len(inputs) == 3 and a["beta"] != 1.0)):
         return None
     x, w = node.inputs[:2]
-    if x.type.dtype != "float32" or not x.type.is_static or x.type.rank != 2 or not graph.is_constant(w):
+    bias = node.inputs[2] if len(node.inputs) == 3 else None
+    half = x.type.dtype in HALF
+    if ((x.type.dtype != "float32" and not half) or not x.type.is_static or x.type.rank != 2
+            or not graph.is_constant(w) or (half and bias is not None and not graph.is_constant(bias))):
         return None
     weights = graph.constants[w.name] if a["trans_b"] else graph.constants[w.name].T  # (N, K)
     (m, k), n = x.type.shape, weights.shape[0]
@@ -55,6 +60,8 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
     weights = weights.reshape(n, splits, k // splits).transpose(1, 0, 2)
     parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
     (partials,) = rw.emit("gemm_partials", [inputs[0], parts], hint=f"{node.name}_partials")
+    if half:
+        return _half_sum(rw, node, partials, graph, bias, (n,))
     out = [node.outputs[0].name]  # (a graph output keeps its name)
     if len(inputs) == 2:
         return rw.emit("sum_partials", [partials], hint=node.name, out_names=out)
@@ -63,9 +70,8 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
 
 
 def _split_conv(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
-    """A convolution as an implicit GEMM of half operands (ember.passes.conv_gemm): its float32
-    partial sums over parts of the taps, their sum, the bias in float32, then the cast to the
-    half type that conv2d_gemm's epilogue made (the same sums in another order)."""
+    """A convolution as an implicit GEMM of half operands (ember.passes.conv_gemm), split over
+    its taps (see the module doc)."""
     w, bias = node.inputs[1], node.inputs[2] if len(node.inputs) == 3 else None
     if not graph.is_constant(w) or (bias is not None and not graph.is_constant(bias)):
         return None
@@ -77,9 +83,16 @@ def _split_conv(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, targe
     weights = weights.reshape(oc, splits, q // splits).transpose(1, 0, 2)[:, None]  # (S, 1, OC, Q/S)
     parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
     (partials,) = rw.emit("conv2d_gemm_partials", [inputs[0], parts], node.attrs, hint=f"{node.name}_partials")
+    return _half_sum(rw, node, partials, graph, bias, (oc, 1, 1))
+
+
+def _half_sum(rw: Rewriter, node: Node, partials, graph: Graph, bias, bias_shape):
+    """The node's output from its float32 partial sums: their sum, the constant `bias` in float32
+    (as `bias_shape`), then the cast to the node's half type that its epilogue made (the same
+    sums in another order)."""
     (total,) = rw.emit("sum_partials", [partials], hint=f"{node.name}_sum")
     if bias is not None:
-        wide = rw.constant(graph.constants[bias.name].astype(np.float32).reshape(oc, 1, 1), f"{bias.name}.wide")
+        wide = rw.constant(graph.constants[bias.name].astype(np.float32).reshape(bias_shape), f"{bias.name}.wide")
         (total,) = rw.emit("add", [total, wide], hint=f"{node.name}_bias")
     return rw.emit("cast", [total], {"dtype": node.outputs[0].type.dtype}, hint=node.name,
                    out_names=[node.outputs[0].name])

@@ -80,6 +80,22 @@ def test_a_linear_layer_that_leaves_the_gpu_idle_is_split_its_gelu_after_the_sum
     np.testing.assert_allclose(cm(x), 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2))), rtol=1e-5, atol=1e-5)
 
 
+def test_a_half_linear_layer_is_split_on_tensor_cores_its_bias_and_gelu_after_the_sum():
+    w, b = _x(512, 16), _x(16)
+    g = Graph()
+    x = g.add_input("x", TensorType((4, 512)))
+    h, = add_op(g, "gemm", [x, g.add_constant(w, "w"), g.add_constant(b, "b")])
+    h, = add_op(g, "gelu", [h])
+    g.set_outputs([h])
+    cm = ember.compile(g, target=Target("cuda", simulate=True), precision="fp16")
+    assert ("gemm_partials",) in [k.ops for k in cm.kernels]
+    assert any(k.ops[:3] == ("sum_partials", "add", "cast") and "gelu" in k.ops for k in cm.kernels)
+    x = _x(4, 512)
+    y = x.astype("float64") @ w + b
+    ref = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+    assert np.linalg.norm(cm(x) - ref) / np.linalg.norm(ref) <= 1e-2
+
+
 def _layer(**attrs):
     """A graph of one linear layer of BERT-base at 128 tokens, its output the gemm's."""
     g = Graph()

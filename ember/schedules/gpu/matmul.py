@@ -43,6 +43,7 @@ from ...cuda import schedules as gpu
 from ...errors import ScheduleError
 from ...intrinsics import wmma
 from ...ops.conv_gemm import COLUMNS
+from ...ops.gemm_partials import PARTS
 from ...target import GPU
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
@@ -86,8 +87,10 @@ def _tensor_core_operands(C) -> bool:
 
 
 def _tensor_cores(s, C, out, sms: int) -> bool | None:
-    """out computed from C, the float32 product of half operands (see the module doc)."""
-    columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
+    """out computed from C, the float32 product of half operands (see the module doc); a stage
+    of its operands that is a convolution's columns or split-K's parts of x is computed as its
+    tiles are copied."""
+    columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") in (COLUMNS, PARTS)}
     shape = _product_shape(s, C, out, conv=True, keep=columns)
     if shape is None:
         return False

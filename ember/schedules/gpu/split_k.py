@@ -16,9 +16,9 @@ float atomics into the output would be neither deterministic nor able to apply t
 once. The workspace costs a write and a read of splits x M x N floats (768 KiB for 128 x 768 in
 two parts), against a grid that fills the GPU.
 
-A half convolution's partial sums (`conv2d_gemm_partials`, ember.passes.split_k) are a Tensor
-Core product with the part as a batch axis (ember.schedules.gpu.matmul), their sum the same
-`sum_partials`.
+A half linear layer's or convolution's partial sums (`gemm_partials` of float16 or bfloat16
+operands, `conv2d_gemm_partials`; ember.passes.split_k) are a Tensor Core product with the part as
+a batch axis (ember.schedules.gpu.matmul), their sum the same `sum_partials`.
 
 `splits_for` gives the number of parts: the fewest that fill the multiprocessors, K divided
 into parts of at least MIN_PART (shorter parts are not worth the extra pass), 1 where none
@@ -35,7 +35,7 @@ from ...ops.gemm_partials import PARTS
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
 from . import schedules
-from .matmul import SMALL, SMS, cuda_core_tiles
+from .matmul import SMALL, SMS, _tensor_cores, cuda_core_tiles
 
 MIN_PART = 256  # the shortest part of K worth its own blocks
 BK = 16  # the K panels of cuda_core_product: a part a whole number of them
@@ -57,10 +57,13 @@ def splits_for(batch: int, M: int, N: int, K: int, sms: int = SMS) -> int:
 
 
 @schedules("gemm_partials")
-def schedule_partials(s, outputs, target) -> None:
+def schedule_partials(s, outputs, target) -> bool | None:
     """x's parts read in place as their tiles are copied into shared memory (a stage inlined into
-    the copies), the part a batch axis (blockIdx.z) of cuda_core_product's tiles."""
+    the copies), the part a batch axis (blockIdx.z) of cuda_core_product's tiles, or of Tensor
+    Cores' for half operands (their float32 sums the stage the output reads)."""
     (P,) = outputs
+    if not P.op.reduce_axis:
+        return _tensor_cores(s, P.op.input_tensors[0], P, target.gpu.multiprocessors)
     parts = {t.op.name for t in P.op.input_tensors if getattr(t.op, "tag", "") == PARTS}
     inline_intermediates(s.sch, where=lambda block: block.name not in parts)
     splits, M, N = (as_int(d) for d in P.shape)
