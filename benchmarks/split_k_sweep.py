@@ -20,6 +20,7 @@ step `splitk`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import traceback
@@ -88,9 +89,25 @@ def compiled_conv(g, splits: int):
         del backend.k_splits
 
 
-def conv_sweep(runs: int) -> list[tuple]:
+@contextlib.contextmanager
+def k_step(bk: int):
+    """Tensor Core products compiled meanwhile in `bk`-wide steps of k (tensor_core_tiles' BK;
+    32 by default): half as many steps of the serial K loop at 64."""
+    from ember.schedules.gpu import matmul
+
+    original = matmul.tensor_core_tiles
+    matmul.tensor_core_tiles = lambda *args, **kwargs: {**original(*args, **kwargs), "BK": bk}
+    try:
+        yield
+    finally:
+        matmul.tensor_core_tiles = original
+
+
+def conv_sweep(runs: int) -> tuple[list[tuple], list[tuple]]:
     """As `sweep`, for CONVS in fp16 (M: the output channels, N: the positions, K: the taps), each
-    count of CONV_SPLITS that makes whole panels; cuDNN's as splits 0."""
+    count of CONV_SPLITS that makes whole panels; cuDNN's as splits 0. Then, where the block tiles
+    are 32 wide (64-wide steps of larger ones pass 48 KiB of shared memory), in one pass and in
+    `splits_for`'s parts: (the shape, parts, seconds in 32-wide steps of k, in 64-wide ones)."""
     import torch
     from cuda_timing import held
 
@@ -99,7 +116,7 @@ def conv_sweep(runs: int) -> list[tuple]:
     from ember.target import Target
 
     sms = Target("cuda").gpu.multiprocessors
-    rows = []
+    rows, steps = [], []
     for C, OC, H, k in CONVS:
         M, N, K = OC, H * H, C * k * k
         tiles = tensor_core_tiles(1, M, N, K, "float16", sms)
@@ -122,7 +139,19 @@ def conv_sweep(runs: int) -> list[tuple]:
                 traceback.print_exc(limit=6, file=sys.stdout)
         t = held(lambda xs=(x, w, b), p=k // 2: torch.relu(torch.nn.functional.conv2d(*xs, padding=p)), runs)
         rows.append((M, N, K, blocks, 0, t, chosen))
-    return rows
+        if max(tiles["BM"], tiles["BN"]) > 32:
+            continue
+        for splits in sorted({1, chosen}):
+            at32 = next((r[5] for r in rows if r[:3] == (M, N, K) and r[4] == splits), None)
+            try:
+                with k_step(64):
+                    cm = compiled_conv(g, splits)
+                torch.testing.assert_close(cm(x), expected, rtol=1e-2, atol=1e-2)
+                steps.append((f"{M}x{N}x{K}", splits, at32, held(lambda cm=cm, x=x: cm(x), runs)))
+            except Exception:
+                print(f"--- conv {C}->{OC} at {H}x{H}, {k}x{k}, in {splits} parts, 64-wide steps of k failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+    return rows, steps
 
 
 def sweep(runs: int, counts: list[int]) -> list[tuple]:
@@ -200,7 +229,11 @@ def main() -> int:
     report(rows, sms)
     if args.convs:
         print("\nfp16 convolutions (+ bias, ReLU), implicit GEMMs: M the output channels, N the positions, K the taps")
-        report(conv_sweep(args.runs), sms, peer="cuDNN")
+        rows, steps = conv_sweep(args.runs)
+        report(rows, sms, peer="cuDNN")
+        print(f"\n{'M x N x K':18} {'parts':>6} {'BK 32 us':>9} {'BK 64 us':>9}")
+        for shape, splits, at32, at64 in steps:
+            print(f"{shape:18} {splits:6d} {'-' if at32 is None else f'{at32 * 1e6:.1f}':>9} {at64 * 1e6:9.1f}")
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 
