@@ -12,7 +12,8 @@ static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is in
 (deterministic), its epilogue (the bias, an activation, a residual) fused after it.
 
 Half operands (a model in fp16 or bf16) take Tensor Cores for the partial sums, float32 all the
-same, and a constant bias; a linear layer's, and a convolution's as an implicit GEMM
+same, and a constant bias; a linear layer's of more than one row (one row, a decode step's, is
+the GPU's gemv: 8 threads a column, no Tensor Core tile of 16 rows), and a convolution's as an implicit GEMM
 (ember.passes.conv_gemm: ResNet's 3x3 convolutions at 14x14 and 7x7, whose few blocks each walk
 a K of C*9 taps) over parts of its taps:
 
@@ -54,7 +55,7 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
         return None
     weights = graph.constants[w.name] if a["trans_b"] else graph.constants[w.name].T  # (N, K)
     (m, k), n = x.type.shape, weights.shape[0]
-    splits = splits_of(m, n, k, target)
+    splits = 1 if half and m == 1 else splits_of(m, n, k, target)  # (one row: the GPU's gemv)
     if splits < 2:
         return None
     weights = weights.reshape(n, splits, k // splits).transpose(1, 0, 2)

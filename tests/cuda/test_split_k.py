@@ -96,6 +96,17 @@ def test_a_half_linear_layer_is_split_on_tensor_cores_its_bias_and_gelu_after_th
     assert np.linalg.norm(cm(x) - ref) / np.linalg.norm(ref) <= 1e-2
 
 
+def test_a_half_layer_of_one_row_is_left_to_the_gpus_gemv():
+    def ops(rows):
+        g = Graph()
+        y, = add_op(g, "gemm", [g.add_input("x", TensorType((rows, 512), "float16")),
+                                g.add_constant(_x(512, 16).astype("float16"), "w")])
+        g.set_outputs([y])
+        return [n.op for n in split_k(g, Target("cuda")).nodes]
+
+    assert ops(1) == ["gemm"] and ops(4) == ["gemm_partials", "sum_partials", "cast"]
+
+
 def _layer(**attrs):
     """A graph of one linear layer of BERT-base at 128 tokens, its output the gemm's."""
     g = Graph()
