@@ -62,7 +62,7 @@ def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
     parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
     (partials,) = rw.emit("gemm_partials", [inputs[0], parts], hint=f"{node.name}_partials")
     if half:
-        return _half_sum(rw, node, partials, graph, bias, (n,))
+        return _summed(rw, node, partials, graph, bias, (n,))
     out = [node.outputs[0].name]  # (a graph output keeps its name)
     if len(inputs) == 2:
         return rw.emit("sum_partials", [partials], hint=node.name, out_names=out)
@@ -84,16 +84,20 @@ def _split_conv(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, targe
     weights = weights.reshape(oc, splits, q // splits).transpose(1, 0, 2)[:, None]  # (S, 1, OC, Q/S)
     parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
     (partials,) = rw.emit("conv2d_gemm_partials", [inputs[0], parts], node.attrs, hint=f"{node.name}_partials")
-    return _half_sum(rw, node, partials, graph, bias, (oc, 1, 1))
+    return _summed(rw, node, partials, graph, bias, (oc, 1, 1))
 
 
-def _half_sum(rw: Rewriter, node: Node, partials, graph: Graph, bias, bias_shape):
+def _summed(rw: Rewriter, node: Node, partials, graph: Graph, bias, bias_shape):
     """The node's output from its float32 partial sums: their sum, the constant `bias` in float32
     (as `bias_shape`), then the cast to the node's half type that its epilogue made (the same
-    sums in another order)."""
-    (total,) = rw.emit("sum_partials", [partials], hint=f"{node.name}_sum")
+    sums in another order); the last of them under the node's output name."""
+    dtype = node.outputs[0].type.dtype
+    steps = ["sum", *(["bias"] if bias is not None else []), *(["cast"] if dtype != "float32" else [])]
+    named = {"hint": node.name, "out_names": [node.outputs[0].name]}  # (a graph output keeps its name)
+    (total,) = rw.emit("sum_partials", [partials], **(named if steps[-1] == "sum" else {"hint": f"{node.name}_sum"}))
     if bias is not None:
         wide = rw.constant(graph.constants[bias.name].astype(np.float32).reshape(bias_shape), f"{bias.name}.wide")
-        (total,) = rw.emit("add", [total, wide], hint=f"{node.name}_bias")
-    return rw.emit("cast", [total], {"dtype": node.outputs[0].type.dtype}, hint=node.name,
-                   out_names=[node.outputs[0].name])
+        (total,) = rw.emit("add", [total, wide], **(named if steps[-1] == "bias" else {"hint": f"{node.name}_bias"}))
+    if dtype != "float32":
+        (total,) = rw.emit("cast", [total], {"dtype": dtype}, **named)
+    return [total]

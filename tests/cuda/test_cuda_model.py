@@ -76,7 +76,8 @@ def test_each_thread_computes_only_the_outputs_it_writes():
     torch.manual_seed(2)
     cm = ember.compile(SmallCNN().eval(), (torch.randn(1, 2, 6, 6),), target="cuda")
     per_thread = {name: local_bytes(k.func)[0] for name, k in cm._entry.kernels.items()}
-    assert any(name.startswith("conv2d_relu") for name in per_thread) and max(per_thread.values()) <= 16, per_thread
+    assert any(name.startswith("conv2d_gemm_relu") for name in per_thread) and max(per_thread.values()) <= 16, \
+        per_thread  # (the convolution as an implicit GEMM, ember.passes.conv_gemm)
 
 
 def test_the_cuda_target_takes_no_cpu_layouts_or_packing():
@@ -84,7 +85,7 @@ def test_the_cuda_target_takes_no_cpu_layouts_or_packing():
     model = SmallCNN().eval()
     cm = ember.compile(model, (torch.randn(1, 2, 6, 6),), target=SIMULATED)
     ops = {op for k in cm.kernels for op in k.ops}
-    assert "conv2d" in ops and not any("nchwc" in op or "packed" in op for op in ops)
+    assert "conv2d_gemm" in ops and not any("nchwc" in op or "packed" in op for op in ops)
     assert not {"pad_gemv", "layout", "pack_weights", "fold_attention"} & {r.name for r in cm.stats.passes}
 
 

@@ -18,7 +18,8 @@ other float32 product (linear layers, their weights read in place; batched and b
 any M, N, K; an epilogue: bias, activation, residual) on CUDA cores the same way, its tiles padded
 where they do not divide the shape (ember.cuda.schedules.cuda_core_product): the block tiles
 follow the shape as the Tensor Cores' do (`block_tiles`), 16 x 16 threads a block, each a register
-tile of (BM/16) x (BN/16) sums from which it computes its outputs, the epilogue included. A gemm
+tile of (BM/16) x (BN/16) sums from which it computes its outputs, the epilogue included (a
+float32 convolution as an implicit GEMM too, its columns computed as their tiles are copied). A gemm
 with one output row (a decode step's linear layers) takes `gemv` first. Products of fewer than
 SMALL multiply-adds (launch-bound on a GPU whatever their schedule) decline: the default computes
 an output element a thread, its reduction in a register.
@@ -103,10 +104,10 @@ def cuda_cores(s, C, out, tiles: dict | None = None, sms: int = SMS) -> bool | N
     """out computed from C, a float32 product of float32 operands (see the module doc), in
     `tiles` (cuda_core_product's BM, BN, BK, TM, TN; default: `cuda_core_tiles` for a GPU of `sms`
     multiprocessors); False where it declines."""
-    if C.dtype != "float32" or any(t.dtype != "float32" or getattr(t.op, "tag", "") == COLUMNS
-                                   for t in C.op.input_tensors):
+    if C.dtype != "float32" or any(t.dtype != "float32" for t in C.op.input_tensors):
         return False
-    shape = _product_shape(s, C, out)
+    columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") == COLUMNS}
+    shape = _product_shape(s, C, out, conv=True, keep=columns)
     if shape is None or prod(_typical(shape)) < SMALL:
         return False
     *batch, M, N, _ = _typical(shape)
