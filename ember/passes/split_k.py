@@ -12,16 +12,16 @@ static shapes, alpha and beta 1 and no transposed a are rewritten. The sum is in
 (deterministic), its epilogue (the bias, an activation, a residual) fused after it.
 
 Half operands (a model in fp16 or bf16) take Tensor Cores for the partial sums, float32 all the
-same, and a constant bias; a linear layer's of more than one row (one row, a decode step's, is
-the GPU's gemv: 8 threads a column, no Tensor Core tile of 16 rows), and a convolution's as an implicit GEMM
-(ember.passes.conv_gemm: ResNet's 3x3 convolutions at 14x14 and 7x7, whose few blocks each walk
-a K of C*9 taps) over parts of its taps:
+same, and a constant bias: a linear layer's of more than one row (one row, a decode step's, is
+the GPU's gemv: 8 threads a column, no Tensor Core tile of 16 rows). A convolution as an implicit
+GEMM (ember.passes.conv_gemm: ResNet's 3x3 convolutions at 14x14 and 7x7, whose few blocks each
+walk a K of C*9 taps), half or float32, is split over parts of its taps the same way:
 
     gemm(x, W, b?)         ->  cast(sum_partials(gemm_partials(x, W')) [+ float32(b)])
-    conv2d_gemm(x, W, b?)  ->  cast(sum_partials(conv2d_gemm_partials(x, W')) [+ float32(b)])
+    conv2d_gemm(x, W, b?)  ->  cast?(sum_partials(conv2d_gemm_partials(x, W')) [+ float32(b)])
 
 W' (S, 1, OC, Q/S) for a convolution, the weights (OC, Q) cut into parts of the taps; the cast to
-the half type is the one the product's epilogue made.
+the half type is the one the product's epilogue made (none for float32).
 """
 
 from __future__ import annotations
