@@ -10,7 +10,8 @@ W' the weights reshaped once at compile time to (OC, C*KH*KW) (ember.ops.conv_ge
 epilogue after it (a ReLU, a residual) fuses into the product's kernel as after a conv2d. Only
 2-D convolutions of one group with constant weights of float16, bfloat16 or float32 are
 rewritten: a depthwise or grouped one stays a conv2d, an output a thread (its products per
-output are too few for a product's tiles). A "tf32" model's convolutions stay conv2d too.
+output are too few for a product's tiles). A "tf32" model's are rewritten after tf32_products
+rounded their operands: fp32 sums of tf32 operands on CUDA cores, as conv2d gave.
 """
 
 from __future__ import annotations
