@@ -102,11 +102,12 @@ def profile_lines(cm, profile, peaks: dict, sms: int, top: int, precision: str) 
     ops = {k.name: "+".join(k.ops) for k in cm.kernels}
     peak = peaks["fp16_tflops"] if precision in ("fp16", "bf16") else peaks["fp32_tflops"]
     ranked = sorted(profile.kernels, key=lambda t: -t.median_us)
+    bounds = {t.name: max(work[t.name][0] / (peaks["copy_gbs"] * 1e3), work[t.name][1] / (peak * 1e6))
+              for t in ranked}
     lines = [f"  {'kernel':34} {'calls':>5} {'us':>8} {'share':>6} {'blocks':>7} {'KB':>9} {'MFLOP':>9} "
              f"{'bound us':>9} {'of bound':>9}  ops"]
     for t in ranked[:top]:
-        nbytes, flops = work[t.name]
-        bound = max(nbytes / (peaks["copy_gbs"] * 1e3), flops / (peak * 1e6))
+        (nbytes, flops), bound = work[t.name], bounds[t.name]
         blocks = blocks_of(cm.device_kernels[t.name].grid)
         lines.append(f"  {t.name[:34]:34} {t.calls:5d} {t.median_us:8.1f} {t.median_us / profile.total_us:6.1%} "
                      f"{blocks or '-':>7} {nbytes / 1e3:9.1f} {flops / 1e6:9.1f} {bound:9.2f} "
@@ -117,7 +118,8 @@ def profile_lines(cm, profile, peaks: dict, sms: int, top: int, precision: str) 
         lines.append(f"  {len(rest)} more kernels: {us:.1f} us, {us / profile.total_us:.1%}")
     slow = sum(1 for k in cm.kernels if (blocks_of(cm.device_kernels[k.name].grid) or sms) < sms)
     lines.append(f"  {len(cm.kernels)} kernels, {slow} of them under {sms} blocks; profiled call "
-                 f"{profile.total_us:.1f} us (kernels {sum(t.median_us for t in ranked):.1f} us)")
+                 f"{profile.total_us:.1f} us (kernels {sum(t.median_us for t in ranked):.1f} us, their bounds "
+                 f"{sum(bounds.values()):.1f} us)")
     return lines
 
 
