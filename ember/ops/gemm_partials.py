@@ -9,8 +9,8 @@ on Tensor Cores, the partial sums float32 all the same). The parts of x are a st
 kernel, never a tensor in memory: the GPU schedule reads them in place as it copies their tiles
 into shared memory (ember.schedules.gpu.split_k).
 
-and a convolution's as an implicit GEMM in half precision (ember.ops.conv_gemm), its taps
-q = (c, ky, kx) cut into S parts:
+and a convolution's as an implicit GEMM (ember.ops.conv_gemm: half or float32 operands), its
+taps q = (c, ky, kx) cut into S parts:
 
     conv2d_gemm_partials(x, w)[s, n, o, oh, ow] = sum over q < Q/S of w[s, 0, o, q] * cols[n, s*Q/S + q, (oh, ow)]
 
