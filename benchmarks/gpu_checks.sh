@@ -20,7 +20,8 @@
 # sizes of `decode` (default: the reduced GPT-2,
 # "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
 # Step profile (after compare): where resnet18's and bert_base's time goes, each kernel's time,
-# share, grid and bound; PROFILE_MODELS= names other models, PRECISIONS= its precisions too.
+# share, grid and bound, and each model without split_k beside; PROFILE_MODELS= names other
+# models, PRECISIONS= its precisions too.
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
 # another); the tree is imported from here (PYTHONPATH), and wheels in .whl/ (xgboost for the
 # tuner's cost model, say) are installed into a temporary folder first.
@@ -35,7 +36,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [compare]=150 [profile]=75 [graphs]=50 [tune]=90 [decode]=60)
+                  [tile]=70 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
 ORDER=(info tests kernels rows mma splitk symbolic attention tile compare profile graphs tune decode)
 
 run_step() {

@@ -14,10 +14,11 @@ A kernel's bytes are its launches' arguments (each buffer once per launch: what 
 writes at least), its FLOPs those of the products among its nodes (2 x outputs x reduction;
 elementwise work is not counted: such a kernel's bound is its bytes). Each model's head line
 gives the profiled call (launches one by one), the same call replayed as one CUDA graph, and
-torch eager's, medians of CUDA-event intervals.
+torch eager's, medians of CUDA-event intervals, and the graph of the same model compiled
+without each pass --without names (split_k by default: whether its parts pay on this GPU).
 
     python benchmarks/gpu_profile.py [--models resnet18 bert_base] [--precisions fp16 fp32] [--top 15]
-                                     [--repeat 20] [--small]
+                                     [--repeat 20] [--small] [--without split_k conv_gemm]
     python benchmarks/gpu_profile.py --grids [--models ...]   # no GPU needed: every kernel's blocks vs SMs
 
 --grids compiles for the target's GPU (the device's facts, an H100's or H200's 132 SMs without
@@ -144,7 +145,7 @@ def measure_peaks(runs: int) -> dict:
 
 
 def profile_model(name: str, precision: str, small: bool, repeat: int, runs: int, peaks: dict, sms: int,
-                  top: int) -> list[str]:
+                  top: int, without: list[str]) -> list[str]:
     import copy
 
     import torch
@@ -176,7 +177,15 @@ def profile_model(name: str, precision: str, small: bool, repeat: int, runs: int
     head = (f"{name} {precision}: compiled in {compile_s:.1f} s, rel. error {error:.1e}; one CUDA graph "
             f"{replayed * 1e6:.1f} us, torch eager {eager * 1e6:.1f} us; launches one by one "
             f"{profile.total_us:.1f} us on the GPU (the stream held while the host issued them: {issue_us:.0f} us)")
-    return [head, *profile_lines(cm, profile, peaks, sms, top, precision)]
+    others = []
+    for p in without:  # the same model compiled without a pass, its graph timed as this one's
+        other = ember.compile(model, example_inputs=host_inputs, target="cuda", precision=precision,
+                              disabled_passes=(p,))
+        other_error = relative_error(other(*xs), ref)
+        other_s = timed(lambda other=other: other(*xs), runs)
+        others.append(f"without {p}: {len(other.kernels)} kernels, one CUDA graph {other_s * 1e6:.1f} us (rel. error "
+                      f"{other_error:.1e})")
+    return [head, *(f"  {line}" for line in others), *profile_lines(cm, profile, peaks, sms, top, precision)]
 
 
 def grids(models: list[str], precisions: list[str], small: bool) -> int:
@@ -204,6 +213,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30, help="timed calls of the peers and the graph replay")
     parser.add_argument("--small", action="store_true", help="the zoo's reduced-size variants")
     parser.add_argument("--grids", action="store_true", help="no GPU: each kernel's grid against the SMs")
+    parser.add_argument("--without", nargs="*", default=["split_k"],
+                        help="passes each model is also compiled without, its graph replay timed beside")
     args = parser.parse_args()
     if args.grids:
         return grids(args.models, args.precisions, args.small)
@@ -221,7 +232,8 @@ def main() -> int:
     for name in args.models:
         for precision in args.precisions:
             try:
-                lines = profile_model(name, precision, args.small, args.repeat, args.runs, peaks, sms, args.top)
+                lines = profile_model(name, precision, args.small, args.repeat, args.runs, peaks, sms, args.top,
+                                      args.without)
                 print("\n".join(lines), flush=True)
             except Exception:  # one model's failure must not hide the others' profiles
                 failed = True
