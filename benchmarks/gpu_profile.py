@@ -56,7 +56,7 @@ def node_flops(node) -> int:
     elif node.op in ("conv2d_gemm", "gemm_partials", "conv2d_gemm_partials"):
         k = shapes[1][-1]
     elif node.op == "conv2d":
-        k = prod(shapes[1][1:])  # (C / groups) x KH x KW a output
+        k = prod(shapes[1][1:])  # (C / groups) x KH x KW an output
     elif node.op == "flash_attention":  # q k^T and p v
         (*lead, queries, e), keys, ev = shapes[0], shapes[1][-2], shapes[2][-1]
         return 2 * prod(lead) * queries * keys * (e + ev)
@@ -112,7 +112,7 @@ def profile_lines(cm, profile, peaks: dict, sms: int, top: int, precision: str) 
         blocks = blocks_of(cm.device_kernels[t.name].grid)
         lines.append(f"  {t.name[:34]:34} {t.calls:5d} {t.median_us:8.1f} {t.median_us / profile.total_us:6.1%} "
                      f"{blocks or '-':>7} {nbytes / 1e3:9.1f} {flops / 1e6:9.1f} {bound:9.2f} "
-                     f"{bound / t.median_us:9.1%}  {ops[t.name]}")
+                     f"{bound / max(t.median_us, 1e-3):9.1%}  {ops[t.name]}")
     rest = ranked[top:]
     if rest:
         us = sum(t.median_us for t in rest)
