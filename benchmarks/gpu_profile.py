@@ -207,7 +207,7 @@ def grids(models: list[str], precisions: list[str], small: bool) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "bert_base"])
-    parser.add_argument("--precisions", nargs="+", default=["fp16", "fp32"])
+    parser.add_argument("--precisions", nargs="+", choices=list(TOLERANCE), default=["fp16", "fp32"])
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--repeat", type=int, default=20, help="profiled calls (medians over them)")
     parser.add_argument("--runs", type=int, default=30, help="timed calls of the peers and the graph replay")
