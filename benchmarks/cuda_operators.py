@@ -396,6 +396,7 @@ def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
     from benchmarks.cuda_timing import build
     from ember import te
     from ember.ops import flash_attention_tc as tc
+    from ember.ops.gpu_loops import HeadRows
 
     d = shape[-1]
     limit = tc.shared_bytes(d, d, bn)
@@ -403,7 +404,7 @@ def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
     def make():
         q, k, v = (te.placeholder(shape, dtype, name=x) for x in "qkv")
         (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: tc.kernel(
-            *ins, None, outs[0], 1 / math.sqrt(d), causal, limit), name="flash_attention")
+            *map(HeadRows, ins), None, HeadRows(outs[0]), 1 / math.sqrt(d), causal, limit), name="flash_attention")
         return te.create_schedule(out.op), [q, k, v, out]
 
     return build(make)
