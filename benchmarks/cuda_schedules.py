@@ -191,15 +191,12 @@ def gemm(n: int, runs: int, rows: list) -> None:
 
 
 # Tensor Core GEMM configurations (schedules.tensorcore_gemm): the intrinsic, BM, BN, BK, a warp's WM x WN,
-# the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle). mma: swizzled tiles;
-# past 48 KiB of them (s4 of 128x128x32, s3 of 128x256x32, ...), dynamic shared memory; wmma: rows padded by
-# 8. None spills (ptxas: 98 to 224 registers; 64x128 warps spill). The first is the default.
-TC_CONFIGS = (("mma", 128, 128, 32, 64, 64, 3, 8), ("mma", 128, 128, 32, 64, 64, 4, 8),
-              ("mma", 128, 128, 32, 64, 64, 2, 8), ("mma", 128, 128, 32, 64, 64, 3, 1),
-              ("mma", 128, 128, 32, 64, 32, 3, 8), ("mma", 128, 128, 32, 32, 64, 3, 8),
-              ("mma", 128, 128, 64, 64, 64, 3, 8), ("mma", 128, 256, 32, 64, 64, 3, 8),
-              ("mma", 128, 256, 32, 64, 64, 4, 8), ("mma", 256, 128, 32, 64, 64, 3, 8),
-              ("mma", 128, 256, 64, 64, 64, 3, 8), ("mma", 64, 128, 32, 32, 64, 4, 8),
+# the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle). mma: swizzled tiles,
+# whose rows (BK of A, BN of B) take at most 128 bytes (ember.intrinsics.mma_lanes); past 48 KiB of them,
+# dynamic shared memory; wmma: rows padded by 8. The last is the default of 128x128 tiles.
+TC_CONFIGS = (("mma", 128, 64, 32, 64, 32, 3, 8), ("mma", 128, 64, 32, 64, 32, 4, 8),
+              ("mma", 128, 64, 64, 64, 32, 3, 8), ("mma", 256, 64, 32, 64, 32, 3, 8),
+              ("mma", 64, 64, 64, 32, 32, 4, 8), ("wmma", 128, 128, 32, 64, 64, 3, 8),
               ("wmma", 128, 128, 32, 64, 64, 2, 1))
 
 

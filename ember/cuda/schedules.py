@@ -357,8 +357,8 @@ def _tiled(s: TESchedule, AS, BS, C, BM, BN, BK, TM, TN, copy_orders, vector: in
 
 
 def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int = 128, BN: int = 128, BK: int = 32,
-                    WM: int = 64, WN: int = 64, pad: int | None = None, stages: int = 3, intrinsic: str = "mma",
-                    group: int = 8):
+                    WM: int = 64, WN: int = 64, pad: int | None = None, stages: int | None = None,
+                    intrinsic: str | None = None, group: int | None = None):
     """C = A @ B on Tensor Cores: A (M, K) and B (K, N) of `dtype` (float16 or bfloat16), C
     (M, N) float32. A block computes a BM x BN tile of C with (BM/WM) x (BN/WN) warps
     (threadIdx.y the warp, threadIdx.x its 32 lanes), each warp a WM x WN tile of fp32
@@ -370,13 +370,15 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     the calls binds threadIdx.y only: every lane of the warp runs it, as the warp-level calls need.
     Returns the te schedule and [A, B, C].
 
-    `intrinsic` "mma" (the default): ldmatrix and mma.sync.m16n8k16 (ember.intrinsics.mma), the
-    shared tiles swizzled (conflict-free without padding: `pad` 0); "wmma": wmma's 16x16x16
+    `intrinsic` "mma": ldmatrix and mma.sync.m16n8k16 (ember.intrinsics.mma), the shared tiles
+    swizzled (conflict-free without padding: `pad` 0), which takes rows of A (BK) and B (BN) of at
+    most 128 bytes (ember.intrinsics.mma_lanes.swizzles); "wmma": wmma's 16x16x16
     (ember.intrinsics.wmma), the shared rows `pad` elements longer (default 8: with rows a
-    multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks).
+    multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks). None (the
+    default): mma where its rows fit, else wmma. `stages` defaults to 3 on mma, 2 on wmma.
     `group`: the blocks run down `group` rows of tiles of C before the next columns (blockIdx.x
     over (rows / group, columns, group)), so that blocks running together share tiles of A and B
-    in the L2; 1, row after row.
+    in the L2; 1, row after row (the default on wmma; 8 on mma).
 
     On an H200 (fp16 and bf16 4096^3, CUDA events), wmma: 210 TFLOP/s with 128x128x32, 64x64
     warps, padded rows, 2 stages, 30% of cuBLAS (the first version, a call per fragment, no
@@ -388,6 +390,13 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
 
     if dtype not in wmma.DTYPES:
         raise ScheduleError(f"tensorcore_gemm takes {wmma.DTYPES} inputs, not {dtype}")
+    if intrinsic is None:
+        from ..intrinsics import mma_lanes
+
+        size = dt.bits(dtype) // 8
+        intrinsic = "mma" if mma_lanes.swizzles(BK * size) and mma_lanes.swizzles(BN * size) else "wmma"
+    stages = (3 if intrinsic == "mma" else 2) if stages is None else stages
+    group = (8 if intrinsic == "mma" else 1) if group is None else group
     pad = _check_intrinsic(intrinsic, pad)
     _check_tensorcore(M, N, K, BM, BN, BK, WM, WN, pad)
     A = te.placeholder((M, K), dtype, name="A")

@@ -3,15 +3,16 @@
 the copies into it put each 16-byte chunk where those calls look for it.
 
 The layout is mma_lanes.swizzle on the byte offset in the buffer, with the row length the call
-passes (its row stride, a constant): the chunk's bits XORed with the row's, a permutation of the
-chunks within each line of 128 bytes or more, conflict-free for ldmatrix without padding. The pass
+passes (its row stride, a constant, at most 128 bytes): the chunk's bits XORed with its 128-byte
+line's, a permutation of the chunks within each line, conflict-free for ldmatrix without padding. The pass
 rewrites the index of each store into such a buffer (a scalar element, or a vector of 16
 bytes starting on a multiple of its lanes, a Ramp or a vectorized loop's lanes: a 16-byte copy,
 cp.async, moves as one chunk, its lanes still consecutive for ember.cuda.vectors) and
-records its alignment (8 lines, ALIGN: the renderer's `__align__`), so that the address bits the
-C code swizzles are the offset's. It runs after the pipeline (ember.cuda.pipeline), on flat
-indices, its stages a whole number of lines apart. A buffer such a call reads that is read any
-other way, read with two row lengths, or stored into in another shape is a LowerError.
+records its alignment (8 lines, 1 KiB, ALIGN: the renderer's `__align__`), so that the address
+bits the C code swizzles are the offset's (a block's shared data starts on a multiple of 1 KiB).
+It runs after the pipeline (ember.cuda.pipeline), on flat indices, its stages a whole number of
+lines apart. A buffer such a call reads that is read any other way, read with two row lengths, or
+stored into in another shape is a LowerError.
 """
 
 from __future__ import annotations

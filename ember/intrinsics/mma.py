@@ -19,7 +19,7 @@ The tiles of A and B are read in shared memory swizzled (mma_lanes.swizzle: conf
 ldmatrix without padded rows): the C code swizzles each lane's row address, and the lowering
 pass ember.cuda.swizzle lays out every shared buffer these calls read that way (its stores
 swizzled, its start aligned). So a tile must start on a row that is a multiple of 8 (its
-fragments' rows are), with rows of a power of two bytes.
+fragments' rows are), with rows of a power of two bytes up to 128 (mma_lanes.swizzles).
 
 The interpreter runs the calls through their NumPy twins (`emulate`), lane by lane on PTX's
 layouts (mma_lanes): swizzled addresses, ldmatrix's registers, the products of each m16n8k16
@@ -39,9 +39,8 @@ from . import mma_lanes
 from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, once, warp_description
 
 _COMMON = once("EMBER_MMA_LDMATRIX", """\
-static __device__ __forceinline__ unsigned ember_swizzle(unsigned a, int row_bytes) {
-  const int s = row_bytes <= 128 ? 7 : row_bytes == 256 ? 8 : row_bytes == 512 ? 9 : 10;
-  return a ^ (((a >> s) & 7u) << 4);
+static __device__ __forceinline__ unsigned ember_swizzle(unsigned a) {
+  return a ^ (((a >> 7) & 7u) << 4);
 }
 static __device__ __forceinline__ void ember_ldmatrix_x4(unsigned* r, unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -61,10 +60,10 @@ def _source(dtype: str, fm: int, fn: int, name: str, b_layout: str) -> str:
     """The lanes' addresses are those of `rows_a` and `rows_b` (the emulation's), in bytes."""
     if b_layout == "col":
         load_b = ("ember_ldmatrix_x4(fb[j], ember_swizzle(sb + (unsigned)(((16 * j + (lane & 7) + 8 * (lane >> 4)) "
-                  "* ldb + 8 * ((lane >> 3) & 1)) * 2), (int)ldb * 2));")
+                  "* ldb + 8 * ((lane >> 3) & 1)) * 2)));")
     else:
         load_b = ("ember_ldmatrix_x4_trans(fb[j], ember_swizzle(sb + (unsigned)(((lane & 15) * ldb + 16 * j "
-                  "+ 8 * (lane >> 4)) * 2), (int)ldb * 2));")
+                  "+ 8 * (lane >> 4)) * 2)));")
     ptx = _suffix(dtype)
     return f"""{ACC_SOURCE}
 {_COMMON}
@@ -80,8 +79,7 @@ static __device__ __forceinline__ void {name}(const void* a, const void* b, void
   unsigned fa[{fm}][4], fb[{fn}][4];
 #pragma unroll
   for (int i = 0; i < {fm}; ++i)
-    ember_ldmatrix_x4(fa[i], ember_swizzle(sa + (unsigned)(((16 * i + (lane & 15)) * lda + 8 * (lane >> 4)) * 2),
-                                           (int)lda * 2));
+    ember_ldmatrix_x4(fa[i], ember_swizzle(sa + (unsigned)(((16 * i + (lane & 15)) * lda + 8 * (lane >> 4)) * 2)));
 #pragma unroll
   for (int j = 0; j < {fn}; ++j)
     {load_b}

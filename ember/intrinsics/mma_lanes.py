@@ -18,10 +18,14 @@ its transpose: (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4)).
 
 `swizzle`: the 16-byte chunks of a shared tile permuted so that the 8 rows one ldmatrix phase
 reads fall into 8 distinct groups of banks (conflict-free without padding): the byte address's
-bits 4-6 (the chunk within 128 bytes) XORed with the three bits above a row (bits s..s+2, s =
-log2 of the row's bytes, at least 7: rows shorter than 128 bytes go by 128-byte lines). Applied
-to the address in shared memory, whose bits s..s+2 are the offset's where the tile starts on a
-multiple of 8 lines (`alignment`).
+bits 4-6 (the chunk within 128 bytes) XORed with bits 7-9 (the 128-byte line among 8). Applied
+to the address in shared memory, whose bits 7-9 are the offset's where the tile starts on a
+multiple of 1 KiB (`alignment`). Rows of at most 128 bytes only (`swizzles`): rows of 256 bytes
+and more would take the bits above a row (8-10 and up), the address's where the tile starts on a
+multiple of 2 KiB and more, which an address in the block's shared window is not: on an H200
+(sm_90) a block's shared data starts 1 KiB into the window, whatever `__align__` its arrays
+ask, and a GEMM of 256-byte rows of B read every product wrong while 64- and 128-byte rows were
+right.
 """
 
 from __future__ import annotations
@@ -76,16 +80,17 @@ def mma_m16n8k16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def swizzles(row_bytes: int) -> bool:
-    """Whether tiles of rows of `row_bytes` can be swizzled: a power of two from 16 to 1024."""
-    return 16 <= row_bytes <= 1024 and not row_bytes & (row_bytes - 1)
+    """Whether tiles of rows of `row_bytes` can be swizzled: a power of two from 16 to 128 (module doc)."""
+    return 16 <= row_bytes <= 128 and not row_bytes & (row_bytes - 1)
 
 
 def row_shift(row_bytes: int) -> int:
-    """s of `swizzle` for rows of `row_bytes` (`swizzles`), a ScheduleError otherwise."""
+    """The bit of the 128-byte line `swizzle` reads for rows of `row_bytes` (`swizzles`), a
+    ScheduleError otherwise."""
     if not swizzles(row_bytes):
-        raise ScheduleError(f"a swizzled shared tile has rows of a power of two from 16 to 1024 bytes, not "
+        raise ScheduleError(f"a swizzled shared tile has rows of a power of two from 16 to 128 bytes, not "
                             f"{row_bytes}")
-    return max(7, row_bytes.bit_length() - 1)
+    return 7
 
 
 def swizzle(address, row_bytes: int):
