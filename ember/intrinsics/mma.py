@@ -36,7 +36,7 @@ from .. import te
 from ..errors import ScheduleError
 from ..tir.tensor_intrin import RESOLVERS
 from . import mma_lanes
-from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, once, warp_description
+from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, check_warp_tile, once, warp_description
 
 _COMMON = once("EMBER_MMA_LDMATRIX", """\
 static __device__ __forceinline__ unsigned ember_swizzle(unsigned a) {
@@ -154,10 +154,7 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     wmma.warp_mma computes (its description), through ldmatrix and mma.sync on swizzled tiles."""
     if dtype not in DTYPES:
         raise ScheduleError(f"mma.sync takes {DTYPES} inputs, not {dtype}")
-    if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
-        raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
-    if b_layout not in ("row", "col"):
-        raise ScheduleError(f"a warp's b tile is row-major or its transpose (\"row\" or \"col\"), not {b_layout!r}")
+    check_warp_tile(wm, wn, b_layout)
     name = f"mma_warp_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
     if name in _WARP:
         return _WARP[name]

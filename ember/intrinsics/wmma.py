@@ -317,6 +317,15 @@ def _dtype_c(dtype: str) -> str:
     return {"float16": "__half", "bfloat16": "__nv_bfloat16"}[dtype]
 
 
+def check_warp_tile(wm: int, wn: int, b_layout: str) -> None:
+    """A ScheduleError unless a warp's wm x wn tile is whole 16x16 fragments and its b tile
+    row-major ("row") or its transpose ("col"): the warp steps of wmma and mma take the same."""
+    if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
+        raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
+    if b_layout not in ("row", "col"):
+        raise ScheduleError(f"a warp's b tile is row-major or its transpose (\"row\" or \"col\"), not {b_layout!r}")
+
+
 def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     """The intrinsic of a warp's whole wm x wn tile of fp32 fragments updated by a 16-wide step
     of k, `dtype` inputs (declared and registered the first time it is asked for): c[i, j] (+)=
@@ -326,10 +335,7 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     fragments). What `MMA` does per 16x16 fragment, with each fragment of A and B loaded once.
     `dtype` "float32": fp32 tiles of TF32 values (a "tf32" model's operands, rounded where they
     are made), multiplied as TF32 (`_warp_tf32_source`)."""
-    if wm % TILE or wn % TILE or wm <= 0 or wn <= 0:
-        raise ScheduleError(f"a warp's tile is made of 16x16 fragments, not {wm}x{wn}")
-    if b_layout not in ("row", "col"):
-        raise ScheduleError(f"a warp's b tile is row-major or its transpose (\"row\" or \"col\"), not {b_layout!r}")
+    check_warp_tile(wm, wn, b_layout)
     name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
     if name in _WARP:
         return _WARP[name]
