@@ -9,7 +9,7 @@ shared-memory tiled schedules of ember.cuda.schedules (block tiles, register til
 K panels; `matmul` lays the tiles out for conflict-free shared reads, `gemm` keeps A's and B's,
 "x4": 16-byte copies to shared memory and of B's tile into registers)
 against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 on Tensor Cores
-(`schedules.tensorcore_gemm`: accumulators held in registers across the K loop, each fragment of
+(`ember.cuda.tensorcore.tensorcore_gemm`: accumulators held in registers across the K loop, each fragment of
 A and B loaded once per k step, the K loop pipelined with cp.async; fp32 accumulators and output;
 mma.sync and ldmatrix on swizzled tiles in several block tiles, warp tiles, stages and L2 groups,
 and wmma on padded rows; the best of each type printed) against cuBLAS on the same inputs (its

@@ -190,7 +190,7 @@ def gemm(n: int, runs: int, rows: list) -> None:
     rows.append((name, "cuBLAS (TF32 off)", t, tflop / t, None))
 
 
-# Tensor Core GEMM configurations (schedules.tensorcore_gemm): the intrinsic, BM, BN, BK, a warp's WM x WN,
+# Tensor Core GEMM configurations (ember.cuda.tensorcore.tensorcore_gemm): the intrinsic, BM, BN, BK, a warp's WM x WN,
 # the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle). mma: swizzled tiles,
 # whose rows (BK of A, BN of B) take at most 128 bytes (ember.intrinsics.mma_lanes); past 48 KiB of them,
 # dynamic shared memory; wmma: rows padded by 8. The last is the default of 128x128 tiles.
@@ -205,7 +205,7 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
     printed with its share of cuBLAS."""
     import torch
 
-    from ember.cuda import schedules
+    from ember.cuda import tensorcore
 
     tflop = 2 * n**3 / 1e12
     for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
@@ -220,7 +220,7 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
                      "group": group}
             impl = f"ember {intrinsic} {BM}x{BN}x{BK} w{WM}x{WN} s{stages} g{group}"
             try:
-                f, build_s = build(lambda tiles=tiles, dtype=dtype: schedules.tensorcore_gemm(n, n, n, dtype, **tiles))
+                f, build_s = build(lambda tiles=tiles, dtype=dtype: tensorcore.tensorcore_gemm(n, n, n, dtype, **tiles))
                 c.zero_()
                 f(a, b, c)
                 torch.testing.assert_close(c, expected, rtol=1e-3, atol=1e-2)

@@ -25,7 +25,7 @@ of k, each fragment of A and B loaded once (WM/16 + WN/16 loads where a call per
 2 (WM/16)(WN/16)), which is what lets a GEMM keep its fragments in registers across a k step.
 
 Why wmma, now that ember.intrinsics.mma has `ldmatrix` / `mma.sync`: the GEMM schedules
-(cuda.schedules.tensorcore_gemm, and tensorcore_product where its shared tiles' rows are a power
+(cuda.tensorcore.tensorcore_gemm, and tensorcore_product where its shared tiles' rows are a power
 of two bytes) run on mma, whose register layout is PTX's and whose tiles are swizzled in shared
 memory (conflict-free without padding), and wmma stays where mma does not reach yet: TF32
 (m16n16k8, a "tf32" model's products), SHARED_MMA's accumulators in shared memory (the tile

@@ -10,7 +10,7 @@ from gpu_kernels import needs_nvrtc
 from stand_in_driver import install
 
 import ember
-from ember.cuda import schedules
+from ember.cuda import tensorcore
 from ember.errors import ScheduleError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
@@ -57,7 +57,7 @@ def test_split_k_splits_for_the_targets_multiprocessors():
 
 @needs_nvrtc
 def test_a_kernel_is_checked_against_the_targets_block_limits():
-    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32)
+    s, args = tensorcore.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32)
     small = Target("cuda", gpu=GPU(shared_per_block=8 * 1024))
     with pytest.raises(ScheduleError, match="past the limit of 8192 bytes of static shared memory per block"):
         ember.build(s, args, target=small, arch="sm_90")

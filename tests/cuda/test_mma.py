@@ -10,7 +10,7 @@ from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
 from ember.cuda import kernel as cuda_kernel
-from ember.cuda import schedules
+from ember.cuda import tensorcore
 from ember.errors import ScheduleError
 from ember.intrinsics import mma, mma_lanes
 
@@ -79,7 +79,7 @@ CASES = [  # M, N, K, dtype, tiles
 
 @pytest.mark.parametrize("m, n, k, dtype, tiles", CASES)
 def test_mma_gemm_on_the_interpreter(m, n, k, dtype, tiles):
-    s, args = schedules.tensorcore_gemm(m, n, k, dtype, **tiles)
+    s, args = tensorcore.tensorcore_gemm(m, n, k, dtype, **tiles)
     f = ember.build(s, args, target="python", seed=4)
     rng = np.random.default_rng(9)
     a = rng.standard_normal((m, k)).astype(NUMPY[dtype])
@@ -94,7 +94,7 @@ def test_tiles_stored_unswizzled_are_wrong(monkeypatch):
     into them, the products are of misplaced chunks."""
     monkeypatch.setattr(cuda_kernel, "swizzle_tiles", lambda func: func)
     m, n, k, dtype, tiles = CASES[0]
-    s, args = schedules.tensorcore_gemm(m, n, k, dtype, **tiles)
+    s, args = tensorcore.tensorcore_gemm(m, n, k, dtype, **tiles)
     f = ember.build(s, args, target="python")
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
@@ -105,11 +105,11 @@ def test_tiles_stored_unswizzled_are_wrong(monkeypatch):
 
 def test_mma_refuses_padding_and_other_rows():
     with pytest.raises(ScheduleError, match="swizzled shared tiles, whose rows are not padded"):
-        schedules.tensorcore_gemm(128, 128, 64, pad=8, intrinsic="mma")
+        tensorcore.tensorcore_gemm(128, 128, 64, pad=8, intrinsic="mma")
     with pytest.raises(ScheduleError, match='"mma" \\(mma.sync\\) or "wmma", not \'tf32\''):
-        schedules.tensorcore_gemm(128, 128, 64, intrinsic="tf32")
+        tensorcore.tensorcore_gemm(128, 128, 64, intrinsic="tf32")
     for bn, wn in ((96, 32), (128, 64)):  # B's rows: 192 and 256 bytes (mma_lanes: 128 at most)
-        s, args = schedules.tensorcore_gemm(64, bn, 32, BM=64, BN=bn, WM=32, WN=wn, intrinsic="mma")
+        s, args = tensorcore.tensorcore_gemm(64, bn, 32, BM=64, BN=bn, WM=32, WN=wn, intrinsic="mma")
         with pytest.raises(ScheduleError, match=f"power of two from 16 to 128 bytes, not {2 * bn}"):
             ember.build(s, args, target="python")
 
@@ -117,7 +117,7 @@ def test_mma_refuses_padding_and_other_rows():
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_mma_gemm_compiles_for_sm90(dtype):
-    s, args = schedules.tensorcore_gemm(256, 256, 128, dtype, BN=64, WN=32)  # (B's rows of 128 bytes: mma)
+    s, args = tensorcore.tensorcore_gemm(256, 256, 128, dtype, BN=64, WN=32)  # (B's rows of 128 bytes: mma)
     f = ember.build(s, args, target="cuda", arch="sm_90")
     src, ptx = f.source, {"float16": "f16", "bfloat16": "bf16"}[dtype]
     assert f.block == (32, 4, 1) and f.grid == (8, 1, 1) and 0 < f.registers <= 255
@@ -136,14 +136,14 @@ def test_mma_gemm_compiles_for_sm90(dtype):
 def test_stages_past_static_shared_memory_are_dynamic():
     """4 stages of 256x64x32 (96 KiB) are carved from dynamic shared memory, which the launch asks
     for and a saved kernel keeps; past what a block may opt in to, a ScheduleError."""
-    s, args = schedules.tensorcore_gemm(256, 256, 128, BM=256, BN=64, WN=32, stages=4)
+    s, args = tensorcore.tensorcore_gemm(256, 256, 128, BM=256, BN=64, WN=32, stages=4)
     f = ember.build(s, args, target="cuda", arch="sm_90")
     assert f.shared == 81920 and f.to_json()["shared"] == 81920
     assert "extern __shared__ __align__(1024) unsigned char ember_dynamic_shared[];" in f.source
     assert "__shared__ __align__" not in f.source.replace("extern __shared__ __align__", "")
     assert "B_shared = reinterpret_cast<__half*>(ember_dynamic_shared + 0);" in f.source
     assert type(f).restore(f.to_json(), f.binary, f.source).shared == 81920
-    s, args = schedules.tensorcore_gemm(256, 256, 256, BM=256, BN=256, BK=64, WN=128, stages=4)  # 256 KiB
+    s, args = tensorcore.tensorcore_gemm(256, 256, 256, BM=256, BN=256, BK=64, WN=128, stages=4)  # 256 KiB
     with pytest.raises(ScheduleError, match="past the limit of 232448 bytes of dynamic shared memory a block may opt "
                                             "in to \\(sm_90\\)"):
         ember.build(s, args, target="cuda", arch="sm_90")
@@ -152,7 +152,7 @@ def test_stages_past_static_shared_memory_are_dynamic():
 @needs_gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_mma_gemm_on_the_gpu(dtype):
-    s, args = schedules.tensorcore_gemm(256, 384, 96, dtype, BN=64, WN=32, stages=4)  # (dynamic shared memory)
+    s, args = tensorcore.tensorcore_gemm(256, 384, 96, dtype, BN=64, WN=32, stages=4)  # (dynamic shared memory)
     f = ember.build(s, args, target="cuda")
     rng = np.random.default_rng(11)
     a = rng.standard_normal((256, 96)).astype(NUMPY[dtype])

@@ -12,7 +12,7 @@ from gpu_kernels import needs_nvrtc
 
 import ember
 from ember import te
-from ember.cuda import schedules
+from ember.cuda import schedules, tensorcore
 from ember.cuda.pipeline import STAGED, WAIT
 from ember.cuda.simt import SimtKernel
 from ember.errors import LowerError
@@ -89,7 +89,7 @@ def test_cp_async_from_sm80(arch):
 
 @needs_nvrtc
 def test_the_tensor_core_gemm_is_pipelined():
-    s, args = schedules.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32, intrinsic="wmma",
+    s, args = tensorcore.tensorcore_gemm(128, 128, 64, "float16", BM=64, BN=64, WM=32, WN=32, intrinsic="wmma",
                                         stages=2)
     src = ember.build(s, args, target="cuda", arch="sm_90").source
     assert src.count("cp.async.cg.shared.global") == 4  # A's and B's tiles, before the loop and in it

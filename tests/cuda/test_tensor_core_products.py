@@ -1,5 +1,5 @@
 """The products of a model in float16/bfloat16 on Tensor Cores at any shape (ember.schedules.gpu.
-matmul, ember.cuda.schedules.tensorcore_product): linear layers (weights read transposed) with
+matmul, ember.cuda.tensorcore.tensorcore_product): linear layers (weights read transposed) with
 their bias, batched and broadcast matmul, M, N and K that the tiles do not divide (padded with
 zeros), batch-1 rows, convolutions as implicit GEMMs (ember.ops.conv_gemm), float32 products marked
 tf32 as TF32, symbolic M, N and K (a model's tokens; attention's length as K, its loop pipelined);

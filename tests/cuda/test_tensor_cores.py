@@ -1,7 +1,7 @@
 """Tensor Cores: the wmma intrinsics (ember.intrinsics.wmma) as the loop-IR interpreter runs
 them (a GEMM of fp16 or bf16 tiles tensorized onto the 16x16x16 product, its reset where the
 reduction starts, its update at each 16-wide step of k; the store of 16x16 tiles), and the
-Tensor Core GEMM schedule (ember.cuda.schedules.tensorcore_gemm) on the interpreter, compiled by
+Tensor Core GEMM schedule (ember.cuda.tensorcore.tensorcore_gemm) on the interpreter, compiled by
 NVRTC for sm_90, and on a GPU where there is one, each against NumPy."""
 
 import ml_dtypes
@@ -11,7 +11,7 @@ from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
 from ember import te
-from ember.cuda import fragments, schedules
+from ember.cuda import fragments, tensorcore
 from ember.errors import LowerError, ScheduleError
 from ember.intrinsics import wmma
 
@@ -97,7 +97,7 @@ def _inputs(dtype: str, m: int, n: int, k: int, seed: int = 5):
 
 @pytest.mark.parametrize("dtype", wmma.DTYPES)
 def test_tensorcore_gemm_on_the_interpreter(dtype):
-    s, args = schedules.tensorcore_gemm(64, 256, 64, dtype, BM=64, BN=128, WM=32, WN=64, intrinsic="wmma",
+    s, args = tensorcore.tensorcore_gemm(64, 256, 64, dtype, BM=64, BN=128, WM=32, WN=64, intrinsic="wmma",
                                         stages=2)
     text = str(ember.lower(s, args, target="cuda"))
     assert "scope='wmma.accumulator'" in text and "alloc((64, 40)" in text  # A's tile, compacted, rows padded
@@ -111,7 +111,7 @@ def test_tensorcore_gemm_on_the_interpreter(dtype):
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", wmma.DTYPES)
 def test_tensorcore_gemm_compiles_for_sm90(dtype):
-    s, args = schedules.tensorcore_gemm(256, 256, 128, dtype, intrinsic="wmma", stages=2)
+    s, args = tensorcore.tensorcore_gemm(256, 256, 128, dtype, intrinsic="wmma", stages=2)
     f = ember.build(s, args, target="cuda")
     assert f.arch.startswith("sm_") and len(f.binary) > 0
     assert f.block == (32, 4, 1) and f.grid == (4, 1, 1)
@@ -130,7 +130,7 @@ def test_tensorcore_gemm_compiles_for_sm90(dtype):
 @needs_gpu
 @pytest.mark.parametrize("dtype", wmma.DTYPES)
 def test_tensorcore_gemm_on_the_gpu(dtype):
-    s, args = schedules.tensorcore_gemm(256, 384, 96, dtype, BK=32, intrinsic="wmma", stages=2)
+    s, args = tensorcore.tensorcore_gemm(256, 384, 96, dtype, BK=32, intrinsic="wmma", stages=2)
     f = ember.build(s, args, target="cuda")
     a, b, expected = _inputs(dtype, 256, 384, 96, seed=11)
     out = np.full((256, 384), np.nan, np.float32)
@@ -140,15 +140,15 @@ def test_tensorcore_gemm_on_the_gpu(dtype):
 
 def test_tensorcore_gemm_refuses_tiles_that_do_not_divide():
     with pytest.raises(ScheduleError, match="must divide"):
-        schedules.tensorcore_gemm(100, 128, 64)
+        tensorcore.tensorcore_gemm(100, 128, 64)
     with pytest.raises(ScheduleError, match="float16"):
-        schedules.tensorcore_gemm(128, 128, 64, "float32")
+        tensorcore.tensorcore_gemm(128, 128, 64, "float32")
 
 
 def test_warp_calls_need_32_lanes():
     """A warp's call made by a launch whose threadIdx.x is not the 32 lanes would compute
     garbage or hang: a LowerError before anything is compiled."""
-    s, args = schedules.tensorcore_gemm(128, 128, 32)
+    s, args = tensorcore.tensorcore_gemm(128, 128, 32)
     func = ember.lower(s, args, target="cuda")
     fragments.check_warps(func.body, {"threadIdx.x": 32, "threadIdx.y": 8}, func.name)
     with pytest.raises(LowerError, match="threadIdx.x must be the 32 lanes, not 64"):

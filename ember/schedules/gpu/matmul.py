@@ -3,7 +3,7 @@ convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as
 
 float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
 ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
-(ember.cuda.schedules.tensorcore_product): the kernel's output (the product cast to the inputs'
+(ember.cuda.tensorcore.tensorcore_product): the kernel's output (the product cast to the inputs'
 type, and the epilogue fused after it: a bias, a GELU, a residual) computed from the fp32 sums
 of a block's tile; tiles that do not divide the shape padded with zeros; a
 convolution's columns (im2col) computed as their tiles are copied into shared memory.
@@ -41,6 +41,7 @@ from __future__ import annotations
 from math import prod
 
 from ...cuda import schedules as gpu
+from ...cuda import tensorcore
 from ...errors import ScheduleError
 from ...intrinsics import wmma
 from ...ops.conv_gemm import COLUMNS
@@ -96,7 +97,8 @@ def _tensor_cores(s, C, out, sms: int) -> bool | None:
     if shape is None:
         return False
     *batch, M, N, K = _typical(shape)  # (a symbolic size tiled as TYPICAL)
-    gpu.tensorcore_product(s, C, out, **tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype, sms))
+    tiles = tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype, sms)
+    tensorcore.tensorcore_product(s, C, out, **tiles)
     return None
 
 
