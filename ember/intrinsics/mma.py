@@ -36,7 +36,7 @@ from .. import te
 from ..errors import ScheduleError
 from ..tir.tensor_intrin import RESOLVERS
 from . import mma_lanes
-from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, check_warp_tile, once, warp_description
+from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, check_warp_tile, declare_warp_step, once
 
 _COMMON = once("EMBER_MMA_LDMATRIX", """\
 static __device__ __forceinline__ unsigned ember_swizzle(unsigned a) {
@@ -156,21 +156,10 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
         raise ScheduleError(f"mma.sync takes {DTYPES} inputs, not {dtype}")
     check_warp_tile(wm, wn, b_layout)
     name = f"mma_warp_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
-    if name in _WARP:
-        return _WARP[name]
-    fn_name = f"ember_{name}"
-
-    def lower_fn(ins, outs):
-        (pa, pb), (pc,) = ins, outs
-        update = te.hardware_intrinsic(fn_name, pa.access_ptr("r"), pb.access_ptr("r"), pc.access_ptr("w"),
-                                       pa.strides[0], pb.strides[0])
-        return None, te.hardware_intrinsic(f"{fn_name}_fill", pc.access_ptr("w")), update
-
-    c = warp_description(dtype, wm, wn, b_layout)
-    _WARP[name] = te.decl_tensor_intrin(
-        c.op, lower_fn, name=name, feature=FEATURE, override=True,
-        c_source=_source(dtype, wm // TILE, wn // TILE, fn_name, b_layout),
-        emulate=_emulate(wm // TILE, wn // TILE, b_layout))
+    if name not in _WARP:
+        _WARP[name] = declare_warp_step(name, dtype, wm, wn, b_layout,
+                                        _source(dtype, wm // TILE, wn // TILE, f"ember_{name}", b_layout),
+                                        _emulate(wm // TILE, wn // TILE, b_layout))
     return _WARP[name]
 
 

@@ -337,9 +337,16 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
     are made), multiplied as TF32 (`_warp_tf32_source`)."""
     check_warp_tile(wm, wn, b_layout)
     name = f"wmma_warp_mma_{wm}x{wn}x16_{_suffix(dtype)}_f32" + ("_bt" if b_layout == "col" else "")
-    if name in _WARP:
-        return _WARP[name]
-    c = warp_description(dtype, wm, wn, b_layout)
+    if name not in _WARP:
+        source = _warp_mma_source(dtype, wm // TILE, wn // TILE, f"ember_{name}", b_layout)
+        _WARP[name] = declare_warp_step(name, dtype, wm, wn, b_layout, source)
+    return _WARP[name]
+
+
+def declare_warp_step(name: str, dtype: str, wm: int, wn: int, b_layout: str, c_source: str, emulate=None):
+    """Declare (and register) the intrinsic `name` of a warp's step (`warp_description`), called as
+    ember_<name>(a, b, c, lda, ldb), its reset as ember_<name>_fill(c), both defined by
+    `c_source`: wmma's warp steps and mma's (ember.intrinsics.mma, with `emulate`) alike."""
     fn_name = f"ember_{name}"
 
     def lower_fn(ins, outs):
@@ -348,9 +355,9 @@ def warp_mma(dtype: str, wm: int, wn: int, b_layout: str = "row"):
                                        pa.strides[0], pb.strides[0])
         return None, te.hardware_intrinsic(f"{fn_name}_fill", pc.access_ptr("w")), update
 
-    _WARP[name] = te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True,
-                                        c_source=_warp_mma_source(dtype, wm // TILE, wn // TILE, fn_name, b_layout))
-    return _WARP[name]
+    c = warp_description(dtype, wm, wn, b_layout)
+    return te.decl_tensor_intrin(c.op, lower_fn, name=name, feature=FEATURE, override=True, c_source=c_source,
+                                 emulate=emulate)
 
 
 def warp_description(dtype: str, wm: int, wn: int, b_layout: str):
