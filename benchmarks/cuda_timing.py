@@ -17,9 +17,19 @@ def timed(fn, runs: int) -> float:
     while time.perf_counter() - start < 0.05:
         fn()
         torch.cuda.synchronize()
+    return _between_events(fn, runs)
+
+
+def _between_events(fn, runs: int, hold: int = 0) -> float:
+    """Median seconds between CUDA events recorded around fn() over `runs` calls, the stream held
+    for `hold` cycles before each first (torch.cuda._sleep) where `hold` is not 0."""
+    import torch
+
     times = []
     for _ in range(runs):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if hold:
+            torch.cuda._sleep(hold)
         start.record()
         fn()
         end.record()
@@ -63,19 +73,8 @@ def held(fn, runs: int, cycles: int = 1 << 21) -> float:
     events is the GPU's alone, not the host's launches (which `timed` counts where the kernels are
     shorter: a batch-1 layer's). No capture: for calls a torch graph cannot capture (a compiled
     model replaying its own CUDA graph), where `timed_graph` would fall back to `timed`."""
-    import torch
-
     timed(fn, 3)  # (its warm-up)
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(cycles)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    return _between_events(fn, runs, hold=cycles)
 
 
 def build(make):
