@@ -147,11 +147,7 @@ class TileLauncher:
         dev.activate()
         if self._module is None:
             self._module = Module(self.binary, self.symbol, dev)
-            if self.shared > 48 * 1024:  # past the default, the function opts in
-                cu = driver()
-                check(cu.cuFuncSetAttribute(
-                    self._module.function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    self.shared), f"cuFuncSetAttribute of kernel {self.name}")
+            self._module.opt_in_shared(self.shared)
         args = [(p, POINTER) for p in pointers] + [(v, _CTYPES[d]) for v, d in scalars]
         sizes = [(g, INT64) for g in grid]
         blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), self.block
