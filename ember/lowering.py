@@ -299,9 +299,10 @@ def _lower_all(workloads: list[Workload], schedules: ScheduleLookup | None, targ
     lowered them: `jobs` worker processes when given (1: this one). By default this process lowers
     them in turn until the CPU time they took, per workload, times those left reaches
     PARALLEL_MIN_S; the rest then go to one worker per core. The time is this thread's: the
-    process's would count other threads' (a compiled model's OpenMP threads spinning after a call). A worker costs its start (importing
-    ember: 0.25 s of CPU on this project's 2-core machine with Python's bytecode cached, 0.45 s
-    without; ResNet-18's 20 kernels take 0.55 s to lower), so only a long lowering gains by them."""
+    process's would count other threads' (a compiled model's OpenMP threads spinning after a
+    call). A worker costs its start (importing ember: 0.25 s of CPU on this project's 2-core
+    machine with Python's bytecode cached, 0.45 s without; ResNet-18's 20 kernels take 0.55 s to
+    lower), so only a long lowering gains by them."""
     if jobs is not None:
         jobs = max(1, min(jobs, len(workloads)))
         if jobs == 1:
