@@ -317,7 +317,7 @@ ATTENTION = (("BERT-base 1x12x128x64", 1, 12, 128, 64, False), ("8x16x2048x64", 
              ("causal 4x16x1024x64", 4, 16, 1024, 64, True))
 # the candidates timed beside the default (fp16, static): the mma kernel's (warps, keys a tile) and
 # the wmma kernel's keys a tile (its default at d=64: the kernel before the mma one)
-MMA_CONFIGS = ((4, 32), (8, 64), (4, 128))
+MMA_CONFIGS = ((1, 64), (2, 64), (8, 64), (4, 128))
 WMMA_KEY_TILES = (32,)
 
 

@@ -37,12 +37,11 @@ from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, Var, binary, cast, const, convert
 from ..tir.stmt import THREAD_BINDING, Allocate, For, Pointer, SeqStmt
 from ..tir.transform.flatten import flat_index
-from .flash_attention_tc import PIPELINE, copy_tile
+from .flash_attention_tc import FRAGMENTS, PIPELINE, copy_tile
 from .gpu_loops import HeadRows, at, batch_index, ceil_div, threads
 
 ROWS = ma.ROWS  # queries a warp
 PAD = 8  # halves past each shared row: 16 bytes
-FRAGMENTS = "wmma.accumulator"  # the scope of a warp's register buffers (ember.cuda.fragments)
 CONFIGS = ((4, 64), (4, 32))  # (warps, keys a tile) in order of preference
 STATIC_LIMIT = 48 * 1024  # static shared memory a block may take
 DYNAMIC_LIMIT = 99 * 1024  # dynamic shared memory every GPU since sm_80 lets a block opt in to (ember.cuda.limits)
