@@ -315,9 +315,9 @@ def split_k(n: int, runs: int, rows: list) -> None:
 # flash attention's cases: (name, batch, heads, tokens, head size, causal)
 ATTENTION = (("BERT-base 1x12x128x64", 1, 12, 128, 64, False), ("8x16x2048x64", 8, 16, 2048, 64, False),
              ("causal 4x16x1024x64", 4, 16, 1024, 64, True))
-# the candidates timed beside the default (fp16, static): the mma kernel's (warps, keys a tile) and
-# the wmma kernel's keys a tile (its default at d=64: the kernel before the mma one)
-MMA_CONFIGS = ((1, 64), (2, 64), (8, 64), (4, 128))
+# the candidates timed beside the default (fp16, static): the mma kernel's (warps, keys a tile,
+# stages of k and v) and the wmma kernel's keys a tile (its default at d=64: the kernel before)
+MMA_CONFIGS = ((1, 64, 2), (2, 64, 2), (8, 64, 2), (4, 128, 2), (4, 64, 3))
 WMMA_KEY_TILES = (32,)
 
 
@@ -370,9 +370,10 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
     variants.append(("ember packed qkv in place, out (B, S, H, D)", lambda: p(packed, packed, packed, rows_out), p_s,
                      rows_out.transpose(1, 2)))
     if dtype == "float16":
-        for warps, bn in MMA_CONFIGS:
-            g, g_s = _mma_kernel(shape, dtype, causal, warps, bn)
-            variants.append((f"ember mma, {warps} warps, {bn} keys a tile", lambda g=g: g(*xs, y), g_s, y))
+        for warps, bn, stages in MMA_CONFIGS:
+            g, g_s = _mma_kernel(shape, dtype, causal, warps, bn, stages)
+            variants.append((f"ember mma, {warps} warps, {bn} keys a tile, {stages} stages", lambda g=g: g(*xs, y),
+                             g_s, y))
         for bn in WMMA_KEY_TILES:
             g, g_s = _key_tile_kernel(shape, dtype, causal, bn)
             variants.append((f"ember wmma (scores through shared memory), {bn} keys a tile", lambda g=g: g(*xs, y),
@@ -415,15 +416,15 @@ def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
         *heads[:3], None, heads[3], scale, causal, tc.shared_bytes(d, d, bn)))
 
 
-def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int):
-    """flash_attention's mma kernel with `warps` warps of 16 queries and `bn` keys a tile (dynamic
-    shared memory past 48 KiB), and the seconds it took to build."""
+def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int, stages: int):
+    """flash_attention's mma kernel with `warps` warps of 16 queries, `bn` keys a tile and k and v
+    in `stages` stages (dynamic shared memory past 48 KiB), and the seconds it took to build."""
     from ember.ops import flash_attention_mma as mma
 
     d = shape[-1]
-    dynamic = mma.shared_bytes(d, d, warps, bn) > mma.STATIC_LIMIT
+    dynamic = mma.shared_bytes(d, d, warps, bn, stages) > mma.STATIC_LIMIT
     return _attention_kernel(shape, dtype, lambda *heads, scale: mma.kernel(
-        *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic))
+        *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic, stages))
 
 
 def _attention_kernel(shape, dtype: str, kernel_of):

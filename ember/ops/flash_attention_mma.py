@@ -3,14 +3,15 @@ structure): ember.ops.flash_attention chooses it for float16 and bfloat16 operan
 sizes are multiples of 16 and whose tiles fit (`config`); the wmma kernel (ember.ops.
 flash_attention_tc) takes the half ones that do not, CUDA cores the rest.
 
-A block is `warps` warps (4 or 8) of 16 queries each; per warp, with the steps of ember.
+A block is `warps` warps (4 by default) of 16 queries each; per warp, with the steps of ember.
 intrinsics.mma_attention:
 
     q tile -> shared (the block's threads, 16 bytes at a time); q's A fragments -> registers, once
     m = -inf, l = 0, o = 0                          (registers)
     per tile of `bn` keys (causal: up to the block's last query):
-      k, v tiles -> shared                          cp.async into the other of two stages while
-                                                    this one computes; one barrier a tile
+      k, v tiles -> shared                          cp.async into the next of `stages` (2 by
+                                                    default) while this one computes; one
+                                                    barrier a tile
       s = q k^T                                     the accumulators (bn / 2 floats a lane)
       online softmax on s itself                    a row's max: two shuffles in its lane group;
                                                     masks, causal, bounds on the tile that crosses
@@ -49,9 +50,9 @@ DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
 MAX_HEAD = 128  # o's ev / 2 floats and q's e / 4 registers a lane: past 128, spills
 
 
-def shared_bytes(e: int, ev: int, warps: int, bn: int) -> int:
-    """The block's q tile and two stages of the k and v tiles, in half precision, rows padded."""
-    return 2 * (warps * ROWS * (e + PAD) + 2 * bn * (e + PAD) + 2 * bn * (ev + PAD))
+def shared_bytes(e: int, ev: int, warps: int, bn: int, stages: int = 2) -> int:
+    """The block's q tile and the stages of the k and v tiles, in half precision, rows padded."""
+    return 2 * (warps * ROWS * (e + PAD) + stages * bn * (e + PAD + ev + PAD))
 
 
 def config(dtype: str, e: int, ev: int) -> tuple[int, int, bool] | None:
@@ -72,9 +73,10 @@ def _flat(buf: Buffer, indices) -> object:
 
 
 def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: HeadRows, scale: float, causal: bool,
-           warps: int, bn: int, dynamic: bool = False) -> For:
+           warps: int, bn: int, dynamic: bool = False, stages: int = 2) -> For:
     """The kernel's statement (flash_attention's te.extern): `warps` warps of 16 queries a block,
-    `bn` keys a tile (`config`); `dynamic`: its shared tiles in dynamic shared memory (past 48 KiB)."""
+    `bn` keys a tile (`config`), k and v in `stages` stages; `dynamic`: its shared tiles in
+    dynamic shared memory (past 48 KiB)."""
     half = qb.buf.dtype
     batch = ob.batch
     length, keys = qb.rows, kb.rows
@@ -127,7 +129,7 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
     loop = For(kt, const(0), key_tiles, "serial", Allocate(k_tile, Allocate(v_tile, SeqStmt((
         copy_tile(k_tile, kb, index, e, lq, kt * bn, bn, keys, warps),
         copy_tile(v_tile, vb, index, ev, lv, kt * bn, bn, keys, warps),
-        warps_(step))))), annotations=((PIPELINE, 2),))
+        warps_(step))))), annotations=((PIPELINE, stages),))
 
     def out(ty):
         first = _flat(ob.buf, ob.at(index, row0(ty), 0))

@@ -92,31 +92,52 @@ def test_nvrtc_compiles_head_sizes_of_128_in_dynamic_shared_memory():
     assert "ember_wmma_acc o_frag[8];" in f.source and f.registers <= 255
 
 
-def wmma_kernel(shape, dtype: str, causal: bool, target):
-    """The wmma kernel (ember.ops.flash_attention_tc: scores through shared memory), which the op
-    chooses where the mma kernel does not apply, built directly on (B, H, S, D) operands."""
+def extern_kernel(shape, dtype: str, target, kernel_of):
+    """A flash attention kernel built directly on (B, H, S, D) operands, `kernel_of(q, k, v, out,
+    scale)` its statement on their HeadRows."""
     import math
 
     import ember
     from ember import te
-    from ember.ops import flash_attention_tc as tc
     from ember.ops.gpu_loops import HeadRows
 
     q, k, v = (te.placeholder(shape, dtype, name=x) for x in "qkv")
-    (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: tc.kernel(
-        *map(HeadRows, ins), None, HeadRows(outs[0]), 1 / math.sqrt(shape[-1]), causal, 48 * 1024),
-        name="flash_attention")
+    (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: kernel_of(
+        *map(HeadRows, ins), HeadRows(outs[0]), 1 / math.sqrt(shape[-1])), name="flash_attention")
     return ember.build(te.create_schedule(out.op), [q, k, v, out], target=target)
+
+
+def wmma_kernel(shape, dtype: str, causal: bool, target):
+    """The wmma kernel (ember.ops.flash_attention_tc: scores through shared memory), which the op
+    chooses where the mma kernel does not apply."""
+    from ember.ops import flash_attention_tc as tc
+
+    return extern_kernel(shape, dtype, target, lambda q, k, v, out, scale: tc.kernel(
+        q, k, v, None, out, scale, causal, 48 * 1024))
+
+
+def against_torch(f, shape, dtype, causal, tol):
+    xs = [RNG.standard_normal(shape).astype(dt.to_numpy(dtype)) for _ in "qkv"]
+    out = np.full(shape, np.nan, xs[0].dtype)
+    f(*xs, out)
+    want = sdpa(*xs, None, causal)
+    assert np.linalg.norm(out.astype("float32") - want) <= tol * np.linalg.norm(want)
 
 
 def test_the_wmma_kernel_against_torch():
     shape = (1, 2, L, 32)
-    f = wmma_kernel(shape, "float16", True, GPU_INTERPRETER[0])
-    xs = [RNG.standard_normal(shape).astype("float16") for _ in "qkv"]
-    out = np.full(shape, np.nan, "float16")
-    f(*xs, out)
-    want = sdpa(*xs, None, True)
-    assert np.linalg.norm(out.astype("float32") - want) <= 1e-3 * np.linalg.norm(want)
+    against_torch(wmma_kernel(shape, "float16", True, GPU_INTERPRETER[0]), shape, "float16", True, 1e-3)
+
+
+@pytest.mark.parametrize("warps, bn, stages", [(2, 32, 3), (8, 64, 2)])
+def test_other_warps_tiles_and_stages_of_the_mma_kernel(warps, bn, stages):
+    """What the GPU benchmark times besides the default: 150 causal queries over several tiles."""
+    from ember.ops import flash_attention_mma as mma
+
+    shape = (1, 1, 150, 32)
+    f = extern_kernel(shape, "bfloat16", GPU_INTERPRETER[0], lambda q, k, v, out, scale: mma.kernel(
+        q, k, v, None, out, scale, True, warps, bn, stages=stages))
+    against_torch(f, shape, "bfloat16", True, 1e-2)
 
 
 @needs_nvrtc
