@@ -112,15 +112,22 @@ def q_columns(e: int) -> int:
 
 
 def _declare(name: str, params: list[tuple[str, tuple[int, ...], str]], n_inputs: int, c_source: str, emulate):
-    """Register the intrinsic `name` (its C function ember_<name>): `params` (name, shape, dtype) of
-    the buffers its calls read, then write, in their order; walked at formal strides."""
+    """Register the intrinsic `name` (its C function ember_<name>) the first time it is asked for:
+    `params` (name, shape, dtype) of the buffers its calls read, then write, in their order; walked
+    at formal strides."""
+    if name in _DECLARED:
+        return _DECLARED[name]
     bufs = tuple(Buffer(n, tuple(const(d) for d in shape), dtype) for n, shape, dtype in params)
     strides = tuple(tuple(formal_stride(f"{b.name}_stride{i}") for i in range(len(b.shape) - 1)) + (const(1),)
                     for b in bufs)
     call = CallRoutine(f"ember_{name}", (), (), (), ())
     intrin = TensorIntrin(name, PrimFunc(name, bufs, Evaluate(const(0))), n_inputs, strides, (("body", call),),
                           c_source, FEATURE, emulate)
-    return register_intrin(intrin, override=True)
+    _DECLARED[name] = register_intrin(intrin, override=True)
+    return _DECLARED[name]
+
+
+_DECLARED: dict[str, TensorIntrin] = {}
 
 
 def _frags(acc: np.ndarray, offset: int, count: int) -> np.ndarray:
