@@ -14,12 +14,13 @@ g + 8, g = l / 4, columns 2t and 2t + 1, t = l % 4):
 - `SOFTMAX` (s; state; o): the online softmax on the accumulators themselves. Each lane holds 2
   of a row's 8 columns in every 8: its max over them, then two shuffles (xor 1, 2) within its
   group of 4 give the row's. In base 2: x = s scale log2(e) (+ the additive mask's log2(e) m),
-  -inf where masked (bool mask, causal, keys past the end); m' = max(m, max x); p = exp2(x - m'),
-  rounded to the operands' type (what the product reads), written over s; l = l exp2(m - m') +
-  the lane's share of sum p (summed across the 4 lanes once, by `STORE`); o *= exp2(m - m').
+  -inf where masked (bool mask, causal, keys past the end); m' = max(m, max x); p = exp2(x - m')
+  (ex2.approx: exp2f's handling of denormal results is worth nothing to a p rounded to half),
+  written over s; l = l exp2(m - m') + the lane's share of sum p (in fp32, as FlashAttention-2
+  sums it; summed across the 4 lanes once, by `STORE`); o *= exp2(m - m').
   state (16, 16): floats 0 and 1 of a lane are m of its rows g and g + 8, 2 and 3 its shares of l;
 - `PV` (a tile of bn values, (bn, ev) in shared memory; s) -> o (16, ev): o += p v, each k16 slice
-  of p converted to an A fragment in registers: the C layout of two adjacent 16x8 tiles of s is
+  of p rounded to the operands' type into an A fragment in registers: the C layout of two adjacent 16x8 tiles of s is
   the A layout of the 16x16 slice (a0 a1 = c0 c1 of the first, a2 a3 = its c2 c3, a4..a7 the
   second's), so p goes through no shared memory; V's rows by ldmatrix.x4.trans (row-major B);
 - `INIT` (state, o): m = -inf, l = 0, o = 0; `STORE` (state, o) -> out (16 rows of ev in global
@@ -66,25 +67,26 @@ static __device__ __forceinline__ void ember_attn_ldmatrix_trans(unsigned* r, co
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((unsigned)__cvta_generic_to_shared(p))
                : "memory");
 }}
+static __device__ __forceinline__ float ember_attn_exp2(float x) {{  // (the MUFU op alone; exp2(-inf) = 0)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}}
 #define EMBER_ATTN_MMA(ptx, d, a, b0, b1) \\
   asm("mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, " \\
       "{{%8, %9}}, {{%0, %1, %2, %3}};" : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]) \\
       : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))""")
 
-_HALF = {  # per operand type: its PTX name, two floats rounded into one register, a float rounded to it
+_HALF = {  # per operand type: its PTX name, the function rounding two floats into one register, its C
     "float16": ("f16", "ember_attn_pack_f16", """
 static __device__ __forceinline__ unsigned ember_attn_pack_f16(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
   return *(unsigned*)&h;
-}
-static __device__ __forceinline__ float ember_attn_round_f16(float x) { return __half2float(__float2half_rn(x)); }"""),
+}"""),
     "bfloat16": ("bf16", "ember_attn_pack_bf16", """
 static __device__ __forceinline__ unsigned ember_attn_pack_bf16(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *(unsigned*)&h;
-}
-static __device__ __forceinline__ float ember_attn_round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
 }"""),
 }
 _MASK_READ = {"bool": "((const unsigned char*)mask)[at] != 0", "float16": "__half2float(((const __half*)mask)[at])",
@@ -291,7 +293,7 @@ static __device__ __forceinline__ void ember_{name}({mask_arg}void* s, void* sta
     top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 1));
     top[h] = fmaxf(top[h], __shfl_xor_sync(0xffffffffu, top[h], 2));
     shift[h] = top[h] == -INFINITY ? 0.0f : top[h];  // every key so far masked out
-    alpha[h] = exp2f(st[h] - shift[h]);
+    alpha[h] = ember_attn_exp2(st[h] - shift[h]);
     st[2 + h] *= alpha[h];
     st[h] = top[h];
   }}
@@ -300,7 +302,7 @@ static __device__ __forceinline__ void ember_{name}({mask_arg}void* s, void* sta
 #pragma unroll
     for (int i = 0; i < 8; ++i) {{
       const int h = (i >> 1) & 1;
-      const float e = ember_attn_round_{ptx}(exp2f(p[j].x[i] - shift[h]));
+      const float e = ember_attn_exp2(p[j].x[i] - shift[h]);
       p[j].x[i] = e;
       st[2 + h] += e;
     }}
@@ -343,7 +345,7 @@ static __device__ __forceinline__ void ember_{name}({mask_arg}void* s, void* sta
             top = top.reshape(8, 4, 2).max(axis=1).repeat(4, axis=0)  # across each group's 4 lanes
             shift = np.where(top == -np.inf, np.float32(0), top)
             alpha = np.exp2(st[:, :2] - shift)
-            e = _rounded(dtype, np.exp2(x - shift[:, h]))
+            e = np.exp2(x - shift[:, h]).astype(np.float32)
         st[:, 2:4] = st[:, 2:4] * alpha + np.stack([e[:, :, h == r].sum(axis=(0, 2)) for r in (0, 1)], axis=-1)
         st[:, :2] = top
         p[...] = e
