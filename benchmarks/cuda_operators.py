@@ -315,19 +315,23 @@ def split_k(n: int, runs: int, rows: list) -> None:
 # flash attention's cases: (name, batch, heads, tokens, head size, causal)
 ATTENTION = (("BERT-base 1x12x128x64", 1, 12, 128, 64, False), ("8x16x2048x64", 8, 16, 2048, 64, False),
              ("causal 4x16x1024x64", 4, 16, 1024, 64, True))
-KEY_TILES = (32, 16)  # the Tensor Core kernel's keys a tile: the candidates timed (the first: the default at d=64)
+# the candidates timed beside the default (fp16, static): the mma kernel's (warps, keys a tile,
+# stages of k and v) and the wmma kernel's keys a tile (its default at d=64: the kernel before)
+MMA_CONFIGS = ((1, 64, 2), (2, 64, 2), (8, 64, 2), (4, 128, 2), (4, 64, 3))
+WMMA_KEY_TILES = (32,)
 
 
 def attention(n: int, runs: int, rows: list) -> None:
-    """flash_attention on Tensor Cores (ember.ops.flash_attention_tc) in fp16 and bf16 at ATTENTION's
+    """flash_attention on Tensor Cores (ember.ops.flash_attention_mma) in fp16 and bf16 at ATTENTION's
     sizes, against torch's scaled_dot_product_attention (its fused kernels) on the same inputs:
     the kernel as the CUDA target builds it (static), built once over a symbolic number of tokens
     (its grid per launch), reading q, k and v as heads of one packed (B, S, 3 H, D) projection and
     writing (B, S, H, D) (a transformer's layer in a model: its layout ops folded into the
-    kernel), and at each of KEY_TILES keys a tile (fp16, static); each checked
-    against torch first (‖out - ref‖ / ‖ref‖ within 1e-2). Each is timed twice: a call, and per
-    launch in a CUDA graph of 20 (the GPU's time, without the ~20 us of Python a call costs at
-    BERT's size). The best variant is printed after each case, with its speed relative to torch's."""
+    kernel), and in fp16 (static) at each of MMA_CONFIGS, and the wmma kernel (ember.ops.
+    flash_attention_tc) at WMMA_KEY_TILES keys a tile; each checked against torch first (‖out -
+    ref‖ / ‖ref‖ within 1e-2). Each is timed twice: a call, and per launch in a CUDA graph of 20
+    (the GPU's time, without the ~20 us of Python a call costs at BERT's size). Each variant's
+    speed is printed relative to torch's, then the best."""
     from ember.cuda.driver import device
 
     device().activate()  # (`launch`, unlike a call, expects the context current)
@@ -366,45 +370,76 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
     variants.append(("ember packed qkv in place, out (B, S, H, D)", lambda: p(packed, packed, packed, rows_out), p_s,
                      rows_out.transpose(1, 2)))
     if dtype == "float16":
-        for bn in KEY_TILES[1:]:
+        for warps, bn, stages in MMA_CONFIGS:
+            g, g_s = _mma_kernel(shape, dtype, causal, warps, bn, stages)
+            variants.append((f"ember mma, {warps} warps, {bn} keys a tile, {stages} stages", lambda g=g: g(*xs, y),
+                             g_s, y))
+        for bn in WMMA_KEY_TILES:
             g, g_s = _key_tile_kernel(shape, dtype, causal, bn)
-            variants.append((f"ember static, {bn} keys a tile", lambda g=g: g(*xs, y), g_s, y))
-    best = None
-    for impl, call, seconds, out in variants:
-        out.fill_(float("nan"))
-        call()
-        error = ((out.float() - expected).norm() / expected.norm()).item()
-        assert error <= 1e-2, f"{impl}: ‖out - sdpa‖ / ‖sdpa‖ = {error:.2e}"
-        t, t_graph = timed(call, runs), graph_time(call, runs)
-        rows.append((label, f"{impl}, error {error:.1e}", t, tflop / t, seconds))
-        if t_graph is not None:
-            rows.append((f"{label} (graph)", impl, t_graph, tflop / t_graph, seconds))
-        best = min(best or (t_graph or t, impl), (t_graph or t, impl))
+            variants.append((f"ember wmma (scores through shared memory), {bn} keys a tile", lambda g=g: g(*xs, y),
+                             g_s, y))
     t, t_graph = timed(sdpa, runs), graph_time(sdpa, runs)
     rows.append((label, "torch sdpa", t, tflop / t, None))
     if t_graph is not None:
         rows.append((f"{label} (graph)", "torch sdpa", t_graph, tflop / t_graph, None))
-    print(f"{label}: best ember {best[1]} {best[0] * 1e3:.3f} ms, torch sdpa {(t_graph or t) * 1e3:.3f} ms: "
-          f"{(t_graph or t) / best[0]:.0%} of torch's speed", flush=True)
+    reference = t_graph or t
+    best = None
+    for impl, call, seconds, out in variants:
+        try:
+            out.fill_(float("nan"))
+            call()
+            error = ((out.float() - expected).norm() / expected.norm()).item()
+            assert error <= 1e-2, f"{impl}: ‖out - sdpa‖ / ‖sdpa‖ = {error:.2e}"
+            t, t_graph = timed(call, runs), graph_time(call, runs)
+        except Exception:  # one variant's failure must not hide the others'
+            print(f"--- {label}, {impl} failed:")
+            traceback.print_exc(limit=4, file=sys.stdout)
+            continue
+        rows.append((label, f"{impl}, error {error:.1e}", t, tflop / t, seconds))
+        if t_graph is not None:
+            rows.append((f"{label} (graph)", impl, t_graph, tflop / t_graph, seconds))
+        print(f"{label}: {impl} {(t_graph or t) * 1e3:.3f} ms, {reference / (t_graph or t):.0%} of sdpa's speed",
+              flush=True)
+        best = min(best or (t_graph or t, impl), (t_graph or t, impl))
+    if best is not None:
+        print(f"{label}: best ember {best[1]} {best[0] * 1e3:.3f} ms, torch sdpa {reference * 1e3:.3f} ms: "
+              f"{reference / best[0]:.0%} of torch's speed", flush=True)
 
 
 def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
-    """flash_attention's Tensor Core kernel with `bn` keys a tile (its shared memory bound set to
-    that tile's), and the seconds it took to build."""
+    """flash_attention's wmma kernel with `bn` keys a tile (its shared memory bound set to that
+    tile's), and the seconds it took to build."""
+    from ember.ops import flash_attention_tc as tc
+
+    d = shape[-1]
+    return _attention_kernel(shape, dtype, lambda *heads, scale: tc.kernel(
+        *heads[:3], None, heads[3], scale, causal, tc.shared_bytes(d, d, bn)))
+
+
+def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int, stages: int):
+    """flash_attention's mma kernel with `warps` warps of 16 queries, `bn` keys a tile and k and v
+    in `stages` stages (dynamic shared memory past 48 KiB), and the seconds it took to build."""
+    from ember.ops import flash_attention_mma as mma
+
+    d = shape[-1]
+    dynamic = mma.shared_bytes(d, d, warps, bn, stages) > mma.STATIC_LIMIT
+    return _attention_kernel(shape, dtype, lambda *heads, scale: mma.kernel(
+        *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic, stages))
+
+
+def _attention_kernel(shape, dtype: str, kernel_of):
+    """A flash attention kernel of (B, H, S, D) operands, `kernel_of(q, k, v, out, scale=)` its
+    statement on their HeadRows, and the seconds it took to build."""
     import math
 
     from benchmarks.cuda_timing import build
     from ember import te
-    from ember.ops import flash_attention_tc as tc
     from ember.ops.gpu_loops import HeadRows
-
-    d = shape[-1]
-    limit = tc.shared_bytes(d, d, bn)
 
     def make():
         q, k, v = (te.placeholder(shape, dtype, name=x) for x in "qkv")
-        (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: tc.kernel(
-            *map(HeadRows, ins), None, HeadRows(outs[0]), 1 / math.sqrt(d), causal, limit), name="flash_attention")
+        (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: kernel_of(
+            *map(HeadRows, ins), HeadRows(outs[0]), scale=1 / math.sqrt(shape[-1])), name="flash_attention")
         return te.create_schedule(out.op), [q, k, v, out]
 
     return build(make)

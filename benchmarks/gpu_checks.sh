@@ -13,8 +13,9 @@
 # (mma.sync, wmma) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each printed;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
-# static ones; attention: flash attention on Tensor Cores, fp16 and bf16, static, symbolic, on a
-# packed QKV buffer and in other tiles of keys, against torch's scaled_dot_product_attention);
+# static ones; attention: flash attention on mma.sync (scores in registers), fp16 and bf16, static,
+# symbolic, on a packed QKV buffer, in other warps and tiles of keys, and the wmma kernel before it,
+# each against torch's scaled_dot_product_attention, with the % of its speed and the best);
 # MODELS= names the zoo models
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,

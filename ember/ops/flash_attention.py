@@ -30,9 +30,10 @@ batch: the grid and the loop's key tiles are then counted from them, parameters 
 48 KiB, which `tile_rows` picks the tiles for).
 
 float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
-q k^T and p v (ember.ops.flash_attention_tc: 4 warps of 16 queries a block, each warp's running
-max and sum in its lanes' registers and its output accumulator in wmma fragments for the whole
-loop over keys, p rounded to the operands' type as the product reads it); other operands are
+q k^T and p v, p rounded to the operands' type as the product reads it (`choose`): up to 128, the
+mma.sync kernel (ember.ops.flash_attention_mma: scores, softmax state, p and the output in each
+warp's registers for the whole loop over keys), past it the wmma kernel where its tiles fit
+(ember.ops.flash_attention_tc: scores through shared memory); other operands are
 loaded as floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
 type. The statement is the kernel itself (a te.extern bound to blocks and threads), so the GPU
 family schedules nothing of it; only the CUDA target runs it (the interpreter with GPU semantics
@@ -47,6 +48,7 @@ from .. import te
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
+from . import flash_attention_mma as mma
 from . import flash_attention_tc as tc
 from .attention import LAYOUTS, infer, reference
 from .common import te_shape
@@ -66,6 +68,18 @@ def tile_rows(e: int, ev: int) -> int | None:
 def shared_bytes(t: int, e: int, ev: int) -> int:
     """The q, k, v tiles, the accumulator and the running max and sum of a tile of t."""
     return 4 * (t * e + t * e + t * ev + t * ev + 2 * t)
+
+
+def choose(dtype: str | None, e: int, ev: int) -> str:
+    """The kernel of operands of one `dtype` (None: mixed) and head sizes e and ev: "mma" (ember.ops.
+    flash_attention_mma: half operands, head sizes multiples of 16 whose tiles fit), else "wmma"
+    (ember.ops.flash_attention_tc: half ones whose tiles fit its 48 KiB), else "cuda cores" (this
+    module's: float32, mixed types, other head sizes)."""
+    if dtype is not None and mma.config(dtype, e, ev) is not None:
+        return "mma"
+    if dtype is not None and tc.fits(dtype, e, ev, SHARED_LIMIT):
+        return "wmma"
+    return "cuda cores"
 
 
 def _infer(types, attrs):
@@ -92,7 +106,7 @@ def _compute(inputs, attrs, out_types):
     e = as_int(q.shape[-1])
     scale = 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
 
-    tensor_cores = len({x.dtype for x in (q, k, v)}) == 1 and tc.fits(q.dtype, e, as_int(v.shape[-1]), SHARED_LIMIT)
+    chosen = choose(q.dtype if len({x.dtype for x in (q, k, v)}) == 1 else None, e, as_int(v.shape[-1]))
 
     bshd = attrs["layout"] == "bshd"
     firsts = attrs["heads"][1:] if attrs["heads"] is not None else (0, 0, 0)
@@ -101,7 +115,9 @@ def _compute(inputs, attrs, out_types):
         operands = (HeadRows(bufs[a], bshd, first) for a, first in zip(slots[:3], firsts))
         args = (*operands, bufs[slots[3]] if mask is not None else None, HeadRows(outs[0], bshd), float(scale),
                 bool(attrs["causal"]))
-        return tc.kernel(*args, SHARED_LIMIT) if tensor_cores else _kernel(*args)
+        if chosen == "mma":
+            return mma.kernel(*args, *mma.config(q.dtype, e, as_int(v.shape[-1])))
+        return tc.kernel(*args, SHARED_LIMIT) if chosen == "wmma" else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
 

@@ -1,6 +1,7 @@
-"""flash_attention's kernel on Tensor Cores (ember.ops.flash_attention chooses it for float16 and
-bfloat16 operands whose head sizes are multiples of 16): the same recurrence, each warp's running
-state in registers, its two products as wmma calls (ember.intrinsics.wmma's warp_mma).
+"""flash_attention's kernel on wmma (ember.ops.flash_attention chooses it for float16 and bfloat16
+operands whose head sizes are multiples of 16 where the mma kernel, ember.ops.flash_attention_mma,
+does not apply: head sizes past 128): the same recurrence, each warp's running state in
+registers, its two products as wmma calls (ember.intrinsics.wmma's warp_mma).
 
 A block is 4 warps over 64 queries, each warp 16 of them (one fragment's height). Per tile of
 `bn` keys (`key_tile`: 64, 32 or 16, the largest whose tiles fit the shared memory):
@@ -114,6 +115,32 @@ def _mma(half: str, wn: int, b_layout: str, a: Pointer, lda: int, b: Pointer, ld
     return _call(intrin, "update", (a, b), (c,), (0, 1), (2,), (lda, ldb), (lda, 1, ldb, 1, wn, 1))
 
 
+def copy_tile(tile_buf: Buffer, src: HeadRows, index, width: int, ld: int, first, count: int, end, warps: int,
+              zeros: bool = True) -> For:
+    """tile_buf[i * ld + d] = src[first + i, d] for i < count, d < width (past `end`: zeros, or with
+    `zeros` False the last row again), 16 bytes (8 halves) at a time, the block's `warps` warps'
+    threads a strided share each (a pipelined loop's: cp.async on sm_80 and later, zero-filled past
+    the end; others one uint4 load and store where they read no condition)."""
+    half, threads_ = tile_buf.dtype, warps * LANES
+    vectors = count * width // VECTOR
+    lane = Var("lane", dt.INDEX_DTYPE)
+
+    def body(ty, tx):
+        def step(c):
+            at_vector = c * threads_ + ty * LANES + tx
+            flat = at_vector * VECTOR
+            i = first + flat // width
+            clamped = binary("min", i, convert(end - 1))
+            value = BufferLoad(src.buf, src.at(index, clamped, flat % width + lane), half)
+            if zeros:
+                value = select(i < end, value, const(0.0, half))
+            lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(
+                tile_buf, value, (flat // width * ld + flat % width + lane,)))
+            return lanes_ if vectors % threads_ == 0 else IfThenElse(at_vector < vectors, lanes_)
+        return serial("c", ceil_div(vectors, threads_), step)
+    return threads(lambda ty: threads(lambda tx: body(ty, tx), LANES), warps, "threadIdx.y")
+
+
 def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: HeadRows, scale: float, causal: bool,
            limit: int) -> For:
     """The kernel's statement (flash_attention's te.extern), its tiles within `limit` bytes."""
@@ -132,7 +159,7 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
         ("s_frag", bn), ("o_frag", ev)))
     running = Buffer("running", (const(3),), FLOAT)  # the new max, exp(m - m'), a p
     minus_inf, zero = const(-math.inf, FLOAT), const(0.0, FLOAT)
-    heads, tile, kt, kk, lane = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt", "kk", "lane"))
+    heads, tile, kt, kk = (Var(n, dt.INDEX_DTYPE) for n in ("heads", "tile", "kt", "kk"))
     index = batch_index(heads, batch)
 
     def warps(body_of):
@@ -145,28 +172,6 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
     def row_lanes(body_of):
         """body_of(ty, r, h, row): lane tx holds half h of row r of warp ty's queries (row: the query)."""
         return lanes(lambda ty, tx: body_of(ty, tx // 2, tx % 2, tile * BLOCK_ROWS + ty * ROWS + tx // 2))
-
-    def copy(tile_buf, src, width, ld, first, count, end, zeros=True):
-        """tile_buf[i * ld + d] = src[first + i, d] for i < count, d < width (past `end`: zeros, or with
-        `zeros` False the last row again), 16 bytes (8 halves) at a time, the block's threads a
-        strided share each (a pipelined loop's: cp.async on sm_80 and later, zero-filled past the
-        end; others one uint4 load and store where they read no condition)."""
-        vectors = count * width // VECTOR
-
-        def body(ty, tx):
-            def step(c):
-                at_vector = c * (WARPS * LANES) + ty * LANES + tx
-                flat = at_vector * VECTOR
-                i = first + flat // width
-                clamped = binary("min", i, convert(end - 1))
-                value = BufferLoad(src.buf, src.at(index, clamped, flat % width + lane), half)
-                if zeros:
-                    value = select(i < end, value, const(0.0, half))
-                lanes_ = For(lane, const(0), const(VECTOR), "vectorized", BufferStore(
-                    tile_buf, value, (flat // width * ld + flat % width + lane,)))
-                return lanes_ if vectors % (WARPS * LANES) == 0 else IfThenElse(at_vector < vectors, lanes_)
-            return serial("c", ceil_div(vectors, WARPS * LANES), step)
-        return lanes(body)
 
     def scores(ty):
         """The warp's 16 x bn scores q k^T in fragments, stored to its tile."""
@@ -260,7 +265,8 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
     if causal:  # the tiles up to the block's last query
         key_tiles = binary("min", key_tiles, (tile + 1) * (BLOCK_ROWS // bn))
     steps = For(kt, const(0), key_tiles, "serial", Allocate(k_tile, Allocate(v_tile, SeqStmt((
-        copy(k_tile, kb, e, lq, kt * bn, bn, keys), copy(v_tile, vb, ev, lv, kt * bn, bn, keys),
+        copy_tile(k_tile, kb, index, e, lq, kt * bn, bn, keys, WARPS),
+        copy_tile(v_tile, vb, index, ev, lv, kt * bn, bn, keys, WARPS),
         warps(scores), softmax(kt * bn), warps(accumulate))))), annotations=((PIPELINE, 2),))
 
     def partner(tx):  # the other lane of tx's row
@@ -294,7 +300,7 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
                                       BufferStore(total, zero, (const(0),))))),
         warps(lambda ty: SeqStmt(tuple(_zero(Pointer(o_frag, const(j * TILE)), ev) for j in range(ev // TILE))))))
     # q's rows past the end repeat its last (their scores are all -inf and nothing of them is stored)
-    q = copy(q_tile, qb, e, lq, tile * BLOCK_ROWS, BLOCK_ROWS, length, zeros=False)
+    q = copy_tile(q_tile, qb, index, e, lq, tile * BLOCK_ROWS, BLOCK_ROWS, length, WARPS, zeros=False)
     body = SeqStmt((q, init, steps, shares, sums,
                     *(out_chunk(c) for c in range(ev // chunk))))
     for buf in (q_tile, p_tile, s_tile, f_tile, top, total, s_frag, o_frag):

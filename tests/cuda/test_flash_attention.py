@@ -3,12 +3,13 @@ with GPU semantics (blocks and threads shuffled, races checked) against the NumP
 small sizes whose lengths are not multiples of the tiles (several query and key tiles), causal,
 additive and bool masks (a row with every key masked out gives 0), on CUDA cores (float32, and
 half operands whose head sizes are not multiples of 16) and on Tensor Cores (float16 and
-bfloat16, head sizes multiples of 16); both kernels compiled by NVRTC to an sm_90 cubin. Symbolic
+bfloat16, head sizes multiples of 16: the mma.sync kernel, its scores in registers; the wmma
+kernel before it, built directly); the kernels compiled by NVRTC to an sm_90 cubin. Symbolic
 batch, query and key lengths: one kernel run at each size (one, a partial tile past several, more
 queries than keys), causal and masked (a padding mask broadcast over the queries), its grid
-computed per launch. The Tensor Core kernel (4 warps, the state in registers) against torch's
-scaled_dot_product_attention at those sizes in fp16 and bf16: on the interpreter, and on a GPU
-where there is one."""
+computed per launch. The mma kernel (4 warps of 16 queries, the state in registers) against
+torch's scaled_dot_product_attention at those sizes in fp16 and bf16 at head sizes 32, 64 and 128:
+on the interpreter, and on a GPU where there is one."""
 
 import numpy as np
 import pytest
@@ -72,14 +73,79 @@ def test_nvrtc_compiles_it_for_sm_90_with_the_tiles_in_shared_memory(dtype, e):
     if dtype == "float32":  # CUDA cores, a thread per query: only the k and v tiles take barriers
         assert f.grid == (2, 2, 1) and f.block == (32, 1, 1)
         assert f.source.count("__shared__") == 6 and f.source.count("__syncthreads()") == 2
-    else:  # Tensor Cores, 4 warps of 16 queries; the state in registers, o in fragments
-        assert f.grid == (1, 2, 1) and f.block == (32, 4, 1)
-        assert f.source.count("__shared__") == 6 and "ember_wmma_acc o_frag[4];" in f.source
-        assert f.source.count("ember_wmma_fragment_scale((const void*)") == 4  # o's 4 fragments rescaled
-        assert f.source.count("__syncthreads()") == 11  # 4 a tile of keys (none inside a thread's loops)
+    else:  # mma.sync, 4 warps of 16 queries: q, s, o and the softmax's state in registers
+        assert f.grid == (1, 2, 1) and f.block == (32, 4, 1) and f.registers <= 128
+        assert f.source.count("__shared__") == 3  # q, k, v: no scores through shared memory
+        for frags in ("q_frag[2]", "s_frag[4]", "o_frag[4]", "state[1]"):
+            assert f"ember_wmma_acc {frags};" in f.source
+        assert f.source.count("__syncthreads()") == 3  # 1 a tile of keys (the wmma kernel: 4)
         assert f.source.count("cp.async.cg.shared.global") == 4  # k and v: the first tiles, then the next ones
         assert "*reinterpret_cast<uint4*>(&q_tile[" in f.source  # q 16 bytes at a time
-        assert f.registers <= 128
+        assert f.source.count("ember_mma_attn_softmax_64x64_f16_causal_f16(") == 2  # (its definition, its call)
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_head_sizes_of_128_in_dynamic_shared_memory():
+    types = [TensorType((1, 2, 40, 128), "bfloat16")] * 3
+    f = build_op("flash_attention", types, {"causal": False}, target=Target("cuda", simulate=True)).kernel
+    assert f.binary[:4] == b"\x7fELF" and f.shared == 2 * (64 * 136 + 4 * 64 * 136)  # q, two stages of k and v
+    assert "ember_wmma_acc o_frag[8];" in f.source and f.registers <= 255
+
+
+def extern_kernel(shape, dtype: str, target, kernel_of):
+    """A flash attention kernel built directly on (B, H, S, D) operands, `kernel_of(q, k, v, out,
+    scale)` its statement on their HeadRows."""
+    import math
+
+    import ember
+    from ember import te
+    from ember.ops.gpu_loops import HeadRows
+
+    q, k, v = (te.placeholder(shape, dtype, name=x) for x in "qkv")
+    (out,) = te.extern([(shape, dtype)], [q, k, v], lambda ins, outs: kernel_of(
+        *map(HeadRows, ins), HeadRows(outs[0]), 1 / math.sqrt(shape[-1])), name="flash_attention")
+    return ember.build(te.create_schedule(out.op), [q, k, v, out], target=target)
+
+
+def wmma_kernel(shape, dtype: str, causal: bool, target):
+    """The wmma kernel (ember.ops.flash_attention_tc: scores through shared memory), which the op
+    chooses where the mma kernel does not apply."""
+    from ember.ops import flash_attention_tc as tc
+
+    return extern_kernel(shape, dtype, target, lambda q, k, v, out, scale: tc.kernel(
+        q, k, v, None, out, scale, causal, 48 * 1024))
+
+
+def against_torch(f, shape, dtype, causal, tol):
+    xs = [RNG.standard_normal(shape).astype(dt.to_numpy(dtype)) for _ in "qkv"]
+    out = np.full(shape, np.nan, xs[0].dtype)
+    f(*xs, out)
+    want = sdpa(*xs, None, causal)
+    assert np.linalg.norm(out.astype("float32") - want) <= tol * np.linalg.norm(want)
+
+
+def test_the_wmma_kernel_against_torch():
+    shape = (1, 2, L, 32)
+    against_torch(wmma_kernel(shape, "float16", True, GPU_INTERPRETER[0]), shape, "float16", True, 1e-3)
+
+
+@pytest.mark.parametrize("warps, bn, stages", [(2, 32, 3), (8, 64, 2)])
+def test_other_warps_tiles_and_stages_of_the_mma_kernel(warps, bn, stages):
+    """What the GPU benchmark times besides the default: 150 causal queries over several tiles."""
+    from ember.ops import flash_attention_mma as mma
+
+    shape = (1, 1, 150, 32)
+    f = extern_kernel(shape, "bfloat16", GPU_INTERPRETER[0], lambda q, k, v, out, scale: mma.kernel(
+        q, k, v, None, out, scale, True, warps, bn, stages=stages))
+    against_torch(f, shape, "bfloat16", True, 1e-2)
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_the_wmma_kernel():
+    f = wmma_kernel((1, 2, 40, 64), "float16", True, Target("cuda", simulate=True))
+    assert f.binary[:4] == b"\x7fELF" and f.grid == (1, 2, 1) and f.block == (32, 4, 1)
+    assert "ember_wmma_acc o_frag[4];" in f.source and f.source.count("ember_wmma_fragment_scale((const void*)") == 4
+    assert f.source.count("__syncthreads()") == 11  # 4 a tile of keys (none inside a thread's loops)
 
 
 def test_head_sizes_past_shared_memory_are_refused():
@@ -146,14 +212,14 @@ def sdpa(q, k, v, mask, causal):
     return np.nan_to_num(out.numpy(), nan=0.0)
 
 
-@pytest.mark.parametrize("dtype, mask, tol", [("float16", "causal", 1e-3), ("bfloat16", "padding", 1e-2),
-                                             ("float16", "additive", 1e-3)])
-def test_four_warps_state_in_registers_against_torch(dtype, mask, tol):
-    """Tensor Cores at a head size of 32 (4 warps of 16 queries, tiles of 32 keys, as at 64, which
-    NVRTC's test builds; the interpreter runs each Tensor Core call's description element by
-    element), one kernel over symbolic lengths at each of SIZES (128 queries over 37 keys: tiles
-    inside both, which check no bound, and edge tiles): ‖out - sdpa‖ / ‖sdpa‖ within tol."""
-    types, input_sets = symbolic_lengths(dtype, 32, mask)
+@pytest.mark.parametrize("dtype, e, mask, tol", [("float16", 32, "causal", 1e-3), ("bfloat16", 64, "padding", 1e-2),
+                                                ("float16", 128, "additive", 1e-3), ("bfloat16", 64, "causal", 1e-2)])
+def test_four_warps_state_in_registers_against_torch(dtype, e, mask, tol):
+    """The mma kernel (4 warps of 16 queries, 64 keys a tile; the interpreter runs each call lane
+    by lane on PTX's layouts), one kernel over symbolic lengths at each of SIZES (128 queries over
+    37 keys: tiles inside both, which check no bound, and edge tiles), head sizes 32, 64 and 128:
+    ‖out - sdpa‖ / ‖sdpa‖ within tol."""
+    types, input_sets = symbolic_lengths(dtype, e, mask)
     causal = mask == "causal"
     kernel = build_op("flash_attention", types, {"causal": causal}, target=GPU_INTERPRETER[0])
     for xs in input_sets:
