@@ -195,15 +195,16 @@ def test_mma_gemm_compiles_for_sm90(dtype):
 
 @needs_nvrtc
 def test_stages_past_static_shared_memory_are_dynamic():
-    """4 stages of 256x64x32 (96 KiB) are carved from dynamic shared memory, which the launch asks
-    for and a saved kernel keeps; past what a block may opt in to, a ScheduleError."""
-    s, args = tensorcore.tensorcore_gemm(256, 256, 128, BM=256, BN=64, WN=32, stages=4)
+    """3 stages of 128x256x32 (72 KiB; B's rows of 512 bytes) are carved from dynamic shared memory,
+    which the launch asks for and a saved kernel keeps; past what a block may opt in to, a
+    ScheduleError."""
+    s, args = tensorcore.tensorcore_gemm(256, 256, 128, BN=256)
     f = ember.build(s, args, target="cuda", arch="sm_90")
-    assert f.shared == 81920 and f.to_json()["shared"] == 81920
+    assert f.shared == 73728 and f.to_json()["shared"] == 73728 and f.block == (32, 8, 1)
     assert "extern __shared__ __align__(128) unsigned char ember_dynamic_shared[];" in f.source
     assert "__shared__ __align__" not in f.source.replace("extern __shared__ __align__", "")
     assert "B_shared = reinterpret_cast<__half*>(ember_dynamic_shared + 0);" in f.source
-    assert type(f).restore(f.to_json(), f.binary, f.source).shared == 81920
+    assert type(f).restore(f.to_json(), f.binary, f.source).shared == 73728
     s, args = tensorcore.tensorcore_gemm(256, 256, 256, BM=256, BN=256, BK=64, WN=128, stages=4)  # 256 KiB
     with pytest.raises(ScheduleError, match="past the limit of 232448 bytes of dynamic shared memory a block may opt "
                                             "in to \\(sm_90\\)"):
