@@ -24,15 +24,16 @@ its group of 8, 128 bytes); rows shorter than 128 bytes go by 128-byte lines ins
 4-6 XORed with bits s..s+2, s = log2 of the row's bytes, at least 7 (`row_shift`).
 
 Keyed by the offset in the tile, never by the address in shared memory: the two agree only where
-the tile starts on a multiple of 8 rows (2 KiB for rows of 256 bytes), which no `__align__` gives
-on an H200 (sm_90), whose block's shared data starts 1 KiB into its window; keyed by the address,
-every GEMM whose rows of B were 256 bytes or more read every product wrong, while rows of 64 and
-128 bytes (bits of the address below 1 KiB) were right. So a call that reads a tile is told where
-its pointers lie in their tiles (ember.cuda.swizzle passes the offsets), and a lane's address is
-the tile's start plus its row's swizzled offset (`lane_address`, the C code's
-`ember_lane_address`): right wherever the tile starts (16 bytes apart at least, as ldmatrix's
-rows are), and conflict-free wherever it starts (a phase's 8 rows, or a quarter-warp's 8 chunks
-of 16-byte copies, lie at 8 distinct offsets modulo 128 bytes, which any start moves alike).
+the tile starts on a multiple of 8 rows (or lines: 1 KiB up to rows of 128 bytes, 2 KiB for rows
+of 256), which no `__align__` beyond 1 KiB gives on an H200 (sm_90), whose block's shared data
+starts 1 KiB into its window; keyed by the address, every GEMM whose rows of B were 256 bytes or
+more read every product wrong, while rows of 64 and 128 bytes (bits of the address below 1 KiB)
+were right. So a call that reads a tile is told where its pointers lie in their tiles
+(ember.cuda.swizzle passes the offsets), and a lane's address is the tile's start plus its row's
+swizzled offset (`lane_address`, the C code's `ember_lane_address`): right wherever the tile
+starts (16 bytes apart at least, as ldmatrix's rows are), and conflict-free wherever it starts
+(a phase's 8 rows, or a quarter-warp's 8 chunks of 16-byte copies, lie at 8 distinct offsets
+modulo 128 bytes, which any start moves alike).
 
 The interpreter places every tile an emulated call reads at byte `TILE_START` of the block's
 shared window, 1 KiB + 128 bytes, a multiple of neither 1 nor 2 KiB, so that a lane's address
