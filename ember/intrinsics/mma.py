@@ -40,7 +40,7 @@ from ..tir.tensor_intrin import RESOLVERS
 from . import mma_lanes
 from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, check_warp_tile, declare_warp_step, once
 
-_COMMON = once("EMBER_MMA_LDMATRIX", """\
+LANE_ADDRESS = """\
 static __device__ __forceinline__ unsigned ember_row_shift(int64_t row_bytes) {  // (mma_lanes.row_shift)
   return max(7, 31 - __clz((int)row_bytes));
 }
@@ -48,7 +48,10 @@ static __device__ __forceinline__ unsigned ember_lane_address(unsigned pointer, 
                                                               unsigned shift) {  // (mma_lanes.lane_address)
   const unsigned o = at + distance;
   return pointer - at + (o ^ (((o >> shift) & 7u) << 4));
-}
+}"""
+"""The C code's lanes' addresses, the twin of mma_lanes.lane_address (tests compile it for the CPU)."""
+
+_COMMON = once("EMBER_MMA_LDMATRIX", LANE_ADDRESS + """
 static __device__ __forceinline__ void ember_ldmatrix_x4(unsigned* r, unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
@@ -57,6 +60,7 @@ static __device__ __forceinline__ void ember_ldmatrix_x4_trans(unsigned* r, unsi
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
 }""")
+
 
 
 def _suffix(dtype: str) -> str:

@@ -5,6 +5,8 @@ rows of 64 to 512 bytes, 1 to 4 cp.async stages) on the interpreter against NumP
 where a swizzle keyed by the address fails, compiled by NVRTC for sm_90, and on a GPU where there
 is one."""
 
+import ctypes
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import ember
 from ember.cuda import swizzle, tensorcore
 from ember.errors import ScheduleError
 from ember.intrinsics import mma, mma_lanes
+from ember.runtime.build import build_library
 
 NUMPY = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -89,6 +92,28 @@ def test_swizzled_rows_are_conflict_free(row_bytes):
     moved = mma_lanes.swizzle(np.arange(0, 4 * span, 16), row_bytes)
     assert sorted(moved) == list(range(0, 4 * span, 16))
     assert all(set(moved[i:i + 8] // 128) == {i // 8} for i in range(0, moved.size, 8))  # (a chunk keeps its line)
+
+
+def test_the_c_lane_address_is_its_twin():
+    """The C code's lanes' addresses (mma.LANE_ADDRESS), compiled for the CPU, are
+    mma_lanes.lane_address's, on random pointers, offsets and lanes at each row length."""
+    source = ("#include <stdint.h>\n#define __device__\n#define __forceinline__ inline\n#define __clz __builtin_clz\n"
+              "#define max(a, b) ((a) > (b) ? (a) : (b))\n" + mma.LANE_ADDRESS +
+              "\nvoid lanes(const unsigned* p, const unsigned* at, const unsigned* d, int64_t row_bytes, unsigned* out,"
+              " int n) {\n  for (int i = 0; i < n; ++i) out[i] = ember_lane_address(p[i], at[i], d[i], "
+              "ember_row_shift(row_bytes));\n}\n")
+    lanes = ctypes.CDLL(str(build_library(source))).lanes
+    rng = np.random.default_rng(3)
+    for row_bytes in ROW_BYTES:
+        at = 16 * rng.integers(0, 4096, 256, dtype=np.uint32)
+        start = 16 * rng.integers(0, 8192, 256, dtype=np.uint32)
+        p, d = start + at, 16 * rng.integers(0, 1024, 256, dtype=np.uint32)
+        out = np.empty(256, np.uint32)
+        lanes(*(x.ctypes.data_as(ctypes.c_void_p) for x in (p, at, d)), ctypes.c_int64(row_bytes),
+              out.ctypes.data_as(ctypes.c_void_p), 256)
+        want = mma_lanes.lane_address(p.astype(np.int64), at.astype(np.int64), d.astype(np.int64), row_bytes)
+        np.testing.assert_array_equal(out, want)
+        assert (out != p + d).any()  # (the swizzle moves chunks)
 
 
 def _old_lane_address(pointer, at, distance, row_bytes):
