@@ -21,7 +21,7 @@ ember.cuda.swizzle lays out every shared buffer these calls read that way (its s
 and passes each call the offsets of its pointers in their tiles (`a_at`, `b_at`, in elements),
 from which each lane finds its tile's start and its row's swizzled offset
 (`ember_lane_address`, mma_lanes.lane_address), wherever the tile starts. Rows of any power of
-two bytes (mma_lanes.swizzles); a fragment's 8 rows of a phase lie in 8 consecutive rows.
+two bytes (mma_lanes.swizzles); each phase of an ldmatrix reads 8 consecutive rows of a tile.
 
 The interpreter runs the calls through their NumPy twins (`emulate`), lane by lane on PTX's
 layouts (mma_lanes): swizzled addresses, ldmatrix's registers, the products of each m16n8k16
@@ -60,7 +60,6 @@ static __device__ __forceinline__ void ember_ldmatrix_x4_trans(unsigned* r, unsi
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
 }""")
-
 
 
 def _suffix(dtype: str) -> str:
