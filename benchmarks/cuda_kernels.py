@@ -12,7 +12,8 @@ against cuBLAS fp32 (`torch.matmul`, TF32 off), and fp16 and bf16 GEMMs 4096^3 o
 (`ember.cuda.tensorcore.tensorcore_gemm`: accumulators held in registers across the K loop, each fragment of
 A and B loaded once per k step, the K loop pipelined with cp.async; fp32 accumulators and output;
 mma.sync and ldmatrix on swizzled tiles in several block tiles, warp tiles, stages and L2 groups,
-and wmma on padded rows; the best of each type printed) against cuBLAS on the same inputs (its
+its products at rows of 128, 256 and 512 bytes checked against torch first, and wmma on padded
+rows; the best of each type and intrinsic printed) against cuBLAS on the same inputs (its
 output in the inputs' type) and Triton's tutorial matmul where Triton is installed; and
 operators (softmax, layer norm, a reduction,
 gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),

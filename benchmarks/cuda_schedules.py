@@ -191,24 +191,28 @@ def gemm(n: int, runs: int, rows: list) -> None:
 
 
 # Tensor Core GEMM configurations (ember.cuda.tensorcore.tensorcore_gemm): the intrinsic, BM, BN, BK, a warp's WM x WN,
-# the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle). mma: swizzled tiles,
-# whose rows (BK of A, BN of B) take at most 128 bytes (ember.intrinsics.mma_lanes); past 48 KiB of them,
-# dynamic shared memory; wmma: rows padded by 8. The last is the default of 128x128 tiles.
-TC_CONFIGS = (("mma", 128, 64, 32, 64, 32, 3, 8), ("mma", 128, 64, 32, 64, 32, 4, 8),
-              ("mma", 128, 64, 64, 64, 32, 3, 8), ("mma", 256, 64, 32, 64, 32, 3, 8),
-              ("mma", 64, 64, 64, 32, 32, 4, 8), ("wmma", 128, 128, 32, 64, 64, 3, 8),
+# the cp.async stages, the rows of tiles a group of blocks runs down (the L2 swizzle). mma: swizzled tiles of rows
+# of any power of two bytes (ember.intrinsics.mma_lanes: B's rows 256 bytes at BN 128, 512 at 256); past 48 KiB of
+# them, dynamic shared memory; wmma: rows padded by 8. The first is the default, the last wmma's of before.
+TC_CONFIGS = (("mma", 128, 128, 32, 64, 64, 3, 8), ("mma", 128, 128, 32, 64, 64, 4, 8),
+              ("mma", 128, 256, 32, 64, 64, 3, 8), ("mma", 256, 128, 32, 64, 64, 3, 8),
+              ("mma", 128, 128, 64, 64, 64, 3, 8), ("mma", 128, 64, 32, 64, 32, 3, 8),
               ("wmma", 128, 128, 32, 64, 64, 2, 1))
+# mma.sync GEMMs 512^3 checked first, at rows of A (BK) and B (BN) of 128, 256 and 512 bytes: BM, BN, BK, WM, WN, stages
+TC_ROWS = ((64, 64, 64, 32, 32, 3), (64, 128, 128, 32, 64, 3), (64, 256, 256, 32, 64, 1))
 
 
 def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
-    """The configurations of TC_CONFIGS in fp16 and bf16, then cuBLAS; the best of each type
-    printed with its share of cuBLAS."""
+    """mma.sync's products at each row length of TC_ROWS against torch first, then the
+    configurations of TC_CONFIGS in fp16 and bf16 at n^3, then cuBLAS and Triton's tutorial; the
+    best of all and of each intrinsic printed with its share of cuBLAS."""
     import torch
 
     from ember.cuda import tensorcore
 
     tflop = 2 * n**3 / 1e12
     for dtype, torch_dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+        _check_long_rows(dtype, torch_dtype)
         a = torch.randn(n, n, device="cuda").to(torch_dtype)
         b = torch.randn(n, n, device="cuda").to(torch_dtype)
         c = torch.empty(n, n, device="cuda")
@@ -236,11 +240,40 @@ def tensorcore_gemm(n: int, runs: int, rows: list) -> None:
         peer = _triton_matmul(a, b, c, expected, runs)
         if peer is not None:
             rows.append((name, "Triton tutorial 128x256x64 w8 s3", peer, tflop / peer, None))
+        for kind in ("mma", "wmma"):
+            timed_ = [(tm, impl) for tm, impl in mine if impl.split()[1] == kind]
+            if timed_:
+                best, impl = min(timed_)
+                print(f"best {kind} {name}: {impl}, {tflop / best:.1f} TFLOP/s, {t / best:.0%} of cuBLAS")
         if mine:
             best, impl = min(mine)
             triton = f", Triton {tflop / peer:.1f} ({t / peer:.0%})" if peer else ""
             print(f"best {name}: {impl}, {tflop / best:.1f} TFLOP/s, {t / best:.0%} of cuBLAS ({tflop / t:.1f})"
                   f"{triton}")
+
+
+def _check_long_rows(dtype: str, torch_dtype) -> None:
+    """mma.sync's GEMM 512^3 at each row length of TC_ROWS against torch: one line each, right or
+    its largest error (the step's first answer: the swizzle of long rows on a GPU)."""
+    import torch
+
+    from ember.cuda import tensorcore
+
+    n = 512
+    a, b = (torch.randn(n, n, device="cuda").to(torch_dtype) for _ in range(2))
+    expected = torch.matmul(a.float(), b.float())
+    for BM, BN, BK, WM, WN, stages in TC_ROWS:
+        what = f"{dtype} mma {BM}x{BN}x{BK} s{stages}, rows of A {2 * BK} bytes, of B {2 * BN}"
+        tiles = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "stages": stages, "intrinsic": "mma"}
+        try:
+            f, _ = build(lambda tiles=tiles: tensorcore.tensorcore_gemm(n, n, n, dtype, **tiles))
+            c = torch.full((n, n), float("nan"), device="cuda")
+            f(a, b, c)
+            error = (c - expected).abs().max().item()
+            print(f"{what}: {'right' if error <= 1e-2 else 'WRONG'} (largest error {error:.2e})")
+        except Exception:  # one row length's failure must not hide the others'
+            print(f"--- {what} failed:")
+            traceback.print_exc(limit=6, file=sys.stdout)
 
 
 def _triton_matmul(a, b, c, expected, runs: int) -> float | None:

@@ -9,8 +9,11 @@
 # Steps: info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode
 # (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
-# against torch and the device copy of each shape; mma: the Tensor Core GEMM's configurations
-# (mma.sync, wmma) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each printed;
+# against torch and the device copy of each shape; mma: mma.sync's GEMMs 512^3 with rows of 128,
+# 256 and 512 bytes checked against torch first (a line each: right or WRONG), then the Tensor
+# Core GEMM's configurations (mma.sync at 128x128, 128x256, 256x128 and 128x64 tiles, wmma's
+# 128x128) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each intrinsic printed
+# with its share of cuBLAS;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
 # static ones; attention: flash attention on mma.sync (scores in registers), fp16 and bf16, static,

@@ -3,16 +3,18 @@
 the copies into it put each 16-byte chunk where those calls look for it.
 
 The layout is mma_lanes.swizzle on the byte offset in the buffer, with the row length the call
-passes (its row stride, a constant, at most 128 bytes): the chunk's bits XORed with its 128-byte
-line's, a permutation of the chunks within each line, conflict-free for ldmatrix without padding. The pass
-rewrites the index of each store into such a buffer (a scalar element, or a vector of 16
-bytes starting on a multiple of its lanes, a Ramp or a vectorized loop's lanes: a 16-byte copy,
-cp.async, moves as one chunk, its lanes still consecutive for ember.cuda.vectors) and
-records its alignment (8 lines, 1 KiB, ALIGN: the renderer's `__align__`), so that the address
-bits the C code swizzles are the offset's (a block's shared data starts on a multiple of 1 KiB).
-It runs after the pipeline (ember.cuda.pipeline), on flat indices, its stages a whole number of
-lines apart. A buffer such a call reads that is read any other way, read with two row lengths, or
-stored into in another shape is a LowerError.
+passes (its row stride, a constant power of two bytes): a chunk's index XORed with its row's (its
+128-byte line's, for rows shorter than 128 bytes), a permutation of the chunks within each group of
+8, conflict-free for ldmatrix without padding. Keyed by the offset, not by the address in shared
+memory, which depends on where the block's shared data starts (mma_lanes' module doc): so each
+call is told where its pointers lie in their buffers, their offsets passed after the call's row
+strides (`_told`), from which its lanes find the buffer's start. The pass rewrites the index of
+each store into such a buffer (a scalar element, or a vector of 16 bytes starting on a multiple of
+its lanes, a Ramp or a vectorized loop's lanes: a 16-byte copy, cp.async, moves as one chunk, its
+lanes still consecutive for ember.cuda.vectors) and records its alignment (mma_lanes.ALIGNMENT,
+ALIGN: the renderer's `__align__`). It runs after the pipeline (ember.cuda.pipeline), on flat
+indices: the stages are parts of one buffer, laid out as one. A buffer such a call reads that is
+read any other way, read with two row lengths, or stored into in another shape is a LowerError.
 """
 
 from __future__ import annotations
@@ -49,20 +51,20 @@ def swizzle_tiles(func: PrimFunc) -> PrimFunc:
     def on_stmt(s):
         if isinstance(s, BufferStore) and s.buffer in rows:
             return replace(s, indices=(_swizzled(s, rows[s.buffer], ana, lanes_of),))
+        if isinstance(s, CallRoutine) and _swizzling(s):
+            return _told(s)
         return None
 
     body = mutate_stmt(func.body, f_stmt=on_stmt)
-    align = tuple((b.name, mma_lanes.alignment(n)) for b, n in rows.items())
+    align = tuple((b.name, mma_lanes.ALIGNMENT) for b in rows)
     return replace(func.with_body(body), attrs=(*func.attrs, (ALIGN, align)))
 
 
 def _row_bytes(func: PrimFunc) -> dict[Buffer, int]:
     """{shared buffer: its rows' bytes} of the tiles swizzling calls read."""
     rows: dict[Buffer, int] = {}
-    for call in collect(func.body, lambda x: isinstance(x, CallRoutine)):
-        name, role = dict(call.params).get("intrin"), dict(call.params).get("role")
-        if name is None or not mma.is_swizzled(name) or role == "reset":  # (a reset reads nothing)
-            continue
+    for call in collect(func.body, lambda x: isinstance(x, CallRoutine) and _swizzling(x)):
+        name = dict(call.params)["intrin"]
         for p, stride in zip(call.reads, call.scalars):
             n = as_int(stride)
             if p.buffer.scope != "shared" or n is None:
@@ -74,6 +76,21 @@ def _row_bytes(func: PrimFunc) -> dict[Buffer, int]:
                 raise LowerError(f"{p.buffer.name} is read as swizzled tiles of rows of {rows[p.buffer]} and of "
                                  f"{n} bytes")
     return rows
+
+
+def _swizzling(call: CallRoutine) -> bool:
+    """Whether call reads swizzled tiles: a swizzling intrinsic's, other than its reset (which reads nothing)."""
+    params = dict(call.params)
+    return mma.is_swizzled(params.get("intrin", "")) and params.get("role") != "reset"
+
+
+def _told(call: CallRoutine) -> CallRoutine:
+    """call passed the element offsets of the pointers it reads in their buffers, after its C
+    scalars (the row strides; ember.tir.tensor_intrin: the scalars that follow are the interpreter's)."""
+    n = dict(call.params)["c_scalars"]
+    offsets = tuple(p.offset for p in call.reads)
+    params = tuple((k, n + len(offsets) if k == "c_scalars" else v) for k, v in call.params)
+    return replace(call, params=params, scalars=(*call.scalars[:n], *offsets, *call.scalars[n:]))
 
 
 def _refuse_load(e, rows: dict[Buffer, int]) -> None:
@@ -108,7 +125,7 @@ def _xor(e: PrimExpr, row_bytes: int, size: int, chunk: bool = False) -> PrimExp
     `chunk`: e the first element of a 16-byte chunk, swizzled as the chunk's index (so that the
     result reads as a multiple of the chunk: ember.cuda.vectors' alignment)."""
     c = lambda v: const(v, e.dtype)  # noqa: E731
-    line, lanes = (1 << mma_lanes.row_shift(row_bytes)) // size, 16 // size  # elements per line, per chunk
+    line, lanes = (1 << mma_lanes.row_shift(row_bytes)) // size, 16 // size  # elements per row (line), per chunk
     key = binary("%", binary("//", e, c(line)), c(8))
     if chunk:
         return binary("*", binary("^", binary("//", e, c(lanes)), key), c(lanes))

@@ -34,11 +34,12 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     Returns the te schedule and [A, B, C].
 
     `intrinsic` "mma": ldmatrix and mma.sync.m16n8k16 (ember.intrinsics.mma), the shared tiles
-    swizzled (conflict-free without padding: `pad` 0), which takes rows of A (BK) and B (BN) of at
-    most 128 bytes (ember.intrinsics.mma_lanes.swizzles); "wmma": wmma's 16x16x16
+    swizzled (conflict-free without padding: `pad` 0), which takes rows of A (BK) and B (BN) of a
+    power of two bytes (ember.intrinsics.mma_lanes.swizzles); "wmma": wmma's 16x16x16
     (ember.intrinsics.wmma), the shared rows `pad` elements longer (default 8: with rows a
     multiple of 128 bytes apart, the 16 rows a fragment load reads would share banks). None (the
-    default): mma where its rows fit, else wmma. `stages` defaults to 3 on mma, 2 on wmma.
+    default): mma where its rows fit (the default tiles: A's rows of 64 bytes, B's of 256), else
+    wmma. `stages` defaults to 3 on mma (48 KiB of 128x128x32 tiles, static shared memory), 2 on wmma.
     `group`: the blocks run down `group` rows of tiles of C before the next columns (blockIdx.x
     over (rows / group, columns, group)), so that blocks running together share tiles of A and B
     in the L2; 1, row after row (the default on wmma; 8 on mma).
@@ -46,7 +47,9 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     On an H200 (fp16 and bf16 4096^3, CUDA events), wmma: 210 TFLOP/s with 128x128x32, 64x64
     warps, padded rows, 2 stages, 30% of cuBLAS (the first version, a call per fragment, no
     padding, no pipelining: 14%); without the padding 15%, with 64x32 warps 25%, in one stage
-    24%. Stages and tiles past the 48 KiB of static shared memory (4 stages of 128x128x32, 3 of
+    24%; mma's 12 configurations were all wrong there (B's rows of 256 bytes and more, swizzled
+    by the address in shared memory then, not by the offset in the tile: mma_lanes' module doc).
+    Stages and tiles past the 48 KiB of static shared memory (4 stages of 128x128x32, 3 of
     128x256x32) take dynamic shared memory (ember.cuda.codegen.DYNAMIC), up to what a block may
     opt in to (227 KiB on sm_90)."""
     from ..intrinsics import wmma

@@ -43,7 +43,7 @@ _CTYPES = {"bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8
 
 class TileRenderer(CUDARenderer):
     """A tile kernel as a `__device__` body and a `__global__` wrapper taking scalars by value;
-    its shared blocks are carved, 32-byte aligned (a swizzled tile: on its 8 lines, ember.cuda.swizzle),
+    its shared blocks are carved, 32-byte aligned (a swizzled tile: on a 128-byte line, ember.cuda.swizzle),
     from dynamic shared memory (a tile kernel's blocks outgrow the 48 KiB of static shared memory: a
     64x128 float32 accumulator is 32 KiB), each scope's blocks freed at its end; the unit says how
     many bytes the launch asks for."""
@@ -58,7 +58,7 @@ class TileRenderer(CUDARenderer):
         if buf.scope != "shared":
             super()._allocate(buf, body, depth, out)
             return
-        align = self._alignment.get(buf.name, 32)  # (a swizzled tile's 8 lines: ember.cuda.swizzle)
+        align = self._alignment.get(buf.name, 32)  # (a swizzled tile's line: ember.cuda.swizzle)
         pad, base = "  " * depth, -(-self._shared_top // align) * align
         ctype = self.SCALAR_TYPES[buf.dtype]
         size = functools.reduce(operator.mul, [as_int(d) for d in buf.shape], 1) * dt.bits(buf.dtype) // 8

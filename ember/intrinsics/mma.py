@@ -16,10 +16,12 @@ and 4-7 of lane l are c0..c3 (ember.intrinsics.mma_lanes). So a tile is written 
 module's STORE, never wmma's, whose layout is the compiler's.
 
 The tiles of A and B are read in shared memory swizzled (mma_lanes.swizzle: conflict-free
-ldmatrix without padded rows): the C code swizzles each lane's row address, and the lowering
-pass ember.cuda.swizzle lays out every shared buffer these calls read that way (its stores
-swizzled, its start aligned). So a tile must start on a row that is a multiple of 8 (its
-fragments' rows are), with rows of a power of two bytes up to 128 (mma_lanes.swizzles).
+ldmatrix without padded rows, keyed by the offset in the tile): the lowering pass
+ember.cuda.swizzle lays out every shared buffer these calls read that way (its stores swizzled)
+and passes each call the offsets of its pointers in their tiles (`a_at`, `b_at`, in elements),
+from which each lane finds its tile's start and its row's swizzled offset
+(`ember_lane_address`, mma_lanes.lane_address), wherever the tile starts. Rows of any power of
+two bytes (mma_lanes.swizzles); each phase of an ldmatrix reads 8 consecutive rows of a tile.
 
 The interpreter runs the calls through their NumPy twins (`emulate`), lane by lane on PTX's
 layouts (mma_lanes): swizzled addresses, ldmatrix's registers, the products of each m16n8k16
@@ -38,10 +40,18 @@ from ..tir.tensor_intrin import RESOLVERS
 from . import mma_lanes
 from .wmma import ACC_SOURCE, ACC_TYPE, DTYPES, FEATURE, TILE, check_warp_tile, declare_warp_step, once
 
-_COMMON = once("EMBER_MMA_LDMATRIX", """\
-static __device__ __forceinline__ unsigned ember_swizzle(unsigned a) {
-  return a ^ (((a >> 7) & 7u) << 4);
+LANE_ADDRESS = """\
+static __device__ __forceinline__ unsigned ember_row_shift(int64_t row_bytes) {  // (mma_lanes.row_shift)
+  return max(7, 31 - __clz((int)row_bytes));
 }
+static __device__ __forceinline__ unsigned ember_lane_address(unsigned pointer, unsigned at, unsigned distance,
+                                                              unsigned shift) {  // (mma_lanes.lane_address)
+  const unsigned o = at + distance;
+  return pointer - at + (o ^ (((o >> shift) & 7u) << 4));
+}"""
+"""The C code's lanes' addresses, the twin of mma_lanes.lane_address (tests compile it for the CPU)."""
+
+_COMMON = once("EMBER_MMA_LDMATRIX", LANE_ADDRESS + """
 static __device__ __forceinline__ void ember_ldmatrix_x4(unsigned* r, unsigned a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
@@ -57,13 +67,13 @@ def _suffix(dtype: str) -> str:
 
 
 def _source(dtype: str, fm: int, fn: int, name: str, b_layout: str) -> str:
-    """The lanes' addresses are those of `rows_a` and `rows_b` (the emulation's), in bytes."""
+    """The lanes' rows are those of `rows_a` and `rows_b` (the emulation's), in bytes."""
     if b_layout == "col":
-        load_b = ("ember_ldmatrix_x4(fb[j], ember_swizzle(sb + (unsigned)(((16 * j + (lane & 7) + 8 * (lane >> 4)) "
-                  "* ldb + 8 * ((lane >> 3) & 1)) * 2)));")
+        load_b = ("ember_ldmatrix_x4(fb[j], ember_lane_address(sb, ob, (unsigned)(((16 * j + (lane & 7) + 8 * "
+                  "(lane >> 4)) * ldb + 8 * ((lane >> 3) & 1)) * 2), kb));")
     else:
-        load_b = ("ember_ldmatrix_x4_trans(fb[j], ember_swizzle(sb + (unsigned)(((lane & 15) * ldb + 16 * j "
-                  "+ 8 * (lane >> 4)) * 2)));")
+        load_b = ("ember_ldmatrix_x4_trans(fb[j], ember_lane_address(sb, ob, (unsigned)(((lane & 15) * ldb + 16 * j "
+                  "+ 8 * (lane >> 4)) * 2), kb));")
     ptx = _suffix(dtype)
     return f"""{ACC_SOURCE}
 {_COMMON}
@@ -73,13 +83,17 @@ static __device__ __forceinline__ void {name}_fill(void* c) {{
 #pragma unroll
     for (int i = 0; i < 8; ++i) (({ACC_TYPE}*)c)[f].x[i] = 0.0f;
 }}
-static __device__ __forceinline__ void {name}(const void* a, const void* b, void* c, int64_t lda, int64_t ldb) {{
+static __device__ __forceinline__ void {name}(const void* a, const void* b, void* c, int64_t lda, int64_t ldb,
+                                              int64_t a_at, int64_t b_at) {{
   const int lane = threadIdx.x & 31;  // (threadIdx.x is the warp's 32 lanes: ember.cuda.fragments)
   const unsigned sa = (unsigned)__cvta_generic_to_shared(a), sb = (unsigned)__cvta_generic_to_shared(b);
+  const unsigned oa = (unsigned)a_at * 2, ob = (unsigned)b_at * 2, ka = ember_row_shift(lda * 2),
+                 kb = ember_row_shift(ldb * 2);
   unsigned fa[{fm}][4], fb[{fn}][4];
 #pragma unroll
   for (int i = 0; i < {fm}; ++i)
-    ember_ldmatrix_x4(fa[i], ember_swizzle(sa + (unsigned)(((16 * i + (lane & 15)) * lda + 8 * (lane >> 4)) * 2)));
+    ember_ldmatrix_x4(fa[i], ember_lane_address(sa, oa, (unsigned)(((16 * i + (lane & 15)) * lda + 8 * (lane >> 4))
+                                                                   * 2), ka));
 #pragma unroll
   for (int j = 0; j < {fn}; ++j)
     {load_b}
@@ -114,9 +128,13 @@ def rows_b(j: int, ldb: int, b_layout: str) -> np.ndarray:
     return (lane % 16) * ldb + 16 * j + 8 * (lane // 16)
 
 
-def _swizzled(offset: int, rows: np.ndarray, row_elements: int, itemsize: int) -> np.ndarray:
-    """Element offsets of the lanes' rows once swizzled (their 8 elements stay together)."""
-    return mma_lanes.swizzle((offset + rows) * itemsize, row_elements * itemsize) // itemsize
+def _lane_rows(offset: int, at: int, rows: np.ndarray, row_elements: int, itemsize: int) -> np.ndarray:
+    """Element offsets in the tile of the rows the lanes give ldmatrix (their 8 elements stay
+    together), found as the C code finds their addresses: the call's pointer at element `offset` of
+    a tile placed at mma_lanes.TILE_START, told that it lies at element `at`."""
+    start = mma_lanes.TILE_START
+    address = mma_lanes.lane_address(start + offset * itemsize, at * itemsize, rows * itemsize, row_elements * itemsize)
+    return (address - start) // itemsize
 
 
 def _fragments(acc: np.ndarray, offset: int, cols: int, count: int) -> np.ndarray:
@@ -135,10 +153,10 @@ def _emulate(fm: int, fn: int, b_layout: str):
             frags[...] = 0
             return
         (a, a_offset), (b, b_offset) = reads
-        lda, ldb = scalars[:2]
-        fa = [mma_lanes.ldmatrix_x4(a, _swizzled(int(a_offset), rows_a(i, lda), lda, a.itemsize)).reshape(32, 8)
+        lda, ldb, a_at, b_at = scalars  # (the offsets passed by ember.cuda.swizzle)
+        fa = [mma_lanes.ldmatrix_x4(a, _lane_rows(int(a_offset), a_at, rows_a(i, lda), lda, a.itemsize)).reshape(32, 8)
               for i in range(fm)]
-        fb = [mma_lanes.ldmatrix_x4(b, _swizzled(int(b_offset), rows_b(j, ldb, b_layout), ldb, b.itemsize),
+        fb = [mma_lanes.ldmatrix_x4(b, _lane_rows(int(b_offset), b_at, rows_b(j, ldb, b_layout), ldb, b.itemsize),
                                     trans=b_layout != "col").reshape(32, 8) for j in range(fn)]
         for i in range(fm):
             for n in range(2 * fn):

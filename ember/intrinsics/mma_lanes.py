@@ -17,15 +17,27 @@ the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix q (with `.t
 its transpose: (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4)).
 
 `swizzle`: the 16-byte chunks of a shared tile permuted so that the 8 rows one ldmatrix phase
-reads fall into 8 distinct groups of banks (conflict-free without padding): the byte address's
-bits 4-6 (the chunk within 128 bytes) XORed with bits 7-9 (the 128-byte line among 8). Applied
-to the address in shared memory, whose bits 7-9 are the offset's where the tile starts on a
-multiple of 1 KiB (`alignment`). Rows of at most 128 bytes only (`swizzles`): rows of 256 bytes
-and more would take the bits above a row (8-10 and up), the address's where the tile starts on a
-multiple of 2 KiB and more, which an address in the block's shared window is not: on an H200
-(sm_90) a block's shared data starts 1 KiB into the window, whatever `__align__` its arrays
-ask, and a GEMM of 256-byte rows of B read every product wrong while 64- and 128-byte rows were
-right.
+reads fall into 8 distinct groups of banks (conflict-free without padding): in a row of 128 bytes
+or more, chunk c of row r goes to chunk c ^ (r % 8) (its low three bits XORed: the chunk keeps
+its group of 8, 128 bytes); rows shorter than 128 bytes go by 128-byte lines instead of rows
+(chunk c of line l to c ^ (l % 8)). Both are one formula on the byte's offset o in the tile: bits
+4-6 XORed with bits s..s+2, s = log2 of the row's bytes, at least 7 (`row_shift`).
+
+Keyed by the offset in the tile, never by the address in shared memory: the two agree only where
+the tile starts on a multiple of 8 rows (or lines: 1 KiB up to rows of 128 bytes, 2 KiB for rows
+of 256), which no `__align__` beyond 1 KiB gives on an H200 (sm_90), whose block's shared data
+starts 1 KiB into its window; keyed by the address, every GEMM whose rows of B were 256 bytes or
+more read every product wrong, while rows of 64 and 128 bytes (bits of the address below 1 KiB)
+were right. So a call that reads a tile is told where its pointers lie in their tiles
+(ember.cuda.swizzle passes the offsets), and a lane's address is the tile's start plus its row's
+swizzled offset (`lane_address`, the C code's `ember_lane_address`): right wherever the tile
+starts (16 bytes apart at least, as ldmatrix's rows are), and conflict-free wherever it starts
+(a phase's 8 rows, or a quarter-warp's 8 chunks of 16-byte copies, lie at 8 distinct offsets
+modulo 128 bytes, which any start moves alike).
+
+The interpreter places every tile an emulated call reads at byte `TILE_START` of the block's
+shared window, 1 KiB + 128 bytes, a multiple of neither 1 nor 2 KiB, so that a lane's address
+that depended on where its tile starts reads the wrong chunks on the CPU too.
 """
 
 from __future__ import annotations
@@ -80,24 +92,37 @@ def mma_m16n8k16(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def swizzles(row_bytes: int) -> bool:
-    """Whether tiles of rows of `row_bytes` can be swizzled: a power of two from 16 to 128 (module doc)."""
-    return 16 <= row_bytes <= 128 and not row_bytes & (row_bytes - 1)
+    """Whether tiles of rows of `row_bytes` can be swizzled: a power of two, 16 bytes (a chunk) or more."""
+    return row_bytes >= 16 and not row_bytes & (row_bytes - 1)
 
 
 def row_shift(row_bytes: int) -> int:
-    """The bit of the 128-byte line `swizzle` reads for rows of `row_bytes` (`swizzles`), a
-    ScheduleError otherwise."""
+    """The lowest bit of the offset in a tile that `swizzle` reads for rows of `row_bytes`: its
+    row's (its 128-byte line's for shorter rows); a ScheduleError where they cannot be swizzled."""
     if not swizzles(row_bytes):
-        raise ScheduleError(f"a swizzled shared tile has rows of a power of two from 16 to 128 bytes, not "
-                            f"{row_bytes}")
-    return 7
+        raise ScheduleError(f"a swizzled shared tile has rows of a power of two bytes, 16 or more, not {row_bytes}")
+    return max(7, row_bytes.bit_length() - 1)
 
 
-def swizzle(address, row_bytes: int):
-    """The byte address (int or integer array) where the tile's byte `address` lies (module doc)."""
-    return address ^ (((address >> row_shift(row_bytes)) & 7) << 4)
+def swizzle(offset, row_bytes: int):
+    """Where the tile's byte `offset` (int or integer array, from the tile's start) lies, swizzled
+    (module doc)."""
+    return offset ^ (((offset >> row_shift(row_bytes)) & 7) << 4)
 
 
-def alignment(row_bytes: int) -> int:
-    """The bytes a swizzled tile's start is aligned to: 8 of its lines."""
-    return 8 << row_shift(row_bytes)
+def lane_address(pointer, at, distance, row_bytes: int):
+    """The shared address a lane gives ldmatrix, as the C code computes it: `pointer` the call's
+    (the address of byte `at` of its tile), `distance` the bytes from there to the lane's row in
+    the tile unswizzled; the tile's start, pointer - at, plus the row's offset swizzled."""
+    return pointer - at + swizzle(at + distance, row_bytes)
+
+
+TILE_START = 1024 + 128
+"""The byte of the block's shared window where the interpreter places each tile an emulated call
+reads (module doc)."""
+
+
+ALIGNMENT = 128
+"""The bytes a swizzled tile's start is aligned to: a 128-byte line, so that each group of 8
+chunks the swizzle permutes is one line of banks. Its numbers need 16 (ldmatrix's rows), and its
+banks no more (module doc): the line is the layout the bank tests measure, for at most 112 bytes."""

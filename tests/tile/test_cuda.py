@@ -206,31 +206,31 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype):
+@pytest.mark.parametrize("dtype, block_n, warp", [("float16", 64, "32x32"), ("bfloat16", 128, "64x32")])
+def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n, warp):
     """EMBER_TILE_MMA=1: the tutorial's dot on ldmatrix and mma.sync, a 2x2 grid of warps over a
-    64x64 block, K (40) not a multiple of BLOCK_SIZE_K (32) and M, N not of the block (masks at the
-    edges, on the K loop too), the operands' tiles unpadded and swizzled (on their 8 lines of 128
-    bytes), copied by cp.async in three stages (more than the K loop's two steps); the accumulator
-    zeroed and stored in mma's lane layout."""
+    64x64 or 64x128 block (B's rows of 128 or 256 bytes), K (40) not a multiple of BLOCK_SIZE_K
+    (32) and M, N not of the block (masks at the edges, on the K loop too), the operands' tiles
+    unpadded and swizzled (on 128-byte lines), copied by cp.async in three stages (more than the K
+    loop's two steps); the accumulator zeroed and stored in mma's lane layout."""
     monkeypatch.setenv("EMBER_TILE_MMA", "1")
     M, N, K = 50, 45, 40
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, block_n),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
         ACTIVATION="", num_warps=4)
     want = a.astype(np.float64) @ b.astype(np.float64)
     eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
     (source,) = on_cuda
     suffix = {"float16": "f16", "bfloat16": "bf16"}[dtype]
-    assert source.count(f"ember_mma_warp_32x32x16_{suffix}_f32(") == 1 + 1 and "wmma." not in source
+    assert source.count(f"ember_mma_warp_{warp}x16_{suffix}_f32(") == 1 + 1 and "wmma." not in source
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in source and "mma.sync.aligned.m16n8k16" in source
-    assert source.count("ember_mma_store(") == 4 + 1 and "cp.async.wait_group 1;" in source
+    assert source.count("ember_mma_store(") == block_n // 16 + 1 and "cp.async.wait_group 1;" in source
     assert "ember_wmma_" not in source.replace("ember_wmma_acc", "")  # (mma's fragments are wmma's type)
-    assert ", 32, 64);" in source  # the tiles' rows of 32 and 64 elements, unpadded (lda, ldb)
-    assert "extern __shared__ __align__(1024)" in source
+    assert f", 32, {block_n}, " in source  # the tiles' rows of 32 and block_n, unpadded (lda, ldb), then their offsets
+    assert "extern __shared__ __align__(128)" in source
 
 
 @needs_nvrtc
@@ -460,7 +460,8 @@ def test_on_the_gpu_matmul_autotuned(tutorials, gpu, dtype, tol):
 
 @needs_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_on_the_gpu_matmul_on_mma_sync(tutorials, gpu, monkeypatch, dtype):
+@pytest.mark.parametrize("block_n, warps", [(64, 4), (128, 8)])  # (B's rows of 128 and 256 bytes)
+def test_on_the_gpu_matmul_on_mma_sync(tutorials, gpu, monkeypatch, dtype, block_n, warps):
     """EMBER_TILE_MMA=1: the tutorial's dot on ldmatrix and mma.sync from swizzled tiles, masks at
     every edge, against the same product in float64."""
     monkeypatch.setenv("EMBER_TILE_MMA", "1")
@@ -468,9 +469,9 @@ def test_on_the_gpu_matmul_on_mma_sync(tutorials, gpu, monkeypatch, dtype):
     a = torch.randn(M, K, device="cuda", generator=gpu).to(dtype)
     b = torch.randn(K, N, device="cuda", generator=gpu).to(dtype)
     c = torch.empty(M, N, device="cuda", dtype=dtype)
-    compiled = tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 128) * triton.cdiv(N, 64),)](
-        a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_SIZE_M=128, BLOCK_SIZE_N=64,
-        BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="", num_warps=4, num_stages=3)  # (B's rows: 128 bytes)
+    compiled = tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 128) * triton.cdiv(N, block_n),)](
+        a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BLOCK_SIZE_M=128, BLOCK_SIZE_N=block_n,
+        BLOCK_SIZE_K=32, GROUP_SIZE_M=8, ACTIVATION="", num_warps=warps, num_stages=3)
     assert "mma.sync.aligned.m16n8k16" in compiled.source
     want = a.double() @ b.double()
     tol = 2.0 ** -8 if dtype == torch.float16 else 2.0 ** -6

@@ -4,7 +4,7 @@
 A Tensor Core dot of fp16 or bf16 blocks on a grid of warps (dot.py's `warp_mma` calls) whose
 operands are read in 16 bytes at a time from 16-byte aligned tensors along their rows (the
 tutorial's a_ptrs and b_ptrs: copies.py's `_vector_read`), read by such dots alone, with rows of a
-power of two bytes up to 128 (mma_lanes.swizzles), has its warp's step of k made by ldmatrix and
+power of two bytes (mma_lanes.swizzles), has its warp's step of k made by ldmatrix and
 mma.sync.m16n8k16: its operand tiles are laid out unpadded, and ember.cuda.swizzle swizzles them
 (the copies' 16-byte chunks where ldmatrix reads them without bank conflicts), its accumulator
 fragments are in mma's lane layout (ember.intrinsics.mma_lanes) from their start at zero to their
