@@ -35,6 +35,7 @@ from ..cuda.kernel import device_arch
 from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
 from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
+from ..cuda.streams import torch_stream
 from ..cuda.tile import TileLauncher, render_tile
 from ..errors import ArgumentTypeError, CompileError, ConfigError, DeviceError, LowerError
 from ..passes.pipeline import GPU_PRECISIONS
@@ -184,18 +185,10 @@ class CUDABackend(Backend):
         if stream is None:
             torch = sys.modules.get("torch")
             uses_torch = torch is not None and any(t.torch for _, t in tensors)
-            stream = _current_stream(torch, ordinal) if uses_torch else 0
+            stream = torch_stream(ordinal) if uses_torch else 0
         spans = [x for _, t in tensors for x in t.span]
         return compiled.cfunc([t.data_ptr for _, t in tensors], list(zip(scalars, compiled.scalar_dtypes)), spans,
                               len(compiled.sites), grid, ordinal, int(stream))
-
-
-def _current_stream(torch, ordinal: int) -> int:
-    """torch's current stream on GPU `ordinal`, its raw handle read as Triton's launcher reads it
-    (torch._C._cuda_getCurrentRawStream: no Stream object made at each launch), else through
-    torch.cuda.current_stream."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return int(raw(ordinal)) if raw is not None else int(torch.cuda.current_stream(ordinal).cuda_stream)
 
 
 register(CUDABackend())

@@ -10,30 +10,40 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from dataclasses import dataclass
 
 from ..errors import DeviceError
 
 
 def driver():
-    """The cuda.bindings driver module, or a DeviceError saying how to install it."""
-    try:
-        from cuda.bindings import driver as module
-    except ImportError as e:
-        raise DeviceError(f"the CUDA driver bindings are not installed ({e}); install ember's cuda extra: "
-                          "pip install 'ember[cuda]'") from e
-    return module
+    """The cuda.bindings driver module, or a DeviceError saying how to install it (imported once:
+    every launch asks for it)."""
+    global _bindings
+    if _bindings is None:
+        try:
+            from cuda.bindings import driver as module
+        except ImportError as e:
+            raise DeviceError(f"the CUDA driver bindings are not installed ({e}); install ember's cuda extra: "
+                              "pip install 'ember[cuda]'") from e
+        _bindings = module
+    return _bindings
+
+
+_bindings = None
 
 
 def check(result, what: str):
     """The values a driver call returned after its status; a DeviceError naming the call and the
-    CUDA error when it failed."""
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != driver().CUresult.CUDA_SUCCESS:
-        _, name = driver().cuGetErrorName(err)
-        _, text = driver().cuGetErrorString(err)
-        raise DeviceError(f"{what} failed: {name.decode() if name else err} ({text.decode() if text else ''})")
-    return values[0] if len(values) == 1 else tuple(values)
+    CUDA error when it failed (CUDA_SUCCESS is 0)."""
+    if type(result) is not tuple:
+        result = (result,)
+    if result[0]:
+        cu = driver()
+        _, name = cu.cuGetErrorName(result[0])
+        _, text = cu.cuGetErrorString(result[0])
+        raise DeviceError(f"{what} failed: {name.decode() if name else result[0]} ({text.decode() if text else ''})")
+    return result[1] if len(result) == 2 else result[1:]
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,43 @@ class Module:
     def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[tuple[int, type]],
                stream: int = 0, shared: int = 0) -> None:
         """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default), with
-        `shared` bytes of dynamic shared memory. The driver copies the arguments at the launch,
-        from the array of their addresses."""
-        values = [t(v) for v, t in args]
-        addresses = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-        check(driver().cuLaunchKernel(self.function, *grid, *block, shared, driver().CUstream(stream),
-                                      ctypes.addressof(addresses), 0),
-              f"launching kernel {self.symbol} (grid {grid}, block {block})")
+        `shared` bytes of dynamic shared memory."""
+        params = Params([t for _, t in args])
+        params.write([v for v, _ in args])
+        self.launch_packed(grid, block, params.address, stream, shared)
+
+    def launch_packed(self, grid: tuple[int, int, int], block: tuple[int, int, int], params: int, stream: int = 0,
+                      shared: int = 0) -> None:
+        """Run the function on the parameters packed at address `params` (Params.address). The
+        driver copies the values at the launch, so the slots are free again when it returns."""
+        result = driver().cuLaunchKernel(self.function, *grid, *block, shared, stream, params, 0)
+        if result[0]:
+            check(result, f"launching kernel {self.symbol} (grid {grid}, block {block})")
+
+
+class Params:
+    """A kernel's parameters packed for cuLaunchKernel once (`kernelParams`: the array of the
+    addresses of a slot per value, each of its ctypes type): a launch writes its values into the
+    slots and passes `address`, which allocates nothing. `Params.mine(owner, types)`: the
+    calling thread's own, so that two threads launching one kernel never share slots."""
+
+    def __init__(self, types):
+        self.slots = [t() for t in types]
+        self.array = (ctypes.c_void_p * max(1, len(self.slots)))(*[ctypes.addressof(v) for v in self.slots])
+        self.address = ctypes.addressof(self.array)
+
+    def write(self, values) -> int:
+        """Put `values` (one per slot, in order) in the slots; their address."""
+        for slot, v in zip(self.slots, values):
+            slot.value = v
+        return self.address
+
+    @staticmethod
+    def mine(local: threading.local, types) -> Params:
+        params = getattr(local, "params", None)
+        if params is None:
+            params = local.params = Params(types)
+        return params
 
 
 POINTER, INT64 = ctypes.c_void_p, ctypes.c_int64

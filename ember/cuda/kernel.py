@@ -16,6 +16,7 @@ then, never at import or build.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,17 +24,19 @@ import numpy as np
 from .. import config
 from ..codegen.common import written_buffers
 from ..errors import ArgumentTypeError, DeviceError, ShapeError
-from ..tir import dtype as dt
 from ..tir.expr import as_int
 from ..tir.stmt import PrimFunc
+from . import driver as cuda_driver
 from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
+from .driver import INT64, POINTER, Module, Params, check
 from .grid import Grid
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .pipeline import pipeline
 from .private import privatize
 from .scopes import infer_scopes
+from .streams import torch_stream
 from .swizzle import swizzle_tiles
 from .sync import insert_syncs
 
@@ -68,10 +71,8 @@ def prepare(func: PrimFunc) -> PrimFunc:
 
 def device_arch() -> str:
     """The GPU's architecture ("sm_90"), or sm_90 where there is no GPU to ask."""
-    from .driver import device
-
     try:
-        return device().arch
+        return cuda_driver.device().arch
     except DeviceError:
         return DEFAULT_ARCH
 
@@ -101,6 +102,14 @@ class CUDAKernel:
         self.symbol = CUDARenderer.symbol(func)
         self.registers = cubin_registers(binary)
         self._module = None
+        self._open()
+
+    def _open(self) -> None:
+        """What launching needs beyond the record: the size parameters' count, the per-thread
+        packed parameters, the arguments' expected shapes (worked out at the first call)."""
+        self._sizes = len(self.func.size_vars) if self.func is not None else 0
+        self._local = threading.local()
+        self._want = None
 
     def to_json(self) -> dict:
         return {"name": self.name, "symbol": self.symbol, "arch": self.arch, "params": self.params,
@@ -118,118 +127,122 @@ class CUDAKernel:
         k.grid_of = Grid.from_json(record["grid"])
         k.grid, k.block, k.symbol = k.grid_of.static, tuple(record["block"]), record["symbol"]
         k.registers, k._module = cubin_registers(binary), None
+        k._open()
         return k
 
     def __repr__(self):
         return f"<CUDAKernel {self.name} grid={self.grid} block={self.block} {self.arch}>"
 
     def __call__(self, *arrays, stream: int | None = None) -> None:
-        from .driver import check, device, driver
-
-        if len(arrays) != len(self.func.params):
-            raise ArgumentTypeError(f"kernel {self.name} takes {len(self.func.params)} arrays, got {len(arrays)}")
-        if self.func.size_vars:
+        if len(arrays) != len(self.params):
+            raise ArgumentTypeError(f"kernel {self.name} takes {len(self.params)} arrays, got {len(arrays)}")
+        if self._sizes:
             names = ", ".join(v.name for v in self.func.size_vars)
             raise ArgumentTypeError(f"kernel {self.name} has symbolic sizes ({names}): a compiled model launches it "
                                     f"with the sizes it binds; build it with static shapes to call it alone")
-        dev = device()
+        dev = cuda_driver.device()
         dev.activate()
-        cu = driver()
+        cu = cuda_driver.driver()
+        wants = self._wants()
         copies, pointers = [], []
         try:
-            for k, (buf, a) in enumerate(zip(self.func.params, arrays)):
+            for k, (want, a) in enumerate(zip(wants, arrays)):
                 if isinstance(a, np.ndarray):
-                    _check(buf, a.shape, a.dtype, a.flags.c_contiguous, k, self.name)
+                    _check(want, a.shape, a.dtype.name, a.flags.c_contiguous, k, self.name)
                     ptr = check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc")
-                    copies.append((ptr, a, buf))
+                    copies.append((ptr, a, k))
                     check(cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
                     pointers.append(int(ptr))
                 else:
-                    pointers.append(_device_pointer(buf, a, k, self.name))
+                    pointers.append(_device_pointer(want, a, k, self.name))
             if stream is None:
-                stream = _torch_stream(arrays, dev.ordinal)
+                torch = sys.modules.get("torch")
+                uses_torch = torch is not None and any(isinstance(a, torch.Tensor) for a in arrays)
+                stream = torch_stream(dev.ordinal) if uses_torch else 0
             self.launch(pointers, stream)
             if copies:
                 check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
                 written = written_buffers(self.func)
-                for ptr, a, buf in copies:
-                    if buf in written:
+                for ptr, a, k in copies:
+                    if self.func.params[k] in written:
                         check(cu.cuMemcpyDtoH(a.ctypes.data, ptr, a.nbytes), "cuMemcpyDtoH")
         finally:
             for ptr, _, _ in copies:
                 cu.cuMemFree(ptr)
 
+    def _wants(self) -> list[tuple[tuple[int, ...], str, str]]:
+        """Per parameter (its shape, its dtype, its name): what an argument must be, worked out once."""
+        if self._want is None:
+            self._want = [(tuple(as_int(d) for d in b.shape), b.dtype, b.name) for b in self.func.params]
+        return self._want
+
     def launch(self, pointers: Sequence[int], stream: int = 0, sizes: Sequence[int] = (), report: bool = True) -> None:
         """Run on the device addresses `pointers` (one per parameter, checked for the 16-byte
         alignment of `aligned`) and the size arguments `sizes` (the grid computed from them,
         ember.cuda.grid; no launch where they leave no block) in `stream`, the driver's context
-        current; loaded on first use. A kernel that checks accesses waits for the launch and
-        raises what it found, or with `report=False` leaves that to `report` (a model reads its
-        kernels' checks once, after its call)."""
-        from .driver import INT64, POINTER, Module, device
-
+        current; loaded on first use, its parameters packed once per thread (driver.Params). A
+        kernel that checks accesses waits for the launch and raises what it found, or with
+        `report=False` leaves that to `report` (a model reads its kernels' checks once, after
+        its call)."""
         for k in self._aligned_at:
             if pointers[k] % 16:
                 raise ArgumentTypeError(f"kernel {self.name}: argument {k} ({self.params[k]}) is at an address that is "
                                         f"not a multiple of 16; the kernel accesses it 16 bytes at a time (a view "
                                         f"at an offset: pass a copy)")
         if self._module is None:
-            self._module = Module(self.binary, self.symbol, device())
+            self._module = Module(self.binary, self.symbol, cuda_driver.device())
             self._module.opt_in_shared(self.shared)
-        grid = self.grid_of(sizes)
+        grid = self.grid or self.grid_of(sizes)
         if 0 in grid:
             return
-        self._module.launch(grid, self.block, [(p, POINTER) for p in pointers] + [(n, INT64) for n in sizes], stream,
-                            self.shared)
+        params = Params.mine(self._local, [*[POINTER] * len(pointers), *[INT64] * len(sizes)])
+        self._module.launch_packed(grid, self.block, params.write([*pointers, *sizes]), int(stream), self.shared)
         if report:
             self.report(stream)
 
     def report(self, stream: int) -> None:
         """What the kernel's checks found in the launches on `stream` so far (waiting for them),
         raised; nothing for a kernel without checks or not launched yet."""
-        from .driver import driver
-
         if self.checks and self._module is not None:
-            check_status(self._module, self.name, self.params, driver().CUstream(stream))
+            check_status(self._module, self.name, self.params, cuda_driver.driver().CUstream(stream))
 
 
-def _check(buf, shape, dtype, contiguous: bool, k: int, name: str) -> None:
-    want = tuple(as_int(d) for d in buf.shape)
-    if tuple(shape) != want:
-        raise ShapeError(f"kernel {name}: argument {k} ({buf.name}) has shape {tuple(shape)}, expected {want}")
-    if np.dtype(dtype) != np.dtype(dt.to_numpy(buf.dtype)):
-        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is {np.dtype(dtype)}, expected {buf.dtype}")
+def _check(want: tuple[tuple[int, ...], str, str], shape, dtype: str, contiguous: bool, k: int, name: str) -> None:
+    """An argument of `shape`, `dtype` (its name) and layout against parameter k's (shape, dtype, name)."""
+    shape_of, dtype_of, param = want
+    if tuple(shape) != shape_of:
+        raise ShapeError(f"kernel {name}: argument {k} ({param}) has shape {tuple(shape)}, expected {shape_of}")
+    if dtype != dtype_of:
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({param}) is {dtype}, expected {dtype_of}")
     if not contiguous:
-        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is not contiguous (row-major)")
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({param}) is not contiguous (row-major)")
 
 
-def _device_pointer(buf, a, k: int, name: str) -> int:
+def _device_pointer(want: tuple[tuple[int, ...], str, str], a, k: int, name: str) -> int:
     """The device address of a GPU array (its __cuda_array_interface__; a torch tensor's own, since
-    the interface has no bfloat16), checked against buf."""
+    the interface has no bfloat16), checked against parameter k's (shape, dtype, name)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor) and a.is_cuda:
-        if str(a.dtype).removeprefix("torch.") != buf.dtype:
-            raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is {a.dtype}, expected {buf.dtype}")
-        _check(buf, tuple(a.shape), dt.to_numpy(buf.dtype), a.is_contiguous(), k, name)
-        return int(a.data_ptr())
+        _check(want, a.shape, _torch_dtype_name(a.dtype), a.is_contiguous(), k, name)
+        return a.data_ptr()
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
-        raise ArgumentTypeError(f"kernel {name}: argument {k} ({buf.name}) is a {type(a).__name__}; a CUDA kernel "
+        raise ArgumentTypeError(f"kernel {name}: argument {k} ({want[2]}) is a {type(a).__name__}; a CUDA kernel "
                                 f"takes GPU arrays (torch CUDA tensors, CuPy, __cuda_array_interface__) or NumPy")
     shape = tuple(cai["shape"])
     dtype = np.dtype(cai["typestr"])
     strides = cai.get("strides")
     contiguous = strides is None or tuple(strides) == tuple(
         int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
-    _check(buf, shape, dtype, contiguous, k, name)
+    _check(want, shape, dtype.name, contiguous, k, name)
     return int(cai["data"][0])
 
 
-def _torch_stream(arrays: Sequence, ordinal: int) -> int:
-    """torch's current stream when an argument is a torch tensor, else 0 (the default)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and any(isinstance(a, torch.Tensor) for a in arrays):
-        return int(torch.cuda.current_stream(ordinal).cuda_stream)
-    return 0
+_TORCH_NAMES: dict = {}  # a torch dtype's name in ember ("torch.float32" -> "float32"; every call asks)
 
 
+def _torch_dtype_name(dtype) -> str:
+    name = _TORCH_NAMES.get(dtype)
+    if name is None:
+        name = _TORCH_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name

@@ -60,8 +60,11 @@ from ..program import Copy, Launch, Program, Ref, numel
 from ..runtime.interpreted import InterpretedModel
 from ..runtime.model import CompiledModel
 from ..runtime.summary import KernelTime, Profile
+from . import driver as cuda_driver
+from .driver import check
 from .graph import Graphs
 from .kernel import CUDAKernel
+from .streams import torch_stream
 from .timing import Marks
 
 _FIRST = "the first call issues them one by one (the kernels loaded, every launch checked)"
@@ -85,9 +88,8 @@ class DeviceEntry:
         """Issue the program's work on `stream` for the call's `sizes` (the model's symbols, in
         order: each launch takes those its kernel names, and its grid follows from them); with
         `marks`, an event before each statement and after the last (ember.cuda.timing)."""
-        from .driver import check, driver
 
-        cu = driver()
+        cu = cuda_driver.driver()
         for st in self.program.body:
             if marks is not None:
                 marks.mark(stream)
@@ -154,17 +156,13 @@ class CUDAModel(CompiledModel):
         return self._entry.kernels
 
     def __call__(self, *inputs, stream=None):
-        from .driver import device
-
-        dev = device()
+        dev = cuda_driver.device()
         dev.activate()
         with self._lock:
             return self._run(inputs, stream, dev)
 
     def _run(self, inputs, stream, dev):
-        from .driver import check, driver
-
-        cu = driver()
+        cu = cuda_driver.driver()
         if len(inputs) != len(self.spec.inputs):
             names = ", ".join(t.name for t in self.spec.inputs)
             raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
@@ -246,7 +244,6 @@ class CUDAModel(CompiledModel):
         (stable: a graph on them is worth capturing), the outputs written to the model's output
         slots and copied out; a graph per key of addresses and sizes. Returns None, or why the
         capture failed (nothing launched then)."""
-        from .driver import check
 
         arrays = [x for x, _ in given]
         here = [None if isinstance(x, np.ndarray) else _address(x) for x in arrays]
@@ -279,7 +276,6 @@ class CUDAModel(CompiledModel):
         for the symbols' upper bounds where `_reserved` gives them, else for the arrays' sizes
         and grown when a call needs more), which a replayed graph reads and writes: the same
         addresses for every size that fits, so that a graph captured for one stays valid."""
-        from .driver import check
 
         need = [_nbytes(x) for x in [*inputs, *outputs]]
         if self._io is None or any(n > c for n, c in zip(need, self._io[1])):
@@ -333,7 +329,6 @@ class CUDAModel(CompiledModel):
 
     def _staged(self, cu, staged: list, a: np.ndarray, stream: int | None) -> int:
         """A device copy of `a` (its contents copied when `stream` is given), freed after the call."""
-        from .driver import check
 
         p = int(check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc"))
         staged.append(p)
@@ -343,7 +338,6 @@ class CUDAModel(CompiledModel):
 
     def _upload_weights(self, cu) -> list[int]:
         """The weights' device addresses: uploaded at the first call, into one buffer."""
-        from .driver import check
 
         if self._weights_on_device is None:
             align = self.plan.align
@@ -361,7 +355,6 @@ class CUDAModel(CompiledModel):
     def _workspace_on_device(self, cu, nbytes: int) -> int:
         """The arena's aligned address, at least nbytes (allocated once, for the symbols' upper
         bounds where `_reserved` gives them, grown when a call needs more)."""
-        from .driver import check
 
         align = self.plan.align
         base, size = self._arena
@@ -449,14 +442,12 @@ class CUDAModel(CompiledModel):
 
     def __del__(self):
         try:
-            from .driver import driver
-
             if getattr(self, "_graphs", None) is not None:
                 self._graphs.clear()
             for p in (getattr(self, "_arena", (0,))[0], (getattr(self, "_weights_on_device", None) or (0,))[0],
                       (getattr(self, "_io", None) or (0,))[0]):
                 if p:
-                    driver().cuMemFree(p)
+                    cuda_driver.driver().cuMemFree(p)
         except Exception:  # noqa: BLE001 (at interpreter exit the driver may be gone)
             pass
 
@@ -522,9 +513,7 @@ def _stream_handle(stream, kind: str, ordinal: int) -> int:
     torch's current stream for torch inputs, CuPy's for CuPy inputs, else the default (0)."""
     if stream is None:
         if kind == "torch":
-            import torch
-
-            return int(torch.cuda.current_stream(ordinal).cuda_stream)
+            return torch_stream(ordinal)
         if kind == "cupy":
             import cupy
 
@@ -541,8 +530,6 @@ def _stream_handle(stream, kind: str, ordinal: int) -> int:
 
 def _pointer_device(address: int) -> int:
     """The ordinal of the GPU that holds a device address."""
-    from .driver import check, driver
-
-    cu = driver()
+    cu = cuda_driver.driver()
     return int(check(cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address),
                      "cuPointerGetAttribute"))

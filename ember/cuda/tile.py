@@ -21,6 +21,7 @@ import ctypes
 import functools
 import operator
 import re
+import threading
 
 import numpy as np
 
@@ -28,9 +29,12 @@ from ..errors import ArgumentTypeError, ScheduleError
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int
 from ..tir.stmt import PrimFunc, Stmt
+from . import driver as cuda_driver
 from .codegen import CUDARenderer, threads_per_block
+from .driver import INT64, POINTER, Module, Params, check
 from .kernel import prepare
 from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .streams import torch_stream
 
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
@@ -126,7 +130,9 @@ def render_tile(func: PrimFunc) -> str:
 
 
 class TileLauncher:
-    """A tile kernel compiled for `arch` (NVRTC); loaded on the GPU at its first launch."""
+    """A tile kernel compiled for `arch` (NVRTC); loaded on the GPU at its first launch. Its
+    parameters are packed once per thread (driver.Params); a launch writes the addresses, scalars
+    and grid into them."""
 
     def __init__(self, source: str, name: str, arch: str = DEFAULT_ARCH):
         self.source, self.name, self.arch = source, name, arch
@@ -135,39 +141,51 @@ class TileLauncher:
         self.block, self.shared = tuple(block), shared
         self.symbol = TileRenderer.symbol_of(name)
         self._module = None
+        self._local = threading.local()  # this thread's packed parameters
+        self._types = None  # each parameter's ctypes type (fixed by the first launch: a specialization's)
 
     def __call__(self, pointers: list[int], scalars: list[tuple[object, str]], spans: list[int], sites: int,
                  grid: tuple[int, int, int], ordinal: int, stream: int) -> int:
         """Launch over `grid` on GPU `ordinal` (pointers: the tensors' device addresses; scalars:
         (value, dtype)); the status word (0, or the number of the failed check) when the kernel
         has checks, else 0 without waiting."""
-        from .driver import INT64, POINTER, Module, check, device, driver
-
-        dev = device(ordinal)
-        dev.activate()
-        if self._module is None:
-            self._module = Module(self.binary, self.symbol, dev)
-            self._module.opt_in_shared(self.shared)
-        args = [(p, POINTER) for p in pointers] + [(v, _CTYPES[d]) for v, d in scalars]
-        sizes = [(g, INT64) for g in grid]
-        blocks, threads = (grid[0] * grid[1] * grid[2], 1, 1), self.block
-        if blocks[0] >= 2**31:
-            raise ArgumentTypeError(f"kernel {self.name}: a grid of {grid} is {blocks[0]} programs, more than the "
-                                    f"2^31 - 1 blocks of a launch")
+        if self._types is None:
+            self._types = [*[POINTER] * len(pointers), *(_CTYPES[d] for _, d in scalars), POINTER, POINTER,
+                           INT64, INT64, INT64]
+        values = [*pointers, *(v for v, _ in scalars)]
         if not sites:
-            self._module.launch(blocks, threads, [*args, (0, POINTER), (0, POINTER), *sizes], stream, self.shared)
+            self.direct(values, grid, stream, ordinal)
             return 0
-        cu = driver()
+        cu = cuda_driver.driver()
         spans_array = np.array(spans or [0], dtype=np.int64)
         memory = check(cu.cuMemAlloc(spans_array.nbytes + 8), "cuMemAlloc")
         try:
             check(cu.cuMemsetD8(memory, 0, 8), "cuMemsetD8")
             check(cu.cuMemcpyHtoD(int(memory) + 8, spans_array.ctypes.data, spans_array.nbytes), "cuMemcpyHtoD")
-            self._module.launch(blocks, threads, [*args, (int(memory) + 8, POINTER), (int(memory), POINTER), *sizes],
-                                stream, self.shared)
+            self.direct(values, grid, stream, ordinal, status=int(memory))
             check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"kernel {self.name}")
             status = np.zeros(1, dtype=np.int64)
             check(cu.cuMemcpyDtoH(status.ctypes.data, memory, 8), "cuMemcpyDtoH")
         finally:
             cu.cuMemFree(memory)
         return int(status[0])
+
+    def direct(self, values: list, grid: tuple[int, int, int], stream: int | None, ordinal: int = 0,
+               torch: bool = False, status: int = 0) -> None:
+        """Launch on `values` (the tensors' addresses, then the scalars) over `grid` in `stream`
+        (None: torch's current stream of the GPU when `torch`, else the default one); `status`:
+        the device address of the status word, the spans after it (0: the kernel has no checks)."""
+        blocks = grid[0] * grid[1] * grid[2]
+        if blocks >= 2**31:
+            raise ArgumentTypeError(f"kernel {self.name}: a grid of {grid} is {blocks} programs, more than the "
+                                    f"2^31 - 1 blocks of a launch")
+        if stream is None:
+            stream = torch_stream(ordinal) if torch else 0
+        dev = cuda_driver.device(ordinal)
+        dev.activate()
+        if self._module is None:
+            self._module = Module(self.binary, self.symbol, dev)
+            self._module.opt_in_shared(self.shared)
+        params = Params.mine(self._local, self._types)
+        address = params.write([*values, status + 8 if status else 0, status, *grid])
+        self._module.launch_packed((blocks, 1, 1), self.block, address, int(stream), self.shared)
