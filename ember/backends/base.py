@@ -147,6 +147,13 @@ class Backend(ABC):
                        ctypes.c_void_p(status.ctypes.data), *(ctypes.c_int64(g) for g in grid), ctypes.c_int(threads))
         return int(status[0])
 
+    def direct_tile(self, compiled, runtime: list) -> Callable | None:
+        """A launcher of `compiled` for later launches whose arguments are of the kinds of a remembered
+        launch's `runtime` (ember.triton.compiler.relaunch: the same types, dtypes, devices), taking
+        (each tensor's address, then each scalar's value; the grid; the `stream=` option) and
+        describing nothing again; None (this default): those launches take call_tile."""
+        return None
+
     def no_tile_kernels(self) -> ConfigError:
         """The error of a tile launch for this backend's targets when it launches none."""
         return ConfigError(f"target {self.name!r} launches no tile kernels: they run on 'c', or on ember.triton's "

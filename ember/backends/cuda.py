@@ -22,6 +22,7 @@ bf16 (every weight and activation in half precision, sums in fp32).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -189,6 +190,18 @@ class CUDABackend(Backend):
         spans = [x for _, t in tensors for x in t.span]
         return compiled.cfunc([t.data_ptr for _, t in tensors], list(zip(scalars, compiled.scalar_dtypes)), spans,
                               len(compiled.sites), grid, ordinal, int(stream))
+
+    def direct_tile(self, compiled, runtime: list):
+        """The GPU launcher's `direct` on the remembered launch's GPU (the signature fixes each
+        tensor's device) and stream rule, for a kernel without checks (one with checks sends the
+        tensors' spans and waits for its status: call_tile)."""
+        from ..triton.args import DeviceTensorArg, TensorArg
+
+        tensors = [t for _, t in runtime if isinstance(t, TensorArg | DeviceTensorArg)]
+        if compiled.sites or not all(isinstance(t, DeviceTensorArg) for t in tensors):
+            return None
+        return functools.partial(compiled.cfunc.direct, ordinal=tensors[0].device if tensors else 0,
+                                 torch=any(t.torch for t in tensors))
 
 
 register(CUDABackend())

@@ -42,6 +42,8 @@ import numpy as np
 
 from ..errors import CompileError, ConfigError, TileError, TuneError
 from . import testing
+from .args import on_device
+from .compiler import relaunch
 from .jit import KernelInterface, interpret
 
 QUANTILES = (0.5, 0.2, 0.8)
@@ -133,6 +135,7 @@ class Autotuner(KernelInterface):
             call, warmup=self.warmup, rep=self.rep, quantiles=quantiles))
         self.database = database
         self.cache: dict[tuple[str, tuple], Config] = {}  # (target's key, key) -> config
+        self._targets: dict[tuple, str] = {}  # (target option, GPU arguments, environment) -> the target's key
         self.configs_timings: dict[Config, object] | None = None
         self.best_config: Config | None = None
         self.bench_time = 0.0
@@ -245,10 +248,21 @@ class Autotuner(KernelInterface):
 
     def _target(self, kwargs: dict, values) -> str:
         """The key of the target a launch with these keyword arguments and argument values
-        compiles for."""
+        compiles for (kept per target option, GPU arguments or not, and the environment the
+        compiler reads: making a Target at each launch cost more than the launch)."""
         if interpret():
             return "interpret"
-        return self.base_fn.launch_target({} if "target" in self.arg_names else kwargs, values).key
+        kwargs = {} if "target" in self.arg_names else kwargs
+        values = list(values)
+        memo = (kwargs.get("target"), any(map(on_device, values)), relaunch.environment())
+        try:
+            return self._targets[memo]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable target option
+            return self.base_fn.launch_target(kwargs, values).key
+        key = self._targets[memo] = self.base_fn.launch_target(kwargs, values).key
+        return key
 
     def _stored(self, key: tuple, target: str) -> Config | None:
         db = self._db()

@@ -138,9 +138,13 @@ class KernelFunction:
             target = "cuda"
         return as_target(target if target is not None else self.target or "c")
 
-    def grid_of(self, grid, bound: dict) -> tuple[int, int, int]:
+    def grid_of(self, grid, bound: dict | None) -> tuple[int, int, int]:
+        """The launch's grid as three sizes, checked; `grid` a function of the bound arguments
+        (`bound`) or a tuple."""
         if callable(grid):
             grid = grid(dict(bound))
+        if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 <= grid[0] <= GRID_LIMITS[0]:
+            return grid[0], 1, 1  # (the common grid: checked at once)
         if isinstance(grid, int):
             grid = (grid,)
         if not isinstance(grid, tuple | list) or not 1 <= len(grid) <= 3:

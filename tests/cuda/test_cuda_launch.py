@@ -3,6 +3,8 @@ copied in and written ones copied back, GPU arrays (`__cuda_array_interface__`) 
 pointer, the launch's grid, block and argument array, and the errors of bad arguments."""
 
 import ctypes
+import importlib
+import threading
 
 import gpu_kernels as kernels
 import numpy as np
@@ -10,8 +12,12 @@ import pytest
 from gpu_kernels import needs_nvrtc
 
 import ember
+import ember.triton as triton
+import ember.triton.language as tl
 from ember.cuda import driver as cuda_driver
 from ember.errors import ArgumentTypeError, DeviceError, IndexOutOfRangeError, ShapeError
+
+tile_launch = importlib.import_module("ember.triton.compiler.launch")  # (the package's `launch` is its function)
 
 
 class FakeDriver:
@@ -126,9 +132,12 @@ def test_gpu_arrays_are_passed_in_place(fake):
 
 @needs_nvrtc
 def test_bad_arguments_are_named(fake):
+    """Before any launch, also after a call that worked out what each argument must be."""
     s, args, _ = kernels.elementwise(1024, threads=128)
     f = ember.build(s, args, target="cuda", arch="sm_90")
+    fake.expected_params, fake.out_size = ["A", "B", "C"], 1024
     a = np.zeros(1024, "float32")
+    f(a, a, np.zeros(1024, "float32"))
     with pytest.raises(ShapeError, match=r"argument 1 \(B\) has shape \(512,\), expected \(1024,\)"):
         f(a, GPUArray(np.zeros(512, "float32")), a)
     with pytest.raises(ArgumentTypeError, match="takes 3 arrays, got 2"):
@@ -137,6 +146,77 @@ def test_bad_arguments_are_named(fake):
         f(a, [0.0] * 1024, a)
     with pytest.raises(ArgumentTypeError, match="is float64, expected float32"):
         f(a, a.astype("float64"), a)
+    with pytest.raises(ArgumentTypeError, match=r"argument 2 \(C\) is not contiguous"):
+        f(a, a, np.zeros(2048, "float32")[::2])
+    assert len(fake.launches) == 1
+
+
+@triton.jit
+def scale(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * alpha, mask=offs < n)
+
+
+@pytest.fixture
+def tile_launches(fake):
+    """What each launch of `scale` passed: (grid, stream, the parameters' address, their values:
+    x, out, n, alpha, the checks' two pointers, the grid's sizes)."""
+    seen = []
+    kinds = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+             ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+
+    def launch(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = (ctypes.c_void_p * len(kinds)).from_address(params)
+        seen.append(((gx, gy, gz), stream, params, [t.from_address(slots[k]).value for k, t in enumerate(kinds)]))
+        return (0,)
+
+    fake.cuLaunchKernel = launch
+    return seen
+
+
+@needs_nvrtc
+def test_a_tile_kernels_later_launches_write_only_their_values(tile_launches, monkeypatch):
+    """A launch of a remembered signature neither binds nor specializes again (the direct path):
+    the addresses, scalars and grid go into the slots the first launch made, on the `stream=`
+    given, else the default stream."""
+    x, out = GPUArray(np.zeros(1000, "float32")), GPUArray(np.zeros(1000, "float32"))
+    y = GPUArray(np.zeros(1000, "float32"))
+    scale[(4,)](x, out, 1000, 0.5, BLOCK=256)  # (the full path, remembered)
+    for step in ("specialize", "run"):  # the full path's steps: the later launches reach neither
+        monkeypatch.setattr(tile_launch, step, None)
+    scale[(triton.cdiv(999, 256),)](y, out, 999, 1.5, BLOCK=256)
+    scale[(4,)](x, y, 1000, 2.0, BLOCK=256, stream=9)
+    address = lambda a: a.array.ctypes.data  # noqa: E731
+    assert [(grid, stream, values) for grid, stream, _, values in tile_launches] == [
+        ((4, 1, 1), 0, [address(x), address(out), 1000, 0.5, None, None, 4, 1, 1]),
+        ((4, 1, 1), 0, [address(y), address(out), 999, 1.5, None, None, 4, 1, 1]),
+        ((4, 1, 1), 9, [address(x), address(y), 1000, 2.0, None, None, 4, 1, 1])]
+    assert len({params for _, _, params, _ in tile_launches}) == 1  # the same slots each time
+
+
+@needs_nvrtc
+def test_a_tile_launch_still_refuses_host_arrays_and_another_gpu(tile_launches):
+    x, out = GPUArray(np.zeros(64, "float32")), GPUArray(np.zeros(64, "float32"))
+    scale[(1,)](x, out, 64, 2.0, BLOCK=64)
+    with pytest.raises(ArgumentTypeError, match="argument 'x_ptr' is in host memory"):
+        scale[(1,)](np.zeros(64, "float32"), out, 64, 2.0, BLOCK=64, target="cuda")
+    out.device = type("Device", (), {"id": 1})()  # (CuPy's: the array's GPU)
+    with pytest.raises(ArgumentTypeError, match="argument 'out_ptr' is on cuda:1, the tensors before it on cuda:0"):
+        scale[(1,)](x, out, 64, 2.0, BLOCK=64)
+    assert len(tile_launches) == 1
+
+
+def test_each_thread_packs_its_own_parameters():
+    local, types = threading.local(), [ctypes.c_void_p, ctypes.c_int64]
+    mine = cuda_driver.Params.mine(local, types)
+    other = []
+    thread = threading.Thread(target=lambda: other.append(cuda_driver.Params.mine(local, types)))
+    thread.start()
+    thread.join()
+    assert cuda_driver.Params.mine(local, types) is mine and other[0] is not mine
+    mine.write([1 << 20, 7])
+    assert [ctypes.c_void_p.from_address(mine.array[0]).value, ctypes.c_int64.from_address(mine.array[1]).value] \
+        == [1 << 20, 7]
 
 
 def test_a_failed_driver_call_names_it_and_the_error(fake):
