@@ -223,7 +223,7 @@ def _device_pointer(want: tuple[tuple[int, ...], str, str], a, k: int, name: str
     the interface has no bfloat16), checked against parameter k's (shape, dtype, name)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor) and a.is_cuda:
-        _check(want, a.shape, _torch_dtype_name(a.dtype), a.is_contiguous(), k, name)
+        _check(want, a.shape, torch_dtype_name(a.dtype), a.is_contiguous(), k, name)
         return a.data_ptr()
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
@@ -241,7 +241,8 @@ def _device_pointer(want: tuple[tuple[int, ...], str, str], a, k: int, name: str
 _TORCH_NAMES: dict = {}  # a torch dtype's name in ember ("torch.float32" -> "float32"; every call asks)
 
 
-def _torch_dtype_name(dtype) -> str:
+def torch_dtype_name(dtype) -> str:
+    """A torch dtype's name in ember ("float32"), looked up once per dtype."""
     name = _TORCH_NAMES.get(dtype)
     if name is None:
         name = _TORCH_NAMES[dtype] = str(dtype).removeprefix("torch.")

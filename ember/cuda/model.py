@@ -45,6 +45,7 @@ No driver or no GPU is a DeviceError at the first call, never at compile time or
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 import time
@@ -63,7 +64,7 @@ from ..runtime.summary import KernelTime, Profile
 from . import driver as cuda_driver
 from .driver import check
 from .graph import Graphs
-from .kernel import CUDAKernel
+from .kernel import CUDAKernel, torch_dtype_name
 from .streams import torch_stream
 from .timing import Marks
 
@@ -130,7 +131,8 @@ class CUDAModel(CompiledModel):
         self.graph_reason = None  # why the latest call's launches were not a graph replay, when they were not
         self._graphs = Graphs()
         self._capture_failure = None
-        self._io = None  # (the input and output slots' buffer, each slot's bytes)
+        self._io = None  # (the input and output slots' buffer, each slot's bytes, the inputs' and the outputs' slots)
+        self._shapes = {}  # the symbols' values -> (each output's shape, each input's and output's bytes)
         self._seen_sizes = OrderedDict()  # the symbols' values of recent calls, the latest last
         self._reserve = None  # (workspace bytes, each slot's bytes) at the symbols' upper bounds
         self._previous_inputs = None  # the latest call's input addresses (None: a NumPy array's)
@@ -178,8 +180,8 @@ class CUDAModel(CompiledModel):
         self._last_stream = stream
         weights = self._upload_weights(cu)
         workspace = self._workspace_on_device(cu, workspace_bytes)
-        outputs = [_empty(kind, tuple(dims.evaluate(d, symbols) for d in t.shape), t.dtype, dev.ordinal)
-                   for t in self.spec.outputs]
+        out_shapes, nbytes = self._shapes_of(sizes, symbols)
+        outputs = [_empty(kind, shape, t.dtype, dev.ordinal) for shape, t in zip(out_shapes, self.spec.outputs)]
 
         def address_in(pointers):
             def address(ref: Ref) -> int:
@@ -193,7 +195,8 @@ class CUDAModel(CompiledModel):
             self._seen_sizes.popitem(last=False)
         if self.graph_reason is None:
             start = time.perf_counter()
-            failed = self._replay(cu, given, outputs, {"weight": weights}, address_in, workspace, stream, sizes)
+            failed = self._replay(cu, given, outputs, nbytes, {"weight": weights}, address_in, workspace, stream,
+                                  sizes)
             if failed is None:
                 self.host_us = (time.perf_counter() - start) * 1e6
                 self._calls += 1
@@ -237,26 +240,25 @@ class CUDAModel(CompiledModel):
             return f"the sizes {bound} are new: a graph is captured for sizes that a later call repeats"
         return None
 
-    def _replay(self, cu, given, outputs, pointers, address_in, workspace: int, stream: int,
+    def _replay(self, cu, given, outputs, nbytes: list[int], pointers, address_in, workspace: int, stream: int,
                 sizes: tuple[int, ...]) -> str | None:
         """Run the program by replaying its CUDA graph (see ember.cuda.graph): the inputs copied into
         the model's input slots, or read in place when their addresses are the previous call's
         (stable: a graph on them is worth capturing), the outputs written to the model's output
         slots and copied out; a graph per key of addresses and sizes. Returns None, or why the
-        capture failed (nothing launched then)."""
-
+        capture failed (nothing launched then). `nbytes`: each input's and output's bytes."""
         arrays = [x for x, _ in given]
         here = [None if isinstance(x, np.ndarray) else _address(x) for x in arrays]
         in_place = None not in here and here == self._previous_inputs
         self._previous_inputs = here
-        slots_in, slots_out = self._io_slots(cu, arrays, outputs)
+        slots_in, slots_out = self._io_slots(cu, nbytes, len(arrays))
         ins = here if in_place else slots_in
         if not in_place:
-            for x, p, slot in zip(arrays, here, slots_in):
+            for x, p, slot, n in zip(arrays, here, slots_in, nbytes):
                 if p is None:
-                    check(cu.cuMemcpyHtoDAsync(slot, x.ctypes.data, x.nbytes, cu.CUstream(stream)), "cuMemcpyHtoDAsync")
+                    check(cu.cuMemcpyHtoDAsync(slot, x.ctypes.data, n, stream), "cuMemcpyHtoDAsync")
                 else:
-                    check(cu.cuMemcpyDtoDAsync(slot, p, _nbytes(x), cu.CUstream(stream)), "cuMemcpyDtoDAsync")
+                    check(cu.cuMemcpyDtoDAsync(slot, p, n, stream), "cuMemcpyDtoDAsync")
         key = (tuple(ins), tuple(slots_out), workspace, sizes)  # the weights' addresses never change
         address = address_in({**pointers, "input": ins, "output": slots_out})
         failed = self._graphs.replay(key, lambda s: self._entry.run(address, s, sizes), stream)
@@ -267,31 +269,45 @@ class CUDAModel(CompiledModel):
             for o, slot in zip(outputs, slots_out):
                 check(cu.cuMemcpyDtoH(o.ctypes.data, slot, o.nbytes), "cuMemcpyDtoH")
         else:
-            for o, slot in zip(outputs, slots_out):
-                check(cu.cuMemcpyDtoDAsync(_address(o), slot, _nbytes(o), cu.CUstream(stream)), "cuMemcpyDtoDAsync")
+            for o, slot, n in zip(outputs, slots_out, nbytes[len(arrays):]):
+                check(cu.cuMemcpyDtoDAsync(_address(o), slot, n, stream), "cuMemcpyDtoDAsync")
         return None
 
-    def _io_slots(self, cu, inputs, outputs) -> tuple[list[int], list[int]]:
+    def _io_slots(self, cu, need: list[int], inputs: int) -> tuple[list[int], list[int]]:
         """The device addresses of the model's own input and output slots (one buffer, allocated
         for the symbols' upper bounds where `_reserved` gives them, else for the arrays' sizes
         and grown when a call needs more), which a replayed graph reads and writes: the same
-        addresses for every size that fits, so that a graph captured for one stays valid."""
-
-        need = [_nbytes(x) for x in [*inputs, *outputs]]
-        if self._io is None or any(n > c for n, c in zip(need, self._io[1])):
+        addresses for every size that fits, so that a graph captured for one stays valid.
+        `need`: each input's and output's bytes in this call."""
+        if self._io is None or not all(map(operator.le, need, self._io[1])):
             held = self._io[1] if self._io is not None else self._reserved()[1]
             sizes = tuple(max(n, c) for n, c in zip(need, held))
             if self._io is not None:
                 check(cu.cuMemFree(self._io[0]), "cuMemFree")
             align = self.plan.align
             total = sum(-(-n // align) * align for n in sizes)
-            self._io = (int(check(cu.cuMemAlloc(total + align), "cuMemAlloc of the input and output slots")), sizes)
-        align, (base, sizes) = self.plan.align, self._io
-        slots, at = [], -(-base // align) * align
-        for n in sizes:
-            slots.append(at)
-            at += -(-n // align) * align
-        return slots[:len(inputs)], slots[len(inputs):]
+            base = int(check(cu.cuMemAlloc(total + align), "cuMemAlloc of the input and output slots"))
+            slots, at = [], -(-base // align) * align
+            for n in sizes:
+                slots.append(at)
+                at += -(-n // align) * align
+            self._io = (base, sizes, slots[:inputs], slots[inputs:])
+        return self._io[2], self._io[3]
+
+    def _shapes_of(self, sizes: tuple[int, ...], symbols: dict[str, int]) -> tuple[list[tuple], list[int]]:
+        """(each output's shape, each input's and output's bytes) for the symbols' values `sizes`
+        (the inputs checked to have their shapes and dtypes), worked out once per sizes (the last
+        SEEN_SIZES of them kept)."""
+        found = self._shapes.get(sizes)
+        if found is None:
+            if len(self._shapes) >= SEEN_SIZES:
+                self._shapes.clear()
+            tensors = [*self.spec.inputs, *self.spec.outputs]
+            shapes = [tuple(dims.evaluate(d, symbols) for d in t.shape) for t in tensors]
+            nbytes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+                      for shape, t in zip(shapes, tensors)]
+            found = self._shapes[sizes] = (shapes[len(self.spec.inputs):], nbytes)
+        return found
 
     def _on_device(self, k: int, x, ordinal: int):
         """Input k as (a GPU array used in place, or a NumPy array to copy; its shape), checked."""
@@ -301,11 +317,12 @@ class CUDAModel(CompiledModel):
             dtype, shape = a.dtype.name, a.shape
             found = (a, shape)
         elif _is_torch(x):
-            if x.device.type != "cuda" or x.device.index != ordinal:
+            device = x.device
+            if device.type != "cuda" or device.index != ordinal:
                 raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; model {self.name} runs on "
                                         f"cuda:{ordinal}: pass {spec.name}.to('cuda:{ordinal}')")
-            dtype, shape = str(x.dtype).removeprefix("torch."), tuple(x.shape)
-            found = (x.detach().contiguous(), shape)
+            dtype, shape = torch_dtype_name(x.dtype), tuple(x.shape)
+            found = (x.contiguous(), shape)
         elif hasattr(x, "__cuda_array_interface__"):
             cai = x.__cuda_array_interface__
             dtype, shape = np.dtype(cai["typestr"]).name, tuple(cai["shape"])
@@ -478,16 +495,6 @@ def _is_torch(x) -> bool:
 def _is_cupy(x) -> bool:
     cupy = sys.modules.get("cupy")
     return cupy is not None and isinstance(x, cupy.ndarray)
-
-
-def _nbytes(x) -> int:
-    """The bytes of an array: NumPy's, a torch tensor's or a __cuda_array_interface__ array's."""
-    if _is_torch(x):
-        return x.numel() * x.element_size()
-    if isinstance(x, np.ndarray) or _is_cupy(x):
-        return int(x.nbytes)
-    cai = x.__cuda_array_interface__
-    return int(np.prod(cai["shape"], dtype=np.int64)) * np.dtype(cai["typestr"]).itemsize
 
 
 def _address(x) -> int:
