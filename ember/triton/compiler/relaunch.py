@@ -65,6 +65,16 @@ class Entry:
         kinds += [(name, SCALAR) for name, v in runtime if not isinstance(v, L.TensorArg | L.DeviceTensorArg)]
         self.sources = [(position[n] if position[n] < given else n, kind) for n, kind in kinds]
 
+    def values(self, args: tuple, kwargs: dict) -> list:
+        """What `direct` takes of a launch of this signature: each tensor's address, then each
+        scalar's value, read where the signature says they are (nothing described again)."""
+        defaults, out = self.defaults, []
+        for where, kind in self.sources:
+            v = args[where] if type(where) is int else kwargs.get(where, defaults[where])
+            out.append(tld.unwrap(v) if kind == SCALAR else v.data_ptr() if kind == TORCH
+                       else v.__cuda_array_interface__["data"][0])
+        return out
+
     def valid(self) -> bool:
         """Whether the specialization is still the table's and every global its kernel reads is the
         object it was compiled against (a getter per globals dict, then per object whose attributes
@@ -221,13 +231,8 @@ def again(fn: KernelFunction, args: tuple, kwargs: dict, grid) -> L.Compiled | N
         grid = fn.grid_of(grid, bound)
     else:
         grid = fn.grid_of(grid, None)
-    if entry.direct is not None:  # (the signature says what each argument is: its address or value as it is)
-        values = []
-        for where, kind in entry.sources:
-            v = args[where] if type(where) is int else kwargs.get(where, defaults[where])
-            values.append(tld.unwrap(v) if kind == SCALAR else v.data_ptr() if kind == TORCH
-                          else v.__cuda_array_interface__["data"][0])
-        entry.direct(values, grid, None if "stream" in defaults else kwargs.get("stream"))
+    if entry.direct is not None:
+        entry.direct(entry.values(args, kwargs), grid, None if "stream" in defaults else kwargs.get("stream"))
         return entry.compiled
     options = {k: v for k, v in kwargs.items() if k not in defaults}
     runtime = []
