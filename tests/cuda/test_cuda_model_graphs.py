@@ -10,7 +10,7 @@ from gpu_kernels import needs_nvrtc
 from model_cases import TOL
 from stand_in_driver import DeviceArray, on_stand_in
 
-from ember.errors import ArgumentTypeError
+from ember.errors import ArgumentTypeError, ShapeError
 
 pytestmark = needs_nvrtc
 
@@ -32,6 +32,7 @@ def test_the_driver_path_runs_the_program_over_one_arena_and_uploaded_weights(on
 
 
 def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on_gpu, host_driver):
+    """Before any launch: at the first call, and after calls that replayed a graph."""
     cm = on_stand_in(on_gpu[1])
     with pytest.raises(ArgumentTypeError, match=r"is on cpu; model model runs on cuda:0"):
         cm(torch.randn(2, 16))
@@ -41,6 +42,16 @@ def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on
     with pytest.raises(ArgumentTypeError, match="has dtype float64"):
         cm(np.ones((2, 16)))
     assert host_driver.launches == 0
+    host_driver.ordinal_of_arrays = 0
+    x = DeviceArray(np.ones((2, 16), np.float32), host_driver)
+    for _ in range(3):  # launched, captured, replayed: what the call needs at these sizes worked out
+        cm(x)
+    done = (host_driver.launches, host_driver.graph_launches)
+    with pytest.raises(ShapeError, match="input 'input' dimension 0: expected 2, got 3"):
+        cm(DeviceArray(np.ones((3, 16), np.float32), host_driver))
+    with pytest.raises(ArgumentTypeError, match="has dtype float64"):
+        cm(DeviceArray(np.ones((2, 16)), host_driver))
+    assert (host_driver.launches, host_driver.graph_launches) == done
 
 
 def test_from_the_second_call_the_launches_are_one_cuda_graph_recaptured_on_a_new_input_pointer(on_gpu, host_driver):
