@@ -109,6 +109,7 @@ class CUDAKernel:
         packed parameters, the arguments' expected shapes (worked out at the first call)."""
         self._sizes = len(self.func.size_vars) if self.func is not None else 0
         self._local = threading.local()
+        self._types = None  # each parameter's ctypes type (set at the first launch)
         self._want = None
 
     def to_json(self) -> dict:
@@ -144,10 +145,16 @@ class CUDAKernel:
         dev.activate()
         cu = cuda_driver.driver()
         wants = self._wants()
-        copies, pointers = [], []
+        torch = sys.modules.get("torch")
+        tensor = torch.Tensor if torch is not None else ()  # (nothing is an instance of no type)
+        copies, pointers, uses_torch = [], [], False
         try:
             for k, (want, a) in enumerate(zip(wants, arrays)):
-                if isinstance(a, np.ndarray):
+                if isinstance(a, tensor) and a.is_cuda:  # (its own address, since the interface has no bfloat16)
+                    _check(want, a.shape, torch_dtype_name(a.dtype), a.is_contiguous(), k, self.name)
+                    pointers.append(a.data_ptr())
+                    uses_torch = True
+                elif isinstance(a, np.ndarray):
                     _check(want, a.shape, a.dtype.name, a.flags.c_contiguous, k, self.name)
                     ptr = check(cu.cuMemAlloc(max(a.nbytes, 1)), "cuMemAlloc")
                     copies.append((ptr, a, k))
@@ -156,8 +163,6 @@ class CUDAKernel:
                 else:
                     pointers.append(_device_pointer(want, a, k, self.name))
             if stream is None:
-                torch = sys.modules.get("torch")
-                uses_torch = torch is not None and any(isinstance(a, torch.Tensor) for a in arrays)
                 stream = torch_stream(dev.ordinal) if uses_torch else 0
             self.launch(pointers, stream)
             if copies:
@@ -195,7 +200,9 @@ class CUDAKernel:
         grid = self.grid or self.grid_of(sizes)
         if 0 in grid:
             return
-        params = Params.mine(self._local, [*[POINTER] * len(pointers), *[INT64] * len(sizes)])
+        if self._types is None:  # (a kernel's launches pass it the same sizes: those it names)
+            self._types = [*[POINTER] * len(pointers), *[INT64] * len(sizes)]
+        params = Params.mine(self._local, self._types)
         self._module.launch_packed(grid, self.block, params.write([*pointers, *sizes]), int(stream), self.shared)
         if report:
             self.report(stream)
@@ -210,7 +217,7 @@ class CUDAKernel:
 def _check(want: tuple[tuple[int, ...], str, str], shape, dtype: str, contiguous: bool, k: int, name: str) -> None:
     """An argument of `shape`, `dtype` (its name) and layout against parameter k's (shape, dtype, name)."""
     shape_of, dtype_of, param = want
-    if tuple(shape) != shape_of:
+    if shape != shape_of:  # (a tuple, or a torch.Size: one)
         raise ShapeError(f"kernel {name}: argument {k} ({param}) has shape {tuple(shape)}, expected {shape_of}")
     if dtype != dtype_of:
         raise ArgumentTypeError(f"kernel {name}: argument {k} ({param}) is {dtype}, expected {dtype_of}")
@@ -219,12 +226,8 @@ def _check(want: tuple[tuple[int, ...], str, str], shape, dtype: str, contiguous
 
 
 def _device_pointer(want: tuple[tuple[int, ...], str, str], a, k: int, name: str) -> int:
-    """The device address of a GPU array (its __cuda_array_interface__; a torch tensor's own, since
-    the interface has no bfloat16), checked against parameter k's (shape, dtype, name)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(a, torch.Tensor) and a.is_cuda:
-        _check(want, a.shape, torch_dtype_name(a.dtype), a.is_contiguous(), k, name)
-        return a.data_ptr()
+    """The device address of a GPU array given by its __cuda_array_interface__, checked against
+    parameter k's (shape, dtype, name)."""
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is None:
         raise ArgumentTypeError(f"kernel {name}: argument {k} ({want[2]}) is a {type(a).__name__}; a CUDA kernel "
