@@ -25,7 +25,6 @@ where binding and describing cost tens (`benchmarks/launch_host.py`).
 from __future__ import annotations
 
 import importlib
-import itertools
 import operator
 import os
 import sys
@@ -128,15 +127,11 @@ def _int(v: int) -> tuple:
     return (int, width, v == 1, v % 16 == 0)
 
 
-class _NoTensor:  # (what a torch tensor is an instance of where torch is not imported: nothing)
-    pass
-
-
 def _describe(p, v):
-    """What the specialization reads of value v of parameter p (hashable), or _NONE."""
-    torch = sys.modules.get("torch")
+    """What the specialization reads of value v of parameter p, or _NONE."""
     if p.is_constexpr or v is None or isinstance(v, str | tld.dtype | tld.constexpr):
         return type(v), v
+    torch = sys.modules.get("torch")
     if isinstance(v, bool | np.bool_):
         return (bool,)
     if isinstance(v, int | np.integer):
@@ -168,7 +163,8 @@ _ENV_KEYS = None if _encode is None else tuple(_encode(e) for e in ENV)  # (as o
 
 
 def signature(fn: KernelFunction, args: tuple, kwargs: dict) -> tuple | None:
-    """The launch's cheap signature (the module doc), or None where it takes the full path."""
+    """The launch's cheap signature (the module doc), or None where it takes the full path (as
+    where it is unhashable: a constexpr or an option that is)."""
     params = fn.params
     facts = fn.__dict__.get("_signature_facts")
     if facts is None:  # (by name, and whether a parameter has a declared type: once per kernel)
@@ -178,17 +174,20 @@ def signature(fn: KernelFunction, args: tuple, kwargs: dict) -> tuple | None:
     if len(args) > len(params) or declared:
         return None
     torch = sys.modules.get("torch")
-    tensor = torch.Tensor if torch is not None else _NoTensor
+    tensor = torch.Tensor if torch is not None else ()  # (nothing is an instance of no type)
     parts = []
     for p, v in zip(params, args):  # (a plain int and a torch tensor first: this runs for each argument of each launch)
         if p.is_constexpr:
-            parts.append(_describe(p, v))
+            parts.append((type(v), v))
         elif type(v) is int:
             parts.append(_int(v))
         elif isinstance(v, tensor):
             parts.append((torch.Tensor, v.dtype, v.device, v.data_ptr() % 16 == 0))
         else:
-            parts.append(_describe(p, v))
+            part = _describe(p, v)
+            if part is _NONE:
+                return None
+            parts.append(part)
     for k, v in kwargs.items():
         p = names.get(k)
         if p is None and k not in LAUNCH_OPTIONS:
@@ -198,14 +197,7 @@ def signature(fn: KernelFunction, args: tuple, kwargs: dict) -> tuple | None:
         parts.append((k, v if p is None else _describe(p, v)))
         if parts[-1][1] is _NONE:
             return None
-    if any(map(operator.is_, parts, itertools.repeat(_NONE))):
-        return None
-    key = (len(args), *parts, *environment())
-    try:
-        hash(key)
-    except TypeError:  # an unhashable constexpr or option
-        return None
-    return key
+    return (len(args), *parts, *environment())  # (unhashable where a constexpr or an option is: the full path)
 
 
 def _genuine() -> bool:
@@ -220,7 +212,10 @@ def again(fn: KernelFunction, args: tuple, kwargs: dict, grid) -> L.Compiled | N
     if not table:
         return None
     key = signature(fn, args, kwargs)
-    entry = None if key is None else table.get(key)
+    try:
+        entry = None if key is None else table.get(key)
+    except TypeError:  # an unhashable constexpr or option
+        return None
     if entry is None or not _genuine() or not entry.valid():
         return None
     defaults = entry.defaults
@@ -249,6 +244,10 @@ def remember(fn: KernelFunction, args: tuple, kwargs: dict, bound: dict, options
         return
     key = signature(fn, args, kwargs)
     if key is None:
+        return
+    try:
+        hash(key)
+    except TypeError:  # an unhashable constexpr or option
         return
     spec, runtime = L.specialize(fn, bound, L.debug_mode(fn, options), target, options.get("num_warps") or 4,
                                  options.get("num_stages") or 3)
