@@ -200,7 +200,8 @@ class CUDABackend(Backend):
         tensors = [t for _, t in runtime if isinstance(t, TensorArg | DeviceTensorArg)]
         if compiled.sites or not all(isinstance(t, DeviceTensorArg) for t in tensors):
             return None
-        return functools.partial(compiled.cfunc.direct, ordinal=tensors[0].device if tensors else 0,
+        launcher = compiled.cfunc.typed(len(tensors), compiled.scalar_dtypes)
+        return functools.partial(launcher.direct, ordinal=tensors[0].device if tensors else 0,
                                  torch=any(t.torch for t in tensors))
 
 

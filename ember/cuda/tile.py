@@ -149,9 +149,7 @@ class TileLauncher:
         """Launch over `grid` on GPU `ordinal` (pointers: the tensors' device addresses; scalars:
         (value, dtype)); the status word (0, or the number of the failed check) when the kernel
         has checks, else 0 without waiting."""
-        if self._types is None:
-            self._types = [*[POINTER] * len(pointers), *(_CTYPES[d] for _, d in scalars), POINTER, POINTER,
-                           INT64, INT64, INT64]
+        self.typed(len(pointers), [d for _, d in scalars])
         values = [*pointers, *(v for v, _ in scalars)]
         if not sites:
             self.direct(values, grid, stream, ordinal)
@@ -170,12 +168,23 @@ class TileLauncher:
             cu.cuMemFree(memory)
         return int(status[0])
 
+    def typed(self, tensors: int, scalar_dtypes: list[str]) -> TileLauncher:
+        """The launcher, its parameters' ctypes types set (a specialization's: a pointer per tensor,
+        its scalars', the checks' two pointers, the grid's sizes)."""
+        if self._types is None:
+            self._types = [*[POINTER] * tensors, *(_CTYPES[d] for d in scalar_dtypes), POINTER, POINTER,
+                           INT64, INT64, INT64]
+        return self
+
     def direct(self, values: list, grid: tuple[int, int, int], stream: int | None, ordinal: int = 0,
                torch: bool = False, status: int = 0) -> None:
         """Launch on `values` (the tensors' addresses, then the scalars) over `grid` in `stream`
         (None: torch's current stream of the GPU when `torch`, else the default one); `status`:
-        the device address of the status word, the spans after it (0: the kernel has no checks)."""
+        the device address of the status word, the spans after it (0: the kernel has no checks).
+        Its parameters' types are set (`typed`)."""
         blocks = grid[0] * grid[1] * grid[2]
+        if not blocks:
+            return
         if blocks >= 2**31:
             raise ArgumentTypeError(f"kernel {self.name}: a grid of {grid} is {blocks} programs, more than the "
                                     f"2^31 - 1 blocks of a launch")

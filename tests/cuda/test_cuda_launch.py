@@ -195,6 +195,16 @@ def test_a_tile_kernels_later_launches_write_only_their_values(tile_launches, mo
 
 
 @needs_nvrtc
+def test_a_tile_launch_over_an_empty_grid_launches_nothing_and_the_next_one_runs(tile_launches):
+    x, out = GPUArray(np.zeros(32, "float32")), GPUArray(np.zeros(32, "float32"))
+    scale[(0,)](x, out, 32, 3.0, BLOCK=32)  # (remembered, its launcher never called)
+    scale[(0,)](x, out, 32, 3.0, BLOCK=32)
+    scale[(1,)](x, out, 32, 3.0, BLOCK=32)
+    assert [values for _, _, _, values in tile_launches] == [[x.array.ctypes.data, out.array.ctypes.data, 32, 3.0,
+                                                              None, None, 1, 1, 1]]
+
+
+@needs_nvrtc
 def test_a_tile_launch_still_refuses_host_arrays_and_another_gpu(tile_launches):
     x, out = GPUArray(np.zeros(64, "float32")), GPUArray(np.zeros(64, "float32"))
     scale[(1,)](x, out, 64, 2.0, BLOCK=64)
