@@ -6,7 +6,7 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels rows mma splitk symbolic attention tile compare graphs tune decode
+# Steps: info tests kernels rows mma splitk symbolic attention tile launch compare graphs tune decode
 # (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
 # against torch and the device copy of each shape; mma: mma.sync's GEMMs 512^3 with rows of 128,
@@ -15,6 +15,8 @@
 # 128x128) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each intrinsic printed
 # with its share of cuBLAS;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
+# launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
+# and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
 # static ones; attention: flash attention on mma.sync (scores in registers), fp16 and bf16, static,
 # symbolic, on a packed QKV buffer, in other warps and tiles of keys, and the wmma kernel before it,
@@ -40,8 +42,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
-ORDER=(info tests kernels rows mma splitk symbolic attention tile compare profile graphs tune decode)
+                  [tile]=70 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
+ORDER=(info tests kernels rows mma splitk symbolic attention tile launch compare profile graphs tune decode)
 
 run_step() {
     case $1 in
@@ -57,6 +59,7 @@ run_step() {
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
+        launch) "$PY" benchmarks/launch_host.py --gpu --launches 2000 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ${PRECISIONS:+--gpu-precisions $PRECISIONS} ;;
         profile) "$PY" benchmarks/gpu_profile.py --models ${PROFILE_MODELS:-resnet18 bert_base} \
