@@ -162,7 +162,7 @@ def phases(kernel, grid, args: tuple, kwargs: dict, launches: int) -> dict[str, 
         "stream (torch's current)": lambda: torch_stream(0),
         "context made current": lambda: cuda_driver.device(0).activate(),
         "parameters packed": lambda: params.write([*values, 0, 0, *sizes]),
-        "driver call (cuLaunchKernel)": lambda: launcher._module.launch_packed(blocks, launcher.block, address, 0,
+        "driver call (cuLaunchKernel)": lambda: launcher._module.launch(blocks, launcher.block, address, 0,
                                                                               launcher.shared),
         "the whole launch": lambda: kernel[grid](*args, **kwargs),
     }

@@ -123,18 +123,11 @@ class Module:
             attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(cu.cuFuncSetAttribute(self.function, attribute, shared), f"cuFuncSetAttribute of {self.symbol}")
 
-    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[tuple[int, type]],
-               stream: int = 0, shared: int = 0) -> None:
-        """Run the function on `args` (value, ctypes type) in `stream` (0: the legacy default), with
-        `shared` bytes of dynamic shared memory."""
-        params = Params([t for _, t in args])
-        params.write([v for v, _ in args])
-        self.launch_packed(grid, block, params.address, stream, shared)
-
-    def launch_packed(self, grid: tuple[int, int, int], block: tuple[int, int, int], params: int, stream: int = 0,
-                      shared: int = 0) -> None:
-        """Run the function on the parameters packed at address `params` (Params.address). The
-        driver copies the values at the launch, so the slots are free again when it returns."""
+    def launch(self, grid: tuple[int, int, int], block: tuple[int, int, int], params: int, stream: int = 0,
+               shared: int = 0) -> None:
+        """Run the function on the parameters packed at address `params` (Params.address) in
+        `stream` (0: the legacy default), with `shared` bytes of dynamic shared memory. The driver
+        copies the values at the launch, so the slots are free again when it returns."""
         result = driver().cuLaunchKernel(self.function, *grid, *block, shared, stream, params, 0)
         if result[0]:
             check(result, f"launching kernel {self.symbol} (grid {grid}, block {block})")
@@ -143,8 +136,9 @@ class Module:
 class Params:
     """A kernel's parameters packed for cuLaunchKernel once (`kernelParams`: the array of the
     addresses of a slot per value, each of its ctypes type): a launch writes its values into the
-    slots and passes `address`, which allocates nothing. `Params.mine(owner, types)`: the
-    calling thread's own, so that two threads launching one kernel never share slots."""
+    slots and passes `address`, which allocates nothing. `Params.mine(local, types)`: the
+    calling thread's own, kept in a launcher's threading.local, so that two threads launching
+    one kernel never share slots."""
 
     def __init__(self, types):
         self.slots = [t() for t in types]

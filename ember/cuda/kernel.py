@@ -203,7 +203,7 @@ class CUDAKernel:
         if self._types is None:  # (a kernel's launches pass it the same sizes: those it names)
             self._types = [*[POINTER] * len(pointers), *[INT64] * len(sizes)]
         params = Params.mine(self._local, self._types)
-        self._module.launch_packed(grid, self.block, params.write([*pointers, *sizes]), int(stream), self.shared)
+        self._module.launch(grid, self.block, params.write([*pointers, *sizes]), int(stream), self.shared)
         if report:
             self.report(stream)
 

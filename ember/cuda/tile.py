@@ -197,4 +197,4 @@ class TileLauncher:
             self._module.opt_in_shared(self.shared)
         params = Params.mine(self._local, self._types)
         address = params.write([*values, status + 8 if status else 0, status, *grid])
-        self._module.launch_packed((blocks, 1, 1), self.block, address, int(stream), self.shared)
+        self._module.launch((blocks, 1, 1), self.block, address, int(stream), self.shared)
