@@ -289,8 +289,8 @@ def gpu_main(launches: int) -> None:
     schedules.elementwise(s, C, 128)
     kernel = ember.build(s, [A, B, C], target="cuda")
     calls["ember.build vector add 4096"] = lambda: kernel(x, y, out)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval().cuda()
-    cm = ember.compile(model, (torch.randn(2, 16, device="cuda"),), target="cuda")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    cm = ember.compile(model, (torch.randn(2, 16),), target="cuda")  # (from the host's copy, called on the GPU's)
     xm = torch.randn(2, 16, device="cuda")
     calls["CUDAModel MLP (graph replay)"] = lambda: cm(xm)
     print(f"host us per launch on {torch.cuda.get_device_name()} with {_cpu()}: issuing {launches} back to back; "
