@@ -48,10 +48,11 @@ def family(target: Target):
 
 
 def compute(op: OpDef, inputs: list[Tensor], attrs: Attrs, out_types: list[TensorType], target: Target) -> list[Tensor]:
-    """The output tensors of `op`'s compute, given the target's lanes when it asks (OpDef.lanes)."""
+    """The output tensors of `op`'s compute (the target family's own where it writes one:
+    Family.computes), given the target's lanes when it asks (OpDef.lanes)."""
     if op.lanes:
         attrs = Attrs({**attrs, "lanes": target.lanes("float32")})
-    return list(op.compute(inputs, attrs, out_types))
+    return list(family(target).compute_for(op)(inputs, attrs, out_types))
 
 
 def compute_node(op_name: str, in_types: list[TensorType], attrs: Attrs, out_types: list[TensorType],

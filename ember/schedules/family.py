@@ -6,6 +6,11 @@ family's default for the operator's pattern kind; a declared schedule may declin
 returning False before changing anything (a shape its tile does not fit), and the default then
 runs. Every module of the family's package is imported the first time a schedule is asked for,
 so a new one is found without being listed anywhere.
+
+A family may also replace an operator's compute for its targets (`@computes("cumsum", ...)`):
+where the operator's tensor expression cannot take the shape the machine needs (a scan, which
+te cannot write, as a loop over chunks carrying a running total), the family writes the kernel
+itself (a te.extern of its loop IR), and `compute_for(op)` gives it in place of `op.compute`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class Family:
     def __init__(self, package: str, path: Iterable[str], default_schedule: Callable):
         self.package, self.path, self.default_schedule = package, list(path), default_schedule
         self._schedules: dict[str, Callable] = {}
+        self._computes: dict[str, Callable] = {}
 
     def schedules(self, *ops: str) -> Callable[[Callable], Callable]:
         """Declare `schedule(s, outputs, target)` the schedule of the operators named `ops`."""
@@ -32,11 +38,33 @@ class Family:
 
         return declare
 
+    def computes(self, *ops: str) -> Callable[[Callable], Callable]:
+        """Declare `compute(inputs, attrs, out_types)` the kernel of the operators named `ops` on this
+        family's targets, in place of theirs (see the module doc)."""
+
+        def declare(compute: Callable) -> Callable:
+            for name in ops:
+                if name in self._computes:
+                    raise ValueError(f"operator {name!r} has two computes in {self.package}")
+                self._computes[name] = compute
+            return compute
+
+        return declare
+
     def declared(self) -> dict[str, Callable]:
         """Every declared schedule by operator name."""
+        self._import_all()
+        return dict(self._schedules)
+
+    def compute_for(self, op) -> Callable:
+        """The compute of a kernel of the OpDef `op` on this family's targets: the family's own, else the
+        operator's."""
+        self._import_all()
+        return self._computes.get(op.name, op.compute)
+
+    def _import_all(self) -> None:
         for info in pkgutil.iter_modules(self.path):
             importlib.import_module(f"{self.package}.{info.name}")
-        return dict(self._schedules)
 
     def schedule_for(self, op) -> Callable:
         """`schedule(s, outputs, target)` for a kernel of the OpDef `op` (see the module doc)."""

@@ -76,3 +76,17 @@ def test_gpt2_in_fp16_replays_one_cuda_graph_from_the_second_call(gpt2_fp16, hos
     assert (cm._graphs.captures, host_driver.graph_launches) == (1, 1)
     assert f"launches: {len(cm._entry.order)} replayed as one CUDA graph" in cm.summary()
     assert host_driver.launches == 2 * len(cm._entry.order)
+
+
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-5), ("fp16", 1e-2)])
+def test_gpt2_over_symbolic_tokens_matches_torch_at_two_lengths(precision, tolerance):
+    # its position ids are a cumsum over the tokens: the GPU's scan (ember.schedules.gpu.scan)
+    model, ids = tiny("gpt2")
+    cm = ember.compile(model, (ids,), dynamic_shapes=({1: torch.export.Dim("tokens", max=16)},), target=SIMULATED,
+                       precision=precision)
+    assert any("cumsum" in k.ops for k in cm.kernels)
+    for tokens in (3, 11):
+        x = torch.randint(0, 64, (1, tokens))
+        with torch.no_grad():
+            ref = model(x).numpy()
+        assert np.linalg.norm(cm(x.numpy()) - ref) / np.linalg.norm(ref) <= tolerance

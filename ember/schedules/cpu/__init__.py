@@ -16,3 +16,4 @@ from .default import default_schedule
 
 FAMILY = Family(__name__, __path__, default_schedule)
 schedules, declared, schedule_for = FAMILY.schedules, FAMILY.declared, FAMILY.schedule_for
+computes, compute_for = FAMILY.computes, FAMILY.compute_for

@@ -22,6 +22,8 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
 - `gemv`: gemm with one output row (a linear layer at batch 1), whatever its type, a block per
   32 columns, each column's reduction split over 8 threads and folded through shared memory
   (`matmul`'s gemm tries it first).
+- `scan`: cumsum and cumprod written as GPU kernels of their own (Family.computes), a row a
+  block scanned in chunks carrying the running total, or a thread a column.
 A declared schedule that does not fit a kernel declines it (returns False) before changing
 anything, and the default runs.
 """
@@ -33,3 +35,4 @@ from .default import default_schedule
 
 FAMILY = Family(__name__, __path__, default_schedule)
 schedules, declared, schedule_for = FAMILY.schedules, FAMILY.declared, FAMILY.schedule_for
+computes, compute_for = FAMILY.computes, FAMILY.compute_for
