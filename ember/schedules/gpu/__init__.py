@@ -23,7 +23,10 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   32 columns, each column's reduction split over 8 threads and folded through shared memory
   (`matmul`'s gemm tries it first).
 - `scan`: cumsum and cumprod written as GPU kernels of their own (Family.computes), a row a
-  block scanned in chunks carrying the running total, or a thread a column.
+  block scanned in chunks carrying the running total, or a thread a column;
+- `tensor_scatter`: a cache update as a choice per element (Family.computes), spread by the default;
+- `externs`: det's statement (Family.computes), its parallel loop over matrices on threads;
+- `topk`: a thread an output element, its row's ranks in its registers (static rows of up to 1024).
 A declared schedule that does not fit a kernel declines it (returns False) before changing
 anything, and the default runs.
 """
