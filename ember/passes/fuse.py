@@ -27,7 +27,10 @@ The algorithm, after TVM (src/relay/transforms/fuse_ops.cc):
      recompute it once per output-channel block and kernel tap; TVM fuses none into an anchor);
    - an injective node (in a second round, so that the anchors take their epilogues first) when
      every node on the paths, D's group included, is at most injective.
-   Reductions and opaque nodes are never merged into a later node, nor is a concat that memory
+   - a reduction (a normalization, softmax, a pooling) into the cast that makes a graph output of
+     its value (a half model's output back to float32: ember.passes.half_precision), which its
+     kernel stores as it computes it rather than in a kernel of its own.
+   Reductions and opaque nodes are not merged into a later node otherwise, nor is a concat that memory
    planning may write in place (its inputs contiguous slabs of it: channels at batch 1), nor
    anything into it: its inputs' kernels write their slabs, and it runs nothing. Since every path from a node
    to the outputs passes through its post-dominator, an intermediate value of a group is only
@@ -116,7 +119,7 @@ def fuse(graph: Graph) -> FusedGraph:
             d = ipdom[k]
             if d is None or groups.find(k) == groups.find(d):
                 continue
-            ok = _condition(rnd, groups.find(k), groups, nodes, kinds)
+            ok = _condition(rnd, groups.find(k), groups, nodes, kinds, outputs)
             if ok is None:
                 continue
             path = _path(k, d, users)
@@ -146,7 +149,7 @@ def _slab_concats(nodes: list[Node], users: list[list[int]], index: dict[int, in
     return found
 
 
-def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list[int]):
+def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list[int], outputs: set[int]):
     """What each node j on the paths from group g to its post-dominator (sink: j is that one)
     must be for g to fuse into it in this round, as `ok(j, sink)`; None: g does not fuse."""
     pattern = groups.pattern[g]
@@ -159,6 +162,8 @@ def _condition(rnd: int, g: int, groups: _Groups, nodes: list[Node], kinds: list
                                 if sink else kinds[j] <= INJECTIVE)
     if rnd == 1 and pattern == INJECTIVE:
         return lambda j, sink: groups.pattern[groups.find(j)] <= INJECTIVE
+    if rnd == 0 and pattern == REDUCTION:  # a model's output cast back to float32 (ember.passes.half_precision)
+        return lambda j, sink: sink and nodes[j].op == "cast" and any(id(v) in outputs for v in nodes[j].outputs)
     return None
 
 

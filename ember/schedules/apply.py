@@ -23,6 +23,7 @@ from ..target import Target
 from ..te import placeholder
 from ..te.schedule import TESchedule
 from ..te.tensor import ComputeOp, Tensor
+from ..te.tensor import compute as compute_stage
 from ..tir.expr import as_int
 from .rules import inline_intermediates
 
@@ -113,6 +114,11 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
         # an epilogue that adds or removes dimensions of size 1 (ember.passes.fuse) is written in
         # the anchor's shape (the same bytes), so that the anchor's schedule tiles its own loops
         outs = [reshape_compute(outs[0], anchor.shape, name=f"{outs[0].op.name}_reshaped")]
+    elif (get(nodes[lead][0]).pattern == "reduction" and len(outs) == 1 and outs[0].op is not anchor.op
+          and isinstance(anchor.op, ComputeOp) and anchor.op.attrs and _same_shape(outs[0], anchor)):
+        # an epilogue of a reduction (a model's output cast) in a stage that keeps the reduction's
+        # compute attributes (how its rows split: ember.ops.hints), so that its schedule takes it
+        outs = [compute_like(outs[0], anchor.op.attrs)]
     s = create_schedule([t.op for t in outs])
     if not schedule:
         return s, inputs + outs
@@ -124,6 +130,15 @@ def group_kernel(in_types: list[TensorType], nodes: list[GroupNode], outputs: li
         _schedule_group(s, outs, tensors, lambda s_, outs_, t_: schedules.default_schedule(s_, outs_, "injective", t_),
                         target)
     return s, inputs + outs
+
+
+def compute_like(t: Tensor, attrs) -> Tensor:
+    """t's elements in a stage of their own carrying `attrs`."""
+    return compute_stage(t.shape, lambda *i: t[i], name=f"{t.op.name}_out", attrs=attrs)
+
+
+def _same_shape(a: Tensor, b: Tensor) -> bool:
+    return list(map(str, a.shape)) == list(map(str, b.shape))
 
 
 def _lead(patterns: list[str]) -> int:

@@ -226,3 +226,20 @@ def test_print_ir_shows_the_groups(capsys):
     err = capsys.readouterr().err
     assert "# after fuse (4 nodes -> 1 kernels)" in err
     assert "kernel 0: exp -> sigmoid -> neg -> add  (%x) -> %add" in err
+
+
+def test_a_reduction_takes_the_cast_of_its_output_only_where_that_is_a_graph_output():
+    # a half model's output cast back to float32 (ember.passes.half_precision) is stored by the
+    # kernel that computes the value; a cast read further on leaves the reduction a kernel of its own
+    g = Graph("output_cast")
+    x = g.add_input("x", TensorType((2, 3, 16), "float16"))
+    (y,) = add_op(g, "softmax", [x], {"axis": -1})
+    (out,) = add_op(g, "cast", [y], {"dtype": "float32"})
+    (z,) = add_op(g, "layer_norm", [x, g.add_constant(random_array((16,), "float16"), "w")])
+    (wide,) = add_op(g, "cast", [z], {"dtype": "float32"})
+    g.set_outputs([out, *add_op(g, "relu", [wide])])
+    assert grouping(g) == [["softmax", "cast"], ["layer_norm"], ["cast", "relu"]]
+    data = random_array((2, 3, 16), "float16")
+    cm = ember.compile(g, target="python")
+    for got, expected in zip(cm(data), evaluate(g, data)):
+        np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
