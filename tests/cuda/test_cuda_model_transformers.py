@@ -66,7 +66,7 @@ def test_gpt2_in_fp16_replays_one_cuda_graph_from_the_second_call(gpt2_fp16, hos
     ops = launched(cm)
     assert [o[0] for o in ops] == ["embedding", "layer_norm", "gemm", "flash_attention", "gemm", "layer_norm", "gemm",
                                    "gemm", "layer_norm"]  # (GPT-2's norms come before the products)
-    assert ops[-1] == ("layer_norm", "cast")  # the output's cast to float32 stored by the last norm, no kernel of its own
+    assert ops[-1] == ("layer_norm", "cast")  # the output's cast to float32 stored by the last norm
     assert not any(op in ("split", "transpose") for o in ops for op in o) and "mma.sync.aligned.m16n8k16" in cm.source
     with torch.no_grad():
         ref = model(ids).numpy()
