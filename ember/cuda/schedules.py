@@ -13,7 +13,7 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   (ember.cuda.warp); reads coalesced, the output optionally 16 bytes a thread, the row
   optionally read from global memory once, into shared memory or registers;
 - `reduce_block`: an element of a reduction's output per block, reduced across the block's
-  threads as `row_block`'s statistics are, stored by one thread;
+  threads as `row_block`'s statistics are (its reduced axes taken as one), stored by one thread;
 - `gemv`: a one-row product (a decode step's linear layer), a block per 32 columns, each
   column's reduction split over 8 threads and folded through shared memory;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
@@ -195,7 +195,8 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     block, one = stage.split(block, factor=1)
     stage.bind(block, ThreadAxis("blockIdx.x"))
     stage.bind(one, ThreadAxis("threadIdx.x"))  # (of extent 1: thread 0, the others guarded off)
-    (axis,) = s[red].op.reduce_axis
+    axes = s[red].op.reduce_axis  # (several: taken as one, a map's rows and columns)
+    axis = s[red].fuse(*axes) if len(axes) > 1 else axes[0]
     _, part = s[red].split(axis, factor=threads)
     partials = s.rfactor(red, part, factor_axis=len(s[red].op.axis))
     local = s.cache_write(partials, "local")

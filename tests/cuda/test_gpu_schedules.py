@@ -86,3 +86,17 @@ def test_a_split_reduction_keeps_its_tail_guarded_over_a_symbolic_length():
         c = np.full((1, n), np.nan, "float32")
         f(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_global_average_pool_at_batch_1_fills_the_gpu(dtype):
+    # ResNet's: 512 channels of 7x7, a block (one warp) a channel, not an output a thread (4 blocks)
+    x = random_array((1, 512, 7, 7), dtype, RNG)
+    check_op("global_avg_pool", [x], {}, rtol=1e-3, atol=1e-3, targets=[ON_INTERPRETER])
+    types = [TensorType(x.shape, dtype)]
+    bound, outs = infer_types("global_avg_pool", types, {})
+    target = Target("cuda")
+    s, args = node_kernel("global_avg_pool", types, bound, outs, target=target)
+    f = ember.build(s, args, target="cuda", arch="sm_90")
+    assert f.grid[0] >= target.gpu.multiprocessors and f.block == (32, 1, 1)

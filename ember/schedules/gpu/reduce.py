@@ -1,36 +1,52 @@
-"""GPU schedule of the long reductions (ember.ops.reduce: sum, mean, max, min over one axis of at
-least 256 elements): an output element a block, reduced across the block's threads
-(ember.cuda.schedules.reduce_block: partials in shared memory, folded with warp shuffles). Short
-reductions, those over several axes or of symbolic length, decline: the default reduces an output element a
-thread."""
+"""GPU schedule of the reductions (ember.ops.reduce: sum, mean, max, min over one axis, and
+global_avg_pool over a map's positions) that take a block an output element (ember.cuda.schedules.
+reduce_block: partials in shared memory, folded with warp shuffles):
+
+- a long reduction (at least LONG elements) in up to 256 threads that divide it;
+- a reduction to few outputs (fewer than FEW a multiprocessor: a thread each would leave most of
+  the GPU idle, as ResNet's global average pool at batch 1, 512 channels of 49 positions, did in 4
+  blocks) in one warp, each lane a strided part of the output's elements (its tail guarded), so
+  that the output elements' blocks cover the GPU's multiprocessors.
+
+The others (many outputs of short reductions, or reductions of symbolic length) decline: the
+default reduces an output element a thread. Several reduced axes are taken as one where they are
+the innermost of the input (a map's rows and columns)."""
 
 from __future__ import annotations
+
+import math
 
 from ...cuda import schedules as gpu
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
 from . import schedules
 from .default import reductions_of
-from .rows import block_threads
+from .rows import WARP, block_threads
 
 LONG = 256  # elements a reduction needs for a block of its own
+FEW = 128  # outputs a multiprocessor below which each output takes a block of its own (a thread each: one block)
 
 
-@schedules("sum", "mean", "max", "min")
+@schedules("sum", "mean", "max", "min", "global_avg_pool")
 def schedule_reduce(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
     if len(found) != 1 or not out.op.axis:
         return False
     (red,) = found
-    if len(red.op.reduce_axis) != 1 or [as_int(d) for d in red.shape] != [as_int(d) for d in out.shape]:
+    kept = [as_int(d) for d in out.shape if as_int(d) != 1]
+    if None in kept or [as_int(d) for d in red.shape if as_int(d) != 1] != kept:
+        return False  # (symbolic outputs, or an output that is not the reduction's elements)
+    m = math.prod(as_int(r.dom.extent) or 0 for r in red.op.reduce_axis)
+    if m == 0:  # a reduction of symbolic length
         return False
-    m = as_int(red.op.reduce_axis[0].dom.extent)
-    if m is None:  # a reduction of symbolic length
-        return False
-    threads = block_threads(m, 1)
-    if m < LONG or threads is None:
+    if m >= LONG and block_threads(m, 1) is not None:
+        threads = block_threads(m, 1)
+    elif math.prod(kept) < FEW * target.gpu.multiprocessors and m >= WARP // 4:
+        threads = WARP
+    else:
         return False
     inline_intermediates(s.sch)
     gpu.reduce_block(s, out, red, threads)
     return None
+
