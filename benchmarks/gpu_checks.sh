@@ -25,7 +25,7 @@
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,
 # "--contexts 128" for the full one), PRECISIONS= those of `compare` (default: fp32 fp16).
-# Step profile (after compare): where resnet18's and bert_base's time goes, each kernel's time,
+# Step profile (after compare): where resnet18's and bert_base's time goes, every kernel's time (up to 30),
 # share, grid and bound, and each model without split_k beside; PROFILE_MODELS= names other
 # models, PRECISIONS= its precisions too.
 # Run from the repository root with the python3 that holds torch with CUDA (PYTHON= to name
@@ -63,7 +63,7 @@ run_step() {
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ${PRECISIONS:+--gpu-precisions $PRECISIONS} ;;
         profile) "$PY" benchmarks/gpu_profile.py --models ${PROFILE_MODELS:-resnet18 bert_base} \
-                     ${PRECISIONS:+--precisions $PRECISIONS} --top 15 ;;
+                     ${PRECISIONS:+--precisions $PRECISIONS} --top 30 ;;
         graphs) "$PY" benchmarks/cuda_graphs.py --models resnet18 mobilenet_v2 mlp --runs 30 --no-torch-compile ;;
         tune) "$PY" benchmarks/cuda_kernels.py --tune 64 ;;
         decode) "$PY" benchmarks/decode.py --device cuda --models gpt2 ${DECODE:---small --contexts 64 --tokens 16} ;;

@@ -8,7 +8,7 @@ call from the second replays one CUDA graph and matches torch in fp16."""
 import numpy as np
 import pytest
 import torch
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import needs_gpu, needs_nvrtc
 from model_cases import SIMULATED
 from stand_in_driver import on_stand_in
 
@@ -91,3 +91,17 @@ def test_gpt2_over_symbolic_tokens_matches_torch_at_two_lengths(precision, toler
         with torch.no_grad():
             ref = model(x).numpy()
         assert np.linalg.norm(cm(x.numpy()) - ref) / np.linalg.norm(ref) <= tolerance
+
+
+@needs_gpu
+@pytest.mark.parametrize("precision, tolerance", [("fp32", 1e-5), ("fp16", 1e-2)])
+def test_gpt2_over_symbolic_tokens_on_the_gpu(precision, tolerance):
+    model, ids = tiny("gpt2")
+    cm = ember.compile(model, (ids,), dynamic_shapes=({1: torch.export.Dim("tokens", max=16)},), target="cuda",
+                       precision=precision)
+    for tokens in (3, 11, 3):
+        x = torch.randint(0, 64, (1, tokens))
+        with torch.no_grad():
+            ref = model(x).numpy()
+        got = cm(x.cuda()).cpu().numpy()
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= tolerance

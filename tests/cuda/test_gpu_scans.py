@@ -1,11 +1,11 @@
 """The GPU's scans (ember.schedules.gpu.scan: cumsum and cumprod, a row a block scanned in chunks
 in shared memory, or a thread a column): on the interpreter with GPU semantics against the
 operators' NumPy references, inclusive and exclusive, forward and reverse, rows longer than a
-chunk and of symbolic length, and compiled by NVRTC for sm_90."""
+chunk and of symbolic length, and compiled by NVRTC for sm_90; on a GPU where one is lent."""
 
 import numpy as np
 import pytest
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import needs_gpu, needs_nvrtc
 
 import ember
 from ember.graph.core import TensorType
@@ -59,3 +59,15 @@ def test_the_gpu_family_writes_the_scans_and_the_cpu_takes_the_operators_compute
         assert gpu.compute_for(get(op)) is not get(op).compute and cpu.compute_for(get(op)) is get(op).compute
     with pytest.raises(ValueError, match="'cumsum' has two computes in ember.schedules.gpu"):
         gpu.computes("cumsum")(lambda inputs, attrs, out_types: None)
+
+
+@needs_gpu
+@pytest.mark.parametrize("op, shape, axis", [("cumsum", (4, 1000), 1), ("cumprod", (4, 1000), 1),
+                                             ("cumsum", (5, 300, 3), 1)])
+def test_the_scans_on_the_gpu(op, shape, axis):
+    x = random_array(shape, "float32", RNG)
+    if op == "cumprod":
+        x = (1 + x / 1000).astype("float32")
+    for exclusive, reverse in ((False, False), (True, True)):
+        check_op(op, [x], {"axis": axis, "exclusive": exclusive, "reverse": reverse}, rtol=1e-4, atol=1e-4,
+                 targets=["cuda"])
