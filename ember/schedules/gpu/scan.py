@@ -78,37 +78,38 @@ def scan_kernel(op: str, xb: Buffer, ob: Buffer, axis: int, exclusive: bool, rev
 def _rows(rows, length, t: int, load, store, combine, zero, exclusive: bool) -> For:
     """A row a block of t threads (a power of two), scanned in chunks of t in shared memory."""
     wide = zero.dtype
-    scan, step_sum, carry = (Buffer(name, (const(t),), wide) for name in ("scan", "step_sum", "carry"))
+    pair, carry = [Buffer(f"scan{k}", (const(t),), wide) for k in (0, 1)], Buffer("carry", (const(t),), wide)
     row, chunk = Var("row", dt.INDEX_DTYPE), Var("chunk", dt.INDEX_DTYPE)
 
     def at(buf, k):
         return BufferLoad(buf, (k,), wide)
 
-    def before(tx, d):
-        """scan's element d before tx's, or the identity (its index kept in the array either way)."""
-        return select(tx >= d, at(scan, binary("max", tx - d, const(0, tx.dtype))), zero)
+    def before(buf, tx, d):
+        """buf's element d before tx's, or the identity (its index kept in the array either way)."""
+        return select(tx >= d, at(buf, binary("max", tx - d, const(0, tx.dtype))), zero)
 
     def position(tx):
         return chunk * t + tx
 
-    read = threads(lambda tx: IfThenElse(position(tx) < length, BufferStore(scan, load(row, position(tx), 0), (tx,)),
-                                         BufferStore(scan, zero, (tx,))), t)
-    steps = []
-    d = 1
-    while d < t:  # each thread's element combined with the one d before it (Hillis-Steele)
-        steps += [threads(lambda tx, d=d: BufferStore(step_sum, combine(before(tx, d), at(scan, tx)), (tx,)), t),
-                  threads(lambda tx: BufferStore(scan, at(step_sum, tx), (tx,)), t)]
-        d *= 2
+    read = threads(lambda tx: IfThenElse(position(tx) < length, BufferStore(pair[0], load(row, position(tx), 0), (tx,)),
+                                         BufferStore(pair[0], zero, (tx,))), t)
+    steps, k = [], 0
+    while 1 << k < t:  # each element combined with the one 2^k before it (Hillis-Steele), from one array to the
+        src, dst = pair[k % 2], pair[(k + 1) % 2]  # other: a barrier a step
+        steps.append(threads(lambda tx, src=src, dst=dst, d=1 << k: BufferStore(
+            dst, combine(before(src, tx, d), at(src, tx)), (tx,)), t))
+        k += 1
+    scan = pair[k % 2]  # (the chunk's inclusive scan)
 
     def write(tx):
-        value = before(tx, 1) if exclusive else at(scan, tx)
+        value = before(scan, tx, 1) if exclusive else at(scan, tx)
         return IfThenElse(position(tx) < length, store(row, position(tx), 0, combine(at(carry, tx), value)))
 
     advance = threads(lambda tx: BufferStore(carry, combine(at(carry, tx), at(scan, const(t - 1))), (tx,)), t)
     chunks = For(chunk, const(0), convert(ceil_div(length, t)), "serial",
                  SeqStmt((read, *steps, threads(write, t), advance)))
     body = SeqStmt((threads(lambda tx: BufferStore(carry, zero, (tx,)), t), chunks))
-    for buf in (scan, step_sum, carry):
+    for buf in (*pair, carry):
         body = Allocate(buf, body)
     return For(row, const(0), convert(rows), THREAD_BINDING, body, (("thread_tag", "blockIdx.x"),))
 
