@@ -16,7 +16,8 @@ its products at rows of 128, 256 and 512 bytes checked against torch first, and 
 rows; the best of each type and intrinsic printed) against cuBLAS on the same inputs (its
 output in the inputs' type) and Triton's tutorial matmul where Triton is installed; and
 operators (softmax, layer norm, a reduction,
-gelu, fp32 and fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
+gelu, cumsum over many rows and over 4 long ones, ResNet's global average pool at batch 1 in fp16, fp32 and
+fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
 a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,
 and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on

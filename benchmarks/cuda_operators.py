@@ -22,6 +22,9 @@ DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.sof
              lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
             ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
             ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
+            ("cumsum", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.cumsum(1), True),  # a row a block
+            ("cumsum", ((4, 1 << 20),), "float32", {"axis": 1}, lambda x: x.cumsum(1), True),  # (long rows: 4 blocks)
+            ("global_avg_pool", ((1, 512, 7, 7),), "float16", {}, lambda x: x.mean((2, 3), keepdim=True), True),
             ("matmul", ((4096, 4096), (4096, 4096)), "float32", {}, lambda a, b: a @ b, False),
             ("matmul", ((4096, 4096), (4096, 4096)), "float16", {}, lambda a, b: a @ b, False))
 
