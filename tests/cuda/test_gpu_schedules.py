@@ -100,3 +100,16 @@ def test_a_global_average_pool_at_batch_1_fills_the_gpu(dtype):
     s, args = node_kernel("global_avg_pool", types, bound, outs, target=target)
     f = ember.build(s, args, target="cuda", arch="sm_90")
     assert f.grid[0] >= target.gpu.multiprocessors and f.block == (32, 1, 1)
+
+
+def test_topk_takes_a_symbolic_count_of_rows_and_names_itself_past_its_rows_limit():
+    from ember.errors import ScheduleError
+    from ember.testing import check_op_sizes
+
+    sets = [[random_array((rows, 12), "float32", RNG)] for rows in (1, 5)]
+    check_op_sizes("topk", [TensorType(("n", 12), "float32")], {"k": 4}, sets, rtol=0, atol=0,
+                   targets=[ON_INTERPRETER])
+    types = [TensorType((2, 50257), "float32")]  # a vocabulary's logits
+    bound, outs = infer_types("topk", types, {"k": 5})
+    with pytest.raises(ScheduleError, match="topk over rows of 50257 elements has no GPU schedule"):
+        node_kernel("topk", types, bound, outs, target=Target("cuda"))

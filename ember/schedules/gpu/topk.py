@@ -2,7 +2,7 @@
 other, then the k indices found by rank and their values): a thread an output element, its index
 and its row's ranks computed in its registers (n x n comparisons a thread: rows of up to HELD
 elements, a mixture of experts' router; a longer row, a vocabulary's logits, has no GPU schedule
-yet and is a ScheduleError naming it)."""
+yet and is a ScheduleError naming it). The rows may be of symbolic count, the last block guarded."""
 
 from __future__ import annotations
 
@@ -21,16 +21,15 @@ THREADS = 128
 def schedule_topk(s, outputs, target) -> None:
     values, indices = outputs
     (rank,) = indices.op.input_tensors
-    shape, kept = [as_int(d) for d in rank.shape], [as_int(d) for d in values.shape]
-    if None in shape or None in kept:
-        raise ScheduleError(f"topk over {list(map(str, rank.shape))} has no GPU schedule: its sizes must be static")
-    n = next((a for a, b in zip(shape, kept) if a != b), shape[-1])  # the row's length (along the axis)
-    if n > HELD:
-        raise ScheduleError(f"topk over rows of {n} elements has no GPU schedule: a thread keeps the ranks of a row "
-                            f"of at most {HELD}")
+    axis = next((k for k, (a, b) in enumerate(zip(rank.shape, values.shape)) if str(a) != str(b)), rank.ndim - 1)
+    n = as_int(rank.shape[axis])  # the row's length (the other axes, static or symbolic, are its rows)
+    if n is None or n > HELD:
+        raise ScheduleError(f"topk over rows of {rank.shape[axis]} elements has no GPU schedule: a thread keeps the "
+                            f"ranks of a static row of at most {HELD}")
     stage = s[values]
     fused = stage.fuse(*stage.op.axis) if values.ndim > 1 else stage.op.axis[0]
-    block, thread = stage.split(fused, factor=min(THREADS, math.prod(kept)))
+    count = math.prod(as_int(d) or THREADS for d in values.shape)  # (a symbolic count: whole blocks)
+    block, thread = stage.split(fused, factor=min(THREADS, count))
     stage.bind(block, ThreadAxis("blockIdx.x"))
     stage.bind(thread, ThreadAxis("threadIdx.x"))
     for t in (indices, rank):
