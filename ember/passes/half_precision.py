@@ -16,7 +16,8 @@ the GPU's Tensor Cores at any shape (ember.schedules.gpu.matmul). Inputs and out
 user's dtype: a float32 input is converted where it is read (the cast fuses into the kernel that
 reads it), an output back to float32 in the kernel that makes it; a model given half inputs
 (`model.half()`) takes and returns them as they are. Float64 and integer values are left as they
-are. Control-flow nodes are copied as they are (their regions' signatures are fixed).
+are. Control-flow nodes are copied as they are (their regions' signatures are fixed), and so are
+the recurrent cells (FLOAT32_ONLY: they take float32 or float64), on float32 inputs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..tir import dtype as dt
 from .rewrite import Rewriter
 
 WIDE = "float32"
+FLOAT32_ONLY = ("lstm", "gru", "rnn")  # operators that take float32 (or float64) only: copied on float32 inputs
 
 
 def fp16_activations(graph: Graph) -> Graph:
@@ -60,7 +62,7 @@ def half_precision(graph: Graph, half: str) -> Graph:
         return v if v.type == old.type else rw.emit("cast", [v], {"dtype": old.type.dtype}, hint=f"{old.name}.wide")[0]
 
     for node in graph.nodes:
-        if node.regions:
+        if node.regions or node.op in FLOAT32_ONLY:
             rw.copy(node, [widen(old) for old in node.inputs])
             continue
         inputs = [narrow(v) for v in node.inputs]

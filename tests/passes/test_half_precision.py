@@ -63,3 +63,15 @@ def test_convolutions_of_one_group_become_implicit_gemms_and_depthwise_ones_stay
     np.testing.assert_allclose(got, before, rtol=1e-2, atol=1e-2)  # the same sums, in another order
     want = model(fresh).detach().numpy()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_a_recurrent_cell_keeps_float32_inputs_between_half_activations():
+    torch.manual_seed(6)
+    model = torch.nn.LSTM(4, 3).eval()
+    x = torch.randn(5, 1, 4)
+    out = fp16_activations(import_module(model, (x,)))
+    cell = next(n for n in out.nodes if n.op == "lstm")
+    assert {v.type.dtype for v in cell.inputs} == {"float32"}
+    got = evaluate(out, x.numpy())[0]
+    want = model(x)[0].detach().numpy()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
