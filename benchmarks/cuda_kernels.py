@@ -16,8 +16,10 @@ its products at rows of 128, 256 and 512 bytes checked against torch first, and 
 rows; the best of each type and intrinsic printed) against cuBLAS on the same inputs (its
 output in the inputs' type) and Triton's tutorial matmul where Triton is installed; and
 operators (softmax, layer norm, a reduction,
-gelu, cumsum over many rows and over 4 long ones, ResNet's global average pool at batch 1 in fp16, fp32 and
-fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu),
+gelu, ResNet's global average pool at batch 1 in fp16, fp32 and
+fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu), and cumsum (`scans`:
+4096 rows of 4096, GPT-2's position ids over 1024 tokens, 4 rows of 2^20) with 1, 2, 4 and 8
+consecutive elements a thread, the best printed,
 against torch; and a model's products in fp16 (a batch-1 linear layer of 128 tokens and of one,
 a batched matmul, ResNet's 3x3 convolutions as implicit GEMMs) against torch's cuBLAS and cuDNN,
 and in fp32 on CUDA cores (BERT-base's linear layers at 128 tokens, a batched matmul; TF32 off on
@@ -53,6 +55,7 @@ from benchmarks.cuda_operators import (  # noqa: E402
     fp32_tiles,
     products,
     row_kernels,
+    scans,
     split_k,
     symbolic,
 )
@@ -61,7 +64,7 @@ from benchmarks.cuda_tuning import tuning  # noqa: E402
 
 PARTS = {"copy": copy, "elementwise": elementwise, "softmax": softmax, "layer_norm": layer_norm, "gemm": gemm,
          "tensorcore_gemm": tensorcore_gemm, "defaults": defaults, "products": products, "fp32_tiles": fp32_tiles,
-         "symbolic": symbolic, "split_k": split_k, "attention": attention, "rows": row_kernels}
+         "symbolic": symbolic, "split_k": split_k, "attention": attention, "rows": row_kernels, "scans": scans}
 DEFAULT_PARTS = [p for p in PARTS if p not in ("attention", "rows")]  # (each its own step of benchmarks/gpu_checks.sh)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.cuda_timing import graph_time, operator_kernel, timed, timed_graph  # noqa: E402
+from benchmarks.cuda_timing import build, graph_time, operator_kernel, timed, timed_graph  # noqa: E402
 
 # operators with the GPU family's default schedules (ember.schedules.gpu), as a model's kernels get them:
 # (operator, input shapes, dtype, attributes, the torch function, GB/s (True) or TFLOP/s (False))
@@ -22,8 +22,6 @@ DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.sof
              lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
             ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
             ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
-            ("cumsum", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.cumsum(1), True),  # a row a block
-            ("cumsum", ((4, 1 << 20),), "float32", {"axis": 1}, lambda x: x.cumsum(1), True),  # (long rows: 4 blocks)
             ("global_avg_pool", ((1, 512, 7, 7),), "float16", {}, lambda x: x.mean((2, 3), keepdim=True), True),
             ("matmul", ((4096, 4096), (4096, 4096)), "float32", {}, lambda a, b: a @ b, False),
             ("matmul", ((4096, 4096), (4096, 4096)), "float16", {}, lambda a, b: a @ b, False))
@@ -58,6 +56,57 @@ def defaults(n: int, runs: int, rows: list) -> None:
         except Exception:  # one operator's failure must not hide the others'
             print(f"--- {name} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
+
+
+# the scans' shapes (rows, row length, dtype): many rows, GPT-2's position ids over 1024 tokens, a few long rows
+SCAN_SHAPES = ((4096, 4096, "float32"), (1, 1024, "int64"), (4, 1 << 20, "float32"))
+SCAN_PER_THREAD = (1, 2, 4, 8)  # the candidates for ember.schedules.gpu.scan.PER_THREAD
+
+
+def scans(n: int, runs: int, rows: list) -> None:
+    """cumsum along the last axis (ember.schedules.gpu.scan) with each candidate count of
+    consecutive elements a thread, against torch.cumsum; the best count of each shape printed."""
+    import torch
+
+    from ember.schedules.gpu.scan import PER_THREAD
+
+    for m, length, dtype in SCAN_SHAPES:
+        name = f"cumsum {m}x{length} {dtype}"
+        x = (torch.randn(m, length, device="cuda") * 4).to(getattr(torch, dtype))
+        ref = x.cumsum(1)
+        work = 2 * x.numel() * x.element_size() / 1e9
+        best = None
+        for e in SCAN_PER_THREAD:
+            try:
+                f, build_s = build(lambda e=e, shape=(m, length), dtype=dtype: _scan_kernel(shape, dtype, e))
+                y = torch.empty_like(x)
+                f(x, y)
+                torch.testing.assert_close(y.double(), ref.double(), rtol=1e-3, atol=1e-2 * length ** 0.5)
+                t = timed(lambda f=f, x=x, y=y: f(x, y), runs)
+                rows.append((name, f"ember {e} a thread{' (default)' if e == PER_THREAD else ''}", t, work / t,
+                             build_s))
+                best = min(best or (t, e), (t, e))
+            except Exception:  # one candidate's failure must not hide the others'
+                print(f"--- {name}, {e} a thread, failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda x=x: x.cumsum(1), runs)
+        rows.append((name, "torch", t, work / t, None))
+        if best is not None:
+            print(f"{name}: best {best[1]} elements a thread, {best[0] * 1e3:.3f} ms; torch {t * 1e3:.3f} ms")
+
+
+def _scan_kernel(shape, dtype: str, per_thread: int):
+    """(the te schedule, its arguments) of cumsum along the last axis, `per_thread` elements a thread."""
+    from ember import te
+    from ember.graph.core import TensorType
+    from ember.ops.registry import infer_types
+    from ember.schedules.gpu.scan import scan_compute
+
+    attrs = {"axis": len(shape) - 1, "exclusive": False, "reverse": False}
+    _, outs = infer_types("cumsum", [TensorType(shape, dtype)], attrs)
+    x = te.placeholder(shape, dtype, name="x")
+    (out,) = scan_compute("cumsum", per_thread)([x], attrs, outs)
+    return te.create_schedule(out.op), [x, out]
 
 
 # the row kernels (ember.schedules.gpu.rows) at a large shape and BERT-base's (128 tokens of 768): (operator,
