@@ -25,6 +25,7 @@ class Family:
         self.package, self.path, self.default_schedule = package, list(path), default_schedule
         self._schedules: dict[str, Callable] = {}
         self._computes: dict[str, Callable] = {}
+        self._imported = False
 
     def schedules(self, *ops: str) -> Callable[[Callable], Callable]:
         """Declare `schedule(s, outputs, target)` the schedule of the operators named `ops`."""
@@ -63,8 +64,12 @@ class Family:
         return self._computes.get(op.name, op.compute)
 
     def _import_all(self) -> None:
+        """Every module of the family's package, imported once (each declares as it is imported)."""
+        if self._imported:
+            return
         for info in pkgutil.iter_modules(self.path):
             importlib.import_module(f"{self.package}.{info.name}")
+        self._imported = True
 
     def schedule_for(self, op) -> Callable:
         """`schedule(s, outputs, target)` for a kernel of the OpDef `op` (see the module doc)."""
