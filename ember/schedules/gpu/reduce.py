@@ -1,4 +1,4 @@
-"""GPU schedule of the reductions (ember.ops.reduce: sum, mean, max, min over one axis, and
+"""GPU schedule of the reductions (ember.ops.reduce: sum, mean, max, min over one axis or more, and
 global_avg_pool over a map's positions) that take a block an output element (ember.cuda.schedules.
 reduce_block: partials in shared memory, folded with warp shuffles):
 
@@ -8,9 +8,9 @@ reduce_block: partials in shared memory, folded with warp shuffles):
   blocks) in one warp, each lane a strided part of the output's elements (its tail guarded), so
   that the output elements' blocks cover the GPU's multiprocessors.
 
-The others (many outputs of short reductions, or reductions of symbolic length) decline: the
-default reduces an output element a thread. Several reduced axes are taken as one where they are
-the innermost of the input (a map's rows and columns)."""
+The others (many outputs, or a symbolic count of them, of short reductions; reductions of
+symbolic length) decline: the default reduces an output element a thread. Several reduced axes
+are taken as one, their loops fused (a map's rows and columns)."""
 
 from __future__ import annotations
 
@@ -34,15 +34,16 @@ def schedule_reduce(s, outputs, target) -> bool | None:
     if len(found) != 1 or not out.op.axis:
         return False
     (red,) = found
-    kept = [as_int(d) for d in out.shape if as_int(d) != 1]
-    if None in kept or [as_int(d) for d in red.shape if as_int(d) != 1] != kept:
-        return False  # (symbolic outputs, or an output that is not the reduction's elements)
+    kept = [str(d) for d in out.shape if as_int(d) != 1]
+    if [str(d) for d in red.shape if as_int(d) != 1] != kept:
+        return False  # (an output that is not the reduction's elements)
     m = math.prod(as_int(r.dom.extent) or 0 for r in red.op.reduce_axis)
     if m == 0:  # a reduction of symbolic length
         return False
     if m >= LONG and block_threads(m, 1) is not None:
         threads = block_threads(m, 1)
-    elif math.prod(kept) < FEW * target.gpu.multiprocessors and m >= WARP // 4:
+    elif all(as_int(d) is not None for d in out.shape) and m >= WARP // 4 \
+            and math.prod(as_int(d) for d in out.shape) < FEW * target.gpu.multiprocessors:
         threads = WARP
     else:
         return False
