@@ -113,3 +113,14 @@ def test_topk_takes_a_symbolic_count_of_rows_and_names_itself_past_its_rows_limi
     bound, outs = infer_types("topk", types, {"k": 5})
     with pytest.raises(ScheduleError, match="topk over rows of 50257 elements has no GPU schedule"):
         node_kernel("topk", types, bound, outs, target=Target("cuda"))
+
+
+def test_a_long_reduction_over_a_symbolic_count_of_rows_keeps_a_block_a_row():
+    from ember.testing import check_op_sizes
+
+    types = [TensorType(("n", 512), "float32")]
+    sets = [[random_array((rows, 512), "float32", RNG)] for rows in (2, 5)]
+    check_op_sizes("mean", types, {"axes": (1,)}, sets, rtol=1e-5, atol=1e-5, targets=[ON_INTERPRETER])
+    bound, outs = infer_types("mean", types, {"axes": (1,)})
+    s, args = node_kernel("mean", types, bound, outs, target=Target("cuda"))
+    assert "__shfl_xor_sync" in ember.build(s, args, target="cuda", arch="sm_90").source
