@@ -540,6 +540,10 @@ class CUDARenderer(CStyleRenderer):
         return self._helper(name, f"static __device__ __forceinline__ {t} {name}({t} a, {t} b) {{ return {body}; }}")
 
     def _floordiv(self, op: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
+        n = as_int(b)
+        if elem in ("int32", "int64", "uint32", "uint64") and n and n > 0 and n & (n - 1) == 0:
+            # a power of two: a shift and a mask are the floored quotient and remainder on two's complement
+            return f"(({self._e(a)}) >> {n.bit_length() - 1})" if op == "//" else f"(({self._e(a)}) & {n - 1})"
         name = f"ember_{'floordiv' if op == '//' else 'floormod'}_{elem}"
         text = scalar_floordiv(op, elem, name, self.SCALAR_TYPES[elem])
         self._helper(name, text.replace("static inline", "static __device__ __forceinline__", 1))

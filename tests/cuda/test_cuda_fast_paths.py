@@ -152,3 +152,37 @@ def test_several_vectors_a_thread_guard_the_last_block():
     c = np.full(400, np.nan, "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, np.exp(a) * b + a, rtol=1e-5, atol=1e-6)
+
+
+def test_floor_division_by_a_power_of_two_is_a_shift_and_a_mask():
+    """`x // 2^s` and `x % 2^s` of signed integers that may be negative are rendered as a shift
+    and a mask (a tile kernel's alignment tests of a running offset, each iteration), which on two's
+    complement are numpy's floored quotient and remainder: the C compiled for the CPU against
+    NumPy on random values of both signs; another divisor keeps the floor helpers."""
+    import ctypes
+
+    from ember.cuda.codegen import CUDARenderer
+    from ember.runtime.build import build_library
+
+    renderer = CUDARenderer()
+    renderer._name = lambda v: v.name
+    renderer._nonnegative_vars, renderer._helpers = set(), {}  # (x may be negative: no plain `/`, `%`)
+    lines = []
+    for elem, ctype in (("int32", "int32_t"), ("int64", "int64_t")):
+        x = Var("x", elem)
+        renderer._vars = {x}
+        for name, e in (("div8", x // 8), ("mod16", x % 16), ("div1", x // 1)):
+            text = renderer._e(e)
+            assert "ember_floor" not in text and (">>" in text or "&" in text), text
+            lines.append(f"void {name}_{elem}(const {ctype}* in, {ctype}* out, int n) {{\n"
+                         f"  for (int i = 0; i < n; ++i) {{ {ctype} x = in[i]; out[i] = {text}; }}\n}}")
+        assert "ember_floordiv" in renderer._e(x // 24)
+    lib = ctypes.CDLL(str(build_library("#include <stdint.h>\n" + "\n".join(lines) + "\n")))
+    for elem in ("int32", "int64"):
+        values = RNG.integers(np.iinfo(elem).min, np.iinfo(elem).max, 512, dtype=elem, endpoint=True)
+        values[:4] = (np.iinfo(elem).min, -1, 0, np.iinfo(elem).max)
+        for name, want in (("div8", values // 8), ("mod16", values % 16), ("div1", values)):
+            out = np.empty_like(values)
+            getattr(lib, f"{name}_{elem}")(values.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(
+                ctypes.c_void_p), ctypes.c_int(values.size))
+            np.testing.assert_array_equal(out, want, err_msg=f"{name} {elem}")
