@@ -22,7 +22,7 @@ from ....tir.functor import mutate_stmt, stmt_exprs, visit_expr, visit_stmt
 from ....tir.stmt import BufferStore, CallRoutine, Evaluate, For, IfThenElse, Pointer, Stmt
 from ....tir.structural import structural_key
 from .. import values as V
-from ..affine import drop_wraps, linear
+from ..affine import all_true, drop_wraps, linear
 from ..emitter import Deferred
 from .dot import Dots
 from .rewrite import replaced
@@ -108,7 +108,8 @@ class OperandCopies(Dots):
     def _vector_read(self, buf: Buffer, into: Buffer, pad: int) -> Stmt | None:
         """The read-in of `buf`, into `into` (its rows `pad` elements apart), with each thread
         copying 16 bytes at a time: consecutive threads
-        take consecutive 16-byte vectors along its rows, and a vector whose masks all hold and
+        take consecutive 16-byte vectors along its rows, and a vector whose masks all hold (one test at
+        its worst lane where they are affine in it: affine.all_true) and
         whose offset is a multiple of the vector's elements is one 16-byte load and store (`uint4`,
         `float4`: ember.cuda.vectors), the others element by element under their masks. For a
         load whose argument is 16-byte aligned (the specialization says so) and walks memory
@@ -152,9 +153,12 @@ class OperandCopies(Dots):
             guard = te_binary("==", base % lanes, const(0, base.dtype))
             if inside is not None:
                 guard = te_binary("&&", guard, inside)
-            lane_masks = {structural_key(x): x for m in masks for x in (substitute(m, {v: const(i, v.dtype)})
-                                                                        for i in range(lanes))}
-            for m in lane_masks.values():  # (each distinct one: a row's mask is the same in every lane)
+            # masks affine in the lane hold at all lanes where they hold at the worst one (the tutorial's
+            # `offs_k < K - k * BK`: one test, not one a lane); else each distinct lane's mask is tested
+            corner = all_true(masks, {v: lanes}) if masks else None
+            held = [corner] if corner is not None else {structural_key(x): x for m in masks for x in (
+                substitute(m, {v: const(i, v.dtype)}) for i in range(lanes))}.values()
+            for m in held:
                 guard = te_binary("&&", guard, m)
             vector = BufferStore(into, BufferLoad(full.buffer, (base // lanes * lanes + v,), full.dtype), at)
             s = IfThenElse(guard, For(v, const(0), const(lanes), "vectorized", vector),
