@@ -37,6 +37,7 @@ from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .streams import torch_stream
 
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
+MULTIPLES = "tile_multiples"  # those of them the specialization says are multiples of 16 (assumed so)
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
 SHARED = "ember_shared"  # the kernel's dynamic shared memory, which its shared blocks are carved from
 _LAUNCH = re.compile(r"/\* block (\d+)x(\d+)x(\d+), dynamic shared memory (\d+) bytes \*/")
@@ -85,20 +86,23 @@ class TileRenderer(CUDARenderer):
 
     def _signature(self, func: PrimFunc, params: list[str]) -> str:
         scalars = set(dict(func.attrs).get(SCALARS, ()))
+        multiples = set(dict(func.attrs).get(MULTIPLES, ()))
         symbol = self.symbol(func)
-        outer, inner = [], []
+        outer, inner, assumed = [], [], []
         for b, text in zip(func.params, params):
             if b.name in scalars:
                 value = self._name(Var(f"{b.name}_value", b.dtype))
                 outer.append(f"{self.SCALAR_TYPES[b.dtype]} {value}")
                 inner.append(f"&{value}")
+                if b.name in multiples:
+                    assumed.append(f"  __builtin_assume(({value} & 15) == 0);\n")
             else:
                 outer.append(text)
                 inner.append(self._name(b))
         outer += params[len(func.params):]
         inner += [self._name(v) for v in func.size_vars]
         self._wrapper = (f'extern "C" __global__ void __launch_bounds__({threads_per_block(self._dims)}) '
-                         f"{symbol}({', '.join(outer)}) {{\n  {symbol}_body({', '.join(inner)});\n}}")
+                         f"{symbol}({', '.join(outer)}) {{\n{''.join(assumed)}  {symbol}_body({', '.join(inner)});\n}}")
         return f"static __device__ __forceinline__ void {symbol}_body({', '.join(params)})"
 
     def _index_type(self, var) -> str:

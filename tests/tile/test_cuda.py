@@ -249,6 +249,8 @@ def test_mma_sync_beside_wmma(rng, on_cuda, monkeypatch):
     (source,) = on_cuda
     assert source.count("ember_mma_warp_16x16x16_f16_f32(") == source.count("ember_mma_store(") == 1 + 1
     assert source.count("ember_wmma_warp_mma_16x16x16_f16_f32(") == source.count("ember_wmma_load(") == 1 + 1
+    # K = 48: the specialization's multiple of 16 (Triton's divisibility), which the compiler may assume
+    assert "__builtin_assume((K_value & 15) == 0);" in source
 
 
 @triton.jit

@@ -293,8 +293,11 @@ def build_func(jit_fn: KernelFunction, spec: Spec, debug: bool,
     frontend.run(jit_fn, values)
     body = em.kernel(p, grid[0] * grid[1] * grid[2])
     name = f"triton_{jit_fn.__name__}_{spec.key[:8]}"
-    # "tile_scalars": the parameters that hold one scalar each (a GPU passes them by value)
-    func = PrimFunc(name, (*tensors, *scalars, meta, status), body, (("tile_scalars", tuple(b.name for b in scalars)),))
+    # "tile_scalars": the parameters that hold one scalar each (a GPU passes them by value);
+    # "tile_multiples": those the specialization says are multiples of 16 (ember.cuda.tile)
+    multiples = tuple(p.name for p, kind in zip(jit_fn.params, spec.kinds) if kind[0] == "scalar" and kind[2])
+    func = PrimFunc(name, (*tensors, *scalars, meta, status), body, (("tile_scalars", tuple(b.name for b in scalars)),
+                                                                     ("tile_multiples", multiples)))
     return func, builtins.sites, [b.dtype for b in scalars]
 
 
