@@ -317,9 +317,10 @@ OPTIONS = {
         Option("triton_debug", False, "EMBER_TRITON_DEBUG",
                "compiled ember.triton kernels check every load and store against its argument's bounds and "
                "raise instead of corrupting memory (TRITON_DEBUG and EMBER_DEBUG turn it on too)", Boolean()),
-        Option("tile_mma", False, "EMBER_TILE_MMA",
+        Option("tile_mma", True, "EMBER_TILE_MMA",
                "ember.triton on the GPU: a tl.dot of fp16/bf16 blocks copied from 16-byte aligned rows runs on "
-               "mma.sync through ldmatrix from swizzled shared tiles (off: wmma from padded ones)", Boolean()),
+               "mma.sync through ldmatrix from swizzled shared tiles (0: wmma from padded ones, the fallback "
+               "where a GPU finds mma wrong)", Boolean()),
         Option("lowered_cache", True, "EMBER_LOWERED_CACHE",
                "keep lowered kernels in the cache folder (cache_dir/lowered), so that another process compiling "
                "the same operators lowers nothing again", Boolean()),

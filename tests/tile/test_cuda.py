@@ -144,12 +144,13 @@ def operands(rng, dtype, shape):
 
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda, dtype):
+def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda, dtype, monkeypatch):
     """The tutorial's `accumulator = tl.dot(a, b, accumulator)` over K: each warp's tiles of the
     accumulator zeroed in fragments before the loop (`tl.zeros`: no zeros written to shared memory),
     multiplied into there (fp16, bf16, and float32 as TF32, Triton's default input_precision),
     stored once after it; the operands' tiles copied by cp.async two iterations ahead (Triton's
     default num_stages=3), of three K steps."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "0")  # (wmma: the fallback where a GPU finds mma.sync wrong)
     M, N, K = 37, 29, 41  # no block size divides these
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
@@ -183,10 +184,11 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
 
 
 @needs_nvrtc
-def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda):
+def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda, monkeypatch):
     """A 64x64 block on 4 warps: a 2x2 grid of warps, each a 32x32 block of fragments (Triton's
     warpsPerCTA), four products per 16 of k from two fragments of A and two of B; the operands
     read 16 bytes at a time where they can be (num_stages=1: in their own iteration, no cp.async)."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "0")  # (wmma: the fallback where a GPU finds mma.sync wrong)
     M, N, K = 70, 45, 40
     a, b = operands(rng, "float16", (M, K)), operands(rng, "float16", (K, N))
     c = np.empty((M, N), a.dtype)
@@ -270,10 +272,11 @@ def dot_loop(a_ptr, b_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.co
 
 @needs_nvrtc
 @pytest.mark.parametrize("dtype,precision", [("float32", "ieee"), ("float16", "tf32")])
-def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision):
+def test_dot_in_and_after_a_loop(rng, on_cuda, dtype, precision, monkeypatch):
     """float32 as "ieee" on CUDA cores; float16 on the Tensor Cores, the loop's `acc +=` folded
     into its dot and the accumulator in fragments across the loop, the dot after it loading its
     tile from shared memory into fragments and storing it back, in one unit."""
+    monkeypatch.setenv("EMBER_TILE_MMA", "0")  # (wmma: the fallback where a GPU finds mma.sync wrong)
     a, b = rng.standard_normal((16, 32)).astype(dtype), rng.standard_normal((32, 16)).astype(dtype)
     c = np.empty((16, 16), np.float32)
     dot_loop[(1,)](a, b, c, 32, M=16, N=16, BK=16, PRECISION=precision, num_warps=1)

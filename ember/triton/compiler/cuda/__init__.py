@@ -10,7 +10,7 @@ CUDAEmitter stacks them):
     dot.py         tl.dot on the Tensor Cores (wmma fragments over a grid of warps) or CUDA cores
     accumulate.py  a dot's accumulator kept in fragments across a loop
     copies.py      blocks read in; a dot's operands copied 16 bytes a thread at a time, padded
-    ldmatrix.py    such dots on mma.sync through ldmatrix from swizzled tiles (EMBER_TILE_MMA=1)
+    ldmatrix.py    such dots on mma.sync through ldmatrix from swizzled tiles (EMBER_TILE_MMA=0: wmma)
     rewrite.py     what the rewrites of the emitted body share
     emitter.py     CUDAEmitter: the kernel's loop over its programs, the rewrites in order
 """

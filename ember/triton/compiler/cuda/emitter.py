@@ -2,7 +2,7 @@
 threads (threads.py), with reductions (reduce.py), tl.dot (dot.py) and reads of loads (copies.py)
 of its own; once the kernel is emitted, its body is rewritten: dots' accumulators kept in
 fragments across loops (accumulate.py), a dot's operands copied 16 bytes at a time (copies.py;
-swizzled for mma.sync where the tile_mma option asks: ldmatrix.py), those copies issued
+swizzled for mma.sync unless the tile_mma option is off: ldmatrix.py), those copies issued
 `num_stages - 1` iterations ahead (stages.py), blocks each thread touches only at its own elements
 kept in registers (registers.py), and each buffer allocated around the statements that use it
 (lifetimes.py).

@@ -1,5 +1,5 @@
-"""`tl.dot` on mma.sync through ldmatrix (the TE GEMM's intrinsic, ember.intrinsics.mma) where the
-`tile_mma` option (EMBER_TILE_MMA) asks for it, rewritten once the kernel is emitted.
+"""`tl.dot` on mma.sync through ldmatrix (the TE GEMM's intrinsic, ember.intrinsics.mma) unless the
+`tile_mma` option is off (EMBER_TILE_MMA=0: wmma, the fallback), rewritten once the kernel is emitted.
 
 A Tensor Core dot of fp16 or bf16 blocks on a grid of warps (dot.py's `warp_mma` calls) whose
 operands are read in 16 bytes at a time from 16-byte aligned tensors along their rows (the
