@@ -6,7 +6,7 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels rows mma splitk symbolic attention tile launch compare graphs tune decode
+# Steps: info tests kernels rows mma splitk symbolic attention tile tilemm launch compare graphs tune decode
 # (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
 # against torch and the device copy of each shape; mma: mma.sync's GEMMs 512^3 with rows of 128,
@@ -20,7 +20,11 @@
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
 # static ones; attention: flash attention on mma.sync (scores in registers), fp16 and bf16, static,
 # symbolic, on a packed QKV buffer, in other warps and tiles of keys, and the wmma kernel before it,
-# each against torch's scaled_dot_product_attention, with the % of its speed and the best);
+# each against torch's scaled_dot_product_attention, with the % of its speed and the best;
+# tilemm: ember.triton's matmul with tl.dot on mma.sync and on wmma, every configuration checked
+# against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at 4096^3 fp16 beside
+# Triton at the tutorial's autotuning configurations and cuBLAS, the best of each lowering with its
+# % of Triton's; where mma is WRONG it says to set EMBER_TILE_MMA=0);
 # MODELS= names the zoo models
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,
@@ -42,8 +46,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
-ORDER=(info tests kernels rows mma splitk symbolic attention tile launch compare profile graphs tune decode)
+                  [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
+ORDER=(info tests kernels rows mma splitk symbolic attention tile tilemm launch compare profile graphs tune decode)
 
 run_step() {
     case $1 in
@@ -59,6 +63,7 @@ run_step() {
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;
+        tilemm) "$PY" benchmarks/tile_matmul.py --reps 20 ;;
         launch) "$PY" benchmarks/launch_host.py --gpu --launches 2000 ;;
         compare) "$PY" benchmarks/compare.py --device cuda --models ${MODELS:-resnet18 mobilenet_v2 bert_base gpt2_small} \
                      --runs 30 --peers reduce-overhead ${PRECISIONS:+--gpu-precisions $PRECISIONS} ;;
