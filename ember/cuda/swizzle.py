@@ -52,7 +52,7 @@ def swizzle_tiles(func: PrimFunc) -> PrimFunc:
         if isinstance(s, BufferStore) and s.buffer in rows:
             return replace(s, indices=(_swizzled(s, rows[s.buffer], ana, lanes_of),))
         if isinstance(s, CallRoutine) and _swizzling(s):
-            return _told(s)
+            return _told(s, rows, ana)
         return None
 
     body = mutate_stmt(func.body, f_stmt=on_stmt)
@@ -84,13 +84,31 @@ def _swizzling(call: CallRoutine) -> bool:
     return mma.is_swizzled(params.get("intrin", "")) and params.get("role") != "reset"
 
 
-def _told(call: CallRoutine) -> CallRoutine:
+def _told(call: CallRoutine, rows: dict[Buffer, int], ana: Analyzer) -> CallRoutine:
     """call passed the element offsets of the pointers it reads in their buffers, after its C
-    scalars (the row strides; ember.tir.tensor_intrin: the scalars that follow are the interpreter's)."""
+    scalars (the row strides; ember.tir.tensor_intrin: the scalars that follow are the interpreter's).
+    An offset is passed modulo the swizzle's period (8 rows, or 128-byte lines: mma_lanes.row_shift),
+    where that simplifies: the lanes' addresses are the same (moving a pointer and its offset by
+    whole periods moves every lane's by as much), and a stage's or a warp's start (`k % S * tile`)
+    drops out of the lanes' arithmetic, which is then the same at every step of a loop."""
     n = dict(call.params)["c_scalars"]
-    offsets = tuple(p.offset for p in call.reads)
+    offsets = tuple(_in_period(p.offset, (8 << mma_lanes.row_shift(rows[p.buffer])) // (dt.bits(p.buffer.dtype) // 8),
+                               ana) for p in call.reads)
     params = tuple((k, n + len(offsets) if k == "c_scalars" else v) for k, v in call.params)
     return replace(call, params=params, scalars=(*call.scalars[:n], *offsets, *call.scalars[n:]))
+
+
+def _in_period(offset: PrimExpr, period: int, ana: Analyzer) -> PrimExpr:
+    """offset % period where the analyzer folds the `%` into it (drops its terms of whole periods:
+    no more divisions than offset had), else offset."""
+    reduced = ana.simplify(binary("%", offset, const(period, offset.dtype)))
+    return reduced if _divisions(reduced) <= _divisions(offset) else offset
+
+
+def _divisions(e: PrimExpr) -> int:
+    found: list = []
+    visit_expr(e, lambda x: found.append(x) if getattr(x, "op", None) in ("%", "//") else None)
+    return len(found)
 
 
 def _refuse_load(e, rows: dict[Buffer, int]) -> None:
