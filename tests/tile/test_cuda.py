@@ -238,6 +238,26 @@ def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n
 
 
 @needs_nvrtc
+def test_matmul_on_mma_sync_by_default_at_tritons_config(tutorials, rng, on_cuda):
+    """The default lowering at Triton's usual fp16 shape: 128x128x32 blocks on 8 warps (2 x 4 warps of
+    64x32), 4 stages over 4 K steps (the prologue's 3, then the loop's), M, N, K multiples of 16
+    (assumed so by the kernel: its copies' alignment tests fold) but not of the block (one program,
+    masked on every edge), in bf16."""
+    M, N, K = 112, 112, 112
+    a, b = operands(rng, "bfloat16", (M, K)), operands(rng, "bfloat16", (K, N))
+    c = np.empty((M, N), a.dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 128) * triton.cdiv(N, 128),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=32, GROUP_SIZE_M=8,
+        ACTIVATION="", num_warps=8, num_stages=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=2.0 ** -7, atol=2.0 ** -7 * np.abs(want).max())
+    (source,) = on_cuda
+    assert source.count("ember_mma_warp_64x32x16_bf16_f32(") == 1 + 1 and "cp.async.wait_group 2;" in source
+    assert "__builtin_assume((K_value & 15) == 0);" in source and "wmma." not in source
+    assert ", 32, 128, kk * 16, ty" in source  # the offsets in the swizzle's period: no stage, no warp row of A
+
+
+@needs_nvrtc
 def test_mma_sync_beside_wmma(rng, on_cuda, monkeypatch):
     """EMBER_TILE_MMA=1 where one dot qualifies: the loop's (from tl.zeros) on mma.sync, the one
     after it, whose fragments are loaded from the block the first stored, on wmma."""
