@@ -232,6 +232,8 @@ def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n
     assert source.count("ember_mma_store(") == block_n // 16 + 1 and "cp.async.wait_group 1;" in source
     assert "ember_wmma_" not in source.replace("ember_wmma_acc", "")  # (mma's fragments are wmma's type)
     assert f", 32, {block_n}, " in source  # the tiles' rows of 32 and block_n, unpadded (lda, ldb), then their offsets
+    # the store of c: a thread's 4 columns under one test of their masks, the accumulator read as a float4
+    assert source.count("const float4 accumula") == 1
     # A's K mask (`offs_k < K - k * BK`, affine in a vector's lanes) tested at its last lane alone
     assert "tx % 4 * 8 + 7) < K[0]) {" in source and "tx % 4 * 8 + 6) < K[0]) &&" not in source
     assert "extern __shared__ __align__(128)" in source

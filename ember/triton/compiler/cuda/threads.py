@@ -93,12 +93,13 @@ class ThreadEmitter(Emitter):
 
         def share(t):
             q = t if steps == 1 else j * self.threads + t
-            e = q if vec == 1 else q * vec + v
             idx: list[PrimExpr] = [const(0)] * len(shape)
-            rest = e
+            rest = q if vec == 1 else q * vec  # (a chunk's first element: its lanes stay in its row)
             for k, d in enumerate(walk):
                 idx[d] = rest if k == len(walk) - 1 else rest % shape[d]
                 rest = rest // shape[d]
+            if vec > 1:  # lane v at its row's index + v: affine in v, so a chunk's masks hold at its corners
+                idx[walk[0]] = idx[walk[0]] + v
             flat.append(V.flat_index(shape, tuple(idx)))
             if vec == 1:
                 s = body(tuple(idx))
