@@ -137,45 +137,26 @@ def main() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     a, b = (torch.randn(n, n, device="cuda", generator=g).half() for _ in range(2))
     c = torch.empty(n, n, device="cuda", dtype=torch.float16)
-    want = a.float() @ b.float()
     tflops = lambda s: 2 * n ** 3 / s / 1e12  # noqa: E731
     cublas = tflops(timed(lambda: torch.matmul(a, b, out=c), args.reps))
-    twins, triton = triton_twins(), {}
-    for cfg in TRITON_CONFIGS if twins else ():
-        bm, bn, bk, warps, stages = cfg
-        run = lambda cfg=cfg, bm=bm, bn=bn, bk=bk, w=warps, s=stages: twins.matmul_kernel[  # noqa: E731
-            (-(-n // bm) * -(-n // bn),)](a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
-                                          num_warps=w, num_stages=s)
-        try:
-            triton[cfg] = tflops(timed(run, args.reps))
-        except Exception as e:  # noqa: BLE001 (a config Triton cannot run here is skipped)
-            print(f"  triton {_name(cfg)} failed: {type(e).__name__}: {str(e)[:160]}")
+    print(f"{n}^3 float16: cuBLAS (torch.matmul) {cublas:.1f} TFLOP/s; ember's configurations first (a step cut "
+          "short keeps them), then Triton's:")
+    kernel = {(cfg, _lowering(mma)): text for (cfg, mma, _, shape), text in built.items() if shape == (n, n, n)}
+    ember = time_ember(configs, a, b, c, tflops, args.reps, lambda v, cfg, lowering: print(
+        f"  ember {_name(cfg)} {lowering}: {v:.1f} TFLOP/s, {100 * v / cublas:.0f}% of cuBLAS"
+        f"{'' if ok[cfg, lowering] else ' (WRONG at the odd size)'}; {kernel[cfg, lowering]}"))
+    triton = time_triton(a, b, c, tflops, args.reps)
     best_triton = max(triton.values(), default=0.0)
-    print(f"{n}^3 float16: cuBLAS (torch.matmul) {cublas:.1f} TFLOP/s" + (
-        f", Triton's best of the tutorial's configs {best_triton:.1f} ({_name(max(triton, key=triton.get))})"
-        if triton else ", Triton not installed"))
     for cfg, v in triton.items():
-        print(f"  triton {_name(cfg)}: {v:.1f} TFLOP/s")
+        print(f"  triton {_name(cfg)}: {v:.1f} TFLOP/s, {100 * v / cublas:.0f}% of cuBLAS")
+    if triton:
+        print(f"Triton's best of the tutorial's configurations (what its autotuner keeps): {best_triton:.1f} TFLOP/s "
+              f"({_name(max(triton, key=triton.get))}); ember's % of it: " + ", ".join(
+                  f"{_name(cfg)} {lowering} {100 * v / best_triton:.0f}%" for v, cfg, lowering in ember))
     best: dict[str, tuple[float, tuple]] = {}
-    for cfg in configs:
-        for lowering, mma in LOWERINGS:
-            os.environ["EMBER_TILE_MMA"] = mma
-            name = f"  ember {_name(cfg)} {lowering}"
-            try:
-                _launch(a, b, c, cfg)
-                err = ((c.float() - want).norm() / want.norm()).item()
-                if err > 1e-2:
-                    print(f"{name}: WRONG at {n}^3 (relative error {err:.2e})")
-                    continue
-                v = tflops(timed(lambda cfg=cfg: _launch(a, b, c, cfg), args.reps))
-            except Exception as e:  # noqa: BLE001 (reported, the others still run)
-                print(f"{name}: failed: {type(e).__name__}: {str(e)[:160]}")
-                continue
-            share = f", {100 * v / best_triton:.0f}% of Triton" if best_triton else ""
-            print(f"{name}: {v:.1f} TFLOP/s{share}, {100 * v / cublas:.0f}% of cuBLAS"
-                  f"{'' if ok[cfg, lowering] else ' (WRONG at the odd size)'}; {built[cfg, mma, 'float16', (n, n, n)]}")
-            if ok[cfg, lowering] and v > best.get(lowering, (0.0, None))[0]:
-                best[lowering] = (v, cfg)
+    for v, cfg, lowering in ember:
+        if ok[cfg, lowering] and v > best.get(lowering, (0.0, None))[0]:
+            best[lowering] = (v, cfg)
     os.environ.pop("EMBER_TILE_MMA", None)
     for lowering, (v, cfg) in best.items():
         share = f" = {100 * v / best_triton:.0f}% of Triton's best" if best_triton else ""
@@ -187,6 +168,48 @@ def main() -> None:
         faster = max(best, key=lambda k: best[k][0])
         print(f"the faster lowering of tl.dot: {faster} (x{best['mma'][0] / best['wmma'][0]:.2f} mma over wmma); "
               f"{'keep the default' if faster == 'mma' else 'consider EMBER_TILE_MMA=0 as the default'}")
+
+
+def time_ember(configs, a, b, c, tflops, reps: int, report) -> list[tuple[float, tuple, str]]:
+    """(TFLOP/s, config, lowering) of each configuration on each lowering whose output at this size is
+    right, each reported as it is measured (a WRONG or failing one is printed and left out)."""
+    n = a.shape[0]
+    want = a.float() @ b.float()
+    out = []
+    for cfg in configs:
+        for lowering, mma in LOWERINGS:
+            os.environ["EMBER_TILE_MMA"] = mma
+            try:
+                _launch(a, b, c, cfg)
+                err = ((c.float() - want).norm() / want.norm()).item()
+                if err > 1e-2:
+                    print(f"  ember {_name(cfg)} {lowering}: WRONG at {n}^3 (relative error {err:.2e})")
+                    continue
+                out.append((tflops(timed(lambda cfg=cfg: _launch(a, b, c, cfg), reps)), cfg, lowering))
+                report(*out[-1])
+            except Exception as e:  # noqa: BLE001 (reported, the others still run)
+                print(f"  ember {_name(cfg)} {lowering}: failed: {type(e).__name__}: {str(e)[:160]}")
+    os.environ.pop("EMBER_TILE_MMA", None)
+    return out
+
+
+def time_triton(a, b, c, tflops, reps: int) -> dict[tuple, float]:
+    """{config: TFLOP/s} of the same kernel compiled by Triton at the tutorial's configurations ({}
+    where Triton is not installed)."""
+    twins, out = triton_twins(), {}
+    n = a.shape[0]
+    for cfg in TRITON_CONFIGS if twins else ():
+        bm, bn, bk, warps, stages = cfg
+        run = lambda bm=bm, bn=bn, bk=bk, w=warps, s=stages: twins.matmul_kernel[  # noqa: E731
+            (-(-n // bm) * -(-n // bn),)](a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8,
+                                          num_warps=w, num_stages=s)
+        try:
+            out[cfg] = tflops(timed(run, reps))
+        except Exception as e:  # noqa: BLE001 (a config Triton cannot run here is skipped)
+            print(f"  triton {_name(cfg)} failed: {type(e).__name__}: {str(e)[:160]}")
+    if not twins:
+        print("  Triton is not installed")
+    return out
 
 
 def _lowering(mma: str) -> str:
