@@ -8,10 +8,13 @@ product per head, so the general routine's 32-query register tile (c_attention) 
 scratch, and each block of BK keys, for each key/value head, takes three passes, each vectorized
 over the head dimension or the block's keys:
 
-    scores  s[g][j] = q_g . k_j: W-lane FMAs over the head dimension, one horizontal sum a key
+    scores  s[g][j] = q_g . k_j: W-lane FMAs over the head dimension, the horizontal sums of W
+            keys at a time in one transposing tree, not a log2 W-step reduction per key
     softmax the block's maximum per head, p = 2^(s - max) over W keys at a time, the running
             sum, and the output rescaled when the maximum grew (online softmax)
-    p v     o_g += p[g][j] v_j: up to 4 W-lane accumulators over the value dimension, down the keys
+    p v     o_g += p[g][j] v_j: up to 4 W-lane accumulators over the value dimension, down the keys;
+            a group's G heads share each value's widening (G x 4 accumulators), where a pass per
+            head widened every value G times
 
 A cache kept in bfloat16 (kv "bfloat16") is widened in registers as it is loaded (a shift of each
 16-bit lane into a float's upper half): half the bytes read, no converted copy. One kept in int8
@@ -65,30 +68,63 @@ static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* r
                                          int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E, int64_t Ev,
                                          int64_t ep, float* restrict s) {{
   int64_t ew = E / W * W, kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
-  for (int64_t j = 0; j < nk; ++j) {{
+  int64_t j = 0;
+  /* W keys at a time: each key's W-lane sums kept, then the W keys' horizontal sums in one
+     transposing tree ({hsums}: 3 (W - 1) operations for W keys, where a sum a key took 2 log2 W) */
+  for (; j + W <= nk; j += W) {{
+    V part[{G}][W], ks;
+    for (int64_t i = 0; i < W; ++i) {{
+      const {kt}* kr = k + (j + i) * k_rs;
+{prefetch_batch}      ks[i] = {kscale_of};
+      for (int64_t g = 0; g < G; ++g) {{
+        const float* qg = qs + g * ep;
+        V acc = (V){{0}};
+        for (int64_t e = 0; e < ew; e += W) acc += *(const V*)(qg + e) * {load}(kr + e);
+        for (int64_t e = ew; e < E; ++e) acc[0] += qg[e] * {scalar}(kr[e]);
+        part[g][i] = acc;
+      }}
+    }}
+    for (int64_t g = 0; g < G; ++g) *(V*)(s + g * BK + j) = {hsums}(part[g]) * ks;
+  }}
+  for (; j < nk; ++j) {{
     const {kt}* kr = k + j * k_rs;
-    /* this head's rows AHEAD keys on (the next block's, which this head reads after every other
-       head's block: time enough for memory), written out here: through _fetch GCC 12 kept none */
-    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + b);
-    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + b);
-    __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + kb - 1);
-    __builtin_prefetch((const char*)(v + (j + AHEAD) * v_rs) + vb - 1);
-    for (int64_t g = 0; g < G; ++g) {{
+{prefetch_one}    for (int64_t g = 0; g < G; ++g) {{
       const float* qg = qs + g * ep;
       V acc = (V){{0}};
       for (int64_t e = 0; e < ew; e += W) acc += *(const V*)(qg + e) * {load}(kr + e);
       float x = {hsum}(acc);
       for (int64_t e = ew; e < E; ++e) x += qg[e] * {scalar}(kr[e]);
-      s[g * BK + j] = x{kscale};
+      s[g * BK + j] = x * {kscale_of};
     }}
   }}
 }}
 static inline void {name}_pv{suffix}(const float* restrict p, const {kt}* restrict v, int64_t nk, int64_t v_rs,
                                      int64_t G, int64_t Ev, int64_t evp, float* restrict o) {{
+  int64_t c0 = 0;
+  if (G > 1)  /* a group's heads share each value's widening (G x 4 accumulators: no latency to hide) */
+    for (; c0 + 4 * W <= Ev; c0 += 4 * W) {{
+      V a[{G}][4];
+      for (int64_t g = 0; g < G; ++g)
+        for (int t = 0; t < 4; ++t) a[g][t] = *(V*)(o + g * evp + c0 + t * W);
+      for (int64_t j = 0; j < nk; ++j) {{
+        const {kt}* vr = v + j * v_rs + c0;
+        V x0 = {load}(vr), x1 = {load}(vr + W), x2 = {load}(vr + 2 * W), x3 = {load}(vr + 3 * W);
+        float sj = 1.0f{vscale};
+        for (int64_t g = 0; g < G; ++g) {{
+          float pj = p[g * BK + j] * sj;
+          a[g][0] += pj * x0;
+          a[g][1] += pj * x1;
+          a[g][2] += pj * x2;
+          a[g][3] += pj * x3;
+        }}
+      }}
+      for (int64_t g = 0; g < G; ++g)
+        for (int t = 0; t < 4; ++t) *(V*)(o + g * evp + c0 + t * W) = a[g][t];
+    }}
   for (int64_t g = 0; g < G; ++g) {{
     const float* pg = p + g * BK;
     float* og = o + g * evp;
-    int64_t c = 0;
+    int64_t c = c0;
     for (; c + 4 * W <= Ev; c += 4 * W) {{
       /* two keys at a time into two sets of accumulators: one set waited on its FMAs' latency */
       V a0 = *(V*)(og + c), a1 = *(V*)(og + c + W), a2 = *(V*)(og + c + 2 * W), a3 = *(V*)(og + c + 3 * W);
@@ -299,6 +335,48 @@ def _reduce(lib: CPrelude, op: str, lanes: int) -> str:
     return lib._helper(name, make)
 
 
+def _row_sums(lib: CPrelude, lanes: int) -> str:
+    """`V name(const V* a)`: the sums of W vectors' lanes, lane i holding a[i]'s, by a transposing
+    tree: each level adds the halves of every segment of two vectors into one vector of twice the
+    segments (two shuffles and an add a pair), then one shuffle puts the keys in order. The lanes
+    are added in the order `_reduce` adds them, so that a key's sum is the same either way."""
+    v, m = lib.vec("float32", lanes), lib.mask(32, lanes)
+    name = f"ember_hsums_x{lanes}"
+
+    def make() -> str:
+        lines = [f"static inline {v} {name}(const {v}* a) {{"]
+        vecs = [(f"a[{i}]", [i]) for i in range(lanes)]
+        while len(vecs) > 1:
+            merged = []
+            for (x, kx), (y, ky) in zip(vecs[0::2], vecs[1::2]):
+                seg = lanes // len(kx)
+                half = seg // 2
+                lo = [b + j * seg + i for j in range(len(kx)) for b in (0, lanes) for i in range(half)]
+                hi = [c + half for c in lo]
+                t = f"t{len(lines)}"
+                lines.append(f"  {v} {t} = __builtin_shuffle({x}, {y}, ({m}){{{', '.join(map(str, lo))}}}) + "
+                             f"__builtin_shuffle({x}, {y}, ({m}){{{', '.join(map(str, hi))}}});")
+                merged.append((t, [key for pair in zip(kx, ky) for key in pair]))
+            vecs = merged
+        (t, keys), = vecs
+        order = ", ".join(str(keys.index(i)) for i in range(lanes))
+        lines.append(f"  return __builtin_shuffle({t}, ({m}){{{order}}});\n}}")
+        return "\n".join(lines)
+
+    return lib._helper(name, make)
+
+
+def _prefetch(key: str, indent: str) -> str:
+    """C prefetching the rows of the key AHEAD keys after `key` (kr: that key's row), each row's
+    lines and its last byte's (a row need not start a line), written out at each use: through a
+    function GCC 12 kept none."""
+    return (f"{indent}for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + b);\n"
+            f"{indent}for (int64_t b = 0; b < vb; b += 64) "
+            f"__builtin_prefetch((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n"
+            f"{indent}__builtin_prefetch((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
+            f"{indent}__builtin_prefetch((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+
+
 def _row_scale(lib: CPrelude) -> str:
     """`float ember_kv_row_scale(const int8_t* p)`: the float32 scale stored at p (an int8 cache
     row's, after its codes: any alignment)."""
@@ -322,7 +400,9 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        f32 = dict(kt="float", load="LOADF", scalar="", kscale="", vscale="", vscale1="", extra="")
+        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 6),
+                      prefetch_one=_prefetch("j", " " * 4))
+        f32 = dict(kt="float", load="LOADF", scalar="", kscale_of="1.0f", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
             loads = f"#define LOADK(p) {lib.bf16_widen(lanes)}(({b})(*(const {bu}*)(p)))\n"
@@ -332,15 +412,15 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
             widen, b = c_x86.widen_int32(lib, "int8", lanes), lib.unaligned_vec("int8", lanes)
             loads = f"#define LOADK(p) __builtin_convertvector({widen}(*(const {b}*)(p)), V)\n"
             scale = _row_scale(lib)
-            typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale=f" * {scale}(kr + E)",
+            typed = dict(kt=lib.types["int8"], load="LOADK", scalar="(float)", kscale_of=f"{scale}(kr + E)",
                          vscale=f" * {scale}(v + j * v_rs + Ev)", vscale1=f" * {scale}(v + (j + 1) * v_rs + Ev)",
                          extra=f" + {SCALE_BYTES}")
         else:
             loads, typed = "", f32
         mask_block = _MASK_BLOCKS[mask].format(G=groups)
-        text = _TYPED.format(name=name, suffix="", **typed, **helpers)
+        text = _TYPED.format(name=name, suffix="", **typed, **helpers, **scores)
         if appended:
-            text += _TYPED.format(name=name, suffix="_new", **f32, **helpers)
+            text += _TYPED.format(name=name, suffix="_new", **f32, **helpers, **scores)
         text += _SOFTMAX.format(name=name, **helpers) + _THREADS.format(name=name)
         consts = dict(name=name, mask_block=mask_block, G=groups, E=e_dim, Ev=ev_dim)
         text += _BODY.format(

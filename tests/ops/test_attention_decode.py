@@ -67,11 +67,14 @@ def test_grouped_heads_one_call_per_batch():
         assert loop.kind == kind and as_int(simplify(loop.extent)) == batch
 
 
-@pytest.mark.parametrize("kv, dim", [("float32", 16), ("bfloat16", 16), ("int8", 16), ("int8", 40)])
+@pytest.mark.parametrize("kv, dim", [("float32", 16), ("bfloat16", 16), ("int8", 16), ("int8", 40), ("bfloat16", 80),
+                                     ("int8", 72)])
 def test_cache_read_in_place_bf16_int8_and_grouped(kv, dim):
     """A decode step in layout bshd: 4 query heads over 2 key/value heads, a cache of 130
-    positions (in `kv`; int8: rows of codes and a scale, ember.tir.kv_int8; 40 dims: whole
-    vectors and a tail) and the step's own float32 key and value appended (a block of one)."""
+    positions (in `kv`; int8: rows of codes and a scale, ember.tir.kv_int8; 40 and 72 dims:
+    whole vectors and a tail; 80 and 72: a group's heads sharing each value's widening over 64
+    of them) and the step's own float32 key and value appended (a block of one). The scores go
+    a vector's width of keys at a time (130 keys: whole groups and a remainder in each block)."""
     past = 130
     q, kn, vn = rand(1, 1, 4, dim), rand(1, 1, 2, dim), rand(1, 1, 2, dim)
     store = {"float32": lambda x: x, "bfloat16": lambda x: x.astype(ml_dtypes.bfloat16), "int8": quantize_rows}[kv]
