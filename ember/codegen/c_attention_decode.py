@@ -8,8 +8,9 @@ product per head, so the general routine's 32-query register tile (c_attention) 
 scratch, and each block of BK keys, for each key/value head, takes three passes, each vectorized
 over the head dimension or the block's keys:
 
-    scores  s[g][j] = q_g . k_j: W-lane FMAs over the head dimension, the horizontal sums of W
-            keys at a time in one transposing tree, not a log2 W-step reduction per key
+    scores  s[g][j] = q_g . k_j: W-lane FMAs over the head dimension; a group's heads take the
+            horizontal sums of W keys at a time in one transposing tree, a single head one
+            log2 W-step reduction a key
     softmax the block's maximum per head, p = 2^(s - max) over W keys at a time, the running
             sum, and the output rescaled when the maximum grew (online softmax)
     p v     o_g += p[g][j] v_j: up to 4 W-lane accumulators over the value dimension, down the keys;
@@ -69,23 +70,26 @@ static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* r
                                          int64_t ep, float* restrict s) {{
   int64_t ew = E / W * W, kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
   int64_t j = 0;
-  /* W keys at a time: each key's W-lane sums kept, then the W keys' horizontal sums in one
-     transposing tree ({hsums}: 3 (W - 1) operations for W keys, where a sum a key took 2 log2 W) */
-  for (; j + W <= nk; j += W) {{
-    V part[{G}][W], ks;
-    for (int64_t i = 0; i < W; ++i) {{
-      const {kt}* kr = k + (j + i) * k_rs;
-{prefetch_batch}      ks[i] = {kscale_of};
-      for (int64_t g = 0; g < G; ++g) {{
-        const float* qg = qs + g * ep;
-        V acc = (V){{0}};
-        for (int64_t e = 0; e < ew; e += W) acc += *(const V*)(qg + e) * {load}(kr + e);
-        for (int64_t e = ew; e < E; ++e) acc[0] += qg[e] * {scalar}(kr[e]);
-        part[g][i] = acc;
+  /* a group's heads W keys at a time: each key's W-lane sums kept, then the W keys' horizontal
+     sums in one transposing tree ({hsums}: 3 (W - 1) operations for W keys, where a sum a key took
+     2 log2 W); a single head a key at a time (the tree was slower there: GPT-2's 12 heads over
+     1000 positions from memory, one thread, 84 -> 91 us) */
+  if (G > 1)
+    for (; j + W <= nk; j += W) {{
+      V part[{G}][W], ks;
+      for (int64_t i = 0; i < W; ++i) {{
+        const {kt}* kr = k + (j + i) * k_rs;
+{prefetch_batch}        ks[i] = {kscale_of};
+        for (int64_t g = 0; g < G; ++g) {{
+          const float* qg = qs + g * ep;
+          V acc = (V){{0}};
+          for (int64_t e = 0; e < ew; e += W) acc += *(const V*)(qg + e) * {load}(kr + e);
+          for (int64_t e = ew; e < E; ++e) acc[0] += qg[e] * {scalar}(kr[e]);
+          part[g][i] = acc;
+        }}
       }}
+      for (int64_t g = 0; g < G; ++g) *(V*)(s + g * BK + j) = {hsums}(part[g]) * ks;
     }}
-    for (int64_t g = 0; g < G; ++g) *(V*)(s + g * BK + j) = {hsums}(part[g]) * ks;
-  }}
   for (; j < nk; ++j) {{
     const {kt}* kr = k + j * k_rs;
 {prefetch_one}    for (int64_t g = 0; g < G; ++g) {{
@@ -400,7 +404,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 6),
+        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 8),
                       prefetch_one=_prefetch("j", " " * 4))
         f32 = dict(kt="float", load="LOADF", scalar="", kscale_of="1.0f", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
