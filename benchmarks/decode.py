@@ -24,8 +24,9 @@ likely a copy measured under load); a runtime above its bound is marked "!"
 (the better of its copies before and after that timing): the share of the memory's bandwidth at
 the moments the step ran, where "of bound" divides by the run's best moment, which the steps'
 medians, timed over seconds under other processes' load, may never see. It can pass 100%: a
-step's GEMVs read up to twice the copy of their own process (decode_profile.py; a copy also
-writes its bytes, and part of a small model's weights may stay in the L3 between steps).
+step's GEMVs read up to twice the copy of their own process (decode_profile.py, docs/design.md;
+a copy also writes its bytes, and part of a small model's weights may stay in the L3 between
+steps).
 Accuracy, against ember float32's greedy decode of --agree tokens (64) after the
 prompt: the share of the tokens that are float32's (free running: one token that differs
 changes the context of the rest) and the first that differs; teacher forced (each step fed
