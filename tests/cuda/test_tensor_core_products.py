@@ -42,6 +42,8 @@ CASES = {  # name: (operator, inputs, attributes)
                                                                                    "padding": (1, 1, 1, 1)}),
     "conv 2x2, stride 2, bf16": ("conv2d_gemm", lambda: [_h(1, 3, 9, 9, dtype="bfloat16"), _h(5, 12, dtype="bfloat16")],
                                  {"kernel": (2, 2), "strides": (2, 2), "padding": (0, 1, 1, 0)}),
+    "conv 3x3, 16 channels": ("conv2d_gemm", lambda: [_h(1, 16, 6, 6), _h(8, 144)], {"kernel": (3, 3),
+                                                                                       "padding": (1, 1, 1, 1)}),
     "conv 1x1, batch 2": ("conv2d_gemm", lambda: [_h(2, 4, 6, 5), _h(6, 4)], {"kernel": (1, 1)}),
     # float32 products marked tf32 (ember.passes.tf32_products): m16n16k8 steps
     "linear, tf32": ("gemm", lambda: [_tf32(5, 40), _tf32(24, 40), _tf32(24)], {"trans_b": True, "tf32": True}),
