@@ -14,7 +14,9 @@ from ember.graph.core import TensorType
 from ember.ops.bits import round_tf32
 from ember.ops.registry import infer_types
 from ember.schedules.apply import node_kernel
+from ember.schedules.gpu import product_choices
 from ember.schedules.gpu.matmul import SMS, tensor_core_tiles
+from ember.schedules.gpu.split_k import splits_for
 from ember.target import Target
 from ember.testing import check_op, check_op_sizes, random_array
 
@@ -74,11 +76,22 @@ def test_a_product_on_tensor_cores_compiles_for_sm90(case):
 
 
 def test_tiles_shrink_until_the_grid_fills_the_gpu():
-    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 64}
+    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}
     small = tensor_core_tiles(1, 128, 3072, 768)  # BERT-base's MLP at 128 tokens, batch 1
     assert small["BM"] * small["BN"] < 64 * 64 and 128 // small["BM"] * 3072 // small["BN"] >= SMS
     assert tensor_core_tiles(1, 1, 768, 768)["BM"] == 16  # a decoded token: one row
     assert tensor_core_tiles(12, 128, 128, 64)["BK"] == 32
+    # ResNet-18's 3x3 convolution at 14x14 in 3 parts of 768 taps: 32x32 blocks of two warps, 24 steps in 3 stages
+    assert tensor_core_tiles(3, 256, 196, 768) == {"BM": 32, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "stages": 3}
+    assert tensor_core_tiles(1, 128, 784, 64)["stages"] == 2  # a 1x1 convolution of 64 channels: 2 steps of k
+
+
+def test_a_measured_choice_overrides_the_rules(monkeypatch):
+    tiles = {"BM": 64, "BN": 64, "BK": 64, "WM": 32, "WN": 32, "stages": 2}
+    monkeypatch.setitem(product_choices.TILES, (4, 512, 49, 1152), tiles)
+    monkeypatch.setitem(product_choices.SPLITS, (512, 49, 4608), 4)
+    assert tensor_core_tiles(4, 512, 49, 1152) == tiles and splits_for(1, 512, 49, 4608) == 4
+    assert splits_for(1, 256, 196, 2304) == 3  # (the rules for the others)
 
 
 SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)

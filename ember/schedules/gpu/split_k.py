@@ -34,7 +34,7 @@ from ...cuda import schedules as gpu
 from ...ops.gemm_partials import PARTS
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from . import schedules
+from . import product_choices, schedules
 from .matmul import SMALL, SMS, _tensor_cores, cuda_core_tiles
 
 MIN_PART = 256  # the shortest part of K worth its own blocks
@@ -42,7 +42,10 @@ BK = 16  # the K panels of cuda_core_product: a part a whole number of them
 
 
 def splits_for(batch: int, M: int, N: int, K: int, sms: int = SMS) -> int:
-    """The parts K is split into (see the module doc)."""
+    """The parts K is split into (see the module doc), or the measured choice for this product
+    where product_choices.SPLITS has one."""
+    if batch == 1 and (M, N, K) in product_choices.SPLITS:
+        return product_choices.SPLITS[M, N, K]
     tiles = cuda_core_tiles(batch, M, N, sms)
     blocks = batch * -(-M // tiles["BM"]) * -(-N // tiles["BN"])
     best = 1
