@@ -11,8 +11,11 @@ caches bypassed), checked against torch (rtol and atol 1e-2), then timed as the 
 (cuda_timing.held: medians, the model's CUDA graph; split products count their sum's kernel too).
 Configurations: the rules; 64x64 blocks of four 32x32 warps in 3 stages, parts that fill the
 GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' tiles in parts that fill it
-twice; 64-wide steps of k in 2 stages; 4 stages. Per shape: us, TFLOP/s, % of torch's speed;
-the best marked '*'.
+twice; 64-wide steps of k in 2 stages; 4 stages; and the rules with a convolution's columns
+copied as before (not staged in registers across the products: ember.cuda.staged_copies). Per
+shape: us, TFLOP/s, % of torch's speed; the best marked '*', and the product_choices entries
+that would choose it (all of them again at the end; shapes in order of their share of the time,
+so that a run cut short has measured the ones that matter).
 
     python benchmarks/product_configs.py [--runs 20] [--only conv|linear] [--shapes 3]
 
@@ -41,6 +44,7 @@ CONVS = ((256, 256, 14, 3, 1), (512, 512, 7, 3, 1), (128, 128, 28, 3, 1), (64, 6
 # BERT-base's linear layers at 128 tokens: (M, N, K): QKV, the attention's output, the MLP's up and down
 LINEARS = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3072))
 PART = 256  # the shortest part of K an alternative splits into (split_k.MIN_PART)
+UNSTAGED = {}  # (a configuration's tiles: the rules', computed copies not staged in registers, as before)
 
 
 def conv_graph(x, w, b, stride: int):
@@ -81,14 +85,15 @@ def parts_to_fill(M: int, N: int, K: int, BM: int, BN: int, sms: int, waves: int
     return best
 
 
-def configurations(M: int, N: int, K: int, sms: int) -> list[tuple[str, int | None, dict | None]]:
-    """(label, parts, the kernel's tiles) to time; None: the rules'."""
+def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> list[tuple]:
+    """(label, parts, the kernel's tiles) to time; None: the rules'. `columns`: a convolution's
+    (its columns computed as they are copied: the rules unstaged too)."""
     from ember.schedules.gpu.matmul import tensor_core_tiles
     from ember.schedules.gpu.split_k import splits_for
 
     s = splits_for(1, M, N, K, sms)
     rules = tensor_core_tiles(s, M, N, K // s, "float16", sms)
-    out = [("rules", None, None)]
+    out = [("rules", None, None), *([("rules, columns unstaged", None, UNSTAGED)] if columns else [])]
     for label, tiles in (("64x64, 4 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}),
                          ("32x64, 4 warps", {"BM": 32, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3})):
         out.append((label, parts_to_fill(M, N, K, tiles["BM"], tiles["BN"], sms), tiles))
@@ -107,18 +112,21 @@ def compiled(g, M: int, N: int, K: int, splits: int | None, tiles: dict | None, 
     (product_choices' entries while it compiles; None: the rules)."""
     import ember
     from ember import lowering
+    from ember.cuda import staged_copies
     from ember.schedules.gpu import product_choices
 
     if splits is not None:
         product_choices.SPLITS[M, N, K] = splits
-    if tiles is not None:
+    if tiles:
         product_choices.TILES[splits or 1, M, N, K // (splits or 1)] = tiles
     lowering.LOWERED.clear()
+    staged_copies.STAGED = tiles is not UNSTAGED
     try:
         return ember.compile(g, target=target, precision="fp16")
     finally:
         product_choices.SPLITS.clear()
         product_choices.TILES.clear()
+        staged_copies.STAGED = True
 
 
 def measure(kind: str, shape: tuple, runs: int, sms: int) -> list[tuple]:
@@ -150,7 +158,7 @@ def measure(kind: str, shape: tuple, runs: int, sms: int) -> list[tuple]:
         g = linear_graph(M, w.cpu().numpy(), b.cpu().numpy())
     expected = peer()
     rows = [("torch", None, None, held(peer, runs))]
-    for label, splits, tiles in configurations(M, N, K, sms):
+    for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv"):
         try:
             cm = compiled(g, M, N, K, splits, tiles)
             torch.testing.assert_close(cm(x), expected, rtol=1e-2, atol=1e-2)
@@ -174,13 +182,17 @@ def report(kind: str, shape: tuple, mnk: tuple, rows: list[tuple], best_lines: l
             print(f"  {label:24} failed")
             continue
         mark = "*" if best is not None and label == best[0] else " "
-        what = "" if tiles is None else f"{splits} parts, {tiles}"
+        what = "" if not tiles else f"{splits} parts, {tiles}"
         print(f"{mark} {label:24} {t * 1e6:8.1f} us {flop / t / 1e12:7.2f} TFLOP/s {100 * torch_t / t:6.0f}% of torch  "
               f"{what}")
-    if best is not None and best[0] != "rules":
+    lines = []
+    if best is not None and best[2] is UNSTAGED:
+        lines.append(f"# {kind} {shape}: faster with its columns unstaged (ember.cuda.staged_copies)")
+    elif best is not None and best[0] != "rules":
         _, splits, tiles, _ = best
-        best_lines.append(f"SPLITS[{(M, N, K)}] = {splits}  # {kind} {shape}")
-        best_lines.append(f"TILES[{(splits, M, N, K // splits)}] = {tiles}")
+        lines = [f"SPLITS[{(M, N, K)}] = {splits}  # {kind} {shape}", f"TILES[{(splits, M, N, K // splits)}] = {tiles}"]
+    print("  " + "\n  ".join(lines) if lines else "  (the rules' choice is the best)", flush=True)
+    best_lines += lines
 
 
 def main() -> int:

@@ -35,10 +35,14 @@ from ..tir.stmt import THREAD_BINDING, BufferStore, For, IfThenElse, Stmt
 from .vectors import zero_filled
 
 MAX_REGISTERS = 32  # elements a thread holds across the products at most (registers it keeps live)
+STAGED = True  # off: computed copies stay where the pipeline puts them (benchmarks/product_configs.py times both)
 
 
 def computed(s: Stmt) -> bool:
-    """s copies into shared memory elements that are computed, not loaded as they are."""
+    """s copies into shared memory elements that are computed, not loaded as they are (and
+    STAGED is on)."""
+    if not STAGED:
+        return False
     stores = collect(s, lambda x: isinstance(x, BufferStore))
     return any(st.buffer.scope == "shared" and dt.lanes_of(st.value.dtype) == 1 and not _plain_load(st.value)
                for st in stores)
