@@ -103,6 +103,7 @@ def test_the_tensor_core_gemm_is_pipelined():
 
 @needs_nvrtc
 def test_a_convolutions_columns_are_loaded_into_registers_before_the_products_and_stored_after():
+    """(ember.cuda.staged_copies; ember.cuda.codegen renders the zero-filled elements as halves)"""
     types = [TensorType((1, 16, 6, 6), "float16"), TensorType((8, 144), "float16")]
     attrs = {"kernel": (3, 3), "padding": (1, 1, 1, 1)}
     bound, outs = infer_types("conv2d_gemm", types, attrs)
@@ -114,6 +115,9 @@ def test_a_convolutions_columns_are_loaded_into_registers_before_the_products_an
     load, product = loop.index(f"{regs[1]}["), loop.index("ember_mma_warp")
     assert load < product < loop.index(f"= {regs[1]}[")  # the columns computed first, stored after the products
     assert "cp.async.cg.shared.global" in loop  # the weights' tile stays a cp.async
+    # a column's element copied as its half bits where it is inside the image and the tile, else zero
+    filled = re.search(rf"{regs[1]}\[[^\]]*\] = (.*);", loop)[1]
+    assert filled.endswith(": __ushort_as_half((unsigned short)0)") and "__float2half_rn" not in filled
 
 
 def test_a_loop_that_does_not_copy_first_is_refused():
