@@ -21,11 +21,14 @@ operands, `conv2d_gemm_partials`; ember.passes.split_k) are a Tensor Core produc
 a batch axis (ember.schedules.gpu.matmul), their sum the same `sum_partials`.
 
 `splits_for` gives the number of parts: the fewest that fill the multiprocessors, K divided
-into parts of at least MIN_PART (shorter parts are not worth the extra pass), 1 where none
+into parts of at least MIN_PART (shorter parts are not worth the extra pass; on Tensor Cores a
+part of 256 is 8 steps of 32, what 3 cp.async stages need to overlap twice), 1 where none
 fits or the product is one the family leaves launch-bound (under matmul.SMALL multiply-adds: a
-second launch would cost more than the idle multiprocessors). The thresholds are not measured yet:
+second launch would cost more than the idle multiprocessors); a product measured to do better in
+other parts has them in product_choices.SPLITS. The thresholds are not measured yet:
 benchmarks/split_k_sweep.py (gpu_checks.sh's step splitk) times layers of several shapes in 1, 2, 4
-and 8 parts on a GPU against splits_for's choice.
+and 8 parts on a GPU against splits_for's choice, benchmarks/product_configs.py (step products)
+the half products of ResNet-18 and BERT-base in parts that fill the GPU once and twice.
 """
 
 from __future__ import annotations
