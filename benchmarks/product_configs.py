@@ -9,8 +9,8 @@ bias) is compiled as a one-layer model for target "cuda" in fp16 once per config
 parts of K (split-K) and the kernel's tiles forced through product_choices (the lowered-kernel
 caches bypassed), checked against torch (rtol and atol 1e-2), then timed as the GPU's time alone
 (cuda_timing.held: medians, the model's CUDA graph; split products count their sum's kernel too).
-Configurations: the rules; 64x64 blocks of four 32x32 warps in 3 stages, parts that fill the
-GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' tiles in parts that fill it
+Configurations: the rules; 64x64 blocks of four 32x32 warps, or eight 32x16 ones, in 3 stages,
+parts that fill the GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' tiles in parts that fill it
 twice; 64-wide steps of k in 2 stages; 4 stages; and the rules with a convolution's columns
 copied as before (not staged in registers across the products: ember.cuda.staged_copies). Per
 shape: us, TFLOP/s, % of torch's speed; the best marked '*', and the product_choices entries
@@ -95,6 +95,7 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> l
     rules = tensor_core_tiles(s, M, N, K // s, "float16", sms)
     out = [("rules", None, None), *([("rules, columns unstaged", None, UNSTAGED)] if columns else [])]
     for label, tiles in (("64x64, 4 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}),
+                         ("64x64, 8 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3}),
                          ("32x64, 4 warps", {"BM": 32, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3})):
         out.append((label, parts_to_fill(M, N, K, tiles["BM"], tiles["BN"], sms), tiles))
     twice = parts_to_fill(M, N, K, rules["BM"], rules["BN"], sms, waves=2)
