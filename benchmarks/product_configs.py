@@ -130,8 +130,9 @@ def compiled(g, M: int, N: int, K: int, splits: int | None, tiles: dict | None, 
         staged_copies.STAGED = True
 
 
-def measure(kind: str, shape: tuple, runs: int, sms: int) -> list[tuple]:
-    """(label, parts, tiles, seconds or None) per configuration of one layer, torch's as "torch"."""
+def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[tuple]]:
+    """(M, N, K), and (label, parts, tiles, seconds or None) per configuration of one layer, torch's
+    first as "torch"."""
     import torch
     from cuda_timing import held
 
