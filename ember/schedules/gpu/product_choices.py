@@ -14,6 +14,11 @@ here, and both functions read it first.
 BERT-base's products at batch 1 in fp16 under the rules and under alternatives, next to
 cuDNN/cuBLAS, and prints the entries of its best per shape in this form. Empty until a GPU has
 measured them: the rules hold.
+
+The entries are read as a kernel is lowered, and lowered kernels are kept by their operators'
+structure (ember.lowering.LOWERED, and on disk by ember's source, which an edit here changes):
+code that changes them at run time clears LOWERED and compiles with EMBER_LOWERED_CACHE=0, as
+the benchmark does.
 """
 
 from __future__ import annotations
