@@ -16,8 +16,10 @@
 # with its share of cuBLAS;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
 # products: ResNet-18's convolutions and BERT-base's linear layers at batch 1 in fp16, each under
-# the rules and 3-5 alternative tiles, stages and parts, next to cuDNN/cuBLAS, the best per shape
-# marked and the product_choices entries that would apply it printed last;
+# the rules and 5-8 alternative tiles, warps, stages and parts, next to cuDNN/cuBLAS, the best per shape
+# marked and the product_choices entries that would apply it printed as each shape is measured
+# (the 5 shapes of each model with the most time by default; PRODUCTS= passes other arguments:
+# "--shapes 11" for all, "--only conv");
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
@@ -65,7 +67,7 @@ run_step() {
         rows) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts rows elementwise ;;
         mma) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts tensorcore_gemm ;;
         splitk) "$PY" benchmarks/split_k_sweep.py --runs 20 ;;
-        products) "$PY" benchmarks/product_configs.py --runs 20 ;;
+        products) "$PY" benchmarks/product_configs.py --runs 20 --shapes 5 ${PRODUCTS:-} ;;
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;

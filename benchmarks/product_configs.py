@@ -10,7 +10,8 @@ parts of K (split-K) and the kernel's tiles forced through product_choices (the 
 caches bypassed), checked against torch (rtol and atol 1e-2), then timed as the GPU's time alone
 (cuda_timing.held: medians, the model's CUDA graph; split products count their sum's kernel too).
 Configurations: the rules; 64x64 blocks of four 32x32 warps, or eight 32x16 ones, in 3 stages,
-parts that fill the GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' tiles in parts that fill it
+parts that fill the GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' 32x32 blocks
+in four 16x16 warps, 2 stages; the rules' tiles in parts that fill it
 twice; 64-wide steps of k in 2 stages; 4 stages; and the rules with a convolution's columns
 copied as before (not staged in registers across the products: ember.cuda.staged_copies). Per
 shape: us, TFLOP/s, % of torch's speed; the best marked '*', and the product_choices entries
@@ -98,6 +99,8 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> l
                          ("64x64, 8 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3}),
                          ("32x64, 4 warps", {"BM": 32, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3})):
         out.append((label, parts_to_fill(M, N, K, tiles["BM"], tiles["BN"], sms), tiles))
+    if (rules["BM"], rules["BN"]) == (32, 32):  # (warps of 16 rows spilled 4 bytes in 3 stages on sm_90)
+        out.append(("32x32, 4 warps, 2 stages", s, {**rules, "WM": 16, "WN": 16, "stages": 2}))
     twice = parts_to_fill(M, N, K, rules["BM"], rules["BN"], sms, waves=2)
     if twice != s:
         out.append(("rules' tiles, 2 waves", twice, {**rules, "stages": 3 if K // twice // 32 >= 6 else 2}))
