@@ -175,9 +175,9 @@ def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16"
     `block_tiles`; 32-wide steps of k (16 for a short K, and for float32 tiles, twice the bytes);
     warps of at most 32 x 32, their columns halved down to 16 until the block has WARPS of them
     (a batch-1 product's few blocks each need warps to hide their loads; warps of 16 rows in 3
-    stages spilled 4 bytes on sm_90, those of 32 none);
-    STAGES stages where the K loop has at least two steps a stage and they fit the static shared
-    memory beside the block's float32 tile, else 2."""
+    stages spilled 4 bytes on sm_90, those of 32 none); STAGES stages where the K loop has at
+    least two steps a stage and they fit the static shared memory beside the block's float32
+    tile, else 2."""
     if (batch, M, N, K) in product_choices.TILES:
         return dict(product_choices.TILES[batch, M, N, K])
     BM, BN = block_tiles(batch, M, N, sms)
