@@ -6,7 +6,7 @@
 #
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
-# Steps: info tests kernels rows mma splitk symbolic attention tile tilemm launch compare graphs tune decode
+# Steps: info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare graphs tune decode
 # (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
 # against torch and the device copy of each shape; mma: mma.sync's GEMMs 512^3 with rows of 128,
@@ -15,6 +15,11 @@
 # 128x128) at 4096^3 fp16 and bf16 against cuBLAS and Triton, the best of each intrinsic printed
 # with its share of cuBLAS;
 # splitk: split-K against one pass per layer shape and count of parts, to set its thresholds;
+# products: ResNet-18's convolutions and BERT-base's linear layers at batch 1 in fp16, each under
+# the rules and 5-8 alternative tiles, warps, stages and parts, next to cuDNN/cuBLAS, the best per shape
+# marked and the product_choices entries that would apply it printed as each shape is measured
+# (the 5 shapes of each model with the most time by default; PRODUCTS= passes other arguments:
+# "--shapes 11" for all, "--only conv");
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
@@ -45,9 +50,11 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [symbolic]=80 [attention]=60
-                  [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90 [decode]=60)
-ORDER=(info tests kernels rows mma splitk symbolic attention tile tilemm launch compare profile graphs tune decode)
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=60 [symbolic]=80
+                  [attention]=60 [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90
+                  [decode]=60)
+ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
+       decode)
 
 run_step() {
     case $1 in
@@ -60,6 +67,7 @@ run_step() {
         rows) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts rows elementwise ;;
         mma) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts tensorcore_gemm ;;
         splitk) "$PY" benchmarks/split_k_sweep.py --runs 20 ;;
+        products) "$PY" benchmarks/product_configs.py --runs 20 --shapes 5 ${PRODUCTS:-} ;;
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;

@@ -22,7 +22,7 @@ without each pass --without names (split_k by default: whether its parts pay on 
     python benchmarks/gpu_profile.py --grids [--models ...]   # no GPU needed: every kernel's blocks vs SMs
 
 --grids compiles for the target's GPU (the device's facts, an H100's or H200's 132 SMs without
-one) and prints each kernel's grid, blocks and threads, in the order they run, flagging those
+one) and prints each kernel's grid, blocks, threads and registers, in the order they run, flagging those
 that leave multiprocessors idle.
 """
 
@@ -84,34 +84,36 @@ def blocks_of(grid) -> int | None:
 
 
 def grid_lines(cm, sms: int) -> list[str]:
-    """Each kernel's launch in run order: grid, blocks, threads a block, and whether the grid
-    leaves some of the `sms` multiprocessors idle."""
-    lines = [f"  {'kernel':34} {'grid':>14} {'blocks':>7} {'threads':>8}  ops"]
+    """Each kernel's launch in run order: grid, blocks, threads a block, registers a thread, and
+    whether the grid leaves some of the `sms` multiprocessors idle."""
+    lines = [f"  {'kernel':34} {'grid':>14} {'blocks':>7} {'threads':>8} {'regs':>5}  ops"]
     for k in cm.kernels:
         launch = cm.device_kernels[k.name]
         blocks = blocks_of(launch.grid)
         idle = "" if blocks is None or blocks >= sms else f"  < {sms} SMs"
-        lines.append(f"  {k.name[:34]:34} {str(launch.grid):>14} {blocks or '-':>7} {prod(launch.block):>8}  "
-                     f"{'+'.join(k.ops)}{idle}")
+        lines.append(f"  {k.name[:34]:34} {str(launch.grid):>14} {blocks or '-':>7} {prod(launch.block):>8} "
+                     f"{launch.registers or '-':>5}  {'+'.join(k.ops)}{idle}")
     return lines
 
 
 def profile_lines(cm, profile, peaks: dict, sms: int, top: int, precision: str) -> list[str]:
     """The `top` kernels of `profile` by time: us, share of the profiled call, blocks vs `sms`,
-    bytes, FLOPs, bound (us) and the bound's share of the time; then the rest in one line."""
+    threads a block and registers a thread (what bounds the warps a multiprocessor holds), bytes,
+    FLOPs, bound (us) and the bound's share of the time; then the rest in one line."""
     work = kernel_work(cm)
     ops = {k.name: "+".join(k.ops) for k in cm.kernels}
     peak = peaks["fp16_tflops"] if precision in ("fp16", "bf16") else peaks["fp32_tflops"]
     ranked = sorted(profile.kernels, key=lambda t: -t.median_us)
     bounds = {t.name: max(work[t.name][0] / (peaks["copy_gbs"] * 1e3), work[t.name][1] / (peak * 1e6))
               for t in ranked}
-    lines = [f"  {'kernel':34} {'calls':>5} {'us':>8} {'share':>6} {'blocks':>7} {'KB':>9} {'MFLOP':>9} "
-             f"{'bound us':>9} {'of bound':>9}  ops"]
+    lines = [f"  {'kernel':34} {'calls':>5} {'us':>8} {'share':>6} {'blocks':>7} {'thr':>4} {'regs':>4} {'KB':>9} "
+             f"{'MFLOP':>9} {'bound us':>9} {'of bound':>9}  ops"]
     for t in ranked[:top]:
         (nbytes, flops), bound = work[t.name], bounds[t.name]
-        blocks = blocks_of(cm.device_kernels[t.name].grid)
+        launch = cm.device_kernels[t.name]
         lines.append(f"  {t.name[:34]:34} {t.calls:5d} {t.median_us:8.1f} {t.median_us / profile.total_us:6.1%} "
-                     f"{blocks or '-':>7} {nbytes / 1e3:9.1f} {flops / 1e6:9.1f} {bound:9.2f} "
+                     f"{blocks_of(launch.grid) or '-':>7} {prod(launch.block):>4} {launch.registers or '-':>4} "
+                     f"{nbytes / 1e3:9.1f} {flops / 1e6:9.1f} {bound:9.2f} "
                      f"{bound / max(t.median_us, 1e-3):9.1%}  {ops[t.name]}")
     rest = ranked[top:]
     if rest:

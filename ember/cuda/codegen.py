@@ -46,6 +46,7 @@ kernels use (fixed-width integers, INFINITY, NAN, INT64_MIN).
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from dataclasses import replace
 
@@ -130,6 +131,7 @@ def threads_per_block(dims: dict[str, int]) -> int:
 # half-precision element types: the float they hold, and a float rounded into one
 WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
+ZERO = {"float16": "__ushort_as_half((unsigned short)0)", "bfloat16": "__ushort_as_bfloat16((unsigned short)0)"}
 
 
 class CUDARenderer(CStyleRenderer):
@@ -394,7 +396,9 @@ class CUDARenderer(CStyleRenderer):
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
         """A float stored into a half-precision buffer is rounded to nearest even
-        (`__float2half_rn`); an element copied from a buffer of the same type keeps its bits."""
+        (`__float2half_rn`); an element copied from a buffer of the same type keeps its bits, and
+        so does one copied where conditions hold, zero elsewhere (a convolution's columns: its
+        padding and its tile's; no round trip through a float: two conversions an element fewer)."""
         if dt.lanes_of(index.dtype) > 1:
             raise self._no_vectors()
         checked = self.debug and buf in self._params
@@ -404,9 +408,23 @@ class CUDARenderer(CStyleRenderer):
             code = self._e(value)
         elif isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
             code = self._element(value.buffer, value.indices[0])
+        elif (kept := self._zero_filled_element(buf, value)) is not None:
+            code = kept
         else:
             code = f"{narrow}({self._e(value)})"
         return f"{target} = {code}"
+
+    def _zero_filled_element(self, buf: Buffer, value: PrimExpr) -> str | None:
+        """`c1 && c2 ? element : 0` where value is an element of buf's type under nested
+        `cond ? x : +0` (zero_filled), else None."""
+        conds = []
+        while (found := zero_filled(value))[0] is not None and math.copysign(1.0, value.f.value) > 0:
+            conds.append(found[0])
+            value = found[1]
+        if not conds or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype:
+            return None
+        cond = " && ".join(f"({self._e(c)})" for c in conds)
+        return f"({cond}) ? {self._element(value.buffer, value.indices[0])} : {ZERO[buf.dtype]}"
 
     def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
         """A cast to half precision rounds and goes on in float32 (as a store and a load would)."""

@@ -9,8 +9,10 @@ Compilation is exact: no fast math (`--use_fast_math` is never passed), FMA cont
 default. The headers of the pip packages nvidia-cuda-runtime and nvidia-cuda-crt are on the
 include path when installed (half and bfloat16 types, Tensor Core intrinsics).
 
-A compile error is a BuildError with NVRTC's log, each error followed by the source lines it
-points at; NVRTC missing (the `cuda` extra: pip install ember[cuda]) is a DeviceError.
+`resources(source, arch)` gives each kernel's registers, static shared memory, stack and spills
+as ptxas reports them (`--ptxas-options=-v`). A compile error is a BuildError with NVRTC's log,
+each error followed by the source lines it points at; NVRTC missing (the `cuda` extra: pip
+install ember[cuda]) is a DeviceError.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 import json
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
@@ -78,7 +81,41 @@ def compile_cuda(source: str, arch: str = DEFAULT_ARCH, *, ptx: bool = False, op
     return path.read_bytes()
 
 
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas gives one kernel on its architecture: registers a thread, static shared memory
+    a block (bytes), the stack frame and the bytes spilled to local memory (stored, loaded)."""
+
+    registers: int
+    shared: int
+    stack: int
+    spill_stores: int
+    spill_loads: int
+
+
+def resources(source: str, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
+    """Each kernel of a CUDA C unit with its Resources (ptxas -v's report, compiled afresh for
+    it: a diagnostic, not cached): what bounds the blocks a multiprocessor holds, and spills."""
+    _, log = _nvrtc_run(source, arch, False, (*OPTIONS, "--ptxas-options=-v"))
+    out = {}
+    for entry in log.split("Compiling entry function '")[1:]:
+        name = entry[:entry.index("'")]
+        stack, stores, loads = (int(m) for m in _SPILLS.search(entry).groups())
+        registers, shared = _USED.search(entry).group("registers", "shared")
+        out[name] = Resources(int(registers), int(shared or 0), stack, stores, loads)
+    return out
+
+
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (?P<registers>\d+) registers(?:[^\n]*?(?P<shared>\d+) bytes smem)?")
+
+
 def _nvrtc_compile(source: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> bytes:
+    return _nvrtc_run(source, arch, ptx, opts)[0]
+
+
+def _nvrtc_run(source: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> tuple[bytes, str]:
+    """The binary and NVRTC's log."""
     lib = nvrtc()
     err, prog = lib.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
     _check(err, "nvrtcCreateProgram")
@@ -95,7 +132,7 @@ def _nvrtc_compile(source: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> 
         out = b" " * size
         (err,) = get(prog, out)
         _check(err, get.__name__)
-        return out
+        return out, _log(lib, prog)
     finally:
         lib.nvrtcDestroyProgram(prog)
 

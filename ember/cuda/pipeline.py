@@ -56,6 +56,7 @@ from ..tir.stmt import (
     SeqStmt,
     Stmt,
 )
+from .staged_copies import computed, split
 
 PIPELINE = "pragma_software_pipeline"
 ASYNC = "async_copy"  # a vectorized loop of an asynchronous copy
@@ -109,13 +110,22 @@ def _pipelined(loop: For) -> Stmt:
         out = [on_stage(at_iteration(s, v, k) if k is not v else s, staged, stage, ana) for s in stmts]
         return SeqStmt(tuple(asynchronous(s) if mark else s for s in out))
 
+    staged_in_registers = [(c, split(c, f"{name}_{i}") if computed(c) else None) for i, c in enumerate(copies)]
+    in_flight = [c for c, parts in staged_in_registers if parts is None]
+    registers = [parts for _, parts in staged_in_registers if parts is not None]
     commit = Evaluate(Call(COMMIT, (), "int32"))
     wait = Evaluate(Call(WAIT, (Const(stages - 2, "int32"),), "int32"))
     ahead = binary("+", v, Const(stages - 1, v.dtype))
     barrier = Evaluate(Call(SYNC, (), "int32"))
     synced = tuple(b.name for b in shared if not any(_writes(x, [b]) for x in compute))  # (the others: sync's)
-    new_loop = replace(loop, body=SeqStmt((wait, barrier, IfThenElse(binary("<", ahead, end), at(copies, ahead, True)),
-                                           commit, at(compute, v, False))),
+    next_ones = binary("<", ahead, end)
+    body = SeqStmt((wait, barrier, *([IfThenElse(next_ones, at(in_flight, ahead, True))] if in_flight else []), commit,
+                    *(IfThenElse(next_ones, at([loads], ahead, False)) for _, loads, _ in registers),
+                    at(compute, v, False),
+                    *(IfThenElse(next_ones, at([saves], ahead, False)) for _, _, saves in registers)))
+    for regs, _, _ in registers:
+        body = Allocate(regs, body)
+    new_loop = replace(loop, body=body,
                        annotations=(*(a for a in loop.annotations if a[0] != PIPELINE),
                                     (STAGED, synced)))
     first: list[Stmt] = []

@@ -3,6 +3,7 @@ double-buffered shared memory while this one's products run, by cp.async from sm
 its numbers on the interpreter (which lands a thread's asynchronous copies at its wait, so a
 missing wait shows), and compiled by NVRTC with and without cp.async."""
 
+import re
 from dataclasses import replace
 
 import gpu_kernels as kernels
@@ -12,10 +13,14 @@ from gpu_kernels import needs_nvrtc
 
 import ember
 from ember import te
-from ember.cuda import schedules, tensorcore
+from ember.cuda import nvrtc, schedules, staged_copies, tensorcore
 from ember.cuda.pipeline import STAGED, WAIT
 from ember.cuda.simt import SimtKernel
 from ember.errors import LowerError
+from ember.graph.core import TensorType
+from ember.ops.registry import infer_types
+from ember.schedules.apply import node_kernel
+from ember.target import Target
 from ember.tir.expr import Call
 from ember.tir.functor import mutate_stmt
 from ember.tir.stmt import SYNC, Evaluate, For, SeqStmt
@@ -94,6 +99,27 @@ def test_the_tensor_core_gemm_is_pipelined():
     src = ember.build(s, args, target="cuda", arch="sm_90").source
     assert src.count("cp.async.cg.shared.global") == 4  # A's and B's tiles, before the loop and in it
     assert "__half A_shared[5120];" in src  # two stages of 64 rows of 32 + 8
+
+
+@needs_nvrtc
+def test_a_convolutions_columns_are_loaded_into_registers_before_the_products_and_stored_after():
+    """(ember.cuda.staged_copies; ember.cuda.codegen renders the zero-filled elements as halves)"""
+    types = [TensorType((1, 16, 6, 6), "float16"), TensorType((8, 144), "float16")]
+    attrs = {"kernel": (3, 3), "padding": (1, 1, 1, 1)}
+    bound, outs = infer_types("conv2d_gemm", types, attrs)
+    s, args = node_kernel("conv2d_gemm", types, bound, outs, target=Target("cuda"))
+    src = ember.build(s, args, target="cuda", arch="sm_90").source
+    loop = src[src.index("cp.async.wait_group"):]  # (the K loop: its copies of the next tiles, then the products)
+    regs = re.search(r"__half (\w+_regs)\[(\d+)\];", src)
+    assert regs and int(regs[2]) <= staged_copies.MAX_REGISTERS
+    load, product = loop.index(f"{regs[1]}["), loop.index("ember_mma_warp")
+    assert load < product < loop.index(f"= {regs[1]}[")  # the columns computed first, stored after the products
+    assert "cp.async.cg.shared.global" in loop  # the weights' tile stays a cp.async
+    # a column's element copied as its half bits where it is inside the image and the tile, else zero
+    filled = re.search(rf"{regs[1]}\[[^\]]*\] = (.*);", loop)[1]
+    assert filled.endswith(": __ushort_as_half((unsigned short)0)") and "__float2half_rn" not in filled
+    (used,) = nvrtc.resources(src).values()  # ptxas's report: the registers hold the columns, nothing spills
+    assert 0 < used.registers <= 128 and used.spill_stores == used.spill_loads == 0 and used.shared > 0
 
 
 def test_a_loop_that_does_not_copy_first_is_refused():

@@ -14,7 +14,9 @@ from ember.graph.core import TensorType
 from ember.ops.bits import round_tf32
 from ember.ops.registry import infer_types
 from ember.schedules.apply import node_kernel
+from ember.schedules.gpu import product_choices
 from ember.schedules.gpu.matmul import SMS, tensor_core_tiles
+from ember.schedules.gpu.split_k import splits_for
 from ember.target import Target
 from ember.testing import check_op, check_op_sizes, random_array
 
@@ -42,6 +44,8 @@ CASES = {  # name: (operator, inputs, attributes)
                                                                                    "padding": (1, 1, 1, 1)}),
     "conv 2x2, stride 2, bf16": ("conv2d_gemm", lambda: [_h(1, 3, 9, 9, dtype="bfloat16"), _h(5, 12, dtype="bfloat16")],
                                  {"kernel": (2, 2), "strides": (2, 2), "padding": (0, 1, 1, 0)}),
+    "conv 3x3, 16 channels": ("conv2d_gemm", lambda: [_h(1, 16, 6, 6), _h(8, 144)], {"kernel": (3, 3),
+                                                                                       "padding": (1, 1, 1, 1)}),
     "conv 1x1, batch 2": ("conv2d_gemm", lambda: [_h(2, 4, 6, 5), _h(6, 4)], {"kernel": (1, 1)}),
     # float32 products marked tf32 (ember.passes.tf32_products): m16n16k8 steps
     "linear, tf32": ("gemm", lambda: [_tf32(5, 40), _tf32(24, 40), _tf32(24)], {"trans_b": True, "tf32": True}),
@@ -72,11 +76,22 @@ def test_a_product_on_tensor_cores_compiles_for_sm90(case):
 
 
 def test_tiles_shrink_until_the_grid_fills_the_gpu():
-    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 64}
+    assert tensor_core_tiles(1, 4096, 4096, 4096) == {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}
     small = tensor_core_tiles(1, 128, 3072, 768)  # BERT-base's MLP at 128 tokens, batch 1
     assert small["BM"] * small["BN"] < 64 * 64 and 128 // small["BM"] * 3072 // small["BN"] >= SMS
     assert tensor_core_tiles(1, 1, 768, 768)["BM"] == 16  # a decoded token: one row
     assert tensor_core_tiles(12, 128, 128, 64)["BK"] == 32
+    # ResNet-18's 3x3 convolution at 14x14 in 3 parts of 768 taps: 32x32 blocks of two warps, 24 steps in 3 stages
+    assert tensor_core_tiles(3, 256, 196, 768) == {"BM": 32, "BN": 32, "BK": 32, "WM": 32, "WN": 16, "stages": 3}
+    assert tensor_core_tiles(1, 128, 784, 64)["stages"] == 2  # a 1x1 convolution of 64 channels: 2 steps of k
+
+
+def test_a_measured_choice_overrides_the_rules(monkeypatch):
+    tiles = {"BM": 64, "BN": 64, "BK": 64, "WM": 32, "WN": 32, "stages": 2}
+    monkeypatch.setitem(product_choices.TILES, (4, 512, 49, 1152), tiles)
+    monkeypatch.setitem(product_choices.SPLITS, (512, 49, 4608), 4)
+    assert tensor_core_tiles(4, 512, 49, 1152) == tiles and splits_for(1, 512, 49, 4608) == 4
+    assert splits_for(1, 256, 196, 2304) == 3  # (the rules for the others)
 
 
 SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)

@@ -8,8 +8,10 @@ type, and the epilogue fused after it: a bias, a GELU, a residual) computed from
 of a block's tile; tiles that do not divide the shape padded with zeros; a
 convolution's columns (im2col) computed as their tiles are copied into shared memory.
 The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
-where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding); the
-GPU's multiprocessors are the target's (`Target.gpu`: the device's, SMS without one).
+where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding), four
+warps a block where the tile allows, three cp.async stages where K is long enough; the GPU's
+multiprocessors are the target's (`Target.gpu`: the device's, SMS without one). A shape measured
+on a GPU to do better otherwise has its choice in `product_choices`.
 
 float32 matmul of 2-D operands whose tiles divide the shape, and no epilogue: shared-memory tiles
 with a register tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread,
@@ -50,7 +52,7 @@ from ...target import GPU
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from . import schedules
+from . import product_choices, schedules
 from .default import reductions_of
 from .gemv import schedule_gemv
 
@@ -58,6 +60,9 @@ TILES = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}  # a tile of A or B: on
 SMS = GPU().multiprocessors  # blocks that fill the GPU once where no device says: an H100's or H200's
 SMALL = 1 << 15  # multiply-adds below which a float32 product keeps the default (launch-bound either way)
 TYPICAL = 128  # the size a symbolic dimension is tiled for (rows: tokens of a prefill, a BERT's sequence)
+WARPS = 4  # warps a Tensor Core block has where its tile allows (tensor_core_tiles)
+STAGES = 3  # the cp.async stages of a Tensor Core product's K loop where it is long enough
+STATIC_SHARED = 48 * 1024  # a block's static shared memory
 
 
 @schedules("gemm")
@@ -166,13 +171,24 @@ def cuda_core_tiles(batch: int, M: int, N: int, sms: int = SMS) -> dict:
 
 
 def tensor_core_tiles(batch: int, M: int, N: int, K: int, dtype: str = "float16", sms: int = SMS) -> dict:
-    """`block_tiles`; 32-wide steps of k (16 for a short K, and for float32 tiles, twice the
-    bytes); warps of at most 32 x 64, two a block where the tile splits."""
+    """The measured choice for this product where product_choices.TILES has one, else:
+    `block_tiles`; 32-wide steps of k (16 for a short K, and for float32 tiles, twice the bytes);
+    warps of at most 32 x 32, their columns halved down to 16 until the block has WARPS of them
+    (a batch-1 product's few blocks each need warps to hide their loads; warps of 16 rows in 3
+    stages spilled 4 bytes on sm_90, those of 32 none); STAGES stages where the K loop has at
+    least two steps a stage and they fit the static shared memory beside the block's float32
+    tile, else 2."""
+    if (batch, M, N, K) in product_choices.TILES:
+        return dict(product_choices.TILES[batch, M, N, K])
     BM, BN = block_tiles(batch, M, N, sms)
-    WM, WN = min(BM, 32), min(BN, 64)
-    if BM == WM and BN == WN and WN > 16:
+    WM, WN = min(BM, 32), min(BN, 32)
+    while (BM // WM) * (BN // WN) < WARPS and WN > 16:
         WN //= 2
-    return {"BM": BM, "BN": BN, "BK": 16 if K <= 16 or dtype == "float32" else 32, "WM": WM, "WN": WN}
+    BK = 16 if K <= 16 or dtype == "float32" else 32
+    size = 4 if dtype == "float32" else 2
+    shared = STAGES * (BM * (BK + 16 // size) + BK * (BN + 16 // size)) * size + BM * BN * 4  # (wmma's rows padded)
+    stages = STAGES if -(-K // BK) >= 2 * STAGES and shared <= STATIC_SHARED else 2
+    return {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "stages": stages}
 
 
 def _float32(s, C) -> bool | None:

@@ -21,11 +21,14 @@ operands, `conv2d_gemm_partials`; ember.passes.split_k) are a Tensor Core produc
 a batch axis (ember.schedules.gpu.matmul), their sum the same `sum_partials`.
 
 `splits_for` gives the number of parts: the fewest that fill the multiprocessors, K divided
-into parts of at least MIN_PART (shorter parts are not worth the extra pass), 1 where none
+into parts of at least MIN_PART (shorter parts are not worth the extra pass; on Tensor Cores a
+part of 256 is 8 steps of 32, what 3 cp.async stages need to overlap twice), 1 where none
 fits or the product is one the family leaves launch-bound (under matmul.SMALL multiply-adds: a
-second launch would cost more than the idle multiprocessors). The thresholds are not measured yet:
+second launch would cost more than the idle multiprocessors); a product measured to do better in
+other parts has them in product_choices.SPLITS. The thresholds are not measured yet:
 benchmarks/split_k_sweep.py (gpu_checks.sh's step splitk) times layers of several shapes in 1, 2, 4
-and 8 parts on a GPU against splits_for's choice.
+and 8 parts on a GPU against splits_for's choice, benchmarks/product_configs.py (step products)
+the half products of ResNet-18 and BERT-base in parts that fill the GPU once and twice.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ...cuda import schedules as gpu
 from ...ops.gemm_partials import PARTS
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
-from . import schedules
+from . import product_choices, schedules
 from .matmul import SMALL, SMS, _tensor_cores, cuda_core_tiles
 
 MIN_PART = 256  # the shortest part of K worth its own blocks
@@ -42,7 +45,10 @@ BK = 16  # the K panels of cuda_core_product: a part a whole number of them
 
 
 def splits_for(batch: int, M: int, N: int, K: int, sms: int = SMS) -> int:
-    """The parts K is split into (see the module doc)."""
+    """The parts K is split into (see the module doc), or the measured choice for this product
+    where product_choices.SPLITS has one."""
+    if batch == 1 and (M, N, K) in product_choices.SPLITS:
+        return product_choices.SPLITS[M, N, K]
     tiles = cuda_core_tiles(batch, M, N, sms)
     blocks = batch * -(-M // tiles["BM"]) * -(-N // tiles["BN"])
     best = 1
