@@ -29,26 +29,22 @@ class Family:
 
     def schedules(self, *ops: str) -> Callable[[Callable], Callable]:
         """Declare `schedule(s, outputs, target)` the schedule of the operators named `ops`."""
-
-        def declare(schedule: Callable) -> Callable:
-            for name in ops:
-                if name in self._schedules:
-                    raise ValueError(f"operator {name!r} has two schedules in {self.package}")
-                self._schedules[name] = schedule
-            return schedule
-
-        return declare
+        return self._declare(self._schedules, "schedules", ops)
 
     def computes(self, *ops: str) -> Callable[[Callable], Callable]:
         """Declare `compute(inputs, attrs, out_types)` the kernel of the operators named `ops` on this
         family's targets, in place of theirs (see the module doc)."""
+        return self._declare(self._computes, "computes", ops)
 
-        def declare(compute: Callable) -> Callable:
+    def _declare(self, table: dict[str, Callable], what: str, ops: tuple[str, ...]) -> Callable[[Callable], Callable]:
+        """A decorator entering its function in `table` under each of `ops`, once each."""
+
+        def declare(fn: Callable) -> Callable:
             for name in ops:
-                if name in self._computes:
-                    raise ValueError(f"operator {name!r} has two computes in {self.package}")
-                self._computes[name] = compute
-            return compute
+                if name in table:
+                    raise ValueError(f"operator {name!r} has two {what} in {self.package}")
+                table[name] = fn
+            return fn
 
         return declare
 
