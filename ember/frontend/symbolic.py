@@ -132,6 +132,31 @@ def fold_arithmetic(op: str, inputs: Sequence[np.ndarray]) -> np.ndarray | None:
     return out if any(not isinstance(d, int | np.integer) for d in out.flat) else out.astype("int64")
 
 
+def _equal(a, b) -> bool | None:
+    """a == b where the symbols' values cannot change the answer: two numbers, or a size (a symbol
+    or an expression of positive coefficients, never negative) and a negative number."""
+    if isinstance(a, int | np.integer) and isinstance(b, int | np.integer):
+        return bool(a == b)
+    for size, n in ((a, b), (b, a)):
+        if isinstance(n, int | np.integer) and n < 0 and all(c > 0 for _, c in Expr.of(size).terms):
+            return False
+    return None
+
+
+def fold_selection(op: str, inputs: Sequence[np.ndarray]) -> np.ndarray | None:
+    """`equal` of a symbolic shape with numbers and `where` on a constant condition, elementwise
+    with broadcasting: torchscript's expand, Where(Equal(shape, -1), ones, shape), over a symbolic
+    shape. None where an answer depends on the symbols' values."""
+    if op == "equal" and len(inputs) == 2:
+        out = np.frompyfunc(_equal, 2, 1)(*[a.astype(object) for a in inputs])
+        out = np.asarray(out, dtype=object)
+        return None if any(v is None for v in out.flat) else out.astype(bool)
+    if op == "where" and len(inputs) == 3 and inputs[0].dtype == bool:
+        out = np.where(inputs[0], inputs[1].astype(object), inputs[2].astype(object))
+        return out if any(not isinstance(d, int | np.integer) for d in out.flat) else out.astype("int64")
+    return None
+
+
 def is_dim(d) -> bool:
     """Whether a symbolic shape's element can be a graph dimension (an int or a symbol)."""
     return isinstance(d, int | np.integer | str)

@@ -347,10 +347,13 @@ def _symbolic_bound(op: str, dim: int, axis: int, start: Dim, end: Dim, step: in
     """(start, 1, length) of a slice of a static axis up to a symbolic bound (`position_ids[:, :seq]`
     of a table of 512 positions): the bound is taken to lie within the axis, as torch.export's
     range of the symbol asserts (its upper bound at most the axis, which the runtime checks at
-    every call); a start counted from the end or a step other than 1 is refused."""
-    if step != 1 or not (isinstance(start, int) and 0 <= start <= dim) or not isinstance(end, str):
+    every call); a start counted from the end, an end that shrinks as a symbol grows (counted from
+    the end) or a step other than 1 is refused."""
+    if step != 1 or not (isinstance(start, int) and 0 <= start <= dim) or not isinstance(end, str) or any(
+            c < 0 for m, c in dims.poly(end).terms if m):
         raise OpTypeError(f"{op}: axis {axis} of length {dim} sliced with a symbolic bound takes step 1, a start "
-                          f"within the axis and the symbolic end (got start {start}, end {end}, step {step})")
+                          f"within the axis and a symbolic end that grows with its symbols (got start {start}, "
+                          f"end {end}, step {step})")
     return start, 1, dims.add(end, -start)
 
 

@@ -43,7 +43,7 @@ from ...ops import UnsupportedOpError
 from ...ops.nodes import add_op
 from ...tir import dtype as dt
 from ..fold import SHAPE_OPS, array_type, fold, is_symbolic
-from ..symbolic import ARITHMETIC, fold_arithmetic, is_dim
+from ..symbolic import ARITHMETIC, fold_arithmetic, fold_selection, is_dim
 from .registry import lookup
 
 Tensor = Value | np.ndarray
@@ -303,6 +303,7 @@ class NodeContext:
             if name == "cast" and np.dtype(dict(attrs)["dtype"]).kind in "iu":
                 return [inputs[0]]  # (a symbolic shape stays typed int64)
             folded = fold_arithmetic(name, inputs)
+            folded = fold_selection(name, inputs) if folded is None else folded
             if folded is not None:
                 return [folded]
             if name in ARITHMETIC:  # (an inexact division)

@@ -20,6 +20,7 @@ from .... import dims
 from ....checks import check_fits
 from ....graph.core import Dim, TensorType
 from ....ops.common import broadcast_shapes
+from ....ops.registry import OpTypeError
 from ....tir import dtype as dt
 from ...fold import is_symbolic
 from ..node import NodeContext
@@ -268,9 +269,39 @@ def _slice(cx: NodeContext):
         # ends = starts + sizes: windows of static sizes at run-time starts, on static axes they fit in
         if sizes is not None and all(isinstance(shape[a], int) and n <= shape[a] for a, n in zip(along, sizes)):
             return [cx.op("dynamic_slice", [cx.input(0), starts], {"axes": tuple(along), "sizes": tuple(sizes)})]
-    attrs = {"starts": tuple(cx.const_ints(1, "starts")), "ends": tuple(cx.const_ints(2, "ends")),
+    attrs = {"starts": tuple(cx.const_dims(1, "starts")), "ends": tuple(cx.const_dims(2, "ends")),
              "axes": None if axes is None else tuple(axes), "steps": None if steps is None else tuple(steps)}
-    return [cx.op("slice", [cx.input(0)], attrs)]
+    if not any(isinstance(b, str) for b in attrs["starts"] + attrs["ends"]):
+        return [cx.op("slice", [cx.input(0)], attrs)]
+    try:
+        out = cx.op("slice", [cx.input(0)], attrs)
+        _bound_within_axes(cx, cx.type(cx.input(0)).shape, attrs)
+    except OpTypeError as e:
+        raise OpTypeError(f"{cx.where}: {e}") from None
+    return [out]
+
+
+def _bound_within_axes(cx: NodeContext, shape: tuple[Dim, ...], attrs) -> None:
+    """A static axis sliced up to a symbolic end (`position_ids[:, :seq]` of a table of 512): the
+    end is taken to lie within the axis (ember.ops.shape's slice), which ONNX, unlike
+    torch.export, does not assert; the symbol's range (Graph.ranges, checked at each call) is
+    narrowed to the sizes for which it does. An end of more than one symbol has no such range."""
+    ranges = cx.importer.graph.ranges
+    axes = attrs["axes"] or range(len(attrs["ends"]))
+    for start, end, axis in zip(attrs["starts"], attrs["ends"], axes):
+        size = shape[axis % len(shape)]
+        if not isinstance(size, int) or not isinstance(end, str):
+            continue
+        p = dims.poly(end)
+        (symbol, *more) = p.symbols
+        scale = dict(p.terms).get((symbol,), 0)
+        if more or scale <= 0 or len(p.terms) > 1 + (p.terms[0][0] == ()):
+            raise OpTypeError(f"axis {axis} of length {size} sliced up to {end!r}: an end of one symbol "
+                              "(times a positive number, plus a constant) is what a call can be checked against")
+        offset = dict(p.terms).get((), 0)  # start <= scale * symbol + offset <= size
+        lo, hi = ranges.get(symbol, (0, None))
+        ranges[symbol] = (max(lo, -((offset - start) // scale)),
+                          (size - offset) // scale if hi is None else min(hi, (size - offset) // scale))
 
 
 def _window_sizes(cx: NodeContext, starts, ends) -> list[int] | None:
