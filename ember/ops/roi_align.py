@@ -19,7 +19,7 @@ from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import as_int, cast, max_, min_
-from .common import check_float
+from .common import check_float, te_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 MODES = ("avg", "max")
@@ -106,14 +106,14 @@ def _compute(inputs, attrs, out_types):
         outside = te.any(y < -1.0, y > float(h), xx < -1.0, xx > float(w))
         yl, yh, ly = _corners(max_(y, 0.0), h, to_int, to_float, min_, te.if_then_else)
         xl, xh, lx = _corners(max_(xx, 0.0), w, to_int, to_float, min_, te.if_then_else)
-        b = min_(max_(to_int(indices[r]), 0), as_int(x.shape[0]) - 1)
+        b = min_(max_(to_int(indices[r]), 0), x.shape[0] - 1)
         corners = [(1.0 - ly) * (1.0 - lx) * to_float(x[b, c, yl, xl]), (1.0 - ly) * lx * to_float(x[b, c, yl, xh]),
                    ly * (1.0 - lx) * to_float(x[b, c, yh, xl]), ly * lx * to_float(x[b, c, yh, xh])]
         value = corners[0] + corners[1] + corners[2] + corners[3] if attrs["mode"] == "avg" else max_(
             max_(corners[0], corners[1]), max_(corners[2], corners[3]))
         return te.if_then_else(outside, te.const(0.0, acc), value)
 
-    shape = tuple(out_types[0].shape)
+    shape = te_shape(out_types[0], inputs)
     if attrs["mode"] == "avg":
         total = te.compute(shape, lambda *i: te.sum(sample(*i), axis=[iy, ix]), name="roi_sum")
         return [te.compute(shape, lambda *i: cast(x.dtype, total[i] / float(g * g)), name="roi_align")]

@@ -166,6 +166,25 @@ def test_roi_align_compiled(attrs):
     check_compiled(one_node("RoiAlign", [x, rois, indices], **attrs), [x, rois, indices], rtol=1e-4, atol=1e-5)
 
 
+def test_roi_align_over_symbolic_counts_compiled():
+    """A symbolic number of images and of boxes (a detector's proposals): one compiled model
+    called with two of each, the box's image index clamped to the images there are."""
+    node = helper.make_node("RoiAlign", ["x", "rois", "indices"], ["y"], output_height=3, output_width=2,
+                            sampling_ratio=2, spatial_scale=0.5, mode="max")
+    graph = helper.make_graph([node], "roi_align", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["images", 3, 11, 9]),
+        helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["boxes", 4]),
+        helper.make_tensor_value_info("indices", TensorProto.INT64, ["boxes"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)]))
+    compiled = ember.compile(import_onnx(model))
+    for images, boxes in ((1, 3), (3, 7)):
+        x, rois = rand(images, 3, 11, 9), _rois(boxes, 22, 18)
+        indices = RNG.integers(0, images, boxes).astype("int64")
+        expected = ReferenceEvaluator(model).run(None, {"x": x, "rois": rois, "indices": indices})[0]
+        assert_close(compiled(x, rois, indices), expected, 1e-4, 1e-5, f"{images} images, {boxes} boxes")
+
+
 def test_roi_align_counting_samples_from_constant_rois_compiled():
     x = rand(1, 2, 10, 12)
     rois = np.asarray([[1.0, 2.0, 7.0, 8.0], [0.5, 0.0, 6.0, 5.5]], "float32")  # 3 samples per bin on both axes
