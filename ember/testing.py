@@ -32,14 +32,15 @@ from .tir.structural import structural_equal
 
 
 def random_array(shape, dtype: str = "float32", rng: np.random.Generator | None = None) -> np.ndarray:
-    """Fresh random data (never all zeros): floats in [-1, 1), ints in a small signed range."""
+    """Fresh random data (never all zeros): floats in [-1, 1), ints in a small signed range; an
+    array even of shape () (a kernel's 0-d output buffer), not a NumPy scalar."""
     rng = rng or np.random.default_rng()
     if dt.is_float(dtype):
-        return (rng.random(shape, dtype="float64") * 2 - 1).astype(dtype)
+        return np.asarray((rng.random(shape, dtype="float64") * 2 - 1).astype(dtype))
     if dt.is_bool(dtype):
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)
     lo, hi = dt.int_range(dtype)
-    return rng.integers(max(lo, -100), min(hi, 100) + 1, size=shape).astype(dtype)
+    return np.asarray(rng.integers(max(lo, -100), min(hi, 100) + 1, size=shape).astype(dtype))
 
 
 def verify_trace_roundtrip(sch) -> Schedule:

@@ -79,6 +79,20 @@ def test_unroll_limit_annotation():
     check_schedule(s, [A, B, C], mm_ref, targets=TARGETS)
 
 
+def test_add_unit_loop_gives_a_scalar_a_loop_to_bind():
+    """A 0-d output (a whole sum) has no loop; add_unit_loop makes one of one iteration around its
+    block, which replays from the trace and leaves the result as it was."""
+    x = te.placeholder((7, 5), name="X")
+    k, m = te.reduce_axis((0, 7), name="k"), te.reduce_axis((0, 5), name="m")
+    total = te.compute((), lambda: te.sum(x[k, m], axis=[k, m]), name="total")
+    sch = tir_sched([x, total])
+    loop = sch.add_unit_loop(sch.get_block("total"))
+    assert [f.extent.value for f in sch.loops_of(sch.get_block("total"))] == [1, 7, 5]
+    sch.unroll(loop)  # (a loop like any other)
+    verify_trace_roundtrip(sch)
+    check_schedule(sch, None, lambda a: np.asarray(a.sum(), dtype=np.float32), targets=TARGETS, rtol=1e-5, atol=1e-5)
+
+
 def test_compute_inline_and_reverse_compute_inline():
     A, B, C, D = gemm_relu()
     x = te.placeholder((24, 20), name="X")

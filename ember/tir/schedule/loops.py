@@ -1,5 +1,5 @@
 """Loop primitives: get_block, get_loops, split, fuse, reorder, parallel, vectorize, unroll,
-bind (to a GPU block or thread index), annotate.
+bind (to a GPU block or thread index), annotate, add_unit_loop.
 
 Loops always start at 0; a block's iteration variables are bound to expressions of the loop
 variables around it. split and fuse only rewrite those bindings (and the loop nest); when a
@@ -17,6 +17,7 @@ from ..arith import Analyzer
 from ..expr import Var, as_int, const
 from ..functor import free_vars, mutate_stmt, stmt_children, substitute_stmt, uses_var
 from ..stmt import BLOCK_TAGS, THREAD_BINDING, THREAD_TAGS, BlockRealize, For, Stmt
+from .nest import exclusive_top
 from .registry import primitive
 from .state import BlockRV, LoopRV, Schedule
 
@@ -93,6 +94,17 @@ def split(sch: Schedule, loop: LoopRV, factors: list) -> list[LoopRV]:
     sch.replace(f, body)
     sch.consume(f.loop_var, f"split ({f.loop_var.name} -> {', '.join(v.name for v in new_vars)})")
     return [sch.new_loop_rv(v) for v in new_vars]
+
+
+@primitive
+def add_unit_loop(sch: Schedule, block: BlockRV) -> LoopRV:
+    """A loop of one iteration around `block` and its own loops (a 0-d output has no loop over
+    its elements), so that it can be bound: to threadIdx.x, the one thread that stores a scalar."""
+    path = sch.block_path(block)
+    top = exclusive_top(path)
+    var = Var(f"{path[-1].block.name}_unit")
+    sch.replace(top, For(var, const(0), const(1), "serial", top))
+    return sch.new_loop_rv(var)
 
 
 @primitive
