@@ -14,6 +14,7 @@ defaults a CUDA backend will choose from): each takes a te schedule and the tens
   optionally read from global memory once, into shared memory or registers;
 - `reduce_block`: an element of a reduction's output per block, reduced across the block's
   threads as `row_block`'s statistics are (its reduced axes taken as one), stored by one thread;
+  a 0-d output (a whole tensor's sum) in one block;
 - `gemv`: a one-row product (a decode step's linear layer), a block per 32 columns, each
   column's reduction split over 8 threads and folded through shared memory;
 - `gemm`: C = A @ B tiled for shared memory: a block computes a BM x BN tile of C with
@@ -191,6 +192,9 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     red = s.cache_write(out, "local") if reduction is out else reduction  # the fold into a register
     stage = s[out]
     axes = stage.op.axis
+    if not axes:
+        _reduce_to_one(s, out, red, threads)
+        return
     block = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     block, one = stage.split(block, factor=1)
     stage.bind(block, ThreadAxis("blockIdx.x"))
@@ -204,6 +208,27 @@ def reduce_block(s: TESchedule, out, reduction, threads: int = 256) -> None:
     s[partials].compute_at(stage, block)
     s[partials].bind(s[partials].op.axis[-1], ThreadAxis("threadIdx.x"))
     s[local].compute_at(s[partials], s[partials].op.axis[-1])
+
+
+def _reduce_to_one(s: TESchedule, out, red, threads: int) -> None:
+    """A reduction to one value (a 0-d `out`: a whole tensor's sum) in one block, the loop of the
+    partials split into that block and its threads: each thread's strided part reduced in a
+    register, stored into a shared array of partials, which every thread then folds (warp
+    shuffles) and from which every thread stores `out` (after the barrier before the fold, no
+    thread still reads an input whose buffer `out` may be given)."""
+    axes = s[red].op.reduce_axis
+    axis = s[red].fuse(*axes) if len(axes) > 1 else axes[0]
+    _, part = s[red].split(axis, factor=threads)
+    partials = s.rfactor(red, part, factor_axis=0)
+    local = s.cache_write(partials, "local")
+    block, thread = s[partials].split(s[partials].op.axis[0], nparts=1)
+    s[partials].bind(block, ThreadAxis("blockIdx.x"))
+    s[partials].bind(thread, ThreadAxis("threadIdx.x"))
+    s[local].compute_at(s[partials], thread)
+    for t in (red, out) if red is not out else (red,):
+        s[t].reverse_compute_at(s[partials], block)
+    stage = s[out]
+    stage.bind(stage.sch.add_unit_loop(stage.block), ThreadAxis("threadIdx.x"))  # (thread 0 stores it)
 
 
 def gemv(s: TESchedule, out, product, columns: int = 32, slices: int = 8) -> None:

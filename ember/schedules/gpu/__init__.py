@@ -7,10 +7,10 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   transpose, concat, pad, ...) fused, 4 elements a thread where they divide it, 256 threads a
   block; an output with reduction axes (pooling, convolution, a reduction that does not take the
   block schedule), or one that reads reductions (a convolution's fused bias and ReLU), one
-  output element a thread, its reductions in registers;
+  output element a thread, its reductions in registers; a 0-d output on one thread;
 - `reduce`: a reduction long enough, or to few outputs (a global average pool at batch 1), one
   output element a block, the block's threads reducing strided parts through shared memory and
-  the partials folded with warp shuffles (`rows`);
+  the partials folded with warp shuffles (`rows`); a reduction to one value (0-d) in one block;
 - `rows`: softmax, log_softmax, layer_norm, rms_norm over the last axis (the leading ones, static
   or symbolic, are the rows), a row a block, the row read from global memory once (kept in
   registers or shared memory), each statistic of the row reduced across the block's threads;

@@ -10,7 +10,8 @@ reduce_block: partials in shared memory, folded with warp shuffles):
 
 The others (many outputs, or a symbolic count of them, of short reductions; reductions of
 symbolic length) decline: the default reduces an output element a thread. Several reduced axes
-are taken as one, their loops fused (a map's rows and columns)."""
+are taken as one, their loops fused (a map's rows and columns). A reduction to one value (a 0-d
+output: `x.sum()`, a loss) takes one block of up to 256 threads, whatever its length."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ...tir.expr import as_int
 from ..rules import inline_intermediates
 from . import schedules
 from .default import reductions_of
-from .rows import WARP, block_threads
+from .rows import MAX_THREADS, WARP, block_threads
 
 LONG = 256  # elements a reduction needs for a block of its own
 FEW = 128  # outputs a multiprocessor below which each output takes a block of its own (a thread each: one block)
@@ -31,9 +32,14 @@ FEW = 128  # outputs a multiprocessor below which each output takes a block of i
 def schedule_reduce(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
-    if len(found) != 1 or not out.op.axis:
+    if len(found) != 1:
         return False
     (red,) = found
+    if not out.op.axis:  # a whole tensor to one value: one block, its tail guarded
+        m = math.prod(as_int(r.dom.extent) or 0 for r in red.op.reduce_axis)
+        inline_intermediates(s.sch)
+        gpu.reduce_block(s, out, red, WARP if 0 < m < LONG else (block_threads(m, 1) or MAX_THREADS))
+        return None
     kept = [str(d) for d in out.shape if as_int(d) != 1]
     if [str(d) for d in red.shape if as_int(d) != 1] != kept:
         return False  # (an output that is not the reduction's elements)
