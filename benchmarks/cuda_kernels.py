@@ -15,8 +15,8 @@ mma.sync and ldmatrix on swizzled tiles in several block tiles, warp tiles, stag
 its products at rows of 128, 256 and 512 bytes checked against torch first, and wmma on padded
 rows; the best of each type and intrinsic printed) against cuBLAS on the same inputs (its
 output in the inputs' type) and Triton's tutorial matmul where Triton is installed; and
-operators (softmax, layer norm, a reduction,
-gelu, ResNet's global average pool at batch 1 in fp16, fp32 and
+operators (softmax, layer norm, a reduction of rows and of a whole tensor to one value (one
+block: 2^20 and 2^24 elements), gelu, ResNet's global average pool at batch 1 in fp16, fp32 and
 fp16 matmul) as the CUDA target schedules them by default (ember.schedules.gpu), and cumsum (`scans`:
 4096 rows of 4096, GPT-2's position ids over 1024 tokens, 4 rows of 2^20) with 1, 2, 4 and 8
 consecutive elements a thread, the best printed,

@@ -21,6 +21,9 @@ DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.sof
             ("layer_norm", ((4096, 4096), (4096,), (4096,)), "float32", {"normalized_ndim": 1, "eps": 1e-5},
              lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
             ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
+            # a whole tensor to one value (a loss): one block, however long
+            ("sum", ((1 << 20,),), "float32", {}, lambda x: x.sum(), True),
+            ("sum", ((4096, 4096),), "float32", {}, lambda x: x.sum(), True),
             ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
             ("global_avg_pool", ((1, 512, 7, 7),), "float16", {}, lambda x: x.mean((2, 3), keepdim=True), True),
             ("matmul", ((4096, 4096), (4096, 4096)), "float32", {}, lambda a, b: a @ b, False),
