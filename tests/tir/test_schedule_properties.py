@@ -233,6 +233,21 @@ def test_cache_write_of_a_tensor_cached_for_reading_is_rejected():
     check_against_unscheduled(sch, conv2d(), seed=4)
 
 
+def test_compute_root_of_a_read_cache_whose_producer_shares_its_readers_nest_is_rejected():
+    """C computed at D's row loop, then C's local copy for D computed at the root: the copy would
+    have to follow C's updates and precede D's reads, both inside the one row loop, so no top-level
+    place is right (it went before the loop, reading C unwritten)."""
+    sch = Schedule(te.create_prim_func(gemm()))
+    sch.compute_at(sch.get_block("C"), sch.get_loops(sch.get_block("D"))[0])
+    sch.decompose_reduction(sch.get_block("C"), sch.get_loops(sch.get_block("C"))[0])
+    sch.cache_read(sch.get_block("D"), 0, "local")
+    before = sch.mod
+    with pytest.raises(ScheduleError, match="compute_root: block 'C_local' reads C"):
+        sch.compute_root(sch.get_block("C_local"))
+    assert sch.mod is before
+    check_against_unscheduled(sch, gemm(), seed=5)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(sorted(WORKLOADS)), data=st.data())
 def test_random_legal_schedules_keep_results_interpreter(name, data):

@@ -18,7 +18,7 @@ from ...errors import ScheduleError
 from ..arith import Analyzer
 from ..expr import Const
 from ..region import Interval, accesses, interval_of, region_under, union
-from ..stmt import For
+from ..stmt import For, SeqStmt
 from .nest import (
     check_sole_writer,
     check_writes_its_point,
@@ -178,7 +178,10 @@ def _check_inputs_ready(sch: Schedule, realize, target, produced: set) -> None:
 
 @primitive
 def compute_root(sch: Schedule, block: BlockRV) -> None:
-    """Compute the whole of `block` at the top level, before the first block that reads it."""
+    """Compute the whole of `block` at the top level, before the first block that reads it; a
+    ScheduleError where something after that point writes what the block reads (its producer
+    shares a top-level nest with its reader: no place at the top level is after the one and before
+    the other)."""
     realize = sch.get_realize(block)
     outs = output_buffers(realize.block)
     check_sole_writer(sch, realize, "compute_root")
@@ -186,4 +189,14 @@ def compute_root(sch: Schedule, block: BlockRV) -> None:
     detach(sch, block)
     nest = nest_over(realize, {}, Analyzer(), carried)
     root = sch.root_block()
-    sch.set_root(replace(root, body=insert_in_body(root.body, nest, before_reader_of=set(outs))))
+    body = insert_in_body(root.body, nest, before_reader_of=set(outs))
+    children = list(body.stmts) if isinstance(body, SeqStmt) else [body]
+    inputs = {r.buffer for r in realize.block.reads}
+    late = [c for c in children[next(k for k, c in enumerate(children) if c is nest) + 1:] if writes_buffer(c, inputs)]
+    if late:
+        raise ScheduleError(
+            f"compute_root: block {realize.block.name!r} reads {', '.join(sorted(b.name for b in inputs))}, "
+            f"which is written at or after the first top-level nest that reads its output "
+            f"{', '.join(sorted(b.name for b in outs))}; no place at the top level comes after the writes and "
+            f"before the reads")
+    sch.set_root(replace(root, body=body))
