@@ -10,6 +10,7 @@
     ember tune model.onnx --trials 2000 --db tuning.db   # tune its kernels (--runner ray: on a cluster)
     ember tune --report tuning.db               # best result per workload, tuning curves (PNG)
     ember doctor                                # the EMBER_* options; what works on this machine
+    ember cache [--clear]                       # each cache's size, entries and limit (or empty them)
 
 An error ember reports on purpose (an EmberError: an unsupported operator, a model that is not
 valid ONNX, an input of the wrong shape), a file that cannot be read (OSError) and Ctrl-C are
@@ -263,6 +264,31 @@ def cmd_doctor(args) -> int:
     return 0 if ok else 1
 
 
+def cmd_cache(args) -> int:
+    from .runtime import disk_cache
+
+    names = list(disk_cache.SHARES)
+    if args.clear:
+        freed = sum(disk_cache.clear(name) for name in names)
+        print(f"removed {_size(freed)} from {config.get('cache_dir')}")
+    print(f"{config.get('cache_dir')} (EMBER_CACHE_DIR), at most {_size(config.get('cache_limit'))} "
+          f"(EMBER_CACHE_LIMIT)")
+    used = {name: disk_cache.usage(name) for name in names}
+    for name in names:
+        print(f"  {name:<11} {_size(used[name].bytes):>10} in {used[name].entries:6d} entries, "
+              f"at most {_size(disk_cache.limit(name))}")
+    print(f"  {'all':<11} {_size(sum(u.bytes for u in used.values())):>10} in "
+          f"{sum(u.entries for u in used.values()):6d} entries")
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
 def _cuda() -> dict[str, tuple[bool, str]]:
     """NVRTC, the CUDA driver and the GPU, each with what it is or why it is missing (none of them
     is needed but for target "cuda")."""
@@ -389,6 +415,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_tune)
     p = add_parser("doctor", help="what works on this machine")
     p.set_defaults(fn=cmd_doctor)
+    p = add_parser("cache", help="each cache's size, entries and limit (EMBER_CACHE_DIR, EMBER_CACHE_LIMIT)")
+    p.add_argument("--clear", action="store_true", help="remove every entry first (not the writes under way)")
+    p.set_defaults(fn=cmd_cache)
     return ap
 
 

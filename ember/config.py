@@ -36,6 +36,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 from .errors import ConfigError
@@ -115,6 +116,20 @@ class Count:
         if value < 1:
             raise ValueError("less than 1")
         return int(value)
+
+
+@dataclass(frozen=True)
+class Size:
+    """A number of bytes, with an optional unit: K, M, G or T, powers of 1024 (2G is 2 GiB; "KiB",
+    "GB" and such are read the same), a fraction allowed (1.5G)."""
+
+    allowed = "a size in bytes >= 0, with an optional unit K, M, G or T (powers of 1024: 2G is 2 GiB)"
+
+    def parse(self, text: str, where: str) -> int:
+        m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)\s*([kmgt]?)(?:i?b)?", text.lower())
+        if m is None:
+            raise ValueError("not a size")
+        return int(Decimal(m[1]) * 1024 ** " kmgt".index(m[2] or " "))  # (exact at any length)
 
 
 @dataclass(frozen=True)
@@ -275,7 +290,7 @@ class Option:
     default: object  # a callable: computed when read
     env: str
     description: str
-    kind: Threads | Count | Boolean | Command | Flags | Folder | PassNames
+    kind: Threads | Count | Size | Boolean | Command | Flags | Folder | PassNames
 
     def default_value(self):
         return self.default() if callable(self.default) else self.default
@@ -292,6 +307,9 @@ OPTIONS = {
     for o in [
         Option("cache_dir", _default_cache_dir, "EMBER_CACHE_DIR",
                "where compiled kernels are cached (default $XDG_CACHE_HOME/ember or ~/.cache/ember)", Folder()),
+        Option("cache_limit", 8 << 30, "EMBER_CACHE_LIMIT",
+               "the bytes the cache folder keeps at most, split among its caches (ember.runtime.disk_cache."
+               "SHARES: half for whole models); the least recently used entries are removed first", Size()),
         Option("cc", "cc", "EMBER_CC", "the C compiler", Command()),
         # -fno-tree-loop-if-convert: GCC 12 at -O3 with AVX-512 miscompiles guarded loops that it
         # if-converts and vectorizes with masks (tests/te: test_rowsum_rfactor_empty_ranges);

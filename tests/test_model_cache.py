@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 import ember  # noqa: E402
 from ember.compile_stats import Clock  # noqa: E402
-from ember.runtime import kept, model_cache  # noqa: E402
+from ember.runtime import disk_cache, kept, model_cache  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-5
 
@@ -110,7 +109,8 @@ def test_hit_and_misses(cache, monkeypatch):
     monkeypatch.setattr(kept, "source_digest", lambda: "another ember")
     assert not compiled(model, x).stats.hit
     assert len(entries(root)) == 4
-    monkeypatch.setattr(model_cache, "LIMIT", 1)  # the least recently used go first, the new entry stays
+    monkeypatch.setenv("EMBER_CACHE_LIMIT", "1")  # the least recently used go first, the new entry stays
+    monkeypatch.setattr(disk_cache, "YOUNG_S", -1.0)  # (however recently used)
     assert not compiled(model, x, name="last").stats.hit
     assert len(entries(root)) == 1 and compiled(model, x, name="last").stats.hit
 
@@ -173,7 +173,7 @@ def test_off(tmp_path, monkeypatch):
 
 def test_saved_in_the_background(cache, monkeypatch):
     """A save under way shows nothing (no entry, no other key) until its entry is whole; a
-    compile's first look waits for it; a killed save's temporary folder goes once STALE_S old."""
+    compile's first look waits for it."""
     root, _, x = cache
     torch.manual_seed(4)
     model = Net().eval()
@@ -187,9 +187,6 @@ def test_saved_in_the_background(cache, monkeypatch):
         return folder
 
     monkeypatch.setattr(model_cache, "save_artifact", slow)
-    stale = root / model_cache.FOLDER / "00" / f"{model_cache.TEMPORARY}killed"
-    stale.mkdir(parents=True)
-    os.utime(stale, (time.time() - model_cache.STALE_S - 1,) * 2)
     before = set((root / model_cache.FOLDER).glob("*/*")), set((root / model_cache.ALIASES).rglob("*"))
     first = compiled(model, x, name="background")
     assert started.wait(timeout=60)
@@ -198,7 +195,7 @@ def test_saved_in_the_background(cache, monkeypatch):
     assert set((root / model_cache.ALIASES).rglob("*")) == before[1]  # (its module's key not filed yet)
     go.set()
     again = compiled(model, x, name="background")  # (its module key's look waited for the save)
-    assert again.stats.hit and again.stats.untraced and not stale.exists()
+    assert again.stats.hit and again.stats.untraced
     y = torch.randn_like(x).numpy()
     np.testing.assert_array_equal(again(y), first(y))
 

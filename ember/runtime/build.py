@@ -13,7 +13,8 @@ why a build missed the cache.
 Every library has a sidecar, `<key>.json`, with the size and sha256 of its bytes, written before
 the library is moved into place. An entry is used only when its bytes match its sidecar: a
 truncated or damaged library (a full disk, a copy gone wrong, an entry of an older ember without a
-sidecar) is compiled again, never loaded.
+sidecar) is compiled again, never loaded. An intact entry found is a use (it is touched), and an
+entry installed is counted in its folder's bytes, trimmed to its limit (ember.runtime.disk_cache).
 
 A source may hold several translation units, separated by UNIT_SEPARATOR lines (a large
 model's kernels: ember.backends.c): each is compiled to an object at once, in parallel, and the
@@ -51,6 +52,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import ArtifactError, BuildError, ConfigError
+from . import disk_cache
 from .library import Digest, read_checked
 
 LIBS = ("-lm",)  # after the source file, where the linker wants libraries
@@ -140,6 +142,7 @@ def _intact(path: Path) -> bool:
         read_checked(path, digest, "its sidecar")
     except (OSError, ValueError, KeyError, TypeError, ArtifactError):
         return False
+    disk_cache.touch(path)  # (used: the last to be removed)
     return True
 
 
@@ -148,8 +151,10 @@ def _install(lib: Path, path: Path) -> None:
     and a reader checks it against the sidecar written for it."""
     sidecar = lib.with_suffix(".json")
     sidecar.write_text(json.dumps(Digest.of_file(lib).to_json()) + "\n")
+    nbytes = lib.stat().st_size + sidecar.stat().st_size
     os.replace(sidecar, path.with_suffix(".json"))
     os.replace(lib, path)
+    disk_cache.added(path, nbytes)
 
 
 @contextlib.contextmanager

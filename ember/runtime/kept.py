@@ -9,7 +9,8 @@ entry made by other code is never read: editing ember, or installing another ver
 afresh. An entry is the sha256 of its pickle, then the pickle; a read whose bytes do not match
 (a truncated or damaged file) is a miss, as is one that does not unpickle. Writes go to a
 temporary file renamed into place, so a reader sees a whole entry or none, and a cache that
-cannot be written is skipped (the build, which writes there too, says why).
+cannot be written is skipped (the build, which writes there too, says why). A hit touches its
+entry, and a put trims the folder to its limit, least recently used first (ember.runtime.disk_cache).
 
 The trust is the build cache's: its libraries are loaded and run, these are unpickled; both are
 the user's own folder (EMBER_CACHE_DIR).
@@ -27,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from .. import config
+from . import disk_cache
 
 _EMBER = Path(__file__).resolve().parent.parent
 
@@ -50,17 +52,20 @@ def entry_path(folder: str, key: str, suffix: str = ".pkl") -> Path:
 
 def get(folder: str, key: str):
     """The value kept under `key`, or None (none kept, or its entry is damaged)."""
+    path = entry_path(folder, key)
     try:
-        data = entry_path(folder, key).read_bytes()
+        data = path.read_bytes()
     except OSError:
         return None
     digest, payload = data[:32], data[32:]
     if hashlib.sha256(payload).digest() != digest:
         return None
     try:
-        return pickle.loads(payload)
+        value = pickle.loads(payload)
     except Exception:  # (bytes that match their digest but not today's classes: a miss all the same)
         return None
+    disk_cache.touch(path)  # (used: the last to be removed)
+    return value
 
 
 def put(folder: str, key: str, value) -> None:
@@ -82,3 +87,4 @@ def write(path: Path, value) -> None:
         except OSError:
             os.unlink(tmp)
             raise
+        disk_cache.added(path, 32 + len(payload))

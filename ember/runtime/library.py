@@ -6,7 +6,8 @@ run A's code. So ember dlopens no path whose bytes may change. `open_library(pat
 library's bytes once, hashes them (sha256), and dlopens a copy named by that hash,
 `<cache_dir>/libraries/<sha[:2]>/<sha>.so`. The copy is written to a temporary name and renamed,
 so it is whole or absent; one already there is compared with the bytes first and replaced when it
-differs (a damaged cache). A path named by its content holds no other bytes, so one path is one
+differs (a damaged cache); a copy found is touched and one written counted, its folder trimmed
+to its limit (ember.runtime.disk_cache). A path named by its content holds no other bytes, so one path is one
 library, and a file changed in a folder loads as the new library it is.
 
 `read_checked(path, digest)` reads a file and checks it against the `Digest` (size, hash) that
@@ -37,7 +38,7 @@ import numpy as np
 
 from .. import config
 from ..errors import ArtifactError, ConfigError
-from . import openmp
+from . import disk_cache, openmp
 
 HASHES = ("sha256", "xxh3_128")  # what a digest may be: sha256, or xxh3-128 (the xxhash package)
 HASH_WINDOW = 64 << 20  # bytes of a file mapped at a time to hash it (a multiple of mmap's granularity)
@@ -217,9 +218,11 @@ def _content_copy(data: bytes, digest: Digest) -> Path:
     copy = Path(config.get("cache_dir")) / "libraries" / sha[:2] / f"{sha}.so"
     try:
         if copy.is_file() and copy.read_bytes() == data:
+            disk_cache.touch(copy)
             return copy
         copy.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(copy, data)
+        disk_cache.added(copy, len(data))
     except OSError as e:
         raise ConfigError(f"cannot write {copy} ({e.strerror or e}): the cache folder must be writable; "
                           f"choose another with EMBER_CACHE_DIR") from None

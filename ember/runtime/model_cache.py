@@ -27,10 +27,10 @@ thread of its own, so that the compile returns the model at once (BERT-base's en
 written and hashed, half a second): the writes and the hashing release the GIL; `get`,
 `aliased` (the next compile's first look) and `wait` wait for this process's saves to end, and
 so does the interpreter's exit (the thread is not a daemon). The other keys of the entry are
-filed once it is in place. A process killed while saving leaves its temporary folder, which a
-later put removes once it is STALE_S old. An entry is as
-large as the model's weights, so the folder keeps at most LIMIT bytes: a put removes the least
-recently used entries (a hit touches its folder) beyond that.
+filed once it is in place. An entry is as large as the model's weights, so the folder keeps
+at most its share of EMBER_CACHE_LIMIT (4 GiB by default): a hit touches its folder and a put
+removes the least recently used entries beyond that, and the temporary folder of a process
+killed while saving once it is stale (ember.runtime.disk_cache).
 
 The trust is the build cache's: a hit loads a library of the user's own folder (EMBER_CACHE_DIR).
 EMBER_MODEL_CACHE=0 turns it off.
@@ -44,17 +44,14 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-from ..errors import ArtifactError
-from . import kept
+from ..errors import ArtifactError, ConfigError
+from . import disk_cache, kept
 from .artifact import Artifact, read_artifact, save_artifact
 
 FOLDER = "models"
 ALIASES = "model-keys"  # ember.runtime.kept's folder of the other keys of entries
-LIMIT = 4 << 30  # bytes of entries kept at most (BERT-base's is 0.4 GiB)
-STALE_S = 3600  # a temporary folder this old is a killed process's save
 TEMPORARY = ".model-"  # the prefix of a save's temporary folder
 
 _saving: list[threading.Thread] = []  # this process's saves that may not have ended
@@ -76,8 +73,7 @@ def get(key: str) -> Artifact | None:
         art = read_artifact(folder, mapped=True)
     except (ArtifactError, OSError):
         return None
-    with contextlib.suppress(OSError):
-        os.utime(folder)  # (recently used: the last to be removed)
+    disk_cache.touch(folder)  # (used: the last to be removed)
     return art
 
 
@@ -103,7 +99,7 @@ def wait() -> None:
 
 
 def _put(folder: Path, aliases: list[Path], key: str, model) -> None:
-    with contextlib.suppress(OSError, ArtifactError):
+    with contextlib.suppress(OSError, ArtifactError, ConfigError):  # (ConfigError: the build said it first)
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=TEMPORARY))
         try:
@@ -113,9 +109,9 @@ def _put(folder: Path, aliases: list[Path], key: str, model) -> None:
             os.replace(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        disk_cache.added(folder)
         for path in aliases:
             kept.write(path, key)
-        _evict(folder.parent.parent, folder)
 
 
 def _weights_hash() -> str:
@@ -135,22 +131,3 @@ def aliased(other: str) -> str | None:
     key = kept.get(ALIASES, other)
     return key if isinstance(key, str) else None
 
-
-def _evict(root: Path, keep: Path) -> None:
-    """Remove the least recently used entries under `root` until they hold at most LIMIT bytes,
-    `keep` (the entry just written) aside, and the temporary folders of saves STALE_S old."""
-    entries = []
-    for e in root.glob("*/*"):
-        if e.is_dir() and not e.name.startswith("."):
-            entries.append((e.stat().st_mtime, sum(f.stat().st_size for f in e.rglob("*") if f.is_file()), e))
-        elif e.name.startswith(TEMPORARY):
-            with contextlib.suppress(OSError):  # (renamed by its save meanwhile)
-                if time.time() - e.stat().st_mtime > STALE_S:
-                    shutil.rmtree(e, ignore_errors=True)
-    total = sum(size for _, size, _ in entries)
-    for _, size, e in sorted(entries):
-        if total <= LIMIT:
-            break
-        if e != keep:
-            shutil.rmtree(e, ignore_errors=True)
-            total -= size

@@ -230,6 +230,8 @@ def _valid(name: str, value) -> bool:
             return isinstance(value, int) and 0 <= value <= config.max_threads()
         case "max_specializations":
             return isinstance(value, int) and value >= 1
+        case "cache_limit":
+            return isinstance(value, int) and value >= 0
         case ("debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug" | "fast_call"
               | "lowered_cache" | "cuda_graphs" | "model_cache" | "record_trace" | "tile_mma"):
             return isinstance(value, bool)

@@ -11,11 +11,11 @@ from ember.runtime import kept
 
 def test_a_value_comes_back_equal():
     value = {"kernel": (1, 2.5, "c"), "weights": np.arange(6, dtype=np.float32).reshape(2, 3)}
-    assert kept.get("values", "k") is None
-    kept.put("values", "k", value)
-    got = kept.get("values", "k")
+    assert kept.get("lowered", "k") is None
+    kept.put("lowered", "k", value)
+    got = kept.get("lowered", "k")
     assert got["kernel"] == value["kernel"] and np.array_equal(got["weights"], value["weights"])
-    assert kept.get("values", "other key") is None and kept.get("other folder", "k") is None
+    assert kept.get("lowered", "other key") is None and kept.get("other folder", "k") is None
 
 
 @pytest.mark.parametrize("damage", [
@@ -24,32 +24,32 @@ def test_a_value_comes_back_equal():
     lambda data: b"",  # empty
 ])
 def test_a_damaged_entry_is_a_miss(damage):
-    kept.put("values", "k", list(range(100)))
-    path = kept.entry_path("values", "k")
+    kept.put("lowered", "k", list(range(100)))
+    path = kept.entry_path("lowered", "k")
     path.write_bytes(damage(path.read_bytes()))
-    assert kept.get("values", "k") is None
-    kept.put("values", "k", [1, 2])  # written again whole
-    assert kept.get("values", "k") == [1, 2]
+    assert kept.get("lowered", "k") is None
+    kept.put("lowered", "k", [1, 2])  # written again whole
+    assert kept.get("lowered", "k") == [1, 2]
 
 
 def test_an_entry_whose_digest_matches_but_does_not_unpickle_is_a_miss():
     import hashlib
 
     payload = b"not a pickle"
-    path = kept.entry_path("values", "k")
+    path = kept.entry_path("lowered", "k")
     path.parent.mkdir(parents=True)
     path.write_bytes(hashlib.sha256(payload).digest() + payload)
-    assert kept.get("values", "k") is None
+    assert kept.get("lowered", "k") is None
 
 
 def test_a_cache_that_cannot_be_written_is_skipped(cache_dir):
     cache_dir.mkdir()
-    (cache_dir / "values").write_text("a file where the folder would be")  # (root writes read-only folders)
-    kept.put("values", "k", 1)
-    assert kept.get("values", "k") is None
+    (cache_dir / "lowered").write_text("a file where the folder would be")  # (root writes read-only folders)
+    kept.put("lowered", "k", 1)
+    assert kept.get("lowered", "k") is None
 
 
 def test_other_code_reads_other_entries(monkeypatch):
-    kept.put("values", "k", 1)
+    kept.put("lowered", "k", 1)
     monkeypatch.setattr(kept, "source_digest", lambda: "another ember")
-    assert kept.get("values", "k") is None
+    assert kept.get("lowered", "k") is None

@@ -8,7 +8,7 @@ multiple of 16, on the GPU whether each tensor's address is 16-byte aligned, the
 the target. A key compiles once per process (an in-memory
 table), and once per machine: the generated C and what the launch needs are kept in the build
 cache's folder (`triton/<key>.json`) next to the library, so a new process finds both and
-compiles nothing.
+compiles nothing (the folder trimmed to its limit, least recently used first: ember.runtime.disk_cache).
 
 The C function of a specialization takes, in order: one pointer per tensor argument (to its
 first element), one pointer per scalar argument (a one-element array of its type), `meta`
@@ -48,6 +48,7 @@ import numpy as np
 from ... import config
 from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
+from ...runtime import disk_cache
 from ...runtime.library import write_atomic
 from ...target import Target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
@@ -337,6 +338,7 @@ def _read_cached(path: Path, key: str) -> Compiled | None:
         return None
     if data.get("format") != FORMAT or data.get("key") != key:
         return None
+    disk_cache.touch(path)  # (used: the last to be removed)
     return Compiled(data["name"], key, data["source"], data["tir"], data["sites"], data["scalar_dtypes"],
                     data["written"])
 
@@ -344,9 +346,11 @@ def _read_cached(path: Path, key: str) -> Compiled | None:
 def _write_cached(path: Path, c: Compiled) -> None:
     data = {"format": FORMAT, "key": c.key, "name": c.name, "source": c.source, "tir": c.tir, "sites": c.sites,
             "scalar_dtypes": c.scalar_dtypes, "written": c.written}
+    text = json.dumps(data).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(data).encode())
+        write_atomic(path, text)
+        disk_cache.added(path, len(text))
     except OSError:
         pass  # a read-only cache: the next process compiles again
 
