@@ -65,6 +65,16 @@ def test_save_then_load_compiles_nothing(tmp_path, cache_dir, monkeypatch):
     assert str(loaded.graph) == str(g)  # read back on first use
 
 
+def test_a_model_whose_library_left_the_cache_runs_but_cannot_be_saved(tmp_path):
+    g, ref = small_model()
+    cm = compile_graph(g, name="small")
+    cm.library.path.unlink()  # (its cache's least recently used entry, removed by another process)
+    x = random_array((3, 8))
+    np.testing.assert_allclose(cm(x), ref(x), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ArtifactError, match=r"its library .* was removed from the cache folder .*EMBER_CACHE_LIMIT"):
+        cm.save(tmp_path / "small.ember")
+
+
 def test_model_without_graph_keeps_weights_apart(tmp_path):
     g, ref = small_model()
     cm = compile_graph(g)
