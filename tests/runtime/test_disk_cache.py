@@ -99,6 +99,15 @@ def test_a_put_scans_only_past_the_limit(cache_dir, monkeypatch):
     assert disk_cache.usage("kernels").entries == 9  # (all used just now: none removed)
 
 
+def test_a_damaged_running_total_is_counted_again(cache_dir, monkeypatch):
+    kernels_limit(monkeypatch, 1000)
+    disk_cache.added(entry(cache_dir, "aa1", age_s=0), 100)
+    index = cache_dir / "kernels" / disk_cache.INDEX
+    index.write_text("not a total, and longer than the record " * 3)
+    disk_cache.added(entry(cache_dir, "bb1", age_s=0), 100)  # (scans: 200 bytes)
+    assert index.read_text().split()[:2] == ["200", "0"] and len(index.read_bytes()) < 64
+
+
 def test_hits_and_puts_of_every_cache_go_through_it(cache_dir, monkeypatch):
     """kept (lowered kernels, model keys) and the build cache count their puts and touch their
     hits."""
