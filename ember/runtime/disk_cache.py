@@ -104,22 +104,22 @@ def usage(name: str) -> Usage:
 def clear(name: str) -> int:
     """Remove every entry of the cache `name` (but writes under way); the bytes removed."""
     before = usage(name).bytes
-    trim(root(name), 0, young_s=-1.0, low_water=0.0)
+    trim(root(name), 0, young_s=-1.0, low_water=0.0, wait=True)
     return before - usage(name).bytes
 
 
 def trim(top: Path, most: int, keep: Path | None = None, young_s: float | None = None,
-         low_water: float | None = None) -> None:
+         low_water: float | None = None, wait: bool = False) -> None:
     """Remove the least recently used entries of the cache folder `top` down to `low_water`
     (LOW_WATER) of `most` bytes once they pass `most` (none used within `young_s` seconds,
     YOUNG_S, nor the entry `keep`), and stale temporaries; write the exact total. Nothing when
-    another process is trimming it."""
+    another process is trimming it, unless asked to `wait` for it."""
     if not top.is_dir():
         return
     young_s, low_water = YOUNG_S if young_s is None else young_s, LOW_WATER if low_water is None else low_water
     with open(top / f"{INDEX}.lock", "a") as lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # (another process trims it)
         entries = _entries(top, remove_stale=True)
