@@ -17,6 +17,8 @@ import pytest
 from ember.cli import main
 from ember.errors import ConfigError
 from ember.runtime import disk_cache, kept
+from ember.runtime.build import build_library
+from ember.runtime.library import open_library
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = sum(disk_cache.SHARES.values())  # EMBER_CACHE_LIMIT giving a share of 1 byte
@@ -108,20 +110,29 @@ def test_a_damaged_running_total_is_counted_again(cache_dir, monkeypatch):
     assert index.read_text().split()[:2] == ["200", "0"] and len(index.read_bytes()) < 64
 
 
-def test_hits_and_puts_of_every_cache_go_through_it(cache_dir, monkeypatch):
-    """kept (lowered kernels, model keys) and the build cache count their puts and touch their
-    hits."""
+def test_hits_and_puts_of_every_cache_go_through_it(cache_dir):
+    """kept (lowered kernels, model keys), the build cache (and NVRTC's, through the same
+    install) and the libraries loaded by content count their puts and touch their hits."""
     kept.put("lowered", "k", list(range(10)))
     path = kept.entry_path("lowered", "k")
     os.utime(path, (1, 1))
     assert kept.get("lowered", "k") == list(range(10)) and path.stat().st_mtime > time.time() - 60
-    assert disk_cache.usage("lowered") == disk_cache.Usage(path.stat().st_size, 1)
-    assert (cache_dir / "lowered" / disk_cache.INDEX).read_text().split()[0] == str(path.stat().st_size)
+    lib = build_library("int one(void) { return 1; }\n")
+    copy = open_library(lib).path
+    for p in (lib, copy):
+        os.utime(p, (1, 1))
+    assert build_library("int one(void) { return 1; }\n") == lib and open_library(lib).path == copy
+    for name, p in (("lowered", path), ("kernels", lib), ("libraries", copy)):
+        assert p.stat().st_mtime > time.time() - 60  # (touched by the hit)
+        counted = (cache_dir / name / disk_cache.INDEX).read_text().split()[0]
+        assert int(counted) == disk_cache.usage(name).bytes > 0 and disk_cache.usage(name).entries == 1
 
 
 WRITER = """
 import sys
 from ember.runtime import disk_cache, kept
+from ember.runtime.build import build_library
+from ember.runtime.library import open_library
 disk_cache.YOUNG_S = -1.0
 for k in range(int(sys.argv[1])):
     kept.put("lowered", f"w{k % 20}", [k % 20] * 200)
