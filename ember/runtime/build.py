@@ -135,14 +135,15 @@ def _unwritable(folder: Path, why: str) -> ConfigError:
 
 
 def _intact(path: Path) -> bool:
-    """Whether the library at `path` is there and matches its sidecar."""
+    """Whether the library at `path` is there and matches its sidecar (touched first: a trim
+    leaves an entry just used to the process about to load it)."""
+    disk_cache.touch(path)
     try:
         recorded = json.loads(path.with_suffix(".json").read_text())
         digest = Digest(recorded["size"], recorded["sha256"])
         read_checked(path, digest, "its sidecar")
     except (OSError, ValueError, KeyError, TypeError, ArtifactError):
         return False
-    disk_cache.touch(path)  # (used: the last to be removed)
     return True
 
 

@@ -217,8 +217,8 @@ def _content_copy(data: bytes, digest: Digest) -> Path:
     sha = digest.value if digest.algorithm == "sha256" else Digest.of(data).value
     copy = Path(config.get("cache_dir")) / "libraries" / sha[:2] / f"{sha}.so"
     try:
+        disk_cache.touch(copy)  # (first: a trim leaves an entry just used to the process about to load it)
         if copy.is_file() and copy.read_bytes() == data:
-            disk_cache.touch(copy)
             return copy
         copy.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(copy, data)

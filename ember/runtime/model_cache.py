@@ -69,11 +69,11 @@ def get(key: str) -> Artifact | None:
     folder = entry(key)
     if not folder.is_dir():
         return None
+    disk_cache.touch(folder)  # (first: a trim leaves an entry just used to the process reading it)
     try:
         art = read_artifact(folder, mapped=True)
     except (ArtifactError, OSError):
         return None
-    disk_cache.touch(folder)  # (used: the last to be removed)
     return art
 
 
