@@ -40,7 +40,7 @@ def test_misuse_is_an_ember_error():
 # ember's own code (a bug to report, not a user's mistake)
 BUILTIN_RAISES = {
     "dims.py": (3, "the dimension parser's own signals, caught by parse: a string that is no expression is a symbol"),
-    "config.py": (18, "each value check raises ValueError, which get/resolve turn into ConfigError"),
+    "config.py": (19, "each value check raises ValueError, which get/resolve turn into ConfigError"),
     "runtime/tensor_file.py": (7, "the weights reader's checks, turned into ArtifactError by the artifact reader"),
     "cuda/grid.py": (1, "a saved grid extent of other operators, made ArtifactError by the CUDA artifact reader"),
     "codegen/cstyle.py": (1, "a node the renderer does not know (compiler bug)"),
@@ -56,6 +56,7 @@ BUILTIN_RAISES = {
     "graph/core.py": (1, "Attrs mapping protocol (KeyError)"),
     "ops/registry.py": (2, "an operator declared twice or with an unknown pattern (a bug in ember's operator library)"),
     "schedules/family.py": (1, "two schedules declared for one operator (a bug in the library)"),
+    "runtime/disk_cache.py": (1, "a path counted in no cache folder of ember's (a bug in ember's caches)"),
     "frontend/onnx/registry.py": (1, "two converters for one ONNX op (a bug in the library)"),
     "frontend/torch/registry.py": (1, "two handlers for one ATen op (a bug in the library)"),
     "passes/fold_constants.py": (1, "an operator's reference disagreeing with its type inference (a bug)"),
