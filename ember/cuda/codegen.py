@@ -6,7 +6,9 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 - a loop bound to a GPU index (`sch.bind`) is not a loop: its variable is that index
   (`int64_t i_1 = threadIdx.x;`), guarded where its extent is less than the launch's dimension;
   the launch's grid and block are the largest extent bound to each index (`launch_dims`), and
-  `__launch_bounds__` gives the compiler the block's thread count; a block index of symbolic
+  `__launch_bounds__` gives the compiler the block's thread count, and the blocks a
+  multiprocessor must hold where a loop asks for them (MIN_BLOCKS: the compiler then fits a
+  thread's registers in the register file's share of each); a block index of symbolic
   extent is the launch's grid, computed per call from the kernel's sizes (ember.cuda.grid);
 - a "shared" allocation is a `__shared__` array (one per block), a "local" one an array of the
   thread (registers when its indices are constant after unrolling); both need a constant size,
@@ -119,6 +121,16 @@ DYNAMIC = "pragma_dynamic_shared"  # a loop's annotation: the kernel's shared ar
 DYNAMIC_SHARED = "ember_dynamic_shared"  # the kernel's dynamic shared memory
 
 
+MIN_BLOCKS = "pragma_min_blocks"  # a loop's annotation: the blocks a multiprocessor must hold at once
+
+
+def min_blocks(func: PrimFunc) -> int | None:
+    """The blocks a multiprocessor must hold (`__launch_bounds__`' second number) that a loop of
+    the kernel asks for (MIN_BLOCKS), the most where several do; None where none does."""
+    loops = collect(func.body, lambda s: isinstance(s, For) and s.annotation(MIN_BLOCKS))
+    return max((s.annotation(MIN_BLOCKS) for s in loops), default=None)
+
+
 def dynamic_shared(func: PrimFunc) -> bool:
     """Whether the kernel asks for its shared arrays in dynamic shared memory (DYNAMIC)."""
     return bool(collect(func.body, lambda s: isinstance(s, For) and s.annotation(DYNAMIC)))
@@ -195,8 +207,8 @@ class CUDARenderer(CStyleRenderer):
         return f"{'' if written else 'const '}{self.SCALAR_TYPES[buf.dtype]}* __restrict__ {self._name(buf)}"
 
     def _signature(self, func: PrimFunc, params: list[str]) -> str:
-        threads = threads_per_block(self._dims)
-        return (f'extern "C" __global__ void __launch_bounds__({threads}) '
+        bounds = [threads_per_block(self._dims), min_blocks(func)]
+        return (f'extern "C" __global__ void __launch_bounds__({", ".join(str(n) for n in bounds if n)}) '
                 f"{self.symbol(func)}({', '.join(params)})")
 
     def _stmt(self, s: Stmt, depth: int, out: list[str]) -> None:

@@ -32,8 +32,11 @@ batch: the grid and the loop's key tiles are then counted from them, parameters 
 float16 and bfloat16 operands of head sizes that are multiples of 16 take the Tensor Cores for
 q k^T and p v, p rounded to the operands' type as the product reads it (`choose`): up to 128, the
 mma.sync kernel (ember.ops.flash_attention_mma: scores, softmax state, p and the output in each
-warp's registers for the whole loop over keys), past it the wmma kernel where its tiles fit
-(ember.ops.flash_attention_tc: scores through shared memory); other operands are
+warp's registers for the whole loop over keys; `warps` of 16 queries a block, 4 where None,
+which ember.passes.unfold_attention lowers where 4 would leave the target's multiprocessors
+idle, and `__launch_bounds__` that fit a thread in 128 registers at head sizes up to 64), past
+it the wmma kernel where its tiles fit (ember.ops.flash_attention_tc: scores through shared
+memory); other operands are
 loaded as floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
 type. The statement is the kernel itself (a te.extern bound to blocks and threads), so the GPU
 family schedules nothing of it; only the CUDA target runs it (the interpreter with GPU semantics
@@ -85,6 +88,8 @@ def choose(dtype: str | None, e: int, ev: int) -> str:
 def _infer(types, attrs):
     if attrs["layout"] not in LAYOUTS:
         raise OpTypeError(f"flash_attention: layout must be one of {LAYOUTS}, got {attrs['layout']!r}")
+    if attrs["warps"] not in (None, *mma.WARPS):
+        raise OpTypeError(f"flash_attention: warps must be one of {mma.WARPS} (or None), got {attrs['warps']!r}")
     out = infer(types, attrs)
     q, k, v = types[:3]
     if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
@@ -116,7 +121,10 @@ def _compute(inputs, attrs, out_types):
         args = (*operands, bufs[slots[3]] if mask is not None else None, HeadRows(outs[0], bshd), float(scale),
                 bool(attrs["causal"]))
         if chosen == "mma":
-            return mma.kernel(*args, *mma.config(q.dtype, e, as_int(v.shape[-1])))
+            ev = as_int(v.shape[-1])
+            warps, bn, dynamic = mma.config(q.dtype, e, ev)
+            warps = attrs["warps"] or warps
+            return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev))
         return tc.kernel(*args, SHARED_LIMIT) if chosen == "wmma" else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
@@ -234,7 +242,7 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None},
+    attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "warps": None},
     num_inputs=(3, 4),
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
         "softmax (the CUDA target's; a symbolic batch and lengths, static head sizes whose tiles fit 48 KiB of "

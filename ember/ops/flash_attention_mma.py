@@ -47,7 +47,11 @@ CONFIGS = ((4, 64), (4, 32))  # (warps, keys a tile) in order of preference
 STATIC_LIMIT = 48 * 1024  # static shared memory a block may take
 DYNAMIC_LIMIT = 99 * 1024  # dynamic shared memory every GPU since sm_80 lets a block opt in to (ember.cuda.limits)
 DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
+MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.codegen.MIN_BLOCKS)
 MAX_HEAD = 128  # o's ev / 2 floats and q's e / 4 registers a lane: past 128, spills
+WARPS = (4, 2, 1)  # warps a block, most first: the fewer, the more blocks a problem of few queries has
+REGISTER_FILE = 65536  # registers a multiprocessor (ember.cuda.limits: every GPU since sm_50)
+REGISTERS = 128  # a thread's registers that head sizes up to 64 fit without spilling (ptxas: 127-185 unbounded)
 
 
 def shared_bytes(e: int, ev: int, warps: int, bn: int, stages: int = 2) -> int:
@@ -68,12 +72,27 @@ def config(dtype: str, e: int, ev: int) -> tuple[int, int, bool] | None:
     return None
 
 
+def warps_for(heads: int, length: int, multiprocessors: int) -> int:
+    """Warps a block for `heads` (batch times heads) of `length` queries: the most of WARPS whose
+    blocks still cover the GPU's multiprocessors, else 1 (BERT-base's 12 heads of 128 tokens: 24
+    blocks of 4 warps, 96 of 1, on 132 multiprocessors)."""
+    return next((w for w in WARPS if heads * -(-length // (w * ROWS)) >= multiprocessors), WARPS[-1])
+
+
+def min_blocks(warps: int, e: int, ev: int) -> int | None:
+    """The blocks a multiprocessor must hold (`__launch_bounds__`), so that ptxas fits a thread in
+    REGISTERS: REGISTER_FILE / (warps * 32 * REGISTERS), 4 at 4 warps. None past head sizes of 64
+    (128: 168-173 registers, which 128 would spill) and at one warp (its masked scores spill 28
+    bytes at 128)."""
+    return REGISTER_FILE // (warps * 32 * REGISTERS) if max(e, ev) <= 64 and warps > 1 else None
+
+
 def _flat(buf: Buffer, indices) -> object:
     return flat_index(buf, list(indices))
 
 
 def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: HeadRows, scale: float, causal: bool,
-           warps: int, bn: int, dynamic: bool = False, stages: int = 2) -> For:
+           warps: int, bn: int, dynamic: bool = False, stages: int = 2, min_blocks: int | None = None) -> For:
     """The kernel's statement (flash_attention's te.extern): `warps` warps of 16 queries a block,
     `bn` keys a tile (`config`), k and v in `stages` stages; `dynamic`: its shared tiles in
     dynamic shared memory (past 48 KiB)."""
@@ -147,6 +166,7 @@ def kernel(qb: HeadRows, kb: HeadRows, vb: HeadRows, mb: Buffer | None, ob: Head
         body = Allocate(buf, body)
     tiles = For(tile, const(0), convert(ceil_div(length, block_rows)), THREAD_BINDING, body,
                 (("thread_tag", "blockIdx.x"),))
-    annotations = (("thread_tag", "blockIdx.y"),) + (((DYNAMIC, True),) if dynamic else ())
+    annotations = (("thread_tag", "blockIdx.y"),) + (((DYNAMIC, True),) if dynamic else ()) \
+        + (((MIN_BLOCKS, min_blocks),) if min_blocks else ())
     return For(heads, const(0), convert(math.prod(batch)), THREAD_BINDING, tiles, annotations)
 

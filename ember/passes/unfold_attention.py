@@ -2,7 +2,7 @@
 written out as products and a softmax:
 
     scaled_dot_product_attention(q, k, v [, mask]; causal, scale)
-        -> flash_attention(q, k, v [, mask]; causal, scale)           static head sizes whose tiles fit
+        -> flash_attention(q, k, v [, mask]; causal, scale, warps)    static head sizes whose tiles fit
                                                                       (the batch and lengths static or
                                                                       symbolic: ember.ops.flash_attention)
         -> matmul(softmax(where(causal, matmul(q, T(k)) * scale, -inf) [+ mask | where mask], axis=-1), v)
@@ -19,7 +19,9 @@ NaN in the unfolded form (softmax's 0 / 0); the unfolded form's causal mask need
 key/value heads (gqa) are repeated to the query's heads first (static sizes). Targets of the
 CPU family keep the fused attention: the pass reads the target and changes nothing for them. A
 mask that says nothing the kernel does not know is dropped first, as fold_attention drops it
-(`without_known_mask`: GPT-2's constant lower triangle is causal, read from the indices).
+(`without_known_mask`: GPT-2's constant lower triangle is causal, read from the indices). The
+Tensor Core kernel's warps a block (`warps`) are chosen here, from the batch, the queries and the
+target's multiprocessors (ember.ops.flash_attention_mma.warps_for; a symbolic size keeps 4).
 """
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ import math
 import numpy as np
 
 from ..graph.core import Graph, Node, Value
+from ..ops import flash_attention_mma as mma
 from ..ops.attention import SDPA
-from ..ops.flash_attention import tile_rows
+from ..ops.flash_attention import choose, tile_rows
 from ..tir import dtype as dt
 from .fold_attention import without_known_mask
 from .rewrite import Rewriter, rebuild
@@ -38,10 +41,10 @@ from .rewrite import Rewriter, rebuild
 def unfold_attention(graph: Graph, target=None) -> Graph:
     if target is None or target.schedules != "gpu" or not any(n.op == SDPA for n in graph.nodes):
         return graph  # nothing to unfold: the graph itself (the pipeline reports it unchanged)
-    return rebuild(graph, _unfolded)
+    return rebuild(graph, lambda rw, node, inputs: _unfolded(rw, node, inputs, target.gpu.multiprocessors))
 
 
-def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | None:
+def _unfolded(rw: Rewriter, node: Node, inputs: list[Value], multiprocessors: int) -> list[Value] | None:
     if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
         return None
     inputs, attrs = without_known_mask(rw, node, inputs) or (inputs, node.attrs)
@@ -52,7 +55,8 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value]) -> list[Value] | No
             return None
         inputs = [q, k, v, *mask]
     if _fits_flash(inputs):
-        return rw.emit("flash_attention", inputs, {"causal": attrs["causal"], "scale": attrs["scale"]},
+        return rw.emit("flash_attention", inputs, {"causal": attrs["causal"], "scale": attrs["scale"],
+                                                   "warps": _warps(q, k, v, multiprocessors)},
                        hint=node.name, out_names=[node.outputs[0].name])
     rank, dtype = k.type.rank, q.type.dtype
     length, keys, e = (d if isinstance(d, int) else None
@@ -84,6 +88,18 @@ def _repeated(rw: Rewriter, x: Value, heads: int, hint: str) -> Value | None:
     (x,) = rw.emit("reshape", [x], {"shape": (*lead, hkv, 1, s, e)}, hint=hint)
     (x,) = rw.emit("expand", [x], {"shape": (*lead, hkv, heads // hkv, s, e)}, hint=hint)
     return rw.emit("reshape", [x], {"shape": (*lead, heads, s, e)}, hint=hint)[0]
+
+
+def _warps(q: Value, k: Value, v: Value, multiprocessors: int) -> int | None:
+    """The mma kernel's warps a block for the target's multiprocessors (ember.ops.
+    flash_attention_mma.warps_for) where its batch and length are static; None (its default)
+    otherwise, and for the other kernels."""
+    dtypes = {x.type.dtype for x in (q, k, v)}
+    *batch, length, e = q.type.shape
+    if choose(q.type.dtype if len(dtypes) == 1 else None, e, v.type.shape[-1]) != "mma" \
+            or not all(isinstance(d, int) for d in (*batch, length)):
+        return None
+    return mma.warps_for(math.prod(batch), length, multiprocessors)
 
 
 def _fits_flash(inputs: list[Value]) -> bool:

@@ -84,6 +84,33 @@ def test_nvrtc_compiles_it_for_sm_90_with_the_tiles_in_shared_memory(dtype, e):
         assert f.source.count("ember_mma_attn_softmax_64x64_f16_causal_f16(") == 2  # (its definition, its call)
 
 
+def test_fewer_warps_a_block_against_the_reference():
+    """One warp of 16 queries a block (what the GPU's pass asks where 4 would leave
+    multiprocessors idle), causal over several tiles of queries and keys."""
+    q, k, v = operands("float16", 32, 32)
+    check_op("flash_attention", [q, k, v], {"causal": True, "warps": 1}, rtol=3e-3, atol=3e-3,
+             targets=GPU_INTERPRETER)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("warps, bounds", [(4, "128, 4"), (2, "64, 8"), (1, "32")])
+def test_launch_bounds_fit_a_thread_in_128_registers_without_spills(warps, bounds):
+    """REGISTER_FILE / (threads * 128) blocks a multiprocessor at head size 64 (unbounded, ptxas
+    gives 1 warp 178 registers); one warp is left unbounded (128 would spill its masked scores)."""
+    from ember.cuda.nvrtc import resources
+
+    types = [TensorType((1, 2, 40, 64), "float16")] * 3 + [TensorType((1, 1, 1, 40), "float16")]
+    f = build_op("flash_attention", types, {"warps": warps}, target=Target("cuda", simulate=True)).kernel
+    assert f"__launch_bounds__({bounds})" in f.source and f.block == (32, warps, 1)
+    (used,) = resources(f.source).values()
+    assert used.spill_stores == used.spill_loads == 0 and (warps == 1 or used.registers <= 128)
+
+
+def test_an_unknown_count_of_warps_is_refused():
+    with pytest.raises(OpTypeError, match="warps must be one of"):
+        infer_types("flash_attention", [TensorType((1, 2, 16, 16), "float16")] * 3, {"warps": 3})
+
+
 @needs_nvrtc
 def test_nvrtc_compiles_head_sizes_of_128_in_dynamic_shared_memory():
     types = [TensorType((1, 2, 40, 128), "bfloat16")] * 3

@@ -2,7 +2,7 @@
 the query's heads before the GPU's kernels (flash_attention, or the products and softmax), the
 rewritten graph computing what the attention does (ember.ops.evaluate, rtol 1e-4, atol 1e-5);
 a symbolic batch and lengths take flash_attention too; a constant mask that only says causal is
-dropped for causal."""
+dropped for causal; the Tensor Core kernel's warps a block follow the target's multiprocessors."""
 
 from __future__ import annotations
 
@@ -48,3 +48,19 @@ def test_a_constant_lower_triangle_mask_becomes_causal_for_the_fused_kernel():
     (node,) = out.nodes
     assert node.op == "flash_attention" and len(node.inputs) == 3 and node.attrs["causal"]
     check_same(g, out)
+
+
+def test_the_tensor_core_kernels_warps_cover_the_targets_multiprocessors():
+    """BERT-base's 12 heads of 128 tokens: 24 blocks of 4 warps on 132 multiprocessors, 96 of 1;
+    a GPU of 16 keeps 4; float32 (CUDA cores) and a symbolic length leave it to the kernel."""
+    from ember.target import GPU
+
+    def warps(dtype, length, sms):
+        g = Graph("attention")
+        q, k, v = (g.add_input(n, TensorType((1, 12, length, 64), dtype)) for n in "qkv")
+        g.set_outputs(add_op(g, "scaled_dot_product_attention", [q, k, v], {}))
+        (node,) = unfold_attention(g, Target("cuda", simulate=True, gpu=GPU(multiprocessors=sms))).nodes
+        return node.attrs["warps"]
+
+    assert [warps("float16", 128, 132), warps("float16", 128, 48), warps("float16", 128, 16)] == [1, 2, 4]
+    assert warps("float32", 128, 132) is None and warps("bfloat16", "l", 132) is None
