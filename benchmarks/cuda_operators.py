@@ -371,8 +371,10 @@ def split_k(n: int, runs: int, rows: list) -> None:
 ATTENTION = (("BERT-base 1x12x128x64", 1, 12, 128, 64, False), ("8x16x2048x64", 8, 16, 2048, 64, False),
              ("causal 4x16x1024x64", 4, 16, 1024, 64, True))
 # the candidates timed beside the default (fp16, static): the mma kernel's (warps, keys a tile,
-# stages of k and v) and the wmma kernel's keys a tile (its default at d=64: the kernel before)
-MMA_CONFIGS = ((1, 64, 2), (2, 64, 2), (8, 64, 2), (4, 128, 2), (4, 64, 3))
+# stages of k and v), each with its __launch_bounds__' blocks a multiprocessor (mma.min_blocks)
+# and, where it has some, without (the kernel before), and the wmma kernel's keys a tile (its
+# default at d=64: the kernel before that)
+MMA_CONFIGS = ((4, 64, 2), (1, 64, 2), (2, 64, 2), (8, 64, 2), (4, 128, 2), (4, 64, 3))
 WMMA_KEY_TILES = (32,)
 
 
@@ -425,10 +427,18 @@ def _attention_case(label: str, shape, dtype: str, causal: bool, runs: int, rows
     variants.append(("ember packed qkv in place, out (B, S, H, D)", lambda: p(packed, packed, packed, rows_out), p_s,
                      rows_out.transpose(1, 2)))
     if dtype == "float16":
+        from ember.ops import flash_attention_mma as mma
+        from ember.target import Target
+
+        chosen = mma.warps_for(b * h, tokens, Target("cuda").gpu.multiprocessors)
+        print(f"{label}: unfold_attention's warps a block on this GPU: {chosen}")
         for warps, bn, stages in MMA_CONFIGS:
-            g, g_s = _mma_kernel(shape, dtype, causal, warps, bn, stages)
-            variants.append((f"ember mma, {warps} warps, {bn} keys a tile, {stages} stages", lambda g=g: g(*xs, y),
-                             g_s, y))
+            for bounded in (True, False) if mma.min_blocks(warps, d, d) else (True,):
+                g, g_s = _mma_kernel(shape, dtype, causal, warps, bn, stages, bounded)
+                bounds = f"launch bounds {mma.min_blocks(warps, d, d)} blocks" if bounded and mma.min_blocks(
+                    warps, d, d) else "no launch bounds"
+                variants.append((f"ember mma, {warps} warps, {bn} keys a tile, {stages} stages, {bounds}, "
+                                 f"{g.registers} registers", lambda g=g: g(*xs, y), g_s, y))
         for bn in WMMA_KEY_TILES:
             g, g_s = _key_tile_kernel(shape, dtype, causal, bn)
             variants.append((f"ember wmma (scores through shared memory), {bn} keys a tile", lambda g=g: g(*xs, y),
@@ -471,15 +481,17 @@ def _key_tile_kernel(shape, dtype: str, causal: bool, bn: int):
         *heads[:3], None, heads[3], scale, causal, tc.shared_bytes(d, d, bn)))
 
 
-def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int, stages: int):
+def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int, stages: int, bounded: bool = True):
     """flash_attention's mma kernel with `warps` warps of 16 queries, `bn` keys a tile and k and v
-    in `stages` stages (dynamic shared memory past 48 KiB), and the seconds it took to build."""
+    in `stages` stages (dynamic shared memory past 48 KiB), its launch bounds' blocks a
+    multiprocessor where `bounded` (mma.min_blocks), and the seconds it took to build."""
     from ember.ops import flash_attention_mma as mma
 
     d = shape[-1]
     dynamic = mma.shared_bytes(d, d, warps, bn, stages) > mma.STATIC_LIMIT
     return _attention_kernel(shape, dtype, lambda *heads, scale: mma.kernel(
-        *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic, stages))
+        *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic, stages,
+        mma.min_blocks(warps, d, d) if bounded else None))
 
 
 def _attention_kernel(shape, dtype: str, kernel_of):

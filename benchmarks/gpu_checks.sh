@@ -24,7 +24,9 @@
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
 # static ones; attention: flash attention on mma.sync (scores in registers), fp16 and bf16, static,
-# symbolic, on a packed QKV buffer, in other warps and tiles of keys, and the wmma kernel before it,
+# symbolic, on a packed QKV buffer, in other warps and tiles of keys (the warps unfold_attention
+# picks for the GPU printed; 4 warps, the default before it, and each with and without launch
+# bounds: the kernel before them), and the wmma kernel before it,
 # each against torch's scaled_dot_product_attention, with the % of its speed and the best;
 # tilemm: ember.triton's matmul with tl.dot on mma.sync and on wmma, every configuration checked
 # against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at 4096^3 fp16 beside
@@ -51,7 +53,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=60 [symbolic]=80
-                  [attention]=60 [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90
+                  [attention]=80 [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90
                   [decode]=60)
 ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
        decode)
