@@ -73,8 +73,9 @@ def _kernel_named(spec: ModelSpec, f: PrimFunc) -> str:
 class CUDABackend(Backend):
     name = "cuda"
     model = staticmethod(_model)
-    graph_passes = ("unfold_attention", "split_k")  # the attention operator is a CPU extern call: matmul, softmax,
-    # matmul here; split_k asks k_splits how many parts of K a product's grid needs
+    graph_passes = ("unfold_attention", "split_k", "split_reduce")  # the attention operator is a CPU extern call:
+    # matmul, softmax, matmul here; split_k asks k_splits how many parts of K a product's grid needs; split_reduce
+    # reads the multiprocessors
     def k_splits(self, m: int, n: int, k: int, target) -> int:
         return splits_for(1, m, n, k, target.gpu.multiprocessors)
 

@@ -71,6 +71,7 @@ from .quantize_weights import WeightFormat, quantize_weights
 from .rewrite import map_regions
 from .slice_products import slice_products
 from .split_k import split_k
+from .split_reduce import split_reduce
 from .split_taps import split_taps
 from .tf32_products import tf32_products
 from .trim_taps import trim_taps
@@ -85,7 +86,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
-                                                   tf32_products, conv_gemm, pad_gemv, split_k, layout, pack_weights,
+                                                   tf32_products, conv_gemm, pad_gemv, split_k, split_reduce, layout,
+                                                   pack_weights,
                                                    winograd, gather_patches, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
@@ -123,7 +125,8 @@ _LEVEL_2 = ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attent
             "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
             "flatten_products", "quantize_weights",
             "quantize_rows",
-            "pad_gemv", "split_k", "layout", "pack_weights", "fold_constants", "winograd", "gather_patches", "dce"]
+            "pad_gemv", "split_k", "split_reduce", "layout", "pack_weights", "fold_constants", "winograd",
+            "gather_patches", "dce"]
 PIPELINES: dict[int, list[str]] = {0: [], 1: ["fold_constants", "dce"], 2: _LEVEL_2, 3: list(_LEVEL_2)}
 
 

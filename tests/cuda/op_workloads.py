@@ -125,6 +125,7 @@ CASES = {  # op -> lambda rng: (inputs, attributes[, tolerance])
     "rms_norm": lambda r: ([_f(r, 3, 16), _f(r, 16)], {}),
     "roi_align": lambda r: ([_f(r, 1, 2, 6, 6), np.array([[0.5, 0.5, 4.0, 3.5]], "float32"), np.array([0], "int64")],
                             {"output_height": 2, "output_width": 2, "sampling_ratio": 2}),
+    "reduce_parts": lambda r: ([_f(r, 300)], {"kind": "max", "parts": 7}),
     "round_tf32": lambda r: ([_f(r, 3, 8)], {}, EXACT),
     "scatter_elements": lambda r: ([_f(r, 5, 4), np.array([[1, 0, 2, 3], [4, 1, 0, 2]], "int64"), _f(r, 2, 4)],
                                    {"axis": 0}, EXACT),

@@ -53,7 +53,7 @@ def test_levels_and_report():
                                                          "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                          "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
-                                                         "layout",
+                                                         "split_reduce", "layout",
                                                          "winograd", "gather_patches"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
 
@@ -93,7 +93,7 @@ def test_disabled_passes():
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
-                                        "layout",
+                                        "split_reduce", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches"]
     check_same(g, out)
@@ -110,7 +110,7 @@ def test_environment_overrides(monkeypatch, capsys):
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
                                         "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
-                                        "layout",
+                                        "split_reduce", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches", "dce"]
     assert capsys.readouterr().err.count("# after") == 2
@@ -162,7 +162,7 @@ def test_compile_runs_the_pipeline(capsys):
                                                  "fold_batch_norm", "trim_taps", "split_taps", "nest_concats",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
                                                  "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
-                                                 "layout",
+                                                 "split_reduce", "layout",
                                                  "pack_weights",
                                                  "fold_constants", "winograd", "gather_patches", "dce"]
     assert ops(cm.graph) == ["conv2d", "relu", "relu", "add"] and cm.stats.nodes == 4

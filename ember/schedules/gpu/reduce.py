@@ -57,3 +57,12 @@ def schedule_reduce(s, outputs, target) -> bool | None:
     gpu.reduce_block(s, out, red, threads)
     return None
 
+
+
+@schedules("reduce_parts")
+def schedule_reduce_parts(s, outputs, target) -> None:
+    """A part a block of MAX_THREADS threads (a part is thousands of elements, contiguous: each
+    thread's strided loads coalesced across the warp; a tail past the end guarded)."""
+    (out,) = outputs
+    inline_intermediates(s.sch)
+    gpu.reduce_block(s, out, out, MAX_THREADS)

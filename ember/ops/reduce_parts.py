@@ -1,0 +1,71 @@
+"""reduce_parts: a whole tensor's reduction cut into parts, the first of a GPU's two kernels for a
+reduction to one value over many elements (ember.passes.split_reduce writes it):
+
+    reduce_parts(x; kind, parts)[p] = kind over i in [p * c, min((p + 1) * c, n)) of x[i]
+
+x one-dimensional of n elements (static or symbolic), c = ceil(n / parts), kind "sum", "max" or
+"min"; the partials are float32 (half inputs accumulated in fp32), a part past the end its
+kind's identity. Each part is a block of the GPU (ember.schedules.gpu.reduce), reading a
+contiguous range; the reduction of the partials, in the order of the parts, is another kernel,
+so that the same input gives the same bits (no atomics).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..graph.core import TensorType
+from ..tir import dtype as dt
+from ..tir.expr import const
+from .registry import REQUIRED, OpDef, OpTypeError, register
+
+KINDS = {"sum": (te.sum, 0.0), "max": (te.max, -np.inf), "min": (te.min, np.inf)}  # reducer, identity
+
+
+def _infer(types, attrs):
+    (x,) = types
+    if x.rank != 1 or not dt.is_float(x.dtype):
+        raise OpTypeError(f"reduce_parts: a one-dimensional float tensor, got {x}")
+    if attrs["kind"] not in KINDS:
+        raise OpTypeError(f"reduce_parts: kind must be one of {sorted(KINDS)}, got {attrs['kind']!r}")
+    if not isinstance(attrs["parts"], int) or attrs["parts"] < 1:
+        raise OpTypeError(f"reduce_parts: parts must be a positive int, got {attrs['parts']!r}")
+    return [TensorType((attrs["parts"],), "float32")]
+
+
+def _reference(inputs, attrs):
+    (x,) = inputs
+    n, parts = x.shape[0], attrs["parts"]
+    c = -(-n // parts)
+    reduce = {"sum": np.sum, "max": np.max, "min": np.min}[attrs["kind"]]
+    identity = KINDS[attrs["kind"]][1]
+    x = x.astype(np.float64 if attrs["kind"] == "sum" else np.float32)
+    return [np.array([reduce(x[p * c:(p + 1) * c]) if p * c < n else identity for p in range(parts)], np.float32)]
+
+
+def _compute(inputs, attrs, out_types):
+    (x,) = inputs
+    reducer, identity = KINDS[attrs["kind"]]
+    n, parts = x.shape[0], attrs["parts"]
+    c = (n + (parts - 1)) // parts
+    k = te.reduce_axis((0, c), name="k")
+
+    def part(p):
+        i = p * c + k
+        return reducer(te.if_then_else(i < n, x[i].astype("float32"), const(identity, "float32")), axis=k)
+
+    return [te.compute((parts,), part, name="partials")]
+
+
+register(OpDef(
+    name="reduce_parts",
+    infer=_infer,
+    reference=_reference,
+    compute=_compute,
+    pattern="reduction",
+    attrs={"kind": REQUIRED, "parts": REQUIRED},
+    num_inputs=(1, 1),
+    doc="A one-dimensional tensor's sum, max or min in `parts` contiguous parts (float32 partials): the first "
+        "kernel of a GPU's reduction to one value.",
+))
