@@ -21,7 +21,7 @@ DEFAULTS = (("softmax", ((4096, 4096),), "float32", {"axis": 1}, lambda x: x.sof
             ("layer_norm", ((4096, 4096), (4096,), (4096,)), "float32", {"normalized_ndim": 1, "eps": 1e-5},
              lambda x, g, b: _functional().layer_norm(x, (x.shape[-1],), g, b, 1e-5), True),
             ("sum", ((4096, 4096),), "float32", {"axes": [1]}, lambda x: x.sum(1), True),
-            # a whole tensor to one value (a loss): one block, however long
+            # a whole tensor to one value (a loss) in one block, as below 2^18 elements (the split's: `whole_sums`)
             ("sum", ((1 << 20,),), "float32", {}, lambda x: x.sum(), True),
             ("sum", ((4096, 4096),), "float32", {}, lambda x: x.sum(), True),
             ("gelu", ((4096, 4096),), "float32", {}, lambda x: _functional().gelu(x), True),
@@ -59,6 +59,52 @@ def defaults(n: int, runs: int, rows: list) -> None:
         except Exception:  # one operator's failure must not hide the others'
             print(f"--- {name} failed:")
             traceback.print_exc(limit=6, file=sys.stdout)
+    whole_sums(runs, rows)
+
+
+WHOLE_SUMS = (1 << 20, 1 << 24)  # float32 elements summed to one value
+PARTS_PER_SM = (1, 2, 4, 8)  # the candidates for ember.passes.split_reduce.PARTS_PER_SM
+
+
+def whole_sums(runs: int, rows: list) -> None:
+    """A whole tensor's sum as ember.passes.split_reduce makes it for a large one: reduce_parts
+    (a block a part) then the sum of the partials (one block), at each candidate count of parts a
+    multiprocessor, the pair timed back to back, against torch (the one block: `defaults`' rows);
+    the best count printed."""
+    import torch
+
+    from ember.passes.split_reduce import PARTS_PER_SM as DEFAULT
+    from ember.target import Target
+
+    sms = Target("cuda").gpu.multiprocessors
+    for n in WHOLE_SUMS:
+        name = f"sum of {n} float32 to one value, two kernels"
+        x = torch.randn(n, device="cuda")
+        want, best = x.double().sum(), None
+        for per_sm in PARTS_PER_SM:
+            try:
+                parts, f_s = operator_kernel("reduce_parts", [(n,)], "float32", {"kind": "sum", "parts": per_sm * sms})
+                total, _, g_s = operator_kernel("sum", [(per_sm * sms,)], "float32", {})
+                p, y = torch.empty(per_sm * sms, device="cuda"), torch.empty((), device="cuda")
+
+                def both(x=x, parts=parts, total=total, p=p, y=y):
+                    parts(x, p)
+                    total(p, y)
+
+                both()
+                assert abs(float(y) - float(want)) <= 1e-6 * float(x.abs().sum()), (float(y), float(want))
+                t = timed(both, runs)
+                rows.append((name, f"ember {per_sm} parts a multiprocessor{' (default)' if per_sm == DEFAULT else ''}",
+                             t, 4 * n / 1e9 / t, f_s + g_s))
+                best = min(best or (t, per_sm), (t, per_sm))
+            except Exception:  # one candidate's failure must not hide the others'
+                print(f"--- {name}, {per_sm} parts a multiprocessor, failed:")
+                traceback.print_exc(limit=6, file=sys.stdout)
+        t = timed(lambda x=x: x.sum(), runs)
+        rows.append((name, "torch", t, 4 * n / 1e9 / t, None))
+        if best is not None:
+            print(f"{name}: best {best[1]} parts a multiprocessor ({best[1] * sms} blocks), {best[0] * 1e6:.1f} us; "
+                  f"torch {t * 1e6:.1f} us")
 
 
 # the scans' shapes (rows, row length, dtype): many rows, GPT-2's position ids over 1024 tokens, a few long rows
