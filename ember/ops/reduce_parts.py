@@ -3,8 +3,8 @@ reduction to one value over many elements (ember.passes.split_reduce writes it):
 
     reduce_parts(x; kind, parts)[p] = kind over i in [p * c, min((p + 1) * c, n)) of x[i]
 
-x one-dimensional of n elements (static or symbolic), c = ceil(n / parts), kind "sum", "max" or
-"min"; the partials are float32 (half inputs accumulated in fp32), a part past the end its
+x one-dimensional of n elements (static or symbolic), c = ceil(n / parts), kind "sum", "prod",
+"max" or "min"; the partials are float32 (half inputs accumulated in fp32), a part past the end its
 kind's identity. Each part is a block of the GPU (ember.schedules.gpu.reduce), reading a
 contiguous range; the reduction of the partials, in the order of the parts, is another kernel,
 so that the same input gives the same bits (no atomics).
@@ -20,7 +20,8 @@ from ..tir import dtype as dt
 from ..tir.expr import const
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
-KINDS = {"sum": (te.sum, 0.0), "max": (te.max, -np.inf), "min": (te.min, np.inf)}  # reducer, identity
+KINDS = {"sum": (te.sum, 0.0), "prod": (te.prod, 1.0), "max": (te.max, -np.inf), "min": (te.min, np.inf)}  # reducer,
+# identity
 
 
 def _infer(types, attrs):
@@ -38,9 +39,9 @@ def _reference(inputs, attrs):
     (x,) = inputs
     n, parts = x.shape[0], attrs["parts"]
     c = -(-n // parts)
-    reduce = {"sum": np.sum, "max": np.max, "min": np.min}[attrs["kind"]]
+    reduce = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[attrs["kind"]]
     identity = KINDS[attrs["kind"]][1]
-    x = x.astype(np.float64 if attrs["kind"] == "sum" else np.float32)
+    x = x.astype(np.float64 if attrs["kind"] in ("sum", "prod") else np.float32)
     return [np.array([reduce(x[p * c:(p + 1) * c]) if p * c < n else identity for p in range(parts)], np.float32)]
 
 
@@ -66,6 +67,6 @@ register(OpDef(
     pattern="reduction",
     attrs={"kind": REQUIRED, "parts": REQUIRED},
     num_inputs=(1, 1),
-    doc="A one-dimensional tensor's sum, max or min in `parts` contiguous parts (float32 partials): the first "
+    doc="A one-dimensional tensor's sum, prod, max or min in `parts` contiguous parts (float32 partials): the first "
         "kernel of a GPU's reduction to one value.",
 ))

@@ -1,16 +1,16 @@
-"""For a GPU target, a whole float tensor reduced to one value (sum, mean, max, min: `x.sum()`, a
-loss) over many elements as two kernels, since one block (the GPU family's schedule of a 0-d
+"""For a GPU target, a whole float tensor reduced to one value (sum, mean, prod, max, min:
+`x.sum()`, a loss) over many elements as two kernels, since one block (the GPU family's schedule of a 0-d
 output) uses one multiprocessor of the GPU's:
 
     sum(x)   ->  sum(reduce_parts(reshape(x, (n,)); "sum", parts))          [cast to x's type]
     mean(x)  ->  div(sum(reduce_parts(...; "sum", parts)), n)              [cast]
-    max(x)   ->  max(reduce_parts(...; "max", parts))                      (min alike)
+    max(x)   ->  max(reduce_parts(...; "max", parts))                      (prod and min alike)
 
 parts = PARTS_PER_SM blocks a multiprocessor of the target's (two waves), each reducing a
 contiguous range of x into a float32 partial (ember.ops.reduce_parts), then one block reduces
 the partials in their order: the same input gives the same bits (no atomics, no last-block-done
 scheme, whose order of arrival would not). Static sizes of at least LARGE elements are split,
-and symbolic ones (sum, max, min; mean needs its count static) whose static dimensions alone
+and symbolic ones (but mean, which needs its count static) whose static dimensions alone
 hold LARGE / 64 (the size at a symbol's 64: one kernel serves every size). keepdims' ones are a
 reshape of the result.
 """
@@ -26,7 +26,7 @@ from .rewrite import Rewriter, rebuild
 
 LARGE = 1 << 18  # elements from which a reduction to one value takes two kernels (one block reads 1 MiB of fp32)
 PARTS_PER_SM = 2  # partials a multiprocessor: two waves of blocks
-KINDS = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}  # the reduction -> its partials' kind
+KINDS = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "max", "min": "min"}  # the reduction -> its partials' kind
 
 
 def split_reduce(graph: Graph, target=None) -> Graph:

@@ -1,6 +1,6 @@
 """A whole tensor reduced to one value over many elements in two kernels (ember.passes.
 split_reduce: a block's float32 partial of each contiguous part, then one block over the
-partials in order): sum, mean, max and min of an odd static size, float32 and float16 (summed in
+partials in order): sum, mean, prod, max and min of an odd static size, float32 and float16 (summed in
 fp32), and a sum and min over a symbolic batch, with LARGE lowered and a GPU of 2
 multiprocessors (4 parts) so that the interpreter runs them quickly; every kernel built by
 NVRTC, run with GPU semantics (blocks in any order) against NumPy, twice to the same bits."""
@@ -19,7 +19,7 @@ RNG = np.random.default_rng()
 
 class Reductions(torch.nn.Module):
     def forward(self, x, y, z):
-        return x.sum(), x.mean(), x.amax(), x.amin(), y.sum(), y.amin(), z.sum(), z.amax()
+        return x.sum(), x.mean(), x.amax(), x.amin(), y.sum(), y.amin(), z.sum(), z.amax(), (x * 1e-3 + 1).prod()
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +39,18 @@ def test_two_kernels_against_numpy(compiled, n):
     z = RNG.standard_normal(4099).astype("float16")
     outs = compiled(x, y, z)
     wide = [a.astype(np.float64) for a in (x, y, z)]
-    want = [wide[0].sum(), wide[0].mean(), x.max(), x.min(), wide[1].sum(), y.min(), wide[2].sum(), z.max()]
+    want = [wide[0].sum(), wide[0].mean(), x.max(), x.min(), wide[1].sum(), y.min(), wide[2].sum(), z.max(),
+            (np.float32(1e-3) * x + 1).astype(np.float64).prod()]
     l1 = [np.abs(a).sum() for a in wide]  # (a float32 sum's error: up to about n eps of it; max and min exact)
-    slack = [l1[0], l1[0] / x.size, 0, 0, l1[1], 0, l1[2], 0]
+    slack = [l1[0], l1[0] / x.size, 0, 0, l1[1], 0, l1[2], 0, x.size * abs(want[-1])]
     for k, (got, ref) in enumerate(zip(outs, want, strict=True)):
-        assert got.shape == () and got.dtype == (np.float16 if k >= 6 else np.float32)
+        assert got.shape == () and got.dtype == (np.float16 if k in (6, 7) else np.float32)
         tol = 1e-6 * slack[k] + np.finfo(got.dtype).eps * abs(ref)  # (and the result's rounding)
         assert abs(float(got) - ref) <= tol, f"output {k}: {got} against {ref}"
     assert all(a.tobytes() == b.tobytes() for a, b in zip(outs, compiled(x, y, z), strict=True))  # the same bits
 
 
 def test_the_partials_are_kernels_of_their_own(compiled):
-    """Each of the eight reductions (x's sum and mean share their partials' kernel)."""
-    nodes = [n for k in compiled.spec.kernels if k.ops == ("reduce_parts",) for n in k.nodes]
-    assert len(nodes) == 8 and all(n.endswith("_partials") for n in nodes)
+    """Each of the nine reductions (x's sum and mean share their partials' kernel)."""
+    nodes = [n for k in compiled.spec.kernels if "reduce_parts" in k.ops for n in k.nodes if n.endswith("_partials")]
+    assert len(nodes) == 9 and all(n.endswith("_partials") for n in nodes)
