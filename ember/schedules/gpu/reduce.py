@@ -11,7 +11,9 @@ reduce_block: partials in shared memory, folded with warp shuffles):
 The others (many outputs, or a symbolic count of them, of short reductions; reductions of
 symbolic length) decline: the default reduces an output element a thread. Several reduced axes
 are taken as one, their loops fused (a map's rows and columns). A reduction to one value (a 0-d
-output: `x.sum()`, a loss) takes one block of up to 256 threads, whatever its length."""
+output: `x.sum()`, a loss) takes one block of up to 256 threads; a large one is two kernels by
+then (ember.passes.split_reduce): reduce_parts' parts, a block of 256 threads each, and this
+one block over their partials."""
 
 from __future__ import annotations
 
