@@ -34,7 +34,8 @@ q k^T and p v, p rounded to the operands' type as the product reads it (`choose`
 mma.sync kernel (ember.ops.flash_attention_mma: scores, softmax state, p and the output in each
 warp's registers for the whole loop over keys; `warps` of 16 queries a block, 4 where None,
 which ember.passes.unfold_attention lowers where 4 would leave the target's multiprocessors
-idle, and `__launch_bounds__` that fit a thread in 128 registers at head sizes up to 64), past
+idle, and `__launch_bounds__` that fit a thread in 128 registers at head sizes up to 64 and
+static lengths), past
 it the wmma kernel where its tiles fit (ember.ops.flash_attention_tc: scores through shared
 memory); other operands are
 loaded as floats and every product and sum is fp32 on CUDA cores. The output is stored in the operands'
@@ -124,7 +125,8 @@ def _compute(inputs, attrs, out_types):
             ev = as_int(v.shape[-1])
             warps, bn, dynamic = mma.config(q.dtype, e, ev)
             warps = attrs["warps"] or warps
-            return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev))
+            static = all(as_int(x.shape[-3 if bshd else -2]) is not None for x in (q, k))  # the lengths
+            return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev, static))
         return tc.kernel(*args, SHARED_LIMIT) if chosen == "wmma" else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]

@@ -79,12 +79,12 @@ def warps_for(heads: int, length: int, multiprocessors: int) -> int:
     return next((w for w in WARPS if heads * -(-length // (w * ROWS)) >= multiprocessors), WARPS[-1])
 
 
-def min_blocks(warps: int, e: int, ev: int) -> int | None:
+def min_blocks(warps: int, e: int, ev: int, static: bool = True) -> int | None:
     """The blocks a multiprocessor must hold (`__launch_bounds__`), so that ptxas fits a thread in
-    REGISTERS: REGISTER_FILE / (warps * 32 * REGISTERS), 4 at 4 warps. None past head sizes of 64
-    (128: 168-173 registers, which 128 would spill) and at one warp (its masked scores spill 28
-    bytes at 128)."""
-    return REGISTER_FILE // (warps * 32 * REGISTERS) if max(e, ev) <= 64 and warps > 1 else None
+    REGISTERS: REGISTER_FILE / (warps * 32 * REGISTERS), 4 at 4 warps. None where 128 would
+    spill: past head sizes of 64 (128: 168-173 registers), at one warp (its masked scores: 28
+    bytes) and over symbolic lengths (`static` False: 8 to 16 bytes)."""
+    return REGISTER_FILE // (warps * 32 * REGISTERS) if max(e, ev) <= 64 and warps > 1 and static else None
 
 
 def _flat(buf: Buffer, indices) -> object:

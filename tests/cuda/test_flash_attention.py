@@ -96,7 +96,8 @@ def test_fewer_warps_a_block_against_the_reference():
 @pytest.mark.parametrize("warps, bounds", [(4, "128, 4"), (2, "64, 8"), (1, "32")])
 def test_launch_bounds_fit_a_thread_in_128_registers_without_spills(warps, bounds):
     """REGISTER_FILE / (threads * 128) blocks a multiprocessor at head size 64 (unbounded, ptxas
-    gives 1 warp 178 registers); one warp is left unbounded (128 would spill its masked scores)."""
+    gives 1 warp 178 registers); one warp and symbolic lengths are left unbounded (128 would
+    spill)."""
     from ember.cuda.nvrtc import resources
 
     types = [TensorType((1, 2, 40, 64), "float16")] * 3 + [TensorType((1, 1, 1, 40), "float16")]
@@ -104,6 +105,9 @@ def test_launch_bounds_fit_a_thread_in_128_registers_without_spills(warps, bound
     assert f"__launch_bounds__({bounds})" in f.source and f.block == (32, warps, 1)
     (used,) = resources(f.source).values()
     assert used.spill_stores == used.spill_loads == 0 and (warps == 1 or used.registers <= 128)
+    symbolic = [TensorType(("b", 2, "l", 64), "float16")] * 3  # (bounded, they would spill 8 to 16 bytes)
+    f = build_op("flash_attention", symbolic, {"warps": warps}, target=Target("cuda", simulate=True)).kernel
+    assert f"__launch_bounds__({32 * warps})" in f.source
 
 
 def test_an_unknown_count_of_warps_is_refused():
