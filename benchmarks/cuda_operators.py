@@ -532,9 +532,10 @@ def _mma_kernel(shape, dtype: str, causal: bool, warps: int, bn: int, stages: in
     in `stages` stages (dynamic shared memory past 48 KiB), its launch bounds' blocks a
     multiprocessor where `bounded` (mma.min_blocks), and the seconds it took to build."""
     from ember.ops import flash_attention_mma as mma
+    from ember.target import STATIC_SHARED
 
     d = shape[-1]
-    dynamic = mma.shared_bytes(d, d, warps, bn, stages) > mma.STATIC_LIMIT
+    dynamic = mma.shared_bytes(d, d, warps, bn, stages) > STATIC_SHARED
     return _attention_kernel(shape, dtype, lambda *heads, scale: mma.kernel(
         *heads[:3], None, heads[3], scale, causal, warps, bn, dynamic, stages,
         mma.min_blocks(warps, d, d) if bounded else None))

@@ -32,11 +32,14 @@ and the machine facts:
   and `cores` (os.cpu_count()): this machine's, unless given;
 - `schedules`: the family of default schedules (ember.schedules.<family>);
 - `gpu` (the GPU family's targets: "cuda", and the interpreter with schedules="gpu"): the GPU's
-  facts that shape its kernels (`GPU`: multiprocessors, which the products' tiles and split-K
-  fill; shared memory and threads a block), the device's driver attributes where the backend
-  finds one (`Backend.gpu`), else GPU()'s defaults, an H100's or H200's, what a build without a
-  device assumes. Part of the target, so of every key built from it (a lowered kernel's on disk,
-  the model cache's): a kernel tiled for one count is not reused for another;
+  facts that shape its kernels and bound them (`GPU`: its architecture; multiprocessors, which
+  the products' tiles and split-K fill; static and opt-in shared memory, threads and registers a
+  block), the device's driver attributes where the backend finds one (`Backend.gpu`), else
+  `GPU.of(arch)`, its architecture's row of ARCHS (GPU() is DEFAULT_ARCH's: an H100's or
+  H200's, what a build without a device assumes). Part of the target, so of every key built from
+  it (a lowered kernel's on disk, the model cache's): a kernel tiled for one count is not reused
+  for another. What every NVIDIA GPU shares (WARP, STATIC_SHARED, REGISTERS_PER_THREAD,
+  LOCAL_PER_THREAD) are this module's constants;
 - `key`: the name the tuning database files schedules under.
 
 A target for another machine is named by its flags: `Target.x86(level)` is C for an x86-64
@@ -113,14 +116,60 @@ _SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AM
                          r"ARM_FEATURE_(?:SVE\w*|FMA|DOTPROD|MATMUL_INT8|BF16\w*|FP16\w*)) ", re.M)
 
 
+# What every NVIDIA GPU since sm_50 shares (the CUDA C++ Programming Guide, "Technical
+# Specifications per Compute Capability"):
+WARP = 32  # threads a warp
+STATIC_SHARED = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically (more: dynamic, opted in)
+REGISTERS_PER_THREAD = 255  # 32-bit registers a thread may take (past them, local memory)
+LOCAL_PER_THREAD = 512 * 1024  # bytes of a thread's own arrays (local memory)
+
+DEFAULT_ARCH = "sm_90"  # what a build without a device compiles for and assumes: an H100's, an H200's
+
+# An architecture's facts where no device says them (a build without a GPU, NVRTC alone):
+# (KiB of shared memory a block may opt in to, multiprocessors). The first is the Programming
+# Guide's "Maximum amount of shared memory per thread block" of its table "Technical
+# Specifications per Compute Capability" (CUDA 12); the second is not the architecture's but
+# its data-centre part's (or Jetson's), the count a build for it tiles to.
+ARCHS = {
+    "sm_70": (96, 80),  # V100
+    "sm_72": (96, 8),  # Jetson AGX Xavier
+    "sm_75": (64, 40),  # T4
+    "sm_80": (163, 108),  # A100
+    "sm_86": (99, 72),  # A10
+    "sm_87": (163, 16),  # Jetson AGX Orin
+    "sm_89": (99, 58),  # L4
+    "sm_90": (227, 132),  # H100 SXM, H200
+}
+
+
+def sm(arch: str) -> str:
+    """The architecture an NVRTC name compiles for: "sm_90" for "compute_90" (PTX) and "sm_90a"."""
+    return "sm_" + arch.removeprefix("compute_").removeprefix("sm_").rstrip("a")
+
+
 @dataclass(frozen=True)
 class GPU:
-    """The facts of a GPU that its kernels' schedules read (see the module doc); the defaults are
-    an H100's or H200's multiprocessors and the block limits every GPU since sm_50 shares."""
+    """The facts of a GPU that its kernels' schedules and checks read (see the module doc): by
+    default DEFAULT_ARCH's (`GPU.of`), 132 multiprocessors; the block limits past the opt-in
+    shared memory (threads, registers) are every GPU's since sm_50."""
 
-    multiprocessors: int = 132  # blocks that occupy every multiprocessor once
-    shared_per_block: int = 48 * 1024  # bytes of static shared memory a block may declare
+    multiprocessors: int = ARCHS[DEFAULT_ARCH][1]  # blocks that occupy every multiprocessor once
+    shared_per_block: int = STATIC_SHARED  # bytes of static shared memory a block may declare
     threads_per_block: int = 1024
+    shared_opt_in: int = ARCHS[DEFAULT_ARCH][0] * 1024  # bytes of dynamic shared memory a block may opt in to
+    registers_per_block: int = 64 * 1024  # 32-bit registers a block's threads take together
+    arch: str = DEFAULT_ARCH
+
+    @classmethod
+    def of(cls, arch: str, **facts) -> GPU:
+        """The facts of architecture `arch` ("sm_80"; "compute_90", "sm_90a" name sm_90) from
+        ARCHS, `facts` replacing any (ConfigError for an architecture it does not have)."""
+        name = sm(arch)
+        if name not in ARCHS:
+            raise ConfigError(f"no facts of GPU architecture {arch!r} without its device (known: "
+                              f"{', '.join(ARCHS)}); name them: Target('cuda', gpu=GPU(arch=..., ...))")
+        opt_in, multiprocessors = ARCHS[name]
+        return cls(**{"multiprocessors": multiprocessors, "shared_opt_in": opt_in * 1024, "arch": name, **facts})
 
 
 @dataclass(frozen=True)

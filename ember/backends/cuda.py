@@ -33,6 +33,7 @@ from ..cuda import driver as cuda_driver
 from ..cuda.artifact import read_cuda
 from ..cuda.driver import device
 from ..cuda.kernel import device_arch
+from ..cuda.limits import device_gpu
 from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
 from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
@@ -45,7 +46,7 @@ from ..program import Branch, Loop, Program
 from ..runtime.interpreted import InterpretedEntry
 from ..runtime.spec import ModelSpec
 from ..schedules.gpu.split_k import splits_for
-from ..target import GPU
+from ..target import GPU, REGISTERS_PER_THREAD
 from ..tir.lower import PASSES
 from ..tir.stmt import PrimFunc
 from ..tune.gpu_features import gpu_features
@@ -54,7 +55,7 @@ from ..tune.gpu_space import gpu_design_space
 from . import register
 from .base import Backend, Rendered, TunerRules
 
-REGISTER_BYTES = 255 * 4  # a thread's registers: local scratch past them spills to (slow) local memory
+REGISTER_BYTES = REGISTERS_PER_THREAD * 4  # a thread's registers: local scratch past them spills to (slow) local memory
 SKIPPED = ("vectorize", "simplify_vectors")  # CUDA C renders no vector expressions yet (it unrolls the loops)
 
 
@@ -88,15 +89,15 @@ class CUDABackend(Backend):
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
 
     def gpu(self, target) -> GPU:
-        """The device's facts (its driver attributes), GPU()'s defaults where there is none or the
-        GPU is simulated (its kernels built for sm_90)."""
+        """The device's facts (its driver attributes), GPU()'s (DEFAULT_ARCH's) where there is none
+        or the GPU is simulated (its kernels built for DEFAULT_ARCH)."""
         if target.simulate:
             return GPU()
         try:
             dev = cuda_driver.device()  # (looked up at the call: a stand-in driver in tests replaces it)
         except DeviceError:
             return GPU()
-        return GPU(dev.multiprocessors, dev.shared_per_block, dev.threads_per_block)
+        return device_gpu(dev)
 
     def machine(self, target) -> str:
         """ "cuda | <GPU> | <arch>"; a simulated GPU's times are the interpreter's: "cuda | simulated"."""
@@ -159,7 +160,8 @@ class CUDABackend(Backend):
         return {f.name: build_cuda(f, gpu=target.gpu, **options) for f in funcs}
 
     def render_kernels(self, funcs: Sequence[PrimFunc], target, *, checked: bool = False) -> str:
-        return "\n".join(render_tile(f) for f in funcs)
+        """Each kernel's unit, its shared memory checked against what a block of the target's GPU may opt in to."""
+        return "\n".join(render_tile(f, target.gpu) for f in funcs)
 
     def open_launcher(self, source: str, name: str, target):
         """Compiled by NVRTC for the GPU's architecture (sm_90 without one); loaded at the first launch."""

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import DeviceError
+from ..target import STATIC_SHARED
 
 
 def driver():
@@ -57,7 +58,7 @@ class Device:
     shared_per_block_optin: int  # bytes with the opt-in attribute (dynamic shared memory)
     threads_per_block: int
     multiprocessors: int  # (the grid that fills the GPU once: ember.target.GPU)
-    registers_per_block: int = 65536
+    registers_per_block: int
 
     @property
     def arch(self) -> str:
@@ -116,9 +117,9 @@ class Module:
         self.symbol = symbol
 
     def opt_in_shared(self, shared: int) -> None:
-        """Let the function's launches ask for `shared` bytes of dynamic shared memory (past 48 KiB a
-        function must opt in)."""
-        if shared > 48 * 1024:
+        """Let the function's launches ask for `shared` bytes of dynamic shared memory (past
+        STATIC_SHARED, 48 KiB, a function must opt in)."""
+        if shared > STATIC_SHARED:
             cu = driver()
             attribute = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             check(cu.cuFuncSetAttribute(self.function, attribute, shared), f"cuFuncSetAttribute of {self.symbol}")

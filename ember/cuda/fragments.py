@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from ..errors import LowerError
 from ..intrinsics.wmma import ACC_TYPE
+from ..target import WARP
 from ..tir.expr import Buffer, as_int
 from ..tir.functor import collect
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, Stmt
 
 SCOPE = "wmma.accumulator"
 TILE = 16
-WARP = 32
 FRAGMENT = ACC_TYPE
 
 

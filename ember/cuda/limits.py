@@ -2,13 +2,14 @@
 against it: threads per block (and per index), shared memory per block, local memory per
 thread, registers.
 
-`limits_for(arch, gpu)` gives the target's (`Target.gpu`: the device's driver attributes where
-the machine has a GPU, ember.target.GPU), or without them the GPU's own when the machine has a GPU
-of that architecture, else those every architecture since sm_50 shares (1024 threads, 48 KiB of static
-shared memory, 64 Ki registers a block; a kernel whose shared arrays are dynamic, ember.cuda.
-codegen.DYNAMIC, may have the bytes a block opts in to: the device's, else its architecture's,
-`OPT_IN`). Each check is a ScheduleError naming the limit, the
-kernel and the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
+The limits are the target's GPU facts (ember.target.GPU: the device's driver attributes where
+the machine has a GPU, else its architecture's row of ember.target.ARCHS): `limits_for(arch, gpu)`
+gives the target's `gpu` when it is of `arch`, else the device's when the machine has a GPU of
+that architecture, else the architecture's. A kernel's static shared arrays may take
+STATIC_SHARED (48 KiB) on every GPU; a kernel whose shared arrays are dynamic (ember.cuda.codegen.
+DYNAMIC) may have the bytes a block opts in to (`GPU.shared_opt_in`: 227 KiB on sm_90, 163 KiB on
+sm_80, 99 KiB on sm_86 and sm_89). Each check is a ScheduleError naming the limit, the kernel and
+the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
 the compiler fit a block's registers in the GPU's (spilling to local memory if it must); they are
 known once NVRTC has compiled the kernel (`CUDAKernel.registers`, what the tuner's features read):
 `cubin_registers` reads them from the cubin's .nv.info sections (EIATTR_REGCOUNT; a unit holds
@@ -18,11 +19,11 @@ one kernel); a PTX build has none yet (the driver compiles it at load).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import DeviceError, ScheduleError
+from ..target import GPU, LOCAL_PER_THREAD, sm
 from ..tir import dtype as dt
 from ..tir.expr import as_int
 from ..tir.functor import visit_stmt
@@ -34,39 +35,23 @@ MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
 
 
-OPT_IN = {"sm_70": 96, "sm_72": 96, "sm_75": 64, "sm_80": 163, "sm_86": 99, "sm_87": 163, "sm_89": 99,
-          "sm_90": 227}  # KiB of shared memory a block may opt in to, by architecture (CUDA's table)
-
-
-@dataclass(frozen=True)
-class GPULimits:
-    arch: str
-    threads_per_block: int = 1024
-    shared_per_block: int = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically
-    registers_per_block: int = 65536
-    local_per_thread: int = 512 * 1024  # bytes of a thread's own arrays (every architecture since sm_20)
-    shared_opt_in: int | None = None  # bytes of dynamic shared memory a block may opt in to (None: OPT_IN's)
-
-    @property
-    def dynamic_shared_per_block(self) -> int:
-        return self.shared_opt_in or OPT_IN.get(self.arch.removeprefix("compute_").rstrip("a"), 48) * 1024
-
-
-def limits_for(arch: str, gpu=None) -> GPULimits:
-    """The limits of `arch`, from `gpu` (the target's GPU facts) where given (see the module doc)."""
+def limits_for(arch: str, gpu: GPU | None = None) -> GPU:
+    """The facts a kernel built for `arch` is checked against (see the module doc)."""
     from .driver import device
 
-    if gpu is not None:
-        return GPULimits(arch, gpu.threads_per_block, gpu.shared_per_block)
-
+    if gpu is not None and gpu.arch == sm(arch):
+        return gpu
     try:
         dev = device()
     except DeviceError:
-        return GPULimits(arch)
-    if dev.arch != arch:
-        return GPULimits(arch)
-    return GPULimits(arch, dev.threads_per_block, dev.shared_per_block, dev.registers_per_block,
-                     shared_opt_in=dev.shared_per_block_optin)
+        return GPU.of(arch)
+    return device_gpu(dev) if dev.arch == sm(arch) else GPU.of(arch)
+
+
+def device_gpu(dev) -> GPU:
+    """A device's facts (ember.cuda.driver.Device: its driver attributes) as a Target holds them."""
+    return GPU(dev.multiprocessors, dev.shared_per_block, dev.threads_per_block, dev.shared_per_block_optin,
+               dev.registers_per_block, dev.arch)
 
 
 def shared_bytes(func: PrimFunc) -> tuple[int, list[str]]:
@@ -89,7 +74,7 @@ def _declared(func: PrimFunc, in_scope) -> tuple[int, list[str]]:
     return total, [b.name for b in found]
 
 
-def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> None:
+def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPU) -> None:
     """A ScheduleError naming the limit a kernel's launch, shared or local memory is past (the
     driver would refuse its launch)."""
     threads = threads_per_block(dims)
@@ -103,18 +88,18 @@ def check_limits(func: PrimFunc, dims: dict[str, int], limits: GPULimits) -> Non
             raise ScheduleError(f"kernel {func.name} binds {n} to {tag}: past the limit of {limit} for {tag}")
     total, names = shared_bytes(func)
     if dynamic_shared(func):
-        if total > limits.dynamic_shared_per_block:
+        if total > limits.shared_opt_in:
             raise ScheduleError(f"kernel {func.name} keeps {total} bytes in shared memory ({', '.join(names)}): past "
-                                f"the limit of {limits.dynamic_shared_per_block} bytes of dynamic shared memory a "
+                                f"the limit of {limits.shared_opt_in} bytes of dynamic shared memory a "
                                 f"block may opt in to ({limits.arch})")
     elif total > limits.shared_per_block:
         raise ScheduleError(f"kernel {func.name} declares {total} bytes of shared memory ({', '.join(names)}): "
                             f"past the limit of {limits.shared_per_block} bytes of static shared memory per "
                             f"block ({limits.arch})")
     total, names = local_bytes(func)
-    if total > limits.local_per_thread:
+    if total > LOCAL_PER_THREAD:
         raise ScheduleError(f"kernel {func.name} declares {total} bytes of arrays per thread ({', '.join(names)}): "
-                            f"past the limit of {limits.local_per_thread} bytes of local memory per thread "
+                            f"past the limit of {LOCAL_PER_THREAD} bytes of local memory per thread "
                             f"({limits.arch}); a stage computed whole in every thread rather than at its thread?")
 
 

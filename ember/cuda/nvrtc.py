@@ -28,8 +28,8 @@ from pathlib import Path
 from .. import config
 from ..errors import BuildError, DeviceError
 from ..runtime.build import _context, _install, _intact, _locked, _writable_folder
+from ..target import DEFAULT_ARCH  # where there is no device to ask
 
-DEFAULT_ARCH = "sm_90"  # where there is no device to ask (an H100)
 OPTIONS = ("-std=c++17", "--fmad=true")
 _ERROR = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error: .*$", re.M)
 

@@ -41,6 +41,7 @@ from ..codegen.python import PythonRenderer, load_python, symbol
 from ..errors import RaceError
 from ..intrinsics.wmma import FEATURE
 from ..runtime.module import PythonKernel
+from ..target import GPU, WARP
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, Call, PrimExpr, Ramp, as_int
 from ..tir.stmt import (
@@ -60,11 +61,8 @@ from . import fragments
 from .codegen import SYNC, launch_dims
 from .grid import Grid, guarded_tags
 from .kernel import prepare
-from .limits import GPULimits, check_limits
-from .nvrtc import DEFAULT_ARCH
+from .limits import check_limits
 from .pipeline import ASYNC, COMMIT, WAIT
-
-WARP = 32
 
 
 class SharedArray:
@@ -333,6 +331,6 @@ def build_simt(func: PrimFunc, *, seed: int = 0) -> SimtKernel:
     """The interpreter's kernel of a GPU-bound function: its scratch given scopes and its
     barriers inserted as for the GPU (ember.cuda.scopes, ember.cuda.sync), its limits checked."""
     func = prepare(func)
-    check_limits(func, launch_dims(func), GPULimits(DEFAULT_ARCH))  # those every GPU shares
+    check_limits(func, launch_dims(func), GPU())  # (the GPU a build without a device assumes)
     return SimtKernel(func, seed)
 

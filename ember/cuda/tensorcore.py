@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .. import te
 from ..errors import ScheduleError
+from ..target import STATIC_SHARED
 from ..te.schedule import TESchedule, ThreadAxis
 from ..tir import dtype as dt
 from ..tir.expr import as_int
@@ -79,7 +80,7 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     block = s[C].fuse(rows, bj, row)
     s[C].bind(block, ThreadAxis("blockIdx.x"))
     row_a, row_b = BK + pad, BN + pad
-    if stages * (BM * row_a + BK * row_b) * dt.bits(dtype) // 8 > 48 * 1024:  # past static shared memory
+    if stages * (BM * row_a + BK * row_b) * dt.bits(dtype) // 8 > STATIC_SHARED:
         s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.codegen.DYNAMIC)
     _warp_tiles(s, C, *caches, (block, None, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype, intrinsic=intrinsic)
     return s, [A, B, C]

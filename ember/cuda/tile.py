@@ -6,7 +6,8 @@ and its grid's sizes as int64 sizes, as the CPU's launcher does. On the GPU the 
 passed by value: the function is rendered as a `__device__` body, and the kernel is a wrapper
 taking each scalar by value and passing the body its address (inlined, the address is the
 value). Its scratch takes its scopes (ember.cuda.scopes) and barriers (ember.cuda.sync) as any
-GPU kernel's, and the block's shared memory is checked against the static limit.
+GPU kernel's, and the block's shared memory is checked against what a block of the target's GPU
+may opt in to (`GPU.shared_opt_in`: 227 KiB on sm_90, 163 KiB on sm_80).
 
 `TileLauncher` launches the flattened grid as blocks of the kernel's threads through the driver
 API, on the stream it is given. The launch stays asynchronous unless the kernel has checks (the
@@ -26,6 +27,7 @@ import threading
 import numpy as np
 
 from ..errors import ArgumentTypeError, ScheduleError
+from ..target import GPU
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int
 from ..tir.stmt import PrimFunc, Stmt
@@ -38,7 +40,6 @@ from .streams import torch_stream
 
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
 MULTIPLES = "tile_multiples"  # those of them the specialization says are multiples of 16 (assumed so)
-SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may opt in to on sm_90 (H100, H200)
 SHARED = "ember_shared"  # the kernel's dynamic shared memory, which its shared blocks are carved from
 _LAUNCH = re.compile(r"/\* block (\d+)x(\d+)x(\d+), dynamic shared memory (\d+) bytes \*/")
 _CTYPES = {"bool": ctypes.c_bool, "int8": ctypes.c_int8, "uint8": ctypes.c_uint8, "int16": ctypes.c_int16,
@@ -51,7 +52,11 @@ class TileRenderer(CUDARenderer):
     its shared blocks are carved, 32-byte aligned (a swizzled tile: on a 128-byte line, ember.cuda.swizzle),
     from dynamic shared memory (a tile kernel's blocks outgrow the 48 KiB of static shared memory: a
     64x128 float32 accumulator is 32 KiB), each scope's blocks freed at its end; the unit says how
-    many bytes the launch asks for."""
+    many bytes the launch asks for, at most what a block of `gpu` may opt in to."""
+
+    def __init__(self, gpu: GPU):
+        super().__init__(arch=gpu.arch)
+        self.gpu = gpu
 
     def _begin_kernel(self, func: PrimFunc) -> None:
         super()._begin_kernel(func)
@@ -120,17 +125,17 @@ class TileRenderer(CUDARenderer):
 
     def render_kernel(self, func: PrimFunc) -> str:
         text = super().render_kernel(func)
-        if self._shared_bytes > SHARED_LIMIT:
+        if self._shared_bytes > self.gpu.shared_opt_in:
             raise ScheduleError(f"kernel {func.name} keeps {self._shared_bytes} bytes of blocks in shared memory "
-                                f"({', '.join(self._shared_names)}): past the {SHARED_LIMIT} bytes a block may have "
-                                f"on sm_90; use smaller blocks")
+                                f"({', '.join(self._shared_names)}): past the {self.gpu.shared_opt_in} bytes a block "
+                                f"may have on {self.gpu.arch}; use smaller blocks")
         block = "x".join(str(self._dims.get(f"threadIdx.{a}", 1)) for a in "xyz")
         return f"/* block {block}, dynamic shared memory {self._shared_bytes} bytes */\n{text}\n\n{self._wrapper}"
 
 
-def render_tile(func: PrimFunc) -> str:
-    """The CUDA C unit of a lowered tile kernel (the module doc)."""
-    return TileRenderer().render_unit(prepare(func))
+def render_tile(func: PrimFunc, gpu: GPU) -> str:
+    """The CUDA C unit of a lowered tile kernel for the target's `gpu` (the module doc)."""
+    return TileRenderer(gpu).render_unit(prepare(func))
 
 
 class TileLauncher:

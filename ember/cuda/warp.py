@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..target import WARP
 from ..tir.arith import Analyzer
 from ..tir.expr import Binary, BufferLoad, as_int
 from ..tir.expr_functor import uses_var
 from ..tir.stmt import BufferStore, For
 
-WARP = 32
 OPS = ("+", "max", "min")
 TYPES = ("float32", "float64", "int32", "int64")
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 
 from .. import te
+from ..target import STATIC_SHARED
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
@@ -59,14 +60,13 @@ from .common import te_shape
 from .gpu_loops import HeadRows, at, batch_index, ceil_div, serial, threads
 from .registry import OpDef, OpTypeError, register
 
-SHARED_LIMIT = 48 * 1024  # static shared memory a block may take on every GPU since sm_50
 FLOAT = "float32"
 
 
 def tile_rows(e: int, ev: int) -> int | None:
     """Queries (and keys) per tile for head sizes e and ev: 32, else 16, where the block's shared
     memory fits; None where neither does."""
-    return next((t for t in (32, 16) if shared_bytes(t, e, ev) <= SHARED_LIMIT), None)
+    return next((t for t in (32, 16) if shared_bytes(t, e, ev) <= STATIC_SHARED), None)
 
 
 def shared_bytes(t: int, e: int, ev: int) -> int:
@@ -81,7 +81,7 @@ def choose(dtype: str | None, e: int, ev: int) -> str:
     module's: float32, mixed types, other head sizes)."""
     if dtype is not None and mma.config(dtype, e, ev) is not None:
         return "mma"
-    if dtype is not None and tc.fits(dtype, e, ev, SHARED_LIMIT):
+    if dtype is not None and tc.fits(dtype, e, ev, STATIC_SHARED):
         return "wmma"
     return "cuda cores"
 
@@ -94,7 +94,7 @@ def _infer(types, attrs):
     out = infer(types, attrs)
     q, k, v = types[:3]
     if not all(isinstance(x.shape[-1], int) for x in (q, v)) or tile_rows(q.shape[-1], v.shape[-1]) is None:
-        raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {SHARED_LIMIT} bytes "
+        raise OpTypeError(f"flash_attention: the head sizes must be static and fit the tiles in {STATIC_SHARED} bytes "
                           f"of shared memory, got q {q.shape} and v {v.shape}")
     return out
 
@@ -127,7 +127,7 @@ def _compute(inputs, attrs, out_types):
             warps = attrs["warps"] or warps
             static = all(as_int(x.shape[-3 if bshd else -2]) is not None for x in (q, k))  # the lengths
             return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev, static))
-        return tc.kernel(*args, SHARED_LIMIT) if chosen == "wmma" else _kernel(*args)
+        return tc.kernel(*args, STATIC_SHARED) if chosen == "wmma" else _kernel(*args)
 
     return [te.extern([(out_shape, q.dtype)], ins, build, name="flash_attention")[0]]
 

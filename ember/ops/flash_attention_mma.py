@@ -33,6 +33,7 @@ import struct
 
 from ..intrinsics import mma_attention as ma
 from ..intrinsics.wmma import DTYPES
+from ..target import STATIC_SHARED
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, Var, binary, cast, const, convert
@@ -44,7 +45,6 @@ from .gpu_loops import HeadRows, at, batch_index, ceil_div, threads
 ROWS = ma.ROWS  # queries a warp
 PAD = 8  # halves past each shared row: 16 bytes
 CONFIGS = ((4, 64), (4, 32))  # (warps, keys a tile) in order of preference
-STATIC_LIMIT = 48 * 1024  # static shared memory a block may take
 DYNAMIC_LIMIT = 99 * 1024  # dynamic shared memory every GPU since sm_80 lets a block opt in to (ember.cuda.limits)
 DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
 MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.codegen.MIN_BLOCKS)
@@ -65,7 +65,7 @@ def config(dtype: str, e: int, ev: int) -> tuple[int, int, bool] | None:
     the kernel does not apply (operands not half, head sizes not multiples of 16 up to MAX_HEAD)."""
     if dtype not in DTYPES or e % ROWS or ev % ROWS or max(e, ev) > MAX_HEAD:
         return None
-    for limit, dynamic in ((STATIC_LIMIT, False), (DYNAMIC_LIMIT, True)):
+    for limit, dynamic in ((STATIC_SHARED, False), (DYNAMIC_LIMIT, True)):
         fit = next((c for c in CONFIGS if shared_bytes(e, ev, *c) <= limit), None)
         if fit is not None:
             return (*fit, dynamic)

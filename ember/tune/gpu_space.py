@@ -19,11 +19,10 @@ the sampling decisions the search mutates.
 - **elementwise** (no reduction): every axis fused, `threads` threads a block of `vector`
   elements each.
 
-The gemm's decisions are drawn within the target's limits (ember.target.GPU: threads and static
-shared memory a block; a block's registers, estimated from its tiles, within what every GPU since
-sm_50 has, ember.cuda.limits.GPULimits), so trials go to candidates the GPU runs, not to ones its
-build or launch refuses (which still count as invalid when they come: a failed build, launch, or a
-run past the measuring time).
+The gemm's decisions are drawn within the target's limits (ember.target.GPU: threads, static
+shared memory and registers a block, a block's registers estimated from its tiles), so trials go
+to candidates the GPU runs, not to ones its build or launch refuses (which still count as invalid
+when they come: a failed build, launch, or a run past the measuring time).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from __future__ import annotations
 import functools
 
 from ..cuda import schedules
-from ..cuda.limits import GPULimits
 from ..errors import ScheduleError
 from ..target import GPU
 from ..te.schedule import TESchedule
@@ -138,7 +136,7 @@ def _fits(gpu: GPU, BM: int, BN: int, TM: int, TN: int) -> bool:
     threads = (BM // TM) * (BN // TN)
     registers = TM * TN + TM + TN + SPARE_REGISTERS  # accumulators, a column of A's tile, a row of B's
     return BM % TM == 0 and BN % TN == 0 and TM * TN <= MAX_ACCUMULATORS and \
-        MIN_THREADS <= threads <= gpu.threads_per_block and threads * registers <= GPULimits.registers_per_block
+        MIN_THREADS <= threads <= gpu.threads_per_block and threads * registers <= gpu.registers_per_block
 
 
 def gemm_candidate(task: Task, target=None, *, BM: int, BN: int, BK: int, TM: int, TN: int, stages: int,

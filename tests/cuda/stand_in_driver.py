@@ -136,8 +136,8 @@ class DeviceArray:
 
 
 def install(monkeypatch, multiprocessors: int = 132) -> HostDriver:
-    """A HostDriver in place of the driver (and the device, of `multiprocessors` SMs), its
-    launches interpreted."""
+    """A HostDriver in place of the driver (and the device, an sm_90 of `multiprocessors` SMs),
+    its launches interpreted."""
     cu = HostDriver()
 
     def launch(self, pointers, stream=0, sizes=(), report=True):  # the kernel on the interpreter, at those addresses
@@ -154,8 +154,8 @@ def install(monkeypatch, multiprocessors: int = 132) -> HostDriver:
 
     monkeypatch.setattr(driver, "driver", lambda: cu)
     monkeypatch.setattr(driver, "device", lambda ordinal=0: SimpleNamespace(
-        ordinal=0, activate=lambda: None, multiprocessors=multiprocessors, shared_per_block=48 * 1024,
-        threads_per_block=1024))
+        ordinal=0, activate=lambda: None, arch="sm_90", multiprocessors=multiprocessors, shared_per_block=48 * 1024,
+        shared_per_block_optin=227 * 1024, threads_per_block=1024, registers_per_block=64 * 1024))
     monkeypatch.setattr(kernel.CUDAKernel, "launch", launch)
     return cu
 

@@ -98,7 +98,7 @@ class GPUArray:
 @pytest.fixture
 def fake(monkeypatch):
     fake = FakeDriver()
-    device = cuda_driver.Device(0, None, None, "stand-in", (9, 0), 48 * 1024, 227 * 1024, 1024, 132)
+    device = cuda_driver.Device(0, None, None, "stand-in", (9, 0), 48 * 1024, 227 * 1024, 1024, 132, 64 * 1024)
     monkeypatch.setattr(cuda_driver, "driver", lambda: fake)
     monkeypatch.setattr(cuda_driver, "device", lambda ordinal=0: device)
     return fake

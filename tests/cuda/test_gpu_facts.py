@@ -1,8 +1,9 @@
-"""The GPU's facts in the Target (ember.target.GPU): the device's multiprocessors, shared memory
-and threads a block, read from the driver where there is a device (here the stand-in's), the
-defaults (an H100's or H200's 132 SMs) where there is none; the products' tiles and split-K follow
-the target's count, the count is part of the target, so of every key built from it, and a kernel
-is checked against the target's block limits."""
+"""The GPU's facts in the Target (ember.target.GPU): the device's architecture, multiprocessors,
+shared memory, threads and registers a block, read from the driver where there is a device (here
+the stand-in's), else its architecture's row of the table (ARCHS, the CUDA Programming Guide's
+figures; by default sm_90's, an H100's or H200's 132 SMs); the products' tiles and split-K follow
+the target's count, the count is part of the target, so of every key built from it, a kernel (a
+tile kernel's shared blocks included) is checked against the target's block limits."""
 
 import numpy as np
 import pytest
@@ -10,8 +11,11 @@ from gpu_kernels import needs_nvrtc
 from stand_in_driver import install
 
 import ember
+import ember.triton as triton
+import ember.triton.language as tl
 from ember.cuda import tensorcore
-from ember.errors import ScheduleError
+from ember.cuda.limits import limits_for
+from ember.errors import ConfigError, ScheduleError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
 from ember.ops.registry import infer_types
@@ -30,7 +34,21 @@ def test_the_target_reads_the_devices_facts_and_defaults_without_one(monkeypatch
     assert on_device.gpu == FEW
     assert on_device != Target("cuda", gpu=GPU()) and repr(FEW) in repr(on_device)  # (the build keys differ)
     assert on_device.describe()["gpu"] == {"multiprocessors": 16, "shared_per_block": 48 * 1024,
-                                           "threads_per_block": 1024}
+                                           "threads_per_block": 1024, "shared_opt_in": 227 * 1024,
+                                           "registers_per_block": 64 * 1024, "arch": "sm_90"}
+
+
+def test_an_architectures_facts_are_the_programming_guides():
+    """"Technical Specifications per Compute Capability" (CUDA C++ Programming Guide, CUDA 12):
+    8.0 and 8.9 have 1024 threads, 64 K 32-bit registers and 48 KB of static shared memory a
+    block; a block may opt in to 163 KB on 8.0 (an A100: 108 SMs), 99 KB on 8.9 (an L4: 58)."""
+    assert GPU.of("sm_80") == GPU(108, 48 * 1024, 1024, 163 * 1024, 64 * 1024, "sm_80")
+    assert GPU.of("sm_89") == GPU(58, 48 * 1024, 1024, 99 * 1024, 64 * 1024, "sm_89")
+    assert GPU.of("compute_90") == GPU.of("sm_90a") == GPU()  # PTX for, and the arch-specific, sm_90
+    assert GPU.of("sm_80", multiprocessors=8) == GPU(8, 48 * 1024, 1024, 163 * 1024, 64 * 1024, "sm_80")
+    assert limits_for("sm_80", GPU()) == GPU.of("sm_80")  # (the target's GPU is another architecture)
+    with pytest.raises(ConfigError, match="no facts of GPU architecture 'sm_100' without its device"):
+        GPU.of("sm_100")
 
 
 def _bert_layer_kernel(target):
@@ -61,3 +79,30 @@ def test_a_kernel_is_checked_against_the_targets_block_limits():
     small = Target("cuda", gpu=GPU(shared_per_block=8 * 1024))
     with pytest.raises(ScheduleError, match="past the limit of 8192 bytes of static shared memory per block"):
         ember.build(s, args, target=small, arch="sm_90")
+
+
+def test_a_dynamic_shared_kernel_is_checked_against_the_targets_opt_in():
+    s, args = tensorcore.tensorcore_gemm(256, 256, 128, BN=256)  # 72 KiB of dynamic shared memory
+    with pytest.raises(ScheduleError, match=r"past the limit of 65536 bytes of dynamic shared memory a block may opt "
+                                            r"in to \(sm_75\)"):
+        ember.build(s, args, target=Target("cuda", gpu=GPU.of("sm_75")), arch="sm_75")
+
+
+@triton.jit
+def _shared_blocks(x_ptr, out_ptr, R: tl.constexpr, W: tl.constexpr):
+    offs = tl.arange(0, R)[:, None] * R + tl.arange(0, R)[None, :]
+    x, y, z = tl.load(x_ptr + offs) * 2, tl.load(x_ptr + offs) * 3, tl.load(x_ptr + offs) * 4  # each read
+    # transposed too: kept in shared memory
+    w = tl.load(x_ptr + tl.arange(0, R)[:, None] * W + tl.arange(0, W)[None, :])
+    tl.store(out_ptr + offs, x + tl.trans(x) + y + tl.trans(y) + z + tl.trans(z) + tl.sum(tl.trans(w), axis=0)[:, None])
+
+
+@needs_nvrtc
+def test_a_tile_kernels_shared_blocks_fit_the_targets_gpu():
+    x = np.ones((128, 128), np.float32)  # three 128 x 128 float32 blocks and a 128 x 16: 200.5 KiB
+    source = _shared_blocks.compile(x, x, R=128, W=16, target=Target("cuda", gpu=GPU())).source
+    assert "dynamic shared memory 205312 bytes" in source  # within sm_90's 227 KiB
+    with pytest.raises(ScheduleError, match="205312 bytes of blocks in shared memory .*: past the 166912 bytes a block "
+                                            "may have on sm_80"):
+        _shared_blocks.compile(x, x, R=128, W=16, target=Target("cuda", gpu=GPU.of("sm_80")))
+

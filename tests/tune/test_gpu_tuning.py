@@ -15,10 +15,10 @@ import pytest
 from ember import te
 from ember.cuda import schedules
 from ember.cuda.codegen import launch_dims, threads_per_block
-from ember.cuda.limits import GPULimits, check_limits
+from ember.cuda.limits import check_limits
 from ember.errors import ScheduleError
 from ember.kernel import lower
-from ember.target import Target
+from ember.target import GPU, Target
 from ember.tune import Database, MeasureInput, Task, search, task_from_tensors, tune
 from ember.tune.gpu_features import GPU_FEATURE_LENGTH, gpu_features
 from ember.tune.gpu_measure import GPURunner
@@ -115,7 +115,7 @@ def test_the_gemm_sketch_draws_within_the_limits_every_gpu_shares():
         func = lower(sample(task, sketch, seed), target="cuda")
         dims = launch_dims(func)
         assert 32 <= threads_per_block(dims) <= 1024
-        check_limits(func, dims, GPULimits("sm_90"))  # threads, shared and local memory
+        check_limits(func, dims, GPU())  # threads, shared and local memory
 
 
 def test_the_search_runs_end_to_end_and_its_best_is_correct_on_the_interpreter(runner, monkeypatch):

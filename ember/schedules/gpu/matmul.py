@@ -48,7 +48,7 @@ from ...errors import ScheduleError
 from ...intrinsics import wmma
 from ...ops.conv_gemm import COLUMNS
 from ...ops.gemm_partials import PARTS
-from ...target import GPU
+from ...target import GPU, STATIC_SHARED
 from ...te.tensor import PlaceholderOp
 from ...tir.expr import as_int
 from ..rules import inline_intermediates
@@ -62,7 +62,6 @@ SMALL = 1 << 15  # multiply-adds below which a float32 product keeps the default
 TYPICAL = 128  # the size a symbolic dimension is tiled for (rows: tokens of a prefill, a BERT's sequence)
 WARPS = 4  # warps a Tensor Core block has where its tile allows (tensor_core_tiles)
 STAGES = 3  # the cp.async stages of a Tensor Core product's K loop where it is long enough
-STATIC_SHARED = 48 * 1024  # a block's static shared memory
 
 
 @schedules("gemm")

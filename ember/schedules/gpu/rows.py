@@ -16,6 +16,7 @@ its tail guarded."""
 from __future__ import annotations
 
 from ...cuda import schedules as gpu
+from ...target import WARP
 from ...te.tensor import ComputeOp, PlaceholderOp, input_tensors_of
 from ...tir import dtype as dt
 from ...tir.expr import as_int
@@ -23,7 +24,6 @@ from ..rules import inline_intermediates
 from . import schedules
 from .default import reductions_of
 
-WARP = 32
 MAX_THREADS = 256
 LONG_THREADS = 1024  # the most a block takes for a long row
 HELD = 32  # the most elements of a row a thread keeps in registers

@@ -5,7 +5,8 @@ it calls, the values of the other globals they read (a helper rebound or a globa
 changed compiles again: `source_digest`), the constexpr values, each tensor argument's dtype,
 each integer argument's type and whether it is 1 (then compiled in as the constant 1) or a
 multiple of 16, on the GPU whether each tensor's address is 16-byte aligned, the debug mode and
-the target. A key compiles once per process (an in-memory
+the target (its compiler and flags; on the GPU its facts, ember.target.GPU, which bound a block's
+shared memory). A key compiles once per process (an in-memory
 table), and once per machine: the generated C and what the launch needs are kept in the build
 cache's folder (`triton/<key>.json`) next to the library, so a new process finds both and
 compiles nothing (the folder trimmed to its limit, least recently used first: ember.runtime.disk_cache).
@@ -241,8 +242,8 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
                      ("tensor", t.dtype.name))
         runtime.append((p.name, t))
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
-                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, num_warps,
-                 num_stages, target.kind == "cuda" and config.get("tile_mma")))
+                 debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, target.gpu,
+                 num_warps, num_stages, target.kind == "cuda" and config.get("tile_mma")))
     return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32], num_warps, num_stages), runtime
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ....cuda.vectors import VECTOR_TYPES
+from ....target import WARP
 from ....tir.arith import Analyzer
 from ....tir.arith_bound import modular_set
 from ....tir.expr import Buffer, BufferLoad, Call, PrimExpr, Var, all_, const
@@ -40,7 +41,6 @@ from .. import values as V
 from ..affine import all_true
 from ..emitter import Body, Emitter
 
-WARP = 32
 LANES = 4  # a thread's consecutive elements of a block statement, where the block's shape allows (`chunk`)
 SPREAD = "tile_spread"  # a statement spread over the threads (`_spread`): its index among them
 
