@@ -74,12 +74,13 @@ def shared_bytes(t: int, e: int, ev: int) -> int:
     return 4 * (t * e + t * e + t * ev + t * ev + 2 * t)
 
 
-def choose(dtype: str | None, e: int, ev: int) -> str:
-    """The kernel of operands of one `dtype` (None: mixed) and head sizes e and ev: "mma" (ember.ops.
+def choose(dtype: str | None, e: int, ev: int, opt_in: int) -> str:
+    """The kernel of operands of one `dtype` (None: mixed) and head sizes e and ev on a GPU whose
+    blocks may opt in to `opt_in` bytes of shared memory: "mma" (ember.ops.
     flash_attention_mma: half operands, head sizes multiples of 16 whose tiles fit), else "wmma"
     (ember.ops.flash_attention_tc: half ones whose tiles fit its 48 KiB), else "cuda cores" (this
     module's: float32, mixed types, other head sizes)."""
-    if dtype is not None and mma.config(dtype, e, ev) is not None:
+    if dtype is not None and mma.config(dtype, e, ev, opt_in) is not None:
         return "mma"
     if dtype is not None and tc.fits(dtype, e, ev, STATIC_SHARED):
         return "wmma"
@@ -112,7 +113,8 @@ def _compute(inputs, attrs, out_types):
     e = as_int(q.shape[-1])
     scale = 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
 
-    chosen = choose(q.dtype if len({x.dtype for x in (q, k, v)}) == 1 else None, e, as_int(v.shape[-1]))
+    opt_in = attrs["shared_opt_in"]  # (the target GPU's: OpDef.opt_in)
+    chosen = choose(q.dtype if len({x.dtype for x in (q, k, v)}) == 1 else None, e, as_int(v.shape[-1]), opt_in)
 
     bshd = attrs["layout"] == "bshd"
     firsts = attrs["heads"][1:] if attrs["heads"] is not None else (0, 0, 0)
@@ -123,7 +125,7 @@ def _compute(inputs, attrs, out_types):
                 bool(attrs["causal"]))
         if chosen == "mma":
             ev = as_int(v.shape[-1])
-            warps, bn, dynamic = mma.config(q.dtype, e, ev)
+            warps, bn, dynamic = mma.config(q.dtype, e, ev, opt_in)
             warps = attrs["warps"] or warps
             static = all(as_int(x.shape[-3 if bshd else -2]) is not None for x in (q, k))  # the lengths
             return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev, static))
@@ -246,6 +248,7 @@ register(OpDef(
     pattern="opaque",
     attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "warps": None},
     num_inputs=(3, 4),
+    opt_in=True,
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
         "softmax (the CUDA target's; a symbolic batch and lengths, static head sizes whose tiles fit 48 KiB of "
         "shared memory).",

@@ -45,7 +45,6 @@ from .gpu_loops import HeadRows, at, batch_index, ceil_div, threads
 ROWS = ma.ROWS  # queries a warp
 PAD = 8  # halves past each shared row: 16 bytes
 CONFIGS = ((4, 64), (4, 32))  # (warps, keys a tile) in order of preference
-DYNAMIC_LIMIT = 99 * 1024  # dynamic shared memory every GPU since sm_80 lets a block opt in to (ember.cuda.limits)
 DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
 MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.codegen.MIN_BLOCKS)
 MAX_HEAD = 128  # o's ev / 2 floats and q's e / 4 registers a lane: past 128, spills
@@ -59,13 +58,14 @@ def shared_bytes(e: int, ev: int, warps: int, bn: int, stages: int = 2) -> int:
     return 2 * (warps * ROWS * (e + PAD) + stages * bn * (e + PAD + ev + PAD))
 
 
-def config(dtype: str, e: int, ev: int) -> tuple[int, int, bool] | None:
+def config(dtype: str, e: int, ev: int, opt_in: int) -> tuple[int, int, bool] | None:
     """(warps, keys a tile, whether its tiles take dynamic shared memory): the first of CONFIGS
-    whose tiles fit static shared memory, else dynamic (head sizes of 128: 85 KiB); None where
-    the kernel does not apply (operands not half, head sizes not multiples of 16 up to MAX_HEAD)."""
+    whose tiles fit static shared memory, else the `opt_in` bytes of dynamic shared memory a
+    block of the target's GPU may opt in to (head sizes of 128: 85 KiB, 51 KiB at 32 keys a tile);
+    None where the kernel does not apply (operands not half, head sizes not multiples of 16 up to MAX_HEAD)."""
     if dtype not in DTYPES or e % ROWS or ev % ROWS or max(e, ev) > MAX_HEAD:
         return None
-    for limit, dynamic in ((STATIC_SHARED, False), (DYNAMIC_LIMIT, True)):
+    for limit, dynamic in ((STATIC_SHARED, False), (opt_in, True)):
         fit = next((c for c in CONFIGS if shared_bytes(e, ev, *c) <= limit), None)
         if fit is not None:
             return (*fit, dynamic)

@@ -33,6 +33,7 @@ from ..graph.core import Graph, Node, Value
 from ..ops import flash_attention_mma as mma
 from ..ops.attention import SDPA
 from ..ops.flash_attention import choose, tile_rows
+from ..target import GPU
 from ..tir import dtype as dt
 from .fold_attention import without_known_mask
 from .rewrite import Rewriter, rebuild
@@ -41,10 +42,10 @@ from .rewrite import Rewriter, rebuild
 def unfold_attention(graph: Graph, target=None) -> Graph:
     if target is None or target.schedules != "gpu" or not any(n.op == SDPA for n in graph.nodes):
         return graph  # nothing to unfold: the graph itself (the pipeline reports it unchanged)
-    return rebuild(graph, lambda rw, node, inputs: _unfolded(rw, node, inputs, target.gpu.multiprocessors))
+    return rebuild(graph, lambda rw, node, inputs: _unfolded(rw, node, inputs, target.gpu))
 
 
-def _unfolded(rw: Rewriter, node: Node, inputs: list[Value], multiprocessors: int) -> list[Value] | None:
+def _unfolded(rw: Rewriter, node: Node, inputs: list[Value], gpu: GPU) -> list[Value] | None:
     if node.op != SDPA or node.attrs.get("layout", "bhsd") != "bhsd" or node.attrs.get("heads") is not None:
         return None
     inputs, attrs = without_known_mask(rw, node, inputs) or (inputs, node.attrs)
@@ -56,7 +57,7 @@ def _unfolded(rw: Rewriter, node: Node, inputs: list[Value], multiprocessors: in
         inputs = [q, k, v, *mask]
     if _fits_flash(inputs):
         return rw.emit("flash_attention", inputs, {"causal": attrs["causal"], "scale": attrs["scale"],
-                                                   "warps": _warps(q, k, v, multiprocessors)},
+                                                   "warps": _warps(q, k, v, gpu)},
                        hint=node.name, out_names=[node.outputs[0].name])
     rank, dtype = k.type.rank, q.type.dtype
     length, keys, e = (d if isinstance(d, int) else None
@@ -90,16 +91,16 @@ def _repeated(rw: Rewriter, x: Value, heads: int, hint: str) -> Value | None:
     return rw.emit("reshape", [x], {"shape": (*lead, heads, s, e)}, hint=hint)[0]
 
 
-def _warps(q: Value, k: Value, v: Value, multiprocessors: int) -> int | None:
-    """The mma kernel's warps a block for the target's multiprocessors (ember.ops.
+def _warps(q: Value, k: Value, v: Value, gpu: GPU) -> int | None:
+    """The mma kernel's warps a block for the target GPU's multiprocessors (ember.ops.
     flash_attention_mma.warps_for) where its batch and length are static; None (its default)
     otherwise, and for the other kernels."""
     dtypes = {x.type.dtype for x in (q, k, v)}
     *batch, length, e = q.type.shape
-    if choose(q.type.dtype if len(dtypes) == 1 else None, e, v.type.shape[-1]) != "mma" \
+    if choose(q.type.dtype if len(dtypes) == 1 else None, e, v.type.shape[-1], gpu.shared_opt_in) != "mma" \
             or not all(isinstance(d, int) for d in (*batch, length)):
         return None
-    return mma.warps_for(math.prod(batch), length, multiprocessors)
+    return mma.warps_for(math.prod(batch), length, gpu.multiprocessors)
 
 
 def _fits_flash(inputs: list[Value]) -> bool:

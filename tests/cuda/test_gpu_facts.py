@@ -3,7 +3,8 @@ shared memory, threads and registers a block, read from the driver where there i
 the stand-in's), else its architecture's row of the table (ARCHS, the CUDA Programming Guide's
 figures; by default sm_90's, an H100's or H200's 132 SMs); the products' tiles and split-K follow
 the target's count, the count is part of the target, so of every key built from it, a kernel (a
-tile kernel's shared blocks included) is checked against the target's block limits."""
+tile kernel's shared blocks included) is checked against the target's block limits, and flash
+attention sizes its tiles to the shared memory the target's blocks may opt in to."""
 
 import numpy as np
 import pytest
@@ -17,11 +18,14 @@ from ember.cuda import tensorcore
 from ember.cuda.limits import limits_for
 from ember.errors import ConfigError, ScheduleError
 from ember.graph import Graph, TensorType
+from ember.ops import flash_attention_mma as mma
 from ember.ops.nodes import add_op
 from ember.ops.registry import infer_types
 from ember.passes.split_k import split_k
-from ember.schedules.apply import node_kernel
+from ember.schedules.apply import compute_node, node_kernel
 from ember.target import GPU, Target
+from ember.tir.functor import visit_stmt
+from ember.tir.stmt import Allocate
 
 FEW = GPU(multiprocessors=16)
 
@@ -106,3 +110,23 @@ def test_a_tile_kernels_shared_blocks_fit_the_targets_gpu():
                                             "may have on sm_80"):
         _shared_blocks.compile(x, x, R=128, W=16, target=Target("cuda", gpu=GPU.of("sm_80")))
 
+
+def _key_tile(target: Target) -> int:
+    """The elements of the k tile of flash attention's kernel of head size 128 in float16 on `target`."""
+    types = [TensorType((1, 2, 64, 128), "float16")] * 3
+    bound, outs = infer_types("flash_attention", types, {})
+    _, (out,) = compute_node("flash_attention", types, bound, outs, target=target)
+    found = []
+    visit_stmt(out.op.body, lambda s: found.append(s.buffer) if isinstance(s, Allocate) else None)
+    return next(b.shape[0].value for b in found if b.name == "k_tile")
+
+
+def test_flash_attention_sizes_its_tiles_to_the_targets_opt_in_shared_memory():
+    assert mma.config("float16", 64, 64, 0) == (4, 64, False)  # 45 KiB: static shared memory on any GPU
+    assert mma.config("float16", 128, 128, GPU().shared_opt_in) == (4, 64, True)  # 85 KiB
+    assert mma.config("float16", 128, 128, GPU.of("sm_75").shared_opt_in) == (4, 32, True)  # 51 KiB of 64
+    assert mma.config("float16", 128, 128, 48 * 1024) is None
+    assert _key_tile(Target("cuda", simulate=True)) == 64 * 136  # (rows padded by 8 halves)
+    assert _key_tile(Target("cuda", simulate=True, gpu=GPU.of("sm_75"))) == 32 * 136
+    with pytest.raises(ScheduleError, match="flash_attention is a GPU kernel: target 'c' has no GPU"):
+        _key_tile(Target("c"))
