@@ -7,7 +7,8 @@
 #     OUT=/tmp/gpu benchmarks/gpu_checks.sh [step[:seconds] ...]
 #
 # Steps: info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare graphs tune decode
-# (default: all, with the limits below; rows: the row kernels (softmax, layer norm, RMS norm) at
+# (default: all, with the limits below; info: the GPU, torch and `ember doctor`, whose "GPU facts" line
+# says whether the device's match ember.target.ARCHS' row for its architecture; rows: the row kernels (softmax, layer norm, RMS norm) at
 # 4096x4096, 4096x768 and 128x768, their default schedules and variants, and the elementwise chain,
 # against torch and the device copy of each shape; mma: mma.sync's GEMMs 512^3 with rows of 128,
 # 256 and 512 bytes checked against torch first (a line each: right or WRONG), then the Tensor

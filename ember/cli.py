@@ -23,6 +23,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import shlex
 import shutil
@@ -34,7 +35,7 @@ import traceback
 from pathlib import Path
 
 from . import config
-from .errors import EmberError
+from .errors import ConfigError, EmberError
 
 
 def _import_model(path: str):
@@ -293,6 +294,7 @@ def _cuda() -> dict[str, tuple[bool, str]]:
     """NVRTC, the CUDA driver and the GPU, each with what it is or why it is missing (none of them
     is needed but for target "cuda")."""
     from .cuda import driver, nvrtc
+    from .cuda.limits import device_gpu
 
     out = {}
     try:
@@ -302,14 +304,35 @@ def _cuda() -> dict[str, tuple[bool, str]]:
     try:
         dev = driver.device()
         out["CUDA driver"] = True, f"CUDA {driver.driver_version()}"
+        facts = device_gpu(dev)
         out["GPU"] = True, (f"{dev.name}, compute capability {dev.compute_capability[0]}."
-                            f"{dev.compute_capability[1]}, {dev.multiprocessors} multiprocessors, "
-                            f"{dev.threads_per_block} threads and "
-                            f"{dev.shared_per_block // 1024} KiB of shared memory per block "
-                            f"({dev.shared_per_block_optin // 1024} KiB opted in)")
+                            f"{dev.compute_capability[1]}, {facts.multiprocessors} multiprocessors, "
+                            f"{facts.threads_per_block} threads, {facts.registers_per_block // 1024} Ki registers "
+                            f"and {facts.shared_per_block // 1024} KiB of shared memory per block "
+                            f"({facts.shared_opt_in // 1024} KiB opted in)")
+        out["GPU facts"] = _table_row(facts)
     except EmberError as e:
         out["CUDA driver / GPU"] = False, str(e)
     return out
+
+
+def _table_row(facts) -> tuple[bool, str]:
+    """Whether the device's facts (an ember.target.GPU) are its architecture's row of ember.target.
+    ARCHS, what a build for it without the device assumes (the multiprocessors are the product's:
+    they may differ)."""
+    from .target import GPU
+
+    try:
+        row = GPU.of(facts.arch)
+    except ConfigError as e:
+        return True, f"the device's are used; without it: {e}"
+    differ = {f.name: (getattr(facts, f.name), getattr(row, f.name)) for f in dataclasses.fields(GPU)
+              if getattr(facts, f.name) != getattr(row, f.name)}
+    said = ", ".join(f"{name} {mine} (the table's {theirs})" for name, (mine, theirs) in differ.items())
+    if set(differ) <= {"multiprocessors"}:
+        return True, f"the device's agree with ember.target.ARCHS' row for {facts.arch}" + (f" but for {said}" if said
+                                                                                          else "")
+    return False, f"the device's differ from ember.target.ARCHS' row for {facts.arch}: {said}"
 
 
 def _call_path() -> tuple[bool, str]:

@@ -76,6 +76,19 @@ def test_doctor_says_when_calls_take_the_python_path(capsys, monkeypatch):
     assert "[--] call path: EMBER_FAST_CALL=0: calls take the Python path" in capsys.readouterr().out
 
 
+def test_doctor_compares_the_gpus_facts_with_its_architectures_row():
+    from ember.cli import _table_row
+    from ember.target import GPU
+
+    assert _table_row(GPU.of("sm_80")) == (True, "the device's agree with ember.target.ARCHS' row for sm_80")
+    assert _table_row(GPU.of("sm_80", multiprocessors=8)) == (
+        True, "the device's agree with ember.target.ARCHS' row for sm_80 but for multiprocessors 8 (the table's 108)")
+    assert _table_row(GPU.of("sm_89", shared_opt_in=100 * 1024)) == (
+        False, "the device's differ from ember.target.ARCHS' row for sm_89: shared_opt_in 102400 (the table's 101376)")
+    works, said = _table_row(GPU(arch="sm_100"))
+    assert works and said.startswith("the device's are used; without it: no facts of GPU architecture 'sm_100'")
+
+
 def test_info_on_an_artifact_shows_kernels_times_and_memory(onnx_model, tmp_path, capsys):
     path, _ = onnx_model
     art = tmp_path / "model.ember"
