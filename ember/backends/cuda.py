@@ -7,9 +7,10 @@ A model takes none of the CPU's target graph passes (no blocked layouts, no weig
 GPU family's schedules read the plain layouts) and no fold_attention: its attention is unfolded
 into matmul, softmax, matmul (ember.passes.unfold_attention), which the family schedules; a fused
 attention kernel for the GPU is still to come. Every kernel
-is scheduled by the GPU family (ember.schedules.gpu) and built by NVRTC, for the GPU's
-architecture (sm_90 without one); a kernel whose loops the family bound to no block or thread
-(an extern call, a scalar output) is a CompileError naming its operators, at compile time.
+is scheduled by the GPU family (ember.schedules.gpu) and built by NVRTC, for the target GPU's
+architecture (`Target.gpu.arch`: the device's, sm_90 without one), and checked against its
+limits; a kernel whose loops the family bound to no block or thread (an extern call, a scalar
+output) is a CompileError naming its operators, at compile time.
 The model runs its call program on the GPU (ember.cuda.model.CUDAModel), or, for
 `Target("cuda", simulate=True)`, on the loop-IR interpreter with GPU semantics
 (ember.cuda.simt: the same lowered kernels, blocks and threads in a shuffled order, races
@@ -32,10 +33,8 @@ from ..cuda import CUDAKernel, build_cuda
 from ..cuda import driver as cuda_driver
 from ..cuda.artifact import read_cuda
 from ..cuda.driver import device
-from ..cuda.kernel import device_arch
 from ..cuda.limits import device_gpu
 from ..cuda.model import CUDAModel, DeviceEntry, SimulatedModel
-from ..cuda.nvrtc import DEFAULT_ARCH
 from ..cuda.simt import build_simt, is_gpu_kernel
 from ..cuda.streams import torch_stream
 from ..cuda.tile import TileLauncher, render_tile
@@ -89,8 +88,8 @@ class CUDABackend(Backend):
     tuner = TunerRules(gpu_design_space, gpu_features, GPURunner, REGISTER_BYTES)
 
     def gpu(self, target) -> GPU:
-        """The device's facts (its driver attributes), GPU()'s (DEFAULT_ARCH's) where there is none
-        or the GPU is simulated (its kernels built for DEFAULT_ARCH)."""
+        """The device's facts (its driver attributes), GPU()'s (DEFAULT_ARCH's, what a build without
+        a device assumes) where there is none or the GPU is simulated."""
         if target.simulate:
             return GPU()
         try:
@@ -102,11 +101,11 @@ class CUDABackend(Backend):
     def machine(self, target) -> str:
         """ "cuda | <GPU> | <arch>"; a simulated GPU's times are the interpreter's: "cuda | simulated"."""
         if target.simulate:
-            return f"cuda | simulated | {DEFAULT_ARCH}"
+            return f"cuda | simulated | {target.gpu.arch}"
         try:
             dev = device()
         except DeviceError:
-            return f"cuda | no GPU | {DEFAULT_ARCH}"
+            return f"cuda | no GPU | {target.gpu.arch}"
         return f"cuda | {dev.name} | {dev.arch}"
 
     @property
@@ -137,7 +136,7 @@ class CUDABackend(Backend):
         kernels = {}
         for f in program.kernels:
             try:
-                kernels[f.name] = build_cuda(f, arch=DEFAULT_ARCH if target.simulate else None, gpu=target.gpu)
+                kernels[f.name] = build_cuda(f, arch=target.gpu.arch, gpu=target.gpu)
             except LowerError as e:  # (a kernel the GPU family schedules in part only)
                 raise CompileError(f"model {spec.name}: {_kernel_named(spec, f)} does not lower for the GPU: "
                                    f"{e}") from e
@@ -156,16 +155,18 @@ class CUDABackend(Backend):
         return rendered.entry, False  # built as rendered (NVRTC's cache holds the cubins)
 
     def build_kernels(self, funcs: Sequence[PrimFunc], target, **options) -> dict[str, CUDAKernel]:
-        """Options: arch, ptx, debug (ember.cuda.build_cuda); checked against the target's block limits."""
-        return {f.name: build_cuda(f, gpu=target.gpu, **options) for f in funcs}
+        """Options: arch (default: the target GPU's), ptx, debug (ember.cuda.build_cuda); checked against the
+        target's block limits."""
+        return {f.name: build_cuda(f, gpu=target.gpu, **{"arch": target.gpu.arch, **options}) for f in funcs}
 
     def render_kernels(self, funcs: Sequence[PrimFunc], target, *, checked: bool = False) -> str:
         """Each kernel's unit, its shared memory checked against what a block of the target's GPU may opt in to."""
         return "\n".join(render_tile(f, target.gpu) for f in funcs)
 
     def open_launcher(self, source: str, name: str, target):
-        """Compiled by NVRTC for the GPU's architecture (sm_90 without one); loaded at the first launch."""
-        launcher = TileLauncher(source, name, device_arch())
+        """Compiled by NVRTC for the target GPU's architecture (the device's, sm_90 without one); loaded at
+        the first launch."""
+        launcher = TileLauncher(source, name, target.gpu.arch)
         return launcher, launcher
 
     def call_tile(self, compiled, tensors: list, scalars: list, grid: tuple[int, int, int], options: dict) -> int:

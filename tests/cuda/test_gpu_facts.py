@@ -8,7 +8,7 @@ attention sizes its tiles to the shared memory the target's blocks may opt in to
 
 import numpy as np
 import pytest
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import elementwise, needs_nvrtc
 from stand_in_driver import install
 
 import ember
@@ -83,6 +83,13 @@ def test_a_kernel_is_checked_against_the_targets_block_limits():
     small = Target("cuda", gpu=GPU(shared_per_block=8 * 1024))
     with pytest.raises(ScheduleError, match="past the limit of 8192 bytes of static shared memory per block"):
         ember.build(s, args, target=small, arch="sm_90")
+
+
+@needs_nvrtc
+def test_a_kernel_compiles_for_the_targets_architecture():
+    s, args, _ = elementwise(256)
+    assert ember.build(s, args, target=Target("cuda", gpu=GPU.of("sm_80"))).arch == "sm_80"  # (no device here)
+    assert Target("cuda", simulate=True, gpu=GPU.of("sm_80")).key == "cuda | simulated | sm_80"
 
 
 def test_a_dynamic_shared_kernel_is_checked_against_the_targets_opt_in():
