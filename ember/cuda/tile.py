@@ -35,6 +35,7 @@ from . import driver as cuda_driver
 from .codegen import CUDARenderer, threads_per_block
 from .driver import INT64, POINTER, Module, Params, check
 from .kernel import prepare
+from .limits import MAX_GRID
 from .nvrtc import DEFAULT_ARCH, compile_cuda
 from .streams import torch_stream
 
@@ -194,7 +195,7 @@ class TileLauncher:
         blocks = grid[0] * grid[1] * grid[2]
         if not blocks:
             return
-        if blocks >= 2**31:
+        if blocks > MAX_GRID["blockIdx.x"]:
             raise ArgumentTypeError(f"kernel {self.name}: a grid of {grid} is {blocks} programs, more than the "
                                     f"2^31 - 1 blocks of a launch")
         if stream is None:

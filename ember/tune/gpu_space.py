@@ -31,7 +31,7 @@ import functools
 
 from ..cuda import schedules
 from ..errors import ScheduleError
-from ..target import GPU
+from ..target import GPU, WARP
 from ..te.schedule import TESchedule
 from ..te.tensor import Tensor
 from ..tir.expr import as_int
@@ -50,7 +50,6 @@ SPARE_REGISTERS = 32  # a gemm thread's registers besides its tiles (addresses, 
 VECTOR = 4  # floats a copy moves (16 bytes) wherever BK and TN are multiples of it
 STAGES = (1, 2, 3, 4)  # shared buffers of the K loop (ember.cuda.pipeline: copies S - 1 iterations ahead)
 GROUPS = (1, 4, 16)  # rows of tiles a column of blocks walks before the next (those dividing the rows)
-MIN_THREADS = 32  # a warp
 THREADS = (32, 64, 128, 256, 512, 1024)
 
 
@@ -131,12 +130,12 @@ def _threads(gpu: GPU, BM: int, BN: int) -> bool:
 
 
 def _fits(gpu: GPU, BM: int, BN: int, TM: int, TN: int) -> bool:
-    """A block of (BM/TM) x (BN/TN) threads within the GPU's threads and registers a block, each
-    thread's accumulators within MAX_ACCUMULATORS."""
+    """A block of (BM/TM) x (BN/TN) threads, at least a warp, within the GPU's threads and registers
+    a block, each thread's accumulators within MAX_ACCUMULATORS."""
     threads = (BM // TM) * (BN // TN)
     registers = TM * TN + TM + TN + SPARE_REGISTERS  # accumulators, a column of A's tile, a row of B's
     return BM % TM == 0 and BN % TN == 0 and TM * TN <= MAX_ACCUMULATORS and \
-        MIN_THREADS <= threads <= gpu.threads_per_block and threads * registers <= gpu.registers_per_block
+        WARP <= threads <= gpu.threads_per_block and threads * registers <= gpu.registers_per_block
 
 
 def gemm_candidate(task: Task, target=None, *, BM: int, BN: int, BK: int, TM: int, TN: int, stages: int,
