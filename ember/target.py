@@ -39,7 +39,7 @@ and the machine facts:
   H200's, what a build without a device assumes). Part of the target, so of every key built from
   it (a lowered kernel's on disk, the model cache's): a kernel tiled for one count is not reused
   for another. What every NVIDIA GPU shares (WARP, STATIC_SHARED, REGISTERS_PER_THREAD,
-  LOCAL_PER_THREAD) are this module's constants;
+  REGISTER_FILE, LOCAL_PER_THREAD) are this module's constants;
 - `key`: the name the tuning database files schedules under.
 
 A target for another machine is named by its flags: `Target.x86(level)` is C for an x86-64
@@ -121,6 +121,7 @@ _SIMD_MACRO = re.compile(r"^#define __((?:SSE[2-4]\w*|SSSE3|AVX\w*|FMA4?|F16C|AM
 WARP = 32  # threads a warp
 STATIC_SHARED = 48 * 1024  # bytes of __shared__ arrays a kernel may declare statically (more: dynamic, opted in)
 REGISTERS_PER_THREAD = 255  # 32-bit registers a thread may take (past them, local memory)
+REGISTER_FILE = 64 * 1024  # 32-bit registers a multiprocessor holds (its blocks' threads share them)
 LOCAL_PER_THREAD = 512 * 1024  # bytes of a thread's own arrays (local memory)
 
 DEFAULT_ARCH = "sm_90"  # what a build without a device compiles for and assumes: an H100's, an H200's

@@ -33,7 +33,7 @@ import struct
 
 from ..intrinsics import mma_attention as ma
 from ..intrinsics.wmma import DTYPES
-from ..target import STATIC_SHARED
+from ..target import REGISTER_FILE, STATIC_SHARED
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, Var, binary, cast, const, convert
@@ -49,7 +49,6 @@ DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
 MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.codegen.MIN_BLOCKS)
 MAX_HEAD = 128  # o's ev / 2 floats and q's e / 4 registers a lane: past 128, spills
 WARPS = (4, 2, 1)  # warps a block, most first: the fewer, the more blocks a problem of few queries has
-REGISTER_FILE = 65536  # registers a multiprocessor (ember.cuda.limits: every GPU since sm_50)
 REGISTERS = 128  # a thread's registers that head sizes up to 64 fit without spilling (ptxas: 127-185 unbounded)
 
 
