@@ -129,19 +129,19 @@ def _nvrtc_run(source: str, arch: str, ptx: bool, opts: tuple[str, ...]) -> tupl
         get_size, get = (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX) if ptx else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
         err, size = get_size(prog)
         _check(err, get_size.__name__)
-        out = b" " * size
+        out = bytearray(size)  # (NVRTC writes into it: never a bytes object, which b" " * 1 is Python's shared one)
         (err,) = get(prog, out)
         _check(err, get.__name__)
-        return out, _log(lib, prog)
+        return bytes(out), _log(lib, prog)
     finally:
         lib.nvrtcDestroyProgram(prog)
 
 
 def _log(lib, prog) -> str:
     err, size = lib.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    log = bytearray(size)  # (an empty log is one byte: written into b" " * 1, it was Python's shared b" ")
     lib.nvrtcGetProgramLog(prog, log)
-    return log.rstrip(b"\0 ").decode(errors="replace")
+    return bytes(log).rstrip(b"\0 ").decode(errors="replace")
 
 
 def _error_message(log: str, source: str, arch: str) -> str:

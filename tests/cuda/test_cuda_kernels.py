@@ -200,6 +200,18 @@ def test_nvrtc_builds_are_cached_by_source_arch_and_options(tmp_path, monkeypatc
 
 
 @needs_nvrtc
+def test_a_compile_leaves_pythons_shared_bytes_alone(tmp_path, monkeypatch):
+    """NVRTC writes its output and log into the buffers it is handed; an empty log is one byte,
+    and a buffer made as b" " * 1 is Python's one shared b" ", which it turned into b"\\0" (every
+    b" " of the process after: saved models' headers padded with zeros)."""
+    from ember.cuda import nvrtc
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    nvrtc.compile_cuda('extern "C" __global__ void k(float* a) { a[0] = 1.0f; }\n', "sm_90")
+    assert [i for i in range(256) if bytes([i])[0] != i] == []
+
+
+@needs_nvrtc
 def test_a_compile_error_shows_the_source_line():
     from ember.cuda import nvrtc
     from ember.errors import BuildError
