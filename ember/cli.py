@@ -266,28 +266,22 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_cache(args) -> int:
+    from .checks import format_bytes
     from .runtime import disk_cache
 
     names = list(disk_cache.SHARES)
     if args.clear:
         freed = sum(disk_cache.clear(name) for name in names)
-        print(f"removed {_size(freed)} from {config.get('cache_dir')}")
-    print(f"{config.get('cache_dir')} (EMBER_CACHE_DIR), at most {_size(config.get('cache_limit'))} "
+        print(f"removed {format_bytes(freed)} from {config.get('cache_dir')}")
+    print(f"{config.get('cache_dir')} (EMBER_CACHE_DIR), at most {format_bytes(config.get('cache_limit'))} "
           f"(EMBER_CACHE_LIMIT)")
     used = {name: disk_cache.usage(name) for name in names}
     for name in names:
-        print(f"  {name:<11} {_size(used[name].bytes):>10} in {used[name].entries:6d} entries, "
-              f"at most {_size(disk_cache.limit(name))}")
-    print(f"  {'all':<11} {_size(sum(u.bytes for u in used.values())):>10} in "
+        print(f"  {name:<11} {format_bytes(used[name].bytes):>10} in {used[name].entries:6d} entries, "
+              f"at most {format_bytes(disk_cache.limit(name))}")
+    print(f"  {'all':<11} {format_bytes(sum(u.bytes for u in used.values())):>10} in "
           f"{sum(u.entries for u in used.values()):6d} entries")
     return 0
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def _cuda() -> dict[str, tuple[bool, str]]:
