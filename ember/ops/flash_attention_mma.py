@@ -33,7 +33,7 @@ import struct
 
 from ..intrinsics import mma_attention as ma
 from ..intrinsics.wmma import DTYPES
-from ..target import REGISTER_FILE, STATIC_SHARED
+from ..target import REGISTER_FILE, STATIC_SHARED, WARP
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, Var, binary, cast, const, convert
@@ -80,10 +80,10 @@ def warps_for(heads: int, length: int, multiprocessors: int) -> int:
 
 def min_blocks(warps: int, e: int, ev: int, static: bool = True) -> int | None:
     """The blocks a multiprocessor must hold (`__launch_bounds__`), so that ptxas fits a thread in
-    REGISTERS: REGISTER_FILE / (warps * 32 * REGISTERS), 4 at 4 warps. None where 128 would
+    REGISTERS: REGISTER_FILE / (warps * WARP * REGISTERS), 4 at 4 warps. None where 128 would
     spill: past head sizes of 64 (128: 168-173 registers), at one warp (its masked scores: 28
     bytes) and over symbolic lengths (`static` False: 8 to 16 bytes)."""
-    return REGISTER_FILE // (warps * 32 * REGISTERS) if max(e, ev) <= 64 and warps > 1 and static else None
+    return REGISTER_FILE // (warps * WARP * REGISTERS) if max(e, ev) <= 64 and warps > 1 and static else None
 
 
 def _flat(buf: Buffer, indices) -> object:
