@@ -31,7 +31,7 @@ from .c_attention_decode import attention_decode as c_attention_decode
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
 from .c_gemm_nbits_vnni import gemm_nbits_int8 as c_gemm_nbits_int8
 from .c_gemm_nbits_vnni import quantize_rows as c_quantize_rows
-from .c_gemv_nbits_vnni import gemv_int4_vnni as c_gemv_int4_vnni
+from .c_gemv_nbits_vnni import gemv_vnni as c_gemv_vnni
 from .c_gemv_nbits_vnni import quantize_groups as c_quantize_groups
 from .c_winograd import winograd_input, winograd_product
 
@@ -51,7 +51,7 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params["dims"],
                                   params.get("appended", False))
     if routine == GEMM_NBITS and params.get("act") == "int8_groups":
-        return c_gemv_int4_vnni(lib, params["group"], params["offsets"], params["bias"])
+        return c_gemv_vnni(lib, params["bits"], params["group"], params["xgroup"], params["offsets"], params["bias"])
     if routine == GEMM_NBITS:
         make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
         return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
@@ -167,7 +167,7 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     offsets = per_group(*rest[1]) if params["offsets"] else None
     w = dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, offsets, bits).astype(np.float64)
     if act == "int8_groups":
-        groups = k // group
+        groups = k // params["xgroup"]
         y = dequantize_groups(xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]],
                               meta[t_off + np.arange(m)[:, None] * 2 * groups + np.arange(2 * groups)[None, :]]) @ w
     elif act == "int8" and m >= GEMM_NBITS_STREAM:

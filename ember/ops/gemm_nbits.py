@@ -15,11 +15,12 @@ uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
 
-act "int8_groups" (ember.passes.quantize_rows, for a decode step's int4 GEMV on VNNI): x's rows come
-quantized per group of the weights' group size to int8 by quantize_groups(x; group) -> (xq, meta:
-each group's scale and sum of xq), and every row is computed from them
-(ember.codegen.c_gemv_nbits_vnni): x ~ the group's scale times xq, the nibbles times xq in int32
-per group. The reference computes the same quantized x times the dequantized weight.
+act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
+quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
+xq), the group ember.tir.nbits.row_group's (the weights' group; for int8 per channel one that
+divides K), and every row is computed from them (ember.codegen.c_gemv_nbits_vnni): x ~ the group's
+scale times xq, the codes times xq in int32 per group. The reference computes the same quantized x
+times the dequantized weight.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ..tir.nbits import (
     panels,
     quantize_groups,
     quantize_rows,
+    row_group,
 )
 from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_GROUPS, QUANTIZE_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
@@ -66,9 +68,12 @@ def _infer(types, attrs):
                               f"{_quantized_types(types[0])}; got {types[1:3]}")
         types = [types[0], *types[3:]]
     if attrs["act"] == "int8_groups":
-        if bits != 4 or len(types) < 5 or types[1:3] != _grouped_types(types[0], group):
-            raise OpTypeError(f"{name}: act int8_groups takes int4 codes and x, then quantize_groups(x)'s xq and "
-                              f"meta, {_grouped_types(types[0], group)}; got bits {bits}, {types[1:3]}")
+        k = types[0].shape[1] if types[0].rank == 2 else None
+        rows = row_group(group, k) if isinstance(k, int) else 0
+        if not rows or len(types) < 5 or types[1:3] != _grouped_types(types[0], rows):
+            raise OpTypeError(f"{name}: act int8_groups takes x, then quantize_groups(x)'s xq and meta per group "
+                              f"of {rows or 'a static K divisible by one of ' + str(GROUPS)}; got x {types[0].shape}, "
+                              f"{types[1:3]}")
         types = [types[0], *types[3:]]
     x, codes, scales = types[:3]
     if bits not in BITS:
@@ -175,7 +180,7 @@ def _compute(inputs, attrs, out_types):
         m0 = b * GEMM_NBITS_ROWS
         reads = [Pointer(bufs[0], m0 * k)]
         if act in QUANTIZED:
-            meta = 1 + k // QUANTIZE_BLOCK if act == "int8" else 2 * (k // attrs["group"])
+            meta = 1 + k // QUANTIZE_BLOCK if act == "int8" else 2 * (k // row_group(attrs["group"], k))
             reads += [Pointer(bufs[1], m0 * k), Pointer(bufs[2], m0 * meta)]
             bufs = [bufs[0], *bufs[3:]]
         reads += [Pointer(bufs[1], p * (k * width)), Pointer(bufs[2], p * PANEL)]
@@ -184,6 +189,8 @@ def _compute(inputs, attrs, out_types):
                    const(n), const(cols))
         params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
                   ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ())
+        if act == "int8_groups":
+            params += (("xgroup", row_group(attrs["group"], k)),)
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 

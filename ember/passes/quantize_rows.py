@@ -10,11 +10,12 @@
 
   vpdpbusd multiplies 64 bytes a vector instruction where the float32 path dequantizes each code
   to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do;
-- a decode step (M static below GEMM_NBITS_STREAM) of int4 weights: x quantized per group of the
-  weights' group size to int8 by quantize_groups (llama.cpp's Q8_0), the nibbles times its bytes
-  in int32 per group (act "int8_groups"; ember.codegen.c_gemv_nbits_vnni), where the float32 GEMV
-  is compute-bound below the memory's bandwidth at one thread. Needs VBMI too (one vpermb per 64
-  bytes of codes); int8 weights keep float32 rows (their GEMV runs at the memory's bandwidth).
+- a decode step (M static below GEMM_NBITS_STREAM): x quantized per group to int8 by
+  quantize_groups (llama.cpp's Q8_0; the group ember.tir.nbits.row_group's: the weights', or for
+  int8 per channel one that divides K), the codes times its bytes in int32 per group (act
+  "int8_groups"; ember.codegen.c_gemv_nbits_vnni), where the float32 GEMV is compute-bound below
+  the memory's bandwidth at one thread (int4 and int8 alike). Needs VBMI too (the codes permuted
+  into vpdpbusd's layout); a K that no group divides keeps float32 rows.
 
 A target pass (ember.passes.pipeline.TARGET_PASSES): only targets with AVX512-VNNI and AVX512-BW.
 """
@@ -26,16 +27,17 @@ import functools
 from ..graph.core import Graph, Node, Value
 from ..ops.gemm_nbits import QUANTIZE_BLOCK
 from ..target import Target
+from ..tir.nbits import row_group
 from ..tir.routines import GEMM_NBITS_STREAM
 from .rewrite import Rewriter, rebuild
 
 FEATURES = frozenset({"avx512vnni", "avx512bw"})
-GEMV_FEATURES = FEATURES | {"avx512vbmi"}  # a decode step's int4 GEMV
+GEMV_FEATURES = FEATURES | {"avx512vbmi"}  # a decode step's GEMV
 
 
 def quantize_rows(graph: Graph, target: Target | None = None) -> Graph:
     """The graph with its gemm_nbits on int8 products where the target (default: C on this
-    machine) has VNNI: a prefill's, and a decode step's int4 ones where it has VBMI too."""
+    machine) has VNNI: a prefill's, and a decode step's where it has VBMI too."""
     features = (target or Target()).features
     if not features >= FEATURES:
         return graph
@@ -48,9 +50,10 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], gemv: bool, done: dict)
     x = ins[0]
     m, k = x.shape
     if isinstance(m, int) and m < GEMM_NBITS_STREAM:
-        if not gemv or node.attrs["bits"] != 4:
+        group = row_group(node.attrs["group"], k) if isinstance(k, int) else 0
+        if not gemv or not group:
             return None
-        op, attrs, act = "quantize_groups", {"group": node.attrs["group"]}, "int8_groups"
+        op, attrs, act = "quantize_groups", {"group": group}, "int8_groups"
     elif k % QUANTIZE_BLOCK:
         return None
     else:

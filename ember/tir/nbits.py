@@ -32,6 +32,14 @@ GROUPS = (32, 64, 128)  # the group sizes of int4 scales
 QUANTIZE_BLOCK = 32  # quantize_rows' meta sums x over blocks of this many columns
 
 
+def row_group(group: int, k: int) -> int:
+    """The columns per scale of a decode step's row quantized to int8 for gemm_nbits' act
+    "int8_groups" (quantize_groups): the weights' group, each group's integer sum scaled once;
+    for int8 weights per output channel (group 0) the largest of GROUPS that divides K, the
+    fewest scalings (0 where none divides it: such a K keeps float32 rows)."""
+    return group or next((g for g in reversed(GROUPS) if k % g == 0), 0)
+
+
 def panels(n: int) -> int:
     return -(-n // PANEL)
 

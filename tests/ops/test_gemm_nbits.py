@@ -1,7 +1,8 @@
 """gemm_nbits (ember/ops/gemm_nbits.py): int8 per channel and per group, int4 per group
-(symmetric, and with zero points) on the C target and the interpreter, for a GEMV, a few rows and a prefill's block
-of rows, against the float64 product of the NumPy dequantization, over a column count that
-leaves the last panel partial; the layout's packing round-trips; bad inputs are OpTypeErrors."""
+(symmetric, and with zero points) on the C target and the interpreter, for a GEMV (float32 rows, and
+int8 rows per group on VNNI), a few rows and a prefill's block of rows, against the float64 product
+of the NumPy dequantization, over a column count that leaves the last panel partial; the layout's
+packing round-trips; bad inputs are OpTypeErrors."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from ember.tir.nbits import (
     dequantize_groups,
     pack_int4,
     pack_int8,
+    pad_columns,
     quantize_groups,
     quantize_rows,
+    row_group,
     unpack,
 )
 
@@ -28,8 +31,8 @@ RNG = np.random.default_rng()
 K, N = 128, 75  # three panels, the last with 11 columns
 
 
-def _inputs(bits: int, group: int = 0, zero_points: bool = False, bias: bool = True, k: int = K):
-    w = RNG.standard_normal((k, N)).astype(np.float32)
+def _inputs(bits: int, group: int = 0, zero_points: bool = False, bias: bool = True, k: int = K, n: int = N):
+    w = RNG.standard_normal((k, n)).astype(np.float32)
     if bits == 8:
         parts = list(quantize_int8(w))
         if group:  # per group: the per-column scales varied down the rows
@@ -39,8 +42,8 @@ def _inputs(bits: int, group: int = 0, zero_points: bool = False, bias: bool = T
         codes, scales, offsets = quantize_int4(w, group, zero_points)
         parts = [codes, scales] + ([offsets] if zero_points else [])
     if bias:
-        parts.append(np.pad(RNG.standard_normal(N).astype(np.float32), (0, 96 - N)))
-    return parts, {"bits": bits, "group": group, "n": N, "offsets": zero_points}
+        parts.append(pad_columns(RNG.standard_normal(n).astype(np.float32)))
+    return parts, {"bits": bits, "group": group, "n": n, "offsets": zero_points}
 
 
 @pytest.mark.parametrize("bits,group,zero_points,bias", [(8, 0, False, True), (8, 32, False, False),
@@ -90,23 +93,45 @@ def _grouped_types(k: int, group: int, weights) -> list[TensorType]:
 AVX2 = Target("c", cflags="-O2 -march=x86-64-v3 -fopenmp -shared -fPIC -std=gnu11")  # no VNNI: the scalar twins
 
 
-@pytest.mark.parametrize("k,group,zero_points,bias,targets", [(96, 32, False, True, ("c", "python")),
-                                                              (192, 64, True, False, ("c", AVX2)),
-                                                              (256, 128, False, False, ("c",))])
-def test_int4_gemv_on_vnni_against_reference(k, group, zero_points, bias, targets):
-    """act int8_groups: a decode step's rows quantized per group (quantize_groups), the nibbles
-    times their bytes (vpdpbusd, a scalar twin where the target has no VNNI) against the
-    reference's float64 product of the same quantized rows; an odd count of groups, 75 columns."""
-    weights, attrs = _inputs(4, group, zero_points, bias, k)
+@pytest.mark.parametrize("bits,k,group,zero_points,bias,targets", [
+    (4, 96, 32, False, True, ("c", "python")), (4, 192, 64, True, False, ("c", AVX2)),
+    (4, 256, 128, False, False, ("c",)), (8, 96, 0, False, True, ("c", "python")),
+    (8, 320, 0, False, False, ("c", AVX2)), (8, 256, 0, False, True, ("c",)),
+    (8, 96, 32, False, False, ("c", AVX2, "python"))])
+def test_gemv_on_vnni_against_reference(bits, k, group, zero_points, bias, targets):
+    """act int8_groups: a decode step's rows quantized per group (quantize_groups; int8 per channel
+    per row_group's 32, 64 or 128 columns), the codes times their bytes (vpdpbusd, a scalar twin
+    where the target has no VNNI) against the reference's float64 product of the same quantized
+    rows; an odd count of groups, 75 columns."""
+    weights, attrs = _inputs(bits, group, zero_points, bias, k)
+    rows = row_group(group, k)
+    assert rows == (group or {96: 32, 320: 64, 256: 128}[k])
     xs = [RNG.standard_normal((m, k)).astype(np.float32) for m in (1, 3)]
-    sets = [[x, *quantize_groups(x, group)] + weights for x in xs]
-    check_op_sizes("gemm_nbits", _grouped_types(k, group, weights), {**attrs, "act": "int8_groups"}, sets,
+    sets = [[x, *quantize_groups(x, rows)] + weights for x in xs]
+    check_op_sizes("gemm_nbits", _grouped_types(k, rows, weights), {**attrs, "act": "int8_groups"}, sets,
                    rtol=1e-5, atol=1e-4, targets=targets)
     op = get("gemm_nbits")
     (y,) = op.reference(sets[1], op.bind_attrs({**attrs, "act": "int8_groups"}))
-    w = dequantize(*weights[:2], weights[2] if zero_points else None, 4)[:, :N]
+    w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :N]
     exact = xs[1] @ w + (weights[-1][:N] if bias else 0)
     assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < 0.01  # the rows' 8-bit rounding per group
+
+
+def test_int8_gemv_integer_sums_are_exact():
+    """int8 codes over their whole range (-128 too, which the flipped sign bit makes 0), scales of
+    1 and rows of integers whose groups each hold 127: the product comes out exactly."""
+    k = 256
+    q = RNG.integers(-128, 128, (k, N)).astype(np.int8)
+    q[:, 0] = -128
+    weights = [pack_int8(q), np.ones(96, np.float32)]
+    x = RNG.integers(-127, 128, (2, k)).astype(np.float32)
+    x[:, ::128] = 127
+    xq, meta = quantize_groups(x, 128)
+    assert np.array_equal(xq, x.astype(np.int8)) and np.all(meta[:, ::2] == 1)
+    attrs = {"bits": 8, "group": 0, "n": N, "offsets": False, "act": "int8_groups"}
+    (y,) = check_op_sizes("gemm_nbits", _grouped_types(k, 128, weights), attrs, [[x, xq, meta] + weights],
+                          rtol=0, atol=0, targets=("c", AVX2))[0]
+    assert np.array_equal(y, x @ q.astype(np.float32))
 
 
 def test_int4_gemv_integer_sums_are_exact():
@@ -178,10 +203,41 @@ def test_bad_inputs_are_op_type_errors():
     types8 = types[:1] + [TensorType(p.shape, p.dtype.name) for p in weights8]
     with pytest.raises(OpTypeError, match="offsets"):
         infer_types("gemm_nbits", types8, {**attrs8, "offsets": True})
-    with pytest.raises(OpTypeError, match="act int8_groups takes int4 codes"):
+    with pytest.raises(OpTypeError, match="act int8_groups takes .* per group of 128"):  # int8 per channel, K 128
         infer_types("gemm_nbits", types8[:1] + _grouped_types(K, 32, [])[1:] + types8[1:],
                     {**attrs8, "act": "int8_groups"})
+    weights48, _ = _inputs(8, k=48)
+    with pytest.raises(OpTypeError, match="act int8_groups takes .* divisible by one of"):  # no group divides 48
+        infer_types("gemm_nbits", _grouped_types(48, 16, weights48), {**attrs8, "act": "int8_groups"})
     with pytest.raises(OpTypeError, match="group must be one of"):
         infer_types("quantize_groups", [TensorType((1, K), "float32")], {"group": 48})
     with pytest.raises(OpTypeError, match="a multiple of 64"):
         infer_types("quantize_groups", [TensorType((1, 96), "float32")], {"group": 64})
+
+
+@pytest.mark.parametrize("bits,group,zero_points", [(8, 0, False), (8, 32, False), (4, 64, True), (4, 128, False)])
+def test_compiled_gemv_at_one_and_two_threads(bits, group, zero_points):
+    """A decode step's GEMV as ember.compile builds it (on a machine with VNNI and VBMI: its row
+    quantized per group, the int8 products; its 13 panels a parallel loop, the last partial) at one
+    and two threads, against NumPy's float64 product of the same quantized row."""
+    import ember
+    from ember.graph import Graph
+    from ember.ops.nodes import add_op
+    from ember.passes.quantize_rows import GEMV_FEATURES
+
+    k, n = 768, 403
+    parts, attrs = _inputs(bits, group, zero_points, False, k, n)
+    g = Graph()
+    x = g.add_input("x", TensorType((1, k)))
+    consts = [g.add_constant(p, f"w{i}") for i, p in enumerate(parts)]
+    (y,) = add_op(g, "gemm_nbits", [x, *consts], {**attrs, "act": "auto"})
+    g.set_outputs([y])
+    model = ember.compile(g)
+    rows = RNG.standard_normal((1, k)).astype(np.float32)
+    dense = dequantize(*parts[:2], parts[2] if zero_points else None, bits)[:, :n].astype(np.float64)
+    vnni = Target().features >= GEMV_FEATURES
+    assert ("quantize_groups" in {node.op for node in model.graph.nodes}) == vnni
+    ref = (dequantize_groups(*quantize_groups(rows, row_group(group, k))) if vnni else rows) @ dense
+    for threads in (1, 2):
+        model.num_threads = threads
+        np.testing.assert_allclose(model(rows), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

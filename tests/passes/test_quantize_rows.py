@@ -1,6 +1,6 @@
 """int8 products (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits nodes whose x
-may have many rows read it quantized by one quantize_rows per x, a decode step's int4 ones (VBMI
-too) by one quantize_groups per x; a decode step's int8 weights, a target without VNNI and K not a
+may have many rows read it quantized by one quantize_rows per x, a decode step's (VBMI too) by one
+quantize_groups per x and group; a target without VNNI (a decode step: without VBMI) and K not a
 multiple of 32 keep the float32 path."""
 
 import numpy as np
@@ -51,3 +51,14 @@ def test_a_decode_steps_int4_gemvs_read_their_row_quantized_per_group_once_per_x
     assert all(n.attrs["act"] == "int8_groups" for n in out.nodes if n.op == "gemm_nbits")
     for target in (VNNI, Target("python")):  # no VBMI; no VNNI
         assert ops(quantize_rows(_graph(1, weights="int4"), target))[:2] == ["gemm_nbits", "gemm_nbits"]
+
+
+def test_a_decode_steps_int8_gemvs_read_their_row_quantized_per_group_once_per_x():
+    out = quantize_rows(_graph(1, k=192), VBMI)
+    assert ops(out) == ["quantize_groups", "gemm_nbits", "gemm_nbits", "quantize_groups", "gemm_nbits"]
+    first, a, b, second, c = out.nodes
+    assert a.attrs["group"] == 0 and a.inputs[1:3] == b.inputs[1:3] == first.outputs
+    assert (first.attrs["group"], second.attrs["group"]) == (64, 64)  # per channel: 64 divides 192, 128 does not
+    assert all(n.attrs["act"] == "int8_groups" for n in out.nodes if n.op == "gemm_nbits")
+    assert ops(quantize_rows(_graph(1, k=96), VBMI))[0] == "quantize_groups"
+    assert ops(quantize_rows(_graph(1, k=48), VBMI))[:2] == ["gemm_nbits", "gemm_nbits"]  # no group divides 48
