@@ -9,7 +9,9 @@ of pairs K x N, N x K, more pairs than fit a 32 MiB L3 (at least 64 MB of weight
 call reads its weights from memory. Each variant's kernels are profiled (cm.profile: wall clock,
 each call's OpenMP fork and join included) --rounds times, the variants alternating in one process;
 a shape's figure is its kernel's best 10th percentile per call over the rounds (on a shared machine
-the least disturbed), its GB/s the weight bytes (codes and scales) over it, next to the copy
+the least disturbed) and its best median CPU time of the calling thread (at one thread the whole
+kernel's, which waiting for a core does not inflate), its GB/s the weight bytes (codes and scales)
+over the wall figure, next to the copy
 bandwidth measured in the same process before and after (benchmarks/decode.py's copy_gbs: read and
 write bytes). quantize_groups' time (once per x a call) is printed beside the VNNI rows: a decode
 step pays it once per input that several products share.
@@ -53,16 +55,16 @@ def chain(k: int, n: int, min_bytes: float = 64e6):
     return g
 
 
-def per_call(model, x, repeat: int) -> dict[tuple, float]:
-    """Each kernel's 10th-percentile microseconds per call, by (op, K, N) of its product."""
+def per_call(model, x, repeat: int) -> dict[tuple, tuple[float, float]]:
+    """Each kernel's 10th-percentile wall and median CPU microseconds per call (the calling
+    thread's: at one thread the kernel's whole cost), by (op, K, N) of its product."""
     profile = model.profile(x, repeat=repeat)
     nodes = {n.name: n for n in model.graph.nodes}
     out = {}
     for info, t in zip(model.kernels, profile.kernels):
         node = next(nodes[name] for name in info.nodes if name in nodes)
-        k = node.inputs[0].shape[1]
-        key = (node.op, k, node.attrs.get("n"))
-        out[key] = min(out.get(key, np.inf), t.p10_us / t.calls)
+        key = (node.op, node.inputs[0].shape[1], node.attrs.get("n"))
+        out[key] = (t.p10_us / t.calls, (t.cpu_us or np.nan) / t.calls)
     return out
 
 
@@ -97,19 +99,19 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, m in models.items():
                 for key, us in per_call(m, x, args.repeat).items():
-                    best[name][key] = min(best[name].get(key, np.inf), us)
+                    best[name][key] = np.minimum(best[name].get(key, np.inf), us)
         copies.append(copy_gbs(5))
         copy = max(copies)
         print(f"\n{k} x {n} and {n} x {k}, {args.threads} thread(s), copy {copy:.1f} GB/s "
               f"(before, after: {copies[0]:.1f}, {copies[1]:.1f}):")
         for name in models:
             for key in sorted(nbytes[name]):
-                us = best[name][key]
+                us, cpu = best[name][key]
                 gbs = nbytes[name][key] / us / 1e3
                 rows = best[name].get(("quantize_groups", key[1], None))
-                extra = f"; quantize_groups {rows:.1f} us" if rows is not None else ""
+                extra = f"; quantize_groups {rows[0]:.1f} us" if rows is not None else ""
                 print(f"  {name:18s} {key[1]:5d} x {key[2]:<5d} {nbytes[name][key] / 1e6:5.2f} MB {us:7.1f} us "
-                      f"{gbs:5.1f} GB/s = {gbs / copy:4.0%} of copy{extra}")
+                      f"{gbs:5.1f} GB/s = {gbs / copy:4.0%} of copy, CPU {cpu:6.1f} us{extra}")
 
 
 if __name__ == "__main__":

@@ -67,11 +67,12 @@ the rows quantized by quantize_rows (xq at xq + m * K + k, uint8; their meta at 
 32)): M >= GEMM_NBITS_STREAM rows multiply xq's integers by the codes (vpdpbusd), M < it reads x
 as above. K is then a multiple of 32.
 
-With `act` "int8_groups" (a decode step's GEMV of int4 weights on a target with VNNI:
-ember.passes.quantize_rows) the two reads after x are quantize_groups' (xq at xq + m * K + k, int8;
-meta at meta + m * 2 * (K / group)), and every row multiplies xq's integers by the codes: out =
-sum over groups of xs_g * (scales[g] * (sum_k xq q) + offsets[g] * sum_k xq), symmetric codes
-q - 8 (x itself is not read).
+With `act` "int8_groups" (a decode step's GEMV on a target with VNNI and VBMI:
+ember.passes.quantize_rows; param xgroup: x's columns per scale, ember.tir.nbits.row_group's) the
+two reads after x are quantize_groups' (xq at xq + m * K + k, int8; meta at meta + m * 2 * (K /
+xgroup)), and every row multiplies xq's integers by the codes: out = sum over x's groups of xs_g *
+(scales[g] * (sum_k xq q) + offsets[g] * sum_k xq), int4's symmetric codes q - 8, int8 per channel
+the same scales in every group (x itself is not read).
 """
 
 QUANTIZE_ROWS = "quantize_rows"
@@ -88,7 +89,7 @@ of x (int4 weights with zero points add offset * sum(x of the group)).
 
 QUANTIZE_GROUPS = "quantize_groups"
 """quantize_groups (params: group), float32 -> int8: each row of x quantized per group of `group`
-columns, as gemm_nbits' act "int8_groups" reads it (llama.cpp's Q8_0 at the weights' group size):
+columns, as gemm_nbits' act "int8_groups" reads it (llama.cpp's Q8_0 at the group of row_group):
 s_g = max |x[m, group g]| / 127 (1 for a zero group), xq = rint(x * (127 / max)) in -127..127, so
 that x ~ s_g xq; and each group's sum of xq (exact in float32), which the symmetric codes' 8 and
 zero points' offsets multiply.
