@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ember.graph.core import TensorType
 from ember.ops import OpTypeError, infer_types
@@ -241,3 +243,19 @@ def test_compiled_gemv_at_one_and_two_threads(bits, group, zero_points):
     for threads in (1, 2):
         model.num_threads = threads
         np.testing.assert_allclose(model(rows), ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+@settings(max_examples=5, deadline=None)
+@given(bits=st.sampled_from([4, 8]), group=st.sampled_from([0, 32, 64, 128]), zero_points=st.booleans(),
+       groups=st.integers(1, 5), n=st.integers(1, 70), m=st.integers(1, 3))
+def test_gemv_on_vnni_over_shapes(bits, group, zero_points, groups, n, m):
+    """act int8_groups over K (whole groups of x's row_group), N (a partial last panel) and rows of
+    a decode step, int8 per channel or group and int4 symmetric or with zero points, on this
+    machine's C against the reference's float64 product of the same quantized rows."""
+    group = group or (0 if bits == 8 else 32)
+    k = groups * (group or 32)
+    weights, attrs = _inputs(bits, group, zero_points and bits == 4, True, k, n)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    rows = row_group(group, k)
+    check_op_sizes("gemm_nbits", _grouped_types(k, rows, weights), {**attrs, "act": "int8_groups"},
+                   [[x, *quantize_groups(x, rows)] + weights], rtol=1e-5, atol=1e-4)
