@@ -4,11 +4,11 @@ Q4_0 x Q8_0 and Q8_0 x Q8_0 dots.
 
 The float32 GEMV (ember.codegen.c_gemm_nbits) widens every code to a float and FMAs it, 16
 weights an instruction: at one thread that is compute-bound below the memory's bandwidth (int8,
-768 x 768 from L2, one thread of a 2-core AMD EPYC: 25 GB/s, under the memory's share of a
-thread; a decode step's small GEMVs ran at 67-74% of the copy). Here the row x comes quantized once
-per call of the step, per group (ember.tir.nbits.row_group: the weights' group; int8 per channel
-128 where K allows), to int8 (a scale and the sum of the codes per group), and vpdpbusd multiplies
-64 code bytes by x's bytes an instruction, summing in int32 per group (the same GEMV 79 GB/s). The
+768 x 1280 from L2, one thread of a 2-core AMD EPYC: 24-25 GB/s, under the memory's share of a
+thread). Here the row x comes quantized once per call of the step, per group
+(ember.tir.nbits.row_group: the weights' group; int8 per channel 32), to int8 (a scale and the
+sum of the codes per group), and vpdpbusd multiplies 64 code bytes by x's bytes an instruction,
+summing in int32 per group (the same GEMV 58-68 GB/s, 66-78 with groups of 128). The
 codes go in as vpdpbusd's unsigned operand, x's int8 as the signed one broadcast, each 4 rows k of
 the panel's 32 columns permuted into its layout (the 4 rows of a column in one 32-bit lane): int4's
 64 bytes (two columns a byte) by one vpermb, a mask and a shift for the two nibbles 0..15; int8's

@@ -17,8 +17,8 @@ fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (em
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
-xq), the group ember.tir.nbits.row_group's (the weights' group; for int8 per channel one that
-divides K), and every row is computed from them (ember.codegen.c_gemv_nbits_vnni): x ~ the group's
+xq), the group ember.tir.nbits.row_group's (the weights' group; for int8 per channel 32), and
+every row is computed from them (ember.codegen.c_gemv_nbits_vnni): x ~ the group's
 scale times xq, the codes times xq in int32 per group. The reference computes the same quantized x
 times the dequantized weight.
 """
@@ -72,7 +72,7 @@ def _infer(types, attrs):
         rows = row_group(group, k) if isinstance(k, int) else 0
         if not rows or len(types) < 5 or types[1:3] != _grouped_types(types[0], rows):
             raise OpTypeError(f"{name}: act int8_groups takes x, then quantize_groups(x)'s xq and meta per group "
-                              f"of {rows or 'a static K divisible by one of ' + str(GROUPS)}; got x {types[0].shape}, "
+                              f"of {rows or 'a static K divisible by 32'}; got x {types[0].shape}, "
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
     x, codes, scales = types[:3]

@@ -12,10 +12,10 @@
   to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do;
 - a decode step (M static below GEMM_NBITS_STREAM): x quantized per group to int8 by
   quantize_groups (llama.cpp's Q8_0; the group ember.tir.nbits.row_group's: the weights', or for
-  int8 per channel one that divides K), the codes times its bytes in int32 per group (act
+  int8 per channel 32), the codes times its bytes in int32 per group (act
   "int8_groups"; ember.codegen.c_gemv_nbits_vnni), where the float32 GEMV is compute-bound below
   the memory's bandwidth at one thread (int4 and int8 alike). Needs VBMI too (the codes permuted
-  into vpdpbusd's layout); a K that no group divides keeps float32 rows.
+  into vpdpbusd's layout); a K that 32 does not divide keeps float32 rows.
 
 A target pass (ember.passes.pipeline.TARGET_PASSES): only targets with AVX512-VNNI and AVX512-BW.
 """

@@ -102,12 +102,12 @@ AVX2 = Target("c", cflags="-O2 -march=x86-64-v3 -fopenmp -shared -fPIC -std=gnu1
     (8, 96, 32, False, False, ("c", AVX2, "python"))])
 def test_gemv_on_vnni_against_reference(bits, k, group, zero_points, bias, targets):
     """act int8_groups: a decode step's rows quantized per group (quantize_groups; int8 per channel
-    per row_group's 32, 64 or 128 columns), the codes times their bytes (vpdpbusd, a scalar twin
+    per row_group's 32 columns), the codes times their bytes (vpdpbusd, a scalar twin
     where the target has no VNNI) against the reference's float64 product of the same quantized
     rows; an odd count of groups, 75 columns."""
     weights, attrs = _inputs(bits, group, zero_points, bias, k)
     rows = row_group(group, k)
-    assert rows == (group or {96: 32, 320: 64, 256: 128}[k])
+    assert rows == (group or 32)
     xs = [RNG.standard_normal((m, k)).astype(np.float32) for m in (1, 3)]
     sets = [[x, *quantize_groups(x, rows)] + weights for x in xs]
     check_op_sizes("gemm_nbits", _grouped_types(k, rows, weights), {**attrs, "act": "int8_groups"}, sets,
@@ -127,11 +127,11 @@ def test_int8_gemv_integer_sums_are_exact():
     q[:, 0] = -128
     weights = [pack_int8(q), np.ones(96, np.float32)]
     x = RNG.integers(-127, 128, (2, k)).astype(np.float32)
-    x[:, ::128] = 127
-    xq, meta = quantize_groups(x, 128)
+    x[:, ::32] = 127
+    xq, meta = quantize_groups(x, 32)
     assert np.array_equal(xq, x.astype(np.int8)) and np.all(meta[:, ::2] == 1)
     attrs = {"bits": 8, "group": 0, "n": N, "offsets": False, "act": "int8_groups"}
-    (y,) = check_op_sizes("gemm_nbits", _grouped_types(k, 128, weights), attrs, [[x, xq, meta] + weights],
+    (y,) = check_op_sizes("gemm_nbits", _grouped_types(k, 32, weights), attrs, [[x, xq, meta] + weights],
                           rtol=0, atol=0, targets=("c", AVX2))[0]
     assert np.array_equal(y, x @ q.astype(np.float32))
 
@@ -205,11 +205,11 @@ def test_bad_inputs_are_op_type_errors():
     types8 = types[:1] + [TensorType(p.shape, p.dtype.name) for p in weights8]
     with pytest.raises(OpTypeError, match="offsets"):
         infer_types("gemm_nbits", types8, {**attrs8, "offsets": True})
-    with pytest.raises(OpTypeError, match="act int8_groups takes .* per group of 128"):  # int8 per channel, K 128
-        infer_types("gemm_nbits", types8[:1] + _grouped_types(K, 32, [])[1:] + types8[1:],
+    with pytest.raises(OpTypeError, match="act int8_groups takes .* per group of 32"):  # int8 per channel
+        infer_types("gemm_nbits", types8[:1] + _grouped_types(K, 64, [])[1:] + types8[1:],
                     {**attrs8, "act": "int8_groups"})
     weights48, _ = _inputs(8, k=48)
-    with pytest.raises(OpTypeError, match="act int8_groups takes .* divisible by one of"):  # no group divides 48
+    with pytest.raises(OpTypeError, match="act int8_groups takes .* divisible by 32"):  # 32 does not divide 48
         infer_types("gemm_nbits", _grouped_types(48, 16, weights48), {**attrs8, "act": "int8_groups"})
     with pytest.raises(OpTypeError, match="group must be one of"):
         infer_types("quantize_groups", [TensorType((1, K), "float32")], {"group": 48})
