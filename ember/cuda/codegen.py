@@ -57,6 +57,7 @@ from ..codegen.common import single_index
 from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
 from ..codegen.routines import tensor_intrin_args
 from ..errors import LowerError
+from ..target import GPU
 from ..tir import dtype as dt
 from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary, is_const
 from ..tir.expr_functor import substitute, uses_var
@@ -158,10 +159,11 @@ class CUDARenderer(CStyleRenderer):
         "atomic_or": "atomicOr", "atomic_xor": "atomicXor", "atomic_xchg": "atomicExch", "atomic_cas": "atomicCAS",
     }
 
-    def __init__(self, debug: bool = False, arch: str = "sm_90"):
+    def __init__(self, gpu: GPU, debug: bool = False):
+        """`gpu`: the target's GPU facts (ember.target.GPU), which say what the code may use."""
         super().__init__()
         self.debug = debug
-        self.async_copies = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("a")) >= 80  # cp.async
+        self.async_copies = gpu.has("cp_async")
         self._async_loops = 0  # the asynchronous copies' loops (ember.cuda.pipeline) the renderer is in
 
     def render_unit(self, func: PrimFunc) -> str:

@@ -20,7 +20,7 @@ from ember.cuda.codegen import SYNC, launch_dims
 from ember.cuda.kernel import prepare
 from ember.cuda.simt import SimtRenderer, run_grid
 from ember.errors import ArgumentTypeError, TileError
-from ember.target import as_target
+from ember.target import GPU, Target, as_target
 from ember.tir.expr import as_int
 from ember.tir.functor import stmt_children
 from ember.tir.lower import lower
@@ -41,14 +41,15 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU her
 def interpret_cuda(jit_fn, grid, bound, options, target):
     """A launch compiled for the GPU (NVRTC included) whose loop IR runs on the interpreter with
     GPU semantics, the grid's blocks as the launch gives them."""
-    launch, sources = interpret_cuda.launch, interpret_cuda.sources
-    compiled, runtime = L.prepare(jit_fn, bound, options, CUDA)
-    assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch  # an sm_90 (or the GPU's) cubin
+    launch, sources, target = interpret_cuda.launch, interpret_cuda.sources, interpret_cuda.target
+    compiled, runtime = L.prepare(jit_fn, bound, options, target)
+    assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch == target.gpu.arch  # (sm_90 without a GPU)
     sources.append(compiled.source)
     debug = L.debug_mode(jit_fn, options)
-    spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4, options.get("num_stages") or 3)
-    func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
-    lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes))
+    spec, _ = L.specialize(jit_fn, bound, debug, target, options.get("num_warps") or 4,
+                           options.get("num_stages") or 3)
+    func, _, _ = L.build_func(jit_fn, spec, debug, target)
+    lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=target.backend.loop_passes))
     check_barriers(lowered)
     dims = {**launch_dims(lowered), "blockIdx.x": grid[0] * grid[1] * grid[2]}
     thread = load_python(SimtRenderer(lowered, dims).render(), lowered)
@@ -90,8 +91,9 @@ def check_barriers(func) -> None:
 
 @pytest.fixture
 def on_cuda(monkeypatch):
-    """Launches compiled for "cuda" and interpreted; the CUDA C of each in the returned list."""
-    interpret_cuda.launch, interpret_cuda.sources = [], []
+    """Launches compiled for "cuda" (interpret_cuda.target: the default GPU's unless a test names
+    another) and interpreted; the CUDA C of each in the returned list."""
+    interpret_cuda.launch, interpret_cuda.sources, interpret_cuda.target = [], [], CUDA
     monkeypatch.setattr(compiler, "launch", interpret_cuda)
     monkeypatch.delenv("EMBER_INTERPRET", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -181,6 +183,29 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
     # barriers: before the loop, one in it (after the wait: the stages'), before the accumulator takes the
     # stages' memory, before the epilogue reads it
     assert source.count("__syncthreads()") == 4
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch, dtype, product", [("sm_75", "float16", "wmma.mma.sync"), ("sm_75", "bfloat16", None),
+                                                  ("sm_75", "float32", None), ("sm_80", "bfloat16", "m16n8k16")])
+def test_matmul_takes_the_tensor_cores_of_the_targets_architecture(tutorials, rng, on_cuda, arch, dtype, product):
+    """tl.dot follows the target GPU (GPU.tensor_cores): on sm_75 float16 on wmma (no m16n8k16,
+    no ldmatrix), bfloat16 and TF32 on CUDA cores, its pipelined copies plain (no cp.async); on
+    sm_80 mma.sync through ldmatrix, cp.async. Each compiled by NVRTC for that architecture."""
+    interpret_cuda.target = Target("cuda", gpu=GPU.of(arch))
+    M, N, K = 37, 29, 41
+    a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
+    c = np.empty((M, N), a.dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 32) * triton.cdiv(N, 32),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
+        ACTIVATION="", num_warps=2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-5}[dtype]
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
+    (source,) = on_cuda
+    for call in ("wmma.mma.sync", "m16n8k16"):
+        assert (call in source) == (call == product)
+    assert ("ldmatrix" in source) == (product == "m16n8k16") and ("cp.async.cg" in source) == (arch == "sm_80")
 
 
 @needs_nvrtc

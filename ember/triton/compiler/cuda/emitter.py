@@ -22,7 +22,8 @@ class CUDAEmitter(Reductions, Accumulators, Stages):
     """Block operations spread over 32 * num_warps threads of a CUDA block (the module doc)."""
 
     def __init__(self, target, debug: bool, num_warps: int = 4, num_stages: int = 3):
-        super().__init__(debug, num_warps, num_stages)  # (the target: the CPU's Emitter reads its vectors)
+        self.gpu = target.gpu  # (the target GPU's facts, set first: the layers' constructors read them)
+        super().__init__(debug, num_warps, num_stages)
 
     def kernel(self, pid: Var, programs: PrimExpr) -> Stmt:
         """The programs as blocks (blockIdx.x: the flattened grid), the scratch in each."""
