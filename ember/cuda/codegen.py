@@ -156,6 +156,10 @@ def threads_per_block(dims: dict[str, int]) -> int:
 
 
 # half-precision element types: the float they hold, and a float rounded into one
+# what a tensorized call's intrinsic needs of the GPU (ember.target.CAPABILITIES): by the start of its
+# name (mma.sync's steps, wmma's calls), and by its operands' type in it
+INTRINSIC_NEEDS = {"start": (("mma_warp_", "mma"), ("wmma_", "wmma")),
+                   "part": (("_bf16", "bfloat16"), ("_tf32", "tf32"))}
 WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 ZERO = {"float16": "__ushort_as_half((unsigned short)0)", "bfloat16": "__ushort_as_bfloat16((unsigned short)0)"}
@@ -177,6 +181,7 @@ class CUDARenderer(CStyleRenderer):
         """`gpu`: the target's GPU facts (ember.target.GPU), which say what the code may use."""
         super().__init__()
         self.debug = debug
+        self.gpu = gpu
         self.async_copies = gpu.has("cp_async")
         self._async_loops = 0  # the asynchronous copies' loops (ember.cuda.pipeline) the renderer is in
 
@@ -575,6 +580,13 @@ class CUDARenderer(CStyleRenderer):
         if "intrin" not in params:
             super()._other_stmt(s, depth, out)
             return
+        name = params["intrin"]
+        needs = [n for s, n in INTRINSIC_NEEDS["start"] if name.startswith(s)] + [
+            n for p, n in INTRINSIC_NEEDS["part"] if p in name]
+        if missing := [n for n in needs if not self.gpu.has(n)]:
+            raise LowerError(f"Tensor Core intrinsic {params['intrin']} needs {', '.join(missing)}, which "
+                             f"{self.gpu.arch} does not have (ember.target.CAPABILITIES): schedule the product on "
+                             f"what the target GPU has (GPU.tensor_cores), e.g. tensorcore_gemm(intrinsic='wmma')")
         self._helper(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
         reads, writes, scalars = tensor_intrin_args(s)
         args = [self._pointer(p, "const void*") for p in reads] + [self._pointer(p, "void*") for p in writes]

@@ -80,3 +80,19 @@ def test_a_half_product_takes_the_tensor_cores_its_gpu_has(gpu, dtype, calls):
 
 def test_the_renderer_copies_asynchronously_where_the_targets_gpu_has_cp_async():
     assert CUDARenderer(A100).async_copies and not CUDARenderer(T4).async_copies
+
+
+@needs_nvrtc
+def test_a_tensor_core_schedule_the_targets_gpu_lacks_is_a_clear_error():
+    import ember
+    from ember.cuda import tensorcore
+    from ember.errors import LowerError
+
+    s, args = tensorcore.tensorcore_gemm(128, 128, 64, intrinsic="mma")
+    with pytest.raises(LowerError, match="mma_warp_64x64x16_f16_f32 needs mma, which sm_75 does not have"):
+        ember.build(s, args, target=Target("cuda", gpu=T4))
+    s, args = tensorcore.tensorcore_gemm(128, 128, 64, "bfloat16", intrinsic="wmma")
+    with pytest.raises(LowerError, match="needs bfloat16, which sm_75 does not have"):
+        ember.build(s, args, target=Target("cuda", gpu=T4))
+    s, args = tensorcore.tensorcore_gemm(128, 128, 64, intrinsic="wmma")
+    assert "wmma.mma.sync" in ember.build(s, args, target=Target("cuda", gpu=T4)).source
