@@ -96,3 +96,29 @@ def test_a_tensor_core_schedule_the_targets_gpu_lacks_is_a_clear_error():
         ember.build(s, args, target=Target("cuda", gpu=T4))
     s, args = tensorcore.tensorcore_gemm(128, 128, 64, intrinsic="wmma")
     assert "wmma.mma.sync" in ember.build(s, args, target=Target("cuda", gpu=T4)).source
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_model_for_sm_75_builds_every_kernel_for_it_and_is_right(precision):
+    """A linear layer (split in parts of K) and its GELU for a T4 in half precision: float16 on wmma,
+    bfloat16's product on CUDA cores (the default schedule), every kernel compiled for sm_75 with
+    no mma.sync and no cp.async, run on the interpreter against NumPy."""
+    import math
+
+    import ember
+    from ember.graph import Graph
+    from ember.ops.nodes import add_op
+
+    w, b = RNG.standard_normal((512, 16)).astype("float32"), RNG.standard_normal(16).astype("float32")
+    g = Graph()
+    x = g.add_input("x", TensorType((4, 512)))
+    (h,) = add_op(g, "gemm", [x, g.add_constant(w, "w"), g.add_constant(b, "b")])
+    g.set_outputs(add_op(g, "gelu", [h]))
+    cm = ember.compile(g, target=Target("cuda", simulate=True, gpu=T4), precision=precision)
+    assert "m16n8k16" not in cm.source and "cp.async" not in cm.source and "ldmatrix" not in cm.source
+    assert ("wmma.mma.sync" in cm.source) == (precision == "fp16")
+    x = RNG.standard_normal((4, 512)).astype("float32")
+    y = x.astype(np.float64) @ w + b
+    want = 0.5 * y * (1 + np.vectorize(math.erf)(y / math.sqrt(2)))
+    assert np.linalg.norm(cm(x) - want) / np.linalg.norm(want) <= 1e-2
