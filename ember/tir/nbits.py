@@ -15,6 +15,14 @@ row and a thread reads whole panels:
            Q4_0) w = scales[g, n] * (q - 8); with offsets (GPTQ/AWQ's zero points z, stored as
            offsets = -scales * z) w = scales[g, n] * q + offsets[g, n]
 
+A prefill's int8 products (gemm_nbits' act "int8", packed: ember.passes.quantize_rows) read int8
+codes packed once more, at compile time, as vpdpbusd reads them:
+
+    int8   codes  (N' / 32, K + 4 K / G, 32) int8 (G = K for group 0): a panel's (K, 32) codes in
+           vpdpbusd's order, byte (k / 4) * 128 + c * 4 + k % 4 = q[k, c] (four consecutive k of a
+           column in one 32-bit lane), then per group of G rows the int32 128 x sum_k q[k, c] of
+           each column (xq's offset, taken off the products' sums: ember.codegen.c_gemm_nbits_vnni)
+
 The dequantization is float32 arithmetic in this order, which the kernels fold into their sums
 (ember.codegen.c_gemm_nbits) and which GGUF's Q8_0 and Q4_0 blocks define.
 """
@@ -57,6 +65,26 @@ def pack_int4(q: np.ndarray) -> np.ndarray:
     padded[:, :n] = q
     p = padded.reshape(k, -1, PANEL).transpose(1, 0, 2)
     return np.ascontiguousarray(p[..., :PANEL // 2] | (p[..., PANEL // 2:] << 4))
+
+
+def pack_vnni(codes: np.ndarray, group: int) -> np.ndarray:
+    """int8 panels (N' / 32, K, 32) as the int8 products read them (the module doc's packed layout)."""
+    p, k, _ = codes.shape
+    tile = codes.reshape(p, k // 4, 4, PANEL).transpose(0, 1, 3, 2).reshape(p, k, PANEL)
+    rows = group or k
+    sums = 128 * codes.reshape(p, k // rows, rows, PANEL).sum(axis=2, dtype=np.int32)
+    return np.ascontiguousarray(np.concatenate([tile, sums.view(np.int8).reshape(p, -1, PANEL)], axis=1))
+
+
+def unpack_vnni(packed: np.ndarray, k: int) -> np.ndarray:
+    """The (N' / 32, K, 32) int8 panels of packed ones (pack_vnni's codes, without the sums)."""
+    p = packed.shape[0]
+    return np.ascontiguousarray(packed[:, :k].reshape(p, k // 4, PANEL, 4).transpose(0, 1, 3, 2).reshape(p, k, PANEL))
+
+
+def vnni_rows(k: int, group: int) -> int:
+    """Rows of 32 bytes of a packed panel: the codes' K and 4 for each group's int32 column sums."""
+    return k + 4 * (k // (group or k))
 
 
 def unpack(codes: np.ndarray, bits: int) -> np.ndarray:
