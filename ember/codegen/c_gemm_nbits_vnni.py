@@ -12,10 +12,12 @@ it times the group's scales into float32; at the end y = s_m * that sum (+ offse
 sum of x over group g, with zero points) (+ bias). Fewer than GEMM_NBITS_STREAM rows take the
 float32 routine on x.
 
-Packed int8 codes (ember.tir.nbits.pack_vnni: ember.passes.quantize_rows packs constant ones at
-compile time) are that tile and those sums already: a call reads them in place, which saves the
-repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4 class core: 466 against 416
-GOP/s for 64 x 3072 x 768, one thread), and takes every M on the int8 products (no float32 twin).
+Packed codes (ember.tir.nbits.pack_vnni: ember.passes.quantize_rows packs constant ones at
+compile time) come with those sums, and int8's are that tile already: a call reads them in place,
+which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4 class core: 466
+against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's two halves of
+each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). Packed codes take every M
+on the int8 products (no float32 twin).
 
 Where the compiler does not target VNNI the same integer sums are scalar C (exact, slow): the
 graph pass only asks for this variant on targets with VNNI (ember.passes.quantize_rows).
@@ -193,12 +195,33 @@ _REPACKED = """\
   uint8_t* restrict pad = (uint8_t*)(comp + 32 * (K / GK));
 {repack}  for (int64_t g0 = 0; g0 < K; g0 += GK)  /* 128 times each group's column sums: xq's offset */
 {colsum}"""
-_PACKED = """\
+_PACKED = {8: """\
   (void)x; (void)x_rs;
   const int8_t* restrict tile = codes;
   const int32_t* restrict comp = (const int32_t*)(codes + K * 32);
   uint8_t* restrict pad = {scratch}((size_t)R * K);  /* this thread's: the last rows */
-"""
+""", 4: """\
+  (void)x; (void)x_rs;
+  /* this thread's scratch: the nibbles as the int8 layout (a mask and a shift apart), the last rows */
+  int8_t* restrict tile = {scratch}((size_t)K * 32 + (size_t)R * K);
+  const int32_t* restrict comp = (const int32_t*)(codes + K * 16);
+  uint8_t* restrict pad = (uint8_t*)(tile + K * 32);
+#if defined(__AVX512BW__)
+  {
+    __m512i mask = _mm512_set1_epi8(15), minus = _mm512_set1_epi8({minus});
+    for (int64_t k = 0; k < K; k += 4) {
+      __m512i v = _mm512_loadu_si512(codes + k * 16);
+      _mm512_store_si512(tile + k * 32, _mm512_sub_epi8(_mm512_and_si512(v, mask), minus));
+      _mm512_store_si512(tile + k * 32 + 64, _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), mask), minus));
+    }
+  }
+#else
+  for (int64_t i = 0; i < K * 16; ++i) {
+    tile[(i / 64) * 128 + i % 64] = (int8_t)((codes[i] & 15) - {minus});
+    tile[(i / 64) * 128 + 64 + i % 64] = (int8_t)((codes[i] >> 4) - {minus});
+  }
+#endif
+"""}
 
 _COLSUM = """\
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -265,7 +288,8 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
     """The name of gemm_nbits' C function with int8 products for this variant (its float32 twin,
     for a few rows, written first, unless its codes are packed)."""
     if packed:
-        name = f"ember_gemm_q8_int8{f'_g{group}' if group else ''}_packed{'_bias' if bias else ''}"
+        name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_packed"
+        name += "_bias" if bias else ""
     else:
         fallback = gemm_nbits(lib, bits, group, offsets, bias, lanes)
         name = fallback.replace("ember_gemm_", "ember_gemm_q8_")
@@ -280,9 +304,10 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
         hi8 = epi8_indices((j % 4) * 32 + 16 + j // 4 for j in range(64))
         repack = _REPACK[bits].replace("{idx_first}", lo8).replace("{idx_second}", hi8)
         repack = repack.replace("{idx4}", epi8_indices((j % 4) * 16 + j // 4 for j in range(64)))
-        repack = repack.replace("{minus}", "0" if offsets else "8")
+        minus = "0" if offsets else "8"
+        repack = repack.replace("{minus}", minus)
         scratch = c_runtime.thread_scratch(lib)
-        setup = _PACKED.replace("{scratch}", scratch) if packed else _REPACKED.format(
+        setup = _PACKED[bits].replace("{scratch}", scratch).replace("{minus}", minus) if packed else _REPACKED.format(
             stream=GEMM_NBITS_STREAM, fallback=fallback, args=args, scratch=scratch, repack=repack, colsum=_COLSUM)
         return VNNI_INCLUDE + _BODY.format(
             name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, group=group, setup=setup,

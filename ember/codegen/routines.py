@@ -169,7 +169,7 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     offsets = per_group(*rest[1]) if params["offsets"] else None
     packed = params.get("packed", False)
     if packed:
-        panel = unpack_vnni(codes[c_off:c_off + vnni_rows(k, group) * width].reshape(1, -1, width), k)
+        panel = unpack_vnni(codes[c_off:c_off + vnni_rows(k, group, bits) * width].reshape(1, -1, width), bits, k)
     else:
         panel = codes[c_off:c_off + k * width].reshape(1, k, width)
     w = dequantize(panel, scales, offsets, bits).astype(np.float64)

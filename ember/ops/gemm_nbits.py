@@ -14,7 +14,7 @@ other than 4, which keeps float32): x's rows also come quantized to
 uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
-With `packed` (int8 codes of act "int8" only: ember.passes.quantize_rows packs constant ones) the
+With `packed` (codes of act "int8" only: ember.passes.quantize_rows packs constant ones) the
 codes come in the products' own layout (ember.tir.nbits.pack_vnni: vpdpbusd's order and each
 group's column sums, made once at compile time instead of at every call) and every M is computed
 from the int8 rows.
@@ -89,10 +89,9 @@ def _infer(types, attrs):
     width = PANEL if bits == 8 else PANEL // 2
     want = (panels(n), k, width)
     if attrs["packed"]:
-        if attrs["act"] != "int8" or bits != 8:
-            raise OpTypeError(f"{name}: packed codes are int8 weights' with act int8, got int{bits}, act "
-                              f"{attrs['act']!r}")
-        want = (panels(n), vnni_rows(k, group), width)
+        if attrs["act"] != "int8":
+            raise OpTypeError(f"{name}: packed codes are the int8 products' (act int8), got act {attrs['act']!r}")
+        want = (panels(n), vnni_rows(k, group, bits), width)
     code_dtype = "int8" if bits == 8 else "uint8"
     if codes.dtype != code_dtype or codes.shape != want:
         raise OpTypeError(f"{name}: int{bits} codes must be {code_dtype} {want}, got {codes.dtype} {codes.shape}")
@@ -137,7 +136,7 @@ def _weights(inputs, attrs) -> list:
 def _codes(inputs, attrs) -> np.ndarray:
     """A node's codes in the layout of ember.tir.nbits' panels (packed ones unpacked)."""
     codes = _weights(inputs, attrs)[0]
-    return unpack_vnni(codes, inputs[0].shape[1]) if attrs["packed"] else codes
+    return unpack_vnni(codes, attrs["bits"], inputs[0].shape[1]) if attrs["packed"] else codes
 
 
 def weight(inputs, attrs) -> np.ndarray:
@@ -184,7 +183,7 @@ def _compute(inputs, attrs, out_types):
     rows = as_int(m)
     blocks = const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
     width = PANEL if bits == 8 else PANEL // 2
-    panel_bytes = (vnni_rows(k, attrs["group"]) if attrs["packed"] else k) * width
+    panel_bytes = (vnni_rows(k, attrs["group"], bits) if attrs["packed"] else k) * width
     cols = count * PANEL
 
     def build(bufs, outs):

@@ -1,10 +1,11 @@
 """int8 products (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits nodes whose x
 may have many rows read it quantized by one quantize_rows per x, a decode step's int4 ones (VBMI
-too) by one quantize_groups per x; a prefill's int8 codes are packed once in the products' layout
-(int4's are not), the graph computing what it did; a decode step's int8 weights, a target without
+too) by one quantize_groups per x; a prefill's int8 and int4 codes are packed once in the
+products' layout, the graph computing what it did; a decode step's int8 weights, a target without
 VNNI and K not a multiple of 32 keep the float32 path."""
 
 import numpy as np
+import pytest
 from pass_check import ops
 
 from ember.graph import Graph, TensorType
@@ -39,20 +40,19 @@ def test_a_prefill_reads_its_rows_quantized_once_per_x():
     assert all(n.attrs["act"] == "int8" for n in out.nodes if n.op == "gemm_nbits")
 
 
-def test_a_prefills_int8_codes_are_packed_once_in_the_products_layout():
-    before = _graph(13)
+@pytest.mark.parametrize("weights,bits", [("int8", 8), ("int4", 4)])
+def test_a_prefills_codes_are_packed_once_in_the_products_layout(weights, bits):
+    before = _graph(13, weights=weights)
     out = quantize_rows(before, VNNI)
     products = [n for n in out.nodes if n.op == "gemm_nbits"]
     assert all(n.attrs["packed"] for n in products)
     olds = [n for n in before.nodes if n.op == "gemm_nbits"]
     for old, new in zip(olds, products):
         codes, packed = before.constants[old.inputs[1].name], out.constants[new.inputs[3].name]
-        assert np.array_equal(unpack_vnni(packed, codes.shape[1]), codes)
+        assert np.array_equal(unpack_vnni(packed, bits, codes.shape[1]), codes)
     x = RNG.standard_normal((13, 64)).astype(np.float32)
     for want, got in zip(evaluate(before, x), evaluate(out, x), strict=True):
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.02  # the rows' 8-bit rounding
-    int4 = quantize_rows(_graph("seq", weights="int4"), VNNI)
-    assert not any(n.attrs["packed"] for n in int4.nodes if n.op == "gemm_nbits")
 
 
 def test_a_decode_step_other_targets_and_odd_k_keep_float32_rows():
