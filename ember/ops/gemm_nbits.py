@@ -4,7 +4,7 @@ group of `group` rows, or int4 per group, in the packed layout of ember.tir.nbit
 and bias over the N' padded columns). The weight stays in its codes: what a language model's
 linear layers read per token is a quarter (int8) or an eighth (int4) of their float32 bytes.
 
-The kernel is one te.extern: a parallel loop over (block of GEMM_NBITS_ROWS rows, panel) calls
+The kernel is one te.extern: a parallel loop over (panel, block of GEMM_NBITS_ROWS rows) calls
 the gemm_nbits routine (ember.tir.routines; its C in ember.codegen.c_gemm_nbits), which
 dequantizes in registers (a GEMV) or into one panel-sized tile (more rows). Pattern opaque.
 
@@ -189,7 +189,7 @@ def _compute(inputs, attrs, out_types):
     def build(bufs, outs):
         (out,) = outs
         t = Var("tile", dt.INDEX_DTYPE)
-        p, b = t % count, t // count
+        p, b = t // blocks, t % blocks  # a panel's blocks of rows in a row: its codes read from memory once
         m0 = b * GEMM_NBITS_ROWS
         reads = [Pointer(bufs[0], m0 * k)]
         if act in QUANTIZED:
