@@ -54,3 +54,22 @@ def test_the_partials_are_kernels_of_their_own(compiled):
     """Each of the nine reductions (x's sum and mean share their partials' kernel)."""
     nodes = [n for k in compiled.spec.kernels if "reduce_parts" in k.ops for n in k.nodes if n.endswith("_partials")]
     assert len(nodes) == 9 and all(n.endswith("_partials") for n in nodes)
+
+
+class WideSums(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(), x.mean()
+
+
+@needs_nvrtc
+def test_a_float64_sum_keeps_float64_partials(monkeypatch):
+    """Values of 1e8 + a random part: float32 partials lost all but 7 digits (an error of about
+    1e5 in a sum of 4e11); float64 ones keep the sum to 1e-12 of it."""
+    monkeypatch.setattr(split_reduce, "LARGE", 4096)
+    x = RNG.standard_normal(4099) * 1e3 + 1e8
+    compiled = ember.compile(WideSums(), (torch.from_numpy(x),),
+                             target=Target("cuda", simulate=True, gpu=GPU(multiprocessors=2)))
+    total, mean = compiled(x)
+    assert "reduce_parts" in {op for k in compiled.spec.kernels for op in k.ops}
+    assert total.dtype == np.float64 and abs(float(total) - x.sum()) <= 1e-12 * np.abs(x).sum()
+    assert abs(float(mean) - x.mean()) <= 1e-12 * np.abs(x).mean()
