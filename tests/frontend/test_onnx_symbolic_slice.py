@@ -78,11 +78,11 @@ def sliced_table(ends, starts=(0,), steps=(1,)) -> onnx.ModelProto:
 
 
 def test_a_table_sliced_up_to_a_symbol_plus_a_constant():
-    """table[:, 2:n + 2] takes n in [0, 14]: the range checked at each call, where onnxruntime
-    would clamp the end to the table's length."""
+    """table[:, 2:n + 2] takes n in [0, 14] and x[:, :1] n >= 1: the range checked at each call,
+    where onnxruntime would clamp the ends to the table's and x's lengths."""
     proto = sliced_table((1, 2), starts=(2,))
     graph = import_onnx(proto)
-    assert graph.ranges["n"] == (0, POSITIONS - 2)
+    assert graph.ranges["n"] == (1, POSITIONS - 2)
     compiled = ember.compile(graph)
     x = RNG.standard_normal((1, 9)).astype("float32")
     assert_close(compiled(x), run_onnxruntime(proto, [x])[0], 1e-6, 1e-6, "table[:, 2:n + 2] + x")
@@ -103,3 +103,52 @@ def test_slices_a_call_cannot_be_checked_against(ends, steps, says):
     OpTypeError naming the node."""
     with pytest.raises(OpTypeError, match=f"Slice node 'rows'.*{says}"):
         import_onnx(sliced_table(ends, steps=steps))
+
+
+def sliced_sequence(starts, ends, axes=(1,), steps=None) -> onnx.ModelProto:
+    """x[:, starts:ends] * 2 over x's symbolic length m (constant bounds)."""
+    inits = {"starts": np.array(starts), "ends": np.array(ends), "axes": np.array(axes)}
+    names = ["x", "starts", "ends", "axes"] + (["steps"] if steps else [])
+    if steps:
+        inits["steps"] = np.array(steps)
+    nodes = [helper.make_node("Slice", names, ["part"], name="part"), helper.make_node("Add", ["part", "part"], ["y"])]
+    return model(nodes, [value_info("x", TensorProto.FLOAT, [2, "m"])], [value_info("y", TensorProto.FLOAT)], inits)
+
+
+INT64_MAX = 2**63 - 1
+
+
+@pytest.mark.parametrize("starts, ends, axes, least", [
+    ((0,), (5,), (1,), 5), ((1,), (4,), (-1,), 4), ((2,), (INT64_MAX,), (1,), 2), ((-4,), (INT64_MAX,), (1,), 4),
+    ((0,), (-1,), (1,), 1), ((-3,), (-1,), (-1,), 3)], ids=["[:5]", "[1:4] axis -1", "[2:]", "[-4:]", "[:-1]",
+                                                            "[-3:-1]"])
+def test_a_symbolic_axis_sliced_within_bounds_it_may_be_shorter_than(starts, ends, axes, least):
+    """x[:, :5] of x's m columns read 5 columns whatever m was (onnxruntime clamps to m): at m = 3
+    the kernel read past the row, a silent wrong answer, and x[:, 2:] at m = 1 was an output of
+    -1 columns (a bare OutOfMemoryError). m's range now starts at the length the slice needs, and
+    a shorter call is a ShapeError naming m."""
+    proto = sliced_sequence(starts, ends, axes)
+    graph = import_onnx(proto)
+    assert graph.ranges["m"] == (least, None)
+    compiled = ember.compile(graph)
+    for m in (least, least + 3):
+        x = RNG.standard_normal((2, m)).astype("float32")
+        assert_close(compiled(x), run_onnxruntime(proto, [x])[0], 0, 0, f"m = {m}")
+    with pytest.raises(ShapeError, match=rf"binds 'm' outside the range \[{least}, inf\].*at least the bounds"):
+        compiled(RNG.standard_normal((2, least - 1)).astype("float32"))
+
+
+def test_an_empty_slice_of_a_symbolic_axis_takes_any_length():
+    graph = import_onnx(sliced_sequence((5,), (2,)))
+    assert graph.ranges == {} and graph.outputs[0].type.shape == (2, 0)
+
+
+def test_a_symbolic_axis_sliced_up_to_another_symbol_is_refused():
+    """x[:, :n] of x's m columns (n another input's length): n <= m relates two symbols, which no
+    call is checked against (m = 5, n = 8 read past x's rows): an OpTypeError naming the node."""
+    nodes = [helper.make_node("Shape", ["y"], ["ends"], start=1, end=2),
+             helper.make_node("Slice", ["x", "zero", "ends", "axes"], ["part"], name="part")]
+    proto = model(nodes, [value_info("x", TensorProto.FLOAT, [2, "m"]), value_info("y", TensorProto.FLOAT, [1, "n"])],
+                  [value_info("part", TensorProto.FLOAT)], {"zero": np.array([0]), "axes": np.array([1])})
+    with pytest.raises(OpTypeError, match=r"Slice node 'part': axis 1 of length m sliced from 0 for n.*m - n >= 0"):
+        import_onnx(proto)
