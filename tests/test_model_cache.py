@@ -112,6 +112,7 @@ def test_hit_and_misses(cache, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_LIMIT", "1")  # the least recently used go first, the new entry stays
     monkeypatch.setattr(disk_cache, "YOUNG_S", -1.0)  # (however recently used)
     assert not compiled(model, x, name="last").stats.hit
+    disk_cache.wait()  # (the trim, in a thread of its own)
     assert len(entries(root)) == 1 and compiled(model, x, name="last").stats.hit
 
 
