@@ -65,6 +65,7 @@ _SHARD = re.compile(r"[0-9a-f]{2}")
 
 _trims: dict[Path, threading.Thread] = {}  # a folder -> this process's trim of it that may not have ended
 _trims_lock = threading.Lock()
+os.register_at_fork(after_in_child=_trims_lock._at_fork_reinit)  # (a fork while another thread starts a trim)
 
 
 @dataclass(frozen=True)
