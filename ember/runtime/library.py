@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import io
 import mmap
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,13 +110,13 @@ class Library:
     path: Path
     digest: Digest
     handle: ctypes.CDLL
-    kept: io.FileIO | None = field(default=None, compare=False, repr=False)
+    kept: int | None = field(default=None, compare=False, repr=False)  # (a file descriptor)
 
     def on_disk(self) -> Path:
         """`path`, written back from `kept` (its bytes checked against `digest`) where the file
         left the cache folder since the library was loaded."""
         if not self.path.is_file() and self.kept is not None:
-            data = os.pread(self.kept.fileno(), self.digest.size + 1, 0)
+            data = os.pread(self.kept, self.digest.size + 1, 0)
             if len(data) != self.digest.size or Digest.of(data, self.digest.algorithm) != self.digest:
                 raise ArtifactError(f"the library loaded from {self.path} no longer has the bytes it was loaded with")
             _content_copy(data, self.digest)
@@ -221,11 +221,18 @@ def open_library(path: str | Path, digest: Digest | None = None, recorded_in: st
     digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
     copy = _content_copy(data, digest)
     try:
-        kept = io.FileIO(copy, "r")  # (just touched or written: a trim leaves it to this process)
+        kept = os.open(copy, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # (just touched or written: a trim leaves
+        # it to this process)
+    except OSError as e:
+        raise ArtifactError(f"cannot read {copy} ({e.strerror or e})") from None
+    try:
         handle = openmp.load(lambda: ctypes.CDLL(str(copy)))
     except OSError as e:
+        os.close(kept)
         raise ArtifactError(f"{path} is not a loadable shared library ({e})") from None
-    return Library(copy, digest, handle, kept)
+    library = Library(copy, digest, handle, kept)
+    weakref.finalize(library, os.close, kept)
+    return library
 
 
 def _content_copy(data: bytes, digest: Digest) -> Path:
