@@ -84,8 +84,9 @@ def owner(a):
 
 
 def entries(root) -> list:
-    """The entries in place once this process's saves have ended."""
+    """The entries in place once this process's saves, and the trims they began, have ended."""
     model_cache.wait()
+    disk_cache.wait()
     return sorted(e for e in (root / model_cache.FOLDER).glob("*/*") if not e.name.startswith("."))
 
 
@@ -112,7 +113,6 @@ def test_hit_and_misses(cache, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_LIMIT", "1")  # the least recently used go first, the new entry stays
     monkeypatch.setattr(disk_cache, "YOUNG_S", -1.0)  # (however recently used)
     assert not compiled(model, x, name="last").stats.hit
-    disk_cache.wait()  # (the trim, in a thread of its own)
     assert len(entries(root)) == 1 and compiled(model, x, name="last").stats.hit
 
 
