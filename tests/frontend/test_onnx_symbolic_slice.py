@@ -1,6 +1,8 @@
 """ONNX Slice with symbolic starts and ends: a static table sliced up to a symbolic length (BERT's
 position_ids[:, :tokens]), the symbol's range narrowed so that each call is checked against the
-table, and the slices that cannot be checked refused naming the node. BERT (a tiny config)
+table, a symbolic axis sliced with constant bounds likewise (its symbol at least what they need: a
+property test against onnxruntime), and the slices that cannot be checked refused naming the
+node. BERT (a tiny config)
 exported by the TorchScript exporter over symbolic tokens, compiled and compared with
 onnxruntime on the C target and on the GPU-semantics interpreter."""
 
@@ -10,6 +12,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx_check import run_onnxruntime
 from onnx_graphs import model, value_info
@@ -152,3 +156,24 @@ def test_a_symbolic_axis_sliced_up_to_another_symbol_is_refused():
                   [value_info("part", TensorProto.FLOAT)], {"zero": np.array([0]), "axes": np.array([1])})
     with pytest.raises(OpTypeError, match=r"Slice node 'part': axis 1 of length m sliced from 0 for n.*m - n >= 0"):
         import_onnx(proto)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(start=st.sampled_from([0, 1, 3, -1, -4]), end=st.sampled_from([2, 6, -1, -2, INT64_MAX]),
+       axis=st.sampled_from([1, -1]), m=st.integers(0, 9))
+def test_any_constant_bounds_of_a_symbolic_axis_match_onnxruntime_or_are_refused(start, end, axis, m):
+    """Whatever the bounds (from either end, past the axis), a call either matches onnxruntime or,
+    where the axis is shorter than they need, is a ShapeError naming m: never a read past it."""
+    proto = sliced_sequence((start,), (end,), (axis,))
+    try:
+        graph = import_onnx(proto)
+    except OpTypeError:  # (a start from the end, an end from the start: no one range of m holds them)
+        assume(False)
+    lo = graph.ranges.get("m", (0, None))[0]
+    x = RNG.standard_normal((2, m)).astype("float32")
+    compiled = ember.compile(graph)
+    if m < lo:
+        with pytest.raises(ShapeError, match="binds 'm' outside the range"):
+            compiled(x)
+    else:
+        assert_close(compiled(x), run_onnxruntime(proto, [x])[0], 0, 0, f"x[:, {start}:{end}] of m = {m}")
