@@ -120,6 +120,8 @@ def _trim_aside(top: Path, most: int, keep: Path) -> None:
     with _trims_lock:
         if top in _trims and _trims[top].is_alive():
             return
+        for ended in [f for f, t in _trims.items() if not t.is_alive()]:  # (cache folders come and go: tests')
+            del _trims[ended]
         thread = _trims[top] = threading.Thread(target=_trim_quietly, args=(top, most, keep), daemon=True,
                                                 name="ember-cache-trim")
         thread.start()
