@@ -10,9 +10,21 @@ out[n, o, oh, ow] the product's [n, o, oh*OW + ow]. cols is a stage of the kerne
 the GPU schedule computes it as it copies a tile of it into shared memory (ember.schedules.gpu.
 matmul), so the columns cost what reading the input costs. Sums accumulate in float32 for
 float16/bfloat16 operands.
+
+conv2d_nhwc_gemm is the same product over channels-last activations (ember.passes.channels_last
+writes it for a GPU model in half precision):
+
+    out[n, p, o] = sum over q of cols[n, p, q] * w[o, q]  (+ bias[o])
+
+x (N, H, W, C), w (OC, KH*KW*C) with q = (ky, kx, c): the taps of a position are KH*KW runs of C
+contiguous channels, so a tile of cols copied 8 halves at a time reads 16 contiguous bytes of x
+where 8 divides C (one cp.async, zero-filled in the padding), where NCHW's columns gather one
+element at a time. The output is channels-last too, (N, OH, OW, OC).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from .. import te
 from ..graph.core import TensorType
@@ -103,14 +115,100 @@ def _compute(inputs, attrs, out_types):
     return [te.compute((n, oc, oh, ow), element, name="conv")]
 
 
+COLUMN_ATTRS = {"kernel": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1)}
+
+
 register(OpDef(
     name="conv2d_gemm",
     infer=_infer,
     reference=_reference,
     compute=_compute,
     pattern="out_elementwise_fusable",
-    attrs={"kernel": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1)},
+    attrs=COLUMN_ATTRS,
     num_inputs=(2, 3),
     doc="2-D convolution of one group as w (OC, C*KH*KW) @ im2col(x).",
+    takes_prologue=False,
+))
+
+
+# -- channels last ---------------------------------------------------------------------------------
+
+
+def _nchw(t: TensorType) -> TensorType:
+    n, h, w, c = t.shape
+    return TensorType((n, c, h, w), t.dtype)
+
+
+def _infer_nhwc(types, attrs):
+    x = types[0]
+    if x.rank != 4:
+        raise OpTypeError(f"conv2d_nhwc_gemm: x (N, H, W, C), got {x.shape}")
+    (out,) = _infer([_nchw(x), *types[1:]], attrs)
+    n, oc, oh, ow = out.shape
+    return [TensorType((n, oh, ow, oc), out.dtype)]
+
+
+def nhwc_weights(w):
+    """Weights (OC, C, KH, KW) as conv2d_nhwc_gemm's (OC, KH*KW*C): q = (ky, kx, c)."""
+    return w.transpose(0, 2, 3, 1).reshape(w.shape[0], -1)
+
+
+def _reference_nhwc(inputs, attrs):
+    x, w = inputs[:2]
+    (kh, kw) = attrs["kernel"]
+    c = x.shape[3]
+    flat = w.reshape(w.shape[0], kh, kw, c).transpose(0, 3, 1, 2).reshape(w.shape[0], -1)
+    out = _reference([x.transpose(0, 3, 1, 2), flat, *inputs[2:]], attrs)[0]
+    return [np.ascontiguousarray(out.transpose(0, 2, 3, 1))]
+
+
+def nhwc_column_reader(x, attrs):
+    """(column(b, p, q): the element of x (N, H, W, C) that tap q = (ky, kx, c) of output
+    position p reads, 0 in the padding; (OH, OW)), for a stage of channels-last columns."""
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = _window(attrs)
+    n, h, wd, c = (as_int(d) for d in x.shape)
+    oh, ow = _out_size((n, c, h, wd), attrs)
+
+    def column(b, p, q):
+        tap = q // c
+        y = p // ow * sh - pt + tap // kw * dh
+        z = p % ow * sw - pl + tap % kw * dw
+        value = x[b, y, z, q % c]
+        if not any((pt, pl, pb, pr)):
+            return value
+        return te.if_then_else(te.all(y >= 0, y < h, z >= 0, z < wd), value, te.const(0, x.dtype))
+
+    return column, (oh, ow)
+
+
+def _compute_nhwc(inputs, attrs, out_types):
+    x, w = inputs[:2]
+    n = as_int(x.shape[0])
+    oc, q = (as_int(d) for d in w.shape)
+    column, (oh, ow) = nhwc_column_reader(x, attrs)
+    cols = te.compute((n, oh * ow, q), column, name="cols", tag=COLUMNS)
+    acc_dtype = dt.compute_dtype(x.dtype)
+    r = te.reduce_axis((0, q), name="q")
+    acc = te.compute((n, oh * ow, oc),
+                     lambda b, p, o: te.sum(cast(acc_dtype, cols[b, p, r]) * cast(acc_dtype, w[o, r]), axis=r),
+                     name="matmul")
+    bias = inputs[2] if len(inputs) == 3 else None
+
+    def element(b, y, z, o):
+        v = acc[b, y * ow + z, o]
+        return cast(x.dtype, v if bias is None else v + cast(acc_dtype, bias[o]))
+
+    return [te.compute((n, oh, ow, oc), element, name="conv")]
+
+
+register(OpDef(
+    name="conv2d_nhwc_gemm",
+    infer=_infer_nhwc,
+    reference=_reference_nhwc,
+    compute=_compute_nhwc,
+    pattern="out_elementwise_fusable",
+    attrs=COLUMN_ATTRS,
+    num_inputs=(2, 3),
+    doc="2-D convolution of one group over channels-last x (N, H, W, C) as im2col(x) @ w^T, w (OC, KH*KW*C).",
     takes_prologue=False,
 ))
