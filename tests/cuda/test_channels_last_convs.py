@@ -110,3 +110,13 @@ def test_the_columns_are_copied_16_bytes_at_a_time_where_8_divides_the_channels(
         assert len(gathers) == 2 and not staged
     (used,) = nvrtc.resources(f.source).values()
     assert 0 < used.registers <= 255 and used.spill_stores == used.spill_loads == 0
+
+
+def test_split_k_partials_of_a_channels_last_convolution_match_numpy_on_the_interpreter():
+    """(ember.passes.split_k: parts of the taps (ky, kx, c), a batch axis of the product)"""
+    x, w = _inputs(1, 16, 5, 5, 8, (3, 3), bias=False)
+    parts = np.ascontiguousarray(w.reshape(8, 3, 48).transpose(1, 0, 2)[:, None])  # (S, 1, OC, Q/S)
+    attrs = {"kernel": (3, 3), "padding": (1, 1, 1, 1)}
+    (got,) = check_op("conv2d_nhwc_gemm_partials", [x, parts], attrs, rtol=2e-2, atol=2e-2, targets=[ON_INTERPRETER])
+    (whole,) = check_op("conv2d_nhwc_gemm", [x, w], attrs, rtol=2e-2, atol=2e-2, targets=[ON_INTERPRETER])
+    np.testing.assert_allclose(got.sum(axis=0), whole.astype(np.float32), rtol=2e-2, atol=2e-2)

@@ -71,7 +71,7 @@ def schedule_gemm(s, outputs, target) -> bool | None:
     return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm")
+@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm", "conv2d_nhwc_gemm_partials")
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)

@@ -1,0 +1,142 @@
+"""Channels-last activations for a GPU model's half-precision convolutions (precision "fp16" or
+"bf16" on target "cuda"; Inductor converts a CUDA model's convolutions to channels_last likewise,
+and cuDNN's and CUTLASS's implicit GEMMs read NHWC):
+
+    conv2d(x, W, b?)  ->  conv2d_nhwc_gemm(x', W', b?)
+
+x' the input in NHWC, W' the weights (OC, C, KH, KW) transposed once at compile time to (OC,
+KH*KW*C), so that a tap's C channels are contiguous in x' and the product's column tiles are
+copied 16 bytes at a time (ember.ops.conv_gemm). One walk in graph order, as the CPU's layout
+pass walks NCHW{b}c (ember.passes.layout):
+
+- a 2-D convolution of one group over float16/bfloat16 activations with constant weights and
+  static shapes becomes conv2d_nhwc_gemm, reading its input's NHWC form and giving its output one;
+- an operator that does not care about the layout follows its inputs into it: the elementwise
+  ones (ReLU, clip, a cast) and the NumPy-broadcasting ones (a residual add, where, comparisons),
+  where every 4-D operand has an NHWC form, is of size one (a scalar), or is a per-channel
+  constant (1, C, 1, 1) or (C, 1, 1) (transposed at compile time);
+- every other operator (a pool, a depthwise convolution, a flatten, a graph output) reads NCHW:
+  a transpose back is inserted where an NHWC value first meets it, once per value, and a
+  transpose into NHWC where a convolution first reads a value that has no NHWC form (the graph's
+  input), once per value.
+
+So ResNet's chains of convolutions, ReLUs and residual adds stay NHWC between their
+convolutions, with one transpose at the graph's input and one where the chain ends. The
+convolutions the pass leaves (depthwise and grouped ones, float32 ones) go on to conv_gemm or
+stay conv2d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph, Node, Value
+from ..ops.conv_gemm import nhwc_weights
+from ..ops.registry import get
+from .conv_gemm import HALF
+from .layout import BROADCASTING
+from .rewrite import Rewriter
+
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def channels_last(graph: Graph) -> Graph:
+    """The graph with its half-precision convolutions over NHWC activations (see the module doc)."""
+    if not any(_converts(graph, n) for n in graph.nodes):
+        return graph
+    return _ChannelsLast(graph).run()
+
+
+def _converts(graph: Graph, node: Node) -> bool:
+    """node is a convolution the pass makes channels-last."""
+    return (node.op == "conv2d" and node.attrs["groups"] == 1 and node.inputs[0].type.rank == 4
+            and node.inputs[0].type.dtype in HALF and node.outputs[0].type.is_static
+            and graph.is_constant(node.inputs[1]))
+
+
+class _ChannelsLast:
+    def __init__(self, graph: Graph):
+        self.old = graph
+        self.rw = Rewriter(graph)
+        self.nhwc: dict[Value, Value] = {}  # an old value -> its NHWC form in the new graph
+        self.plain: set[Value] = set()  # old values with an NCHW form in the new graph
+        self.outputs = set(graph.outputs)
+
+    def run(self) -> Graph:
+        for v in self.old.inputs:
+            self.plain.add(v)
+        for node in self.old.nodes:
+            if _converts(self.old, node):
+                self._convolution(node)
+            elif not self._follows(node):
+                self.rw.copy(node, [self._nchw(v) for v in node.inputs])
+                self.plain.update(node.outputs)
+        for v in self.old.outputs:
+            self._nchw(v)
+        return self.rw.finish()
+
+    def _nchw(self, v: Value) -> Value:
+        """v's NCHW form, transposed back from its NHWC one where it has none (once; a graph
+        output under its own name)."""
+        if v in self.plain or v not in self.nhwc:
+            return self.rw.value(v)
+        names = [v.name] if v in self.outputs else []
+        (out,) = self.rw.emit("transpose", [self.nhwc[v]], {"perm": TO_NCHW}, hint=f"{v.name}_nchw", out_names=names)
+        self.rw.alias(v, out)
+        self.plain.add(v)
+        return out
+
+    def _nhwc_form(self, v: Value) -> Value:
+        """v's NHWC form, transposed from its NCHW one where it has none (once)."""
+        if v not in self.nhwc:
+            if self.old.is_constant(v):
+                self.nhwc[v] = self.rw.constant(np.ascontiguousarray(self.old.constants[v.name].transpose(TO_NHWC)),
+                                                f"{v.name}.nhwc")
+            else:
+                (self.nhwc[v],) = self.rw.emit("transpose", [self.rw.value(v)], {"perm": TO_NHWC},
+                                               hint=f"{v.name}_nhwc")
+        return self.nhwc[v]
+
+    def _convolution(self, node: Node) -> None:
+        x, w = node.inputs[:2]
+        weights = self.old.constants[w.name]
+        flat = self.rw.derived(("nhwc", w.name), lambda: np.ascontiguousarray(nhwc_weights(weights)),
+                               f"{w.name}.nhwc")
+        kh, kw = weights.shape[2:]
+        attrs = {"kernel": (kh, kw), "strides": tuple(node.attrs["strides"]),
+                 "padding": tuple(node.attrs["padding"]), "dilations": tuple(node.attrs["dilations"])}
+        bias = [self.rw.value(b) for b in node.inputs[2:]]
+        (self.nhwc[node.outputs[0]],) = self.rw.emit("conv2d_nhwc_gemm", [self._nhwc_form(x), flat, *bias], attrs,
+                                                     hint=f"{node.name}_nhwc")
+
+    def _follows(self, node: Node) -> bool:
+        """Computes node on its inputs' NHWC forms where it does not care about the layout (see
+        the module doc); False (nothing done) where it does, or no input has an NHWC form."""
+        elementwise = get(node.op).pattern == "elementwise" or node.op in BROADCASTING
+        if (not elementwise or len(node.outputs) != 1 or node.regions or node.outputs[0].type.rank != 4
+                or not any(v in self.nhwc for v in node.inputs)):
+            return False
+        shape = node.outputs[0].type.shape
+        kinds = [_kind(self.old, v, shape, v in self.nhwc) for v in node.inputs]
+        if None in kinds:
+            return False
+        inputs = [self._nhwc_form(v) if kind == "nhwc" else self.rw.value(v) if kind == "scalar" else
+                  self.rw.derived(("nhwc", v.name), lambda d=self.old.constants[v.name]: d.reshape(-1),
+                                  f"{v.name}.nhwc")
+                  for v, kind in zip(node.inputs, kinds)]
+        (self.nhwc[node.outputs[0]],) = self.rw.emit(node.op, inputs, node.attrs, hint=f"{node.name}_nhwc")
+        return True
+
+
+def _kind(graph: Graph, v: Value, shape, has_nhwc: bool) -> str | None:
+    """How an elementwise operator of output `shape` (NCHW) reads operand v in NHWC: "nhwc" (its
+    NHWC form: it has one, or it is a constant of that shape), "scalar" (of size one: as it is),
+    "channel" (a constant (1, C, 1, 1) or (C, 1, 1): as (C,)); None where it cannot."""
+    t = v.type
+    if has_nhwc or (tuple(t.shape) == tuple(shape) and graph.is_constant(v)):
+        return "nhwc"
+    if t.is_static and int(np.prod(t.shape)) == 1:
+        return "scalar"
+    if graph.is_constant(v) and tuple(t.shape) in ((1, shape[1], 1, 1), (shape[1], 1, 1)):
+        return "channel"
+    return None

@@ -1,0 +1,73 @@
+"""The GPU's channels-last pass (ember.passes.channels_last) on imported half-precision graphs:
+the convolutions of one group read and write NHWC, ReLU, residual adds and per-channel scales
+follow them, a transpose sits only where NCHW is read (the graph's input, a pool, a depthwise
+convolution, the output), and the graph still computes the model (the NumPy references,
+ember.ops.evaluate)."""
+
+import numpy as np
+import torch
+
+from ember.frontend.torch import import_module
+from ember.ops.evaluate import evaluate
+from ember.passes.channels_last import channels_last
+from ember.passes.half_precision import bf16_activations, fp16_activations
+
+
+class Chain(torch.nn.Module):
+    """conv -> relu -> conv, a residual add, a per-channel scale, a depthwise conv, a pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.c = torch.nn.Conv2d(8, 16, 1)
+        self.scale = torch.nn.Parameter(torch.rand(1, 8, 1, 1) + 0.5)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        y = torch.relu(self.b(y) + y) * self.scale
+        return torch.nn.functional.max_pool2d(self.c(self.dw(y)), 2)
+
+
+def _relative_error(got, want) -> float:
+    return float(np.linalg.norm(got.astype(np.float32) - want) / np.linalg.norm(want))
+
+
+def test_a_conv_relu_conv_chain_stays_nhwc_between_its_convolutions():
+    torch.manual_seed(25)
+    model = Chain().eval()
+    x = torch.randn(1, 3, 10, 10)
+    for convert in (fp16_activations, bf16_activations):
+        graph = convert(import_module(model, (x,)))
+        out = channels_last(graph)
+        ops = [n.op for n in out.nodes]
+        assert ops.count("conv2d_nhwc_gemm") == 3 and ops.count("conv2d") == 1  # (the depthwise one stays)
+        perms = [tuple(n.attrs["perm"]) for n in out.nodes if n.op == "transpose"]
+        # into NHWC at the input and after the depthwise conv; back before the depthwise conv and the pool
+        assert sorted(perms) == [(0, 2, 3, 1), (0, 2, 3, 1), (0, 3, 1, 2), (0, 3, 1, 2)]
+        scaled = next(n for n in out.nodes if n.op == "mul")
+        assert any(out.constants.get(v.name) is not None and out.constants[v.name].shape == (8,)
+                   for v in scaled.inputs)  # the per-channel scale as (C,), broadcast over NHWC's last axis
+        assert [(v.name, v.type) for v in out.outputs] == [(v.name, v.type) for v in graph.outputs]
+        fresh = torch.randn(1, 3, 10, 10)
+        (got,) = evaluate(out, fresh.numpy())
+        (before,) = evaluate(graph, fresh.numpy())
+        assert _relative_error(got, model(fresh).detach().numpy()) < 1e-2
+        assert _relative_error(got, before.astype(np.float32)) < 1e-2
+
+
+def test_a_graph_without_half_convolutions_is_left_as_it_is():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    graph = import_module(model, (torch.randn(1, 3, 6, 6),))  # float32: conv_gemm's, on CUDA cores
+    assert channels_last(graph) is graph
+
+
+def test_a_convolution_that_is_the_graph_output_keeps_its_name():
+    model = torch.nn.Conv2d(8, 8, 3, padding=1).eval()
+    x = torch.randn(1, 8, 5, 5)
+    graph = fp16_activations(import_module(model, (x,)))
+    out = channels_last(graph)
+    assert [v.name for v in out.outputs] == [v.name for v in graph.outputs]
+    (got,) = evaluate(out, x.numpy())
+    assert _relative_error(got, model(x).detach().numpy()) < 1e-2
