@@ -87,8 +87,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
-                                                   tf32_products, channels_last, conv_gemm, pad_gemv, split_k, split_reduce, layout,
-                                                   pack_weights,
+                                                   tf32_products, channels_last, conv_gemm, pad_gemv, split_k,
+                                                   split_reduce, layout, pack_weights,
                                                    winograd, gather_patches, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a

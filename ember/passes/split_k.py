@@ -32,9 +32,9 @@ import numpy as np
 
 from ..graph.core import Graph, Node
 from .conv_gemm import HALF
+from .rewrite import Rewriter, rebuild
 
 CONVOLUTIONS = ("conv2d_gemm", "conv2d_nhwc_gemm")  # implicit GEMMs, NCHW and channels-last (ember.ops.conv_gemm)
-from .rewrite import Rewriter, rebuild
 
 
 def split_k(graph: Graph, target=None) -> Graph:
