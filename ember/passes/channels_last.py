@@ -21,7 +21,9 @@ pass walks NCHW{b}c (ember.passes.layout):
   input), once per value.
 
 So ResNet's chains of convolutions, ReLUs and residual adds stay NHWC between their
-convolutions, with one transpose at the graph's input and one where the chain ends. The
+convolutions, with one transpose at the graph's input and one where the chain ends. A graph none
+of whose convolutions reads a multiple of 8 channels (whose columns no 16-byte copy gathers) is
+left as it is: the transposes would buy nothing. The
 convolutions the pass leaves (depthwise and grouped ones, float32 ones) go on to conv_gemm or
 stay conv2d.
 """
@@ -38,12 +40,13 @@ from .layout import BROADCASTING
 from .rewrite import Rewriter
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+RUN = 8  # channels a 16-byte copy of halves gathers at once
 
 
 def channels_last(graph: Graph) -> Graph:
     """The graph with its half-precision convolutions over NHWC activations (see the module doc)."""
-    if not any(_converts(graph, n) for n in graph.nodes):
-        return graph
+    if not any(_converts(graph, n) and n.inputs[0].type.shape[1] % RUN == 0 for n in graph.nodes):
+        return graph  # (no convolution whose columns a 16-byte copy gathers: the transposes would buy nothing)
     return _ChannelsLast(graph).run()
 
 

@@ -57,10 +57,13 @@ def test_a_conv_relu_conv_chain_stays_nhwc_between_its_convolutions():
         assert _relative_error(got, before.astype(np.float32)) < 1e-2
 
 
-def test_a_graph_without_half_convolutions_is_left_as_it_is():
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
-    graph = import_module(model, (torch.randn(1, 3, 6, 6),))  # float32: conv_gemm's, on CUDA cores
-    assert channels_last(graph) is graph
+def test_a_graph_without_half_convolutions_of_whole_runs_of_channels_is_left_as_it_is():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 8, 3)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    graph = import_module(model, (x,))
+    assert channels_last(graph) is graph  # float32: conv_gemm's, on CUDA cores
+    half = fp16_activations(graph)
+    assert channels_last(half) is half  # 3 and 4 channels: no 16-byte run of a tap to gather
 
 
 def test_a_convolution_that_is_the_graph_output_keeps_its_name():
