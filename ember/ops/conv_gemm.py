@@ -37,16 +37,16 @@ from .registry import REQUIRED, OpDef, OpTypeError, register
 COLUMNS = "im2col"  # the tag of the columns' stage
 
 
-def _window(attrs):
+def window_of(attrs):
     kh, kw = attrs["kernel"]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     pt, pl, pb, pr = attrs["padding"]
     return (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr)
 
 
-def _out_size(x_shape, attrs) -> tuple[int, int]:
+def out_size(x_shape, attrs) -> tuple[int, int]:
     """(OH, OW) of the window over x (N, C, H, W)."""
-    kernel, strides, dilations, begin, end = _window(attrs)
+    kernel, strides, dilations, begin, end = window_of(attrs)
     return tuple(window_out("conv2d_gemm", *a) for a in zip(x_shape[2:], kernel, strides, begin, end, dilations))
 
 
@@ -57,7 +57,7 @@ def _infer(types, attrs):
     if x.rank != 4 or w.rank != 2 or any(isinstance(d, str) for d in (*x.shape, *w.shape)):
         raise OpTypeError(f"conv2d_gemm: x (N, C, H, W) and w (OC, C*KH*KW) of static shapes, got {x.shape} and "
                           f"{w.shape}")
-    kh, kw = _window(attrs)[0]
+    kh, kw = window_of(attrs)[0]
     n, c = x.shape[:2]
     oc, q = w.shape
     if q != c * kh * kw:
@@ -65,13 +65,13 @@ def _infer(types, attrs):
                           f"kernel {(kh, kw)}")
     if len(types) == 3 and tuple(types[2].shape) != (oc,):
         raise OpTypeError(f"conv2d_gemm: bias of shape {types[2].shape} must be ({oc},)")
-    oh, ow = _out_size(x.shape, attrs)
+    oh, ow = out_size(x.shape, attrs)
     return [TensorType((n, oc, oh, ow), dtype)]
 
 
 def _reference(inputs, attrs):
     x, w = inputs[:2]
-    (kh, kw), strides, dilations, begin, end = _window(attrs)
+    (kh, kw), strides, dilations, begin, end = window_of(attrs)
     w4 = w.reshape(w.shape[0], x.shape[1], kh, kw)
     return [conv_reference(x, w4, inputs[2] if len(inputs) == 3 else None, strides, begin, end, dilations, 1)]
 
@@ -79,9 +79,9 @@ def _reference(inputs, attrs):
 def column_reader(x, attrs):
     """(column(b, k, p): the element of x (N, C, H, W) that tap k = (c, ky, kx) of output position
     p reads, 0 in the padding; (OH, OW)), for a stage of columns."""
-    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = _window(attrs)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = window_of(attrs)
     n, c, h, wd = (as_int(d) for d in x.shape)
-    oh, ow = _out_size((n, c, h, wd), attrs)
+    oh, ow = out_size((n, c, h, wd), attrs)
 
     def column(b, k, p):
         y = p // ow * sh - pt + k // kw % kh * dh
@@ -165,9 +165,9 @@ def _reference_nhwc(inputs, attrs):
 def nhwc_column_reader(x, attrs):
     """(column(b, p, q): the element of x (N, H, W, C) that tap q = (ky, kx, c) of output
     position p reads, 0 in the padding; (OH, OW)), for a stage of channels-last columns."""
-    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = _window(attrs)
+    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = window_of(attrs)
     n, h, wd, c = (as_int(d) for d in x.shape)
-    oh, ow = _out_size((n, c, h, wd), attrs)
+    oh, ow = out_size((n, c, h, wd), attrs)
 
     def column(b, p, q):
         tap = q // c

@@ -11,21 +11,23 @@ pass walks NCHW{b}c (ember.passes.layout):
 
 - a 2-D convolution of one group over float16/bfloat16 activations with constant weights and
   static shapes becomes conv2d_nhwc_gemm, reading its input's NHWC form and giving its output one;
+  a depthwise one (MobileNet's, between its 1x1 products) depthwise_conv2d_nhwc (an output a
+  thread, consecutive threads on consecutive channels), its weights (C, 1, KH, KW) as (KH, KW, C);
 - an operator that does not care about the layout follows its inputs into it: the elementwise
   ones (ReLU, clip, a cast) and the NumPy-broadcasting ones (a residual add, where, comparisons),
   where every 4-D operand has an NHWC form, is of size one (a scalar), or is a per-channel
   constant (1, C, 1, 1) or (C, 1, 1) (transposed at compile time);
-- every other operator (a pool, a depthwise convolution, a flatten, a graph output) reads NCHW:
+- every other operator (a pool, a grouped convolution, a flatten, a graph output) reads NCHW:
   a transpose back is inserted where an NHWC value first meets it, once per value, and a
   transpose into NHWC where a convolution first reads a value that has no NHWC form (the graph's
   input), once per value.
 
 So ResNet's chains of convolutions, ReLUs and residual adds stay NHWC between their
-convolutions, with one transpose at the graph's input and one where the chain ends. A graph none
-of whose convolutions reads a multiple of 8 channels (whose columns no 16-byte copy gathers) is
-left as it is: the transposes would buy nothing. The
-convolutions the pass leaves (depthwise and grouped ones, float32 ones) go on to conv_gemm or
-stay conv2d.
+convolutions, with one transpose at the graph's input and one where the chain ends, and
+MobileNetV2's inverted residuals (1x1, depthwise 3x3, 1x1, clip, add) likewise. A graph none
+of whose dense convolutions reads a multiple of 8 channels (whose columns no 16-byte copy
+gathers) is left as it is: the transposes would buy nothing. The
+convolutions the pass leaves (grouped ones, float32 ones) go on to conv_gemm or stay conv2d.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 
 from ..graph.core import Graph, Node, Value
 from ..ops.conv_gemm import nhwc_weights
+from ..ops.depthwise_nhwc import depthwise_weights
 from ..ops.registry import get
 from .conv_gemm import HALF
 from .layout import BROADCASTING
@@ -45,16 +48,23 @@ RUN = 8  # channels a 16-byte copy of halves gathers at once
 
 def channels_last(graph: Graph) -> Graph:
     """The graph with its half-precision convolutions over NHWC activations (see the module doc)."""
-    if not any(_converts(graph, n) and n.inputs[0].type.shape[1] % RUN == 0 for n in graph.nodes):
+    if not any(_converts(graph, n) and not _depthwise(n) and n.inputs[0].type.shape[1] % RUN == 0
+               for n in graph.nodes):
         return graph  # (no convolution whose columns a 16-byte copy gathers: the transposes would buy nothing)
     return _ChannelsLast(graph).run()
 
 
 def _converts(graph: Graph, node: Node) -> bool:
-    """node is a convolution the pass makes channels-last."""
-    return (node.op == "conv2d" and node.attrs["groups"] == 1 and node.inputs[0].type.rank == 4
+    """node is a convolution the pass makes channels-last: of one group, or depthwise."""
+    return (node.op == "conv2d" and (node.attrs["groups"] == 1 or _depthwise(node)) and node.inputs[0].type.rank == 4
             and node.inputs[0].type.dtype in HALF and node.outputs[0].type.is_static
             and graph.is_constant(node.inputs[1]))
+
+
+def _depthwise(node: Node) -> bool:
+    """node is a depthwise conv2d: a group per channel, one output channel each."""
+    x, w = node.inputs[:2]
+    return x.type.rank == 4 and node.attrs["groups"] == x.type.shape[1] == w.type.shape[0] and w.type.shape[1] == 1
 
 
 class _ChannelsLast:
@@ -103,13 +113,14 @@ class _ChannelsLast:
     def _convolution(self, node: Node) -> None:
         x, w = node.inputs[:2]
         weights = self.old.constants[w.name]
-        flat = self.rw.derived(("nhwc", w.name), lambda: np.ascontiguousarray(nhwc_weights(weights)),
-                               f"{w.name}.nhwc")
+        op, layout = ("depthwise_conv2d_nhwc", depthwise_weights) if _depthwise(node) else \
+            ("conv2d_nhwc_gemm", nhwc_weights)
+        flat = self.rw.derived(("nhwc", w.name), lambda: np.ascontiguousarray(layout(weights)), f"{w.name}.nhwc")
         kh, kw = weights.shape[2:]
         attrs = {"kernel": (kh, kw), "strides": tuple(node.attrs["strides"]),
                  "padding": tuple(node.attrs["padding"]), "dilations": tuple(node.attrs["dilations"])}
         bias = [self.rw.value(b) for b in node.inputs[2:]]
-        (self.nhwc[node.outputs[0]],) = self.rw.emit("conv2d_nhwc_gemm", [self._nhwc_form(x), flat, *bias], attrs,
+        (self.nhwc[node.outputs[0]],) = self.rw.emit(op, [self._nhwc_form(x), flat, *bias], attrs,
                                                      hint=f"{node.name}_nhwc")
 
     def _follows(self, node: Node) -> bool:

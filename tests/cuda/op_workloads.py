@@ -82,6 +82,8 @@ CASES = {  # op -> lambda rng: (inputs, attributes[, tolerance])
     "conv2d_gemm_partials": lambda r: (_conv(r, (1, 2, 6, 6), (2, 1, 4, 9), b=False), {"kernel": (3, 3)}),
     "conv2d_nhwc_gemm": lambda r: (_conv(r, (1, 6, 6, 8), (4, 72)), {"kernel": (3, 3), "padding": (1, 1, 1, 1)}),
     "conv2d_nhwc_gemm_partials": lambda r: (_conv(r, (1, 6, 6, 8), (2, 1, 4, 36), b=False), {"kernel": (3, 3)}),
+    "depthwise_conv2d_nhwc": lambda r: ([_f(r, 1, 6, 6, 8), _f(r, 3, 3, 8), _f(r, 8)],
+                                        {"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1)}),
     "conv3d": lambda r: (_conv(r, (1, 2, 4, 4, 4), (3, 2, 2, 2, 2)), {}),
     "conv_transpose2d": lambda r: (_conv(r, (1, 2, 4, 4), (2, 3, 3, 3), b=False) + [_f(r, 3)], {"strides": (2, 2)}),
     "conv_transpose3d": lambda r: (_conv(r, (1, 2, 3, 3, 3), (2, 2, 2, 2, 2)), {"strides": (2, 2, 2)}),

@@ -80,6 +80,26 @@ def test_channels_last_gathers_of_any_shape_match_numpy(c, oc, h, w, k, stride, 
              targets=[ON_INTERPRETER])
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_channels_last_depthwise_convolution_matches_torch_on_the_interpreter(dtype):
+    from ember.ops.depthwise_nhwc import depthwise_weights
+
+    x, w4, b = random_array((1, 7, 6, 24), dtype, RNG), random_array((24, 1, 3, 3), dtype, RNG), \
+        random_array((24,), dtype, RNG)
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1)}
+
+    def conv(x, w, b):
+        import torch
+
+        out = torch.nn.functional.conv2d(x.permute(0, 3, 1, 2).float(), w.float().permute(2, 0, 1)[:, None], b.float(),
+                                         stride=2, padding=1, groups=24)
+        return out.permute(0, 2, 3, 1).to(x.dtype)
+
+    tol = 1e-4 if dtype == "float32" else 1e-2
+    check_op("depthwise_conv2d_nhwc", [x, np.ascontiguousarray(depthwise_weights(w4)), b], attrs, rtol=tol, atol=tol, torch_fn=conv,
+             targets=[ON_INTERPRETER])
+
+
 def test_a_lane_leaves_divisions_by_multiples_of_its_vector():
     v, j = Var("v", "int32"), Var("j", "int32")
     q = j * 8 + v  # channel q of 16 a tap, 8 lanes at a time

@@ -1,7 +1,7 @@
 """The GPU's channels-last pass (ember.passes.channels_last) on imported half-precision graphs:
-the convolutions of one group read and write NHWC, ReLU, residual adds and per-channel scales
-follow them, a transpose sits only where NCHW is read (the graph's input, a pool, a depthwise
-convolution, the output), and the graph still computes the model (the NumPy references,
+the convolutions of one group and the depthwise ones read and write NHWC, ReLU, residual adds
+and per-channel scales follow them, a transpose sits only where NCHW is read (the graph's input,
+a pool, the output), and the graph still computes the model (the NumPy references,
 ember.ops.evaluate)."""
 
 import numpy as np
@@ -42,10 +42,10 @@ def test_a_conv_relu_conv_chain_stays_nhwc_between_its_convolutions():
         graph = convert(import_module(model, (x,)))
         out = channels_last(graph)
         ops = [n.op for n in out.nodes]
-        assert ops.count("conv2d_nhwc_gemm") == 3 and ops.count("conv2d") == 1  # (the depthwise one stays)
+        assert ops.count("conv2d_nhwc_gemm") == 3 and ops.count("depthwise_conv2d_nhwc") == 1
+        assert "conv2d" not in ops
         perms = [tuple(n.attrs["perm"]) for n in out.nodes if n.op == "transpose"]
-        # into NHWC at the input and after the depthwise conv; back before the depthwise conv and the pool
-        assert sorted(perms) == [(0, 2, 3, 1), (0, 2, 3, 1), (0, 3, 1, 2), (0, 3, 1, 2)]
+        assert sorted(perms) == [(0, 2, 3, 1), (0, 3, 1, 2)]  # into NHWC at the input, back before the pool
         scaled = next(n for n in out.nodes if n.op == "mul")
         assert any(out.constants.get(v.name) is not None and out.constants[v.name].shape == (8,)
                    for v in scaled.inputs)  # the per-channel scale as (C,), broadcast over NHWC's last axis
