@@ -17,7 +17,11 @@ pass walks NCHW{b}c (ember.passes.layout):
   ones (ReLU, clip, a cast) and the NumPy-broadcasting ones (a residual add, where, comparisons),
   where every 4-D operand has an NHWC form, is of size one (a scalar), or is a per-channel
   constant (1, C, 1, 1) or (C, 1, 1) (transposed at compile time);
-- every other operator (a pool, a grouped convolution, a flatten, a graph output) reads NCHW:
+- a max or average pool of an NHWC value (ResNet's after its stem) is max_pool2d_nhwc or
+  avg_pool2d_nhwc (ember.ops.pool_nhwc);
+- a mean, sum, max or min over H and W (a global average pool) reduces NHWC's axes (1, 2), and
+  a value of a 1 x 1 map goes back to NCHW by a reshape (the same order), not a transpose;
+- every other operator (a grouped convolution, a flatten, a graph output) reads NCHW:
   a transpose back is inserted where an NHWC value first meets it, once per value, and a
   transpose into NHWC where a convolution first reads a value that has no NHWC form (the graph's
   input), once per value.
@@ -37,9 +41,10 @@ import numpy as np
 from ..graph.core import Graph, Node, Value
 from ..ops.conv_gemm import nhwc_weights
 from ..ops.depthwise_nhwc import depthwise_weights
+from ..ops.reduction import normalize_axes
 from ..ops.registry import get
 from .conv_gemm import HALF
-from .layout import BROADCASTING
+from .layout import BROADCASTING, SPATIAL_REDUCTIONS
 from .rewrite import Rewriter
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
@@ -81,7 +86,7 @@ class _ChannelsLast:
         for node in self.old.nodes:
             if _converts(self.old, node):
                 self._convolution(node)
-            elif not self._follows(node):
+            elif not (self._follows(node) or self._pools(node) or self._reduces_space(node)):
                 self.rw.copy(node, [self._nchw(v) for v in node.inputs])
                 self.plain.update(node.outputs)
         for v in self.old.outputs:
@@ -94,7 +99,9 @@ class _ChannelsLast:
         if v in self.plain or v not in self.nhwc:
             return self.rw.value(v)
         names = [v.name] if v in self.outputs else []
-        (out,) = self.rw.emit("transpose", [self.nhwc[v]], {"perm": TO_NCHW}, hint=f"{v.name}_nchw", out_names=names)
+        op, attrs = ("reshape", {"shape": tuple(v.type.shape)}) if tuple(v.type.shape[2:]) == (1, 1) else \
+            ("transpose", {"perm": TO_NCHW})  # (a 1 x 1 map: the same elements in the same order)
+        (out,) = self.rw.emit(op, [self.nhwc[v]], attrs, hint=f"{v.name}_nchw", out_names=names)
         self.rw.alias(v, out)
         self.plain.add(v)
         return out
@@ -122,6 +129,35 @@ class _ChannelsLast:
         bias = [self.rw.value(b) for b in node.inputs[2:]]
         (self.nhwc[node.outputs[0]],) = self.rw.emit(op, [self._nhwc_form(x), flat, *bias], attrs,
                                                      hint=f"{node.name}_nhwc")
+
+    def _pools(self, node: Node) -> bool:
+        """A max or average pool of an NHWC value as max_pool2d_nhwc, avg_pool2d_nhwc; False
+        (nothing done) for any other node."""
+        if node.op not in ("max_pool2d", "avg_pool2d") or node.inputs[0] not in self.nhwc:
+            return False
+        (self.nhwc[node.outputs[0]],) = self.rw.emit(f"{node.op}_nhwc", [self.nhwc[node.inputs[0]]], node.attrs,
+                                                     hint=f"{node.name}_nhwc")
+        return True
+
+    def _reduces_space(self, node: Node) -> bool:
+        """A mean, sum, max or min over H and W of an NHWC value (a global average pool) over NHWC's
+        (1, 2); its output NHWC (N, 1, 1, C) with keepdims, else (N, C) as NCHW's. False
+        (nothing done) for any other node."""
+        x = node.inputs[0] if node.inputs else None
+        if node.op not in SPATIAL_REDUCTIONS or x not in self.nhwc or len(node.outputs) != 1:
+            return False
+        if set(normalize_axes(node.op, node.attrs["axes"], 4)) != {2, 3}:
+            return False
+        out = node.outputs[0]
+        keep = node.attrs["keepdims"]
+        (y,) = self.rw.emit(node.op, [self.nhwc[x]], {**node.attrs, "axes": (1, 2)}, hint=f"{node.name}_nhwc",
+                            out_names=[] if keep else [out.name])
+        if keep:
+            self.nhwc[out] = y
+        else:
+            self.rw.alias(out, y)
+            self.plain.add(out)
+        return True
 
     def _follows(self, node: Node) -> bool:
         """Computes node on its inputs' NHWC forms where it does not care about the layout (see

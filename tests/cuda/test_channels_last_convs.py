@@ -96,8 +96,8 @@ def test_a_channels_last_depthwise_convolution_matches_torch_on_the_interpreter(
         return out.permute(0, 2, 3, 1).to(x.dtype)
 
     tol = 1e-4 if dtype == "float32" else 1e-2
-    check_op("depthwise_conv2d_nhwc", [x, np.ascontiguousarray(depthwise_weights(w4)), b], attrs, rtol=tol, atol=tol, torch_fn=conv,
-             targets=[ON_INTERPRETER])
+    w = np.ascontiguousarray(depthwise_weights(w4))
+    check_op("depthwise_conv2d_nhwc", [x, w, b], attrs, rtol=tol, atol=tol, torch_fn=conv, targets=[ON_INTERPRETER])
 
 
 def test_a_lane_leaves_divisions_by_multiples_of_its_vector():
