@@ -1,5 +1,6 @@
 """GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
-convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis).
+convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis;
+conv2d_nhwc_gemm and its partials, channels-last ones, their output's (OH, OW) the product's rows).
 
 float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
 ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
