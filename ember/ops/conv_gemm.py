@@ -76,17 +76,25 @@ def _reference(inputs, attrs):
     return [conv_reference(x, w4, inputs[2] if len(inputs) == 3 else None, strides, begin, end, dilations, 1)]
 
 
-def column_reader(x, attrs):
+def column_reader(x, attrs, channels_last: bool = False):
     """(column(b, k, p): the element of x (N, C, H, W) that tap k = (c, ky, kx) of output position
-    p reads, 0 in the padding; (OH, OW)), for a stage of columns."""
+    p reads, 0 in the padding; (OH, OW)), for a stage of columns; `channels_last`: of x (N, H, W,
+    C), tap k = (ky, kx, c)."""
     (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = window_of(attrs)
-    n, c, h, wd = (as_int(d) for d in x.shape)
+    if channels_last:
+        n, h, wd, c = (as_int(d) for d in x.shape)
+    else:
+        n, c, h, wd = (as_int(d) for d in x.shape)
     oh, ow = out_size((n, c, h, wd), attrs)
 
     def column(b, k, p):
-        y = p // ow * sh - pt + k // kw % kh * dh
-        z = p % ow * sw - pl + k % kw * dw
-        value = x[b, k // (kh * kw), y, z]
+        if channels_last:
+            ky, kx, channel = k // c // kw, k // c % kw, k % c
+        else:
+            ky, kx, channel = k // kw % kh, k % kw, k // (kh * kw)
+        y = p // ow * sh - pt + ky * dh
+        z = p % ow * sw - pl + kx * dw
+        value = x[b, y, z, channel] if channels_last else x[b, channel, y, z]
         if not any((pt, pl, pb, pr)):
             return value
         return te.if_then_else(te.all(y >= 0, y < h, z >= 0, z < wd), value, te.const(0, x.dtype))
@@ -162,31 +170,12 @@ def _reference_nhwc(inputs, attrs):
     return [np.ascontiguousarray(out.transpose(0, 2, 3, 1))]
 
 
-def nhwc_column_reader(x, attrs):
-    """(column(b, p, q): the element of x (N, H, W, C) that tap q = (ky, kx, c) of output
-    position p reads, 0 in the padding; (OH, OW)), for a stage of channels-last columns."""
-    (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr) = window_of(attrs)
-    n, h, wd, c = (as_int(d) for d in x.shape)
-    oh, ow = out_size((n, c, h, wd), attrs)
-
-    def column(b, p, q):
-        tap = q // c
-        y = p // ow * sh - pt + tap // kw * dh
-        z = p % ow * sw - pl + tap % kw * dw
-        value = x[b, y, z, q % c]
-        if not any((pt, pl, pb, pr)):
-            return value
-        return te.if_then_else(te.all(y >= 0, y < h, z >= 0, z < wd), value, te.const(0, x.dtype))
-
-    return column, (oh, ow)
-
-
 def _compute_nhwc(inputs, attrs, out_types):
     x, w = inputs[:2]
     n = as_int(x.shape[0])
     oc, q = (as_int(d) for d in w.shape)
-    column, (oh, ow) = nhwc_column_reader(x, attrs)
-    cols = te.compute((n, oh * ow, q), column, name="cols", tag=COLUMNS)
+    column, (oh, ow) = column_reader(x, attrs, channels_last=True)
+    cols = te.compute((n, oh * ow, q), lambda b, p, k: column(b, k, p), name="cols", tag=COLUMNS)
     acc_dtype = dt.compute_dtype(x.dtype)
     r = te.reduce_axis((0, q), name="q")
     acc = te.compute((n, oh * ow, oc),

@@ -33,7 +33,7 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir.expr import as_int, cast
-from .conv_gemm import COLUMN_ATTRS, COLUMNS, column_reader, nhwc_column_reader
+from .conv_gemm import COLUMN_ATTRS, COLUMNS, column_reader
 from .registry import OpDef, OpTypeError, get, infer_types, register
 
 PARTS = "k_parts"  # the tag of x's parts' stage
@@ -133,8 +133,8 @@ def _nhwc_conv_compute(inputs, attrs, out_types):
     x, w = inputs
     s, _, oc, part = (as_int(d) for d in w.shape)
     n = as_int(x.shape[0])
-    column, (oh, ow) = nhwc_column_reader(x, attrs)
-    cols = te.compute((s, n, oh * ow, part), lambda p, b, q, k: column(b, q, p * part + k), name="cols", tag=COLUMNS)
+    column, (oh, ow) = column_reader(x, attrs, channels_last=True)
+    cols = te.compute((s, n, oh * ow, part), lambda p, b, q, k: column(b, p * part + k, q), name="cols", tag=COLUMNS)
     r = te.reduce_axis((0, part), name="q")
     acc = te.compute((s, n, oh * ow, oc), lambda p, b, q, o: te.sum(
         cast("float32", cols[p, b, q, r]) * cast("float32", w[p, 0, o, r]), axis=r), name="partials")
