@@ -1,6 +1,6 @@
 """The zoo on one GPU (`compare.py --device cuda`): ember (target "cuda", precision fp32 and fp16)
 next to torch eager and torch.compile (mode "default" and "reduce-overhead"), fp32 and fp16
-(`model.half()`), and for a convolution network in fp16 ember without its channels-last
+(`model.half()`), and for a convolution network ember without its channels-last
 activations ("ember, NCHW": ember.passes.channels_last disabled), each latency the median of
 CUDA-event intervals after a warm-up
 (cuda_timing.timed), and each first call (compile included) timed. Every ember model is checked
@@ -94,7 +94,7 @@ def model_rows(name: str, small: bool, runs: int, precisions: list[str], peers: 
             return (lambda: cm(*inputs)), time.perf_counter() - t, f"{len(cm.kernels)} kernels, rel. error {error:.1e}"
 
         run("ember", precision, ember_model)
-        if precision != "fp32" and any(isinstance(m, torch.nn.Conv2d) for m in host_model.modules()):
+        if any(isinstance(m, torch.nn.Conv2d) for m in host_model.modules()):
             run("ember, NCHW", precision, lambda: ember_model(disabled=("channels_last",)))  # (channels_last's gain)
         peer = model if precision == "fp32" else copy.deepcopy(model).half()
         args = inputs if precision == "fp32" else half_inputs(inputs)

@@ -23,7 +23,7 @@
 # "--shapes 11" for all, "--only conv"); each convolution in NCHW and channels-last (conv2d_nhwc_gemm:
 # a tap's channels gathered 16 bytes at a time), each checked against torch first (a failure prints
 # the configuration's traceback), beside cuDNN on channels_last tensors, and "NHWC / NCHW" per shape:
-# channels_last is the default of fp16/bf16 models (GPU_PRECISIONS); where that ratio is above 1 on
+# channels_last is the default of every GPU precision (GPU_PRECISIONS); where that ratio is above 1 on
 # the costliest shapes (the deep 3x3 ones) and compare's "ember" row is slower than "ember, NCHW",
 # take channels_last out of GPU_PRECISIONS;
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's

@@ -1,6 +1,6 @@
-"""Channels-last activations for a GPU model's half-precision convolutions (precision "fp16" or
-"bf16" on target "cuda"; Inductor converts a CUDA model's convolutions to channels_last likewise,
-and cuDNN's and CUTLASS's implicit GEMMs read NHWC):
+"""Channels-last activations for a GPU model's convolutions (target "cuda"; Inductor converts a
+CUDA model's convolutions to channels_last likewise, and cuDNN's and CUTLASS's implicit GEMMs read
+NHWC):
 
     conv2d(x, W, b?)  ->  conv2d_nhwc_gemm(x', W', b?)
 
@@ -9,8 +9,9 @@ KH*KW*C), so that a tap's C channels are contiguous in x' and the product's colu
 copied 16 bytes at a time (ember.ops.conv_gemm). One walk in graph order, as the CPU's layout
 pass walks NCHW{b}c (ember.passes.layout):
 
-- a 2-D convolution of one group over float16/bfloat16 activations with constant weights and
-  static shapes becomes conv2d_nhwc_gemm, reading its input's NHWC form and giving its output one;
+- a 2-D convolution of one group over float16/bfloat16 activations (Tensor Cores) or float32 ones
+  (CUDA cores: 4 channels a 16-byte copy) with constant weights and static shapes becomes
+  conv2d_nhwc_gemm, reading its input's NHWC form and giving its output one;
   a depthwise one (MobileNet's, between its 1x1 products) depthwise_conv2d_nhwc (an output a
   thread, consecutive threads on consecutive channels), its weights (C, 1, KH, KW) as (KH, KW, C);
 - an operator that does not care about the layout follows its inputs into it: the elementwise
@@ -29,9 +30,9 @@ pass walks NCHW{b}c (ember.passes.layout):
 So ResNet's chains of convolutions, ReLUs and residual adds stay NHWC between their
 convolutions, with one transpose at the graph's input and one where the chain ends, and
 MobileNetV2's inverted residuals (1x1, depthwise 3x3, 1x1, clip, add) likewise. A graph none
-of whose dense convolutions reads a multiple of 8 channels (whose columns no 16-byte copy
-gathers) is left as it is: the transposes would buy nothing. The
-convolutions the pass leaves (grouped ones, float32 ones) go on to conv_gemm or stay conv2d.
+of whose dense convolutions reads a multiple of 8 channels (4 in float32: whose columns no
+16-byte copy gathers) is left as it is: the transposes would buy nothing. The
+convolutions the pass leaves (grouped ones) go on to conv_gemm or stay conv2d.
 """
 
 from __future__ import annotations
@@ -43,17 +44,18 @@ from ..ops.conv_gemm import nhwc_weights
 from ..ops.depthwise_nhwc import depthwise_weights
 from ..ops.reduction import normalize_axes
 from ..ops.registry import get
+from ..tir import dtype as dt
 from .conv_gemm import HALF
 from .layout import BROADCASTING, SPATIAL_REDUCTIONS
 from .rewrite import Rewriter
 
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
-RUN = 8  # channels a 16-byte copy of halves gathers at once
+TYPES = (*HALF, "float32")  # float32: CUDA cores' implicit GEMM, its columns copied 16 bytes (4 lanes) at a time
 
 
 def channels_last(graph: Graph) -> Graph:
     """The graph with its half-precision convolutions over NHWC activations (see the module doc)."""
-    if not any(_converts(graph, n) and not _depthwise(n) and n.inputs[0].type.shape[1] % RUN == 0
+    if not any(_converts(graph, n) and not _depthwise(n) and n.inputs[0].type.shape[1] % _run(n) == 0
                for n in graph.nodes):
         return graph  # (no convolution whose columns a 16-byte copy gathers: the transposes would buy nothing)
     return _ChannelsLast(graph).run()
@@ -62,8 +64,13 @@ def channels_last(graph: Graph) -> Graph:
 def _converts(graph: Graph, node: Node) -> bool:
     """node is a convolution the pass makes channels-last: of one group, or depthwise."""
     return (node.op == "conv2d" and (node.attrs["groups"] == 1 or _depthwise(node)) and node.inputs[0].type.rank == 4
-            and node.inputs[0].type.dtype in HALF and node.outputs[0].type.is_static
+            and node.inputs[0].type.dtype in TYPES and node.outputs[0].type.is_static
             and graph.is_constant(node.inputs[1]))
+
+
+def _run(node: Node) -> int:
+    """The channels a 16-byte copy of node's input gathers at once (8 halves, 4 floats)."""
+    return 128 // dt.bits(node.inputs[0].type.dtype)
 
 
 def _depthwise(node: Node) -> bool:

@@ -106,7 +106,8 @@ LAYOUT_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_conv
 # a GPU's (Backend.precisions): activations and weights stored in half precision (products on
 # Tensor Cores, convolutions as implicit GEMMs); tf32 changes no value's type, its products read
 # their operands rounded to tf32; fp32's and tf32's convolutions are implicit GEMMs on CUDA cores
-GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": ("conv_gemm",), "tf32": ("tf32_products", "conv_gemm"),
+GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": ("channels_last", "conv_gemm"),
+                                              "tf32": ("tf32_products", "channels_last", "conv_gemm"),
                                               "fp16": ("fp16_activations", "channels_last", "conv_gemm"),
                                               "bf16": ("bf16_activations", "channels_last", "conv_gemm")}
 # the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's

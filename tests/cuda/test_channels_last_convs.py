@@ -118,7 +118,7 @@ def _built(inputs, attrs):
 
 @needs_nvrtc
 @pytest.mark.parametrize("case", ["3x3, 16 channels, padded", "3x3 stride 2, 8 channels, bf16",
-                                  "stem: 3 channels, 7x7 stride 2"])
+                                  "stem: 3 channels, 7x7 stride 2", "3x3, float32 on CUDA cores"])
 def test_the_columns_are_copied_16_bytes_at_a_time_where_8_divides_the_channels(case):
     inputs, attrs = CASES[case]
     f = _built(inputs(), attrs)
@@ -126,7 +126,7 @@ def test_the_columns_are_copied_16_bytes_at_a_time_where_8_divides_the_channels(
     staged = re.search(r"__half (\w+_regs)\[\d+\];", f.source) or re.search(r"__nv_bfloat16 (\w+_regs)\[", f.source)
     if "stem" in case:  # 3 channels: a run of 8 taps crosses (ky, kx): an element a lane, staged in registers
         assert not gathers and staged
-    else:  # before the K loop and in it, zero-filled where the tap reads the padding
+    else:  # before the K loop and in it, zero-filled where the tap reads the padding (4 floats, 8 halves)
         assert len(gathers) == 2 and not staged
     (used,) = nvrtc.resources(f.source).values()
     assert 0 < used.registers <= 255 and used.spill_stores == used.spill_loads == 0

@@ -59,13 +59,13 @@ def test_a_conv_relu_conv_chain_stays_nhwc_between_its_convolutions():
         assert _relative_error(got, before.astype(np.float32)) < 1e-2
 
 
-def test_a_graph_without_half_convolutions_of_whole_runs_of_channels_is_left_as_it_is():
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 8, 3)).eval()
-    x = torch.randn(1, 3, 8, 8)
-    graph = import_module(model, (x,))
-    assert channels_last(graph) is graph  # float32: conv_gemm's, on CUDA cores
+def test_a_graph_without_convolutions_over_16_byte_runs_of_channels_is_left_as_it_is():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.ReLU(), torch.nn.Conv2d(6, 8, 3)).eval()
+    graph = import_module(model, (torch.randn(1, 3, 8, 8),))
     half = fp16_activations(graph)
-    assert channels_last(half) is half  # 3 and 4 channels: no 16-byte run of a tap to gather
+    assert channels_last(graph) is graph and channels_last(half) is half  # 3 and 6 channels: no run of 4 or 8
+    wider = import_module(torch.nn.Conv2d(4, 8, 3).eval(), (torch.randn(1, 4, 8, 8),))
+    assert "conv2d_nhwc_gemm" in [n.op for n in channels_last(wider).nodes]  # 4 floats: 16 bytes
 
 
 def test_a_convolution_that_is_the_graph_output_keeps_its_name():
