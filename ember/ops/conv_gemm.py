@@ -50,21 +50,20 @@ def out_size(x_shape, attrs) -> tuple[int, int]:
     return tuple(window_out("conv2d_gemm", *a) for a in zip(x_shape[2:], kernel, strides, begin, end, dilations))
 
 
-def _infer(types, attrs):
+def _infer(types, attrs, op: str = "conv2d_gemm", layout: str = "(N, C, H, W)"):
     x, w = types[:2]
-    dtype = result_dtype("conv2d_gemm", *types)
-    check_float("conv2d_gemm", x)
+    dtype = result_dtype(op, *types)
+    check_float(op, x)
     if x.rank != 4 or w.rank != 2 or any(isinstance(d, str) for d in (*x.shape, *w.shape)):
-        raise OpTypeError(f"conv2d_gemm: x (N, C, H, W) and w (OC, C*KH*KW) of static shapes, got {x.shape} and "
-                          f"{w.shape}")
+        raise OpTypeError(f"{op}: x {layout} and w (OC, C*KH*KW) of static shapes, got {x.shape} and {w.shape}")
     kh, kw = window_of(attrs)[0]
     n, c = x.shape[:2]
     oc, q = w.shape
     if q != c * kh * kw:
-        raise OpTypeError(f"conv2d_gemm: w {w.shape} must have C*KH*KW = {c * kh * kw} columns for x {x.shape} and "
+        raise OpTypeError(f"{op}: w {w.shape} must have C*KH*KW = {c * kh * kw} columns for x {x.shape} and "
                           f"kernel {(kh, kw)}")
     if len(types) == 3 and tuple(types[2].shape) != (oc,):
-        raise OpTypeError(f"conv2d_gemm: bias of shape {types[2].shape} must be ({oc},)")
+        raise OpTypeError(f"{op}: bias of shape {types[2].shape} must be ({oc},)")
     oh, ow = out_size(x.shape, attrs)
     return [TensorType((n, oc, oh, ow), dtype)]
 
@@ -151,7 +150,7 @@ def _infer_nhwc(types, attrs):
     x = types[0]
     if x.rank != 4:
         raise OpTypeError(f"conv2d_nhwc_gemm: x (N, H, W, C), got {x.shape}")
-    (out,) = _infer([_nchw(x), *types[1:]], attrs)
+    (out,) = _infer([_nchw(x), *types[1:]], attrs, "conv2d_nhwc_gemm", "(N, H, W, C)")
     n, oc, oh, ow = out.shape
     return [TensorType((n, oh, ow, oc), out.dtype)]
 

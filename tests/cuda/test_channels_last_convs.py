@@ -18,7 +18,7 @@ from ember.cuda import nvrtc
 from ember.cuda.lane_runs import lane_free
 from ember.graph.core import TensorType
 from ember.ops.conv_gemm import nhwc_weights
-from ember.ops.registry import infer_types
+from ember.ops.registry import OpTypeError, infer_types
 from ember.schedules.apply import node_kernel
 from ember.target import Target
 from ember.testing import check_op, random_array
@@ -140,3 +140,16 @@ def test_split_k_partials_of_a_channels_last_convolution_match_numpy_on_the_inte
     (got,) = check_op("conv2d_nhwc_gemm_partials", [x, parts], attrs, rtol=2e-2, atol=2e-2, targets=[ON_INTERPRETER])
     (whole,) = check_op("conv2d_nhwc_gemm", [x, w], attrs, rtol=2e-2, atol=2e-2, targets=[ON_INTERPRETER])
     np.testing.assert_allclose(got.sum(axis=0), whole.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
+def test_a_channels_last_convolution_of_mismatched_shapes_is_refused_by_name():
+    x = TensorType((1, 6, 6, 16), "float16")
+    with pytest.raises(OpTypeError, match=r"conv2d_nhwc_gemm: w \(8, 143\) must have C\*KH\*KW = 144 columns"):
+        infer_types("conv2d_nhwc_gemm", [x, TensorType((8, 143), "float16")], {"kernel": (3, 3)})
+    with pytest.raises(OpTypeError, match=r"conv2d_nhwc_gemm: x \(N, H, W, C\)"):
+        infer_types("conv2d_nhwc_gemm", [TensorType((6, 6, 16), "float16"), TensorType((8, 144), "float16")],
+                    {"kernel": (3, 3)})
+    with pytest.raises(OpTypeError, match=r"depthwise_conv2d_nhwc: w \(3, 3, 8\) must be \(KH, KW, C\) = \(3, 3, 16\)"):
+        infer_types("depthwise_conv2d_nhwc", [x, TensorType((3, 3, 8), "float16")], {"kernel": (3, 3)})
+    with pytest.raises(OpTypeError, match=r"max_pool2d_nhwc: x \(N, H, W, C\)"):
+        infer_types("max_pool2d_nhwc", [TensorType((6, 6, 16), "float16")], {"kernel": (3, 3)})
