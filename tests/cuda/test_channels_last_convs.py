@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import needs_gpu, needs_nvrtc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from ember.cuda import nvrtc
 from ember.cuda.lane_runs import lane_free
 from ember.graph.core import TensorType
 from ember.ops.conv_gemm import nhwc_weights
-from ember.ops.registry import OpTypeError, infer_types
+from ember.ops.registry import OpTypeError, get, infer_types
 from ember.schedules.apply import node_kernel
 from ember.target import Target
 from ember.testing import check_op, random_array
@@ -153,3 +153,18 @@ def test_a_channels_last_convolution_of_mismatched_shapes_is_refused_by_name():
         infer_types("depthwise_conv2d_nhwc", [x, TensorType((3, 3, 8), "float16")], {"kernel": (3, 3)})
     with pytest.raises(OpTypeError, match=r"max_pool2d_nhwc: x \(N, H, W, C\)"):
         infer_types("max_pool2d_nhwc", [TensorType((6, 6, 16), "float16")], {"kernel": (3, 3)})
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", [(64, 64, 14, 3, 1), (128, 64, 15, 3, 2), (3, 16, 23, 7, 2)])
+def test_a_channels_last_convolution_is_right_on_the_gpu(shape):
+    """(C, OC, H, kernel, stride) at ResNet-like sizes: the 16-byte copies zero-filled in the
+    padding (cp.async's source size 0 at addresses outside the input), and a stem's elements."""
+    c, oc, h, k, stride = shape
+    inputs = _inputs(1, c, h, h, oc, (k, k))
+    attrs = {"kernel": (k, k), "strides": (stride, stride), "padding": (k // 2,) * 4}
+    f = _built(inputs, attrs)
+    (expected,) = get("conv2d_nhwc_gemm").reference(inputs, attrs)
+    out = np.full(expected.shape, np.nan, np.float16)
+    f(*inputs, out)
+    np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=2e-2, atol=2e-2)
