@@ -34,10 +34,12 @@
 # picks for the GPU printed; 4 warps, the default before it, and each with and without launch
 # bounds: the kernel before them), and the wmma kernel before it,
 # each against torch's scaled_dot_product_attention, with the % of its speed and the best;
-# tilemm: ember.triton's matmul with tl.dot on mma.sync and on wmma, every configuration checked
-# against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at 4096^3 fp16 beside
-# Triton at the tutorial's autotuning configurations and cuBLAS, the best of each lowering with its
-# % of Triton's; where mma is WRONG it says to set EMBER_TILE_MMA=0);
+# tilemm: ember.triton's matmul with tl.dot on mma.sync (c stored from the lanes' fragments, and
+# through a float block in shared memory as before: EMBER_TILE_FRAGMENT_STORES=0) and on wmma, every
+# configuration checked against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at
+# 4096^3 fp16 beside Triton at the tutorial's autotuning configurations and cuBLAS, the best of each
+# lowering with its % of Triton's and the fragment stores' gain per configuration; where one is
+# WRONG it says which option falls back);
 # MODELS= names the zoo models
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,
@@ -59,7 +61,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 
 declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=100 [symbolic]=80
-                  [attention]=80 [tile]=70 [tilemm]=60 [launch]=60 [compare]=180 [profile]=90 [graphs]=50 [tune]=90
+                  [attention]=80 [tile]=70 [tilemm]=90 [launch]=60 [compare]=180 [profile]=90 [graphs]=50 [tune]=90
                   [decode]=60)
 ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
        decode)
