@@ -20,7 +20,12 @@
 # the rules and 5-8 alternative tiles, warps, stages and parts, next to cuDNN/cuBLAS, the best per shape
 # marked and the product_choices entries that would apply it printed as each shape is measured
 # (the 5 shapes of each model with the most time by default; PRODUCTS= passes other arguments:
-# "--shapes 11" for all, "--only conv");
+# "--shapes 11" for all, "--only conv"); each convolution in NCHW and channels-last (conv2d_nhwc_gemm:
+# a tap's channels gathered 16 bytes at a time), each checked against torch first (a failure prints
+# the configuration's traceback), beside cuDNN on channels_last tensors, and "NHWC / NCHW" per shape:
+# channels_last is the default of every GPU precision (GPU_PRECISIONS); where that ratio is above 1 on
+# the costliest shapes (the deep 3x3 ones) and compare's "ember" row is slower than "ember, NCHW",
+# take channels_last out of GPU_PRECISIONS;
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
@@ -55,8 +60,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=60 [symbolic]=80
-                  [attention]=80 [tile]=70 [tilemm]=90 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=100 [symbolic]=80
+                  [attention]=80 [tile]=70 [tilemm]=90 [launch]=60 [compare]=180 [profile]=90 [graphs]=50 [tune]=90
                   [decode]=60)
 ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
        decode)

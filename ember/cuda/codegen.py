@@ -50,7 +50,6 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from dataclasses import replace
 
 from ..codegen.c_floordiv import scalar_floordiv
 from ..codegen.common import single_index
@@ -72,9 +71,8 @@ from ..tir.expr import (
     as_int,
     binary,
     const,
-    is_const,
 )
-from ..tir.expr_functor import substitute, uses_var
+from ..tir.expr_functor import substitute
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
     BLOCK_TAGS,
@@ -94,7 +92,7 @@ from . import checks, fragments
 from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
 from .swizzle import ALIGN
-from .vectors import PAIRS, VECTOR_TYPES, copy_loop, lane_uniform, pair_store, vector_loop, zero_filled
+from .vectors import PAIRS, VECTOR_TYPES, async_copy, copy_loop, pair_store, vector_loop, zero_filled
 from .warp import WARP, WarpReduction, warp_reduction
 
 PRELUDE = """\
@@ -266,7 +264,7 @@ class CUDARenderer(CStyleRenderer):
             super()._for(s, depth, out)
             return
         if s.kind == "vectorized" and s.annotation(ASYNC) and self.async_copies:
-            if (copy := self._vector_copy(s)) is not None:
+            if (copy := async_copy(s)) is not None:
                 self._async_copy(*copy, depth, out)
                 return
             if isinstance(s.body, BufferStore) and self._word_copy(s.body) is not None:
@@ -314,25 +312,6 @@ class CUDARenderer(CStyleRenderer):
         self._warp_lane = lane
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
-
-    def _vector_copy(self, loop: For):
-        """(store, its base, load, its base, the condition it is read on or None) where the
-        vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
-        zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`);
-        else None."""
-        store = loop.body
-        if not isinstance(store, BufferStore):
-            return None
-        cond, load = zero_filled(store.value)
-        if cond is not None and uses_var(cond, [loop.loop_var]):
-            lanes = as_int(loop.extent)
-            cond = lane_uniform(cond, loop.loop_var, lanes) if lanes and is_const(loop.min, 0) else None
-            if cond is None:
-                return None
-        copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
-        if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
-            return None
-        return (*copy, cond)
 
     def _async_copy(self, store, base, load, load_base, cond, depth: int, out: list[str], size: int = 16) -> None:
         """`size` bytes (16, or 4: one element) from global to shared memory that the thread does

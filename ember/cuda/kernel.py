@@ -32,6 +32,7 @@ from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
 from .driver import INT64, POINTER, Module, Params, check
 from .grid import Grid
+from .lane_runs import lane_runs
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import compile_cuda
 from .pipeline import pipeline
@@ -69,7 +70,7 @@ def prepare(func: PrimFunc) -> PrimFunc:
     thread's part of a row kept in registers shrunk to that part (ember.cuda.private), its
     pipelined loops given their stages (ember.cuda.pipeline), the tiles of its swizzling Tensor Core
     calls swizzled (ember.cuda.swizzle), its barriers (ember.cuda.sync)."""
-    return insert_syncs(swizzle_tiles(pipeline(privatize(infer_scopes(func)))))
+    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(func))))))
 
 
 class CUDAKernel:

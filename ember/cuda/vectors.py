@@ -21,7 +21,7 @@ arguments' addresses at call (`vector_buffers`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
@@ -98,6 +98,26 @@ def copy_loop(loop: For, words: bool = False) -> tuple[BufferStore, PrimExpr, Bu
     return None if None in bases else (store, bases[0], load, bases[1])
 
 
+def async_copy(loop: For):
+    """(store, its base, load, its base, the condition it is read on or None) where the
+    vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
+    zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`): one
+    cp.async where the GPU has it (ember.cuda.codegen); else None."""
+    store = loop.body
+    if loop.kind != "vectorized" or not isinstance(store, BufferStore):
+        return None
+    cond, load = zero_filled(store.value)
+    if cond is not None and uses_var(cond, [loop.loop_var]):
+        lanes = as_int(loop.extent)
+        cond = lane_uniform(cond, loop.loop_var, lanes) if lanes and as_int(loop.min) == 0 else None
+        if cond is None:
+            return None
+    copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
+    if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
+        return None
+    return (*copy, cond)
+
+
 def pair_store(loop: For) -> PrimExpr | None:
     """`base` where the vectorized 2-lane `loop` is one store at `base + v` of a type of PAIRS in
     global or shared memory, base a multiple of 2 (its modular set); else None."""
@@ -116,11 +136,14 @@ def vector_lanes(dtype: str, lanes: int) -> bool:
 
 def zero_filled(value: PrimExpr) -> tuple[PrimExpr | None, PrimExpr]:
     """(cond, x) where `value` is `cond ? x : 0` (an element of a tile padded with zeros:
-    ember.tir.schedule.padding), else (None, value)."""
-    if (isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0
-            and dt.lanes_of(value.cond.dtype) == 1):
-        return value.cond, value.t
-    return None, value
+    ember.tir.schedule.padding), or zero fills nested in one another (a convolution's padding in
+    its tile's: their conditions' conjunction), else (None, value)."""
+    conds = []
+    while (isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0
+           and dt.lanes_of(value.cond.dtype) == 1):
+        conds.append(value.cond)
+        value = value.t
+    return (all_(*conds) if conds else None), value
 
 
 def lane_uniform(cond: PrimExpr, v: Var, lanes: int) -> PrimExpr | None:

@@ -1,5 +1,6 @@
 """GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
-convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis).
+convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis;
+conv2d_nhwc_gemm and its partials, channels-last ones, their output's (OH, OW) the product's rows).
 
 float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32 ones
 of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
@@ -73,7 +74,7 @@ def schedule_gemm(s, outputs, target) -> bool | None:
     return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials")
+@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm", "conv2d_nhwc_gemm_partials")
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
@@ -129,12 +130,15 @@ def cuda_cores(s, C, out, tiles: dict | None = None, sms: int = SMS) -> bool | N
 
 def _product_shape(s, C, out, conv: bool = False, keep=()) -> list[int | None] | None:
     """(*batch, M, N, K) of C's product (None for a symbolic size), whose output `out` is of C's
-    shape (with `conv`, or C's columns split in two: a convolution's output positions), after
+    shape (with `conv`, or C's columns split in two: a convolution's output positions; or its
+    rows, a channels-last one's), after
     inlining the kernel's intermediates but those named in `keep` (b transposed for the CPU's
     vectors is then read in place); None where C is no product of two operands."""
     shape, out_shape = [_dim(d) for d in C.shape], [_dim(d) for d in out.shape]
-    if (conv and len(out_shape) == len(shape) + 1 and all(isinstance(d, int) for d in (*out_shape[-2:], shape[-1]))
-            and out_shape[-2] * out_shape[-1] == shape[-1]):
+    if conv and gpu.channels_last(out.shape, C.shape):
+        out_shape = [*out_shape[:-3], shape[-2], out_shape[-1]]  # (a channels-last convolution's positions)
+    elif (conv and len(out_shape) == len(shape) + 1 and all(isinstance(d, int) for d in (*out_shape[-2:], shape[-1]))
+          and out_shape[-2] * out_shape[-1] == shape[-1]):
         out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
     if out_shape != shape or len(shape) < 2 or len(C.op.reduce_axis) != 1:
         return None
