@@ -84,9 +84,8 @@ def owner(a):
 
 
 def entries(root) -> list:
-    """The entries in place once this process's saves, and the trims they began, have ended."""
+    """The entries in place once this process's saves have ended."""
     model_cache.wait()
-    disk_cache.wait()
     return sorted(e for e in (root / model_cache.FOLDER).glob("*/*") if not e.name.startswith("."))
 
 

@@ -1,8 +1,7 @@
 """Every folder of the cache directory bounded, its least recently used entries removed first.
 
     added(path, nbytes)      an entry just renamed into place: counted, and the folder trimmed
-                             (in a thread of its own) when it passes its limit
-    wait()                   return once this process's trims have ended
+                             when it passes its limit
     touch(path)              a hit: the entry becomes the most recently used
     usage(name) -> Usage     bytes and entries, by a scan    limit(name)    clear(name)
 
@@ -27,12 +26,7 @@ folder's top, under an fcntl lock: 13 us); only when the total passes the limit,
 yet, every RESCAN_PUTS puts or once the last scan is STALE_S old does it scan the folder (one
 stat a file: ~/.cache/ember's 165,000 entries in 2.7 s on a loaded 2-core AMD EPYC), remove the
 oldest entries down to LOW_WATER of the limit (so that the next puts do not scan again) and
-write the exact total. The scan runs in a thread of its own, one a folder in a process, so that
-the put's caller (a compile) does not wait for it (benchmarks/cache_trim.py: a put into a folder
-of 20,000 entries 1.4-1.6 s -> 0.3-0.5 ms on the loaded 2-core AMD EPYC; the scan's Python, 0.5 s
-of CPU of it, still takes turns with the compile's for the GIL, its stats do not); a process that exits
-first stops it (a daemon thread), which leaves at most one entry part removed, a miss to its
-readers, which check what they read. One process scans at a time (the others skip). An entry used within
+write the exact total. One process scans at a time (the others skip). An entry used within
 YOUNG_S is never removed (another process may be between finding it and reading it), nor is the
 entry just put. Removing unlinks: a process that has the file open or mapped (a loaded library,
 a model's mapped weights) keeps reading it on POSIX; an entry that cannot be removed (in use on
@@ -46,7 +40,6 @@ import fcntl
 import os
 import re
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +55,6 @@ YOUNG_S = 60  # an entry used this recently is never removed
 RESCAN_PUTS = 10000  # puts between scans, whatever the running total says (others' writes, removals by hand)
 INDEX = ".usage"  # the running total at a folder's top ("bytes puts scanned-at"); .usage.lock: the scan's lock
 _SHARD = re.compile(r"[0-9a-f]{2}")
-
-_trims: dict[Path, threading.Thread] = {}  # a folder -> this process's trim of it that may not have ended
-_trims_lock = threading.Lock()
-os.register_at_fork(after_in_child=_trims_lock._at_fork_reinit)  # (a fork while another thread starts a trim)
 
 
 @dataclass(frozen=True)
@@ -103,33 +92,7 @@ def added(path: Path, nbytes: int | None = None) -> None:
             total, puts, scanned = _read_index(fd)
             _write_index(fd, total + nbytes, puts + 1, scanned)
         if total + nbytes > limit(top.name) or puts + 1 >= RESCAN_PUTS or time.time() - scanned > STALE_S:
-            _trim_aside(top, limit(top.name), path)
-
-
-def wait() -> None:
-    """Return once every trim this process began has ended."""
-    with _trims_lock:
-        pending = list(_trims.values())
-    for thread in pending:
-        thread.join()
-
-
-def _trim_aside(top: Path, most: int, keep: Path) -> None:
-    """trim(top, most, keep) in a thread of its own, unless this process's last trim of `top`
-    is still under way (the scan: a stat a file, seconds over a large cache)."""
-    with _trims_lock:
-        if top in _trims and _trims[top].is_alive():
-            return
-        for ended in [f for f, t in _trims.items() if not t.is_alive()]:  # (cache folders come and go: tests')
-            del _trims[ended]
-        thread = _trims[top] = threading.Thread(target=_trim_quietly, args=(top, most, keep), daemon=True,
-                                                name="ember-cache-trim")
-        thread.start()
-
-
-def _trim_quietly(top: Path, most: int, keep: Path) -> None:
-    with contextlib.suppress(OSError):  # (the cache folder removed or unwritable meanwhile: nothing to trim)
-        trim(top, most, keep=keep)
+            trim(top, limit(top.name), keep=path)
 
 
 def usage(name: str) -> Usage:
