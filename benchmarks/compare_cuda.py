@@ -1,6 +1,8 @@
 """The zoo on one GPU (`compare.py --device cuda`): ember (target "cuda", precision fp32 and fp16)
 next to torch eager and torch.compile (mode "default" and "reduce-overhead"), fp32 and fp16
-(`model.half()`), each latency the median of CUDA-event intervals after a warm-up
+(`model.half()`), and for a convolution network ember without its channels-last
+activations ("ember, NCHW": ember.passes.channels_last disabled), each latency the median of
+CUDA-event intervals after a warm-up
 (cuda_timing.timed), and each first call (compile included) timed. Every ember model is checked
 against torch eager in fp32 first (||out - ref|| / ||ref|| within 1e-4 for fp32, 1e-2 for fp16);
 a runtime that fails prints its error in its row and the others go on.
@@ -82,15 +84,18 @@ def model_rows(name: str, small: bool, runs: int, precisions: list[str], peers: 
             traceback.print_exc(limit=4)
 
     for precision in precisions:
-        def ember_model(precision=precision):
+        def ember_model(precision=precision, disabled=()):
             t = time.perf_counter()
-            cm = ember.compile(host_model, example_inputs=host_inputs, target="cuda", precision=precision)
+            cm = ember.compile(host_model, example_inputs=host_inputs, target="cuda", precision=precision,
+                               disabled_passes=disabled)
             out, _ = first_call(lambda: cm(*inputs))
             error = relative_error(out, ref)
             assert error <= TOLERANCE[precision], f"||out - ref|| / ||ref|| = {error:.1e} > {TOLERANCE[precision]}"
             return (lambda: cm(*inputs)), time.perf_counter() - t, f"{len(cm.kernels)} kernels, rel. error {error:.1e}"
 
         run("ember", precision, ember_model)
+        if any(isinstance(m, torch.nn.Conv2d) for m in host_model.modules()):
+            run("ember, NCHW", precision, lambda: ember_model(disabled=("channels_last",)))  # (channels_last's gain)
         peer = model if precision == "fp32" else copy.deepcopy(model).half()
         args = inputs if precision == "fp32" else half_inputs(inputs)
         with torch.no_grad():

@@ -20,7 +20,12 @@
 # the rules and 5-8 alternative tiles, warps, stages and parts, next to cuDNN/cuBLAS, the best per shape
 # marked and the product_choices entries that would apply it printed as each shape is measured
 # (the 5 shapes of each model with the most time by default; PRODUCTS= passes other arguments:
-# "--shapes 11" for all, "--only conv");
+# "--shapes 11" for all, "--only conv"); each convolution in NCHW and channels-last (conv2d_nhwc_gemm:
+# a tap's channels gathered 16 bytes at a time), each checked against torch first (a failure prints
+# the configuration's traceback), beside cuDNN on channels_last tensors, and "NHWC / NCHW" per shape:
+# channels_last is the default of every GPU precision (GPU_PRECISIONS); where that ratio is above 1 on
+# the costliest shapes (the deep 3x3 ones) and compare's "ember" row is slower than "ember, NCHW",
+# take channels_last out of GPU_PRECISIONS;
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
@@ -29,10 +34,12 @@
 # picks for the GPU printed; 4 warps, the default before it, and each with and without launch
 # bounds: the kernel before them), and the wmma kernel before it,
 # each against torch's scaled_dot_product_attention, with the % of its speed and the best;
-# tilemm: ember.triton's matmul with tl.dot on mma.sync and on wmma, every configuration checked
-# against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at 4096^3 fp16 beside
-# Triton at the tutorial's autotuning configurations and cuBLAS, the best of each lowering with its
-# % of Triton's; where mma is WRONG it says to set EMBER_TILE_MMA=0);
+# tilemm: ember.triton's matmul with tl.dot on mma.sync (c stored from the lanes' fragments, and
+# through a float block in shared memory as before: EMBER_TILE_FRAGMENT_STORES=0) and on wmma, every
+# configuration checked against torch first (fp16, bf16, odd sizes: right or WRONG), then timed at
+# 4096^3 fp16 beside Triton at the tutorial's autotuning configurations and cuBLAS, the best of each
+# lowering with its % of Triton's and the fragment stores' gain per configuration; where one is
+# WRONG it says which option falls back);
 # MODELS= names the zoo models
 # of `compare`, PARTS= the parts of `kernels` (default: all but attention and rows), DECODE= the
 # sizes of `decode` (default: the reduced GPT-2,
@@ -53,8 +60,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=60 [symbolic]=80
-                  [attention]=80 [tile]=70 [tilemm]=60 [launch]=60 [compare]=150 [profile]=90 [graphs]=50 [tune]=90
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=100 [symbolic]=80
+                  [attention]=80 [tile]=70 [tilemm]=90 [launch]=60 [compare]=180 [profile]=90 [graphs]=50 [tune]=90
                   [decode]=60)
 ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
        decode)

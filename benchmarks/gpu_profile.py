@@ -53,10 +53,13 @@ def node_flops(node) -> int:
         k = shapes[0][-1]
     elif node.op == "gemm":
         k = shapes[0][0] if node.attrs["trans_a"] else shapes[0][1]
-    elif node.op in ("conv2d_gemm", "gemm_partials", "conv2d_gemm_partials"):
+    elif node.op in ("conv2d_gemm", "gemm_partials", "conv2d_gemm_partials", "conv2d_nhwc_gemm",
+                     "conv2d_nhwc_gemm_partials"):
         k = shapes[1][-1]
     elif node.op == "conv2d":
         k = prod(shapes[1][1:])  # (C / groups) x KH x KW an output
+    elif node.op == "depthwise_conv2d_nhwc":
+        k = prod(shapes[1][:2])  # KH x KW an output
     elif node.op == "flash_attention":  # q k^T and p v
         (*lead, queries, e), keys, ev = shapes[0], shapes[1][-2], shapes[2][-1]
         return 2 * prod(lead) * queries * keys * (e + ev)

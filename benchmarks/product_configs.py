@@ -13,7 +13,13 @@ Configurations: the rules; 64x64 blocks of four 32x32 warps, or eight 32x16 ones
 parts that fill the GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' 32x32 blocks
 in four 16x16 warps, 2 stages; the rules' tiles in parts that fill it
 twice; 64-wide steps of k in 2 stages; 4 stages; and the rules with a convolution's columns
-copied as before (not staged in registers across the products: ember.cuda.staged_copies). Per
+copied as before (not staged in registers across the products: ember.cuda.staged_copies). A
+convolution is timed in NCHW (conv2d_gemm, its columns gathered an element at a time) and
+channels-last too (conv2d_nhwc_gemm on an NHWC input, as ember.passes.channels_last makes it: a
+tap's channels copied 16 bytes at a time), under the rules and in 64x64 blocks of four warps,
+next to cuDNN on channels_last tensors; the best of each layout is printed, and which the GPU
+prefers (channels_last is the default of a model in fp16/bf16: where NCHW wins on the costliest
+shapes, its default should change). Per
 shape: us, TFLOP/s, % of torch's speed, the product kernel's registers and spills (ptxas's:
 ember.cuda.nvrtc.resources); the best marked '*', and the product_choices entries
 that would choose it (all of them again at the end; shapes in order of their share of the time,
@@ -48,7 +54,9 @@ CONVS = ((256, 256, 14, 3, 1), (512, 512, 7, 3, 1), (128, 128, 28, 3, 1), (64, 6
 LINEARS = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3072))
 PART = 256  # the shortest part of K an alternative splits into (split_k.MIN_PART)
 UNSTAGED = {}  # (a configuration's tiles: the rules', computed copies not staged in registers, as before)
-PRODUCTS = {"gemm", "gemm_partials", "conv2d_gemm", "conv2d_gemm_partials"}  # the operators of a product kernel
+PRODUCTS = {"gemm", "gemm_partials", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm",
+            "conv2d_nhwc_gemm_partials"}  # the operators of a product kernel
+NHWC = "NHWC"  # the label's first word of a channels-last convolution's configuration
 
 
 def conv_graph(x, w, b, stride: int):
@@ -60,6 +68,24 @@ def conv_graph(x, w, b, stride: int):
     pad = w.shape[-1] // 2
     (y,) = add_op(g, "conv2d", [g.add_input("x", TensorType(tuple(x.shape), "float16")), g.add_constant(w, "w"),
                                 g.add_constant(b, "b")], {"padding": (pad,) * 4, "strides": (stride, stride)})
+    (y,) = add_op(g, "relu", [y])
+    g.set_outputs([y])
+    return g
+
+
+def nhwc_conv_graph(x_shape, w, b, stride: int):
+    """relu(conv2d_nhwc_gemm(x, w, b)) in float16: x (N, C, H, W)'s values as (N, H, W, C), the
+    weights as (OC, KH*KW*C), what ember.passes.channels_last makes of conv_graph's convolution."""
+    from ember.graph.core import Graph, TensorType
+    from ember.ops.conv_gemm import nhwc_weights
+    from ember.ops.nodes import add_op
+
+    g = Graph()
+    n, c, h, wd = x_shape
+    k = w.shape[-1]
+    x = g.add_input("x", TensorType((n, h, wd, c), "float16"))
+    (y,) = add_op(g, "conv2d_nhwc_gemm", [x, g.add_constant(nhwc_weights(w), "w"), g.add_constant(b, "b")],
+                  {"kernel": (k, k), "padding": (k // 2,) * 4, "strides": (stride, stride)})
     (y,) = add_op(g, "relu", [y])
     g.set_outputs([y])
     return g
@@ -111,12 +137,22 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> l
         out.append(("BK 64, 2 stages", s, {**rules, "BK": 64, "stages": 2}))
     if K // s // rules["BK"] >= 8:
         out.append(("4 stages", s, {**rules, "stages": 4}))
+    if columns:  # channels-last: M the positions, N the output channels (their tiles keyed so)
+        out += [(f"{NHWC}, rules", None, None),
+                (f"{NHWC}, 64x64, 4 warps", parts_to_fill(N, M, K, 64, 64, sms),
+                 {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3})]
     return out
 
 
-def compiled(g, M: int, N: int, K: int, splits: int | None, tiles: dict | None, target="cuda"):
+def tiles_key(label: str, splits: int, M: int, N: int, K: int) -> tuple:
+    """product_choices.TILES' key of a configuration's kernel: (parts, M, N, K / parts) as the
+    schedule sees the product, a channels-last convolution's M its positions (N here)."""
+    return (splits, N, M, K // splits) if label.startswith(NHWC) else (splits, M, N, K // splits)
+
+
+def compiled(g, M: int, N: int, K: int, splits: int | None, tiles: dict | None, target="cuda", label: str = ""):
     """g compiled in fp16 for `target` with its product in `splits` parts of `tiles`
-    (product_choices' entries while it compiles; None: the rules)."""
+    (product_choices' entries while it compiles; None: the rules; `label` says the layout)."""
     import ember
     from ember import lowering
     from ember.cuda import staged_copies
@@ -125,44 +161,49 @@ def compiled(g, M: int, N: int, K: int, splits: int | None, tiles: dict | None, 
     if splits is not None:
         product_choices.SPLITS[M, N, K] = splits
     if tiles:
-        product_choices.TILES[splits or 1, M, N, K // (splits or 1)] = tiles
+        product_choices.TILES[tiles_key(label, splits or 1, M, N, K)] = tiles
     lowering.LOWERED.clear()
     staged_copies.STAGED = tiles is not UNSTAGED
     try:
-        return ember.compile(g, target=target, precision="fp16")
+        layout = () if label.startswith(NHWC) else ("channels_last",)  # (NCHW's convolution stays NCHW)
+        return ember.compile(g, target=target, precision="fp16", disabled_passes=layout)
     finally:
         product_choices.SPLITS.clear()
         product_choices.TILES.clear()
         staged_copies.STAGED = True
 
 
-def product_kernel(cm):
-    """(name, nvrtc.Resources on sm_90: an H100's or H200's) of a compiled layer's product kernel
-    (its partial sums where split), from its unit of the model's CUDA C."""
+def product_kernel(cm, arch: str):
+    """(name, nvrtc.Resources on `arch`, the one it was compiled for) of a compiled layer's product
+    kernel (its partial sums where split), from its unit of the model's CUDA C."""
     from ember.cuda import nvrtc
 
     (name,) = [k.name for k in cm.kernels if set(k.ops) & PRODUCTS]
     header = "/* Generated by ember: "
     (unit,) = [u for u in cm.source.split(header) if u.startswith(f"{name}. */")]
-    return name, nvrtc.resources(header + unit)[name]
+    return name, nvrtc.resources(header + unit, arch)[name]
 
 
 def _resources(cm):
     """product_kernel's Resources, or None where ptxas's report could not be read (the time stands)."""
+    from ember.target import Target
+
     try:
-        return product_kernel(cm)[1]
+        return product_kernel(cm, Target("cuda").gpu.arch)[1]
     except Exception as e:  # (a diagnostic: its failure must not discard a measured time)
         print(f"  (no ptxas report: {type(e).__name__}: {e})")
         return None
 
 
-def layer(kind: str, shape: tuple, x, w, b):
-    """(the one-layer graph, M, N, K) of a convolution (C, OC, H, kernel, stride) or a linear layer
-    (M, N, K), its input x and weights w and b as NumPy arrays."""
+def layer(kind: str, shape: tuple, x, w, b, label: str = ""):
+    """(the one-layer graph, M, N, K) of a convolution (C, OC, H, kernel, stride), channels-last
+    where `label` says so, or a linear layer (M, N, K), its input x and weights w and b as NumPy
+    arrays; M, N, K as split_k sees them (a convolution's M its output channels)."""
     if kind == "conv":
         C, OC, H, k, stride = shape
         OH = (H + 2 * (k // 2) - k) // stride + 1
-        return conv_graph(x, w, b, stride), OC, OH * OH, C * k * k
+        g = nhwc_conv_graph(x.shape, w, b, stride) if label.startswith(NHWC) else conv_graph(x, w, b, stride)
+        return g, OC, OH * OH, C * k * k
     return linear_graph(shape[0], w, b), *shape
 
 
@@ -180,11 +221,14 @@ def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
             x, w = np.zeros((1, C, H, H), "float16"), rng.standard_normal((OC, C, k, k)).astype("float16")
         else:
             x, w = None, rng.standard_normal(shape[1:]).astype("float16")
-        g, M, N, K = layer(kind, shape, x, w, rng.standard_normal(w.shape[0]).astype("float16"))
+        b = rng.standard_normal(w.shape[0]).astype("float16")
+        _, M, N, K = layer(kind, shape, x, w, b)
         print(f"\n{kind} {shape}: M x N x K = {M}x{N}x{K}")
         for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv"):
             try:
-                name, used = product_kernel(compiled(g, M, N, K, splits, tiles, Target("cuda", simulate=True)))
+                g = layer(kind, shape, x, w, b, label)[0]
+                target = Target("cuda", simulate=True)
+                name, used = product_kernel(compiled(g, M, N, K, splits, tiles, target, label), target.gpu.arch)
                 print(f"  {label:26} {name:26} {used.registers:4d} registers {used.shared / 1024:5.1f} KiB "
                       f"{used.spill_stores + used.spill_loads:4d} bytes spilled")
             except Exception:
@@ -204,8 +248,10 @@ def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[t
         w = (torch.randn(OC, C, k, k, device="cuda") / (C * k * k) ** 0.5).half()
         b = torch.randn(OC, device="cuda", dtype=torch.float16)
 
-        def peer():
+        def peer(x=x, w=w):
             return torch.relu(torch.nn.functional.conv2d(x, w, b, stride=stride, padding=k // 2))
+
+        x_last, w_last = (t.to(memory_format=torch.channels_last) for t in (x, w))  # (cuDNN's NHWC kernels)
     else:
         M, N, K = shape
         x = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -215,16 +261,23 @@ def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[t
         def peer():
             return torch.nn.functional.linear(x, w, b)
 
-    g, M, N, K = layer(kind, shape, x, w.cpu().numpy(), b.cpu().numpy())
+    _, M, N, K = layer(kind, shape, x, w.cpu().numpy(), b.cpu().numpy())
     expected = peer()
     rows = [("torch", None, None, held(peer, runs), None)]
+    if kind == "conv":
+        rows.append((f"{NHWC}, torch", None, None, held(lambda: peer(x_last, w_last), runs), None))
     for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv"):
         try:
-            cm = compiled(g, M, N, K, splits, tiles)
-            torch.testing.assert_close(cm(x), expected, rtol=1e-2, atol=1e-2)
-            rows.append((label, splits, tiles, held(lambda cm=cm: cm(x), runs), _resources(cm)))
-        except Exception:  # one configuration's failure must not hide the others'
-            print(f"--- {kind} {shape}, {label} ({splits} parts, {tiles}) failed:")
+            nhwc = label.startswith(NHWC)
+            g = layer(kind, shape, x, w.cpu().numpy(), b.cpu().numpy(), label)[0]
+            cm = compiled(g, M, N, K, splits, tiles, label=label)
+            arg = x.permute(0, 2, 3, 1).contiguous() if nhwc else x  # (right or WRONG first)
+            torch.testing.assert_close(cm(arg), expected.permute(0, 2, 3, 1) if nhwc else expected, rtol=1e-2,
+                                       atol=1e-2)
+            rows.append((label, splits, tiles, held(lambda cm=cm, arg=arg: cm(arg), runs), _resources(cm)))
+        except Exception as e:  # one configuration's failure must not hide the others'
+            what = "WRONG (against torch)" if isinstance(e, AssertionError) else "failed"
+            print(f"--- {kind} {shape}, {label} ({splits} parts, {tiles}) {what}:")
             traceback.print_exc(limit=4, file=sys.stdout)
             rows.append((label, splits, tiles, None, None))
     return (M, N, K), rows
@@ -234,7 +287,7 @@ def report(kind: str, shape: tuple, mnk: tuple, rows: list[tuple], best_lines: l
     M, N, K = mnk
     flop = 2 * M * N * K
     torch_t = rows[0][3]
-    timed = [r for r in rows[1:] if r[3] is not None]
+    timed = [r for r in rows[1:] if r[3] is not None and not r[0].endswith("torch")]
     best = min(timed, key=lambda r: r[3]) if timed else None
     print(f"\n{kind} {shape}: M x N x K = {M}x{N}x{K}")
     for label, splits, tiles, t, used in rows:
@@ -246,12 +299,19 @@ def report(kind: str, shape: tuple, mnk: tuple, rows: list[tuple], best_lines: l
         regs = "" if used is None else f"{used.registers:3d} regs {used.spill_stores + used.spill_loads:2d} B spilled"
         print(f"{mark} {label:24} {t * 1e6:8.1f} us {flop / t / 1e12:7.2f} TFLOP/s {100 * torch_t / t:6.0f}% of torch "
               f"{regs:20} {what}")
+    if kind == "conv":  # which layout the GPU prefers, each at its best
+        layouts = {name: min((r[3] for r in timed if r[0].startswith(NHWC) == (name == NHWC)), default=None)
+                   for name in ("NCHW", NHWC)}
+        if None not in layouts.values():
+            print(f"  NHWC / NCHW, each at its best: {layouts[NHWC] / layouts['NCHW']:.2f}")
     lines = []
     if best is not None and best[2] is UNSTAGED:
         lines.append(f"# {kind} {shape}: faster with its columns unstaged (ember.cuda.staged_copies)")
-    elif best is not None and best[0] != "rules":
-        _, splits, tiles, _, _ = best
-        lines = [f"SPLITS[{(M, N, K)}] = {splits}  # {kind} {shape}", f"TILES[{(splits, M, N, K // splits)}] = {tiles}"]
+    elif best is not None and best[0] not in ("rules", f"{NHWC}, rules"):
+        label, splits, tiles, _, _ = best
+        layout = ", channels last" if label.startswith(NHWC) else ""
+        lines = [f"SPLITS[{(M, N, K)}] = {splits}  # {kind} {shape}{layout}",
+                 f"TILES[{tiles_key(label, splits, M, N, K)}] = {tiles}"]
     print("  " + "\n  ".join(lines) if lines else "  (the rules' choice is the best)", flush=True)
     best_lines += lines
 

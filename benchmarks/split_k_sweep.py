@@ -84,7 +84,9 @@ def compiled_conv(g, splits: int):
     backend = get("cuda")
     backend.k_splits = lambda m, n, k, target: splits
     try:
-        return ember.compile(g, target="cuda", precision="fp16")
+        # NCHW's implicit GEMM (a one-layer NCHW graph made channels-last would time its transposes too;
+        # product_configs times the channels-last layers, their parts included)
+        return ember.compile(g, target="cuda", precision="fp16", disabled_passes=("channels_last",))
     finally:
         del backend.k_splits
 

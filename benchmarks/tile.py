@@ -334,18 +334,21 @@ def compile_for_sm90(only: list[str]) -> None:
 
 def describe(compiled) -> str:
     """What the CUDA C of a tile kernel does per block: its threads, registers a thread (from the
-    cubin), shared memory, and the barriers, Tensor Core calls and 16-byte copies (plain, or
-    cp.async: num_stages) in its source."""
+    cubin), shared memory, and the barriers, Tensor Core calls, 16-byte copies (plain, or
+    cp.async: num_stages) and pair stores (two elements of an accumulator's row, ember.cuda.vectors)
+    in its source."""
     from ember.cuda.limits import cubin_registers
+    from ember.cuda.vectors import PAIRS
 
     launcher = compiled.cfunc
     src = compiled.source.split("_body(", 1)[1]  # (the kernel, not the helpers' definitions)
     mma = sum(src.count(f"ember_wmma_{w}") for w in ("warp_mma_", "mma_", "shared_mma_"))
     mma += src.count("ember_mma_warp_") - src.count("_f32_fill(")  # (mma.sync's steps, not its fragments' zeroing)
     vectors = sum(src.count(f"*reinterpret_cast<{t}*>(") for t in ("uint4", "float4"))
+    pairs = sum(src.count(f"*reinterpret_cast<{t}*>(") for t, _ in PAIRS.values())
     return (f"block {'x'.join(map(str, launcher.block))}, {cubin_registers(launcher.binary)} registers, "
             f"{launcher.shared} B shared, {src.count('__syncthreads')} barriers, {mma} Tensor Core calls, "
-            f"{vectors} 16-byte stores and {src.count('cp.async.cg')} cp.async in the source, "
+            f"{vectors} 16-byte stores, {pairs} pair stores and {src.count('cp.async.cg')} cp.async in the source, "
             f"{len(launcher.binary)} B of cubin")
 
 

@@ -1,16 +1,20 @@
 """ember.triton's matmul on the GPU: tl.dot on mma.sync and on wmma, checked, then timed beside
-Triton and cuBLAS in the same run (the `tilemm` step of benchmarks/gpu_checks.sh, under 60 s).
+Triton and cuBLAS in the same run (the `tilemm` step of benchmarks/gpu_checks.sh, under 90 s).
 
     python benchmarks/tile_matmul.py [--size 4096] [--reps 20]
 
 1. Checks first, a line each, right or WRONG: every configuration (block shape x warps x stages)
-   on each lowering of tl.dot (EMBER_TILE_MMA=1: mma.sync through ldmatrix from swizzled tiles,
-   the default; =0: wmma from padded ones), fp16 and bf16 at an odd size (masks on every edge),
+   on each lowering of tl.dot (LOWERINGS: "mma", mma.sync through ldmatrix from swizzled tiles and
+   c stored from the lanes' fragments, the default; "mma block", the same with c through a float
+   block in shared memory, EMBER_TILE_FRAGMENT_STORES=0, the epilogue before; "wmma",
+   EMBER_TILE_MMA=0, wmma from padded tiles), fp16 and bf16 at an odd size (masks on every edge),
    against torch's product in float32.
 2. Then each configuration on each lowering at size^3 fp16 (its output checked too), next to
    the same kernel's source compiled by Triton at the tutorial's autotuning configurations (its best
    is what `@triton.autotune` would keep) and torch.matmul (cuBLAS): TFLOP/s, % of Triton's best,
-   and the best of each. Where mma prints WRONG and wmma right, EMBER_TILE_MMA=0 is the fallback.
+   and the best of each, and the fragment stores' speed-up over the block at each configuration.
+   Where mma prints WRONG and mma block right, EMBER_TILE_FRAGMENT_STORES=0 is the fallback;
+   where both are WRONG and wmma right, EMBER_TILE_MMA=0.
 
 The kernels are compiled before anything runs, in parallel processes (ember's disk caches keep
 them for the launches). Without a GPU every configuration is compiled for sm_90 (NVRTC) and
@@ -41,8 +45,11 @@ CONFIGS = [(128, 128, 32, 8, 3), (128, 128, 32, 4, 4), (128, 128, 64, 8, 3), (12
 # but its two of 2 warps (never the best at 4096^3; each Triton build is seconds of the step's 60)
 TRITON_CONFIGS = [(128, 256, 64, 8, 3), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
                   (64, 128, 32, 4, 4), (128, 32, 32, 4, 4)]
-LOWERINGS = (("mma", "1"), ("wmma", "0"))  # (EMBER_TILE_MMA)
-ODD = (300, 260, 200)  # M, N, K of the checks: no block divides them
+# each lowering of tl.dot: its name, the options it sets
+LOWERINGS = {"mma": {"EMBER_TILE_MMA": "1", "EMBER_TILE_FRAGMENT_STORES": "1"},
+             "mma block": {"EMBER_TILE_MMA": "1", "EMBER_TILE_FRAGMENT_STORES": "0"},
+             "wmma": {"EMBER_TILE_MMA": "0", "EMBER_TILE_FRAGMENT_STORES": "1"}}
+ODD = (300, 259, 200)  # M, N, K of the checks: no block divides them; rows of c at odd offsets every other row
 DTYPES = ("float16", "bfloat16")
 
 
@@ -58,8 +65,8 @@ def _launch(a, b, c, cfg):
 def _compile(job) -> str:
     """Compile one (config, lowering, dtype, size) for the GPU (target "cuda", arrays on the host:
     the specialization a launch on the GPU will look up); its description, or the error."""
-    cfg, mma, dtype, (M, N, K) = job
-    os.environ["EMBER_TILE_MMA"] = mma
+    cfg, lowering, dtype, (M, N, K) = job
+    os.environ.update(LOWERINGS[lowering])
     dt = np.dtype("float16") if dtype == "float16" else _bf16()
     a, b, c = np.zeros((M, K), dt), np.zeros((K, N), dt), np.zeros((M, N), dt)
     bm, bn, bk, warps, stages = cfg
@@ -84,17 +91,17 @@ def _name(cfg) -> str:
 
 def compile_all(configs: list, size: int, checks: bool) -> dict:
     """Every kernel the run launches (`checks`: those of the odd size too), built in parallel
-    processes: {(cfg, EMBER_TILE_MMA, dtype, shape): its description}."""
+    processes: {(cfg, lowering, dtype, shape): its description}."""
     cases = [*(((d, ODD) for d in DTYPES) if checks else ()), ("float16", (size, size, size))]
-    jobs = [(cfg, mma, dtype, shape) for cfg in configs for _, mma in LOWERINGS for dtype, shape in cases]
+    jobs = [(cfg, lowering, dtype, shape) for cfg in configs for lowering in LOWERINGS for dtype, shape in cases]
     spawn = multiprocessing.get_context("spawn")  # (nothing of this process's CUDA state in the workers)
     with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1), mp_context=spawn) as pool:
         return dict(zip(jobs, pool.map(_compile, jobs)))
 
 
-def check(torch, cfg, mma: str, dtype: str) -> str:
+def check(torch, cfg, lowering: str, dtype: str) -> str:
     """right or WRONG (with the error) for one configuration and lowering at the odd size."""
-    os.environ["EMBER_TILE_MMA"] = mma
+    os.environ.update(LOWERINGS[lowering])
     M, N, K = ODD
     g = torch.Generator(device="cuda").manual_seed(1)
     t = getattr(torch, dtype)
@@ -122,15 +129,15 @@ def main() -> None:
     built = compile_all(configs, args.size, checks=gpu)
     if not gpu:
         print("no GPU here: the kernels compiled for sm_90 with NVRTC (the timings need a GPU):")
-        for (cfg, mma, _, _), text in built.items():
-            print(f"  {_name(cfg)} {_lowering(mma)}: {text}")
+        for (cfg, lowering, _, _), text in built.items():
+            print(f"  {_name(cfg)} {lowering}: {text}")
         return
     print(f"ember.triton matmul on {torch.cuda.get_device_name()}; checks at {'x'.join(map(str, ODD))} (M, N, K) "
           "against torch in float32 (relative error, at most 1e-2):")
     ok: dict[tuple, bool] = {}
     for cfg in configs:
-        for lowering, mma in LOWERINGS:
-            results = {d: check(torch, cfg, mma, d) for d in DTYPES}
+        for lowering in LOWERINGS:
+            results = {d: check(torch, cfg, lowering, d) for d in DTYPES}
             ok[cfg, lowering] = all(r.startswith("right") for r in results.values())
             print(f"  {_name(cfg)} {lowering}: " + ", ".join(f"{d} {r}" for d, r in results.items()))
     n = args.size
@@ -141,7 +148,7 @@ def main() -> None:
     cublas = tflops(timed(lambda: torch.matmul(a, b, out=c), args.reps))
     print(f"{n}^3 float16: cuBLAS (torch.matmul) {cublas:.1f} TFLOP/s; ember's configurations first (a step cut "
           "short keeps them), then Triton's:")
-    kernel = {(cfg, _lowering(mma)): text for (cfg, mma, _, shape), text in built.items() if shape == (n, n, n)}
+    kernel = {(cfg, lowering): text for (cfg, lowering, _, shape), text in built.items() if shape == (n, n, n)}
     ember = time_ember(configs, a, b, c, tflops, args.reps, lambda v, cfg, lowering: print(
         f"  ember {_name(cfg)} {lowering}: {v:.1f} TFLOP/s, {100 * v / cublas:.0f}% of cuBLAS"
         f"{'' if ok[cfg, lowering] else ' (WRONG at the odd size)'}; {kernel[cfg, lowering]}"))
@@ -157,17 +164,25 @@ def main() -> None:
     for v, cfg, lowering in ember:
         if ok[cfg, lowering] and v > best.get(lowering, (0.0, None))[0]:
             best[lowering] = (v, cfg)
-    os.environ.pop("EMBER_TILE_MMA", None)
+    _default()
     for lowering, (v, cfg) in best.items():
         share = f" = {100 * v / best_triton:.0f}% of Triton's best" if best_triton else ""
         print(f"best ember {lowering}: {v:.1f} TFLOP/s ({_name(cfg)}){share}, {100 * v / cublas:.0f}% of cuBLAS")
-    wrong = [_name(cfg) for (cfg, lowering), right in ok.items() if lowering == "mma" and not right]
-    if wrong:
-        print(f"mma.sync WRONG at {', '.join(wrong)}: set EMBER_TILE_MMA=0 (wmma) until it is fixed")
-    elif len(best) == 2:
+    timed_at = {(cfg, lowering): v for v, cfg, lowering in ember}
+    gains = [f"{_name(cfg)} x{timed_at[cfg, 'mma'] / timed_at[cfg, 'mma block']:.2f}" for cfg in configs
+             if (cfg, "mma") in timed_at and (cfg, "mma block") in timed_at]
+    if gains:
+        print("c stored from the fragments over the float block (mma over mma block): " + ", ".join(gains))
+    for lowering, fallback in (("mma", "EMBER_TILE_FRAGMENT_STORES=0 (mma block)"), ("mma block",
+                                                                                     "EMBER_TILE_MMA=0 (wmma)")):
+        wrong = [_name(cfg) for (cfg, name), right in ok.items() if name == lowering and not right]
+        if wrong:
+            print(f"{lowering} WRONG at {', '.join(wrong)}: set {fallback} until it is fixed")
+    if len(best) == len(LOWERINGS):
         faster = max(best, key=lambda k: best[k][0])
+        options = " ".join(f"{k}={v}" for k, v in LOWERINGS[faster].items())
         print(f"the faster lowering of tl.dot: {faster} (x{best['mma'][0] / best['wmma'][0]:.2f} mma over wmma); "
-              f"{'keep the default' if faster == 'mma' else 'consider EMBER_TILE_MMA=0 as the default'}")
+              f"{'keep the default' if faster == 'mma' else f'consider {options} as the default'}")
 
 
 def time_ember(configs, a, b, c, tflops, reps: int, report) -> list[tuple[float, tuple, str]]:
@@ -177,8 +192,8 @@ def time_ember(configs, a, b, c, tflops, reps: int, report) -> list[tuple[float,
     want = a.float() @ b.float()
     out = []
     for cfg in configs:
-        for lowering, mma in LOWERINGS:
-            os.environ["EMBER_TILE_MMA"] = mma
+        for lowering in LOWERINGS:
+            os.environ.update(LOWERINGS[lowering])
             try:
                 _launch(a, b, c, cfg)
                 err = ((c.float() - want).norm() / want.norm()).item()
@@ -189,7 +204,7 @@ def time_ember(configs, a, b, c, tflops, reps: int, report) -> list[tuple[float,
                 report(*out[-1])
             except Exception as e:  # noqa: BLE001 (reported, the others still run)
                 print(f"  ember {_name(cfg)} {lowering}: failed: {type(e).__name__}: {str(e)[:160]}")
-    os.environ.pop("EMBER_TILE_MMA", None)
+    _default()
     return out
 
 
@@ -212,8 +227,10 @@ def time_triton(a, b, c, tflops, reps: int) -> dict[tuple, float]:
     return out
 
 
-def _lowering(mma: str) -> str:
-    return next(name for name, flag in LOWERINGS if flag == mma)
+def _default() -> None:
+    """The options back to their defaults (the lowerings' settings unset)."""
+    for name in LOWERINGS["mma"]:
+        os.environ.pop(name, None)
 
 
 if __name__ == "__main__":

@@ -248,7 +248,7 @@ GRAPH_PASSES = ("fold_constants", "fold_attention", "fold_repeat_kv", "unfold_at
                 "slice_products", "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                 "fold_qkv_split", "flatten_products",
                 "quantize_weights", "quantize_rows", "bf16_weights", "fp16_activations", "bf16_activations",
-                "tf32_products", "conv_gemm", "pad_gemv", "split_k", "split_reduce",
+                "tf32_products", "channels_last", "conv_gemm", "pad_gemv", "split_k", "split_reduce",
                 "layout", "pack_weights", "winograd", "gather_patches", "bf16_convs", "dce", "fuse")
 
 
@@ -339,6 +339,10 @@ OPTIONS = {
                "ember.triton on the GPU: a tl.dot of fp16/bf16 blocks copied from 16-byte aligned rows runs on "
                "mma.sync through ldmatrix from swizzled shared tiles (0: wmma from padded ones, the fallback "
                "where a GPU finds mma wrong)", Boolean()),
+        Option("tile_fragment_stores", True, "EMBER_TILE_FRAGMENT_STORES",
+               "ember.triton on the GPU: a tl.dot's accumulator in mma.sync's fragments is stored to its tensor "
+               "by the lanes that hold it, converted to the tensor's type, two columns a store (0: through a "
+               "float block in shared memory, as before)", Boolean()),
         Option("lowered_cache", True, "EMBER_LOWERED_CACHE",
                "keep lowered kernels in the cache folder (cache_dir/lowered), so that another process compiling "
                "the same operators lowers nothing again", Boolean()),

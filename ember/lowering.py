@@ -20,15 +20,16 @@ so the kernels a tuner measures are the kernels the compiler builds, and a tuned
   handed to worker processes once what is left would take PARALLEL_MIN_S (a worker's start costs
   its import of ember, a quarter to half a second of CPU); structurally equal kernels are one kernel, named
   after the operators of the first group that uses it (`conv2d_add_relu_3`).
-- `LOWERED`: the kernels lowered in this process, by workload and target (every fact of the
-  target is part of the key: a kernel lowered for 16 lanes is never reused for 8; an LRU of
-  LOWERED_CACHE_SIZE kernels). A workload is the group's structure only (operators, attributes,
-  types), never its constants' values, which reach a kernel as buffers; so a model compiled again,
-  or a transformer block compiled once per layer's weights (torch.compile), lowers nothing again;
-  its kernels are the same objects as before, whose C the code generator keeps (ember.codegen.c).
-  Below it, the cache folder keeps lowered kernels for other processes (ember.runtime.kept, by
-  `_disk_key`: the workload's key and the target's every fact; EMBER_LOWERED_CACHE), so a
-  process compiling what another one compiled lowers nothing (`Lowered.loaded`).
+- `LOWERED`: the kernels lowered in this process, by workload and target (every fact of the target
+  is part of the key: a kernel lowered for 16 lanes is never reused for 8; for a GPU, the per-shape
+  product choices in force too; an LRU of LOWERED_CACHE_SIZE kernels). A workload is the group's
+  structure only (operators, attributes, types), never its constants' values, which reach a kernel
+  as buffers; so a model compiled again, or a transformer block compiled once per layer's weights
+  (torch.compile), lowers nothing again; its kernels are the same objects as before, whose C the
+  code generator keeps (ember.codegen.c). Below it, the cache folder keeps lowered kernels for other
+  processes (ember.runtime.kept, by `_disk_key`: the workload's key, the target's every fact and the
+  GPU's product choices; EMBER_LOWERED_CACHE), so a process compiling what another one compiled
+  lowers nothing (`Lowered.loaded`).
   Tuned compiles (a schedule lookup given) and compiles that print or verify the loop IR
   (EMBER_PRINT_LOWER, EMBER_DEBUG) lower every kernel, and read and keep none on disk.
 
@@ -252,20 +253,22 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
     of_group = [workload_of(g) for g in groups]
     workloads = list(dict.fromkeys(of_group))
     memo = schedules is None and not config.get("print_lower") and not config.get("debug")
-    found = {w: LOWERED.get((w, target)) for w in workloads} if memo else {}
+    found = {w: LOWERED.get(_memo_key(w, target)) for w in workloads} if memo else {}
     missing = [w for w in workloads if found.get(w) is None]
     reused = len(workloads) - len(missing)
     on_disk = memo and config.get("lowered_cache")
     for w in missing if on_disk else ():
         if (entry := kept.get("lowered", _disk_key(w, target))) is not None:
             found[w] = (*entry, {})
-            LOWERED.put((w, target), found[w])
+            LOWERED.put(_memo_key(w, target), found[w])
     missing = [w for w in missing if found.get(w) is None]
+    if missing and target.gpu is not None and _choices_changed():
+        jobs = 1  # (a worker would read product_choices' file, not the entries in force here)
     results, jobs = _lower_all(missing, schedules, target, jobs)
     for w, (func, key) in zip(missing, results):
         found[w] = func, key, {}
         if memo:
-            LOWERED.put((w, target), found[w])
+            LOWERED.put(_memo_key(w, target), found[w])
         if on_disk:
             kept.put("lowered", _disk_key(w, target), found[w][:2])
     kernels: dict[str, PrimFunc] = {}  # structural hash -> the kernel
@@ -281,9 +284,28 @@ def lower_groups(groups: Sequence[Group], jobs: int | None = None, schedules: Sc
                    len(workloads) - reused - len(missing))
 
 
+def _choices_changed() -> bool:
+    from .schedules.gpu import product_choices
+
+    return product_choices.changed()
+
+
+def _memo_key(w: Workload, target: Target) -> tuple:
+    """A workload's key in LOWERED: its structure, every fact of the target and, for a GPU, the
+    product choices in force (ember.schedules.gpu.product_choices.entries: entries changed at
+    run time, a benchmark's forced tiles, are another key, never answered by a kernel lowered
+    under others)."""
+    if target.gpu is None:
+        return w, target, ""
+    from .schedules.gpu import product_choices
+
+    return w, target, product_choices.entries()
+
+
 def _disk_key(w: Workload, target: Target) -> str:
-    """A workload's key on disk: its structure and every fact of the target, as text."""
-    return repr((w.key, target))
+    """A workload's key on disk: `_memo_key` as text (the file's own edits change ember's source,
+    which every key on disk holds: ember.runtime.kept)."""
+    return repr((w.key, *_memo_key(w, target)[1:]))
 
 
 def lowered_and_hashed(w: Workload, schedules: ScheduleLookup | None, target: Target | str) -> tuple[PrimFunc, str]:

@@ -32,8 +32,10 @@ and the machine facts:
   and `cores` (os.cpu_count()): this machine's, unless given;
 - `schedules`: the family of default schedules (ember.schedules.<family>);
 - `gpu` (the GPU family's targets: "cuda", and the interpreter with schedules="gpu"): the GPU's
-  facts that shape its kernels and bound them (`GPU`: its architecture; multiprocessors, which
-  the products' tiles and split-K fill; static and opt-in shared memory, threads and registers a
+  facts that shape its kernels and bound them (`GPU`: its architecture, and what it has of
+  CAPABILITIES: the Tensor Core intrinsics and operand types, cp.async, that every choice of a
+  kernel reads through `GPU.has` and `GPU.tensor_cores`; multiprocessors, which the products'
+  tiles and split-K fill; static and opt-in shared memory, threads and registers a
   block), the device's driver attributes where the backend finds one (`Backend.gpu`), else
   `GPU.of(arch)`, its architecture's row of ARCHS (GPU() is DEFAULT_ARCH's: an H100's or
   H200's, what a build without a device assumes). Part of the target, so of every key built from
@@ -143,6 +145,20 @@ ARCHS = {
 }
 
 
+# The first compute capability with each feature a kernel may be built on (the PTX ISA's "Target
+# ISA notes", the CUDA C++ Programming Guide's "Warp Matrix Functions" and "Asynchronous Data
+# Copies"): what a kernel's choice of Tensor Core intrinsic, operand type and copies reads
+# (`GPU.has`, `GPU.tensor_cores`), here alone.
+CAPABILITIES = {
+    "wmma": 70,  # wmma's 16x16x16 products of float16
+    "ldmatrix": 75,  # ldmatrix.sync.aligned.m8n8
+    "mma": 80,  # mma.sync.aligned.m16n8k16 of float16 and bfloat16 (sm_75 has m16n8k8 of float16 alone)
+    "bfloat16": 80,  # bfloat16 operands on the Tensor Cores (wmma's __nv_bfloat16 fragments, mma's .bf16)
+    "tf32": 80,  # wmma's float32 operands rounded to TF32
+    "cp_async": 80,  # cp.async: global to shared memory copies that bypass the registers
+}
+
+
 def sm(arch: str) -> str:
     """The architecture an NVRTC name compiles for: "sm_90" for "compute_90" (PTX) and "sm_90a"."""
     return "sm_" + arch.removeprefix("compute_").removeprefix("sm_").rstrip("a")
@@ -160,6 +176,25 @@ class GPU:
     shared_opt_in: int = ARCHS[DEFAULT_ARCH][0] * 1024  # bytes of dynamic shared memory a block may opt in to
     registers_per_block: int = 64 * 1024  # 32-bit registers a block's threads take together
     arch: str = DEFAULT_ARCH
+
+    @property
+    def capability(self) -> int:
+        """The compute capability as a number: 90 for sm_90."""
+        return int(sm(self.arch).removeprefix("sm_"))
+
+    def has(self, feature: str) -> bool:
+        """Whether kernels for this GPU may use `feature` (a name of CAPABILITIES)."""
+        return self.capability >= CAPABILITIES[feature]
+
+    def tensor_cores(self, dtype: str) -> tuple[str, ...]:
+        """The Tensor Core intrinsics that multiply `dtype` operands here, best first: "mma"
+        (mma.sync.m16n8k16 through ldmatrix, ember.intrinsics.mma), "wmma" (ember.intrinsics.wmma;
+        float32 as TF32); none where the products run on CUDA cores."""
+        if dtype == "float32":
+            return ("wmma",) if self.has("tf32") else ()
+        if dtype not in ("float16", "bfloat16") or dtype == "bfloat16" and not self.has("bfloat16"):
+            return ()
+        return tuple(x for x in ("mma", "wmma") if self.has(x))
 
     @classmethod
     def of(cls, arch: str, **facts) -> GPU:

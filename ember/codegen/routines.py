@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import winograd
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
-from ..tir.nbits import PANEL, dequantize, dequantize_groups, quantize_groups, quantize_rows
+from ..tir.nbits import PANEL, dequantize, dequantize_groups, quantize_groups, quantize_rows, unpack_vnni, vnni_rows
 from ..tir.routines import (
     ATTENTION,
     ATTENTION_DECODE,
@@ -53,8 +53,10 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
     if routine == GEMM_NBITS and params.get("act") == "int8_groups":
         return c_gemv_vnni(lib, params["bits"], params["group"], params["xgroup"], params["offsets"], params["bias"])
     if routine == GEMM_NBITS:
-        make = c_gemm_nbits_int8 if params.get("act") == "int8" else c_gemm_nbits
-        return make(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
+        if params.get("act") == "int8":
+            return c_gemm_nbits_int8(lib, params["bits"], params["group"], params["offsets"], params["bias"],
+                                     params["lanes"], params.get("packed", False))
+        return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)
     if routine == QUANTIZE_GROUPS:
@@ -165,20 +167,24 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
 
     scales = per_group(*rest[0])
     offsets = per_group(*rest[1]) if params["offsets"] else None
-    w = dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, offsets, bits).astype(np.float64)
+    packed = params.get("packed", False)
+    if packed:
+        panel = unpack_vnni(codes[c_off:c_off + vnni_rows(k, group, bits) * width].reshape(1, -1, width), bits, k)
+    else:
+        panel = codes[c_off:c_off + k * width].reshape(1, k, width)
+    w = dequantize(panel, scales, offsets, bits).astype(np.float64)
     if act == "int8_groups":
         groups = k // params["xgroup"]
         y = dequantize_groups(xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]],
                               meta[t_off + np.arange(m)[:, None] * 2 * groups + np.arange(2 * groups)[None, :]]) @ w
-    elif act == "int8" and m >= GEMM_NBITS_STREAM:
+    elif act == "int8" and (m >= GEMM_NBITS_STREAM or packed):
         ms = 1 + k // 32
         xd = meta[t_off + np.arange(m) * ms][:, None].astype(np.float64) * \
             (xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]].astype(np.float64) - 128)
         if offsets is None:
             y = xd @ w
         else:
-            y = xd @ dequantize(codes[c_off:c_off + k * width].reshape(1, k, width), scales, np.zeros_like(offsets),
-                                bits).astype(np.float64)
+            y = xd @ dequantize(panel, scales, np.zeros_like(offsets), bits).astype(np.float64)
             sums = meta[t_off + np.arange(m)[:, None] * ms + 1 + np.arange(k // 32)[None, :]].astype(np.float64)
             y = y + sums.reshape(m, k // group, -1).sum(axis=2) @ offsets.astype(np.float64)
     else:

@@ -50,16 +50,29 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from dataclasses import replace
 
 from ..codegen.c_floordiv import scalar_floordiv
 from ..codegen.common import single_index
 from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
 from ..codegen.routines import tensor_intrin_args
 from ..errors import LowerError
+from ..target import GPU
 from ..tir import dtype as dt
-from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Ramp, Var, as_int, binary, is_const
-from ..tir.expr_functor import substitute, uses_var
+from ..tir.expr import (
+    INDEX,
+    REINTERPRET,
+    Buffer,
+    BufferLoad,
+    Call,
+    Cast,
+    PrimExpr,
+    Ramp,
+    Var,
+    as_int,
+    binary,
+    const,
+)
+from ..tir.expr_functor import substitute
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
     BLOCK_TAGS,
@@ -79,7 +92,7 @@ from . import checks, fragments
 from .grid import guarded_tags
 from .pipeline import ASYNC, COMMIT, WAIT
 from .swizzle import ALIGN
-from .vectors import VECTOR_TYPES, copy_loop, lane_uniform, vector_loop, zero_filled
+from .vectors import PAIRS, VECTOR_TYPES, async_copy, copy_loop, pair_store, vector_loop, zero_filled
 from .warp import WARP, WarpReduction, warp_reduction
 
 PRELUDE = """\
@@ -141,6 +154,10 @@ def threads_per_block(dims: dict[str, int]) -> int:
 
 
 # half-precision element types: the float they hold, and a float rounded into one
+# what a tensorized call's intrinsic needs of the GPU (ember.target.CAPABILITIES): by the start of its
+# name (mma.sync's steps, wmma's calls), and by its operands' type in it
+INTRINSIC_NEEDS = {"start": (("mma_warp_", "mma"), ("wmma_", "wmma")),
+                   "part": (("_bf16", "bfloat16"), ("_tf32", "tf32"))}
 WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 ZERO = {"float16": "__ushort_as_half((unsigned short)0)", "bfloat16": "__ushort_as_bfloat16((unsigned short)0)"}
@@ -158,10 +175,12 @@ class CUDARenderer(CStyleRenderer):
         "atomic_or": "atomicOr", "atomic_xor": "atomicXor", "atomic_xchg": "atomicExch", "atomic_cas": "atomicCAS",
     }
 
-    def __init__(self, debug: bool = False, arch: str = "sm_90"):
+    def __init__(self, gpu: GPU, debug: bool = False):
+        """`gpu`: the target's GPU facts (ember.target.GPU), which say what the code may use."""
         super().__init__()
         self.debug = debug
-        self.async_copies = int(arch.removeprefix("sm_").removeprefix("compute_").rstrip("a")) >= 80  # cp.async
+        self.gpu = gpu
+        self.async_copies = gpu.has("cp_async")
         self._async_loops = 0  # the asynchronous copies' loops (ember.cuda.pipeline) the renderer is in
 
     def render_unit(self, func: PrimFunc) -> str:
@@ -173,6 +192,7 @@ class CUDARenderer(CStyleRenderer):
         self.checks = False
         self._vector_loads: dict[tuple[Buffer, str], str] = {}  # (buffer, index text): the lane's value
         self._lane: int | None = None
+        self._warp_lane: Var | None = None  # the loop variable bound to threadIdx.x around the statement
         self._thread_loops = self._branches = 0  # around the statement being rendered
         self.vector_buffers: set[Buffer] = set()
         kernel = self.render_kernel(func)
@@ -244,7 +264,7 @@ class CUDARenderer(CStyleRenderer):
             super()._for(s, depth, out)
             return
         if s.kind == "vectorized" and s.annotation(ASYNC) and self.async_copies:
-            if (copy := self._vector_copy(s)) is not None:
+            if (copy := async_copy(s)) is not None:
                 self._async_copy(*copy, depth, out)
                 return
             if isinstance(s.body, BufferStore) and self._word_copy(s.body) is not None:
@@ -252,6 +272,9 @@ class CUDARenderer(CStyleRenderer):
                 return
         if s.kind == "vectorized" and (plan := vector_loop(s)) is not None:
             self._vector_for(s, plan, depth, out)
+            return
+        if s.kind == "vectorized" and (base := pair_store(s)) is not None:
+            self._pair_for(s, base, depth, out)
             return
         if s.kind == "vectorized" and (copy := copy_loop(s)) is not None:
             store, base, load, load_base = copy
@@ -278,6 +301,7 @@ class CUDARenderer(CStyleRenderer):
         out.append(f"{pad}  const {self._index_type(s.loop_var)} {v} = {s.thread_tag};")
         self._vars.add(s.loop_var)
         self._nonnegative_vars.add(s.loop_var)
+        lane, self._warp_lane = self._warp_lane, s.loop_var if s.thread_tag == "threadIdx.x" else self._warp_lane
         guarded = s.thread_tag in self._guarded or (extent is not None and extent < self._dims[s.thread_tag])
         if guarded:
             out.append(f"{pad}  if ({v} < {self._e(s.extent)}) {{")
@@ -285,27 +309,9 @@ class CUDARenderer(CStyleRenderer):
         if guarded:
             out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
+        self._warp_lane = lane
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
-
-    def _vector_copy(self, loop: For):
-        """(store, its base, load, its base, the condition it is read on or None) where the
-        vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
-        zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`);
-        else None."""
-        store = loop.body
-        if not isinstance(store, BufferStore):
-            return None
-        cond, load = zero_filled(store.value)
-        if cond is not None and uses_var(cond, [loop.loop_var]):
-            lanes = as_int(loop.extent)
-            cond = lane_uniform(cond, loop.loop_var, lanes) if lanes and is_const(loop.min, 0) else None
-            if cond is None:
-                return None
-        copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
-        if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
-            return None
-        return (*copy, cond)
 
     def _async_copy(self, store, base, load, load_base, cond, depth: int, out: list[str], size: int = 16) -> None:
         """`size` bytes (16, or 4: one element) from global to shared memory that the thread does
@@ -399,32 +405,49 @@ class CUDARenderer(CStyleRenderer):
         return (f"{widen}({code})", PRIMARY) if widen else (code, PRIMARY)
 
     def _element(self, buf: Buffer, index: PrimExpr) -> str:
-        """The element as stored (an lvalue, or a lane of a vector load)."""
+        """The element as stored (an lvalue, or a lane of a vector load; a lane's own float of a
+        fragment, ember.cuda.fragments.element)."""
         if self._lane is not None and (name := self._vector_loads.get((buf, self._e(index)))):
             return f"{name}.{'xyzw'[self._lane]}"
+        if buf.scope == fragments.SCOPE:
+            return fragments.element(buf, self._buffer(buf), index, self._warp_lane, self._e)
         if self.debug and buf in self._params:
             return f"{self._buffer(buf)}[{self._in_bounds(buf, index)}]"
         return super()._load(buf, index)[0]
 
     def _store(self, buf: Buffer, index: PrimExpr, value: PrimExpr) -> str:
-        """A float stored into a half-precision buffer is rounded to nearest even
-        (`__float2half_rn`); an element copied from a buffer of the same type keeps its bits, and
-        so does one copied where conditions hold, zero elsewhere (a convolution's columns: its
-        padding and its tile's; no round trip through a float: two conversions an element fewer)."""
         if dt.lanes_of(index.dtype) > 1:
             raise self._no_vectors()
         checked = self.debug and buf in self._params
         target = f"{self._buffer(buf)}[{self._in_bounds(buf, index) if checked else self._e(index)}]"
+        return f"{target} = {self._stored(buf, value)}"
+
+    def _stored(self, buf: Buffer, value: PrimExpr) -> str:
+        """The value as an element of buf: a float stored into a half-precision buffer is rounded
+        to nearest even (`__float2half_rn`), a value cast to buf's type rounded once; an element
+        copied from a buffer of the same type keeps its bits, and so does one copied where
+        conditions hold, zero elsewhere (a convolution's columns: its padding and its tile's; no
+        round trip through a float: two conversions an element fewer)."""
         narrow = NARROW.get(buf.dtype)
         if narrow is None:
-            code = self._e(value)
-        elif isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
-            code = self._element(value.buffer, value.indices[0])
-        elif (kept := self._zero_filled_element(buf, value)) is not None:
-            code = kept
-        else:
-            code = f"{narrow}({self._e(value)})"
-        return f"{target} = {code}"
+            return self._e(value)
+        if isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
+            return self._element(value.buffer, value.indices[0])
+        if isinstance(value, Cast) and value.dtype == buf.dtype:  # (rounded once: the cast's rounding is the store's)
+            return f"{narrow}({self._e(value.value)})"
+        if (kept := self._zero_filled_element(buf, value)) is not None:
+            return kept
+        return f"{narrow}({self._e(value)})"
+
+    def _pair_for(self, s: For, base: PrimExpr, depth: int, out: list[str]) -> None:
+        """A 2-lane loop storing two adjacent elements as one store of both (ember.cuda.vectors'
+        pair_store), made of each lane's element."""
+        pad, v, store = "  " * depth, s.loop_var, s.body
+        vtype, make = PAIRS[store.buffer.dtype]
+        values = [self._stored(store.buffer, substitute(store.value, {v: const(lane, v.dtype)})) for lane in range(2)]
+        out.append(f"{pad}*reinterpret_cast<{vtype}*>(&{self._buffer(store.buffer)}[{self._e(base)}]) = "
+                   f"{make}({', '.join(values)});")
+        self.vector_buffers.add(store.buffer)
 
     def _zero_filled_element(self, buf: Buffer, value: PrimExpr) -> str | None:
         """`c1 && c2 ? element : 0` where value is an element of buf's type under nested
@@ -536,6 +559,13 @@ class CUDARenderer(CStyleRenderer):
         if "intrin" not in params:
             super()._other_stmt(s, depth, out)
             return
+        name = params["intrin"]
+        needs = [n for s, n in INTRINSIC_NEEDS["start"] if name.startswith(s)] + [
+            n for p, n in INTRINSIC_NEEDS["part"] if p in name]
+        if missing := [n for n in needs if not self.gpu.has(n)]:
+            raise LowerError(f"Tensor Core intrinsic {params['intrin']} needs {', '.join(missing)}, which "
+                             f"{self.gpu.arch} does not have (ember.target.CAPABILITIES): schedule the product on "
+                             f"what the target GPU has (GPU.tensor_cores), e.g. tensorcore_gemm(intrinsic='wmma')")
         self._helper(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
         reads, writes, scalars = tensor_intrin_args(s)
         args = [self._pointer(p, "const void*") for p in reads] + [self._pointer(p, "void*") for p in writes]

@@ -7,6 +7,12 @@ touch: it is declared as R/16 * C/16 fragments in the registers of the warp (a f
 spread over the 32 lanes, 8 floats each), and the address of a 16x16 tile's first element, at
 flat offset o, names fragment (o / (16 C)) * (C / 16) + (o % C) / 16.
 
+A lane may read its own floats of a fragment in mma's layout (ember.intrinsics.mma_lanes: an
+accumulator written out by its lanes, converted where they hold it, with no trip through shared
+memory): element 256 f + 8 l + i of the buffer, l the reading lane (threadIdx.x), is float i of
+fragment f (`element`), which is where the interpreter (ember.cuda.simt: a warp's fragments one
+array, tile f's lanes' 8 floats at 256 f + 8 l) keeps it too.
+
 A wmma call is collective: the 32 lanes of a warp make it together, with the same arguments.
 The kernel's threadIdx.x is the lane (exactly 32), and a call sits in no loop bound to
 threadIdx.x, so every lane of the warp runs it; the warps are told apart by threadIdx.y and z.
@@ -18,7 +24,9 @@ from __future__ import annotations
 from ..errors import LowerError
 from ..intrinsics.wmma import ACC_TYPE
 from ..target import WARP
-from ..tir.expr import Buffer, as_int
+from ..tir.arith import Analyzer
+from ..tir.expr import Buffer, PrimExpr, Var, as_int, const
+from ..tir.expr_functor import substitute
 from ..tir.functor import collect
 from ..tir.stmt import THREAD_BINDING, CallRoutine, For, Stmt
 
@@ -41,6 +49,22 @@ def address(buf: Buffer, name: str, offset: str) -> str:
     """The fragment whose tile starts at element `offset` (C code) of the buffer."""
     cols = as_int(buf.shape[-1])
     return f"(void*)&{name}[({offset}) / {TILE * cols} * {cols // TILE} + ({offset}) % {cols} / {TILE}]"
+
+
+def element(buf: Buffer, name: str, index: PrimExpr, lane: Var | None, render) -> str:
+    """The C lvalue of a lane's own float of a fragment (see the module doc): index is 256 f +
+    8 lane + i (`render`: C code of an expression); a LowerError where it is not the reading
+    lane's."""
+    ana = Analyzer()
+    own = None if lane is None else ana.simplify(substitute(index, {lane: const(0, lane.dtype)}))
+    if own is None or not ana.can_prove_equal(index - own, lane * 8) or (
+            (k := as_int(own)) is not None and k % (TILE * TILE) >= 8):
+        raise LowerError(f"fragment {buf.name} is read at {index}: a lane reads its own floats of a fragment, "
+                         f"256 f + 8 lane + i (i < 8), lane the thread's threadIdx.x")
+    if k is not None:
+        return f"{name}[{k // (TILE * TILE)}].x[{k % 8}]"
+    e = render(own)
+    return f"{name}[({e}) / {TILE * TILE}].x[({e}) % {TILE * TILE}]"
 
 
 def check_warps(body: Stmt, dims: dict[str, int], name: str) -> None:

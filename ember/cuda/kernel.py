@@ -3,8 +3,8 @@
 `build_cuda(func)` takes a lowered function whose loops are bound to blocks and threads
 (`sch.bind`), gives its scratch a scope (ember.cuda.scopes), inserts its barriers
 (ember.cuda.sync), checks the launch against the target's limits, renders CUDA C and compiles it
-with NVRTC for the device's architecture (sm_90 where there is no device, so a machine without a
-GPU still compiles every kernel). The kernel it
+with NVRTC for the target GPU's architecture (the device's, else ember.target.DEFAULT_ARCH's, so a
+machine without a GPU still compiles every kernel). The kernel it
 returns takes, per buffer, a torch CUDA tensor, a CuPy array or anything with
 `__cuda_array_interface__` (used in place, no copy) or a NumPy array (copied to the GPU and, when
 the kernel writes it, back). It runs on `stream=` when given, else on torch's current stream
@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import config
 from ..codegen.common import written_buffers
-from ..errors import ArgumentTypeError, DeviceError, ShapeError
+from ..errors import ArgumentTypeError, ShapeError
+from ..target import GPU, Target
 from ..tir.expr import as_int
 from ..tir.stmt import PrimFunc
 from . import driver as cuda_driver
@@ -31,8 +32,9 @@ from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
 from .driver import INT64, POINTER, Module, Params, check
 from .grid import Grid
+from .lane_runs import lane_runs
 from .limits import check_limits, cubin_registers, limits_for
-from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .nvrtc import compile_cuda
 from .pipeline import pipeline
 from .private import privatize
 from .scopes import infer_scopes
@@ -42,19 +44,21 @@ from .sync import insert_syncs
 
 
 def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, debug: bool | None = None,
-               gpu=None) -> CUDAKernel:
-    """A GPU kernel of one lowered function (see the module doc). `arch`: the architecture to
-    compile for (default: the GPU's, sm_90 without one); `ptx`: ship PTX, which the driver
-    compiles for its device at load; `debug` (default: the debug option, EMBER_DEBUG): every
-    access to a parameter checked against its size as the kernel runs (ember.cuda.checks); `gpu`:
-    the target's GPU facts (ember.target.GPU), whose block limits the kernel is checked against
-    (default: the device's, ember.cuda.limits)."""
+               gpu: GPU | None = None) -> CUDAKernel:
+    """A GPU kernel of one lowered function (see the module doc). `gpu`: the target's GPU facts
+    (ember.target.GPU: what the code may use, the block limits the kernel is checked against;
+    default: Target("cuda")'s, the device's, else DEFAULT_ARCH's); `arch`: the architecture to
+    compile for (default: gpu's; another's facts are its own, ember.cuda.limits); `ptx`: ship
+    PTX, which the driver compiles for its device at load; `debug` (default: the debug option,
+    EMBER_DEBUG): every access to a parameter checked against its size as the kernel runs
+    (ember.cuda.checks)."""
     func = prepare(func)
     dims = launch_dims(func)
-    if arch is None:
-        arch = device_arch()
-    check_limits(func, dims, limits_for(arch, gpu))
-    renderer = CUDARenderer(debug=config.get("debug") if debug is None else debug, arch=arch)
+    gpu = Target("cuda").gpu if gpu is None else gpu
+    arch = gpu.arch if arch is None else arch
+    gpu = limits_for(arch, gpu)
+    check_limits(func, dims, gpu)
+    renderer = CUDARenderer(gpu, debug=config.get("debug") if debug is None else debug)
     source = renderer.render_unit(func)
     return CUDAKernel(func, source, compile_cuda(source, arch, ptx=ptx), dims, arch,
                       aligned=renderer.vector_buffers & set(func.params), checks=renderer.checks,
@@ -66,15 +70,7 @@ def prepare(func: PrimFunc) -> PrimFunc:
     thread's part of a row kept in registers shrunk to that part (ember.cuda.private), its
     pipelined loops given their stages (ember.cuda.pipeline), the tiles of its swizzling Tensor Core
     calls swizzled (ember.cuda.swizzle), its barriers (ember.cuda.sync)."""
-    return insert_syncs(swizzle_tiles(pipeline(privatize(infer_scopes(func)))))
-
-
-def device_arch() -> str:
-    """The GPU's architecture ("sm_90"), or sm_90 where there is no GPU to ask."""
-    try:
-        return cuda_driver.device().arch
-    except DeviceError:
-        return DEFAULT_ARCH
+    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(func))))))
 
 
 class CUDAKernel:

@@ -28,7 +28,6 @@ from pathlib import Path
 from .. import config
 from ..errors import BuildError, DeviceError
 from ..runtime.build import _context, _install, _intact, _locked, _writable_folder
-from ..target import DEFAULT_ARCH  # where there is no device to ask
 
 OPTIONS = ("-std=c++17", "--fmad=true")
 _ERROR = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error: .*$", re.M)
@@ -61,7 +60,7 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(str(p) for root in nvidia.__path__ for p in sorted(Path(root).glob("cu*/include")) if p.is_dir())
 
 
-def compile_cuda(source: str, arch: str = DEFAULT_ARCH, *, ptx: bool = False, options: tuple[str, ...] = ()) -> bytes:
+def compile_cuda(source: str, arch: str, *, ptx: bool = False, options: tuple[str, ...] = ()) -> bytes:
     """The cubin (or PTX) of a CUDA C unit for `arch`, compiled unless the cache has it."""
     opts = (*OPTIONS, *options)
     parts = {"source": source, "nvrtc": nvrtc_version(), "arch": arch, "options": list(opts), "ptx": ptx}
@@ -93,7 +92,7 @@ class Resources:
     spill_loads: int
 
 
-def resources(source: str, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
+def resources(source: str, arch: str) -> dict[str, Resources]:
     """Each kernel of a CUDA C unit with its Resources (ptxas -v's report, compiled afresh for
     it: a diagnostic, not cached): what bounds the blocks a multiprocessor holds, and spills."""
     _, log = _nvrtc_run(source, arch, False, (*OPTIONS, "--ptxas-options=-v"))

@@ -459,15 +459,31 @@ def shared_operands(s: TESchedule, C, A, B, BM: int, BN: int, BK: int):
     return C, operands
 
 
+def channels_last(out_shape, c_shape) -> bool:
+    """Whether out (.., OH, OW, OC) is C (.., OH*OW, OC) with its rows split in two (a
+    channels-last convolution's output positions, ember.ops.conv_gemm's conv2d_nhwc_gemm), not
+    its columns (NCHW's (.., OC, OH, OW) of (.., OC, OH*OW)); static shapes, C's unpadded."""
+    out_shape, c_shape = [as_int(d) for d in out_shape], [as_int(d) for d in c_shape]
+    if len(out_shape) != len(c_shape) + 1 or None in out_shape[-3:] or None in c_shape[-2:]:
+        return False
+    nchw = out_shape[-2] * out_shape[-1] == c_shape[-1] and out_shape[-3] == c_shape[-2]
+    return not nchw and out_shape[-3] * out_shape[-2] == c_shape[-2] and out_shape[-1] == c_shape[-1]
+
+
 def block_grid(s: TESchedule, out, C, BM: int, BN: int):
     """out's BM x BN tiles of C's last two axes over blockIdx.y and x (C's columns may be out's
-    last two axes: a convolution's output positions), the longest batch axis over blockIdx.z and
+    last two axes: a convolution's output positions; or C's rows out's (OH, OW), a channels-last
+    one's), the longest batch axis over blockIdx.z and
     any other a loop in the block (fused, the tiles' addresses would leave the buffers' regions
     unknown to their compaction). Returns (the tile's row loop, its column loop, the innermost
     loop outside them, where the block's tile of C is computed)."""
-    *outer, i, j = s[out].op.axis[:C.ndim]
-    if out.ndim == C.ndim + 1:  # C's columns as out's last two axes (a convolution's output positions)
-        j = s[out].fuse(j, s[out].op.axis[-1])
+    axes = s[out].op.axis
+    if out.ndim == C.ndim + 1 and reads_own_columns(s, out, C):  # C's rows as out's (OH, OW): channels last
+        *outer, i, j = (*axes[:-3], s[out].fuse(*axes[-3:-1]), axes[-1])
+    else:
+        *outer, i, j = axes[:C.ndim]
+        if out.ndim == C.ndim + 1:  # C's columns as out's last two axes (a convolution's output positions)
+            j = s[out].fuse(j, axes[-1])
     bi, ii = s[out].split(i, factor=BM)
     bj, jj = s[out].split(j, factor=BN)
     z = max(outer, key=lambda a: as_int(a.dom.extent), default=None)

@@ -12,7 +12,10 @@ scopes and barriers) as a Python generator of ONE thread, `def k(A, B, C, _ix, _
 - a "shared" allocation is the block's (`_blk.shared`), one array per block, filled with NaN (or
   a pattern for integers) so that a read before any write shows; other scratch is the thread's
   own (a "wmma.accumulator" is its warp's, and a call that touches one, or any Tensor Core call,
-  collective on the GPU, is made by the warp's first lane only).
+  collective on the GPU, is made once: the warp's k-th such call by the first of its lanes to
+  reach it, so that a lane past its k-th call finds it made; a lane that reads its floats of a
+  fragment, ember.cuda.fragments.element, while a later call of its warp is made already, which
+  the GPU's lanes in step would not see, is a RaceError).
 
 `run_grid` runs the blocks in a shuffled order (a GPU runs them in any), and within a block runs
 every thread to its next barrier, in a shuffled order, phase after phase. Shared arrays record
@@ -148,6 +151,8 @@ class Block:
         self._shared: dict[int, SharedArray] = {}
         self._warps: dict[tuple[int, int], np.ndarray] = {}
         self._stored: dict[tuple[str, int], int] = {}
+        self._calls: dict[int, int] = {}  # collective calls each thread has reached
+        self._made: dict[int, int] = {}  # collective calls each warp has made
 
     def stores(self, name: str, index) -> None:
         """The running thread stores `name`[index] (an element, or a slice of a vector store)."""
@@ -169,6 +174,25 @@ class Block:
         if w not in self._warps:
             self._warps[w] = np.full(n, np.nan, dt.to_numpy(dtype))
         return self._warps[w]
+
+    def collective(self) -> bool:
+        """Whether the running thread makes the collective call it reached: the first of its warp's
+        lanes to reach its warp's k-th (see the module doc)."""
+        k = self._calls[self.tid] = self._calls.get(self.tid, 0) + 1
+        made = self._made.get(self.tid // WARP, 0)
+        if k > made:
+            self._made[self.tid // WARP] = k
+        return k > made
+
+    def in_step(self, fragment: np.ndarray, name: str) -> np.ndarray:
+        """`fragment`, read by the running thread at its own floats; a RaceError where its warp has
+        made a collective call that the thread has not reached."""
+        made, reached = self._made.get(self.tid // WARP, 0), self._calls.get(self.tid, 0)
+        if made > reached:
+            raise RaceError(f"kernel {self.kernel}, block {self.index}: thread {self.tid} reads fragment {name} "
+                            f"after its {reached} collective calls while its warp made {made} (on the GPU the "
+                            "lanes make each call together)")
+        return fragment
 
     def barrier(self) -> None:
         for a in self._shared.values():
@@ -235,7 +259,7 @@ class SimtRenderer(PythonRenderer):
                 self._stmt(body, depth, out)
                 self._buffers.discard(buf)
             case CallRoutine() if _collective(s):
-                out.append(f"{pad}if _tid % {WARP} == 0:  # a warp's collective call, made once")
+                out.append(f"{pad}if _blk.collective():  # a warp's collective call, made once")
                 super()._stmt(s, depth + 1, out)
             case _:
                 super()._stmt(s, depth, out)
@@ -253,6 +277,8 @@ class SimtRenderer(PythonRenderer):
         return f"{base}.a" if buf.scope == "shared" else base  # a tensorized call's untracked view
 
     def _access(self, buf: Buffer, index: PrimExpr) -> str:
+        if buf.scope == fragments.SCOPE:  # (a lane's own floats: ember.cuda.fragments.element)
+            return f"_blk.in_step({self._name(buf)}, {buf.name!r})[{self._e(index)}]"
         if buf.scope != "shared":
             return super()._access(buf, index)
         name = self._name(buf)

@@ -19,9 +19,9 @@ pre-Ampere mainloop):
 q' the copy's own loops (all but those bound to threads) linearized, unrolled so that R stays
 in registers. The stores go to the stage the products of this iteration do not read (the one the
 next S - 1 iterations' copies fill), past the loop's barrier, so no barrier moves. Only a copy of
-one scalar store into shared memory whose value is no plain load of global memory (the copies that
-stay cp.async keep their place, and vectors are another lowering's), and whose loops have constant
-extents, is split.
+one scalar store into shared memory that no cp.async makes (a computed element, or a 2-byte one
+outside a 16-byte copy: the copies that are cp.async keep their place, ember.cuda.vectors.
+async_copy), and whose loops have constant extents, is split.
 """
 
 from __future__ import annotations
@@ -31,22 +31,32 @@ from math import prod
 
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Const, PrimExpr, as_int, binary
-from ..tir.functor import collect
+from ..tir.functor import collect, stmt_children
 from ..tir.stmt import THREAD_BINDING, BufferStore, For, IfThenElse, Stmt
-from .vectors import zero_filled
+from .vectors import async_copy, zero_filled
 
 MAX_REGISTERS = 32  # elements a thread holds across the products at most (registers it keeps live)
 STAGED = True  # off: computed copies stay where the pipeline puts them (benchmarks/product_configs.py times both)
 
 
 def computed(s: Stmt) -> bool:
-    """s copies into shared memory elements that are computed, not loaded as they are (and
-    STAGED is on)."""
+    """s copies into shared memory elements that no cp.async copies (and STAGED is on):
+    computed ones, or loads of 2-byte elements that no 16-byte copy takes (a gather of NCHW
+    columns, whose lanes are neither contiguous nor all inside or all in the padding)."""
     if not STAGED:
         return False
-    stores = collect(s, lambda x: isinstance(x, BufferStore))
-    return any(st.buffer.scope == "shared" and dt.lanes_of(st.value.dtype) == 1 and not _plain_load(st.value)
-               for st in stores)
+    return _waited(s)
+
+
+def _waited(s: Stmt) -> bool:
+    """s stores into shared memory an element that is no 4-byte load of global memory, outside
+    16-byte copies."""
+    if isinstance(s, For) and s.kind == "vectorized" and async_copy(s) is not None:
+        return False
+    if isinstance(s, BufferStore):
+        return s.buffer.scope == "shared" and dt.lanes_of(s.value.dtype) == 1 and (
+            not _plain_load(s.value) or dt.bits(s.buffer.dtype) != 32)
+    return any(_waited(x) for x in stmt_children(s))
 
 
 def _plain_load(value: PrimExpr) -> bool:

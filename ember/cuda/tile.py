@@ -36,7 +36,7 @@ from .codegen import CUDARenderer, threads_per_block
 from .driver import INT64, POINTER, Module, Params, check
 from .kernel import prepare
 from .limits import MAX_GRID
-from .nvrtc import DEFAULT_ARCH, compile_cuda
+from .nvrtc import compile_cuda
 from .streams import torch_stream
 
 SCALARS = "tile_scalars"  # the function's attribute: the names of its scalar parameters
@@ -56,7 +56,7 @@ class TileRenderer(CUDARenderer):
     many bytes the launch asks for, at most what a block of `gpu` may opt in to."""
 
     def __init__(self, gpu: GPU):
-        super().__init__(arch=gpu.arch)
+        super().__init__(gpu)
         self.gpu = gpu
 
     def _begin_kernel(self, func: PrimFunc) -> None:
@@ -144,7 +144,7 @@ class TileLauncher:
     parameters are packed once per thread (driver.Params); a launch writes the addresses, scalars
     and grid into them."""
 
-    def __init__(self, source: str, name: str, arch: str = DEFAULT_ARCH):
+    def __init__(self, source: str, name: str, arch: str):
         self.source, self.name, self.arch = source, name, arch
         self.binary = compile_cuda(source, arch)
         *block, shared = (int(x) for x in _LAUNCH.search(source).groups())

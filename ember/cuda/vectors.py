@@ -8,7 +8,10 @@ rendered as one 16-byte store where the store's index is `base + v` with `base` 
 loads stay per lane. A store that cannot be one (into registers, or unaligned) stays per lane,
 its loads still 16 bytes where they can be (a register tile loaded from shared memory). A
 vectorized loop that only copies 16 bytes of a narrower type (8 halves) between aligned places
-is one `uint4` load and store (`copy_loop`). The
+is one `uint4` load and store (`copy_loop`). A vectorized loop of 2 lanes that stores a pair
+of adjacent elements (a Tensor Core accumulator's two columns a lane holds, converted to the
+output's type) at an even index is one 4- or 8-byte store (`pair_store`: half2, bfloat162, float2).
+The
 stored buffer may be read only at the store's own index (so reading all lanes before writing
 them is what the serial loop does). Buffers in global or shared memory only: thread-local arrays
 stay scalar (a vector access to them can push them out of registers). The pointers a kernel
@@ -18,7 +21,7 @@ arguments' addresses at call (`vector_buffers`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..tir import dtype as dt
 from ..tir.arith import Analyzer
@@ -30,6 +33,9 @@ from ..tir.stmt import BufferStore, For
 
 LANES = 4
 VECTOR_TYPES = {"float32": "float4", "int32": "int4", "uint32": "uint4"}  # 4 lanes of 4 bytes
+# two lanes of a type stored as one: (the C vector type, the function that makes one of two elements)
+PAIRS = {"float16": ("__half2", "__halves2half2"), "bfloat16": ("__nv_bfloat162", "__halves2bfloat162"),
+         "float32": ("float2", "make_float2")}
 SCOPES = ("global", "shared")
 
 
@@ -92,13 +98,52 @@ def copy_loop(loop: For, words: bool = False) -> tuple[BufferStore, PrimExpr, Bu
     return None if None in bases else (store, bases[0], load, bases[1])
 
 
+def async_copy(loop: For):
+    """(store, its base, load, its base, the condition it is read on or None) where the
+    vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
+    zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`): one
+    cp.async where the GPU has it (ember.cuda.codegen); else None."""
+    store = loop.body
+    if loop.kind != "vectorized" or not isinstance(store, BufferStore):
+        return None
+    cond, load = zero_filled(store.value)
+    if cond is not None and uses_var(cond, [loop.loop_var]):
+        lanes = as_int(loop.extent)
+        cond = lane_uniform(cond, loop.loop_var, lanes) if lanes and as_int(loop.min) == 0 else None
+        if cond is None:
+            return None
+    copy = copy_loop(replace(loop, body=replace(store, value=load)), words=True)
+    if copy is None or copy[2].buffer.scope != "global" or copy[0].buffer.scope != "shared":
+        return None
+    return (*copy, cond)
+
+
+def pair_store(loop: For) -> PrimExpr | None:
+    """`base` where the vectorized 2-lane `loop` is one store at `base + v` of a type of PAIRS in
+    global or shared memory, base a multiple of 2 (its modular set); else None."""
+    store, v = loop.body, loop.loop_var
+    if (loop.kind != "vectorized" or as_int(loop.extent) != 2 or as_int(loop.min) != 0
+            or not isinstance(store, BufferStore) or len(store.indices) != 1 or store.buffer.dtype not in PAIRS):
+        return None
+    return _aligned(store.buffer, store.indices[0], v, 2)
+
+
+def vector_lanes(dtype: str, lanes: int) -> bool:
+    """Whether `lanes` consecutive elements of `dtype` are one access: 4 of 4 bytes (vector_loop),
+    or 2 of a type of PAIRS stored together (pair_store)."""
+    return dtype in VECTOR_TYPES if lanes == LANES else lanes == 2 and dtype in PAIRS
+
+
 def zero_filled(value: PrimExpr) -> tuple[PrimExpr | None, PrimExpr]:
     """(cond, x) where `value` is `cond ? x : 0` (an element of a tile padded with zeros:
-    ember.tir.schedule.padding), else (None, value)."""
-    if (isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0
-            and dt.lanes_of(value.cond.dtype) == 1):
-        return value.cond, value.t
-    return None, value
+    ember.tir.schedule.padding), or zero fills nested in one another (a convolution's padding in
+    its tile's: their conditions' conjunction), else (None, value)."""
+    conds = []
+    while (isinstance(value, Select) and isinstance(value.f, Const) and value.f.value == 0
+           and dt.lanes_of(value.cond.dtype) == 1):
+        conds.append(value.cond)
+        value = value.t
+    return (all_(*conds) if conds else None), value
 
 
 def lane_uniform(cond: PrimExpr, v: Var, lanes: int) -> PrimExpr | None:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 
 from .. import te
-from ..target import STATIC_SHARED
+from ..target import GPU, STATIC_SHARED
 from ..tir import dtype as dt
 from ..tir.expr import Buffer, BufferLoad, Var, as_int, binary, cast, const, convert, select
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, IfThenElse, SeqStmt
@@ -74,15 +74,17 @@ def shared_bytes(t: int, e: int, ev: int) -> int:
     return 4 * (t * e + t * e + t * ev + t * ev + 2 * t)
 
 
-def choose(dtype: str | None, e: int, ev: int, opt_in: int) -> str:
-    """The kernel of operands of one `dtype` (None: mixed) and head sizes e and ev on a GPU whose
-    blocks may opt in to `opt_in` bytes of shared memory: "mma" (ember.ops.
-    flash_attention_mma: half operands, head sizes multiples of 16 whose tiles fit), else "wmma"
-    (ember.ops.flash_attention_tc: half ones whose tiles fit its 48 KiB), else "cuda cores" (this
-    module's: float32, mixed types, other head sizes)."""
-    if dtype is not None and mma.config(dtype, e, ev, opt_in) is not None:
+def choose(dtype: str | None, e: int, ev: int, gpu: GPU) -> str:
+    """The kernel of operands of one `dtype` (None: mixed) and head sizes e and ev on `gpu` (its
+    Tensor Cores, GPU.tensor_cores; the shared memory its blocks may opt in to): "mma" (ember.ops.
+    flash_attention_mma, mma.sync from sm_80: half operands, head sizes multiples of 16 whose
+    tiles fit), else "wmma" (ember.ops.flash_attention_tc: half ones whose tiles fit its 48 KiB;
+    float16 from sm_70, bfloat16 from sm_80), else "cuda cores" (this module's: float32, mixed
+    types, other head sizes, half types a GPU's Tensor Cores do not take)."""
+    cores = gpu.tensor_cores(dtype) if dtype is not None else ()
+    if "mma" in cores and mma.config(dtype, e, ev, gpu.shared_opt_in) is not None:
         return "mma"
-    if dtype is not None and tc.fits(dtype, e, ev, STATIC_SHARED):
+    if "wmma" in cores and tc.fits(dtype, e, ev, STATIC_SHARED):
         return "wmma"
     return "cuda cores"
 
@@ -113,8 +115,8 @@ def _compute(inputs, attrs, out_types):
     e = as_int(q.shape[-1])
     scale = 1 / math.sqrt(e) if attrs["scale"] is None else attrs["scale"]
 
-    opt_in = attrs["shared_opt_in"]  # (the target GPU's: OpDef.opt_in)
-    chosen = choose(q.dtype if len({x.dtype for x in (q, k, v)}) == 1 else None, e, as_int(v.shape[-1]), opt_in)
+    gpu = GPU(arch=attrs["gpu_arch"], shared_opt_in=attrs["shared_opt_in"])  # (the target GPU's: OpDef.gpu_facts)
+    chosen = choose(q.dtype if len({x.dtype for x in (q, k, v)}) == 1 else None, e, as_int(v.shape[-1]), gpu)
 
     bshd = attrs["layout"] == "bshd"
     firsts = attrs["heads"][1:] if attrs["heads"] is not None else (0, 0, 0)
@@ -125,7 +127,7 @@ def _compute(inputs, attrs, out_types):
                 bool(attrs["causal"]))
         if chosen == "mma":
             ev = as_int(v.shape[-1])
-            warps, bn, dynamic = mma.config(q.dtype, e, ev, opt_in)
+            warps, bn, dynamic = mma.config(q.dtype, e, ev, gpu.shared_opt_in)
             warps = attrs["warps"] or warps
             static = all(as_int(x.shape[-3 if bshd else -2]) is not None for x in (q, k))  # the lengths
             return mma.kernel(*args, warps, bn, dynamic, min_blocks=mma.min_blocks(warps, e, ev, static))
@@ -248,7 +250,7 @@ register(OpDef(
     pattern="opaque",
     attrs={"causal": False, "scale": None, "layout": "bhsd", "heads": None, "warps": None},
     num_inputs=(3, 4),
-    opt_in=True,
+    gpu_facts=True,
     doc="scaled_dot_product_attention (layout bhsd) as one GPU kernel: tiles of q, k, v in shared memory, an online "
         "softmax (the CUDA target's; a symbolic batch and lengths, static head sizes whose tiles fit 48 KiB of "
         "shared memory).",

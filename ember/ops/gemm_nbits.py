@@ -1,10 +1,10 @@
-"""gemm_nbits(x, [xq, meta,] codes, scales[, offsets][, bias]; bits, group, n, offsets, act): x w + bias for a
+"""gemm_nbits(x, [xq, meta,] codes, scales[, offsets][, bias]; bits, group, n, offsets, act, packed): x w + bias for a
 float32 x (M, K) and a weight-only quantized w (K, n), int8 per output channel (group 0) or per
 group of `group` rows, or int4 per group, in the packed layout of ember.tir.nbits (codes in panels of 32 columns, scales
 and bias over the N' padded columns). The weight stays in its codes: what a language model's
 linear layers read per token is a quarter (int8) or an eighth (int4) of their float32 bytes.
 
-The kernel is one te.extern: a parallel loop over (block of GEMM_NBITS_ROWS rows, panel) calls
+The kernel is one te.extern: a parallel loop over (panel, block of GEMM_NBITS_ROWS rows) calls
 the gemm_nbits routine (ember.tir.routines; its C in ember.codegen.c_gemm_nbits), which
 dequantizes in registers (a GEMV) or into one panel-sized tile (more rows). Pattern opaque.
 
@@ -14,6 +14,10 @@ other than 4, which keeps float32): x's rows also come quantized to
 uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
+With `packed` (codes of act "int8" only: ember.passes.quantize_rows packs constant ones) the
+codes come in the products' own layout (ember.tir.nbits.pack_vnni: vpdpbusd's order and each
+group's column sums, made once at compile time instead of at every call) and every M is computed
+from the int8 rows.
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
@@ -42,6 +46,8 @@ from ..tir.nbits import (
     quantize_groups,
     quantize_rows,
     row_group,
+    unpack_vnni,
+    vnni_rows,
 )
 from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_GROUPS, QUANTIZE_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
@@ -87,6 +93,10 @@ def _infer(types, attrs):
         raise OpTypeError(f"{name}: n and K must be static, got n={n!r}, x {x.shape}")
     width = PANEL if bits == 8 else PANEL // 2
     want = (panels(n), k, width)
+    if attrs["packed"]:
+        if attrs["act"] != "int8":
+            raise OpTypeError(f"{name}: packed codes are the int8 products' (act int8), got act {attrs['act']!r}")
+        want = (panels(n), vnni_rows(k, group, bits), width)
     code_dtype = "int8" if bits == 8 else "uint8"
     if codes.dtype != code_dtype or codes.shape != want:
         raise OpTypeError(f"{name}: int{bits} codes must be {code_dtype} {want}, got {codes.dtype} {codes.shape}")
@@ -128,18 +138,25 @@ def _weights(inputs, attrs) -> list:
     return inputs[3 if attrs["act"] in QUANTIZED else 1:]
 
 
+def _codes(inputs, attrs) -> np.ndarray:
+    """A node's codes in the layout of ember.tir.nbits' panels (packed ones unpacked)."""
+    codes = _weights(inputs, attrs)[0]
+    return unpack_vnni(codes, attrs["bits"], inputs[0].shape[1]) if attrs["packed"] else codes
+
+
 def weight(inputs, attrs) -> np.ndarray:
     """The (K, n) float32 weight of the codes, scales (and offsets) of a node's inputs."""
-    codes, scales, *rest = _weights(inputs, attrs)
-    return dequantize(codes, scales, rest[0] if attrs["offsets"] else None, attrs["bits"])[:, :attrs["n"]]
+    _, scales, *rest = _weights(inputs, attrs)
+    return dequantize(_codes(inputs, attrs), scales, rest[0] if attrs["offsets"] else None,
+                      attrs["bits"])[:, :attrs["n"]]
 
 
 def _reference(inputs, attrs):
     x, w = inputs[0], _weights(inputs, attrs)
     if attrs["act"] == "int8_groups":
         y = dequantize_groups(inputs[1], inputs[2]) @ weight(inputs, attrs).astype(np.float64)
-    elif attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
-        y = _int8_products(inputs[1], inputs[2], w, attrs)
+    elif attrs["act"] == "int8" and (x.shape[0] >= GEMM_NBITS_STREAM or attrs["packed"]):
+        y = _int8_products(inputs[1], inputs[2], [_codes(inputs, attrs), *w[1:]], attrs)
     else:
         y = x.astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
     if len(w) == 3 + attrs["offsets"]:
@@ -171,24 +188,26 @@ def _compute(inputs, attrs, out_types):
     rows = as_int(m)
     blocks = const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
     width = PANEL if bits == 8 else PANEL // 2
+    panel_bytes = (vnni_rows(k, attrs["group"], bits) if attrs["packed"] else k) * width
     cols = count * PANEL
 
     def build(bufs, outs):
         (out,) = outs
         t = Var("tile", dt.INDEX_DTYPE)
-        p, b = t % count, t // count
+        p, b = t // blocks, t % blocks  # a panel's blocks of rows in a row: its codes read from memory once
         m0 = b * GEMM_NBITS_ROWS
         reads = [Pointer(bufs[0], m0 * k)]
         if act in QUANTIZED:
             meta = 1 + k // QUANTIZE_BLOCK if act == "int8" else 2 * (k // row_group(attrs["group"], k))
             reads += [Pointer(bufs[1], m0 * k), Pointer(bufs[2], m0 * meta)]
             bufs = [bufs[0], *bufs[3:]]
-        reads += [Pointer(bufs[1], p * (k * width)), Pointer(bufs[2], p * PANEL)]
+        reads += [Pointer(bufs[1], p * panel_bytes), Pointer(bufs[2], p * PANEL)]
         reads += [Pointer(buf, p * PANEL) for buf in bufs[3:]]
         scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), min_(const(PANEL), n - p * PANEL), const(k),
                    const(n), const(cols))
         params = (("bits", bits), ("group", attrs["group"]), ("offsets", bool(attrs["offsets"])),
-                  ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ())
+                  ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ()) + \
+            ((("packed", True),) if attrs["packed"] else ())
         if act == "int8_groups":
             params += (("xgroup", row_group(attrs["group"], k)),)
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
@@ -207,7 +226,7 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32"},
+    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,

@@ -15,7 +15,9 @@ taps q = (c, ky, kx) cut into S parts:
     conv2d_gemm_partials(x, w)[s, n, o, oh, ow] = sum over q < Q/S of w[s, 0, o, q] * cols[n, s*Q/S + q, (oh, ow)]
 
 w (S, 1, OC, Q/S) the weights (OC, Q) cut once (the 1 a broadcast over the images), the sums in
-float32, the columns a stage computed as their tiles are copied, as conv2d_gemm's.
+float32, the columns a stage computed as their tiles are copied, as conv2d_gemm's; and a
+channels-last one's (conv2d_nhwc_gemm), x (N, H, W, C), q = (ky, kx, c), its partial sums
+(S, N, OH, OW, OC).
 
     sum_partials(p)[...] = sum over s of p[s, ...], in the order of s
 
@@ -31,8 +33,8 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir.expr import as_int, cast
-from .conv_gemm import COLUMNS, column_reader
-from .registry import REQUIRED, OpDef, OpTypeError, get, infer_types, register
+from .conv_gemm import COLUMN_ATTRS, COLUMNS, column_reader
+from .registry import OpDef, OpTypeError, get, infer_types, register
 
 PARTS = "k_parts"  # the tag of x's parts' stage
 
@@ -82,23 +84,23 @@ register(OpDef(
 ))
 
 
-def _infer_conv(types, attrs):
+def _infer_conv(types, attrs, whole: str = "conv2d_gemm"):
     x, w = types
     if w.rank != 4 or w.shape[1] != 1 or any(isinstance(d, str) for d in w.shape):
-        raise OpTypeError(f"conv2d_gemm_partials: w (S, 1, OC, Q/S), static, got {w}")
+        raise OpTypeError(f"{whole}_partials: w (S, 1, OC, Q/S), static, got {w}")
     s, _, oc, part = w.shape
-    _, (out,) = infer_types("conv2d_gemm", [x, TensorType((oc, s * part), w.dtype)], attrs)
+    _, (out,) = infer_types(whole, [x, TensorType((oc, s * part), w.dtype)], attrs)
     return [TensorType((s, *out.shape), "float32")]
 
 
-def _conv_reference(inputs, attrs):
+def _conv_reference(inputs, attrs, whole: str = "conv2d_gemm"):
     x, w = inputs
     s, _, oc, part = w.shape
     parts = []
     for p in range(s):  # the part's taps, the others' weights zero
         flat = np.zeros((oc, s * part), np.float32)
         flat[:, p * part:(p + 1) * part] = w[p, 0]
-        parts.append(get("conv2d_gemm").reference([x.astype(np.float32), flat], attrs)[0])
+        parts.append(get(whole).reference([x.astype(np.float32), flat], attrs)[0])
     return [np.stack(parts)]
 
 
@@ -120,9 +122,34 @@ register(OpDef(
     reference=_conv_reference,
     compute=_conv_compute,
     pattern="opaque",
-    attrs={"kernel": REQUIRED, "strides": (1, 1), "padding": (0, 0, 0, 0), "dilations": (1, 1)},
+    attrs=COLUMN_ATTRS,
     num_inputs=(2, 2),
     doc="Split-K's partial sums of a convolution as an implicit GEMM: out[s] = w[s] @ im2col(x)[part s].",
+    takes_prologue=False,
+))
+
+
+def _nhwc_conv_compute(inputs, attrs, out_types):
+    x, w = inputs
+    s, _, oc, part = (as_int(d) for d in w.shape)
+    n = as_int(x.shape[0])
+    column, (oh, ow) = column_reader(x, attrs, channels_last=True)
+    cols = te.compute((s, n, oh * ow, part), lambda p, b, q, k: column(b, p * part + k, q), name="cols", tag=COLUMNS)
+    r = te.reduce_axis((0, part), name="q")
+    acc = te.compute((s, n, oh * ow, oc), lambda p, b, q, o: te.sum(
+        cast("float32", cols[p, b, q, r]) * cast("float32", w[p, 0, o, r]), axis=r), name="partials")
+    return [te.compute((s, n, oh, ow, oc), lambda p, b, y, z, o: acc[p, b, y * ow + z, o], name="conv_partials")]
+
+
+register(OpDef(
+    name="conv2d_nhwc_gemm_partials",
+    infer=lambda types, attrs: _infer_conv(types, attrs, "conv2d_nhwc_gemm"),
+    reference=lambda inputs, attrs: _conv_reference(inputs, attrs, "conv2d_nhwc_gemm"),
+    compute=_nhwc_conv_compute,
+    pattern="opaque",
+    attrs=COLUMN_ATTRS,
+    num_inputs=(2, 2),
+    doc="Split-K's partial sums of a channels-last convolution: out[s] = im2col(x)[part s] @ w[s]^T, NHWC.",
     takes_prologue=False,
 ))
 

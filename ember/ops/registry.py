@@ -56,9 +56,10 @@ class OpDef:
     # its compute sizes a packed layout to whole vectors: it reads attrs["lanes"] (fp32 lanes),
     # which the kernel's target binds (ember.schedules.apply), never a node's attribute
     lanes: bool = False
-    # a GPU kernel whose compute sizes its tiles to the shared memory a block of the target's GPU may
-    # opt in to: it reads attrs["shared_opt_in"] (bytes, ember.target.GPU), which the kernel's target binds
-    opt_in: bool = False
+    # a GPU kernel whose compute chooses its Tensor Core intrinsic by the target GPU's architecture and
+    # sizes its tiles to the shared memory a block of it may opt in to: it reads attrs["gpu_arch"] and
+    # attrs["shared_opt_in"] (bytes; ember.target.GPU), which the kernel's target binds
+    gpu_facts: bool = False
     # an elementwise producer of its inputs may be inlined into its kernel (fusion's prologue).
     # False where the compute reads each input element many times (a convolution: once per
     # output-channel block and kernel tap), so that an inlined prologue (a GELU, a batch norm's

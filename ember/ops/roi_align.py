@@ -7,7 +7,8 @@ outside the image counts 0; one up to a pixel outside reads the edge. As ONNX's 
 takes the largest of the four weighted corners of each sample, not the interpolated value.
 
 The grid is sampling_ratio samples per bin axis: ONNX's sampling_ratio=0 (ceil(roi size / bins),
-from the data) is the converter's to refuse. Pattern `opaque`: every output element gathers its
+from the data) is the converter's to refuse. A batch index outside the images (negative ones count
+from the end) is an IndexOutOfRangeError at run time. Pattern `opaque`: every output element gathers its
 samples from positions read from rois.
 """
 
@@ -18,8 +19,8 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import as_int, cast, max_, min_
-from .common import check_float, te_shape
+from ..tir.expr import as_int, cast, checked_index, max_, min_
+from .common import check_float, checked_indices, te_shape
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 MODES = ("avg", "max")
@@ -61,6 +62,7 @@ def _corners(coord, size: int, to_int, to_float, lo, select):
 
 def _reference(inputs, attrs):
     x, rois, indices = inputs
+    indices = checked_indices("roi_align", indices, x.shape[0])
     h, w = x.shape[2:]
     g, oh, ow = attrs["sampling_ratio"], attrs["output_height"], attrs["output_width"]
     out = np.zeros((rois.shape[0], x.shape[1], oh, ow), np.float64)
@@ -106,7 +108,7 @@ def _compute(inputs, attrs, out_types):
         outside = te.any(y < -1.0, y > float(h), xx < -1.0, xx > float(w))
         yl, yh, ly = _corners(max_(y, 0.0), h, to_int, to_float, min_, te.if_then_else)
         xl, xh, lx = _corners(max_(xx, 0.0), w, to_int, to_float, min_, te.if_then_else)
-        b = min_(max_(to_int(indices[r]), 0), x.shape[0] - 1)
+        b = checked_index(indices[r], x.shape[0])
         corners = [(1.0 - ly) * (1.0 - lx) * to_float(x[b, c, yl, xl]), (1.0 - ly) * lx * to_float(x[b, c, yl, xh]),
                    ly * (1.0 - lx) * to_float(x[b, c, yh, xl]), ly * lx * to_float(x[b, c, yh, xh])]
         value = corners[0] + corners[1] + corners[2] + corners[3] if attrs["mode"] == "avg" else max_(

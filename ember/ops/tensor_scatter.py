@@ -1,7 +1,9 @@
 """tensor_scatter(cache, update, write_indices?; axis=-2, mode="linear"): ONNX TensorScatter, the
 key/value cache update of a decoder: the cache with, for each batch entry b (axis 0), the
 update's entries along `axis` written from position write_indices[b] on (0 when left out);
-"circular" wraps the positions around the cache's length (a sliding-window cache).
+"circular" wraps the positions around the cache's length (a sliding-window cache), the last row
+written to a place kept where the update is longer than the cache (ONNX's reference stores them in
+order).
 
 One kernel (a te.extern): the cache copied to the output, a plain copy (rows in parallel, the
 last axis vectorized: as fast as memcpy), then the update's rows stored at their positions (a
@@ -109,7 +111,9 @@ def _update(ins: list[Buffer], out: Buffer, attrs) -> Stmt:
         if attrs["mode"] == "circular":
             at = (at % length + length) % length
         store = BufferStore(out, update[tuple(i)], (*i[:axis], at, *i[axis + 1:]))
-        return store if attrs["mode"] == "circular" else IfThenElse(all_(at >= 0, at < length), store)
+        if attrs["mode"] == "circular":  # only the last `length` rows: an update longer than the cache (symbolic)
+            return IfThenElse(j + length >= update.shape[axis], store)  # wraps, its later rows kept, and the rows'
+        return IfThenElse(all_(at >= 0, at < length), store)  # parallel stores must not race for a place
 
     return seq(copy, nest(update.shape, row))
 

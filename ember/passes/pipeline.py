@@ -47,6 +47,7 @@ from ..target import Target
 from .algebraic import simplify
 from .bf16_convs import bf16_convs
 from .bf16_weights import bf16_weights
+from .channels_last import channels_last
 from .conv_gemm import conv_gemm
 from .cse import cse
 from .dce import dce
@@ -86,8 +87,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
                                                    quantize_rows, bf16_weights, fp16_activations, bf16_activations,
-                                                   tf32_products, conv_gemm, pad_gemv, split_k, split_reduce, layout,
-                                                   pack_weights,
+                                                   tf32_products, channels_last, conv_gemm, pad_gemv, split_k,
+                                                   split_reduce, layout, pack_weights,
                                                    winograd, gather_patches, bf16_convs, dce)}
 
 # passes that read the target (ember.target.Target; None: C on this machine): quantize_rows puts a
@@ -105,9 +106,10 @@ LAYOUT_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": (), "bf16": ("bf16_conv
 # a GPU's (Backend.precisions): activations and weights stored in half precision (products on
 # Tensor Cores, convolutions as implicit GEMMs); tf32 changes no value's type, its products read
 # their operands rounded to tf32; fp32's and tf32's convolutions are implicit GEMMs on CUDA cores
-GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": ("conv_gemm",), "tf32": ("tf32_products", "conv_gemm"),
-                                              "fp16": ("fp16_activations", "conv_gemm"),
-                                              "bf16": ("bf16_activations", "conv_gemm")}
+GPU_PRECISIONS: dict[str, tuple[str, ...]] = {"fp32": ("channels_last", "conv_gemm"),
+                                              "tf32": ("tf32_products", "channels_last", "conv_gemm"),
+                                              "fp16": ("fp16_activations", "channels_last", "conv_gemm"),
+                                              "bf16": ("bf16_activations", "channels_last", "conv_gemm")}
 # the passes that keep a graph's fp32 results (within reassociation): all but a lower precision's
 FP32_PASSES = tuple(sorted(set(PASSES) - {p for table in (PRECISIONS, LAYOUT_PRECISIONS, GPU_PRECISIONS)
                                           for passes in table.values() for p in passes}))

@@ -9,7 +9,9 @@ read from how it is made, so that fold_attention drops it as it drops a constant
     less_equal(cols, rows)              cols and rows one arange(n) on the last axis and the one
                                         before it: key j for query i when j <= i (a prefill's;
                                         also as less_equal(sub(cols, rows), 0), onnxscript's
-                                        causal attention)
+                                        causal attention; also with one constant c added to
+                                        both, as torch's trace of transformers' GPT-2 prefill
+                                        writes them: cache_position = 0 + arange(seq))
 
 each of its operands under unsqueezes and reshapes that only add unit axes, the mask itself under
 an expand that leaves its last two axes (torch's attention mask broadcast to the batch). A mask
@@ -27,6 +29,7 @@ from .. import dims
 from ..graph.core import Value
 
 ALL, CAUSAL = "all", "causal"
+MAX_SHIFT = 2**62  # a constant added to both positions: far from int64's overflow
 
 
 def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
@@ -43,14 +46,14 @@ def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
     zero = constants.get(b.name) if b.node is None else None
     if a.node is not None and a.node.op == "sub" and zero is not None and zero.size == 1 and not zero.any():
         a, b = a.node.inputs
-    (cols, (_, col_most)), (rows, (row_least, _)) = _shifted(a, constants), _shifted(b, constants)
+    (cols, col_shift), (rows, row_shift) = _shifted(a, constants), _shifted(b, constants)
     if cols is None or rows is None or not _counts(cols):
         return None
     length = cols.node.attrs["length"]
-    if rows.node.op == "size" and _at_most(dims.add(length, col_most - 1 - row_least), rows.node.attrs["dim"]):
+    if rows.node.op == "size" and _at_most(dims.add(length, col_shift[1] - 1 - row_shift[0]), rows.node.attrs["dim"]):
         return ALL
-    if _unit_axes_of(a).node.op == "add" or _unit_axes_of(b).node.op == "add":
-        return None
+    if col_shift != row_shift or col_shift[0] != col_shift[1] or abs(col_shift[0]) > MAX_SHIFT:
+        return None  # (one constant added to both sides shifts nothing)
     if _counts(rows) and rows.node.attrs["length"] == length and _from_right(a, length) == 1 \
             and _from_right(b, length) == 2:
         return CAUSAL

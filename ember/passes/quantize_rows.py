@@ -9,7 +9,10 @@
     gemm_nbits(x, codes, ...; act="auto") -> gemm_nbits(x, *quantize_rows(x), codes, ...; act="int8")
 
   vpdpbusd multiplies 64 bytes a vector instruction where the float32 path dequantizes each code
-  to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do;
+  to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do.
+  Constant codes are packed here once in the products' layout (packed=True:
+  ember.tir.nbits.pack_vnni: int8's in vpdpbusd's order, int4's nibbles in that order's two
+  halves, and each group's column sums), which every call would otherwise repack and sum;
 - a decode step (M static below GEMM_NBITS_STREAM): x quantized per group to int8 by
   quantize_groups (llama.cpp's Q8_0; the group ember.tir.nbits.row_group's: the weights', or for
   int8 per channel 32), the codes times its bytes in int32 per group (act
@@ -27,7 +30,7 @@ import functools
 from ..graph.core import Graph, Node, Value
 from ..ops.gemm_nbits import QUANTIZE_BLOCK
 from ..target import Target
-from ..tir.nbits import row_group
+from ..tir.nbits import pack_vnni, row_group
 from ..tir.routines import GEMM_NBITS_STREAM
 from .rewrite import Rewriter, rebuild
 
@@ -61,5 +64,12 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], gemv: bool, done: dict)
     key = (x.name, op, attrs.get("group"))
     if key not in done:
         done[key] = rw.emit(op, [x], attrs, hint=f"{node.name}_rows")
-    return rw.emit("gemm_nbits", [x, *done[key], *ins[1:]], {**node.attrs, "act": act}, hint=node.name,
+    weights, packed = list(ins[1:]), {}
+    codes = rw.constant_data(weights[0])
+    if act == "int8" and codes is not None:
+        bits, group, offsets = node.attrs["bits"], node.attrs["group"], node.attrs["offsets"]
+        weights[0] = rw.derived(("vnni", weights[0].name, group, offsets),
+                                lambda: pack_vnni(codes, bits, group, offsets), hint=f"{weights[0].name}_vnni")
+        packed = {"packed": True}
+    return rw.emit("gemm_nbits", [x, *done[key], *weights], {**node.attrs, "act": act, **packed}, hint=node.name,
                    out_names=[node.outputs[0].name])

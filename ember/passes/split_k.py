@@ -21,7 +21,9 @@ walk a K of C*9 taps), half or float32, is split over parts of its taps the same
     conv2d_gemm(x, W, b?)  ->  cast?(sum_partials(conv2d_gemm_partials(x, W')) [+ float32(b)])
 
 W' (S, 1, OC, Q/S) for a convolution, the weights (OC, Q) cut into parts of the taps; the cast to
-the half type is the one the product's epilogue made (none for float32).
+the half type is the one the product's epilogue made (none for float32). A channels-last one
+(conv2d_nhwc_gemm, ember.passes.channels_last) likewise, its partials (S, N, OH, OW, OC), the
+bias along their last axis.
 """
 
 from __future__ import annotations
@@ -32,16 +34,18 @@ from ..graph.core import Graph, Node
 from .conv_gemm import HALF
 from .rewrite import Rewriter, rebuild
 
+CONVOLUTIONS = ("conv2d_gemm", "conv2d_nhwc_gemm")  # implicit GEMMs, NCHW and channels-last (ember.ops.conv_gemm)
+
 
 def split_k(graph: Graph, target=None) -> Graph:
     splits_of = getattr(getattr(target, "backend", None), "k_splits", None)
-    if splits_of is None or not any(n.op in ("gemm", "conv2d_gemm") for n in graph.nodes):
+    if splits_of is None or not any(n.op in ("gemm", *CONVOLUTIONS) for n in graph.nodes):
         return graph  # (the pipeline reports it unchanged)
     return rebuild(graph, lambda rw, node, inputs: _split(rw, node, inputs, graph, splits_of, target))
 
 
 def _split(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, target):
-    if node.op == "conv2d_gemm":
+    if node.op in CONVOLUTIONS:
         return _split_conv(rw, node, inputs, graph, splits_of, target)
     a = node.attrs
     if (node.op != "gemm" or a["trans_a"] or a["b_panels"] or a["tf32"] or a["alpha"] != 1.0
@@ -76,15 +80,15 @@ def _split_conv(rw: Rewriter, node: Node, inputs, graph: Graph, splits_of, targe
     w, bias = node.inputs[1], node.inputs[2] if len(node.inputs) == 3 else None
     if not graph.is_constant(w) or (bias is not None and not graph.is_constant(bias)):
         return None
-    weights = graph.constants[w.name]  # (OC, C*KH*KW)
-    (oc, q), (n, _, oh, ow) = weights.shape, node.outputs[0].type.shape
-    splits = splits_of(oc, n * oh * ow, q, target)  # (the images as more positions)
+    weights = graph.constants[w.name]  # (OC, C*KH*KW), or (OC, KH*KW*C) channels-last
+    (oc, q), positions = weights.shape, int(np.prod(node.outputs[0].type.shape)) // weights.shape[0]
+    splits = splits_of(oc, positions, q, target)  # (the images as more positions)
     if splits < 2:
         return None
     weights = weights.reshape(oc, splits, q // splits).transpose(1, 0, 2)[:, None]  # (S, 1, OC, Q/S)
     parts = rw.constant(np.ascontiguousarray(weights), f"{w.name}.parts")
-    (partials,) = rw.emit("conv2d_gemm_partials", [inputs[0], parts], node.attrs, hint=f"{node.name}_partials")
-    return _summed(rw, node, partials, graph, bias, (oc, 1, 1))
+    (partials,) = rw.emit(f"{node.op}_partials", [inputs[0], parts], node.attrs, hint=f"{node.name}_partials")
+    return _summed(rw, node, partials, graph, bias, (oc,) if node.op == "conv2d_nhwc_gemm" else (oc, 1, 1))
 
 
 def _summed(rw: Rewriter, node: Node, partials, graph: Graph, bias, bias_shape):

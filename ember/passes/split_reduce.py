@@ -7,7 +7,8 @@ output) uses one multiprocessor of the GPU's:
     max(x)   ->  max(reduce_parts(...; "max", parts))                      (prod and min alike)
 
 parts = PARTS_PER_SM blocks a multiprocessor of the target's (two waves), each reducing a
-contiguous range of x into a float32 partial (ember.ops.reduce_parts), then one block reduces
+contiguous range of x into a partial in x's accumulation dtype (ember.ops.reduce_parts: float32
+for half, float64 for float64), then one block reduces
 the partials in their order: the same input gives the same bits (no atomics, no last-block-done
 scheme, whose order of arrival would not). Static sizes of at least LARGE elements are split,
 and symbolic ones (but mean, which needs its count static) whose static dimensions alone
@@ -49,8 +50,8 @@ def _split(rw: Rewriter, node: Node, inputs: list[Value], parts: int) -> list[Va
     (value,) = rw.emit("reduce_parts", [flat], {"kind": KINDS[node.op], "parts": parts}, hint=f"{node.name}_partials")
     steps = [(KINDS[node.op], [], {})]  # the partials' reduction, then what makes it the node's result
     if node.op == "mean":
-        steps.append(("div", [rw.constant(np.array(n, np.float32))], {}))
-    if x.type.dtype != "float32":
+        steps.append(("div", [rw.constant(np.array(n, value.type.dtype))], {}))
+    if x.type.dtype != value.type.dtype:
         steps.append(("cast", [], {"dtype": x.type.dtype}))
     if out.type.shape:  # (keepdims)
         steps.append(("reshape", [], {"shape": out.type.shape}))

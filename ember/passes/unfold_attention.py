@@ -97,7 +97,7 @@ def _warps(q: Value, k: Value, v: Value, gpu: GPU) -> int | None:
     otherwise, and for the other kernels."""
     dtypes = {x.type.dtype for x in (q, k, v)}
     *batch, length, e = q.type.shape
-    if choose(q.type.dtype if len(dtypes) == 1 else None, e, v.type.shape[-1], gpu.shared_opt_in) != "mma" \
+    if choose(q.type.dtype if len(dtypes) == 1 else None, e, v.type.shape[-1], gpu) != "mma" \
             or not all(isinstance(d, int) for d in (*batch, length)):
         return None
     return mma.warps_for(math.prod(batch), length, gpu.multiprocessors)

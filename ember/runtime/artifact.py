@@ -127,11 +127,7 @@ def save_artifact(model, path: str | Path, needed_only: bool = True, weights_has
     if folder.exists() and not folder.is_dir():
         raise ArtifactError(f"cannot save the model to {folder}: it is a file")
     folder.mkdir(parents=True, exist_ok=True)
-    if not model.library.path.is_file():  # (the process runs its mapped copy, but the bytes to save are gone)
-        raise ArtifactError(f"cannot save the model: its library {model.library.path} was removed from the cache "
-                            f"folder (least recently used past EMBER_CACHE_LIMIT: `ember cache`, or by hand); "
-                            f"compile the model again, then save it")
-    library = read_checked(model.library.path, model.library.digest, "the model that loaded it")
+    library = read_checked(model.library.on_disk(), model.library.digest, "the model that loaded it")
     files = {"library": _write(folder, LIBRARY, library),
              "source": _write(folder, SOURCE, model.source.encode()) if model.source is not None else None}
     graph = model.graph

@@ -30,8 +30,9 @@ import mmap
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -101,11 +102,25 @@ class Digest:
 @dataclass(frozen=True)
 class Library:
     """A loaded shared library: `handle` (ctypes), the content-addressed `path` it was loaded
-    from, and the `digest` of its bytes."""
+    from, the `digest` of its bytes, and `kept`, that copy open for reading: a trim of the cache
+    (ember.runtime.disk_cache) or a hand may remove the file while the library is loaded, and
+    saving the model needs its bytes (`on_disk` writes the copy back from it). One descriptor
+    a loaded model, closed with it."""
 
     path: Path
     digest: Digest
     handle: ctypes.CDLL
+    kept: int | None = field(default=None, compare=False, repr=False)  # (a file descriptor)
+
+    def on_disk(self) -> Path:
+        """`path`, written back from `kept` (its bytes checked against `digest`) where the file
+        left the cache folder since the library was loaded."""
+        if not self.path.is_file() and self.kept is not None:
+            data = os.pread(self.kept, self.digest.size + 1, 0)
+            if len(data) != self.digest.size or Digest.of(data, self.digest.algorithm) != self.digest:
+                raise ArtifactError(f"the library loaded from {self.path} no longer has the bytes it was loaded with")
+            _content_copy(data, self.digest)
+        return self.path
 
 
 Aligned = tuple[int, Callable[[bytes], int]]  # (alignment, the offset to align, from the file's first 8 bytes)
@@ -206,10 +221,18 @@ def open_library(path: str | Path, digest: Digest | None = None, recorded_in: st
     digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
     copy = _content_copy(data, digest)
     try:
+        kept = os.open(copy, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # (just touched or written: a trim leaves
+        # it to this process)
+    except OSError as e:
+        raise ArtifactError(f"cannot read {copy} ({e.strerror or e})") from None
+    try:
         handle = openmp.load(lambda: ctypes.CDLL(str(copy)))
     except OSError as e:
+        os.close(kept)
         raise ArtifactError(f"{path} is not a loadable shared library ({e})") from None
-    return Library(copy, digest, handle)
+    library = Library(copy, digest, handle, kept)
+    weakref.finalize(library, os.close, kept)
+    return library
 
 
 def _content_copy(data: bytes, digest: Digest) -> Path:

@@ -324,7 +324,8 @@ class CompiledModel:
                                          f"{'inf' if hi is None else hi}] model {self.name} was compiled for "
                                          "(torch.export.Dim's min and max; at least 1 for an axis that an "
                                          "operator such as ArgMax needs nonempty; at most a static table's "
-                                         "length that an ONNX Slice takes up to it)")
+                                         "length that an ONNX Slice takes up to it, at least the bounds "
+                                         "an ONNX Slice of the axis takes)")
                 elif symbols[want] != got:
                     raise ShapeError(f"{where} is {got}, but {source[want]} is {symbols[want]} and both are "
                                      f"{want!r}")

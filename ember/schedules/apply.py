@@ -2,8 +2,9 @@
 types, its compute, and its schedule from the target's family (ember.schedules.<target.schedules>,
 e.g. ember.schedules.cpu.schedule_for: the operator's own, or the default for its pattern kind).
 An operator whose compute sizes a packed layout to whole vectors (OpDef.lanes) gets the target's
-fp32 lanes as its attribute "lanes", a GPU kernel sized to the shared memory a block may opt in to
-(OpDef.opt_in) the target GPU's as "shared_opt_in"; the schedules get the target.
+fp32 lanes as its attribute "lanes", a GPU kernel chosen by the GPU's architecture and sized to the
+shared memory a block may opt in to (OpDef.gpu_facts) the target GPU's as "gpu_arch" and
+"shared_opt_in"; the schedules get the target.
 
 `group_kernel` does the same for a fused group of operator applications (ember.passes.fuse): the
 nodes' computes chained on each other's te tensors, every intermediate inlined, and the schedule
@@ -51,15 +52,15 @@ def family(target: Target):
 
 def compute(op: OpDef, inputs: list[Tensor], attrs: Attrs, out_types: list[TensorType], target: Target) -> list[Tensor]:
     """The output tensors of `op`'s compute (the target family's own where it writes one:
-    Family.computes), given the target's lanes and GPU's opt-in shared memory when it asks
-    (OpDef.lanes, OpDef.opt_in)."""
+    Family.computes), given the target's lanes and GPU's architecture and opt-in shared memory
+    when it asks (OpDef.lanes, OpDef.gpu_facts)."""
     if op.lanes:
         attrs = Attrs({**attrs, "lanes": target.lanes("float32")})
-    if op.opt_in:
+    if op.gpu_facts:
         if target.gpu is None:
             raise ScheduleError(f"{op.name} is a GPU kernel: target {target.kind!r} has no GPU to size it to; "
                                 f"compile it for 'cuda'")
-        attrs = Attrs({**attrs, "shared_opt_in": target.gpu.shared_opt_in})
+        attrs = Attrs({**attrs, "gpu_arch": target.gpu.arch, "shared_opt_in": target.gpu.shared_opt_in})
     return list(family(target).compute_for(op)(inputs, attrs, out_types))
 
 

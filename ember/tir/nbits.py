@@ -15,6 +15,18 @@ row and a thread reads whole panels:
            Q4_0) w = scales[g, n] * (q - 8); with offsets (GPTQ/AWQ's zero points z, stored as
            offsets = -scales * z) w = scales[g, n] * q + offsets[g, n]
 
+A prefill's int8 products (gemm_nbits' act "int8", packed: ember.passes.quantize_rows) read the
+codes packed once more, at compile time, as vpdpbusd reads them, and each group's column sums:
+
+    int8   codes  (N' / 32, K + 4 K / G, 32) int8 (G = K for group 0): a panel's (K, 32) codes in
+           vpdpbusd's order, byte (k / 4) * 128 + c * 4 + k % 4 = q[k, c] (four consecutive k of a
+           column in one 32-bit lane), then per group of G rows the int32 128 x sum_k q[k, c] of
+           each column (xq's offset, taken off the products' sums: ember.codegen.c_gemm_nbits_vnni)
+    int4   codes  (N' / 32, K + 8 K / G, 16) uint8: byte (k / 4) * 64 + j holds q[k, j / 4] in its
+           low nibble and q[k, 16 + j / 4] in its high one, k = 4 (k / 4) + j % 4 (the nibbles are
+           then the int8 layout's two halves of 64 bytes, a mask and a shift apart), then per group
+           the int32 128 x sum_k q'[k, c] of each column, q' = q - 8 (symmetric) or q (offsets)
+
 The dequantization is float32 arithmetic in this order, which the kernels fold into their sums
 (ember.codegen.c_gemm_nbits) and which GGUF's Q8_0 and Q4_0 blocks define.
 """
@@ -68,10 +80,44 @@ def pack_int4(q: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(p[..., :PANEL // 2] | (p[..., PANEL // 2:] << 4))
 
 
+def pack_vnni(codes: np.ndarray, bits: int, group: int, offsets: bool = False) -> np.ndarray:
+    """Panels (int8: (N' / 32, K, 32); int4: (N' / 32, K, 16)) as the int8 products read them (the
+    module doc's packed layout; int4's sums of q - 8 unless `offsets`)."""
+    p, k, width = codes.shape
+    q = (unpack_panels(codes, 4).astype(np.int16) - (0 if offsets else 8)) if bits == 4 else codes
+    rows = group or k
+    sums = 128 * q.reshape(p, k // rows, rows, PANEL).sum(axis=2, dtype=np.int32)
+    if bits == 8:
+        order = codes.reshape(p, k // 4, 4, width).transpose(0, 1, 3, 2).reshape(p, k, width)
+    else:  # int8's order of 4 rows of 32 columns as two halves of 64 bytes: the low nibbles, the high ones
+        quads = unpack_panels(codes, 4).reshape(p, k // 4, 4, PANEL).transpose(0, 1, 3, 2).reshape(p, k // 4, 2, 64)
+        order = (quads[:, :, 0] | (quads[:, :, 1] << 4)).astype(np.uint8).reshape(p, k, width)
+    return np.ascontiguousarray(np.concatenate([order, sums.view(codes.dtype).reshape(p, -1, width)], axis=1))
+
+
+def unpack_vnni(packed: np.ndarray, bits: int, k: int) -> np.ndarray:
+    """The panels (ember.tir.nbits' layout) of packed ones (pack_vnni's codes, without the sums)."""
+    p, _, width = packed.shape
+    quads = packed[:, :k].reshape(p, k // 4, 1, 4 * width)
+    if bits == 4:
+        quads = np.concatenate([quads & 15, quads >> 4], axis=2)
+    q = quads.reshape(p, k // 4, PANEL, 4).transpose(0, 1, 3, 2).reshape(p, k, PANEL)
+    return np.ascontiguousarray(q if bits == 8 else q[..., :width] | (q[..., width:] << 4))
+
+
+def vnni_rows(k: int, group: int, bits: int) -> int:
+    """Rows of a packed panel: the codes' K and those of each group's 32 int32 column sums."""
+    return k + (4 if bits == 8 else 8) * (k // (group or k))
+
+
+def unpack_panels(codes: np.ndarray, bits: int) -> np.ndarray:
+    """(N' / 32, K, 32) codes of packed panels, int4's 0..15 as uint8 (int8's as they are)."""
+    return np.concatenate([codes & 15, codes >> 4], axis=-1) if bits == 4 else codes
+
+
 def unpack(codes: np.ndarray, bits: int) -> np.ndarray:
     """The (K, N') codes of packed panels (int8, or int4's 0..15 as uint8)."""
-    if bits == 4:
-        codes = np.concatenate([codes & 15, codes >> 4], axis=-1)
+    codes = unpack_panels(codes, bits)
     return codes.transpose(1, 0, 2).reshape(codes.shape[1], -1)
 
 

@@ -14,6 +14,7 @@ from ember import te
 from ember.cuda import schedules
 from ember.cuda.vectors import lane_uniform, vector_loop
 from ember.errors import ArgumentTypeError
+from ember.target import GPU
 from ember.tir.arith import simplify
 from ember.tir.expr import Buffer, BufferLoad, Var, binary, const
 from ember.tir.expr_functor import substitute, uses_var
@@ -164,7 +165,7 @@ def test_floor_division_by_a_power_of_two_is_a_shift_and_a_mask():
     from ember.cuda.codegen import CUDARenderer
     from ember.runtime.build import build_library
 
-    renderer = CUDARenderer()
+    renderer = CUDARenderer(GPU())
     renderer._name = lambda v: v.name
     renderer._nonnegative_vars, renderer._helpers = set(), {}  # (x may be negative: no plain `/`, `%`)
     lines = []

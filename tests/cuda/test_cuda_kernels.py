@@ -9,6 +9,7 @@ from gpu_kernels import gpu_missing, needs_gpu, needs_nvrtc
 
 import ember
 from ember.errors import DeviceError
+from ember.target import GPU
 
 RNG = np.random.default_rng(7)
 CASES = {
@@ -177,7 +178,7 @@ def test_indices_are_int_unless_a_buffer_holds_2_to_the_31_elements():
 
     for n, index in ((1 << 20, "int"), (1 << 31, "int64_t")):
         s, args, _ = kernels.elementwise(n, threads=256)
-        source = CUDARenderer().render_unit(ember.lower(s, args, target="cuda"))
+        source = CUDARenderer(GPU()).render_unit(ember.lower(s, args, target="cuda"))
         assert f"const {index} i_0_0 = blockIdx.x;" in source and f"const {index} i_0_1 = threadIdx.x;" in source
 
 

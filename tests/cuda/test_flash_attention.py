@@ -103,7 +103,7 @@ def test_launch_bounds_fit_a_thread_in_128_registers_without_spills(warps, bound
     types = [TensorType((1, 2, 40, 64), "float16")] * 3 + [TensorType((1, 1, 1, 40), "float16")]
     f = build_op("flash_attention", types, {"warps": warps}, target=Target("cuda", simulate=True)).kernel
     assert f"__launch_bounds__({bounds})" in f.source and f.block == (32, warps, 1)
-    (used,) = resources(f.source).values()
+    (used,) = resources(f.source, f.arch).values()
     assert used.spill_stores == used.spill_loads == 0 and (warps == 1 or used.registers <= 128)
     symbolic = [TensorType(("b", 2, "l", 64), "float16")] * 3  # (bounded, they would spill 8 to 16 bytes)
     f = build_op("flash_attention", symbolic, {"warps": warps}, target=Target("cuda", simulate=True)).kernel

@@ -134,6 +134,6 @@ def test_flash_attention_sizes_its_tiles_to_the_targets_opt_in_shared_memory():
     assert mma.config("float16", 128, 128, GPU.of("sm_75").shared_opt_in) == (4, 32, True)  # 51 KiB of 64
     assert mma.config("float16", 128, 128, 48 * 1024) is None
     assert _key_tile(Target("cuda", simulate=True)) == 64 * 136  # (rows padded by 8 halves)
-    assert _key_tile(Target("cuda", simulate=True, gpu=GPU.of("sm_75"))) == 32 * 136
+    assert _key_tile(Target("cuda", simulate=True, gpu=GPU.of("sm_80", shared_opt_in=64 * 1024))) == 32 * 136
     with pytest.raises(ScheduleError, match="flash_attention is a GPU kernel: target 'c' has no GPU"):
         _key_tile(Target("c"))

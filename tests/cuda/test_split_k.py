@@ -59,7 +59,8 @@ def test_a_half_convolution_that_leaves_the_gpu_idle_is_split_its_epilogue_after
     model, x = _Residual().eval(), torch.randn(1, 64, 4, 4)
     cm = ember.compile(model, (x,), target=Target("cuda", simulate=True), precision="fp16")
     ops = [k.ops for k in cm.kernels]
-    assert ("conv2d_gemm_partials",) in ops and ("conv2d_gemm",) in ops  # (the 1x1's K of 64: one pass)
+    # channels-last (ember.passes.channels_last); the 1x1's K of 64: one pass
+    assert ("conv2d_nhwc_gemm_partials",) in ops and ("conv2d_nhwc_gemm",) in ops
     assert ("sum_partials", "add", "cast", "add", "relu", "cast") in ops  # bias, cast, residual, ReLU fused
     with torch.no_grad():
         ref = model(x).numpy()

@@ -10,8 +10,10 @@ import pytest
 from gpu_kernels import needs_nvrtc
 
 import ember
+from ember.graph import Graph
 from ember.graph.core import TensorType
 from ember.ops.bits import round_tf32
+from ember.ops.nodes import add_op
 from ember.ops.registry import infer_types
 from ember.schedules.apply import node_kernel
 from ember.schedules.gpu import product_choices
@@ -92,6 +94,28 @@ def test_a_measured_choice_overrides_the_rules(monkeypatch):
     monkeypatch.setitem(product_choices.SPLITS, (512, 49, 4608), 4)
     assert tensor_core_tiles(4, 512, 49, 1152) == tiles and splits_for(1, 512, 49, 4608) == 4
     assert splits_for(1, 256, 196, 2304) == 3  # (the rules for the others)
+
+
+def test_a_choice_changed_at_run_time_is_another_kernel_never_a_stale_one(monkeypatch, tmp_path):
+    """product_choices' entries in force are part of a GPU kernel's keys (ember.lowering's, in the
+    process and on disk), so a model compiled again under another entry gets the entry's tiles."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    g = Graph()
+    a, b = g.add_input("a", TensorType((64, 32), "float16")), g.add_input("b", TensorType((32, 64), "float16"))
+    g.set_outputs(add_op(g, "matmul", [a, b]))
+    target = Target("cuda", simulate=True)
+    rules = ember.compile(g, target=target).source
+    with monkeypatch.context() as m:
+        m.setitem(product_choices.TILES, (1, 64, 64, 32), {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32,
+                                                           "stages": 2})
+        assert product_choices.changed()
+        cm = ember.compile(g, target=target)
+        x, y = _h(64, 32), _h(32, 64)
+        want = x.astype(np.float64) @ y
+        np.testing.assert_allclose(cm(x, y).astype(np.float64), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+    # the rules' 32x32 block of 2 warps, the entry's 64x64 of 4
+    assert "__launch_bounds__(64)" in rules and "__launch_bounds__(128)" in cm.source
+    assert not product_choices.changed() and ember.compile(g, target=target).source == rules
 
 
 SYMBOLIC = {  # name: (operator, input types, attributes, the inputs at a size)

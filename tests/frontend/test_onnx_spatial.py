@@ -18,8 +18,10 @@ from onnx.reference import ReferenceEvaluator
 from test_onnx_added_ops import one_node, rand
 
 import ember
+from ember.errors import IndexOutOfRangeError
 from ember.frontend.onnx import import_onnx
 from ember.frontend.torch import import_module
+from ember.target import Target
 from ember.testing import assert_close
 
 RNG = np.random.default_rng()
@@ -168,7 +170,7 @@ def test_roi_align_compiled(attrs):
 
 def test_roi_align_over_symbolic_counts_compiled():
     """A symbolic number of images and of boxes (a detector's proposals): one compiled model
-    called with two of each, the box's image index clamped to the images there are."""
+    called with two of each."""
     node = helper.make_node("RoiAlign", ["x", "rois", "indices"], ["y"], output_height=3, output_width=2,
                             sampling_ratio=2, spatial_scale=0.5, mode="max")
     graph = helper.make_graph([node], "roi_align", [
@@ -183,6 +185,22 @@ def test_roi_align_over_symbolic_counts_compiled():
         indices = RNG.integers(0, images, boxes).astype("int64")
         expected = ReferenceEvaluator(model).run(None, {"x": x, "rois": rois, "indices": indices})[0]
         assert_close(compiled(x, rois, indices), expected, 1e-4, 1e-5, f"{images} images, {boxes} boxes")
+
+
+@pytest.mark.parametrize("target", ["c", "python", Target("cuda", simulate=True)],
+                         ids=["c", "python", "cuda-interpreter"])
+def test_roi_align_of_an_image_index_outside_the_batch_raises(target):
+    """A box's image index outside the batch (2 of 2 images, or -3) is an IndexOutOfRangeError
+    naming it, where the kernel clamped it to the last (or first) image, a silent wrong answer;
+    -1 counts from the end, as NumPy and ONNX's reference index."""
+    x, rois = rand(2, 3, 11, 9), _rois(3, 11, 9)
+    compiled = ember.compile(one_node("RoiAlign", [x, rois, np.zeros(3, "int64")], output_height=2, output_width=2,
+                                      sampling_ratio=2), target=target)
+    for bad in (2, -3, 2**40):
+        with pytest.raises(IndexOutOfRangeError, match=f"index {bad} is out of range for an axis of size 2"):
+            compiled(x, rois, np.array([0, bad, 1], "int64"))
+    last = np.array([0, -1, 1], "int64")
+    assert_close(compiled(x, rois, last), compiled(x, rois, np.array([0, 1, 1], "int64")), 0, 0, "index -1")
 
 
 def test_roi_align_counting_samples_from_constant_rois_compiled():

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ember
 from ember.graph import Graph, TensorType
@@ -15,9 +17,11 @@ from ember.ops import OpTypeError, infer_types
 from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.plan_memory import kernel_graph
+from ember.target import Target
 from ember.testing import check_op, check_op_sizes
 
 RNG = np.random.default_rng()
+ON_GPU_INTERPRETER = Target("python", schedules="gpu")
 
 
 @pytest.mark.parametrize("mode", ["linear", "circular"])
@@ -43,6 +47,20 @@ def test_tensor_scatter_wraps_and_symbolic_lengths():
         sets.append([RNG.uniform(-1, 1, (2, past, 3)).astype("float32"), RNG.uniform(-1, 1, (2, new, 3))
                      .astype("float32"), np.array([past - 1, 2 * past + 1], "int64")])  # 2 past + 1: past the end
     check_op_sizes("tensor_scatter", types, {"axis": 1, "mode": "circular"}, sets, rtol=0, atol=0)
+
+
+@given(count=st.integers(1, 14), starts=st.lists(st.integers(-20, 20), min_size=2, max_size=2))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_circular_update_longer_than_its_cache_keeps_its_last_rows(count, starts):
+    """A symbolic update of more rows than the cache (a prompt longer than a sliding window): each
+    position wraps around several times, and the last row written there is kept (ONNX's reference,
+    its rows in order). The CPU's rows stored in parallel raced for such a position; the GPU's
+    choice per element took the first row (found on the GPU interpreter)."""
+    types = [TensorType((2, 5, 3), "float32"), TensorType((2, "new", 3), "float32"), TensorType((2,), "int64")]
+    inputs = [RNG.uniform(-1, 1, (2, 5, 3)).astype("float32"), RNG.uniform(-1, 1, (2, count, 3)).astype("float32"),
+              np.array(starts, "int64")]
+    check_op_sizes("tensor_scatter", types, {"axis": 1, "mode": "circular"}, [inputs], rtol=0, atol=0,
+                   targets=("c", "python", ON_GPU_INTERPRETER))
 
 
 def test_the_plan_writes_the_update_over_the_cache():

@@ -44,12 +44,23 @@ def _decode_mask(past="past", extra: int = 0, start: int = 0, rows_plus=None, co
     return g
 
 
-def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph | None = None) -> Graph:
+def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph | None = None,
+                  rows_plus=None, cols_plus=None) -> Graph:
     """less_equal(cols, rows) of one arange(seq), the columns on the last axis (swapped: the rows;
-    sub: as onnxscript's causal attention writes it, less_equal(sub(cols, rows), 0) over (seq, seq))."""
+    sub: as onnxscript's causal attention writes it, less_equal(sub(cols, rows), 0) over (seq, seq));
+    rows_plus and cols_plus: constants added to a second arange of the rows and to the columns' (torch's
+    trace of transformers' GPT-2 prefill: cache_position = 0 + arange(seq), one per side)."""
     g = g or Graph(name="prefill_mask")
     g.add_input("ids", TensorType((1, seq)))
     (ar,) = add_op(g, "arange", [], {"length": seq})
+    if rows_plus is not None or cols_plus is not None:
+        (second,) = add_op(g, "arange", [], {"length": seq})
+        plus = [add_op(g, "add", [x, g.add_constant(np.array(c, np.int64), f"plus_{i}")])[0] if c is not None else x
+                for i, (x, c) in enumerate(((ar, cols_plus), (second, rows_plus)))]
+        (cols,) = add_op(g, "unsqueeze", [plus[0]], {"axes": (0, 1, 2)})
+        (rows,) = add_op(g, "unsqueeze", [plus[1]], {"axes": (0, 1, 3)})
+        g.outputs = add_op(g, "less_equal", [cols, rows])
+        return g
     if sub:
         (rows,) = add_op(g, "reshape", [ar], {"shape": (seq, 1)})
         (d,) = add_op(g, "sub", [ar, rows])
@@ -69,7 +80,12 @@ def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph 
                                                (_decode_mask, {"rows_plus": [0], "cols_plus": 0, "expand": True}, ALL),
                                                (_decode_mask, {"rows_plus": [-1]}, None),
                                                (_decode_mask, {"rows_plus": [1], "cols_plus": 1}, ALL),
-                                               (_decode_mask, {"cols_plus": 1}, None)])
+                                               (_decode_mask, {"cols_plus": 1}, None),
+                                               (_prefill_mask, {"rows_plus": 0, "cols_plus": 0}, CAUSAL),
+                                               (_prefill_mask, {"rows_plus": [3], "cols_plus": 3}, CAUSAL),
+                                               (_prefill_mask, {"rows_plus": -1, "cols_plus": 0}, None),
+                                               (_prefill_mask, {"cols_plus": 1}, None),
+                                               (_prefill_mask, {"rows_plus": [-1]}, None)])
 def test_kept_keys_as_the_mask_computes(make, options, kind):
     g = make(**options)
     assert kept_keys(g.outputs[0], g.constants) == kind
@@ -80,6 +96,13 @@ def test_kept_keys_as_the_mask_computes(make, options, kind):
         tril = np.tril(np.ones(mask.shape[-2:], bool))
         assert mask.all() == (kind == ALL)
         assert (mask.shape[-2] == mask.shape[-1] and (mask.reshape(tril.shape) == tril).all()) == (kind == CAUSAL)
+
+
+def test_prefill_mask_shifted_near_overflow_is_left_unread():
+    """arange + c on both sides with c near int64's limit: the sums could wrap, so no shift is
+    taken for nothing (the mask stays an array)."""
+    g = _prefill_mask(rows_plus=2**62 + 1, cols_plus=2**62 + 1)
+    assert kept_keys(g.outputs[0], g.constants) is None
 
 
 def test_onnxscript_causal_attention_folds_to_the_causal_kernel():

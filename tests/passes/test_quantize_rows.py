@@ -1,16 +1,20 @@
 """int8 products (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits nodes whose x
 may have many rows read it quantized by one quantize_rows per x, a decode step's (VBMI too) by one
-quantize_groups per x and group; a target without VNNI (a decode step: without VBMI) and K not a
-multiple of 32 keep the float32 path."""
+quantize_groups per x and group; a prefill's int8 and int4 codes are packed once in the products'
+layout, the graph computing what it did; a target without VNNI (a decode step: without VBMI) and K
+not a multiple of 32 keep the float32 path."""
 
 import numpy as np
+import pytest
 from pass_check import ops
 
 from ember.graph import Graph, TensorType
+from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.quantize_rows import quantize_rows
 from ember.passes.quantize_weights import WeightFormat, quantize_weights
 from ember.target import Target
+from ember.tir.nbits import unpack_vnni
 
 RNG = np.random.default_rng()
 VNNI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni")
@@ -34,6 +38,21 @@ def test_a_prefill_reads_its_rows_quantized_once_per_x():
     first, a, b = out.nodes[:3]
     assert a.inputs[1:3] == b.inputs[1:3] == first.outputs
     assert all(n.attrs["act"] == "int8" for n in out.nodes if n.op == "gemm_nbits")
+
+
+@pytest.mark.parametrize("weights,bits", [("int8", 8), ("int4", 4)])
+def test_a_prefills_codes_are_packed_once_in_the_products_layout(weights, bits):
+    before = _graph(13, weights=weights)
+    out = quantize_rows(before, VNNI)
+    products = [n for n in out.nodes if n.op == "gemm_nbits"]
+    assert all(n.attrs["packed"] for n in products)
+    olds = [n for n in before.nodes if n.op == "gemm_nbits"]
+    for old, new in zip(olds, products):
+        codes, packed = before.constants[old.inputs[1].name], out.constants[new.inputs[3].name]
+        assert np.array_equal(unpack_vnni(packed, bits, codes.shape[1]), codes)
+    x = RNG.standard_normal((13, 64)).astype(np.float32)
+    for want, got in zip(evaluate(before, x), evaluate(out, x), strict=True):
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.02  # the rows' 8-bit rounding
 
 
 def test_a_decode_step_other_targets_and_odd_k_keep_float32_rows():

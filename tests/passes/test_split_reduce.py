@@ -45,3 +45,13 @@ def test_what_stays_one_kernel():
         assert split_reduce(g, GPU_TARGET) is g or ops(split_reduce(g, GPU_TARGET)) == ops(g)
     for cpu in (Target("python"), None):
         assert ops(split_reduce(reduced("sum", (LARGE,)), cpu)) == ["sum"]
+
+
+def test_float64_partials_keep_float64():
+    """A float64 sum or product split into parts: the partials are float64 (float32 partials lost
+    all but 7 digits of a float64 sum)."""
+    for op in ("sum", "prod", "mean", "max"):
+        g = reduced(op, (LARGE + 5,), "float64")
+        out = split_reduce(g, GPU_TARGET)
+        assert next(n for n in out.nodes if n.op == "reduce_parts").outputs[0].type.dtype == "float64"
+        check_same(g, out, rtol=1e-12, atol=0)

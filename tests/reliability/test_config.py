@@ -233,7 +233,8 @@ def _valid(name: str, value) -> bool:
         case "cache_limit":
             return isinstance(value, int) and value >= 0
         case ("debug" | "print_lower" | "keep_source" | "checked" | "interpret" | "triton_debug" | "fast_call"
-              | "lowered_cache" | "cuda_graphs" | "model_cache" | "record_trace" | "tile_mma"):
+              | "lowered_cache" | "cuda_graphs" | "model_cache" | "record_trace" | "tile_mma"
+              | "tile_fragment_stores"):
             return isinstance(value, bool)
         case "cc":
             return bool(shlex.split(value))

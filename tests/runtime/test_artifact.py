@@ -14,7 +14,7 @@ import ember
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
-from ember.runtime import fastcall
+from ember.runtime import disk_cache, fastcall
 from ember.runtime.artifact import ArtifactError
 from ember.runtime.library import Digest
 from ember.runtime.model import CompiledModel
@@ -65,14 +65,25 @@ def test_save_then_load_compiles_nothing(tmp_path, cache_dir, monkeypatch):
     assert str(loaded.graph) == str(g)  # read back on first use
 
 
-def test_a_model_whose_library_left_the_cache_runs_but_cannot_be_saved(tmp_path):
+@pytest.mark.parametrize("how", ["by hand", "by a trim"])
+def test_a_model_whose_library_left_the_cache_runs_and_saves(tmp_path, cache_dir, monkeypatch, how):
+    """The library's copy removed while the model is loaded (its cache's least recently used entry,
+    trimmed by another process past EMBER_CACHE_LIMIT, or by hand): the model runs its mapped copy
+    and saves the bytes it loaded (the copy kept open), written back to the cache; a save raised
+    an ArtifactError."""
     g, ref = small_model()
     cm = compile_graph(g, name="small")
-    cm.library.path.unlink()  # (its cache's least recently used entry, removed by another process)
+    if how == "by hand":
+        cm.library.path.unlink()
+    else:
+        monkeypatch.setattr(disk_cache, "YOUNG_S", -1.0)
+        disk_cache.trim(disk_cache.root("libraries"), 0, low_water=0.0)
+    assert not cm.library.path.exists()
     x = random_array((3, 8))
     np.testing.assert_allclose(cm(x), ref(x), rtol=RTOL, atol=ATOL)
-    with pytest.raises(ArtifactError, match=r"its library .* was removed from the cache folder .*EMBER_CACHE_LIMIT"):
-        cm.save(tmp_path / "small.ember")
+    loaded = ember.load(cm.save(tmp_path / "small.ember"))
+    assert cm.library.path.is_file() and Digest.of(cm.library.path.read_bytes()) == cm.library.digest
+    np.testing.assert_array_equal(loaded(x), cm(x))
 
 
 def test_model_without_graph_keeps_weights_apart(tmp_path):

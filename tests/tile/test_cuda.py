@@ -20,7 +20,7 @@ from ember.cuda.codegen import SYNC, launch_dims
 from ember.cuda.kernel import prepare
 from ember.cuda.simt import SimtRenderer, run_grid
 from ember.errors import ArgumentTypeError, TileError
-from ember.target import as_target
+from ember.target import GPU, Target, as_target
 from ember.tir.expr import as_int
 from ember.tir.functor import stmt_children
 from ember.tir.lower import lower
@@ -41,14 +41,15 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU her
 def interpret_cuda(jit_fn, grid, bound, options, target):
     """A launch compiled for the GPU (NVRTC included) whose loop IR runs on the interpreter with
     GPU semantics, the grid's blocks as the launch gives them."""
-    launch, sources = interpret_cuda.launch, interpret_cuda.sources
-    compiled, runtime = L.prepare(jit_fn, bound, options, CUDA)
-    assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch  # an sm_90 (or the GPU's) cubin
+    launch, sources, target = interpret_cuda.launch, interpret_cuda.sources, interpret_cuda.target
+    compiled, runtime = L.prepare(jit_fn, bound, options, target)
+    assert b"ELF" in compiled.cfunc.binary[:4] and compiled.cfunc.arch == target.gpu.arch  # (sm_90 without a GPU)
     sources.append(compiled.source)
     debug = L.debug_mode(jit_fn, options)
-    spec, _ = L.specialize(jit_fn, bound, debug, CUDA, options.get("num_warps") or 4, options.get("num_stages") or 3)
-    func, _, _ = L.build_func(jit_fn, spec, debug, CUDA)
-    lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=CUDA.backend.loop_passes))
+    spec, _ = L.specialize(jit_fn, bound, debug, target, options.get("num_warps") or 4,
+                           options.get("num_stages") or 3)
+    func, _, _ = L.build_func(jit_fn, spec, debug, target)
+    lowered = prepare(lower(func, skip=("hoist_init", "compact_buffers"), passes=target.backend.loop_passes))
     check_barriers(lowered)
     dims = {**launch_dims(lowered), "blockIdx.x": grid[0] * grid[1] * grid[2]}
     thread = load_python(SimtRenderer(lowered, dims).render(), lowered)
@@ -90,8 +91,9 @@ def check_barriers(func) -> None:
 
 @pytest.fixture
 def on_cuda(monkeypatch):
-    """Launches compiled for "cuda" and interpreted; the CUDA C of each in the returned list."""
-    interpret_cuda.launch, interpret_cuda.sources = [], []
+    """Launches compiled for "cuda" (interpret_cuda.target: the default GPU's unless a test names
+    another) and interpreted; the CUDA C of each in the returned list."""
+    interpret_cuda.launch, interpret_cuda.sources, interpret_cuda.target = [], [], CUDA
     monkeypatch.setattr(compiler, "launch", interpret_cuda)
     monkeypatch.delenv("EMBER_INTERPRET", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -184,6 +186,29 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
 
 
 @needs_nvrtc
+@pytest.mark.parametrize("arch, dtype, product", [("sm_75", "float16", "wmma.mma.sync"), ("sm_75", "bfloat16", None),
+                                                  ("sm_75", "float32", None), ("sm_80", "bfloat16", "m16n8k16")])
+def test_matmul_takes_the_tensor_cores_of_the_targets_architecture(tutorials, rng, on_cuda, arch, dtype, product):
+    """tl.dot follows the target GPU (GPU.tensor_cores): on sm_75 float16 on wmma (no m16n8k16,
+    no ldmatrix), bfloat16 and TF32 on CUDA cores, its pipelined copies plain (no cp.async); on
+    sm_80 mma.sync through ldmatrix, cp.async. Each compiled by NVRTC for that architecture."""
+    interpret_cuda.target = Target("cuda", gpu=GPU.of(arch))
+    M, N, K = 37, 29, 41
+    a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
+    c = np.empty((M, N), a.dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 32) * triton.cdiv(N, 32),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
+        ACTIVATION="", num_warps=2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-5}[dtype]
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
+    (source,) = on_cuda
+    for call in ("wmma.mma.sync", "m16n8k16"):
+        assert (call in source) == (call == product)
+    assert ("ldmatrix" in source) == (product == "m16n8k16") and ("cp.async.cg" in source) == (arch == "sm_80")
+
+
+@needs_nvrtc
 def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda, monkeypatch):
     """A 64x64 block on 4 warps: a 2x2 grid of warps, each a 32x32 block of fragments (Triton's
     warpsPerCTA), four products per 16 of k from two fragments of A and two of B; the operands
@@ -214,7 +239,8 @@ def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n
     64x64 or 64x128 block (B's rows of 128 or 256 bytes), K (40) not a multiple of BLOCK_SIZE_K
     (32) and M, N not of the block (masks at the edges, on the K loop too), the operands' tiles
     unpadded and swizzled (on 128-byte lines), copied by cp.async in three stages (more than the K
-    loop's two steps); the accumulator zeroed and stored in mma's lane layout."""
+    loop's two steps); the accumulator zeroed in mma's lane layout and stored from it by the lanes
+    (epilogue.py: no float block in shared memory)."""
     monkeypatch.setenv("EMBER_TILE_MMA", "1")
     M, N, K = 50, 45, 40
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
@@ -229,14 +255,47 @@ def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n
     suffix = {"float16": "f16", "bfloat16": "bf16"}[dtype]
     assert source.count(f"ember_mma_warp_{warp}x16_{suffix}_f32(") == 1 + 1 and "wmma." not in source
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in source and "mma.sync.aligned.m16n8k16" in source
-    assert source.count("ember_mma_store(") == block_n // 16 + 1 and "cp.async.wait_group 1;" in source
+    assert "ember_mma_store(" not in source and "cp.async.wait_group 1;" in source
     assert "ember_wmma_" not in source.replace("ember_wmma_acc", "")  # (mma's fragments are wmma's type)
     assert f", 32, {block_n}, " in source  # the tiles' rows of 32 and block_n, unpadded (lda, ldb), then their offsets
-    # the store of c: a thread's 4 columns under one test of their masks, the accumulator read as a float4
-    assert source.count("const float4 accumula") == 1
+    # the store of c: each of a lane's pairs of columns (2 halves x 2 rows of each of its warp's tiles) one
+    # store of both under one test of their masks, from its floats of the fragments
+    tiles = {"32x32": 4, "64x32": 8}[warp]
+    assert source.count({"float16": "__halves2half2(", "bfloat16": "__halves2bfloat162("}[dtype]) == 4 * tiles
+    assert "float4" not in source
     # A's K mask (`offs_k < K - k * BK`, affine in a vector's lanes) tested at its last lane alone
     assert "tx % 4 * 8 + 7) < K[0]) {" in source and "tx % 4 * 8 + 6) < K[0]) &&" not in source
     assert "extern __shared__ __align__(128)" in source
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype, out, activation", [("float16", "float16", ""), ("bfloat16", "bfloat16", "leaky_relu"),
+                                                    ("float16", "float32", "leaky_relu")])
+def test_matmul_on_mma_sync_stores_c_from_the_fragments(tutorials, rng, on_cuda, dtype, out, activation):
+    """The accumulator's fragments (mma's layout) stored to c by the lanes that hold them, converted
+    to c's type (float16, bfloat16, float32) after the tutorial's leaky_relu: no float block in
+    shared memory, no barrier before the epilogue, each pair of adjacent columns of a row one store
+    (half2, bfloat162, float2) where both are inside c and the row's offset is even, else each column
+    under its mask (M, N, K odd: masks at every edge, rows of 45 at odd offsets every other row)."""
+    M, N, K = 50, 45, 40
+    a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
+    c = np.full((M, N), np.nan, operands(rng, out, (1,)).dtype)
+    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+        ACTIVATION=activation, num_warps=4)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if activation:
+        want = np.where(want >= 0, want, 0.01 * want)
+    eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-6}[out]  # c's rounding, or fp32's sums
+    np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
+    (source,) = on_cuda
+    pair = {"float16": "__halves2half2(", "bfloat16": "__halves2bfloat162(", "float32": "make_float2("}[out]
+    assert "ember_mma_store(" not in source and source.count(pair) == 4 * 4  # (4 tiles of 16x16 a warp)
+    # the three stages of the operand tiles alone in shared memory (3 * (64 * 32 + 32 * 64) halves), two
+    # barriers: the stages' in the K loop and the one before it
+    assert "dynamic shared memory 24576 bytes" in source and source.count("__syncthreads()") == 2
+    if out == "float16":  # (the cast's rounding is the store's: one conversion)
+        assert f"{pair}__float2half_rn(frag" in source
 
 
 @needs_nvrtc

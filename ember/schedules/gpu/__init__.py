@@ -16,7 +16,7 @@ runs: Target("python", schedules="gpu")), declared per operator as the CPU's are
   registers or shared memory), each statistic of the row reduced across the block's threads;
 - `matmul`: matmul and gemm of float16/bfloat16 operands (or marked tf32) on Tensor Cores at
   any shape (linear layers, batched matmul; the epilogue fused after them from the fp32 sums),
-  convolutions as implicit GEMMs (conv2d_gemm) likewise, and matmul of 2-D float32 operands
+  convolutions as implicit GEMMs (conv2d_gemm, conv2d_nhwc_gemm) likewise, and matmul of 2-D float32 operands
   tiled in shared memory (register tiles per thread, the K loop pipelined) where the tiles
   divide the shape;
 - `gemv`: gemm with one output row (a linear layer at batch 1), whatever its type, a block per

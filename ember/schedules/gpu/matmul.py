@@ -1,17 +1,20 @@
 """GPU schedules of the products (matmul, gemm: linear layers, batched matmul; conv2d_gemm:
-convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis).
+convolutions as implicit GEMMs, and conv2d_gemm_partials, their split-K parts as a batch axis;
+conv2d_nhwc_gemm and its partials, channels-last ones, their output's (OH, OW) the product's rows).
 
-float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32
-ones of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
-(ember.cuda.tensorcore.tensorcore_product): the kernel's output (the product cast to the inputs'
-type, and the epilogue fused after it: a bias, a GELU, a residual) computed from the fp32 sums
-of a block's tile; tiles that do not divide the shape padded with zeros; a
-convolution's columns (im2col) computed as their tiles are copied into shared memory.
-The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller
-where it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding), four
-warps a block where the tile allows, three cp.async stages where K is long enough; the GPU's
-multiprocessors are the target's (`Target.gpu`: the device's, SMS without one). A shape measured
-on a GPU to do better otherwise has its choice in `product_choices`.
+float16 and bfloat16 operands (a model compiled with precision "fp16" or "bf16"), and float32 ones
+of a product marked tf32 (precision "tf32": as TF32), take Tensor Cores at any shape
+(ember.cuda.tensorcore.tensorcore_product) where the target GPU has them for that type
+(`GPU.tensor_cores`: mma.sync from sm_80, wmma on sm_70 and sm_75, bfloat16 and TF32 from sm_80;
+TF32 products without them run on CUDA cores, half ones take the default schedule): the kernel's
+output (the product cast to the inputs' type, and the epilogue fused after it: a bias, a GELU, a
+residual) computed from the fp32 sums of a block's tile; tiles that do not divide the shape padded
+with zeros; a convolution's columns (im2col) computed as their tiles are copied into shared memory.
+The tiles follow the shape (`tensor_core_tiles`): 64x64 where the grid fills the GPU, smaller where
+it would not (a linear layer at batch 1 has as many rows as tokens, 1 when decoding), four warps a
+block where the tile allows, three cp.async stages where K is long enough; the GPU's multiprocessors
+are the target's (`Target.gpu`: the device's, SMS without one). A shape measured on a GPU to do
+better otherwise has its choice in `product_choices`.
 
 float32 matmul of 2-D operands whose tiles divide the shape, and no epilogue: shared-memory tiles
 with a register tile per thread (ember.cuda.schedules.gemm: 64x64 block tiles, 4x4 a thread,
@@ -71,7 +74,7 @@ def schedule_gemm(s, outputs, target) -> bool | None:
     return schedule_matmul(s, outputs, target)
 
 
-@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials")
+@schedules("matmul", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm", "conv2d_nhwc_gemm_partials")
 def schedule_matmul(s, outputs, target) -> bool | None:
     (out,) = outputs
     found = [out] if out.op.reduce_axis else reductions_of(s, out)
@@ -79,8 +82,8 @@ def schedule_matmul(s, outputs, target) -> bool | None:
         return False
     (C,) = found
     sms = target.gpu.multiprocessors
-    if C is not out and _tensor_core_operands(C):
-        return _tensor_cores(s, C, out, sms)
+    if C is not out and _tensor_core_operands(C) and target.gpu.tensor_cores(C.op.input_tensors[0].dtype):
+        return _tensor_cores(s, C, out, target.gpu)
     if out.op.name == "matmul" and C is out and _float32(s, out) is None:
         return None
     return cuda_cores(s, C, out, sms=sms)
@@ -92,17 +95,21 @@ def _tensor_core_operands(C) -> bool:
     return C.dtype == "float32" and (dtypes <= set(wmma.DTYPES) or (dtypes == {"float32"} and C.op.attrs.get("tf32")))
 
 
-def _tensor_cores(s, C, out, sms: int) -> bool | None:
-    """out computed from C, the float32 product of half operands (see the module doc); a stage
-    of its operands that is a convolution's columns or split-K's parts of x is computed as its
-    tiles are copied."""
+def _tensor_cores(s, C, out, gpu: GPU) -> bool | None:
+    """out computed from C, the float32 product of half operands (see the module doc), on the
+    Tensor Core intrinsic `gpu` has for them (GPU.tensor_cores: mma.sync from sm_80, else wmma;
+    False, declined, where it has none: bfloat16 before sm_80); a stage of its operands that is a
+    convolution's columns or split-K's parts of x is computed as its tiles are copied."""
+    cores = gpu.tensor_cores(C.op.input_tensors[0].dtype)
+    if not cores:
+        return False
     columns = {t.op.name for t in C.op.input_tensors if getattr(t.op, "tag", "") in (COLUMNS, PARTS)}
     shape = _product_shape(s, C, out, conv=True, keep=columns)
     if shape is None:
         return False
     *batch, M, N, K = _typical(shape)  # (a symbolic size tiled as TYPICAL)
-    tiles = tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype, sms)
-    tensorcore.tensorcore_product(s, C, out, **tiles)
+    tiles = tensor_core_tiles(prod(batch), M, N, K, C.op.input_tensors[0].dtype, gpu.multiprocessors)
+    tensorcore.tensorcore_product(s, C, out, **tiles, intrinsic=None if "mma" in cores else "wmma")
     return None
 
 
@@ -123,12 +130,15 @@ def cuda_cores(s, C, out, tiles: dict | None = None, sms: int = SMS) -> bool | N
 
 def _product_shape(s, C, out, conv: bool = False, keep=()) -> list[int | None] | None:
     """(*batch, M, N, K) of C's product (None for a symbolic size), whose output `out` is of C's
-    shape (with `conv`, or C's columns split in two: a convolution's output positions), after
+    shape (with `conv`, or C's columns split in two: a convolution's output positions; or its
+    rows, a channels-last one's), after
     inlining the kernel's intermediates but those named in `keep` (b transposed for the CPU's
     vectors is then read in place); None where C is no product of two operands."""
     shape, out_shape = [_dim(d) for d in C.shape], [_dim(d) for d in out.shape]
-    if (conv and len(out_shape) == len(shape) + 1 and all(isinstance(d, int) for d in (*out_shape[-2:], shape[-1]))
-            and out_shape[-2] * out_shape[-1] == shape[-1]):
+    if conv and gpu.channels_last(out.shape, C.shape):
+        out_shape = [*out_shape[:-3], shape[-2], out_shape[-1]]  # (a channels-last convolution's positions)
+    elif (conv and len(out_shape) == len(shape) + 1 and all(isinstance(d, int) for d in (*out_shape[-2:], shape[-1]))
+          and out_shape[-2] * out_shape[-1] == shape[-1]):
         out_shape = [*out_shape[:-2], shape[-1]]  # (a convolution's output positions)
     if out_shape != shape or len(shape) < 2 or len(C.op.reduce_axis) != 1:
         return None

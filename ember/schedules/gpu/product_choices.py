@@ -16,12 +16,27 @@ cuDNN/cuBLAS, and prints the entries of its best per shape in this form. Empty u
 measured them: the rules hold.
 
 The entries are read as a kernel is lowered, and lowered kernels are kept by their operators'
-structure (ember.lowering.LOWERED, and on disk by ember's source, which an edit here changes):
-code that changes them at run time clears LOWERED and compiles with EMBER_LOWERED_CACHE=0, as
-the benchmark does.
+structure and the target, and for a GPU by the entries in force (`entries`: ember.lowering's keys,
+in the process and on disk; on disk by ember's source too, which an edit here changes), so a
+change of them, in this file or at run time, never serves a kernel lowered under others. Worker
+processes read this file as it is: while the entries differ from it (`changed`), the process
+lowers its GPU kernels itself.
 """
 
 from __future__ import annotations
 
 SPLITS: dict[tuple[int, int, int], int] = {}
 TILES: dict[tuple[int, int, int, int], dict] = {}
+
+
+def entries() -> str:
+    """The entries in force as text (sorted): part of every key of a kernel lowered for a GPU."""
+    return repr((sorted(SPLITS.items()), sorted((k, sorted(v.items())) for k, v in TILES.items())))
+
+
+_WRITTEN = entries()  # (this file's, what a worker process reads)
+
+
+def changed() -> bool:
+    """Whether the entries in force differ from this file's (changed at run time)."""
+    return entries() != _WRITTEN

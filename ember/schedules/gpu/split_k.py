@@ -69,7 +69,7 @@ def schedule_partials(s, outputs, target) -> bool | None:
     Cores' for half operands (their float32 sums the stage the output reads)."""
     (P,) = outputs
     if not P.op.reduce_axis:
-        return _tensor_cores(s, P.op.input_tensors[0], P, target.gpu.multiprocessors)
+        return _tensor_cores(s, P.op.input_tensors[0], P, target.gpu)
     parts = {t.op.name for t in P.op.input_tensors if getattr(t.op, "tag", "") == PARTS}
     inline_intermediates(s.sch, where=lambda block: block.name not in parts)
     splits, M, N = (as_int(d) for d in P.shape)

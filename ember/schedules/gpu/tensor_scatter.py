@@ -25,8 +25,9 @@ def scatter_as_choice(inputs, attrs, out_types):
     def element(*i):
         p = i[axis]
         row = p if starts is None else p - cast(dt.INDEX_DTYPE, starts[i[0]])
-        if attrs["mode"] == "circular":
+        if attrs["mode"] == "circular":  # the last row that wraps to p (an update longer than the cache: symbolic)
             row = (row % length + length) % length
+            row = row + (count - 1 - row) // length * length  # (past the update's end: below 0, the cache's)
         inside = te.all(row >= 0, row < count)
         at = binary("min", binary("max", row, 0), count - 1)  # (read in the update's bounds either way)
         return te.if_then_else(inside, update[(*i[:axis], at, *i[axis + 1:])], cache[i])

@@ -243,7 +243,8 @@ def specialize(jit_fn: KernelFunction, bound: dict, debug: bool, target: Target,
         runtime.append((p.name, t))
     text = repr((FORMAT, compiler_digest(), source_digest(jit_fn), jit_fn.__name__, [_key_part(k) for k in kinds],
                  debug, target.kind, target.vector_bytes, target.align, target.cc, target.cflags, target.gpu,
-                 num_warps, num_stages, target.kind == "cuda" and config.get("tile_mma")))
+                 num_warps, num_stages, target.kind == "cuda" and (config.get("tile_mma"),
+                                                                   config.get("tile_fragment_stores"))))
     return Spec(tuple(kinds), hashlib.sha256(text.encode()).hexdigest()[:32], num_warps, num_stages), runtime
 
 

@@ -37,7 +37,8 @@ from ..function import LAUNCH_OPTIONS, KernelFunction
 from ..language import dtypes as tld
 
 L = importlib.import_module(f"{__package__}.launch")  # the module (the package's `launch` is its function)
-ENV = (*(config.OPTIONS[n].env for n in ("interpret", "triton_debug", "debug", "cc", "cflags", "tile_mma")),
+ENV = (*(config.OPTIONS[n].env for n in ("interpret", "triton_debug", "debug", "cc", "cflags", "tile_mma",
+                                                "tile_fragment_stores")),
        "TRITON_INTERPRET", "TRITON_DEBUG")
 LIMIT = 64  # signatures remembered per kernel (a kernel launched with ever new constexprs starts over)
 _NONE = object()  # an argument the signature cannot describe: the full path

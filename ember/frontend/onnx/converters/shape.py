@@ -21,6 +21,7 @@ from ....checks import check_fits
 from ....graph.core import Dim, TensorType
 from ....ops.common import broadcast_shapes
 from ....ops.registry import OpTypeError
+from ....ops.shape import slice_ranges
 from ....tir import dtype as dt
 from ...fold import is_symbolic
 from ..node import NodeContext
@@ -271,37 +272,47 @@ def _slice(cx: NodeContext):
             return [cx.op("dynamic_slice", [cx.input(0), starts], {"axes": tuple(along), "sizes": tuple(sizes)})]
     attrs = {"starts": tuple(cx.const_dims(1, "starts")), "ends": tuple(cx.const_dims(2, "ends")),
              "axes": None if axes is None else tuple(axes), "steps": None if steps is None else tuple(steps)}
-    if not any(isinstance(b, str) for b in attrs["starts"] + attrs["ends"]):
-        return [cx.op("slice", [cx.input(0)], attrs)]
+    shape = cx.type(cx.input(0)).shape
     try:
         out = cx.op("slice", [cx.input(0)], attrs)
-        _bound_within_axes(cx, cx.type(cx.input(0)).shape, attrs)
+        _bound_within_axes(cx.importer.graph.ranges, shape, slice_ranges("slice", shape, attrs))
     except OpTypeError as e:
         raise OpTypeError(f"{cx.where}: {e}") from None
     return [out]
 
 
-def _bound_within_axes(cx: NodeContext, shape: tuple[Dim, ...], attrs) -> None:
-    """A static axis sliced up to a symbolic end (`position_ids[:, :seq]` of a table of 512): the
-    end is taken to lie within the axis (ember.ops.shape's slice), which ONNX, unlike
-    torch.export, does not assert; the symbol's range (Graph.ranges, checked at each call) is
-    narrowed to the sizes for which it does. An end of more than one symbol has no such range."""
-    ranges = cx.importer.graph.ranges
-    axes = attrs["axes"] or range(len(attrs["ends"]))
-    for start, end, axis in zip(attrs["starts"], attrs["ends"], axes):
-        size = shape[axis % len(shape)]
-        if not isinstance(size, int) or not isinstance(end, str):
-            continue
-        p = dims.poly(end)
-        (symbol, *more) = p.symbols
-        scale = dict(p.terms).get((symbol,), 0)
-        if more or scale <= 0 or len(p.terms) > 1 + (p.terms[0][0] == ()):
-            raise OpTypeError(f"axis {axis} of length {size} sliced up to {end!r}: an end of one symbol "
-                              "(times a positive number, plus a constant) is what a call can be checked against")
-        offset = dict(p.terms).get((), 0)  # start <= scale * symbol + offset <= size
-        lo, hi = ranges.get(symbol, (0, None))
-        ranges[symbol] = (max(lo, -((offset - start) // scale)),
-                          (size - offset) // scale if hi is None else min(hi, (size - offset) // scale))
+def _bound_within_axes(ranges: dict[str, tuple[int, int | None]], shape: tuple[Dim, ...],
+                       sliced: dict[int, tuple[Dim, int, Dim]]) -> None:
+    """A slice with a symbolic bound or of a symbolic axis (`position_ids[:, :seq]` of a table of
+    512, `x[:, -4:]` of a sequence) is taken to lie within its axis (ember.ops.shape's slice:
+    no clamp), which ONNX, unlike torch.export, does not assert: where onnxruntime would clamp,
+    the kernel would read past the axis. So each symbol's range (Graph.ranges, checked at each
+    call) is narrowed to the sizes for which 0 <= start and start + length <= the axis, and a
+    slice whose bounds relate two symbols (`x[:, :n]` of an axis of m) is refused: no range of
+    one symbol can check it."""
+    for axis, (start, _, length) in sliced.items():
+        if length == 0 or not any(isinstance(d, str) for d in (shape[axis], start, length)):
+            continue  # (static: clamped by the slice itself)
+        for low in (start, length, dims.add(shape[axis], dims.mul(start, -1), dims.mul(length, -1))):
+            p = dims.poly(low)  # (must be >= 0)
+            terms = dict(p.terms)
+            if p.constant is not None:
+                bad = p.constant < 0
+            elif len(p.symbols) == 1 and set(terms) <= {(), p.symbols}:
+                (symbol,), scale, offset = p.symbols, terms[p.symbols], terms.get((), 0)
+                lo, hi = ranges.get(symbol, (0, None))
+                if scale > 0:  # symbol >= -offset / scale
+                    lo = max(lo, -(offset // scale))
+                else:  # symbol <= offset / -scale
+                    hi = offset // -scale if hi is None else min(hi, offset // -scale)
+                ranges[symbol] = (lo, hi)
+                bad = hi is not None and hi < lo
+            else:
+                bad = True
+            if bad:
+                raise OpTypeError(f"axis {axis} of length {shape[axis]} sliced from {start} for {length}: a slice "
+                                  f"lies within its axis for a range of one symbol's sizes, which each call is "
+                                  f"checked against; this one's {dims.canonical(low)} >= 0 is not such a range")
 
 
 def _window_sizes(cx: NodeContext, starts, ends) -> list[int] | None:

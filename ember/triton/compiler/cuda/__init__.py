@@ -11,6 +11,7 @@ CUDAEmitter stacks them):
     accumulate.py  a dot's accumulator kept in fragments across a loop
     copies.py      blocks read in; a dot's operands copied 16 bytes a thread at a time, padded
     ldmatrix.py    such dots on mma.sync through ldmatrix from swizzled tiles (EMBER_TILE_MMA=0: wmma)
+    epilogue.py    an accumulator in mma's fragments stored by the lanes that hold it, no shared block
     rewrite.py     what the rewrites of the emitted body share
     emitter.py     CUDAEmitter: the kernel's loop over its programs, the rewrites in order
 """

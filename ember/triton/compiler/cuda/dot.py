@@ -1,20 +1,21 @@
 """The CUDA Emitter's `tl.dot`: on the Tensor Cores (wmma), else on CUDA cores.
 
-float16 and bfloat16 blocks, and float32 ones as TF32 where Triton's `input_precision` says
-"tf32" (its default; `allow_tf32=False`, "ieee" and "tf32x3" keep float32), when the sizes are
-multiples of 16, run on the Tensor Cores: the operands stay in their type in shared memory and
-the warps are a grid over the output's 16x16 tiles (Triton's warpsPerCTA), each warp a contiguous
-block of fm x fn of them, the grid chosen for the fewest fragment loads (fm + fn); one call per
-16 of k updates the warp's whole block, each fragment of A and of B loaded once
-(ember.intrinsics.wmma.warp_mma; TF32 a call per tile; where no grid of the warps divides the
-tiles, each warp a strided share of them). A dot loads its warp's tiles of the accumulator from
-shared memory into fragments (or sets them to zero where the block was just zeroed), multiplies
-into them over all of k and stores them back once; its statements are marked (DOT, COPY, ZERO)
-so that a loop around them may keep the accumulator in fragments instead (accumulate.py). wmma
-rather than mma.sync: the fragments' layout across the lanes is the compiler's, and the same
-calls serve fp16, bf16 and TF32 without per-shape register bookkeeping (ember.intrinsics.wmma's
-module doc). Any other `tl.dot` gives each thread a strided share of the output tile on CUDA
-cores, each element summed over k in a register.
+float16 and bfloat16 blocks, and float32 ones as TF32 where Triton's `input_precision` says "tf32"
+(its default; `allow_tf32=False`, "ieee" and "tf32x3" keep float32), when the sizes are multiples of
+16 and the target GPU's Tensor Cores take the type (GPU.tensor_cores: float16 from sm_70, bfloat16
+and TF32 from sm_80; `gpu`, the target's facts), run on the Tensor Cores: the operands stay in their
+type in shared memory and the warps are a grid over the output's 16x16 tiles (Triton's warpsPerCTA),
+each warp a contiguous block of fm x fn of them, the grid chosen for the fewest fragment loads (fm +
+fn); one call per 16 of k updates the warp's whole block, each fragment of A and of B loaded once
+(ember.intrinsics.wmma.warp_mma; TF32 a call per tile; where no grid of the warps divides the tiles,
+each warp a strided share of them). A dot loads its warp's tiles of the accumulator from shared
+memory into fragments (or sets them to zero where the block was just zeroed), multiplies into them
+over all of k and stores them back once; its statements are marked (DOT, COPY, ZERO) so that a loop
+around them may keep the accumulator in fragments instead (accumulate.py). wmma rather than
+mma.sync: the fragments' layout across the lanes is the compiler's, and the same calls serve fp16,
+bf16 and TF32 without per-shape register bookkeeping (ember.intrinsics.wmma's module doc). Any other
+`tl.dot` gives each thread a strided share of the output tile on CUDA cores, each element summed
+over k in a register.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ....tir.functor import collect
 from ....tir.stmt import Allocate, BufferStore, CallRoutine, For, IfThenElse, Pointer, Stmt, seq
 from ....tir.structural import structural_key
 from ...language import dtypes as tld
+from .. import values as V
 from .registers import ThreadOwnBlocks
 from .threads import SPREAD, bound
 
@@ -69,14 +71,14 @@ class Dots(ThreadOwnBlocks):
         if m % TILE or n % TILE or k % TILE:
             return None
         if dtype in (tld.float16, tld.bfloat16) or dtype == tld.float32 and precision == "tf32":
-            return dtype
+            return dtype if self.gpu.tensor_cores(V.tir_dtype(dtype)) else None
         return None
 
     def dot(self, a: Buffer, b: Buffer, c: Buffer, m: int, n: int, k: int, precision: str = "ieee") -> None:
         """fp16, bf16 and TF32 products of 16x16x16 tiles on the Tensor Cores (`_tensor_cores`);
         else each thread a strided share of c's elements, each summed over k in a register."""
-        if c.dtype == "float32" and not m % TILE and not n % TILE and not k % TILE and (
-                a.dtype in ("float16", "bfloat16") or a.dtype == "float32" and precision == "tf32"):
+        if c.dtype == "float32" and not m % TILE and not n % TILE and not k % TILE and self.gpu.tensor_cores(
+                a.dtype) and (a.dtype in ("float16", "bfloat16") or a.dtype == "float32" and precision == "tf32"):
             last = self.lists[-1][-1] if self.lists[-1] else None
             zeroed = isinstance(last, For) and last.annotation(SPREAD) is not None and self._zeroes(last, c)
             if zeroed:  # c's zeros: its fragments start at zero instead (no shared memory written and read back)

@@ -1,5 +1,6 @@
 """`tl.dot` on mma.sync through ldmatrix (the TE GEMM's intrinsic, ember.intrinsics.mma) unless the
-`tile_mma` option is off (EMBER_TILE_MMA=0: wmma, the fallback), rewritten once the kernel is emitted.
+`tile_mma` option is off (EMBER_TILE_MMA=0: wmma, the fallback) or the target GPU has no mma.sync of
+m16n8k16 (GPU.has("mma"): before sm_80), rewritten once the kernel is emitted.
 
 A Tensor Core dot of fp16 or bf16 blocks on a grid of warps (dot.py's `warp_mma` calls) whose
 operands are read in 16 bytes at a time from 16-byte aligned tensors along their rows (the
@@ -47,7 +48,7 @@ class SyncDots(OperandCopies):
 
     def __init__(self, debug: bool, num_warps: int):
         super().__init__(debug, num_warps)
-        self.mma = bool(config.get("tile_mma"))
+        self.mma = bool(config.get("tile_mma")) and self.gpu.has("mma")
 
     def _vector_operands(self, body: Stmt) -> Stmt:
         calls = self._mma_calls(body) if self.mma else []

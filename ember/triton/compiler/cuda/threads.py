@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ....cuda.vectors import VECTOR_TYPES
+from ....cuda.vectors import vector_lanes
 from ....target import WARP
 from ....tir.arith import Analyzer
 from ....tir.arith_bound import modular_set
@@ -63,6 +63,7 @@ class ThreadEmitter(Emitter):
         self.threads = WARP * num_warps
         self.warps = num_warps
         self._spreads: list[tuple] = []  # each spread statement's (mapping, flat element, its j, steps)
+        self._bodies: dict[int, Body] = {}  # a versioned nest's body, by its SPREAD mark (epilogue.py builds it anew)
 
     def lanes(self, dtype: str) -> int:
         return 1
@@ -194,6 +195,8 @@ class ThreadEmitter(Emitter):
                           chunks=lambda idx, v, n: self._versioned_chunk(body, idx, v, n))
         finally:
             self.masks, self.full = saved
+        if s is not None and s.annotation(SPREAD) is not None:
+            self._bodies[s.annotation(SPREAD)] = body
         self.emit(s)
 
     def _versioned_chunk(self, body: Body, idx: tuple[PrimExpr, ...], v: Var, n: int) -> Stmt | None:
@@ -222,14 +225,15 @@ class ThreadEmitter(Emitter):
         return IfThenElse(all_(*conds), self._lanes_of(fast, v, n), each) if conds else self._lanes_of(fast, v, n)
 
     def _aligned_lanes(self, s: Stmt, v: Var, n: int) -> tuple[Stmt, list[PrimExpr]]:
-        """s with each access to a 16-byte aligned tensor of 4-byte elements at `base + v`, base
-        not known to be a multiple of n (a row's start, `row * stride`), made at `base // n * n +
-        v`; and the tests that those bases are multiples of n (where the two are the same place),
-        as copies.py's operand copies test theirs."""
+        """s with each access to a 16-byte aligned tensor whose n elements are one access
+        (ember.cuda.vectors.vector_lanes: 4 of 4 bytes; 2 of a pair store's type) at `base + v`,
+        base not known to be a multiple of n (a row's start, `row * stride`), made at `base // n *
+        n + v`; and the tests that those bases are multiples of n (where the two are the same
+        place), as copies.py's operand copies test theirs."""
         ana, tests = Analyzer(), {}
 
         def moved(buf: Buffer, indices: tuple) -> tuple | None:
-            if buf not in self.aligned or buf.dtype not in VECTOR_TYPES or len(indices) != 1:
+            if buf not in self.aligned or not vector_lanes(buf.dtype, n) or len(indices) != 1:
                 return None
             base = ana.simplify(substitute(indices[0], {v: const(0, v.dtype)}))
             m, r = modular_set(base, {})
