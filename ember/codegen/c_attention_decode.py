@@ -37,9 +37,10 @@ block's, which the head reads after every other head's block: time enough for me
 of the block being computed behind them (LLaMA's 4 key/value heads over 1023 int8 positions from memory, one thread
 of a Zen 4 EPYC: 117 -> 68 us a call, benchmarks/attention_decode.py).
 
-An int8 cache's scores, for heads of 64 or 128 values on a target with AVX-512 VNNI, are integer dot products on
-vpdpbusd, the query quantized into two bytes a value once per call (ember.codegen.c_attention_decode_vnni), 16 keys
-at a time; the block's last keys that do not make 16 take the float path.
+An int8 cache's scores and p v, for heads of 64 or 128 values on a target with AVX-512 VNNI, are integer dot
+products (ember.codegen.c_attention_decode_vnni): the scores on vpdpbusd, the query quantized into two bytes a value
+once per call, 16 keys at a time; p v on vpdpwssd, each block's weights in 15 bits, two keys at a time. The block's
+last keys that do not make 16 (scores) or 2 (p v) take the float path.
 """
 
 from __future__ import annotations
@@ -282,7 +283,8 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
         int64_t done = {scores_q16};
         {name}_scores(qs + h * {G} * ep, kh, vh, done, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
 {mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
-        {name}_pv(s, vh, nk, v_rs, {G}, {Ev}, evp, oh);
+        int64_t pv_done = {pv_q15};
+        {name}_pv(s + pv_done, vh + pv_done * v_rs, nk - pv_done, v_rs, {G}, {Ev}, evp, oh);
       }}
     }}
 {appended}  }}
@@ -449,6 +451,10 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
             q16 = dict(q16_floats=f"Q * (2 * {e_dim} + 2)",
                        quantize=_QUANTIZE_QUERIES.format(quantize=vnni.quantize_query(lib), **consts),
                        scores_q16=_SCORES_Q16.format(**consts))
+        q16["pv_q15"] = "0"
+        if vnni.takes(kv, lanes, ev_dim):
+            text += vnni.pv(lib, name, dims, scale)
+            q16["pv_q15"] = f"{name}_pv_q15(s, vh, nk, v_rs, evp, oh)"
         text += _TYPED.format(name=name, suffix="", **typed, **helpers, **scores)
         if appended:
             text += _TYPED.format(name=name, suffix="_new", **f32, **helpers, **scores)

@@ -1,9 +1,9 @@
-"""The scores of the decode attention over an int8 cache (ember.codegen.c_attention_decode) on
-vpdpbusd: 64 products of a key's codes and a query's bytes an instruction, summed in int32, where
-the float path widens each code to a float first (a vpmovsxbd and a vcvtdq2ps per 16 codes,
-shared by the group's heads, then an FMA per head): at one thread that was compute-bound, LLaMA's
-12 query heads over 4 key/value heads reading their 1024 int8 positions at a third of the memory's
-bandwidth.
+"""The scores and p v of the decode attention over an int8 cache (ember.codegen.c_attention_decode)
+on VNNI: integer products summed in int32, where the float path widens each code to a float first
+(a vpmovsxbd and a vcvtdq2ps per 16 codes, shared by the group's heads, then an FMA per head): at
+one thread that was compute-bound, LLaMA's 12 query heads over 4 key/value heads reading their
+1024 int8 positions at a third of the memory's bandwidth. The scores take vpdpbusd, 64 products
+of a key's codes and a query's bytes an instruction.
 
 The query of each head is quantized once per call into two bytes a value (llama.cpp quantizes it
 to one, Q8, for its Q8 x Q8 dot): X = round(q / step), |X| <= 32639, step = max |q| / 32639, X =
@@ -25,6 +25,14 @@ every 16) are added across the 128-bit blocks at the end (6 block shuffles a hea
 sum per key. (A whole 16 x 16 transpose took twice the shuffles, and the query's dwords broadcast
 one a vpdpbusd: GCC 12 folds no broadcast into it. LLaMA's scores of 4 heads over 1024 positions,
 in L2, one thread of a Zen 4 EPYC: 30 us the float path, 20 the transpose, 19 this.)
+
+p v on vpdpwssd: the block's weights p of each head, the values' row scales folded in, in 15 bits
+of the block's largest (P = round(32767 p / max p), exact to 2^-16 of the largest weight, as the
+query's two bytes are), two keys at a time: each value row's codes widened to 16 bits and the two
+rows interleaved by words, so that one vpdpwssd adds P_j v_j + P_j+1 v_j+1 into 16 values' int32
+sums (within a block of 64 keys, at most 2^28), the group's heads sharing each widening; the sums
+go into the float output once a block, times max p / 32767. (The same 4 calls' p v: 17 us the
+float path, 11 this.) A block's odd last key takes the float path.
 """
 
 from __future__ import annotations
@@ -129,10 +137,77 @@ static inline int64_t {name}_scores_q16(const int32_t* restrict qw, const int32_
 """
 
 
-def takes(kv: str, lanes: int, e_dim: int) -> bool:
-    """Whether a variant's scores take this path: an int8 cache, 16-lane vectors, and heads of 64
-    or 128 values (whole rows of 64 bytes; a 128-value head's sums stay within int32)."""
-    return kv == "int8" and lanes == 16 and e_dim in (64, 128)
+_PV = """\
+/* o_g += p_g v over the block's first keys, two at a time (module doc of
+   ember.codegen.c_attention_decode_vnni); returns how many (the rest: the float path) */
+static inline int64_t {name}_pv_q15(const float* restrict p, const int8_t* restrict v, int64_t nk, int64_t v_rs,
+                                    int64_t evp, float* restrict o) {{
+  int64_t n2 = nk / 2 * 2;
+#if {features}
+  if (n2 == 0) return 0;
+  int16_t w[{G}][BK] __attribute__((aligned(64)));
+  float sv[BK] __attribute__((aligned(64))), unit[{G}];
+  int64_t nv = (n2 + 15) / 16 * 16;  /* (p is whole vectors of the block's keys, 0 past them) */
+  for (int64_t j = 0; j < nv; ++j) sv[j] = j < n2 ? {row_scale}(v + j * v_rs + {Ev}) : 0.0f;
+  for (int g = 0; g < {G}; ++g) {{  /* the values' scales folded into p, then p in 15 bits of the block's largest */
+    V top = (V){{0}}, poison = (V){{0}};  /* (a NaN or infinite weight: NaN, as the float path gives) */
+    for (int64_t j = 0; j < nv; j += 16) {{
+      V x = *(const V*)(p + g * BK + j) * *(const V*)(sv + j);
+      top = SEL(x > top, x, top);
+      poison += x * 0.0f;
+    }}
+    float t = _mm512_reduce_max_ps((__m512)top), inv = t > 0.0f && t < INFINITY ? 32767.0f / t : 0.0f;
+    for (int64_t j = 0; j < nv; j += 16) {{
+      V x = *(const V*)(p + g * BK + j) * *(const V*)(sv + j) * inv;
+      _mm256_store_si256((__m256i*)&w[g][j], _mm512_cvtepi32_epi16(_mm512_cvtps_epi32((__m512)x)));
+    }}
+    unit[g] = t / 32767.0f + _mm512_reduce_add_ps((__m512)poison);
+  }}
+  for (int c = 0; c < {Ev} / 64; ++c) {{
+    /* acc[g][m] lane 4L + i: value 32 (m / 2) + 8L + 4 (m % 2) + i */
+    __m512i acc[{G}][4];
+    for (int g = 0; g < {G}; ++g)
+      for (int m = 0; m < 4; ++m) acc[g][m] = _mm512_setzero_si512();
+    for (int64_t j = 0; j < n2; j += 2) {{
+      const int8_t *a = v + j * v_rs + 64 * c, *b = a + v_rs;
+      __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)a));
+      __m512i a1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(a + 32)));
+      __m512i b0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)b));
+      __m512i b1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(b + 32)));
+      __m512i x[4] = {{_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0), _mm512_unpacklo_epi16(a1, b1),
+                      _mm512_unpackhi_epi16(a1, b1)}};
+      for (int g = 0; g < {G}; ++g) {{
+        int32_t pair;
+        __builtin_memcpy(&pair, &w[g][j], 4);
+        __m512i pp = _mm512_set1_epi32(pair);
+        for (int m = 0; m < 4; ++m) acc[g][m] = _mm512_dpwssd_epi32(acc[g][m], x[m], pp);
+      }}
+    }}
+    for (int g = 0; g < {G}; ++g) {{  /* back in the values' order: 128-bit blocks interleaved */
+      float* og = o + g * evp + 64 * c;
+      V u = (V){{0}} + unit[g];
+      for (int half = 0; half < 2; ++half) {{
+        __m512i lo = _mm512_shuffle_i32x4(acc[g][2 * half], acc[g][2 * half + 1], 0x44);
+        __m512i hi = _mm512_shuffle_i32x4(acc[g][2 * half], acc[g][2 * half + 1], 0xEE);
+        *(V*)(og + 32 * half) += (V)_mm512_cvtepi32_ps(_mm512_shuffle_i32x4(lo, lo, 0xD8)) * u;
+        *(V*)(og + 32 * half + 16) += (V)_mm512_cvtepi32_ps(_mm512_shuffle_i32x4(hi, hi, 0xD8)) * u;
+      }}
+    }}
+  }}
+  return n2;
+#else
+  (void)p; (void)v; (void)v_rs; (void)evp; (void)o; (void)n2;
+  return 0;
+#endif
+}}
+"""
+
+
+def takes(kv: str, lanes: int, dim: int) -> bool:
+    """Whether a variant's scores (dim: the keys' E) or p v (the values' Ev) take this path: an
+    int8 cache, 16-lane vectors, and heads of 64 or 128 values (whole rows of 64 bytes; a
+    128-value head's sums stay within int32)."""
+    return kv == "int8" and lanes == 16 and dim in (64, 128)
 
 
 def quantize_query(lib: CPrelude) -> str:
@@ -148,3 +223,10 @@ def scores(lib: CPrelude, name: str, dims: tuple[int, int, int], row_scale: str,
     lib._helper("ember_vnni_include", lambda: VNNI_INCLUDE)
     return _SCORES.format(name=name, features=FEATURES, E=e_dim, Ev=ev_dim, G=groups, prefetch=prefetch,
                           row_scale=row_scale, scale_bytes=scale_bytes)
+
+
+def pv(lib: CPrelude, name: str, dims: tuple[int, int, int], row_scale: str) -> str:
+    """The C of `<name>_pv_q15` for dims (E, Ev, G), inside the variant's macros (V, BK)."""
+    _e_dim, ev_dim, groups = dims
+    lib._helper("ember_vnni_include", lambda: VNNI_INCLUDE)
+    return _PV.format(name=name, features=FEATURES, Ev=ev_dim, G=groups, row_scale=row_scale)
