@@ -30,7 +30,7 @@ p v on vpdpwssd: the block's weights p of each head, the values' row scales fold
 of the block's largest (P = round(32767 p / max p), exact to 2^-16 of the largest weight, as the
 query's two bytes are), two keys at a time: each value row's codes widened to 16 bits and the two
 rows interleaved by words, so that one vpdpwssd adds P_j v_j + P_j+1 v_j+1 into 16 values' int32
-sums (within a block of 64 keys, at most 2^28), the group's heads sharing each widening; the sums
+sums (a block of KEYS keys: within 2^31 up to 512), the group's heads sharing each widening; the sums
 go into the float output once a block, times max p / 32767. (The same 4 calls' p v: 17 us the
 float path, 11 this.) A block's odd last key takes the float path.
 """
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .c_prelude import CPrelude
 
 STEPS = 32639  # X's largest magnitude: hi = (X + 128) >> 8 stays within a signed byte
+P_STEPS = 32767  # the largest weight of a block in p v's 15 bits
 FEATURES = "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)"
 
 _QUANTIZE = f"""\
@@ -156,12 +157,12 @@ static inline int64_t {name}_pv_q15(const float* restrict p, const int8_t* restr
       top = SEL(x > top, x, top);
       poison += x * 0.0f;
     }}
-    float t = _mm512_reduce_max_ps((__m512)top), inv = t > 0.0f && t < INFINITY ? 32767.0f / t : 0.0f;
+    float t = _mm512_reduce_max_ps((__m512)top), inv = t > 0.0f && t < INFINITY ? {p_steps}.0f / t : 0.0f;
     for (int64_t j = 0; j < nv; j += 16) {{
       V x = *(const V*)(p + g * BK + j) * *(const V*)(sv + j) * inv;
       _mm256_store_si256((__m256i*)&w[g][j], _mm512_cvtepi32_epi16(_mm512_cvtps_epi32((__m512)x)));
     }}
-    unit[g] = t / 32767.0f + _mm512_reduce_add_ps((__m512)poison);
+    unit[g] = t / {p_steps}.0f + _mm512_reduce_add_ps((__m512)poison);
   }}
   for (int c = 0; c < {Ev} / 64; ++c) {{
     /* acc[g][m] lane 4L + i: value 32 (m / 2) + 8L + 4 (m % 2) + i */
@@ -229,4 +230,4 @@ def pv(lib: CPrelude, name: str, dims: tuple[int, int, int], row_scale: str) -> 
     """The C of `<name>_pv_q15` for dims (E, Ev, G), inside the variant's macros (V, BK)."""
     _e_dim, ev_dim, groups = dims
     lib._helper("ember_vnni_include", lambda: VNNI_INCLUDE)
-    return _PV.format(name=name, features=FEATURES, Ev=ev_dim, G=groups, row_scale=row_scale)
+    return _PV.format(name=name, features=FEATURES, Ev=ev_dim, G=groups, row_scale=row_scale, p_steps=P_STEPS)

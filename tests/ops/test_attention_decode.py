@@ -46,7 +46,7 @@ def sdpa(q, k, v, mask=None, gqa=False):
 
 @pytest.mark.parametrize("mask, dim", [("none", 64), ("bool", 40), ("additive", 40)])
 def test_masks_and_head_dims_against_torch(mask, dim):
-    """200 keys: three full blocks of 64 and a partial one; 40 dims: two vectors and a tail."""
+    """200 keys: a full block of 128 and a partial one; 40 dims: two vectors and a tail."""
     q, k, v = rand(2, 3, 1, dim), rand(2, 3, 200, dim), rand(2, 3, 200, dim)
     keep = RNG.random((2, 1, 1, 200)) < 0.7
     keep[..., 0] = True
@@ -213,7 +213,7 @@ def test_int8_scores_of_two_byte_queries(heads, groups, dim, past):
 @given(past=st.integers(1, 300), spread=st.sampled_from([0.01, 1.0, 30.0]))
 def test_int8_scores_any_length(past, spread):
     """LLaMA's step over any number of positions (whole and part groups of 16 keys and blocks of
-    64) and keys small or large against the queries (softmax flat or peaked). The two-byte
+    128) and keys small or large against the queries (softmax flat or peaked). The two-byte
     query's rounding grows with the scores (keys of 30x the queries' range: 1.7e-4 seen, where
     the float path's stays at float32's), so it is bounded against the int8 cache's own error
     (the attention over the float rows the cache quantized): at most 2% of it (0.9% seen, keys of
