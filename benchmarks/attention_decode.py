@@ -8,6 +8,10 @@ rows of 68 bytes) in layout bshd with the step's own key and value appended, as 
 decode step calls it. From memory: the calls cycle through enough copies of the cache that
 every call's rows left the 32 MiB L3 since its last call (--l3: one copy, warm in the caches).
 
+Each shape's figures are followed by the copy bandwidth measured in the same process right
+before and after (benchmarks/decode.py's copy_gbs: STREAM's copy, read and write bytes, the
+bound decode.py divides by) and the call's GB/s as a share of the better of the two.
+
 --against FILE times another version of c_attention_decode.py (another checkout's) in the same
 process, the two alternating round by round; the best round's median of each is printed, wall
 clock and the calling thread's CPU time.
@@ -94,6 +98,9 @@ def main(argv=None) -> None:
     ap.add_argument("--l3", action="store_true", help="one copy of the cache, warm")
     ap.add_argument("--against", help="another c_attention_decode.py, timed alternating with this one")
     args = ap.parse_args(argv)
+    import torch
+
+    from benchmarks.decode import copy_gbs
     from ember.tir.kv_int8 import quantize_rows
 
     rng = np.random.default_rng(0)
@@ -110,6 +117,8 @@ def main(argv=None) -> None:
                    kn, vn] for _ in range(copies)]
         models = {name: compile_call(heads, groups, dim, routine) for name, routine in versions.items()}
         for threads in (int(t) for t in args.threads.split(",")):
+            torch.set_num_threads(threads)
+            before = copy_gbs(5)
             rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
             for cm in models.values():
                 cm.num_threads = threads
@@ -117,11 +126,14 @@ def main(argv=None) -> None:
             for _ in range(args.rounds):
                 for name, cm in models.items():
                     rounds[name].append(call_us(cm, inputs, args.calls))
+            copy = max(before, copy_gbs(5))
             for name, times in rounds.items():
                 wall, cpu = min(t[0] for t in times), min(t[1] for t in times)
+                gbs = cache_bytes / wall / 1e3
                 print(f"{shape:6s} context {args.context} threads {threads} {'L3' if args.l3 else 'memory':6s} "
-                      f"{name:8s} wall {wall:6.1f} us {cache_bytes / wall / 1e3:5.1f} GB/s, CPU {cpu:6.1f} us "
-                      f"(rounds' wall {', '.join(f'{t[0]:.1f}' for t in times)})", flush=True)
+                      f"{name:8s} wall {wall:6.1f} us {gbs:5.1f} GB/s = {gbs / copy:4.0%} of the copy "
+                      f"({copy:.1f} GB/s), CPU {cpu:6.1f} us (rounds' wall {', '.join(f'{t[0]:.1f}' for t in times)})",
+                      flush=True)
 
 
 if __name__ == "__main__":
