@@ -9,8 +9,10 @@ decode step calls it. From memory: the calls cycle through enough copies of the 
 every call's rows left the 32 MiB L3 since its last call (--l3: one copy, warm in the caches).
 
 Each shape's figures are followed by the copy bandwidth measured in the same process right
-before and after (benchmarks/decode.py's copy_gbs: STREAM's copy, read and write bytes, the
-bound decode.py divides by) and the call's GB/s as a share of the better of the two.
+before and after (one thread's copy of 256 MiB by NumPy, read and write bytes, as STREAM's copy
+and benchmarks/decode.py count it; torch's copy there left its OpenMP threads spinning beside
+ember's, and ember's calls at two threads took milliseconds) and the call's GB/s as a share of
+the better of the two.
 
 --against FILE times another version of c_attention_decode.py (another checkout's) in the same
 process, the two alternating round by round; the best round's median of each is printed, wall
@@ -26,6 +28,7 @@ import argparse
 import importlib.util
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +78,18 @@ def load_routine(path: str):
     return module.attention_decode
 
 
+def copy_gbs(repeat: int = 5) -> float:
+    """One thread's copy of 256 MiB: read and write bytes over the fastest of `repeat`."""
+    src = np.ones(64 * 2**20, np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
 def call_us(cm, inputs: list[list[np.ndarray]], calls: int) -> tuple[float, float]:
     """The median microseconds of the attention kernel over `calls` calls, cycling through the
     input sets: wall clock and the calling thread's CPU time (at one thread the figure least
@@ -98,9 +113,6 @@ def main(argv=None) -> None:
     ap.add_argument("--l3", action="store_true", help="one copy of the cache, warm")
     ap.add_argument("--against", help="another c_attention_decode.py, timed alternating with this one")
     args = ap.parse_args(argv)
-    import torch
-
-    from benchmarks.decode import copy_gbs
     from ember.tir.kv_int8 import quantize_rows
 
     rng = np.random.default_rng(0)
@@ -117,8 +129,7 @@ def main(argv=None) -> None:
                    kn, vn] for _ in range(copies)]
         models = {name: compile_call(heads, groups, dim, routine) for name, routine in versions.items()}
         for threads in (int(t) for t in args.threads.split(",")):
-            torch.set_num_threads(threads)
-            before = copy_gbs(5)
+            before = copy_gbs()
             rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in models}
             for cm in models.values():
                 cm.num_threads = threads
