@@ -32,7 +32,15 @@ threads (a contiguous range of blocks each, every head in it; each thread's outp
 sum per head merged at the end, as flash-decoding splits its keys), where there are
 PARALLEL_SCORES scores (a query head's against a key) a thread: a parallel loop over the heads
 gave each thread rows strided through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the next
-block's, which the head reads after every other head's block: time enough for memory.
+block's, which the head reads after every other head's block: time enough for memory. The prefetches go to L2
+(prefetcht1), not L1: a block's rows of every head outnumber L1's outstanding misses, and prefetcht0 held the loads
+of the block being computed behind them (LLaMA's 4 key/value heads over 1023 int8 positions from memory, one thread
+of a Zen 4 EPYC: 117 -> 68 us a call, benchmarks/attention_decode.py).
+
+An int8 cache's scores and p v, for heads of 64 or 128 values on a target with AVX-512 VNNI, are integer dot
+products (ember.codegen.c_attention_decode_vnni): the scores on vpdpbusd, the query quantized into two bytes a value
+once per call, 16 keys at a time; p v on vpdpwssd, each block's weights in 15 bits, two keys at a time. The block's
+last keys that do not make 16 (scores) or 2 (p v) take the float path.
 """
 
 from __future__ import annotations
@@ -40,13 +48,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.kv_int8 import SCALE_BYTES
+from . import c_attention_decode_vnni as vnni
 from . import c_runtime, c_x86
 from .c_attention import _exp2_nonpositive
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
 
-KEYS = 64  # keys per block: their scores and, for p v, their values stay in L1
+# keys per block: their scores stay in L1; the block's costs (the softmax's reductions and rescale,
+# p v's int32 sums into the output) spread over 128 (LLaMA's 4 calls, in L2: 40 -> 36 us against 64)
+KEYS = 128
+assert KEYS * vnni.P_STEPS * 127 < 2**31  # p v's int32 sums of a block (c_attention_decode_vnni)
 AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the next block's
 PARALLEL_SCORES = 4096  # scores (a query head's against a key) a thread computes at least
 
@@ -59,17 +71,17 @@ static inline void {name}_fetch{suffix}(const {kt}* k, const {kt}* v, int64_t nk
   int64_t kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
   for (int64_t j = 0; j < nk; ++j) {{
     const char *kr = (const char*)(k + j * k_rs), *vr = (const char*)(v + j * v_rs);
-    for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch(kr + b);
-    for (int64_t b = 0; b < vb; b += 64) __builtin_prefetch(vr + b);
-    __builtin_prefetch(kr + kb - 1);
-    __builtin_prefetch(vr + vb - 1);
+    for (int64_t b = 0; b < kb; b += 64) PREFETCH(kr + b);
+    for (int64_t b = 0; b < vb; b += 64) PREFETCH(vr + b);
+    PREFETCH(kr + kb - 1);
+    PREFETCH(vr + vb - 1);
   }}
 }}
 static inline void {name}_scores{suffix}(const float* restrict qs, const {kt}* restrict k, const {kt}* restrict v,
-                                         int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E, int64_t Ev,
-                                         int64_t ep, float* restrict s) {{
+                                         int64_t done, int64_t nk, int64_t k_rs, int64_t v_rs, int64_t G, int64_t E,
+                                         int64_t Ev, int64_t ep, float* restrict s) {{
   int64_t ew = E / W * W, kb = E * (int64_t)sizeof({kt}){extra}, vb = Ev * (int64_t)sizeof({kt}){extra};
-  int64_t j = 0;
+  int64_t j = done;  /* (the keys before: scores_q16's) */
   /* a group's heads W keys at a time: each key's W-lane sums kept, then the W keys' horizontal
      sums in one transposing tree ({hsums}: 3 (W - 1) operations for W keys, where a sum a key took
      2 log2 W); a single head a key at a time (the tree was slower there: GPT-2's 12 heads over
@@ -199,7 +211,7 @@ static inline void {name}_softmax(float* restrict s, int64_t nk, int64_t G, floa
       *(V*)(sg + j) = p;
       sum += p;
     }}
-    float a = {exp2}((V){{0}} + (mold - msafe))[0];
+    float a = mnew == mold ? 1.0f : {exp2}((V){{0}} + (mold - msafe))[0];  /* (most blocks: no new maximum) */
     l[g] = l[g] * a + {hsum}(sum);
     m[g] = mnew;
     if (a != 1.0f)
@@ -237,13 +249,14 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
   int64_t part = Q * evp + (2 * Q + W - 1) / W * W;  /* whole vectors: every part aligned */
   int64_t cached = {cached}, blocks = (cached + BK - 1) / BK;
   int T = {name}_threads(H * {G} * cached, blocks);
-  /* the scaled queries, each thread's part (its heads' output, running maximum and sum) and
-     the first thread's scores; the others' scores in their own scratch */
-  float* scratch = {scratch}(sizeof(float) * (size_t)(Q * ep + T * part + {G} * BK));
+  /* the scaled queries, each thread's part (its heads' output, running maximum and sum), the
+     first thread's scores and the queries in two bytes (scores_q16's); the others' scores in
+     their own scratch */
+  float* scratch = {scratch}(sizeof(float) * (size_t)(Q * ep + T * part + {G} * BK + {q16_floats}));
   float *qs = scratch, *parts = qs + Q * ep;
   for (int64_t i = 0; i < Q; ++i)
     for (int64_t e = 0; e < ep; ++e) qs[i * ep + e] = e < {E} ? q[i * q_hs + e] * scale : 0.0f;
-  #pragma omp parallel num_threads(T) if(T > 1)
+{quantize}  #pragma omp parallel num_threads(T) if(T > 1)
   {{
 #ifdef _OPENMP
     int t = T > 1 ? omp_get_thread_num() : 0;
@@ -269,9 +282,12 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
       for (int64_t h = 0; h < H; ++h) {{
         const {kt}* vh = v + h * v_hs + j0 * v_rs;
         float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
-        {name}_scores(qs + h * {G} * ep, k + h * k_hs + j0 * k_rs, vh, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
+        const {kt}* kh = k + h * k_hs + j0 * k_rs;
+        int64_t done = {scores_q16};
+        {name}_scores(qs + h * {G} * ep, kh, vh, done, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
 {mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
-        {name}_pv(s, vh, nk, v_rs, {G}, {Ev}, evp, oh);
+        int64_t pv_done = {pv_q15};
+        {name}_pv(s + pv_done, vh + pv_done * v_rs, nk - pv_done, v_rs, {G}, {Ev}, evp, oh);
       }}
     }}
 {appended}  }}
@@ -298,11 +314,19 @@ _APPENDED = """\
       for (int64_t h = 0; h < H; ++h) {{
         int64_t j0 = S - 1, nk = 1;
         float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
-        {name}_scores_new(qs + h * {G} * ep, k_new + h * kn_hs, v_new + h * vn_hs, 1, 0, 0, {G}, {E}, {Ev}, ep, s);
+        {name}_scores_new(qs + h * {G} * ep, k_new + h * kn_hs, v_new + h * vn_hs, 0, 1, 0, 0, {G}, {E}, {Ev}, ep,
+                          s);
 {mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
         {name}_pv_new(s, v_new + h * vn_hs, 1, 0, {G}, {Ev}, evp, oh);
       }}
 """
+
+_QUANTIZE_QUERIES = """\
+  int32_t *qw = (int32_t*)(parts + T * part + {G} * BK), *qc = qw + Q * 2 * {E};
+  float* qf = (float*)(qc + Q);
+  for (int64_t i = 0; i < Q; ++i) {quantize}(qs + i * ep, {E}, qw + i * 2 * {E}, qc + i, qf + i);
+"""
+_SCORES_Q16 = "{name}_scores_q16(qw + h * {G} * 2 * {E}, qc + h * {G}, qf + h * {G}, kh, vh, nk, k_rs, v_rs, s)"
 
 _MASK_BLOCKS = {  # (head h's query g is query head h * G + g)
     "none": "",
@@ -374,11 +398,11 @@ def _prefetch(key: str, indent: str) -> str:
     """C prefetching the rows of the key AHEAD keys after `key` (kr: that key's row), each row's
     lines and its last byte's (a row need not start a line), written out at each use: through a
     function GCC 12 kept none."""
-    return (f"{indent}for (int64_t b = 0; b < kb; b += 64) __builtin_prefetch((const char*)(kr + AHEAD * k_rs) + b);\n"
+    return (f"{indent}for (int64_t b = 0; b < kb; b += 64) PREFETCH((const char*)(kr + AHEAD * k_rs) + b);\n"
             f"{indent}for (int64_t b = 0; b < vb; b += 64) "
-            f"__builtin_prefetch((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n"
-            f"{indent}__builtin_prefetch((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
-            f"{indent}__builtin_prefetch((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+            f"PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n"
+            f"{indent}PREFETCH((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
+            f"{indent}PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
 
 
 def _row_scale(lib: CPrelude) -> str:
@@ -422,23 +446,34 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         else:
             loads, typed = "", f32
         mask_block = _MASK_BLOCKS[mask].format(G=groups)
-        text = _TYPED.format(name=name, suffix="", **typed, **helpers, **scores)
+        consts = dict(name=name, mask_block=mask_block, G=groups, E=e_dim, Ev=ev_dim)
+        q16 = dict(q16_floats="0", quantize="", scores_q16="0")
+        text = ""
+        if vnni.takes(kv, lanes, e_dim):
+            text = vnni.scores(lib, name, dims, scale, _prefetch("j + i", " " * 6), SCALE_BYTES)
+            q16 = dict(q16_floats=f"Q * (2 * {e_dim} + 2)",
+                       quantize=_QUANTIZE_QUERIES.format(quantize=vnni.quantize_query(lib), **consts),
+                       scores_q16=_SCORES_Q16.format(**consts))
+        q16["pv_q15"] = "0"
+        if vnni.takes(kv, lanes, ev_dim):
+            text += vnni.pv(lib, name, dims, scale)
+            q16["pv_q15"] = f"{name}_pv_q15(s, vh, nk, v_rs, evp, oh)"
+        text += _TYPED.format(name=name, suffix="", **typed, **helpers, **scores)
         if appended:
             text += _TYPED.format(name=name, suffix="_new", **f32, **helpers, **scores)
         text += _SOFTMAX.format(name=name, **helpers) + _THREADS.format(name=name)
-        consts = dict(name=name, mask_block=mask_block, G=groups, E=e_dim, Ev=ev_dim)
         text += _BODY.format(
-            **helpers, **consts, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib),
+            **helpers, **consts, **q16, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib),
             cached="S - 1" if appended else "S",
             mask_param={"none": "", "bool": " const uint8_t* restrict mask,",
                         "additive": " const float* restrict mask,"}[mask],
             new_param=" const float* restrict k_new, const float* restrict v_new," if appended else "",
             appended=_APPENDED.format(**consts) if appended else "")
         return (f"#define V {v}\n#define M {m}\n#define BK {KEYS}\n#define W {lanes}\n#define AHEAD {AHEAD}\n"
-                f"#define PARALLEL_SCORES {PARALLEL_SCORES}\n"
+                f"#define PARALLEL_SCORES {PARALLEL_SCORES}\n#define PREFETCH(p) __builtin_prefetch((p), 0, 2)\n"
                 f"#define LOADF(p) ((V)(*(const {u}*)(p)))\n{loads}"
                 f"#define SEL(k, a, b) ((V)(((M)(a) & (k)) | ((M)(b) & ~(k))))\n{text}"
-                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef AHEAD\n#undef PARALLEL_SCORES\n#undef LOADF\n"
-                "#undef LOADK\n#undef SEL")
+                "#undef V\n#undef M\n#undef BK\n#undef W\n#undef AHEAD\n#undef PARALLEL_SCORES\n#undef PREFETCH\n"
+                "#undef LOADF\n#undef LOADK\n#undef SEL")
 
     return lib._helper(name, make)

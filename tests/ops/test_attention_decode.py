@@ -11,11 +11,15 @@ compared with torch on the same bfloat16 values widened to float32."""
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ember.graph.core import TensorType
 from ember.ops.attention import SDPA
@@ -42,7 +46,7 @@ def sdpa(q, k, v, mask=None, gqa=False):
 
 @pytest.mark.parametrize("mask, dim", [("none", 64), ("bool", 40), ("additive", 40)])
 def test_masks_and_head_dims_against_torch(mask, dim):
-    """200 keys: three full blocks of 64 and a partial one; 40 dims: two vectors and a tail."""
+    """200 keys: a full block of 128 and a partial one; 40 dims: two vectors and a tail."""
     q, k, v = rand(2, 3, 1, dim), rand(2, 3, 200, dim), rand(2, 3, 200, dim)
     keep = RNG.random((2, 1, 1, 200)) < 0.7
     keep[..., 0] = True
@@ -133,29 +137,93 @@ def test_keys_shared_among_threads():
     assert not want[0, 2].any()
 
 
+@functools.cache
+def int8_step(heads: int, groups: int, dim: int):
+    """A decode step's attention compiled alone: heads * groups query heads over `heads` key/value
+    heads, an int8 cache of a dynamic number of positions (layout bshd) and the step's own float32
+    key and value appended."""
+    import ember
+    from ember.graph.core import Graph
+    from ember.ops.nodes import add_op
+
+    g = Graph(name=f"step_{heads}x{groups}x{dim}")
+    shapes = {"q": ((1, 1, heads * groups, dim), "float32"), "k": ((1, "past", heads, dim + 4), "int8"),
+              "v": ((1, "past", heads, dim + 4), "int8"), "kn": ((1, 1, heads, dim), "float32"),
+              "vn": ((1, 1, heads, dim), "float32")}
+    ins = [g.add_input(n, TensorType(shape, dtype)) for n, (shape, dtype) in shapes.items()]
+    (o,) = add_op(g, SDPA, ins, {"layout": "bshd", "appended": True, "gqa": True})
+    g.set_outputs([o])
+    return ember.compile(g)
+
+
+def int8_step_inputs(heads: int, groups: int, dim: int, past: int, spread: float = 3.0):
+    """q, the int8 cache's k and v (keys `spread` times the queries' range) and the step's own, and
+    the float rows the cache quantized."""
+    q, kn, vn = rand(1, 1, heads * groups, dim), rand(1, 1, heads, dim), rand(1, 1, heads, dim)
+    keys, values = rand(1, past, heads, dim) * spread, rand(1, past, heads, dim)
+    return [q, quantize_rows(keys), quantize_rows(values), kn, vn], (keys, values)
+
+
+def int8_step_reference(q, k, v, kn, vn) -> np.ndarray:
+    """The step's attention in float64 over the rows' dequantized values (q as it is), or over
+    float rows given as k and v."""
+    heads, dim = kn.shape[2:]
+    k, v = (dequantize_rows(x) if x.dtype == np.int8 else x for x in (k, v))
+    keys = np.concatenate([k, kn], 1)[0].transpose(1, 0, 2).astype("float64")
+    values = np.concatenate([v, vn], 1)[0].transpose(1, 0, 2).astype("float64")
+    s = np.einsum("hge,hse->hgs", q[0, 0].reshape(heads, -1, dim).astype("float64"), keys) / np.sqrt(dim)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("hgs,hse->hge", p / p.sum(-1, keepdims=True), values).reshape(q.shape)
+
+
 def test_grouped_cache_shared_among_threads():
     """LLaMA's step: 12 query heads over 4 key/value heads, 700 positions of an int8 cache (8400
     scores: two threads, where counting key/value heads' rows, 2800, kept one) and the step's own
     key and value, which the last thread takes: the same at one thread and at two, against NumPy
     in float64 over the rows' dequantized values."""
-    import ember
-    from ember.graph.core import Graph
-    from ember.ops.nodes import add_op
-
-    heads, groups, dim, past = 4, 3, 64, 700
-    q, kn, vn = rand(1, 1, heads * groups, dim), rand(1, 1, heads, dim), rand(1, 1, heads, dim)
-    k, v = quantize_rows(rand(1, past, heads, dim) * 3), quantize_rows(rand(1, past, heads, dim))
-    g = Graph(name="step")
-    ins = [g.add_input(n, TensorType(x.shape if n in ("q", "kn", "vn") else (1, "past", heads, dim + 4), x.dtype.name))
-           for n, x in zip(("q", "k", "v", "kn", "vn"), (q, k, v, kn, vn))]
-    (o,) = add_op(g, SDPA, ins, {"layout": "bshd", "appended": True, "gqa": True})
-    g.set_outputs([o])
-    cm = ember.compile(g)
-    keys = np.concatenate([dequantize_rows(k), kn], 1)[0].transpose(1, 0, 2).astype("float64")
-    values = np.concatenate([dequantize_rows(v), vn], 1)[0].transpose(1, 0, 2).astype("float64")
-    s = np.einsum("hge,hse->hgs", q[0, 0].reshape(heads, groups, dim).astype("float64"), keys) / np.sqrt(dim)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    want = np.einsum("hgs,hse->hge", p / p.sum(-1, keepdims=True), values).reshape(1, 1, heads * groups, dim)
+    cm = int8_step(4, 3, 64)
+    inputs, _ = int8_step_inputs(4, 3, 64, 700)
+    want = int8_step_reference(*inputs)
     for threads in (1, 2):
         cm.num_threads = threads
-        np.testing.assert_allclose(cm(q, k, v, kn, vn), want, **TOL)
+        np.testing.assert_allclose(cm(*inputs), want, **TOL)
+
+
+@pytest.mark.parametrize("heads, groups, dim, past", [(12, 1, 64, 1000), (4, 3, 64, 1023), (2, 2, 128, 2100)])
+def test_int8_scores_of_two_byte_queries(heads, groups, dim, past):
+    """GPT-2's heads (12, none grouped), LLaMA's (12 over 4) and heads of 128 values over an int8
+    cache: the scores and p v on VNNI where the target has it (the query in two bytes a value, p
+    in 15 bits a block, ember.codegen.c_attention_decode_vnni), 16 and 2 keys at a time and the
+    float path for the rest (1000, 1023, 2100 positions: blocks that end in part-groups). Against
+    float64 over the dequantized rows at rtol 1e-4, atol 1e-5, as the float path (keys within the
+    queries' range: the largest error seen 0.14 of that, over 15 draws of each), a one-hot
+    query's head included (every value but one rounds to 0). One thread and two (each a half of
+    the keys)."""
+    cm = int8_step(heads, groups, dim)
+    inputs, _ = int8_step_inputs(heads, groups, dim, past, spread=1.0)
+    inputs[0][0, 0, 0] = 0.0
+    inputs[0][0, 0, 0, 5] = 1.0
+    want = int8_step_reference(*inputs)
+    for threads in (1, 2):
+        cm.num_threads = threads
+        np.testing.assert_allclose(cm(*inputs), want, **TOL)
+
+
+@settings(max_examples=30, deadline=None)
+@given(past=st.integers(1, 300), spread=st.sampled_from([0.01, 1.0, 30.0]))
+def test_int8_scores_any_length(past, spread):
+    """LLaMA's step over any number of positions (whole and part groups of 16 keys and blocks of
+    128) and keys small or large against the queries (softmax flat or peaked). The two-byte
+    query's rounding grows with the scores (keys of 30x the queries' range: 1.7e-4 seen, where
+    the float path's stays at float32's), so it is bounded against the int8 cache's own error
+    (the attention over the float rows the cache quantized): at most 2% of it (0.9% seen, keys of
+    0.01x to 100x), and within rtol 1e-4, atol 1e-5 of the dequantized rows' attention where the
+    keys are within the queries' range. (One thread: 3600 scores at most.)"""
+    cm = int8_step(4, 3, 64)
+    cm.num_threads = 1
+    inputs, rows = int8_step_inputs(4, 3, 64, past, spread)
+    got, want = cm(*inputs), int8_step_reference(*inputs)
+    cache_error = np.linalg.norm(int8_step_reference(inputs[0], *rows, *inputs[3:]) - want)
+    assert np.linalg.norm(got - want) <= 0.02 * cache_error
+    if spread <= 1:
+        np.testing.assert_allclose(got, want, **TOL)
