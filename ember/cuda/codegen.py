@@ -153,11 +153,11 @@ def threads_per_block(dims: dict[str, int]) -> int:
     return functools.reduce(operator.mul, (n for tag, n in dims.items() if tag not in BLOCK_TAGS), 1)
 
 
-# half-precision element types: the float they hold, and a float rounded into one
 # what a tensorized call's intrinsic needs of the GPU (ember.target.CAPABILITIES): by the start of its
 # name (mma.sync's steps, wmma's calls), and by its operands' type in it
 INTRINSIC_NEEDS = {"start": (("mma_warp_", "mma"), ("wmma_", "wmma")),
                    "part": (("_bf16", "bfloat16"), ("_tf32", "tf32"))}
+# half-precision element types: the float they hold, and a float rounded into one
 WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
 NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
 ZERO = {"float16": "__ushort_as_half((unsigned short)0)", "bfloat16": "__ushort_as_bfloat16((unsigned short)0)"}

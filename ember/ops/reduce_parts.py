@@ -71,6 +71,5 @@ register(OpDef(
     attrs={"kind": REQUIRED, "parts": REQUIRED},
     num_inputs=(1, 1),
     doc="A one-dimensional tensor's sum, prod, max or min in `parts` contiguous parts (partials in its accumulation "
-        "dtype): the first "
-        "kernel of a GPU's reduction to one value.",
+        "dtype): the first kernel of a GPU's reduction to one value.",
 ))
