@@ -31,6 +31,7 @@ from . import driver as cuda_driver
 from .checks import check_status
 from .codegen import CUDARenderer, launch_dims
 from .driver import INT64, POINTER, Module, Params, check
+from .fragment_epilogue import fragment_epilogues
 from .grid import Grid
 from .lane_runs import lane_runs
 from .limits import check_limits, cubin_registers, limits_for
@@ -66,11 +67,12 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
 
 
 def prepare(func: PrimFunc) -> PrimFunc:
-    """A lowered GPU kernel as the GPU runs it: its scratch given scopes (ember.cuda.scopes), a
+    """A lowered GPU kernel as the GPU runs it: a Tensor Core product's epilogue computed from its
+    fragments where its schedule asks (ember.cuda.fragment_epilogue), its scratch given scopes (ember.cuda.scopes), a
     thread's part of a row kept in registers shrunk to that part (ember.cuda.private), its
     pipelined loops given their stages (ember.cuda.pipeline), the tiles of its swizzling Tensor Core
     calls swizzled (ember.cuda.swizzle), its barriers (ember.cuda.sync)."""
-    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(func))))))
+    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(fragment_epilogues(func)))))))
 
 
 class CUDAKernel:
