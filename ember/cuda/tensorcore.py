@@ -53,7 +53,7 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     24%; mma's 12 configurations were all wrong there (B's rows of 256 bytes and more, swizzled
     by the address in shared memory then, not by the offset in the tile: mma_lanes' module doc).
     Stages and tiles past the 48 KiB of static shared memory (4 stages of 128x128x32, 3 of
-    128x256x32) take dynamic shared memory (ember.cuda.codegen.DYNAMIC), up to what a block may
+    128x256x32) take dynamic shared memory (ember.cuda.launch_shape.DYNAMIC), up to what a block may
     opt in to (227 KiB on sm_90)."""
     from ..intrinsics import wmma
 
@@ -83,7 +83,7 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     s[C].bind(block, ThreadAxis("blockIdx.x"))
     row_a, row_b = BK + pad, BN + pad
     if stages * (BM * row_a + BK * row_b) * dt.bits(dtype) // 8 > STATIC_SHARED:
-        s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.codegen.DYNAMIC)
+        s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.launch_shape.DYNAMIC)
     _warp_tiles(s, C, *caches, (block, None, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype, intrinsic=intrinsic)
     return s, [A, B, C]
 
