@@ -29,7 +29,8 @@ from ..tir.arith import Analyzer
 from ..tir.arith_bound import modular_set
 from ..tir.expr import Buffer, BufferLoad, PrimExpr, Var, all_, as_int, binary, const
 from ..tir.expr_functor import substitute
-from ..tir.functor import collect, mutate_stmt, substitute_stmt
+from ..tir.functor import collect, mutate_stmt, substitute_stmt, touches
+from ..tir.region import accesses
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, CallRoutine, For, IfThenElse, PrimFunc, SeqStmt, Stmt
 from . import fragments
 from .vectors import PAIRS, SCOPES
@@ -54,16 +55,15 @@ def _from_fragments(body: Stmt, nest: For, name: str) -> Stmt:
                          f"the product's tile")
     i, j, width, elem = rows.loop_var, cols.loop_var, as_int(cols.extent), cols.body
     stores = collect(body, lambda s: isinstance(s, CallRoutine) and dict(s.params).get("intrin") == mma.STORE.name)
-    tiles = {c.writes[0].buffer for c in stores} & _loaded(elem)
+    tiles = {c.writes[0].buffer for c in stores if touches(elem, c.writes[0].buffer)}
     if len(tiles) != 1:
         raise LowerError(f"kernel {name}: its epilogue reads {len(tiles)} tiles stored from mma.sync's fragments, "
                          f"not one")
     (tile,) = tiles
     ana = Analyzer()
-    for load in collect_loads(elem, tile):
-        if not ana.can_prove_equal(load.indices[0], i * width + j):
-            raise LowerError(f"kernel {name}: its epilogue reads tile {tile.name} at {load.indices[0]}, not at its "
-                             f"own element")
+    for (index,) in accesses(elem, tile):
+        if not ana.can_prove_equal(index, i * width + j):
+            raise LowerError(f"kernel {name}: its epilogue reads tile {tile.name} at {index}, not at its own element")
     table = {c: _lanes_store(c, elem, i, j, tile, width, name) for c in stores if c.writes[0].buffer is tile}
     table[nest] = SeqStmt(())
 
@@ -72,24 +72,10 @@ def _from_fragments(body: Stmt, nest: For, name: str) -> Stmt:
             return s.body
         return table.get(s)
 
-    return mutate_stmt(body, f_stmt=swap)
-
-
-def _loaded(s: Stmt) -> set[Buffer]:
-    return {e.buffer for e in collect_loads(s)}
-
-
-def collect_loads(s: Stmt, buf: Buffer | None = None) -> list[BufferLoad]:
-    """The loads in s (of buf alone where given)."""
-    found: list[BufferLoad] = []
-
-    def visit(e: PrimExpr):
-        if isinstance(e, BufferLoad) and (buf is None or e.buffer is buf):
-            found.append(e)
-        return None
-
-    mutate_stmt(s, f_expr=visit)
-    return found
+    body = mutate_stmt(body, f_stmt=swap)
+    if touches(body, tile):
+        raise LowerError(f"kernel {name}: tile {tile.name} is read beside its marked epilogue")
+    return body
 
 
 def _lanes_store(call: CallRoutine, elem: Stmt, i: Var, j: Var, tile: Buffer, width: int, name: str) -> Stmt:

@@ -3,14 +3,14 @@ GEMMs of odd M, N and K in float16 and bfloat16 on the interpreter with GPU sema
 NumPy, in either epilogue (fragment_stores, the shared-memory tile kept selectable); a model's
 products with each fused epilogue (bias, residual, ReLU, GELU, clip) in fp16 or bf16 and a BERT
 layer in fp16 against torch (||out - ref|| / ||ref|| within 1e-2), TF32's wmma products keeping the
-tile (1e-3); both epilogues built by NVRTC, with what ptxas reports of each; a marked epilogue
-the pass cannot place refused."""
+tile (1e-3); both epilogues built by NVRTC, with what ptxas reports of each, and run on a GPU
+where there is one; a marked epilogue the pass cannot place refused."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
-from gpu_kernels import needs_nvrtc
+from gpu_kernels import needs_gpu, needs_nvrtc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_cases import SIMULATED
@@ -41,9 +41,9 @@ def _linear(M: int, N: int, K: int, dtype: str, *, fragment_stores: bool = True,
     return s, [x, w, bias, out]
 
 
-def _run_linear(M, N, K, dtype, seed, **options) -> None:
+def _run_linear(M, N, K, dtype, seed, target: str = "python", **options) -> None:
     s, args = _linear(M, N, K, dtype, **options)
-    f = ember.build(s, args, target="python")  # the interpreter with GPU semantics
+    f = ember.build(s, args, target=target)  # ("python": the interpreter with GPU semantics)
     rng = np.random.default_rng(seed)
     x, w, bias = (rng.standard_normal(shape).astype(NUMPY[dtype]) for shape in ((M, K), (N, K), (N,)))
     out = np.full((M, N), np.nan, NUMPY[dtype])
@@ -66,6 +66,14 @@ def test_the_shared_memory_epilogue_stays_selectable(dtype):
     assert STORE in str(ember.lower(s, args, target="cuda"))
     s, args = _linear(37, 43, 40, dtype)
     assert STORE not in str(prepare(ember.lower(s, args, target="cuda")))
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", sorted(NUMPY))
+@pytest.mark.parametrize("fragment_stores", [True, False])
+def test_both_epilogues_on_the_gpu(dtype, fragment_stores):
+    for tiles in TILES:
+        _run_linear(301, 259, 200, dtype, 9, target="cuda", fragment_stores=fragment_stores, tiles=tiles)
 
 
 @needs_nvrtc
