@@ -27,12 +27,13 @@ shape: us, TFLOP/s, % of torch's speed, the product kernel's registers and spill
 ember.cuda.nvrtc.resources); the best marked '*', and the product_choices entries
 that would choose it (all of them again at the end; shapes in order of their share of the time,
 so that a run cut short has measured the ones that matter). Last, a 4096^3 fp16 linear layer
-(GEMMS) under the rules in both epilogues beside cuBLAS (torch's linear), and the verdict of the
-two epilogues over every shape timed in both: their summed times, the shapes where each is WRONG,
-and which to make tensorcore_product's default.
+(GEMMS, with --epilogues or --only gemm) under the rules in both epilogues beside cuBLAS (torch's
+linear), and the verdict of the two epilogues over every shape timed in both: their summed times,
+the shapes where each is WRONG, and which to make tensorcore_product's default.
 
     python benchmarks/product_configs.py [--runs 20] [--only conv|linear|gemm] [--shapes 3]
     python benchmarks/product_configs.py --dry [--only ...] [--shapes ...]   # no GPU: registers, spills
+    python benchmarks/product_configs.py --epilogues [...]   # the rules in the two epilogues alone
 
 Needs a GPU, torch with CUDA, cuda-bindings and NVRTC (benchmarks/gpu_checks.sh runs it as the
 step `products`).
@@ -133,8 +134,11 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False, stor
     s = splits_for(1, M, N, K, sms)
     rules = tensor_core_tiles(s, M, N, K // s, "float16", sms)
     out = [("rules", None, None), (f"rules, {SHARED}", s, {**rules, "fragment_stores": False})]
+    nhwc = [(f"{NHWC}, rules", None, None),  # (channels-last: M the positions, N the output channels)
+            (f"{NHWC}, rules, {SHARED}", s, {**tensor_core_tiles(s, N, M, K // s, "float16", sms),
+                                             "fragment_stores": False})] if columns else []
     if stores:
-        return out
+        return out + nhwc
     out += [("rules, columns unstaged", None, UNSTAGED)] if columns else []
     for label, tiles in (("64x64, 4 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}),
                          ("64x64, 8 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3}),
@@ -149,12 +153,9 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False, stor
         out.append(("BK 64, 2 stages", s, {**rules, "BK": 64, "stages": 2}))
     if K // s // rules["BK"] >= 8:
         out.append(("4 stages", s, {**rules, "stages": 4}))
-    if columns:  # channels-last: M the positions, N the output channels (their tiles keyed so)
-        out += [(f"{NHWC}, rules", None, None),
-                (f"{NHWC}, rules, {SHARED}", s, {**tensor_core_tiles(s, N, M, K // s, "float16", sms),
-                                                 "fragment_stores": False}),
-                (f"{NHWC}, 64x64, 4 warps", parts_to_fill(N, M, K, 64, 64, sms),
-                 {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3})]
+    if columns:  # (their tiles keyed as the schedule sees them: tiles_key)
+        out += [*nhwc, (f"{NHWC}, 64x64, 4 warps", parts_to_fill(N, M, K, 64, 64, sms),
+                        {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3})]
     return out
 
 
@@ -226,7 +227,7 @@ def layer(kind: str, shape: tuple, x, w, b, label: str = ""):
     return linear_graph(shape[0], w, b), *shape  # (a linear layer's or a GEMM's)
 
 
-def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
+def dry_run(shapes: list[tuple[str, tuple]], sms: int, epilogues: bool = False) -> None:
     """Each configuration compiled for the simulated GPU (NVRTC, sm_90; no GPU needed): its
     product kernel's registers, shared memory and spills."""
     import numpy as np
@@ -243,7 +244,8 @@ def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
         b = rng.standard_normal(w.shape[0]).astype("float16")
         _, M, N, K = layer(kind, shape, x, w, b)
         print(f"\n{kind} {shape}: M x N x K = {M}x{N}x{K}")
-        for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv", stores=kind == "gemm"):
+        for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv",
+                                                   stores=epilogues or kind == "gemm"):
             try:
                 g = layer(kind, shape, x, w, b, label)[0]
                 target = Target("cuda", simulate=True)
@@ -259,7 +261,7 @@ def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
                 traceback.print_exc(limit=4, file=sys.stdout)
 
 
-def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[tuple]]:
+def measure(kind: str, shape: tuple, runs: int, sms: int, epilogues: bool = False) -> tuple[tuple, list[tuple]]:
     """(M, N, K), and (label, parts, tiles, seconds or None) per configuration of one layer, torch's
     first as "torch"."""
     import torch
@@ -289,7 +291,8 @@ def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[t
     rows = [("torch", None, None, held(peer, runs), None)]
     if kind == "conv":
         rows.append((f"{NHWC}, torch", None, None, held(lambda: peer(x_last, w_last), runs), None))
-    for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv", stores=kind == "gemm"):
+    stores = epilogues or kind == "gemm"
+    for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv", stores=stores):
         try:
             nhwc = label.startswith(NHWC)
             g = layer(kind, shape, x, w.cpu().numpy(), b.cpu().numpy(), label)[0]
@@ -382,13 +385,17 @@ def main() -> int:
     parser.add_argument("--only", choices=("conv", "linear", "gemm"))
     parser.add_argument("--shapes", type=int, default=None, help="the first SHAPES of each kind")
     parser.add_argument("--dry", action="store_true", help="no GPU: each configuration's registers and spills")
+    parser.add_argument("--epilogues", action="store_true",
+                        help="the rules in the two epilogues alone (from the fragments, through shared memory)")
     args = parser.parse_args()
     shapes = [(kind, shape) for kind, group in (("linear", LINEARS), ("conv", CONVS)) if args.only in (None, kind)
-              for shape in group[:args.shapes]] + [("gemm", shape) for shape in GEMMS if args.only in (None, "gemm")]
+              for shape in group[:args.shapes]]
+    if args.only == "gemm" or args.only is None and args.epilogues:
+        shapes += [("gemm", shape) for shape in GEMMS]
     if args.dry:
         from ember.schedules.gpu.matmul import SMS
 
-        dry_run(shapes, SMS)
+        dry_run(shapes, SMS, args.epilogues)
         return 0
     import torch
 
@@ -403,7 +410,7 @@ def main() -> int:
     best_lines: list[str] = []
     pairs = []
     for kind, shape in shapes:
-        mnk, rows = measure(kind, shape, args.runs, sms)
+        mnk, rows = measure(kind, shape, args.runs, sms, args.epilogues)
         report(kind, shape, mnk, rows, best_lines)
         pairs += epilogues(kind, shape, rows)
     print("\nproduct_choices entries of the shapes whose best is not the rules':")
