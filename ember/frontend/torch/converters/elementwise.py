@@ -172,6 +172,8 @@ def promoted_dtype(b, x, other) -> str:
     def probe(y):
         if isinstance(y, bool | int | float):
             return y
+        if isinstance(y, str):  # a symbolic size (torch's SymInt): a Python int to torch's promotion
+            return 0
         t = b.type_of(y)
         return torch.empty((1,) * t.rank, dtype=torch_dtype(t.dtype))
 
