@@ -66,7 +66,12 @@ def load_gguf(path: str | Path) -> GGUFModel:
         if t.tensor_type.name not in TYPES:
             raise WeightsFileError(f"{path}: tensor {t.name!r} is of type {t.tensor_type.name}; ember reads "
                                    f"{', '.join(TYPES)}")
-    vocab = int(_tensor(tensors, path, "token_embd.weight").shape[1])
+    embedding = _tensor(tensors, path, "token_embd.weight")
+    if len(embedding.shape) != 2:
+        dims = tuple(int(d) for d in embedding.shape)
+        raise WeightsFileError(f"{path}: tensor 'token_embd.weight' has {len(dims)} dimension(s) {dims}; ember needs "
+                               f"a (vocabulary, embedding) matrix")
+    vocab = int(embedding.shape[1])
     tied = "output.weight" not in tensors
     field = lambda key: _field(reader, path, f"{arch}.{key}")  # noqa: E731
     heads = field("attention.head_count")
@@ -78,6 +83,9 @@ def load_gguf(path: str | Path) -> GGUFModel:
     for hf, name, conv in names:
         t = _tensor(tensors, path, name)
         dense, q = _read(t)
+        if tuple(params[hf].shape) != (dense.T if conv else dense).shape:  # (before the rows are unpermuted)
+            raise WeightsFileError(f"{path}: tensor {name!r} is {(dense.T if conv else dense).shape} where the model "
+                                   f"built from the file's metadata needs {tuple(params[hf].shape)}")
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = model.config.num_attention_heads if "attn_q" in name else model.config.num_key_value_heads
             dense, q = _unpermute(dense, q, heads)
@@ -85,9 +93,6 @@ def load_gguf(path: str | Path) -> GGUFModel:
         if q is not None:
             out.weights[digest(dense.T)] = q
         value = dense.T if conv else dense
-        if tuple(params[hf].shape) != value.shape:
-            raise WeightsFileError(f"{path}: tensor {name!r} is {value.shape} where the model built from the file's "
-                                   f"metadata needs {tuple(params[hf].shape)}")
         with torch.no_grad():
             params[hf].copy_(torch.from_numpy(np.ascontiguousarray(value)))
     return out
@@ -130,14 +135,14 @@ def _llama(field, vocab: int, tied: bool, reader):
     heads = int(field("attention.head_count"))
     kv = reader.fields.get("llama.attention.head_count_kv")
     kv_heads = int(kv.contents()) if kv else heads
-    base = reader.fields.get("llama.rope.freq_base")
+    base = field("rope.freq_base") if "llama.rope.freq_base" in reader.fields else 10000.0
     config = LlamaConfig(hidden_size=int(field("embedding_length")), num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads,
                          attn_implementation=unmasked_attention() if kv_heads != heads else "sdpa",
                          intermediate_size=int(field("feed_forward_length")),
                          max_position_embeddings=int(field("context_length")),
                          rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
-                         rope_theta=float(base.contents()) if base else 10000.0, vocab_size=vocab,
+                         rope_theta=float(base), vocab_size=vocab,
                          tie_word_embeddings=tied, bos_token_id=_token(reader, "bos", vocab),
                          eos_token_id=_token(reader, "eos", vocab))
     return LlamaForCausalLM(config).eval(), list(_llama_names(layers, tied))
@@ -158,7 +163,7 @@ def _unpermute(dense: np.ndarray, q: QuantizedWeight | None, heads: int):
 
 def _read(t) -> tuple[np.ndarray, QuantizedWeight | None]:
     """A tensor's float32 data in NumPy's order (rows of ne0), and its codes if it is quantized
-    (for the (ne0, rows) weight a product reads)."""
+    (for the (ne0, rows) weight a product reads; the gguf package refuses rows of part of a block)."""
     shape = tuple(int(d) for d in reversed(t.shape))
     kind = t.tensor_type.name
     if kind in ("F32", "F16"):
@@ -229,6 +234,9 @@ def _field(reader, path, key: str):
     if key.endswith(("_count", "_length", "_count_kv")) and (isinstance(value, bool) or not isinstance(value, int)
                                                              or value <= 0):
         raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a positive integer")
+    if key.endswith(("_epsilon", "freq_base")) and (isinstance(value, bool) or not isinstance(value, int | float)
+                                                     or not np.isfinite(value) or value < 0):
+        raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a number, 0 or more")
     return value
 
 
