@@ -22,7 +22,8 @@ elements, transformers' the two halves): the permutation is undone on the rows, 
 scales alike (whole blocks move, none is requantized). The LM head is tied to token_embd when
 the file has no output.weight. Another architecture, another tensor
 type, a missing tensor or metadata key, metadata no model is built from (a count that is not a
-positive integer, heads that do not divide the embedding), or a file the gguf package cannot
+positive integer, an epsilon or RoPE base that is no number 0 or more, heads that do not divide
+the embedding), a tensor of another shape than that model's, or a file the gguf package cannot
 parse (missing, truncated, another version) is a WeightsFileError that names it and what ember
 reads.
 """
