@@ -87,10 +87,10 @@ def _reference(inputs, attrs):
 def linear_start(start: PrimExpr, count, length) -> PrimExpr:
     """The place in [0, length) of a linear update's first row, which `start` (an int64 write
     index) names: negative, from the cache's end. The window start .. start + count - 1 is checked
-    at run time (the INDEX intrinsic, which raises IndexOutOfRangeError): its last position past the
-    end, an update longer than the cache (lengths symbolic), or its first position before the
-    start, each reports that index; out of range, the place is 0, and the caller's stores stay in
-    the cache (its positions wrapped once, guarded)."""
+    at run time (the INDEX intrinsic, which raises IndexOutOfRangeError), the index it reports the
+    window's last position where that is past the cache's end, else count - 1 where the update is
+    longer than the cache (symbolic lengths), else the start (below -length); after a failed check
+    the place is 0, and the caller's stores stay in the cache (its positions wrapped once, guarded)."""
     last = start + count - 1
     n, c = as_int(length), as_int(count)
     culprit = start if n is not None and c is not None and c <= n else select(count > length, count - 1, start)
@@ -137,7 +137,8 @@ def _update(ins: list[Buffer], out: Buffer, attrs) -> Stmt:
         store = BufferStore(out, update[tuple(i)], (*i[:axis], at, *i[axis + 1:]))
         if attrs["mode"] == "circular":  # only the last `length` rows: an update longer than the cache (symbolic)
             return IfThenElse(j + length >= update.shape[axis], store)  # wraps, its later rows kept, and the rows'
-        return IfThenElse(at < length, store)  # parallel stores must not race for a place
+            # parallel stores must not race for a place
+        return IfThenElse(at < length, store)  # (past the end only after a failed check)
 
     return seq(copy, nest(update.shape, row))
 
