@@ -1,7 +1,7 @@
 """torch's symbolic sizes as ember dimensions (ember.frontend.torch.node.Builder.dim): polynomials
 of the symbols, renamed after their torch.export.Dim, in canonical form; a floor division or a
 modulo (no polynomial) refused with a FrontendError; a size used as a value (a comparison's operand,
-full's value) compiled, against torch."""
+full's value, clamp's bound) compiled, against torch."""
 
 from __future__ import annotations
 
@@ -34,16 +34,17 @@ def test_other_sizes_are_refused(size):
         Builder(Graph()).dim(size(s))
 
 
-@pytest.mark.parametrize("name", ["compare", "compare_expression", "full", "full_static"])
+@pytest.mark.parametrize("name", ["compare", "compare_expression", "full", "full_static", "clamp"])
 def test_a_size_used_as_a_value(name):
     """A symbolic size (torch's SymInt) as an operand of a comparison and as the value of full:
     compiled once, against torch at several sizes. torch.arange(n) <= n - 2 (a mask of the
     positions before the last) raised AttributeError in the dtype promotion, torch.full((n,), n)
-    ValueError (the value taken for a number)."""
+    ValueError (the value taken for a number), torch.clamp(i, max=n - 1) an OpTypeError."""
     fn = {"compare": lambda x, n: x * (torch.arange(n) <= n - 2),
           "compare_expression": lambda x, n: x * (torch.arange(n) > 2 * n - n - 3),
           "full": lambda x, n: x + torch.full((n,), n - 1),
-          "full_static": lambda x, n: x.sum() + torch.full((3,), n, dtype=torch.float32)}[name]
+          "full_static": lambda x, n: x.sum() + torch.full((3,), n, dtype=torch.float32),
+          "clamp": lambda x, n: torch.clamp(torch.arange(n) * 3 - 4, min=1, max=n - 1) * x}[name]
 
     class Model(torch.nn.Module):
         def forward(self, x):
