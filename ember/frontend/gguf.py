@@ -78,7 +78,7 @@ def load_gguf(path: str | Path) -> GGUFModel:
     heads = field("attention.head_count")
     kv_heads = field("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in reader.fields else heads
     _check_heads(path, field("embedding_length"), heads, kv_heads)
-    model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader)
+    model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader, path)
     params = dict(model.named_parameters(remove_duplicate=False))
     out = GGUFModel(model)
     for hf, name, conv in names:
@@ -99,7 +99,7 @@ def load_gguf(path: str | Path) -> GGUFModel:
     return out
 
 
-def _gpt2(field, vocab: int, tied: bool, reader):
+def _gpt2(field, vocab: int, tied: bool, reader, path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     layers = int(field("block_count"))
@@ -107,8 +107,8 @@ def _gpt2(field, vocab: int, tied: bool, reader):
                         n_head=int(field("attention.head_count")), n_positions=int(field("context_length")),
                         n_inner=int(field("feed_forward_length")),
                         layer_norm_epsilon=float(field("attention.layer_norm_epsilon")),
-                        vocab_size=vocab, tie_word_embeddings=tied,
-                        bos_token_id=_token(reader, "bos", vocab), eos_token_id=_token(reader, "eos", vocab))
+                        vocab_size=vocab, tie_word_embeddings=tied, bos_token_id=_token(reader, path, "bos", vocab),
+                        eos_token_id=_token(reader, path, "eos", vocab))
     return GPT2LMHeadModel(config).eval(), list(_gpt2_names(layers, tied))
 
 
@@ -129,7 +129,7 @@ def unmasked_attention() -> str:
     return UNMASKED
 
 
-def _llama(field, vocab: int, tied: bool, reader):
+def _llama(field, vocab: int, tied: bool, reader, path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     layers = int(field("block_count"))
@@ -144,8 +144,8 @@ def _llama(field, vocab: int, tied: bool, reader):
                          max_position_embeddings=int(field("context_length")),
                          rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
                          rope_theta=float(base), vocab_size=vocab,
-                         tie_word_embeddings=tied, bos_token_id=_token(reader, "bos", vocab),
-                         eos_token_id=_token(reader, "eos", vocab))
+                         tie_word_embeddings=tied, bos_token_id=_token(reader, path, "bos", vocab),
+                         eos_token_id=_token(reader, path, "eos", vocab))
     return LlamaForCausalLM(config).eval(), list(_llama_names(layers, tied))
 
 
@@ -221,10 +221,16 @@ def _tensor(tensors: dict, path, name: str):
     return tensors[name]
 
 
-def _token(reader, which: str, vocab: int) -> int:
+def _token(reader, path, which: str, vocab: int) -> int:
     """The file's bos or eos token, else GPT-2's (50256) within the vocabulary."""
-    f = reader.fields.get(f"tokenizer.ggml.{which}_token_id")
-    return int(f.contents()) if f is not None else min(50256, vocab - 1)
+    key = f"tokenizer.ggml.{which}_token_id"
+    f = reader.fields.get(key)
+    if f is None:
+        return min(50256, vocab - 1)
+    value = f.contents()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a token id")
+    return value
 
 
 def _field(reader, path, key: str):
