@@ -5,8 +5,8 @@ update's entries along `axis` written from position write_indices[b] on (0 when 
 written to a place kept where the update is longer than the cache (ONNX's reference stores them in
 order). Linear, the positions index the cache's axis as ONNX's reference (NumPy) indexes it: a
 negative one counts from the end, and one outside the axis, or an update longer than the cache
-(symbolic lengths), raises IndexOutOfRangeError when the model runs (onnxruntime raises too), where
-the write used to be dropped.
+(symbolic lengths), raises IndexOutOfRangeError when the model runs, where the write used to be
+dropped (onnxruntime raises for those, and for any negative write index as well).
 
 One kernel (a te.extern): the cache copied to the output, a plain copy (rows in parallel, the
 last axis vectorized: as fast as memcpy), then the update's rows stored at their positions. The
