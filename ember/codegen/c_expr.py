@@ -89,6 +89,16 @@ class CExprRenderer(CStyleRenderer):
     def _minmax(self, op: str, elem: str, lanes: int) -> str:
         return self.lib.minmax(op, elem, lanes)
 
+    def _wrapping(self, cop: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
+        if lanes == 1:
+            return super()._wrapping(cop, elem, lanes, a, b)
+        unsigned = f"u{elem}"  # a vector operand cast to the unsigned vector, a scalar one (GCC broadcasts it) to uint
+
+        def operand(x: PrimExpr) -> str:
+            to = self.lib.vec(unsigned, lanes) if dt.lanes_of(x.dtype) > 1 else self.SCALAR_TYPES[unsigned]
+            return f"({to}){self._e(x, UNARY)}"
+        return f"({self.lib.vec(elem, lanes)})({operand(a)} {cop} {operand(b)})"
+
     def _floordiv(self, op: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
         checked = self.checked and dt.is_int(elem)
         status = f", {self.STATUS}" if checked else ""

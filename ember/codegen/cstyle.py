@@ -43,6 +43,7 @@ from ..tir.expr import (
     Var,
     as_int,
 )
+from ..tir.expr_functor import any_node
 from ..tir.stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, PrimFunc, SeqStmt, Stmt, While
 from .common import Namer, not_lowered, safe_name, single_index, written_buffers
 
@@ -67,6 +68,7 @@ trunc y0 y1 yn
 """
 C_WORDS = _C_WORDS_TEXT.split()
 LIBM = C_WORDS[C_WORDS.index("acos"):]
+WRAPPING_OPS, WRAPPING_INTS = ("+", "-", "*"), ("int32", "int64")  # computed as unsigned where they read tensors
 
 
 class CStyleRenderer:
@@ -330,6 +332,8 @@ class CStyleRenderer:
             cop, p = self.MASK_OPS.get(op) or self.BINARY_OPS[op]
             return f"{self._e(a, left)} {cop} {self._mask(b, self._mask_bits(a), right)}", p
         cop, p = self.BINARY_OPS[op]
+        if op in WRAPPING_OPS and elem in WRAPPING_INTS and any_node(e, _is_load):
+            return self._wrapping(cop, elem, lanes, a, b), UNARY
         if op in BITWISE_OPS:  # operands parenthesized as GCC suggests (`a + b & c`)
             left = right = UNARY
         elif op not in COMPARE_OPS + LOGIC_OPS:
@@ -341,6 +345,16 @@ class CStyleRenderer:
         if lanes == 1 and elem in self.NARROW_INTS and op not in COMPARE_OPS + LOGIC_OPS:
             return f"({self.SCALAR_TYPES[elem]})({code})", UNARY
         return code, p
+
+    def _wrapping(self, cop: str, elem: str, lanes: int, a: PrimExpr, b: PrimExpr) -> str:
+        """`a cop b` of signed ints computed in their unsigned type and converted back: values
+        read from tensors wrap as two's complement (docs/operators.md), where C's signed overflow is
+        undefined and compilers fold `x + c > x` to `c > 0`. (Index arithmetic, which reads no
+        tensor, keeps C's signed operators: taken not to wrap, it is what compilers optimize.)"""
+        if lanes > 1:
+            raise self._no_vectors()
+        unsigned = self.SCALAR_TYPES[f"u{elem}"]
+        return f"({self.SCALAR_TYPES[elem]})(({unsigned}){self._e(a, UNARY)} {cop} ({unsigned}){self._e(b, UNARY)})"
 
     def _minmax(self, op: str, elem: str, lanes: int) -> str:
         """The function computing `op` ("min" or "max") of two values of `elem`."""
@@ -432,3 +446,7 @@ class CStyleRenderer:
 
 def _positive_const(e: PrimExpr) -> bool:
     return isinstance(e, Const) and e.value > 0
+
+
+def _is_load(e: PrimExpr) -> bool:
+    return isinstance(e, BufferLoad)

@@ -168,17 +168,17 @@ class Rewriter(Linearizer):
         return Binary(op, self.to_expr(lhs, a.dtype), self.to_expr(rhs, a.dtype), "bool")
 
     def _exact(self, e: PrimExpr) -> bool:
-        """Whether int32 e computes its linear form exactly: it reads no tensor, as index arithmetic
-        does (taken not to wrap), or its bounds lie in int32's range. Values read from tensors wrap
-        as two's complement (docs/operators.md): x + 2**31 - 5 > x is False for x >= 5. (int64's
-        values count as unbounded throughout.)"""
-        if dt.element_of(e.dtype) != "int32":
+        """Whether int32 or int64 e computes its linear form exactly: it reads no tensor, as index
+        arithmetic does (taken not to wrap), or its bounds lie in its type's range. Values read from
+        tensors wrap as two's complement (docs/operators.md): x + 2**31 - 5 > x is False for x >= 5."""
+        elem = dt.element_of(e.dtype)
+        if elem not in ("int32", "int64"):
             return True
         form = self.lin(e)
         if not any(isinstance(f, BufferLoad) for _, fs in form.terms.values() for f in fs):
             return True
         lo, hi = self.range(form)
-        least, most = dt.int_range("int32")
+        least, most = dt.int_range(elem)
         return least <= lo and hi <= most
 
     def _minmax(self, op: str, a: PrimExpr, b: PrimExpr, dtype: str) -> PrimExpr:
