@@ -42,6 +42,7 @@ from ..tir.nbits import (
     QUANTIZE_BLOCK,
     dequantize,
     dequantize_groups,
+    int8_products,
     panels,
     quantize_groups,
     quantize_rows,
@@ -56,10 +57,15 @@ from .common import te_shape
 from .registry import OpDef, OpTypeError, register
 
 GEMM_NBITS_ROWS = 64  # rows of x per call: a prefill's dequantized panel serves this many
+# rows of x per call of act int8_rows (every panel): 4 blocks of a 128-token prompt, split evenly by
+# 1, 2 or 4 threads, each block's rows quantized once and each panel's codes read once per block
+GEMM_NBITS_BLOCK = 32
 # what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
 # rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
 # int8_groups: int8 rows per group of the weights' (quantize_groups), every M computed from them
-ACTS = ("float32", "int8", "int8_groups", "auto")
+# int8_rows: x's rows quantized by the kernel itself (quantize_rows' formulas, per block of
+# GEMM_NBITS_BLOCK rows), the codes packed (pack_vnni), every M computed from them
+ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
 
 
@@ -81,6 +87,11 @@ def _infer(types, attrs):
                               f"of {rows or 'a static K divisible by 32'}; got x {types[0].shape}, "
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
+    if attrs["residual"]:
+        if attrs["act"] != "int8_rows" or len(types) < 4 or types[-1] != TensorType((types[0].shape[0], n), "float32"):
+            raise OpTypeError(f"{name}: a residual is act int8_rows' last input, float32 (M, n); got act "
+                              f"{attrs['act']!r}, {types[-1] if len(types) > 3 else 'none'}")
+        types = types[:-1]
     x, codes, scales = types[:3]
     if bits not in BITS:
         raise OpTypeError(f"{name}: bits must be one of {BITS}, got {bits!r}")
@@ -93,9 +104,12 @@ def _infer(types, attrs):
         raise OpTypeError(f"{name}: n and K must be static, got n={n!r}, x {x.shape}")
     width = PANEL if bits == 8 else PANEL // 2
     want = (panels(n), k, width)
+    if attrs["packed"] != (attrs["act"] == "int8_rows"):
+        raise OpTypeError(f"{name}: packed codes are act int8_rows' and it takes them packed; got act "
+                          f"{attrs['act']!r}, packed={attrs['packed']!r}")
     if attrs["packed"]:
-        if attrs["act"] != "int8":
-            raise OpTypeError(f"{name}: packed codes are the int8 products' (act int8), got act {attrs['act']!r}")
+        if k % QUANTIZE_BLOCK:
+            raise OpTypeError(f"{name}: act int8_rows takes a K that is a multiple of {QUANTIZE_BLOCK}, got {k}")
         want = (panels(n), vnni_rows(k, group, bits), width)
     code_dtype = "int8" if bits == 8 else "uint8"
     if codes.dtype != code_dtype or codes.shape != want:
@@ -134,8 +148,8 @@ def _grouped_types(x: TensorType, group: int) -> list[TensorType]:
 
 
 def _weights(inputs, attrs) -> list:
-    """A node's inputs from the codes on (x and its quantized rows left out)."""
-    return inputs[3 if attrs["act"] in QUANTIZED else 1:]
+    """A node's inputs from the codes on (x and its quantized rows left out, and a residual)."""
+    return inputs[3 if attrs["act"] in QUANTIZED else 1:len(inputs) - attrs["residual"]]
 
 
 def _codes(inputs, attrs) -> np.ndarray:
@@ -153,31 +167,25 @@ def weight(inputs, attrs) -> np.ndarray:
 
 def _reference(inputs, attrs):
     x, w = inputs[0], _weights(inputs, attrs)
+    offsets = w[2] if attrs["offsets"] else None
     if attrs["act"] == "int8_groups":
         y = dequantize_groups(inputs[1], inputs[2]) @ weight(inputs, attrs).astype(np.float64)
-    elif attrs["act"] == "int8" and (x.shape[0] >= GEMM_NBITS_STREAM or attrs["packed"]):
-        y = _int8_products(inputs[1], inputs[2], [_codes(inputs, attrs), *w[1:]], attrs)
+    elif attrs["act"] == "int8_rows":
+        y = int8_products(*quantize_rows(x), _codes(inputs, attrs), w[1], offsets, attrs["bits"])[:, :attrs["n"]]
+    elif attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
+        y = int8_products(inputs[1], inputs[2], w[0], w[1], offsets, attrs["bits"])[:, :attrs["n"]]
     else:
         y = x.astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
     if len(w) == 3 + attrs["offsets"]:
         y = y + w[-1][:attrs["n"]]
+    if attrs["residual"]:
+        y = y + inputs[-1]
     return [y.astype(np.float32)]
 
 
-def _int8_products(xq, meta, w, attrs) -> np.ndarray:
-    """What the int8 products compute: x as s (xq - 128) times the weight, of which with zero points
-    the offsets multiply the float32 sums of x (meta's) instead."""
-    codes, scales, *rest = w
-    xd = meta[:, :1].astype(np.float64) * (xq.astype(np.float64) - 128)
-    if not attrs["offsets"]:
-        return xd @ dequantize(codes, scales, None, attrs["bits"])[:, :attrs["n"]].astype(np.float64)
-    dense = dequantize(codes, scales, np.zeros_like(rest[0]), attrs["bits"])[:, :attrs["n"]]
-    per = attrs["group"] // QUANTIZE_BLOCK
-    sums = meta[:, 1:].astype(np.float64).reshape(len(meta), -1, per).sum(axis=2)
-    return xd @ dense.astype(np.float64) + sums @ rest[0][:, :attrs["n"]].astype(np.float64)
-
-
 def _compute(inputs, attrs, out_types):
+    if attrs["act"] == "int8_rows":
+        return _rows_compute(inputs, attrs, out_types)
     x = inputs[0]
     bits, n = attrs["bits"], attrs["n"]
     act = attrs["act"]
@@ -213,9 +221,45 @@ def _compute(inputs, attrs, out_types):
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
-    # threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)
+    kind = _loop_kind(rows, k, cols)
+    return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
+
+
+def _loop_kind(rows: int | None, k: int, cols: int) -> str:
+    """Threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)."""
     fmas = None if rows is None else rows * k * cols // 16
-    kind = "parallel" if fmas is None or fmas >= PARALLEL_MIN_WORK else "serial"
+    return "parallel" if fmas is None or fmas >= PARALLEL_MIN_WORK else "serial"
+
+
+def _rows_compute(inputs, attrs, out_types):
+    """act int8_rows: a parallel loop over blocks of GEMM_NBITS_BLOCK rows, each call quantizing
+    its rows once and multiplying them by every panel: one parallel region for the quantization
+    and the products (and the residual added), which the threads split by rows."""
+    x = inputs[0]
+    bits, n, group = attrs["bits"], attrs["n"], attrs["group"]
+    k = as_int(x.shape[1])
+    (m, _) = te_shape(out_types[0], inputs)
+    rows = as_int(m)
+    blocks = const(-(-rows // GEMM_NBITS_BLOCK)) if rows is not None else \
+        (m + GEMM_NBITS_BLOCK - 1) // GEMM_NBITS_BLOCK
+    weights = _weights(inputs, attrs)
+    cols = panels(n) * PANEL
+    panel_bytes = vnni_rows(k, group, bits) * (PANEL if bits == 8 else PANEL // 2)
+
+    def build(bufs, outs):
+        (out,) = outs
+        b = Var("block", dt.INDEX_DTYPE)
+        m0 = b * GEMM_NBITS_BLOCK
+        reads = [Pointer(bufs[0], m0 * k)] + [Pointer(buf, const(0)) for buf in bufs[1:1 + len(weights)]]
+        if attrs["residual"]:
+            reads.append(Pointer(bufs[-1], m0 * n))
+        params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
+                  ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
+                  ("act", "int8_rows"))
+        scalars = (min_(const(GEMM_NBITS_BLOCK), m - m0), const(k), const(n), const(k), const(n), const(cols),
+                   const(panel_bytes))
+        call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n),), scalars)
+        return For(b, const(0), blocks, _loop_kind(rows, k, cols), call)
 
     return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
 
@@ -226,7 +270,8 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False},
+    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False,
+           "residual": False},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,
