@@ -31,6 +31,7 @@ from ..tir.nbits import PANEL
 from ..tir.routines import GEMM_NBITS_STREAM
 from . import c_runtime
 from .c_gemm_nbits import gemm_nbits
+from .c_vmath import vector_math
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -232,15 +233,36 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
                    int64_t p_rs) {{
   enum {{ R = {rows} }};
   const int64_t ms = 1 + K / 32;
-  /* this thread's scratch: {tile}the last rows' padding, the rows quantized, their scales and sums */
-  int8_t* restrict work = {scratch}({tile_bytes}(size_t)R * K + (size_t)M * K + sizeof(float) * (size_t)(M * ms));
+  /* this thread's scratch: {tile}the last rows' padding, the rows quantized, their scales and sums{glu_note} */
+  int8_t* restrict work = {scratch}({tile_bytes}(size_t)R * K + (size_t)M * K +
+                                   sizeof(float) * (size_t)(M * ms{glu_bytes}));
   uint8_t* restrict xq = (uint8_t*)work + {tile_bytes}(size_t)R * K;
   float* restrict meta = (float*)(xq + M * K);
   {quantize}(x, xq, meta, M, K, x_rs);
+{loop}}}"""
+_PANELS = """\
   for (int64_t p = 0; p * 32 < N; ++p)
     {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} out + p * 32, M, K, N - p * 32 < 32 ? N - p * 32 : 32,
             x_rs, o_rs, s_rs, work);
-}}"""
+"""
+# glu "silu" (N the output's columns, a multiple of 32): the gate's panel p and the up
+# projection's panel p + N / 32 into two blocks of the scratch, out = silu(gate) * up
+_GLU = """\
+  float* restrict gate = meta + M * ms;
+  float* restrict up = gate + M * 32;
+  for (int64_t p = 0; p * 32 < N; ++p) {{
+    const int64_t q = p + N / 32;
+    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} gate, M, K, 32, x_rs, 32, s_rs, work);
+    {panel}(x, xq, meta, codes + q * p_rs, scales + q * 32,{args_up} up, M, K, 32, x_rs, 32, s_rs, work);
+    for (int64_t i = 0; i < M * 32; i += 16) {{
+      {vec} g, u;
+      __builtin_memcpy(&g, gate + i, 64);
+      __builtin_memcpy(&u, up + i, 64);
+      g = g * {sigmoid}(g) * u;
+      __builtin_memcpy(out + (i / 32) * o_rs + p * 32 + i % 32, &g, 64);
+    }}
+  }}
+"""
 
 _COLSUM = """\
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -342,21 +364,31 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
     return lib._helper(name, make)
 
 
-def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool) -> str:
+def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool,
+                    glu: str | None = None) -> str:
     """The name of gemm_nbits' C function of act int8_rows for this variant: a block of rows
-    quantized in the thread's scratch, then every panel of its packed codes (pack_vnni)."""
+    quantized in the thread's scratch, then every panel of its packed codes (pack_vnni); with
+    glu "silu", silu of the first half of the columns times the second."""
     name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows"
-    name += ("_bias" if bias else "") + ("_residual" if residual else "")
+    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{glu}" if glu else "")
 
     def make() -> str:
-        panel = lib._helper(f"{name}_panel", lambda: _function(
-            lib, f"{name}_panel", bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
+        panel_name = name.removesuffix(f"_{glu}") + "_panel"
+        panel = lib._helper(panel_name, lambda: _function(
+            lib, panel_name, bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
             residual, work=True))
         params, args = _params(offsets, bias, residual, " + p * 32")
+        if glu:
+            loop = _GLU.format(panel=panel, args=args, args_up=_params(offsets, bias, at=" + q * 32")[1],
+                               vec=lib.vec("float32", 16), sigmoid=vector_math(lib, "sigmoid", "float32", 16))
+        else:
+            loop = _PANELS.format(panel=panel, args=args)
         tile = "(size_t)K * 32 + " if bits == 4 else ""
-        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, args=args, rows=ROWS,
+        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS,
                             tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,
-                            scratch=c_runtime.thread_scratch(lib), quantize=quantize_rows(lib), panel=panel)
+                            glu_note=", a panel of the gate and of the up projection" if glu else "",
+                            glu_bytes=" + 64 * M" if glu else "", scratch=c_runtime.thread_scratch(lib),
+                            quantize=quantize_rows(lib), loop=loop)
 
     return lib._helper(name, make)
 

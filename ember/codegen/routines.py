@@ -68,7 +68,7 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
                                      params["lanes"])
         if params.get("act") == "int8_rows":
             return c_gemm_nbits_rows(lib, params["bits"], params["group"], params["offsets"], params["bias"],
-                                     params["residual"])
+                                     params["residual"], params["glu"])
         return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)
@@ -208,30 +208,37 @@ def _panel_scales(params: dict, k: int, s_rs: int, rest) -> tuple:
 
 def _gemm_nbits_rows(params: dict, reads, writes, scalars) -> None:
     """act int8_rows on flat arrays: the block's rows quantized (quantize_rows), then each panel of
-    packed codes (unpack_vnni) as act int8 computes it, plus the bias and the residual."""
+    packed codes (unpack_vnni) as act int8 computes it, plus the bias and the residual, each
+    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second)."""
     m, k, n, x_rs, o_rs, s_rs, p_rs = (int(v) for v in scalars)
-    bits = params["bits"]
+    bits, glu = params["bits"], params["glu"]
     (x, x_off), (codes, c_off), *rest = reads
     rows = np.arange(m)[:, None]
     xq, meta = quantize_rows(x[x_off + rows * x_rs + np.arange(k)[None, :]])
     width = PANEL if bits == 8 else PANEL // 2
-    (out, o_off), = writes
-    for p in range(-(-n // PANEL)):
+    cols = 2 * n if glu else n  # the weight's
+    y = np.zeros((m, cols), np.float32)
+    for p in range(-(-cols // PANEL)):
         at = [(arr, off + p * PANEL) for arr, off in rest]
         scales, offsets = _panel_scales(params, k, s_rs, at)
         start = c_off + p * p_rs
         panel = unpack_vnni(codes[start:start + vnni_rows(k, params["group"], bits) * width].reshape(1, -1, width),
                             bits, k)
-        ncols = min(PANEL, n - p * PANEL)
-        y = int8_products(xq, meta, panel, scales, offsets, bits)[:, :ncols]
+        ncols = min(PANEL, cols - p * PANEL)
+        block = int8_products(xq, meta, panel, scales, offsets, bits)[:, :ncols]
         at = at[1 + params["offsets"]:]
         if params["bias"]:
             bias, b_off = at.pop(0)
-            y = y + bias[b_off:b_off + ncols]
+            block = block + bias[b_off:b_off + ncols]
         if params["residual"]:
             res, r_off = at.pop(0)
-            y = y + res[r_off + rows * o_rs + np.arange(ncols)[None, :]]
-        out[o_off + p * PANEL + rows * o_rs + np.arange(ncols)[None, :]] = y.astype(out.dtype)
+            block = block + res[r_off + rows * o_rs + np.arange(ncols)[None, :]]
+        y[:, p * PANEL:p * PANEL + ncols] = block
+    if glu:
+        gate = y[:, :n].astype(np.float64)
+        y = gate / (1 + np.exp(-gate)) * y[:, n:]
+    (out, o_off), = writes
+    out[o_off + rows * o_rs + np.arange(n)[None, :]] = y.astype(out.dtype)
 
 
 def _winograd_input(params: dict, reads, writes, scalars) -> None:

@@ -87,6 +87,13 @@ def _infer(types, attrs):
                               f"of {rows or 'a static K divisible by 32'}; got x {types[0].shape}, "
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
+    out = n
+    if attrs["glu"] is not None:
+        if attrs["glu"] != "silu" or attrs["act"] != "int8_rows" or attrs["residual"] or n % (2 * PANEL):
+            raise OpTypeError(f"{name}: glu 'silu' is act int8_rows' without a residual, n a multiple of "
+                              f"{2 * PANEL}; got glu {attrs['glu']!r}, act {attrs['act']!r}, n {n}, "
+                              f"residual {attrs['residual']!r}")
+        out = n // 2
     if attrs["residual"]:
         if attrs["act"] != "int8_rows" or len(types) < 4 or types[-1] != TensorType((types[0].shape[0], n), "float32"):
             raise OpTypeError(f"{name}: a residual is act int8_rows' last input, float32 (M, n); got act "
@@ -132,7 +139,7 @@ def _infer(types, attrs):
         raise OpTypeError(f"{name}: bias must be float32 ({cols},), got {extra[0].dtype} {extra[0].shape}")
     if len(extra) > 1:
         raise OpTypeError(f"{name}: takes x, codes, scales[, offsets][, bias]; got {len(types)} inputs")
-    return [TensorType((x.shape[0], n), "float32")]
+    return [TensorType((x.shape[0], out), "float32")]
 
 
 def _quantized_types(x: TensorType) -> list[TensorType]:
@@ -180,6 +187,9 @@ def _reference(inputs, attrs):
         y = y + w[-1][:attrs["n"]]
     if attrs["residual"]:
         y = y + inputs[-1]
+    if attrs["glu"]:  # silu(gate) * up, the products rounded to float32 first as the kernel's are
+        gate, up = np.split(y.astype(np.float32).astype(np.float64), 2, axis=1)
+        y = gate / (1 + np.exp(-gate)) * up
     return [y.astype(np.float32)]
 
 
@@ -255,13 +265,14 @@ def _rows_compute(inputs, attrs, out_types):
             reads.append(Pointer(bufs[-1], m0 * n))
         params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
                   ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
-                  ("act", "int8_rows"))
-        scalars = (min_(const(GEMM_NBITS_BLOCK), m - m0), const(k), const(n), const(k), const(n), const(cols),
+                  ("glu", attrs["glu"]), ("act", "int8_rows"))
+        scalars = (min_(const(GEMM_NBITS_BLOCK), m - m0), const(k), const(width), const(k), const(width), const(cols),
                    const(panel_bytes))
-        call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n),), scalars)
+        call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * width),), scalars)
         return For(b, const(0), blocks, _loop_kind(rows, k, cols), call)
 
-    return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
+    width = n // 2 if attrs["glu"] else n  # the output's columns
+    return te.extern([((m, const(width)), "float32")], list(inputs), build, name="gemm_nbits")
 
 
 register(OpDef(
@@ -271,7 +282,7 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False,
-           "residual": False},
+           "residual": False, "glu": None},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,

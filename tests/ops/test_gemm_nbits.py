@@ -126,6 +126,24 @@ def test_rows_quantized_in_the_kernel_over_shapes(bits, group, zero_points, grou
     check_op_sizes("gemm_nbits", types, attrs, [[x, *packed, *extra]], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("bits,group,zero_points,bias", [(8, 0, False, True), (4, 32, True, False)])
+def test_silu_of_the_gate_times_up_in_the_kernel(bits, group, zero_points, bias):
+    """glu "silu": the first half of the columns (the gate) through silu times the second (up), as
+    a LLaMA MLP's siblings compute them, on VNNI, the interpreter and the scalar twin against the
+    reference, and against silu(x w_gate) * (x w_up) within the rows' 8-bit rounding."""
+    n = 128
+    weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, False, n=n)
+    xs = [RNG.standard_normal((m, K)).astype(np.float32) for m in (1, 13, 70)]
+    runs = check_op_sizes("gemm_nbits", types, {**attrs, "glu": "silu"}, [[x, *packed] for x in xs], rtol=1e-4,
+                          atol=1e-4, targets=("c", "python", AVX2))
+    w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :n]
+    for (y,), x in zip(runs, xs):
+        assert y.shape == (len(x), n // 2)
+        full = x @ w + (weights[-1][:n] if bias else 0)
+        exact = full[:, :n // 2] / (1 + np.exp(-full[:, :n // 2])) * full[:, n // 2:]
+        assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < (0.05 if zero_points else 0.03)
+
+
 def test_packed_codes_are_act_int8_rows():
     weights, attrs = _inputs(8, 0, False, False)
     packed = pack_vnni(weights[0], 8, 0)
@@ -149,6 +167,10 @@ def test_packed_codes_are_act_int8_rows():
     with pytest.raises(OpTypeError, match="a residual is act int8_rows' last input"):
         infer_types("gemm_nbits", [head[0], TensorType(weights[0].shape, "int8"), tail[1], residual],
                     {**attrs, "residual": True})
+    with pytest.raises(OpTypeError, match="glu 'silu' is act int8_rows' without a residual, n a multiple of 64"):
+        infer_types("gemm_nbits", [head[0], *tail], {**rows, "glu": "silu"})  # n = 75
+    with pytest.raises(OpTypeError, match="glu 'silu' is act int8_rows'"):
+        infer_types("gemm_nbits", [head[0], *tail], {**rows, "glu": "gelu"})
 
 
 def test_int8_products_without_vnni():

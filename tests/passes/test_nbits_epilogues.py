@@ -1,7 +1,8 @@
-"""A residual added to a prefill's weight-only quantized product (ember/passes/nbits_epilogues.py)
-is added by the product's kernel (gemm_nbits' act int8_rows, residual): the graph computes what it
-did (the same quantized rows, so within float32 rounding); a sum that broadcasts, a product read
-twice and a product of rows quantized apart (act int8) keep their add."""
+"""A residual added to a prefill's weight-only quantized product, and silu(gate) * up of a LLaMA
+MLP's siblings (ember/passes/nbits_epilogues.py), are computed by the product's kernel (gemm_nbits'
+act int8_rows, residual and glu): the graph computes what it did (the same quantized rows, so
+within float32 rounding); a sum that broadcasts, a product read twice, a product of rows quantized
+apart (act int8) and halves that split a panel keep their add or mul."""
 
 import numpy as np
 import pytest
@@ -56,3 +57,29 @@ def test_a_broadcast_a_product_read_twice_and_rows_quantized_apart_keep_their_ad
     g.set_outputs(add_op(g, "add", [v, r]))
     quantized = quantize_rows(g, VNNI)
     assert nbits_epilogues(quantized) is quantized
+
+
+def _mlp(half=64, swap=False):
+    """x (M, 64) times the gate and up weights side by side (as fuse_siblings leaves them),
+    reshaped to (1, M, 2 half), split, silu(gate) * up."""
+    g = Graph()
+    x = g.add_input("x", TensorType((M, 64)))
+    (y,) = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((64, 2 * half)).astype("float32"), "w")])
+    (v,) = add_op(g, "reshape", [y], {"shape": (1, M, 2 * half)})
+    gate, up = add_op(g, "split", [v], {"axis": -1, "sizes": (half, half)})
+    (a,) = add_op(g, "silu", [gate])
+    g.set_outputs(add_op(g, "mul", [up, a] if swap else [a, up]))
+    return quantize_rows(quantize_weights(g, WeightFormat.of("int4", 32)), VNNI)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_silu_of_the_gate_times_up_is_computed_by_the_products_kernel(swap):
+    before = _mlp(swap=swap)
+    after = dce(nbits_epilogues(before))
+    assert ops(after) == ["gemm_nbits", "reshape"]
+    assert after.nodes[0].attrs["glu"] == "silu" and after.nodes[0].outputs[0].shape == (M, 64)
+    check_same(before, after, rtol=1e-4, atol=1e-4)
+
+
+def test_halves_that_split_a_panel_keep_their_mul():
+    assert "mul" in ops(dce(nbits_epilogues(_mlp(half=48))))
