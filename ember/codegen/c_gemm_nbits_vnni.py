@@ -12,12 +12,17 @@ it times the group's scales into float32; at the end y = s_m * that sum (+ offse
 sum of x over group g, with zero points) (+ bias). Fewer than GEMM_NBITS_STREAM rows take the
 float32 routine on x.
 
-Packed codes (ember.tir.nbits.pack_vnni: ember.passes.quantize_rows packs constant ones at
-compile time) come with those sums, and int8's are that tile already: a call reads them in place,
-which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4 class core: 466
-against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's two halves of
-each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). Packed codes take every M
-on the int8 products (no float32 twin).
+Packed codes (act "int8_rows": ember.tir.nbits.pack_vnni, ember.passes.quantize_rows packs
+constant ones at compile time) come with those sums, and int8's are that tile already: a call reads
+them in place, which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4
+class core: 466 against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's
+two halves of each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). A call of
+act "int8_rows" is a block of rows and every panel: it quantizes its rows into the thread's
+scratch (quantize_rows' function), then runs the panel function on each panel, so that a prefill's
+product is one parallel region with its quantization, which the threads split by rows; a residual
+is added as a panel's rows are written, and glu "silu" computes the gate's and the up
+projection's panels into the scratch and writes silu(gate) * up (c_vmath's sigmoid). Every M is
+computed from the int8 rows (no float32 twin).
 
 Where the compiler does not target VNNI the same integer sums are scalar C (exact, slow): the
 graph pass only asks for this variant on targets with VNNI (ember.passes.quantize_rows).

@@ -14,10 +14,15 @@ other than 4, which keeps float32): x's rows also come quantized to
 uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
-With `packed` (codes of act "int8" only: ember.passes.quantize_rows packs constant ones) the
-codes come in the products' own layout (ember.tir.nbits.pack_vnni: vpdpbusd's order and each
-group's column sums, made once at compile time instead of at every call) and every M is computed
-from the int8 rows.
+
+act "int8_rows" (ember.passes.quantize_rows, for constant codes, which it packs: `packed`, the
+products' own layout, ember.tir.nbits.pack_vnni: vpdpbusd's order and each group's column sums,
+made once at compile time instead of at every call): the kernel quantizes x's rows itself, a block
+of GEMM_NBITS_ROWS rows per call of the parallel loop, each block multiplied by every panel, every
+M computed from the int8 rows: the quantization is no parallel region of its own. Its epilogues
+(ember.passes.nbits_epilogues): `residual`, a float32 (M, n) input after the others, added to the
+product; glu "silu", the output (M, n / 2) = silu(the first n / 2 columns) * the last n / 2 (a
+LLaMA MLP's gate and up projections side by side).
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
@@ -56,15 +61,15 @@ from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
 
-GEMM_NBITS_ROWS = 64  # rows of x per call: a prefill's dequantized panel serves this many
-# rows of x per call of act int8_rows (every panel): 4 blocks of a 128-token prompt, split evenly by
-# 1, 2 or 4 threads, each block's rows quantized once and each panel's codes read once per block
-GEMM_NBITS_BLOCK = 32
+# rows of x per call: a prefill's dequantized panel serves this many; act int8_rows quantizes this
+# many rows a call and multiplies them by every panel (a 128-token prompt's two blocks, one a thread
+# at two threads: 32 rows a block cost 3-7% more, every block reading every panel's codes)
+GEMM_NBITS_ROWS = 64
 # what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
 # rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
 # int8_groups: int8 rows per group of the weights' (quantize_groups), every M computed from them
 # int8_rows: x's rows quantized by the kernel itself (quantize_rows' formulas, per block of
-# GEMM_NBITS_BLOCK rows), the codes packed (pack_vnni), every M computed from them
+# GEMM_NBITS_ROWS rows), the codes packed (pack_vnni), every M computed from them
 ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
 
@@ -204,7 +209,7 @@ def _compute(inputs, attrs, out_types):
     (m, _) = te_shape(out_types[0], inputs)
     count = panels(n)
     rows = as_int(m)
-    blocks = const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
+    blocks = _row_blocks(m)
     width = PANEL if bits == 8 else PANEL // 2
     panel_bytes = (vnni_rows(k, attrs["group"], bits) if attrs["packed"] else k) * width
     cols = count * PANEL
@@ -235,6 +240,12 @@ def _compute(inputs, attrs, out_types):
     return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
 
 
+def _row_blocks(m):
+    """The calls of GEMM_NBITS_ROWS rows that cover m rows (a constant where m is static)."""
+    rows = as_int(m)
+    return const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
+
+
 def _loop_kind(rows: int | None, k: int, cols: int) -> str:
     """Threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)."""
     fmas = None if rows is None else rows * k * cols // 16
@@ -242,7 +253,7 @@ def _loop_kind(rows: int | None, k: int, cols: int) -> str:
 
 
 def _rows_compute(inputs, attrs, out_types):
-    """act int8_rows: a parallel loop over blocks of GEMM_NBITS_BLOCK rows, each call quantizing
+    """act int8_rows: a parallel loop over blocks of GEMM_NBITS_ROWS rows, each call quantizing
     its rows once and multiplying them by every panel: one parallel region for the quantization
     and the products (and the residual added), which the threads split by rows."""
     x = inputs[0]
@@ -250,8 +261,7 @@ def _rows_compute(inputs, attrs, out_types):
     k = as_int(x.shape[1])
     (m, _) = te_shape(out_types[0], inputs)
     rows = as_int(m)
-    blocks = const(-(-rows // GEMM_NBITS_BLOCK)) if rows is not None else \
-        (m + GEMM_NBITS_BLOCK - 1) // GEMM_NBITS_BLOCK
+    blocks = _row_blocks(m)
     weights = _weights(inputs, attrs)
     cols = panels(n) * PANEL
     panel_bytes = vnni_rows(k, group, bits) * (PANEL if bits == 8 else PANEL // 2)
@@ -259,14 +269,14 @@ def _rows_compute(inputs, attrs, out_types):
     def build(bufs, outs):
         (out,) = outs
         b = Var("block", dt.INDEX_DTYPE)
-        m0 = b * GEMM_NBITS_BLOCK
+        m0 = b * GEMM_NBITS_ROWS
         reads = [Pointer(bufs[0], m0 * k)] + [Pointer(buf, const(0)) for buf in bufs[1:1 + len(weights)]]
         if attrs["residual"]:
             reads.append(Pointer(bufs[-1], m0 * n))
         params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
                   ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
                   ("glu", attrs["glu"]), ("act", "int8_rows"))
-        scalars = (min_(const(GEMM_NBITS_BLOCK), m - m0), const(k), const(width), const(k), const(width), const(cols),
+        scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), const(width), const(k), const(width), const(cols),
                    const(panel_bytes))
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * width),), scalars)
         return For(b, const(0), blocks, _loop_kind(rows, k, cols), call)

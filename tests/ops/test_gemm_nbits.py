@@ -94,7 +94,7 @@ def _rows_case(bits, group, zero_points, bias, residual, k=K, n=N):
 def test_rows_quantized_in_the_kernel_against_reference(bits, group, zero_points, bias, residual):
     """act int8_rows: each block of rows quantized by the kernel (quantize_rows' formulas) and
     multiplied by every panel of packed codes, plus a residual, at every M (1 and 3 rows too, 13: a
-    partial register tile, 70: three blocks, the last partial), against the reference on the same
+    partial register tile, 70: two blocks, the last partial), against the reference on the same
     quantized rows (VNNI, and the scalar twin on AVX2), and the float64 product of the dequantized
     weight within the rows' 8-bit rounding."""
     weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, residual)
@@ -355,3 +355,49 @@ def test_gemv_on_vnni_over_shapes(bits, group, zero_points, groups, n, m):
     rows = row_group(group, k)
     check_op_sizes("gemm_nbits", _grouped_types(k, rows, weights), {**attrs, "act": "int8_groups"},
                    [[x, *quantize_groups(x, rows)] + weights], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits,zero_points", [(8, False), (4, True)])
+def test_compiled_prefill_mlp_at_one_and_two_threads(bits, zero_points):
+    """A LLaMA MLP's prefill as ember.compile builds it (on a machine with VNNI: the gate and up
+    product with silu(gate) * up in its kernel, the down product with the residual in its), 70 and
+    128 rows at one and two threads, against the graph's references, and within the rows' 8-bit
+    rounding of float64's x + silu(x w_g) (x w_u) w_d on the codes' weights."""
+    import ember
+    from ember.graph import Graph
+    from ember.ops.evaluate import evaluate
+    from ember.ops.gemm_nbits import weight
+    from ember.ops.nodes import add_op
+    from ember.passes.quantize_rows import FEATURES
+    from ember.passes.quantize_weights import WeightFormat, quantize_weights
+
+    k, hidden = 64, 96
+    g = Graph()
+    x = g.add_input("x", TensorType(("seq", k)))
+    w = [RNG.standard_normal(shape).astype(np.float32) / 8 for shape in ((k, 2 * hidden), (hidden, k))]
+    (y,) = add_op(g, "gemm", [x, g.add_constant(w[0], "w_gate_up")])
+    (y3,) = add_op(g, "reshape", [y], {"shape": (1, "seq", 2 * hidden)})
+    gate, up = add_op(g, "split", [y3], {"axis": -1, "sizes": (hidden, hidden)})
+    (act,) = add_op(g, "mul", [add_op(g, "silu", [gate])[0], up])
+    (h,) = add_op(g, "reshape", [act], {"shape": ("seq", hidden)})
+    (d,) = add_op(g, "gemm", [h, g.add_constant(w[1], "w_down")])
+    (d3,) = add_op(g, "reshape", [d], {"shape": (1, "seq", k)})
+    g.set_outputs(add_op(g, "add", [add_op(g, "reshape", [x], {"shape": (1, "seq", k)})[0], d3]))
+    quantized = quantize_weights(g, WeightFormat.of(f"int{bits}", 32, zero_points))
+    w = [weight([None, *(quantized.constants[v.name] for v in n.inputs[1:])], n.attrs)
+         for n in quantized.nodes if n.op == "gemm_nbits"]  # the weights the codes hold
+    model = ember.compile(quantized)
+    products = [n for n in model.graph.nodes if n.op == "gemm_nbits"]
+    if Target().features >= FEATURES:
+        assert [(n.attrs["glu"], n.attrs["residual"]) for n in products] == [("silu", False), (None, True)]
+        assert not {"silu", "add", "quantize_rows"} & {n.op for n in model.graph.nodes}
+    for m in (70, 128):
+        rows = RNG.standard_normal((m, k)).astype(np.float32)
+        (want,) = evaluate(model.graph, rows)
+        full = rows.astype(np.float64) @ w[0]
+        exact = rows + (full[:, :hidden] / (1 + np.exp(-full[:, :hidden])) * full[:, hidden:]) @ w[1]
+        for threads in (1, 2):
+            model.num_threads = threads
+            got = model(rows)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+            assert np.linalg.norm(got[0] - exact) / np.linalg.norm(exact) < 0.05
