@@ -25,7 +25,11 @@
 # the configuration's traceback), beside cuDNN on channels_last tensors, and "NHWC / NCHW" per shape:
 # channels_last is the default of every GPU precision (GPU_PRECISIONS); where that ratio is above 1 on
 # the costliest shapes (the deep 3x3 ones) and compare's "ember" row is slower than "ember, NCHW",
-# take channels_last out of GPU_PRECISIONS;
+# take channels_last out of GPU_PRECISIONS; first (--epilogues, 3 shapes of each model's and a 4096^3 fp16
+# linear layer beside cuBLAS) only the rules in both epilogues, from the lanes' fragments (the default,
+# ember.cuda.fragment_epilogue) and through a float tile in shared memory (fragment_stores False), then
+# the verdict: both summed, any WRONG, which to make tensorcore_product's default; the sweep after
+# times both epilogues again beside the other configurations;
 # launch: the host's time per launch of ember.triton's vector add and softmax against Triton's
 # and torch's, an ember.build kernel and a CUDAModel call, issued back to back and waited for alone;
 # symbolic: fp16 Tensor Core products and causal flash attention built for symbolic tokens against
@@ -60,7 +64,7 @@ if compgen -G ".whl/*.whl" > /dev/null; then
         && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_site"
 fi
 
-declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=100 [symbolic]=80
+declare -A LIMIT=([info]=30 [tests]=150 [kernels]=100 [rows]=60 [mma]=60 [splitk]=120 [products]=180 [symbolic]=80
                   [attention]=80 [tile]=70 [tilemm]=90 [launch]=60 [compare]=180 [profile]=90 [graphs]=50 [tune]=90
                   [decode]=60)
 ORDER=(info tests kernels rows mma splitk products symbolic attention tile tilemm launch compare profile graphs tune
@@ -77,7 +81,8 @@ run_step() {
         rows) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts rows elementwise ;;
         mma) "$PY" benchmarks/cuda_kernels.py --runs 20 --parts tensorcore_gemm ;;
         splitk) "$PY" benchmarks/split_k_sweep.py --runs 20 ;;
-        products) "$PY" benchmarks/product_configs.py --runs 20 --shapes 5 ${PRODUCTS:-} ;;
+        products) "$PY" benchmarks/product_configs.py --runs 20 --epilogues --shapes 3 ${PRODUCTS:-}
+                  "$PY" benchmarks/product_configs.py --runs 20 --shapes 5 ${PRODUCTS:-} ;;
         symbolic) "$PY" benchmarks/symbolic_tensor_cores.py --runs 20 ;;
         attention) "$PY" benchmarks/cuda_kernels.py --parts attention --runs 20 ;;
         tile) "$PY" benchmarks/tile.py --device cuda --reps 30 ;;

@@ -13,7 +13,10 @@ Configurations: the rules; 64x64 blocks of four 32x32 warps, or eight 32x16 ones
 parts that fill the GPU once; 32x64 blocks of four 32x16 warps likewise; the rules' 32x32 blocks
 in four 16x16 warps, 2 stages; the rules' tiles in parts that fill it
 twice; 64-wide steps of k in 2 stages; 4 stages; and the rules with a convolution's columns
-copied as before (not staged in registers across the products: ember.cuda.staged_copies). A
+copied as before (not staged in registers across the products: ember.cuda.staged_copies); and
+the rules with the epilogue through a float tile in shared memory (fragment_stores False: its
+fragments stored to the tile, a barrier, the tile read back), beside the rules' default, which
+computes it from each lane's fragments (ember.cuda.fragment_epilogue). A
 convolution is timed in NCHW (conv2d_gemm, its columns gathered an element at a time) and
 channels-last too (conv2d_nhwc_gemm on an NHWC input, as ember.passes.channels_last makes it: a
 tap's channels copied 16 bytes at a time), under the rules and in 64x64 blocks of four warps,
@@ -23,10 +26,14 @@ shapes, its default should change). Per
 shape: us, TFLOP/s, % of torch's speed, the product kernel's registers and spills (ptxas's:
 ember.cuda.nvrtc.resources); the best marked '*', and the product_choices entries
 that would choose it (all of them again at the end; shapes in order of their share of the time,
-so that a run cut short has measured the ones that matter).
+so that a run cut short has measured the ones that matter). Last, a 4096^3 fp16 linear layer
+(GEMMS, with --epilogues or --only gemm) under the rules in both epilogues beside cuBLAS (torch's
+linear), and the verdict of the two epilogues over every shape timed in both: their summed times,
+the shapes where each is WRONG, and which to make tensorcore_product's default.
 
-    python benchmarks/product_configs.py [--runs 20] [--only conv|linear] [--shapes 3]
+    python benchmarks/product_configs.py [--runs 20] [--only conv|linear|gemm] [--shapes 3]
     python benchmarks/product_configs.py --dry [--only ...] [--shapes ...]   # no GPU: registers, spills
+    python benchmarks/product_configs.py --epilogues [...]   # the rules in the two epilogues alone
 
 Needs a GPU, torch with CUDA, cuda-bindings and NVRTC (benchmarks/gpu_checks.sh runs it as the
 step `products`).
@@ -52,6 +59,8 @@ CONVS = ((256, 256, 14, 3, 1), (512, 512, 7, 3, 1), (128, 128, 28, 3, 1), (64, 6
          (256, 512, 14, 1, 2))
 # BERT-base's linear layers at 128 tokens: (M, N, K): QKV, the attention's output, the MLP's up and down
 LINEARS = ((128, 2304, 768), (128, 768, 768), (128, 3072, 768), (128, 768, 3072))
+GEMMS = ((4096, 4096, 4096),)  # (M, N, K) of linear layers timed in the two epilogues alone, beside cuBLAS
+SHARED = "shared-memory stores"  # a label's last words: the epilogue through a float tile (fragment_stores False)
 PART = 256  # the shortest part of K an alternative splits into (split_k.MIN_PART)
 UNSTAGED = {}  # (a configuration's tiles: the rules', computed copies not staged in registers, as before)
 PRODUCTS = {"gemm", "gemm_partials", "conv2d_gemm", "conv2d_gemm_partials", "conv2d_nhwc_gemm",
@@ -115,15 +124,22 @@ def parts_to_fill(M: int, N: int, K: int, BM: int, BN: int, sms: int, waves: int
     return best
 
 
-def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> list[tuple]:
+def configurations(M: int, N: int, K: int, sms: int, columns: bool = False, stores: bool = False) -> list[tuple]:
     """(label, parts, the kernel's tiles) to time; None: the rules'. `columns`: a convolution's
-    (its columns computed as they are copied: the rules unstaged too)."""
+    (its columns computed as they are copied: the rules unstaged too); `stores`: the rules in
+    the two epilogues alone."""
     from ember.schedules.gpu.matmul import tensor_core_tiles
     from ember.schedules.gpu.split_k import splits_for
 
     s = splits_for(1, M, N, K, sms)
     rules = tensor_core_tiles(s, M, N, K // s, "float16", sms)
-    out = [("rules", None, None), *([("rules, columns unstaged", None, UNSTAGED)] if columns else [])]
+    out = [("rules", None, None), (f"rules, {SHARED}", s, {**rules, "fragment_stores": False})]
+    nhwc = [(f"{NHWC}, rules", None, None),  # (channels-last: M the positions, N the output channels)
+            (f"{NHWC}, rules, {SHARED}", s, {**tensor_core_tiles(s, N, M, K // s, "float16", sms),
+                                             "fragment_stores": False})] if columns else []
+    if stores:
+        return out + nhwc
+    out += [("rules, columns unstaged", None, UNSTAGED)] if columns else []
     for label, tiles in (("64x64, 4 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3}),
                          ("64x64, 8 warps", {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3}),
                          ("32x64, 4 warps", {"BM": 32, "BN": 64, "BK": 32, "WM": 32, "WN": 16, "stages": 3})):
@@ -137,10 +153,9 @@ def configurations(M: int, N: int, K: int, sms: int, columns: bool = False) -> l
         out.append(("BK 64, 2 stages", s, {**rules, "BK": 64, "stages": 2}))
     if K // s // rules["BK"] >= 8:
         out.append(("4 stages", s, {**rules, "stages": 4}))
-    if columns:  # channels-last: M the positions, N the output channels (their tiles keyed so)
-        out += [(f"{NHWC}, rules", None, None),
-                (f"{NHWC}, 64x64, 4 warps", parts_to_fill(N, M, K, 64, 64, sms),
-                 {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3})]
+    if columns:  # (their tiles keyed as the schedule sees them: tiles_key)
+        out += [*nhwc, (f"{NHWC}, 64x64, 4 warps", parts_to_fill(N, M, K, 64, 64, sms),
+                        {"BM": 64, "BN": 64, "BK": 32, "WM": 32, "WN": 32, "stages": 3})]
     return out
 
 
@@ -179,9 +194,14 @@ def product_kernel(cm, arch: str):
     from ember.cuda import nvrtc
 
     (name,) = [k.name for k in cm.kernels if set(k.ops) & PRODUCTS]
+    return name, nvrtc.resources(product_unit(cm, name), arch)[name]
+
+
+def product_unit(cm, name: str) -> str:
+    """The CUDA C unit of kernel `name` in a compiled model's source."""
     header = "/* Generated by ember: "
     (unit,) = [u for u in cm.source.split(header) if u.startswith(f"{name}. */")]
-    return name, nvrtc.resources(header + unit, arch)[name]
+    return header + unit
 
 
 def _resources(cm):
@@ -204,10 +224,10 @@ def layer(kind: str, shape: tuple, x, w, b, label: str = ""):
         OH = (H + 2 * (k // 2) - k) // stride + 1
         g = nhwc_conv_graph(x.shape, w, b, stride) if label.startswith(NHWC) else conv_graph(x, w, b, stride)
         return g, OC, OH * OH, C * k * k
-    return linear_graph(shape[0], w, b), *shape
+    return linear_graph(shape[0], w, b), *shape  # (a linear layer's or a GEMM's)
 
 
-def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
+def dry_run(shapes: list[tuple[str, tuple]], sms: int, epilogues: bool = False) -> None:
     """Each configuration compiled for the simulated GPU (NVRTC, sm_90; no GPU needed): its
     product kernel's registers, shared memory and spills."""
     import numpy as np
@@ -224,19 +244,24 @@ def dry_run(shapes: list[tuple[str, tuple]], sms: int) -> None:
         b = rng.standard_normal(w.shape[0]).astype("float16")
         _, M, N, K = layer(kind, shape, x, w, b)
         print(f"\n{kind} {shape}: M x N x K = {M}x{N}x{K}")
-        for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv"):
+        for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv",
+                                                   stores=epilogues or kind == "gemm"):
             try:
                 g = layer(kind, shape, x, w, b, label)[0]
                 target = Target("cuda", simulate=True)
-                name, used = product_kernel(compiled(g, M, N, K, splits, tiles, target, label), target.gpu.arch)
-                print(f"  {label:26} {name:26} {used.registers:4d} registers {used.shared / 1024:5.1f} KiB "
-                      f"{used.spill_stores + used.spill_loads:4d} bytes spilled")
+                cm = compiled(g, M, N, K, splits, tiles, target, label)
+                name, used = product_kernel(cm, target.gpu.arch)
+                unit = product_unit(cm, name)
+                print(f"  {label:36} {name:26} {used.registers:4d} registers {used.shared / 1024:5.1f} KiB "
+                      f"{used.spill_stores + used.spill_loads:4d} bytes spilled {unit.count('__syncthreads()'):2d} "
+                      f"barriers {sum(unit.count(f'reinterpret_cast<{t}*>') for t in ('__half2', 'float2')):3d} "
+                      f"pair stores")
             except Exception:
                 print(f"--- {kind} {shape}, {label} ({splits} parts, {tiles}) failed:")
                 traceback.print_exc(limit=4, file=sys.stdout)
 
 
-def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[tuple]]:
+def measure(kind: str, shape: tuple, runs: int, sms: int, epilogues: bool = False) -> tuple[tuple, list[tuple]]:
     """(M, N, K), and (label, parts, tiles, seconds or None) per configuration of one layer, torch's
     first as "torch"."""
     import torch
@@ -266,7 +291,8 @@ def measure(kind: str, shape: tuple, runs: int, sms: int) -> tuple[tuple, list[t
     rows = [("torch", None, None, held(peer, runs), None)]
     if kind == "conv":
         rows.append((f"{NHWC}, torch", None, None, held(lambda: peer(x_last, w_last), runs), None))
-    for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv"):
+    stores = epilogues or kind == "gemm"
+    for label, splits, tiles in configurations(M, N, K, sms, columns=kind == "conv", stores=stores):
         try:
             nhwc = label.startswith(NHWC)
             g = layer(kind, shape, x, w.cpu().numpy(), b.cpu().numpy(), label)[0]
@@ -316,19 +342,60 @@ def report(kind: str, shape: tuple, mnk: tuple, rows: list[tuple], best_lines: l
     best_lines += lines
 
 
+def epilogues(kind: str, shape: tuple, rows: list[tuple]) -> list[tuple[str, float | None, float | None]]:
+    """(what, seconds from the fragments, seconds through shared memory) of each layout of a shape
+    timed in both epilogues (None: WRONG or failed); the pair's ratio printed."""
+    times = {r[0]: r[3] for r in rows}
+    out = []
+    for rules in ("rules", f"{NHWC}, rules"):
+        if f"{rules}, {SHARED}" not in times:
+            continue
+        fragments, shared = times.get(rules), times[f"{rules}, {SHARED}"]
+        what = f"{kind} {shape}{', channels last' if rules.startswith(NHWC) else ''}"
+        out.append((what, fragments, shared))
+        if fragments is not None and shared is not None:
+            print(f"  {rules}: stores from the fragments {fragments * 1e6:.1f} us, through shared memory "
+                  f"{shared * 1e6:.1f} us: {shared / fragments:.2f}x")
+    return out
+
+
+def epilogue_verdict(pairs: list[tuple[str, float | None, float | None]]) -> None:
+    """Which epilogue tensorcore_product should take by default, over every shape timed in both."""
+    wrong = {name: [w for w, *ts in pairs if ts[k] is None] for k, name in enumerate(("fragments", "shared"))}
+    both = [(f, s) for _, f, s in pairs if f is not None and s is not None]
+    print(f"\nepilogues, over {len(both)} shapes timed in both:")
+    for name, shapes in wrong.items():
+        if shapes:
+            print(f"  WRONG or failed from the {name}: {'; '.join(shapes)}")
+    if both:
+        frag, shared = sum(f for f, _ in both), sum(s for _, s in both)
+        print(f"  summed: stores from the fragments {frag * 1e6:.1f} us, through shared memory {shared * 1e6:.1f} us "
+              f"({shared / frag:.2f}x); faster from the fragments on {sum(f < s for f, s in both)} of {len(both)}")
+    if wrong["fragments"] and not wrong["shared"]:
+        print("  default: shared-memory stores (tensorcore_product's fragment_stores=False): the fragments' are WRONG")
+    elif both:
+        keep = frag <= shared
+        print(f"  default: {'fragment stores, as now' if keep else 'shared-memory stores'} "
+              f"(tensorcore_product's fragment_stores={keep}; per shape, the product_choices lines above)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--only", choices=("conv", "linear"))
+    parser.add_argument("--only", choices=("conv", "linear", "gemm"))
     parser.add_argument("--shapes", type=int, default=None, help="the first SHAPES of each kind")
     parser.add_argument("--dry", action="store_true", help="no GPU: each configuration's registers and spills")
+    parser.add_argument("--epilogues", action="store_true",
+                        help="the rules in the two epilogues alone (from the fragments, through shared memory)")
     args = parser.parse_args()
     shapes = [(kind, shape) for kind, group in (("linear", LINEARS), ("conv", CONVS)) if args.only in (None, kind)
               for shape in group[:args.shapes]]
+    if args.only == "gemm" or args.only is None and args.epilogues:
+        shapes += [("gemm", shape) for shape in GEMMS]
     if args.dry:
         from ember.schedules.gpu.matmul import SMS
 
-        dry_run(shapes, SMS)
+        dry_run(shapes, SMS, args.epilogues)
         return 0
     import torch
 
@@ -341,11 +408,14 @@ def main() -> int:
     sms = Target("cuda").gpu.multiprocessors
     print(f"{torch.cuda.get_device_name()}, {sms} multiprocessors, torch {torch.__version__}; fp16, batch 1")
     best_lines: list[str] = []
+    pairs = []
     for kind, shape in shapes:
-        mnk, rows = measure(kind, shape, args.runs, sms)
+        mnk, rows = measure(kind, shape, args.runs, sms, args.epilogues)
         report(kind, shape, mnk, rows, best_lines)
+        pairs += epilogues(kind, shape, rows)
     print("\nproduct_choices entries of the shapes whose best is not the rules':")
     print("\n".join(best_lines) if best_lines else "(none: the rules were best everywhere)")
+    epilogue_verdict(pairs)
     print(f"\n{time.perf_counter() - t0:.0f} s")
     return 0
 

@@ -63,9 +63,9 @@ static void ember_quantize_rows(const float* restrict x, uint8_t* restrict xq, f
   for (int64_t m = 0; m < M; ++m) {
     const float* restrict xr = x + m * x_rs;
     float* restrict mr = meta + m * (1 + K / 32);
-    float top = ember_abs_max(xr, K);
-    float inv = top > 0.0f ? 127.0f / top : 0.0f;
-    mr[0] = top > 0.0f ? top / 127.0f : 1.0f;
+    float top = ember_abs_max(xr, K);  /* (NaN or an infinity in the row: its scale NaN, so is its output) */
+    float inv = top > 0.0f && top <= 3.402823466e38f ? 127.0f / top : 0.0f;
+    mr[0] = top <= 3.402823466e38f ? (top > 0.0f ? top / 127.0f : 1.0f) : __builtin_nanf("");
     for (int64_t k = 0; k < K; ++k) xq[m * K + k] = (uint8_t)((int32_t)nearbyintf(xr[k] * inv) + 128);
 #if defined(__AVX512F__)  /* in vectors: a chain of 32 scalar adds per block was most of the routine */
     for (int64_t b = 0; b < K / 32; ++b)

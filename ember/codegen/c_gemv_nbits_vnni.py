@@ -42,15 +42,15 @@ static void {name}(const float* restrict x, int8_t* restrict xq, float* restrict
     for (int64_t g = 0; g < K / G; ++g) {{
       const float* restrict xg = x + m * x_rs + g * G;
       int8_t* restrict qg = xq + m * K + g * G;
-      float top = ember_abs_max(xg, G);
-      float inv = top > 0.0f ? 127.0f / top : 0.0f;
+      float top = ember_abs_max(xg, G);  /* (NaN or an infinity in the group: its scale NaN, so is the row's output) */
+      float inv = top > 0.0f && top <= 3.402823466e38f ? 127.0f / top : 0.0f;
       int32_t sum = 0;
       for (int k = 0; k < G; ++k) {{
         int32_t q = (int32_t)nearbyintf(xg[k] * inv);
         qg[k] = (int8_t)q;
         sum += q;
       }}
-      meta[m * 2 * (K / G) + 2 * g] = top > 0.0f ? top / 127.0f : 1.0f;
+      meta[m * 2 * (K / G) + 2 * g] = top <= 3.402823466e38f ? (top > 0.0f ? top / 127.0f : 1.0f) : __builtin_nanf("");
       meta[m * 2 * (K / G) + 2 * g + 1] = (float)sum;
     }}
 }}"""

@@ -5,7 +5,8 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
 
 - a loop bound to a GPU index (`sch.bind`) is not a loop: its variable is that index
   (`int64_t i_1 = threadIdx.x;`), guarded where its extent is less than the launch's dimension;
-  the launch's grid and block are the largest extent bound to each index (`launch_dims`), and
+  the launch's grid and block are the largest extent bound to each index (`launch_dims`:
+  ember.cuda.launch_shape, with the other facts of a launch), and
   `__launch_bounds__` gives the compiler the block's thread count, and the blocks a
   multiprocessor must hold where a loop asks for them (MIN_BLOCKS: the compiler then fits a
   thread's registers in the register file's share of each); a block index of symbolic
@@ -20,14 +21,17 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   copies of 16 bytes into shared memory are `cp.async` on sm_80 and later, with their
   commit and wait (ember.cuda.pipeline), and so are its copies of one 4-byte element (a
   transposed panel's, copied an element a thread), either also where it copies `cond ? x : 0`
-  (a padded tile's: the source size 0 where cond fails, zeros written and nothing read);
+  (a padded tile's: the source size 0 where cond fails, zeros written and nothing read;
+  ember.cuda.vector_render);
 - a loop at block scope that folds a shared array of partials into every thread's register (a
   cross-thread reduction's second phase) is a strided fold per lane and five `__shfl_xor_sync`
-  steps (ember.cuda.warp);
+  steps (ember.cuda.warp, which renders them too);
 - serial and unrolled loops are C loops (`#pragma unroll` for unrolled ones); a vectorized loop of
   4 lanes whose store is contiguous and 16-byte aligned is one `float4`/`int4` store, its
   contiguous aligned loads one vector load each, its lanes computed one by one; where only
-  loads are so, they are vector loads and the stores stay per lane (ember.cuda.vectors); other
+  loads are so, they are vector loads and the stores stay per lane (ember.cuda.vectors); a
+  2-lane loop storing a pair of adjacent half, bfloat16 or float elements at an even index is one
+  `__half2`/`__nv_bfloat162`/`float2` store (rendered by ember.cuda.vector_render); other
   vectorized loops are unrolled loops of scalars; parallel loops are refused;
 - loop variables are int where every buffer has fewer than 2^31 elements (`_index_type`);
 - math is CUDA's libm (`expf`, `tanhf`, ...), never the fast-math intrinsics (`__expf`);
@@ -36,10 +40,14 @@ One kernel per unit, `extern "C"` (its symbol is its name) and `__global__`; buf
   through a union;
 - atomics are CUDA's (`atomicAdd`, ...);
 - float16 and bfloat16 are `__half` and `__nv_bfloat16` (their headers included where used), an
-  element loaded as the float it holds and a stored float rounded, so kernels compute them in fp32; a
-  tensorized call (ember.tir.schedule.tensorize) is its intrinsic's CUDA source, once in the
-  unit, and a call of it; a "wmma.accumulator" buffer is an array of Tensor Core fragments
-  (ember.cuda.fragments).
+  element loaded as the float it holds and a stored float rounded, so kernels compute them in fp32
+  (ember.cuda.half_elements); a tensorized call (ember.tir.schedule.tensorize) is its
+  intrinsic's CUDA source, once in the unit, and a call of it, refused where the GPU lacks the
+  intrinsic (ember.cuda.tensor_calls); a "wmma.accumulator" buffer is an array of Tensor Core
+  fragments, which a lane may also read its own floats of (ember.cuda.fragments).
+
+The renderer is this module's CUDARenderer (loops, threads, scopes, barriers, math, atomics) with
+one part per idea mixed in: TensorCalls, HalfElements, VectorRendering and WarpRendering.
 
 NVRTC compiles without the C standard headers, so the unit starts with the few definitions the
 kernels use (fixed-width integers, INFINITY, NAN, INT64_MIN).
@@ -48,31 +56,15 @@ kernels use (fixed-width integers, INFINITY, NAN, INT64_MIN).
 from __future__ import annotations
 
 import functools
-import math
 import operator
 
 from ..codegen.c_floordiv import scalar_floordiv
 from ..codegen.common import single_index
-from ..codegen.cstyle import ADD, PRIMARY, CStyleRenderer
-from ..codegen.routines import tensor_intrin_args
+from ..codegen.cstyle import PRIMARY, CStyleRenderer
 from ..errors import LowerError
 from ..target import GPU
 from ..tir import dtype as dt
-from ..tir.expr import (
-    INDEX,
-    REINTERPRET,
-    Buffer,
-    BufferLoad,
-    Call,
-    Cast,
-    PrimExpr,
-    Ramp,
-    Var,
-    as_int,
-    binary,
-    const,
-)
-from ..tir.expr_functor import substitute
+from ..tir.expr import INDEX, REINTERPRET, Buffer, BufferLoad, Call, PrimExpr, Var, as_int
 from ..tir.functor import collect, visit_stmt
 from ..tir.stmt import (
     BLOCK_TAGS,
@@ -87,13 +79,16 @@ from ..tir.stmt import (
     Stmt,
     While,
 )
-from ..tir.tensor_intrin import get_intrin
 from . import checks, fragments
 from .grid import guarded_tags
+from .half_elements import WIDEN, HalfElements
+from .launch_shape import DYNAMIC_SHARED, dynamic_shared, launch_dims, min_blocks, threads_per_block
 from .pipeline import ASYNC, COMMIT, WAIT
 from .swizzle import ALIGN
-from .vectors import PAIRS, VECTOR_TYPES, async_copy, copy_loop, pair_store, vector_loop, zero_filled
-from .warp import WARP, WarpReduction, warp_reduction
+from .tensor_calls import TensorCalls
+from .vector_render import VectorRendering
+from .vectors import async_copy, copy_loop, pair_store, vector_loop
+from .warp import WarpRendering, warp_reduction
 
 PRELUDE = """\
 typedef signed char int8_t;
@@ -115,55 +110,7 @@ atomicOr atomicXor atomicExch atomicCAS new delete class template this namespace
 private public protected virtual friend typename explicit nullptr throw try catch
 """
 
-
-def launch_dims(func: PrimFunc) -> dict[str, int]:
-    """The launch's extent along each GPU index ("blockIdx.x": 64, "threadIdx.x": 256): the
-    largest extent of a loop bound to it (absent indices are 1). A loop over blocks whose extent
-    is not a constant (a tile kernel's grid) takes the grid the launch gives: it is not counted."""
-    dims: dict[str, int] = {}
-
-    def visit(s):
-        if isinstance(s, For) and s.kind == THREAD_BINDING and as_int(s.extent) is not None:
-            dims[s.thread_tag] = max(dims.get(s.thread_tag, 1), as_int(s.extent))
-
-    visit_stmt(func.body, visit)
-    return dims
-
-
-DYNAMIC = "pragma_dynamic_shared"  # a loop's annotation: the kernel's shared arrays in dynamic shared memory
-DYNAMIC_SHARED = "ember_dynamic_shared"  # the kernel's dynamic shared memory
-
-
-MIN_BLOCKS = "pragma_min_blocks"  # a loop's annotation: the blocks a multiprocessor must hold at once
-
-
-def min_blocks(func: PrimFunc) -> int | None:
-    """The blocks a multiprocessor must hold (`__launch_bounds__`' second number) that a loop of
-    the kernel asks for (MIN_BLOCKS), the most where several do; None where none does."""
-    loops = collect(func.body, lambda s: isinstance(s, For) and s.annotation(MIN_BLOCKS))
-    return max((s.annotation(MIN_BLOCKS) for s in loops), default=None)
-
-
-def dynamic_shared(func: PrimFunc) -> bool:
-    """Whether the kernel asks for its shared arrays in dynamic shared memory (DYNAMIC)."""
-    return bool(collect(func.body, lambda s: isinstance(s, For) and s.annotation(DYNAMIC)))
-
-
-def threads_per_block(dims: dict[str, int]) -> int:
-    return functools.reduce(operator.mul, (n for tag, n in dims.items() if tag not in BLOCK_TAGS), 1)
-
-
-# what a tensorized call's intrinsic needs of the GPU (ember.target.CAPABILITIES): by the start of its
-# name (mma.sync's steps, wmma's calls), and by its operands' type in it
-INTRINSIC_NEEDS = {"start": (("mma_warp_", "mma"), ("wmma_", "wmma")),
-                   "part": (("_bf16", "bfloat16"), ("_tf32", "tf32"))}
-# half-precision element types: the float they hold, and a float rounded into one
-WIDEN = {"float16": "__half2float", "bfloat16": "__bfloat162float"}
-NARROW = {"float16": "__float2half_rn", "bfloat16": "__float2bfloat16_rn"}
-ZERO = {"float16": "__ushort_as_half((unsigned short)0)", "bfloat16": "__ushort_as_bfloat16((unsigned short)0)"}
-
-
-class CUDARenderer(CStyleRenderer):
+class CUDARenderer(TensorCalls, HalfElements, VectorRendering, WarpRendering, CStyleRenderer):
     """Renders one lowered, GPU-bound function as a CUDA C unit (see the module doc)."""
 
     TARGET = "CUDA"
@@ -240,19 +187,6 @@ class CUDARenderer(CStyleRenderer):
         super()._stmt(s, depth, out)
         self._branches -= branch
 
-    def _word_copy(self, store: BufferStore):
-        """(its index, the load, the load's index, the condition it is read on or None) where
-        `store`, in a pipelined loop's copies, copies one 4-byte element from global to shared
-        memory, as it is or zero where a condition fails (a padded tile's: `zero_filled`): a
-        cp.async of 4 bytes; not in debug mode, whose accesses are checked. Else None."""
-        cond, load = zero_filled(store.value)
-        if (self.debug or not self.async_copies or store.buffer.scope != "shared" or not isinstance(load, BufferLoad)
-                or load.buffer.scope != "global" or load.buffer.dtype != store.buffer.dtype
-                or store.buffer.dtype not in VECTOR_TYPES):  # (their elements are 4 bytes)
-            return None
-        index, load_index = single_index(store), single_index(load)
-        return None if isinstance(index, Ramp) or isinstance(load_index, Ramp) else (index, load, load_index, cond)
-
     def _for(self, s: For, depth: int, out: list[str]) -> None:
         asynchronous = bool(s.annotation(ASYNC))
         self._async_loops += asynchronous
@@ -313,89 +247,6 @@ class CUDARenderer(CStyleRenderer):
         self._vars.discard(s.loop_var)
         self._nonnegative_vars.discard(s.loop_var)
 
-    def _async_copy(self, store, base, load, load_base, cond, depth: int, out: list[str], size: int = 16) -> None:
-        """`size` bytes (16, or 4: one element) from global to shared memory that the thread does
-        not wait for (cp.async, sm_80 and later; ember.cuda.pipeline), zeros where `cond` fails
-        (then nothing is read: cp.async's source size 0); landed at the wait of its group."""
-        pad = "  " * depth
-        cache = "cg" if size == 16 else "ca"  # (.cg, past L1, takes 16 bytes only)
-        source = "" if cond is None else f", \"r\"(({self._e(cond)}) ? {size} : 0)"
-        out.append(f"{pad}asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {size}"
-                   f"{'' if cond is None else ', %2'};\\n\" :: "
-                   f"\"r\"((unsigned)__cvta_generic_to_shared(&{self._buffer(store.buffer)}[{self._e(base)}])), "
-                   f"\"l\"(&{self._buffer(load.buffer)}[{self._e(load_base)}]){source} : \"memory\");")
-        if size == 16:
-            self.vector_buffers |= {store.buffer, load.buffer}
-
-    def _vector_for(self, s: For, plan, depth: int, out: list[str]) -> None:
-        """A 4-lane loop as 16-byte loads, the lanes' values, one 16-byte store (ember.cuda.vectors)."""
-        pad, v = "  " * depth, s.loop_var
-        out.append(f"{pad}{{")
-        self._vars.add(v)
-        self._nonnegative_vars.add(v)
-        loads: dict[tuple[Buffer, str], str] = {}
-        for load, base in plan.loads:
-            key = (load.buffer, self._e(load.indices[0]))
-            if key not in loads:
-                vtype = VECTOR_TYPES[load.buffer.dtype]
-                name = loads[key] = self._name(Var(f"{load.buffer.name}_v", load.buffer.dtype))
-                out.append(f"{pad}  const {vtype} {name} = *reinterpret_cast<const {vtype}*>"
-                           f"(&{self._buffer(load.buffer)}[{self._e(base)}]);")
-        store = plan.store
-        if plan.base is not None:
-            vtype = VECTOR_TYPES[store.buffer.dtype]
-            result = self._name(Var(f"{store.buffer.name}_v", store.buffer.dtype))
-            out.append(f"{pad}  {vtype} {result};")
-        self._vector_loads = loads
-        for lane, field in enumerate("xyzw"):
-            self._lane = lane
-            out.append(f"{pad}  {{")
-            out.append(f"{pad}    const {self._index_type(v)} {self._name(v)} = {lane};")
-            if plan.base is None:
-                out.append(f"{pad}    {self._store(store.buffer, store.indices[0], store.value)};")
-            else:
-                out.append(f"{pad}    {result}.{field} = {self._e(store.value)};")
-            out.append(f"{pad}  }}")
-        self._vector_loads, self._lane = {}, None
-        self._vars.discard(v)
-        self._nonnegative_vars.discard(v)
-        if plan.base is not None:
-            out.append(f"{pad}  *reinterpret_cast<{vtype}*>(&{self._buffer(store.buffer)}[{self._e(plan.base)}]) "
-                       f"= {result};")
-        out.append(f"{pad}}}")
-        self.vector_buffers |= plan.buffers
-
-    def _warp_for(self, red: WarpReduction, depth: int, out: list[str]) -> None:
-        """A block-scope fold of partials as a strided fold per lane and a butterfly of shuffles."""
-        pad, r, store = "  " * depth, red.loop.loop_var, red.store
-        lane = Var("lane", r.dtype)
-        total, other = Var(f"{store.buffer.name}_warp", store.buffer.dtype), Var("other", store.buffer.dtype)
-        scalar = self.SCALAR_TYPES[store.buffer.dtype]
-        out.append(f"{pad}{{")
-        out.append(f"{pad}  const {self._index_type(lane)} {self._name(lane)} = threadIdx.x % {WARP};")
-        self._vars.update((lane, r, total, other))
-        self._nonnegative_vars.update((lane, r))
-        out.append(f"{pad}  {scalar} {self._name(total)} = {self._e(substitute(red.partial, {r: lane}))};")
-        rv = self._name(r)
-        out.append(f"{pad}  for ({self._index_type(r)} {rv} = {WARP}; {rv} < {red.extent}; {rv} += {WARP}) {{")
-        step = binary(red.op, total, substitute(red.partial, {r: binary("+", r, lane)}))
-        out.append(f"{pad}    {self._name(total)} = {self._e(step)};")
-        out.append(f"{pad}  }}")
-        offset = WARP // 2
-        while offset:
-            out.append(f"{pad}  {{")
-            out.append(f"{pad}    const {scalar} {self._name(other)} = "
-                       f"__shfl_xor_sync(0xffffffffu, {self._name(total)}, {offset});")
-            out.append(f"{pad}    {self._name(total)} = {self._e(binary(red.op, total, other))};")
-            out.append(f"{pad}  }}")
-            offset //= 2
-        acc = next(x for x in (store.value.a, store.value.b) if x is not red.partial)
-        folded = binary(red.op, acc, total) if acc is store.value.a else binary(red.op, total, acc)
-        out.append(f"{pad}  {self._store(store.buffer, store.indices[0], folded)};")
-        self._vars.difference_update((lane, r, total, other))
-        self._nonnegative_vars.difference_update((lane, r))
-        out.append(f"{pad}}}")
-
     def _load(self, buf: Buffer, index: PrimExpr) -> tuple[str, int]:
         """A half-precision element is loaded as the float it holds (`__half2float`): kernels
         compute float16 and bfloat16 in float32 (ember.tir.dtype.compute_dtype), and CUDA's own
@@ -422,52 +273,6 @@ class CUDARenderer(CStyleRenderer):
         target = f"{self._buffer(buf)}[{self._in_bounds(buf, index) if checked else self._e(index)}]"
         return f"{target} = {self._stored(buf, value)}"
 
-    def _stored(self, buf: Buffer, value: PrimExpr) -> str:
-        """The value as an element of buf: a float stored into a half-precision buffer is rounded
-        to nearest even (`__float2half_rn`), a value cast to buf's type rounded once; an element
-        copied from a buffer of the same type keeps its bits, and so does one copied where
-        conditions hold, zero elsewhere (a convolution's columns: its padding and its tile's; no
-        round trip through a float: two conversions an element fewer)."""
-        narrow = NARROW.get(buf.dtype)
-        if narrow is None:
-            return self._e(value)
-        if isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
-            return self._element(value.buffer, value.indices[0])
-        if isinstance(value, Cast) and value.dtype == buf.dtype:  # (rounded once: the cast's rounding is the store's)
-            return f"{narrow}({self._e(value.value)})"
-        if (kept := self._zero_filled_element(buf, value)) is not None:
-            return kept
-        return f"{narrow}({self._e(value)})"
-
-    def _pair_for(self, s: For, base: PrimExpr, depth: int, out: list[str]) -> None:
-        """A 2-lane loop storing two adjacent elements as one store of both (ember.cuda.vectors'
-        pair_store), made of each lane's element."""
-        pad, v, store = "  " * depth, s.loop_var, s.body
-        vtype, make = PAIRS[store.buffer.dtype]
-        values = [self._stored(store.buffer, substitute(store.value, {v: const(lane, v.dtype)})) for lane in range(2)]
-        out.append(f"{pad}*reinterpret_cast<{vtype}*>(&{self._buffer(store.buffer)}[{self._e(base)}]) = "
-                   f"{make}({', '.join(values)});")
-        self.vector_buffers.add(store.buffer)
-
-    def _zero_filled_element(self, buf: Buffer, value: PrimExpr) -> str | None:
-        """`c1 && c2 ? element : 0` where value is an element of buf's type under nested
-        `cond ? x : +0` (zero_filled), else None."""
-        conds = []
-        while (found := zero_filled(value))[0] is not None and math.copysign(1.0, value.f.value) > 0:
-            conds.append(found[0])
-            value = found[1]
-        if not conds or not isinstance(value, BufferLoad) or value.buffer.dtype != buf.dtype:
-            return None
-        cond = " && ".join(f"({self._e(c)})" for c in conds)
-        return f"({cond}) ? {self._element(value.buffer, value.indices[0])} : {ZERO[buf.dtype]}"
-
-    def _cast(self, dtype: str, v: PrimExpr) -> tuple[str, int]:
-        """A cast to half precision rounds and goes on in float32 (as a store and a load would)."""
-        if dtype in NARROW:
-            self._headers.add(self.HEADERS[dtype])
-            return f"{WIDEN[dtype]}({NARROW[dtype]}({self._e(v)}))", PRIMARY
-        return super()._cast(dtype, v)
-
     def _in_bounds(self, buf: Buffer, index: PrimExpr) -> str:
         """A global access's index, checked against the buffer's size (debug mode)."""
         self._checked()
@@ -485,22 +290,6 @@ class CUDARenderer(CStyleRenderer):
         if name == REINTERPRET:
             return f"{self._reinterpret(args[0].dtype, dtype)}({self._e(args[0])})", PRIMARY
         return super()._call(name, args, dtype)
-
-    def _reinterpret(self, src: str, dst: str) -> str:
-        """The helper that reads the bits of a value of `src` (as stored) as a value of `dst`:
-        through a union of their storage types (CUDA's half and bfloat16 through their bits)."""
-        name = f"ember_reinterpret_{src}_{dst}"
-        bits = {"float16": ("__half_as_ushort(__float2half_rn(x))", "__half2float(__ushort_as_half(u.d))"),
-                "bfloat16": ("__bfloat16_as_ushort(__float2bfloat16_rn(x))",
-                             "__bfloat162float(__ushort_as_bfloat16(u.d))")}
-        self._headers |= {self.HEADERS[d] for d in (src, dst) if d in self.HEADERS}
-        storage = {d: "unsigned short" if d in bits else self.SCALAR_TYPES[d] for d in (src, dst)}
-        into = bits[src][0] if src in bits else f"({storage[src]})x"
-        out = bits[dst][1] if dst in bits else "u.d"
-        compute = {d: self.SCALAR_TYPES[dt.compute_dtype(d)] for d in (src, dst)}
-        return self._helper(name, f"static __device__ __forceinline__ {compute[dst]} {name}({compute[src]} x) {{\n"
-                                  f"  union {{ {storage[src]} s; {storage[dst]} d; }} u;\n  u.s = {into};\n"
-                                  f"  return {out};\n}}")
 
     def _index_type(self, var) -> str:
         """int for the loop variables of a kernel whose buffers all hold fewer than 2^31 elements
@@ -551,32 +340,6 @@ class CUDARenderer(CStyleRenderer):
         if not self.shared_bytes:
             return []
         return [f"  extern __shared__ __align__({self._shared_align}) unsigned char {DYNAMIC_SHARED}[];"]
-
-    def _other_stmt(self, s: Stmt, depth: int, out: list[str]) -> None:
-        """A tensorized call: its intrinsic's CUDA source once in the unit, then the call, with
-        the fragment an address of a "wmma.accumulator" buffer names (ember.cuda.fragments)."""
-        params = dict(s.params) if isinstance(s, CallRoutine) else {}
-        if "intrin" not in params:
-            super()._other_stmt(s, depth, out)
-            return
-        name = params["intrin"]
-        needs = [n for s, n in INTRINSIC_NEEDS["start"] if name.startswith(s)] + [
-            n for p, n in INTRINSIC_NEEDS["part"] if p in name]
-        if missing := [n for n in needs if not self.gpu.has(n)]:
-            raise LowerError(f"Tensor Core intrinsic {params['intrin']} needs {', '.join(missing)}, which "
-                             f"{self.gpu.arch} does not have (ember.target.CAPABILITIES): schedule the product on "
-                             f"what the target GPU has (GPU.tensor_cores), e.g. tensorcore_gemm(intrinsic='wmma')")
-        self._helper(f"tensor_intrin {params['intrin']}", get_intrin(params["intrin"]).c_source)
-        reads, writes, scalars = tensor_intrin_args(s)
-        args = [self._pointer(p, "const void*") for p in reads] + [self._pointer(p, "void*") for p in writes]
-        args += [self._e(x) for x in scalars]
-        out.append(f"{'  ' * depth}{s.routine}({', '.join(args)});")
-
-    def _pointer(self, p, ctype: str) -> str:
-        offset = self._e(p.offset, ADD)
-        if p.buffer.scope == fragments.SCOPE:
-            return fragments.address(p.buffer, self._buffer(p.buffer), offset)
-        return f"({ctype})({self._buffer(p.buffer)} + {offset})"
 
     def _evaluate(self, value: PrimExpr) -> str:
         if isinstance(value, Call) and value.name == SYNC:

@@ -67,6 +67,26 @@ def element(buf: Buffer, name: str, index: PrimExpr, lane: Var | None, render) -
     return f"{name}[({e}) / {TILE * TILE}].x[({e}) % {TILE * TILE}]"
 
 
+PAIR = 2  # adjacent columns a lane holds in a row of a 16x8 half (mma's layout)
+
+
+def lane_pairs(lane: PrimExpr, tiles: tuple[int, int] = (1, 1)) -> list[tuple[PrimExpr, PrimExpr, PrimExpr]]:
+    """Where a lane's floats of a warp's tiles[0] x tiles[1] tiles of fragments sit in mma's layout
+    (ember.intrinsics.mma_lanes: lane l holds, of each 16x8 half of a tile, rows l / 4 and l / 4 + 8
+    at columns 2 (l % 4) and 2 (l % 4) + 1): for each pair of adjacent columns, the first's row
+    and column in the warp's tile and its index in the accumulator buffer (256 f + 8 l + i, as
+    `element` reads it); the second's are one column and one float on. Both ways of storing an
+    accumulator from its lanes (ember.cuda.fragment_epilogue, ember.triton's epilogue) walk these."""
+    row, col, out = lane // 4, lane % 4 * PAIR, []
+    for i in range(tiles[0]):
+        for j in range(tiles[1]):
+            for h in range(2):  # (a tile's 16x8 halves)
+                for r in range(2):  # (rows l / 4 and l / 4 + 8)
+                    at = (i * tiles[1] + j) * TILE * TILE + 4 * h + PAIR * r
+                    out.append((row + (i * TILE + 8 * r), col + (j * TILE + 8 * h), lane * 8 + at))
+    return out
+
+
 def check_warps(body: Stmt, dims: dict[str, int], name: str) -> None:
     """A LowerError unless every call of a fragment buffer is made by whole warps."""
     calls = collect(body, lambda s: isinstance(s, CallRoutine)

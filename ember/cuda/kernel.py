@@ -29,10 +29,12 @@ from ..tir.expr import as_int
 from ..tir.stmt import PrimFunc
 from . import driver as cuda_driver
 from .checks import check_status
-from .codegen import CUDARenderer, launch_dims
+from .codegen import CUDARenderer
 from .driver import INT64, POINTER, Module, Params, check
+from .fragment_epilogue import fragment_epilogues
 from .grid import Grid
 from .lane_runs import lane_runs
+from .launch_shape import launch_dims
 from .limits import check_limits, cubin_registers, limits_for
 from .nvrtc import compile_cuda
 from .pipeline import pipeline
@@ -66,11 +68,12 @@ def build_cuda(func: PrimFunc, *, arch: str | None = None, ptx: bool = False, de
 
 
 def prepare(func: PrimFunc) -> PrimFunc:
-    """A lowered GPU kernel as the GPU runs it: its scratch given scopes (ember.cuda.scopes), a
+    """A lowered GPU kernel as the GPU runs it: a Tensor Core product's epilogue computed from its
+    fragments where its schedule asks (ember.cuda.fragment_epilogue), its scratch given scopes (ember.cuda.scopes), a
     thread's part of a row kept in registers shrunk to that part (ember.cuda.private), its
     pipelined loops given their stages (ember.cuda.pipeline), the tiles of its swizzling Tensor Core
     calls swizzled (ember.cuda.swizzle), its barriers (ember.cuda.sync)."""
-    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(func))))))
+    return insert_syncs(swizzle_tiles(pipeline(lane_runs(privatize(infer_scopes(fragment_epilogues(func)))))))
 
 
 class CUDAKernel:
@@ -78,7 +81,7 @@ class CUDAKernel:
     cubin (or PTX), `f.grid` and `f.block` its launch, `f.registers` a thread's registers (None
     for PTX); `aligned`: the parameters it reads or writes 16 bytes at a time, whose addresses
     must be multiples of 16; `shared`: the bytes of dynamic shared memory its launch asks for
-    (ember.cuda.codegen.DYNAMIC; past 48 KiB, the function opts in when loaded). `to_json()` and
+    (ember.cuda.launch_shape.DYNAMIC; past 48 KiB, the function opts in when loaded). `to_json()` and
     `restore(record, binary, source)`: what launching it needs, without its loop IR (a saved
     model's kernels, ember.cuda.artifact; `func` None)."""
 

@@ -12,7 +12,7 @@ which is exact for 0 <= v < L (the loop's lanes), base a multiple of L and a div
 of L (base and base + L - 1 then lie between the same multiples of the divisor). Rewritten so,
 the address is `base' + v` with base' a multiple of 8, the conditions of the padding read the
 lane no more (or as `e + v < b`, ember.cuda.vectors.lane_uniform), and the copy is one cp.async
-of 16 bytes zero-filled in the padding (ember.cuda.codegen) in place of 8 loads of 2 bytes.
+of 16 bytes zero-filled in the padding (ember.cuda.vector_render) in place of 8 loads of 2 bytes.
 Where C is not a multiple of 8 (a first layer's 3 channels) nothing changes: the copy stays an
 element a lane.
 """

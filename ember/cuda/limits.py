@@ -6,7 +6,7 @@ The limits are the target's GPU facts (ember.target.GPU: the device's driver att
 the machine has a GPU, else its architecture's row of ember.target.ARCHS): `limits_for(arch, gpu)`
 gives the target's `gpu` when it is of `arch`, else the device's when the machine has a GPU of
 that architecture, else the architecture's. A kernel's static shared arrays may take
-STATIC_SHARED (48 KiB) on every GPU; a kernel whose shared arrays are dynamic (ember.cuda.codegen.
+STATIC_SHARED (48 KiB) on every GPU; a kernel whose shared arrays are dynamic (ember.cuda.launch_shape.
 DYNAMIC) may have the bytes a block opts in to (`GPU.shared_opt_in`: 227 KiB on sm_90, 163 KiB on
 sm_80, 99 KiB on sm_86 and sm_89). Each check is a ScheduleError naming the limit, the kernel and
 the architecture. Registers are not checked: the kernel's `__launch_bounds__` makes
@@ -29,7 +29,7 @@ from ..tir.expr import as_int
 from ..tir.functor import visit_stmt
 from ..tir.stmt import BLOCK_TAGS, Allocate, PrimFunc
 from . import fragments
-from .codegen import dynamic_shared, threads_per_block
+from .launch_shape import dynamic_shared, threads_per_block
 
 MAX_GRID = {"blockIdx.x": 2**31 - 1, "blockIdx.y": 65535, "blockIdx.z": 65535}
 MAX_BLOCK = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}

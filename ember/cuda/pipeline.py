@@ -14,7 +14,7 @@ in flight while it computes from this one's (S stages of each buffer):
                                             compute(k) from stage k % S
 
 The copies' loops are marked asynchronous ("async_copy"): on sm_80 and later a
-16-byte copy from global to shared memory is one `cp.async` (ember.cuda.codegen), which the
+16-byte copy from global to shared memory is one `cp.async` (ember.cuda.vector_render), which the
 thread does not wait for, so the loads of the next tiles overlap the products of this one; a
 `cp.async.commit_group` closes each iteration's copies (an empty group where there are none, so
 that every iteration counts one) and `cp.async.wait_group S-2` waits for all but the newest S - 2,

@@ -24,7 +24,7 @@ from ..tir.arith import Analyzer
 from ..tir.expr import Buffer, BufferLoad, PrimExpr, Ramp, as_int, binary, const
 from ..tir.functor import mutate_stmt, stmt_children, stmt_exprs, visit_expr
 from ..tir.stmt import THREAD_BINDING, Allocate, BufferStore, For, PrimFunc, Stmt
-from .codegen import launch_dims
+from .launch_shape import launch_dims
 
 LANES = (4, 2, 1)  # the vector widths tried, widest first
 

@@ -49,6 +49,7 @@ from ..tir import dtype as dt
 from ..tir.expr import Buffer, Call, PrimExpr, Ramp, as_int
 from ..tir.stmt import (
     BLOCK_TAGS,
+    SYNC,
     THREAD_BINDING,
     THREAD_TAGS,
     Allocate,
@@ -61,9 +62,9 @@ from ..tir.stmt import (
 )
 from ..tir.tensor_intrin import get_intrin
 from . import fragments
-from .codegen import SYNC, launch_dims
 from .grid import Grid, guarded_tags
 from .kernel import prepare
+from .launch_shape import launch_dims
 from .limits import check_limits
 from .pipeline import ASYNC, COMMIT, WAIT
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from ..tir.expr import Binary, Buffer, BufferLoad, Call, Const, PrimExpr, Var
 from ..tir.functor import stmt_exprs, visit_expr, visit_stmt
 from ..tir.stmt import (
+    SYNC,
     THREAD_BINDING,
     Allocate,
     BufferStore,
@@ -42,7 +43,7 @@ from ..tir.stmt import (
     Stmt,
     While,
 )
-from .codegen import SYNC, launch_dims
+from .launch_shape import launch_dims
 from .pipeline import STAGED
 
 BARRIER = Evaluate(Call(SYNC, (), "int32"))

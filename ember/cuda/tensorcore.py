@@ -5,8 +5,9 @@ fragments), fp16/bf16 operands with fp32 sums (fp32 ones as TF32):
   tiles staged in shared memory by cp.async in `stages`;
 - `tensorcore_product`: an operator's product at any shape (batch axes, B transposed, tiles
   padded; a convolution's columns computed as they are copied), its epilogue computed from the
-  fp32 tile, on ember.cuda.schedules' operands and block grid (`product_operands`,
-  `shared_operands`, `block_grid`, shared with its CUDA-core twin `cuda_core_product`).
+  fp32 sums (in the lanes' fragments on mma: ember.cuda.fragment_epilogue), on
+  ember.cuda.schedules' operands and block grid (`product_operands`, `shared_operands`,
+  `block_grid`, shared with its CUDA-core twin `cuda_core_product`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..target import STATIC_SHARED
 from ..te.schedule import TESchedule, ThreadAxis
 from ..tir import dtype as dt
 from ..tir.expr import as_int
+from .fragment_epilogue import FRAGMENT_EPILOGUE
 from .schedules import block_grid, product_operands, shared_operands
 
 
@@ -51,7 +53,7 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     24%; mma's 12 configurations were all wrong there (B's rows of 256 bytes and more, swizzled
     by the address in shared memory then, not by the offset in the tile: mma_lanes' module doc).
     Stages and tiles past the 48 KiB of static shared memory (4 stages of 128x128x32, 3 of
-    128x256x32) take dynamic shared memory (ember.cuda.codegen.DYNAMIC), up to what a block may
+    128x256x32) take dynamic shared memory (ember.cuda.launch_shape.DYNAMIC), up to what a block may
     opt in to (227 KiB on sm_90)."""
     from ..intrinsics import wmma
 
@@ -81,7 +83,7 @@ def tensorcore_gemm(M: int, N: int, K: int, dtype: str = "float16", *, BM: int =
     s[C].bind(block, ThreadAxis("blockIdx.x"))
     row_a, row_b = BK + pad, BN + pad
     if stages * (BM * row_a + BK * row_b) * dt.bits(dtype) // 8 > STATIC_SHARED:
-        s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.codegen.DYNAMIC)
+        s[C].pragma(block, "dynamic_shared", True)  # (ember.cuda.launch_shape.DYNAMIC)
     _warp_tiles(s, C, *caches, (block, None, ii, jj), BM, BN, BK, WM, WN, pad, stages, dtype, intrinsic=intrinsic)
     return s, [A, B, C]
 
@@ -106,16 +108,21 @@ def _check_intrinsic(intrinsic: str, pad: int | None) -> int:
 
 
 def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK: int = 32, WM: int = 32,
-                       WN: int = 64, stages: int = 2, intrinsic: str | None = None) -> None:
+                       WN: int = 64, stages: int = 2, intrinsic: str | None = None,
+                       fragment_stores: bool = True) -> None:
     """An operator's float16/bfloat16 product on Tensor Cores, any shape (float32 operands as
     TF32, a "tf32" model's): C, its float32 sum of products (C[.., i, j] = sum over k of
     A[.., i, k] * B[.., k, j], batch axes first; B may be read transposed, B[.., j, k], a linear
     layer's weights), and `out`, the kernel's output computed from C (its cast to the inputs'
     type, and any epilogue fused after it: a bias, a GELU, a residual), of C's shape or with C's
     last axis split in two (a convolution's output positions, OH*OW as (OH, OW)). A block
-    computes a BM x BN tile of C (of one batch element) as `tensorcore_gemm` does, its fragments
-    stored into a float32 tile in shared memory, from which the block's threads compute `out`
-    (coalesced, the epilogue applied to the fp32 sums). Where the tiles do not divide M, N or K,
+    computes a BM x BN tile of C (of one batch element) as `tensorcore_gemm` does; on mma, each
+    lane then computes `out` at the elements of its fragments, the epilogue applied to the fp32
+    sums in its registers (`fragment_stores`: out's tile loops marked FRAGMENT_EPILOGUE for
+    ember.cuda.fragment_epilogue; two adjacent columns one store), else (wmma, whose fragments'
+    layout is the compiler's, or fragment_stores False) the fragments are stored into a float32
+    tile in shared memory, from which the block's threads compute `out` (coalesced, after a
+    barrier). Where the tiles do not divide M, N or K,
     the product is padded with zeros (pad_einsum): the copies of A's and B's tiles into shared
     memory write zeros past the operands' ends, so the sums are unchanged and the fragments stay
     whole, and the tiles of `out` are guarded. The operands are read with `product_operands`'
@@ -132,10 +139,13 @@ def tensorcore_product(s: TESchedule, C, out, *, BM: int = 64, BN: int = 64, BK:
     C, operands = shared_operands(s, C, A, B, BM, BN, BK)
     CF = s.cache_write(C, "wmma.accumulator")
     ii, jj, at = block_grid(s, out, C, BM, BN)
-    _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
-    y, x = s[out].split(rest, factor=32)
-    s[out].bind(y, ThreadAxis("threadIdx.y"))
-    s[out].bind(x, ThreadAxis("threadIdx.x"))
+    if fragment_stores and intrinsic == "mma":  # the tile's loops left whole for ember.cuda.fragment_epilogue
+        s[out].pragma(ii, FRAGMENT_EPILOGUE, True)
+    else:
+        _, rest = s[out].split(s[out].fuse(ii, jj), factor=(BM // WM) * (BN // WN) * 32)
+        y, x = s[out].split(rest, factor=32)
+        s[out].bind(y, ThreadAxis("threadIdx.y"))
+        s[out].bind(x, ThreadAxis("threadIdx.x"))
     s[C].compute_at(s[out], at)
     _warp_tiles(s, C, *operands, CF, (None, None, *s[C].op.axis[-2:]), BM, BN, BK, WM, WN, pad, stages, A.dtype,
                 b_layout, intrinsic)

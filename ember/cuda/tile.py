@@ -32,9 +32,10 @@ from ..tir import dtype as dt
 from ..tir.expr import Var, as_int
 from ..tir.stmt import PrimFunc, Stmt
 from . import driver as cuda_driver
-from .codegen import CUDARenderer, threads_per_block
+from .codegen import CUDARenderer
 from .driver import INT64, POINTER, Module, Params, check
 from .kernel import prepare
+from .launch_shape import threads_per_block
 from .limits import MAX_GRID
 from .nvrtc import compile_cuda
 from .streams import torch_stream

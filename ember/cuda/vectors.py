@@ -102,7 +102,7 @@ def async_copy(loop: For):
     """(store, its base, load, its base, the condition it is read on or None) where the
     vectorized `loop` copies 16 aligned bytes from global to shared memory, as they are or
     zeros where a condition fails, the same for every lane (`zero_filled`, `lane_uniform`): one
-    cp.async where the GPU has it (ember.cuda.codegen); else None."""
+    cp.async where the GPU has it (ember.cuda.vector_render); else None."""
     store = loop.body
     if loop.kind != "vectorized" or not isinstance(store, BufferStore):
         return None

@@ -13,7 +13,7 @@ of 32, so that each warp is 32 consecutive threadIdx.x of one threadIdx.y and z;
 branch): the shuffles need the whole warp. The operands
 are those of the loop; only their association differs, as it does in every parallel reduction
 (a float sum may differ from the serial one in its last bits). The interpreter runs the loop
-as written.
+as written; the CUDA renderer writes the shuffles (`WarpRendering`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ..target import WARP
 from ..tir.arith import Analyzer
-from ..tir.expr import Binary, BufferLoad, as_int
-from ..tir.expr_functor import uses_var
+from ..tir.expr import Binary, BufferLoad, Var, as_int, binary
+from ..tir.expr_functor import substitute, uses_var
 from ..tir.stmt import BufferStore, For
 
 OPS = ("+", "max", "min")
@@ -65,3 +65,38 @@ def warp_reduction(loop: For, threads: dict[str, int]) -> WarpReduction | None:
                 and isinstance(partial, BufferLoad) and partial.buffer is not store.buffer):
             return WarpReduction(loop, store, value.op, partial)
     return None
+
+
+class WarpRendering:
+    """The CUDA renderer's warp reductions (a part of ember.cuda.codegen.CUDARenderer)."""
+
+    def _warp_for(self, red: WarpReduction, depth: int, out: list[str]) -> None:
+        """A block-scope fold of partials as a strided fold per lane and a butterfly of shuffles."""
+        pad, r, store = "  " * depth, red.loop.loop_var, red.store
+        lane = Var("lane", r.dtype)
+        total, other = Var(f"{store.buffer.name}_warp", store.buffer.dtype), Var("other", store.buffer.dtype)
+        scalar = self.SCALAR_TYPES[store.buffer.dtype]
+        out.append(f"{pad}{{")
+        out.append(f"{pad}  const {self._index_type(lane)} {self._name(lane)} = threadIdx.x % {WARP};")
+        self._vars.update((lane, r, total, other))
+        self._nonnegative_vars.update((lane, r))
+        out.append(f"{pad}  {scalar} {self._name(total)} = {self._e(substitute(red.partial, {r: lane}))};")
+        rv = self._name(r)
+        out.append(f"{pad}  for ({self._index_type(r)} {rv} = {WARP}; {rv} < {red.extent}; {rv} += {WARP}) {{")
+        step = binary(red.op, total, substitute(red.partial, {r: binary("+", r, lane)}))
+        out.append(f"{pad}    {self._name(total)} = {self._e(step)};")
+        out.append(f"{pad}  }}")
+        offset = WARP // 2
+        while offset:
+            out.append(f"{pad}  {{")
+            out.append(f"{pad}    const {scalar} {self._name(other)} = "
+                       f"__shfl_xor_sync(0xffffffffu, {self._name(total)}, {offset});")
+            out.append(f"{pad}    {self._name(total)} = {self._e(binary(red.op, total, other))};")
+            out.append(f"{pad}  }}")
+            offset //= 2
+        acc = next(x for x in (store.value.a, store.value.b) if x is not red.partial)
+        folded = binary(red.op, acc, total) if acc is store.value.a else binary(red.op, total, acc)
+        out.append(f"{pad}  {self._store(store.buffer, store.indices[0], folded)};")
+        self._vars.difference_update((lane, r, total, other))
+        self._nonnegative_vars.difference_update((lane, r))
+        out.append(f"{pad}}}")

@@ -22,7 +22,8 @@ elements, transformers' the two halves): the permutation is undone on the rows, 
 scales alike (whole blocks move, none is requantized). The LM head is tied to token_embd when
 the file has no output.weight. Another architecture, another tensor
 type, a missing tensor or metadata key, metadata no model is built from (a count that is not a
-positive integer, heads that do not divide the embedding), or a file the gguf package cannot
+positive integer, an epsilon or RoPE base that is no number 0 or more, heads that do not divide
+the embedding), a tensor of another shape than that model's, or a file the gguf package cannot
 parse (missing, truncated, another version) is a WeightsFileError that names it and what ember
 reads.
 """
@@ -66,18 +67,26 @@ def load_gguf(path: str | Path) -> GGUFModel:
         if t.tensor_type.name not in TYPES:
             raise WeightsFileError(f"{path}: tensor {t.name!r} is of type {t.tensor_type.name}; ember reads "
                                    f"{', '.join(TYPES)}")
-    vocab = int(_tensor(tensors, path, "token_embd.weight").shape[1])
+    embedding = _tensor(tensors, path, "token_embd.weight")
+    if len(embedding.shape) != 2:
+        dims = tuple(int(d) for d in embedding.shape)
+        raise WeightsFileError(f"{path}: tensor 'token_embd.weight' has {len(dims)} dimension(s) {dims}; ember needs "
+                               f"a (vocabulary, embedding) matrix")
+    vocab = int(embedding.shape[1])
     tied = "output.weight" not in tensors
     field = lambda key: _field(reader, path, f"{arch}.{key}")  # noqa: E731
     heads = field("attention.head_count")
     kv_heads = field("attention.head_count_kv") if f"{arch}.attention.head_count_kv" in reader.fields else heads
     _check_heads(path, field("embedding_length"), heads, kv_heads)
-    model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader)
+    model, names = (_gpt2 if arch == "gpt2" else _llama)(field, vocab, tied, reader, path)
     params = dict(model.named_parameters(remove_duplicate=False))
     out = GGUFModel(model)
     for hf, name, conv in names:
         t = _tensor(tensors, path, name)
         dense, q = _read(t)
+        if tuple(params[hf].shape) != (dense.T if conv else dense).shape:  # (before the rows are unpermuted)
+            raise WeightsFileError(f"{path}: tensor {name!r} is {(dense.T if conv else dense).shape} where the model "
+                                   f"built from the file's metadata needs {tuple(params[hf].shape)}")
         if arch == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = model.config.num_attention_heads if "attn_q" in name else model.config.num_key_value_heads
             dense, q = _unpermute(dense, q, heads)
@@ -85,15 +94,12 @@ def load_gguf(path: str | Path) -> GGUFModel:
         if q is not None:
             out.weights[digest(dense.T)] = q
         value = dense.T if conv else dense
-        if tuple(params[hf].shape) != value.shape:
-            raise WeightsFileError(f"{path}: tensor {name!r} is {value.shape} where the model built from the file's "
-                                   f"metadata needs {tuple(params[hf].shape)}")
         with torch.no_grad():
             params[hf].copy_(torch.from_numpy(np.ascontiguousarray(value)))
     return out
 
 
-def _gpt2(field, vocab: int, tied: bool, reader):
+def _gpt2(field, vocab: int, tied: bool, reader, path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     layers = int(field("block_count"))
@@ -101,8 +107,8 @@ def _gpt2(field, vocab: int, tied: bool, reader):
                         n_head=int(field("attention.head_count")), n_positions=int(field("context_length")),
                         n_inner=int(field("feed_forward_length")),
                         layer_norm_epsilon=float(field("attention.layer_norm_epsilon")),
-                        vocab_size=vocab, tie_word_embeddings=tied,
-                        bos_token_id=_token(reader, "bos", vocab), eos_token_id=_token(reader, "eos", vocab))
+                        vocab_size=vocab, tie_word_embeddings=tied, bos_token_id=_token(reader, path, "bos", vocab),
+                        eos_token_id=_token(reader, path, "eos", vocab))
     return GPT2LMHeadModel(config).eval(), list(_gpt2_names(layers, tied))
 
 
@@ -123,23 +129,23 @@ def unmasked_attention() -> str:
     return UNMASKED
 
 
-def _llama(field, vocab: int, tied: bool, reader):
+def _llama(field, vocab: int, tied: bool, reader, path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     layers = int(field("block_count"))
     heads = int(field("attention.head_count"))
     kv = reader.fields.get("llama.attention.head_count_kv")
     kv_heads = int(kv.contents()) if kv else heads
-    base = reader.fields.get("llama.rope.freq_base")
+    base = field("rope.freq_base") if "llama.rope.freq_base" in reader.fields else 10000.0
     config = LlamaConfig(hidden_size=int(field("embedding_length")), num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads,
                          attn_implementation=unmasked_attention() if kv_heads != heads else "sdpa",
                          intermediate_size=int(field("feed_forward_length")),
                          max_position_embeddings=int(field("context_length")),
                          rms_norm_eps=float(field("attention.layer_norm_rms_epsilon")),
-                         rope_theta=float(base.contents()) if base else 10000.0, vocab_size=vocab,
-                         tie_word_embeddings=tied, bos_token_id=_token(reader, "bos", vocab),
-                         eos_token_id=_token(reader, "eos", vocab))
+                         rope_theta=float(base), vocab_size=vocab,
+                         tie_word_embeddings=tied, bos_token_id=_token(reader, path, "bos", vocab),
+                         eos_token_id=_token(reader, path, "eos", vocab))
     return LlamaForCausalLM(config).eval(), list(_llama_names(layers, tied))
 
 
@@ -158,7 +164,7 @@ def _unpermute(dense: np.ndarray, q: QuantizedWeight | None, heads: int):
 
 def _read(t) -> tuple[np.ndarray, QuantizedWeight | None]:
     """A tensor's float32 data in NumPy's order (rows of ne0), and its codes if it is quantized
-    (for the (ne0, rows) weight a product reads)."""
+    (for the (ne0, rows) weight a product reads; the gguf package refuses rows of part of a block)."""
     shape = tuple(int(d) for d in reversed(t.shape))
     kind = t.tensor_type.name
     if kind in ("F32", "F16"):
@@ -215,10 +221,16 @@ def _tensor(tensors: dict, path, name: str):
     return tensors[name]
 
 
-def _token(reader, which: str, vocab: int) -> int:
+def _token(reader, path, which: str, vocab: int) -> int:
     """The file's bos or eos token, else GPT-2's (50256) within the vocabulary."""
-    f = reader.fields.get(f"tokenizer.ggml.{which}_token_id")
-    return int(f.contents()) if f is not None else min(50256, vocab - 1)
+    key = f"tokenizer.ggml.{which}_token_id"
+    f = reader.fields.get(key)
+    if f is None:
+        return min(50256, vocab - 1)
+    value = f.contents()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a token id")
+    return value
 
 
 def _field(reader, path, key: str):
@@ -229,6 +241,9 @@ def _field(reader, path, key: str):
     if key.endswith(("_count", "_length", "_count_kv")) and (isinstance(value, bool) or not isinstance(value, int)
                                                              or value <= 0):
         raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a positive integer")
+    if key.endswith(("_epsilon", "freq_base")) and (isinstance(value, bool) or not isinstance(value, int | float)
+                                                     or not np.isfinite(value) or value < 0):
+        raise WeightsFileError(f"{path}: metadata key {key!r} is {value!r}; ember needs a number, 0 or more")
     return value
 
 

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load, save, save_file
 
 from ..tir import dtype as dt
@@ -48,9 +49,14 @@ def load_graph(folder: str | Path) -> Graph:
         manifest = json.loads((folder / GRAPH_FILE).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise GraphError(f"{folder} holds no saved graph: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION \
+            or not isinstance(manifest.get("graph"), list) or not all(isinstance(x, str) for x in manifest["graph"]):
         raise GraphError(f"{folder / GRAPH_FILE} is not an {FORMAT} file of version {VERSION}")
-    return parse_graph("\n".join(manifest["graph"]), _load((folder / CONSTANTS_FILE).read_bytes()))
+    try:
+        blob = (folder / CONSTANTS_FILE).read_bytes()
+    except OSError as e:
+        raise GraphError(f"{folder} holds no constants of its saved graph: {e}") from None
+    return parse_graph("\n".join(manifest["graph"]), _constants(blob, folder / CONSTANTS_FILE))
 
 
 def graph_to_bytes(graph: Graph) -> bytes:
@@ -63,11 +69,22 @@ def graph_from_bytes(blob: bytes) -> Graph:
     try:
         size = int.from_bytes(blob[:8], "little")
         metadata = json.loads(blob[8:8 + size]).get("__metadata__") or {}
-    except (ValueError, AttributeError) as e:
+        ours = metadata.get("format") == FORMAT and metadata.get("version") == str(VERSION)
+        text = metadata["graph"] if ours else None
+    except (ValueError, AttributeError, KeyError) as e:
         raise GraphError(f"not a saved graph: {e}") from None
-    if metadata.get("format") != FORMAT or metadata.get("version") != str(VERSION):
+    if not isinstance(text, str):
         raise GraphError(f"not an {FORMAT} blob of version {VERSION}")
-    return parse_graph(metadata["graph"], _load(blob))
+    return parse_graph(text, _constants(blob, "the blob"))
+
+
+def _constants(blob: bytes, where) -> dict[str, np.ndarray]:
+    """`_load(blob)`, or a GraphError naming `where` for bytes that are no safetensors file (a
+    header that misses a field or does not cover the data: safetensors' own error, or a KeyError)."""
+    try:
+        return _load(blob)
+    except (SafetensorError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise GraphError(f"{where}: the constants of the saved graph cannot be read: {e}") from None
 
 
 def _save_constants(tensors: dict[str, np.ndarray], path: Path) -> None:

@@ -45,8 +45,8 @@ from .gpu_loops import HeadRows, at, batch_index, ceil_div, threads
 ROWS = ma.ROWS  # queries a warp
 PAD = 8  # halves past each shared row: 16 bytes
 CONFIGS = ((4, 64), (4, 32))  # (warps, keys a tile) in order of preference
-DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.codegen.DYNAMIC)
-MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.codegen.MIN_BLOCKS)
+DYNAMIC = "pragma_dynamic_shared"  # (ember.cuda.launch_shape.DYNAMIC)
+MIN_BLOCKS = "pragma_min_blocks"  # (ember.cuda.launch_shape.MIN_BLOCKS)
 MAX_HEAD = 128  # o's ev / 2 floats and q's e / 4 registers a lane: past 128, spills
 WARPS = (4, 2, 1)  # warps a block, most first: the fewer, the more blocks a problem of few queries has
 REGISTERS = 128  # a thread's registers that head sizes up to 64 fit without spilling (ptxas: 127-185 unbounded)

@@ -3,15 +3,18 @@ key/value cache update of a decoder: the cache with, for each batch entry b (axi
 update's entries along `axis` written from position write_indices[b] on (0 when left out);
 "circular" wraps the positions around the cache's length (a sliding-window cache), the last row
 written to a place kept where the update is longer than the cache (ONNX's reference stores them in
-order).
+order). Linear, the positions index the cache's axis as ONNX's reference (NumPy) indexes it: a
+negative one counts from the end, and one outside the axis, or an update longer than the cache
+(symbolic lengths), raises IndexOutOfRangeError when the model runs, where the write used to be
+dropped (onnxruntime raises for those, and for any negative write index as well).
 
 One kernel (a te.extern): the cache copied to the output, a plain copy (rows in parallel, the
-last axis vectorized: as fast as memcpy), then the update's rows stored at their positions (a
-position past the cache's end, linear, is dropped). The kernel reads the cache only at the place
-of the output element it writes, so the memory plan may write the output over the cache
-(ember.passes.plan_memory: SAME_PLACE), as it does an elementwise chain: no second cache-sized
-buffer. The copy is still made then (over itself): skipping it needs the kernel to know it runs
-in place, which the plan decides after the kernels are built. Pattern `opaque`.
+last axis vectorized: as fast as memcpy), then the update's rows stored at their positions. The
+kernel reads the cache only at the place of the output element it writes, so the memory plan may
+write the output over the cache (ember.passes.plan_memory: SAME_PLACE), as it does an elementwise
+chain: no second cache-sized buffer. The copy is still made then (over itself): skipping it needs
+the kernel to know it runs in place, which the plan decides after the kernels are built. Pattern
+`opaque`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
+from ..errors import IndexOutOfRangeError
 from ..graph.core import TensorType
 from ..tir import dtype as dt
-from ..tir.expr import Buffer, Var, all_, cast, const
+from ..tir.expr import Buffer, PrimExpr, Var, as_int, cast, checked_index, const, select
 from ..tir.stmt import BufferStore, For, IfThenElse, Stmt, seq
-from .common import normalize_axis
+from .common import checked_indices, normalize_axis
 from .registry import OpDef, OpTypeError, register
 
 MODES = ("linear", "circular")
@@ -66,14 +70,31 @@ def _reference(inputs, attrs):
     starts = inputs[2] if len(inputs) == 3 else np.zeros(cache.shape[0], np.int64)
     out = cache.copy()
     length, count = cache.shape[axis], update.shape[axis]
+    if attrs["mode"] == "linear" and count > length:
+        raise IndexOutOfRangeError(f"tensor_scatter: the update's {count} entries along axis {axis} do not fit in "
+                                   f"the cache's {length}", count - 1, length)
     for b in range(cache.shape[0]):
         at = int(starts[b]) + np.arange(count)
         if attrs["mode"] == "circular":
             at %= length
-        keep = (at >= 0) & (at < length)  # (linear: what falls outside the cache is dropped, as by the kernel)
+        else:  # (every position an index of the axis)
+            at = checked_indices("tensor_scatter", at, length)
         index = (b,) + (slice(None),) * (axis - 1)
-        out[index + (at[keep],)] = update[index + (keep,)]
+        out[index + (at,)] = update[index + (np.arange(count),)]  # (the same axes first on both sides)
     return [out]
+
+
+def linear_start(start: PrimExpr, count, length) -> PrimExpr:
+    """The place in [0, length) of a linear update's first row, which `start` (an int64 write
+    index) names: negative, from the cache's end. The window start .. start + count - 1 is checked
+    at run time (the INDEX intrinsic, which raises IndexOutOfRangeError), the index it reports the
+    window's last position where that is past the cache's end, else count - 1 where the update is
+    longer than the cache (symbolic lengths), else the start (below -length); after a failed check
+    the place is 0, and the caller's stores stay in the cache (its positions wrapped once, guarded)."""
+    last = start + count - 1
+    n, c = as_int(length), as_int(count)
+    culprit = start if n is not None and c is not None and c <= n else select(count > length, count - 1, start)
+    return checked_index(select(last >= length, last, culprit), length)
 
 
 def _compute(inputs, attrs, out_types):
@@ -107,13 +128,17 @@ def _update(ins: list[Buffer], out: Buffer, attrs) -> Stmt:
 
     def row(i):  # i: the update's index but along the axis
         j = i[axis]
-        at = j if starts is None else cast(j.dtype, starts[i[0]]) + j
+        start = const(0, j.dtype) if starts is None else cast(j.dtype, starts[i[0]])
         if attrs["mode"] == "circular":
-            at = (at % length + length) % length
+            at = ((start + j) % length + length) % length
+        else:  # a checked place, wrapped once (a negative start); past the end only when the check failed
+            at = linear_start(start, update.shape[axis], length) + j
+            at = select(at >= length, at - length, at)
         store = BufferStore(out, update[tuple(i)], (*i[:axis], at, *i[axis + 1:]))
         if attrs["mode"] == "circular":  # only the last `length` rows: an update longer than the cache (symbolic)
             return IfThenElse(j + length >= update.shape[axis], store)  # wraps, its later rows kept, and the rows'
-        return IfThenElse(all_(at >= 0, at < length), store)  # parallel stores must not race for a place
+            # parallel stores must not race for a place
+        return IfThenElse(at < length, store)  # (past the end only after a failed check)
 
     return seq(copy, nest(update.shape, row))
 

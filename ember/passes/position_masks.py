@@ -16,7 +16,10 @@ read from how it is made, so that fold_attention drops it as it drops a constant
 each of its operands under unsqueezes and reshapes that only add unit axes, the mask itself under
 an expand that leaves its last two axes (torch's attention mask broadcast to the batch). A mask
 read this way needs no constant: the kernel knows it from the indices (causal) or it says nothing
-at all.
+at all. The positions are int64 or int32, a constant added to them far from their overflow
+(MAX_SHIFT): the reading is of integers that never wrap, which a narrower or unsigned type breaks
+(int8's arange wraps at 128, uint64's cols - rows is large where a key comes after its query, an
+int32 position plus 2**31 - 4 wraps; float16's positions round from 2048 on).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .. import dims
 from ..graph.core import Value
 
 ALL, CAUSAL = "all", "causal"
-MAX_SHIFT = 2**62  # a constant added to both positions: far from int64's overflow
+MAX_SHIFT = {"int64": 2**62, "int32": 2**30}  # a constant added to positions of the type: far from its overflow
 
 
 def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
@@ -43,16 +46,19 @@ def kept_keys(cond: Value, constants: Mapping[str, np.ndarray]) -> str | None:
     if n is None or n.op != "less_equal" or cond.type.rank < 2:
         return None
     a, b = n.inputs
+    bound = MAX_SHIFT.get(a.type.dtype)
+    if bound is None:
+        return None
     zero = constants.get(b.name) if b.node is None else None
     if a.node is not None and a.node.op == "sub" and zero is not None and zero.size == 1 and not zero.any():
         a, b = a.node.inputs
     (cols, col_shift), (rows, row_shift) = _shifted(a, constants), _shifted(b, constants)
-    if cols is None or rows is None or not _counts(cols):
+    if cols is None or rows is None or not _counts(cols) or max(map(abs, col_shift + row_shift)) > bound:
         return None
     length = cols.node.attrs["length"]
     if rows.node.op == "size" and _at_most(dims.add(length, col_shift[1] - 1 - row_shift[0]), rows.node.attrs["dim"]):
         return ALL
-    if col_shift != row_shift or col_shift[0] != col_shift[1] or abs(col_shift[0]) > MAX_SHIFT:
+    if col_shift != row_shift or col_shift[0] != col_shift[1]:
         return None  # (one constant added to both sides shifts nothing)
     if _counts(rows) and rows.node.attrs["length"] == length and _from_right(a, length) == 1 \
             and _from_right(b, length) == 2:

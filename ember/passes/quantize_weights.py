@@ -16,6 +16,9 @@ float32 dequantization; given as `known` (by the digest of that float32 weight),
 their own codes, bit for bit, whatever their format (ember.compile(..., weights=<the mapping>)),
 also where fuse_siblings concatenated them (LLaMA's q, k and v): pieces of whole panels, joined.
 
+A weight to quantize that holds a NaN or an infinity is a CompileError naming it and where: its
+codes would lose them (int8's scale became 1 and the NaN a code, the column's outputs finite where
+float32 gives NaN).
 Weights the gemm_nbits layout cannot take stay float32: K not a multiple of the group (int4: a
 RuntimeWarning names them), a non-constant weight, alpha or beta other than 1, or a bias that is
 not one value per column.
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import CompileError, ConfigError
 from ..graph.core import Graph, Node, Value
 from ..tir.nbits import GROUPS, PANEL, QuantizedWeight, digest, pack_int4, pack_int8, pad_columns
 from .rewrite import Rewriter, rebuild
@@ -132,7 +135,7 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], fmt: WeightFormat, done
         bias = pad_columns(np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32))
     key = (wv.name, trans)
     if key not in done:
-        q = _quantized(w.T if trans else w, fmt)
+        q = _quantized(w.T if trans else w, fmt, wv.name)
         parts = [] if q is None else [q.codes, q.scales] + ([q.offsets] if q.offsets is not None else [])
         names = ("codes", "scales", "offsets")
         done[key] = q, [rw.constant(p, f"{wv.name}_{name}") for p, name in zip(parts, names)]
@@ -167,15 +170,19 @@ def _joined(dense: np.ndarray, known: Mapping[str, QuantizedWeight]) -> Quantize
                            None if first.offsets is None else join([p.offsets for p in pieces], -1))
 
 
-def _quantized(dense: np.ndarray, fmt: WeightFormat) -> QuantizedWeight | None:
-    """The quantized form of a (K, N) weight: the one `fmt.known` holds for it, else quantized to
-    fmt's bits (None: it stays float32)."""
+def _quantized(dense: np.ndarray, fmt: WeightFormat, name: str) -> QuantizedWeight | None:
+    """The quantized form of the (K, N) weight `name`: the one `fmt.known` holds for it, else
+    quantized to fmt's bits (None: it stays float32)."""
     if fmt.known:
         q = fmt.known.get(digest(dense)) or _joined(dense, fmt.known)
         if q is not None:
             return q
+    if not (fmt.bits == 8 or fmt.bits == 4 and dense.shape[0] % fmt.group == 0):
+        return None
+    if not np.isfinite(dense).all():
+        k, n = np.argwhere(~np.isfinite(dense))[0]
+        raise CompileError(f"weights='int{fmt.bits}': weight {name} holds {dense[k, n]} (row {k}, column {n} of its "
+                           f"(K, N) = {dense.shape}), which its codes cannot hold; compile it with weights=None")
     if fmt.bits == 8:
         return QuantizedWeight(8, 0, *quantize_int8(dense))
-    if fmt.bits == 4 and dense.shape[0] % fmt.group == 0:
-        return QuantizedWeight(4, fmt.group, *quantize_int4(dense, fmt.group, fmt.zero_points))
-    return None
+    return QuantizedWeight(4, fmt.group, *quantize_int4(dense, fmt.group, fmt.zero_points))

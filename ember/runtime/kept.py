@@ -2,6 +2,8 @@
 make again the same way (ember.lowering keeps its lowered kernels here).
 
     put("lowered", key, value)      get("lowered", key) -> value, or None
+    write(path, value)              read(path) -> value, or None (an entry at a caller's own path:
+                                    the model cache's aliases, the tile language's kernels)
 
 An entry is `<cache_dir>/<folder>/<k[:2]>/<k>.pkl`, k the sha256 of the caller's key (a string),
 Python's version and ember's own source (`source_digest`: every module of the package), so an
@@ -52,7 +54,11 @@ def entry_path(folder: str, key: str, suffix: str = ".pkl") -> Path:
 
 def get(folder: str, key: str):
     """The value kept under `key`, or None (none kept, or its entry is damaged)."""
-    path = entry_path(folder, key)
+    return read(entry_path(folder, key))
+
+
+def read(path: Path):
+    """The value of the entry at `path` (one `write` made), or None (none there, or damaged)."""
     try:
         data = path.read_bytes()
     except OSError:

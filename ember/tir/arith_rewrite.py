@@ -148,6 +148,8 @@ class Rewriter(Linearizer):
         return Not(a, dtype)
 
     def _compare(self, op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+        if not (self._exact(a) and self._exact(b)):
+            return Binary(op, a, b, "bool")  # (a + c <= b + c is not a <= b where a + c wraps)
         d = self.lin(a).add(self.lin(b), -1)
         truth = _decide(op, *self.range(d))
         if truth is None and op in ("==", "!="):
@@ -164,6 +166,20 @@ class Rewriter(Linearizer):
         else:
             lhs, rhs, op = neg, LinearForm(const=d.const), _SWAP[op]
         return Binary(op, self.to_expr(lhs, a.dtype), self.to_expr(rhs, a.dtype), "bool")
+
+    def _exact(self, e: PrimExpr) -> bool:
+        """Whether int32 e computes its linear form exactly: it reads no tensor, as index arithmetic
+        does (taken not to wrap), or its bounds lie in int32's range. Values read from tensors wrap
+        as two's complement (docs/operators.md): x + 2**31 - 5 > x is False for x >= 5. (int64's
+        values count as unbounded throughout.)"""
+        if dt.element_of(e.dtype) != "int32":
+            return True
+        form = self.lin(e)
+        if not any(isinstance(f, BufferLoad) for _, fs in form.terms.values() for f in fs):
+            return True
+        lo, hi = self.range(form)
+        least, most = dt.int_range("int32")
+        return least <= lo and hi <= most
 
     def _minmax(self, op: str, a: PrimExpr, b: PrimExpr, dtype: str) -> PrimExpr:
         if self.key(a) == self.key(b):

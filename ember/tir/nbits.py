@@ -138,10 +138,8 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(xq, meta) of float32 rows x (ember.tir.routines.QUANTIZE_ROWS: the formulas), in float32
     arithmetic as the C does it."""
     top = np.abs(x).max(axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(top > 0, np.float32(127) / top, np.float32(0)).astype(np.float32)
-    xq = (np.rint(x * inv).astype(np.int32) + 128).astype(np.uint8)
-    scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    inv, scale = _inverse_and_scale(top)
+    xq = (_codes(x, inv, top) + 128).astype(np.uint8)
     sums = x.reshape(len(x), -1, QUANTIZE_BLOCK).sum(axis=2, dtype=np.float32)
     return xq, np.concatenate([scale, sums], axis=1).astype(np.float32)
 
@@ -165,12 +163,28 @@ def quantize_groups(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
     m, k = x.shape
     xg = x.reshape(m, k // group, group)
     top = np.abs(xg).max(axis=2, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(top > 0, np.float32(127) / top, np.float32(0)).astype(np.float32)
-    q = np.rint(xg * inv).astype(np.int32)
-    scale = np.where(top > 0, top / np.float32(127), np.float32(1)).astype(np.float32)
+    inv, scale = _inverse_and_scale(top)
+    q = _codes(xg, inv, top)
     meta = np.concatenate([scale, q.sum(axis=2, keepdims=True).astype(np.float32)], axis=2)
     return q.astype(np.int8).reshape(m, k), meta.reshape(m, 2 * (k // group))
+
+
+def _inverse_and_scale(top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """127 / top and top / 127 of the rows' or groups' max |x| (0 and 1 for a zero one); a NaN or
+    an infinity among the values: 0 and NaN, so that the product's output row is NaN (float32's
+    for a NaN; for an infinity, NaN where float32 gives +-inf), not a finite value made of codes
+    that lost it."""
+    finite = top <= np.finfo(np.float32).max
+    with np.errstate(divide="ignore"):
+        inv = np.where((top > 0) & finite, np.float32(127) / top, np.float32(0)).astype(np.float32)
+    scale = np.where(finite, np.where(top > 0, top / np.float32(127), np.float32(1)), np.float32(np.nan))
+    return inv, scale.astype(np.float32)
+
+
+def _codes(x: np.ndarray, inv: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """rint(x * inv) as int32 (0 where top, and so the scale, is not finite: their values are lost)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(top <= np.finfo(np.float32).max, np.rint(x * inv), 0).astype(np.int32)
 
 
 def dequantize_groups(xq: np.ndarray, meta: np.ndarray) -> np.ndarray:

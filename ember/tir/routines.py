@@ -86,8 +86,9 @@ the same scales in every group (x itself is not read).
 
 QUANTIZE_ROWS = "quantize_rows"
 """quantize_rows (params: none), float32 -> uint8: each row of x quantized to 8 bits, as the int8
-products of gemm_nbits read it: s = max |x[m, :]| / 127 (1 for a zero row), xq = rint(x * (127 /
-max)) + 128 in 1..255, so that x ~ s (xq - 128); and the float32 sum of each block of 32 columns
+products of gemm_nbits read it: s = max |x[m, :]| / 127 (1 for a zero row; NaN for a row with a
+NaN or an infinity, whose output row is then NaN), xq = rint(x * (127 / max)) + 128 in 1..255, so
+that x ~ s (xq - 128); and the float32 sum of each block of 32 columns
 of x (int4 weights with zero points add offset * sum(x of the group)).
 
     reads:   x     x[m, k] at x + m * x_rs + k
@@ -99,7 +100,8 @@ of x (int4 weights with zero points add offset * sum(x of the group)).
 QUANTIZE_GROUPS = "quantize_groups"
 """quantize_groups (params: group), float32 -> int8: each row of x quantized per group of `group`
 columns, as gemm_nbits' act "int8_groups" reads it (llama.cpp's Q8_0 at the group of row_group):
-s_g = max |x[m, group g]| / 127 (1 for a zero group), xq = rint(x * (127 / max)) in -127..127, so
+s_g = max |x[m, group g]| / 127 (1 for a zero group; NaN for a group with a NaN or an infinity,
+whose row's output is then NaN), xq = rint(x * (127 / max)) in -127..127, so
 that x ~ s_g xq; and each group's sum of xq (exact in float32), which the symmetric codes' 8 and
 zero points' offsets multiply.
 

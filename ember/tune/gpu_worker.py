@@ -85,8 +85,8 @@ class DeviceWorker(_Worker):
         return ()
 
     def run(self, task, record, binary, source, func, check, repeats, min_repeat_s, cutoff_s=None):
-        from ..cuda.codegen import launch_dims
         from ..cuda.kernel import CUDAKernel
+        from ..cuda.launch_shape import launch_dims
 
         kernel = CUDAKernel(func, source, binary, launch_dims(func), record["arch"],
                             aligned={func.params[k] for k in record["aligned"]}, checks=record["checks"])

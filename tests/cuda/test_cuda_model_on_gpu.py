@@ -96,6 +96,29 @@ def test_on_the_gpu_an_embedding_replays_a_graph_and_an_index_out_of_range_is_ra
 
 
 @needs_gpu
+def test_on_the_gpu_a_cache_update_outside_the_cache_is_raised():
+    """tensor_scatter's linear window checked by every element of the GPU's choice per element
+    (ember.ops.tensor_scatter.linear_start): a write index whose rows pass the cache's end raises,
+    where the rows were dropped; a window inside it (a negative index from the end) is right."""
+    from ember.graph import Graph, TensorType
+    from ember.ops.evaluate import evaluate
+    from ember.ops.nodes import add_op
+
+    g = Graph("decode_step")
+    cache, new = g.add_input("cache", TensorType((2, 8, 4))), g.add_input("new", TensorType((2, 2, 4)))
+    at = g.add_input("at", TensorType((2,), "int64"))
+    g.set_outputs(add_op(g, "tensor_scatter", [cache, new, at], {"axis": 1}))
+    cm = ember.compile(g, target="cuda")
+    rng = np.random.default_rng(5)
+    inputs = [rng.uniform(-1, 1, (2, 8, 4)).astype("float32"), rng.uniform(-1, 1, (2, 2, 4)).astype("float32")]
+    for good in ([6, -2], [0, 3]):
+        np.testing.assert_array_equal(cm(*inputs, np.array(good)), evaluate(g, *inputs, np.array(good))[0])
+    with pytest.raises(ember.errors.IndexOutOfRangeError, match="index 8 is out of range for an axis of size 8"):
+        cm(*inputs, np.array([0, 7]))
+    np.testing.assert_array_equal(cm(*inputs, np.array([1, 2])), evaluate(g, *inputs, np.array([1, 2]))[0])
+
+
+@needs_gpu
 def test_on_the_gpu_a_cpu_tensor_is_refused_before_any_launch(on_gpu):
     _, cm = on_gpu
     with pytest.raises(ember.errors.ArgumentTypeError, match=r"is on cpu.*to\('cuda:0'\)"):

@@ -86,6 +86,8 @@ def test_gpt2_over_symbolic_tokens_matches_torch_at_two_lengths(precision, toler
     cm = ember.compile(model, (ids,), dynamic_shapes=({1: torch.export.Dim("tokens", max=16)},), target=SIMULATED,
                        precision=precision)
     assert any("cumsum" in k.ops for k in cm.kernels)
+    if precision == "fp16":  # every product's epilogue from its mma fragments (ember.cuda.fragment_epilogue)
+        assert "mma.sync" in cm.source and "ember_mma_store(" not in cm.source
     for tokens in (3, 11):
         x = torch.randint(0, 64, (1, tokens))
         with torch.no_grad():

@@ -103,7 +103,7 @@ def test_the_tensor_core_gemm_is_pipelined():
 
 @needs_nvrtc
 def test_a_convolutions_columns_are_loaded_into_registers_before_the_products_and_stored_after():
-    """(ember.cuda.staged_copies; ember.cuda.codegen renders the zero-filled elements as halves)"""
+    """(ember.cuda.staged_copies; ember.cuda.half_elements renders the zero-filled elements as halves)"""
     types = [TensorType((1, 16, 6, 6), "float16"), TensorType((8, 144), "float16")]
     attrs = {"kernel": (3, 3), "padding": (1, 1, 1, 1)}
     bound, outs = infer_types("conv2d_gemm", types, attrs)

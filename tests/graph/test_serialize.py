@@ -1,5 +1,5 @@
 """Graphs saved to a folder (JSON structure + safetensors constants) and to bytes: the same text
-back, and constants of every dtype bit for bit."""
+back, and constants of every dtype bit for bit; damaged bytes and files are a GraphError."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ember.graph import (
     Graph,
@@ -80,3 +82,41 @@ def test_load_errors(tmp_path):
         graph_from_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00junk!")
     with pytest.raises(GraphError, match="not an ember.graph blob"):
         graph_from_bytes(graph_to_bytes(Graph())[:8] + b"{}" + b" " * 100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_damaged_bytes_are_a_graph_error(data):
+    """A saved graph's bytes cut short, with a byte flipped or replaced: the graph (a damaged
+    constant's data reads as other values: the bytes hold no digest; ember.save's artifacts do), or
+    a GraphError. A header that missed a field or did not cover the data was safetensors' own
+    SafetensorError, metadata without its text a KeyError."""
+    blob = bytearray(graph_to_bytes(graph_with_constants()))
+    at = data.draw(st.integers(0, len(blob) - 1))
+    how = data.draw(st.sampled_from(["cut", "flip", "replace"]))
+    if how == "cut":
+        del blob[at:]
+    elif how == "flip":
+        blob[at] ^= 1 << data.draw(st.integers(0, 7))
+    else:
+        blob[at] = data.draw(st.integers(32, 126))
+    try:
+        g = graph_from_bytes(bytes(blob))
+    except GraphError as e:
+        assert "saved graph" in str(e) or "ember.graph" in str(e) or "line" in str(e), str(e)
+    else:
+        assert isinstance(g, Graph) and len(g.outputs) == 14
+
+
+def test_a_folder_of_damaged_constants_is_a_graph_error(tmp_path):
+    save_graph(graph_with_constants(), tmp_path)
+    data = (tmp_path / CONSTANTS_FILE).read_bytes()
+    (tmp_path / CONSTANTS_FILE).write_bytes(data[:100])
+    with pytest.raises(GraphError, match="constants.safetensors: the constants of the saved graph cannot be read"):
+        load_graph(tmp_path)
+    (tmp_path / CONSTANTS_FILE).unlink()
+    with pytest.raises(GraphError, match="holds no constants of its saved graph"):
+        load_graph(tmp_path)
+    (tmp_path / GRAPH_FILE).write_text(json.dumps({"format": "ember.graph", "version": 1}))
+    with pytest.raises(GraphError, match="is not an ember.graph file of version 1"):
+        load_graph(tmp_path)  # (no "graph": a KeyError)

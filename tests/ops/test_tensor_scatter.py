@@ -1,7 +1,7 @@
 """tensor_scatter (ember/ops/tensor_scatter.py), the key/value cache update, against its NumPy
 reference compiled to C and on the interpreter: linear and circular (wrapping) windows, the
-write indices left out, symbolic cache lengths; the memory plan writing it over the cache; the
-errors of bad inputs."""
+write indices left out, symbolic cache lengths; a linear window outside the cache against ONNX's
+reference; the memory plan writing it over the cache; the errors of bad inputs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ember
+from ember.errors import IndexOutOfRangeError
 from ember.graph import Graph, TensorType
 from ember.lowering import partition
 from ember.ops import OpTypeError, infer_types
@@ -18,7 +19,7 @@ from ember.ops.evaluate import evaluate
 from ember.ops.nodes import add_op
 from ember.passes.plan_memory import kernel_graph
 from ember.target import Target
-from ember.testing import check_op, check_op_sizes
+from ember.testing import build_op, check_op, check_op_sizes
 
 RNG = np.random.default_rng()
 ON_GPU_INTERPRETER = Target("python", schedules="gpu")
@@ -61,6 +62,51 @@ def test_a_circular_update_longer_than_its_cache_keeps_its_last_rows(count, star
               np.array(starts, "int64")]
     check_op_sizes("tensor_scatter", types, {"axis": 1, "mode": "circular"}, [inputs], rtol=0, atol=0,
                    targets=("c", "python", ON_GPU_INTERPRETER))
+
+
+def onnx_reference(cache, update, starts, mode):
+    """ONNX's reference TensorScatter (axis 1), or the exception it raises."""
+    from onnx.reference.ops.op_tensor_scatter import TensorScatter
+
+    try:
+        return TensorScatter._run(None, cache, update, starts, mode=mode, axis=1)[0]
+    except (IndexError, ValueError) as e:
+        return e
+
+
+@given(length=st.integers(1, 6), count=st.integers(1, 9), starts=st.lists(st.integers(-10, 10), min_size=2, max_size=2))
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_linear_window_outside_the_cache_raises(length, count, starts):
+    """Linear, the positions index the cache's axis as ONNX's reference indexes it (negative: from
+    the end); one outside it, or an update longer than the cache (symbolic lengths), raises
+    IndexOutOfRangeError on the CPU, the interpreter and the GPU's choice per element (which checks
+    the window: no element has a row to report), where the rows outside used to be dropped."""
+    types = [TensorType((2, "past", 3), "float32"), TensorType((2, "new", 3), "float32"), TensorType((2,), "int64")]
+    inputs = [RNG.uniform(-1, 1, (2, length, 3)).astype("float32"),
+              RNG.uniform(-1, 1, (2, count, 3)).astype("float32"), np.array(starts, "int64")]
+    want = onnx_reference(*inputs, "linear")
+    for target in ("c", "python", ON_GPU_INTERPRETER):
+        kernel = build_op("tensor_scatter", types, {"axis": 1}, target)
+        if isinstance(want, Exception):
+            with pytest.raises(IndexOutOfRangeError, match=f"out of range for an axis of size {length} "):
+                kernel.run(*inputs)
+        else:
+            np.testing.assert_array_equal(kernel.run(*inputs)[0], want, err_msg=f"{target}")
+    if isinstance(want, Exception):
+        with pytest.raises(IndexOutOfRangeError):
+            check_op_sizes("tensor_scatter", types, {"axis": 1}, [inputs], rtol=0, atol=0)
+
+
+def test_a_compiled_model_names_the_scatter_of_a_window_outside_the_cache():
+    g = Graph("decode_step")
+    cache, new = g.add_input("cache", TensorType((2, 8, 4))), g.add_input("new", TensorType((2, 2, 4)))
+    at = g.add_input("at", TensorType((2,), "int64"))
+    g.set_outputs(add_op(g, "tensor_scatter", [cache, new, at], {"axis": 1}))
+    cm = ember.compile(g)
+    inputs = [RNG.uniform(-1, 1, (2, 8, 4)).astype("float32"), RNG.uniform(-1, 1, (2, 2, 4)).astype("float32")]
+    np.testing.assert_array_equal(cm(*inputs, np.array([6, -2])), onnx_reference(*inputs, np.array([6, -2]), "linear"))
+    with pytest.raises(IndexOutOfRangeError, match=r"index 8 is out of range for an axis of size 8.*tensor_scatter"):
+        cm(*inputs, np.array([0, 7]))
 
 
 def test_the_plan_writes_the_update_over_the_cache():

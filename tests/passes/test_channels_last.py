@@ -2,9 +2,10 @@
 the convolutions of one group and the depthwise ones read and write NHWC, ReLU, residual adds
 and per-channel scales follow them, pools take NHWC, a transpose sits only where NCHW is read
 (the graph's input, the output), and the graph still computes the model (the NumPy references,
-ember.ops.evaluate)."""
+ember.ops.evaluate), also where what reads a convolution's NHWC output cares about the layout."""
 
 import numpy as np
+import pytest
 import torch
 
 from ember.frontend.torch import import_module
@@ -76,3 +77,50 @@ def test_a_convolution_that_is_the_graph_output_keeps_its_name():
     assert [v.name for v in out.outputs] == [v.name for v in graph.outputs]
     (got,) = evaluate(out, x.numpy())
     assert _relative_error(got, model(x).detach().numpy()) < 1e-2
+
+
+FOLLOWERS = {  # what reads an NHWC convolution's output: layout-sensitive or broadcasting against other operands
+    "concat over channels": lambda m, y, x, z: torch.cat([y, m.b(y)], 1),
+    "concat over rows": lambda m, y, x, z: torch.cat([y, m.b(y)], 2),
+    "add of an input (N, C, 1, 1)": lambda m, y, x, z: y + z,
+    "add of an input of its shape": lambda m, y, x, z: y + x,
+    "squeeze-excitation": lambda m, y, x, z: y * torch.sigmoid(m.b(y.mean((2, 3), keepdim=True))),
+    "sum over channels": lambda m, y, x, z: y.sum(1, keepdim=True) + y,
+    "max over channels": lambda m, y, x, z: y.amax(1),
+    "mean over channels and rows": lambda m, y, x, z: y.mean((1, 2), keepdim=True) * y,
+    "constant (1, 1, H, W)": lambda m, y, x, z: y * m.hw,
+    "constant (W,)": lambda m, y, x, z: y + m.w,
+    "where against a (C, 1, 1) constant": lambda m, y, x, z: torch.where(y > 0.1, y, m.p),
+    "softmax over channels": lambda m, y, x, z: torch.softmax(y, 1),
+    "broadcast of one row": lambda m, y, x, z: y * y[:, :, :1, :],
+    "mean over rows and columns": lambda m, y, x, z: m.b(y).mean((2, 3)),
+}
+
+
+class Follower(torch.nn.Module):
+    def __init__(self, follow):
+        super().__init__()
+        self.follow = follow
+        self.a, self.b = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+        self.p = torch.nn.Parameter(torch.rand(8, 1, 1) + 0.5)
+        self.hw, self.w = torch.nn.Parameter(torch.rand(1, 1, 6, 6)), torch.nn.Parameter(torch.rand(6))
+
+    def forward(self, x, z):
+        return self.follow(self, torch.relu(self.a(x)), x, z)
+
+
+@pytest.mark.parametrize("name", FOLLOWERS)
+def test_what_reads_an_nhwc_value_computes_what_it_did(name):
+    """Concatenations, reductions over channel axes, broadcasts against operands without an NHWC
+    form (inputs, constants of other shapes) after a float32 convolution made NHWC: the graph
+    computes what it did (the references; the simulated GPU gave the same for each)."""
+    torch.manual_seed(3)
+    model = Follower(FOLLOWERS[name]).eval()
+    x, z = torch.randn(2, 8, 6, 6), torch.randn(2, 8, 1, 1)
+    graph = import_module(model, (x, z))
+    out = channels_last(graph)
+    assert "conv2d_nhwc_gemm" in [n.op for n in out.nodes]
+    x, z = torch.randn(2, 8, 6, 6), torch.randn(2, 8, 1, 1)
+    (got,) = evaluate(out, x.numpy(), z.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x, z).numpy(), rtol=1e-5, atol=1e-5)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pass_check import check_same
 
 from ember import dims
@@ -45,17 +47,18 @@ def _decode_mask(past="past", extra: int = 0, start: int = 0, rows_plus=None, co
 
 
 def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph | None = None,
-                  rows_plus=None, cols_plus=None) -> Graph:
+                  rows_plus=None, cols_plus=None, dtype: str = "int64") -> Graph:
     """less_equal(cols, rows) of one arange(seq), the columns on the last axis (swapped: the rows;
     sub: as onnxscript's causal attention writes it, less_equal(sub(cols, rows), 0) over (seq, seq));
     rows_plus and cols_plus: constants added to a second arange of the rows and to the columns' (torch's
-    trace of transformers' GPT-2 prefill: cache_position = 0 + arange(seq), one per side)."""
+    trace of transformers' GPT-2 prefill: cache_position = 0 + arange(seq), one per side); dtype:
+    the positions'."""
     g = g or Graph(name="prefill_mask")
     g.add_input("ids", TensorType((1, seq)))
-    (ar,) = add_op(g, "arange", [], {"length": seq})
+    (ar,) = add_op(g, "arange", [], {"length": seq, "dtype": dtype})
     if rows_plus is not None or cols_plus is not None:
-        (second,) = add_op(g, "arange", [], {"length": seq})
-        plus = [add_op(g, "add", [x, g.add_constant(np.array(c, np.int64), f"plus_{i}")])[0] if c is not None else x
+        (second,) = add_op(g, "arange", [], {"length": seq, "dtype": dtype})
+        plus = [add_op(g, "add", [x, g.add_constant(np.array(c).astype(dtype), f"plus_{i}")])[0] if c is not None else x
                 for i, (x, c) in enumerate(((ar, cols_plus), (second, rows_plus)))]
         (cols,) = add_op(g, "unsqueeze", [plus[0]], {"axes": (0, 1, 2)})
         (rows,) = add_op(g, "unsqueeze", [plus[1]], {"axes": (0, 1, 3)})
@@ -64,7 +67,7 @@ def _prefill_mask(seq="seq", swapped: bool = False, sub: bool = False, g: Graph 
     if sub:
         (rows,) = add_op(g, "reshape", [ar], {"shape": (seq, 1)})
         (d,) = add_op(g, "sub", [ar, rows])
-        g.outputs = add_op(g, "less_equal", [d, g.add_constant(np.array(0, np.int64), "zero")])
+        g.outputs = add_op(g, "less_equal", [d, g.add_constant(np.array(0, dtype), "zero")])
         return g
     (cols,) = add_op(g, "unsqueeze", [ar], {"axes": (0, 1, 2)})
     (rows,) = add_op(g, "unsqueeze", [ar], {"axes": (0, 1, 3)})
@@ -103,6 +106,42 @@ def test_prefill_mask_shifted_near_overflow_is_left_unread():
     taken for nothing (the mask stays an array)."""
     g = _prefill_mask(rows_plus=2**62 + 1, cols_plus=2**62 + 1)
     assert kept_keys(g.outputs[0], g.constants) is None
+
+
+@pytest.mark.parametrize("n, options", [(8, {"dtype": "int32", "rows_plus": 2**31 - 4, "cols_plus": 2**31 - 4}),
+                                        (8, {"dtype": "uint64", "sub": True}), (8, {"dtype": "uint32", "sub": True}),
+                                        (200, {"dtype": "int8"}), (2100, {"dtype": "float16"})])
+def test_positions_that_wrap_or_round_are_left_unread(n, options):
+    """The triangle read from positions that do not stay integers: int32 positions plus a constant
+    near 2**31 wrap, uint64's cols - rows is large where a key comes after its query, int8's
+    arange wraps at 128, float16's positions round from 2048 on. Each was read as causal, and its
+    attention given the causal kernel (a silent wrong answer); now none is read."""
+    g = _prefill_mask(**options)
+    assert kept_keys(g.outputs[0], g.constants) is None
+    g = _prefill_mask(n, **options)
+    (mask,) = evaluate(g, np.zeros((1, n), np.float32))
+    assert not (mask.reshape(n, n) == np.tril(np.ones((n, n), bool))).all()  # (what the causal kernel would keep)
+
+
+@given(dtype=st.sampled_from(["int64", "int32", "int16", "uint32", "float32"]), sub=st.booleans(),
+       swapped=st.booleans(), shift=st.sampled_from([None, 0, 3, -2, 2**30, 2**31 - 4, 2**62 + 1]),
+       other=st.sampled_from([None, 0, 3, -1, 2**31 - 4]))
+@settings(max_examples=40, deadline=None)
+def test_a_mask_read_as_causal_is_the_triangle(dtype, sub, swapped, shift, other):
+    """Soundness over masks near the forms read (a dtype, a constant added to either side, the
+    sides swapped, onnxscript's subtraction): a mask read as causal is the lower triangle at every
+    length tried (300: past int8's and int16's small ranges of shifts)."""
+    info = np.finfo(dtype) if dtype == "float32" else np.iinfo(dtype)
+    options = {"dtype": dtype, "sub": sub, "swapped": swapped}
+    if shift is not None or other is not None:  # (the constants' form has no sub or swap of its own)
+        if any(c is not None and not info.min <= c <= info.max for c in (shift, other)):
+            return
+        options = {"dtype": dtype, "cols_plus": shift, "rows_plus": other}
+    g = _prefill_mask(**options)
+    if kept_keys(g.outputs[0], g.constants) == CAUSAL:
+        for n in (3, 9, 300):
+            (mask,) = evaluate(_prefill_mask(n, **options), np.zeros((1, n), np.float32))
+            np.testing.assert_array_equal(mask.reshape(n, n), np.tril(np.ones((n, n), bool)), err_msg=f"{n}")
 
 
 def test_onnxscript_causal_attention_folds_to_the_causal_kernel():

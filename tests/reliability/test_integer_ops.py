@@ -165,3 +165,26 @@ def test_torch_integer_operators_match_torch(dtype, target):
             np.testing.assert_allclose(out, want.numpy(), rtol=2e-6, atol=0, err_msg=f"output {k} of {dtype}")
         else:
             np.testing.assert_array_equal(out, want.numpy(), err_msg=f"output {k} of {dtype} on {target}")
+
+
+def test_a_comparison_of_sums_that_wrap_is_not_simplified():
+    """(x + c) > x and (x + c) <= (y + c) of int32 tensors where x + c wraps (two's complement,
+    docs/operators.md), interpreted: the loop IR's simplifier took them for the comparisons of
+    their linear forms (c > 0, True everywhere; x <= y), as it takes index arithmetic, which does
+    not wrap. (The C target's are C's signed overflow, undefined: GCC folds them the same way.)"""
+    from ember.graph import Graph, TensorType
+    from ember.ops.nodes import add_op
+
+    g = Graph("wraps")
+    x, y = g.add_input("x", TensorType((N,), "int32")), g.add_input("y", TensorType((N,), "int32"))
+    c, d = (g.add_constant(np.array(v, np.int32), name) for v, name in ((2**31 - 5, "c"), (2**31 - 7, "d")))
+    (xc,) = add_op(g, "add", [x, c])  # (each sum read once: fused into its comparison's kernel)
+    (xd,) = add_op(g, "add", [x, d])
+    (yd,) = add_op(g, "add", [y, d])
+    g.set_outputs([*add_op(g, "greater", [xc, x]), *add_op(g, "less_equal", [xd, yd])])
+    rng = np.random.default_rng()
+    xs, ys = rng.integers(-20, 20, N).astype(np.int32), rng.integers(-20, 20, N).astype(np.int32)
+    greater, less_equal = ember.compile(g, target="python")(xs, ys)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(greater, xs + np.int32(2**31 - 5) > xs)
+        np.testing.assert_array_equal(less_equal, xs + np.int32(2**31 - 7) <= ys + np.int32(2**31 - 7))

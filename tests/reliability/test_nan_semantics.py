@@ -7,13 +7,17 @@ compiled and interpreted (docs/operators.md says which each operator follows):
   -inf or -0 to a non-integer (1.5) is positive: ember gave inf, -inf and -0;
 - torch's sign of NaN is 0, ONNX's (NumPy's) NaN;
 - topk ranks NaN above every number (torch's order): a row holding NaN gave garbage and read past
-  its end (an index equal to the row's length), so it runs in a child process."""
+  its end (an index equal to the row's length), so it runs in a child process;
+- a linear layer of int8 or int4 weights whose input rows are quantized to int8 gives a row of NaN
+  for a row holding a NaN or an infinity, as float32 gives for a NaN (a finite row before)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -102,3 +106,35 @@ def test_topk_over_nan_ranks_it_first(python):
                 np.testing.assert_array_equal(got_i.numpy()[ties], want_i.numpy()[ties])
         print("ok")
     """, timeout=300).assert_ok()
+
+
+@pytest.fixture(scope="module", params=[{"weights": "int8"}, {"weights": "int4"},
+                                        {"weights": "int4", "zero_points": True, "group_size": 64}],
+                ids=["int8", "int4", "int4_zp_g64"])
+def quantized_linear(request):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(128, 64).eval()
+    x = torch.randn(5, 128)
+    m = torch.export.Dim("m", min=1, max=16)
+    return model, ember.compile(model, (x,), dynamic_shapes=({0: m},), **request.param)
+
+
+@given(rows=st.integers(1, 9), data=st.data())
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+def test_a_quantized_linear_keeps_a_nan_or_infinity_of_its_input(quantized_linear, rows, data):
+    """x's rows quantized to int8 for the int8 and int4 weights' products (a decode step's groups,
+    a prefill's rows): a row holding a NaN or an infinity gives a row of NaN (float32's for a NaN,
+    docs/operators.md; where x stays float32, an infinity gives torch's +-inf) and the other rows
+    as they were; its scale was 1 or inf and its codes those of a row of zeros, so the row came out
+    finite (a NaN lost, or 1.7e8 for an infinity)."""
+    model, compiled = quantized_linear
+    x = torch.randn(rows, 128)
+    clean = np.asarray(compiled(x))
+    r, k = data.draw(st.integers(0, rows - 1)), data.draw(st.integers(0, 127))
+    x[r, k] = bad = data.draw(st.sampled_from([float("nan"), float("inf"), -float("inf")]))
+    got = np.asarray(compiled(x))
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert not np.isfinite(got[r]).any() and not np.isfinite(want[r]).any(), got[r]
+    assert np.isnan(got[r]).all() or not np.isnan(bad) and np.array_equal(got[r], want[r]), (got[r], want[r])
+    np.testing.assert_array_equal(np.delete(got, r, axis=0), np.delete(clean, r, axis=0))

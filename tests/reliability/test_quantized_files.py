@@ -89,7 +89,7 @@ def test_quantization_operators_out_of_spec_are_named(model, says):
         ember.compile(model())
 
 
-def write_gguf(path, heads: int = 2, embedding: int = 64) -> None:
+def write_gguf(path, heads: int = 2, embedding: int = 64, eps=1e-5, token_embd=None, bos=None) -> None:
     gguf = pytest.importorskip("gguf")
     w = gguf.GGUFWriter(str(path), "gpt2")
     w.add_block_count(1)
@@ -97,8 +97,14 @@ def write_gguf(path, heads: int = 2, embedding: int = 64) -> None:
     w.add_embedding_length(embedding)
     w.add_feed_forward_length(4 * embedding)
     w.add_head_count(heads)
-    w.add_layer_norm_eps(1e-5)
-    w.add_tensor("token_embd.weight", RNG.standard_normal((10, embedding)).astype(np.float32))
+    if isinstance(eps, str):
+        w.add_string("gpt2.attention.layer_norm_epsilon", eps)
+    else:
+        w.add_layer_norm_eps(eps)
+    if bos is not None:
+        w.add_string("tokenizer.ggml.bos_token_id", bos)
+    w.add_tensor("token_embd.weight", RNG.standard_normal((10, embedding)).astype(np.float32)
+                 if token_embd is None else token_embd)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -120,6 +126,20 @@ def test_gguf_files_ember_cannot_read_are_named(tmp_path):
     write_gguf(tmp_path / "heads.gguf", heads=7)
     with pytest.raises(WeightsFileError, match="7 heads over 7 key/value heads do not divide an embedding of 64"):
         load_gguf(tmp_path / "heads.gguf")
+    # (each raised a bare IndexError or ValueError)
+    write_gguf(tmp_path / "vector.gguf", token_embd=RNG.standard_normal(64).astype(np.float32))
+    with pytest.raises(WeightsFileError, match=r"tensor 'token_embd.weight' has 1 dimension\(s\) \(64,\); ember needs "
+                                               r"a \(vocabulary, embedding\) matrix"):
+        load_gguf(tmp_path / "vector.gguf")
+    for eps in ("small", -1.0):
+        write_gguf(tmp_path / "eps.gguf", eps=eps)
+        with pytest.raises(WeightsFileError, match=rf"metadata key 'gpt2.attention.layer_norm_epsilon' is {eps!r}; "
+                                                   r"ember needs a number, 0 or more"):
+            load_gguf(tmp_path / "eps.gguf")
+    write_gguf(tmp_path / "bos.gguf", bos="<s>")
+    with pytest.raises(WeightsFileError, match="bos.gguf: metadata key 'tokenizer.ggml.bos_token_id' is '<s>'; ember "
+                                               "needs a token id"):
+        load_gguf(tmp_path / "bos.gguf")
 
 
 @pytest.mark.parametrize("intrin", [42, None, ["add4"]])

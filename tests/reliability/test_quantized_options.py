@@ -5,7 +5,7 @@ anything compiles; calibration data holding NaN or infinities is refused (a rang
 every value to one code); a calibration range of zero width gets ONNX Runtime's scale of 1, not
 0 or NaN; torch.export's size bounds hold on an int8 model as on ember.compile's; weights the
 int4 groups do not divide stay float32 with a warning naming them (as llama.cpp's quantizer
-says which tensors fall back)."""
+says which tensors fall back); a weight to quantize holding a NaN or an infinity is named."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import ember
-from ember.errors import ArgumentTypeError, ConfigError, ShapeError
+from ember.errors import ArgumentTypeError, CompileError, ConfigError, ShapeError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
 from ember.quantization.calibrate import activation_params
@@ -110,6 +110,26 @@ def test_quantize_keeps_the_sizes_bounds(linear):
 def test_int4_weights_the_groups_do_not_divide_warn(linear):
     model, x = linear  # K = 64: groups of 128 do not divide it
     with pytest.warns(RuntimeWarning, match=r"group_size=128: 1 weight\(s\) keep float32, their K not a multiple"):
+        cm = ember.compile(model, (x,), weights="int4", group_size=128)
+    with torch.no_grad():
+        np.testing.assert_allclose(cm(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{"weights": "int8"}, {"weights": "int4", "group_size": 32},
+                                     {"weights": "int4", "group_size": 32, "zero_points": True}])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_weight_holding_nan_or_infinity_is_named(options, bad):
+    """A weight to quantize holding a NaN or an infinity: a CompileError naming it and where, where
+    int8's codes lost it (that column's outputs finite, float32's NaN); one the int4 groups do not
+    divide stays float32 and keeps it."""
+    model = torch.nn.Linear(64, 40).eval()
+    with torch.no_grad():
+        model.weight[7, 33] = bad
+    x = torch.from_numpy(RNG.standard_normal((4, 64)).astype(np.float32))
+    with pytest.raises(CompileError, match=rf"weight weight.T holds {bad} \(row 33, column 7 of its \(K, N\) = "
+                                           rf"\(64, 40\)\), which its codes cannot hold"):
+        ember.compile(model, (x,), **options)
+    with pytest.warns(RuntimeWarning, match="keep float32"):
         cm = ember.compile(model, (x,), weights="int4", group_size=128)
     with torch.no_grad():
         np.testing.assert_allclose(cm(x.numpy()), model(x).numpy(), rtol=1e-5, atol=1e-5)

@@ -14,6 +14,7 @@ import pytest
 import ember.triton as triton
 import ember.triton.compiler.launch  # noqa: F401 - the module, not the function of the same name
 import ember.triton.language as tl
+from ember.runtime import kept
 
 tlaunch = sys.modules["ember.triton.compiler.launch"]
 
@@ -106,3 +107,34 @@ def test_launch_in_a_child_of_fork(cache):
     env = {**os.environ, "EMBER_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def entry(cache) -> Path:
+    [path] = (cache / "triton").glob("*.pkl")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign"])
+def test_a_damaged_entry_is_compiled_again_and_written_over(cache, damage):
+    """An entry whose bytes do not match its digest (a flipped byte inside the C source would have
+    compiled altered code), or a whole one that is no description of this key (another writer's
+    value), is a miss: compiled again, right, and written over, so the next process loads it."""
+    run(100)
+    path = entry(cache)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        at = data.index(b"alpha")  # (inside the C source's text)
+        data[at] ^= 0x20
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[:len(data) // 2]))
+    else:
+        kept.write(path, ["not", "a", "kernel"])
+    tlaunch._table.clear()
+    before = dict(tlaunch.stats)
+    run(100)
+    assert tlaunch.stats["compiled"] - before["compiled"] == 1 and tlaunch.stats["loaded"] == before["loaded"]
+    assert kept.read(path)["key"] == path.stem  # written over
+    tlaunch._table.clear()
+    run(100)
+    assert tlaunch.stats["loaded"] == before["loaded"] + 1

@@ -14,7 +14,7 @@ import pytest
 
 from ember import te
 from ember.cuda import schedules
-from ember.cuda.codegen import launch_dims, threads_per_block
+from ember.cuda.launch_shape import launch_dims, threads_per_block
 from ember.cuda.limits import check_limits
 from ember.errors import ScheduleError
 from ember.kernel import lower

@@ -7,8 +7,9 @@ here, and both functions read it first.
   over K as split_k asks (a convolution: M its output channels, N the images' positions, K its
   taps);
 - TILES[(batch, M, N, K)]: the keyword arguments of `tensorcore.tensorcore_product` (BM, BN, BK,
-  WM, WN, stages) for the kernel's product as the schedule sees it (a split product's: batch its
-  parts times the images, K a part).
+  WM, WN, stages; fragment_stores False where the epilogue through a float tile in shared memory
+  measured faster than from the lanes' fragments) for the kernel's product as the schedule sees it
+  (a split product's: batch its parts times the images, K a part).
 
 `benchmarks/product_configs.py` (gpu_checks.sh's step `products`) times ResNet-18's and
 BERT-base's products at batch 1 in fp16 under the rules and under alternatives, next to

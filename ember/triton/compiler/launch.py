@@ -8,8 +8,11 @@ multiple of 16, on the GPU whether each tensor's address is 16-byte aligned, the
 the target (its compiler and flags; on the GPU its facts, ember.target.GPU, which bound a block's
 shared memory). A key compiles once per process (an in-memory
 table), and once per machine: the generated C and what the launch needs are kept in the build
-cache's folder (`triton/<key>.json`) next to the library, so a new process finds both and
-compiles nothing (the folder trimmed to its limit, least recently used first: ember.runtime.disk_cache).
+cache's folder (`triton/<key>.pkl`, an entry of ember.runtime.kept: its digest, then its bytes)
+next to the library, so a new process finds both and compiles nothing (the folder trimmed to its
+limit, least recently used first: ember.runtime.disk_cache). An entry whose bytes do not match
+its digest (a flipped byte would compile altered C), or that is not this format's description of
+this key, is a miss: compiled again and written over.
 
 The C function of a specialization takes, in order: one pointer per tensor argument (to its
 first element), one pointer per scalar argument (a one-element array of its type), `meta`
@@ -38,7 +41,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import json
 import os
 import threading
 from dataclasses import dataclass
@@ -49,8 +51,7 @@ import numpy as np
 from ... import config
 from ...codegen.common import written_buffers
 from ...errors import ArgumentTypeError, TileError
-from ...runtime import disk_cache
-from ...runtime.library import write_atomic
+from ...runtime import kept
 from ...target import Target
 from ...tir.expr import Buffer, BufferLoad, Var, cast, const
 from ...tir.lower import lower
@@ -312,9 +313,10 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool, target: Target
         hit = _table.get(spec.key)
         if hit is not None:
             return hit
-        path = Path(config.get("cache_dir")) / "triton" / f"{spec.key}.json"
+        path = Path(config.get("cache_dir")) / "triton" / f"{spec.key}.pkl"
         compiled = _read_cached(path, spec.key)
-        if compiled is None:
+        found = compiled is not None
+        if not found:
             func, sites, scalar_dtypes = build_func(jit_fn, spec, debug, target)
             lowered = lower(func, skip=("hoist_init", "compact_buffers"), vector_bytes=target.vector_bytes,
                             passes=backend.loop_passes)
@@ -327,34 +329,23 @@ def compile_spec(jit_fn: KernelFunction, spec: Spec, debug: bool, target: Target
             stats["loaded"] += 1
         cfunc, library = backend.open_launcher(compiled.source, compiled.name, target)
         compiled.cfunc, compiled.library = cfunc, library
-        if not path.exists():
+        if not found:  # (none there, or one damaged: written over)
             _write_cached(path, compiled)
         _table[spec.key] = compiled
         return compiled
 
 
 def _read_cached(path: Path, key: str) -> Compiled | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    data = kept.read(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
         return None
-    if data.get("format") != FORMAT or data.get("key") != key:
-        return None
-    disk_cache.touch(path)  # (used: the last to be removed)
     return Compiled(data["name"], key, data["source"], data["tir"], data["sites"], data["scalar_dtypes"],
                     data["written"])
 
 
 def _write_cached(path: Path, c: Compiled) -> None:
-    data = {"format": FORMAT, "key": c.key, "name": c.name, "source": c.source, "tir": c.tir, "sites": c.sites,
-            "scalar_dtypes": c.scalar_dtypes, "written": c.written}
-    text = json.dumps(data).encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-        disk_cache.added(path, len(text))
-    except OSError:
-        pass  # a read-only cache: the next process compiles again
+    kept.write(path, {"format": FORMAT, "key": c.key, "name": c.name, "source": c.source, "tir": c.tir,
+                      "sites": c.sites, "scalar_dtypes": c.scalar_dtypes, "written": c.written})
 
 
 def prepare(jit_fn: KernelFunction, bound: dict, options: dict, target: Target) -> tuple[Compiled, list]:

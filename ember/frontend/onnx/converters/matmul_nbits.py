@@ -34,6 +34,8 @@ def _matmul_nbits(cx: NodeContext):
         raise cx.unsupported("g_idx: ember takes blocks in order (no act-order)")
     blocks = k // block
     codes = _sized(cx, 1, "B", n * k // 2).reshape(n, k // 2)
+    if codes.dtype != np.uint8:  # (int8's >> 4 keeps the sign: its high nibbles came out -8..-1)
+        raise cx.error(f"B is {codes.dtype}: MatMulNBits takes uint8 bytes of two 4-bit codes each")
     q = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, k).T  # (K, N) codes 0..15
     scales = _sized(cx, 2, "scales", n * blocks).astype(np.float32).reshape(n, blocks).T
     zeros = cx.const(3, "zero_points")

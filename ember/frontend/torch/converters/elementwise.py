@@ -89,6 +89,8 @@ def hardtanh(b, x, min_val=-1.0, max_val=1.0):
 
 @handles("clamp.default")
 def clamp(b, x, min=None, max=None):
+    if isinstance(min, str) or isinstance(max, str):  # a symbolic size as a bound (torch's SymInt): a value
+        return clamp_tensor(b, x, min, max)
     return b.op("clip", [b.v(x, b.out.dtype)], min=min, max=max)
 
 
@@ -97,9 +99,9 @@ def clamp_tensor(b, x, min=None, max=None):
     dtype = b.out.dtype
     y = b.v(x, dtype)
     if min is not None:
-        y = b.op("maximum", [y, b.v(min, dtype)])
+        y = b.op("maximum", [y, b.operand(min, dtype)])
     if max is not None:
-        y = b.op("minimum", [y, b.v(max, dtype)])
+        y = b.op("minimum", [y, b.operand(max, dtype)])
     return y
 
 
@@ -172,6 +174,8 @@ def promoted_dtype(b, x, other) -> str:
     def probe(y):
         if isinstance(y, bool | int | float):
             return y
+        if isinstance(y, str):  # a symbolic size (torch's SymInt): a Python int to torch's promotion
+            return 0
         t = b.type_of(y)
         return torch.empty((1,) * t.rank, dtype=torch_dtype(t.dtype))
 

@@ -176,11 +176,12 @@ def constant_pad_nd(b, x, pad, value=0):
 
 
 def _fill(b, value):
-    """A tensor of the node's result type full of value: a constant when its shape is static."""
+    """A tensor of the node's result type full of value (a number, or a symbolic size: torch's
+    SymInt): a constant when its shape is static and its value a number."""
     out = b.out
-    if out.is_static:
+    if out.is_static and not isinstance(value, str):
         return Const(torch.full(out.shape, value, dtype=torch_dtype(out.dtype)), b.node.name)
-    return b.op("expand", [b.scalar(value, out.dtype)], shape=out.shape)
+    return b.op("expand", [b.operand(value, out.dtype)], shape=out.shape)
 
 
 @handles("full_like.default")

@@ -23,17 +23,16 @@ block, and so does every accumulator where the tile_fragment_stores option is of
 from __future__ import annotations
 
 from .... import config
+from ....cuda import fragments
 from ....intrinsics import mma
 from ....target import WARP
-from ....tir.expr import Buffer, BufferLoad, Var, as_int, const
+from ....tir.expr import Buffer, BufferLoad, Var, as_int
 from ....tir.functor import collect, mutate_stmt, touches
 from ....tir.stmt import BufferStore, CallRoutine, For, SeqStmt, Stmt, seq
 from .dot import TILE
 from .rewrite import flat, replaced
 from .stages import Stages
 from .threads import SPREAD, bound
-
-_PAIRS = 2  # columns a lane holds side by side in a row of a 16x8 half
 
 
 def _intrin(call: CallRoutine) -> str:
@@ -96,27 +95,21 @@ class FragmentStores(Stages):
             return None
         fm, fn = grid
         body, ty, tx, v = self._bodies[mark], Var("ty"), Var("tx"), Var("v")
-        row0, col0 = ty // (n // TILE // fn) * (fm * TILE) + tx // 4, ty % (n // TILE // fn) * (fn * TILE) + tx % 4 * 2
+        row0, col0 = ty // (n // TILE // fn) * (fm * TILE), ty % (n // TILE // fn) * (fn * TILE)
 
         def lane(at):
             """body with its reads of acc made of the lane's float `at` of the fragments (and v)."""
             def make(idx, full):
                 s = body(idx, full)
                 return None if s is None else mutate_stmt(s, f_expr=lambda e: BufferLoad(
-                    frag, (const(at) + tx * 8 + v,), frag.dtype) if isinstance(e, BufferLoad) and e.buffer is acc
-                    else None)
+                    frag, (at + v,), frag.dtype) if isinstance(e, BufferLoad) and e.buffer is acc else None)
             return make
 
         saved, parts = (self.masks, self.full), []
         try:
-            for i in range(fm):
-                for j in range(fn):
-                    for h in range(2):  # (a tile's 16x8 halves)
-                        for r in range(2):  # (rows g and g + 8)
-                            self.masks, self.full = [], False
-                            idx = (row0 + (i * TILE + 8 * r), col0 + (j * TILE + 8 * h) + v)
-                            at = (i * fn + j) * TILE * TILE + 4 * h + _PAIRS * r
-                            parts.append(self._versioned_chunk(lane(at), idx, v, _PAIRS))
+            for row, col, at in fragments.lane_pairs(tx, grid):
+                self.masks, self.full = [], False
+                parts.append(self._versioned_chunk(lane(at), (row0 + row, col0 + col + v), v, fragments.PAIR))
         finally:
             self.masks, self.full = saved
         return bound(ty, self.warps, "threadIdx.y", bound(tx, WARP, "threadIdx.x", seq(*parts)))

@@ -12,7 +12,7 @@ emitted.
                                                acc = tl.dot(stage k % S), a_ptrs += BK
 
 The copies are the reads that copies.py makes 16 bytes a thread at a time (those become cp.async
-on sm_80 and later, ember.cuda.codegen; a vector that a mask or its offset keeps element by
+on sm_80 and later, ember.cuda.vector_render; a vector that a mask or its offset keeps element by
 element is stored as it is), of tiles that only the loop's Tensor Core calls read, after the copy.
 What the copies read that the loop changes (the pointers' offsets: `a_ptrs += BK * stride`) must
 be kernel scalars that plain statements of the loop compute from each other: those statements run
