@@ -247,7 +247,8 @@ GRAPH_PASSES = ("fold_constants", "fold_attention", "fold_repeat_kv", "unfold_at
                 "fold_cache_append", "kv_cache", "cse",
                 "slice_products", "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                 "fold_qkv_split", "flatten_products",
-                "quantize_weights", "quantize_rows", "bf16_weights", "fp16_activations", "bf16_activations",
+                "quantize_weights", "quantize_rows", "nbits_epilogues", "bf16_weights", "fp16_activations",
+                "bf16_activations",
                 "tf32_products", "channels_last", "conv_gemm", "pad_gemv", "split_k", "split_reduce",
                 "layout", "pack_weights", "winograd", "gather_patches", "bf16_convs", "dce", "fuse")
 

@@ -12,12 +12,17 @@ it times the group's scales into float32; at the end y = s_m * that sum (+ offse
 sum of x over group g, with zero points) (+ bias). Fewer than GEMM_NBITS_STREAM rows take the
 float32 routine on x.
 
-Packed codes (ember.tir.nbits.pack_vnni: ember.passes.quantize_rows packs constant ones at
-compile time) come with those sums, and int8's are that tile already: a call reads them in place,
-which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4 class core: 466
-against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's two halves of
-each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). Packed codes take every M
-on the int8 products (no float32 twin).
+Packed codes (act "int8_rows": ember.tir.nbits.pack_vnni, ember.passes.quantize_rows packs
+constant ones at compile time) come with those sums, and int8's are that tile already: a call reads
+them in place, which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4
+class core: 466 against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's
+two halves of each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). A call of
+act "int8_rows" is a block of rows and every panel: it quantizes its rows into the thread's
+scratch (quantize_rows' function), then runs the panel function on each panel, so that a prefill's
+product is one parallel region with its quantization, which the threads split by rows; a residual
+is added as a panel's rows are written, and glu "silu" computes the gate's and the up
+projection's panels into the scratch and writes silu(gate) * up (c_vmath's sigmoid). Every M is
+computed from the int8 rows (no float32 twin).
 
 Where the compiler does not target VNNI the same integer sums are scalar C (exact, slow): the
 graph pass only asks for this variant on targets with VNNI (ember.passes.quantize_rows).
@@ -31,6 +36,7 @@ from ..tir.nbits import PANEL
 from ..tir.routines import GEMM_NBITS_STREAM
 from . import c_runtime
 from .c_gemm_nbits import gemm_nbits
+from .c_vmath import vector_math
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -157,7 +163,7 @@ _BODY = """\
 static void {name}(const float* restrict x, const uint8_t* restrict xq, const float* restrict meta,
                    const {code}* restrict codes, const float* restrict scales,{params}
                    float* restrict out, int64_t M, int64_t K, int64_t ncols, int64_t x_rs, int64_t o_rs,
-                   int64_t s_rs) {{
+                   int64_t s_rs{work}) {{
   enum {{ R = {rows}, G = {group} }};
   const int64_t GK = G ? G : K, ms = 1 + K / 32;
 {setup}  for (int64_t m0 = 0; m0 < M; m0 += R) {{
@@ -177,7 +183,7 @@ static void {name}(const float* restrict x, const uint8_t* restrict xq, const fl
 {group_body}{offsets_body}    }}
     for (int64_t r = 0; r < nr; ++r) {{
       float sx = meta[(m0 + r) * ms];
-      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add};
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add}{residual_add};
     }}
   }}
 }}"""
@@ -199,11 +205,11 @@ _PACKED = {8: """\
   (void)x; (void)x_rs;
   const int8_t* restrict tile = codes;
   const int32_t* restrict comp = (const int32_t*)(codes + K * 32);
-  uint8_t* restrict pad = {scratch}((size_t)R * K);  /* this thread's: the last rows */
+  uint8_t* restrict pad = (uint8_t*)work;  /* the last rows */
 """, 4: """\
   (void)x; (void)x_rs;
-  /* this thread's scratch: the nibbles as the int8 layout (a mask and a shift apart), the last rows */
-  int8_t* restrict tile = {scratch}((size_t)K * 32 + (size_t)R * K);
+  /* the nibbles as the int8 layout (a mask and a shift apart), then the last rows */
+  int8_t* restrict tile = work;
   const int32_t* restrict comp = (const int32_t*)(codes + K * 16);
   uint8_t* restrict pad = (uint8_t*)(tile + K * 32);
 #if defined(__AVX512BW__)
@@ -222,6 +228,46 @@ _PACKED = {8: """\
   }
 #endif
 """}
+
+# act "int8_rows": a block of rows quantized once into the thread's scratch (quantize_rows'
+# formulas), then every panel of packed codes multiplied by them (the function above, per panel),
+# the residual (if any) added as each panel's rows are written
+_ROWS = """\
+static void {name}(const float* restrict x, const {code}* restrict codes, const float* restrict scales,{params}
+                   float* restrict out, int64_t M, int64_t K, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
+                   int64_t p_rs) {{
+  enum {{ R = {rows} }};
+  const int64_t ms = 1 + K / 32;
+  /* this thread's scratch: {tile}the last rows' padding, the rows quantized, their scales and sums{glu_note} */
+  int8_t* restrict work = {scratch}({tile_bytes}(size_t)R * K + (size_t)M * K +
+                                   sizeof(float) * (size_t)(M * ms{glu_bytes}));
+  uint8_t* restrict xq = (uint8_t*)work + {tile_bytes}(size_t)R * K;
+  float* restrict meta = (float*)(xq + M * K);
+  {quantize}(x, xq, meta, M, K, x_rs);
+{loop}}}"""
+_PANELS = """\
+  for (int64_t p = 0; p * 32 < N; ++p)
+    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} out + p * 32, M, K, N - p * 32 < 32 ? N - p * 32 : 32,
+            x_rs, o_rs, s_rs, work);
+"""
+# glu "silu" (N the output's columns, a multiple of 32): the gate's panel p and the up
+# projection's panel p + N / 32 into two blocks of the scratch, out = silu(gate) * up
+_GLU = """\
+  float* restrict gate = meta + M * ms;
+  float* restrict up = gate + M * 32;
+  for (int64_t p = 0; p * 32 < N; ++p) {{
+    const int64_t q = p + N / 32;
+    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} gate, M, K, 32, x_rs, 32, s_rs, work);
+    {panel}(x, xq, meta, codes + q * p_rs, scales + q * 32,{args_up} up, M, K, 32, x_rs, 32, s_rs, work);
+    for (int64_t i = 0; i < M * 32; i += 16) {{
+      {vec} g, u;
+      __builtin_memcpy(&g, gate + i, 64);
+      __builtin_memcpy(&u, up + i, 64);
+      g = g * {sigmoid}(g) * u;
+      __builtin_memcpy(out + (i / 32) * o_rs + p * 32 + i % 32, &g, 64);
+    }}
+  }}
+"""
 
 _COLSUM = """\
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
@@ -283,35 +329,71 @@ def quantize_rows(lib: CPrelude) -> str:
     return lib._helper("ember_quantize_rows", lambda: VNNI_INCLUDE + _QUANTIZE)
 
 
-def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, lanes: int,
-                    packed: bool = False) -> str:
-    """The name of gemm_nbits' C function with int8 products for this variant (its float32 twin,
-    for a few rows, written first, unless its codes are packed)."""
-    if packed:
-        name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_packed"
-        name += "_bias" if bias else ""
-    else:
-        fallback = gemm_nbits(lib, bits, group, offsets, bias, lanes)
-        name = fallback.replace("ember_gemm_", "ember_gemm_q8_")
+def _params(offsets: bool, bias: bool, residual: bool = False, at: str = "") -> tuple[str, str]:
+    """The C parameters after the scales (offsets, bias, residual) of a variant, and its arguments
+    passing them on (each + `at`: a panel's first column)."""
+    names = [n for n, on in (("offsets", offsets), ("bias", bias), ("residual", residual)) if on]
+    return "".join(f" const float* restrict {n}," for n in names), "".join(f" {n}{at}," for n in names)
+
+
+def _function(lib: CPrelude, name: str, bits: int, group: int, offsets: bool, bias: bool, setup: str,
+              residual: bool = False, work: bool = False) -> str:
+    """_BODY for one variant: the products of a panel after `setup` (the tile, its column sums, the
+    padding of the last rows)."""
+    params, _ = _params(offsets, bias, residual)
+    return VNNI_INCLUDE + _BODY.format(
+        name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, group=group, setup=setup,
+        work=", int8_t* restrict work" if work else "", group_body=_group(),
+        offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "",
+        residual_add=" + residual[(m0 + r) * o_rs + c]" if residual else "")
+
+
+def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, lanes: int) -> str:
+    """The name of gemm_nbits' C function with int8 products of rows quantized by quantize_rows
+    (act int8), its codes repacked per call (its float32 twin, for a few rows, written first)."""
+    fallback = gemm_nbits(lib, bits, group, offsets, bias, lanes)
+    name = fallback.replace("ember_gemm_", "ember_gemm_q8_")
 
     def make() -> str:
-        params = (" const float* restrict offsets," if offsets else "") + \
-            (" const float* restrict bias," if bias else "")
-        args = (" offsets," if offsets else "") + (" bias," if bias else "")
         # byte j of the two outputs: row j % 4 and column j / 4 (+ 16), as indices into the rows
         # k .. k + 3 (int8: 128 bytes over two vectors; int4: one vector of nibbles)
         lo8 = epi8_indices((j % 4) * 32 + j // 4 for j in range(64))
         hi8 = epi8_indices((j % 4) * 32 + 16 + j // 4 for j in range(64))
         repack = _REPACK[bits].replace("{idx_first}", lo8).replace("{idx_second}", hi8)
         repack = repack.replace("{idx4}", epi8_indices((j % 4) * 16 + j // 4 for j in range(64)))
-        minus = "0" if offsets else "8"
-        repack = repack.replace("{minus}", minus)
-        scratch = c_runtime.thread_scratch(lib)
-        setup = _PACKED[bits].replace("{scratch}", scratch).replace("{minus}", minus) if packed else _REPACKED.format(
-            stream=GEMM_NBITS_STREAM, fallback=fallback, args=args, scratch=scratch, repack=repack, colsum=_COLSUM)
-        return VNNI_INCLUDE + _BODY.format(
-            name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, group=group, setup=setup,
-            group_body=_group(), offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "")
+        repack = repack.replace("{minus}", "0" if offsets else "8")
+        setup = _REPACKED.format(stream=GEMM_NBITS_STREAM, fallback=fallback, args=_params(offsets, bias)[1],
+                                 scratch=c_runtime.thread_scratch(lib), repack=repack, colsum=_COLSUM)
+        return _function(lib, name, bits, group, offsets, bias, setup)
+
+    return lib._helper(name, make)
+
+
+def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool,
+                    glu: str | None = None) -> str:
+    """The name of gemm_nbits' C function of act int8_rows for this variant: a block of rows
+    quantized in the thread's scratch, then every panel of its packed codes (pack_vnni); with
+    glu "silu", silu of the first half of the columns times the second."""
+    name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows"
+    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{glu}" if glu else "")
+
+    def make() -> str:
+        panel_name = name.removesuffix(f"_{glu}") + "_panel"
+        panel = lib._helper(panel_name, lambda: _function(
+            lib, panel_name, bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
+            residual, work=True))
+        params, args = _params(offsets, bias, residual, " + p * 32")
+        if glu:
+            loop = _GLU.format(panel=panel, args=args, args_up=_params(offsets, bias, at=" + q * 32")[1],
+                               vec=lib.vec("float32", 16), sigmoid=vector_math(lib, "sigmoid", "float32", 16))
+        else:
+            loop = _PANELS.format(panel=panel, args=args)
+        tile = "(size_t)K * 32 + " if bits == 4 else ""
+        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS,
+                            tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,
+                            glu_note=", a panel of the gate and of the up projection" if glu else "",
+                            glu_bytes=" + 64 * M" if glu else "", scratch=c_runtime.thread_scratch(lib),
+                            quantize=quantize_rows(lib), loop=loop)
 
     return lib._helper(name, make)
 

@@ -13,7 +13,16 @@ import numpy as np
 from ..errors import LowerError
 from ..tir import winograd
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
-from ..tir.nbits import PANEL, dequantize, dequantize_groups, quantize_groups, quantize_rows, unpack_vnni, vnni_rows
+from ..tir.nbits import (
+    PANEL,
+    dequantize,
+    dequantize_groups,
+    int8_products,
+    quantize_groups,
+    quantize_rows,
+    unpack_vnni,
+    vnni_rows,
+)
 from ..tir.routines import (
     ATTENTION,
     ATTENTION_DECODE,
@@ -30,6 +39,7 @@ from .c_attention import attention as c_attention
 from .c_attention_decode import attention_decode as c_attention_decode
 from .c_gemm_nbits import gemm_nbits as c_gemm_nbits
 from .c_gemm_nbits_vnni import gemm_nbits_int8 as c_gemm_nbits_int8
+from .c_gemm_nbits_vnni import gemm_nbits_rows as c_gemm_nbits_rows
 from .c_gemm_nbits_vnni import quantize_rows as c_quantize_rows
 from .c_gemv_nbits_vnni import gemv_vnni as c_gemv_vnni
 from .c_gemv_nbits_vnni import quantize_groups as c_quantize_groups
@@ -55,7 +65,10 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
     if routine == GEMM_NBITS:
         if params.get("act") == "int8":
             return c_gemm_nbits_int8(lib, params["bits"], params["group"], params["offsets"], params["bias"],
-                                     params["lanes"], params.get("packed", False))
+                                     params["lanes"])
+        if params.get("act") == "int8_rows":
+            return c_gemm_nbits_rows(lib, params["bits"], params["group"], params["offsets"], params["bias"],
+                                     params["residual"], params["glu"])
         return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)
@@ -149,7 +162,10 @@ def _attention_decode(params: dict, reads, writes, scalars) -> None:
 
 def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     """The gemm_nbits routine on flat arrays: the panel dequantized (ember.tir.nbits.dequantize),
-    x w in float64, rounded to float32 once (act int8 and int8_groups: as the operator's reference computes it)."""
+    x w in float64, rounded to float32 once (act int8, int8_rows and int8_groups: as the operator's
+    reference computes it)."""
+    if params.get("act") == "int8_rows":
+        return _gemm_nbits_rows(params, reads, writes, scalars)
     m, k, ncols, x_rs, o_rs, s_rs = (int(v) for v in scalars)
     bits = params["bits"]
     (x, x_off), *rest = reads
@@ -158,42 +174,71 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
         (xq, q_off), (meta, t_off), *rest = rest
     (codes, c_off), *rest = rest
     width = PANEL if bits == 8 else PANEL // 2
-    group = params["group"]
-    cols = np.arange(PANEL)[None, :]
+    scales, offsets = _panel_scales(params, k, s_rs, rest)
+    panel = codes[c_off:c_off + k * width].reshape(1, k, width)
+    w = dequantize(panel, scales, offsets, bits).astype(np.float64)
+    rows = np.arange(m)[:, None]
+    if act == "int8_groups":
+        groups = k // params["xgroup"]
+        y = dequantize_groups(xq[q_off + rows * k + np.arange(k)[None, :]],
+                              meta[t_off + rows * 2 * groups + np.arange(2 * groups)[None, :]]) @ w
+    elif act == "int8" and m >= GEMM_NBITS_STREAM:
+        ms = 1 + k // 32
+        xq_rows, meta_rows = xq[q_off + rows * k + np.arange(k)[None, :]], meta[t_off + rows * ms + np.arange(ms)]
+        y = int8_products(xq_rows, meta_rows, panel, scales, offsets, bits)
+    else:
+        y = x[x_off + rows * x_rs + np.arange(k)[None, :]].astype(np.float64) @ w
+    if params["bias"]:
+        bias, b_off = rest[-1]
+        y = y + bias[b_off:b_off + PANEL]
+    (out, o_off), = writes
+    out[o_off + rows * o_rs + np.arange(ncols)[None, :]] = y[:, :ncols].astype(out.dtype)
+
+
+def _panel_scales(params: dict, k: int, s_rs: int, rest) -> tuple:
+    """A panel's scales and offsets (None without zero points) from the reads after its codes."""
+    group, cols = params["group"], np.arange(PANEL)[None, :]
 
     def per_group(arr, off):
         block = arr[off + np.arange(k // group if group else 1)[:, None] * s_rs + cols]
         return block if group else block[0]
 
-    scales = per_group(*rest[0])
-    offsets = per_group(*rest[1]) if params["offsets"] else None
-    packed = params.get("packed", False)
-    if packed:
-        panel = unpack_vnni(codes[c_off:c_off + vnni_rows(k, group, bits) * width].reshape(1, -1, width), bits, k)
-    else:
-        panel = codes[c_off:c_off + k * width].reshape(1, k, width)
-    w = dequantize(panel, scales, offsets, bits).astype(np.float64)
-    if act == "int8_groups":
-        groups = k // params["xgroup"]
-        y = dequantize_groups(xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]],
-                              meta[t_off + np.arange(m)[:, None] * 2 * groups + np.arange(2 * groups)[None, :]]) @ w
-    elif act == "int8" and (m >= GEMM_NBITS_STREAM or packed):
-        ms = 1 + k // 32
-        xd = meta[t_off + np.arange(m) * ms][:, None].astype(np.float64) * \
-            (xq[q_off + np.arange(m)[:, None] * k + np.arange(k)[None, :]].astype(np.float64) - 128)
-        if offsets is None:
-            y = xd @ w
-        else:
-            y = xd @ dequantize(panel, scales, np.zeros_like(offsets), bits).astype(np.float64)
-            sums = meta[t_off + np.arange(m)[:, None] * ms + 1 + np.arange(k // 32)[None, :]].astype(np.float64)
-            y = y + sums.reshape(m, k // group, -1).sum(axis=2) @ offsets.astype(np.float64)
-    else:
-        y = x[x_off + np.arange(m)[:, None] * x_rs + np.arange(k)[None, :]].astype(np.float64) @ w
-    if params["bias"]:
-        bias, b_off = rest[-1]
-        y = y + bias[b_off:b_off + PANEL]
+    return per_group(*rest[0]), per_group(*rest[1]) if params["offsets"] else None
+
+
+def _gemm_nbits_rows(params: dict, reads, writes, scalars) -> None:
+    """act int8_rows on flat arrays: the block's rows quantized (quantize_rows), then each panel of
+    packed codes (unpack_vnni) as act int8 computes it, plus the bias and the residual, each
+    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second)."""
+    m, k, n, x_rs, o_rs, s_rs, p_rs = (int(v) for v in scalars)
+    bits, glu = params["bits"], params["glu"]
+    (x, x_off), (codes, c_off), *rest = reads
+    rows = np.arange(m)[:, None]
+    xq, meta = quantize_rows(x[x_off + rows * x_rs + np.arange(k)[None, :]])
+    width = PANEL if bits == 8 else PANEL // 2
+    cols = 2 * n if glu else n  # the weight's
+    y = np.zeros((m, cols), np.float32)
+    for p in range(-(-cols // PANEL)):
+        at = [(arr, off + p * PANEL) for arr, off in rest]
+        scales, offsets = _panel_scales(params, k, s_rs, at)
+        start = c_off + p * p_rs
+        panel = unpack_vnni(codes[start:start + vnni_rows(k, params["group"], bits) * width].reshape(1, -1, width),
+                            bits, k)
+        ncols = min(PANEL, cols - p * PANEL)
+        block = int8_products(xq, meta, panel, scales, offsets, bits)[:, :ncols]
+        at = at[1 + params["offsets"]:]
+        if params["bias"]:
+            bias, b_off = at.pop(0)
+            block = block + bias[b_off:b_off + ncols]
+        if params["residual"]:
+            res, r_off = at.pop(0)
+            block = block + res[r_off + rows * o_rs + np.arange(ncols)[None, :]]
+        y[:, p * PANEL:p * PANEL + ncols] = block
+    if glu:
+        gate = y[:, :n].astype(np.float64)
+        y = gate / (1 + np.exp(-gate)) * y[:, n:]
     (out, o_off), = writes
-    out[o_off + np.arange(m)[:, None] * o_rs + np.arange(ncols)[None, :]] = y[:, :ncols].astype(out.dtype)
+    out[o_off + rows * o_rs + np.arange(n)[None, :]] = y.astype(out.dtype)
 
 
 def _winograd_input(params: dict, reads, writes, scalars) -> None:

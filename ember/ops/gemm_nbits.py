@@ -14,10 +14,15 @@ other than 4, which keeps float32): x's rows also come quantized to
 uint8 by quantize_rows (xq, meta: its scale per row and sums of 32 columns), and GEMM_NBITS_STREAM
 rows or more are computed from them, xq's integers times the codes (ember.codegen.c_gemm_nbits_vnni);
 fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (ember.tir.routines).
-With `packed` (codes of act "int8" only: ember.passes.quantize_rows packs constant ones) the
-codes come in the products' own layout (ember.tir.nbits.pack_vnni: vpdpbusd's order and each
-group's column sums, made once at compile time instead of at every call) and every M is computed
-from the int8 rows.
+
+act "int8_rows" (ember.passes.quantize_rows, for constant codes, which it packs: `packed`, the
+products' own layout, ember.tir.nbits.pack_vnni: vpdpbusd's order and each group's column sums,
+made once at compile time instead of at every call): the kernel quantizes x's rows itself, a block
+of GEMM_NBITS_ROWS rows per call of the parallel loop, each block multiplied by every panel, every
+M computed from the int8 rows: the quantization is no parallel region of its own. Its epilogues
+(ember.passes.nbits_epilogues): `residual`, a float32 (M, n) input after the others, added to the
+product; glu "silu", the output (M, n / 2) = silu(the first n / 2 columns) * the last n / 2 (a
+LLaMA MLP's gate and up projections side by side).
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
@@ -42,6 +47,7 @@ from ..tir.nbits import (
     QUANTIZE_BLOCK,
     dequantize,
     dequantize_groups,
+    int8_products,
     panels,
     quantize_groups,
     quantize_rows,
@@ -55,11 +61,16 @@ from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
 
-GEMM_NBITS_ROWS = 64  # rows of x per call: a prefill's dequantized panel serves this many
+# rows of x per call: a prefill's dequantized panel serves this many; act int8_rows quantizes this
+# many rows a call and multiplies them by every panel (a 128-token prompt's two blocks, one a thread
+# at two threads: 32 rows a block cost 3-7% more, every block reading every panel's codes)
+GEMM_NBITS_ROWS = 64
 # what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
 # rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
 # int8_groups: int8 rows per group of the weights' (quantize_groups), every M computed from them
-ACTS = ("float32", "int8", "int8_groups", "auto")
+# int8_rows: x's rows quantized by the kernel itself (quantize_rows' formulas, per block of
+# GEMM_NBITS_ROWS rows), the codes packed (pack_vnni), every M computed from them
+ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
 
 
@@ -81,6 +92,18 @@ def _infer(types, attrs):
                               f"of {rows or 'a static K divisible by 32'}; got x {types[0].shape}, "
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
+    out = n
+    if attrs["glu"] is not None:
+        if attrs["glu"] != "silu" or attrs["act"] != "int8_rows" or attrs["residual"] or n % (2 * PANEL):
+            raise OpTypeError(f"{name}: glu 'silu' is act int8_rows' without a residual, n a multiple of "
+                              f"{2 * PANEL}; got glu {attrs['glu']!r}, act {attrs['act']!r}, n {n}, "
+                              f"residual {attrs['residual']!r}")
+        out = n // 2
+    if attrs["residual"]:
+        if attrs["act"] != "int8_rows" or len(types) < 4 or types[-1] != TensorType((types[0].shape[0], n), "float32"):
+            raise OpTypeError(f"{name}: a residual is act int8_rows' last input, float32 (M, n); got act "
+                              f"{attrs['act']!r}, {types[-1] if len(types) > 3 else 'none'}")
+        types = types[:-1]
     x, codes, scales = types[:3]
     if bits not in BITS:
         raise OpTypeError(f"{name}: bits must be one of {BITS}, got {bits!r}")
@@ -93,9 +116,12 @@ def _infer(types, attrs):
         raise OpTypeError(f"{name}: n and K must be static, got n={n!r}, x {x.shape}")
     width = PANEL if bits == 8 else PANEL // 2
     want = (panels(n), k, width)
+    if attrs["packed"] != (attrs["act"] == "int8_rows"):
+        raise OpTypeError(f"{name}: packed codes are act int8_rows' and it takes them packed; got act "
+                          f"{attrs['act']!r}, packed={attrs['packed']!r}")
     if attrs["packed"]:
-        if attrs["act"] != "int8":
-            raise OpTypeError(f"{name}: packed codes are the int8 products' (act int8), got act {attrs['act']!r}")
+        if k % QUANTIZE_BLOCK:
+            raise OpTypeError(f"{name}: act int8_rows takes a K that is a multiple of {QUANTIZE_BLOCK}, got {k}")
         want = (panels(n), vnni_rows(k, group, bits), width)
     code_dtype = "int8" if bits == 8 else "uint8"
     if codes.dtype != code_dtype or codes.shape != want:
@@ -118,7 +144,7 @@ def _infer(types, attrs):
         raise OpTypeError(f"{name}: bias must be float32 ({cols},), got {extra[0].dtype} {extra[0].shape}")
     if len(extra) > 1:
         raise OpTypeError(f"{name}: takes x, codes, scales[, offsets][, bias]; got {len(types)} inputs")
-    return [TensorType((x.shape[0], n), "float32")]
+    return [TensorType((x.shape[0], out), "float32")]
 
 
 def _quantized_types(x: TensorType) -> list[TensorType]:
@@ -134,8 +160,8 @@ def _grouped_types(x: TensorType, group: int) -> list[TensorType]:
 
 
 def _weights(inputs, attrs) -> list:
-    """A node's inputs from the codes on (x and its quantized rows left out)."""
-    return inputs[3 if attrs["act"] in QUANTIZED else 1:]
+    """A node's inputs from the codes on (x and its quantized rows left out, and a residual)."""
+    return inputs[3 if attrs["act"] in QUANTIZED else 1:len(inputs) - attrs["residual"]]
 
 
 def _codes(inputs, attrs) -> np.ndarray:
@@ -153,31 +179,28 @@ def weight(inputs, attrs) -> np.ndarray:
 
 def _reference(inputs, attrs):
     x, w = inputs[0], _weights(inputs, attrs)
+    offsets = w[2] if attrs["offsets"] else None
     if attrs["act"] == "int8_groups":
         y = dequantize_groups(inputs[1], inputs[2]) @ weight(inputs, attrs).astype(np.float64)
-    elif attrs["act"] == "int8" and (x.shape[0] >= GEMM_NBITS_STREAM or attrs["packed"]):
-        y = _int8_products(inputs[1], inputs[2], [_codes(inputs, attrs), *w[1:]], attrs)
+    elif attrs["act"] == "int8_rows":
+        y = int8_products(*quantize_rows(x), _codes(inputs, attrs), w[1], offsets, attrs["bits"])[:, :attrs["n"]]
+    elif attrs["act"] == "int8" and x.shape[0] >= GEMM_NBITS_STREAM:
+        y = int8_products(inputs[1], inputs[2], w[0], w[1], offsets, attrs["bits"])[:, :attrs["n"]]
     else:
         y = x.astype(np.float64) @ weight(inputs, attrs).astype(np.float64)
     if len(w) == 3 + attrs["offsets"]:
         y = y + w[-1][:attrs["n"]]
+    if attrs["residual"]:
+        y = y + inputs[-1]
+    if attrs["glu"]:  # silu(gate) * up, the products rounded to float32 first as the kernel's are
+        gate, up = np.split(y.astype(np.float32).astype(np.float64), 2, axis=1)
+        y = gate / (1 + np.exp(-gate)) * up
     return [y.astype(np.float32)]
 
 
-def _int8_products(xq, meta, w, attrs) -> np.ndarray:
-    """What the int8 products compute: x as s (xq - 128) times the weight, of which with zero points
-    the offsets multiply the float32 sums of x (meta's) instead."""
-    codes, scales, *rest = w
-    xd = meta[:, :1].astype(np.float64) * (xq.astype(np.float64) - 128)
-    if not attrs["offsets"]:
-        return xd @ dequantize(codes, scales, None, attrs["bits"])[:, :attrs["n"]].astype(np.float64)
-    dense = dequantize(codes, scales, np.zeros_like(rest[0]), attrs["bits"])[:, :attrs["n"]]
-    per = attrs["group"] // QUANTIZE_BLOCK
-    sums = meta[:, 1:].astype(np.float64).reshape(len(meta), -1, per).sum(axis=2)
-    return xd @ dense.astype(np.float64) + sums @ rest[0][:, :attrs["n"]].astype(np.float64)
-
-
 def _compute(inputs, attrs, out_types):
+    if attrs["act"] == "int8_rows":
+        return _rows_compute(inputs, attrs, out_types)
     x = inputs[0]
     bits, n = attrs["bits"], attrs["n"]
     act = attrs["act"]
@@ -186,7 +209,7 @@ def _compute(inputs, attrs, out_types):
     (m, _) = te_shape(out_types[0], inputs)
     count = panels(n)
     rows = as_int(m)
-    blocks = const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
+    blocks = _row_blocks(m)
     width = PANEL if bits == 8 else PANEL // 2
     panel_bytes = (vnni_rows(k, attrs["group"], bits) if attrs["packed"] else k) * width
     cols = count * PANEL
@@ -213,11 +236,53 @@ def _compute(inputs, attrs, out_types):
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
-    # threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)
-    fmas = None if rows is None else rows * k * cols // 16
-    kind = "parallel" if fmas is None or fmas >= PARALLEL_MIN_WORK else "serial"
-
+    kind = _loop_kind(rows, k, cols)
     return te.extern([((m, const(n)), "float32")], list(inputs), build, name="gemm_nbits")
+
+
+def _row_blocks(m):
+    """The calls of GEMM_NBITS_ROWS rows that cover m rows (a constant where m is static)."""
+    rows = as_int(m)
+    return const(-(-rows // GEMM_NBITS_ROWS)) if rows is not None else (m + GEMM_NBITS_ROWS - 1) // GEMM_NBITS_ROWS
+
+
+def _loop_kind(rows: int | None, k: int, cols: int) -> str:
+    """Threads where the work pays for them (a few vector FMAs of a small model's GEMV do not)."""
+    fmas = None if rows is None else rows * k * cols // 16
+    return "parallel" if fmas is None or fmas >= PARALLEL_MIN_WORK else "serial"
+
+
+def _rows_compute(inputs, attrs, out_types):
+    """act int8_rows: a parallel loop over blocks of GEMM_NBITS_ROWS rows, each call quantizing
+    its rows once and multiplying them by every panel: one parallel region for the quantization
+    and the products (and the residual added), which the threads split by rows."""
+    x = inputs[0]
+    bits, n, group = attrs["bits"], attrs["n"], attrs["group"]
+    k = as_int(x.shape[1])
+    (m, _) = te_shape(out_types[0], inputs)
+    rows = as_int(m)
+    blocks = _row_blocks(m)
+    weights = _weights(inputs, attrs)
+    cols = panels(n) * PANEL
+    panel_bytes = vnni_rows(k, group, bits) * (PANEL if bits == 8 else PANEL // 2)
+
+    def build(bufs, outs):
+        (out,) = outs
+        b = Var("block", dt.INDEX_DTYPE)
+        m0 = b * GEMM_NBITS_ROWS
+        reads = [Pointer(bufs[0], m0 * k)] + [Pointer(buf, const(0)) for buf in bufs[1:1 + len(weights)]]
+        if attrs["residual"]:
+            reads.append(Pointer(bufs[-1], m0 * n))
+        params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
+                  ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
+                  ("glu", attrs["glu"]), ("act", "int8_rows"))
+        scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), const(width), const(k), const(width), const(cols),
+                   const(panel_bytes))
+        call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * width),), scalars)
+        return For(b, const(0), blocks, _loop_kind(rows, k, cols), call)
+
+    width = n // 2 if attrs["glu"] else n  # the output's columns
+    return te.extern([((m, const(width)), "float32")], list(inputs), build, name="gemm_nbits")
 
 
 register(OpDef(
@@ -226,7 +291,8 @@ register(OpDef(
     reference=_reference,
     compute=_compute,
     pattern="opaque",
-    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False},
+    attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False,
+           "residual": False, "glu": None},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,

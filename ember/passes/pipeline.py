@@ -64,6 +64,7 @@ from .gather_patches import gather_patches
 from .half_precision import bf16_activations, fp16_activations
 from .kv_cache import kv_cache
 from .layout import layout
+from .nbits_epilogues import nbits_epilogues
 from .nest_concats import nest_concats
 from .pack_weights import pack_weights
 from .pad_gemv import pad_gemv
@@ -86,7 +87,8 @@ PASSES: dict[str, Pass] = {p.__name__: p for p in (fold_constants, fold_attentio
                                                    simplify, fold_cache_append, kv_cache, cse, slice_products,
                                                    fold_batch_norm, trim_taps, split_taps, nest_concats,
                                                    fuse_siblings, fold_qkv_split, flatten_products, quantize_weights,
-                                                   quantize_rows, bf16_weights, fp16_activations, bf16_activations,
+                                                   quantize_rows, nbits_epilogues, bf16_weights, fp16_activations,
+                                                   bf16_activations,
                                                    tf32_products, channels_last, conv_gemm, pad_gemv, split_k,
                                                    split_reduce, layout, pack_weights,
                                                    winograd, gather_patches, bf16_convs, dce)}
@@ -126,7 +128,7 @@ _LEVEL_2 = ["fold_constants", "fold_attention", "fold_repeat_kv", "unfold_attent
             "fold_cache_append", "kv_cache", "cse", "slice_products",
             "fold_batch_norm", "trim_taps", "split_taps", "nest_concats", "fuse_siblings", "fold_qkv_split",
             "flatten_products", "quantize_weights",
-            "quantize_rows",
+            "quantize_rows", "nbits_epilogues",
             "pad_gemv", "split_k", "split_reduce", "layout", "pack_weights", "fold_constants", "winograd",
             "gather_patches", "dce"]
 PIPELINES: dict[int, list[str]] = {0: [], 1: ["fold_constants", "dce"], 2: _LEVEL_2, 3: list(_LEVEL_2)}

@@ -1,18 +1,23 @@
-"""int8 products on VNNI for weight-only quantized products, their rows quantized once per x
-(ember.ops.gemm_nbits; gemm_nbits nodes sharing an x share its quantization):
+"""int8 products on VNNI for weight-only quantized products, their rows quantized to 8 bits
+(ember.ops.gemm_nbits):
 
 - a prefill: a gemm_nbits (of act "auto": weights the user asked to quantize) whose x may have
-  GEMM_NBITS_STREAM rows or more (a symbolic M: a prompt) takes its rows also quantized to uint8
-  by quantize_rows (per row, max |x| / 127: about 1% more error in the products), the products
-  xq's integers times the weight's codes (act "int8"; ember.codegen.c_gemm_nbits_vnni):
+  GEMM_NBITS_STREAM rows or more (a symbolic M: a prompt) multiplies x's rows quantized to uint8
+  (per row, max |x| / 127: about 1% more error in the products) by the weight's codes on VNNI's
+  vpdpbusd (ember.codegen.c_gemm_nbits_vnni). Constant codes are packed here once in the
+  products' layout (ember.tir.nbits.pack_vnni: int8's in vpdpbusd's order, int4's nibbles in that
+  order's two halves, and each group's column sums), which every call would otherwise repack and
+  sum, and the kernel quantizes its block of rows itself (act "int8_rows"), so that the
+  quantization is no parallel region of its own:
+
+    gemm_nbits(x, codes, ...; act="auto") -> gemm_nbits(x, pack_vnni(codes), ...; act="int8_rows")
+
+  codes given at run time read x's rows quantized once per x by quantize_rows (act "int8"):
 
     gemm_nbits(x, codes, ...; act="auto") -> gemm_nbits(x, *quantize_rows(x), codes, ...; act="int8")
 
   vpdpbusd multiplies 64 bytes a vector instruction where the float32 path dequantizes each code
-  to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do.
-  Constant codes are packed here once in the products' layout (packed=True:
-  ember.tir.nbits.pack_vnni: int8's in vpdpbusd's order, int4's nibbles in that order's two
-  halves, and each group's column sums), which every call would otherwise repack and sum;
+  to an FMA of 16 lanes, so a 128-token prefill no longer runs slower than float32 weights do;
 - a decode step (M static below GEMM_NBITS_STREAM): x quantized per group to int8 by
   quantize_groups (llama.cpp's Q8_0; the group ember.tir.nbits.row_group's: the weights', or for
   int8 per channel 32), the codes times its bytes in int32 per group (act
@@ -61,15 +66,16 @@ def _rewrite(rw: Rewriter, node: Node, ins: list[Value], gemv: bool, done: dict)
         return None
     else:
         op, attrs, act = "quantize_rows", {}, "int8"
-    key = (x.name, op, attrs.get("group"))
-    if key not in done:
-        done[key] = rw.emit(op, [x], attrs, hint=f"{node.name}_rows")
-    weights, packed = list(ins[1:]), {}
+    weights = list(ins[1:])
     codes = rw.constant_data(weights[0])
-    if act == "int8" and codes is not None:
+    if act == "int8" and codes is not None:  # packed once; the kernel quantizes its rows itself
         bits, group, offsets = node.attrs["bits"], node.attrs["group"], node.attrs["offsets"]
         weights[0] = rw.derived(("vnni", weights[0].name, group, offsets),
                                 lambda: pack_vnni(codes, bits, group, offsets), hint=f"{weights[0].name}_vnni")
-        packed = {"packed": True}
-    return rw.emit("gemm_nbits", [x, *done[key], *weights], {**node.attrs, "act": act, **packed}, hint=node.name,
+        return rw.emit("gemm_nbits", [x, *weights], {**node.attrs, "act": "int8_rows", "packed": True},
+                       hint=node.name, out_names=[node.outputs[0].name])
+    key = (x.name, op, attrs.get("group"))
+    if key not in done:
+        done[key] = rw.emit(op, [x], attrs, hint=f"{node.name}_rows")
+    return rw.emit("gemm_nbits", [x, *done[key], *weights], {**node.attrs, "act": act}, hint=node.name,
                    out_names=[node.outputs[0].name])

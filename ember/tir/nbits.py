@@ -144,6 +144,19 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xq, np.concatenate([scale, sums], axis=1).astype(np.float32)
 
 
+def int8_products(xq: np.ndarray, meta: np.ndarray, codes: np.ndarray, scales: np.ndarray,
+                  offsets: np.ndarray | None, bits: int) -> np.ndarray:
+    """What gemm_nbits' int8 products compute of rows quantized by quantize_rows (xq, meta) and
+    codes in panels, (M, N') in float64: x as s (xq - 128) times the weight, of which with zero
+    points the offsets multiply meta's float32 sums of x instead (exactly as the C takes them off)."""
+    xd = meta[:, :1].astype(np.float64) * (xq.astype(np.float64) - 128)
+    if offsets is None:
+        return xd @ dequantize(codes, scales, None, bits).astype(np.float64)
+    y = xd @ dequantize(codes, scales, np.zeros_like(offsets), bits).astype(np.float64)
+    sums = meta[:, 1:].astype(np.float64).reshape(len(xq), len(offsets), -1).sum(axis=2)
+    return y + sums @ offsets.astype(np.float64)
+
+
 def quantize_groups(x: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
     """(xq, meta) of float32 rows x quantized per group of `group` columns
     (ember.tir.routines.QUANTIZE_GROUPS: the formulas), in float32 arithmetic as the C does it."""

@@ -60,7 +60,8 @@ def test_accuracy_level_4_prefill_rows_in_int8():
     compiled = ember.compile(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     int8 = {"avx512vnni", "avx512bw"} <= Target("c").features
-    assert ("quantize_rows" in {n.op for n in compiled.graph.nodes}) == int8
+    assert {n.attrs["act"] for n in compiled.graph.nodes if n.op == "gemm_nbits"} == ({"int8_rows"} if int8 else
+                                                                                    {"auto"})
     for seq in (1, 24):
         a = RNG.standard_normal((2, seq, K)).astype(np.float32)
         want = session.run(None, {"A": a})[0]

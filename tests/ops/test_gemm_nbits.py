@@ -78,44 +78,99 @@ def test_int8_products_against_reference(bits, group, zero_points, bias):
     assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < 0.02  # the rows' 8-bit rounding
 
 
-@pytest.mark.parametrize("bits,group,zero_points,bias", [(8, 0, False, True), (8, 32, False, False),
-                                                          (4, 128, False, True), (4, 64, True, False)])
-def test_packed_int8_products_against_reference(bits, group, zero_points, bias):
-    """packed codes (pack_vnni, as ember.passes.quantize_rows packs constant ones): every M on
-    the int8 products (1 and 3 rows too), against the reference on the same quantized rows and the
-    float64 product of the dequantized weight (VNNI, and the scalar twin on AVX2); 13 and 70 rows
-    bit for bit the repacking routine's."""
-    weights, attrs = _inputs(bits, group, zero_points, bias)
+def _rows_case(bits, group, zero_points, bias, residual, k=K, n=N):
+    """Packed weights (pack_vnni, as ember.passes.quantize_rows packs constant ones), the types of
+    gemm_nbits' act int8_rows on them and its attrs."""
+    weights, attrs = _inputs(bits, group, zero_points, bias, k, n)
     packed = [pack_vnni(weights[0], bits, group, zero_points)] + weights[1:]
-    head = [TensorType(("m", K), "float32"), TensorType(("m", K), "uint8"), TensorType(("m", 1 + K // 32), "float32")]
-    xs = [RNG.standard_normal((m, K)).astype(np.float32) for m in (1, 3, 13, 70)]
-    runs = {}
-    for name, ws, extra in (("packed", packed, {"packed": True}), ("repacked", weights, {})):
-        types = head + [TensorType(p.shape, p.dtype.name) for p in ws]
-        sets = [[x, *quantize_rows(x)] + ws for x in xs]
-        runs[name] = check_op_sizes("gemm_nbits", types, {**attrs, "act": "int8", **extra}, sets, rtol=1e-4,
-                                    atol=1e-4, targets=("c", "python", AVX2))
-    for m in (2, 3):
-        assert np.array_equal(runs["packed"][m][0], runs["repacked"][m][0])
+    types = [TensorType(("m", k), "float32")] + [TensorType(p.shape, p.dtype.name) for p in packed]
+    types += [TensorType(("m", n), "float32")] if residual else []
+    return weights, packed, types, {**attrs, "act": "int8_rows", "packed": True, "residual": residual}
+
+
+@pytest.mark.parametrize("bits,group,zero_points,bias,residual", [
+    (8, 0, False, True, True), (8, 32, False, False, False), (4, 128, False, True, False), (4, 64, True, False, True),
+    (4, 32, True, True, True)])
+def test_rows_quantized_in_the_kernel_against_reference(bits, group, zero_points, bias, residual):
+    """act int8_rows: each block of rows quantized by the kernel (quantize_rows' formulas) and
+    multiplied by every panel of packed codes, plus a residual, at every M (1 and 3 rows too, 13: a
+    partial register tile, 70: two blocks, the last partial), against the reference on the same
+    quantized rows (VNNI, and the scalar twin on AVX2), and the float64 product of the dequantized
+    weight within the rows' 8-bit rounding."""
+    weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, residual)
+    sets = []
+    for m in (1, 3, 13, 70):
+        x = RNG.standard_normal((m, K)).astype(np.float32)
+        sets.append([x, *packed] + ([RNG.standard_normal((m, N)).astype(np.float32)] if residual else []))
+    runs = check_op_sizes("gemm_nbits", types, attrs, sets, rtol=1e-4, atol=1e-4, targets=("c", "python", AVX2))
     w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :N]
     # the rows' 8-bit rounding (with zero points the codes times x are not centred, their error larger than y's)
     tol = 0.05 if zero_points else 0.02
-    for (y,), x in zip(runs["packed"], xs):
-        exact = x @ w + (weights[-1][:N] if bias else 0)
+    for (y,), inputs in zip(runs, sets):
+        exact = inputs[0] @ w + (weights[-1][:N] if bias else 0) + (inputs[-1] if residual else 0)
         assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < tol
 
 
-def test_packed_codes_are_the_int8_products():
+@settings(max_examples=6, deadline=None)
+@given(bits=st.sampled_from([4, 8]), group=st.sampled_from([0, 32, 64, 128]), zero_points=st.booleans(),
+       groups=st.integers(1, 3), n=st.integers(1, 80), m=st.integers(1, 75), residual=st.booleans())
+def test_rows_quantized_in_the_kernel_over_shapes(bits, group, zero_points, groups, n, m, residual):
+    """act int8_rows over K (whole groups), N (a partial last panel) and M (partial blocks and
+    register tiles), int8 per channel or group and int4 symmetric or with zero points, on this
+    machine's C against the reference."""
+    group = group or (0 if bits == 8 else 32)
+    k = groups * (group or 32)
+    _, packed, types, attrs = _rows_case(bits, group, zero_points and bits == 4, True, residual, k, n)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    extra = [RNG.standard_normal((m, n)).astype(np.float32)] if residual else []
+    check_op_sizes("gemm_nbits", types, attrs, [[x, *packed, *extra]], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits,group,zero_points,bias", [(8, 0, False, True), (4, 32, True, False)])
+def test_silu_of_the_gate_times_up_in_the_kernel(bits, group, zero_points, bias):
+    """glu "silu": the first half of the columns (the gate) through silu times the second (up), as
+    a LLaMA MLP's siblings compute them, on VNNI, the interpreter and the scalar twin against the
+    reference, and against silu(x w_gate) * (x w_up) within the rows' 8-bit rounding."""
+    n = 128
+    weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, False, n=n)
+    xs = [RNG.standard_normal((m, K)).astype(np.float32) for m in (1, 13, 70)]
+    runs = check_op_sizes("gemm_nbits", types, {**attrs, "glu": "silu"}, [[x, *packed] for x in xs], rtol=1e-4,
+                          atol=1e-4, targets=("c", "python", AVX2))
+    w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :n]
+    for (y,), x in zip(runs, xs):
+        assert y.shape == (len(x), n // 2)
+        full = x @ w + (weights[-1][:n] if bias else 0)
+        exact = full[:, :n // 2] / (1 + np.exp(-full[:, :n // 2])) * full[:, n // 2:]
+        assert np.linalg.norm(y - exact) / np.linalg.norm(exact) < (0.05 if zero_points else 0.03)
+
+
+def test_packed_codes_are_act_int8_rows():
     weights, attrs = _inputs(8, 0, False, False)
     packed = pack_vnni(weights[0], 8, 0)
     head = [TensorType((5, K), "float32"), TensorType((5, K), "uint8"), TensorType((5, 1 + K // 32), "float32")]
     tail = [TensorType(packed.shape, "int8"), TensorType(weights[1].shape, "float32")]
-    with pytest.raises(OpTypeError, match="packed"):
+    with pytest.raises(OpTypeError, match="packed codes are act int8_rows'"):
         infer_types("gemm_nbits", [head[0], *tail], {**attrs, "packed": True})
+    with pytest.raises(OpTypeError, match="packed codes are act int8_rows'"):
+        infer_types("gemm_nbits", head + tail, {**attrs, "act": "int8", "packed": True})
+    with pytest.raises(OpTypeError, match="packed codes are act int8_rows'"):
+        infer_types("gemm_nbits", [head[0], *tail], {**attrs, "act": "int8_rows"})
     with pytest.raises(OpTypeError, match="int8 codes must be"):
-        infer_types("gemm_nbits", head + [TensorType(weights[0].shape, "int8"), tail[1]],
-                    {**attrs, "act": "int8", "packed": True})
-    assert infer_types("gemm_nbits", head + tail, {**attrs, "act": "int8", "packed": True})[1][0].shape == (5, N)
+        infer_types("gemm_nbits", [head[0], TensorType(weights[0].shape, "int8"), tail[1]],
+                    {**attrs, "act": "int8_rows", "packed": True})
+    rows = {**attrs, "act": "int8_rows", "packed": True}
+    assert infer_types("gemm_nbits", [head[0], *tail], rows)[1][0].shape == (5, N)
+    residual = TensorType((5, N), "float32")
+    assert infer_types("gemm_nbits", [head[0], *tail, residual], {**rows, "residual": True})[1][0].shape == (5, N)
+    with pytest.raises(OpTypeError, match="a residual is act int8_rows' last input"):
+        infer_types("gemm_nbits", [head[0], *tail, TensorType((5, N + 1), "float32")], {**rows, "residual": True})
+    with pytest.raises(OpTypeError, match="a residual is act int8_rows' last input"):
+        infer_types("gemm_nbits", [head[0], TensorType(weights[0].shape, "int8"), tail[1], residual],
+                    {**attrs, "residual": True})
+    with pytest.raises(OpTypeError, match="glu 'silu' is act int8_rows' without a residual, n a multiple of 64"):
+        infer_types("gemm_nbits", [head[0], *tail], {**rows, "glu": "silu"})  # n = 75
+    with pytest.raises(OpTypeError, match="glu 'silu' is act int8_rows'"):
+        infer_types("gemm_nbits", [head[0], *tail], {**rows, "glu": "gelu"})
 
 
 def test_int8_products_without_vnni():
@@ -300,3 +355,49 @@ def test_gemv_on_vnni_over_shapes(bits, group, zero_points, groups, n, m):
     rows = row_group(group, k)
     check_op_sizes("gemm_nbits", _grouped_types(k, rows, weights), {**attrs, "act": "int8_groups"},
                    [[x, *quantize_groups(x, rows)] + weights], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits,zero_points", [(8, False), (4, True)])
+def test_compiled_prefill_mlp_at_one_and_two_threads(bits, zero_points):
+    """A LLaMA MLP's prefill as ember.compile builds it (on a machine with VNNI: the gate and up
+    product with silu(gate) * up in its kernel, the down product with the residual in its), 70 and
+    128 rows at one and two threads, against the graph's references, and within the rows' 8-bit
+    rounding of float64's x + silu(x w_g) (x w_u) w_d on the codes' weights."""
+    import ember
+    from ember.graph import Graph
+    from ember.ops.evaluate import evaluate
+    from ember.ops.gemm_nbits import weight
+    from ember.ops.nodes import add_op
+    from ember.passes.quantize_rows import FEATURES
+    from ember.passes.quantize_weights import WeightFormat, quantize_weights
+
+    k, hidden = 64, 96
+    g = Graph()
+    x = g.add_input("x", TensorType(("seq", k)))
+    w = [RNG.standard_normal(shape).astype(np.float32) / 8 for shape in ((k, 2 * hidden), (hidden, k))]
+    (y,) = add_op(g, "gemm", [x, g.add_constant(w[0], "w_gate_up")])
+    (y3,) = add_op(g, "reshape", [y], {"shape": (1, "seq", 2 * hidden)})
+    gate, up = add_op(g, "split", [y3], {"axis": -1, "sizes": (hidden, hidden)})
+    (act,) = add_op(g, "mul", [add_op(g, "silu", [gate])[0], up])
+    (h,) = add_op(g, "reshape", [act], {"shape": ("seq", hidden)})
+    (d,) = add_op(g, "gemm", [h, g.add_constant(w[1], "w_down")])
+    (d3,) = add_op(g, "reshape", [d], {"shape": (1, "seq", k)})
+    g.set_outputs(add_op(g, "add", [add_op(g, "reshape", [x], {"shape": (1, "seq", k)})[0], d3]))
+    quantized = quantize_weights(g, WeightFormat.of(f"int{bits}", 32, zero_points))
+    w = [weight([None, *(quantized.constants[v.name] for v in n.inputs[1:])], n.attrs)
+         for n in quantized.nodes if n.op == "gemm_nbits"]  # the weights the codes hold
+    model = ember.compile(quantized)
+    products = [n for n in model.graph.nodes if n.op == "gemm_nbits"]
+    if Target().features >= FEATURES:
+        assert [(n.attrs["glu"], n.attrs["residual"]) for n in products] == [("silu", False), (None, True)]
+        assert not {"silu", "add", "quantize_rows"} & {n.op for n in model.graph.nodes}
+    for m in (70, 128):
+        rows = RNG.standard_normal((m, k)).astype(np.float32)
+        (want,) = evaluate(model.graph, rows)
+        full = rows.astype(np.float64) @ w[0]
+        exact = rows + (full[:, :hidden] / (1 + np.exp(-full[:, :hidden])) * full[:, hidden:]) @ w[1]
+        for threads in (1, 2):
+            model.num_threads = threads
+            got = model(rows)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+            assert np.linalg.norm(got[0] - exact) / np.linalg.norm(exact) < 0.05

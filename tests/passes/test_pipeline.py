@@ -52,7 +52,8 @@ def test_levels_and_report():
                                                          "fold_cache_append", "kv_cache",
                                                          "slice_products", "trim_taps", "split_taps", "nest_concats",
                                                          "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                         "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                                         "quantize_weights", "quantize_rows", "nbits_epilogues",
+                                                         "pad_gemv", "split_k",
                                                          "split_reduce", "layout",
                                                          "winograd", "gather_patches"]
     assert set(PIPELINES[3]) <= set(PASSES) and PIPELINES[0] == []
@@ -92,7 +93,8 @@ def test_disabled_passes():
                                         "fold_transposes", "simplify", "fold_cache_append", "kv_cache", "cse",
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "nbits_epilogues",
+                                        "pad_gemv", "split_k",
                                         "split_reduce", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches"]
@@ -109,7 +111,8 @@ def test_environment_overrides(monkeypatch, capsys):
                                         "fold_transposes", "simplify", "fold_cache_append", "kv_cache",
                                         "slice_products", "trim_taps", "split_taps", "nest_concats", "fuse_siblings",
                                         "fold_qkv_split",
-                                        "flatten_products", "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                        "flatten_products", "quantize_weights", "quantize_rows", "nbits_epilogues",
+                                        "pad_gemv", "split_k",
                                         "split_reduce", "layout",
                                         "pack_weights",
                                         "fold_constants", "winograd", "gather_patches", "dce"]
@@ -161,7 +164,8 @@ def test_compile_runs_the_pipeline(capsys):
                                                  "slice_products",
                                                  "fold_batch_norm", "trim_taps", "split_taps", "nest_concats",
                                                  "fuse_siblings", "fold_qkv_split", "flatten_products",
-                                                 "quantize_weights", "quantize_rows", "pad_gemv", "split_k",
+                                                 "quantize_weights", "quantize_rows", "nbits_epilogues",
+                                                 "pad_gemv", "split_k",
                                                  "split_reduce", "layout",
                                                  "pack_weights",
                                                  "fold_constants", "winograd", "gather_patches", "dce"]

@@ -1,8 +1,8 @@
 """int8 products (ember/passes/quantize_rows.py): on a target with VNNI, gemm_nbits nodes whose x
-may have many rows read it quantized by one quantize_rows per x, a decode step's (VBMI too) by one
-quantize_groups per x and group; a prefill's int8 and int4 codes are packed once in the products'
-layout, the graph computing what it did; a target without VNNI (a decode step: without VBMI) and K
-not a multiple of 32 keep the float32 path."""
+may have many rows quantize it in their own kernel (constant codes, packed once in the products'
+layout, the graph computing what it did) or read it quantized by one quantize_rows per x (codes
+given at run time), a decode step's (VBMI too) by one quantize_groups per x and group; a target
+without VNNI (a decode step: without VBMI) and K not a multiple of 32 keep the float32 path."""
 
 import numpy as np
 import pytest
@@ -32,12 +32,26 @@ def _graph(rows, k=64, weights="int8"):
     return quantize_weights(g, WeightFormat.of(weights, 32))
 
 
-def test_a_prefill_reads_its_rows_quantized_once_per_x():
+def test_a_prefill_of_constant_codes_quantizes_its_rows_in_the_kernel():
     out = quantize_rows(_graph("seq"), VNNI)
-    assert ops(out) == ["quantize_rows", "gemm_nbits", "gemm_nbits", "quantize_rows", "gemm_nbits"]
-    first, a, b = out.nodes[:3]
+    assert ops(out) == ["gemm_nbits"] * 3
+    assert all(n.attrs["act"] == "int8_rows" and n.attrs["packed"] for n in out.nodes)
+
+
+def test_a_prefill_of_codes_given_at_run_time_reads_its_rows_quantized_once_per_x():
+    g = Graph()
+    x = g.add_input("x", TensorType(("seq", 64)))
+    before = _graph("seq")
+    products = [n for n in before.nodes if n.op == "gemm_nbits"][:2]
+    codes = [g.add_input(f"codes{i}", n.inputs[1].type) for i, n in enumerate(products)]
+    outs = [add_op(g, "gemm_nbits", [x, c, g.add_constant(before.constants[n.inputs[2].name], f"s{i}")], n.attrs)[0]
+            for i, (c, n) in enumerate(zip(codes, products))]
+    g.set_outputs(outs)
+    out = quantize_rows(g, VNNI)
+    assert ops(out) == ["quantize_rows", "gemm_nbits", "gemm_nbits"]
+    first, a, b = out.nodes
     assert a.inputs[1:3] == b.inputs[1:3] == first.outputs
-    assert all(n.attrs["act"] == "int8" for n in out.nodes if n.op == "gemm_nbits")
+    assert all(n.attrs["act"] == "int8" and not n.attrs["packed"] for n in (a, b))
 
 
 @pytest.mark.parametrize("weights,bits", [("int8", 8), ("int4", 4)])
@@ -48,7 +62,7 @@ def test_a_prefills_codes_are_packed_once_in_the_products_layout(weights, bits):
     assert all(n.attrs["packed"] for n in products)
     olds = [n for n in before.nodes if n.op == "gemm_nbits"]
     for old, new in zip(olds, products):
-        codes, packed = before.constants[old.inputs[1].name], out.constants[new.inputs[3].name]
+        codes, packed = before.constants[old.inputs[1].name], out.constants[new.inputs[1].name]
         assert np.array_equal(unpack_vnni(packed, bits, codes.shape[1]), codes)
     x = RNG.standard_normal((13, 64)).astype(np.float32)
     for want, got in zip(evaluate(before, x), evaluate(out, x), strict=True):
