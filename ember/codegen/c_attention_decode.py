@@ -35,7 +35,8 @@ gave each thread rows strided through the whole cache. Each key's prefetch takes
 block's, which the head reads after every other head's block: time enough for memory. The prefetches go to L2
 (prefetcht1), not L1: a block's rows of every head outnumber L1's outstanding misses, and prefetcht0 held the loads
 of the block being computed behind them (LLaMA's 4 key/value heads over 1023 int8 positions from memory, one thread
-of a Zen 4 EPYC: 117 -> 68 us a call, benchmarks/attention_decode.py).
+of a Zen 4 EPYC: 117 -> 68 us a call, benchmarks/attention_decode.py). Fewer prefetches are faster there still
+(an int8 row's: _prefetch), one a row slower (its second line then missed).
 
 An int8 cache's scores and p v, for heads of 64 or 128 values on a target with AVX-512 VNNI, are integer dot
 products (ember.codegen.c_attention_decode_vnni): the scores on vpdpbusd, the query quantized into two bytes a value
@@ -394,15 +395,20 @@ def _row_sums(lib: CPrelude, lanes: int) -> str:
     return lib._helper(name, make)
 
 
-def _prefetch(key: str, indent: str) -> str:
+def _prefetch(key: str, indent: str, last: bool) -> str:
     """C prefetching the rows of the key AHEAD keys after `key` (kr: that key's row), each row's
-    lines and its last byte's (a row need not start a line), written out at each use: through a
-    function GCC 12 kept none."""
-    return (f"{indent}for (int64_t b = 0; b < kb; b += 64) PREFETCH((const char*)(kr + AHEAD * k_rs) + b);\n"
-            f"{indent}for (int64_t b = 0; b < vb; b += 64) "
-            f"PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n"
-            f"{indent}PREFETCH((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
-            f"{indent}PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+    lines and, where `last`, its last byte's (a row need not start a line), written out at each
+    use: through a function GCC 12 kept none. An int8 row of E codes, E a multiple of 64, and its
+    4-byte scale needs no last: its start a multiple of 4 bytes, the scale lies in the line of
+    code E, which the loop fetches (GPT-2's 12 heads over 1023 positions from memory, one thread of
+    a loaded Zen 4 EPYC: 138 -> 126 us a call, LLaMA's 66 -> 57: a third of the prefetches fewer;
+    one a row, its first line's, took 152 -> 205: the second lines then missed)."""
+    lines = (f"{indent}for (int64_t b = 0; b < kb; b += 64) PREFETCH((const char*)(kr + AHEAD * k_rs) + b);\n"
+             f"{indent}for (int64_t b = 0; b < vb; b += 64) PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n")
+    if last:
+        lines += (f"{indent}PREFETCH((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
+                  f"{indent}PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+    return lines
 
 
 def _row_scale(lib: CPrelude) -> str:
@@ -428,8 +434,9 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 8),
-                      prefetch_one=_prefetch("j", " " * 4))
+        last = not (kv == "int8" and e_dim % 64 == 0 and ev_dim % 64 == 0)
+        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 8, last),
+                      prefetch_one=_prefetch("j", " " * 4, last))
         f32 = dict(kt="float", load="LOADF", scalar="", kscale_of="1.0f", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
@@ -450,7 +457,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         q16 = dict(q16_floats="0", quantize="", scores_q16="0")
         text = ""
         if vnni.takes(kv, lanes, e_dim):
-            text = vnni.scores(lib, name, dims, scale, _prefetch("j + i", " " * 6), SCALE_BYTES)
+            text = vnni.scores(lib, name, dims, scale, _prefetch("j + i", " " * 6, last), SCALE_BYTES)
             q16 = dict(q16_floats=f"Q * (2 * {e_dim} + 2)",
                        quantize=_QUANTIZE_QUERIES.format(quantize=vnni.quantize_query(lib), **consts),
                        scores_q16=_SCORES_Q16.format(**consts))
