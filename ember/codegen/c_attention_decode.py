@@ -28,14 +28,21 @@ One call computes every head, a block of keys at a time: in a position-major cac
 (1, past, heads, E)) a block's rows of all heads lie together, so that the cache streams once;
 one call per head walked the whole cache per head, a row of 68 bytes (int8) at each position,
 and each call ramped its prefetches up again. The keys are shared among the caller's OpenMP
-threads (a contiguous range of blocks each, every head in it; each thread's output, maximum and
-sum per head merged at the end, as flash-decoding splits its keys), where there are
-PARALLEL_SCORES scores (a query head's against a key) a thread: a parallel loop over the heads
-gave each thread rows strided through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the next
-block's, which the head reads after every other head's block: time enough for memory. The prefetches go to L2
-(prefetcht1), not L1: a block's rows of every head outnumber L1's outstanding misses, and prefetcht0 held the loads
-of the block being computed behind them (LLaMA's 4 key/value heads over 1023 int8 positions from memory, one thread
-of a Zen 4 EPYC: 117 -> 68 us a call, benchmarks/attention_decode.py).
+threads (each thread's output, maximum and sum per head merged at the end, as flash-decoding
+splits its keys), where there are PARALLEL_SCORES scores (a query head's against a key) a thread:
+a contiguous range each of the items (block, key/value head) taken in that order, so that a long
+cache splits by blocks (every head of each) and a cache of fewer blocks than threads by heads
+(GPT-2's 12 heads over 128 positions, one block, had stayed on one thread: 17-20 us a call there,
+a tenth of its step's kernels at that context; on a machine loaded 5x over its 2 cores the split
+call took 127 us a layer against one thread's 22, as the step's GEMVs there took 4x their one-thread
+time at two: its second thread waiting for a core); a parallel loop over the heads gave each thread
+rows strided through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the
+next block's, which the head reads after every other head's block: time enough for memory. The
+prefetches go to L2 (prefetcht1), not L1: a block's rows of every head outnumber L1's outstanding
+misses, and prefetcht0 held the loads of the block being computed behind them (LLaMA's 4 key/value
+heads over 1023 int8 positions from memory, one thread of a Zen 4 EPYC: 117 -> 68 us a call,
+benchmarks/attention_decode.py). Fewer prefetches are faster there still (an int8 row's: _prefetch),
+one a row slower (its second line then missed).
 
 An int8 cache's scores and p v, for heads of 64 or 128 values on a target with AVX-512 VNNI, are integer dot
 products (ember.codegen.c_attention_decode_vnni): the scores on vpdpbusd, the query quantized into two bytes a value
@@ -60,7 +67,7 @@ if TYPE_CHECKING:
 KEYS = 128
 assert KEYS * vnni.P_STEPS * 127 < 2**31  # p v's int32 sums of a block (c_attention_decode_vnni)
 AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the next block's
-PARALLEL_SCORES = 4096  # scores (a query head's against a key) a thread computes at least
+PARALLEL_SCORES = 512  # scores (a query head's against a key) a thread computes at least (a fork: about 1 us)
 
 _TYPED = """\
 /* the lines of nk keys' and values' rows, each row's last byte's too (a head's rows are strided:
@@ -222,16 +229,17 @@ static inline void {name}_softmax(float* restrict s, int64_t nk, int64_t G, floa
 
 _THREADS = """\
 /* the threads that share the keys: the caller's team when it is not in a parallel region
-   already, at most one per PARALLEL_SCORES scores (a query head's against a key) and per block */
-static inline int {name}_threads(int64_t scores, int64_t blocks) {{
+   already, at most one per PARALLEL_SCORES scores (a query head's against a key) and per item
+   (a key/value head's block) */
+static inline int {name}_threads(int64_t scores, int64_t items) {{
 #ifdef _OPENMP
   if (omp_in_parallel()) return 1;
   int64_t t = omp_get_max_threads();
   if (scores / PARALLEL_SCORES < t) t = scores / PARALLEL_SCORES;
-  if (blocks < t) t = blocks;
+  if (items < t) t = items;
   return t < 1 ? 1 : (int)t;
 #else
-  (void)scores; (void)blocks;
+  (void)scores; (void)items;
   return 1;
 #endif
 }}
@@ -248,7 +256,7 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
   int64_t Q = H * {G}, ep = ({E} + W - 1) / W * W, evp = ({Ev} + W - 1) / W * W;
   int64_t part = Q * evp + (2 * Q + W - 1) / W * W;  /* whole vectors: every part aligned */
   int64_t cached = {cached}, blocks = (cached + BK - 1) / BK;
-  int T = {name}_threads(H * {G} * cached, blocks);
+  int T = {name}_threads(H * {G} * cached, blocks * H);
   /* the scaled queries, each thread's part (its heads' output, running maximum and sum), the
      first thread's scores and the queries in two bytes (scores_q16's); the others' scores in
      their own scratch */
@@ -270,25 +278,25 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
       m[i] = -INFINITY;
       l[i] = 0.0f;
     }}
-    /* the thread's blocks of keys, every head's in each before the next block: the heads' rows
-       of a block lie together in a position-major cache, so that the cache streams once */
-    int64_t start = blocks * t / T * BK;
-    int64_t end = blocks * (t + 1) / T * BK < cached ? blocks * (t + 1) / T * BK : cached;
-    for (int64_t h = 0; h < H; ++h)  /* the first block's rows, which no block before fetched */
-      {name}_fetch(k + h * k_hs + start * k_rs, v + h * v_hs + start * v_rs, end - start < BK ? end - start : BK,
+    /* the thread's items, a contiguous range of (block, head) in that order: every head's block
+       before the next block (the heads' rows of a block lie together in a position-major cache,
+       so that the cache streams once); a cache of fewer blocks than threads split by heads */
+    int64_t first = blocks * H * t / T, last = blocks * H * (t + 1) / T;
+    for (int64_t i = first; i < last && i < first + H; ++i) {{  /* the first block's rows: none before fetched them */
+      int64_t h = i % H, j0 = i / H * BK;
+      {name}_fetch(k + h * k_hs + j0 * k_rs, v + h * v_hs + j0 * v_rs, cached - j0 < BK ? cached - j0 : BK,
                    k_rs, v_rs, {E}, {Ev});
-    for (int64_t j0 = start; j0 < end; j0 += BK) {{
-      int64_t nk = end - j0 < BK ? end - j0 : BK;
-      for (int64_t h = 0; h < H; ++h) {{
-        const {kt}* vh = v + h * v_hs + j0 * v_rs;
-        float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
-        const {kt}* kh = k + h * k_hs + j0 * k_rs;
-        int64_t done = {scores_q16};
-        {name}_scores(qs + h * {G} * ep, kh, vh, done, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
-{mask_block}        {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
-        int64_t pv_done = {pv_q15};
-        {name}_pv(s + pv_done, vh + pv_done * v_rs, nk - pv_done, v_rs, {G}, {Ev}, evp, oh);
-      }}
+    }}
+    for (int64_t i = first; i < last; ++i) {{
+      int64_t h = i % H, j0 = i / H * BK, nk = cached - j0 < BK ? cached - j0 : BK;
+      const {kt}* vh = v + h * v_hs + j0 * v_rs;
+      float *oh = o + h * {G} * evp, *mh = m + h * {G}, *lh = l + h * {G};
+      const {kt}* kh = k + h * k_hs + j0 * k_rs;
+      int64_t done = {scores_q16};
+      {name}_scores(qs + h * {G} * ep, kh, vh, done, nk, k_rs, v_rs, {G}, {E}, {Ev}, ep, s);
+{mask_block}      {name}_softmax(s, nk, {G}, oh, evp, mh, lh);
+      int64_t pv_done = {pv_q15};
+      {name}_pv(s + pv_done, vh + pv_done * v_rs, nk - pv_done, v_rs, {G}, {Ev}, evp, oh);
     }}
 {appended}  }}
   /* the threads' parts merged: each rescaled to the largest maximum */
@@ -394,15 +402,20 @@ def _row_sums(lib: CPrelude, lanes: int) -> str:
     return lib._helper(name, make)
 
 
-def _prefetch(key: str, indent: str) -> str:
+def _prefetch(key: str, indent: str, last: bool) -> str:
     """C prefetching the rows of the key AHEAD keys after `key` (kr: that key's row), each row's
-    lines and its last byte's (a row need not start a line), written out at each use: through a
-    function GCC 12 kept none."""
-    return (f"{indent}for (int64_t b = 0; b < kb; b += 64) PREFETCH((const char*)(kr + AHEAD * k_rs) + b);\n"
-            f"{indent}for (int64_t b = 0; b < vb; b += 64) "
-            f"PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n"
-            f"{indent}PREFETCH((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
-            f"{indent}PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+    lines and, where `last`, its last byte's (a row need not start a line), written out at each
+    use: through a function GCC 12 kept none. An int8 row of E codes, E a multiple of 64, and its
+    4-byte scale needs no last: its start a multiple of 4 bytes, the scale lies in the line of
+    code E, which the loop fetches (GPT-2's 12 heads over 1023 positions from memory, one thread of
+    a loaded Zen 4 EPYC: 138 -> 126 us a call, LLaMA's 66 -> 57: a third of the prefetches fewer;
+    one a row, its first line's, took 152 -> 205: the second lines then missed)."""
+    lines = (f"{indent}for (int64_t b = 0; b < kb; b += 64) PREFETCH((const char*)(kr + AHEAD * k_rs) + b);\n"
+             f"{indent}for (int64_t b = 0; b < vb; b += 64) PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + b);\n")
+    if last:
+        lines += (f"{indent}PREFETCH((const char*)(kr + AHEAD * k_rs) + kb - 1);\n"
+                  f"{indent}PREFETCH((const char*)(v + ({key} + AHEAD) * v_rs) + vb - 1);\n")
+    return lines
 
 
 def _row_scale(lib: CPrelude) -> str:
@@ -428,8 +441,9 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         v, u, m = lib.vec("float32", lanes), lib.unaligned_vec("float32", lanes), lib.mask(32, lanes)
         helpers = dict(hsum=_reduce(lib, "sum", lanes), hmax=_reduce(lib, "max", lanes),
                        exp2=_exp2_nonpositive(lib, v, m))
-        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 8),
-                      prefetch_one=_prefetch("j", " " * 4))
+        last = not (kv == "int8" and e_dim % 64 == 0 and ev_dim % 64 == 0)
+        scores = dict(hsums=_row_sums(lib, lanes), G=groups, prefetch_batch=_prefetch("j + i", " " * 8, last),
+                      prefetch_one=_prefetch("j", " " * 4, last))
         f32 = dict(kt="float", load="LOADF", scalar="", kscale_of="1.0f", vscale="", vscale1="", extra="")
         if kv == "bfloat16":
             b, bu = lib.vec("bfloat16", lanes), lib.unaligned_vec("bfloat16", lanes)
@@ -450,7 +464,7 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         q16 = dict(q16_floats="0", quantize="", scores_q16="0")
         text = ""
         if vnni.takes(kv, lanes, e_dim):
-            text = vnni.scores(lib, name, dims, scale, _prefetch("j + i", " " * 6), SCALE_BYTES)
+            text = vnni.scores(lib, name, dims, scale, _prefetch("j + i", " " * 6, last), SCALE_BYTES)
             q16 = dict(q16_floats=f"Q * (2 * {e_dim} + 2)",
                        quantize=_QUANTIZE_QUERIES.format(quantize=vnni.quantize_query(lib), **consts),
                        scores_q16=_SCORES_Q16.format(**consts))
