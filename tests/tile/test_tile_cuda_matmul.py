@@ -18,6 +18,16 @@ def operands(rng, dtype, shape):
     return rng.standard_normal(shape).astype(dtype)
 
 
+
+def launch_matmul(tutorials, a, b, c, block_m, block_n, block_k, group_m, activation, **options):
+    """The tutorial's kernel on row-major a (M x K) and b (K x N) into c, a program per block of c."""
+    (M, K), N = a.shape, b.shape[1]
+    grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
+    tutorials["03_matmul"].matmul_kernel.base_fn[grid](
+        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=block_m, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=block_k,
+        GROUP_SIZE_M=group_m, ACTIVATION=activation, **options)
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda, dtype, monkeypatch):
@@ -30,10 +40,7 @@ def test_matmul_on_tensor_cores_accumulates_in_registers(tutorials, rng, on_cuda
     M, N, K = 37, 29, 41  # no block size divides these
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
-    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
-    tutorials["03_matmul"].matmul_kernel.base_fn[grid](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
-        ACTIVATION="", num_warps=2)  # two of the four 16x16 tiles a warp
+    launch_matmul(tutorials, a, b, c, 32, 32, 16, 2, "", num_warps=2)  # two of the four 16x16 tiles a warp
     wide = [x.astype(np.float64) for x in ((tf32(a), tf32(b)) if dtype == "float32" else (a, b))]
     want = wide[0] @ wide[1]
     eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-5}[dtype]  # c's rounding, or fp32's sums
@@ -70,9 +77,7 @@ def test_matmul_takes_the_tensor_cores_of_the_targets_architecture(tutorials, rn
     M, N, K = 37, 29, 41
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 32) * triton.cdiv(N, 32),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=32, BLOCK_SIZE_N=32, BLOCK_SIZE_K=16, GROUP_SIZE_M=2,
-        ACTIVATION="", num_warps=2)
+    launch_matmul(tutorials, a, b, c, 32, 32, 16, 2, "", num_warps=2)
     want = a.astype(np.float64) @ b.astype(np.float64)
     eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 1e-5}[dtype]
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
@@ -91,9 +96,7 @@ def test_matmul_warps_as_a_grid(tutorials, rng, on_cuda, monkeypatch):
     M, N, K = 70, 45, 40
     a, b = operands(rng, "float16", (M, K)), operands(rng, "float16", (K, N))
     c = np.empty((M, N), a.dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-        ACTIVATION="", num_warps=4, num_stages=1)
+    launch_matmul(tutorials, a, b, c, 64, 64, 32, 1, "", num_warps=4, num_stages=1)
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=2.0 ** -10, atol=2.0 ** -10 * np.abs(want).max())
     (source,) = on_cuda
@@ -119,9 +122,7 @@ def test_matmul_on_mma_sync(tutorials, rng, on_cuda, monkeypatch, dtype, block_n
     M, N, K = 50, 45, 40
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.empty((M, N), a.dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, block_n),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=block_n, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-        ACTIVATION="", num_warps=4)
+    launch_matmul(tutorials, a, b, c, 64, block_n, 32, 1, "", num_warps=4)
     want = a.astype(np.float64) @ b.astype(np.float64)
     eps = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}[dtype]
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=eps, atol=eps * np.abs(want).max())
@@ -154,9 +155,7 @@ def test_matmul_on_mma_sync_stores_c_from_the_fragments(tutorials, rng, on_cuda,
     M, N, K = 50, 45, 40
     a, b = operands(rng, dtype, (M, K)), operands(rng, dtype, (K, N))
     c = np.full((M, N), np.nan, operands(rng, out, (1,)).dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 64) * triton.cdiv(N, 64),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-        ACTIVATION=activation, num_warps=4)
+    launch_matmul(tutorials, a, b, c, 64, 64, 32, 1, activation, num_warps=4)
     want = a.astype(np.float64) @ b.astype(np.float64)
     if activation:
         want = np.where(want >= 0, want, 0.01 * want)
@@ -181,9 +180,7 @@ def test_matmul_on_mma_sync_by_default_at_tritons_config(tutorials, rng, on_cuda
     M, N, K = 112, 112, 112
     a, b = operands(rng, "bfloat16", (M, K)), operands(rng, "bfloat16", (K, N))
     c = np.empty((M, N), a.dtype)
-    tutorials["03_matmul"].matmul_kernel.base_fn[(triton.cdiv(M, 128) * triton.cdiv(N, 128),)](
-        a, b, c, M, N, K, K, 1, N, 1, N, 1, BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=32, GROUP_SIZE_M=8,
-        ACTIVATION="", num_warps=8, num_stages=4)
+    launch_matmul(tutorials, a, b, c, 128, 128, 32, 8, "", num_warps=8, num_stages=4)
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=2.0 ** -7, atol=2.0 ** -7 * np.abs(want).max())
     (source,) = on_cuda
