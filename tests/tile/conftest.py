@@ -1,5 +1,6 @@
-"""Fixtures of the tile-language tests: a fresh random generator, and the tutorials of
-examples/triton loaded as modules (each test module its own copies)."""
+"""Fixtures of the tile-language tests: a fresh random generator, the tutorials of
+examples/triton loaded as modules (each test module its own copies), and launches for target
+"cuda" interpreted with GPU semantics (tile_cuda.py)."""
 import importlib.util
 import pathlib
 
@@ -24,3 +25,18 @@ def tutorials(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng()
+
+
+@pytest.fixture
+def on_cuda(monkeypatch):
+    """Launches compiled for "cuda" (interpret_cuda.target: the default GPU's unless a test names
+    another) and interpreted; the CUDA C of each in the returned list."""
+    from tile_cuda import CUDA, interpret_cuda
+
+    from ember.triton import compiler
+
+    interpret_cuda.launch, interpret_cuda.sources, interpret_cuda.target = [], [], CUDA
+    monkeypatch.setattr(compiler, "launch", interpret_cuda)
+    monkeypatch.delenv("EMBER_INTERPRET", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    return interpret_cuda.sources

@@ -8,7 +8,7 @@ import ember
 from ember import te
 from ember.target import Target
 from ember.tir.structural import structural_equal
-from ember.tune import Database, LocalRunner, MeasureResult
+from ember.tune import Database, LocalRunner, MeasureResult, search
 from ember.tune.extract import extract_tasks
 from ember.tune.report import plot_tuning_curves, tuning_curve, tuning_report
 from ember.tune.scheduler import GradientScheduler
@@ -31,7 +31,16 @@ def runner():
         yield r
 
 
-def test_tune_a_kernel_resume_and_replay(tmp_path, runner):
+@pytest.fixture
+def small_search(monkeypatch):
+    """A population of 24, not 48 (still more than the ELITE measured ones it is seeded with, so
+    random samples join them): these tests check what the tuner does with the search's proposals
+    (counts, database, resuming, stopping), not how good they are, and building and featurizing
+    the population is most of a round's time."""
+    monkeypatch.setattr(search, "POPULATION", 24)
+
+
+def test_tune_a_kernel_resume_and_replay(tmp_path, runner, small_search):
     db = Database(tmp_path / "tuning.db")
     best = tune(gemm(), trials=8, database=db, seed=0, runner=runner, batch=4)
     assert np.isfinite(best.latency_s) and best.trials == 8 and best.gflops > 0
@@ -60,7 +69,7 @@ class FlatRunner:
         return [MeasureResult((1e-3,)) for _ in inputs]
 
 
-def test_early_stop_ends_a_search_that_stopped_improving():
+def test_early_stop_ends_a_search_that_stopped_improving(small_search):
     best = tune(gemm(), trials=100, runner=FlatRunner(), batch=4, early_stop=8)
     assert best.trials == 12 and [h[0] for h in best.history] == [4, 8, 12]
     assert best.latency_s == 1e-3
@@ -117,7 +126,7 @@ def test_compile_applies_the_best_record(tmp_path):
     np.testing.assert_allclose(tuned(x.numpy()), model(x).detach().numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_tune_model_spreads_trials_and_reports(tmp_path, runner):
+def test_tune_model_spreads_trials_and_reports(tmp_path, runner, small_search):
     torch = pytest.importorskip("torch")
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
     x = torch.randn(8, 64)
