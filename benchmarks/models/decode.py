@@ -40,9 +40,9 @@ def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None, **
     one (2 layers, hidden 64, 4 heads over 2 key/value heads, its weights drawn wider so that
     greedy tokens vary), random weights drawn from `seed`, eval mode; `kv_heads` another count of
     key/value heads, `sizes` other values of the config's sizes (hidden_size=256: weights large
-    enough for ember.passes.pack_weights). Grouped heads reach the attention as they are (torch's enable_gqa, read by
-    ember's attention per group), not through transformers' repeat_kv, which copies the cache
-    once per group: see ember.frontend.gguf.unmasked_attention."""
+    enough for ember.passes.pack_weights). Grouped heads reach the attention as they are (torch's
+    enable_gqa, read by ember's attention per group), not through transformers' repeat_kv, which
+    copies the cache once per group: see ember.frontend.gguf.unmasked_attention."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from ember.frontend.gguf import unmasked_attention

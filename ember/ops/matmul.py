@@ -18,7 +18,7 @@ Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to
 single row (a GEMV) in column tiles one panel wide when b comes in panels (gemv_panel_width: its
 accumulators in registers, one contiguous stream of b per tile), else in tiles of up to 512
 columns whose accumulators sit in L1 while rows of b stream by; and gemm with trans_b and a few
-rows (a linear layer at batch 1, b not constant) as dot products along k, with vectors of
+rows (a linear layer at batch 1, b not in panels) as dot products along k, with vectors of
 partial sums (rfactor) instead of a transposed copy of b.
 """
 
