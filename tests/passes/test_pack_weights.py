@@ -112,25 +112,26 @@ def test_gemv_panels_match_float64(k, n, epilogue, width):
 
 
 @settings(max_examples=6, deadline=None)
-@given(k=st.integers(1, 600), vectors=st.integers(16, 160), trans_b=st.booleans(), seed=st.integers(0, 2**31))
-def test_gemv_panels_of_any_shape_match_numpy(k, vectors, trans_b, seed):
+@given(k=st.integers(1, 600), vectors=st.integers(16, 160), trans_a=st.booleans(), trans_b=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_gemv_panels_of_any_shape_match_numpy(k, vectors, trans_a, trans_b, seed):
     """gemm(x[1, K], W) over K and N = 8 * `vectors` columns (AVX2's vectors: panels of 64 down to
-    8 columns), W given as (K, N) or transposed (ONNX Gemm's transB), fresh random values, one
-    and two threads."""
+    8 columns), x and W given as they are or transposed (ONNX Gemm's transA and transB), fresh
+    random values, one and two threads."""
     rng = np.random.default_rng(seed)
     n = 8 * vectors
     k = max(k, -(-MIN_WEIGHTS // n))  # weights the pass packs
     w = rng.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype("float32")
     g = Graph()
-    x = g.add_input("x", TensorType((1, k)))
-    y, = add_op(g, "gemm", [x, g.add_constant(w, "w")], {"trans_b": trans_b})
+    x = g.add_input("x", TensorType((k, 1) if trans_a else (1, k)))
+    y, = add_op(g, "gemm", [x, g.add_constant(w, "w")], {"trans_a": trans_a, "trans_b": trans_b})
     g.set_outputs([y])
     target = Target(vector_bytes=32)
     (node,) = pack_weights(g, target).nodes
     assert node.attrs["b_panels"] == gemv_panel_width(n, 8)
     cm = ember.compile(g, target=target)
-    xv = rng.uniform(-1, 1, (1, k)).astype("float32")
-    want = xv.astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+    xv = rng.uniform(-1, 1, x.type.shape).astype("float32")
+    want = (xv.T if trans_a else xv).astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
     for threads in (1, 2):
         cm.num_threads = threads
         np.testing.assert_allclose(cm(xv), want, rtol=RTOL, atol=ATOL, err_msg=f"{threads} threads")
