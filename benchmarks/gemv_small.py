@@ -1,7 +1,10 @@
-"""A decode step's small GEMVs, one kernel at a time: int8 weights on the float32 GEMV (every code
-widened to a float and FMA'd; ember.codegen.c_gemm_nbits) against the same weights on the row
-quantized per group and vpdpbusd (ember.codegen.c_gemv_nbits_vnni, where the target has VNNI and
-VBMI; the quantize_rows pass disabled or not), and int4 on its VNNI GEMV beside them.
+"""A decode step's small GEMVs, one kernel at a time: float32 weights in the GEMV's panels
+(ember.passes.pack_weights) and row-major (the pass disabled), NumPy's and torch's sgemv on the
+same weights (x @ W; torch on --threads threads, NumPy's BLAS on its own count: set
+OPENBLAS_NUM_THREADS to match), int8 weights on the float32 GEMV (every code widened to a float
+and FMA'd; ember.codegen.c_gemm_nbits) against the same weights on the row quantized per group
+and vpdpbusd (ember.codegen.c_gemv_nbits_vnni, where the target has VNNI and VBMI; the
+quantize_rows pass disabled or not), and int4 on its VNNI GEMV beside them.
 
 For each shape K x N of GPT-2 small's and the LLaMA-architecture model's layers (q, k and v as one
 product, as fuse_siblings makes them; gate and up as one) a chain x -> x W1 -> (x W1) W2 -> ...
@@ -33,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 SHAPES = ((768, 1280), (768, 768), (768, 4096), (2048, 768), (768, 2304), (768, 3072), (3072, 768))
 VARIANTS = {  # name: ember.compile's options
+    "float32 GEMV": {},
+    "float32 row-major GEMV": {"disabled_passes": ("pack_weights",)},
     "int8 float32 GEMV": {"weights": "int8", "disabled_passes": ("quantize_rows",)},
     "int8 VNNI GEMV": {"weights": "int8"},
     "int4 VNNI GEMV": {"weights": "int4", "group_size": 128},
@@ -63,8 +68,32 @@ def per_call(model, x, repeat: int) -> dict[tuple, tuple[float, float]]:
     out = {}
     for info, t in zip(model.kernels, profile.kernels):
         node = next(nodes[name] for name in info.nodes if name in nodes)
-        key = (node.op, node.inputs[0].shape[1], node.attrs.get("n"))
+        key = (node.op, node.inputs[0].shape[1], node.outputs[0].shape[1] if node.op == "gemm" else node.attrs.get("n"))
         out[key] = (t.p10_us / t.calls, (t.cpu_us or np.nan) / t.calls)
+    return out
+
+
+def blas_per_call(graph, k: int, n: int, repeat: int) -> dict[tuple, tuple[float, float]]:
+    """NumPy's and torch's x @ W over the chain's weights (each shape's matrices in turn, x a row
+    of random values), as per_call's figures, by (library, K, N)."""
+    import time
+
+    import torch
+
+    out = {}
+    for rows, cols, prefix in ((k, n, "w"), (n, k, "v")):
+        mats = [w for name, w in graph.constants.items() if name.startswith(prefix)]
+        x = np.random.default_rng(2).standard_normal((1, rows)).astype(np.float32)
+        tensors = [torch.from_numpy(np.array(w)) for w in mats]  # (writable copies: the graph's are read-only)
+        for lib, xs, ws in (("numpy", x, mats), ("torch", torch.from_numpy(x), tensors)):
+            walls, cpus = [], []
+            for _ in range(max(3, repeat // 10)):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                for w in ws:
+                    xs @ w
+                cpus.append((time.thread_time() - cpu) / len(ws) * 1e6)
+                walls.append((time.perf_counter() - wall) / len(ws) * 1e6)
+            out[(lib, rows, cols)] = (float(np.percentile(walls, 10)), float(np.median(cpus)))
     return out
 
 
@@ -90,27 +119,34 @@ def main() -> None:
         nbytes = {name: {} for name in models}
         for name, m in models.items():
             for node in m.graph.nodes:
+                if node.op == "gemm":
+                    nbytes[name][("gemm", node.inputs[0].shape[1], node.outputs[0].shape[1])] = k * n * 4
                 if node.op == "gemm_nbits":
                     key = (node.op, node.inputs[0].shape[1], node.attrs["n"])
                     weights = node.inputs[3 if node.attrs["act"] != "auto" else 1:]
                     nbytes[name][key] = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in weights)
         copies = [copy_gbs(5)]
-        best: dict[str, dict] = {name: {} for name in models}
+        peers = ("NumPy sgemv", "torch sgemv")
+        nbytes.update({peer: {(peer, k, n): k * n * 4, (peer, n, k): k * n * 4} for peer in peers})
+        best: dict[str, dict] = {name: {} for name in (*models, *peers)}
         for _ in range(args.rounds):
             for name, m in models.items():
                 for key, us in per_call(m, x, args.repeat).items():
                     best[name][key] = np.minimum(best[name].get(key, np.inf), us)
+            for (lib, rows, cols), us in blas_per_call(graph, k, n, args.repeat).items():
+                peer = peers[lib == "torch"]
+                best[peer][(peer, rows, cols)] = np.minimum(best[peer].get((peer, rows, cols), np.inf), us)
         copies.append(copy_gbs(5))
         copy = max(copies)
         print(f"\n{k} x {n} and {n} x {k}, {args.threads} thread(s), copy {copy:.1f} GB/s "
               f"(before, after: {copies[0]:.1f}, {copies[1]:.1f}):")
-        for name in models:
+        for name in (*models, *peers):
             for key in sorted(nbytes[name]):
                 us, cpu = best[name][key]
                 gbs = nbytes[name][key] / us / 1e3
                 rows = best[name].get(("quantize_groups", key[1], None))
                 extra = f"; quantize_groups {rows[0]:.1f} us" if rows is not None else ""
-                print(f"  {name:18s} {key[1]:5d} x {key[2]:<5d} {nbytes[name][key] / 1e6:5.2f} MB {us:7.1f} us "
+                print(f"  {name:22s} {key[1]:5d} x {key[2]:<5d} {nbytes[name][key] / 1e6:5.2f} MB {us:7.1f} us "
                       f"{gbs:5.1f} GB/s = {gbs / copy:4.0%} of copy, CPU {cpu:6.1f} us{extra}")
 
 

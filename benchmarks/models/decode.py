@@ -34,14 +34,15 @@ def gpt2_lm(small: bool = False, seed: int = 0):
     return GPT2LMHeadModel(config).eval()
 
 
-def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None):
+def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None, **sizes):
     """LlamaForCausalLM from a config of GPT-2 small's size (hidden 768, 12 layers of 12 heads over
     4 key/value heads, MLP 2048, vocabulary 32000, untied head: 125 M parameters) or the reduced
     one (2 layers, hidden 64, 4 heads over 2 key/value heads, its weights drawn wider so that
     greedy tokens vary), random weights drawn from `seed`, eval mode; `kv_heads` another count of
-    key/value heads. Grouped heads reach the attention as they are (torch's enable_gqa, read by
-    ember's attention per group), not through transformers' repeat_kv, which copies the cache
-    once per group: see ember.frontend.gguf.unmasked_attention."""
+    key/value heads, `sizes` other values of the config's sizes (hidden_size=256: weights large
+    enough for ember.passes.pack_weights). Grouped heads reach the attention as they are (torch's
+    enable_gqa, read by ember's attention per group), not through transformers' repeat_kv, which
+    copies the cache once per group: see ember.frontend.gguf.unmasked_attention."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from ember.frontend.gguf import unmasked_attention
@@ -50,6 +51,7 @@ def llama_lm(small: bool = False, seed: int = 0, kv_heads: int | None = None):
     size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                 vocab_size=1000, initializer_range=0.3) if small else \
         dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12, num_attention_heads=12, vocab_size=32000)
+    size.update(sizes)
     kv_heads = kv_heads or size["num_attention_heads"] // (2 if small else 3)
     grouped = kv_heads != size["num_attention_heads"]
     config = LlamaConfig(**size, num_key_value_heads=kv_heads, max_position_embeddings=2048, bos_token_id=1,

@@ -15,9 +15,11 @@ float32. `tf32` (set by ember.passes.tf32_products): the operands are TF32 value
 multiplies on Tensor Cores as TF32; the compute and the reference are the float32 product's.
 
 Schedules (tiling.tile_rows_cols): an mr x nr register tile of the output (up to 12 x 32); a
-single row (a GEMV) in 512-column tiles whose accumulators sit in L1 while rows of b stream by;
-and gemm with trans_b and a few rows (a linear layer at batch 1) as dot products along k, with
-vectors of partial sums (rfactor) instead of a transposed copy of b.
+single row (a GEMV) in column tiles one panel wide when b comes in panels (gemv_panel_width: its
+accumulators in registers, one contiguous stream of b per tile), else in tiles of up to 512
+columns whose accumulators sit in L1 while rows of b stream by; and gemm with trans_b and a few
+rows (a linear layer at batch 1, b not in panels) as dot products along k, with vectors of
+partial sums (rfactor) instead of a transposed copy of b.
 """
 
 from __future__ import annotations
@@ -35,7 +37,23 @@ from .registry import OpDef, OpTypeError, register
 ANCHOR = "matmul"
 GEMV_COLS = 512  # columns of one tile of a single-row product
 GEMV_MIN_COLS = 64  # the narrowest tile a single-row product streams its weight rows in at full speed
+GEMV_TILES = 8  # column tiles a GEMV is cut into at least, that its threads share evenly
+GEMV_PANEL_VECTORS = 8  # vectors of a GEMV's widest panel: its accumulators and x[k] fit AVX2's 16 registers
 DOT_ROWS = 32  # gemm with trans_b and fewer rows than this computes dot products along k
+
+
+def gemv_panel_width(n: int, lanes: int) -> int | None:
+    """The panel width of a single row's (K, n) weights for vectors of `lanes` fp32 lanes: the
+    widest of GEMV_PANEL_VECTORS, 4, 2 and 1 vectors dividing n into at least GEMV_TILES tiles,
+    else the narrowest dividing n (the most tiles); None where no vector divides n (or none
+    without vectors). A tile one panel wide keeps its accumulators in registers, each k one
+    broadcast of x[k] and one FMA per vector of the panel's row, and streams its panel from end
+    to end; 8 vectors (128 columns on AVX-512) ran 5-10% faster than 4 at one thread (AMD EPYC
+    Zen 4: fewer instructions per byte in flight)."""
+    if lanes < 2:
+        return None
+    widths = [v * lanes for v in (GEMV_PANEL_VECTORS, 4, 2, 1) if n % (v * lanes) == 0]
+    return next((w for w in widths if n // w >= GEMV_TILES), widths[-1] if widths else None)
 
 
 def _check_numeric(op: str, t: TensorType) -> None:

@@ -24,11 +24,13 @@ from ember.ops.attention import SDPA  # noqa: E402
 PROMPT, TOKENS = 5, 12
 
 
+@pytest.mark.parametrize("sizes", [{}, {"hidden_size": 256, "intermediate_size": 512}])
 @torch.no_grad()
-def test_in_place_greedy_tokens_as_torch():
+def test_in_place_greedy_tokens_as_torch(sizes):
+    """The reduced model, and one whose weights are wide enough for the GEMVs' panels."""
     import ember
 
-    model = llama_lm(small=True)
+    model = llama_lm(small=True, **sizes)
     layers, n, dim = heads(model)
     kv = [torch.zeros((1, PROMPT, n, dim)) for _ in range(2 * layers)]
     past = torch.export.Dim("past", min=1, max=PROMPT + TOKENS)
@@ -38,6 +40,8 @@ def test_in_place_greedy_tokens_as_torch():
     assert len(attentions) == layers and all(n.attrs["appended"] and n.attrs["gqa"] for n in attentions)
     caches = {v.name for v in step.graph.inputs[1:]}  # read by the attentions alone (and its length): no copy
     assert {n.op for n in step.graph.nodes if caches & {v.name for v in n.inputs}} <= {SDPA, "size"}
+    if sizes:  # every product a GEMV over panels
+        assert all(n.attrs["b_panels"] for n in step.graph.nodes if n.op == "gemm")
     prompt = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(0))
     prefill = lambda ids: [t.numpy() for t in RowStep(model)(torch.from_numpy(ids))]  # noqa: E731 (eager)
     assert generate_in_place(prefill, step, prompt.numpy(), TOKENS, PROMPT + TOKENS + 1) == \

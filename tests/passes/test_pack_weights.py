@@ -1,21 +1,25 @@
 """Compile-time weight packing (ember.passes.pack_weights): linear layers whose constant weights
 go into the register tile's panels compute what NumPy computes in float64 (row counts the tile
 does not divide, K of no particular multiple, the fused epilogues bias, bias + GELU, bias +
-residual; a symbolic number of rows, one compile for every count), and the products the pass
-leaves alone stay as they were."""
+residual; a symbolic number of rows, one compile for every count; a single row, a GEMV, in its
+own wider panels at one and two threads), and the products the pass leaves alone stay as they
+were."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pass_check import check_same
 
 import ember
 from ember.graph import Graph, TensorType
 from ember.ops import OpTypeError, infer_types
+from ember.ops.matmul import gemv_panel_width
 from ember.ops.nodes import add_op
-from ember.passes.pack_weights import pack_weights
+from ember.passes.pack_weights import MIN_WEIGHTS, pack_weights
 from ember.target import Target, as_target
 
 RNG = np.random.default_rng()
@@ -74,7 +78,7 @@ def test_packed_linear_layers_match_float64(m, k, n, epilogue):
 
 
 @pytest.mark.parametrize("m, k, n", [
-    (1, 512, 512),  # a single row (GEMV, decode): row-major weights streamed
+    (1, 300, 500),  # a single row (GEMV) whose columns no vector divides (under GEMV_COLS: not padded)
     (16, 512, 100),  # N not a multiple of a panel
     (16, 64, 64),  # small weights
 ])
@@ -84,6 +88,61 @@ def test_what_stays_unpacked(m, k, n):
     cm = ember.compile(model, (torch.from_numpy(x),))
     assert _panels(cm) == [0]
     np.testing.assert_allclose(cm(x), _reference(model, x, None), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("k, n, epilogue, width", [
+    (257, 2304, "bias", 128),  # GPT-2's QKV columns: 18 panels of 8 AVX-512 vectors, K a prime
+    (300, 768, "bare", 64),  # 6 panels of 128 are fewer than GEMV_TILES: 12 of 64
+    (129, 1000, "bias+gelu", 128),  # pad_gemv's 1024 columns, the slice back to 1000 after
+    (520, 160, "bias+res", 16),  # 5 panels of 32: 10 of 16
+    (2100, 48, "bias", 16),  # 3 panels, the narrowest
+])
+def test_gemv_panels_match_float64(k, n, epilogue, width):
+    """A single row's weights in the GEMV's panels (ember.ops.matmul.gemv_panel_width), at one and
+    two threads: each thread's tiles read their panels from end to end."""
+    model = Linear(k, n, epilogue).eval()
+    x, res = _rand(1, k), _rand(1, n)
+    inputs = (x, res) if epilogue == "bias+res" else (x,)
+    cm = ember.compile(model, tuple(torch.from_numpy(v) for v in inputs), target=Target(vector_bytes=64))
+    assert _panels(cm) == [width]
+    for threads in (1, 2):
+        cm.num_threads = threads
+        np.testing.assert_allclose(cm(*inputs), _reference(model, x, res), rtol=RTOL, atol=ATOL,
+                                   err_msg=f"{threads} threads")
+
+
+@settings(max_examples=6, deadline=None)
+@given(k=st.integers(1, 600), vectors=st.integers(16, 160), trans_a=st.booleans(), trans_b=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_gemv_panels_of_any_shape_match_numpy(k, vectors, trans_a, trans_b, seed):
+    """gemm(x[1, K], W) over K and N = 8 * `vectors` columns (AVX2's vectors: panels of 64 down to
+    8 columns), x and W given as they are or transposed (ONNX Gemm's transA and transB), fresh
+    random values, one and two threads."""
+    rng = np.random.default_rng(seed)
+    n = 8 * vectors
+    k = max(k, -(-MIN_WEIGHTS // n))  # weights the pass packs
+    w = rng.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype("float32")
+    g = Graph()
+    x = g.add_input("x", TensorType((k, 1) if trans_a else (1, k)))
+    y, = add_op(g, "gemm", [x, g.add_constant(w, "w")], {"trans_a": trans_a, "trans_b": trans_b})
+    g.set_outputs([y])
+    target = Target(vector_bytes=32)
+    (node,) = pack_weights(g, target).nodes
+    assert node.attrs["b_panels"] == gemv_panel_width(n, 8)
+    cm = ember.compile(g, target=target)
+    xv = rng.uniform(-1, 1, x.type.shape).astype("float32")
+    want = (xv.T if trans_a else xv).astype(np.float64) @ (w.T if trans_b else w).astype(np.float64)
+    for threads in (1, 2):
+        cm.num_threads = threads
+        np.testing.assert_allclose(cm(xv), want, rtol=RTOL, atol=ATOL, err_msg=f"{threads} threads")
+
+
+def test_gemv_panel_widths():
+    """Up to 8 vectors (AVX-512: 128 columns, AVX2: 64) in at least GEMV_TILES panels, else the
+    most panels; none where no vector divides the columns, nor without vectors."""
+    assert [gemv_panel_width(n, 16) for n in (2304, 768, 1024, 160, 48, 500)] == [128, 64, 128, 16, 16, None]
+    assert [gemv_panel_width(n, 8) for n in (2304, 768, 272, 24)] == [64, 64, 16, 8]
+    assert gemv_panel_width(2304, 1) is None
 
 
 def test_symbolic_rows_are_packed():

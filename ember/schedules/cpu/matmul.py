@@ -1,17 +1,16 @@
 """CPU schedules of matmul and gemm (ember.ops.matmul): an mr x nr register tile of the output
 (nr the panel width when b comes in panels: the tile then reads one contiguous panel), a GEMV's
-wide rows in blocks (at least GEMV_TILES tiles of columns, for the threads to share), and
-few-row products with b transposed as vectors of partial dot products along k."""
+tiles one panel wide, or over b's rows as they are in wide blocks (at least GEMV_TILES tiles of
+columns, for the threads to share), and few-row products with b transposed as vectors of
+partial dot products along k."""
 
 from __future__ import annotations
 
 from ...ops.hints import lanes_dividing
-from ...ops.matmul import ANCHOR, GEMV_COLS, GEMV_MIN_COLS
+from ...ops.matmul import ANCHOR, GEMV_COLS, GEMV_MIN_COLS, GEMV_TILES
 from ...tir.expr import as_int
 from . import schedules
 from .tiling import find_anchor, prepare, register_tile, tile_rows_cols
-
-GEMV_TILES = 8  # column tiles a GEMV is cut into at least, that its threads share evenly
 
 
 @schedules("matmul", "gemm")
@@ -29,11 +28,12 @@ def schedule_matmul(s, outputs, target):
         _tile_dot(s, out, anchor, mr, 8 if mr < 4 else 4, anchor.attrs["dot_lanes"])
         return None
     row_axis = out.ndim - 2 if rows else None
-    if m == 1 and n is not None:  # a GEMV: wide rows of b streamed, accumulators in L1
-        # the widest tile that leaves at least GEMV_TILES tiles to share among the threads
+    if m == 1 and n is not None:  # a GEMV: b streamed, in panels one tile wide or in wide rows (accumulators in L1)
+        # else the widest tile that leaves at least GEMV_TILES tiles to share among the threads
         widths = (GEMV_COLS, 256, 128, 64, 32, 16, 8)
-        nr = next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == GEMV_MIN_COLS)),
-                  next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
+        nr = anchor.attrs["panels"] or \
+            next((w for w in widths if n % w == 0 and (n // w >= GEMV_TILES or w == GEMV_MIN_COLS)),
+                 next((w for w in widths if n % w == 0), min(GEMV_COLS, -(-n // 8) * 8)))  # else guarded
         prepare(s, outputs, anchor, target.lanes())
         tile_rows_cols(s, out, anchor, row_axis, out.ndim - 1, 1, nr, block=min(nr, 64))
         return None
