@@ -31,13 +31,12 @@ and each call ramped its prefetches up again. The keys are shared among the call
 threads (each thread's output, maximum and sum per head merged at the end, as flash-decoding
 splits its keys), where there are PARALLEL_SCORES scores (a query head's against a key) a thread:
 a contiguous range each of the items (block, key/value head) taken in that order, so that a long
-cache splits by blocks (every head of each) and a cache of fewer blocks than threads by heads
-(GPT-2's 12 heads over 128 positions, one block, had stayed on one thread: 17-20 us a call there,
-a tenth of its step's kernels at that context; on a machine loaded 5x over its 2 cores the split
-call took 127 us a layer against one thread's 22, as the step's GEMVs there took 4x their one-thread
-time at two: its second thread waiting for a core); a parallel loop over the heads gave each thread
-rows strided through the whole cache. Each key's prefetch takes its head's rows AHEAD keys on, the
-next block's, which the head reads after every other head's block: time enough for memory. The
+cache splits by blocks (every head of each) and a cache of fewer blocks than threads by heads;
+GPT-2's 12 heads over 128 positions (one block, 1536 scores) stay on one thread: split from 512
+scores a thread, the call took 36-47 us at two threads against one thread's 15-21 (a quiet
+2-core Zen 4, 6 alternating rounds) and was no faster at 1024 positions; a parallel loop over the
+heads gave each thread rows strided through the whole cache. Each key's prefetch takes its head's
+rows AHEAD keys on, the next block's, which the head reads after every other head's block: time enough for memory. The
 prefetches go to L2 (prefetcht1), not L1: a block's rows of every head outnumber L1's outstanding
 misses, and prefetcht0 held the loads of the block being computed behind them (LLaMA's 4 key/value
 heads over 1023 int8 positions from memory, one thread of a Zen 4 EPYC: 117 -> 68 us a call,
@@ -67,7 +66,7 @@ if TYPE_CHECKING:
 KEYS = 128
 assert KEYS * vnni.P_STEPS * 127 < 2**31  # p v's int32 sums of a block (c_attention_decode_vnni)
 AHEAD = KEYS  # keys ahead that the scores pass prefetches a head's rows: the next block's
-PARALLEL_SCORES = 512  # scores (a query head's against a key) a thread computes at least (a fork: about 1 us)
+PARALLEL_SCORES = 4096  # scores (a query head's against a key) a thread computes at least (a fork: about 1 us)
 
 _TYPED = """\
 /* the lines of nk keys' and values' rows, each row's last byte's too (a head's rows are strided:

@@ -230,13 +230,13 @@ def test_int8_scores_any_length(past, spread):
 
 
 @settings(max_examples=25, deadline=None)
-@given(shape=st.sampled_from([(12, 1), (4, 3)]), past=st.integers(1, 400))
+@given(shape=st.sampled_from([(12, 1), (4, 3)]), past=st.integers(1, 1100))
 def test_int8_heads_and_positions_split_among_threads(shape, past):
     """GPT-2's heads (12, none grouped) and LLaMA's (12 over 4) over any number of positions at two
-    threads: the threads take contiguous ranges of (block, key/value head), so that a cache of one
-    block (GPT-2's 128 positions) is split by heads and one of a few blocks partly by both. The
-    same against float64 over the dequantized rows as at one thread (rtol 1e-4, atol 1e-5: keys
-    within the queries' range)."""
+    threads: the threads take contiguous ranges of (block, key/value head) once there are
+    PARALLEL_SCORES scores a thread (past 341 positions here), so that a few blocks are split by
+    heads and partly by both. The same against float64 over the dequantized rows as at one thread
+    (rtol 1e-4, atol 1e-5: keys within the queries' range)."""
     heads, groups = shape
     cm = int8_step(heads, groups, 64)
     inputs, _ = int8_step_inputs(heads, groups, 64, past, spread=1.0)
