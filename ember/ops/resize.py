@@ -166,23 +166,29 @@ def antialias_reach(attrs, scale: float) -> tuple[int, int]:
     return first, 2 - 2 * first
 
 
-def antialias_weight(num, den: int, n_in: int, tap, scale: float, attrs, lo, hi, select, both, to_float):
-    """(index, weight) of tap number `tap` (an int, an array or a te expression, counted from
-    antialias_reach's first) of coordinate num/den: the index clamped to the input, the weight
-    kernel(s * distance), not yet normalized (0 past an edge with exclude_outside)."""
-    s = min(scale, 1.0)
+def antialias_distance(num, den: int, tap, scale: float, attrs, select, to_float):
+    """The kernel's argument for tap number `tap` (an int, an array or a te expression, counted
+    from antialias_reach's first) of coordinate num/den: |s * distance|, s = min(scale, 1)."""
     first, _ = antialias_reach(attrs, scale)
     base = num // den
     t = to_float(num - base * den) / float(den)
-    d = (to_float(tap + first) - t) * s
-    d = select(d < 0, 0.0 - d, d)
+    d = (to_float(tap + first) - t) * min(scale, 1.0)
+    return select(d < 0, 0.0 - d, d)
+
+
+def antialias_weight(num, den: int, n_in: int, tap, scale: float, d, attrs, lo, hi, select, both):
+    """(index, weight) of tap number `tap` of coordinate num/den whose kernel argument is d
+    (antialias_distance: a compute reads it from a table, as the cubic kernel reads it ten
+    times): the index clamped to the input, the weight kernel(d), not yet normalized (0 past an
+    edge with exclude_outside)."""
+    first, _ = antialias_reach(attrs, scale)
     a = attrs["cubic_coeff_a"]
     if attrs["mode"] == "linear":
         w = select(d < 1, 1.0 - d, 0.0 * d)
     else:
         w = select(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
                    select(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0 * d))
-    index = base + first + tap
+    index = num // den + first + tap
     if attrs["exclude_outside"]:
         w = select(both(index >= 0, index <= n_in - 1), w, 0.0 * w)
     return lo(hi(index, 0), n_in - 1), w
@@ -202,8 +208,10 @@ def axis_taps(attrs, axis: int, pos, n_in: int, n_out: int, ops):
         return [(nearest_index(num, den, n_in, attrs["nearest_mode"], lo, hi), None)], inside
     if attrs["antialias"]:
         scale = float(_scale(attrs, axis, n_in, n_out))
-        taps = [antialias_weight(num, den, n_in, k, scale, attrs, lo, hi, select, both, to_float)
-                for k in range(antialias_reach(attrs, scale)[1])]
+        taps = []
+        for k in range(antialias_reach(attrs, scale)[1]):
+            d = antialias_distance(num, den, k, scale, attrs, select, to_float)
+            taps.append(antialias_weight(num, den, n_in, k, scale, d, attrs, lo, hi, select, both))
         total = sum(w for _, w in taps)
         return [(i, w / total) for i, w in taps], inside
     if attrs["mode"] == "cubic":
@@ -286,8 +294,8 @@ def _tap_tables(attrs, k: int, n_in: int, n_out: int, ops):
 
 def _compute_separable(x, attrs, sizes, weight_dtype, ops):
     """Antialiased resizing one spatial axis after the other (its taps grow as 1/scale: a stage
-    per axis reads sum(taps) rather than their product): per axis tables of the taps' input
-    indices and weights (output coordinate x tap), the weights' sums, and the weighted sum over
+    per axis reads sum(taps) rather than their product): per axis tables of the taps' kernel
+    arguments, input indices and weights (output coordinate x tap), the weights' sums, and the weighted sum over
     the taps of each output."""
     lo, hi, select, both, to_float = ops
 
@@ -298,8 +306,12 @@ def _compute_separable(x, attrs, sizes, weight_dtype, ops):
         scale = float(_scale(attrs, k, n_in, n_out))
         count = antialias_reach(attrs, scale)[1]
 
+        distance = te.compute((n_out, count),
+                              lambda o, j: antialias_distance(a * o + b, den, j, scale, attrs, select, to_float),
+                              name=f"resize_distance{k}", tag=AXIS_STAGE)
+
         def tap(o, j):
-            return antialias_weight(a * o + b, den, n_in, j, scale, attrs, lo, hi, select, both, to_float)
+            return antialias_weight(a * o + b, den, n_in, j, scale, distance[o, j], attrs, lo, hi, select, both)
 
         weights = te.compute((n_out, count), lambda o, j: tap(o, j)[1], name=f"resize_weights{k}", tag=AXIS_STAGE)
         index = te.compute((n_out, count), lambda o, j: tap(o, j)[0], name=f"resize_index{k}", tag=AXIS_STAGE)
