@@ -162,7 +162,8 @@ def prepare(args, folder: Path, name: str) -> dict:
     compile_s, nbytes, runs, files, prefills, cache_of = {}, {}, {}, {}, {}, {}
     for runtime, weights, kv in variants(args):
         start = time.perf_counter()
-        options = dict(weights=None if weights == "float32" else weights, group_size=args.group)
+        options = dict(weights=None if weights == "float32" else weights,
+                       group_size=args.group if weights == "int4" else None)
         if weights not in prefills:
             prefills[weights] = compile_prefill(model, args.prompt, max_len, **options)
             prefills[weights].save(folder / f"{name}-prefill-{weights}")
@@ -516,7 +517,7 @@ def ember_compile_gemv(args, folder: Path, weights: str) -> None:
     import ember
 
     ember.compile(gemv_chain(), num_threads=args.threads, weights=None if weights == "float32" else weights,
-                  group_size=args.group).save(folder / f"gemv-{weights}")
+                  group_size=args.group if weights == "int4" else None).save(folder / f"gemv-{weights}")
 
 
 if __name__ == "__main__":

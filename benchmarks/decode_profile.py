@@ -139,7 +139,7 @@ def main(argv=None) -> None:
     model = _model(args.model, small=False)
     weights = None if args.weights == "float32" else args.weights
     max_len = 1024 + 40
-    step = compile_step(model, 128, max_len, kv_cache=args.kv_cache, weights=weights, group_size=128)
+    step = compile_step(model, 128, max_len, kv_cache=args.kv_cache, weights=weights)
     rng = np.random.default_rng(0)
     for context in (int(c) for c in args.contexts.split(",")):
         inputs = cache_inputs(step, context, rng)

@@ -67,7 +67,7 @@ def main() -> None:
     x = np.random.default_rng(1).standard_normal((1, 768)).astype(np.float32)
     def options(name):
         opts, _ = VARIANTS[name]
-        return {**opts, "group_size": args.group} if "weights" in opts else opts
+        return {**opts, "group_size": args.group} if opts.get("weights") == "int4" else opts
 
     one = {n: ember.compile(gemv_chain(1), **options(n))(x)[0] for n in VARIANTS}
     for name, y in one.items():

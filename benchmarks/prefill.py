@@ -37,7 +37,9 @@ def compile_all(args, folder: Path) -> None:
     for name in args.models:
         model = _model(name, small=False)
         for weights in args.weights:
-            options = {} if weights == "float32" else {"weights": weights, "group_size": args.group}
+            options = {} if weights == "float32" else {"weights": weights}
+            if weights == "int4":
+                options["group_size"] = args.group
             start = time.perf_counter()
             compile_prefill(model, args.prompt, args.prompt + 64, **options).save(folder / f"{name}-{weights}")
             print(f"compiled {name} {weights} in {time.perf_counter() - start:.1f} s", flush=True)

@@ -98,7 +98,7 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
                   jobs: int | None = None, target: str | Target = "c", cc: str | None = None,
                   cflags: str | Sequence[str] | None = None, database=None,
                   schedules: ScheduleLookup | None = None,
-                  checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int = 128,
+                  checked: bool | None = None, precision: str = "fp32", weights=None, group_size: int | None = None,
                   zero_points: bool = False, kv_cache: str = "float32",
                   host: Mapping[str, Callable] | None = None) -> CompiledModel | SegmentedModel:
     """Compile a graph to a CompiledModel (see the module doc).
@@ -128,9 +128,10 @@ def compile_graph(graph: Graph, *, opt_level: int = 2, disabled_passes: Sequence
         (ember.passes.tf32_products).
     weights: "int8" or "int4": the linear layers' constant weights quantized, weight-only
         (ember.passes.quantize_weights: int8 per output channel; int4 per group of `group_size`
-        rows, 32, 64 or 128, symmetric or with `zero_points`); None: float32; a mapping of
-        weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those take their
-        own codes, the others stay float32.
+        rows, 32, 64 or 128 (default 128), symmetric or with `zero_points`); None: float32; a
+        mapping of weights quantized already (ember.frontend.gguf.load_gguf's `weights`): those
+        take their own codes, the others stay float32. group_size or zero_points with weights
+        other than "int4" is a ConfigError (they would be dropped).
     kv_cache: "float32", "bf16" or "int8": a decode step's key/value cache read in place (the graph
         inputs that only appended attentions read as keys and values, ember.passes.kv_cache)
         taken in bfloat16, half the bytes a step reads at a long context; the caller's cache

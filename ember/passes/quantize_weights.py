@@ -52,28 +52,43 @@ class WeightFormat:
     known: Mapping[str, QuantizedWeight] | None = None  # by digest of the float32 weight
 
     @classmethod
-    def of(cls, weights: str | Mapping[str, QuantizedWeight] | None, group_size: int = 128,
+    def of(cls, weights: str | Mapping[str, QuantizedWeight] | None, group_size: int | None = None,
            zero_points: bool = False) -> WeightFormat | None:
         """The format the options of ember.compile name (None: weights stay float32); a mapping
-        is weights quantized already (ember.frontend.gguf's), found by their float32 form."""
+        is weights quantized already (ember.frontend.gguf's), found by their float32 form.
+        group_size (default 128) and zero_points are int4's: given with other weights, which
+        would drop them, they are a ConfigError."""
         if isinstance(weights, Mapping):
             odd = next((v for v in weights.values() if not isinstance(v, QuantizedWeight)), None)
             if odd is not None:
                 raise ConfigError(f"weights given as a mapping hold QuantizedWeights by digest (load_gguf's "
                                   f"`weights`), got a value of type {type(odd).__name__}")
+        elif weights not in (*WEIGHTS, None, "float32"):
+            raise ConfigError(f"weights must be one of {WEIGHTS} or None, got {weights!r}")
+        if not isinstance(zero_points, bool | np.bool_):
+            raise ConfigError(f"zero_points must be True or False, got {zero_points!r}")
+        given = [o for o, v in (("group_size", group_size is not None), ("zero_points", zero_points)) if v]
+        if weights != "int4" and given:
+            raise ConfigError(f"{' and '.join(given)} {'is' if given == ['group_size'] else 'are'} for int4 weights "
+                              f"(weights='int4'); {_no_groups(weights)}")
+        if isinstance(weights, Mapping):
             return cls(0, known=weights)
         if weights is None or weights == "float32":
             return None
-        if weights not in WEIGHTS:
-            raise ConfigError(f"weights must be one of {WEIGHTS} or None, got {weights!r}")
+        group_size = 128 if group_size is None else group_size
         if weights == "int4" and (isinstance(group_size, bool) or not isinstance(group_size, int | np.integer)
                                   or group_size not in GROUPS):
             raise ConfigError(f"group_size must be one of {GROUPS} for int4 weights, got {group_size!r}")
-        if not isinstance(zero_points, bool | np.bool_):
-            raise ConfigError(f"zero_points must be True or False, got {zero_points!r}")
-        if weights == "int8" and zero_points:
-            raise ConfigError("zero_points are for int4 weights; int8 weights are symmetric per channel")
         return cls(8 if weights == "int8" else 4, int(group_size), bool(zero_points))
+
+
+def _no_groups(weights) -> str:
+    """Why weights other than int4 take no group_size or zero_points (the end of the ConfigError)."""
+    if isinstance(weights, Mapping):
+        return "weights given quantized (a mapping) keep their own codes' format"
+    if weights == "int8":
+        return "int8 weights are symmetric per output channel"
+    return f"weights={weights!r} leaves the weights float32"
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

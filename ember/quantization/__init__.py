@@ -50,35 +50,53 @@ __all__ = ["device_reports", "error", "quantize"]
 
 
 def quantize(model, example_inputs=None, calibration_data: Iterable | None = None, *, method: str = "minmax",
-             per_channel: bool = True, dynamic: bool = False, percentile: float = 99.99, progress: bool = True,
-             nhwc: bool = True, offload=None, offload_tiles=None, dynamic_shapes=None, **compile_options):
+             per_channel: bool = True, dynamic: bool = False, percentile: float | None = None,
+             progress: bool = True, nhwc: bool | None = None, offload=None, offload_tiles=None, dynamic_shapes=None,
+             **compile_options):
     """A compiled model of `model` (a torch.nn.Module with `example_inputs`, an ONNX model, a
     Graph) whose products with constant weights run in int8 (see the module doc).
     calibration_data: batches (each a tuple of the model's inputs, or one input), for static
-    quantization; method: how a range is read from them; percentile: for method="percentile".
-    nhwc: convolutions chained in NHWC uint8 rows, each requantizing in its kernel's epilogue for the
-    next (rewrite.py); False: each convolution's float32 output back in NCHW, its epilogue in the
+    quantization; method: how a range is read from them; percentile: for method="percentile"
+    (default 99.99). dynamic=True reads no range, so it takes no method.
+    nhwc: (default True) convolutions chained in NHWC uint8 rows, each requantizing in its kernel's
+    epilogue for the next (rewrite.py); False: each convolution's float32 output back in NCHW, its epilogue in the
     operators after it (what offload does, so that a product's epilogue can run on the host).
     offload: an int8 accelerator (ember.accel.vta) to run the int8 products on (see the module doc);
     offload_tiles: the device tiles of some of its GEMM shapes (ember.quantization.offload.offload).
+    An option that only means something with another (percentile without method="percentile",
+    offload_tiles without offload, nhwc with offload, which lays convolutions out as it needs) is an
+    ArgumentTypeError, never dropped.
     dynamic_shapes: torch.export's, for a torch.nn.Module (as ember.compile's).
     compile_options: those of ember.compile (target, opt_level, num_threads, ...); weights=
     "int8" | "int4": weight-only quantization, ember.compile's."""
     check_option_names(compile_options, "ember.quantize", ("method", "per_channel", "dynamic", "percentile", "progress",
                                                            "nhwc", "offload", "offload_tiles", "dynamic_shapes"))
     for name, value in (("per_channel", per_channel), ("dynamic", dynamic), ("progress", progress), ("nhwc", nhwc)):
-        if not isinstance(value, bool | np.bool_):
+        if not isinstance(value, bool | np.bool_) and not (name == "nhwc" and value is None):
             raise ArgumentTypeError(f"ember.quantize: {name} must be True or False, got {value!r}")
+    if offload_tiles is not None and offload is None:
+        raise ArgumentTypeError("ember.quantize: offload_tiles are tiles of an accelerator's GEMM shapes: they need "
+                                "offload= (the accelerator, ember.accel.vta) too")
+    if nhwc is not None and offload is not None:
+        raise ArgumentTypeError(f"ember.quantize: nhwc={nhwc!r} with offload: an offloaded model's convolutions keep "
+                                "NCHW (their epilogues on the host); drop nhwc")
+    if percentile is not None and method != "percentile":
+        raise ArgumentTypeError(f"ember.quantize: percentile is for method='percentile', got method={method!r}")
     if compile_options.get("weights") not in (None, "float32"):
-        if calibration_data is not None or dynamic or offload is not None or method != "minmax" or not per_channel:
+        if calibration_data is not None or dynamic or offload is not None or method != "minmax" or not per_channel \
+                or nhwc is not None:
             raise ArgumentTypeError("ember.quantize: weights= quantizes the weights only (float32 activations): "
-                                    "it takes no calibration_data, dynamic, method, per_channel or offload")
+                                    "it takes no calibration_data, dynamic, method, per_channel, nhwc or offload")
         return compile_model(model, example_inputs, dynamic_shapes=dynamic_shapes, **compile_options)
     if method not in METHODS:
         raise ArgumentTypeError(f"ember.quantize: method must be one of {METHODS}, got {method!r}")
+    percentile = 99.99 if percentile is None else percentile
     if isinstance(percentile, bool) or not isinstance(percentile, int | float) or not 50 < percentile <= 100:
         raise ConfigError(f"ember.quantize: percentile must be a number in (50, 100] (the share of values a range "
                           f"holds on each side), got {percentile!r}")
+    if dynamic and method != "minmax":
+        raise ArgumentTypeError(f"ember.quantize: dynamic=True takes the activations' ranges at run time (their "
+                                f"min and max); it takes no method, got method={method!r}")
     if dynamic and calibration_data is not None:
         raise ArgumentTypeError("ember.quantize: dynamic=True takes the activations' ranges at run time; it takes "
                                 "no calibration_data")
@@ -101,7 +119,7 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     if not dynamic:
         observers = _calibrate(graph, calibration_data, progress, compile_options)
         ranges = {name: o.range(method, percentile) for name, o in observers.items()}
-    quantized = quantize_products(graph, ranges, per_channel, nhwc=nhwc and offload is None)
+    quantized = quantize_products(graph, ranges, per_channel, nhwc=nhwc is not False and offload is None)
     if offload is None:  # (an offloaded product's epilogue stays the host's)
         quantized = fold_requantization(quantized)
     quantized.ranges.update(imported.ranges)  # (the sizes' ranges, checked at each call, as ember.compile's)

@@ -383,7 +383,7 @@ def test_compiled_prefill_mlp_at_one_and_two_threads(bits, zero_points):
     (d,) = add_op(g, "gemm", [h, g.add_constant(w[1], "w_down")])
     (d3,) = add_op(g, "reshape", [d], {"shape": (1, "seq", k)})
     g.set_outputs(add_op(g, "add", [add_op(g, "reshape", [x], {"shape": (1, "seq", k)})[0], d3]))
-    quantized = quantize_weights(g, WeightFormat.of(f"int{bits}", 32, zero_points))
+    quantized = quantize_weights(g, WeightFormat.of(f"int{bits}", 32 if bits == 4 else None, zero_points))
     w = [weight([None, *(quantized.constants[v.name] for v in n.inputs[1:])], n.attrs)
          for n in quantized.nodes if n.op == "gemm_nbits"]  # the weights the codes hold
     model = ember.compile(quantized)

@@ -31,7 +31,7 @@ def _layer(weights="int4", residual_shape=(1, M, 40), swap=False, reread=False):
     (v,) = add_op(g, "reshape", [y], {"shape": (1, M, 40)})
     (s,) = add_op(g, "add", [r, v] if swap else [v, r])
     g.set_outputs([s, y] if reread else [s])
-    return quantize_rows(quantize_weights(g, WeightFormat.of(weights, 32)), VNNI)
+    return quantize_rows(quantize_weights(g, WeightFormat.of(weights, 32 if weights == "int4" else None)), VNNI)
 
 
 @pytest.mark.parametrize("weights,swap", [("int8", False), ("int4", True)])

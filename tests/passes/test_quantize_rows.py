@@ -29,7 +29,7 @@ def _graph(rows, k=64, weights="int8"):
     b, = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((k, 40)).astype("float32"), "wb")])
     c, = add_op(g, "gemm", [a, g.add_constant(RNG.standard_normal((64, 40)).astype("float32"), "wc")])
     g.set_outputs([b, c])
-    return quantize_weights(g, WeightFormat.of(weights, 32))
+    return quantize_weights(g, WeightFormat.of(weights, 32 if weights == "int4" else None))
 
 
 def test_a_prefill_of_constant_codes_quantizes_its_rows_in_the_kernel():

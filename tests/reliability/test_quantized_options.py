@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import ember
+from ember.accel import vta
 from ember.errors import ArgumentTypeError, CompileError, ConfigError, ShapeError
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
@@ -37,6 +38,14 @@ def linear():
     ({"precision": "fp8"}, r"precision must be one of \['bf16', 'fp32'\] for target 'c', got 'fp8'"),
     ({"kv_cache": "int4"}, r"kv_cache must be one of \['bf16', 'float32', 'int8'\], got 'int4'"),
     ({"weights": {"abc": 1}}, "weights given as a mapping hold QuantizedWeights by digest .* got a value of type int"),
+    # int4's options with other weights, dropped before (the default 128 given is refused too)
+    ({"group_size": 32}, r"group_size is for int4 weights \(weights='int4'\); weights=None leaves the weights float32"),
+    ({"zero_points": True}, r"zero_points are for int4 weights \(weights='int4'\); weights=None leaves"),
+    ({"weights": "int8", "group_size": 128},
+     "group_size is for int4 weights .*; int8 weights are symmetric per output channel"),
+    ({"weights": "int8", "group_size": 32, "zero_points": True}, "group_size and zero_points are for int4 weights"),
+    ({"weights": {}, "group_size": 64}, "group_size is for int4 weights .*; weights given quantized .* own codes"),
+    ({"weights": "int3", "group_size": 64}, r"weights must be one of \('int8', 'int4'\) or None, got 'int3'"),
 ])
 def test_compile_options_are_named(options, says):
     g = Graph("relu")
@@ -54,11 +63,22 @@ def test_compile_options_are_named(options, says):
     ({"method": "mse", "calibration_data": "batches"}, ArgumentTypeError, "method must be one of"),
     ({"weights": "int4", "method": "entropy"}, ArgumentTypeError, "weights= quantizes the weights only"),
     ({"dynamic": True, "target": "cuda"}, ConfigError, "target 'cuda' has no int8 product kernels yet"),
+    # options that mean something only with another, dropped before
+    ({"offload_tiles": {}, "calibration_data": "batches"}, ArgumentTypeError,
+     "offload_tiles are tiles of an accelerator's GEMM shapes: they need offload="),
+    ({"percentile": 99.9, "calibration_data": "batches"}, ArgumentTypeError,
+     "percentile is for method='percentile', got method='minmax'"),
+    ({"dynamic": True, "method": "entropy"}, ArgumentTypeError, "it takes no method, got method='entropy'"),
+    ({"weights": "int8", "nhwc": False}, ArgumentTypeError, "weights= quantizes the weights only .* nhwc"),
+    ({"nhwc": True, "offload": "vta", "calibration_data": "batches"}, ArgumentTypeError,
+     "nhwc=True with offload: an offloaded model's convolutions keep NCHW"),
 ])
 def test_quantize_options_are_named(linear, options, error, says):
     model, x = linear
     if options.get("calibration_data") == "batches":
         options = {**options, "calibration_data": [x]}
+    if options.get("offload") == "vta":
+        options = {**options, "offload": vta}
     with pytest.raises(error, match=says):
         ember.quantize(model, (x,), progress=False, **options)
 
