@@ -93,7 +93,7 @@ def check_model_fits(name: str, plan: MemoryPlan, weights: Mapping[str, np.ndarr
     weight_bytes = sum(a.nbytes for a in weights.values())
     output_bytes = sum(nbytes(t) or 0 for t in outputs)
     if peak + weight_bytes + output_bytes > memory:
-        raise CompileError(f"model {name} needs {format_bytes(peak + weight_bytes + output_bytes)} to run, more "
+        raise CompileError(f"model '{name}' needs {format_bytes(peak + weight_bytes + output_bytes)} to run, more "
                            f"than this machine's memory ({format_bytes(memory)}): weights "
                            f"{format_bytes(weight_bytes)}, workspace peak {format_bytes(peak)}, outputs "
                            f"{format_bytes(output_bytes)}")

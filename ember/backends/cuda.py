@@ -127,18 +127,18 @@ class CUDABackend(Backend):
                checked: bool, target) -> Rendered:
         """Every kernel built by NVRTC (cached on disk), and the entry that runs the program."""
         if any(isinstance(st, Branch | Loop) for st in program.body):
-            raise CompileError(f"model {spec.name}: control flow (if, loop) does not compile for target 'cuda' yet; "
+            raise CompileError(f"model '{spec.name}': control flow (if, loop) does not compile for target 'cuda' yet; "
                                f"compile it for 'c'")
         for f in program.kernels:
             if not is_gpu_kernel(f):
-                raise CompileError(f"model {spec.name}: {_kernel_named(spec, f)} has no GPU schedule: its loops are "
+                raise CompileError(f"model '{spec.name}': {_kernel_named(spec, f)} has no GPU schedule: its loops are "
                                    f"bound to no block or thread")
         kernels = {}
         for f in program.kernels:
             try:
                 kernels[f.name] = build_cuda(f, arch=target.gpu.arch, gpu=target.gpu)
             except LowerError as e:  # (a kernel the GPU family schedules in part only)
-                raise CompileError(f"model {spec.name}: {_kernel_named(spec, f)} does not lower for the GPU: "
+                raise CompileError(f"model '{spec.name}': {_kernel_named(spec, f)} does not lower for the GPU: "
                                    f"{e}") from e
         entry = InterpretedEntry(program, load=build_simt) if target.simulate else DeviceEntry(program, kernels)
         return Rendered("\n\n".join(k.source for k in kernels.values()), entry)

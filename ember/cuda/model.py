@@ -167,7 +167,7 @@ class CUDAModel(CompiledModel):
         cu = cuda_driver.driver()
         if len(inputs) != len(self.spec.inputs):
             names = ", ".join(t.name for t in self.spec.inputs)
-            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
+            raise ArgumentTypeError(f"model '{self.name}' takes {len(self.spec.inputs)} input(s) ({names}), "
                                     f"got {len(inputs)}")
         given = [self._on_device(k, x, dev.ordinal) for k, x in enumerate(inputs)]  # (array, shape), kept alive
         symbols = self._bind([SimpleNamespace(shape=shape) for _, shape in given])
@@ -214,7 +214,7 @@ class CUDAModel(CompiledModel):
             self._previous_inputs = None
             self._entry.report(stream)
             if staged:
-                check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
+                check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model '{self.name}'")
             if kind == "numpy":
                 for o, p in zip(outputs, outs):
                     check(cu.cuMemcpyDtoH(o.ctypes.data, p, o.nbytes), "cuMemcpyDtoH")
@@ -265,7 +265,7 @@ class CUDAModel(CompiledModel):
         if failed is not None:
             return failed
         if isinstance(outputs[0], np.ndarray):
-            check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model {self.name}")
+            check(cu.cuStreamSynchronize(cu.CUstream(stream)), f"model '{self.name}'")
             for o, slot in zip(outputs, slots_out):
                 check(cu.cuMemcpyDtoH(o.ctypes.data, slot, o.nbytes), "cuMemcpyDtoH")
         else:
@@ -319,7 +319,7 @@ class CUDAModel(CompiledModel):
         elif _is_torch(x):
             device = x.device
             if device.type != "cuda" or device.index != ordinal:
-                raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; model {self.name} runs on "
+                raise ArgumentTypeError(f"input '{spec.name}' is on {x.device}; model '{self.name}' runs on "
                                         f"cuda:{ordinal}: pass {spec.name}.to('cuda:{ordinal}')")
             dtype, shape = torch_dtype_name(x.dtype), tuple(x.shape)
             found = (x.contiguous(), shape)
@@ -332,7 +332,7 @@ class CUDAModel(CompiledModel):
                 raise ArgumentTypeError(f"input '{spec.name}' is not contiguous (row-major): pass a contiguous copy")
             on = _pointer_device(cai["data"][0])
             if on != ordinal:
-                raise ArgumentTypeError(f"input '{spec.name}' is on cuda:{on}; model {self.name} runs on "
+                raise ArgumentTypeError(f"input '{spec.name}' is on cuda:{on}; model '{self.name}' runs on "
                                         f"cuda:{ordinal}")
             found = (x, shape)
         else:
@@ -479,11 +479,11 @@ class SimulatedModel(InterpretedModel):
                 f"semantics (blocks and threads in a shuffled order, races checked)")
 
     def save(self, path):
-        raise ConfigError(f"model {self.name} is simulated (Target('cuda', simulate=True)) and has no library to "
+        raise ConfigError(f"model '{self.name}' is simulated (Target('cuda', simulate=True)) and has no library to "
                           f"save; compile it with target='c' to save it")
 
     def profile(self, *inputs, repeat: int = 10):
-        raise ConfigError(f"model {self.name} is simulated (Target('cuda', simulate=True)): its times on the "
+        raise ConfigError(f"model '{self.name}' is simulated (Target('cuda', simulate=True)): its times on the "
                           f"interpreter say nothing of the GPU's; profile it compiled for a GPU or for 'c'")
 
 

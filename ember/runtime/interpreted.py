@@ -139,11 +139,11 @@ class InterpretedModel(CompiledModel):
         return self._entry.index_error()
 
     def save(self, path):
-        raise ConfigError(f"model {self.name} runs on the interpreter (target 'python') and has no library to save; "
+        raise ConfigError(f"model '{self.name}' runs on the interpreter (target 'python') and has no library to save; "
                           f"compile it with target='c' to save it")
 
     def profile(self, *inputs, repeat: int = 10):
-        raise ConfigError(f"model {self.name} runs on the interpreter (target 'python'), which is not profiled; "
+        raise ConfigError(f"model '{self.name}' runs on the interpreter (target 'python'), which is not profiled; "
                           f"compile it with target='c' to profile its kernels")
 
 

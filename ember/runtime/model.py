@@ -106,7 +106,7 @@ class CompiledModel:
         self._entry = self._open(library)
         missing = [w for w in spec.weights if w not in weights]
         if missing:
-            raise ArtifactError(f"model {spec.name}: weights {missing} are missing")
+            raise ArtifactError(f"model '{spec.name}': weights {missing} are missing")
         self.weights = {w: aligned_copy(weights[w], plan.align, own_weights) for w in spec.weights}
         if graph is not None and not callable(graph):  # (a loaded model's graph is read when asked for)
             graph.share_constants(self.weights)  # each weight held once: the graph's are these
@@ -172,20 +172,20 @@ class CompiledModel:
         INTERRUPTED, a Ctrl-C stopped a loop; k + 1, call k divided an integer by zero (checked
         mode); INTERRUPTED - 1 - k, call k read an index out of range."""
         if rc == INTERRUPTED:
-            return KeyboardInterrupt(f"model {self.name}: a loop was interrupted (SIGINT)")
+            return KeyboardInterrupt(f"model '{self.name}': a loop was interrupted (SIGINT)")
         k = rc - 1 if rc > 0 else INTERRUPTED - 1 - rc
         calls = self._call_symbols()
         if not 0 <= k < len(calls):
-            return RuntimeError(f"model {self.name}: the {entry} returned {rc}")
+            return RuntimeError(f"model '{self.name}': the {entry} returned {rc}")
         symbol = calls[k]
         kernel = next((info for info in self.spec.kernels if kernel_symbol(info.name) == symbol), None)
         if rc < 0:
             index, size = self._index_error()
             ops = f" (ops {', '.join(kernel.ops)}; nodes {', '.join(kernel.nodes)})" if kernel else ""
-            return IndexOutOfRangeError(f"model {self.name}: index {index} is out of range for an axis of size {size} "
-                                        f"(valid: {-size} to {size - 1}) in kernel {symbol}{ops}", index, size)
+            return IndexOutOfRangeError(f"model '{self.name}': index {index} is out of range for an axis of size "
+                                        f"{size} (valid: {-size} to {size - 1}) in kernel {symbol}{ops}", index, size)
         where = f"kernel {kernel.name} (nodes {', '.join(kernel.nodes)})" if kernel else f"kernel {symbol}"
-        return ZeroDivisionError(f"model {self.name}: integer division or modulo by zero in {where}; it "
+        return ZeroDivisionError(f"model '{self.name}': integer division or modulo by zero in {where}; it "
                                  f"was compiled with checked=True (unchecked, x // 0 and x % 0 give 0, as in "
                                  f"numpy)")
 
@@ -220,7 +220,7 @@ class CompiledModel:
         """Where the compile time went: import, graph passes (weight packing among them), lowering,
         code generation, the C compiler, loading; what the caches gave (ember.compile_stats.CompileStats)."""
         if self.stats is None:
-            return f"model {self.name} was loaded, not compiled, in this process: no compile report"
+            return f"model '{self.name}' was loaded, not compiled, in this process: no compile report"
         return f"{self.name}: " + self.stats.report()
 
     def save(self, path: str | Path) -> Path:
@@ -240,7 +240,7 @@ class CompiledModel:
         what the caller keeps alive until the call returns (the arrays the pointers point to)."""
         if len(inputs) != len(self.spec.inputs):
             names = ", ".join(t.name for t in self.spec.inputs)
-            raise ArgumentTypeError(f"model {self.name} takes {len(self.spec.inputs)} input(s) ({names}), "
+            raise ArgumentTypeError(f"model '{self.name}' takes {len(self.spec.inputs)} input(s) ({names}), "
                                     f"got {len(inputs)}")
         arrays = [self._as_array(k, x) for k, x in enumerate(inputs)]
         symbols = self._bind(arrays)
@@ -298,7 +298,7 @@ class CompiledModel:
             what = f"output '{t.name}' of shape {shape} ({t.dtype}, {format_bytes(size)})"
         else:
             what = f"the workspace ({format_bytes(workspace_bytes)})"
-        return OutOfMemoryError(f"model {self.name}: cannot allocate {what} for inputs that bind {bound}; "
+        return OutOfMemoryError(f"model '{self.name}': cannot allocate {what} for inputs that bind {bound}; "
                                 "call it on smaller inputs")
 
     def _bind(self, arrays: Sequence[np.ndarray]) -> dict[str, int]:
@@ -321,7 +321,7 @@ class CompiledModel:
                     lo, hi = self.spec.ranges.get(want, (0, None))
                     if got < lo or (hi is not None and got > hi):
                         raise ShapeError(f"{where} is {got}, which binds {want!r} outside the range [{lo}, "
-                                         f"{'inf' if hi is None else hi}] model {self.name} was compiled for "
+                                         f"{'inf' if hi is None else hi}] model '{self.name}' was compiled for "
                                          "(torch.export.Dim's min and max; at least 1 for an axis that an "
                                          "operator such as ArgMax needs nonempty; at most a static table's "
                                          "length that an ONNX Slice takes up to it, at least the bounds "

@@ -50,7 +50,7 @@ class SegmentedModel:
     def __call__(self, *inputs):
         if len(inputs) != len(self.inputs):
             names = ", ".join(t.name for t in self.inputs)
-            raise ArgumentTypeError(f"model {self.name} takes {len(self.inputs)} input(s) ({names}), got "
+            raise ArgumentTypeError(f"model '{self.name}' takes {len(self.inputs)} input(s) ({names}), got "
                                     f"{len(inputs)}")
         torch = sys.modules.get("torch")
         as_torch = torch is not None and any(isinstance(x, torch.Tensor) for x in inputs)
@@ -69,7 +69,7 @@ class SegmentedModel:
         return "\n".join(m.compile_report() for m in self.segments)
 
     def save(self, path):
-        raise ArtifactError(f"model {self.name} runs {len(self.segments)} compiled segments with host steps between "
+        raise ArtifactError(f"model '{self.name}' runs {len(self.segments)} compiled segments with host steps between "
                             "them, which one artifact does not hold; save a segment (model.segments)")
 
     def __repr__(self):

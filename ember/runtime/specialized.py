@@ -63,7 +63,7 @@ class SpecializedModel:
     def __call__(self, *inputs):
         if len(inputs) != len(self.inputs):
             names = ", ".join(t.name for t in self.inputs)
-            raise ArgumentTypeError(f"model {self.name} takes {len(self.inputs)} input(s) ({names}), got "
+            raise ArgumentTypeError(f"model '{self.name}' takes {len(self.inputs)} input(s) ({names}), got "
                                     f"{len(inputs)}")
         given = dict(zip((t.name for t in self.inputs), inputs))
         value_inputs = self.value_inputs
@@ -89,7 +89,7 @@ class SpecializedModel:
                 shown = ", ".join([*(f"{n}={_host(self._spec(n), given[n]).tolist()}" for n in self.value_inputs),
                                    *(f"{n}={_shown(s)}" for n, s in zip(self.structured, structures))])
                 raise CompileError(
-                    f"model {self.name}: {self._specialized_on()} take a value or structure it was not compiled for "
+                    f"model '{self.name}': {self._specialized_on()} take a value or structure it was not compiled for "
                     f"({shown}), and it has {self.limit} specialization(s) already, the limit "
                     "(the max_specializations= keyword of ember.compile, or EMBER_MAX_SPECIALIZATIONS); raise it, or "
                     "make these inputs constants (initializers) if they do not change")
@@ -144,11 +144,11 @@ class SpecializedModel:
     def compile_report(self) -> str:
         """The compile report of each specialization compiled so far (they compile on call)."""
         reports = [m.compile_report() for m in self.specializations.values() if hasattr(m, "compile_report")]
-        return "\n".join([f"model {self.name} compiles on call, once per value or structure of "
+        return "\n".join([f"model '{self.name}' compiles on call, once per value or structure of "
                            f"{self._specialized_on()}: {len(reports)} compiled so far", *reports])
 
     def save(self, path):
-        raise ArtifactError(f"model {self.name} is compiled per value or structure of {self._specialized_on()}; "
+        raise ArtifactError(f"model '{self.name}' is compiled per value or structure of {self._specialized_on()}; "
                             "save one of its specializations (model.specializations)")
 
     def __repr__(self):

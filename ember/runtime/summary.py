@@ -82,11 +82,11 @@ def profile(cm, inputs, repeat: int) -> Profile:
     try:
         run = getattr(cm._library, PROFILE_ENTRY)
     except AttributeError:
-        raise ArtifactError(f"model {cm.name}: its library has no profiling entry ({PROFILE_ENTRY}); "
+        raise ArtifactError(f"model '{cm.name}': its library has no profiling entry ({PROFILE_ENTRY}); "
                            f"it was built by an older ember, compile it again") from None
     symbols = call_symbols(cm._library)
     if symbols is None:  # its entry would write a clock per call past a buffer sized for none
-        raise ArtifactError(f"model {cm.name}: its library has no table of its calls ({PROFILE_CALLS}) to "
+        raise ArtifactError(f"model '{cm.name}': its library has no table of its calls ({PROFILE_CALLS}) to "
                             f"profile by; it was built by an older ember, compile it again")
     run.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
     run.restype = ctypes.c_int
@@ -135,7 +135,7 @@ def memory(cm) -> MemoryUsage:
     symbols = cm.plan.symbols
     if symbols:
         if not cm._layouts:
-            raise ShapeError(f"model {cm.name}: the workspace depends on {', '.join(symbols)}; call the model "
+            raise ShapeError(f"model '{cm.name}': the workspace depends on {', '.join(symbols)}; call the model "
                              f"first, or ask cm.plan.layout({{...}}) for given sizes")
         binding = dict(zip(cm.spec.symbols, list(cm._layouts)[-1]))
     else:
@@ -166,7 +166,7 @@ def summary(cm) -> str:
     kernels = cm.kernels
     prof = cm.last_profile
     times = {k.name: k for k in prof.kernels} if prof is not None else {}
-    head = f"model {cm.name}: {len(kernels)} kernels"
+    head = f"model '{cm.name}': {len(kernels)} kernels"
     if prof is not None:
         cpu = f", {prof.cpu_total_us:.1f} us of the calling thread's CPU" if prof.cpu_total_us is not None else ""
         head += f", {prof.total_us:.1f} us per run{cpu} (median of {prof.repeat} profiled runs)"

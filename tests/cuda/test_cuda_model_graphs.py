@@ -34,7 +34,7 @@ def test_the_driver_path_runs_the_program_over_one_arena_and_uploaded_weights(on
 def test_the_driver_path_refuses_cpu_tensors_and_other_gpus_before_any_launch(on_gpu, host_driver):
     """Before any launch: at the first call, and after calls that replayed a graph."""
     cm = on_stand_in(on_gpu[1])
-    with pytest.raises(ArgumentTypeError, match=r"is on cpu; model model runs on cuda:0"):
+    with pytest.raises(ArgumentTypeError, match=r"is on cpu; model 'model' runs on cuda:0"):
         cm(torch.randn(2, 16))
     host_driver.ordinal_of_arrays = 1
     with pytest.raises(ArgumentTypeError, match="is on cuda:1"):

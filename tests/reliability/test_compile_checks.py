@@ -195,7 +195,7 @@ def chain_graph(weight: np.ndarray | None = None) -> Graph:
 
 def test_workspace_peak_and_outputs_beyond_memory_are_refused(monkeypatch):
     monkeypatch.setattr(checks, "physical_memory", lambda: 5 * 2**19)  # 2.5 MiB: each tensor fits
-    with pytest.raises(CompileError, match=r"model chain needs 3\.0 MiB to run, more than this machine's memory "
+    with pytest.raises(CompileError, match=r"model 'chain' needs 3\.0 MiB to run, more than this machine's memory "
                                            r"\(2\.5 MiB\): weights .*, workspace peak 2\.0 MiB, outputs 1\.0 MiB"):
         ember.compile(chain_graph(), opt_level=0)
 
@@ -242,7 +242,7 @@ def test_outputs_too_large_for_the_sizes_of_a_call_are_an_out_of_memory_error(py
         print("small ok")
     """)
     assert run.returncode == 0, run
-    assert ("model model: cannot allocate output 'add' of shape (10000000, 10000000, 1) (float32, 363.8 TiB) for "
+    assert ("model 'model': cannot allocate output 'add' of shape (10000000, 10000000, 1) (float32, 363.8 TiB) for "
             "inputs that bind n=10000000; call it on smaller inputs") in run.stdout, run
     assert "small ok" in run.stdout
 

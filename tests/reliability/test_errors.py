@@ -82,3 +82,19 @@ def test_builtin_exceptions_are_only_where_listed():
         if n:
             found[path.relative_to(root).as_posix()] = n
     assert found == {k: n for k, (n, _) in BUILTIN_RAISES.items()}
+
+
+def test_a_compiled_model_is_named_once_in_its_errors():
+    """A model of the default name said "model model takes 1 input(s)"; its name is quoted, as an
+    input's is."""
+    from ember.graph import Graph, TensorType
+    from ember.ops.nodes import add_op
+
+    g = Graph("g")
+    g.set_outputs(add_op(g, "relu", [g.add_input("x", TensorType((2, 3)))]))
+    cm = ember.compile(g)
+    x = np.random.default_rng().standard_normal((2, 3)).astype(np.float32)
+    with pytest.raises(ember.ArgumentTypeError, match=r"^model 'model' takes 1 input\(s\) \(x\), got 2$"):
+        cm(x, x)
+    with pytest.raises(ember.ArgumentTypeError, match=r"^input 'x' has dtype float64, expected float32$"):
+        cm(x.astype(np.float64))
