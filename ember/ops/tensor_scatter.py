@@ -67,14 +67,16 @@ def _infer(types: list[TensorType], attrs) -> list[TensorType]:
 def _reference(inputs, attrs):
     cache, update = inputs[:2]
     axis = _axis(attrs, cache.ndim)
-    starts = inputs[2] if len(inputs) == 3 else np.zeros(cache.shape[0], np.int64)
+    # (int64 as the kernel casts them: a uint64 index of 2**63 or more wraps negative, where a Python
+    # int of it overflowed NumPy's int64 arithmetic)
+    starts = inputs[2].astype(np.int64) if len(inputs) == 3 else np.zeros(cache.shape[0], np.int64)
     out = cache.copy()
     length, count = cache.shape[axis], update.shape[axis]
     if attrs["mode"] == "linear" and count > length:
         raise IndexOutOfRangeError(f"tensor_scatter: the update's {count} entries along axis {axis} do not fit in "
                                    f"the cache's {length}", count - 1, length)
     for b in range(cache.shape[0]):
-        at = int(starts[b]) + np.arange(count)
+        at = starts[b] + np.arange(count)
         if attrs["mode"] == "circular":
             at %= length
         else:  # (every position an index of the axis)

@@ -138,3 +138,28 @@ def test_errors(types, attrs, match):
     in_types = [TensorType(s, "int64" if k == 2 else "float32") for k, s in enumerate(types)]
     with pytest.raises(OpTypeError, match=match):
         infer_types("tensor_scatter", in_types, attrs)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("start", [2**63, 2**63 + 3, 2**64 - 1])
+def test_uint64_write_indices_past_int64_as_the_kernel_takes_them(mode, start):
+    """A uint64 write index of 2**63 or more is int64 to the kernel (wrapped negative): the
+    reference takes it so too, where it raised NumPy's OverflowError; linear, the same
+    IndexOutOfRangeError, naming the same index, as the compiled model (2**64 - 1 is -1: in range)."""
+    g = Graph("decode_step")
+    cache, new = g.add_input("cache", TensorType((2, 6, 3))), g.add_input("new", TensorType((2, 2, 3)))
+    at = g.add_input("at", TensorType((2,), "uint64"))
+    g.set_outputs(add_op(g, "tensor_scatter", [cache, new, at], {"axis": 1, "mode": mode}))
+    cm = ember.compile(g)
+    inputs = [RNG.uniform(-1, 1, (2, 6, 3)).astype("float32"), RNG.uniform(-1, 1, (2, 2, 3)).astype("float32"),
+              np.array([int(RNG.integers(0, 5)), start], np.uint64)]
+    wrapped = start - 2**64 if start >= 2**63 else start
+    if mode == "linear" and not -6 <= wrapped <= 4:
+        with pytest.raises(IndexOutOfRangeError) as reference:
+            evaluate(g, *inputs)
+        with pytest.raises(IndexOutOfRangeError) as compiled:
+            cm(*inputs)
+        assert reference.value.index == compiled.value.index == wrapped and reference.value.size == 6
+        assert f"tensor_scatter: index {wrapped} is out of range for an axis of size 6" in str(reference.value)
+    else:
+        np.testing.assert_array_equal(cm(*inputs), evaluate(g, *inputs)[0])
