@@ -172,7 +172,7 @@ try:
     cm(a, b)
     raise AssertionError("no ZeroDivisionError")
 except ZeroDivisionError as e:
-    assert "model divider" in str(e) and "floor_divide" in str(e), str(e)
+    assert "model 'divider'" in str(e) and "floor_divide" in str(e), str(e)
 try:
     cm.profile(a, b, repeat=1)
     raise AssertionError("no ZeroDivisionError from profile")
