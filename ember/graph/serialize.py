@@ -7,7 +7,11 @@ format allows), the tensors of a multiple of 64 bytes first: a mapping of the fi
 cache's entries, ember.runtime.model_cache) holds them aligned as a model holds its weights, so
 they are used where they lie, not copied.
 `graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
-metadata. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
+metadata with the sha256 of the text and of each constant (its dtype, shape and bytes), checked
+on reading: a damaged byte is a GraphError naming the text or the constant it changed, where it
+read as another value (ember.save's artifacts check their files' sha256 the same way). Blobs of
+version 1 (before the digests) are read as they were, unchecked: there is nothing to check them
+against. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
 text (exact bits, any size), and every dtype that safetensors stores round-trips (bool,
 int8..int64, uint8..uint64, float16/32/64, bfloat16: safetensors writes "BF16", which its NumPy
 reader does not read, so `_load` reads those as their bits).
@@ -15,6 +19,7 @@ reader does not read, so `_load` reads those as their bits).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,6 +34,7 @@ from .printer import graph_to_text
 
 FORMAT = "ember.graph"
 VERSION = 1
+BLOB_VERSION = 2  # 2: the metadata holds the sha256 of the text and of each constant; 1: none
 GRAPH_FILE = "graph.json"
 CONSTANTS_FILE = "constants.safetensors"
 PAGE = 4096
@@ -60,8 +66,10 @@ def load_graph(folder: str | Path) -> Graph:
 
 
 def graph_to_bytes(graph: Graph) -> bytes:
-    return save(_tensors(graph), metadata={"format": FORMAT, "version": str(VERSION),
-                                           "graph": graph_to_text(graph, max_inline=0)})
+    tensors, text = _tensors(graph), graph_to_text(graph, max_inline=0)
+    digests = {"graph": _text_sha256(text), "constants": {k: _constant_sha256(a) for k, a in tensors.items()}}
+    return save(tensors, metadata={"format": FORMAT, "version": str(BLOB_VERSION), "graph": text,
+                                   "sha256": json.dumps(digests)})
 
 
 def graph_from_bytes(blob: bytes) -> Graph:
@@ -69,13 +77,48 @@ def graph_from_bytes(blob: bytes) -> Graph:
     try:
         size = int.from_bytes(blob[:8], "little")
         metadata = json.loads(blob[8:8 + size]).get("__metadata__") or {}
-        ours = metadata.get("format") == FORMAT and metadata.get("version") == str(VERSION)
-        text = metadata["graph"] if ours else None
+        version = metadata.get("version") if metadata.get("format") == FORMAT else None
+        text = metadata["graph"] if version in ("1", str(BLOB_VERSION)) else None
+        # (a version 1 blob holding digests, its version damaged, is checked all the same)
+        digests = json.loads(metadata["sha256"]) if version == str(BLOB_VERSION) or "sha256" in metadata else None
     except (ValueError, AttributeError, KeyError) as e:
         raise GraphError(f"not a saved graph: {e}") from None
     if not isinstance(text, str):
-        raise GraphError(f"not an {FORMAT} blob of version {VERSION}")
-    return parse_graph(text, _constants(blob, "the blob"))
+        raise GraphError(f"not an {FORMAT} blob of version 1 or {BLOB_VERSION}")
+    constants = _constants(blob, "the blob")
+    if digests is not None:
+        _check_digests(digests, text, constants)
+    return parse_graph(text, constants)
+
+
+def _check_digests(digests, text: str, constants: dict[str, np.ndarray]) -> None:
+    """The blob's text and constants against the sha256 its metadata records for each: a
+    GraphError naming what does not match (a damaged byte, there or in the digest itself)."""
+    if not isinstance(digests, dict) or not isinstance(digests.get("graph"), str) \
+            or not isinstance(digests.get("constants"), dict):
+        raise GraphError("the blob's sha256 record is damaged: it names no digest of the graph and its constants")
+    if _text_sha256(text) != digests["graph"]:
+        raise GraphError("the blob is damaged: its graph text does not match the sha256 recorded for it")
+    recorded = digests["constants"]
+    if set(recorded) != set(constants):
+        odd = sorted(set(recorded) ^ set(constants))
+        raise GraphError(f"the blob is damaged: its constants {odd} are not those its sha256 record names")
+    for k, a in constants.items():
+        if _constant_sha256(a) != recorded[k]:
+            raise GraphError(f"the blob is damaged: constant {k!r} ({a.dtype} {a.shape}) does not match the sha256 "
+                             "recorded for it")
+
+
+def _text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _constant_sha256(a: np.ndarray) -> str:
+    """The sha256 of a constant's dtype, shape and bytes (a changed dtype or shape in the header
+    reads its bytes as other values too)."""
+    h = hashlib.sha256(f"{a.dtype.name} {a.shape}\n".encode())
+    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    return h.hexdigest()
 
 
 def _constants(blob: bytes, where) -> dict[str, np.ndarray]:

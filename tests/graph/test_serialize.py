@@ -23,6 +23,7 @@ from ember.graph import (
 from ember.graph.serialize import CONSTANTS_FILE, GRAPH_FILE
 from ember.testing import random_array
 
+RNG = np.random.default_rng()
 DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16", "float32", "float64"]
 
 
@@ -87,11 +88,13 @@ def test_load_errors(tmp_path):
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_damaged_bytes_are_a_graph_error(data):
-    """A saved graph's bytes cut short, with a byte flipped or replaced: the graph (a damaged
-    constant's data reads as other values: the bytes hold no digest; ember.save's artifacts do), or
-    a GraphError. A header that missed a field or did not cover the data was safetensors' own
-    SafetensorError, metadata without its text a KeyError."""
-    blob = bytearray(graph_to_bytes(graph_with_constants()))
+    """A saved graph's bytes cut short, with a byte flipped or replaced: a GraphError, never
+    another graph (a damaged constant's data read as other values before the blob held its sha256;
+    only the version "2" replaced by "1" reads the same graph back, its digests checked). A
+    header that missed a field or did not cover the data was safetensors' own SafetensorError,
+    metadata without its text a KeyError."""
+    original = graph_with_constants()
+    blob = bytearray(graph_to_bytes(original))
     at = data.draw(st.integers(0, len(blob) - 1))
     how = data.draw(st.sampled_from(["cut", "flip", "replace"]))
     if how == "cut":
@@ -103,9 +106,39 @@ def test_damaged_bytes_are_a_graph_error(data):
     try:
         g = graph_from_bytes(bytes(blob))
     except GraphError as e:
-        assert "saved graph" in str(e) or "ember.graph" in str(e) or "line" in str(e), str(e)
+        assert any(s in str(e) for s in ("saved graph", "ember.graph", "line", "blob is damaged", "sha256")), str(e)
     else:
-        assert isinstance(g, Graph) and len(g.outputs) == 14
+        assert_same(g, original)
+
+
+def test_a_damaged_constant_or_text_is_named():
+    g = graph_with_constants()
+    blob = graph_to_bytes(g)
+    data = g.constants["c_float32"].tobytes()
+    at = blob.index(data) + int(RNG.integers(len(data)))
+    damaged = bytearray(blob)
+    damaged[at] ^= 1 << int(RNG.integers(8))
+    with pytest.raises(GraphError, match=r"the blob is damaged: constant 'c_float32' \(float32 \(2, 3\)\) does not "
+                                         r"match the sha256 recorded for it"):
+        graph_from_bytes(bytes(damaged))
+    at = blob.index(b"%hi: float32") + 1  # (the text: a value renamed keeps the JSON valid)
+    with pytest.raises(GraphError, match="the blob is damaged: its graph text does not match the sha256"):
+        graph_from_bytes(blob[:at] + b"H" + blob[at + 1:])
+
+
+def test_a_blob_of_version_1_reads_unchecked_and_2_needs_its_digests():
+    """Version 1 (before the digests) is read as it was; a version 2 blob without its sha256
+    record is refused, not read unchecked."""
+    from safetensors.numpy import save
+
+    g = graph_with_constants()
+    tensors = {k: np.asarray(a, order="C") for k, a in g.all_constants()}
+    text = graph_to_text(g, max_inline=0)
+    assert_same(graph_from_bytes(save(tensors, metadata={"format": "ember.graph", "version": "1", "graph": text})), g)
+    with pytest.raises(GraphError, match="not a saved graph: 'sha256'"):
+        graph_from_bytes(save(tensors, metadata={"format": "ember.graph", "version": "2", "graph": text}))
+    with pytest.raises(GraphError, match="not an ember.graph blob of version 1 or 2"):
+        graph_from_bytes(save(tensors, metadata={"format": "ember.graph", "version": "3", "graph": text}))
 
 
 def test_a_folder_of_damaged_constants_is_a_graph_error(tmp_path):
