@@ -9,6 +9,11 @@ so it is whole or absent; one already there is compared with the bytes first and
 differs (a damaged cache); a copy found is touched and one written counted, its folder trimmed
 to its limit (ember.runtime.disk_cache). A path named by its content holds no other bytes, so one path is one
 library, and a file changed in a folder loads as the new library it is.
+Each loaded library keeps its copy open (`Library.kept`), so that a model whose copy a trim
+removed still saves: one descriptor per content (models of one library share it, as they share
+dlopen's handle), for at most KEPT_MAX contents at once, so that loading many models does not run
+the process out of descriptors (the usual limit is 1024); a library past that keeps none, and
+saving it once its copy is gone is an ArtifactError that says so.
 
 `read_checked(path, digest)` reads a file and checks it against the `Digest` (size, hash) that
 a manifest or a build-cache sidecar recorded: a truncated, extended or edited file is an
@@ -25,6 +30,7 @@ Options read (ember.config): cache_dir.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import mmap
 import os
@@ -43,6 +49,7 @@ from . import disk_cache, openmp
 
 HASHES = ("sha256", "xxh3_128")  # what a digest may be: sha256, or xxh3-128 (the xxhash package)
 HASH_WINDOW = 64 << 20  # bytes of a file mapped at a time to hash it (a multiple of mmap's granularity)
+KEPT_MAX = 256  # libraries' copies kept open at once, at most (a quarter of the usual descriptor limit)
 
 
 def _hasher(algorithm: str):
@@ -99,28 +106,64 @@ class Digest:
         return {"size": self.size, self.algorithm: self.value}
 
 
+class Kept:
+    """A library's copy open for reading, one descriptor shared by every Library of that file
+    (by device and inode), closed when the last of them goes."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        weakref.finalize(self, os.close, fd)
+
+
+_KEPT: weakref.WeakValueDictionary[tuple[int, int], Kept] = weakref.WeakValueDictionary()
+_KEPT_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Library:
     """A loaded shared library: `handle` (ctypes), the content-addressed `path` it was loaded
     from, the `digest` of its bytes, and `kept`, that copy open for reading: a trim of the cache
     (ember.runtime.disk_cache) or a hand may remove the file while the library is loaded, and
-    saving the model needs its bytes (`on_disk` writes the copy back from it). One descriptor
-    a loaded model, closed with it."""
+    saving the model needs its bytes (`on_disk` writes the copy back from it). None past KEPT_MAX
+    libraries (see the module doc)."""
 
     path: Path
     digest: Digest
     handle: ctypes.CDLL
-    kept: int | None = field(default=None, compare=False, repr=False)  # (a file descriptor)
+    kept: Kept | None = field(default=None, compare=False, repr=False)
 
     def on_disk(self) -> Path:
         """`path`, written back from `kept` (its bytes checked against `digest`) where the file
         left the cache folder since the library was loaded."""
-        if not self.path.is_file() and self.kept is not None:
-            data = os.pread(self.kept, self.digest.size + 1, 0)
-            if len(data) != self.digest.size or Digest.of(data, self.digest.algorithm) != self.digest:
-                raise ArtifactError(f"the library loaded from {self.path} no longer has the bytes it was loaded with")
-            _content_copy(data, self.digest)
+        if self.path.is_file():
+            return self.path
+        if self.kept is None:
+            raise ArtifactError(f"the library loaded from {self.path} left the cache folder, and this process kept "
+                                f"no copy of it (more than {KEPT_MAX} libraries were loaded at once): compile the "
+                                f"model again to save it")
+        data = os.pread(self.kept.fd, self.digest.size + 1, 0)
+        if len(data) != self.digest.size or Digest.of(data, self.digest.algorithm) != self.digest:
+            raise ArtifactError(f"the library loaded from {self.path} no longer has the bytes it was loaded with")
+        _content_copy(data, self.digest)
         return self.path
+
+
+def _kept(copy: Path) -> Kept | None:
+    """The descriptor kept open on the file at `copy` (shared where one is open already; a new one
+    while fewer than KEPT_MAX are), or None."""
+    with _KEPT_LOCK:
+        try:
+            st = os.stat(copy)
+            kept = _KEPT.get((st.st_dev, st.st_ino))
+            if kept is not None or len(_KEPT) >= KEPT_MAX:
+                return kept
+            fd = os.open(copy, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # (just touched or written: a trim
+            # leaves it to this process)
+        except OSError as e:
+            raise ArtifactError(f"cannot read {copy} ({e.strerror or e})") from None
+        st = os.fstat(fd)  # (the file opened, should another have replaced the one looked up)
+        kept = _KEPT[(st.st_dev, st.st_ino)] = Kept(fd)
+        return kept
 
 
 Aligned = tuple[int, Callable[[bytes], int]]  # (alignment, the offset to align, from the file's first 8 bytes)
@@ -187,15 +230,31 @@ def _opened(path: Path, size: int | None, recorded_in: str):
 def map_regular(path: Path, size: int, recorded_in: str) -> np.ndarray:
     """The bytes of the regular file at `path`, of `size` bytes, as a read-only uint8 array over
     a mapping of its pages (nothing copied; `read_regular`'s checks). A file truncated while the
-    array is in use faults the process (SIGBUS): for files no one writes in place."""
+    array is in use faults the process (SIGBUS): for files no one writes in place.
+    Mapped by libc's mmap, not Python's, which keeps a duplicate of the file's descriptor open for
+    as long as the mapping lives (one a model-cache hit: many hits ran out of descriptors); its
+    pages read-only as Python's ACCESS_READ maps them, behind a read-only buffer (the array's
+    writeable flag cannot be set)."""
     with _opened(path, size, recorded_in) as f:
         if not size:
             return np.empty(0, np.uint8)
-        try:
-            pages = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        except OSError as e:
-            raise ArtifactError(f"cannot map {path} ({e.strerror or e})") from None
-    return np.frombuffer(pages, np.uint8)
+        libc = _libc()
+        at = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+        if at is None or at == ctypes.c_void_p(-1).value:
+            raise ArtifactError(f"cannot map {path} ({os.strerror(ctypes.get_errno())})")
+    pages = (ctypes.c_uint8 * size).from_address(at)
+    weakref.finalize(pages, libc.munmap, at, size)
+    return np.frombuffer(memoryview(pages).toreadonly(), np.uint8)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library's mmap and munmap."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
 
 
 def _read_aligned(f, limit: int, align: int, at: Callable[[bytes], int]) -> np.ndarray:
@@ -220,19 +279,12 @@ def open_library(path: str | Path, digest: Digest | None = None, recorded_in: st
     data = read_checked(path, digest, recorded_in)
     digest = digest or Digest.of(data)  # a digest given is the bytes' own once checked
     copy = _content_copy(data, digest)
-    try:
-        kept = os.open(copy, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # (just touched or written: a trim leaves
-        # it to this process)
-    except OSError as e:
-        raise ArtifactError(f"cannot read {copy} ({e.strerror or e})") from None
+    kept = _kept(copy)
     try:
         handle = openmp.load(lambda: ctypes.CDLL(str(copy)))
     except OSError as e:
-        os.close(kept)
         raise ArtifactError(f"{path} is not a loadable shared library ({e})") from None
-    library = Library(copy, digest, handle, kept)
-    weakref.finalize(library, os.close, kept)
-    return library
+    return Library(copy, digest, handle, kept)
 
 
 def _content_copy(data: bytes, digest: Digest) -> Path:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
+import weakref
 
 import numpy as np
 import pytest
@@ -14,9 +16,9 @@ import ember
 from ember.compiler import compile_graph
 from ember.graph import Graph, TensorType
 from ember.ops.nodes import add_op
-from ember.runtime import disk_cache, fastcall
+from ember.runtime import disk_cache, fastcall, library
 from ember.runtime.artifact import ArtifactError
-from ember.runtime.library import Digest
+from ember.runtime.library import Digest, map_regular
 from ember.runtime.model import CompiledModel
 from ember.testing import random_array
 
@@ -84,6 +86,49 @@ def test_a_model_whose_library_left_the_cache_runs_and_saves(tmp_path, cache_dir
     loaded = ember.load(cm.save(tmp_path / "small.ember"))
     assert cm.library.path.is_file() and Digest.of(cm.library.path.read_bytes()) == cm.library.digest
     np.testing.assert_array_equal(loaded(x), cm(x))
+
+
+def fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_many_loaded_models_keep_few_descriptors(tmp_path, cache_dir):
+    """300 loads of one saved model share one descriptor of their library's copy, where each kept
+    its own (a process loading a thousand models ran out of descriptors); files mapped (the model
+    cache's weights) keep none, where Python's mmap kept a duplicate each."""
+    g, ref = small_model()
+    path = compile_graph(g, name="small").save(tmp_path / "small.ember")
+    before = fds()
+    models = [ember.load(path) for _ in range(300)]
+    assert fds() <= before + 2
+    x = random_array((3, 8))
+    np.testing.assert_allclose(models[-1](x), ref(x), rtol=RTOL, atol=ATOL)
+    data = (path / "model.so").read_bytes()
+    maps = [map_regular(path / "model.so", len(data), "the test") for _ in range(300)]
+    assert fds() <= before + 2 and all(m.tobytes() == data for m in maps[::50])
+    with pytest.raises(ValueError):
+        maps[0].flags.writeable = True  # (its pages are read-only)
+
+
+def test_past_kept_max_a_library_keeps_no_descriptor(tmp_path, cache_dir, monkeypatch):
+    """Past KEPT_MAX libraries kept open, one loaded keeps none: it runs, and a save once its copy
+    left the cache is an ArtifactError that says why; the same library loaded again shares the
+    descriptor kept for it."""
+    monkeypatch.setattr(library, "_KEPT", weakref.WeakValueDictionary())
+    monkeypatch.setattr(library, "KEPT_MAX", 1)
+    g, ref = small_model()
+    first = compile_graph(g, name="small")
+    other = Graph("other")
+    other.set_outputs(add_op(other, "relu", [other.add_input("x", TensorType((3, 8)))]))
+    second = compile_graph(other)
+    assert first.library.kept is not None and second.library.kept is None
+    assert compile_graph(g, name="small").library.kept is first.library.kept
+    second.library.path.unlink()
+    x = random_array((3, 8))
+    np.testing.assert_array_equal(second(x), np.maximum(x, 0))
+    with pytest.raises(ArtifactError, match=r"left the cache folder, and this process kept no copy of it \(more than 1 "
+                                            r"libraries were loaded at once\): compile the model again to save it"):
+        second.save(tmp_path / "other.ember")
 
 
 def test_model_without_graph_keeps_weights_apart(tmp_path):
