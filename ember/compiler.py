@@ -274,14 +274,23 @@ def compile(model, example_inputs=None, *, dynamic_shapes=None, max_specializati
     cache: how the model cache (ember.runtime.model_cache) finds a torch module compiled before:
     "module" by its key before tracing (ember.frontend.module_key: its classes' code, attributes,
     weights and the inputs' specs), else by its trace; "trace" by its trace only (torch.export
-    runs: for a forward that reads state the module's key cannot see, see that module)."""
+    runs: for a forward that reads state the module's key cannot see, see that module). Given for
+    a model they mean nothing for (cache for a Graph or an ONNX model, max_specializations for a
+    Graph or a torch module), they are an ArgumentTypeError, not dropped."""
     check_option_names(options, "ember.compile", ("dynamic_shapes", "max_specializations", "report", "cache"))
     if cache not in ("module", "trace"):
         raise ArgumentTypeError(f"ember.compile: cache is 'module' or 'trace', got {cache!r}")
+    torch = sys.modules.get("torch")
+    module = torch is not None and isinstance(model, torch.nn.Module)
+    if cache != "module" and not module:  # (options that mean nothing for this model: refused, not dropped)
+        raise ArgumentTypeError(f"ember.compile: cache={cache!r} says how the model cache finds a torch.nn.Module; "
+                                f"a {type(model).__name__} is not cached")
+    if max_specializations is not None and (module or isinstance(model, Graph)):
+        raise ArgumentTypeError("ember.compile: max_specializations bounds the compiles of an ONNX model with "
+                                f"runtime-valued inputs; a {type(model).__name__} compiles once")
     limit = config.resolve("max_specializations", max_specializations)
     clock = Clock()
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(model, torch.nn.Module) and example_inputs is not None:
+    if module and example_inputs is not None:
         compiled = compile_module(model, example_inputs, dynamic_shapes, options, clock, cache, compile_graph)
         release_free_memory()  # (the import's copies and what the passes freed: glibc keeps them otherwise)
         if report:

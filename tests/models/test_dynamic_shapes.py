@@ -118,6 +118,21 @@ def test_dynamic_shapes_is_for_torch_modules():
         ember.compile(g, dynamic_shapes=({0: SEQ},))
 
 
+def test_options_the_model_has_no_use_for_are_refused():
+    """cache (the model cache's: torch modules only) and max_specializations (ONNX models with
+    runtime-valued inputs only) were dropped for the other models."""
+    g = Graph()
+    g.set_outputs(add_op(g, "relu", [g.add_input("x", TensorType((4,)))]))
+    with pytest.raises(ArgumentTypeError, match="cache='trace' says how the model cache finds a torch.nn.Module; "
+                                                "a Graph is not cached"):
+        ember.compile(g, cache="trace")
+    with pytest.raises(ArgumentTypeError, match="max_specializations bounds the compiles of an ONNX model with "
+                                                "runtime-valued inputs; a Graph compiles once"):
+        ember.compile(g, max_specializations=2)
+    with pytest.raises(ArgumentTypeError, match="; a Linear compiles once"):
+        ember.compile(nn.Linear(4, 2), (torch.zeros(1, 4),), max_specializations=2)
+
+
 def test_dynamic_shapes_by_argument_name():
     class Scale(nn.Module):
         def forward(self, x, y):
