@@ -58,14 +58,15 @@ def quantize(model, example_inputs=None, calibration_data: Iterable | None = Non
     calibration_data: batches (each a tuple of the model's inputs, or one input), for static
     quantization; method: how a range is read from them; percentile: for method="percentile"
     (default 99.99). dynamic=True reads no range, so it takes no method.
-    nhwc: (default True) convolutions chained in NHWC uint8 rows, each requantizing in its kernel's
-    epilogue for the next (rewrite.py); False: each convolution's float32 output back in NCHW, its epilogue in the
-    operators after it (what offload does, so that a product's epilogue can run on the host).
+    nhwc: (default True) convolutions chained in NHWC uint8 rows, each requantizing in its
+    kernel's epilogue for the next (rewrite.py); False: each convolution's float32 output back in
+    NCHW, its epilogue in the operators after it (what offload does, so that a product's epilogue
+    can run on the host).
     offload: an int8 accelerator (ember.accel.vta) to run the int8 products on (see the module doc);
     offload_tiles: the device tiles of some of its GEMM shapes (ember.quantization.offload.offload).
-    An option that only means something with another (percentile without method="percentile",
-    offload_tiles without offload, nhwc with offload, which lays convolutions out as it needs) is an
-    ArgumentTypeError, never dropped.
+    An option that means nothing with the others (percentile without method="percentile", a method
+    with dynamic=True, offload_tiles without offload, nhwc with offload, which lays convolutions
+    out as it needs, or with weights=) is an ArgumentTypeError, never dropped.
     dynamic_shapes: torch.export's, for a torch.nn.Module (as ember.compile's).
     compile_options: those of ember.compile (target, opt_level, num_threads, ...); weights=
     "int8" | "int4": weight-only quantization, ember.compile's."""
