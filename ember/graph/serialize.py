@@ -9,9 +9,9 @@ they are used where they lie, not copied.
 `graph_to_bytes` / `graph_from_bytes` hold both in one safetensors blob, the text in its
 metadata with the sha256 of the text and of each constant (its dtype, shape and bytes), checked
 on reading: a damaged byte is a GraphError naming the text or the constant it changed, where it
-read as another value (ember.save's artifacts check their files' sha256 the same way). Blobs of
-version 1 (before the digests) are read as they were, unchecked: there is nothing to check them
-against. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
+read as another value (a saved model, CompiledModel.save, checks its files' sha256 the same
+way). Blobs of version 1 (before the digests) are read as they were, unchecked: there is nothing
+to check them against. Constant data (a region's too, keyed as Graph.all_constants says) never goes into the
 text (exact bits, any size), and every dtype that safetensors stores round-trips (bool,
 int8..int64, uint8..uint64, float16/32/64, bfloat16: safetensors writes "BF16", which its NumPy
 reader does not read, so `_load` reads those as their bits).
