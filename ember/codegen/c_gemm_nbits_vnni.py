@@ -17,9 +17,11 @@ constant ones at compile time) come with those sums, and int8's are that tile al
 them in place, which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4
 class core: 466 against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's
 two halves of each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). A call of
-act "int8_rows" is a block of rows and every panel: it quantizes its rows into the thread's
-scratch (quantize_rows' function), then runs the panel function on each panel, so that a prefill's
-product is one parallel region with its quantization, which the threads split by rows; a residual
+act "int8_rows" is the whole product in one parallel region of its own: the rows quantized
+(quantize_rows' function) into the calling thread's scratch, then the panel function on each
+(block of 64 rows, panel) of a thread's share, by blocks, and by panels too where the blocks are
+fewer than the threads (ember.tir.nbits_split: then the threads quantize even shares of the rows
+before a barrier; with whole blocks each quantizes its own and none waits); a residual
 is added as a panel's rows are written, and glu "silu" computes the gate's and the up
 projection's panels into the scratch and writes silu(gate) * up (c_vmath's sigmoid). Every M is
 computed from the int8 rows (no float32 twin).
@@ -33,7 +35,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
+from ..tir.nbits_split import ROWS_BLOCK
 from ..tir.routines import GEMM_NBITS_STREAM
+from ..tir.work import PARALLEL_MIN_WORK
 from . import c_runtime
 from .c_gemm_nbits import gemm_nbits
 from .c_vmath import vector_math
@@ -229,44 +233,89 @@ _PACKED = {8: """\
 #endif
 """}
 
-# act "int8_rows": a block of rows quantized once into the thread's scratch (quantize_rows'
-# formulas), then every panel of packed codes multiplied by them (the function above, per panel),
-# the residual (if any) added as each panel's rows are written
+# act "int8_rows": the rows quantized once (quantize_rows' formulas) into the calling thread's
+# scratch, which every thread reads, then each thread's blocks of rows multiplied by its panels of
+# packed codes (the function above, per panel), the residual (if any) added as each panel's rows
+# are written; the shares are ember.tir.nbits_split's (rows_threads, rows_task, rows_quantized)
+_THREADS = """\
+static inline int ember_gemm_rows_threads(int64_t M, int64_t K, int64_t cols, int64_t units) {{
+#ifdef _OPENMP
+  if (omp_in_parallel()) return 1;
+  int64_t t = omp_get_max_threads(), most = M * K * cols / 16 / {least};
+  if (most < t) t = most;
+  if (units < t) t = units;
+  return t < 1 ? 1 : (int)t;
+#else
+  (void)M; (void)K; (void)cols; (void)units;
+  return 1;
+#endif
+}}"""
 _ROWS = """\
 static void {name}(const float* restrict x, const {code}* restrict codes, const float* restrict scales,{params}
                    float* restrict out, int64_t M, int64_t K, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
                    int64_t p_rs) {{
-  enum {{ R = {rows} }};
-  const int64_t ms = 1 + K / 32;
-  /* this thread's scratch: {tile}the last rows' padding, the rows quantized, their scales and sums{glu_note} */
-  int8_t* restrict work = {scratch}({tile_bytes}(size_t)R * K + (size_t)M * K +
-                                   sizeof(float) * (size_t)(M * ms{glu_bytes}));
-  uint8_t* restrict xq = (uint8_t*)work + {tile_bytes}(size_t)R * K;
+  enum {{ R = {rows}, B = {block} }};
+  const int64_t ms = 1 + K / 32, blocks = (M + B - 1) / B, P = {panels};
+  /* a thread's own scratch: {tile}the last rows' padding{glu_note} */
+  const size_t own = {tile_bytes}(size_t)R * K{glu_bytes};
+  /* the rows quantized, their scales and sums (every thread's to read), in whole 64 bytes */
+  const size_t shared = ((size_t)M * K + sizeof(float) * (size_t)(M * ms) + 63) / 64 * 64;
+  const int T = {threads}(M, K, {cols}, blocks * P);
+  uint8_t* restrict xq = {scratch}(shared + own);  /* the calling thread's: the first of the team */
   float* restrict meta = (float*)(xq + M * K);
-  {quantize}(x, xq, meta, M, K, x_rs);
-{loop}}}"""
+  #pragma omp parallel num_threads(T) if(T > 1)
+  {{
+#ifdef _OPENMP
+    const int t = T > 1 ? omp_get_thread_num() : 0;
+#else
+    const int t = 0;
+#endif
+    int8_t* restrict work = t == 0 ? (int8_t*)xq + shared : (int8_t*){scratch}(own);
+    int64_t b0 = blocks * t / T, b1 = b0 + 1, p0 = 0, p1 = P, r0, r1;
+    if (blocks >= T) {{  /* whole blocks, every panel: the thread's own rows quantized */
+      b1 = blocks * (t + 1) / T;
+      r0 = b0 * B;
+      r1 = b1 * B < M ? b1 * B : M;
+    }} else {{  /* the block's threads split its panels; each quantizes a share of the rows */
+      int64_t first = (b0 * T + blocks - 1) / blocks, share = ((b0 + 1) * T + blocks - 1) / blocks - first;
+      p0 = P * (t - first) / share;
+      p1 = P * (t - first + 1) / share;
+      r0 = M * t / T;
+      r1 = M * (t + 1) / T;
+    }}
+    {quantize}(x + r0 * x_rs, xq + r0 * K, meta + r0 * ms, r1 - r0, K, x_rs);
+    if (blocks < T) {{
+      #pragma omp barrier
+    }}
+    for (int64_t m0 = b0 * B; m0 < b1 * B && m0 < M; m0 += B) {{
+      const int64_t rows = M - m0 < B ? M - m0 : B;
+{loop}    }}
+  }}
+}}"""
 _PANELS = """\
-  for (int64_t p = 0; p * 32 < N; ++p)
-    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} out + p * 32, M, K, N - p * 32 < 32 ? N - p * 32 : 32,
-            x_rs, o_rs, s_rs, work);
+      for (int64_t p = p0; p < p1; ++p)
+        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + p * p_rs, scales + p * 32,{args} out + m0 * o_rs + p * 32, rows,
+                K, N - p * 32 < 32 ? N - p * 32 : 32, x_rs, o_rs, s_rs, work);
 """
 # glu "silu" (N the output's columns, a multiple of 32): the gate's panel p and the up
-# projection's panel p + N / 32 into two blocks of the scratch, out = silu(gate) * up
+# projection's panel p + N / 32 into two blocks of the thread's scratch, out = silu(gate) * up
 _GLU = """\
-  float* restrict gate = meta + M * ms;
-  float* restrict up = gate + M * 32;
-  for (int64_t p = 0; p * 32 < N; ++p) {{
-    const int64_t q = p + N / 32;
-    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} gate, M, K, 32, x_rs, 32, s_rs, work);
-    {panel}(x, xq, meta, codes + q * p_rs, scales + q * 32,{args_up} up, M, K, 32, x_rs, 32, s_rs, work);
-    for (int64_t i = 0; i < M * 32; i += 16) {{
-      {vec} g, u;
-      __builtin_memcpy(&g, gate + i, 64);
-      __builtin_memcpy(&u, up + i, 64);
-      g = g * {sigmoid}(g) * u;
-      __builtin_memcpy(out + (i / 32) * o_rs + p * 32 + i % 32, &g, 64);
-    }}
-  }}
+      float* restrict gate = (float*)(work + {tile_bytes}(size_t)R * K);
+      float* restrict up = gate + B * 32;
+      for (int64_t p = p0; p < p1; ++p) {{
+        const int64_t q = p + N / 32;
+        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + p * p_rs, scales + p * 32,{args} gate, rows, K, 32, x_rs, 32,
+                s_rs, work);
+        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + q * p_rs, scales + q * 32,{args_up} up, rows, K, 32, x_rs, 32,
+                s_rs, work);
+        for (int64_t i = 0; i < rows * 32; i += 16) {{
+          {vec} g, u;
+          __builtin_memcpy(&g, gate + i, 64);
+          __builtin_memcpy(&u, up + i, 64);
+          g = g * {sigmoid}(g) * u;
+          __builtin_memcpy(out + (m0 + i / 32) * o_rs + p * 32 + i % 32, &g, 64);
+        }}
+      }}
 """
 
 _COLSUM = """\
@@ -382,17 +431,22 @@ def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
         panel = lib._helper(panel_name, lambda: _function(
             lib, panel_name, bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
             residual, work=True))
-        params, args = _params(offsets, bias, residual, " + p * 32")
+        params, _ = _params(offsets, bias, residual)
+        args = _params(offsets, bias, at=" + p * 32")[1] + (" residual + m0 * o_rs + p * 32," if residual else "")
+        tile = "(size_t)K * 32 + " if bits == 4 else ""
         if glu:
             loop = _GLU.format(panel=panel, args=args, args_up=_params(offsets, bias, at=" + q * 32")[1],
-                               vec=lib.vec("float32", 16), sigmoid=vector_math(lib, "sigmoid", "float32", 16))
+                               tile_bytes=tile, vec=lib.vec("float32", 16),
+                               sigmoid=vector_math(lib, "sigmoid", "float32", 16))
         else:
             loop = _PANELS.format(panel=panel, args=args)
-        tile = "(size_t)K * 32 + " if bits == 4 else ""
+        threads = lib._helper("ember_gemm_rows_threads", lambda: _THREADS.format(least=PARALLEL_MIN_WORK))
         return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS,
+                            block=ROWS_BLOCK, panels="N / 32" if glu else "(N + 31) / 32",
+                            cols="2 * N" if glu else "(N + 31) / 32 * 32", threads=threads,
                             tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,
-                            glu_note=", a panel of the gate and of the up projection" if glu else "",
-                            glu_bytes=" + 64 * M" if glu else "", scratch=c_runtime.thread_scratch(lib),
+                            glu_note=", a block's panel of the gate and of the up projection" if glu else "",
+                            glu_bytes=" + sizeof(float) * 64 * B" if glu else "", scratch=c_runtime.thread_scratch(lib),
                             quantize=quantize_rows(lib), loop=loop)
 
     return lib._helper(name, make)
