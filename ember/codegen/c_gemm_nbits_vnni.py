@@ -32,6 +32,7 @@ graph pass only asks for this variant on targets with VNNI (ember.passes.quantiz
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
@@ -187,8 +188,7 @@ static void {name}(const float* restrict x, const uint8_t* restrict xq, const fl
 {group_body}{offsets_body}    }}
     for (int64_t r = 0; r < nr; ++r) {{
       float sx = meta[(m0 + r) * ms];
-      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add}{residual_add};
-    }}
+{write}    }}
   }}
 }}"""
 
@@ -361,6 +361,44 @@ _OFFSETS = """\
 """
 
 
+# a row's columns written out; with an activation the panel's 32 columns into a row first, the
+# activation on its two vectors
+_WRITE = """\
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add}{residual_add};
+"""
+_WRITE_ACTIVATED = """\
+      float row[32];
+      for (int c = 0; c < 32; ++c) row[c] = sx * yf[r][c] + zf[r][c]{bias_add};
+      {activation}(row);
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = row[c];
+"""
+
+# the activations of a product's epilogue (ember.ops.gemm_nbits' ACTIVATIONS) on a vector v:
+# GELU's tanh form is v * sigmoid(2 u), u = sqrt(2 / pi) (v + 0.044715 v^3), as 0.5 (1 + tanh u) = sigmoid(2 u)
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_ACTIVATIONS = {
+    "gelu_tanh": ("sigmoid", f"v * {{f}}(v * ({2 * SQRT_2_OVER_PI!r}f + {2 * SQRT_2_OVER_PI * 0.044715!r}f * v * v))"),
+    "gelu": ("erf", f"0.5f * v * (1.0f + {{f}}(v * {1 / math.sqrt(2)!r}f))"),
+}
+
+
+def activation(lib: CPrelude, name: str) -> str:
+    """The name of the C function that applies activation `name` in place to a panel's row of 32
+    float32 columns, written into the prelude once."""
+    helper = f"ember_{name}_row32"
+    math_name, formula = _ACTIVATIONS[name]
+
+    def make() -> str:
+        vec, f = lib.vec("float32", 16), vector_math(lib, math_name, "float32", 16)
+        return (f"static inline void {helper}(float* restrict row) {{\n"
+                f"  for (int i = 0; i < 32; i += 16) {{\n"
+                f"    {vec} v;\n    __builtin_memcpy(&v, row + i, 64);\n"
+                f"    v = {formula.format(f=f)};\n"
+                f"    __builtin_memcpy(row + i, &v, 64);\n  }}\n}}")
+
+    return lib._helper(helper, make)
+
+
 def epi8_indices(values) -> str:
     """_mm512_set_epi8's arguments (byte 63 first) for byte j = values[j]."""
     return ", ".join(str(v) for v in reversed(list(values)))
@@ -386,15 +424,17 @@ def _params(offsets: bool, bias: bool, residual: bool = False, at: str = "") -> 
 
 
 def _function(lib: CPrelude, name: str, bits: int, group: int, offsets: bool, bias: bool, setup: str,
-              residual: bool = False, work: bool = False) -> str:
+              residual: bool = False, work: bool = False, act: str | None = None) -> str:
     """_BODY for one variant: the products of a panel after `setup` (the tile, its column sums, the
-    padding of the last rows)."""
+    padding of the last rows), then the activation `act` (no residual with one)."""
     params, _ = _params(offsets, bias, residual)
+    bias_add = " + bias[c]" if bias else ""
+    write = _WRITE_ACTIVATED.format(bias_add=bias_add, activation=activation(lib, act)) if act else \
+        _WRITE.format(bias_add=bias_add, residual_add=" + residual[(m0 + r) * o_rs + c]" if residual else "")
     return VNNI_INCLUDE + _BODY.format(
         name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, group=group, setup=setup,
         work=", int8_t* restrict work" if work else "", group_body=_group(),
-        offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "",
-        residual_add=" + residual[(m0 + r) * o_rs + c]" if residual else "")
+        offsets_body=_OFFSETS if offsets else "", write=write)
 
 
 def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, lanes: int) -> str:
@@ -419,18 +459,20 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
 
 
 def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool,
-                    glu: str | None = None) -> str:
-    """The name of gemm_nbits' C function of act int8_rows for this variant: a block of rows
-    quantized in the thread's scratch, then every panel of its packed codes (pack_vnni); with
-    glu "silu", silu of the first half of the columns times the second."""
+                    glu: str | None = None, act: str | None = None) -> str:
+    """The name of gemm_nbits' C function of act int8_rows for this variant: the rows quantized in
+    the calling thread's scratch, then every panel of its packed codes (pack_vnni); with glu
+    "silu", silu of the first half of the columns times the second; with an activation `act`
+    (ember.ops.gemm_nbits' ACTIVATIONS), that of every column."""
     name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows"
-    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{glu}" if glu else "")
+    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{act}" if act else "")
+    name += f"_{glu}" if glu else ""
 
     def make() -> str:
         panel_name = name.removesuffix(f"_{glu}") + "_panel"
         panel = lib._helper(panel_name, lambda: _function(
             lib, panel_name, bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
-            residual, work=True))
+            residual, work=True, act=act))
         params, _ = _params(offsets, bias, residual)
         args = _params(offsets, bias, at=" + p * 32")[1] + (" residual + m0 * o_rs + p * 32," if residual else "")
         tile = "(size_t)K * 32 + " if bits == 4 else ""

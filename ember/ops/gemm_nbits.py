@@ -24,7 +24,8 @@ cores: ember.tir.nbits_split), every M computed from the int8 rows: the quantiza
 region of its own. Its epilogues
 (ember.passes.nbits_epilogues): `residual`, a float32 (M, n) input after the others, added to the
 product; glu "silu", the output (M, n / 2) = silu(the first n / 2 columns) * the last n / 2 (a
-LLaMA MLP's gate and up projections side by side).
+LLaMA MLP's gate and up projections side by side); `activation` (ACTIVATIONS: "gelu_tanh",
+GPT-2's, and "gelu") of every output column, also act int8_groups' (a decode step's GEMV).
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
@@ -63,6 +64,7 @@ from ..tir.stmt import CallRoutine, For, Pointer
 from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
+from .unary import _gelu_np
 
 # rows of x per call: a prefill's dequantized panel serves this many; act int8_rows quantizes this
 # many rows together and multiplies them by every panel (32 rows a block cost 3-7% more at one
@@ -75,6 +77,8 @@ GEMM_NBITS_ROWS = ROWS_BLOCK
 # GEMM_NBITS_ROWS rows), the codes packed (pack_vnni), every M computed from them
 ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
+# the activations an epilogue applies (ember.passes.nbits_epilogues), as the gelu op's `approximate`
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
 
 
 def _infer(types, attrs):
@@ -96,6 +100,10 @@ def _infer(types, attrs):
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
     out = n
+    if attrs["activation"] is not None and (attrs["activation"] not in ACTIVATIONS or attrs["glu"] or
+                                            attrs["act"] not in ("int8_rows", "int8_groups") or attrs["residual"]):
+        raise OpTypeError(f"{name}: an activation ({', '.join(ACTIVATIONS)}) is act int8_rows' or int8_groups', "
+                              f"without glu or residual; got activation {attrs['activation']!r}, act {attrs['act']!r}")
     if attrs["glu"] is not None:
         if attrs["glu"] != "silu" or attrs["act"] != "int8_rows" or attrs["residual"] or n % (2 * PANEL):
             raise OpTypeError(f"{name}: glu 'silu' is act int8_rows' without a residual, n a multiple of "
@@ -198,7 +206,15 @@ def _reference(inputs, attrs):
     if attrs["glu"]:  # silu(gate) * up, the products rounded to float32 first as the kernel's are
         gate, up = np.split(y.astype(np.float32).astype(np.float64), 2, axis=1)
         y = gate / (1 + np.exp(-gate)) * up
-    return [y.astype(np.float32)]
+    return [activate(y, attrs["activation"]).astype(np.float32)]
+
+
+def activate(y: np.ndarray, activation: str | None) -> np.ndarray:
+    """y through an epilogue's activation (ACTIVATIONS; None: y), of y rounded to float32 first,
+    as the kernels apply it to the products they computed."""
+    if activation is None:
+        return y
+    return _gelu_np(y.astype(np.float32).astype(np.float64), {"approximate": ACTIVATIONS[activation]})
 
 
 def _compute(inputs, attrs, out_types):
@@ -235,7 +251,7 @@ def _compute(inputs, attrs, out_types):
                   ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ()) + \
             ((("packed", True),) if attrs["packed"] else ())
         if act == "int8_groups":
-            params += (("xgroup", row_group(attrs["group"], k)),)
+            params += (("xgroup", row_group(attrs["group"], k)), ("activation", attrs["activation"]))
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
@@ -273,7 +289,7 @@ def _rows_compute(inputs, attrs, out_types):
         (out,) = outs
         params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
                   ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
-                  ("glu", attrs["glu"]), ("act", "int8_rows"))
+                  ("glu", attrs["glu"]), ("activation", attrs["activation"]), ("act", "int8_rows"))
         scalars = (m, const(k), const(width), const(k), const(width), const(cols), const(panel_bytes))
         return CallRoutine(GEMM_NBITS, params, tuple(Pointer(buf, const(0)) for buf in bufs), (Pointer(out, const(0)),),
                            scalars)
@@ -288,7 +304,7 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False,
-           "residual": False, "glu": None},
+           "residual": False, "glu": None, "activation": None},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,

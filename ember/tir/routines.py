@@ -75,7 +75,8 @@ scales (and offsets, bias) of every column, and with `residual` residual[m, c] a
 o_rs + c; writes out[m, c] for c < N; scalars M, K, N, x_rs, o_rs, s_rs, p_rs. The
 rows are quantized in the call as quantize_rows quantizes them, and multiplied as act "int8"
 multiplies them; the residual is added to the product; glu "silu": the codes have 2 N columns (N a
-multiple of 32) and out = silu(the first N) * the last N.
+multiple of 32) and out = silu(the first N) * the last N; param activation (None | "gelu_tanh" |
+"gelu", also act "int8_groups"'s): out = that activation of the product (+ bias), no residual or glu.
 
 With `act` "int8_groups" (a decode step's GEMV on a target with VNNI and VBMI:
 ember.passes.quantize_rows; param xgroup: x's columns per scale, ember.tir.nbits.row_group's) the
