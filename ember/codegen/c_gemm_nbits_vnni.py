@@ -271,24 +271,20 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
     const int t = 0;
 #endif
     int8_t* restrict work = t == 0 ? (int8_t*)xq + shared : (int8_t*){scratch}(own);
-    int64_t b0 = blocks * t / T, b1 = b0 + 1, p0 = 0, p1 = P, r0, r1;
-    if (blocks >= T) {{  /* whole blocks, every panel: the thread's own rows quantized */
-      b1 = blocks * (t + 1) / T;
-      r0 = b0 * B;
-      r1 = b1 * B < M ? b1 * B : M;
-    }} else {{  /* the block's threads split its panels; each quantizes a share of the rows */
+    int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T, p0 = 0, p1 = P;
+    if (blocks < T) {{  /* the block's threads split its panels; each quantizes a share of the rows */
       int64_t first = (b0 * T + blocks - 1) / blocks, share = ((b0 + 1) * T + blocks - 1) / blocks - first;
+      b1 = b0 + 1;
       p0 = P * (t - first) / share;
       p1 = P * (t - first + 1) / share;
-      r0 = M * t / T;
-      r1 = M * (t + 1) / T;
-    }}
-    {quantize}(x + r0 * x_rs, xq + r0 * K, meta + r0 * ms, r1 - r0, K, x_rs);
-    if (blocks < T) {{
+      {quantize}(x + M * t / T * x_rs, xq + M * t / T * K, meta + M * t / T * ms, M * (t + 1) / T - M * t / T, K,
+                 x_rs);
       #pragma omp barrier
     }}
     for (int64_t m0 = b0 * B; m0 < b1 * B && m0 < M; m0 += B) {{
       const int64_t rows = M - m0 < B ? M - m0 : B;
+      if (blocks >= T)  /* whole blocks, every panel: each block quantized as its products begin */
+        {quantize}(x + m0 * x_rs, xq + m0 * K, meta + m0 * ms, rows, K, x_rs);
 {loop}    }}
   }}
 }}"""
