@@ -17,11 +17,11 @@ constant ones at compile time) come with those sums, and int8's are that tile al
 them in place, which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4
 class core: 466 against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's
 two halves of each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). A call of
-act "int8_rows" is the whole product in one parallel region of its own: the rows quantized
-(quantize_rows' function) into the calling thread's scratch, then the panel function on each
-(block of 64 rows, panel) of a thread's share, by blocks, and by panels too where the blocks are
-fewer than the threads (ember.tir.nbits_split: then the threads quantize even shares of the rows
-before a barrier; with whole blocks each quantizes its own and none waits); a residual
+act "int8_rows" is the whole product in one parallel region of its own: the panel function on
+each (block of 64 rows, panel) of a thread's share, by blocks, each thread quantizing each of its
+blocks (quantize_rows' function) into its scratch as the block's products begin, and by panels
+too where the blocks are fewer than the threads (ember.tir.nbits_split: then the threads quantize
+even shares of every row into the calling thread's scratch before a barrier); a residual
 is added as a panel's rows are written, and glu "silu" computes the gate's and the up
 projection's panels into the scratch and writes silu(gate) * up (c_vmath's sigmoid). Every M is
 computed from the int8 rows (no float32 twin).
@@ -233,10 +233,10 @@ _PACKED = {8: """\
 #endif
 """}
 
-# act "int8_rows": the rows quantized once (quantize_rows' formulas) into the calling thread's
-# scratch, which every thread reads, then each thread's blocks of rows multiplied by its panels of
-# packed codes (the function above, per panel), the residual (if any) added as each panel's rows
-# are written; the shares are ember.tir.nbits_split's (rows_threads, rows_task, rows_quantized)
+# act "int8_rows": each row quantized once (quantize_rows' formulas), then each thread's blocks of
+# rows multiplied by its panels of packed codes (the function above, per panel), the residual (if
+# any) added as each panel's rows are written; the shares are ember.tir.nbits_split's
+# (rows_threads, rows_task, rows_quantized)
 _THREADS = """\
 static inline int ember_gemm_rows_threads(int64_t M, int64_t K, int64_t cols, int64_t units) {{
 #ifdef _OPENMP
@@ -256,13 +256,14 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
                    int64_t p_rs) {{
   enum {{ R = {rows}, B = {block} }};
   const int64_t ms = 1 + K / 32, blocks = (M + B - 1) / B, P = {panels};
-  /* a thread's own scratch: {tile}the last rows' padding{glu_note} */
-  const size_t own = {tile_bytes}(size_t)R * K{glu_bytes};
-  /* the rows quantized, their scales and sums (every thread's to read), in whole 64 bytes */
-  const size_t shared = ((size_t)M * K + sizeof(float) * (size_t)(M * ms) + 63) / 64 * 64;
-  const int T = {threads}(M, K, {cols}, blocks * P);
-  uint8_t* restrict xq = {scratch}(shared + own);  /* the calling thread's: the first of the team */
-  float* restrict meta = (float*)(xq + M * K);
+  const int T = {threads}(M, K, {cols}, blocks * P), whole = blocks >= T;
+  /* a thread's own scratch: {tile}the last rows' padding{glu_note}, and with whole blocks a
+     thread the block's rows quantized, their scales and sums (in whole 64 bytes, as the rows of
+     every block are shared where the threads split blocks) */
+  const size_t local = whole ? ((size_t)B * K + sizeof(float) * (size_t)(B * ms) + 63) / 64 * 64 : 0;
+  const size_t own = {tile_bytes}(size_t)R * K{glu_bytes} + local;
+  const size_t shared = whole ? 0 : ((size_t)M * K + sizeof(float) * (size_t)(M * ms) + 63) / 64 * 64;
+  int8_t* restrict first = {scratch}(shared + own);  /* the calling thread's: the first of the team */
   #pragma omp parallel num_threads(T) if(T > 1)
   {{
 #ifdef _OPENMP
@@ -270,27 +271,31 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
 #else
     const int t = 0;
 #endif
-    int8_t* restrict work = t == 0 ? (int8_t*)xq + shared : (int8_t*){scratch}(own);
+    int8_t* restrict work = t == 0 ? first + shared : (int8_t*){scratch}(own);
+    uint8_t* restrict xq = (uint8_t*)(whole ? work + own - local : first);
+    float* restrict meta = (float*)(xq + (whole ? B : M) * K);
     int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T, p0 = 0, p1 = P;
-    if (blocks < T) {{  /* the block's threads split its panels; each quantizes a share of the rows */
-      int64_t first = (b0 * T + blocks - 1) / blocks, share = ((b0 + 1) * T + blocks - 1) / blocks - first;
+    if (!whole) {{  /* the block's threads split its panels; each quantizes a share of the rows */
+      int64_t lead = (b0 * T + blocks - 1) / blocks, share = ((b0 + 1) * T + blocks - 1) / blocks - lead;
       b1 = b0 + 1;
-      p0 = P * (t - first) / share;
-      p1 = P * (t - first + 1) / share;
+      p0 = P * (t - lead) / share;
+      p1 = P * (t - lead + 1) / share;
       {quantize}(x + M * t / T * x_rs, xq + M * t / T * K, meta + M * t / T * ms, M * (t + 1) / T - M * t / T, K,
                  x_rs);
       #pragma omp barrier
     }}
     for (int64_t m0 = b0 * B; m0 < b1 * B && m0 < M; m0 += B) {{
       const int64_t rows = M - m0 < B ? M - m0 : B;
-      if (blocks >= T)  /* whole blocks, every panel: each block quantized as its products begin */
-        {quantize}(x + m0 * x_rs, xq + m0 * K, meta + m0 * ms, rows, K, x_rs);
+      const uint8_t* rq = whole ? xq : xq + m0 * K;  /* the block's rows quantized */
+      const float* rm = whole ? meta : meta + m0 * ms;
+      if (whole)  /* every panel of whole blocks: each block quantized as its products begin */
+        {quantize}(x + m0 * x_rs, xq, meta, rows, K, x_rs);
 {loop}    }}
   }}
 }}"""
 _PANELS = """\
       for (int64_t p = p0; p < p1; ++p)
-        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + p * p_rs, scales + p * 32,{args} out + m0 * o_rs + p * 32, rows,
+        {panel}(x, rq, rm, codes + p * p_rs, scales + p * 32,{args} out + m0 * o_rs + p * 32, rows,
                 K, N - p * 32 < 32 ? N - p * 32 : 32, x_rs, o_rs, s_rs, work);
 """
 # glu "silu" (N the output's columns, a multiple of 32): the gate's panel p and the up
@@ -300,9 +305,9 @@ _GLU = """\
       float* restrict up = gate + B * 32;
       for (int64_t p = p0; p < p1; ++p) {{
         const int64_t q = p + N / 32;
-        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + p * p_rs, scales + p * 32,{args} gate, rows, K, 32, x_rs, 32,
+        {panel}(x, rq, rm, codes + p * p_rs, scales + p * 32,{args} gate, rows, K, 32, x_rs, 32,
                 s_rs, work);
-        {panel}(x, xq + m0 * K, meta + m0 * ms, codes + q * p_rs, scales + q * 32,{args_up} up, rows, K, 32, x_rs, 32,
+        {panel}(x, rq, rm, codes + q * p_rs, scales + q * 32,{args_up} up, rows, K, 32, x_rs, 32,
                 s_rs, work);
         for (int64_t i = 0; i < rows * 32; i += 16) {{
           {vec} g, u;

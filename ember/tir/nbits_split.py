@@ -3,7 +3,8 @@ ember.codegen.c_gemm_nbits_vnni computes these same ranges (this is the referenc
 
 The rows come in blocks of ROWS_BLOCK, each multiplied by the panels (32 columns) a thread is
 given, block after block. With at least as many blocks as threads, a thread takes a contiguous
-range of blocks and every panel, and quantizes its own rows (no barrier). With fewer blocks (a
+range of blocks and every panel, and quantizes each block into its own scratch as the block's
+products begin (no barrier; the scratch a block's, not the prompt's). With fewer blocks (a
 short prompt on many cores: 128 tokens are two blocks) the threads of a block split its panels:
 thread t works on block t * blocks / T, the block's threads taking contiguous ranges of its
 panels; every thread then quantizes an even share of the rows into the shared scratch before a
