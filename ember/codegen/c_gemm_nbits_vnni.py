@@ -252,9 +252,11 @@ static inline int ember_gemm_rows_threads(int64_t M, int64_t K, int64_t cols, in
 }}"""
 _ROWS = """\
 static void {name}(const float* restrict x, const {code}* restrict codes, const float* restrict scales,{params}
-                   float* restrict out, int64_t M, int64_t K, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
+                   float* restrict out, int64_t M, int64_t K_, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
                    int64_t p_rs) {{
-  enum {{ R = {rows}, B = {block} }};
+  enum {{ R = {rows}, B = {block}, K = {k} }};  /* K in the text: the threads' region would read it from the
+                                           struct OpenMP passes it, where GCC propagates no constant */
+  (void)K_;
   const int64_t ms = 1 + K / 32, blocks = (M + B - 1) / B, P = {panels};
   const int T = {threads}(M, K, {cols}, blocks * P), whole = blocks >= T;
   /* a thread's own scratch: {tile}the last rows' padding{glu_note}, and with whole blocks a
@@ -459,13 +461,13 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
     return lib._helper(name, make)
 
 
-def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool,
+def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool, k: int,
                     glu: str | None = None, act: str | None = None) -> str:
-    """The name of gemm_nbits' C function of act int8_rows for this variant: the rows quantized in
-    the calling thread's scratch, then every panel of its packed codes (pack_vnni); with glu
-    "silu", silu of the first half of the columns times the second; with an activation `act`
-    (ember.ops.gemm_nbits' ACTIVATIONS), that of every column."""
-    name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows"
+    """The name of gemm_nbits' C function of act int8_rows for this variant and K = k (a constant
+    of its text): the rows quantized block by block, each multiplied by the panels of its packed
+    codes (pack_vnni); with glu "silu", silu of the first half of the columns times the second;
+    with an activation `act` (ember.ops.gemm_nbits' ACTIVATIONS), that of every column."""
+    name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows_k{k}"
     name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{act}" if act else "")
     name += f"_{glu}" if glu else ""
 
@@ -484,7 +486,7 @@ def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
         else:
             loop = _PANELS.format(panel=panel, args=args)
         threads = lib._helper("ember_gemm_rows_threads", lambda: _THREADS.format(least=PARALLEL_MIN_WORK))
-        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS,
+        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, k=k,
                             block=ROWS_BLOCK, panels="N / 32" if glu else "(N + 31) / 32",
                             cols="2 * N" if glu else "(N + 31) / 32 * 32", threads=threads,
                             tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,

@@ -70,7 +70,7 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
                                      params["lanes"])
         if params.get("act") == "int8_rows":
             return c_gemm_nbits_rows(lib, params["bits"], params["group"], params["offsets"], params["bias"],
-                                     params["residual"], params["glu"], params["activation"])
+                                     params["residual"], params["k"], params["glu"], params["activation"])
         return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)

@@ -289,7 +289,7 @@ def _rows_compute(inputs, attrs, out_types):
         (out,) = outs
         params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
                   ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
-                  ("glu", attrs["glu"]), ("activation", attrs["activation"]), ("act", "int8_rows"))
+                  ("glu", attrs["glu"]), ("activation", attrs["activation"]), ("act", "int8_rows"), ("k", k))
         scalars = (m, const(k), const(width), const(k), const(width), const(cols), const(panel_bytes))
         return CallRoutine(GEMM_NBITS, params, tuple(Pointer(buf, const(0)) for buf in bufs), (Pointer(out, const(0)),),
                            scalars)

@@ -68,7 +68,8 @@ the rows quantized by quantize_rows (xq at xq + m * K + k, uint8; their meta at 
 as above. K is then a multiple of 32.
 
 With `act` "int8_rows" (a prefill's product of constant codes on a target with VNNI:
-ember.passes.quantize_rows; params residual: bool, glu: None | "silu") a call is every row and
+ember.passes.quantize_rows; params residual: bool, glu: None | "silu", k: K, a constant of the C's
+text, which the threads' region reads) a call is every row and
 every panel, in a parallel region of its own (the threads' shares: ember.tir.nbits_split): reads
 x, then the packed codes of every panel (ember.tir.nbits.pack_vnni, panel p at codes + p * p_rs),
 scales (and offsets, bias) of every column, and with `residual` residual[m, c] at residual + m *
