@@ -211,9 +211,10 @@ def _panel_scales(params: dict, k: int, s_rs: int, rest) -> tuple:
 
 
 def _gemm_nbits_rows(params: dict, reads, writes, scalars) -> None:
-    """act int8_rows on flat arrays: the block's rows quantized (quantize_rows), then each panel of
+    """act int8_rows on flat arrays: the rows quantized (quantize_rows), then each panel of
     packed codes (unpack_vnni) as act int8 computes it, plus the bias and the residual, each
-    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second)."""
+    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second;
+    then the activation)."""
     m, k, n, x_rs, o_rs, s_rs, p_rs = (int(v) for v in scalars)
     bits, glu = params["bits"], params["glu"]
     (x, x_off), (codes, c_off), *rest = reads
