@@ -17,9 +17,11 @@ constant ones at compile time) come with those sums, and int8's are that tile al
 them in place, which saves the repack and the sums (a tenth of a 64-row call on an AMD EPYC Zen 4
 class core: 466 against 416 GOP/s for 64 x 3072 x 768, one thread); int4's nibbles are the tile's
 two halves of each 64 bytes, unpacked by a mask and a shift (no permutation, no sums). A call of
-act "int8_rows" is a block of rows and every panel: it quantizes its rows into the thread's
-scratch (quantize_rows' function), then runs the panel function on each panel, so that a prefill's
-product is one parallel region with its quantization, which the threads split by rows; a residual
+act "int8_rows" is the whole product in one parallel region of its own: the panel function on
+each (block of 64 rows, panel) of a thread's share, by blocks, each thread quantizing each of its
+blocks (quantize_rows' function) into its scratch as the block's products begin, and by panels
+too where the blocks are fewer than the threads (ember.tir.nbits_split: then the threads quantize
+even shares of every row into the calling thread's scratch before a barrier); a residual
 is added as a panel's rows are written, and glu "silu" computes the gate's and the up
 projection's panels into the scratch and writes silu(gate) * up (c_vmath's sigmoid). Every M is
 computed from the int8 rows (no float32 twin).
@@ -30,10 +32,13 @@ graph pass only asks for this variant on targets with VNNI (ember.passes.quantiz
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
+from ..tir.nbits_split import ROWS_BLOCK
 from ..tir.routines import GEMM_NBITS_STREAM
+from ..tir.work import PARALLEL_MIN_WORK
 from . import c_runtime
 from .c_gemm_nbits import gemm_nbits
 from .c_vmath import vector_math
@@ -183,8 +188,7 @@ static void {name}(const float* restrict x, const uint8_t* restrict xq, const fl
 {group_body}{offsets_body}    }}
     for (int64_t r = 0; r < nr; ++r) {{
       float sx = meta[(m0 + r) * ms];
-      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add}{residual_add};
-    }}
+{write}    }}
   }}
 }}"""
 
@@ -229,44 +233,92 @@ _PACKED = {8: """\
 #endif
 """}
 
-# act "int8_rows": a block of rows quantized once into the thread's scratch (quantize_rows'
-# formulas), then every panel of packed codes multiplied by them (the function above, per panel),
-# the residual (if any) added as each panel's rows are written
+# act "int8_rows": each row quantized once (quantize_rows' formulas), then each thread's blocks of
+# rows multiplied by its panels of packed codes (the function above, per panel), the residual (if
+# any) added as each panel's rows are written; the shares are ember.tir.nbits_split's
+# (rows_threads, rows_task, rows_quantized)
+_THREADS = """\
+static inline int ember_gemm_rows_threads(int64_t M, int64_t K, int64_t cols, int64_t units) {{
+#ifdef _OPENMP
+  if (omp_in_parallel()) return 1;
+  int64_t t = omp_get_max_threads(), most = M * K * cols / 16 / {least};
+  if (most < t) t = most;
+  if (units < t) t = units;
+  return t < 1 ? 1 : (int)t;
+#else
+  (void)M; (void)K; (void)cols; (void)units;
+  return 1;
+#endif
+}}"""
 _ROWS = """\
 static void {name}(const float* restrict x, const {code}* restrict codes, const float* restrict scales,{params}
-                   float* restrict out, int64_t M, int64_t K, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
+                   float* restrict out, int64_t M, int64_t K_, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
                    int64_t p_rs) {{
-  enum {{ R = {rows} }};
-  const int64_t ms = 1 + K / 32;
-  /* this thread's scratch: {tile}the last rows' padding, the rows quantized, their scales and sums{glu_note} */
-  int8_t* restrict work = {scratch}({tile_bytes}(size_t)R * K + (size_t)M * K +
-                                   sizeof(float) * (size_t)(M * ms{glu_bytes}));
-  uint8_t* restrict xq = (uint8_t*)work + {tile_bytes}(size_t)R * K;
-  float* restrict meta = (float*)(xq + M * K);
-  {quantize}(x, xq, meta, M, K, x_rs);
-{loop}}}"""
+  enum {{ R = {rows}, B = {block}, K = {k} }};  /* K in the text: the threads' region would read it from the
+                                           struct OpenMP passes it, where GCC propagates no constant */
+  (void)K_;
+  const int64_t ms = 1 + K / 32, blocks = (M + B - 1) / B, P = {panels};
+  const int T = {threads}(M, K, {cols}, blocks * P), whole = blocks >= T;
+  /* a thread's own scratch: {tile}the last rows' padding{glu_note}, and with whole blocks a
+     thread the block's rows quantized, their scales and sums (in whole 64 bytes, as the rows of
+     every block are shared where the threads split blocks) */
+  const size_t local = whole ? ((size_t)B * K + sizeof(float) * (size_t)(B * ms) + 63) / 64 * 64 : 0;
+  const size_t own = {tile_bytes}(size_t)R * K{glu_bytes} + local;
+  const size_t shared = whole ? 0 : ((size_t)M * K + sizeof(float) * (size_t)(M * ms) + 63) / 64 * 64;
+  int8_t* restrict first = {scratch}(shared + own);  /* the calling thread's: the first of the team */
+  #pragma omp parallel num_threads(T) if(T > 1)
+  {{
+#ifdef _OPENMP
+    const int t = T > 1 ? omp_get_thread_num() : 0;
+#else
+    const int t = 0;
+#endif
+    int8_t* restrict work = t == 0 ? first + shared : (int8_t*){scratch}(own);
+    uint8_t* restrict xq = (uint8_t*)(whole ? work + own - local : first);
+    float* restrict meta = (float*)(xq + (whole ? B : M) * K);
+    int64_t b0 = blocks * t / T, b1 = blocks * (t + 1) / T, p0 = 0, p1 = P;
+    if (!whole) {{  /* the block's threads split its panels; each quantizes a share of the rows */
+      int64_t lead = (b0 * T + blocks - 1) / blocks, share = ((b0 + 1) * T + blocks - 1) / blocks - lead;
+      b1 = b0 + 1;
+      p0 = P * (t - lead) / share;
+      p1 = P * (t - lead + 1) / share;
+      {quantize}(x + M * t / T * x_rs, xq + M * t / T * K, meta + M * t / T * ms, M * (t + 1) / T - M * t / T, K,
+                 x_rs);
+      #pragma omp barrier
+    }}
+    for (int64_t m0 = b0 * B; m0 < b1 * B && m0 < M; m0 += B) {{
+      const int64_t rows = M - m0 < B ? M - m0 : B;
+      const uint8_t* rq = whole ? xq : xq + m0 * K;  /* the block's rows quantized */
+      const float* rm = whole ? meta : meta + m0 * ms;
+      if (whole)  /* every panel of whole blocks: each block quantized as its products begin */
+        {quantize}(x + m0 * x_rs, xq, meta, rows, K, x_rs);
+{loop}    }}
+  }}
+}}"""
 _PANELS = """\
-  for (int64_t p = 0; p * 32 < N; ++p)
-    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} out + p * 32, M, K, N - p * 32 < 32 ? N - p * 32 : 32,
-            x_rs, o_rs, s_rs, work);
+      for (int64_t p = p0; p < p1; ++p)
+        {panel}(x, rq, rm, codes + p * p_rs, scales + p * 32,{args} out + m0 * o_rs + p * 32, rows,
+                K, N - p * 32 < 32 ? N - p * 32 : 32, x_rs, o_rs, s_rs, work);
 """
 # glu "silu" (N the output's columns, a multiple of 32): the gate's panel p and the up
-# projection's panel p + N / 32 into two blocks of the scratch, out = silu(gate) * up
+# projection's panel p + N / 32 into two blocks of the thread's scratch, out = silu(gate) * up
 _GLU = """\
-  float* restrict gate = meta + M * ms;
-  float* restrict up = gate + M * 32;
-  for (int64_t p = 0; p * 32 < N; ++p) {{
-    const int64_t q = p + N / 32;
-    {panel}(x, xq, meta, codes + p * p_rs, scales + p * 32,{args} gate, M, K, 32, x_rs, 32, s_rs, work);
-    {panel}(x, xq, meta, codes + q * p_rs, scales + q * 32,{args_up} up, M, K, 32, x_rs, 32, s_rs, work);
-    for (int64_t i = 0; i < M * 32; i += 16) {{
-      {vec} g, u;
-      __builtin_memcpy(&g, gate + i, 64);
-      __builtin_memcpy(&u, up + i, 64);
-      g = g * {sigmoid}(g) * u;
-      __builtin_memcpy(out + (i / 32) * o_rs + p * 32 + i % 32, &g, 64);
-    }}
-  }}
+      float* restrict gate = (float*)(work + {tile_bytes}(size_t)R * K);
+      float* restrict up = gate + B * 32;
+      for (int64_t p = p0; p < p1; ++p) {{
+        const int64_t q = p + N / 32;
+        {panel}(x, rq, rm, codes + p * p_rs, scales + p * 32,{args} gate, rows, K, 32, x_rs, 32,
+                s_rs, work);
+        {panel}(x, rq, rm, codes + q * p_rs, scales + q * 32,{args_up} up, rows, K, 32, x_rs, 32,
+                s_rs, work);
+        for (int64_t i = 0; i < rows * 32; i += 16) {{
+          {vec} g, u;
+          __builtin_memcpy(&g, gate + i, 64);
+          __builtin_memcpy(&u, up + i, 64);
+          g = g * {sigmoid}(g) * u;
+          __builtin_memcpy(out + (m0 + i / 32) * o_rs + p * 32 + i % 32, &g, 64);
+        }}
+      }}
 """
 
 _COLSUM = """\
@@ -312,6 +364,44 @@ _OFFSETS = """\
 """
 
 
+# a row's columns written out; with an activation the panel's 32 columns into a row first, the
+# activation on its two vectors
+_WRITE = """\
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = sx * yf[r][c] + zf[r][c]{bias_add}{residual_add};
+"""
+_WRITE_ACTIVATED = """\
+      float row[32];
+      for (int c = 0; c < 32; ++c) row[c] = sx * yf[r][c] + zf[r][c]{bias_add};
+      {activation}(row);
+      for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = row[c];
+"""
+
+# the activations of a product's epilogue (ember.ops.gemm_nbits' ACTIVATIONS) on a vector v:
+# GELU's tanh form is v * sigmoid(2 u), u = sqrt(2 / pi) (v + 0.044715 v^3), as 0.5 (1 + tanh u) = sigmoid(2 u)
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_ACTIVATIONS = {
+    "gelu_tanh": ("sigmoid", f"v * {{f}}(v * ({2 * SQRT_2_OVER_PI!r}f + {2 * SQRT_2_OVER_PI * 0.044715!r}f * v * v))"),
+    "gelu": ("erf", f"0.5f * v * (1.0f + {{f}}(v * {1 / math.sqrt(2)!r}f))"),
+}
+
+
+def activation(lib: CPrelude, name: str) -> str:
+    """The name of the C function that applies activation `name` in place to a panel's row of 32
+    float32 columns, written into the prelude once."""
+    helper = f"ember_{name}_row32"
+    math_name, formula = _ACTIVATIONS[name]
+
+    def make() -> str:
+        vec, f = lib.vec("float32", 16), vector_math(lib, math_name, "float32", 16)
+        return (f"static inline void {helper}(float* restrict row) {{\n"
+                f"  for (int i = 0; i < 32; i += 16) {{\n"
+                f"    {vec} v;\n    __builtin_memcpy(&v, row + i, 64);\n"
+                f"    v = {formula.format(f=f)};\n"
+                f"    __builtin_memcpy(row + i, &v, 64);\n  }}\n}}")
+
+    return lib._helper(helper, make)
+
+
 def epi8_indices(values) -> str:
     """_mm512_set_epi8's arguments (byte 63 first) for byte j = values[j]."""
     return ", ".join(str(v) for v in reversed(list(values)))
@@ -337,15 +427,17 @@ def _params(offsets: bool, bias: bool, residual: bool = False, at: str = "") -> 
 
 
 def _function(lib: CPrelude, name: str, bits: int, group: int, offsets: bool, bias: bool, setup: str,
-              residual: bool = False, work: bool = False) -> str:
+              residual: bool = False, work: bool = False, act: str | None = None) -> str:
     """_BODY for one variant: the products of a panel after `setup` (the tile, its column sums, the
-    padding of the last rows)."""
+    padding of the last rows), then the activation `act` (no residual with one)."""
     params, _ = _params(offsets, bias, residual)
+    bias_add = " + bias[c]" if bias else ""
+    write = _WRITE_ACTIVATED.format(bias_add=bias_add, activation=activation(lib, act)) if act else \
+        _WRITE.format(bias_add=bias_add, residual_add=" + residual[(m0 + r) * o_rs + c]" if residual else "")
     return VNNI_INCLUDE + _BODY.format(
         name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, group=group, setup=setup,
         work=", int8_t* restrict work" if work else "", group_body=_group(),
-        offsets_body=_OFFSETS if offsets else "", bias_add=" + bias[c]" if bias else "",
-        residual_add=" + residual[(m0 + r) * o_rs + c]" if residual else "")
+        offsets_body=_OFFSETS if offsets else "", write=write)
 
 
 def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, lanes: int) -> str:
@@ -369,30 +461,37 @@ def gemm_nbits_int8(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
     return lib._helper(name, make)
 
 
-def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool,
-                    glu: str | None = None) -> str:
-    """The name of gemm_nbits' C function of act int8_rows for this variant: a block of rows
-    quantized in the thread's scratch, then every panel of its packed codes (pack_vnni); with
-    glu "silu", silu of the first half of the columns times the second."""
-    name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows"
-    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{glu}" if glu else "")
+def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: bool, residual: bool, k: int,
+                    glu: str | None = None, act: str | None = None) -> str:
+    """The name of gemm_nbits' C function of act int8_rows for this variant and K = k (a constant
+    of its text): the rows quantized block by block, each multiplied by the panels of its packed
+    codes (pack_vnni); with glu "silu", silu of the first half of the columns times the second;
+    with an activation `act` (ember.ops.gemm_nbits' ACTIVATIONS), that of every column."""
+    name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows_k{k}"
+    name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{act}" if act else "")
+    name += f"_{glu}" if glu else ""
 
     def make() -> str:
         panel_name = name.removesuffix(f"_{glu}") + "_panel"
         panel = lib._helper(panel_name, lambda: _function(
             lib, panel_name, bits, group, offsets, bias, _PACKED[bits].replace("{minus}", "0" if offsets else "8"),
-            residual, work=True))
-        params, args = _params(offsets, bias, residual, " + p * 32")
+            residual, work=True, act=act))
+        params, _ = _params(offsets, bias, residual)
+        args = _params(offsets, bias, at=" + p * 32")[1] + (" residual + m0 * o_rs + p * 32," if residual else "")
+        tile = "(size_t)K * 32 + " if bits == 4 else ""
         if glu:
             loop = _GLU.format(panel=panel, args=args, args_up=_params(offsets, bias, at=" + q * 32")[1],
-                               vec=lib.vec("float32", 16), sigmoid=vector_math(lib, "sigmoid", "float32", 16))
+                               tile_bytes=tile, vec=lib.vec("float32", 16),
+                               sigmoid=vector_math(lib, "sigmoid", "float32", 16))
         else:
             loop = _PANELS.format(panel=panel, args=args)
-        tile = "(size_t)K * 32 + " if bits == 4 else ""
-        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS,
+        threads = lib._helper("ember_gemm_rows_threads", lambda: _THREADS.format(least=PARALLEL_MIN_WORK))
+        return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, k=k,
+                            block=ROWS_BLOCK, panels="N / 32" if glu else "(N + 31) / 32",
+                            cols="2 * N" if glu else "(N + 31) / 32 * 32", threads=threads,
                             tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,
-                            glu_note=", a panel of the gate and of the up projection" if glu else "",
-                            glu_bytes=" + 64 * M" if glu else "", scratch=c_runtime.thread_scratch(lib),
+                            glu_note=", a block's panel of the gate and of the up projection" if glu else "",
+                            glu_bytes=" + sizeof(float) * 64 * B" if glu else "", scratch=c_runtime.thread_scratch(lib),
                             quantize=quantize_rows(lib), loop=loop)
 
     return lib._helper(name, make)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..tir.nbits import PANEL
-from .c_gemm_nbits_vnni import VNNI_INCLUDE, abs_max, epi8_indices
+from .c_gemm_nbits_vnni import VNNI_INCLUDE, abs_max, activation, epi8_indices
 
 if TYPE_CHECKING:
     from .c_prelude import CPrelude
@@ -98,8 +98,7 @@ static void {name}(const float* restrict x, const int8_t* restrict xq, const flo
 {group_scalar}      }}
     }}
 #endif
-    for (int64_t c = 0; c < ncols; ++c) out[m * o_rs + c] = row[c]{bias_add};
-  }}
+{write}  }}
 }}"""
 
 # 64 bytes of int4 codes (rows k .. k + 3, two columns a byte) a vpermb into vpdpbusd's layout,
@@ -149,6 +148,14 @@ _SCALAR_SYMMETRIC = "        row[c] += mr[2 * g] * (s[c] * (float)(acc - {offset
 _SCALAR_OFFSETS = "        row[c] += mr[2 * g] * (s[c] * (float)acc + offsets[g * s_rs + c] * (float)xsum);\n"
 
 
+# a row's columns written out (bias added); with an activation, on the panel's 32 columns first
+_WRITE = "    for (int64_t c = 0; c < ncols; ++c) out[m * o_rs + c] = row[c]{bias_add};\n"
+_WRITE_ACTIVATED = """\
+{bias}    {activation}(row);
+    for (int64_t c = 0; c < ncols; ++c) out[m * o_rs + c] = row[c];
+"""
+
+
 def quantize_groups(lib: CPrelude, group: int) -> str:
     """The name of the quantize_groups routine's C function for this group size, written into
     the prelude once."""
@@ -157,12 +164,14 @@ def quantize_groups(lib: CPrelude, group: int) -> str:
     return lib._helper(name, lambda: _QUANTIZE.format(name=name, group=group))
 
 
-def gemv_vnni(lib: CPrelude, bits: int, group: int, xgroup: int, offsets: bool, bias: bool) -> str:
+def gemv_vnni(lib: CPrelude, bits: int, group: int, xgroup: int, offsets: bool, bias: bool,
+              act: str | None = None) -> str:
     """The name of gemm_nbits' C function with act int8_groups for this variant: int8 or int4
     codes per `group` of rows (int8 also 0: per channel), x quantized per `xgroup` columns (int4
-    and int8 per group: the same group)."""
+    and int8 per group: the same group), the activation `act` (ember.ops.gemm_nbits' ACTIVATIONS)
+    on the columns written."""
     name = f"ember_gemv_q8_int{bits}{f'_g{group}' if group else ''}{f'_x{xgroup}' if xgroup != group else ''}"
-    name += f"{'_zp' if offsets else ''}{'_bias' if bias else ''}"
+    name += f"{'_zp' if offsets else ''}{'_bias' if bias else ''}{f'_{act}' if act else ''}"
 
     def make() -> str:
         params = (" const float* restrict offsets," if offsets else "") + \
@@ -178,12 +187,17 @@ def gemv_vnni(lib: CPrelude, bits: int, group: int, xgroup: int, offsets: bool, 
             products, code, width = _PRODUCTS4, "uint8_t", PANEL // 2
             code_scalar = "((codes[k * 16 + c % 16] >> (c / 16 * 4)) & 15)"
         offset = str(128 if bits == 8 else 8)
+        if act:
+            add = "    for (int c = 0; c < 32; ++c) row[c] += bias[c];\n" if bias else ""
+            write = _WRITE_ACTIVATED.format(bias=add, activation=activation(lib, act))
+        else:
+            write = _WRITE.format(bias_add=" + bias[c]" if bias else "")
         return VNNI_INCLUDE + _BODY.format(
             name=name, code=code, params=params, xgroup=xgroup, constants=constants, width=width,
             products=products, code_scalar=code_scalar, scale_row="g" if group else "0",
             group_vnni=_GROUP_OFFSETS if offsets else _GROUP_SYMMETRIC.replace("{offset}", offset),
             group_scalar=_SCALAR_OFFSETS if offsets else _SCALAR_SYMMETRIC.replace("{offset}", offset),
-            bias_add=" + bias[c]" if bias else "")
+            write=write)
 
     return lib._helper(name, make)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import LowerError
+from ..ops.gemm_nbits import activate
 from ..tir import winograd
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
 from ..tir.nbits import (
@@ -61,14 +62,15 @@ def c_routine(lib: CPrelude, routine: str, params: dict) -> str:
         return c_attention_decode(lib, params["mask"], params["kv"], params["lanes"], params["dims"],
                                   params.get("appended", False))
     if routine == GEMM_NBITS and params.get("act") == "int8_groups":
-        return c_gemv_vnni(lib, params["bits"], params["group"], params["xgroup"], params["offsets"], params["bias"])
+        return c_gemv_vnni(lib, params["bits"], params["group"], params["xgroup"], params["offsets"], params["bias"],
+                           params.get("activation"))
     if routine == GEMM_NBITS:
         if params.get("act") == "int8":
             return c_gemm_nbits_int8(lib, params["bits"], params["group"], params["offsets"], params["bias"],
                                      params["lanes"])
         if params.get("act") == "int8_rows":
             return c_gemm_nbits_rows(lib, params["bits"], params["group"], params["offsets"], params["bias"],
-                                     params["residual"], params["glu"])
+                                     params["residual"], params["k"], params["glu"], params["activation"])
         return c_gemm_nbits(lib, params["bits"], params["group"], params["offsets"], params["bias"], params["lanes"])
     if routine == QUANTIZE_ROWS:
         return c_quantize_rows(lib)
@@ -191,6 +193,8 @@ def _gemm_nbits(params: dict, reads, writes, scalars) -> None:
     if params["bias"]:
         bias, b_off = rest[-1]
         y = y + bias[b_off:b_off + PANEL]
+    if act == "int8_groups":
+        y = activate(y, params["activation"])
     (out, o_off), = writes
     out[o_off + rows * o_rs + np.arange(ncols)[None, :]] = y[:, :ncols].astype(out.dtype)
 
@@ -207,9 +211,10 @@ def _panel_scales(params: dict, k: int, s_rs: int, rest) -> tuple:
 
 
 def _gemm_nbits_rows(params: dict, reads, writes, scalars) -> None:
-    """act int8_rows on flat arrays: the block's rows quantized (quantize_rows), then each panel of
+    """act int8_rows on flat arrays: the rows quantized (quantize_rows), then each panel of
     packed codes (unpack_vnni) as act int8 computes it, plus the bias and the residual, each
-    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second)."""
+    panel rounded to float32 (glu "silu": silu of the first half of the columns times the second;
+    then the activation)."""
     m, k, n, x_rs, o_rs, s_rs, p_rs = (int(v) for v in scalars)
     bits, glu = params["bits"], params["glu"]
     (x, x_off), (codes, c_off), *rest = reads
@@ -237,6 +242,7 @@ def _gemm_nbits_rows(params: dict, reads, writes, scalars) -> None:
     if glu:
         gate = y[:, :n].astype(np.float64)
         y = gate / (1 + np.exp(-gate)) * y[:, n:]
+    y = activate(y, params["activation"])
     (out, o_off), = writes
     out[o_off + rows * o_rs + np.arange(n)[None, :]] = y.astype(out.dtype)
 

@@ -17,12 +17,15 @@ fewer read x. quantize_rows(x) -> (xq, meta) is the routine of the same name (em
 
 act "int8_rows" (ember.passes.quantize_rows, for constant codes, which it packs: `packed`, the
 products' own layout, ember.tir.nbits.pack_vnni: vpdpbusd's order and each group's column sums,
-made once at compile time instead of at every call): the kernel quantizes x's rows itself, a block
-of GEMM_NBITS_ROWS rows per call of the parallel loop, each block multiplied by every panel, every
-M computed from the int8 rows: the quantization is no parallel region of its own. Its epilogues
+made once at compile time instead of at every call): the kernel quantizes x's rows itself and
+multiplies each block of GEMM_NBITS_ROWS rows by the panels, in one parallel region that the threads
+split by blocks, and by panels where the blocks are fewer than the threads (a short prompt on many
+cores: ember.tir.nbits_split), every M computed from the int8 rows: the quantization is no parallel
+region of its own. Its epilogues
 (ember.passes.nbits_epilogues): `residual`, a float32 (M, n) input after the others, added to the
 product; glu "silu", the output (M, n / 2) = silu(the first n / 2 columns) * the last n / 2 (a
-LLaMA MLP's gate and up projections side by side).
+LLaMA MLP's gate and up projections side by side); `activation` (ACTIVATIONS: "gelu_tanh",
+GPT-2's, and "gelu") of every output column, also act int8_groups' (a decode step's GEMV).
 
 act "int8_groups" (ember.passes.quantize_rows, for a decode step's GEMV on VNNI): x's rows come
 quantized per group to int8 by quantize_groups(x; group) -> (xq, meta: each group's scale and sum of
@@ -55,16 +58,18 @@ from ..tir.nbits import (
     unpack_vnni,
     vnni_rows,
 )
+from ..tir.nbits_split import ROWS_BLOCK
 from ..tir.routines import GEMM_NBITS, GEMM_NBITS_STREAM, QUANTIZE_GROUPS, QUANTIZE_ROWS
 from ..tir.stmt import CallRoutine, For, Pointer
 from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
+from .unary import _gelu_np
 
 # rows of x per call: a prefill's dequantized panel serves this many; act int8_rows quantizes this
-# many rows a call and multiplies them by every panel (a 128-token prompt's two blocks, one a thread
-# at two threads: 32 rows a block cost 3-7% more, every block reading every panel's codes)
-GEMM_NBITS_ROWS = 64
+# many rows together and multiplies them by every panel (32 rows a block cost 3-7% more at one
+# thread, every block reading every panel's codes): ember.tir.nbits_split's ROWS_BLOCK
+GEMM_NBITS_ROWS = ROWS_BLOCK
 # what the products of M >= GEMM_NBITS_STREAM rows multiply: float32 x; int8 rows; "auto": float32
 # rows that ember.passes.quantize_rows may turn into int8 ones (the weights' quantization was asked for)
 # int8_groups: int8 rows per group of the weights' (quantize_groups), every M computed from them
@@ -72,6 +77,8 @@ GEMM_NBITS_ROWS = 64
 # GEMM_NBITS_ROWS rows), the codes packed (pack_vnni), every M computed from them
 ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
+# the activations an epilogue applies (ember.passes.nbits_epilogues), as the gelu op's `approximate`
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
 
 
 def _infer(types, attrs):
@@ -93,6 +100,10 @@ def _infer(types, attrs):
                               f"{types[1:3]}")
         types = [types[0], *types[3:]]
     out = n
+    if attrs["activation"] is not None and (attrs["activation"] not in ACTIVATIONS or attrs["glu"] or
+                                            attrs["act"] not in ("int8_rows", "int8_groups") or attrs["residual"]):
+        raise OpTypeError(f"{name}: an activation ({', '.join(ACTIVATIONS)}) is act int8_rows' or int8_groups', "
+                              f"without glu or residual; got activation {attrs['activation']!r}, act {attrs['act']!r}")
     if attrs["glu"] is not None:
         if attrs["glu"] != "silu" or attrs["act"] != "int8_rows" or attrs["residual"] or n % (2 * PANEL):
             raise OpTypeError(f"{name}: glu 'silu' is act int8_rows' without a residual, n a multiple of "
@@ -195,7 +206,15 @@ def _reference(inputs, attrs):
     if attrs["glu"]:  # silu(gate) * up, the products rounded to float32 first as the kernel's are
         gate, up = np.split(y.astype(np.float32).astype(np.float64), 2, axis=1)
         y = gate / (1 + np.exp(-gate)) * up
-    return [y.astype(np.float32)]
+    return [activate(y, attrs["activation"]).astype(np.float32)]
+
+
+def activate(y: np.ndarray, activation: str | None) -> np.ndarray:
+    """y through an epilogue's activation (ACTIVATIONS; None: y), of y rounded to float32 first,
+    as the kernels apply it to the products they computed."""
+    if activation is None:
+        return y
+    return _gelu_np(y.astype(np.float32).astype(np.float64), {"approximate": ACTIVATIONS[activation]})
 
 
 def _compute(inputs, attrs, out_types):
@@ -232,7 +251,7 @@ def _compute(inputs, attrs, out_types):
                   ("bias", has_bias), ("lanes", attrs["lanes"])) + ((("act", act),) if act in QUANTIZED else ()) + \
             ((("packed", True),) if attrs["packed"] else ())
         if act == "int8_groups":
-            params += (("xgroup", row_group(attrs["group"], k)),)
+            params += (("xgroup", row_group(attrs["group"], k)), ("activation", attrs["activation"]))
         call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * n + p * PANEL),), scalars)
         return For(t, const(0), blocks * count, kind, call)
 
@@ -253,35 +272,28 @@ def _loop_kind(rows: int | None, k: int, cols: int) -> str:
 
 
 def _rows_compute(inputs, attrs, out_types):
-    """act int8_rows: a parallel loop over blocks of GEMM_NBITS_ROWS rows, each call quantizing
-    its rows once and multiplying them by every panel: one parallel region for the quantization
-    and the products (and the residual added), which the threads split by rows."""
+    """act int8_rows: one call of the routine, which quantizes the rows and multiplies them by
+    every panel in one parallel region of its own (the threads split by blocks of rows, and by
+    panels where the blocks are fewer than the threads: ember.tir.nbits_split), the residual
+    added as the rows are written."""
     x = inputs[0]
     bits, n, group = attrs["bits"], attrs["n"], attrs["group"]
     k = as_int(x.shape[1])
     (m, _) = te_shape(out_types[0], inputs)
-    rows = as_int(m)
-    blocks = _row_blocks(m)
     weights = _weights(inputs, attrs)
     cols = panels(n) * PANEL
     panel_bytes = vnni_rows(k, group, bits) * (PANEL if bits == 8 else PANEL // 2)
+    width = n // 2 if attrs["glu"] else n  # the output's columns
 
     def build(bufs, outs):
         (out,) = outs
-        b = Var("block", dt.INDEX_DTYPE)
-        m0 = b * GEMM_NBITS_ROWS
-        reads = [Pointer(bufs[0], m0 * k)] + [Pointer(buf, const(0)) for buf in bufs[1:1 + len(weights)]]
-        if attrs["residual"]:
-            reads.append(Pointer(bufs[-1], m0 * n))
         params = (("bits", bits), ("group", group), ("offsets", bool(attrs["offsets"])),
                   ("bias", len(weights) == 3 + attrs["offsets"]), ("residual", bool(attrs["residual"])),
-                  ("glu", attrs["glu"]), ("act", "int8_rows"))
-        scalars = (min_(const(GEMM_NBITS_ROWS), m - m0), const(k), const(width), const(k), const(width), const(cols),
-                   const(panel_bytes))
-        call = CallRoutine(GEMM_NBITS, params, tuple(reads), (Pointer(out, m0 * width),), scalars)
-        return For(b, const(0), blocks, _loop_kind(rows, k, cols), call)
+                  ("glu", attrs["glu"]), ("activation", attrs["activation"]), ("act", "int8_rows"), ("k", k))
+        scalars = (m, const(k), const(width), const(k), const(width), const(cols), const(panel_bytes))
+        return CallRoutine(GEMM_NBITS, params, tuple(Pointer(buf, const(0)) for buf in bufs), (Pointer(out, const(0)),),
+                           scalars)
 
-    width = n // 2 if attrs["glu"] else n  # the output's columns
     return te.extern([((m, const(width)), "float32")], list(inputs), build, name="gemm_nbits")
 
 
@@ -292,7 +304,7 @@ register(OpDef(
     compute=_compute,
     pattern="opaque",
     attrs={"bits": None, "group": 0, "n": None, "offsets": False, "act": "float32", "packed": False,
-           "residual": False, "glu": None},
+           "residual": False, "glu": None, "activation": None},
     num_inputs=(3, 7),
     doc="x w + bias with w weight-only quantized (int8 per channel or group, int4 per group) in packed panels.",
     lanes=True,

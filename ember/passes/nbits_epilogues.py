@@ -11,20 +11,31 @@ then no parallel regions of their own, nor passes over the activations.
     mul(silu(gate), up)   (or mul(up, silu(gate)))
       -> reshape(gemm_nbits(x, ...; act="int8_rows", glu="silu"), (B..., M', n / 2))
 
-Conditions: every value between the product and the add or mul read there alone; r of the sum's
-own shape (no broadcast); n / 2 a multiple of the panels' 32 columns (the up projection's columns
-start a panel). The reshapes are views. What is left behind goes to dce.
+    gelu(reshape(y, ...); approximate)    (or torch's tanh formula in ten operators, GPT-2's NewGELU:
+    0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), x^3 as x x x or pow(x, 3), operands in either order)
+      -> reshape(gemm_nbits(x, ...; activation="gelu" | "gelu_tanh"), ...)
+
+The activation is also a decode step's GEMV's (act int8_groups), whose kernel applies it to the
+columns it writes: a GPT-2 layer's GELU is then no kernel of its own in the prefill nor in the step.
+
+Conditions: every value between the product and the add or mul read there alone (GELU's x by its
+formula's operators alone); r of the sum's own shape (no broadcast); n / 2 a multiple of the panels'
+32 columns (the up projection's columns start a panel). The reshapes are views. What is left
+behind goes to dce.
 """
 
 from __future__ import annotations
 
 from ..graph.core import Graph, Node, Value
 from ..tir.nbits import PANEL
+from .gelu_pattern import gelu_tanh
 from .rewrite import Rewriter, rebuild
+
+ACTIVATED = ("int8_rows", "int8_groups")  # the acts that take an activation (the residual and glu: int8_rows)
 
 
 def nbits_epilogues(graph: Graph) -> Graph:
-    if not any(n.op == "gemm_nbits" and n.attrs["act"] == "int8_rows" for n in graph.nodes):
+    if not any(n.op == "gemm_nbits" and n.attrs["act"] in ACTIVATED for n in graph.nodes):
         return graph
     users = graph.users()
     for v in graph.outputs:  # an output is read by the caller too
@@ -38,8 +49,31 @@ def _epilogue(rw: Rewriter, node: Node, ins: list[Value], users: dict) -> list[V
     if node.op == "add":
         return _residual(rw, node, ins, users)
     if node.op == "mul":
-        return _silu_mul(rw, node, users)
+        return _silu_mul(rw, node, users) or _gelu(rw, node, users)
+    if node.op == "gelu":
+        return _gelu(rw, node, users)
     return None
+
+
+def _gelu(rw: Rewriter, node: Node, users: dict) -> list[Value] | None:
+    """The gelu op, or torch's operators of its tanh form, on a product's reshaped output."""
+    if node.op == "gelu":
+        x, nodes, activation = node.inputs[0], [node], "gelu_tanh" if node.attrs["approximate"] == "tanh" else "gelu"
+    else:
+        found = gelu_tanh(rw.old, node)
+        if found is None:
+            return None
+        (x, nodes), activation = found, "gelu_tanh"
+    inside = {id(n) for n in nodes}
+    read = [u for n in nodes if n is not node for u in users.get(n.outputs[0], ())] + users.get(x, [])
+    if any(u is None or id(u) not in inside for u in read):  # the formula's values read by it alone
+        return None
+    product = _product(x, users, acts=ACTIVATED, alone=False)
+    if product is None:
+        return None
+    (z,) = rw.emit("gemm_nbits", [rw.value(v) for v in product.inputs], {**product.attrs, "activation": activation},
+                   hint=product.name)
+    return rw.emit("reshape", [z], {"shape": node.outputs[0].shape}, hint=node.name, out_names=[node.outputs[0].name])
 
 
 def _silu_mul(rw: Rewriter, node: Node, users: dict) -> list[Value] | None:
@@ -82,15 +116,15 @@ def _residual(rw: Rewriter, node: Node, ins: list[Value], users: dict) -> list[V
     return None
 
 
-def _product(v: Value, users: dict) -> Node | None:
-    """The gemm_nbits of act int8_rows (no epilogue yet) whose output v reshapes, read by v's
-    reader alone; else None."""
+def _product(v: Value, users: dict, acts: tuple[str, ...] = ("int8_rows",), alone: bool = True) -> Node | None:
+    """The gemm_nbits of one of `acts` (no epilogue yet) whose output v reshapes, read by v's
+    reader alone (`alone`: the caller has checked v's readers); else None."""
     reshape = v.node
-    if reshape is None or reshape.op != "reshape" or not _alone(v, users):
+    if reshape is None or reshape.op != "reshape" or (alone and not _alone(v, users)):
         return None
     y = reshape.inputs[0]
     product = y.node
-    if product is None or product.op != "gemm_nbits" or product.attrs["act"] != "int8_rows" or \
-            product.attrs["residual"] or product.attrs["glu"] or not _alone(y, users):
+    if product is None or product.op != "gemm_nbits" or product.attrs["act"] not in acts or \
+            product.attrs["residual"] or product.attrs["glu"] or product.attrs["activation"] or not _alone(y, users):
         return None
     return product

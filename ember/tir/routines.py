@@ -68,13 +68,16 @@ the rows quantized by quantize_rows (xq at xq + m * K + k, uint8; their meta at 
 as above. K is then a multiple of 32.
 
 With `act` "int8_rows" (a prefill's product of constant codes on a target with VNNI:
-ember.passes.quantize_rows; params residual: bool, glu: None | "silu") a call is a block of rows and
-every panel: reads x, then the packed codes of every panel (ember.tir.nbits.pack_vnni, panel p at
-codes + p * p_rs), scales (and offsets, bias) of every column, and with `residual` residual[m, c] at
-residual + m * o_rs + c; writes out[m, c] for c < N; scalars M, K, N, x_rs, o_rs, s_rs, p_rs. The
+ember.passes.quantize_rows; params residual: bool, glu: None | "silu", k: K, a constant of the C's
+text, which the threads' region reads) a call is every row and
+every panel, in a parallel region of its own (the threads' shares: ember.tir.nbits_split): reads
+x, then the packed codes of every panel (ember.tir.nbits.pack_vnni, panel p at codes + p * p_rs),
+scales (and offsets, bias) of every column, and with `residual` residual[m, c] at residual + m *
+o_rs + c; writes out[m, c] for c < N; scalars M, K, N, x_rs, o_rs, s_rs, p_rs. The
 rows are quantized in the call as quantize_rows quantizes them, and multiplied as act "int8"
 multiplies them; the residual is added to the product; glu "silu": the codes have 2 N columns (N a
-multiple of 32) and out = silu(the first N) * the last N.
+multiple of 32) and out = silu(the first N) * the last N; param activation (None | "gelu_tanh" |
+"gelu", also act "int8_groups"'s): out = that activation of the product (+ bias), no residual or glu.
 
 With `act` "int8_groups" (a decode step's GEMV on a target with VNNI and VBMI:
 ember.passes.quantize_rows; param xgroup: x's columns per scale, ember.tir.nbits.row_group's) the

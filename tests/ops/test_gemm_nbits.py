@@ -401,3 +401,42 @@ def test_compiled_prefill_mlp_at_one_and_two_threads(bits, zero_points):
             got = model(rows)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
             assert np.linalg.norm(got[0] - exact) / np.linalg.norm(exact) < 0.05
+
+
+@pytest.mark.parametrize("activation,bits,group,zero_points,bias", [
+    ("gelu_tanh", 8, 0, False, True), ("gelu_tanh", 4, 32, True, False), ("gelu", 4, 64, False, True)])
+def test_gelu_of_the_product_in_the_kernel(activation, bits, group, zero_points, bias):
+    """activation "gelu_tanh" (GPT-2's) and "gelu" on act int8_rows' products (a prefill: 3, 13,
+    70 and 128 rows) and act int8_groups' (a decode step's GEMV: 1 row) over 75 columns (a partial
+    panel), on VNNI, the interpreter and the scalar twin against the reference, and against torch's
+    GELU (float64) of the product without it."""
+    import torch
+
+    op = get("gemm_nbits")
+    approximate = "tanh" if activation == "gelu_tanh" else "none"
+    weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, False)
+    xgroup = row_group(group, K)
+    grouped = {**attrs, "act": "int8_groups", "packed": False}
+    cases = [(types, attrs, [[x, *packed] for x in (RNG.standard_normal((m, K)).astype(np.float32)
+                                                    for m in (3, 13, 70, 128))]),
+             (_grouped_types(K, xgroup, weights), grouped,
+              [[x, *quantize_groups(x, xgroup), *weights] for x in [RNG.standard_normal((1, K)).astype(np.float32)]])]
+    for case_types, case_attrs, sets in cases:
+        runs = check_op_sizes("gemm_nbits", case_types, {**case_attrs, "activation": activation}, sets, rtol=1e-4,
+                              atol=1e-4, targets=("c", "python", AVX2))
+        for (y,), inputs in zip(runs, sets):
+            (product,) = op.reference(inputs, op.bind_attrs(case_attrs))
+            want = torch.nn.functional.gelu(torch.from_numpy(product.astype(np.float64)), approximate=approximate)
+            np.testing.assert_allclose(y, want.numpy(), rtol=1e-4, atol=1e-5 * np.abs(product).max())
+
+
+def test_an_activation_is_int8_rows_or_int8_groups_without_glu_or_residual():
+    weights, packed, types, attrs = _rows_case(8, 0, False, False, True)
+    with pytest.raises(OpTypeError, match="an activation .* without glu or residual"):
+        infer_types("gemm_nbits", types, {**attrs, "activation": "gelu_tanh"})  # a residual
+    with pytest.raises(OpTypeError, match="an activation"):
+        infer_types("gemm_nbits", types[:-1], {**attrs, "residual": False, "activation": "relu"})
+    plain = [TensorType(("m", K), "float32")] + [TensorType(p.shape, p.dtype.name) for p in weights]
+    with pytest.raises(OpTypeError, match="an activation .* is act int8_rows' or int8_groups'"):
+        infer_types("gemm_nbits", plain, {**attrs, "act": "float32", "packed": False, "residual": False,
+                                          "activation": "gelu"})

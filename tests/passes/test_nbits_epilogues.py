@@ -19,6 +19,7 @@ from ember.target import Target
 RNG = np.random.default_rng()
 M = 13  # rows: a prefill's (4 or more)
 VNNI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni")
+VBMI = Target("c", cflags="-O2 -march=x86-64-v4 -mavx512vnni -mavx512vbmi")  # a decode step's GEMV on VNNI too
 
 
 def _layer(weights="int4", residual_shape=(1, M, 40), swap=False, reread=False):
@@ -83,3 +84,46 @@ def test_silu_of_the_gate_times_up_is_computed_by_the_products_kernel(swap):
 
 def test_halves_that_split_a_panel_keep_their_mul():
     assert "mul" in ops(dce(nbits_epilogues(_mlp(half=48))))
+
+
+def _gelu_layer(rows=M, form="ten", swap=False, reread=False, cube="mul", c=0.044715):
+    """x (rows, 64) times a quantized weight, reshaped to (1, rows, 96), through GELU: torch's tanh
+    formula in ten operators as a trace leaves it (`swap`: every add's and mul's operands reversed; `cube`:
+    x^3 as x * x * x or pow(x, 3); `c` its cube's coefficient), or the gelu op (form "tanh" or
+    "none", its approximate); the tanh also an output with `reread`."""
+    g = Graph()
+    x = g.add_input("x", TensorType((rows, 64)))
+    (y,) = add_op(g, "gemm", [x, g.add_constant(RNG.standard_normal((64, 96)).astype("float32") / 4, "w")])
+    (v,) = add_op(g, "reshape", [y], {"shape": (1, rows, 96)})
+
+    def op(name, a, b):
+        b = g.add_constant(np.float32(b)) if isinstance(b, float) else b
+        return add_op(g, name, [b, a] if swap and name != "pow" else [a, b])[0]
+
+    if form == "ten":
+        x3 = op("mul", op("mul", v, v), v) if cube == "mul" else op("pow", v, 3.0)
+        (t,) = add_op(g, "tanh", [op("mul", op("add", v, op("mul", x3, c)), float(np.sqrt(2 / np.pi)))])
+        g.set_outputs([op("mul", op("mul", v, 0.5), op("add", t, 1.0))] + ([t] if reread else []))
+    else:
+        g.set_outputs(add_op(g, "gelu", [v], {"approximate": form}))
+    return quantize_rows(quantize_weights(g, WeightFormat.of("int8", 0)), VBMI)
+
+
+@pytest.mark.parametrize("rows,form,swap,cube,activation", [
+    (M, "ten", False, "mul", "gelu_tanh"), (M, "ten", True, "pow", "gelu_tanh"), (1, "ten", False, "mul", "gelu_tanh"),
+    (M, "tanh", False, "mul", "gelu_tanh"), (1, "none", False, "mul", "gelu")])
+def test_gelu_of_the_product_is_computed_by_the_products_kernel(rows, form, swap, cube, activation):
+    """GPT-2's GELU (torch's ten operators, in either operand order, x^3 either way) and the gelu
+    op after a prefill's product (act int8_rows) and a decode step's GEMV (1 row: act int8_groups)."""
+    before = _gelu_layer(rows, form, swap, cube=cube)
+    after = dce(nbits_epilogues(before))
+    product = next(n for n in after.nodes if n.op == "gemm_nbits")
+    assert ops(after)[-2:] == ["gemm_nbits", "reshape"] and not {"tanh", "gelu", "mul"} & set(ops(after))
+    assert product.attrs["activation"] == activation
+    assert product.attrs["act"] == ("int8_rows" if rows > 1 else "int8_groups")
+    check_same(before, after, rtol=1e-4, atol=1e-4)
+
+
+def test_another_formula_or_a_value_read_elsewhere_keeps_the_operators():
+    for before in (_gelu_layer(c=0.04), _gelu_layer(reread=True)):
+        assert "tanh" in ops(dce(nbits_epilogues(before)))
