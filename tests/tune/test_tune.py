@@ -91,7 +91,7 @@ class ScriptedRunner:
                 for i in inputs]
 
 
-def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path):
+def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path, small_search):
     from dataclasses import replace
 
     from ember.tune.tuner import TaskTuner
