@@ -86,13 +86,13 @@ def run_python(code: str | None = None, *, args: tuple[str, ...] = (), stdin: st
 
 @pytest.fixture(scope="session")
 def worker_cache(tmp_path_factory):
-    """One build cache per test process, shared by the tests that use it (`shared_cache`): most
+    """One build cache per test process, shared by the tests that use it (`in_worker_cache`): most
     compile small kernels that the tests before them compiled already, and a compile is seconds."""
     return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture
-def shared_cache(worker_cache, monkeypatch):
+def in_worker_cache(worker_cache, monkeypatch):
     """EMBER_CACHE_DIR is `worker_cache` for the test and the children it starts."""
     monkeypatch.setenv("EMBER_CACHE_DIR", str(worker_cache))
     return worker_cache

@@ -10,5 +10,5 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def builds_in_the_worker_cache(shared_cache):
-    """`shared_cache` for every test here (`cache_dir`, when a test asks for it, comes after)."""
+def builds_in_the_worker_cache(in_worker_cache):
+    """`in_worker_cache` for every test here (`cache_dir`, when a test asks for it, comes after)."""

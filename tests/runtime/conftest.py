@@ -7,7 +7,7 @@ from ember.tir.stmt import BufferStore, For, PrimFunc
 
 
 @pytest.fixture(autouse=True)
-def builds_in_the_worker_cache(shared_cache):
+def builds_in_the_worker_cache(in_worker_cache):
     """Every test here builds into its process's build cache, never the user's; a test about the
     cache or a first compile asks for a fresh one (`cache_dir`, which comes after this one)."""
 
