@@ -84,6 +84,29 @@ def run_python(code: str | None = None, *, args: tuple[str, ...] = (), stdin: st
     return Run(done.returncode, done.stdout, done.stderr)
 
 
+@pytest.fixture(scope="session")
+def worker_cache(tmp_path_factory):
+    """One build cache per test process, shared by the tests that use it (`in_worker_cache`): most
+    compile small kernels that the tests before them compiled already, and a compile is seconds."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def in_worker_cache(worker_cache, monkeypatch):
+    """EMBER_CACHE_DIR is `worker_cache` for the test and the children it starts."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(worker_cache))
+    return worker_cache
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh, empty build cache of the test's own (children inherit it through the environment),
+    for a test about the cache itself (damage, trimming, races) or about a first compile."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def python():
     """run_python, as a fixture."""

@@ -7,11 +7,9 @@ from ember.tir.stmt import BufferStore, For, PrimFunc
 
 
 @pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    """A fresh, empty build cache for every test."""
-    path = tmp_path / "cache"
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(path))
-    return path
+def builds_in_the_worker_cache(in_worker_cache):
+    """Every test here builds into its process's build cache, never the user's; a test about the
+    cache or a first compile asks for a fresh one (`cache_dir`, which comes after this one)."""
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def test_a_damaged_entry_is_a_miss(damage):
     assert kept.get("lowered", "k") == [1, 2]
 
 
-def test_an_entry_whose_digest_matches_but_does_not_unpickle_is_a_miss():
+def test_an_entry_whose_digest_matches_but_does_not_unpickle_is_a_miss(cache_dir):
     import hashlib
 
     payload = b"not a pickle"

@@ -45,7 +45,7 @@ def test_cache_hit_runs_no_compiler(monkeypatch):
     assert build_library(SOURCE) == path
 
 
-def test_keep_source_off(monkeypatch):
+def test_keep_source_off(cache_dir, monkeypatch):
     monkeypatch.setenv("EMBER_KEEP_SOURCE", "0")
     path = build_library(SOURCE)
     assert path.exists() and not path.with_suffix(".c").exists()
@@ -84,7 +84,7 @@ def test_missing_compiler_says_how_to_choose_one():
         build_library(SOURCE, cc="/nonexistent/bin/cc")
 
 
-def test_concurrent_builds_compile_once(monkeypatch):
+def test_concurrent_builds_compile_once(cache_dir, monkeypatch):
     compiles = []
     run = build.run_compilers
 

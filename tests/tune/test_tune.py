@@ -33,11 +33,12 @@ def runner():
 
 @pytest.fixture
 def small_search(monkeypatch):
-    """A population of 24, not 48 (still more than the ELITE measured ones it is seeded with, so
-    random samples join them): these tests check what the tuner does with the search's proposals
-    (counts, database, resuming, stopping), not how good they are, and building and featurizing
-    the population is most of a round's time."""
-    monkeypatch.setattr(search, "POPULATION", 24)
+    """A population of 12, not 48, seeded with the 6 best measured, not 16 (so random samples
+    still join them): these tests check what the tuner does with the search's proposals (counts,
+    database, resuming, stopping), not how good they are, and building and featurizing the
+    population is most of a round's time."""
+    monkeypatch.setattr(search, "POPULATION", 12)
+    monkeypatch.setattr(search, "ELITE", 6)
 
 
 def test_tune_a_kernel_resume_and_replay(tmp_path, runner, small_search):
@@ -90,7 +91,7 @@ class ScriptedRunner:
                 for i in inputs]
 
 
-def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path):
+def test_the_winner_and_the_own_schedule_are_re_measured_side_by_side(tmp_path, small_search):
     from dataclasses import replace
 
     from ember.tune.tuner import TaskTuner
