@@ -333,18 +333,3 @@ def test_storage_align_pads_a_scratch_tile_on_every_target():
     s[C].storage_align(s[C].op.axis[0], 16, 3)  # C's 8 x 20 tile, its rows 35 apart
     assert "C = alloc((8, 35), 'float32'" in str(ember.lower(s, [A, B, D]))
     check_schedule(s, [A, B, D], relu_mm_ref, targets=TARGETS, rtol=1e-5, atol=1e-5)
-
-
-def test_fuse_takes_no_modulo_of_the_outermost_loop_of_more_than_one_iteration():
-    """A (1, n, 6) copy's three loops fused: the unit loop's index is 0 and n's loop, the outermost
-    of more than one iteration, is fused / 6 with no floormod by n (a division per element the
-    simplifier cannot drop for a symbolic n); the copy is as before at several n."""
-    n = te.var("n")
-    A = te.placeholder((1, n, 6), name="A")
-    B = te.compute((1, n, 6), lambda i, j, k: A[i, j, k] * 2.0, name="B")
-    sch = tir_sched([A, B])
-    sch.fuse(*sch.get_loops(sch.get_block("B")))
-    text = str(sch.mod)
-    assert "axis.S(n, i_j_k_fused // 6)" in text and "axis.S(1, 0)" in text and "% n" not in text
-    for size in (1, 5, 9):
-        check_schedule(sch, None, lambda a: a * 2, sizes={n: size}, targets=TARGETS)

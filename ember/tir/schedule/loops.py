@@ -125,13 +125,9 @@ def fuse(sch: Schedule, *loops: LoopRV) -> LoopRV:
     fused = Var(name)
     vmap = {}
     stride = const(1)
-    for k in reversed(range(len(fors))):
-        f, e = fors[k], fused // stride
-        if as_int(f.extent) == 1:
-            vmap[f.loop_var] = const(0)
-        else:  # the outermost loop of more than one iteration takes no modulo: fused < stride * its extent
-            outermost = all(as_int(g.extent) == 1 for g in fors[:k])
-            vmap[f.loop_var] = ana.simplify(e if outermost else e % f.extent)
+    for f in reversed(fors):
+        e = fused // stride
+        vmap[f.loop_var] = ana.simplify(e if f is fors[0] else e % f.extent)
         stride = stride * f.extent
     for f in fors:
         if any(uses_var(g.extent, [f.loop_var]) for g in fors):
