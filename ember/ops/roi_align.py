@@ -105,10 +105,12 @@ def _compute(inputs, attrs, out_types):
         y0, x0, bh, bw = _bins([rois[r, k] for k in range(4)], attrs, to_float, max_)
         y = y0 + to_float(ph) * bh + (to_float(iy) + 0.5) * bh / float(g)
         xx = x0 + to_float(pw) * bw + (to_float(ix) + 0.5) * bw / float(g)
-        outside = te.any(y < -1.0, y > float(h), xx < -1.0, xx > float(w))
+        b = checked_index(indices[r], x.shape[0])
+        # b < 0 never holds (the check raises first), and comes first, where || always evaluates it: a
+        # box whose samples all lie outside the image checks its image index too
+        outside = te.any(b < 0, y < -1.0, y > float(h), xx < -1.0, xx > float(w))
         yl, yh, ly = _corners(max_(y, 0.0), h, to_int, to_float, min_, te.if_then_else)
         xl, xh, lx = _corners(max_(xx, 0.0), w, to_int, to_float, min_, te.if_then_else)
-        b = checked_index(indices[r], x.shape[0])
         corners = [(1.0 - ly) * (1.0 - lx) * to_float(x[b, c, yl, xl]), (1.0 - ly) * lx * to_float(x[b, c, yl, xh]),
                    ly * (1.0 - lx) * to_float(x[b, c, yh, xl]), ly * lx * to_float(x[b, c, yh, xh])]
         value = corners[0] + corners[1] + corners[2] + corners[3] if attrs["mode"] == "avg" else max_(
