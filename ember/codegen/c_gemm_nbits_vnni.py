@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ..tir.gelu import SQRT_2_OVER_PI
 from ..tir.nbits import PANEL
 from ..tir.nbits_split import ROWS_BLOCK
 from ..tir.routines import GEMM_NBITS_STREAM
@@ -376,9 +377,8 @@ _WRITE_ACTIVATED = """\
       for (int64_t c = 0; c < ncols; ++c) out[(m0 + r) * o_rs + c] = row[c];
 """
 
-# the activations of a product's epilogue (ember.ops.gemm_nbits' ACTIVATIONS) on a vector v:
+# the activations of a product's epilogue (ember.tir.nbits' ACTIVATIONS) on a vector v:
 # GELU's tanh form is v * sigmoid(2 u), u = sqrt(2 / pi) (v + 0.044715 v^3), as 0.5 (1 + tanh u) = sigmoid(2 u)
-SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _ACTIVATIONS = {
     "gelu_tanh": ("sigmoid", f"v * {{f}}(v * ({2 * SQRT_2_OVER_PI!r}f + {2 * SQRT_2_OVER_PI * 0.044715!r}f * v * v))"),
     "gelu": ("erf", f"0.5f * v * (1.0f + {{f}}(v * {1 / math.sqrt(2)!r}f))"),
@@ -466,7 +466,7 @@ def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
     """The name of gemm_nbits' C function of act int8_rows for this variant and K = k (a constant
     of its text): the rows quantized block by block, each multiplied by the panels of its packed
     codes (pack_vnni); with glu "silu", silu of the first half of the columns times the second;
-    with an activation `act` (ember.ops.gemm_nbits' ACTIVATIONS), that of every column."""
+    with an activation `act` (ember.tir.nbits' ACTIVATIONS), that of every column."""
     name = f"ember_gemm_q8_int{bits}{f'_g{group}' if group else ''}{'_zp' if offsets else ''}_rows_k{k}"
     name += ("_bias" if bias else "") + ("_residual" if residual else "") + (f"_{act}" if act else "")
     name += f"_{glu}" if glu else ""

@@ -168,7 +168,7 @@ def gemv_vnni(lib: CPrelude, bits: int, group: int, xgroup: int, offsets: bool, 
               act: str | None = None) -> str:
     """The name of gemm_nbits' C function with act int8_groups for this variant: int8 or int4
     codes per `group` of rows (int8 also 0: per channel), x quantized per `xgroup` columns (int4
-    and int8 per group: the same group), the activation `act` (ember.ops.gemm_nbits' ACTIVATIONS)
+    and int8 per group: the same group), the activation `act` (ember.tir.nbits' ACTIVATIONS)
     on the columns written."""
     name = f"ember_gemv_q8_int{bits}{f'_g{group}' if group else ''}{f'_x{xgroup}' if xgroup != group else ''}"
     name += f"{'_zp' if offsets else ''}{'_bias' if bias else ''}{f'_{act}' if act else ''}"

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import LowerError
-from ..ops.gemm_nbits import activate
 from ..tir import winograd
 from ..tir.kv_int8 import SCALE_BYTES, dequantize_rows
 from ..tir.nbits import (
     PANEL,
+    activate,
     dequantize,
     dequantize_groups,
     int8_products,

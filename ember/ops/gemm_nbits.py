@@ -44,10 +44,12 @@ from ..graph.core import TensorType
 from ..tir import dtype as dt
 from ..tir.expr import Var, as_int, const, min_
 from ..tir.nbits import (
+    ACTIVATIONS,
     BITS,
     GROUPS,
     PANEL,
     QUANTIZE_BLOCK,
+    activate,
     dequantize,
     dequantize_groups,
     int8_products,
@@ -64,7 +66,6 @@ from ..tir.stmt import CallRoutine, For, Pointer
 from ..tir.work import PARALLEL_MIN_WORK
 from .common import te_shape
 from .registry import OpDef, OpTypeError, register
-from .unary import _gelu_np
 
 # rows of x per call: a prefill's dequantized panel serves this many; act int8_rows quantizes this
 # many rows together and multiplies them by every panel (32 rows a block cost 3-7% more at one
@@ -77,8 +78,6 @@ GEMM_NBITS_ROWS = ROWS_BLOCK
 # GEMM_NBITS_ROWS rows), the codes packed (pack_vnni), every M computed from them
 ACTS = ("float32", "int8", "int8_groups", "int8_rows", "auto")
 QUANTIZED = ("int8", "int8_groups")  # the acts whose x comes with its quantized rows (xq, meta)
-# the activations an epilogue applies (ember.passes.nbits_epilogues), as the gelu op's `approximate`
-ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
 
 
 def _infer(types, attrs):
@@ -207,14 +206,6 @@ def _reference(inputs, attrs):
         gate, up = np.split(y.astype(np.float32).astype(np.float64), 2, axis=1)
         y = gate / (1 + np.exp(-gate)) * up
     return [activate(y, attrs["activation"]).astype(np.float32)]
-
-
-def activate(y: np.ndarray, activation: str | None) -> np.ndarray:
-    """y through an epilogue's activation (ACTIVATIONS; None: y), of y rounded to float32 first,
-    as the kernels apply it to the products they computed."""
-    if activation is None:
-        return y
-    return _gelu_np(y.astype(np.float32).astype(np.float64), {"approximate": ACTIVATIONS[activation]})
 
 
 def _compute(inputs, attrs, out_types):

@@ -16,20 +16,13 @@ import numpy as np
 from .. import te
 from ..graph.core import TensorType
 from ..tir import dtype as dt
+from ..tir.gelu import SQRT_2_OVER_PI, erf, gelu
 from .registry import REQUIRED, OpDef, OpTypeError, register
 
 FLOAT = "float"  # floating-point inputs only
 NUMBER = "number"  # integer or floating-point (not bool)
 BOOL = "bool"
 ANY = "any"
-
-SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
-_erf64 = np.vectorize(math.erf, otypes=["float64"])  # NumPy has no erf without SciPy
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    return _erf64(x) if x.size else x.astype("float64")
-
 
 def _check_dtype(op: str, kind: str, dtype: str) -> None:
     ok = {
@@ -47,9 +40,7 @@ def _check_dtype(op: str, kind: str, dtype: str) -> None:
 
 
 def _gelu_np(x, attrs):
-    if attrs["approximate"] == "tanh":
-        return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    return gelu(x, attrs["approximate"])
 
 
 def _gelu_te(x, attrs):

@@ -38,10 +38,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .gelu import gelu
+
 PANEL = 32  # columns of a panel: two AVX-512 vectors of float32
 BITS = (4, 8)
 GROUPS = (32, 64, 128)  # the group sizes of int4 scales
 QUANTIZE_BLOCK = 32  # quantize_rows' meta sums x over blocks of this many columns
+# the activations a product's epilogue applies (ember.passes.nbits_epilogues), as the gelu op's `approximate`
+ACTIVATIONS = {"gelu": "none", "gelu_tanh": "tanh"}
+
+
+def activate(y: np.ndarray, activation: str | None) -> np.ndarray:
+    """y through an epilogue's activation (ACTIVATIONS; None: y), of y rounded to float32 first,
+    as the kernels apply it to the products they computed."""
+    if activation is None:
+        return y
+    return gelu(y.astype(np.float32).astype(np.float64), ACTIVATIONS[activation])
 
 
 def row_group(group: int, k: int) -> int:

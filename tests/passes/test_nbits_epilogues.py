@@ -106,7 +106,7 @@ def _gelu_layer(rows=M, form="ten", swap=False, reread=False, cube="mul", c=0.04
         g.set_outputs([op("mul", op("mul", v, 0.5), op("add", t, 1.0))] + ([t] if reread else []))
     else:
         g.set_outputs(add_op(g, "gelu", [v], {"approximate": form}))
-    return quantize_rows(quantize_weights(g, WeightFormat.of("int8", 0)), VBMI)
+    return quantize_rows(quantize_weights(g, WeightFormat.of("int8", None)), VBMI)
 
 
 @pytest.mark.parametrize("rows,form,swap,cube,activation", [
