@@ -192,13 +192,17 @@ def test_roi_align_over_symbolic_counts_compiled():
 def test_roi_align_of_an_image_index_outside_the_batch_raises(target):
     """A box's image index outside the batch (2 of 2 images, or -3) is an IndexOutOfRangeError
     naming it, where the kernel clamped it to the last (or first) image, a silent wrong answer;
-    -1 counts from the end, as NumPy and ONNX's reference index."""
+    -1 counts from the end, as NumPy and ONNX's reference index. A box whose samples all lie outside
+    the image (whose image no sample reads) checks its index too."""
     x, rois = rand(2, 3, 11, 9), _rois(3, 11, 9)
     compiled = ember.compile(one_node("RoiAlign", [x, rois, np.zeros(3, "int64")], output_height=2, output_width=2,
                                       sampling_ratio=2), target=target)
+    outside = rois.copy()
+    outside[1] = [-9.0, -8.0, -4.0, -3.0]
     for bad in (2, -3, 2**40):
-        with pytest.raises(IndexOutOfRangeError, match=f"index {bad} is out of range for an axis of size 2"):
-            compiled(x, rois, np.array([0, bad, 1], "int64"))
+        for boxes in (rois, outside):
+            with pytest.raises(IndexOutOfRangeError, match=f"index {bad} is out of range for an axis of size 2"):
+                compiled(x, boxes, np.array([0, bad, 1], "int64"))
     last = np.array([0, -1, 1], "int64")
     assert_close(compiled(x, rois, last), compiled(x, rois, np.array([0, 1, 1], "int64")), 0, 0, "index -1")
 
