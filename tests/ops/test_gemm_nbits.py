@@ -134,8 +134,10 @@ def test_silu_of_the_gate_times_up_in_the_kernel(bits, group, zero_points, bias)
     n = 128
     weights, packed, types, attrs = _rows_case(bits, group, zero_points, bias, False, n=n)
     xs = [RNG.standard_normal((m, K)).astype(np.float32) for m in (1, 13, 70)]
+    # atol: silu(gate) * up carries the float32 rounding of gate's sum (products reaching ~100) times up
+    # (seen: 1.5e-4 on a 0.44 of the AVX2 twin, outputs up to ~170)
     runs = check_op_sizes("gemm_nbits", types, {**attrs, "glu": "silu"}, [[x, *packed] for x in xs], rtol=1e-4,
-                          atol=1e-4, targets=("c", "python", AVX2))
+                          atol=1e-3, targets=("c", "python", AVX2))
     w = dequantize(*weights[:2], weights[2] if zero_points else None, bits)[:, :n]
     for (y,), x in zip(runs, xs):
         assert y.shape == (len(x), n // 2)
