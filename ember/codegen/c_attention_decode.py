@@ -226,24 +226,6 @@ static inline void {name}_softmax(float* restrict s, int64_t nk, int64_t G, floa
 }}
 """
 
-_THREADS = """\
-/* the threads that share the keys: the caller's team when it is not in a parallel region
-   already, at most one per PARALLEL_SCORES scores (a query head's against a key) and per item
-   (a key/value head's block) */
-static inline int {name}_threads(int64_t scores, int64_t items) {{
-#ifdef _OPENMP
-  if (omp_in_parallel()) return 1;
-  int64_t t = omp_get_max_threads();
-  if (scores / PARALLEL_SCORES < t) t = scores / PARALLEL_SCORES;
-  if (items < t) t = items;
-  return t < 1 ? 1 : (int)t;
-#else
-  (void)scores; (void)items;
-  return 1;
-#endif
-}}
-"""
-
 _BODY = """\
 static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* restrict v,{mask_param}{new_param}
                    float* restrict out, int64_t H, int64_t g_count, int64_t S, int64_t e_dim, int64_t ev_dim,
@@ -255,7 +237,7 @@ static void {name}(const float* restrict q, const {kt}* restrict k, const {kt}* 
   int64_t Q = H * {G}, ep = ({E} + W - 1) / W * W, evp = ({Ev} + W - 1) / W * W;
   int64_t part = Q * evp + (2 * Q + W - 1) / W * W;  /* whole vectors: every part aligned */
   int64_t cached = {cached}, blocks = (cached + BK - 1) / BK;
-  int T = {name}_threads(H * {G} * cached, blocks * H);
+  int T = {team}(H * {G} * cached / PARALLEL_SCORES, blocks * H);  /* PARALLEL_SCORES scores a thread at least */
   /* the scaled queries, each thread's part (its heads' output, running maximum and sum), the
      first thread's scores and the queries in two bytes (scores_q16's); the others' scores in
      their own scratch */
@@ -474,9 +456,9 @@ def attention_decode(lib: CPrelude, mask: str, kv: str, lanes: int, dims: tuple[
         text += _TYPED.format(name=name, suffix="", **typed, **helpers, **scores)
         if appended:
             text += _TYPED.format(name=name, suffix="_new", **f32, **helpers, **scores)
-        text += _SOFTMAX.format(name=name, **helpers) + _THREADS.format(name=name)
+        text += _SOFTMAX.format(name=name, **helpers)
         text += _BODY.format(
-            **helpers, **consts, **q16, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib),
+            **helpers, **consts, **q16, kt=typed["kt"], scratch=c_runtime.thread_scratch(lib), team=c_runtime.team(lib),
             cached="S - 1" if appended else "S",
             mask_param={"none": "", "bool": " const uint8_t* restrict mask,",
                         "additive": " const float* restrict mask,"}[mask],

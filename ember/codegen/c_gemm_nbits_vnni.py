@@ -238,19 +238,6 @@ _PACKED = {8: """\
 # rows multiplied by its panels of packed codes (the function above, per panel), the residual (if
 # any) added as each panel's rows are written; the shares are ember.tir.nbits_split's
 # (rows_threads, rows_task, rows_quantized)
-_THREADS = """\
-static inline int ember_gemm_rows_threads(int64_t M, int64_t K, int64_t cols, int64_t units) {{
-#ifdef _OPENMP
-  if (omp_in_parallel()) return 1;
-  int64_t t = omp_get_max_threads(), most = M * K * cols / 16 / {least};
-  if (most < t) t = most;
-  if (units < t) t = units;
-  return t < 1 ? 1 : (int)t;
-#else
-  (void)M; (void)K; (void)cols; (void)units;
-  return 1;
-#endif
-}}"""
 _ROWS = """\
 static void {name}(const float* restrict x, const {code}* restrict codes, const float* restrict scales,{params}
                    float* restrict out, int64_t M, int64_t K_, int64_t N, int64_t x_rs, int64_t o_rs, int64_t s_rs,
@@ -259,7 +246,7 @@ static void {name}(const float* restrict x, const {code}* restrict codes, const 
                                            struct OpenMP passes it, where GCC propagates no constant */
   (void)K_;
   const int64_t ms = 1 + K / 32, blocks = (M + B - 1) / B, P = {panels};
-  const int T = {threads}(M, K, {cols}, blocks * P), whole = blocks >= T;
+  const int T = {team}(M * K * {cols} / 16 / {least}, blocks * P), whole = blocks >= T;
   /* a thread's own scratch: {tile}the last rows' padding{glu_note}, and with whole blocks a
      thread the block's rows quantized, their scales and sums (in whole 64 bytes, as the rows of
      every block are shared where the threads split blocks) */
@@ -485,10 +472,10 @@ def gemm_nbits_rows(lib: CPrelude, bits: int, group: int, offsets: bool, bias: b
                                sigmoid=vector_math(lib, "sigmoid", "float32", 16))
         else:
             loop = _PANELS.format(panel=panel, args=args)
-        threads = lib._helper("ember_gemm_rows_threads", lambda: _THREADS.format(least=PARALLEL_MIN_WORK))
         return _ROWS.format(name=name, code="int8_t" if bits == 8 else "uint8_t", params=params, rows=ROWS, k=k,
                             block=ROWS_BLOCK, panels="N / 32" if glu else "(N + 31) / 32",
-                            cols="2 * N" if glu else "(N + 31) / 32 * 32", threads=threads,
+                            cols="2 * N" if glu else "(N + 31) / 32 * 32", team=c_runtime.team(lib),
+                            least=PARALLEL_MIN_WORK,
                             tile="the panel's unpacked codes, " if bits == 4 else "", tile_bytes=tile,
                             glu_note=", a block's panel of the gate and of the up projection" if glu else "",
                             glu_bytes=" + sizeof(float) * 64 * B" if glu else "", scratch=c_runtime.thread_scratch(lib),

@@ -56,6 +56,24 @@ static inline void ember_leave_threads(const int* before) {
 }"""
 
 
+# A routine's own parallel region (one call, one region, rather than a loop's): the calling
+# thread's team where the call is not inside a parallel region already, at most `enough` threads
+# (its work over a thread's least) and one per item (the units it splits).
+_TEAM = """\
+static inline int ember_team(int64_t enough, int64_t items) {
+#ifdef _OPENMP
+  if (omp_in_parallel()) return 1;
+  int64_t t = omp_get_max_threads();
+  if (enough < t) t = enough;
+  if (items < t) t = items;
+  return t < 1 ? 1 : (int)t;
+#else
+  (void)enough; (void)items;
+  return 1;
+#endif
+}"""
+
+
 def enter_threads(count: str) -> str:
     """The C declaration that starts a function: the rest of the call runs on `count` (an int
     expression: 0 keeps the calling thread's setting) OpenMP threads, and the calling thread's
@@ -72,6 +90,12 @@ def index(lib: CPrelude) -> str:
 def threads(lib: CPrelude) -> None:
     """The helpers of `enter_threads`."""
     lib._helper("ember_enter_threads", lambda: _THREADS)
+
+
+def team(lib: CPrelude) -> str:
+    """`int ember_team(int64_t enough, int64_t items)`: the threads of a routine's own parallel
+    region (_TEAM)."""
+    return lib._helper("ember_team", lambda: _TEAM)
 
 
 def padded_bytes(lib: CPrelude) -> str:
